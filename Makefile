@@ -1,0 +1,41 @@
+# orderflow — local developer entry points.
+#   make demo [ORDERS=200]   run the local demo end to end and write demo-report.json
+#   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+ORDERS ?= 200
+
+.PHONY: demo test lint typecheck pytest setup clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed
+
+demo: setup
+	$(PY) -m devhost.demo --orders $(ORDERS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy .
+
+pytest: setup
+	$(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache

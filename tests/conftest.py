@@ -1,0 +1,46 @@
+"""Shared fixtures: the local emulators, started once per test session on free loopback ports.
+
+The emulators start lazily, only when a test asks for them, and stop at the end of the session. A
+missing emulator fails the test with the install command; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+
+# cosmosdb-server uses a self-signed certificate; the SDK is told not to verify it locally.
+warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+# The SDKs log every request at INFO; keep test output to what orderflow says.
+for _noisy in ("durabletask", "azure", "httpx", "urllib3"):
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def local_emulators() -> Iterator[LocalEmulators]:
+    """Azurite and cosmosdb-server for this test session."""
+    emulators = start_local_emulators()
+    try:
+        yield emulators
+    finally:
+        emulators.stop()
+
+
+@pytest.fixture(scope="session")
+def local_endpoints(local_emulators: LocalEmulators) -> LocalEndpoints:
+    """Connection details of the session's emulators."""
+    return local_emulators.endpoints
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A short unique lowercase name for a queue, container or database used by one test."""
+    return "t" + uuid.uuid4().hex[:12]
