@@ -1,0 +1,143 @@
+"""One exception hierarchy for orderflow, each failure with an :class:`ErrorKind`.
+
+Mapping an error to a message settlement (complete, abandon, dead-letter) or to an HTTP status happens
+only at the edge (hosts and consumer loops); roles raise.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure this is, which decides what the caller may do next.
+
+    ``transient`` may succeed on retry; ``permanent`` never will; ``timeout`` is a deadline that
+    passed; ``conflict`` is a lost optimistic-concurrency race or conflicting content; ``fenced``
+    is a write by an attempt that no longer owns the record; ``invalid`` is bad input.
+    """
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    TIMEOUT = "timeout"
+    CONFLICT = "conflict"
+    FENCED = "fenced"
+    INVALID = "invalid"
+    NOT_FOUND = "not_found"
+    BUDGET = "budget_exhausted"
+
+
+class OrderflowError(Exception):
+    """Base class of every error orderflow raises on purpose.
+
+    The message always starts with ``[kind]`` so that the kind survives runtimes that carry only an
+    exception's text across process boundaries (Durable Functions activity failures).
+    """
+
+    kind: ClassVar[ErrorKind] = ErrorKind.PERMANENT
+
+    def __init__(self, message: str) -> None:
+        self.detail = message
+        super().__init__(f"[{self.kind.value}] {message}")
+
+
+class ConcurrencyConflict(OrderflowError):
+    """A conditional write found a different ETag (HTTP 412): someone else moved the record."""
+
+    kind = ErrorKind.CONFLICT
+
+
+class AlreadyExists(OrderflowError):
+    """A create found an item with the same id (HTTP 409)."""
+
+    kind = ErrorKind.CONFLICT
+
+
+class NotFound(OrderflowError):
+    """The item does not exist (HTTP 404)."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class IllegalTransition(OrderflowError):
+    """A state change the state machine does not allow (a programming or protocol error)."""
+
+    kind = ErrorKind.PERMANENT
+
+
+class Fenced(OrderflowError):
+    """A write by an attempt whose instance id is no longer the record's ``lockedBy`` (DESIGN.md §3.3)."""
+
+    kind = ErrorKind.FENCED
+
+
+class InvalidMessage(OrderflowError):
+    """A message failed validation. ``reason`` is a short machine-readable dead-letter reason."""
+
+    kind = ErrorKind.INVALID
+
+    def __init__(self, reason: str, description: str) -> None:
+        self.reason = reason
+        self.description = description
+        super().__init__(f"{reason}: {description}")
+
+
+class ConflictingOrder(OrderflowError):
+    """An order id was submitted again with different immutable content (DESIGN.md §2)."""
+
+    kind = ErrorKind.CONFLICT
+    reason = "ConflictingOrder"
+
+
+class TransientError(OrderflowError):
+    """A dependency failed in a way that may succeed on retry (5xx, timeouts, throttling)."""
+
+    kind = ErrorKind.TRANSIENT
+
+
+class PermanentError(OrderflowError):
+    """A dependency refused in a way no retry will change (4xx business rejections).
+
+    Attributes:
+        code: The remote service's error code, e.g. ``out_of_stock`` or ``card_declined``.
+    """
+
+    kind = ErrorKind.PERMANENT
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(f"{code}: {message}")
+
+
+class DeadlineExceeded(OrderflowError):
+    """The step's ``completeBy`` passed before the work could start or finish."""
+
+    kind = ErrorKind.TIMEOUT
+
+
+class RetryBudgetExhausted(OrderflowError):
+    """The order's end-to-end retry budget has no calls left."""
+
+    kind = ErrorKind.BUDGET
+
+
+def kind_of(text: str) -> ErrorKind | None:
+    """Recover the :class:`ErrorKind` from an error text produced by :class:`OrderflowError`.
+
+    Args:
+        text: An exception message, possibly wrapped by a runtime (``"Activity failed: [fenced] ..."``).
+
+    Returns:
+        The first ``[kind]`` marker found in the text, or None.
+    """
+    for kind in ErrorKind:
+        if f"[{kind.value}]" in text:
+            return kind
+    return None
+
+
+class InvalidContinuation(OrderflowError):
+    """A query continuation token was rejected or repeated: restart the scan from the beginning."""
+
+    kind = ErrorKind.INVALID

@@ -1,0 +1,113 @@
+"""The message-queue port: PeekLock-style receive, complete, abandon and dead-letter.
+
+The semantics are those common to Service Bus (PeekLock) and Storage queues (visibility timeout): a
+received message is invisible to other consumers until its lock expires, and comes back with its
+delivery count incremented unless it is completed. Every message carries a stable ``message_id`` chosen
+by the sender (DESIGN.md §3.7) so consumers can recognise a duplicate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+def dead_letter_queue_name(queue_name: str) -> str:
+    """Local dead-letter queue of ``queue_name``: ``<queue>-deadletter`` (Service Bus has its own DLQ)."""
+    return f"{queue_name}-deadletter"
+
+
+@dataclass
+class ReceivedMessage:
+    """A message received under a lock.
+
+    Attributes:
+        message_id: The sender's stable id.
+        body: The message body (UTF-8 text, normally JSON).
+        delivery_count: 1 on first delivery, incremented on every redelivery.
+        correlation_id: Optional correlation id (the order id).
+        enqueued_at: When the message was first sent (UTC), if the transport knows.
+        lock_token: Transport-specific handle for settlement (a pop receipt, a lock token). Opaque.
+    """
+
+    message_id: str
+    body: str
+    delivery_count: int
+    correlation_id: str | None = None
+    enqueued_at: datetime | None = None
+    lock_token: Any = field(default=None, repr=False)
+    transport_id: str = ""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead-lettered message as read back from a dead-letter queue."""
+
+    message_id: str
+    body: str
+    reason: str
+    description: str
+    source_queue: str
+    delivery_count: int
+    dead_lettered_at: datetime
+
+
+class MessageQueue(Protocol):
+    """One queue.
+
+    Implementations: :class:`orderflow.queues.storage.StorageQueue` (Azure Storage / Azurite),
+    :class:`orderflow.queues.memory.InMemoryQueue`; the Service Bus adapter comes with the Azure host.
+    """
+
+    name: str
+
+    def send(
+        self,
+        body: str,
+        *,
+        message_id: str,
+        correlation_id: str | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
+        """Send a message; ``delay_s`` seconds before it becomes visible."""
+        ...
+
+    def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages`` visible messages and lock them for ``lock_s`` seconds.
+
+        An empty list means nothing was visible at that moment, never that the queue is drained.
+        """
+        ...
+
+    def complete(self, message: ReceivedMessage) -> None:
+        """Delete a message received under a lock. A lost lock is harmless: it is logged, not raised."""
+        ...
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        """Release the lock so the message is redelivered after ``delay_s`` seconds."""
+        ...
+
+    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
+        """Extend the lock to ``lock_s`` seconds from now (long-running handlers)."""
+        ...
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
+        """Move the message, with its original body, reason and description, to the dead-letter queue."""
+        ...
+
+    def approximate_count(self) -> int:
+        """Approximate number of messages in the queue (for backpressure, not for correctness)."""
+        ...
+
+
+class QueueFactory(Protocol):
+    """Creates queue clients by name; queues are created on first use."""
+
+    def queue(self, name: str) -> MessageQueue:
+        """The queue ``name``, created if missing."""
+        ...
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
+        """Peek at the dead letters of queue ``name`` (without removing them)."""
+        ...

@@ -1,0 +1,256 @@
+"""The order document and the state record (DESIGN.md §2), as typed models.
+
+Python attributes are snake_case; the stored JSON is camelCase, the field names of the reference
+Scheduler-Agent-Supervisor design (``processState``, ``lockedBy``, ``completeBy`` ...). Every time is
+UTC and serialised in one fixed ISO 8601 form (``2026-11-29T18:00:00.000000Z``) so that the stores can
+compare deadlines as strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+SCHEMA_VERSION = 1
+"""Version of the stored record and document shapes written by this code."""
+
+_ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _ensure_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("datetimes must be timezone-aware (UTC)")
+    return value.astimezone(UTC)
+
+
+def format_utc(value: datetime) -> str:
+    """Format an aware datetime as the fixed-width UTC string the stores compare lexicographically."""
+    return _ensure_utc(value).strftime(_ISO_FORMAT)
+
+
+def parse_utc(text: str) -> datetime:
+    """Parse an ISO 8601 time (``Z`` or offset) into an aware UTC datetime."""
+    return _ensure_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
+UtcDatetime = Annotated[
+    datetime,
+    AfterValidator(_ensure_utc),
+    PlainSerializer(format_utc, return_type=str, when_used="json"),
+]
+"""An aware UTC datetime that serialises as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+
+
+class Model(BaseModel):
+    """Base of stored models: camelCase JSON, snake_case attributes, unknown fields kept.
+
+    Unknown fields are kept (``extra="allow"``) so that a record written by a newer schema survives a
+    read-modify-write by older code.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The stored form: camelCase keys, JSON-native values."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class ProcessState(StrEnum):
+    """Where an order is in its life (the state record's ``processState``)."""
+
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    AWAITING_REVIEW = "AwaitingReview"
+    PROCESSED = "Processed"
+    ERROR = "Error"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"
+    CANCELLED = "Cancelled"
+
+
+class StepStatus(StrEnum):
+    """Where one step of an order is (``steps[name].status``)."""
+
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"
+
+
+class OrderItem(Model):
+    """One order line: a stock-keeping unit and a quantity (units)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sku: str
+    quantity: int
+
+
+class OrderDocument(Model):
+    """The immutable order (``orders`` container, partition key ``/orderId``).
+
+    ``content_hash`` is the SHA-256 of the canonical JSON of the immutable fields; a resubmission is
+    accepted only when it matches (DESIGN.md §2).
+    """
+
+    id: str
+    order_id: str
+    customer_id: str
+    customer_name: str
+    currency: str
+    amount: Decimal
+    items: tuple[OrderItem, ...]
+    carrier: str
+    reply_to: str
+    content_hash: str
+    received_at: UtcDatetime
+    schema_version: int = SCHEMA_VERSION
+
+
+def content_hash(content: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON form of ``content`` (sorted keys, no spaces)."""
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class LastError(Model):
+    """The most recent failure recorded for an order: kind, short message, step, time (UTC)."""
+
+    kind: str
+    message: str
+    step: str | None = None
+    code: str | None = None
+    at: UtcDatetime
+
+
+class StepState(Model):
+    """Progress of one workflow step.
+
+    Attributes:
+        status: The step's :class:`StepStatus`.
+        attempts: Attempts (orchestration instances) that started this step.
+        idempotency_key: ``{orderId}:{step}``, the same across attempts (DESIGN.md §3.6).
+        last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
+        result: Small summary of the remote service's answer (ids, amounts), never a document.
+        started_at / completed_at: UTC times of the last start and of completion.
+    """
+
+    status: StepStatus = StepStatus.NOT_STARTED
+    attempts: int = 0
+    idempotency_key: str
+    last_instance: str | None = None
+    result: dict[str, str] | None = None
+    started_at: UtcDatetime | None = None
+    completed_at: UtcDatetime | None = None
+
+
+class CompensationEntry(Model):
+    """One entry of the compensation log: what a completed step did and how to undo it.
+
+    Attributes:
+        step: The step that completed.
+        action: What the step did (``reserve``, ``charge`` ...).
+        undo: The undo operation (``release``, ``refund`` ...), or None for an irreversible step.
+        undo_key: Idempotency key of the undo, ``{orderId}:{step}:undo``.
+        data: Only what the undo needs (a reservation id, a charge id and amount), never card data.
+        recorded_at: UTC time the entry was appended.
+        status: ``Pending``, ``Compensated`` or ``CompensationFailed`` (progress of the undo).
+    """
+
+    step: str
+    action: str
+    undo: str | None
+    undo_key: str
+    data: dict[str, str] = Field(default_factory=dict)
+    recorded_at: UtcDatetime
+    status: str = "Pending"
+
+
+class RetryBudget(Model):
+    """End-to-end budget of calls to remote services for one order, across every attempt.
+
+    Attributes:
+        limit: Calls the order may make in total.
+        spent: Calls made so far.
+    """
+
+    limit: int
+    spent: int = 0
+
+    @property
+    def remaining(self) -> int:
+        """Calls left (never negative)."""
+        return max(0, self.limit - self.spent)
+
+
+class StateRecord(Model):
+    """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
+
+    Field meanings are those of DESIGN.md §2. ``etag`` is not part of the record: the stores return it
+    beside the record (:class:`orderflow.stores.base.Versioned`).
+    """
+
+    id: str
+    order_id: str
+    process_state: ProcessState = ProcessState.PENDING
+    locked_by: str | None = None
+    complete_by: UtcDatetime | None = None
+    failure_count: int = 0
+    attempt: int = 0
+    next_attempt_at: UtcDatetime | None = None
+    reply_to: str
+    steps: dict[str, StepState] = Field(default_factory=dict)
+    compensation_log: list[CompensationEntry] = Field(default_factory=list)
+    retry_budget: RetryBudget
+    workflow_version: str
+    schema_version: int = SCHEMA_VERSION
+    last_error: LastError | None = None
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+
+    def completed_steps(self) -> list[str]:
+        """Names of the steps whose status is ``Completed``, in workflow order."""
+        return [name for name, step in self.steps.items() if step.status is StepStatus.COMPLETED]
+
+    @classmethod
+    def from_stored(cls, doc: dict[str, Any]) -> StateRecord:
+        """Parse a stored document, dropping the store's system properties (``_etag``, ``_ts`` ...)."""
+        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+
+def instance_id_for(order_id: str, attempt: int) -> str:
+    """The attempt-specific orchestration instance id, ``{orderId}:{attempt}`` (DESIGN.md §3.2)."""
+    return f"{order_id}:{attempt}"
+
+
+def parse_instance_id(instance_id: str) -> tuple[str, int]:
+    """Split ``{orderId}:{attempt}`` into its parts.
+
+    Raises:
+        ValueError: the text is not an attempt-specific instance id.
+    """
+    order_id, sep, attempt = instance_id.rpartition(":")
+    if not sep or not order_id or not attempt.isdigit():
+        raise ValueError(f"not an orderflow instance id: {instance_id!r}")
+    return order_id, int(attempt)
+
+
+def idempotency_key(order_id: str, step: str) -> str:
+    """The stable idempotency key of a step, the same in every attempt (DESIGN.md §3.6)."""
+    return f"{order_id}:{step}"
+
+
+def undo_key(order_id: str, step: str) -> str:
+    """The stable idempotency key of a step's compensation (DESIGN.md §3.6)."""
+    return f"{order_id}:{step}:undo"

@@ -1,0 +1,128 @@
+"""Every setting orderflow reads, in one typed structure.
+
+Precedence, highest first: keyword arguments to :meth:`Settings.load` (tests, the devhost CLI), then
+environment variables (Azure app settings / ``local.settings.json`` ``Values``), then the defaults
+below. Setting names are the environment variable names, identical across Bicep app settings,
+``local.settings.json`` and this module. Durations are seconds; times are UTC.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    """orderflow's configuration. Each field's description documents its unit, default and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- connections -------------------------------------------------------------------------
+    STORAGE_CONNECTION_STRING: str = Field(
+        "", description="Azure Storage connection string (local: Azurite). Queues and the supervisor lease."
+    )
+    COSMOS_ENDPOINT: str = Field(
+        "", description="Cosmos DB account endpoint (local: cosmosdb-server, https)."
+    )
+    COSMOS_KEY: str = Field("", description="Cosmos DB key; empty on Azure (managed identity).")
+    COSMOS_DATABASE: str = Field("orderflow", description="Cosmos DB database name.")
+    COSMOS_VERIFY_TLS: bool = Field(
+        True, description="Verify the Cosmos TLS certificate; false only for the local emulator."
+    )
+    DEMO_SERVICES_URL: str = Field(
+        "http://127.0.0.1:8081", description="Base URL of the demo inventory, payment and shipping services."
+    )
+
+    # --- queues ------------------------------------------------------------------------------
+    ORDERS_QUEUE: str = Field("orders", description="Submission queue.")
+    AGENT_QUEUE_PREFIX: str = Field(
+        "agent-", description="Request queue of agent NAME is PREFIX+NAME (agent-inventory ...)."
+    )
+    AGENT_RESPONSES_QUEUE: str = Field(
+        "agent-responses",
+        description="Response queue. Locally each devhost process appends its host id, because an "
+        "orchestration lives only in the process that claimed it (DESIGN.md §1).",
+    )
+    HOST_ID: str = Field("local", description="This process's host id (lowercase letters, digits, '-').")
+
+    # --- scheduler ---------------------------------------------------------------------------
+    STARTER_INTERVAL_S: float = Field(0.5, description="Seconds between starter sweeps for Pending records.")
+    STARTER_BATCH: int = Field(
+        32,
+        description="Most records one starter sweep claims; bounds the work per tick and the backlog "
+        "held by one process.",
+    )
+    CLAIM_TIMEOUT_S: float = Field(
+        30.0,
+        description="completeBy set by the claim: time the new orchestration has to start its first "
+        "step before the supervisor may recover the order.",
+    )
+    STEP_TIMEOUT_S: float = Field(
+        8.0,
+        description="Default completeBy of one remote step (seconds). The durable timer of the race "
+        "fires then; the agent starts no call after it.",
+    )
+    MAX_IN_FLIGHT_PER_HOST: int = Field(
+        200, description="Most orchestrations one devhost process runs at once; the starter claims no more."
+    )
+
+    # --- agents ------------------------------------------------------------------------------
+    AGENT_CALL_TIMEOUT_S: float = Field(
+        5.0, description="HTTP timeout of one remote call, further capped by the time left to the deadline."
+    )
+    AGENT_BACKOFF_INITIAL_S: float = Field(0.2, description="First retry delay of an agent (exponential).")
+    AGENT_BACKOFF_MAX_S: float = Field(2.0, description="Largest retry delay of an agent.")
+    AGENT_CONCURRENCY: int = Field(16, description="Requests one agent process handles at once.")
+    RETRY_BUDGET: int = Field(
+        24, description="End-to-end limit of remote calls per order across all attempts and steps."
+    )
+
+    # --- supervisor --------------------------------------------------------------------------
+    SUPERVISOR_INTERVAL_S: float = Field(
+        2.0, description="Seconds between sweeps. Recovery latency is at most this plus the step timeout."
+    )
+    SUPERVISOR_PAGE_SIZE: int = Field(100, description="max_item_count of each sweep query page.")
+    SUPERVISOR_MAX_RECORDS: int = Field(500, description="Most records one sweep examines.")
+    SUPERVISOR_MAX_FAILURES: int = Field(
+        6, description="failureCount at which the supervisor gives up on an order (Error + alert)."
+    )
+    SUPERVISOR_BACKOFF_INITIAL_S: float = Field(
+        1.0, description="nextAttemptAt delay after the first recovery; doubles per failure."
+    )
+    SUPERVISOR_BACKOFF_MAX_S: float = Field(30.0, description="Largest nextAttemptAt delay.")
+
+    # --- consumers ---------------------------------------------------------------------------
+    QUEUE_LOCK_S: float = Field(
+        30.0, description="Lock (visibility timeout) of a received message; longer than any handler."
+    )
+    MAX_DELIVERY_COUNT: int = Field(
+        10,
+        description="Deliveries after which a message that keeps failing is dead-lettered "
+        "(Service Bus maxDeliveryCount).",
+    )
+    POLL_INTERVAL_S: float = Field(0.2, description="Sleep of a consumer loop after an empty receive.")
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``env`` (default: ``os.environ``) and keyword overrides.
+
+        Only environment variables named like a field are read; others are ignored.
+
+        Raises:
+            pydantic.ValidationError: a value has the wrong type.
+        """
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {name: source[name] for name in cls.model_fields if name in source}
+        values.update(overrides)
+        return cls.model_validate(values)
+
+    def agent_queue(self, agent: str) -> str:
+        """Request queue name of an agent."""
+        return f"{self.AGENT_QUEUE_PREFIX}{agent}"
+
+    def response_queue(self) -> str:
+        """Response queue of this host (``agent-responses-<hostid>`` locally)."""
+        return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}" if self.HOST_ID else self.AGENT_RESPONSES_QUEUE

@@ -1,0 +1,143 @@
+"""The state-store and order-store ports.
+
+Both stores are separate resources with no shared transaction (DESIGN.md §2). The state store offers
+exactly the primitives the concurrency protocol needs (DESIGN.md §3): create (409 → AlreadyExists),
+point read, conditional replace on an ETag (412 → ConcurrencyConflict) and paged queries with
+continuation tokens. There is no unconditional write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+from orderflow.records import OrderDocument, ProcessState, StateRecord
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[T]):
+    """An item with the ETag it was read or written with (opaque, compare for equality only)."""
+
+    item: T
+    etag: str
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a query. ``continuation`` is None only when there is nothing more to read."""
+
+    items: list[T]
+    continuation: str | None
+
+
+@dataclass(frozen=True)
+class StateQuery:
+    """A filter over state records; every condition given must hold (AND).
+
+    Attributes:
+        process_states: ``processState`` must be one of these.
+        complete_by_before: ``completeBy`` is set and earlier than this (UTC).
+        complete_by_after: ``completeBy`` is set and not earlier than this (UTC): bounds a sweep window.
+        unlocked: ``lockedBy`` is null.
+        ready_at: ``nextAttemptAt`` is null or not later than this (UTC).
+    """
+
+    process_states: Sequence[ProcessState] = field(default_factory=tuple)
+    complete_by_before: datetime | None = None
+    complete_by_after: datetime | None = None
+    unlocked: bool = False
+    ready_at: datetime | None = None
+
+
+@dataclass
+class StoreCounters:
+    """Operation counts of a store adapter, for benchmarks and tests of the write budget."""
+
+    reads: int = 0
+    creates: int = 0
+    replaces: int = 0
+    query_pages: int = 0
+    items_read_by_queries: int = 0
+
+
+class StateStore(Protocol):
+    """Scheduler state records, one per order, every write conditional.
+
+    Implementations: :class:`orderflow.stores.cosmos.CosmosStateStore`,
+    :class:`orderflow.stores.memory.InMemoryStateStore`.
+    """
+
+    counters: StoreCounters
+
+    def create(self, record: StateRecord) -> Versioned[StateRecord]:
+        """Insert a new record.
+
+        Raises:
+            AlreadyExists: a record with this id exists (HTTP 409).
+        """
+        ...
+
+    def get(self, order_id: str) -> Versioned[StateRecord]:
+        """Point-read a record by order id.
+
+        Raises:
+            NotFound: no such record.
+        """
+        ...
+
+    def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        """Replace a record only if its current ETag is ``etag`` (If-Match).
+
+        Returns:
+            The record as written, with its new ETag.
+
+        Raises:
+            ConcurrencyConflict: the stored ETag differs (HTTP 412): re-read and decide again.
+            NotFound: the record does not exist.
+        """
+        ...
+
+    def query(
+        self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[Versioned[StateRecord]]:
+        """Read one page of records matching ``query``.
+
+        Args:
+            query: The filter.
+            max_item_count: Largest page size.
+            continuation: The token of the previous page, or None for the first page.
+
+        Raises:
+            InvalidContinuation: the token is not (or no longer) accepted: restart the scan.
+        """
+        ...
+
+    def count(self, query: StateQuery) -> int:
+        """Number of records matching ``query`` (a server-side aggregate, not a client-side scan)."""
+        ...
+
+
+class OrderStore(Protocol):
+    """Immutable order documents, one per order id."""
+
+    counters: StoreCounters
+
+    def create(self, document: OrderDocument) -> None:
+        """Insert a new order document.
+
+        Raises:
+            AlreadyExists: an order with this id exists (HTTP 409); the caller compares content hashes.
+        """
+        ...
+
+    def get(self, order_id: str) -> OrderDocument:
+        """Point-read an order document.
+
+        Raises:
+            NotFound: no such order.
+        """
+        ...
