@@ -1,0 +1,5 @@
+"""``python -m demo`` is ``python -m demo.services``: run the demo remote services."""
+
+from demo.services import main
+
+raise SystemExit(main())

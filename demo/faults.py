@@ -1,0 +1,114 @@
+"""Fault injection for the demo services, by configuration.
+
+A :class:`FaultPlan` says how often each kind of fault happens. Whether a
+given call is faulted is a pure function of (seed, fault kind, idempotency
+key, call number of that key): a blake2b hash mapped to a uniform number in
+[0, 1) and compared with the kind's rate. A demo run is therefore reproducible
+no matter how requests interleave, and each kind's draw is independent of the
+other kinds' rates. At most one fault applies per call; when several draws
+hit, the first in :data:`FAULT_PRIORITY` wins.
+
+What each fault does (the services implement it):
+
+* ``transient``: answer 503 ``{"error": "unavailable", "permanent": false}``
+  before anything else happens; nothing is applied or stored.
+* ``hang``: sleep ``hang_s`` seconds (default 30, longer than any step
+  deadline), *then* apply the effect and store the response, as a real slow
+  service does after its client has given up.
+* ``lost_response``: apply the effect and store the idempotent response, then
+  answer 500 ``{"error": "connection_reset", "permanent": false}``; a retry
+  with the same key gets the stored response replayed.
+* ``latency``: sleep ``latency_s`` seconds, then behave normally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FAULT_PRIORITY", "FaultKind", "FaultPlan", "uniform"]
+
+
+class FaultKind(StrEnum):
+    """The kinds of injected fault; values are the names used in the audit."""
+
+    TRANSIENT = "transient"
+    HANG = "hang"
+    LOST_RESPONSE = "lost_response"
+    LATENCY = "latency"
+
+
+FAULT_PRIORITY: tuple[FaultKind, ...] = (
+    FaultKind.TRANSIENT,
+    FaultKind.HANG,
+    FaultKind.LOST_RESPONSE,
+    FaultKind.LATENCY,
+)
+"""Order in which fault kinds are checked; the first whose draw hits is the call's only fault."""
+
+
+def uniform(seed: int, kind: str, key: str, call: int) -> float:
+    """Map (seed, fault kind, idempotency key, call number) to a uniform float in [0, 1).
+
+    Deterministic across processes and Python versions (no ``hash()`` randomisation).
+    """
+    digest = hashlib.blake2b(f"{seed}\x1f{kind}\x1f{key}\x1f{call}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+class FaultPlan(BaseModel):
+    """How often the demo services misbehave. All rates are probabilities in [0, 1], default 0.
+
+    Attributes:
+        transient_rate: Share of calls answered 503 before any effect.
+        latency_rate: Share of calls delayed by ``latency_s``.
+        latency_s: Added delay (seconds).
+        hang_rate: Share of calls that sleep ``hang_s`` before applying their effect.
+        hang_s: How long a hung call sleeps (seconds); longer than any step deadline by default.
+        lost_response_rate: Share of calls whose effect is applied and stored but whose answer is
+            a 500 ``connection_reset``.
+        seed: Seed of the deterministic fault decisions.
+        faults_on_undo: Whether undo endpoints (release, refund, cancel) are faulted too.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    transient_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    latency_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    latency_s: float = Field(default=0.2, ge=0.0)
+    hang_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    hang_s: float = Field(default=30.0, ge=0.0)
+    lost_response_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int = 0
+    faults_on_undo: bool = False
+
+    def rate(self, kind: FaultKind) -> float:
+        """The configured probability of ``kind``."""
+        rates = {
+            FaultKind.TRANSIENT: self.transient_rate,
+            FaultKind.HANG: self.hang_rate,
+            FaultKind.LOST_RESPONSE: self.lost_response_rate,
+            FaultKind.LATENCY: self.latency_rate,
+        }
+        return rates[kind]
+
+    def decide(self, key: str, call: int, *, undo: bool = False) -> FaultKind | None:
+        """Choose the fault, if any, for one call.
+
+        Args:
+            key: The request's idempotency key.
+            call: 1-based number of this call among all calls carrying ``key``.
+            undo: The call is to an undo endpoint (release, refund, cancel).
+
+        Returns:
+            The single fault to inject, or None.
+        """
+        if undo and not self.faults_on_undo:
+            return None
+        for kind in FAULT_PRIORITY:
+            rate = self.rate(kind)
+            if rate > 0.0 and uniform(self.seed, kind.value, key, call) < rate:
+                return kind
+        return None

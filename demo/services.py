@@ -1,0 +1,828 @@
+"""The demo's three remote services (inventory, payments, shipping) in one FastAPI app.
+
+They stand in for the third-party services the agents wrap, and misbehave on
+purpose (see :mod:`demo.faults`). All state lives in memory, seeded from a
+TPC-H :class:`~demo.tpch.Catalog`, and every change happens under one asyncio
+lock.
+
+Every mutating endpoint requires an ``Idempotency-Key`` header and honours it
+the way Stripe does:
+
+* the first completed request's status and body are stored and replayed, with
+  the header ``Idempotent-Replayed: true``, for any later request carrying the
+  same key and the same body (same endpoint, same target, same JSON);
+* the same key with a different body -> 422 ``idempotency_key_reuse``;
+* the same key while the first request is still running -> 409
+  ``request_in_progress`` (``permanent: false``: retry later);
+* business outcomes (2xx and 4xx such as ``out_of_stock``) are stored; 5xx
+  answers, requests that fail validation and requests refused by the key
+  checks above are not, so the client may retry them.
+
+Undo endpoints (release, refund, cancel) are also idempotent by state: undoing
+something already undone changes nothing and succeeds.
+
+A request is handled in this order: key check, call counted and fault decided
+(``transient`` answers 503 here, ``latency`` sleeps), body validation, key
+lookup (reuse / in progress / replay), ``hang`` sleep, effect applied and
+response stored under the lock, ``lost_response`` answers 500.
+
+Run it with ``python -m demo.services --port 8081`` (see :func:`main`), or in
+process with :func:`serve_in_thread` and :func:`stop`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from demo.faults import FaultKind, FaultPlan
+from demo.tpch import (
+    DEFAULT_DEMO_ORDERS,
+    DEFAULT_SCALE,
+    DEFAULT_STOCK_DIVISOR,
+    SHIP_MODES,
+    Catalog,
+    ensure_dataset,
+    load_catalog,
+)
+
+__all__ = [
+    "CURRENCIES",
+    "IDEMPOTENCY_HEADER",
+    "REPLAYED_HEADER",
+    "create_app",
+    "main",
+    "serve_in_thread",
+    "server_url",
+    "stop",
+]
+
+logger = logging.getLogger("demo.services")  # not __main__ under python -m
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""Request header every mutating endpoint requires."""
+
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Response header set to ``true`` on a replayed stored response."""
+
+CURRENCIES: frozenset[str] = frozenset({"USD", "EUR", "GBP"})
+"""Currencies the payment service accepts."""
+
+_CENTS = Decimal("0.01")
+_MAX_AMOUNT = Decimal("1000000000000")
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def _money(amount: Decimal) -> str:
+    return str(amount.quantize(_CENTS))
+
+
+def _error(error: str, *, permanent: bool, **details: Any) -> dict[str, Any]:
+    return {"error": error, "permanent": permanent, **details}
+
+
+# --- request bodies -------------------------------------------------------
+
+
+class _Body(BaseModel):
+    # Unknown fields are ignored (clients may send more), SKUs and ids may arrive as numbers.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", coerce_numbers_to_str=True
+    )
+
+
+class _Item(_Body):
+    sku: str = Field(min_length=1)
+    quantity: int = Field(gt=0)
+
+
+class _ReservationIn(_Body):
+    order_id: str = Field(min_length=1)
+    items: list[_Item] = Field(min_length=1)
+
+
+class _Amount(_Body):
+    amount: Decimal
+
+    @field_validator("amount")
+    @classmethod
+    def _two_decimals(cls, value: Decimal) -> Decimal:
+        if not value.is_finite() or value <= 0 or value >= _MAX_AMOUNT:
+            raise ValueError(f"amount must be a positive number below {_MAX_AMOUNT}")
+        exponent = value.as_tuple().exponent
+        if isinstance(exponent, int) and exponent < -2 and value != value.quantize(_CENTS):
+            raise ValueError("amount has more than 2 decimal places")
+        return value.quantize(_CENTS)
+
+
+class _ChargeIn(_Amount):
+    order_id: str = Field(min_length=1)
+    customer_id: str = Field(min_length=1)
+    currency: str = Field(min_length=1)
+
+
+class _RefundIn(_Amount):
+    pass
+
+
+class _ShipmentIn(_Body):
+    order_id: str = Field(min_length=1)
+    carrier: str = Field(min_length=1)
+    items: list[_Item] = Field(min_length=1)
+
+
+class _EmptyIn(_Body):
+    pass
+
+
+# --- state ----------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    """What one executed request did: the response to store and the number of real state changes."""
+
+    status: int
+    body: dict[str, Any]
+    effects: int = 0
+
+
+@dataclass
+class _Stored:
+    fingerprint: str
+    started_at: float
+    outcome: _Outcome | None = None  # None while the first request is in flight
+
+
+@dataclass
+class _KeyAudit:
+    endpoint: str
+    order_id: str | None = None
+    calls: int = 0
+    effects: int = 0
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    status: int | None = None
+    first_at: float = 0.0
+    last_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "orderId": self.order_id,
+            "calls": self.calls,
+            "effects": self.effects,
+            "faults": list(self.faults),
+            "status": self.status,
+            "firstAt": self.first_at,
+            "lastAt": self.last_at,
+        }
+
+
+@dataclass
+class _Reservation:
+    reservation_id: str
+    order_id: str
+    items: dict[str, int]
+    key: str
+    released: bool = False
+
+
+@dataclass
+class _Charge:
+    charge_id: str
+    order_id: str
+    customer_id: str
+    amount: Decimal
+    currency: str
+    key: str
+    refunded: Decimal = Decimal("0.00")
+
+
+@dataclass
+class _Refund:
+    refund_id: str
+    charge_id: str
+    amount: Decimal
+    key: str
+
+
+@dataclass
+class _Shipment:
+    shipment_id: str
+    order_id: str
+    carrier: str
+    items: list[dict[str, Any]]
+    key: str
+    cancelled: bool = False
+
+
+@dataclass
+class _OrderFacts:
+    reservations: list[str] = field(default_factory=list)
+    charges: list[str] = field(default_factory=list)
+    refunds: list[str] = field(default_factory=list)
+    shipments: list[str] = field(default_factory=list)
+    declines: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _State:
+    """Everything the three services know. Methods named ``do_*`` run under the app's lock."""
+
+    def __init__(self, catalog: Catalog, faults: FaultPlan) -> None:
+        self.faults = faults
+        self.initial_stock = {str(part): units for part, units in catalog.stock.items()}
+        self.stock = dict(self.initial_stock)  # a copy: the catalog is shared and stays untouched
+        self.balances = dict(catalog.balances)
+        self.reservations: dict[str, _Reservation] = {}
+        self.charges: dict[str, _Charge] = {}
+        self.refunds: dict[str, _Refund] = {}
+        self.shipments: dict[str, _Shipment] = {}
+        self.orders: dict[str, _OrderFacts] = {}
+        self.stored: dict[str, _Stored] = {}
+        self.audit: dict[str, _KeyAudit] = {}
+
+    def facts(self, order_id: str) -> _OrderFacts:
+        return self.orders.setdefault(order_id, _OrderFacts())
+
+    # Inventory.
+
+    def do_reserve(self, body: _ReservationIn, key: str) -> _Outcome:
+        wanted: dict[str, int] = {}
+        for item in body.items:
+            wanted[item.sku] = wanted.get(item.sku, 0) + item.quantity
+        for sku, requested in wanted.items():
+            available = self.stock.get(sku, 0)
+            if available < requested:
+                decline = _error(
+                    "out_of_stock", permanent=True, sku=sku, requested=requested, available=available
+                )
+                self.facts(body.order_id).declines.append({**decline, "idempotencyKey": key})
+                logger.info("order %s out of stock: sku %s %s > %s", body.order_id, sku, requested, available)
+                return _Outcome(409, decline)
+        for sku, requested in wanted.items():
+            self.stock[sku] -= requested  # relative: concurrent reservations compose
+        reservation = _Reservation(f"res_{uuid.uuid4().hex[:16]}", body.order_id, wanted, key)
+        self.reservations[reservation.reservation_id] = reservation
+        self.facts(body.order_id).reservations.append(reservation.reservation_id)
+        items = [{"sku": item.sku, "quantity": item.quantity} for item in body.items]
+        return _Outcome(
+            201,
+            {"reservationId": reservation.reservation_id, "orderId": body.order_id, "items": items},
+            effects=1,
+        )
+
+    def do_release(self, reservation_id: str) -> _Outcome:
+        reservation = self.reservations.get(reservation_id)
+        if reservation is None:
+            return _Outcome(404, _error("not_found", permanent=True, reservationId=reservation_id))
+        body = {"reservationId": reservation_id, "orderId": reservation.order_id, "released": True}
+        if reservation.released:
+            return _Outcome(200, {**body, "alreadyReleased": True})
+        for sku, quantity in reservation.items.items():
+            self.stock[sku] = self.stock.get(sku, 0) + quantity  # relative, never a reset
+        reservation.released = True
+        return _Outcome(200, {**body, "alreadyReleased": False}, effects=1)
+
+    # Payments.
+
+    def do_charge(self, body: _ChargeIn, key: str) -> _Outcome:
+        if body.currency not in CURRENCIES:
+            return _Outcome(
+                422,
+                _error(
+                    "unsupported_currency",
+                    permanent=True,
+                    currency=body.currency,
+                    supported=sorted(CURRENCIES),
+                ),
+            )
+        balance = self.balances.get(int(body.customer_id)) if body.customer_id.isdigit() else None
+        # Customers unknown to the catalog are charged: only a known negative balance declines.
+        if balance is not None and balance < 0:
+            decline = _error("card_declined", permanent=True, declineCode="insufficient_funds")
+            self.facts(body.order_id).declines.append(
+                {**decline, "customerId": body.customer_id, "balance": _money(balance), "idempotencyKey": key}
+            )
+            logger.info("order %s card declined: customer %s", body.order_id, body.customer_id)
+            return _Outcome(402, decline)
+        charge = _Charge(
+            f"ch_{uuid.uuid4().hex[:16]}", body.order_id, body.customer_id, body.amount, body.currency, key
+        )
+        self.charges[charge.charge_id] = charge
+        self.facts(body.order_id).charges.append(charge.charge_id)
+        return _Outcome(
+            201,
+            {
+                "chargeId": charge.charge_id,
+                "orderId": body.order_id,
+                "amount": _money(charge.amount),
+                "currency": charge.currency,
+            },
+            effects=1,
+        )
+
+    def do_refund(self, charge_id: str, body: _RefundIn, key: str) -> _Outcome:
+        charge = self.charges.get(charge_id)
+        if charge is None:
+            return _Outcome(404, _error("not_found", permanent=True, chargeId=charge_id))
+        refundable = charge.amount - charge.refunded
+        if body.amount > refundable:
+            return _Outcome(
+                422,
+                _error(
+                    "refund_exceeds_charge",
+                    permanent=True,
+                    chargeId=charge_id,
+                    requested=_money(body.amount),
+                    refundable=_money(refundable),
+                ),
+            )
+        refund = _Refund(f"re_{uuid.uuid4().hex[:16]}", charge_id, body.amount, key)
+        self.refunds[refund.refund_id] = refund
+        charge.refunded += body.amount
+        self.facts(charge.order_id).refunds.append(refund.refund_id)
+        return _Outcome(
+            200,
+            {
+                "refundId": refund.refund_id,
+                "chargeId": charge_id,
+                "amount": _money(refund.amount),
+                "refundedTotal": _money(charge.refunded),
+            },
+            effects=1,
+        )
+
+    # Shipping.
+
+    def do_ship(self, body: _ShipmentIn, key: str) -> _Outcome:
+        if body.carrier not in SHIP_MODES:
+            return _Outcome(
+                422,
+                _error("unknown_carrier", permanent=True, carrier=body.carrier, supported=sorted(SHIP_MODES)),
+            )
+        items = [{"sku": item.sku, "quantity": item.quantity} for item in body.items]
+        shipment = _Shipment(f"shp_{uuid.uuid4().hex[:16]}", body.order_id, body.carrier, items, key)
+        self.shipments[shipment.shipment_id] = shipment
+        self.facts(body.order_id).shipments.append(shipment.shipment_id)
+        return _Outcome(
+            201,
+            {"shipmentId": shipment.shipment_id, "orderId": body.order_id, "carrier": shipment.carrier},
+            effects=1,
+        )
+
+    def do_cancel(self, shipment_id: str) -> _Outcome:
+        shipment = self.shipments.get(shipment_id)
+        if shipment is None:
+            return _Outcome(404, _error("not_found", permanent=True, shipmentId=shipment_id))
+        body = {"shipmentId": shipment_id, "orderId": shipment.order_id, "cancelled": True}
+        if shipment.cancelled:
+            return _Outcome(200, {**body, "alreadyCancelled": True})
+        shipment.cancelled = True
+        return _Outcome(200, {**body, "alreadyCancelled": False}, effects=1)
+
+    # Reports.
+
+    def order_of(self, endpoint: str, body: BaseModel, target: str | None) -> str | None:
+        """The order a request concerns, for the audit."""
+        order_id = getattr(body, "order_id", None)
+        if isinstance(order_id, str):
+            return order_id
+        if target is None:
+            return None
+        for table in (self.reservations, self.charges, self.shipments):
+            found = table.get(target)
+            if found is not None:
+                return found.order_id
+        return None
+
+    def audit_json(self) -> dict[str, Any]:
+        keys = {key: entry.to_json() for key, entry in self.audit.items()}
+        # The same effect made twice under different keys (e.g. two charges for one order) is a duplicate too.
+        per_order = 0
+        for facts in self.orders.values():
+            per_order += max(0, len(facts.reservations) - 1)
+            per_order += max(0, len(facts.charges) - 1)
+            per_order += max(0, len(facts.shipments) - 1)
+        return {
+            "keys": keys,
+            "duplicate_effects": sum(max(0, entry.effects - 1) for entry in self.audit.values()),
+            "calls_per_key_max": max((entry.calls for entry in self.audit.values()), default=0),
+            "effects_total": sum(entry.effects for entry in self.audit.values()),
+            "calls_total": sum(entry.calls for entry in self.audit.values()),
+            "faults_total": sum(len(entry.faults) for entry in self.audit.values()),
+            "duplicate_order_effects": per_order,
+        }
+
+    def facts_json(self, order_id: str) -> dict[str, Any]:
+        facts = self.orders.get(order_id, _OrderFacts())
+        reservations = [self.reservations[rid] for rid in facts.reservations]
+        charges = [self.charges[cid] for cid in facts.charges]
+        shipments = [self.shipments[sid] for sid in facts.shipments]
+        net_charged = sum((charge.amount - charge.refunded for charge in charges), Decimal("0.00"))
+        return {
+            "orderId": order_id,
+            "reservations": [
+                {
+                    "reservationId": r.reservation_id,
+                    "items": [{"sku": sku, "quantity": qty} for sku, qty in r.items.items()],
+                    "released": r.released,
+                    "idempotencyKey": r.key,
+                }
+                for r in reservations
+            ],
+            "charges": [
+                {
+                    "chargeId": c.charge_id,
+                    "amount": _money(c.amount),
+                    "currency": c.currency,
+                    "refunded": _money(c.refunded),
+                    "idempotencyKey": c.key,
+                }
+                for c in charges
+            ],
+            "refunds": [
+                {
+                    "refundId": refund.refund_id,
+                    "chargeId": refund.charge_id,
+                    "amount": _money(refund.amount),
+                    "idempotencyKey": refund.key,
+                }
+                for refund in (self.refunds[rid] for rid in facts.refunds)
+            ],
+            "shipments": [
+                {
+                    "shipmentId": s.shipment_id,
+                    "carrier": s.carrier,
+                    "cancelled": s.cancelled,
+                    "idempotencyKey": s.key,
+                }
+                for s in shipments
+            ],
+            "declines": list(facts.declines),
+            "summary": {
+                "activeReservations": sum(not r.released for r in reservations),
+                "netCharged": _money(net_charged),
+                "activeShipments": sum(not s.cancelled for s in shipments),
+                "declined": facts.declines[-1]["error"] if facts.declines else None,
+            },
+        }
+
+
+# --- the app --------------------------------------------------------------
+
+
+def _respond(status: int, body: Mapping[str, Any], *, replayed: bool = False) -> JSONResponse:
+    headers = {REPLAYED_HEADER: "true"} if replayed else None
+    return JSONResponse(status_code=status, content=dict(body), headers=headers)
+
+
+def _fingerprint(endpoint: str, target: str | None, payload: Any) -> str:
+    canonical = json.dumps([endpoint, target, payload], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def create_app(
+    catalog: Catalog, faults: FaultPlan, *, clock: Callable[[], float] = time.monotonic
+) -> FastAPI:
+    """Build the inventory, payment and shipping services over one in-memory state.
+
+    Args:
+        catalog: Initial stock (copied; the catalog is not modified) and customer balances.
+        faults: Initial fault plan; replaceable at runtime with ``PUT /faults``.
+        clock: Monotonic clock (seconds) for audit timestamps and in-flight ages.
+
+    Returns:
+        The FastAPI app. Endpoints (JSON bodies, amounts as strings with 2 dp):
+
+        * ``POST /inventory/reservations`` ``{"orderId", "items": [{"sku", "quantity"}]}`` -> 201
+          ``{"reservationId", "orderId", "items"}``; 409 ``out_of_stock`` (permanent).
+        * ``POST /inventory/reservations/{reservationId}/release`` -> 200 (undo).
+        * ``POST /payments/charges`` ``{"orderId", "customerId", "amount", "currency"}`` -> 201
+          ``{"chargeId", "orderId", "amount", "currency"}``; 402 ``card_declined``;
+          422 ``unsupported_currency``.
+        * ``POST /payments/charges/{chargeId}/refund`` ``{"amount"}`` -> 200
+          ``{"refundId", "chargeId", "amount", "refundedTotal"}`` (undo; partial allowed);
+          422 ``refund_exceeds_charge``.
+        * ``POST /shipping/shipments`` ``{"orderId", "carrier", "items"}`` -> 201
+          ``{"shipmentId", "orderId", "carrier"}``; 422 ``unknown_carrier``.
+        * ``POST /shipping/shipments/{shipmentId}/cancel`` -> 200 (undo).
+        * ``GET /audit``, ``GET /audit/{key}``, ``GET /orders/{orderId}/facts``, ``GET /stock/{sku}``,
+          ``GET /healthz``, ``GET /faults``, ``PUT /faults``.
+    """
+    state = _State(catalog, faults)
+    lock = asyncio.Lock()
+    app = FastAPI(title="orderflow demo services", version="1")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _respond(422, _error("invalid_request", permanent=True, detail=_jsonable_errors(exc.errors())))
+
+    async def mutate(
+        request: Request,
+        endpoint: str,
+        model: type[_ModelT],
+        execute: Callable[[_ModelT, str], _Outcome],
+        *,
+        target: str | None = None,
+        undo: bool = False,
+    ) -> JSONResponse:
+        key = request.headers.get(IDEMPOTENCY_HEADER, "").strip()
+        if not key:
+            return _respond(
+                400, _error("idempotency_key_required", permanent=True, header=IDEMPOTENCY_HEADER)
+            )
+
+        async with lock:
+            audit = state.audit.setdefault(key, _KeyAudit(endpoint=endpoint, first_at=clock()))
+            audit.calls += 1
+            audit.last_at = clock()
+            call = audit.calls
+            fault = state.faults.decide(key, call, undo=undo)
+            plan = state.faults
+            if fault is not None:
+                audit.faults.append({"call": call, "kind": fault.value})
+                logger.info("injecting %s into %s call %s of key %s", fault.value, endpoint, call, key)
+
+        def answer(status: int, body: Mapping[str, Any], *, replayed: bool = False) -> JSONResponse:
+            audit.status = status
+            return _respond(status, body, replayed=replayed)
+
+        if fault is FaultKind.TRANSIENT:
+            return answer(503, _error("unavailable", permanent=False))
+        if fault is FaultKind.LATENCY:
+            await asyncio.sleep(plan.latency_s)
+
+        raw = await request.body()
+        try:
+            payload: Any = json.loads(raw) if raw.strip() else {}
+            body = model.model_validate(payload)
+        except (ValueError, ValidationError) as exc:
+            detail = _jsonable_errors(exc.errors()) if isinstance(exc, ValidationError) else str(exc)
+            return answer(422, _error("invalid_request", permanent=True, detail=detail))
+
+        fingerprint = _fingerprint(endpoint, target, payload)
+        async with lock:
+            audit.order_id = audit.order_id or state.order_of(endpoint, body, target)
+            stored = state.stored.get(key)
+            if stored is None:
+                state.stored[key] = _Stored(fingerprint=fingerprint, started_at=clock())
+        if stored is not None:
+            if stored.fingerprint != fingerprint:
+                return answer(422, _error("idempotency_key_reuse", permanent=True, key=key))
+            if stored.outcome is None:
+                age = round(clock() - stored.started_at, 3)
+                return answer(409, _error("request_in_progress", permanent=False, key=key, inFlightForS=age))
+            if fault is FaultKind.HANG:
+                await asyncio.sleep(plan.hang_s)
+            if fault is FaultKind.LOST_RESPONSE:
+                return answer(500, _error("connection_reset", permanent=False))
+            return answer(stored.outcome.status, stored.outcome.body, replayed=True)
+
+        outcome: _Outcome | None = None
+        try:
+            if fault is FaultKind.HANG:
+                # A slow service finishes its work after the client has given up.
+                await asyncio.sleep(plan.hang_s)
+            async with lock:
+                outcome = execute(body, key)
+                audit.effects += outcome.effects
+                audit.order_id = audit.order_id or state.order_of(endpoint, body, target)
+                state.stored[key].outcome = outcome
+        finally:
+            if outcome is None:
+                # Cancelled before the effect (server shutdown): let a retry run it.
+                state.stored.pop(key, None)
+        if fault is FaultKind.LOST_RESPONSE:
+            return answer(500, _error("connection_reset", permanent=False))
+        return answer(outcome.status, outcome.body)
+
+    @app.post("/inventory/reservations", status_code=201)
+    async def reserve(request: Request) -> JSONResponse:
+        return await mutate(request, "inventory.reserve", _ReservationIn, state.do_reserve)
+
+    @app.post("/inventory/reservations/{reservation_id}/release")
+    async def release(request: Request, reservation_id: str) -> JSONResponse:
+        return await mutate(
+            request,
+            "inventory.release",
+            _EmptyIn,
+            lambda _body, _key: state.do_release(reservation_id),
+            target=reservation_id,
+            undo=True,
+        )
+
+    @app.post("/payments/charges", status_code=201)
+    async def charge(request: Request) -> JSONResponse:
+        return await mutate(request, "payments.charge", _ChargeIn, state.do_charge)
+
+    @app.post("/payments/charges/{charge_id}/refund")
+    async def refund(request: Request, charge_id: str) -> JSONResponse:
+        return await mutate(
+            request,
+            "payments.refund",
+            _RefundIn,
+            lambda body, key: state.do_refund(charge_id, body, key),
+            target=charge_id,
+            undo=True,
+        )
+
+    @app.post("/shipping/shipments", status_code=201)
+    async def ship(request: Request) -> JSONResponse:
+        return await mutate(request, "shipping.ship", _ShipmentIn, state.do_ship)
+
+    @app.post("/shipping/shipments/{shipment_id}/cancel")
+    async def cancel(request: Request, shipment_id: str) -> JSONResponse:
+        return await mutate(
+            request,
+            "shipping.cancel",
+            _EmptyIn,
+            lambda _body, _key: state.do_cancel(shipment_id),
+            target=shipment_id,
+            undo=True,
+        )
+
+    @app.get("/audit")
+    async def audit() -> dict[str, Any]:
+        async with lock:
+            return state.audit_json()
+
+    @app.get("/audit/{key:path}")
+    async def audit_key(key: str) -> JSONResponse:
+        async with lock:
+            entry = state.audit.get(key)
+            if entry is None:
+                return _respond(404, _error("not_found", permanent=True, key=key))
+            return _respond(200, {"key": key, **entry.to_json()})
+
+    @app.get("/orders/{order_id}/facts")
+    async def order_facts(order_id: str) -> dict[str, Any]:
+        async with lock:
+            return state.facts_json(order_id)
+
+    @app.get("/stock/{sku}")
+    async def stock(sku: str) -> JSONResponse:
+        async with lock:
+            if sku not in state.stock:
+                return _respond(404, _error("not_found", permanent=True, sku=sku))
+            return _respond(
+                200, {"sku": sku, "available": state.stock[sku], "initial": state.initial_stock[sku]}
+            )
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "skus": len(state.stock), "customers": len(state.balances)}
+
+    @app.get("/faults")
+    async def get_faults() -> dict[str, Any]:
+        return state.faults.model_dump()
+
+    @app.put("/faults")
+    async def put_faults(plan: FaultPlan) -> dict[str, Any]:
+        async with lock:
+            state.faults = plan
+        logger.info("fault plan replaced: %s", plan.model_dump_json())
+        return plan.model_dump()
+
+    return app
+
+
+def _jsonable_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Reduce pydantic error entries to JSON-safe ``{"loc", "msg", "type"}`` dicts."""
+    return [
+        {
+            "loc": [str(part) for part in error.get("loc", ())],
+            "msg": str(error.get("msg")),
+            "type": error.get("type"),
+        }
+        for error in errors
+    ]
+
+
+# --- running it -----------------------------------------------------------
+
+
+def server_url(server: uvicorn.Server) -> str:
+    """The ``http://host:port`` a started server listens on (the real port when started with port 0)."""
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, startup_timeout_s: float = 10.0
+) -> tuple[uvicorn.Server, threading.Thread]:
+    """Start ``app`` on a uvicorn server in a daemon thread and wait until it accepts connections.
+
+    Args:
+        app: The ASGI app, usually from :func:`create_app`.
+        host: Interface to bind.
+        port: TCP port; 0 picks a free one (read it back with :func:`server_url`).
+        startup_timeout_s: How long to wait for the server to start (seconds).
+
+    Returns:
+        ``(server, thread)``; pass both to :func:`stop`.
+
+    Raises:
+        RuntimeError: The server did not start in time or exited during start-up (e.g. port in use).
+    """
+    # Requests still running at shutdown (a hang fault) are cancelled after one second.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", workers=1, lifespan="off", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"demo-services-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"demo services failed to start on {host}:{port}")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"demo services did not start on {host}:{port} within {startup_timeout_s} s")
+        time.sleep(0.01)
+    return server, thread
+
+
+def stop(server: uvicorn.Server, thread: threading.Thread, *, timeout_s: float = 10.0) -> None:
+    """Shut down a server started by :func:`serve_in_thread` and join its thread.
+
+    Args:
+        server: The server.
+        thread: Its thread.
+        timeout_s: How long to wait for a graceful exit before forcing it (seconds).
+    """
+    server.should_exit = True
+    thread.join(timeout_s)
+    if thread.is_alive():
+        server.force_exit = True
+        thread.join(timeout_s)
+    if thread.is_alive():
+        logger.warning("demo services thread %s did not stop within %s s", thread.name, 2 * timeout_s)
+
+
+async def _serve_until_stopped(server: uvicorn.Server) -> None:
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task  # start-up failed: let its exception out
+            return
+        await asyncio.sleep(0.01)
+    print(f"demo services listening on {server_url(server)}", flush=True)
+    await task
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo services from the command line; returns the exit status.
+
+    Example: ``python -m demo.services --port 8081 --orders 200 --faults '{"transient_rate": 0.1}'``.
+    Prints ``demo services listening on http://HOST:PORT`` once ready; stops on SIGINT/SIGTERM.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.services", description="Run the demo inventory, payment and shipping services."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8081, help="TCP port; 0 picks a free one (default 8081)")
+    parser.add_argument("--data-dir", type=Path, default=Path(".data/tpch"), help="TPC-H CSV directory")
+    parser.add_argument("--scale", type=float, default=DEFAULT_SCALE, help="TPC-H scale factor if generating")
+    parser.add_argument("--orders", type=int, default=DEFAULT_DEMO_ORDERS, help="orders to load (0 = all)")
+    parser.add_argument("--stock-divisor", type=int, default=DEFAULT_STOCK_DIVISOR)
+    parser.add_argument("--faults", default="{}", help="FaultPlan as JSON, e.g. '{\"transient_rate\": 0.1}'")
+    parser.add_argument("--log-level", default="WARNING", help="level of the demo's own loggers")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        plan = FaultPlan.model_validate_json(args.faults)
+    except ValidationError as exc:
+        parser.error(f"--faults: {exc}")
+    data_dir = ensure_dataset(args.data_dir, args.scale)
+    catalog = load_catalog(data_dir, orders=args.orders or None, stock_divisor=args.stock_divisor)
+    app = create_app(catalog, plan)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", workers=1, lifespan="off"
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
+        asyncio.run(_serve_until_stopped(uvicorn.Server(config)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,452 @@
+"""The demo remote services: idempotency the Stripe way, relative stock, declines, injected faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from demo.faults import FAULT_PRIORITY, FaultKind, FaultPlan, uniform
+from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.tpch import Catalog
+
+pytestmark = pytest.mark.unit
+
+GOOD_CUSTOMER = "1"
+BROKE_CUSTOMER = "2"
+
+
+def make_catalog() -> Catalog:
+    return Catalog(
+        orders=[],
+        stock={10: 10, 20: 5, 30: 100},
+        balances={1: Decimal("500.00"), 2: Decimal("-0.01")},
+        stock_divisor=1,
+    )
+
+
+def make_client(plan: FaultPlan | None = None) -> TestClient:
+    return TestClient(create_app(make_catalog(), plan or FaultPlan()))
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with make_client() as test_client:
+        yield test_client
+
+
+def post(client: TestClient, path: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    response: httpx.Response = client.post(path, json=body, headers=headers)
+    return response
+
+
+def reserve(
+    client: TestClient, order: str, items: list[tuple[str, int]], key: str | None = None
+) -> httpx.Response:
+    body = {"orderId": order, "items": [{"sku": sku, "quantity": qty} for sku, qty in items]}
+    return post(client, "/inventory/reservations", body, key or f"{order}:reserve")
+
+
+def charge(
+    client: TestClient, order: str, customer: str, amount: str, currency: str = "USD"
+) -> httpx.Response:
+    body = {"orderId": order, "customerId": customer, "amount": amount, "currency": currency}
+    return post(client, "/payments/charges", body, f"{order}:charge")
+
+
+def available(client: TestClient, sku: str) -> int:
+    value = client.get(f"/stock/{sku}").json()["available"]
+    assert isinstance(value, int)
+    return value
+
+
+def audit(client: TestClient) -> dict[str, Any]:
+    body = client.get("/audit").json()
+    assert isinstance(body, dict)
+    return body
+
+
+# --- idempotency --------------------------------------------------------------
+
+
+def test_replay_returns_the_same_response_without_a_second_effect(client: TestClient) -> None:
+    first = reserve(client, "o1", [("10", 3)])
+    again = reserve(client, "o1", [("10", 3)])
+
+    assert first.status_code == 201
+    assert first.json()["orderId"] == "o1"
+    assert first.json()["items"] == [{"sku": "10", "quantity": 3}]
+    assert "Idempotent-Replayed" not in first.headers
+    assert again.status_code == 201
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert available(client, "10") == 7
+    entry = client.get("/audit/o1:reserve").json()
+    assert (entry["calls"], entry["effects"], entry["status"], entry["orderId"]) == (2, 1, 201, "o1")
+    assert audit(client)["duplicate_effects"] == 0
+
+
+def test_missing_idempotency_key_is_rejected(client: TestClient) -> None:
+    response = post(
+        client, "/inventory/reservations", {"orderId": "o1", "items": [{"sku": "10", "quantity": 1}]}, None
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "idempotency_key_required"
+    assert available(client, "10") == 10
+
+
+def test_key_reuse_with_a_different_body_is_refused(client: TestClient) -> None:
+    assert reserve(client, "o1", [("10", 3)]).status_code == 201
+
+    reused = reserve(client, "o1", [("10", 4)], key="o1:reserve")
+    elsewhere = post(
+        client, "/shipping/shipments", {"orderId": "o1", "carrier": "AIR", "items": []}, "o1:reserve"
+    )
+
+    assert reused.status_code == 422
+    assert reused.json() == {"error": "idempotency_key_reuse", "permanent": True, "key": "o1:reserve"}
+    assert elsewhere.status_code == 422  # an invalid body is refused before the key is looked at
+    assert available(client, "10") == 7
+
+
+def test_a_body_that_fails_validation_is_not_stored(client: TestClient) -> None:
+    bad = reserve(client, "o1", [("10", 0)])
+    good = reserve(client, "o1", [("10", 2)])
+
+    assert bad.status_code == 422
+    assert bad.json()["error"] == "invalid_request"
+    assert bad.json()["permanent"] is True
+    assert good.status_code == 201  # not "idempotency_key_reuse": nothing was stored
+    assert available(client, "10") == 8
+
+
+def test_a_second_request_while_the_first_is_in_flight_gets_409() -> None:
+    app = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3))
+    body = {"orderId": "o1", "items": [{"sku": "10", "quantity": 4}]}
+    headers = {"Idempotency-Key": "o1:reserve"}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://demo") as http:
+
+            async def later() -> httpx.Response:
+                await asyncio.sleep(0.05)
+                return await http.post("/inventory/reservations", json=body, headers=headers)
+
+            first, second = await asyncio.gather(
+                http.post("/inventory/reservations", json=body, headers=headers), later()
+            )
+            await http.put("/faults", json={})
+            third = await http.post("/inventory/reservations", json=body, headers=headers)
+            return first, second, third
+
+    first, second, third = asyncio.run(scenario())
+
+    assert second.status_code == 409
+    assert second.json()["error"] == "request_in_progress"
+    assert second.json()["permanent"] is False
+    assert first.status_code == 201
+    assert third.status_code == 201
+    assert third.json() == first.json()
+    assert third.headers["Idempotent-Replayed"] == "true"
+    with TestClient(app) as client:
+        assert available(client, "10") == 6
+        entry = client.get("/audit/o1:reserve").json()
+        assert (entry["calls"], entry["effects"]) == (3, 1)
+        assert [f["kind"] for f in entry["faults"]] == ["hang", "hang"]
+
+
+# --- inventory ----------------------------------------------------------------
+
+
+def test_out_of_stock_reserves_nothing(client: TestClient) -> None:
+    response = reserve(client, "o1", [("10", 2), ("20", 3), ("20", 3)])
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": "out_of_stock",
+        "permanent": True,
+        "sku": "20",
+        "requested": 6,
+        "available": 5,
+    }
+    assert (available(client, "10"), available(client, "20")) == (10, 5)
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["reservations"] == []
+    assert facts["declines"][0]["sku"] == "20"
+    assert facts["declines"][0]["available"] == 5
+    assert facts["summary"]["declined"] == "out_of_stock"
+    # A stored business outcome: the retry replays it even though stock has not changed.
+    assert reserve(client, "o1", [("10", 2), ("20", 3), ("20", 3)]).headers["Idempotent-Replayed"] == "true"
+
+
+def test_unknown_sku_is_out_of_stock(client: TestClient) -> None:
+    response = reserve(client, "o1", [("999", 1)])
+
+    assert response.status_code == 409
+    assert response.json()["available"] == 0
+    assert client.get("/stock/999").status_code == 404
+
+
+def test_release_restores_stock_relatively(client: TestClient) -> None:
+    first = reserve(client, "o1", [("10", 3)]).json()["reservationId"]
+    assert reserve(client, "o2", [("10", 4)]).status_code == 201
+    assert available(client, "10") == 3
+
+    released = post(client, f"/inventory/reservations/{first}/release", {}, "o1:reserve:undo")
+
+    assert released.status_code == 200
+    assert released.json()["released"] is True
+    assert available(client, "10") == 6  # 3 + 3 back: o2 keeps its 4, no reset to 10
+    replay = post(client, f"/inventory/reservations/{first}/release", {}, "o1:reserve:undo")
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    other_key = post(client, f"/inventory/reservations/{first}/release", {}, "operator:release")
+    assert other_key.status_code == 200
+    assert other_key.json()["alreadyReleased"] is True
+    assert available(client, "10") == 6
+    assert post(client, "/inventory/reservations/res_nope/release", {}, "x:undo").status_code == 404
+    assert client.get("/orders/o1/facts").json()["summary"]["activeReservations"] == 0
+
+
+# --- payments -----------------------------------------------------------------
+
+
+def test_negative_balance_declines_the_card(client: TestClient) -> None:
+    declined = charge(client, "o1", BROKE_CUSTOMER, "10.00")
+    charged = charge(client, "o2", GOOD_CUSTOMER, "10.5")
+    stranger = charge(client, "o3", "cust-unknown", "1.00")
+
+    assert declined.status_code == 402
+    assert declined.json()["error"] == "card_declined"
+    assert declined.json()["permanent"] is True
+    assert charged.status_code == 201
+    assert charged.json()["amount"] == "10.50"
+    assert charged.json()["currency"] == "USD"
+    assert stranger.status_code == 201
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["charges"] == []
+    assert facts["declines"][0]["error"] == "card_declined"
+    assert facts["declines"][0]["balance"] == "-0.01"
+    assert audit(client)["keys"]["o1:charge"]["effects"] == 0
+
+
+def test_unknown_currency_and_bad_amounts_are_permanent_422(client: TestClient) -> None:
+    assert (
+        charge(client, "o1", GOOD_CUSTOMER, "10.00", currency="JPY").json()["error"] == "unsupported_currency"
+    )
+    assert charge(client, "o2", GOOD_CUSTOMER, "10.001").json()["error"] == "invalid_request"
+    assert charge(client, "o3", GOOD_CUSTOMER, "-1").json()["error"] == "invalid_request"
+    assert charge(client, "o4", GOOD_CUSTOMER, "abc").status_code == 422
+
+
+def test_partial_refunds_never_exceed_the_charge(client: TestClient) -> None:
+    charge_id = charge(client, "o1", GOOD_CUSTOMER, "100.00").json()["chargeId"]
+    path = f"/payments/charges/{charge_id}/refund"
+
+    first = post(client, path, {"amount": "40.00"}, "o1:charge:undo")
+    too_much = post(client, path, {"amount": "70.00"}, "o1:charge:undo-2")
+    rest = post(client, path, {"amount": "60"}, "o1:charge:undo-3")
+
+    assert first.status_code == 200
+    assert first.json()["amount"] == "40.00"
+    assert first.json()["refundId"]
+    assert too_much.status_code == 422
+    assert too_much.json()["error"] == "refund_exceeds_charge"
+    assert too_much.json()["refundable"] == "60.00"
+    assert rest.status_code == 200
+    assert rest.json()["refundedTotal"] == "100.00"
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["summary"]["netCharged"] == "0.00"
+    assert [r["amount"] for r in facts["refunds"]] == ["40.00", "60.00"]
+
+
+# --- shipping -----------------------------------------------------------------
+
+
+def test_shipments_need_a_tpch_carrier_and_cancel_once(client: TestClient) -> None:
+    items = [{"sku": "10", "quantity": 1}]
+    bad = post(
+        client, "/shipping/shipments", {"orderId": "o1", "carrier": "PIGEON", "items": items}, "o1:ship"
+    )
+    good = post(
+        client, "/shipping/shipments", {"orderId": "o2", "carrier": "REG AIR", "items": items}, "o2:ship"
+    )
+
+    assert bad.status_code == 422
+    assert bad.json()["error"] == "unknown_carrier"
+    assert good.status_code == 201
+    assert good.json()["carrier"] == "REG AIR"
+    shipment = good.json()["shipmentId"]
+    cancelled = post(client, f"/shipping/shipments/{shipment}/cancel", {}, "o2:ship:undo")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["alreadyCancelled"] is False
+    again = post(client, f"/shipping/shipments/{shipment}/cancel", {}, "operator:cancel")
+    assert again.json()["alreadyCancelled"] is True
+    assert client.get("/orders/o2/facts").json()["summary"]["activeShipments"] == 0
+    assert audit(client)["effects_total"] == 2  # the shipment and one cancel
+
+
+# --- faults -------------------------------------------------------------------
+
+
+def test_lost_response_applies_exactly_one_effect_across_the_retry() -> None:
+    plan = FaultPlan(lost_response_rate=0.5, seed=7)
+    key = next(
+        f"o{i}:reserve"
+        for i in range(1000)
+        if plan.decide(f"o{i}:reserve", 1) is FaultKind.LOST_RESPONSE
+        and plan.decide(f"o{i}:reserve", 2) is None
+    )
+    order = key.split(":")[0]
+
+    with make_client(plan) as client:
+        lost = reserve(client, order, [("10", 4)], key=key)
+        retry = reserve(client, order, [("10", 4)], key=key)
+
+        assert lost.status_code == 500
+        assert lost.json() == {"error": "connection_reset", "permanent": False}
+        assert retry.status_code == 201
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        assert available(client, "10") == 6
+        entry = client.get(f"/audit/{key}").json()
+        assert (entry["calls"], entry["effects"]) == (2, 1)
+        assert entry["faults"] == [{"call": 1, "kind": "lost_response"}]
+        facts = client.get(f"/orders/{order}/facts").json()
+        assert [r["reservationId"] for r in facts["reservations"]] == [retry.json()["reservationId"]]
+
+
+def test_transient_503_applies_nothing_and_stores_nothing() -> None:
+    with make_client(FaultPlan(transient_rate=1.0)) as client:
+        response = charge(client, "o1", GOOD_CUSTOMER, "5.00")
+
+        assert response.status_code == 503
+        assert response.json() == {"error": "unavailable", "permanent": False}
+        assert client.get("/orders/o1/facts").json()["charges"] == []
+
+        assert client.put("/faults", json={}).json()["transient_rate"] == 0.0
+        retry = charge(client, "o1", GOOD_CUSTOMER, "5.00")
+        assert retry.status_code == 201
+        assert "Idempotent-Replayed" not in retry.headers  # executed now, not replayed
+        assert client.get("/audit/o1:charge").json()["effects"] == 1
+
+
+def test_undo_endpoints_are_not_faulted_unless_asked(client: TestClient) -> None:
+    reservation = reserve(client, "o1", [("10", 1)]).json()["reservationId"]
+    client.put("/faults", json={"transient_rate": 1.0})
+
+    release = post(client, f"/inventory/reservations/{reservation}/release", {}, "o1:reserve:undo")
+    assert release.status_code == 200
+    assert reserve(client, "o2", [("10", 1)]).status_code == 503
+
+    client.put("/faults", json={"transient_rate": 1.0, "faults_on_undo": True})
+    reservation = charge(client, "o3", GOOD_CUSTOMER, "1.00")
+    assert reservation.status_code == 503
+
+
+def test_fault_decisions_are_deterministic_per_seed() -> None:
+    keys = [f"tpch-{i}:{step}" for i in range(300) for step in ("reserve", "charge", "ship")]
+
+    def decisions(seed: int) -> list[FaultKind | None]:
+        plan = FaultPlan(transient_rate=0.2, lost_response_rate=0.1, hang_rate=0.05, seed=seed)
+        return [plan.decide(key, call) for key in keys for call in (1, 2)]
+
+    assert decisions(1) == decisions(1)
+    assert decisions(1) != decisions(2)
+    transient = decisions(1).count(FaultKind.TRANSIENT) / (2 * len(keys))
+    assert 0.17 < transient < 0.23
+    assert uniform(3, "transient", "k", 1) == uniform(3, "transient", "k", 1)
+    assert 0.0 <= uniform(3, "transient", "k", 1) < 1.0
+
+
+def test_at_most_one_fault_per_call_in_priority_order() -> None:
+    everything = FaultPlan(transient_rate=1.0, latency_rate=1.0, hang_rate=1.0, lost_response_rate=1.0)
+
+    assert everything.decide("k", 1) is FAULT_PRIORITY[0] is FaultKind.TRANSIENT
+    assert FaultPlan(hang_rate=1.0, lost_response_rate=1.0).decide("k", 1) is FaultKind.HANG
+    assert FaultPlan(latency_rate=1.0).decide("k", 1) is FaultKind.LATENCY
+    assert FaultPlan().decide("k", 1) is None
+    assert everything.decide("k", 1, undo=True) is None
+    with pytest.raises(ValueError):
+        FaultPlan(transient_rate=1.5)
+
+
+def test_duplicate_effects_stay_zero_under_retries() -> None:
+    plan = FaultPlan(transient_rate=0.3, lost_response_rate=0.3, latency_rate=0.2, latency_s=0.0, seed=11)
+    with make_client(plan) as client:
+        for i in range(20):
+            order = f"o{i}"
+            item = [{"sku": "30", "quantity": 1}]
+            requests: list[tuple[str, str, dict[str, Any]]] = [
+                ("reserve", "/inventory/reservations", {"orderId": order, "items": item}),
+                (
+                    "charge",
+                    "/payments/charges",
+                    {"orderId": order, "customerId": "1", "amount": "9.99", "currency": "EUR"},
+                ),
+                ("ship", "/shipping/shipments", {"orderId": order, "carrier": "SHIP", "items": item}),
+            ]
+            for step, path, body in requests:
+                for _ in range(20):
+                    if post(client, path, body, f"{order}:{step}").status_code < 500:
+                        break
+                else:
+                    pytest.fail(f"{order}:{step} never got through")
+
+        report = audit(client)
+        stock_left = available(client, "30")
+
+    assert report["duplicate_effects"] == 0
+    assert report["duplicate_order_effects"] == 0
+    assert report["effects_total"] == 60
+    assert report["calls_per_key_max"] > 1
+    assert report["faults_total"] > 0
+    assert stock_left == 80  # 100 units, one per order
+
+
+# --- admin and running --------------------------------------------------------
+
+
+def test_fault_plan_can_be_read_and_replaced(client: TestClient) -> None:
+    assert client.get("/faults").json()["hang_s"] == 30.0
+
+    replaced = client.put("/faults", json={"transient_rate": 0.25, "seed": 3})
+
+    assert replaced.status_code == 200
+    assert client.get("/faults").json()["transient_rate"] == 0.25
+    assert client.put("/faults", json={"transient_rate": 2}).status_code == 422
+    assert client.put("/faults", json={"nonsense": 1}).status_code == 422
+    assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_hung_request_applies_its_effect_after_the_client_gave_up() -> None:
+    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3))
+    server, thread = serve_in_thread(app, "127.0.0.1", 0)
+    try:
+        base = server_url(server)
+        body = {"orderId": "o1", "items": [{"sku": "20", "quantity": 2}]}
+        headers = {"Idempotency-Key": "o1:reserve"}
+        with httpx.Client(base_url=base, timeout=0.1) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                http.post("/inventory/reservations", json=body, headers=headers)
+            assert http.get("/stock/20").json()["available"] == 5  # still sleeping
+            deadline = time.monotonic() + 5.0
+            while http.get("/stock/20").json()["available"] != 3:
+                assert time.monotonic() < deadline, "the hung request never applied its effect"
+                time.sleep(0.05)
+            http.put("/faults", json={})
+            retry = http.post("/inventory/reservations", json=body, headers=headers)
+            assert retry.status_code == 201
+            assert retry.headers["Idempotent-Replayed"] == "true"
+            assert http.get("/audit").json()["effects_total"] == 1
+    finally:
+        stop(server, thread)
+    assert not thread.is_alive()
