@@ -1,0 +1,531 @@
+"""Cosmos DB adapters of the state and order stores, over the synchronous ``azure-cosmos`` SDK.
+
+The same code talks to Azure Cosmos DB (Entra ID token credential, TLS verified) and to the local
+``@vercel/cosmosdb-server`` emulator (account key, self-signed certificate). Both containers are
+partitioned on ``/orderId`` and every item's ``id`` equals its order id, so a point read costs one
+request.
+
+HTTP outcomes map onto :mod:`orderflow.errors`: 409 → AlreadyExists, 412 → ConcurrencyConflict,
+404 → NotFound, 408/429/449/5xx, client timeouts and connection failures → TransientError; any other
+status → PermanentError. The SDK already retries throttling (429) and connection failures with
+bounded back-off; nothing here retries again.
+
+What cosmosdb-server 1.0.1 (with @zeit/cosmosdb-query 0.7.2) was probed to support, all of which
+real Cosmos DB supports with the same meaning:
+
+- null tests: ``c.x = null`` and ``IS_NULL(c.x)`` match an explicit null only; ``NOT IS_DEFINED(c.x)``
+  matches a missing field only. The queries use ``(NOT IS_DEFINED(c.x) OR IS_NULL(c.x))`` so a record
+  written before a field existed counts as null, as the models read it.
+- ``c.processState IN (@s0, @s1)`` and ``ARRAY_CONTAINS(@states, c.processState)`` both work; ``IN``
+  with one parameter per value is used (the form Cosmos DB serves from its index).
+- string range comparisons with parameters (``c.completeBy < @completeByBefore``); a comparison with
+  null is false, as in Cosmos DB. ``IS_STRING`` guards make "is set" explicit.
+- ``SELECT VALUE COUNT(1)`` with a filter, cross-partition: returns one number.
+- cross-partition paging with ``maxItemCount``: a token comes back only when more items match; the
+  last page has no token. A token that is not JSON (garbage, truncated) is silently ignored and the
+  scan restarts from the beginning; JSON of the wrong shape gives 400. This is why tokens are wrapped
+  in an envelope carrying a query fingerprint (a foreign or garbled token → InvalidContinuation on
+  both platforms instead of a silent restart).
+- point read of a missing item answers **500** ("Cannot read properties of undefined"), not 404 (a bug
+  in its read handler); replace of a missing item answers 404 correctly. :meth:`_CosmosContainer.read`
+  disambiguates a 500 with a one-item count query, which is also correct on Cosmos DB.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
+from azure.cosmos.exceptions import (
+    CosmosAccessConditionFailedError,
+    CosmosClientTimeoutError,
+    CosmosHttpResponseError,
+    CosmosResourceExistsError,
+    CosmosResourceNotFoundError,
+)
+from azure.cosmos.http_constants import HttpHeaders
+
+from orderflow.errors import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    InvalidContinuation,
+    NotFound,
+    PermanentError,
+    TransientError,
+)
+from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
+
+logger = logging.getLogger(__name__)
+
+PARTITION_KEY_PATH = "/orderId"
+"""Partition key path of both containers (DESIGN.md §2)."""
+
+_TRANSIENT_STATUS = frozenset({408, 429, 449, 500, 502, 503, 504})
+_TOKEN_PREFIX = "cos1."
+
+Parameters = list[dict[str, Any]]
+
+
+@contextmanager
+def _translated(kind: str, item_id: str | None) -> Iterator[None]:
+    """Map SDK and transport errors of one operation onto orderflow's error hierarchy."""
+    what = f"{kind} {item_id!r}" if item_id is not None else kind
+    try:
+        yield
+    except CosmosResourceExistsError as exc:
+        raise AlreadyExists(f"{what} already exists (409)") from exc
+    except CosmosAccessConditionFailedError as exc:
+        logger.debug("conditional replace of %s lost: ETag changed", what)
+        raise ConcurrencyConflict(f"{what} changed since it was read (412)") from exc
+    except CosmosResourceNotFoundError as exc:
+        raise NotFound(f"{what} not found (404)") from exc
+    except CosmosHttpResponseError as exc:
+        status = exc.status_code
+        if status in _TRANSIENT_STATUS:
+            logger.warning("Cosmos DB answered %s for %s", status, what)
+            raise TransientError(f"Cosmos DB answered {status} for {what}") from exc
+        raise PermanentError(f"cosmos_{status}", f"Cosmos DB answered {status} for {what}") from exc
+    except (CosmosClientTimeoutError, ServiceRequestError, ServiceResponseError) as exc:
+        # ServiceRequestError: the request never reached the service (refused, DNS, TLS, connect timeout);
+        # ServiceResponseError: the connection broke or timed out while waiting for the answer.
+        logger.warning("Cosmos DB unreachable for %s: %s", what, type(exc).__name__)
+        raise TransientError(f"Cosmos DB unreachable for {what}: {type(exc).__name__}") from exc
+
+
+def _system_free(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def _check_key(item_id: str, order_id: str) -> None:
+    # Point reads use the order id as both id and partition key; a differing id could never be read.
+    if item_id != order_id:
+        raise ValueError(f"id {item_id!r} must equal orderId {order_id!r}")
+
+
+def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Parameters]:
+    """The parameterised Cosmos SQL for a :class:`StateQuery` (values are never formatted in).
+
+    The query stays *streamable* (no ORDER BY, DISTINCT, TOP or aggregates on pages) so that the
+    gateway serves it across partitions and its continuation token resumes it; ORDER BY would move
+    execution into the SDK's client-side aggregator, which cannot resume from a token.
+
+    Args:
+        query: The filter.
+        select: The projection, ``*`` for pages or ``VALUE COUNT(1)`` for :meth:`CosmosStateStore.count`.
+
+    Returns:
+        The SQL text and its parameters.
+    """
+    conditions: list[str] = []
+    params: Parameters = []
+    states = sorted({str(state) for state in query.process_states})
+    if states:
+        names = [f"@state{i}" for i in range(len(states))]
+        conditions.append(f"c.processState IN ({', '.join(names)})")
+        params += [{"name": name, "value": state} for name, state in zip(names, states, strict=True)]
+    if query.unlocked:
+        conditions.append("(NOT IS_DEFINED(c.lockedBy) OR IS_NULL(c.lockedBy))")
+    if query.complete_by_before is not None:
+        conditions.append("(IS_STRING(c.completeBy) AND c.completeBy < @completeByBefore)")
+        params.append({"name": "@completeByBefore", "value": format_utc(query.complete_by_before)})
+    if query.complete_by_after is not None:
+        conditions.append("(IS_STRING(c.completeBy) AND c.completeBy >= @completeByAfter)")
+        params.append({"name": "@completeByAfter", "value": format_utc(query.complete_by_after)})
+    if query.ready_at is not None:
+        conditions.append(
+            "(NOT IS_DEFINED(c.nextAttemptAt) OR IS_NULL(c.nextAttemptAt) OR c.nextAttemptAt <= @readyAt)"
+        )
+        params.append({"name": "@readyAt", "value": format_utc(query.ready_at)})
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT {select} FROM c{where}", params
+
+
+class _CosmosContainer:
+    """One container with error translation and operation counters; the core of both stores."""
+
+    def __init__(self, container: ContainerProxy, kind: str) -> None:
+        self.container = container
+        self.kind = kind
+        self.counters = StoreCounters()
+        self._lock = threading.Lock()  # guards the counters only
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.counters, name, getattr(self.counters, name) + delta)
+
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        self._count(creates=1)
+        with _translated(self.kind, str(doc["id"])):
+            return self.container.create_item(body=doc)
+
+    def read(self, item_id: str) -> dict[str, Any]:
+        self._count(reads=1)
+        with _translated(self.kind, item_id):
+            try:
+                return self.container.read_item(item=item_id, partition_key=item_id)
+            except CosmosHttpResponseError as exc:
+                # cosmosdb-server answers 500 instead of 404 for a missing item (module docstring).
+                # Ask whether it exists: absent → NotFound; present → the 500 was real (transient).
+                if exc.status_code == 500 and not self._exists(item_id):
+                    raise NotFound(f"{self.kind} {item_id!r} not found") from exc
+                raise
+
+    def _exists(self, item_id: str) -> bool:
+        found: Iterable[Any] = self.container.query_items(
+            query="SELECT VALUE COUNT(1) FROM c WHERE c.orderId = @pk AND c.id = @id",
+            parameters=[{"name": "@pk", "value": item_id}, {"name": "@id", "value": item_id}],
+            partition_key=item_id,
+        )
+        return sum(int(n) for n in found) > 0
+
+    def replace(self, doc: dict[str, Any], etag: str) -> dict[str, Any]:
+        item_id = str(doc["id"])
+        self._count(replaces=1)
+        with _translated(self.kind, item_id):
+            return self.container.replace_item(
+                item=item_id, body=doc, etag=etag, match_condition=MatchConditions.IfNotModified
+            )
+
+    def _fingerprint(self, sql: str, params: Parameters) -> str:
+        text = json.dumps([self.container.id, sql, params], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def query_page(
+        self, sql: str, params: Parameters, *, max_item_count: int, continuation: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a streamable cross-partition query.
+
+        Raises:
+            InvalidContinuation: the token is garbled, from another query, rejected, or repeated.
+            TransientError: see :func:`_translated`.
+        """
+        fingerprint = self._fingerprint(sql, params)
+        server_token = _decode_token(continuation, fingerprint) if continuation is not None else None
+        # The continuation header is captured per response by a hook rather than read from
+        # ``pager.continuation_token``: that property reads the *client's* last response headers,
+        # which another thread's request may have overwritten, and falls back to the ETag header.
+        headers_seen: list[str | None] = []
+
+        def capture(headers: Mapping[str, Any], _body: Any) -> None:
+            headers_seen.append(headers.get(HttpHeaders.Continuation))
+
+        with _translated(self.kind, None):
+            pages = self.container.query_items(
+                query=sql,
+                parameters=params,
+                enable_cross_partition_query=True,
+                max_item_count=max_item_count,
+                response_hook=capture,
+            ).by_page(server_token)
+            try:
+                items = list(next(pages))
+            except StopIteration:
+                # The SDK skips empty pages that carry a token; it stops only when the token is null.
+                items = []
+            except CosmosHttpResponseError as exc:
+                if exc.status_code == 400 and server_token is not None:
+                    raise InvalidContinuation("Cosmos DB rejected the continuation token (400)") from exc
+                raise
+        next_token = headers_seen[-1] if headers_seen else None
+        if next_token is not None and next_token == server_token:
+            raise InvalidContinuation("Cosmos DB returned the continuation token it was given")
+        self._count(query_pages=1, items_read_by_queries=len(items))
+        return items, _encode_token(fingerprint, next_token) if next_token is not None else None
+
+    def scalar_sum(self, sql: str, params: Parameters) -> int:
+        """Run a cross-partition ``SELECT VALUE <aggregate>`` and add up what comes back."""
+        with _translated(self.kind, None):
+            # The SDK merges partial aggregates itself; summing is still correct if it ever returns
+            # one partial count per partition range.
+            values: Iterable[Any] = self.container.query_items(
+                query=sql, parameters=params, enable_cross_partition_query=True
+            )
+            total = sum(int(value) for value in values)
+        self._count(query_pages=1)
+        return total
+
+
+def _encode_token(fingerprint: str, server_token: str) -> str:
+    payload = json.dumps({"q": fingerprint, "t": server_token}, separators=(",", ":")).encode("utf-8")
+    return _TOKEN_PREFIX + base64.urlsafe_b64encode(payload).decode("ascii")
+
+
+def _decode_token(token: str, fingerprint: str) -> str:
+    """The server's continuation token inside one of ours.
+
+    Raises:
+        InvalidContinuation: the token is malformed or was issued for a different query.
+    """
+    if not token.startswith(_TOKEN_PREFIX):
+        raise InvalidContinuation("continuation token not issued by this store")
+    body = token[len(_TOKEN_PREFIX) :]
+    try:
+        raw = base64.b64decode(body, altchars=b"-_", validate=True)
+        # Only the exact encoding we issued is accepted: lenient base64 would ignore stray
+        # characters or data after the padding, letting a tampered token through.
+        if base64.urlsafe_b64encode(raw).decode("ascii") != body:
+            raise ValueError("non-canonical encoding")
+        payload = json.loads(raw)
+        token_query, server_token = payload["q"], payload["t"]
+    except (binascii.Error, UnicodeError, ValueError, TypeError, KeyError) as exc:
+        raise InvalidContinuation("malformed continuation token") from exc
+    if token_query != fingerprint or not isinstance(server_token, str):
+        raise InvalidContinuation("continuation token belongs to a different query")
+    return server_token
+
+
+class CosmosStateStore:
+    """State records in a Cosmos DB container: the :class:`~orderflow.stores.base.StateStore` port.
+
+    Thread-safe: share one instance (and its client) across threads.
+
+    Attributes:
+        counters: Every create, read and replace attempt (including ones that raised), one query
+            page per page returned and one per :meth:`count`; the in-memory store counts the same way.
+    """
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = _CosmosContainer(container, "state record")
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(container={self._container.container.id!r})"
+
+    @staticmethod
+    def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
+        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]))
+
+    def create(self, record: StateRecord) -> Versioned[StateRecord]:
+        """Insert a new record.
+
+        Returns:
+            The record as stored, with its first ETag.
+
+        Raises:
+            AlreadyExists: a record with this id exists (409); the stored one is left untouched.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+            ValueError: ``record.id`` differs from ``record.order_id``.
+        """
+        _check_key(record.id, record.order_id)
+        return self._versioned(self._container.create(record.to_json_dict()))
+
+    def get(self, order_id: str) -> Versioned[StateRecord]:
+        """Point-read a record by order id.
+
+        Raises:
+            NotFound: no such record.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+        """
+        return self._versioned(self._container.read(order_id))
+
+    def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        """Replace a record only if its stored ETag is still ``etag`` (If-Match).
+
+        Returns:
+            The record as written, with its new ETag.
+
+        Raises:
+            ConcurrencyConflict: the stored ETag differs (412); nothing was written.
+            NotFound: the record does not exist (404).
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable; the write
+                may or may not have happened, so re-read before deciding again.
+            ValueError: ``record.id`` differs from ``record.order_id``.
+        """
+        _check_key(record.id, record.order_id)
+        return self._versioned(self._container.replace(record.to_json_dict(), etag))
+
+    def query(
+        self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[Versioned[StateRecord]]:
+        """Read one page of records matching ``query`` (cross-partition, in the service's order).
+
+        A page may hold fewer than ``max_item_count`` items, and a page with zero items but a
+        continuation is legal: keep paging until the continuation is None.
+
+        Args:
+            query: The filter.
+            max_item_count: Largest page size (at least 1).
+            continuation: The token of the previous page of the same query, or None to start.
+
+        Returns:
+            The page; ``continuation`` is None when the scan is complete.
+
+        Raises:
+            InvalidContinuation: the token is malformed, from another query, rejected by the service,
+                or repeated: restart the scan.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+            ValueError: ``max_item_count`` is less than 1.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        sql, params = state_query_sql(query)
+        docs, token = self._container.query_page(
+            sql, params, max_item_count=max_item_count, continuation=continuation
+        )
+        return Page([self._versioned(doc) for doc in docs], token)
+
+    def count(self, query: StateQuery) -> int:
+        """Number of records matching ``query``, counted by the service (``SELECT VALUE COUNT(1)``).
+
+        Raises:
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+        """
+        sql, params = state_query_sql(query, select="VALUE COUNT(1)")
+        return self._container.scalar_sum(sql, params)
+
+
+class CosmosOrderStore:
+    """Immutable order documents in a Cosmos DB container: the ``OrderStore`` port.
+
+    Attributes:
+        counters: Every create and read attempt, including ones that raised.
+    """
+
+    def __init__(self, container: ContainerProxy) -> None:
+        self._container = _CosmosContainer(container, "order")
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(container={self._container.container.id!r})"
+
+    def create(self, document: OrderDocument) -> None:
+        """Insert a new order document.
+
+        Raises:
+            AlreadyExists: an order with this id exists (409); the stored one is left untouched.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+            ValueError: ``document.id`` differs from ``document.order_id``.
+        """
+        _check_key(document.id, document.order_id)
+        self._container.create(document.to_json_dict())
+
+    def get(self, order_id: str) -> OrderDocument:
+        """Point-read an order document.
+
+        Raises:
+            NotFound: no such order.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+        """
+        return OrderDocument.model_validate(_system_free(self._container.read(order_id)))
+
+
+@dataclass
+class CosmosStores:
+    """Both Cosmos DB stores over one client; close it (or use ``with``) when done.
+
+    Attributes:
+        client: The SDK client, shared by both stores.
+        database: The database holding both containers.
+        state: The state store (``orderstate`` container by default).
+        orders: The order store (``orders`` container by default).
+    """
+
+    client: CosmosClient
+    database: DatabaseProxy
+    state: CosmosStateStore
+    orders: CosmosOrderStore
+
+    @classmethod
+    def connect(
+        cls,
+        endpoint: str,
+        *,
+        key: str | None = None,
+        credential: TokenCredential | None = None,
+        database: str = "orderflow",
+        verify_tls: bool = True,
+        state_container: str = "orderstate",
+        orders_container: str = "orders",
+        connection_timeout: float | None = None,
+        read_timeout: float | None = None,
+        create_if_missing: bool | None = None,
+    ) -> CosmosStores:
+        """Connect to a Cosmos DB account and open (by default with a key: create) both containers.
+
+        Args:
+            endpoint: Account endpoint, ``https://...``.
+            key: Account key (local emulator). Exactly one of ``key`` and ``credential`` is required.
+            credential: An Entra ID token credential (``DefaultAzureCredential`` or any
+                ``TokenCredential``) for Azure.
+            database: Database id.
+            verify_tls: Verify the server certificate; False only for the local emulator's
+                self-signed certificate.
+            state_container: Container id of the state records.
+            orders_container: Container id of the order documents.
+            connection_timeout: Seconds to wait for a connection (SDK default when None).
+            read_timeout: Seconds to wait for an answer on an open connection (SDK default, 65 s, when
+                None). Without it a hung (or SIGSTOPped) server holds a point read for over a minute;
+                with 2 s the SDK gives up, after its own retries, in about 10 s (measured locally).
+            create_if_missing: Create the database and containers (partition key ``/orderId``) if
+                absent. Defaults to True with a key and False with a token credential, because Cosmos
+                DB's data-plane RBAC cannot create databases or containers (infrastructure does).
+
+        Returns:
+            The connected stores.
+
+        Raises:
+            ValueError: not exactly one of ``key`` and ``credential`` was given.
+            TransientError: the account could not be reached.
+            PermanentError: the account refused (for example 401/403).
+        """
+        if (key is None) == (credential is None):
+            raise ValueError("pass exactly one of key= and credential=")
+        options: dict[str, Any] = {}
+        if not verify_tls:
+            options["connection_verify"] = False
+        if connection_timeout is not None:
+            options["connection_timeout"] = connection_timeout
+        if read_timeout is not None:
+            options["read_timeout"] = read_timeout
+        if create_if_missing is None:
+            create_if_missing = key is not None
+        auth: str | TokenCredential
+        if key is not None:
+            auth = key
+        else:
+            assert credential is not None  # checked above
+            auth = credential
+        with _translated("Cosmos DB account", endpoint):
+            client = CosmosClient(endpoint, credential=auth, **options)
+            try:
+                if create_if_missing:
+                    db = client.create_database_if_not_exists(id=database)
+                    pk = PartitionKey(path=PARTITION_KEY_PATH)
+                    state = db.create_container_if_not_exists(id=state_container, partition_key=pk)
+                    orders = db.create_container_if_not_exists(id=orders_container, partition_key=pk)
+                else:
+                    db = client.get_database_client(database)
+                    state = db.get_container_client(state_container)
+                    orders = db.get_container_client(orders_container)
+            except BaseException:
+                client.close()
+                raise
+        logger.info("connected to Cosmos DB database %s at %s", database, endpoint)
+        return cls(client, db, CosmosStateStore(state), CosmosOrderStore(orders))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(database={self.database.id!r})"
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
+
+    def __enter__(self) -> CosmosStores:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,331 @@
+"""In-memory state and order stores with the same semantics as the Cosmos DB adapters.
+
+They serve fast unit tests and single-process demos. The contract suite
+(``tests/integration/test_store_contract.py``) runs the same tests against these and against
+:mod:`orderflow.stores.cosmos`, so anything a role relies on behaves identically in both:
+
+- documents are kept as JSON text in their stored (camelCase) form, so a caller can never mutate the
+  store through a model it passed in or got back, and what round-trips is exactly what Cosmos keeps;
+- every write gets a new opaque, quoted ETag; a replace applies only if the caller's ETag is current;
+- queries evaluate :class:`~orderflow.stores.base.StateQuery` on the stored JSON with Cosmos SQL's
+  semantics (a missing field counts as null; times compare as fixed-width strings), return items in
+  id order, and page with opaque continuation tokens bound to the query that produced them.
+
+One lock guards each store; it is held only to copy JSON text in or out.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
+from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
+
+logger = logging.getLogger(__name__)
+
+_TOKEN_PREFIX = "mem1."
+
+
+def query_fingerprint(query: StateQuery) -> str:
+    """A short stable hash of a query's conditions; binds continuation tokens to their query.
+
+    The order and repetition of ``process_states`` do not matter.
+    """
+    canonical = {
+        "states": sorted({str(state) for state in query.process_states}),
+        "before": format_utc(query.complete_by_before) if query.complete_by_before else None,
+        "after": format_utc(query.complete_by_after) if query.complete_by_after else None,
+        "unlocked": query.unlocked,
+        "ready": format_utc(query.ready_at) if query.ready_at else None,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
+    """Whether a stored state document satisfies ``query``, with Cosmos SQL semantics.
+
+    Mirrors the SQL that :class:`orderflow.stores.cosmos.CosmosStateStore` sends: a missing field is
+    treated like null, and UTC times compare as the fixed-width strings they are stored as (a
+    comparison with a non-string is false, as in Cosmos SQL).
+
+    Args:
+        query: The filter.
+        doc: A stored state record (camelCase JSON).
+    """
+    if query.process_states and doc.get("processState") not in {str(s) for s in query.process_states}:
+        return False
+    if query.unlocked and doc.get("lockedBy") is not None:
+        return False
+    complete_by = doc.get("completeBy")
+    if query.complete_by_before is not None and not (
+        isinstance(complete_by, str) and complete_by < format_utc(query.complete_by_before)
+    ):
+        return False
+    if query.complete_by_after is not None and not (
+        isinstance(complete_by, str) and complete_by >= format_utc(query.complete_by_after)
+    ):
+        return False
+    if query.ready_at is not None:
+        next_attempt_at = doc.get("nextAttemptAt")
+        if next_attempt_at is not None and not (
+            isinstance(next_attempt_at, str) and next_attempt_at <= format_utc(query.ready_at)
+        ):
+            return False
+    return True
+
+
+def _new_etag() -> str:
+    # Quoted like Cosmos DB's; unique across stores so an ETag of one item never matches another.
+    return f'"{uuid.uuid4()}"'
+
+
+class _MemoryContainer:
+    """JSON documents keyed by id, with ETags; the shared core of both in-memory stores."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.counters = StoreCounters()
+        self._lock = threading.Lock()
+        self._docs: dict[str, str] = {}
+
+    @staticmethod
+    def _stamp(doc: dict[str, Any]) -> str:
+        # System properties as Cosmos adds them; the models drop ``_``-prefixed keys when parsing.
+        stored = {k: v for k, v in doc.items() if not k.startswith("_")}
+        stored["_etag"] = _new_etag()
+        stored["_ts"] = int(time.time())
+        return json.dumps(stored)
+
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        item_id = str(doc["id"])
+        text = self._stamp(doc)
+        with self._lock:
+            self.counters.creates += 1
+            if item_id in self._docs:
+                raise AlreadyExists(f"{self.kind} {item_id!r} already exists")
+            self._docs[item_id] = text
+        return dict(json.loads(text))
+
+    def read(self, item_id: str) -> dict[str, Any]:
+        with self._lock:
+            self.counters.reads += 1
+            text = self._docs.get(item_id)
+        if text is None:
+            raise NotFound(f"{self.kind} {item_id!r} not found")
+        return dict(json.loads(text))
+
+    def replace(self, doc: dict[str, Any], etag: str) -> dict[str, Any]:
+        item_id = str(doc["id"])
+        text = self._stamp(doc)
+        with self._lock:
+            self.counters.replaces += 1
+            current = self._docs.get(item_id)
+            if current is None:
+                raise NotFound(f"{self.kind} {item_id!r} not found")
+            if json.loads(current)["_etag"] != etag:
+                logger.debug("conditional replace of %s %s lost: ETag changed", self.kind, item_id)
+                raise ConcurrencyConflict(f"{self.kind} {item_id!r} changed since it was read (412)")
+            self._docs[item_id] = text
+        return dict(json.loads(text))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._docs)
+
+    def note_query_page(self, items: int) -> None:
+        """Count one query page (or aggregate) that returned ``items`` documents."""
+        with self._lock:
+            self.counters.query_pages += 1
+            self.counters.items_read_by_queries += items
+
+    def select(
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        after_id: str | None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` matching documents with an id greater than ``after_id``, in id order."""
+        with self._lock:
+            snapshot = sorted(self._docs.items())
+        found: list[dict[str, Any]] = []
+        for item_id, text in snapshot:
+            if after_id is not None and item_id <= after_id:
+                continue
+            doc = json.loads(text)
+            if predicate(doc):
+                found.append(doc)
+                if limit is not None and len(found) >= limit:
+                    break
+        return found
+
+
+def _check_key(item_id: str, order_id: str) -> None:
+    # The Cosmos containers are partitioned on /orderId and point reads use the order id for both id
+    # and partition key; a record whose id differs could be written but never read back.
+    if item_id != order_id:
+        raise ValueError(f"id {item_id!r} must equal orderId {order_id!r}")
+
+
+class InMemoryStateStore:
+    """State records in memory: the :class:`~orderflow.stores.base.StateStore` port, thread-safe.
+
+    Attributes:
+        counters: Every create, read and replace attempt (including ones that raised), one query
+            page per page returned and one per :meth:`count`, exactly as the Cosmos adapter counts.
+    """
+
+    def __init__(self) -> None:
+        self._container = _MemoryContainer("state record")
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(records={len(self._container)})"
+
+    @staticmethod
+    def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
+        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]))
+
+    def create(self, record: StateRecord) -> Versioned[StateRecord]:
+        """Insert a new record.
+
+        Returns:
+            The record as stored, with its first ETag.
+
+        Raises:
+            AlreadyExists: a record with this id exists; the stored one is left untouched.
+            ValueError: ``record.id`` differs from ``record.order_id``.
+        """
+        _check_key(record.id, record.order_id)
+        return self._versioned(self._container.create(record.to_json_dict()))
+
+    def get(self, order_id: str) -> Versioned[StateRecord]:
+        """Read a record by order id.
+
+        Raises:
+            NotFound: no such record.
+        """
+        return self._versioned(self._container.read(order_id))
+
+    def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        """Replace a record only if its stored ETag is still ``etag``.
+
+        Returns:
+            The record as written, with its new ETag.
+
+        Raises:
+            ConcurrencyConflict: the stored ETag differs; nothing was written.
+            NotFound: the record does not exist.
+            ValueError: ``record.id`` differs from ``record.order_id``.
+        """
+        _check_key(record.id, record.order_id)
+        return self._versioned(self._container.replace(record.to_json_dict(), etag))
+
+    def query(
+        self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[Versioned[StateRecord]]:
+        """Read one page of records matching ``query``, in id order.
+
+        Records created while a scan is in progress appear in a later page if their id sorts after
+        the last one returned.
+
+        Args:
+            query: The filter.
+            max_item_count: Largest page size (at least 1).
+            continuation: The token of the previous page of the same query, or None to start.
+
+        Returns:
+            The page; ``continuation`` is None when no further record matches.
+
+        Raises:
+            InvalidContinuation: the token is malformed or belongs to another query.
+            ValueError: ``max_item_count`` is less than 1.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        fingerprint = query_fingerprint(query)
+        after_id = _decode_token(continuation, fingerprint) if continuation is not None else None
+        found = self._container.select(lambda doc: matches(query, doc), after_id, max_item_count + 1)
+        items = found[:max_item_count]
+        token = _encode_token(fingerprint, str(items[-1]["id"])) if len(found) > max_item_count else None
+        self._container.note_query_page(len(items))
+        return Page([self._versioned(doc) for doc in items], token)
+
+    def count(self, query: StateQuery) -> int:
+        """Number of records matching ``query`` (counts as one query page, zero items read)."""
+        result = len(self._container.select(lambda doc: matches(query, doc), None))
+        self._container.note_query_page(0)
+        return result
+
+
+class InMemoryOrderStore:
+    """Immutable order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
+
+    Attributes:
+        counters: Every create and read attempt, including ones that raised.
+    """
+
+    def __init__(self) -> None:
+        self._container = _MemoryContainer("order")
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(orders={len(self._container)})"
+
+    def create(self, document: OrderDocument) -> None:
+        """Insert a new order document.
+
+        Raises:
+            AlreadyExists: an order with this id exists; the stored one is left untouched.
+            ValueError: ``document.id`` differs from ``document.order_id``.
+        """
+        _check_key(document.id, document.order_id)
+        self._container.create(document.to_json_dict())
+
+    def get(self, order_id: str) -> OrderDocument:
+        """Read an order document.
+
+        Raises:
+            NotFound: no such order.
+        """
+        doc = self._container.read(order_id)
+        return OrderDocument.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+
+def _encode_token(fingerprint: str, after_id: str) -> str:
+    payload = json.dumps({"q": fingerprint, "a": after_id}, separators=(",", ":")).encode("utf-8")
+    return _TOKEN_PREFIX + base64.urlsafe_b64encode(payload).decode("ascii")
+
+
+def _decode_token(token: str, fingerprint: str) -> str:
+    """The id after which a page resumes.
+
+    Raises:
+        InvalidContinuation: the token is malformed or was issued for a different query.
+    """
+    if not token.startswith(_TOKEN_PREFIX):
+        raise InvalidContinuation("continuation token not issued by this store")
+    body = token[len(_TOKEN_PREFIX) :]
+    try:
+        raw = base64.b64decode(body, altchars=b"-_", validate=True)
+        # Only the exact encoding we issued is accepted: lenient base64 would ignore stray
+        # characters or data after the padding, letting a tampered token through.
+        if base64.urlsafe_b64encode(raw).decode("ascii") != body:
+            raise ValueError("non-canonical encoding")
+        payload = json.loads(raw)
+        token_query, after_id = payload["q"], payload["a"]
+    except (binascii.Error, UnicodeError, ValueError, TypeError, KeyError) as exc:
+        raise InvalidContinuation("malformed continuation token") from exc
+    if token_query != fingerprint or not isinstance(after_id, str):
+        raise InvalidContinuation("continuation token belongs to a different query")
+    return after_id
