@@ -251,6 +251,19 @@ def _describe(error: ValidationError) -> tuple[str, str]:
     return reason, details[:500]
 
 
+def validate_message(model: type[_M], data: dict[str, Any]) -> _M:
+    """Validate already-decoded message data.
+
+    Raises:
+        InvalidMessage: with the same reasons as :func:`parse_message` for field errors.
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        reason, details = _describe(exc)
+        raise InvalidMessage(reason, details) from exc
+
+
 def parse_message(model: type[_M], body: str | bytes) -> _M:
     """Parse and validate a message body.
 
@@ -278,8 +291,4 @@ def parse_message(model: type[_M], body: str | bytes) -> _M:
         raise InvalidMessage("InvalidJson", f"body is not JSON: {str(exc)[:200]}") from exc
     if not isinstance(data, dict):
         raise InvalidMessage("NotAnObject", f"body must be a JSON object, not {type(data).__name__}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        reason, details = _describe(exc)
-        raise InvalidMessage(reason, details) from exc
+    return validate_message(model, data)

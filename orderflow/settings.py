@@ -66,7 +66,15 @@ class Settings(BaseModel):
         "fires then; the agent starts no call after it.",
     )
     MAX_IN_FLIGHT_PER_HOST: int = Field(
-        200, description="Most orchestrations one devhost process runs at once; the starter claims no more."
+        64,
+        description="Most orchestrations one devhost process runs at once; the starter claims no more. "
+        "A step's deadline is a latency budget: claiming more than the host can move within it turns "
+        "load into timeouts and recoveries, so the backlog waits as Pending instead.",
+    )
+    WORKER_THREADS: int = Field(
+        32,
+        description="Thread pool of the local durabletask worker, shared by orchestrator episodes and "
+        "activities. Activities wait on the stores and queues, so more threads than cores pay off.",
     )
 
     # --- agents ------------------------------------------------------------------------------

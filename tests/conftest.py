@@ -7,18 +7,13 @@ missing emulator fails the test with the install command; it is never skipped.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
-import warnings
 from collections.abc import Iterator
 
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
-# cosmosdb-server uses a self-signed certificate; the SDK is told not to verify it locally.
-warnings.filterwarnings("ignore", message="Unverified HTTPS request")
-os.environ.setdefault("PYTHONHASHSEED", "0")
 # The SDKs log every request at INFO; keep test output to what orderflow says.
 for _noisy in ("durabletask", "azure", "httpx", "urllib3"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)

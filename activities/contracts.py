@@ -1,0 +1,150 @@
+"""Activity names and their input and output models: the contract between orchestrations and activities.
+
+Names are constants, never repeated literals. Inputs and outputs are small (ids, step names, result
+summaries; never documents) because the runtime stores them in the orchestration history.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from orderflow.records import UtcDatetime
+
+START_STEP = "start_step"
+"""Fenced write: record the previous step's completion, mark the next step Running with its completeBy,
+then send the agent request."""
+
+FINISH_ORDER = "finish_order"
+"""Fenced write: the order's outcome (Processed or Error), then the client's status reply."""
+
+RECORD_STEP_FAILURE = "record_step_failure"
+"""Fenced write: a retryable step failure; the record stays Processing with completeBy = now, so the
+supervisor recovers it on its next sweep instead of waiting for the old deadline."""
+
+
+class ContractModel(BaseModel):
+    """Base of activity payloads: camelCase JSON, immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON-able form handed to the runtime."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class OrchestrationInput(ContractModel):
+    """Input of an order orchestration, set by the starter at claim time.
+
+    Attributes:
+        order_id: The order.
+        attempt: The claimed attempt number; the instance id is ``{orderId}:{attempt}``.
+        workflow_version: The definition this record runs with.
+        completed_steps: Steps an earlier attempt completed (skipped: their effects exist).
+        response_queue: Where agents answer (the claiming host's response queue).
+        max_calls: The order's remaining retry budget at claim time.
+        step_timeout_s: Seconds per step for steps whose definition sets none (``STEP_TIMEOUT_S``);
+            carried in the input because orchestrator code must not read settings.
+    """
+
+    order_id: str
+    attempt: int
+    workflow_version: str
+    completed_steps: tuple[str, ...] = ()
+    response_queue: str
+    max_calls: int
+    step_timeout_s: float = Field(gt=0)
+
+
+class StepResult(ContractModel):
+    """A successful step, recorded by the next fenced write.
+
+    Attributes:
+        step: The step name.
+        result: The agent's result summary (ids, amounts).
+        calls: Remote calls the agent made for it.
+    """
+
+    step: str
+    result: dict[str, str] = Field(default_factory=dict)
+    calls: int = 0
+
+
+class StepError(ContractModel):
+    """A failed step's error, short (it lives in history and in ``lastError``)."""
+
+    step: str
+    kind: str
+    code: str | None = None
+    message: str = Field(max_length=500)
+    calls: int = 0
+
+
+class StartStepInput(ContractModel):
+    """Input of :data:`START_STEP`.
+
+    Attributes:
+        order_id / instance_id: The order and the attempt that must own the record.
+        workflow_version: The definition to use.
+        step: The step to start.
+        deadline: The step's completeBy (UTC), computed from the orchestration's replay-safe clock.
+        completed: The previous step's result, recorded in the same write, if any.
+        response_queue: Where the agent must answer.
+    """
+
+    order_id: str
+    instance_id: str
+    workflow_version: str
+    step: str
+    deadline: UtcDatetime
+    completed: StepResult | None = None
+    response_queue: str
+
+
+class Outcome(StrEnum):
+    """How an order ended, as the orchestration reports it to :data:`FINISH_ORDER`."""
+
+    PROCESSED = "Processed"
+    ERROR = "Error"
+
+
+class FinishOrderInput(ContractModel):
+    """Input of :data:`FINISH_ORDER`."""
+
+    order_id: str
+    instance_id: str
+    workflow_version: str
+    outcome: Outcome
+    completed: StepResult | None = None
+    error: StepError | None = None
+
+
+class RecordStepFailureInput(ContractModel):
+    """Input of :data:`RECORD_STEP_FAILURE`."""
+
+    order_id: str
+    instance_id: str
+    error: StepError
+    at: UtcDatetime
+
+
+class FencedWriteResult(ContractModel):
+    """Output of every fenced write activity.
+
+    A fenced-out write is a normal protocol outcome, not a failure (DESIGN.md §3.3): the activity
+    returns it instead of raising, so runtime retry policies never retry it.
+
+    Attributes:
+        applied: The write was made (or had already been made by an earlier run of this activity).
+        fenced: The record belongs to another attempt, or is settled: nothing was written.
+        reason: Short explanation when not applied.
+        remaining_calls: The order's remaining retry budget after the write.
+    """
+
+    applied: bool
+    fenced: bool = False
+    reason: str | None = None
+    remaining_calls: int = 0

@@ -1,0 +1,341 @@
+"""The orchestration's activities: fenced step writes, agent requests and the client's status replies.
+
+Each function here is a plain function of (input, dependencies); the hosts register thin wrappers.
+Activities run at least once (DESIGN.md §7), so each is idempotent: a re-run finds its write already
+made (same instance, same step) and writes nothing, and re-sends messages under the same stable
+message id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from activities.contracts import (
+    FencedWriteResult,
+    FinishOrderInput,
+    Outcome,
+    RecordStepFailureInput,
+    StartStepInput,
+    StepError,
+    StepResult,
+)
+from activities.fencing import RecordCache, fenced_write
+from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.messages import AgentRequest, OrderStatus, StatusReply, reply_message_id, request_id_for
+from orderflow.queues.base import QueueFactory
+from orderflow.records import (
+    CompensationEntry,
+    LastError,
+    OrderDocument,
+    ProcessState,
+    StateRecord,
+    StepStatus,
+    undo_key,
+)
+from orderflow.settings import Settings
+from orderflow.stores.base import OrderStore, StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class OrderCache:
+    """LRU of order documents; they are immutable, so a cached copy is never stale."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._items: OrderedDict[str, OrderDocument] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def get(self, store: OrderStore, order_id: str) -> OrderDocument:
+        """The document, from the cache or the store.
+
+        Raises:
+            NotFound: the order store has no such order.
+        """
+        with self._lock:
+            found = self._items.get(order_id)
+        if found is not None:
+            return found
+        document = store.get(order_id)
+        with self._lock:
+            self._items[order_id] = document
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+        return document
+
+
+@dataclass
+class ActivityDeps:
+    """Everything the activities touch, wired once per host."""
+
+    states: StateStore
+    orders: OrderStore
+    queues: QueueFactory
+    clock: Clock
+    settings: Settings
+    cache: RecordCache = field(default_factory=RecordCache)
+    order_cache: OrderCache = field(default_factory=OrderCache)
+
+
+def request_payload(step: StepDefinition, order: OrderDocument) -> dict[str, Any]:
+    """What the remote service behind ``step.agent`` needs from the order: small and explicit."""
+    items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
+    if step.agent == "inventory":
+        return {"items": items}
+    if step.agent == "payment":
+        return {"customerId": order.customer_id, "amount": str(order.amount), "currency": order.currency}
+    if step.agent == "shipping":
+        return {"carrier": order.carrier, "items": items}
+    return {"orderId": order.order_id}
+
+
+def _record_completion(
+    record: StateRecord, definition: WorkflowDefinition, done: StepResult, now: datetime
+) -> None:
+    """Mark ``done.step`` Completed and append its compensation entry, once (idempotent)."""
+    step = record.steps[done.step]
+    if step.status is StepStatus.COMPLETED:
+        return
+    step.status = StepStatus.COMPLETED
+    step.result = dict(done.result)
+    step.completed_at = now
+    record.retry_budget.spent += done.calls
+    step_def = definition.step(done.step)
+    if not any(entry.step == done.step for entry in record.compensation_log):
+        record.compensation_log.append(
+            CompensationEntry(
+                step=done.step,
+                action=step_def.operation,
+                undo=None if step_def.irreversible else step_def.undo,
+                undo_key=undo_key(record.order_id, done.step),
+                data=dict(done.result),
+                recorded_at=now,
+            )
+        )
+
+
+def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.START_STEP`.
+
+    In one fenced write: record the previous step's completion (with its compensation entry), mark this
+    step Running and set the record's ``completeBy`` to the step deadline. Then send the agent request.
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON; ``applied`` False when fenced out (no request is sent).
+
+    Raises:
+        ConcurrencyConflict, TransientError: the store or queue failed; the runtime retries.
+    """
+    data = StartStepInput.model_validate(payload)
+    definition = workflow_for(data.workflow_version)
+    step_def = definition.step(data.step)
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is not ProcessState.PROCESSING:
+            return None
+        step = record.steps[data.step]
+        already = (
+            step.status is StepStatus.RUNNING
+            and step.last_instance == data.instance_id
+            and record.complete_by == data.deadline
+            and (data.completed is None or record.steps[data.completed.step].status is StepStatus.COMPLETED)
+        )
+        if already:
+            return None
+        if data.completed is not None:
+            _record_completion(record, definition, data.completed, now)
+        if step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING:
+            step.attempts += 1
+        step.status = StepStatus.RUNNING
+        step.last_instance = data.instance_id
+        step.started_at = now
+        record.complete_by = data.deadline
+        return record
+
+    outcome = fenced_write(
+        deps.states,
+        deps.cache,
+        deps.clock,
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        mutate=mutate,
+    )
+    record = outcome.record
+    if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
+        reason = outcome.reason or f"processState is {record.process_state.value}"
+        telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+
+    order = deps.order_cache.get(deps.orders, data.order_id)
+    request_id = request_id_for(data.instance_id, data.step)
+    request = AgentRequest(
+        request_id=request_id,
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.step,
+        operation=step_def.operation,
+        idempotency_key=record.steps[data.step].idempotency_key,
+        deadline=data.deadline,
+        reply_to=data.response_queue,
+        payload=request_payload(step_def, order),
+        max_calls=record.retry_budget.remaining,
+    )
+    deps.queues.queue(deps.settings.agent_queue(step_def.agent)).send(
+        request.to_json(), message_id=request_id, correlation_id=data.order_id
+    )
+    telemetry.event(
+        "step.start",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.step,
+        complete_by=data.deadline.isoformat(),
+    )
+    return FencedWriteResult(applied=True, remaining_calls=record.retry_budget.remaining).to_payload()
+
+
+def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.FINISH_ORDER`: the outcome, then the client's reply.
+
+    ``Processed``: the last step's completion and ``processState=Processed`` in one fenced write, then a
+    ``Processed`` reply. ``Error``: the failed step, ``lastError`` and ``processState=Error``, then a
+    ``Failed`` reply and an operator alert. The reply is sent again on a re-run (same message id).
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON.
+    """
+    data = FinishOrderInput.model_validate(payload)
+    definition = workflow_for(data.workflow_version)
+    target = ProcessState.PROCESSED if data.outcome is Outcome.PROCESSED else ProcessState.ERROR
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is target:
+            return None
+        if record.process_state is not ProcessState.PROCESSING:
+            return None
+        if data.completed is not None:
+            _record_completion(record, definition, data.completed, now)
+        if data.error is not None:
+            _record_error(record, data.error, now, fail_step=True)
+        record.process_state = target
+        record.complete_by = None
+        return record
+
+    outcome = fenced_write(
+        deps.states,
+        deps.cache,
+        deps.clock,
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        mutate=mutate,
+    )
+    record = outcome.record
+    if not outcome.applied or record.process_state is not target:
+        reason = outcome.reason or f"processState is {record.process_state.value}"
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+
+    if target is ProcessState.PROCESSED:
+        send_status(deps, record, OrderStatus.PROCESSED)
+        telemetry.event("order.processed", order_id=data.order_id, instance_id=data.instance_id)
+    else:
+        error = data.error
+        send_status(
+            deps,
+            record,
+            OrderStatus.FAILED,
+            reason=error.code if error else None,
+            detail=error.message if error else None,
+        )
+        telemetry.alert(
+            "order_failed",
+            order_id=data.order_id,
+            instance_id=data.instance_id,
+            step=error.step if error else None,
+            code=error.code if error else None,
+        )
+    return FencedWriteResult(applied=True, remaining_calls=record.retry_budget.remaining).to_payload()
+
+
+def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.RECORD_STEP_FAILURE`.
+
+    Records a retryable failure in ``lastError``, spends the calls made, and sets ``completeBy`` to now
+    so the supervisor's next sweep recovers the order (re-queue with backoff, or give up).
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON.
+    """
+    data = RecordStepFailureInput.model_validate(payload)
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is not ProcessState.PROCESSING:
+            return None
+        if (
+            record.last_error is not None
+            and record.last_error.at == data.at
+            and record.complete_by == data.at
+        ):
+            return None
+        _record_error(record, data.error, data.at, fail_step=False)
+        record.retry_budget.spent += data.error.calls
+        record.complete_by = data.at
+        return record
+
+    outcome = fenced_write(
+        deps.states,
+        deps.cache,
+        deps.clock,
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        mutate=mutate,
+    )
+    telemetry.event(
+        "step.failed",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.error.step,
+        kind=data.error.kind,
+        code=data.error.code,
+    )
+    return FencedWriteResult(
+        applied=outcome.applied and outcome.record.process_state is ProcessState.PROCESSING,
+        fenced=outcome.fenced,
+        reason=outcome.reason,
+        remaining_calls=outcome.record.retry_budget.remaining,
+    ).to_payload()
+
+
+def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:
+    record.last_error = LastError(
+        kind=error.kind, message=error.message, step=error.step, code=error.code, at=at
+    )
+    if fail_step and error.step in record.steps:
+        step = record.steps[error.step]
+        if step.status is StepStatus.RUNNING:
+            step.status = StepStatus.FAILED
+        record.retry_budget.spent += error.calls
+
+
+def send_status(
+    deps: ActivityDeps,
+    record: StateRecord,
+    status: OrderStatus,
+    *,
+    reason: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Send a status reply to the order's private reply queue, under a stable message id."""
+    reply = StatusReply(
+        order_id=record.order_id, status=status, reason=reason, detail=detail, at=deps.clock.now()
+    )
+    deps.queues.queue(record.reply_to).send(
+        reply.to_json(), message_id=reply_message_id(record.order_id, status), correlation_id=record.order_id
+    )

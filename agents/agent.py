@@ -1,0 +1,153 @@
+"""The agent: performs one step against a remote service inside the step's deadline, then answers.
+
+Rules (DESIGN.md §1, §3.6):
+
+- transient faults are retried with exponential backoff and jitter (tenacity), only while the deadline
+  allows and while the request's call budget (``max_calls``, what is left of the order's end-to-end
+  retry budget) has calls left;
+- every try carries the same idempotency key, so a retry after "effect applied, response lost" gets the
+  stored result instead of a second effect;
+- no new call starts after the deadline, and each call's timeout is capped by the time left;
+- the answer goes to the response queue named in the request, with a stable message id
+  (``{requestId}:response``), so the listener and the orchestration can recognise a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+
+from agents.services import RemoteService
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.errors import DeadlineExceeded, ErrorKind, PermanentError, TransientError
+from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message, step_event_name
+from orderflow.queues.base import QueueFactory
+from orderflow.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MIN_CALL_S = 0.05
+"""A call is not started with less than this many seconds left before the deadline."""
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What handling one request produced: the response sent (None if none was sent) and calls made."""
+
+    response: AgentResponse | None
+    calls: int
+
+
+def handle_request(
+    body: str | bytes,
+    *,
+    service: RemoteService,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    sleep: Callable[[float], None] = time.sleep,
+) -> AgentResult:
+    """Perform the step a request asks for and send the response.
+
+    Args:
+        body: The raw :class:`AgentRequest` body.
+        service: The remote service this agent wraps.
+        queues: Where the response is sent.
+        clock: Time source; the deadline is compared against it.
+        settings: Backoff and call-timeout settings.
+        sleep: Sleeps between retries (tests pass a fake).
+
+    Returns:
+        The response sent and the number of remote calls made. A request whose deadline had passed
+        on arrival makes no call and sends no response: the orchestration's timer has already won.
+
+    Raises:
+        InvalidMessage: the body is not an agent request (dead-letter it).
+        TransientError: the response could not be sent (abandon and retry; the key makes it safe).
+    """
+    request = parse_message(AgentRequest, body)
+    fields = {"order_id": request.order_id, "instance_id": request.instance_id, "step": request.step}
+    if clock.now() >= request.deadline:
+        telemetry.event("agent.expired_on_arrival", **fields)
+        return AgentResult(None, 0)
+    calls = 0
+
+    def attempt() -> dict[str, str]:
+        nonlocal calls
+        left = (request.deadline - clock.now()).total_seconds()
+        if left < MIN_CALL_S:
+            raise DeadlineExceeded(f"deadline {request.deadline.isoformat()} passed before call {calls + 1}")
+        calls += 1
+        return service.call(
+            request.operation,
+            request.payload,
+            order_id=request.order_id,
+            idempotency_key=request.idempotency_key,
+            timeout_s=min(settings.AGENT_CALL_TIMEOUT_S, left),
+        )
+
+    def stop(state: RetryCallState) -> bool:
+        # Stop when the budget is spent or the next backoff would end past the deadline.
+        if calls >= request.max_calls:
+            return True
+        upcoming = state.upcoming_sleep or 0.0
+        return (request.deadline - clock.now()).total_seconds() - upcoming < MIN_CALL_S
+
+    result: dict[str, str] | None = None
+    error: tuple[ErrorKind, str | None, str] | None = None
+    if request.max_calls <= 0:
+        error = (ErrorKind.BUDGET, "retry_budget_exhausted", "the order's retry budget is spent")
+    else:
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientError),
+            stop=stop,
+            wait=wait_exponential_jitter(
+                multiplier=settings.AGENT_BACKOFF_INITIAL_S,
+                max=settings.AGENT_BACKOFF_MAX_S,
+                jitter=settings.AGENT_BACKOFF_INITIAL_S,
+            ),
+            sleep=sleep,
+            reraise=True,
+        )
+        try:
+            result = retrying(attempt)
+        except PermanentError as exc:
+            error = (ErrorKind.PERMANENT, exc.code, exc.detail)
+        except DeadlineExceeded as exc:
+            error = (ErrorKind.TIMEOUT, "deadline_exceeded", exc.detail)
+        except TransientError as exc:
+            kind = ErrorKind.BUDGET if calls >= request.max_calls else ErrorKind.TRANSIENT
+            error = (kind, "transient_exhausted", exc.detail)
+
+    response = AgentResponse(
+        request_id=request.request_id,
+        event_id=f"{request.request_id}:response",
+        event_name=step_event_name(request.step),
+        order_id=request.order_id,
+        instance_id=request.instance_id,
+        step=request.step,
+        outcome=AgentOutcome.SUCCEEDED if error is None else AgentOutcome.FAILED,
+        error_kind=None if error is None else error[0].value,
+        error_code=None if error is None else error[1],
+        error_message=None if error is None else error[2][:500],
+        result=result or {},
+        calls=calls,
+        completed_at=clock.now(),
+    )
+    queues.queue(request.reply_to).send(
+        response.to_json(), message_id=response.event_id, correlation_id=request.order_id
+    )
+    telemetry.event(
+        "agent.done",
+        outcome=response.outcome.value,
+        error_kind=response.error_kind,
+        error_code=response.error_code,
+        calls=calls,
+        **fields,
+    )
+    return AgentResult(response, calls)

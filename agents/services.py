@@ -1,0 +1,139 @@
+"""Remote-service clients the agents wrap, and how their failures are classified.
+
+A :class:`RemoteService` performs one operation with an idempotency key and either returns a small
+result summary or raises :class:`TransientError` (may succeed on retry: 5xx, 408, 429, a request with the
+same key still in flight, timeouts, connection failures) or :class:`PermanentError` (a business refusal
+no retry changes: out of stock, card declined, invalid carrier). The HTTP client sends the key in the
+``Idempotency-Key`` header, as payment APIs expect, the same on every try (DESIGN.md §3.6).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from orderflow.errors import PermanentError, TransientError
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteService(Protocol):
+    """One remote service behind an agent."""
+
+    name: str
+
+    def call(
+        self,
+        operation: str,
+        payload: Mapping[str, Any],
+        *,
+        order_id: str,
+        idempotency_key: str,
+        timeout_s: float,
+    ) -> dict[str, str]:
+        """Perform ``operation`` once.
+
+        Args:
+            operation: The agent operation (``reserve``, ``charge``, ``ship``).
+            payload: The request payload from the orchestration.
+            order_id: The order.
+            idempotency_key: Stable key of the step (or of its undo).
+            timeout_s: Seconds this call may take in total.
+
+        Returns:
+            A small result summary (ids, amounts), every value a string.
+
+        Raises:
+            TransientError: retrying may succeed.
+            PermanentError: retrying never succeeds.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Route:
+    """How an operation maps onto HTTP: method, path template, request body builder and result fields."""
+
+    path: str
+    result_fields: tuple[str, ...]
+
+
+ROUTES: Mapping[tuple[str, str], Route] = {
+    ("inventory", "reserve"): Route("/inventory/reservations", ("reservationId",)),
+    ("payment", "charge"): Route("/payments/charges", ("chargeId", "amount", "currency")),
+    ("shipping", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
+}
+"""(service, operation) → HTTP route of the demo services."""
+
+_TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def classify_http(status: int, body: Mapping[str, Any]) -> TransientError | PermanentError:
+    """Turn a non-2xx answer into the error to raise.
+
+    A body that says ``"permanent": false`` is transient whatever the status (``409 request_in_progress``);
+    otherwise 408, 425, 429 and 5xx are transient and every other 4xx is permanent.
+    """
+    code = str(body.get("error") or f"http_{status}")
+    message = str(body.get("message") or body.get("detail") or code)[:300]
+    permanent_flag = body.get("permanent")
+    if permanent_flag is False or (permanent_flag is None and (status in _TRANSIENT_STATUS or status >= 500)):
+        return TransientError(f"{code} (HTTP {status})")
+    return PermanentError(code, f"{message} (HTTP {status})")
+
+
+class HttpRemoteService:
+    """A :class:`RemoteService` over HTTP (httpx, one pooled client per service).
+
+    Args:
+        name: Service name (``inventory``, ``payment``, ``shipping``).
+        base_url: Base URL of the service.
+        client: Optional shared ``httpx.Client``.
+    """
+
+    def __init__(self, name: str, base_url: str, *, client: httpx.Client | None = None) -> None:
+        self.name = name
+        self._client = client or httpx.Client(base_url=base_url, limits=httpx.Limits(max_connections=64))
+
+    def call(
+        self,
+        operation: str,
+        payload: Mapping[str, Any],
+        *,
+        order_id: str,
+        idempotency_key: str,
+        timeout_s: float,
+    ) -> dict[str, str]:
+        """POST the operation with the ``Idempotency-Key`` header; see :meth:`RemoteService.call`."""
+        route = ROUTES.get((self.name, operation))
+        if route is None:
+            raise PermanentError("unknown_operation", f"{self.name} has no operation {operation!r}")
+        body = {"orderId": order_id, **payload}
+        try:
+            response = self._client.post(
+                route.path,
+                json=body,
+                headers={"Idempotency-Key": idempotency_key},
+                timeout=httpx.Timeout(timeout_s),
+            )
+        except httpx.TimeoutException as exc:
+            raise TransientError(f"{self.name} timed out after {timeout_s:.1f} s") from exc
+        except httpx.TransportError as exc:
+            raise TransientError(f"{self.name} unreachable: {type(exc).__name__}") from exc
+        try:
+            answer: Any = response.json()
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
+        if response.is_success:
+            return {key: str(answer[key]) for key in route.result_fields if key in answer}
+        raise classify_http(response.status_code, answer)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()

@@ -1,0 +1,80 @@
+"""``python -m devhost``: run one local host process until SIGINT or SIGTERM.
+
+Settings come from the environment (see :class:`orderflow.settings.Settings`); ``--roles`` picks the
+roles, ``--host-id`` names the process (its response queue is ``agent-responses-<host-id>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import warnings
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from devhost.host import ALL_ROLES, Dependencies, DevHost
+from orderflow.settings import Settings
+from orderflow.wiring import connect_queues, connect_stores
+
+cli = typer.Typer(add_completion=False)
+
+
+def configure_logging(level: str) -> None:
+    """Console logging for a devhost process; the SDKs' per-request chatter is kept at WARNING."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in (
+        "azure",
+        "durabletask",
+        "durabletask-worker",
+        "durabletask-client",
+        "httpx",
+        "urllib3",
+        "grpc",
+    ):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    # The local emulator's certificate is self-signed: verification is off only when
+    # COSMOS_VERIFY_TLS is false.
+    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+
+
+@cli.command()
+def run(
+    roles: Annotated[
+        str, typer.Option(help=f"Comma-separated roles, or 'all': {','.join(ALL_ROLES)}")
+    ] = "all",
+    host_id: Annotated[str | None, typer.Option(help="Host id (overrides HOST_ID).")] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+) -> None:
+    """Run the chosen roles until SIGINT or SIGTERM."""
+    configure_logging(log_level)
+    settings = Settings.load(HOST_ID=host_id) if host_id else Settings.load()
+    chosen = ALL_ROLES if roles == "all" else tuple(r.strip() for r in roles.split(",") if r.strip())
+    stores = connect_stores(settings)
+    host = DevHost(
+        settings,
+        Dependencies(states=stores.state, orders=stores.orders, queues=connect_queues(settings)),
+        chosen,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger(__name__).info("signal %s: stopping", signum)
+        host.stop_event.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    host.start()
+    print(f"devhost {settings.HOST_ID} ready", flush=True)
+    host.wait()
+    host.stop()
+    stores.close()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,257 @@
+"""The local host: runs orderflow's roles in one process over Azurite, cosmosdb-server and durabletask.
+
+Each devhost process runs its own durabletask in-memory backend (a gRPC server on a free loopback port)
+and worker, so an orchestration lives only in the process that claimed it. Agents answer on the
+response queue named in each request, which is this host's own (``agent-responses-<hostid>``). A
+process that dies takes its orchestrations with it; the supervisor (here or in another process)
+recovers them from the state store, exactly as it would for a crashed Functions worker.
+
+Wiring happens here and nowhere else: the roles are plain functions that take their dependencies.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from durabletask import client as dt_client
+from durabletask import worker as dt_worker
+from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
+
+from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
+from activities.steps import ActivityDeps, finish_order, record_step_failure, start_step
+from activities.submission import handle_submission
+from agents.agent import handle_request
+from agents.services import HttpRemoteService
+from devhost.loops import ConsumerLoop, PeriodicLoop
+from orchestrators.definitions import WORKFLOWS
+from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from orchestrators.listener import handle_response
+from orchestrators.starter import run_starter_pass
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.clock import Clock, SystemClock
+from orderflow.queues.base import QueueFactory, ReceivedMessage
+from orderflow.settings import Settings
+from orderflow.stores.base import OrderStore, StateStore
+from supervisor.sweep import run_sweep
+
+logger = logging.getLogger(__name__)
+
+ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor")
+"""Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
+process (they talk to its durabletask backend)."""
+
+
+def _activity(
+    name: str, fn: Callable[[dict[str, Any], ActivityDeps], dict[str, Any]], deps: ActivityDeps
+) -> Any:
+    """A durabletask activity named ``name`` that calls the plain activity function with ``deps``."""
+
+    def activity(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        return fn(payload, deps)
+
+    activity.__name__ = name
+    return activity
+
+
+def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: ActivityDeps) -> None:
+    """Register the order orchestrator and its activities (by their contract names) on a worker."""
+    orchestrator = durabletask_orchestrator(order_workflow)
+    orchestrator.__name__ = ORDER_WORKFLOW
+    worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
+    worker.add_activity(_activity(START_STEP, start_step, deps))
+    worker.add_activity(_activity(FINISH_ORDER, finish_order, deps))
+    worker.add_activity(_activity(RECORD_STEP_FAILURE, record_step_failure, deps))
+
+
+def agent_names() -> list[str]:
+    """Every agent some deployed workflow version uses, sorted."""
+    return sorted({step.agent for definition in WORKFLOWS.values() for step in definition.steps})
+
+
+def free_port() -> int:
+    """A free loopback TCP port (bound and released; fine for a child we start right away)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Dependencies:
+    """The adapters a host wires its roles with."""
+
+    states: StateStore
+    orders: OrderStore
+    queues: QueueFactory
+    clock: Clock = field(default_factory=SystemClock)
+
+
+class DevHost:
+    """One local host process running a subset of the roles.
+
+    Args:
+        settings: Configuration.
+        deps: Store and queue adapters.
+        roles: Roles to run (see :data:`ALL_ROLES`).
+    """
+
+    def __init__(self, settings: Settings, deps: Dependencies, roles: Iterable[str] = ALL_ROLES) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.roles = frozenset(roles)
+        unknown = self.roles - set(ALL_ROLES)
+        if unknown:
+            raise ValueError(f"unknown roles: {sorted(unknown)}; choose from {ALL_ROLES}")
+        if self.roles & {"starter", "listener"} and "orchestrator" not in self.roles:
+            raise ValueError("the starter and listener roles need the orchestrator role in the same process")
+        self.stop_event = threading.Event()
+        self._loops: list[ConsumerLoop | PeriodicLoop] = []
+        self._backend: InMemoryOrchestrationBackend | None = None
+        self._worker: dt_worker.TaskHubGrpcWorker | None = None
+        self._grpc_client: dt_client.TaskHubGrpcClient | None = None
+        self.client: DurableTaskClient | None = None
+        self._services: list[HttpRemoteService] = []
+        self.activity_deps = ActivityDeps(
+            states=deps.states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=settings
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every role's loop (and the durabletask backend and worker if orchestrating)."""
+        s = self.settings
+        if "orchestrator" in self.roles:
+            self._start_durabletask()
+        if "submission" in self.roles:
+            self._consume(s.ORDERS_QUEUE, self._on_submission, concurrency=4)
+        if "listener" in self.roles:
+            self._consume(s.response_queue(), self._on_response, concurrency=16)
+        if "agents" in self.roles:
+            for name in agent_names():
+                service = HttpRemoteService(name, s.DEMO_SERVICES_URL)
+                self._services.append(service)
+                self._consume(
+                    s.agent_queue(name), self._agent_handler(service), concurrency=s.AGENT_CONCURRENCY
+                )
+        if "starter" in self.roles:
+            self._periodic("starter", self._starter_tick, s.STARTER_INTERVAL_S)
+        if "supervisor" in self.roles:
+            self._periodic("supervisor", self._supervisor_tick, s.SUPERVISOR_INTERVAL_S)
+        for loop in self._loops:
+            loop.start()
+        logger.info("devhost %s running roles %s", s.HOST_ID, sorted(self.roles))
+
+    def stop(self) -> None:
+        """Stop every loop, then the worker and backend. In-flight orchestrations are abandoned (the
+        supervisor recovers them), exactly as when a Functions worker is recycled."""
+        self.stop_event.set()
+        for loop in self._loops:
+            loop.join()
+        if self._worker is not None:
+            self._worker.stop()  # type: ignore[no-untyped-call]
+        if self._backend is not None:
+            self._backend.stop(grace=1.0)
+        for service in self._services:
+            service.close()
+        logger.info("devhost %s stopped", self.settings.HOST_ID)
+
+    def wait(self) -> None:
+        """Block until :meth:`stop` is called (from a signal handler or another thread)."""
+        self.stop_event.wait()
+
+    # --- wiring ------------------------------------------------------------------------------
+    def _start_durabletask(self) -> None:
+        port = free_port()
+        self._backend = create_test_backend(port=port)
+        address = f"localhost:{port}"
+        worker = dt_worker.TaskHubGrpcWorker(
+            host_address=address,
+            concurrency_options=dt_worker.ConcurrencyOptions(
+                maximum_thread_pool_workers=self.settings.WORKER_THREADS
+            ),
+        )
+        register_order_workflow(worker, self.activity_deps)
+        worker.start()  # type: ignore[no-untyped-call]
+        self._worker = worker
+        self._grpc_client = dt_client.TaskHubGrpcClient(host_address=address)
+        self.client = DurableTaskClient(self._grpc_client)
+
+    def _consume(self, queue_name: str, handler: Any, *, concurrency: int) -> None:
+        s = self.settings
+        self._loops.append(
+            ConsumerLoop(
+                self.deps.queues.queue(queue_name),
+                handler,
+                self.stop_event,
+                concurrency=concurrency,
+                lock_s=s.QUEUE_LOCK_S,
+                poll_s=s.POLL_INTERVAL_S,
+                max_delivery_count=s.MAX_DELIVERY_COUNT,
+            )
+        )
+
+    def _periodic(self, name: str, task: Any, interval_s: float) -> None:
+        self._loops.append(PeriodicLoop(name, task, self.stop_event, interval_s=interval_s))
+
+    # --- role entry points (thin: parse, call the role function) -------------------------------
+    def _on_submission(self, message: ReceivedMessage) -> None:
+        handle_submission(
+            message.body,
+            orders=self.deps.orders,
+            states=self.deps.states,
+            queues=self.deps.queues,
+            clock=self.deps.clock,
+            settings=self.settings,
+        )
+
+    def _on_response(self, message: ReceivedMessage) -> None:
+        assert self.client is not None
+        handle_response(message.body, client=self.client)
+
+    def _agent_handler(self, service: HttpRemoteService) -> Any:
+        def handle(message: ReceivedMessage) -> None:
+            handle_request(
+                message.body,
+                service=service,
+                queues=self.deps.queues,
+                clock=self.deps.clock,
+                settings=self.settings,
+            )
+
+        return handle
+
+    def _starter_tick(self) -> None:
+        assert self.client is not None
+        run_starter_pass(
+            states=self.deps.states,
+            client=self.client,
+            clock=self.deps.clock,
+            settings=self.settings,
+            response_queue=self.settings.response_queue(),
+            capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
+            on_claimed=self.activity_deps.cache.put,
+        )
+
+    def _supervisor_tick(self) -> None:
+        run_sweep(
+            states=self.deps.states, queues=self.deps.queues, clock=self.deps.clock, settings=self.settings
+        )
+
+    def running_instances(self) -> int:
+        """Orchestrations of this host not yet finished (one backend query)."""
+        if self._grpc_client is None:
+            return 0
+        running = self._grpc_client.get_all_orchestration_states(
+            dt_client.OrchestrationQuery(
+                runtime_status=[
+                    dt_client.OrchestrationStatus.RUNNING,
+                    dt_client.OrchestrationStatus.PENDING,
+                ],
+                fetch_inputs_and_outputs=False,
+            )
+        )
+        return len(running)

@@ -1,0 +1,132 @@
+"""Background loops of the local host: queue consumers and periodic tasks, each on its own thread.
+
+A loop never dies on one failure: a handler's exception is settled by :func:`orderflow.consumer.settle`
+(abandon, or dead-letter with a reason), and a failing periodic task is logged and retried on the next
+tick. Every loop stops when the host's stop event is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from orderflow.consumer import settle
+from orderflow.queues.base import MessageQueue, ReceivedMessage
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumerLoop:
+    """Receives from one queue and runs a handler per message on a bounded thread pool.
+
+    No more messages are received than there are free workers, so a message never waits, locked, in
+    a local buffer while its lock runs out.
+
+    Args:
+        queue: The queue to consume.
+        handler: Called with each message; raises on failure.
+        stop: Set to stop the loop.
+        concurrency: Handlers running at once.
+        lock_s: Lock (visibility timeout) of received messages, seconds.
+        poll_s: Sleep after an empty receive, seconds.
+        max_delivery_count: Deliveries before a failing message is dead-lettered.
+    """
+
+    def __init__(
+        self,
+        queue: MessageQueue,
+        handler: Callable[[ReceivedMessage], object],
+        stop: threading.Event,
+        *,
+        concurrency: int = 1,
+        lock_s: float = 30.0,
+        poll_s: float = 0.2,
+        max_delivery_count: int = 10,
+    ) -> None:
+        self.queue = queue
+        self._handler = handler
+        self._stop = stop
+        self._concurrency = concurrency
+        self._lock_s = lock_s
+        self._poll_s = poll_s
+        self._max_delivery_count = max_delivery_count
+        self._slots = threading.Semaphore(concurrency)
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"consume-{queue.name}")
+        self._thread = threading.Thread(target=self._run, name=f"loop-{queue.name}", daemon=True)
+
+    def start(self) -> None:
+        """Start receiving."""
+        self._thread.start()
+
+    def join(self, timeout_s: float = 10.0) -> None:
+        """Wait for the loop and its running handlers to finish (after ``stop`` was set)."""
+        self._thread.join(timeout_s)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            free = self._free_slots()
+            if free == 0:
+                self._stop.wait(0.01)
+                continue
+            try:
+                messages = self.queue.receive(max_messages=min(free, 32), lock_s=self._lock_s)
+            except Exception:
+                logger.exception("receive from %s failed; retrying", self.queue.name)
+                self._stop.wait(1.0)
+                continue
+            if not messages:
+                self._stop.wait(self._poll_s)
+                continue
+            for message in messages:
+                self._slots.acquire()
+                self._pool.submit(self._handle, message)
+
+    def _free_slots(self) -> int:
+        free = 0
+        while free < self._concurrency and self._slots.acquire(blocking=False):
+            free += 1
+        for _ in range(free):
+            self._slots.release()
+        return free
+
+    def _handle(self, message: ReceivedMessage) -> None:
+        try:
+            settle(self.queue, message, self._handler, max_delivery_count=self._max_delivery_count)
+        except Exception:
+            # Settlement itself failed (the queue is unreachable): the lock expires and the message
+            # is redelivered, which every handler tolerates.
+            logger.exception("settling message %s from %s failed", message.message_id, self.queue.name)
+        finally:
+            self._slots.release()
+
+
+class PeriodicLoop:
+    """Runs ``task`` every ``interval_s`` seconds until stopped; a failing run is logged, not fatal."""
+
+    def __init__(
+        self, name: str, task: Callable[[], object], stop: threading.Event, *, interval_s: float
+    ) -> None:
+        self._name = name
+        self._task = task
+        self._stop = stop
+        self._interval_s = interval_s
+        self._thread = threading.Thread(target=self._run, name=f"loop-{name}", daemon=True)
+
+    def start(self) -> None:
+        """Start ticking."""
+        self._thread.start()
+
+    def join(self, timeout_s: float = 10.0) -> None:
+        """Wait for the loop to finish (after ``stop`` was set)."""
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._task()
+            except Exception:
+                logger.exception("%s failed; retrying in %.1f s", self._name, self._interval_s)
+            self._stop.wait(self._interval_s)

@@ -1,0 +1,147 @@
+"""The workflow-context adapter for Microsoft's durabletask SDK (local host and tests).
+
+Maps :class:`orchestrators.context.WorkflowContext` onto ``durabletask.task.OrchestrationContext``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+from durabletask import client as dt_client
+from durabletask import task as dt
+
+from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
+from orchestrators.starter import InstanceStatus
+
+
+class DurableTaskWorkflowContext:
+    """A :class:`WorkflowContext` over a durabletask orchestration context."""
+
+    def __init__(self, ctx: dt.OrchestrationContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def instance_id(self) -> str:
+        """The orchestration instance id."""
+        return str(self._ctx.instance_id)
+
+    @property
+    def current_utc_datetime(self) -> datetime:
+        """Replay-safe current time, made timezone-aware (durabletask returns naive UTC)."""
+        now: datetime = self._ctx.current_utc_datetime
+        return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while replaying history."""
+        return bool(self._ctx.is_replaying)
+
+    def set_custom_status(self, status: str) -> None:
+        """Set the instance's custom status."""
+        self._ctx.set_custom_status(status)
+
+    def call_activity(
+        self, name: str, payload: dict[str, Any], *, retry: ActivityRetry | None = None
+    ) -> WorkflowTask:
+        """Schedule an activity by its registered name."""
+        policy = None
+        if retry is not None:
+            policy = dt.RetryPolicy(
+                first_retry_interval=timedelta(seconds=retry.first_interval_s),
+                max_number_of_attempts=retry.max_attempts,
+                backoff_coefficient=retry.backoff,
+                max_retry_interval=timedelta(seconds=retry.max_interval_s),
+            )
+        return self._ctx.call_activity(name, input=payload, retry_policy=policy)
+
+    def create_timer(self, fire_at: datetime) -> WorkflowTask:
+        """A durable timer; durabletask expects naive UTC or aware datetimes alike."""
+        return self._ctx.create_timer(fire_at)
+
+    def wait_for_external_event(self, name: str) -> WorkflowTask:
+        """Wait for external event ``name``."""
+        return self._ctx.wait_for_external_event(name)
+
+    def when_any(self, tasks: Sequence[WorkflowTask]) -> WorkflowTask:
+        """First of ``tasks`` to complete."""
+        return dt.when_any(list(tasks))
+
+    def cancel_timer(self, timer: WorkflowTask) -> None:
+        """Cancel a losing timer (durabletask timers are cancellable tasks)."""
+        cancel = getattr(timer, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+    def task_result(self, task: WorkflowTask) -> Any:
+        """The completed task's result."""
+        return task.get_result()
+
+
+def durabletask_orchestrator(
+    body: Callable[[WorkflowContext, dict[str, Any]], WorkflowGenerator],
+) -> Callable[[dt.OrchestrationContext, Any], Generator[WorkflowTask, Any, dict[str, Any]]]:
+    """Wrap a workflow body as a durabletask orchestrator function.
+
+    Args:
+        body: The workflow generator function, e.g. :func:`orchestrators.workflow.order_workflow`.
+
+    Returns:
+        A function to register with ``TaskHubGrpcWorker.add_named_orchestrator``.
+    """
+
+    def orchestrator(
+        ctx: dt.OrchestrationContext, payload: Any
+    ) -> Generator[WorkflowTask, Any, dict[str, Any]]:
+        return (yield from drive(body(DurableTaskWorkflowContext(ctx), payload), _is_task_failure))
+
+    orchestrator.__name__ = getattr(body, "__name__", "orchestrator")
+    return orchestrator
+
+
+def _is_task_failure(exc: BaseException) -> bool:
+    return isinstance(exc, dt.TaskFailedError)
+
+
+_RUNNING_STATUSES = frozenset(
+    {
+        dt_client.OrchestrationStatus.RUNNING,
+        dt_client.OrchestrationStatus.PENDING,
+        dt_client.OrchestrationStatus.SUSPENDED,
+    }
+)
+
+
+class DurableTaskClient:
+    """:class:`orchestrators.starter.OrchestrationClient` over a durabletask ``TaskHubGrpcClient``."""
+
+    def __init__(self, client: dt_client.TaskHubGrpcClient) -> None:
+        self._client = client
+
+    def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+        """Schedule an instance; ``ALREADY_EXISTS`` from the backend means it was started before."""
+        try:
+            self._client.schedule_new_orchestration(name, input=payload, instance_id=instance_id)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                return False
+            raise
+        return True
+
+    def get_status(self, instance_id: str) -> InstanceStatus | None:
+        """Runtime status and custom status, or None for an unknown instance."""
+        state = self._client.get_orchestration_state(instance_id, fetch_payloads=True)
+        if state is None:
+            return None
+        custom: str | None = None
+        if state.serialized_custom_status:
+            decoded = json.loads(state.serialized_custom_status)
+            custom = decoded if isinstance(decoded, str) else None
+        return InstanceStatus(running=state.runtime_status in _RUNNING_STATUSES, custom_status=custom)
+
+    def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
+        """Raise an external event."""
+        self._client.raise_orchestration_event(instance_id, name, data=payload)

@@ -1,0 +1,68 @@
+"""Response listener: turn an agent response into an external event on the instance named in it.
+
+A response for an instance that does not exist (here), has finished, or is not waiting on that step is
+acknowledged and dropped with a log line: it can never be delivered usefully, so retrying it would only
+clog the queue. The orchestration itself also ignores a payload whose request id is not the one it
+awaits (DESIGN.md §7), so a duplicate raise is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+
+from orchestrators.starter import OrchestrationClient
+from orchestrators.workflow import WAITING_PREFIX
+from orderflow import telemetry
+from orderflow.messages import AgentResponse, parse_message
+
+logger = logging.getLogger(__name__)
+
+
+class Delivery(StrEnum):
+    """What the listener did with a response."""
+
+    RAISED = "raised"
+    UNKNOWN_INSTANCE = "unknown_instance"
+    INSTANCE_FINISHED = "instance_finished"
+    NOT_WAITING = "not_waiting"
+
+
+def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delivery:
+    """Deliver one agent response.
+
+    Args:
+        body: The raw :class:`AgentResponse` message body.
+        client: The durable client of the host running the instance.
+
+    Returns:
+        What was done. Every outcome means "complete the message".
+
+    Raises:
+        InvalidMessage: the body is not an agent response (dead-letter it).
+        Exception: the runtime is unreachable (abandon and retry).
+    """
+    response = parse_message(AgentResponse, body)
+    status = client.get_status(response.instance_id)
+    fields = {
+        "order_id": response.order_id,
+        "instance_id": response.instance_id,
+        "step": response.step,
+        "request_id": response.request_id,
+    }
+    if status is None:
+        telemetry.event("response.dropped", reason=Delivery.UNKNOWN_INSTANCE.value, **fields)
+        return Delivery.UNKNOWN_INSTANCE
+    if not status.running:
+        telemetry.event("response.dropped", reason=Delivery.INSTANCE_FINISHED.value, **fields)
+        return Delivery.INSTANCE_FINISHED
+    if status.custom_status != f"{WAITING_PREFIX}{response.step}":
+        telemetry.event(
+            "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields
+        )
+        return Delivery.NOT_WAITING
+    client.raise_event(
+        response.instance_id, response.event_name, response.model_dump(mode="json", by_alias=True)
+    )
+    telemetry.event("response.raised", **fields)
+    return Delivery.RAISED

@@ -1,0 +1,221 @@
+"""The order workflow body: one generator that runs any :class:`WorkflowDefinition`.
+
+For each step not yet completed it starts the step through a fenced activity (which also sends the agent
+request), then races a durable timer at the step's ``completeBy`` against the agent's response event
+(Scheduler–Agent–Supervisor). The protocol rules it upholds (DESIGN.md §3):
+
+- every state write is an activity fenced on ``lockedBy``; a fenced-out write ends the instance;
+- when the timer wins, the instance ends *without writing*: the record stays ``Processing`` with an
+  expired ``completeBy`` and the supervisor recovers it, exactly as after a crash;
+- the losing timer is cancelled so the instance completes at once;
+- a response whose request id is not the one awaited is ignored (it cannot advance this step).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from datetime import datetime, timedelta
+from typing import Any
+
+from activities.contracts import (
+    FINISH_ORDER,
+    RECORD_STEP_FAILURE,
+    START_STEP,
+    FencedWriteResult,
+    FinishOrderInput,
+    OrchestrationInput,
+    Outcome,
+    RecordStepFailureInput,
+    StartStepInput,
+    StepError,
+    StepResult,
+)
+from orchestrators.context import (
+    ActivityFailed,
+    ActivityRetry,
+    WorkflowContext,
+    WorkflowGenerator,
+    WorkflowTask,
+)
+from orchestrators.definitions import StepDefinition, workflow_for
+from orderflow.errors import ErrorKind
+from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
+from orderflow.records import instance_id_for
+
+logger = logging.getLogger(__name__)
+
+ORDER_WORKFLOW = "order_workflow"
+"""Registered name of the order orchestrator."""
+
+WAITING_PREFIX = "waiting:"
+"""Custom status set before a step starts, ``waiting:<step>``: the listener delivers only the response
+of the step an instance is waiting on. It is set before the activity that sends the request, so it is
+committed before any response can exist."""
+
+STATE_WRITE_RETRY = ActivityRetry(first_interval_s=1.0, max_attempts=4, backoff=2.0, max_interval_s=4.0)
+"""Retries of a state write that raised (store unavailable). Small: past them the record simply stays
+``Processing`` and the supervisor recovers it, which is the slow path, not a loss."""
+
+
+def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGenerator:
+    """Run one attempt of an order.
+
+    Args:
+        ctx: The runtime adapter.
+        payload: An :class:`OrchestrationInput` as JSON.
+
+    Returns:
+        A small summary ``{"outcome": ..., "step": ...}``: ``Processed``, ``Error``, ``timeout``,
+        ``retryable`` or ``fenced``. The state store, not this value, is the truth.
+    """
+    start = OrchestrationInput.model_validate(payload)
+    definition = workflow_for(start.workflow_version)
+    instance_id = instance_id_for(start.order_id, start.attempt)
+    log = _ReplaySafeLog(ctx, start.order_id, instance_id)
+    previous: StepResult | None = None
+
+    for step in definition.steps:
+        if step.name in start.completed_steps:
+            continue
+        deadline = ctx.current_utc_datetime + timedelta(seconds=step.timeout_s or start.step_timeout_s)
+        ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
+        started = yield from _write(
+            ctx,
+            START_STEP,
+            StartStepInput(
+                order_id=start.order_id,
+                instance_id=instance_id,
+                workflow_version=definition.version,
+                step=step.name,
+                deadline=deadline,
+                completed=previous,
+                response_queue=start.response_queue,
+            ).to_payload(),
+        )
+        if not started.applied:
+            log.note("step.fenced", step.name, started.reason)
+            return {"outcome": "fenced", "step": step.name}
+
+        response = yield from _await_response(ctx, step, instance_id, deadline)
+        if response is None:
+            # §3.4: the timer won. End without writing; the supervisor owns what happens next.
+            log.note("step.timeout", step.name, deadline.isoformat())
+            return {"outcome": "timeout", "step": step.name}
+
+        if response.outcome is AgentOutcome.SUCCEEDED:
+            previous = StepResult(step=step.name, result=response.result, calls=response.calls)
+            continue
+
+        error = StepError(
+            step=step.name,
+            kind=response.error_kind or ErrorKind.TRANSIENT.value,
+            code=response.error_code,
+            message=(response.error_message or "agent reported a failure")[:500],
+            calls=response.calls,
+        )
+        if error.kind == ErrorKind.PERMANENT.value:
+            yield from _write(
+                ctx,
+                FINISH_ORDER,
+                FinishOrderInput(
+                    order_id=start.order_id,
+                    instance_id=instance_id,
+                    workflow_version=definition.version,
+                    outcome=Outcome.ERROR,
+                    error=error,
+                ).to_payload(),
+            )
+            log.note("order.error", step.name, error.code)
+            return {"outcome": "Error", "step": step.name}
+
+        # Transient faults outlasted the agent's retries within the deadline, or the budget ran out:
+        # hand the order to the supervisor now rather than at the old deadline.
+        yield from _write(
+            ctx,
+            RECORD_STEP_FAILURE,
+            RecordStepFailureInput(
+                order_id=start.order_id, instance_id=instance_id, error=error, at=ctx.current_utc_datetime
+            ).to_payload(),
+        )
+        log.note("step.retryable", step.name, error.code)
+        return {"outcome": "retryable", "step": step.name}
+
+    finished = yield from _write(
+        ctx,
+        FINISH_ORDER,
+        FinishOrderInput(
+            order_id=start.order_id,
+            instance_id=instance_id,
+            workflow_version=definition.version,
+            outcome=Outcome.PROCESSED,
+            completed=previous,
+        ).to_payload(),
+    )
+    if not finished.applied:
+        return {"outcome": "fenced", "step": None}
+    log.note("order.processed", None, None)
+    return {"outcome": "Processed", "step": None}
+
+
+def _write(
+    ctx: WorkflowContext, activity: str, payload: dict[str, Any]
+) -> Generator[WorkflowTask, Any, FencedWriteResult]:
+    """Call a fenced-write activity; a write that still raises after its retries counts as fenced out.
+
+    Ending the instance is safe: the record keeps its ``completeBy`` and the supervisor recovers it.
+    """
+    try:
+        raw = yield ctx.call_activity(activity, payload, retry=STATE_WRITE_RETRY)
+    except ActivityFailed as exc:
+        return FencedWriteResult(applied=False, fenced=False, reason=f"activity failed: {str(exc)[:200]}")
+    return FencedWriteResult.model_validate(raw)
+
+
+def _await_response(
+    ctx: WorkflowContext, step: StepDefinition, instance_id: str, deadline: datetime
+) -> Generator[WorkflowTask, Any, AgentResponse | None]:
+    """Race the step's durable timer against its response event.
+
+    Returns:
+        The agent response, or None when the timer fired first.
+    """
+    expected = request_id_for(instance_id, step.name)
+    timer = ctx.create_timer(deadline)
+    while True:
+        event = ctx.wait_for_external_event(step_event_name(step.name))
+        winner = yield ctx.when_any([event, timer])
+        if winner is timer:
+            return None
+        response = _parse_response(ctx.task_result(event))
+        if response is not None and response.request_id == expected:
+            ctx.cancel_timer(timer)
+            return response
+        # Not the response awaited (a stray or malformed event): keep waiting until the deadline.
+
+
+def _parse_response(raw: Any) -> AgentResponse | None:
+    try:
+        return AgentResponse.model_validate(raw)
+    except ValueError:
+        return None
+
+
+class _ReplaySafeLog:
+    """Logs workflow events only when not replaying, with the correlation ids as fields."""
+
+    def __init__(self, ctx: WorkflowContext, order_id: str, instance_id: str) -> None:
+        self._ctx = ctx
+        self._order_id = order_id
+        self._instance_id = instance_id
+
+    def note(self, event: str, step: str | None, detail: Any) -> None:
+        if not self._ctx.is_replaying:
+            logger.info(
+                "%s order_id=%s instance_id=%s step=%s detail=%s",
+                event,
+                self._order_id,
+                self._instance_id,
+                step,
+                detail,
+            )

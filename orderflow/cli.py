@@ -1,0 +1,177 @@
+"""``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow.client`).
+
+Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
+``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.errors import InvalidMessage, NotFound
+from orderflow.messages import StatusReply
+from orderflow.settings import Settings
+from orderflow.wiring import connect_queues, connect_stores
+
+app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
+console = Console()
+
+ReplyTo = Annotated[str, typer.Option("--reply-to", help="This client's private reply queue.")]
+
+
+def _settings(env_file: Path | None) -> Settings:
+    if env_file is None:
+        return Settings.load()
+    values = json.loads(env_file.read_text(encoding="utf-8"))
+    env = values.get("Values", values)
+    return Settings.load({**env})
+
+
+def _read_orders(path: Path) -> list[dict[str, Any]]:
+    # utf-8-sig: editors on Windows write a byte-order mark.
+    text = path.read_text(encoding="utf-8-sig").strip()
+    try:
+        whole = json.loads(text, parse_float=Decimal)
+    except json.JSONDecodeError:
+        whole = None
+    try:
+        if isinstance(whole, list):
+            return [dict(item) for item in whole]
+        if isinstance(whole, dict):
+            return [whole]
+        return [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"{path}: not a JSON order, JSON array or JSON lines ({exc})") from exc
+
+
+def generate_orders(count: int, *, seed: int, reply_to: str) -> list[dict[str, Any]]:
+    """``count`` valid synthetic orders (deterministic for ``seed``), for trying the system out."""
+    rng = random.Random(seed)
+    run = uuid.UUID(int=rng.getrandbits(128)).hex[:8]
+    orders = []
+    for n in range(count):
+        items = [
+            {"sku": str(rng.randint(1, 2000)), "quantity": rng.randint(1, 5)}
+            for _ in range(rng.randint(1, 4))
+        ]
+        orders.append(
+            {
+                "schemaVersion": 1,
+                "orderId": f"gen-{run}-{n:05d}",
+                "customerId": str(rng.randint(1, 1500)),
+                "customerName": f"Customer#{rng.randint(1, 1500):09d}",
+                "currency": "USD",
+                "amount": f"{rng.randint(100, 500000) / 100:.2f}",
+                "items": items,
+                "carrier": rng.choice(["AIR", "MAIL", "SHIP", "TRUCK", "RAIL", "FOB", "REG AIR"]),
+                "replyTo": reply_to,
+            }
+        )
+    return orders
+
+
+@app.command()
+def submit(
+    reply_to: ReplyTo,
+    order_file: Annotated[Path | None, typer.Argument(help="JSON order, JSON array, or JSON lines.")] = None,
+    generate: Annotated[int, typer.Option(help="Generate this many synthetic orders instead.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of --generate.")] = 1,
+    env_file: Annotated[
+        Path | None, typer.Option(help="local.settings.json or a JSON object of settings.")
+    ] = None,
+) -> None:
+    """Send orders to the submission queue; replies go to --reply-to."""
+    if (order_file is None) == (generate == 0):
+        raise typer.BadParameter("give an order file or --generate N, not both")
+    orders = (
+        _read_orders(order_file) if order_file else generate_orders(generate, seed=seed, reply_to=reply_to)
+    )
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue=reply_to)
+    sent = 0
+    with typer.progressbar(orders, label="submitting") as progress:
+        for order in progress:
+            try:
+                client.submit(order)
+                sent += 1
+            except (InvalidMessage, ValueError) as exc:
+                console.print(f"[red]not sent[/red] {order.get('orderId', '?')}: {exc}")
+    console.print(f"submitted {sent} of {len(orders)} orders; replies go to [bold]{reply_to}[/bold]")
+
+
+@app.command()
+def watch(
+    reply_to: ReplyTo,
+    timeout: Annotated[float, typer.Option(help="Stop after this many seconds.")] = 60.0,
+    env_file: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Print status replies from the reply queue as they arrive."""
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue=reply_to)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for reply in client.poll():
+            _print_reply(reply)
+        time.sleep(0.2)
+    final = sum(1 for r in client.replies.latest.values() if r.status in FINAL_STATUSES)
+    console.print(
+        f"{len(client.replies.latest)} orders seen, {final} settled, {client.replies.duplicates} duplicates"
+    )
+
+
+def _print_reply(reply: StatusReply) -> None:
+    colour = {"Processed": "green", "Failed": "red", "Received": "cyan", "Rejected": "yellow"}.get(
+        reply.status.value, "white"
+    )
+    reason = f" ({reply.reason})" if reply.reason else ""
+    console.print(
+        f"{reply.at:%H:%M:%S} [{colour}]{reply.status.value:<18}[/{colour}] {reply.order_id}{reason}"
+    )
+
+
+@app.command()
+def status(
+    order_id: str,
+    env_file: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Show an order's state record."""
+    stores = connect_stores(_settings(env_file))
+    try:
+        found = stores.state.get(order_id)
+    except NotFound:
+        console.print(f"[red]no order {order_id}[/red]")
+        raise typer.Exit(1) from None
+    finally:
+        stores.close()
+    record = found.item
+    table = Table(title=f"order {order_id}")
+    table.add_column("field")
+    table.add_column("value")
+    for name in ("process_state", "locked_by", "complete_by", "attempt", "failure_count", "next_attempt_at"):
+        table.add_row(name, str(getattr(record, name)))
+    table.add_row("retry_budget", f"{record.retry_budget.spent}/{record.retry_budget.limit}")
+    for name, step in record.steps.items():
+        table.add_row(f"step {name}", f"{step.status.value} (attempts {step.attempts}) {step.result or ''}")
+    if record.last_error:
+        table.add_row(
+            "last_error", f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}"
+        )
+    console.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

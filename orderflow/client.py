@@ -1,0 +1,132 @@
+"""The client SDK: submit orders and read status replies from the client's private reply queue.
+
+A client owns one reply queue (its name is in every order it submits as ``replyTo``). Status replies
+carry the order id; the same reply may arrive more than once (at-least-once delivery), so the client
+de-duplicates by message id and keeps the latest status per order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orderflow.errors import InvalidMessage
+from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, validate_message
+from orderflow.queues.base import QueueFactory
+
+logger = logging.getLogger(__name__)
+
+FINAL_STATUSES = frozenset(
+    {
+        OrderStatus.PROCESSED,
+        OrderStatus.FAILED,
+        OrderStatus.COMPENSATED,
+        OrderStatus.COMPENSATION_FAILED,
+        OrderStatus.CANCELLED,
+        OrderStatus.REJECTED,
+    }
+)
+"""Statuses after which the client expects nothing more for an order (unless an operator acts)."""
+
+
+def submission_message_id(order_id: str) -> str:
+    """Stable message id of an order submission: broker duplicate detection keys on it."""
+    return f"{order_id}:submit"
+
+
+@dataclass
+class ReplyLog:
+    """Replies seen so far: the latest status per order, and every message id (for de-duplication)."""
+
+    latest: dict[str, StatusReply] = field(default_factory=dict)
+    seen_ids: set[str] = field(default_factory=set)
+    duplicates: int = 0
+    foreign: int = 0
+
+    def settled(self, order_ids: Iterable[str]) -> int:
+        """How many of ``order_ids`` have a final status."""
+        return sum(1 for oid in order_ids if oid in self.latest and self.latest[oid].status in FINAL_STATUSES)
+
+
+class OrderflowClient:
+    """Submits orders and reads the client's reply queue.
+
+    Args:
+        queues: Queue factory (Azurite locally, Service Bus on Azure).
+        reply_queue: This client's private reply queue.
+        orders_queue: The submission queue.
+    """
+
+    def __init__(self, queues: QueueFactory, *, reply_queue: str, orders_queue: str = "orders") -> None:
+        self._queues = queues
+        self.reply_queue = reply_queue
+        self.orders_queue = orders_queue
+        self.replies = ReplyLog()
+
+    def submit(self, order: SubmitOrder | Mapping[str, Any]) -> str:
+        """Validate and send one order; ``replyTo`` is set to this client's reply queue.
+
+        Returns:
+            The order id.
+
+        Raises:
+            InvalidMessage: the order is not valid (nothing is sent).
+        """
+        data = dict(order.model_dump(mode="json", by_alias=True) if isinstance(order, SubmitOrder) else order)
+        data["replyTo"] = self.reply_queue
+        validated = validate_message(SubmitOrder, data)
+        self._queues.queue(self.orders_queue).send(
+            validated.to_json(),
+            message_id=submission_message_id(validated.order_id),
+            correlation_id=validated.order_id,
+        )
+        return validated.order_id
+
+    def send_raw(self, body: str, *, message_id: str) -> None:
+        """Send a body as-is to the submission queue (for testing how bad input is handled)."""
+        self._queues.queue(self.orders_queue).send(body, message_id=message_id)
+
+    def poll(self, *, max_messages: int = 32) -> list[StatusReply]:
+        """Receive and complete what is on the reply queue now; returns the new (non-duplicate) replies."""
+        queue = self._queues.queue(self.reply_queue)
+        fresh: list[StatusReply] = []
+        for message in queue.receive(max_messages=max_messages, lock_s=30.0):
+            try:
+                reply = parse_message(StatusReply, message.body)
+            except InvalidMessage as exc:
+                self.replies.foreign += 1
+                queue.dead_letter(message, reason=exc.reason, description=exc.description)
+                continue
+            if message.message_id in self.replies.seen_ids:
+                self.replies.duplicates += 1
+            else:
+                self.replies.seen_ids.add(message.message_id)
+                current = self.replies.latest.get(reply.order_id)
+                if current is None or current.status not in FINAL_STATUSES or reply.status in FINAL_STATUSES:
+                    self.replies.latest[reply.order_id] = reply
+                fresh.append(reply)
+            queue.complete(message)
+        return fresh
+
+    def wait_for(
+        self,
+        order_ids: Iterable[str],
+        *,
+        timeout_s: float,
+        on_reply: Callable[[StatusReply], None] | None = None,
+        poll_s: float = 0.2,
+    ) -> ReplyLog:
+        """Poll until every order in ``order_ids`` has a final status or ``timeout_s`` seconds pass."""
+        wanted = list(order_ids)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for reply in self.poll():
+                if on_reply is not None:
+                    on_reply(reply)
+            if self.replies.settled(wanted) == len(wanted):
+                break
+            time.sleep(poll_s)
+        return self.replies

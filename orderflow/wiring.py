@@ -1,0 +1,34 @@
+"""Build the real adapters from :class:`Settings`: one place that turns settings into connections."""
+
+from __future__ import annotations
+
+from orderflow.queues.storage import StorageQueueFactory
+from orderflow.settings import Settings
+from orderflow.stores.cosmos import CosmosStores
+
+
+def connect_queues(settings: Settings) -> StorageQueueFactory:
+    """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``.
+
+    Raises:
+        ValueError: the setting is empty.
+    """
+    if not settings.STORAGE_CONNECTION_STRING:
+        raise ValueError("STORAGE_CONNECTION_STRING is not set")
+    return StorageQueueFactory.from_connection_string(settings.STORAGE_CONNECTION_STRING)
+
+
+def connect_stores(settings: Settings) -> CosmosStores:
+    """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY``.
+
+    Raises:
+        ValueError: the endpoint or key is empty (managed identity comes with the Azure host).
+    """
+    if not settings.COSMOS_ENDPOINT or not settings.COSMOS_KEY:
+        raise ValueError("COSMOS_ENDPOINT and COSMOS_KEY must be set")
+    return CosmosStores.connect(
+        settings.COSMOS_ENDPOINT,
+        key=settings.COSMOS_KEY,
+        database=settings.COSMOS_DATABASE,
+        verify_tls=settings.COSMOS_VERIFY_TLS,
+    )

@@ -1,0 +1,148 @@
+"""A whole orderflow system in the test process: demo services, one devhost, a client.
+
+The stores and queues are either the in-memory adapters (fast, for unit-level flows) or the real
+local emulators (Cosmos DB API on cosmosdb-server, Storage queues on Azurite). The orchestrations run
+on durabletask's in-memory backend with the real worker; the agents call the demo services over HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from demo.faults import FaultPlan
+from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.tpch import Catalog, load_catalog
+from devhost.emulators import LocalEndpoints
+from devhost.host import ALL_ROLES, Dependencies, DevHost
+from orderflow.client import OrderflowClient
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.queues.storage import StorageQueueFactory
+from orderflow.records import StateRecord
+from orderflow.settings import Settings
+from orderflow.state_machine import SETTLED_STATES
+from orderflow.stores.cosmos import CosmosStores
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+
+TPCH_FIXTURE = Path(__file__).parent / "data" / "tpch"
+
+FAST_SETTINGS: dict[str, Any] = {
+    "STARTER_INTERVAL_S": 0.05,
+    "SUPERVISOR_INTERVAL_S": 0.2,
+    "SUPERVISOR_BACKOFF_INITIAL_S": 0.2,
+    "SUPERVISOR_BACKOFF_MAX_S": 1.0,
+    "STEP_TIMEOUT_S": 1.5,
+    "CLAIM_TIMEOUT_S": 3.0,
+    "POLL_INTERVAL_S": 0.02,
+    "AGENT_BACKOFF_INITIAL_S": 0.05,
+    "AGENT_BACKOFF_MAX_S": 0.2,
+}
+"""Short cadences and deadlines so that timeouts and recoveries happen within a test's seconds."""
+
+
+@dataclass
+class System:
+    """A running system and handles to inspect it."""
+
+    host: DevHost
+    deps: Dependencies
+    client: OrderflowClient
+    catalog: Catalog
+    services_url: str
+
+    def record(self, order_id: str) -> StateRecord:
+        return self.deps.states.get(order_id).item
+
+    def audit(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.services_url}/audit", timeout=5).json()
+        return result
+
+    def set_faults(self, plan: FaultPlan) -> None:
+        httpx.put(f"{self.services_url}/faults", json=plan.model_dump(), timeout=5).raise_for_status()
+
+    def submit_all(self, order_ids: list[str] | None = None) -> list[str]:
+        ids = []
+        for order in self.catalog.orders:
+            if order_ids is None or order.order_id in order_ids:
+                ids.append(self.client.submit(order.to_submission(self.client.reply_queue)))
+        return ids
+
+    def wait_settled(self, order_ids: list[str], *, timeout_s: float = 30.0) -> dict[str, StateRecord]:
+        """Poll the state store until every order is settled; fail with the unsettled ones."""
+        deadline = time.monotonic() + timeout_s
+        records: dict[str, StateRecord] = {}
+        while time.monotonic() < deadline:
+            records = {}
+            for order_id in order_ids:
+                try:
+                    records[order_id] = self.record(order_id)
+                except Exception:  # not yet submitted
+                    continue
+            if len(records) == len(order_ids) and all(
+                r.process_state in SETTLED_STATES for r in records.values()
+            ):
+                return records
+            time.sleep(0.1)
+        states = {oid: (r.process_state.value, r.attempt) for oid, r in records.items()}
+        raise AssertionError(f"not settled within {timeout_s} s: {states}")
+
+    def wait_until(self, predicate: Callable[[], bool], *, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except Exception:  # e.g. the record does not exist yet
+                pass
+            time.sleep(0.05)
+        raise AssertionError("condition not met in time")
+
+
+def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
+    deps = Dependencies(
+        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
+    )
+    return deps, lambda: None
+
+
+def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Callable[[], None]]:
+    stores = CosmosStores.connect(
+        endpoints.cosmos_endpoint,
+        key=endpoints.cosmos_key,
+        database="db" + uuid.uuid4().hex[:10],
+        verify_tls=False,
+    )
+    queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
+    return Dependencies(states=stores.state, orders=stores.orders, queues=queues), stores.close
+
+
+@contextmanager
+def running_system(
+    deps: Dependencies,
+    *,
+    faults: FaultPlan | None = None,
+    roles: tuple[str, ...] = ALL_ROLES,
+    stock_divisor: int = 1,
+    **settings: Any,
+) -> Iterator[System]:
+    """Start demo services on the fixture catalog and one devhost with ``roles``; stop both after."""
+    catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
+    server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
+    url = server_url(server)
+    host_id = "h" + uuid.uuid4().hex[:8]
+    config = Settings(**{**FAST_SETTINGS, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings})
+    host = DevHost(config, deps, roles)
+    host.start()
+    client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}")
+    try:
+        yield System(host, deps, client, catalog, url)
+    finally:
+        host.stop()
+        stop(server, thread)

@@ -1,0 +1,194 @@
+"""Orders end to end: submission, claim, the orchestrator's race, agents, listener, supervisor, replies.
+
+Runs the real durabletask worker and in-memory backend, the real demo services over HTTP and the
+devhost's loops. ``backend`` runs each test on the in-memory adapters and on the local emulators
+(cosmosdb-server through azure-cosmos, Azurite through azure-storage-queue).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from demo.faults import FaultPlan
+from devhost.emulators import LocalEndpoints
+from devhost.host import Dependencies
+from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
+from orderflow.records import ProcessState, StepStatus, format_utc
+from tests.harness import System, emulator_dependencies, memory_dependencies, running_system
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["memory", "emulators"])
+def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
+    if request.param == "memory":
+        made, close = memory_dependencies()
+    else:
+        endpoints: LocalEndpoints = request.getfixturevalue("local_endpoints")
+        made, close = emulator_dependencies(endpoints)
+    try:
+        yield made
+    finally:
+        close()
+
+
+def statuses(system: System) -> dict[str, list[str]]:
+    seen: dict[str, list[str]] = {}
+    for message in _drain(system):
+        body = json.loads(message)
+        seen.setdefault(body["orderId"], []).append(body["status"])
+    return seen
+
+
+def _drain(system: System) -> list[str]:
+    queue = system.deps.queues.queue(system.client.reply_queue)
+    bodies = []
+    while batch := queue.receive(max_messages=32, lock_s=30):
+        for message in batch:
+            bodies.append(message.body)
+            queue.complete(message)
+    return bodies
+
+
+def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
+    with running_system(deps) as system:
+        ids = system.submit_all()
+        records = system.wait_settled(ids)
+        audit = system.audit()
+    assert records["tpch-1"].process_state is ProcessState.PROCESSED
+    # Customer 2 has a negative balance: the payment is declined, a permanent error.
+    declined = records["tpch-2"]
+    assert declined.process_state is ProcessState.ERROR
+    assert declined.last_error is not None
+    assert (declined.last_error.kind, declined.last_error.code, declined.last_error.step) == (
+        "permanent",
+        "card_declined",
+        "charge_payment",
+    )
+    assert declined.steps["charge_payment"].status is StepStatus.FAILED
+    processed = records["tpch-1"]
+    assert [s.status for s in processed.steps.values()] == [StepStatus.COMPLETED] * 3
+    assert [e.step for e in processed.compensation_log] == [
+        "reserve_inventory",
+        "charge_payment",
+        "create_shipment",
+    ]
+    assert processed.compensation_log[-1].undo is None  # the shipment is a point of no return
+    assert processed.steps["charge_payment"].result is not None
+    assert processed.steps["charge_payment"].result["amount"] == "1000.50"
+    assert (processed.attempt, processed.failure_count, processed.locked_by) == (1, 0, "tpch-1:1")
+    assert audit["duplicate_effects"] == 0
+    seen = statuses(system)
+    assert seen["tpch-1"] == ["Received", "Processed"]
+    assert seen["tpch-2"] == ["Received", "Failed"]
+
+
+def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependencies) -> None:
+    # Every first call hangs for 3 s, past the 1.5 s step deadline; the hung call applies its effect late.
+    faults = FaultPlan(hang_rate=1.0, hang_s=3.0, seed=3)
+    with running_system(deps, faults=faults) as system:
+        ids = system.submit_all(["tpch-1"])
+        system.wait_until(lambda: system.record("tpch-1").failure_count >= 1, timeout_s=20)
+        system.set_faults(FaultPlan())
+        record = system.wait_settled(ids, timeout_s=30)["tpch-1"]
+        audit = system.audit()
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.attempt >= 2
+    assert record.failure_count >= 1
+    assert record.locked_by == f"tpch-1:{record.attempt}"
+    assert audit["duplicate_effects"] == 0
+    reserve_key = audit["keys"]["tpch-1:reserve_inventory"]
+    assert reserve_key["effects"] == 1
+    assert reserve_key["calls"] >= 2
+
+
+def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: Dependencies) -> None:
+    faults = FaultPlan(lost_response_rate=0.5, seed=11)
+    with running_system(deps, faults=faults) as system:
+        ids = system.submit_all(["tpch-1", "tpch-3", "tpch-32"])
+        records = system.wait_settled(ids, timeout_s=30)
+        audit = system.audit()
+    assert {oid: r.process_state for oid, r in records.items()} == dict.fromkeys(ids, ProcessState.PROCESSED)
+    lost = [k for k, v in audit["keys"].items() if any(f["kind"] == "lost_response" for f in v["faults"])]
+    assert lost, "the seed must inject at least one lost response"
+    assert all(audit["keys"][k]["effects"] == 1 for k in lost)
+    assert audit["duplicate_effects"] == 0
+
+
+def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencies) -> None:
+    # No agents run: the request is never answered, the timer wins, the record keeps its expired deadline.
+    roles = ("submission", "starter", "orchestrator", "listener")
+    with running_system(deps, roles=roles) as system:
+        system.submit_all(["tpch-1"])
+        system.wait_until(
+            lambda: system.record("tpch-1").steps["reserve_inventory"].status is StepStatus.RUNNING
+        )
+        record = system.record("tpch-1")
+        assert record.complete_by is not None
+        instance = f"tpch-1:{record.attempt}"
+        system.wait_until(lambda: not _running(system, instance), timeout_s=10)
+        before = system.deps.states.get("tpch-1")
+        late = AgentResponse(
+            request_id=f"{instance}:reserve_inventory",
+            event_id=f"{instance}:reserve_inventory:response",
+            event_name=step_event_name("reserve_inventory"),
+            order_id="tpch-1",
+            instance_id=instance,
+            step="reserve_inventory",
+            outcome=AgentOutcome.SUCCEEDED,
+            result={"reservationId": "late"},
+            calls=1,
+            completed_at=record.complete_by,
+        )
+        system.deps.queues.queue(system.host.settings.response_queue()).send(
+            late.to_json(), message_id=late.event_id
+        )
+        response_queue = system.deps.queues.queue(system.host.settings.response_queue())
+        system.wait_until(lambda: response_queue.approximate_count() == 0)
+        after = system.deps.states.get("tpch-1")
+    assert after.etag == before.etag
+    assert after.item.process_state is ProcessState.PROCESSING
+    assert after.item.steps["reserve_inventory"].status is StepStatus.RUNNING
+    assert format_utc(after.item.complete_by) == format_utc(record.complete_by)  # type: ignore[arg-type]
+
+
+def _running(system: System, instance_id: str) -> bool:
+    assert system.host.client is not None
+    status = system.host.client.get_status(instance_id)
+    return status is not None and status.running
+
+
+def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
+    with running_system(deps, roles=("submission",)) as system:
+        order = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
+        system.client.submit(order)
+        system.client.send_raw(json.dumps(order), message_id="tpch-1:submit")
+        system.wait_until(lambda: system.deps.queues.queue("orders").approximate_count() == 0)
+        replies = [json.loads(b) for b in _drain(system)]
+        record = system.record("tpch-1")
+        dead = system.deps.queues.dead_letters("orders")
+    assert record.process_state is ProcessState.PENDING
+    assert [r["status"] for r in replies] == ["Received", "Received"]
+    assert dead == []
+
+
+def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: Dependencies) -> None:
+    with running_system(deps, roles=("submission",)) as system:
+        order: dict[str, Any] = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
+        system.client.submit(order)
+        system.wait_until(lambda: system.deps.queues.queue("orders").approximate_count() == 0)
+        original = system.deps.orders.get("tpch-1")
+        state_before = system.deps.states.get("tpch-1")
+        system.client.send_raw(json.dumps({**order, "amount": "1.00"}), message_id="tpch-1:submit-2")
+        system.wait_until(lambda: len(system.deps.queues.dead_letters("orders")) == 1)
+        dead = system.deps.queues.dead_letters("orders")
+        after = system.deps.orders.get("tpch-1")
+        state_after = system.deps.states.get("tpch-1")
+    assert dead[0].reason == "ConflictingOrder"
+    assert json.loads(dead[0].body)["amount"] == "1.00"
+    assert after == original
+    assert state_after.etag == state_before.etag

@@ -1,0 +1,64 @@
+"""Fakes of the ports that have no in-memory adapter in the package, and small builders for tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrators.starter import InstanceStatus
+from orderflow.queues.base import MessageQueue, ReceivedMessage
+
+
+@dataclass
+class RecordingClient:
+    """An :class:`OrchestrationClient` that records what it was asked to do."""
+
+    existing: set[str] = field(default_factory=set)
+    started: list[str] = field(default_factory=list)
+    payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    statuses: dict[str, InstanceStatus] = field(default_factory=dict)
+    raised: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+        if instance_id in self.existing:
+            return False
+        self.existing.add(instance_id)
+        self.started.append(instance_id)
+        self.payloads[instance_id] = payload
+        return True
+
+    def get_status(self, instance_id: str) -> InstanceStatus | None:
+        return self.statuses.get(instance_id)
+
+    def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
+        self.raised.append((instance_id, name, payload))
+
+
+def order_body(order_id: str = "o-1", *, reply_to: str = "client-a", **changes: Any) -> str:
+    """A valid submission body (one line: sku 10 x 5)."""
+    body: dict[str, Any] = {
+        "schemaVersion": 1,
+        "orderId": order_id,
+        "customerId": "1",
+        "customerName": "Customer#000000001",
+        "currency": "USD",
+        "amount": "1000.50",
+        "items": [{"sku": "10", "quantity": 5}],
+        "carrier": "TRUCK",
+        "replyTo": reply_to,
+    }
+    body.update(changes)
+    return json.dumps(body)
+
+
+def received(queue: MessageQueue) -> list[ReceivedMessage]:
+    """Receive (and complete) everything visible on ``queue`` now, in order."""
+    out: list[ReceivedMessage] = []
+    while True:
+        batch = queue.receive(max_messages=32, lock_s=60)
+        if not batch:
+            return out
+        for message in batch:
+            queue.complete(message)
+        out.extend(batch)

@@ -1,0 +1,526 @@
+"""The agent: retries inside the deadline and the call budget, one idempotency key, one response.
+
+Time is a :class:`FakeClock` moved only by the fake service (call duration) and the fake ``sleep``
+(backoff), so every deadline decision is deterministic and nothing really sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from agents.agent import MIN_CALL_S, AgentResult, handle_request
+from agents.services import ROUTES, HttpRemoteService, classify_http
+from orderflow.clock import FakeClock
+from orderflow.errors import InvalidMessage, PermanentError, TransientError
+from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+REPLY_QUEUE = "agent-responses-local"
+PAYLOAD: dict[str, Any] = {"items": [{"sku": "10", "quantity": 5}]}
+
+Outcome = dict[str, str] | Exception
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call the fake service received, with the fake time it started at."""
+
+    operation: str
+    payload: dict[str, Any]
+    order_id: str
+    idempotency_key: str
+    timeout_s: float
+    at: datetime
+
+
+@dataclass
+class ScriptedService:
+    """A :class:`RemoteService` that plays ``outcomes`` in order (the last one repeats forever).
+
+    Each call moves the clock by ``duration_s``, like a remote call taking that long.
+    """
+
+    clock: FakeClock
+    outcomes: list[Outcome]
+    duration_s: float = 0.0
+    name: str = "inventory"
+    calls: list[Call] = field(default_factory=list)
+
+    def call(
+        self,
+        operation: str,
+        payload: Mapping[str, Any],
+        *,
+        order_id: str,
+        idempotency_key: str,
+        timeout_s: float,
+    ) -> dict[str, str]:
+        self.calls.append(
+            Call(operation, dict(payload), order_id, idempotency_key, timeout_s, self.clock.now())
+        )
+        self.clock.advance(self.duration_s)
+        outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+@dataclass
+class FakeSleep:
+    """Records each backoff and moves the clock by it (plus ``overshoot_s``, a late wake-up)."""
+
+    clock: FakeClock
+    overshoot_s: float = 0.0
+    slept: list[float] = field(default_factory=list)
+
+    def __call__(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.clock.advance(seconds + self.overshoot_s)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def queues(clock: FakeClock) -> InMemoryQueueFactory:
+    def monotonic() -> float:
+        return (clock.now() - START).total_seconds()
+
+    return InMemoryQueueFactory(clock=monotonic)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+
+
+def request_body(*, deadline_s: float = 8.0, max_calls: int = 10) -> str:
+    return AgentRequest(
+        request_id="o-1:1:reserve",
+        order_id="o-1",
+        instance_id="o-1:1",
+        step="reserve",
+        operation="reserve",
+        idempotency_key="o-1:reserve",
+        deadline=START + timedelta(seconds=deadline_s),
+        reply_to=REPLY_QUEUE,
+        payload=PAYLOAD,
+        max_calls=max_calls,
+    ).to_json()
+
+
+def run(
+    body: str,
+    service: ScriptedService,
+    queues: InMemoryQueueFactory,
+    clock: FakeClock,
+    settings: Settings,
+    sleep: Callable[[float], None],
+) -> AgentResult:
+    return handle_request(body, service=service, queues=queues, clock=clock, settings=settings, sleep=sleep)
+
+
+def sent_responses(queues: InMemoryQueueFactory) -> list[AgentResponse]:
+    return [parse_message(AgentResponse, m.body) for m in queues.queue(REPLY_QUEUE).peek_all()]
+
+
+def the_response(result: AgentResult) -> AgentResponse:
+    assert result.response is not None
+    return result.response
+
+
+def test_success_on_first_call_sends_one_succeeded_response(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "r-42"}])
+    sleep = FakeSleep(clock)
+
+    result = run(request_body(), service, queues, clock, settings, sleep)
+
+    assert result.calls == 1
+    assert service.calls == [Call("reserve", PAYLOAD, "o-1", "o-1:reserve", 5.0, START)]
+    assert sleep.slept == []
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.SUCCEEDED
+    assert response.result == {"reservationId": "r-42"}
+    assert (response.error_kind, response.error_code, response.error_message) == (None, None, None)
+    assert response.event_id == "o-1:1:reserve:response"
+    assert response.event_name == "reserve:response"
+    assert (response.instance_id, response.step, response.calls) == ("o-1:1", "reserve", 1)
+    messages = queues.queue(REPLY_QUEUE).peek_all()
+    assert [(m.message_id, m.correlation_id) for m in messages] == [("o-1:1:reserve:response", "o-1")]
+    assert parse_message(AgentResponse, messages[0].body) == response
+
+
+def test_transient_twice_then_success_retries_with_the_same_key(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(
+        clock, [TransientError("503"), TransientError("503"), {"reservationId": "r-1"}], duration_s=0.1
+    )
+    sleep = FakeSleep(clock)
+
+    result = run(request_body(), service, queues, clock, settings, sleep)
+
+    assert result.calls == 3
+    assert [c.idempotency_key for c in service.calls] == ["o-1:reserve"] * 3
+    assert the_response(result).outcome is AgentOutcome.SUCCEEDED
+    assert the_response(result).result == {"reservationId": "r-1"}
+    assert the_response(result).calls == 3
+    # Exponential backoff from AGENT_BACKOFF_INITIAL_S, plus tenacity's jitter (at most 1 s).
+    assert len(sleep.slept) == 2
+    for n, slept in enumerate(sleep.slept):
+        floor = settings.AGENT_BACKOFF_INITIAL_S * 2**n
+        assert floor <= slept <= min(floor + 1.0, settings.AGENT_BACKOFF_MAX_S)
+    # Each retry starts after the previous call's duration plus the backoff: the sleep really waited.
+    gaps = [(b.at - a.at).total_seconds() for a, b in zip(service.calls, service.calls[1:], strict=False)]
+    assert gaps == pytest.approx([0.1 + s for s in sleep.slept], abs=1e-5)
+    assert len(sent_responses(queues)) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "message"), [("out_of_stock", "sku 10 is out of stock"), ("card_declined", "declined")]
+)
+def test_permanent_error_is_not_retried(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, code: str, message: str
+) -> None:
+    service = ScriptedService(clock, [PermanentError(code, message), {"reservationId": "never"}])
+    sleep = FakeSleep(clock)
+
+    result = run(request_body(), service, queues, clock, settings, sleep)
+
+    assert result.calls == 1
+    assert sleep.slept == []
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("permanent", code)
+    assert response.error_message is not None
+    assert message in response.error_message
+    assert response.result == {}
+    assert sent_responses(queues) == [response]
+
+
+@pytest.mark.parametrize("call_duration_s", [0.0, 0.3, 1.1])
+def test_transient_until_the_deadline_starts_no_call_after_it(
+    clock: FakeClock,
+    queues: InMemoryQueueFactory,
+    settings: Settings,
+    call_duration_s: float,
+) -> None:
+    deadline = START + timedelta(seconds=3.0)
+    service = ScriptedService(clock, [TransientError("still down")], duration_s=call_duration_s)
+    sleep = FakeSleep(clock)
+
+    result = run(request_body(deadline_s=3.0, max_calls=100), service, queues, clock, settings, sleep)
+
+    assert len(service.calls) >= 2, "a transient fault is retried while the deadline allows"
+    assert result.calls == len(service.calls)
+    for call in service.calls:
+        left = (deadline - call.at).total_seconds()
+        assert call.at < deadline
+        assert left >= MIN_CALL_S
+        assert call.timeout_s <= left
+        assert call.timeout_s <= settings.AGENT_CALL_TIMEOUT_S
+    # The first call has 3 s left, less than AGENT_CALL_TIMEOUT_S: its timeout is the time left.
+    assert service.calls[0].timeout_s == pytest.approx(3.0)
+    # No backoff was allowed to run past the deadline either.
+    assert len(sleep.slept) == len(service.calls) - 1
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("transient", "transient_exhausted")
+    assert response.calls == len(service.calls)
+    assert sent_responses(queues) == [response]
+
+
+def test_a_late_wake_up_past_the_deadline_starts_no_call(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [TransientError("503")])
+    sleep = FakeSleep(clock, overshoot_s=5.0)  # the process was paused during the backoff
+
+    result = run(request_body(deadline_s=3.0), service, queues, clock, settings, sleep)
+
+    assert [c.at for c in service.calls] == [START]
+    assert result.calls == 1
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("timeout", "deadline_exceeded")
+    assert sent_responses(queues) == [response]
+
+
+def test_max_calls_bounds_the_calls_and_reports_budget_exhausted(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [TransientError("503")], duration_s=0.1)
+    sleep = FakeSleep(clock)
+
+    result = run(request_body(deadline_s=600.0, max_calls=3), service, queues, clock, settings, sleep)
+
+    assert len(service.calls) == 3
+    assert result.calls == 3
+    assert len(sleep.slept) == 2
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("budget_exhausted", "transient_exhausted")
+    assert response.calls == 3
+
+
+def test_max_calls_zero_makes_no_call_and_answers_budget_exhausted(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+
+    result = run(request_body(max_calls=0), service, queues, clock, settings, FakeSleep(clock))
+
+    assert service.calls == []
+    assert result.calls == 0
+    response = the_response(result)
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("budget_exhausted", "retry_budget_exhausted")
+    assert response.calls == 0
+    assert sent_responses(queues) == [response]
+
+
+@pytest.mark.parametrize("late_by_s", [0.0, 0.001, 30.0])
+def test_request_expired_on_arrival_makes_no_call_and_sends_nothing(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, late_by_s: float
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+    clock.advance(8.0 + late_by_s)
+
+    result = run(request_body(deadline_s=8.0), service, queues, clock, settings, FakeSleep(clock))
+
+    assert result == AgentResult(None, 0)
+    assert service.calls == []
+    assert queues.queue(REPLY_QUEUE).approximate_count() == 0
+
+
+def test_too_little_time_left_on_arrival_answers_timeout_without_a_call(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+    clock.advance(8.0 - MIN_CALL_S / 2)
+
+    result = run(request_body(deadline_s=8.0), service, queues, clock, settings, FakeSleep(clock))
+
+    assert service.calls == []
+    response = the_response(result)
+    assert (response.outcome, response.error_kind, response.error_code) == (
+        AgentOutcome.FAILED,
+        "timeout",
+        "deadline_exceeded",
+    )
+    assert response.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("{not json", "InvalidJson"),
+        (json.dumps({"requestId": "x"}), "MissingField"),
+        (request_body().replace('"maxCalls":10', '"maxCalls":-1'), "InvalidField"),
+    ],
+)
+def test_invalid_body_raises_invalid_message_and_does_nothing(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, body: str, reason: str
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+
+    with pytest.raises(InvalidMessage) as raised:
+        run(body, service, queues, clock, settings, FakeSleep(clock))
+
+    assert raised.value.reason == reason
+    assert service.calls == []
+    assert queues.queue(REPLY_QUEUE).approximate_count() == 0
+
+
+# --- classify_http --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (503, {}),
+        (500, {"error": "internal"}),
+        (502, {}),
+        (507, {}),
+        (599, {"error": "odd"}),
+        (425, {}),
+        (429, {"error": "throttled"}),
+        (408, {}),
+        (409, {"error": "request_in_progress", "permanent": False}),
+        (400, {"error": "flaky", "permanent": False}),
+    ],
+)
+def test_classify_http_transient(status: int, body: dict[str, Any]) -> None:
+    error = classify_http(status, body)
+
+    assert isinstance(error, TransientError)
+    assert f"HTTP {status}" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        (402, {"error": "card_declined", "message": "insufficient funds"}, "card_declined"),
+        (409, {"error": "out_of_stock", "message": "sku 10"}, "out_of_stock"),
+        (422, {"error": "invalid_carrier", "detail": "no such carrier"}, "invalid_carrier"),
+        (422, {}, "http_422"),
+        (404, {}, "http_404"),
+        (503, {"error": "closed_for_good", "permanent": True}, "closed_for_good"),
+    ],
+)
+def test_classify_http_permanent(status: int, body: dict[str, Any], code: str) -> None:
+    error = classify_http(status, body)
+
+    assert isinstance(error, PermanentError)
+    assert error.code == code
+    assert f"HTTP {status}" in error.detail
+
+
+def test_classify_http_carries_the_remote_message() -> None:
+    error = classify_http(402, {"error": "card_declined", "message": "insufficient funds"})
+
+    assert isinstance(error, PermanentError)
+    assert error.detail == "card_declined: insufficient funds (HTTP 402)"
+
+
+# --- HttpRemoteService over httpx.MockTransport --------------------------------------------------
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def http_service(name: str, handler: Handler) -> HttpRemoteService:
+    client = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://demo.test")
+    return HttpRemoteService(name, "http://demo.test", client=client)
+
+
+def call(service: HttpRemoteService, operation: str = "reserve", timeout_s: float = 2.5) -> dict[str, str]:
+    return service.call(
+        operation, PAYLOAD, order_id="o-1", idempotency_key="o-1:reserve", timeout_s=timeout_s
+    )
+
+
+def test_http_service_sends_key_and_json_body_and_extracts_result_fields() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={"reservationId": "r-7", "status": "held", "internal": 1})
+
+    result = call(http_service("inventory", handler))
+
+    assert result == {"reservationId": "r-7"}
+    [request] = seen
+    assert request.method == "POST"
+    assert request.url == "http://demo.test/inventory/reservations"
+    assert request.headers["Idempotency-Key"] == "o-1:reserve"
+    assert json.loads(request.content) == {"orderId": "o-1", **PAYLOAD}
+    assert request.extensions["timeout"] == {"connect": 2.5, "read": 2.5, "write": 2.5, "pool": 2.5}
+
+
+def test_http_service_stringifies_result_fields_of_each_route() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == ROUTES[("payment", "charge")].path
+        return httpx.Response(200, json={"chargeId": "ch-1", "amount": 1000.5, "currency": "USD"})
+
+    result = call(http_service("payment", handler), "charge")
+
+    assert result == {"chargeId": "ch-1", "amount": "1000.5", "currency": "USD"}
+
+
+def test_http_service_same_key_on_every_try_through_the_agent(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    answers = [
+        httpx.Response(503, json={"error": "unavailable"}),
+        httpx.Response(201, json={"reservationId": "r"}),
+    ]
+    keys: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers["Idempotency-Key"])
+        return answers.pop(0)
+
+    result = handle_request(
+        request_body(),
+        service=http_service("inventory", handler),
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        sleep=FakeSleep(clock),
+    )
+
+    assert keys == ["o-1:reserve", "o-1:reserve"]
+    assert the_response(result).result == {"reservationId": "r"}
+    assert the_response(result).calls == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        lambda request: httpx.ReadTimeout("read timed out", request=request),
+        lambda request: httpx.ConnectTimeout("connect timed out", request=request),
+        lambda request: httpx.ConnectError("connection refused", request=request),
+        lambda request: httpx.RemoteProtocolError("peer closed connection", request=request),
+    ],
+    ids=["read-timeout", "connect-timeout", "connect-error", "protocol-error"],
+)
+def test_http_service_transport_failures_are_transient(
+    failure: Callable[[httpx.Request], Exception],
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise failure(request)
+
+    with pytest.raises(TransientError) as raised:
+        call(http_service("inventory", handler))
+
+    assert "inventory" in raised.value.detail
+    assert isinstance(raised.value.__cause__, httpx.TransportError)
+
+
+def test_http_service_non_json_500_is_transient() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text="<html>Internal Server Error</html>")
+
+    with pytest.raises(TransientError) as raised:
+        call(http_service("inventory", handler))
+
+    assert raised.value.detail == "http_500 (HTTP 500)"
+
+
+def test_http_service_business_refusal_is_permanent() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "out_of_stock", "message": "sku 10"})
+
+    with pytest.raises(PermanentError) as raised:
+        call(http_service("inventory", handler))
+
+    assert raised.value.code == "out_of_stock"
+
+
+def test_http_service_unknown_operation_is_permanent_and_sends_nothing() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    with pytest.raises(PermanentError) as raised:
+        call(http_service("inventory", handler), "charge")
+
+    assert raised.value.code == "unknown_operation"
+    assert seen == []

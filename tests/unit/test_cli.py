@@ -1,0 +1,337 @@
+"""The ``orderflow`` command line over in-memory queues and stores (``connect_*`` are monkeypatched)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from orderflow import cli
+from orderflow.cli import app, generate_orders
+from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState, RetryBudget, StateRecord, StepState, StepStatus
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryStateStore
+from tests.unit.fakes import order_body
+
+pytestmark = pytest.mark.unit
+
+AT = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+@dataclass
+class FakeTime:
+    """Stands in for the ``time`` module inside :mod:`orderflow.cli`: sleeping moves the clock."""
+
+    now: float = 0.0
+    slept: list[float] = field(default_factory=list)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@dataclass
+class FakeStores:
+    """What :func:`orderflow.wiring.connect_stores` returns, as far as the CLI uses it."""
+
+    state: InMemoryStateStore = field(default_factory=InMemoryStateStore)
+    closed: bool = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def queues() -> InMemoryQueueFactory:
+    now = [0.0]
+    return InMemoryQueueFactory(clock=lambda: now[0])
+
+
+@pytest.fixture
+def connected(queues: InMemoryQueueFactory, monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    """Route ``connect_queues`` to the in-memory factory; returns the settings it was called with."""
+    calls: list[Settings] = []
+
+    def connect_queues(settings: Settings) -> InMemoryQueueFactory:
+        calls.append(settings)
+        return queues
+
+    monkeypatch.setattr(cli, "connect_queues", connect_queues)
+    return calls
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def submitted(queues: InMemoryQueueFactory) -> list[SubmitOrder]:
+    messages = queues.queue("orders").peek_all()
+    orders = [parse_message(SubmitOrder, m.body) for m in messages]
+    assert [m.message_id for m in messages] == [f"{o.order_id}:submit" for o in orders]
+    return orders
+
+
+def order(order_id: str, **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(order_body(order_id, **changes))
+    return data
+
+
+# --- submit ---------------------------------------------------------------------------------------
+
+
+def test_submit_generate_sends_valid_orders_replying_to_the_given_queue(
+    queues: InMemoryQueueFactory, connected: list[Settings]
+) -> None:
+    result = invoke("submit", "--generate", "3", "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    orders = submitted(queues)
+    assert len(orders) == 3
+    assert {o.reply_to for o in orders} == {"client-x"}
+    assert len({o.order_id for o in orders}) == 3
+    assert [o.model_dump(mode="json", by_alias=True) for o in orders] == generate_orders(
+        3, seed=1, reply_to="client-x"
+    )
+    assert "submitted 3 of 3 orders" in result.output
+    assert len(connected) == 1
+
+
+def test_submit_generate_uses_the_seed(queues: InMemoryQueueFactory, connected: list[Settings]) -> None:
+    result = invoke("submit", "--generate", "2", "--seed", "42", "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [o.order_id for o in submitted(queues)] == [
+        o["orderId"] for o in generate_orders(2, seed=42, reply_to="client-x")
+    ]
+
+
+def test_submit_file_with_a_json_array(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.json"
+    path.write_text(json.dumps([order("o-1"), order("o-2")], indent=2), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [(o.order_id, o.reply_to) for o in submitted(queues)] == [("o-1", "client-x"), ("o-2", "client-x")]
+    assert "submitted 2 of 2 orders" in result.output
+
+
+def test_submit_file_with_json_lines(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.jsonl"
+    lines = [order_body("o-1"), "", order_body("o-2"), order_body("o-3")]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [o.order_id for o in submitted(queues)] == ["o-1", "o-2", "o-3"]
+
+
+def test_submit_file_with_one_pretty_printed_object(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "order.json"
+    path.write_text(json.dumps(order("o-1"), indent=2), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [o.order_id for o in submitted(queues)] == ["o-1"]
+
+
+def test_submit_file_with_a_utf8_bom(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.json"
+    path.write_text("\ufeff" + json.dumps([order("o-1")]), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [o.order_id for o in submitted(queues)] == ["o-1"]
+
+
+def test_submit_file_keeps_a_json_number_amount_exact(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "order.json"
+    path.write_text(order_body("o-1").replace('"1000.50"', "1000.10"), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    [sent] = queues.queue("orders").peek_all()
+    assert json.loads(sent.body)["amount"] == "1000.10"
+
+
+def test_submit_file_reports_invalid_orders_and_sends_the_rest(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.json"
+    path.write_text(json.dumps([order("o-1", currency="XYZ"), order("o-2")]), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 0, result.output
+    assert [o.order_id for o in submitted(queues)] == ["o-2"]
+    assert "not sent o-1" in result.output
+    assert "submitted 1 of 2 orders" in result.output
+
+
+def test_submit_with_both_a_file_and_generate_is_an_error(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.json"
+    path.write_text(json.dumps([order("o-1")]), encoding="utf-8")
+
+    result = invoke("submit", str(path), "--generate", "3", "--reply-to", "client-x")
+
+    assert result.exit_code == 2
+    assert "not both" in result.output
+    assert queues.queue("orders").approximate_count() == 0
+    assert connected == []
+
+
+def test_submit_with_neither_a_file_nor_generate_is_an_error(
+    queues: InMemoryQueueFactory, connected: list[Settings]
+) -> None:
+    result = invoke("submit", "--reply-to", "client-x")
+
+    assert result.exit_code == 2
+    assert queues.queue("orders").approximate_count() == 0
+
+
+def test_submit_requires_reply_to(queues: InMemoryQueueFactory, connected: list[Settings]) -> None:
+    result = invoke("submit", "--generate", "1")
+
+    assert result.exit_code == 2
+    assert "--reply-to" in result.output
+    assert queues.queue("orders").approximate_count() == 0
+
+
+@pytest.mark.parametrize("nested", [True, False], ids=["local-settings-values", "flat-object"])
+def test_submit_reads_settings_from_the_env_file(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path, nested: bool
+) -> None:
+    values = {"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true", "ORDERS_QUEUE": "orders"}
+    env_file = tmp_path / "local.settings.json"
+    env_file.write_text(
+        json.dumps({"IsEncrypted": False, "Values": values} if nested else values), encoding="utf-8"
+    )
+
+    result = invoke("submit", "--generate", "1", "--reply-to", "client-x", "--env-file", str(env_file))
+
+    assert result.exit_code == 0, result.output
+    [settings] = connected
+    assert settings.STORAGE_CONNECTION_STRING == "UseDevelopmentStorage=true"
+
+
+# --- generate_orders ------------------------------------------------------------------------------
+
+
+def test_generate_orders_is_deterministic_for_a_seed() -> None:
+    first = generate_orders(20, seed=7, reply_to="client-x")
+
+    assert first == generate_orders(20, seed=7, reply_to="client-x")
+    assert first != generate_orders(20, seed=8, reply_to="client-x")
+    assert generate_orders(5, seed=7, reply_to="client-x") == first[:5]
+
+
+def test_generate_orders_are_valid_and_distinct() -> None:
+    orders = generate_orders(200, seed=3, reply_to="client-y")
+
+    parsed = [parse_message(SubmitOrder, json.dumps(o)) for o in orders]
+    assert len({p.order_id for p in parsed}) == 200
+    assert {p.reply_to for p in parsed} == {"client-y"}
+    assert all(1 <= len(p.items) <= 4 for p in parsed)
+    assert generate_orders(0, seed=3, reply_to="client-y") == []
+
+
+# --- watch ----------------------------------------------------------------------------------------
+
+
+def test_watch_prints_replies_and_a_summary(
+    queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_time = FakeTime()
+    monkeypatch.setattr(cli, "time", fake_time)
+    replies = queues.queue("client-x")
+    for order_id, status in [("o-1", OrderStatus.RECEIVED), ("o-1", OrderStatus.PROCESSED)] * 2 + [
+        ("o-2", OrderStatus.RECEIVED)
+    ]:
+        reply = StatusReply(order_id=order_id, status=status, at=AT)
+        replies.send(reply.to_json(), message_id=reply_message_id(order_id, status))
+
+    result = invoke("watch", "--reply-to", "client-x", "--timeout", "1")
+
+    assert result.exit_code == 0, result.output
+    assert fake_time.now >= 1.0
+    assert "o-1" in result.output
+    assert "o-2" in result.output
+    assert "Processed" in result.output
+    assert "2 orders seen, 1 settled, 2 duplicates" in result.output
+    assert replies.approximate_count() == 0
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    stores = FakeStores()
+    stores.state.create(
+        StateRecord(
+            id="o-1",
+            order_id="o-1",
+            process_state=ProcessState.PROCESSING,
+            locked_by="o-1:2",
+            attempt=2,
+            reply_to="client-x",
+            steps={
+                "reserve": StepState(
+                    status=StepStatus.COMPLETED,
+                    attempts=1,
+                    idempotency_key="o-1:reserve",
+                    result={"id": "r-1"},
+                )
+            },
+            retry_budget=RetryBudget(limit=24, spent=3),
+            workflow_version="order-v1",
+            created_at=AT,
+            updated_at=AT,
+        )
+    )
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = CliRunner().invoke(app, ["status", "o-1"], terminal_width=200)
+
+    assert result.exit_code == 0, result.output
+    assert "Processing" in result.output
+    assert "o-1:2" in result.output
+    assert "3/24" in result.output
+    assert "Completed (attempts 1)" in result.output
+    assert stores.closed
+
+
+def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    stores = FakeStores()
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = CliRunner().invoke(app, ["status", "nope"], terminal_width=200)
+
+    assert result.exit_code == 1
+    assert "no order nope" in result.output
+    assert stores.closed

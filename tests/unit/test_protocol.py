@@ -1,0 +1,340 @@
+"""The concurrency protocol on the in-memory store: claim, fencing, supervisor recovery (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from activities.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
+from activities.fencing import RecordCache, fenced_write
+from activities.steps import ActivityDeps, finish_order, start_step
+from activities.submission import handle_submission
+from orchestrators.definitions import ORDER_V1
+from orchestrators.starter import claim, run_starter_pass
+from orderflow.clock import FakeClock
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState, StateRecord, StepStatus
+from orderflow.settings import Settings
+from orderflow.stores.base import StateQuery
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
+from tests.unit.fakes import RecordingClient, order_body, received
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(SUPERVISOR_MAX_FAILURES=3, SUPERVISOR_BACKOFF_INITIAL_S=2.0, CLAIM_TIMEOUT_S=30.0)
+
+
+@pytest.fixture
+def deps(clock: FakeClock, settings: Settings) -> ActivityDeps:
+    return ActivityDeps(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=clock,
+        settings=settings,
+    )
+
+
+def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
+    handle_submission(
+        order_body(order_id),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+
+
+def claimed(deps: ActivityDeps, order_id: str = "o-1") -> StateRecord:
+    found = deps.states.get(order_id)
+    won = claim(deps.states, found, deps.clock, deps.settings)
+    assert won is not None
+    return won.item
+
+
+def test_two_starters_with_the_same_read_claim_once(deps: ActivityDeps) -> None:
+    submit(deps)
+    read_by_a = deps.states.get("o-1")
+    read_by_b = deps.states.get("o-1")
+    first = claim(deps.states, read_by_a, deps.clock, deps.settings)
+    second = claim(deps.states, read_by_b, deps.clock, deps.settings)
+    assert first is not None and second is None
+    stored = deps.states.get("o-1").item
+    assert stored.locked_by == "o-1:1"
+    assert stored.attempt == 1
+    assert stored.process_state is ProcessState.PROCESSING
+    assert stored.complete_by == deps.clock.now() + timedelta(seconds=30)
+
+
+def test_starter_pass_schedules_attempt_specific_instances(deps: ActivityDeps) -> None:
+    submit(deps, "o-1")
+    submit(deps, "o-2")
+    client = RecordingClient()
+    report = run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue="agent-responses-h1",
+        capacity=10,
+    )
+    assert sorted(report.claimed) == ["o-1", "o-2"]
+    assert sorted(client.started) == ["o-1:1", "o-2:1"]
+    payload = client.payloads["o-1:1"]
+    assert payload["responseQueue"] == "agent-responses-h1"
+    assert payload["workflowVersion"] == ORDER_V1.version
+    assert payload["completedSteps"] == []
+
+
+def test_starter_treats_an_existing_instance_as_started(deps: ActivityDeps) -> None:
+    submit(deps)
+    client = RecordingClient(existing={"o-1:1"})
+    report = run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=5,
+    )
+    assert report.claimed == ["o-1"]
+    assert report.already_started == 1
+    assert deps.states.get("o-1").item.locked_by == "o-1:1"
+
+
+def test_starter_respects_next_attempt_at(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    record = claimed(deps)
+    clock.advance(31)
+    assert recover(
+        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+    ) is (Recovery.REQUEUED)
+    requeued = deps.states.get("o-1").item
+    assert requeued.next_attempt_at == clock.now() + timedelta(seconds=2)
+    client = RecordingClient()
+    run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=5,
+    )
+    assert client.started == []
+    clock.advance(2)
+    run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=5,
+    )
+    assert client.started == [f"o-1:{record.attempt + 1}"]
+
+
+def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submit(deps)
+    claimed(deps)
+    clock.advance(31)
+    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    before = deps.states.get("o-1")
+    result = start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id="o-1:1",
+            workflow_version=ORDER_V1.version,
+            step="reserve_inventory",
+            deadline=clock.now() + timedelta(seconds=8),
+            response_queue="r-q1",
+        ).to_payload(),
+        deps,
+    )
+    assert result["applied"] is False and result["fenced"] is True
+    after = deps.states.get("o-1")
+    assert after.etag == before.etag
+    assert after.item == before.item
+    assert deps.queues.queue("agent-inventory").approximate_count() == 0
+
+
+def test_fenced_write_rejects_a_non_owner_without_writing(deps: ActivityDeps) -> None:
+    submit(deps)
+    claimed(deps)
+    before = deps.states.get("o-1")
+
+    def mutate(record: StateRecord) -> StateRecord:
+        record.process_state = ProcessState.PROCESSED
+        return record
+
+    outcome = fenced_write(
+        deps.states, RecordCache(), deps.clock, order_id="o-1", instance_id="o-1:9", mutate=mutate
+    )
+    assert outcome.fenced and not outcome.applied
+    assert deps.states.get("o-1").etag == before.etag
+
+
+def test_fenced_write_rereads_after_a_stale_cached_etag(deps: ActivityDeps) -> None:
+    submit(deps)
+    claimed(deps)
+    cache = RecordCache()
+    cache.put(deps.states.get("o-1"))
+    # Another writer (same owner, e.g. an earlier run of the activity) moves the record on.
+    current = deps.states.get("o-1")
+    bumped = current.item.model_copy(deep=True)
+    bumped.failure_count = 0
+    deps.states.replace(bumped, etag=current.etag)
+
+    def mutate(record: StateRecord) -> StateRecord:
+        record.steps["reserve_inventory"].status = StepStatus.RUNNING
+        return record
+
+    outcome = fenced_write(deps.states, cache, deps.clock, order_id="o-1", instance_id="o-1:1", mutate=mutate)
+    assert outcome.applied
+    assert deps.states.get("o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING
+
+
+def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    claimed(deps)
+    payload = StartStepInput(
+        order_id="o-1",
+        instance_id="o-1:1",
+        workflow_version=ORDER_V1.version,
+        step="reserve_inventory",
+        deadline=clock.now() + timedelta(seconds=8),
+        response_queue="r-q1",
+    ).to_payload()
+    first = start_step(payload, deps)
+    etag = deps.states.get("o-1").etag
+    second = start_step(payload, deps)
+    assert first["applied"] and second["applied"]
+    stored = deps.states.get("o-1")
+    assert stored.etag == etag  # the re-run wrote nothing
+    step = stored.item.steps["reserve_inventory"]
+    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
+    assert stored.item.complete_by == clock.now() + timedelta(seconds=8)
+    requests = [m for m in received(deps.queues.queue("agent-inventory"))]
+    assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory", "o-1:1:reserve_inventory"]
+    body = json.loads(requests[0].body)
+    assert body["idempotencyKey"] == "o-1:reserve_inventory"
+    assert body["replyTo"] == "r-q1"
+    assert body["payload"]["items"] == [{"sku": "10", "quantity": 5}]
+
+
+def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    claimed(deps)
+    deadline = clock.now() + timedelta(seconds=8)
+    for step in ("reserve_inventory", "charge_payment"):
+        previous = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=2)
+        start_step(
+            StartStepInput(
+                order_id="o-1",
+                instance_id="o-1:1",
+                workflow_version=ORDER_V1.version,
+                step=step,
+                deadline=deadline,
+                completed=previous if step == "charge_payment" else None,
+                response_queue="r-q1",
+            ).to_payload(),
+            deps,
+        )
+    record = deps.states.get("o-1").item
+    assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED
+    assert [(e.step, e.undo, e.undo_key, e.data) for e in record.compensation_log] == [
+        ("reserve_inventory", "release", "o-1:reserve_inventory:undo", {"reservationId": "r-1"})
+    ]
+    assert record.retry_budget.spent == 2
+
+
+def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    claimed(deps)
+    payload = FinishOrderInput(
+        order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+    ).to_payload()
+    assert finish_order(payload, deps)["applied"] is True
+    assert finish_order(payload, deps)["applied"] is True  # re-run: already Processed, reply re-sent
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.complete_by is None
+    replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
+    statuses = [(r["orderId"], r["status"]) for r in replies]
+    assert statuses == [("o-1", "Received"), ("o-1", "Processed"), ("o-1", "Processed")]
+
+
+def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps, "o-1")
+    submit(deps, "o-2")
+    claimed(deps, "o-1")
+    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    assert (report.scanned, report.requeued, report.gave_up) == (0, [], [])
+    assert deps.states.get("o-2").item.process_state is ProcessState.PENDING
+
+
+def test_supervisor_gives_up_at_the_threshold_and_replies_failed(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submit(deps)
+    outcomes = []
+    for _ in range(deps.settings.SUPERVISOR_MAX_FAILURES):
+        clock.advance(60)
+        claimed(deps)
+        clock.advance(31)
+        outcomes.append(
+            recover(
+                deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+            )
+        )
+    assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.ERROR
+    assert record.failure_count == 3
+    assert record.locked_by is None
+    assert record.last_error is not None and record.last_error.kind == "timeout"
+    replies = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
+    assert replies == ["Received", "Failed"]
+
+
+def test_two_supervisors_recover_a_record_once(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    claimed(deps)
+    clock.advance(31)
+    seen_by_a = deps.states.get("o-1")
+    seen_by_b = deps.states.get("o-1")
+    a = recover(deps.states, seen_by_a, queues=deps.queues, clock=clock, settings=deps.settings)
+    b = recover(deps.states, seen_by_b, queues=deps.queues, clock=clock, settings=deps.settings)
+    assert (a, b) == (Recovery.REQUEUED, Recovery.LOST_RACE)
+    assert deps.states.get("o-1").item.failure_count == 1
+
+
+def test_sweep_pages_through_every_expired_record(deps: ActivityDeps, clock: FakeClock) -> None:
+    settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 3})
+    for n in range(10):
+        submit(deps, f"o-{n}")
+        claimed(deps, f"o-{n}")
+    clock.advance(31)
+    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+    assert sorted(report.requeued) == sorted(f"o-{n}" for n in range(10))
+    assert report.pages >= 4
+    left = deps.states.count(StateQuery(process_states=(ProcessState.PROCESSING,)))
+    assert left == 0
+
+
+def test_backoff_doubles_and_caps() -> None:
+    s = Settings(SUPERVISOR_BACKOFF_INITIAL_S=1.0, SUPERVISOR_BACKOFF_MAX_S=5.0)
+    assert [backoff_s(n, s) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
