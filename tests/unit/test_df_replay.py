@@ -1,0 +1,763 @@
+"""The order workflow replayed by azure-functions-durable's own executor over hand-built histories.
+
+Each test builds the history the Durable Functions extension would send (:mod:`tests.df_history`), runs
+the real orchestrator function (:func:`durable_functions_orchestrator` over
+:func:`orchestrators.workflow.order_workflow`) through ``Orchestrator(fn).handle(...)`` and compares
+the whole orchestrator state it returns (``isDone``, ``actions``, ``output``, ``customStatus``) with the
+expected JSON. Activity inputs travel as JSON strings; they are decoded before comparing so a failure
+shows which field differs.
+
+Task ids follow the SDK's sequence numbers: every activity attempt and timer takes the next number, in
+the order the workflow yields them; an external-event task is identified by its name.
+
+The payload shape is the current extension's (replay schema V3: ``upperSchemaVersionNew`` = 2, timer
+durations present) unless a test says otherwise. Under V2+ the SDK wraps a with-retry activity in a
+``WhenAll`` action and a race in a ``WhenAny`` action.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Generator
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from azure.durable_functions import DurableOrchestrationContext, Orchestrator
+from durabletask import task as dt
+
+from orchestrators.context import ActivityFailed, ActivityRetry
+from orchestrators.durable_functions_adapter import (
+    DurableFunctionsWorkflowContext,
+    durable_functions_orchestrator,
+    is_task_failure,
+    retry_options_for,
+)
+from orchestrators.durabletask_adapter import durabletask_orchestrator
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.errors import OrderflowError
+from tests.df_history import HistoryBuilder
+
+pytestmark = pytest.mark.unit
+
+ORDER_ID = "o-1"
+INSTANCE = "o-1:1"
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+STEP_TIMEOUT = timedelta(seconds=30)
+ORCHESTRATOR = durable_functions_orchestrator(order_workflow)
+
+RESERVE, CHARGE, SHIP = "reserve_inventory", "charge_payment", "create_shipment"
+LEGACY_V1: dict[str, Any] = {"upper_schema_version": None, "upper_schema_version_new": None}
+"""Builder options for the payload of an extension that predates replay schema V2."""
+
+APPLIED: dict[str, Any] = {"applied": True, "fenced": False, "reason": None, "remainingCalls": 9}
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs and history helpers
+
+
+def start_input(**changes: Any) -> dict[str, Any]:
+    """An :class:`OrchestrationInput` as the starter sends it (camelCase JSON)."""
+    payload: dict[str, Any] = {
+        "orderId": ORDER_ID,
+        "attempt": 1,
+        "workflowVersion": "order-v1",
+        "completedSteps": [],
+        "responseQueue": "agent-responses",
+        "maxCalls": 10,
+        "stepTimeoutS": STEP_TIMEOUT.total_seconds(),
+    }
+    payload.update(changes)
+    return payload
+
+
+def response(step: str, *, request_id: str | None = None, **changes: Any) -> dict[str, Any]:
+    """An agent response event payload as the listener raises it (camelCase JSON)."""
+    rid = request_id if request_id is not None else f"{INSTANCE}:{step}"
+    payload: dict[str, Any] = {
+        "schemaVersion": 1,
+        "requestId": rid,
+        "eventId": f"{rid}:response",
+        "eventName": f"{step}:response",
+        "orderId": ORDER_ID,
+        "instanceId": INSTANCE,
+        "step": step,
+        "outcome": "succeeded",
+        "errorKind": None,
+        "errorCode": None,
+        "errorMessage": None,
+        "result": {f"{step}Id": f"{step}-1"},
+        "calls": 1,
+        "completedAt": "2025-01-02T03:04:06.000000Z",
+    }
+    payload.update(changes)
+    return payload
+
+
+def at(seconds: float) -> datetime:
+    """``T0`` plus ``seconds``."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def z(moment: datetime) -> str:
+    """A time as the SDK and the contracts write it (``...ffffffZ``)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def history(**builder_options: Any) -> HistoryBuilder:
+    """A history whose first episode (at ``T0``) started the order workflow with :func:`start_input`."""
+    return HistoryBuilder(INSTANCE, T0, **builder_options).started(start_input(), name=ORDER_WORKFLOW)
+
+
+def run_step(
+    builder: HistoryBuilder, *, task_id: int, scheduled_at: datetime, completed_at: datetime
+) -> HistoryBuilder:
+    """Schedule ``start_step`` (task ``task_id``), complete it at ``completed_at`` and record the race timer.
+
+    The timer (task ``task_id + 1``) fires at the deadline the workflow computed in the episode that
+    scheduled the step: ``scheduled_at`` + the step timeout.
+    """
+    return (
+        builder.task_scheduled("start_step", task_id)
+        .episode(completed_at)
+        .task_completed(task_id, APPLIED)
+        .timer_created(task_id + 1, scheduled_at + STEP_TIMEOUT)
+    )
+
+
+def replay(builder: HistoryBuilder) -> dict[str, Any]:
+    """Run the orchestrator over the builder's history; the returned state with activity inputs decoded."""
+    context = DurableOrchestrationContext.from_json(builder.build_context_json())
+    state = cast(dict[str, Any], json.loads(Orchestrator(ORCHESTRATOR).handle(context)))
+    for episode in state["actions"]:
+        for action in episode:
+            _decode_inputs(action)
+    return state
+
+
+def _decode_inputs(action: dict[str, Any]) -> None:
+    if isinstance(action.get("input"), str):
+        action["input"] = json.loads(action["input"])
+    for child in action.get("compoundActions", []):
+        _decode_inputs(child)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Expected actions (replay schema V3)
+
+RETRY_OPTIONS = {"firstRetryIntervalInMilliseconds": 1000, "maxNumberOfAttempts": 4}
+
+
+def with_retry(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A state-write activity: ``CallActivityWithRetry`` wrapped by the SDK in a ``WhenAll`` (type 12)."""
+    return {
+        "actionType": 12,
+        "compoundActions": [
+            {"actionType": 1, "functionName": name, "input": payload, "retryOptions": RETRY_OPTIONS}
+        ],
+    }
+
+
+def start_step(step: str, deadline: datetime, completed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``start_step`` action of ``step`` with its ``completeBy`` and the previous step's result."""
+    return with_retry(
+        "start_step",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "workflowVersion": "order-v1",
+            "step": step,
+            "deadline": z(deadline),
+            "completed": completed,
+            "responseQueue": "agent-responses",
+        },
+    )
+
+
+def step_result(step: str) -> dict[str, Any]:
+    """The ``completed`` summary the next write carries for a step answered by :func:`response`."""
+    return {"step": step, "result": {f"{step}Id": f"{step}-1"}, "calls": 1}
+
+
+def race(step: str, deadline: datetime | None, *, canceled: bool = False) -> dict[str, Any]:
+    """``WhenAny`` (type 11) of the step's response event and its timer.
+
+    ``deadline`` None: a re-wait after an ignored event, where only the new event wait is a new action
+    (the timer is the one already scheduled).
+    """
+    children: list[dict[str, Any]] = [
+        {"actionType": 6, "externalEventName": f"{step}:response", "reason": "ExternalEvent"}
+    ]
+    if deadline is not None:
+        children.append({"actionType": 5, "fireAt": z(deadline), "isCanceled": canceled})
+    return {"actionType": 11, "compoundActions": children}
+
+
+def state(
+    actions: list[dict[str, Any]], status: str, *, output: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole orchestrator state: done exactly when there is an output."""
+    expected: dict[str, Any] = {
+        "isDone": output is not None,
+        "schemaVersion": 2,
+        "actions": [actions],
+        "customStatus": status,
+    }
+    if output is not None:
+        expected["output"] = output
+    return expected
+
+
+def finish_order(outcome: str, *, completed: Any = None, error: Any = None) -> dict[str, Any]:
+    """The ``finish_order`` action."""
+    return with_retry(
+        "finish_order",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "workflowVersion": "order-v1",
+            "outcome": outcome,
+            "completed": completed,
+            "error": error,
+        },
+    )
+
+
+# The first step's race: start_step at T0 (task 0), completed at T0+1 s, timer 1 at T0+30 s.
+DEADLINE_1 = T0 + STEP_TIMEOUT
+
+
+def waiting_on_first_step() -> HistoryBuilder:
+    """History up to the first step's race: the instance waits for the reserve response or the timer."""
+    return run_step(history(), task_id=0, scheduled_at=T0, completed_at=at(1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# (a) first episode
+
+
+def test_first_episode_publishes_the_step_then_starts_it_with_its_deadline() -> None:
+    result = replay(history())
+
+    assert result == state([start_step(RESERVE, DEADLINE_1)], "waiting:reserve_inventory")
+
+
+def test_after_start_step_the_response_event_races_a_timer_at_the_deadline() -> None:
+    result = replay(waiting_on_first_step())
+
+    assert result == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+    )
+
+
+def test_a_resumed_attempt_skips_the_steps_an_earlier_attempt_completed() -> None:
+    builder = HistoryBuilder(INSTANCE, T0).started(start_input(completedSteps=[RESERVE]), name=ORDER_WORKFLOW)
+
+    assert replay(builder) == state([start_step(CHARGE, DEADLINE_1)], "waiting:charge_payment")
+
+
+# ---------------------------------------------------------------------------------------------------
+# (b) the response wins the race
+
+
+def test_matching_response_cancels_the_timer_and_starts_the_next_step_with_the_result() -> None:
+    builder = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+
+    assert replay(builder) == state(
+        [
+            start_step(RESERVE, DEADLINE_1),
+            race(RESERVE, DEADLINE_1, canceled=True),
+            start_step(CHARGE, at(5) + STEP_TIMEOUT, completed=step_result(RESERVE)),
+        ],
+        "waiting:charge_payment",
+    )
+
+
+def test_response_raised_before_start_step_completed_is_buffered_and_wins() -> None:
+    # The agent can answer before the extension has processed start_step's completion: the event is
+    # then in history before TaskCompleted and the SDK buffers it until the workflow waits.
+    builder = (
+        history()
+        .task_scheduled("start_step", 0)
+        .episode(at(1))
+        .event_raised("reserve_inventory:response", response(RESERVE))
+        .task_completed(0, APPLIED)
+    )
+
+    assert replay(builder) == state(
+        [
+            start_step(RESERVE, DEADLINE_1),
+            race(RESERVE, DEADLINE_1, canceled=True),
+            start_step(CHARGE, at(1) + STEP_TIMEOUT, completed=step_result(RESERVE)),
+        ],
+        "waiting:charge_payment",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (c) the timer wins
+
+
+def test_timer_wins_ends_the_instance_without_any_write() -> None:
+    builder = waiting_on_first_step().episode(DEADLINE_1).timer_fired(1, DEADLINE_1)
+
+    result = replay(builder)
+
+    assert result == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)],
+        "waiting:reserve_inventory",
+        output={"outcome": "timeout", "step": RESERVE},
+    )
+
+
+def test_response_after_the_timer_fired_in_the_same_episode_is_not_used() -> None:
+    builder = (
+        waiting_on_first_step()
+        .episode(DEADLINE_1)
+        .timer_fired(1, DEADLINE_1)
+        .event_raised("reserve_inventory:response", response(RESERVE))
+    )
+
+    assert replay(builder)["output"] == {"outcome": "timeout", "step": RESERVE}
+    assert replay(builder)["actions"] == [[start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# (d) stray, late and duplicated responses
+
+
+def test_response_with_another_request_id_leaves_only_the_timer() -> None:
+    stale = response(RESERVE, request_id=f"{ORDER_ID}:0:{RESERVE}")  # a superseded attempt's request
+    builder = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", stale)
+
+    # No new wait on the same event name (DF would hand the stray event to it again): only the
+    # step's timer is still pending.
+    assert replay(builder) == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+    )
+
+
+def test_malformed_response_payload_leaves_only_the_timer() -> None:
+    builder = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", {"x": 1})
+
+    assert replay(builder) == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+    )
+
+
+def test_after_a_stray_response_the_attempt_ends_at_its_deadline_without_writing() -> None:
+    stale = response(RESERVE, request_id=f"{ORDER_ID}:0:{RESERVE}")
+    builder = (
+        waiting_on_first_step()
+        .episode(at(5))
+        .event_raised("reserve_inventory:response", stale)
+        .episode(at(7))
+        .event_raised("reserve_inventory:response", response(RESERVE))
+        .episode(DEADLINE_1)
+        .timer_fired(1, DEADLINE_1)
+    )
+
+    assert replay(builder) == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)],
+        "waiting:reserve_inventory",
+        output={"outcome": "timeout", "step": RESERVE},
+    )
+
+
+def test_duplicate_response_after_the_step_completed_is_ignored() -> None:
+    answered = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+    with_duplicate = (
+        copy.deepcopy(answered).episode(at(6)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+
+    # The SDK finds no task waiting on the name and keeps the event aside with this warning.
+    with pytest.warns(UserWarning, match="Potential duplicate Task completion for TaskId: reserve_inventory"):
+        result = replay(with_duplicate)
+
+    assert result == replay(answered)
+
+
+def test_cancelled_timer_that_fires_later_does_not_disturb_the_next_step() -> None:
+    # The extension cannot delete a durable timer: the cancelled one may still fire while the next
+    # step waits. It must neither end the instance nor count as the next step's timeout.
+    builder = (
+        run_step(
+            waiting_on_first_step()
+            .episode(at(5))
+            .event_raised("reserve_inventory:response", response(RESERVE)),
+            task_id=2,
+            scheduled_at=at(5),
+            completed_at=at(6),
+        )
+        .episode(DEADLINE_1)
+        .timer_fired(1, DEADLINE_1)
+    )
+
+    assert replay(builder) == state(
+        [
+            start_step(RESERVE, DEADLINE_1),
+            race(RESERVE, DEADLINE_1, canceled=True),
+            start_step(CHARGE, at(35), completed=step_result(RESERVE)),
+            race(CHARGE, at(35)),
+        ],
+        "waiting:charge_payment",
+    )
+
+
+def test_stray_response_buffered_before_the_wait_cannot_loop() -> None:
+    # DF re-delivers a buffered event to every later wait of the same name; the workflow never waits
+    # on that name again, so the stray is consumed once and the step's timer decides.
+    stale = response(RESERVE, request_id=f"{ORDER_ID}:0:{RESERVE}")
+    builder = (
+        history()
+        .task_scheduled("start_step", 0)
+        .episode(at(1))
+        .event_raised("reserve_inventory:response", stale)
+        .task_completed(0, APPLIED)
+    )
+
+    assert replay(builder) == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (e) agent failures
+
+
+def test_permanent_error_finishes_the_order_as_error_with_the_error() -> None:
+    failed = response(
+        RESERVE,
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="out_of_stock",
+        errorMessage="sku X1 is out of stock",
+        result={},
+        calls=2,
+    )
+    answered = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", failed)
+    error = {
+        "step": RESERVE,
+        "kind": "permanent",
+        "code": "out_of_stock",
+        "message": "sku X1 is out of stock",
+        "calls": 2,
+    }
+    expected_actions = [
+        start_step(RESERVE, DEADLINE_1),
+        race(RESERVE, DEADLINE_1, canceled=True),
+        finish_order("Error", error=error),
+    ]
+
+    assert replay(answered) == state(expected_actions, "waiting:reserve_inventory")
+
+    finished = answered.task_scheduled("finish_order", 2).episode(at(6)).task_completed(2, APPLIED)
+    assert replay(finished) == state(
+        expected_actions, "waiting:reserve_inventory", output={"outcome": "Error", "step": RESERVE}
+    )
+
+
+def test_transient_error_records_a_retryable_failure_for_the_supervisor() -> None:
+    failed = response(
+        RESERVE,
+        outcome="failed",
+        errorKind="transient",
+        errorCode="transient_exhausted",
+        errorMessage="503 from inventory",
+        result={},
+        calls=3,
+    )
+    answered = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", failed)
+    record = with_retry(
+        "record_step_failure",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "error": {
+                "step": RESERVE,
+                "kind": "transient",
+                "code": "transient_exhausted",
+                "message": "503 from inventory",
+                "calls": 3,
+            },
+            "at": z(at(5)),
+        },
+    )
+    finished = answered.task_scheduled("record_step_failure", 2).episode(at(6)).task_completed(2, APPLIED)
+
+    assert replay(finished) == state(
+        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1, canceled=True), record],
+        "waiting:reserve_inventory",
+        output={"outcome": "retryable", "step": RESERVE},
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (f) happy path
+
+
+def happy_path(finish_result: dict[str, Any] = APPLIED, **builder_options: Any) -> HistoryBuilder:
+    """All three steps answered; ``finish_order`` (task 6) scheduled at T0+25 s, answered at T0+26 s."""
+    builder = run_step(history(**builder_options), task_id=0, scheduled_at=T0, completed_at=at(1))
+    builder = builder.episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    builder = run_step(builder, task_id=2, scheduled_at=at(5), completed_at=at(6))
+    builder = builder.episode(at(15)).event_raised("charge_payment:response", response(CHARGE))
+    builder = run_step(builder, task_id=4, scheduled_at=at(15), completed_at=at(16))
+    builder = builder.episode(at(25)).event_raised("create_shipment:response", response(SHIP))
+    return builder.task_scheduled("finish_order", 6).episode(at(26)).task_completed(6, finish_result)
+
+
+HAPPY_ACTIONS = [
+    start_step(RESERVE, DEADLINE_1),
+    race(RESERVE, DEADLINE_1, canceled=True),
+    start_step(CHARGE, at(35), completed=step_result(RESERVE)),
+    race(CHARGE, at(35), canceled=True),
+    start_step(SHIP, at(45), completed=step_result(CHARGE)),
+    race(SHIP, at(45), canceled=True),
+    finish_order("Processed", completed=step_result(SHIP)),
+]
+
+
+def test_happy_path_runs_three_steps_and_finishes_processed_with_the_last_result() -> None:
+    assert replay(happy_path()) == state(
+        HAPPY_ACTIONS, "waiting:create_shipment", output={"outcome": "Processed", "step": None}
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (g) fenced writes
+
+
+FENCED: dict[str, Any] = {"applied": False, "fenced": True, "reason": "lockedBy o-1:2", "remainingCalls": 9}
+
+
+def test_fenced_start_step_ends_the_instance_as_fenced() -> None:
+    builder = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, FENCED)
+
+    assert replay(builder) == state(
+        [start_step(RESERVE, DEADLINE_1)],
+        "waiting:reserve_inventory",
+        output={"outcome": "fenced", "step": RESERVE},
+    )
+
+
+def test_fenced_finish_order_ends_the_instance_as_fenced() -> None:
+    assert replay(happy_path(finish_result=FENCED)) == state(
+        HAPPY_ACTIONS, "waiting:create_shipment", output={"outcome": "fenced", "step": None}
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (h) activity failures
+
+
+def failing_start_step(failures: int, *, final_timer: bool) -> HistoryBuilder:
+    """``start_step`` failing ``failures`` times, with the extension's retry timer after each failure.
+
+    Ids: attempt k is task 2k, the retry timer after it 2k+1 (the SDK numbers both).
+    """
+    builder = history()
+    now = T0
+    for attempt in range(failures):
+        builder.task_scheduled("start_step", 2 * attempt)
+        now += timedelta(seconds=1)
+        builder.episode(now).task_failed(
+            2 * attempt,
+            "Activity function 'start_step' failed: StoreUnavailable",
+            "[transient] state store unavailable",
+        )
+        if attempt < failures - 1 or final_timer:
+            builder.timer_created(2 * attempt + 1, now + timedelta(seconds=1))
+            now += timedelta(seconds=1)
+            builder.episode(now).timer_fired(2 * attempt + 1, now)
+    return builder
+
+
+def test_failed_state_write_is_retried_by_the_extension_not_the_workflow() -> None:
+    result = replay(failing_start_step(2, final_timer=True))
+
+    assert result == state([start_step(RESERVE, DEADLINE_1)], "waiting:reserve_inventory")
+
+
+def test_state_write_failing_every_attempt_counts_as_not_applied() -> None:
+    # The SDK reports the failure once the retry timer after the last (4th) attempt has fired.
+    assert replay(failing_start_step(4, final_timer=False))["isDone"] is False
+
+    result = replay(failing_start_step(4, final_timer=True))
+
+    assert result == state(
+        [start_step(RESERVE, DEADLINE_1)],
+        "waiting:reserve_inventory",
+        output={"outcome": "fenced", "step": RESERVE},
+    )
+
+
+def test_is_task_failure_accepts_only_the_sdks_plain_exception() -> None:
+    assert is_task_failure(Exception("Activity function 'x' failed \n details"))
+    for programming_error in (
+        TypeError("x"),
+        KeyError("x"),
+        ValueError("x"),
+        ActivityFailed("x"),
+        OrderflowError("x"),
+        RecursionError("x"),
+    ):
+        assert not is_task_failure(programming_error)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Adapter details
+
+
+def test_retry_options_keep_attempts_and_first_interval_only() -> None:
+    options = retry_options_for(
+        ActivityRetry(first_interval_s=1.5, max_attempts=5, backoff=3.0, max_interval_s=9)
+    )
+
+    assert options.to_json() == {"firstRetryIntervalInMilliseconds": 1500, "maxNumberOfAttempts": 5}
+    assert retry_options_for(ActivityRetry(first_interval_s=0.0001)).first_retry_interval_in_milliseconds == 1
+
+
+@pytest.mark.parametrize("designator", ["Z", ""], ids=["aware", "naive"])
+def test_naive_and_aware_history_timestamps_give_the_same_deadlines(designator: str) -> None:
+    # dateutil parses "...Z" as aware (tzutc) and a bare timestamp as naive; both mean UTC. With the
+    # V3 timer durations present the SDK compares fireAt with its clock, which fails on mixed kinds.
+    text = waiting_on_first_step().build_context_json()
+    if not designator:
+        text = text.replace('Z"', '"')
+    context = DurableOrchestrationContext.from_json(text)
+    wrapped = DurableFunctionsWorkflowContext(context)
+    assert wrapped.current_utc_datetime == T0
+    assert wrapped.current_utc_datetime.tzinfo is UTC
+
+    result = json.loads(Orchestrator(ORCHESTRATOR).handle(DurableOrchestrationContext.from_json(text)))
+
+    assert result["actions"][0][1]["compoundActions"][1] == {
+        "actionType": 5,
+        "fireAt": z(DEADLINE_1),
+        "isCanceled": False,
+    }
+    assert json.loads(result["actions"][0][0]["compoundActions"][0]["input"])["deadline"] == z(DEADLINE_1)
+
+
+def test_legacy_v1_payload_lists_each_yield_as_its_own_action_group() -> None:
+    builder = run_step(history(**LEGACY_V1), task_id=0, scheduled_at=T0, completed_at=at(1))
+    builder.episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+
+    result = replay(builder)
+
+    v3 = [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1, canceled=True)]
+    assert "schemaVersion" not in result
+    assert result["actions"] == [
+        v3[0]["compoundActions"],
+        v3[1]["compoundActions"],
+        start_step(CHARGE, at(35), completed=step_result(RESERVE))["compoundActions"],
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Determinism
+
+
+HISTORIES: dict[str, Callable[[], HistoryBuilder]] = {
+    "first_episode": history,
+    "racing": waiting_on_first_step,
+    "happy_path": happy_path,
+    "timer_wins": lambda: waiting_on_first_step().episode(DEADLINE_1).timer_fired(1, DEADLINE_1),
+    "failing_write": lambda: failing_start_step(4, final_timer=True),
+    "legacy_v1_happy_path": lambda: happy_path(**LEGACY_V1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HISTORIES))
+def test_replaying_a_history_twice_gives_identical_actions(name: str) -> None:
+    builder = HISTORIES[name]()
+    text = builder.build_context_json()
+
+    first = Orchestrator(ORCHESTRATOR).handle(DurableOrchestrationContext.from_json(text))
+    second = Orchestrator(ORCHESTRATOR).handle(DurableOrchestrationContext.from_json(text))
+
+    assert first == second
+
+
+def _without_cancel_flags(actions: Any) -> Any:
+    if isinstance(actions, list):
+        return [_without_cancel_flags(item) for item in actions]
+    if isinstance(actions, dict):
+        return {k: _without_cancel_flags(v) for k, v in actions.items() if k != "isCanceled"}
+    return actions
+
+
+def test_each_episode_replays_the_previous_episodes_actions_first() -> None:
+    # What the extension checks on every replay: the actions already in history come back, in order, with
+    # the same inputs (only a timer's cancel flag may flip). A clock read or a random id in the workflow
+    # would change an input between episodes and fail here.
+    previous: list[Any] = []
+    for prefix in happy_path().episodes():
+        actions = _without_cancel_flags(replay(prefix)["actions"][0])
+        assert actions[: len(previous)] == previous
+        previous = actions
+    assert len(previous) == len(HAPPY_ACTIONS)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One body, two runtimes
+
+
+class _FakeDurableTaskContext:
+    """The part of ``durabletask.task.OrchestrationContext`` the workflow's first two decisions touch."""
+
+    def __init__(self, instance_id: str, now: datetime) -> None:
+        self.instance_id = instance_id
+        self.current_utc_datetime = now.replace(tzinfo=None)  # durabletask's clock is naive UTC
+        self.is_replaying = False
+        self.custom_status: str | None = None
+        self.activities: list[tuple[str, Any, dt.RetryPolicy | None]] = []
+        self.timers: list[datetime] = []
+        self.waits: list[str] = []
+
+    def set_custom_status(self, status: str) -> None:
+        self.custom_status = status
+
+    def call_activity(self, name: str, *, input: Any, retry_policy: dt.RetryPolicy | None) -> dt.Task[Any]:
+        self.activities.append((name, input, retry_policy))
+        return dt.CompletableTask()
+
+    def create_timer(self, fire_at: datetime) -> dt.Task[Any]:
+        self.timers.append(fire_at)
+        return dt.CompletableTask()
+
+    def wait_for_external_event(self, name: str) -> dt.Task[Any]:
+        self.waits.append(name)
+        return dt.CompletableTask()
+
+
+def test_both_adapters_run_order_workflow_to_the_same_decisions() -> None:
+    # The Azure host and the local host register their adapter over the same body; for the same input
+    # and clock they must make the same first decisions: the same status, the same start_step input,
+    # then a race of the same event against a timer at the same deadline.
+    df_state = replay(waiting_on_first_step())
+    df_start = df_state["actions"][0][0]["compoundActions"][0]
+    df_race = df_state["actions"][0][1]["compoundActions"]
+
+    fake = _FakeDurableTaskContext(INSTANCE, T0)
+    orchestrator = durabletask_orchestrator(order_workflow)
+    generator = cast(
+        Generator[Any, Any, Any], orchestrator(cast(dt.OrchestrationContext, fake), start_input())
+    )
+    next(generator)
+    [(name, payload, policy)] = fake.activities
+    assert (name, payload) == (df_start["functionName"], df_start["input"])
+    assert fake.custom_status == df_state["customStatus"]
+    assert policy is not None and policy.max_number_of_attempts == RETRY_OPTIONS["maxNumberOfAttempts"]
+
+    generator.send(APPLIED)
+    assert fake.waits == [df_race[0]["externalEventName"]]
+    assert [z(fire_at.replace(tzinfo=UTC)) for fire_at in fake.timers] == [df_race[1]["fireAt"]]
+
+    assert orchestrator.__name__ == ORCHESTRATOR.__name__ == ORDER_WORKFLOW
