@@ -1,0 +1,845 @@
+"""Azure Service Bus adapter of the message-queue port (the Azure host; the Service Bus emulator locally).
+
+Unlike Storage queues, Service Bus carries the sender's ids natively, so no envelope is needed: the body
+is sent as-is with ``message_id`` = the sender's stable id (what broker duplicate detection keys on,
+docs/design.md §3.7), ``correlation_id`` = the order id and ``content_type`` = ``application/json``.
+
+How the port's PeekLock semantics map onto Service Bus:
+
+- **Receive** uses a PeekLock receiver with ``prefetch_count=0``: a prefetched message's lock would
+  tick in a local buffer, and with no prefetch the SDK releases messages that arrive outside a receive
+  call. An empty receive means nothing arrived within ``max_wait_s``; it never means the queue is
+  drained (docs/design.md §7).
+- **Delivery count**: the SDK returns the AMQP header's count, which is 0 on first delivery (the
+  service writes ``DeliveryCount - 1``; the SDK's own live tests assert 0 on a first receive). The
+  port counts from 1, as the .NET and Java SDKs do, so 1 is added.
+- **Lock duration** is a property of the queue (``LockDuration``, default 60 s, at most 5 minutes, set
+  by the infrastructure), not of a receive call. ``lock_s`` is therefore advisory here: it is checked,
+  and a handler that needs longer calls :meth:`ServiceBusQueue.renew_lock`, which extends the lock by
+  the queue's lock duration from now.
+- **Abandon** makes the message available again at once: Service Bus has no visibility delay on
+  abandon, so ``delay_s`` is ignored (see :meth:`ServiceBusQueue.abandon` for why it is not emulated).
+- **Settlement** goes through the receiver that received the message (the AMQP delivery belongs to its
+  link). Each queue keeps one sender and one receiver open, and the factory hands out one queue object
+  per name. The SDK's sync senders and receivers are not thread-safe, so each is guarded by a lock; a
+  receive holds the receiver for at most ``max_wait_s`` (keep it small).
+- **A lost lock** is harmless on complete, abandon and dead-letter (logged at warning): the message is
+  redelivered, or was already settled. The SDK raises :class:`~azure.servicebus.exceptions.
+  MessageLockLostError`, :class:`~azure.servicebus.exceptions.MessageAlreadySettled`,
+  :class:`~azure.servicebus.exceptions.MessageNotFoundError`, or the base ``ServiceBusError`` for AMQP
+  conditions it does not map (docs/design.md §7). On :meth:`ServiceBusQueue.renew_lock` the same errors
+  raise :class:`~orderflow.errors.ConcurrencyConflict`, as on Storage.
+- **Dead letters** use the queue's own dead-letter sub-queue; the reason and description become the
+  ``DeadLetterReason`` / ``DeadLetterErrorDescription`` application properties, truncated to
+  :data:`MAX_DEAD_LETTER_FIELD_CHARS`.
+- **Queues are never created** here: on Azure they come from the infrastructure (Bicep), and the
+  emulator reads them from its configuration file. A missing queue surfaces as a
+  :class:`~orderflow.errors.PermanentError` (``MessagingEntityNotFoundError``) on first use.
+- Messages are sent without a time-to-live, so the queue's ``DefaultMessageTimeToLive`` applies; the
+  infrastructure must keep it long and dead-letter on expiry, or an expired message is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus.exceptions import (
+    MessageAlreadySettled,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageSizeExceededError,
+    OperationTimeoutError,
+    ServiceBusCommunicationError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+    ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
+)
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
+from orderflow.queues.base import DeadLetter, ReceivedMessage
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/json"
+"""Content type of every message sent (bodies are JSON envelopes, docs/design.md §5)."""
+
+MAX_DEAD_LETTER_FIELD_CHARS = 4096
+"""Longest dead-letter reason or description, in UTF-16 code units.
+
+The limit the .NET and JavaScript Service Bus SDKs enforce before dead-lettering (``Constants.
+MaxDeadLetterReasonLength``, ``maxDeadLetterReasonLength``). The Python SDK does not check; staying
+within it keeps a dead-letter request from being refused, which would leave the message locked.
+"""
+
+DEFAULT_MAX_WAIT_S = 1.0
+"""Seconds a receive waits for the first message. Small, because the receive holds the receiver's lock
+and settlements of other messages on the same queue wait behind it."""
+
+DEFAULT_RETRY_TOTAL = 2
+"""SDK retries of a failed operation (its default is 3): consumer loops retry on their own, and the
+order's retry budget is end to end (docs/design.md §2)."""
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?")
+
+# Errors that may succeed on retry. A full queue (quota exceeded) drains as consumers catch up, so it is
+# transient too: treating it as permanent would make a step fail for want of capacity.
+_TRANSIENT_ERRORS = (
+    ServiceBusConnectionError,
+    OperationTimeoutError,
+    ServiceBusServerBusyError,
+    ServiceBusCommunicationError,
+    ServiceBusQuotaExceededError,
+)
+# Settlement errors that mean the lock is gone (the base ServiceBusError is checked separately: only
+# the exact base class counts, its subclasses say what else went wrong).
+_LOCK_LOST_ERRORS = (MessageLockLostError, MessageAlreadySettled, MessageNotFoundError)
+
+
+# --- the SDK surface this adapter uses (the real clients satisfy these; tests inject fakes) -----------
+
+
+class SenderLike(Protocol):
+    """The part of :class:`azure.servicebus.ServiceBusSender` used here."""
+
+    def send_messages(self, message: ServiceBusMessage, *, timeout: float | None = ...) -> None:
+        """Send one message."""
+        ...
+
+    def close(self) -> None:
+        """Close the link."""
+        ...
+
+
+class ReceiverLike(Protocol):
+    """The part of :class:`azure.servicebus.ServiceBusReceiver` used here."""
+
+    def receive_messages(
+        self, max_message_count: int | None = ..., max_wait_time: float | None = ...
+    ) -> list[ServiceBusReceivedMessage]:
+        """Receive a batch under PeekLock."""
+        ...
+
+    def peek_messages(
+        self, max_message_count: int = ..., *, sequence_number: int = ...
+    ) -> list[ServiceBusReceivedMessage]:
+        """Browse messages without locking them."""
+        ...
+
+    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        """Remove the message."""
+        ...
+
+    def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
+        """Release the lock."""
+        ...
+
+    def dead_letter_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        reason: str | None = ...,
+        error_description: str | None = ...,
+    ) -> None:
+        """Move the message to the dead-letter sub-queue."""
+        ...
+
+    def renew_message_lock(self, message: ServiceBusReceivedMessage) -> datetime:
+        """Extend the lock by the queue's lock duration."""
+        ...
+
+    def close(self) -> None:
+        """Close the link."""
+        ...
+
+
+class ServiceBusClientLike(Protocol):
+    """The part of :class:`azure.servicebus.ServiceBusClient` used here."""
+
+    fully_qualified_namespace: str
+
+    def get_queue_sender(self, queue_name: str) -> SenderLike:
+        """A sender for ``queue_name``."""
+        ...
+
+    def get_queue_receiver(
+        self,
+        queue_name: str,
+        *,
+        sub_queue: ServiceBusSubQueue | None = ...,
+        receive_mode: ServiceBusReceiveMode = ...,
+        max_wait_time: float | None = ...,
+        prefetch_count: int = ...,
+    ) -> ReceiverLike:
+        """A receiver for ``queue_name`` (or one of its sub-queues)."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection and every handler."""
+        ...
+
+
+class QueueRuntimePropertiesLike(Protocol):
+    """The part of :class:`azure.servicebus.management.QueueRuntimeProperties` used here."""
+
+    @property
+    def active_message_count(self) -> int | None:
+        """Messages available or locked (not scheduled, not dead-lettered)."""
+        ...
+
+
+class AdministrationClientLike(Protocol):
+    """The part of :class:`azure.servicebus.management.ServiceBusAdministrationClient` used here."""
+
+    def get_queue_runtime_properties(self, queue_name: str) -> QueueRuntimePropertiesLike:
+        """Runtime counts of a queue."""
+        ...
+
+    def close(self) -> None:
+        """Close the HTTP pipeline."""
+        ...
+
+
+class QueueCountUnavailable(PermanentError, NotImplementedError):
+    """:meth:`ServiceBusQueue.approximate_count` was called without an administration client.
+
+    Both a :class:`~orderflow.errors.PermanentError` (code ``approximate_count_unavailable``) and a
+    :class:`NotImplementedError`, so callers may catch either.
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            "approximate_count_unavailable",
+            f"queue {queue!r} has no Service Bus administration client, so its message count is unknown; "
+            "create the factory with admin_connection_string (emulator) or admin=True (Azure)",
+        )
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def validate_queue_name(name: str) -> None:
+    """Check a Service Bus queue name: 1-260 letters, digits, ``.``, ``-``, ``_`` or ``/``, starting
+    and ending with a letter or digit.
+
+    Raises:
+        ValueError: ``name`` is not a valid queue name.
+    """
+    if not _QUEUE_NAME.fullmatch(name):
+        raise ValueError(f"invalid Service Bus queue name {name!r}")
+
+
+def _seconds(value: float, *, what: str, allow_zero: bool) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = "at least 0" if allow_zero else "greater than 0"
+        raise ValueError(f"{what} must be a finite number of seconds {bound}, got {value}")
+    return value
+
+
+def truncate_utf16(text: str, max_units: int) -> str:
+    """The longest prefix of ``text`` that is at most ``max_units`` UTF-16 code units long.
+
+    .NET counts string length in UTF-16 code units, so a character outside the Basic Multilingual Plane
+    counts as two; a prefix never ends inside such a character.
+    """
+    if len(text) * 2 <= max_units:  # fast path: no character is longer than two units
+        return text
+    units = 0
+    for index, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > max_units:
+            return text[:index]
+    return text
+
+
+def _section_bytes(section: object) -> bytes:
+    if isinstance(section, bytes | bytearray | memoryview):
+        return bytes(section)
+    return str(section).encode("utf-8")
+
+
+def decode_body(body: object, *, message_id: str) -> str:
+    """The text of a received message body; never raises.
+
+    A received body is a generator of ``bytes`` data sections (the SDK's shape for AMQP data bodies),
+    or for messages sent by other AMQP clients a single value (``bytes``, ``str``, or anything else).
+    Sections are joined before decoding, so a UTF-8 character split across two sections survives.
+    Bytes that are not UTF-8 are decoded with replacement characters and logged at warning, so that
+    the consumer can dead-letter the message instead of crashing on it.
+
+    Args:
+        body: ``ServiceBusReceivedMessage.body``.
+        message_id: For the log message.
+
+    Returns:
+        The body as text ("" for no body).
+    """
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return body
+    if isinstance(body, bytes | bytearray | memoryview):
+        data = bytes(body)
+    elif isinstance(body, Iterable) and not isinstance(body, Mapping):
+        data = b"".join(_section_bytes(section) for section in body)
+    else:
+        # An AMQP value body of another type (a map, a number): its text, for the consumer to reject.
+        return str(body)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        logger.warning("body of message %s is not UTF-8; undecodable bytes replaced", message_id)
+        return data.decode("utf-8", errors="replace")
+
+
+def _message_id(message: ServiceBusReceivedMessage) -> str:
+    # AMQP allows a non-string message id (uuid, ulong, binary); another sender may also omit it.
+    if message.message_id is not None and str(message.message_id):
+        return str(message.message_id)
+    return f"sequence-{message.sequence_number}"
+
+
+def _delivery_count(message: ServiceBusReceivedMessage) -> int:
+    # The AMQP header counts earlier failed deliveries; the port counts deliveries (first = 1).
+    return (message.delivery_count or 0) + 1
+
+
+def _lock_of(message: ReceivedMessage) -> ServiceBusReceivedMessage:
+    if not isinstance(message.lock_token, ServiceBusReceivedMessage):
+        raise ValueError(
+            f"message {message.message_id!r} carries no Service Bus lock; was it received from a Service "
+            "Bus queue?"
+        )
+    return message.lock_token
+
+
+def translate_error(error: AzureError, action: str, queue: str) -> Exception:
+    """Map an Azure SDK error to the orderflow hierarchy.
+
+    - ``ServiceBusConnectionError``, ``OperationTimeoutError``, ``ServiceBusServerBusyError``,
+      ``ServiceBusCommunicationError`` and ``ServiceBusQuotaExceededError`` (a full queue drains)
+      become :class:`~orderflow.errors.TransientError`;
+    - ``MessageSizeExceededError`` becomes a :class:`ValueError` saying what to do;
+    - any other ``ServiceBusError`` becomes :class:`~orderflow.errors.PermanentError` whose code is the
+      error's type name (``MessagingEntityNotFoundError``, ``ServiceBusAuthorizationError``, ...);
+    - azure-core errors (the administration client speaks HTTP): connection failures, 408, 429, 5xx
+      and a bare ``HttpResponseError`` without a status are transient; other errors (a missing queue,
+      a refused credential, 4xx) are permanent with the type name as code.
+
+    Args:
+        error: The SDK's exception.
+        action: What was being done (``send``, ``receive``, ...).
+        queue: The queue's name.
+
+    Returns:
+        The exception to raise (``from error``).
+    """
+    text = f"{action} on Service Bus queue {queue!r} failed: {error.message}"
+    if isinstance(error, MessageSizeExceededError):
+        return ValueError(
+            f"message too large for Service Bus queue {queue!r} ({error.message}); the limit is 256 KB "
+            "on the Standard tier (Premium: the queue's configured maximum); store the payload elsewhere "
+            "and send a reference"
+        )
+    if isinstance(error, _TRANSIENT_ERRORS):
+        return TransientError(text)
+    if isinstance(error, ServiceBusError):
+        return PermanentError(type(error).__name__, text)
+    if isinstance(error, ServiceRequestError | ServiceResponseError):
+        return TransientError(text)
+    if isinstance(error, HttpResponseError):
+        status = error.status_code
+        if status is not None and (status >= 500 or status in (408, 429)):
+            return TransientError(text)
+        # No status: a bare HttpResponseError is a broken exchange; a subclass names a refusal
+        # (ResourceNotFoundError for a missing queue, ClientAuthenticationError, ...).
+        if status is None and type(error) is HttpResponseError:
+            return TransientError(text)
+    return PermanentError(type(error).__name__, text)
+
+
+def _is_lock_lost(error: Exception) -> bool:
+    return isinstance(error, _LOCK_LOST_ERRORS) or type(error) is ServiceBusError
+
+
+# --- the adapter -----------------------------------------------------------------------------------
+
+
+class ServiceBusQueue:
+    """One Service Bus queue, behind the :class:`~orderflow.queues.base.MessageQueue` port.
+
+    Create instances through :class:`ServiceBusQueueFactory`, which gives every caller the same object
+    per queue name, so that a message is always settled by the receiver that received it. Thread-safe:
+    the sender and the receiver are each used under their own lock.
+
+    Attributes:
+        name: The queue's name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        client: ServiceBusClientLike,
+        *,
+        admin: AdministrationClientLike | None = None,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        """Wrap one queue of a client; opens nothing until first use.
+
+        Args:
+            name: The (existing) queue's name.
+            client: A ``ServiceBusClient`` (or a fake of one).
+            admin: An administration client, needed only by :meth:`approximate_count`.
+            max_wait_s: Seconds a receive waits for the first message.
+            clock: Current UTC time, for scheduled sends.
+
+        Raises:
+            ValueError: ``max_wait_s`` is not positive.
+        """
+        self.name = name
+        self._client = client
+        self._admin = admin
+        self._max_wait_s = _seconds(max_wait_s, what="max_wait_s", allow_zero=False)
+        self._clock = clock
+        self._sender: SenderLike | None = None
+        self._receiver: ReceiverLike | None = None
+        self._sender_lock = threading.Lock()
+        self._receiver_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ServiceBusQueue(name={self.name!r})"
+
+    def send(
+        self,
+        body: str,
+        *,
+        message_id: str,
+        correlation_id: str | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
+        """Send a message; with ``delay_s`` > 0 it is scheduled for now + ``delay_s``.
+
+        A send retried after a lost response is dropped by broker duplicate detection (when the queue
+        enables it) because ``message_id`` is stable; consumers dedupe by ``message_id`` as well.
+
+        Args:
+            body: The message body (normally JSON text).
+            message_id: The sender's stable id; 1 to 128 characters.
+            correlation_id: Optional correlation id (the order id).
+            delay_s: Seconds before the message becomes available (a scheduled message).
+
+        Raises:
+            ValueError: ``message_id`` is empty or longer than 128 characters, ``delay_s`` is negative
+                or not finite, or the message is larger than the queue accepts.
+            TransientError: the service is unreachable, busy, full or timed out.
+            PermanentError: the service refused the message (for example the queue does not exist).
+        """
+        if not message_id:
+            raise ValueError("message_id must not be empty")
+        delay = _seconds(delay_s, what="delay_s", allow_zero=True)
+        message = ServiceBusMessage(
+            body,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            content_type=CONTENT_TYPE,
+            scheduled_enqueue_time_utc=self._clock() + timedelta(seconds=delay) if delay > 0 else None,
+        )
+        with self._sender_lock:
+            if self._sender is None:
+                self._sender = self._client.get_queue_sender(self.name)
+            try:
+                self._sender.send_messages(message)
+            except AzureError as error:
+                raise translate_error(error, "send", self.name) from error
+
+    def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages`` messages under PeekLock, waiting at most ``max_wait_s``.
+
+        ``lock_s`` is advisory: Service Bus locks a message for the queue's ``LockDuration`` (default
+        60 s, at most 5 minutes), whatever the receiver asks. Configure that duration to cover the
+        usual handler, and call :meth:`renew_lock` in a longer one. An empty list means nothing
+        arrived in time, not that the queue is drained.
+
+        Returns:
+            The messages; each ``lock_token`` is the SDK's ``ServiceBusReceivedMessage``.
+
+        Raises:
+            ValueError: ``max_messages`` < 1, or ``lock_s`` is not a positive number.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request (for example the queue does not exist).
+        """
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        _seconds(lock_s, what="lock_s", allow_zero=False)
+        with self._receiver_lock:
+            receiver = self._open_receiver()
+            try:
+                received = receiver.receive_messages(
+                    max_message_count=max_messages, max_wait_time=self._max_wait_s
+                )
+            except AzureError as error:
+                raise translate_error(error, "receive", self.name) from error
+        return [self._decode(message) for message in received]
+
+    @staticmethod
+    def _decode(message: ServiceBusReceivedMessage) -> ReceivedMessage:
+        message_id = _message_id(message)
+        correlation_id = message.correlation_id
+        return ReceivedMessage(
+            message_id=message_id,
+            body=decode_body(message.body, message_id=message_id),
+            delivery_count=_delivery_count(message),
+            correlation_id=None if correlation_id is None else str(correlation_id),
+            enqueued_at=message.enqueued_time_utc,
+            lock_token=message,
+            transport_id=str(message.sequence_number or ""),
+        )
+
+    def _open_receiver(self) -> ReceiverLike:
+        """The queue's receiver, created on first use; call under ``_receiver_lock``."""
+        if self._receiver is None:
+            # prefetch_count=0: a prefetched message's lock would expire unseen in the SDK's buffer.
+            self._receiver = self._client.get_queue_receiver(
+                self.name,
+                receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+                max_wait_time=self._max_wait_s,
+                prefetch_count=0,
+            )
+        return self._receiver
+
+    def _settle(
+        self,
+        message: ReceivedMessage,
+        action: str,
+        operation: Callable[[ReceiverLike, ServiceBusReceivedMessage], object],
+    ) -> Exception | None:
+        """Run one lock operation on the receiving receiver; the SDK's error if the lock was lost.
+
+        Raises:
+            ValueError: the message carries no Service Bus lock, or this queue never received.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the operation for another reason.
+        """
+        locked = _lock_of(message)
+        with self._receiver_lock:
+            if self._receiver is None:
+                raise ValueError(f"message {message.message_id!r} was not received through {self!r}")
+            try:
+                operation(self._receiver, locked)
+            except MessageAlreadySettled as error:  # a ValueError, not a ServiceBusError
+                return error
+            except AzureError as error:
+                if _is_lock_lost(error):
+                    return error
+                raise translate_error(error, action, self.name) from error
+        return None
+
+    def _ignore_lost_lock(self, message: ReceivedMessage, action: str, error: Exception | None) -> bool:
+        """Log a lost lock at warning; True if there was one."""
+        if error is None:
+            return False
+        logger.warning(
+            "%s of message %s on %s ignored: lock lost (%s)",
+            action,
+            message.message_id,
+            self.name,
+            type(error).__name__,
+        )
+        return True
+
+    def complete(self, message: ReceivedMessage) -> None:
+        """Remove a received message from the queue.
+
+        A lost lock is logged at warning and ignored: the message will be, or was, handled again.
+
+        Raises:
+            ValueError: the message carries no Service Bus lock.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request for another reason.
+        """
+        lost = self._settle(message, "complete", lambda receiver, locked: receiver.complete_message(locked))
+        self._ignore_lost_lock(message, "complete", lost)
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        """Release the lock now; the message is available again at once with its delivery count + 1.
+
+        ``delay_s`` is checked but not honoured: Service Bus has no visibility delay on abandon. It is
+        not emulated with a scheduled copy plus complete: the copy would carry the same stable
+        ``message_id`` and broker duplicate detection would drop it (losing the message once the
+        original is completed); a new id would defeat deduplication; the copy's delivery count would
+        restart at 1, so a poison message would never reach ``MaxDeliveryCount``; and the two steps
+        are not atomic. A failing message is therefore retried without backoff until a delivery limit
+        (the consumer's, or the queue's ``MaxDeliveryCount``, which must be at least the consumer's)
+        dead-letters it. A lost lock is logged at warning and ignored (the message is already back in
+        circulation).
+
+        Raises:
+            ValueError: no Service Bus lock, or ``delay_s`` is negative or not finite.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request for another reason.
+        """
+        _seconds(delay_s, what="delay_s", allow_zero=True)
+        lost = self._settle(message, "abandon", lambda receiver, locked: receiver.abandon_message(locked))
+        self._ignore_lost_lock(message, "abandon", lost)
+
+    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
+        """Extend the lock by the queue's ``LockDuration`` from now (``lock_s`` is advisory, see
+        :meth:`receive`).
+
+        Raises:
+            ValueError: no Service Bus lock, or ``lock_s`` is not a positive number.
+            ConcurrencyConflict: the lock was lost; another consumer may be handling the message.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request for another reason.
+        """
+        _seconds(lock_s, what="lock_s", allow_zero=False)
+        lost = self._settle(
+            message, "renew_lock", lambda receiver, locked: receiver.renew_message_lock(locked)
+        )
+        if lost is not None:
+            raise ConcurrencyConflict(
+                f"lock of message {message.message_id!r} on {self.name!r} was lost ({type(lost).__name__})"
+            ) from lost
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
+        """Move the message, body intact, to the queue's dead-letter sub-queue.
+
+        ``reason`` and ``description`` are truncated to :data:`MAX_DEAD_LETTER_FIELD_CHARS` UTF-16
+        code units each. A lost lock is logged at warning and ignored: the message is redelivered and
+        dead-lettered again by whoever holds it then, or reaches ``MaxDeliveryCount``.
+
+        Raises:
+            ValueError: the message carries no Service Bus lock.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request for another reason.
+        """
+        short_reason = truncate_utf16(reason, MAX_DEAD_LETTER_FIELD_CHARS)
+        short_description = truncate_utf16(description, MAX_DEAD_LETTER_FIELD_CHARS)
+        lost = self._settle(
+            message,
+            "dead_letter",
+            lambda receiver, locked: receiver.dead_letter_message(
+                locked, reason=short_reason, error_description=short_description
+            ),
+        )
+        if not self._ignore_lost_lock(message, "dead_letter", lost):
+            logger.warning(
+                "dead-lettered message %s from %s: %s", message.message_id, self.name, short_reason
+            )
+
+    def approximate_count(self) -> int:
+        """Active messages in the queue (available or locked), for backpressure, not for correctness.
+
+        Read with the administration client's ``get_queue_runtime_properties(name).
+        active_message_count``; scheduled (delayed) and dead-lettered messages are not counted.
+
+        Raises:
+            QueueCountUnavailable: the factory was created without an administration client.
+            TransientError: the service is unreachable or failed.
+            PermanentError: the service refused the request (for example missing rights).
+        """
+        if self._admin is None:
+            raise QueueCountUnavailable(self.name)
+        try:
+            properties = self._admin.get_queue_runtime_properties(self.name)
+        except AzureError as error:
+            raise translate_error(error, "approximate_count", self.name) from error
+        return int(properties.active_message_count or 0)
+
+    def close(self) -> None:
+        """Close the sender and the receiver (locks of unsettled messages are then lost)."""
+        with self._sender_lock:
+            sender, self._sender = self._sender, None
+        with self._receiver_lock:
+            receiver, self._receiver = self._receiver, None
+        for handler in (sender, receiver):
+            if handler is not None:
+                handler.close()
+
+
+class ServiceBusQueueFactory:
+    """Hands out one :class:`ServiceBusQueue` per name over one Service Bus client; creates no queues.
+
+    Use :meth:`from_connection_string` with the emulator (or a SAS connection string) and
+    :meth:`from_namespace` with a ``DefaultAzureCredential`` / managed identity on Azure. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        client: ServiceBusClientLike,
+        *,
+        admin: AdministrationClientLike | None = None,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        """Wrap a client (see the two constructors).
+
+        Args:
+            client: A ``ServiceBusClient`` (or a fake of one); closed by :meth:`close`.
+            admin: An administration client for :meth:`ServiceBusQueue.approximate_count`, or None.
+            max_wait_s: Seconds a receive waits for the first message.
+            clock: Current UTC time, for scheduled sends and undated dead letters.
+        """
+        self._client = client
+        self._admin = admin
+        self._max_wait_s = max_wait_s
+        self._clock = clock
+        self._queues: dict[str, ServiceBusQueue] = {}
+        self._dead_letter_receivers: dict[str, ReceiverLike] = {}
+        self._lock = threading.Lock()
+        self._peek_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"ServiceBusQueueFactory(namespace={self._client.fully_qualified_namespace!r}, "
+            f"queues={len(self._queues)})"
+        )
+
+    @classmethod
+    def from_connection_string(
+        cls,
+        connection_string: str,
+        *,
+        admin_connection_string: str | None = None,
+        retry_total: int = DEFAULT_RETRY_TOTAL,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+    ) -> ServiceBusQueueFactory:
+        """A factory for a connection string (the emulator's, with ``UseDevelopmentEmulator=true``).
+
+        Args:
+            connection_string: The namespace's connection string.
+            admin_connection_string: Connection string of the administration endpoint (the emulator
+                serves it on another port, 5300); None leaves :meth:`ServiceBusQueue.approximate_count`
+                unavailable.
+            retry_total: SDK retries of a failed operation.
+            max_wait_s: Seconds a receive waits for the first message.
+        """
+        client = ServiceBusClient.from_connection_string(connection_string, retry_total=retry_total)
+        admin = (
+            None
+            if admin_connection_string is None
+            else ServiceBusAdministrationClient.from_connection_string(admin_connection_string)
+        )
+        return cls(client, admin=admin, max_wait_s=max_wait_s)
+
+    @classmethod
+    def from_namespace(
+        cls,
+        fully_qualified_namespace: str,
+        credential: TokenCredential,
+        *,
+        admin: bool = True,
+        retry_total: int = DEFAULT_RETRY_TOTAL,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+    ) -> ServiceBusQueueFactory:
+        """A factory for ``<namespace>.servicebus.windows.net`` with an Entra ID credential.
+
+        Args:
+            fully_qualified_namespace: The namespace's host name.
+            credential: Any ``TokenCredential``, normally ``DefaultAzureCredential`` / a managed
+                identity (azure-identity is the caller's import, not this module's).
+            admin: Also create an administration client for approximate counts; reading runtime
+                properties needs management rights (``Azure Service Bus Data Owner``), not just the
+                sender and receiver roles.
+            retry_total: SDK retries of a failed operation.
+            max_wait_s: Seconds a receive waits for the first message.
+        """
+        client = ServiceBusClient(fully_qualified_namespace, credential, retry_total=retry_total)
+        admin_client = (
+            ServiceBusAdministrationClient(fully_qualified_namespace, credential) if admin else None
+        )
+        return cls(client, admin=admin_client, max_wait_s=max_wait_s)
+
+    def queue(self, name: str) -> ServiceBusQueue:
+        """The queue ``name``; the same object on every call. The queue must already exist.
+
+        Raises:
+            ValueError: ``name`` is not a valid Service Bus queue name.
+        """
+        validate_queue_name(name)
+        with self._lock:
+            queue = self._queues.get(name)
+            if queue is None:
+                queue = ServiceBusQueue(
+                    name, self._client, admin=self._admin, max_wait_s=self._max_wait_s, clock=self._clock
+                )
+                self._queues[name] = queue
+            return queue
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
+        """Peek at up to ``max_messages`` dead letters of queue ``name``, oldest first.
+
+        Reads the queue's dead-letter sub-queue from its first sequence number (a receiver's peek
+        otherwise resumes after the last message it peeked). Service Bus keeps no dead-lettering time
+        that this SDK exposes: ``dead_lettered_at`` is the dead letter's enqueued time, else now.
+
+        Raises:
+            ValueError: invalid name, or ``max_messages`` < 1.
+            TransientError: the service is unreachable, busy or timed out.
+            PermanentError: the service refused the request.
+        """
+        validate_queue_name(name)
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        with self._peek_lock:
+            receiver = self._dead_letter_receivers.get(name)
+            if receiver is None:
+                receiver = self._client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+                self._dead_letter_receivers[name] = receiver
+            try:
+                peeked = receiver.peek_messages(max_messages, sequence_number=1)
+            except AzureError as error:
+                raise translate_error(error, "dead_letters", name) from error
+        return [self._dead_letter(message, name) for message in peeked]
+
+    def _dead_letter(self, message: ServiceBusReceivedMessage, source_queue: str) -> DeadLetter:
+        message_id = _message_id(message)
+        return DeadLetter(
+            message_id=message_id,
+            body=decode_body(message.body, message_id=message_id),
+            reason=message.dead_letter_reason or "",
+            description=message.dead_letter_error_description or "",
+            source_queue=source_queue,
+            delivery_count=_delivery_count(message),
+            dead_lettered_at=message.enqueued_time_utc or self._clock(),
+        )
+
+    def close(self) -> None:
+        """Close every queue's sender and receiver, the administration client and the client."""
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        with self._peek_lock:
+            receivers, self._dead_letter_receivers = list(self._dead_letter_receivers.values()), {}
+        for queue in queues:
+            queue.close()
+        for receiver in receivers:
+            receiver.close()
+        if self._admin is not None:
+            self._admin.close()
+        self._client.close()
+
+    def __enter__(self) -> ServiceBusQueueFactory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,816 @@
+"""The Service Bus queue adapter at the SDK boundary.
+
+The Service Bus emulator needs Docker, which this machine lacks, so the seam is the SDK's client
+surface: a recording fake ``ServiceBusClient`` hands out fake senders and receivers, while the messages
+crossing the seam are the SDK's own classes: real ``ServiceBusMessage`` objects are checked on the
+way out, and real ``ServiceBusReceivedMessage`` objects (built from an AMQP message, as the SDK's own
+test-suite does) come back in.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import types
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.core.credentials import AccessToken
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+from azure.servicebus import (
+    ServiceBusMessage,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus._pyamqp.message import Header, Message, Properties
+from azure.servicebus.exceptions import (
+    MessageAlreadySettled,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusAuthorizationError,
+    ServiceBusCommunicationError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+    ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
+)
+
+from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
+from orderflow.queues.base import ReceivedMessage
+from orderflow.queues.servicebus import (
+    MAX_DEAD_LETTER_FIELD_CHARS,
+    QueueCountUnavailable,
+    ServiceBusQueue,
+    ServiceBusQueueFactory,
+)
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+QUEUE = "orders"
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+ENQUEUED = datetime(2024, 5, 1, 11, 59, 30, tzinfo=UTC)
+LOCKED_UNTIL = datetime(2100, 1, 1, tzinfo=UTC)
+MAX_WAIT_S = 0.5
+
+
+# --- fakes of the SDK's client surface ----------------------------------------------------------------
+
+
+@dataclass
+class FakeSender:
+    """Records every message sent; raises ``error`` instead when set."""
+
+    sent: list[ServiceBusMessage] = field(default_factory=list)
+    error: Exception | None = None
+    closed: bool = False
+
+    def send_messages(self, message: ServiceBusMessage, *, timeout: float | None = None) -> None:
+        if self.error is not None:
+            raise self.error
+        self.sent.append(message)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeReceiver:
+    """Records every call; serves queued batches and peekable messages; raises ``errors[method]``."""
+
+    batches: list[list[ServiceBusReceivedMessage]] = field(default_factory=list)
+    peekable: list[ServiceBusReceivedMessage] = field(default_factory=list)
+    errors: dict[str, Exception] = field(default_factory=dict)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    closed: bool = False
+
+    def _record(self, *call: Any) -> None:
+        self.calls.append(call)
+        error = self.errors.get(call[0])
+        if error is not None:
+            raise error
+
+    def receive_messages(
+        self, max_message_count: int | None = 1, max_wait_time: float | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        self._record("receive_messages", max_message_count, max_wait_time)
+        return self.batches.pop(0) if self.batches else []
+
+    def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0
+    ) -> list[ServiceBusReceivedMessage]:
+        self._record("peek_messages", max_message_count, sequence_number)
+        return self.peekable[:max_message_count]
+
+    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        self._record("complete_message", message)
+
+    def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
+        self._record("abandon_message", message)
+
+    def dead_letter_message(
+        self,
+        message: ServiceBusReceivedMessage,
+        reason: str | None = None,
+        error_description: str | None = None,
+    ) -> None:
+        self._record("dead_letter_message", message, reason, error_description)
+
+    def renew_message_lock(self, message: ServiceBusReceivedMessage) -> datetime:
+        self._record("renew_message_lock", message)
+        return LOCKED_UNTIL
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeClient:
+    """A ``ServiceBusClient`` whose senders and receivers are fakes, one per queue (and sub-queue)."""
+
+    fully_qualified_namespace: str = "orderflow-test.servicebus.windows.net"
+    senders: dict[str, FakeSender] = field(default_factory=dict)
+    receivers: dict[tuple[str, ServiceBusSubQueue | None], FakeReceiver] = field(default_factory=dict)
+    sender_requests: list[str] = field(default_factory=list)
+    receiver_requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    closed: bool = False
+
+    def sender(self, queue_name: str) -> FakeSender:
+        return self.senders.setdefault(queue_name, FakeSender())
+
+    def receiver(self, queue_name: str, sub_queue: ServiceBusSubQueue | None = None) -> FakeReceiver:
+        return self.receivers.setdefault((queue_name, sub_queue), FakeReceiver())
+
+    def get_queue_sender(self, queue_name: str) -> FakeSender:
+        self.sender_requests.append(queue_name)
+        return self.sender(queue_name)
+
+    def get_queue_receiver(
+        self,
+        queue_name: str,
+        *,
+        sub_queue: ServiceBusSubQueue | None = None,
+        receive_mode: ServiceBusReceiveMode = ServiceBusReceiveMode.PEEK_LOCK,
+        max_wait_time: float | None = None,
+        prefetch_count: int = 0,
+    ) -> FakeReceiver:
+        options = {
+            "sub_queue": sub_queue,
+            "receive_mode": receive_mode,
+            "max_wait_time": max_wait_time,
+            "prefetch_count": prefetch_count,
+        }
+        self.receiver_requests.append((queue_name, options))
+        return self.receiver(queue_name, sub_queue)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeRuntimeProperties:
+    active_message_count: int | None
+
+
+@dataclass
+class FakeAdmin:
+    """A ``ServiceBusAdministrationClient`` answering runtime properties (or raising ``error``)."""
+
+    active_message_count: int | None = 0
+    error: Exception | None = None
+    requests: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def get_queue_runtime_properties(self, queue_name: str) -> FakeRuntimeProperties:
+        self.requests.append(queue_name)
+        if self.error is not None:
+            raise self.error
+        return FakeRuntimeProperties(self.active_message_count)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeCredential:
+    """A ``TokenCredential`` that records token requests (there should be none without I/O)."""
+
+    requests: list[tuple[str, ...]] = field(default_factory=list)
+
+    def get_token(
+        self,
+        *scopes: str,
+        claims: str | None = None,
+        tenant_id: str | None = None,
+        enable_cae: bool = False,
+        **kwargs: Any,
+    ) -> AccessToken:
+        self.requests.append(scopes)
+        return AccessToken("token", 4102444800)
+
+
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def sb_message(
+    receiver: FakeReceiver,
+    *,
+    message_id: str | None = "o-1:submit",
+    correlation_id: str | None = "o-1",
+    data: list[bytes] | None = None,
+    value: Any = None,
+    delivery_count: int = 0,
+    sequence_number: int = 7,
+    enqueued: datetime | None = ENQUEUED,
+    application_properties: dict[str | bytes, Any] | None = None,
+    peeked: bool = False,
+) -> ServiceBusReceivedMessage:
+    """A real ``ServiceBusReceivedMessage`` as the SDK builds it from an AMQP transfer."""
+    annotations: dict[str | bytes, Any] = {
+        b"x-opt-sequence-number": sequence_number,
+        b"x-opt-locked-until": _millis(LOCKED_UNTIL),
+    }
+    if enqueued is not None:
+        annotations[b"x-opt-enqueued-time"] = _millis(enqueued)
+    amqp = Message(
+        header=Header(delivery_count=delivery_count),
+        properties=Properties(
+            message_id=None if message_id is None else message_id.encode(),
+            correlation_id=None if correlation_id is None else correlation_id.encode(),
+            content_type=b"application/json",
+        ),
+        message_annotations=annotations,
+        delivery_annotations={b"x-opt-lock-token": uuid.uuid4()},
+        application_properties=application_properties,
+        data=data if value is None and data is not None else None,
+        value=value,
+    )
+    return ServiceBusReceivedMessage(amqp, receiver=receiver, is_peeked_message=peeked)
+
+
+# --- fixtures ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def admin() -> FakeAdmin:
+    return FakeAdmin()
+
+
+@pytest.fixture
+def factory(client: FakeClient, admin: FakeAdmin) -> ServiceBusQueueFactory:
+    return ServiceBusQueueFactory(client, admin=admin, max_wait_s=MAX_WAIT_S, clock=lambda: NOW)
+
+
+@pytest.fixture
+def queue(factory: ServiceBusQueueFactory) -> ServiceBusQueue:
+    return factory.queue(QUEUE)
+
+
+@pytest.fixture
+def receiver(client: FakeClient) -> FakeReceiver:
+    return client.receiver(QUEUE)
+
+
+def receive_one(queue: ServiceBusQueue, receiver: FakeReceiver, **message: Any) -> ReceivedMessage:
+    """Queue one real received message on the fake receiver and receive it through the adapter."""
+    receiver.batches.append([sb_message(receiver, data=[b'{"orderId":"o-1"}'], **message)])
+    [received] = queue.receive()
+    return received
+
+
+# --- send ----------------------------------------------------------------------------------------------
+
+
+def test_send_sends_one_message_with_stable_id_correlation_and_json_content_type(
+    queue: ServiceBusQueue, client: FakeClient
+) -> None:
+    queue.send('{"orderId":"o-1"}', message_id="o-1:submit", correlation_id="o-1")
+    queue.send('{"orderId":"o-2"}', message_id="o-2:submit")
+
+    first, second = client.sender(QUEUE).sent
+    assert type(first) is ServiceBusMessage
+    assert b"".join(first.body) == b'{"orderId":"o-1"}'
+    assert first.message_id == "o-1:submit"
+    assert first.correlation_id == "o-1"
+    assert first.content_type == "application/json"
+    assert first.scheduled_enqueue_time_utc is None
+    assert first.time_to_live is None  # the queue's DefaultMessageTimeToLive applies
+    assert b"".join(second.body) == b'{"orderId":"o-2"}'
+    assert (second.message_id, second.correlation_id) == ("o-2:submit", None)
+    assert client.sender_requests == [QUEUE]  # one sender, kept open
+
+
+def test_delayed_send_is_scheduled_at_now_plus_delay(queue: ServiceBusQueue, client: FakeClient) -> None:
+    queue.send('{"orderId":"o-1"}', message_id="o-1:retry", correlation_id="o-1", delay_s=90.5)
+
+    [sent] = client.sender(QUEUE).sent
+    assert sent.scheduled_enqueue_time_utc == NOW + timedelta(seconds=90.5)
+    assert sent.message_id == "o-1:retry"
+    assert b"".join(sent.body) == b'{"orderId":"o-1"}'
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"message_id": ""}, "message_id must not be empty"),
+        ({"message_id": "x" * 129}, "message_id cannot be longer than 128 characters"),
+        ({"delay_s": -1.0}, "delay_s must be a finite number of seconds at least 0"),
+        ({"delay_s": float("nan")}, "delay_s must be a finite number"),
+    ],
+)
+def test_send_rejects_bad_arguments_before_sending(
+    queue: ServiceBusQueue, client: FakeClient, changes: dict[str, Any], error: str
+) -> None:
+    arguments: dict[str, Any] = {"message_id": "o-1:submit", **changes}
+    with pytest.raises(ValueError, match=error):
+        queue.send("{}", **arguments)
+    assert client.sender(QUEUE).sent == []
+
+
+# --- receive -------------------------------------------------------------------------------------------
+
+
+def test_receive_uses_a_peek_lock_receiver_and_maps_the_message(
+    queue: ServiceBusQueue, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    first = sb_message(receiver, data=[b'{"orderId":"o-1"}'], delivery_count=0, sequence_number=7)
+    again = sb_message(receiver, message_id="o-2:submit", correlation_id=None, data=[b"{}"], delivery_count=2)
+    receiver.batches.append([first, again])
+
+    one, two = queue.receive(max_messages=5, lock_s=45)
+
+    assert client.receiver_requests == [
+        (
+            QUEUE,
+            {
+                "sub_queue": None,
+                "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+                "max_wait_time": MAX_WAIT_S,
+                "prefetch_count": 0,
+            },
+        )
+    ]
+    assert receiver.calls == [("receive_messages", 5, MAX_WAIT_S)]
+    assert one == ReceivedMessage(
+        message_id="o-1:submit",
+        body='{"orderId":"o-1"}',
+        delivery_count=1,  # the AMQP header says 0 on a first delivery
+        correlation_id="o-1",
+        enqueued_at=ENQUEUED,
+        lock_token=first,
+        transport_id="7",
+    )
+    assert one.lock_token is first
+    assert (two.message_id, two.correlation_id, two.delivery_count, two.body) == ("o-2:submit", None, 3, "{}")
+    assert two.lock_token is again
+
+
+def test_empty_receive_returns_an_empty_list_and_keeps_the_receiver(
+    queue: ServiceBusQueue, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    assert queue.receive() == []
+    assert queue.receive() == []
+    assert len(client.receiver_requests) == 1
+    assert receiver.calls == [("receive_messages", 16, MAX_WAIT_S)] * 2
+
+
+def test_message_without_an_id_is_named_by_its_sequence_number(
+    queue: ServiceBusQueue, receiver: FakeReceiver
+) -> None:
+    received = receive_one(queue, receiver, message_id=None, sequence_number=42)
+    assert (received.message_id, received.transport_id) == ("sequence-42", "42")
+
+
+@pytest.mark.parametrize(
+    ("max_messages", "lock_s", "error"),
+    [
+        (0, 30.0, "max_messages must be at least 1"),
+        (1, 0.0, "lock_s must be a finite number of seconds greater than 0"),
+        (1, float("inf"), "lock_s must be a finite number"),
+    ],
+)
+def test_receive_rejects_bad_arguments(
+    queue: ServiceBusQueue, client: FakeClient, max_messages: int, lock_s: float, error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        queue.receive(max_messages=max_messages, lock_s=lock_s)
+    assert client.receiver_requests == []
+
+
+# --- body decoding -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        # data sections (the SDK yields them from a generator); "é" split across two sections
+        ({"data": [b'{"name":"Caf\xc3', b'\xa9"}']}, '{"name":"Café"}'),
+        ({"data": [b'{"a":1}']}, '{"a":1}'),
+        ({"value": b'{"a":1}'}, '{"a":1}'),  # an AMQP value body of bytes
+        ({"value": '{"a":1}'}, '{"a":1}'),  # an AMQP value body of text
+        ({"value": 12}, "12"),  # anything else: its text, for the consumer to reject
+        ({}, ""),  # no body at all
+    ],
+)
+def test_body_is_decoded_as_utf8_text(
+    queue: ServiceBusQueue, receiver: FakeReceiver, body: dict[str, Any], text: str
+) -> None:
+    message = sb_message(receiver, **body)
+    receiver.batches.append([message])
+    [received] = queue.receive()
+    assert received.body == text
+
+
+def test_data_body_arrives_as_a_generator_and_is_decoded(
+    queue: ServiceBusQueue, receiver: FakeReceiver
+) -> None:
+    message = sb_message(receiver, data=[b"[1,", b"2]"])
+    assert isinstance(message.body, types.GeneratorType)  # the SDK's shape, not a list or bytes
+    receiver.batches.append([message])
+    [received] = queue.receive()
+    assert received.body == "[1,2]"
+
+
+def test_invalid_utf8_is_replaced_and_logged_not_raised(
+    queue: ServiceBusQueue, receiver: FakeReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver.batches.append([sb_message(receiver, message_id="bad-1", data=[b'\xff{"a":1}'])])
+    with caplog.at_level(logging.WARNING, logger="orderflow.queues.servicebus"):
+        [received] = queue.receive()
+    assert received.body == '\ufffd{"a":1}'
+    assert [record.getMessage() for record in caplog.records] == [
+        "body of message bad-1 is not UTF-8; undecodable bytes replaced"
+    ]
+
+
+# --- settlement on the receiver that received the message ----------------------------------------------
+
+
+def test_complete_abandon_renew_and_dead_letter_go_to_the_receiving_receiver(
+    factory: ServiceBusQueueFactory, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    receiver.batches.append([sb_message(receiver, message_id=f"m-{n}", data=[b"{}"]) for n in range(4)])
+    first, second, third, fourth = factory.queue(QUEUE).receive()
+
+    # Every caller gets the same queue object, hence the same receiver.
+    factory.queue(QUEUE).renew_lock(first, lock_s=60)
+    factory.queue(QUEUE).complete(first)
+    factory.queue(QUEUE).abandon(second)
+    factory.queue(QUEUE).abandon(third, delay_s=30)  # no visibility delay on Service Bus: abandon now
+    factory.queue(QUEUE).dead_letter(fourth, reason="InvalidMessage", description="missing orderId")
+
+    assert len(client.receiver_requests) == 1
+    assert receiver.calls[1:] == [
+        ("renew_message_lock", first.lock_token),
+        ("complete_message", first.lock_token),
+        ("abandon_message", second.lock_token),
+        ("abandon_message", third.lock_token),
+        ("dead_letter_message", fourth.lock_token, "InvalidMessage", "missing orderId"),
+    ]
+    assert all(
+        call[1] is message.lock_token
+        for call, message in zip(receiver.calls[2:], (first, second, third, fourth), strict=True)
+    )
+    assert client.sender_requests == []  # abandon with a delay sends no scheduled copy
+
+
+def test_dead_letter_reason_and_description_are_truncated_to_the_service_limit(
+    queue: ServiceBusQueue, receiver: FakeReceiver
+) -> None:
+    received = receive_one(queue, receiver)
+    reason = "R" * (MAX_DEAD_LETTER_FIELD_CHARS + 10)
+    # Characters outside the BMP count as two UTF-16 units (how .NET and the service count length).
+    # 3001 characters, 6001 units: short enough by characters, too long by units.
+    description = "x" + "😀" * 3000
+
+    queue.dead_letter(received, reason=reason, description=description)
+
+    [(_, _, sent_reason, sent_description)] = receiver.calls[1:]
+    assert sent_reason == "R" * 4096
+    assert sent_description == "x" + "😀" * 2047  # 1 + 2 * 2047 = 4095 units; one more would be 4097
+    assert len(sent_description.encode("utf-16-le")) // 2 == 4095
+
+
+def test_dead_letter_is_logged(
+    queue: ServiceBusQueue, receiver: FakeReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    received = receive_one(queue, receiver)
+    with caplog.at_level(logging.WARNING, logger="orderflow.queues.servicebus"):
+        queue.dead_letter(received, reason="InvalidMessage", description="missing orderId")
+    assert [record.getMessage() for record in caplog.records] == [
+        "dead-lettered message o-1:submit from orders: InvalidMessage"
+    ]
+
+
+LOCK_LOST_ERRORS = [
+    MessageLockLostError(),
+    ServiceBusError("Message settling failed."),  # the base class, for AMQP conditions the SDK does not map
+    MessageAlreadySettled(action="complete"),
+    MessageNotFoundError(),
+]
+
+
+@pytest.mark.parametrize("error", LOCK_LOST_ERRORS, ids=lambda error: type(error).__name__)
+@pytest.mark.parametrize(
+    ("action", "method"),
+    [
+        ("complete", "complete_message"),
+        ("abandon", "abandon_message"),
+        ("dead_letter", "dead_letter_message"),
+    ],
+)
+def test_settling_a_message_whose_lock_was_lost_is_logged_not_raised(
+    queue: ServiceBusQueue,
+    receiver: FakeReceiver,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    action: str,
+    method: str,
+) -> None:
+    received = receive_one(queue, receiver)
+    receiver.errors[method] = error
+    with caplog.at_level(logging.WARNING, logger="orderflow.queues.servicebus"):
+        if action == "dead_letter":
+            queue.dead_letter(received, reason="InvalidMessage", description="bad")
+        else:
+            getattr(queue, action)(received)
+    assert receiver.calls[-1][:2] == (method, received.lock_token)
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [
+        ("WARNING", f"{action} of message o-1:submit on orders ignored: lock lost ({type(error).__name__})")
+    ]
+
+
+@pytest.mark.parametrize("error", LOCK_LOST_ERRORS, ids=lambda error: type(error).__name__)
+def test_renewing_a_lost_lock_raises_concurrency_conflict(
+    queue: ServiceBusQueue, receiver: FakeReceiver, error: Exception
+) -> None:
+    received = receive_one(queue, receiver)
+    receiver.errors["renew_message_lock"] = error
+    with pytest.raises(
+        ConcurrencyConflict, match=r"lock of message 'o-1:submit' on 'orders' was lost"
+    ) as raised:
+        queue.renew_lock(received, lock_s=30)
+    assert raised.value.__cause__ is error
+
+
+def test_a_connection_failure_on_complete_is_raised_not_taken_for_a_lost_lock(
+    queue: ServiceBusQueue, receiver: FakeReceiver
+) -> None:
+    received = receive_one(queue, receiver)
+    receiver.errors["complete_message"] = ServiceBusConnectionError()
+    with pytest.raises(TransientError, match=r"complete on Service Bus queue 'orders' failed"):
+        queue.complete(received)
+
+
+def test_a_refused_dead_letter_is_raised_as_permanent(queue: ServiceBusQueue, receiver: FakeReceiver) -> None:
+    received = receive_one(queue, receiver)
+    receiver.errors["dead_letter_message"] = ServiceBusAuthorizationError()
+    with pytest.raises(PermanentError) as raised:
+        queue.dead_letter(received, reason="InvalidMessage", description="bad")
+    assert raised.value.code == "ServiceBusAuthorizationError"
+
+
+def test_settling_a_message_not_received_from_service_bus_is_a_value_error(queue: ServiceBusQueue) -> None:
+    foreign = ReceivedMessage(message_id="m-1", body="{}", delivery_count=1, lock_token="pop-receipt")
+    with pytest.raises(ValueError, match="carries no Service Bus lock"):
+        queue.complete(foreign)
+
+
+# --- error translation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "code"),
+    [
+        (ServiceBusConnectionError(), TransientError, None),
+        (OperationTimeoutError(), TransientError, None),
+        (ServiceBusServerBusyError(), TransientError, None),
+        (ServiceBusCommunicationError(), TransientError, None),
+        (ServiceBusQuotaExceededError(), TransientError, None),
+        (MessagingEntityNotFoundError(), PermanentError, "MessagingEntityNotFoundError"),
+        (ServiceBusAuthorizationError(), PermanentError, "ServiceBusAuthorizationError"),
+        (ServiceBusError("unmapped condition"), PermanentError, "ServiceBusError"),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else None,
+)
+def test_send_errors_are_translated(
+    queue: ServiceBusQueue, client: FakeClient, error: AzureError, expected: type[Exception], code: str | None
+) -> None:
+    client.sender(QUEUE).error = error
+    with pytest.raises(expected, match=r"send on Service Bus queue 'orders' failed: ") as raised:
+        queue.send("{}", message_id="m-1")
+    assert raised.value.__cause__ is error
+    if code is not None:
+        assert isinstance(raised.value, PermanentError)
+        assert raised.value.code == code
+
+
+def test_a_message_too_large_is_a_value_error(queue: ServiceBusQueue, client: FakeClient) -> None:
+    error = MessageSizeExceededError()
+    client.sender(QUEUE).error = error
+    with pytest.raises(ValueError, match=r"message too large for Service Bus queue 'orders'") as raised:
+        queue.send("x" * 10, message_id="m-1")
+    assert type(raised.value) is ValueError
+    assert raised.value.__cause__ is error
+
+
+def test_receive_errors_are_translated(queue: ServiceBusQueue, receiver: FakeReceiver) -> None:
+    receiver.errors["receive_messages"] = OperationTimeoutError()
+    with pytest.raises(TransientError, match=r"receive on Service Bus queue 'orders' failed"):
+        queue.receive()
+
+
+# --- approximate count ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("active", "count"), [(5, 5), (0, 0), (None, 0)])
+def test_approximate_count_is_the_active_message_count(
+    queue: ServiceBusQueue, admin: FakeAdmin, active: int | None, count: int
+) -> None:
+    admin.active_message_count = active
+    assert queue.approximate_count() == count
+    assert admin.requests == [QUEUE]
+
+
+def test_approximate_count_without_an_admin_client_says_so(client: FakeClient) -> None:
+    queue = ServiceBusQueueFactory(client).queue(QUEUE)
+    with pytest.raises(QueueCountUnavailable, match="has no Service Bus administration client") as raised:
+        queue.approximate_count()
+    assert isinstance(raised.value, NotImplementedError)
+    assert isinstance(raised.value, PermanentError)
+    assert raised.value.code == "approximate_count_unavailable"
+
+
+class _Response:
+    """The least of an HTTP response that ``HttpResponseError`` reads."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.reason = "reason"
+        self.headers: dict[str, str] = {}
+        self.request = None
+
+    def text(self, encoding: str | None = None) -> str:
+        return ""
+
+    def body(self) -> bytes:
+        return b""
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (HttpResponseError(message="unavailable", response=_Response(503)), TransientError),
+        (HttpResponseError(message="throttled", response=_Response(429)), TransientError),
+        (HttpResponseError(message="no response"), TransientError),
+        (HttpResponseError(message="forbidden", response=_Response(403)), PermanentError),
+        (ResourceNotFoundError("Queue orders does not exist"), PermanentError),
+    ],
+)
+def test_approximate_count_errors_are_translated(
+    queue: ServiceBusQueue, admin: FakeAdmin, error: AzureError, expected: type[Exception]
+) -> None:
+    admin.error = error
+    with pytest.raises(expected, match=r"approximate_count on Service Bus queue 'orders' failed"):
+        queue.approximate_count()
+
+
+# --- dead letters --------------------------------------------------------------------------------------
+
+
+def test_dead_letters_peek_the_dead_letter_sub_queue_from_the_start(
+    factory: ServiceBusQueueFactory, client: FakeClient
+) -> None:
+    dlq = client.receiver(QUEUE, ServiceBusSubQueue.DEAD_LETTER)
+    dlq.peekable = [
+        sb_message(
+            dlq,
+            data=[b'{"orderId":"o-1"}'],
+            delivery_count=2,
+            application_properties={
+                b"DeadLetterReason": b"InvalidMessage",
+                b"DeadLetterErrorDescription": b"missing field: amount",
+            },
+            peeked=True,
+        ),
+        # Dead-lettered by something that gave no reason, with no id and no enqueued time.
+        sb_message(dlq, message_id=None, sequence_number=9, data=[b"raw"], enqueued=None, peeked=True),
+    ]
+
+    first = factory.dead_letters(QUEUE, max_messages=10)
+    again = factory.dead_letters(QUEUE)
+
+    assert client.receiver_requests == [
+        (
+            QUEUE,
+            {
+                "sub_queue": ServiceBusSubQueue.DEAD_LETTER,
+                "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+                "max_wait_time": None,
+                "prefetch_count": 0,
+            },
+        )
+    ]
+    # From sequence number 1 each time: a receiver's peek otherwise resumes after its last peek.
+    assert dlq.calls == [("peek_messages", 10, 1), ("peek_messages", 32, 1)]
+    assert first == again
+    invalid, unexplained = first
+    assert invalid.message_id == "o-1:submit"
+    assert invalid.body == '{"orderId":"o-1"}'
+    assert (invalid.reason, invalid.description) == ("InvalidMessage", "missing field: amount")
+    assert invalid.source_queue == QUEUE
+    assert invalid.delivery_count == 3
+    assert invalid.dead_lettered_at == ENQUEUED
+    assert (unexplained.message_id, unexplained.body) == ("sequence-9", "raw")
+    assert (unexplained.reason, unexplained.description) == ("", "")
+    assert unexplained.dead_lettered_at == NOW
+
+
+def test_dead_letters_translate_errors(factory: ServiceBusQueueFactory, client: FakeClient) -> None:
+    client.receiver(QUEUE, ServiceBusSubQueue.DEAD_LETTER).errors["peek_messages"] = (
+        ServiceBusServerBusyError()
+    )
+    with pytest.raises(TransientError, match=r"dead_letters on Service Bus queue 'orders' failed"):
+        factory.dead_letters(QUEUE)
+
+
+# --- the factory ---------------------------------------------------------------------------------------
+
+
+def test_queue_is_one_object_per_name_and_names_are_checked(factory: ServiceBusQueueFactory) -> None:
+    assert factory.queue(QUEUE) is factory.queue(QUEUE)
+    assert factory.queue("agent-requests.payments") is not factory.queue(QUEUE)
+    for bad in ("", "-orders", "orders/", "orders/$DeadLetterQueue", "x" * 261):
+        with pytest.raises(ValueError, match="invalid Service Bus queue name"):
+            factory.queue(bad)
+
+
+def test_getting_and_using_a_queue_never_manages_entities(
+    factory: ServiceBusQueueFactory, client: FakeClient, admin: FakeAdmin
+) -> None:
+    queue = factory.queue(QUEUE)
+    queue.send("{}", message_id="m-1")
+    queue.receive()
+    assert admin.requests == []  # no get, no create: queues come from the infrastructure
+
+
+def test_close_closes_senders_receivers_admin_and_client(
+    factory: ServiceBusQueueFactory, client: FakeClient, admin: FakeAdmin
+) -> None:
+    factory.queue(QUEUE).send("{}", message_id="m-1")
+    factory.queue(QUEUE).receive()
+    factory.dead_letters(QUEUE)
+
+    factory.close()
+
+    assert client.sender(QUEUE).closed
+    assert client.receiver(QUEUE).closed
+    assert client.receiver(QUEUE, ServiceBusSubQueue.DEAD_LETTER).closed
+    assert admin.closed
+    assert client.closed
+
+
+def test_from_connection_string_builds_real_clients_for_the_emulator_without_io() -> None:
+    connection_string = (
+        "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+    with ServiceBusQueueFactory.from_connection_string(connection_string) as factory:
+        assert repr(factory) == "ServiceBusQueueFactory(namespace='localhost', queues=0)"
+        queue = factory.queue(QUEUE)
+        assert repr(queue) == "ServiceBusQueue(name='orders')"
+        with pytest.raises(QueueCountUnavailable):
+            queue.approximate_count()
+
+
+def test_from_namespace_takes_any_token_credential_and_asks_for_no_token_until_used() -> None:
+    credential = FakeCredential()
+    with ServiceBusQueueFactory.from_namespace("orderflow.servicebus.windows.net", credential) as factory:
+        factory.queue(QUEUE)
+        assert (
+            repr(factory) == "ServiceBusQueueFactory(namespace='orderflow.servicebus.windows.net', queues=1)"
+        )
+    assert credential.requests == []  # no connection, and no queue created
+
+
+def test_the_module_does_not_import_azure_identity() -> None:
+    script = "import sys, orderflow.queues.servicebus; print('azure.identity' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
