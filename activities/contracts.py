@@ -134,7 +134,7 @@ class RecordStepFailureInput(ContractModel):
 class FencedWriteResult(ContractModel):
     """Output of every fenced write activity.
 
-    A fenced-out write is a normal protocol outcome, not a failure (DESIGN.md §3.3): the activity
+    A fenced-out write is a normal protocol outcome, not a failure (docs/design.md §3.3): the activity
     returns it instead of raising, so runtime retry policies never retry it.
 
     Attributes:

@@ -1,6 +1,6 @@
 """Fenced, conditional state writes: the write primitive of every orchestration activity.
 
-A fenced write (DESIGN.md §3.1, §3.3) applies only while the record's ``lockedBy`` equals the writer's
+A fenced write (docs/design.md §3.1, §3.3) applies only while the record's ``lockedBy`` equals the writer's
 instance id, and only through an If-Match replace on the ETag it read. A 412 means someone else moved
 the record: re-read and decide again, never blind-write. A record that belongs to another attempt (or
 to nobody, after the supervisor re-queued it) is not written at all: the caller gets ``fenced``.

@@ -1,6 +1,6 @@
 """Submission: turn an order message into the order document and its state record, idempotently.
 
-The two writes go to separate resources with no shared transaction (the dual-write problem, DESIGN.md
+The two writes go to separate resources with no shared transaction (the dual-write problem, docs/design.md
 §2). Both are keyed by the order id and create-only, so a redelivery after a crash between them simply
 finishes the job: the order document is accepted again when its content hash matches, the state record
 create finds it exists. Conflicting content under a known order id is never written: it raises

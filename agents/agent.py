@@ -1,6 +1,6 @@
 """The agent: performs one step against a remote service inside the step's deadline, then answers.
 
-Rules (DESIGN.md §1, §3.6):
+Rules (docs/design.md §1, §3.6):
 
 - transient faults are retried with exponential backoff and jitter (tenacity), only while the deadline
   allows and while the request's call budget (``max_calls``, what is left of the order's end-to-end

@@ -4,7 +4,7 @@ A :class:`RemoteService` performs one operation with an idempotency key and eith
 result summary or raises :class:`TransientError` (may succeed on retry: 5xx, 408, 429, a request with the
 same key still in flight, timeouts, connection failures) or :class:`PermanentError` (a business refusal
 no retry changes: out of stock, card declined, invalid carrier). The HTTP client sends the key in the
-``Idempotency-Key`` header, as payment APIs expect, the same on every try (DESIGN.md §3.6).
+``Idempotency-Key`` header, as payment APIs expect, the same on every try (docs/design.md §3.6).
 """
 
 from __future__ import annotations

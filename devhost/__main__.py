@@ -22,6 +22,17 @@ from orderflow.wiring import connect_queues, connect_stores
 cli = typer.Typer(add_completion=False)
 
 
+class _CancelledTimerNoise(logging.Filter):
+    """Drops durabletask's warning for a timer that fires after the orchestration cancelled it.
+
+    Every step whose agent answers before the deadline cancels its timer (docs/design.md §7); the
+    backend still delivers the timer, and the SDK ignores it with a warning per step.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Ignoring unexpected timerFired" not in record.getMessage()
+
+
 def configure_logging(level: str) -> None:
     """Console logging for a devhost process; the SDKs' per-request chatter is kept at WARNING."""
     logging.basicConfig(
@@ -39,6 +50,8 @@ def configure_logging(level: str) -> None:
         "grpc",
     ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_CancelledTimerNoise())
     # The local emulator's certificate is self-signed: verification is off only when
     # COSMOS_VERIFY_TLS is false.
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")

@@ -26,6 +26,7 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,8 @@ DEMO_SETTINGS: dict[str, str] = {
     "SUPERVISOR_BACKOFF_MAX_S": "8",
     "STARTER_INTERVAL_S": "0.25",
     "POLL_INTERVAL_S": "0.1",
+    "MAX_IN_FLIGHT_PER_HOST": "32",
+    "AGENT_CONCURRENCY": "24",
 }
 """Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds."""
 
@@ -314,11 +317,26 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
+        # Agents run in a process of their own: they wait on remote calls and would otherwise
+        # compete with the orchestrations for one interpreter (one core) in each host.
+        schedulers = "submission,starter,orchestrator,listener,supervisor"
         for n in range(1, hosts + 1):
             child = start_child(
-                f"devhost-{n}", ["-m", "devhost", "--host-id", f"demo-{n}"], env, "ready", run_dir
+                f"devhost-{n}",
+                ["-m", "devhost", "--host-id", f"demo-{n}", "--roles", schedulers],
+                env,
+                "ready",
+                run_dir,
             )
             stack.callback(child.stop)
+        agents = start_child(
+            "devhost-agents",
+            ["-m", "devhost", "--host-id", "demo-agents", "--roles", "agents"],
+            env,
+            "ready",
+            run_dir,
+        )
+        stack.callback(agents.stop)
         queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
         client = OrderflowClient(queues, reply_queue=f"demo-client-{uuid.uuid4().hex[:8]}")
 
@@ -332,20 +350,22 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
         ) as progress:
             submitting = progress.add_task("submitting", total=len(catalog.orders))
             settling = progress.add_task("settled", total=len(catalog.orders))
-            submitted = 0
-            for order in catalog.orders:
-                client.submit(order.to_submission(client.reply_queue))
-                submitted += 1
-                progress.update(submitting, completed=submitted)
+            # A client sends from several threads, as many clients would; orders settle meanwhile.
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=8, thread_name_prefix="submit"))
+            sends = [pool.submit(client.submit, o.to_submission(client.reply_queue)) for o in catalog.orders]
+            submitted = len(sends)
             deadline = started + budget
             settled = 0
             while time.monotonic() < deadline:
+                progress.update(submitting, completed=sum(1 for s in sends if s.done()))
                 settled = stores.state.count(StateQuery(process_states=tuple(SETTLED_STATES)))
                 progress.update(settling, completed=settled)
                 client.poll()
                 if settled >= submitted:
                     break
                 time.sleep(0.5)
+            for send in sends:
+                send.result()  # a failed send is an error of the demo itself: surface it
         elapsed = time.monotonic() - started
         records = {r.order_id: r for r in all_records(stores.state)}
         report, mismatched = summarise(catalog, records, services_url, submitted, elapsed)

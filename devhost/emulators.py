@@ -5,7 +5,7 @@ Each emulator listens on a free loopback port chosen by the operating system (po
 reports it on stdout, so parallel test sessions and demo runs never collide.
 
 cosmosdb-server is launched through ``devhost/cosmosdb_server.js`` because only its library API
-enables HTTP keep-alive, which makes it roughly 18x faster for the azure-cosmos SDK (DESIGN.md §8).
+enables HTTP keep-alive, which makes it roughly 18x faster for the azure-cosmos SDK (docs/design.md §8).
 It keeps data in memory only: stopping it loses every record.
 """
 

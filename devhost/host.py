@@ -168,8 +168,11 @@ class DevHost:
         port = free_port()
         self._backend = create_test_backend(port=port)
         address = f"localhost:{port}"
+        # Named loggers, so the host's logging configuration applies (the SDK's default logger is a
+        # private one with its own console handler).
         worker = dt_worker.TaskHubGrpcWorker(
             host_address=address,
+            logger=logging.getLogger("durabletask.worker"),
             concurrency_options=dt_worker.ConcurrencyOptions(
                 maximum_thread_pool_workers=self.settings.WORKER_THREADS
             ),
@@ -177,7 +180,9 @@ class DevHost:
         register_order_workflow(worker, self.activity_deps)
         worker.start()  # type: ignore[no-untyped-call]
         self._worker = worker
-        self._grpc_client = dt_client.TaskHubGrpcClient(host_address=address)
+        self._grpc_client = dt_client.TaskHubGrpcClient(
+            host_address=address, logger=logging.getLogger("durabletask.client")
+        )
         self.client = DurableTaskClient(self._grpc_client)
 
     def _consume(self, queue_name: str, handler: Any, *, concurrency: int) -> None:

@@ -6,7 +6,7 @@ tests) and the Durable Functions adapter of the Azure host. Tasks are the runtim
 opaque to the workflow: it yields them, compares the winner of :meth:`WorkflowContext.when_any` by
 identity, and reads results through :meth:`WorkflowContext.task_result`.
 
-Orchestrator code must be deterministic (DESIGN.md §7): it reads time only from
+Orchestrator code must be deterministic (docs/design.md §7): it reads time only from
 ``current_utc_datetime`` and does no I/O; everything else happens in activities.
 """
 
@@ -92,7 +92,7 @@ class WorkflowContext(Protocol):
         ...
 
     def cancel_timer(self, timer: WorkflowTask) -> None:
-        """Cancel a durable timer that lost a race, so the instance can complete now (DESIGN.md §7)."""
+        """Cancel a durable timer that lost a race, so the instance can complete now (docs/design.md §7)."""
         ...
 
     def task_result(self, task: WorkflowTask) -> Any:

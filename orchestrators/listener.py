@@ -3,7 +3,7 @@
 A response for an instance that does not exist (here), has finished, or is not waiting on that step is
 acknowledged and dropped with a log line: it can never be delivered usefully, so retrying it would only
 clog the queue. The orchestration itself also ignores a payload whose request id is not the one it
-awaits (DESIGN.md §7), so a duplicate raise is harmless.
+awaits (docs/design.md §7), so a duplicate raise is harmless.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from enum import StrEnum
 from orchestrators.starter import OrchestrationClient
 from orchestrators.workflow import WAITING_PREFIX
 from orderflow import telemetry
-from orderflow.messages import AgentResponse, parse_message
+from orderflow.messages import AgentResponse, parse_message, request_id_for, step_event_name
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ class Delivery(StrEnum):
     UNKNOWN_INSTANCE = "unknown_instance"
     INSTANCE_FINISHED = "instance_finished"
     NOT_WAITING = "not_waiting"
+    INCONSISTENT = "inconsistent"
 
 
 def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delivery:
@@ -56,6 +57,12 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
     if not status.running:
         telemetry.event("response.dropped", reason=Delivery.INSTANCE_FINISHED.value, **fields)
         return Delivery.INSTANCE_FINISHED
+    if response.request_id != request_id_for(response.instance_id, response.step) or (
+        response.event_name != step_event_name(response.step)
+    ):
+        # Inconsistent ids would raise an event the instance cannot use (docs/design.md §7).
+        telemetry.event("response.dropped", reason=Delivery.INCONSISTENT.value, **fields)
+        return Delivery.INCONSISTENT
     if status.custom_status != f"{WAITING_PREFIX}{response.step}":
         telemetry.event(
             "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields

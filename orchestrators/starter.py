@@ -1,10 +1,10 @@
 """Scheduler — starter: claim ``Pending`` records and start attempt-specific orchestrations.
 
-The claim (DESIGN.md §3.2) is one conditional write that sets ``processState=Processing``,
+The claim (docs/design.md §3.2) is one conditional write that sets ``processState=Processing``,
 ``lockedBy={orderId}:{attempt+1}``, ``attempt+=1`` and a ``completeBy`` for the start-up, *before* the
 orchestration is scheduled; two starters reading the same record race on its ETag and exactly one wins.
 Scheduling an instance id that already exists is success, never a reason to start again: Durable
-Functions 1.x ``start_new`` would silently replace it (DESIGN.md §7). A process that dies between the
+Functions 1.x ``start_new`` would silently replace it (docs/design.md §7). A process that dies between the
 claim and the start leaves a ``Processing`` record whose ``completeBy`` expires: the supervisor
 recovers it.
 """

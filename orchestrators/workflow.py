@@ -2,13 +2,14 @@
 
 For each step not yet completed it starts the step through a fenced activity (which also sends the agent
 request), then races a durable timer at the step's ``completeBy`` against the agent's response event
-(Scheduler–Agent–Supervisor). The protocol rules it upholds (DESIGN.md §3):
+(Scheduler–Agent–Supervisor). The protocol rules it upholds (docs/design.md §3):
 
 - every state write is an activity fenced on ``lockedBy``; a fenced-out write ends the instance;
 - when the timer wins, the instance ends *without writing*: the record stays ``Processing`` with an
   expired ``completeBy`` and the supervisor recovers it, exactly as after a crash;
 - the losing timer is cancelled so the instance completes at once;
-- a response whose request id is not the one awaited is ignored (it cannot advance this step).
+- a response whose request id is not the one awaited cannot advance the step: the attempt waits for
+  its deadline and is recovered like any timed-out attempt.
 """
 
 from __future__ import annotations
@@ -182,16 +183,20 @@ def _await_response(
     """
     expected = request_id_for(instance_id, step.name)
     timer = ctx.create_timer(deadline)
-    while True:
-        event = ctx.wait_for_external_event(step_event_name(step.name))
-        winner = yield ctx.when_any([event, timer])
-        if winner is timer:
-            return None
-        response = _parse_response(ctx.task_result(event))
-        if response is not None and response.request_id == expected:
-            ctx.cancel_timer(timer)
-            return response
-        # Not the response awaited (a stray or malformed event): keep waiting until the deadline.
+    event = ctx.wait_for_external_event(step_event_name(step.name))
+    winner = yield ctx.when_any([event, timer])
+    if winner is timer:
+        return None
+    response = _parse_response(ctx.task_result(event))
+    if response is not None and response.request_id == expected:
+        ctx.cancel_timer(timer)
+        return response
+    # Not the response awaited (the listener filters these, so it is a forged or corrupt event).
+    # Waiting again on the same event name is unsafe: Durable Functions re-delivers a buffered
+    # event to every later wait of that name. Let the deadline pass instead; the supervisor
+    # recovers the attempt and the step's idempotency key makes the retry safe.
+    yield timer
+    return None
 
 
 def _parse_response(raw: Any) -> AgentResponse | None:

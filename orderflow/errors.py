@@ -67,7 +67,7 @@ class IllegalTransition(OrderflowError):
 
 
 class Fenced(OrderflowError):
-    """A write by an attempt whose instance id is no longer the record's ``lockedBy`` (DESIGN.md §3.3)."""
+    """A write by an attempt that no longer owns the record's ``lockedBy`` (docs/design.md §3.3)."""
 
     kind = ErrorKind.FENCED
 
@@ -84,7 +84,7 @@ class InvalidMessage(OrderflowError):
 
 
 class ConflictingOrder(OrderflowError):
-    """An order id was submitted again with different immutable content (DESIGN.md §2)."""
+    """An order id was submitted again with different immutable content (docs/design.md §2)."""
 
     kind = ErrorKind.CONFLICT
     reason = "ConflictingOrder"

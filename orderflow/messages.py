@@ -1,4 +1,4 @@
-"""Message envelopes (DESIGN.md §5): validated on receipt, each with a ``schemaVersion``.
+"""Message envelopes (docs/design.md §5): validated on receipt, each with a ``schemaVersion``.
 
 - :class:`SubmitOrder` arrives on the ``orders`` queue from a client.
 - :class:`AgentRequest` goes from the orchestrator to an agent's request queue.
@@ -143,7 +143,7 @@ class AgentRequest(Envelope):
         instance_id: The orchestration instance to answer (``{orderId}:{attempt}``).
         step: Workflow step name.
         operation: What the agent must do (``reserve``, ``charge``, ``ship`` ...).
-        idempotency_key: ``{orderId}:{step}``, the same across attempts (DESIGN.md §3.6).
+        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6).
         deadline: The step's ``completeBy`` (UTC): no new call starts after it.
         reply_to: The response queue of the host that runs the instance.
         payload: What the remote service needs (small: ids, amounts, lines).
@@ -167,7 +167,7 @@ class AgentResponse(Envelope):
     """An agent's answer, turned into the external event ``event_name`` on ``instance_id``.
 
     Attributes:
-        event_name: ``{step}:response``, unique within the instance (DESIGN.md §7).
+        event_name: ``{step}:response``, unique within the instance (docs/design.md §7).
         event_id: ``{requestId}:response``: stable, so duplicates are recognisable.
         outcome: ``succeeded`` or ``failed``.
         error_kind / error_code / error_message: For failures: ``transient``, ``permanent`` or

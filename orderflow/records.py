@@ -1,4 +1,4 @@
-"""The order document and the state record (DESIGN.md §2), as typed models.
+"""The order document and the state record (docs/design.md §2), as typed models.
 
 Python attributes are snake_case; the stored JSON is camelCase, the field names of the reference
 Scheduler-Agent-Supervisor design (``processState``, ``lockedBy``, ``completeBy`` ...). Every time is
@@ -101,7 +101,7 @@ class OrderDocument(Model):
     """The immutable order (``orders`` container, partition key ``/orderId``).
 
     ``content_hash`` is the SHA-256 of the canonical JSON of the immutable fields; a resubmission is
-    accepted only when it matches (DESIGN.md §2).
+    accepted only when it matches (docs/design.md §2).
     """
 
     id: str
@@ -140,7 +140,7 @@ class StepState(Model):
     Attributes:
         status: The step's :class:`StepStatus`.
         attempts: Attempts (orchestration instances) that started this step.
-        idempotency_key: ``{orderId}:{step}``, the same across attempts (DESIGN.md §3.6).
+        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         started_at / completed_at: UTC times of the last start and of completion.
@@ -197,7 +197,7 @@ class RetryBudget(Model):
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
-    Field meanings are those of DESIGN.md §2. ``etag`` is not part of the record: the stores return it
+    Field meanings are those of docs/design.md §2. ``etag`` is not part of the record: the stores return it
     beside the record (:class:`orderflow.stores.base.Versioned`).
     """
 
@@ -230,7 +230,7 @@ class StateRecord(Model):
 
 
 def instance_id_for(order_id: str, attempt: int) -> str:
-    """The attempt-specific orchestration instance id, ``{orderId}:{attempt}`` (DESIGN.md §3.2)."""
+    """The attempt-specific orchestration instance id, ``{orderId}:{attempt}`` (docs/design.md §3.2)."""
     return f"{order_id}:{attempt}"
 
 
@@ -247,10 +247,10 @@ def parse_instance_id(instance_id: str) -> tuple[str, int]:
 
 
 def idempotency_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step, the same in every attempt (DESIGN.md §3.6)."""
+    """The stable idempotency key of a step, the same in every attempt (docs/design.md §3.6)."""
     return f"{order_id}:{step}"
 
 
 def undo_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step's compensation (DESIGN.md §3.6)."""
+    """The stable idempotency key of a step's compensation (docs/design.md §3.6)."""
     return f"{order_id}:{step}:undo"

@@ -44,7 +44,7 @@ class Settings(BaseModel):
     AGENT_RESPONSES_QUEUE: str = Field(
         "agent-responses",
         description="Response queue. Locally each devhost process appends its host id, because an "
-        "orchestration lives only in the process that claimed it (DESIGN.md §1).",
+        "orchestration lives only in the process that claimed it (docs/design.md §1).",
     )
     HOST_ID: str = Field("local", description="This process's host id (lowercase letters, digits, '-').")
 

@@ -1,7 +1,7 @@
 """The supervisor's sweep: find orders whose ``completeBy`` has passed and recover or fail them.
 
 The state store deliberately does not distinguish a step that timed out from a process that crashed
-(DESIGN.md §3.4): either way the record is ``Processing`` with an expired ``completeBy``. For each such
+(docs/design.md §3.4): either way the record is ``Processing`` with an expired ``completeBy``. For each such
 record the supervisor makes one conditional write on the ETag it read (§3.5):
 
 - ``failureCount += 1``;
@@ -12,7 +12,7 @@ record the supervisor makes one conditional write on the ETag it read (§3.5):
 Clearing ``lockedBy`` fences the expired attempt: any write it still tries changes nothing (§3.3).
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
 Sweeps are bounded: a page size, a maximum number of records per sweep, and a repeated or rejected
-continuation token ends the sweep (the next one starts over; DESIGN.md §7).
+continuation token ends the sweep (the next one starts over; docs/design.md §7).
 """
 
 from __future__ import annotations

@@ -137,10 +137,14 @@ def running_system(
     server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
     url = server_url(server)
     host_id = "h" + uuid.uuid4().hex[:8]
-    config = Settings(**{**FAST_SETTINGS, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings})
+    # Queues of its own: the emulators are shared by every test of the session.
+    isolation = {"ORDERS_QUEUE": f"orders-{host_id}", "AGENT_QUEUE_PREFIX": f"agent-{host_id}-"}
+    config = Settings(
+        **{**FAST_SETTINGS, **isolation, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings}
+    )
     host = DevHost(config, deps, roles)
     host.start()
-    client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}")
+    client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}", orders_queue=config.ORDERS_QUEUE)
     try:
         yield System(host, deps, client, catalog, url)
     finally:

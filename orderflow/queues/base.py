@@ -3,7 +3,7 @@
 The semantics are those common to Service Bus (PeekLock) and Storage queues (visibility timeout): a
 received message is invisible to other consumers until its lock expires, and comes back with its
 delivery count incremented unless it is completed. Every message carries a stable ``message_id`` chosen
-by the sender (DESIGN.md §3.7) so consumers can recognise a duplicate.
+by the sender (docs/design.md §3.7) so consumers can recognise a duplicate.
 """
 
 from __future__ import annotations

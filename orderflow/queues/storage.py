@@ -1,7 +1,7 @@
 """Azure Storage queue adapter of the message-queue port (Azurite locally, a storage account on Azure).
 
 Storage queues assign their own message ids and carry nothing but text, so every message is wrapped in
-a small JSON envelope that carries the sender's stable id (DESIGN.md §3.7)::
+a small JSON envelope that carries the sender's stable id (docs/design.md §3.7)::
 
     {"messageId": "...", "correlationId": "..." | null, "body": "...", "sentAt": "2024-05-01T12:00:00.000Z"}
 
@@ -593,7 +593,7 @@ class StorageQueue:
             if _is_lock_lost(error):
                 return False
             raise translate_error(error, action, self.name) from error
-        # The old receipt is dead from now on (DESIGN.md §7): settle only with this one.
+        # The old receipt is dead from now on (docs/design.md §7): settle only with this one.
         message.lock_token = PopReceipt(lock.message_id, updated.pop_receipt or "")
         return True
 
@@ -647,7 +647,7 @@ class StorageQueueFactory:
 
     The SDK's retry policy is cut to ``retry_total`` quick retries (default 2, about 1 s then 3 s)
     instead of its default of three retries 15-24 s apart: consumer loops retry on their own and the
-    order's retry budget is end-to-end (DESIGN.md §2), so a long hidden retry in the SDK would only hold
+    order's retry budget is end-to-end (docs/design.md §2), so a long hidden retry in the SDK would only hold
     a message lock and a worker thread while the caller cannot react. Transport timeouts are short for
     the same reason (a paused emulator must surface as a :class:`TransientError`, not a minute's hang).
 

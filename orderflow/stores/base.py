@@ -1,7 +1,7 @@
 """The state-store and order-store ports.
 
-Both stores are separate resources with no shared transaction (DESIGN.md §2). The state store offers
-exactly the primitives the concurrency protocol needs (DESIGN.md §3): create (409 → AlreadyExists),
+Both stores are separate resources with no shared transaction (docs/design.md §2). The state store offers
+exactly the primitives the concurrency protocol needs (docs/design.md §3): create (409 → AlreadyExists),
 point read, conditional replace on an ETag (412 → ConcurrencyConflict) and paged queries with
 continuation tokens. There is no unconditional write.
 """

@@ -71,7 +71,7 @@ from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
 logger = logging.getLogger(__name__)
 
 PARTITION_KEY_PATH = "/orderId"
-"""Partition key path of both containers (DESIGN.md §2)."""
+"""Partition key path of both containers (docs/design.md §2)."""
 
 _TRANSIENT_STATUS = frozenset({408, 429, 449, 500, 502, 503, 504})
 _TOKEN_PREFIX = "cos1."

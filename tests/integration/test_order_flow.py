@@ -8,32 +8,17 @@ devhost's loops. ``backend`` runs each test on the in-memory adapters and on the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from demo.faults import FaultPlan
-from devhost.emulators import LocalEndpoints
 from devhost.host import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.records import ProcessState, StepStatus, format_utc
-from tests.harness import System, emulator_dependencies, memory_dependencies, running_system
+from tests.harness import System, running_system
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["memory", "emulators"])
-def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
-    if request.param == "memory":
-        made, close = memory_dependencies()
-    else:
-        endpoints: LocalEndpoints = request.getfixturevalue("local_endpoints")
-        made, close = emulator_dependencies(endpoints)
-    try:
-        yield made
-    finally:
-        close()
 
 
 def statuses(system: System) -> dict[str, list[str]]:
@@ -167,10 +152,12 @@ def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
         order = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
         system.client.send_raw(json.dumps(order), message_id="tpch-1:submit")
-        system.wait_until(lambda: system.deps.queues.queue("orders").approximate_count() == 0)
+        system.wait_until(
+            lambda: system.deps.queues.queue(system.host.settings.ORDERS_QUEUE).approximate_count() == 0
+        )
         replies = [json.loads(b) for b in _drain(system)]
         record = system.record("tpch-1")
-        dead = system.deps.queues.dead_letters("orders")
+        dead = system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)
     assert record.process_state is ProcessState.PENDING
     assert [r["status"] for r in replies] == ["Received", "Received"]
     assert dead == []
@@ -180,12 +167,16 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: D
     with running_system(deps, roles=("submission",)) as system:
         order: dict[str, Any] = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
-        system.wait_until(lambda: system.deps.queues.queue("orders").approximate_count() == 0)
+        system.wait_until(
+            lambda: system.deps.queues.queue(system.host.settings.ORDERS_QUEUE).approximate_count() == 0
+        )
         original = system.deps.orders.get("tpch-1")
         state_before = system.deps.states.get("tpch-1")
         system.client.send_raw(json.dumps({**order, "amount": "1.00"}), message_id="tpch-1:submit-2")
-        system.wait_until(lambda: len(system.deps.queues.dead_letters("orders")) == 1)
-        dead = system.deps.queues.dead_letters("orders")
+        system.wait_until(
+            lambda: len(system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)) == 1
+        )
+        dead = system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)
         after = system.deps.orders.get("tpch-1")
         state_after = system.deps.states.get("tpch-1")
     assert dead[0].reason == "ConflictingOrder"

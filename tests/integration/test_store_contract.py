@@ -177,7 +177,7 @@ def make_order(order_id: str, *, amount: str = "1234.50") -> OrderDocument:
 
 
 def claimed(record: StateRecord, owner: str) -> StateRecord:
-    """The claim write of DESIGN.md §3.2, as the starter makes it."""
+    """The claim write of docs/design.md §3.2, as the starter makes it."""
     return record.model_copy(
         update={
             "process_state": ProcessState.PROCESSING,

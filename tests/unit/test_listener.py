@@ -110,7 +110,13 @@ def test_response_for_a_step_the_instance_is_not_waiting_on_is_dropped(custom_st
 
 
 def test_delivery_values_are_stable_strings() -> None:
-    assert [d.value for d in Delivery] == ["raised", "unknown_instance", "instance_finished", "not_waiting"]
+    assert [d.value for d in Delivery] == [
+        "raised",
+        "unknown_instance",
+        "instance_finished",
+        "not_waiting",
+        "inconsistent",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -130,4 +136,19 @@ def test_invalid_body_raises_invalid_message_and_raises_no_event(body: str, reas
         handle_response(body, client=client)
 
     assert raised.value.reason == reason
+    assert client.raised == []
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"request_id": "o-1:1:charge"},  # another attempt's request id
+        {"request_id": "o-1:2:reserve"},  # another step's request id
+        {"event_name": "reserve:response"},  # an event name the instance does not wait on for this step
+    ],
+)
+def test_response_with_inconsistent_ids_is_dropped_not_raised(changes: dict[str, Any]) -> None:
+    client = client_with(InstanceStatus(running=True, custom_status=f"{WAITING_PREFIX}charge"))
+
+    assert handle_response(response(**changes).to_json(), client=client) is Delivery.INCONSISTENT
     assert client.raised == []

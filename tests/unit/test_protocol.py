@@ -1,4 +1,4 @@
-"""The concurrency protocol on the in-memory store: claim, fencing, supervisor recovery (DESIGN.md §3)."""
+"""The concurrency protocol on the in-memory store: claim, fencing, recovery (docs/design.md §3)."""
 
 from __future__ import annotations
 

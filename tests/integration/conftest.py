@@ -1,0 +1,25 @@
+"""Fixtures for integration tests: the same dependencies on the in-memory adapters and the emulators."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from devhost.emulators import LocalEndpoints
+from devhost.host import Dependencies
+from tests.harness import emulator_dependencies, memory_dependencies
+
+
+@pytest.fixture(params=["memory", "emulators"])
+def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
+    """Stores and queues: in-memory, or Cosmos DB API on cosmosdb-server plus Azurite queues."""
+    if request.param == "memory":
+        made, close = memory_dependencies()
+    else:
+        endpoints: LocalEndpoints = request.getfixturevalue("local_endpoints")
+        made, close = emulator_dependencies(endpoints)
+    try:
+        yield made
+    finally:
+        close()

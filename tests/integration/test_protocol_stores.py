@@ -1,0 +1,156 @@
+"""The concurrency protocol against the real stores (cosmosdb-server via azure-cosmos) and in memory.
+
+Time is a fake clock: the stores compare the deadlines the roles write, so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from activities.contracts import FinishOrderInput, Outcome, StartStepInput
+from activities.steps import ActivityDeps, finish_order, start_step
+from activities.submission import handle_submission
+from devhost.host import Dependencies
+from orchestrators.definitions import ORDER_V1
+from orchestrators.starter import run_starter_pass
+from orderflow.clock import FakeClock
+from orderflow.records import ProcessState
+from orderflow.settings import Settings
+from supervisor.sweep import run_sweep
+from tests.unit.fakes import RecordingClient, order_body
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def activity_deps(deps: Dependencies) -> ActivityDeps:
+    return ActivityDeps(
+        states=deps.states,
+        orders=deps.orders,
+        queues=deps.queues,
+        clock=FakeClock(),
+        # Own agent queues: Azurite is shared by every test of the session.
+        settings=Settings(
+            CLAIM_TIMEOUT_S=30, SUPERVISOR_BACKOFF_INITIAL_S=5, AGENT_QUEUE_PREFIX=f"a{uuid.uuid4().hex[:8]}-"
+        ),
+    )
+
+
+def _submit(d: ActivityDeps, order_id: str) -> None:
+    handle_submission(
+        order_body(order_id, reply_to="client-p"),
+        orders=d.orders,
+        states=d.states,
+        queues=d.queues,
+        clock=d.clock,
+        settings=d.settings,
+    )
+
+
+def test_racing_starters_claim_each_record_exactly_once(activity_deps: ActivityDeps) -> None:
+    d = activity_deps
+    for n in range(12):
+        _submit(d, f"race-{n}")
+    clients = [RecordingClient(), RecordingClient(), RecordingClient()]
+    barrier = threading.Barrier(len(clients))
+    errors: list[BaseException] = []
+
+    def starter(client: RecordingClient) -> None:
+        try:
+            barrier.wait()
+            run_starter_pass(
+                states=d.states,
+                client=client,
+                clock=d.clock,
+                settings=d.settings,
+                response_queue="r-q1",
+                capacity=50,
+            )
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=starter, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    started = [i for c in clients for i in c.started]
+    assert sorted(started) == sorted(f"race-{n}:1" for n in range(12))
+    for n in range(12):
+        record = d.states.get(f"race-{n}").item
+        assert (record.process_state, record.attempt, record.locked_by) == (
+            ProcessState.PROCESSING,
+            1,
+            f"race-{n}:1",
+        )
+
+
+def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: ActivityDeps) -> None:
+    d = activity_deps
+    clock = d.clock
+    assert isinstance(clock, FakeClock)
+    _submit(d, "stale-1")
+    client = RecordingClient()
+    run_starter_pass(
+        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+    )
+    assert client.started == ["stale-1:1"]
+    clock.advance(31)  # the claim's completeBy passes; nothing ran
+    report = run_sweep(states=d.states, queues=d.queues, clock=clock, settings=d.settings)
+    assert report.requeued == ["stale-1"]
+    requeued = d.states.get("stale-1")
+
+    late_start = start_step(
+        StartStepInput(
+            order_id="stale-1",
+            instance_id="stale-1:1",
+            workflow_version=ORDER_V1.version,
+            step="reserve_inventory",
+            deadline=clock.now() + timedelta(seconds=8),
+            response_queue="r-q1",
+        ).to_payload(),
+        d,
+    )
+    late_finish = finish_order(
+        FinishOrderInput(
+            order_id="stale-1",
+            instance_id="stale-1:1",
+            workflow_version=ORDER_V1.version,
+            outcome=Outcome.PROCESSED,
+        ).to_payload(),
+        d,
+    )
+    assert (late_start["applied"], late_start["fenced"]) == (False, True)
+    assert (late_finish["applied"], late_finish["fenced"]) == (False, True)
+    after = d.states.get("stale-1")
+    assert after.etag == requeued.etag
+    assert (after.item.process_state, after.item.locked_by, after.item.failure_count) == (
+        ProcessState.PENDING,
+        None,
+        1,
+    )
+    assert d.queues.queue(d.settings.agent_queue("inventory")).approximate_count() == 0
+
+    # The next attempt owns the record; the stale one still cannot finish it.
+    clock.advance(6)
+    run_starter_pass(
+        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+    )
+    assert client.started == ["stale-1:1", "stale-1:2"]
+    claimed = d.states.get("stale-1")
+    again = finish_order(
+        FinishOrderInput(
+            order_id="stale-1",
+            instance_id="stale-1:1",
+            workflow_version=ORDER_V1.version,
+            outcome=Outcome.PROCESSED,
+        ).to_payload(),
+        d,
+    )
+    assert again["fenced"] is True
+    assert d.states.get("stale-1").etag == claimed.etag

@@ -1,0 +1,71 @@
+"""Dependencies point one way: hosts -> roles -> orderflow/. Role code never imports the Functions SDKs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE_PACKAGES = ("orderflow", "orchestrators", "activities", "agents", "supervisor")
+AZURE_HOST_MODULES = frozenset({"orchestrators.durable_functions_adapter"})
+"""Host-side modules that live beside their role (the Durable Functions adapter, blueprints): only
+the Azure host imports them."""
+
+
+def _modules() -> list[str]:
+    names = []
+    for package in ROLE_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if name not in AZURE_HOST_MODULES and not name.endswith(".blueprint"):
+                names.append(name)
+    return names
+
+
+def test_role_code_never_imports_the_functions_sdks() -> None:
+    modules = _modules()
+    assert "orchestrators.workflow" in modules and "orderflow.records" in modules
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0:2] in (['azure', 'functions'], "
+        "['azure', 'durable_functions']))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_orderflow_core_imports_no_role_or_host() -> None:
+    script = (
+        "import importlib, pkgutil, sys, orderflow\n"
+        "for info in pkgutil.walk_packages(orderflow.__path__, 'orderflow.'):\n"
+        "    importlib.import_module(info.name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('orchestrators', 'activities', 'agents', 'supervisor', 'devhost', 'demo'))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_function_app_imports_with_the_real_sdks() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import function_app; print(type(function_app.app).__name__)"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == "DFApp"
