@@ -1,11 +1,12 @@
 # orderflow — local developer entry points.
-#   make demo [ORDERS=200]   run the local demo end to end and write demo-report.json
+#   make demo [ORDERS=200] [HOSTS=2]   run the local demo end to end and write demo-report.json
 #   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ORDERS ?= 200
+HOSTS  ?= 2
 
 .PHONY: demo test lint typecheck pytest setup clean
 
@@ -23,7 +24,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 
 demo: setup
-	$(PY) -m devhost.demo --orders $(ORDERS)
+	$(PY) -m devhost.demo --orders $(ORDERS) --hosts $(HOSTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
