@@ -1,10 +1,16 @@
-"""Azure Functions entry point (Python v2 programming model): creates the Durable Functions app.
+"""Azure Functions entry point (Python v2 programming model): creates the app, registers the blueprints.
 
-It registers no functions yet: every role runs on the local host (``python -m devhost``), over the
-same role code the Functions triggers will call.
+One blueprint per role folder; the triggers call the same role functions the local host calls.
 """
 
 import azure.durable_functions as df
 import azure.functions as func
 
+from activities.blueprint import bp as activities
+from agents.blueprint import bp as agents
+from orchestrators.blueprint import bp as orchestrators
+from supervisor.blueprint import bp as supervisor
+
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
+for blueprint in (orchestrators, activities, agents, supervisor):
+    app.register_functions(blueprint)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Protocol
 
 from orderflow import telemetry
 from orderflow.errors import ConflictingOrder, InvalidMessage
-from orderflow.queues.base import MessageQueue, ReceivedMessage
+from orderflow.queues.base import ReceivedMessage
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +38,29 @@ def redelivery_delay_s(delivery_count: int, *, initial_s: float = 1.0, max_s: fl
     return float(min(max_s, initial_s * 2**exponent))
 
 
+class SettlementTarget(Protocol):
+    """What :func:`settle` needs of a queue: its name and the three settlements."""
+
+    @property
+    def name(self) -> str:
+        """The queue's name, for logs."""
+        ...
+
+    def complete(self, message: ReceivedMessage) -> None:
+        """Delete the message."""
+        ...
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        """Release the message for redelivery."""
+        ...
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
+        """Move the message to the dead-letter queue."""
+        ...
+
+
 def settle(
-    queue: MessageQueue,
+    queue: SettlementTarget,
     message: ReceivedMessage,
     handler: Callable[[ReceivedMessage], object],
     *,

@@ -32,6 +32,11 @@ class Settings(BaseModel):
     COSMOS_VERIFY_TLS: bool = Field(
         True, description="Verify the Cosmos TLS certificate; false only for the local emulator."
     )
+    SERVICEBUS__fullyQualifiedNamespace: str = Field(
+        "",
+        description="Service Bus namespace host name, for the identity-based SERVICEBUS connection of the "
+        "Functions triggers and for orderflow's own senders (Azure only).",
+    )
     DEMO_SERVICES_URL: str = Field(
         "http://127.0.0.1:8081", description="Base URL of the demo inventory, payment and shipping services."
     )
@@ -49,6 +54,16 @@ class Settings(BaseModel):
     HOST_ID: str = Field("local", description="This process's host id (lowercase letters, digits, '-').")
 
     # --- scheduler ---------------------------------------------------------------------------
+    STARTER_SCHEDULE: str = Field(
+        "*/5 * * * * *",
+        description="NCRONTAB schedule of the starter's timer trigger on Azure (every 5 s). Pending orders "
+        "wait at most this long to be claimed.",
+    )
+    SUPERVISOR_SCHEDULE: str = Field(
+        "*/30 * * * * *",
+        description="NCRONTAB schedule of the supervisor's timer trigger on Azure (every 30 s). Timer "
+        "triggers are singletons per app, so one sweep runs at a time.",
+    )
     STARTER_INTERVAL_S: float = Field(0.5, description="Seconds between starter sweeps for Pending records.")
     STARTER_BATCH: int = Field(
         32,

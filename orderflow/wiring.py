@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
@@ -32,3 +33,27 @@ def connect_stores(settings: Settings) -> CosmosStores:
         database=settings.COSMOS_DATABASE,
         verify_tls=settings.COSMOS_VERIFY_TLS,
     )
+
+
+def connect_azure(settings: Settings) -> tuple[CosmosStores, ServiceBusQueueFactory]:
+    """The Azure adapters, with identity-based connections only (``DefaultAzureCredential``).
+
+    Cosmos DB at ``COSMOS_ENDPOINT`` (data-plane RBAC; the containers come from infrastructure) and
+    Service Bus at ``SERVICEBUS__fullyQualifiedNamespace``.
+
+    Raises:
+        ValueError: a required setting is empty.
+    """
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only the Azure host needs it)
+
+    if not settings.COSMOS_ENDPOINT or not settings.SERVICEBUS__fullyQualifiedNamespace:
+        raise ValueError("COSMOS_ENDPOINT and SERVICEBUS__fullyQualifiedNamespace must be set")
+    credential = DefaultAzureCredential()
+    stores = CosmosStores.connect(
+        settings.COSMOS_ENDPOINT,
+        credential=credential,
+        database=settings.COSMOS_DATABASE,
+        verify_tls=settings.COSMOS_VERIFY_TLS,
+    )
+    queues = ServiceBusQueueFactory.from_namespace(settings.SERVICEBUS__fullyQualifiedNamespace, credential)
+    return stores, queues

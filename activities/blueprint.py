@@ -1,0 +1,62 @@
+"""Azure Functions triggers of the activities role: submission (Service Bus) and the orchestration's
+activities. Each trigger decodes its binding and calls the plain role function; nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import azure.durable_functions as df
+from azurefunctions.extensions.bindings import servicebus
+
+from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
+from activities.steps import finish_order, record_step_failure, start_step
+from activities.submission import handle_submission
+from function_host import dependencies, settle_trigger_message
+
+bp = df.Blueprint()
+
+
+@bp.function_name("submission")
+@bp.service_bus_queue_trigger(
+    arg_name="message", queue_name="%ORDERS_QUEUE%", connection="SERVICEBUS", auto_complete_messages=False
+)
+def submission(
+    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+) -> None:
+    """PeekLock submission: valid orders are recorded, bad input is dead-lettered with its reason."""
+    deps = dependencies()
+    settle_trigger_message(
+        deps.settings.ORDERS_QUEUE,
+        message,
+        message_actions,
+        lambda body: handle_submission(
+            body,
+            orders=deps.orders,
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
+        ),
+        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+    )
+
+
+@bp.function_name(START_STEP)
+@bp.activity_trigger(input_name="payload")
+def start_step_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write starting a step, then the agent request."""
+    return start_step(payload, dependencies())
+
+
+@bp.function_name(FINISH_ORDER)
+@bp.activity_trigger(input_name="payload")
+def finish_order_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write of the order's outcome, then the client's reply."""
+    return finish_order(payload, dependencies())
+
+
+@bp.function_name(RECORD_STEP_FAILURE)
+@bp.activity_trigger(input_name="payload")
+def record_step_failure_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write of a retryable step failure."""
+    return record_step_failure(payload, dependencies())

@@ -1,0 +1,63 @@
+"""Azure Functions triggers of the scheduler: the order orchestrator, the starter and the response
+listener. Each trigger decodes its binding and calls the plain role function."""
+
+from __future__ import annotations
+
+import azure.durable_functions as df
+import azure.functions as func
+from azurefunctions.extensions.bindings import servicebus
+
+from function_host import DurableFunctionsClient, dependencies, settle_trigger_message
+from orchestrators.durable_functions_adapter import durable_functions_orchestrator
+from orchestrators.listener import handle_response
+from orchestrators.starter import run_starter_pass
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+
+bp = df.Blueprint()
+
+order_orchestrator = bp.function_name(ORDER_WORKFLOW)(
+    bp.orchestration_trigger(context_name="context")(durable_functions_orchestrator(order_workflow))
+)
+"""The order workflow body, run by Durable Functions through the workflow-context adapter."""
+
+
+@bp.function_name("starter")
+@bp.timer_trigger(arg_name="timer", schedule="%STARTER_SCHEDULE%", run_on_startup=False)
+@bp.durable_client_input(client_name="client")
+def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    """Claim ready Pending records and start their attempt-specific instances."""
+    deps = dependencies()
+    run_starter_pass(
+        states=deps.states,
+        client=DurableFunctionsClient(client),
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue=deps.settings.response_queue(),
+        capacity=deps.settings.STARTER_BATCH,
+        on_claimed=deps.cache.put,
+    )
+
+
+@bp.function_name("response_listener")
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_RESPONSES_QUEUE%",
+    connection="SERVICEBUS",
+    auto_complete_messages=False,
+)
+@bp.durable_client_input(client_name="client")
+def response_listener(
+    message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+    client: df.DurableOrchestrationClient,
+) -> None:
+    """Turn an agent response into the external event of the instance named in it."""
+    deps = dependencies()
+    durable = DurableFunctionsClient(client)
+    settle_trigger_message(
+        deps.settings.AGENT_RESPONSES_QUEUE,
+        message,
+        message_actions,
+        lambda body: handle_response(body, client=durable),
+        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+    )

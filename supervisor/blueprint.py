@@ -1,0 +1,19 @@
+"""Azure Functions trigger of the supervisor: a timer (timer triggers run as a singleton per app)."""
+
+from __future__ import annotations
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from function_host import dependencies
+from supervisor.sweep import run_sweep
+
+bp = df.Blueprint()
+
+
+@bp.function_name("supervisor")
+@bp.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
+def supervisor(timer: func.TimerRequest) -> None:
+    """One bounded sweep over expired completeBy records."""
+    deps = dependencies()
+    run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
