@@ -33,8 +33,6 @@ real Cosmos DB supports with the same meaning:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import logging
@@ -66,6 +64,7 @@ from orderflow.errors import (
     TransientError,
 )
 from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.stores import continuation as tokens
 from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
 
 logger = logging.getLogger(__name__)
@@ -214,7 +213,9 @@ class _CosmosContainer:
             TransientError: see :func:`_translated`.
         """
         fingerprint = self._fingerprint(sql, params)
-        server_token = _decode_token(continuation, fingerprint) if continuation is not None else None
+        server_token = (
+            tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation is not None else None
+        )
         # The continuation header is captured per response by a hook rather than read from
         # ``pager.continuation_token``: that property reads the *client's* last response headers,
         # which another thread's request may have overwritten, and falls back to the ETag header.
@@ -244,7 +245,9 @@ class _CosmosContainer:
         if next_token is not None and next_token == server_token:
             raise InvalidContinuation("Cosmos DB returned the continuation token it was given")
         self._count(query_pages=1, items_read_by_queries=len(items))
-        return items, _encode_token(fingerprint, next_token) if next_token is not None else None
+        return items, tokens.encode(
+            _TOKEN_PREFIX, fingerprint, next_token
+        ) if next_token is not None else None
 
     def scalar_sum(self, sql: str, params: Parameters) -> int:
         """Run a cross-partition ``SELECT VALUE <aggregate>`` and add up what comes back."""
@@ -257,35 +260,6 @@ class _CosmosContainer:
             total = sum(int(value) for value in values)
         self._count(query_pages=1)
         return total
-
-
-def _encode_token(fingerprint: str, server_token: str) -> str:
-    payload = json.dumps({"q": fingerprint, "t": server_token}, separators=(",", ":")).encode("utf-8")
-    return _TOKEN_PREFIX + base64.urlsafe_b64encode(payload).decode("ascii")
-
-
-def _decode_token(token: str, fingerprint: str) -> str:
-    """The server's continuation token inside one of ours.
-
-    Raises:
-        InvalidContinuation: the token is malformed or was issued for a different query.
-    """
-    if not token.startswith(_TOKEN_PREFIX):
-        raise InvalidContinuation("continuation token not issued by this store")
-    body = token[len(_TOKEN_PREFIX) :]
-    try:
-        raw = base64.b64decode(body, altchars=b"-_", validate=True)
-        # Only the exact encoding we issued is accepted: lenient base64 would ignore stray
-        # characters or data after the padding, letting a tampered token through.
-        if base64.urlsafe_b64encode(raw).decode("ascii") != body:
-            raise ValueError("non-canonical encoding")
-        payload = json.loads(raw)
-        token_query, server_token = payload["q"], payload["t"]
-    except (binascii.Error, UnicodeError, ValueError, TypeError, KeyError) as exc:
-        raise InvalidContinuation("malformed continuation token") from exc
-    if token_query != fingerprint or not isinstance(server_token, str):
-        raise InvalidContinuation("continuation token belongs to a different query")
-    return server_token
 
 
 class CosmosStateStore:

@@ -16,8 +16,6 @@ One lock guards each store; it is held only to copy JSON text in or out.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import logging
@@ -27,8 +25,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
+from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.stores import continuation as tokens
 from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
 
 logger = logging.getLogger(__name__)
@@ -254,10 +253,16 @@ class InMemoryStateStore:
         if max_item_count < 1:
             raise ValueError("max_item_count must be at least 1")
         fingerprint = query_fingerprint(query)
-        after_id = _decode_token(continuation, fingerprint) if continuation is not None else None
+        after_id = (
+            tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation is not None else None
+        )
         found = self._container.select(lambda doc: matches(query, doc), after_id, max_item_count + 1)
         items = found[:max_item_count]
-        token = _encode_token(fingerprint, str(items[-1]["id"])) if len(found) > max_item_count else None
+        token = (
+            tokens.encode(_TOKEN_PREFIX, fingerprint, str(items[-1]["id"]))
+            if len(found) > max_item_count
+            else None
+        )
         self._container.note_query_page(len(items))
         return Page([self._versioned(doc) for doc in items], token)
 
@@ -300,32 +305,3 @@ class InMemoryOrderStore:
         """
         doc = self._container.read(order_id)
         return OrderDocument.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
-
-
-def _encode_token(fingerprint: str, after_id: str) -> str:
-    payload = json.dumps({"q": fingerprint, "a": after_id}, separators=(",", ":")).encode("utf-8")
-    return _TOKEN_PREFIX + base64.urlsafe_b64encode(payload).decode("ascii")
-
-
-def _decode_token(token: str, fingerprint: str) -> str:
-    """The id after which a page resumes.
-
-    Raises:
-        InvalidContinuation: the token is malformed or was issued for a different query.
-    """
-    if not token.startswith(_TOKEN_PREFIX):
-        raise InvalidContinuation("continuation token not issued by this store")
-    body = token[len(_TOKEN_PREFIX) :]
-    try:
-        raw = base64.b64decode(body, altchars=b"-_", validate=True)
-        # Only the exact encoding we issued is accepted: lenient base64 would ignore stray
-        # characters or data after the padding, letting a tampered token through.
-        if base64.urlsafe_b64encode(raw).decode("ascii") != body:
-            raise ValueError("non-canonical encoding")
-        payload = json.loads(raw)
-        token_query, after_id = payload["q"], payload["a"]
-    except (binascii.Error, UnicodeError, ValueError, TypeError, KeyError) as exc:
-        raise InvalidContinuation("malformed continuation token") from exc
-    if token_query != fingerprint or not isinstance(after_id, str):
-        raise InvalidContinuation("continuation token belongs to a different query")
-    return after_id

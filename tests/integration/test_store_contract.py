@@ -590,7 +590,7 @@ def test_cosmos_rejection_of_a_server_token_is_invalid_continuation(
             token = cosmos.state.query(StateQuery(), max_item_count=1).continuation
             assert token is not None and token.startswith("cos1.")
             payload = json.loads(base64.urlsafe_b64decode(token[len("cos1.") :]))
-            payload["t"] = "{}"
+            payload["p"] = "{}"
             garbled = "cos1." + base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
 
             with pytest.raises(InvalidContinuation, match="rejected"):
