@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from activities.steps import ActivityDeps
 from orchestrators.starter import InstanceStatus
@@ -31,6 +31,8 @@ from orderflow.settings import Settings
 from orderflow.wiring import connect_azure
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @cache
@@ -87,19 +89,31 @@ class TriggerSettlement:
 
     def complete(self, message: ReceivedMessage) -> None:
         """Complete the message."""
-        self.actions.complete(message.lock_token)
+        self._settle("complete", message, lambda: self.actions.complete(message.lock_token))
 
     def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
         """Abandon the message (``delay_s`` cannot be honoured on Service Bus)."""
-        self.actions.abandon(message.lock_token)
+        self._settle("abandon", message, lambda: self.actions.abandon(message.lock_token))
 
     def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
         """Dead-letter with a reason and description (4,096 characters each at most)."""
-        self.actions.deadletter(
-            message.lock_token,
-            deadletter_reason=reason[:4096],
-            deadletter_error_description=description[:4096],
+        self._settle(
+            "dead-letter",
+            message,
+            lambda: self.actions.deadletter(
+                message.lock_token,
+                deadletter_reason=reason[:4096],
+                deadletter_error_description=description[:4096],
+            ),
         )
+
+    def _settle(self, action: str, message: ReceivedMessage, call: Callable[[], None]) -> None:
+        # A settlement that fails (lost lock, message already settled) is harmless: the broker
+        # redelivers the message and every handler is idempotent (docs/design.md §7).
+        try:
+            call()
+        except Exception as exc:
+            logger.warning("%s of message %s on %s failed: %s", action, message.message_id, self.name, exc)
 
 
 def received(message: TriggerMessage) -> ReceivedMessage:
@@ -153,24 +167,44 @@ _RUNNING = frozenset({"Running", "Pending", "Suspended", "ContinuedAsNew"})
 class DurableFunctionsClient:
     """:class:`~orchestrators.starter.OrchestrationClient` over the Durable Functions client binding.
 
-    The roles are synchronous; triggers that use this run as plain (non-async) functions on the
-    worker's thread pool, so each call runs the SDK's coroutine on a private event loop.
+    The client's methods are coroutines bound to the worker's event loop (the SDK shares one aiohttp
+    session per process). The roles are synchronous, so an ``async`` trigger runs the role function
+    in a thread (``asyncio.to_thread``) and this adapter submits each coroutine back to the trigger's
+    loop and waits for it. Never call it on the loop's own thread: it would wait on itself.
+
+    Args:
+        client: The ``DurableOrchestrationClient`` from the binding.
+        loop: The trigger's running loop; None runs each call on a private loop (scripts and tests).
+        timeout_s: Longest wait for one call, seconds.
     """
 
-    def __init__(self, client: DurableClientLike) -> None:
+    def __init__(
+        self,
+        client: DurableClientLike,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
         self._client = client
+        self._loop = loop
+        self._timeout_s = timeout_s
+
+    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        if self._loop is None:
+            return asyncio.run(coroutine)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(self._timeout_s)
 
     def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
         """Start the instance unless it exists: ``start_new`` would silently replace an existing one
         (Durable Functions Python 1.x, docs/design.md §7)."""
         if self.get_status(instance_id) is not None:
             return False
-        asyncio.run(self._client.start_new(name, instance_id, payload))
+        self._run(self._client.start_new(name, instance_id, payload))
         return True
 
     def get_status(self, instance_id: str) -> InstanceStatus | None:
         """The instance's status, or None when the extension knows no such instance (HTTP 404)."""
-        status = asyncio.run(self._client.get_status(instance_id))
+        status = self._run(self._client.get_status(instance_id))
         runtime = getattr(status, "runtime_status", None)
         if runtime is None:
             return None
@@ -182,4 +216,4 @@ class DurableFunctionsClient:
 
     def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
         """Raise an external event (the extension answers 410 for a finished instance: raised)."""
-        asyncio.run(self._client.raise_event(instance_id, name, payload))
+        self._run(self._client.raise_event(instance_id, name, payload))

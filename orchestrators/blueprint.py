@@ -3,6 +3,8 @@ listener. Each trigger decodes its binding and calls the plain role function."""
 
 from __future__ import annotations
 
+import asyncio
+
 import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
@@ -24,15 +26,18 @@ order_orchestrator = bp.function_name(ORDER_WORKFLOW)(
 @bp.function_name("starter")
 @bp.timer_trigger(arg_name="timer", schedule="%STARTER_SCHEDULE%", run_on_startup=False)
 @bp.durable_client_input(client_name="client")
-def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     """Claim ready Pending records and start their attempt-specific instances."""
     deps = dependencies()
-    run_starter_pass(
+    # The role is synchronous: run it in a thread; its durable-client calls come back to this loop.
+    await asyncio.to_thread(
+        run_starter_pass,
         states=deps.states,
-        client=DurableFunctionsClient(client),
+        client=DurableFunctionsClient(client, asyncio.get_running_loop()),
         clock=deps.clock,
         settings=deps.settings,
-        response_queue=deps.settings.response_queue(),
+        # One task hub, one shared response queue on Azure.
+        response_queue=deps.settings.AGENT_RESPONSES_QUEUE,
         capacity=deps.settings.STARTER_BATCH,
         on_claimed=deps.cache.put,
     )
@@ -46,15 +51,16 @@ def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> 
     auto_complete_messages=False,
 )
 @bp.durable_client_input(client_name="client")
-def response_listener(
+async def response_listener(
     message: servicebus.ServiceBusReceivedMessage,
     message_actions: servicebus.ServiceBusMessageActions,
     client: df.DurableOrchestrationClient,
 ) -> None:
     """Turn an agent response into the external event of the instance named in it."""
     deps = dependencies()
-    durable = DurableFunctionsClient(client)
-    settle_trigger_message(
+    durable = DurableFunctionsClient(client, asyncio.get_running_loop())
+    await asyncio.to_thread(
+        settle_trigger_message,
         deps.settings.AGENT_RESPONSES_QUEUE,
         message,
         message_actions,

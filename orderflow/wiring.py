@@ -38,8 +38,8 @@ def connect_stores(settings: Settings) -> CosmosStores:
 def connect_azure(settings: Settings) -> tuple[CosmosStores, ServiceBusQueueFactory]:
     """The Azure adapters, with identity-based connections only (``DefaultAzureCredential``).
 
-    Cosmos DB at ``COSMOS_ENDPOINT`` (data-plane RBAC; the containers come from infrastructure) and
-    Service Bus at ``SERVICEBUS__fullyQualifiedNamespace``.
+    Cosmos DB at ``COSMOS_ENDPOINT`` (data-plane RBAC; the containers come from infrastructure;
+    ``COSMOS_KEY`` only for the emulator) and Service Bus at ``SERVICEBUS__fullyQualifiedNamespace``.
 
     Raises:
         ValueError: a required setting is empty.
@@ -49,9 +49,11 @@ def connect_azure(settings: Settings) -> tuple[CosmosStores, ServiceBusQueueFact
     if not settings.COSMOS_ENDPOINT or not settings.SERVICEBUS__fullyQualifiedNamespace:
         raise ValueError("COSMOS_ENDPOINT and SERVICEBUS__fullyQualifiedNamespace must be set")
     credential = DefaultAzureCredential()
+    # A key only for the Cosmos DB emulator; on Azure the account's local auth is disabled.
     stores = CosmosStores.connect(
         settings.COSMOS_ENDPOINT,
-        credential=credential,
+        key=settings.COSMOS_KEY or None,
+        credential=None if settings.COSMOS_KEY else credential,
         database=settings.COSMOS_DATABASE,
         verify_tls=settings.COSMOS_VERIFY_TLS,
     )

@@ -1,0 +1,659 @@
+"""The Azure host's seams, tested at the SDK boundary: settlement through the Service Bus trigger's
+message actions, the Durable Functions client adapter, and the blueprints' thin triggers.
+
+No Functions host runs here. Messages are fakes with the shape of ``azure.servicebus.
+ServiceBusReceivedMessage`` as the Service Bus extension delivers it (a body of bytes sections,
+``delivery_count`` counting from 0), settlement goes to a recording fake with the signatures of the
+extension's ``ServiceBusMessageActions``, and each trigger is invoked the way the Python worker invokes
+the registered function: coroutine functions awaited on the worker's event loop, plain functions on
+its thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from azure.durable_functions import DurableOrchestrationClient
+from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from azurefunctions.extensions.bindings import servicebus
+
+import activities.blueprint
+import agents.blueprint
+import function_app
+import function_host
+import orchestrators.blueprint
+import supervisor.blueprint
+from activities.contracts import START_STEP, FencedWriteResult, StartStepInput
+from activities.steps import ActivityDeps
+from activities.submission import handle_submission
+from function_host import DurableFunctionsClient, settle_trigger_message
+from orchestrators.definitions import CURRENT_WORKFLOW, WORKFLOWS
+from orchestrators.starter import InstanceStatus, claim
+from orchestrators.workflow import ORDER_WORKFLOW, WAITING_PREFIX
+from orderflow.clock import FakeClock
+from orderflow.consumer import Settlement
+from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
+from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState, StateRecord
+from orderflow.settings import Settings
+from orderflow.stores.base import Versioned
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.unit.fakes import order_body
+
+pytestmark = pytest.mark.unit
+
+START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+MAX_DELIVERY_COUNT = Settings().MAX_DELIVERY_COUNT
+AGENTS = sorted({step.agent for workflow in WORKFLOWS.values() for step in workflow.steps})
+CLIENT_BINDING = json.dumps(
+    {
+        "taskHubName": "orderflowlocal",
+        "creationUrls": {},
+        "managementUrls": {},
+        "baseUrl": "http://127.0.0.1:7071/runtime/webhooks/durabletask",
+        "requiredQueryStringParameters": "",
+        "rpcBaseUrl": "http://127.0.0.1:17071/durabletask/",
+    }
+)
+"""What the host passes for a ``durableClient`` binding (the worker hands it over as a string)."""
+
+
+# --- fakes of the Service Bus trigger's two arguments ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeReceivedMessage:
+    """What the Service Bus extension hands a trigger: ``ServiceBusReceivedMessage``'s shape.
+
+    ``body`` is a new generator of ``bytes`` data sections on every access, as the SDK's is; the
+    ``delivery_count`` is the AMQP header's, 0 on the first delivery.
+    """
+
+    sections: tuple[bytes, ...]
+    message_id: str | None = "m-1"
+    delivery_count: int | None = 0
+    correlation_id: str | None = None
+    lock_token: str = "lock-1"
+
+    @property
+    def body(self) -> Iterator[bytes]:
+        return (section for section in self.sections)
+
+
+def message(text: str | bytes, *, delivery_count: int | None = 0, split: int = 7) -> FakeReceivedMessage:
+    """A message whose body arrives in sections of ``split`` bytes (a UTF-8 character may straddle two)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    sections = tuple(data[i : i + split] for i in range(0, len(data), split)) or (b"",)
+    return FakeReceivedMessage(sections=sections, delivery_count=delivery_count)
+
+
+@dataclass
+class RecordingActions:
+    """``ServiceBusMessageActions`` (the settlement half) that records each call and its arguments."""
+
+    calls: list[tuple[str, object, dict[str, str | None]]] = field(default_factory=list)
+
+    def complete(self, message: Any) -> None:
+        self.calls.append(("complete", message, {}))
+
+    def abandon(self, message: Any) -> None:
+        self.calls.append(("abandon", message, {}))
+
+    def deadletter(
+        self,
+        message: Any,
+        deadletter_reason: str | None = None,
+        deadletter_error_description: str | None = None,
+    ) -> None:
+        self.calls.append(
+            (
+                "deadletter",
+                message,
+                {
+                    "deadletter_reason": deadletter_reason,
+                    "deadletter_error_description": deadletter_error_description,
+                },
+            )
+        )
+
+
+@pytest.mark.parametrize("method", ["complete", "abandon", "deadletter"])
+def test_the_recording_actions_have_the_extensions_signatures(method: str) -> None:
+    real = inspect.signature(getattr(servicebus.ServiceBusMessageActions, method))
+    fake = inspect.signature(getattr(RecordingActions, method))
+    assert list(fake.parameters) == list(real.parameters)
+    assert [p.default for p in fake.parameters.values()] == [p.default for p in real.parameters.values()]
+
+
+# --- settle_trigger_message ----------------------------------------------------------------------------
+
+
+def settle_with(
+    handler: Callable[[str], object], sdk_message: FakeReceivedMessage
+) -> tuple[Settlement, RecordingActions]:
+    actions = RecordingActions()
+    settlement = settle_trigger_message(
+        "orders", sdk_message, actions, handler, max_delivery_count=MAX_DELIVERY_COUNT
+    )
+    return settlement, actions
+
+
+def test_a_handled_message_is_completed_with_the_sdk_message_object() -> None:
+    seen: list[str] = []
+    sdk_message = message('{"city": "Zürich"}', split=10)  # "ü" is split across two sections
+
+    settlement, actions = settle_with(seen.append, sdk_message)
+
+    assert settlement is Settlement.COMPLETED
+    assert seen == ['{"city": "Zürich"}']
+    [(verb, settled, arguments)] = actions.calls
+    assert (verb, arguments) == ("complete", {})
+    assert settled is sdk_message
+
+
+class LostLockActions(RecordingActions):
+    """Settlement fails as it does when the lock was lost or the message was already settled."""
+
+    def complete(self, message: Any) -> None:
+        super().complete(message)
+        raise RuntimeError("SettlementError: lock lost")
+
+
+def test_a_failed_settlement_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    actions = LostLockActions()
+
+    settlement = settle_trigger_message(
+        "orders", message("{}"), actions, lambda _body: None, max_delivery_count=10
+    )
+
+    assert settlement is Settlement.COMPLETED
+    assert [verb for verb, _, _ in actions.calls] == ["complete"]
+    assert "complete of message m-1 on orders failed" in caplog.text
+
+
+def test_invalid_input_is_dead_lettered_with_its_reason() -> None:
+    def reject(body: str) -> None:
+        raise InvalidMessage("InvalidJson", "body is not JSON")
+
+    sdk_message = message("garbage")
+    settlement, actions = settle_with(reject, sdk_message)
+
+    assert settlement is Settlement.DEAD_LETTERED
+    assert actions.calls == [
+        (
+            "deadletter",
+            sdk_message,
+            {"deadletter_reason": "InvalidJson", "deadletter_error_description": "body is not JSON"},
+        )
+    ]
+
+
+def test_a_conflicting_order_is_dead_lettered_as_such() -> None:
+    def conflict(body: str) -> None:
+        raise ConflictingOrder("order o-1 exists with different content")
+
+    _, actions = settle_with(conflict, message("{}"))
+
+    [(verb, _, arguments)] = actions.calls
+    assert verb == "deadletter"
+    assert arguments == {
+        "deadletter_reason": "ConflictingOrder",
+        "deadletter_error_description": "order o-1 exists with different content",
+    }
+
+
+def test_dead_letter_fields_are_cut_to_the_brokers_limit() -> None:
+    def reject(body: str) -> None:
+        raise InvalidMessage("R" * 5000, "D" * 5000)
+
+    _, actions = settle_with(reject, message("{}"))
+
+    [(_, _, arguments)] = actions.calls
+    assert arguments == {"deadletter_reason": "R" * 4096, "deadletter_error_description": "D" * 4096}
+
+
+def fail_transiently(body: str) -> None:
+    raise TransientError("state store unavailable")
+
+
+@pytest.mark.parametrize("delivery_count", [None, 0, MAX_DELIVERY_COUNT - 2])
+def test_a_transient_failure_abandons_the_message_for_redelivery(delivery_count: int | None) -> None:
+    sdk_message = message("{}", delivery_count=delivery_count)
+
+    settlement, actions = settle_with(fail_transiently, sdk_message)
+
+    assert settlement is Settlement.ABANDONED
+    assert actions.calls == [("abandon", sdk_message, {})]
+
+
+def test_the_last_allowed_delivery_is_dead_lettered_instead_of_abandoned() -> None:
+    # The SDK counts earlier deliveries: delivery_count 9 is the 10th delivery, MAX_DELIVERY_COUNT.
+    sdk_message = message("{}", delivery_count=MAX_DELIVERY_COUNT - 1)
+
+    settlement, actions = settle_with(fail_transiently, sdk_message)
+
+    assert settlement is Settlement.DEAD_LETTERED
+    [(verb, settled, arguments)] = actions.calls
+    assert (verb, settled) == ("deadletter", sdk_message)
+    assert arguments["deadletter_reason"] == "MaxDeliveryCountExceeded"
+    assert arguments["deadletter_error_description"] == (
+        "TransientError: [transient] state store unavailable"
+    )
+
+
+# --- DurableFunctionsClient ------------------------------------------------------------------------------
+
+
+def status(runtime_status: str | None, custom_status: object = None) -> Any:
+    """A real ``DurableOrchestrationStatus`` as the SDK builds it from the extension's answer (a 404's
+    empty body gives one whose ``runtime_status`` is None)."""
+    if runtime_status is None:
+        return DurableOrchestrationStatus.from_json("")
+    return DurableOrchestrationStatus.from_json(
+        {"instanceId": "o-1:1", "runtimeStatus": runtime_status, "customStatus": custom_status}
+    )
+
+
+@dataclass
+class FakeDurableClient:
+    """The async methods of ``DurableOrchestrationClient`` that orderflow uses."""
+
+    statuses: dict[str, Any] = field(default_factory=dict)
+    started: list[tuple[str, str | None, Any]] = field(default_factory=list)
+    raised: list[tuple[str, str, Any]] = field(default_factory=list)
+
+    async def start_new(
+        self, orchestration_function_name: str, instance_id: str | None = None, client_input: Any = None
+    ) -> str:
+        self.started.append((orchestration_function_name, instance_id, client_input))
+        return instance_id or "generated"
+
+    async def get_status(self, instance_id: str) -> Any:
+        return self.statuses.get(instance_id, status(None))
+
+    async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None:
+        self.raised.append((instance_id, event_name, event_data))
+
+
+@pytest.mark.parametrize(
+    "runtime_status", ["Running", "Pending", "Completed", "Failed", "Terminated", "Canceled"]
+)
+def test_start_leaves_an_existing_instance_alone(runtime_status: str) -> None:
+    # start_new would silently replace it (Durable Functions Python 1.x, docs/design.md §7).
+    fake = FakeDurableClient(statuses={"o-1:1": status(runtime_status)})
+
+    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", {"orderId": "o-1"})
+
+    assert started is False
+    assert fake.started == []
+
+
+def test_start_starts_a_missing_instance_under_its_id() -> None:
+    fake = FakeDurableClient()
+    payload = {"orderId": "o-1", "attempt": 1}
+
+    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", payload)
+
+    assert started is True
+    assert fake.started == [("order_workflow", "o-1:1", payload)]
+
+
+@pytest.mark.parametrize(
+    ("runtime_status", "running"),
+    [
+        ("Running", True),
+        ("Pending", True),
+        ("Suspended", True),
+        ("ContinuedAsNew", True),
+        ("Completed", False),
+        ("Failed", False),
+        ("Terminated", False),
+        ("Canceled", False),
+    ],
+)
+def test_get_status_maps_the_runtime_status(runtime_status: str, running: bool) -> None:
+    fake = FakeDurableClient(statuses={"o-1:1": status(runtime_status, f"{WAITING_PREFIX}charge_payment")})
+
+    found = DurableFunctionsClient(fake).get_status("o-1:1")
+
+    assert found == InstanceStatus(running=running, custom_status="waiting:charge_payment")
+
+
+def test_get_status_of_an_unknown_instance_is_none() -> None:
+    assert DurableFunctionsClient(FakeDurableClient()).get_status("o-9:1") is None
+
+
+@pytest.mark.parametrize("custom_status", [None, {"step": "charge_payment"}, 3])
+def test_get_status_keeps_only_a_string_custom_status(custom_status: object) -> None:
+    fake = FakeDurableClient(statuses={"o-1:1": status("Running", custom_status)})
+
+    assert DurableFunctionsClient(fake).get_status("o-1:1") == InstanceStatus(running=True)
+
+
+def test_raise_event_forwards_instance_name_and_payload() -> None:
+    fake = FakeDurableClient()
+    payload = {"requestId": "o-1:1:charge_payment"}
+
+    DurableFunctionsClient(fake).raise_event("o-1:1", "charge_payment:response", payload)
+
+    assert fake.raised == [("o-1:1", "charge_payment:response", payload)]
+
+
+# --- the blueprints' triggers, invoked as the worker invokes them ------------------------------------------
+
+
+def _index_app() -> dict[str, Callable[..., Any]]:
+    # get_functions() remembers the names it has seen, so each module that indexes the app starts clean.
+    function_app.app.functions_bindings = None
+    return {f.get_function_name(): f.get_user_function() for f in function_app.app.get_functions()}
+
+
+USER_FUNCTIONS = _index_app()
+
+
+def user_function(name: str) -> Callable[..., Any]:
+    """The Python callable the worker invokes for registered function ``name``.
+
+    The blueprints' decorators return ``FunctionBuilder`` objects, not functions; the registered
+    ``Function``'s ``get_user_function()`` is what the worker calls. For a function with a durable
+    client binding, that is azure-functions-durable's async middleware around the trigger, which turns
+    the binding's JSON into a ``DurableOrchestrationClient``.
+    """
+    return USER_FUNCTIONS[name]
+
+
+def invoke(name: str, **arguments: Any) -> Any:
+    """Invoke a registered function as the Python worker does: a coroutine function is awaited on the
+    worker's event loop, a plain function runs on the worker's thread pool."""
+    fn = user_function(name)
+
+    async def worker() -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(**arguments)
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, **arguments))
+
+    return asyncio.run(worker())
+
+
+@dataclass(frozen=True)
+class FakeTimer:
+    """``func.TimerRequest``: the triggers do not read it."""
+
+    past_due: bool = False
+
+
+@pytest.fixture
+def deps(monkeypatch: pytest.MonkeyPatch) -> ActivityDeps:
+    """In-memory adapters and the Azure app's settings, returned by every blueprint's ``dependencies``."""
+    wired = ActivityDeps(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=FakeClock(START),
+        settings=Settings.load(env={}, HOST_ID=""),
+    )
+    # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
+    for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint, supervisor.blueprint):
+        monkeypatch.setattr(module, "dependencies", lambda: wired)
+    return wired
+
+
+def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
+    handle_submission(
+        order_body(order_id),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+
+
+def claimed(deps: ActivityDeps, order_id: str = "o-1") -> Versioned[StateRecord]:
+    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    assert won is not None
+    return won
+
+
+def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Settings] = []
+
+    def connect(settings: Settings) -> tuple[SimpleNamespace, InMemoryQueueFactory]:
+        built.append(settings)
+        stores = SimpleNamespace(state=InMemoryStateStore(), orders=InMemoryOrderStore())
+        return stores, InMemoryQueueFactory()
+
+    monkeypatch.setattr(function_host, "connect_azure", connect)
+    monkeypatch.setenv("HOST_ID", "")
+    function_host.dependencies.cache_clear()
+    try:
+        first, second = function_host.dependencies(), function_host.dependencies()
+    finally:
+        function_host.dependencies.cache_clear()
+
+    assert first is second
+    assert len(built) == 1
+    assert first.settings.response_queue() == "agent-responses"
+
+
+def test_submission_records_a_valid_order_and_completes_the_message(deps: ActivityDeps) -> None:
+    actions = RecordingActions()
+    sdk_message = message(order_body("o-1", reply_to="client-a"))
+
+    invoke("submission", message=sdk_message, message_actions=actions)
+
+    assert actions.calls == [("complete", sdk_message, {})]
+    record = deps.states.get("o-1").item
+    assert (record.process_state, record.locked_by, record.reply_to) == (
+        ProcessState.PENDING,
+        None,
+        "client-a",
+    )
+    assert deps.orders.get("o-1").order_id == "o-1"
+    [reply] = deps.queues.queue("client-a").receive(max_messages=32, lock_s=30)
+    assert parse_message(StatusReply, reply.body).status.value == "Received"
+
+
+def test_submission_dead_letters_garbage_with_its_reason(deps: ActivityDeps) -> None:
+    actions = RecordingActions()
+    sdk_message = message(b"not json at all")
+
+    invoke("submission", message=sdk_message, message_actions=actions)
+
+    [(verb, settled, arguments)] = actions.calls
+    assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "InvalidJson")
+    with pytest.raises(NotFound):
+        deps.states.get("o-1")
+
+
+def test_submission_dead_letters_a_conflicting_order(deps: ActivityDeps) -> None:
+    submit(deps, "o-1")
+    actions = RecordingActions()
+
+    invoke("submission", message=message(order_body("o-1", amount="1.00")), message_actions=actions)
+
+    [(verb, _, arguments)] = actions.calls
+    assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ConflictingOrder")
+
+
+def test_submission_abandons_when_a_store_is_down(
+    deps: ActivityDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: object, **kwargs: object) -> None:
+        raise TransientError("order store unavailable")
+
+    monkeypatch.setattr(deps.orders, "create", down)
+    actions = RecordingActions()
+    sdk_message = message(order_body("o-1"), delivery_count=2)
+
+    invoke("submission", message=sdk_message, message_actions=actions)
+
+    assert actions.calls == [("abandon", sdk_message, {})]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_each_agent_trigger_dead_letters_garbage(deps: ActivityDeps, agent: str) -> None:
+    actions = RecordingActions()
+    sdk_message = message("[1, 2, 3]")
+
+    invoke(f"agent_{agent}", message=sdk_message, message_actions=actions)
+
+    [(verb, settled, arguments)] = actions.calls
+    assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "NotAnObject")
+
+
+def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: ActivityDeps) -> None:
+    submit(deps)
+    record = claimed(deps).item
+    assert record.locked_by == "o-1:1"
+    step = CURRENT_WORKFLOW.steps[0]
+    payload = StartStepInput(
+        order_id="o-1",
+        instance_id="o-1:1",
+        workflow_version=record.workflow_version,
+        step=step.name,
+        deadline=START + timedelta(seconds=8),
+        response_queue=deps.settings.response_queue(),
+    ).to_payload()
+
+    result = FencedWriteResult.model_validate(invoke(START_STEP, payload=payload))
+
+    assert (result.applied, result.fenced) == (True, False)
+    assert deps.states.get("o-1").item.complete_by == START + timedelta(seconds=8)
+    [sent] = deps.queues.queue(deps.settings.agent_queue(step.agent)).receive(max_messages=32, lock_s=30)
+    request = parse_message(AgentRequest, sent.body)
+    assert (request.instance_id, request.step, request.reply_to) == ("o-1:1", step.name, "agent-responses")
+
+
+def test_supervisor_trigger_recovers_an_expired_attempt(deps: ActivityDeps) -> None:
+    submit(deps)
+    claimed(deps)
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
+
+    invoke("supervisor", timer=FakeTimer())
+
+    record = deps.states.get("o-1").item
+    assert (record.process_state, record.locked_by, record.failure_count) == (ProcessState.PENDING, None, 1)
+
+
+# --- triggers with a durable client binding --------------------------------------------------------------
+
+
+@dataclass
+class DurableCalls:
+    """What the patched ``DurableOrchestrationClient`` was asked, and on which event loop."""
+
+    statuses: dict[str, Any] = field(default_factory=dict)
+    started: list[tuple[str, str | None, Any]] = field(default_factory=list)
+    raised: list[tuple[str, str, Any]] = field(default_factory=list)
+    loops: list[asyncio.AbstractEventLoop] = field(default_factory=list)
+
+
+@pytest.fixture
+def durable(monkeypatch: pytest.MonkeyPatch) -> DurableCalls:
+    """Patch the SDK client's HTTP methods; everything else (the binding JSON, the DF middleware) is real.
+
+    azure-functions-durable 1.7 sends every request through one process-wide aiohttp session, bound to
+    the event loop it was first used on, so every call must come from the same loop: the fake records
+    each call's loop.
+    """
+    calls = DurableCalls()
+
+    async def get_status(
+        self: DurableOrchestrationClient, instance_id: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        calls.loops.append(asyncio.get_running_loop())
+        return calls.statuses.get(instance_id, status(None))
+
+    async def start_new(
+        self: DurableOrchestrationClient,
+        orchestration_function_name: str,
+        instance_id: str | None = None,
+        client_input: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> str:
+        calls.loops.append(asyncio.get_running_loop())
+        calls.started.append((orchestration_function_name, instance_id, client_input))
+        return instance_id or "generated"
+
+    async def raise_event(
+        self: DurableOrchestrationClient,
+        instance_id: str,
+        event_name: str,
+        event_data: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        calls.loops.append(asyncio.get_running_loop())
+        calls.raised.append((instance_id, event_name, event_data))
+
+    monkeypatch.setattr(DurableOrchestrationClient, "get_status", get_status)
+    monkeypatch.setattr(DurableOrchestrationClient, "start_new", start_new)
+    monkeypatch.setattr(DurableOrchestrationClient, "raise_event", raise_event)
+    return calls
+
+
+# The worker runs durable-client triggers on its event loop through an async middleware; the
+# durable client's coroutines must all run on that one loop (the SDK shares one aiohttp session).
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
+    deps: ActivityDeps, durable: DurableCalls
+) -> None:
+    submit(deps)
+
+    try:
+        invoke("starter", timer=FakeTimer(), client=CLIENT_BINDING)
+    finally:
+        gc.collect()  # a coroutine asyncio.run() refused warns when collected: here, not in a later test
+
+    [(name, instance_id, payload)] = durable.started
+    assert (name, instance_id, payload["responseQueue"]) == (ORDER_WORKFLOW, "o-1:1", "agent-responses")
+    assert deps.states.get("o-1").item.locked_by == "o-1:1"
+    assert len({id(loop) for loop in durable.loops}) == 1
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
+    deps: ActivityDeps, durable: DurableCalls
+) -> None:
+    step = CURRENT_WORKFLOW.steps[0].name
+    durable.statuses["o-1:1"] = status("Running", f"{WAITING_PREFIX}{step}")
+    body = AgentResponse(
+        request_id=f"o-1:1:{step}",
+        event_id=f"o-1:1:{step}:response",
+        event_name=f"{step}:response",
+        order_id="o-1",
+        instance_id="o-1:1",
+        step=step,
+        outcome=AgentOutcome.SUCCEEDED,
+        result={"reservationId": "r-1"},
+        calls=1,
+        completed_at=START,
+    ).to_json()
+    actions = RecordingActions()
+    sdk_message = message(body)
+
+    try:
+        invoke("response_listener", message=sdk_message, message_actions=actions, client=CLIENT_BINDING)
+    finally:
+        gc.collect()
+
+    assert actions.calls == [("complete", sdk_message, {})]
+    [(instance_id, event_name, payload)] = durable.raised
+    assert (instance_id, event_name, payload["requestId"]) == ("o-1:1", f"{step}:response", f"o-1:1:{step}")
+    assert len({id(loop) for loop in durable.loops}) == 1
