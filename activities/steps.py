@@ -28,17 +28,19 @@ from activities.fencing import RecordCache, fenced_write
 from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.messages import AgentRequest, OrderStatus, StatusReply, reply_message_id, request_id_for
+from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     CompensationEntry,
     LastError,
     OrderDocument,
+    PendingReply,
     ProcessState,
     StateRecord,
     StepStatus,
     undo_key,
 )
+from orderflow.replies import clear_pending_reply, send_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
 
@@ -206,7 +208,8 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     ``Processed``: the last step's completion and ``processState=Processed`` in one fenced write, then a
     ``Processed`` reply. ``Error``: the failed step, ``lastError`` and ``processState=Error``, then a
-    ``Failed`` reply and an operator alert. The reply is sent again on a re-run (same message id).
+    ``Failed`` reply and an operator alert. The reply is recorded as owed in the same write and
+    cleared once sent (orderflow.replies); a re-run sends it if it is still owed.
 
     Returns:
         A :class:`FencedWriteResult` as JSON.
@@ -215,6 +218,16 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     definition = workflow_for(data.workflow_version)
     target = ProcessState.PROCESSED if data.outcome is Outcome.PROCESSED else ProcessState.ERROR
     now = deps.clock.now()
+
+    if target is ProcessState.PROCESSED:
+        owed = PendingReply(status=OrderStatus.PROCESSED.value)
+    else:
+        error = data.error
+        owed = PendingReply(
+            status=OrderStatus.FAILED.value,
+            reason=error.code if error else None,
+            detail=error.message if error else None,
+        )
 
     def mutate(record: StateRecord) -> StateRecord | None:
         if record.process_state is target:
@@ -227,6 +240,8 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             _record_error(record, data.error, now, fail_step=True)
         record.process_state = target
         record.complete_by = None
+        # The reply is owed in the same write as the outcome (an outbox entry): see orderflow.replies.
+        record.pending_reply = owed
         return record
 
     outcome = fenced_write(
@@ -242,18 +257,14 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
 
+    if record.pending_reply is not None:
+        # Sent now, and cleared; a failure here leaves the entry for the supervisor's relay.
+        send_reply(deps.queues, deps.clock, record, record.pending_reply)
+        clear_pending_reply(deps.states, deps.clock, record.order_id, record.pending_reply)
     if target is ProcessState.PROCESSED:
-        send_status(deps, record, OrderStatus.PROCESSED)
         telemetry.event("order.processed", order_id=data.order_id, instance_id=data.instance_id)
     else:
         error = data.error
-        send_status(
-            deps,
-            record,
-            OrderStatus.FAILED,
-            reason=error.code if error else None,
-            detail=error.message if error else None,
-        )
         telemetry.alert(
             "order_failed",
             order_id=data.order_id,
@@ -322,20 +333,3 @@ def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_s
         if step.status is StepStatus.RUNNING:
             step.status = StepStatus.FAILED
         record.retry_budget.spent += error.calls
-
-
-def send_status(
-    deps: ActivityDeps,
-    record: StateRecord,
-    status: OrderStatus,
-    *,
-    reason: str | None = None,
-    detail: str | None = None,
-) -> None:
-    """Send a status reply to the order's private reply queue, under a stable message id."""
-    reply = StatusReply(
-        order_id=record.order_id, status=status, reason=reason, detail=detail, at=deps.clock.now()
-    )
-    deps.queues.queue(record.reply_to).send(
-        reply.to_json(), message_id=reply_message_id(record.order_id, status), correlation_id=record.order_id
-    )

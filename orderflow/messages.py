@@ -44,18 +44,23 @@ OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]
 """Order ids: 1–64 characters of letters, digits, ``_ . -``; no ``:`` (instance ids use it as separator)
 and nothing Cosmos DB forbids in an id (``/ \\ ? #``)."""
 
-_QUEUE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]$")
+_QUEUE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?!-)){1,50}[a-z0-9]$")
 
 
 def _valid_queue_name(value: str) -> str:
     if not _QUEUE_NAME.fullmatch(value) or "--" in value:
-        raise ValueError(f"{value!r} is not a valid queue name")
+        raise ValueError(
+            f"{value!r} is not a valid queue name: 3-52 lowercase letters, digits and single hyphens, "
+            "starting and ending with a letter or digit"
+        )
     return value
 
 
 QueueName = Annotated[str, AfterValidator(_valid_queue_name)]
-"""Queue names valid on both Azure Storage queues and Service Bus: 3–63 lowercase letters, digits and
-single hyphens, not starting or ending with a hyphen."""
+"""Queue names valid on both Azure Storage queues and Service Bus: 3–52 lowercase letters, digits and
+single hyphens, not starting or ending with a hyphen. 52, not Storage's 63, so that the local
+dead-letter queue ``<name>-deadletter`` is a valid name too: a reply queue that could not be
+dead-lettered would fail after the order was recorded."""
 
 CleanText = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 

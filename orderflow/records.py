@@ -194,6 +194,18 @@ class RetryBudget(Model):
         return max(0, self.limit - self.spent)
 
 
+class PendingReply(Model):
+    """A final status reply recorded in the same write as the outcome (a transactional outbox entry).
+
+    Cleared once the reply was sent; the supervisor re-sends replies still pending after a grace
+    period, so the client hears the outcome even if the sender died between the write and the send.
+    """
+
+    status: str
+    reason: str | None = None
+    detail: str | None = None
+
+
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
@@ -216,6 +228,7 @@ class StateRecord(Model):
     workflow_version: str
     schema_version: int = SCHEMA_VERSION
     last_error: LastError | None = None
+    pending_reply: PendingReply | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -44,6 +44,8 @@ class StateQuery:
         complete_by_after: ``completeBy`` is set and not earlier than this (UTC): bounds a sweep window.
         unlocked: ``lockedBy`` is null.
         ready_at: ``nextAttemptAt`` is null or not later than this (UTC).
+        reply_pending: ``pendingReply`` is set.
+        updated_before: ``updatedAt`` is earlier than this (UTC).
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -51,6 +53,8 @@ class StateQuery:
     complete_by_after: datetime | None = None
     unlocked: bool = False
     ready_at: datetime | None = None
+    reply_pending: bool = False
+    updated_before: datetime | None = None
 
 
 @dataclass

@@ -148,6 +148,11 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
             "(NOT IS_DEFINED(c.nextAttemptAt) OR IS_NULL(c.nextAttemptAt) OR c.nextAttemptAt <= @readyAt)"
         )
         params.append({"name": "@readyAt", "value": format_utc(query.ready_at)})
+    if query.reply_pending:
+        conditions.append("(IS_DEFINED(c.pendingReply) AND NOT IS_NULL(c.pendingReply))")
+    if query.updated_before is not None:
+        conditions.append("(IS_STRING(c.updatedAt) AND c.updatedAt < @updatedBefore)")
+        params.append({"name": "@updatedBefore", "value": format_utc(query.updated_before)})
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"SELECT {select} FROM c{where}", params
 

@@ -46,6 +46,8 @@ def query_fingerprint(query: StateQuery) -> str:
         "after": format_utc(query.complete_by_after) if query.complete_by_after else None,
         "unlocked": query.unlocked,
         "ready": format_utc(query.ready_at) if query.ready_at else None,
+        "reply": query.reply_pending,
+        "updated": format_utc(query.updated_before) if query.updated_before else None,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -81,7 +83,12 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
             isinstance(next_attempt_at, str) and next_attempt_at <= format_utc(query.ready_at)
         ):
             return False
-    return True
+    if query.reply_pending and doc.get("pendingReply") is None:
+        return False
+    updated_at = doc.get("updatedAt")
+    return query.updated_before is None or (
+        isinstance(updated_at, str) and updated_at < format_utc(query.updated_before)
+    )
 
 
 def _new_etag() -> str:

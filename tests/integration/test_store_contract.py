@@ -25,6 +25,7 @@ from orderflow.records import (
     LastError,
     OrderDocument,
     OrderItem,
+    PendingReply,
     ProcessState,
     RetryBudget,
     StateRecord,
@@ -629,3 +630,18 @@ def test_counters_count_every_operation(stores: Stores) -> None:
     stores.orders.create(make_order("o-1"))
     stores.orders.get("o-1")
     assert stores.orders.counters == StoreCounters(reads=1, creates=1)
+
+
+def test_query_by_pending_reply_and_update_time(stores: Stores) -> None:
+    owed = PendingReply(status="Processed")
+    stores.state.create(make_record("owed-old", state=ProcessState.PROCESSED, pending_reply=owed))
+    late = make_record("owed-new", state=ProcessState.PROCESSED, pending_reply=owed)
+    late.updated_at = T0 + timedelta(minutes=10)
+    stores.state.create(late)
+    stores.state.create(make_record("replied", state=ProcessState.PROCESSED))
+
+    pending, _ = scan(stores.state, StateQuery(reply_pending=True))
+    assert sorted(pending) == ["owed-new", "owed-old"]
+    stale, _ = scan(stores.state, StateQuery(reply_pending=True, updated_before=T0 + timedelta(minutes=5)))
+    assert stale == ["owed-old"]
+    assert stores.state.count(StateQuery(reply_pending=True)) == 2

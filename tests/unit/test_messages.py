@@ -95,3 +95,15 @@ def test_agent_response_rejects_unknown_outcome() -> None:
             ),
         )
     assert caught.value.reason == "InvalidField"
+
+
+@pytest.mark.parametrize(("length", "valid"), [(3, True), (52, True), (53, False), (63, False)])
+def test_reply_queue_names_leave_room_for_the_dead_letter_suffix(length: int, valid: bool) -> None:
+    body = json.dumps(order(replyTo="a" * length))
+    if valid:
+        assert parse_message(SubmitOrder, body).reply_to == "a" * length
+    else:
+        with pytest.raises(InvalidMessage) as caught:
+            parse_message(SubmitOrder, body)
+        assert caught.value.reason == "InvalidField"
+        assert "replyTo" in caught.value.description

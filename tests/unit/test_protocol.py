@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,10 @@ from activities.submission import handle_submission
 from orchestrators.definitions import ORDER_V1
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
+from orderflow.errors import TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus
+from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
@@ -268,13 +271,78 @@ def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock:
         order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
     ).to_payload()
     assert finish_order(payload, deps)["applied"] is True
-    assert finish_order(payload, deps)["applied"] is True  # re-run: already Processed, reply re-sent
+    assert finish_order(payload, deps)["applied"] is True  # re-run: already Processed and replied
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.complete_by is None
+    assert record.pending_reply is None
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     statuses = [(r["orderId"], r["status"]) for r in replies]
-    assert statuses == [("o-1", "Received"), ("o-1", "Processed"), ("o-1", "Processed")]
+    assert statuses == [("o-1", "Received"), ("o-1", "Processed")]
+
+
+class FailingSends:
+    """A queue factory whose sends to one queue fail, like a reply queue during an outage."""
+
+    def __init__(self, inner: InMemoryQueueFactory, failing: str) -> None:
+        self.inner = inner
+        self.failing = failing
+        self.down = True
+
+    def queue(self, name: str) -> Any:
+        queue = self.inner.queue(name)
+        if name == self.failing and self.down:
+            return _Down(queue)
+        return queue
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> Any:
+        return self.inner.dead_letters(name, max_messages=max_messages)
+
+
+class _Down:
+    def __init__(self, queue: Any) -> None:
+        self.name = queue.name
+
+    def send(self, body: str, **_: Any) -> None:
+        raise TransientError("reply queue unavailable")
+
+
+def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submit(deps)
+    claimed(deps)
+    inner = deps.queues
+    assert isinstance(inner, InMemoryQueueFactory)
+    flaky = FailingSends(inner, "client-a")
+    failing = ActivityDeps(
+        states=deps.states,
+        orders=deps.orders,
+        queues=flaky,
+        clock=clock,
+        settings=deps.settings,
+        cache=deps.cache,
+    )
+    payload = FinishOrderInput(
+        order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+    ).to_payload()
+    with pytest.raises(TransientError):
+        finish_order(payload, failing)  # written, then the send failed: the runtime would retry
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.pending_reply is not None and record.pending_reply.status == "Processed"
+
+    # Within the grace period the relay leaves it to the writer; after it, the relay sends it.
+    early = resend_pending_replies(states=deps.states, queues=inner, clock=clock, grace_s=30)
+    assert early.resent == []
+    clock.advance(31)
+    late = resend_pending_replies(states=deps.states, queues=inner, clock=clock, grace_s=30)
+    assert late.resent == ["o-1"]
+    assert deps.states.get("o-1").item.pending_reply is None
+    replies = [json.loads(m.body)["status"] for m in received(inner.queue("client-a"))]
+    assert replies == ["Received", "Processed"]
+    again = resend_pending_replies(states=deps.states, queues=inner, clock=clock, grace_s=30)
+    assert again.resent == []
 
 
 def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: ActivityDeps, clock: FakeClock) -> None:

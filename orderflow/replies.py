@@ -1,0 +1,125 @@
+"""Final status replies, sent at least once through a transactional outbox on the state record.
+
+The write that settles an order (``Processed``, ``Error`` ...) also records the reply it owes the
+client (:class:`~orderflow.records.PendingReply`). The writer then sends the reply and clears the entry
+with a conditional write. A process that dies between the two leaves the entry behind; the
+supervisor's relay re-sends it after a grace period (:func:`resend_pending_replies`). Replies carry a
+stable message id, so a re-send is a duplicate the client (and Service Bus duplicate detection)
+recognises, never a second, different answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from orderflow.clock import Clock
+from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
+from orderflow.messages import OrderStatus, StatusReply, reply_message_id
+from orderflow.queues.base import QueueFactory
+from orderflow.records import PendingReply, StateRecord
+from orderflow.stores.base import StateQuery, StateStore
+
+logger = logging.getLogger(__name__)
+
+CLEAR_ATTEMPTS = 4
+"""Re-reads after a 412 before leaving the entry to the relay (someone else keeps moving the record)."""
+
+
+def send_reply(queues: QueueFactory, clock: Clock, record: StateRecord, reply: PendingReply) -> None:
+    """Send ``reply`` to the order's private reply queue under its stable message id.
+
+    Raises:
+        TransientError: the queue is unavailable (the entry stays pending; the relay retries).
+    """
+    status = OrderStatus(reply.status)
+    message = StatusReply(
+        order_id=record.order_id, status=status, reason=reply.reason, detail=reply.detail, at=clock.now()
+    )
+    queues.queue(record.reply_to).send(
+        message.to_json(),
+        message_id=reply_message_id(record.order_id, status),
+        correlation_id=record.order_id,
+    )
+
+
+def clear_pending_reply(states: StateStore, clock: Clock, order_id: str, reply: PendingReply) -> bool:
+    """Remove the outbox entry ``reply`` from the record with a conditional write.
+
+    Only the same entry is removed: a record that moved on to owe a different reply keeps it.
+
+    Returns:
+        True if the entry is gone (removed now or already), False if the write kept losing races.
+    """
+    for _ in range(CLEAR_ATTEMPTS):
+        try:
+            found = states.get(order_id)
+        except NotFound:
+            return True
+        record = found.item
+        if record.pending_reply != reply:
+            return True
+        updated = record.model_copy(deep=True)
+        updated.pending_reply = None
+        updated.updated_at = clock.now()
+        try:
+            states.replace(updated, etag=found.etag)
+            return True
+        except ConcurrencyConflict:
+            continue
+    return False
+
+
+@dataclass
+class RelayReport:
+    """What one relay pass did: order ids re-sent, and failures left for the next pass."""
+
+    resent: list[str] = field(default_factory=list)
+    failed: int = 0
+
+
+def resend_pending_replies(
+    *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float, max_records: int = 200
+) -> RelayReport:
+    """Re-send replies still pending ``grace_s`` seconds after the write that recorded them.
+
+    Args:
+        states / queues / clock: Dependencies.
+        grace_s: Seconds a writer has to send and clear its own entry before the relay steps in.
+        max_records: Most records one pass handles.
+
+    Returns:
+        A :class:`RelayReport`. A failed send or clear is counted and retried on the next pass.
+    """
+    report = RelayReport()
+    query = StateQuery(reply_pending=True, updated_before=clock.now() - timedelta(seconds=grace_s))
+    continuation: str | None = None
+    handled = 0
+    while handled < max_records:
+        try:
+            page = states.query(
+                query, max_item_count=min(100, max_records - handled), continuation=continuation
+            )
+        except InvalidContinuation:
+            break
+        for found in page.items:
+            handled += 1
+            record = found.item
+            reply = record.pending_reply
+            if reply is None:
+                continue
+            try:
+                send_reply(queues, clock, record, reply)
+                clear_pending_reply(states, clock, record.order_id, reply)
+            except Exception:
+                report.failed += 1
+                logger.warning("re-sending the %s reply of order %s failed", reply.status, record.order_id)
+                continue
+            report.resent.append(record.order_id)
+        continuation = page.continuation
+        if continuation is None:
+            break
+    if report.resent:
+        logger.info("re-sent %s pending replies", len(report.resent))
+    return report
