@@ -12,7 +12,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from activities.contracts import (
@@ -45,6 +45,12 @@ from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
 
 logger = logging.getLogger(__name__)
+
+AGENT_MARGIN_SHARE = 0.2
+"""Share of a step's remaining time kept back from the agent for its answer's trip back."""
+
+AGENT_MARGIN_MAX_S = 1.0
+"""Largest margin, seconds: a queue hop and an event raise take well under a second."""
 
 
 class OrderCache:
@@ -178,6 +184,10 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     order = deps.order_cache.get(deps.orders, data.order_id)
     request_id = request_id_for(data.instance_id, data.step)
+    # The agent must stop early enough for its answer to travel back before the step's timer fires:
+    # an answer that arrives after it is dropped, and its calls are wasted.
+    left_s = max(0.0, (data.deadline - now).total_seconds())
+    agent_deadline = data.deadline - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
     request = AgentRequest(
         request_id=request_id,
         order_id=data.order_id,
@@ -185,7 +195,7 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         step=data.step,
         operation=step_def.operation,
         idempotency_key=record.steps[data.step].idempotency_key,
-        deadline=data.deadline,
+        deadline=agent_deadline,
         reply_to=data.response_queue,
         payload=request_payload(step_def, order),
         max_calls=record.retry_budget.remaining,
