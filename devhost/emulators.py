@@ -263,3 +263,29 @@ def start_local_emulators() -> LocalEmulators:
     # A little settling time: both print before the first request is fully served on slow machines.
     time.sleep(0.1)
     return LocalEmulators(azurite, cosmos)
+
+
+def main() -> None:
+    """``python -m devhost.emulators``: start both emulators, print the settings to export, wait.
+
+    Runs until SIGINT or SIGTERM, then stops both (their data is in memory and is lost).
+    """
+    import signal as _signal  # noqa: PLC0415 (only the command needs it)
+    import threading as _threading  # noqa: PLC0415
+
+    stop = _threading.Event()
+    for sig in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(sig, lambda *_: stop.set())
+    with start_local_emulators() as emulators:
+        endpoints = emulators.endpoints
+        print("# Local emulators are running. In each shell that runs orderflow, export:", flush=True)
+        print(f"export STORAGE_CONNECTION_STRING='{endpoints.storage_connection_string}'")
+        print(f"export COSMOS_ENDPOINT='{endpoints.cosmos_endpoint}'")
+        print(f"export COSMOS_KEY='{endpoints.cosmos_key}'")
+        print("export COSMOS_VERIFY_TLS=false")
+        print("# Ctrl-C stops both emulators (their data lives in memory only).", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -87,14 +87,18 @@ def submit(
     reply_to: ReplyTo,
     order_file: Annotated[Path | None, typer.Argument(help="JSON order, JSON array, or JSON lines.")] = None,
     generate: Annotated[int, typer.Option(help="Generate this many synthetic orders instead.")] = 0,
-    seed: Annotated[int, typer.Option(help="Seed of --generate.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed of --generate (random by default).")] = None,
     env_file: Annotated[
         Path | None, typer.Option(help="local.settings.json or a JSON object of settings.")
     ] = None,
 ) -> None:
     """Send orders to the submission queue; replies go to --reply-to."""
-    if (order_file is None) == (generate == 0):
+    if order_file is not None and generate:
         raise typer.BadParameter("give an order file or --generate N, not both")
+    if order_file is None and not generate:
+        raise typer.BadParameter("give an order file or --generate N")
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)  # fresh order ids on every run
     orders = (
         _read_orders(order_file) if order_file else generate_orders(generate, seed=seed, reply_to=reply_to)
     )

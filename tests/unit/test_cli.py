@@ -99,11 +99,19 @@ def test_submit_generate_sends_valid_orders_replying_to_the_given_queue(
     assert len(orders) == 3
     assert {o.reply_to for o in orders} == {"client-x"}
     assert len({o.order_id for o in orders}) == 3
-    assert [o.model_dump(mode="json", by_alias=True) for o in orders] == generate_orders(
-        3, seed=1, reply_to="client-x"
-    )
     assert "submitted 3 of 3 orders" in result.output
     assert len(connected) == 1
+
+
+def test_submit_generate_without_a_seed_makes_fresh_order_ids(
+    queues: InMemoryQueueFactory, connected: list[Settings]
+) -> None:
+    invoke("submit", "--generate", "2", "--reply-to", "client-x")
+    invoke("submit", "--generate", "2", "--reply-to", "client-x")
+
+    ids = [o.order_id for o in submitted(queues)]
+    assert len(ids) == 4
+    assert len(set(ids)) == 4  # a second run must not resubmit the first run's orders
 
 
 def test_submit_generate_uses_the_seed(queues: InMemoryQueueFactory, connected: list[Settings]) -> None:
