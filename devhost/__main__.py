@@ -18,6 +18,7 @@ import typer
 from devhost.host import ALL_ROLES, Dependencies, DevHost
 from orderflow.settings import Settings
 from orderflow.wiring import connect_queues, connect_stores
+from supervisor.lease import LeaderLease, NoLease, SupervisorLease
 
 cli = typer.Typer(add_completion=False)
 
@@ -70,9 +71,17 @@ def run(
     settings = Settings.load(HOST_ID=host_id) if host_id else Settings.load()
     chosen = ALL_ROLES if roles == "all" else tuple(r.strip() for r in roles.split(",") if r.strip())
     stores = connect_stores(settings)
+    # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
+    lease: SupervisorLease = NoLease()
+    if "supervisor" in chosen and settings.SUPERVISOR_LEASE_ENABLED:
+        lease = LeaderLease.from_connection_string(
+            settings.STORAGE_CONNECTION_STRING,
+            settings.SUPERVISOR_LEASE_BLOB,
+            duration_s=settings.SUPERVISOR_LEASE_S,
+        )
     host = DevHost(
         settings,
-        Dependencies(states=stores.state, orders=stores.orders, queues=connect_queues(settings)),
+        Dependencies(states=stores.state, orders=stores.orders, queues=connect_queues(settings), lease=lease),
         chosen,
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 
+from activities.admission import AdmissionControl
 from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
 from activities.steps import ActivityDeps, finish_order, record_step_failure, start_step
 from activities.submission import handle_submission
@@ -34,10 +36,13 @@ from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.clock import Clock, SystemClock
+from orderflow.errors import TransientError
 from orderflow.queues.base import QueueFactory, ReceivedMessage
+from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
-from supervisor.sweep import run_sweep
+from supervisor.lease import NoLease, SupervisorLease
+from supervisor.sweep import SweepCursor, run_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +88,16 @@ def free_port() -> int:
 
 @dataclass
 class Dependencies:
-    """The adapters a host wires its roles with."""
+    """The adapters a host wires its roles with.
+
+    ``lease`` elects the one supervisor that sweeps among several processes (default: always leader).
+    """
 
     states: StateStore
     orders: OrderStore
     queues: QueueFactory
     clock: Clock = field(default_factory=SystemClock)
+    lease: SupervisorLease = field(default_factory=NoLease)
 
 
 class DevHost:
@@ -116,9 +125,14 @@ class DevHost:
         self._grpc_client: dt_client.TaskHubGrpcClient | None = None
         self.client: DurableTaskClient | None = None
         self._services: list[HttpRemoteService] = []
+        self.sweep_cursor = SweepCursor()
+        self._was_leader = False
+        self._next_sweep_at = 0.0  # time.monotonic() of the next sweep (cadence, not business time)
         self.activity_deps = ActivityDeps(
             states=deps.states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=settings
         )
+        # One for the process, shared by the submission handler threads (built in start()).
+        self.admission: AdmissionControl | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -127,6 +141,9 @@ class DevHost:
         if "orchestrator" in self.roles:
             self._start_durabletask()
         if "submission" in self.roles:
+            self.admission = AdmissionControl.from_settings(
+                s, states=self.deps.states, queues=self.deps.queues
+            )
             self._consume(s.ORDERS_QUEUE, self._on_submission, concurrency=4)
         if "listener" in self.roles:
             self._consume(s.response_queue(), self._on_response, concurrency=16)
@@ -140,7 +157,9 @@ class DevHost:
         if "starter" in self.roles:
             self._periodic("starter", self._starter_tick, s.STARTER_INTERVAL_S)
         if "supervisor" in self.roles:
-            self._periodic("supervisor", self._supervisor_tick, s.SUPERVISOR_INTERVAL_S)
+            # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
+            tick_s = min(s.SUPERVISOR_INTERVAL_S, self.deps.lease.renew_every_s)
+            self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
         logger.info("devhost %s running roles %s", s.HOST_ID, sorted(self.roles))
@@ -151,6 +170,8 @@ class DevHost:
         self.stop_event.set()
         for loop in self._loops:
             loop.join()
+        if "supervisor" in self.roles:
+            self._release_lease()
         if self._worker is not None:
             self._worker.stop()  # type: ignore[no-untyped-call]
         if self._backend is not None:
@@ -211,6 +232,7 @@ class DevHost:
             queues=self.deps.queues,
             clock=self.deps.clock,
             settings=self.settings,
+            admission=self.admission,
         )
 
     def _on_response(self, message: ReceivedMessage) -> None:
@@ -242,9 +264,46 @@ class DevHost:
         )
 
     def _supervisor_tick(self) -> None:
+        """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""
+        lease = self.deps.lease
+        leader = lease.maintain()
+        if leader != self._was_leader:
+            logger.info(
+                "devhost %s supervisor is %s", self.settings.HOST_ID, "leader" if leader else "stand-by"
+            )
+            # A new term starts a new scan: the old cursor's cutoff may be a whole term old.
+            self.sweep_cursor.reset()
+            self._was_leader = leader
+        if not leader or time.monotonic() < self._next_sweep_at:
+            return
+        self._next_sweep_at = time.monotonic() + self.settings.SUPERVISOR_INTERVAL_S
         run_sweep(
-            states=self.deps.states, queues=self.deps.queues, clock=self.deps.clock, settings=self.settings
+            states=self.deps.states,
+            queues=self.deps.queues,
+            clock=self.deps.clock,
+            settings=self.settings,
+            cursor=self.sweep_cursor,
+            keep_going=self._still_leader,
         )
+        resend_pending_replies(
+            states=self.deps.states,
+            queues=self.deps.queues,
+            clock=self.deps.clock,
+            grace_s=self.settings.REPLY_GRACE_S,
+        )
+
+    def _still_leader(self) -> bool:
+        """Asked by a sweep before each record: renews the lease when due; False once it is lost."""
+        return self.deps.lease.is_leader and self.deps.lease.maintain()
+
+    def _release_lease(self) -> None:
+        """Hand the supervisor lease over at once (a stand-by need not wait for it to expire)."""
+        try:
+            self.deps.lease.release()
+        except TransientError:
+            logger.warning(
+                "devhost %s could not release the supervisor lease; it expires", self.settings.HOST_ID
+            )
 
     def running_instances(self) -> int:
         """Orchestrations of this host not yet finished (one backend query)."""

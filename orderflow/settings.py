@@ -92,6 +92,33 @@ class Settings(BaseModel):
         "activities. Activities wait on the stores and queues, so more threads than cores pay off.",
     )
 
+    # --- admission control -------------------------------------------------------------------
+    MAX_IN_FLIGHT_ORDERS: int = Field(
+        10_000,
+        ge=0,
+        description="Ceiling on orders in flight (Pending + Processing) across the system; above it new "
+        "submissions are answered Rejected with a retry-after. 0 disables the check. 10,000 is minutes "
+        "of work at the tens to low hundreds of orders/s a scheduler process moves (docs/design.md §8): "
+        "more in flight adds no throughput, only time spent Pending and records for every supervisor "
+        "sweep, while the in-flight COUNT stays a cheap aggregate. Processes admit against a cached count, "
+        "so the ceiling can be overshot by what the other processes admit in one ADMISSION_REFRESH_S.",
+    )
+    MAX_SUBMISSION_BACKLOG: int = Field(
+        5_000,
+        ge=0,
+        description="Ceiling on messages waiting in ORDERS_QUEUE; while the queue holds more, new orders "
+        "are answered Rejected (cheaply, so the excess drains fast). 0 disables the check. 5,000 is about "
+        "a minute of submissions for one consumer process (each costs two creates and a reply): an order "
+        "further back would wait longer than its client should be left without an answer.",
+    )
+    ADMISSION_REFRESH_S: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds between reads of the in-flight count and the queue backlog by one process "
+        "(one COUNT query and one queue-properties call per period, not per message); also the base of a "
+        "rejection's retry-after. The starter's cadence, so claims are seen about as fast as they happen.",
+    )
+
     # --- agents ------------------------------------------------------------------------------
     AGENT_CALL_TIMEOUT_S: float = Field(
         5.0, description="HTTP timeout of one remote call, further capped by the time left to the deadline."
@@ -115,7 +142,52 @@ class Settings(BaseModel):
     SUPERVISOR_BACKOFF_INITIAL_S: float = Field(
         1.0, description="nextAttemptAt delay after the first recovery; doubles per failure."
     )
+    REPLY_GRACE_S: float = Field(
+        30.0,
+        description="Seconds a final reply may stay owed (pendingReply) before the supervisor re-sends it: "
+        "long enough for the writer to send and clear it itself, so the relay re-sends only after a failure.",
+    )
     SUPERVISOR_BACKOFF_MAX_S: float = Field(30.0, description="Largest nextAttemptAt delay.")
+    SUPERVISOR_EXTENDED_BACKOFF_AFTER: int = Field(
+        4,
+        ge=1,
+        description="failureCount from which a re-queued order waits SUPERVISOR_EXTENDED_BACKOFF_S instead "
+        "of the exponential backoff (default 4). The first recoveries are usually a crashed worker or a "
+        "blip and are retried within seconds; an order that timed out this often is waiting on an outage "
+        "that seconds will not fix. With SUPERVISOR_MAX_FAILURES=6, failures 4 and 5 wait the extended "
+        "period and the 6th gives up. A value >= SUPERVISOR_MAX_FAILURES disables the extended backoff.",
+    )
+    SUPERVISOR_EXTENDED_BACKOFF_S: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds an order waits before its next claim once failureCount reached "
+        "SUPERVISOR_EXTENDED_BACKOFF_AFTER (default 60): twice SUPERVISOR_BACKOFF_MAX_S, long enough for "
+        "a restarted dependency or a throttled store to recover, short enough that an order still gives "
+        "up (Error + alert + Failed reply) within minutes rather than hours.",
+    )
+    SUPERVISOR_LEASE_ENABLED: bool = Field(
+        True,
+        description="Local hosts elect one sweeping supervisor through a blob lease (default true). Off, "
+        "every supervisor sweeps: still correct, since each recovery is a conditional write, only more "
+        "work. Azure ignores it: the supervisor's timer trigger is already a singleton.",
+    )
+    SUPERVISOR_LEASE_S: int = Field(
+        15,
+        ge=15,
+        le=60,
+        description="Period of the supervisor lease, seconds (Storage allows 15-60; default 15, the "
+        "shortest). A stand-by takes over at most one period after a dead leader's last renewal, plus its "
+        "own SUPERVISOR_INTERVAL_S polling; the leader renews every third of a period and stops acting as "
+        "leader a fifth of a period before its lease could expire, so a shorter period is faster take-over "
+        "at no cost in safety.",
+    )
+    SUPERVISOR_LEASE_BLOB: str = Field(
+        "orderflow-leases/supervisor",
+        pattern=r"^[a-z0-9](?:-?[a-z0-9]){2,62}/.+$",
+        description="The lease blob as 'container/blob' in the STORAGE_CONNECTION_STRING account, created "
+        "on first use. Every supervisor of one deployment must name the same blob; deployments sharing a "
+        "storage account must name different ones.",
+    )
 
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(

@@ -6,6 +6,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from function_host import dependencies
+from orderflow.replies import resend_pending_replies
 from supervisor.sweep import run_sweep
 
 bp = df.Blueprint()
@@ -17,3 +18,6 @@ def supervisor(timer: func.TimerRequest) -> None:
     """One bounded sweep over expired completeBy records."""
     deps = dependencies()
     run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+    resend_pending_replies(
+        states=deps.states, queues=deps.queues, clock=deps.clock, grace_s=deps.settings.REPLY_GRACE_S
+    )

@@ -6,32 +6,70 @@ record the supervisor makes one conditional write on the ETag it read (§3.5):
 
 - ``failureCount += 1``;
 - below ``SUPERVISOR_MAX_FAILURES``, and with retry budget left: back to ``Pending``, ``lockedBy = null``,
-  ``nextAttemptAt = now + backoff`` (exponential, capped), so a starter claims a new attempt later;
+  ``nextAttemptAt = now + delay`` so a starter claims a new attempt later. The delay is exponential and
+  capped (``SUPERVISOR_BACKOFF_INITIAL_S`` .. ``SUPERVISOR_BACKOFF_MAX_S``) for the first failures, and
+  ``SUPERVISOR_EXTENDED_BACKOFF_S`` once ``failureCount`` reaches ``SUPERVISOR_EXTENDED_BACKOFF_AFTER``:
+  an order that kept failing is waiting on something that seconds will not fix (an outage downstream), so
+  it waits long enough for that to clear instead of burning its last attempts and retry budget;
 - otherwise: ``Error`` with ``lastError``, an operator alert and a ``Failed`` reply to the client.
 
 Clearing ``lockedBy`` fences the expired attempt: any write it still tries changes nothing (§3.3).
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
-Sweeps are bounded: a page size, a maximum number of records per sweep, and a repeated or rejected
-continuation token ends the sweep (the next one starts over; docs/design.md §7).
+Correctness never depends on the supervisor lease (:mod:`supervisor.lease`), which only saves work.
+
+**The completeBy window.** A *scan* reads ``Processing`` records with ``completeBy < cutoff``, the cutoff
+being the time the scan started; there is deliberately no lower bound. A lower bound such as
+``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window: exactly
+the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger than a
+few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation token
+is valid only for the exact query that issued it (the stores bind tokens to a fingerprint of the query,
+its bound included), and a fixed bound makes a scan finite (records that expire meanwhile belong to the
+next scan instead of extending this one). The window is not used to prioritise recent records either:
+Cosmos DB serves the query streamably, and resumably, only without ORDER BY (orderflow.stores.cosmos), so
+the scan takes the store's stable order (id order in memory, resource order in Cosmos DB), and every
+record it meets is overdue anyway. A record that expires during a scan waits for the scan's remaining
+sweeps, at most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
+
+**Bounded sweeps.** A sweep examines at most ``SUPERVISOR_MAX_RECORDS`` records, asks for pages of
+``min(SUPERVISOR_PAGE_SIZE, budget left)`` so it never reads a record it will not examine, and stops early
+when ``keep_going`` says so (the host passes "still leader"). The :class:`SweepCursor` carries the scan
+from one sweep to the next: the cutoff and the token of the next page, advanced only once every record of
+a page was examined, so a sweep cut short re-reads its last page (recovered records have left the result,
+the others are examined again, harmlessly). The stores' tokens are positions (the last id read in memory,
+a resource position in Cosmos DB), not offsets, so records leaving the result set do not shift later
+pages. Following docs/design.md §7, a scan ends only on a null token; a token the store rejects
+(``InvalidContinuation``) or one seen before in the same scan restarts the scan from the start, once per
+sweep, and the report says so.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, ErrorKind, InvalidContinuation
-from orderflow.messages import OrderStatus, StatusReply, reply_message_id
+from orderflow.errors import (
+    ConcurrencyConflict,
+    ErrorKind,
+    InvalidContinuation,
+    OrderflowError,
+    TransientError,
+)
+from orderflow.messages import OrderStatus
 from orderflow.queues.base import QueueFactory
-from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
+from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
+from orderflow.replies import clear_pending_reply, send_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
+
+RESTARTS_PER_SWEEP = 1
+"""Scans one sweep restarts after a rejected or repeated token before it gives up until the next sweep."""
 
 
 class Recovery(StrEnum):
@@ -45,21 +83,105 @@ class Recovery(StrEnum):
 
 @dataclass
 class SweepReport:
-    """What one sweep did: records scanned, pages read, and order ids per outcome."""
+    """What one sweep did.
+
+    Attributes:
+        scanned: Records examined.
+        pages: Query pages read.
+        requeued: Order ids put back to ``Pending`` (recovered for another attempt).
+        gave_up: Order ids moved to ``Error`` (alert raised, ``Failed`` reply sent).
+        extended_backoff: Those of ``requeued`` that wait ``SUPERVISOR_EXTENDED_BACKOFF_S``.
+        skipped: Records examined and left alone (no longer expired when looked at).
+        lost_races: Records another writer moved first (its conditional write won).
+        failed: Order ids whose recovery failed permanently (logged; the scan moved past them).
+        restarted_scan: A rejected or repeated continuation token restarted the scan from the start.
+        resumed: The sweep continued a scan that an earlier sweep left unfinished.
+        scan_complete: The scan reached its last page; the next sweep starts a new one.
+        stopped_early: ``keep_going`` returned False (leadership lost); the cursor keeps the position.
+        cutoff: The ``completeBy`` bound of the scan, UTC.
+    """
 
     scanned: int = 0
     pages: int = 0
     requeued: list[str] = field(default_factory=list)
     gave_up: list[str] = field(default_factory=list)
+    extended_backoff: list[str] = field(default_factory=list)
     skipped: int = 0
     lost_races: int = 0
+    failed: list[str] = field(default_factory=list)
     restarted_scan: bool = False
+    resumed: bool = False
+    scan_complete: bool = False
+    stopped_early: bool = False
+    cutoff: datetime | None = None
+
+    @property
+    def recovered(self) -> list[str]:
+        """Order ids this sweep decided: re-queued or given up."""
+        return [*self.requeued, *self.gave_up]
+
+
+@dataclass
+class SweepCursor:
+    """Where a scan stands between sweeps; keep one per supervisor loop (not thread-safe).
+
+    Attributes:
+        cutoff: ``completeBy`` bound of the scan in progress (UTC), or None when no scan is in progress.
+        token: Continuation token of the scan's next page, or None for its first page.
+        seen: Tokens already used in this scan (a repeat restarts it).
+        scans: Scans started through this cursor, restarts included.
+    """
+
+    cutoff: datetime | None = None
+    token: str | None = None
+    seen: set[str] = field(default_factory=set)
+    scans: int = 0
+
+    @property
+    def in_progress(self) -> bool:
+        """Whether a scan was started and has not reached its last page."""
+        return self.cutoff is not None
+
+    def start(self, cutoff: datetime) -> None:
+        """Begin a new scan of records whose ``completeBy`` is before ``cutoff``."""
+        self.cutoff = cutoff
+        self.token = None
+        self.seen = set()
+        self.scans += 1
+
+    def reset(self) -> None:
+        """Forget the scan in progress; the next sweep starts a new one."""
+        self.cutoff = None
+        self.token = None
+        self.seen = set()
+
+
+def expired_query(cutoff: datetime) -> StateQuery:
+    """The query of a scan: ``Processing`` records whose ``completeBy`` is before ``cutoff``."""
+    return StateQuery(process_states=(ProcessState.PROCESSING,), complete_by_before=cutoff)
 
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
     """Seconds before a recovered order may be claimed again: initial x 2^(n-1), capped."""
     delay = settings.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
     return float(min(settings.SUPERVISOR_BACKOFF_MAX_S, delay))
+
+
+def is_extended(failure_count: int, settings: Settings) -> bool:
+    """Whether a record re-queued with this ``failureCount`` waits the extended backoff."""
+    return failure_count >= settings.SUPERVISOR_EXTENDED_BACKOFF_AFTER
+
+
+def requeue_delay_s(failure_count: int, settings: Settings) -> float:
+    """Seconds from recovery to ``nextAttemptAt``: :func:`backoff_s`, or the extended backoff.
+
+    Args:
+        failure_count: The record's ``failureCount`` after this recovery (1 for the first).
+        settings: The ``SUPERVISOR_BACKOFF_*`` and ``SUPERVISOR_EXTENDED_BACKOFF_*`` settings.
+    """
+    if is_extended(failure_count, settings):
+        return float(settings.SUPERVISOR_EXTENDED_BACKOFF_S)
+    return backoff_s(failure_count, settings)
 
 
 def _running_step(record: StateRecord) -> str | None:
@@ -81,6 +203,10 @@ def recover(
 
     Returns:
         What was done. ``LOST_RACE`` when the record moved since it was read (someone else decided).
+
+    Raises:
+        TransientError: the store or the reply queue is unavailable.
+        NotFound: the record was deleted since it was read.
     """
     record = found.item
     now = clock.now()
@@ -109,12 +235,20 @@ def recover(
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
+    owed: PendingReply | None = None
     if give_up:
         updated.process_state = ProcessState.ERROR
         updated.next_attempt_at = None
+        # The reply is owed in the same write (orderflow.replies): a failed send is re-sent later.
+        owed = PendingReply(
+            status=OrderStatus.FAILED.value,
+            reason="retry_budget_exhausted" if record.retry_budget.remaining <= 0 else "too_many_failures",
+            detail=updated.last_error.message if updated.last_error else None,
+        )
+        updated.pending_reply = owed
     else:
         updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = now + timedelta(seconds=backoff_s(updated.failure_count, settings))
+        updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
     try:
         states.replace(updated, etag=found.etag)
     except ConcurrencyConflict:
@@ -127,23 +261,24 @@ def recover(
         "failure_count": updated.failure_count,
     }
     if not give_up:
-        telemetry.event("recovery", step=step, next_attempt_at=_iso(updated.next_attempt_at), **fields)
+        telemetry.event(
+            "recovery",
+            step=step,
+            next_attempt_at=_iso(updated.next_attempt_at),
+            extended_backoff=is_extended(updated.failure_count, settings),
+            **fields,
+        )
         return Recovery.REQUEUED
     telemetry.alert(
         "order_gave_up", step=step, reason=updated.last_error.code if updated.last_error else None, **fields
     )
-    reply = StatusReply(
-        order_id=record.order_id,
-        status=OrderStatus.FAILED,
-        reason="retry_budget_exhausted" if record.retry_budget.remaining <= 0 else "too_many_failures",
-        detail=(updated.last_error.message if updated.last_error else None),
-        at=now,
-    )
-    queues.queue(record.reply_to).send(
-        reply.to_json(),
-        message_id=reply_message_id(record.order_id, OrderStatus.FAILED),
-        correlation_id=record.order_id,
-    )
+    assert owed is not None
+    try:
+        send_reply(queues, clock, updated, owed)
+        clear_pending_reply(states, clock, record.order_id, owed)
+    except Exception:
+        # The write stands; the relay re-sends the owed reply after its grace period.
+        logger.warning("the Failed reply of order %s is left to the relay", record.order_id, exc_info=True)
     return Recovery.GAVE_UP
 
 
@@ -151,53 +286,137 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def run_sweep(*, states: StateStore, queues: QueueFactory, clock: Clock, settings: Settings) -> SweepReport:
+def run_sweep(
+    *,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    cursor: SweepCursor | None = None,
+    keep_going: Callable[[], bool] | None = None,
+) -> SweepReport:
     """One bounded sweep over ``Processing`` records whose ``completeBy`` has passed.
 
-    Reads pages of ``SUPERVISOR_PAGE_SIZE`` until the continuation token is null, ``SUPERVISOR_MAX_RECORDS``
-    records were examined, or a token repeats or is rejected (then the next sweep starts over).
+    Args:
+        states: The state store.
+        queues: Queues, for the ``Failed`` reply of an order given up.
+        clock: Time source.
+        settings: ``SUPERVISOR_PAGE_SIZE``, ``SUPERVISOR_MAX_RECORDS`` and the recovery thresholds.
+        cursor: The scan to continue (updated in place); None scans from the start with a fresh cursor,
+            which is what a stateless host (an Azure timer) does.
+        keep_going: Asked before each record; False ends the sweep where it stands (lost leadership).
 
     Returns:
         A :class:`SweepReport`.
+
+    Raises:
+        TransientError: the store is unavailable; the cursor still points at the unfinished page.
     """
+    cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
-    query = StateQuery(process_states=(ProcessState.PROCESSING,), complete_by_before=clock.now())
-    continuation: str | None = None
-    seen_tokens: set[str] = set()
-    while report.scanned < settings.SUPERVISOR_MAX_RECORDS:
+    if cursor.in_progress:
+        report.resumed = True
+    else:
+        cursor.start(clock.now())
+    report.cutoff = cursor.cutoff
+    restarts = 0
+    while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
+        if keep_going is not None and not keep_going():
+            report.stopped_early = True
+            break
+        budget = min(settings.SUPERVISOR_PAGE_SIZE, settings.SUPERVISOR_MAX_RECORDS - report.scanned)
         try:
             page = states.query(
-                query, max_item_count=settings.SUPERVISOR_PAGE_SIZE, continuation=continuation
+                expired_query(cursor.cutoff), max_item_count=budget, continuation=cursor.token
             )
         except InvalidContinuation:
-            report.restarted_scan = True
-            break
+            restarts += 1
+            if not _restart_scan(cursor, report, clock, "continuation token rejected", restarts):
+                break
+            continue
         report.pages += 1
         for found in page.items:
+            if keep_going is not None and not keep_going():
+                report.stopped_early = True
+                break
             report.scanned += 1
-            outcome = recover(states, found, queues=queues, clock=clock, settings=settings)
-            if outcome is Recovery.REQUEUED:
-                report.requeued.append(found.item.order_id)
-            elif outcome is Recovery.GAVE_UP:
-                report.gave_up.append(found.item.order_id)
-            elif outcome is Recovery.LOST_RACE:
-                report.lost_races += 1
-            else:
-                report.skipped += 1
-        continuation = page.continuation
-        if continuation is None:
+            _recover_into(report, states, found, queues=queues, clock=clock, settings=settings)
+        if report.stopped_early:
             break
-        if continuation in seen_tokens:
-            logger.warning("continuation token repeated; ending the sweep, the next one starts over")
-            report.restarted_scan = True
+        token = page.continuation
+        if token is None:
+            cursor.reset()
+            report.scan_complete = True
             break
-        seen_tokens.add(continuation)
-    if report.requeued or report.gave_up:
+        if token in cursor.seen:
+            restarts += 1
+            if not _restart_scan(cursor, report, clock, "continuation token repeated", restarts):
+                break
+            continue
+        cursor.seen.add(token)
+        cursor.token = token
+    if report.recovered or report.failed or report.restarted_scan:
         logger.info(
-            "supervisor sweep: scanned=%s requeued=%s gave_up=%s lost_races=%s",
+            "supervisor sweep: scanned=%s requeued=%s gave_up=%s extended=%s lost_races=%s failed=%s "
+            "resumed=%s complete=%s restarted=%s",
             report.scanned,
             len(report.requeued),
             len(report.gave_up),
+            len(report.extended_backoff),
             report.lost_races,
+            len(report.failed),
+            report.resumed,
+            report.scan_complete,
+            report.restarted_scan,
         )
     return report
+
+
+def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: str, restarts: int) -> bool:
+    """Restart the scan from its first page, at most :data:`RESTARTS_PER_SWEEP` times per sweep.
+
+    Returns:
+        True to go on with the restarted scan; False to end the sweep (the cursor is reset, so the
+        next sweep starts a new scan).
+    """
+    report.restarted_scan = True
+    if restarts > RESTARTS_PER_SWEEP:
+        logger.warning("supervisor scan: %s again; ending the sweep, the next one starts over", why)
+        cursor.reset()
+        return False
+    logger.warning("supervisor scan: %s; restarting the scan from the start", why)
+    cursor.start(clock.now())
+    report.cutoff = cursor.cutoff
+    return True
+
+
+def _recover_into(
+    report: SweepReport,
+    states: StateStore,
+    found: Versioned[StateRecord],
+    *,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+) -> None:
+    """Recover one record and count the outcome; a permanent failure is logged and counted, not raised."""
+    order_id = found.item.order_id
+    try:
+        outcome = recover(states, found, queues=queues, clock=clock, settings=settings)
+    except TransientError:
+        raise
+    except OrderflowError as exc:
+        # One bad record (deleted meanwhile, refused by the store) must not stall the scan behind it.
+        logger.warning("supervisor could not recover order %s: %s", order_id, exc)
+        report.failed.append(order_id)
+        return
+    if outcome is Recovery.REQUEUED:
+        report.requeued.append(order_id)
+        if is_extended(found.item.failure_count + 1, settings):
+            report.extended_backoff.append(order_id)
+    elif outcome is Recovery.GAVE_UP:
+        report.gave_up.append(order_id)
+    elif outcome is Recovery.LOST_RACE:
+        report.lost_races += 1
+    else:
+        report.skipped += 1

@@ -70,6 +70,8 @@ def test_orders_of_a_killed_process_settle_in_another(local_endpoints: LocalEndp
         "ORDERS_QUEUE": f"orders-{run}",
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",
         "STEP_TIMEOUT_S": "3",
+        # Its own lease: the killed process's lease would otherwise hold back other tests' supervisors.
+        "SUPERVISOR_LEASE_BLOB": f"orderflow-leases/kill{run}",
     }
     stores = CosmosStores.connect(
         local_endpoints.cosmos_endpoint, key=local_endpoints.cosmos_key, database=database, verify_tls=False
