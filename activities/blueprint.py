@@ -3,17 +3,26 @@ activities. Each trigger decodes its binding and calls the plain role function; 
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
 
+from activities.admission import AdmissionControl
 from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
 from activities.steps import finish_order, record_step_failure, start_step
 from activities.submission import handle_submission
 from function_host import dependencies, settle_trigger_message
 
 bp = df.Blueprint()
+
+
+@cache
+def _admission() -> AdmissionControl:
+    """The worker process's admission control, shared by every submission invocation."""
+    deps = dependencies()
+    return AdmissionControl.from_settings(deps.settings, states=deps.states, queues=deps.queues)
 
 
 @bp.function_name("submission")
@@ -36,6 +45,7 @@ def submission(
             queues=deps.queues,
             clock=deps.clock,
             settings=deps.settings,
+            admission=_admission(),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
     )

@@ -5,6 +5,15 @@ The two writes go to separate resources with no shared transaction (the dual-wri
 finishes the job: the order document is accepted again when its content hash matches, the state record
 create finds it exists. Conflicting content under a known order id is never written: it raises
 :class:`ConflictingOrder` and the host dead-letters the message with that reason.
+
+With admission control (:mod:`activities.admission`) a new order may instead be refused: nothing is
+written, the client gets a ``Rejected`` reply saying why and when to retry, and the message is
+completed. Only *new* orders are refused. The admission decision is in memory, so it comes first and an
+admitted new order costs exactly what it did before (two creates, no read). Only a refusal pays one
+point read of the order store, to tell a new order from one already known: a redelivery of an accepted
+order is finished and acknowledged even when the system is full, and a conflicting one is still
+dead-lettered. If that read fails, the error propagates (abandon, retry): an order that may already be
+accepted is never answered ``Rejected``.
 """
 
 from __future__ import annotations
@@ -13,15 +22,17 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
+from activities.admission import AdmissionControl, AdmissionDecision
 from orchestrators.definitions import CURRENT_WORKFLOW, WorkflowDefinition
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import AlreadyExists, ConflictingOrder
+from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     OrderDocument,
     OrderItem,
+    ProcessState,
     RetryBudget,
     StateRecord,
     StepState,
@@ -39,14 +50,22 @@ class SubmissionOutcome(StrEnum):
 
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
+    REJECTED = "rejected"
 
 
 @dataclass(frozen=True)
 class SubmissionResult:
-    """Result of :func:`handle_submission`: the order id and whether this delivery created anything."""
+    """Result of :func:`handle_submission`: the order id and whether this delivery created anything.
+
+    Attributes:
+        order_id: The order.
+        outcome: ``accepted``, ``duplicate`` or ``rejected`` (admission control refused a new order).
+        reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); otherwise None.
+    """
 
     order_id: str
     outcome: SubmissionOutcome
+    reason: str | None = None
 
 
 def initial_state(
@@ -95,6 +114,7 @@ def handle_submission(
     clock: Clock,
     settings: Settings,
     definition: WorkflowDefinition = CURRENT_WORKFLOW,
+    admission: AdmissionControl | None = None,
 ) -> SubmissionResult:
     """Validate an order message and record it, idempotently on the order id.
 
@@ -102,41 +122,151 @@ def handle_submission(
         body: The raw message body.
         orders / states / queues / clock / settings: Dependencies.
         definition: The workflow new orders start with.
+        admission: Admission control for new orders, or None to admit everything.
 
     Returns:
         ``accepted`` for a new order, ``duplicate`` for an identical redelivery; both mean "complete
         the message". A ``Received`` reply is sent in both cases (a redelivery may follow a crash that
-        happened before the first reply was sent; the client de-duplicates by message id).
+        happened before the first reply was sent; the client de-duplicates by message id), except
+        that a resubmission of a settled order gets its final status again.
+        ``rejected`` when admission control refused a new order: nothing was written, a ``Rejected``
+        reply with the reason and ``retryAfterS`` was sent; complete the message too.
 
     Raises:
         InvalidMessage: the body is not a valid order; dead-letter with ``reason``.
-        ConflictingOrder: the order id exists with different content; dead-letter, nothing is written.
+        ConflictingOrder: the order id exists with different content; dead-letter, nothing is written
+            (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
     """
+    # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     document = order_document(order, clock)
-    outcome = SubmissionOutcome.ACCEPTED
+    existing: OrderDocument | None = None
+    if admission is not None:
+        decision = admission.admit(order.order_id)
+        if not decision.admitted:
+            # Refusals alone pay this read; NotFound is the only answer that makes the order new.
+            try:
+                existing = orders.get(order.order_id)
+            except NotFound:
+                return _reject(order, decision, queues=queues, clock=clock)
     try:
-        orders.create(document)
-    except AlreadyExists:
-        existing = orders.get(order.order_id)
+        outcome = _record(
+            order,
+            document,
+            existing,
+            orders=orders,
+            states=states,
+            clock=clock,
+            settings=settings,
+            definition=definition,
+        )
+    except ConflictingOrder as conflict:
+        # The sender is told too; the message itself is dead-lettered by the host.
+        _send(queues, clock, order, OrderStatus.REJECTED, reason=conflict.reason, detail=conflict.detail)
+        raise
+
+    status, reason, detail = OrderStatus.RECEIVED, None, None
+    if outcome is SubmissionOutcome.DUPLICATE:
+        # A client that resubmits a settled order (its reply was lost) gets the outcome, not "Received".
+        settled = _final_status(states.get(order.order_id).item)
+        if settled is not None:
+            status, reason, detail = settled
+    _send(queues, clock, order, status, reason=reason, detail=detail)
+    telemetry.event("order.received", order_id=order.order_id, outcome=outcome.value)
+    return SubmissionResult(order.order_id, outcome)
+
+
+_FINAL_REPLIES = {
+    ProcessState.PROCESSED: OrderStatus.PROCESSED,
+    ProcessState.ERROR: OrderStatus.FAILED,
+    ProcessState.COMPENSATED: OrderStatus.COMPENSATED,
+    ProcessState.COMPENSATION_FAILED: OrderStatus.COMPENSATION_FAILED,
+    ProcessState.CANCELLED: OrderStatus.CANCELLED,
+}
+
+
+def _final_status(record: StateRecord) -> tuple[OrderStatus, str | None, str | None] | None:
+    """The final reply a settled record stands for, or None while the order is still in flight."""
+    status = _FINAL_REPLIES.get(record.process_state)
+    if status is None:
+        return None
+    error = record.last_error if status is not OrderStatus.PROCESSED else None
+    return status, error.code if error else None, error.message if error else None
+
+
+def _send(
+    queues: QueueFactory,
+    clock: Clock,
+    order: SubmitOrder,
+    status: OrderStatus,
+    *,
+    reason: str | None = None,
+    detail: str | None = None,
+) -> None:
+    reply = StatusReply(order_id=order.order_id, status=status, reason=reason, detail=detail, at=clock.now())
+    queues.queue(order.reply_to).send(
+        reply.to_json(), message_id=reply_message_id(order.order_id, status), correlation_id=order.order_id
+    )
+
+
+def _record(
+    order: SubmitOrder,
+    document: OrderDocument,
+    existing: OrderDocument | None,
+    *,
+    orders: OrderStore,
+    states: StateStore,
+    clock: Clock,
+    settings: Settings,
+    definition: WorkflowDefinition,
+) -> SubmissionOutcome:
+    """Write the order document and the state record, create-only; ``existing`` if already read.
+
+    Raises:
+        ConflictingOrder: the stored document's content hash differs; nothing is written.
+    """
+    outcome = SubmissionOutcome.ACCEPTED
+    if existing is None:
+        try:
+            orders.create(document)
+        except AlreadyExists:
+            existing = orders.get(order.order_id)
+    if existing is not None:
         if existing.content_hash != document.content_hash:
             telemetry.alert("conflicting_order", order_id=order.order_id)
             raise ConflictingOrder(
                 f"order {order.order_id} exists with different content "
                 f"(stored hash {existing.content_hash[:12]}, received {document.content_hash[:12]})"
-            ) from None
+            )
         outcome = SubmissionOutcome.DUPLICATE
     try:
+        # Also after a duplicate document: a crash between the two writes left the record missing.
         states.create(initial_state(order, definition, settings, clock))
     except AlreadyExists:
         outcome = SubmissionOutcome.DUPLICATE
+    return outcome
 
-    reply = StatusReply(order_id=order.order_id, status=OrderStatus.RECEIVED, at=clock.now())
+
+def _reject(
+    order: SubmitOrder, decision: AdmissionDecision, *, queues: QueueFactory, clock: Clock
+) -> SubmissionResult:
+    """Tell the client its new order was refused; nothing is written to either store."""
+    reason = decision.reason.value if decision.reason is not None else None
+    reply = StatusReply(
+        order_id=order.order_id,
+        status=OrderStatus.REJECTED,
+        reason=reason,
+        detail=decision.detail,
+        retry_after_s=decision.retry_after_s,
+        at=clock.now(),
+    )
     queues.queue(order.reply_to).send(
         reply.to_json(),
-        message_id=reply_message_id(order.order_id, OrderStatus.RECEIVED),
+        message_id=reply_message_id(order.order_id, OrderStatus.REJECTED),
         correlation_id=order.order_id,
     )
-    telemetry.event("order.received", order_id=order.order_id, outcome=outcome.value)
-    return SubmissionResult(order.order_id, outcome)
+    telemetry.event(
+        "order.rejected", order_id=order.order_id, reason=reason, retry_after_s=decision.retry_after_s
+    )
+    return SubmissionResult(order.order_id, SubmissionOutcome.REJECTED, reason)

@@ -129,8 +129,11 @@ class SubmitOrder(Envelope):
         return value
 
     def immutable_content(self) -> dict[str, Any]:
-        """The fields whose hash identifies the order: everything the client sent."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The fields whose hash identifies the order: everything the client sent, the amount in one
+        canonical form (``12.5`` and ``12.50`` are the same order)."""
+        content = self.model_dump(mode="json", by_alias=True)
+        content["amount"] = f"{self.amount:.2f}"
+        return content
 
 
 class AgentOutcome(StrEnum):

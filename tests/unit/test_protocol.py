@@ -15,7 +15,7 @@ from activities.submission import handle_submission
 from orchestrators.definitions import ORDER_V1
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
-from orderflow.errors import TransientError
+from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.replies import resend_pending_replies
@@ -406,3 +406,53 @@ def test_sweep_pages_through_every_expired_record(deps: ActivityDeps, clock: Fak
 def test_backoff_doubles_and_caps() -> None:
     s = Settings(SUPERVISOR_BACKOFF_INITIAL_S=1.0, SUPERVISOR_BACKOFF_MAX_S=5.0)
     assert [backoff_s(n, s) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_resubmitting_a_settled_order_returns_its_outcome(deps: ActivityDeps) -> None:
+    submit(deps)
+    claimed(deps)
+    finish_order(
+        FinishOrderInput(
+            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+        ).to_payload(),
+        deps,
+    )
+    received(deps.queues.queue("client-a"))
+    submit(deps)  # the client lost the reply and asks again with the same order
+    [again] = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
+    assert (again["orderId"], again["status"]) == ("o-1", "Processed")
+
+
+def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: ActivityDeps) -> None:
+    submit(deps)
+    before = deps.states.get("o-1")
+    with pytest.raises(ConflictingOrder):
+        handle_submission(
+            order_body("o-1", amount="1.00"),
+            orders=deps.orders,
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
+        )
+    replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
+    assert [(r["status"], r.get("reason")) for r in replies] == [
+        ("Received", None),
+        ("Rejected", "ConflictingOrder"),
+    ]
+    assert deps.states.get("o-1").etag == before.etag
+    assert str(deps.orders.get("o-1").amount) == "1000.50"
+
+
+def test_the_same_amount_written_differently_is_the_same_order(deps: ActivityDeps) -> None:
+    submit(deps)
+    handle_submission(
+        order_body("o-1", amount="1000.5"),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+    statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
+    assert statuses == ["Received", "Received"]
