@@ -48,7 +48,7 @@ from demo.tpch import (
     load_catalog,
 )
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
-from orderflow.client import OrderflowClient
+from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.errors import NotFound
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord
@@ -84,6 +84,8 @@ DEMO_SETTINGS: dict[str, str] = {
     "SUPERVISOR_INTERVAL_S": "1",
     "SUPERVISOR_BACKOFF_INITIAL_S": "1",
     "SUPERVISOR_BACKOFF_MAX_S": "8",
+    "SUPERVISOR_EXTENDED_BACKOFF_S": "10",
+    "REPLY_GRACE_S": "10",
     "STARTER_INTERVAL_S": "0.25",
     "POLL_INTERVAL_S": "0.1",
     "MAX_IN_FLIGHT_PER_HOST": "32",
@@ -267,7 +269,7 @@ def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> 
     table.add_column("value", justify="right")
     for key, value in report.items():
         style = ""
-        if key in ("not_terminal", "duplicate_effects", "mismatched") and value:
+        if key in ("not_terminal", "duplicate_effects", "mismatched", "missing_final_replies") and value:
             style = "bold red"
         table.add_row(key, f"[{style}]{value}[/{style}]" if style else str(value))
     console.print(table)
@@ -368,9 +370,18 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
             for send in sends:
                 send.result()  # a failed send is an error of the demo itself: surface it
         elapsed = time.monotonic() - started
+        # Every settled order owes its client a final reply; give the last ones a moment to arrive.
+        order_ids = [o.order_id for o in catalog.orders]
+        client.wait_for(order_ids, timeout_s=15.0)
         records = {r.order_id: r for r in all_records(stores.state)}
         report, mismatched = summarise(catalog, records, services_url, submitted, elapsed)
-        report["replies_received"] = len(client.replies.latest)
+        report["final_replies"] = client.replies.settled(order_ids)
+        report["missing_final_replies"] = sum(
+            1
+            for oid, record in records.items()
+            if record.process_state in SETTLED_STATES
+            and (oid not in client.replies.latest or client.replies.latest[oid].status not in FINAL_STATUSES)
+        )
         report["hosts"] = hosts
 
     REPORT_PATH.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -396,7 +407,12 @@ def main(
     report = run_demo(
         orders=orders, hosts=hosts, timeout_s=timeout_s, faults=FaultPlan() if no_faults else DEMO_FAULTS
     )
-    failed = report["not_terminal"] or report["duplicate_effects"] or report["mismatched"]
+    failed = (
+        report["not_terminal"]
+        or report["duplicate_effects"]
+        or report["mismatched"]
+        or report["missing_final_replies"]
+    )
     raise typer.Exit(1 if failed else 0)
 
 
