@@ -142,9 +142,11 @@ class FencedWriteResult(ContractModel):
         fenced: The record belongs to another attempt, or is settled: nothing was written.
         reason: Short explanation when not applied.
         remaining_calls: The order's remaining retry budget after the write.
+        budget_exhausted: The step was not started: the order's retry budget has no calls left.
     """
 
     applied: bool
     fenced: bool = False
     reason: str | None = None
     remaining_calls: int = 0
+    budget_exhausted: bool = False

@@ -114,7 +114,7 @@ def _record_completion(
     step.status = StepStatus.COMPLETED
     step.result = dict(done.result)
     step.completed_at = now
-    record.retry_budget.spent += done.calls
+    _settle_reservation(record, done.step, done.calls)
     step_def = definition.step(done.step)
     if not any(entry.step == done.step for entry in record.compensation_log):
         record.compensation_log.append(
@@ -127,6 +127,18 @@ def _record_completion(
                 recorded_at=now,
             )
         )
+
+
+def _settle_reservation(record: StateRecord, step_name: str, calls: int) -> None:
+    """Turn the step's reservation into the calls really made: the unused part goes back to the budget.
+
+    Without a reservation (records written before reservations existed) the calls are spent as they are.
+    """
+    step = record.steps.get(step_name)
+    reserved = step.reserved_calls if step is not None else 0
+    if step is not None:
+        step.reserved_calls = 0
+    record.retry_budget.spent = max(0, record.retry_budget.spent + calls - reserved)
 
 
 def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
@@ -146,7 +158,11 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     step_def = definition.step(data.step)
     now = deps.clock.now()
 
+    exhausted = False
+
     def mutate(record: StateRecord) -> StateRecord | None:
+        nonlocal exhausted
+        exhausted = False
         if record.process_state is not ProcessState.PROCESSING:
             return None
         step = record.steps[data.step]
@@ -160,7 +176,18 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             return None
         if data.completed is not None:
             _record_completion(record, definition, data.completed, now)
-        if step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING:
+        new_attempt = step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING
+        if new_attempt:
+            # Reserve this attempt's calls in the same write (docs/design.md §2 retryBudget). A
+            # reservation left by an attempt that died stays spent: the budget is never exceeded.
+            grant = min(record.retry_budget.remaining, deps.settings.AGENT_MAX_CALLS_PER_STEP)
+            if grant == 0:
+                exhausted = True
+                # An earlier attempt's reservation stays spent; nothing is left to give back later.
+                step.reserved_calls = 0
+                return record
+            record.retry_budget.spent += grant
+            step.reserved_calls = grant
             step.attempts += 1
         step.status = StepStatus.RUNNING
         step.last_instance = data.instance_id
@@ -177,6 +204,13 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         mutate=mutate,
     )
     record = outcome.record
+    if outcome.applied and exhausted:
+        telemetry.event(
+            "budget.exhausted", order_id=data.order_id, instance_id=data.instance_id, step=data.step
+        )
+        return FencedWriteResult(
+            applied=False, reason="retry_budget_exhausted", budget_exhausted=True
+        ).to_payload()
     if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
@@ -198,7 +232,7 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         deadline=agent_deadline,
         reply_to=data.response_queue,
         payload=request_payload(step_def, order),
-        max_calls=record.retry_budget.remaining,
+        max_calls=record.steps[data.step].reserved_calls,
     )
     deps.queues.queue(deps.settings.agent_queue(step_def.agent)).send(
         request.to_json(), message_id=request_id, correlation_id=data.order_id
@@ -306,7 +340,7 @@ def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         ):
             return None
         _record_error(record, data.error, data.at, fail_step=False)
-        record.retry_budget.spent += data.error.calls
+        _settle_reservation(record, data.error.step, data.error.calls)
         record.complete_by = data.at
         return record
 
@@ -342,4 +376,4 @@ def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_s
         step = record.steps[error.step]
         if step.status is StepStatus.RUNNING:
             step.status = StepStatus.FAILED
-        record.retry_budget.spent += error.calls
+        _settle_reservation(record, error.step, error.calls)

@@ -3,8 +3,8 @@
 Rules (docs/design.md §1, §3.6):
 
 - transient faults are retried with exponential backoff and jitter (tenacity), only while the deadline
-  allows and while the request's call budget (``max_calls``, what is left of the order's end-to-end
-  retry budget) has calls left;
+  allows and while the request's ``max_calls`` last: the calls reserved for this attempt from the
+  order's end-to-end retry budget in the write that started the step;
 - every try carries the same idempotency key, so a retry after "effect applied, response lost" gets the
   stored result instead of a second effect;
 - no new call starts after the deadline, and each call's timeout is capped by the time left;

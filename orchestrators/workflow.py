@@ -94,6 +94,26 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
                 response_queue=start.response_queue,
             ).to_payload(),
         )
+        if started.budget_exhausted:
+            # No calls left for this step: the order cannot go forward.
+            yield from _write(
+                ctx,
+                FINISH_ORDER,
+                FinishOrderInput(
+                    order_id=start.order_id,
+                    instance_id=instance_id,
+                    workflow_version=definition.version,
+                    outcome=Outcome.ERROR,
+                    error=StepError(
+                        step=step.name,
+                        kind=ErrorKind.BUDGET.value,
+                        code="retry_budget_exhausted",
+                        message="the order's end-to-end retry budget is spent",
+                    ),
+                ).to_payload(),
+            )
+            log.note("order.error", step.name, "retry_budget_exhausted")
+            return {"outcome": "Error", "step": step.name}
         if not started.applied:
             log.note("step.fenced", step.name, started.reason)
             return {"outcome": "fenced", "step": step.name}

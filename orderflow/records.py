@@ -143,6 +143,8 @@ class StepState(Model):
         idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
+        reserved_calls: Calls reserved from the retry budget for the attempt running the step; the
+            unused part is returned when its outcome is recorded, and kept if it never is.
         started_at / completed_at: UTC times of the last start and of completion.
     """
 
@@ -150,6 +152,7 @@ class StepState(Model):
     attempts: int = 0
     idempotency_key: str
     last_instance: str | None = None
+    reserved_calls: int = 0
     result: dict[str, str] | None = None
     started_at: UtcDatetime | None = None
     completed_at: UtcDatetime | None = None

@@ -126,6 +126,13 @@ class Settings(BaseModel):
     AGENT_BACKOFF_INITIAL_S: float = Field(0.2, description="First retry delay of an agent (exponential).")
     AGENT_BACKOFF_MAX_S: float = Field(2.0, description="Largest retry delay of an agent.")
     AGENT_CONCURRENCY: int = Field(16, description="Requests one agent process handles at once.")
+    AGENT_MAX_CALLS_PER_STEP: int = Field(
+        4,
+        ge=1,
+        description="Calls one attempt of a step may make: reserved from the order's retry budget when the "
+        "step starts (in the same write), the unused ones returned when its outcome is recorded. An attempt "
+        "that dies keeps its whole reservation spent, so the budget is never exceeded, only used up sooner.",
+    )
     RETRY_BUDGET: int = Field(
         24, description="End-to-end limit of remote calls per order across all attempts and steps."
     )

@@ -183,3 +183,23 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: D
     assert json.loads(dead[0].body)["amount"] == "1.00"
     assert after == original
     assert state_after.etag == state_before.etag
+
+
+def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dependencies) -> None:
+    # Every call fails with a 503: attempts retry, the supervisor re-queues, the budget runs out.
+    with running_system(
+        deps, faults=FaultPlan(transient_rate=1.0, seed=2), RETRY_BUDGET=6, AGENT_MAX_CALLS_PER_STEP=2
+    ) as system:
+        ids = system.submit_all(["tpch-1"])
+        record = system.wait_settled(ids, timeout_s=40)["tpch-1"]
+        audit = system.audit()
+        replies = statuses(system)
+    calls = sum(v["calls"] for k, v in audit["keys"].items() if k.startswith("tpch-1:"))
+    assert 0 < calls <= 6
+    assert record.process_state is ProcessState.ERROR
+    assert record.last_error is not None
+    # The agent stopped when its reservation ran out; the supervisor then gave up on the spent budget.
+    assert record.last_error.kind == "budget_exhausted"
+    assert record.retry_budget.spent == 6
+    assert record.attempt >= 3
+    assert replies["tpch-1"][-1] == "Failed"

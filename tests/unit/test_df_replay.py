@@ -546,6 +546,33 @@ def test_fenced_start_step_ends_the_instance_as_fenced() -> None:
     )
 
 
+EXHAUSTED: dict[str, Any] = {
+    "applied": False,
+    "fenced": False,
+    "reason": "retry_budget_exhausted",
+    "remainingCalls": 0,
+    "budgetExhausted": True,
+}
+
+
+def test_a_spent_retry_budget_finishes_the_order_as_error_without_waiting() -> None:
+    builder = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, EXHAUSTED)
+    error = {
+        "step": RESERVE,
+        "kind": "budget_exhausted",
+        "code": "retry_budget_exhausted",
+        "message": "the order's end-to-end retry budget is spent",
+        "calls": 0,
+    }
+    expected = [start_step(RESERVE, DEADLINE_1), finish_order("Error", error=error)]
+
+    assert replay(builder) == state(expected, "waiting:reserve_inventory")
+    finished = builder.task_scheduled("finish_order", 1).episode(at(2)).task_completed(1, APPLIED)
+    assert replay(finished) == state(
+        expected, "waiting:reserve_inventory", output={"outcome": "Error", "step": RESERVE}
+    )
+
+
 def test_fenced_finish_order_ends_the_instance_as_fenced() -> None:
     assert replay(happy_path(finish_result=FENCED)) == state(
         HAPPY_ACTIONS, "waiting:create_shipment", output={"outcome": "fenced", "step": None}

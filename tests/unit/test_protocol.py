@@ -261,7 +261,10 @@ def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, cloc
     assert [(e.step, e.undo, e.undo_key, e.data) for e in record.compensation_log] == [
         ("reserve_inventory", "release", "o-1:reserve_inventory:undo", {"reservationId": "r-1"})
     ]
-    assert record.retry_budget.spent == 2
+    # Two calls made for the reservation; four reserved for the charge that is running now.
+    assert record.retry_budget.spent == 2 + 4
+    assert record.steps["charge_payment"].reserved_calls == 4
+    assert record.steps["reserve_inventory"].reserved_calls == 0
 
 
 def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock: FakeClock) -> None:
@@ -456,3 +459,71 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: ActivityDep
     )
     statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
     assert statuses == ["Received", "Received"]
+
+
+def _start(
+    deps: ActivityDeps, clock: FakeClock, instance_id: str, step: str = "reserve_inventory"
+) -> dict[str, Any]:
+    return start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id=instance_id,
+            workflow_version=ORDER_V1.version,
+            step=step,
+            deadline=clock.now() + timedelta(seconds=8),
+            response_queue="r-q1",
+        ).to_payload(),
+        deps,
+    )
+
+
+def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: ActivityDeps, clock: FakeClock) -> None:
+    settings = deps.settings.model_copy(update={"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
+    deps.settings = settings
+    submit(deps)
+    for attempt in (1, 2):
+        claimed(deps)
+        started = _start(deps, clock, f"o-1:{attempt}")
+        assert started["applied"] is True
+        request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
+        assert request["maxCalls"] == 4  # the agent may make no more than its reservation
+        clock.advance(31)
+        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)  # the attempt died
+        clock.advance(60)
+    assert deps.states.get("o-1").item.retry_budget.spent == 8  # nobody reported: both reservations stay
+
+    claimed(deps)
+    third = _start(deps, clock, "o-1:3")
+    request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
+    assert third["applied"] is True and request["maxCalls"] == 2  # what is left of the budget
+    clock.advance(31)
+    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+    record = deps.states.get("o-1").item
+    assert record.retry_budget.remaining == 0
+    assert record.process_state is ProcessState.ERROR  # the supervisor stops retrying a spent budget
+
+
+def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> None:
+    deps.settings = deps.settings.model_copy(update={"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
+    submit(deps)
+    claimed(deps)
+    assert _start(deps, clock, "o-1:1")["applied"] is True
+    received(deps.queues.queue("agent-inventory"))
+    # The reservation is used up by the first step; the next step gets nothing.
+    result = start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id="o-1:1",
+            workflow_version=ORDER_V1.version,
+            step="charge_payment",
+            deadline=clock.now() + timedelta(seconds=8),
+            completed=StepResult(step="reserve_inventory", result={"reservationId": "r"}, calls=4),
+            response_queue="r-q1",
+        ).to_payload(),
+        deps,
+    )
+    assert (result["applied"], result["budgetExhausted"]) == (False, True)
+    record = deps.states.get("o-1").item
+    assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED  # its completion is kept
+    assert record.steps["charge_payment"].status is StepStatus.NOT_STARTED
+    assert received(deps.queues.queue("agent-payment")) == []
