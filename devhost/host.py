@@ -216,6 +216,7 @@ class DevHost:
                 concurrency=concurrency,
                 lock_s=s.QUEUE_LOCK_S,
                 poll_s=s.POLL_INTERVAL_S,
+                max_poll_s=s.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.MAX_DELIVERY_COUNT,
             )
         )

@@ -30,7 +30,8 @@ class ConsumerLoop:
         stop: Set to stop the loop.
         concurrency: Handlers running at once.
         lock_s: Lock (visibility timeout) of received messages, seconds.
-        poll_s: Sleep after an empty receive, seconds.
+        poll_s: Sleep after an empty receive, seconds; doubles while the queue stays empty.
+        max_poll_s: Longest sleep between receives of an idle queue, seconds.
         max_delivery_count: Deliveries before a failing message is dead-lettered.
     """
 
@@ -43,6 +44,7 @@ class ConsumerLoop:
         concurrency: int = 1,
         lock_s: float = 30.0,
         poll_s: float = 0.2,
+        max_poll_s: float = 0.8,
         max_delivery_count: int = 10,
     ) -> None:
         self.queue = queue
@@ -51,6 +53,7 @@ class ConsumerLoop:
         self._concurrency = concurrency
         self._lock_s = lock_s
         self._poll_s = poll_s
+        self._max_poll_s = max(poll_s, max_poll_s)
         self._max_delivery_count = max_delivery_count
         self._slots = threading.Semaphore(concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"consume-{queue.name}")
@@ -66,6 +69,7 @@ class ConsumerLoop:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self) -> None:
+        idle_s = self._poll_s
         while not self._stop.is_set():
             free = self._free_slots()
             if free == 0:
@@ -78,8 +82,11 @@ class ConsumerLoop:
                 self._stop.wait(1.0)
                 continue
             if not messages:
-                self._stop.wait(self._poll_s)
+                # Back off while the queue stays empty: idle polling is most of an emulator's load.
+                self._stop.wait(idle_s)
+                idle_s = min(self._max_poll_s, idle_s * 2)
                 continue
+            idle_s = self._poll_s
             for message in messages:
                 self._slots.acquire()
                 self._pool.submit(self._handle, message)

@@ -206,6 +206,12 @@ class Settings(BaseModel):
         "(Service Bus maxDeliveryCount).",
     )
     POLL_INTERVAL_S: float = Field(0.2, description="Sleep of a consumer loop after an empty receive.")
+    POLL_MAX_INTERVAL_S: float = Field(
+        0.8,
+        description="Longest sleep of a consumer loop whose queue stays empty (the sleep doubles from "
+        "POLL_INTERVAL_S). Idle polling is most of a local emulator's load; keep it well below a step's "
+        "deadline, since an idle response queue answers its first message this late.",
+    )
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -41,6 +41,7 @@ FAST_SETTINGS: dict[str, Any] = {
     "STEP_TIMEOUT_S": 1.5,
     "CLAIM_TIMEOUT_S": 3.0,
     "POLL_INTERVAL_S": 0.02,
+    "POLL_MAX_INTERVAL_S": 0.1,
     "AGENT_BACKOFF_INITIAL_S": 0.05,
     "AGENT_BACKOFF_MAX_S": 0.2,
 }
