@@ -24,7 +24,7 @@ from activities.contracts import (
     StepError,
     StepResult,
 )
-from activities.fencing import RecordCache, fenced_write
+from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
 from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -40,7 +40,7 @@ from orderflow.records import (
     StepStatus,
     undo_key,
 )
-from orderflow.replies import clear_pending_reply, send_reply
+from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
 
@@ -129,6 +129,13 @@ def _record_completion(
         )
 
 
+def _fenced(deps: ActivityDeps, order_id: str, instance_id: str, mutate: Mutation) -> WriteOutcome:
+    """:func:`activities.fencing.fenced_write` with this host's store, record cache and clock."""
+    return fenced_write(
+        deps.states, deps.cache, deps.clock, order_id=order_id, instance_id=instance_id, mutate=mutate
+    )
+
+
 def _settle_reservation(record: StateRecord, step_name: str, calls: int) -> None:
     """Turn the step's reservation into the calls really made: the unused part goes back to the budget.
 
@@ -195,14 +202,7 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         record.complete_by = data.deadline
         return record
 
-    outcome = fenced_write(
-        deps.states,
-        deps.cache,
-        deps.clock,
-        order_id=data.order_id,
-        instance_id=data.instance_id,
-        mutate=mutate,
-    )
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if outcome.applied and exhausted:
         telemetry.event(
@@ -288,23 +288,15 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         record.pending_reply = owed
         return record
 
-    outcome = fenced_write(
-        deps.states,
-        deps.cache,
-        deps.clock,
-        order_id=data.order_id,
-        instance_id=data.instance_id,
-        mutate=mutate,
-    )
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if not outcome.applied or record.process_state is not target:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
 
     if record.pending_reply is not None:
-        # Sent now, and cleared; a failure here leaves the entry for the supervisor's relay.
-        send_reply(deps.queues, deps.clock, record, record.pending_reply)
-        clear_pending_reply(deps.states, deps.clock, record.order_id, record.pending_reply)
+        # A failure here leaves the entry for the supervisor's relay (and the activity is retried).
+        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
     if target is ProcessState.PROCESSED:
         telemetry.event("order.processed", order_id=data.order_id, instance_id=data.instance_id)
     else:
@@ -344,14 +336,7 @@ def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         record.complete_by = data.at
         return record
 
-    outcome = fenced_write(
-        deps.states,
-        deps.cache,
-        deps.clock,
-        order_id=data.order_id,
-        instance_id=data.instance_id,
-        mutate=mutate,
-    )
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     telemetry.event(
         "step.failed",
         order_id=data.order_id,

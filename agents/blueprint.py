@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import azure.durable_functions as df
@@ -10,6 +11,7 @@ from azurefunctions.extensions.bindings import servicebus
 from agents.agent import handle_request
 from agents.services import HttpRemoteService
 from function_host import dependencies, settle_trigger_message
+from orchestrators.definitions import agent_names
 
 bp = df.Blueprint()
 
@@ -34,43 +36,27 @@ def _handle(
     )
 
 
-@bp.function_name("agent_inventory")
-@bp.service_bus_queue_trigger(
-    arg_name="message",
-    queue_name="%AGENT_QUEUE_PREFIX%inventory",
-    connection="SERVICEBUS",
-    auto_complete_messages=False,
-)
-def agent_inventory(
-    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
-) -> None:
-    """Inventory agent: reserve stock inside the step's deadline."""
-    _handle("inventory", message, message_actions)
+def _trigger(agent: str) -> Callable[..., None]:
+    """The Service Bus trigger of one agent's request queue (``%AGENT_QUEUE_PREFIX%<agent>``)."""
+
+    def trigger(
+        message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+    ) -> None:
+        _handle(agent, message, message_actions)
+
+    name = f"agent_{agent}"
+    trigger.__name__ = trigger.__qualname__ = name
+    trigger.__doc__ = f"{agent.capitalize()} agent: perform the step inside its deadline, then answer."
+    return bp.function_name(name)(  # type: ignore[no-any-return]
+        bp.service_bus_queue_trigger(
+            arg_name="message",
+            queue_name=f"%AGENT_QUEUE_PREFIX%{agent}",
+            connection="SERVICEBUS",
+            auto_complete_messages=False,
+        )(trigger)
+    )
 
 
-@bp.function_name("agent_payment")
-@bp.service_bus_queue_trigger(
-    arg_name="message",
-    queue_name="%AGENT_QUEUE_PREFIX%payment",
-    connection="SERVICEBUS",
-    auto_complete_messages=False,
-)
-def agent_payment(
-    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
-) -> None:
-    """Payment agent: charge the customer inside the step's deadline."""
-    _handle("payment", message, message_actions)
-
-
-@bp.function_name("agent_shipping")
-@bp.service_bus_queue_trigger(
-    arg_name="message",
-    queue_name="%AGENT_QUEUE_PREFIX%shipping",
-    connection="SERVICEBUS",
-    auto_complete_messages=False,
-)
-def agent_shipping(
-    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
-) -> None:
-    """Shipping agent: create the shipment inside the step's deadline."""
-    _handle("shipping", message, message_actions)
+# One trigger per agent any deployed workflow version uses: a new agent gets its trigger with it.
+for _agent in agent_names():
+    globals()[f"agent_{_agent}"] = _trigger(_agent)

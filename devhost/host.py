@@ -30,7 +30,7 @@ from activities.submission import handle_submission
 from agents.agent import handle_request
 from agents.services import HttpRemoteService
 from devhost.loops import ConsumerLoop, PeriodicLoop
-from orchestrators.definitions import WORKFLOWS
+from orchestrators.definitions import agent_names
 from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
@@ -71,11 +71,6 @@ def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: ActivityD
     worker.add_activity(_activity(START_STEP, start_step, deps))
     worker.add_activity(_activity(FINISH_ORDER, finish_order, deps))
     worker.add_activity(_activity(RECORD_STEP_FAILURE, record_step_failure, deps))
-
-
-def agent_names() -> list[str]:
-    """Every agent some deployed workflow version uses, sorted."""
-    return sorted({step.agent for definition in WORKFLOWS.values() for step in definition.steps})
 
 
 def free_port() -> int:

@@ -88,6 +88,11 @@ CURRENT_WORKFLOW = ORDER_V1
 """The version new orders start with."""
 
 
+def agent_names() -> list[str]:
+    """Every agent some deployed workflow version uses, sorted."""
+    return sorted({step.agent for definition in WORKFLOWS.values() for step in definition.steps})
+
+
 def workflow_for(version: str) -> WorkflowDefinition:
     """The definition of ``version``.
 

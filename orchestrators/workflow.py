@@ -96,22 +96,13 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         )
         if started.budget_exhausted:
             # No calls left for this step: the order cannot go forward.
-            yield from _write(
-                ctx,
-                FINISH_ORDER,
-                FinishOrderInput(
-                    order_id=start.order_id,
-                    instance_id=instance_id,
-                    workflow_version=definition.version,
-                    outcome=Outcome.ERROR,
-                    error=StepError(
-                        step=step.name,
-                        kind=ErrorKind.BUDGET.value,
-                        code="retry_budget_exhausted",
-                        message="the order's end-to-end retry budget is spent",
-                    ),
-                ).to_payload(),
+            spent = StepError(
+                step=step.name,
+                kind=ErrorKind.BUDGET.value,
+                code="retry_budget_exhausted",
+                message="the order's end-to-end retry budget is spent",
             )
+            yield from _finish(ctx, start, Outcome.ERROR, error=spent)
             log.note("order.error", step.name, "retry_budget_exhausted")
             return {"outcome": "Error", "step": step.name}
         if not started.applied:
@@ -136,17 +127,7 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
             calls=response.calls,
         )
         if error.kind == ErrorKind.PERMANENT.value:
-            yield from _write(
-                ctx,
-                FINISH_ORDER,
-                FinishOrderInput(
-                    order_id=start.order_id,
-                    instance_id=instance_id,
-                    workflow_version=definition.version,
-                    outcome=Outcome.ERROR,
-                    error=error,
-                ).to_payload(),
-            )
+            yield from _finish(ctx, start, Outcome.ERROR, error=error)
             log.note("order.error", step.name, error.code)
             return {"outcome": "Error", "step": step.name}
 
@@ -162,21 +143,36 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         log.note("step.retryable", step.name, error.code)
         return {"outcome": "retryable", "step": step.name}
 
-    finished = yield from _write(
-        ctx,
-        FINISH_ORDER,
-        FinishOrderInput(
-            order_id=start.order_id,
-            instance_id=instance_id,
-            workflow_version=definition.version,
-            outcome=Outcome.PROCESSED,
-            completed=previous,
-        ).to_payload(),
-    )
+    finished = yield from _finish(ctx, start, Outcome.PROCESSED, completed=previous)
     if not finished.applied:
         return {"outcome": "fenced", "step": None}
     log.note("order.processed", None, None)
     return {"outcome": "Processed", "step": None}
+
+
+def _finish(
+    ctx: WorkflowContext,
+    start: OrchestrationInput,
+    outcome: Outcome,
+    *,
+    completed: StepResult | None = None,
+    error: StepError | None = None,
+) -> Generator[WorkflowTask, Any, FencedWriteResult]:
+    """Write the order's outcome (and send its reply) through :data:`FINISH_ORDER`."""
+    return (
+        yield from _write(
+            ctx,
+            FINISH_ORDER,
+            FinishOrderInput(
+                order_id=start.order_id,
+                instance_id=instance_id_for(start.order_id, start.attempt),
+                workflow_version=start.workflow_version,
+                outcome=outcome,
+                completed=completed,
+                error=error,
+            ).to_payload(),
+        )
+    )
 
 
 def _write(

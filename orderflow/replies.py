@@ -71,6 +71,18 @@ def clear_pending_reply(states: StateStore, clock: Clock, order_id: str, reply: 
     return False
 
 
+def deliver_reply(
+    states: StateStore, queues: QueueFactory, clock: Clock, record: StateRecord, reply: PendingReply
+) -> None:
+    """Send an owed reply, then remove it from the record's outbox.
+
+    Raises:
+        TransientError: the send failed; the entry stays owed for a retry or the relay.
+    """
+    send_reply(queues, clock, record, reply)
+    clear_pending_reply(states, clock, record.order_id, reply)
+
+
 @dataclass
 class RelayReport:
     """What one relay pass did: order ids re-sent, and failures left for the next pass."""
@@ -110,8 +122,7 @@ def resend_pending_replies(
             if reply is None:
                 continue
             try:
-                send_reply(queues, clock, record, reply)
-                clear_pending_reply(states, clock, record.order_id, reply)
+                deliver_reply(states, queues, clock, record, reply)
             except Exception:
                 report.failed += 1
                 logger.warning("re-sending the %s reply of order %s failed", reply.status, record.order_id)

@@ -62,7 +62,7 @@ from orderflow.errors import (
 from orderflow.messages import OrderStatus
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
-from orderflow.replies import clear_pending_reply, send_reply
+from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 
@@ -274,8 +274,7 @@ def recover(
     )
     assert owed is not None
     try:
-        send_reply(queues, clock, updated, owed)
-        clear_pending_reply(states, clock, record.order_id, owed)
+        deliver_reply(states, queues, clock, updated, owed)
     except Exception:
         # The write stands; the relay re-sends the owed reply after its grace period.
         logger.warning("the Failed reply of order %s is left to the relay", record.order_id, exc_info=True)
