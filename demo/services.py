@@ -26,7 +26,7 @@ A request is handled in this order: key check, call counted and fault decided
 lookup (reuse / in progress / replay), ``hang`` sleep, effect applied and
 response stored under the lock, ``lost_response`` answers 500.
 
-Run it with ``python -m demo.services --port 8081`` (see :func:`main`), or in
+Run it with ``python -m demo.services --port 8082`` (see :func:`main`), or in
 process with :func:`serve_in_thread` and :func:`stop`.
 """
 
@@ -792,14 +792,14 @@ async def _serve_until_stopped(server: uvicorn.Server) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo services from the command line; returns the exit status.
 
-    Example: ``python -m demo.services --port 8081 --orders 200 --faults '{"transient_rate": 0.1}'``.
+    Example: ``python -m demo.services --port 8082 --orders 200 --faults '{"transient_rate": 0.1}'``.
     Prints ``demo services listening on http://HOST:PORT`` once ready; stops on SIGINT/SIGTERM.
     """
     parser = argparse.ArgumentParser(
         prog="python -m demo.services", description="Run the demo inventory, payment and shipping services."
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8081, help="TCP port; 0 picks a free one (default 8081)")
+    parser.add_argument("--port", type=int, default=8082, help="TCP port; 0 picks a free one (default 8082)")
     parser.add_argument("--data-dir", type=Path, default=Path(".data/tpch"), help="TPC-H CSV directory")
     parser.add_argument("--scale", type=float, default=DEFAULT_SCALE, help="TPC-H scale factor if generating")
     parser.add_argument("--orders", type=int, default=DEFAULT_DEMO_ORDERS, help="orders to load (0 = all)")

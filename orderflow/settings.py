@@ -38,7 +38,7 @@ class Settings(BaseModel):
         "Functions triggers and for orderflow's own senders (Azure only).",
     )
     DEMO_SERVICES_URL: str = Field(
-        "http://127.0.0.1:8081", description="Base URL of the demo inventory, payment and shipping services."
+        "http://127.0.0.1:8082", description="Base URL of the demo inventory, payment and shipping services."
     )
 
     # --- queues ------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
@@ -27,6 +29,10 @@ def connect_stores(settings: Settings) -> CosmosStores:
     """
     if not settings.COSMOS_ENDPOINT or not settings.COSMOS_KEY:
         raise ValueError("COSMOS_ENDPOINT and COSMOS_KEY must be set")
+    if not settings.COSMOS_VERIFY_TLS:
+        # Verification is off by the operator's choice (the emulator's self-signed certificate):
+        # urllib3 would otherwise warn on every request.
+        warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     return CosmosStores.connect(
         settings.COSMOS_ENDPOINT,
         key=settings.COSMOS_KEY,
