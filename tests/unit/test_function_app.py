@@ -39,9 +39,7 @@ HOST_ONLY_KEYS = frozenset(
 )
 """Keys of the example ``Values`` that the Functions host reads and orderflow's Settings do not."""
 
-CHANGED_FROM_DEFAULT = frozenset(
-    {"COSMOS_ENDPOINT", "SERVICEBUS__fullyQualifiedNamespace", "HOST_ID"}
-)
+CHANGED_FROM_DEFAULT = frozenset({"COSMOS_ENDPOINT", "SERVICEBUS__fullyQualifiedNamespace", "HOST_ID"})
 """Settings whose example value deliberately differs from the Settings default."""
 
 AGENTS = sorted({step.agent for workflow in WORKFLOWS.values() for step in workflow.steps})
