@@ -9,8 +9,10 @@ import azure.functions as func
 from activities.blueprint import bp as activities
 from agents.blueprint import bp as agents
 from orchestrators.blueprint import bp as orchestrators
+from orderflow.telemetry import configure_telemetry
 from supervisor.blueprint import bp as supervisor
 
+configure_telemetry("orderflow-functions")
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (orchestrators, activities, agents, supervisor):
     app.register_functions(blueprint)

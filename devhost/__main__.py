@@ -17,6 +17,7 @@ import typer
 
 from devhost.host import ALL_ROLES, Dependencies, DevHost
 from orderflow.settings import Settings
+from orderflow.telemetry import configure_telemetry
 from orderflow.wiring import connect_queues, connect_stores
 from supervisor.lease import LeaderLease, NoLease, SupervisorLease
 
@@ -68,6 +69,7 @@ def run(
 ) -> None:
     """Run the chosen roles until SIGINT or SIGTERM."""
     configure_logging(log_level)
+    configure_telemetry("orderflow-devhost")
     settings = Settings.load(HOST_ID=host_id) if host_id else Settings.load()
     chosen = ALL_ROLES if roles == "all" else tuple(r.strip() for r in roles.split(",") if r.strip())
     stores = connect_stores(settings)

@@ -1,49 +1,379 @@
-"""Structured operational events and counters.
+"""Structured operational events, operator alerts, metrics and their export.
 
 Every role reports what it did through :func:`event` (one log record per event on the
-``orderflow.events`` logger, with the correlation ids ``orderId``, ``instanceId`` and ``attempt`` as
-structured fields) and raises operator alerts through :func:`alert` (``orderflow.alerts``, level ERROR).
-On Azure, azure-monitor-opentelemetry exports these log records with their fields as custom dimensions;
-locally they go to the console and the counters below feed the demo summary.
+``orderflow.events`` logger) and raises operator alerts through :func:`alert` (``orderflow.alerts``,
+level ERROR). A record carries the event name as ``event``, the keyword fields as ``fields`` (a dict)
+and, flattened, each field as an attribute of its own, ``orderflow.<field>`` (``orderflow.order_id``,
+``orderflow.instance_id``, ``orderflow.attempt`` correlate an order across roles), so an exporter turns
+them into individual custom dimensions. Locally the records go to the console and the in-process
+:func:`counters` feed the demo summary.
+
+**Metrics.** The events an operator alerts on also update OpenTelemetry instruments of the ``orderflow``
+meter, derived here from the event and alert names so that no call site knows about metrics:
+
+- ``orderflow.recoveries`` (counter): ``recovery`` events (supervisor re-queues); attribute ``step``.
+  Its rate is "recoveries per minute".
+- ``orderflow.budget_exhausted`` (counter): ``budget.exhausted`` events; attribute ``step``.
+- ``orderflow.dead_letters`` (counter): ``message.dead_lettered`` events and ``max_delivery_count``
+  alerts; attributes ``queue`` and ``reason`` (``MaxDeliveryCountExceeded`` for the alert).
+- ``orderflow.gave_up`` (counter): ``order_gave_up`` alerts (the supervisor moved an order to Error);
+  attribute ``step``.
+- ``orderflow.orders_failed`` (counter): ``order_failed`` alerts (the orchestration finished an order in
+  Error); attribute ``step``.
+- ``orderflow.alerts`` (counter): every alert; attribute ``alert`` (its name).
+- ``orderflow.stuck_orders`` (observable gauge): set by :func:`record_stuck_orders` after each
+  supervisor sweep; no attributes.
+
+Metric attributes are low-cardinality by construction (step, queue and alert names, dead-letter
+reasons); order and instance ids stay in the logs. The instruments are created lazily, on first use,
+from the provider given to :func:`use_meter_provider`, or else from OpenTelemetry's global provider
+(a no-op until something such as :func:`configure_telemetry` installs one; instruments created earlier
+are forwarded to it once it is set).
+
+**Export.** :func:`configure_telemetry` installs the Azure Monitor distro
+(azure-monitor-opentelemetry) when an Application Insights connection string is available: metrics,
+the ``orderflow`` loggers' records with their flattened fields as custom dimensions, and the distro's
+dependency tracing. Without one it does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
+import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry import metrics
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk._logs import LogRecordProcessor
 
 events_logger = logging.getLogger("orderflow.events")
 alerts_logger = logging.getLogger("orderflow.alerts")
+logger = logging.getLogger(__name__)
+
+METER_NAME: Final = "orderflow"
+"""Name of the OpenTelemetry meter (the instrumentation scope) of every orderflow metric."""
+
+LOGGER_NAME: Final = "orderflow"
+"""Root of the loggers whose records :func:`configure_telemetry` exports."""
+
+FIELD_PREFIX: Final = "orderflow."
+"""Prefix of the flattened field attributes of an event's log record: ``orderflow.order_id``."""
+
+CONNECTION_STRING_ENV: Final = "APPLICATIONINSIGHTS_CONNECTION_STRING"
+"""Environment variable holding the Application Insights connection string (read by the SDK too)."""
+
+FUNCTIONS_WORKER_TELEMETRY_ENV: Final = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"
+"""Functions app setting with which the Python worker configures the Azure Monitor distro itself."""
+
+STUCK_ORDERS_STALE_S: Final = 300.0
+"""Seconds after which an unrefreshed :func:`record_stuck_orders` value stops being reported.
+
+A process that stops sweeping (it lost the supervisor lease, or stopped) must not keep reporting the
+count of its last sweep: the gauge goes silent instead of holding an alert open.
+"""
+
+RECOVERIES: Final = "orderflow.recoveries"
+BUDGET_EXHAUSTED: Final = "orderflow.budget_exhausted"
+DEAD_LETTERS: Final = "orderflow.dead_letters"
+GAVE_UP: Final = "orderflow.gave_up"
+ORDERS_FAILED: Final = "orderflow.orders_failed"
+ALERTS: Final = "orderflow.alerts"
+STUCK_ORDERS: Final = "orderflow.stuck_orders"
+
+MAX_DELIVERY_COUNT_REASON: Final = "MaxDeliveryCountExceeded"
+"""The ``reason`` of a dead letter counted from the ``max_delivery_count`` alert (the consumer's reason)."""
+
+_COUNTER_DESCRIPTIONS: Final[Mapping[str, str]] = {
+    RECOVERIES: "Expired orders the supervisor put back to Pending for another attempt.",
+    BUDGET_EXHAUSTED: "Steps refused because the order's end-to-end retry budget was spent.",
+    DEAD_LETTERS: "Messages dead-lettered: invalid, conflicting, or past the maximum delivery count.",
+    GAVE_UP: "Expired orders the supervisor moved to Error (too many failures or no retry budget).",
+    ORDERS_FAILED: "Orders the orchestration finished in Error.",
+    ALERTS: "Operator alerts raised, by alert name.",
+}
+
+
+@dataclass(frozen=True)
+class _Derived:
+    """One counter increment derived from an event or alert.
+
+    Attributes:
+        counter: Metric name, a key of :data:`_COUNTER_DESCRIPTIONS`.
+        keys: Event fields copied as metric attributes when present (low-cardinality ones only).
+        fixed: Attributes added as they are.
+    """
+
+    counter: str
+    keys: tuple[str, ...] = ()
+    fixed: tuple[tuple[str, str], ...] = ()
+
+
+_FROM_EVENTS: Final[Mapping[str, _Derived]] = {
+    "recovery": _Derived(RECOVERIES, ("step",)),
+    "budget.exhausted": _Derived(BUDGET_EXHAUSTED, ("step",)),
+    "message.dead_lettered": _Derived(DEAD_LETTERS, ("queue", "reason")),
+}
+_FROM_ALERTS: Final[Mapping[str, _Derived]] = {
+    "order_gave_up": _Derived(GAVE_UP, ("step",)),
+    "order_failed": _Derived(ORDERS_FAILED, ("step",)),
+    "max_delivery_count": _Derived(DEAD_LETTERS, ("queue",), (("reason", MAX_DELIVERY_COUNT_REASON),)),
+}
+
+AttributeValue = str | bool | int | float
+"""A value OpenTelemetry accepts as a metric or log attribute."""
 
 _counters: Counter[str] = Counter()
 _lock = threading.Lock()
 
 
+@dataclass
+class _Instruments:
+    counters: dict[str, metrics.Counter]
+    stuck_orders: metrics.ObservableGauge
+
+
+@dataclass
+class _Gauge:
+    value: int | None = None
+    at: float = 0.0
+    """:data:`_monotonic` time of the last :func:`record_stuck_orders`, seconds."""
+
+
+_meter_provider: metrics.MeterProvider | None = None
+_instruments: _Instruments | None = None
+_stuck = _Gauge()
+_monotonic: Callable[[], float] = time.monotonic
+"""Clock of the stuck-orders staleness (tests replace it)."""
+_configured = False
+_configure_lock = threading.Lock()
+
+
 def event(name: str, /, **fields: Any) -> None:
-    """Record a structured event and count it.
+    """Record a structured event, count it, and update the metric derived from it, if any.
 
     Args:
-        name: Event name, e.g. ``claim``, ``step.start``, ``step.timeout``, ``recovery``.
+        name: Event name, e.g. ``claim``, ``step.start``, ``step.failed``, ``recovery``.
         **fields: Structured fields; use ``order_id``, ``instance_id``, ``attempt`` for correlation.
+            Values should be str, bool, int, float, an enum, a datetime or None (others are logged as
+            ``str(value)``; None is left out of the flattened attributes).
     """
     with _lock:
         _counters[name] += 1
+    derived = _FROM_EVENTS.get(name)
+    if derived is not None:
+        _add(derived, fields)
     if events_logger.isEnabledFor(logging.INFO):
         rendered = " ".join(f"{key}={value}" for key, value in fields.items())
-        events_logger.info("%s %s", name, rendered, extra={"event": name, "fields": fields})
+        events_logger.info("%s %s", name, rendered, extra=_log_extra(name, fields))
 
 
 def alert(name: str, /, **fields: Any) -> None:
-    """Raise an operator alert: an ERROR record on ``orderflow.alerts`` plus an ``alert.<name>`` count."""
+    """Raise an operator alert: an ERROR record on ``orderflow.alerts``, an ``alert.<name>`` count.
+
+    Also adds one to ``orderflow.alerts`` (attribute ``alert=<name>``) and to the metric derived from
+    the alert, if any (``orderflow.gave_up``, ``orderflow.orders_failed``, ``orderflow.dead_letters``).
+
+    Args:
+        name: Alert name, e.g. ``order_gave_up``, ``order_failed``, ``max_delivery_count``.
+        **fields: Structured fields, as for :func:`event`.
+    """
     with _lock:
         _counters[f"alert.{name}"] += 1
+    instruments = _get_instruments()
+    instruments.counters[ALERTS].add(1, {"alert": name})
+    derived = _FROM_ALERTS.get(name)
+    if derived is not None:
+        _add(derived, fields, instruments)
     rendered = " ".join(f"{key}={value}" for key, value in fields.items())
-    alerts_logger.error("ALERT %s %s", name, rendered, extra={"event": f"alert.{name}", "fields": fields})
+    alerts_logger.error("ALERT %s %s", name, rendered, extra=_log_extra(f"alert.{name}", fields))
 
 
 def counters() -> dict[str, int]:
-    """A snapshot of every event and alert count since the process started."""
+    """A snapshot of every event and alert count since the process started (alerts as ``alert.<name>``)."""
     with _lock:
         return dict(_counters)
+
+
+def record_stuck_orders(count: int) -> None:
+    """Set ``orderflow.stuck_orders``: orders whose ``completeBy`` had passed, as the last sweep saw them.
+
+    The gauge reports the latest value at each metric collection for :data:`STUCK_ORDERS_STALE_S`
+    seconds, then nothing until the next call.
+
+    Args:
+        count: Expired ``Processing`` records the sweep found (recovered or not), >= 0.
+
+    Raises:
+        ValueError: ``count`` is negative.
+    """
+    if count < 0:
+        raise ValueError(f"stuck order count must be >= 0, not {count}")
+    _get_instruments()  # the gauge exists from the first sweep on, even before any event
+    with _lock:
+        _stuck.value = count
+        _stuck.at = _monotonic()
+
+
+def use_meter_provider(provider: metrics.MeterProvider | None) -> None:
+    """Create the instruments from ``provider`` from now on (None: OpenTelemetry's global provider).
+
+    OpenTelemetry's global provider can be set only once per process; tests inject an SDK
+    ``MeterProvider`` with an ``InMemoryMetricReader`` here instead. The instruments are recreated on
+    next use; the last :func:`record_stuck_orders` value is forgotten.
+
+    Args:
+        provider: The provider to take the ``orderflow`` meter from, or None for the global one.
+    """
+    global _meter_provider, _instruments  # noqa: PLW0603 - the module owns one set of instruments
+    with _lock:
+        _meter_provider = provider
+        _instruments = None
+        _stuck.value = None
+        _stuck.at = 0.0
+
+
+def configure_telemetry(service_name: str, connection_string: str | None = None) -> bool:
+    """Export metrics and the ``orderflow`` loggers' records to Application Insights, once per process.
+
+    With a connection string (the argument, else ``APPLICATIONINSIGHTS_CONNECTION_STRING``) this calls
+    ``azure.monitor.opentelemetry.configure_azure_monitor`` with ``logger_name="orderflow"``, the
+    service name as the resource's ``service.name`` (Application Insights' cloud role name) and a
+    log-record processor that drops the nested ``fields`` attribute, whose entries are exported
+    flattened (``orderflow.order_id``, ...). Later calls return True without configuring again.
+
+    In an Azure Functions worker started with ``PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY=true`` the
+    worker has already configured the distro before importing the app (its logger is the root logger,
+    or ``PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME``); configuring it again would export everything twice,
+    so this only returns True.
+
+    Args:
+        service_name: ``service.name`` of this process, e.g. ``orderflow-functions``.
+        connection_string: Application Insights connection string; None reads the environment.
+
+    Returns:
+        True if telemetry is exported (configured now, earlier, or by the Functions worker); False when
+        no connection string is set (local runs: nothing is configured) or the distro refused the
+        configuration (logged at ERROR; the process goes on without export).
+    """
+    global _configured  # noqa: PLW0603 - the distro installs process-wide providers, once
+    with _configure_lock:
+        if _configured:
+            return True
+        if os.environ.get(FUNCTIONS_WORKER_TELEMETRY_ENV, "").strip().lower() == "true":
+            _configured = True
+            return True
+        connection = (connection_string or os.environ.get(CONNECTION_STRING_ENV) or "").strip()
+        if not connection:
+            return False
+        # Imported here: the distro and the SDK are heavy, and unused without a connection string.
+        from azure.monitor.opentelemetry import configure_azure_monitor  # noqa: PLC0415
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource  # noqa: PLC0415
+
+        try:
+            configure_azure_monitor(
+                connection_string=connection,
+                logger_name=LOGGER_NAME,
+                resource=Resource.create({SERVICE_NAME: service_name}),
+                log_record_processors=[_nested_fields_dropper()],
+            )
+        except Exception:
+            logger.exception("Azure Monitor telemetry could not be configured; continuing without export")
+            return False
+        _configured = True
+        return True
+
+
+# --- internals ---------------------------------------------------------------------------------------
+
+
+def _get_instruments() -> _Instruments:
+    global _instruments  # noqa: PLW0603 - created lazily, see use_meter_provider
+    with _lock:
+        if _instruments is None:
+            provider = _meter_provider if _meter_provider is not None else metrics.get_meter_provider()
+            meter = provider.get_meter(METER_NAME)
+            _instruments = _Instruments(
+                counters={
+                    name: meter.create_counter(name, unit="1", description=description)
+                    for name, description in _COUNTER_DESCRIPTIONS.items()
+                },
+                stuck_orders=meter.create_observable_gauge(
+                    STUCK_ORDERS,
+                    callbacks=[_observe_stuck_orders],
+                    unit="1",
+                    description="Orders whose completeBy had passed, as the last supervisor sweep saw them.",
+                ),
+            )
+        return _instruments
+
+
+def _observe_stuck_orders(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    with _lock:
+        value, at = _stuck.value, _stuck.at
+    if value is None or _monotonic() - at > STUCK_ORDERS_STALE_S:
+        return []
+    return [metrics.Observation(value)]
+
+
+def _add(derived: _Derived, fields: Mapping[str, Any], instruments: _Instruments | None = None) -> None:
+    attributes: dict[str, AttributeValue] = dict(derived.fixed)
+    for key in derived.keys:
+        value = _attribute_value(fields.get(key))
+        if value is not None:
+            attributes[key] = value
+    (instruments or _get_instruments()).counters[derived.counter].add(1, attributes)
+
+
+def _attribute_value(value: Any) -> AttributeValue | None:
+    """``value`` as an OpenTelemetry attribute value: None stays None, enums give their value."""
+    if value is None:
+        return None
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return str(value)  # a plain str, not a str subclass
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def _log_extra(name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``extra`` of an event's log record: ``event``, ``fields``, and each field flattened."""
+    extra: dict[str, Any] = {"event": name, "fields": fields}
+    for key, value in fields.items():
+        flat = _attribute_value(value)
+        if flat is not None:
+            extra[f"{FIELD_PREFIX}{key}"] = flat
+    return extra
+
+
+def _nested_fields_dropper() -> LogRecordProcessor:
+    """A log-record processor that removes the ``fields`` dict, exported flattened already."""
+    from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord  # noqa: PLC0415 (SDK: lazy)
+
+    class DropNestedFields(LogRecordProcessor):
+        def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+            attributes = log_record.log_record.attributes
+            if attributes is not None and "fields" in attributes and "event" in attributes:
+                # The SDK's attributes are mutable at this point; a processor must never raise.
+                with contextlib.suppress(TypeError, KeyError):
+                    del attributes["fields"]  # type: ignore[attr-defined]
+
+        def shutdown(self) -> None:
+            return None
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return DropNestedFields()
