@@ -7,7 +7,9 @@ Like ``function_app.py`` this is host code: the blueprints import it, role code 
   every queue. No keys.
 - :func:`settle_trigger_message` applies orderflow's one settlement policy
   (:func:`orderflow.consumer.settle`) to a message delivered by a Service Bus trigger with
-  ``auto_complete_messages=False``, through the trigger's ``ServiceBusMessageActions``.
+  ``auto_complete_messages=False``, through the trigger's ``ServiceBusMessageActions``;
+  :func:`settle_trigger_delivery` does the same for a handler that needs the whole delivery (its
+  delivery count), not only the body.
 - :class:`DurableFunctionsClient` is the roles' :class:`~orchestrators.starter.OrchestrationClient`
   over the Durable Functions client binding.
 """
@@ -116,15 +118,56 @@ class TriggerSettlement:
             logger.warning("%s of message %s on %s failed: %s", action, message.message_id, self.name, exc)
 
 
+def trigger_delivery_count(message: TriggerMessage) -> int:
+    """Which delivery of ``message`` this is, counted as the port counts: 1 on the first delivery.
+
+    The Functions host receives with the .NET Service Bus client, which adds one to the broker's AMQP
+    header count of earlier deliveries (.NET ``ServiceBusReceivedMessage.DeliveryCount`` starts at 1),
+    and hands the worker that AMQP message; the Python SDK's ``delivery_count`` reads the header as it
+    is. So the value is already 1-based here (orderflow's own Python receiver, reading the broker's
+    header, adds the one itself: :mod:`orderflow.queues.servicebus`).
+
+    Returns:
+        The count, at least 1. A message without a header delivery count (``None``) counts as a first
+        delivery: azurefunctions-extensions-bindings-servicebus 1.0.0b2 decodes the AMQP message from
+        after its lock-token annotation, past the header, so every message it delivers is seen as a
+        first delivery.
+    """
+    return max(1, message.delivery_count or 0)
+
+
 def received(message: TriggerMessage) -> ReceivedMessage:
-    """The port's view of a trigger-delivered message (the SDK counts deliveries from 0)."""
+    """The port's view of a trigger-delivered message (delivery count from :func:`trigger_delivery_count`;
+    a body that is not UTF-8 is decoded with replacement characters, for the handler to reject)."""
     message_id = message.message_id or ""
     return ReceivedMessage(
         message_id=message_id,
         body=decode_body(message.body, message_id=message_id),
-        delivery_count=(message.delivery_count or 0) + 1,
+        delivery_count=trigger_delivery_count(message),
         correlation_id=message.correlation_id,
         lock_token=message,
+    )
+
+
+def settle_trigger_delivery(
+    queue_name: str,
+    message: TriggerMessage,
+    actions: MessageActions,
+    handler: Callable[[ReceivedMessage], object],
+    *,
+    max_delivery_count: int,
+) -> Settlement:
+    """Run ``handler`` on the received message (body, delivery count, ids) and settle the message by
+    orderflow's policy (:func:`orderflow.consumer.settle`).
+
+    Returns:
+        How the message was settled.
+    """
+    return settle(
+        TriggerSettlement(queue_name, actions),
+        received(message),
+        handler,
+        max_delivery_count=max_delivery_count,
     )
 
 
@@ -141,11 +184,8 @@ def settle_trigger_message(
     Returns:
         How the message was settled.
     """
-    return settle(
-        TriggerSettlement(queue_name, actions),
-        received(message),
-        lambda m: handler(m.body),
-        max_delivery_count=max_delivery_count,
+    return settle_trigger_delivery(
+        queue_name, message, actions, lambda m: handler(m.body), max_delivery_count=max_delivery_count
     )
 
 

@@ -9,7 +9,16 @@ Rules (docs/design.md §1, §3.6):
   stored result instead of a second effect;
 - no new call starts after the deadline, and each call's timeout is capped by the time left;
 - the answer goes to the response queue named in the request, with a stable message id
-  (``{requestId}:response``), so the listener and the orchestration can recognise a duplicate.
+  (``{requestId}:response``), so the listener and the orchestration can recognise a duplicate;
+- a redelivered request (delivery count above 1: its response send failed and it was abandoned, the
+  agent died after making calls, or its lock was lost) makes no call and sends no response. The calls of
+  its earlier delivery are unknown and may have spent the whole reservation, so running it again could
+  spend the reservation once per delivery. The step's durable timer fires at the deadline instead, the
+  supervisor recovers the order with a new attempt and a fresh reservation from what is left of the
+  budget, and the idempotency key makes that attempt's call return any effect already applied. Sending
+  nothing is deliberate: an earlier delivery still running (its lock expired) must not have its own
+  response pre-empted by a failure. So the calls made for one order never exceed its retry budget,
+  across every attempt, recovery and redelivery.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ class AgentResult:
 def handle_request(
     body: str | bytes,
     *,
+    delivery_count: int = 1,
     service: RemoteService,
     queues: QueueFactory,
     clock: Clock,
@@ -56,6 +66,8 @@ def handle_request(
 
     Args:
         body: The raw :class:`AgentRequest` body.
+        delivery_count: Which delivery of the request message this is: 1 on the first, incremented on
+            every redelivery (:attr:`orderflow.queues.base.ReceivedMessage.delivery_count`).
         service: The remote service this agent wraps.
         queues: Where the response is sent.
         clock: Time source; the deadline is compared against it.
@@ -63,15 +75,22 @@ def handle_request(
         sleep: Sleeps between retries (tests pass a fake).
 
     Returns:
-        The response sent and the number of remote calls made. A request whose deadline had passed
-        on arrival makes no call and sends no response: the orchestration's timer has already won.
+        The response sent and the number of remote calls made. ``AgentResult(None, 0)``, no call and
+        no response, for a redelivered request (``delivery_count`` > 1: the step's timer and the
+        supervisor take over, see the module docstring) and for a request whose deadline had passed on
+        arrival (the orchestration's timer has already won).
 
     Raises:
         InvalidMessage: the body is not an agent request (dead-letter it).
-        TransientError: the response could not be sent (abandon and retry; the key makes it safe).
+        TransientError: the response could not be sent (abandon the message: its redelivery makes no
+            call, and the step's timer takes over).
     """
     request = parse_message(AgentRequest, body)
     fields = {"order_id": request.order_id, "instance_id": request.instance_id, "step": request.step}
+    if delivery_count > 1:
+        # The first delivery may have spent the whole reservation: never spend it twice.
+        telemetry.event("agent.redelivery_skipped", **fields, delivery_count=delivery_count)
+        return AgentResult(None, 0)
     if clock.now() >= request.deadline:
         telemetry.event("agent.expired_on_arrival", **fields)
         return AgentResult(None, 0)
@@ -89,6 +108,7 @@ def handle_request(
             order_id=request.order_id,
             idempotency_key=request.idempotency_key,
             timeout_s=min(settings.AGENT_CALL_TIMEOUT_S, left),
+            instance_id=request.instance_id,
         )
 
     def stop(state: RetryCallState) -> bool:

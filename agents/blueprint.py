@@ -10,7 +10,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 from agents.agent import handle_request
 from agents.services import HttpRemoteService
-from function_host import dependencies, settle_trigger_message
+from function_host import dependencies, settle_trigger_delivery
 from orchestrators.definitions import agent_names
 
 bp = df.Blueprint()
@@ -25,12 +25,18 @@ def _handle(
     agent: str, message: servicebus.ServiceBusReceivedMessage, actions: servicebus.ServiceBusMessageActions
 ) -> None:
     deps = dependencies()
-    settle_trigger_message(
+    # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
+    settle_trigger_delivery(
         deps.settings.agent_queue(agent),
         message,
         actions,
-        lambda body: handle_request(
-            body, service=_service(agent), queues=deps.queues, clock=deps.clock, settings=deps.settings
+        lambda received: handle_request(
+            received.body,
+            delivery_count=received.delivery_count,
+            service=_service(agent),
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
     )

@@ -20,6 +20,10 @@ from orderflow.errors import PermanentError, TransientError
 
 logger = logging.getLogger(__name__)
 
+INSTANCE_HEADER = "Orderflow-Instance-Id"
+"""Request header naming the orchestration instance (attempt) a call is made for: lets the remote side,
+and its audit, tell the attempts of one step apart (the idempotency key is the same in all of them)."""
+
 
 class RemoteService(Protocol):
     """One remote service behind an agent."""
@@ -34,6 +38,7 @@ class RemoteService(Protocol):
         order_id: str,
         idempotency_key: str,
         timeout_s: float,
+        instance_id: str | None = None,
     ) -> dict[str, str]:
         """Perform ``operation`` once.
 
@@ -43,6 +48,7 @@ class RemoteService(Protocol):
             order_id: The order.
             idempotency_key: Stable key of the step (or of its undo).
             timeout_s: Seconds this call may take in total.
+            instance_id: The attempt the call is made for (correlation only, never part of the key).
 
         Returns:
             A small result summary (ids, amounts), every value a string.
@@ -107,17 +113,22 @@ class HttpRemoteService:
         order_id: str,
         idempotency_key: str,
         timeout_s: float,
+        instance_id: str | None = None,
     ) -> dict[str, str]:
-        """POST the operation with the ``Idempotency-Key`` header; see :meth:`RemoteService.call`."""
+        """POST the operation with the ``Idempotency-Key`` (and ``Orderflow-Instance-Id``) header; see
+        :meth:`RemoteService.call`."""
         route = ROUTES.get((self.name, operation))
         if route is None:
             raise PermanentError("unknown_operation", f"{self.name} has no operation {operation!r}")
         body = {"orderId": order_id, **payload}
+        headers = {"Idempotency-Key": idempotency_key}
+        if instance_id is not None:
+            headers[INSTANCE_HEADER] = instance_id
         try:
             response = self._client.post(
                 route.path,
                 json=body,
-                headers={"Idempotency-Key": idempotency_key},
+                headers=headers,
                 timeout=httpx.Timeout(timeout_s),
             )
         except httpx.TimeoutException as exc:

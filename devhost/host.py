@@ -239,6 +239,7 @@ class DevHost:
         def handle(message: ReceivedMessage) -> None:
             handle_request(
                 message.body,
+                delivery_count=message.delivery_count,
                 service=service,
                 queues=self.deps.queues,
                 clock=self.deps.clock,

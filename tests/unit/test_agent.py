@@ -14,13 +14,19 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agents.agent import MIN_CALL_S, AgentResult, handle_request
-from agents.services import ROUTES, HttpRemoteService, classify_http
+from agents.services import INSTANCE_HEADER, ROUTES, HttpRemoteService, classify_http
+from orderflow import telemetry
 from orderflow.clock import FakeClock
+from orderflow.consumer import Settlement, redelivery_delay_s, settle
 from orderflow.errors import InvalidMessage, PermanentError, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message
-from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.queues.base import DeadLetter, MessageQueue, ReceivedMessage
+from orderflow.queues.memory import InMemoryQueue, InMemoryQueueFactory
 from orderflow.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -56,6 +62,7 @@ class ScriptedService:
     duration_s: float = 0.0
     name: str = "inventory"
     calls: list[Call] = field(default_factory=list)
+    instances: list[str | None] = field(default_factory=list)
 
     def call(
         self,
@@ -65,7 +72,9 @@ class ScriptedService:
         order_id: str,
         idempotency_key: str,
         timeout_s: float,
+        instance_id: str | None = None,
     ) -> dict[str, str]:
+        self.instances.append(instance_id)
         self.calls.append(
             Call(operation, dict(payload), order_id, idempotency_key, timeout_s, self.clock.now())
         )
@@ -347,6 +356,226 @@ def test_invalid_body_raises_invalid_message_and_does_nothing(
     assert queues.queue(REPLY_QUEUE).approximate_count() == 0
 
 
+# --- redelivery: a redelivered request never spends the reservation again ----------------------------
+
+
+@dataclass
+class FlakyReplies:
+    """Queues whose reply queue fails the first ``failing_sends`` sends, as an unreachable broker does.
+
+    Every other queue, and every later send, is the in-memory queue itself.
+    """
+
+    queues: InMemoryQueueFactory
+    failing_sends: int = 1
+    failed: int = 0
+
+    def queue(self, name: str) -> MessageQueue:
+        inner = self.queues.queue(name)
+        return FlakyQueue(inner, self) if name == REPLY_QUEUE else inner
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
+        return self.queues.dead_letters(name, max_messages=max_messages)
+
+
+class FlakyQueue:
+    """An in-memory queue whose sends fail while its :class:`FlakyReplies` has failures left."""
+
+    def __init__(self, inner: InMemoryQueue, owner: FlakyReplies) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._owner = owner
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._inner, attribute)
+
+    def send(self, body: str, **options: Any) -> None:
+        if self._owner.failed < self._owner.failing_sends:
+            self._owner.failed += 1
+            raise TransientError("reply queue unreachable")
+        self._inner.send(body, **options)
+
+
+@pytest.mark.parametrize("delivery_count", [2, 3, 10])
+def test_a_redelivered_request_makes_no_call_and_sends_nothing(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, delivery_count: int
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+    skipped_before = telemetry.counters().get("agent.redelivery_skipped", 0)
+
+    result = handle_request(
+        request_body(max_calls=4),
+        delivery_count=delivery_count,
+        service=service,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        sleep=FakeSleep(clock),
+    )
+
+    assert result == AgentResult(None, 0)
+    assert service.calls == []
+    assert queues.queue(REPLY_QUEUE).approximate_count() == 0
+    assert telemetry.counters()["agent.redelivery_skipped"] == skipped_before + 1
+
+
+def test_a_first_delivery_given_explicitly_is_handled_as_before(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "r-1"}])
+
+    result = handle_request(
+        request_body(),
+        delivery_count=1,
+        service=service,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        sleep=FakeSleep(clock),
+    )
+
+    assert result.calls == 1
+    assert sent_responses(queues) == [the_response(result)]
+    assert the_response(result).result == {"reservationId": "r-1"}
+
+
+def test_a_malformed_redelivered_body_is_still_dead_lettered_with_its_reason(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [{"reservationId": "never"}])
+
+    with pytest.raises(InvalidMessage) as raised:
+        handle_request(
+            "{not json",
+            delivery_count=2,
+            service=service,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            sleep=FakeSleep(clock),
+        )
+
+    assert raised.value.reason == "InvalidJson"
+    assert service.calls == []
+
+
+def test_a_failed_response_send_raises_transient_after_the_calls(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    service = ScriptedService(clock, [TransientError("503"), {"reservationId": "r-1"}], duration_s=0.1)
+    replies = FlakyReplies(queues)
+
+    with pytest.raises(TransientError) as raised:
+        handle_request(
+            request_body(max_calls=3),
+            service=service,
+            queues=replies,
+            clock=clock,
+            settings=settings,
+            sleep=FakeSleep(clock),
+        )
+
+    assert "reply queue unreachable" in raised.value.detail
+    assert len(service.calls) == 2
+    assert replies.failed == 1
+    assert queues.queue(REPLY_QUEUE).approximate_count() == 0
+
+
+def test_an_abandoned_request_is_redelivered_and_makes_no_further_call(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    # Through the in-memory request queue and the one settlement policy, as the devhost runs an agent.
+    requests = queues.queue("agent-inventory")
+    requests.send(request_body(max_calls=3), message_id="o-1:1:reserve", correlation_id="o-1")
+    service = ScriptedService(
+        clock, [TransientError("503"), TransientError("503"), {"reservationId": "r-1"}], duration_s=0.1
+    )
+    replies = FlakyReplies(queues)
+    results: list[AgentResult] = []
+
+    def handler(message: ReceivedMessage) -> None:
+        results.append(
+            handle_request(
+                message.body,
+                delivery_count=message.delivery_count,
+                service=service,
+                queues=replies,
+                clock=clock,
+                settings=settings,
+                sleep=FakeSleep(clock),
+            )
+        )
+
+    [first] = requests.receive(max_messages=1, lock_s=30)
+    first_settlement = settle(requests, first, handler, max_delivery_count=10)
+    calls_of_the_first_delivery = len(service.calls)
+    clock.advance(redelivery_delay_s(first.delivery_count))
+    [second] = requests.receive(max_messages=1, lock_s=30)
+    second_settlement = settle(requests, second, handler, max_delivery_count=10)
+
+    assert (first.delivery_count, first_settlement) == (1, Settlement.ABANDONED)
+    assert calls_of_the_first_delivery == 3
+    assert (second.delivery_count, second_settlement) == (2, Settlement.COMPLETED)
+    assert results == [AgentResult(None, 0)]
+    assert len(service.calls) == calls_of_the_first_delivery == 3  # == max_calls, never more
+    assert queues.queue(REPLY_QUEUE).approximate_count() == 0
+    assert requests.approximate_count() == 0
+
+
+OUTCOMES: dict[str, Callable[[], Outcome]] = {
+    "ok": lambda: {"reservationId": "r-1"},
+    "transient": lambda: TransientError("503"),
+    "permanent": lambda: PermanentError("out_of_stock", "sku 10"),
+}
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    max_calls=st.integers(0, 6),
+    outcomes=st.lists(st.sampled_from(sorted(OUTCOMES)), min_size=1, max_size=8),
+    duration_s=st.sampled_from([0.0, 0.1, 1.5]),
+    first_send_fails=st.booleans(),
+    redeliveries=st.integers(0, 6),
+)
+def test_no_sequence_of_deliveries_of_one_request_exceeds_its_max_calls(
+    max_calls: int, outcomes: list[str], duration_s: float, first_send_fails: bool, redeliveries: int
+) -> None:
+    clock = FakeClock(START)
+
+    def monotonic() -> float:
+        return (clock.now() - START).total_seconds()
+
+    queues = InMemoryQueueFactory(clock=monotonic)
+    service = ScriptedService(clock, [OUTCOMES[name]() for name in outcomes], duration_s=duration_s)
+    replies = FlakyReplies(queues, failing_sends=1 if first_send_fails else 0)
+    settings = Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+    body = request_body(deadline_s=8.0, max_calls=max_calls)
+    raised: list[int] = []
+    results: dict[int, AgentResult] = {}
+
+    for delivery_count in range(1, redeliveries + 2):
+        try:
+            results[delivery_count] = handle_request(
+                body,
+                delivery_count=delivery_count,
+                service=service,
+                queues=replies,
+                clock=clock,
+                settings=settings,
+                sleep=FakeSleep(clock),
+            )
+        except TransientError:
+            raised.append(delivery_count)
+
+    assert len(service.calls) <= max_calls
+    assert raised == ([1] if first_send_fails else [])
+    assert all(results[n] == AgentResult(None, 0) for n in range(2, redeliveries + 2))
+    responses = sent_responses(queues)
+    assert len(responses) == (0 if first_send_fails else 1)
+    if not first_send_fails:
+        assert results[1].calls == responses[0].calls == len(service.calls)
+
+
 # --- classify_http --------------------------------------------------------------------------------
 
 
@@ -428,6 +657,7 @@ def test_http_service_sends_key_and_json_body_and_extracts_result_fields() -> No
     assert request.method == "POST"
     assert request.url == "http://demo.test/inventory/reservations"
     assert request.headers["Idempotency-Key"] == "o-1:reserve"
+    assert INSTANCE_HEADER not in request.headers  # only sent when the caller names an attempt
     assert json.loads(request.content) == {"orderId": "o-1", **PAYLOAD}
     assert request.extensions["timeout"] == {"connect": 2.5, "read": 2.5, "write": 2.5, "pool": 2.5}
 
@@ -449,10 +679,10 @@ def test_http_service_same_key_on_every_try_through_the_agent(
         httpx.Response(503, json={"error": "unavailable"}),
         httpx.Response(201, json={"reservationId": "r"}),
     ]
-    keys: list[str] = []
+    keys: list[tuple[str, str]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        keys.append(request.headers["Idempotency-Key"])
+        keys.append((request.headers["Idempotency-Key"], request.headers[INSTANCE_HEADER]))
         return answers.pop(0)
 
     result = handle_request(
@@ -464,7 +694,9 @@ def test_http_service_same_key_on_every_try_through_the_agent(
         sleep=FakeSleep(clock),
     )
 
-    assert keys == ["o-1:reserve", "o-1:reserve"]
+    # The same key on every try, each tagged with the attempt it was made for.
+    request = AgentRequest.model_validate_json(request_body())
+    assert keys == [("o-1:reserve", request.instance_id)] * 2
     assert the_response(result).result == {"reservationId": "r"}
     assert the_response(result).calls == 2
 

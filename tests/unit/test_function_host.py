@@ -3,10 +3,11 @@ message actions, the Durable Functions client adapter, and the blueprints' thin 
 
 No Functions host runs here. Messages are fakes with the shape of ``azure.servicebus.
 ServiceBusReceivedMessage`` as the Service Bus extension delivers it (a body of bytes sections,
-``delivery_count`` counting from 0), settlement goes to a recording fake with the signatures of the
-extension's ``ServiceBusMessageActions``, and each trigger is invoked the way the Python worker invokes
-the registered function: coroutine functions awaited on the worker's event loop, plain functions on
-its thread pool.
+``delivery_count`` 1 on the first delivery: the host's .NET client has already counted it), or real
+ones decoded by the extension from bytes laid out as the host sends them; settlement goes to a recording
+fake with the signatures of the extension's ``ServiceBusMessageActions``, and each trigger is invoked
+the way the Python worker invokes the registered function: coroutine functions awaited on the worker's
+event loop, plain functions on its thread pool.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import importlib.metadata
 import inspect
 import json
+import struct
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +29,7 @@ from typing import Any
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings import servicebus
 
 import activities.blueprint
@@ -36,7 +41,7 @@ import supervisor.blueprint
 from activities.contracts import START_STEP, FencedWriteResult, StartStepInput
 from activities.steps import ActivityDeps
 from activities.submission import handle_submission
-from function_host import DurableFunctionsClient, settle_trigger_message
+from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
 from orchestrators.definitions import CURRENT_WORKFLOW, WORKFLOWS
 from orchestrators.starter import InstanceStatus, claim
 from orchestrators.workflow import ORDER_WORKFLOW, WAITING_PREFIX
@@ -77,12 +82,13 @@ class FakeReceivedMessage:
     """What the Service Bus extension hands a trigger: ``ServiceBusReceivedMessage``'s shape.
 
     ``body`` is a new generator of ``bytes`` data sections on every access, as the SDK's is; the
-    ``delivery_count`` is the AMQP header's, 0 on the first delivery.
+    ``delivery_count`` is the AMQP header's as the Functions host hands it over, 1 on the first delivery
+    (:func:`function_host.trigger_delivery_count`).
     """
 
     sections: tuple[bytes, ...]
     message_id: str | None = "m-1"
-    delivery_count: int | None = 0
+    delivery_count: int | None = 1
     correlation_id: str | None = None
     lock_token: str = "lock-1"
 
@@ -91,7 +97,7 @@ class FakeReceivedMessage:
         return (section for section in self.sections)
 
 
-def message(text: str | bytes, *, delivery_count: int | None = 0, split: int = 7) -> FakeReceivedMessage:
+def message(text: str | bytes, *, delivery_count: int | None = 1, split: int = 7) -> FakeReceivedMessage:
     """A message whose body arrives in sections of ``split`` bytes (a UTF-8 character may straddle two)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     sections = tuple(data[i : i + split] for i in range(0, len(data), split)) or (b"",)
@@ -227,7 +233,7 @@ def fail_transiently(body: str) -> None:
     raise TransientError("state store unavailable")
 
 
-@pytest.mark.parametrize("delivery_count", [None, 0, MAX_DELIVERY_COUNT - 2])
+@pytest.mark.parametrize("delivery_count", [None, 1, MAX_DELIVERY_COUNT - 1])
 def test_a_transient_failure_abandons_the_message_for_redelivery(delivery_count: int | None) -> None:
     sdk_message = message("{}", delivery_count=delivery_count)
 
@@ -238,8 +244,8 @@ def test_a_transient_failure_abandons_the_message_for_redelivery(delivery_count:
 
 
 def test_the_last_allowed_delivery_is_dead_lettered_instead_of_abandoned() -> None:
-    # The SDK counts earlier deliveries: delivery_count 9 is the 10th delivery, MAX_DELIVERY_COUNT.
-    sdk_message = message("{}", delivery_count=MAX_DELIVERY_COUNT - 1)
+    # The host's count includes this delivery: delivery_count 10 is the 10th delivery, MAX_DELIVERY_COUNT.
+    sdk_message = message("{}", delivery_count=MAX_DELIVERY_COUNT)
 
     settlement, actions = settle_with(fail_transiently, sdk_message)
 
@@ -250,6 +256,34 @@ def test_the_last_allowed_delivery_is_dead_lettered_instead_of_abandoned() -> No
     assert arguments["deadletter_error_description"] == (
         "TransientError: [transient] state store unavailable"
     )
+
+
+@pytest.mark.parametrize(
+    ("header_count", "delivery_count"),
+    [(None, 1), (0, 1), (1, 1), (2, 2), (MAX_DELIVERY_COUNT, MAX_DELIVERY_COUNT)],
+)
+def test_the_trigger_delivery_count_is_the_hosts_one_based_count(
+    header_count: int | None, delivery_count: int
+) -> None:
+    assert function_host.trigger_delivery_count(message("{}", delivery_count=header_count)) == delivery_count
+
+
+def test_settle_trigger_delivery_hands_the_handler_the_received_message() -> None:
+    seen: list[tuple[str, str, int, str | None]] = []
+    actions = RecordingActions()
+    sdk_message = message('{"step": "reserve"}', delivery_count=3)
+
+    settlement = settle_trigger_delivery(
+        "agent-inventory",
+        sdk_message,
+        actions,
+        lambda m: seen.append((m.message_id, m.body, m.delivery_count, m.correlation_id)),
+        max_delivery_count=MAX_DELIVERY_COUNT,
+    )
+
+    assert settlement is Settlement.COMPLETED
+    assert seen == [("m-1", '{"step": "reserve"}', 3, None)]
+    assert actions.calls == [("complete", sdk_message, {})]
 
 
 # --- DurableFunctionsClient ------------------------------------------------------------------------------
@@ -513,6 +547,142 @@ def test_each_agent_trigger_dead_letters_garbage(deps: ActivityDeps, agent: str)
     assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "NotAnObject")
 
 
+@dataclass
+class RecordingService:
+    """The remote service behind an agent trigger: records each call and succeeds."""
+
+    name: str
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def call(
+        self,
+        operation: str,
+        payload: Any,
+        *,
+        order_id: str,
+        idempotency_key: str,
+        timeout_s: float,
+        instance_id: str | None = None,
+    ) -> dict[str, str]:
+        self.calls.append((operation, idempotency_key))
+        return {"reservationId": "r-1", "chargeId": "c-1", "shipmentId": "s-1"}
+
+
+FIRST_STEP = CURRENT_WORKFLOW.steps[0]
+
+
+def agent_request_body(deps: ActivityDeps) -> str:
+    """A request for the workflow's first step, with 8 s left and 4 calls reserved."""
+    return AgentRequest(
+        request_id=f"o-1:1:{FIRST_STEP.name}",
+        order_id="o-1",
+        instance_id="o-1:1",
+        step=FIRST_STEP.name,
+        operation=FIRST_STEP.operation,
+        idempotency_key=f"o-1:{FIRST_STEP.name}",
+        deadline=START + timedelta(seconds=8),
+        reply_to=deps.settings.response_queue(),
+        payload={"items": [{"sku": "10", "quantity": 5}]},
+        max_calls=4,
+    ).to_json()
+
+
+@pytest.fixture
+def service(monkeypatch: pytest.MonkeyPatch) -> RecordingService:
+    """The agent triggers' remote service, in place of the HTTP client of the demo services."""
+    fake = RecordingService(FIRST_STEP.agent)
+    monkeypatch.setattr(agents.blueprint, "_service", lambda name: fake)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("delivery_count", "calls", "responses"),
+    [(1, 1, 1), (2, 0, 0), (MAX_DELIVERY_COUNT, 0, 0)],
+    ids=["first-delivery", "redelivery", "last-delivery"],
+)
+def test_the_agent_trigger_calls_only_on_the_first_delivery(
+    deps: ActivityDeps, service: RecordingService, delivery_count: int, calls: int, responses: int
+) -> None:
+    actions = RecordingActions()
+    sdk_message = message(agent_request_body(deps), delivery_count=delivery_count)
+
+    invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
+
+    assert actions.calls == [("complete", sdk_message, {})]
+    assert service.calls == [(FIRST_STEP.operation, f"o-1:{FIRST_STEP.name}")] * calls
+    replies = deps.queues.queue(deps.settings.response_queue()).receive(max_messages=32, lock_s=30)
+    assert len(replies) == responses
+    for reply in replies:
+        assert parse_message(AgentResponse, reply.body).calls == 1
+
+
+# --- messages decoded by the extension from the bytes the Functions host sends -------------------------
+
+LOCK_TOKEN = uuid.UUID("fc53a15f-dd66-494f-825d-ee1b7c343cfb")
+EXTENSION_VERSION = importlib.metadata.version("azurefunctions-extensions-bindings-servicebus")
+
+
+def host_content(body: bytes, *, delivery_count: int, message_id: str = "m-1") -> bytes:
+    """The ``model_binding_data`` content the Functions host sends for a ``ServiceBusReceivedMessage``
+    parameter: the 16-byte lock token, then the AMQP message as the host's .NET client received it (a
+    header whose delivery count includes this delivery, delivery annotations with the lock token, the
+    properties with the message id, one data section)."""
+    header = b"\x00Sp\xc0\x07\x05@@@@R" + bytes([delivery_count])
+    key = b"x-opt-lock-token"
+    annotations = b"\x00Sq\xc1\x24\x02\xa3" + bytes([len(key)]) + key + b"\x98" + LOCK_TOKEN.bytes
+    mid = message_id.encode()
+    properties = b"\x00Ss\xc0" + bytes([len(mid) + 3, 1, 0xA1, len(mid)]) + mid
+    data = b"\x00Su\xb0" + struct.pack(">I", len(body)) + body
+    return LOCK_TOKEN.bytes_le + header + annotations + properties + data
+
+
+def extension_message(body: str, *, delivery_count: int) -> Any:
+    """The ``ServiceBusReceivedMessage`` the extension's converter makes of the host's bytes."""
+    binding = SimpleNamespace(
+        version="1.0",
+        source="AzureServiceBusReceivedMessage",
+        content_type="application/octet-stream",
+        content=host_content(body.encode(), delivery_count=delivery_count),
+    )
+    return servicebus.ServiceBusConverter.decode(
+        data=Datum(value=binding, type="model_binding_data"),
+        trigger_metadata=None,
+        pytype=servicebus.ServiceBusReceivedMessage,
+    )
+
+
+def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
+    deps: ActivityDeps, service: RecordingService
+) -> None:
+    actions = RecordingActions()
+    sdk_message = extension_message(agent_request_body(deps), delivery_count=1)
+
+    invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
+
+    assert sdk_message.message_id == "m-1"
+    assert [verb for verb, _, _ in actions.calls] == ["complete"]
+    assert service.calls == [(FIRST_STEP.operation, f"o-1:{FIRST_STEP.name}")]
+
+
+@pytest.mark.xfail(
+    EXTENSION_VERSION == "1.0.0b2",
+    reason="azurefunctions-extensions-bindings-servicebus 1.0.0b2 decodes the AMQP message from after "
+    "its lock-token annotation, past the header: delivery_count is None on every delivery",
+    strict=True,
+)
+def test_a_redelivery_decoded_by_the_extension_makes_no_call(
+    deps: ActivityDeps, service: RecordingService
+) -> None:
+    actions = RecordingActions()
+    sdk_message = extension_message(agent_request_body(deps), delivery_count=2)
+
+    invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
+
+    assert sdk_message.delivery_count == 2
+    assert [verb for verb, _, _ in actions.calls] == ["complete"]
+    assert service.calls == []
+
+
 def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: ActivityDeps) -> None:
     submit(deps)
     record = claimed(deps).item
@@ -523,7 +693,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: A
         instance_id="o-1:1",
         workflow_version=record.workflow_version,
         step=step.name,
-        deadline=START + timedelta(seconds=8),
+        timeout_s=8,
         response_queue=deps.settings.response_queue(),
     ).to_payload()
 
