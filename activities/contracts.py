@@ -6,17 +6,18 @@ summaries; never documents) because the runtime stores them in the orchestration
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from orderflow.records import UtcDatetime
 
 START_STEP = "start_step"
-"""Fenced write: record the previous step's completion, mark the next step Running with its completeBy,
-then send the agent request."""
+"""Fenced write: record the previous step's completion, mark the next step Running with its completeBy
+(now + the step's timeout), then send the agent request; returns the completeBy for the timer."""
 
 FINISH_ORDER = "finish_order"
 """Fenced write: the order's outcome (Processed or Error), then the client's status reply."""
@@ -90,7 +91,11 @@ class StartStepInput(ContractModel):
         order_id / instance_id: The order and the attempt that must own the record.
         workflow_version: The definition to use.
         step: The step to start.
-        deadline: The step's completeBy (UTC), computed from the orchestration's replay-safe clock.
+        timeout_s: Seconds the step may take. The activity sets ``completeBy`` to its own now plus this,
+            in the write that starts the step, so the time the activity spent queued behind others does
+            not count against the agent; the orchestration's timer fires at the ``complete_by`` returned.
+        deadline: The fixed completeBy (UTC) that inputs written by earlier versions carry instead of
+            ``timeout_s``; used only when ``timeout_s`` is absent.
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
     """
@@ -99,9 +104,29 @@ class StartStepInput(ContractModel):
     instance_id: str
     workflow_version: str
     step: str
-    deadline: UtcDatetime
+    timeout_s: float | None = Field(default=None, gt=0)
+    deadline: UtcDatetime | None = None
     completed: StepResult | None = None
     response_queue: str
+
+    @model_validator(mode="after")
+    def _has_a_deadline(self) -> StartStepInput:
+        if self.timeout_s is None and self.deadline is None:
+            raise ValueError("start_step needs timeoutS (or the deadline of an earlier version)")
+        return self
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON-able form; the earlier versions' ``deadline`` only when it is set."""
+        return self.model_dump(
+            mode="json", by_alias=True, exclude={"deadline"} if self.deadline is None else None
+        )
+
+    def complete_by(self, now: datetime) -> datetime:
+        """The step's completeBy for a write made at ``now`` (UTC)."""
+        if self.timeout_s is not None:
+            return now + timedelta(seconds=self.timeout_s)
+        assert self.deadline is not None  # the validator guarantees one of the two
+        return self.deadline
 
 
 class Outcome(StrEnum):
@@ -143,6 +168,8 @@ class FencedWriteResult(ContractModel):
         reason: Short explanation when not applied.
         remaining_calls: The order's remaining retry budget after the write.
         budget_exhausted: The step was not started: the order's retry budget has no calls left.
+        complete_by: :data:`START_STEP` only: the step's deadline (UTC) as written in the record; the
+            orchestration's durable timer fires at it. Absent in results of earlier versions.
     """
 
     applied: bool
@@ -150,3 +177,4 @@ class FencedWriteResult(ContractModel):
     reason: str | None = None
     remaining_calls: int = 0
     budget_exhausted: bool = False
+    complete_by: UtcDatetime | None = None

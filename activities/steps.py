@@ -28,6 +28,7 @@ from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
 from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
@@ -152,10 +153,13 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     """Activity :data:`activities.contracts.START_STEP`.
 
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
-    step Running and set the record's ``completeBy`` to the step deadline. Then send the agent request.
+    step Running, reserve its calls from the retry budget and set the record's ``completeBy`` to now plus
+    the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
+    leaves time for the answer to travel back).
 
     Returns:
-        A :class:`FencedWriteResult` as JSON; ``applied`` False when fenced out (no request is sent).
+        A :class:`FencedWriteResult` as JSON with ``complete_by`` (UTC), where the orchestration's timer
+        must fire; ``applied`` False when fenced out (no request is sent).
 
     Raises:
         ConcurrencyConflict, TransientError: the store or queue failed; the runtime retries.
@@ -173,10 +177,11 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         if record.process_state is not ProcessState.PROCESSING:
             return None
         step = record.steps[data.step]
+        # A re-run of this activity finds its own write: same attempt, step Running, completion recorded.
         already = (
             step.status is StepStatus.RUNNING
             and step.last_instance == data.instance_id
-            and record.complete_by == data.deadline
+            and record.complete_by is not None
             and (data.completed is None or record.steps[data.completed.step].status is StepStatus.COMPLETED)
         )
         if already:
@@ -199,7 +204,8 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         step.status = StepStatus.RUNNING
         step.last_instance = data.instance_id
         step.started_at = now
-        record.complete_by = data.deadline
+        # The deadline starts now, when the step really starts, not when the orchestration asked for it.
+        record.complete_by = data.complete_by(now)
         return record
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
@@ -216,12 +222,15 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
 
+    complete_by = record.complete_by
+    if complete_by is None:  # pragma: no cover - every applied start writes one
+        raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
     order = deps.order_cache.get(deps.orders, data.order_id)
     request_id = request_id_for(data.instance_id, data.step)
     # The agent must stop early enough for its answer to travel back before the step's timer fires:
     # an answer that arrives after it is dropped, and its calls are wasted.
-    left_s = max(0.0, (data.deadline - now).total_seconds())
-    agent_deadline = data.deadline - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
+    left_s = max(0.0, (complete_by - now).total_seconds())
+    agent_deadline = complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
     request = AgentRequest(
         request_id=request_id,
         order_id=data.order_id,
@@ -242,9 +251,11 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         order_id=data.order_id,
         instance_id=data.instance_id,
         step=data.step,
-        complete_by=data.deadline.isoformat(),
+        complete_by=complete_by.isoformat(),
     )
-    return FencedWriteResult(applied=True, remaining_calls=record.retry_budget.remaining).to_payload()
+    return FencedWriteResult(
+        applied=True, remaining_calls=record.retry_budget.remaining, complete_by=complete_by
+    ).to_payload()
 
 
 def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
@@ -284,6 +295,7 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             _record_error(record, data.error, now, fail_step=True)
         record.process_state = target
         record.complete_by = None
+        record.end_attempt(now, target.value)
         # The reply is owed in the same write as the outcome (an outbox entry): see orderflow.replies.
         record.pending_reply = owed
         return record

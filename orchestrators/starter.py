@@ -102,6 +102,7 @@ def claim(
     claimed.complete_by = now + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
     claimed.next_attempt_at = None
     claimed.updated_at = now
+    claimed.begin_attempt(settings.HOST_ID, now)
     try:
         return states.replace(claimed, etag=found.etag)
     except ConcurrencyConflict:

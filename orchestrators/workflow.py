@@ -1,8 +1,8 @@
 """The order workflow body: one generator that runs any :class:`WorkflowDefinition`.
 
-For each step not yet completed it starts the step through a fenced activity (which also sends the agent
-request), then races a durable timer at the step's ``completeBy`` against the agent's response event
-(Scheduler–Agent–Supervisor). The protocol rules it upholds (docs/design.md §3):
+For each step not yet completed it starts the step through a fenced activity (which writes the step's
+``completeBy`` and sends the agent request), then races a durable timer at that ``completeBy`` against the
+agent's response event (Scheduler–Agent–Supervisor). The protocol rules it upholds (docs/design.md §3):
 
 - every state write is an activity fenced on ``lockedBy``; a fenced-out write ends the instance;
 - when the timer wins, the instance ends *without writing*: the record stays ``Processing`` with an
@@ -79,7 +79,8 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
     for step in definition.steps:
         if step.name in start.completed_steps:
             continue
-        deadline = ctx.current_utc_datetime + timedelta(seconds=step.timeout_s or start.step_timeout_s)
+        timeout_s = step.timeout_s or start.step_timeout_s
+        scheduled_at = ctx.current_utc_datetime
         ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
         started = yield from _write(
             ctx,
@@ -89,7 +90,7 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
                 instance_id=instance_id,
                 workflow_version=definition.version,
                 step=step.name,
-                deadline=deadline,
+                timeout_s=timeout_s,
                 completed=previous,
                 response_queue=start.response_queue,
             ).to_payload(),
@@ -108,6 +109,9 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         if not started.applied:
             log.note("step.fenced", step.name, started.reason)
             return {"outcome": "fenced", "step": step.name}
+        # The timer fires at the completeBy the activity wrote (its clock, when the step really
+        # started); a result of an earlier version carries none, so fall back to the scheduling time.
+        deadline = started.complete_by or scheduled_at + timedelta(seconds=timeout_s)
 
         response = yield from _await_response(ctx, step, instance_id, deadline)
         if response is None:

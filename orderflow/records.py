@@ -209,6 +209,35 @@ class PendingReply(Model):
     detail: str | None = None
 
 
+ATTEMPT_HISTORY_MAX = 16
+"""Attempts kept in a record's ``attemptHistory`` (the oldest are dropped; ``attempt`` keeps the count)."""
+
+
+class AttemptEntry(Model):
+    """One attempt's tenure as the record's owner (``attemptHistory``), for operators and audits.
+
+    Ownership is exclusive by construction (every write is conditional on the ETag and fenced on
+    ``lockedBy``); the history makes that checkable afterwards: an attempt's tenure ends, in the write that
+    takes ``lockedBy`` away from it, before the next attempt's claim.
+
+    Attributes:
+        attempt: The attempt number.
+        instance_id: Its orchestration instance id (``lockedBy`` while it owned the record).
+        claimed_by: Host id of the starter that claimed it.
+        claimed_at: UTC time of the claim.
+        ended_at: UTC time its ownership ended (None while it owns the record).
+        outcome: How it ended: ``Processed``, ``Error``, ``recovered`` (re-queued by the supervisor) or
+            ``gave_up``.
+    """
+
+    attempt: int
+    instance_id: str
+    claimed_by: str | None = None
+    claimed_at: UtcDatetime
+    ended_at: UtcDatetime | None = None
+    outcome: str | None = None
+
+
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
@@ -232,12 +261,35 @@ class StateRecord(Model):
     schema_version: int = SCHEMA_VERSION
     last_error: LastError | None = None
     pending_reply: PendingReply | None = None
+    attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
     def completed_steps(self) -> list[str]:
         """Names of the steps whose status is ``Completed``, in workflow order."""
         return [name for name, step in self.steps.items() if step.status is StepStatus.COMPLETED]
+
+    def begin_attempt(self, claimed_by: str | None, at: datetime) -> None:
+        """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set).
+
+        Keeps at most :data:`ATTEMPT_HISTORY_MAX` entries.
+        """
+        if self.locked_by is None:
+            raise ValueError("begin_attempt needs the claimed lockedBy")
+        self.attempt_history.append(
+            AttemptEntry(
+                attempt=self.attempt, instance_id=self.locked_by, claimed_by=claimed_by, claimed_at=at
+            )
+        )
+        del self.attempt_history[:-ATTEMPT_HISTORY_MAX]
+
+    def end_attempt(self, at: datetime, outcome: str) -> None:
+        """Close the tenure of the owning attempt (``locked_by``), in the write that ends it; idempotent."""
+        for entry in reversed(self.attempt_history):
+            if entry.instance_id == self.locked_by and entry.ended_at is None:
+                entry.ended_at = at
+                entry.outcome = outcome
+                return
 
     @classmethod
     def from_stored(cls, doc: dict[str, Any]) -> StateRecord:

@@ -232,6 +232,7 @@ def recover(
             at=now,
         )
     give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or record.retry_budget.remaining <= 0
+    updated.end_attempt(now, "gave_up" if give_up else "recovered")
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
@@ -368,6 +369,7 @@ def run_sweep(
             report.scan_complete,
             report.restarted_scan,
         )
+    telemetry.record_stuck_orders(report.scanned - report.skipped)
     return report
 
 

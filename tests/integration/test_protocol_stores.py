@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
 
 import pytest
 
@@ -111,7 +110,7 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: ActivityDe
             instance_id="stale-1:1",
             workflow_version=ORDER_V1.version,
             step="reserve_inventory",
-            deadline=clock.now() + timedelta(seconds=8),
+            timeout_s=8,
             response_queue="r-q1",
         ).to_payload(),
         d,

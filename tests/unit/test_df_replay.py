@@ -52,6 +52,13 @@ LEGACY_V1: dict[str, Any] = {"upper_schema_version": None, "upper_schema_version
 """Builder options for the payload of an extension that predates replay schema V2."""
 
 APPLIED: dict[str, Any] = {"applied": True, "fenced": False, "reason": None, "remainingCalls": 9}
+"""A fenced write's result without a deadline (``finish_order``; ``start_step`` of earlier versions)."""
+
+
+def applied(complete_by: datetime) -> dict[str, Any]:
+    """``start_step``'s result: applied, with the completeBy it wrote (where the timer must fire)."""
+    return {**APPLIED, "completeBy": z(complete_by)}
+
 
 # ---------------------------------------------------------------------------------------------------
 # Inputs and history helpers
@@ -115,14 +122,16 @@ def run_step(
 ) -> HistoryBuilder:
     """Schedule ``start_step`` (task ``task_id``), complete it at ``completed_at`` and record the race timer.
 
-    The timer (task ``task_id + 1``) fires at the deadline the workflow computed in the episode that
-    scheduled the step: ``scheduled_at`` + the step timeout.
+    The activity writes ``completeBy`` = its own clock + the step timeout (here ``completed_at`` + the
+    timeout) and returns it; the timer (task ``task_id + 1``) fires there, however long the activity
+    waited after ``scheduled_at``.
     """
+    assert scheduled_at <= completed_at
     return (
         builder.task_scheduled("start_step", task_id)
         .episode(completed_at)
-        .task_completed(task_id, APPLIED)
-        .timer_created(task_id + 1, scheduled_at + STEP_TIMEOUT)
+        .task_completed(task_id, applied(completed_at + STEP_TIMEOUT))
+        .timer_created(task_id + 1, completed_at + STEP_TIMEOUT)
     )
 
 
@@ -159,8 +168,8 @@ def with_retry(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def start_step(step: str, deadline: datetime, completed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``start_step`` action of ``step`` with its ``completeBy`` and the previous step's result."""
+def start_step(step: str, completed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``start_step`` action of ``step`` with its timeout and the previous step's result."""
     return with_retry(
         "start_step",
         {
@@ -168,7 +177,7 @@ def start_step(step: str, deadline: datetime, completed: dict[str, Any] | None =
             "instanceId": INSTANCE,
             "workflowVersion": "order-v1",
             "step": step,
-            "deadline": z(deadline),
+            "timeoutS": STEP_TIMEOUT.total_seconds(),
             "completed": completed,
             "responseQueue": "agent-responses",
         },
@@ -224,8 +233,8 @@ def finish_order(outcome: str, *, completed: Any = None, error: Any = None) -> d
     )
 
 
-# The first step's race: start_step at T0 (task 0), completed at T0+1 s, timer 1 at T0+30 s.
-DEADLINE_1 = T0 + STEP_TIMEOUT
+# The first step's race: start_step at T0 (task 0), completed at T0+1 s, timer 1 at T0+31 s.
+DEADLINE_1 = at(1) + STEP_TIMEOUT
 
 
 def waiting_on_first_step() -> HistoryBuilder:
@@ -237,24 +246,22 @@ def waiting_on_first_step() -> HistoryBuilder:
 # (a) first episode
 
 
-def test_first_episode_publishes_the_step_then_starts_it_with_its_deadline() -> None:
+def test_first_episode_publishes_the_step_then_starts_it_with_its_timeout() -> None:
     result = replay(history())
 
-    assert result == state([start_step(RESERVE, DEADLINE_1)], "waiting:reserve_inventory")
+    assert result == state([start_step(RESERVE)], "waiting:reserve_inventory")
 
 
 def test_after_start_step_the_response_event_races_a_timer_at_the_deadline() -> None:
     result = replay(waiting_on_first_step())
 
-    assert result == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
-    )
+    assert result == state([start_step(RESERVE), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory")
 
 
 def test_a_resumed_attempt_skips_the_steps_an_earlier_attempt_completed() -> None:
     builder = HistoryBuilder(INSTANCE, T0).started(start_input(completedSteps=[RESERVE]), name=ORDER_WORKFLOW)
 
-    assert replay(builder) == state([start_step(CHARGE, DEADLINE_1)], "waiting:charge_payment")
+    assert replay(builder) == state([start_step(CHARGE)], "waiting:charge_payment")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -268,9 +275,9 @@ def test_matching_response_cancels_the_timer_and_starts_the_next_step_with_the_r
 
     assert replay(builder) == state(
         [
-            start_step(RESERVE, DEADLINE_1),
+            start_step(RESERVE),
             race(RESERVE, DEADLINE_1, canceled=True),
-            start_step(CHARGE, at(5) + STEP_TIMEOUT, completed=step_result(RESERVE)),
+            start_step(CHARGE, completed=step_result(RESERVE)),
         ],
         "waiting:charge_payment",
     )
@@ -284,14 +291,14 @@ def test_response_raised_before_start_step_completed_is_buffered_and_wins() -> N
         .task_scheduled("start_step", 0)
         .episode(at(1))
         .event_raised("reserve_inventory:response", response(RESERVE))
-        .task_completed(0, APPLIED)
+        .task_completed(0, applied(DEADLINE_1))
     )
 
     assert replay(builder) == state(
         [
-            start_step(RESERVE, DEADLINE_1),
+            start_step(RESERVE),
             race(RESERVE, DEADLINE_1, canceled=True),
-            start_step(CHARGE, at(1) + STEP_TIMEOUT, completed=step_result(RESERVE)),
+            start_step(CHARGE, completed=step_result(RESERVE)),
         ],
         "waiting:charge_payment",
     )
@@ -307,7 +314,7 @@ def test_timer_wins_ends_the_instance_without_any_write() -> None:
     result = replay(builder)
 
     assert result == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)],
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1)],
         "waiting:reserve_inventory",
         output={"outcome": "timeout", "step": RESERVE},
     )
@@ -322,7 +329,7 @@ def test_response_after_the_timer_fired_in_the_same_episode_is_not_used() -> Non
     )
 
     assert replay(builder)["output"] == {"outcome": "timeout", "step": RESERVE}
-    assert replay(builder)["actions"] == [[start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)]]
+    assert replay(builder)["actions"] == [[start_step(RESERVE), race(RESERVE, DEADLINE_1)]]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -336,7 +343,7 @@ def test_response_with_another_request_id_leaves_only_the_timer() -> None:
     # No new wait on the same event name (DF would hand the stray event to it again): only the
     # step's timer is still pending.
     assert replay(builder) == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
     )
 
 
@@ -344,7 +351,7 @@ def test_malformed_response_payload_leaves_only_the_timer() -> None:
     builder = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", {"x": 1})
 
     assert replay(builder) == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
     )
 
 
@@ -361,7 +368,7 @@ def test_after_a_stray_response_the_attempt_ends_at_its_deadline_without_writing
     )
 
     assert replay(builder) == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)],
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1)],
         "waiting:reserve_inventory",
         output={"outcome": "timeout", "step": RESERVE},
     )
@@ -400,10 +407,10 @@ def test_cancelled_timer_that_fires_later_does_not_disturb_the_next_step() -> No
 
     assert replay(builder) == state(
         [
-            start_step(RESERVE, DEADLINE_1),
+            start_step(RESERVE),
             race(RESERVE, DEADLINE_1, canceled=True),
-            start_step(CHARGE, at(35), completed=step_result(RESERVE)),
-            race(CHARGE, at(35)),
+            start_step(CHARGE, completed=step_result(RESERVE)),
+            race(CHARGE, at(36)),
         ],
         "waiting:charge_payment",
     )
@@ -418,11 +425,11 @@ def test_stray_response_buffered_before_the_wait_cannot_loop() -> None:
         .task_scheduled("start_step", 0)
         .episode(at(1))
         .event_raised("reserve_inventory:response", stale)
-        .task_completed(0, APPLIED)
+        .task_completed(0, applied(DEADLINE_1))
     )
 
     assert replay(builder) == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1)], "waiting:reserve_inventory"
     )
 
 
@@ -449,7 +456,7 @@ def test_permanent_error_finishes_the_order_as_error_with_the_error() -> None:
         "calls": 2,
     }
     expected_actions = [
-        start_step(RESERVE, DEADLINE_1),
+        start_step(RESERVE),
         race(RESERVE, DEADLINE_1, canceled=True),
         finish_order("Error", error=error),
     ]
@@ -491,7 +498,7 @@ def test_transient_error_records_a_retryable_failure_for_the_supervisor() -> Non
     finished = answered.task_scheduled("record_step_failure", 2).episode(at(6)).task_completed(2, APPLIED)
 
     assert replay(finished) == state(
-        [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1, canceled=True), record],
+        [start_step(RESERVE), race(RESERVE, DEADLINE_1, canceled=True), record],
         "waiting:reserve_inventory",
         output={"outcome": "retryable", "step": RESERVE},
     )
@@ -513,12 +520,12 @@ def happy_path(finish_result: dict[str, Any] = APPLIED, **builder_options: Any) 
 
 
 HAPPY_ACTIONS = [
-    start_step(RESERVE, DEADLINE_1),
+    start_step(RESERVE),
     race(RESERVE, DEADLINE_1, canceled=True),
-    start_step(CHARGE, at(35), completed=step_result(RESERVE)),
-    race(CHARGE, at(35), canceled=True),
-    start_step(SHIP, at(45), completed=step_result(CHARGE)),
-    race(SHIP, at(45), canceled=True),
+    start_step(CHARGE, completed=step_result(RESERVE)),
+    race(CHARGE, at(36), canceled=True),
+    start_step(SHIP, completed=step_result(CHARGE)),
+    race(SHIP, at(46), canceled=True),
     finish_order("Processed", completed=step_result(SHIP)),
 ]
 
@@ -540,7 +547,7 @@ def test_fenced_start_step_ends_the_instance_as_fenced() -> None:
     builder = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, FENCED)
 
     assert replay(builder) == state(
-        [start_step(RESERVE, DEADLINE_1)],
+        [start_step(RESERVE)],
         "waiting:reserve_inventory",
         output={"outcome": "fenced", "step": RESERVE},
     )
@@ -564,7 +571,7 @@ def test_a_spent_retry_budget_finishes_the_order_as_error_without_waiting() -> N
         "message": "the order's end-to-end retry budget is spent",
         "calls": 0,
     }
-    expected = [start_step(RESERVE, DEADLINE_1), finish_order("Error", error=error)]
+    expected = [start_step(RESERVE), finish_order("Error", error=error)]
 
     assert replay(builder) == state(expected, "waiting:reserve_inventory")
     finished = builder.task_scheduled("finish_order", 1).episode(at(2)).task_completed(1, APPLIED)
@@ -608,7 +615,7 @@ def failing_start_step(failures: int, *, final_timer: bool) -> HistoryBuilder:
 def test_failed_state_write_is_retried_by_the_extension_not_the_workflow() -> None:
     result = replay(failing_start_step(2, final_timer=True))
 
-    assert result == state([start_step(RESERVE, DEADLINE_1)], "waiting:reserve_inventory")
+    assert result == state([start_step(RESERVE)], "waiting:reserve_inventory")
 
 
 def test_state_write_failing_every_attempt_counts_as_not_applied() -> None:
@@ -618,7 +625,7 @@ def test_state_write_failing_every_attempt_counts_as_not_applied() -> None:
     result = replay(failing_start_step(4, final_timer=True))
 
     assert result == state(
-        [start_step(RESERVE, DEADLINE_1)],
+        [start_step(RESERVE)],
         "waiting:reserve_inventory",
         output={"outcome": "fenced", "step": RESERVE},
     )
@@ -669,7 +676,7 @@ def test_naive_and_aware_history_timestamps_give_the_same_deadlines(designator: 
         "fireAt": z(DEADLINE_1),
         "isCanceled": False,
     }
-    assert json.loads(result["actions"][0][0]["compoundActions"][0]["input"])["deadline"] == z(DEADLINE_1)
+    assert json.loads(result["actions"][0][0]["compoundActions"][0]["input"])["timeoutS"] == 30.0
 
 
 def test_legacy_v1_payload_lists_each_yield_as_its_own_action_group() -> None:
@@ -678,12 +685,12 @@ def test_legacy_v1_payload_lists_each_yield_as_its_own_action_group() -> None:
 
     result = replay(builder)
 
-    v3 = [start_step(RESERVE, DEADLINE_1), race(RESERVE, DEADLINE_1, canceled=True)]
+    v3 = [start_step(RESERVE), race(RESERVE, DEADLINE_1, canceled=True)]
     assert "schemaVersion" not in result
     assert result["actions"] == [
         v3[0]["compoundActions"],
         v3[1]["compoundActions"],
-        start_step(CHARGE, at(35), completed=step_result(RESERVE))["compoundActions"],
+        start_step(CHARGE, completed=step_result(RESERVE))["compoundActions"],
     ]
 
 
@@ -783,8 +790,31 @@ def test_both_adapters_run_order_workflow_to_the_same_decisions() -> None:
     assert fake.custom_status == df_state["customStatus"]
     assert policy is not None and policy.max_number_of_attempts == RETRY_OPTIONS["maxNumberOfAttempts"]
 
-    generator.send(APPLIED)
+    generator.send(applied(DEADLINE_1))
     assert fake.waits == [df_race[0]["externalEventName"]]
     assert [z(fire_at.replace(tzinfo=UTC)) for fire_at in fake.timers] == [df_race[1]["fireAt"]]
 
     assert orchestrator.__name__ == ORCHESTRATOR.__name__ == ORDER_WORKFLOW
+
+
+# ---------------------------------------------------------------------------------------------------
+# Where the step's deadline comes from
+
+
+def test_the_timer_fires_at_the_complete_by_start_step_wrote_not_at_the_scheduling_time() -> None:
+    # start_step waited 20 s in the runtime's work queue before it ran: the agent still gets the whole
+    # step timeout, and the timer agrees with the record's completeBy.
+    late = T0 + timedelta(seconds=20) + STEP_TIMEOUT
+    builder = history().task_scheduled("start_step", 0).episode(at(20)).task_completed(0, applied(late))
+
+    assert replay(builder) == state([start_step(RESERVE), race(RESERVE, late)], "waiting:reserve_inventory")
+
+
+def test_a_start_step_result_without_complete_by_times_the_step_from_its_scheduling() -> None:
+    # A history written by an earlier version: its start_step returned no completeBy (it had written the
+    # deadline the orchestration computed). Replaying it must give the timer that history holds.
+    builder = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, APPLIED)
+
+    assert replay(builder) == state(
+        [start_step(RESERVE), race(RESERVE, T0 + STEP_TIMEOUT)], "waiting:reserve_inventory"
+    )

@@ -17,7 +17,7 @@ from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import ProcessState, StateRecord, StepStatus
+from orderflow.records import ProcessState, StateRecord, StepStatus, format_utc
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery
@@ -162,7 +162,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
             instance_id="o-1:1",
             workflow_version=ORDER_V1.version,
             step="reserve_inventory",
-            deadline=clock.now() + timedelta(seconds=8),
+            timeout_s=8,
             response_queue="r-q1",
         ).to_payload(),
         deps,
@@ -218,18 +218,22 @@ def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) ->
         instance_id="o-1:1",
         workflow_version=ORDER_V1.version,
         step="reserve_inventory",
-        deadline=clock.now() + timedelta(seconds=8),
+        timeout_s=8,
         response_queue="r-q1",
     ).to_payload()
+    started_at = clock.now()
     first = start_step(payload, deps)
     etag = deps.states.get("o-1").etag
+    clock.advance(3)  # the runtime re-runs the activity later (its result was lost)
     second = start_step(payload, deps)
     assert first["applied"] and second["applied"]
     stored = deps.states.get("o-1")
     assert stored.etag == etag  # the re-run wrote nothing
     step = stored.item.steps["reserve_inventory"]
     assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
-    assert stored.item.complete_by == clock.now() + timedelta(seconds=8)
+    # The deadline starts when the step is first started, and every run returns that one for the timer.
+    assert stored.item.complete_by == started_at + timedelta(seconds=8)
+    assert first["completeBy"] == second["completeBy"] == format_utc(started_at + timedelta(seconds=8))
     requests = [m for m in received(deps.queues.queue("agent-inventory"))]
     assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory", "o-1:1:reserve_inventory"]
     body = json.loads(requests[0].body)
@@ -241,7 +245,6 @@ def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) ->
 def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
-    deadline = clock.now() + timedelta(seconds=8)
     for step in ("reserve_inventory", "charge_payment"):
         previous = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=2)
         start_step(
@@ -250,7 +253,7 @@ def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, cloc
                 instance_id="o-1:1",
                 workflow_version=ORDER_V1.version,
                 step=step,
-                deadline=deadline,
+                timeout_s=8,
                 completed=previous if step == "charge_payment" else None,
                 response_queue="r-q1",
             ).to_payload(),
@@ -470,7 +473,7 @@ def _start(
             instance_id=instance_id,
             workflow_version=ORDER_V1.version,
             step=step,
-            deadline=clock.now() + timedelta(seconds=8),
+            timeout_s=8,
             response_queue="r-q1",
         ).to_payload(),
         deps,
@@ -516,7 +519,7 @@ def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> 
             instance_id="o-1:1",
             workflow_version=ORDER_V1.version,
             step="charge_payment",
-            deadline=clock.now() + timedelta(seconds=8),
+            timeout_s=8,
             completed=StepResult(step="reserve_inventory", result={"reservationId": "r"}, calls=4),
             response_queue="r-q1",
         ).to_payload(),
@@ -527,3 +530,93 @@ def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> 
     assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED  # its completion is kept
     assert record.steps["charge_payment"].status is StepStatus.NOT_STARTED
     assert received(deps.queues.queue("agent-payment")) == []
+
+
+def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    # The orchestration asked for the step; the activity then waited 5 s in the runtime's work queue.
+    # The agent still gets the whole step timeout, and the timer fires where completeBy says.
+    submit(deps)
+    claimed(deps)
+    clock.advance(5)
+    result = start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id="o-1:1",
+            workflow_version=ORDER_V1.version,
+            step="reserve_inventory",
+            timeout_s=8,
+            response_queue="r-q1",
+        ).to_payload(),
+        deps,
+    )
+    complete_by = clock.now() + timedelta(seconds=8)
+    assert result["completeBy"] == format_utc(complete_by)
+    assert deps.states.get("o-1").item.complete_by == complete_by
+    (request,) = received(deps.queues.queue("agent-inventory"))
+    # The agent stops a margin earlier, so its answer can travel back before the timer fires.
+    assert json.loads(request.body)["deadline"] == format_utc(complete_by - timedelta(seconds=1))
+
+
+def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submit(deps)
+    claimed(deps)
+    fixed = clock.now() + timedelta(seconds=6)
+    legacy = {
+        "orderId": "o-1",
+        "instanceId": "o-1:1",
+        "workflowVersion": ORDER_V1.version,
+        "step": "reserve_inventory",
+        "deadline": format_utc(fixed),
+        "completed": None,
+        "responseQueue": "r-q1",
+    }
+    result = start_step(legacy, deps)
+    assert result["completeBy"] == format_utc(fixed)
+    assert deps.states.get("o-1").item.complete_by == fixed
+    with pytest.raises(ValueError, match="timeoutS"):
+        StartStepInput.model_validate({**legacy, "deadline": None})
+
+
+def test_attempt_history_records_each_tenure_and_they_never_overlap(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    # Attempt 1 is claimed and dies; the supervisor recovers it; attempt 2 is claimed and finishes.
+    submit(deps)
+    first_claim = clock.now()
+    claimed(deps)
+    clock.advance(31)  # the claim's completeBy passes
+    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    recovered_at = clock.now()
+    clock.advance(10)  # past the re-queue backoff
+    second_claim = clock.now()
+    claimed(deps)
+    clock.advance(1)
+    finish_order(
+        FinishOrderInput(
+            order_id="o-1", instance_id="o-1:2", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+        ).to_payload(),
+        deps,
+    )
+
+    history = deps.states.get("o-1").item.attempt_history
+    assert [(e.attempt, e.instance_id, e.claimed_by, e.outcome) for e in history] == [
+        (1, "o-1:1", deps.settings.HOST_ID, "recovered"),
+        (2, "o-1:2", deps.settings.HOST_ID, "Processed"),
+    ]
+    assert (history[0].claimed_at, history[0].ended_at) == (first_claim, recovered_at)
+    assert (history[1].claimed_at, history[1].ended_at) == (second_claim, clock.now())
+
+
+def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> None:
+    submit(deps)
+    record = deps.states.get("o-1").item
+    for attempt in range(1, 40):
+        record.attempt = attempt
+        record.locked_by = f"o-1:{attempt}"
+        record.begin_attempt("h", clock.now())
+        record.end_attempt(clock.now(), "recovered")
+    assert [e.attempt for e in record.attempt_history] == list(range(24, 40))
