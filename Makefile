@@ -1,12 +1,15 @@
 # orderflow — local developer entry points.
-#   make demo [ORDERS=200] [HOSTS=2]   run the local demo end to end and write demo-report.json
+#   make demo [ORDERS=200] [PROCESSES=3] [KILL_EVERY=0]
+#                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
+#                            process every S seconds and restart it) and write demo-report.json
 #   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ORDERS ?= 200
-HOSTS  ?= 2
+PROCESSES ?= 3
+KILL_EVERY ?= 0
 
 .PHONY: demo test lint typecheck pytest setup clean
 
@@ -24,7 +27,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 
 demo: setup
-	$(PY) -m devhost.demo --orders $(ORDERS) --hosts $(HOSTS)
+	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY)
 
 lint: setup
 	$(VENV)/bin/ruff check .

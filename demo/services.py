@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,6 +69,7 @@ from demo.tpch import (
 __all__ = [
     "CURRENCIES",
     "IDEMPOTENCY_HEADER",
+    "INSTANCE_HEADER",
     "REPLAYED_HEADER",
     "create_app",
     "main",
@@ -80,6 +82,10 @@ logger = logging.getLogger("demo.services")  # not __main__ under python -m
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 """Request header every mutating endpoint requires."""
+
+INSTANCE_HEADER = "Orderflow-Instance-Id"
+"""Optional request header naming the orchestration instance (attempt) a call was made for; the audit
+keeps it with each call's arrival time so a run can check that attempts never overlapped."""
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 """Response header set to ``true`` on a replayed stored response."""
@@ -183,6 +189,7 @@ class _KeyAudit:
     status: int | None = None
     first_at: float = 0.0
     last_at: float = 0.0
+    received: list[dict[str, str | None]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,6 +201,7 @@ class _KeyAudit:
             "status": self.status,
             "firstAt": self.first_at,
             "lastAt": self.last_at,
+            "received": list(self.received),
         }
 
 
@@ -555,6 +563,9 @@ def create_app(
             audit = state.audit.setdefault(key, _KeyAudit(endpoint=endpoint, first_at=clock()))
             audit.calls += 1
             audit.last_at = clock()
+            # Wall-clock UTC arrival, comparable with the state store's claimedAt/endedAt times.
+            arrived = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            audit.received.append({"at": arrived, "instance": request.headers.get(INSTANCE_HEADER)})
             call = audit.calls
             fault = state.faults.decide(key, call, undo=undo)
             plan = state.faults

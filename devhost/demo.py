@@ -1,10 +1,19 @@
 """``make demo``: the local demo, end to end, on real TPC-H orders.
 
 1. Generates the TPC-H data set (scale factor 0.01) with ``tpchgen-cli`` if it is not there yet.
-2. Starts Azurite and cosmosdb-server, the demo services (with injected faults) and devhost process(es).
+2. Starts Azurite and cosmosdb-server, the demo services (with injected faults) and ``--processes``
+   devhost processes (the last one runs the agents, the others the scheduler roles; one process runs
+   every role).
 3. Submits ``--orders`` TPC-H orders through the client SDK, shows progress while they settle, reads
    the state store and the demo services' audit, prints a summary and writes ``demo-report.json``.
+   With ``--kill-every S`` a random devhost process is SIGKILLed every S seconds and restarted, and the
+   report adds ``kills`` and ``recoveries``.
 4. Stops everything it started, whatever happened.
+
+Besides how each order ended, the report checks that no order was driven by two attempts at once
+(``overlapping_attempts``): from the state records' ``attemptHistory`` (each attempt's tenure ends before
+the next one's claim) and from the demo services' audit (no call made for an attempt arrives after the
+next attempt was claimed).
 
 An order must end the way its data says: a customer with a negative balance is declined, an order
 whose items ran out of stock is refused, every other order is processed — unless the injected faults
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -28,6 +38,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,7 +62,7 @@ from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.errors import NotFound
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import ProcessState, StateRecord
+from orderflow.records import ProcessState, StateRecord, parse_utc
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
@@ -117,6 +129,12 @@ class Child:
     ready_line: str
     log_path: Path
 
+    def kill(self) -> None:
+        """SIGKILL the process (no clean-up runs in it) and reap it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -127,9 +145,11 @@ class Child:
                 self.process.wait()
 
 
-def start_child(name: str, args: list[str], env: dict[str, str], ready: str, log_dir: Path) -> Child:
+def start_child(
+    name: str, args: list[str], env: dict[str, str], ready: str, log_dir: Path, *, log_name: str | None = None
+) -> Child:
     """Start ``python args...``; wait until its stdout prints a line containing ``ready``."""
-    log_path = log_dir / f"{name}.log"
+    log_path = log_dir / f"{log_name or name}.log"
     process = subprocess.Popen(
         [sys.executable, *args],
         cwd=REPO_ROOT,
@@ -153,6 +173,102 @@ def start_child(name: str, args: list[str], env: dict[str, str], ready: str, log
             return Child(name, process, line.strip(), log_path)
     process.kill()
     raise RuntimeError(f"{name} did not become ready within 60 s; see {log_path}")
+
+
+@dataclass(frozen=True)
+class DevhostSpec:
+    """How to (re)start one devhost process: its name, host id and roles."""
+
+    name: str
+    host_id: str
+    roles: str
+
+
+SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
+
+
+def devhost_specs(processes: int) -> list[DevhostSpec]:
+    """The demo's devhost processes: the last runs the agents, the others the scheduler roles.
+
+    Agents get a process of their own because they wait on remote calls and would otherwise compete
+    with the orchestrations for one interpreter; a single process runs every role.
+    """
+    if processes < 1:
+        raise ValueError("the demo needs at least one devhost process")
+    if processes == 1:
+        return [DevhostSpec("devhost-1", "demo-1", "all")]
+    specs = [DevhostSpec(f"devhost-{n}", f"demo-{n}", SCHEDULER_ROLES) for n in range(1, processes)]
+    return [*specs, DevhostSpec("devhost-agents", "demo-agents", "agents")]
+
+
+class Fleet:
+    """The demo's devhost processes, restartable after a SIGKILL."""
+
+    def __init__(self, specs: list[DevhostSpec], env: dict[str, str], log_dir: Path) -> None:
+        self._env = env
+        self._log_dir = log_dir
+        self._lock = threading.Lock()
+        self._starts: Counter[str] = Counter()
+        self.children: dict[str, Child] = {}
+        for spec in specs:
+            self.children[spec.name] = self._start(spec)
+        self.specs = {spec.name: spec for spec in specs}
+
+    def _start(self, spec: DevhostSpec) -> Child:
+        self._starts[spec.name] += 1
+        run = self._starts[spec.name]
+        return start_child(
+            spec.name,
+            ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles],
+            self._env,
+            "ready",
+            self._log_dir,
+            log_name=spec.name if run == 1 else f"{spec.name}.{run}",
+        )
+
+    def kill_and_restart(self, name: str) -> None:
+        """SIGKILL process ``name`` and start it again under the same host id (same response queue)."""
+        with self._lock:
+            self.children[name].kill()
+            self.children[name] = self._start(self.specs[name])
+
+    def stop(self) -> None:
+        """SIGTERM every process (SIGKILL after 15 s)."""
+        with self._lock:
+            for child in self.children.values():
+                child.stop()
+
+
+class Killer:
+    """SIGKILLs a random devhost process every ``every_s`` seconds and restarts it, until stopped."""
+
+    def __init__(self, fleet: Fleet, every_s: float, *, seed: int) -> None:
+        self._fleet = fleet
+        self._every_s = every_s
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self.kills: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._run, name="demo-killer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        # Kills are every_s apart, start to start: the restart (a few seconds of imports) is not added.
+        next_kill = time.monotonic() + self._every_s
+        while not self._stop.wait(max(0.0, next_kill - time.monotonic())):
+            next_kill = time.monotonic() + self._every_s
+            name = self._random.choice(sorted(self._fleet.specs))
+            try:
+                self._fleet.kill_and_restart(name)
+            except RuntimeError:
+                logger.exception("restarting %s failed", name)
+                continue
+            self.kills.append({"process": name, "at": time.time()})
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
 
 
 def host_env(endpoints: LocalEndpoints, services_url: str) -> dict[str, str]:
@@ -224,6 +340,41 @@ def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any]
     return f"mismatched:{record.process_state.value}"
 
 
+def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]) -> dict[str, str]:
+    """Orders that two attempts drove at once, with why: ``{orderId: reason}`` (empty when none).
+
+    Two checks, from two independent sources:
+
+    - the state store: in ``attemptHistory`` every attempt's tenure ended (``endedAt``) no later than the
+      next attempt's claim (``claimedAt``);
+    - the demo services' audit: no call made for attempt *k* (its ``Orderflow-Instance-Id`` header)
+      arrived after attempt *k + 1* was claimed.
+
+    Both clocks are this machine's wall clock (UTC), so the times compare directly.
+    """
+    overlaps: dict[str, str] = {}
+    next_claim: dict[str, datetime] = {}
+    for order_id, record in records.items():
+        history = sorted(record.attempt_history, key=lambda e: e.attempt)
+        for earlier, later in pairwise(history):
+            next_claim[earlier.instance_id] = later.claimed_at
+            if earlier.ended_at is None or earlier.ended_at > later.claimed_at:
+                overlaps[order_id] = (
+                    f"attempt {earlier.attempt} still owned the record "
+                    f"when attempt {later.attempt} was claimed"
+                )
+    for key, entry in audit_keys.items():
+        for call in entry.get("received", []):
+            instance = call.get("instance")
+            claimed = next_claim.get(instance) if instance else None
+            if claimed is not None and parse_utc(call["at"]) > claimed:
+                order_id = str(entry.get("orderId") or instance.rpartition(":")[0])
+                overlaps.setdefault(
+                    order_id, f"a call of {instance} ({key}) arrived after the next attempt was claimed"
+                )
+    return overlaps
+
+
 def summarise(
     catalog: Catalog, records: dict[str, StateRecord], services_url: str, submitted: int, elapsed_s: float
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -238,6 +389,7 @@ def summarise(
     }
     mismatched = [(oid, v.split(":", 1)[1]) for oid, v in verdicts.items() if v.startswith("mismatched")]
     settled = sum(states[s] for s in SETTLED_STATES)
+    overlaps = attempt_overlaps(records, audit.get("keys", {}))
     report = {
         "submitted": submitted,
         "processed": states[ProcessState.PROCESSED],
@@ -248,6 +400,7 @@ def summarise(
         "not_terminal": submitted - settled,
         "duplicate_effects": int(audit["duplicate_effects"]) + int(audit.get("duplicate_order_effects", 0)),
         "mismatched": len(mismatched),
+        "overlapping_attempts": len(overlaps),
         "exhausted": sum(1 for v in verdicts.values() if v == "exhausted"),
         "declined_card": sum(
             1 for r in records.values() if r.last_error and r.last_error.code == "card_declined"
@@ -256,13 +409,27 @@ def summarise(
             1 for r in records.values() if r.last_error and r.last_error.code == "out_of_stock"
         ),
         "recovered_orders": sum(1 for r in records.values() if r.failure_count > 0),
+        "recoveries": sum(1 for r in records.values() for e in r.attempt_history if e.outcome == "recovered"),
+        "gave_up": sum(1 for r in records.values() for e in r.attempt_history if e.outcome == "gave_up"),
         "attempts_max": max((r.attempt for r in records.values()), default=0),
         "calls_per_step_max": int(audit["calls_per_key_max"]),
         "faults_injected": int(audit.get("faults_total", 0)),
         "elapsed_s": round(elapsed_s, 2),
         "orders_per_s": round(submitted / elapsed_s, 2) if elapsed_s > 0 else 0.0,
     }
+    # Listed with the mismatches for the operator, counted apart in the report.
+    mismatched += [(oid, f"driven by two attempts at once: {why}") for oid, why in overlaps.items()]
     return report, mismatched
+
+
+INVARIANTS = (
+    "not_terminal",
+    "duplicate_effects",
+    "mismatched",
+    "overlapping_attempts",
+    "missing_final_replies",
+)
+"""Report entries that must be 0; the demo exits 1 otherwise."""
 
 
 def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> None:
@@ -271,7 +438,7 @@ def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> 
     table.add_column("value", justify="right")
     for key, value in report.items():
         style = ""
-        if key in ("not_terminal", "duplicate_effects", "mismatched", "missing_final_replies") and value:
+        if key in INVARIANTS and value:
             style = "bold red"
         table.add_row(key, f"[{style}]{value}[/{style}]" if style else str(value))
     console.print(table)
@@ -279,12 +446,36 @@ def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> 
         console.print(f"[red]mismatched[/red] {order_id}: {why}")
 
 
-def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultPlan) -> dict[str, Any]:
-    """Run the whole demo; returns the report (also written to ``demo-report.json``)."""
+def run_demo(
+    *,
+    orders: int,
+    processes: int,
+    timeout_s: float | None,
+    faults: FaultPlan,
+    kill_every_s: float = 0.0,
+    seed: int = 20261129,
+    report_path: Path = REPORT_PATH,
+) -> dict[str, Any]:
+    """Run the whole demo; returns the report (also written to ``report_path``).
+
+    Args:
+        orders: TPC-H orders to submit (the first ``orders`` by order key).
+        processes: devhost processes (see :func:`devhost_specs`).
+        timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
+        faults: Faults the demo services inject.
+        kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
+        seed: Seed of the choice of process to kill.
+        report_path: Where the JSON report is written.
+
+    Raises:
+        RuntimeError: a child process did not start.
+    """
     run_dir = REPO_ROOT / ".run" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
+    chaos = f", one SIGKILLed every {kill_every_s:g} s" if kill_every_s > 0 else ""
     console.print(
-        f"[bold]orderflow demo[/bold]: {orders} TPC-H orders, {hosts} devhost process(es); logs in {run_dir}"
+        f"[bold]orderflow demo[/bold]: {orders} TPC-H orders, {processes} devhost process(es){chaos}; "
+        f"logs in {run_dir}"
     )
     data_dir = ensure_dataset(DATA_DIR)
     divisor = stock_divisor_for(orders)
@@ -322,30 +513,17 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
-        # Agents run in a process of their own: they wait on remote calls and would otherwise
-        # compete with the orchestrations for one interpreter (one core) in each host.
-        schedulers = "submission,starter,orchestrator,listener,supervisor"
-        for n in range(1, hosts + 1):
-            child = start_child(
-                f"devhost-{n}",
-                ["-m", "devhost", "--host-id", f"demo-{n}", "--roles", schedulers],
-                env,
-                "ready",
-                run_dir,
-            )
-            stack.callback(child.stop)
-        agents = start_child(
-            "devhost-agents",
-            ["-m", "devhost", "--host-id", "demo-agents", "--roles", "agents"],
-            env,
-            "ready",
-            run_dir,
-        )
-        stack.callback(agents.stop)
+        fleet = Fleet(devhost_specs(processes), env, run_dir)
+        stack.callback(fleet.stop)
+        killer = Killer(fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
+        if killer is not None:
+            stack.callback(killer.stop)
         queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
         client = OrderflowClient(queues, reply_queue=f"demo-client-{uuid.uuid4().hex[:8]}")
 
         started = time.monotonic()
+        if killer is not None:
+            killer.start()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -381,6 +559,8 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
                     break
                 time.sleep(0.5)
             submitted = len(catalog.orders) - len(pending)
+        if killer is not None:
+            killer.stop()  # the last orders' replies and the summary are read from a quiet system
         elapsed = time.monotonic() - started
         # Every settled order owes its client a final reply; give the last ones a moment to arrive.
         order_ids = [o.order_id for o in catalog.orders]
@@ -394,11 +574,12 @@ def run_demo(*, orders: int, hosts: int, timeout_s: float | None, faults: FaultP
             if record.process_state in SETTLED_STATES
             and (oid not in client.replies.latest or client.replies.latest[oid].status not in FINAL_STATUSES)
         )
-        report["hosts"] = hosts
+        report["processes"] = processes
+        report["kills"] = len(killer.kills) if killer is not None else 0
 
-    REPORT_PATH.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print_summary(report, mismatched)
-    console.print(f"report written to {REPORT_PATH}")
+    console.print(f"report written to {report_path}")
     return report
 
 
@@ -408,24 +589,29 @@ app = typer.Typer(add_completion=False)
 @app.command()
 def main(
     orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
-    hosts: Annotated[
-        int, typer.Option(help="Scheduler devhost processes sharing the emulators (plus one for the agents).")
-    ] = 2,
+    processes: Annotated[
+        int,
+        typer.Option(
+            help="devhost processes sharing the emulators: the last runs the agents, the others the "
+            "scheduler roles (1: one process runs every role)."
+        ),
+    ] = 3,
+    kill_every: Annotated[
+        float, typer.Option(help="SIGKILL a random devhost process every this many seconds and restart it.")
+    ] = 0.0,
     timeout_s: Annotated[float | None, typer.Option(help="Give up waiting after this many seconds.")] = None,
     no_faults: Annotated[bool, typer.Option(help="Inject no faults.")] = False,
 ) -> None:
     """Run the local demo and write demo-report.json; exits 1 if any invariant fails."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     report = run_demo(
-        orders=orders, hosts=hosts, timeout_s=timeout_s, faults=FaultPlan() if no_faults else DEMO_FAULTS
+        orders=orders,
+        processes=processes,
+        kill_every_s=kill_every,
+        timeout_s=timeout_s,
+        faults=FaultPlan() if no_faults else DEMO_FAULTS,
     )
-    failed = (
-        report["not_terminal"]
-        or report["duplicate_effects"]
-        or report["mismatched"]
-        or report["missing_final_replies"]
-    )
-    raise typer.Exit(1 if failed else 0)
+    raise typer.Exit(1 if any(report[key] for key in INVARIANTS) else 0)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from demo.faults import FAULT_PRIORITY, FaultKind, FaultPlan, uniform
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services import INSTANCE_HEADER, create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog
 
 pytestmark = pytest.mark.unit
@@ -92,6 +93,20 @@ def test_replay_returns_the_same_response_without_a_second_effect(client: TestCl
     entry = client.get("/audit/o1:reserve").json()
     assert (entry["calls"], entry["effects"], entry["status"], entry["orderId"]) == (2, 1, 201, "o1")
     assert audit(client)["duplicate_effects"] == 0
+
+
+def test_the_audit_keeps_each_calls_arrival_and_instance(client: TestClient) -> None:
+    body = {"orderId": "o1", "items": [{"sku": "10", "quantity": 1}]}
+    before = datetime.now(UTC)
+    headers = {"Idempotency-Key": "o1:reserve"}
+    client.post("/inventory/reservations", json=body, headers={**headers, INSTANCE_HEADER: "o1:1"})
+    client.post("/inventory/reservations", json=body, headers={**headers, INSTANCE_HEADER: "o1:2"})
+    client.post("/inventory/reservations", json=body, headers=headers)
+
+    received = client.get("/audit/o1:reserve").json()["received"]
+    assert [r["instance"] for r in received] == ["o1:1", "o1:2", None]
+    arrivals = [datetime.fromisoformat(r["at"].replace("Z", "+00:00")) for r in received]
+    assert before <= arrivals[0] <= arrivals[1] <= arrivals[2] <= datetime.now(UTC)
 
 
 def test_missing_idempotency_key_is_rejected(client: TestClient) -> None:
@@ -450,3 +465,9 @@ def test_a_hung_request_applies_its_effect_after_the_client_gave_up() -> None:
     finally:
         stop(server, thread)
     assert not thread.is_alive()
+
+
+def test_the_audit_reads_the_header_the_agents_send() -> None:
+    from agents.services import INSTANCE_HEADER as SENT  # noqa: PLC0415 (one test's cross-check)
+
+    assert SENT == INSTANCE_HEADER
