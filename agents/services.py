@@ -43,7 +43,8 @@ class RemoteService(Protocol):
         """Perform ``operation`` once.
 
         Args:
-            operation: The agent operation (``reserve``, ``charge``, ``ship``).
+            operation: The agent operation (``reserve``, ``charge``, ``ship``, or an undo: ``release``,
+                ``refund``, ``cancel``, whose payload names the forward call's key as ``forwardKey``).
             payload: The request payload from the orchestration.
             order_id: The order.
             idempotency_key: Stable key of the step (or of its undo).
@@ -51,7 +52,7 @@ class RemoteService(Protocol):
             instance_id: The attempt the call is made for (correlation only, never part of the key).
 
         Returns:
-            A small result summary (ids, amounts), every value a string.
+            A small result summary (ids, amounts), every value a string (booleans as ``true``/``false``).
 
         Raises:
             TransientError: retrying may succeed.
@@ -70,12 +71,24 @@ class Route:
 
 ROUTES: Mapping[tuple[str, str], Route] = {
     ("inventory", "reserve"): Route("/inventory/reservations", ("reservationId",)),
+    ("inventory", "release"): Route("/inventory/reservations/release", ("undone", "reason", "reservationId")),
     ("payment", "charge"): Route("/payments/charges", ("chargeId", "amount", "currency")),
+    ("payment", "refund"): Route("/payments/refunds", ("undone", "reason", "chargeId", "refundId", "amount")),
     ("shipping", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
+    ("shipping", "cancel"): Route("/shipping/shipments/cancel", ("undone", "reason", "shipmentId")),
 }
-"""(service, operation) → HTTP route of the demo services."""
+"""(service, operation) → HTTP route of the demo services. The undo routes address the forward call by its
+idempotency key (payload ``{"forwardKey": "{orderId}:{step}", ...}``) and answer ``undone`` true with the
+effect's ids, or false (``never_applied`` / ``refused``: the key is then unusable for forward calls)."""
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def _text(value: Any) -> str:
+    """A result value as a string; booleans the JSON way (``true``/``false``), the rest with ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def classify_http(status: int, body: Mapping[str, Any]) -> TransientError | PermanentError:
@@ -142,7 +155,7 @@ class HttpRemoteService:
         if not isinstance(answer, dict):
             answer = {}
         if response.is_success:
-            return {key: str(answer[key]) for key in route.result_fields if key in answer}
+            return {key: _text(answer[key]) for key in route.result_fields if key in answer}
         raise classify_http(response.status_code, answer)
 
     def close(self) -> None:

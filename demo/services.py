@@ -21,9 +21,22 @@ the way Stripe does:
 Undo endpoints (release, refund, cancel) are also idempotent by state: undoing
 something already undone changes nothing and succeeds.
 
+Each service can also undo a step knowing only the forward call's idempotency
+key (``{orderId}:{step}``), whatever became of that call: the undo-by-key
+endpoints undo the effect the key's stored outcome names, and when the key has
+no effect (never arrived, or refused) they leave a *tombstone* on it, so a
+stale or hung forward call arriving later is refused (409 ``cancelled``) and
+applies nothing. While the forward call is still in flight they answer 409
+``request_in_progress`` (``permanent: false``, not stored). Both decisions are
+taken under the lock: the forward call creates its stored entry only if the key
+has no tombstone, and the undo writes a tombstone only if the key has no stored
+entry or one whose outcome had no effect, so a key never gets both an effect
+and a tombstone.
+
 A request is handled in this order: key check, call counted and fault decided
-(``transient`` answers 503 here, ``latency`` sleeps), body validation, key
-lookup (reuse / in progress / replay), ``hang`` sleep, effect applied and
+(``transient`` answers 503 here, ``latency`` sleeps), body validation,
+tombstone check (forward calls only), key lookup (reuse / in progress /
+replay), ``hang`` sleep, effect applied and
 response stored under the lock, ``lost_response`` answers 500.
 
 Run it with ``python -m demo.services --port 8082`` (see :func:`main`), or in
@@ -46,13 +59,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from demo.faults import FaultKind, FaultPlan
@@ -126,18 +139,23 @@ class _ReservationIn(_Body):
     items: list[_Item] = Field(min_length=1)
 
 
+def _valid_amount(value: Decimal) -> Decimal:
+    """``value`` rounded to cents; ValueError unless positive, below the maximum and with at most 2 dp."""
+    if not value.is_finite() or value <= 0 or value >= _MAX_AMOUNT:
+        raise ValueError(f"amount must be a positive number below {_MAX_AMOUNT}")
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -2 and value != value.quantize(_CENTS):
+        raise ValueError("amount has more than 2 decimal places")
+    return value.quantize(_CENTS)
+
+
 class _Amount(_Body):
     amount: Decimal
 
     @field_validator("amount")
     @classmethod
     def _two_decimals(cls, value: Decimal) -> Decimal:
-        if not value.is_finite() or value <= 0 or value >= _MAX_AMOUNT:
-            raise ValueError(f"amount must be a positive number below {_MAX_AMOUNT}")
-        exponent = value.as_tuple().exponent
-        if isinstance(exponent, int) and exponent < -2 and value != value.quantize(_CENTS):
-            raise ValueError("amount has more than 2 decimal places")
-        return value.quantize(_CENTS)
+        return _valid_amount(value)
 
 
 class _ChargeIn(_Amount):
@@ -160,31 +178,98 @@ class _EmptyIn(_Body):
     pass
 
 
+class _UndoByKeyIn(_Body):
+    """``{"orderId", "forwardKey"}``; the forward key must be one of the order's step keys."""
+
+    order_id: str = Field(min_length=1)
+    forward_key: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _key_of_the_order(self) -> Self:
+        if not self.forward_key.startswith(f"{self.order_id}:"):
+            raise ValueError("forwardKey must be a step key of the order: '{orderId}:{step}'")
+        return self
+
+    def effect_id(self) -> str | None:
+        """The effect id the caller believes the forward call made, if it says (a consistency check)."""
+        return None
+
+
+class _ReleaseByKeyIn(_UndoByKeyIn):
+    reservation_id: str | None = None
+
+    def effect_id(self) -> str | None:
+        return self.reservation_id
+
+
+class _RefundByKeyIn(_UndoByKeyIn):
+    charge_id: str | None = None
+    amount: Decimal | None = None
+
+    @field_validator("amount")
+    @classmethod
+    def _two_decimals(cls, value: Decimal | None) -> Decimal | None:
+        return None if value is None else _valid_amount(value)
+
+    def effect_id(self) -> str | None:
+        return self.charge_id
+
+
+class _CancelByKeyIn(_UndoByKeyIn):
+    shipment_id: str | None = None
+
+    def effect_id(self) -> str | None:
+        return self.shipment_id
+
+
 # --- state ----------------------------------------------------------------
 
 
 @dataclass
 class _Outcome:
-    """What one executed request did: the response to store and the number of real state changes."""
+    """What one executed request did: the response, the number of real state changes, and whether the
+    response is stored for replay (False: the key is freed and a retry runs again)."""
 
     status: int
     body: dict[str, Any]
     effects: int = 0
+    store: bool = True
 
 
 @dataclass
 class _Stored:
     fingerprint: str
     started_at: float
+    endpoint: str
     outcome: _Outcome | None = None  # None while the first request is in flight
+
+
+@dataclass
+class _Tombstone:
+    """A forward key made unusable by an undo-by-key call that found no effect to undo."""
+
+    forward_key: str
+    order_id: str
+    undo_key: str
+    reason: str  # "never_applied" (no stored entry) or "refused" (stored outcome without effect)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "forwardKey": self.forward_key,
+            "orderId": self.order_id,
+            "undoKey": self.undo_key,
+            "reason": self.reason,
+        }
 
 
 @dataclass
 class _KeyAudit:
     endpoint: str
+    undo: bool = False
     order_id: str | None = None
     calls: int = 0
     effects: int = 0
+    refused_after_undo: int = 0  # forward calls refused because an undo tombstoned the key
     faults: list[dict[str, Any]] = field(default_factory=list)
     status: int | None = None
     first_at: float = 0.0
@@ -194,9 +279,11 @@ class _KeyAudit:
     def to_json(self) -> dict[str, Any]:
         return {
             "endpoint": self.endpoint,
+            "undo": self.undo,
             "orderId": self.order_id,
             "calls": self.calls,
             "effects": self.effects,
+            "refusedAfterUndo": self.refused_after_undo,
             "faults": list(self.faults),
             "status": self.status,
             "firstAt": self.first_at,
@@ -250,13 +337,16 @@ class _OrderFacts:
     refunds: list[str] = field(default_factory=list)
     shipments: list[str] = field(default_factory=list)
     declines: list[dict[str, Any]] = field(default_factory=list)
+    tombstones: list[str] = field(default_factory=list)  # forward keys
+    undone: int = 0  # undo-by-key calls that undid an effect
 
 
 class _State:
     """Everything the three services know. Methods named ``do_*`` run under the app's lock."""
 
-    def __init__(self, catalog: Catalog, faults: FaultPlan) -> None:
+    def __init__(self, catalog: Catalog, faults: FaultPlan, clock: Callable[[], float]) -> None:
         self.faults = faults
+        self.clock = clock
         self.initial_stock = {str(part): units for part, units in catalog.stock.items()}
         self.stock = dict(self.initial_stock)  # a copy: the catalog is shared and stays untouched
         self.balances = dict(catalog.balances)
@@ -266,6 +356,7 @@ class _State:
         self.shipments: dict[str, _Shipment] = {}
         self.orders: dict[str, _OrderFacts] = {}
         self.stored: dict[str, _Stored] = {}
+        self.tombstones: dict[str, _Tombstone] = {}
         self.audit: dict[str, _KeyAudit] = {}
 
     def facts(self, order_id: str) -> _OrderFacts:
@@ -407,6 +498,164 @@ class _State:
         shipment.cancelled = True
         return _Outcome(200, {**body, "alreadyCancelled": False}, effects=1)
 
+    # Undo by the forward call's idempotency key.
+
+    def undo_by_key(
+        self,
+        body: _UndoByKeyIn,
+        key: str,
+        *,
+        forward_endpoint: str,
+        id_field: str,
+        undo: Callable[[str], _Outcome],
+    ) -> _Outcome:
+        """Undo whatever the forward call keyed ``body.forward_key`` did, or tombstone that key.
+
+        Args:
+            body: The undo request.
+            key: The undo call's own idempotency key.
+            forward_endpoint: The only endpoint whose keys this undo addresses (``inventory.reserve`` ...).
+            id_field: The effect id in the forward call's stored 2xx body (``reservationId`` ...).
+            undo: Undoes the effect with that id; its outcome is the answer.
+
+        Returns:
+            ``undo``'s outcome (200 ``{"undone": true, ...}``) when the forward call applied an effect;
+            200 ``{"undone": false, "forwardKey", "orderId", "reason"}`` with a tombstone written when it
+            never arrived (``never_applied``) or was refused (``refused``); 409 ``request_in_progress``
+            (``permanent: false``, not stored) while it is in flight; 422 ``forward_key_mismatch`` when
+            the key belongs to another endpoint, 422 ``effect_mismatch`` when the body names another
+            effect id than the key's (both permanent, nothing undone).
+        """
+        forward_key = body.forward_key
+        stored = self.stored.get(forward_key)
+        if stored is not None and stored.endpoint != forward_endpoint:
+            mismatch = _error(
+                "forward_key_mismatch",
+                permanent=True,
+                forwardKey=forward_key,
+                endpoint=stored.endpoint,
+                expected=forward_endpoint,
+            )
+            return _Outcome(422, mismatch)
+        if stored is not None and stored.outcome is None:
+            # The effect may still be applied: undoing now would race it. Not stored: a retry decides again.
+            age = round(self.clock() - stored.started_at, 3)
+            busy = _error("request_in_progress", permanent=False, forwardKey=forward_key, inFlightForS=age)
+            return _Outcome(409, busy, store=False)
+        if stored is not None and stored.outcome is not None and 200 <= stored.outcome.status < 300:
+            effect_id = str(stored.outcome.body[id_field])
+            claimed = body.effect_id()
+            if claimed is not None and claimed != effect_id:
+                mismatch = _error(
+                    "effect_mismatch",
+                    permanent=True,
+                    forwardKey=forward_key,
+                    sent=claimed,
+                    expected=effect_id,
+                )
+                return _Outcome(422, mismatch)
+            outcome = undo(effect_id)
+            if outcome.effects:
+                self.facts(str(outcome.body.get("orderId", body.order_id))).undone += 1
+            return outcome
+        tombstone = self.tombstones.get(forward_key)
+        if tombstone is None:
+            reason = "never_applied" if stored is None else "refused"
+            tombstone = _Tombstone(forward_key, body.order_id, key, reason)
+            self.tombstones[forward_key] = tombstone
+            self.facts(body.order_id).tombstones.append(forward_key)
+            logger.info("forward key %s tombstoned by %s (%s)", forward_key, key, reason)
+        return _Outcome(
+            200,
+            {
+                "undone": False,
+                "forwardKey": forward_key,
+                "orderId": body.order_id,
+                "reason": tombstone.reason,
+            },
+        )
+
+    def do_release_by_key(self, body: _ReleaseByKeyIn, key: str) -> _Outcome:
+        def release(reservation_id: str) -> _Outcome:
+            released = self.do_release(reservation_id)
+            if released.status != 200:
+                return released
+            answer = {
+                "undone": True,
+                "forwardKey": body.forward_key,
+                "orderId": released.body["orderId"],
+                "reservationId": reservation_id,
+                "alreadyUndone": released.body["alreadyReleased"],
+            }
+            return _Outcome(200, answer, effects=released.effects)
+
+        return self.undo_by_key(
+            body, key, forward_endpoint="inventory.reserve", id_field="reservationId", undo=release
+        )
+
+    def do_refund_by_key(self, body: _RefundByKeyIn, key: str) -> _Outcome:
+        def refund(charge_id: str) -> _Outcome:
+            charge = self.charges[charge_id]
+            refundable = charge.amount - charge.refunded
+            # Full refunds only: an amount, if sent, must be the charge's or what is left of it.
+            if body.amount is not None and body.amount not in (charge.amount, refundable):
+                mismatch = _error(
+                    "refund_amount_mismatch",
+                    permanent=True,
+                    chargeId=charge_id,
+                    requested=_money(body.amount),
+                    charged=_money(charge.amount),
+                    refundable=_money(refundable),
+                )
+                return _Outcome(422, mismatch)
+            answer: dict[str, Any] = {
+                "undone": True,
+                "forwardKey": body.forward_key,
+                "orderId": charge.order_id,
+                "chargeId": charge_id,
+            }
+            if refundable <= 0:
+                earlier = [r.refund_id for r in self.refunds.values() if r.charge_id == charge_id]
+                answer |= {
+                    "refundId": earlier[-1],
+                    "amount": _money(Decimal("0")),
+                    "refundedTotal": _money(charge.refunded),
+                    "alreadyUndone": True,
+                }
+                return _Outcome(200, answer)
+            refunded = self.do_refund(charge_id, _RefundIn(amount=refundable), key)
+            if refunded.status != 200:
+                return refunded
+            answer |= {
+                "refundId": refunded.body["refundId"],
+                "amount": refunded.body["amount"],
+                "refundedTotal": refunded.body["refundedTotal"],
+                "alreadyUndone": False,
+            }
+            return _Outcome(200, answer, effects=refunded.effects)
+
+        return self.undo_by_key(
+            body, key, forward_endpoint="payments.charge", id_field="chargeId", undo=refund
+        )
+
+    def do_cancel_by_key(self, body: _CancelByKeyIn, key: str) -> _Outcome:
+        def cancel(shipment_id: str) -> _Outcome:
+            cancelled = self.do_cancel(shipment_id)
+            if cancelled.status != 200:
+                return cancelled
+            answer = {
+                "undone": True,
+                "forwardKey": body.forward_key,
+                "orderId": cancelled.body["orderId"],
+                "shipmentId": shipment_id,
+                "alreadyUndone": cancelled.body["alreadyCancelled"],
+            }
+            return _Outcome(200, answer, effects=cancelled.effects)
+
+        return self.undo_by_key(
+            body, key, forward_endpoint="shipping.ship", id_field="shipmentId", undo=cancel
+        )
+
     # Reports.
 
     def order_of(self, endpoint: str, body: BaseModel, target: str | None) -> str | None:
@@ -438,6 +687,8 @@ class _State:
             "calls_total": sum(entry.calls for entry in self.audit.values()),
             "faults_total": sum(len(entry.faults) for entry in self.audit.values()),
             "duplicate_order_effects": per_order,
+            "undo_effects_total": sum(entry.effects for entry in self.audit.values() if entry.undo),
+            "forward_after_undo": sum(entry.refused_after_undo for entry in self.audit.values()),
         }
 
     def facts_json(self, order_id: str) -> dict[str, Any]:
@@ -486,11 +737,13 @@ class _State:
                 for s in shipments
             ],
             "declines": list(facts.declines),
+            "tombstones": [self.tombstones[key].to_json() for key in facts.tombstones],
             "summary": {
                 "activeReservations": sum(not r.released for r in reservations),
                 "netCharged": _money(net_charged),
                 "activeShipments": sum(not s.cancelled for s in shipments),
                 "declined": facts.declines[-1]["error"] if facts.declines else None,
+                "undone": facts.undone,
             },
         }
 
@@ -533,10 +786,32 @@ def create_app(
         * ``POST /shipping/shipments`` ``{"orderId", "carrier", "items"}`` -> 201
           ``{"shipmentId", "orderId", "carrier"}``; 422 ``unknown_carrier``.
         * ``POST /shipping/shipments/{shipmentId}/cancel`` -> 200 (undo).
-        * ``GET /audit``, ``GET /audit/{key}``, ``GET /orders/{orderId}/facts``, ``GET /stock/{sku}``,
-          ``GET /healthz``, ``GET /faults``, ``PUT /faults``.
+        * Undo by the forward call's key (``forwardKey`` = ``{orderId}:{step}``, which must start with
+          ``orderId:``; other fields such as ids and currency are ignored unless noted):
+
+          * ``POST /inventory/reservations/release`` ``{"orderId", "forwardKey", "reservationId"?}``
+            -> 200 ``{"undone": true, "forwardKey", "orderId", "reservationId", "alreadyUndone"}``.
+          * ``POST /payments/refunds`` ``{"orderId", "forwardKey", "chargeId"?, "amount"?}`` -> 200
+            ``{"undone": true, "forwardKey", "orderId", "chargeId", "refundId", "amount",
+            "refundedTotal", "alreadyUndone"}``: refunds all that is left of the charge (``amount`` is
+            what this call refunded, ``"0.00"`` when already undone, then ``refundId`` is the last
+            earlier refund); an ``amount`` sent must equal the charge's or the refundable rest, else
+            422 ``refund_amount_mismatch``.
+          * ``POST /shipping/shipments/cancel`` ``{"orderId", "forwardKey", "shipmentId"?}`` -> 200
+            ``{"undone": true, "forwardKey", "orderId", "shipmentId", "alreadyUndone"}``.
+
+          When the forward key has no effect: 200 ``{"undone": false, "forwardKey", "orderId",
+          "reason": "never_applied" | "refused"}`` and the key is tombstoned: later forward calls with
+          it answer 409 ``cancelled`` (permanent) and apply nothing. While the forward call is in
+          flight: 409 ``request_in_progress`` (``permanent: false``, not stored). 422
+          ``forward_key_mismatch`` (the key is another endpoint's) and ``effect_mismatch`` (the id sent
+          is not the key's effect), permanent.
+        * ``GET /audit`` (``effects_total``, ``undo_effects_total``, ``forward_after_undo``, per key
+          ``refusedAfterUndo`` ...), ``GET /audit/{key}``, ``GET /orders/{orderId}/facts`` (``summary``
+          with ``activeReservations``, ``netCharged``, ``activeShipments``, ``undone``; ``tombstones``),
+          ``GET /stock/{sku}``, ``GET /healthz``, ``GET /faults``, ``PUT /faults``.
     """
-    state = _State(catalog, faults)
+    state = _State(catalog, faults, clock)
     lock = asyncio.Lock()
     app = FastAPI(title="orderflow demo services", version="1")
 
@@ -560,7 +835,7 @@ def create_app(
             )
 
         async with lock:
-            audit = state.audit.setdefault(key, _KeyAudit(endpoint=endpoint, first_at=clock()))
+            audit = state.audit.setdefault(key, _KeyAudit(endpoint=endpoint, undo=undo, first_at=clock()))
             audit.calls += 1
             audit.last_at = clock()
             # Wall-clock UTC arrival, comparable with the state store's claimedAt/endedAt times.
@@ -594,8 +869,19 @@ def create_app(
         async with lock:
             audit.order_id = audit.order_id or state.order_of(endpoint, body, target)
             stored = state.stored.get(key)
-            if stored is None:
-                state.stored[key] = _Stored(fingerprint=fingerprint, started_at=clock())
+            # A tombstone and a stored entry are both only ever created under this lock, each after
+            # checking for the other: a forward call either became in flight before the undo looked
+            # (the undo answers request_in_progress) or finds the tombstone here and applies nothing.
+            tombstone = None if undo else state.tombstones.get(key)
+            if tombstone is not None:
+                audit.refused_after_undo += 1
+            elif stored is None:
+                state.stored[key] = _Stored(fingerprint=fingerprint, started_at=clock(), endpoint=endpoint)
+        if tombstone is not None:
+            logger.info(
+                "refusing %s call %s of key %s: undone by %s", endpoint, call, key, tombstone.undo_key
+            )
+            return answer(409, _error("cancelled", permanent=True, key=key, undoKey=tombstone.undo_key))
         if stored is not None:
             if stored.fingerprint != fingerprint:
                 return answer(422, _error("idempotency_key_reuse", permanent=True, key=key))
@@ -617,7 +903,10 @@ def create_app(
                 outcome = execute(body, key)
                 audit.effects += outcome.effects
                 audit.order_id = audit.order_id or state.order_of(endpoint, body, target)
-                state.stored[key].outcome = outcome
+                if outcome.store:
+                    state.stored[key].outcome = outcome
+                else:
+                    del state.stored[key]
         finally:
             if outcome is None:
                 # Cancelled before the effect (server shutdown): let a retry run it.
@@ -669,6 +958,24 @@ def create_app(
             lambda _body, _key: state.do_cancel(shipment_id),
             target=shipment_id,
             undo=True,
+        )
+
+    @app.post("/inventory/reservations/release")
+    async def release_by_key(request: Request) -> JSONResponse:
+        return await mutate(
+            request, "inventory.release_by_key", _ReleaseByKeyIn, state.do_release_by_key, undo=True
+        )
+
+    @app.post("/payments/refunds")
+    async def refund_by_key(request: Request) -> JSONResponse:
+        return await mutate(
+            request, "payments.refund_by_key", _RefundByKeyIn, state.do_refund_by_key, undo=True
+        )
+
+    @app.post("/shipping/shipments/cancel")
+    async def cancel_by_key(request: Request) -> JSONResponse:
+        return await mutate(
+            request, "shipping.cancel_by_key", _CancelByKeyIn, state.do_cancel_by_key, undo=True
         )
 
     @app.get("/audit")

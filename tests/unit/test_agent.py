@@ -756,3 +756,71 @@ def test_http_service_unknown_operation_is_permanent_and_sends_nothing() -> None
 
     assert raised.value.code == "unknown_operation"
     assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("name", "operation", "path", "answer", "expected"),
+    [
+        (
+            "inventory",
+            "release",
+            "/inventory/reservations/release",
+            {"undone": True, "forwardKey": "o-1:reserve_inventory", "reservationId": "res_1"},
+            {"undone": "true", "reservationId": "res_1"},
+        ),
+        (
+            "payment",
+            "refund",
+            "/payments/refunds",
+            {
+                "undone": True,
+                "chargeId": "ch_1",
+                "refundId": "re_1",
+                "amount": "12.50",
+                "refundedTotal": "12.50",
+            },
+            {"undone": "true", "chargeId": "ch_1", "refundId": "re_1", "amount": "12.50"},
+        ),
+        (
+            "shipping",
+            "cancel",
+            "/shipping/shipments/cancel",
+            {"undone": False, "forwardKey": "o-1:ship", "reason": "never_applied"},
+            {"undone": "false", "reason": "never_applied"},
+        ),
+    ],
+    ids=["release", "refund", "cancel-never-applied"],
+)
+def test_http_service_undo_routes_post_by_forward_key_and_stringify_booleans_as_json(
+    name: str, operation: str, path: str, answer: dict[str, Any], expected: dict[str, str]
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=answer)
+
+    payload = {"forwardKey": "o-1:step", "reservationId": "res_1"}
+    result = http_service(name, handler).call(
+        operation, payload, order_id="o-1", idempotency_key="o-1:step:undo", timeout_s=2.0
+    )
+
+    assert result == expected
+    [request] = seen
+    assert request.url == f"http://demo.test{path}"
+    assert request.headers["Idempotency-Key"] == "o-1:step:undo"
+    assert json.loads(request.content) == {
+        "orderId": "o-1",
+        "forwardKey": "o-1:step",
+        "reservationId": "res_1",
+    }
+
+
+def test_http_service_undo_in_progress_is_transient() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "request_in_progress", "permanent": False})
+
+    with pytest.raises(TransientError):
+        http_service("inventory", handler).call(
+            "release", {"forwardKey": "o-1:reserve"}, order_id="o-1", idempotency_key="k", timeout_s=1.0
+        )

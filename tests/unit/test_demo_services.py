@@ -471,3 +471,325 @@ def test_the_audit_reads_the_header_the_agents_send() -> None:
     from agents.services import INSTANCE_HEADER as SENT  # noqa: PLC0415 (one test's cross-check)
 
     assert SENT == INSTANCE_HEADER
+
+
+# --- undo by the forward call's key -------------------------------------------
+
+
+def release_by_key(client: TestClient, order: str, forward: str, **extra: str) -> httpx.Response:
+    body = {"orderId": order, "forwardKey": forward, **extra}
+    return post(client, "/inventory/reservations/release", body, f"{forward}:undo")
+
+
+def test_undo_by_key_after_a_reserve_releases_the_stock_exactly_once(client: TestClient) -> None:
+    reservation = reserve(client, "o1", [("10", 3)], key="o1:reserve_inventory").json()["reservationId"]
+    assert reserve(client, "o2", [("10", 4)]).status_code == 201
+
+    undone = release_by_key(client, "o1", "o1:reserve_inventory", reservationId=reservation)
+    replay = release_by_key(client, "o1", "o1:reserve_inventory", reservationId=reservation)
+    other_key = post(
+        client,
+        "/inventory/reservations/release",
+        {"orderId": "o1", "forwardKey": "o1:reserve_inventory"},
+        "operator:release",
+    )
+
+    assert undone.status_code == 200
+    assert undone.json() == {
+        "undone": True,
+        "forwardKey": "o1:reserve_inventory",
+        "orderId": "o1",
+        "reservationId": reservation,
+        "alreadyUndone": False,
+    }
+    assert replay.status_code == 200
+    assert replay.json() == undone.json()
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert other_key.status_code == 200
+    assert other_key.json()["undone"] is True
+    assert other_key.json()["alreadyUndone"] is True
+    assert available(client, "10") == 6  # 10 - 3 - 4 + 3: released once, o2 keeps its 4
+    summary = client.get("/orders/o1/facts").json()["summary"]
+    assert (summary["activeReservations"], summary["undone"]) == (0, 1)
+    report = audit(client)
+    assert report["undo_effects_total"] == 1
+    assert report["effects_total"] == 3
+    assert report["keys"]["o1:reserve_inventory:undo"]["effects"] == 1
+    assert report["keys"]["o1:reserve_inventory:undo"]["undo"] is True
+    assert report["keys"]["operator:release"]["effects"] == 0
+
+
+def test_undo_by_key_after_a_release_by_id_undoes_nothing_more(client: TestClient) -> None:
+    reservation = reserve(client, "o1", [("10", 3)]).json()["reservationId"]
+    assert post(client, f"/inventory/reservations/{reservation}/release", {}, "op:release").status_code == 200
+
+    undone = release_by_key(client, "o1", "o1:reserve")
+
+    assert undone.status_code == 200
+    assert (undone.json()["undone"], undone.json()["alreadyUndone"]) == (True, True)
+    assert undone.json()["reservationId"] == reservation
+    assert available(client, "10") == 10
+    assert client.get("/orders/o1/facts").json()["summary"]["undone"] == 0
+    assert audit(client)["undo_effects_total"] == 1  # the release by id
+
+
+def test_undo_before_the_forward_call_tombstones_the_key(client: TestClient) -> None:
+    undone = release_by_key(client, "o1", "o1:reserve_inventory")
+    late = reserve(client, "o1", [("10", 3)], key="o1:reserve_inventory")
+    again = reserve(client, "o1", [("10", 3)], key="o1:reserve_inventory")
+
+    assert undone.status_code == 200
+    assert undone.json() == {
+        "undone": False,
+        "forwardKey": "o1:reserve_inventory",
+        "orderId": "o1",
+        "reason": "never_applied",
+    }
+    assert late.status_code == 409
+    assert late.json()["error"] == "cancelled"
+    assert late.json()["permanent"] is True
+    assert late.json()["undoKey"] == "o1:reserve_inventory:undo"
+    assert again.status_code == 409
+    assert "Idempotent-Replayed" not in again.headers
+    assert available(client, "10") == 10
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["reservations"] == []
+    assert facts["tombstones"] == [
+        {
+            "forwardKey": "o1:reserve_inventory",
+            "orderId": "o1",
+            "undoKey": "o1:reserve_inventory:undo",
+            "reason": "never_applied",
+        }
+    ]
+    assert facts["summary"]["undone"] == 0
+    report = audit(client)
+    entry = report["keys"]["o1:reserve_inventory"]
+    assert (entry["calls"], entry["effects"], entry["refusedAfterUndo"], entry["status"]) == (2, 0, 2, 409)
+    assert report["forward_after_undo"] == 2
+    assert (report["effects_total"], report["undo_effects_total"]) == (0, 0)
+    # Undoing again, under its key or another one, keeps the first tombstone.
+    assert release_by_key(client, "o1", "o1:reserve_inventory").headers["Idempotent-Replayed"] == "true"
+    other = post(
+        client,
+        "/inventory/reservations/release",
+        {"orderId": "o1", "forwardKey": "o1:reserve_inventory"},
+        "operator:release",
+    )
+    assert other.json()["reason"] == "never_applied"
+    assert len(client.get("/orders/o1/facts").json()["tombstones"]) == 1
+
+
+def test_a_forward_call_still_before_its_stored_entry_loses_to_the_undo() -> None:
+    # The latency fault delays the forward call after it arrived but before its key is looked up.
+    app = create_app(make_catalog(), FaultPlan(latency_rate=1.0, latency_s=0.3))
+    forward = {"orderId": "o1", "items": [{"sku": "10", "quantity": 4}]}
+    undo = {"orderId": "o1", "forwardKey": "o1:reserve_inventory"}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://demo") as http:
+
+            async def undo_soon() -> httpx.Response:
+                await asyncio.sleep(0.05)
+                headers = {"Idempotency-Key": "o1:reserve_inventory:undo"}
+                return await http.post("/inventory/reservations/release", json=undo, headers=headers)
+
+            headers = {"Idempotency-Key": "o1:reserve_inventory"}
+            return await asyncio.gather(
+                http.post("/inventory/reservations", json=forward, headers=headers), undo_soon()
+            )
+
+    late, undone = asyncio.run(scenario())
+
+    assert undone.status_code == 200
+    assert (undone.json()["undone"], undone.json()["reason"]) == (False, "never_applied")
+    assert late.status_code == 409
+    assert late.json()["error"] == "cancelled"
+    with TestClient(app) as client:
+        assert available(client, "10") == 10
+        assert audit(client)["forward_after_undo"] == 1
+
+
+def test_undo_while_a_hung_forward_call_is_in_flight_waits_for_it() -> None:
+    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=1.0))
+    server, thread = serve_in_thread(app, "127.0.0.1", 0)
+    try:
+        forward = {"orderId": "o1", "items": [{"sku": "20", "quantity": 2}]}
+        undo = {"orderId": "o1", "forwardKey": "o1:reserve_inventory"}
+        undo_headers = {"Idempotency-Key": "o1:reserve_inventory:undo"}
+        with httpx.Client(base_url=server_url(server), timeout=0.2) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                http.post(
+                    "/inventory/reservations",
+                    json=forward,
+                    headers={"Idempotency-Key": "o1:reserve_inventory"},
+                )
+            busy = http.post("/inventory/reservations/release", json=undo, headers=undo_headers)
+            assert busy.status_code == 409
+            assert busy.json()["error"] == "request_in_progress"
+            assert busy.json()["permanent"] is False
+            assert busy.json()["forwardKey"] == "o1:reserve_inventory"
+            assert http.get("/stock/20").json()["available"] == 5  # the hung call has not applied yet
+
+            deadline = time.monotonic() + 5.0
+            while http.get("/stock/20").json()["available"] != 3:
+                assert time.monotonic() < deadline, "the hung request never applied its effect"
+                time.sleep(0.05)
+            undone = http.post("/inventory/reservations/release", json=undo, headers=undo_headers)
+
+            assert undone.status_code == 200
+            assert "Idempotent-Replayed" not in undone.headers  # the 409 was not stored
+            assert undone.json()["undone"] is True
+            assert undone.json()["alreadyUndone"] is False
+            assert http.get("/stock/20").json()["available"] == 5
+            facts = http.get("/orders/o1/facts").json()
+            assert facts["tombstones"] == []
+            assert (facts["summary"]["activeReservations"], facts["summary"]["undone"]) == (0, 1)
+            assert undone.json()["reservationId"] == facts["reservations"][0]["reservationId"]
+            report = http.get("/audit").json()
+            assert (report["effects_total"], report["undo_effects_total"]) == (2, 1)
+            assert report["keys"]["o1:reserve_inventory:undo"]["calls"] == 2
+            assert report["forward_after_undo"] == 0
+    finally:
+        stop(server, thread)
+    assert not thread.is_alive()
+
+
+def test_refund_by_key_refunds_the_net_charge_once(client: TestClient) -> None:
+    charged = charge(client, "o1", GOOD_CUSTOMER, "100.00").json()
+    charge_id = charged["chargeId"]
+    assert (
+        post(client, f"/payments/charges/{charge_id}/refund", {"amount": "40.00"}, "op:r1").status_code == 200
+    )
+    # What the compensation sends: the forward key and the compensation entry's data.
+    body = {"orderId": "o1", "forwardKey": "o1:charge", "chargeId": charge_id, "amount": "100.00"}
+    body |= {"currency": "USD"}
+
+    refunded = post(client, "/payments/refunds", body, "o1:charge:undo")
+    replay = post(client, "/payments/refunds", body, "o1:charge:undo")
+    again = post(client, "/payments/refunds", {"orderId": "o1", "forwardKey": "o1:charge"}, "op:refund")
+
+    assert refunded.status_code == 200
+    answer = refunded.json()
+    assert answer["refundId"].startswith("re_")
+    assert {k: v for k, v in answer.items() if k != "refundId"} == {
+        "undone": True,
+        "forwardKey": "o1:charge",
+        "orderId": "o1",
+        "chargeId": charge_id,
+        "amount": "60.00",
+        "refundedTotal": "100.00",
+        "alreadyUndone": False,
+    }
+    assert replay.json() == answer
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert again.status_code == 200
+    assert again.json()["undone"] is True
+    assert again.json()["alreadyUndone"] is True
+    assert again.json()["amount"] == "0.00"
+    assert again.json()["refundId"] == answer["refundId"]
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["summary"]["netCharged"] == "0.00"
+    assert facts["summary"]["undone"] == 1
+    assert [r["amount"] for r in facts["refunds"]] == ["40.00", "60.00"]
+    assert facts["refunds"][1]["idempotencyKey"] == "o1:charge:undo"
+    assert audit(client)["undo_effects_total"] == 2
+
+
+def test_refund_by_key_without_an_amount_refunds_it_all_and_checks_one_sent(client: TestClient) -> None:
+    charge_id = charge(client, "o1", GOOD_CUSTOMER, "25.50").json()["chargeId"]
+    base = {"orderId": "o1", "forwardKey": "o1:charge"}
+
+    partial = post(client, "/payments/refunds", {**base, "amount": "10.00"}, "o1:charge:undo-1")
+    wrong_charge = post(client, "/payments/refunds", {**base, "chargeId": "ch_other"}, "o1:charge:undo-2")
+    full = post(client, "/payments/refunds", base, "o1:charge:undo")
+
+    assert partial.status_code == 422
+    assert partial.json()["error"] == "refund_amount_mismatch"
+    assert partial.json()["permanent"] is True
+    assert (partial.json()["charged"], partial.json()["refundable"]) == ("25.50", "25.50")
+    assert wrong_charge.status_code == 422
+    assert wrong_charge.json()["error"] == "effect_mismatch"
+    assert wrong_charge.json()["expected"] == charge_id
+    assert full.status_code == 200
+    assert (full.json()["amount"], full.json()["refundedTotal"]) == ("25.50", "25.50")
+    assert client.get("/orders/o1/facts").json()["summary"]["netCharged"] == "0.00"
+    assert audit(client)["undo_effects_total"] == 1
+
+
+def test_undo_of_a_declined_charge_is_refused_and_tombstones_the_key(client: TestClient) -> None:
+    assert charge(client, "o1", BROKE_CUSTOMER, "10.00").status_code == 402
+
+    undone = post(client, "/payments/refunds", {"orderId": "o1", "forwardKey": "o1:charge"}, "o1:charge:undo")
+    retried = charge(client, "o1", BROKE_CUSTOMER, "10.00")
+
+    assert undone.status_code == 200
+    assert undone.json() == {"undone": False, "forwardKey": "o1:charge", "orderId": "o1", "reason": "refused"}
+    assert retried.status_code == 409  # cancelled, no longer the stored 402
+    assert retried.json()["error"] == "cancelled"
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["charges"] == []
+    assert facts["refunds"] == []
+    assert facts["tombstones"][0]["reason"] == "refused"
+    assert facts["summary"]["netCharged"] == "0.00"
+    assert audit(client)["keys"]["o1:charge"]["refusedAfterUndo"] == 1
+
+
+def test_cancel_by_key_cancels_the_shipment(client: TestClient) -> None:
+    items = [{"sku": "10", "quantity": 1}]
+    shipped = post(
+        client, "/shipping/shipments", {"orderId": "o1", "carrier": "MAIL", "items": items}, "o1:ship"
+    ).json()
+    body = {"orderId": "o1", "forwardKey": "o1:ship", "shipmentId": shipped["shipmentId"], "carrier": "MAIL"}
+
+    cancelled = post(client, "/shipping/shipments/cancel", body, "o1:ship:undo")
+    by_id = post(client, f"/shipping/shipments/{shipped['shipmentId']}/cancel", {}, "op:cancel")
+
+    assert cancelled.status_code == 200
+    assert cancelled.json() == {
+        "undone": True,
+        "forwardKey": "o1:ship",
+        "orderId": "o1",
+        "shipmentId": shipped["shipmentId"],
+        "alreadyUndone": False,
+    }
+    assert by_id.json()["alreadyCancelled"] is True
+    summary = client.get("/orders/o1/facts").json()["summary"]
+    assert (summary["activeShipments"], summary["undone"]) == (0, 1)
+    report = audit(client)
+    assert (report["effects_total"], report["undo_effects_total"]) == (2, 1)
+
+
+def test_undo_by_key_refuses_keys_it_does_not_own(client: TestClient) -> None:
+    reservation = reserve(client, "o1", [("10", 2)]).json()["reservationId"]
+    assert charge(client, "o1", GOOD_CUSTOMER, "5.00").status_code == 201
+
+    other_endpoint = release_by_key(client, "o1", "o1:charge")
+    wrong_id = release_by_key(client, "o1", "o1:reserve", reservationId="res_other")
+    other_order = post(
+        client, "/inventory/reservations/release", {"orderId": "o2", "forwardKey": "o1:reserve"}, "o2:undo"
+    )
+    no_key = post(
+        client, "/inventory/reservations/release", {"orderId": "o1", "forwardKey": "o1:reserve"}, None
+    )
+
+    assert other_endpoint.status_code == 422
+    assert other_endpoint.json()["error"] == "forward_key_mismatch"
+    assert other_endpoint.json()["endpoint"] == "payments.charge"
+    assert wrong_id.status_code == 422
+    assert wrong_id.json() == {
+        "error": "effect_mismatch",
+        "permanent": True,
+        "forwardKey": "o1:reserve",
+        "sent": "res_other",
+        "expected": reservation,
+    }
+    assert other_order.status_code == 422
+    assert other_order.json()["error"] == "invalid_request"
+    assert no_key.status_code == 400
+    assert available(client, "10") == 8
+    facts = client.get("/orders/o1/facts").json()
+    assert facts["tombstones"] == []
+    assert facts["summary"]["netCharged"] == "5.00"
+    assert audit(client)["undo_effects_total"] == 0
