@@ -10,7 +10,15 @@ import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
 
 from activities.admission import AdmissionControl
-from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
+from activities.compensation import begin_compensation, finish_compensation, start_undo
+from activities.contracts import (
+    BEGIN_COMPENSATION,
+    FINISH_COMPENSATION,
+    FINISH_ORDER,
+    RECORD_STEP_FAILURE,
+    START_STEP,
+    START_UNDO,
+)
 from activities.steps import finish_order, record_step_failure, start_step
 from activities.submission import handle_submission
 from function_host import dependencies, settle_trigger_message
@@ -70,3 +78,24 @@ def finish_order_activity(payload: dict[str, Any]) -> dict[str, Any]:
 def record_step_failure_activity(payload: dict[str, Any]) -> dict[str, Any]:
     """Fenced write of a retryable step failure."""
     return record_step_failure(payload, dependencies())
+
+
+@bp.function_name(BEGIN_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def begin_compensation_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write moving the order to Compensating; returns the steps to undo."""
+    return begin_compensation(payload, dependencies())
+
+
+@bp.function_name(START_UNDO)
+@bp.activity_trigger(input_name="payload")
+def start_undo_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write starting an undo, then the undo request."""
+    return start_undo(payload, dependencies())
+
+
+@bp.function_name(FINISH_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def finish_compensation_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write of the compensation's outcome, then the client's reply."""
+    return finish_compensation(payload, dependencies())

@@ -27,6 +27,25 @@ RECORD_STEP_FAILURE = "record_step_failure"
 supervisor recovers it on its next sweep instead of waiting for the old deadline."""
 
 
+BEGIN_COMPENSATION = "begin_compensation"
+"""Fenced write: forward progress is impossible; record why, move the order to Compensating (or to Error
+past a point of no return) and return the steps to undo, in undo order."""
+
+START_UNDO = "start_undo"
+"""Fenced write: record the previous undo, mark the next compensation entry Compensating with its
+completeBy, then send the undo request to the step's agent; returns the completeBy for the timer."""
+
+FINISH_COMPENSATION = "finish_compensation"
+"""Fenced write: Compensated (every entry undone) or CompensationFailed (an undo failed for good), then
+the client's reply (and an operator alert for CompensationFailed)."""
+
+
+def undo_step_name(step: str) -> str:
+    """The pseudo-step an undo runs as, ``{step}:undo``: it names the request (``{instanceId}:{step}:undo``),
+    the response event and the custom status, so the listener's rules apply to undos unchanged."""
+    return f"{step}:undo"
+
+
 class ContractModel(BaseModel):
     """Base of activity payloads: camelCase JSON, immutable, unknown fields rejected."""
 
@@ -49,6 +68,7 @@ class OrchestrationInput(ContractModel):
         max_calls: The order's remaining retry budget at claim time.
         step_timeout_s: Seconds per step for steps whose definition sets none (``STEP_TIMEOUT_S``);
             carried in the input because orchestrator code must not read settings.
+        compensate: The record is ``Compensating``: this attempt resumes the undo, it runs no step.
     """
 
     order_id: str
@@ -58,6 +78,7 @@ class OrchestrationInput(ContractModel):
     response_queue: str
     max_calls: int
     step_timeout_s: float = Field(gt=0)
+    compensate: bool = False
 
 
 class StepResult(ContractModel):
@@ -129,6 +150,62 @@ class StartStepInput(ContractModel):
         return self.deadline
 
 
+class BeginCompensationInput(ContractModel):
+    """Input of :data:`BEGIN_COMPENSATION`.
+
+    Attributes:
+        order_id / instance_id / workflow_version: As for :class:`StartStepInput`.
+        error: Why forward progress stopped (None when resuming a compensation already begun).
+        timeout_s: Seconds until the record's completeBy, should the attempt die before its first undo.
+        completed: A step that succeeded but whose completion is not recorded yet: recorded first, so
+            its compensation entry exists.
+    """
+
+    order_id: str
+    instance_id: str
+    workflow_version: str
+    timeout_s: float = Field(gt=0)
+    error: StepError | None = None
+    completed: StepResult | None = None
+
+
+class UndoResult(ContractModel):
+    """A successful undo, recorded by the next fenced write (like :class:`StepResult`)."""
+
+    step: str
+    result: dict[str, str] = Field(default_factory=dict)
+    calls: int = 0
+
+
+class StartUndoInput(ContractModel):
+    """Input of :data:`START_UNDO`.
+
+    Attributes:
+        step: The forward step whose compensation entry to undo.
+        timeout_s: Seconds the undo may take; its completeBy is the activity's now plus this.
+        undone: The previous undo's result, recorded in the same write, if any.
+        response_queue: Where the agent must answer.
+    """
+
+    order_id: str
+    instance_id: str
+    workflow_version: str
+    step: str
+    timeout_s: float = Field(gt=0)
+    undone: UndoResult | None = None
+    response_queue: str
+
+
+class FinishCompensationInput(ContractModel):
+    """Input of :data:`FINISH_COMPENSATION`: the last undo's result, or the error that stopped it."""
+
+    order_id: str
+    instance_id: str
+    workflow_version: str
+    undone: UndoResult | None = None
+    failed: StepError | None = None
+
+
 class Outcome(StrEnum):
     """How an order ended, as the orchestration reports it to :data:`FINISH_ORDER`."""
 
@@ -170,6 +247,8 @@ class FencedWriteResult(ContractModel):
         budget_exhausted: The step was not started: the order's retry budget has no calls left.
         complete_by: :data:`START_STEP` only: the step's deadline (UTC) as written in the record; the
             orchestration's durable timer fires at it. Absent in results of earlier versions.
+        undo_steps: :data:`BEGIN_COMPENSATION` only: the steps still to undo, in undo order.
+        process_state: The record's ``processState`` after the write (compensation activities).
     """
 
     applied: bool
@@ -178,3 +257,5 @@ class FencedWriteResult(ContractModel):
     remaining_calls: int = 0
     budget_exhausted: bool = False
     complete_by: UtcDatetime | None = None
+    undo_steps: tuple[str, ...] = ()
+    process_state: str | None = None

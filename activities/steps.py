@@ -326,8 +326,9 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     """Activity :data:`activities.contracts.RECORD_STEP_FAILURE`.
 
-    Records a retryable failure in ``lastError``, spends the calls made, and sets ``completeBy`` to now
-    so the supervisor's next sweep recovers the order (re-queue with backoff, or give up).
+    Records a retryable failure in ``lastError`` (``compensationError`` for an undo), spends the calls
+    made (undos spend none), and sets ``completeBy`` to now so the supervisor's next sweep recovers the
+    order (re-queue with backoff, or give up).
 
     Returns:
         A :class:`FencedWriteResult` as JSON.
@@ -335,6 +336,17 @@ def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
     data = RecordStepFailureInput.model_validate(payload)
 
     def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is ProcessState.COMPENSATING:
+            # An undo that failed for now: keep the forward cause in lastError; undos spend no budget.
+            recorded = record.compensation_error
+            if recorded is not None and recorded.at == data.at and record.complete_by == data.at:
+                return None
+            error = data.error
+            record.compensation_error = LastError(
+                kind=error.kind, message=error.message, step=error.step, code=error.code, at=data.at
+            )
+            record.complete_by = data.at
+            return record
         if record.process_state is not ProcessState.PROCESSING:
             return None
         if (
@@ -358,7 +370,8 @@ def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         code=data.error.code,
     )
     return FencedWriteResult(
-        applied=outcome.applied and outcome.record.process_state is ProcessState.PROCESSING,
+        applied=outcome.applied
+        and outcome.record.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING),
         fenced=outcome.fenced,
         reason=outcome.reason,
         remaining_calls=outcome.record.retry_budget.remaining,

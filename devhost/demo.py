@@ -49,6 +49,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from activities.compensation import PAST_POINT_OF_NO_RETURN
 from demo.faults import FaultPlan
 from demo.tpch import (
     DEFAULT_STOCK_DIVISOR,
@@ -309,14 +310,29 @@ def all_records(states: StateStore) -> list[StateRecord]:
             return out
 
 
+def active_effects(facts: dict[str, Any]) -> int:
+    """Effects of an order still in place at the demo services: reservations not released, shipments
+    not cancelled, and a charge not fully refunded (counted once)."""
+    summary = facts.get("summary", {})
+    charged = summary.get("netCharged", "0.00") not in ("0.00", "0", None)
+    return int(summary.get("activeReservations", 0)) + int(summary.get("activeShipments", 0)) + int(charged)
+
+
 def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any], max_failures: int) -> str:
-    """How an order ended compared with what its data says: ``ok``, ``exhausted``, ``not_terminal`` or
-    ``mismatched:<why>``."""
+    """How an order ended compared with what its data says.
+
+    Returns:
+        ``ok``; ``exhausted`` (the injected faults pushed it past the supervisor's threshold or the retry
+        budget, and it was compensated); ``escalated`` (stopped past a point of no return, left for an
+        operator); ``compensation_failed``; ``not_terminal``; or ``mismatched:<why>``.
+    """
     if record is None:
         return "mismatched:no state record"
     if record.process_state not in SETTLED_STATES:
         return "not_terminal"
     summary = facts.get("summary", {})
+    error = record.last_error
+    code = error.code if error else None
     if record.process_state is ProcessState.PROCESSED:
         if customer_declined(order):
             return "mismatched:processed a declined customer"
@@ -325,19 +341,23 @@ def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any]
         if summary.get("netCharged") != f"{order.amount:.2f}":
             return "mismatched:charged amount differs from the order total"
         return "ok"
+    if record.process_state is ProcessState.COMPENSATION_FAILED:
+        return "compensation_failed"
     if record.process_state is ProcessState.ERROR:
-        error = record.last_error
-        code = error.code if error else None
-        if code == "card_declined":
-            return "ok" if customer_declined(order) else "mismatched:declined a customer in credit"
-        if code == "out_of_stock":
-            declines = [d for d in facts.get("declines", []) if d.get("error") == "out_of_stock"]
-            justified = any(int(d["available"]) < int(d["requested"]) for d in declines)
-            return "ok" if justified else "mismatched:out of stock without a justified decline"
-        if record.failure_count >= max_failures or record.retry_budget.remaining <= 0:
-            return "exhausted"
-        return f"mismatched:error {code}"
-    return f"mismatched:{record.process_state.value}"
+        return "escalated" if code == PAST_POINT_OF_NO_RETURN else f"mismatched:error {code}"
+    if record.process_state is not ProcessState.COMPENSATED:
+        return f"mismatched:{record.process_state.value}"
+    if active_effects(facts):
+        return "mismatched:compensated but effects remain"
+    if code == "card_declined":
+        return "ok" if customer_declined(order) else "mismatched:declined a customer in credit"
+    if code == "out_of_stock":
+        declines = [d for d in facts.get("declines", []) if d.get("error") == "out_of_stock"]
+        justified = any(int(d["available"]) < int(d["requested"]) for d in declines)
+        return "ok" if justified else "mismatched:out of stock without a justified decline"
+    if code in ("too_many_failures", "retry_budget_exhausted") or record.failure_count >= max_failures:
+        return "exhausted"
+    return f"mismatched:compensated for {code}"
 
 
 def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]) -> dict[str, str]:
@@ -398,10 +418,20 @@ def summarise(
         "compensation_failed": states[ProcessState.COMPENSATION_FAILED],
         "awaiting_review": states[ProcessState.AWAITING_REVIEW],
         "not_terminal": submitted - settled,
+        # Effects left in place by orders that did not complete, except those an operator owns
+        # (CompensationFailed, or stopped past a point of no return): must be 0.
+        "uncompensated_effects": sum(
+            active_effects(facts[o.order_id])
+            for o in catalog.orders
+            if verdicts[o.order_id] not in ("compensation_failed", "escalated")
+            and (rec := records.get(o.order_id)) is not None
+            and rec.process_state is not ProcessState.PROCESSED
+        ),
         "duplicate_effects": int(audit["duplicate_effects"]) + int(audit.get("duplicate_order_effects", 0)),
         "mismatched": len(mismatched),
         "overlapping_attempts": len(overlaps),
         "exhausted": sum(1 for v in verdicts.values() if v == "exhausted"),
+        "escalated": sum(1 for v in verdicts.values() if v == "escalated"),
         "declined_card": sum(
             1 for r in records.values() if r.last_error and r.last_error.code == "card_declined"
         ),
@@ -425,6 +455,7 @@ def summarise(
 INVARIANTS = (
     "not_terminal",
     "duplicate_effects",
+    "uncompensated_effects",
     "mismatched",
     "overlapping_attempts",
     "missing_final_replies",

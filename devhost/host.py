@@ -24,7 +24,15 @@ from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 
 from activities.admission import AdmissionControl
-from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
+from activities.compensation import begin_compensation, finish_compensation, start_undo
+from activities.contracts import (
+    BEGIN_COMPENSATION,
+    FINISH_COMPENSATION,
+    FINISH_ORDER,
+    RECORD_STEP_FAILURE,
+    START_STEP,
+    START_UNDO,
+)
 from activities.steps import ActivityDeps, finish_order, record_step_failure, start_step
 from activities.submission import handle_submission
 from agents.agent import handle_request
@@ -71,6 +79,9 @@ def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: ActivityD
     worker.add_activity(_activity(START_STEP, start_step, deps))
     worker.add_activity(_activity(FINISH_ORDER, finish_order, deps))
     worker.add_activity(_activity(RECORD_STEP_FAILURE, record_step_failure, deps))
+    worker.add_activity(_activity(BEGIN_COMPENSATION, begin_compensation, deps))
+    worker.add_activity(_activity(START_UNDO, start_undo, deps))
+    worker.add_activity(_activity(FINISH_COMPENSATION, finish_compensation, deps))
 
 
 def free_port() -> int:

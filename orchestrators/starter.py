@@ -72,10 +72,15 @@ class StarterReport:
     already_started: int = 0
 
 
+CLAIMABLE_STATES = (ProcessState.PENDING, ProcessState.COMPENSATING)
+"""States a starter claims when unlocked and ready: ``Pending`` (run the steps) and ``Compensating``
+(resume the undo: the supervisor unlocked it after its attempt expired, or gave up forward progress)."""
+
+
 def claim(
     states: StateStore, found: Versioned[StateRecord], clock: Clock, settings: Settings
 ) -> Versioned[StateRecord] | None:
-    """Claim one ``Pending`` record with a conditional write.
+    """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
 
     Args:
         states: The state store.
@@ -90,13 +95,15 @@ def claim(
     record = found.item
     now = clock.now()
     if (
-        record.process_state is not ProcessState.PENDING
+        record.process_state not in CLAIMABLE_STATES
         or record.locked_by is not None
         or (record.next_attempt_at is not None and record.next_attempt_at > now)
     ):
         return None
     claimed = record.model_copy(deep=True)
-    claimed.process_state = ProcessState.PROCESSING
+    # A Compensating record stays Compensating: the new attempt resumes the undo.
+    if record.process_state is ProcessState.PENDING:
+        claimed.process_state = ProcessState.PROCESSING
     claimed.attempt = record.attempt + 1
     claimed.locked_by = instance_id_for(record.order_id, claimed.attempt)
     claimed.complete_by = now + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
@@ -126,6 +133,7 @@ def start_attempt(
         response_queue=response_queue,
         max_calls=record.retry_budget.remaining,
         step_timeout_s=step_timeout_s,
+        compensate=record.process_state is ProcessState.COMPENSATING,
     ).to_payload()
     return client.start(ORDER_WORKFLOW, record.locked_by, payload)
 
@@ -159,7 +167,7 @@ def run_starter_pass(
     wanted = min(capacity, settings.STARTER_BATCH)
     if wanted <= 0:
         return report
-    query = StateQuery(process_states=(ProcessState.PENDING,), unlocked=True, ready_at=clock.now())
+    query = StateQuery(process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now())
     continuation: str | None = None
     while len(report.claimed) < wanted:
         try:

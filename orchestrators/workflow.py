@@ -20,17 +20,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from activities.contracts import (
+    BEGIN_COMPENSATION,
+    FINISH_COMPENSATION,
     FINISH_ORDER,
     RECORD_STEP_FAILURE,
     START_STEP,
+    START_UNDO,
+    BeginCompensationInput,
     FencedWriteResult,
+    FinishCompensationInput,
     FinishOrderInput,
     OrchestrationInput,
     Outcome,
     RecordStepFailureInput,
     StartStepInput,
+    StartUndoInput,
     StepError,
     StepResult,
+    UndoResult,
+    undo_step_name,
 )
 from orchestrators.context import (
     ActivityFailed,
@@ -39,7 +47,7 @@ from orchestrators.context import (
     WorkflowGenerator,
     WorkflowTask,
 )
-from orchestrators.definitions import StepDefinition, workflow_for
+from orchestrators.definitions import WorkflowDefinition, workflow_for
 from orderflow.errors import ErrorKind
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import instance_id_for
@@ -54,6 +62,9 @@ WAITING_PREFIX = "waiting:"
 of the step an instance is waiting on. It is set before the activity that sends the request, so it is
 committed before any response can exist."""
 
+COMPENSATING_STATUS = "compensating"
+"""Custom status while a compensation begins or finishes (an undo in flight is ``waiting:<step>:undo``)."""
+
 STATE_WRITE_RETRY = ActivityRetry(first_interval_s=1.0, max_attempts=4, backoff=2.0, max_interval_s=4.0)
 """Retries of a state write that raised (store unavailable). Small: past them the record simply stays
 ``Processing`` and the supervisor recovers it, which is the slow path, not a loss."""
@@ -67,13 +78,17 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         payload: An :class:`OrchestrationInput` as JSON.
 
     Returns:
-        A small summary ``{"outcome": ..., "step": ...}``: ``Processed``, ``Error``, ``timeout``,
-        ``retryable`` or ``fenced``. The state store, not this value, is the truth.
+        A small summary ``{"outcome": ..., "step": ...}``: ``Processed``, ``Compensated``,
+        ``CompensationFailed``, ``Error``, ``timeout``, ``retryable`` or ``fenced``. The state store, not
+        this value, is the truth.
     """
     start = OrchestrationInput.model_validate(payload)
     definition = workflow_for(start.workflow_version)
     instance_id = instance_id_for(start.order_id, start.attempt)
     log = _ReplaySafeLog(ctx, start.order_id, instance_id)
+    if start.compensate:
+        # The record is Compensating: this attempt resumes the undo where the last one stopped.
+        return (yield from _compensate(ctx, start, definition, log))
     previous: StepResult | None = None
 
     for step in definition.steps:
@@ -96,16 +111,15 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
             ).to_payload(),
         )
         if started.budget_exhausted:
-            # No calls left for this step: the order cannot go forward.
+            # No calls left for this step: the order cannot go forward; undo what it did.
             spent = StepError(
                 step=step.name,
                 kind=ErrorKind.BUDGET.value,
                 code="retry_budget_exhausted",
                 message="the order's end-to-end retry budget is spent",
             )
-            yield from _finish(ctx, start, Outcome.ERROR, error=spent)
-            log.note("order.error", step.name, "retry_budget_exhausted")
-            return {"outcome": "Error", "step": step.name}
+            log.note("order.compensate", step.name, "retry_budget_exhausted")
+            return (yield from _compensate(ctx, start, definition, log, error=spent, completed=previous))
         if not started.applied:
             log.note("step.fenced", step.name, started.reason)
             return {"outcome": "fenced", "step": step.name}
@@ -113,7 +127,7 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         # started); a result of an earlier version carries none, so fall back to the scheduling time.
         deadline = started.complete_by or scheduled_at + timedelta(seconds=timeout_s)
 
-        response = yield from _await_response(ctx, step, instance_id, deadline)
+        response = yield from _await_response(ctx, step.name, instance_id, deadline)
         if response is None:
             # §3.4: the timer won. End without writing; the supervisor owns what happens next.
             log.note("step.timeout", step.name, deadline.isoformat())
@@ -131,9 +145,9 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
             calls=response.calls,
         )
         if error.kind == ErrorKind.PERMANENT.value:
-            yield from _finish(ctx, start, Outcome.ERROR, error=error)
-            log.note("order.error", step.name, error.code)
-            return {"outcome": "Error", "step": step.name}
+            # No retry changes a refusal: undo what was done.
+            log.note("order.compensate", step.name, error.code)
+            return (yield from _compensate(ctx, start, definition, log, error=error, completed=previous))
 
         # Transient faults outlasted the agent's retries within the deadline, or the budget ran out:
         # hand the order to the supervisor now rather than at the old deadline.
@@ -152,6 +166,120 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         return {"outcome": "fenced", "step": None}
     log.note("order.processed", None, None)
     return {"outcome": "Processed", "step": None}
+
+
+def _compensate(
+    ctx: WorkflowContext,
+    start: OrchestrationInput,
+    definition: WorkflowDefinition,
+    log: _ReplaySafeLog,
+    *,
+    error: StepError | None = None,
+    completed: StepResult | None = None,
+) -> WorkflowGenerator:
+    """Undo the order's completed steps (docs/design.md §4), in the order the begin write returns.
+
+    Each undo races its durable timer against the agent's answer like a forward step. A timeout ends the
+    instance without writing and a retryable failure hands the record to the supervisor: either way the
+    record stays ``Compensating`` and the next attempt resumes from the first entry not yet undone. A
+    permanent undo failure ends the compensation ``CompensationFailed``.
+    """
+    instance_id = instance_id_for(start.order_id, start.attempt)
+    ctx.set_custom_status(COMPENSATING_STATUS)
+    begun = yield from _write(
+        ctx,
+        BEGIN_COMPENSATION,
+        BeginCompensationInput(
+            order_id=start.order_id,
+            instance_id=instance_id,
+            workflow_version=definition.version,
+            timeout_s=start.step_timeout_s,
+            error=error,
+            completed=completed,
+        ).to_payload(),
+    )
+    if not begun.applied:
+        log.note("compensation.fenced", None, begun.reason)
+        return {"outcome": "fenced", "step": None}
+    if begun.process_state == "Error":
+        # A point of no return was passed: an operator completes the order.
+        log.note("order.error", None, "past_point_of_no_return")
+        return {"outcome": "Error", "step": None}
+
+    undone: UndoResult | None = None
+    for step in begun.undo_steps:
+        undo_name = undo_step_name(step)
+        scheduled_at = ctx.current_utc_datetime
+        ctx.set_custom_status(f"{WAITING_PREFIX}{undo_name}")
+        started = yield from _write(
+            ctx,
+            START_UNDO,
+            StartUndoInput(
+                order_id=start.order_id,
+                instance_id=instance_id,
+                workflow_version=definition.version,
+                step=step,
+                timeout_s=start.step_timeout_s,
+                undone=undone,
+                response_queue=start.response_queue,
+            ).to_payload(),
+        )
+        if not started.applied:
+            log.note("undo.fenced", undo_name, started.reason)
+            return {"outcome": "fenced", "step": undo_name}
+        deadline = started.complete_by or scheduled_at + timedelta(seconds=start.step_timeout_s)
+        response = yield from _await_response(ctx, undo_name, instance_id, deadline)
+        if response is None:
+            log.note("undo.timeout", undo_name, deadline.isoformat())
+            return {"outcome": "timeout", "step": undo_name}
+        if response.outcome is AgentOutcome.SUCCEEDED:
+            undone = UndoResult(step=step, result=response.result, calls=response.calls)
+            continue
+        failure = StepError(
+            step=undo_name,
+            kind=response.error_kind or ErrorKind.TRANSIENT.value,
+            code=response.error_code,
+            message=(response.error_message or "agent reported a failure")[:500],
+            calls=response.calls,
+        )
+        if failure.kind == ErrorKind.PERMANENT.value:
+            yield from _write(
+                ctx,
+                FINISH_COMPENSATION,
+                FinishCompensationInput(
+                    order_id=start.order_id,
+                    instance_id=instance_id,
+                    workflow_version=definition.version,
+                    undone=undone,
+                    failed=failure,
+                ).to_payload(),
+            )
+            log.note("order.compensation_failed", undo_name, failure.code)
+            return {"outcome": "CompensationFailed", "step": undo_name}
+        yield from _write(
+            ctx,
+            RECORD_STEP_FAILURE,
+            RecordStepFailureInput(
+                order_id=start.order_id, instance_id=instance_id, error=failure, at=ctx.current_utc_datetime
+            ).to_payload(),
+        )
+        log.note("undo.retryable", undo_name, failure.code)
+        return {"outcome": "retryable", "step": undo_name}
+
+    finished = yield from _write(
+        ctx,
+        FINISH_COMPENSATION,
+        FinishCompensationInput(
+            order_id=start.order_id,
+            instance_id=instance_id,
+            workflow_version=definition.version,
+            undone=undone,
+        ).to_payload(),
+    )
+    if not finished.applied:
+        return {"outcome": "fenced", "step": None}
+    log.note("order.compensated", None, None)
+    return {"outcome": "Compensated", "step": None}
 
 
 def _finish(
@@ -194,16 +322,16 @@ def _write(
 
 
 def _await_response(
-    ctx: WorkflowContext, step: StepDefinition, instance_id: str, deadline: datetime
+    ctx: WorkflowContext, step: str, instance_id: str, deadline: datetime
 ) -> Generator[WorkflowTask, Any, AgentResponse | None]:
-    """Race the step's durable timer against its response event.
+    """Race the durable timer of ``step`` (a step, or an undo's ``{step}:undo``) against its response.
 
     Returns:
         The agent response, or None when the timer fired first.
     """
-    expected = request_id_for(instance_id, step.name)
+    expected = request_id_for(instance_id, step)
     timer = ctx.create_timer(deadline)
-    event = ctx.wait_for_external_event(step_event_name(step.name))
+    event = ctx.wait_for_external_event(step_event_name(step))
     winner = yield ctx.when_any([event, timer])
     if winner is timer:
         return None

@@ -168,7 +168,13 @@ class CompensationEntry(Model):
         undo_key: Idempotency key of the undo, ``{orderId}:{step}:undo``.
         data: Only what the undo needs (a reservation id, a charge id and amount), never card data.
         recorded_at: UTC time the entry was appended.
-        status: ``Pending``, ``Compensated`` or ``CompensationFailed`` (progress of the undo).
+        status: Progress of the undo: ``Pending``, ``Compensating`` (an attempt started it),
+            ``Compensated`` or ``CompensationFailed``.
+        outcome_known: False for an entry appended when compensation began for a step whose outcome
+            no attempt recorded (it died mid-step): the effect may or may not exist, and the undo is
+            addressed by the step's idempotency key alone.
+        undo_result: The undo's result summary once ``Compensated`` (``undone`` true or false, ids).
+        undone_at: UTC time the undo was recorded.
     """
 
     step: str
@@ -178,6 +184,18 @@ class CompensationEntry(Model):
     data: dict[str, str] = Field(default_factory=dict)
     recorded_at: UtcDatetime
     status: str = "Pending"
+    outcome_known: bool = True
+    undo_result: dict[str, str] | None = None
+    undone_at: UtcDatetime | None = None
+
+
+class UndoStatus:
+    """Values of :attr:`CompensationEntry.status`."""
+
+    PENDING = "Pending"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    FAILED = "CompensationFailed"
 
 
 class RetryBudget(Model):
@@ -260,6 +278,8 @@ class StateRecord(Model):
     workflow_version: str
     schema_version: int = SCHEMA_VERSION
     last_error: LastError | None = None
+    compensation_error: LastError | None = None
+    compensation_failures: int = 0
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime

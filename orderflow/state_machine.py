@@ -24,7 +24,8 @@ PROCESS_TRANSITIONS: Mapping[ProcessState, frozenset[ProcessState]] = {
     P.AWAITING_REVIEW: frozenset({P.PROCESSING, P.PENDING, P.COMPENSATING, P.ERROR}),
     # An operator resubmits (Pending) or decides to undo (Compensating).
     P.ERROR: frozenset({P.PENDING, P.COMPENSATING}),
-    P.COMPENSATING: frozenset({P.COMPENSATED, P.COMPENSATION_FAILED, P.CANCELLED}),
+    # Done or stuck; Error when it finds a point of no return passed (an irreversible step's effect).
+    P.COMPENSATING: frozenset({P.COMPENSATED, P.COMPENSATION_FAILED, P.CANCELLED, P.ERROR}),
     # An operator retries a failed compensation.
     P.COMPENSATION_FAILED: frozenset({P.COMPENSATING}),
     P.PROCESSED: frozenset(),
@@ -48,7 +49,8 @@ IN_FLIGHT_STATES: frozenset[ProcessState] = frozenset({P.PENDING, P.PROCESSING})
 STEP_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     S.NOT_STARTED: frozenset({S.RUNNING}),
     # A running step may be started again by a later attempt (same status, attempts + 1).
-    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.NOT_STARTED}),
+    # ... or undone without a recorded outcome, when its attempt died mid-step.
+    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.NOT_STARTED, S.COMPENSATING}),
     S.FAILED: frozenset({S.RUNNING, S.COMPENSATING}),
     S.COMPLETED: frozenset({S.COMPENSATING}),
     S.COMPENSATING: frozenset({S.COMPENSATED, S.COMPENSATION_FAILED}),

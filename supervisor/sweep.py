@@ -11,7 +11,13 @@ record the supervisor makes one conditional write on the ETag it read (§3.5):
   ``SUPERVISOR_EXTENDED_BACKOFF_S`` once ``failureCount`` reaches ``SUPERVISOR_EXTENDED_BACKOFF_AFTER``:
   an order that kept failing is waiting on something that seconds will not fix (an outage downstream), so
   it waits long enough for that to clear instead of burning its last attempts and retry budget;
-- otherwise: ``Error`` with ``lastError``, an operator alert and a ``Failed`` reply to the client.
+- otherwise forward progress is over: ``Compensating``, unlocked and ready, with ``lastError`` naming
+  why (``too_many_failures`` or ``retry_budget_exhausted``) and an operator alert; a starter claims an
+  attempt that undoes the completed steps and replies (docs/design.md §4).
+
+An expired ``Compensating`` record (its undoing attempt died or timed out) is unlocked the same way for
+another attempt to resume the undo, counted in ``compensationFailures``; at ``SUPERVISOR_MAX_FAILURES`` it
+becomes ``CompensationFailed`` with an alert and a ``CompensationFailed`` reply.
 
 Clearing ``lockedBy`` fences the expired attempt: any write it still tries changes nothing (§3.3).
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
@@ -89,7 +95,8 @@ class SweepReport:
         scanned: Records examined.
         pages: Query pages read.
         requeued: Order ids put back to ``Pending`` (recovered for another attempt).
-        gave_up: Order ids moved to ``Error`` (alert raised, ``Failed`` reply sent).
+        gave_up: Order ids whose forward progress was given up (now ``Compensating``) or whose
+            compensation was (now ``CompensationFailed``); alert raised.
         extended_backoff: Those of ``requeued`` that wait ``SUPERVISOR_EXTENDED_BACKOFF_S``.
         skipped: Records examined and left alone (no longer expired when looked at).
         lost_races: Records another writer moved first (its conditional write won).
@@ -156,9 +163,14 @@ class SweepCursor:
         self.seen = set()
 
 
+SWEPT_STATES = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
+"""States whose expired ``completeBy`` the supervisor acts on: an attempt running steps, or undoing them."""
+
+
 def expired_query(cutoff: datetime) -> StateQuery:
-    """The query of a scan: ``Processing`` records whose ``completeBy`` is before ``cutoff``."""
-    return StateQuery(process_states=(ProcessState.PROCESSING,), complete_by_before=cutoff)
+    """The query of a scan: ``Processing`` or ``Compensating`` records whose ``completeBy`` is before
+    ``cutoff``."""
+    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff)
 
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
@@ -201,6 +213,11 @@ def recover(
 ) -> Recovery:
     """Recover one expired record with a conditional write on the ETag it was read with.
 
+    ``Processing``: re-queue (``Pending``, backoff), or give up forward progress: ``Compensating``,
+    unlocked and ready, so a starter claims an attempt that undoes what was done (docs/design.md §4).
+    ``Compensating``: unlock it for another attempt to resume the undo (``compensationFailures`` counts
+    these), or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` with an alert and a reply.
+
     Returns:
         What was done. ``LOST_RACE`` when the record moved since it was read (someone else decided).
 
@@ -210,12 +227,10 @@ def recover(
     """
     record = found.item
     now = clock.now()
-    if (
-        record.process_state is not ProcessState.PROCESSING
-        or record.complete_by is None
-        or record.complete_by >= now
-    ):
+    if record.process_state not in SWEPT_STATES or record.complete_by is None or record.complete_by >= now:
         return Recovery.SKIPPED
+    if record.process_state is ProcessState.COMPENSATING:
+        return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
     updated = record.model_copy(deep=True)
     updated.failure_count = record.failure_count + 1
     step = _running_step(record)
@@ -231,22 +246,26 @@ def recover(
             code="complete_by_expired",
             at=now,
         )
-    give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or record.retry_budget.remaining <= 0
+    out_of_budget = record.retry_budget.remaining <= 0
+    give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
     updated.end_attempt(now, "gave_up" if give_up else "recovered")
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
-    owed: PendingReply | None = None
     if give_up:
-        updated.process_state = ProcessState.ERROR
-        updated.next_attempt_at = None
-        # The reply is owed in the same write (orderflow.replies): a failed send is re-sent later.
-        owed = PendingReply(
-            status=OrderStatus.FAILED.value,
-            reason="retry_budget_exhausted" if record.retry_budget.remaining <= 0 else "too_many_failures",
-            detail=updated.last_error.message if updated.last_error else None,
+        # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
+        cause = updated.last_error
+        updated.last_error = LastError(
+            kind=ErrorKind.BUDGET.value
+            if out_of_budget
+            else (cause.kind if cause else ErrorKind.TIMEOUT.value),
+            code="retry_budget_exhausted" if out_of_budget else "too_many_failures",
+            message=(cause.message if cause else "")[:500],
+            step=cause.step if cause else step,
+            at=now,
         )
-        updated.pending_reply = owed
+        updated.process_state = ProcessState.COMPENSATING
+        updated.next_attempt_at = now
     else:
         updated.process_state = ProcessState.PENDING
         updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
@@ -273,13 +292,85 @@ def recover(
     telemetry.alert(
         "order_gave_up", step=step, reason=updated.last_error.code if updated.last_error else None, **fields
     )
+    return Recovery.GAVE_UP
+
+
+def _recover_compensation(
+    states: StateStore,
+    found: Versioned[StateRecord],
+    *,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+) -> Recovery:
+    """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
+    record = found.item
+    now = clock.now()
+    updated = record.model_copy(deep=True)
+    updated.compensation_failures = record.compensation_failures + 1
+    give_up = updated.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
+    recorded = record.compensation_error is not None and record.compensation_error.at == record.complete_by
+    if not recorded:
+        updated.compensation_error = LastError(
+            kind=ErrorKind.TIMEOUT.value,
+            message=f"completeBy {_iso(record.complete_by)} passed (attempt {record.attempt})",
+            step=_undoing_step(record),
+            code="complete_by_expired",
+            at=now,
+        )
+    updated.end_attempt(now, "gave_up" if give_up else "recovered")
+    updated.locked_by = None
+    updated.complete_by = None
+    updated.updated_at = now
+    owed: PendingReply | None = None
+    if give_up:
+        updated.process_state = ProcessState.COMPENSATION_FAILED
+        updated.next_attempt_at = None
+        error = updated.compensation_error
+        owed = PendingReply(
+            status=OrderStatus.COMPENSATION_FAILED.value,
+            reason=error.code if error else "too_many_failures",
+            detail=error.message if error else None,
+        )
+        updated.pending_reply = owed
+    else:
+        delay = requeue_delay_s(updated.compensation_failures, settings)
+        updated.next_attempt_at = now + timedelta(seconds=delay)
+    try:
+        states.replace(updated, etag=found.etag)
+    except ConcurrencyConflict:
+        return Recovery.LOST_RACE
+    fields = {
+        "order_id": record.order_id,
+        "instance_id": record.locked_by,
+        "attempt": record.attempt,
+        "compensation_failures": updated.compensation_failures,
+    }
+    if not give_up:
+        telemetry.event("recovery", step=_undoing_step(record), compensating=True, **fields)
+        return Recovery.REQUEUED
+    error = updated.compensation_error
+    telemetry.alert(
+        "compensation_failed",
+        step=error.step if error else None,
+        code=error.code if error else None,
+        cause=record.last_error.code if record.last_error else None,
+        **fields,
+    )
     assert owed is not None
     try:
         deliver_reply(states, queues, clock, updated, owed)
     except Exception:
         # The write stands; the relay re-sends the owed reply after its grace period.
-        logger.warning("the Failed reply of order %s is left to the relay", record.order_id, exc_info=True)
+        logger.warning("the reply of order %s is left to the relay", record.order_id, exc_info=True)
     return Recovery.GAVE_UP
+
+
+def _undoing_step(record: StateRecord) -> str | None:
+    for name, step in record.steps.items():
+        if step.status is StepStatus.COMPENSATING:
+            return name
+    return None
 
 
 def _iso(value: datetime | None) -> str | None:

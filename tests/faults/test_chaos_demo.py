@@ -3,8 +3,9 @@
 This is ``make demo PROCESSES=3 KILL_EVERY=5 ORDERS=300`` run as a test: its own Azurite and
 cosmosdb-server, the demo services injecting their faults, three devhost processes (two running the
 scheduler roles, one the agents), one of them killed at random every 5 seconds and restarted under the same
-host id. Every order must settle, no effect may be applied twice, every settled order's client must
-hear its final status, and no order may be driven by two attempts at once, which is checked both from
+host id. Every order must settle, no effect may be applied twice, no order that did not complete may
+keep an effect (it is compensated), every settled order's client must hear its final status, and no
+order may be driven by two attempts at once, which is checked both from
 the state records' ``attemptHistory`` and from the demo services' audit (devhost.demo.attempt_overlaps).
 """
 
@@ -42,6 +43,7 @@ def test_orders_survive_a_process_killed_every_five_seconds(tmp_path: Path) -> N
     assert report["recoveries"] > 0
     assert report["not_terminal"] == 0
     assert report["duplicate_effects"] == 0
+    assert report["uncompensated_effects"] == 0
     assert report["overlapping_attempts"] == 0
     assert report["mismatched"] == 0
     assert report["missing_final_replies"] == 0

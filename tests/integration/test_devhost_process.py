@@ -63,7 +63,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
         log = client.wait_for(ids, timeout_s=30)
         assert {oid: log.latest[oid].status.value for oid in ids} == {
             "tpch-1": "Processed",
-            "tpch-2": "Failed",
+            "tpch-2": "Compensated",
         }
         assert stores.state.get("tpch-1").item.process_state is ProcessState.PROCESSED
 

@@ -45,9 +45,10 @@ def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
         records = system.wait_settled(ids)
         audit = system.audit()
     assert records["tpch-1"].process_state is ProcessState.PROCESSED
-    # Customer 2 has a negative balance: the payment is declined, a permanent error.
+    # Customer 2 has a negative balance: the payment is declined, a permanent error, and the
+    # reservation made before it is released (compensated).
     declined = records["tpch-2"]
-    assert declined.process_state is ProcessState.ERROR
+    assert declined.process_state is ProcessState.COMPENSATED
     assert declined.last_error is not None
     assert (declined.last_error.kind, declined.last_error.code, declined.last_error.step) == (
         "permanent",
@@ -55,6 +56,14 @@ def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
         "charge_payment",
     )
     assert declined.steps["charge_payment"].status is StepStatus.FAILED
+    assert declined.steps["reserve_inventory"].status is StepStatus.COMPENSATED
+    assert [(e.step, e.status, e.undo_result) for e in declined.compensation_log] == [
+        (
+            "reserve_inventory",
+            "Compensated",
+            {"undone": "true", "reservationId": declined.compensation_log[0].data["reservationId"]},
+        )
+    ]
     processed = records["tpch-1"]
     assert [s.status for s in processed.steps.values()] == [StepStatus.COMPLETED] * 3
     assert [e.step for e in processed.compensation_log] == [
@@ -69,7 +78,7 @@ def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
     assert audit["duplicate_effects"] == 0
     seen = statuses(system)
     assert seen["tpch-1"] == ["Received", "Processed"]
-    assert seen["tpch-2"] == ["Received", "Failed"]
+    assert seen["tpch-2"] == ["Received", "Compensated"]
 
 
 def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependencies) -> None:
@@ -194,12 +203,17 @@ def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dep
         record = system.wait_settled(ids, timeout_s=40)["tpch-1"]
         audit = system.audit()
         replies = statuses(system)
-    calls = sum(v["calls"] for k, v in audit["keys"].items() if k.startswith("tpch-1:"))
+    forward = {k: v for k, v in audit["keys"].items() if k.startswith("tpch-1:") and not k.endswith(":undo")}
+    calls = sum(v["calls"] for v in forward.values())
     assert 0 < calls <= 6
-    assert record.process_state is ProcessState.ERROR
+    # Undo calls spend no budget (a spent budget is why the order compensates); the reservation the
+    # hard-down service never made is tombstoned by its key.
+    assert audit["keys"]["tpch-1:reserve_inventory:undo"]["status"] == 200
+    # The agent stopped when its reservation ran out; the supervisor then gave up on the spent budget
+    # and an attempt compensated (undos spend no budget: the reservation is released by its key).
+    assert record.process_state is ProcessState.COMPENSATED
     assert record.last_error is not None
-    # The agent stopped when its reservation ran out; the supervisor then gave up on the spent budget.
-    assert record.last_error.kind == "budget_exhausted"
+    assert (record.last_error.kind, record.last_error.code) == ("budget_exhausted", "retry_budget_exhausted")
     assert record.retry_budget.spent == 6
     assert record.attempt >= 3
-    assert replies["tpch-1"][-1] == "Failed"
+    assert replies["tpch-1"][-1] == "Compensated"

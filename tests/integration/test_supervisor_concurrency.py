@@ -288,18 +288,18 @@ def test_extended_backoff_after_the_threshold_then_give_up(
         final = world.sweep(settings)
     assert final.gave_up == [order_id] and final.requeued == []
     record = world.record(order_id)
-    assert (record.process_state, record.failure_count, record.next_attempt_at) == (
-        ProcessState.ERROR,
+    # Forward progress is given up: the record waits, unlocked, for an attempt that compensates.
+    assert (record.process_state, record.failure_count, record.next_attempt_at, record.locked_by) == (
+        ProcessState.COMPENSATING,
         5,
+        world.clock.now(),
         None,
     )
+    assert record.last_error is not None and record.last_error.code == "too_many_failures"
     assert any("order_gave_up" in r.getMessage() and order_id in r.getMessage() for r in caplog.records)
     replies = [json.loads(m.body) for m in received(world.deps.queues.queue(world.reply_queue))]
-    assert [(r["status"], r.get("reason")) for r in replies] == [
-        ("Received", None),
-        ("Failed", "too_many_failures"),
-    ]
-    assert world.sweep(settings).scanned == 0  # settled: nothing left to sweep
+    assert [(r["status"], r.get("reason")) for r in replies] == [("Received", None)]  # the undo replies
+    assert world.sweep(settings).scanned == 0  # unlocked, no completeBy: nothing to sweep
 
 
 # --- the host's wiring: lease, stand-by, hand-over --------------------------------------------------

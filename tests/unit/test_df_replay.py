@@ -135,6 +135,19 @@ def run_step(
     )
 
 
+def run_step_named(
+    builder: HistoryBuilder, name: str, *, task_id: int, completed_at: datetime
+) -> HistoryBuilder:
+    """Schedule activity ``name`` (task ``task_id``), complete it at ``completed_at`` with a completeBy of
+    ``completed_at`` + the step timeout, and record the race timer (task ``task_id + 1``) there."""
+    return (
+        builder.task_scheduled(name, task_id)
+        .episode(completed_at)
+        .task_completed(task_id, applied(completed_at + STEP_TIMEOUT))
+        .timer_created(task_id + 1, completed_at + STEP_TIMEOUT)
+    )
+
+
 def replay(builder: HistoryBuilder) -> dict[str, Any]:
     """Run the orchestrator over the builder's history; the returned state with activity inputs decoded."""
     context = DurableOrchestrationContext.from_json(builder.build_context_json())
@@ -231,6 +244,66 @@ def finish_order(outcome: str, *, completed: Any = None, error: Any = None) -> d
             "error": error,
         },
     )
+
+
+def begin_compensation(*, error: Any = None, completed: Any = None) -> dict[str, Any]:
+    """The ``begin_compensation`` action."""
+    return with_retry(
+        "begin_compensation",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "workflowVersion": "order-v1",
+            "timeoutS": STEP_TIMEOUT.total_seconds(),
+            "error": error,
+            "completed": completed,
+        },
+    )
+
+
+def start_undo(step: str, undone: Any = None) -> dict[str, Any]:
+    """The ``start_undo`` action of ``step``, with the previous undo's result."""
+    return with_retry(
+        "start_undo",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "workflowVersion": "order-v1",
+            "step": step,
+            "timeoutS": STEP_TIMEOUT.total_seconds(),
+            "undone": undone,
+            "responseQueue": "agent-responses",
+        },
+    )
+
+
+def finish_compensation(*, undone: Any = None, failed: Any = None) -> dict[str, Any]:
+    """The ``finish_compensation`` action."""
+    return with_retry(
+        "finish_compensation",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "workflowVersion": "order-v1",
+            "undone": undone,
+            "failed": failed,
+        },
+    )
+
+
+def compensating(*undo_steps: str) -> dict[str, Any]:
+    """``begin_compensation``'s result: Compensating, with the steps to undo in undo order."""
+    return {**APPLIED, "processState": "Compensating", "undoSteps": list(undo_steps)}
+
+
+def undo_response(step: str, **changes: Any) -> dict[str, Any]:
+    """The agent's answer to the undo of ``step`` (the pseudo-step ``{step}:undo``)."""
+    return response(f"{step}:undo", **{"result": {"undone": "true"}, **changes})
+
+
+def undo_result(step: str) -> dict[str, Any]:
+    """The ``undone`` summary the next write carries for an undo answered by :func:`undo_response`."""
+    return {"step": step, "result": {"undone": "true"}, "calls": 1}
 
 
 # The first step's race: start_step at T0 (task 0), completed at T0+1 s, timer 1 at T0+31 s.
@@ -437,7 +510,7 @@ def test_stray_response_buffered_before_the_wait_cannot_loop() -> None:
 # (e) agent failures
 
 
-def test_permanent_error_finishes_the_order_as_error_with_the_error() -> None:
+def test_permanent_error_on_the_first_step_compensates_with_nothing_to_undo() -> None:
     failed = response(
         RESERVE,
         outcome="failed",
@@ -458,14 +531,18 @@ def test_permanent_error_finishes_the_order_as_error_with_the_error() -> None:
     expected_actions = [
         start_step(RESERVE),
         race(RESERVE, DEADLINE_1, canceled=True),
-        finish_order("Error", error=error),
+        begin_compensation(error=error),
     ]
 
-    assert replay(answered) == state(expected_actions, "waiting:reserve_inventory")
+    assert replay(answered) == state(expected_actions, "compensating")
 
-    finished = answered.task_scheduled("finish_order", 2).episode(at(6)).task_completed(2, APPLIED)
+    # The refused step had no effect: nothing to undo, the compensation finishes at once.
+    begun = answered.task_scheduled("begin_compensation", 2).episode(at(6)).task_completed(2, compensating())
+    finished = begun.task_scheduled("finish_compensation", 3).episode(at(7)).task_completed(3, APPLIED)
     assert replay(finished) == state(
-        expected_actions, "waiting:reserve_inventory", output={"outcome": "Error", "step": RESERVE}
+        [*expected_actions, finish_compensation()],
+        "compensating",
+        output={"outcome": "Compensated", "step": None},
     )
 
 
@@ -562,7 +639,7 @@ EXHAUSTED: dict[str, Any] = {
 }
 
 
-def test_a_spent_retry_budget_finishes_the_order_as_error_without_waiting() -> None:
+def test_a_spent_retry_budget_compensates_without_waiting() -> None:
     builder = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, EXHAUSTED)
     error = {
         "step": RESERVE,
@@ -571,13 +648,8 @@ def test_a_spent_retry_budget_finishes_the_order_as_error_without_waiting() -> N
         "message": "the order's end-to-end retry budget is spent",
         "calls": 0,
     }
-    expected = [start_step(RESERVE), finish_order("Error", error=error)]
 
-    assert replay(builder) == state(expected, "waiting:reserve_inventory")
-    finished = builder.task_scheduled("finish_order", 1).episode(at(2)).task_completed(1, APPLIED)
-    assert replay(finished) == state(
-        expected, "waiting:reserve_inventory", output={"outcome": "Error", "step": RESERVE}
-    )
+    assert replay(builder) == state([start_step(RESERVE), begin_compensation(error=error)], "compensating")
 
 
 def test_fenced_finish_order_ends_the_instance_as_fenced() -> None:
@@ -817,4 +889,146 @@ def test_a_start_step_result_without_complete_by_times_the_step_from_its_schedul
 
     assert replay(builder) == state(
         [start_step(RESERVE), race(RESERVE, T0 + STEP_TIMEOUT)], "waiting:reserve_inventory"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (i) compensation
+
+
+def charge_refused() -> HistoryBuilder:
+    """Reserve answered at T0+5 s; charge (task 2) refused permanently at T0+15 s."""
+    builder = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+    builder = run_step(builder, task_id=2, scheduled_at=at(5), completed_at=at(6))
+    declined = response(
+        CHARGE,
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="card_declined",
+        errorMessage="card declined",
+        result={},
+        calls=1,
+    )
+    return builder.episode(at(15)).event_raised("charge_payment:response", declined)
+
+
+DECLINED = {
+    "step": CHARGE,
+    "kind": "permanent",
+    "code": "card_declined",
+    "message": "card declined",
+    "calls": 1,
+}
+UNDO_DEADLINE = at(17) + STEP_TIMEOUT
+
+
+def test_a_permanent_error_after_a_completed_step_undoes_it_then_finishes_compensated() -> None:
+    begun = (
+        charge_refused()
+        .task_scheduled("begin_compensation", 4)
+        .episode(at(16))
+        .task_completed(4, compensating(RESERVE))
+    )
+    undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
+    answered = undoing.episode(at(20)).event_raised("reserve_inventory:undo:response", undo_response(RESERVE))
+    expected = [
+        start_step(RESERVE),
+        race(RESERVE, DEADLINE_1, canceled=True),
+        start_step(CHARGE, completed=step_result(RESERVE)),
+        race(CHARGE, at(36), canceled=True),
+        # The reservation's completion is recorded in the same write that begins the compensation.
+        begin_compensation(error=DECLINED, completed=step_result(RESERVE)),
+        start_undo(RESERVE),
+        race(f"{RESERVE}:undo", UNDO_DEADLINE, canceled=True),
+        finish_compensation(undone=undo_result(RESERVE)),
+    ]
+
+    assert replay(answered) == state(expected, "waiting:reserve_inventory:undo")
+
+    done = answered.task_scheduled("finish_compensation", 7).episode(at(21)).task_completed(7, APPLIED)
+    assert replay(done) == state(
+        expected, "waiting:reserve_inventory:undo", output={"outcome": "Compensated", "step": None}
+    )
+
+
+def test_an_undo_timeout_ends_the_attempt_without_writing_for_the_supervisor() -> None:
+    begun = (
+        charge_refused()
+        .task_scheduled("begin_compensation", 4)
+        .episode(at(16))
+        .task_completed(4, compensating(RESERVE))
+    )
+    undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
+    timed_out = undoing.episode(UNDO_DEADLINE).timer_fired(6, UNDO_DEADLINE)
+
+    result = replay(timed_out)
+
+    assert result["output"] == {"outcome": "timeout", "step": f"{RESERVE}:undo"}
+    assert result["actions"][0][-1] == race(f"{RESERVE}:undo", UNDO_DEADLINE)
+
+
+def test_a_permanent_undo_failure_finishes_compensation_failed() -> None:
+    begun = (
+        charge_refused()
+        .task_scheduled("begin_compensation", 4)
+        .episode(at(16))
+        .task_completed(4, compensating(RESERVE))
+    )
+    undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
+    refused = undo_response(
+        RESERVE,
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="unknown_reservation",
+        errorMessage="no such",
+        result={},
+    )
+    answered = undoing.episode(at(20)).event_raised("reserve_inventory:undo:response", refused)
+    failed = {
+        "step": f"{RESERVE}:undo",
+        "kind": "permanent",
+        "code": "unknown_reservation",
+        "message": "no such",
+        "calls": 1,
+    }
+
+    assert replay(answered)["actions"][0][-1] == finish_compensation(failed=failed)
+    done = answered.task_scheduled("finish_compensation", 7).episode(at(21)).task_completed(7, APPLIED)
+    assert replay(done)["output"] == {"outcome": "CompensationFailed", "step": f"{RESERVE}:undo"}
+
+
+def test_a_resumed_compensation_runs_no_step_and_undoes_what_is_left_in_reverse_order() -> None:
+    builder = HistoryBuilder(INSTANCE, T0).started(start_input(compensate=True), name=ORDER_WORKFLOW)
+
+    # First decision: begin (idempotent for a record already Compensating), nothing else.
+    assert replay(builder) == state([begin_compensation()], "compensating")
+
+    begun = (
+        builder.task_scheduled("begin_compensation", 0)
+        .episode(at(1))
+        .task_completed(0, compensating(CHARGE, RESERVE))
+    )
+    first = run_step_named(begun, "start_undo", task_id=1, completed_at=at(2))
+    first = first.episode(at(3)).event_raised("charge_payment:undo:response", undo_response(CHARGE))
+    assert replay(first) == state(
+        [
+            begin_compensation(),
+            start_undo(CHARGE),
+            race(f"{CHARGE}:undo", at(2) + STEP_TIMEOUT, canceled=True),
+            # The refund is recorded by the write that starts releasing the reservation.
+            start_undo(RESERVE, undone=undo_result(CHARGE)),
+        ],
+        "waiting:reserve_inventory:undo",
+    )
+
+
+def test_a_compensation_that_finds_a_point_of_no_return_ends_as_error() -> None:
+    builder = HistoryBuilder(INSTANCE, T0).started(start_input(compensate=True), name=ORDER_WORKFLOW)
+    error = {**APPLIED, "processState": "Error"}
+    ended = builder.task_scheduled("begin_compensation", 0).episode(at(1)).task_completed(0, error)
+
+    assert replay(ended) == state(
+        [begin_compensation()], "compensating", output={"outcome": "Error", "step": None}
     )

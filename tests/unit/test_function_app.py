@@ -23,7 +23,14 @@ import pytest
 from azurefunctions.extensions.bindings import servicebus
 
 import function_app
-from activities.contracts import FINISH_ORDER, RECORD_STEP_FAILURE, START_STEP
+from activities.contracts import (
+    BEGIN_COMPENSATION,
+    FINISH_COMPENSATION,
+    FINISH_ORDER,
+    RECORD_STEP_FAILURE,
+    START_STEP,
+    START_UNDO,
+)
 from orchestrators.definitions import WORKFLOWS
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
@@ -53,7 +60,14 @@ SERVICE_BUS_QUEUES: dict[str, str] = {
 """Service Bus triggered function -> the queue name its binding must carry."""
 
 TIMER_SCHEDULES = {"starter": "%STARTER_SCHEDULE%", "supervisor": "%SUPERVISOR_SCHEDULE%"}
-ACTIVITIES = (START_STEP, FINISH_ORDER, RECORD_STEP_FAILURE)
+ACTIVITIES = (
+    START_STEP,
+    FINISH_ORDER,
+    RECORD_STEP_FAILURE,
+    BEGIN_COMPENSATION,
+    START_UNDO,
+    FINISH_COMPENSATION,
+)
 DURABLE_CLIENTS = frozenset({"starter", "response_listener"})
 
 
@@ -161,12 +175,15 @@ def test_the_app_registers_exactly_the_role_functions() -> None:
         *SERVICE_BUS_QUEUES,
     }
     assert set(FUNCTIONS) == expected
-    assert (ORDER_WORKFLOW, START_STEP, FINISH_ORDER, RECORD_STEP_FAILURE) == (
-        "order_workflow",
+    assert ACTIVITIES == (
         "start_step",
         "finish_order",
         "record_step_failure",
+        "begin_compensation",
+        "start_undo",
+        "finish_compensation",
     )
+    assert ORDER_WORKFLOW == "order_workflow"
 
 
 def test_every_function_has_exactly_one_trigger() -> None:

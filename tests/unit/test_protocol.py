@@ -360,7 +360,7 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: ActivityDep
     assert deps.states.get("o-2").item.process_state is ProcessState.PENDING
 
 
-def test_supervisor_gives_up_at_the_threshold_and_replies_failed(
+def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
     deps: ActivityDeps, clock: FakeClock
 ) -> None:
     submit(deps)
@@ -376,12 +376,17 @@ def test_supervisor_gives_up_at_the_threshold_and_replies_failed(
         )
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
     record = deps.states.get("o-1").item
-    assert record.process_state is ProcessState.ERROR
+    # Compensating, unlocked and ready at once: a starter claims the attempt that undoes the steps.
+    assert record.process_state is ProcessState.COMPENSATING
+    assert (record.locked_by, record.next_attempt_at) == (None, clock.now())
     assert record.failure_count == 3
-    assert record.locked_by is None
-    assert record.last_error is not None and record.last_error.kind == "timeout"
+    assert record.last_error is not None
+    assert (record.last_error.kind, record.last_error.code) == ("timeout", "too_many_failures")
+    # The final reply comes from the compensation; none is sent yet.
     replies = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
-    assert replies == ["Received", "Failed"]
+    assert replies == ["Received"]
+    resumed = claimed(deps)
+    assert (resumed.process_state, resumed.attempt) == (ProcessState.COMPENSATING, 4)
 
 
 def test_two_supervisors_recover_a_record_once(deps: ActivityDeps, clock: FakeClock) -> None:
@@ -503,7 +508,9 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: ActivityDeps,
     run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
     record = deps.states.get("o-1").item
     assert record.retry_budget.remaining == 0
-    assert record.process_state is ProcessState.ERROR  # the supervisor stops retrying a spent budget
+    # The supervisor stops retrying a spent budget: the next attempt compensates.
+    assert record.process_state is ProcessState.COMPENSATING
+    assert record.last_error is not None and record.last_error.code == "retry_budget_exhausted"
 
 
 def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> None:

@@ -1,0 +1,374 @@
+"""The compensation activities: begin, undo one entry at a time, finish (docs/design.md §4).
+
+Compensation is the Compensating Transaction pattern over the record's compensation log. Every write is
+fenced like the forward steps' (docs/design.md §3.3), and every activity is idempotent, so a compensation
+interrupted anywhere resumes from the first entry not yet undone:
+
+- :func:`begin_compensation` records why forward progress stopped, moves the order to ``Compensating``
+  and makes sure every step that may have had an effect has an entry. A step whose attempt died before
+  recording its outcome gets an entry too (``outcomeKnown`` false): its undo is addressed by the step's
+  idempotency key, which the remote service either undoes or tombstones so a late forward call cannot
+  apply afterwards. A step the remote service refused (a permanent error) had no effect and gets none.
+  Past a point of no return (an irreversible step that completed, or whose outcome is unknown), the
+  order is not compensated: it moves to ``Error`` with an operator alert, for a person to complete.
+- :func:`start_undo` records the previous undo and starts the next: the entry becomes ``Compensating``,
+  the record's ``completeBy`` is the undo's deadline, and the undo request goes to the step's agent under
+  the undo key ``{orderId}:{step}:undo``. Undo calls do not spend the order's retry budget (a spent budget
+  is one reason to compensate); each request may make ``AGENT_MAX_CALLS_PER_STEP`` calls, and the
+  supervisor's threshold bounds the attempts.
+- :func:`finish_compensation` ends in ``Compensated`` (reply ``Compensated`` with the original cause)
+  or, when an undo failed for good, ``CompensationFailed`` with an operator alert and a
+  ``CompensationFailed`` reply.
+
+Undo order is the reverse of the workflow's step order, which for a sequential workflow is the reverse
+order of completion.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from activities.contracts import (
+    BeginCompensationInput,
+    FencedWriteResult,
+    FinishCompensationInput,
+    StartUndoInput,
+    UndoResult,
+    undo_step_name,
+)
+from activities.steps import (
+    AGENT_MARGIN_MAX_S,
+    AGENT_MARGIN_SHARE,
+    ActivityDeps,
+    _fenced,
+    _record_completion,
+    _record_error,
+)
+from orchestrators.definitions import WorkflowDefinition, workflow_for
+from orderflow import telemetry
+from orderflow.errors import ErrorKind, IllegalTransition
+from orderflow.messages import AgentRequest, OrderStatus, request_id_for
+from orderflow.records import (
+    CompensationEntry,
+    LastError,
+    PendingReply,
+    ProcessState,
+    StateRecord,
+    StepStatus,
+    UndoStatus,
+    undo_key,
+)
+from orderflow.replies import deliver_reply
+
+logger = logging.getLogger(__name__)
+
+PAST_POINT_OF_NO_RETURN = "past_point_of_no_return"
+"""``lastError.code`` and reply reason of an order that cannot be compensated: an irreversible step may
+have applied its effect, so only completing the order (an operator's decision) is left."""
+
+
+def _refused(record: StateRecord, step: str) -> bool:
+    """Whether ``step`` failed because the remote service refused it (no effect was applied)."""
+    error = record.last_error
+    return (
+        record.steps[step].status is StepStatus.FAILED
+        and error is not None
+        and error.step == step
+        and error.kind == ErrorKind.PERMANENT.value
+    )
+
+
+def _may_have_effect(record: StateRecord, step: str) -> bool:
+    state = record.steps[step]
+    if state.status is StepStatus.NOT_STARTED or state.attempts == 0:
+        return False
+    return not _refused(record, step)
+
+
+def irreversible_effects(record: StateRecord, definition: WorkflowDefinition) -> list[str]:
+    """Irreversible steps that completed or whose outcome is unknown: the points of no return passed."""
+    return [
+        step.name
+        for step in definition.steps
+        if step.irreversible and step.name in record.steps and _may_have_effect(record, step.name)
+    ]
+
+
+def _ensure_entries(record: StateRecord, definition: WorkflowDefinition, now: datetime) -> None:
+    """Append an entry for every reversible step that may have had an effect and has none yet."""
+    logged = {entry.step for entry in record.compensation_log}
+    for step in definition.steps:
+        if step.name in logged or step.undo is None or step.irreversible:
+            continue
+        if step.name in record.steps and _may_have_effect(record, step.name):
+            record.compensation_log.append(
+                CompensationEntry(
+                    step=step.name,
+                    action=step.operation,
+                    undo=step.undo,
+                    undo_key=undo_key(record.order_id, step.name),
+                    data={},
+                    recorded_at=now,
+                    outcome_known=False,
+                )
+            )
+
+
+def steps_to_undo(record: StateRecord, definition: WorkflowDefinition) -> tuple[str, ...]:
+    """Steps whose entries are not undone yet, in undo order (the reverse of the workflow's)."""
+    order = {name: index for index, name in enumerate(definition.step_names)}
+    pending = [
+        entry.step
+        for entry in record.compensation_log
+        if entry.undo is not None and entry.status != UndoStatus.COMPENSATED
+    ]
+    return tuple(sorted(pending, key=lambda name: order.get(name, -1), reverse=True))
+
+
+def _entry(record: StateRecord, step: str) -> CompensationEntry:
+    for entry in record.compensation_log:
+        if entry.step == step:
+            return entry
+    raise IllegalTransition(f"order {record.order_id} has no compensation entry for {step}")
+
+
+def _record_undone(record: StateRecord, undone: UndoResult, now: datetime) -> None:
+    """Mark ``undone.step``'s entry and step Compensated (idempotent)."""
+    entry = _entry(record, undone.step)
+    if entry.status == UndoStatus.COMPENSATED:
+        return
+    entry.status = UndoStatus.COMPENSATED
+    entry.undo_result = dict(undone.result)
+    entry.undone_at = now
+    record.steps[undone.step].status = StepStatus.COMPENSATED
+
+
+def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.BEGIN_COMPENSATION`.
+
+    From ``Processing`` (the attempt that hit the failure) or ``Compensating`` (an attempt resuming a
+    compensation), in one fenced write: record the last completion and the error, add the entries of
+    steps whose outcome is unknown, and set ``processState=Compensating`` with a ``completeBy``. Past a
+    point of no return it writes ``Error`` instead, with a ``Failed`` reply owed and an operator alert.
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON: ``undo_steps`` in undo order and ``process_state``
+        (``Compensating``, or ``Error`` past a point of no return); ``applied`` False when fenced out.
+    """
+    data = BeginCompensationInput.model_validate(payload)
+    definition = workflow_for(data.workflow_version)
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is ProcessState.PROCESSING:
+            if data.completed is not None:
+                _record_completion(record, definition, data.completed, now)
+            if data.error is not None:
+                _record_error(record, data.error, now, fail_step=True)
+        elif record.process_state is not ProcessState.COMPENSATING:
+            return None
+        passed = irreversible_effects(record, definition)
+        if passed:
+            cause = record.last_error
+            record.last_error = LastError(
+                kind=ErrorKind.PERMANENT.value,
+                code=PAST_POINT_OF_NO_RETURN,
+                step=passed[0],
+                message=(
+                    f"{passed[0]} is irreversible and may have taken effect; "
+                    f"cause: {cause.code if cause else 'unknown'}: {cause.message if cause else ''}"
+                )[:500],
+                at=now,
+            )
+            record.process_state = ProcessState.ERROR
+            record.complete_by = None
+            record.pending_reply = PendingReply(
+                status=OrderStatus.FAILED.value,
+                reason=PAST_POINT_OF_NO_RETURN,
+                detail=record.last_error.message,
+            )
+            record.end_attempt(now, ProcessState.ERROR.value)
+            return record
+        _ensure_entries(record, definition, now)
+        record.process_state = ProcessState.COMPENSATING
+        record.complete_by = now + timedelta(seconds=data.timeout_s)
+        return record
+
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    record = outcome.record
+    state = record.process_state
+    if not outcome.applied or state not in (ProcessState.COMPENSATING, ProcessState.ERROR):
+        reason = outcome.reason or f"processState is {state.value}"
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+    fields = {"order_id": data.order_id, "instance_id": data.instance_id}
+    if state is ProcessState.ERROR:
+        if record.pending_reply is not None:
+            deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+        error = record.last_error
+        telemetry.alert(PAST_POINT_OF_NO_RETURN, step=error.step if error else None, **fields)
+        return FencedWriteResult(applied=True, process_state=state.value).to_payload()
+    undo = steps_to_undo(record, definition)
+    telemetry.event("compensation.begin", steps=",".join(undo), **fields)
+    return FencedWriteResult(
+        applied=True, process_state=state.value, undo_steps=undo, complete_by=record.complete_by
+    ).to_payload()
+
+
+def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.START_UNDO`.
+
+    In one fenced write: record the previous undo (entry and step ``Compensated``), mark ``step``'s
+    entry and the step ``Compensating`` and set ``completeBy`` to now plus the undo's timeout. Then send
+    the undo request (``{requestId}`` = ``{instanceId}:{step}:undo``) to the step's agent.
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON with ``complete_by``; ``applied`` False when fenced out.
+
+    Raises:
+        IllegalTransition: the record has no compensation entry for ``step``.
+    """
+    data = StartUndoInput.model_validate(payload)
+    definition = workflow_for(data.workflow_version)
+    step_def = definition.step(data.step)
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is not ProcessState.COMPENSATING:
+            return None
+        if data.undone is not None:
+            _record_undone(record, data.undone, now)
+        entry = _entry(record, data.step)
+        step = record.steps[data.step]
+        already = (
+            entry.status == UndoStatus.COMPENSATING
+            and step.status is StepStatus.COMPENSATING
+            and step.last_instance == data.instance_id
+            and record.complete_by is not None
+            and (data.undone is None or _entry(record, data.undone.step).status == UndoStatus.COMPENSATED)
+        )
+        if already:
+            return None
+        entry.status = UndoStatus.COMPENSATING
+        step.status = StepStatus.COMPENSATING
+        step.last_instance = data.instance_id
+        step.started_at = now
+        record.complete_by = now + timedelta(seconds=data.timeout_s)
+        return record
+
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    record = outcome.record
+    if not outcome.applied or record.process_state is not ProcessState.COMPENSATING:
+        reason = outcome.reason or f"processState is {record.process_state.value}"
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+    complete_by = record.complete_by
+    if complete_by is None:  # pragma: no cover - every applied start writes one
+        raise IllegalTransition(f"order {data.order_id} is Compensating without a completeBy")
+    entry = _entry(record, data.step)
+    undo_name = undo_step_name(data.step)
+    left_s = max(0.0, (complete_by - now).total_seconds())
+    request = AgentRequest(
+        request_id=request_id_for(data.instance_id, undo_name),
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=undo_name,
+        operation=entry.undo or "",
+        idempotency_key=entry.undo_key,
+        deadline=complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s)),
+        reply_to=data.response_queue,
+        # The forward key lets the service undo an effect whose id no attempt recorded, and refuse a
+        # forward call that arrives after the undo.
+        payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
+        max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+    )
+    deps.queues.queue(deps.settings.agent_queue(step_def.agent)).send(
+        request.to_json(), message_id=request.request_id, correlation_id=data.order_id
+    )
+    telemetry.event(
+        "undo.start",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.step,
+        outcome_known=entry.outcome_known,
+        complete_by=complete_by.isoformat(),
+    )
+    return FencedWriteResult(
+        applied=True, process_state=record.process_state.value, complete_by=complete_by
+    ).to_payload()
+
+
+def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
+
+    ``Compensated``: the last undo recorded, every entry undone; the reply carries the original cause
+    (``lastError.code``). ``CompensationFailed`` (``failed`` given): the entry and the step
+    ``CompensationFailed``, ``compensationError`` set, an operator alert naming the cause and a
+    ``CompensationFailed`` reply. The reply is owed in the same write (orderflow.replies).
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON.
+    """
+    data = FinishCompensationInput.model_validate(payload)
+    definition = workflow_for(data.workflow_version)
+    target = ProcessState.COMPENSATION_FAILED if data.failed is not None else ProcessState.COMPENSATED
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        if record.process_state is not ProcessState.COMPENSATING:
+            return None
+        if data.undone is not None:
+            _record_undone(record, data.undone, now)
+        if data.failed is not None:
+            failed_step = data.failed.step.removesuffix(":undo")
+            entry = _entry(record, failed_step)
+            entry.status = UndoStatus.FAILED
+            record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
+            record.compensation_error = LastError(
+                kind=data.failed.kind,
+                code=data.failed.code,
+                message=data.failed.message,
+                step=failed_step,
+                at=now,
+            )
+            owed = PendingReply(
+                status=OrderStatus.COMPENSATION_FAILED.value,
+                reason=data.failed.code,
+                detail=data.failed.message,
+            )
+        else:
+            left = steps_to_undo(record, definition)
+            if left:
+                raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
+            cause = record.last_error
+            owed = PendingReply(
+                status=OrderStatus.COMPENSATED.value,
+                reason=cause.code if cause else None,
+                detail=cause.message if cause else None,
+            )
+        record.process_state = target
+        record.complete_by = None
+        record.pending_reply = owed
+        record.end_attempt(now, target.value)
+        return record
+
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    record = outcome.record
+    if not outcome.applied or record.process_state is not target:
+        reason = outcome.reason or f"processState is {record.process_state.value}"
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+    if record.pending_reply is not None:
+        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+    fields = {"order_id": data.order_id, "instance_id": data.instance_id}
+    if target is ProcessState.COMPENSATED:
+        telemetry.event("order.compensated", **fields)
+    else:
+        failed = data.failed
+        telemetry.alert(
+            "compensation_failed",
+            step=failed.step if failed else None,
+            code=failed.code if failed else None,
+            cause=record.last_error.code if record.last_error else None,
+            **fields,
+        )
+    return FencedWriteResult(applied=True, process_state=target.value).to_payload()

@@ -1,0 +1,333 @@
+"""The compensation activities and the supervisor's compensation path, over the in-memory stores.
+
+Each test drives the activities the way the orchestration does (docs/design.md §4), with a fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from activities.compensation import (
+    PAST_POINT_OF_NO_RETURN,
+    begin_compensation,
+    finish_compensation,
+    start_undo,
+)
+from activities.contracts import (
+    BeginCompensationInput,
+    FinishCompensationInput,
+    StartStepInput,
+    StartUndoInput,
+    StepError,
+    StepResult,
+    UndoResult,
+)
+from activities.steps import ActivityDeps, start_step
+from activities.submission import handle_submission
+from orchestrators.definitions import ORDER_V1
+from orchestrators.starter import claim
+from orderflow import telemetry
+from orderflow.clock import FakeClock
+from orderflow.errors import IllegalTransition
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from supervisor.sweep import Recovery, recover
+from tests.unit.fakes import order_body, received
+
+pytestmark = pytest.mark.unit
+
+RESERVE, CHARGE, SHIP = "reserve_inventory", "charge_payment", "create_shipment"
+DECLINED = StepError(step=CHARGE, kind="permanent", code="card_declined", message="card declined", calls=1)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(clock: FakeClock) -> ActivityDeps:
+    return ActivityDeps(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=clock,
+        settings=Settings(SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0, AGENT_MAX_CALLS_PER_STEP=4),
+    )
+
+
+def submitted_and_claimed(deps: ActivityDeps) -> StateRecord:
+    handle_submission(
+        order_body("o-1"),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+    won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
+    assert won is not None
+    return won.item
+
+
+def start(
+    deps: ActivityDeps, step: str, completed: StepResult | None = None, instance: str = "o-1:1"
+) -> None:
+    result = start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id=instance,
+            workflow_version=ORDER_V1.version,
+            step=step,
+            timeout_s=8,
+            completed=completed,
+            response_queue="r-q",
+        ).to_payload(),
+        deps,
+    )
+    assert result["applied"] is True
+
+
+def begin(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+    return begin_compensation(
+        BeginCompensationInput(
+            order_id="o-1",
+            instance_id=instance,
+            workflow_version=ORDER_V1.version,
+            timeout_s=8,
+            **changes,
+        ).to_payload(),
+        deps,
+    )
+
+
+def undo(
+    deps: ActivityDeps, step: str, instance: str = "o-1:1", undone: UndoResult | None = None
+) -> dict[str, Any]:
+    return start_undo(
+        StartUndoInput(
+            order_id="o-1",
+            instance_id=instance,
+            workflow_version=ORDER_V1.version,
+            step=step,
+            timeout_s=8,
+            undone=undone,
+            response_queue="r-q",
+        ).to_payload(),
+        deps,
+    )
+
+
+def finish(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+    return finish_compensation(
+        FinishCompensationInput(
+            order_id="o-1", instance_id=instance, workflow_version=ORDER_V1.version, **changes
+        ).to_payload(),
+        deps,
+    )
+
+
+def reserved_then_declined(deps: ActivityDeps) -> dict[str, Any]:
+    """Reserve succeeds; the charge is declined; the orchestration begins compensating."""
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    return begin(deps, error=DECLINED)
+
+
+def replies(deps: ActivityDeps) -> list[dict[str, Any]]:
+    return [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
+
+
+def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_effect(
+    deps: ActivityDeps,
+) -> None:
+    result = reserved_then_declined(deps)
+
+    assert (result["applied"], result["processState"], result["undoSteps"]) == (
+        True,
+        "Compensating",
+        [RESERVE],
+    )
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.COMPENSATING
+    assert record.last_error is not None and record.last_error.code == "card_declined"
+    # The declined charge applied nothing: it gets no entry; the reservation's entry holds its id.
+    assert [(e.step, e.undo, e.undo_key, e.data, e.outcome_known) for e in record.compensation_log] == [
+        (RESERVE, "release", "o-1:reserve_inventory:undo", {"reservationId": "r-1"}, True)
+    ]
+    assert record.steps[CHARGE].status is StepStatus.FAILED
+
+
+def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    # The charge's outcome was never recorded (the attempt died); the order gives up and compensates.
+    result = begin(deps)
+
+    assert result["undoSteps"] == [CHARGE, RESERVE]  # reverse order
+    entry = next(e for e in deps.states.get("o-1").item.compensation_log if e.step == CHARGE)
+    assert (entry.outcome_known, entry.data, entry.undo) == (False, {}, "refund")
+
+    received(deps.queues.queue("agent-payment"))
+    assert undo(deps, CHARGE)["applied"] is True
+    (request,) = received(deps.queues.queue("agent-payment"))
+    body = json.loads(request.body)
+    assert request.message_id == "o-1:1:charge_payment:undo"
+    assert (body["step"], body["operation"], body["idempotencyKey"]) == (
+        "charge_payment:undo",
+        "refund",
+        "o-1:charge_payment:undo",
+    )
+    # Addressed by the forward call's key: the service refunds it, or tombstones it if it never arrived.
+    assert body["payload"] == {"forwardKey": "o-1:charge_payment"}
+
+
+def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: ActivityDeps, clock: FakeClock) -> None:
+    reserved_then_declined(deps)
+    spent = deps.states.get("o-1").item.retry_budget.spent
+    received(deps.queues.queue("agent-inventory"))
+
+    first = undo(deps, RESERVE)
+    etag = deps.states.get("o-1").etag
+    clock.advance(2)
+    again = undo(deps, RESERVE)
+
+    assert first["completeBy"] == again["completeBy"]
+    stored = deps.states.get("o-1")
+    assert stored.etag == etag
+    assert stored.item.retry_budget.spent == spent
+    assert stored.item.steps[RESERVE].status is StepStatus.COMPENSATING
+    requests = received(deps.queues.queue("agent-inventory"))
+    assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory:undo"] * 2  # same id: a duplicate
+    body = json.loads(requests[0].body)
+    assert body["payload"] == {"forwardKey": "o-1:reserve_inventory", "reservationId": "r-1"}
+    assert body["maxCalls"] == deps.settings.AGENT_MAX_CALLS_PER_STEP
+
+
+def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: ActivityDeps) -> None:
+    reserved_then_declined(deps)
+    undo(deps, RESERVE)
+    replies(deps)
+
+    result = finish(deps, undone=UndoResult(step=RESERVE, result={"undone": "true"}, calls=1))
+
+    assert result["processState"] == "Compensated"
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.COMPENSATED
+    assert record.pending_reply is None  # sent
+    assert [(e.status, e.undo_result) for e in record.compensation_log] == [
+        (UndoStatus.COMPENSATED, {"undone": "true"})
+    ]
+    assert record.steps[RESERVE].status is StepStatus.COMPENSATED
+    assert record.attempt_history[-1].outcome == "Compensated"
+    [reply] = replies(deps)
+    assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
+
+
+def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: ActivityDeps) -> None:
+    reserved_then_declined(deps)
+
+    with pytest.raises(IllegalTransition, match="still has"):
+        finish(deps)
+    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
+
+
+def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: ActivityDeps) -> None:
+    reserved_then_declined(deps)
+    undo(deps, RESERVE)
+    replies(deps)
+    alerts = telemetry.counters().get("alert.compensation_failed", 0)
+    failure = StepError(
+        step=f"{RESERVE}:undo", kind="permanent", code="unknown_reservation", message="no such", calls=2
+    )
+
+    finish(deps, failed=failure)
+
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.COMPENSATION_FAILED
+    assert record.compensation_log[0].status == UndoStatus.FAILED
+    assert record.steps[RESERVE].status is StepStatus.COMPENSATION_FAILED
+    assert record.compensation_error is not None and record.compensation_error.code == "unknown_reservation"
+    assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause is kept
+    assert telemetry.counters()["alert.compensation_failed"] == alerts + 1
+    [reply] = replies(deps)
+    assert (reply["status"], reply["reason"]) == ("CompensationFailed", "unknown_reservation")
+
+
+def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    start(deps, SHIP, completed=StepResult(step=CHARGE, result={"chargeId": "c-1"}, calls=1))
+    replies(deps)
+
+    # The shipment's outcome is unknown (its attempt died): it may have been dispatched.
+    result = begin(deps)
+
+    assert result["processState"] == "Error"
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.ERROR
+    assert record.last_error is not None and record.last_error.code == PAST_POINT_OF_NO_RETURN
+    assert all(entry.status == UndoStatus.PENDING for entry in record.compensation_log)
+    [reply] = replies(deps)
+    assert (reply["status"], reply["reason"]) == ("Failed", PAST_POINT_OF_NO_RETURN)
+
+
+def test_a_stale_attempt_cannot_start_an_undo(deps: ActivityDeps, clock: FakeClock) -> None:
+    reserved_then_declined(deps)
+    clock.advance(9)  # the compensating attempt's completeBy passes
+    assert recover(
+        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+    ) is (Recovery.REQUEUED)
+    clock.advance(60)
+    won = claim(deps.states, deps.states.get("o-1"), clock, deps.settings)
+    assert won is not None and won.item.locked_by == "o-1:2"
+
+    stale = undo(deps, RESERVE, instance="o-1:1")
+
+    assert (stale["applied"], stale["fenced"]) == (False, True)
+    assert begin(deps, instance="o-1:2")["undoSteps"] == [RESERVE]  # the new attempt resumes
+
+
+def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_threshold(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    reserved_then_declined(deps)
+    replies(deps)
+    outcomes = []
+    for attempt in range(2, 2 + deps.settings.SUPERVISOR_MAX_FAILURES):
+        clock.advance(9)
+        outcomes.append(
+            recover(
+                deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+            )
+        )
+        record = deps.states.get("o-1").item
+        if record.process_state is not ProcessState.COMPENSATING:
+            break
+        assert record.locked_by is None and record.next_attempt_at is not None
+        clock.advance(60)
+        won = claim(deps.states, deps.states.get("o-1"), clock, deps.settings)
+        assert won is not None and won.item.process_state is ProcessState.COMPENSATING
+        begin(deps, instance=f"o-1:{attempt}")
+
+    assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.COMPENSATION_FAILED
+    assert record.compensation_failures == 3
+    assert record.failure_count == 0  # forward failures are counted apart
+    assert record.compensation_error is not None and record.compensation_error.code == "complete_by_expired"
+    [reply] = replies(deps)
+    assert reply["status"] == "CompensationFailed"
+    assert record.complete_by is None and record.pending_reply is None
+    assert clock.now() - record.updated_at < timedelta(seconds=1)
