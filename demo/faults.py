@@ -8,6 +8,12 @@ no matter how requests interleave, and each kind's draw is independent of the
 other kinds' rates. At most one fault applies per call; when several draws
 hit, the first in :data:`FAULT_PRIORITY` wins.
 
+Undo endpoints (release, refund, cancel, and their by-key forms) get none of
+these unless ``faults_on_undo`` is set. Two deterministic faults hit undos
+only, whatever the rates, so a compensation can be made to fail while forward
+calls succeed: ``undo_permanent`` (every undo call refused, checked first) and
+``undo_transient_failures`` (the first N calls of every undo key answer 503).
+
 What each fault does (the services implement it):
 
 * ``transient``: answer 503 ``{"error": "unavailable", "permanent": false}``
@@ -19,6 +25,10 @@ What each fault does (the services implement it):
   answer 500 ``{"error": "connection_reset", "permanent": false}``; a retry
   with the same key gets the stored response replayed.
 * ``latency``: sleep ``latency_s`` seconds, then behave normally.
+* ``undo_refused`` (undo calls only, from ``undo_permanent``): answer 422
+  ``{"error": "undo_refused", "permanent": true}`` before anything else
+  happens; nothing is applied, stored or tombstoned, so once the plan no longer
+  refuses undos a retry with the same key runs.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ class FaultKind(StrEnum):
     HANG = "hang"
     LOST_RESPONSE = "lost_response"
     LATENCY = "latency"
+    UNDO_REFUSED = "undo_refused"
 
 
 FAULT_PRIORITY: tuple[FaultKind, ...] = (
@@ -46,7 +57,10 @@ FAULT_PRIORITY: tuple[FaultKind, ...] = (
     FaultKind.LOST_RESPONSE,
     FaultKind.LATENCY,
 )
-"""Order in which fault kinds are checked; the first whose draw hits is the call's only fault."""
+"""Order in which the random fault kinds are checked; the first whose draw hits is the call's only fault.
+
+``undo_refused`` and the deterministic undo transients are not drawn: :meth:`FaultPlan.decide` checks
+them before these."""
 
 
 def uniform(seed: int, kind: str, key: str, call: int) -> float:
@@ -70,7 +84,14 @@ class FaultPlan(BaseModel):
         lost_response_rate: Share of calls whose effect is applied and stored but whose answer is
             a 500 ``connection_reset``.
         seed: Seed of the deterministic fault decisions.
-        faults_on_undo: Whether undo endpoints (release, refund, cancel) are faulted too.
+        faults_on_undo: Whether undo endpoints (release, refund, cancel) are faulted too, with the
+            same rates as forward calls.
+        undo_transient_failures: The first N calls (N >= 0, default 0) of every undo key answer a
+            transient 503 ``unavailable`` before any effect; call N + 1 runs normally. Deterministic,
+            independent of the rates, the seed and ``faults_on_undo``; forward calls are unaffected.
+        undo_permanent: Every undo call answers a permanent 422 ``undo_refused`` before anything else
+            (before ``undo_transient_failures`` and the random faults): no effect, nothing stored, no
+            tombstone. Forward calls are unaffected.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -83,14 +104,17 @@ class FaultPlan(BaseModel):
     lost_response_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     seed: int = 0
     faults_on_undo: bool = False
+    undo_transient_failures: int = Field(default=0, ge=0)
+    undo_permanent: bool = False
 
     def rate(self, kind: FaultKind) -> float:
-        """The configured probability of ``kind``."""
+        """The configured probability of ``kind`` (0 for ``undo_refused``, which is not drawn)."""
         rates = {
             FaultKind.TRANSIENT: self.transient_rate,
             FaultKind.HANG: self.hang_rate,
             FaultKind.LOST_RESPONSE: self.lost_response_rate,
             FaultKind.LATENCY: self.latency_rate,
+            FaultKind.UNDO_REFUSED: 0.0,
         }
         return rates[kind]
 
@@ -103,10 +127,17 @@ class FaultPlan(BaseModel):
             undo: The call is to an undo endpoint (release, refund, cancel).
 
         Returns:
-            The single fault to inject, or None.
+            The single fault to inject, or None. For an undo call: ``undo_refused`` if
+            ``undo_permanent``, else ``transient`` if ``call <= undo_transient_failures``, else the
+            random draw when ``faults_on_undo`` (None otherwise). Forward calls: the random draw.
         """
-        if undo and not self.faults_on_undo:
-            return None
+        if undo:
+            if self.undo_permanent:
+                return FaultKind.UNDO_REFUSED
+            if call <= self.undo_transient_failures:
+                return FaultKind.TRANSIENT
+            if not self.faults_on_undo:
+                return None
         for kind in FAULT_PRIORITY:
             rate = self.rate(kind)
             if rate > 0.0 and uniform(self.seed, kind.value, key, call) < rate:

@@ -21,6 +21,19 @@ the way Stripe does:
 Undo endpoints (release, refund, cancel) are also idempotent by state: undoing
 something already undone changes nothing and succeeds.
 
+An undo can be more than a reset: the payment service keeps a cancellation fee
+(:class:`RefundPolicy`, default none) when a charge is refunded more than
+``fee_after_s`` seconds (by the app's monotonic clock) after it was made. Such
+a refund, by charge id or by forward key, returns the amount asked minus the
+fee still owed on the charge, never below 0; the fee is kept at most once per
+charge in total, also across partial refunds, and within the window refunds
+are in full. Refund answers carry ``feeKept`` (what that call kept, a string
+with 2 dp), the order's facts record it per charge and in the summary, and
+``netCharged`` stays the money still charged (the fee, after a full refund
+that kept one). The policy is set with ``--cancellation-fee 2.50 --fee-after-s
+60`` on the command line and read or replaced at runtime with ``GET`` / ``PUT
+/refund-policy`` (``{"fee": "2.50", "fee_after_s": 60.0}``).
+
 Each service can also undo a step knowing only the forward call's idempotency
 key (``{orderId}:{step}``), whatever became of that call: the undo-by-key
 endpoints undo the effect the key's stored outcome names, and when the key has
@@ -34,13 +47,15 @@ entry or one whose outcome had no effect, so a key never gets both an effect
 and a tombstone.
 
 A request is handled in this order: key check, call counted and fault decided
-(``transient`` answers 503 here, ``latency`` sleeps), body validation,
+(``undo_refused`` answers 422 and ``transient`` 503 here, ``latency`` sleeps), body validation,
 tombstone check (forward calls only), key lookup (reuse / in progress /
 replay), ``hang`` sleep, effect applied and
 response stored under the lock, ``lost_response`` answers 500.
 
-Run it with ``python -m demo.services --port 8082`` (see :func:`main`), or in
-process with :func:`serve_in_thread` and :func:`stop`.
+Run it with ``python -m demo.services --port 8082`` (see :func:`main` and
+:func:`parse_args`; ``--faults JSON``, ``--cancellation-fee AMOUNT``,
+``--fee-after-s SECONDS``), or in process with :func:`serve_in_thread` and
+:func:`stop`.
 """
 
 from __future__ import annotations
@@ -84,8 +99,11 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "INSTANCE_HEADER",
     "REPLAYED_HEADER",
+    "RefundPolicy",
+    "ServiceOptions",
     "create_app",
     "main",
+    "parse_args",
     "serve_in_thread",
     "server_url",
     "stop",
@@ -117,6 +135,51 @@ def _money(amount: Decimal) -> str:
 
 def _error(error: str, *, permanent: bool, **details: Any) -> dict[str, Any]:
     return {"error": error, "permanent": permanent, **details}
+
+
+class RefundPolicy(BaseModel):
+    """The payment service's cancellation fee. JSON: ``{"fee": "2.50", "fee_after_s": 60.0}``.
+
+    The policy in force when a refund is made applies, to charges made before it was set too.
+
+    Attributes:
+        fee: Amount kept (charge currency, at most 2 dp, >= 0) when a charge is refunded more than
+            ``fee_after_s`` seconds after it was made; 0 (the default) keeps no fee. The fee is kept
+            at most once per charge in total and never exceeds what is refunded.
+        fee_after_s: Free-cancellation window (seconds, >= 0): refunds at most this long after the
+            charge are in full.
+
+    Raises:
+        pydantic.ValidationError: A negative or non-finite fee, more than 2 dp, a negative window.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fee: Decimal = Field(default=Decimal("0.00"), ge=0, lt=_MAX_AMOUNT, allow_inf_nan=False)
+    fee_after_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+
+    @field_validator("fee")
+    @classmethod
+    def _cents(cls, value: Decimal) -> Decimal:
+        if value != value.quantize(_CENTS):
+            raise ValueError("fee has more than 2 decimal places")
+        return value.quantize(_CENTS)
+
+    def fee_due(self, age_s: float, kept: Decimal, requested: Decimal) -> Decimal:
+        """The fee a refund of ``requested`` keeps.
+
+        Args:
+            age_s: Seconds since the charge was made.
+            kept: Fee already kept on the charge by earlier refunds.
+            requested: The amount the refund would return without a fee.
+
+        Returns:
+            0 within the window; else what is still owed of the fee (``fee - kept``), at most
+            ``requested`` and never below 0.
+        """
+        if self.fee <= 0 or age_s <= self.fee_after_s:
+            return Decimal("0.00")
+        return max(Decimal("0.00"), min(self.fee - kept, requested))
 
 
 # --- request bodies -------------------------------------------------------
@@ -309,15 +372,21 @@ class _Charge:
     amount: Decimal
     currency: str
     key: str
-    refunded: Decimal = Decimal("0.00")
+    charged_at: float  # the app's monotonic clock (seconds)
+    refunded: Decimal = Decimal("0.00")  # returned to the customer
+    fee_kept: Decimal = Decimal("0.00")  # kept by the cancellation fee; no longer refundable
+
+    def refundable(self) -> Decimal:
+        return self.amount - self.refunded - self.fee_kept
 
 
 @dataclass
 class _Refund:
     refund_id: str
     charge_id: str
-    amount: Decimal
+    amount: Decimal  # returned to the customer
     key: str
+    fee_kept: Decimal = Decimal("0.00")
 
 
 @dataclass
@@ -344,8 +413,11 @@ class _OrderFacts:
 class _State:
     """Everything the three services know. Methods named ``do_*`` run under the app's lock."""
 
-    def __init__(self, catalog: Catalog, faults: FaultPlan, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, catalog: Catalog, faults: FaultPlan, clock: Callable[[], float], refund_policy: RefundPolicy
+    ) -> None:
         self.faults = faults
+        self.refund_policy = refund_policy
         self.clock = clock
         self.initial_stock = {str(part): units for part, units in catalog.stock.items()}
         self.stock = dict(self.initial_stock)  # a copy: the catalog is shared and stays untouched
@@ -424,7 +496,13 @@ class _State:
             logger.info("order %s card declined: customer %s", body.order_id, body.customer_id)
             return _Outcome(402, decline)
         charge = _Charge(
-            f"ch_{uuid.uuid4().hex[:16]}", body.order_id, body.customer_id, body.amount, body.currency, key
+            f"ch_{uuid.uuid4().hex[:16]}",
+            body.order_id,
+            body.customer_id,
+            body.amount,
+            body.currency,
+            key,
+            charged_at=self.clock(),
         )
         self.charges[charge.charge_id] = charge
         self.facts(body.order_id).charges.append(charge.charge_id)
@@ -440,10 +518,17 @@ class _State:
         )
 
     def do_refund(self, charge_id: str, body: _RefundIn, key: str) -> _Outcome:
+        """Refund ``body.amount`` of the charge, less the cancellation fee still due (see RefundPolicy).
+
+        Returns:
+            200 ``{"refundId", "chargeId", "amount", "feeKept", "refundedTotal"}`` (``amount`` is what
+            was returned, ``body.amount - feeKept``); 404 ``not_found``; 422 ``refund_exceeds_charge``
+            when ``body.amount`` is more than the charge less earlier refunds and fees kept.
+        """
         charge = self.charges.get(charge_id)
         if charge is None:
             return _Outcome(404, _error("not_found", permanent=True, chargeId=charge_id))
-        refundable = charge.amount - charge.refunded
+        refundable = charge.refundable()
         if body.amount > refundable:
             return _Outcome(
                 422,
@@ -455,16 +540,22 @@ class _State:
                     refundable=_money(refundable),
                 ),
             )
-        refund = _Refund(f"re_{uuid.uuid4().hex[:16]}", charge_id, body.amount, key)
+        age = self.clock() - charge.charged_at
+        fee = self.refund_policy.fee_due(age, charge.fee_kept, body.amount)
+        refund = _Refund(f"re_{uuid.uuid4().hex[:16]}", charge_id, body.amount - fee, key, fee_kept=fee)
         self.refunds[refund.refund_id] = refund
-        charge.refunded += body.amount
+        charge.refunded += refund.amount
+        charge.fee_kept += fee
         self.facts(charge.order_id).refunds.append(refund.refund_id)
+        if fee:
+            logger.info("refund of charge %s after %.3f s keeps a fee of %s", charge_id, age, _money(fee))
         return _Outcome(
             200,
             {
                 "refundId": refund.refund_id,
                 "chargeId": charge_id,
                 "amount": _money(refund.amount),
+                "feeKept": _money(fee),
                 "refundedTotal": _money(charge.refunded),
             },
             effects=1,
@@ -596,8 +687,9 @@ class _State:
     def do_refund_by_key(self, body: _RefundByKeyIn, key: str) -> _Outcome:
         def refund(charge_id: str) -> _Outcome:
             charge = self.charges[charge_id]
-            refundable = charge.amount - charge.refunded
-            # Full refunds only: an amount, if sent, must be the charge's or what is left of it.
+            refundable = charge.refundable()
+            # Full refunds only: an amount, if sent, must be the charge's or what is left of it. It is a
+            # consistency check: the cancellation fee, when due, still comes off what is refunded.
             if body.amount is not None and body.amount not in (charge.amount, refundable):
                 mismatch = _error(
                     "refund_amount_mismatch",
@@ -619,6 +711,7 @@ class _State:
                 answer |= {
                     "refundId": earlier[-1],
                     "amount": _money(Decimal("0")),
+                    "feeKept": _money(Decimal("0")),
                     "refundedTotal": _money(charge.refunded),
                     "alreadyUndone": True,
                 }
@@ -629,6 +722,7 @@ class _State:
             answer |= {
                 "refundId": refunded.body["refundId"],
                 "amount": refunded.body["amount"],
+                "feeKept": refunded.body["feeKept"],
                 "refundedTotal": refunded.body["refundedTotal"],
                 "alreadyUndone": False,
             }
@@ -689,6 +783,9 @@ class _State:
             "duplicate_order_effects": per_order,
             "undo_effects_total": sum(entry.effects for entry in self.audit.values() if entry.undo),
             "forward_after_undo": sum(entry.refused_after_undo for entry in self.audit.values()),
+            "fees_kept_total": _money(
+                sum((charge.fee_kept for charge in self.charges.values()), Decimal("0.00"))
+            ),
         }
 
     def facts_json(self, order_id: str) -> dict[str, Any]:
@@ -697,6 +794,7 @@ class _State:
         charges = [self.charges[cid] for cid in facts.charges]
         shipments = [self.shipments[sid] for sid in facts.shipments]
         net_charged = sum((charge.amount - charge.refunded for charge in charges), Decimal("0.00"))
+        fee_kept = sum((charge.fee_kept for charge in charges), Decimal("0.00"))
         return {
             "orderId": order_id,
             "reservations": [
@@ -714,6 +812,7 @@ class _State:
                     "amount": _money(c.amount),
                     "currency": c.currency,
                     "refunded": _money(c.refunded),
+                    "feeKept": _money(c.fee_kept),
                     "idempotencyKey": c.key,
                 }
                 for c in charges
@@ -723,6 +822,7 @@ class _State:
                     "refundId": refund.refund_id,
                     "chargeId": refund.charge_id,
                     "amount": _money(refund.amount),
+                    "feeKept": _money(refund.fee_kept),
                     "idempotencyKey": refund.key,
                 }
                 for refund in (self.refunds[rid] for rid in facts.refunds)
@@ -741,6 +841,7 @@ class _State:
             "summary": {
                 "activeReservations": sum(not r.released for r in reservations),
                 "netCharged": _money(net_charged),
+                "feeKept": _money(fee_kept),
                 "activeShipments": sum(not s.cancelled for s in shipments),
                 "declined": facts.declines[-1]["error"] if facts.declines else None,
                 "undone": facts.undone,
@@ -762,14 +863,21 @@ def _fingerprint(endpoint: str, target: str | None, payload: Any) -> str:
 
 
 def create_app(
-    catalog: Catalog, faults: FaultPlan, *, clock: Callable[[], float] = time.monotonic
+    catalog: Catalog,
+    faults: FaultPlan,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    refund_policy: RefundPolicy | None = None,
 ) -> FastAPI:
     """Build the inventory, payment and shipping services over one in-memory state.
 
     Args:
         catalog: Initial stock (copied; the catalog is not modified) and customer balances.
         faults: Initial fault plan; replaceable at runtime with ``PUT /faults``.
-        clock: Monotonic clock (seconds) for audit timestamps and in-flight ages.
+        clock: Monotonic clock (seconds) for audit timestamps, in-flight ages and charge ages (the
+            cancellation fee's window).
+        refund_policy: Initial cancellation fee (default: none); replaceable at runtime with
+            ``PUT /refund-policy``.
 
     Returns:
         The FastAPI app. Endpoints (JSON bodies, amounts as strings with 2 dp):
@@ -781,8 +889,10 @@ def create_app(
           ``{"chargeId", "orderId", "amount", "currency"}``; 402 ``card_declined``;
           422 ``unsupported_currency``.
         * ``POST /payments/charges/{chargeId}/refund`` ``{"amount"}`` -> 200
-          ``{"refundId", "chargeId", "amount", "refundedTotal"}`` (undo; partial allowed);
-          422 ``refund_exceeds_charge``.
+          ``{"refundId", "chargeId", "amount", "feeKept", "refundedTotal"}`` (undo; partial allowed;
+          ``amount`` is what was returned: the amount asked less ``feeKept``, the cancellation fee
+          this call kept, ``"0.00"`` within the policy's window or once the charge's fee is kept);
+          422 ``refund_exceeds_charge`` (more than the charge less earlier refunds and fees kept).
         * ``POST /shipping/shipments`` ``{"orderId", "carrier", "items"}`` -> 201
           ``{"shipmentId", "orderId", "carrier"}``; 422 ``unknown_carrier``.
         * ``POST /shipping/shipments/{shipmentId}/cancel`` -> 200 (undo).
@@ -792,11 +902,12 @@ def create_app(
           * ``POST /inventory/reservations/release`` ``{"orderId", "forwardKey", "reservationId"?}``
             -> 200 ``{"undone": true, "forwardKey", "orderId", "reservationId", "alreadyUndone"}``.
           * ``POST /payments/refunds`` ``{"orderId", "forwardKey", "chargeId"?, "amount"?}`` -> 200
-            ``{"undone": true, "forwardKey", "orderId", "chargeId", "refundId", "amount",
-            "refundedTotal", "alreadyUndone"}``: refunds all that is left of the charge (``amount`` is
-            what this call refunded, ``"0.00"`` when already undone, then ``refundId`` is the last
-            earlier refund); an ``amount`` sent must equal the charge's or the refundable rest, else
-            422 ``refund_amount_mismatch``.
+            ``{"undone": true, "forwardKey", "orderId", "chargeId", "refundId", "amount", "feeKept",
+            "refundedTotal", "alreadyUndone"}``: refunds all that is left of the charge, less the
+            cancellation fee when due (``amount`` is what this call refunded and ``feeKept`` what it
+            kept, both ``"0.00"`` when already undone, then ``refundId`` is the last earlier refund);
+            an ``amount`` sent must equal the charge's or the refundable rest, else 422
+            ``refund_amount_mismatch``: a consistency check, the fee still applies.
           * ``POST /shipping/shipments/cancel`` ``{"orderId", "forwardKey", "shipmentId"?}`` -> 200
             ``{"undone": true, "forwardKey", "orderId", "shipmentId", "alreadyUndone"}``.
 
@@ -806,12 +917,18 @@ def create_app(
           flight: 409 ``request_in_progress`` (``permanent: false``, not stored). 422
           ``forward_key_mismatch`` (the key is another endpoint's) and ``effect_mismatch`` (the id sent
           is not the key's effect), permanent.
-        * ``GET /audit`` (``effects_total``, ``undo_effects_total``, ``forward_after_undo``, per key
-          ``refusedAfterUndo`` ...), ``GET /audit/{key}``, ``GET /orders/{orderId}/facts`` (``summary``
-          with ``activeReservations``, ``netCharged``, ``activeShipments``, ``undone``; ``tombstones``),
-          ``GET /stock/{sku}``, ``GET /healthz``, ``GET /faults``, ``PUT /faults``.
+        * Every undo endpoint answers 503 ``unavailable`` (transient) or 422 ``undo_refused``
+          (permanent) when the fault plan's ``undo_transient_failures`` / ``undo_permanent`` say so.
+        * ``GET /audit`` (``effects_total``, ``undo_effects_total``, ``forward_after_undo``,
+          ``fees_kept_total`` (string, 2 dp), per key ``refusedAfterUndo`` ...), ``GET /audit/{key}``,
+          ``GET /orders/{orderId}/facts`` (charges and refunds with ``feeKept``; ``summary`` with
+          ``activeReservations``, ``netCharged`` (still charged, fees kept included), ``feeKept``,
+          ``activeShipments``, ``undone``; ``tombstones``), ``GET /stock/{sku}``, ``GET /healthz``,
+          ``GET /faults``, ``PUT /faults`` (a FaultPlan), ``GET /refund-policy``,
+          ``PUT /refund-policy`` (a RefundPolicy, ``{"fee": "2.50", "fee_after_s": 60.0}``; applies to
+          later refunds of every charge; 422 ``invalid_request`` when invalid).
     """
-    state = _State(catalog, faults, clock)
+    state = _State(catalog, faults, clock, refund_policy or RefundPolicy())
     lock = asyncio.Lock()
     app = FastAPI(title="orderflow demo services", version="1")
 
@@ -852,6 +969,8 @@ def create_app(
             audit.status = status
             return _respond(status, body, replayed=replayed)
 
+        if fault is FaultKind.UNDO_REFUSED:
+            return answer(422, _error("undo_refused", permanent=True))
         if fault is FaultKind.TRANSIENT:
             return answer(503, _error("unavailable", permanent=False))
         if fault is FaultKind.LATENCY:
@@ -1020,6 +1139,17 @@ def create_app(
         logger.info("fault plan replaced: %s", plan.model_dump_json())
         return plan.model_dump()
 
+    @app.get("/refund-policy")
+    async def get_refund_policy() -> dict[str, Any]:
+        return state.refund_policy.model_dump(mode="json")
+
+    @app.put("/refund-policy")
+    async def put_refund_policy(policy: RefundPolicy) -> dict[str, Any]:
+        async with lock:
+            state.refund_policy = policy
+        logger.info("refund policy replaced: %s", policy.model_dump_json())
+        return policy.model_dump(mode="json")
+
     return app
 
 
@@ -1107,11 +1237,35 @@ async def _serve_until_stopped(server: uvicorn.Server) -> None:
     await task
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo services from the command line; returns the exit status.
+@dataclass(frozen=True)
+class ServiceOptions:
+    """The command line of ``python -m demo.services``, parsed and validated by :func:`parse_args`."""
 
-    Example: ``python -m demo.services --port 8082 --orders 200 --faults '{"transient_rate": 0.1}'``.
-    Prints ``demo services listening on http://HOST:PORT`` once ready; stops on SIGINT/SIGTERM.
+    host: str
+    port: int
+    data_dir: Path
+    scale: float
+    orders: int  # 0 = all
+    stock_divisor: int
+    faults: FaultPlan
+    refund_policy: RefundPolicy
+    log_level: str
+
+
+def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
+    """Parse the command line of ``python -m demo.services``.
+
+    Flags: ``--host``, ``--port``, ``--data-dir``, ``--scale``, ``--orders``, ``--stock-divisor``,
+    ``--faults JSON`` (a FaultPlan), ``--cancellation-fee AMOUNT`` (the RefundPolicy's ``fee``, e.g.
+    ``2.50``; default 0 = no fee), ``--fee-after-s SECONDS`` (its ``fee_after_s``; default 0),
+    ``--log-level``.
+
+    Args:
+        argv: The arguments without the program name; None reads ``sys.argv``.
+
+    Raises:
+        SystemExit: Status 2 with a message on stderr for an unknown flag or an invalid value (e.g. a
+            malformed ``--faults`` or a negative ``--cancellation-fee``); status 0 after ``--help``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m demo.services", description="Run the demo inventory, payment and shipping services."
@@ -1123,19 +1277,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=DEFAULT_DEMO_ORDERS, help="orders to load (0 = all)")
     parser.add_argument("--stock-divisor", type=int, default=DEFAULT_STOCK_DIVISOR)
     parser.add_argument("--faults", default="{}", help="FaultPlan as JSON, e.g. '{\"transient_rate\": 0.1}'")
+    parser.add_argument(
+        "--cancellation-fee",
+        default="0",
+        metavar="AMOUNT",
+        help="fee kept when a charge is refunded after --fee-after-s, e.g. 2.50 (default 0: no fee)",
+    )
+    parser.add_argument(
+        "--fee-after-s",
+        default="0",
+        metavar="SECONDS",
+        help="free-cancellation window after a charge, in seconds (default 0)",
+    )
     parser.add_argument("--log-level", default="WARNING", help="level of the demo's own loggers")
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         plan = FaultPlan.model_validate_json(args.faults)
     except ValidationError as exc:
         parser.error(f"--faults: {exc}")
-    data_dir = ensure_dataset(args.data_dir, args.scale)
-    catalog = load_catalog(data_dir, orders=args.orders or None, stock_divisor=args.stock_divisor)
-    app = create_app(catalog, plan)
+    try:
+        policy = RefundPolicy.model_validate({"fee": args.cancellation_fee, "fee_after_s": args.fee_after_s})
+    except ValidationError as exc:
+        parser.error(f"--cancellation-fee / --fee-after-s: {exc}")
+    return ServiceOptions(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        scale=args.scale,
+        orders=args.orders,
+        stock_divisor=args.stock_divisor,
+        faults=plan,
+        refund_policy=policy,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo services from the command line (flags: :func:`parse_args`); returns the exit status.
+
+    Example: ``python -m demo.services --port 8082 --orders 200 --faults '{"transient_rate": 0.1}'
+    --cancellation-fee 2.50 --fee-after-s 60``.
+    Prints ``demo services listening on http://HOST:PORT`` once ready; stops on SIGINT/SIGTERM.
+    """
+    options = parse_args(argv)
+    logging.basicConfig(
+        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    data_dir = ensure_dataset(options.data_dir, options.scale)
+    catalog = load_catalog(data_dir, orders=options.orders or None, stock_divisor=options.stock_divisor)
+    app = create_app(catalog, options.faults, refund_policy=options.refund_policy)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", workers=1, lifespan="off"
+        app, host=options.host, port=options.port, log_level="warning", workers=1, lifespan="off"
     )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
         asyncio.run(_serve_until_stopped(uvicorn.Server(config)))

@@ -15,7 +15,15 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from demo.faults import FAULT_PRIORITY, FaultKind, FaultPlan, uniform
-from demo.services import INSTANCE_HEADER, create_app, serve_in_thread, server_url, stop
+from demo.services import (
+    INSTANCE_HEADER,
+    RefundPolicy,
+    create_app,
+    parse_args,
+    serve_in_thread,
+    server_url,
+    stop,
+)
 from demo.tpch import Catalog
 
 pytestmark = pytest.mark.unit
@@ -679,6 +687,7 @@ def test_refund_by_key_refunds_the_net_charge_once(client: TestClient) -> None:
         "orderId": "o1",
         "chargeId": charge_id,
         "amount": "60.00",
+        "feeKept": "0.00",
         "refundedTotal": "100.00",
         "alreadyUndone": False,
     }
@@ -793,3 +802,301 @@ def test_undo_by_key_refuses_keys_it_does_not_own(client: TestClient) -> None:
     assert facts["tombstones"] == []
     assert facts["summary"]["netCharged"] == "5.00"
     assert audit(client)["undo_effects_total"] == 0
+
+
+# --- the cancellation fee -------------------------------------------------------
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fee_client(clock: FakeClock, fee: str = "2.50", after_s: float = 60.0) -> TestClient:
+    policy = RefundPolicy(fee=Decimal(fee), fee_after_s=after_s)
+    return TestClient(create_app(make_catalog(), FaultPlan(), clock=clock, refund_policy=policy))
+
+
+def refund_by_key(client: TestClient, order: str, key: str = "", **extra: str) -> httpx.Response:
+    body = {"orderId": order, "forwardKey": f"{order}:charge", **extra}
+    return post(client, "/payments/refunds", body, key or f"{order}:charge:undo")
+
+
+def summary_of(client: TestClient, order: str) -> dict[str, Any]:
+    summary = client.get(f"/orders/{order}/facts").json()["summary"]
+    assert isinstance(summary, dict)
+    return summary
+
+
+def charge_id_of(client: TestClient, order: str) -> str:
+    charge_id = client.get(f"/orders/{order}/facts").json()["charges"][0]["chargeId"]
+    assert isinstance(charge_id, str)
+    return charge_id
+
+
+def test_a_refund_within_the_window_is_in_full() -> None:
+    clock = FakeClock()
+    with fee_client(clock) as client:
+        charge_id = charge(client, "o1", GOOD_CUSTOMER, "100.00").json()["chargeId"]
+        assert charge(client, "o2", GOOD_CUSTOMER, "30.00").status_code == 201
+        clock.now += 60.0  # exactly the window: still free
+
+        by_key = refund_by_key(client, "o1", amount="100.00", chargeId=charge_id)
+        by_id = post(
+            client, f"/payments/charges/{charge_id_of(client, 'o2')}/refund", {"amount": "30"}, "o2:undo"
+        )
+
+        assert by_key.status_code == 200
+        assert (by_key.json()["amount"], by_key.json()["feeKept"]) == ("100.00", "0.00")
+        assert by_key.json()["refundedTotal"] == "100.00"
+        assert by_id.status_code == 200
+        assert (by_id.json()["amount"], by_id.json()["feeKept"]) == ("30.00", "0.00")
+        summary = summary_of(client, "o1")
+        assert (summary["netCharged"], summary["feeKept"]) == ("0.00", "0.00")
+        assert audit(client)["fees_kept_total"] == "0.00"
+
+
+def test_a_refund_after_the_window_keeps_the_fee() -> None:
+    clock = FakeClock()
+    with fee_client(clock) as client:
+        charge_id = charge(client, "o1", GOOD_CUSTOMER, "100.00").json()["chargeId"]
+        clock.now += 60.5
+
+        # What the compensation sends: the charge amount from its log, a consistency check only.
+        refunded = refund_by_key(client, "o1", amount="100.00", chargeId=charge_id)
+        replay = refund_by_key(client, "o1", amount="100.00", chargeId=charge_id)
+
+        assert refunded.status_code == 200
+        answer = refunded.json()
+        assert (answer["amount"], answer["feeKept"], answer["refundedTotal"]) == ("97.50", "2.50", "97.50")
+        assert (answer["undone"], answer["alreadyUndone"]) == (True, False)
+        assert replay.json() == answer
+        facts = client.get("/orders/o1/facts").json()
+        assert facts["summary"]["netCharged"] == "2.50"
+        assert facts["summary"]["feeKept"] == "2.50"
+        assert facts["summary"]["undone"] == 1
+        assert facts["charges"][0] | {"chargeId": "", "idempotencyKey": ""} == {
+            "chargeId": "",
+            "amount": "100.00",
+            "currency": "USD",
+            "refunded": "97.50",
+            "feeKept": "2.50",
+            "idempotencyKey": "",
+        }
+        assert [(r["amount"], r["feeKept"]) for r in facts["refunds"]] == [("97.50", "2.50")]
+        report = audit(client)
+        assert report["fees_kept_total"] == "2.50"
+        assert report["undo_effects_total"] == 1
+
+
+def test_a_fee_larger_than_the_charge_keeps_the_whole_charge() -> None:
+    clock = FakeClock()
+    with fee_client(clock, fee="20.00", after_s=0.0) as client:
+        assert charge(client, "o1", GOOD_CUSTOMER, "12.34").status_code == 201
+        clock.now += 0.001
+
+        refunded = refund_by_key(client, "o1", amount="12.34")
+        again = refund_by_key(client, "o1", key="operator:refund")
+
+        assert refunded.status_code == 200
+        assert (refunded.json()["amount"], refunded.json()["feeKept"]) == ("0.00", "12.34")
+        assert refunded.json()["alreadyUndone"] is False
+        assert again.json()["alreadyUndone"] is True
+        assert (again.json()["amount"], again.json()["feeKept"]) == ("0.00", "0.00")
+        assert again.json()["refundId"] == refunded.json()["refundId"]
+        summary = summary_of(client, "o1")
+        assert (summary["netCharged"], summary["feeKept"]) == ("12.34", "12.34")
+        assert audit(client)["fees_kept_total"] == "12.34"
+
+
+def test_the_fee_is_kept_once_per_charge_across_refunds() -> None:
+    clock = FakeClock()
+    with fee_client(clock, fee="5.00", after_s=10.0) as client:
+        charge_id = charge(client, "o1", GOOD_CUSTOMER, "100.00").json()["chargeId"]
+        assert charge(client, "o2", GOOD_CUSTOMER, "100.00").status_code == 201
+        clock.now += 11.0
+        path = f"/payments/charges/{charge_id}/refund"
+
+        first = post(client, path, {"amount": "40.00"}, "op:r1")
+        too_much = post(client, path, {"amount": "60.01"}, "op:r2")
+        second = post(client, path, {"amount": "55.00"}, "op:r3")
+        # An amount sent by key must be the charge's or the rest after refunds and the fee kept.
+        by_key = refund_by_key(client, "o1", amount="55.00")
+        rest = refund_by_key(client, "o1", key="operator:refund", amount="5.00")
+
+        assert (first.json()["amount"], first.json()["feeKept"]) == ("35.00", "5.00")
+        assert too_much.status_code == 422
+        assert too_much.json()["error"] == "refund_exceeds_charge"
+        assert too_much.json()["refundable"] == "60.00"
+        assert (second.json()["amount"], second.json()["feeKept"]) == ("55.00", "0.00")
+        assert by_key.status_code == 422  # 55.00 is neither the charge nor the 5.00 left
+        assert by_key.json()["refundable"] == "5.00"
+        assert (rest.json()["amount"], rest.json()["feeKept"], rest.json()["alreadyUndone"]) == (
+            "5.00",
+            "0.00",
+            False,
+        )
+        summary = summary_of(client, "o1")
+        assert (summary["netCharged"], summary["feeKept"]) == ("5.00", "5.00")
+
+        # A first partial refund smaller than the fee keeps all of it; the next keeps only the rest.
+        o2 = f"/payments/charges/{charge_id_of(client, 'o2')}/refund"
+        small = post(client, o2, {"amount": "3.00"}, "o2:r1")
+        bigger = post(client, o2, {"amount": "50.00"}, "o2:r2")
+        last = refund_by_key(client, "o2", amount="100.00")
+
+        assert (small.json()["amount"], small.json()["feeKept"]) == ("0.00", "3.00")
+        assert (bigger.json()["amount"], bigger.json()["feeKept"]) == ("48.00", "2.00")
+        assert (last.json()["amount"], last.json()["feeKept"]) == ("47.00", "0.00")
+        summary = summary_of(client, "o2")
+        assert (summary["netCharged"], summary["feeKept"]) == ("5.00", "5.00")
+        assert audit(client)["fees_kept_total"] == "10.00"
+
+
+def test_the_refund_policy_can_be_read_and_replaced_at_runtime() -> None:
+    clock = FakeClock()
+    with TestClient(create_app(make_catalog(), FaultPlan(), clock=clock)) as client:
+        assert client.get("/refund-policy").json() == {"fee": "0.00", "fee_after_s": 0.0}
+        assert charge(client, "o1", GOOD_CUSTOMER, "10.00").status_code == 201
+        assert charge(client, "o2", GOOD_CUSTOMER, "10.00").status_code == 201
+        clock.now += 3600.0
+        free = refund_by_key(client, "o1")
+
+        replaced = client.put("/refund-policy", json={"fee": "1.5", "fee_after_s": 30})
+        bad_fee = client.put("/refund-policy", json={"fee": "-1"})
+        bad_cents = client.put("/refund-policy", json={"fee": "0.001"})
+        unknown = client.put("/refund-policy", json={"fee": "1.00", "percent": 5})
+        with_fee = refund_by_key(client, "o2")
+
+        assert (free.json()["amount"], free.json()["feeKept"]) == ("10.00", "0.00")
+        assert replaced.status_code == 200
+        assert replaced.json() == {"fee": "1.50", "fee_after_s": 30.0}
+        for refused in (bad_fee, bad_cents, unknown):
+            assert refused.status_code == 422
+            assert refused.json()["error"] == "invalid_request"
+        assert client.get("/refund-policy").json() == {"fee": "1.50", "fee_after_s": 30.0}
+        assert (with_fee.json()["amount"], with_fee.json()["feeKept"]) == ("8.50", "1.50")
+        assert client.put("/refund-policy", json={}).json() == {"fee": "0.00", "fee_after_s": 0.0}
+
+
+def test_the_command_line_sets_the_refund_policy() -> None:
+    options = parse_args(["--cancellation-fee", "2.50", "--fee-after-s", "60", "--port", "0"])
+    default = parse_args([])
+
+    assert options.refund_policy == RefundPolicy(fee=Decimal("2.50"), fee_after_s=60.0)
+    assert options.port == 0
+    assert default.refund_policy == RefundPolicy()
+    assert default.faults == FaultPlan()
+    assert parse_args(["--faults", '{"undo_permanent": true}']).faults.undo_permanent is True
+    for bad in (["--cancellation-fee", "-1"], ["--cancellation-fee", "x"], ["--fee-after-s", "-5"]):
+        with pytest.raises(SystemExit) as exited:
+            parse_args(bad)
+        assert exited.value.code == 2
+
+
+# --- faults that hit only undos ---------------------------------------------------
+
+
+def test_undo_only_fault_decisions() -> None:
+    plan = FaultPlan(undo_transient_failures=2)
+    refusing = FaultPlan(undo_permanent=True, undo_transient_failures=2, transient_rate=1.0)
+
+    assert [plan.decide("k", call, undo=True) for call in (1, 2, 3, 4)] == [
+        FaultKind.TRANSIENT,
+        FaultKind.TRANSIENT,
+        None,
+        None,
+    ]
+    assert plan.decide("k", 1) is None
+    assert refusing.decide("k", 5, undo=True) is FaultKind.UNDO_REFUSED
+    assert refusing.decide("k", 1) is FaultKind.TRANSIENT  # forward calls keep their rates
+    assert FaultPlan(undo_permanent=True).decide("k", 1) is None
+    # After its N failures an undo key meets the random rates only when faults_on_undo says so.
+    assert FaultPlan(undo_transient_failures=1, hang_rate=1.0).decide("k", 2, undo=True) is None
+    on_undo = FaultPlan(undo_transient_failures=1, hang_rate=1.0, faults_on_undo=True)
+    assert on_undo.decide("k", 2, undo=True) is FaultKind.HANG
+    with pytest.raises(ValueError):
+        FaultPlan(undo_transient_failures=-1)
+
+
+def test_the_first_undo_calls_of_each_key_fail_transiently() -> None:
+    with make_client(FaultPlan(undo_transient_failures=2)) as client:
+        reserved = reserve(client, "o1", [("10", 3)], key="o1:reserve_inventory")
+        assert reserved.status_code == 201  # forward calls are unaffected
+        assert available(client, "10") == 7
+
+        calls = [release_by_key(client, "o1", "o1:reserve_inventory") for _ in range(4)]
+
+        for failed in calls[:2]:
+            assert failed.status_code == 503
+            assert failed.json() == {"error": "unavailable", "permanent": False}
+        assert calls[2].status_code == 200
+        assert (calls[2].json()["undone"], calls[2].json()["alreadyUndone"]) == (True, False)
+        assert "Idempotent-Replayed" not in calls[2].headers
+        assert calls[3].headers["Idempotent-Replayed"] == "true"
+        assert available(client, "10") == 10
+        entry = client.get("/audit/o1:reserve_inventory:undo").json()
+        assert (entry["calls"], entry["effects"]) == (4, 1)
+        assert entry["faults"] == [{"call": 1, "kind": "transient"}, {"call": 2, "kind": "transient"}]
+        facts = client.get("/orders/o1/facts").json()
+        assert facts["tombstones"] == []
+        assert facts["summary"]["undone"] == 1
+        # Every undo key, by id too, gets its own first failures.
+        reservation = reserved.json()["reservationId"]
+        by_id = [
+            post(client, f"/inventory/reservations/{reservation}/release", {}, "op:release").status_code
+            for _ in range(3)
+        ]
+        assert by_id == [503, 503, 200]
+        report = audit(client)
+        assert report["undo_effects_total"] == 1
+        assert report["keys"]["o1:reserve_inventory"]["faults"] == []
+
+
+def test_a_permanently_refused_undo_changes_nothing() -> None:
+    with make_client(FaultPlan(undo_permanent=True)) as client:
+        reservation = reserve(client, "o1", [("10", 3)], key="o1:reserve_inventory").json()["reservationId"]
+        charged = charge(client, "o1", GOOD_CUSTOMER, "10.00")
+        items = [{"sku": "10", "quantity": 3}]
+        shipped = post(
+            client, "/shipping/shipments", {"orderId": "o1", "carrier": "MAIL", "items": items}, "o1:ship"
+        )
+        assert (charged.status_code, shipped.status_code) == (201, 201)  # forward calls are unaffected
+
+        refusals = [
+            release_by_key(client, "o1", "o1:reserve_inventory"),
+            release_by_key(client, "o1", "o1:reserve_inventory"),
+            post(client, f"/inventory/reservations/{reservation}/release", {}, "op:release"),
+            refund_by_key(client, "o1"),
+            post(client, "/shipping/shipments/cancel", {"orderId": "o1", "forwardKey": "o1:ship"}, "o1:u"),
+            release_by_key(client, "o9", "o9:reserve"),  # a key with no effect: no tombstone either
+        ]
+
+        for refused in refusals:
+            assert refused.status_code == 422
+            assert refused.json() == {"error": "undo_refused", "permanent": True}
+            assert "Idempotent-Replayed" not in refused.headers
+        assert available(client, "10") == 7
+        summary = summary_of(client, "o1")
+        assert (summary["activeReservations"], summary["netCharged"], summary["activeShipments"]) == (
+            1,
+            "10.00",
+            1,
+        )
+        assert client.get("/orders/o9/facts").json()["tombstones"] == []
+        assert reserve(client, "o9", [("10", 1)]).status_code == 201
+        report = audit(client)
+        assert report["undo_effects_total"] == 0
+        assert report["keys"]["o1:reserve_inventory:undo"]["faults"][0]["kind"] == "undo_refused"
+
+        # Nothing was stored: once undos are allowed again the same key runs.
+        client.put("/faults", json={})
+        retried = release_by_key(client, "o1", "o1:reserve_inventory")
+        assert retried.status_code == 200
+        assert "Idempotent-Replayed" not in retried.headers
+        assert available(client, "10") == 9
