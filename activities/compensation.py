@@ -20,8 +20,9 @@ interrupted anywhere resumes from the first entry not yet undone:
   or, when an undo failed for good, ``CompensationFailed`` with an operator alert and a
   ``CompensationFailed`` reply.
 
-Undo order is the reverse of the workflow's step order, which for a sequential workflow is the reverse
-order of completion.
+Undo order is the definition's undo plan (:meth:`WorkflowDefinition.undo_stages`): stages in order, the
+steps of a stage in parallel; by default each step alone, in reverse order of the workflow's steps, which
+for a sequential workflow is the reverse order of completion.
 """
 
 from __future__ import annotations
@@ -116,15 +117,16 @@ def _ensure_entries(record: StateRecord, definition: WorkflowDefinition, now: da
             )
 
 
-def steps_to_undo(record: StateRecord, definition: WorkflowDefinition) -> tuple[str, ...]:
-    """Steps whose entries are not undone yet, in undo order (the reverse of the workflow's)."""
-    order = {name: index for index, name in enumerate(definition.step_names)}
-    pending = [
+def stages_to_undo(record: StateRecord, definition: WorkflowDefinition) -> tuple[tuple[str, ...], ...]:
+    """The definition's undo stages (:meth:`WorkflowDefinition.undo_stages`) cut down to the entries not
+    undone yet; stages left empty are dropped."""
+    pending = {
         entry.step
         for entry in record.compensation_log
         if entry.undo is not None and entry.status != UndoStatus.COMPENSATED
-    ]
-    return tuple(sorted(pending, key=lambda name: order.get(name, -1), reverse=True))
+    }
+    stages = (tuple(step for step in stage if step in pending) for stage in definition.undo_stages())
+    return tuple(stage for stage in stages if stage)
 
 
 def _entry(record: StateRecord, step: str) -> CompensationEntry:
@@ -154,8 +156,9 @@ def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str,
     point of no return it writes ``Error`` instead, with a ``Failed`` reply owed and an operator alert.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON: ``undo_steps`` in undo order and ``process_state``
-        (``Compensating``, or ``Error`` past a point of no return); ``applied`` False when fenced out.
+        A :class:`FencedWriteResult` as JSON: ``undo_stages`` (stages in order; the steps of a stage are
+        undone in parallel) and ``process_state`` (``Compensating``, or ``Error`` past a point of no
+        return); ``applied`` False when fenced out.
     """
     data = BeginCompensationInput.model_validate(payload)
     definition = workflow_for(data.workflow_version)
@@ -209,19 +212,20 @@ def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str,
         error = record.last_error
         telemetry.alert(PAST_POINT_OF_NO_RETURN, step=error.step if error else None, **fields)
         return FencedWriteResult(applied=True, process_state=state.value).to_payload()
-    undo = steps_to_undo(record, definition)
-    telemetry.event("compensation.begin", steps=",".join(undo), **fields)
+    stages = stages_to_undo(record, definition)
+    telemetry.event("compensation.begin", stages="|".join(",".join(stage) for stage in stages), **fields)
     return FencedWriteResult(
-        applied=True, process_state=state.value, undo_steps=undo, complete_by=record.complete_by
+        applied=True, process_state=state.value, undo_stages=stages, complete_by=record.complete_by
     ).to_payload()
 
 
 def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     """Activity :data:`activities.contracts.START_UNDO`.
 
-    In one fenced write: record the previous undo (entry and step ``Compensated``), mark ``step``'s
-    entry and the step ``Compensating`` and set ``completeBy`` to now plus the undo's timeout. Then send
-    the undo request (``{requestId}`` = ``{instanceId}:{step}:undo``) to the step's agent.
+    In one fenced write: record the previous stage's undos (entries and steps ``Compensated``), mark
+    ``step``'s entry and the step ``Compensating`` and set ``completeBy`` to now plus the undo's timeout
+    (the steps of one stage share the record's ``completeBy``: the latest start sets it). Then send the
+    undo request (``{requestId}`` = ``{instanceId}:{step}:undo``) to the step's agent.
 
     Returns:
         A :class:`FencedWriteResult` as JSON with ``complete_by``; ``applied`` False when fenced out.
@@ -237,8 +241,8 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     def mutate(record: StateRecord) -> StateRecord | None:
         if record.process_state is not ProcessState.COMPENSATING:
             return None
-        if data.undone is not None:
-            _record_undone(record, data.undone, now)
+        for undone in data.undone:
+            _record_undone(record, undone, now)
         entry = _entry(record, data.step)
         step = record.steps[data.step]
         already = (
@@ -246,7 +250,7 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             and step.status is StepStatus.COMPENSATING
             and step.last_instance == data.instance_id
             and record.complete_by is not None
-            and (data.undone is None or _entry(record, data.undone.step).status == UndoStatus.COMPENSATED)
+            and all(_entry(record, undone.step).status == UndoStatus.COMPENSATED for undone in data.undone)
         )
         if already:
             return None
@@ -317,8 +321,8 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
     def mutate(record: StateRecord) -> StateRecord | None:
         if record.process_state is not ProcessState.COMPENSATING:
             return None
-        if data.undone is not None:
-            _record_undone(record, data.undone, now)
+        for undone in data.undone:
+            _record_undone(record, undone, now)
         if data.failed is not None:
             failed_step = data.failed.step.removesuffix(":undo")
             entry = _entry(record, failed_step)
@@ -337,7 +341,7 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
                 detail=data.failed.message,
             )
         else:
-            left = steps_to_undo(record, definition)
+            left = stages_to_undo(record, definition)
             if left:
                 raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
             cause = record.last_error

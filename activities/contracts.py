@@ -183,7 +183,7 @@ class StartUndoInput(ContractModel):
     Attributes:
         step: The forward step whose compensation entry to undo.
         timeout_s: Seconds the undo may take; its completeBy is the activity's now plus this.
-        undone: The previous undo's result, recorded in the same write, if any.
+        undone: The previous stage's undo results, recorded in the same write.
         response_queue: Where the agent must answer.
     """
 
@@ -192,17 +192,18 @@ class StartUndoInput(ContractModel):
     workflow_version: str
     step: str
     timeout_s: float = Field(gt=0)
-    undone: UndoResult | None = None
+    undone: tuple[UndoResult, ...] = ()
     response_queue: str
 
 
 class FinishCompensationInput(ContractModel):
-    """Input of :data:`FINISH_COMPENSATION`: the last undo's result, or the error that stopped it."""
+    """Input of :data:`FINISH_COMPENSATION`: the last stage's undo results, and the error that stopped
+    the compensation, if one did."""
 
     order_id: str
     instance_id: str
     workflow_version: str
-    undone: UndoResult | None = None
+    undone: tuple[UndoResult, ...] = ()
     failed: StepError | None = None
 
 
@@ -247,7 +248,8 @@ class FencedWriteResult(ContractModel):
         budget_exhausted: The step was not started: the order's retry budget has no calls left.
         complete_by: :data:`START_STEP` only: the step's deadline (UTC) as written in the record; the
             orchestration's durable timer fires at it. Absent in results of earlier versions.
-        undo_steps: :data:`BEGIN_COMPENSATION` only: the steps still to undo, in undo order.
+        undo_stages: :data:`BEGIN_COMPENSATION` only: the steps still to undo, as stages run in order;
+            the steps of one stage are undone in parallel.
         process_state: The record's ``processState`` after the write (compensation activities).
     """
 
@@ -257,5 +259,5 @@ class FencedWriteResult(ContractModel):
     remaining_calls: int = 0
     budget_exhausted: bool = False
     complete_by: UtcDatetime | None = None
-    undo_steps: tuple[str, ...] = ()
+    undo_stages: tuple[tuple[str, ...], ...] = ()
     process_state: str | None = None

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,6 +52,7 @@ from rich.table import Table
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN
 from demo.faults import FaultPlan
+from demo.services import RefundPolicy
 from demo.tpch import (
     DEFAULT_STOCK_DIVISOR,
     Catalog,
@@ -88,6 +90,10 @@ DEMO_FAULTS = FaultPlan(
 )
 """Faults injected on top of the data's own failures: 10% transient 5xx, 3% hangs past the step
 deadline (the hung call applies its effect after 10 s), 2% "effect applied, response lost", 5% slow."""
+
+DEMO_REFUND_POLICY = RefundPolicy(fee=Decimal("1.00"), fee_after_s=5.0)
+"""The payment service keeps a 1.00 cancellation fee when a charge is refunded more than 5 s after it was
+made: compensation is a business undo, not a reset."""
 
 DEMO_OUTSTANDING = 120
 """Most orders the demo client keeps submitted but not yet settled (client-side flow control)."""
@@ -312,9 +318,10 @@ def all_records(states: StateStore) -> list[StateRecord]:
 
 def active_effects(facts: dict[str, Any]) -> int:
     """Effects of an order still in place at the demo services: reservations not released, shipments
-    not cancelled, and a charge not fully refunded (counted once)."""
+    not cancelled, and a charge not refunded (counted once). A cancellation fee the refund kept by the
+    payment service's rule is not an effect left behind."""
     summary = facts.get("summary", {})
-    charged = summary.get("netCharged", "0.00") not in ("0.00", "0", None)
+    charged = Decimal(summary.get("netCharged") or "0") > Decimal(summary.get("feeKept") or "0")
     return int(summary.get("activeReservations", 0)) + int(summary.get("activeShipments", 0)) + int(charged)
 
 
@@ -444,6 +451,7 @@ def summarise(
         "attempts_max": max((r.attempt for r in records.values()), default=0),
         "calls_per_step_max": int(audit["calls_per_key_max"]),
         "faults_injected": int(audit.get("faults_total", 0)),
+        "fees_kept": audit.get("fees_kept_total", "0.00"),
         "elapsed_s": round(elapsed_s, 2),
         "orders_per_s": round(submitted / elapsed_s, 2) if elapsed_s > 0 else 0.0,
     }
@@ -533,6 +541,10 @@ def run_demo(
                 str(divisor),
                 "--faults",
                 faults.model_dump_json(),
+                "--cancellation-fee",
+                str(DEMO_REFUND_POLICY.fee),
+                "--fee-after-s",
+                str(DEMO_REFUND_POLICY.fee_after_s),
             ],
             dict(os.environ),
             "demo services listening on",

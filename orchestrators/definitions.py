@@ -9,6 +9,7 @@ deployed, so definitions are never edited in place: a change is a new version.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,12 +38,60 @@ class StepDefinition:
     irreversible: bool = False
 
 
+STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+"""Step names: they are parts of idempotency keys, request ids and custom statuses (``:`` and ``,``
+separate those), so lowercase letters, digits and ``_`` only."""
+
+
+class InvalidWorkflowDefinition(ValueError):
+    """A workflow definition contradicts itself (raised when the module is imported: a deploy error)."""
+
+
 @dataclass(frozen=True)
 class WorkflowDefinition:
-    """A versioned, ordered list of steps."""
+    """A versioned, ordered list of steps, and how to undo them.
+
+    Attributes:
+        version: The definition's version (``order-v1``); records keep the version they started with.
+        steps: The steps, in execution order.
+        undo_plan: Stages of compensation, run in order; the steps of one stage are undone in parallel
+            (their undos are independent, e.g. releasing stock and refunding a charge). Every reversible
+            step appears exactly once. None: one step per stage, in reverse execution order.
+
+    Raises:
+        InvalidWorkflowDefinition: a step name is malformed or repeated, or the undo plan names an
+            unknown or irreversible step, names one twice, or misses a reversible one.
+    """
 
     version: str
     steps: tuple[StepDefinition, ...]
+    undo_plan: tuple[tuple[str, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        names = [step.name for step in self.steps]
+        for name in names:
+            if not STEP_NAME.match(name):
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: step name {name!r} is not {STEP_NAME.pattern}"
+                )
+        if len(set(names)) != len(names):
+            raise InvalidWorkflowDefinition(f"{self.version}: step names repeat: {names}")
+        if self.undo_plan is not None:
+            planned = [name for stage in self.undo_plan for name in stage]
+            reversible = {step.name for step in self.steps if step.undo is not None and not step.irreversible}
+            if len(set(planned)) != len(planned) or set(planned) != reversible or not all(self.undo_plan):
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: undo plan {self.undo_plan} must name each reversible step "
+                    f"{sorted(reversible)} exactly once, in non-empty stages"
+                )
+
+    def undo_stages(self) -> tuple[tuple[str, ...], ...]:
+        """The compensation stages: the declared plan, or each reversible step alone in reverse order."""
+        if self.undo_plan is not None:
+            return self.undo_plan
+        return tuple(
+            (step.name,) for step in reversed(self.steps) if step.undo is not None and not step.irreversible
+        )
 
     def step(self, name: str) -> StepDefinition:
         """The step called ``name``.
@@ -79,12 +128,22 @@ ORDER_V1 = WorkflowDefinition(
         ),
     ),
 )
-"""The demo order workflow: reserve inventory, charge payment, create the shipment."""
+"""The demo order workflow: reserve inventory, charge payment, create the shipment (irreversible, last:
+it is reached only after the steps that can be refused for business reasons have passed). Compensation
+undoes one step at a time, in reverse."""
 
-WORKFLOWS: Mapping[str, WorkflowDefinition] = {ORDER_V1.version: ORDER_V1}
+ORDER_V2 = WorkflowDefinition(
+    version="order-v2",
+    steps=ORDER_V1.steps,
+    undo_plan=(("charge_payment", "reserve_inventory"),),
+)
+"""The demo order workflow, version 2: the same steps; the refund and the stock release are independent,
+so compensation runs them in parallel."""
+
+WORKFLOWS: Mapping[str, WorkflowDefinition] = {ORDER_V1.version: ORDER_V1, ORDER_V2.version: ORDER_V2}
 """Every deployed workflow version; old versions stay while records use them."""
 
-CURRENT_WORKFLOW = ORDER_V1
+CURRENT_WORKFLOW = ORDER_V2
 """The version new orders start with."""
 
 

@@ -29,6 +29,14 @@ class Delivery(StrEnum):
     INCONSISTENT = "inconsistent"
 
 
+def waiting_steps(custom_status: str | None) -> tuple[str, ...]:
+    """The steps an instance waits on, from its custom status ``waiting:<step>[,<step>...]`` (a stage of
+    undos waits on several at once); empty for any other status."""
+    if not custom_status or not custom_status.startswith(WAITING_PREFIX):
+        return ()
+    return tuple(custom_status[len(WAITING_PREFIX) :].split(","))
+
+
 def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delivery:
     """Deliver one agent response.
 
@@ -63,7 +71,7 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
         # Inconsistent ids would raise an event the instance cannot use (docs/design.md §7).
         telemetry.event("response.dropped", reason=Delivery.INCONSISTENT.value, **fields)
         return Delivery.INCONSISTENT
-    if status.custom_status != f"{WAITING_PREFIX}{response.step}":
+    if response.step not in waiting_steps(status.custom_status):
         telemetry.event(
             "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields
         )

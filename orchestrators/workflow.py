@@ -58,9 +58,10 @@ ORDER_WORKFLOW = "order_workflow"
 """Registered name of the order orchestrator."""
 
 WAITING_PREFIX = "waiting:"
-"""Custom status set before a step starts, ``waiting:<step>``: the listener delivers only the response
-of the step an instance is waiting on. It is set before the activity that sends the request, so it is
-committed before any response can exist."""
+"""Custom status set before a step starts, ``waiting:<step>`` (``waiting:<a>:undo,<b>:undo`` for a stage
+of undos run in parallel): the listener delivers only the responses of the steps an instance waits on.
+It is set before the activity that sends the request, so it is committed before any response can
+exist."""
 
 COMPENSATING_STATUS = "compensating"
 """Custom status while a compensation begins or finishes (an undo in flight is ``waiting:<step>:undo``)."""
@@ -177,12 +178,13 @@ def _compensate(
     error: StepError | None = None,
     completed: StepResult | None = None,
 ) -> WorkflowGenerator:
-    """Undo the order's completed steps (docs/design.md §4), in the order the begin write returns.
+    """Undo the order's completed steps (docs/design.md §4), stage by stage as the begin write returns.
 
-    Each undo races its durable timer against the agent's answer like a forward step. A timeout ends the
-    instance without writing and a retryable failure hands the record to the supervisor: either way the
-    record stays ``Compensating`` and the next attempt resumes from the first entry not yet undone. A
-    permanent undo failure ends the compensation ``CompensationFailed``.
+    The undos of a stage run in parallel: each is started by a fenced write, then one durable timer at
+    the latest of their deadlines races all of their answers, as a forward step's timer races its one.
+    A timeout ends the instance without writing and a retryable failure hands the record to the
+    supervisor: either way the record stays ``Compensating`` and the next attempt resumes from the first
+    entry not yet undone. A permanent undo failure ends the compensation ``CompensationFailed``.
     """
     instance_id = instance_id_for(start.order_id, start.attempt)
     ctx.set_custom_status(COMPENSATING_STATUS)
@@ -206,43 +208,58 @@ def _compensate(
         log.note("order.error", None, "past_point_of_no_return")
         return {"outcome": "Error", "step": None}
 
-    undone: UndoResult | None = None
-    for step in begun.undo_steps:
-        undo_name = undo_step_name(step)
+    undone: tuple[UndoResult, ...] = ()
+    for stage in begun.undo_stages:
+        names = tuple(undo_step_name(step) for step in stage)
+        label = ",".join(names)
         scheduled_at = ctx.current_utc_datetime
-        ctx.set_custom_status(f"{WAITING_PREFIX}{undo_name}")
-        started = yield from _write(
-            ctx,
-            START_UNDO,
-            StartUndoInput(
-                order_id=start.order_id,
-                instance_id=instance_id,
-                workflow_version=definition.version,
-                step=step,
-                timeout_s=start.step_timeout_s,
-                undone=undone,
-                response_queue=start.response_queue,
-            ).to_payload(),
-        )
-        if not started.applied:
-            log.note("undo.fenced", undo_name, started.reason)
-            return {"outcome": "fenced", "step": undo_name}
-        deadline = started.complete_by or scheduled_at + timedelta(seconds=start.step_timeout_s)
-        response = yield from _await_response(ctx, undo_name, instance_id, deadline)
-        if response is None:
-            log.note("undo.timeout", undo_name, deadline.isoformat())
-            return {"outcome": "timeout", "step": undo_name}
-        if response.outcome is AgentOutcome.SUCCEEDED:
-            undone = UndoResult(step=step, result=response.result, calls=response.calls)
-            continue
-        failure = StepError(
-            step=undo_name,
-            kind=response.error_kind or ErrorKind.TRANSIENT.value,
-            code=response.error_code,
-            message=(response.error_message or "agent reported a failure")[:500],
-            calls=response.calls,
-        )
-        if failure.kind == ErrorKind.PERMANENT.value:
+        # Set before any request exists, so the listener delivers every answer of the stage.
+        ctx.set_custom_status(f"{WAITING_PREFIX}{label}")
+        deadline: datetime | None = None
+        for index, step in enumerate(stage):
+            started = yield from _write(
+                ctx,
+                START_UNDO,
+                StartUndoInput(
+                    order_id=start.order_id,
+                    instance_id=instance_id,
+                    workflow_version=definition.version,
+                    step=step,
+                    timeout_s=start.step_timeout_s,
+                    undone=undone if index == 0 else (),  # the previous stage, recorded once
+                    response_queue=start.response_queue,
+                ).to_payload(),
+            )
+            if not started.applied:
+                log.note("undo.fenced", step, started.reason)
+                return {"outcome": "fenced", "step": undo_step_name(step)}
+            step_deadline = started.complete_by or scheduled_at + timedelta(seconds=start.step_timeout_s)
+            deadline = step_deadline if deadline is None else max(deadline, step_deadline)
+        assert deadline is not None  # a stage is never empty
+        answers = yield from _await_responses(ctx, names, instance_id, deadline)
+        if answers is None:
+            log.note("undo.timeout", label, deadline.isoformat())
+            return {"outcome": "timeout", "step": label}
+        results: list[UndoResult] = []
+        failures: list[StepError] = []
+        for name in names:
+            response = answers[name]
+            if response.outcome is AgentOutcome.SUCCEEDED:
+                results.append(
+                    UndoResult(step=name.removesuffix(":undo"), result=response.result, calls=response.calls)
+                )
+                continue
+            failures.append(
+                StepError(
+                    step=name,
+                    kind=response.error_kind or ErrorKind.TRANSIENT.value,
+                    code=response.error_code,
+                    message=(response.error_message or "agent reported a failure")[:500],
+                    calls=response.calls,
+                )
+            )
+        permanent = next((f for f in failures if f.kind == ErrorKind.PERMANENT.value), None)
+        if permanent is not None:
             yield from _write(
                 ctx,
                 FINISH_COMPENSATION,
@@ -250,21 +267,29 @@ def _compensate(
                     order_id=start.order_id,
                     instance_id=instance_id,
                     workflow_version=definition.version,
-                    undone=undone,
-                    failed=failure,
+                    undone=tuple(results),
+                    failed=permanent,
                 ).to_payload(),
             )
-            log.note("order.compensation_failed", undo_name, failure.code)
-            return {"outcome": "CompensationFailed", "step": undo_name}
-        yield from _write(
-            ctx,
-            RECORD_STEP_FAILURE,
-            RecordStepFailureInput(
-                order_id=start.order_id, instance_id=instance_id, error=failure, at=ctx.current_utc_datetime
-            ).to_payload(),
-        )
-        log.note("undo.retryable", undo_name, failure.code)
-        return {"outcome": "retryable", "step": undo_name}
+            log.note("order.compensation_failed", permanent.step, permanent.code)
+            return {"outcome": "CompensationFailed", "step": permanent.step}
+        if failures:
+            # Retryable: the supervisor resumes the stage; undos already answered are asked again under
+            # their undo keys, which replay their stored result.
+            failure = failures[0]
+            yield from _write(
+                ctx,
+                RECORD_STEP_FAILURE,
+                RecordStepFailureInput(
+                    order_id=start.order_id,
+                    instance_id=instance_id,
+                    error=failure,
+                    at=ctx.current_utc_datetime,
+                ).to_payload(),
+            )
+            log.note("undo.retryable", failure.step, failure.code)
+            return {"outcome": "retryable", "step": failure.step}
+        undone = tuple(results)
 
     finished = yield from _write(
         ctx,
@@ -345,6 +370,35 @@ def _await_response(
     # recovers the attempt and the step's idempotency key makes the retry safe.
     yield timer
     return None
+
+
+def _await_responses(
+    ctx: WorkflowContext, steps: tuple[str, ...], instance_id: str, deadline: datetime
+) -> Generator[WorkflowTask, Any, dict[str, AgentResponse] | None]:
+    """Race one durable timer against the response events of ``steps`` (a stage of undos, in parallel).
+
+    For a single step the actions are exactly those of :func:`_await_response`.
+
+    Returns:
+        Every step's response, or None when the timer fired first (or a response was not the one
+        awaited: as for a forward step, the attempt then waits for its deadline).
+    """
+    timer = ctx.create_timer(deadline)
+    waiting = {step: ctx.wait_for_external_event(step_event_name(step)) for step in steps}
+    answers: dict[str, AgentResponse] = {}
+    while waiting:
+        winner = yield ctx.when_any([*waiting.values(), timer])
+        if winner is timer:
+            return None
+        step = next(name for name, task in waiting.items() if task is winner)
+        del waiting[step]
+        response = _parse_response(ctx.task_result(winner))
+        if response is None or response.request_id != request_id_for(instance_id, step):
+            yield timer
+            return None
+        answers[step] = response
+    ctx.cancel_timer(timer)
+    return answers
 
 
 def _parse_response(raw: Any) -> AgentResponse | None:

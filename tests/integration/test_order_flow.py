@@ -8,14 +8,16 @@ devhost's loops. ``backend`` runs each test on the in-memory adapters and on the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 
 from demo.faults import FaultPlan
 from devhost.host import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
-from orderflow.records import ProcessState, StepStatus, format_utc
+from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
 from tests.harness import System, running_system
 
 pytestmark = pytest.mark.integration
@@ -217,3 +219,70 @@ def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dep
     assert record.retry_budget.spent == 6
     assert record.attempt >= 3
     assert replies["tpch-1"][-1] == "Compensated"
+
+
+def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dependencies) -> None:
+    # The shipment is refused (no such carrier) after the reservation and the charge: order-v2 undoes
+    # both in one stage. Every undo call takes 1 s at the service, so sequential undos would arrive at
+    # least 1 s apart; in parallel they arrive together.
+    slow_undos = FaultPlan(latency_rate=1.0, latency_s=1.0, faults_on_undo=True, seed=3)
+    with running_system(deps, faults=slow_undos) as system:
+        order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
+        system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
+        record = system.wait_settled(["tpch-1"], timeout_s=40)["tpch-1"]
+        audit = system.audit()
+        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+    assert record.workflow_version == "order-v2"
+    assert record.process_state is ProcessState.COMPENSATED
+    assert record.last_error is not None and record.last_error.code == "unknown_carrier"
+    assert {e.step: e.status for e in record.compensation_log} == {
+        "reserve_inventory": "Compensated",
+        "charge_payment": "Compensated",
+    }
+    arrivals = [
+        parse_utc(audit["keys"][f"tpch-1:{step}:undo"]["received"][0]["at"])
+        for step in ("reserve_inventory", "charge_payment")
+    ]
+    assert abs((arrivals[0] - arrivals[1]).total_seconds()) < 1.0
+    summary = facts["summary"]
+    assert (summary["activeReservations"], summary["netCharged"], summary["activeShipments"]) == (
+        0,
+        "0.00",
+        0,
+    )
+
+
+def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Dependencies) -> None:
+    # The first 5 release calls fail (503); each attempt may make 2: two attempts fail, the supervisor
+    # resumes the compensation each time, and the third attempt's second call releases the stock.
+    flaky = FaultPlan(undo_transient_failures=5)
+    with running_system(deps, faults=flaky, AGENT_MAX_CALLS_PER_STEP=2) as system:
+        system.submit_all(["tpch-2"])  # card declined after the reservation
+        record = system.wait_settled(["tpch-2"], timeout_s=60)["tpch-2"]
+        audit = system.audit()
+        replies = statuses(system)
+    assert record.process_state is ProcessState.COMPENSATED
+    assert record.compensation_failures == 2
+    release = audit["keys"]["tpch-2:reserve_inventory:undo"]
+    assert (release["calls"], release["effects"]) == (6, 1)
+    assert replies["tpch-2"][-1] == "Compensated"
+
+
+def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
+    deps: Dependencies, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level("ERROR", logger="orderflow.alerts"),
+        running_system(deps, faults=FaultPlan(undo_permanent=True)) as system,
+    ):
+        system.submit_all(["tpch-2"])
+        record = system.wait_settled(["tpch-2"], timeout_s=40)["tpch-2"]
+        facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
+        replies = statuses(system)
+    assert record.process_state is ProcessState.COMPENSATION_FAILED
+    assert record.compensation_error is not None and record.compensation_error.code == "undo_refused"
+    assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
+    assert facts["summary"]["activeReservations"] == 1  # left for an operator, and said so
+    alerts = [r.getMessage() for r in caplog.records if "compensation_failed" in r.getMessage()]
+    assert any("tpch-2" in message and "undo_refused" in message for message in alerts)
+    assert replies["tpch-2"][-1] == "CompensationFailed"

@@ -20,6 +20,7 @@ from activities.compensation import (
 from activities.contracts import (
     BeginCompensationInput,
     FinishCompensationInput,
+    OrchestrationInput,
     StartStepInput,
     StartUndoInput,
     StepError,
@@ -28,8 +29,8 @@ from activities.contracts import (
 )
 from activities.steps import ActivityDeps, start_step
 from activities.submission import handle_submission
-from orchestrators.definitions import ORDER_V1
-from orchestrators.starter import claim
+from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
+from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.errors import IllegalTransition
@@ -70,6 +71,7 @@ def submitted_and_claimed(deps: ActivityDeps) -> StateRecord:
         queues=deps.queues,
         clock=deps.clock,
         settings=deps.settings,
+        definition=ORDER_V1,
     )
     won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
     assert won is not None
@@ -95,29 +97,26 @@ def start(
 
 
 def begin(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
-    return begin_compensation(
-        BeginCompensationInput(
-            order_id="o-1",
-            instance_id=instance,
-            workflow_version=ORDER_V1.version,
-            timeout_s=8,
-            **changes,
-        ).to_payload(),
-        deps,
-    )
+    fields: dict[str, Any] = {
+        "order_id": "o-1",
+        "instance_id": instance,
+        "workflow_version": ORDER_V1.version,
+        "timeout_s": 8,
+        **changes,
+    }
+    return begin_compensation(BeginCompensationInput(**fields).to_payload(), deps)
 
 
 def undo(
-    deps: ActivityDeps, step: str, instance: str = "o-1:1", undone: UndoResult | None = None
+    deps: ActivityDeps, step: str, instance: str = "o-1:1", workflow_version: str = ORDER_V1.version
 ) -> dict[str, Any]:
     return start_undo(
         StartUndoInput(
             order_id="o-1",
             instance_id=instance,
-            workflow_version=ORDER_V1.version,
+            workflow_version=workflow_version,
             step=step,
             timeout_s=8,
-            undone=undone,
             response_queue="r-q",
         ).to_payload(),
         deps,
@@ -125,12 +124,26 @@ def undo(
 
 
 def finish(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
-    return finish_compensation(
-        FinishCompensationInput(
-            order_id="o-1", instance_id=instance, workflow_version=ORDER_V1.version, **changes
-        ).to_payload(),
-        deps,
-    )
+    fields: dict[str, Any] = {
+        "order_id": "o-1",
+        "instance_id": instance,
+        "workflow_version": ORDER_V1.version,
+        **changes,
+    }
+    return finish_compensation(FinishCompensationInput(**fields).to_payload(), deps)
+
+
+def start_input_for(record: StateRecord) -> OrchestrationInput:
+    """The input the starter gives the attempt it starts for ``record``."""
+    started: dict[str, Any] = {}
+
+    class Client:
+        def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+            started.update(payload)
+            return True
+
+    start_attempt(Client(), record, response_queue="r-q", step_timeout_s=8)  # type: ignore[arg-type]
+    return OrchestrationInput.model_validate(started)
 
 
 def reserved_then_declined(deps: ActivityDeps) -> dict[str, Any]:
@@ -150,10 +163,10 @@ def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_eff
 ) -> None:
     result = reserved_then_declined(deps)
 
-    assert (result["applied"], result["processState"], result["undoSteps"]) == (
+    assert (result["applied"], result["processState"], result["undoStages"]) == (
         True,
         "Compensating",
-        [RESERVE],
+        [[RESERVE]],
     )
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.COMPENSATING
@@ -174,7 +187,7 @@ def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
     # The charge's outcome was never recorded (the attempt died); the order gives up and compensates.
     result = begin(deps)
 
-    assert result["undoSteps"] == [CHARGE, RESERVE]  # reverse order
+    assert result["undoStages"] == [[CHARGE], [RESERVE]]  # order-v1: one at a time, in reverse
     entry = next(e for e in deps.states.get("o-1").item.compensation_log if e.step == CHARGE)
     assert (entry.outcome_known, entry.data, entry.undo) == (False, {}, "refund")
 
@@ -219,7 +232,7 @@ def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(dep
     undo(deps, RESERVE)
     replies(deps)
 
-    result = finish(deps, undone=UndoResult(step=RESERVE, result={"undone": "true"}, calls=1))
+    result = finish(deps, undone=(UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),))
 
     assert result["processState"] == "Compensated"
     record = deps.states.get("o-1").item
@@ -296,7 +309,7 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: ActivityDeps, clock: FakeClo
     stale = undo(deps, RESERVE, instance="o-1:1")
 
     assert (stale["applied"], stale["fenced"]) == (False, True)
-    assert begin(deps, instance="o-1:2")["undoSteps"] == [RESERVE]  # the new attempt resumes
+    assert begin(deps, instance="o-1:2")["undoStages"] == [[RESERVE]]  # the new attempt resumes
 
 
 def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_threshold(
@@ -331,3 +344,41 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     assert reply["status"] == "CompensationFailed"
     assert record.complete_by is None and record.pending_reply is None
     assert clock.now() - record.updated_at < timedelta(seconds=1)
+
+
+def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: ActivityDeps) -> None:
+    # The record started on order-v1 (undo one step at a time); order-v2 (refund and release in
+    # parallel) is the current version now. The attempt resumes with the record's version.
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    record = deps.states.get("o-1").item
+    assert (record.workflow_version, CURRENT_WORKFLOW.version) == ("order-v1", "order-v2")
+
+    resumed = start_input_for(record)
+    assert resumed.workflow_version == "order-v1"
+    assert begin(deps, workflow_version=resumed.workflow_version)["undoStages"] == [[CHARGE], [RESERVE]]
+
+
+def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    # The charge's outcome is unknown (its attempt died): both undos go out in one stage.
+    assert begin(deps, workflow_version=ORDER_V2.version)["undoStages"] == [[CHARGE, RESERVE]]
+    received(deps.queues.queue("agent-payment"))
+    received(deps.queues.queue("agent-inventory"))
+    undo(deps, CHARGE, workflow_version=ORDER_V2.version)
+    undo(deps, RESERVE, workflow_version=ORDER_V2.version)
+    assert [m.message_id for m in received(deps.queues.queue("agent-payment"))] == [
+        "o-1:1:charge_payment:undo"
+    ]
+    assert [m.message_id for m in received(deps.queues.queue("agent-inventory"))] == [
+        "o-1:1:reserve_inventory:undo"
+    ]
+    both = (
+        UndoResult(step=CHARGE, result={"undone": "true"}, calls=1),
+        UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),
+    )
+    assert finish(deps, undone=both, workflow_version=ORDER_V2.version)["processState"] == "Compensated"
+    assert [e.status for e in deps.states.get("o-1").item.compensation_log] == ["Compensated"] * 2

@@ -261,39 +261,41 @@ def begin_compensation(*, error: Any = None, completed: Any = None) -> dict[str,
     )
 
 
-def start_undo(step: str, undone: Any = None) -> dict[str, Any]:
-    """The ``start_undo`` action of ``step``, with the previous undo's result."""
+def start_undo(step: str, undone: tuple[Any, ...] = (), version: str = "order-v1") -> dict[str, Any]:
+    """The ``start_undo`` action of ``step``, with the previous stage's undo results."""
     return with_retry(
         "start_undo",
         {
             "orderId": ORDER_ID,
             "instanceId": INSTANCE,
-            "workflowVersion": "order-v1",
+            "workflowVersion": version,
             "step": step,
             "timeoutS": STEP_TIMEOUT.total_seconds(),
-            "undone": undone,
+            "undone": list(undone),
             "responseQueue": "agent-responses",
         },
     )
 
 
-def finish_compensation(*, undone: Any = None, failed: Any = None) -> dict[str, Any]:
+def finish_compensation(
+    *, undone: tuple[Any, ...] = (), failed: Any = None, version: str = "order-v1"
+) -> dict[str, Any]:
     """The ``finish_compensation`` action."""
     return with_retry(
         "finish_compensation",
         {
             "orderId": ORDER_ID,
             "instanceId": INSTANCE,
-            "workflowVersion": "order-v1",
-            "undone": undone,
+            "workflowVersion": version,
+            "undone": list(undone),
             "failed": failed,
         },
     )
 
 
-def compensating(*undo_steps: str) -> dict[str, Any]:
-    """``begin_compensation``'s result: Compensating, with the steps to undo in undo order."""
-    return {**APPLIED, "processState": "Compensating", "undoSteps": list(undo_steps)}
+def compensating(*stages: list[str]) -> dict[str, Any]:
+    """``begin_compensation``'s result: Compensating, with the stages to undo (each a list of steps)."""
+    return {**APPLIED, "processState": "Compensating", "undoStages": list(stages)}
 
 
 def undo_response(step: str, **changes: Any) -> dict[str, Any]:
@@ -929,7 +931,7 @@ def test_a_permanent_error_after_a_completed_step_undoes_it_then_finishes_compen
         charge_refused()
         .task_scheduled("begin_compensation", 4)
         .episode(at(16))
-        .task_completed(4, compensating(RESERVE))
+        .task_completed(4, compensating([RESERVE]))
     )
     undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
     answered = undoing.episode(at(20)).event_raised("reserve_inventory:undo:response", undo_response(RESERVE))
@@ -942,7 +944,7 @@ def test_a_permanent_error_after_a_completed_step_undoes_it_then_finishes_compen
         begin_compensation(error=DECLINED, completed=step_result(RESERVE)),
         start_undo(RESERVE),
         race(f"{RESERVE}:undo", UNDO_DEADLINE, canceled=True),
-        finish_compensation(undone=undo_result(RESERVE)),
+        finish_compensation(undone=(undo_result(RESERVE),)),
     ]
 
     assert replay(answered) == state(expected, "waiting:reserve_inventory:undo")
@@ -958,7 +960,7 @@ def test_an_undo_timeout_ends_the_attempt_without_writing_for_the_supervisor() -
         charge_refused()
         .task_scheduled("begin_compensation", 4)
         .episode(at(16))
-        .task_completed(4, compensating(RESERVE))
+        .task_completed(4, compensating([RESERVE]))
     )
     undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
     timed_out = undoing.episode(UNDO_DEADLINE).timer_fired(6, UNDO_DEADLINE)
@@ -974,7 +976,7 @@ def test_a_permanent_undo_failure_finishes_compensation_failed() -> None:
         charge_refused()
         .task_scheduled("begin_compensation", 4)
         .episode(at(16))
-        .task_completed(4, compensating(RESERVE))
+        .task_completed(4, compensating([RESERVE]))
     )
     undoing = run_step_named(begun, "start_undo", task_id=5, completed_at=at(17))
     refused = undo_response(
@@ -1008,7 +1010,7 @@ def test_a_resumed_compensation_runs_no_step_and_undoes_what_is_left_in_reverse_
     begun = (
         builder.task_scheduled("begin_compensation", 0)
         .episode(at(1))
-        .task_completed(0, compensating(CHARGE, RESERVE))
+        .task_completed(0, compensating([CHARGE], [RESERVE]))
     )
     first = run_step_named(begun, "start_undo", task_id=1, completed_at=at(2))
     first = first.episode(at(3)).event_raised("charge_payment:undo:response", undo_response(CHARGE))
@@ -1018,7 +1020,7 @@ def test_a_resumed_compensation_runs_no_step_and_undoes_what_is_left_in_reverse_
             start_undo(CHARGE),
             race(f"{CHARGE}:undo", at(2) + STEP_TIMEOUT, canceled=True),
             # The refund is recorded by the write that starts releasing the reservation.
-            start_undo(RESERVE, undone=undo_result(CHARGE)),
+            start_undo(RESERVE, undone=(undo_result(CHARGE),)),
         ],
         "waiting:reserve_inventory:undo",
     )
@@ -1032,3 +1034,54 @@ def test_a_compensation_that_finds_a_point_of_no_return_ends_as_error() -> None:
     assert replay(ended) == state(
         [begin_compensation()], "compensating", output={"outcome": "Error", "step": None}
     )
+
+
+def test_a_parallel_stage_starts_every_undo_before_waiting_and_finishes_after_all_answers() -> None:
+    # order-v2 undoes the refund and the release in one stage: both requests go out, then one timer at
+    # the later deadline races both answers; the answers may come in any order.
+    builder = HistoryBuilder(INSTANCE, T0).started(
+        start_input(compensate=True, workflowVersion="order-v2"), name=ORDER_WORKFLOW
+    )
+    begun = (
+        builder.task_scheduled("begin_compensation", 0)
+        .episode(at(1))
+        .task_completed(0, compensating([CHARGE, RESERVE]))
+    )
+    started = (
+        begun.task_scheduled("start_undo", 1)
+        .episode(at(2))
+        .task_completed(1, applied(at(2) + STEP_TIMEOUT))
+        .task_scheduled("start_undo", 2)
+        .episode(at(3))
+        .task_completed(2, applied(at(3) + STEP_TIMEOUT))
+        .timer_created(3, at(3) + STEP_TIMEOUT)
+    )
+    waiting = replay(started)
+    flat = [a for a in waiting["actions"][0]]
+    assert flat[1:3] == [start_undo(CHARGE, version="order-v2"), start_undo(RESERVE, version="order-v2")]
+    assert waiting["customStatus"] == "waiting:charge_payment:undo,reserve_inventory:undo"
+    race_all = flat[3]["compoundActions"]
+    assert [a.get("externalEventName") for a in race_all] == [
+        "charge_payment:undo:response",
+        "reserve_inventory:undo:response",
+        None,
+    ]
+    assert race_all[2]["fireAt"] == z(at(3) + STEP_TIMEOUT)  # the later of the two deadlines
+    assert waiting["isDone"] is False
+
+    one = (
+        copy.deepcopy(started)
+        .episode(at(4))
+        .event_raised("reserve_inventory:undo:response", undo_response(RESERVE))
+    )
+    assert replay(one)["actions"][0][-1]["actionType"] == 11  # still racing the charge's answer and the timer
+    assert "finish_compensation" not in json.dumps(replay(one)["actions"])
+
+    both = one.episode(at(5)).event_raised("charge_payment:undo:response", undo_response(CHARGE))
+    actions = replay(both)["actions"][0]
+    # Both recorded by the one write that finishes, in the stage's order.
+    assert actions[-1] == finish_compensation(
+        undone=(undo_result(CHARGE), undo_result(RESERVE)), version="order-v2"
+    )
+    done = both.task_scheduled("finish_compensation", 4).episode(at(6)).task_completed(4, APPLIED)
+    assert replay(done)["output"] == {"outcome": "Compensated", "step": None}

@@ -12,7 +12,7 @@ from activities.contracts import FinishOrderInput, Outcome, StartStepInput, Step
 from activities.fencing import RecordCache, fenced_write
 from activities.steps import ActivityDeps, finish_order, start_step
 from activities.submission import handle_submission
-from orchestrators.definitions import ORDER_V1
+from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder, TransientError
@@ -97,7 +97,7 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: ActivityDeps) -
     assert sorted(client.started) == ["o-1:1", "o-2:1"]
     payload = client.payloads["o-1:1"]
     assert payload["responseQueue"] == "agent-responses-h1"
-    assert payload["workflowVersion"] == ORDER_V1.version
+    assert payload["workflowVersion"] == CURRENT_WORKFLOW.version
     assert payload["completedSteps"] == []
 
 
