@@ -305,8 +305,9 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     """Activity :data:`activities.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
 
-    ``Compensated``: the last undo recorded, every entry undone; the reply carries the original cause
-    (``lastError.code``). ``CompensationFailed`` (``failed`` given): the entry and the step
+    ``Compensated``: the last stage's undos recorded, every entry undone; the reply carries the original
+    cause (``lastError.code``). ``Cancelled`` instead when the client asked for it
+    (``cancelRequestedAt``). ``CompensationFailed`` (``failed`` given): the entry and the step
     ``CompensationFailed``, ``compensationError`` set, an operator alert naming the cause and a
     ``CompensationFailed`` reply. The reply is owed in the same write (orderflow.replies).
 
@@ -319,8 +320,11 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
+        nonlocal target
         if record.process_state is not ProcessState.COMPENSATING:
             return None
+        if data.failed is None and record.cancel_requested_at is not None:
+            target = ProcessState.CANCELLED  # the client asked for it: the undo is its cancellation
         for undone in data.undone:
             _record_undone(record, undone, now)
         if data.failed is not None:
@@ -346,7 +350,9 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
                 raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
             cause = record.last_error
             owed = PendingReply(
-                status=OrderStatus.COMPENSATED.value,
+                status=(
+                    OrderStatus.CANCELLED if target is ProcessState.CANCELLED else OrderStatus.COMPENSATED
+                ).value,
                 reason=cause.code if cause else None,
                 detail=cause.message if cause else None,
             )
@@ -364,8 +370,8 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
     if record.pending_reply is not None:
         deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
     fields = {"order_id": data.order_id, "instance_id": data.instance_id}
-    if target is ProcessState.COMPENSATED:
-        telemetry.event("order.compensated", **fields)
+    if target is not ProcessState.COMPENSATION_FAILED:
+        telemetry.event(f"order.{target.value.lower()}", **fields)
     else:
         failed = data.failed
         telemetry.alert(

@@ -40,6 +40,11 @@ FINISH_COMPENSATION = "finish_compensation"
 the client's reply (and an operator alert for CompensationFailed)."""
 
 
+CANCELLED_BY_CLIENT = "cancelled_by_client"
+"""``lastError.code`` (kind ``cancelled``) of an order its client cancelled, and the reason of a fenced
+write refused for it."""
+
+
 def undo_step_name(step: str) -> str:
     """The pseudo-step an undo runs as, ``{step}:undo``: it names the request (``{instanceId}:{step}:undo``),
     the response event and the custom status, so the listener's rules apply to undos unchanged."""
@@ -251,6 +256,8 @@ class FencedWriteResult(ContractModel):
         undo_stages: :data:`BEGIN_COMPENSATION` only: the steps still to undo, as stages run in order;
             the steps of one stage are undone in parallel.
         process_state: The record's ``processState`` after the write (compensation activities).
+        cancelled: Nothing was written: the client asked to cancel the order (``cancelRequestedAt``);
+            the orchestration compensates instead of going on.
     """
 
     applied: bool
@@ -261,3 +268,4 @@ class FencedWriteResult(ContractModel):
     complete_by: UtcDatetime | None = None
     undo_stages: tuple[tuple[str, ...], ...] = ()
     process_state: str | None = None
+    cancelled: bool = False

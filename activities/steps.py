@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from activities.contracts import (
+    CANCELLED_BY_CLIENT,
     FencedWriteResult,
     FinishOrderInput,
     Outcome,
@@ -170,11 +171,14 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     now = deps.clock.now()
 
     exhausted = False
+    cancelled = False
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        nonlocal exhausted
+        nonlocal exhausted, cancelled
         exhausted = False
-        if record.process_state is not ProcessState.PROCESSING:
+        cancelled = record.cancel_requested_at is not None
+        if record.process_state is not ProcessState.PROCESSING or cancelled:
+            # Cancelled by the client: start nothing more; the orchestration compensates.
             return None
         step = record.steps[data.step]
         # A re-run of this activity finds its own write: same attempt, step Running, completion recorded.
@@ -210,6 +214,11 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
+    if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
+        telemetry.event(
+            "step.cancelled", order_id=data.order_id, instance_id=data.instance_id, step=data.step
+        )
+        return FencedWriteResult(applied=False, reason=CANCELLED_BY_CLIENT, cancelled=True).to_payload()
     if outcome.applied and exhausted:
         telemetry.event(
             "budget.exhausted", order_id=data.order_id, instance_id=data.instance_id, step=data.step
@@ -284,10 +293,14 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             detail=error.message if error else None,
         )
 
+    cancelled = False
+
     def mutate(record: StateRecord) -> StateRecord | None:
+        nonlocal cancelled
+        cancelled = target is ProcessState.PROCESSED and record.cancel_requested_at is not None
         if record.process_state is target:
             return None
-        if record.process_state is not ProcessState.PROCESSING:
+        if record.process_state is not ProcessState.PROCESSING or cancelled:
             return None
         if data.completed is not None:
             _record_completion(record, definition, data.completed, now)
@@ -302,6 +315,8 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
+    if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
+        return FencedWriteResult(applied=False, reason=CANCELLED_BY_CLIENT, cancelled=True).to_payload()
     if not outcome.applied or record.process_state is not target:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()

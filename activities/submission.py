@@ -23,11 +23,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from activities.admission import AdmissionControl, AdmissionDecision
+from activities.cancellation import CancelResult, handle_cancel
 from orchestrators.definitions import CURRENT_WORKFLOW, WorkflowDefinition
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
-from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
+from orderflow.messages import (
+    CANCEL_ORDER,
+    OrderStatus,
+    StatusReply,
+    SubmitOrder,
+    message_type,
+    parse_message,
+    reply_message_id,
+)
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     OrderDocument,
@@ -51,6 +60,7 @@ class SubmissionOutcome(StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
+    CANCEL = "cancel"
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,16 @@ class SubmissionResult:
 
     Attributes:
         order_id: The order.
-        outcome: ``accepted``, ``duplicate`` or ``rejected`` (admission control refused a new order).
+        outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order) or
+            ``cancel`` (the message was a cancel request).
         reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); otherwise None.
+        cancel: For ``cancel``, what the request did.
     """
 
     order_id: str
     outcome: SubmissionOutcome
     reason: str | None = None
+    cancel: CancelResult | None = None
 
 
 def initial_state(
@@ -118,6 +131,9 @@ def handle_submission(
 ) -> SubmissionResult:
     """Validate an order message and record it, idempotently on the order id.
 
+    A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for a
+    known order instead: :func:`activities.cancellation.handle_cancel` handles it (outcome ``cancel``).
+
     Args:
         body: The raw message body.
         orders / states / queues / clock / settings: Dependencies.
@@ -138,6 +154,10 @@ def handle_submission(
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
     """
+    if message_type(body) == CANCEL_ORDER:
+        # A cancel shares the submission path (and its ordering) with the order it cancels.
+        cancelled = handle_cancel(body, states=states, queues=queues, clock=clock)
+        return SubmissionResult(cancelled.order_id, SubmissionOutcome.CANCEL, cancelled.reason, cancelled)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     document = order_document(order, clock)

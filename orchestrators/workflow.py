@@ -21,6 +21,7 @@ from typing import Any
 
 from activities.contracts import (
     BEGIN_COMPENSATION,
+    CANCELLED_BY_CLIENT,
     FINISH_COMPENSATION,
     FINISH_ORDER,
     RECORD_STEP_FAILURE,
@@ -111,6 +112,14 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
                 response_queue=start.response_queue,
             ).to_payload(),
         )
+        if started.cancelled:
+            # The client cancelled: start nothing more, undo what was done; the order ends Cancelled.
+            log.note("order.cancel", step.name, None)
+            return (
+                yield from _compensate(
+                    ctx, start, definition, log, error=_cancelled(step.name), completed=previous
+                )
+            )
         if started.budget_exhausted:
             # No calls left for this step: the order cannot go forward; undo what it did.
             spent = StepError(
@@ -163,10 +172,24 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         return {"outcome": "retryable", "step": step.name}
 
     finished = yield from _finish(ctx, start, Outcome.PROCESSED, completed=previous)
+    if finished.cancelled:
+        # Cancelled while the last (reversible) step ran: it is undone with the others.
+        log.note("order.cancel", None, None)
+        last = definition.steps[-1].name
+        return (
+            yield from _compensate(ctx, start, definition, log, error=_cancelled(last), completed=previous)
+        )
     if not finished.applied:
         return {"outcome": "fenced", "step": None}
     log.note("order.processed", None, None)
     return {"outcome": "Processed", "step": None}
+
+
+def _cancelled(step: str) -> StepError:
+    """The cause a cancelled order's compensation records."""
+    return StepError(
+        step=step, kind="cancelled", code=CANCELLED_BY_CLIENT, message="the client cancelled the order"
+    )
 
 
 def _compensate(

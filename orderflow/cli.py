@@ -144,6 +144,22 @@ def _print_reply(reply: StatusReply) -> None:
 
 
 @app.command()
+def cancel(
+    order_id: str,
+    reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
+    env_file: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Ask for an order to be cancelled; the answer (Cancelled or CancelRefused) goes to its reply queue."""
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
+    try:
+        client.cancel(order_id, reason=reason)
+    except InvalidMessage as exc:
+        console.print(f"[red]not sent: {exc.description}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"cancel requested for {order_id}; watch the order's reply queue for the answer")
+
+
+@app.command()
 def status(
     order_id: str,
     env_file: Annotated[Path | None, typer.Option()] = None,

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orderflow.errors import InvalidMessage
-from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, validate_message
+from orderflow.messages import (
+    CANCEL_ORDER,
+    CancelOrder,
+    OrderStatus,
+    StatusReply,
+    SubmitOrder,
+    parse_message,
+    validate_message,
+)
 from orderflow.queues.base import QueueFactory
 
 logger = logging.getLogger(__name__)
@@ -35,6 +43,11 @@ FINAL_STATUSES = frozenset(
 def submission_message_id(order_id: str) -> str:
     """Stable message id of an order submission: broker duplicate detection keys on it."""
     return f"{order_id}:submit"
+
+
+def cancel_message_id(order_id: str) -> str:
+    """Stable message id of an order's cancel request (one cancel per order is enough)."""
+    return f"{order_id}:cancel"
 
 
 @dataclass
@@ -84,6 +97,22 @@ class OrderflowClient:
             correlation_id=validated.order_id,
         )
         return validated.order_id
+
+    def cancel(self, order_id: str, *, reason: str | None = None) -> None:
+        """Ask for an order to be cancelled (a ``CancelOrder`` on the submission queue).
+
+        The answer arrives on the reply queue the order was submitted with: ``Cancelled`` once what was
+        done is undone, or ``CancelRefused`` with the reason (settled, or past its point of no return).
+
+        Raises:
+            InvalidMessage: the order id or reason is not valid (nothing is sent).
+        """
+        request = validate_message(
+            CancelOrder, {"schemaVersion": 1, "type": CANCEL_ORDER, "orderId": order_id, "reason": reason}
+        )
+        self._queues.queue(self.orders_queue).send(
+            request.to_json(), message_id=cancel_message_id(order_id), correlation_id=order_id
+        )
 
     def send_raw(self, body: str, *, message_id: str) -> None:
         """Send a body as-is to the submission queue (for testing how bad input is handled)."""

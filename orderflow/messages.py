@@ -136,6 +136,45 @@ class SubmitOrder(Envelope):
         return content
 
 
+CANCEL_ORDER = "CancelOrder"
+"""``type`` of a :class:`CancelOrder` message; a body without ``type`` is a :class:`SubmitOrder`."""
+
+
+class CancelOrder(Envelope):
+    """A client's request to cancel an order (on the ``orders`` queue, beside submissions).
+
+    The answer goes to the reply queue the order was submitted with: ``Cancelled`` once what was done is
+    undone, or ``CancelRefused`` (the order is settled, or past its point of no return).
+
+    Attributes:
+        schema_version: Must be 1.
+        type: ``CancelOrder``.
+        order_id: The order to cancel.
+        reason: Optional free text from the client, kept in the order's ``lastError``.
+    """
+
+    schema_version: Literal[1]
+    type: Literal["CancelOrder"]
+    order_id: OrderId
+    reason: CleanText | None = None
+
+
+def message_type(body: str | bytes) -> str | None:
+    """The ``type`` of a JSON object body, or None (a submission, or not a JSON object at all).
+
+    Cheap for submissions: bodies that cannot name a cancel are not parsed here.
+    """
+    raw = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
+    if CANCEL_ORDER.encode() not in raw or len(raw) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    kind = data.get("type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 class AgentOutcome(StrEnum):
     """How an agent's work ended."""
 
@@ -211,6 +250,7 @@ class OrderStatus(StrEnum):
     COMPENSATED = "Compensated"
     COMPENSATION_FAILED = "CompensationFailed"
     CANCELLED = "Cancelled"
+    CANCEL_REFUSED = "CancelRefused"
 
 
 class StatusReply(Envelope):

@@ -280,6 +280,7 @@ class StateRecord(Model):
     last_error: LastError | None = None
     compensation_error: LastError | None = None
     compensation_failures: int = 0
+    cancel_requested_at: UtcDatetime | None = None
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime

@@ -248,11 +248,13 @@ def recover(
         )
     out_of_budget = record.retry_budget.remaining <= 0
     give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
+    # The client cancelled: no new forward attempt; the next one undoes what was done.
+    cancelled = record.cancel_requested_at is not None
     updated.end_attempt(now, "gave_up" if give_up else "recovered")
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
-    if give_up:
+    if give_up and not cancelled:
         # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
         cause = updated.last_error
         updated.last_error = LastError(
@@ -264,6 +266,9 @@ def recover(
             step=cause.step if cause else step,
             at=now,
         )
+    if give_up or cancelled:
+        if cancelled and record.last_error is not None:
+            updated.last_error = record.last_error  # the client's cancel, not the expiry
         updated.process_state = ProcessState.COMPENSATING
         updated.next_attempt_at = now
     else:
@@ -284,6 +289,7 @@ def recover(
         telemetry.event(
             "recovery",
             step=step,
+            cancelled=cancelled,
             next_attempt_at=_iso(updated.next_attempt_at),
             extended_backoff=is_extended(updated.failure_count, settings),
             **fields,

@@ -286,3 +286,43 @@ def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
     alerts = [r.getMessage() for r in caplog.records if "compensation_failed" in r.getMessage()]
     assert any("tpch-2" in message and "undo_refused" in message for message in alerts)
     assert replies["tpch-2"][-1] == "CompensationFailed"
+
+
+def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: Dependencies) -> None:
+    slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)  # each call takes 0.5 s: time to cancel
+    with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
+        system.submit_all(["tpch-1"])
+        system.wait_until(lambda: system.record("tpch-1").steps["charge_payment"].attempts > 0)
+        system.client.cancel("tpch-1", reason="changed my mind")
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        replies = statuses(system)
+    assert record.process_state is ProcessState.CANCELLED
+    assert record.last_error is not None and record.last_error.code == "cancelled_by_client"
+    assert record.steps["create_shipment"].attempts == 0  # never reached the point of no return
+    summary = facts["summary"]
+    assert (summary["activeReservations"], summary["netCharged"], summary["activeShipments"]) == (
+        0,
+        "0.00",
+        0,
+    )
+    assert replies["tpch-1"][-1] == "Cancelled"
+
+
+def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_completes(deps: Dependencies) -> None:
+    slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)
+    with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
+        system.submit_all(["tpch-1"])
+        system.wait_until(lambda: system.record("tpch-1").steps["create_shipment"].attempts > 0)
+        system.client.cancel("tpch-1")
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        seen: list[str] = []
+
+        def refused() -> bool:
+            seen.extend(statuses(system).get("tpch-1", []))
+            return "CancelRefused" in seen
+
+        system.wait_until(refused)
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.cancel_requested_at is None
+    assert "Processed" in seen

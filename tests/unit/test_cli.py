@@ -18,7 +18,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, RetryBudget, StateRecord, StepState, StepStatus
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
-from tests.unit.fakes import order_body
+from tests.unit.fakes import order_body, received
 
 pytestmark = pytest.mark.unit
 
@@ -343,3 +343,33 @@ def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> 
     assert result.exit_code == 1
     assert "no order nope" in result.output
     assert stores.closed
+
+
+# --- cancel ---------------------------------------------------------------------------------------
+
+
+def test_cancel_sends_a_cancel_request_on_the_submission_queue(
+    queues: InMemoryQueueFactory, connected: list[Settings]
+) -> None:
+    result = invoke("cancel", "o-7", "--reason", "changed my mind")
+
+    assert result.exit_code == 0, result.output
+    [message] = received(queues.queue("orders"))
+    assert message.message_id == "o-7:cancel"
+    assert json.loads(message.body) == {
+        "schemaVersion": 1,
+        "type": "CancelOrder",
+        "orderId": "o-7",
+        "reason": "changed my mind",
+    }
+    assert "cancel requested for o-7" in result.output
+
+
+def test_cancel_of_an_invalid_order_id_sends_nothing(
+    queues: InMemoryQueueFactory, connected: list[Settings]
+) -> None:
+    result = invoke("cancel", "not an id!")
+
+    assert result.exit_code == 2
+    assert "not sent" in result.output
+    assert received(queues.queue("orders")) == []

@@ -1085,3 +1085,52 @@ def test_a_parallel_stage_starts_every_undo_before_waiting_and_finishes_after_al
     )
     done = both.task_scheduled("finish_compensation", 4).episode(at(6)).task_completed(4, APPLIED)
     assert replay(done)["output"] == {"outcome": "Compensated", "step": None}
+
+
+# ---------------------------------------------------------------------------------------------------
+# (j) client cancellation
+
+CANCELLED_RESULT: dict[str, Any] = {
+    **APPLIED,
+    "applied": False,
+    "reason": "cancelled_by_client",
+    "cancelled": True,
+}
+CANCEL_ERROR = {
+    "step": CHARGE,
+    "kind": "cancelled",
+    "code": "cancelled_by_client",
+    "message": "the client cancelled the order",
+    "calls": 0,
+}
+
+
+def test_a_cancel_seen_by_the_next_step_start_compensates_what_was_done() -> None:
+    answered = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+    refused = answered.task_scheduled("start_step", 2).episode(at(6)).task_completed(2, CANCELLED_RESULT)
+
+    result = replay(refused)
+
+    assert result == state(
+        [
+            start_step(RESERVE),
+            race(RESERVE, DEADLINE_1, canceled=True),
+            start_step(CHARGE, completed=step_result(RESERVE)),
+            # The reservation's completion is recorded as compensation begins, then undone.
+            begin_compensation(error=CANCEL_ERROR, completed=step_result(RESERVE)),
+        ],
+        "compensating",
+    )
+
+
+def test_a_cancel_seen_by_the_finishing_write_compensates_every_step() -> None:
+    refused = happy_path(finish_result=CANCELLED_RESULT)
+
+    actions = replay(refused)["actions"][0]
+
+    assert actions[:-1] == HAPPY_ACTIONS
+    assert actions[-1] == begin_compensation(
+        error={**CANCEL_ERROR, "step": SHIP}, completed=step_result(SHIP)
+    )

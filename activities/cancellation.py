@@ -1,0 +1,149 @@
+"""Client cancellation: a ``CancelOrder`` on the submission path (docs/design.md §4).
+
+The client does not own the record, so it never writes the order's progress; it records its request,
+with one ETag-conditional write, and the owner acts on it:
+
+- ``Pending`` with no step ever started: nothing to undo, the order is ``Cancelled`` at once (reply
+  ``Cancelled``);
+- ``Pending`` after an earlier attempt did steps: ``Compensating``, unlocked and ready, so a starter
+  claims an attempt that undoes them; the compensation then ends ``Cancelled``;
+- ``Processing`` (or already ``Compensating``): ``cancelRequestedAt`` is set. The running attempt reads
+  it in its next fenced write (``start_step``, ``finish_order``), starts nothing more and compensates;
+  the compensation ends ``Cancelled``. Cancellation is cooperative: a step in flight finishes (or times
+  out) first, and its effect is then undone;
+- past a point of no return (an irreversible step completed, or may have: its outcome is unknown), or
+  settled: refused, with a ``CancelRefused`` reply saying why. The ETag makes this exact: a cancel that
+  races the write starting the irreversible step either lands first (the step is never started) or
+  re-reads the record and sees the step.
+
+Replies go to the reply queue the order was submitted with, never to one named in the cancel.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
+from activities.contracts import CANCELLED_BY_CLIENT
+from orchestrators.definitions import workflow_for
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound
+from orderflow.messages import CancelOrder, OrderStatus, parse_message
+from orderflow.queues.base import QueueFactory
+from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
+from orderflow.replies import deliver_reply, send_reply
+from orderflow.state_machine import SETTLED_STATES
+from orderflow.stores.base import StateStore
+
+logger = logging.getLogger(__name__)
+
+MAX_CONFLICT_RETRIES = 5
+"""Re-reads after losing the ETag race to the order's owner before the message is retried later."""
+
+
+class CancelOutcome(StrEnum):
+    """What a cancel request did."""
+
+    CANCELLED = "cancelled"
+    """Nothing had been done: the order is Cancelled."""
+    REQUESTED = "requested"
+    """Recorded: the owner (or the next attempt) undoes what was done and the order ends Cancelled."""
+    ALREADY_REQUESTED = "already_requested"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """Result of :func:`handle_cancel`: the order, what was done and, when refused, why."""
+
+    order_id: str
+    outcome: CancelOutcome
+    reason: str | None = None
+
+
+def _cause(request: CancelOrder, record: StateRecord, clock: Clock) -> LastError:
+    return LastError(
+        kind="cancelled",
+        code=CANCELLED_BY_CLIENT,
+        message=request.reason or "the client cancelled the order",
+        step=next((name for name, s in record.steps.items() if s.status is StepStatus.RUNNING), None),
+        at=clock.now(),
+    )
+
+
+def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[CancelOutcome, str | None]:
+    """Apply the request to ``record`` in place; the outcome and, for a refusal, the reason."""
+    if record.cancel_requested_at is not None:
+        return CancelOutcome.ALREADY_REQUESTED, None
+    if record.process_state in SETTLED_STATES:
+        return CancelOutcome.REFUSED, f"order is {record.process_state.value}"
+    if irreversible_effects(record, workflow_for(record.workflow_version)):
+        return CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN
+    now = clock.now()
+    record.cancel_requested_at = now
+    record.updated_at = now
+    if record.process_state is ProcessState.PENDING and record.locked_by is None:
+        record.last_error = _cause(request, record, clock)
+        if not any(step.attempts for step in record.steps.values()):
+            record.process_state = ProcessState.CANCELLED
+            record.pending_reply = PendingReply(
+                status=OrderStatus.CANCELLED.value,
+                reason=CANCELLED_BY_CLIENT,
+                detail=record.last_error.message,
+            )
+            return CancelOutcome.CANCELLED, None
+        record.process_state = ProcessState.COMPENSATING
+        record.next_attempt_at = now
+        return CancelOutcome.REQUESTED, None
+    if record.process_state is not ProcessState.COMPENSATING:
+        # The owner records the cause when it stops; keep what a compensation already records.
+        record.last_error = _cause(request, record, clock)
+    return CancelOutcome.REQUESTED, None
+
+
+def handle_cancel(
+    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock
+) -> CancelResult:
+    """Record a client's cancel request, or refuse it, with one ETag-conditional write.
+
+    Args:
+        body: The raw :class:`CancelOrder` body.
+        states / queues / clock: Dependencies.
+
+    Returns:
+        What was done (see :class:`CancelOutcome`); every outcome means "complete the message".
+
+    Raises:
+        InvalidMessage: the body is not a cancel request, or names no known order (dead-letter it:
+            there is no reply queue to answer on).
+        TransientError, ConcurrencyConflict: the store or queue is unavailable, or the owner kept
+            winning the ETag race; abandon and retry.
+    """
+    request = parse_message(CancelOrder, body)
+    for _ in range(MAX_CONFLICT_RETRIES):
+        try:
+            found = states.get(request.order_id)
+        except NotFound:
+            raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to cancel") from None
+        record = found.item.model_copy(deep=True)
+        outcome, reason = _decide(record, request, clock)
+        if outcome is CancelOutcome.REFUSED:
+            send_reply(
+                queues, clock, record, PendingReply(status=OrderStatus.CANCEL_REFUSED.value, reason=reason)
+            )
+            telemetry.event("cancel.refused", order_id=request.order_id, reason=reason)
+            return CancelResult(request.order_id, outcome, reason)
+        if outcome is CancelOutcome.ALREADY_REQUESTED:
+            return CancelResult(request.order_id, outcome)
+        try:
+            written = states.replace(record, etag=found.etag)
+        except ConcurrencyConflict:
+            continue  # the owner wrote first: decide again on what it wrote
+        if written.item.pending_reply is not None:
+            deliver_reply(states, queues, clock, written.item, written.item.pending_reply)
+        telemetry.event("cancel.accepted", order_id=request.order_id, outcome=outcome.value)
+        return CancelResult(request.order_id, outcome)
+    raise ConcurrencyConflict(f"cancel of {request.order_id} kept losing the ETag race")
