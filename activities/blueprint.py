@@ -15,11 +15,12 @@ from activities.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    RECORD_REVIEW,
     RECORD_STEP_FAILURE,
     START_STEP,
     START_UNDO,
 )
-from activities.steps import finish_order, record_step_failure, start_step
+from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
 from function_host import dependencies, settle_trigger_message
 
@@ -78,6 +79,13 @@ def finish_order_activity(payload: dict[str, Any]) -> dict[str, Any]:
 def record_step_failure_activity(payload: dict[str, Any]) -> dict[str, Any]:
     """Fenced write of a retryable step failure."""
     return record_step_failure(payload, dependencies())
+
+
+@bp.function_name(RECORD_REVIEW)
+@bp.activity_trigger(input_name="payload")
+def record_review_activity(payload: dict[str, Any]) -> dict[str, Any]:
+    """Fenced write of a review decision (the first recorded wins)."""
+    return record_review(payload, dependencies())
 
 
 @bp.function_name(BEGIN_COMPENSATION)

@@ -40,6 +40,16 @@ FINISH_COMPENSATION = "finish_compensation"
 the client's reply (and an operator alert for CompensationFailed)."""
 
 
+RECORD_REVIEW = "record_review"
+"""Fenced write: the decision on an order awaiting review (the first decision recorded wins), back to
+Processing; returns the decision in force."""
+
+REVIEW_EVENT = "ReviewDecision"
+"""External event an orchestration awaiting review waits for (raised by the response listener)."""
+
+REVIEW_REJECTED = "review_rejected"
+"""``lastError.code`` (kind ``rejected``) of an order whose review was rejected (or defaulted to reject)."""
+
 CANCELLED_BY_CLIENT = "cancelled_by_client"
 """``lastError.code`` (kind ``cancelled``) of an order its client cancelled, and the reason of a fenced
 write refused for it."""
@@ -212,6 +222,17 @@ class FinishCompensationInput(ContractModel):
     failed: StepError | None = None
 
 
+class RecordReviewInput(ContractModel):
+    """Input of :data:`RECORD_REVIEW`: the decision the orchestration saw (an event, or the default at
+    the deadline) and who made it (a reviewer's name, or ``deadline``)."""
+
+    order_id: str
+    instance_id: str
+    step: str
+    decision: str = Field(pattern="^(approve|reject)$")
+    decided_by: str
+
+
 class Outcome(StrEnum):
     """How an order ended, as the orchestration reports it to :data:`FINISH_ORDER`."""
 
@@ -258,6 +279,9 @@ class FencedWriteResult(ContractModel):
         process_state: The record's ``processState`` after the write (compensation activities).
         cancelled: Nothing was written: the client asked to cancel the order (``cancelRequestedAt``);
             the orchestration compensates instead of going on.
+        review_required: :data:`START_STEP` did not start the step: the order awaits a person's review
+            until ``complete_by``; ``review_default`` is the decision that applies then.
+        review_decision: :data:`RECORD_REVIEW`: the decision in force (``approve`` or ``reject``).
     """
 
     applied: bool
@@ -269,3 +293,6 @@ class FencedWriteResult(ContractModel):
     undo_stages: tuple[tuple[str, ...], ...] = ()
     process_state: str | None = None
     cancelled: bool = False
+    review_required: bool = False
+    review_default: str | None = None
+    review_decision: str | None = None

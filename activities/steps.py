@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from activities.contracts import (
@@ -20,6 +21,7 @@ from activities.contracts import (
     FencedWriteResult,
     FinishOrderInput,
     Outcome,
+    RecordReviewInput,
     RecordStepFailureInput,
     StartStepInput,
     StepError,
@@ -38,8 +40,11 @@ from orderflow.records import (
     OrderDocument,
     PendingReply,
     ProcessState,
+    ReviewDecision,
+    ReviewState,
     StateRecord,
     StepStatus,
+    format_utc,
     undo_key,
 )
 from orderflow.replies import deliver_reply
@@ -172,13 +177,29 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     exhausted = False
     cancelled = False
+    awaiting = False
+    rejected = False
+    # Only a step that asks for review reads the order here; the others read it after the write.
+    reviewable = step_def.review and deps.settings.REVIEW_AMOUNT_ABOVE > 0
+    order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
+    needs_review = order is not None and order.amount > Decimal(str(deps.settings.REVIEW_AMOUNT_ABOVE))
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        nonlocal exhausted, cancelled
-        exhausted = False
+        nonlocal exhausted, cancelled, awaiting, rejected
+        exhausted = awaiting = rejected = False
         cancelled = record.cancel_requested_at is not None
-        if record.process_state is not ProcessState.PROCESSING or cancelled:
+        if record.process_state not in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW) or cancelled:
             # Cancelled by the client: start nothing more; the orchestration compensates.
+            return None
+        if needs_review:
+            review = record.review if record.review is not None and record.review.step == data.step else None
+            if review is None or review.decision is None:
+                awaiting = True
+                return _await_review(record, definition, data, review, settings=deps.settings, now=now)
+            if review.decision is ReviewDecision.REJECT:
+                rejected = True
+                return None
+        if record.process_state is not ProcessState.PROCESSING:
             return None
         step = record.steps[data.step]
         # A re-run of this activity finds its own write: same attempt, step Running, completion recorded.
@@ -214,11 +235,35 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
-    if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
+    live = record.process_state in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW)
+    if outcome.applied and cancelled and live:
         telemetry.event(
             "step.cancelled", order_id=data.order_id, instance_id=data.instance_id, step=data.step
         )
         return FencedWriteResult(applied=False, reason=CANCELLED_BY_CLIENT, cancelled=True).to_payload()
+    if outcome.applied and awaiting and record.process_state is ProcessState.AWAITING_REVIEW:
+        assert record.review is not None
+        if record.pending_reply is not None:
+            deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+        telemetry.event(
+            "review.awaiting",
+            order_id=data.order_id,
+            instance_id=data.instance_id,
+            step=data.step,
+            deadline=record.review.deadline.isoformat(),
+        )
+        return FencedWriteResult(
+            applied=False,
+            reason="awaiting_review",
+            review_required=True,
+            review_default=deps.settings.REVIEW_DEFAULT,
+            complete_by=record.review.deadline,
+        ).to_payload()
+    if outcome.applied and rejected:
+        # A decision recorded while no attempt waited (the next attempt finds it here).
+        return FencedWriteResult(
+            applied=True, review_required=True, review_decision=ReviewDecision.REJECT.value
+        ).to_payload()
     if outcome.applied and exhausted:
         telemetry.event(
             "budget.exhausted", order_id=data.order_id, instance_id=data.instance_id, step=data.step
@@ -234,7 +279,7 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     complete_by = record.complete_by
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
-    order = deps.order_cache.get(deps.orders, data.order_id)
+    order = order or deps.order_cache.get(deps.orders, data.order_id)
     request_id = request_id_for(data.instance_id, data.step)
     # The agent must stop early enough for its answer to travel back before the step's timer fires:
     # an answer that arrives after it is dropped, and its calls are wasted.
@@ -265,6 +310,89 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     return FencedWriteResult(
         applied=True, remaining_calls=record.retry_budget.remaining, complete_by=complete_by
     ).to_payload()
+
+
+def _await_review(
+    record: StateRecord,
+    definition: WorkflowDefinition,
+    data: StartStepInput,
+    review: ReviewState | None,
+    *,
+    settings: Settings,
+    now: datetime,
+) -> StateRecord | None:
+    """Pause ``record`` in ``AwaitingReview`` before ``data.step`` (or keep it there), owing the client an
+    ``AwaitingReview`` reply. Nothing to write when a re-run finds it exactly so."""
+    if data.completed is not None:
+        _record_completion(record, definition, data.completed, now)
+    if review is None:
+        review = ReviewState(
+            step=data.step,
+            requested_at=now,
+            deadline=now + timedelta(seconds=settings.REVIEW_TIMEOUT_S),
+            response_queue=data.response_queue,
+        )
+        record.review = review
+        record.pending_reply = PendingReply(
+            status=OrderStatus.AWAITING_REVIEW.value,
+            reason="amount_above_review_threshold",
+            detail=f"a person must approve {data.step} by {format_utc(review.deadline)}",
+        )
+    elif (
+        record.process_state is ProcessState.AWAITING_REVIEW
+        and review.response_queue == data.response_queue
+        and (data.completed is None or record.steps[data.completed.step].status is StepStatus.COMPLETED)
+    ):
+        return None  # a re-run: already waiting, and the decision is forwarded to this attempt's host
+    review.response_queue = data.response_queue
+    record.process_state = ProcessState.AWAITING_REVIEW
+    # The waiting attempt's timer fires at the deadline; a supervisor acts only if it died meanwhile.
+    record.complete_by = max(review.deadline, now) + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
+    return record
+
+
+def record_review(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+    """Activity :data:`activities.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
+
+    The first decision recorded wins: a reviewer's decision the submission path already recorded is kept
+    over the default the orchestration applies at the deadline, and the result says which is in force.
+
+    Returns:
+        A :class:`FencedWriteResult` as JSON with ``review_decision``; ``applied`` False when fenced out.
+    """
+    data = RecordReviewInput.model_validate(payload)
+    now = deps.clock.now()
+
+    def mutate(record: StateRecord) -> StateRecord | None:
+        review = record.review
+        if review is None or review.step != data.step:
+            return None
+        if review.decision is None:
+            review.decision = ReviewDecision(data.decision)
+            review.decided_by = data.decided_by
+            review.decided_at = now
+        elif record.process_state is not ProcessState.AWAITING_REVIEW:
+            return None
+        if record.process_state is ProcessState.AWAITING_REVIEW:
+            record.process_state = ProcessState.PROCESSING
+            record.complete_by = now + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+        return record
+
+    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    record = outcome.record
+    review = record.review
+    if not outcome.applied or review is None or review.decision is None or review.step != data.step:
+        reason = outcome.reason or "no review of this step to decide"
+        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+    telemetry.event(
+        "review.decided",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.step,
+        decision=review.decision.value,
+        decided_by=review.decided_by,
+    )
+    return FencedWriteResult(applied=True, review_decision=review.decision.value).to_payload()
 
 
 def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:

@@ -24,12 +24,14 @@ from enum import StrEnum
 
 from activities.admission import AdmissionControl, AdmissionDecision
 from activities.cancellation import CancelResult, handle_cancel
+from activities.review import handle_review_decision
 from orchestrators.definitions import CURRENT_WORKFLOW, WorkflowDefinition
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
+    REVIEW_DECISION,
     OrderStatus,
     StatusReply,
     SubmitOrder,
@@ -61,6 +63,7 @@ class SubmissionOutcome(StrEnum):
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
     CANCEL = "cancel"
+    REVIEW = "review"
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def handle_submission(
     """Validate an order message and record it, idempotently on the order id.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for a
-    known order instead: :func:`activities.cancellation.handle_cancel` handles it (outcome ``cancel``).
+    known order instead: :func:`activities.cancellation.handle_cancel` handles it (outcome ``cancel``);
+    a ``ReviewDecision`` goes to :func:`activities.review.handle_review_decision` (outcome ``review``).
 
     Args:
         body: The raw message body.
@@ -154,10 +158,14 @@ def handle_submission(
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
     """
-    if message_type(body) == CANCEL_ORDER:
+    kind = message_type(body)
+    if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(body, states=states, queues=queues, clock=clock)
         return SubmissionResult(cancelled.order_id, SubmissionOutcome.CANCEL, cancelled.reason, cancelled)
+    if kind == REVIEW_DECISION:
+        reviewed = handle_review_decision(body, states=states, queues=queues, clock=clock)
+        return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     document = order_document(order, clock)

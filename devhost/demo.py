@@ -111,8 +111,13 @@ DEMO_SETTINGS: dict[str, str] = {
     "POLL_INTERVAL_S": "0.1",
     "MAX_IN_FLIGHT_PER_HOST": "32",
     "AGENT_CONCURRENCY": "24",
+    "REVIEW_AMOUNT_ABOVE": "300000",
+    "REVIEW_TIMEOUT_S": "3",
+    "REVIEW_DEFAULT": "approve",
 }
-"""Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds."""
+"""Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds; orders
+above 300,000 (about 5% of TPC-H's) wait 3 s for a review nobody gives, then the default (approve)
+applies."""
 
 
 def stock_divisor_for(orders: int) -> int:
@@ -362,6 +367,8 @@ def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any]
         declines = [d for d in facts.get("declines", []) if d.get("error") == "out_of_stock"]
         justified = any(int(d["available"]) < int(d["requested"]) for d in declines)
         return "ok" if justified else "mismatched:out of stock without a justified decline"
+    if code == "review_rejected":
+        return "ok"  # a person (or the review's default) decided
     if code in ("too_many_failures", "retry_budget_exhausted") or record.failure_count >= max_failures:
         return "exhausted"
     return f"mismatched:compensated for {code}"
@@ -439,6 +446,7 @@ def summarise(
         "overlapping_attempts": len(overlaps),
         "exhausted": sum(1 for v in verdicts.values() if v == "exhausted"),
         "escalated": sum(1 for v in verdicts.values() if v == "escalated"),
+        "reviewed": sum(1 for r in records.values() if r.review is not None),
         "declined_card": sum(
             1 for r in records.values() if r.last_error and r.last_error.code == "card_declined"
         ),

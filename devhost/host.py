@@ -29,11 +29,12 @@ from activities.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    RECORD_REVIEW,
     RECORD_STEP_FAILURE,
     START_STEP,
     START_UNDO,
 )
-from activities.steps import ActivityDeps, finish_order, record_step_failure, start_step
+from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
 from agents.agent import handle_request
 from agents.services import HttpRemoteService
@@ -82,6 +83,7 @@ def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: ActivityD
     worker.add_activity(_activity(BEGIN_COMPENSATION, begin_compensation, deps))
     worker.add_activity(_activity(START_UNDO, start_undo, deps))
     worker.add_activity(_activity(FINISH_COMPENSATION, finish_compensation, deps))
+    worker.add_activity(_activity(RECORD_REVIEW, record_review, deps))
 
 
 def free_port() -> int:

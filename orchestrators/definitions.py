@@ -28,6 +28,8 @@ class StepDefinition:
             for the deployment's ``STEP_TIMEOUT_S``, which the starter passes in the orchestration input.
         undo: The agent operation that undoes it (``release``), or None.
         irreversible: A point of no return: once done, the order can only be completed.
+        review: Before this step, an order above ``REVIEW_AMOUNT_ABOVE`` pauses in ``AwaitingReview``
+            for a person's decision (approve: go on; reject: compensate).
     """
 
     name: str
@@ -36,6 +38,7 @@ class StepDefinition:
     timeout_s: float | None = None
     undo: str | None = None
     irreversible: bool = False
+    review: bool = False
 
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -134,11 +137,16 @@ undoes one step at a time, in reverse."""
 
 ORDER_V2 = WorkflowDefinition(
     version="order-v2",
-    steps=ORDER_V1.steps,
+    steps=(
+        ORDER_V1.steps[0],
+        StepDefinition("charge_payment", agent="payment", operation="charge", undo="refund", review=True),
+        ORDER_V1.steps[2],
+    ),
     undo_plan=(("charge_payment", "reserve_inventory"),),
 )
-"""The demo order workflow, version 2: the same steps; the refund and the stock release are independent,
-so compensation runs them in parallel."""
+"""The demo order workflow, version 2: the same steps; large payments wait for a person's review
+(``REVIEW_AMOUNT_ABOVE``), and the refund and the stock release, being independent, are undone in
+parallel."""
 
 WORKFLOWS: Mapping[str, WorkflowDefinition] = {ORDER_V1.version: ORDER_V1, ORDER_V2.version: ORDER_V2}
 """Every deployed workflow version; old versions stay while records use them."""

@@ -11,10 +11,20 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
+from activities.contracts import REVIEW_EVENT
 from orchestrators.starter import OrchestrationClient
-from orchestrators.workflow import WAITING_PREFIX
+from orchestrators.workflow import REVIEW_PREFIX, WAITING_PREFIX
 from orderflow import telemetry
-from orderflow.messages import AgentResponse, parse_message, request_id_for, step_event_name
+from orderflow.errors import InvalidMessage
+from orderflow.messages import (
+    REVIEW_DECISION,
+    AgentResponse,
+    ReviewDecisionMessage,
+    message_type,
+    parse_message,
+    request_id_for,
+    step_event_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +37,30 @@ class Delivery(StrEnum):
     INSTANCE_FINISHED = "instance_finished"
     NOT_WAITING = "not_waiting"
     INCONSISTENT = "inconsistent"
+
+
+def _raise_review_decision(body: str | bytes, *, client: OrchestrationClient) -> Delivery:
+    """Raise a forwarded reviewer's decision as the ``ReviewDecision`` event on the waiting instance."""
+    decision = parse_message(ReviewDecisionMessage, body)
+    fields = {"order_id": decision.order_id, "instance_id": decision.instance_id, "step": "review"}
+    if decision.instance_id is None:
+        raise InvalidMessage("MissingField", "a forwarded review decision names its instanceId")
+    status = client.get_status(decision.instance_id)
+    if status is None:
+        telemetry.event("response.dropped", reason=Delivery.UNKNOWN_INSTANCE.value, **fields)
+        return Delivery.UNKNOWN_INSTANCE
+    if not status.running:
+        telemetry.event("response.dropped", reason=Delivery.INSTANCE_FINISHED.value, **fields)
+        return Delivery.INSTANCE_FINISHED
+    if not (status.custom_status or "").startswith(REVIEW_PREFIX):
+        # Not waiting (yet, or any more): the decision is in the record, where the attempt reads it.
+        telemetry.event("response.dropped", reason=Delivery.NOT_WAITING.value, **fields)
+        return Delivery.NOT_WAITING
+    client.raise_event(
+        decision.instance_id, REVIEW_EVENT, {"decision": decision.decision, "reviewer": decision.reviewer}
+    )
+    telemetry.event("response.raised", **fields)
+    return Delivery.RAISED
 
 
 def waiting_steps(custom_status: str | None) -> tuple[str, ...]:
@@ -51,6 +85,8 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
         InvalidMessage: the body is not an agent response (dead-letter it).
         Exception: the runtime is unreachable (abandon and retry).
     """
+    if message_type(body) == REVIEW_DECISION:
+        return _raise_review_decision(body, client=client)
     response = parse_message(AgentResponse, body)
     status = client.get_status(response.instance_id)
     fields = {

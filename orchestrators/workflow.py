@@ -24,7 +24,10 @@ from activities.contracts import (
     CANCELLED_BY_CLIENT,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    RECORD_REVIEW,
     RECORD_STEP_FAILURE,
+    REVIEW_EVENT,
+    REVIEW_REJECTED,
     START_STEP,
     START_UNDO,
     BeginCompensationInput,
@@ -33,6 +36,7 @@ from activities.contracts import (
     FinishOrderInput,
     OrchestrationInput,
     Outcome,
+    RecordReviewInput,
     RecordStepFailureInput,
     StartStepInput,
     StartUndoInput,
@@ -51,7 +55,7 @@ from orchestrators.context import (
 from orchestrators.definitions import WorkflowDefinition, workflow_for
 from orderflow.errors import ErrorKind
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
-from orderflow.records import instance_id_for
+from orderflow.records import ReviewDecision, instance_id_for
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,10 @@ WAITING_PREFIX = "waiting:"
 of undos run in parallel): the listener delivers only the responses of the steps an instance waits on.
 It is set before the activity that sends the request, so it is committed before any response can
 exist."""
+
+REVIEW_PREFIX = "review:"
+"""Custom status while the order awaits a person's decision before a step, ``review:<step>``: the listener
+raises a forwarded ``ReviewDecision`` only on an instance in this status."""
 
 COMPENSATING_STATUS = "compensating"
 """Custom status while a compensation begins or finishes (an undo in flight is ``waiting:<step>:undo``)."""
@@ -98,20 +106,38 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
             continue
         timeout_s = step.timeout_s or start.step_timeout_s
         scheduled_at = ctx.current_utc_datetime
+        start_input = StartStepInput(
+            order_id=start.order_id,
+            instance_id=instance_id,
+            workflow_version=definition.version,
+            step=step.name,
+            timeout_s=timeout_s,
+            completed=previous,
+            response_queue=start.response_queue,
+        ).to_payload()
         ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
-        started = yield from _write(
-            ctx,
-            START_STEP,
-            StartStepInput(
-                order_id=start.order_id,
-                instance_id=instance_id,
-                workflow_version=definition.version,
+        started = yield from _write(ctx, START_STEP, start_input)
+        while started.review_required and started.review_decision is None:
+            # The order awaits a person's decision before this step (AwaitingReview).
+            decided = yield from _review(ctx, start, step.name, started, log)
+            if not decided.applied:
+                log.note("review.fenced", step.name, decided.reason)
+                return {"outcome": "fenced", "step": step.name}
+            if decided.review_decision != ReviewDecision.APPROVE.value:
+                started = decided
+                break
+            scheduled_at = ctx.current_utc_datetime
+            ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
+            started = yield from _write(ctx, START_STEP, start_input)
+        if started.review_decision == ReviewDecision.REJECT.value:
+            rejection = StepError(
                 step=step.name,
-                timeout_s=timeout_s,
-                completed=previous,
-                response_queue=start.response_queue,
-            ).to_payload(),
-        )
+                kind="rejected",
+                code=REVIEW_REJECTED,
+                message="the review of this step was rejected",
+            )
+            log.note("order.compensate", step.name, REVIEW_REJECTED)
+            return (yield from _compensate(ctx, start, definition, log, error=rejection, completed=previous))
         if started.cancelled:
             # The client cancelled: start nothing more, undo what was done; the order ends Cancelled.
             log.note("order.cancel", step.name, None)
@@ -183,6 +209,47 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         return {"outcome": "fenced", "step": None}
     log.note("order.processed", None, None)
     return {"outcome": "Processed", "step": None}
+
+
+def _review(
+    ctx: WorkflowContext,
+    start: OrchestrationInput,
+    step: str,
+    started: FencedWriteResult,
+    log: _ReplaySafeLog,
+) -> Generator[WorkflowTask, Any, FencedWriteResult]:
+    """Wait for the ``ReviewDecision`` external event until the review deadline, then record the
+    decision: the reviewer's, or the configured default when the durable timer fires first.
+
+    Returns:
+        :data:`RECORD_REVIEW`'s result: the decision in force (the first recorded wins).
+    """
+    instance_id = instance_id_for(start.order_id, start.attempt)
+    ctx.set_custom_status(f"{REVIEW_PREFIX}{step}")
+    deadline = started.complete_by or ctx.current_utc_datetime
+    timer = ctx.create_timer(deadline)
+    event = ctx.wait_for_external_event(REVIEW_EVENT)
+    winner = yield ctx.when_any([event, timer])
+    decision, decided_by = started.review_default or ReviewDecision.REJECT.value, "deadline"
+    if winner is not timer:
+        ctx.cancel_timer(timer)
+        raw = ctx.task_result(event)
+        if isinstance(raw, dict) and raw.get("decision") in {d.value for d in ReviewDecision}:
+            decision, decided_by = str(raw["decision"]), str(raw.get("reviewer") or "reviewer")[:100]
+    log.note("review.decision", step, f"{decision} by {decided_by}")
+    return (
+        yield from _write(
+            ctx,
+            RECORD_REVIEW,
+            RecordReviewInput(
+                order_id=start.order_id,
+                instance_id=instance_id,
+                step=step,
+                decision=decision,
+                decided_by=decided_by,
+            ).to_payload(),
+        )
+    )
 
 
 def _cancelled(step: str) -> StepError:

@@ -160,6 +160,23 @@ def cancel(
 
 
 @app.command()
+def review(
+    order_id: str,
+    approve: Annotated[bool, typer.Option("--approve/--reject", help="The decision.")],
+    reviewer: Annotated[str, typer.Option(help="Who decides (kept with the order).")] = "reviewer",
+    env_file: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Approve or reject an order awaiting review; the order goes on, or is compensated."""
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
+    try:
+        client.review(order_id, approve=approve, reviewer=reviewer)
+    except InvalidMessage as exc:
+        console.print(f"[red]not sent: {exc.description}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"{'approval' if approve else 'rejection'} of {order_id} sent")
+
+
+@app.command()
 def status(
     order_id: str,
     env_file: Annotated[Path | None, typer.Option()] = None,

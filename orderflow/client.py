@@ -16,8 +16,10 @@ from typing import Any
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     CANCEL_ORDER,
+    REVIEW_DECISION,
     CancelOrder,
     OrderStatus,
+    ReviewDecisionMessage,
     StatusReply,
     SubmitOrder,
     parse_message,
@@ -112,6 +114,26 @@ class OrderflowClient:
         )
         self._queues.queue(self.orders_queue).send(
             request.to_json(), message_id=cancel_message_id(order_id), correlation_id=order_id
+        )
+
+    def review(self, order_id: str, *, approve: bool, reviewer: str = "reviewer") -> None:
+        """Send a reviewer's decision on an order awaiting review (``ReviewDecision``).
+
+        Raises:
+            InvalidMessage: the order id or reviewer is not valid (nothing is sent).
+        """
+        decision = validate_message(
+            ReviewDecisionMessage,
+            {
+                "schemaVersion": 1,
+                "type": REVIEW_DECISION,
+                "orderId": order_id,
+                "decision": "approve" if approve else "reject",
+                "reviewer": reviewer,
+            },
+        )
+        self._queues.queue(self.orders_queue).send(
+            decision.to_json(), message_id=f"{order_id}:review:{decision.decision}", correlation_id=order_id
         )
 
     def send_raw(self, body: str, *, message_id: str) -> None:

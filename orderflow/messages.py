@@ -159,13 +159,40 @@ class CancelOrder(Envelope):
     reason: CleanText | None = None
 
 
+REVIEW_DECISION = "ReviewDecision"
+"""``type`` of a :class:`ReviewDecisionMessage`."""
+
+
+class ReviewDecisionMessage(Envelope):
+    """A reviewer's decision on an order awaiting review (on the ``orders`` queue; forwarded, with the
+    waiting attempt's ``instanceId``, to that attempt's response queue).
+
+    Attributes:
+        schema_version: Must be 1.
+        type: ``ReviewDecision``.
+        order_id: The order.
+        decision: ``approve`` or ``reject``.
+        reviewer: Who decided (kept in the record's ``review.decidedBy``).
+        instance_id: Set when forwarded: the attempt the decision is raised on.
+    """
+
+    schema_version: Literal[1]
+    type: Literal["ReviewDecision"]
+    order_id: OrderId
+    decision: Literal["approve", "reject"]
+    reviewer: CleanText = "reviewer"
+    instance_id: str | None = None
+
+
 def message_type(body: str | bytes) -> str | None:
     """The ``type`` of a JSON object body, or None (a submission, or not a JSON object at all).
 
     Cheap for submissions: bodies that cannot name a cancel are not parsed here.
     """
     raw = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
-    if CANCEL_ORDER.encode() not in raw or len(raw) > MAX_MESSAGE_BYTES:
+    if len(raw) > MAX_MESSAGE_BYTES or (
+        CANCEL_ORDER.encode() not in raw and REVIEW_DECISION.encode() not in raw
+    ):
         return None
     try:
         data = json.loads(raw)

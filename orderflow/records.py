@@ -256,6 +256,35 @@ class AttemptEntry(Model):
     outcome: str | None = None
 
 
+class ReviewDecision(StrEnum):
+    """A person's decision on an order awaiting review."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ReviewState(Model):
+    """A review the order paused for (``review``): which step, until when, and the decision.
+
+    Attributes:
+        step: The step waiting for the decision.
+        requested_at / deadline: UTC times; at the deadline the configured default applies.
+        response_queue: The queue of the host running the waiting attempt: a decision is forwarded there
+            and raised as the ``ReviewDecision`` external event.
+        decision: ``approve`` or ``reject`` once decided (the first decision wins).
+        decided_by: Who decided: the reviewer's name, or ``deadline``.
+        decided_at: UTC time of the decision.
+    """
+
+    step: str
+    requested_at: UtcDatetime
+    deadline: UtcDatetime
+    response_queue: str
+    decision: ReviewDecision | None = None
+    decided_by: str | None = None
+    decided_at: UtcDatetime | None = None
+
+
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
@@ -281,6 +310,7 @@ class StateRecord(Model):
     compensation_error: LastError | None = None
     compensation_failures: int = 0
     cancel_requested_at: UtcDatetime | None = None
+    review: ReviewState | None = None
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime

@@ -80,6 +80,23 @@ class Settings(BaseModel):
         description="Default completeBy of one remote step (seconds). The durable timer of the race "
         "fires then; the agent starts no call after it.",
     )
+    REVIEW_AMOUNT_ABOVE: float = Field(
+        0.0,
+        ge=0,
+        description="Orders whose amount is above this pause for a person's review (AwaitingReview) "
+        "before a step that asks for it (order-v2: the charge). 0 (default) disables review.",
+    )
+    REVIEW_TIMEOUT_S: float = Field(
+        86_400.0,
+        gt=0,
+        description="Seconds a review may take (default one day); at the deadline REVIEW_DEFAULT applies.",
+    )
+    REVIEW_DEFAULT: str = Field(
+        "reject",
+        pattern="^(approve|reject)$",
+        description="Decision taken when a review's deadline passes: 'reject' (default: no payment is "
+        "taken without a person's approval; the order is compensated) or 'approve'.",
+    )
     MAX_IN_FLIGHT_PER_HOST: int = Field(
         64,
         description="Most orchestrations one devhost process runs at once; the starter claims no more. "

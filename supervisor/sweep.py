@@ -163,8 +163,10 @@ class SweepCursor:
         self.seen = set()
 
 
-SWEPT_STATES = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
-"""States whose expired ``completeBy`` the supervisor acts on: an attempt running steps, or undoing them."""
+SWEPT_STATES = (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW, ProcessState.COMPENSATING)
+"""States whose expired ``completeBy`` the supervisor acts on: an attempt running steps, waiting for a
+review (past the review deadline: its attempt died), or undoing them. An expired ``AwaitingReview`` is
+recovered like ``Processing``; the next attempt finds the review and its decision in the record."""
 
 
 def expired_query(cutoff: datetime) -> StateQuery:

@@ -326,3 +326,30 @@ def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_complete
     assert record.process_state is ProcessState.PROCESSED
     assert record.cancel_requested_at is None
     assert "Processed" in seen
+
+
+def test_a_review_approved_by_a_person_lets_the_order_complete(deps: Dependencies) -> None:
+    with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
+        system.submit_all(["tpch-1"])
+        system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.AWAITING_REVIEW)
+        system.client.review("tpch-1", approve=True, reviewer="ana")
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        replies = statuses(system)
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.review is not None
+    assert (record.review.decision, record.review.decided_by) == ("approve", "ana")
+    assert replies["tpch-1"] == ["Received", "AwaitingReview", "Processed"]
+
+
+@pytest.mark.parametrize(("default", "ends"), [("approve", "Processed"), ("reject", "Compensated")])
+def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: str, ends: str) -> None:
+    with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=1, REVIEW_DEFAULT=default) as system:
+        system.submit_all(["tpch-1"])
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+    assert record.process_state.value == ends
+    assert record.review is not None
+    assert (record.review.decision, record.review.decided_by) == (default, "deadline")
+    if default == "reject":
+        assert record.last_error is not None and record.last_error.code == "review_rejected"
+        assert (facts["summary"]["activeReservations"], facts["summary"]["netCharged"]) == (0, "0.00")

@@ -1134,3 +1134,132 @@ def test_a_cancel_seen_by_the_finishing_write_compensates_every_step() -> None:
     assert actions[-1] == begin_compensation(
         error={**CANCEL_ERROR, "step": SHIP}, completed=step_result(SHIP)
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# (k) human review
+
+REVIEW_DEADLINE = at(100)
+AWAITING: dict[str, Any] = {
+    **APPLIED,
+    "applied": False,
+    "reason": "awaiting_review",
+    "reviewRequired": True,
+    "reviewDefault": "reject",
+    "completeBy": z(REVIEW_DEADLINE),
+}
+
+
+def awaiting_review() -> HistoryBuilder:
+    """Reserve answered at T0+5 s; the charge's start (task 2) finds the order must await review."""
+    answered = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+    return (
+        answered.task_scheduled("start_step", 2)
+        .episode(at(6))
+        .task_completed(2, AWAITING)
+        .timer_created(3, REVIEW_DEADLINE)
+    )
+
+
+def record_review(decision: str, decided_by: str) -> dict[str, Any]:
+    """The ``record_review`` action of the charge."""
+    return with_retry(
+        "record_review",
+        {
+            "orderId": ORDER_ID,
+            "instanceId": INSTANCE,
+            "step": CHARGE,
+            "decision": decision,
+            "decidedBy": decided_by,
+        },
+    )
+
+
+def review_race(*, canceled: bool = False) -> dict[str, Any]:
+    """``WhenAny`` of the ``ReviewDecision`` event and the review deadline's timer."""
+    return {
+        "actionType": 11,
+        "compoundActions": [
+            {"actionType": 6, "externalEventName": "ReviewDecision", "reason": "ExternalEvent"},
+            {"actionType": 5, "fireAt": z(REVIEW_DEADLINE), "isCanceled": canceled},
+        ],
+    }
+
+
+FIRST_STEP_ACTIONS = [start_step(RESERVE), race(RESERVE, DEADLINE_1, canceled=True)]
+CHARGE_START = start_step(CHARGE, completed=step_result(RESERVE))
+
+
+def test_an_order_awaiting_review_waits_for_the_decision_or_the_deadline() -> None:
+    assert replay(awaiting_review()) == state(
+        [*FIRST_STEP_ACTIONS, CHARGE_START, review_race()], "review:charge_payment"
+    )
+
+
+def test_an_approved_review_is_recorded_then_the_step_starts() -> None:
+    decided = (
+        awaiting_review()
+        .episode(at(30))
+        .event_raised("ReviewDecision", {"decision": "approve", "reviewer": "ana"})
+    )
+    recorded = (
+        decided.task_scheduled("record_review", 4)
+        .episode(at(31))
+        .task_completed(4, {**APPLIED, "reviewDecision": "approve"})
+    )
+
+    assert replay(recorded) == state(
+        [
+            *FIRST_STEP_ACTIONS,
+            CHARGE_START,
+            review_race(canceled=True),
+            record_review("approve", "ana"),
+            CHARGE_START,
+        ],
+        "waiting:charge_payment",
+    )
+
+
+def test_a_rejected_review_compensates_what_was_done() -> None:
+    decided = (
+        awaiting_review()
+        .episode(at(30))
+        .event_raised("ReviewDecision", {"decision": "reject", "reviewer": "ana"})
+    )
+    recorded = (
+        decided.task_scheduled("record_review", 4)
+        .episode(at(31))
+        .task_completed(4, {**APPLIED, "reviewDecision": "reject"})
+    )
+    rejected = {
+        "step": CHARGE,
+        "kind": "rejected",
+        "code": "review_rejected",
+        "message": "the review of this step was rejected",
+        "calls": 0,
+    }
+
+    assert replay(recorded)["actions"][0][-1] == begin_compensation(
+        error=rejected, completed=step_result(RESERVE)
+    )
+
+
+def test_a_review_that_times_out_takes_the_default() -> None:
+    timed_out = awaiting_review().episode(REVIEW_DEADLINE).timer_fired(3, REVIEW_DEADLINE)
+
+    assert replay(timed_out)["actions"][0][-1] == record_review("reject", "deadline")
+
+
+def test_the_decision_in_force_is_the_one_recorded_first() -> None:
+    # The reviewer approved through the submission path just before the deadline fired here: the
+    # default (reject) loses to the approval already in the record, and the step starts.
+    timed_out = awaiting_review().episode(REVIEW_DEADLINE).timer_fired(3, REVIEW_DEADLINE)
+    recorded = (
+        timed_out.task_scheduled("record_review", 4)
+        .episode(at(101))
+        .task_completed(4, {**APPLIED, "reviewDecision": "approve"})
+    )
+
+    assert replay(recorded)["actions"][0][-1] == CHARGE_START

@@ -27,6 +27,7 @@ from activities.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    RECORD_REVIEW,
     RECORD_STEP_FAILURE,
     START_STEP,
     START_UNDO,
@@ -67,6 +68,7 @@ ACTIVITIES = (
     BEGIN_COMPENSATION,
     START_UNDO,
     FINISH_COMPENSATION,
+    RECORD_REVIEW,
 )
 DURABLE_CLIENTS = frozenset({"starter", "response_listener"})
 
@@ -182,6 +184,7 @@ def test_the_app_registers_exactly_the_role_functions() -> None:
         "begin_compensation",
         "start_undo",
         "finish_compensation",
+        "record_review",
     )
     assert ORDER_WORKFLOW == "order_workflow"
 

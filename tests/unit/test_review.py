@@ -1,0 +1,195 @@
+"""Human review over the in-memory stores: the pause, the decision's two routes, the first decision wins."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from activities.contracts import RecordReviewInput, StartStepInput, StepResult
+from activities.steps import ActivityDeps, record_review, start_step
+from activities.submission import SubmissionOutcome, handle_submission
+from orchestrators.definitions import ORDER_V1, ORDER_V2
+from orchestrators.listener import Delivery, handle_response
+from orchestrators.starter import InstanceStatus, claim
+from orderflow.clock import FakeClock
+from orderflow.messages import ReviewDecisionMessage
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState, ReviewDecision
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from supervisor.sweep import Recovery, recover
+from tests.unit.fakes import order_body, received
+
+pytestmark = pytest.mark.unit
+
+RESERVE, CHARGE = "reserve_inventory", "charge_payment"
+RESERVED = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(clock: FakeClock) -> ActivityDeps:
+    return ActivityDeps(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=clock,
+        settings=Settings(REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0),
+    )
+
+
+def submitted_and_claimed(deps: ActivityDeps, amount: str = "1000.50") -> None:
+    handle_submission(
+        order_body("o-1", amount=amount),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        definition=ORDER_V2,
+    )
+    assert claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings) is not None
+    received(deps.queues.queue("client-a"))
+
+
+def start(
+    deps: ActivityDeps, step: str, completed: StepResult | None = None, **changes: Any
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "order_id": "o-1",
+        "instance_id": "o-1:1",
+        "workflow_version": ORDER_V2.version,
+        "step": step,
+        "timeout_s": 8,
+        "completed": completed,
+        "response_queue": "agent-responses-h1",
+        **changes,
+    }
+    return start_step(StartStepInput(**fields).to_payload(), deps)
+
+
+def decide(deps: ActivityDeps, decision: str, reviewer: str = "ana") -> Any:
+    body = ReviewDecisionMessage(
+        schema_version=1, type="ReviewDecision", order_id="o-1", decision=decision, reviewer=reviewer
+    ).to_json()
+    return handle_submission(
+        body,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+
+
+def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+
+    result = start(deps, CHARGE, completed=RESERVED)
+
+    assert (result["applied"], result["reviewRequired"], result["reviewDefault"]) == (False, True, "reject")
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.AWAITING_REVIEW
+    assert record.review is not None
+    assert (record.review.step, record.review.deadline, record.review.response_queue) == (
+        CHARGE,
+        clock.now() + timedelta(seconds=60),
+        "agent-responses-h1",
+    )
+    assert result["completeBy"] == record.review.deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert record.steps[RESERVE].status.value == "Completed"  # recorded in the same write
+    assert received(deps.queues.queue("agent-payment")) == []  # nothing charged yet
+    [reply] = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
+    assert (reply["status"], reply["reason"]) == ("AwaitingReview", "amount_above_review_threshold")
+    etag = deps.states.get("o-1").etag
+    assert start(deps, CHARGE, completed=RESERVED)["reviewRequired"] is True  # a re-run writes nothing
+    assert deps.states.get("o-1").etag == etag
+
+
+def test_small_orders_and_order_v1_are_not_reviewed(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps, amount="100.00")
+    start(deps, RESERVE)
+    assert start(deps, CHARGE, completed=RESERVED)["applied"] is True
+    assert start(deps, CHARGE, workflow_version=ORDER_V1.version)["applied"] is True
+
+
+def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=RESERVED)
+
+    result = decide(deps, "approve")
+
+    assert result.outcome is SubmissionOutcome.REVIEW
+    review = deps.states.get("o-1").item.review
+    assert review is not None and (review.decision, review.decided_by) == (ReviewDecision.APPROVE, "ana")
+    [forwarded] = received(deps.queues.queue("agent-responses-h1"))
+    assert forwarded.message_id == "o-1:charge_payment:review"
+    assert json.loads(forwarded.body)["instanceId"] == "o-1:1"
+
+    class Client:
+        raised: list[tuple[str, str, dict[str, Any]]] = []
+
+        def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+            return True
+
+        def get_status(self, instance_id: str) -> InstanceStatus:
+            return InstanceStatus(running=True, custom_status="review:charge_payment")
+
+        def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
+            self.raised.append((instance_id, name, payload))
+
+    client = Client()
+    assert handle_response(forwarded.body, client=client) is Delivery.RAISED
+    assert client.raised == [("o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": "ana"})]
+
+
+def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=RESERVED)
+    decide(deps, "approve")
+
+    # The orchestration's timer fired meanwhile and applies the default: the approval stays in force.
+    result = record_review(
+        RecordReviewInput(
+            order_id="o-1", instance_id="o-1:1", step=CHARGE, decision="reject", decided_by="deadline"
+        ).to_payload(),
+        deps,
+    )
+
+    assert (result["applied"], result["reviewDecision"]) == (True, "approve")
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.PROCESSING
+    assert start(deps, CHARGE, completed=RESERVED)["applied"] is True  # approved: the charge starts
+    assert decide(deps, "reject").reason == "order is Processing, not awaiting review"
+
+
+def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_finds_the_decision(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=RESERVED)
+    decide(deps, "reject")
+    clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
+
+    assert recover(
+        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+    ) is (Recovery.REQUEUED)
+    clock.advance(60)
+    assert claim(deps.states, deps.states.get("o-1"), clock, deps.settings) is not None
+
+    result = start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")
+
+    assert (result["reviewRequired"], result["reviewDecision"]) == (True, "reject")
