@@ -286,7 +286,13 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
         max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
     )
-    deps.queues.queue(deps.settings.agent_queue(step_def.agent)).send(
+    # A step a fallback provider performed is undone by that provider.
+    agent = (
+        step_def.fallback_agent
+        if record.steps[data.step].fallback and step_def.fallback_agent
+        else step_def.agent
+    )
+    deps.queues.queue(deps.settings.agent_queue(agent)).send(
         request.to_json(), message_id=request.request_id, correlation_id=data.order_id
     )
     telemetry.event(

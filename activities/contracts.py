@@ -55,6 +55,11 @@ CANCELLED_BY_CLIENT = "cancelled_by_client"
 write refused for it."""
 
 
+def fallback_step_name(step: str) -> str:
+    """The pseudo-step a step run on its fallback provider answers as, ``{step}:fallback``."""
+    return f"{step}:fallback"
+
+
 def undo_step_name(step: str) -> str:
     """The pseudo-step an undo runs as, ``{step}:undo``: it names the request (``{instanceId}:{step}:undo``),
     the response event and the custom status, so the listener's rules apply to undos unchanged."""
@@ -134,6 +139,7 @@ class StartStepInput(ContractModel):
             ``timeout_s``; used only when ``timeout_s`` is absent.
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
+        fallback: Run the step on its fallback provider (the primary refused it permanently).
     """
 
     order_id: str
@@ -144,6 +150,7 @@ class StartStepInput(ContractModel):
     deadline: UtcDatetime | None = None
     completed: StepResult | None = None
     response_queue: str
+    fallback: bool = False
 
     @model_validator(mode="after")
     def _has_a_deadline(self) -> StartStepInput:

@@ -26,6 +26,7 @@ from activities.contracts import (
     StartStepInput,
     StepError,
     StepResult,
+    fallback_step_name,
 )
 from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
 from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
@@ -99,16 +100,27 @@ class ActivityDeps:
     order_cache: OrderCache = field(default_factory=OrderCache)
 
 
-def request_payload(step: StepDefinition, order: OrderDocument) -> dict[str, Any]:
-    """What the remote service behind ``step.agent`` needs from the order: small and explicit."""
+def request_payload(step: StepDefinition, order: OrderDocument, *, fallback: bool = False) -> dict[str, Any]:
+    """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
+    fallback provider gets the step's ``fallback_payload`` over it."""
     items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
-    if step.agent == "inventory":
-        return {"items": items}
-    if step.agent == "payment":
-        return {"customerId": order.customer_id, "amount": str(order.amount), "currency": order.currency}
-    if step.agent == "shipping":
-        return {"carrier": order.carrier, "items": items}
-    return {"orderId": order.order_id}
+    payload: dict[str, Any]
+    if step.operation == "reserve":
+        payload = {"items": items}
+    elif step.operation == "charge":
+        payload = {"customerId": order.customer_id, "amount": str(order.amount), "currency": order.currency}
+    elif step.operation == "ship":
+        payload = {"carrier": order.carrier, "items": items}
+    else:
+        payload = {"orderId": order.order_id}
+    if fallback:
+        payload.update(dict(step.fallback_payload))
+    return payload
+
+
+def fallback_key(order_id: str, step: str) -> str:
+    """Idempotency key of a step run on its fallback provider (another provider: another key)."""
+    return f"{order_id}:{step}:fallback"
 
 
 def _record_completion(
@@ -202,6 +214,15 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         if record.process_state is not ProcessState.PROCESSING:
             return None
         step = record.steps[data.step]
+        if data.fallback and not step.fallback:
+            if step_def.fallback_agent is None:
+                raise IllegalTransition(f"{data.step} has no fallback provider")
+            # The primary refused: the fallback is another provider, so another key; the primary's
+            # reservation is spent (it reported no calls) and the fallback reserves its own.
+            step.fallback = True
+            step.idempotency_key = fallback_key(record.order_id, data.step)
+            step.reserved_calls = 0
+            step.last_instance = None
         # A re-run of this activity finds its own write: same attempt, step Running, completion recorded.
         already = (
             step.status is StepStatus.RUNNING
@@ -280,7 +301,9 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
     order = order or deps.order_cache.get(deps.orders, data.order_id)
-    request_id = request_id_for(data.instance_id, data.step)
+    # The fallback answers as its own pseudo-step, so a late answer of the primary is never taken for it.
+    request_step = fallback_step_name(data.step) if data.fallback else data.step
+    request_id = request_id_for(data.instance_id, request_step)
     # The agent must stop early enough for its answer to travel back before the step's timer fires:
     # an answer that arrives after it is dropped, and its calls are wasted.
     left_s = max(0.0, (complete_by - now).total_seconds())
@@ -289,15 +312,16 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         request_id=request_id,
         order_id=data.order_id,
         instance_id=data.instance_id,
-        step=data.step,
+        step=request_step,
         operation=step_def.operation,
         idempotency_key=record.steps[data.step].idempotency_key,
         deadline=agent_deadline,
         reply_to=data.response_queue,
-        payload=request_payload(step_def, order),
+        payload=request_payload(step_def, order, fallback=data.fallback),
         max_calls=record.steps[data.step].reserved_calls,
     )
-    deps.queues.queue(deps.settings.agent_queue(step_def.agent)).send(
+    agent = step_def.fallback_agent if data.fallback and step_def.fallback_agent else step_def.agent
+    deps.queues.queue(deps.settings.agent_queue(agent)).send(
         request.to_json(), message_id=request_id, correlation_id=data.order_id
     )
     telemetry.event(

@@ -25,7 +25,7 @@ from enum import StrEnum
 from activities.admission import AdmissionControl, AdmissionDecision
 from activities.cancellation import CancelResult, handle_cancel
 from activities.review import handle_review_decision
-from orchestrators.definitions import CURRENT_WORKFLOW, WorkflowDefinition
+from orchestrators.definitions import WorkflowDefinition, new_order_workflow
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
@@ -129,7 +129,7 @@ def handle_submission(
     queues: QueueFactory,
     clock: Clock,
     settings: Settings,
-    definition: WorkflowDefinition = CURRENT_WORKFLOW,
+    definition: WorkflowDefinition | None = None,
     admission: AdmissionControl | None = None,
 ) -> SubmissionResult:
     """Validate an order message and record it, idempotently on the order id.
@@ -141,7 +141,7 @@ def handle_submission(
     Args:
         body: The raw message body.
         orders / states / queues / clock / settings: Dependencies.
-        definition: The workflow new orders start with.
+        definition: The workflow new orders start with; None for the ``WORKFLOW_VERSION`` setting's.
         admission: Admission control for new orders, or None to admit everything.
 
     Returns:
@@ -168,6 +168,7 @@ def handle_submission(
         return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
+    definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
     document = order_document(order, clock)
     existing: OrderDocument | None = None
     if admission is not None:

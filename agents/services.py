@@ -75,6 +75,9 @@ ROUTES: Mapping[tuple[str, str], Route] = {
     ("payment", "charge"): Route("/payments/charges", ("chargeId", "amount", "currency")),
     ("payment", "refund"): Route("/payments/refunds", ("undone", "reason", "chargeId", "refundId", "amount")),
     ("shipping", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
+    # The second carrier: a courier posting to the same demo shipping service.
+    ("courier", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
+    ("courier", "cancel"): Route("/shipping/shipments/cancel", ("undone", "reason", "shipmentId")),
     ("shipping", "cancel"): Route("/shipping/shipments/cancel", ("undone", "reason", "shipmentId")),
 }
 """(service, operation) → HTTP route of the demo services. The undo routes address the forward call by its

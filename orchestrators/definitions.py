@@ -30,6 +30,10 @@ class StepDefinition:
         irreversible: A point of no return: once done, the order can only be completed.
         review: Before this step, an order above ``REVIEW_AMOUNT_ABOVE`` pauses in ``AwaitingReview``
             for a person's decision (approve: go on; reject: compensate).
+        fallback_agent: An alternative provider tried once when the step fails permanently, before any
+            compensation (its own idempotency key ``{orderId}:{step}:fallback``), or None.
+        fallback_payload: Request fields the fallback provider gets instead of the order's (its own
+            carrier, say), as ``(name, value)`` pairs.
     """
 
     name: str
@@ -39,6 +43,8 @@ class StepDefinition:
     undo: str | None = None
     irreversible: bool = False
     review: bool = False
+    fallback_agent: str | None = None
+    fallback_payload: tuple[tuple[str, str], ...] = ()
 
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -148,16 +154,52 @@ ORDER_V2 = WorkflowDefinition(
 (``REVIEW_AMOUNT_ABOVE``), and the refund and the stock release, being independent, are undone in
 parallel."""
 
-WORKFLOWS: Mapping[str, WorkflowDefinition] = {ORDER_V1.version: ORDER_V1, ORDER_V2.version: ORDER_V2}
+ORDER_V3 = WorkflowDefinition(
+    version="order-v3",
+    steps=(
+        ORDER_V2.steps[0],
+        ORDER_V2.steps[1],
+        StepDefinition(
+            "create_shipment",
+            agent="shipping",
+            operation="ship",
+            undo="cancel",
+            irreversible=True,
+            fallback_agent="courier",
+            fallback_payload=(("carrier", "MAIL"),),
+        ),
+    ),
+    undo_plan=ORDER_V2.undo_plan,
+)
+"""The demo order workflow, version 3: version 2, and a shipment the order's carrier refuses goes by a
+second carrier (the ``courier`` agent, by mail) before the order is compensated."""
+
+WORKFLOWS: Mapping[str, WorkflowDefinition] = {
+    ORDER_V1.version: ORDER_V1,
+    ORDER_V2.version: ORDER_V2,
+    ORDER_V3.version: ORDER_V3,
+}
 """Every deployed workflow version; old versions stay while records use them."""
 
-CURRENT_WORKFLOW = ORDER_V2
+CURRENT_WORKFLOW = ORDER_V3
 """The version new orders start with."""
 
 
 def agent_names() -> list[str]:
-    """Every agent some deployed workflow version uses, sorted."""
-    return sorted({step.agent for definition in WORKFLOWS.values() for step in definition.steps})
+    """Every agent some deployed workflow version uses (fallback providers included), sorted."""
+    agents = {step.agent for definition in WORKFLOWS.values() for step in definition.steps}
+    fallbacks = {s.fallback_agent for d in WORKFLOWS.values() for s in d.steps if s.fallback_agent}
+    return sorted(agents | fallbacks)
+
+
+def new_order_workflow(version: str | None) -> WorkflowDefinition:
+    """The definition new orders start with: ``version`` (the ``WORKFLOW_VERSION`` setting), or the
+    latest when it is empty.
+
+    Raises:
+        UnknownWorkflowVersion: ``version`` is not deployed.
+    """
+    return workflow_for(version) if version else CURRENT_WORKFLOW
 
 
 def workflow_for(version: str) -> WorkflowDefinition:

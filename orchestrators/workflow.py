@@ -43,6 +43,7 @@ from activities.contracts import (
     StepError,
     StepResult,
     UndoResult,
+    fallback_step_name,
     undo_step_name,
 )
 from orchestrators.context import (
@@ -105,97 +106,109 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         if step.name in start.completed_steps:
             continue
         timeout_s = step.timeout_s or start.step_timeout_s
-        scheduled_at = ctx.current_utc_datetime
-        start_input = StartStepInput(
-            order_id=start.order_id,
-            instance_id=instance_id,
-            workflow_version=definition.version,
-            step=step.name,
-            timeout_s=timeout_s,
-            completed=previous,
-            response_queue=start.response_queue,
-        ).to_payload()
-        ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
-        started = yield from _write(ctx, START_STEP, start_input)
-        while started.review_required and started.review_decision is None:
-            # The order awaits a person's decision before this step (AwaitingReview).
-            decided = yield from _review(ctx, start, step.name, started, log)
-            if not decided.applied:
-                log.note("review.fenced", step.name, decided.reason)
-                return {"outcome": "fenced", "step": step.name}
-            if decided.review_decision != ReviewDecision.APPROVE.value:
-                started = decided
-                break
+        fallback = False
+        while True:  # the step's provider; then, if it refuses, its fallback provider
             scheduled_at = ctx.current_utc_datetime
-            ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
+            start_input = StartStepInput(
+                order_id=start.order_id,
+                instance_id=instance_id,
+                workflow_version=definition.version,
+                step=step.name,
+                timeout_s=timeout_s,
+                completed=previous,
+                response_queue=start.response_queue,
+                fallback=fallback,
+            ).to_payload()
+            # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
+            request_step = fallback_step_name(step.name) if fallback else step.name
+            ctx.set_custom_status(f"{WAITING_PREFIX}{request_step}")
             started = yield from _write(ctx, START_STEP, start_input)
-        if started.review_decision == ReviewDecision.REJECT.value:
-            rejection = StepError(
-                step=step.name,
-                kind="rejected",
-                code=REVIEW_REJECTED,
-                message="the review of this step was rejected",
-            )
-            log.note("order.compensate", step.name, REVIEW_REJECTED)
-            return (yield from _compensate(ctx, start, definition, log, error=rejection, completed=previous))
-        if started.cancelled:
-            # The client cancelled: start nothing more, undo what was done; the order ends Cancelled.
-            log.note("order.cancel", step.name, None)
-            return (
-                yield from _compensate(
-                    ctx, start, definition, log, error=_cancelled(step.name), completed=previous
+            while started.review_required and started.review_decision is None:
+                # The order awaits a person's decision before this step (AwaitingReview).
+                decided = yield from _review(ctx, start, step.name, started, log)
+                if not decided.applied:
+                    log.note("review.fenced", step.name, decided.reason)
+                    return {"outcome": "fenced", "step": step.name}
+                if decided.review_decision != ReviewDecision.APPROVE.value:
+                    started = decided
+                    break
+                scheduled_at = ctx.current_utc_datetime
+                ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
+                started = yield from _write(ctx, START_STEP, start_input)
+            if started.review_decision == ReviewDecision.REJECT.value:
+                rejection = StepError(
+                    step=step.name,
+                    kind="rejected",
+                    code=REVIEW_REJECTED,
+                    message="the review of this step was rejected",
                 )
-            )
-        if started.budget_exhausted:
-            # No calls left for this step: the order cannot go forward; undo what it did.
-            spent = StepError(
+                log.note("order.compensate", step.name, REVIEW_REJECTED)
+                return (
+                    yield from _compensate(ctx, start, definition, log, error=rejection, completed=previous)
+                )
+            if started.cancelled:
+                # The client cancelled: start nothing more, undo what was done; the order ends Cancelled.
+                log.note("order.cancel", step.name, None)
+                return (
+                    yield from _compensate(
+                        ctx, start, definition, log, error=_cancelled(step.name), completed=previous
+                    )
+                )
+            if started.budget_exhausted:
+                # No calls left for this step: the order cannot go forward; undo what it did.
+                spent = StepError(
+                    step=step.name,
+                    kind=ErrorKind.BUDGET.value,
+                    code="retry_budget_exhausted",
+                    message="the order's end-to-end retry budget is spent",
+                )
+                log.note("order.compensate", step.name, "retry_budget_exhausted")
+                return (yield from _compensate(ctx, start, definition, log, error=spent, completed=previous))
+            if not started.applied:
+                log.note("step.fenced", step.name, started.reason)
+                return {"outcome": "fenced", "step": step.name}
+            # The timer fires at the completeBy the activity wrote (its clock, when the step really
+            # started); a result of an earlier version carries none, so fall back to the scheduling time.
+            deadline = started.complete_by or scheduled_at + timedelta(seconds=timeout_s)
+
+            response = yield from _await_response(ctx, request_step, instance_id, deadline)
+            if response is None:
+                # §3.4: the timer won. End without writing; the supervisor owns what happens next.
+                log.note("step.timeout", step.name, deadline.isoformat())
+                return {"outcome": "timeout", "step": step.name}
+
+            if response.outcome is AgentOutcome.SUCCEEDED:
+                previous = StepResult(step=step.name, result=response.result, calls=response.calls)
+                break
+
+            error = StepError(
                 step=step.name,
-                kind=ErrorKind.BUDGET.value,
-                code="retry_budget_exhausted",
-                message="the order's end-to-end retry budget is spent",
+                kind=response.error_kind or ErrorKind.TRANSIENT.value,
+                code=response.error_code,
+                message=(response.error_message or "agent reported a failure")[:500],
+                calls=response.calls,
             )
-            log.note("order.compensate", step.name, "retry_budget_exhausted")
-            return (yield from _compensate(ctx, start, definition, log, error=spent, completed=previous))
-        if not started.applied:
-            log.note("step.fenced", step.name, started.reason)
-            return {"outcome": "fenced", "step": step.name}
-        # The timer fires at the completeBy the activity wrote (its clock, when the step really
-        # started); a result of an earlier version carries none, so fall back to the scheduling time.
-        deadline = started.complete_by or scheduled_at + timedelta(seconds=timeout_s)
+            if error.kind == ErrorKind.PERMANENT.value and step.fallback_agent and not fallback:
+                # The provider refused: an alternative provider is tried before any compensation.
+                log.note("step.fallback", step.name, error.code)
+                fallback = True
+                continue
+            if error.kind == ErrorKind.PERMANENT.value:
+                # No retry changes a refusal: undo what was done.
+                log.note("order.compensate", step.name, error.code)
+                return (yield from _compensate(ctx, start, definition, log, error=error, completed=previous))
 
-        response = yield from _await_response(ctx, step.name, instance_id, deadline)
-        if response is None:
-            # §3.4: the timer won. End without writing; the supervisor owns what happens next.
-            log.note("step.timeout", step.name, deadline.isoformat())
-            return {"outcome": "timeout", "step": step.name}
-
-        if response.outcome is AgentOutcome.SUCCEEDED:
-            previous = StepResult(step=step.name, result=response.result, calls=response.calls)
-            continue
-
-        error = StepError(
-            step=step.name,
-            kind=response.error_kind or ErrorKind.TRANSIENT.value,
-            code=response.error_code,
-            message=(response.error_message or "agent reported a failure")[:500],
-            calls=response.calls,
-        )
-        if error.kind == ErrorKind.PERMANENT.value:
-            # No retry changes a refusal: undo what was done.
-            log.note("order.compensate", step.name, error.code)
-            return (yield from _compensate(ctx, start, definition, log, error=error, completed=previous))
-
-        # Transient faults outlasted the agent's retries within the deadline, or the budget ran out:
-        # hand the order to the supervisor now rather than at the old deadline.
-        yield from _write(
-            ctx,
-            RECORD_STEP_FAILURE,
-            RecordStepFailureInput(
-                order_id=start.order_id, instance_id=instance_id, error=error, at=ctx.current_utc_datetime
-            ).to_payload(),
-        )
-        log.note("step.retryable", step.name, error.code)
-        return {"outcome": "retryable", "step": step.name}
+            # Transient faults outlasted the agent's retries within the deadline, or the budget ran out:
+            # hand the order to the supervisor now rather than at the old deadline.
+            yield from _write(
+                ctx,
+                RECORD_STEP_FAILURE,
+                RecordStepFailureInput(
+                    order_id=start.order_id, instance_id=instance_id, error=error, at=ctx.current_utc_datetime
+                ).to_payload(),
+            )
+            log.note("step.retryable", step.name, error.code)
+            return {"outcome": "retryable", "step": step.name}
 
     finished = yield from _finish(ctx, start, Outcome.PROCESSED, completed=previous)
     if finished.cancelled:

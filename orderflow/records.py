@@ -145,6 +145,8 @@ class StepState(Model):
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         reserved_calls: Calls reserved from the retry budget for the attempt running the step; the
             unused part is returned when its outcome is recorded, and kept if it never is.
+        fallback: The step runs on its definition's fallback provider (the primary refused it); its
+            ``idempotency_key`` is then ``{orderId}:{step}:fallback``.
         started_at / completed_at: UTC times of the last start and of completion.
     """
 
@@ -153,6 +155,7 @@ class StepState(Model):
     idempotency_key: str
     last_instance: str | None = None
     reserved_calls: int = 0
+    fallback: bool = False
     result: dict[str, str] | None = None
     started_at: UtcDatetime | None = None
     completed_at: UtcDatetime | None = None

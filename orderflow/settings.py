@@ -80,6 +80,11 @@ class Settings(BaseModel):
         description="Default completeBy of one remote step (seconds). The durable timer of the race "
         "fires then; the agent starts no call after it.",
     )
+    WORKFLOW_VERSION: str = Field(
+        "",
+        description="Workflow definition new orders start with (e.g. 'order-v2'); empty (default) for "
+        "the latest deployed. Records in flight keep the version they started with.",
+    )
     REVIEW_AMOUNT_ABOVE: float = Field(
         0.0,
         ge=0,

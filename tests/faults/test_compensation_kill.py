@@ -94,6 +94,8 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
         "ORDERS_QUEUE": f"orders-{run}",
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",
         "STEP_TIMEOUT_S": str(STEP_TIMEOUT_S),
+        # order-v2: the refused shipment has no fallback carrier, so every order compensates.
+        "WORKFLOW_VERSION": "order-v2",
         # Its own lease: the killed process's lease would otherwise hold back other tests' supervisors.
         "SUPERVISOR_LEASE_BLOB": f"orderflow-leases/ckill{run}",
     }

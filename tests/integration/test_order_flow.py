@@ -226,7 +226,8 @@ def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dep
     # both in one stage. Every undo call takes 1 s at the service, so sequential undos would arrive at
     # least 1 s apart; in parallel they arrive together.
     slow_undos = FaultPlan(latency_rate=1.0, latency_s=1.0, faults_on_undo=True, seed=3)
-    with running_system(deps, faults=slow_undos) as system:
+    # order-v2: its shipment has no fallback carrier, so the refusal compensates.
+    with running_system(deps, faults=slow_undos, WORKFLOW_VERSION="order-v2") as system:
         order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
         system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
         record = system.wait_settled(["tpch-1"], timeout_s=40)["tpch-1"]
@@ -353,3 +354,19 @@ def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: 
     if default == "reject":
         assert record.last_error is not None and record.last_error.code == "review_rejected"
         assert (facts["summary"]["activeReservations"], facts["summary"]["netCharged"]) == (0, "0.00")
+
+
+def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Dependencies) -> None:
+    with running_system(deps) as system:  # order-v3: the courier ships by mail when the carrier refuses
+        order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
+        system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        audit = system.audit()
+    assert (record.workflow_version, record.process_state) == ("order-v3", ProcessState.PROCESSED)
+    shipment = record.steps["create_shipment"]
+    assert (shipment.fallback, shipment.idempotency_key) == (True, "tpch-1:create_shipment:fallback")
+    assert shipment.result is not None and shipment.result["carrier"] == "MAIL"
+    assert [s["carrier"] for s in facts["shipments"]] == ["MAIL"]
+    assert audit["keys"]["tpch-1:create_shipment"]["status"] == 422  # the carrier's refusal
+    assert facts["summary"]["activeShipments"] == 1

@@ -347,13 +347,13 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
 
 
 def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: ActivityDeps) -> None:
-    # The record started on order-v1 (undo one step at a time); order-v2 (refund and release in
-    # parallel) is the current version now. The attempt resumes with the record's version.
+    # The record started on order-v1 (undo one step at a time); a later version (refund and release
+    # in parallel) is the current one now. The attempt resumes with the record's version.
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
     record = deps.states.get("o-1").item
-    assert (record.workflow_version, CURRENT_WORKFLOW.version) == ("order-v1", "order-v2")
+    assert (record.workflow_version, CURRENT_WORKFLOW.version) == ("order-v1", "order-v3")
 
     resumed = start_input_for(record)
     assert resumed.workflow_version == "order-v1"

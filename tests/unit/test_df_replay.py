@@ -181,8 +181,11 @@ def with_retry(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def start_step(step: str, completed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``start_step`` action of ``step`` with its timeout and the previous step's result."""
+def start_step(
+    step: str, completed: dict[str, Any] | None = None, *, fallback: bool = False
+) -> dict[str, Any]:
+    """The ``start_step`` action of ``step`` with its timeout and the previous step's result (on the
+    step's fallback provider when ``fallback``)."""
     return with_retry(
         "start_step",
         {
@@ -193,6 +196,7 @@ def start_step(step: str, completed: dict[str, Any] | None = None) -> dict[str, 
             "timeoutS": STEP_TIMEOUT.total_seconds(),
             "completed": completed,
             "responseQueue": "agent-responses",
+            "fallback": fallback,
         },
     )
 
@@ -1263,3 +1267,46 @@ def test_the_decision_in_force_is_the_one_recorded_first() -> None:
     )
 
     assert replay(recorded)["actions"][0][-1] == CHARGE_START
+
+
+# ---------------------------------------------------------------------------------------------------
+# (l) fallback provider
+
+
+def test_a_step_its_provider_refuses_is_tried_on_the_fallback_provider_before_compensating() -> None:
+    v3 = HistoryBuilder(INSTANCE, T0).started(start_input(workflowVersion="order-v3"), name=ORDER_WORKFLOW)
+    builder = run_step(v3, task_id=0, scheduled_at=T0, completed_at=at(1))
+    builder = builder.episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    builder = run_step(builder, task_id=2, scheduled_at=at(5), completed_at=at(6))
+    builder = builder.episode(at(15)).event_raised("charge_payment:response", response(CHARGE))
+    builder = run_step(builder, task_id=4, scheduled_at=at(15), completed_at=at(16))
+    refused = response(
+        SHIP,
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="unknown_carrier",
+        errorMessage="no",
+        result={},
+    )
+    builder = builder.episode(at(20)).event_raised("create_shipment:response", refused)
+
+    waiting = replay(builder)
+    fallback_start = {
+        **start_step(SHIP, completed=step_result(CHARGE), fallback=True),
+    }
+    fallback_start["compoundActions"][0]["input"]["workflowVersion"] = "order-v3"
+    assert waiting["actions"][0][-1] == fallback_start
+    assert waiting["customStatus"] == "waiting:create_shipment:fallback"
+
+    builder = run_step(builder, task_id=6, scheduled_at=at(20), completed_at=at(21))
+    shipped = response(f"{SHIP}:fallback", result={"shipmentId": "s-9", "carrier": "MAIL"})
+    done = builder.episode(at(25)).event_raised("create_shipment:fallback:response", shipped)
+    actions = replay(done)["actions"][0]
+    finish = actions[-1]["compoundActions"][0]
+    assert finish["functionName"] == "finish_order"
+    assert finish["input"]["outcome"] == "Processed"
+    assert finish["input"]["completed"] == {
+        "step": SHIP,
+        "result": {"shipmentId": "s-9", "carrier": "MAIL"},
+        "calls": 1,
+    }

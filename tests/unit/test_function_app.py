@@ -50,8 +50,16 @@ HOST_ONLY_KEYS = frozenset(
 CHANGED_FROM_DEFAULT = frozenset({"COSMOS_ENDPOINT", "SERVICEBUS__fullyQualifiedNamespace", "HOST_ID"})
 """Settings whose example value deliberately differs from the Settings default."""
 
-AGENTS = sorted({step.agent for workflow in WORKFLOWS.values() for step in workflow.steps})
-"""Every agent a deployed workflow definition sends requests to."""
+AGENTS = sorted(
+    {step.agent for workflow in WORKFLOWS.values() for step in workflow.steps}
+    | {
+        step.fallback_agent
+        for workflow in WORKFLOWS.values()
+        for step in workflow.steps
+        if step.fallback_agent
+    }
+)
+"""Every agent a deployed workflow definition sends requests to, fallback providers included."""
 
 SERVICE_BUS_QUEUES: dict[str, str] = {
     "submission": "%ORDERS_QUEUE%",
@@ -246,7 +254,7 @@ def test_every_agent_of_every_workflow_has_a_trigger_on_its_request_queue(
 
 def test_no_agent_trigger_listens_for_an_agent_no_workflow_uses() -> None:
     agent_functions = {name.removeprefix("agent_") for name in FUNCTIONS if name.startswith("agent_")}
-    assert agent_functions == set(AGENTS) == {"inventory", "payment", "shipping"}
+    assert agent_functions == set(AGENTS) == {"inventory", "payment", "shipping", "courier"}
 
 
 @pytest.mark.parametrize(("name", "schedule"), sorted(TIMER_SCHEDULES.items()))

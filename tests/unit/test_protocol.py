@@ -627,3 +627,45 @@ def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> Non
         record.begin_attempt("h", clock.now())
         record.end_attempt(clock.now(), "recovered")
     assert [e.attempt for e in record.attempt_history] == list(range(24, 40))
+
+
+def test_a_fallback_start_switches_provider_key_and_reservation(deps: ActivityDeps, clock: FakeClock) -> None:
+    from orchestrators.definitions import ORDER_V3  # noqa: PLC0415 (only this test runs order-v3)
+
+    submit(deps)
+    claimed(deps)
+
+    def start_ship(*, fallback: bool) -> dict[str, Any]:
+        return start_step(
+            StartStepInput(
+                order_id="o-1",
+                instance_id="o-1:1",
+                workflow_version=ORDER_V3.version,
+                step="create_shipment",
+                timeout_s=8,
+                response_queue="r-q1",
+                fallback=fallback,
+            ).to_payload(),
+            deps,
+        )
+
+    start_ship(fallback=False)
+    spent_by_primary = deps.states.get("o-1").item.retry_budget.spent
+    # The carrier refused; the orchestration tries the courier.
+    assert start_ship(fallback=True)["applied"] is True
+
+    record = deps.states.get("o-1").item
+    step = record.steps["create_shipment"]
+    assert (step.fallback, step.idempotency_key, step.attempts) == (True, "o-1:create_shipment:fallback", 2)
+    assert record.retry_budget.spent == spent_by_primary + deps.settings.AGENT_MAX_CALLS_PER_STEP
+    [request] = received(deps.queues.queue("agent-courier"))
+    body = json.loads(request.body)
+    assert (request.message_id, body["step"], body["idempotencyKey"]) == (
+        "o-1:1:create_shipment:fallback",
+        "create_shipment:fallback",
+        "o-1:create_shipment:fallback",
+    )
+    assert body["payload"]["carrier"] == "MAIL"
+    etag = deps.states.get("o-1").etag
+    assert start_ship(fallback=True)["applied"] is True  # a re-run writes nothing
+    assert deps.states.get("o-1").etag == etag
