@@ -38,7 +38,9 @@ an order is far smaller, so anything larger is garbage or abuse."""
 SUPPORTED_CURRENCIES = frozenset({"USD", "EUR", "GBP"})
 """Currencies the demo payment service settles in."""
 
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+"""C0 and C1 controls, line/paragraph separators, zero-width and bidirectional formatting characters and
+the BOM: invisible, or able to reorder what an operator reads, in any text field."""
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
 """Order ids: 1–64 characters of letters, digits, ``_ . -``; no ``:`` (instance ids use it as separator)
@@ -339,6 +341,17 @@ def validate_message(model: type[_M], data: dict[str, Any]) -> _M:
         raise InvalidMessage(reason, details) from exc
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: ``{"orderId": "a", "orderId": "b"}`` is ambiguous, and
+    parsers disagree on which one wins."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen.add(key)
+    return dict(pairs)
+
+
 def parse_message(model: type[_M], body: str | bytes) -> _M:
     """Parse and validate a message body.
 
@@ -361,8 +374,8 @@ def parse_message(model: type[_M], body: str | bytes) -> _M:
     except UnicodeDecodeError as exc:
         raise InvalidMessage("NotUtf8", f"body is not UTF-8: {exc.reason} at byte {exc.start}") from exc
     try:
-        data = json.loads(text, parse_float=Decimal)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        data = json.loads(text, parse_float=Decimal, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too many digits, duplicate keys
         raise InvalidMessage("InvalidJson", f"body is not JSON: {str(exc)[:200]}") from exc
     if not isinstance(data, dict):
         raise InvalidMessage("NotAnObject", f"body must be a JSON object, not {type(data).__name__}")

@@ -65,6 +65,9 @@ MAX_VISIBILITY_S = 7 * 24 * 3600
 MAX_RECEIVE_BATCH = 32
 """Most messages one Storage receive or peek request returns."""
 
+MAX_ID_BYTES = 256
+"""Most UTF-8 bytes of a message or correlation id kept in a dead-letter record."""
+
 MAX_REASON_BYTES = 256
 MAX_DESCRIPTION_BYTES = 1024
 
@@ -211,9 +214,11 @@ def _is_envelope(value: dict[str, Any]) -> bool:
 
 
 def _parse_object(text: str) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds, or None for anything else. Never raises: one poison message
+    (nested past the recursion limit, an integer too long to convert) must not fail a whole receive."""
     try:
         value = json.loads(text)
-    except ValueError:  # json.JSONDecodeError, and UnicodeDecodeError from odd input
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, int digit limits
         return None
     return value if isinstance(value, dict) else None
 
@@ -264,8 +269,11 @@ def encode_dead_letter(
         The record text, XML-safe, at most :data:`MAX_MESSAGE_BYTES` UTF-8 bytes.
     """
     record: dict[str, Any] = {
-        "messageId": message.message_id,
-        "correlationId": message.correlation_id,
+        # Ids come from the sender: a raw message can carry ids as large as the queue's limit.
+        "messageId": _truncate_to_fit(message.message_id, MAX_ID_BYTES),
+        "correlationId": (
+            None if message.correlation_id is None else _truncate_to_fit(message.correlation_id, MAX_ID_BYTES)
+        ),
         "reason": _truncate_to_fit(reason, MAX_REASON_BYTES),
         "description": _truncate_to_fit(description, MAX_DESCRIPTION_BYTES),
         "sourceQueue": source_queue,

@@ -8,6 +8,7 @@ Run only the fast half with ``-m unit``.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import socket
 import threading
@@ -255,6 +256,9 @@ def test_dead_letter_after_the_lock_was_lost_leaves_it_to_the_new_owner(harness:
         pytest.param('{"messageId": 5, "body": "x"}', id="json-not-envelope"),
         pytest.param('["a", "list"]', id="json-array"),
         pytest.param("", id="empty"),
+        # Poison that once failed the whole receive: nested past the recursion limit, too many digits.
+        pytest.param("[" * 20_000, id="deeply-nested"),
+        pytest.param('{"n": ' + "9" * 5000 + "}", id="huge-integer"),
     ],
 )
 def test_raw_text_is_delivered_and_can_be_dead_lettered(harness: Harness, raw: str) -> None:
@@ -379,3 +383,16 @@ def test_unreachable_storage_raises_transient_error() -> None:
 
     with pytest.raises(TransientError, match="create on queue 'orders' failed"):
         factory.queue("orders")
+
+
+def test_a_raw_envelope_with_a_huge_message_id_can_still_be_dead_lettered(harness: Harness) -> None:
+    raw = json.dumps({"messageId": "Z" * 60_000, "body": "{not json"})
+    harness.put_raw(raw)
+
+    [message] = harness.queue.receive(lock_s=30)
+    harness.queue.dead_letter(message, reason="InvalidJson", description="bad body")
+
+    [dead] = harness.factory.dead_letters(harness.queue.name)
+    assert (dead.body, dead.reason) == ("{not json", "InvalidJson")
+    assert dead.message_id == "Z" * len(dead.message_id) and 0 < len(dead.message_id) < 300
+    assert harness.queue.approximate_count() == 0

@@ -62,6 +62,12 @@ def test_json_number_amount_is_parsed_exactly() -> None:
         (json.dumps(order(replyTo="Not_A_Queue")), "InvalidField"),
         (json.dumps(order(customerName="bad\u0007name")), "InvalidField"),
         ("x" * (MAX_MESSAGE_BYTES + 1), "TooLarge"),
+        ("[" * 20_000, "InvalidJson"),  # nested past the recursion limit
+        ('{"schemaVersion": 1, "x": ' + "9" * 5000 + "}", "InvalidJson"),  # past int digit limits
+        (json.dumps(order()).replace('"orderId"', '"orderId": "other", "orderId"', 1), "InvalidJson"),
+        (json.dumps(order(customerName="bidi\u202eeman")), "InvalidField"),
+        (json.dumps(order(customerName="c1\u0085control")), "InvalidField"),
+        (json.dumps(order(customerName="\ufeffbom")), "InvalidField"),
     ],
 )
 def test_bad_submissions_get_a_specific_reason(body: str | bytes, reason: str) -> None:
