@@ -51,9 +51,13 @@ from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
 from supervisor.lease import NoLease, SupervisorLease
+from supervisor.retention import purge_expired_logs
 from supervisor.sweep import SweepCursor, run_sweep
 
 logger = logging.getLogger(__name__)
+
+RETENTION_INTERVAL_S = 60.0
+"""Seconds between the leader's compensation-log retention passes."""
 
 ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor")
 """Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
@@ -136,6 +140,7 @@ class DevHost:
         self.sweep_cursor = SweepCursor()
         self._was_leader = False
         self._next_sweep_at = 0.0  # time.monotonic() of the next sweep (cadence, not business time)
+        self._next_purge_at = 0.0  # time.monotonic() of the next retention pass
         self.activity_deps = ActivityDeps(
             states=deps.states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=settings
         )
@@ -301,6 +306,10 @@ class DevHost:
             clock=self.deps.clock,
             grace_s=self.settings.REPLY_GRACE_S,
         )
+        if time.monotonic() >= self._next_purge_at:
+            # Retention is about days, not seconds: a pass a minute is plenty.
+            self._next_purge_at = time.monotonic() + RETENTION_INTERVAL_S
+            purge_expired_logs(states=self.deps.states, clock=self.deps.clock, settings=self.settings)
 
     def _still_leader(self) -> bool:
         """Asked by a sweep before each record: renews the lease when due; False once it is lost."""

@@ -314,6 +314,7 @@ class StateRecord(Model):
     compensation_failures: int = 0
     cancel_requested_at: UtcDatetime | None = None
     review: ReviewState | None = None
+    compensation_log_purged_at: UtcDatetime | None = None
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime

@@ -218,6 +218,15 @@ class Settings(BaseModel):
         "storage account must name different ones.",
     )
 
+    COMPENSATION_LOG_RETENTION_S: float = Field(
+        2_592_000.0,
+        ge=0,
+        description="Seconds a finished order (Processed, Compensated, Cancelled) keeps the data of its "
+        "compensation log (effect ids, amounts) before the supervisor purges it, leaving steps, keys and "
+        "statuses. Default 30 days; 0 never purges. CompensationFailed and Error orders keep theirs "
+        "for the operator who resolves them.",
+    )
+
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(
         30.0, description="Lock (visibility timeout) of a received message; longer than any handler."

@@ -7,6 +7,7 @@ import azure.functions as func
 
 from function_host import dependencies
 from orderflow.replies import resend_pending_replies
+from supervisor.retention import purge_expired_logs
 from supervisor.sweep import run_sweep
 
 bp = df.Blueprint()
@@ -15,9 +16,10 @@ bp = df.Blueprint()
 @bp.function_name("supervisor")
 @bp.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
 def supervisor(timer: func.TimerRequest) -> None:
-    """One bounded sweep over expired completeBy records."""
+    """One bounded sweep over expired completeBy records, the reply relay and a retention pass."""
     deps = dependencies()
     run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
     resend_pending_replies(
         states=deps.states, queues=deps.queues, clock=deps.clock, grace_s=deps.settings.REPLY_GRACE_S
     )
+    purge_expired_logs(states=deps.states, clock=deps.clock, settings=deps.settings)

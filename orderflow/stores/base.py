@@ -46,6 +46,7 @@ class StateQuery:
         ready_at: ``nextAttemptAt`` is null or not later than this (UTC).
         reply_pending: ``pendingReply`` is set.
         updated_before: ``updatedAt`` is earlier than this (UTC).
+        log_unpurged: ``compensationLogPurgedAt`` is null (the log's data was not purged yet).
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -55,6 +56,7 @@ class StateQuery:
     ready_at: datetime | None = None
     reply_pending: bool = False
     updated_before: datetime | None = None
+    log_unpurged: bool = False
 
 
 @dataclass

@@ -48,6 +48,7 @@ def query_fingerprint(query: StateQuery) -> str:
         "ready": format_utc(query.ready_at) if query.ready_at else None,
         "reply": query.reply_pending,
         "updated": format_utc(query.updated_before) if query.updated_before else None,
+        "unpurged": query.log_unpurged,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -84,6 +85,8 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
         ):
             return False
     if query.reply_pending and doc.get("pendingReply") is None:
+        return False
+    if query.log_unpurged and doc.get("compensationLogPurgedAt") is not None:
         return False
     updated_at = doc.get("updatedAt")
     return query.updated_before is None or (

@@ -645,3 +645,13 @@ def test_query_by_pending_reply_and_update_time(stores: Stores) -> None:
     stale, _ = scan(stores.state, StateQuery(reply_pending=True, updated_before=T0 + timedelta(minutes=5)))
     assert stale == ["owed-old"]
     assert stores.state.count(StateQuery(reply_pending=True)) == 2
+
+
+def test_log_unpurged_finds_only_records_whose_compensation_data_was_not_purged(stores: Stores) -> None:
+    stores.state.create(make_record("kept", state=ProcessState.PROCESSED))
+    stores.state.create(make_record("purged", state=ProcessState.PROCESSED, compensation_log_purged_at=T0))
+    stores.state.create(make_record("new", state=ProcessState.PENDING))
+
+    found, _ = scan(stores.state, StateQuery(process_states=(ProcessState.PROCESSED,), log_unpurged=True))
+    assert found == ["kept"]
+    assert stores.state.count(StateQuery(log_unpurged=True)) == 2
