@@ -35,10 +35,13 @@ from orderflow.messages import CancelOrder, OrderStatus, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import deliver_reply, send_reply
-from orderflow.state_machine import SETTLED_STATES
+from orderflow.state_machine import SETTLED_STATES, check_transition
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)
+
+CLIENT = "client"
+"""``stopRequestedBy`` of a client's cancel: the compensation then ends ``Cancelled``."""
 
 MAX_CONFLICT_RETRIES = 5
 """Re-reads after losing the ETag race to the order's owner before the message is retried later."""
@@ -84,6 +87,7 @@ def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[Ca
         return CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN
     now = clock.now()
     record.cancel_requested_at = now
+    record.stop_requested_by = CLIENT
     record.updated_at = now
     if record.process_state is ProcessState.PENDING and record.locked_by is None:
         record.last_error = _cause(request, record, clock)
@@ -130,6 +134,8 @@ def handle_cancel(
             raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to cancel") from None
         record = found.item.model_copy(deep=True)
         outcome, reason = _decide(record, request, clock)
+        if record.process_state is not found.item.process_state:
+            check_transition(found.item.process_state, record.process_state)
         if outcome is CancelOutcome.REFUSED:
             send_reply(
                 queues, clock, record, PendingReply(status=OrderStatus.CANCEL_REFUSED.value, reason=reason)

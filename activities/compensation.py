@@ -329,7 +329,8 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         nonlocal target
         if record.process_state is not ProcessState.COMPENSATING:
             return None
-        if data.failed is None and record.cancel_requested_at is not None:
+        by_client = (record.stop_requested_by or "client") == "client"
+        if data.failed is None and record.cancel_requested_at is not None and by_client:
             target = ProcessState.CANCELLED  # the client asked for it: the undo is its cancellation
         for undone in data.undone:
             _record_undone(record, undone, now)

@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from activities.admission import AdmissionControl, AdmissionDecision
 from activities.cancellation import CancelResult, handle_cancel
+from activities.operator import handle_compensate
 from activities.review import handle_review_decision
 from orchestrators.definitions import WorkflowDefinition, new_order_workflow
 from orderflow import telemetry
@@ -31,6 +32,7 @@ from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
+    COMPENSATE_ORDER,
     REVIEW_DECISION,
     OrderStatus,
     StatusReply,
@@ -64,6 +66,7 @@ class SubmissionOutcome(StrEnum):
     REJECTED = "rejected"
     CANCEL = "cancel"
     REVIEW = "review"
+    OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,9 @@ def handle_submission(
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(body, states=states, queues=queues, clock=clock)
         return SubmissionResult(cancelled.order_id, SubmissionOutcome.CANCEL, cancelled.reason, cancelled)
+    if kind == COMPENSATE_ORDER:
+        decided = handle_compensate(body, states=states, queues=queues, clock=clock)
+        return SubmissionResult(decided.order_id, SubmissionOutcome.OPERATOR, decided.detail)
     if kind == REVIEW_DECISION:
         reviewed = handle_review_decision(body, states=states, queues=queues, clock=clock)
         return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)

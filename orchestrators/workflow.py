@@ -151,7 +151,12 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
                 log.note("order.cancel", step.name, None)
                 return (
                     yield from _compensate(
-                        ctx, start, definition, log, error=_cancelled(step.name), completed=previous
+                        ctx,
+                        start,
+                        definition,
+                        log,
+                        error=_cancelled(step.name, started.reason),
+                        completed=previous,
                     )
                 )
             if started.budget_exhausted:
@@ -216,7 +221,9 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         log.note("order.cancel", None, None)
         last = definition.steps[-1].name
         return (
-            yield from _compensate(ctx, start, definition, log, error=_cancelled(last), completed=previous)
+            yield from _compensate(
+                ctx, start, definition, log, error=_cancelled(last, finished.reason), completed=previous
+            )
         )
     if not finished.applied:
         return {"outcome": "fenced", "step": None}
@@ -265,11 +272,13 @@ def _review(
     )
 
 
-def _cancelled(step: str) -> StepError:
-    """The cause a cancelled order's compensation records."""
-    return StepError(
-        step=step, kind="cancelled", code=CANCELLED_BY_CLIENT, message="the client cancelled the order"
+def _cancelled(step: str, code: str | None = None) -> StepError:
+    """The cause a stopped order's compensation records: the client's cancel, or an operator's decision."""
+    code = code or CANCELLED_BY_CLIENT
+    message = (
+        "the client cancelled the order" if code == CANCELLED_BY_CLIENT else "an operator stopped the order"
     )
+    return StepError(step=step, kind="cancelled", code=code, message=message)
 
 
 def _compensate(

@@ -160,6 +160,23 @@ def cancel(
 
 
 @app.command()
+def compensate(
+    order_id: str,
+    operator: Annotated[str, typer.Option(help="Who decides (kept with the order).")],
+    reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
+    env_file: Annotated[Path | None, typer.Option()] = None,
+) -> None:
+    """Operator: stop an order and undo it, or retry a compensation that ended CompensationFailed."""
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
+    try:
+        client.compensate(order_id, operator=operator, reason=reason)
+    except InvalidMessage as exc:
+        console.print(f"[red]not sent: {exc.description}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"compensation of {order_id} requested; `orderflow status {order_id}` shows the outcome")
+
+
+@app.command()
 def review(
     order_id: str,
     approve: Annotated[bool, typer.Option("--approve/--reject", help="The decision.")],

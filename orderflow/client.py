@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     CANCEL_ORDER,
+    COMPENSATE_ORDER,
     REVIEW_DECISION,
     CancelOrder,
+    CompensateOrder,
     OrderStatus,
     ReviewDecisionMessage,
     StatusReply,
@@ -134,6 +137,30 @@ class OrderflowClient:
         )
         self._queues.queue(self.orders_queue).send(
             decision.to_json(), message_id=f"{order_id}:review:{decision.decision}", correlation_id=order_id
+        )
+
+    def compensate(self, order_id: str, *, operator: str, reason: str | None = None) -> None:
+        """Send an operator's decision to compensate an order (``CompensateOrder``): stop one in flight
+        and undo it, or retry a compensation that ended ``CompensationFailed``.
+
+        Raises:
+            InvalidMessage: the order id, operator or reason is not valid (nothing is sent).
+        """
+        decision = validate_message(
+            CompensateOrder,
+            {
+                "schemaVersion": 1,
+                "type": COMPENSATE_ORDER,
+                "orderId": order_id,
+                "operator": operator,
+                "reason": reason,
+            },
+        )
+        # A fresh id each time: retrying a failed compensation may be decided more than once.
+        self._queues.queue(self.orders_queue).send(
+            decision.to_json(),
+            message_id=f"{order_id}:compensate:{uuid.uuid4().hex[:8]}",
+            correlation_id=order_id,
         )
 
     def send_raw(self, body: str, *, message_id: str) -> None:

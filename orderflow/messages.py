@@ -161,6 +161,29 @@ class CancelOrder(Envelope):
     reason: CleanText | None = None
 
 
+COMPENSATE_ORDER = "CompensateOrder"
+"""``type`` of a :class:`CompensateOrder` message."""
+
+
+class CompensateOrder(Envelope):
+    """An operator's decision to undo an order (on the ``orders`` queue): stop one in flight and
+    compensate it, or retry the compensation of a ``CompensationFailed`` one.
+
+    Attributes:
+        schema_version: Must be 1.
+        type: ``CompensateOrder``.
+        order_id: The order.
+        operator: Who decided (kept in the record).
+        reason: Why (kept in ``lastError`` for an order stopped in flight).
+    """
+
+    schema_version: Literal[1]
+    type: Literal["CompensateOrder"]
+    order_id: OrderId
+    operator: CleanText
+    reason: CleanText | None = None
+
+
 REVIEW_DECISION = "ReviewDecision"
 """``type`` of a :class:`ReviewDecisionMessage`."""
 
@@ -192,8 +215,8 @@ def message_type(body: str | bytes) -> str | None:
     Cheap for submissions: bodies that cannot name a cancel are not parsed here.
     """
     raw = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
-    if len(raw) > MAX_MESSAGE_BYTES or (
-        CANCEL_ORDER.encode() not in raw and REVIEW_DECISION.encode() not in raw
+    if len(raw) > MAX_MESSAGE_BYTES or not any(
+        kind.encode() in raw for kind in (CANCEL_ORDER, REVIEW_DECISION, COMPENSATE_ORDER)
     ):
         return None
     try:

@@ -313,6 +313,7 @@ class StateRecord(Model):
     compensation_error: LastError | None = None
     compensation_failures: int = 0
     cancel_requested_at: UtcDatetime | None = None
+    stop_requested_by: str | None = None
     review: ReviewState | None = None
     compensation_log_purged_at: UtcDatetime | None = None
     pending_reply: PendingReply | None = None

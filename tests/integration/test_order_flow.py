@@ -370,3 +370,21 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
     assert [s["carrier"] for s in facts["shipments"]] == ["MAIL"]
     assert audit["keys"]["tpch-1:create_shipment"]["status"] == 422  # the carrier's refusal
     assert facts["summary"]["activeShipments"] == 1
+
+
+def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(deps: Dependencies) -> None:
+    with running_system(deps, faults=FaultPlan(undo_permanent=True)) as system:
+        system.submit_all(["tpch-2"])  # declined after the reservation; its release is refused
+        assert system.wait_settled(["tpch-2"], timeout_s=30)["tpch-2"].process_state is (
+            ProcessState.COMPENSATION_FAILED
+        )
+        system.set_faults(FaultPlan())  # the operator fixed the inventory service
+        system.client.compensate("tpch-2", operator="ops")
+        system.wait_until(
+            lambda: system.record("tpch-2").process_state is ProcessState.COMPENSATED, timeout_s=30
+        )
+        record = system.record("tpch-2")
+        facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
+    assert record.stop_requested_by == "operator:ops"
+    assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
+    assert facts["summary"]["activeReservations"] == 0
