@@ -34,6 +34,9 @@ class StepDefinition:
             compensation (its own idempotency key ``{orderId}:{step}:fallback``), or None.
         fallback_payload: Request fields the fallback provider gets instead of the order's (its own
             carrier, say), as ``(name, value)`` pairs.
+        may_refuse: The provider can refuse the step for business reasons (out of stock, card declined).
+            No such step may follow an irreversible one: past a point of no return the order can only be
+            completed, so everything that can refuse must have passed before it.
     """
 
     name: str
@@ -45,6 +48,7 @@ class StepDefinition:
     review: bool = False
     fallback_agent: str | None = None
     fallback_payload: tuple[tuple[str, str], ...] = ()
+    may_refuse: bool = True
 
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -68,8 +72,9 @@ class WorkflowDefinition:
             step appears exactly once. None: one step per stage, in reverse execution order.
 
     Raises:
-        InvalidWorkflowDefinition: a step name is malformed or repeated, or the undo plan names an
-            unknown or irreversible step, names one twice, or misses a reversible one.
+        InvalidWorkflowDefinition: a step name is malformed or repeated, a step that may be refused
+            follows an irreversible one, or the undo plan names an unknown or irreversible step, names
+            one twice, or misses a reversible one.
     """
 
     version: str
@@ -85,6 +90,14 @@ class WorkflowDefinition:
                 )
         if len(set(names)) != len(names):
             raise InvalidWorkflowDefinition(f"{self.version}: step names repeat: {names}")
+        first_irreversible = next((i for i, step in enumerate(self.steps) if step.irreversible), None)
+        if first_irreversible is not None:
+            after = [s.name for s in self.steps[first_irreversible + 1 :] if s.may_refuse]
+            if after:
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: {after} may be refused after the point of no return "
+                    f"{self.steps[first_irreversible].name}; refusable steps must come before it"
+                )
         if self.undo_plan is not None:
             planned = [name for stage in self.undo_plan for name in stage]
             reversible = {step.name for step in self.steps if step.undo is not None and not step.irreversible}

@@ -1,0 +1,57 @@
+"""Workflow definitions validate themselves when declared (a bad one is a deploy error, not a runtime one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrators.definitions import (
+    ORDER_V1,
+    ORDER_V2,
+    ORDER_V3,
+    WORKFLOWS,
+    InvalidWorkflowDefinition,
+    StepDefinition,
+    WorkflowDefinition,
+    agent_names,
+    new_order_workflow,
+)
+
+pytestmark = pytest.mark.unit
+
+RESERVE = StepDefinition("reserve", agent="inventory", operation="reserve", undo="release")
+CHARGE = StepDefinition("charge", agent="payment", operation="charge", undo="refund")
+SHIP = StepDefinition("ship", agent="shipping", operation="ship", irreversible=True)
+
+
+def test_the_deployed_versions_and_their_undo_stages() -> None:
+    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3"]
+    assert ORDER_V1.undo_stages() == (("charge_payment",), ("reserve_inventory",))
+    assert ORDER_V2.undo_stages() == ORDER_V3.undo_stages() == (("charge_payment", "reserve_inventory"),)
+    assert agent_names() == ["courier", "inventory", "payment", "shipping"]
+    assert new_order_workflow("") is ORDER_V3
+    assert new_order_workflow("order-v1") is ORDER_V1
+
+
+@pytest.mark.parametrize(
+    ("steps", "plan", "complaint"),
+    [
+        ((RESERVE, StepDefinition("bad:name", agent="a", operation="o")), None, "step name"),
+        ((RESERVE, RESERVE), None, "repeat"),
+        ((RESERVE, SHIP, CHARGE), None, "point of no return"),
+        ((RESERVE, CHARGE, SHIP), (("reserve",),), "exactly once"),
+        ((RESERVE, CHARGE, SHIP), (("reserve", "charge", "ship"),), "exactly once"),
+        ((RESERVE, CHARGE, SHIP), (("reserve",), ("reserve", "charge")), "exactly once"),
+        ((RESERVE, CHARGE, SHIP), ((), ("reserve", "charge")), "non-empty"),
+    ],
+)
+def test_a_contradictory_definition_is_refused(
+    steps: tuple[StepDefinition, ...], plan: tuple[tuple[str, ...], ...] | None, complaint: str
+) -> None:
+    with pytest.raises(InvalidWorkflowDefinition, match=complaint):
+        WorkflowDefinition(version="x", steps=steps, undo_plan=plan)
+
+
+def test_a_step_that_cannot_be_refused_may_follow_the_point_of_no_return() -> None:
+    notify = StepDefinition("notify", agent="mail", operation="send", may_refuse=False)
+    definition = WorkflowDefinition(version="x", steps=(RESERVE, CHARGE, SHIP, notify))
+    assert definition.undo_stages() == (("charge",), ("reserve",))
