@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from activities.contracts import CANCELLED_BY_CLIENT
+from activities.review import min_time
 from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -79,10 +81,10 @@ def _cause(request: CancelOrder, record: StateRecord, clock: Clock) -> LastError
 
 def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[CancelOutcome, str | None]:
     """Apply the request to ``record`` in place; the outcome and, for a refusal, the reason."""
-    if record.cancel_requested_at is not None:
-        return CancelOutcome.ALREADY_REQUESTED, None
     if record.process_state in SETTLED_STATES:
         return CancelOutcome.REFUSED, f"order is {record.process_state.value}"
+    if record.cancel_requested_at is not None:
+        return CancelOutcome.ALREADY_REQUESTED, None
     if irreversible_effects(record, workflow_for(record.workflow_version)):
         return CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN
     now = clock.now()
@@ -109,13 +111,15 @@ def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[Ca
 
 
 def handle_cancel(
-    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock
+    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float = 30.0
 ) -> CancelResult:
     """Record a client's cancel request, or refuse it, with one ETag-conditional write.
 
     Args:
         body: The raw :class:`CancelOrder` body.
         states / queues / clock: Dependencies.
+        grace_s: For an order paused in ``AwaitingReview`` (its owner waits for a decision, not for
+            this), seconds until the supervisor may hand it to compensation: its ``completeBy``.
 
     Returns:
         What was done (see :class:`CancelOutcome`); every outcome means "complete the message".
@@ -134,6 +138,8 @@ def handle_cancel(
             raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to cancel") from None
         record = found.item.model_copy(deep=True)
         outcome, reason = _decide(record, request, clock)
+        if outcome is CancelOutcome.REQUESTED and record.process_state is ProcessState.AWAITING_REVIEW:
+            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
         if record.process_state is not found.item.process_state:
             check_transition(found.item.process_state, record.process_state)
         if outcome is CancelOutcome.REFUSED:

@@ -335,15 +335,18 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         for undone in data.undone:
             _record_undone(record, undone, now)
         if data.failed is not None:
-            failed_step = data.failed.step.removesuffix(":undo")
-            entry = _entry(record, failed_step)
-            entry.status = UndoStatus.FAILED
-            record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
+            # Every undo of the stage that failed for good (they ran in parallel), not only the first.
+            failures = (data.failed, *data.also_failed)
+            for failure in failures:
+                failed_step = failure.step.removesuffix(":undo")
+                _entry(record, failed_step).status = UndoStatus.FAILED
+                record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
+            others = ", ".join(f.step.removesuffix(":undo") for f in data.also_failed)
             record.compensation_error = LastError(
                 kind=data.failed.kind,
                 code=data.failed.code,
-                message=data.failed.message,
-                step=failed_step,
+                message=(data.failed.message + (f" (also failed: {others})" if others else ""))[:500],
+                step=data.failed.step.removesuffix(":undo"),
                 at=now,
             )
             owed = PendingReply(
@@ -383,7 +386,7 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         failed = data.failed
         telemetry.alert(
             "compensation_failed",
-            step=failed.step if failed else None,
+            step=",".join(f.step for f in (failed, *data.also_failed)) if failed else None,
             code=failed.code if failed else None,
             cause=record.last_error.code if record.last_error else None,
             **fields,

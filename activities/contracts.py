@@ -227,6 +227,7 @@ class FinishCompensationInput(ContractModel):
     workflow_version: str
     undone: tuple[UndoResult, ...] = ()
     failed: StepError | None = None
+    also_failed: tuple[StepError, ...] = ()
 
 
 class RecordReviewInput(ContractModel):

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
+from activities.review import min_time
 from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -86,7 +88,7 @@ def _decide(record: StateRecord, request: CompensateOrder, clock: Clock) -> tupl
 
 
 def handle_compensate(
-    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock
+    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float = 30.0
 ) -> OperatorResult:
     """Record an operator's decision to compensate an order, or refuse it.
 
@@ -106,6 +108,9 @@ def handle_compensate(
             raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to compensate") from None
         record = found.item.model_copy(deep=True)
         accepted, detail = _decide(record, request, clock)
+        if accepted and record.process_state is ProcessState.AWAITING_REVIEW:
+            # Its owner waits for a decision, not for this: the supervisor takes over after grace_s.
+            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
         if record.process_state is not found.item.process_state:
             check_transition(found.item.process_state, record.process_state)
         if not accepted:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -25,6 +26,11 @@ logger = logging.getLogger(__name__)
 
 MAX_CONFLICT_RETRIES = 5
 """Re-reads after losing the ETag race to the order's owner before the message is retried later."""
+
+
+def min_time(current: datetime | None, bound: datetime) -> datetime:
+    """The earlier of ``current`` (None: no deadline yet) and ``bound``."""
+    return bound if current is None or bound < current else current
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,15 @@ def review_message_id(order_id: str, step: str) -> str:
 
 
 def handle_review_decision(
-    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock
+    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float = 30.0
 ) -> ReviewResult:
     """Record a reviewer's decision and forward it to the waiting attempt.
+
+    Args:
+        body: The raw :class:`ReviewDecisionMessage`.
+        states / queues / clock: Dependencies.
+        grace_s: Seconds the waiting attempt has to act on the decision before the supervisor may
+            recover the order (``CLAIM_TIMEOUT_S``): its ``completeBy`` is brought that close.
 
     Returns:
         ``recorded`` True when this decision is the one in force; False (with the reason) when the order
@@ -72,6 +84,9 @@ def handle_review_decision(
             review.decided_by = message.reviewer
             review.decided_at = clock.now()
             record.updated_at = clock.now()
+            # The waiting attempt gets the forwarded event and records the decision within seconds; if
+            # it died, the supervisor must not wait for the review deadline: completeBy comes closer.
+            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
             try:
                 states.replace(record, etag=found.etag)
             except ConcurrencyConflict:

@@ -164,13 +164,19 @@ def handle_submission(
     kind = message_type(body)
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
-        cancelled = handle_cancel(body, states=states, queues=queues, clock=clock)
+        cancelled = handle_cancel(
+            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+        )
         return SubmissionResult(cancelled.order_id, SubmissionOutcome.CANCEL, cancelled.reason, cancelled)
     if kind == COMPENSATE_ORDER:
-        decided = handle_compensate(body, states=states, queues=queues, clock=clock)
+        decided = handle_compensate(
+            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+        )
         return SubmissionResult(decided.order_id, SubmissionOutcome.OPERATOR, decided.detail)
     if kind == REVIEW_DECISION:
-        reviewed = handle_review_decision(body, states=states, queues=queues, clock=clock)
+        reviewed = handle_review_decision(
+            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+        )
         return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)

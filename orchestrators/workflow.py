@@ -370,7 +370,8 @@ def _compensate(
                     calls=response.calls,
                 )
             )
-        permanent = next((f for f in failures if f.kind == ErrorKind.PERMANENT.value), None)
+        refused = [f for f in failures if f.kind == ErrorKind.PERMANENT.value]
+        permanent = refused[0] if refused else None
         if permanent is not None:
             yield from _write(
                 ctx,
@@ -381,6 +382,7 @@ def _compensate(
                     workflow_version=definition.version,
                     undone=tuple(results),
                     failed=permanent,
+                    also_failed=tuple(refused[1:]),
                 ).to_payload(),
             )
             log.note("order.compensation_failed", permanent.step, permanent.code)

@@ -217,8 +217,28 @@ def status(
     for name, step in record.steps.items():
         table.add_row(f"step {name}", f"{step.status.value} (attempts {step.attempts}) {step.result or ''}")
     if record.last_error:
+        # A Processed order's lastError is history (a failure it recovered from), not its outcome.
+        label = "last_error (recovered)" if record.process_state.value == "Processed" else "last_error"
         table.add_row(
-            "last_error", f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}"
+            label, f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}"
+        )
+    for entry in record.compensation_log:
+        undo = entry.undo or "irreversible"
+        table.add_row(f"undo {entry.step}", f"{undo} {entry.status} {entry.undo_result or entry.data or ''}")
+    if record.compensation_error:
+        error = record.compensation_error
+        table.add_row(
+            "compensation_error",
+            f"{error.step} {error.code}: {error.message} (stuck {record.compensation_failures} times)",
+        )
+    if record.review:
+        review = record.review
+        decided = f"{review.decision.value} by {review.decided_by}" if review.decision else "undecided"
+        table.add_row("review", f"{review.step}: {decided}, deadline {review.deadline.isoformat()}")
+    if record.cancel_requested_at:
+        table.add_row(
+            "stop requested",
+            f"{record.stop_requested_by or 'client'} at {record.cancel_requested_at.isoformat()}",
         )
     console.print(table)
 

@@ -51,8 +51,9 @@ def submission_message_id(order_id: str) -> str:
 
 
 def cancel_message_id(order_id: str) -> str:
-    """Stable message id of an order's cancel request (one cancel per order is enough)."""
-    return f"{order_id}:cancel"
+    """Message id of a cancel request: fresh each time, so that broker duplicate detection never drops
+    a cancel retried after an earlier one was refused or arrived before its order."""
+    return f"{order_id}:cancel:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -136,7 +137,9 @@ class OrderflowClient:
             },
         )
         self._queues.queue(self.orders_queue).send(
-            decision.to_json(), message_id=f"{order_id}:review:{decision.decision}", correlation_id=order_id
+            decision.to_json(),
+            message_id=f"{order_id}:review:{decision.decision}:{uuid.uuid4().hex[:8]}",
+            correlation_id=order_id,
         )
 
     def compensate(self, order_id: str, *, operator: str, reason: str | None = None) -> None:

@@ -15,7 +15,15 @@ from orderflow import cli
 from orderflow.cli import app, generate_orders
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import ProcessState, RetryBudget, StateRecord, StepState, StepStatus
+from orderflow.records import (
+    CompensationEntry,
+    LastError,
+    ProcessState,
+    RetryBudget,
+    StateRecord,
+    StepState,
+    StepStatus,
+)
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
 from tests.unit.fakes import order_body, received
@@ -355,7 +363,7 @@ def test_cancel_sends_a_cancel_request_on_the_submission_queue(
 
     assert result.exit_code == 0, result.output
     [message] = received(queues.queue("orders"))
-    assert message.message_id == "o-7:cancel"
+    assert message.message_id.startswith("o-7:cancel:")  # fresh: a retried cancel is not a duplicate
     assert json.loads(message.body) == {
         "schemaVersion": 1,
         "type": "CancelOrder",
@@ -373,3 +381,44 @@ def test_cancel_of_an_invalid_order_id_sends_nothing(
     assert result.exit_code == 2
     assert "not sent" in result.output
     assert received(queues.queue("orders")) == []
+
+
+def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    stores = FakeStores()
+    stores.state.create(
+        StateRecord(
+            id="o-2",
+            order_id="o-2",
+            process_state=ProcessState.COMPENSATION_FAILED,
+            reply_to="client-x",
+            retry_budget=RetryBudget(limit=24),
+            workflow_version="order-v1",
+            compensation_log=[
+                CompensationEntry(
+                    step="reserve_inventory",
+                    action="reserve",
+                    undo="release",
+                    undo_key="o-2:reserve_inventory:undo",
+                    data={"reservationId": "r-9"},
+                    recorded_at=AT,
+                    status="CompensationFailed",
+                )
+            ],
+            compensation_error=LastError(
+                kind="permanent", code="undo_refused", message="refused", step="reserve_inventory", at=AT
+            ),
+            compensation_failures=2,
+            created_at=AT,
+            updated_at=AT,
+        )
+    )
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = CliRunner().invoke(app, ["status", "o-2"], terminal_width=200)
+
+    assert result.exit_code == 0, result.output
+    assert "undo reserve_inventory" in result.output
+    assert "release CompensationFailed" in result.output
+    assert "r-9" in result.output
+    flat = " ".join(result.output.split())
+    assert "undo_refused" in flat and "(stuck 2" in flat

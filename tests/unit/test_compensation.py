@@ -382,3 +382,27 @@ def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Activ
     )
     assert finish(deps, undone=both, workflow_version=ORDER_V2.version)["processState"] == "Compensated"
     assert [e.status for e in deps.states.get("o-1").item.compensation_log] == ["Compensated"] * 2
+
+
+def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: ActivityDeps) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
+    begin(deps, workflow_version=ORDER_V2.version)
+    undo(deps, CHARGE, workflow_version=ORDER_V2.version)
+    undo(deps, RESERVE, workflow_version=ORDER_V2.version)
+
+    def refused(step: str) -> StepError:
+        return StepError(step=f"{step}:undo", kind="permanent", code="undo_refused", message="refused")
+
+    finish(deps, workflow_version=ORDER_V2.version, failed=refused(CHARGE), also_failed=(refused(RESERVE),))
+
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.COMPENSATION_FAILED
+    assert {e.step: e.status for e in record.compensation_log} == {
+        CHARGE: UndoStatus.FAILED,
+        RESERVE: UndoStatus.FAILED,
+    }
+    assert {record.steps[s].status for s in (CHARGE, RESERVE)} == {StepStatus.COMPENSATION_FAILED}
+    assert record.compensation_error is not None
+    assert record.compensation_error.message == "refused (also failed: reserve_inventory)"

@@ -293,6 +293,7 @@ def finish_compensation(
             "workflowVersion": version,
             "undone": list(undone),
             "failed": failed,
+            "alsoFailed": [],
         },
     )
 

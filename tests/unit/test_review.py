@@ -193,3 +193,44 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
     result = start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")
 
     assert (result["reviewRequired"], result["reviewDecision"]) == (True, "reject")
+
+
+def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=RESERVED)
+    decide(deps, "approve")  # its owner died: nobody raises the event
+
+    record = deps.states.get("o-1").item
+    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)  # far before the 60 s review deadline + grace
+    assert recover(
+        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+    ) is (Recovery.REQUEUED)
+    clock.advance(60)
+    assert claim(deps.states, deps.states.get("o-1"), clock, deps.settings) is not None
+    assert start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")["applied"] is True  # approved
+
+
+def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    start(deps, CHARGE, completed=RESERVED)
+    cancel = json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"})
+    handle_submission(
+        cancel,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+
+    clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
+    recover(deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
+
+    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
