@@ -23,30 +23,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import StrEnum
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from activities.contracts import CANCELLED_BY_CLIENT
-from activities.review import min_time
+from activities.requests import apply_request
 from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound
 from orderflow.messages import CancelOrder, OrderStatus, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
-from orderflow.replies import deliver_reply, send_reply
-from orderflow.state_machine import SETTLED_STATES, check_transition
+from orderflow.replies import send_reply
+from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)
 
 CLIENT = "client"
 """``stopRequestedBy`` of a client's cancel: the compensation then ends ``Cancelled``."""
-
-MAX_CONFLICT_RETRIES = 5
-"""Re-reads after losing the ETag race to the order's owner before the message is retried later."""
 
 
 class CancelOutcome(StrEnum):
@@ -131,31 +126,26 @@ def handle_cancel(
             winning the ETag race; abandon and retry.
     """
     request = parse_message(CancelOrder, body)
-    for _ in range(MAX_CONFLICT_RETRIES):
-        try:
-            found = states.get(request.order_id)
-        except NotFound:
-            raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to cancel") from None
-        record = found.item.model_copy(deep=True)
+
+    def decide(record: StateRecord) -> tuple[tuple[CancelOutcome, str | None], bool]:
         outcome, reason = _decide(record, request, clock)
-        if outcome is CancelOutcome.REQUESTED and record.process_state is ProcessState.AWAITING_REVIEW:
-            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
-        if record.process_state is not found.item.process_state:
-            check_transition(found.item.process_state, record.process_state)
-        if outcome is CancelOutcome.REFUSED:
-            send_reply(
-                queues, clock, record, PendingReply(status=OrderStatus.CANCEL_REFUSED.value, reason=reason)
-            )
-            telemetry.event("cancel.refused", order_id=request.order_id, reason=reason)
-            return CancelResult(request.order_id, outcome, reason)
-        if outcome is CancelOutcome.ALREADY_REQUESTED:
-            return CancelResult(request.order_id, outcome)
-        try:
-            written = states.replace(record, etag=found.etag)
-        except ConcurrencyConflict:
-            continue  # the owner wrote first: decide again on what it wrote
-        if written.item.pending_reply is not None:
-            deliver_reply(states, queues, clock, written.item, written.item.pending_reply)
+        return (outcome, reason), outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=request.order_id,
+        decide=decide,
+        what="cancel",
+        grace_s=grace_s,
+    )
+    outcome, reason = applied.decision
+    if outcome is CancelOutcome.REFUSED:
+        refusal = PendingReply(status=OrderStatus.CANCEL_REFUSED.value, reason=reason)
+        send_reply(queues, clock, applied.record, refusal)
+        telemetry.event("cancel.refused", order_id=request.order_id, reason=reason)
+        return CancelResult(request.order_id, outcome, reason)
+    if applied.written is not None:
         telemetry.event("cancel.accepted", order_id=request.order_id, outcome=outcome.value)
-        return CancelResult(request.order_id, outcome)
-    raise ConcurrencyConflict(f"cancel of {request.order_id} kept losing the ETag race")
+    return CancelResult(request.order_id, outcome)

@@ -17,27 +17,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from activities.review import min_time
+from activities.requests import apply_request
 from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound
 from orderflow.messages import CompensateOrder, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
-from orderflow.replies import deliver_reply
-from orderflow.state_machine import check_transition
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)
 
 OPERATOR_DECISION = "operator_decision"
 """``lastError.code`` (kind ``cancelled``) of an order an operator stopped and compensated."""
-
-MAX_CONFLICT_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -101,32 +95,28 @@ def handle_compensate(
             ETag race; abandon and retry.
     """
     request = parse_message(CompensateOrder, body)
-    for _ in range(MAX_CONFLICT_RETRIES):
-        try:
-            found = states.get(request.order_id)
-        except NotFound:
-            raise InvalidMessage("UnknownOrder", f"no order {request.order_id!r} to compensate") from None
-        record = found.item.model_copy(deep=True)
+
+    def decide(record: StateRecord) -> tuple[str, bool]:
         accepted, detail = _decide(record, request, clock)
-        if accepted and record.process_state is ProcessState.AWAITING_REVIEW:
-            # Its owner waits for a decision, not for this: the supervisor takes over after grace_s.
-            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
-        if record.process_state is not found.item.process_state:
-            check_transition(found.item.process_state, record.process_state)
-        if not accepted:
-            logger.warning("compensation of %s by %s refused: %s", request.order_id, request.operator, detail)
-            telemetry.event(
-                "operator.refused", order_id=request.order_id, operator=request.operator, reason=detail
-            )
-            return OperatorResult(request.order_id, accepted=False, detail=detail)
-        try:
-            written = states.replace(record, etag=found.etag)
-        except ConcurrencyConflict:
-            continue
-        if written.item.pending_reply is not None:
-            deliver_reply(states, queues, clock, written.item, written.item.pending_reply)
+        return detail, accepted
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=request.order_id,
+        decide=decide,
+        what="compensate",
+        grace_s=grace_s,
+    )
+    detail = applied.decision
+    if not applied.written:
+        logger.warning("compensation of %s by %s refused: %s", request.order_id, request.operator, detail)
         telemetry.event(
-            "operator.compensate", order_id=request.order_id, operator=request.operator, detail=detail
+            "operator.refused", order_id=request.order_id, operator=request.operator, reason=detail
         )
-        return OperatorResult(request.order_id, accepted=True, detail=detail)
-    raise ConcurrencyConflict(f"compensation of {request.order_id} kept losing the ETag race")
+        return OperatorResult(request.order_id, accepted=False, detail=detail)
+    telemetry.event(
+        "operator.compensate", order_id=request.order_id, operator=request.operator, detail=detail
+    )
+    return OperatorResult(request.order_id, accepted=True, detail=detail)

@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
+from activities.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound
 from orderflow.messages import ReviewDecisionMessage, parse_message
 from orderflow.queues.base import QueueFactory
-from orderflow.records import ProcessState, ReviewDecision
+from orderflow.records import ProcessState, ReviewDecision, StateRecord
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)
-
-MAX_CONFLICT_RETRIES = 5
-"""Re-reads after losing the ETag race to the order's owner before the message is retried later."""
-
-
-def min_time(current: datetime | None, bound: datetime) -> datetime:
-    """The earlier of ``current`` (None: no deadline yet) and ``bound``."""
-    return bound if current is None or bound < current else current
 
 
 @dataclass(frozen=True)
@@ -68,45 +59,47 @@ def handle_review_decision(
             winning the ETag race; abandon and retry.
     """
     message = parse_message(ReviewDecisionMessage, body)
-    for _ in range(MAX_CONFLICT_RETRIES):
-        try:
-            found = states.get(message.order_id)
-        except NotFound:
-            raise InvalidMessage("UnknownOrder", f"no order {message.order_id!r} to review") from None
-        record = found.item.model_copy(deep=True)
+
+    def decide(record: StateRecord) -> tuple[str | None, bool]:
+        """None to forward the decision in force, else why it is ignored; and whether to write."""
         review = record.review
         if review is None or record.process_state is not ProcessState.AWAITING_REVIEW:
-            reason = f"order is {record.process_state.value}, not awaiting review"
-            telemetry.event("review.ignored", order_id=message.order_id, reason=reason)
-            return ReviewResult(message.order_id, recorded=False, reason=reason)
+            return f"order is {record.process_state.value}, not awaiting review", False
         if review.decision is None:
             review.decision = ReviewDecision(message.decision)
             review.decided_by = message.reviewer
-            review.decided_at = clock.now()
-            record.updated_at = clock.now()
-            # The waiting attempt gets the forwarded event and records the decision within seconds; if
-            # it died, the supervisor must not wait for the review deadline: completeBy comes closer.
-            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
-            try:
-                states.replace(record, etag=found.etag)
-            except ConcurrencyConflict:
-                continue
-        elif review.decided_by != message.reviewer or review.decision.value != message.decision:
-            return ReviewResult(message.order_id, recorded=False, reason="already decided")
-        # Forward (again, on a redelivery: the listener and the orchestration ignore a duplicate).
-        forwarded = message.model_copy(
-            update={"instance_id": record.locked_by, "decision": review.decision.value}
-        )
-        queues.queue(review.response_queue).send(
-            forwarded.to_json(),
-            message_id=review_message_id(message.order_id, review.step),
-            correlation_id=message.order_id,
-        )
-        telemetry.event(
-            "review.recorded",
-            order_id=message.order_id,
-            decision=review.decision.value,
-            reviewer=message.reviewer,
-        )
-        return ReviewResult(message.order_id, recorded=True)
-    raise ConcurrencyConflict(f"review of {message.order_id} kept losing the ETag race")
+            review.decided_at = record.updated_at = clock.now()
+            return None, True
+        if review.decided_by != message.reviewer or review.decision.value != message.decision:
+            return "already decided", False
+        return None, False  # a redelivery of the decision in force: forward it again
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=message.order_id,
+        decide=decide,
+        what="review",
+        grace_s=grace_s,
+    )
+    review = applied.record.review
+    if applied.decision is not None or review is None or review.decision is None:
+        telemetry.event("review.ignored", order_id=message.order_id, reason=applied.decision)
+        return ReviewResult(message.order_id, recorded=False, reason=applied.decision)
+    # Forward (again, on a redelivery: the listener and the orchestration ignore a duplicate).
+    forwarded = message.model_copy(
+        update={"instance_id": applied.record.locked_by, "decision": review.decision.value}
+    )
+    queues.queue(review.response_queue).send(
+        forwarded.to_json(),
+        message_id=review_message_id(message.order_id, review.step),
+        correlation_id=message.order_id,
+    )
+    telemetry.event(
+        "review.recorded",
+        order_id=message.order_id,
+        decision=review.decision.value,
+        reviewer=message.reviewer,
+    )
+    return ReviewResult(message.order_id, recorded=True)

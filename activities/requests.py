@@ -1,0 +1,97 @@
+"""Requests about an order from outside its owner: a client's cancel, a reviewer's decision, an
+operator's decision (docs/design.md §3, §4).
+
+None of them owns the record, so none writes the order's progress. Each records what it asks for with
+one ETag-conditional write and leaves the rest to the owner: this module is that write, shared. A write
+that loses the ETag race (the owner wrote first) decides again on what the owner wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, TypeVar
+
+from orderflow.clock import Clock
+from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound
+from orderflow.queues.base import QueueFactory
+from orderflow.records import ProcessState, StateRecord
+from orderflow.replies import deliver_reply
+from orderflow.state_machine import check_transition
+from orderflow.stores.base import StateStore, Versioned
+
+MAX_CONFLICT_RETRIES = 5
+"""Re-reads after losing the ETag race to the order's owner before the message is retried later."""
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Applied(Generic[_T]):
+    """What :func:`apply_request` did: the decision, the record it was taken on (changed in place when
+    written), and the written version, or None when the decision wrote nothing."""
+
+    decision: _T
+    record: StateRecord
+    written: Versioned[StateRecord] | None
+
+
+def min_time(current: datetime | None, bound: datetime) -> datetime:
+    """The earlier of ``current`` (None: no deadline yet) and ``bound``."""
+    return bound if current is None or bound < current else current
+
+
+def apply_request(
+    *,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    order_id: str,
+    decide: Callable[[StateRecord], tuple[_T, bool]],
+    what: str,
+    grace_s: float,
+) -> Applied[_T]:
+    """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
+
+    Rules every request shares: the state change is checked against the state machine; an order paused
+    in ``AwaitingReview`` gets its ``completeBy`` within ``grace_s`` (its owner waits for a review
+    decision, not for this request, and if it died the supervisor must not wait for the review deadline);
+    a reply the write owes is delivered.
+
+    Args:
+        states / queues / clock: Dependencies.
+        order_id: The order the request names.
+        decide: Changes the record in place; returns its decision and whether to write.
+        what: The request, for the dead-letter description (``cancel``, ``review``, ...).
+        grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+
+    Returns:
+        The decision, the record and the written version (None when nothing was written).
+
+    Raises:
+        InvalidMessage: ``UnknownOrder``: there is no such order (nobody to answer; dead-letter it).
+        ConcurrencyConflict: the owner kept winning the ETag race; abandon and retry.
+        TransientError: the store or the reply queue is unavailable.
+    """
+    for _ in range(MAX_CONFLICT_RETRIES):
+        try:
+            found = states.get(order_id)
+        except NotFound:
+            raise InvalidMessage("UnknownOrder", f"no order {order_id!r} to {what}") from None
+        record = found.item.model_copy(deep=True)
+        decision, write = decide(record)
+        if not write:
+            return Applied(decision, record, None)
+        if record.process_state is not found.item.process_state:
+            check_transition(found.item.process_state, record.process_state)
+        if record.process_state is ProcessState.AWAITING_REVIEW:
+            record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
+        try:
+            written = states.replace(record, etag=found.etag)
+        except ConcurrencyConflict:
+            continue  # the owner wrote first: decide again on what it wrote
+        if written.item.pending_reply is not None:
+            deliver_reply(states, queues, clock, written.item, written.item.pending_reply)
+        return Applied(decision, record, written)
+    raise ConcurrencyConflict(f"{what} of {order_id} kept losing the ETag race")
