@@ -11,6 +11,7 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -143,6 +144,16 @@ def _print_reply(reply: StatusReply) -> None:
     )
 
 
+def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]) -> None:
+    """Send a request about an order (its answers go to the order's own reply queue); exit 2 on bad input."""
+    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
+    try:
+        send(client)
+    except InvalidMessage as exc:
+        console.print(f"[red]not sent: {exc.description}[/red]")
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def cancel(
     order_id: str,
@@ -150,12 +161,7 @@ def cancel(
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Ask for an order to be cancelled; the answer (Cancelled or CancelRefused) goes to its reply queue."""
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
-    try:
-        client.cancel(order_id, reason=reason)
-    except InvalidMessage as exc:
-        console.print(f"[red]not sent: {exc.description}[/red]")
-        raise typer.Exit(2) from None
+    _send_request(env_file, lambda client: client.cancel(order_id, reason=reason))
     console.print(f"cancel requested for {order_id}; watch the order's reply queue for the answer")
 
 
@@ -167,12 +173,7 @@ def compensate(
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Operator: stop an order and undo it, or retry a compensation that ended CompensationFailed."""
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
-    try:
-        client.compensate(order_id, operator=operator, reason=reason)
-    except InvalidMessage as exc:
-        console.print(f"[red]not sent: {exc.description}[/red]")
-        raise typer.Exit(2) from None
+    _send_request(env_file, lambda client: client.compensate(order_id, operator=operator, reason=reason))
     console.print(f"compensation of {order_id} requested; `orderflow status {order_id}` shows the outcome")
 
 
@@ -184,12 +185,7 @@ def review(
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Approve or reject an order awaiting review; the order goes on, or is compensated."""
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
-    try:
-        client.review(order_id, approve=approve, reviewer=reviewer)
-    except InvalidMessage as exc:
-        console.print(f"[red]not sent: {exc.description}[/red]")
-        raise typer.Exit(2) from None
+    _send_request(env_file, lambda client: client.review(order_id, approve=approve, reviewer=reviewer))
     console.print(f"{'approval' if approve else 'rejection'} of {order_id} sent")
 
 
