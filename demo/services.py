@@ -666,19 +666,27 @@ class _State:
             },
         )
 
+    @staticmethod
+    def _undone(
+        body: _UndoByKeyIn, outcome: _Outcome, id_field: str, effect_id: str, already: str
+    ) -> _Outcome:
+        """The by-key answer of an undo by id (release, cancel): its effect id and whether it was undone
+        before; a refusal passes through."""
+        if outcome.status != 200:
+            return outcome
+        answer = {
+            "undone": True,
+            "forwardKey": body.forward_key,
+            "orderId": outcome.body["orderId"],
+            id_field: effect_id,
+            "alreadyUndone": outcome.body[already],
+        }
+        return _Outcome(200, answer, effects=outcome.effects)
+
     def do_release_by_key(self, body: _ReleaseByKeyIn, key: str) -> _Outcome:
         def release(reservation_id: str) -> _Outcome:
             released = self.do_release(reservation_id)
-            if released.status != 200:
-                return released
-            answer = {
-                "undone": True,
-                "forwardKey": body.forward_key,
-                "orderId": released.body["orderId"],
-                "reservationId": reservation_id,
-                "alreadyUndone": released.body["alreadyReleased"],
-            }
-            return _Outcome(200, answer, effects=released.effects)
+            return self._undone(body, released, "reservationId", reservation_id, "alreadyReleased")
 
         return self.undo_by_key(
             body, key, forward_endpoint="inventory.reserve", id_field="reservationId", undo=release
@@ -735,16 +743,7 @@ class _State:
     def do_cancel_by_key(self, body: _CancelByKeyIn, key: str) -> _Outcome:
         def cancel(shipment_id: str) -> _Outcome:
             cancelled = self.do_cancel(shipment_id)
-            if cancelled.status != 200:
-                return cancelled
-            answer = {
-                "undone": True,
-                "forwardKey": body.forward_key,
-                "orderId": cancelled.body["orderId"],
-                "shipmentId": shipment_id,
-                "alreadyUndone": cancelled.body["alreadyCancelled"],
-            }
-            return _Outcome(200, answer, effects=cancelled.effects)
+            return self._undone(body, cancelled, "shipmentId", shipment_id, "alreadyCancelled")
 
         return self.undo_by_key(
             body, key, forward_endpoint="shipping.ship", id_field="shipmentId", undo=cancel
