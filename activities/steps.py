@@ -261,9 +261,7 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
         telemetry.event(
             "step.cancelled", order_id=data.order_id, instance_id=data.instance_id, step=data.step
         )
-        # The reason is the stop's cause: a client's cancel, or an operator's decision.
-        stop = record.last_error.code if record.last_error and record.last_error.code else CANCELLED_BY_CLIENT
-        return FencedWriteResult(applied=False, reason=stop, cancelled=True).to_payload()
+        return _stopped(record)
     if outcome.applied and awaiting and record.process_state is ProcessState.AWAITING_REVIEW:
         assert record.review is not None
         if record.pending_reply is not None:
@@ -336,6 +334,13 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     return FencedWriteResult(
         applied=True, remaining_calls=record.retry_budget.remaining, complete_by=complete_by
     ).to_payload()
+
+
+def _stopped(record: StateRecord) -> dict[str, Any]:
+    """The result of a write refused because someone asked the order to stop; the reason is the stop's
+    cause (``lastError.code``): a client's cancel, or an operator's decision."""
+    stop = record.last_error.code if record.last_error and record.last_error.code else CANCELLED_BY_CLIENT
+    return FencedWriteResult(applied=False, reason=stop, cancelled=True).to_payload()
 
 
 def _await_review(
@@ -470,8 +475,7 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
-        stop = record.last_error.code if record.last_error and record.last_error.code else CANCELLED_BY_CLIENT
-        return FencedWriteResult(applied=False, reason=stop, cancelled=True).to_payload()
+        return _stopped(record)
     if not outcome.applied or record.process_state is not target:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
