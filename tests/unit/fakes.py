@@ -6,8 +6,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrators.starter import InstanceStatus
+from activities.steps import ActivityDeps
+from activities.submission import handle_submission
+from orchestrators.definitions import WorkflowDefinition
+from orchestrators.starter import InstanceStatus, claim
+from orderflow.clock import FakeClock
 from orderflow.queues.base import MessageQueue, ReceivedMessage
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import StateRecord
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 
 
 @dataclass
@@ -62,3 +70,32 @@ def received(queue: MessageQueue) -> list[ReceivedMessage]:
         for message in batch:
             queue.complete(message)
         out.extend(batch)
+
+
+def memory_deps(clock: FakeClock, **settings: Any) -> ActivityDeps:
+    """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden."""
+    return ActivityDeps(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=clock,
+        settings=Settings(**settings),
+    )
+
+
+def submit_and_claim(
+    deps: ActivityDeps, *, definition: WorkflowDefinition, order_id: str = "o-1", **order: Any
+) -> StateRecord:
+    """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
+    handle_submission(
+        order_body(order_id, **order),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        definition=definition,
+    )
+    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    assert won is not None
+    return won.item

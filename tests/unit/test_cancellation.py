@@ -33,13 +33,11 @@ from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage
 from orderflow.messages import CancelOrder
-from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord
-from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.memory import InMemoryStateStore
 from supervisor.sweep import Recovery, recover
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import memory_deps, order_body, received
 
 pytestmark = pytest.mark.unit
 
@@ -54,13 +52,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def deps(clock: FakeClock) -> ActivityDeps:
-    return ActivityDeps(
-        states=InMemoryStateStore(),
-        orders=InMemoryOrderStore(),
-        queues=InMemoryQueueFactory(),
-        clock=clock,
-        settings=Settings(SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0),
-    )
+    return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0)
 
 
 def submit(deps: ActivityDeps) -> None:

@@ -28,18 +28,14 @@ from activities.contracts import (
     UndoResult,
 )
 from activities.steps import ActivityDeps, start_step
-from activities.submission import handle_submission
 from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.errors import IllegalTransition
-from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
-from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from supervisor.sweep import Recovery, recover
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -54,28 +50,11 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def deps(clock: FakeClock) -> ActivityDeps:
-    return ActivityDeps(
-        states=InMemoryStateStore(),
-        orders=InMemoryOrderStore(),
-        queues=InMemoryQueueFactory(),
-        clock=clock,
-        settings=Settings(SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0, AGENT_MAX_CALLS_PER_STEP=4),
-    )
+    return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0, AGENT_MAX_CALLS_PER_STEP=4)
 
 
 def submitted_and_claimed(deps: ActivityDeps) -> StateRecord:
-    handle_submission(
-        order_body("o-1"),
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-        definition=ORDER_V1,
-    )
-    won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
-    assert won is not None
-    return won.item
+    return submit_and_claim(deps, definition=ORDER_V1)
 
 
 def start(

@@ -26,11 +26,8 @@ from orchestrators.definitions import ORDER_V1
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.messages import CompensateOrder
-from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
-from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -39,13 +36,7 @@ RESERVE = "reserve_inventory"
 
 @pytest.fixture
 def deps() -> ActivityDeps:
-    return ActivityDeps(
-        states=InMemoryStateStore(),
-        orders=InMemoryOrderStore(),
-        queues=InMemoryQueueFactory(),
-        clock=FakeClock(),
-        settings=Settings(CLAIM_TIMEOUT_S=30.0),
-    )
+    return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0)
 
 
 def submit(deps: ActivityDeps, body: str) -> Any:
@@ -66,16 +57,7 @@ def decision(reason: str | None = "dispute") -> str:
 
 
 def running(deps: ActivityDeps) -> None:
-    handle_submission(
-        order_body("o-1"),
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-        definition=ORDER_V1,
-    )
-    assert claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings) is not None
+    submit_and_claim(deps, definition=ORDER_V1)
     start_step(
         StartStepInput(
             order_id="o-1",

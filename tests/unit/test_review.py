@@ -16,12 +16,9 @@ from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import InstanceStatus, claim
 from orderflow.clock import FakeClock
 from orderflow.messages import ReviewDecisionMessage
-from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, ReviewDecision
-from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from supervisor.sweep import Recovery, recover
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -36,26 +33,11 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def deps(clock: FakeClock) -> ActivityDeps:
-    return ActivityDeps(
-        states=InMemoryStateStore(),
-        orders=InMemoryOrderStore(),
-        queues=InMemoryQueueFactory(),
-        clock=clock,
-        settings=Settings(REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0),
-    )
+    return memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
 def submitted_and_claimed(deps: ActivityDeps, amount: str = "1000.50") -> None:
-    handle_submission(
-        order_body("o-1", amount=amount),
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-        definition=ORDER_V2,
-    )
-    assert claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings) is not None
+    submit_and_claim(deps, definition=ORDER_V2, amount=amount)
     received(deps.queues.queue("client-a"))
 
 
