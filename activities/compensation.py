@@ -208,7 +208,9 @@ def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str,
     fields = {"order_id": data.order_id, "instance_id": data.instance_id}
     if state is ProcessState.ERROR:
         if record.pending_reply is not None:
-            deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+            deliver_reply(
+                deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag
+            )
         error = record.last_error
         telemetry.alert(PAST_POINT_OF_NO_RETURN, step=error.step if error else None, **fields)
         return FencedWriteResult(applied=True, process_state=state.value).to_payload()
@@ -378,7 +380,7 @@ def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str
         reason = outcome.reason or f"processState is {record.process_state.value}"
         return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
     if record.pending_reply is not None:
-        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag)
     fields = {"order_id": data.order_id, "instance_id": data.instance_id}
     if target is not ProcessState.COMPENSATION_FAILED:
         telemetry.event(f"order.{target.value.lower()}", **fields)

@@ -73,12 +73,14 @@ class WriteOutcome:
         fenced: The writer does not own the record; nothing was written.
         reason: Why not applied.
         record: The record as stored after the decision.
+        etag: The ETag of ``record`` as stored (for a follow-up conditional write without a read).
     """
 
     applied: bool
     fenced: bool
     reason: str | None
     record: StateRecord
+    etag: str | None = None
 
 
 Mutation = Callable[[StateRecord], StateRecord | None]
@@ -121,9 +123,9 @@ def fenced_write(
             current, fresh = _read(store, cache, order_id), True
             continue
         if record.locked_by != instance_id:
-            return WriteOutcome(False, True, f"lockedBy is {record.locked_by!r}", record)
+            return WriteOutcome(False, True, f"lockedBy is {record.locked_by!r}", record, current.etag)
         if proposed is None:
-            return WriteOutcome(True, False, None, record)
+            return WriteOutcome(True, False, None, record, current.etag)
         _check(record, proposed)
         proposed.updated_at = clock.now()
         try:
@@ -133,7 +135,7 @@ def fenced_write(
             current, fresh = _read(store, cache, order_id), True
             continue
         cache.put(written)
-        return WriteOutcome(True, False, None, written.item)
+        return WriteOutcome(True, False, None, written.item, written.etag)
     cache.discard(order_id)
     raise ConcurrencyConflict(f"order {order_id}: still conflicting after {MAX_CONFLICT_RETRIES} re-reads")
 

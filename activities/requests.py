@@ -92,6 +92,6 @@ def apply_request(
         except ConcurrencyConflict:
             continue  # the owner wrote first: decide again on what it wrote
         if written.item.pending_reply is not None:
-            deliver_reply(states, queues, clock, written.item, written.item.pending_reply)
+            deliver_reply(states, queues, clock, written.item, written.item.pending_reply, etag=written.etag)
         return Applied(decision, record, written)
     raise ConcurrencyConflict(f"{what} of {order_id} kept losing the ETag race")

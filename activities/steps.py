@@ -265,7 +265,9 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     if outcome.applied and awaiting and record.process_state is ProcessState.AWAITING_REVIEW:
         assert record.review is not None
         if record.pending_reply is not None:
-            deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+            deliver_reply(
+                deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag
+            )
         telemetry.event(
             "review.awaiting",
             order_id=data.order_id,
@@ -482,7 +484,7 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
     if record.pending_reply is not None:
         # A failure here leaves the entry for the supervisor's relay (and the activity is retried).
-        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply)
+        deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag)
     if target is ProcessState.PROCESSED:
         telemetry.event("order.processed", order_id=data.order_id, instance_id=data.instance_id)
     else:

@@ -19,7 +19,7 @@ from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.base import QueueFactory
 from orderflow.records import PendingReply, StateRecord
-from orderflow.stores.base import StateQuery, StateStore
+from orderflow.stores.base import StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +44,33 @@ def send_reply(queues: QueueFactory, clock: Clock, record: StateRecord, reply: P
     )
 
 
-def clear_pending_reply(states: StateStore, clock: Clock, order_id: str, reply: PendingReply) -> bool:
+def clear_pending_reply(
+    states: StateStore,
+    clock: Clock,
+    order_id: str,
+    reply: PendingReply,
+    *,
+    known: Versioned[StateRecord] | None = None,
+) -> bool:
     """Remove the outbox entry ``reply`` from the record with a conditional write.
 
     Only the same entry is removed: a record that moved on to owe a different reply keeps it.
+
+    Args:
+        known: The version the caller just wrote, if any: the first try replaces it with its ETag and
+            so needs no point read; a 412 falls back to reading the record.
 
     Returns:
         True if the entry is gone (removed now or already), False if the write kept losing races.
     """
     for _ in range(CLEAR_ATTEMPTS):
-        try:
-            found = states.get(order_id)
-        except NotFound:
-            return True
+        if known is not None:
+            found, known = known, None
+        else:
+            try:
+                found = states.get(order_id)
+            except NotFound:
+                return True
         record = found.item
         if record.pending_reply != reply:
             return True
@@ -72,15 +86,26 @@ def clear_pending_reply(states: StateStore, clock: Clock, order_id: str, reply: 
 
 
 def deliver_reply(
-    states: StateStore, queues: QueueFactory, clock: Clock, record: StateRecord, reply: PendingReply
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    record: StateRecord,
+    reply: PendingReply,
+    *,
+    etag: str | None = None,
 ) -> None:
     """Send an owed reply, then remove it from the record's outbox.
+
+    Args:
+        etag: The ETag of ``record`` when the caller has just written it: the outbox is then cleared
+            without a point read.
 
     Raises:
         TransientError: the send failed; the entry stays owed for a retry or the relay.
     """
     send_reply(queues, clock, record, reply)
-    clear_pending_reply(states, clock, record.order_id, reply)
+    known = Versioned(record, etag) if etag is not None else None
+    clear_pending_reply(states, clock, record.order_id, reply, known=known)
 
 
 @dataclass

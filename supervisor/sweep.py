@@ -345,7 +345,7 @@ def _recover_compensation(
         delay = requeue_delay_s(updated.compensation_failures, settings)
         updated.next_attempt_at = now + timedelta(seconds=delay)
     try:
-        states.replace(updated, etag=found.etag)
+        written = states.replace(updated, etag=found.etag)
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
     fields = {
@@ -367,7 +367,7 @@ def _recover_compensation(
     )
     assert owed is not None
     try:
-        deliver_reply(states, queues, clock, updated, owed)
+        deliver_reply(states, queues, clock, written.item, owed, etag=written.etag)
     except Exception:
         # The write stands; the relay re-sends the owed reply after its grace period.
         logger.warning("the reply of order %s is left to the relay", record.order_id, exc_info=True)

@@ -20,7 +20,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus, format_utc
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
-from orderflow.stores.base import StateQuery
+from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
 from tests.unit.fakes import RecordingClient, order_body, received
@@ -285,6 +285,73 @@ def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock:
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     statuses = [(r["orderId"], r["status"]) for r in replies]
     assert statuses == [("o-1", "Received"), ("o-1", "Processed")]
+
+
+class CountingGets(InMemoryStateStore):
+    """The in-memory store, counting point reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    def get(self, order_id: str) -> Versioned[StateRecord]:
+        self.gets += 1
+        return super().get(order_id)
+
+
+def test_a_claim_made_here_runs_to_its_reply_without_a_point_read(
+    clock: FakeClock, settings: Settings
+) -> None:
+    states = CountingGets()
+    deps = ActivityDeps(
+        states=states,
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=clock,
+        settings=settings,
+    )
+    submit(deps)
+    client = RecordingClient()
+    run_starter_pass(
+        states=states,
+        client=client,
+        clock=clock,
+        settings=settings,
+        response_queue="r-q1",
+        capacity=10,
+        on_claimed=deps.cache.put,
+    )
+    states.gets = 0
+    previous = None
+    for step in ORDER_V1.steps:
+        start_step(
+            StartStepInput(
+                order_id="o-1",
+                instance_id="o-1:1",
+                workflow_version=ORDER_V1.version,
+                step=step.name,
+                timeout_s=8,
+                completed=previous,
+                response_queue="r-q1",
+            ).to_payload(),
+            deps,
+        )
+        previous = StepResult(step=step.name, result={}, calls=1)
+    finish = FinishOrderInput(
+        order_id="o-1",
+        instance_id="o-1:1",
+        workflow_version=ORDER_V1.version,
+        outcome=Outcome.PROCESSED,
+        completed=previous,
+    )
+    assert finish_order(finish.to_payload(), deps)["applied"] is True
+
+    assert states.gets == 0  # every write, the outbox clear included, used the ETag it last wrote
+    record = deps.states.get("o-1").item
+    assert record.process_state is ProcessState.PROCESSED
+    assert record.pending_reply is None
+    statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
+    assert statuses == ["Received", "Processed"]
 
 
 class FailingSends:
