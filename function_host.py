@@ -62,6 +62,9 @@ class TriggerMessage(Protocol):
     @property
     def correlation_id(self) -> str | None: ...
 
+    @property
+    def reply_to(self) -> str | None: ...
+
 
 class MessageActions(Protocol):
     """The settlement half of ``azurefunctions.extensions.bindings.servicebus.ServiceBusMessageActions``."""
@@ -138,7 +141,7 @@ def trigger_delivery_count(message: TriggerMessage) -> int:
 
 def received(message: TriggerMessage) -> ReceivedMessage:
     """The port's view of a trigger-delivered message (delivery count from :func:`trigger_delivery_count`;
-    a body that is not UTF-8 is decoded with replacement characters, for the handler to reject)."""
+    a body that is not UTF-8 keeps its bytes escaped, for the handler to reject as ``NotUtf8``)."""
     message_id = message.message_id or ""
     return ReceivedMessage(
         message_id=message_id,
@@ -146,6 +149,7 @@ def received(message: TriggerMessage) -> ReceivedMessage:
         delivery_count=trigger_delivery_count(message),
         correlation_id=message.correlation_id,
         lock_token=message,
+        reply_to=message.reply_to,
     )
 
 

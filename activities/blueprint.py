@@ -22,7 +22,7 @@ from activities.contracts import (
 )
 from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
-from function_host import dependencies, settle_trigger_message
+from function_host import dependencies, settle_trigger_delivery
 
 bp = df.Blueprint()
 
@@ -43,12 +43,13 @@ def submission(
 ) -> None:
     """PeekLock submission: valid orders are recorded, bad input is dead-lettered with its reason."""
     deps = dependencies()
-    settle_trigger_message(
+    settle_trigger_delivery(
         deps.settings.ORDERS_QUEUE,
         message,
         message_actions,
-        lambda body: handle_submission(
-            body,
+        lambda received: handle_submission(
+            received.body,
+            reply_to=received.reply_to,
             orders=deps.orders,
             states=deps.states,
             queues=deps.queues,

@@ -29,10 +29,13 @@ from activities.review import handle_review_decision
 from orchestrators.definitions import WorkflowDefinition, new_order_workflow
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
+from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
     COMPENSATE_ORDER,
+    ORDERS_QUEUE_TYPES,
+    REPLY_TO_MISMATCH,
+    RESERVED_REPLY_QUEUE,
     REVIEW_DECISION,
     OrderStatus,
     StatusReply,
@@ -127,6 +130,7 @@ def order_document(order: SubmitOrder, clock: Clock) -> OrderDocument:
 def handle_submission(
     body: str | bytes,
     *,
+    reply_to: str | None = None,
     orders: OrderStore,
     states: StateStore,
     queues: QueueFactory,
@@ -143,6 +147,9 @@ def handle_submission(
 
     Args:
         body: The raw message body.
+        reply_to: The message's transport reply-to property (Service Bus ``ReplyTo``), or None where the
+            transport has none (Storage queues) or the sender set none. When given, the body's
+            ``replyTo`` must equal it.
         orders / states / queues / clock / settings: Dependencies.
         definition: The workflow new orders start with; None for the ``WORKFLOW_VERSION`` setting's.
         admission: Admission control for new orders, or None to admit everything.
@@ -156,12 +163,16 @@ def handle_submission(
         reply with the reason and ``retryAfterS`` was sent; complete the message too.
 
     Raises:
-        InvalidMessage: the body is not a valid order; dead-letter with ``reason``.
+        InvalidMessage: the body is not a valid order; dead-letter with ``reason``, one of
+            :data:`orderflow.messages.SUBMISSION_REASONS` (``UnknownMessageType`` for a ``type`` other
+            than ``CancelOrder``, ``CompensateOrder`` and ``ReviewDecision``; ``ReservedReplyQueue`` for a
+            ``replyTo`` naming one of orderflow's own queues; ``ReplyToMismatch`` for a ``replyTo`` other
+            than the transport's), or for a request about an order ``UnknownOrder``. Nothing is written.
         ConflictingOrder: the order id exists with different content; dead-letter, nothing is written
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
     """
-    kind = message_type(body)
+    kind = message_type(body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder)
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(
@@ -180,6 +191,7 @@ def handle_submission(
         return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
+    _check_reply_queue(order, settings, transport_reply_to=reply_to)
     definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
     document = order_document(order, clock)
     existing: OrderDocument | None = None
@@ -216,6 +228,27 @@ def handle_submission(
     _send(queues, clock, order, status, reason=reason, detail=detail)
     telemetry.event("order.received", order_id=order.order_id, outcome=outcome.value)
     return SubmissionResult(order.order_id, outcome)
+
+
+def _check_reply_queue(order: SubmitOrder, settings: Settings, *, transport_reply_to: str | None) -> None:
+    """Refuse a ``replyTo`` that is not the sender's own queue, before anything is written or sent.
+
+    Raises:
+        InvalidMessage: ``ReservedReplyQueue`` or ``ReplyToMismatch``.
+    """
+    reserved = settings.reserved_queue(order.reply_to)
+    if reserved is not None:
+        raise InvalidMessage(
+            RESERVED_REPLY_QUEUE,
+            f"replyTo {order.reply_to!r} is {reserved}, not a client's reply queue; name the client's own "
+            "private queue",
+        )
+    if transport_reply_to is not None and transport_reply_to != order.reply_to:
+        raise InvalidMessage(
+            REPLY_TO_MISMATCH,
+            f"replyTo {order.reply_to!r} differs from the message's ReplyTo property "
+            f"{transport_reply_to[:64]!r}; a client sends both as its own reply queue",
+        )
 
 
 _FINAL_REPLIES = {

@@ -82,10 +82,11 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
         What was done. Every outcome means "complete the message".
 
     Raises:
-        InvalidMessage: the body is not an agent response (dead-letter it).
+        InvalidMessage: the body is not an agent response or a forwarded review decision (dead-letter it;
+            ``UnknownMessageType`` for any other ``type``).
         Exception: the runtime is unreachable (abandon and retry).
     """
-    if message_type(body) == REVIEW_DECISION:
+    if message_type(body, known=(REVIEW_DECISION,), untyped=AgentResponse) == REVIEW_DECISION:
         return _raise_review_decision(body, client=client)
     response = parse_message(AgentResponse, body)
     status = client.get_status(response.instance_id)

@@ -14,47 +14,93 @@ import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orderflow.client import FINAL_STATUSES, OrderflowClient
-from orderflow.errors import InvalidMessage, NotFound
-from orderflow.messages import StatusReply
+from orderflow.errors import InvalidMessage, NotFound, OrderflowError
+from orderflow.messages import StatusReply, json_type, validate_order_id
 from orderflow.settings import Settings
 from orderflow.wiring import connect_queues, connect_stores
 
 app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
 console = Console()
+errors = Console(stderr=True, soft_wrap=True)
 
 ReplyTo = Annotated[str, typer.Option("--reply-to", help="This client's private reply queue.")]
+
+
+def _fail(message: str, *, code: int) -> NoReturn:
+    """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: the system
+    refused or could not be reached)."""
+    errors.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(code)
 
 
 def _settings(env_file: Path | None) -> Settings:
     if env_file is None:
         return Settings.load()
-    values = json.loads(env_file.read_text(encoding="utf-8"))
-    env = values.get("Values", values)
-    return Settings.load({**env})
+    try:
+        values = json.loads(env_file.read_text(encoding="utf-8"))
+        env = values.get("Values", values) if isinstance(values, dict) else None
+        if not isinstance(env, dict):
+            _fail(f"{env_file}: not a JSON object of settings (or local.settings.json)", code=2)
+        return Settings.load({**env})
+    except OSError as exc:
+        _fail(f"{env_file}: cannot read the settings file: {exc.strerror or exc}", code=2)
+    except ValueError as exc:  # not UTF-8, not JSON, or a setting of the wrong type
+        _fail(f"{env_file}: not valid settings: {' '.join(str(exc).split())[:300]}", code=2)
+
+
+def _own_reply_queue(reply_to: str, settings: Settings) -> None:
+    """Refuse a ``--reply-to`` that names one of orderflow's own queues: replies sent there would be
+    taken for requests, and watching it would dead-letter everything on it as foreign."""
+    reserved = settings.reserved_queue(reply_to)
+    if reserved is not None:
+        _fail(f"--reply-to {reply_to!r} is {reserved}, not a client's reply queue", code=2)
 
 
 def _read_orders(path: Path) -> list[dict[str, Any]]:
-    # utf-8-sig: editors on Windows write a byte-order mark.
-    text = path.read_text(encoding="utf-8-sig").strip()
+    """The orders in ``path``: one JSON order, a JSON array of orders, or JSON lines.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when the file cannot be read, is not UTF-8, is not JSON,
+            or holds something other than JSON objects.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        _fail(f"{path}: cannot read the order file: {exc.strerror or exc}", code=2)
+    try:
+        # utf-8-sig: editors on Windows write a byte-order mark.
+        text = data.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
+        _fail(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8",
+            code=2,
+        )
     try:
         whole = json.loads(text, parse_float=Decimal)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         whole = None
     try:
         if isinstance(whole, list):
-            return [dict(item) for item in whole]
-        if isinstance(whole, dict):
-            return [whole]
-        return [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"{path}: not a JSON order, JSON array or JSON lines ({exc})") from exc
+            orders = whole
+        elif isinstance(whole, dict):
+            orders = [whole]
+        else:
+            orders = [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
+    except (json.JSONDecodeError, RecursionError) as exc:
+        _fail(f"{path}: not a JSON order, JSON array or JSON lines ({exc})", code=2)
+    for number, order in enumerate(orders, start=1):
+        if not isinstance(order, dict):
+            _fail(f"{path}: order {number} is a JSON {json_type(order)}, not an object", code=2)
+    return orders
 
 
 def generate_orders(count: int, *, seed: int, reply_to: str) -> list[dict[str, Any]]:
@@ -100,10 +146,14 @@ def submit(
         raise typer.BadParameter("give an order file or --generate N")
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)  # fresh order ids on every run
+    settings = _settings(env_file)
+    _own_reply_queue(reply_to, settings)
     orders = (
         _read_orders(order_file) if order_file else generate_orders(generate, seed=seed, reply_to=reply_to)
     )
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue=reply_to)
+    client = OrderflowClient(
+        connect_queues(settings), reply_queue=reply_to, orders_queue=settings.ORDERS_QUEUE
+    )
     sent = 0
     with typer.progressbar(orders, label="submitting") as progress:
         for order in progress:
@@ -111,7 +161,11 @@ def submit(
                 client.submit(order)
                 sent += 1
             except (InvalidMessage, ValueError) as exc:
-                console.print(f"[red]not sent[/red] {order.get('orderId', '?')}: {exc}")
+                console.print(
+                    f"[red]not sent[/red] {escape(str(order.get('orderId', '?')))}: {escape(str(exc))}"
+                )
+            except OrderflowError as exc:
+                _fail(f"sending failed after {sent} of {len(orders)} orders: {exc}", code=1)
     console.print(f"submitted {sent} of {len(orders)} orders; replies go to [bold]{reply_to}[/bold]")
 
 
@@ -122,7 +176,9 @@ def watch(
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Print status replies from the reply queue as they arrive."""
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue=reply_to)
+    settings = _settings(env_file)
+    _own_reply_queue(reply_to, settings)
+    client = OrderflowClient(connect_queues(settings), reply_queue=reply_to)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for reply in client.poll():
@@ -145,13 +201,18 @@ def _print_reply(reply: StatusReply) -> None:
 
 
 def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]) -> None:
-    """Send a request about an order (its answers go to the order's own reply queue); exit 2 on bad input."""
-    client = OrderflowClient(connect_queues(_settings(env_file)), reply_queue="unused")
+    """Send a request about an order (its answers go to the order's own reply queue); exit 2 on bad
+    input, 1 when the queue could not take it."""
+    settings = _settings(env_file)
+    client = OrderflowClient(
+        connect_queues(settings), reply_queue="unused", orders_queue=settings.ORDERS_QUEUE
+    )
     try:
         send(client)
     except InvalidMessage as exc:
-        console.print(f"[red]not sent: {exc.description}[/red]")
-        raise typer.Exit(2) from None
+        _fail(f"not sent: {exc.description}", code=2)
+    except OrderflowError as exc:
+        _fail(f"not sent: {exc}", code=1)
 
 
 @app.command()
@@ -195,12 +256,17 @@ def status(
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Show an order's state record."""
+    try:
+        validate_order_id(order_id)
+    except InvalidMessage as exc:
+        _fail(exc.description, code=2)
     stores = connect_stores(_settings(env_file))
     try:
         found = stores.state.get(order_id)
     except NotFound:
-        console.print(f"[red]no order {order_id}[/red]")
-        raise typer.Exit(1) from None
+        _fail(f"no order {order_id}", code=1)
+    except OrderflowError as exc:
+        _fail(f"cannot read order {order_id}: {exc}", code=1)
     finally:
         stores.close()
     record = found.item

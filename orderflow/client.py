@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,10 +59,19 @@ def cancel_message_id(order_id: str) -> str:
 
 @dataclass
 class ReplyLog:
-    """Replies seen so far: the latest status per order, and every message id (for de-duplication)."""
+    """Replies seen so far: the latest status per order, and every message id (for de-duplication).
+
+    Attributes:
+        latest: The latest status per order id (a final status is never replaced by a non-final one).
+        seen_ids: Message ids of the replies received.
+        received: Replies received per order id, duplicates not counted.
+        duplicates: Replies received again under a message id already seen.
+        foreign: Messages on the reply queue that were not status replies (dead-lettered).
+    """
 
     latest: dict[str, StatusReply] = field(default_factory=dict)
     seen_ids: set[str] = field(default_factory=set)
+    received: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     foreign: int = 0
 
@@ -86,7 +96,9 @@ class OrderflowClient:
         self.replies = ReplyLog()
 
     def submit(self, order: SubmitOrder | Mapping[str, Any]) -> str:
-        """Validate and send one order; ``replyTo`` is set to this client's reply queue.
+        """Validate and send one order; ``replyTo`` is set to this client's reply queue, in the body and,
+        where the transport has message properties (Service Bus), as the message's ``ReplyTo``: the
+        submission checks that the two agree.
 
         Returns:
             The order id.
@@ -101,6 +113,7 @@ class OrderflowClient:
             validated.to_json(),
             message_id=submission_message_id(validated.order_id),
             correlation_id=validated.order_id,
+            reply_to=self.reply_queue,
         )
         return validated.order_id
 
@@ -185,6 +198,7 @@ class OrderflowClient:
                 self.replies.duplicates += 1
             else:
                 self.replies.seen_ids.add(message.message_id)
+                self.replies.received[reply.order_id] += 1
                 current = self.replies.latest.get(reply.order_id)
                 if current is None or current.status not in FINAL_STATUSES or reply.status in FINAL_STATUSES:
                     self.replies.latest[reply.order_id] = reply

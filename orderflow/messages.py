@@ -6,13 +6,17 @@
 - :class:`StatusReply` goes to the client's private reply queue.
 
 Parsing failures raise :class:`orderflow.errors.InvalidMessage` with a short ``reason`` that becomes the
-dead-letter reason, and a description that says exactly what was wrong.
+dead-letter reason (:data:`PARSE_REASONS`), and a description that says exactly what was wrong. Parsing is
+strict: UTF-8 JSON (RFC 8259) without a byte-order mark, ``NaN`` or duplicate keys; numbers read exactly;
+no unknown fields; no invisible or reordering characters in text (:func:`forbidden_character`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from collections.abc import Collection
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -20,10 +24,13 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
+    field_serializer,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -38,9 +45,107 @@ an order is far smaller, so anything larger is garbage or abuse."""
 SUPPORTED_CURRENCIES = frozenset({"USD", "EUR", "GBP"})
 """Currencies the demo payment service settles in."""
 
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
-"""C0 and C1 controls, line/paragraph separators, zero-width and bidirectional formatting characters and
-the BOM: invisible, or able to reorder what an operator reads, in any text field."""
+# Dead-letter reasons (``InvalidMessage.reason``) of messages refused on receipt.
+TOO_LARGE = "TooLarge"
+NOT_UTF8 = "NotUtf8"
+INVALID_JSON = "InvalidJson"
+NOT_AN_OBJECT = "NotAnObject"
+MISSING_FIELD = "MissingField"
+UNEXPECTED_FIELD = "UnexpectedField"
+UNSUPPORTED_SCHEMA_VERSION = "UnsupportedSchemaVersion"
+INVALID_FIELD = "InvalidField"
+INVALID_VALUE = "InvalidValue"
+UNKNOWN_MESSAGE_TYPE = "UnknownMessageType"
+RESERVED_REPLY_QUEUE = "ReservedReplyQueue"
+REPLY_TO_MISMATCH = "ReplyToMismatch"
+
+PARSE_REASONS = frozenset(
+    {
+        TOO_LARGE,
+        NOT_UTF8,
+        INVALID_JSON,
+        NOT_AN_OBJECT,
+        MISSING_FIELD,
+        UNEXPECTED_FIELD,
+        UNSUPPORTED_SCHEMA_VERSION,
+        INVALID_FIELD,
+        INVALID_VALUE,
+    }
+)
+"""Every ``InvalidMessage.reason`` :func:`parse_message` raises (the dead-letter reasons of bad input)."""
+
+SUBMISSION_REASONS = PARSE_REASONS | {UNKNOWN_MESSAGE_TYPE, RESERVED_REPLY_QUEUE, REPLY_TO_MISMATCH}
+"""Every ``InvalidMessage.reason`` a message on the ``orders`` queue is dead-lettered with before any
+store is touched: the parse reasons, an unknown ``type``, and a ``replyTo`` that is not a client's queue."""
+
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (dict, "object"),
+    (list, "array"),
+    (str, "string"),
+    (bool, "boolean"),  # before int: bool is an int in Python
+    ((int, float, Decimal), "number"),
+    (type(None), "null"),
+)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (``object``, ``array``, ``number`` ...)."""
+    for kinds, name in _JSON_TYPES:
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__
+
+
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories refused in every text field: controls (C0, C1), format characters (zero-width
+characters, bidirectional marks, embeddings, overrides and isolates, the BOM, the soft hyphen, tags),
+lone surrogates, and line and paragraph separators. They are invisible, or reorder or hide what an
+operator reads; a lone surrogate cannot even be written as UTF-8."""
+
+REPLACEMENT_CHARACTER = "\ufffd"
+"""U+FFFD: what a lossy decoder leaves in place of bytes it could not read; text holding it was
+mangled before it was sent, so it is refused too."""
+
+
+def forbidden_character(text: str) -> str | None:
+    """The first character of ``text`` that no text field may hold (see :data:`_FORBIDDEN_CATEGORIES`
+    and :data:`REPLACEMENT_CHARACTER`), or None."""
+    if text.isascii() and text.isprintable():
+        return None
+    for char in text:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES or char == REPLACEMENT_CHARACTER:
+            return char
+    return None
+
+
+def printable_text(text: str, *, limit: int) -> str:
+    """``text`` made fit for a message's text field: every character :func:`forbidden_character` would
+    refuse becomes a space, and the result is cut to ``limit`` characters.
+
+    For text orderflow relays but does not control (a remote service's error message): the message
+    carrying it must still validate, or the answer it belongs to would be lost.
+    """
+    if forbidden_character(text) is not None:
+        text = "".join(
+            " " if unicodedata.category(c) in _FORBIDDEN_CATEGORIES or c == REPLACEMENT_CHARACTER else c
+            for c in text
+        )
+    return text[:limit]
+
+
+def _describe_character(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, '(unnamed)')}"
+
+
+def _schema_version_is_an_integer(value: Any) -> Any:
+    # Literal[1] alone would take true and 1.0, which equal 1 in Python but are not version 1 on the wire.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"schemaVersion must be the integer 1, not {json_type(value)}")
+    return value
+
+
+SchemaVersion = Annotated[Literal[1], BeforeValidator(_schema_version_is_an_integer)]
+"""The contract version of every message: the JSON integer ``1``."""
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
 """Order ids: 1–64 characters of letters, digits, ``_ . -``; no ``:`` (instance ids use it as separator)
@@ -64,6 +169,8 @@ single hyphens, not starting or ending with a hyphen. 52, not Storage's 63, so t
 dead-letter queue ``<name>-deadletter`` is a valid name too: a reply queue that could not be
 dead-lettered would fail after the order was recorded."""
 
+_PLAIN_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
 CleanText = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 
 
@@ -79,8 +186,12 @@ class Envelope(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_control_characters(cls, value: Any) -> Any:
-        if isinstance(value, str) and _CONTROL_CHARS.search(value):
-            raise ValueError("control characters are not allowed")
+        if isinstance(value, str) and (char := forbidden_character(value)) is not None:
+            raise ValueError(
+                f"character {_describe_character(char)} is not allowed: control, format (zero-width, "
+                "bidirectional, byte-order mark) and separator characters, lone surrogates and U+FFFD "
+                "are refused in text"
+            )
         return value
 
 
@@ -97,20 +208,28 @@ class SubmitOrder(Envelope):
     Attributes:
         schema_version: Must be 1.
         order_id: The client's order id; the idempotency key of the submission.
-        amount: Order total, positive, at most two decimal places, below 10^9.
+        customer_id: 1-64 letters, digits, ``_`` or ``-``.
+        customer_name: 1-200 characters after trimming surrounding whitespace.
+        amount: Order total, positive, at most two decimal places, below 10^9: a string of ASCII digits
+            with an optional decimal point (``"12.50"``), or a JSON number (read exactly, never as a
+            binary float). On the wire it is always written as a plain decimal string.
         currency: ISO 4217 code from :data:`SUPPORTED_CURRENCIES`.
         items: 1–100 lines.
-        reply_to: The client's private reply queue for status messages.
+        carrier: The shipping carrier, 1-32 characters after trimming surrounding whitespace.
+        reply_to: The client's private reply queue for status messages (which queues may not be one is
+            checked on receipt, against the settings: :meth:`orderflow.settings.Settings.reserved_queue`).
+
+    Every text field refuses invisible and reordering characters (:func:`forbidden_character`).
     """
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     order_id: OrderId
     customer_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-]{1,64}$")]
     customer_name: CleanText
     currency: str
     amount: Decimal = Field(gt=0, lt=Decimal(10) ** 9, decimal_places=2)
     items: tuple[SubmitItem, ...] = Field(min_length=1, max_length=100)
-    carrier: Annotated[str, StringConstraints(min_length=1, max_length=32)]
+    carrier: Annotated[str, StringConstraints(min_length=1, max_length=32, strip_whitespace=True)]
     reply_to: QueueName
 
     @field_validator("currency")
@@ -118,17 +237,30 @@ class SubmitOrder(Envelope):
     def _known_currency(cls, value: str) -> str:
         if value not in SUPPORTED_CURRENCIES:
             raise ValueError(
-                f"unsupported currency {value!r}; expected one of {sorted(SUPPORTED_CURRENCIES)}"
+                f"unsupported currency {value[:16]!r}; expected one of {sorted(SUPPORTED_CURRENCIES)}"
             )
         return value
 
     @field_validator("amount", mode="before")
     @classmethod
-    def _amount_is_not_float(cls, value: Any) -> Any:
-        # Floats cannot represent money exactly; accept strings and integers only.
-        if isinstance(value, (float, bool)):
+    def _amount_is_exact(cls, value: Any) -> Any:
+        # Floats cannot represent money exactly (JSON numbers arrive as Decimal, never float).
+        if isinstance(value, bool):
+            raise ValueError('amount must be a decimal string such as "12.50", not a boolean')
+        if isinstance(value, float):
             raise ValueError('amount must be a decimal string such as "12.50", not a float')
+        # Decimal() also reads "1_000", " 12 ", "+5", "1e3" and non-ASCII digits: money is written plainly.
+        if isinstance(value, str) and not _PLAIN_DECIMAL.fullmatch(value):
+            raise ValueError(
+                "amount must be a decimal string of ASCII digits with an optional decimal point, "
+                'such as "12.50"'
+            )
         return value
+
+    @field_serializer("amount", when_used="json")
+    def _amount_as_plain_decimal(self, amount: Decimal) -> str:
+        # Positional notation: an amount read from the JSON number 1e2 goes out as "100", not "1E+2".
+        return format(amount, "f")
 
     def immutable_content(self) -> dict[str, Any]:
         """The fields whose hash identifies the order: everything the client sent, the amount in one
@@ -155,7 +287,7 @@ class CancelOrder(Envelope):
         reason: Optional free text from the client, kept in the order's ``lastError``.
     """
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     type: Literal["CancelOrder"]
     order_id: OrderId
     reason: CleanText | None = None
@@ -177,7 +309,7 @@ class CompensateOrder(Envelope):
         reason: Why (kept in ``lastError`` for an order stopped in flight).
     """
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     type: Literal["CompensateOrder"]
     order_id: OrderId
     operator: CleanText
@@ -201,7 +333,7 @@ class ReviewDecisionMessage(Envelope):
         instance_id: Set when forwarded: the attempt the decision is raised on.
     """
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     type: Literal["ReviewDecision"]
     order_id: OrderId
     decision: Literal["approve", "reject"]
@@ -209,22 +341,44 @@ class ReviewDecisionMessage(Envelope):
     instance_id: str | None = None
 
 
-def message_type(body: str | bytes) -> str | None:
-    """The ``type`` of a JSON object body, or None (a submission, or not a JSON object at all).
+ORDERS_QUEUE_TYPES = (CANCEL_ORDER, COMPENSATE_ORDER, REVIEW_DECISION)
+"""The ``type`` values the ``orders`` queue takes besides order submissions, which have no ``type``."""
 
-    Cheap for submissions: bodies that cannot name a cancel are not parsed here.
+
+def message_type(body: str | bytes, *, known: Collection[str], untyped: type[Envelope]) -> str | None:
+    """The ``type`` of a message body, for dispatch on a queue that carries several kinds.
+
+    Args:
+        body: The raw message body.
+        known: The ``type`` values this queue takes.
+        untyped: The model of a body without ``type`` on this queue (named in the error).
+
+    Returns:
+        The ``type``, one of ``known``; None when the body has no ``type`` or is not a JSON object at
+        all (the parser of ``untyped`` then says what is wrong with it).
+
+    Raises:
+        InvalidMessage: ``UnknownMessageType`` when ``type`` is present but not one of ``known``.
     """
-    raw = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
-    if len(raw) > MAX_MESSAGE_BYTES or not any(
-        kind.encode() in raw for kind in (CANCEL_ORDER, REVIEW_DECISION, COMPENSATE_ORDER)
-    ):
+    raw = _body_bytes(body)
+    # Exact and cheap: a key spelled "type" holds those four bytes unless written with \u escapes.
+    if b"type" not in raw and b"\\u" not in raw:
         return None
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
+        data = decode_json_object(raw)
+    except InvalidMessage:
         return None
-    kind = data.get("type") if isinstance(data, dict) else None
-    return kind if isinstance(kind, str) else None
+    if "type" not in data:
+        return None
+    kind = data["type"]
+    if isinstance(kind, str) and kind in known:
+        return kind
+    shown = repr(kind[:64]) if isinstance(kind, str) else f"of JSON type {json_type(kind)}"
+    raise InvalidMessage(
+        UNKNOWN_MESSAGE_TYPE,
+        f"unknown message type {shown}: this queue takes type {', '.join(known)}, "
+        f"or no type for {untyped.__name__}",
+    )
 
 
 class AgentOutcome(StrEnum):
@@ -249,7 +403,7 @@ class AgentRequest(Envelope):
         max_calls: Calls this request may make (what is left of the order's retry budget).
     """
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     request_id: str
     order_id: str
     instance_id: str
@@ -275,7 +429,7 @@ class AgentResponse(Envelope):
         calls: Remote calls this request made (spent from the retry budget).
     """
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     request_id: str
     event_id: str
     event_name: str
@@ -308,7 +462,7 @@ class OrderStatus(StrEnum):
 class StatusReply(Envelope):
     """A status message on the client's private reply queue; ``order_id`` correlates it."""
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     order_id: str
     status: OrderStatus
     reason: str | None = None
@@ -336,18 +490,27 @@ _M = TypeVar("_M", bound=Envelope)
 
 
 def _describe(error: ValidationError) -> tuple[str, str]:
-    first = error.errors()[0]
+    errors = error.errors()
+    locations = [tuple(e["loc"]) for e in errors]
+    # An error on a container caused by an error inside it ("items: at least 1 item after validation")
+    # says nothing more; report the inner one.
+    shown = [
+        e
+        for e, loc in zip(errors, locations, strict=True)
+        if not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locations)
+    ]
+    first = shown[0]
     location = ".".join(str(part) for part in first["loc"]) or "<root>"
-    error_type = first["type"]
-    reasons = {
-        "missing": "MissingField",
-        "extra_forbidden": "UnexpectedField",
-        "literal_error": "UnsupportedSchemaVersion" if location == "schemaVersion" else "InvalidValue",
-    }
-    reason = reasons.get(error_type, "InvalidField")
-    details = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()[:5]
-    )
+    if location == "schemaVersion" and first["type"] != "missing":
+        reason = UNSUPPORTED_SCHEMA_VERSION
+    else:
+        reasons = {
+            "missing": MISSING_FIELD,
+            "extra_forbidden": UNEXPECTED_FIELD,
+            "literal_error": INVALID_VALUE,
+        }
+        reason = reasons.get(first["type"], INVALID_FIELD)
+    details = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in shown[:5])
     return reason, details[:500]
 
 
@@ -364,15 +527,93 @@ def validate_message(model: type[_M], data: dict[str, Any]) -> _M:
         raise InvalidMessage(reason, details) from exc
 
 
+_ORDER_ID: TypeAdapter[str] = TypeAdapter(OrderId)
+
+
+def validate_order_id(order_id: str) -> str:
+    """Check an order id given outside a message (a command line argument, a URL).
+
+    Returns:
+        ``order_id``.
+
+    Raises:
+        InvalidMessage: ``InvalidField``, saying what an order id may hold.
+    """
+    try:
+        return _ORDER_ID.validate_python(order_id)
+    except ValidationError as exc:
+        raise InvalidMessage(
+            INVALID_FIELD,
+            f"{order_id[:80]!r} is not an order id: 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit",
+        ) from exc
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose keys are unique: ``{"orderId": "a", "orderId": "b"}`` is ambiguous, and
     parsers disagree on which one wins."""
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {key[:64]!r}")
         seen.add(key)
     return dict(pairs)
+
+
+def _no_constants(name: str) -> Any:
+    # Python's json reads NaN, Infinity and -Infinity; JSON (RFC 8259) has no such values.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _body_bytes(body: str | bytes) -> bytes:
+    """The bytes of a body. Text from a transport that kept undecodable bytes as lone surrogates
+    (``surrogateescape``) gets its original bytes back; other lone surrogates are written as they are
+    (``surrogatepass``), which is not UTF-8 either."""
+    if isinstance(body, bytes):
+        return body
+    try:
+        return body.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return body.encode("utf-8", errors="surrogatepass")
+
+
+def decode_json_object(body: str | bytes) -> dict[str, Any]:
+    """Decode a message body into a JSON object, strictly.
+
+    Strict JSON (RFC 8259) and more: UTF-8 without a byte-order mark, no ``NaN`` or ``Infinity``, no
+    duplicate keys, numbers with a fraction or exponent read exactly as :class:`~decimal.Decimal`.
+
+    Raises:
+        InvalidMessage: ``TooLarge`` (over :data:`MAX_MESSAGE_BYTES`), ``NotUtf8``, ``InvalidJson``
+            (including empty bodies, nesting deeper than the parser's recursion limit and integers of more
+            than 4,300 digits) or ``NotAnObject``.
+    """
+    raw = _body_bytes(body)
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise InvalidMessage(TOO_LARGE, f"body is {len(raw)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidMessage(
+            NOT_UTF8, f"body is not UTF-8: {exc.reason} (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+    if text.startswith("\ufeff"):
+        raise InvalidMessage(
+            INVALID_JSON, "body starts with a byte-order mark (U+FEFF); send JSON without one"
+        )
+    if not text.strip(" \t\r\n"):
+        raise InvalidMessage(INVALID_JSON, "body is empty")
+    try:
+        data = json.loads(
+            text, parse_float=Decimal, parse_constant=_no_constants, object_pairs_hook=_unique_keys
+        )
+    except RecursionError as exc:
+        raise InvalidMessage(INVALID_JSON, "body nests arrays or objects too deeply to be read") from exc
+    except ValueError as exc:  # JSONDecodeError, too many digits, duplicate keys, NaN
+        raise InvalidMessage(INVALID_JSON, f"body is not JSON: {str(exc)[:200]}") from exc
+    if not isinstance(data, dict):
+        raise InvalidMessage(NOT_AN_OBJECT, f"body must be a JSON object, not {json_type(data)}")
+    return data
 
 
 def parse_message(model: type[_M], body: str | bytes) -> _M:
@@ -386,20 +627,8 @@ def parse_message(model: type[_M], body: str | bytes) -> _M:
         The validated message.
 
     Raises:
-        InvalidMessage: with reason ``TooLarge``, ``NotUtf8``, ``InvalidJson``, ``NotAnObject``,
-            ``MissingField``, ``UnexpectedField``, ``UnsupportedSchemaVersion`` or ``InvalidField``.
+        InvalidMessage: with a reason from :data:`PARSE_REASONS`: ``TooLarge``, ``NotUtf8``,
+            ``InvalidJson``, ``NotAnObject`` (see :func:`decode_json_object`), ``MissingField``,
+            ``UnexpectedField``, ``UnsupportedSchemaVersion``, ``InvalidValue`` or ``InvalidField``.
     """
-    raw = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise InvalidMessage("TooLarge", f"body is {len(raw)} bytes; the limit is {MAX_MESSAGE_BYTES}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidMessage("NotUtf8", f"body is not UTF-8: {exc.reason} at byte {exc.start}") from exc
-    try:
-        data = json.loads(text, parse_float=Decimal, object_pairs_hook=_unique_keys)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too many digits, duplicate keys
-        raise InvalidMessage("InvalidJson", f"body is not JSON: {str(exc)[:200]}") from exc
-    if not isinstance(data, dict):
-        raise InvalidMessage("NotAnObject", f"body must be a JSON object, not {type(data).__name__}")
-    return validate_message(model, data)
+    return validate_message(model, decode_json_object(body))

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orderflow.queues.base import DEAD_LETTER_SUFFIX
+
 
 class Settings(BaseModel):
     """orderflow's configuration. Each field's description documents its unit, default and why."""
@@ -265,3 +267,25 @@ class Settings(BaseModel):
     def response_queue(self) -> str:
         """Response queue of this host (``agent-responses-<hostid>`` locally)."""
         return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}" if self.HOST_ID else self.AGENT_RESPONSES_QUEUE
+
+    def reserved_queue(self, name: str) -> str | None:
+        """What ``name`` is among orderflow's own queues, or None when it may be a client's reply queue.
+
+        Reserved, from the same settings the hosts name their queues by: the submission queue
+        (``ORDERS_QUEUE``), the response queue and every host's (``AGENT_RESPONSES_QUEUE`` and
+        ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with ``AGENT_QUEUE_PREFIX`` (agent request
+        queues, present and future) and every local dead-letter queue (``<queue>-deadletter``). A status
+        reply sent to one of them would be taken for a request, or read by nobody.
+
+        Returns:
+            A short description such as ``"the submission queue (ORDERS_QUEUE)"``, or None.
+        """
+        if name == self.ORDERS_QUEUE:
+            return "the submission queue (ORDERS_QUEUE)"
+        if name == self.AGENT_RESPONSES_QUEUE or name.startswith(f"{self.AGENT_RESPONSES_QUEUE}-"):
+            return "an agent response queue (AGENT_RESPONSES_QUEUE)"
+        if name.endswith(DEAD_LETTER_SUFFIX):
+            return "a dead-letter queue"
+        if self.AGENT_QUEUE_PREFIX and name.startswith(self.AGENT_QUEUE_PREFIX):
+            return f"an agent request queue (AGENT_QUEUE_PREFIX {self.AGENT_QUEUE_PREFIX!r})"
+        return None

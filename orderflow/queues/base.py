@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+DEAD_LETTER_SUFFIX = "-deadletter"
+"""Suffix of a local dead-letter queue's name (Service Bus has its own dead-letter sub-queue)."""
+
 
 def dead_letter_queue_name(queue_name: str) -> str:
     """Local dead-letter queue of ``queue_name``: ``<queue>-deadletter`` (Service Bus has its own DLQ)."""
-    return f"{queue_name}-deadletter"
+    return f"{queue_name}{DEAD_LETTER_SUFFIX}"
 
 
 @dataclass
@@ -29,6 +32,9 @@ class ReceivedMessage:
         correlation_id: Optional correlation id (the order id).
         enqueued_at: When the message was first sent (UTC), if the transport knows.
         lock_token: Transport-specific handle for settlement (a pop receipt, a lock token). Opaque.
+        transport_id: The transport's own id of the message (a Storage message id, a sequence number).
+        reply_to: The transport's reply-to property (Service Bus ``ReplyTo``), or None: Storage queues
+            carry no message properties.
     """
 
     message_id: str
@@ -38,6 +44,7 @@ class ReceivedMessage:
     enqueued_at: datetime | None = None
     lock_token: Any = field(default=None, repr=False)
     transport_id: str = ""
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,13 @@ class MessageQueue(Protocol):
         message_id: str,
         correlation_id: str | None = None,
         delay_s: float = 0.0,
+        reply_to: str | None = None,
     ) -> None:
-        """Send a message; ``delay_s`` seconds before it becomes visible."""
+        """Send a message; ``delay_s`` seconds before it becomes visible.
+
+        ``reply_to`` is the queue answers to this message go to, as a transport property where the
+        transport has message properties (Service Bus ``ReplyTo``); Storage queues have none and drop it.
+        """
         ...
 
     def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:

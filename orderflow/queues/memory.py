@@ -109,8 +109,11 @@ class InMemoryQueue:
         message_id: str,
         correlation_id: str | None = None,
         delay_s: float = 0.0,
+        reply_to: str | None = None,
     ) -> None:
         """Send a message; it becomes visible after ``delay_s`` seconds (rounded up, at most 7 days).
+
+        ``reply_to`` is dropped, as a Storage queue drops it: it carries no message properties.
 
         Raises:
             ValueError: the envelope is too large (see

@@ -283,8 +283,10 @@ def decode_body(body: object, *, message_id: str) -> str:
     A received body is a generator of ``bytes`` data sections (the SDK's shape for AMQP data bodies),
     or for messages sent by other AMQP clients a single value (``bytes``, ``str``, or anything else).
     Sections are joined before decoding, so a UTF-8 character split across two sections survives.
-    Bytes that are not UTF-8 are decoded with replacement characters and logged at warning, so that
-    the consumer can dead-letter the message instead of crashing on it.
+    Bytes that are not UTF-8 are kept as lone surrogates (the ``surrogateescape`` error handler) and
+    logged at warning: the consumer's parser turns them back into the original bytes and dead-letters
+    the message as ``NotUtf8``. Replacement characters would instead let a mangled name through as
+    valid text.
 
     Args:
         body: ``ServiceBusReceivedMessage.body``.
@@ -307,8 +309,8 @@ def decode_body(body: object, *, message_id: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        logger.warning("body of message %s is not UTF-8; undecodable bytes replaced", message_id)
-        return data.decode("utf-8", errors="replace")
+        logger.warning("body of message %s is not UTF-8; undecodable bytes kept escaped", message_id)
+        return data.decode("utf-8", errors="surrogateescape")
 
 
 def _message_id(message: ServiceBusReceivedMessage) -> str:
@@ -436,6 +438,7 @@ class ServiceBusQueue:
         message_id: str,
         correlation_id: str | None = None,
         delay_s: float = 0.0,
+        reply_to: str | None = None,
     ) -> None:
         """Send a message; with ``delay_s`` > 0 it is scheduled for now + ``delay_s``.
 
@@ -447,6 +450,8 @@ class ServiceBusQueue:
             message_id: The sender's stable id; 1 to 128 characters.
             correlation_id: Optional correlation id (the order id).
             delay_s: Seconds before the message becomes available (a scheduled message).
+            reply_to: The message's ``ReplyTo`` property: the queue answers go to (a client's reply
+                queue on a submission, which checks the body's ``replyTo`` against it).
 
         Raises:
             ValueError: ``message_id`` is empty or longer than 128 characters, ``delay_s`` is negative
@@ -461,6 +466,7 @@ class ServiceBusQueue:
             body,
             message_id=message_id,
             correlation_id=correlation_id,
+            reply_to=reply_to,
             content_type=CONTENT_TYPE,
             scheduled_enqueue_time_utc=self._clock() + timedelta(seconds=delay) if delay > 0 else None,
         )
@@ -505,6 +511,7 @@ class ServiceBusQueue:
     def _decode(message: ServiceBusReceivedMessage) -> ReceivedMessage:
         message_id = _message_id(message)
         correlation_id = message.correlation_id
+        reply_to = message.reply_to
         return ReceivedMessage(
             message_id=message_id,
             body=decode_body(message.body, message_id=message_id),
@@ -513,6 +520,7 @@ class ServiceBusQueue:
             enqueued_at=message.enqueued_time_utc,
             lock_token=message,
             transport_id=str(message.sequence_number or ""),
+            reply_to=None if reply_to is None else str(reply_to),
         )
 
     def _open_receiver(self) -> ReceiverLike:

@@ -477,6 +477,7 @@ class StorageQueue:
         message_id: str,
         correlation_id: str | None = None,
         delay_s: float = 0.0,
+        reply_to: str | None = None,
     ) -> None:
         """Send a message that never expires.
 
@@ -488,6 +489,8 @@ class StorageQueue:
             message_id: The sender's stable id.
             correlation_id: Optional correlation id (the order id).
             delay_s: Seconds before the message becomes visible, rounded up; at most 7 days.
+            reply_to: Ignored: Storage queues carry no message properties, and an envelope field would
+                be no more trustworthy than the body it travels with.
 
         Raises:
             ValueError: the envelope is larger than :data:`MAX_ENVELOPE_BYTES`, or ``delay_s`` is out of

@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 from orderflow import cli
 from orderflow.cli import app, generate_orders
+from orderflow.errors import PermanentError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -422,3 +423,117 @@ def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch)
     assert "r-9" in result.output
     flat = " ".join(result.output.split())
     assert "undo_refused" in flat and "(stuck 2" in flat
+
+
+# --- errors are one line, never a traceback -------------------------------------------------------
+
+
+def one_line_error(result: Result) -> str:
+    """The single line a failed command printed; fails on a traceback or anything longer."""
+    assert not isinstance(result.exception, Exception), result.exception  # SystemExit is not an Exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@dataclass
+class RefusingStateStore:
+    """A state store answering as Cosmos DB answers an id it cannot address (HTTP 400)."""
+
+    asked: list[str] = field(default_factory=list)
+
+    def get(self, order_id: str) -> Any:
+        self.asked.append(order_id)
+        raise PermanentError("cosmos_400", f"Cosmos DB answered 400 for state {order_id!r}")
+
+
+@pytest.mark.parametrize("order_id", ["a/b", "a:1", "", "x" * 65, "é"])
+def test_status_of_an_invalid_order_id_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, order_id: str
+) -> None:
+    stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = invoke("status", order_id)
+
+    assert result.exit_code == 2
+    line = one_line_error(result)
+    assert "is not an order id" in line
+    assert "1-64 letters, digits" in line
+    assert stores.state.asked == []  # type: ignore[attr-defined]
+
+
+def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = invoke("status", "o-1")
+
+    assert result.exit_code == 1
+    assert (
+        one_line_error(result)
+        == "error: cannot read order o-1: [permanent] cosmos_400: Cosmos DB answered 400 for state 'o-1'"
+    )
+    assert stores.closed
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b'{"orderId": "Jos\xe9"}', "not UTF-8 text (byte 0xe9 at offset 16); save the file as UTF-8"),
+        (b"\xff\xfe{\x00}\x00", "not UTF-8 text (byte 0xff at offset 0)"),  # UTF-16 with its BOM
+        (b"[1, 2]", "order 1 is a JSON number, not an object"),
+        (b'{"a": 1}\n[2]\n', "order 2 is a JSON array, not an object"),
+        (b"{not json", "not a JSON order, JSON array or JSON lines"),
+    ],
+    ids=["latin-1", "utf-16", "array-of-numbers", "json-lines-with-an-array", "not-json"],
+)
+def test_submit_of_an_unreadable_order_file_is_a_one_line_error(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path, content: bytes, expected: str
+) -> None:
+    path = tmp_path / "orders.json"
+    path.write_bytes(content)
+
+    result = invoke("submit", str(path), "--reply-to", "client-x")
+
+    assert result.exit_code == 2
+    line = one_line_error(result)
+    assert line.startswith(f"error: {path}: ")
+    assert expected in line
+    assert queues.queue("orders").approximate_count() == 0
+    assert connected == []
+
+
+def test_submit_of_a_missing_order_file_is_a_one_line_error(
+    queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path
+) -> None:
+    result = invoke("submit", str(tmp_path / "absent.json"), "--reply-to", "client-x")
+
+    assert result.exit_code == 2
+    assert "cannot read the order file: No such file or directory" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("command", "reply_to", "what"),
+    [
+        ("submit", "orders", "the submission queue (ORDERS_QUEUE)"),
+        ("submit", "agent-payment", "an agent request queue"),
+        ("watch", "agent-responses-local", "an agent response queue"),
+        ("watch", "client-x-deadletter", "a dead-letter queue"),
+    ],
+)
+def test_a_reply_queue_naming_a_system_queue_is_refused(
+    queues: InMemoryQueueFactory, connected: list[Settings], command: str, reply_to: str, what: str
+) -> None:
+    queues.queue(reply_to).send(order_body("o-1"), message_id="o-1:submit")
+    extra = ["--generate", "1"] if command == "submit" else ["--timeout", "0"]
+
+    result = invoke(command, "--reply-to", reply_to, *extra)
+
+    assert result.exit_code == 2
+    line = one_line_error(result)
+    assert line.startswith(f"error: --reply-to {reply_to!r} is {what}")
+    assert line.endswith(", not a client's reply queue")
+    assert connected == []
+    assert queues.queue(reply_to).approximate_count() == 1  # nothing sent, nothing consumed

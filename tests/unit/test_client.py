@@ -195,6 +195,7 @@ def test_poll_dedupes_a_resent_reply_in_one_batch_and_across_polls(
     assert client.poll() == []
     assert client.replies.duplicates == 2
     assert client.replies.seen_ids == {"o-1:Processed"}
+    assert client.replies.received == {"o-1": 1}  # replies per order, duplicates not counted
     assert queues.queue(REPLY_QUEUE).approximate_count() == 0
 
 

@@ -21,7 +21,7 @@ import json
 import struct
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -91,6 +91,7 @@ class FakeReceivedMessage:
     delivery_count: int | None = 1
     correlation_id: str | None = None
     lock_token: str = "lock-1"
+    reply_to: str | None = None
 
     @property
     def body(self) -> Iterator[bytes]:
@@ -519,6 +520,23 @@ def test_submission_dead_letters_a_conflicting_order(deps: ActivityDeps) -> None
 
     [(verb, _, arguments)] = actions.calls
     assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ConflictingOrder")
+
+
+@pytest.mark.parametrize(("reply_to", "verb"), [("client-a", "complete"), ("client-b", "deadletter")])
+def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
+    deps: ActivityDeps, reply_to: str, verb: str
+) -> None:
+    actions = RecordingActions()
+    sdk_message = replace(message(order_body("o-1", reply_to="client-a")), reply_to=reply_to)
+
+    invoke("submission", message=sdk_message, message_actions=actions)
+
+    [(settled, _, arguments)] = actions.calls
+    assert settled == verb
+    if verb == "deadletter":
+        assert arguments["deadletter_reason"] == "ReplyToMismatch"
+        with pytest.raises(NotFound):
+            deps.states.get("o-1")
 
 
 def test_submission_abandons_when_a_store_is_down(

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from orderflow.errors import InvalidMessage
-from orderflow.messages import MAX_MESSAGE_BYTES, AgentResponse, SubmitOrder, parse_message
+from orderflow.messages import (
+    MAX_MESSAGE_BYTES,
+    ORDERS_QUEUE_TYPES,
+    AgentResponse,
+    SubmitOrder,
+    message_type,
+    parse_message,
+    validate_order_id,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -113,3 +121,160 @@ def test_reply_queue_names_leave_room_for_the_dead_letter_suffix(length: int, va
             parse_message(SubmitOrder, body)
         assert caught.value.reason == "InvalidField"
         assert "replyTo" in caught.value.description
+
+
+# --- strict JSON, exact amounts, visible text -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason", "says"),
+    [
+        (json.dumps(order()).replace('"173665.47"', "NaN"), "InvalidJson", "NaN is not a JSON value"),
+        (json.dumps(order()).replace("17}", "Infinity}"), "InvalidJson", "Infinity is not a JSON value"),
+        ("\ufeff" + json.dumps(order()), "InvalidJson", "byte-order mark"),
+        (b"\xef\xbb\xbf" + json.dumps(order()).encode(), "InvalidJson", "byte-order mark"),
+        ("", "InvalidJson", "body is empty"),
+        (" \n\t", "InvalidJson", "body is empty"),
+        ("null", "NotAnObject", "not null"),
+        ('"x"', "NotAnObject", "not string"),
+        ("[]", "NotAnObject", "not array"),
+        ("true", "NotAnObject", "not boolean"),
+        ("1.5", "NotAnObject", "not number"),
+        (b'{"a": "Jos\xe9"}', "NotUtf8", "byte 0xe9 at offset 10"),
+        # A transport that kept undecodable bytes as lone surrogates (surrogateescape) gives them back.
+        (b'{"a": "Jos\xe9"}'.decode("utf-8", "surrogateescape"), "NotUtf8", "byte 0xe9 at offset 10"),
+    ],
+)
+def test_bodies_that_are_not_strict_json_objects_say_why(body: str | bytes, reason: str, says: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, body)
+    assert caught.value.reason == reason
+    assert says in caught.value.description
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", 2, None])
+def test_schema_version_is_exactly_the_integer_1(version: object) -> None:
+    body = json.dumps(order()).replace('"schemaVersion": 1', f'"schemaVersion": {json.dumps(version)}')
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, body)
+    assert caught.value.reason == "UnsupportedSchemaVersion"
+
+
+@pytest.mark.parametrize(
+    "amount", ["1_000.00", " 12.50", "12.50 ", "+12", "1e3", "١٢٣", "12.", ".5", "0x10", "-1.00"]
+)
+def test_an_amount_string_is_plain_ascii_decimal(amount: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, json.dumps(order(amount=amount)))
+    assert caught.value.reason == "InvalidField"
+    assert "amount" in caught.value.description
+
+
+@pytest.mark.parametrize(
+    ("wire", "exact", "written"),
+    [('"12.50"', Decimal("12.50"), "12.50"), ("12.5", Decimal("12.5"), "12.5"), ("1e2", Decimal(100), "100")],
+)
+def test_an_amount_is_read_exactly_and_written_as_a_plain_decimal(
+    wire: str, exact: Decimal, written: str
+) -> None:
+    parsed = parse_message(SubmitOrder, json.dumps(order()).replace('"173665.47"', wire))
+
+    assert parsed.amount == exact
+    assert json.loads(parsed.to_json())["amount"] == written
+    assert parse_message(SubmitOrder, parsed.to_json()) == parsed
+
+
+@pytest.mark.parametrize("amount", [True, 0.30000000000000004])
+def test_an_amount_is_never_a_boolean_or_a_binary_float(amount: object) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, json.dumps(order(amount=amount)))
+    assert caught.value.reason == "InvalidField"
+
+
+@pytest.mark.parametrize(
+    ("char", "name"),
+    [
+        ("\u061c", "ARABIC LETTER MARK"),
+        ("\u2060", "WORD JOINER"),
+        ("\u00ad", "SOFT HYPHEN"),
+        ("\u2029", "PARAGRAPH SEPARATOR"),
+        ("\ufffd", "REPLACEMENT CHARACTER"),
+        ("\U000e0041", "TAG LATIN CAPITAL LETTER A"),
+        ("\ud800", "(unnamed)"),
+    ],
+)
+def test_invisible_reordering_and_mangled_characters_are_refused_by_name(char: str, name: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, json.dumps(order(customerName=f"Customer{char}42")))
+    assert caught.value.reason == "InvalidField"
+    assert f"U+{ord(char):04X} {name}" in caught.value.description
+
+
+@pytest.mark.parametrize("name", ["Zoë Ñúñez", "北京 Customer", "Customer 🍕", "O'Brien & Sons"])
+def test_visible_text_beyond_ascii_is_accepted(name: str) -> None:
+    assert parse_message(SubmitOrder, json.dumps(order(customerName=name))).customer_name == name
+
+
+@pytest.mark.parametrize(("carrier", "valid"), [("  REG AIR ", True), ("   ", False)])
+def test_carrier_is_trimmed_and_never_blank(carrier: str, valid: bool) -> None:
+    body = json.dumps(order(carrier=carrier))
+    if valid:
+        assert parse_message(SubmitOrder, body).carrier == "REG AIR"
+    else:
+        with pytest.raises(InvalidMessage):
+            parse_message(SubmitOrder, body)
+
+
+def test_an_error_inside_a_list_is_reported_without_the_lists_own_echo() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, json.dumps(order(items=[{"sku": "1", "quantity": "3"}])))
+    assert caught.value.description == "items.0.quantity: Input should be a valid integer"
+
+
+# --- message types -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (json.dumps(order()), None),
+        (json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"}), "CancelOrder"),
+        ('{"\\u0074ype": "ReviewDecision"}', "ReviewDecision"),  # the same key, escaped
+        ("{not json, type", None),  # the parser of the untyped model says what is wrong
+        (b'\xff"type"', None),
+        ('["type"]', None),
+    ],
+)
+def test_message_type_names_a_known_type_or_none(body: str | bytes, kind: str | None) -> None:
+    assert message_type(body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder) == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("CancelOrders", "'CancelOrders'"),
+        ("SubmitOrder", "'SubmitOrder'"),
+        (7, "of JSON type number"),
+        (None, "null"),
+    ],
+)
+def test_an_unknown_message_type_is_refused_naming_the_known_ones(value: object, shown: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        message_type(json.dumps({**order(), "type": value}), known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder)
+    assert caught.value.reason == "UnknownMessageType"
+    assert shown in caught.value.description
+    assert (
+        "CancelOrder, CompensateOrder, ReviewDecision, or no type for SubmitOrder" in caught.value.description
+    )
+
+
+@pytest.mark.parametrize("order_id", ["a/b", "a:b", "", "x" * 65, "é", "a\n"])
+def test_validate_order_id_refuses_what_no_order_could_be_named(order_id: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        validate_order_id(order_id)
+    assert caught.value.reason == "InvalidField"
+    assert "is not an order id" in caught.value.description
+
+
+def test_validate_order_id_returns_a_valid_id() -> None:
+    assert validate_order_id("tpch-1.A_2") == "tpch-1.A_2"

@@ -44,7 +44,8 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
-from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
+from orderflow.errors import ConcurrencyConflict, InvalidMessage, PermanentError, TransientError
+from orderflow.messages import SubmitOrder, parse_message
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.servicebus import (
     MAX_DEAD_LETTER_FIELD_CHARS,
@@ -234,6 +235,7 @@ def sb_message(
     enqueued: datetime | None = ENQUEUED,
     application_properties: dict[str | bytes, Any] | None = None,
     peeked: bool = False,
+    reply_to: str | None = None,
 ) -> ServiceBusReceivedMessage:
     """A real ``ServiceBusReceivedMessage`` as the SDK builds it from an AMQP transfer."""
     annotations: dict[str | bytes, Any] = {
@@ -247,6 +249,7 @@ def sb_message(
         properties=Properties(
             message_id=None if message_id is None else message_id.encode(),
             correlation_id=None if correlation_id is None else correlation_id.encode(),
+            reply_to=None if reply_to is None else reply_to.encode(),
             content_type=b"application/json",
         ),
         message_annotations=annotations,
@@ -312,7 +315,15 @@ def test_send_sends_one_message_with_stable_id_correlation_and_json_content_type
     assert first.time_to_live is None  # the queue's DefaultMessageTimeToLive applies
     assert b"".join(second.body) == b'{"orderId":"o-2"}'
     assert (second.message_id, second.correlation_id) == ("o-2:submit", None)
+    assert (first.reply_to, second.reply_to) == (None, None)
     assert client.sender_requests == [QUEUE]  # one sender, kept open
+
+
+def test_send_sets_the_reply_to_property(queue: ServiceBusQueue, client: FakeClient) -> None:
+    queue.send('{"replyTo":"client-a"}', message_id="o-1:submit", reply_to="client-a")
+
+    [sent] = client.sender(QUEUE).sent
+    assert sent.reply_to == "client-a"
 
 
 def test_delayed_send_is_scheduled_at_now_plus_delay(queue: ServiceBusQueue, client: FakeClient) -> None:
@@ -446,16 +457,29 @@ def test_data_body_arrives_as_a_generator_and_is_decoded(
     assert received.body == "[1,2]"
 
 
-def test_invalid_utf8_is_replaced_and_logged_not_raised(
+def test_invalid_utf8_is_kept_escaped_and_logged_not_raised(
     queue: ServiceBusQueue, receiver: FakeReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     receiver.batches.append([sb_message(receiver, message_id="bad-1", data=[b'\xff{"a":1}'])])
     with caplog.at_level(logging.WARNING, logger="orderflow.queues.servicebus"):
         [received] = queue.receive()
-    assert received.body == '\ufffd{"a":1}'
+    assert received.body == '\udcff{"a":1}'  # surrogateescape: the original byte, recoverable
     assert [record.getMessage() for record in caplog.records] == [
-        "body of message bad-1 is not UTF-8; undecodable bytes replaced"
+        "body of message bad-1 is not UTF-8; undecodable bytes kept escaped"
     ]
+    # Replacement characters would have let a mangled name through; the parser sees the real byte.
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(SubmitOrder, received.body)
+    assert caught.value.reason == "NotUtf8"
+    assert "byte 0xff at offset 0" in caught.value.description
+
+
+@pytest.mark.parametrize("reply_to", ["client-a", None])
+def test_receive_maps_the_reply_to_property(
+    queue: ServiceBusQueue, receiver: FakeReceiver, reply_to: str | None
+) -> None:
+    received = receive_one(queue, receiver, reply_to=reply_to)
+    assert received.reply_to == reply_to
 
 
 # --- settlement on the receiver that received the message ----------------------------------------------
