@@ -18,13 +18,19 @@ Rules (docs/design.md §1, §3.6):
   budget, and the idempotency key makes that attempt's call return any effect already applied. Sending
   nothing is deliberate: an earlier delivery still running (its lock expired) must not have its own
   response pre-empted by a failure. So the calls made for one order never exceed its retry budget,
-  across every attempt, recovery and redelivery.
+  across every attempt, recovery and redelivery;
+- a duplicate of a request this host has already taken (the same ``requestId`` sent twice: a sender
+  that re-ran, or a transport without broker duplicate detection such as Storage queues) is treated the
+  same way, from a bounded in-process log of the request ids taken (:class:`TakenRequests`). Service
+  Bus duplicate detection on the MessageId stops most duplicates before they reach any host.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +40,14 @@ from agents.services import RemoteService
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import DeadlineExceeded, ErrorKind, PermanentError, TransientError
-from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message, step_event_name
+from orderflow.messages import (
+    AgentOutcome,
+    AgentRequest,
+    AgentResponse,
+    parse_message,
+    printable_text,
+    step_event_name,
+)
 from orderflow.queues.base import QueueFactory
 from orderflow.settings import Settings
 
@@ -42,6 +55,33 @@ logger = logging.getLogger(__name__)
 
 MIN_CALL_S = 0.05
 """A call is not started with less than this many seconds left before the deadline."""
+
+
+class TakenRequests:
+    """The request ids this host has taken work for, most recent ``capacity`` of them (thread-safe).
+
+    Consumer-side duplicate detection (docs/design.md §3.7) for the agents: a request id taken once is
+    never worked on again by this host. Bounded, so a duplicate arriving after ``capacity`` newer
+    requests, or on another host, is not caught; the idempotency key still prevents a second effect.
+
+    Args:
+        capacity: Request ids remembered.
+    """
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def take(self, request_id: str) -> bool:
+        """Record ``request_id``; True if it was not taken before (work on it), False for a duplicate."""
+        with self._lock:
+            if request_id in self._ids:
+                return False
+            self._ids[request_id] = None
+            while len(self._ids) > self._capacity:
+                self._ids.popitem(last=False)
+            return True
 
 
 @dataclass(frozen=True)
@@ -61,6 +101,7 @@ def handle_request(
     clock: Clock,
     settings: Settings,
     sleep: Callable[[float], None] = time.sleep,
+    taken: TakenRequests | None = None,
 ) -> AgentResult:
     """Perform the step a request asks for and send the response.
 
@@ -73,12 +114,14 @@ def handle_request(
         clock: Time source; the deadline is compared against it.
         settings: Backoff and call-timeout settings.
         sleep: Sleeps between retries (tests pass a fake).
+        taken: This host's log of the request ids it has taken; a request id already in it is a
+            duplicate and handled like a redelivery. None: no such check.
 
     Returns:
         The response sent and the number of remote calls made. ``AgentResult(None, 0)``, no call and
         no response, for a redelivered request (``delivery_count`` > 1: the step's timer and the
-        supervisor take over, see the module docstring) and for a request whose deadline had passed on
-        arrival (the orchestration's timer has already won).
+        supervisor take over, see the module docstring), for a duplicate of a request already taken, and
+        for a request whose deadline had passed on arrival (the orchestration's timer has already won).
 
     Raises:
         InvalidMessage: the body is not an agent request (dead-letter it).
@@ -90,6 +133,10 @@ def handle_request(
     if delivery_count > 1:
         # The first delivery may have spent the whole reservation: never spend it twice.
         telemetry.event("agent.redelivery_skipped", **fields, delivery_count=delivery_count)
+        return AgentResult(None, 0)
+    if taken is not None and not taken.take(request.request_id):
+        # The same request sent twice: its first copy has (or had) the reservation; never spend it twice.
+        telemetry.event("agent.duplicate_skipped", **fields)
         return AgentResult(None, 0)
     if clock.now() >= request.deadline:
         telemetry.event("agent.expired_on_arrival", **fields)
@@ -153,8 +200,8 @@ def handle_request(
         step=request.step,
         outcome=AgentOutcome.SUCCEEDED if error is None else AgentOutcome.FAILED,
         error_kind=None if error is None else error[0].value,
-        error_code=None if error is None else error[1],
-        error_message=None if error is None else error[2][:500],
+        error_code=None if error is None or error[1] is None else printable_text(error[1], limit=100),
+        error_message=None if error is None else printable_text(error[2], limit=500),
         result=result or {},
         calls=calls,
         completed_at=clock.now(),

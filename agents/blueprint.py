@@ -8,7 +8,7 @@ from functools import cache
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
 
-from agents.agent import handle_request
+from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from function_host import dependencies, settle_trigger_delivery
 from orchestrators.definitions import agent_names
@@ -19,6 +19,11 @@ bp = df.Blueprint()
 @cache
 def _service(name: str) -> HttpRemoteService:
     return HttpRemoteService(name, dependencies().settings.DEMO_SERVICES_URL)
+
+
+@cache
+def _taken(name: str) -> TakenRequests:
+    return TakenRequests()
 
 
 def _handle(
@@ -37,6 +42,7 @@ def _handle(
             queues=deps.queues,
             clock=deps.clock,
             settings=deps.settings,
+            taken=_taken(agent),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
     )

@@ -36,7 +36,7 @@ from activities.contracts import (
 )
 from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
-from agents.agent import handle_request
+from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.loops import ConsumerLoop, PeriodicLoop
 from orchestrators.definitions import agent_names
@@ -241,6 +241,7 @@ class DevHost:
     def _on_submission(self, message: ReceivedMessage) -> None:
         handle_submission(
             message.body,
+            reply_to=message.reply_to,
             orders=self.deps.orders,
             states=self.deps.states,
             queues=self.deps.queues,
@@ -254,6 +255,8 @@ class DevHost:
         handle_response(message.body, client=self.client)
 
     def _agent_handler(self, service: HttpRemoteService) -> Any:
+        taken = TakenRequests()
+
         def handle(message: ReceivedMessage) -> None:
             handle_request(
                 message.body,
@@ -262,6 +265,7 @@ class DevHost:
                 queues=self.deps.queues,
                 clock=self.deps.clock,
                 settings=self.settings,
+                taken=taken,
             )
 
         return handle

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from agents.agent import MIN_CALL_S, AgentResult, handle_request
+from agents.agent import MIN_CALL_S, AgentResult, TakenRequests, handle_request
 from agents.services import INSTANCE_HEADER, ROUTES, HttpRemoteService, classify_http
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -222,6 +222,23 @@ def test_permanent_error_is_not_retried(
     assert sent_responses(queues) == [response]
 
 
+def test_a_remote_error_text_with_control_and_format_characters_still_makes_a_response(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    # The remote service's words are relayed, not trusted: a newline or a bidi override in them must
+    # not make the response invalid (it would be lost and the step would time out).
+    service = ScriptedService(
+        clock, [PermanentError("out\nof_stock", "line one\nline two \u202egnp.exe\x00")]
+    )
+
+    result = run(request_body(), service, queues, clock, settings, FakeSleep(clock))
+
+    response = the_response(result)
+    assert (response.error_kind, response.error_code) == ("permanent", "out of_stock")
+    assert response.error_message == "out of_stock: line one line two  gnp.exe "
+    assert sent_responses(queues) == [response]
+
+
 @pytest.mark.parametrize("call_duration_s", [0.0, 0.3, 1.1])
 def test_transient_until_the_deadline_starts_no_call_after_it(
     clock: FakeClock,
@@ -394,6 +411,47 @@ class FlakyQueue:
             self._owner.failed += 1
             raise TransientError("reply queue unreachable")
         self._inner.send(body, **options)
+
+
+def test_a_duplicate_of_a_taken_request_makes_no_call_even_as_a_first_delivery(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    # A Storage queue has no duplicate detection: the same request sent twice arrives twice, each copy
+    # a first delivery. Only the first copy may spend the reservation.
+    service = ScriptedService(
+        clock, [TransientError("503"), TransientError("503"), TransientError("503")] * 2
+    )
+    taken = TakenRequests()
+
+    first = handle_request(
+        request_body(max_calls=3),
+        service=service,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        sleep=FakeSleep(clock),
+        taken=taken,
+    )
+    second = handle_request(
+        request_body(max_calls=3),
+        service=service,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        sleep=FakeSleep(clock),
+        taken=taken,
+    )
+
+    assert first.calls == 3
+    assert second == AgentResult(None, 0)
+    assert len(service.calls) == 3  # never more than max_calls for one request
+    assert len(sent_responses(queues)) == 1
+
+
+def test_taken_requests_forget_the_oldest_beyond_capacity() -> None:
+    taken = TakenRequests(capacity=2)
+    # "a" is forgotten when "c" comes in, so it is taken again; then "b" is the oldest and goes.
+    assert [taken.take(r) for r in ("a", "b", "a", "c", "a", "b")] == [True, True, False, True, True, True]
 
 
 @pytest.mark.parametrize("delivery_count", [2, 3, 10])
