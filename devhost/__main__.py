@@ -7,6 +7,7 @@ roles, ``--host-id`` names the process (its response queue is ``agent-responses-
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import warnings
@@ -15,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, Dependencies, DevHost
 from orderflow.settings import Settings
 from orderflow.telemetry import configure_telemetry
@@ -80,10 +82,14 @@ def run(
             settings.STORAGE_CONNECTION_STRING,
             settings.SUPERVISOR_LEASE_BLOB,
             duration_s=settings.SUPERVISOR_LEASE_S,
+            # Named on the lease blob while it leads, so operators and the chaos run can see who does.
+            holder={"host": settings.HOST_ID, "pid": str(os.getpid())},
         )
+    # Duplicated and late deliveries, only when a chaos run asks for them (DEVHOST_CHAOS).
+    queues = with_delivery_faults(connect_queues(settings), settings)
     host = DevHost(
         settings,
-        Dependencies(states=stores.state, orders=stores.orders, queues=connect_queues(settings), lease=lease),
+        Dependencies(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
         chosen,
     )
 

@@ -19,6 +19,11 @@ An order must end the way its data says: a customer with a negative balance is d
 whose items ran out of stock is refused, every other order is processed — unless the injected faults
 exhausted what the design allows (the supervisor's failure threshold or the retry budget), which the
 report counts separately. ``mismatched`` counts orders that ended any other way.
+
+The run is made of parts other drivers reuse (``make chaos``, :mod:`devhost.chaos`): :func:`demo_system`
+starts and stops everything, :class:`Fleet` and :class:`Killer` restart, kill and pause devhost
+processes, :func:`submit_and_settle` submits through one or more clients and waits, and
+:func:`build_report` reads the outcome.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import time
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -147,6 +152,18 @@ class Child:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
+    def pause(self) -> bool:
+        """SIGSTOP the process (it keeps its state and wakes where it stopped); False if it has exited."""
+        if self.process.poll() is not None:
+            return False
+        self.process.send_signal(signal.SIGSTOP)
+        return True
+
+    def resume(self) -> None:
+        """SIGCONT the process if it is still running (a killed one has been reaped: nothing is sent)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -214,13 +231,29 @@ def devhost_specs(processes: int) -> list[DevhostSpec]:
 
 
 class Fleet:
-    """The demo's devhost processes, restartable after a SIGKILL."""
+    """The demo's devhost processes, restartable after a SIGKILL, and pausable (SIGSTOP/SIGCONT).
 
-    def __init__(self, specs: list[DevhostSpec], env: dict[str, str], log_dir: Path) -> None:
+    Args:
+        specs: The processes.
+        env: Their environment.
+        log_dir: Where their logs go (``<name>.log``, then ``<name>.<run>.log`` after restarts).
+        start: Starts one process, given its spec and run number (default: ``python -m devhost``).
+    """
+
+    def __init__(
+        self,
+        specs: list[DevhostSpec],
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        start: Callable[[DevhostSpec, int], Child] | None = None,
+    ) -> None:
         self._env = env
         self._log_dir = log_dir
+        self._start_process = start or self._start_devhost
         self._lock = threading.Lock()
         self._starts: Counter[str] = Counter()
+        self._paused: dict[str, Child] = {}
         self.children: dict[str, Child] = {}
         for spec in specs:
             self.children[spec.name] = self._start(spec)
@@ -228,7 +261,9 @@ class Fleet:
 
     def _start(self, spec: DevhostSpec) -> Child:
         self._starts[spec.name] += 1
-        run = self._starts[spec.name]
+        return self._start_process(spec, self._starts[spec.name])
+
+    def _start_devhost(self, spec: DevhostSpec, run: int) -> Child:
         return start_child(
             spec.name,
             ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles],
@@ -238,21 +273,62 @@ class Fleet:
             log_name=spec.name if run == 1 else f"{spec.name}.{run}",
         )
 
-    def kill_and_restart(self, name: str) -> None:
-        """SIGKILL process ``name`` and start it again under the same host id (same response queue)."""
+    def killable(self) -> list[str]:
+        """Names of the processes not paused now, sorted."""
         with self._lock:
+            return sorted(name for name in self.specs if name not in self._paused)
+
+    def kill_and_restart(self, name: str) -> bool:
+        """SIGKILL process ``name`` and start it again under the same host id (same response queue).
+
+        A paused process is spared (it must wake up to show that its stale view is harmless).
+
+        Returns:
+            True when it was killed and restarted; False when it is paused.
+
+        Raises:
+            RuntimeError: the new process did not start.
+        """
+        with self._lock:
+            if name in self._paused:
+                return False
             self.children[name].kill()
             self.children[name] = self._start(self.specs[name])
+            return True
+
+    def pause(self, name: str, pid: int) -> bool:
+        """SIGSTOP process ``name`` if its current process is ``pid`` (not since killed and restarted).
+
+        Returns:
+            True when it was paused (until :meth:`resume`); False otherwise.
+        """
+        with self._lock:
+            child = self.children.get(name)
+            if child is None or name in self._paused or child.process.pid != pid or not child.pause():
+                return False
+            self._paused[name] = child
+            return True
+
+    def resume(self, name: str) -> None:
+        """SIGCONT process ``name`` if it is paused."""
+        with self._lock:
+            child = self._paused.pop(name, None)
+            if child is not None:
+                child.resume()
 
     def stop(self) -> None:
-        """SIGTERM every process (SIGKILL after 15 s)."""
+        """SIGTERM every process (SIGKILL after 15 s); a paused one is resumed first."""
         with self._lock:
+            for child in self._paused.values():
+                child.resume()
+            self._paused.clear()
             for child in self.children.values():
                 child.stop()
 
 
 class Killer:
-    """SIGKILLs a random devhost process every ``every_s`` seconds and restarts it, until stopped."""
+    """SIGKILLs a random devhost process (not a paused one) every ``every_s`` seconds and restarts it, until
+    stopped."""
 
     def __init__(self, fleet: Fleet, every_s: float, *, seed: int) -> None:
         self._fleet = fleet
@@ -270,13 +346,17 @@ class Killer:
         next_kill = time.monotonic() + self._every_s
         while not self._stop.wait(max(0.0, next_kill - time.monotonic())):
             next_kill = time.monotonic() + self._every_s
-            name = self._random.choice(sorted(self._fleet.specs))
+            candidates = self._fleet.killable()
+            if not candidates:
+                continue
+            name = self._random.choice(candidates)
             try:
-                self._fleet.kill_and_restart(name)
+                killed = self._fleet.kill_and_restart(name)
             except RuntimeError:
                 logger.exception("restarting %s failed", name)
                 continue
-            self.kills.append({"process": name, "at": time.time()})
+            if killed:
+                self.kills.append({"process": name, "at": time.time()})
 
     def stop(self) -> None:
         self._stop.set()
@@ -480,13 +560,20 @@ INVARIANTS = (
 """Report entries that must be 0; the demo exits 1 otherwise."""
 
 
-def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> None:
-    table = Table(title="orderflow demo")
+def print_summary(
+    report: dict[str, Any],
+    mismatched: list[tuple[str, str]],
+    *,
+    title: str = "orderflow demo",
+    invariants: Sequence[str] = INVARIANTS,
+) -> None:
+    """Print the report as a table, failed invariants in red, then the first 20 mismatched orders."""
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in report.items():
         style = ""
-        if key in INVARIANTS and value:
+        if key in invariants and value:
             style = "bold red"
         table.add_row(key, f"[{style}]{value}[/{style}]" if style else str(value))
     console.print(table)
@@ -494,44 +581,73 @@ def print_summary(report: dict[str, Any], mismatched: list[tuple[str, str]]) -> 
         console.print(f"[red]mismatched[/red] {order_id}: {why}")
 
 
-def run_demo(
+def new_run_dir() -> Path:
+    """A fresh directory for one run's logs: ``.run/<YYYYmmdd-HHMMSS>`` (local time)."""
+    run_dir = REPO_ROOT / ".run" / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def settle_budget_s(orders: int, timeout_s: float | None) -> float:
+    """Seconds a run waits for its orders to settle: ``timeout_s``, or a bound scaled to ``orders``.
+
+    Generous: about 8 orders/s are measured on 2 cores; the bound only stops a run that is stuck.
+    """
+    return timeout_s if timeout_s is not None else max(180.0, 60.0 + orders * 0.5)
+
+
+@dataclass
+class DemoSystem:
+    """What :func:`demo_system` started, for a driver to submit to and inspect.
+
+    Attributes:
+        run_dir: The run's log directory.
+        catalog: The TPC-H orders of the run and the stock they draw on.
+        endpoints: Azurite's and cosmosdb-server's connection details.
+        services_url: Base URL of the demo services.
+        env: The devhost processes' environment (:func:`host_env` plus the driver's additions).
+        stores: The state and order stores, for the driver's own reads.
+        fleet: The devhost processes.
+    """
+
+    run_dir: Path
+    catalog: Catalog
+    endpoints: LocalEndpoints
+    services_url: str
+    env: dict[str, str]
+    stores: CosmosStores
+    fleet: Fleet
+
+    def client_queues(self) -> StorageQueueFactory:
+        """A queue factory of the driver's own (for its clients)."""
+        return StorageQueueFactory.from_connection_string(self.endpoints.storage_connection_string)
+
+
+@contextmanager
+def demo_system(
     *,
     orders: int,
     processes: int,
-    timeout_s: float | None,
     faults: FaultPlan,
-    kill_every_s: float = 0.0,
-    seed: int = 20261129,
-    report_path: Path = REPORT_PATH,
-) -> dict[str, Any]:
-    """Run the whole demo; returns the report (also written to ``report_path``).
+    run_dir: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[DemoSystem]:
+    """Start the emulators, the demo services and the devhost processes; stop them all on exit.
 
     Args:
-        orders: TPC-H orders to submit (the first ``orders`` by order key).
+        orders: TPC-H orders the run will submit (the first ``orders`` by order key).
         processes: devhost processes (see :func:`devhost_specs`).
-        timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
         faults: Faults the demo services inject.
-        kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
-        seed: Seed of the choice of process to kill.
-        report_path: Where the JSON report is written.
+        run_dir: Where the children's logs go.
+        extra_env: Variables added to every devhost process's environment.
 
     Raises:
         RuntimeError: a child process did not start.
     """
-    run_dir = REPO_ROOT / ".run" / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    chaos = f", one SIGKILLed every {kill_every_s:g} s" if kill_every_s > 0 else ""
-    console.print(
-        f"[bold]orderflow demo[/bold]: {orders} TPC-H orders, {processes} devhost process(es){chaos}; "
-        f"logs in {run_dir}"
-    )
     data_dir = ensure_dataset(DATA_DIR)
     divisor = stock_divisor_for(orders)
     catalog = load_catalog(data_dir, orders=orders, stock_divisor=divisor)
-    # Generous: about 8 orders/s are measured on 2 cores; the bound only stops a demo that is stuck.
-    budget = timeout_s if timeout_s is not None else max(180.0, 60.0 + orders * 0.5)
-
-    with ExitStack() as stack, quiet_sdk_logs():
+    with ExitStack() as stack:
         emulators = start_local_emulators()
         stack.callback(emulators.stop)
         endpoints = emulators.endpoints
@@ -562,78 +678,212 @@ def run_demo(
         stack.callback(services.stop)
         services_url = services.ready_line.rsplit(" ", 1)[-1]
         env = host_env(endpoints, services_url)
+        env.update(extra_env or {})
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
         fleet = Fleet(devhost_specs(processes), env, run_dir)
         stack.callback(fleet.stop)
-        killer = Killer(fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
-        if killer is not None:
-            stack.callback(killer.stop)
-        queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-        client = OrderflowClient(queues, reply_queue=f"demo-client-{uuid.uuid4().hex[:8]}")
+        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet)
 
-        started = time.monotonic()
-        if killer is not None:
-            killer.start()
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
-            submitting = progress.add_task("submitting", total=len(catalog.orders))
-            settling = progress.add_task("settled", total=len(catalog.orders))
-            # The client keeps at most DEMO_OUTSTANDING orders unsettled, as a well-behaved client
-            # would: a burst of thousands queued at once makes every step wait in queues past its
-            # deadline, and measures recovery instead of processing.
-            pending = list(catalog.orders)
-            submitted = 0
-            deadline = started + budget
-            settled = 0
-            next_count = 0.0
-            timed_out = True
-            while time.monotonic() < deadline:
-                if time.monotonic() >= next_count:
-                    # A COUNT scans the store on cosmosdb-server: every 2 s is plenty for a progress bar.
-                    settled = stores.state.count(StateQuery(process_states=tuple(SETTLED_STATES)))
-                    next_count = time.monotonic() + 2.0
-                room = DEMO_OUTSTANDING - (submitted - settled)
-                while pending and room > 0:
-                    client.submit(pending.pop(0).to_submission(client.reply_queue))
-                    submitted += 1
-                    room -= 1
-                progress.update(submitting, completed=submitted)
-                progress.update(settling, completed=settled)
+
+@dataclass
+class Settling:
+    """How submitting and settling went.
+
+    Attributes:
+        submitted: Orders submitted.
+        timed_out: The orders had not all settled within the budget.
+        elapsed_s: Seconds from the first submission to the last order settled (or to the budget's end).
+        owners: The reply queue of the client that submitted each order, by order id.
+    """
+
+    submitted: int
+    timed_out: bool
+    elapsed_s: float
+    owners: dict[str, str]
+
+
+def submit_and_settle(
+    system: DemoSystem,
+    clients: Sequence[OrderflowClient],
+    *,
+    budget_s: float,
+    outstanding: int = DEMO_OUTSTANDING,
+    status: Callable[[], str] | None = None,
+) -> Settling:
+    """Submit the catalog's orders through ``clients`` (in turn) and wait, with progress bars, until they
+    have all settled or ``budget_s`` seconds pass. Every client's reply queue is drained meanwhile.
+
+    Args:
+        system: The running system.
+        clients: The clients; order *i* goes through client *i mod len(clients)*.
+        budget_s: Seconds to wait for the orders to settle.
+        outstanding: Most orders kept submitted but not yet settled (client-side flow control).
+        status: Called every tick for a line shown under the progress bars (what the chaos is doing).
+    """
+    if not clients:
+        raise ValueError("at least one client is needed")
+    stores = system.stores
+    started = time.monotonic()
+    owners: dict[str, str] = {}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        submitting = progress.add_task("submitting", total=len(system.catalog.orders))
+        settling = progress.add_task("settled", total=len(system.catalog.orders))
+        # The clients keep at most ``outstanding`` orders unsettled, as a well-behaved client would: a
+        # burst of thousands queued at once makes every step wait in queues past its deadline, and
+        # measures recovery instead of processing.
+        pending = list(system.catalog.orders)
+        submitted = 0
+        deadline = started + budget_s
+        settled = 0
+        next_count = 0.0
+        timed_out = True
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_count:
+                # A COUNT scans the store on cosmosdb-server: every 2 s is plenty for a progress bar.
+                settled = stores.state.count(StateQuery(process_states=tuple(SETTLED_STATES)))
+                next_count = time.monotonic() + 2.0
+            room = outstanding - (submitted - settled)
+            while pending and room > 0:
+                client = clients[submitted % len(clients)]
+                order_id = client.submit(pending.pop(0).to_submission(client.reply_queue))
+                owners[order_id] = client.reply_queue
+                submitted += 1
+                room -= 1
+            progress.update(submitting, completed=submitted)
+            progress.update(settling, completed=settled)
+            if status is not None:
+                progress.update(settling, description=f"settled  {status()}")
+            for client in clients:
                 while client.poll():  # drain: replies arrive faster than one batch per tick
                     pass
-                if not pending and settled >= submitted:
-                    timed_out = False
-                    break
-                time.sleep(0.5)
-            submitted = len(catalog.orders) - len(pending)
+            if not pending and settled >= submitted:
+                timed_out = False
+                break
+            time.sleep(0.5)
+    return Settling(
+        submitted=len(system.catalog.orders) - len(pending),
+        timed_out=timed_out,
+        elapsed_s=time.monotonic() - started,
+        owners=owners,
+    )
+
+
+def await_final_replies(
+    clients: Sequence[OrderflowClient], owners: Mapping[str, str], *, timeout_s: float
+) -> None:
+    """Poll every client until each has a final reply for every order it submitted, or ``timeout_s``
+    seconds pass (one deadline for all clients)."""
+    deadline = time.monotonic() + timeout_s
+    for client in clients:
+        mine = [oid for oid, queue in owners.items() if queue == client.reply_queue]
+        client.wait_for(mine, timeout_s=max(0.0, deadline - time.monotonic()))
+
+
+def missing_final_replies(
+    records: Mapping[str, StateRecord], owners: Mapping[str, str], clients: Sequence[OrderflowClient]
+) -> int:
+    """Settled orders whose final status did not reach the client that submitted them."""
+    latest = {client.reply_queue: client.replies.latest for client in clients}
+    missing = 0
+    for order_id, record in records.items():
+        if record.process_state not in SETTLED_STATES:
+            continue
+        reply = latest.get(owners.get(order_id, ""), {}).get(order_id)
+        if reply is None or reply.status not in FINAL_STATUSES:
+            missing += 1
+    return missing
+
+
+def build_report(
+    system: DemoSystem, clients: Sequence[OrderflowClient], settling: Settling, *, processes: int, kills: int
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The demo report of a run whose orders have settled (or timed out), and its mismatched orders.
+
+    Gives the last final replies up to 60 s to arrive, then reads the state store and the demo services.
+    """
+    # Every settled order owes its client a final reply; give the last ones a moment to arrive.
+    await_final_replies(clients, settling.owners, timeout_s=60.0)
+    records = {r.order_id: r for r in all_records(system.stores.state)}
+    report, mismatched = summarise(
+        system.catalog, records, system.services_url, settling.submitted, settling.elapsed_s
+    )
+    report["final_replies"] = sum(
+        client.replies.settled(oid for oid, queue in settling.owners.items() if queue == client.reply_queue)
+        for client in clients
+    )
+    report["missing_final_replies"] = missing_final_replies(records, settling.owners, clients)
+    report["processes"] = processes
+    report["kills"] = kills
+    # Orders that settle only after the time limit (and the killing) stopped do not count as a pass.
+    report["timed_out"] = int(settling.timed_out)
+    return report, mismatched
+
+
+def write_report(report: dict[str, Any], report_path: Path) -> None:
+    """Write ``report`` as indented JSON."""
+    report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def run_demo(
+    *,
+    orders: int,
+    processes: int,
+    timeout_s: float | None,
+    faults: FaultPlan,
+    kill_every_s: float = 0.0,
+    seed: int = 20261129,
+    report_path: Path = REPORT_PATH,
+) -> dict[str, Any]:
+    """Run the whole demo; returns the report (also written to ``report_path``).
+
+    Args:
+        orders: TPC-H orders to submit (the first ``orders`` by order key).
+        processes: devhost processes (see :func:`devhost_specs`).
+        timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
+        faults: Faults the demo services inject.
+        kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
+        seed: Seed of the choice of process to kill.
+        report_path: Where the JSON report is written.
+
+    Raises:
+        RuntimeError: a child process did not start.
+    """
+    run_dir = new_run_dir()
+    chaos = f", one SIGKILLed every {kill_every_s:g} s" if kill_every_s > 0 else ""
+    console.print(
+        f"[bold]orderflow demo[/bold]: {orders} TPC-H orders, {processes} devhost process(es){chaos}; "
+        f"logs in {run_dir}"
+    )
+    with ExitStack() as stack, quiet_sdk_logs():
+        system = stack.enter_context(
+            demo_system(orders=orders, processes=processes, faults=faults, run_dir=run_dir)
+        )
+        killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
+        if killer is not None:
+            stack.callback(killer.stop)
+        client = OrderflowClient(system.client_queues(), reply_queue=f"demo-client-{uuid.uuid4().hex[:8]}")
+        if killer is not None:
+            killer.start()
+        settling = submit_and_settle(system, [client], budget_s=settle_budget_s(orders, timeout_s))
         if killer is not None:
             killer.stop()  # the last orders' replies and the summary are read from a quiet system
-        elapsed = time.monotonic() - started
-        # Every settled order owes its client a final reply; give the last ones a moment to arrive.
-        order_ids = [o.order_id for o in catalog.orders]
-        client.wait_for(order_ids, timeout_s=60.0)
-        records = {r.order_id: r for r in all_records(stores.state)}
-        report, mismatched = summarise(catalog, records, services_url, submitted, elapsed)
-        report["final_replies"] = client.replies.settled(order_ids)
-        report["missing_final_replies"] = sum(
-            1
-            for oid, record in records.items()
-            if record.process_state in SETTLED_STATES
-            and (oid not in client.replies.latest or client.replies.latest[oid].status not in FINAL_STATUSES)
+        report, mismatched = build_report(
+            system,
+            [client],
+            settling,
+            processes=processes,
+            kills=len(killer.kills) if killer is not None else 0,
         )
-        report["processes"] = processes
-        report["kills"] = len(killer.kills) if killer is not None else 0
-        # Orders that settle only after the time limit (and the killing) stopped do not count as a pass.
-        report["timed_out"] = int(timed_out)
 
-    report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_report(report, report_path)
     print_summary(report, mismatched)
     console.print(f"report written to {report_path}")
     return report

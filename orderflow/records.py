@@ -249,6 +249,9 @@ class AttemptEntry(Model):
         ended_at: UTC time its ownership ended (None while it owns the record).
         outcome: How it ended: ``Processed``, ``Error``, ``recovered`` (re-queued by the supervisor) or
             ``gave_up``.
+        expired_complete_by: For a tenure the supervisor ended, the expired ``completeBy`` it acted on
+            (UTC); None otherwise, and in records written before it was kept. The time from it to the next
+            attempt's ``claimed_at`` is the order's recovery time.
     """
 
     attempt: int
@@ -257,6 +260,7 @@ class AttemptEntry(Model):
     claimed_at: UtcDatetime
     ended_at: UtcDatetime | None = None
     outcome: str | None = None
+    expired_complete_by: UtcDatetime | None = None
 
 
 class ReviewDecision(StrEnum):
@@ -339,12 +343,19 @@ class StateRecord(Model):
         )
         del self.attempt_history[:-ATTEMPT_HISTORY_MAX]
 
-    def end_attempt(self, at: datetime, outcome: str) -> None:
-        """Close the tenure of the owning attempt (``locked_by``), in the write that ends it; idempotent."""
+    def end_attempt(self, at: datetime, outcome: str, *, expired_complete_by: datetime | None = None) -> None:
+        """Close the tenure of the owning attempt (``locked_by``), in the write that ends it; idempotent.
+
+        Args:
+            at: When the tenure ends (UTC).
+            outcome: How it ended (see :class:`AttemptEntry`).
+            expired_complete_by: The expired ``completeBy`` the supervisor acted on, when it ends the tenure.
+        """
         for entry in reversed(self.attempt_history):
             if entry.instance_id == self.locked_by and entry.ended_at is None:
                 entry.ended_at = at
                 entry.outcome = outcome
+                entry.expired_complete_by = expired_complete_by
                 return
 
     @classmethod

@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
@@ -57,7 +57,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from azure.storage.blob import BlobLeaseClient, ContainerClient, ExponentialRetry
+from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient, ExponentialRetry
 
 from orderflow.errors import OrderflowError, PermanentError, TransientError
 
@@ -369,6 +369,9 @@ class LeaderLease(_GuardedLease):
         safety_margin_s: Seconds before the local expiry at which leadership ends (default: a fifth).
         monotonic: Local monotonic clock, seconds.
         lease_id: This elector's lease id (default: a new UUID).
+        holder: Metadata naming this elector (e.g. ``{"host": "demo-1", "pid": "4242"}``), written on the
+            lease blob, under the lease, each time it acquires the lease, so operators and tools can see who
+            leads (:func:`current_holder`). None (default): nothing is written.
 
     Raises:
         ValueError: see :class:`_GuardedLease`.
@@ -384,6 +387,7 @@ class LeaderLease(_GuardedLease):
         safety_margin_s: float | None = None,
         monotonic: Monotonic = time.monotonic,
         lease_id: str | None = None,
+        holder: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             duration_s=duration_s,
@@ -396,6 +400,7 @@ class LeaderLease(_GuardedLease):
         self.blob = container.get_blob_client(blob_name)
         self._lease = BlobLeaseClient(self.blob, lease_id=self.lease_id)
         self._where = f"{container.container_name}/{blob_name}"
+        self._holder = dict(holder) if holder else None
 
     def __repr__(self) -> str:
         return f"LeaderLease(blob={self._where!r}, lease_id={self.lease_id!r}, duration_s={self.duration_s})"
@@ -467,7 +472,18 @@ class LeaderLease(_GuardedLease):
             if _is_conflict(exc):
                 return False
             raise _translate(exc, "acquire", self._where) from exc
+        self._write_holder()
         return True
+
+    def _write_holder(self) -> None:
+        """Name this elector in the blob's metadata; only the lease holder may write a leased blob."""
+        if self._holder is None:
+            return
+        try:
+            self.blob.set_blob_metadata(self._holder, lease=self._lease)
+        except AzureError as exc:
+            # Informational only: leadership stands whether or not the name was written.
+            logger.warning("supervisor lease %s: could not record the holder: %s", self.lease_id, exc)
 
     def _remote_renew(self) -> bool:
         try:
@@ -486,6 +502,37 @@ class LeaderLease(_GuardedLease):
             if _is_conflict(exc) or isinstance(exc, ResourceNotFoundError):
                 return
             raise _translate(exc, "release", self._where) from exc
+
+
+def current_holder(connection_string: str, blob_path: str) -> dict[str, str] | None:
+    """Who holds the lease on ``container/blob``: the metadata its holder wrote (``holder`` of
+    :class:`LeaderLease`), or None when the blob is missing or not leased.
+
+    Read without a lease. A holder that acquired a moment ago may not have written its name yet, and
+    a holder that writes none leaves the last one's: the answer is for tools and operators, never for
+    deciding who may act (only the lease itself decides that).
+
+    Raises:
+        ValueError: the path is not ``container/blob`` or the connection string is empty.
+        TransientError / PermanentError: the service failed or refused the read.
+    """
+    if not connection_string:
+        raise ValueError("a storage connection string is required to read the lease holder")
+    container_name, blob_name = split_blob_path(blob_path)
+    blob = BlobClient.from_connection_string(
+        connection_string, container_name, blob_name, **_client_options()
+    )
+    try:
+        properties = blob.get_blob_properties()
+    except ResourceNotFoundError:
+        return None
+    except AzureError as exc:
+        raise _translate(exc, "read", blob_path) from exc
+    finally:
+        blob.close()
+    if properties.lease.state != "leased":
+        return None
+    return dict(properties.metadata or {})
 
 
 class InMemoryLeaseBlob:

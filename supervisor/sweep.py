@@ -252,7 +252,7 @@ def recover(
     give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
     # The client cancelled: no new forward attempt; the next one undoes what was done.
     cancelled = record.cancel_requested_at is not None
-    updated.end_attempt(now, "gave_up" if give_up else "recovered")
+    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=record.complete_by)
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
@@ -326,7 +326,7 @@ def _recover_compensation(
             code="complete_by_expired",
             at=now,
         )
-    updated.end_attempt(now, "gave_up" if give_up else "recovered")
+    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=record.complete_by)
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now

@@ -14,7 +14,7 @@ import pytest
 
 from devhost.emulators import LocalEndpoints
 from orderflow.errors import PermanentError, TransientError
-from supervisor.lease import MIN_LEASE_S, LeaderLease
+from supervisor.lease import MIN_LEASE_S, LeaderLease, current_holder
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +69,26 @@ def test_release_hands_over_at_once(local_endpoints: LocalEndpoints, unique_name
     assert b.acquire()
     assert not a.renew()  # a holds nothing any more
     assert not a.acquire()
+    b.release()
+
+
+def test_each_holder_names_itself_on_the_blob_while_it_holds_the_lease(
+    local_endpoints: LocalEndpoints, unique_name: str
+) -> None:
+    path = f"{unique_name}/supervisor"
+    connection = local_endpoints.storage_connection_string
+    a, b = (
+        LeaderLease.from_connection_string(connection, path, lease_id=lease_id, holder={"host": host})
+        for lease_id, host in zip(ids(2), ("h1", "h2"), strict=True)
+    )
+    assert current_holder(connection, path) is None  # no blob yet
+    assert a.acquire()
+    assert current_holder(connection, path) == {"host": "h1"}
+    a.release()
+    assert current_holder(connection, path) is None  # not leased
+    assert b.acquire()
+    assert current_holder(connection, path) == {"host": "h2"}
+    assert b.renew()  # writing the metadata under the lease leaves the lease renewable
     b.release()
 
 

@@ -683,6 +683,9 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     ]
     assert (history[0].claimed_at, history[0].ended_at) == (first_claim, recovered_at)
     assert (history[1].claimed_at, history[1].ended_at) == (second_claim, clock.now())
+    # The supervisor keeps the deadline it acted on (the claim's completeBy); a finished tenure has none.
+    assert history[0].expired_complete_by == first_claim + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    assert history[1].expired_complete_by is None
 
 
 def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> None:

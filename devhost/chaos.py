@@ -1,0 +1,457 @@
+"""``make chaos``: the demo's orders under every fault a distributed deployment meets at once.
+
+The run is the demo's (:mod:`devhost.demo`: Azurite, cosmosdb-server, the demo services with their
+faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the same time:
+
+- **SIGKILL and restart**: a random devhost process every ``--kill-every`` seconds (:class:`Killer`);
+- **duplicate delivery**: a ``--duplicate-share`` of every message sent (submissions, agent requests,
+  agent responses, client replies) delivered twice under the same message id
+  (:mod:`devhost.delivery_faults`; the driver duplicates its clients' submissions itself);
+- **late responses**: a ``--late-share`` of agent responses delivered after their step's deadline, so the
+  durable timer wins, the supervisor recovers the order, and the late answer must be dropped; the demo
+  services' own "hang past the deadline" fault stays on too;
+- **a paused supervisor leader**: every ``--pause-every`` seconds the process holding the supervisor lease
+  is SIGSTOPped for longer than the lease, then SIGCONTed: another process takes the lead meanwhile, and
+  the paused one wakes up believing it still leads (:class:`LeaderPauser`). Conditional writes must keep
+  that harmless;
+- **several clients**: ``--clients`` clients, each with its own private reply queue, so a reply that
+  reaches the wrong client is seen (``misrouted_replies``).
+
+It writes ``chaos-report.json`` (the demo report's keys plus the chaos counts and ``max_recovery_s``) and
+exits 1, naming them, if any invariant in :data:`CHAOS_INVARIANTS` is not 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
+from itertools import pairwise
+from pathlib import Path
+from typing import Annotated, Any, Protocol
+
+import typer
+
+from demo.faults import FaultPlan
+from devhost.delivery_faults import (
+    CHAOS_ENV,
+    DeliveryFault,
+    DeliveryFaults,
+    FaultLog,
+    FaultyQueueFactory,
+    read_fault_logs,
+)
+from devhost.demo import (
+    DEMO_FAULTS,
+    INVARIANTS,
+    DevhostSpec,
+    Killer,
+    all_records,
+    build_report,
+    console,
+    demo_system,
+    new_run_dir,
+    print_summary,
+    quiet_sdk_logs,
+    submit_and_settle,
+    write_report,
+)
+from devhost.emulators import REPO_ROOT
+from orderflow.client import OrderflowClient
+from orderflow.errors import OrderflowError
+from orderflow.records import StateRecord
+from orderflow.settings import Settings
+from supervisor.lease import current_holder
+
+logger = logging.getLogger(__name__)
+
+REPORT_PATH = REPO_ROOT / "chaos-report.json"
+
+CHAOS_INVARIANTS = (*INVARIANTS, "misrouted_replies")
+"""Report entries that must be 0; the run exits 1 otherwise and names them."""
+
+PAUSE_MARGIN_S = 5.0
+"""Seconds a paused leader stays stopped beyond its lease period: time for the lease to expire on the
+service and for a stand-by's next supervisor tick to take it."""
+
+HOLDER_RETRY_S = 1.0
+"""Seconds before looking again for a leader to pause when none could be found (between holders)."""
+
+
+def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:
+    """Replies that reached a client that did not submit their order, or that are for an unknown order.
+
+    Args:
+        received: Per client reply queue, the replies it received per order id (duplicates not counted:
+            :attr:`orderflow.client.ReplyLog.received`).
+        owners: The reply queue of the client that submitted each order, by order id.
+    """
+    return sum(
+        count
+        for queue, per_order in received.items()
+        for order_id, count in per_order.items()
+        if owners.get(order_id) != queue
+    )
+
+
+def recovery_times_s(records: Iterable[StateRecord]) -> list[float]:
+    """Seconds from each expired ``completeBy`` the supervisor acted on to the claim of the next attempt.
+
+    Read from ``attemptHistory``: a tenure the supervisor ended keeps the deadline it found expired
+    (``expiredCompleteBy``), and the next attempt its ``claimedAt``. A recovery whose next attempt was
+    never claimed, or whose entries were written before deadlines were kept, contributes nothing.
+    """
+    times: list[float] = []
+    for record in records:
+        history = sorted(record.attempt_history, key=lambda entry: entry.attempt)
+        for ended, following in pairwise(history):
+            expired = ended.expired_complete_by
+            if expired is not None and following.attempt == ended.attempt + 1:
+                times.append((following.claimed_at - expired).total_seconds())
+    return times
+
+
+def max_recovery_s(records: Iterable[StateRecord]) -> float:
+    """The longest of :func:`recovery_times_s`, seconds, rounded to 0.01 (0.0 when nothing was recovered)."""
+    return round(max(recovery_times_s(records), default=0.0), 2)
+
+
+def chaos_budget_s(orders: int, timeout_s: float | None) -> float:
+    """Seconds a chaos run waits for its orders to settle: ``timeout_s``, or a bound scaled to ``orders``.
+
+    Chaos settles far fewer orders a second than the demo (about 1.4 for 300 orders measured on 2 cores,
+    against 8): most orders are recovered at least once, and a killed leader's lease holds the
+    supervisor off for up to a lease period. The bound only stops a run that is stuck.
+    """
+    return timeout_s if timeout_s is not None else max(240.0, 90.0 + orders * 1.2)
+
+
+def failed_invariants(report: Mapping[str, Any]) -> list[str]:
+    """The :data:`CHAOS_INVARIANTS` that are not 0 in ``report`` (a missing one counts as failed)."""
+    return [key for key in CHAOS_INVARIANTS if report.get(key, 1) != 0]
+
+
+LeaseHolder = Callable[[], Mapping[str, str] | None]
+"""Reads who holds the supervisor lease: the holder's metadata (``host``, ``pid``), or None."""
+
+
+class PausableFleet(Protocol):
+    """What :class:`LeaderPauser` needs of the devhost processes (:class:`devhost.demo.Fleet`)."""
+
+    @property
+    def specs(self) -> Mapping[str, DevhostSpec]:
+        """The processes' specs by fleet name."""
+        ...
+
+    def pause(self, name: str, pid: int) -> bool:
+        """SIGSTOP process ``name`` if its current pid is ``pid``; False otherwise."""
+        ...
+
+    def resume(self, name: str) -> None:
+        """SIGCONT process ``name`` if it is paused."""
+        ...
+
+
+class LeaderPauser:
+    """Every ``every_s`` seconds, SIGSTOPs the devhost process holding the supervisor lease for ``pause_s``
+    seconds (longer than the lease), then SIGCONTs it; until stopped.
+
+    The holder is the one the lease blob names (:func:`supervisor.lease.current_holder`): its host id and
+    process id, which must be a devhost process of the fleet still running. When there is none (between
+    holders, or the holder was just killed), it looks again ``retry_s`` seconds later. Pauses are
+    ``every_s`` apart, start to start, and never overlap.
+
+    Attributes:
+        pauses: One entry per pause: the fleet name and pid of the paused process, when it was paused
+            (epoch seconds), and the first other process seen holding the lease during the pause
+            (``taken_over_by``: its fleet name; None when none was seen).
+    """
+
+    def __init__(
+        self,
+        fleet: PausableFleet,
+        holder: LeaseHolder,
+        *,
+        every_s: float,
+        pause_s: float,
+        first_after_s: float | None = None,
+        retry_s: float = HOLDER_RETRY_S,
+    ) -> None:
+        self._fleet = fleet
+        self._first_after_s = every_s if first_after_s is None else first_after_s
+        self._retry_s = retry_s
+        self._holder = holder
+        self._every_s = every_s
+        self.pause_s = pause_s
+        self._stop = threading.Event()
+        self.pauses: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._run, name="chaos-pauser", daemon=True)
+
+    def start(self) -> None:
+        """Start pausing, the first pause ``first_after_s`` (default ``every_s``) seconds from now."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop pausing; a process paused now is resumed first."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.pause_s + 30)
+
+    def _read_holder(self) -> tuple[str, int] | None:
+        """The fleet name and pid of the lease holder, or None."""
+        try:
+            holder = self._holder()
+        except OrderflowError as exc:
+            logger.warning("could not read the supervisor lease holder: %s", exc)
+            return None
+        if not holder or not holder.get("pid", "").isdigit():
+            return None
+        names = [name for name, spec in self._fleet.specs.items() if spec.host_id == holder.get("host")]
+        return (names[0], int(holder["pid"])) if names else None
+
+    def _run(self) -> None:
+        next_pause = time.monotonic() + self._first_after_s
+        while not self._stop.wait(max(0.0, next_pause - time.monotonic())):
+            found = self._read_holder()
+            if found is None or not self._fleet.pause(*found):
+                next_pause = time.monotonic() + self._retry_s
+                continue
+            paused_at = time.monotonic()
+            self._pause(*found)
+            next_pause = max(paused_at + self._every_s, time.monotonic() + self._retry_s)
+
+    def _pause(self, name: str, pid: int) -> None:
+        """Keep ``name`` paused for :attr:`pause_s`, watching for another process to take the lease."""
+        entry: dict[str, Any] = {"process": name, "pid": pid, "at": time.time(), "taken_over_by": None}
+        ends = time.monotonic() + self.pause_s
+        try:
+            # A stop request cuts the pause short.
+            while not self._stop.wait(min(self._retry_s, max(0.0, ends - time.monotonic()))):
+                holder = self._read_holder()
+                if entry["taken_over_by"] is None and holder is not None and holder[0] != name:
+                    entry["taken_over_by"] = holder[0]
+                if time.monotonic() >= ends:
+                    break
+        finally:
+            self._fleet.resume(name)
+        self.pauses.append(entry)
+
+
+def lease_holder_reader(settings: Settings) -> LeaseHolder:
+    """Reads the holder of ``settings``' supervisor lease blob."""
+
+    def read() -> Mapping[str, str] | None:
+        return current_holder(settings.STORAGE_CONNECTION_STRING, settings.SUPERVISOR_LEASE_BLOB)
+
+    return read
+
+
+def chaos_counts(run_dir: Path, killer: Killer | None, pauser: LeaderPauser | None) -> dict[str, int]:
+    """The chaos so far: kills, duplicated and late deliveries (from the fault logs), leader pauses."""
+    faults = read_fault_logs(run_dir / "delivery-faults")
+    pauses = pauser.pauses if pauser is not None else []
+    return {
+        "kills": len(killer.kills) if killer is not None else 0,
+        "duplicates_delivered": faults[DeliveryFault.DUPLICATE.value],
+        "late_responses": faults[DeliveryFault.LATE.value],
+        "leader_pauses": len(pauses),
+        "leader_takeovers": sum(1 for p in pauses if p.get("taken_over_by")),
+    }
+
+
+def run_chaos(
+    *,
+    orders: int,
+    processes: int = 3,
+    kill_every_s: float = 5.0,
+    duplicate_share: float = 0.05,
+    late_share: float = 0.03,
+    pause_every_s: float = 30.0,
+    pause_s: float | None = None,
+    first_pause_after_s: float | None = None,
+    clients: int = 3,
+    seed: int = 20261129,
+    timeout_s: float | None = None,
+    faults: FaultPlan = DEMO_FAULTS,
+    report_path: Path = REPORT_PATH,
+) -> dict[str, Any]:
+    """Run the chaos run; returns the report (also written to ``report_path``).
+
+    Args:
+        orders: TPC-H orders to submit (the first ``orders`` by order key).
+        processes: devhost processes (see :func:`devhost.demo.devhost_specs`); pausing the leader needs
+            two running the supervisor, so at least 3.
+        kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
+        duplicate_share: Share of sent messages delivered twice, in [0, 1].
+        late_share: Share of agent responses delivered after their step's deadline, in [0, 1].
+        pause_every_s: SIGSTOP the supervisor leader every this many seconds (0: never).
+        pause_s: How long a pause lasts, seconds (None: the lease period plus :data:`PAUSE_MARGIN_S`).
+        first_pause_after_s: Seconds from the first submission to the first pause (None: ``pause_every_s``).
+        clients: Clients submitting the orders in turn, each with its own reply queue.
+        seed: Seed of the kills and of the delivery faults' draws.
+        timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
+        faults: Faults the demo services inject.
+        report_path: Where the JSON report is written.
+
+    Raises:
+        ValueError: fewer than 1 client, or shares outside [0, 1].
+        RuntimeError: a child process did not start.
+    """
+    if clients < 1:
+        raise ValueError("the chaos run needs at least one client")
+    run_dir = new_run_dir()
+    log_dir = run_dir / "delivery-faults"
+    plan = DeliveryFaults(
+        duplicate_share=duplicate_share, late_share=late_share, seed=seed, log_dir=str(log_dir)
+    )
+    console.print(
+        f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
+        f"clients; kill every {kill_every_s:g} s, duplicate {duplicate_share:.0%}, late {late_share:.0%}, "
+        f"pause the leader every {pause_every_s:g} s; logs in {run_dir}"
+    )
+    with ExitStack() as stack, quiet_sdk_logs():
+        system = stack.enter_context(
+            demo_system(
+                orders=orders,
+                processes=processes,
+                faults=faults,
+                run_dir=run_dir,
+                extra_env={CHAOS_ENV: plan.model_dump_json()},
+            )
+        )
+        settings = Settings.load(env=system.env)
+        killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
+        if killer is not None:
+            stack.callback(killer.stop)
+        pauser = None
+        if pause_every_s > 0:
+            pauser = LeaderPauser(
+                system.fleet,
+                lease_holder_reader(settings),
+                every_s=pause_every_s,
+                pause_s=pause_s if pause_s is not None else settings.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
+                first_after_s=first_pause_after_s,
+            )
+            stack.callback(pauser.stop)  # before the fleet stops: a stopped process ignores SIGTERM
+        # The clients' submissions are duplicated here, as the devhost processes duplicate their sends.
+        queues = FaultyQueueFactory(
+            system.client_queues(),
+            plan.model_copy(update={"late_share": 0.0}),
+            FaultLog(log_dir / "clients.jsonl"),
+        )
+        run_id = uuid.uuid4().hex[:6]
+        chaos_clients = [
+            OrderflowClient(queues, reply_queue=f"chaos-client-{n}-{run_id}") for n in range(1, clients + 1)
+        ]
+
+        def status() -> str:
+            counts = chaos_counts(run_dir, killer, pauser)
+            return (
+                f"kills {counts['kills']} · leader pauses {counts['leader_pauses']} · "
+                f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']}"
+            )
+
+        for chaos in (killer, pauser):
+            if chaos is not None:
+                chaos.start()
+        settling = submit_and_settle(
+            system, chaos_clients, budget_s=chaos_budget_s(orders, timeout_s), status=status
+        )
+        # The last replies and the summary are read from a quiet system.
+        for chaos in (pauser, killer):
+            if chaos is not None:
+                chaos.stop()
+        demo_report, mismatched = build_report(
+            system,
+            chaos_clients,
+            settling,
+            processes=processes,
+            kills=len(killer.kills) if killer is not None else 0,
+        )
+        records = all_records(system.stores.state)
+        report: dict[str, Any] = {
+            "orders": len(system.catalog.orders),
+            "settled": demo_report["submitted"] - demo_report["not_terminal"],
+            "not_terminal": demo_report["not_terminal"],
+            "duplicate_effects": demo_report["duplicate_effects"],
+            "uncompensated_effects": demo_report["uncompensated_effects"],
+            "misrouted_replies": count_misrouted_replies(
+                {c.reply_queue: c.replies.received for c in chaos_clients}, settling.owners
+            )
+            + sum(c.replies.foreign for c in chaos_clients),
+            "max_recovery_s": max_recovery_s(records),
+            **chaos_counts(run_dir, killer, pauser),
+            "clients": clients,
+            "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
+        }
+        report.update({k: v for k, v in demo_report.items() if k not in report})
+        # What the chaos did, when: for reading the processes' logs side by side.
+        events = {
+            "kills": killer.kills if killer is not None else [],
+            "leaderPauses": pauser.pauses if pauser is not None else [],
+        }
+        (run_dir / "chaos-events.json").write_text(json.dumps(events, indent=2) + "\n", encoding="utf-8")
+
+    write_report(report, report_path)
+    print_summary(report, mismatched, title="orderflow chaos", invariants=CHAOS_INVARIANTS)
+    failed = failed_invariants(report)
+    if failed:
+        console.print(f"[bold red]invariants failed:[/bold red] {', '.join(failed)}")
+    else:
+        console.print("[bold green]every invariant held[/bold green]")
+    console.print(f"report written to {report_path}")
+    return report
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(  # noqa: PLR0917 (typer passes each option as a parameter)
+    orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
+    processes: Annotated[
+        int, typer.Option(help="devhost processes: the last runs the agents, the others the scheduler roles.")
+    ] = 3,
+    kill_every: Annotated[
+        float, typer.Option(help="SIGKILL a random devhost process every this many seconds (0: never).")
+    ] = 5.0,
+    duplicate_share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of sent messages delivered twice.")
+    ] = 0.05,
+    late_share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of agent responses delivered past their deadline.")
+    ] = 0.03,
+    pause_every: Annotated[
+        float, typer.Option(help="SIGSTOP the supervisor leader every this many seconds (0: never).")
+    ] = 30.0,
+    clients: Annotated[int, typer.Option(min=1, help="Clients, each with its own reply queue.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the kills and the delivery faults.")] = 20261129,
+    timeout_s: Annotated[float | None, typer.Option(help="Give up waiting after this many seconds.")] = None,
+) -> None:
+    """Run the chaos run and write chaos-report.json; exits 1 if any invariant fails."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    report = run_chaos(
+        orders=orders,
+        processes=processes,
+        kill_every_s=kill_every,
+        duplicate_share=duplicate_share,
+        late_share=late_share,
+        pause_every_s=pause_every,
+        clients=clients,
+        seed=seed,
+        timeout_s=timeout_s,
+    )
+    raise typer.Exit(1 if failed_invariants(report) else 0)
+
+
+if __name__ == "__main__":
+    try:
+        app()
+    except RuntimeError as exc:  # pragma: no cover - a child that did not start, surfaced plainly
+        console.print(f"[red]{exc}[/red]")
+        sys.exit(1)

@@ -1,0 +1,62 @@
+"""``make chaos`` as a test: every chaos feature at once, on a small scale.
+
+Its own Azurite and cosmosdb-server, the demo services with their faults (hangs past the deadline
+included), three devhost processes (two running the scheduler roles, one the agents) and three clients
+with private reply queues, while at the same time a random devhost process is SIGKILLed and restarted,
+5% of all messages are delivered twice, 5% of agent responses arrive after their step's deadline, and the
+supervisor leader is SIGSTOPped for longer than its lease and then woken up (devhost.chaos).
+
+Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
+no reply may reach a client that did not submit its order, every settled order's client must hear its
+final status, and no order may be driven by two attempts at once. And the chaos must really have happened.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devhost.chaos import CHAOS_INVARIANTS, failed_invariants, run_chaos
+from devhost.demo import DEMO_FAULTS
+
+pytestmark = pytest.mark.faults
+
+ORDERS = 60
+CLIENTS = 3
+
+
+def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_path: Path) -> None:
+    report_path = tmp_path / "chaos-report.json"
+
+    report = run_chaos(
+        orders=ORDERS,
+        processes=3,
+        kill_every_s=15.0,
+        duplicate_share=0.05,
+        late_share=0.05,
+        # One pause, early, while orders are in flight: a pause lasts longer than the lease (20 s).
+        first_pause_after_s=10.0,
+        pause_every_s=600.0,
+        clients=CLIENTS,
+        timeout_s=240.0,
+        faults=DEMO_FAULTS,
+        report_path=report_path,
+    )
+
+    assert json.loads(report_path.read_text(encoding="utf-8")) == report
+    assert (report["orders"], report["submitted"], report["settled"]) == (ORDERS, ORDERS, ORDERS)
+    assert report["clients"] == CLIENTS
+    # Settled while the chaos went on, not after it stopped.
+    assert report["timed_out"] == 0
+    assert {key: report[key] for key in CHAOS_INVARIANTS} == dict.fromkeys(CHAOS_INVARIANTS, 0)
+    assert failed_invariants(report) == []
+    assert report["final_replies"] == ORDERS
+    # Each kind of chaos really happened, and the supervisor really recovered orders.
+    assert report["kills"] >= 1
+    assert report["duplicates_delivered"] >= 1
+    assert report["late_responses"] >= 1
+    assert report["leader_pauses"] >= 1
+    assert report["recoveries"] > 0
+    assert report["max_recovery_s"] > 0
