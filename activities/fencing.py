@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict
+from orderflow.errors import ConcurrencyConflict, IllegalTransition
 from orderflow.records import StateRecord
 from orderflow.state_machine import check_step_transition, check_transition
 from orderflow.stores.base import StateStore, Versioned
@@ -108,7 +108,8 @@ def fenced_write(
 
     Raises:
         ConcurrencyConflict: still losing races after :data:`MAX_CONFLICT_RETRIES` re-reads.
-        IllegalTransition: the mutation made a change the state machine forbids.
+        IllegalTransition: the mutation made a change the state machine forbids (decided on a fresh read,
+            never on a cached copy).
         NotFound: the record does not exist.
     """
     cached = cache.get(order_id)
@@ -116,7 +117,17 @@ def fenced_write(
     fresh = cached is None
     for _ in range(MAX_CONFLICT_RETRIES):
         record = current.item
-        proposed = None if record.locked_by != instance_id else mutate(record.model_copy(deep=True))
+        try:
+            proposed = None if record.locked_by != instance_id else mutate(record.model_copy(deep=True))
+            if proposed is not None:
+                _check(record, proposed)
+        except IllegalTransition:
+            if fresh:
+                raise
+            # A cached copy may lag the record: the attempt's previous write ran on another worker (each
+            # has its own cache), or the attempt was superseded. Only a fresh read may refuse the change.
+            current, fresh = _read(store, cache, order_id), True
+            continue
         if proposed is None and not fresh:
             # A decision not to write (fenced, or already applied) is never taken on a cached copy:
             # another process may have moved the record since. Confirm it on a fresh read.
@@ -126,7 +137,6 @@ def fenced_write(
             return WriteOutcome(False, True, f"lockedBy is {record.locked_by!r}", record, current.etag)
         if proposed is None:
             return WriteOutcome(True, False, None, record, current.etag)
-        _check(record, proposed)
         proposed.updated_at = clock.now()
         try:
             written = store.replace(proposed, etag=current.etag)

@@ -1,0 +1,1006 @@
+"""The concurrency protocol as a state machine: every actor, interleaved at random, against the state store.
+
+Hypothesis plays the protocol's actors in any order, over a few orders and two hosts, with a fake clock,
+and after every step checks what the protocol promises (docs/design.md §3, §4):
+
+- one owner at a time: ``lockedBy`` names the record's latest attempt or nobody, attempts' tenures never
+  overlap, and each attempt's orchestration is started at most once, after its claim;
+- a superseded attempt changes nothing: any write it tries leaves the record byte for byte as it was
+  (same ETag) and sends no agent request;
+- every change of ``processState`` is one the protocol allows, made by the actor allowed to make it:
+  terminal states are final, ``Error`` and ``CompensationFailed`` are left only by an operator;
+- ``attempt`` and ``failureCount`` never go back;
+- every completed step has its compensation entry, written before the next step starts, and a
+  compensated order has undone every one of them;
+- the retry budget holds: reservations within what was spent, spent within the limit, and the calls the
+  agents made within the limit too;
+- a settled order owes its client the reply that matches its state, or has sent it, and the client never
+  hears an outcome the order did not have.
+
+Each rule calls the real role function with real payloads: submission, the starters' claim, the
+orchestrations' activities (their payloads built by the real workflow body, run by
+:mod:`tests.unit.scripted_runtime`), the agents, the response listener, the supervisor's sweep and reply
+relay, a client's cancel, an operator's and a reviewer's decision. Only the clock, the durable runtime and
+the remote services are fakes. ``tests/integration/test_protocol_machine_cosmos.py`` runs the same
+machine against cosmosdb-server.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from activities.compensation import begin_compensation, finish_compensation, start_undo
+from activities.contracts import (
+    BEGIN_COMPENSATION,
+    FINISH_COMPENSATION,
+    FINISH_ORDER,
+    RECORD_REVIEW,
+    RECORD_STEP_FAILURE,
+    START_STEP,
+    START_UNDO,
+    StartStepInput,
+    StepResult,
+)
+from activities.fencing import RecordCache
+from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
+from activities.submission import handle_submission
+from agents.agent import handle_request
+from orchestrators.definitions import ORDER_V1, ORDER_V3, WorkflowDefinition, agent_names, workflow_for
+from orchestrators.listener import handle_response
+from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
+from orderflow.clock import FakeClock
+from orderflow.errors import NotFound, PermanentError, TransientError
+from orderflow.messages import (
+    AgentRequest,
+    CancelOrder,
+    CompensateOrder,
+    ReviewDecisionMessage,
+    StatusReply,
+    parse_message,
+)
+from orderflow.queues.base import DeadLetter, MessageQueue, ReceivedMessage
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import (
+    ATTEMPT_HISTORY_MAX,
+    ProcessState,
+    StateRecord,
+    StepStatus,
+    UndoStatus,
+    instance_id_for,
+    parse_instance_id,
+    undo_key,
+)
+from orderflow.replies import resend_pending_replies
+from orderflow.settings import Settings
+from orderflow.state_machine import TERMINAL_STATES, can_transition
+from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
+from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
+from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
+
+pytestmark = pytest.mark.unit
+
+P = ProcessState
+
+SETTINGS: dict[str, Any] = {
+    "CLAIM_TIMEOUT_S": 30.0,
+    "STEP_TIMEOUT_S": 8.0,
+    # Enough for one run of the three steps, not for many retries: running out of it is explored too.
+    "RETRY_BUDGET": 5,
+    "AGENT_MAX_CALLS_PER_STEP": 2,
+    "SUPERVISOR_MAX_FAILURES": 3,
+    "SUPERVISOR_BACKOFF_INITIAL_S": 1.0,
+    "SUPERVISOR_BACKOFF_MAX_S": 4.0,
+    "SUPERVISOR_EXTENDED_BACKOFF_AFTER": 2,
+    "SUPERVISOR_EXTENDED_BACKOFF_S": 10.0,
+    # One record per page and two per sweep: sweeps resume a scan through its continuation token.
+    "SUPERVISOR_PAGE_SIZE": 1,
+    "SUPERVISOR_MAX_RECORDS": 2,
+    "REVIEW_AMOUNT_ABOVE": 500.0,
+    "REVIEW_TIMEOUT_S": 60.0,
+    "REPLY_GRACE_S": 5.0,
+}
+"""Short deadlines; the clock's jumps (:data:`TIME_STEPS`) pass each of them."""
+
+TIME_STEPS = (0.5, 2.0, 9.0, 31.0, 61.0)
+"""Seconds the clock may jump: within a step, past a step's deadline, a claim's, a review's."""
+
+HOSTS = ("h1", "h2")
+
+REPLY_QUEUE = "client-a"
+
+ORDER_KINDS: dict[str, tuple[WorkflowDefinition, str]] = {
+    # The current workflow; large enough to pause for a review before the charge.
+    "large": (ORDER_V3, "1000.50"),
+    # The first workflow: undone one step at a time; no review, no fallback carrier.
+    "small": (ORDER_V1, "100.00"),
+}
+"""What an order is: its workflow and its amount."""
+
+IN_FLIGHT = 2
+"""Most orders on their way (not settled) at once: a new one is submitted when one settles."""
+
+OUTAGES = 2
+"""Outages of the client's reply queue in one run."""
+
+REQUEST_LIMITS = {"cancel": (1, 2), "compensate": (2, 3), "resubmit": (1, 2)}
+"""How often a client cancels or resubmits, and an operator decides: (about one order, in one run). A stop
+ends an order early, so stops are few; a second decision about an order may retry a failed compensation."""
+
+REMOTE_BEHAVIOURS: dict[str, tuple[str, ...]] = {
+    "succeeds": ("ok",),
+    "succeeds after a fault": ("fault", "ok"),
+    "keeps failing": ("fault",),
+    "refuses": ("refused",),
+}
+"""What the remote service behind an agent answers to each call (the last answer repeats)."""
+
+ANSWERS_AT_ONCE = ("succeeds", "succeeds", "later", *REMOTE_BEHAVIOURS)
+"""How an agent handles a request just sent: at once (success weighs double, so that orders get far), or
+``later``: the request waits in the agent's inbox (the agent is slow, or died)."""
+
+
+class Actor(StrEnum):
+    """Who made a change the machine observed."""
+
+    SUBMISSION = "submission"
+    STARTER = "starter"
+    OWNER = "owning attempt"
+    SUPERSEDED = "superseded attempt"
+    AGENT = "agent"
+    LISTENER = "listener"
+    SUPERVISOR = "supervisor"
+    CLIENT = "client"
+    OPERATOR = "operator"
+    REVIEWER = "reviewer"
+    WORLD = "clock or outage"
+
+
+ALLOWED: dict[tuple[ProcessState, ProcessState], frozenset[Actor]] = {
+    (P.PENDING, P.PROCESSING): frozenset({Actor.STARTER}),
+    (P.PENDING, P.CANCELLED): frozenset({Actor.CLIENT}),  # nothing was done yet
+    (P.PENDING, P.COMPENSATING): frozenset({Actor.CLIENT, Actor.OPERATOR}),  # an earlier attempt did steps
+    (P.PROCESSING, P.PENDING): frozenset({Actor.SUPERVISOR}),  # re-queued after completeBy passed
+    (P.PROCESSING, P.PROCESSED): frozenset({Actor.OWNER}),
+    (P.PROCESSING, P.AWAITING_REVIEW): frozenset({Actor.OWNER}),
+    (P.PROCESSING, P.COMPENSATING): frozenset({Actor.OWNER, Actor.SUPERVISOR}),  # or the supervisor gave up
+    (P.PROCESSING, P.ERROR): frozenset({Actor.OWNER}),  # past a point of no return
+    (P.AWAITING_REVIEW, P.PROCESSING): frozenset({Actor.OWNER}),  # the decision is recorded
+    (P.AWAITING_REVIEW, P.PENDING): frozenset({Actor.SUPERVISOR}),  # the waiting attempt died
+    (P.AWAITING_REVIEW, P.COMPENSATING): frozenset({Actor.SUPERVISOR}),
+    (P.COMPENSATING, P.COMPENSATED): frozenset({Actor.OWNER}),
+    (P.COMPENSATING, P.CANCELLED): frozenset({Actor.OWNER}),  # the undo of a client's cancel
+    (P.COMPENSATING, P.COMPENSATION_FAILED): frozenset({Actor.OWNER, Actor.SUPERVISOR}),
+    (P.COMPENSATING, P.ERROR): frozenset({Actor.OWNER}),  # past a point of no return
+    (P.COMPENSATION_FAILED, P.COMPENSATING): frozenset({Actor.OPERATOR}),  # retried once the cause is fixed
+    (P.ERROR, P.PENDING): frozenset({Actor.OPERATOR}),  # resubmitted
+    (P.ERROR, P.COMPENSATING): frozenset({Actor.OPERATOR}),
+}
+"""Every ``processState`` change the protocol allows, and who may make it. No other change may happen."""
+
+FINAL_REPLY: dict[ProcessState, str] = {
+    P.PROCESSED: "Processed",
+    P.ERROR: "Failed",
+    P.COMPENSATED: "Compensated",
+    P.COMPENSATION_FAILED: "CompensationFailed",
+    P.CANCELLED: "Cancelled",
+}
+"""The reply a settled order owes its client (orderflow.replies)."""
+
+ACTIVITIES: dict[str, Callable[[dict[str, Any], ActivityDeps], dict[str, Any]]] = {
+    START_STEP: start_step,
+    FINISH_ORDER: finish_order,
+    RECORD_STEP_FAILURE: record_step_failure,
+    RECORD_REVIEW: record_review,
+    BEGIN_COMPENSATION: begin_compensation,
+    START_UNDO: start_undo,
+    FINISH_COMPENSATION: finish_compensation,
+}
+
+StoreFactory = Callable[[], tuple[StateStore, OrderStore, Callable[[], None]]]
+"""Makes an empty state store and order store, and a function that releases them."""
+
+
+def memory_stores() -> tuple[StateStore, OrderStore, Callable[[], None]]:
+    """The in-memory stores (the ETag semantics of Cosmos DB)."""
+    return InMemoryStateStore(), InMemoryOrderStore(), lambda: None
+
+
+class Host:
+    """One process: a starter, orchestrations, a response listener, a supervisor, a record cache.
+
+    ``claimable`` and ``expired`` hold a page its starter or supervisor read and has not acted on yet.
+    """
+
+    def __init__(self, name: str, deps: ActivityDeps) -> None:
+        self.name = name
+        self.deps = deps
+        self.client = ScriptedClient(deps.clock)
+        self.cursor = SweepCursor()
+        self.claimable: list[Versioned[StateRecord]] = []
+        self.expired: list[Versioned[StateRecord]] = []
+        self.response_queue = f"responses-{name}"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Write:
+    """An activity an orchestration ran, with its payload."""
+
+    def __init__(self, orchestration: ScriptedOrchestration, activity: str, payload: dict[str, Any]) -> None:
+        self.orchestration = orchestration
+        self.activity = activity
+        self.payload = payload
+        self.replayed = False
+
+    def __repr__(self) -> str:
+        return f"{self.activity} of {self.orchestration.instance_id}"
+
+
+@dataclass(frozen=True)
+class SupersededWrite:
+    """A write tried by an attempt that did not own the record: the record (ETag, stored form) before and
+    after it, and how many agent requests it sent."""
+
+    write: Write
+    before: tuple[str, dict[str, Any]]
+    after: tuple[str, dict[str, Any]]
+    requests_sent: int
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A version of a record the machine observed, and the actor of the step that made it."""
+
+    etag: str
+    record: StateRecord
+    by: Actor
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    """Orders, two hosts, one state store; the rules are the protocol's actors."""
+
+    def __init__(self, stores: StoreFactory = memory_stores) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.states, self.orders, self._release = stores()
+        self.queues = ReplyOutage(InMemoryQueueFactory(), REPLY_QUEUE)
+        self.settings = Settings(**SETTINGS)
+        self.hosts = {name: self._host(name) for name in HOSTS}
+        self.submitted: dict[str, str] = {}  # order id -> kind
+        self.inbox: list[AgentRequest] = []  # requests the agents received and have not handled
+        self.request_ids: set[str] = set()
+        self.writes: list[Write] = []
+        self.superseded_writes: list[SupersededWrite] = []
+        self.calls_made: Counter[str] = Counter()  # remote calls made for each order's forward steps
+        self.requests: Counter[tuple[str, str]] = Counter()  # (request, order id or "*") -> times sent
+        self.replies: defaultdict[str, set[str]] = defaultdict(set)  # statuses each client heard
+        self.seen: dict[str, list[Seen]] = {}
+        self.outages = 0
+        self.actor = Actor.WORLD
+        self._stale = True
+
+    def _host(self, name: str) -> Host:
+        deps = ActivityDeps(
+            states=self.states,
+            orders=self.orders,
+            queues=self.queues,
+            clock=self.clock,
+            settings=Settings(**SETTINGS, HOST_ID=name),
+        )
+        return Host(name, deps)
+
+    def teardown(self) -> None:
+        self._release()
+
+    # --- The client, an operator, a reviewer ---------------------------------------------------------
+
+    @initialize(host=st.sampled_from(HOSTS))
+    def orders_arrive(self, host: str) -> None:
+        """An order of each kind is submitted, and one host's starter claims both."""
+        for kind in ORDER_KINDS:
+            self.client_submits_an_order(kind)
+        self.starter_runs_a_pass(host)
+
+    @precondition(lambda self: len(self._in_flight()) < IN_FLIGHT)
+    @rule(kind=st.sampled_from(sorted(ORDER_KINDS)))
+    def client_submits_an_order(self, kind: str) -> None:
+        """A new order, when fewer than :data:`IN_FLIGHT` are still on their way."""
+        self._acting_as(Actor.SUBMISSION)
+        order_id = f"o-{len(self.submitted) + 1}"
+        self.submitted[order_id] = kind
+        self._submit(order_id)
+
+    @precondition(lambda self: self._may_ask("resubmit", settled=True))
+    @rule(data=st.data())
+    def client_submits_again(self, data: st.DataObject) -> None:
+        """The client lost the reply of a settled order and sends the order again: it hears the outcome."""
+        order_id = self._asks("resubmit", data, settled=True)
+        self._acting_as(Actor.SUBMISSION)
+        self._submit(order_id)
+
+    @precondition(lambda self: self._may_ask("cancel"))
+    @rule(data=st.data())
+    def client_cancels(self, data: st.DataObject) -> None:
+        """The client cancels an order: the owner stops at its next write and undoes what was done."""
+        order_id = self._asks("cancel", data)
+        self._acting_as(Actor.CLIENT)
+        self._send_to_submission(CancelOrder(schema_version=1, type="CancelOrder", order_id=order_id))
+
+    @precondition(lambda self: self._may_ask("compensate"))
+    @rule(data=st.data())
+    def operator_decides_to_compensate(self, data: st.DataObject) -> None:
+        """An operator stops an order and has it compensated, or retries a compensation that failed."""
+        order_id = self._asks("compensate", data)
+        self._acting_as(Actor.OPERATOR)
+        self._send_to_submission(
+            CompensateOrder(schema_version=1, type="CompensateOrder", order_id=order_id, operator="ana")
+        )
+
+    @precondition(lambda self: self._awaiting_review())
+    @rule(data=st.data(), decision=st.sampled_from(["approve", "reject"]))
+    def reviewer_decides(self, data: st.DataObject, decision: str) -> None:
+        """A reviewer's decision: recorded in the record (the first one wins), then forwarded to the
+        waiting attempt's host, whose listener raises it on the orchestration."""
+        order_id = data.draw(st.sampled_from(self._awaiting_review()), label="order")
+        self._acting_as(Actor.REVIEWER)
+        self._send_to_submission(
+            ReviewDecisionMessage(
+                schema_version=1, type="ReviewDecision", order_id=order_id, decision=decision, reviewer="rui"
+            )
+        )
+        self._listen()
+
+    # --- Scheduler: starters --------------------------------------------------------------------------
+
+    @precondition(lambda self: self._claimable())
+    @rule(host=st.sampled_from(HOSTS))
+    def starter_runs_a_pass(self, host: str) -> None:
+        """A starter claims ready records and starts each claimed attempt's orchestration."""
+        starter = self.hosts[host]
+        self._acting_as(Actor.STARTER)
+        run_starter_pass(
+            states=self.states,
+            client=starter.client,
+            clock=self.clock,
+            settings=starter.deps.settings,
+            response_queue=starter.response_queue,
+            capacity=IN_FLIGHT,
+            on_claimed=starter.deps.cache.put,
+        )
+
+    @precondition(lambda self: self._claimable() and not self._reads("claimable"))
+    @rule()
+    def both_starters_read_the_same_page(self) -> None:
+        """Both starters read the claimable records; each claims from its copy later, maybe stale."""
+        self._acting_as(Actor.STARTER)
+        query = StateQuery(process_states=CLAIMABLE_STATES, unlocked=True, ready_at=self.clock.now())
+        page = self.states.query(query, max_item_count=IN_FLIGHT).items
+        for starter in self.hosts.values():
+            starter.claimable = list(page)
+
+    @precondition(lambda self: self._reads("claimable"))
+    @rule(data=st.data(), dies_after_claim=st.booleans())
+    def starter_claims_from_its_read(self, data: st.DataObject, dies_after_claim: bool) -> None:
+        """Claim with the ETag read earlier: the claim applies only if nobody moved the record since.
+        A starter that dies after its claim starts no orchestration: the supervisor recovers the record."""
+        starter = self.hosts[data.draw(st.sampled_from(self._reads("claimable")), label="starter")]
+        page, starter.claimable = starter.claimable, []
+        self._acting_as(Actor.STARTER)
+        for found in page:
+            won = claim(self.states, found, self.clock, starter.deps.settings)
+            if won is not None and not dies_after_claim:
+                starter.deps.cache.put(won)
+                start_attempt(
+                    starter.client,
+                    won.item,
+                    response_queue=starter.response_queue,
+                    step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                )
+
+    # --- Scheduler: orchestrations --------------------------------------------------------------------
+
+    @precondition(lambda self: self._waiting_on_an_activity())
+    @rule(data=st.data(), worker=st.sampled_from(HOSTS))
+    def orchestration_activity_runs(self, data: st.DataObject, worker: str) -> None:
+        """The activity an orchestration waits on runs on a worker: any instance of a Functions app runs
+        any activity, each with its own record cache. The agent may answer the request the activity sent
+        at once, or later."""
+        self._activity_runs(data, self.hosts[worker], times=1)
+
+    @precondition(lambda self: self._waiting_on_an_activity())
+    @rule(data=st.data(), worker=st.sampled_from(HOSTS))
+    def orchestration_activity_runs_twice(self, data: st.DataObject, worker: str) -> None:
+        """Activities run at least once: the first result was lost, the runtime runs the activity again a
+        little later, and the orchestration gets the second result."""
+        self._activity_runs(data, self.hosts[worker], times=2)
+
+    @precondition(lambda self: self._superseded())
+    @rule(data=st.data(), worker=st.sampled_from(HOSTS))
+    def superseded_attempt_writes_again(self, data: st.DataObject, worker: str) -> None:
+        """A write of an attempt that no longer owns the record runs again, late: a work item delivered
+        twice, even after its orchestration moved on."""
+        write = data.draw(st.sampled_from(self._superseded()), label="write")
+        write.replayed = True
+        with suppress(TransientError):
+            self._run(write, self.hosts[worker])
+
+    @precondition(lambda self: self._due_timers())
+    @rule(data=st.data())
+    def durable_timer_fires(self, data: st.DataObject) -> None:
+        """A step's (or a review's) durable timer fires: the orchestration stops waiting for the answer.
+        An answer that arrives before the timer fires wins the race, even past the deadline."""
+        instance_id = data.draw(st.sampled_from(self._due_timers()), label="orchestration")
+        self._acting_as(Actor.WORLD)
+        self.orchestrations[instance_id].fire_timer()
+
+    # --- Agents ----------------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.inbox)
+    @rule(data=st.data(), remote=st.sampled_from(sorted(REMOTE_BEHAVIOURS)))
+    def agent_handles_a_request(self, data: st.DataObject, remote: str) -> None:
+        """An agent handles a request that waited in its inbox. A request never handled: the agent died."""
+        self._agent_handles(data.draw(st.sampled_from(self.inbox), label="request"), remote)
+
+    # --- Supervisor -----------------------------------------------------------------------------------
+
+    @precondition(lambda self: self._expired() or self._owed())
+    @rule(host=st.sampled_from(HOSTS))
+    def supervisor_sweeps(self, host: str) -> None:
+        """A bounded sweep (the scan resumes where the host's last sweep stopped), then the relay of
+        replies still owed after their grace period."""
+        supervisor = self.hosts[host]
+        self._acting_as(Actor.SUPERVISOR)
+        run_sweep(
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            settings=self.settings,
+            cursor=supervisor.cursor,
+        )
+        resend_pending_replies(
+            states=self.states, queues=self.queues, clock=self.clock, grace_s=self.settings.REPLY_GRACE_S
+        )
+
+    @precondition(lambda self: self._expired() and not self._reads("expired"))
+    @rule()
+    def both_supervisors_read_the_same_page(self) -> None:
+        """Both supervisors read the expired records; each recovers from its copy later, maybe stale."""
+        self._acting_as(Actor.SUPERVISOR)
+        page = self.states.query(expired_query(self.clock.now()), max_item_count=IN_FLIGHT).items
+        for supervisor in self.hosts.values():
+            supervisor.expired = list(page)
+
+    @precondition(lambda self: self._reads("expired"))
+    @rule(data=st.data())
+    def supervisor_recovers_from_its_read(self, data: st.DataObject) -> None:
+        """Recover with the ETag read earlier: at most one supervisor wins each record."""
+        supervisor = self.hosts[data.draw(st.sampled_from(self._reads("expired")), label="supervisor")]
+        page, supervisor.expired = supervisor.expired, []
+        self._acting_as(Actor.SUPERVISOR)
+        for found in page:
+            recover(self.states, found, queues=self.queues, clock=self.clock, settings=self.settings)
+
+    # --- The world ------------------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from(TIME_STEPS))
+    def time_passes(self, seconds: float) -> None:
+        self._acting_as(Actor.WORLD)
+        self.clock.advance(seconds)
+
+    @precondition(lambda self: not self.queues.down and self.outages < OUTAGES)
+    @rule()
+    def reply_queue_goes_down(self) -> None:
+        """The client's reply queue goes down: every send to it fails until it comes back."""
+        self._acting_as(Actor.WORLD)
+        self.queues.down = True
+        self.outages += 1
+
+    @precondition(lambda self: self.queues.down)
+    @rule()
+    def reply_queue_comes_back(self) -> None:
+        """Replies owed meanwhile are sent by the writer's retry or by the supervisor's relay."""
+        self._acting_as(Actor.WORLD)
+        self.queues.down = False
+
+    # --- Invariants -----------------------------------------------------------------------------------
+
+    @invariant()
+    def one_owner_at_a_time(self) -> None:
+        for order_id, record in self._records():
+            state = record.process_state
+            assert record.locked_by in (None, instance_id_for(order_id, record.attempt)), record.locked_by
+            if state is P.PENDING:
+                assert record.locked_by is None, f"{order_id} is Pending but owned by {record.locked_by}"
+            if state in (P.PROCESSING, P.AWAITING_REVIEW):
+                assert record.locked_by is not None, f"{order_id} is {state} without an owner"
+            history = record.attempt_history
+            first = record.attempt - len(history) + 1
+            assert [entry.attempt for entry in history] == list(range(first, record.attempt + 1))
+            assert all(entry.instance_id == instance_id_for(order_id, entry.attempt) for entry in history)
+            for earlier, later in pairwise(history):
+                # A tenure ends, in the write that takes lockedBy away from it, before the next claim.
+                assert earlier.ended_at is not None, f"{earlier.instance_id} never ended"
+                assert earlier.ended_at <= later.claimed_at, f"{earlier.instance_id} overlaps the next"
+            if history and history[-1].ended_at is None:
+                assert record.locked_by == history[-1].instance_id
+                assert state in (P.PROCESSING, P.AWAITING_REVIEW, P.COMPENSATING), f"{order_id} is {state}"
+
+    @invariant()
+    def each_attempt_is_started_once_after_its_claim(self) -> None:
+        started = [instance for host in self.hosts.values() for instance in host.client.instances]
+        assert len(started) == len(set(started)), f"an attempt started twice: {started}"
+        records = dict(self._records())
+        for instance_id in started:
+            order_id, attempt = parse_instance_id(instance_id)
+            record = records[order_id]
+            assert attempt <= record.attempt
+            if attempt > record.attempt - ATTEMPT_HISTORY_MAX:
+                assert instance_id in {entry.instance_id for entry in record.attempt_history}
+
+    @invariant()
+    def a_superseded_attempt_changes_nothing(self) -> None:
+        for tried in self.superseded_writes:
+            assert tried.after == tried.before, f"{tried.write} wrote the record"
+            assert tried.requests_sent == 0, f"{tried.write} sent an agent request"
+
+    @invariant()
+    def every_change_of_state_is_allowed(self) -> None:
+        for order_id, seen in self._observed():
+            first = seen[0]
+            assert (first.by, first.record.process_state, first.record.attempt) == (
+                Actor.SUBMISSION,
+                P.PENDING,
+                0,
+            )
+            for before, after in pairwise(seen):
+                move = (before.record.process_state, after.record.process_state)
+                if move[0] is move[1]:
+                    continue
+                assert after.by in ALLOWED.get(move, ()), f"{order_id}: {move[0]} -> {move[1]} by {after.by}"
+                assert can_transition(*move), f"{order_id}: the state machine forbids {move}"
+
+    @invariant()
+    def terminal_states_are_final(self) -> None:
+        for order_id, seen in self._observed():
+            states = [version.record.process_state for version in seen]
+            for index, state in enumerate(states):
+                if state in TERMINAL_STATES:
+                    assert set(states[index:]) == {state}, f"{order_id} left {state}: {states[index:]}"
+
+    @invariant()
+    def counters_never_go_back(self) -> None:
+        for order_id, seen in self._observed():
+            for before, after in pairwise(seen):
+                assert after.record.attempt >= before.record.attempt, order_id
+                assert after.record.failure_count >= before.record.failure_count, order_id
+                if after.by is not Actor.OPERATOR:  # an operator's retry of a compensation starts afresh
+                    assert after.record.compensation_failures >= before.record.compensation_failures
+
+    @invariant()
+    def every_completed_step_can_be_undone(self) -> None:
+        for order_id, record in self._records():
+            definition = workflow_for(record.workflow_version)
+            entries = {entry.step: entry for entry in record.compensation_log}
+            assert len(entries) == len(record.compensation_log), f"{order_id}: a step logged twice"
+            for index, step in enumerate(definition.steps):
+                status = record.steps[step.name].status
+                if status is StepStatus.COMPLETED:
+                    entry = entries.get(step.name)
+                    assert entry is not None, f"{order_id}: {step.name} completed without an entry"
+                    assert entry.undo == (None if step.irreversible else step.undo)
+                    assert entry.undo_key == undo_key(order_id, step.name)
+                if record.steps[step.name].attempts:
+                    # Started: every earlier step had completed and logged its entry.
+                    for earlier in definition.steps[:index]:
+                        assert record.steps[earlier.name].status not in (
+                            StepStatus.NOT_STARTED,
+                            StepStatus.RUNNING,
+                            StepStatus.FAILED,
+                        ), f"{order_id}: {step.name} started before {earlier.name} completed"
+                        assert earlier.name in entries, f"{order_id}: {earlier.name} has no entry"
+
+    @invariant()
+    def a_compensated_order_undid_every_step(self) -> None:
+        for order_id, record in self._records():
+            if record.process_state in (P.COMPENSATED, P.CANCELLED):
+                log = record.compensation_log
+                left = [entry.step for entry in log if entry.undo and entry.status != UndoStatus.COMPENSATED]
+                assert not left, f"{order_id} is {record.process_state} but {left} are not undone"
+                # Nor had it passed a point of no return: an irreversible step never started, or refused.
+                for step in workflow_for(record.workflow_version).steps:
+                    state = record.steps[step.name]
+                    if step.irreversible and state.attempts:
+                        assert state.status is StepStatus.FAILED, f"{order_id}: {step.name} may have shipped"
+
+    @invariant()
+    def the_retry_budget_holds(self) -> None:
+        for order_id, record in self._records():
+            budget = record.retry_budget
+            reserved = sum(step.reserved_calls for step in record.steps.values())
+            assert budget.limit == SETTINGS["RETRY_BUDGET"]
+            assert 0 <= reserved <= budget.spent <= budget.limit, f"{order_id}: {reserved} in {budget}"
+            assert self.calls_made[order_id] <= budget.limit, f"{order_id}: {self.calls_made[order_id]} calls"
+
+    @invariant()
+    def a_settled_order_owes_or_sent_its_reply(self) -> None:
+        for order_id, record in self._records():
+            expected = FINAL_REPLY.get(record.process_state)
+            owed = record.pending_reply.status if record.pending_reply is not None else None
+            if expected is not None:
+                assert owed in (None, expected), f"{order_id} is {record.process_state} but owes {owed}"
+                assert owed == expected or expected in self.replies[order_id], f"{order_id}: no {expected}"
+            heard = self.replies[order_id] & set(FINAL_REPLY.values())
+            been = {FINAL_REPLY.get(version.record.process_state) for version in self.seen[order_id]}
+            assert heard <= been, f"{order_id}: the client heard {heard}, the order was {been}"
+
+    # --- Plumbing -------------------------------------------------------------------------------------
+
+    def _acting_as(self, actor: Actor) -> None:
+        """Who acts from now on: what changes next is theirs (what the previous actor did is observed
+        first)."""
+        self._sync()
+        self.actor = actor
+        self._stale = True
+
+    def _sync(self) -> None:
+        """Observe each record's new version, and the replies the client received, since an actor
+        began to act."""
+        if not self._stale:
+            return
+        self._stale = False
+        for order_id in self.submitted:
+            seen = self.seen.setdefault(order_id, [])
+            found = self._read(order_id)
+            if found is not None and (not seen or seen[-1].etag != found.etag):
+                seen.append(Seen(found.etag, found.item, self.actor))
+        for message in received(self.queues.inner.queue(REPLY_QUEUE)):
+            reply = parse_message(StatusReply, message.body)
+            self.replies[reply.order_id].add(reply.status.value)
+
+    def _read(self, order_id: str) -> Versioned[StateRecord] | None:
+        try:
+            return self.states.get(order_id)
+        except NotFound:
+            return None
+
+    def _records(self) -> list[tuple[str, StateRecord]]:
+        self._sync()
+        return [(order_id, seen[-1].record) for order_id, seen in self.seen.items() if seen]
+
+    def _observed(self) -> list[tuple[str, list[Seen]]]:
+        self._sync()
+        return [(order_id, seen) for order_id, seen in self.seen.items() if seen]
+
+    def _in_flight(self) -> list[str]:
+        return [order_id for order_id, record in self._records() if record.process_state not in FINAL_REPLY]
+
+    def _claimable(self) -> list[str]:
+        """Orders a starter's query finds now."""
+        now = self.clock.now()
+        return [
+            order_id
+            for order_id, record in self._records()
+            if record.process_state in CLAIMABLE_STATES
+            and record.locked_by is None
+            and (record.next_attempt_at is None or record.next_attempt_at <= now)
+        ]
+
+    def _expired(self) -> list[str]:
+        """Orders a supervisor's query finds now."""
+        now = self.clock.now()
+        return [
+            order_id
+            for order_id, record in self._records()
+            if record.process_state in SWEPT_STATES and record.complete_by and record.complete_by < now
+        ]
+
+    def _owed(self) -> list[str]:
+        return [order_id for order_id, record in self._records() if record.pending_reply is not None]
+
+    def _awaiting_review(self) -> list[str]:
+        return [order_id for order_id, r in self._records() if r.process_state is P.AWAITING_REVIEW]
+
+    def _may_ask(self, request: str, *, settled: bool = False) -> list[str]:
+        """Orders ``request`` may still be sent about: claimed at least once (begun), or ``settled``."""
+        per_order, per_run = REQUEST_LIMITS[request]
+        if self.requests[request, "*"] >= per_run:
+            return []
+        return [
+            order_id
+            for order_id, record in self._records()
+            if (record.process_state in FINAL_REPLY if settled else record.attempt > 0)
+            and self.requests[request, order_id] < per_order
+        ]
+
+    def _asks(self, request: str, data: st.DataObject, *, settled: bool = False) -> str:
+        """The order a ``request`` is about, drawn and counted."""
+        order_id = data.draw(st.sampled_from(self._may_ask(request, settled=settled)), label="order")
+        self.requests[request, order_id] += 1
+        self.requests[request, "*"] += 1
+        return order_id
+
+    def _submit(self, order_id: str) -> None:
+        definition, amount = ORDER_KINDS[self.submitted[order_id]]
+        self._send_to_submission(order_body(order_id, amount=amount), definition)
+
+    def _send_to_submission(
+        self,
+        message: str | CancelOrder | CompensateOrder | ReviewDecisionMessage,
+        definition: WorkflowDefinition | None = None,
+    ) -> None:
+        """A message on the submission path. A failed reply send abandons it (it would be redelivered)."""
+        with suppress(TransientError):
+            handle_submission(
+                message if isinstance(message, str) else message.to_json(),
+                orders=self.orders,
+                states=self.states,
+                queues=self.queues,
+                clock=self.clock,
+                settings=self.settings,
+                definition=definition,
+            )
+
+    @property
+    def orchestrations(self) -> dict[str, ScriptedOrchestration]:
+        """Every orchestration any host started, by instance id."""
+        return {i: run for host in self.hosts.values() for i, run in host.client.instances.items()}
+
+    def _waiting_on_an_activity(self) -> list[str]:
+        return [i for i, run in self.orchestrations.items() if run.running and run.activity is not None]
+
+    def _due_timers(self) -> list[str]:
+        return [i for i, run in self.orchestrations.items() if run.running and run.due_timer() is not None]
+
+    def _superseded(self) -> list[Write]:
+        """Writes of attempts that no longer own their record, not replayed yet."""
+        owners = {order_id: record.locked_by for order_id, record in self._records()}
+        return [
+            write
+            for write in self.writes
+            if owners[write.payload["orderId"]] != write.orchestration.instance_id and not write.replayed
+        ]
+
+    def _reads(self, page: str) -> list[str]:
+        """Hosts holding a ``claimable`` (starter) or ``expired`` (supervisor) page not acted on yet."""
+        return [name for name, host in self.hosts.items() if getattr(host, page)]
+
+    def _activity_runs(self, data: st.DataObject, worker: Host, *, times: int) -> None:
+        instance_id = data.draw(st.sampled_from(self._waiting_on_an_activity()), label="orchestration")
+        orchestration = self.orchestrations[instance_id]
+        task = orchestration.activity
+        assert task is not None
+        write = Write(orchestration, task.name, task.payload)
+        self.writes.append(write)
+        waiting = len(self.inbox)
+        try:
+            for run in range(times):
+                if run:
+                    self.clock.advance(0.5)  # the runtime runs it again a little later
+                result = self._run(write, worker)
+        except TransientError as error:  # the reply queue is down after the write: the runtime retries
+            orchestration.activity_raised(error)
+        else:
+            orchestration.complete_activity(result)
+        for request in self.inbox[waiting:]:
+            answer = data.draw(st.sampled_from(ANSWERS_AT_ONCE), label="agent")
+            if answer != "later":
+                self._agent_handles(request, answer)
+
+    def _run(self, write: Write, worker: Host) -> dict[str, Any]:
+        """Run ``write``'s activity on ``worker``; a write tried by a non-owner is kept to be checked."""
+        order_id = write.payload["orderId"]
+        before = self.states.get(order_id)
+        owner = before.item.locked_by == write.orchestration.instance_id
+        self._acting_as(Actor.OWNER if owner else Actor.SUPERSEDED)
+        try:
+            return ACTIVITIES[write.activity](write.payload, worker.deps)
+        finally:
+            sent = self._collect_agent_requests()
+            if not owner:
+                after = self.states.get(order_id)
+                self.superseded_writes.append(
+                    SupersededWrite(write, _stored(before), _stored(after), len(sent))
+                )
+
+    def _collect_agent_requests(self) -> list[AgentRequest]:
+        """Move the requests sent to the agents' queues into their inbox. A request sent again under the
+        same message id is dropped, as the broker's duplicate detection drops it (README: the retry
+        budget needs it)."""
+        sent = []
+        for agent in agent_names():
+            for message in received(self.queues.queue(self.settings.agent_queue(agent))):
+                request = parse_message(AgentRequest, message.body)
+                sent.append(request)
+                if message.message_id not in self.request_ids:
+                    self.request_ids.add(message.message_id)
+                    self.inbox.append(request)
+        return sent
+
+    def _agent_handles(self, request: AgentRequest, remote: str) -> None:
+        """The agent calls its remote service (retrying faults within the request's calls) and answers on
+        the response queue of the host that asked, whose listener raises the answer on the orchestration."""
+        self.inbox.remove(request)
+        self._acting_as(Actor.AGENT)
+        done = handle_request(
+            request.to_json(),
+            service=ScriptedService(REMOTE_BEHAVIOURS[remote]),
+            queues=self.queues,
+            clock=self.clock,
+            settings=self.settings,
+            sleep=lambda _seconds: None,
+        )
+        if not request.step.endswith(":undo"):  # undos spend no budget
+            self.calls_made[request.order_id] += done.calls
+        self._listen()
+
+    def _listen(self) -> None:
+        """Each host's response listener raises what its response queue holds on its orchestrations."""
+        self._acting_as(Actor.LISTENER)
+        for host in self.hosts.values():
+            for message in received(self.queues.queue(host.response_queue)):
+                handle_response(message.body, client=host.client)
+
+
+def _stored(found: Versioned[StateRecord]) -> tuple[str, dict[str, Any]]:
+    return found.etag, found.item.to_json_dict()
+
+
+class ScriptedService:
+    """A remote service that answers each call with the next answer of a script (the last one repeats)."""
+
+    name = "scripted"
+
+    def __init__(self, script: tuple[str, ...]) -> None:
+        self._answers = list(script)
+
+    def call(
+        self,
+        operation: str,
+        payload: Any,
+        *,
+        order_id: str,
+        idempotency_key: str,
+        timeout_s: float,
+        instance_id: str | None = None,
+    ) -> dict[str, str]:
+        answer = self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+        if answer == "fault":
+            raise TransientError(f"{operation} timed out")
+        if answer == "refused":
+            raise PermanentError("refused", f"{operation} refused")
+        return {"ref": idempotency_key}
+
+
+class ReplyOutage:
+    """In-memory queues whose client reply queue can be down: every send to it then fails."""
+
+    def __init__(self, inner: InMemoryQueueFactory, reply_queue: str) -> None:
+        self.inner = inner
+        self.reply_queue = reply_queue
+        self.down = False
+
+    def queue(self, name: str) -> MessageQueue:
+        if self.down and name == self.reply_queue:
+            return _Unreachable(name)
+        return self.inner.queue(name)
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
+        return self.inner.dead_letters(name, max_messages=max_messages)
+
+
+class _Unreachable:
+    """A queue that cannot be reached."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _fail(self) -> TransientError:
+        return TransientError(f"queue {self.name} is unreachable")
+
+    def send(
+        self,
+        body: str,
+        *,
+        message_id: str,
+        correlation_id: str | None = None,
+        delay_s: float = 0.0,
+        reply_to: str | None = None,
+    ) -> None:
+        raise self._fail()
+
+    def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
+        raise self._fail()
+
+    def complete(self, message: ReceivedMessage) -> None:
+        raise self._fail()
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        raise self._fail()
+
+    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
+        raise self._fail()
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
+        raise self._fail()
+
+    def approximate_count(self) -> int:
+        raise self._fail()
+
+
+MACHINE_SETTINGS = settings(
+    max_examples=40,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+"""Long runs (each runs a few orders from submission to their end), few of them: about 10 s."""
+
+
+def test_the_protocol_holds_under_any_interleaving() -> None:
+    run_state_machine_as_test(ProtocolMachine, settings=MACHINE_SETTINGS)
+
+
+# --- Regressions the machine found -------------------------------------------------------------------
+
+
+def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
+    # The activities of one orchestration run on any worker, each with its own record cache. Worker B
+    # cached the record when it started the reservation; worker A recorded the reservation and started
+    # the charge. B then records the charge and starts the shipment: on its cached copy the charge had
+    # not started, so the change looked illegal. It must be decided on a fresh read instead.
+    clock = FakeClock()
+    worker_a = memory_deps(clock)
+    worker_b = ActivityDeps(
+        states=worker_a.states,
+        orders=worker_a.orders,
+        queues=worker_a.queues,
+        clock=clock,
+        settings=worker_a.settings,
+        cache=RecordCache(),
+    )
+    submit_and_claim(worker_a, definition=ORDER_V1)
+
+    def start(worker: ActivityDeps, step: str, completed: str | None = None) -> dict[str, Any]:
+        done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
+        payload = StartStepInput(
+            order_id="o-1",
+            instance_id="o-1:1",
+            workflow_version=ORDER_V1.version,
+            step=step,
+            timeout_s=8,
+            completed=done,
+            response_queue="responses-h1",
+        ).to_payload()
+        return start_step(payload, worker)
+
+    assert start(worker_b, "reserve_inventory")["applied"] is True
+    assert start(worker_a, "charge_payment", completed="reserve_inventory")["applied"] is True
+
+    assert start(worker_b, "create_shipment", completed="charge_payment")["applied"] is True
+    steps = worker_a.states.get("o-1").item.steps
+    assert [steps[name].status for name in ORDER_V1.step_names] == [
+        StepStatus.COMPLETED,
+        StepStatus.COMPLETED,
+        StepStatus.RUNNING,
+    ]
