@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
@@ -100,13 +100,34 @@ def _new_etag() -> str:
 
 
 class _MemoryContainer:
-    """JSON documents keyed by id, with ETags; the shared core of both in-memory stores."""
+    """JSON documents keyed by id, with ETags; the shared core of both in-memory stores.
 
-    def __init__(self, kind: str) -> None:
+    Args:
+        kind: What the documents are, for error messages.
+        indexed_field: A top-level field whose values are indexed (as Cosmos DB indexes every path):
+            :meth:`select` given ``among`` values looks only at the documents holding one of them,
+            so a sweep over a few live records costs the same beside 1k or 100k settled ones.
+    """
+
+    def __init__(self, kind: str, *, indexed_field: str | None = None) -> None:
         self.kind = kind
         self.counters = StoreCounters()
         self._lock = threading.Lock()
         self._docs: dict[str, str] = {}
+        self._indexed_field = indexed_field
+        self._index: dict[Any, set[str]] = {}
+
+    def _reindex(self, item_id: str, before: str | None, after: dict[str, Any]) -> None:
+        # Called under the lock with the document's previous text (None when new) and its new content.
+        field = self._indexed_field
+        if field is None:
+            return
+        if before is not None:
+            old = json.loads(before).get(field)
+            if old == after.get(field):
+                return
+            self._index.get(old, set()).discard(item_id)
+        self._index.setdefault(after.get(field), set()).add(item_id)
 
     @staticmethod
     def _stamp(doc: dict[str, Any]) -> str:
@@ -124,6 +145,7 @@ class _MemoryContainer:
             if item_id in self._docs:
                 raise AlreadyExists(f"{self.kind} {item_id!r} already exists")
             self._docs[item_id] = text
+            self._reindex(item_id, None, doc)
         return dict(json.loads(text))
 
     def read(self, item_id: str) -> dict[str, Any]:
@@ -146,6 +168,7 @@ class _MemoryContainer:
                 logger.debug("conditional replace of %s %s lost: ETag changed", self.kind, item_id)
                 raise ConcurrencyConflict(f"{self.kind} {item_id!r} changed since it was read (412)")
             self._docs[item_id] = text
+            self._reindex(item_id, current, doc)
         return dict(json.loads(text))
 
     def __len__(self) -> int:
@@ -163,10 +186,21 @@ class _MemoryContainer:
         predicate: Callable[[dict[str, Any]], bool],
         after_id: str | None,
         limit: int | None = None,
+        *,
+        among: Collection[Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """Up to ``limit`` matching documents with an id greater than ``after_id``, in id order."""
+        """Up to ``limit`` matching documents with an id greater than ``after_id``, in id order.
+
+        Args:
+            among: Values of the indexed field: only documents holding one of them are looked at
+                (the predicate must imply it). None: every document.
+        """
         with self._lock:
-            snapshot = sorted(self._docs.items())
+            if among is not None and self._indexed_field is not None:
+                ids = set().union(*(self._index.get(value, ()) for value in among))
+                snapshot = sorted((item_id, self._docs[item_id]) for item_id in ids)
+            else:
+                snapshot = sorted(self._docs.items())
         found: list[dict[str, Any]] = []
         for item_id, text in snapshot:
             if after_id is not None and item_id <= after_id:
@@ -195,8 +229,12 @@ class InMemoryStateStore:
     """
 
     def __init__(self) -> None:
-        self._container = _MemoryContainer("state record")
+        self._container = _MemoryContainer("state record", indexed_field="processState")
         self.counters: StoreCounters = self._container.counters
+
+    def _select(self, query: StateQuery, after_id: str | None, limit: int | None) -> list[dict[str, Any]]:
+        among = [str(state) for state in query.process_states] if query.process_states else None
+        return self._container.select(lambda doc: matches(query, doc), after_id, limit, among=among)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(records={len(self._container)})"
@@ -266,7 +304,7 @@ class InMemoryStateStore:
         after_id = (
             tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation is not None else None
         )
-        found = self._container.select(lambda doc: matches(query, doc), after_id, max_item_count + 1)
+        found = self._select(query, after_id, max_item_count + 1)
         items = found[:max_item_count]
         token = (
             tokens.encode(_TOKEN_PREFIX, fingerprint, str(items[-1]["id"]))
@@ -278,7 +316,7 @@ class InMemoryStateStore:
 
     def count(self, query: StateQuery) -> int:
         """Number of records matching ``query`` (counts as one query page, zero items read)."""
-        result = len(self._container.select(lambda doc: matches(query, doc), None))
+        result = len(self._select(query, None, None))
         self._container.note_query_page(0)
         return result
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from orderflow.errors import ConcurrencyConflict
 from orderflow.records import ProcessState, RetryBudget, StateRecord
+from orderflow.stores import memory
 from orderflow.stores.base import StateQuery
 from orderflow.stores.memory import InMemoryStateStore
 
@@ -109,3 +110,53 @@ def test_pages_come_in_id_order_without_gaps(ids: set[str], page_size: int) -> N
         assert page.items, "the in-memory store never returns an empty page with a token"
 
     assert seen == sorted(ids)
+
+
+STATES = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.PROCESSED, ProcessState.ERROR)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(("a", "b", "c", "d")), st.sampled_from(STATES)), max_size=40),
+    st.lists(st.sampled_from(STATES), min_size=1, max_size=3, unique=True),
+)
+def test_a_query_by_state_finds_exactly_the_records_now_in_those_states(
+    moves: list[tuple[str, ProcessState]], wanted: list[ProcessState]
+) -> None:
+    # The store looks a state query up in its processState index: moving records between states must
+    # leave every record findable under its current state, and under no other.
+    store = InMemoryStateStore()
+    current: dict[str, ProcessState] = {}
+    for order_id, state in moves:
+        record = make_record(order_id).model_copy(update={"process_state": state})
+        if order_id in current:
+            store.replace(record, etag=store.get(order_id).etag)
+        else:
+            store.create(record)
+        current[order_id] = state
+
+    page = store.query(StateQuery(process_states=wanted), max_item_count=100)
+
+    assert [v.item.id for v in page.items] == sorted(i for i, s in current.items() if s in wanted)
+    assert store.count(StateQuery(process_states=wanted)) == len(page.items)
+
+
+def test_a_state_query_reads_only_the_records_in_those_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = InMemoryStateStore()
+    for n in range(200):
+        store.create(
+            make_record(f"settled-{n:03}").model_copy(update={"process_state": ProcessState.PROCESSED})
+        )
+    store.create(make_record("live").model_copy(update={"process_state": ProcessState.PROCESSING}))
+    parsed: list[str] = []
+    real_matches = memory.matches
+
+    def counting_matches(query: StateQuery, doc: dict[str, object]) -> bool:
+        parsed.append(str(doc["id"]))
+        return real_matches(query, doc)
+
+    monkeypatch.setattr(memory, "matches", counting_matches)
+    page = store.query(StateQuery(process_states=[ProcessState.PROCESSING]), max_item_count=10)
+
+    assert [v.item.id for v in page.items] == ["live"]
+    assert parsed == ["live"]  # the 200 settled records were never looked at
