@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
@@ -86,7 +87,7 @@ def _read_orders(path: Path) -> list[dict[str, Any]]:
         )
     try:
         whole = json.loads(text, parse_float=Decimal)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, ArithmeticError, RecursionError):  # also too many digits, a huge exponent
         whole = None
     try:
         if isinstance(whole, list):
@@ -95,8 +96,11 @@ def _read_orders(path: Path) -> list[dict[str, Any]]:
             orders = [whole]
         else:
             orders = [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
-    except (json.JSONDecodeError, RecursionError) as exc:
-        _fail(f"{path}: not a JSON order, JSON array or JSON lines ({exc})", code=2)
+    except (ValueError, ArithmeticError, RecursionError) as exc:
+        _fail(
+            f"{path}: not a JSON order, JSON array or JSON lines ({str(exc)[:200] or type(exc).__name__})",
+            code=2,
+        )
     for number, order in enumerate(orders, start=1):
         if not isinstance(order, dict):
             _fail(f"{path}: order {number} is a JSON {json_type(order)}, not an object", code=2)
@@ -194,9 +198,9 @@ def _print_reply(reply: StatusReply) -> None:
     colour = {"Processed": "green", "Failed": "red", "Received": "cyan", "Rejected": "yellow"}.get(
         reply.status.value, "white"
     )
-    reason = f" ({reply.reason})" if reply.reason else ""
+    reason = f" ({escape(reply.reason)})" if reply.reason else ""
     console.print(
-        f"{reply.at:%H:%M:%S} [{colour}]{reply.status.value:<18}[/{colour}] {reply.order_id}{reason}"
+        f"{reply.at:%H:%M:%S} [{colour}]{reply.status.value:<18}[/{colour}] {escape(reply.order_id)}{reason}"
     )
 
 
@@ -250,6 +254,11 @@ def review(
     console.print(f"{'approval' if approve else 'rejection'} of {order_id} sent")
 
 
+def _row(table: Table, *cells: object) -> None:
+    # Cells as plain Text: a record holds text others wrote (reasons, operator names), never markup.
+    table.add_row(*(Text(str(cell)) for cell in cells))
+
+
 @app.command()
 def status(
     order_id: str,
@@ -274,31 +283,31 @@ def status(
     table.add_column("field")
     table.add_column("value")
     for name in ("process_state", "locked_by", "complete_by", "attempt", "failure_count", "next_attempt_at"):
-        table.add_row(name, str(getattr(record, name)))
-    table.add_row("retry_budget", f"{record.retry_budget.spent}/{record.retry_budget.limit}")
+        _row(table, name, str(getattr(record, name)))
+    _row(table, "retry_budget", f"{record.retry_budget.spent}/{record.retry_budget.limit}")
     for name, step in record.steps.items():
-        table.add_row(f"step {name}", f"{step.status.value} (attempts {step.attempts}) {step.result or ''}")
+        _row(table, f"step {name}", f"{step.status.value} (attempts {step.attempts}) {step.result or ''}")
     if record.last_error:
         # A Processed order's lastError is history (a failure it recovered from), not its outcome.
         label = "last_error (recovered)" if record.process_state.value == "Processed" else "last_error"
-        table.add_row(
-            label, f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}"
-        )
+        _row(table, label, f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}")
     for entry in record.compensation_log:
         undo = entry.undo or "irreversible"
-        table.add_row(f"undo {entry.step}", f"{undo} {entry.status} {entry.undo_result or entry.data or ''}")
+        _row(table, f"undo {entry.step}", f"{undo} {entry.status} {entry.undo_result or entry.data or ''}")
     if record.compensation_error:
         error = record.compensation_error
-        table.add_row(
+        _row(
+            table,
             "compensation_error",
             f"{error.step} {error.code}: {error.message} (stuck {record.compensation_failures} times)",
         )
     if record.review:
         review = record.review
         decided = f"{review.decision.value} by {review.decided_by}" if review.decision else "undecided"
-        table.add_row("review", f"{review.step}: {decided}, deadline {review.deadline.isoformat()}")
+        _row(table, "review", f"{review.step}: {decided}, deadline {review.deadline.isoformat()}")
     if record.cancel_requested_at:
-        table.add_row(
+        _row(
+            table,
             "stop requested",
             f"{record.stop_requested_by or 'client'} at {record.cancel_requested_at.isoformat()}",
         )
@@ -306,8 +315,22 @@ def status(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    A store or queue that cannot be reached (exit 1), or settings that cannot be used, such as a
+    missing or malformed connection string (exit 2), end in one line on stderr, not a traceback.
+    """
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except OrderflowError as exc:
+        errors.print(f"[red]error:[/red] {escape(_one_line(exc))}")
+        sys.exit(1)
+    except ValueError as exc:
+        errors.print(f"[red]error:[/red] {escape(_one_line(exc))}")
+        sys.exit(2)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__

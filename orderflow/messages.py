@@ -611,6 +611,8 @@ def decode_json_object(body: str | bytes) -> dict[str, Any]:
         raise InvalidMessage(INVALID_JSON, "body nests arrays or objects too deeply to be read") from exc
     except ValueError as exc:  # JSONDecodeError, too many digits, duplicate keys, NaN
         raise InvalidMessage(INVALID_JSON, f"body is not JSON: {str(exc)[:200]}") from exc
+    except ArithmeticError as exc:  # decimal.InvalidOperation: an exponent beyond what Decimal holds
+        raise InvalidMessage(INVALID_JSON, "body holds a number too large to read") from exc
     if not isinstance(data, dict):
         raise InvalidMessage(NOT_AN_OBJECT, f"body must be a JSON object, not {json_type(data)}")
     return data

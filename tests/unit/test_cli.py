@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from typer.testing import CliRunner, Result
 
 from orderflow import cli
 from orderflow.cli import app, generate_orders
-from orderflow.errors import PermanentError
+from orderflow.errors import PermanentError, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -425,6 +426,81 @@ def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch)
     assert "undo_refused" in flat and "(stuck 2" in flat
 
 
+def test_status_prints_text_from_the_record_literally_never_as_markup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An operator name or an error message is text someone else wrote: "[/]" would be a markup error,
+    # "[bold]" would vanish.
+    stores = FakeStores()
+    stores.state.create(
+        StateRecord(
+            id="o-3",
+            order_id="o-3",
+            process_state=ProcessState.ERROR,
+            reply_to="client-x",
+            retry_budget=RetryBudget(limit=24),
+            workflow_version="order-v1",
+            last_error=LastError(kind="permanent", code="bad", message="[/] and [bold]x[/bold]", at=AT),
+            stop_requested_by="[/]",
+            cancel_requested_at=AT,
+            created_at=AT,
+            updated_at=AT,
+        )
+    )
+    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+
+    result = CliRunner().invoke(app, ["status", "o-3"], terminal_width=200)
+
+    assert result.exit_code == 0, result.output
+    assert "[/] and [bold]x[/bold]" in result.output
+    assert "[/] at" in result.output
+
+
+@pytest.mark.parametrize(
+    ("environment", "code", "expected"),
+    [
+        ({"STORAGE_CONNECTION_STRING": ""}, 2, "STORAGE_CONNECTION_STRING"),
+        ({"STORAGE_CONNECTION_STRING": "not a connection string"}, 2, "error: "),
+    ],
+)
+def test_the_entry_point_reports_unusable_settings_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    environment: dict[str, str],
+    code: int,
+    expected: str,
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["orderflow", "watch", "--reply-to", "client-x", "--timeout", "0"])
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+
+    assert exited.value.code == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ") and expected in err[0]
+
+
+def test_the_entry_point_reports_an_unreachable_queue_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreachable(settings: Settings) -> InMemoryQueueFactory:
+        raise TransientError("queue service unreachable: connection refused")
+
+    monkeypatch.setattr(cli, "connect_queues", unreachable)
+    monkeypatch.setattr(sys, "argv", ["orderflow", "watch", "--reply-to", "client-x", "--timeout", "0"])
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+
+    assert exited.value.code == 1
+    assert (
+        capsys.readouterr().err.strip() == "error: [transient] queue service unreachable: connection refused"
+    )
+
+
 # --- errors are one line, never a traceback -------------------------------------------------------
 
 
@@ -486,8 +562,18 @@ def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.M
         (b"[1, 2]", "order 1 is a JSON number, not an object"),
         (b'{"a": 1}\n[2]\n', "order 2 is a JSON array, not an object"),
         (b"{not json", "not a JSON order, JSON array or JSON lines"),
+        (b'{"amount": 1e1000000000000000000}', "not a JSON order, JSON array or JSON lines"),
+        (b'{"amount": ' + b"9" * 5000 + b"}", "not a JSON order, JSON array or JSON lines"),
     ],
-    ids=["latin-1", "utf-16", "array-of-numbers", "json-lines-with-an-array", "not-json"],
+    ids=[
+        "latin-1",
+        "utf-16",
+        "array-of-numbers",
+        "json-lines-with-an-array",
+        "not-json",
+        "huge-exponent",
+        "huge-integer",
+    ],
 )
 def test_submit_of_an_unreadable_order_file_is_a_one_line_error(
     queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path, content: bytes, expected: str

@@ -441,6 +441,8 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> ActivityDeps:
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
     for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint, supervisor.blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: wired)
+    # Each worker process remembers the agent requests it took; every test is a fresh worker.
+    agents.blueprint._taken.cache_clear()
     return wired
 
 
