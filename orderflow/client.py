@@ -57,12 +57,28 @@ def cancel_message_id(order_id: str) -> str:
     return f"{order_id}:cancel:{uuid.uuid4().hex[:8]}"
 
 
+def supersedes(reply: StatusReply, current: StatusReply | None) -> bool:
+    """Whether ``reply`` replaces ``current`` as the latest known status of its order.
+
+    A final status is never replaced by a non-final one (replies may arrive out of order). ``Rejected``
+    answers one submission message, not the order: nothing was recorded for it. So it never replaces
+    what the order's own record said (a conflicting resubmission, even one sent by someone else with
+    this client's ``replyTo``, must not hide an accepted order), and any status of the order replaces it
+    (the order was resubmitted and accepted).
+    """
+    if current is None or current.status is OrderStatus.REJECTED:
+        return True
+    if reply.status is OrderStatus.REJECTED:
+        return False
+    return current.status not in FINAL_STATUSES or reply.status in FINAL_STATUSES
+
+
 @dataclass
 class ReplyLog:
     """Replies seen so far: the latest status per order, and every message id (for de-duplication).
 
     Attributes:
-        latest: The latest status per order id (a final status is never replaced by a non-final one).
+        latest: The latest status per order id (see :func:`supersedes`).
         seen_ids: Message ids of the replies received.
         received: Replies received per order id, duplicates not counted.
         duplicates: Replies received again under a message id already seen.
@@ -199,8 +215,7 @@ class OrderflowClient:
             else:
                 self.replies.seen_ids.add(message.message_id)
                 self.replies.received[reply.order_id] += 1
-                current = self.replies.latest.get(reply.order_id)
-                if current is None or current.status not in FINAL_STATUSES or reply.status in FINAL_STATUSES:
+                if supersedes(reply, self.replies.latest.get(reply.order_id)):
                     self.replies.latest[reply.order_id] = reply
                 fresh.append(reply)
             queue.complete(message)

@@ -181,6 +181,29 @@ def test_poll_returns_new_replies_and_completes_them(
     assert client.poll() == []
 
 
+@pytest.mark.parametrize(
+    ("sequence", "latest"),
+    [
+        # A conflicting resubmission (anyone may name this client's replyTo) never hides the order.
+        ([OrderStatus.RECEIVED, OrderStatus.REJECTED], OrderStatus.RECEIVED),
+        ([OrderStatus.RECEIVED, OrderStatus.PROCESSED, OrderStatus.REJECTED], OrderStatus.PROCESSED),
+        # Refused by admission control, then resubmitted and accepted: the order's own status wins.
+        ([OrderStatus.REJECTED, OrderStatus.RECEIVED], OrderStatus.RECEIVED),
+        ([OrderStatus.REJECTED], OrderStatus.REJECTED),
+        # Out of order: a final status is not replaced by an earlier, non-final one.
+        ([OrderStatus.PROCESSED, OrderStatus.RECEIVED], OrderStatus.PROCESSED),
+    ],
+)
+def test_the_latest_status_is_the_orders_own_and_final_wins(
+    client: OrderflowClient, queues: InMemoryQueueFactory, sequence: list[OrderStatus], latest: OrderStatus
+) -> None:
+    for n, status in enumerate(sequence):
+        send_reply(queues, reply("o-1", status, seconds=n))
+        client.poll()
+
+    assert latest_status(client, "o-1") is latest
+
+
 def test_poll_dedupes_a_resent_reply_in_one_batch_and_across_polls(
     client: OrderflowClient, queues: InMemoryQueueFactory
 ) -> None:
