@@ -63,7 +63,6 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT
 from orderflow.client import OrderflowClient
-from orderflow.errors import OrderflowError
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from supervisor.lease import current_holder
@@ -132,8 +131,35 @@ def chaos_budget_s(orders: int, timeout_s: float | None) -> float:
 
 
 def failed_invariants(report: Mapping[str, Any]) -> list[str]:
-    """The :data:`CHAOS_INVARIANTS` that are not 0 in ``report`` (a missing one counts as failed)."""
-    return [key for key in CHAOS_INVARIANTS if report.get(key, 1) != 0]
+    """The :data:`CHAOS_INVARIANTS` that are not 0 in ``report`` (a missing one counts as failed), then
+    the report's ``unexercised`` chaos features: a run whose chaos never happened proves nothing."""
+    failed = [key for key in CHAOS_INVARIANTS if report.get(key, 1) != 0]
+    return failed + [f"no {feature}" for feature in report.get("unexercised", [])]
+
+
+def unexercised(
+    counts: Mapping[str, Any],
+    *,
+    kill_every_s: float,
+    duplicate_share: float,
+    late_share: float,
+    pause_every_s: float,
+) -> list[str]:
+    """The report keys of the chaos features a run asked for that never happened (orders included).
+
+    Args:
+        counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses`` and
+            ``leader_pauses``.
+        kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
+    """
+    asked = {
+        "orders": True,  # a run of no orders proves nothing
+        "kills": kill_every_s > 0,
+        "duplicates_delivered": duplicate_share > 0,
+        "late_responses": late_share > 0,
+        "leader_pauses": pause_every_s > 0,
+    }
+    return [key for key, wanted in asked.items() if wanted and not counts.get(key)]
 
 
 LeaseHolder = Callable[[], Mapping[str, str] | None]
@@ -206,7 +232,7 @@ class LeaderPauser:
         """The fleet name and pid of the lease holder, or None."""
         try:
             holder = self._holder()
-        except OrderflowError as exc:
+        except Exception as exc:  # the pauser thread must outlive any failure to read the lease
             logger.warning("could not read the supervisor lease holder: %s", exc)
             return None
         if not holder or not holder.get("pid", "").isdigit():
@@ -390,6 +416,13 @@ def run_chaos(
             "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
         }
         report.update({k: v for k, v in demo_report.items() if k not in report})
+        report["unexercised"] = unexercised(
+            report,
+            kill_every_s=kill_every_s,
+            duplicate_share=duplicate_share,
+            late_share=late_share,
+            pause_every_s=pause_every_s,
+        )
         # What the chaos did, when: for reading the processes' logs side by side.
         events = {
             "kills": killer.kills if killer is not None else [],
@@ -413,7 +446,9 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(  # noqa: PLR0917 (typer passes each option as a parameter)
-    orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
+    orders: Annotated[
+        int, typer.Option(min=1, help="How many TPC-H orders to submit (15000 for all).")
+    ] = 200,
     processes: Annotated[
         int, typer.Option(help="devhost processes: the last runs the agents, the others the scheduler roles.")
     ] = 3,

@@ -54,6 +54,7 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
     assert failed_invariants(report) == []
     assert report["final_replies"] == ORDERS
     # Each kind of chaos really happened, and the supervisor really recovered orders.
+    assert report["unexercised"] == []  # every chaos feature asked for happened
     assert report["kills"] >= 1
     assert report["duplicates_delivered"] >= 1
     assert report["late_responses"] >= 1

@@ -22,6 +22,7 @@ from devhost.chaos import (
     failed_invariants,
     max_recovery_s,
     recovery_times_s,
+    unexercised,
 )
 from devhost.delivery_faults import (
     CHAOS_ENV,
@@ -279,6 +280,20 @@ def test_failed_invariants_names_each_non_zero_one_and_a_missing_one() -> None:
     assert {"not_terminal", "duplicate_effects", "uncompensated_effects", "overlapping_attempts"} <= set(
         CHAOS_INVARIANTS
     )
+
+
+def test_a_run_whose_chaos_never_happened_fails() -> None:
+    passing = dict.fromkeys(CHAOS_INVARIANTS, 0)
+    happened = {"orders": 60, "kills": 3, "duplicates_delivered": 9, "late_responses": 2, "leader_pauses": 1}
+    asked = {"kill_every_s": 15.0, "duplicate_share": 0.05, "late_share": 0.05, "pause_every_s": 30.0}
+
+    assert unexercised(happened, **asked) == []
+    quiet = {**happened, "kills": 0, "leader_pauses": 0}
+    assert unexercised(quiet, **asked) == ["kills", "leader_pauses"]
+    # What was not asked for need not happen; no orders at all is never a run.
+    assert unexercised(quiet, **{**asked, "kill_every_s": 0, "pause_every_s": 0}) == []
+    assert unexercised({**happened, "orders": 0}, **asked) == ["orders"]
+    assert failed_invariants({**passing, "unexercised": ["kills"]}) == ["no kills"]
 
 
 # --- pausing the leader ----------------------------------------------------------------------------------
