@@ -46,9 +46,11 @@ FINAL_STATUSES = frozenset(
 """Statuses after which the client expects nothing more for an order (unless an operator acts)."""
 
 
-def submission_message_id(order_id: str) -> str:
-    """Stable message id of an order submission: broker duplicate detection keys on it."""
-    return f"{order_id}:submit"
+def submission_message_id(order_id: str, *, resubmission: int = 0) -> str:
+    """Message id of an order submission: stable, so broker duplicate detection drops a send retried
+    after a failure; ``:submit:<n>`` for the n-th resubmission after a ``Rejected`` reply, which said
+    nothing was recorded, so that duplicate detection does not drop the retry."""
+    return f"{order_id}:submit" if resubmission == 0 else f"{order_id}:submit:{resubmission}"
 
 
 def cancel_message_id(order_id: str) -> str:
@@ -81,6 +83,8 @@ class ReplyLog:
         latest: The latest status per order id (see :func:`supersedes`).
         seen_ids: Message ids of the replies received.
         received: Replies received per order id, duplicates not counted.
+        rejected: ``Rejected`` replies received per order id (each means that submission was not
+            recorded), duplicates not counted.
         duplicates: Replies received again under a message id already seen.
         foreign: Messages on the reply queue that were not status replies (dead-lettered).
     """
@@ -88,6 +92,7 @@ class ReplyLog:
     latest: dict[str, StatusReply] = field(default_factory=dict)
     seen_ids: set[str] = field(default_factory=set)
     received: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     foreign: int = 0
 
@@ -127,7 +132,10 @@ class OrderflowClient:
         validated = validate_message(SubmitOrder, data)
         self._queues.queue(self.orders_queue).send(
             validated.to_json(),
-            message_id=submission_message_id(validated.order_id),
+            # After a Rejected reply a fresh id: the broker must not drop the retry as a duplicate.
+            message_id=submission_message_id(
+                validated.order_id, resubmission=self.replies.rejected[validated.order_id]
+            ),
             correlation_id=validated.order_id,
             reply_to=self.reply_queue,
         )
@@ -215,6 +223,8 @@ class OrderflowClient:
             else:
                 self.replies.seen_ids.add(message.message_id)
                 self.replies.received[reply.order_id] += 1
+                if reply.status is OrderStatus.REJECTED:
+                    self.replies.rejected[reply.order_id] += 1
                 if supersedes(reply, self.replies.latest.get(reply.order_id)):
                     self.replies.latest[reply.order_id] = reply
                 fresh.append(reply)

@@ -88,6 +88,23 @@ def test_submit_sends_the_order_with_reply_to_and_a_stable_message_id(
     assert sent.model_dump(mode="json", by_alias=True) == {**order("o-1"), "replyTo": REPLY_QUEUE}
 
 
+def test_a_resubmission_after_rejected_gets_a_fresh_message_id(
+    client: OrderflowClient, queues: InMemoryQueueFactory
+) -> None:
+    # Service Bus duplicate detection keeps message ids for minutes; a retry after a Rejected reply
+    # (nothing was recorded) under the same id would be dropped without a word.
+    client.submit(order("o-1"))
+    client.submit(order("o-1"))  # a plain retry of the send: the same id
+    send_reply(queues, reply("o-1", OrderStatus.REJECTED))
+    send_reply(queues, reply("o-1", OrderStatus.REJECTED))  # the same reply twice counts once
+    client.poll()
+    client.submit(order("o-1"))
+
+    ids = [m.message_id for m in queues.queue("orders").peek_all()]
+    assert ids == ["o-1:submit", "o-1:submit", "o-1:submit:1"]
+    assert submission_message_id("o-1", resubmission=1) == "o-1:submit:1"
+
+
 def test_submit_accepts_a_model_and_overrides_its_reply_to(
     client: OrderflowClient, queues: InMemoryQueueFactory
 ) -> None:
