@@ -2,6 +2,14 @@
 #   make demo [ORDERS=200] [PROCESSES=3] [KILL_EVERY=0]
 #                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
 #                            process every S seconds and restart it) and write demo-report.json
+#   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
+#              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
+#                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
+#                            a paused supervisor leader, several clients; writes chaos-report.json
+#   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2] [SWEEP_SIZES=1000,10000,100000]
+#              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
+#                            throughput, latency, per-order operation counts, supervisor sweep and a
+#                            hard-down dependency, against bare durabletask and DBOS; writes bench-report.json
 #   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
 
 PYTHON ?= python3
@@ -10,6 +18,18 @@ PY     := $(VENV)/bin/python
 ORDERS ?= 200
 PROCESSES ?= 3
 KILL_EVERY ?= 0
+DUPLICATE_SHARE ?= 0.05
+LATE_SHARE ?= 0.03
+PAUSE_EVERY ?= 30
+CLIENTS ?= 3
+SEED ?= 20261129
+# make chaos kills every 5 s unless KILL_EVERY is given (make demo's default is 0: no kills).
+CHAOS_KILL_EVERY = $(if $(filter file,$(origin KILL_EVERY)),5,$(KILL_EVERY))
+CONCURRENCY ?= 32
+BENCH_PROCESSES ?= 1,2
+SWEEP_SIZES ?= 1000,10000,100000
+PEERS ?= durabletask,dbos
+HARD_DOWN_ORDERS ?= 10
 
 .PHONY: demo test lint typecheck pytest setup clean
 
@@ -28,6 +48,17 @@ setup: $(VENV)/.installed node_modules/.installed
 
 demo: setup
 	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY)
+
+.PHONY: chaos
+chaos: setup
+	$(PY) -m devhost.chaos --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
+		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
+		--clients $(CLIENTS) --seed $(SEED)
+
+.PHONY: bench
+bench: setup
+	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes $(BENCH_PROCESSES) \
+		--sweep-sizes $(SWEEP_SIZES) --peers $(PEERS) --hard-down-orders $(HARD_DOWN_ORDERS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -9,7 +9,9 @@ other kinds' rates. At most one fault applies per call; when several draws
 hit, the first in :data:`FAULT_PRIORITY` wins.
 
 Undo endpoints (release, refund, cancel, and their by-key forms) get none of
-these unless ``faults_on_undo`` is set. Two deterministic faults hit undos
+these unless ``faults_on_undo`` is set. A service named in
+``unavailable_services`` is hard down: every call to it, forward or undo,
+answers 503 before anything else is looked at. Two deterministic faults hit undos
 only, whatever the rates, so a compensation can be made to fail while forward
 calls succeed: ``undo_permanent`` (every undo call refused, checked first) and
 ``undo_transient_failures`` (the first N calls of every undo key answer 503).
@@ -92,6 +94,9 @@ class FaultPlan(BaseModel):
         undo_permanent: Every undo call answers a permanent 422 ``undo_refused`` before anything else
             (before ``undo_transient_failures`` and the random faults): no effect, nothing stored, no
             tombstone. Forward calls are unaffected.
+        unavailable_services: Services that are hard down (``inventory``, ``payments``, ``shipping``:
+            the first part of an endpoint's name): every call to them, forward or undo, answers a
+            transient 503 ``unavailable`` before anything else, whatever the other settings say.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -106,6 +111,7 @@ class FaultPlan(BaseModel):
     faults_on_undo: bool = False
     undo_transient_failures: int = Field(default=0, ge=0)
     undo_permanent: bool = False
+    unavailable_services: tuple[str, ...] = ()
 
     def rate(self, kind: FaultKind) -> float:
         """The configured probability of ``kind`` (0 for ``undo_refused``, which is not drawn)."""
@@ -118,19 +124,25 @@ class FaultPlan(BaseModel):
         }
         return rates[kind]
 
-    def decide(self, key: str, call: int, *, undo: bool = False) -> FaultKind | None:
+    def decide(
+        self, key: str, call: int, *, undo: bool = False, service: str | None = None
+    ) -> FaultKind | None:
         """Choose the fault, if any, for one call.
 
         Args:
             key: The request's idempotency key.
             call: 1-based number of this call among all calls carrying ``key``.
             undo: The call is to an undo endpoint (release, refund, cancel).
+            service: The service called (``payments``), checked against ``unavailable_services``.
 
         Returns:
-            The single fault to inject, or None. For an undo call: ``undo_refused`` if
+            The single fault to inject, or None. ``transient`` for any call to a service in
+            ``unavailable_services``. Otherwise, for an undo call: ``undo_refused`` if
             ``undo_permanent``, else ``transient`` if ``call <= undo_transient_failures``, else the
             random draw when ``faults_on_undo`` (None otherwise). Forward calls: the random draw.
         """
+        if service is not None and service in self.unavailable_services:
+            return FaultKind.TRANSIENT
         if undo:
             if self.undo_permanent:
                 return FaultKind.UNDO_REFUSED

@@ -958,7 +958,7 @@ def create_app(
             arrived = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             audit.received.append({"at": arrived, "instance": request.headers.get(INSTANCE_HEADER)})
             call = audit.calls
-            fault = state.faults.decide(key, call, undo=undo)
+            fault = state.faults.decide(key, call, undo=undo, service=endpoint.split(".", 1)[0])
             plan = state.faults
             if fault is not None:
                 audit.faults.append({"call": call, "kind": fault.value})

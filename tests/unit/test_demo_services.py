@@ -375,6 +375,22 @@ def test_undo_endpoints_are_not_faulted_unless_asked(client: TestClient) -> None
     assert reservation.status_code == 503
 
 
+def test_an_unavailable_service_answers_503_to_every_call_and_the_others_work() -> None:
+    with make_client(FaultPlan(unavailable_services=("payments",))) as client:
+        assert reserve(client, "o1", [("10", 1)]).status_code == 201
+        for _ in range(3):
+            assert charge(client, "o1", GOOD_CUSTOMER, "5.00").status_code == 503
+        refund = post(client, "/payments/refunds", {"orderId": "o1", "forwardKey": "o1:charge"}, "o1:undo")
+        assert refund.status_code == 503
+        assert client.get("/orders/o1/facts").json()["charges"] == []
+        entry = client.get("/audit/o1:charge").json()
+        assert (entry["calls"], entry["effects"]) == (3, 0)
+        assert [f["kind"] for f in entry["faults"]] == ["transient"] * 3
+
+        client.put("/faults", json={})
+        assert charge(client, "o1", GOOD_CUSTOMER, "5.00").status_code == 201
+
+
 def test_fault_decisions_are_deterministic_per_seed() -> None:
     keys = [f"tpch-{i}:{step}" for i in range(300) for step in ("reserve", "charge", "ship")]
 

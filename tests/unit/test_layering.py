@@ -60,6 +60,24 @@ def test_orderflow_core_imports_no_role_or_host() -> None:
     assert result.stdout.strip() == ""
 
 
+def test_nothing_imports_the_benchmark() -> None:
+    # bench is a host: it may import devhost, the roles and orderflow, and nothing may import it.
+    roots = (*ROLE_PACKAGES, "devhost", "demo")
+    script = (
+        "import importlib, pkgutil, sys\n"
+        f"for root in {roots!r}:\n"
+        "    package = importlib.import_module(root)\n"
+        "    for info in pkgutil.walk_packages(package.__path__, root + '.'):\n"
+        "        if not info.name.endswith(('.blueprint', '__main__')):\n"
+        "            importlib.import_module(info.name)\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'bench')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
 def test_function_app_imports_with_the_real_sdks() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import function_app; print(type(function_app.app).__name__)"],

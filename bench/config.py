@@ -1,0 +1,90 @@
+"""What one benchmark run does: sizes, concurrency and which parts to run (one typed structure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from bench.orderflow_runs import HARD_DOWN_SETTINGS
+from devhost.demo import DATA_DIR
+from devhost.emulators import REPO_ROOT
+
+REPORT_PATH = REPO_ROOT / "bench-report.json"
+
+PEERS = ("durabletask", "dbos")
+"""The peers the benchmark can run."""
+
+
+class BenchConfig(BaseModel):
+    """Configuration of ``python -m bench``; every figure in the report comes from one of these.
+
+    Attributes:
+        orders: Orders per throughput run: each orderflow process count, and each peer.
+        concurrency: Orders submitted and not yet finished at once (closed loop), for every system.
+        warmup: Orders run through each system before it is timed, not counted.
+        processes: Devhost process counts to measure orderflow with (1: every role in one process;
+            2: the scheduler roles in one, the agents in the other).
+        count_orders: Orders of the in-process run that counts store and queue operations.
+        sweep_sizes: Settled records in the state store for each supervisor-sweep measurement.
+        sweep_expired: Expired ``Processing`` records beside them, which the sweep recovers.
+        sweep_load_threads: Threads creating the settled records in cosmosdb-server.
+        hard_down_orders: Orders run while ``hard_down_service`` answers every call 503.
+        hard_down_service: The demo service that is down (``payments``, ``inventory`` or ``shipping``).
+        orderflow_settings: orderflow settings over the demo's (``DEMO_SETTINGS``) for every orderflow
+            run; empty by default: orderflow is measured as ``make demo`` runs it.
+        hard_down_settings: Settings of the hard-down run over those (shorter back-offs).
+        peers: Peers to run (:data:`PEERS`).
+        run_timeout_s: Longest wait for one run's orders to finish, seconds.
+        data_dir: The TPC-H data set (generated there with tpchgen-cli when missing).
+        report_path: Where ``bench-report.json`` is written.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    orders: int = Field(200, ge=1)
+    concurrency: int = Field(32, ge=1)
+    warmup: int = Field(10, ge=0)
+    processes: tuple[int, ...] = (1, 2)
+    count_orders: int = Field(20, ge=1)
+    sweep_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
+    sweep_expired: int = Field(20, ge=1)
+    sweep_load_threads: int = Field(8, ge=1)
+    hard_down_orders: int = Field(10, ge=1)
+    hard_down_service: str = "payments"
+    orderflow_settings: dict[str, str] = Field(default_factory=dict)
+    hard_down_settings: dict[str, str] = Field(default_factory=lambda: dict(HARD_DOWN_SETTINGS))
+    peers: tuple[str, ...] = PEERS
+    run_timeout_s: float = Field(900.0, gt=0)
+    data_dir: Path = DATA_DIR
+    report_path: Path = REPORT_PATH
+
+    @field_validator("processes", "sweep_sizes")
+    @classmethod
+    def _positive(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        if any(value < 1 for value in values):
+            raise ValueError("every value must be at least 1")
+        return values
+
+    @field_validator("peers")
+    @classmethod
+    def _known_peers(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(values) - set(PEERS))
+        if unknown:
+            raise ValueError(f"unknown peers {unknown}; choose from {list(PEERS)}")
+        return values
+
+    @field_validator("hard_down_service")
+    @classmethod
+    def _known_service(cls, value: str) -> str:
+        if value not in ("inventory", "payments", "shipping"):
+            raise ValueError("choose one of inventory, payments, shipping")
+        return value
+
+    def runs(self) -> int:
+        """Runs that submit orders: each process count, each peer, the counting run and the hard-down run."""
+        return len(self.processes) + len(self.peers) + 2
+
+    def distinct_orders(self) -> int:
+        """TPC-H orders the largest run needs; every run submits the same ones under ids of its own."""
+        return max(self.orders, self.warmup, self.count_orders, self.hard_down_orders)

@@ -1,0 +1,185 @@
+"""Closed-loop load: keep a fixed number of orders outstanding, time each from submission to its outcome.
+
+Every system is driven the same way: at most ``concurrency`` orders submitted and not yet finished; a
+new one is submitted as soon as one finishes. An order's latency runs from just before its submission
+to the moment its outcome is known to the submitter (seconds, ``time.monotonic``); throughput is the
+orders finished over the time from the first submission to the last outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from orderflow.client import FINAL_STATUSES, OrderflowClient
+
+T = TypeVar("T")
+
+RESULT_PREFIX = "result "
+"""Start of the line on which a peer's process hands its :class:`LoadResult` over, as JSON."""
+
+TIMED_OUT = "TimedOut"
+"""The outcome of an order that had not finished when the run's time limit passed."""
+
+
+@dataclass
+class LoadResult:
+    """What one closed-loop run measured.
+
+    Attributes:
+        submitted: Orders submitted.
+        latencies_s: Submission-to-outcome time of every finished order, seconds, in finishing order.
+        elapsed_s: First submission to last outcome, seconds.
+        outcomes: Finished orders by outcome (``Processed``, ``Compensated`` ...), plus ``TimedOut``.
+    """
+
+    submitted: int
+    latencies_s: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:
+        """Orders whose outcome arrived."""
+        return len(self.latencies_s)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON-able data (for a child process to hand it over)."""
+        return {
+            "submitted": self.submitted,
+            "latencies_s": self.latencies_s,
+            "elapsed_s": self.elapsed_s,
+            "outcomes": self.outcomes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LoadResult:
+        """The inverse of :meth:`to_json`.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``data`` is not a result.
+        """
+        return cls(
+            submitted=int(data["submitted"]),
+            latencies_s=[float(x) for x in data["latencies_s"]],
+            elapsed_s=float(data["elapsed_s"]),
+            outcomes={str(k): int(v) for k, v in dict(data["outcomes"]).items()},
+        )
+
+
+def run_closed_loop(
+    items: Sequence[T],
+    run_one: Callable[[T], str],
+    *,
+    concurrency: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> LoadResult:
+    """Run every item through ``run_one`` on ``concurrency`` threads, one item per thread at a time.
+
+    For systems whose client call blocks until the order's outcome (DBOS's ``get_result``).
+
+    Args:
+        items: The orders, submitted in this order.
+        run_one: Submits one order, waits for its outcome and returns it; an exception counts as the
+            outcome ``error:<ExceptionType>``.
+        concurrency: Orders in flight at once (threads).
+        clock: Monotonic clock, seconds.
+
+    Raises:
+        ValueError: ``concurrency`` is less than 1.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    queue = deque(items)
+    lock = threading.Lock()
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    bounds: list[float] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                item = queue.popleft()
+            started = clock()
+            try:
+                outcome = run_one(item)
+            except Exception as exc:
+                outcome = f"error:{type(exc).__name__}"
+            ended = clock()
+            with lock:
+                latencies.append(ended - started)
+                outcomes[outcome] += 1
+                bounds.extend((started, ended))
+
+    threads = [threading.Thread(target=worker, name=f"load-{n}") for n in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = max(bounds) - min(bounds) if bounds else 0.0
+    return LoadResult(len(items), latencies, elapsed, dict(outcomes))
+
+
+def run_orderflow_load(
+    client: OrderflowClient,
+    submissions: Sequence[Mapping[str, Any]],
+    *,
+    concurrency: int,
+    timeout_s: float,
+    idle_poll_s: float = 0.02,
+    clock: Callable[[], float] = time.monotonic,
+) -> LoadResult:
+    """Submit orders through the client SDK and time each until its final reply is received.
+
+    One thread submits and polls the client's reply queue; it sleeps ``idle_poll_s`` after a receive
+    that returned nothing, which bounds how late a reply can be noticed.
+
+    Args:
+        client: The client; its reply queue receives the replies.
+        submissions: Order messages (``SubmitOrder`` fields, camelCase), submitted in this order.
+        concurrency: Orders submitted and without a final reply at once.
+        timeout_s: Stop waiting this many seconds after the first submission; orders still
+            outstanding count as ``TimedOut``.
+        idle_poll_s: Sleep after an empty receive, seconds.
+        clock: Monotonic clock, seconds.
+
+    Raises:
+        ValueError: ``concurrency`` is less than 1.
+        InvalidMessage: a submission is not a valid order.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    pending = deque(submissions)
+    sent_at: dict[str, float] = {}
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    first = clock()
+    last = first
+    deadline = first + timeout_s
+    while (pending or sent_at) and clock() < deadline:
+        while pending and len(sent_at) < concurrency:
+            submission = pending.popleft()
+            started = clock()
+            order_id = client.submit(submission)
+            sent_at[order_id] = started
+        replies = client.poll()
+        now = clock()
+        for reply in replies:
+            started_at = sent_at.get(reply.order_id)
+            if started_at is None or reply.status not in FINAL_STATUSES:
+                continue
+            del sent_at[reply.order_id]
+            latencies.append(now - started_at)
+            outcomes[reply.status.value] += 1
+            last = now
+        if not replies:
+            time.sleep(idle_poll_s)
+    if sent_at or pending:
+        outcomes[TIMED_OUT] += len(sent_at) + len(pending)
+    return LoadResult(len(submissions) - len(pending), latencies, last - first, dict(outcomes))

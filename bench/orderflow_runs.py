@@ -1,0 +1,408 @@
+"""orderflow under measurement: devhost processes for throughput and latency, in-process runs for counts.
+
+- :func:`throughput_run` starts ``python -m devhost`` processes the way ``make demo`` does
+  (:mod:`devhost.demo`'s ``Fleet``, ``devhost_specs``, ``host_env``) and drives them through the client
+  SDK from this process, closed loop (:func:`bench.load.run_orderflow_load`).
+- :func:`counting_run` runs every role in this process (:class:`devhost.host.DevHost`) over the real
+  Cosmos DB (cosmosdb-server) and Storage-queue (Azurite) adapters wrapped in the counting wrappers, so
+  each store and queue operation is counted where it is made, labelled with the function that made it.
+- :func:`hard_down_run` runs the same in-process system while one demo service answers every call 503,
+  and counts from the demo services' audit how many calls each order made to it.
+
+Every run uses a database, queues and a lease blob of its own on the shared emulators.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.load import LoadResult, run_orderflow_load
+from bench.stats import at_most, latency_summary, per_order, throughput
+from bench.workload import submissions
+from demo.faults import FaultPlan
+from demo.tpch import DemoOrder
+from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
+from devhost.emulators import LocalEndpoints
+from devhost.host import ALL_ROLES, Dependencies, DevHost
+from orchestrators.definitions import CURRENT_WORKFLOW
+from orderflow.client import OrderflowClient
+from orderflow.counting import OperationCounts, calling_function
+from orderflow.queues.counting import CountingQueueFactory
+from orderflow.queues.storage import StorageQueueFactory
+from orderflow.records import StateRecord
+from orderflow.settings import Settings
+from orderflow.stores.cosmos import CosmosStores
+from orderflow.stores.counting import CountingOrderStore, CountingStateStore
+
+logger = logging.getLogger(__name__)
+
+REMOTE_STEPS = len(CURRENT_WORKFLOW.steps)
+"""n, the remote steps of the workflow new orders run (reserve, charge, ship)."""
+
+WRITE_HELPERS = ("activities.fencing",)
+"""Shared write primitives looked through when labelling a store call, so the label names the role
+function that used them (``start_step``, not ``fenced_write``)."""
+
+HARD_DOWN_SETTINGS: dict[str, str] = {
+    "SUPERVISOR_INTERVAL_S": "0.5",
+    "SUPERVISOR_BACKOFF_INITIAL_S": "0.2",
+    "SUPERVISOR_BACKOFF_MAX_S": "1",
+    "SUPERVISOR_EXTENDED_BACKOFF_S": "1",
+    "STARTER_INTERVAL_S": "0.2",
+    "AGENT_BACKOFF_INITIAL_S": "0.05",
+    "AGENT_BACKOFF_MAX_S": "0.2",
+}
+"""Shorter back-offs (supervisor and agent) for the hard-down run, so an order exhausts its attempts in
+seconds rather than minutes. The calls an order makes do not depend on them: the retry budget, the calls
+reserved per step attempt and ``SUPERVISOR_MAX_FAILURES`` decide those."""
+
+
+def isolation(tag: str) -> dict[str, str]:
+    """Settings that give a run its own database, queues and lease blob on shared emulators.
+
+    Raises:
+        ValueError: ``tag`` is not 2-20 lowercase letters and digits.
+    """
+    if not (tag.isascii() and tag.isalnum() and tag.islower() and 2 <= len(tag) <= 20):
+        raise ValueError(f"run tag {tag!r} must be 2-20 lowercase letters and digits")
+    return {
+        "COSMOS_DATABASE": f"bench{tag}",
+        "ORDERS_QUEUE": f"orders-{tag}",
+        "AGENT_QUEUE_PREFIX": f"agent-{tag}-",
+        "AGENT_RESPONSES_QUEUE": f"responses-{tag}",
+        "SUPERVISOR_LEASE_BLOB": f"orderflow-leases/bench-{tag}",
+    }
+
+
+def queue_role(settings: Settings) -> Callable[[str], str]:
+    """Maps a queue name to its role: ``orders``, ``agent_requests``, ``agent_responses``, ``replies``
+    (any other queue: a client's private reply queue) or ``dead_letters``."""
+
+    def role_of(name: str) -> str:
+        if name.endswith("-deadletter"):
+            return "dead_letters"
+        if name == settings.ORDERS_QUEUE:
+            return "orders"
+        if name.startswith(settings.AGENT_RESPONSES_QUEUE):
+            return "agent_responses"
+        if name.startswith(settings.AGENT_QUEUE_PREFIX):
+            return "agent_requests"
+        return "replies"
+
+    return role_of
+
+
+def summarise_load(result: LoadResult) -> dict[str, Any]:
+    """A load result as report fields: outcomes, elapsed time, throughput and latency."""
+    return {
+        "submitted": result.submitted,
+        "finished": result.finished,
+        "outcomes": dict(sorted(result.outcomes.items())),
+        "elapsed_s": round(result.elapsed_s, 3),
+        "throughput_per_s": throughput(result.finished, result.elapsed_s),
+        "latency": latency_summary(result.latencies_s),
+    }
+
+
+def throughput_run(
+    *,
+    processes: int,
+    orders: Sequence[DemoOrder],
+    warmup: Sequence[DemoOrder],
+    endpoints: LocalEndpoints,
+    services_url: str,
+    run_dir: Path,
+    concurrency: int,
+    timeout_s: float,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Throughput and latency of orderflow on ``processes`` devhost processes (faults off).
+
+    The processes run with the demo's settings (``host_env``) and ``overrides``. The warm-up orders go
+    through first and are not counted (first requests create queues and containers and fill caches).
+
+    Returns:
+        :func:`summarise_load` fields plus ``processes``, ``roles`` and :func:`recoveries` of the timed
+        orders.
+
+    Raises:
+        RuntimeError: a devhost process did not start.
+    """
+    tag = f"p{processes}{uuid.uuid4().hex[:6]}"
+    env = host_env(endpoints, services_url)
+    env.update(overrides or {})
+    env.update(isolation(tag))
+    settings = Settings.load(env)
+    # Create the containers once, before several processes race to.
+    stores = CosmosStores.connect(
+        endpoints.cosmos_endpoint,
+        key=endpoints.cosmos_key,
+        database=settings.COSMOS_DATABASE,
+        verify_tls=False,
+    )
+    specs = devhost_specs(processes)
+    fleet = Fleet(specs, env, run_dir)
+    try:
+        queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
+        client = OrderflowClient(queues, reply_queue=f"client-{tag}", orders_queue=settings.ORDERS_QUEUE)
+        if warmup:
+            run_orderflow_load(
+                client,
+                submissions(warmup, run=f"w{tag}", reply_to=client.reply_queue),
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+            )
+        result = run_orderflow_load(
+            client,
+            submissions(orders, run=tag, reply_to=client.reply_queue),
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+        )
+    finally:
+        fleet.stop()
+    try:
+        timed = [r for r in all_records(stores.state) if r.order_id.startswith(f"{tag}-")]
+    finally:
+        stores.close()
+    return {
+        "processes": processes,
+        "roles": [spec.roles for spec in specs],
+        **summarise_load(result),
+        **recoveries(timed),
+    }
+
+
+def recoveries(records: Sequence[StateRecord]) -> dict[str, int]:
+    """How many orders needed more than one attempt (a step overran its deadline, or its process
+    died, and the supervisor re-queued it), and the most attempts one order took."""
+    return {
+        "recovered_orders": sum(1 for record in records if record.attempt > 1),
+        "attempts_max": max((record.attempt for record in records), default=0),
+    }
+
+
+@dataclass
+class CountedSystem:
+    """An in-process orderflow system whose adapters count every operation."""
+
+    host: DevHost
+    client: OrderflowClient
+    stores: CosmosStores
+    state_counts: OperationCounts
+    order_counts: OperationCounts
+    queue_counts: OperationCounts
+
+
+@contextmanager
+def counted_system(
+    endpoints: LocalEndpoints, services_url: str, *, tag: str, overrides: Mapping[str, str] | None = None
+) -> Iterator[CountedSystem]:
+    """Every role in this process (one :class:`DevHost`) over counting-wrapped real adapters.
+
+    Settings are the demo's (``DEMO_SETTINGS``) with ``overrides``, on a database and queues of the run's own.
+    """
+    env = {**DEMO_SETTINGS, **(overrides or {}), **isolation(tag)}
+    env.update({"DEMO_SERVICES_URL": services_url, "HOST_ID": f"h{tag}", "COSMOS_VERIFY_TLS": "false"})
+    settings = Settings.load(env)
+    stores = CosmosStores.connect(
+        endpoints.cosmos_endpoint,
+        key=endpoints.cosmos_key,
+        database=settings.COSMOS_DATABASE,
+        verify_tls=False,
+    )
+    state_counts, order_counts, queue_counts = OperationCounts(), OperationCounts(), OperationCounts()
+    label = calling_function(skip_modules=WRITE_HELPERS)
+    queues = CountingQueueFactory(
+        StorageQueueFactory.from_connection_string(endpoints.storage_connection_string),
+        counts=queue_counts,
+        role_of=queue_role(settings),
+    )
+    deps = Dependencies(
+        states=CountingStateStore(stores.state, counts=state_counts, label=label),
+        orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
+        queues=queues,
+    )
+    host = DevHost(settings, deps, ALL_ROLES)
+    client = OrderflowClient(queues, reply_queue=f"client-{tag}", orders_queue=settings.ORDERS_QUEUE)
+    host.start()
+    try:
+        yield CountedSystem(host, client, stores, state_counts, order_counts, queue_counts)
+    finally:
+        host.stop()
+        stores.close()
+
+
+def count_breakdown(
+    state: OperationCounts, orders: OperationCounts, queues: OperationCounts, *, processed: int
+) -> dict[str, Any]:
+    """Per-order operation counts of ``processed`` happy-path orders, and the targets they are held to.
+
+    Point operations (reads, creates, replaces) and queue sends are per order by nature. Query pages and
+    the items they return come from the loops (starter, supervisor, reply relay, admission control) and
+    grow with the run's length as much as with its orders: they are given as totals and per order.
+
+    Raises:
+        ValueError: ``processed`` is not positive.
+    """
+    creates, replaces = state.total("create"), state.total("replace")
+    writes = creates + replaces
+    sends = queues.by_label("send")
+    state_writes_by_function: Counter[str] = Counter(state.by_label("create"))
+    state_writes_by_function.update(state.by_label("replace"))
+    n = REMOTE_STEPS
+    queue_sends = {
+        role: per_order(sends.get(role, 0), processed)
+        for role in ("orders", "agent_requests", "agent_responses", "replies")
+    }
+    return {
+        "orders": processed,
+        "remote_steps": n,
+        "state_store": {
+            "point_reads": per_order(state.total("read"), processed),
+            "creates": per_order(creates, processed),
+            "replaces": per_order(replaces, processed),
+            "writes": per_order(writes, processed),
+            "replace_conflicts": per_order(state.total("replace_conflict"), processed),
+            "query_pages": per_order(state.total("query_page"), processed),
+            "query_items": per_order(state.total("query_item"), processed),
+            "counts": per_order(state.total("count"), processed),
+        },
+        "state_writes_by_function": {
+            label: per_order(count, processed) for label, count in sorted(state_writes_by_function.items())
+        },
+        "state_reads_by_function": {
+            label: per_order(count, processed) for label, count in state.by_label("read").items()
+        },
+        "state_queries_total": {
+            "pages": state.by_label("query_page"),
+            "items": state.by_label("query_item"),
+            "counts": state.by_label("count"),
+        },
+        "order_store": {
+            "writes": per_order(orders.total("create"), processed),
+            "reads": per_order(orders.total("read"), processed),
+        },
+        "queue_sends": {**queue_sends, "total": per_order(sum(sends.values()), processed)},
+        "targets": {
+            "state_writes": at_most(per_order(writes, processed), n + 2),
+            "point_reads": at_most(per_order(state.total("read"), processed), 1),
+            "queue_messages": at_most(per_order(sum(sends.values()), processed), 2 * n + 3),
+        },
+    }
+
+
+def counting_run(
+    *,
+    orders: Sequence[DemoOrder],
+    endpoints: LocalEndpoints,
+    services_url: str,
+    concurrency: int,
+    timeout_s: float,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Per-order store and queue operations of happy-path orders, counted by the adapters in process.
+
+    The roles run with the demo's settings and ``overrides``.
+
+    Returns:
+        :func:`count_breakdown` fields, plus ``method``, the load's ``outcomes``, and ``all_processed``
+        (the counts are per order only when every order was processed).
+    """
+    tag = f"c{uuid.uuid4().hex[:6]}"
+    with counted_system(endpoints, services_url, tag=tag, overrides=overrides) as system:
+        result = run_orderflow_load(
+            system.client,
+            submissions(orders, run=tag, reply_to=system.client.reply_queue),
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+        )
+    processed = result.outcomes.get("Processed", 0)
+    breakdown = count_breakdown(
+        system.state_counts, system.order_counts, system.queue_counts, processed=max(processed, 1)
+    )
+    return {
+        "method": "in-process: every role in one DevHost over the Cosmos DB (cosmosdb-server) and Storage "
+        "queue (Azurite) adapters, wrapped in orderflow.stores.counting / orderflow.queues.counting",
+        "outcomes": dict(sorted(result.outcomes.items())),
+        "all_processed": processed == len(orders),
+        **breakdown,
+    }
+
+
+def hard_down_calls(
+    audit_keys: dict[str, Any], *, service: str, order_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Calls each order made to ``service``, from the demo services' audit: ``{orderId: {forward, undo}}``.
+
+    The audit is keyed by idempotency key, ``{orderId}:{step}`` or ``{orderId}:{step}:undo``; an order id
+    never holds a colon, so the key's first part names the order.
+    """
+    calls = {order_id: {"forward": 0, "undo": 0} for order_id in order_ids}
+    for key, entry in audit_keys.items():
+        order_id = key.split(":", 1)[0]
+        if order_id not in calls or not str(entry.get("endpoint", "")).startswith(f"{service}."):
+            continue
+        calls[order_id]["undo" if entry.get("undo") else "forward"] += int(entry.get("calls", 0))
+    return calls
+
+
+def hard_down_run(
+    *,
+    orders: Sequence[DemoOrder],
+    endpoints: LocalEndpoints,
+    services_url: str,
+    service: str,
+    timeout_s: float,
+    overrides: Mapping[str, str] = HARD_DOWN_SETTINGS,
+) -> dict[str, Any]:
+    """Calls per order to a service that answers every call 503, against the order's retry budget.
+
+    The demo services' fault plan is set to ``unavailable_services=[service]`` for the run and cleared
+    after it. ``overrides`` are settings over the demo's (shorter back-offs by default). Forward calls
+    are what the retry budget limits; undo calls (compensation, which spends no budget) are counted apart.
+
+    Returns:
+        ``service``, ``orders``, the final ``outcomes``, ``forward_calls`` and ``undo_calls`` (max, mean),
+        ``budget`` (the records' ``retryBudget.limit``), ``budget_spent_max`` and the target
+        ``forward_calls_within_budget``.
+    """
+    tag = f"d{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=services_url, timeout=30) as http:
+        http.put("/faults", json=FaultPlan(unavailable_services=(service,)).model_dump(mode="json"))
+        try:
+            with counted_system(endpoints, services_url, tag=tag, overrides=overrides) as system:
+                messages = submissions(orders, run=tag, reply_to=system.client.reply_queue)
+                result = run_orderflow_load(
+                    system.client, messages, concurrency=len(messages), timeout_s=timeout_s
+                )
+                order_ids = [str(m["orderId"]) for m in messages]
+                records = [system.host.deps.states.get(order_id).item for order_id in order_ids]
+        finally:
+            http.put("/faults", json=FaultPlan().model_dump(mode="json"))
+        audit = http.get("/audit").json()
+    calls = hard_down_calls(audit.get("keys", {}), service=service, order_ids=order_ids)
+    forward = [c["forward"] for c in calls.values()]
+    undo = [c["undo"] for c in calls.values()]
+    budget = max(record.retry_budget.limit for record in records)
+    return {
+        "service": service,
+        "orders": len(orders),
+        "method": "in-process system as for the counts, demo settings with shorter supervisor back-offs; "
+        "calls counted by the demo services' audit",
+        "outcomes": dict(sorted(result.outcomes.items())),
+        "final_states": dict(sorted(Counter(r.process_state.value for r in records).items())),
+        "forward_calls": {"max": max(forward), "mean": round(sum(forward) / len(forward), 2)},
+        "undo_calls": {"max": max(undo), "mean": round(sum(undo) / len(undo), 2)},
+        "budget": budget,
+        "budget_spent_max": max(record.retry_budget.spent for record in records),
+        "forward_calls_within_budget": at_most(max(forward), budget),
+    }

@@ -1,0 +1,115 @@
+"""Run the peers against the benchmark's demo services: start their processes, drive them, stop them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.load import RESULT_PREFIX, LoadResult
+from bench.orderflow_runs import summarise_load
+from bench.peers.durabletask_peer import run_durabletask_load
+from devhost.demo import start_child
+from devhost.emulators import REPO_ROOT
+from devhost.host import free_port
+
+
+def durabletask_run(
+    orders: Sequence[Mapping[str, Any]],
+    warmup: Sequence[Mapping[str, Any]],
+    *,
+    services_url: str,
+    run_dir: Path,
+    concurrency: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """The saga on bare durabletask: backend and worker in processes of their own, the client here.
+
+    Returns:
+        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes``.
+
+    Raises:
+        RuntimeError: the backend or the worker did not start.
+    """
+    port = free_port()
+    env = dict(os.environ)
+    module = "bench.peers.durabletask_peer"
+    backend = start_child(
+        "durabletask-backend", ["-m", module, "backend", "--port", str(port)], env, "ready", run_dir
+    )
+    try:
+        worker = start_child(
+            "durabletask-worker",
+            ["-m", module, "worker", "--address", f"localhost:{port}", "--services-url", services_url],
+            env,
+            "ready",
+            run_dir,
+        )
+        try:
+            address = f"localhost:{port}"
+            if warmup:
+                run_durabletask_load(address, warmup, concurrency=concurrency, timeout_s=timeout_s)
+            result = run_durabletask_load(address, orders, concurrency=concurrency, timeout_s=timeout_s)
+        finally:
+            worker.stop()
+    finally:
+        backend.stop()
+    return {"processes": 2, **summarise_load(result)}
+
+
+def dbos_run(
+    orders: Sequence[Mapping[str, Any]],
+    warmup: Sequence[Mapping[str, Any]],
+    *,
+    services_url: str,
+    run_dir: Path,
+    concurrency: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """The saga on DBOS with a SQLite system database, in one process of its own.
+
+    Returns:
+        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes``.
+
+    Raises:
+        RuntimeError: the process failed or printed no result (its stderr is in ``run_dir``).
+        subprocess.TimeoutExpired: it ran longer than ``timeout_s`` (plus a minute to start and stop).
+    """
+    orders_file = run_dir / "dbos-orders.json"
+    warmup_file = run_dir / "dbos-warmup.json"
+    orders_file.write_text(json.dumps(list(orders)), encoding="utf-8")
+    warmup_file.write_text(json.dumps(list(warmup)), encoding="utf-8")
+    log_path = run_dir / "dbos.log"
+    with log_path.open("w", encoding="utf-8") as log:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.peers.dbos_peer",
+                "--services-url",
+                services_url,
+                "--orders-file",
+                str(orders_file),
+                "--warmup-file",
+                str(warmup_file),
+                "--database",
+                str(run_dir / "dbos.sqlite"),
+                "--concurrency",
+                str(concurrency),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            timeout=timeout_s + 60,
+            check=False,
+        )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the DBOS peer exited with {done.returncode} and no result; see {log_path}")
+    result = LoadResult.from_json(json.loads(lines[-1].removeprefix(RESULT_PREFIX)))
+    return {"processes": 1, **summarise_load(result)}

@@ -1,0 +1,321 @@
+"""``bench-report.json``: its shape, the ratios between systems, and the tables printed from it.
+
+Top-level keys: ``generated_at`` (UTC, ISO 8601), ``machine``, ``config``, ``orderflow``, ``sweep``,
+``hard_down``, ``peers``, ``ratios``, ``notes``. Times are seconds, throughputs orders per second.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.config import BenchConfig
+from bench.stats import ratio
+
+REPORT_KEYS = (
+    "generated_at",
+    "machine",
+    "config",
+    "orderflow",
+    "sweep",
+    "hard_down",
+    "peers",
+    "ratios",
+    "notes",
+)
+"""The report's top-level keys, in order."""
+
+LATENCY_FIGURES = ("p50_s", "p95_s", "p99_s")
+
+NOTES = (
+    "Every system runs on this one machine with the emulators, the demo services and the load generator "
+    "(see machine.cpu_count and machine.load_average): the figures compare the systems with each other "
+    "here, they are not what any of them does on its own hardware.",
+    "Closed loop for every system: config.concurrency orders outstanding, a new one submitted when one "
+    "finishes; the same TPC-H orders (faults off, no review, nothing out of stock) against one "
+    "demo-services process, under run-specific order ids; config.warmup orders first, not counted.",
+    "orderflow's latency runs from the client SDK's send to the orders queue until its final reply is "
+    "received from the client's reply queue (Azurite), polled with a 20 ms sleep when empty. Between "
+    "them every order crosses six more queue hops (three agent requests, three responses) and makes its "
+    "state writes to cosmosdb-server; the peers have no queues and no state store of their own.",
+    "orderflow runs with make demo's settings (devhost.demo.DEMO_SETTINGS: a 4 s step deadline, "
+    "MAX_IN_FLIGHT_PER_HOST=32): a step that overruns its deadline under load is recovered by the "
+    "supervisor and retried (recovered_orders), which shows in the latency's tail, not in the outcomes.",
+    "durabletask: bare orchestrations on the SDK's in-memory backend (durabletask.testing) in a process "
+    "of its own, the worker in another, the client in the benchmark's process; latency ends at the "
+    "completion time the backend recorded. No retries, no timers, no state store, no supervisor: an "
+    "instance lives in the backend's memory only.",
+    "dbos: DBOS Transact with a SQLite system database (WAL, a pool of one connection), a workflow of "
+    "three steps without retries; the orders are started in DBOS's own process (DBOS.start_workflow, "
+    "then get_result), DBOS being a library, so there is no client hop. Its durability is the SQLite "
+    "checkpoint of each step.",
+    "Operation counts come from one in-process run (orderflow.per_order.method); point reads, writes and "
+    "queue sends are exact per order, query pages and items come from the roles' loops and grow with the "
+    "run's length.",
+    "Sweep: records read are the items the supervisor's queries returned. cosmosdb-server has no index "
+    "and filters every document for every page, so its sweep time grows with the container, faster than "
+    "linearly; Cosmos DB serves the same query from its range index, at a cost that follows the records "
+    "returned, and so does the in-memory store, which indexes processState. Neither local store's time "
+    "says what Cosmos DB's would be; the records read and the pages are the same on Cosmos DB.",
+    "Hard-down: the demo service answers every call 503; supervisor back-offs are shortened (the calls "
+    "made do not depend on them). Forward calls are held to the order's retry budget; undo calls "
+    "(compensation) spend no budget and are bounded by SUPERVISOR_MAX_FAILURES compensation attempts.",
+)
+
+
+def machine_info(load_before: Sequence[float], load_after: Sequence[float]) -> dict[str, Any]:
+    """CPU count, Python, platform, and the 1/5/15-minute load averages before and after the run."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "load_average": {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in load_after],
+        },
+    }
+
+
+def peer_ratios(
+    orderflow_runs: Mapping[str, Mapping[str, Any]], peers: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, dict[str, float | None]]]:
+    """orderflow's figure over the peer's, for each peer and each orderflow process count.
+
+    ``throughput`` above 1 means orderflow moves more orders per second; a latency ratio above 1 means
+    orderflow's orders take longer.
+
+    Returns:
+        ``{peer: {"<n>_processes": {throughput, p50, p95, p99}}}``.
+    """
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for peer, peer_run in peers.items():
+        out[peer] = {}
+        for processes, run in orderflow_runs.items():
+            figures: dict[str, float | None] = {
+                "throughput": ratio(run.get("throughput_per_s"), peer_run.get("throughput_per_s"))
+            }
+            for figure in LATENCY_FIGURES:
+                figures[figure.removesuffix("_s")] = ratio(
+                    run.get("latency", {}).get(figure), peer_run.get("latency", {}).get(figure)
+                )
+            out[peer][f"{processes}_processes"] = figures
+    return out
+
+
+def build_report(
+    config: BenchConfig,
+    *,
+    machine: Mapping[str, Any],
+    orderflow_runs: Mapping[str, Mapping[str, Any]],
+    per_order: Mapping[str, Any] | None,
+    sweep_results: Sequence[Mapping[str, Any]],
+    sweep_growth: Mapping[str, Any],
+    hard_down: Mapping[str, Any] | None,
+    peers: Mapping[str, Mapping[str, Any]],
+    generated_at: datetime | None = None,
+    notes: Sequence[str] = NOTES,
+) -> dict[str, Any]:
+    """Assemble the report (see the module docstring for its keys).
+
+    Args:
+        config: The run's configuration.
+        machine: :func:`machine_info`.
+        orderflow_runs: Throughput runs by process count (``"1"``, ``"2"``).
+        per_order: The counting run, or None when it was not run.
+        sweep_results: One entry per store and size.
+        sweep_growth: Growth per store (:func:`bench.sweep.growth`).
+        hard_down: The hard-down run, or None.
+        peers: Runs by peer name.
+        generated_at: When (UTC); now by default.
+        notes: What a reader must know to read the figures.
+    """
+    when = generated_at or datetime.now(UTC)
+    return {
+        "generated_at": when.isoformat(timespec="seconds"),
+        "machine": dict(machine),
+        "config": config.model_dump(mode="json"),
+        "orderflow": {
+            "throughput_per_s": {p: run.get("throughput_per_s") for p, run in orderflow_runs.items()},
+            "latency": {p: run.get("latency") for p, run in orderflow_runs.items()},
+            "runs": {p: dict(run) for p, run in orderflow_runs.items()},
+            "per_order": dict(per_order) if per_order is not None else None,
+        },
+        "sweep": {"results": [dict(r) for r in sweep_results], "growth": dict(sweep_growth)},
+        "hard_down": dict(hard_down) if hard_down is not None else None,
+        "peers": {name: dict(run) for name, run in peers.items()},
+        "ratios": peer_ratios(orderflow_runs, peers),
+        "notes": list(notes),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _met(target: Mapping[str, Any] | None) -> str:
+    if not target:
+        return "–"
+    met = target.get("met")
+    mark = "met" if met else ("not met" if met is False else "–")
+    return f"{_fmt(target.get('value'))} (target {_fmt(target.get('target'))}: {mark})"
+
+
+def system_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """One row per system: name, orders/s, p50, p95, p99 (seconds), orders recovered by orderflow's
+    supervisor (a step past its deadline), outcomes."""
+    rows = []
+    for processes, run in report["orderflow"]["runs"].items():
+        rows.append(_row(f"orderflow, {processes} devhost process(es)", run))
+    for name, run in report["peers"].items():
+        rows.append(_row(name, run))
+    return rows
+
+
+def _row(name: str, run: Mapping[str, Any]) -> list[str]:
+    latency = run.get("latency") or {}
+    outcomes = ", ".join(f"{k} {v}" for k, v in (run.get("outcomes") or {}).items())
+    return [
+        name,
+        _fmt(run.get("throughput_per_s")),
+        *(_fmt(latency.get(f)) for f in LATENCY_FIGURES),
+        _fmt(run.get("recovered_orders")),
+        outcomes,
+    ]
+
+
+def count_rows(per_order: Mapping[str, Any]) -> list[list[str]]:
+    """The per-order counts worth a table row: label and value (or target verdict)."""
+    state = per_order["state_store"]
+    sends = per_order["queue_sends"]
+    targets = per_order["targets"]
+    rows = [
+        ["state-store writes (creates + replaces)", _met(targets["state_writes"])],
+        ["state-store point reads", _met(targets["point_reads"])],
+        ["queue messages sent", _met(targets["queue_messages"])],
+        ["state-store creates / replaces", f"{_fmt(state['creates'])} / {_fmt(state['replaces'])}"],
+        [
+            "state-store query pages / items (loops)",
+            f"{_fmt(state['query_pages'])} / {_fmt(state['query_items'])}",
+        ],
+        [
+            "order-store writes / reads",
+            f"{_fmt(per_order['order_store']['writes'])} / {_fmt(per_order['order_store']['reads'])}",
+        ],
+        *(
+            [f"  sent to {role}", _fmt(sends[role])]
+            for role in ("orders", "agent_requests", "agent_responses", "replies")
+        ),
+        *(
+            [f"  state write by {label}", _fmt(n)]
+            for label, n in per_order["state_writes_by_function"].items()
+        ),
+    ]
+    return rows
+
+
+def print_tables(report: Mapping[str, Any], console: Console) -> None:
+    """Print the report's figures as rich tables."""
+    systems = Table(title="throughput and latency (closed loop, faults off)")
+    for column in ("system", "orders/s", "p50 s", "p95 s", "p99 s", "recovered", "outcomes"):
+        systems.add_column(column, justify="left" if column in ("system", "outcomes") else "right")
+    for row in system_rows(report):
+        systems.add_row(*row)
+    console.print(systems)
+
+    ratios = Table(title="orderflow / peer (throughput > 1: orderflow faster; latency > 1: orderflow slower)")
+    for column in ("peer", "orderflow processes", "throughput", "p50", "p95", "p99"):
+        ratios.add_column(column, justify="left" if column == "peer" else "right")
+    for peer, by_processes in report["ratios"].items():
+        for processes, figures in by_processes.items():
+            ratios.add_row(
+                peer,
+                processes.split("_")[0],
+                *(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99")),
+            )
+    console.print(ratios)
+
+    per_order = report["orderflow"].get("per_order")
+    if per_order:
+        counts = Table(title=f"per order, happy path (n = {per_order['remote_steps']} remote steps)")
+        counts.add_column("operation")
+        counts.add_column("per order", justify="right")
+        for row in count_rows(per_order):
+            counts.add_row(*row)
+        console.print(counts)
+
+    sweep = Table(title="one supervisor sweep")
+    for column in ("store", "settled", "expired", "time s", "scan-only s", "records read", "pages"):
+        sweep.add_column(column, justify="left" if column == "store" else "right")
+    for result in report["sweep"]["results"]:
+        sweep.add_row(
+            result["store"],
+            _fmt(result["settled"]),
+            _fmt(result["expired"]),
+            _fmt(result["time_s"]),
+            _fmt(result["idle_pass"]["time_s"]),
+            _fmt(result["records_read"]),
+            _fmt(result["query_pages"]),
+        )
+    console.print(sweep)
+    for store, grown in report["sweep"]["growth"].items():
+        if grown:
+            console.print(
+                f"sweep growth on {store}, {grown['sizes'][0]:,} → {grown['sizes'][1]:,} settled: "
+                f"time {_met(grown['time_ratio'])}, records read {_met(grown['records_read_ratio'])}"
+            )
+
+    hard = report.get("hard_down")
+    if hard:
+        console.print(
+            f"hard-down {hard['service']}: forward calls per order max {hard['forward_calls']['max']}, "
+            f"mean {hard['forward_calls']['mean']} against a budget of {hard['budget']} "
+            f"({'met' if hard['forward_calls_within_budget']['met'] else 'not met'}); undo calls max "
+            f"{hard['undo_calls']['max']}; final states {hard['final_states']}"
+        )
+
+
+def markdown_tables(report: Mapping[str, Any]) -> str:
+    """The headline figures as Markdown tables (the README's Benchmarks section quotes them)."""
+    lines = [
+        "| system | orders/s | p50 s | p95 s | p99 s | recovered |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(f"| {' | '.join(row[:6])} |" for row in system_rows(report)),
+        "",
+        "| orderflow / peer | processes | throughput | p50 | p95 | p99 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for peer, by_processes in report["ratios"].items():
+        for processes, figures in by_processes.items():
+            values = " | ".join(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99"))
+            lines.append(f"| {peer} | {processes.split('_')[0]} | {values} |")
+    per_order = report["orderflow"].get("per_order")
+    if per_order:
+        lines += ["", "| per order (happy path) | value |", "|---|---|"]
+        lines += [f"| {label.strip()} | {value} |" for label, value in count_rows(per_order)]
+    lines += [
+        "",
+        "| sweep store | settled | expired | time s | scan-only s | records read |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in report["sweep"]["results"]:
+        cells = (
+            result["store"],
+            _fmt(result["settled"]),
+            _fmt(result["expired"]),
+            _fmt(result["time_s"]),
+            _fmt(result["idle_pass"]["time_s"]),
+            _fmt(result["records_read"]),
+        )
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"

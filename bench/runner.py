@@ -1,0 +1,226 @@
+"""Run every benchmark once, in one set of emulators and one demo-services process.
+
+Order of the parts: orderflow's throughput runs (one per process count), the in-process counting run,
+the hard-down run, the peers, then the supervisor sweeps (last: the large sweep fills cosmosdb-server's
+memory, and its database is dropped before the emulators stop).
+
+A part that fails does not lose the others: its figures are left out of the report, a note starting
+with :data:`FAILED` says why, and the report is still written (``python -m bench`` then exits 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from decimal import Decimal
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.config import BenchConfig
+from bench.orderflow_runs import counting_run, hard_down_run, throughput_run
+from bench.peer_runs import dbos_run, durabletask_run
+from bench.report import NOTES, build_report, machine_info
+from bench.sweep import cosmos_sweeps, growth, memory_sweeps
+from bench.workload import STOCK_DIVISOR, happy_orders, submissions
+from demo.faults import FaultPlan
+from demo.tpch import ensure_dataset, load_catalog
+from devhost.demo import DEMO_SETTINGS, quiet_sdk_logs, start_child
+from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
+from orderflow.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Progress = Callable[[str], None]
+
+FAILED = "FAILED: "
+"""Start of a note saying that a part of the run failed (its figures are missing)."""
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def failures(report: Mapping[str, Any]) -> list[str]:
+    """The notes of a report that say a part failed."""
+    return [note for note in report.get("notes", []) if str(note).startswith(FAILED)]
+
+
+class _Parts:
+    """Runs the parts of a benchmark, keeping the failures instead of stopping at the first."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self.failed: list[str] = []
+
+    def run(self, name: str, part: Callable[[], T]) -> T | None:
+        self._progress(name)
+        try:
+            return part()
+        except Exception as exc:
+            logger.exception("%s failed", name)
+            self.failed.append(f"{FAILED}{name}: {type(exc).__name__}: {str(exc)[:300]}")
+            self._progress(f"{name} failed: {type(exc).__name__}")
+            return None
+
+
+def run_bench(
+    config: BenchConfig, *, endpoints: LocalEndpoints | None = None, progress: Progress = _quiet
+) -> dict[str, Any]:
+    """Run the benchmarks ``config`` asks for; returns the report, also written to ``config.report_path``.
+
+    Args:
+        config: What to run.
+        endpoints: Emulators already running (each run makes its own databases and queues there);
+            None starts Azurite and cosmosdb-server for the run and stops them after it.
+        progress: Told what is starting, as a line of text.
+
+    Raises:
+        RuntimeError: the emulators or the demo services did not start (a failure within one part is
+            noted in the report instead: see :func:`failures`).
+        ValueError: the data set has too few happy-path orders for ``config``.
+    """
+    run_dir = REPO_ROOT / ".run" / time.strftime("bench-%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    progress(f"logs in {run_dir}")
+    data_dir = ensure_dataset(config.data_dir)
+    catalog = load_catalog(data_dir, orders=None, stock_divisor=STOCK_DIVISOR)
+    review_above = Decimal(DEMO_SETTINGS["REVIEW_AMOUNT_ABOVE"])
+    orders = happy_orders(catalog, config.distinct_orders(), review_above=review_above, runs=config.runs())
+    timed, warmup = orders[: config.orders], orders[: config.warmup]
+    parts = _Parts(progress)
+
+    with ExitStack() as stack, quiet_sdk_logs():
+        if endpoints is None:
+            progress("starting Azurite and cosmosdb-server")
+            emulators = start_local_emulators()
+            stack.callback(emulators.stop)
+            endpoints = emulators.endpoints
+        services = start_child(
+            "demo-services",
+            [
+                "-m",
+                "demo.services",
+                "--port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                "--orders",
+                "0",
+                "--stock-divisor",
+                str(STOCK_DIVISOR),
+                "--faults",
+                FaultPlan().model_dump_json(),
+            ],
+            dict(os.environ),
+            "demo services listening on",
+            run_dir,
+        )
+        stack.callback(services.stop)
+        services_url = services.ready_line.rsplit(" ", 1)[-1]
+        local = endpoints
+
+        orderflow_runs: dict[str, dict[str, Any]] = {}
+        for processes in config.processes:
+            run = parts.run(
+                f"orderflow: {len(timed)} orders on {processes} devhost process(es)",
+                partial(
+                    throughput_run,
+                    processes=processes,
+                    orders=timed,
+                    warmup=warmup,
+                    endpoints=local,
+                    services_url=services_url,
+                    run_dir=run_dir,
+                    concurrency=config.concurrency,
+                    timeout_s=config.run_timeout_s,
+                    overrides=config.orderflow_settings,
+                ),
+            )
+            if run is not None:
+                orderflow_runs[str(processes)] = run
+
+        per_order = parts.run(
+            f"orderflow: counting the store and queue operations of {config.count_orders} orders",
+            lambda: counting_run(
+                orders=orders[: config.count_orders],
+                endpoints=local,
+                services_url=services_url,
+                concurrency=min(config.concurrency, config.count_orders),
+                timeout_s=config.run_timeout_s,
+                overrides=config.orderflow_settings,
+            ),
+        )
+        hard_down = parts.run(
+            f"orderflow: {config.hard_down_orders} orders while {config.hard_down_service} is down",
+            lambda: hard_down_run(
+                orders=orders[: config.hard_down_orders],
+                endpoints=local,
+                services_url=services_url,
+                service=config.hard_down_service,
+                timeout_s=config.run_timeout_s,
+                overrides={**config.orderflow_settings, **config.hard_down_settings},
+            ),
+        )
+
+        peers: dict[str, dict[str, Any]] = {}
+        runners = {"durabletask": durabletask_run, "dbos": dbos_run}
+        for peer in config.peers:
+            result = parts.run(
+                f"{peer}: {len(timed)} orders",
+                partial(
+                    runners[peer],
+                    submissions(timed, run=peer[:2] + "x", reply_to="unused"),
+                    submissions(warmup, run=peer[:2] + "w", reply_to="unused"),
+                    services_url=services_url,
+                    run_dir=run_dir,
+                    concurrency=config.concurrency,
+                    timeout_s=config.run_timeout_s,
+                ),
+            )
+            if result is not None:
+                peers[peer] = result
+
+        settings = Settings()
+        cosmos = parts.run(
+            "supervisor sweeps on cosmosdb-server",
+            lambda: cosmos_sweeps(
+                local,
+                config.sweep_sizes,
+                expired=config.sweep_expired,
+                threads=config.sweep_load_threads,
+                settings=settings,
+                progress=progress,
+            ),
+        )
+        memory = parts.run(
+            "supervisor sweeps on the in-memory store",
+            lambda: memory_sweeps(
+                config.sweep_sizes, expired=config.sweep_expired, settings=settings, progress=progress
+            ),
+        )
+
+    report = build_report(
+        config,
+        machine=machine_info(load_before, os.getloadavg()),
+        orderflow_runs=orderflow_runs,
+        per_order=per_order,
+        sweep_results=[*(cosmos or []), *(memory or [])],
+        sweep_growth={"cosmosdb-server": growth(cosmos or []), "memory": growth(memory or [])},
+        hard_down=hard_down,
+        peers=peers,
+        notes=[*NOTES, *parts.failed],
+    )
+    write_report(report, config.report_path)
+    return report
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    """Write the report as indented JSON."""
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

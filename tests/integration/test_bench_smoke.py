@@ -1,0 +1,137 @@
+"""``python -m bench`` end to end on a tiny configuration: the report's shape and exact per-order counts.
+
+Not a benchmark: no figure of speed is asserted. It checks that every part runs against the real
+emulators, devhost process, demo services and peers, and that the adapters count exactly the operations
+the happy path makes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.config import BenchConfig
+from bench.report import REPORT_KEYS
+from bench.runner import run_bench
+from devhost.emulators import LocalEndpoints
+
+pytestmark = pytest.mark.integration
+
+TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
+
+FAST = {"STARTER_INTERVAL_S": "0.05", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
+"""Quick polling, so that three orders do not wait out idle queues' back-off."""
+
+FAST_HARD_DOWN = {
+    "SUPERVISOR_INTERVAL_S": "0.1",
+    "SUPERVISOR_BACKOFF_INITIAL_S": "0.05",
+    "SUPERVISOR_BACKOFF_MAX_S": "0.1",
+    "SUPERVISOR_EXTENDED_BACKOFF_S": "0.1",
+    "AGENT_BACKOFF_INITIAL_S": "0.01",
+    "AGENT_BACKOFF_MAX_S": "0.02",
+    "SUPERVISOR_MAX_FAILURES": "2",
+}
+"""Back-offs short enough, and few enough attempts, for one order to give up and fail its compensation
+in seconds."""
+
+
+def roomy_dataset(target: Path) -> Path:
+    """The test TPC-H tables with a thousand times the stock, so every run's orders stay in stock."""
+    shutil.copytree(TPCH_FIXTURE, target)
+    with (TPCH_FIXTURE / "partsupp.csv").open(newline="", encoding="utf-8") as source:
+        rows = list(csv.DictReader(source))
+    with (target / "partsupp.csv").open("w", newline="", encoding="utf-8") as sink:
+        writer = csv.DictWriter(sink, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "ps_availqty": str(int(row["ps_availqty"]) * 1000)})
+    return target
+
+
+def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tmp_path: Path) -> None:
+    config = BenchConfig(
+        orders=3,
+        concurrency=3,
+        warmup=0,
+        processes=(1,),
+        count_orders=3,
+        sweep_sizes=(20, 40),
+        sweep_expired=5,
+        sweep_load_threads=4,
+        hard_down_orders=1,
+        orderflow_settings=FAST,
+        hard_down_settings=FAST_HARD_DOWN,
+        run_timeout_s=120,
+        data_dir=roomy_dataset(tmp_path / "tpch"),
+        report_path=tmp_path / "bench-report.json",
+    )
+    report = run_bench(config, endpoints=local_endpoints)
+
+    assert tuple(report) == REPORT_KEYS
+    assert json.loads(config.report_path.read_text(encoding="utf-8")) == report
+    assert report["machine"]["cpu_count"] >= 1
+
+    run = report["orderflow"]["runs"]["1"]
+    assert (run["submitted"], run["finished"], run["outcomes"]) == (3, 3, {"Processed": 3})
+    assert run["latency"]["count"] == 3
+    assert 0 <= run["recovered_orders"] <= 3
+    assert run["attempts_max"] >= 1
+    assert report["orderflow"]["throughput_per_s"]["1"] > 0
+
+    per_order = report["orderflow"]["per_order"]
+    assert per_order["all_processed"] is True
+    assert per_order["orders"] == 3
+    assert per_order["state_writes_by_function"] == {
+        "activities.steps.finish_order": 1.0,
+        "activities.steps.start_step": 3.0,
+        "activities.submission.handle_submission": 1.0,
+        "orchestrators.starter.claim": 1.0,
+        "orderflow.replies.clear_pending_reply": 1.0,
+    }
+    state = per_order["state_store"]
+    assert (state["creates"], state["replaces"], state["point_reads"], state["replace_conflicts"]) == (
+        1.0,
+        6.0,
+        0.0,
+        0.0,
+    )
+    assert per_order["order_store"] == {"writes": 1.0, "reads": 1.0}
+    assert per_order["queue_sends"] == {
+        "orders": 1.0,
+        "agent_requests": 3.0,
+        "agent_responses": 3.0,
+        "replies": 2.0,
+        "total": 9.0,
+    }
+    assert per_order["targets"]["queue_messages"] == {"value": 9.0, "target": 9, "met": True}
+    assert per_order["targets"]["state_writes"]["target"] == 5
+
+    hard = report["hard_down"]
+    assert hard["service"] == "payments"
+    assert hard["budget"] == 24
+    assert hard["final_states"] == {"CompensationFailed": 1}
+    assert 1 <= hard["forward_calls"]["max"] <= hard["budget"]
+    assert hard["forward_calls_within_budget"]["met"] is True
+    assert hard["undo_calls"]["max"] >= 1  # the refund is down too: compensation fails and says so
+
+    for peer in ("durabletask", "dbos"):
+        assert report["peers"][peer]["outcomes"] == {"Processed": 3}
+        assert report["peers"][peer]["latency"]["count"] == 3
+        assert report["ratios"][peer]["1_processes"]["throughput"] > 0
+
+    results = report["sweep"]["results"]
+    assert [(r["store"], r["settled"]) for r in results] == [
+        ("cosmosdb-server", 20),
+        ("cosmosdb-server", 40),
+        ("memory", 20),
+        ("memory", 40),
+    ]
+    assert {(r["records_read"], r["requeued"], r["idle_pass"]["records_read"]) for r in results} == {
+        (5, 5, 0)
+    }
+    for store in ("cosmosdb-server", "memory"):
+        assert report["sweep"]["growth"][store]["records_read_ratio"]["value"] == 1.0

@@ -1,0 +1,396 @@
+"""The benchmark's pure parts: its arithmetic, the closed loop, the counts breakdown and the report."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.config import BenchConfig
+from bench.load import LoadResult, run_closed_loop, run_orderflow_load
+from bench.orderflow_runs import count_breakdown, hard_down_calls, queue_role
+from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
+from bench.runner import FAILED, _Parts, failures
+from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
+from bench.sweep import expired_record, growth, memory_sweeps, settled_record
+from bench.workload import happy_orders, submissions
+from demo.tpch import load_catalog
+from orderflow.client import OrderflowClient
+from orderflow.counting import OperationCounts
+from orderflow.messages import OrderStatus, StatusReply, reply_message_id
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.settings import Settings
+from orderflow.stores.memory import matches
+from supervisor.sweep import expired_query
+
+pytestmark = pytest.mark.unit
+
+TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
+
+
+# --- arithmetic -----------------------------------------------------------------------------------
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 100) == 4.0
+    assert percentile(values, 95) == pytest.approx(3.85)
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+
+
+def test_latency_summary_rounds_to_the_millisecond() -> None:
+    summary = latency_summary([0.1, 0.2, 0.3, 0.4, 1.0])
+    assert summary == {
+        "count": 5,
+        "mean_s": 0.4,
+        "p50_s": 0.3,
+        "p95_s": 0.88,
+        "p99_s": 0.976,
+        "max_s": 1.0,
+    }
+    assert latency_summary([])["p50_s"] is None
+
+
+def test_throughput_ratio_per_order_and_targets() -> None:
+    assert throughput(300, 12.0) == 25.0
+    assert throughput(5, 0.0) is None
+    assert ratio(3.0, 4.0) == 0.75
+    assert ratio(3.0, 0.0) is None
+    assert ratio(None, 2.0) is None
+    assert per_order(21, 3) == 7.0
+    assert per_order(2, 3) == 0.67
+    with pytest.raises(ValueError):
+        per_order(1, 0)
+    assert at_most(7.0, 5) == {"value": 7.0, "target": 5, "met": False}
+    assert at_most(5.0, 5) == {"value": 5.0, "target": 5, "met": True}
+    assert below(2.0, 2.0)["met"] is False
+    assert below(None, 2.0)["met"] is None
+
+
+# --- closed loop ----------------------------------------------------------------------------------
+
+
+def test_closed_loop_runs_every_item_with_bounded_concurrency() -> None:
+    running, peak = 0, 0
+    lock = threading.Lock()
+
+    def run_one(item: int) -> str:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+        if item == 3:
+            raise RuntimeError("boom")
+        return "Processed" if item % 2 else "Compensated"
+
+    result = run_closed_loop(list(range(8)), run_one, concurrency=3)
+    assert result.submitted == 8
+    assert result.finished == 8
+    assert result.outcomes == {"Processed": 3, "Compensated": 4, "error:RuntimeError": 1}
+    assert peak == 3
+    assert result.elapsed_s >= 0.01 * 8 / 3
+    with pytest.raises(ValueError):
+        run_closed_loop([1], run_one, concurrency=0)
+
+
+def test_load_result_round_trips_through_json() -> None:
+    result = LoadResult(3, [0.5, 0.25], 1.5, {"Processed": 2, "TimedOut": 1})
+    assert LoadResult.from_json(result.to_json()) == result
+
+
+def test_orderflow_load_times_each_order_until_its_final_reply() -> None:
+    queues = InMemoryQueueFactory()
+    client = OrderflowClient(queues, reply_queue="client-a")
+    stop = threading.Event()
+
+    def system() -> None:
+        # Answers each order Received, then Processed (or Compensated for tpch-3), like the real roles.
+        orders = queues.queue("orders")
+        while not stop.is_set():
+            for message in orders.receive(max_messages=8, lock_s=30):
+                order_id = message.correlation_id or ""
+                final = OrderStatus.COMPENSATED if order_id.endswith("tpch-3") else OrderStatus.PROCESSED
+                for status in (OrderStatus.RECEIVED, final):
+                    reply = StatusReply(order_id=order_id, status=status, at=datetime.now(UTC))
+                    queues.queue("client-a").send(
+                        reply.to_json(), message_id=reply_message_id(order_id, status)
+                    )
+                orders.complete(message)
+            time.sleep(0.005)
+
+    worker = threading.Thread(target=system)
+    worker.start()
+    catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
+    try:
+        result = run_orderflow_load(
+            client,
+            submissions(catalog.orders, run="t1", reply_to="client-a"),
+            concurrency=2,
+            timeout_s=10,
+            idle_poll_s=0.001,
+        )
+    finally:
+        stop.set()
+        worker.join()
+    assert result.submitted == 4
+    assert result.outcomes == {"Processed": 3, "Compensated": 1}
+    assert len(result.latencies_s) == 4
+    assert all(0 <= latency < 10 for latency in result.latencies_s)
+
+
+def test_orderflow_load_counts_unanswered_orders_as_timed_out() -> None:
+    client = OrderflowClient(InMemoryQueueFactory(), reply_queue="client-a")
+    catalog = load_catalog(TPCH_FIXTURE, orders=2, stock_divisor=1)
+    result = run_orderflow_load(
+        client, submissions(catalog.orders, run="t2", reply_to="client-a"), concurrency=1, timeout_s=0.05
+    )
+    assert result.submitted == 1  # the window of one never freed
+    assert result.outcomes == {"TimedOut": 2}
+    assert result.latencies_s == []
+
+
+# --- workload -------------------------------------------------------------------------------------
+
+
+def test_happy_orders_leave_out_declined_customers_and_reviewable_amounts() -> None:
+    catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
+    chosen = happy_orders(catalog, 3, review_above=Decimal("0"), runs=1)
+    assert [o.order_id for o in chosen] == ["tpch-1", "tpch-3", "tpch-32"]  # tpch-2's card is declined
+    cheap = happy_orders(catalog, 2, review_above=Decimal("1000.50"), runs=1)
+    assert [o.order_id for o in cheap] == ["tpch-1", "tpch-3"]  # tpch-32 would pause for review
+
+
+def test_happy_orders_leave_out_orders_that_would_run_out_of_stock_by_the_last_run() -> None:
+    catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
+    # Part 20 holds 100 units: tpch-3 takes 50 a run; part 30 holds 9: tpch-1 takes 2, tpch-32 takes 4.
+    assert [o.order_id for o in happy_orders(catalog, 1, review_above=Decimal("0"), runs=2)] == ["tpch-1"]
+    with pytest.raises(ValueError):
+        happy_orders(catalog, 3, review_above=Decimal("0"), runs=2)
+
+
+def test_submissions_give_each_run_its_own_order_ids() -> None:
+    catalog = load_catalog(TPCH_FIXTURE, orders=2, stock_divisor=1)
+    messages = submissions(catalog.orders, run="p1abc", reply_to="client-x")
+    assert [m["orderId"] for m in messages] == ["p1abc-tpch-1", "p1abc-tpch-2"]
+    assert {m["replyTo"] for m in messages} == {"client-x"}
+    with pytest.raises(ValueError):
+        submissions(catalog.orders, run="a:b", reply_to="client-x")
+
+
+# --- per-order counts -----------------------------------------------------------------------------
+
+
+def test_queue_roles_follow_the_settings_names() -> None:
+    settings = Settings(
+        ORDERS_QUEUE="orders-x", AGENT_QUEUE_PREFIX="agent-x-", AGENT_RESPONSES_QUEUE="resp-x"
+    )
+    role_of = queue_role(settings)
+    assert role_of("orders-x") == "orders"
+    assert role_of("agent-x-payment") == "agent_requests"
+    assert role_of("resp-x-h1") == "agent_responses"
+    assert role_of("client-x") == "replies"
+    assert role_of("orders-x-deadletter") == "dead_letters"
+
+
+def happy_path_counts(orders: int) -> tuple[OperationCounts, OperationCounts, OperationCounts]:
+    """What the adapters count for ``orders`` happy-path orders of the current workflow."""
+    state, documents, queues = OperationCounts(), OperationCounts(), OperationCounts()
+    state.add("create", "activities.submission.handle_submission", orders)
+    state.add("replace", "orchestrators.starter.claim", orders)
+    state.add("replace", "activities.steps.start_step", 3 * orders)
+    state.add("replace", "activities.steps.finish_order", orders)
+    state.add("replace", "orderflow.replies.clear_pending_reply", orders)
+    state.add("query_page", "orchestrators.starter.run_starter_pass", 40)
+    state.add("query_item", "orchestrators.starter.run_starter_pass", orders)
+    documents.add("create", "activities.submission.handle_submission", orders)
+    documents.add("read", "activities.steps.start_step", orders)
+    for role, n in (("orders", 1), ("agent_requests", 3), ("agent_responses", 3), ("replies", 2)):
+        queues.add("send", role, n * orders)
+    queues.add("receive", "replies", 99)  # receives are not sends
+    return state, documents, queues
+
+
+def test_count_breakdown_per_order_with_targets() -> None:
+    breakdown = count_breakdown(*happy_path_counts(10), processed=10)
+    assert breakdown["state_store"] == {
+        "point_reads": 0.0,
+        "creates": 1.0,
+        "replaces": 6.0,
+        "writes": 7.0,
+        "replace_conflicts": 0.0,
+        "query_pages": 4.0,
+        "query_items": 1.0,
+        "counts": 0.0,
+    }
+    assert breakdown["state_writes_by_function"] == {
+        "activities.steps.finish_order": 1.0,
+        "activities.steps.start_step": 3.0,
+        "activities.submission.handle_submission": 1.0,
+        "orchestrators.starter.claim": 1.0,
+        "orderflow.replies.clear_pending_reply": 1.0,
+    }
+    assert breakdown["queue_sends"] == {
+        "orders": 1.0,
+        "agent_requests": 3.0,
+        "agent_responses": 3.0,
+        "replies": 2.0,
+        "total": 9.0,
+    }
+    assert breakdown["order_store"] == {"writes": 1.0, "reads": 1.0}
+    assert breakdown["targets"] == {
+        "state_writes": {"value": 7.0, "target": 5, "met": False},
+        "point_reads": {"value": 0.0, "target": 1, "met": True},
+        "queue_messages": {"value": 9.0, "target": 9, "met": True},
+    }
+
+
+def test_hard_down_calls_are_read_from_the_audit_by_key() -> None:
+    audit = {
+        "h-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 23, "undo": False},
+        "h-tpch-1:charge_payment:undo": {"endpoint": "payments.refund_by_key", "calls": 24, "undo": True},
+        "h-tpch-1:reserve_inventory": {"endpoint": "inventory.reserve", "calls": 1, "undo": False},
+        "h-tpch-3:charge_payment": {"endpoint": "payments.charge", "calls": 20, "undo": False},
+        "other-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 5, "undo": False},
+    }
+    calls = hard_down_calls(audit, service="payments", order_ids=["h-tpch-1", "h-tpch-3"])
+    assert calls == {"h-tpch-1": {"forward": 23, "undo": 24}, "h-tpch-3": {"forward": 20, "undo": 0}}
+
+
+# --- sweep ----------------------------------------------------------------------------------------
+
+
+def test_only_the_expired_records_match_the_sweep_query() -> None:
+    now = datetime.now(UTC)
+    assert matches(expired_query(now), expired_record("x-1", now).to_json_dict())
+    assert not matches(expired_query(now), settled_record("s-1", now).to_json_dict())
+
+
+def test_memory_sweeps_read_only_the_expired_records_at_every_size() -> None:
+    results = memory_sweeps([30, 10], expired=4, settings=Settings())
+    assert [(r["store"], r["settled"], r["expired"]) for r in results] == [
+        ("memory", 10, 4),
+        ("memory", 30, 4),
+    ]
+    assert [(r["records_read"], r["requeued"], r["query_pages"]) for r in results] == [(4, 4, 1), (4, 4, 1)]
+    assert [r["idle_pass"]["records_read"] for r in results] == [0, 0]
+    grown = growth(results)
+    assert grown is not None
+    assert grown["sizes"] == [10, 30]
+    assert grown["records_read_ratio"] == {"value": 1.0, "target": 2.0, "met": True}
+
+
+def test_growth_needs_two_sizes_and_compares_smallest_with_largest() -> None:
+    def result(size: int, time_s: float) -> dict[str, Any]:
+        return {"settled": size, "time_s": time_s, "records_read": 20, "idle_pass": {"time_s": time_s / 2}}
+
+    assert growth([result(1000, 0.1)]) is None
+    grown = growth([result(100_000, 0.5), result(1000, 0.1), result(10_000, 0.2)])
+    assert grown is not None
+    assert grown["sizes"] == [1000, 100_000]
+    assert grown["time_ratio"] == {"value": 5.0, "target": 2.0, "met": False}
+    assert grown["idle_time_ratio"] == 5.0
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def run_summary(throughput_per_s: float, p50: float) -> dict[str, Any]:
+    return {
+        "submitted": 10,
+        "finished": 10,
+        "outcomes": {"Processed": 10},
+        "elapsed_s": 10 / throughput_per_s,
+        "throughput_per_s": throughput_per_s,
+        "latency": {
+            "count": 10,
+            "mean_s": p50,
+            "p50_s": p50,
+            "p95_s": 2 * p50,
+            "p99_s": 3 * p50,
+            "max_s": 4 * p50,
+        },
+    }
+
+
+def test_peer_ratios_divide_orderflow_by_the_peer() -> None:
+    ratios = peer_ratios({"1": run_summary(10.0, 1.0)}, {"dbos": run_summary(40.0, 0.25)})
+    assert ratios == {"dbos": {"1_processes": {"throughput": 0.25, "p50": 4.0, "p95": 4.0, "p99": 4.0}}}
+
+
+def test_the_report_has_its_keys_and_its_tables_their_rows() -> None:
+    breakdown = count_breakdown(*happy_path_counts(5), processed=5)
+    sweep = [
+        {
+            "store": "memory",
+            "settled": 10,
+            "expired": 2,
+            "time_s": 0.01,
+            "records_read": 2,
+            "query_pages": 1,
+            "idle_pass": {"time_s": 0.005, "records_read": 0},
+        }
+    ]
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"1": {**run_summary(10.0, 1.0), "recovered_orders": 2, "attempts_max": 2}},
+        per_order=breakdown,
+        sweep_results=sweep,
+        sweep_growth={"memory": None},
+        hard_down=None,
+        peers={"durabletask": run_summary(50.0, 0.2)},
+        generated_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
+    )
+    assert tuple(report) == REPORT_KEYS
+    assert report["generated_at"] == "2026-11-29T12:00:00+00:00"
+    assert report["config"]["orders"] == 10
+    assert report["orderflow"]["throughput_per_s"] == {"1": 10.0}
+    assert report["orderflow"]["latency"]["1"]["p50_s"] == 1.0
+    assert report["ratios"]["durabletask"]["1_processes"]["throughput"] == 0.2
+    assert report["notes"]
+    table = markdown_tables(report)
+    assert "| orderflow, 1 devhost process(es) | 10 | 1 | 2 | 3 | 2 |" in table
+    assert "| durabletask | 50 | 0.2 | 0.4 | 0.6 | – |" in table
+    assert "| durabletask | 1 | 0.2 | 5 | 5 | 5 |" in table
+    assert "| state-store writes (creates + replaces) | 7 (target 5: not met) |" in table
+    assert "| memory | 10 | 2 | 0.01 | 0.005 | 2 |" in table
+
+
+def test_config_rejects_unknown_peers_and_services() -> None:
+    with pytest.raises(ValueError):
+        BenchConfig(peers=("temporal",))
+    with pytest.raises(ValueError):
+        BenchConfig(hard_down_service="email")
+    with pytest.raises(ValueError):
+        BenchConfig(sweep_sizes=(0,))
+    config = BenchConfig(orders=50, warmup=5, count_orders=20, hard_down_orders=80, processes=(1,), peers=())
+    assert config.distinct_orders() == 80
+    assert config.runs() == 3
+
+
+def test_a_failed_part_is_noted_and_the_others_still_run() -> None:
+    said: list[str] = []
+    parts = _Parts(said.append)
+
+    def broken() -> int:
+        raise RuntimeError("emulator went away")
+
+    assert parts.run("sweeps", broken) is None
+    assert parts.run("peers", lambda: 42) == 42
+    assert parts.failed == [f"{FAILED}sweeps: RuntimeError: emulator went away"]
+    assert said == ["sweeps", "sweeps failed: RuntimeError", "peers"]
+    assert failures({"notes": ["a note", *parts.failed]}) == parts.failed
