@@ -57,8 +57,8 @@ chaos: setup
 
 .PHONY: bench
 bench: setup
-	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes $(BENCH_PROCESSES) \
-		--sweep-sizes $(SWEEP_SIZES) --peers $(PEERS) --hard-down-orders $(HARD_DOWN_ORDERS)
+	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes "$(BENCH_PROCESSES)" \
+		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

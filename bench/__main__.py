@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from bench.config import PEERS, REPORT_PATH, BenchConfig
@@ -26,6 +27,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _config(**fields: object) -> BenchConfig:
+    return BenchConfig.model_validate(fields)
 
 
 @app.command()
@@ -54,20 +59,29 @@ def main(
     # Expected and already counted in the report: hard-down alerts, cancelled timers, SDK chatter.
     for noisy in ("orderflow", "durabletask", "azure", "httpx", "urllib3", "demo"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
-    config = BenchConfig(
-        orders=orders,
-        concurrency=concurrency,
-        warmup=warmup,
-        processes=_ints(processes),
-        count_orders=count_orders,
-        sweep_sizes=_ints(sweep_sizes),
-        sweep_expired=sweep_expired,
-        hard_down_orders=hard_down_orders,
-        hard_down_service=hard_down_service,
-        peers=_names(peers),
-        run_timeout_s=timeout_s,
-        report_path=report,
-    )
+    try:
+        config = _config(
+            orders=orders,
+            concurrency=concurrency,
+            warmup=warmup,
+            processes=_ints(processes),
+            count_orders=count_orders,
+            sweep_sizes=_ints(sweep_sizes),
+            sweep_expired=sweep_expired,
+            hard_down_orders=hard_down_orders,
+            hard_down_service=hard_down_service,
+            peers=_names(peers),
+            run_timeout_s=timeout_s,
+            report_path=report,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        console.print(f"[red]error:[/red] {problems}", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    if not config.report_path.resolve().parent.is_dir():
+        # Found now, not after a quarter of an hour of measuring.
+        console.print(f"[red]error:[/red] no directory for the report: {config.report_path.parent}")
+        raise typer.Exit(2)
     result = run_bench(config, progress=lambda message: console.print(f"[dim]{message}[/dim]"))
     print_tables(result, console)
     if markdown:

@@ -47,8 +47,28 @@ def _quiet(_message: str) -> None:
 
 
 def failures(report: Mapping[str, Any]) -> list[str]:
-    """The notes of a report that say a part failed."""
-    return [note for note in report.get("notes", []) if str(note).startswith(FAILED)]
+    """What makes a report a failed run: the notes that say a part failed, then every happy-path load
+    (any ``outcomes`` outside ``hard_down``, whose orders are meant to fail) with an order that did not
+    end ``Processed``: figures of such a run would compare unlike work."""
+    failed = [str(note) for note in report.get("notes", []) if str(note).startswith(FAILED)]
+    return failed + [
+        f"{FAILED}{path}: orders not Processed: {outcomes}" for path, outcomes in _unprocessed(report, "")
+    ]
+
+
+def _unprocessed(node: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "hard_down":
+                continue
+            if key == "outcomes" and isinstance(value, Mapping):
+                if any(outcome != "Processed" and n for outcome, n in value.items()):
+                    found.append((path, dict(value)))
+                continue
+            found += _unprocessed(value, where)
+    return found
 
 
 class _Parts:

@@ -190,18 +190,24 @@ def start_child(
     )
     deadline = time.monotonic() + 60
     assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}; see {log_path}")
-            continue
-        if ready in line:
-            # Keep draining stdout so the child never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in process.stdout or []], daemon=True).start()
-            return Child(name, process, line.strip(), log_path)
-    process.kill()
-    raise RuntimeError(f"{name} did not become ready within 60 s; see {log_path}")
+    try:
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {process.returncode}; see {log_path}")
+                continue
+            if ready in line:
+                # Keep draining stdout so the child never blocks on a full pipe.
+                threading.Thread(target=lambda: [None for _ in process.stdout or []], daemon=True).start()
+                return Child(name, process, line.strip(), log_path)
+        raise RuntimeError(f"{name} did not become ready within 60 s; see {log_path}")
+    except BaseException:
+        # Not ready (or interrupted by Ctrl-C while waiting): the child is in its own session, so the
+        # terminal's signal never reaches it; nobody else knows of it yet.
+        process.kill()
+        process.wait()
+        raise
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Generator, Mapping, Sequence
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Annotated, Any
 
@@ -43,6 +44,11 @@ UNDO_STEP = "undo_step"
 WAITERS = 4
 """Client threads waiting on completions. Each blocking wait holds one of the backend's ten gRPC
 threads, so waiting on every outstanding order at once would starve the worker's own calls."""
+
+
+def backend_timestamp(at: datetime) -> float:
+    """POSIX seconds of a time the durabletask client reports: UTC, without a zone (never local time)."""
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
 
 
 def order_saga(ctx: dt_task.OrchestrationContext, order: dict[str, Any]) -> Generator[Any, Any, str]:
@@ -129,7 +135,7 @@ def run_durabletask_load(
                 if state is None:
                     outcomes[TIMED_OUT] += 1
                 else:
-                    ended = state.last_updated_at.timestamp()
+                    ended = backend_timestamp(state.last_updated_at)
                     latencies.append(ended - started)
                     bounds.extend((started, ended))
                     output = state.get_output(str) if state.serialized_output else None

@@ -8,12 +8,16 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
+from devhost import demo
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from orderflow.client import OrderflowClient
 from orderflow.queues.storage import StorageQueueFactory
@@ -79,3 +83,40 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
             process.wait()
         stores.close()
         stop(server, thread)
+
+
+def test_a_child_interrupted_before_it_is_ready_is_killed_not_left_running(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Children run in their own session, so a Ctrl-C in the terminal never reaches them: one that
+    # start_child was still waiting for when the Ctrl-C came must be killed by start_child itself.
+    started: list[subprocess.Popen[str]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        process: subprocess.Popen[str] = real_popen(*args, **kwargs)
+        started.append(process)
+        return process
+
+    ticks = iter([0.0, 0.0])
+
+    def monotonic() -> float:
+        # The second check of the 60 s deadline is where the Ctrl-C lands.
+        try:
+            return next(ticks)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    # Only devhost.demo sees these stand-ins, not the rest of the process.
+    monkeypatch.setattr(
+        "devhost.demo.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE)
+    )
+    monkeypatch.setattr("devhost.demo.time", SimpleNamespace(monotonic=monotonic))
+    script = "import time\nprint('starting', flush=True)\ntime.sleep(120)\n"
+
+    with pytest.raises(KeyboardInterrupt):
+        demo.start_child("sleeper", ["-c", script], dict(os.environ), "never printed", tmp_path)
+
+    [process] = started
+    assert process.poll() is not None  # killed and reaped, not left sleeping
+    assert process.returncode == -signal.SIGKILL

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import pytest
 from bench.config import BenchConfig
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
 from bench.orderflow_runs import count_breakdown, hard_down_calls, queue_role
+from bench.peers.durabletask_peer import backend_timestamp
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
 from bench.runner import FAILED, _Parts, failures
 from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
@@ -394,3 +395,36 @@ def test_a_failed_part_is_noted_and_the_others_still_run() -> None:
     assert parts.failed == [f"{FAILED}sweeps: RuntimeError: emulator went away"]
     assert said == ["sweeps", "sweeps failed: RuntimeError", "peers"]
     assert failures({"notes": ["a note", *parts.failed]}) == parts.failed
+
+
+def test_a_happy_path_load_with_an_order_not_processed_fails_the_run() -> None:
+    # A peer pointed at the wrong services compensates every order, quickly: its figures must not be
+    # compared as if it did the same work. The hard-down part's orders are meant to fail.
+    report = {
+        "notes": ["a note"],
+        "orderflow": {
+            "runs": {"1": {"outcomes": {"Processed": 60}}},
+            "per_order": {"outcomes": {"Processed": 20}},
+        },
+        "peers": {"durabletask": {"outcomes": {"Processed": 2, "Compensated": 58}}, "dbos": {"outcomes": {}}},
+        "hard_down": {"outcomes": {"CompensationFailed": 10}},
+    }
+
+    assert failures(report) == [
+        f"{FAILED}peers.durabletask: orders not Processed: {{'Processed': 2, 'Compensated': 58}}"
+    ]
+
+
+def test_a_durabletask_time_without_a_zone_is_utc_whatever_the_local_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        naive = datetime(2026, 11, 30, 1, 0, 0)
+        assert backend_timestamp(naive) == datetime(2026, 11, 30, 1, 0, 0, tzinfo=UTC).timestamp()
+        aware = datetime(2026, 11, 30, 10, 0, 0, tzinfo=timezone(timedelta(hours=9)))
+        assert backend_timestamp(aware) == aware.timestamp()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
