@@ -114,7 +114,8 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     assert hard["service"] == "payments"
     assert hard["budget"] == 24
     assert hard["final_states"] == {"CompensationFailed": 1}
-    assert 1 <= hard["forward_calls"]["max"] <= hard["budget"]
+    assert 1 <= hard["forward_calls"]["max"] <= hard["all_forward_calls_max"] <= hard["budget"]
+    assert hard["budget_spent_max"] <= hard["budget"]
     assert hard["forward_calls_within_budget"]["met"] is True
     assert hard["undo_calls"]["max"] >= 1  # the refund is down too: compensation fails and says so
 

@@ -269,6 +269,8 @@ def test_hard_down_calls_are_read_from_the_audit_by_key() -> None:
     }
     calls = hard_down_calls(audit, service="payments", order_ids=["h-tpch-1", "h-tpch-3"])
     assert calls == {"h-tpch-1": {"forward": 23, "undo": 24}, "h-tpch-3": {"forward": 20, "undo": 0}}
+    every = hard_down_calls(audit, service=None, order_ids=["h-tpch-1", "h-tpch-3"])
+    assert every == {"h-tpch-1": {"forward": 24, "undo": 24}, "h-tpch-3": {"forward": 20, "undo": 0}}
 
 
 # --- sweep ----------------------------------------------------------------------------------------
