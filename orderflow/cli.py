@@ -137,13 +137,14 @@ def generate_orders(count: int, *, seed: int, reply_to: str) -> list[dict[str, A
 def submit(
     reply_to: ReplyTo,
     order_file: Annotated[Path | None, typer.Argument(help="JSON order, JSON array, or JSON lines.")] = None,
-    generate: Annotated[int, typer.Option(help="Generate this many synthetic orders instead.")] = 0,
+    generate: Annotated[int, typer.Option(min=0, help="Generate this many synthetic orders instead.")] = 0,
     seed: Annotated[int | None, typer.Option(help="Seed of --generate (random by default).")] = None,
     env_file: Annotated[
         Path | None, typer.Option(help="local.settings.json or a JSON object of settings.")
     ] = None,
 ) -> None:
-    """Send orders to the submission queue; replies go to --reply-to."""
+    """Send orders to the submission queue; replies go to --reply-to. Exits 2 if any order was not sent
+    (each is named with its error), 1 if the queue could not be reached."""
     if order_file is not None and generate:
         raise typer.BadParameter("give an order file or --generate N, not both")
     if order_file is None and not generate:
@@ -171,6 +172,9 @@ def submit(
             except OrderflowError as exc:
                 _fail(f"sending failed after {sent} of {len(orders)} orders: {exc}", code=1)
     console.print(f"submitted {sent} of {len(orders)} orders; replies go to [bold]{reply_to}[/bold]")
+    if sent < len(orders):
+        # A script must see that some orders were not sent, not only a person reading the output.
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -195,11 +195,15 @@ class Envelope(BaseModel):
         return value
 
 
+MAX_QUANTITY_PER_SKU = 10_000
+"""Most units of one SKU in one order, on one line or over several."""
+
+
 class SubmitItem(Envelope):
     """One line of a submitted order."""
 
     sku: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_\-]{1,32}$")]
-    quantity: int = Field(ge=1, le=10_000, strict=True)
+    quantity: int = Field(ge=1, le=MAX_QUANTITY_PER_SKU, strict=True)
 
 
 class SubmitOrder(Envelope):
@@ -214,7 +218,7 @@ class SubmitOrder(Envelope):
             with an optional decimal point (``"12.50"``), or a JSON number (read exactly, never as a
             binary float). On the wire it is always written as a plain decimal string.
         currency: ISO 4217 code from :data:`SUPPORTED_CURRENCIES`.
-        items: 1–100 lines.
+        items: 1–100 lines; at most :data:`MAX_QUANTITY_PER_SKU` units of one SKU in all.
         carrier: The shipping carrier, 1-32 characters after trimming surrounding whitespace.
         reply_to: The client's private reply queue for status messages (which queues may not be one is
             checked on receipt, against the settings: :meth:`orderflow.settings.Settings.reserved_queue`).
@@ -256,6 +260,20 @@ class SubmitOrder(Envelope):
                 'such as "12.50"'
             )
         return value
+
+    @field_validator("items")
+    @classmethod
+    def _quantity_per_sku_is_capped(cls, items: tuple[SubmitItem, ...]) -> tuple[SubmitItem, ...]:
+        # A line's cap would mean nothing if the same SKU could be repeated over many lines.
+        totals: dict[str, int] = {}
+        for item in items:
+            totals[item.sku] = totals.get(item.sku, 0) + item.quantity
+            if totals[item.sku] > MAX_QUANTITY_PER_SKU:
+                raise ValueError(
+                    f"sku {item.sku!r}: {totals[item.sku]} units over several lines; "
+                    f"at most {MAX_QUANTITY_PER_SKU} per order"
+                )
+        return items
 
     @field_serializer("amount", when_used="json")
     def _amount_as_plain_decimal(self, amount: Decimal) -> str:
