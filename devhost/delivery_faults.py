@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from demo.faults import uniform
-from orderflow.queues.base import DeadLetter, MessageQueue, QueueFactory, ReceivedMessage
+from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory
 from orderflow.records import format_utc
 from orderflow.settings import Settings
 
@@ -169,7 +169,7 @@ def agent_responses(settings: Settings) -> LatePredicate:
     return is_agent_response
 
 
-class FaultyQueue:
+class FaultyQueue(ForwardingQueue):
     """A :class:`MessageQueue` that duplicates or delays some of what is sent through it.
 
     Receiving and settling pass straight through: the faults are the sender's side of the transport.
@@ -184,15 +184,11 @@ class FaultyQueue:
         late_for: LatePredicate,
         late_delay_s: float,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._faults = faults
         self._log = log
         self._late_for = late_for
         self._late_delay_s = late_delay_s
-        self.name = inner.name
-
-    def __repr__(self) -> str:
-        return f"FaultyQueue({self._inner!r})"
 
     def send(
         self,
@@ -229,30 +225,6 @@ class FaultyQueue:
             logger.warning("duplicate of %s to %s not sent", message_id, self.name, exc_info=True)
             return
         self._log.record(DeliveryFault.DUPLICATE, self.name, message_id)
-
-    def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
-        """Receive from the inner queue."""
-        return self._inner.receive(max_messages=max_messages, lock_s=lock_s)
-
-    def complete(self, message: ReceivedMessage) -> None:
-        """Complete on the inner queue."""
-        self._inner.complete(message)
-
-    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
-        """Abandon on the inner queue."""
-        self._inner.abandon(message, delay_s=delay_s)
-
-    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
-        """Renew the lock on the inner queue."""
-        self._inner.renew_lock(message, lock_s=lock_s)
-
-    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
-        """Dead-letter on the inner queue (never duplicated)."""
-        self._inner.dead_letter(message, reason=reason, description=description)
-
-    def approximate_count(self) -> int:
-        """The inner queue's approximate count."""
-        return self._inner.approximate_count()
 
 
 class FaultyQueueFactory:

@@ -11,6 +11,7 @@ Wiring happens here and nowhere else: the roles are plain functions that take th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -38,7 +39,7 @@ from activities.steps import ActivityDeps, finish_order, record_review, record_s
 from activities.submission import handle_submission
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
-from devhost.loops import ConsumerLoop, PeriodicLoop
+from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from orchestrators.definitions import agent_names
 from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from orchestrators.listener import handle_response
@@ -123,7 +124,6 @@ class DevHost:
 
     def __init__(self, settings: Settings, deps: Dependencies, roles: Iterable[str] = ALL_ROLES) -> None:
         self.settings = settings
-        self.deps = deps
         self.roles = frozenset(roles)
         unknown = self.roles - set(ALL_ROLES)
         if unknown:
@@ -131,6 +131,10 @@ class DevHost:
         if self.roles & {"starter", "listener"} and "orchestrator" not in self.roles:
             raise ValueError("the starter and listener roles need the orchestrator role in the same process")
         self.stop_event = threading.Event()
+        # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups).
+        self.wakeups = Wakeups()
+        deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
+        self.deps = deps
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: InMemoryOrchestrationBackend | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
@@ -181,6 +185,7 @@ class DevHost:
         """Stop every loop, then the worker and backend. In-flight orchestrations are abandoned (the
         supervisor recovers them), exactly as when a Functions worker is recycled."""
         self.stop_event.set()
+        self.wakeups.notify_all()
         for loop in self._loops:
             loop.join()
         if "supervisor" in self.roles:
@@ -231,6 +236,7 @@ class DevHost:
                 poll_s=s.POLL_INTERVAL_S,
                 max_poll_s=s.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.MAX_DELIVERY_COUNT,
+                wakeup=self.wakeups.event(queue_name),
             )
         )
 

@@ -123,3 +123,57 @@ class QueueFactory(Protocol):
     def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
         """Peek at the dead letters of queue ``name`` (without removing them)."""
         ...
+
+
+class ForwardingQueue:
+    """A :class:`MessageQueue` that forwards every call to ``inner``: the base of wrappers that change
+    only what they need (a send that also does something, for example).
+
+    Args:
+        inner: The queue every call goes to.
+    """
+
+    def __init__(self, inner: MessageQueue) -> None:
+        self._inner = inner
+        self.name = inner.name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"
+
+    def send(
+        self,
+        body: str,
+        *,
+        message_id: str,
+        correlation_id: str | None = None,
+        delay_s: float = 0.0,
+        reply_to: str | None = None,
+    ) -> None:
+        """Send on the inner queue."""
+        self._inner.send(
+            body, message_id=message_id, correlation_id=correlation_id, delay_s=delay_s, reply_to=reply_to
+        )
+
+    def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
+        """Receive from the inner queue."""
+        return self._inner.receive(max_messages=max_messages, lock_s=lock_s)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        """Complete on the inner queue."""
+        self._inner.complete(message)
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        """Abandon on the inner queue."""
+        self._inner.abandon(message, delay_s=delay_s)
+
+    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
+        """Renew the lock on the inner queue."""
+        self._inner.renew_lock(message, lock_s=lock_s)
+
+    def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
+        """Dead-letter on the inner queue."""
+        self._inner.dead_letter(message, reason=reason, description=description)
+
+    def approximate_count(self) -> int:
+        """The inner queue's approximate count."""
+        return self._inner.approximate_count()
