@@ -66,6 +66,15 @@ class BenchConfig(BaseModel):
             raise ValueError("every value must be at least 1")
         return values
 
+    @field_validator("processes", "sweep_sizes", "peers")
+    @classmethod
+    def _each_once(cls, values: tuple[object, ...]) -> tuple[object, ...]:
+        # The report keys each run by its value: a second run of one value would replace the first.
+        repeated = sorted({str(value) for value in values if values.count(value) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} given more than once")
+        return values
+
     @field_validator("peers")
     @classmethod
     def _known_peers(cls, values: tuple[str, ...]) -> tuple[str, ...]:

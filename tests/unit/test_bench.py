@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bench.config import BenchConfig
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
@@ -430,3 +431,12 @@ def test_a_durabletask_time_without_a_zone_is_utc_whatever_the_local_zone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"processes": (1, 1)}, {"peers": ("dbos", "dbos")}, {"sweep_sizes": (1000, 10000, 1000)}],
+)
+def test_a_value_given_twice_is_refused(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="given more than once"):
+        BenchConfig(**fields)
