@@ -29,7 +29,7 @@ from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
 from demo.tpch import ensure_dataset, load_catalog
-from devhost.demo import DEMO_SETTINGS, quiet_sdk_logs, start_child
+from devhost.demo import DEMO_SETTINGS, quiet_sdk_logs, start_demo_services
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 
@@ -122,25 +122,8 @@ def run_bench(
             emulators = start_local_emulators()
             stack.callback(emulators.stop)
             endpoints = emulators.endpoints
-        services = start_child(
-            "demo-services",
-            [
-                "-m",
-                "demo.services",
-                "--port",
-                "0",
-                "--data-dir",
-                str(data_dir),
-                "--orders",
-                "0",
-                "--stock-divisor",
-                str(STOCK_DIVISOR),
-                "--faults",
-                FaultPlan().model_dump_json(),
-            ],
-            dict(os.environ),
-            "demo services listening on",
-            run_dir,
+        services = start_demo_services(
+            data_dir, run_dir, orders=0, stock_divisor=STOCK_DIVISOR, faults=FaultPlan()
         )
         stack.callback(services.stop)
         services_url = services.ready_line.rsplit(" ", 1)[-1]

@@ -210,6 +210,29 @@ def start_child(
         raise
 
 
+def start_demo_services(
+    data_dir: Path,
+    log_dir: Path,
+    *,
+    orders: int,
+    stock_divisor: int,
+    faults: FaultPlan,
+    refunds: RefundPolicy | None = None,
+) -> Child:
+    """Start ``python -m demo.services`` on a free port with the first ``orders`` TPC-H orders' stock.
+
+    Its URL is the last word of the child's ``ready_line``.
+
+    Raises:
+        RuntimeError: the services did not start.
+    """
+    args = ["-m", "demo.services", "--port", "0", "--data-dir", str(data_dir), "--orders", str(orders)]
+    args += ["--stock-divisor", str(stock_divisor), "--faults", faults.model_dump_json()]
+    if refunds is not None:
+        args += ["--cancellation-fee", str(refunds.fee), "--fee-after-s", str(refunds.fee_after_s)]
+    return start_child("demo-services", args, dict(os.environ), "demo services listening on", log_dir)
+
+
 @dataclass(frozen=True)
 class DevhostSpec:
     """How to (re)start one devhost process: its name, host id and roles."""
@@ -657,29 +680,8 @@ def demo_system(
         emulators = start_local_emulators()
         stack.callback(emulators.stop)
         endpoints = emulators.endpoints
-        services = start_child(
-            "demo-services",
-            [
-                "-m",
-                "demo.services",
-                "--port",
-                "0",
-                "--data-dir",
-                str(data_dir),
-                "--orders",
-                str(orders),
-                "--stock-divisor",
-                str(divisor),
-                "--faults",
-                faults.model_dump_json(),
-                "--cancellation-fee",
-                str(DEMO_REFUND_POLICY.fee),
-                "--fee-after-s",
-                str(DEMO_REFUND_POLICY.fee_after_s),
-            ],
-            dict(os.environ),
-            "demo services listening on",
-            run_dir,
+        services = start_demo_services(
+            data_dir, run_dir, orders=orders, stock_divisor=divisor, faults=faults, refunds=DEMO_REFUND_POLICY
         )
         stack.callback(services.stop)
         services_url = services.ready_line.rsplit(" ", 1)[-1]
