@@ -423,23 +423,17 @@ def test_a_duplicate_of_a_taken_request_makes_no_call_even_as_a_first_delivery(
     )
     taken = TakenRequests()
 
-    first = handle_request(
-        request_body(max_calls=3),
-        service=service,
-        queues=queues,
-        clock=clock,
-        settings=settings,
-        sleep=FakeSleep(clock),
-        taken=taken,
-    )
-    second = handle_request(
-        request_body(max_calls=3),
-        service=service,
-        queues=queues,
-        clock=clock,
-        settings=settings,
-        sleep=FakeSleep(clock),
-        taken=taken,
+    first, second = (
+        handle_request(
+            request_body(max_calls=3),
+            service=service,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            sleep=FakeSleep(clock),
+            taken=taken,
+        )
+        for _ in range(2)
     )
 
     assert first.calls == 3
