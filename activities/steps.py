@@ -173,7 +173,9 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
     step Running, reserve its calls from the retry budget and set the record's ``completeBy`` to now plus
     the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
-    leaves time for the answer to travel back).
+    leaves time for the answer to travel back). An attempt's first step is usually started by its claim
+    (:func:`orchestrators.starter.start_first_step`): the activity finds it so on a read and only sends
+    the request.
 
     Returns:
         A :class:`FencedWriteResult` as JSON with ``complete_by`` (UTC), where the orchestration's timer
@@ -234,8 +236,8 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
             return None
         if data.completed is not None:
             _record_completion(record, definition, data.completed, now)
-        new_attempt = step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING
-        if new_attempt:
+        grant: int | None = None
+        if step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING:
             # Reserve this attempt's calls in the same write (docs/design.md §2 retryBudget). A
             # reservation left by an attempt that died stays spent: the budget is never exceeded.
             grant = min(record.retry_budget.remaining, deps.settings.AGENT_MAX_CALLS_PER_STEP)
@@ -244,14 +246,8 @@ def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
                 # An earlier attempt's reservation stays spent; nothing is left to give back later.
                 step.reserved_calls = 0
                 return record
-            record.retry_budget.spent += grant
-            step.reserved_calls = grant
-            step.attempts += 1
-        step.status = StepStatus.RUNNING
-        step.last_instance = data.instance_id
-        step.started_at = now
         # The deadline starts now, when the step really starts, not when the orchestration asked for it.
-        record.complete_by = data.complete_by(now)
+        record.run_step(data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant)
         return record
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)

@@ -107,6 +107,7 @@ DEMO_SETTINGS: dict[str, str] = {
     "STEP_TIMEOUT_S": "4",
     "AGENT_CALL_TIMEOUT_S": "2",
     "CLAIM_TIMEOUT_S": "20",
+    "START_LATENCY_S": "2",
     "SUPERVISOR_INTERVAL_S": "2",
     "SUPERVISOR_BACKOFF_INITIAL_S": "1",
     "SUPERVISOR_BACKOFF_MAX_S": "8",
@@ -120,7 +121,8 @@ DEMO_SETTINGS: dict[str, str] = {
     "REVIEW_TIMEOUT_S": "3",
     "REVIEW_DEFAULT": "approve",
 }
-"""Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds; orders
+"""Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds (the first
+step's, started by the claim, 2 s later: an orchestration starts in the claiming process); orders
 above 300,000 (about 5% of TPC-H's) wait 3 s for a review nobody gives, then the default (approve)
 applies."""
 

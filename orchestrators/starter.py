@@ -1,8 +1,10 @@
 """Scheduler — starter: claim ``Pending`` records and start attempt-specific orchestrations.
 
 The claim (docs/design.md §3.2) is one conditional write that sets ``processState=Processing``,
-``lockedBy={orderId}:{attempt+1}``, ``attempt+=1`` and a ``completeBy`` for the start-up, *before* the
-orchestration is scheduled; two starters reading the same record race on its ETag and exactly one wins.
+``lockedBy={orderId}:{attempt+1}``, ``attempt+=1`` and a ``completeBy``, *before* the orchestration is
+scheduled; two starters reading the same record race on its ETag and exactly one wins. The same write
+starts the attempt's first step (Running, its calls reserved, ``completeBy`` its deadline), so the
+orchestration's first activity only sends the request: one state write per order fewer.
 Scheduling an instance id that already exists is success, never a reason to start again: Durable
 Functions 1.x ``start_new`` would silently replace it (docs/design.md §7). A process that dies between the
 claim and the start leaves a ``Processing`` record whose ``completeBy`` expires: the supervisor
@@ -14,15 +16,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from activities.contracts import OrchestrationInput
+from orchestrators.definitions import UnknownWorkflowVersion, workflow_for
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation
-from orderflow.records import ProcessState, StateRecord, instance_id_for
+from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 
@@ -82,11 +85,15 @@ def claim(
 ) -> Versioned[StateRecord] | None:
     """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
 
+    A ``Pending`` record's first step still to run is started in the same write
+    (:func:`start_first_step`).
+
     Args:
         states: The state store.
         found: The record as read, with its ETag.
         clock: Time source.
-        settings: ``CLAIM_TIMEOUT_S``.
+        settings: ``CLAIM_TIMEOUT_S``, and the first step's ``STEP_TIMEOUT_S``, ``START_LATENCY_S``,
+            ``AGENT_MAX_CALLS_PER_STEP`` and ``REVIEW_AMOUNT_ABOVE``.
 
     Returns:
         The claimed record with its new ETag, or None when it is no longer claimable or another
@@ -110,10 +117,55 @@ def claim(
     claimed.next_attempt_at = None
     claimed.updated_at = now
     claimed.begin_attempt(settings.HOST_ID, now)
+    if claimed.process_state is ProcessState.PROCESSING:
+        start_first_step(claimed, now, settings)
     try:
         return states.replace(claimed, etag=found.etag)
     except ConcurrencyConflict:
         return None
+
+
+def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
+    """Start the claimed attempt's first step still to run, in the claim's own write.
+
+    The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
+    as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
+    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. That activity then finds
+    the step started by its own attempt and only sends the request. A step that needs a decision first is
+    left to the orchestration: one that may pause for review, one moved to its fallback provider, one
+    with no calls left in the budget, and any step of an order whose cancel was requested.
+
+    Args:
+        record: The claimed record (``lockedBy`` set), changed in place.
+        now: The claim's time (UTC).
+        settings: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
+            ``REVIEW_AMOUNT_ABOVE``.
+
+    Returns:
+        The name of the step started, or None when the claim starts none.
+    """
+    assert record.locked_by is not None
+    if record.cancel_requested_at is not None:
+        return None
+    try:
+        definition = workflow_for(record.workflow_version)
+    except UnknownWorkflowVersion:
+        return None  # the orchestration meets it and fails; the supervisor then has the order
+    done = set(record.completed_steps())
+    step_def = next((s for s in definition.steps if s.name not in done), None)
+    if step_def is None or (step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0):
+        return None
+    step = record.steps.get(step_def.name)
+    if step is None or step.fallback or step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
+        return None
+    grant = min(record.retry_budget.remaining, settings.AGENT_MAX_CALLS_PER_STEP)
+    if grant == 0:
+        return None
+    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
+    record.run_step(
+        step_def.name, record.locked_by, at=now, complete_by=now + timedelta(seconds=timeout_s), grant=grant
+    )
+    return step_def.name
 
 
 def start_attempt(

@@ -329,6 +329,29 @@ class StateRecord(Model):
         """Names of the steps whose status is ``Completed``, in workflow order."""
         return [name for name, step in self.steps.items() if step.status is StepStatus.COMPLETED]
 
+    def run_step(
+        self, name: str, instance_id: str, *, at: datetime, complete_by: datetime, grant: int | None
+    ) -> None:
+        """Mark step ``name`` Running for attempt ``instance_id`` from ``at`` until ``complete_by`` (UTC).
+
+        Args:
+            grant: Calls this attempt of the step reserves from the retry budget (the step's attempts
+                grow by one); None when the attempt keeps the reservation it holds (a restart of the
+                same attempt, after a review say).
+
+        Raises:
+            KeyError: the record has no step ``name``.
+        """
+        step = self.steps[name]
+        if grant is not None:
+            self.retry_budget.spent += grant
+            step.reserved_calls = grant
+            step.attempts += 1
+        step.status = StepStatus.RUNNING
+        step.last_instance = instance_id
+        step.started_at = at
+        self.complete_by = complete_by
+
     def begin_attempt(self, claimed_by: str | None, at: datetime) -> None:
         """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set).
 

@@ -74,8 +74,16 @@ class Settings(BaseModel):
     )
     CLAIM_TIMEOUT_S: float = Field(
         30.0,
-        description="completeBy set by the claim: time the new orchestration has to start its first "
-        "step before the supervisor may recover the order.",
+        description="completeBy set by a claim that starts no step (a compensation to resume, or a first "
+        "step that needs a decision first): time the new orchestration has to make its first write before "
+        "the supervisor may recover the order.",
+    )
+    START_LATENCY_S: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds added to the completeBy of the step a claim starts (the attempt's first step, "
+        "started in the claim's own write): the time the new orchestration may take to be scheduled and "
+        "send its request, so a slow start does not eat the step's own time.",
     )
     STEP_TIMEOUT_S: float = Field(
         8.0,

@@ -287,7 +287,7 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     claimed(deps)
     start(deps, RESERVE)
     cancel(deps)
-    clock.advance(9)  # the attempt died mid-step
+    clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)  # it died mid-step
 
     outcome = recover(
         deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings

@@ -38,7 +38,7 @@ import function_app
 import function_host
 import orchestrators.blueprint
 import supervisor.blueprint
-from activities.contracts import START_STEP, FencedWriteResult, StartStepInput
+from activities.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
 from activities.steps import ActivityDeps
 from activities.submission import handle_submission
 from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
@@ -50,7 +50,7 @@ from orderflow.consumer import Settlement
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import ProcessState, StateRecord
+from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
@@ -707,20 +707,26 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: A
     submit(deps)
     record = claimed(deps).item
     assert record.locked_by == "o-1:1"
-    step = CURRENT_WORKFLOW.steps[0]
+    first, step = CURRENT_WORKFLOW.steps[0], CURRENT_WORKFLOW.steps[1]
     payload = StartStepInput(
         order_id="o-1",
         instance_id="o-1:1",
         workflow_version=record.workflow_version,
         step=step.name,
         timeout_s=8,
+        completed=StepResult(step=first.name, result={}, calls=1),
         response_queue=deps.settings.response_queue(),
     ).to_payload()
 
     result = FencedWriteResult.model_validate(invoke(START_STEP, payload=payload))
 
     assert (result.applied, result.fenced) == (True, False)
-    assert deps.states.get("o-1").item.complete_by == START + timedelta(seconds=8)
+    stored = deps.states.get("o-1").item
+    assert stored.complete_by == START + timedelta(seconds=8)
+    assert (stored.steps[first.name].status, stored.steps[step.name].status) == (
+        StepStatus.COMPLETED,
+        StepStatus.RUNNING,
+    )
     [sent] = deps.queues.queue(deps.settings.agent_queue(step.agent)).receive(max_messages=32, lock_s=30)
     request = parse_message(AgentRequest, sent.body)
     assert (request.instance_id, request.step, request.reply_to) == ("o-1:1", step.name, "agent-responses")

@@ -12,7 +12,7 @@ from activities.contracts import FinishOrderInput, Outcome, StartStepInput, Step
 from activities.fencing import RecordCache, fenced_write
 from activities.steps import ActivityDeps, finish_order, start_step
 from activities.submission import handle_submission
-from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1
+from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder, TransientError
@@ -78,7 +78,10 @@ def test_two_starters_with_the_same_read_claim_once(deps: ActivityDeps) -> None:
     assert stored.locked_by == "o-1:1"
     assert stored.attempt == 1
     assert stored.process_state is ProcessState.PROCESSING
-    assert stored.complete_by == deps.clock.now() + timedelta(seconds=30)
+    # The claim started the first step: its deadline plus the orchestration's start-up allowance.
+    assert stored.complete_by == deps.clock.now() + timedelta(seconds=8 + 5)
+    step = stored.steps["reserve_inventory"]
+    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
 
 
 def test_starter_pass_schedules_attempt_specific_instances(deps: ActivityDeps) -> None:
@@ -221,19 +224,21 @@ def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) ->
         timeout_s=8,
         response_queue="r-q1",
     ).to_payload()
-    started_at = clock.now()
-    first = start_step(payload, deps)
+    started_at = clock.now()  # the claim started the first step
     etag = deps.states.get("o-1").etag
+    clock.advance(1)  # the orchestration is scheduled
+    first = start_step(payload, deps)
     clock.advance(3)  # the runtime re-runs the activity later (its result was lost)
     second = start_step(payload, deps)
     assert first["applied"] and second["applied"]
     stored = deps.states.get("o-1")
-    assert stored.etag == etag  # the re-run wrote nothing
+    assert stored.etag == etag  # neither run wrote: the claim's write started the step
     step = stored.item.steps["reserve_inventory"]
     assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
-    # The deadline starts when the step is first started, and every run returns that one for the timer.
-    assert stored.item.complete_by == started_at + timedelta(seconds=8)
-    assert first["completeBy"] == second["completeBy"] == format_utc(started_at + timedelta(seconds=8))
+    # The deadline starts when the step is started, and every run returns that one for the timer.
+    deadline = started_at + timedelta(seconds=8 + deps.settings.START_LATENCY_S)
+    assert stored.item.complete_by == deadline
+    assert first["completeBy"] == second["completeBy"] == format_utc(deadline)
     requests = [m for m in received(deps.queues.queue("agent-inventory"))]
     assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory", "o-1:1:reserve_inventory"]
     body = json.loads(requests[0].body)
@@ -288,18 +293,23 @@ def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock:
 
 
 class CountingGets(InMemoryStateStore):
-    """The in-memory store, counting point reads."""
+    """The in-memory store, counting point reads and replaces."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gets = 0
+        self.replaces = 0
 
     def get(self, order_id: str) -> Versioned[StateRecord]:
         self.gets += 1
         return super().get(order_id)
 
+    def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        self.replaces += 1
+        return super().replace(record, etag=etag)
 
-def test_a_claim_made_here_runs_to_its_reply_without_a_point_read(
+
+def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     clock: FakeClock, settings: Settings
 ) -> None:
     states = CountingGets()
@@ -322,6 +332,7 @@ def test_a_claim_made_here_runs_to_its_reply_without_a_point_read(
         on_claimed=deps.cache.put,
     )
     states.gets = 0
+    assert states.replaces == 1  # the claim, which started the first step
     previous = None
     for step in ORDER_V1.steps:
         start_step(
@@ -346,7 +357,12 @@ def test_a_claim_made_here_runs_to_its_reply_without_a_point_read(
     )
     assert finish_order(finish.to_payload(), deps)["applied"] is True
 
-    assert states.gets == 0  # every write, the outbox clear included, used the ETag it last wrote
+    # The first step's start found it started by the claim: a decision not to write is confirmed on a
+    # read (the cached claim may be stale). Every write, the outbox clear included, used the ETag it
+    # last wrote.
+    assert states.gets == 1
+    # The claim, the next two steps' starts, the outcome and the outbox clear.
+    assert states.replaces == 5
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.pending_reply is None
@@ -537,7 +553,12 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: ActivityDep
 
 
 def _start(
-    deps: ActivityDeps, clock: FakeClock, instance_id: str, step: str = "reserve_inventory"
+    deps: ActivityDeps,
+    clock: FakeClock,
+    instance_id: str,
+    step: str = "reserve_inventory",
+    *,
+    completed: StepResult | None = None,
 ) -> dict[str, Any]:
     return start_step(
         StartStepInput(
@@ -546,6 +567,7 @@ def _start(
             workflow_version=ORDER_V1.version,
             step=step,
             timeout_s=8,
+            completed=completed,
             response_queue="r-q1",
         ).to_payload(),
         deps,
@@ -609,18 +631,19 @@ def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> 
 def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled(
     deps: ActivityDeps, clock: FakeClock
 ) -> None:
-    # The orchestration asked for the step; the activity then waited 5 s in the runtime's work queue.
+    # The orchestration asked for the step; the activity then waited 3 s in the runtime's work queue.
     # The agent still gets the whole step timeout, and the timer fires where completeBy says.
     submit(deps)
-    claimed(deps)
-    clock.advance(5)
+    claimed(deps)  # started reserve_inventory
+    clock.advance(3)
     result = start_step(
         StartStepInput(
             order_id="o-1",
             instance_id="o-1:1",
             workflow_version=ORDER_V1.version,
-            step="reserve_inventory",
+            step="charge_payment",
             timeout_s=8,
+            completed=StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1),
             response_queue="r-q1",
         ).to_payload(),
         deps,
@@ -628,24 +651,111 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
     complete_by = clock.now() + timedelta(seconds=8)
     assert result["completeBy"] == format_utc(complete_by)
     assert deps.states.get("o-1").item.complete_by == complete_by
-    (request,) = received(deps.queues.queue("agent-inventory"))
+    (request,) = received(deps.queues.queue("agent-payment"))
     # The agent stops a margin earlier, so its answer can travel back before the timer fires.
     assert json.loads(request.body)["deadline"] == format_utc(complete_by - timedelta(seconds=1))
+
+
+def _expire_and_requeue(deps: ActivityDeps, clock: FakeClock) -> None:
+    """The attempt in flight dies: its deadline passes, the supervisor re-queues, the backoff passes."""
+    clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)
+    assert run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings).recovered
+    clock.advance(60)
+
+
+def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    submit(deps)
+    claimed(deps)
+    _start(deps, clock, "o-1:1", "charge_payment", completed=StepResult(step="reserve_inventory", calls=1))
+    _expire_and_requeue(deps, clock)  # attempt 1 died in charge_payment
+
+    record = claimed(deps)
+
+    charge = record.steps["charge_payment"]
+    assert (charge.status, charge.last_instance, charge.attempts) == (StepStatus.RUNNING, "o-1:2", 2)
+    assert charge.reserved_calls == 4 and charge.started_at == clock.now()
+    assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED
+    assert record.complete_by == clock.now() + timedelta(seconds=8 + 5)
+    # Attempt 1's reservation of charge_payment stays spent: 1 (reserve) + 4 + 4.
+    assert record.retry_budget.spent == 9
+
+
+def _mark(deps: ActivityDeps, change: Any) -> None:
+    found = deps.states.get("o-1")
+    record = found.item.model_copy(deep=True)
+    change(record)
+    deps.states.replace(record, etag=found.etag)
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["cancel requested", "no calls left", "moved to its fallback provider", "may pause for review"],
+)
+def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
+    deps: ActivityDeps, clock: FakeClock, why: str
+) -> None:
+    if why == "may pause for review":
+        deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
+        handle_submission(
+            order_body("o-1"),
+            orders=deps.orders,
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            settings=deps.settings,
+            definition=ORDER_V2,
+        )
+        # An earlier attempt completed reserve_inventory: the next step may pause for review.
+        _mark(deps, lambda r: setattr(r.steps["reserve_inventory"], "status", StepStatus.COMPLETED))
+    else:
+        submit(deps)
+        if why == "cancel requested":
+            _mark(deps, lambda r: setattr(r, "cancel_requested_at", clock.now()))
+        elif why == "no calls left":
+            _mark(deps, lambda r: setattr(r.retry_budget, "spent", r.retry_budget.limit))
+        else:
+            _mark(deps, lambda r: setattr(r.steps["reserve_inventory"], "fallback", True))
+    before = deps.states.get("o-1").item
+
+    record = claimed(deps)
+
+    assert record.process_state is ProcessState.PROCESSING
+    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    assert record.retry_budget.spent == before.retry_budget.spent
+    assert all(step.last_instance != record.locked_by for step in record.steps.values())
+
+
+def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
+    deps: ActivityDeps, clock: FakeClock
+) -> None:
+    # The claim's version is in this host's cache; the orchestration's first activity runs only after
+    # the supervisor has re-queued the order. The stale start must not send its request.
+    submit(deps)
+    deps.cache.put(claim(deps.states, deps.states.get("o-1"), clock, deps.settings))  # type: ignore[arg-type]
+    _expire_and_requeue(deps, clock)
+
+    result = _start(deps, clock, "o-1:1")
+
+    assert (result["applied"], result["fenced"]) == (False, True)
+    assert received(deps.queues.queue("agent-inventory")) == []
+    assert deps.states.get("o-1").item.process_state is ProcessState.PENDING
 
 
 def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
     deps: ActivityDeps, clock: FakeClock
 ) -> None:
     submit(deps)
-    claimed(deps)
+    claimed(deps)  # starts reserve_inventory; the legacy input starts the next step
     fixed = clock.now() + timedelta(seconds=6)
     legacy = {
         "orderId": "o-1",
         "instanceId": "o-1:1",
         "workflowVersion": ORDER_V1.version,
-        "step": "reserve_inventory",
+        "step": "charge_payment",
         "deadline": format_utc(fixed),
-        "completed": None,
+        "completed": {"step": "reserve_inventory", "result": {"reservationId": "r-1"}, "calls": 1},
         "responseQueue": "r-q1",
     }
     result = start_step(legacy, deps)
@@ -683,8 +793,10 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     ]
     assert (history[0].claimed_at, history[0].ended_at) == (first_claim, recovered_at)
     assert (history[1].claimed_at, history[1].ended_at) == (second_claim, clock.now())
-    # The supervisor keeps the deadline it acted on (the claim's completeBy); a finished tenure has none.
-    assert history[0].expired_complete_by == first_claim + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    # The supervisor keeps the deadline it acted on (the claim's completeBy: the first step's deadline);
+    # a finished tenure has none.
+    first_deadline = deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S
+    assert history[0].expired_complete_by == first_claim + timedelta(seconds=first_deadline)
     assert history[1].expired_complete_by is None
 
 
