@@ -6,17 +6,22 @@ Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STR
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import logging
+import math
 import random
+import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,7 +29,17 @@ from rich.text import Text
 
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
-from orderflow.messages import StatusReply, json_type, validate_order_id
+from orderflow.messages import (
+    INVALID_JSON,
+    NOT_AN_OBJECT,
+    TOO_LARGE,
+    QueueName,
+    StatusReply,
+    decode_json_object,
+    json_type,
+    validate_order_id,
+)
+from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings
 from orderflow.wiring import connect_queues, connect_stores
 
@@ -35,6 +50,40 @@ errors = Console(stderr=True, soft_wrap=True)
 ReplyTo = Annotated[str, typer.Option("--reply-to", help="This client's private reply queue.")]
 
 
+class _StderrLog(logging.Handler):
+    """Writes log records as lines to the current ``sys.stderr``, looked up per record (as the standard
+    library's last-resort handler does), so output redirected after start-up is followed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # a broken stderr must not turn a log line into a crash
+            self.handleError(record)
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also print the warnings the queue and store adapters log (unreachable services, "
+            "retries, dead-lettered messages).",
+        ),
+    ] = False,
+) -> None:
+    """Submit orders, watch their status, inspect the state store."""
+    # Without a handler, Python prints warnings on stderr by itself; the adapters log one for a failure
+    # the command then reports as its error, so by default only errors are shown, the error only once.
+    handler = _StderrLog(logging.WARNING if verbose else logging.ERROR)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    ctx.call_on_close(lambda: root.removeHandler(handler))
+
+
 def _fail(message: str, *, code: int) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: the system
     refused or could not be reached)."""
@@ -42,68 +91,256 @@ def _fail(message: str, *, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _count(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless ``number`` is 1: ``1 order``, ``2 orders``, ``0 orders``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+_SECRET_SETTINGS = ("KEY", "CONNECTION_STRING", "SECRET", "PASSWORD")
+"""Parts of setting names whose values are never printed."""
+
+_EXPECTED = {
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "finite_number": "a finite number",
+    "int_parsing": "a whole number",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "string_type": "text",
+}
+"""What a setting should be, by pydantic error type, in words."""
+
+
+def _invalid_setting(exc: ValidationError) -> str:
+    """One line about the first invalid setting in ``exc``: its name, its value (unless secret) and what
+    it should be, e.g. ``STEP_TIMEOUT_S='abc' is not valid: it should be a number of seconds``."""
+    problems = exc.errors()
+    first = problems[0]
+    name = str(first["loc"][0]) if first["loc"] else "settings"
+    if any(part in name for part in _SECRET_SETTINGS):
+        shown = f"{name} (value not shown)"
+    else:
+        shown = f"{name}={' '.join(repr(first['input']).split())[:80]}"
+    expected = _EXPECTED.get(first["type"])
+    if expected is not None:
+        if expected.endswith("number") and name.endswith("_S"):
+            expected += " of seconds"  # every *_S setting is a duration in seconds
+        problem = f"it should be {expected}"
+    else:  # "Input should be greater than or equal to 0", "String should match pattern ..."
+        message = (
+            str(first["msg"]).removeprefix("Value error, ").removeprefix("Input ").removeprefix("String ")
+        )
+        problem = f"it {message}" if message.startswith("should") else message
+    more = f" (and {_count(len(problems) - 1, 'more invalid setting')})" if len(problems) > 1 else ""
+    return f"{shown} is not valid: {problem}{more}"
+
+
 def _settings(env_file: Path | None) -> Settings:
-    if env_file is None:
-        return Settings.load()
-    try:
-        values = json.loads(env_file.read_text(encoding="utf-8"))
-        env = values.get("Values", values) if isinstance(values, dict) else None
-        if not isinstance(env, dict):
+    """The settings, from the environment or from ``env_file`` (``local.settings.json`` or a flat JSON
+    object of settings).
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when the file cannot be read or is not a JSON object, or a
+            setting has a value of the wrong type (named, with the value and what it should be).
+    """
+    env: dict[str, Any] | None = None
+    where = ""
+    if env_file is not None:
+        where = f"{env_file}: "
+        try:
+            values = json.loads(env_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            _fail(f"{env_file}: cannot read the settings file: {exc.strerror or exc}", code=2)
+        except ValueError as exc:  # not UTF-8, or not JSON
+            _fail(f"{env_file}: not valid settings: {' '.join(str(exc).split())[:300]}", code=2)
+        found = values.get("Values", values) if isinstance(values, dict) else None
+        if not isinstance(found, dict):
             _fail(f"{env_file}: not a JSON object of settings (or local.settings.json)", code=2)
-        return Settings.load({**env})
-    except OSError as exc:
-        _fail(f"{env_file}: cannot read the settings file: {exc.strerror or exc}", code=2)
-    except ValueError as exc:  # not UTF-8, not JSON, or a setting of the wrong type
-        _fail(f"{env_file}: not valid settings: {' '.join(str(exc).split())[:300]}", code=2)
+        env = {**found}
+    try:
+        return Settings.load(env)
+    except ValidationError as exc:
+        _fail(f"{where}{_invalid_setting(exc)}", code=2)
 
 
-def _own_reply_queue(reply_to: str, settings: Settings) -> None:
-    """Refuse a ``--reply-to`` that names one of orderflow's own queues: replies sent there would be
-    taken for requests, and watching it would dead-letter everything on it as foreign."""
+def _check_cosmos_key(settings: Settings) -> None:
+    """Refuse a ``COSMOS_KEY`` that is not base64 before the Cosmos DB SDK fails on it with a bare
+    "Incorrect padding". Its value is never printed: it is a secret.
+
+    Raises:
+        typer.Exit: 2, after a one-line error.
+    """
+    key = settings.COSMOS_KEY.strip()
+    if not key:
+        return  # empty: wiring says that COSMOS_KEY must be set
+    try:
+        base64.b64decode(key, validate=True)
+    except binascii.Error:
+        _fail(
+            "COSMOS_KEY is not valid base64: it must be the Cosmos DB account key as the portal or "
+            "the emulator gives it (value not shown)",
+            code=2,
+        )
+
+
+_QUEUE_NAME: TypeAdapter[str] = TypeAdapter(QueueName)
+
+
+def _check_reply_to(reply_to: str, settings: Settings) -> None:
+    """The one check of ``--reply-to``, made before anything is read, sent or received: a valid queue
+    name (the rule a submitted order's ``replyTo`` is validated by), and not one of orderflow's own
+    queues (replies sent there would be taken for requests; watching it would dead-letter everything
+    on it as foreign).
+
+    Raises:
+        typer.Exit: 2, after a one-line error.
+    """
+    try:
+        _QUEUE_NAME.validate_python(reply_to)
+    except ValidationError as exc:
+        cause = exc.errors()[0].get("ctx", {}).get("error")
+        _fail(f"--reply-to {cause or exc.errors()[0]['msg']}", code=2)
     reserved = settings.reserved_queue(reply_to)
     if reserved is not None:
         _fail(f"--reply-to {reply_to!r} is {reserved}, not a client's reply queue", code=2)
 
 
-def _read_orders(path: Path) -> list[dict[str, Any]]:
-    """The orders in ``path``: one JSON order, a JSON array of orders, or JSON lines.
+_JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip_whitespace(text: str, pos: int) -> int:
+    match = _JSON_WHITESPACE.match(text, pos)
+    return match.end() if match else pos
+
+
+def _array_elements(path: Path, text: str) -> list[tuple[int, str]]:
+    """The source text of each element of the JSON array ``text``, with the line it starts on.
+
+    Only finds where elements start and end: each is then decoded on its own by the service's strict
+    decoder, as the service would decode it.
 
     Raises:
-        typer.Exit: 2, after a one-line error, when the file cannot be read, is not UTF-8, is not JSON,
-            or holds something other than JSON objects.
+        typer.Exit: 2, after a one-line error, when ``text`` is not a JSON array.
+    """
+    scanner = json.JSONDecoder()  # lenient, for the extent of each element only
+    elements: list[tuple[int, str]] = []
+    line, counted = 1, 0
+    pos = _skip_whitespace(text, 1)
+    closed = text.startswith("]", pos)
+    while not closed:
+        try:
+            _, end = scanner.raw_decode(text, pos)
+        except RecursionError:
+            _fail(f"{path}: order {len(elements) + 1} nests arrays or objects too deeply to be read", code=2)
+        except ValueError as exc:  # JSONDecodeError (with line and column), or too many digits
+            _fail(f"{path}: not a JSON array of orders: {str(exc)[:200]}", code=2)
+        line += text.count("\n", counted, pos)
+        counted = pos
+        elements.append((line, text[pos:end]))
+        pos = _skip_whitespace(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_whitespace(text, pos + 1)
+        elif text.startswith("]", pos):
+            closed = True
+        else:
+            line_at = text.count("\n", 0, pos) + 1
+            _fail(f"{path}: not a JSON array of orders: expected ',' or ']' on line {line_at}", code=2)
+    pos = _skip_whitespace(text, pos + 1)
+    if pos < len(text):
+        line_at = text.count("\n", 0, pos) + 1
+        _fail(f"{path}: not a JSON array of orders: more data after it on line {line_at}", code=2)
+    return elements
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _decode_order(path: Path, where: str, body: str) -> dict[str, Any]:
+    """One order's JSON text decoded exactly as the service decodes a message body
+    (:func:`orderflow.messages.decode_json_object`: no duplicate keys, no NaN, exact decimals ...).
+
+    Raises:
+        typer.Exit: 2, after a one-line error naming the file, the order and the service's reason.
+    """
+    try:
+        return decode_json_object(body)
+    except InvalidMessage as exc:
+        if exc.reason == NOT_AN_OBJECT:
+            _fail(
+                f"{path}: {where or 'order 1'} is a JSON {json_type(json.loads(body))}, not an object", code=2
+            )
+        place = f"{where}: " if where else ""
+        # The service's words, of a message body: here the body is an order in a file.
+        what = f"the order {exc.description[5:]}" if exc.description.startswith("body ") else exc.description
+        _fail(f"{path}: {place}{what} (the service refuses this as {exc.reason})", code=2)
+
+
+def _read_orders(path: Path, *, reply_to: str) -> list[dict[str, Any]]:
+    """The orders in ``path``: one JSON order, a JSON array of orders, or JSON lines, each decoded as
+    strictly as the service decodes a submission, so that nothing the service would dead-letter as
+    ``InvalidJson`` (a duplicate key, ``NaN`` ...) is silently made valid by re-encoding it.
+
+    An order without ``replyTo`` gets ``reply_to``; one naming another queue is refused rather than
+    redirected, since ``replyTo`` is part of the order (a resubmission with another would conflict).
+
+    Raises:
+        typer.Exit: 2, after a one-line error naming the file, when it cannot be read, is not UTF-8, holds
+            no orders, holds something the service would refuse as JSON or something other than JSON
+            objects, or an order names a ``replyTo`` other than ``reply_to``.
     """
     try:
         data = path.read_bytes()
     except OSError as exc:
         _fail(f"{path}: cannot read the order file: {exc.strerror or exc}", code=2)
     try:
-        # utf-8-sig: editors on Windows write a byte-order mark.
-        text = data.decode("utf-8-sig").strip()
+        # utf-8-sig: editors on Windows write a byte-order mark (the file's, not the order's: the CLI
+        # sends each order re-encoded, without one).
+        text = data.decode("utf-8-sig").strip(" \t\r\n")
     except UnicodeDecodeError as exc:
         _fail(
             f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             "save the file as UTF-8",
             code=2,
         )
-    try:
-        whole = json.loads(text, parse_float=Decimal)
-    except (ValueError, ArithmeticError, RecursionError):  # also too many digits, a huge exponent
-        whole = None
-    try:
-        if isinstance(whole, list):
-            orders = whole
-        elif isinstance(whole, dict):
-            orders = [whole]
-        else:
-            orders = [json.loads(line, parse_float=Decimal) for line in text.splitlines() if line.strip()]
-    except (ValueError, ArithmeticError, RecursionError) as exc:
+    bodies: list[tuple[str, str]]  # (where in the file, the order's JSON text)
+    if text.startswith("["):
+        bodies = [
+            (f"order {n} (line {line})", body)
+            for n, (line, body) in enumerate(_array_elements(path, text), 1)
+        ]
+    else:
+        # "\n" only: str.splitlines() would also split at U+2028 and others, which JSON strings may hold.
+        lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip(" \t\r")]
+        bodies = [("", text)] if text else []
+        if len(lines) > 1 and _is_json(lines[0][1]):
+            try:
+                decode_json_object(text)
+            except InvalidMessage as exc:
+                # Not one order: JSON lines, if its first line is JSON by itself.
+                if exc.reason in (INVALID_JSON, TOO_LARGE):
+                    bodies = [(f"order {n} (line {line})", body) for n, (line, body) in enumerate(lines, 1)]
+    if not bodies:
         _fail(
-            f"{path}: not a JSON order, JSON array or JSON lines ({str(exc)[:200] or type(exc).__name__})",
+            f"{path}: no orders in the file: expected a JSON order, a JSON array of orders or JSON lines",
             code=2,
         )
-    for number, order in enumerate(orders, start=1):
-        if not isinstance(order, dict):
-            _fail(f"{path}: order {number} is a JSON {json_type(order)}, not an object", code=2)
+    orders = [_decode_order(path, where, body) for where, body in bodies]
+    for (where, _), order in zip(bodies, orders, strict=True):
+        named = order.get("replyTo", reply_to)
+        if named != reply_to:
+            _fail(
+                f"{path}: {where or 'the order'} has replyTo {named!r} but --reply-to is {reply_to!r}; make "
+                "them agree, or leave replyTo out of the file to use --reply-to",
+                code=2,
+            )
+        order.setdefault("replyTo", reply_to)
     return orders
 
 
@@ -143,18 +380,25 @@ def submit(
         Path | None, typer.Option(help="local.settings.json or a JSON object of settings.")
     ] = None,
 ) -> None:
-    """Send orders to the submission queue; replies go to --reply-to. Exits 2 if any order was not sent
-    (each is named with its error), 1 if the queue could not be reached."""
+    """Send orders to the submission queue; replies go to --reply-to.
+
+    The file is read as strictly as the service reads an order: a duplicate key, NaN ... refuse the
+    whole file, and nothing is sent. An order in the file may name --reply-to as its replyTo, but no
+    other queue. Exits 2 on a file or option that cannot be used, or if any order was not sent (each is
+    named with its error); 1 if the queue could not be reached.
+    """
     if order_file is not None and generate:
-        raise typer.BadParameter("give an order file or --generate N, not both")
+        _fail("give an order file or --generate N, not both", code=2)
     if order_file is None and not generate:
-        raise typer.BadParameter("give an order file or --generate N")
+        _fail("give an order file or --generate N", code=2)
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)  # fresh order ids on every run
     settings = _settings(env_file)
-    _own_reply_queue(reply_to, settings)
+    _check_reply_to(reply_to, settings)
     orders = (
-        _read_orders(order_file) if order_file else generate_orders(generate, seed=seed, reply_to=reply_to)
+        _read_orders(order_file, reply_to=reply_to)
+        if order_file
+        else generate_orders(generate, seed=seed, reply_to=reply_to)
     )
     client = OrderflowClient(
         connect_queues(settings), reply_queue=reply_to, orders_queue=settings.ORDERS_QUEUE
@@ -170,8 +414,10 @@ def submit(
                     f"[red]not sent[/red] {escape(str(order.get('orderId', '?')))}: {escape(str(exc))}"
                 )
             except OrderflowError as exc:
-                _fail(f"sending failed after {sent} of {len(orders)} orders: {exc}", code=1)
-    console.print(f"submitted {sent} of {len(orders)} orders; replies go to [bold]{reply_to}[/bold]")
+                _fail(f"sending failed after {sent} of {_count(len(orders), 'order')}: {exc}", code=1)
+    console.print(
+        f"submitted {sent} of {_count(len(orders), 'order')}; replies go to [bold]{escape(reply_to)}[/bold]"
+    )
     if sent < len(orders):
         # A script must see that some orders were not sent, not only a person reading the output.
         raise typer.Exit(2)
@@ -180,21 +426,34 @@ def submit(
 @app.command()
 def watch(
     reply_to: ReplyTo,
-    timeout: Annotated[float, typer.Option(help="Stop after this many seconds.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option(help="Stop after this many seconds (0: read what is there now, once).")
+    ] = 60.0,
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
-    """Print status replies from the reply queue as they arrive."""
+    """Print status replies from the reply queue as they arrive, then a summary.
+
+    Exits 2 on a negative --timeout or an unusable --reply-to, 1 if the queue could not be reached.
+    """
+    if math.isnan(timeout) or timeout < 0:
+        _fail(f"--timeout must be a number of seconds, 0 or more, not {timeout}", code=2)
     settings = _settings(env_file)
-    _own_reply_queue(reply_to, settings)
+    _check_reply_to(reply_to, settings)
     client = OrderflowClient(connect_queues(settings), reply_queue=reply_to)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:  # at least one poll, so that --timeout 0 reads what is on the queue now
         for reply in client.poll():
             _print_reply(reply)
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.2)
-    final = sum(1 for r in client.replies.latest.values() if r.status in FINAL_STATUSES)
+    replies = client.replies
+    final = sum(1 for r in replies.latest.values() if r.status in FINAL_STATUSES)
+    # Foreign messages are dead-lettered by the poll; said here, since its warning is not shown.
+    foreign = f", {_count(replies.foreign, 'foreign message')} dead-lettered" if replies.foreign else ""
     console.print(
-        f"{len(client.replies.latest)} orders seen, {final} settled, {client.replies.duplicates} duplicates"
+        f"{_count(len(replies.latest), 'order')} seen, {final} settled, "
+        f"{_count(replies.duplicates, 'duplicate')}{foreign}"
     )
 
 
@@ -208,9 +467,21 @@ def _print_reply(reply: StatusReply) -> None:
     )
 
 
+_UNKNOWN_ORDER = (
+    "If the service does not know the order, nothing changes: the request is dead-lettered (UnknownOrder)."
+)
+"""Said after a request is sent. The CLI only sends it: it reads no store (a client may have no access
+to one), and a request may be sent before the order it names is recorded, so only the service can tell
+whether the order exists."""
+
+
 def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]) -> None:
-    """Send a request about an order (its answers go to the order's own reply queue); exit 2 on bad
-    input, 1 when the queue could not take it."""
+    """Send a request about an order on the submission queue (its answers go to the order's own reply
+    queue). The CLI does not check that the order exists: that is decided when the request is handled.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, on bad input; 1 when the queue could not take it.
+    """
     settings = _settings(env_file)
     client = OrderflowClient(
         connect_queues(settings), reply_queue="unused", orders_queue=settings.ORDERS_QUEUE
@@ -229,9 +500,17 @@ def cancel(
     reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
-    """Ask for an order to be cancelled; the answer (Cancelled or CancelRefused) goes to its reply queue."""
+    """Ask for an order to be cancelled; the answer (Cancelled or CancelRefused) goes to its reply queue.
+
+    The request is only sent: an order the service does not know gets no answer (the request is
+    dead-lettered, UnknownOrder).
+    """
     _send_request(env_file, lambda client: client.cancel(order_id, reason=reason))
-    console.print(f"cancel requested for {order_id}; watch the order's reply queue for the answer")
+    console.print(
+        f"cancel request for {escape(order_id)} sent; the answer (Cancelled or CancelRefused) goes to the "
+        "order's reply queue. No answer comes if the service does not know the order: the request is then "
+        "dead-lettered (UnknownOrder)."
+    )
 
 
 @app.command()
@@ -241,21 +520,59 @@ def compensate(
     reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
-    """Operator: stop an order and undo it, or retry a compensation that ended CompensationFailed."""
+    """Operator: stop an order and undo it, or retry a compensation that ended CompensationFailed.
+
+    The request is only sent: `orderflow status` shows the outcome; a request for an order the service
+    does not know is dead-lettered (UnknownOrder).
+    """
     _send_request(env_file, lambda client: client.compensate(order_id, operator=operator, reason=reason))
-    console.print(f"compensation of {order_id} requested; `orderflow status {order_id}` shows the outcome")
+    console.print(
+        f"compensation request for {escape(order_id)} sent; `orderflow status {escape(order_id)}` shows "
+        f"the outcome. {_UNKNOWN_ORDER}"
+    )
 
 
 @app.command()
 def review(
     order_id: str,
-    approve: Annotated[bool, typer.Option("--approve/--reject", help="The decision.")],
+    approve: Annotated[bool, typer.Option("--approve", help="Approve: the order goes on.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject: the order is compensated.")] = False,
     reviewer: Annotated[str, typer.Option(help="Who decides (kept with the order).")] = "reviewer",
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
-    """Approve or reject an order awaiting review; the order goes on, or is compensated."""
+    """Approve or reject an order awaiting review; the order goes on, or is compensated.
+
+    Give exactly one of --approve and --reject (exit 2 otherwise). The decision is only sent:
+    `orderflow status` shows the outcome; one for an order the service does not know is dead-lettered
+    (UnknownOrder).
+    """
+    if approve == reject:
+        _fail(
+            "give one of --approve and --reject"
+            if not approve
+            else "--approve and --reject exclude each other; give one",
+            code=2,
+        )
     _send_request(env_file, lambda client: client.review(order_id, approve=approve, reviewer=reviewer))
-    console.print(f"{'approval' if approve else 'rejection'} of {order_id} sent")
+    console.print(
+        f"{'approval' if approve else 'rejection'} of {escape(order_id)} sent; `orderflow status "
+        f"{escape(order_id)}` shows the outcome. {_UNKNOWN_ORDER}"
+    )
+
+
+def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:
+    """What ``status`` says of a compensation log entry's undo. ``Pending`` is only shown while a
+    compensation is under way or stuck (the undo is still to run); otherwise the entry is a record of how
+    to undo the step, which runs only if the order is compensated, or never (it ended Processed)."""
+    if entry.status != UndoStatus.PENDING:
+        return entry.status
+    if entry.undo is None:
+        return "(cannot be undone)"
+    if state is ProcessState.PROCESSED:
+        return "not needed (the order was Processed)"
+    if state in (ProcessState.COMPENSATING, ProcessState.COMPENSATION_FAILED):
+        return "Pending"
+    return "not run (only if the order is compensated)"
 
 
 def _row(table: Table, *cells: object) -> None:
@@ -273,7 +590,9 @@ def status(
         validate_order_id(order_id)
     except InvalidMessage as exc:
         _fail(exc.description, code=2)
-    stores = connect_stores(_settings(env_file))
+    settings = _settings(env_file)
+    _check_cosmos_key(settings)
+    stores = connect_stores(settings)
     try:
         found = stores.state.get(order_id)
     except NotFound:
@@ -297,7 +616,8 @@ def status(
         _row(table, label, f"{record.last_error.kind} {record.last_error.code}: {record.last_error.message}")
     for entry in record.compensation_log:
         undo = entry.undo or "irreversible"
-        _row(table, f"undo {entry.step}", f"{undo} {entry.status} {entry.undo_result or entry.data or ''}")
+        progress = _undo_progress(entry, record.process_state)
+        _row(table, f"undo {entry.step}", f"{undo} {progress} {entry.undo_result or entry.data or ''}")
     if record.compensation_error:
         error = record.compensation_error
         _row(
