@@ -176,7 +176,9 @@ class Settings(BaseModel):
     SUPERVISOR_PAGE_SIZE: int = Field(100, description="max_item_count of each sweep query page.")
     SUPERVISOR_MAX_RECORDS: int = Field(500, description="Most records one sweep examines.")
     SUPERVISOR_MAX_FAILURES: int = Field(
-        6, description="failureCount at which the supervisor gives up on an order (Error + alert)."
+        6,
+        description="failureCount at which the supervisor gives up an order's forward progress: it is "
+        "compensated (Compensating + alert).",
     )
     SUPERVISOR_BACKOFF_INITIAL_S: float = Field(
         1.0, description="nextAttemptAt delay after the first recovery; doubles per failure."
@@ -202,7 +204,7 @@ class Settings(BaseModel):
         description="Seconds an order waits before its next claim once failureCount reached "
         "SUPERVISOR_EXTENDED_BACKOFF_AFTER (default 60): twice SUPERVISOR_BACKOFF_MAX_S, long enough for "
         "a restarted dependency or a throttled store to recover, short enough that an order still gives "
-        "up (Error + alert + Failed reply) within minutes rather than hours.",
+        "up (compensated, with an alert) within minutes rather than hours.",
     )
     SUPERVISOR_LEASE_ENABLED: bool = Field(
         True,

@@ -16,7 +16,8 @@ meter, derived here from the event and alert names so that no call site knows ab
 - ``orderflow.budget_exhausted`` (counter): ``budget.exhausted`` events; attribute ``step``.
 - ``orderflow.dead_letters`` (counter): ``message.dead_lettered`` events and ``max_delivery_count``
   alerts; attributes ``queue`` and ``reason`` (``MaxDeliveryCountExceeded`` for the alert).
-- ``orderflow.gave_up`` (counter): ``order_gave_up`` alerts (the supervisor moved an order to Error);
+- ``orderflow.gave_up`` (counter): ``order_gave_up`` alerts (the supervisor gave up an order's forward
+  progress and moved it to Compensating);
   attribute ``step``.
 - ``orderflow.orders_failed`` (counter): ``order_failed`` alerts (the orchestration finished an order in
   Error); attribute ``step``.
