@@ -13,6 +13,8 @@ from rich.console import Console
 from bench.config import PEERS, REPORT_PATH, BenchConfig
 from bench.report import markdown_tables, print_tables
 from bench.runner import failures, run_bench
+from devhost.cli import driver_signals, fail, one_line
+from devhost.demo import RUNTIME_ERRORS
 
 console = Console()
 app = typer.Typer(add_completion=False)
@@ -54,7 +56,12 @@ def main(
     report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = REPORT_PATH,
     markdown: Annotated[bool, typer.Option(help="Also print the headline tables as Markdown.")] = False,
 ) -> None:
-    """Benchmark orderflow against bare durabletask and DBOS; write bench-report.json."""
+    """Benchmark orderflow against bare durabletask and DBOS; write bench-report.json.
+
+    Bad arguments exit 2 and a benchmark that cannot start exits 1, each with one line on stderr.
+    SIGTERM and SIGHUP stop it as Ctrl-C does (everything it started is stopped), then it exits
+    128 + the signal.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # Expected and already counted in the report: hard-down alerts, cancelled timers, SDK chatter.
     for noisy in ("orderflow", "durabletask", "azure", "httpx", "urllib3", "demo"):
@@ -82,7 +89,13 @@ def main(
         # Found now, not after a quarter of an hour of measuring.
         console.print(f"[red]error:[/red] no directory for the report: {config.report_path.parent}")
         raise typer.Exit(2)
-    result = run_bench(config, progress=lambda message: console.print(f"[dim]{message}[/dim]"))
+    with driver_signals():
+        try:
+            result = run_bench(config, progress=lambda message: console.print(f"[dim]{message}[/dim]"))
+        except ValueError as exc:  # the data set cannot supply what the arguments ask for
+            fail(one_line(exc), code=2)
+        except RUNTIME_ERRORS as exc:  # the emulators or the demo services did not start
+            fail(one_line(exc), code=1)
     print_tables(result, console)
     if markdown:
         console.print(markdown_tables(result), markup=False, highlight=False)

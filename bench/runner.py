@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from decimal import Decimal
@@ -29,8 +28,8 @@ from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
 from demo.tpch import ensure_dataset, load_catalog
-from devhost.demo import DEMO_SETTINGS, quiet_sdk_logs, start_demo_services
-from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
+from devhost.demo import DEMO_SETTINGS, new_run_dir, quiet_sdk_logs, start_demo_services
+from devhost.emulators import LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -105,8 +104,7 @@ def run_bench(
             noted in the report instead: see :func:`failures`).
         ValueError: the data set has too few happy-path orders for ``config``.
     """
-    run_dir = REPO_ROOT / ".run" / time.strftime("bench-%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir("bench-")
     load_before = os.getloadavg()
     progress(f"logs in {run_dir}")
     data_dir = ensure_dataset(config.data_dir)

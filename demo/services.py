@@ -66,6 +66,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
+import socket
+import sys
 import threading
 import time
 import uuid
@@ -123,6 +126,9 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 CURRENCIES: frozenset[str] = frozenset({"USD", "EUR", "GBP"})
 """Currencies the payment service accepts."""
+
+MAX_PORT = 65535
+"""Highest TCP port."""
 
 _CENTS = Decimal("0.01")
 _MAX_AMOUNT = Decimal("1000000000000")
@@ -1225,8 +1231,8 @@ def stop(server: uvicorn.Server, thread: threading.Thread, *, timeout_s: float =
         logger.warning("demo services thread %s did not stop within %s s", thread.name, 2 * timeout_s)
 
 
-async def _serve_until_stopped(server: uvicorn.Server) -> None:
-    task = asyncio.create_task(server.serve())
+async def _serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
             await task  # start-up failed: let its exception out
@@ -1251,6 +1257,19 @@ class ServiceOptions:
     log_level: str
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening, for uvicorn to serve on.
+
+    Bound here rather than by uvicorn, whose failure to bind ends in a traceback and exit status 3.
+
+    Raises:
+        OSError: the address cannot be bound (the port is taken, the host is not this machine's, or the
+            port needs privileges).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
     """Parse the command line of ``python -m demo.services``.
 
@@ -1264,7 +1283,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
 
     Raises:
         SystemExit: Status 2 with a message on stderr for an unknown flag or an invalid value (e.g. a
-            malformed ``--faults`` or a negative ``--cancellation-fee``); status 0 after ``--help``.
+            malformed ``--faults``, a negative ``--cancellation-fee`` or a ``--port`` above 65535);
+            status 0 after ``--help``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m demo.services", description="Run the demo inventory, payment and shipping services."
@@ -1291,6 +1311,12 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
     parser.add_argument("--log-level", default="WARNING", help="level of the demo's own loggers")
     args = parser.parse_args(argv)
 
+    if not 0 <= args.port <= MAX_PORT:
+        parser.error(f"--port must be 0 (a free port) to {MAX_PORT}, not {args.port}")
+    if args.orders < 0:
+        parser.error(f"--orders must be 0 (all) or more, not {args.orders}")
+    if args.stock_divisor < 1:
+        parser.error(f"--stock-divisor must be at least 1, not {args.stock_divisor}")
     try:
         plan = FaultPlan.model_validate_json(args.faults)
     except ValidationError as exc:
@@ -1318,19 +1344,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     Example: ``python -m demo.services --port 8082 --orders 200 --faults '{"transient_rate": 0.1}'
     --cancellation-fee 2.50 --fee-after-s 60``.
     Prints ``demo services listening on http://HOST:PORT`` once ready; stops on SIGINT/SIGTERM.
+
+    Returns:
+        0 once stopped; 1, after one line on stderr, when the address cannot be bound (e.g. the port is
+        taken) or the TPC-H data cannot be read or generated.
     """
     options = parse_args(argv)
     logging.basicConfig(
         level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    data_dir = ensure_dataset(options.data_dir, options.scale)
-    catalog = load_catalog(data_dir, orders=options.orders or None, stock_divisor=options.stock_divisor)
-    app = create_app(catalog, options.faults, refund_policy=options.refund_policy)
-    config = uvicorn.Config(
-        app, host=options.host, port=options.port, log_level="warning", workers=1, lifespan="off"
-    )
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
-        asyncio.run(_serve_until_stopped(uvicorn.Server(config)))
+    prog = "python -m demo.services"
+    try:
+        # Bound before the data loads: a taken port is reported at once.
+        sock = listen_socket(options.host, options.port)
+    except OSError as exc:
+        # socket.create_server's own message repeats the address.
+        reason = os.strerror(exc.errno) if exc.errno else exc
+        print(f"{prog}: error: cannot listen on {options.host}:{options.port}: {reason}", file=sys.stderr)
+        return 1
+    with sock:
+        try:
+            data_dir = ensure_dataset(options.data_dir, options.scale)
+            catalog = load_catalog(
+                data_dir, orders=options.orders or None, stock_divisor=options.stock_divisor
+            )
+        except (OSError, RuntimeError) as exc:  # tpchgen-cli missing or failed, a table unreadable
+            print(f"{prog}: error: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+            return 1
+        app = create_app(catalog, options.faults, refund_policy=options.refund_policy)
+        config = uvicorn.Config(
+            app, host=options.host, port=options.port, log_level="warning", workers=1, lifespan="off"
+        )
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
+            asyncio.run(_serve_until_stopped(uvicorn.Server(config), sock))
     return 0
 
 

@@ -1,7 +1,12 @@
-"""``python -m devhost``: run one local host process until SIGINT or SIGTERM.
+"""``python -m devhost``: run one local host process until SIGINT, SIGTERM or SIGHUP.
 
 Settings come from the environment (see :class:`orderflow.settings.Settings`); ``--roles`` picks the
 roles, ``--host-id`` names the process (its response queue is ``agent-responses-<host-id>``).
+
+Exit status: 0 once a signal has stopped it; 2, with one line on stderr, for bad arguments or settings
+(found before anything starts, or while connecting: a malformed connection string); 1, with one line,
+when start-up fails otherwise (e.g. Cosmos DB unreachable). A failed start-up stops whatever it had
+started, so the process always exits.
 """
 
 from __future__ import annotations
@@ -11,19 +16,30 @@ import os
 import signal
 import sys
 import warnings
-from types import FrameType
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
+from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
-from devhost.host import ALL_ROLES, Dependencies, DevHost
+from devhost.host import ALL_ROLES, Dependencies, DevHost, parse_roles
+from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
+from orderflow.queues.storage import validate_queue_name
 from orderflow.settings import Settings
+from orderflow.stores.cosmos import CosmosStores
 from orderflow.telemetry import configure_telemetry
 from orderflow.wiring import connect_queues, connect_stores
 from supervisor.lease import LeaderLease, NoLease, SupervisorLease
 
 cli = typer.Typer(add_completion=False)
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""``--log-level`` values (any case)."""
+
+CONNECTION_SETTINGS = ("STORAGE_CONNECTION_STRING", "COSMOS_ENDPOINT", "COSMOS_KEY")
+"""Settings a devhost process cannot start without (the local emulators' connections)."""
 
 
 class _CancelledTimerNoise(logging.Filter):
@@ -38,9 +54,18 @@ class _CancelledTimerNoise(logging.Filter):
 
 
 def configure_logging(level: str) -> None:
-    """Console logging for a devhost process; the SDKs' per-request chatter is kept at WARNING."""
+    """Console logging for a devhost process; the SDKs' per-request chatter is kept at WARNING.
+
+    Args:
+        level: One of :data:`LOG_LEVELS` (any case).
+
+    Raises:
+        ValueError: ``level`` is not one of them.
+    """
+    if level.upper() not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {level!r}; choose from {', '.join(LOG_LEVELS)}")
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
         stream=sys.stderr,
     )
@@ -61,49 +86,136 @@ def configure_logging(level: str) -> None:
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
 
 
+def check_host_id(settings: Settings) -> None:
+    """Refuse a host id the process cannot run under: empty (every host would share one response
+    queue), or one that makes its response queue (``agent-responses-<host-id>``) an invalid queue name.
+
+    Raises:
+        ValueError: with a one-line message naming ``--host-id`` / ``HOST_ID``.
+    """
+    host_id = settings.HOST_ID
+    if not host_id:
+        raise ValueError("the host id (--host-id or HOST_ID) is empty; give one such as h1")
+    try:
+        validate_queue_name(settings.response_queue())
+    except ValueError:
+        # Storage queue names are at most 63 characters, the dead-letter queue's included.
+        longest = 63 - len(f"{settings.AGENT_RESPONSES_QUEUE}-{DEAD_LETTER_SUFFIX}")
+        raise ValueError(
+            f"invalid host id {host_id!r} (--host-id or HOST_ID): use lowercase letters, digits and single "
+            f"inner hyphens, at most {longest} characters (it names this process's response queue "
+            f"{settings.response_queue()!r})"
+        ) from None
+
+
+def connect_transport(settings: Settings, roles: Sequence[str]) -> tuple[QueueFactory, SupervisorLease]:
+    """The queues and the supervisor lease ``settings`` name (delivery faults added when a chaos run asks).
+
+    Both parse ``STORAGE_CONNECTION_STRING`` locally, with no network call, so a malformed one is
+    reported before anything waits on a service.
+
+    Raises:
+        ValueError: ``STORAGE_CONNECTION_STRING`` is empty or malformed.
+    """
+    try:
+        storage_queues = connect_queues(settings)
+        # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
+        lease: SupervisorLease = NoLease()
+        if "supervisor" in roles and settings.SUPERVISOR_LEASE_ENABLED:
+            lease = LeaderLease.from_connection_string(
+                settings.STORAGE_CONNECTION_STRING,
+                settings.SUPERVISOR_LEASE_BLOB,
+                duration_s=settings.SUPERVISOR_LEASE_S,
+                # Named on the lease blob while it leads, so operators and the chaos run can see who does.
+                holder={"host": settings.HOST_ID, "pid": str(os.getpid())},
+            )
+    except ValueError as exc:  # the SDK's message does not say which setting it read
+        raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
+    return with_delivery_faults(storage_queues, settings), lease
+
+
 @cli.command()
 def run(
     roles: Annotated[
         str, typer.Option(help=f"Comma-separated roles, or 'all': {','.join(ALL_ROLES)}")
     ] = "all",
-    host_id: Annotated[str | None, typer.Option(help="Host id (overrides HOST_ID).")] = None,
-    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+    host_id: Annotated[
+        str | None,
+        typer.Option(help="Host id (overrides HOST_ID): lowercase letters, digits and inner hyphens."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help=f"Logging level: {', '.join(LOG_LEVELS)}.")] = "INFO",
 ) -> None:
-    """Run the chosen roles until SIGINT or SIGTERM."""
+    """Run the chosen roles until SIGINT, SIGTERM or SIGHUP."""
+    # Every argument and setting is checked before anything is connected or started.
+    if log_level.upper() not in LOG_LEVELS:
+        fail(f"--log-level {log_level!r}: choose from {', '.join(LOG_LEVELS)}", code=2)
+    try:
+        chosen = parse_roles(roles)
+    except ValueError as exc:
+        fail(f"--roles {roles!r}: {exc}", code=2)
+    if host_id is not None and not host_id:
+        fail("--host-id is empty; give one such as h1 (or leave it out to use HOST_ID)", code=2)
+    try:
+        settings = Settings.load(HOST_ID=host_id) if host_id is not None else Settings.load()
+        check_host_id(settings)
+    except ValidationError as exc:
+        fail(f"invalid settings: {one_line(exc)}", code=2)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    missing = [name for name in CONNECTION_SETTINGS if not getattr(settings, name)]
+    if missing:
+        fail(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: export the settings "
+            "`python -m devhost.emulators` prints",
+            code=2,
+        )
     configure_logging(log_level)
     configure_telemetry("orderflow-devhost")
-    settings = Settings.load(HOST_ID=host_id) if host_id else Settings.load()
-    chosen = ALL_ROLES if roles == "all" else tuple(r.strip() for r in roles.split(",") if r.strip())
-    stores = connect_stores(settings)
-    # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
-    lease: SupervisorLease = NoLease()
-    if "supervisor" in chosen and settings.SUPERVISOR_LEASE_ENABLED:
-        lease = LeaderLease.from_connection_string(
-            settings.STORAGE_CONNECTION_STRING,
-            settings.SUPERVISOR_LEASE_BLOB,
-            duration_s=settings.SUPERVISOR_LEASE_S,
-            # Named on the lease blob while it leads, so operators and the chaos run can see who does.
-            holder={"host": settings.HOST_ID, "pid": str(os.getpid())},
-        )
-    # Duplicated and late deliveries, only when a chaos run asks for them (DEVHOST_CHAOS).
-    queues = with_delivery_faults(connect_queues(settings), settings)
-    host = DevHost(
-        settings,
-        Dependencies(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
-        chosen,
-    )
+    serve(settings, chosen)
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger(__name__).info("signal %s: stopping", signum)
-        host.stop_event.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    host.start()
-    print(f"devhost {settings.HOST_ID} ready", flush=True)
-    host.wait()
-    host.stop()
-    stores.close()
+def serve(settings: Settings, roles: Sequence[str]) -> None:
+    """Connect, start the roles, print ``devhost <id> ready``, and run until SIGINT, SIGTERM or SIGHUP.
+
+    A signal during start-up interrupts it. Whatever happens, what was started is stopped and the
+    stores are closed before this returns or exits.
+
+    Raises:
+        typer.Exit: 2 after a one-line error for a missing or malformed connection setting (or any other
+            ``ValueError`` of start-up, such as an invalid queue name); 1 for any other start-up failure.
+    """
+    log = logging.getLogger(__name__)
+    stores: CosmosStores | None = None
+    host: DevHost | None = None
+    try:
+        with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
+            try:
+                queues, lease = connect_transport(settings, roles)
+                stores = connect_stores(settings)
+                host = DevHost(
+                    settings,
+                    Dependencies(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
+                    roles,
+                )
+                host.start()  # stops what it started if it fails
+                print(f"devhost {settings.HOST_ID} ready", flush=True)
+                host.wait()
+            except KeyboardInterrupt as exc:
+                signum = exc.signum if isinstance(exc, StopSignal) else signal.SIGINT
+                log.info("%s: stopping", signal.Signals(signum).name)
+            finally:
+                signals.ignore_more()  # a second signal must not cut the clean-up short
+                if host is not None:
+                    host.stop()
+                if stores is not None:
+                    stores.close()
+    except ValueError as exc:
+        log.debug("devhost %s did not start", settings.HOST_ID, exc_info=True)
+        fail(f"devhost {settings.HOST_ID} did not start: {one_line(exc)}", code=2)
+    except Exception as exc:
+        # The traceback is in the log at DEBUG (--log-level DEBUG); the operator gets one line.
+        log.debug("devhost %s failed", settings.HOST_ID, exc_info=True)
+        fail(f"devhost {settings.HOST_ID} failed: {one_line(exc)}", code=1)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
+import math
 import threading
 import time
 import uuid
@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 import typer
+from rich.markup import escape
 
 from demo.faults import FaultPlan
+from devhost.cli import driver_signals, fail, one_line
 from devhost.delivery_faults import (
     CHAOS_ENV,
     DeliveryFault,
@@ -49,10 +51,12 @@ from devhost.delivery_faults import (
 from devhost.demo import (
     DEMO_FAULTS,
     INVARIANTS,
+    RUNTIME_ERRORS,
     DevhostSpec,
     Killer,
     all_records,
     build_report,
+    check_run_args,
     console,
     demo_system,
     new_run_dir,
@@ -80,6 +84,49 @@ service and for a stand-by's next supervisor tick to take it."""
 
 HOLDER_RETRY_S = 1.0
 """Seconds before looking again for a leader to pause when none could be found (between holders)."""
+
+PAUSE_MIN_PROCESSES = 3
+"""Processes a leader pause needs: two run the supervisor (one takes the lease from the paused one),
+one the agents (:func:`devhost.demo.devhost_specs`)."""
+
+
+def check_chaos_args(
+    *,
+    orders: int,
+    processes: int,
+    kill_every_s: float,
+    duplicate_share: float,
+    late_share: float,
+    pause_every_s: float,
+    clients: int,
+    timeout_s: float | None,
+) -> None:
+    """Refuse, before anything starts, arguments a chaos run cannot honour: those of
+    :func:`devhost.demo.check_run_args`, and chaos that cannot happen with the others.
+
+    Raises:
+        ValueError: one line naming the option, the make variable that sets it, and what to pass.
+    """
+    check_run_args(orders=orders, processes=processes, kill_every_s=kill_every_s, timeout_s=timeout_s)
+    for option, variable, share in (
+        ("--duplicate-share", "DUPLICATE_SHARE", duplicate_share),
+        ("--late-share", "LATE_SHARE", late_share),
+    ):
+        if not 0 <= share <= 1:  # NaN fails too
+            raise ValueError(f"{option} ({variable}) must be a share between 0 and 1, not {share:g}")
+    if not (math.isfinite(pause_every_s) and pause_every_s >= 0):
+        raise ValueError(
+            f"--pause-every (PAUSE_EVERY) must be seconds between leader pauses, or 0 for none; "
+            f"not {pause_every_s:g}"
+        )
+    if pause_every_s > 0 and processes < PAUSE_MIN_PROCESSES:
+        raise ValueError(
+            f"leader pauses (--pause-every / PAUSE_EVERY) need at least {PAUSE_MIN_PROCESSES} --processes "
+            f"(PROCESSES), so that another process running the supervisor can take the lease over; with "
+            f"{processes}, pass --pause-every 0 (PAUSE_EVERY=0)"
+        )
+    if clients < 1:
+        raise ValueError(f"--clients (CLIENTS) must be at least 1, not {clients}")
 
 
 def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:
@@ -268,6 +315,37 @@ class LeaderPauser:
         self.pauses.append(entry)
 
 
+def unexercised_hints(
+    features: Iterable[str],
+    *,
+    kill_every_s: float,
+    duplicate_share: float,
+    late_share: float,
+    pause_every_s: float,
+) -> list[str]:
+    """For each chaos feature a run asked for and that never happened (:func:`unexercised`), one line
+    saying which argument to change: the run is usually too short for it.
+
+    Args:
+        features: The report's ``unexercised`` keys.
+        kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
+    """
+    more_orders = "pass more --orders (ORDERS)"
+    hints = {
+        "orders": "no order was submitted: pass --orders (ORDERS) of 1 or more",
+        "kills": f"no SIGKILL happened: the run ended within the first --kill-every (KILL_EVERY) of "
+        f"{kill_every_s:g} s; {more_orders}, a shorter KILL_EVERY, or KILL_EVERY=0 to run without kills",
+        "duplicates_delivered": f"no message was delivered twice at --duplicate-share (DUPLICATE_SHARE) "
+        f"{duplicate_share:g}; {more_orders}, a larger share, or DUPLICATE_SHARE=0 to run without duplicates",
+        "late_responses": f"no agent response was delivered late at --late-share (LATE_SHARE) "
+        f"{late_share:g}; {more_orders}, a larger share, or LATE_SHARE=0 to run without late responses",
+        "leader_pauses": f"no supervisor leader was paused: the run ended before the first pause, due "
+        f"--pause-every (PAUSE_EVERY) {pause_every_s:g} s after the first order (or no leader was found); "
+        f"{more_orders}, a shorter PAUSE_EVERY, or PAUSE_EVERY=0 to run without leader pauses",
+    }
+    return [hints.get(feature, f"no {feature}") for feature in features]
+
+
 def lease_holder_reader(settings: Settings) -> LeaseHolder:
     """Reads the holder of ``settings``' supervisor lease blob."""
 
@@ -325,20 +403,30 @@ def run_chaos(
         report_path: Where the JSON report is written.
 
     Raises:
-        ValueError: fewer than 1 client, or shares outside [0, 1].
+        ValueError: an argument :func:`check_chaos_args` refuses (nothing was started).
         RuntimeError: a child process did not start.
     """
-    if clients < 1:
-        raise ValueError("the chaos run needs at least one client")
+    check_chaos_args(
+        orders=orders,
+        processes=processes,
+        kill_every_s=kill_every_s,
+        duplicate_share=duplicate_share,
+        late_share=late_share,
+        pause_every_s=pause_every_s,
+        clients=clients,
+        timeout_s=timeout_s,
+    )
     run_dir = new_run_dir()
     log_dir = run_dir / "delivery-faults"
     plan = DeliveryFaults(
         duplicate_share=duplicate_share, late_share=late_share, seed=seed, log_dir=str(log_dir)
     )
+    kills = f"kill every {kill_every_s:g} s" if kill_every_s > 0 else "no kills"
+    pauses = f"pause the leader every {pause_every_s:g} s" if pause_every_s > 0 else "no leader pauses"
     console.print(
         f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
-        f"clients; kill every {kill_every_s:g} s, duplicate {duplicate_share:.0%}, late {late_share:.0%}, "
-        f"pause the leader every {pause_every_s:g} s; logs in {run_dir}"
+        f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}; "
+        f"logs in {run_dir}"
     )
     with ExitStack() as stack, quiet_sdk_logs():
         system = stack.enter_context(
@@ -435,6 +523,15 @@ def run_chaos(
     failed = failed_invariants(report)
     if failed:
         console.print(f"[bold red]invariants failed:[/bold red] {', '.join(failed)}")
+        hints = unexercised_hints(
+            report["unexercised"],
+            kill_every_s=kill_every_s,
+            duplicate_share=duplicate_share,
+            late_share=late_share,
+            pause_every_s=pause_every_s,
+        )
+        for hint in hints:
+            console.print(f"[red]{escape(hint)}[/red]", highlight=False, soft_wrap=True)
     else:
         console.print("[bold green]every invariant held[/bold green]")
     console.print(f"report written to {report_path}")
@@ -446,47 +543,70 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(  # noqa: PLR0917 (typer passes each option as a parameter)
-    orders: Annotated[
-        int, typer.Option(min=1, help="How many TPC-H orders to submit (15000 for all).")
-    ] = 200,
+    orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
     processes: Annotated[
-        int, typer.Option(help="devhost processes: the last runs the agents, the others the scheduler roles.")
+        int,
+        typer.Option(
+            help="devhost processes: the last runs the agents, the others the scheduler roles "
+            f"(leader pauses need {PAUSE_MIN_PROCESSES} or more)."
+        ),
     ] = 3,
     kill_every: Annotated[
         float, typer.Option(help="SIGKILL a random devhost process every this many seconds (0: never).")
     ] = 5.0,
     duplicate_share: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Share of sent messages delivered twice.")
+        float, typer.Option(help="Share of sent messages delivered twice, 0 to 1.")
     ] = 0.05,
     late_share: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Share of agent responses delivered past their deadline.")
+        float, typer.Option(help="Share of agent responses delivered past their deadline, 0 to 1.")
     ] = 0.03,
     pause_every: Annotated[
         float, typer.Option(help="SIGSTOP the supervisor leader every this many seconds (0: never).")
     ] = 30.0,
-    clients: Annotated[int, typer.Option(min=1, help="Clients, each with its own reply queue.")] = 3,
+    clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the kills and the delivery faults.")] = 20261129,
-    timeout_s: Annotated[float | None, typer.Option(help="Give up waiting after this many seconds.")] = None,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option(help="Give up waiting after this many seconds (default: scaled to --orders)."),
+    ] = None,
 ) -> None:
-    """Run the chaos run and write chaos-report.json; exits 1 if any invariant fails."""
+    """Run the chaos run and write chaos-report.json; exits 1 if any invariant fails.
+
+    Bad arguments, and chaos that cannot happen with them, exit 2 and a run that cannot start exits 1,
+    each with one line on stderr. SIGTERM and SIGHUP stop it as Ctrl-C does (a paused leader is
+    resumed, everything started is stopped), then it exits 128 + the signal.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    report = run_chaos(
-        orders=orders,
-        processes=processes,
-        kill_every_s=kill_every,
-        duplicate_share=duplicate_share,
-        late_share=late_share,
-        pause_every_s=pause_every,
-        clients=clients,
-        seed=seed,
-        timeout_s=timeout_s,
-    )
+    try:
+        check_chaos_args(
+            orders=orders,
+            processes=processes,
+            kill_every_s=kill_every,
+            duplicate_share=duplicate_share,
+            late_share=late_share,
+            pause_every_s=pause_every,
+            clients=clients,
+            timeout_s=timeout_s,
+        )
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    with driver_signals():
+        try:
+            report = run_chaos(
+                orders=orders,
+                processes=processes,
+                kill_every_s=kill_every,
+                duplicate_share=duplicate_share,
+                late_share=late_share,
+                pause_every_s=pause_every,
+                clients=clients,
+                seed=seed,
+                timeout_s=timeout_s,
+            )
+        except RUNTIME_ERRORS as exc:
+            fail(one_line(exc), code=1)
     raise typer.Exit(1 if failed_invariants(report) else 0)
 
 
 if __name__ == "__main__":
-    try:
-        app()
-    except RuntimeError as exc:  # pragma: no cover - a child that did not start, surfaced plainly
-        console.print(f"[red]{exc}[/red]")
-        sys.exit(1)
+    app()

@@ -28,8 +28,10 @@ processes, :func:`submit_and_settle` submits through one or more clients and wai
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -59,6 +61,7 @@ from activities.compensation import PAST_POINT_OF_NO_RETURN
 from demo.faults import FaultPlan
 from demo.services import RefundPolicy
 from demo.tpch import (
+    DEFAULT_SCALE,
     DEFAULT_STOCK_DIVISOR,
     Catalog,
     DemoOrder,
@@ -66,9 +69,10 @@ from demo.tpch import (
     ensure_dataset,
     load_catalog,
 )
+from devhost.cli import driver_signals, fail, one_line
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.client import FINAL_STATUSES, OrderflowClient
-from orderflow.errors import NotFound
+from orderflow.errors import OrderflowError
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, parse_utc
 from orderflow.settings import Settings
@@ -83,6 +87,10 @@ MAX_FAILURES = Settings().SUPERVISOR_MAX_FAILURES
 
 DATA_DIR = REPO_ROOT / ".data" / "tpch"
 REPORT_PATH = REPO_ROOT / "demo-report.json"
+RUNS_DIR = REPO_ROOT / ".run"
+
+TPCH_ORDERS = round(1_500_000 * DEFAULT_SCALE)
+"""Orders in the demo's TPC-H data set (15,000 at scale factor 0.01: TPC-H has 1.5 million per unit)."""
 
 DEMO_FAULTS = FaultPlan(
     transient_rate=0.10,
@@ -286,8 +294,15 @@ class Fleet:
         self._starts: Counter[str] = Counter()
         self._paused: dict[str, Child] = {}
         self.children: dict[str, Child] = {}
-        for spec in specs:
-            self.children[spec.name] = self._start(spec)
+        try:
+            for spec in specs:
+                self.children[spec.name] = self._start(spec)
+        except BaseException:
+            # Nobody holds this fleet yet to stop it: the processes already started would outlive the
+            # run (each is in a session of its own).
+            for child in self.children.values():
+                child.stop()
+            raise
         self.specs = {spec.name: spec for spec in specs}
 
     def _start(self, spec: DevhostSpec) -> Child:
@@ -612,11 +627,58 @@ def print_summary(
         console.print(f"[red]mismatched[/red] {order_id}: {why}")
 
 
-def new_run_dir() -> Path:
-    """A fresh directory for one run's logs: ``.run/<YYYYmmdd-HHMMSS>`` (local time)."""
-    run_dir = REPO_ROOT / ".run" / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+def new_run_dir(prefix: str = "", *, root: Path = RUNS_DIR) -> Path:
+    """A fresh directory for one run's logs: ``<root>/<prefix><YYYYmmdd-HHMMSS>`` (local time), or with
+    ``-2``, ``-3`` ... appended when runs started in the same second already took that name.
+
+    Each candidate is created without ``exist_ok``: creating a directory is atomic, so two runs (two
+    processes) never share one and overwrite each other's logs.
+
+    Args:
+        prefix: Put before the time (``bench-`` for the benchmark).
+        root: Where the run directories are (default ``.run`` in the repository).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = prefix + time.strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count(1):
+        run_dir = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            continue
+        return run_dir
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def check_run_args(*, orders: int, processes: int, kill_every_s: float, timeout_s: float | None) -> None:
+    """Refuse, before anything starts, arguments a demo (or chaos) run cannot honour.
+
+    Args:
+        orders: TPC-H orders to submit: 1 to :data:`TPCH_ORDERS`.
+        processes: devhost processes: at least 1.
+        kill_every_s: Seconds between SIGKILLs: 0 (none) or more.
+        timeout_s: Seconds to wait for the orders to settle: more than 0, or None (scaled to ``orders``).
+
+    Raises:
+        ValueError: one line naming the option, the make variable that sets it, and what it accepts.
+    """
+    if orders < 1:
+        raise ValueError(f"--orders (ORDERS) must be at least 1, not {orders}")
+    if orders > TPCH_ORDERS:
+        raise ValueError(
+            f"--orders (ORDERS) must be at most {TPCH_ORDERS}, every order of the TPC-H data set "
+            f"(scale factor {DEFAULT_SCALE:g}); not {orders}"
+        )
+    if processes < 1:
+        raise ValueError(f"--processes (PROCESSES) must be at least 1, not {processes}")
+    if not (math.isfinite(kill_every_s) and kill_every_s >= 0):
+        raise ValueError(
+            f"--kill-every (KILL_EVERY) must be seconds between kills, or 0 for none; not {kill_every_s:g}"
+        )
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(
+            f"--timeout-s must be more than 0 seconds (or left out: scaled to --orders); not {timeout_s:g}"
+        )
 
 
 def settle_budget_s(orders: int, timeout_s: float | None) -> float:
@@ -864,8 +926,10 @@ def run_demo(
         report_path: Where the JSON report is written.
 
     Raises:
+        ValueError: an argument :func:`check_run_args` refuses (nothing was started).
         RuntimeError: a child process did not start.
     """
+    check_run_args(orders=orders, processes=processes, kill_every_s=kill_every_s, timeout_s=timeout_s)
     run_dir = new_run_dir()
     chaos = f", one SIGKILLed every {kill_every_s:g} s" if kill_every_s > 0 else ""
     console.print(
@@ -899,12 +963,17 @@ def run_demo(
     return report
 
 
+RUNTIME_ERRORS = (RuntimeError, OSError, OrderflowError)
+"""Failures of a run (a child that did not start, a missing tool, a store that refused): one line, exit 1."""
+
 app = typer.Typer(add_completion=False)
 
 
 @app.command()
 def main(
-    orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
+    orders: Annotated[
+        int, typer.Option(help=f"How many TPC-H orders to submit, 1 to {TPCH_ORDERS} (all of them).")
+    ] = 200,
     processes: Annotated[
         int,
         typer.Option(
@@ -913,26 +982,40 @@ def main(
         ),
     ] = 3,
     kill_every: Annotated[
-        float, typer.Option(help="SIGKILL a random devhost process every this many seconds and restart it.")
+        float,
+        typer.Option(
+            help="SIGKILL a random devhost process every this many seconds and restart it (0: never)."
+        ),
     ] = 0.0,
-    timeout_s: Annotated[float | None, typer.Option(help="Give up waiting after this many seconds.")] = None,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option(help="Give up waiting after this many seconds (default: scaled to --orders)."),
+    ] = None,
     no_faults: Annotated[bool, typer.Option(help="Inject no faults.")] = False,
 ) -> None:
-    """Run the local demo and write demo-report.json; exits 1 if any invariant fails."""
+    """Run the local demo and write demo-report.json; exits 1 if any invariant fails.
+
+    Bad arguments exit 2 and a run that cannot start exits 1, each with one line on stderr. SIGTERM and
+    SIGHUP stop it as Ctrl-C does: everything it started is stopped, then it exits 128 + the signal.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    report = run_demo(
-        orders=orders,
-        processes=processes,
-        kill_every_s=kill_every,
-        timeout_s=timeout_s,
-        faults=FaultPlan() if no_faults else DEMO_FAULTS,
-    )
+    try:
+        check_run_args(orders=orders, processes=processes, kill_every_s=kill_every, timeout_s=timeout_s)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    with driver_signals():
+        try:
+            report = run_demo(
+                orders=orders,
+                processes=processes,
+                kill_every_s=kill_every,
+                timeout_s=timeout_s,
+                faults=FaultPlan() if no_faults else DEMO_FAULTS,
+            )
+        except RUNTIME_ERRORS as exc:
+            fail(one_line(exc), code=1)
     raise typer.Exit(1 if any(report[key] for key in INVARIANTS) else 0)
 
 
 if __name__ == "__main__":
-    try:
-        app()
-    except NotFound as exc:  # pragma: no cover - surfaced to the user as a clear message
-        console.print(f"[red]{exc}[/red]")
-        sys.exit(1)
+    app()

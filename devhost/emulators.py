@@ -11,6 +11,7 @@ It keeps data in memory only: stopping it loses every record.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -21,8 +22,11 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from devhost.cli import SERVER_STOP_SIGNALS, one_line, print_error, stop_signals_interrupt
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +139,17 @@ def _wait_for_lines(
 
     # Keep draining stdout after start-up so the child never blocks on a full pipe.
     threading.Thread(target=reader, name=f"{name}-stdout", daemon=True).start()
-    if not done.wait(timeout_s) or len(found) != len(patterns):
+    try:
+        ready = done.wait(timeout_s) and len(found) == len(patterns)
+    except BaseException:
+        # Interrupted (Ctrl-C, or a stop signal) while waiting: the child is in a session of its own,
+        # so nothing else would ever stop it.
         proc.kill()
+        proc.wait()
+        raise
+    if not ready:
+        proc.kill()
+        proc.wait()
         tail = "\n".join(seen[-20:])
         raise EmulatorError(f"{name} did not start within {timeout_s:.0f} s; output:\n{tail}")
     return found
@@ -184,15 +197,19 @@ def start_azurite(*, timeout_s: float = 30.0) -> EmulatorProcess:
         cwd=workdir,
         start_new_session=True,
     )
-    ports = _wait_for_lines(
-        proc,
-        {
-            "blob": re.compile(r"Blob service is successfully listening at http://[^:]+:(\d+)"),
-            "queue": re.compile(r"Queue service is successfully listening at http://[^:]+:(\d+)"),
-        },
-        timeout_s,
-        "azurite",
-    )
+    try:
+        ports = _wait_for_lines(
+            proc,
+            {
+                "blob": re.compile(r"Blob service is successfully listening at http://[^:]+:(\d+)"),
+                "queue": re.compile(r"Queue service is successfully listening at http://[^:]+:(\d+)"),
+            },
+            timeout_s,
+            "azurite",
+        )
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     logger.info("azurite listening: blob=%s queue=%s", ports["blob"], ports["queue"])
     return EmulatorProcess("azurite", proc, ports, workdir)
 
@@ -265,27 +282,52 @@ def start_local_emulators() -> LocalEmulators:
     return LocalEmulators(azurite, cosmos)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m devhost.emulators``: start both emulators, print the settings to export, wait.
 
-    Runs until SIGINT or SIGTERM, then stops both (their data is in memory and is lost).
-    """
-    import signal as _signal  # noqa: PLC0415 (only the command needs it)
-    import threading as _threading  # noqa: PLC0415
+    Runs until SIGINT, SIGTERM or SIGHUP, then stops both (their data is in memory and is lost).
 
-    stop = _threading.Event()
-    for sig in (_signal.SIGINT, _signal.SIGTERM):
-        _signal.signal(sig, lambda *_: stop.set())
-    with start_local_emulators() as emulators:
-        endpoints = emulators.endpoints
-        print("# Local emulators are running. In each shell that runs orderflow, export:", flush=True)
-        print(f"export STORAGE_CONNECTION_STRING='{endpoints.storage_connection_string}'")
-        print(f"export COSMOS_ENDPOINT='{endpoints.cosmos_endpoint}'")
-        print(f"export COSMOS_KEY='{endpoints.cosmos_key}'")
-        print("export COSMOS_VERIFY_TLS=false")
-        print("# Ctrl-C stops both emulators (their data lives in memory only).", flush=True)
-        stop.wait()
+    Args:
+        argv: The arguments without the program name (there are none but ``--help``); None reads
+            ``sys.argv``.
+
+    Returns:
+        The exit status: 0 once stopped by a signal; 1, after one line on stderr, when an emulator is
+        missing or did not start.
+
+    Raises:
+        SystemExit: 2 for any argument (argparse's message); 0 after ``--help``.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m devhost.emulators",
+        description="Start Azurite and cosmosdb-server on free loopback ports, print the settings to "
+        "export, and run until Ctrl-C (or SIGTERM/SIGHUP).",
+    )
+    parser.parse_args(argv)  # takes no options: an unknown one is refused, not ignored
+    with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
+        try:
+            emulators = start_local_emulators()
+        except EmulatorError as exc:
+            print_error(one_line(exc))
+            return 1
+        except KeyboardInterrupt:
+            return 0  # stopped while starting: whatever had started is stopped already
+        try:
+            endpoints = emulators.endpoints
+            print("# Local emulators are running. In each shell that runs orderflow, export:", flush=True)
+            print(f"export STORAGE_CONNECTION_STRING='{endpoints.storage_connection_string}'")
+            print(f"export COSMOS_ENDPOINT='{endpoints.cosmos_endpoint}'")
+            print(f"export COSMOS_KEY='{endpoints.cosmos_key}'")
+            print("export COSMOS_VERIFY_TLS=false")
+            print("# Ctrl-C stops both emulators (their data lives in memory only).", flush=True)
+            threading.Event().wait()  # until a signal raises
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signals.ignore_more()  # a second signal must not leave one emulator running
+            emulators.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

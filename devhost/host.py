@@ -16,7 +16,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,71 @@ RETENTION_INTERVAL_S = 60.0
 ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor")
 """Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
 process (they talk to its durabletask backend)."""
+
+DURABLETASK_WORKER_LOGGER = "durabletask.worker"
+"""The logger the host gives its durabletask worker."""
+
+
+def check_roles(roles: Iterable[str]) -> frozenset[str]:
+    """The roles as a set, once checked.
+
+    Raises:
+        ValueError: no role, a role not in :data:`ALL_ROLES`, or ``starter``/``listener`` without
+            ``orchestrator``.
+    """
+    chosen = frozenset(roles)
+    if not chosen:
+        raise ValueError(f"no roles given; choose from {','.join(ALL_ROLES)} or 'all'")
+    unknown = chosen - set(ALL_ROLES)
+    if unknown:
+        raise ValueError(f"unknown roles: {sorted(unknown)}; choose from {','.join(ALL_ROLES)} or 'all'")
+    if chosen & {"starter", "listener"} and "orchestrator" not in chosen:
+        raise ValueError("the starter and listener roles need the orchestrator role in the same process")
+    return chosen
+
+
+def parse_roles(text: str) -> tuple[str, ...]:
+    """``--roles``: ``all``, or role names separated by commas (spaces around them ignored).
+
+    Raises:
+        ValueError: as :func:`check_roles`.
+    """
+    if text.strip() == "all":
+        return ALL_ROLES
+    roles = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
+    check_roles(roles)
+    return roles
+
+
+class _LocalCancelNoise(logging.Filter):
+    """Drops the worker's warning about its own work-item stream being cancelled by ``worker.stop()``.
+
+    durabletask 1.12 logs ``Error in work item stream: ... CANCELLED "Locally cancelled by application!"``
+    at WARNING on every stop, then recognises the cancellation as a shutdown ("Disconnected"). The
+    filter is attached only while the host stops the worker, and matches only that gRPC status and
+    detail: any other stream error is still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Error in work item stream")
+            and "StatusCode.CANCELLED" in message
+            and "Locally cancelled by application!" in message
+        )
+
+
+@contextmanager
+def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator[None]:
+    """While stopping a durabletask worker that logs to ``logger_name``, drop its benign warning about
+    the stream the stop itself cancelled (:class:`_LocalCancelNoise`)."""
+    target = logging.getLogger(logger_name)
+    noise = _LocalCancelNoise()
+    target.addFilter(noise)
+    try:
+        yield
+    finally:
+        target.removeFilter(noise)
 
 
 def _activity(
@@ -124,12 +190,7 @@ class DevHost:
 
     def __init__(self, settings: Settings, deps: Dependencies, roles: Iterable[str] = ALL_ROLES) -> None:
         self.settings = settings
-        self.roles = frozenset(roles)
-        unknown = self.roles - set(ALL_ROLES)
-        if unknown:
-            raise ValueError(f"unknown roles: {sorted(unknown)}; choose from {ALL_ROLES}")
-        if self.roles & {"starter", "listener"} and "orchestrator" not in self.roles:
-            raise ValueError("the starter and listener roles need the orchestrator role in the same process")
+        self.roles = check_roles(roles)
         self.stop_event = threading.Event()
         # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups).
         self.wakeups = Wakeups()
@@ -150,10 +211,25 @@ class DevHost:
         )
         # One for the process, shared by the submission handler threads (built in start()).
         self.admission: AdmissionControl | None = None
+        self._stopped = False
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Start every role's loop (and the durabletask backend and worker if orchestrating)."""
+        """Start every role's loop (and the durabletask backend and worker if orchestrating).
+
+        Raises:
+            Exception: whatever stopped the start-up (e.g. ``ValueError`` for an invalid queue name),
+                after :meth:`stop` has stopped what was already started: the durabletask worker's
+                thread alone would keep the process alive.
+        """
+        try:
+            self._start_roles()
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("devhost %s running roles %s", self.settings.HOST_ID, sorted(self.roles))
+
+    def _start_roles(self) -> None:
         s = self.settings
         if "orchestrator" in self.roles:
             self._start_durabletask()
@@ -179,23 +255,34 @@ class DevHost:
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
-        logger.info("devhost %s running roles %s", s.HOST_ID, sorted(self.roles))
 
     def stop(self) -> None:
         """Stop every loop, then the worker and backend. In-flight orchestrations are abandoned (the
-        supervisor recovers them), exactly as when a Functions worker is recycled."""
+        supervisor recovers them), exactly as when a Functions worker is recycled.
+
+        Safe after a start-up that failed half-way. Each part is forgotten once stopped, so a call cut
+        short (by a signal) can be made again to stop the rest; once everything is stopped, a call does
+        nothing.
+        """
+        if self._stopped:
+            return
         self.stop_event.set()
         self.wakeups.notify_all()
-        for loop in self._loops:
-            loop.join()
+        while self._loops:
+            self._loops[0].join()
+            self._loops.pop(0)
         if "supervisor" in self.roles:
             self._release_lease()
         if self._worker is not None:
-            self._worker.stop()  # type: ignore[no-untyped-call]
+            with quiet_local_cancel():
+                self._worker.stop()  # type: ignore[no-untyped-call]
+            self._worker = None
         if self._backend is not None:
             self._backend.stop(grace=1.0)
-        for service in self._services:
-            service.close()
+            self._backend = None
+        while self._services:
+            self._services.pop().close()
+        self._stopped = True
         logger.info("devhost %s stopped", self.settings.HOST_ID)
 
     def wait(self) -> None:
@@ -211,14 +298,14 @@ class DevHost:
         # private one with its own console handler).
         worker = dt_worker.TaskHubGrpcWorker(
             host_address=address,
-            logger=logging.getLogger("durabletask.worker"),
+            logger=logging.getLogger(DURABLETASK_WORKER_LOGGER),
             concurrency_options=dt_worker.ConcurrencyOptions(
                 maximum_thread_pool_workers=self.settings.WORKER_THREADS
             ),
         )
         register_order_workflow(worker, self.activity_deps)
+        self._worker = worker  # first: stop() must find a worker whose start was interrupted
         worker.start()  # type: ignore[no-untyped-call]
-        self._worker = worker
         self._grpc_client = dt_client.TaskHubGrpcClient(
             host_address=address, logger=logging.getLogger("durabletask.client")
         )

@@ -143,8 +143,10 @@ class ConsumerLoop:
         self._thread.start()
 
     def join(self, timeout_s: float = 10.0) -> None:
-        """Wait for the loop and its running handlers to finish (after ``stop`` was set)."""
-        self._thread.join(timeout_s)
+        """Wait for the loop and its running handlers to finish (after ``stop`` was set); a loop never
+        started (its host failed to start) has nothing to wait for."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def is_alive(self) -> bool:
@@ -216,8 +218,9 @@ class PeriodicLoop:
         self._thread.start()
 
     def join(self, timeout_s: float = 10.0) -> None:
-        """Wait for the loop to finish (after ``stop`` was set)."""
-        self._thread.join(timeout_s)
+        """Wait for the loop to finish (after ``stop`` was set); a loop never started returns at once."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -35,6 +35,7 @@ from durabletask.testing import create_test_backend
 
 from bench.load import TIMED_OUT, LoadResult
 from bench.peers.saga import COMPENSATED, PROCESSED, SAGA_STEPS, CompletedStep, SagaServices
+from devhost.host import quiet_local_cancel
 
 ORCHESTRATOR = "order_saga"
 RUN_STEP = "run_step"
@@ -142,9 +143,11 @@ def run_durabletask_load(
                     outcomes[output or state.runtime_status.name] += 1
             slots.release()
 
-    threads = [threading.Thread(target=waiter, name=f"dt-wait-{n}") for n in range(WAITERS)]
+    # Daemons: after an interruption they are not waited for (see below).
+    threads = [threading.Thread(target=waiter, name=f"dt-wait-{n}", daemon=True) for n in range(WAITERS)]
     for thread in threads:
         thread.start()
+    interrupted = True
     try:
         for order in orders:
             if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -157,13 +160,20 @@ def run_durabletask_load(
             with ready:
                 outstanding.append((instance_id, started))
                 ready.notify()
+        interrupted = False
     finally:
         with ready:
             submitting = False
+            if interrupted:
+                outstanding.clear()  # nobody will read the results
             ready.notify_all()
-        for thread in threads:
-            thread.join()
-        client.close()
+        if not interrupted:
+            for thread in threads:
+                thread.join()
+            client.close()
+        # Interrupted (Ctrl-C, SIGTERM) or failed: a waiter may block until the run's deadline, which
+        # must not hold up the clean-up that stops the backend and worker; its channel closes with the
+        # process.
     elapsed = max(bounds) - min(bounds) if bounds else 0.0
     return LoadResult(submitted, latencies, elapsed, dict(outcomes))
 
@@ -207,7 +217,8 @@ def worker(
     dt.start()  # type: ignore[no-untyped-call]
     print("durabletask worker ready", flush=True)
     _wait_for_signal()
-    dt.stop()  # type: ignore[no-untyped-call]
+    with quiet_local_cancel():
+        dt.stop()  # type: ignore[no-untyped-call]
     services.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,17 +13,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from devhost import chaos
 from devhost.chaos import (
     CHAOS_INVARIANTS,
     LeaderPauser,
+    check_chaos_args,
     count_misrouted_replies,
     failed_invariants,
     max_recovery_s,
     recovery_times_s,
     unexercised,
+    unexercised_hints,
 )
 from devhost.delivery_faults import (
     CHAOS_ENV,
@@ -39,6 +45,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord
 from orderflow.settings import Settings
 from tests.unit.fakes import received
+from tests.unit.stop_signals import error_line, guarded
 
 pytestmark = pytest.mark.unit
 
@@ -389,3 +396,117 @@ def _settled_state(pid: int, *, until: Callable[[str], bool]) -> str:
             break
         time.sleep(0.02)
     return state
+
+
+# --- the command: arguments checked up front, hints after a run too short for its chaos -------------------
+
+DEFAULTS: dict[str, Any] = {
+    "orders": 200,
+    "processes": 3,
+    "kill_every_s": 5.0,
+    "duplicate_share": 0.05,
+    "late_share": 0.03,
+    "pause_every_s": 30.0,
+    "clients": 3,
+    "timeout_s": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"processes": 1}, "need at least 3 --processes (PROCESSES)"),
+        ({"processes": 2}, "with 2, pass --pause-every 0 (PAUSE_EVERY=0)"),
+        ({"kill_every_s": -3.0}, "--kill-every (KILL_EVERY) must be seconds between kills, or 0 for none"),
+        ({"pause_every_s": -1.0}, "--pause-every (PAUSE_EVERY) must be seconds between leader pauses"),
+        ({"duplicate_share": 1.5}, "--duplicate-share (DUPLICATE_SHARE) must be a share between 0 and 1"),
+        ({"late_share": -0.1}, "--late-share (LATE_SHARE) must be a share between 0 and 1"),
+        ({"late_share": float("nan")}, "--late-share (LATE_SHARE) must be a share between 0 and 1"),
+        ({"clients": 0}, "--clients (CLIENTS) must be at least 1, not 0"),
+        ({"orders": 0}, "--orders (ORDERS) must be at least 1, not 0"),
+        ({"processes": 0, "pause_every_s": 0.0}, "--processes (PROCESSES) must be at least 1, not 0"),
+    ],
+)
+def test_chaos_that_cannot_happen_is_refused_before_the_run(changes: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        check_chaos_args(**{**DEFAULTS, **changes})
+    assert expected in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_one_process_runs_chaos_without_leader_pauses() -> None:
+    check_chaos_args(**{**DEFAULTS, "processes": 1, "pause_every_s": 0.0})
+    check_chaos_args(**{**DEFAULTS, "processes": 3})
+
+
+def test_each_unexercised_feature_names_the_argument_to_change() -> None:
+    asked = {"kill_every_s": 5.0, "duplicate_share": 0.05, "late_share": 0.03, "pause_every_s": 30.0}
+
+    hints = unexercised_hints(["leader_pauses", "kills"], **asked)
+
+    assert len(hints) == 2
+    assert "--pause-every (PAUSE_EVERY) 30 s" in hints[0]
+    assert "PAUSE_EVERY=0 to run without leader pauses" in hints[0]
+    assert "more --orders (ORDERS)" in hints[0]
+    assert "--kill-every (KILL_EVERY) of 5 s" in hints[1] and "KILL_EVERY=0" in hints[1]
+    assert unexercised_hints([], **asked) == []
+
+
+@pytest.fixture
+def chaos_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    started: list[dict[str, Any]] = []
+
+    def run_chaos(**kwargs: Any) -> dict[str, Any]:
+        started.append(kwargs)
+        return {**dict.fromkeys(CHAOS_INVARIANTS, 0), "unexercised": []}
+
+    monkeypatch.setattr(chaos, "run_chaos", run_chaos)
+    return started
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--processes", "1"], "error: leader pauses (--pause-every / PAUSE_EVERY) need at least 3"),
+        (["--processes", "0"], "error: --processes (PROCESSES) must be at least 1, not 0"),
+        (["--processes", "-1", "--pause-every", "0"], "error: --processes (PROCESSES) must be at least 1"),
+        (["--kill-every", "-3"], "error: --kill-every (KILL_EVERY) must be seconds between kills"),
+        (["--orders", "0"], "error: --orders (ORDERS) must be at least 1, not 0"),
+    ],
+)
+def test_the_command_refuses_bad_arguments_in_one_line_with_status_2(
+    chaos_runs: list[dict[str, Any]], args: list[str], expected: str
+) -> None:
+    result = CliRunner().invoke(chaos.app, args)
+
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith(expected)
+    assert chaos_runs == []
+
+
+def test_the_command_runs_one_process_without_pauses(chaos_runs: list[dict[str, Any]]) -> None:
+    result = CliRunner().invoke(chaos.app, ["--processes", "1", "--pause-every", "0", "--orders", "5"])
+
+    assert result.exit_code == 0, result.output
+    assert [(r["processes"], r["pause_every_s"], r["orders"]) for r in chaos_runs] == [(1, 0.0, 5)]
+
+
+def test_sigterm_stops_a_chaos_run_through_its_clean_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    resumed: list[str] = []
+
+    def run_chaos(**kwargs: Any) -> dict[str, Any]:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            resumed.append("paused leader")  # the pauser's stop resumes it, then the fleet stops
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(chaos, "run_chaos", run_chaos)
+
+    with guarded():
+        result = CliRunner().invoke(chaos.app, ["--orders", "5"])
+
+    assert result.exit_code == 143, result.output
+    assert resumed == ["paused leader"]
+    assert error_line(result).startswith("stopped by SIGTERM")

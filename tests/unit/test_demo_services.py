@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -11,9 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from demo import services
 from demo.faults import FAULT_PRIORITY, FaultKind, FaultPlan, uniform
 from demo.services import (
     INSTANCE_HEADER,
@@ -1013,6 +1017,65 @@ def test_the_command_line_sets_the_refund_policy() -> None:
         with pytest.raises(SystemExit) as exited:
             parse_args(bad)
         assert exited.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--port", "99999"], "--port must be 0 (a free port) to 65535, not 99999"),
+        (["--port", "-1"], "--port must be 0 (a free port) to 65535, not -1"),
+        (["--orders", "-5"], "--orders must be 0 (all) or more, not -5"),
+        (["--stock-divisor", "0"], "--stock-divisor must be at least 1, not 0"),
+    ],
+)
+def test_the_command_line_refuses_numbers_out_of_range(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(args)
+
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m demo.services: error: {expected}"
+
+
+def test_a_port_in_use_is_one_line_with_status_1_before_any_data_loads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loaded: list[object] = []
+    monkeypatch.setattr(services, "ensure_dataset", lambda *args: loaded.append(args))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        status = services.main(["--port", str(port), "--orders", "5"])
+
+    assert status == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"python -m demo.services: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert loaded == []
+
+
+def test_the_command_serves_on_the_socket_it_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    sock = services.listen_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(make_catalog(), FaultPlan()), log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=asyncio.run, args=(services._serve_until_stopped(server, sock),))
+    thread.start()
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            time.sleep(0.01)
+        assert server_url(server) == f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{server_url(server)}/audit", timeout=5).status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert capsys.readouterr().out == f"demo services listening on http://127.0.0.1:{port}\n"
 
 
 # --- faults that hit only undos ---------------------------------------------------

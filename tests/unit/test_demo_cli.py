@@ -1,0 +1,177 @@
+"""``python -m devhost.demo`` as a command: arguments refused up front in one line, runtime failures in
+one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own per run (devhost.demo)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from devhost import demo
+from devhost.demo import TPCH_ORDERS, Child, DevhostSpec, Fleet, check_run_args, new_run_dir
+from tests.unit.stop_signals import error_line, guarded
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The runs the command started (none, unless a test replaces this stand-in)."""
+    started: list[dict[str, Any]] = []
+
+    def run_demo(**kwargs: Any) -> dict[str, Any]:
+        started.append(kwargs)
+        return dict.fromkeys(demo.INVARIANTS, 0)
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    return started
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(demo.app, list(args))
+
+
+def test_tpch_has_15000_orders_at_the_demo_scale() -> None:
+    assert TPCH_ORDERS == 15_000
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--orders", "-5"], "error: --orders (ORDERS) must be at least 1, not -5"),
+        (["--orders", "0"], "error: --orders (ORDERS) must be at least 1, not 0"),
+        (["--orders", "999999"], "error: --orders (ORDERS) must be at most 15000, every order of the TPC-H"),
+        (["--processes", "0"], "error: --processes (PROCESSES) must be at least 1, not 0"),
+        (["--processes", "-1"], "error: --processes (PROCESSES) must be at least 1, not -1"),
+        (["--kill-every", "-3"], "error: --kill-every (KILL_EVERY) must be seconds between kills, or 0"),
+        (["--kill-every", "nan"], "error: --kill-every (KILL_EVERY) must be seconds between kills"),
+        (["--timeout-s", "-1"], "error: --timeout-s must be more than 0 seconds"),
+        (["--timeout-s", "0"], "error: --timeout-s must be more than 0 seconds"),
+    ],
+)
+def test_bad_arguments_are_refused_in_one_line_before_anything_starts(
+    runs: list[dict[str, Any]], args: list[str], expected: str
+) -> None:
+    result = invoke(*args)
+
+    assert result.exit_code == 2, result.output
+    assert error_line(result).startswith(expected)
+    assert runs == []
+
+
+def test_good_arguments_run_the_demo_with_them(runs: list[dict[str, Any]]) -> None:
+    result = invoke("--orders", "15000", "--processes", "1", "--kill-every", "0", "--timeout-s", "30")
+
+    assert result.exit_code == 0, result.output
+    assert [(r["orders"], r["processes"], r["kill_every_s"], r["timeout_s"]) for r in runs] == [
+        (15000, 1, 0.0, 30.0)
+    ]
+
+
+def test_the_library_entry_point_refuses_the_same_arguments() -> None:
+    with pytest.raises(ValueError, match="--orders"):
+        demo.run_demo(orders=0, processes=1, timeout_s=None, faults=demo.DEMO_FAULTS)
+    check_run_args(orders=1, processes=1, kill_every_s=0.0, timeout_s=None)  # the smallest run is fine
+
+
+def test_a_run_that_cannot_start_is_one_line_with_status_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run_demo(**kwargs: Any) -> dict[str, Any]:
+        raise RuntimeError("demo-services exited with 1; see .run/x/demo-services.log")
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+
+    result = invoke("--orders", "5")
+
+    assert result.exit_code == 1, result.output
+    assert error_line(result) == "error: demo-services exited with 1; see .run/x/demo-services.log"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_signal_takes_the_clean_up_path_of_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch, sig: signal.Signals, code: int
+) -> None:
+    stopped: list[str] = []
+
+    def run_demo(**kwargs: Any) -> dict[str, Any]:
+        try:
+            os.kill(os.getpid(), sig)  # as `timeout 120 make demo` would, mid-run
+            time.sleep(5)
+        finally:
+            stopped.append("everything")  # the demo's ExitStack unwinds here
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+
+    with guarded():
+        result = invoke("--orders", "5")
+
+    assert result.exit_code == code, result.output
+    assert stopped == ["everything"]
+    assert error_line(result).startswith(f"stopped by {sig.name}")
+
+
+def test_runs_started_in_the_same_second_get_directories_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("devhost.demo.time.strftime", lambda fmt: "20261130-010203")
+
+    dirs = [new_run_dir(root=tmp_path / ".run") for _ in range(3)] + [
+        new_run_dir("bench-", root=tmp_path / ".run")
+    ]
+
+    assert [d.name for d in dirs] == [
+        "20261130-010203",
+        "20261130-010203-2",
+        "20261130-010203-3",
+        "bench-20261130-010203",
+    ]
+    assert all(d.is_dir() for d in dirs)
+
+
+class Recorded:
+    """Stand-in children: the third one fails to start."""
+
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+
+    def start(self, spec: DevhostSpec, run: int) -> Child:
+        if spec.name == "devhost-agents":
+            raise RuntimeError("devhost-agents exited with 1")
+        recorded = self
+
+        class Started(Child):
+            def stop(self, timeout_s: float = 15.0) -> None:
+                recorded.stopped.append(self.name)
+
+        return Started(spec.name, None, "ready", Path("x.log"))  # type: ignore[arg-type]
+
+
+def test_a_fleet_whose_start_fails_stops_the_processes_it_had_started(tmp_path: Path) -> None:
+    # Nobody holds the fleet yet to stop it: they would outlive the run in their own sessions.
+    children = Recorded()
+
+    with pytest.raises(RuntimeError, match="devhost-agents exited"):
+        Fleet(demo.devhost_specs(3), {}, tmp_path, start=children.start)
+
+    assert children.stopped == ["devhost-1", "devhost-2"]
+
+
+@pytest.fixture
+def no_signal_handlers() -> Iterator[None]:
+    # Sanity: the command restores the handlers it installed (a leak would change later tests).
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_command_leaves_the_signal_handlers_as_it_found_them(
+    runs: list[dict[str, Any]], no_signal_handlers: None
+) -> None:
+    assert invoke("--orders", "5").exit_code == 0
+    assert len(runs) == 1

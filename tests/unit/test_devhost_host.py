@@ -1,0 +1,114 @@
+"""A DevHost's start-up and shutdown: a start that fails half-way stops what it started, a stop can be
+repeated, and the durabletask worker's own shutdown is not logged as a warning (devhost.host)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from devhost.host import (
+    ALL_ROLES,
+    DURABLETASK_WORKER_LOGGER,
+    Dependencies,
+    DevHost,
+    check_roles,
+    parse_roles,
+    quiet_local_cancel,
+)
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+
+pytestmark = pytest.mark.unit
+
+LOCAL_CANCEL = (
+    "Error in work item stream: <_MultiThreadedRendezvous of RPC that terminated with:\n"
+    "\tstatus = StatusCode.CANCELLED\n"
+    '\tdetails = "Locally cancelled by application!"\n'
+    '\tdebug_error_string = "None"\n>'
+)
+
+
+class RefusingQueues(InMemoryQueueFactory):
+    """In-memory queues that refuse the agents' request queues, as Storage refuses an invalid name."""
+
+    def queue(self, name: str) -> Any:
+        if name.startswith("agent-") and not name.startswith("agent-responses"):
+            raise ValueError(f"invalid queue name {name!r}")
+        return super().queue(name)
+
+
+def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
+    return Dependencies(
+        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=queues or InMemoryQueueFactory()
+    )
+
+
+def settings() -> Settings:
+    return Settings(HOST_ID="h1", SUPERVISOR_LEASE_ENABLED=False, POLL_INTERVAL_S=0.01)
+
+
+def new_non_daemon_threads(before: set[threading.Thread]) -> list[str]:
+    time.sleep(0.2)  # a stopped thread may take a moment to finish
+    return [t.name for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+
+
+def test_a_start_that_fails_half_way_stops_the_durabletask_worker_it_had_started() -> None:
+    # Without this the worker's (non-daemon) thread kept `python -m devhost` alive after the error.
+    host = DevHost(settings(), deps(RefusingQueues()), ALL_ROLES)
+    before = set(threading.enumerate())
+
+    with pytest.raises(ValueError, match="invalid queue name 'agent-courier'"):
+        host.start()
+
+    assert host.stop_event.is_set()
+    assert new_non_daemon_threads(before) == []
+    host.stop()  # a second stop (the command's own clean-up) does nothing and does not fail
+
+
+def test_stopping_the_worker_logs_no_warning_about_the_stream_the_stop_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    host = DevHost(settings(), deps(), ("orchestrator",))
+    host.start()
+    time.sleep(0.5)  # the worker has opened its work-item stream
+    with caplog.at_level(logging.INFO, logger=DURABLETASK_WORKER_LOGGER):
+        host.stop()
+
+    worker_records = [r for r in caplog.records if r.name == DURABLETASK_WORKER_LOGGER]
+    assert any("Worker shutdown completed" in r.getMessage() for r in worker_records)
+    assert [r.getMessage() for r in worker_records if r.levelno >= logging.WARNING] == []
+    assert logging.getLogger(DURABLETASK_WORKER_LOGGER).filters == []  # only while stopping
+
+
+def test_only_the_local_cancellation_is_quieted_and_only_while_stopping(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    worker = logging.getLogger(DURABLETASK_WORKER_LOGGER)
+    unavailable = LOCAL_CANCEL.replace("CANCELLED", "UNAVAILABLE").replace(
+        "Locally cancelled by application!", "failed to connect to all addresses"
+    )
+    with caplog.at_level(logging.WARNING, logger=DURABLETASK_WORKER_LOGGER):
+        with quiet_local_cancel():
+            worker.warning(LOCAL_CANCEL)
+            worker.warning(unavailable)
+        worker.warning(LOCAL_CANCEL)
+
+    assert [r.getMessage() for r in caplog.records] == [unavailable, LOCAL_CANCEL]
+
+
+def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -> None:
+    assert parse_roles("all") == ALL_ROLES
+    assert parse_roles(" agents , supervisor,agents") == ("agents", "supervisor")
+    with pytest.raises(ValueError, match=r"unknown roles: \['bogus'\]"):
+        parse_roles("agents,bogus")
+    with pytest.raises(ValueError, match="no roles given"):
+        parse_roles(" , ")
+    with pytest.raises(ValueError, match="need the orchestrator role"):
+        check_roles(["listener"])
+    with pytest.raises(ValueError, match="unknown roles"):
+        DevHost(settings(), deps(), ("bogus",))
