@@ -13,8 +13,7 @@ from rich.console import Console
 from bench.config import PEERS, REPORT_PATH, BenchConfig
 from bench.report import markdown_tables, print_tables
 from bench.runner import failures, run_bench
-from devhost.cli import driver_signals, fail, one_line
-from devhost.demo import RUNTIME_ERRORS
+from devhost.cli import RUNTIME_ERRORS, driver_signals, fail, one_line
 
 console = Console()
 app = typer.Typer(add_completion=False)

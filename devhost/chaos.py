@@ -39,7 +39,7 @@ import typer
 from rich.markup import escape
 
 from demo.faults import FaultPlan
-from devhost.cli import driver_signals, fail, one_line
+from devhost.cli import run_driver
 from devhost.delivery_faults import (
     CHAOS_ENV,
     DeliveryFault,
@@ -51,7 +51,6 @@ from devhost.delivery_faults import (
 from devhost.demo import (
     DEMO_FAULTS,
     INVARIANTS,
-    RUNTIME_ERRORS,
     DevhostSpec,
     Killer,
     all_records,
@@ -577,8 +576,8 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     resumed, everything started is stopped), then it exits 128 + the signal.
     """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        check_chaos_args(
+    report = run_driver(
+        lambda: check_chaos_args(
             orders=orders,
             processes=processes,
             kill_every_s=kill_every,
@@ -587,24 +586,19 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
             pause_every_s=pause_every,
             clients=clients,
             timeout_s=timeout_s,
-        )
-    except ValueError as exc:
-        fail(str(exc), code=2)
-    with driver_signals():
-        try:
-            report = run_chaos(
-                orders=orders,
-                processes=processes,
-                kill_every_s=kill_every,
-                duplicate_share=duplicate_share,
-                late_share=late_share,
-                pause_every_s=pause_every,
-                clients=clients,
-                seed=seed,
-                timeout_s=timeout_s,
-            )
-        except RUNTIME_ERRORS as exc:
-            fail(one_line(exc), code=1)
+        ),
+        lambda: run_chaos(
+            orders=orders,
+            processes=processes,
+            kill_every_s=kill_every,
+            duplicate_share=duplicate_share,
+            late_share=late_share,
+            pause_every_s=pause_every,
+            clients=clients,
+            seed=seed,
+            timeout_s=timeout_s,
+        ),
+    )
     raise typer.Exit(1 if failed_invariants(report) else 0)
 
 

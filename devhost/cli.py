@@ -13,15 +13,17 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+
+from orderflow.errors import OrderflowError
 
 logger = logging.getLogger(__name__)
 
@@ -151,3 +153,30 @@ def driver_signals() -> Iterator[None]:
             reason = str(exc) if isinstance(exc, StopSignal) else "interrupted"
             errors.print(f"[red]{reason}[/red]: everything the run started has been stopped")
             raise typer.Exit(interrupt_exit_code(exc)) from None
+
+
+RUNTIME_ERRORS = (RuntimeError, OSError, OrderflowError)
+"""Failures of a run (a child that did not start, a missing tool, a store that refused): one line, exit 1."""
+
+_T = TypeVar("_T")
+
+
+def run_driver(check: Callable[[], object], run: Callable[[], _T]) -> _T:
+    """A driver command's body: ``check`` its arguments, then ``run`` under :func:`driver_signals`.
+
+    Returns:
+        What ``run`` returned.
+
+    Raises:
+        typer.Exit: 2 after one line when ``check`` raises ValueError (nothing was started); 1 after one
+            line when ``run`` raises one of :data:`RUNTIME_ERRORS`; 128 + the signal when interrupted.
+    """
+    try:
+        check()
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    with driver_signals():
+        try:
+            return run()
+        except RUNTIME_ERRORS as exc:
+            fail(one_line(exc), code=1)

@@ -69,10 +69,9 @@ from demo.tpch import (
     ensure_dataset,
     load_catalog,
 )
-from devhost.cli import driver_signals, fail, one_line
+from devhost.cli import run_driver
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.client import FINAL_STATUSES, OrderflowClient
-from orderflow.errors import OrderflowError
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, parse_utc
 from orderflow.settings import Settings
@@ -963,9 +962,6 @@ def run_demo(
     return report
 
 
-RUNTIME_ERRORS = (RuntimeError, OSError, OrderflowError)
-"""Failures of a run (a child that did not start, a missing tool, a store that refused): one line, exit 1."""
-
 app = typer.Typer(add_completion=False)
 
 
@@ -999,21 +995,18 @@ def main(
     SIGHUP stop it as Ctrl-C does: everything it started is stopped, then it exits 128 + the signal.
     """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        check_run_args(orders=orders, processes=processes, kill_every_s=kill_every, timeout_s=timeout_s)
-    except ValueError as exc:
-        fail(str(exc), code=2)
-    with driver_signals():
-        try:
-            report = run_demo(
-                orders=orders,
-                processes=processes,
-                kill_every_s=kill_every,
-                timeout_s=timeout_s,
-                faults=FaultPlan() if no_faults else DEMO_FAULTS,
-            )
-        except RUNTIME_ERRORS as exc:
-            fail(one_line(exc), code=1)
+    report = run_driver(
+        lambda: check_run_args(
+            orders=orders, processes=processes, kill_every_s=kill_every, timeout_s=timeout_s
+        ),
+        lambda: run_demo(
+            orders=orders,
+            processes=processes,
+            kill_every_s=kill_every,
+            timeout_s=timeout_s,
+            faults=FaultPlan() if no_faults else DEMO_FAULTS,
+        ),
+    )
     raise typer.Exit(1 if any(report[key] for key in INVARIANTS) else 0)
 
 

@@ -390,43 +390,49 @@ def test_cancel_of_an_invalid_order_id_sends_nothing(
     assert received(queues.queue("orders")) == []
 
 
+def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> StateRecord:
+    return StateRecord(
+        id="o-4",
+        order_id="o-4",
+        process_state=state,
+        reply_to="client-x",
+        retry_budget=RetryBudget(limit=24),
+        workflow_version="order-v1",
+        compensation_log=[
+            CompensationEntry(
+                step="reserve_inventory",
+                action="reserve",
+                undo="release",
+                undo_key="o-4:reserve_inventory:undo",
+                data={"reservationId": "r-1"},
+                recorded_at=AT,
+                status=status,
+            ),
+            CompensationEntry(
+                step="ship", action="ship", undo=None, undo_key="o-4:ship:undo", recorded_at=AT
+            ),
+        ],
+        created_at=AT,
+        updated_at=AT,
+    )
+
+
 def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     stores = FakeStores()
-    stores.state.create(
-        StateRecord(
-            id="o-2",
-            order_id="o-2",
-            process_state=ProcessState.COMPENSATION_FAILED,
-            reply_to="client-x",
-            retry_budget=RetryBudget(limit=24),
-            workflow_version="order-v1",
-            compensation_log=[
-                CompensationEntry(
-                    step="reserve_inventory",
-                    action="reserve",
-                    undo="release",
-                    undo_key="o-2:reserve_inventory:undo",
-                    data={"reservationId": "r-9"},
-                    recorded_at=AT,
-                    status="CompensationFailed",
-                )
-            ],
-            compensation_error=LastError(
-                kind="permanent", code="undo_refused", message="refused", step="reserve_inventory", at=AT
-            ),
-            compensation_failures=2,
-            created_at=AT,
-            updated_at=AT,
-        )
+    record = _record_with_undo_log(ProcessState.COMPENSATION_FAILED, status="CompensationFailed")
+    record.compensation_error = LastError(
+        kind="permanent", code="undo_refused", message="refused", step="reserve_inventory", at=AT
     )
+    record.compensation_failures = 2
+    stores.state.create(record)
     monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
-    result = CliRunner().invoke(app, ["status", "o-2"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
 
     assert result.exit_code == 0, result.output
     assert "undo reserve_inventory" in result.output
     assert "release CompensationFailed" in result.output
-    assert "r-9" in result.output
+    assert "r-1" in result.output
     flat = " ".join(result.output.split())
     assert "undo_refused" in flat and "(stuck 2" in flat
 
@@ -1094,33 +1100,6 @@ def test_an_unreachable_store_is_reported_once_unless_verbose(
 
 
 # --- status: a finished order's undo log does not look pending ------------------------------------
-
-
-def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> StateRecord:
-    return StateRecord(
-        id="o-4",
-        order_id="o-4",
-        process_state=state,
-        reply_to="client-x",
-        retry_budget=RetryBudget(limit=24),
-        workflow_version="order-v1",
-        compensation_log=[
-            CompensationEntry(
-                step="reserve_inventory",
-                action="reserve",
-                undo="release",
-                undo_key="o-4:reserve_inventory:undo",
-                data={"reservationId": "r-1"},
-                recorded_at=AT,
-                status=status,
-            ),
-            CompensationEntry(
-                step="ship", action="ship", undo=None, undo_key="o-4:ship:undo", recorded_at=AT
-            ),
-        ],
-        created_at=AT,
-        updated_at=AT,
-    )
 
 
 @pytest.mark.parametrize(
