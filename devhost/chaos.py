@@ -576,29 +576,17 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     resumed, everything started is stopped), then it exits 128 + the signal.
     """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    report = run_driver(
-        lambda: check_chaos_args(
-            orders=orders,
-            processes=processes,
-            kill_every_s=kill_every,
-            duplicate_share=duplicate_share,
-            late_share=late_share,
-            pause_every_s=pause_every,
-            clients=clients,
-            timeout_s=timeout_s,
-        ),
-        lambda: run_chaos(
-            orders=orders,
-            processes=processes,
-            kill_every_s=kill_every,
-            duplicate_share=duplicate_share,
-            late_share=late_share,
-            pause_every_s=pause_every,
-            clients=clients,
-            seed=seed,
-            timeout_s=timeout_s,
-        ),
-    )
+    plan: dict[str, Any] = {
+        "orders": orders,
+        "processes": processes,
+        "kill_every_s": kill_every,
+        "duplicate_share": duplicate_share,
+        "late_share": late_share,
+        "pause_every_s": pause_every,
+        "clients": clients,
+        "timeout_s": timeout_s,
+    }
+    report = run_driver(lambda: check_chaos_args(**plan), lambda: run_chaos(**plan, seed=seed))
     raise typer.Exit(1 if failed_invariants(report) else 0)
 
 
