@@ -46,7 +46,10 @@ def one_line(exc: BaseException) -> str:
     """``exc``'s message on one line, at most 300 characters (its type name when it has none)."""
     if isinstance(exc, ValidationError):
         # pydantic's text spans several lines with links; the field and the problem are enough.
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())[:300]
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )[:300]
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 

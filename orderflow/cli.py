@@ -6,8 +6,6 @@ Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STR
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import math
@@ -163,26 +161,6 @@ def _settings(env_file: Path | None) -> Settings:
         return Settings.load(env)
     except ValidationError as exc:
         _fail(f"{where}{_invalid_setting(exc)}", code=2)
-
-
-def _check_cosmos_key(settings: Settings) -> None:
-    """Refuse a ``COSMOS_KEY`` that is not base64 before the Cosmos DB SDK fails on it with a bare
-    "Incorrect padding". Its value is never printed: it is a secret.
-
-    Raises:
-        typer.Exit: 2, after a one-line error.
-    """
-    key = settings.COSMOS_KEY.strip()
-    if not key:
-        return  # empty: wiring says that COSMOS_KEY must be set
-    try:
-        base64.b64decode(key, validate=True)
-    except binascii.Error:
-        _fail(
-            "COSMOS_KEY is not valid base64: it must be the Cosmos DB account key as the portal or "
-            "the emulator gives it (value not shown)",
-            code=2,
-        )
 
 
 _QUEUE_NAME: TypeAdapter[str] = TypeAdapter(QueueName)
@@ -591,7 +569,6 @@ def status(
     except InvalidMessage as exc:
         _fail(exc.description, code=2)
     settings = _settings(env_file)
-    _check_cosmos_key(settings)
     stores = connect_stores(settings)
     try:
         found = stores.state.get(order_id)

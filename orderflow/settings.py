@@ -8,11 +8,13 @@ below. Setting names are the environment variable names, identical across Bicep 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orderflow.queues.base import DEAD_LETTER_SUFFIX
 
@@ -255,6 +257,20 @@ class Settings(BaseModel):
         "POLL_INTERVAL_S). Idle polling is most of a local emulator's load; keep it well below a step's "
         "deadline, since an idle response queue answers its first message this late.",
     )
+
+    @field_validator("COSMOS_KEY")
+    @classmethod
+    def _cosmos_key_is_base64(cls, key: str) -> str:
+        # Found here, for every host and the CLI, not as the SDK's bare "Incorrect padding" on the first
+        # request. The message never holds the key: it is a secret.
+        if key.strip():
+            try:
+                base64.b64decode(key.strip(), validate=True)
+            except binascii.Error:
+                raise ValueError(
+                    "should be base64: the Cosmos DB account key as the portal or the emulator gives it"
+                ) from None
+        return key
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -1041,8 +1041,8 @@ def test_status_with_a_cosmos_key_that_is_not_base64_names_the_setting(
 
     assert result.exit_code == 2
     assert one_line_error(result) == (
-        "error: COSMOS_KEY is not valid base64: it must be the Cosmos DB account key as the portal or the "
-        "emulator gives it (value not shown)"
+        "error: COSMOS_KEY (value not shown) is not valid: it should be base64: the Cosmos DB account key "
+        "as the portal or the emulator gives it"
     )
     assert calls == []
 

@@ -121,6 +121,7 @@ def test_bad_arguments_are_refused_in_one_line_before_anything_connects(
         (("COSMOS_ENDPOINT", "COSMOS_KEY"), {}, "error: COSMOS_ENDPOINT, COSMOS_KEY are not set"),
         ((), {"HOST_ID": ""}, "error: the host id (--host-id or HOST_ID) is empty"),
         ((), {"SUPERVISOR_LEASE_S": "5"}, "error: invalid settings: SUPERVISOR_LEASE_S: Input should be"),
+        ((), {"COSMOS_KEY": "garbage"}, "error: invalid settings: COSMOS_KEY: should be base64"),
         (
             (),
             {"STORAGE_CONNECTION_STRING": "garbage"},
