@@ -314,8 +314,8 @@ def _read_orders(path: Path, *, reply_to: str) -> list[dict[str, Any]]:
         named = order.get("replyTo", reply_to)
         if named != reply_to:
             _fail(
-                f"{path}: {where or 'the order'} has replyTo {named!r} but --reply-to is {reply_to!r}; make "
-                "them agree, or leave replyTo out of the file to use --reply-to",
+                f"{path}: {where or 'the order'} has replyTo {json.dumps(named)} but --reply-to is "
+                f"{reply_to!r}; make them agree, or leave replyTo out of the file to use --reply-to",
                 code=2,
             )
         order.setdefault("replyTo", reply_to)

@@ -14,15 +14,19 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from orderflow.queues.base import DEAD_LETTER_SUFFIX
+
+MAX_DURATION_S = 315_360_000.0
+"""Longest duration any ``*_S`` setting may have: ten years, far within what a ``timedelta`` holds."""
 
 
 class Settings(BaseModel):
     """orderflow's configuration. Each field's description documents its unit, default and why."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN and infinity are never a duration or a count: they would fail later, in every loop.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # --- connections -------------------------------------------------------------------------
     STORAGE_CONNECTION_STRING: str = Field(
@@ -68,14 +72,18 @@ class Settings(BaseModel):
         description="NCRONTAB schedule of the supervisor's timer trigger on Azure (every 30 s). Timer "
         "triggers are singletons per app, so one sweep runs at a time.",
     )
-    STARTER_INTERVAL_S: float = Field(0.5, description="Seconds between starter sweeps for Pending records.")
+    STARTER_INTERVAL_S: float = Field(
+        0.5, gt=0, description="Seconds between starter sweeps for Pending records."
+    )
     STARTER_BATCH: int = Field(
         32,
+        ge=1,
         description="Most records one starter sweep claims; bounds the work per tick and the backlog "
         "held by one process.",
     )
     CLAIM_TIMEOUT_S: float = Field(
         30.0,
+        gt=0,
         description="completeBy set by a claim that starts no step (a compensation to resume, or a first "
         "step that needs a decision first): time the new orchestration has to make its first write before "
         "the supervisor may recover the order.",
@@ -89,6 +97,7 @@ class Settings(BaseModel):
     )
     STEP_TIMEOUT_S: float = Field(
         8.0,
+        gt=0,
         description="Default completeBy of one remote step (seconds). The durable timer of the race "
         "fires then; the agent starts no call after it.",
     )
@@ -116,12 +125,14 @@ class Settings(BaseModel):
     )
     MAX_IN_FLIGHT_PER_HOST: int = Field(
         64,
+        ge=1,
         description="Most orchestrations one devhost process runs at once; the starter claims no more. "
         "A step's deadline is a latency budget: claiming more than the host can move within it turns "
         "load into timeouts and recoveries, so the backlog waits as Pending instead.",
     )
     WORKER_THREADS: int = Field(
         32,
+        ge=1,
         description="Thread pool of the local durabletask worker, shared by orchestrator episodes and "
         "activities. Activities wait on the stores and queues, so more threads than cores pay off.",
     )
@@ -155,11 +166,15 @@ class Settings(BaseModel):
 
     # --- agents ------------------------------------------------------------------------------
     AGENT_CALL_TIMEOUT_S: float = Field(
-        5.0, description="HTTP timeout of one remote call, further capped by the time left to the deadline."
+        5.0,
+        gt=0,
+        description="HTTP timeout of one remote call, further capped by the time left to the deadline.",
     )
-    AGENT_BACKOFF_INITIAL_S: float = Field(0.2, description="First retry delay of an agent (exponential).")
-    AGENT_BACKOFF_MAX_S: float = Field(2.0, description="Largest retry delay of an agent.")
-    AGENT_CONCURRENCY: int = Field(16, description="Requests one agent process handles at once.")
+    AGENT_BACKOFF_INITIAL_S: float = Field(
+        0.2, ge=0, description="First retry delay of an agent (exponential)."
+    )
+    AGENT_BACKOFF_MAX_S: float = Field(2.0, ge=0, description="Largest retry delay of an agent.")
+    AGENT_CONCURRENCY: int = Field(16, ge=1, description="Requests one agent process handles at once.")
     AGENT_MAX_CALLS_PER_STEP: int = Field(
         4,
         ge=1,
@@ -168,29 +183,33 @@ class Settings(BaseModel):
         "that dies keeps its whole reservation spent, so the budget is never exceeded, only used up sooner.",
     )
     RETRY_BUDGET: int = Field(
-        24, description="End-to-end limit of remote calls per order across all attempts and steps."
+        24, ge=1, description="End-to-end limit of remote calls per order across all attempts and steps."
     )
 
     # --- supervisor --------------------------------------------------------------------------
     SUPERVISOR_INTERVAL_S: float = Field(
-        2.0, description="Seconds between sweeps. Recovery latency is at most this plus the step timeout."
+        2.0,
+        gt=0,
+        description="Seconds between sweeps. Recovery latency is at most this plus the step timeout.",
     )
-    SUPERVISOR_PAGE_SIZE: int = Field(100, description="max_item_count of each sweep query page.")
-    SUPERVISOR_MAX_RECORDS: int = Field(500, description="Most records one sweep examines.")
+    SUPERVISOR_PAGE_SIZE: int = Field(100, ge=1, description="max_item_count of each sweep query page.")
+    SUPERVISOR_MAX_RECORDS: int = Field(500, ge=1, description="Most records one sweep examines.")
     SUPERVISOR_MAX_FAILURES: int = Field(
         6,
+        ge=1,
         description="failureCount at which the supervisor gives up an order's forward progress: it is "
         "compensated (Compensating + alert).",
     )
     SUPERVISOR_BACKOFF_INITIAL_S: float = Field(
-        1.0, description="nextAttemptAt delay after the first recovery; doubles per failure."
+        1.0, ge=0, description="nextAttemptAt delay after the first recovery; doubles per failure."
     )
     REPLY_GRACE_S: float = Field(
         30.0,
+        ge=0,
         description="Seconds a final reply may stay owed (pendingReply) before the supervisor re-sends it: "
         "long enough for the writer to send and clear it itself, so the relay re-sends only after a failure.",
     )
-    SUPERVISOR_BACKOFF_MAX_S: float = Field(30.0, description="Largest nextAttemptAt delay.")
+    SUPERVISOR_BACKOFF_MAX_S: float = Field(30.0, ge=0, description="Largest nextAttemptAt delay.")
     SUPERVISOR_EXTENDED_BACKOFF_AFTER: int = Field(
         4,
         ge=1,
@@ -243,20 +262,31 @@ class Settings(BaseModel):
 
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(
-        30.0, description="Lock (visibility timeout) of a received message; longer than any handler."
+        30.0, gt=0, description="Lock (visibility timeout) of a received message; longer than any handler."
     )
     MAX_DELIVERY_COUNT: int = Field(
         10,
+        ge=1,
         description="Deliveries after which a message that keeps failing is dead-lettered "
         "(Service Bus maxDeliveryCount).",
     )
-    POLL_INTERVAL_S: float = Field(0.2, description="Sleep of a consumer loop after an empty receive.")
+    POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
     POLL_MAX_INTERVAL_S: float = Field(
         0.8,
+        gt=0,
         description="Longest sleep of a consumer loop whose queue stays empty (the sleep doubles from "
         "POLL_INTERVAL_S). Idle polling is most of a local emulator's load; keep it well below a step's "
         "deadline, since an idle response queue answers its first message this late.",
     )
+
+    @field_validator("*")
+    @classmethod
+    def _durations_fit_a_timedelta(cls, value: Any, info: ValidationInfo) -> Any:
+        # 1e308 seconds passes every lower bound, then overflows the first deadline computed from it.
+        is_duration = bool(info.field_name and info.field_name.endswith("_S"))
+        if is_duration and isinstance(value, float | int) and value > MAX_DURATION_S:
+            raise ValueError(f"should be at most {MAX_DURATION_S:.0f} seconds (ten years)")
+        return value
 
     @field_validator("COSMOS_KEY")
     @classmethod

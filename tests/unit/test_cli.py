@@ -763,7 +763,7 @@ def test_submit_refuses_a_file_whose_reply_to_differs_from_the_option(
 
     assert result.exit_code == 2
     assert one_line_error(result) == (
-        f"error: {path}: order 2 (line 1) has replyTo 'client-b' but --reply-to is 'client-x'; make them "
+        f"error: {path}: order 2 (line 1) has replyTo \"client-b\" but --reply-to is 'client-x'; make them "
         "agree, or leave replyTo out of the file to use --reply-to"
     )
     assert queues.queue("orders").approximate_count() == 0  # nothing sent, not even order 1
