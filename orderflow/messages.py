@@ -628,6 +628,11 @@ def decode_json_object(body: str | bytes) -> dict[str, Any]:
     except RecursionError as exc:
         raise InvalidMessage(INVALID_JSON, "body nests arrays or objects too deeply to be read") from exc
     except ValueError as exc:  # JSONDecodeError, too many digits, duplicate keys, NaN
+        if "int_max_str_digits" in str(exc):
+            # Python's own text advises raising an interpreter limit: no use to the sender.
+            raise InvalidMessage(
+                INVALID_JSON, "body holds an integer of more than 4,300 digits, too large to read"
+            ) from exc
         raise InvalidMessage(INVALID_JSON, f"body is not JSON: {str(exc)[:200]}") from exc
     except ArithmeticError as exc:  # decimal.InvalidOperation: an exponent beyond what Decimal holds
         raise InvalidMessage(INVALID_JSON, "body holds a number too large to read") from exc

@@ -583,7 +583,8 @@ def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.M
         ),
         (
             b'{"amount": ' + b"9" * 5000 + b"}",
-            "the order is not JSON: Exceeds the limit (4300 digits) for integer string conversion",
+            "the order holds an integer of more than 4,300 digits, too large to read (the service "
+            "refuses this as InvalidJson)",
         ),
     ],
     ids=[
