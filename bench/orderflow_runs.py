@@ -113,6 +113,16 @@ def summarise_load(result: LoadResult) -> dict[str, Any]:
     }
 
 
+def _connect(endpoints: LocalEndpoints, settings: Settings) -> CosmosStores:
+    """The run's stores on the local cosmosdb-server (its certificate is self-signed)."""
+    return CosmosStores.connect(
+        endpoints.cosmos_endpoint,
+        key=endpoints.cosmos_key,
+        database=settings.COSMOS_DATABASE,
+        verify_tls=False,
+    )
+
+
 def throughput_run(
     *,
     processes: int,
@@ -143,12 +153,7 @@ def throughput_run(
     env.update(isolation(tag))
     settings = Settings.load(env)
     # Create the containers once, before several processes race to.
-    stores = CosmosStores.connect(
-        endpoints.cosmos_endpoint,
-        key=endpoints.cosmos_key,
-        database=settings.COSMOS_DATABASE,
-        verify_tls=False,
-    )
+    stores = _connect(endpoints, settings)
     specs = devhost_specs(processes)
     fleet = Fleet(specs, env, run_dir)
     try:
@@ -213,12 +218,7 @@ def counted_system(
     env = {**DEMO_SETTINGS, **(overrides or {}), **isolation(tag)}
     env.update({"DEMO_SERVICES_URL": services_url, "HOST_ID": f"h{tag}", "COSMOS_VERIFY_TLS": "false"})
     settings = Settings.load(env)
-    stores = CosmosStores.connect(
-        endpoints.cosmos_endpoint,
-        key=endpoints.cosmos_key,
-        database=settings.COSMOS_DATABASE,
-        verify_tls=False,
-    )
+    stores = _connect(endpoints, settings)
     state_counts, order_counts, queue_counts = OperationCounts(), OperationCounts(), OperationCounts()
     label = calling_function(skip_modules=WRITE_HELPERS)
     queues = CountingQueueFactory(

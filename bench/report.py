@@ -155,6 +155,19 @@ def build_report(
     }
 
 
+def _sweep_cells(result: dict[str, Any]) -> tuple[str, ...]:
+    """One sweep result as the cells both tables show: store, settled, expired, time, scan-only time,
+    records read."""
+    return (
+        result["store"],
+        _fmt(result["settled"]),
+        _fmt(result["expired"]),
+        _fmt(result["time_s"]),
+        _fmt(result["idle_pass"]["time_s"]),
+        _fmt(result["records_read"]),
+    )
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "–"
@@ -258,15 +271,7 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
     for column in ("store", "settled", "expired", "time s", "scan-only s", "records read", "pages"):
         sweep.add_column(column, justify="left" if column == "store" else "right")
     for result in report["sweep"]["results"]:
-        sweep.add_row(
-            result["store"],
-            _fmt(result["settled"]),
-            _fmt(result["expired"]),
-            _fmt(result["time_s"]),
-            _fmt(result["idle_pass"]["time_s"]),
-            _fmt(result["records_read"]),
-            _fmt(result["query_pages"]),
-        )
+        sweep.add_row(*_sweep_cells(result), _fmt(result["query_pages"]))
     console.print(sweep)
     for store, grown in report["sweep"]["growth"].items():
         if grown:
@@ -309,13 +314,5 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for result in report["sweep"]["results"]:
-        cells = (
-            result["store"],
-            _fmt(result["settled"]),
-            _fmt(result["expired"]),
-            _fmt(result["time_s"]),
-            _fmt(result["idle_pass"]["time_s"]),
-            _fmt(result["records_read"]),
-        )
-        lines.append(f"| {' | '.join(cells)} |")
+        lines.append(f"| {' | '.join(_sweep_cells(result))} |")
     return "\n".join(lines) + "\n"

@@ -12,15 +12,38 @@ returned) and ``count`` (an aggregate query). Order-store operations: ``read`` a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from orderflow.counting import UNLABELLED, CallerLabel, OperationCounts
 from orderflow.errors import ConcurrencyConflict
 from orderflow.records import OrderDocument, StateRecord
 from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, StoreCounters, Versioned
 
+_Port = TypeVar("_Port", StateStore, OrderStore)
 
-class CountingStateStore:
+
+class _CountingWrapper(Generic[_Port]):
+    """What both wrappers share: the wrapped adapter, the tally, the caller label."""
+
+    def __init__(
+        self, inner: _Port, *, counts: OperationCounts | None = None, label: CallerLabel | None = None
+    ) -> None:
+        self.inner: _Port = inner
+        self.counts = counts if counts is not None else OperationCounts()
+        self.counters: StoreCounters = inner.counters
+        self._label = label
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    def _count(self, operation: str) -> str:
+        """Count one ``operation`` under the caller's label; returns the label."""
+        label = self._label() if self._label is not None else UNLABELLED
+        self.counts.add(operation, label)
+        return label
+
+
+class CountingStateStore(_CountingWrapper[StateStore]):
     """A :class:`~orderflow.stores.base.StateStore` that counts the calls it forwards.
 
     Args:
@@ -32,22 +55,6 @@ class CountingStateStore:
         counts: The tally.
         counters: The wrapped adapter's own counters (the port's attribute, passed through).
     """
-
-    def __init__(
-        self, inner: StateStore, *, counts: OperationCounts | None = None, label: CallerLabel | None = None
-    ) -> None:
-        self.inner = inner
-        self.counts = counts if counts is not None else OperationCounts()
-        self.counters: StoreCounters = inner.counters
-        self._label = label
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.inner!r})"
-
-    def _count(self, operation: str, n: int = 1) -> str:
-        label = self._label() if self._label is not None else UNLABELLED
-        self.counts.add(operation, label, n)
-        return label
 
     def create(self, record: StateRecord, **kwargs: Any) -> Versioned[StateRecord]:
         """Count ``create`` and forward."""
@@ -81,7 +88,7 @@ class CountingStateStore:
         return self.inner.count(query, **kwargs)
 
 
-class CountingOrderStore:
+class CountingOrderStore(_CountingWrapper[OrderStore]):
     """An :class:`~orderflow.stores.base.OrderStore` that counts the calls it forwards.
 
     Args:
@@ -89,20 +96,6 @@ class CountingOrderStore:
         counts: Where to count (a new one by default).
         label: Labels each call with its caller; None counts every call :data:`UNLABELLED`.
     """
-
-    def __init__(
-        self, inner: OrderStore, *, counts: OperationCounts | None = None, label: CallerLabel | None = None
-    ) -> None:
-        self.inner = inner
-        self.counts = counts if counts is not None else OperationCounts()
-        self.counters: StoreCounters = inner.counters
-        self._label = label
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.inner!r})"
-
-    def _count(self, operation: str) -> None:
-        self.counts.add(operation, self._label() if self._label is not None else UNLABELLED)
 
     def create(self, document: OrderDocument, **kwargs: Any) -> None:
         """Count ``create`` and forward."""
