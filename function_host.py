@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import typing
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +36,14 @@ from orderflow.wiring import connect_azure
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+ActivityPayload = typing.Dict[str, Any]  # noqa: UP006
+"""An activity's JSON input or output, as the Durable extension passes it and the worker decodes it.
+
+A ``typing`` generic on purpose: the Python worker refuses a ``dict[str, Any]`` annotation on a binding
+(a ``types.GenericAlias`` is neither a class nor a ``typing`` generic to its check: "invalid non-type
+annotation") and the host then loads no function of the app at all.
+"""
 
 
 @cache
