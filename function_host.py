@@ -29,7 +29,12 @@ from orchestrators.starter import InstanceStatus
 from orderflow.clock import SystemClock
 from orderflow.consumer import Settlement, settle
 from orderflow.queues.base import ReceivedMessage
-from orderflow.queues.servicebus import decode_body
+from orderflow.queues.servicebus import (
+    ReceivedMessageLike,
+    ServiceBusQueueFactory,
+    decode_body,
+    delivery_count,
+)
 from orderflow.settings import Settings
 from orderflow.wiring import connect_azure
 
@@ -47,32 +52,44 @@ annotation") and the host then loads no function of the app at all.
 
 
 @cache
-def dependencies() -> ActivityDeps:
-    """The worker process's adapters and settings, built on first use from the app settings."""
+def _connections() -> tuple[ActivityDeps, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
-    return ActivityDeps(
+    deps = ActivityDeps(
         states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
     )
+    return deps, queues
 
 
-class TriggerMessage(Protocol):
+def dependencies() -> ActivityDeps:
+    """The worker process's adapters and settings, built on first use from the app settings."""
+    return _connections()[0]
+
+
+def redelivery() -> Redelivery:
+    """How the worker process redelivers a trigger-delivered message with a delay: through its own
+    Service Bus client (:meth:`orderflow.queues.servicebus.ServiceBusQueueFactory.redeliver`)."""
+    return _connections()[1]
+
+
+class TriggerMessage(ReceivedMessageLike, Protocol):
     """What orderflow reads of a ``ServiceBusReceivedMessage`` delivered by a trigger."""
-
-    @property
-    def message_id(self) -> str | None: ...
-
-    @property
-    def body(self) -> Any: ...
 
     @property
     def delivery_count(self) -> int | None: ...
 
-    @property
-    def correlation_id(self) -> str | None: ...
 
-    @property
-    def reply_to(self) -> str | None: ...
+class Redelivery(Protocol):
+    """Schedules a copy of a trigger-delivered message as a later delivery (Service Bus has no delayed
+    abandon); :class:`~orderflow.queues.servicebus.ServiceBusQueueFactory` is one."""
+
+    def redeliver(self, queue_name: str, message: TriggerMessage, *, delivery: int, delay_s: float) -> None:
+        """Schedule ``message``, received from ``queue_name``, as delivery ``delivery`` in ``delay_s`` s.
+
+        Raises:
+            Exception: the copy was not sent (the caller abandons the message instead).
+        """
+        ...
 
 
 class MessageActions(Protocol):
@@ -94,20 +111,35 @@ class MessageActions(Protocol):
 class TriggerSettlement:
     """Settles one trigger-delivered message through the trigger's message actions.
 
-    Service Bus has no delayed abandon: an abandoned message is redelivered at once, and the queue's
-    ``maxDeliveryCount`` (infrastructure) bounds the retries before the broker dead-letters it.
+    Service Bus has no delayed abandon, and the trigger's binding does not report the broker's delivery
+    count. So a message to be retried is redelivered through ``redelivery``: a copy carrying the next
+    delivery count is scheduled ``delay_s`` seconds ahead, then the original is completed. The count
+    bounds the retries (:func:`orderflow.consumer.settle` dead-letters at ``MAX_DELIVERY_COUNT``) and
+    the delay is the consumer's backoff. If the copy cannot be sent, the original is abandoned: the
+    broker redelivers it at once, and the queue's ``maxDeliveryCount`` bounds that loop.
     """
 
     name: str
     actions: MessageActions
+    redelivery: Redelivery
 
     def complete(self, message: ReceivedMessage) -> None:
         """Complete the message."""
         self._settle("complete", message, lambda: self.actions.complete(message.lock_token))
 
     def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
-        """Abandon the message (``delay_s`` cannot be honoured on Service Bus)."""
-        self._settle("abandon", message, lambda: self.actions.abandon(message.lock_token))
+        """Redeliver the message in ``delay_s`` seconds as its next delivery; abandon it if that fails."""
+        try:
+            self.redelivery.redeliver(
+                self.name, message.lock_token, delivery=message.delivery_count + 1, delay_s=delay_s
+            )
+        except Exception as exc:
+            logger.warning(
+                "redelivery of message %s on %s failed, abandoning it: %s", message.message_id, self.name, exc
+            )
+            self._settle("abandon", message, lambda: self.actions.abandon(message.lock_token))
+            return
+        self.complete(message)
 
     def dead_letter(self, message: ReceivedMessage, *, reason: str, description: str) -> None:
         """Dead-letter with a reason and description (4,096 characters each at most)."""
@@ -133,19 +165,16 @@ class TriggerSettlement:
 def trigger_delivery_count(message: TriggerMessage) -> int:
     """Which delivery of ``message`` this is, counted as the port counts: 1 on the first delivery.
 
-    The Functions host receives with the .NET Service Bus client, which adds one to the broker's AMQP
-    header count of earlier deliveries (.NET ``ServiceBusReceivedMessage.DeliveryCount`` starts at 1),
-    and hands the worker that AMQP message; the Python SDK's ``delivery_count`` reads the header as it
-    is. So the value is already 1-based here (orderflow's own Python receiver, reading the broker's
-    header, adds the one itself: :mod:`orderflow.queues.servicebus`).
+    The Functions host receives with the .NET Service Bus client, whose count is 1-based, and hands
+    the worker that AMQP message. azurefunctions-extensions-bindings-servicebus 1.0.0b2 decodes it from
+    after its lock-token annotation, past the header, so ``delivery_count`` is None on every delivery;
+    None counts as 1. A copy made by :meth:`TriggerSettlement.abandon` carries the count it was
+    redelivered as (:func:`orderflow.queues.servicebus.delivery_count`), which is what bounds retries.
 
     Returns:
-        The count, at least 1. A message without a header delivery count (``None``) counts as a first
-        delivery: azurefunctions-extensions-bindings-servicebus 1.0.0b2 decodes the AMQP message from
-        after its lock-token annotation, past the header, so every message it delivers is seen as a
-        first delivery.
+        The count, at least 1.
     """
-    return max(1, message.delivery_count or 0)
+    return delivery_count(message, this_copy=max(1, message.delivery_count or 0))
 
 
 def received(message: TriggerMessage) -> ReceivedMessage:
@@ -169,15 +198,16 @@ def settle_trigger_delivery(
     handler: Callable[[ReceivedMessage], object],
     *,
     max_delivery_count: int,
+    redelivery: Redelivery,
 ) -> Settlement:
     """Run ``handler`` on the received message (body, delivery count, ids) and settle the message by
-    orderflow's policy (:func:`orderflow.consumer.settle`).
+    orderflow's policy (:func:`orderflow.consumer.settle`), redelivering through ``redelivery``.
 
     Returns:
         How the message was settled.
     """
     return settle(
-        TriggerSettlement(queue_name, actions),
+        TriggerSettlement(queue_name, actions, redelivery),
         received(message),
         handler,
         max_delivery_count=max_delivery_count,
@@ -191,6 +221,7 @@ def settle_trigger_message(
     handler: Callable[[str], object],
     *,
     max_delivery_count: int,
+    redelivery: Redelivery,
 ) -> Settlement:
     """Run ``handler`` on the message body and settle the message by orderflow's policy.
 
@@ -198,7 +229,12 @@ def settle_trigger_message(
         How the message was settled.
     """
     return settle_trigger_delivery(
-        queue_name, message, actions, lambda m: handler(m.body), max_delivery_count=max_delivery_count
+        queue_name,
+        message,
+        actions,
+        lambda m: handler(m.body),
+        max_delivery_count=max_delivery_count,
+        redelivery=redelivery,
     )
 
 

@@ -21,7 +21,7 @@ from activities.contracts import (
 )
 from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
-from function_host import ActivityPayload, dependencies, settle_trigger_delivery
+from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
 
 bp = df.Blueprint()
 
@@ -57,6 +57,7 @@ def submission(
             admission=_admission(),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        redelivery=redelivery(),
     )
 
 

@@ -10,7 +10,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
-from function_host import dependencies, settle_trigger_delivery
+from function_host import dependencies, redelivery, settle_trigger_delivery
 from orchestrators.definitions import agent_names
 
 bp = df.Blueprint()
@@ -45,6 +45,7 @@ def _handle(
             taken=_taken(agent),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        redelivery=redelivery(),
     )
 
 

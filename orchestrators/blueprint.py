@@ -9,7 +9,7 @@ import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
-from function_host import DurableFunctionsClient, dependencies, settle_trigger_message
+from function_host import DurableFunctionsClient, dependencies, redelivery, settle_trigger_message
 from orchestrators.durable_functions_adapter import durable_functions_orchestrator
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
@@ -66,4 +66,5 @@ async def response_listener(
         message_actions,
         lambda body: handle_response(body, client=durable),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        redelivery=redelivery(),
     )

@@ -18,7 +18,9 @@ How the port's PeekLock semantics map onto Service Bus:
   and a handler that needs longer calls :meth:`ServiceBusQueue.renew_lock`, which extends the lock by
   the queue's lock duration from now.
 - **Abandon** makes the message available again at once: Service Bus has no visibility delay on
-  abandon, so ``delay_s`` is ignored (see :meth:`ServiceBusQueue.abandon` for why it is not emulated).
+  abandon, so ``delay_s`` is ignored. :meth:`ServiceBusQueue.redeliver` is the delayed alternative: a
+  scheduled copy under a derived ``MessageId`` that carries the delivery count as an application
+  property (:data:`DELIVERY_COUNT_PROPERTY`), read back by :func:`delivery_count`.
 - **Settlement** goes through the receiver that received the message (the AMQP delivery belongs to its
   link). Each queue keeps one sender and one receiver open, and the factory hands out one queue object
   per name. The SDK's sync senders and receivers are not thread-safe, so each is guarded by a lock; a
@@ -41,13 +43,14 @@ How the port's PeekLock semantics map onto Service Bus:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
@@ -313,7 +316,7 @@ def decode_body(body: object, *, message_id: str) -> str:
         return data.decode("utf-8", errors="surrogateescape")
 
 
-def _message_id(message: ServiceBusReceivedMessage) -> str:
+def _message_id(message: ReceivedMessageLike) -> str:
     # AMQP allows a non-string message id (uuid, ulong, binary); another sender may also omit it.
     if message.message_id is not None and str(message.message_id):
         return str(message.message_id)
@@ -322,7 +325,126 @@ def _message_id(message: ServiceBusReceivedMessage) -> str:
 
 def _delivery_count(message: ServiceBusReceivedMessage) -> int:
     # The AMQP header counts earlier failed deliveries; the port counts deliveries (first = 1).
-    return (message.delivery_count or 0) + 1
+    return delivery_count(message, this_copy=(message.delivery_count or 0) + 1)
+
+
+# --- redelivery with a delay: a scheduled copy that carries the delivery count ---------------------
+
+
+class ReceivedMessageLike(Protocol):
+    """What the redelivery functions read of a received message: the shape of the SDK's
+    ``ServiceBusReceivedMessage``, whichever receiver decoded it (this adapter, the Functions extension)."""
+
+    @property
+    def message_id(self) -> Any: ...
+
+    @property
+    def sequence_number(self) -> int | None: ...
+
+    @property
+    def application_properties(self) -> Mapping[Any, Any] | None: ...
+
+    @property
+    def body(self) -> Any: ...
+
+    @property
+    def correlation_id(self) -> Any: ...
+
+    @property
+    def reply_to(self) -> Any: ...
+
+    @property
+    def content_type(self) -> str | None: ...
+
+    @property
+    def subject(self) -> str | None: ...
+
+
+DELIVERY_COUNT_PROPERTY = "orderflow-delivery-count"
+"""Application property of a redelivered copy: the delivery number its first delivery is (2 or more)."""
+
+ORIGINAL_MESSAGE_ID_PROPERTY = "orderflow-original-message-id"
+"""Application property of a redelivered copy: the ``MessageId`` of the message first sent."""
+
+_MAX_MESSAGE_ID_CHARS = 128
+_REDELIVERY_ID_BASE_CHARS = 100  # leaves room for ":redelivery:<n>" within the broker's 128
+
+
+def _application_property(message: ReceivedMessageLike, name: str) -> object:
+    # Keys arrive as bytes from an AMQP decoder (the Functions extension's) and as str from others.
+    properties = message.application_properties or {}
+    return properties.get(name.encode(), properties.get(name))
+
+
+def delivery_count(message: ReceivedMessageLike, *, this_copy: int) -> int:
+    """Which delivery of the logical message this is, counted from 1 across its redelivered copies.
+
+    Args:
+        message: The received message, an original or a copy made by :meth:`ServiceBusQueue.redeliver`.
+        this_copy: Deliveries of this very copy, counted from 1 (the broker's count as the receiver
+            reads it; 1 where the receiver cannot read it).
+
+    Returns:
+        ``this_copy`` for an original; for a copy, its :data:`DELIVERY_COUNT_PROPERTY` plus the
+        deliveries of the copy after its first. A property that is not a positive integer counts as
+        absent: the count is then never lower than the broker's.
+    """
+    carried = _application_property(message, DELIVERY_COUNT_PROPERTY)
+    if isinstance(carried, bytes):
+        carried = carried.decode("ascii", errors="replace")
+    try:
+        first = int(str(carried)) if carried is not None else 1
+    except ValueError:
+        first = 1
+    return max(1, first) + max(1, this_copy) - 1
+
+
+def original_message_id(message: ReceivedMessageLike) -> str:
+    """The ``MessageId`` the logical message was first sent with (a copy carries it as a property)."""
+    carried = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
+    if isinstance(carried, bytes):
+        carried = carried.decode("utf-8", errors="replace")
+    return str(carried) if carried else _message_id(message)
+
+
+def redelivery_message_id(original: str, delivery: int) -> str:
+    """The ``MessageId`` of the copy that is delivery ``delivery`` of the message first sent as
+    ``original``: stable, so a copy scheduled twice is dropped by duplicate detection, and unlike the
+    original's, which duplicate detection would drop inside its window. At most 128 characters."""
+    base = original
+    if len(base) > _REDELIVERY_ID_BASE_CHARS:
+        base = hashlib.sha256(original.encode()).hexdigest()[:40]
+    return f"{base}:redelivery:{delivery}"[:_MAX_MESSAGE_ID_CHARS]
+
+
+def redelivery_copy(
+    message: ReceivedMessageLike, *, delivery: int, enqueue_at: datetime
+) -> ServiceBusMessage:
+    """A copy of ``message`` to be delivered as delivery number ``delivery`` at ``enqueue_at`` (UTC).
+
+    The copy keeps the body bytes, content type, correlation id, reply-to, subject and application
+    properties, and carries :data:`DELIVERY_COUNT_PROPERTY` and :data:`ORIGINAL_MESSAGE_ID_PROPERTY`;
+    its ``MessageId`` is :func:`redelivery_message_id`.
+    """
+    original = original_message_id(message)
+    properties: dict[str | bytes, object] = {
+        (key.decode() if isinstance(key, bytes) else key): value
+        for key, value in (message.application_properties or {}).items()
+    }
+    properties[DELIVERY_COUNT_PROPERTY] = delivery
+    properties[ORIGINAL_MESSAGE_ID_PROPERTY] = original
+    body = message.body
+    data = body if isinstance(body, bytes | str) else b"".join(_section_bytes(part) for part in body)
+    return ServiceBusMessage(
+        data,
+        message_id=redelivery_message_id(original, delivery),
+        correlation_id=None if message.correlation_id is None else str(message.correlation_id),
+        reply_to=None if message.reply_to is None else str(message.reply_to),
+        content_type=message.content_type or CONTENT_TYPE,
+        subject=message.subject,
+        application_properties=properties,  # type: ignore[arg-type]
+        scheduled_enqueue_time_utc=enqueue_at,
+    )
 
 
 def _lock_of(message: ReceivedMessage) -> ServiceBusReceivedMessage:
@@ -478,6 +600,35 @@ class ServiceBusQueue:
             except AzureError as error:
                 raise translate_error(error, "send", self.name) from error
 
+    def redeliver(self, message: ReceivedMessageLike, *, delivery: int, delay_s: float) -> None:
+        """Schedule a copy of ``message`` (received from this queue) as its delivery ``delivery``,
+        ``delay_s`` seconds from now (:func:`redelivery_copy`); the caller then completes the original.
+
+        This is the delayed abandon Service Bus lacks, for receivers that cannot read the broker's
+        delivery count (the Functions trigger's SDK-type binding): the count travels in the copy, so
+        the consumer's delivery limit still holds and a transient fault waits out a backoff instead of
+        looping. Copy and complete are two operations: a complete that fails after the copy leaves the
+        original to be redelivered as well, and every consumer is idempotent by order and request id.
+
+        Raises:
+            ValueError: ``delivery`` < 2, or ``delay_s`` is negative or not finite.
+            TransientError: the service is unreachable, busy, full or timed out.
+            PermanentError: the service refused the message.
+        """
+        if delivery < 2:
+            raise ValueError(f"a redelivery is delivery 2 or later, got {delivery}")
+        delay = _seconds(delay_s, what="delay_s", allow_zero=True)
+        copy = redelivery_copy(
+            message, delivery=delivery, enqueue_at=self._clock() + timedelta(seconds=delay)
+        )
+        with self._sender_lock:
+            if self._sender is None:
+                self._sender = self._client.get_queue_sender(self.name)
+            try:
+                self._sender.send_messages(copy)
+            except AzureError as error:
+                raise translate_error(error, "redeliver", self.name) from error
+
     def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
         """Receive up to ``max_messages`` messages under PeekLock, waiting at most ``max_wait_s``.
 
@@ -591,15 +742,12 @@ class ServiceBusQueue:
     def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
         """Release the lock now; the message is available again at once with its delivery count + 1.
 
-        ``delay_s`` is checked but not honoured: Service Bus has no visibility delay on abandon. It is
-        not emulated with a scheduled copy plus complete: the copy would carry the same stable
-        ``message_id`` and broker duplicate detection would drop it (losing the message once the
-        original is completed); a new id would defeat deduplication; the copy's delivery count would
-        restart at 1, so a poison message would never reach ``MaxDeliveryCount``; and the two steps
-        are not atomic. A failing message is therefore retried without backoff until a delivery limit
-        (the consumer's, or the queue's ``MaxDeliveryCount``, which must be at least the consumer's)
-        dead-letters it. A lost lock is logged at warning and ignored (the message is already back in
-        circulation).
+        ``delay_s`` is checked but not honoured: Service Bus has no visibility delay on abandon. A
+        receiver that reads the broker's count (this one) retries a failing message without backoff
+        until a delivery limit (the consumer's, or the queue's ``MaxDeliveryCount``, which must be at
+        least the consumer's) dead-letters it. The Functions triggers, whose binding does not report
+        the count, use :meth:`redeliver` instead. A lost lock is logged at warning and ignored (the
+        message is already back in circulation).
 
         Raises:
             ValueError: no Service Bus lock, or ``delay_s`` is negative or not finite.
@@ -793,6 +941,12 @@ class ServiceBusQueueFactory:
                 )
                 self._queues[name] = queue
             return queue
+
+    def redeliver(
+        self, queue_name: str, message: ReceivedMessageLike, *, delivery: int, delay_s: float
+    ) -> None:
+        """:meth:`ServiceBusQueue.redeliver` on the queue ``queue_name``."""
+        self.queue(queue_name).redeliver(message, delivery=delivery, delay_s=delay_s)
 
     def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
         """Peek at up to ``max_messages`` dead letters of queue ``name``, oldest first.

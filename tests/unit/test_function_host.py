@@ -92,17 +92,42 @@ class FakeReceivedMessage:
     correlation_id: str | None = None
     lock_token: str = "lock-1"
     reply_to: str | None = None
+    application_properties: dict[str | bytes, Any] | None = None
+    sequence_number: int | None = 7
+    content_type: str | None = "application/json"
+    subject: str | None = None
 
     @property
     def body(self) -> Iterator[bytes]:
         return (section for section in self.sections)
 
 
-def message(text: str | bytes, *, delivery_count: int | None = 1, split: int = 7) -> FakeReceivedMessage:
+def message(
+    text: str | bytes,
+    *,
+    delivery_count: int | None = 1,
+    split: int = 7,
+    application_properties: dict[str | bytes, Any] | None = None,
+) -> FakeReceivedMessage:
     """A message whose body arrives in sections of ``split`` bytes (a UTF-8 character may straddle two)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     sections = tuple(data[i : i + split] for i in range(0, len(data), split)) or (b"",)
-    return FakeReceivedMessage(sections=sections, delivery_count=delivery_count)
+    return FakeReceivedMessage(
+        sections=sections, delivery_count=delivery_count, application_properties=application_properties
+    )
+
+
+@dataclass
+class RecordingRedelivery:
+    """:class:`function_host.Redelivery` that records each scheduled copy, or fails to send it."""
+
+    calls: list[tuple[str, object, int, float]] = field(default_factory=list)
+    fail: bool = False
+
+    def redeliver(self, queue_name: str, message: Any, *, delivery: int, delay_s: float) -> None:
+        if self.fail:
+            raise TransientError("Service Bus unreachable")
+        self.calls.append((queue_name, message, delivery, delay_s))
 
 
 @dataclass
@@ -147,11 +172,18 @@ def test_the_recording_actions_have_the_extensions_signatures(method: str) -> No
 
 
 def settle_with(
-    handler: Callable[[str], object], sdk_message: FakeReceivedMessage
+    handler: Callable[[str], object],
+    sdk_message: FakeReceivedMessage,
+    redelivery: RecordingRedelivery | None = None,
 ) -> tuple[Settlement, RecordingActions]:
     actions = RecordingActions()
     settlement = settle_trigger_message(
-        "orders", sdk_message, actions, handler, max_delivery_count=MAX_DELIVERY_COUNT
+        "orders",
+        sdk_message,
+        actions,
+        handler,
+        max_delivery_count=MAX_DELIVERY_COUNT,
+        redelivery=redelivery or RecordingRedelivery(),
     )
     return settlement, actions
 
@@ -181,7 +213,12 @@ def test_a_failed_settlement_is_logged_not_raised(caplog: pytest.LogCaptureFixtu
     actions = LostLockActions()
 
     settlement = settle_trigger_message(
-        "orders", message("{}"), actions, lambda _body: None, max_delivery_count=10
+        "orders",
+        message("{}"),
+        actions,
+        lambda _body: None,
+        max_delivery_count=10,
+        redelivery=RecordingRedelivery(),
     )
 
     assert settlement is Settlement.COMPLETED
@@ -234,14 +271,57 @@ def fail_transiently(body: str) -> None:
     raise TransientError("state store unavailable")
 
 
-@pytest.mark.parametrize("delivery_count", [None, 1, MAX_DELIVERY_COUNT - 1])
-def test_a_transient_failure_abandons_the_message_for_redelivery(delivery_count: int | None) -> None:
+@pytest.mark.parametrize(
+    ("delivery_count", "copy", "delay_s"),
+    [(None, 2, 1.0), (1, 2, 1.0), (3, 4, 4.0), (MAX_DELIVERY_COUNT - 1, MAX_DELIVERY_COUNT, 30.0)],
+)
+def test_a_transient_failure_schedules_the_next_delivery_after_a_backoff_and_completes(
+    delivery_count: int | None, copy: int, delay_s: float
+) -> None:
     sdk_message = message("{}", delivery_count=delivery_count)
+    redelivery = RecordingRedelivery()
 
-    settlement, actions = settle_with(fail_transiently, sdk_message)
+    settlement, actions = settle_with(fail_transiently, sdk_message, redelivery)
+
+    assert settlement is Settlement.ABANDONED
+    assert redelivery.calls == [("orders", sdk_message, copy, delay_s)]
+    assert actions.calls == [("complete", sdk_message, {})]
+
+
+def test_a_redelivered_copy_counts_from_the_delivery_it_carries() -> None:
+    # The extension reports no header count; the copy's property says it is the 4th delivery.
+    sdk_message = message("{}", delivery_count=None, application_properties={b"orderflow-delivery-count": 4})
+    redelivery = RecordingRedelivery()
+
+    settle_with(fail_transiently, sdk_message, redelivery)
+
+    assert [(delivery, delay) for _, _, delivery, delay in redelivery.calls] == [(5, 8.0)]
+
+
+def test_a_copy_at_the_delivery_limit_is_dead_lettered_not_redelivered() -> None:
+    sdk_message = message(
+        "{}", delivery_count=None, application_properties={"orderflow-delivery-count": MAX_DELIVERY_COUNT}
+    )
+    redelivery = RecordingRedelivery()
+
+    settlement, actions = settle_with(fail_transiently, sdk_message, redelivery)
+
+    assert settlement is Settlement.DEAD_LETTERED
+    assert redelivery.calls == []
+    assert [verb for verb, _, _ in actions.calls] == ["deadletter"]
+    assert actions.calls[0][2]["deadletter_reason"] == "MaxDeliveryCountExceeded"
+
+
+def test_when_the_copy_cannot_be_sent_the_message_is_abandoned_to_the_broker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sdk_message = message("{}")
+
+    settlement, actions = settle_with(fail_transiently, sdk_message, RecordingRedelivery(fail=True))
 
     assert settlement is Settlement.ABANDONED
     assert actions.calls == [("abandon", sdk_message, {})]
+    assert "redelivery of message m-1 on orders failed, abandoning it" in caplog.text
 
 
 def test_the_last_allowed_delivery_is_dead_lettered_instead_of_abandoned() -> None:
@@ -280,6 +360,7 @@ def test_settle_trigger_delivery_hands_the_handler_the_received_message() -> Non
         actions,
         lambda m: seen.append((m.message_id, m.body, m.delivery_count, m.correlation_id)),
         max_delivery_count=MAX_DELIVERY_COUNT,
+        redelivery=RecordingRedelivery(),
     )
 
     assert settlement is Settlement.COMPLETED
@@ -429,7 +510,13 @@ class FakeTimer:
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch) -> ActivityDeps:
+def redeliveries() -> RecordingRedelivery:
+    """The copies the triggers schedule in place of an abandon (:func:`function_host.redelivery`)."""
+    return RecordingRedelivery()
+
+
+@pytest.fixture
+def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> ActivityDeps:
     """In-memory adapters and the Azure app's settings, returned by every blueprint's ``dependencies``."""
     wired = ActivityDeps(
         states=InMemoryStateStore(),
@@ -441,6 +528,8 @@ def deps(monkeypatch: pytest.MonkeyPatch) -> ActivityDeps:
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
     for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint, supervisor.blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: wired)
+    for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint):
+        monkeypatch.setattr(module, "redelivery", lambda: redeliveries)
     # Each worker process remembers the agent requests it took; every test is a fresh worker.
     agents.blueprint._taken.cache_clear()
     return wired
@@ -473,11 +562,11 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(function_host, "connect_azure", connect)
     monkeypatch.setenv("HOST_ID", "")
-    function_host.dependencies.cache_clear()
+    function_host._connections.cache_clear()
     try:
         first, second = function_host.dependencies(), function_host.dependencies()
     finally:
-        function_host.dependencies.cache_clear()
+        function_host._connections.cache_clear()
 
     assert first is second
     assert len(built) == 1
@@ -541,8 +630,8 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
             deps.states.get("o-1")
 
 
-def test_submission_abandons_when_a_store_is_down(
-    deps: ActivityDeps, monkeypatch: pytest.MonkeyPatch
+def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
+    deps: ActivityDeps, redeliveries: RecordingRedelivery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: object, **kwargs: object) -> None:
         raise TransientError("order store unavailable")
@@ -553,7 +642,8 @@ def test_submission_abandons_when_a_store_is_down(
 
     invoke("submission", message=sdk_message, message_actions=actions)
 
-    assert actions.calls == [("abandon", sdk_message, {})]
+    assert redeliveries.calls == [(deps.settings.ORDERS_QUEUE, sdk_message, 3, 2.0)]
+    assert actions.calls == [("complete", sdk_message, {})]
 
 
 @pytest.mark.parametrize("agent", AGENTS)

@@ -48,10 +48,14 @@ from orderflow.errors import ConcurrencyConflict, InvalidMessage, PermanentError
 from orderflow.messages import SubmitOrder, parse_message
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.servicebus import (
+    DELIVERY_COUNT_PROPERTY,
     MAX_DEAD_LETTER_FIELD_CHARS,
+    ORIGINAL_MESSAGE_ID_PROPERTY,
     QueueCountUnavailable,
     ServiceBusQueue,
     ServiceBusQueueFactory,
+    delivery_count,
+    redelivery_message_id,
 )
 
 pytestmark = pytest.mark.unit
@@ -333,6 +337,117 @@ def test_delayed_send_is_scheduled_at_now_plus_delay(queue: ServiceBusQueue, cli
     assert sent.scheduled_enqueue_time_utc == NOW + timedelta(seconds=90.5)
     assert sent.message_id == "o-1:retry"
     assert b"".join(sent.body) == b'{"orderId":"o-1"}'
+
+
+# --- redeliver: the delayed abandon of the Functions triggers ------------------------------------------
+
+
+def test_redeliver_schedules_a_copy_that_carries_the_next_delivery(
+    factory: ServiceBusQueueFactory, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    original = sb_message(
+        receiver,
+        message_id="o-1:submit",
+        reply_to="client-a",
+        data=[b'{"orderId"', b':"o-1"}'],
+        application_properties={b"tenant": "a"},
+    )
+
+    factory.redeliver(QUEUE, original, delivery=2, delay_s=4.0)
+
+    [copy] = client.sender(QUEUE).sent
+    assert copy.message_id == "o-1:submit:redelivery:2"
+    assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=4)
+    assert b"".join(copy.body) == b'{"orderId":"o-1"}'
+    assert (copy.correlation_id, copy.reply_to, copy.content_type) == ("o-1", "client-a", "application/json")
+    assert copy.application_properties == {
+        "tenant": "a",
+        DELIVERY_COUNT_PROPERTY: 2,
+        ORIGINAL_MESSAGE_ID_PROPERTY: "o-1:submit",
+    }
+
+
+def test_a_copy_of_a_copy_keeps_the_original_id_and_counts_on(
+    factory: ServiceBusQueueFactory, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    first_copy = sb_message(
+        receiver,
+        message_id="o-1:submit:redelivery:2",
+        data=[b"{}"],
+        application_properties={
+            DELIVERY_COUNT_PROPERTY.encode(): 2,
+            ORIGINAL_MESSAGE_ID_PROPERTY: "o-1:submit",
+        },
+    )
+    assert delivery_count(first_copy, this_copy=1) == 2
+
+    factory.redeliver(QUEUE, first_copy, delivery=3, delay_s=0)
+
+    [copy] = client.sender(QUEUE).sent
+    assert copy.message_id == "o-1:submit:redelivery:3"
+    assert copy.scheduled_enqueue_time_utc == NOW
+    assert copy.application_properties is not None
+    assert copy.application_properties[DELIVERY_COUNT_PROPERTY] == 3
+
+
+@pytest.mark.parametrize(
+    ("properties", "this_copy", "expected"),
+    [
+        (None, 1, 1),
+        (None, 3, 3),
+        ({DELIVERY_COUNT_PROPERTY: 4}, 1, 4),
+        ({DELIVERY_COUNT_PROPERTY.encode(): 4}, 2, 5),  # the copy itself was redelivered by the broker
+        ({DELIVERY_COUNT_PROPERTY: b"6"}, 1, 6),
+        ({DELIVERY_COUNT_PROPERTY: "not a number"}, 2, 2),
+        ({DELIVERY_COUNT_PROPERTY: -5}, 1, 1),
+    ],
+)
+def test_the_delivery_count_adds_the_copys_own_redeliveries_to_what_it_carries(
+    receiver: FakeReceiver, properties: dict[str | bytes, Any] | None, this_copy: int, expected: int
+) -> None:
+    message = sb_message(receiver, data=[b"{}"], application_properties=properties)
+
+    assert delivery_count(message, this_copy=this_copy) == expected
+
+
+def test_a_received_copy_reports_the_delivery_it_carries(
+    queue: ServiceBusQueue, receiver: FakeReceiver
+) -> None:
+    received = receive_one(
+        queue, receiver, delivery_count=1, application_properties={DELIVERY_COUNT_PROPERTY: 4}
+    )
+
+    # The broker's header says the copy was delivered once before: this is its second delivery.
+    assert received.delivery_count == 5
+
+
+def test_a_long_message_id_is_hashed_so_the_copys_id_stays_within_the_limit() -> None:
+    long_id = "x" * 128
+
+    derived = redelivery_message_id(long_id, 10)
+
+    assert len(derived) <= 128
+    assert derived.endswith(":redelivery:10")
+    assert derived == redelivery_message_id(long_id, 10)
+    assert derived != redelivery_message_id("x" * 127 + "y", 10)
+
+
+@pytest.mark.parametrize(("delivery", "delay_s"), [(1, 1.0), (2, -1.0), (2, float("inf"))])
+def test_redeliver_refuses_a_first_delivery_or_a_bad_delay(
+    queue: ServiceBusQueue, client: FakeClient, receiver: FakeReceiver, delivery: int, delay_s: float
+) -> None:
+    with pytest.raises(ValueError):
+        queue.redeliver(sb_message(receiver, data=[b"{}"]), delivery=delivery, delay_s=delay_s)
+    assert client.sender(QUEUE).sent == []
+
+
+def test_redeliver_errors_are_translated(
+    queue: ServiceBusQueue, client: FakeClient, receiver: FakeReceiver
+) -> None:
+    client.sender(QUEUE).error = ServiceBusConnectionError(message="connection reset")
+
+    with pytest.raises(TransientError, match="redeliver on Service Bus queue 'orders' failed"):
+        queue.redeliver(sb_message(receiver, data=[b"{}"]), delivery=2, delay_s=1.0)
 
 
 @pytest.mark.parametrize(
