@@ -10,11 +10,17 @@
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
 #                            hard-down dependency, against bare durabletask and DBOS; writes bench-report.json
-#   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
+#   make test                ruff, mypy, the whole pytest suite (starts and stops its own emulators) and
+#                            the worker-driven tests
+#   make worker-test         the app in the real Python 3.13 language worker (azure-functions-runtime),
+#                            in .venv-worker
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The worker-driven tests run on the Python the 3.13+ language worker runs on.
+PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null))
+WORKER_VENV := .venv-worker
 ORDERS ?= 200
 PROCESSES ?= 3
 KILL_EVERY ?= 0
@@ -31,7 +37,7 @@ SWEEP_SIZES ?= 1000,10000,100000
 PEERS ?= durabletask,dbos
 HARD_DOWN_ORDERS ?= 10
 
-.PHONY: demo test lint typecheck pytest setup clean
+.PHONY: demo test lint typecheck pytest worker-test setup clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +51,13 @@ node_modules/.installed: package.json package-lock.json
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
+
+$(WORKER_VENV)/.installed: requirements.txt requirements-worker.txt
+	@test -n "$(PYTHON313)" || { echo "make worker-test needs Python 3.13: pyenv install 3.13 (or apt-get install python3.13), or PYTHON313=/path/to/python3.13" >&2; exit 1; }
+	$(PYTHON313) -m venv $(WORKER_VENV)
+	$(WORKER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(WORKER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-worker.txt
+	touch $@
 
 demo: setup
 	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY)
@@ -70,7 +83,10 @@ typecheck: setup
 pytest: setup
 	$(VENV)/bin/pytest
 
-test: lint typecheck pytest
+worker-test: $(WORKER_VENV)/.installed
+	$(WORKER_VENV)/bin/python -m pytest -p no:cacheprovider tests/worker
+
+test: lint typecheck pytest worker-test
 
 clean:
-	rm -rf $(VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(WORKER_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache

@@ -6,6 +6,7 @@ missing emulator fails the test with the install command; it is never skipped.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+
+# tests/worker drives the Python 3.13+ language worker in its own environment (`make worker-test`).
+collect_ignore = [] if importlib.util.find_spec("azure_functions_runtime") else ["worker"]
 
 # The SDKs log every request at INFO; keep test output to what orderflow says.
 for _noisy in ("durabletask", "azure", "httpx", "urllib3"):
