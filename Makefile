@@ -21,6 +21,9 @@ PY     := $(VENV)/bin/python
 # The worker-driven tests run on the Python the 3.13+ language worker runs on.
 PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null))
 WORKER_VENV := .venv-worker
+# The app must also install on Python 3.12 (the other version the host's own worker runs).
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null))
+PY312_VENV := .venv-py312
 ORDERS ?= 200
 PROCESSES ?= 3
 KILL_EVERY ?= 0
@@ -83,10 +86,16 @@ typecheck: setup
 pytest: setup
 	$(VENV)/bin/pytest
 
-worker-test: $(WORKER_VENV)/.installed
+$(PY312_VENV)/.installed: requirements.txt
+	@test -n "$(PYTHON312)" || { echo "make worker-test needs Python 3.12: pyenv install 3.12 (or apt-get install python3.12), or PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv $(PY312_VENV)
+	$(PY312_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+worker-test: $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VENV)/.installed
 	$(WORKER_VENV)/bin/python -m pytest -p no:cacheprovider tests/worker
 
 test: lint typecheck pytest worker-test
 
 clean:
-	rm -rf $(VENV) $(WORKER_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(WORKER_VENV) $(PY312_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache
