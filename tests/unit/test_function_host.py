@@ -18,8 +18,6 @@ import gc
 import importlib.metadata
 import inspect
 import json
-import struct
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -50,10 +48,12 @@ from orderflow.consumer import Settlement
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.unit
@@ -728,37 +728,39 @@ def test_the_agent_trigger_calls_only_on_the_first_delivery(
 
 # --- messages decoded by the extension from the bytes the Functions host sends -------------------------
 
-LOCK_TOKEN = uuid.UUID("fc53a15f-dd66-494f-825d-ee1b7c343cfb")
 EXTENSION_VERSION = importlib.metadata.version("azurefunctions-extensions-bindings-servicebus")
 
 
-def host_content(body: bytes, *, delivery_count: int, message_id: str = "m-1") -> bytes:
-    """The ``model_binding_data`` content the Functions host sends for a ``ServiceBusReceivedMessage``
-    parameter: the 16-byte lock token, then the AMQP message as the host's .NET client received it (a
-    header whose delivery count includes this delivery, delivery annotations with the lock token, the
-    properties with the message id, one data section)."""
-    header = b"\x00Sp\xc0\x07\x05@@@@R" + bytes([delivery_count])
-    key = b"x-opt-lock-token"
-    annotations = b"\x00Sq\xc1\x24\x02\xa3" + bytes([len(key)]) + key + b"\x98" + LOCK_TOKEN.bytes
-    mid = message_id.encode()
-    properties = b"\x00Ss\xc0" + bytes([len(mid) + 3, 1, 0xA1, len(mid)]) + mid
-    data = b"\x00Su\xb0" + struct.pack(">I", len(body)) + body
-    return LOCK_TOKEN.bytes_le + header + annotations + properties + data
-
-
-def extension_message(body: str, *, delivery_count: int) -> Any:
+def extension_message(
+    body: str, *, delivery_count: int, application_properties: dict[str | bytes, Any] | None = None
+) -> Any:
     """The ``ServiceBusReceivedMessage`` the extension's converter makes of the host's bytes."""
+    content = HostMessage(
+        body.encode(), delivery_count=delivery_count, application_properties=application_properties
+    ).content()
     binding = SimpleNamespace(
-        version="1.0",
-        source="AzureServiceBusReceivedMessage",
-        content_type="application/octet-stream",
-        content=host_content(body.encode(), delivery_count=delivery_count),
+        version="1.0", source=BINDING_SOURCE, content_type=BINDING_CONTENT_TYPE, content=content
     )
     return servicebus.ServiceBusConverter.decode(
         data=Datum(value=binding, type="model_binding_data"),
         trigger_metadata=None,
         pytype=servicebus.ServiceBusReceivedMessage,
     )
+
+
+def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
+    deps: ActivityDeps, service: RecordingService
+) -> None:
+    actions = RecordingActions()
+    sdk_message = extension_message(
+        agent_request_body(deps), delivery_count=1, application_properties={DELIVERY_COUNT_PROPERTY: 2}
+    )
+
+    invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
+
+    assert function_host.trigger_delivery_count(sdk_message) == 2
+    assert [verb for verb, _, _ in actions.calls] == ["complete"]
+    assert service.calls == []
 
 
 def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
