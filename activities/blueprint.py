@@ -10,7 +10,10 @@ from azurefunctions.extensions.bindings import servicebus
 
 from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.contracts import (
+from activities.steps import finish_order, record_review, record_step_failure, start_step
+from activities.submission import handle_submission
+from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
+from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
@@ -19,9 +22,6 @@ from activities.contracts import (
     START_STEP,
     START_UNDO,
 )
-from activities.steps import finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
-from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
 
 bp = df.Blueprint()
 

@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from activities.contracts import CANCELLED_BY_CLIENT
 from activities.requests import apply_request
-from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.contracts import CANCELLED_BY_CLIENT
 from orderflow.messages import CancelOrder, OrderStatus, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import send_reply
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
+from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
 

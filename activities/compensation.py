@@ -31,14 +31,6 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from activities.contracts import (
-    BeginCompensationInput,
-    FencedWriteResult,
-    FinishCompensationInput,
-    StartUndoInput,
-    UndoResult,
-    undo_step_name,
-)
 from activities.steps import (
     AGENT_MARGIN_MAX_S,
     AGENT_MARGIN_SHARE,
@@ -47,8 +39,15 @@ from activities.steps import (
     _record_completion,
     _record_error,
 )
-from orchestrators.definitions import WorkflowDefinition, workflow_for
 from orderflow import telemetry
+from orderflow.contracts import (
+    BeginCompensationInput,
+    FencedWriteResult,
+    FinishCompensationInput,
+    StartUndoInput,
+    UndoResult,
+    undo_step_name,
+)
 from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.records import (
@@ -62,6 +61,7 @@ from orderflow.records import (
     undo_key,
 )
 from orderflow.replies import deliver_reply
+from orderflow.workflows import WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _record_undone(record: StateRecord, undone: UndoResult, now: datetime) -> No
 
 
 def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.BEGIN_COMPENSATION`.
+    """Activity :data:`orderflow.contracts.BEGIN_COMPENSATION`.
 
     From ``Processing`` (the attempt that hit the failure) or ``Compensating`` (an attempt resuming a
     compensation), in one fenced write: record the last completion and the error, add the entries of
@@ -222,7 +222,7 @@ def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str,
 
 
 def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.START_UNDO`.
+    """Activity :data:`orderflow.contracts.START_UNDO`.
 
     In one fenced write: record the previous stage's undos (entries and steps ``Compensated``), mark
     ``step``'s entry and the step ``Compensating`` and set ``completeBy`` to now plus the undo's timeout
@@ -311,7 +311,7 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
 
 def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
+    """Activity :data:`orderflow.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
 
     ``Compensated``: the last stage's undos recorded, every entry undone; the reply carries the original
     cause (``lastError.code``). ``Cancelled`` instead when the client asked for it

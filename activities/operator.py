@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from activities.requests import apply_request
-from orchestrators.definitions import workflow_for
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.messages import CompensateOrder, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
+from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
 

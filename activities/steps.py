@@ -16,7 +16,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from activities.contracts import (
+from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
     FencedWriteResult,
     FinishOrderInput,
@@ -28,10 +31,6 @@ from activities.contracts import (
     StepResult,
     fallback_step_name,
 )
-from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
-from orchestrators.definitions import StepDefinition, WorkflowDefinition, workflow_for
-from orderflow import telemetry
-from orderflow.clock import Clock
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.queues.base import QueueFactory
@@ -51,6 +50,7 @@ from orderflow.records import (
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
+from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _settle_reservation(record: StateRecord, step_name: str, calls: int) -> None
 
 
 def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.START_STEP`.
+    """Activity :data:`orderflow.contracts.START_STEP`.
 
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
     step Running, reserve its calls from the retry budget and set the record's ``completeBy`` to now plus
@@ -381,7 +381,7 @@ def _await_review(
 
 
 def record_review(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
+    """Activity :data:`orderflow.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
 
     The first decision recorded wins: a reviewer's decision the submission path already recorded is kept
     over the default the orchestration applies at the deadline, and the result says which is in force.
@@ -425,7 +425,7 @@ def record_review(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]
 
 
 def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.FINISH_ORDER`: the outcome, then the client's reply.
+    """Activity :data:`orderflow.contracts.FINISH_ORDER`: the outcome, then the client's reply.
 
     ``Processed``: the last step's completion and ``processState=Processed`` in one fenced write, then a
     ``Processed`` reply. ``Error``: the failed step, ``lastError`` and ``processState=Error``, then a
@@ -496,7 +496,7 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
 
 
 def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
-    """Activity :data:`activities.contracts.RECORD_STEP_FAILURE`.
+    """Activity :data:`orderflow.contracts.RECORD_STEP_FAILURE`.
 
     Records a retryable failure in ``lastError`` (``compensationError`` for an undo), spends the calls
     made (undos spend none), and sets ``completeBy`` to now so the supervisor's next sweep recovers the

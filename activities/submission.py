@@ -26,7 +26,6 @@ from activities.admission import AdmissionControl, AdmissionDecision
 from activities.cancellation import CancelResult, handle_cancel
 from activities.operator import handle_compensate
 from activities.review import handle_review_decision
-from orchestrators.definitions import WorkflowDefinition, new_order_workflow
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
@@ -57,6 +56,7 @@ from orderflow.records import (
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
+from orderflow.workflows import WorkflowDefinition, new_order_workflow
 
 logger = logging.getLogger(__name__)
 

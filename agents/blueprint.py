@@ -11,7 +11,7 @@ from azurefunctions.extensions.bindings import servicebus
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from function_host import dependencies, redelivery, settle_trigger_delivery
-from orchestrators.definitions import agent_names
+from orderflow.workflows import agent_names
 
 bp = df.Blueprint()
 

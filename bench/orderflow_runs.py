@@ -33,7 +33,6 @@ from demo.tpch import DemoOrder
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, Dependencies, DevHost
-from orchestrators.definitions import CURRENT_WORKFLOW
 from orderflow.client import OrderflowClient
 from orderflow.counting import OperationCounts, calling_function
 from orderflow.queues.counting import CountingQueueFactory
@@ -42,6 +41,7 @@ from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.counting import CountingOrderStore, CountingStateStore
+from orderflow.workflows import CURRENT_WORKFLOW
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from bench.stats import below, ratio
 from devhost.emulators import LocalEndpoints
-from orchestrators.definitions import CURRENT_WORKFLOW
 from orderflow.clock import SystemClock
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -52,6 +51,7 @@ from orderflow.stores.base import StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.counting import CountingStateStore
 from orderflow.stores.memory import InMemoryStateStore
+from orderflow.workflows import CURRENT_WORKFLOW
 from supervisor.sweep import run_sweep
 
 EXPIRED_AGO_S = 60.0

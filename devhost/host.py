@@ -27,7 +27,17 @@ from durabletask.testing import InMemoryOrchestrationBackend, create_test_backen
 
 from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.contracts import (
+from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
+from activities.submission import handle_submission
+from agents.agent import TakenRequests, handle_request
+from agents.services import HttpRemoteService
+from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
+from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from orchestrators.listener import handle_response
+from orchestrators.starter import run_starter_pass
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.clock import Clock, SystemClock
+from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
@@ -36,22 +46,12 @@ from activities.contracts import (
     START_STEP,
     START_UNDO,
 )
-from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
-from agents.agent import TakenRequests, handle_request
-from agents.services import HttpRemoteService
-from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from orchestrators.definitions import agent_names
-from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
-from orchestrators.listener import handle_response
-from orchestrators.starter import run_starter_pass
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
-from orderflow.clock import Clock, SystemClock
 from orderflow.errors import TransientError
 from orderflow.queues.base import QueueFactory, ReceivedMessage
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
+from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
 from supervisor.sweep import SweepCursor, run_sweep

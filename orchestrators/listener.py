@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from activities.contracts import REVIEW_EVENT
 from orchestrators.starter import OrchestrationClient
 from orchestrators.workflow import REVIEW_PREFIX, WAITING_PREFIX
 from orderflow import telemetry
+from orderflow.contracts import REVIEW_EVENT
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     REVIEW_DECISION,

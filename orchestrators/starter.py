@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from activities.contracts import OrchestrationInput
-from orchestrators.definitions import UnknownWorkflowVersion, workflow_for
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.contracts import OrchestrationInput
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation
 from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
+from orderflow.workflows import UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
 

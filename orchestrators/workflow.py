@@ -19,7 +19,14 @@ from collections.abc import Generator
 from datetime import datetime, timedelta
 from typing import Any
 
-from activities.contracts import (
+from orchestrators.context import (
+    ActivityFailed,
+    ActivityRetry,
+    WorkflowContext,
+    WorkflowGenerator,
+    WorkflowTask,
+)
+from orderflow.contracts import (
     BEGIN_COMPENSATION,
     CANCELLED_BY_CLIENT,
     FINISH_COMPENSATION,
@@ -46,17 +53,10 @@ from activities.contracts import (
     fallback_step_name,
     undo_step_name,
 )
-from orchestrators.context import (
-    ActivityFailed,
-    ActivityRetry,
-    WorkflowContext,
-    WorkflowGenerator,
-    WorkflowTask,
-)
-from orchestrators.definitions import WorkflowDefinition, workflow_for
 from orderflow.errors import ErrorKind
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import ReviewDecision, instance_id_for
+from orderflow.workflows import WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
 

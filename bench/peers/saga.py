@@ -1,7 +1,7 @@
 """The order saga the peers run: orderflow's current workflow, without its state store or supervisor.
 
 The steps, agents, operations, undo operations and idempotency keys are orderflow's own
-(:data:`orchestrators.definitions.CURRENT_WORKFLOW`, ``{orderId}:{step}`` and ``{orderId}:{step}:undo``),
+(:data:`orderflow.workflows.CURRENT_WORKFLOW`, ``{orderId}:{step}`` and ``{orderId}:{step}:undo``),
 and the calls go over httpx to the same demo services through the same client
 (:class:`agents.services.HttpRemoteService`), so a peer does the same remote work per order. What a peer
 leaves out is what orderflow adds around it: the state record, the queues between roles, the
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.services import HttpRemoteService
-from orchestrators.definitions import CURRENT_WORKFLOW, StepDefinition
 from orderflow.errors import PermanentError
 from orderflow.records import idempotency_key, undo_key
+from orderflow.workflows import CURRENT_WORKFLOW, StepDefinition
 
 SAGA_STEPS: tuple[StepDefinition, ...] = CURRENT_WORKFLOW.steps
 """reserve_inventory → charge_payment → create_shipment (irreversible), as orderflow runs them."""

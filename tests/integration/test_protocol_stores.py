@@ -10,15 +10,15 @@ import uuid
 
 import pytest
 
-from activities.contracts import FinishOrderInput, Outcome, StartStepInput
 from activities.steps import ActivityDeps, finish_order, start_step
 from activities.submission import handle_submission
 from devhost.host import Dependencies
-from orchestrators.definitions import ORDER_V1
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
+from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
+from orderflow.workflows import ORDER_V1
 from supervisor.sweep import run_sweep
 from tests.unit.fakes import RecordingClient, order_body
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from activities.steps import ActivityDeps
 from activities.submission import handle_submission
-from orchestrators.definitions import WorkflowDefinition
 from orchestrators.starter import InstanceStatus, claim
 from orderflow.clock import FakeClock
 from orderflow.queues.base import MessageQueue, ReceivedMessage
@@ -16,6 +15,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import WorkflowDefinition
 
 
 @dataclass

@@ -14,7 +14,11 @@ from activities.compensation import (
     finish_compensation,
     start_undo,
 )
-from activities.contracts import (
+from activities.steps import ActivityDeps, finish_order, start_step
+from activities.submission import SubmissionOutcome, handle_submission
+from orchestrators.starter import claim
+from orderflow.clock import FakeClock
+from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
     BeginCompensationInput,
     FinishCompensationInput,
@@ -26,16 +30,12 @@ from activities.contracts import (
     StepResult,
     UndoResult,
 )
-from activities.steps import ActivityDeps, finish_order, start_step
-from activities.submission import SubmissionOutcome, handle_submission
-from orchestrators.definitions import ORDER_V1
-from orchestrators.starter import claim
-from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage
 from orderflow.messages import CancelOrder
 from orderflow.records import ProcessState, StateRecord
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
+from orderflow.workflows import ORDER_V1
 from supervisor.sweep import Recovery, recover
 from tests.unit.fakes import memory_deps, order_body, received
 

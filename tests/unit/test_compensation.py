@@ -17,7 +17,11 @@ from activities.compensation import (
     finish_compensation,
     start_undo,
 )
-from activities.contracts import (
+from activities.steps import ActivityDeps, start_step
+from orchestrators.starter import claim, start_attempt
+from orderflow import telemetry
+from orderflow.clock import FakeClock
+from orderflow.contracts import (
     BeginCompensationInput,
     FinishCompensationInput,
     OrchestrationInput,
@@ -27,13 +31,9 @@ from activities.contracts import (
     StepResult,
     UndoResult,
 )
-from activities.steps import ActivityDeps, start_step
-from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
-from orchestrators.starter import claim, start_attempt
-from orderflow import telemetry
-from orderflow.clock import FakeClock
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
+from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrators.definitions import (
+from orderflow.workflows import (
     ORDER_V1,
     ORDER_V2,
     ORDER_V3,

@@ -23,7 +23,8 @@ import pytest
 from azurefunctions.extensions.bindings import servicebus
 
 import function_app
-from activities.contracts import (
+from orchestrators.workflow import ORDER_WORKFLOW
+from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
@@ -32,10 +33,9 @@ from activities.contracts import (
     START_STEP,
     START_UNDO,
 )
-from orchestrators.definitions import WORKFLOWS
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
 from orderflow.settings import Settings
+from orderflow.workflows import WORKFLOWS
 
 pytestmark = pytest.mark.unit
 

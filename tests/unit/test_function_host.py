@@ -36,15 +36,14 @@ import function_app
 import function_host
 import orchestrators.blueprint
 import supervisor.blueprint
-from activities.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
 from activities.steps import ActivityDeps
 from activities.submission import handle_submission
 from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
-from orchestrators.definitions import CURRENT_WORKFLOW, WORKFLOWS
 from orchestrators.starter import InstanceStatus, claim
 from orchestrators.workflow import ORDER_WORKFLOW, WAITING_PREFIX
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
+from orderflow.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -53,6 +52,7 @@ from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import order_body
 

@@ -45,6 +45,27 @@ def test_role_code_never_imports_the_functions_sdks() -> None:
     assert result.stdout.strip() == ""
 
 
+ROLES = ("orchestrators", "activities", "agents", "supervisor")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_role_imports_no_other_role_and_no_host(role: str) -> None:
+    # What two roles share (workflow definitions, activity contracts, messages) lives in orderflow/.
+    modules = [name for name in _modules() if name.split(".")[0] == role]
+    assert modules
+    others = (*(other for other in ROLES if other != role), "function_host", "function_app", "devhost")
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {others!r})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
 def test_orderflow_core_imports_no_role_or_host() -> None:
     script = (
         "import importlib, pkgutil, sys, orderflow\n"

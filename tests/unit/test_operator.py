@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.contracts import (
+from activities.operator import OPERATOR_DECISION
+from activities.steps import ActivityDeps, finish_order, start_step
+from activities.submission import SubmissionOutcome, handle_submission
+from orchestrators.starter import claim
+from orderflow.clock import FakeClock
+from orderflow.contracts import (
     BeginCompensationInput,
     FinishCompensationInput,
     FinishOrderInput,
@@ -19,14 +24,9 @@ from activities.contracts import (
     StepResult,
     UndoResult,
 )
-from activities.operator import OPERATOR_DECISION
-from activities.steps import ActivityDeps, finish_order, start_step
-from activities.submission import SubmissionOutcome, handle_submission
-from orchestrators.definitions import ORDER_V1
-from orchestrators.starter import claim
-from orderflow.clock import FakeClock
 from orderflow.messages import CompensateOrder
 from orderflow.records import ProcessState
+from orderflow.workflows import ORDER_V1
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit

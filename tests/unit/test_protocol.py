@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 
-from activities.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from activities.fencing import RecordCache, fenced_write
 from activities.steps import ActivityDeps, finish_order, start_step
 from activities.submission import handle_submission
-from orchestrators.definitions import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
+from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus, format_utc
@@ -22,6 +21,7 @@ from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
 from tests.unit.fakes import RecordingClient, order_body, received
 
@@ -812,7 +812,7 @@ def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> Non
 
 
 def test_a_fallback_start_switches_provider_key_and_reservation(deps: ActivityDeps, clock: FakeClock) -> None:
-    from orchestrators.definitions import ORDER_V3  # noqa: PLC0415 (only this test runs order-v3)
+    from orderflow.workflows import ORDER_V3  # noqa: PLC0415 (only this test runs order-v3)
 
     submit(deps)
     claimed(deps)

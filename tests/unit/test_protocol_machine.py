@@ -48,7 +48,14 @@ from hypothesis.stateful import (
 )
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.contracts import (
+from activities.fencing import RecordCache
+from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
+from activities.submission import handle_submission
+from agents.agent import handle_request
+from orchestrators.listener import handle_response
+from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
+from orderflow.clock import FakeClock
+from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
@@ -59,14 +66,6 @@ from activities.contracts import (
     StartStepInput,
     StepResult,
 )
-from activities.fencing import RecordCache
-from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
-from agents.agent import handle_request
-from orchestrators.definitions import ORDER_V1, ORDER_V3, WorkflowDefinition, agent_names, workflow_for
-from orchestrators.listener import handle_response
-from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
-from orderflow.clock import FakeClock
 from orderflow.errors import NotFound, PermanentError, TransientError
 from orderflow.messages import (
     AgentRequest,
@@ -93,6 +92,7 @@ from orderflow.settings import Settings
 from orderflow.state_machine import TERMINAL_STATES, can_transition
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import ORDER_V1, ORDER_V3, WorkflowDefinition, agent_names, workflow_for
 from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
 from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration

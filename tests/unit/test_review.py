@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from activities.contracts import RecordReviewInput, StartStepInput, StepResult
 from activities.steps import ActivityDeps, record_review, start_step
 from activities.submission import SubmissionOutcome, handle_submission
-from orchestrators.definitions import ORDER_V1, ORDER_V2
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import InstanceStatus, claim
 from orderflow.clock import FakeClock
+from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.messages import ReviewDecisionMessage
 from orderflow.records import ProcessState, ReviewDecision
+from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 

@@ -21,12 +21,12 @@ import agents.blueprint
 import orchestrators.blueprint
 from activities.steps import ActivityDeps
 from agents.services import HttpRemoteService
-from orchestrators.definitions import CURRENT_WORKFLOW
 from orderflow.clock import SystemClock
 from orderflow.errors import NotFound, TransientError
 from orderflow.messages import AgentRequest, AgentResponse, parse_message
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY, ORIGINAL_MESSAGE_ID_PROPERTY
 from orderflow.records import ProcessState
+from orderflow.workflows import CURRENT_WORKFLOW
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import order_body
 from tests.worker.appdeps import NOW, RecordingServiceBusClient, RemoteServices, app_dependencies, serve
