@@ -10,7 +10,7 @@ Like ``function_app.py`` this is host code: the blueprints import it, role code 
   ``auto_complete_messages=False``, through the trigger's ``ServiceBusMessageActions``;
   :func:`settle_trigger_delivery` does the same for a handler that needs the whole delivery (its
   delivery count), not only the body.
-- :class:`DurableFunctionsClient` is the roles' :class:`~orchestrators.starter.OrchestrationClient`
+- :class:`DurableFunctionsClient` is the roles' :class:`~orderflow.orchestration.OrchestrationClient`
   over the Durable Functions client binding.
 """
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, TypeVar
 
-from activities.steps import ActivityDeps
-from orchestrators.starter import InstanceStatus
 from orderflow.clock import SystemClock
 from orderflow.consumer import Settlement, settle
+from orderflow.dependencies import Dependencies
+from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.servicebus import (
     ReceivedMessageLike,
@@ -52,16 +52,16 @@ annotation") and the host then loads no function of the app at all.
 
 
 @cache
-def _connections() -> tuple[ActivityDeps, ServiceBusQueueFactory]:
+def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
-    deps = ActivityDeps(
+    deps = Dependencies(
         states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
     )
     return deps, queues
 
 
-def dependencies() -> ActivityDeps:
+def dependencies() -> Dependencies:
     """The worker process's adapters and settings, built on first use from the app settings."""
     return _connections()[0]
 
@@ -254,7 +254,7 @@ _RUNNING = frozenset({"Running", "Pending", "Suspended", "ContinuedAsNew"})
 
 
 class DurableFunctionsClient:
-    """:class:`~orchestrators.starter.OrchestrationClient` over the Durable Functions client binding.
+    """:class:`~orderflow.orchestration.OrchestrationClient` over the Durable Functions client binding.
 
     The client's methods are coroutines bound to the worker's event loop (the SDK shares one aiohttp
     session per process). The roles are synchronous, so an ``async`` trigger runs the role function

@@ -34,7 +34,6 @@ from typing import Any
 from activities.steps import (
     AGENT_MARGIN_MAX_S,
     AGENT_MARGIN_SHARE,
-    ActivityDeps,
     _fenced,
     _record_completion,
     _record_error,
@@ -48,6 +47,7 @@ from orderflow.contracts import (
     UndoResult,
     undo_step_name,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.records import (
@@ -147,7 +147,7 @@ def _record_undone(record: StateRecord, undone: UndoResult, now: datetime) -> No
     record.steps[undone.step].status = StepStatus.COMPENSATED
 
 
-def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def begin_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.BEGIN_COMPENSATION`.
 
     From ``Processing`` (the attempt that hit the failure) or ``Compensating`` (an attempt resuming a
@@ -221,7 +221,7 @@ def begin_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str,
     ).to_payload()
 
 
-def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def start_undo(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.START_UNDO`.
 
     In one fenced write: record the previous stage's undos (entries and steps ``Compensated``), mark
@@ -310,7 +310,7 @@ def start_undo(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     ).to_payload()
 
 
-def finish_compensation(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def finish_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
 
     ``Compensated``: the last stage's undos recorded, every entry undone; the reply carries the original

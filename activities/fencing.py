@@ -13,12 +13,11 @@ re-read, never a wrong write.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from orderflow.clock import Clock
+from orderflow.dependencies import RecordCache
 from orderflow.errors import ConcurrencyConflict, IllegalTransition
 from orderflow.records import StateRecord
 from orderflow.state_machine import check_step_transition, check_transition
@@ -28,40 +27,6 @@ logger = logging.getLogger(__name__)
 
 MAX_CONFLICT_RETRIES = 8
 """Re-reads after 412s before giving up with ConcurrencyConflict (the activity is then retried)."""
-
-
-class RecordCache:
-    """A small thread-safe LRU of the newest known version of each state record.
-
-    Args:
-        capacity: Records kept; the least recently used is dropped beyond it.
-    """
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self._items: OrderedDict[str, Versioned[StateRecord]] = OrderedDict()
-        self._capacity = capacity
-        self._lock = threading.Lock()
-
-    def get(self, order_id: str) -> Versioned[StateRecord] | None:
-        """The cached version, or None."""
-        with self._lock:
-            found = self._items.get(order_id)
-            if found is not None:
-                self._items.move_to_end(order_id)
-            return found
-
-    def put(self, version: Versioned[StateRecord]) -> None:
-        """Remember a version just read or written."""
-        with self._lock:
-            self._items[version.item.order_id] = version
-            self._items.move_to_end(version.item.order_id)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-    def discard(self, order_id: str) -> None:
-        """Forget a record (after a conflict)."""
-        with self._lock:
-            self._items.pop(order_id, None)
 
 
 @dataclass(frozen=True)

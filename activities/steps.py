@@ -9,16 +9,12 @@ message id.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from activities.fencing import Mutation, RecordCache, WriteOutcome, fenced_write
+from activities.fencing import Mutation, WriteOutcome, fenced_write
 from orderflow import telemetry
-from orderflow.clock import Clock
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
     FencedWriteResult,
@@ -31,9 +27,9 @@ from orderflow.contracts import (
     StepResult,
     fallback_step_name,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
-from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     CompensationEntry,
     LastError,
@@ -49,7 +45,6 @@ from orderflow.records import (
 )
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
-from orderflow.stores.base import OrderStore, StateStore
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -59,45 +54,6 @@ AGENT_MARGIN_SHARE = 0.2
 
 AGENT_MARGIN_MAX_S = 1.0
 """Largest margin, seconds: a queue hop and an event raise take well under a second."""
-
-
-class OrderCache:
-    """LRU of order documents; they are immutable, so a cached copy is never stale."""
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self._items: OrderedDict[str, OrderDocument] = OrderedDict()
-        self._capacity = capacity
-        self._lock = threading.Lock()
-
-    def get(self, store: OrderStore, order_id: str) -> OrderDocument:
-        """The document, from the cache or the store.
-
-        Raises:
-            NotFound: the order store has no such order.
-        """
-        with self._lock:
-            found = self._items.get(order_id)
-        if found is not None:
-            return found
-        document = store.get(order_id)
-        with self._lock:
-            self._items[order_id] = document
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-        return document
-
-
-@dataclass
-class ActivityDeps:
-    """Everything the activities touch, wired once per host."""
-
-    states: StateStore
-    orders: OrderStore
-    queues: QueueFactory
-    clock: Clock
-    settings: Settings
-    cache: RecordCache = field(default_factory=RecordCache)
-    order_cache: OrderCache = field(default_factory=OrderCache)
 
 
 def request_payload(step: StepDefinition, order: OrderDocument, *, fallback: bool = False) -> dict[str, Any]:
@@ -148,7 +104,7 @@ def _record_completion(
         )
 
 
-def _fenced(deps: ActivityDeps, order_id: str, instance_id: str, mutate: Mutation) -> WriteOutcome:
+def _fenced(deps: Dependencies, order_id: str, instance_id: str, mutate: Mutation) -> WriteOutcome:
     """:func:`activities.fencing.fenced_write` with this host's store, record cache and clock."""
     return fenced_write(
         deps.states, deps.cache, deps.clock, order_id=order_id, instance_id=instance_id, mutate=mutate
@@ -167,7 +123,7 @@ def _settle_reservation(record: StateRecord, step_name: str, calls: int) -> None
     record.retry_budget.spent = max(0, record.retry_budget.spent + calls - reserved)
 
 
-def start_step(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.START_STEP`.
 
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
@@ -380,7 +336,7 @@ def _await_review(
     return record
 
 
-def record_review(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def record_review(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
 
     The first decision recorded wins: a reviewer's decision the submission path already recorded is kept
@@ -424,7 +380,7 @@ def record_review(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]
     return FencedWriteResult(applied=True, review_decision=review.decision.value).to_payload()
 
 
-def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def finish_order(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.FINISH_ORDER`: the outcome, then the client's reply.
 
     ``Processed``: the last step's completion and ``processState=Processed`` in one fenced write, then a
@@ -495,7 +451,7 @@ def finish_order(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
     return FencedWriteResult(applied=True, remaining_calls=record.retry_budget.remaining).to_payload()
 
 
-def record_step_failure(payload: dict[str, Any], deps: ActivityDeps) -> dict[str, Any]:
+def record_step_failure(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     """Activity :data:`orderflow.contracts.RECORD_STEP_FAILURE`.
 
     Records a retryable failure in ``lastError`` (``compensationError`` for an undo), spends the calls

@@ -32,7 +32,7 @@ from demo.faults import FaultPlan
 from demo.tpch import DemoOrder
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
-from devhost.host import ALL_ROLES, Dependencies, DevHost
+from devhost.host import ALL_ROLES, DevHost, LocalAdapters
 from orderflow.client import OrderflowClient
 from orderflow.counting import OperationCounts, calling_function
 from orderflow.queues.counting import CountingQueueFactory
@@ -226,7 +226,7 @@ def counted_system(
         counts=queue_counts,
         role_of=queue_role(settings),
     )
-    deps = Dependencies(
+    deps = LocalAdapters(
         states=CountingStateStore(stores.state, counts=state_counts, label=label),
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,

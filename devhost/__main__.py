@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
-from devhost.host import ALL_ROLES, Dependencies, DevHost, parse_roles
+from devhost.host import ALL_ROLES, DevHost, LocalAdapters, parse_roles
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import validate_queue_name
 from orderflow.settings import Settings
@@ -194,7 +194,7 @@ def serve(settings: Settings, roles: Sequence[str]) -> None:
                 stores = connect_stores(settings)
                 host = DevHost(
                     settings,
-                    Dependencies(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
+                    LocalAdapters(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
                     roles,
                 )
                 host.start()  # stops what it started if it fails

@@ -27,7 +27,7 @@ from durabletask.testing import InMemoryOrchestrationBackend, create_test_backen
 
 from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
+from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
@@ -46,6 +46,7 @@ from orderflow.contracts import (
     START_STEP,
     START_UNDO,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.queues.base import QueueFactory, ReceivedMessage
 from orderflow.replies import resend_pending_replies
@@ -132,7 +133,7 @@ def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator
 
 
 def _activity(
-    name: str, fn: Callable[[dict[str, Any], ActivityDeps], dict[str, Any]], deps: ActivityDeps
+    name: str, fn: Callable[[dict[str, Any], Dependencies], dict[str, Any]], deps: Dependencies
 ) -> Any:
     """A durabletask activity named ``name`` that calls the plain activity function with ``deps``."""
 
@@ -143,7 +144,7 @@ def _activity(
     return activity
 
 
-def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: ActivityDeps) -> None:
+def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies) -> None:
     """Register the order orchestrator and its activities (by their contract names) on a worker."""
     orchestrator = durabletask_orchestrator(order_workflow)
     orchestrator.__name__ = ORDER_WORKFLOW
@@ -166,7 +167,7 @@ def free_port() -> int:
 
 
 @dataclass
-class Dependencies:
+class LocalAdapters:
     """The adapters a host wires its roles with.
 
     ``lease`` elects the one supervisor that sweeps among several processes (default: always leader).
@@ -188,7 +189,7 @@ class DevHost:
         roles: Roles to run (see :data:`ALL_ROLES`).
     """
 
-    def __init__(self, settings: Settings, deps: Dependencies, roles: Iterable[str] = ALL_ROLES) -> None:
+    def __init__(self, settings: Settings, deps: LocalAdapters, roles: Iterable[str] = ALL_ROLES) -> None:
         self.settings = settings
         self.roles = check_roles(roles)
         self.stop_event = threading.Event()
@@ -206,7 +207,7 @@ class DevHost:
         self._was_leader = False
         self._next_sweep_at = 0.0  # time.monotonic() of the next sweep (cadence, not business time)
         self._next_purge_at = 0.0  # time.monotonic() of the next retention pass
-        self.activity_deps = ActivityDeps(
+        self.activity_deps = Dependencies(
             states=deps.states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=settings
         )
         # One for the process, shared by the submission handler threads (built in start()).

@@ -15,7 +15,7 @@ from durabletask import client as dt_client
 from durabletask import task as dt
 
 from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
-from orchestrators.starter import InstanceStatus
+from orderflow.orchestration import InstanceStatus
 
 
 class DurableTaskWorkflowContext:
@@ -116,7 +116,7 @@ _RUNNING_STATUSES = frozenset(
 
 
 class DurableTaskClient:
-    """:class:`orchestrators.starter.OrchestrationClient` over a durabletask ``TaskHubGrpcClient``."""
+    """:class:`orderflow.orchestration.OrchestrationClient` over a durabletask ``TaskHubGrpcClient``."""
 
     def __init__(self, client: dt_client.TaskHubGrpcClient) -> None:
         self._client = client

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from orchestrators.starter import OrchestrationClient
 from orchestrators.workflow import REVIEW_PREFIX, WAITING_PREFIX
 from orderflow import telemetry
 from orderflow.contracts import REVIEW_EVENT
@@ -25,6 +24,7 @@ from orderflow.messages import (
     request_id_for,
     step_event_name,
 )
+from orderflow.orchestration import OrchestrationClient
 
 logger = logging.getLogger(__name__)
 

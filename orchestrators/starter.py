@@ -17,52 +17,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
 
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.contracts import OrchestrationInput
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation
+from orderflow.orchestration import OrchestrationClient
 from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.workflows import UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class InstanceStatus:
-    """What the runtime knows of an orchestration instance.
-
-    Attributes:
-        running: False once the instance completed, failed or was terminated.
-        custom_status: The workflow's custom status (the step it waits on), if set.
-    """
-
-    running: bool
-    custom_status: str | None = None
-
-
-class OrchestrationClient(Protocol):
-    """The durable client operations the roles use (durabletask locally, Durable Functions on Azure)."""
-
-    def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
-        """Schedule a new instance.
-
-        Returns:
-            True if started now, False if an instance with this id already existed (not an error).
-        """
-        ...
-
-    def get_status(self, instance_id: str) -> InstanceStatus | None:
-        """The instance's status, or None if no such instance exists."""
-        ...
-
-    def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
-        """Raise external event ``name`` on the instance."""
-        ...
 
 
 @dataclass

@@ -21,7 +21,7 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
-from devhost.host import ALL_ROLES, Dependencies, DevHost
+from devhost.host import ALL_ROLES, DevHost, LocalAdapters
 from orderflow.client import OrderflowClient
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
@@ -54,7 +54,7 @@ class System:
     """A running system and handles to inspect it."""
 
     host: DevHost
-    deps: Dependencies
+    deps: LocalAdapters
     client: OrderflowClient
     catalog: Catalog
     services_url: str
@@ -107,14 +107,14 @@ class System:
         raise AssertionError("condition not met in time")
 
 
-def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
-    deps = Dependencies(
+def memory_dependencies() -> tuple[LocalAdapters, Callable[[], None]]:
+    deps = LocalAdapters(
         states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
     )
     return deps, lambda: None
 
 
-def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Callable[[], None]]:
+def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[LocalAdapters, Callable[[], None]]:
     stores = CosmosStores.connect(
         endpoints.cosmos_endpoint,
         key=endpoints.cosmos_key,
@@ -122,12 +122,12 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Call
         verify_tls=False,
     )
     queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-    return Dependencies(states=stores.state, orders=stores.orders, queues=queues), stores.close
+    return LocalAdapters(states=stores.state, orders=stores.orders, queues=queues), stores.close
 
 
 @contextmanager
 def running_system(
-    deps: Dependencies,
+    deps: LocalAdapters,
     *,
     faults: FaultPlan | None = None,
     roles: tuple[str, ...] = ALL_ROLES,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devhost.host import Dependencies, DevHost
+from devhost.host import DevHost, LocalAdapters
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
@@ -280,7 +280,7 @@ class CorpusRun:
         self.valid_ids.append(order_id)
         return order_id, body
 
-    def keep_originals(self, deps: Dependencies) -> None:
+    def keep_originals(self, deps: LocalAdapters) -> None:
         """Remember the first orders of the conflicting cases as they are now (after they were accepted)."""
         for case in self.cases:
             if case.original is not None:
@@ -328,7 +328,7 @@ def take_replies(queues: QueueFactory, run: CorpusRun) -> None:
 
 
 def run_through_devhost(
-    deps: Dependencies,
+    deps: LocalAdapters,
     settings: Settings,
     cases: list[Case],
     *,
@@ -358,7 +358,7 @@ def run_through_devhost(
     states, documents = run.recording(deps.states, deps.orders)
     orders = deps.queues.queue(settings.ORDERS_QUEUE)
     host = DevHost(
-        settings, Dependencies(states=states, orders=documents, queues=deps.queues), roles=("submission",)
+        settings, LocalAdapters(states=states, orders=documents, queues=deps.queues), roles=("submission",)
     )
     host.start()
     try:
@@ -389,7 +389,7 @@ def run_through_devhost(
     return run
 
 
-def problems(run: CorpusRun, deps: Dependencies) -> list[str]:
+def problems(run: CorpusRun, deps: LocalAdapters) -> list[str]:
     """Every way ``run`` falls short of what orderflow promises for bad input, one line each naming the
     case; empty when it keeps every promise.
 

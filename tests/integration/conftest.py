@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from devhost.host import Dependencies
+from devhost.host import LocalAdapters
 from tests.harness import emulator_dependencies, memory_dependencies
 
 
 @pytest.fixture(params=["memory", "emulators"])
-def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
+def deps(request: pytest.FixtureRequest) -> Iterator[LocalAdapters]:
     """Stores and queues: in-memory, or Cosmos DB API on cosmosdb-server plus Azurite queues."""
     if request.param == "memory":
         made, close = memory_dependencies()

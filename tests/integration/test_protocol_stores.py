@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 
-from activities.steps import ActivityDeps, finish_order, start_step
+from activities.steps import finish_order, start_step
 from activities.submission import handle_submission
-from devhost.host import Dependencies
+from devhost.host import LocalAdapters
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput
+from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def activity_deps(deps: Dependencies) -> ActivityDeps:
-    return ActivityDeps(
+def activity_deps(deps: LocalAdapters) -> Dependencies:
+    return Dependencies(
         states=deps.states,
         orders=deps.orders,
         queues=deps.queues,
@@ -39,7 +40,7 @@ def activity_deps(deps: Dependencies) -> ActivityDeps:
     )
 
 
-def _submit(d: ActivityDeps, order_id: str) -> None:
+def _submit(d: Dependencies, order_id: str) -> None:
     handle_submission(
         order_body(order_id, reply_to="client-p"),
         orders=d.orders,
@@ -50,7 +51,7 @@ def _submit(d: ActivityDeps, order_id: str) -> None:
     )
 
 
-def test_racing_starters_claim_each_record_exactly_once(activity_deps: ActivityDeps) -> None:
+def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependencies) -> None:
     d = activity_deps
     for n in range(12):
         _submit(d, f"race-{n}")
@@ -89,7 +90,7 @@ def test_racing_starters_claim_each_record_exactly_once(activity_deps: ActivityD
         )
 
 
-def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: ActivityDeps) -> None:
+def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependencies) -> None:
     d = activity_deps
     clock = d.clock
     assert isinstance(clock, FakeClock)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from activities.submission import handle_submission
-from devhost.host import Dependencies, DevHost
+from devhost.host import DevHost, LocalAdapters
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.records import ProcessState, StateRecord
@@ -38,7 +38,7 @@ CLAIM_TIMEOUT_S = 30
 class World:
     """Stores and queues of the ``deps`` fixture, on a fake clock, with a reply queue of its own."""
 
-    deps: Dependencies
+    deps: LocalAdapters
     clock: FakeClock
     reply_queue: str
 
@@ -76,7 +76,7 @@ class World:
 
 
 @pytest.fixture
-def world(deps: Dependencies) -> World:
+def world(deps: LocalAdapters) -> World:
     clock = FakeClock()
     return World(replace(deps, clock=clock), clock, f"client-{uuid.uuid4().hex[:8]}")
 

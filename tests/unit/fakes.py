@@ -6,10 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.steps import ActivityDeps
 from activities.submission import handle_submission
-from orchestrators.starter import InstanceStatus, claim
+from orchestrators.starter import claim
 from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import StateRecord
@@ -72,9 +73,9 @@ def received(queue: MessageQueue) -> list[ReceivedMessage]:
         out.extend(batch)
 
 
-def memory_deps(clock: FakeClock, **settings: Any) -> ActivityDeps:
+def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
     """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden."""
-    return ActivityDeps(
+    return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -84,7 +85,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> ActivityDeps:
 
 
 def submit_and_claim(
-    deps: ActivityDeps, *, definition: WorkflowDefinition, order_id: str = "o-1", **order: Any
+    deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "o-1", **order: Any
 ) -> StateRecord:
     """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
     handle_submission(

@@ -22,9 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from orchestrators.context import ActivityFailed, ActivityRetry
-from orchestrators.starter import InstanceStatus
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.clock import Clock
+from orderflow.orchestration import InstanceStatus
 
 
 class Task:
@@ -226,7 +226,7 @@ class ScriptedOrchestration:
 
 
 class ScriptedClient:
-    """The durable client of one host (:class:`orchestrators.starter.OrchestrationClient`).
+    """The durable client of one host (:class:`orderflow.orchestration.OrchestrationClient`).
 
     Attributes:
         instances: Every instance started through this client, by instance id, in start order.

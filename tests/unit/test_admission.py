@@ -21,7 +21,7 @@ from activities.admission import (
     retry_after_s,
 )
 from activities.submission import SubmissionOutcome, SubmissionResult, handle_submission, order_document
-from devhost.host import Dependencies, DevHost
+from devhost.host import DevHost, LocalAdapters
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
@@ -476,7 +476,7 @@ def test_settings_configure_admission_control() -> None:
 
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
-    deps = Dependencies(
+    deps = LocalAdapters(
         states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
     )
     settings = Settings(MAX_IN_FLIGHT_ORDERS=2, POLL_INTERVAL_S=0.01, HOST_ID="h1")

@@ -14,7 +14,7 @@ from activities.compensation import (
     finish_compensation,
     start_undo,
 )
-from activities.steps import ActivityDeps, finish_order, start_step
+from activities.steps import finish_order, start_step
 from activities.submission import SubmissionOutcome, handle_submission
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
@@ -30,6 +30,7 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage
 from orderflow.messages import CancelOrder
 from orderflow.records import ProcessState, StateRecord
@@ -51,11 +52,11 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> ActivityDeps:
+def deps(clock: FakeClock) -> Dependencies:
     return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0)
 
 
-def submit(deps: ActivityDeps) -> None:
+def submit(deps: Dependencies) -> None:
     handle_submission(
         order_body("o-1"),
         orders=deps.orders,
@@ -67,13 +68,13 @@ def submit(deps: ActivityDeps) -> None:
     )
 
 
-def claimed(deps: ActivityDeps) -> StateRecord:
+def claimed(deps: Dependencies) -> StateRecord:
     won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
     assert won is not None
     return won.item
 
 
-def start(deps: ActivityDeps, step: str, completed: StepResult | None = None) -> dict[str, Any]:
+def start(deps: Dependencies, step: str, completed: StepResult | None = None) -> dict[str, Any]:
     return start_step(
         StartStepInput(
             order_id="o-1",
@@ -88,7 +89,7 @@ def start(deps: ActivityDeps, step: str, completed: StepResult | None = None) ->
     )
 
 
-def cancel(deps: ActivityDeps, body: str = CANCEL) -> CancelResult:
+def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
     """Send the cancel through the submission path, as the hosts do."""
     result = handle_submission(
         body,
@@ -102,14 +103,14 @@ def cancel(deps: ActivityDeps, body: str = CANCEL) -> CancelResult:
     return result.cancel
 
 
-def replies(deps: ActivityDeps) -> list[tuple[str, str | None]]:
+def replies(deps: Dependencies) -> list[tuple[str, str | None]]:
     return [
         (r["status"], r["reason"])
         for r in map(json.loads, (m.body for m in received(deps.queues.queue("client-a"))))
     ]
 
 
-def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: ActivityDeps) -> None:
+def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) -> None:
     submit(deps)
     replies(deps)
 
@@ -128,7 +129,7 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: ActivityDeps) 
     assert claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings) is None
 
 
-def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: ActivityDeps) -> None:
+def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -184,7 +185,7 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
 
 
-def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing(deps: ActivityDeps) -> None:
+def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -205,7 +206,7 @@ def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing
     assert deps.states.get("o-1").item.process_state is ProcessState.PROCESSING
 
 
-def test_a_cancel_past_the_point_of_no_return_is_refused(deps: ActivityDeps) -> None:
+def test_a_cancel_past_the_point_of_no_return_is_refused(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -222,7 +223,7 @@ def test_a_cancel_past_the_point_of_no_return_is_refused(deps: ActivityDeps) -> 
 
 
 def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_refused(
-    deps: ActivityDeps,
+    deps: Dependencies,
 ) -> None:
     submit(deps)
     claimed(deps)
@@ -253,7 +254,7 @@ def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_r
     assert record.steps[SHIP].status.value == "Running"
 
 
-def test_a_settled_order_cannot_be_cancelled(deps: ActivityDeps) -> None:
+def test_a_settled_order_cannot_be_cancelled(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     finish_order(
@@ -268,20 +269,20 @@ def test_a_settled_order_cannot_be_cancelled(deps: ActivityDeps) -> None:
     assert replies(deps) == [("CancelRefused", "order is Processed")]
 
 
-def test_a_cancel_of_an_unknown_order_is_dead_lettered(deps: ActivityDeps) -> None:
+def test_a_cancel_of_an_unknown_order_is_dead_lettered(deps: Dependencies) -> None:
     with pytest.raises(InvalidMessage) as raised:
         cancel(deps)
     assert raised.value.reason == "UnknownOrder"
 
 
-def test_a_malformed_cancel_is_dead_lettered_with_its_reason(deps: ActivityDeps) -> None:
+def test_a_malformed_cancel_is_dead_lettered_with_its_reason(deps: Dependencies) -> None:
     with pytest.raises(InvalidMessage) as raised:
         cancel(deps, json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1", "extra": 1}))
     assert raised.value.reason == "UnexpectedField"
 
 
 def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)

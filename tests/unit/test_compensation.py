@@ -17,7 +17,7 @@ from activities.compensation import (
     finish_compensation,
     start_undo,
 )
-from activities.steps import ActivityDeps, start_step
+from activities.steps import start_step
 from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -31,6 +31,7 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
@@ -49,16 +50,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> ActivityDeps:
+def deps(clock: FakeClock) -> Dependencies:
     return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0, AGENT_MAX_CALLS_PER_STEP=4)
 
 
-def submitted_and_claimed(deps: ActivityDeps) -> StateRecord:
+def submitted_and_claimed(deps: Dependencies) -> StateRecord:
     return submit_and_claim(deps, definition=ORDER_V1)
 
 
 def start(
-    deps: ActivityDeps, step: str, completed: StepResult | None = None, instance: str = "o-1:1"
+    deps: Dependencies, step: str, completed: StepResult | None = None, instance: str = "o-1:1"
 ) -> None:
     result = start_step(
         StartStepInput(
@@ -75,7 +76,7 @@ def start(
     assert result["applied"] is True
 
 
-def begin(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+def begin(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "o-1",
         "instance_id": instance,
@@ -87,7 +88,7 @@ def begin(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[s
 
 
 def undo(
-    deps: ActivityDeps, step: str, instance: str = "o-1:1", workflow_version: str = ORDER_V1.version
+    deps: Dependencies, step: str, instance: str = "o-1:1", workflow_version: str = ORDER_V1.version
 ) -> dict[str, Any]:
     return start_undo(
         StartUndoInput(
@@ -102,7 +103,7 @@ def undo(
     )
 
 
-def finish(deps: ActivityDeps, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+def finish(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "o-1",
         "instance_id": instance,
@@ -125,7 +126,7 @@ def start_input_for(record: StateRecord) -> OrchestrationInput:
     return OrchestrationInput.model_validate(started)
 
 
-def reserved_then_declined(deps: ActivityDeps) -> dict[str, Any]:
+def reserved_then_declined(deps: Dependencies) -> dict[str, Any]:
     """Reserve succeeds; the charge is declined; the orchestration begins compensating."""
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -133,12 +134,12 @@ def reserved_then_declined(deps: ActivityDeps) -> dict[str, Any]:
     return begin(deps, error=DECLINED)
 
 
-def replies(deps: ActivityDeps) -> list[dict[str, Any]]:
+def replies(deps: Dependencies) -> list[dict[str, Any]]:
     return [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
 
 
 def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_effect(
-    deps: ActivityDeps,
+    deps: Dependencies,
 ) -> None:
     result = reserved_then_declined(deps)
 
@@ -158,7 +159,7 @@ def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_eff
 
 
 def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -184,7 +185,7 @@ def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
     assert body["payload"] == {"forwardKey": "o-1:charge_payment"}
 
 
-def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
     spent = deps.states.get("o-1").item.retry_budget.spent
     received(deps.queues.queue("agent-inventory"))
@@ -206,7 +207,7 @@ def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: ActivityDe
     assert body["maxCalls"] == deps.settings.AGENT_MAX_CALLS_PER_STEP
 
 
-def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: ActivityDeps) -> None:
+def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: Dependencies) -> None:
     reserved_then_declined(deps)
     undo(deps, RESERVE)
     replies(deps)
@@ -226,7 +227,7 @@ def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(dep
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
 
-def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: ActivityDeps) -> None:
+def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: Dependencies) -> None:
     reserved_then_declined(deps)
 
     with pytest.raises(IllegalTransition, match="still has"):
@@ -234,7 +235,7 @@ def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: ActivityD
     assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
 
 
-def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: ActivityDeps) -> None:
+def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: Dependencies) -> None:
     reserved_then_declined(deps)
     undo(deps, RESERVE)
     replies(deps)
@@ -256,7 +257,7 @@ def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps
     assert (reply["status"], reply["reason"]) == ("CompensationFailed", "unknown_reservation")
 
 
-def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: ActivityDeps) -> None:
+def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependencies) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
@@ -275,7 +276,7 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: ActivityDe
     assert (reply["status"], reply["reason"]) == ("Failed", PAST_POINT_OF_NO_RETURN)
 
 
-def test_a_stale_attempt_cannot_start_an_undo(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
     clock.advance(9)  # the compensating attempt's completeBy passes
     assert recover(
@@ -292,7 +293,7 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: ActivityDeps, clock: FakeClo
 
 
 def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_threshold(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     reserved_then_declined(deps)
     replies(deps)
@@ -325,7 +326,7 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     assert clock.now() - record.updated_at < timedelta(seconds=1)
 
 
-def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: ActivityDeps) -> None:
+def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: Dependencies) -> None:
     # The record started on order-v1 (undo one step at a time); a later version (refund and release
     # in parallel) is the current one now. The attempt resumes with the record's version.
     submitted_and_claimed(deps)
@@ -339,7 +340,7 @@ def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: Ac
     assert begin(deps, workflow_version=resumed.workflow_version)["undoStages"] == [[CHARGE], [RESERVE]]
 
 
-def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: ActivityDeps) -> None:
+def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Dependencies) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
@@ -363,7 +364,7 @@ def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Activ
     assert [e.status for e in deps.states.get("o-1").item.compensation_log] == ["Compensated"] * 2
 
 
-def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: ActivityDeps) -> None:
+def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: Dependencies) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))

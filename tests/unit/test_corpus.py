@@ -25,10 +25,10 @@ from azure.servicebus._pyamqp.message import Header, Message, Properties
 
 import activities.blueprint
 import function_app
-from activities.steps import ActivityDeps
 from activities.submission import handle_submission
-from devhost.host import Dependencies
+from devhost.host import LocalAdapters
 from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import SUBMISSION_REASONS
 from orderflow.queues.base import DeadLetter
@@ -112,7 +112,7 @@ def test_a_body_too_large_for_a_storage_queue_is_refused_at_send() -> None:
 
 
 def test_the_corpus_through_the_devhost_consumer_is_dead_lettered_and_writes_nothing() -> None:
-    deps = Dependencies(
+    deps = LocalAdapters(
         states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
     )
     settings = Settings.load(env={}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
@@ -236,8 +236,8 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _activity_deps() -> ActivityDeps:
-    return ActivityDeps(
+def _activity_deps() -> Dependencies:
+    return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -246,7 +246,7 @@ def _activity_deps() -> ActivityDeps:
     )
 
 
-def _handler_deps(deps: ActivityDeps) -> dict[str, Any]:
+def _handler_deps(deps: Dependencies) -> dict[str, Any]:
     return {
         "orders": deps.orders,
         "states": deps.states,
@@ -256,5 +256,5 @@ def _handler_deps(deps: ActivityDeps) -> dict[str, Any]:
     }
 
 
-def _as_dependencies(deps: ActivityDeps) -> Dependencies:
-    return Dependencies(states=deps.states, orders=deps.orders, queues=deps.queues)
+def _as_dependencies(deps: Dependencies) -> LocalAdapters:
+    return LocalAdapters(states=deps.states, orders=deps.orders, queues=deps.queues)

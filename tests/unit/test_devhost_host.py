@@ -13,8 +13,8 @@ import pytest
 from devhost.host import (
     ALL_ROLES,
     DURABLETASK_WORKER_LOGGER,
-    Dependencies,
     DevHost,
+    LocalAdapters,
     check_roles,
     parse_roles,
     quiet_local_cancel,
@@ -42,8 +42,8 @@ class RefusingQueues(InMemoryQueueFactory):
         return super().queue(name)
 
 
-def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
-    return Dependencies(
+def deps(queues: InMemoryQueueFactory | None = None) -> LocalAdapters:
+    return LocalAdapters(
         states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=queues or InMemoryQueueFactory()
     )
 

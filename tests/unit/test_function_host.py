@@ -36,16 +36,17 @@ import function_app
 import function_host
 import orchestrators.blueprint
 import supervisor.blueprint
-from activities.steps import ActivityDeps
 from activities.submission import handle_submission
 from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
-from orchestrators.starter import InstanceStatus, claim
+from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW, WAITING_PREFIX
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
 from orderflow.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
+from orderflow.orchestration import InstanceStatus
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StateRecord, StepStatus
@@ -516,9 +517,9 @@ def redeliveries() -> RecordingRedelivery:
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> ActivityDeps:
+def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> Dependencies:
     """In-memory adapters and the Azure app's settings, returned by every blueprint's ``dependencies``."""
-    wired = ActivityDeps(
+    wired = Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -535,7 +536,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     return wired
 
 
-def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
+def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     handle_submission(
         order_body(order_id),
         orders=deps.orders,
@@ -546,7 +547,7 @@ def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
     )
 
 
-def claimed(deps: ActivityDeps, order_id: str = "o-1") -> Versioned[StateRecord]:
+def claimed(deps: Dependencies, order_id: str = "o-1") -> Versioned[StateRecord]:
     won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
     assert won is not None
     return won
@@ -573,7 +574,7 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
     assert first.settings.response_queue() == "agent-responses"
 
 
-def test_submission_records_a_valid_order_and_completes_the_message(deps: ActivityDeps) -> None:
+def test_submission_records_a_valid_order_and_completes_the_message(deps: Dependencies) -> None:
     actions = RecordingActions()
     sdk_message = message(order_body("o-1", reply_to="client-a"))
 
@@ -591,7 +592,7 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: Activi
     assert parse_message(StatusReply, reply.body).status.value == "Received"
 
 
-def test_submission_dead_letters_garbage_with_its_reason(deps: ActivityDeps) -> None:
+def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> None:
     actions = RecordingActions()
     sdk_message = message(b"not json at all")
 
@@ -603,7 +604,7 @@ def test_submission_dead_letters_garbage_with_its_reason(deps: ActivityDeps) -> 
         deps.states.get("o-1")
 
 
-def test_submission_dead_letters_a_conflicting_order(deps: ActivityDeps) -> None:
+def test_submission_dead_letters_a_conflicting_order(deps: Dependencies) -> None:
     submit(deps, "o-1")
     actions = RecordingActions()
 
@@ -615,7 +616,7 @@ def test_submission_dead_letters_a_conflicting_order(deps: ActivityDeps) -> None
 
 @pytest.mark.parametrize(("reply_to", "verb"), [("client-a", "complete"), ("client-b", "deadletter")])
 def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
-    deps: ActivityDeps, reply_to: str, verb: str
+    deps: Dependencies, reply_to: str, verb: str
 ) -> None:
     actions = RecordingActions()
     sdk_message = replace(message(order_body("o-1", reply_to="client-a")), reply_to=reply_to)
@@ -631,7 +632,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
 
 
 def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
-    deps: ActivityDeps, redeliveries: RecordingRedelivery, monkeypatch: pytest.MonkeyPatch
+    deps: Dependencies, redeliveries: RecordingRedelivery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: object, **kwargs: object) -> None:
         raise TransientError("order store unavailable")
@@ -647,7 +648,7 @@ def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_each_agent_trigger_dead_letters_garbage(deps: ActivityDeps, agent: str) -> None:
+def test_each_agent_trigger_dead_letters_garbage(deps: Dependencies, agent: str) -> None:
     actions = RecordingActions()
     sdk_message = message("[1, 2, 3]")
 
@@ -681,7 +682,7 @@ class RecordingService:
 FIRST_STEP = CURRENT_WORKFLOW.steps[0]
 
 
-def agent_request_body(deps: ActivityDeps) -> str:
+def agent_request_body(deps: Dependencies) -> str:
     """A request for the workflow's first step, with 8 s left and 4 calls reserved."""
     return AgentRequest(
         request_id=f"o-1:1:{FIRST_STEP.name}",
@@ -711,7 +712,7 @@ def service(monkeypatch: pytest.MonkeyPatch) -> RecordingService:
     ids=["first-delivery", "redelivery", "last-delivery"],
 )
 def test_the_agent_trigger_calls_only_on_the_first_delivery(
-    deps: ActivityDeps, service: RecordingService, delivery_count: int, calls: int, responses: int
+    deps: Dependencies, service: RecordingService, delivery_count: int, calls: int, responses: int
 ) -> None:
     actions = RecordingActions()
     sdk_message = message(agent_request_body(deps), delivery_count=delivery_count)
@@ -749,7 +750,7 @@ def extension_message(
 
 
 def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
-    deps: ActivityDeps, service: RecordingService
+    deps: Dependencies, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(
@@ -764,7 +765,7 @@ def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
 
 
 def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
-    deps: ActivityDeps, service: RecordingService
+    deps: Dependencies, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(agent_request_body(deps), delivery_count=1)
@@ -783,7 +784,7 @@ def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
     strict=True,
 )
 def test_a_redelivery_decoded_by_the_extension_makes_no_call(
-    deps: ActivityDeps, service: RecordingService
+    deps: Dependencies, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(agent_request_body(deps), delivery_count=2)
@@ -795,7 +796,7 @@ def test_a_redelivery_decoded_by_the_extension_makes_no_call(
     assert service.calls == []
 
 
-def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: ActivityDeps) -> None:
+def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: Dependencies) -> None:
     submit(deps)
     record = claimed(deps).item
     assert record.locked_by == "o-1:1"
@@ -824,7 +825,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: A
     assert (request.instance_id, request.step, request.reply_to) == ("o-1:1", step.name, "agent-responses")
 
 
-def test_supervisor_trigger_recovers_an_expired_attempt(deps: ActivityDeps) -> None:
+def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     assert isinstance(deps.clock, FakeClock)
@@ -900,7 +901,7 @@ def durable(monkeypatch: pytest.MonkeyPatch) -> DurableCalls:
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
-    deps: ActivityDeps, durable: DurableCalls
+    deps: Dependencies, durable: DurableCalls
 ) -> None:
     submit(deps)
 
@@ -917,7 +918,7 @@ def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
-    deps: ActivityDeps, durable: DurableCalls
+    deps: Dependencies, durable: DurableCalls
 ) -> None:
     step = CURRENT_WORKFLOW.steps[0].name
     durable.statuses["o-1:1"] = status("Running", f"{WAITING_PREFIX}{step}")

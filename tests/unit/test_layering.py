@@ -66,6 +66,20 @@ def test_a_role_imports_no_other_role_and_no_host(role: str) -> None:
     assert result.stdout.strip() == ""
 
 
+def test_the_azure_host_support_imports_no_role() -> None:
+    # function_host serves the blueprints (wiring, settlement, the durable client) from the core alone;
+    # only the blueprints import roles.
+    script = (
+        "import importlib, sys\n"
+        "importlib.import_module('function_host')\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {ROLES!r})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
 def test_orderflow_core_imports_no_role_or_host() -> None:
     script = (
         "import importlib, pkgutil, sys, orderflow\n"

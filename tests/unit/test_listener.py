@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from orchestrators.listener import Delivery, handle_response
-from orchestrators.starter import InstanceStatus
 from orchestrators.workflow import WAITING_PREFIX
 from orderflow.errors import InvalidMessage
 from orderflow.messages import AgentOutcome, AgentResponse
+from orderflow.orchestration import InstanceStatus
 from tests.unit.fakes import RecordingClient
 
 pytestmark = pytest.mark.unit

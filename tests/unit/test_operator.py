@@ -9,7 +9,7 @@ import pytest
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.operator import OPERATOR_DECISION
-from activities.steps import ActivityDeps, finish_order, start_step
+from activities.steps import finish_order, start_step
 from activities.submission import SubmissionOutcome, handle_submission
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
@@ -24,6 +24,7 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
+from orderflow.dependencies import Dependencies
 from orderflow.messages import CompensateOrder
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
@@ -35,11 +36,11 @@ RESERVE = "reserve_inventory"
 
 
 @pytest.fixture
-def deps() -> ActivityDeps:
+def deps() -> Dependencies:
     return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0)
 
 
-def submit(deps: ActivityDeps, body: str) -> Any:
+def submit(deps: Dependencies, body: str) -> Any:
     return handle_submission(
         body,
         orders=deps.orders,
@@ -56,7 +57,7 @@ def decision(reason: str | None = "dispute") -> str:
     ).to_json()
 
 
-def running(deps: ActivityDeps) -> None:
+def running(deps: Dependencies) -> None:
     submit_and_claim(deps, definition=ORDER_V1)
     start_step(
         StartStepInput(
@@ -72,7 +73,7 @@ def running(deps: ActivityDeps) -> None:
     received(deps.queues.queue("client-a"))
 
 
-def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled(deps: ActivityDeps) -> None:
+def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled(deps: Dependencies) -> None:
     running(deps)
 
     result = submit(deps, decision())
@@ -97,7 +98,7 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
     assert (stopped["cancelled"], stopped["reason"]) == (True, OPERATOR_DECISION)
 
 
-def test_a_failed_compensation_is_retried_by_an_operator(deps: ActivityDeps) -> None:
+def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies) -> None:
     running(deps)
     begin_compensation(
         BeginCompensationInput(
@@ -160,7 +161,7 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: ActivityDeps) -> 
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
 
-def test_an_operator_cannot_compensate_a_finished_order(deps: ActivityDeps) -> None:
+def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies) -> None:
     running(deps)
     finish_order(
         FinishOrderInput(

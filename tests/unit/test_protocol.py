@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from activities.fencing import RecordCache, fenced_write
-from activities.steps import ActivityDeps, finish_order, start_step
+from activities.fencing import fenced_write
+from activities.steps import finish_order, start_step
 from activities.submission import handle_submission
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
+from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus, format_utc
@@ -39,8 +40,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def deps(clock: FakeClock, settings: Settings) -> ActivityDeps:
-    return ActivityDeps(
+def deps(clock: FakeClock, settings: Settings) -> Dependencies:
+    return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -49,7 +50,7 @@ def deps(clock: FakeClock, settings: Settings) -> ActivityDeps:
     )
 
 
-def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
+def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     handle_submission(
         order_body(order_id),
         orders=deps.orders,
@@ -60,14 +61,14 @@ def submit(deps: ActivityDeps, order_id: str = "o-1") -> None:
     )
 
 
-def claimed(deps: ActivityDeps, order_id: str = "o-1") -> StateRecord:
+def claimed(deps: Dependencies, order_id: str = "o-1") -> StateRecord:
     found = deps.states.get(order_id)
     won = claim(deps.states, found, deps.clock, deps.settings)
     assert won is not None
     return won.item
 
 
-def test_two_starters_with_the_same_read_claim_once(deps: ActivityDeps) -> None:
+def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
     submit(deps)
     read_by_a = deps.states.get("o-1")
     read_by_b = deps.states.get("o-1")
@@ -84,7 +85,7 @@ def test_two_starters_with_the_same_read_claim_once(deps: ActivityDeps) -> None:
     assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
 
 
-def test_starter_pass_schedules_attempt_specific_instances(deps: ActivityDeps) -> None:
+def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -> None:
     submit(deps, "o-1")
     submit(deps, "o-2")
     client = RecordingClient()
@@ -104,7 +105,7 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: ActivityDeps) -
     assert payload["completedSteps"] == []
 
 
-def test_starter_treats_an_existing_instance_as_started(deps: ActivityDeps) -> None:
+def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> None:
     submit(deps)
     client = RecordingClient(existing={"o-1:1"})
     report = run_starter_pass(
@@ -120,7 +121,7 @@ def test_starter_treats_an_existing_instance_as_started(deps: ActivityDeps) -> N
     assert deps.states.get("o-1").item.locked_by == "o-1:1"
 
 
-def test_starter_respects_next_attempt_at(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     record = claimed(deps)
     clock.advance(31)
@@ -152,7 +153,7 @@ def test_starter_respects_next_attempt_at(deps: ActivityDeps, clock: FakeClock) 
 
 
 def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)
@@ -177,7 +178,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     assert deps.queues.queue("agent-inventory").approximate_count() == 0
 
 
-def test_fenced_write_rejects_a_non_owner_without_writing(deps: ActivityDeps) -> None:
+def test_fenced_write_rejects_a_non_owner_without_writing(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     before = deps.states.get("o-1")
@@ -193,7 +194,7 @@ def test_fenced_write_rejects_a_non_owner_without_writing(deps: ActivityDeps) ->
     assert deps.states.get("o-1").etag == before.etag
 
 
-def test_fenced_write_rereads_after_a_stale_cached_etag(deps: ActivityDeps) -> None:
+def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     cache = RecordCache()
@@ -213,7 +214,7 @@ def test_fenced_write_rereads_after_a_stale_cached_etag(deps: ActivityDeps) -> N
     assert deps.states.get("o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING
 
 
-def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     payload = StartStepInput(
@@ -247,7 +248,7 @@ def test_start_step_rerun_is_idempotent(deps: ActivityDeps, clock: FakeClock) ->
     assert body["payload"]["items"] == [{"sku": "10", "quantity": 5}]
 
 
-def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_completion_records_the_compensation_entry_once(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     for step in ("reserve_inventory", "charge_payment"):
@@ -275,7 +276,7 @@ def test_completion_records_the_compensation_entry_once(deps: ActivityDeps, cloc
     assert record.steps["reserve_inventory"].reserved_calls == 0
 
 
-def test_finish_processed_replies_once_per_message_id(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_finish_processed_replies_once_per_message_id(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     payload = FinishOrderInput(
@@ -313,7 +314,7 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     clock: FakeClock, settings: Settings
 ) -> None:
     states = CountingGets()
-    deps = ActivityDeps(
+    deps = Dependencies(
         states=states,
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -397,14 +398,14 @@ class _Down:
 
 
 def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)
     inner = deps.queues
     assert isinstance(inner, InMemoryQueueFactory)
     flaky = FailingSends(inner, "client-a")
-    failing = ActivityDeps(
+    failing = Dependencies(
         states=deps.states,
         orders=deps.orders,
         queues=flaky,
@@ -434,7 +435,7 @@ def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
     assert again.resent == []
 
 
-def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps, "o-1")
     submit(deps, "o-2")
     claimed(deps, "o-1")
@@ -444,7 +445,7 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: ActivityDep
 
 
 def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     outcomes = []
@@ -472,7 +473,7 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
     assert (resumed.process_state, resumed.attempt) == (ProcessState.COMPENSATING, 4)
 
 
-def test_two_supervisors_recover_a_record_once(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     clock.advance(31)
@@ -484,7 +485,7 @@ def test_two_supervisors_recover_a_record_once(deps: ActivityDeps, clock: FakeCl
     assert deps.states.get("o-1").item.failure_count == 1
 
 
-def test_sweep_pages_through_every_expired_record(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: FakeClock) -> None:
     settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 3})
     for n in range(10):
         submit(deps, f"o-{n}")
@@ -502,7 +503,7 @@ def test_backoff_doubles_and_caps() -> None:
     assert [backoff_s(n, s) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
 
 
-def test_resubmitting_a_settled_order_returns_its_outcome(deps: ActivityDeps) -> None:
+def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     finish_order(
@@ -517,7 +518,7 @@ def test_resubmitting_a_settled_order_returns_its_outcome(deps: ActivityDeps) ->
     assert (again["orderId"], again["status"]) == ("o-1", "Processed")
 
 
-def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: ActivityDeps) -> None:
+def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: Dependencies) -> None:
     submit(deps)
     before = deps.states.get("o-1")
     with pytest.raises(ConflictingOrder):
@@ -538,7 +539,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: Ac
     assert str(deps.orders.get("o-1").amount) == "1000.50"
 
 
-def test_the_same_amount_written_differently_is_the_same_order(deps: ActivityDeps) -> None:
+def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencies) -> None:
     submit(deps)
     handle_submission(
         order_body("o-1", amount="1000.5"),
@@ -553,7 +554,7 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: ActivityDep
 
 
 def _start(
-    deps: ActivityDeps,
+    deps: Dependencies,
     clock: FakeClock,
     instance_id: str,
     step: str = "reserve_inventory",
@@ -574,7 +575,7 @@ def _start(
     )
 
 
-def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies, clock: FakeClock) -> None:
     settings = deps.settings.model_copy(update={"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
     deps.settings = settings
     submit(deps)
@@ -602,7 +603,7 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: ActivityDeps,
     assert record.last_error is not None and record.last_error.code == "retry_budget_exhausted"
 
 
-def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> None:
     deps.settings = deps.settings.model_copy(update={"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
     submit(deps)
     claimed(deps)
@@ -629,7 +630,7 @@ def test_a_spent_budget_starts_no_step(deps: ActivityDeps, clock: FakeClock) -> 
 
 
 def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     # The orchestration asked for the step; the activity then waited 3 s in the runtime's work queue.
     # The agent still gets the whole step timeout, and the timer fires where completeBy says.
@@ -656,7 +657,7 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
     assert json.loads(request.body)["deadline"] == format_utc(complete_by - timedelta(seconds=1))
 
 
-def _expire_and_requeue(deps: ActivityDeps, clock: FakeClock) -> None:
+def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
     """The attempt in flight dies: its deadline passes, the supervisor re-queues, the backoff passes."""
     clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)
     assert run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings).recovered
@@ -664,7 +665,7 @@ def _expire_and_requeue(deps: ActivityDeps, clock: FakeClock) -> None:
 
 
 def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)
@@ -682,7 +683,7 @@ def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
     assert record.retry_budget.spent == 9
 
 
-def _mark(deps: ActivityDeps, change: Any) -> None:
+def _mark(deps: Dependencies, change: Any) -> None:
     found = deps.states.get("o-1")
     record = found.item.model_copy(deep=True)
     change(record)
@@ -694,7 +695,7 @@ def _mark(deps: ActivityDeps, change: Any) -> None:
     ["cancel requested", "no calls left", "moved to its fallback provider", "may pause for review"],
 )
 def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
-    deps: ActivityDeps, clock: FakeClock, why: str
+    deps: Dependencies, clock: FakeClock, why: str
 ) -> None:
     if why == "may pause for review":
         deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
@@ -728,7 +729,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
 
 
 def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     # The claim's version is in this host's cache; the orchestration's first activity runs only after
     # the supervisor has re-queued the order. The stale start must not send its request.
@@ -744,7 +745,7 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
 
 
 def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)  # starts reserve_inventory; the legacy input starts the next step
@@ -766,7 +767,7 @@ def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
 
 
 def test_attempt_history_records_each_tenure_and_they_never_overlap(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     # Attempt 1 is claimed and dies; the supervisor recovers it; attempt 2 is claimed and finishes.
     submit(deps)
@@ -800,7 +801,7 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     assert history[1].expired_complete_by is None
 
 
-def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_attempt_history_is_bounded(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     record = deps.states.get("o-1").item
     for attempt in range(1, 40):
@@ -811,7 +812,7 @@ def test_attempt_history_is_bounded(deps: ActivityDeps, clock: FakeClock) -> Non
     assert [e.attempt for e in record.attempt_history] == list(range(24, 40))
 
 
-def test_a_fallback_start_switches_provider_key_and_reservation(deps: ActivityDeps, clock: FakeClock) -> None:
+def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependencies, clock: FakeClock) -> None:
     from orderflow.workflows import ORDER_V3  # noqa: PLC0415 (only this test runs order-v3)
 
     submit(deps)

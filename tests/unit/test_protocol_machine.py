@@ -48,8 +48,7 @@ from hypothesis.stateful import (
 )
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.fencing import RecordCache
-from activities.steps import ActivityDeps, finish_order, record_review, record_step_failure, start_step
+from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
 from agents.agent import handle_request
 from orchestrators.listener import handle_response
@@ -66,6 +65,7 @@ from orderflow.contracts import (
     StartStepInput,
     StepResult,
 )
+from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import NotFound, PermanentError, TransientError
 from orderflow.messages import (
     AgentRequest,
@@ -206,7 +206,7 @@ FINAL_REPLY: dict[ProcessState, str] = {
 }
 """The reply a settled order owes its client (orderflow.replies)."""
 
-ACTIVITIES: dict[str, Callable[[dict[str, Any], ActivityDeps], dict[str, Any]]] = {
+ACTIVITIES: dict[str, Callable[[dict[str, Any], Dependencies], dict[str, Any]]] = {
     START_STEP: start_step,
     FINISH_ORDER: finish_order,
     RECORD_STEP_FAILURE: record_step_failure,
@@ -231,7 +231,7 @@ class Host:
     ``claimable`` and ``expired`` hold a page its starter or supervisor read and has not acted on yet.
     """
 
-    def __init__(self, name: str, deps: ActivityDeps) -> None:
+    def __init__(self, name: str, deps: Dependencies) -> None:
         self.name = name
         self.deps = deps
         self.client = ScriptedClient(deps.clock)
@@ -301,7 +301,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._stale = True
 
     def _host(self, name: str) -> Host:
-        deps = ActivityDeps(
+        deps = Dependencies(
             states=self.states,
             orders=self.orders,
             queues=self.queues,
@@ -971,7 +971,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     # not started, so the change looked illegal. It must be decided on a fresh read instead.
     clock = FakeClock()
     worker_a = memory_deps(clock)
-    worker_b = ActivityDeps(
+    worker_b = Dependencies(
         states=worker_a.states,
         orders=worker_a.orders,
         queues=worker_a.queues,
@@ -981,7 +981,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     )
     submit_and_claim(worker_a, definition=ORDER_V1)
 
-    def start(worker: ActivityDeps, step: str, completed: str | None = None) -> dict[str, Any]:
+    def start(worker: Dependencies, step: str, completed: str | None = None) -> dict[str, Any]:
         done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
         payload = StartStepInput(
             order_id="o-1",

@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from activities.steps import ActivityDeps, record_review, start_step
+from activities.steps import record_review, start_step
 from activities.submission import SubmissionOutcome, handle_submission
 from orchestrators.listener import Delivery, handle_response
-from orchestrators.starter import InstanceStatus, claim
+from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
+from orderflow.dependencies import Dependencies
 from orderflow.messages import ReviewDecisionMessage
+from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
@@ -32,17 +34,17 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> ActivityDeps:
+def deps(clock: FakeClock) -> Dependencies:
     return memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
-def submitted_and_claimed(deps: ActivityDeps, amount: str = "1000.50") -> None:
+def submitted_and_claimed(deps: Dependencies, amount: str = "1000.50") -> None:
     submit_and_claim(deps, definition=ORDER_V2, amount=amount)
     received(deps.queues.queue("client-a"))
 
 
 def start(
-    deps: ActivityDeps, step: str, completed: StepResult | None = None, **changes: Any
+    deps: Dependencies, step: str, completed: StepResult | None = None, **changes: Any
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "o-1",
@@ -57,7 +59,7 @@ def start(
     return start_step(StartStepInput(**fields).to_payload(), deps)
 
 
-def decide(deps: ActivityDeps, decision: str, reviewer: str = "ana") -> Any:
+def decide(deps: Dependencies, decision: str, reviewer: str = "ana") -> Any:
     body = ReviewDecisionMessage(
         schema_version=1, type="ReviewDecision", order_id="o-1", decision=decision, reviewer=reviewer
     ).to_json()
@@ -72,7 +74,7 @@ def decide(deps: ActivityDeps, decision: str, reviewer: str = "ana") -> Any:
 
 
 def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -98,14 +100,14 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     assert deps.states.get("o-1").etag == etag
 
 
-def test_small_orders_and_order_v1_are_not_reviewed(deps: ActivityDeps) -> None:
+def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
     submitted_and_claimed(deps, amount="100.00")
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["applied"] is True
     assert start(deps, CHARGE, workflow_version=ORDER_V1.version)["applied"] is True
 
 
-def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(deps: ActivityDeps) -> None:
+def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(deps: Dependencies) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
@@ -136,7 +138,7 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(d
     assert client.raised == [("o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": "ana"})]
 
 
-def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: ActivityDeps) -> None:
+def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: Dependencies) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
@@ -158,7 +160,7 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: Activity
 
 
 def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_finds_the_decision(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -178,7 +180,7 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
 
 
 def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -197,7 +199,7 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
 
 
 def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
-    deps: ActivityDeps, clock: FakeClock
+    deps: Dependencies, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)

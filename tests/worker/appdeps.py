@@ -17,8 +17,8 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from activities.steps import ActivityDeps
 from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings
@@ -63,9 +63,9 @@ class RecordingServiceBusClient:
         """Nothing to close."""
 
 
-def app_dependencies() -> tuple[ActivityDeps, ServiceBusQueueFactory, RecordingServiceBusClient]:
+def app_dependencies() -> tuple[Dependencies, ServiceBusQueueFactory, RecordingServiceBusClient]:
     """The triggers' dependencies, the redelivery factory, and the client behind it."""
-    deps = ActivityDeps(
+    deps = Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),

@@ -19,9 +19,9 @@ import pytest
 import activities.blueprint
 import agents.blueprint
 import orchestrators.blueprint
-from activities.steps import ActivityDeps
 from agents.services import HttpRemoteService
 from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
 from orderflow.messages import AgentRequest, AgentResponse, parse_message
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY, ORIGINAL_MESSAGE_ID_PROPERTY
@@ -47,7 +47,7 @@ def remote() -> Iterator[RemoteServices]:
 @pytest.fixture
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
-) -> Iterator[tuple[ActivityDeps, RecordingServiceBusClient]]:
+) -> Iterator[tuple[Dependencies, RecordingServiceBusClient]]:
     """The triggers' dependencies as ``function_host`` would wire them on Azure, in memory."""
     deps, redelivery, client = app_dependencies()
     for module in (activities.blueprint, agents.blueprint, orchestrators.blueprint):
@@ -106,7 +106,7 @@ def as_delivered(copy: Any, *, delivery_count: int = 1) -> HostMessage:
 
 
 def test_a_valid_order_is_recorded_and_completed(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[ActivityDeps, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     message = HostMessage(
@@ -122,7 +122,7 @@ def test_a_valid_order_is_recorded_and_completed(
 
 
 def test_invalid_json_is_dead_lettered_with_its_reason(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[ActivityDeps, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
 ) -> None:
     deps, client = app
     message = HostMessage(b'{"orderId": "o-1",', message_id="garbage")
@@ -139,7 +139,7 @@ def test_invalid_json_is_dead_lettered_with_its_reason(
 def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
@@ -166,7 +166,7 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
 def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
@@ -196,7 +196,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
 # --- agents ----------------------------------------------------------------------------------------------
 
 
-def agent_request(deps: ActivityDeps, *, seconds_left: float = 20.0, max_calls: int = 4) -> AgentRequest:
+def agent_request(deps: Dependencies, *, seconds_left: float = 20.0, max_calls: int = 4) -> AgentRequest:
     return AgentRequest(
         request_id=f"o-1:1:{FIRST_STEP.name}",
         order_id="o-1",
@@ -211,7 +211,7 @@ def agent_request(deps: ActivityDeps, *, seconds_left: float = 20.0, max_calls: 
     )
 
 
-def responses(deps: ActivityDeps) -> list[AgentResponse]:
+def responses(deps: Dependencies) -> list[AgentResponse]:
     received = deps.queues.queue(deps.settings.response_queue()).receive(max_messages=32, lock_s=30)
     return [parse_message(AgentResponse, message.body) for message in received]
 
@@ -219,7 +219,7 @@ def responses(deps: ActivityDeps) -> list[AgentResponse]:
 def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, client = app
@@ -245,7 +245,7 @@ def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
 def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_down(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, _ = app
@@ -264,7 +264,7 @@ def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_do
 def test_an_agent_whose_response_cannot_be_sent_is_redelivered_later_and_calls_no_more(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     remote: RemoteServices,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -297,7 +297,7 @@ def test_an_agent_whose_response_cannot_be_sent_is_redelivered_later_and_calls_n
 def test_every_agent_trigger_dead_letters_a_body_that_is_not_a_request(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[ActivityDeps, RecordingServiceBusClient],
+    app: tuple[Dependencies, RecordingServiceBusClient],
     agent: str,
 ) -> None:
     message = HostMessage(json.dumps([1, 2, 3]).encode())
@@ -308,7 +308,7 @@ def test_every_agent_trigger_dead_letters_a_body_that_is_not_a_request(
 
 
 def test_the_response_listener_dead_letters_a_body_that_is_not_a_response(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[ActivityDeps, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
 ) -> None:
     client_binding = protos.TypedData(
         string=json.dumps(

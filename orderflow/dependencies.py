@@ -1,0 +1,97 @@
+"""The dependency container the roles take, and the caches a host process shares between them."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from orderflow.clock import Clock
+from orderflow.queues.base import QueueFactory
+from orderflow.records import OrderDocument, StateRecord
+from orderflow.settings import Settings
+from orderflow.stores.base import OrderStore, StateStore, Versioned
+
+
+class RecordCache:
+    """A small thread-safe LRU of the newest known version of each state record.
+
+    Args:
+        capacity: Records kept; the least recently used is dropped beyond it.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._items: OrderedDict[str, Versioned[StateRecord]] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def get(self, order_id: str) -> Versioned[StateRecord] | None:
+        """The cached version, or None."""
+        with self._lock:
+            found = self._items.get(order_id)
+            if found is not None:
+                self._items.move_to_end(order_id)
+            return found
+
+    def put(self, version: Versioned[StateRecord]) -> None:
+        """Remember a version just read or written."""
+        with self._lock:
+            self._items[version.item.order_id] = version
+            self._items.move_to_end(version.item.order_id)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def discard(self, order_id: str) -> None:
+        """Forget a record (after a conflict)."""
+        with self._lock:
+            self._items.pop(order_id, None)
+
+
+class OrderCache:
+    """LRU of order documents; they are immutable, so a cached copy is never stale."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._items: OrderedDict[str, OrderDocument] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def get(self, store: OrderStore, order_id: str) -> OrderDocument:
+        """The document, from the cache or the store.
+
+        Raises:
+            NotFound: the order store has no such order.
+        """
+        with self._lock:
+            found = self._items.get(order_id)
+        if found is not None:
+            return found
+        document = store.get(order_id)
+        with self._lock:
+            self._items[order_id] = document
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+        return document
+
+
+@dataclass
+class Dependencies:
+    """Everything the roles touch: the one dependency container, built once by each host
+    (``function_host`` on Azure, ``devhost.host.DevHost`` locally) and passed to the role functions.
+
+    Attributes:
+        states: The state store.
+        orders: The order store.
+        queues: Every queue, by name.
+        clock: The time source (UTC).
+        settings: The configuration.
+        cache: The newest state-record versions this process knows (saves point reads).
+        order_cache: Order documents this process has read (immutable, so never stale).
+    """
+
+    states: StateStore
+    orders: OrderStore
+    queues: QueueFactory
+    clock: Clock
+    settings: Settings
+    cache: RecordCache = field(default_factory=RecordCache)
+    order_cache: OrderCache = field(default_factory=OrderCache)
