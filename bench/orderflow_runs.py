@@ -25,6 +25,9 @@ from typing import Any
 
 import httpx
 
+from bench.counting import OperationCounts, calling_function
+from bench.counting.queues import CountingQueueFactory
+from bench.counting.stores import CountingOrderStore, CountingStateStore
 from bench.load import LoadResult, run_orderflow_load
 from bench.stats import at_most, latency_summary, per_order, throughput
 from bench.workload import submissions
@@ -34,13 +37,10 @@ from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost, LocalAdapters
 from orderflow.client import OrderflowClient
-from orderflow.counting import OperationCounts, calling_function
-from orderflow.queues.counting import CountingQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
-from orderflow.stores.counting import CountingOrderStore, CountingStateStore
 from orderflow.workflows import CURRENT_WORKFLOW
 
 logger = logging.getLogger(__name__)
@@ -331,7 +331,7 @@ def counting_run(
     )
     return {
         "method": "in-process: every role in one DevHost over the Cosmos DB (cosmosdb-server) and Storage "
-        "queue (Azurite) adapters, wrapped in orderflow.stores.counting / orderflow.queues.counting",
+        "queue (Azurite) adapters, wrapped in bench.counting.stores / bench.counting.queues",
         "outcomes": dict(sorted(result.outcomes.items())),
         "all_processed": processed == len(orders),
         **breakdown,

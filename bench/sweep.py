@@ -4,7 +4,7 @@ The store grows through the sizes: at each, it holds ``size`` settled (``Process
 ``expired`` ``Processing`` records whose ``completeBy`` passed a minute ago; one
 :func:`supervisor.sweep.run_sweep` pass is timed (it finds and re-queues the expired ones), and a second
 pass, which finds nothing, times the scan alone. Records read are the items the sweep's queries
-returned, counted by :class:`orderflow.stores.counting.CountingStateStore`.
+returned, counted by :class:`bench.counting.stores.CountingStateStore`.
 
 On cosmosdb-server the records are created through the real azure-cosmos SDK from a thread pool: the
 Python SDK's only batch (``execute_item_batch``) is transactional within one partition key value, and
@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
+from bench.counting.stores import CountingStateStore
 from bench.stats import below, ratio
 from devhost.emulators import LocalEndpoints
 from orderflow.clock import SystemClock
@@ -49,7 +50,6 @@ from orderflow.records import (
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.stores.cosmos import CosmosStores
-from orderflow.stores.counting import CountingStateStore
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW
 from supervisor.sweep import run_sweep

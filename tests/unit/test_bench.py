@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from bench.config import BenchConfig
+from bench.counting import OperationCounts
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
 from bench.orderflow_runs import count_breakdown, hard_down_calls, queue_role
 from bench.peers.durabletask_peer import backend_timestamp
@@ -23,7 +24,6 @@ from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
 from demo.tpch import load_catalog
 from orderflow.client import OrderflowClient
-from orderflow.counting import OperationCounts
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from orderflow.counting import UNLABELLED, OperationCounts, calling_function
+from bench.counting import UNLABELLED, OperationCounts, calling_function
+from bench.counting.queues import CountingQueueFactory
+from bench.counting.stores import CountingOrderStore, CountingStateStore
 from orderflow.errors import AlreadyExists, ConcurrencyConflict
-from orderflow.queues.counting import CountingQueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import OrderDocument, ProcessState, RetryBudget, StateRecord
 from orderflow.stores.base import StateQuery, StoreCounters
-from orderflow.stores.counting import CountingOrderStore, CountingStateStore
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 
 pytestmark = pytest.mark.unit

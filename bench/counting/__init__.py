@@ -1,7 +1,7 @@
 """Operation counts of the port adapters, for benchmarks and tests of operation budgets.
 
 :class:`OperationCounts` is a thread-safe tally of ``(operation, label)`` pairs; the counting wrappers
-(:mod:`orderflow.stores.counting`, :mod:`orderflow.queues.counting`) feed it. A label says who made the
+(:mod:`bench.counting.stores`, :mod:`bench.counting.queues`) feed it. A label says who made the
 call: a queue's role, or the function that called a store (:func:`calling_function`), so a benchmark
 can show where each write comes from without the roles knowing they are counted.
 """
@@ -71,7 +71,7 @@ def calling_function(*, skip_modules: Sequence[str] = ()) -> CallerLabel:
     """A :data:`CallerLabel` naming the function that made the call, ``module.function``.
 
     It walks the calling thread's stack outwards and returns the first frame that is a public function
-    (name not starting with ``_`` or ``<``) outside ``orderflow.counting``, ``orderflow.stores`` and
+    (name not starting with ``_`` or ``<``) outside ``bench.counting``, ``orderflow.stores`` and
     ``orderflow.queues`` (the ports and their adapters) and outside ``skip_modules`` (shared helpers
     such as a write primitive, so the label names the role function that used it). A private helper
     is passed over too: its public caller is named. Costs a few microseconds per call: for benchmarks,
@@ -83,7 +83,7 @@ def calling_function(*, skip_modules: Sequence[str] = ()) -> CallerLabel:
     Returns:
         The label function; it answers ``"unknown"`` when no frame qualifies.
     """
-    skipped = ("orderflow.counting", "orderflow.stores", "orderflow.queues", *skip_modules)
+    skipped = ("bench.counting", "orderflow.stores", "orderflow.queues", *skip_modules)
 
     def label() -> str:
         frame = inspect.currentframe()

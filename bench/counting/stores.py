@@ -1,8 +1,8 @@
 """Counting wrappers of the state-store and order-store ports (for benchmarks).
 
 Each wrapper forwards every call, with its keyword arguments as given, to the adapter it wraps, and
-counts it in an :class:`~orderflow.counting.OperationCounts` before the call (a call that raises is
-counted too: it cost a request). With a :data:`~orderflow.counting.CallerLabel` each count is labelled
+counts it in an :class:`~bench.counting.OperationCounts` before the call (a call that raises is
+counted too: it cost a request). With a :data:`~bench.counting.CallerLabel` each count is labelled
 with the caller, for a breakdown of where reads and writes come from.
 
 State-store operations counted: ``read`` (point read), ``create``, ``replace``, ``replace_conflict``
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from orderflow.counting import UNLABELLED, CallerLabel, OperationCounts
+from bench.counting import UNLABELLED, CallerLabel, OperationCounts
 from orderflow.errors import ConcurrencyConflict
 from orderflow.records import OrderDocument, StateRecord
 from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, StoreCounters, Versioned

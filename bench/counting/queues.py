@@ -2,7 +2,7 @@
 
 :class:`CountingQueueFactory` wraps a :class:`~orderflow.queues.base.QueueFactory`; every queue it hands
 out counts the calls it forwards (keyword arguments passed through as given) in an
-:class:`~orderflow.counting.OperationCounts`, labelled with the queue's role as ``role_of`` names it
+:class:`~bench.counting.OperationCounts`, labelled with the queue's role as ``role_of`` names it
 (``orders``, ``agent_requests`` ...; the queue name itself by default).
 
 Operations counted: ``send``, ``receive`` (calls), ``received`` (messages those calls returned),
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orderflow.counting import OperationCounts
+from bench.counting import OperationCounts
 from orderflow.queues.base import DeadLetter, MessageQueue, QueueFactory, ReceivedMessage
 
 
