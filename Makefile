@@ -10,7 +10,8 @@
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
 #                            hard-down dependency, against bare durabletask and DBOS; writes bench-report.json
-#   make test                ruff, mypy and the whole pytest suite (starts and stops its own emulators)
+#   make doctor              azure-functions-doctor on the Functions app; fails on any failed check
+#   make test                ruff, mypy, the doctor and the whole pytest suite (starts and stops its own emulators)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -31,7 +32,7 @@ SWEEP_SIZES ?= 1000,10000,100000
 PEERS ?= durabletask,dbos
 HARD_DOWN_ORDERS ?= 10
 
-.PHONY: demo test lint typecheck pytest setup clean
+.PHONY: demo test lint typecheck doctor pytest setup clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,10 +68,16 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy .
 
+# The doctor scans what the deployment package holds: pyproject.toml's [tool.azure-functions-doctor]
+# excludes what .funcignore leaves out. It runs from the project's venv, which VIRTUAL_ENV names as
+# activating it would. The warnings it leaves, and why: docs/functions.md.
+doctor: setup
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/azure-functions-doctor --path . --verbose
+
 pytest: setup
 	$(VENV)/bin/pytest
 
-test: lint typecheck pytest
+test: lint typecheck doctor pytest
 
 clean:
 	rm -rf $(VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache

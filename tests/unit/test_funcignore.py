@@ -5,7 +5,8 @@ matched against ``.funcignore`` twice: with git's rules (``pathspec``), and the 
 Core Tools reads the file when it packs an app, which is not git's: Core Tools turns each line into a
 regular expression anchored at the project root (``**`` any characters, ``*`` any but ``/``) and
 denies a path that starts with a match. The two readings must agree, so the package is the same
-whichever tool builds it.
+whichever tool builds it. azure-functions-doctor (``make doctor``) skips what the package leaves out
+(``[tool.azure-functions-doctor].exclude`` in ``pyproject.toml``), so it judges the app that ships.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pathspec
@@ -84,10 +87,11 @@ def _is_app_file(path: str) -> bool:
     return path in APP_FILES or (_top(path) in APP_PACKAGES and "__pycache__" not in path)
 
 
-def test_the_readings_agree_because_nothing_is_negated_and_every_pattern_is_rooted() -> None:
+def test_the_readings_agree_on_every_file_and_nothing_is_negated() -> None:
     assert PATTERNS, ".funcignore lists nothing"
     assert not [p for p in PATTERNS if p.startswith("!")]
-    assert not [p for p in PATTERNS if not p.startswith("/")]
+    # A pattern is rooted, or the bare name of a folder that may sit at any depth.
+    assert not [p for p in PATTERNS if not (p.startswith("/") or re.fullmatch(r"(\*\*/)?[\w.-]+/", p))]
     for path in [*_tracked_files(), *LOCAL_ARTEFACTS]:
         assert _git_excludes(path) == _core_tools_excludes(path), path
 
@@ -150,3 +154,18 @@ def test_every_module_the_app_imports_is_in_the_package() -> None:
     )
     assert "function_app.py" in ours and "orderflow/wiring.py" in ours and "supervisor/sweep.py" in ours
     assert [path for path in ours if _git_excludes(path) or _core_tools_excludes(path)] == []
+
+
+def test_the_doctor_skips_the_files_the_package_leaves_out_and_none_it_holds() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    excludes = pyproject["tool"]["azure-functions-doctor"]["exclude"]
+
+    def skipped(path: str) -> bool:  # the doctor's reading of an exclude: the path, or a folder of it
+        return any(fnmatch(path, glob) or fnmatch(path, f"{glob}/*") for glob in excludes)
+
+    tracked = _tracked_files()
+    # The files the doctor scans (Python, JSON, Bicep) are skipped exactly when they are not packaged.
+    scanned = [path for path in tracked if path.endswith((".py", ".json", ".bicep"))]
+    assert {path for path in scanned if skipped(path)} == {path for path in scanned if _git_excludes(path)}
+    for glob in excludes:  # and no exclude is stale
+        assert [path for path in tracked if skipped(path) and fnmatch(path, f"{glob}*")], glob
