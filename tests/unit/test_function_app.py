@@ -299,8 +299,8 @@ def test_every_binding_setting_is_a_documented_setting_with_an_example_value(val
 def test_the_service_bus_connection_resolves_in_the_example(values: dict[str, str]) -> None:
     connections = {b["connection"] for f in FUNCTIONS.values() for b in f["bindings"] if "connection" in b}
     assert connections == {"SERVICEBUS"}
-    # Identity-based: the host reads <connection>__fullyQualifiedNamespace; no connection string.
-    assert "SERVICEBUS" not in values
+    # Identity-based: the host reads <connection>__fullyQualifiedNamespace when SERVICEBUS is blank.
+    assert values["SERVICEBUS"] == ""
     assert values["SERVICEBUS__fullyQualifiedNamespace"].endswith(".servicebus.windows.net")
 
 
