@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -37,18 +38,12 @@ pytestmark = pytest.mark.unit
 COSMOS_EMULATOR_KEY = (
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
 )
-SERVICE_BUS_EMULATOR = (
-    "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
-    "UseDevelopmentEmulator=true;"
-)
-EMULATORS = {
-    "COSMOS_ENDPOINT": "https://localhost:8081/",
-    "COSMOS_KEY": COSMOS_EMULATOR_KEY,
-    "COSMOS_VERIFY_TLS": "false",
-    "SERVICEBUS": SERVICE_BUS_EMULATOR,
-    "SERVICEBUS__fullyQualifiedNamespace": "",
-}
-"""The emulators' settings: the Cosmos DB emulator's published key, the Service Bus emulator's string."""
+REPO = Path(__file__).resolve().parents[2]
+EMULATORS: dict[str, str] = json.loads((REPO / "local.settings.example.json").read_text(encoding="utf-8"))[
+    "Values"
+]
+"""The example settings, ``func start`` against docker-compose.yml's emulators: the Cosmos DB emulator's
+published key, the Service Bus emulator's connection string, Azurite for the host's task hub."""
 
 CLIENT_ID = "6d1f0b9e-0000-4000-8000-000000000001"
 OTHER_CLIENT_ID = "6d1f0b9e-0000-4000-8000-000000000002"
