@@ -4,15 +4,22 @@ Precedence, highest first: keyword arguments to :meth:`Settings.load` (tests, th
 environment variables (Azure app settings / ``local.settings.json`` ``Values``), then the defaults
 below. Setting names are the environment variable names, identical across Bicep app settings,
 ``local.settings.json`` and this module. Durations are seconds; times are UTC.
+
+The defaults suit a developer's machine. On Azure (:func:`on_azure`) some have no safe value, and
+:meth:`Settings.check_azure` refuses them at start-up: identity is the only way in there (no
+connection string, no key, no unverified TLS) and no address of the developer's machine is reachable.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -20,6 +27,91 @@ from orderflow.queues.base import DEAD_LETTER_SUFFIX
 
 MAX_DURATION_S = 315_360_000.0
 """Longest duration any ``*_S`` setting may have: ten years, far within what a ``timedelta`` holds."""
+
+AZURE_PLATFORM_VARIABLES = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
+"""Variables the App Service / Functions platform sets on every instance and Core Tools never sets.
+
+``WEBSITE_INSTANCE_ID`` is what the Functions host itself tests for App Service; Linux Consumption
+instances have none, but every plan sets ``WEBSITE_SITE_NAME`` (the app's name). ``func start`` sets
+``WEBSITE_HOSTNAME`` (``localhost:7071``) and ``AZURE_FUNCTIONS_ENVIRONMENT``, so neither is a sign.
+"""
+
+
+def on_azure(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs on the App Service / Functions platform (default: ``os.environ``)."""
+    source = os.environ if environ is None else environ
+    return any(source.get(name, "").strip() for name in AZURE_PLATFORM_VARIABLES)
+
+
+class UnsafeAzureSetting(ValueError):
+    """A setting whose value has no safe meaning on Azure. The message is one line naming the setting,
+    and never holds a secret's value.
+
+    Attributes:
+        setting: The setting's name.
+    """
+
+    def __init__(self, setting: str, reason: str) -> None:
+        self.setting = setting
+        super().__init__(f"{setting} {reason}")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``), 127.0.0.0/8 in any
+    form the resolver accepts (``127.1``, ``2130706433``), ``::1``, an IPv4-mapped loopback, or an
+    unspecified address (``0.0.0.0``, ``::``), which connects to this machine too."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        try:
+            address = ipaddress.IPv4Address(socket.inet_aton(name))
+        except OSError:
+            return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_unspecified
+
+
+def _url_refusal(value: str, *, schemes: tuple[str, ...], expected: str) -> str | None:
+    """Why ``value`` is no endpoint on Azure (empty, not a URL of ``schemes``, loopback), or None.
+
+    Only the host is quoted: a URL may carry credentials.
+    """
+    text = value.strip()
+    if not text:
+        return f"is empty: set {expected}"
+    try:
+        parts = urlsplit(text)
+        scheme, host = parts.scheme, parts.hostname
+    except ValueError:
+        scheme, host = "", None
+    if scheme not in schemes or not host:
+        return f"is not an {' or '.join(schemes)} URL: set {expected}"
+    if is_loopback_host(host):
+        return f"names {host}, a loopback address where nothing of orderflow listens on Azure: set {expected}"
+    return None
+
+
+_NO_STORAGE_ON_AZURE = (
+    "is set: the Functions app keeps no storage of its own (the task hub is the host's AzureWebJobsStorage), "
+    "so it holds a key nobody needs; remove it"
+)
+_NO_KEY_ON_AZURE = (
+    "is set: on Azure the app reaches Cosmos DB with its managed identity and the account takes no key; "
+    "remove it"
+)
+_NO_CONNECTION_STRING_ON_AZURE = (
+    "is a connection string: on Azure the triggers and orderflow connect with the managed identity; "
+    "remove it and set SERVICEBUS__fullyQualifiedNamespace"
+)
+_CLIENT_ID_NEEDS_MANAGED_IDENTITY = (
+    "is not 'managedidentity' while SERVICEBUS__clientId is set: the triggers would not use that "
+    "user-assigned identity, orderflow's own client would"
+)
 
 
 class Settings(BaseModel):
@@ -30,23 +122,61 @@ class Settings(BaseModel):
 
     # --- connections -------------------------------------------------------------------------
     STORAGE_CONNECTION_STRING: str = Field(
-        "", description="Azure Storage connection string (local: Azurite). Queues and the supervisor lease."
+        "",
+        description="Azure Storage connection string (local: Azurite, UseDevelopmentStorage=true or the "
+        "devhost's). Queues and the supervisor lease of the local host and the CLI; the Functions app keeps "
+        "no storage of its own, so it is refused on Azure.",
     )
     COSMOS_ENDPOINT: str = Field(
-        "", description="Cosmos DB account endpoint (local: cosmosdb-server, https)."
+        "",
+        description="Cosmos DB account endpoint, https (local: cosmosdb-server or the Cosmos DB emulator). "
+        "Required; a loopback address is refused on Azure.",
     )
-    COSMOS_KEY: str = Field("", description="Cosmos DB key; empty on Azure (managed identity).")
+    COSMOS_KEY: str = Field(
+        "",
+        description="Cosmos DB account key, for an emulator only (its published key). Empty (default): "
+        "managed identity with data-plane RBAC, where the containers must already exist. Refused on Azure.",
+    )
     COSMOS_DATABASE: str = Field("orderflow", description="Cosmos DB database name.")
     COSMOS_VERIFY_TLS: bool = Field(
-        True, description="Verify the Cosmos TLS certificate; false only for the local emulator."
+        True,
+        description="Verify the Cosmos TLS certificate; false only for a local emulator's self-signed "
+        "certificate (refused on Azure).",
+    )
+    SERVICEBUS: str = Field(
+        "",
+        description="Service Bus connection string of the SERVICEBUS connection, for the Service Bus "
+        "emulator (Endpoint=sb://localhost;...;UseDevelopmentEmulator=true;). As for the Functions host, "
+        "a non-blank value wins and SERVICEBUS__fullyQualifiedNamespace is not read. Empty (default): "
+        "identity. Refused on Azure.",
     )
     SERVICEBUS__fullyQualifiedNamespace: str = Field(
         "",
-        description="Service Bus namespace host name, for the identity-based SERVICEBUS connection of the "
-        "Functions triggers and for orderflow's own senders (Azure only).",
+        description="Service Bus namespace host name (<namespace>.servicebus.windows.net) of the "
+        "identity-based SERVICEBUS connection, for the Functions triggers and orderflow's own client. "
+        "Required on Azure.",
+    )
+    SERVICEBUS__credential: str = Field(
+        "",
+        description="'managedidentity' makes the host's SERVICEBUS connection use the user-assigned "
+        "identity SERVICEBUS__clientId names. Empty (default): the system-assigned identity on Azure, "
+        "your own sign-in locally. Read by the Functions host; on Azure orderflow refuses a client id "
+        "without it.",
+    )
+    SERVICEBUS__clientId: str = Field(
+        "",
+        description="Client id of the user-assigned managed identity of the SERVICEBUS connection; "
+        "orderflow's own credential uses it too, before AZURE_CLIENT_ID. Empty (default): none.",
+    )
+    AZURE_CLIENT_ID: str = Field(
+        "",
+        description="Client id of the user-assigned managed identity DefaultAzureCredential uses (Cosmos DB "
+        "and Service Bus) when SERVICEBUS__clientId is empty. Empty (default): the system-assigned identity.",
     )
     DEMO_SERVICES_URL: str = Field(
-        "http://127.0.0.1:8082", description="Base URL of the demo inventory, payment and shipping services."
+        "http://127.0.0.1:8082",
+        description="Base URL of the inventory, payment and shipping services the agents call. The default, "
+        "loopback, is the local demo's: on Azure it is refused and the services' own URL is required.",
     )
 
     # --- queues ------------------------------------------------------------------------------
@@ -301,6 +431,47 @@ class Settings(BaseModel):
                     "should be base64: the Cosmos DB account key as the portal or the emulator gives it"
                 ) from None
         return key
+
+    def check_azure(self) -> None:
+        """Refuse, at start-up on Azure (:func:`on_azure`), the settings that have no safe value there.
+
+        Raises:
+            UnsafeAzureSetting: the first such setting, in the order the fields are declared.
+        """
+        for setting, reason in self._unsafe_on_azure():
+            raise UnsafeAzureSetting(setting, reason)
+
+    def _unsafe_on_azure(self) -> Iterator[tuple[str, str]]:
+        if self.STORAGE_CONNECTION_STRING.strip():
+            yield "STORAGE_CONNECTION_STRING", _NO_STORAGE_ON_AZURE
+        cosmos = "the account endpoint, https://<account>.documents.azure.com:443/"
+        if refusal := _url_refusal(self.COSMOS_ENDPOINT, schemes=("https",), expected=cosmos):
+            yield "COSMOS_ENDPOINT", refusal
+        if self.COSMOS_KEY.strip():
+            yield "COSMOS_KEY", _NO_KEY_ON_AZURE
+        if not self.COSMOS_VERIFY_TLS:
+            yield "COSMOS_VERIFY_TLS", "is false: certificates go unchecked only against a local emulator"
+        if self.SERVICEBUS.strip():
+            yield "SERVICEBUS", _NO_CONNECTION_STRING_ON_AZURE
+        yield from self._unsafe_service_bus_identity()
+        services = "the URL the agents' remote services answer on"
+        if refusal := _url_refusal(self.DEMO_SERVICES_URL, schemes=("http", "https"), expected=services):
+            yield "DEMO_SERVICES_URL", refusal
+
+    def _unsafe_service_bus_identity(self) -> Iterator[tuple[str, str]]:
+        name = "SERVICEBUS__fullyQualifiedNamespace"
+        namespace = self.SERVICEBUS__fullyQualifiedNamespace.strip()
+        expected = "the namespace host name, <namespace>.servicebus.windows.net"
+        if not namespace:
+            yield name, f"is empty: set {expected}"
+        elif any(mark in namespace for mark in "/:;="):
+            # Not quoted: a connection string pasted here would carry its key.
+            yield name, f"is not a host name: set {expected}"
+        elif is_loopback_host(namespace):
+            yield name, f"names {namespace}, a loopback address (the local emulator): set {expected}"
+        credential = self.SERVICEBUS__credential.strip().lower()
+        if self.SERVICEBUS__clientId.strip() and credential != "managedidentity":
+            yield "SERVICEBUS__credential", _CLIENT_ID_NEEDS_MANAGED_IDENTITY
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+
+from azure.core.credentials import TokenCredential
 
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Settings, on_azure
 from orderflow.stores.cosmos import CosmosStores
 
 
@@ -22,7 +25,8 @@ def connect_queues(settings: Settings) -> StorageQueueFactory:
 
 
 def connect_stores(settings: Settings) -> CosmosStores:
-    """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY``.
+    """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY`` (an emulator's key:
+    the database and containers are created when missing).
 
     Raises:
         ValueError: the endpoint or key is empty (managed identity comes with the Azure host).
@@ -41,27 +45,67 @@ def connect_stores(settings: Settings) -> CosmosStores:
     )
 
 
-def connect_azure(settings: Settings) -> tuple[CosmosStores, ServiceBusQueueFactory]:
-    """The Azure adapters, with identity-based connections only (``DefaultAzureCredential``).
+def azure_credential(settings: Settings) -> TokenCredential:
+    """The ``DefaultAzureCredential`` of orderflow's own clients, with the user-assigned identity named.
 
-    Cosmos DB at ``COSMOS_ENDPOINT`` (data-plane RBAC; the containers come from infrastructure;
-    ``COSMOS_KEY`` only for the emulator) and Service Bus at ``SERVICEBUS__fullyQualifiedNamespace``.
+    ``SERVICEBUS__clientId`` first (the identity the host's SERVICEBUS connection uses), then
+    ``AZURE_CLIENT_ID``. With neither, azure-identity uses the system-assigned identity on Azure and
+    the developer's sign-in locally.
+    """
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only identity connections need it)
+
+    client_id = settings.SERVICEBUS__clientId.strip() or settings.AZURE_CLIENT_ID.strip()
+    if client_id:
+        return DefaultAzureCredential(managed_identity_client_id=client_id)
+    # Passing None would hide an AZURE_CLIENT_ID that only the process environment holds.
+    return DefaultAzureCredential()
+
+
+def connect_azure(
+    settings: Settings, *, environ: Mapping[str, str] | None = None
+) -> tuple[CosmosStores, ServiceBusQueueFactory]:
+    """The Functions app's adapters: Cosmos DB for both stores, Service Bus for every queue.
+
+    Identity by default, one ``DefaultAzureCredential`` (:func:`azure_credential`) for both. An
+    emulator's secret only where the settings name one: ``COSMOS_KEY`` for Cosmos DB (containers are
+    then created) and ``SERVICEBUS`` for Service Bus, which wins over
+    ``SERVICEBUS__fullyQualifiedNamespace`` as it does for the Functions host's triggers. On Azure
+    (:func:`~orderflow.settings.on_azure` of ``environ``, default ``os.environ``) the settings are
+    checked first, so only identity gets through.
 
     Raises:
-        ValueError: a required setting is empty.
+        UnsafeAzureSetting: on Azure, a setting with no safe value there.
+        ValueError: ``COSMOS_ENDPOINT``, or both ``SERVICEBUS`` and its namespace, are empty.
     """
-    from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only the Azure host needs it)
-
-    if not settings.COSMOS_ENDPOINT or not settings.SERVICEBUS__fullyQualifiedNamespace:
-        raise ValueError("COSMOS_ENDPOINT and SERVICEBUS__fullyQualifiedNamespace must be set")
-    credential = DefaultAzureCredential()
-    # A key only for the Cosmos DB emulator; on Azure the account's local auth is disabled.
-    stores = CosmosStores.connect(
-        settings.COSMOS_ENDPOINT,
-        key=settings.COSMOS_KEY or None,
-        credential=None if settings.COSMOS_KEY else credential,
-        database=settings.COSMOS_DATABASE,
-        verify_tls=settings.COSMOS_VERIFY_TLS,
-    )
-    queues = ServiceBusQueueFactory.from_namespace(settings.SERVICEBUS__fullyQualifiedNamespace, credential)
+    if on_azure(environ):
+        settings.check_azure()
+    connection_string = settings.SERVICEBUS.strip()
+    namespace = settings.SERVICEBUS__fullyQualifiedNamespace.strip()
+    if not settings.COSMOS_ENDPOINT.strip():
+        raise ValueError("COSMOS_ENDPOINT is not set")
+    if not connection_string and not namespace:
+        raise ValueError("SERVICEBUS__fullyQualifiedNamespace (or SERVICEBUS, for the emulator) is not set")
+    needs_identity = not settings.COSMOS_KEY.strip() or not connection_string
+    credential = azure_credential(settings) if needs_identity else None
+    if settings.COSMOS_KEY.strip():
+        stores = connect_stores(settings)
+    else:
+        assert credential is not None
+        # Data-plane RBAC cannot create databases or containers: infrastructure does.
+        stores = CosmosStores.connect(
+            settings.COSMOS_ENDPOINT,
+            credential=credential,
+            database=settings.COSMOS_DATABASE,
+            verify_tls=settings.COSMOS_VERIFY_TLS,
+        )
+    try:
+        if connection_string:
+            # No administration client: azure-servicebus's speaks https only, the emulator no TLS.
+            queues = ServiceBusQueueFactory.from_connection_string(connection_string)
+        else:
+            assert credential is not None
+            queues = ServiceBusQueueFactory.from_namespace(namespace, credential)
+    except BaseException:
+        stores.close()
+        raise
     return stores, queues

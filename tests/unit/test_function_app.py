@@ -5,7 +5,9 @@ each function's ``get_function_json()`` (what the worker reports to the host whe
 is checked against what the roles expect: names, triggers, queues, schedules, connections, settlement
 mode, durable client bindings. Every ``%NAME%`` a binding or host.json refers to must be a setting the
 app documents, with a value in ``local.settings.example.json``, so a renamed setting or a new agent
-without a trigger fails here rather than at ``func start``.
+without a trigger fails here rather than at ``func start``. The example is the emulators' (``func
+start`` against docker-compose.yml, docs/functions.md): it holds their published secrets only, and
+Azure refuses it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from orderflow.contracts import (
     START_UNDO,
 )
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
-from orderflow.settings import Settings
+from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.workflows import WORKFLOWS
 
 pytestmark = pytest.mark.unit
@@ -47,8 +49,21 @@ HOST_ONLY_KEYS = frozenset(
 )
 """Keys of the example ``Values`` that the Functions host reads and orderflow's Settings do not."""
 
-CHANGED_FROM_DEFAULT = frozenset({"COSMOS_ENDPOINT", "SERVICEBUS__fullyQualifiedNamespace", "HOST_ID"})
-"""Settings whose example value deliberately differs from the Settings default."""
+CHANGED_FROM_DEFAULT = frozenset(
+    {"COSMOS_ENDPOINT", "COSMOS_KEY", "COSMOS_VERIFY_TLS", "SERVICEBUS", "HOST_ID", "MAX_SUBMISSION_BACKLOG"}
+)
+"""Settings whose example value deliberately differs from the Settings default: the emulators'
+connections, the single response queue of the Functions app (no host id), and no backlog ceiling,
+because the Service Bus emulator's queue counts cannot be read (docs/functions.md)."""
+
+COSMOS_EMULATOR_KEY = (
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+)
+SERVICE_BUS_EMULATOR = (
+    "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+    "UseDevelopmentEmulator=true;"
+)
+"""The emulators' published development secrets, the only ones the example may hold."""
 
 AGENTS = sorted(
     {step.agent for workflow in WORKFLOWS.values() for step in workflow.steps}
@@ -168,8 +183,8 @@ def host() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def azure_settings(values: dict[str, str]) -> Settings:
-    """The settings the Azure app reads when its app settings are the example's Values."""
+def example_settings(values: dict[str, str]) -> Settings:
+    """The settings the Functions app reads under ``func start`` with the example's Values."""
     return Settings.load(env=values)
 
 
@@ -243,13 +258,13 @@ def test_service_bus_triggers_take_the_sdk_message_and_its_actions(name: str) ->
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_every_agent_of_every_workflow_has_a_trigger_on_its_request_queue(
-    agent: str, azure_settings: Settings, values: dict[str, str]
+    agent: str, example_settings: Settings, values: dict[str, str]
 ) -> None:
     listening = {
         _resolve(_only_binding(name, "serviceBusTrigger")["queueName"], values): name
         for name in SERVICE_BUS_QUEUES
     }
-    assert listening.get(azure_settings.agent_queue(agent)) == f"agent_{agent}"
+    assert listening.get(example_settings.agent_queue(agent)) == f"agent_{agent}"
 
 
 def test_no_agent_trigger_listens_for_an_agent_no_workflow_uses() -> None:
@@ -299,9 +314,10 @@ def test_every_binding_setting_is_a_documented_setting_with_an_example_value(val
 def test_the_service_bus_connection_resolves_in_the_example(values: dict[str, str]) -> None:
     connections = {b["connection"] for f in FUNCTIONS.values() for b in f["bindings"] if "connection" in b}
     assert connections == {"SERVICEBUS"}
-    # Identity-based: the host reads <connection>__fullyQualifiedNamespace; no connection string.
-    assert "SERVICEBUS" not in values
-    assert values["SERVICEBUS__fullyQualifiedNamespace"].endswith(".servicebus.windows.net")
+    # The host takes a non-blank SERVICEBUS as the connection string, before SERVICEBUS__*: the emulator.
+    assert values["SERVICEBUS"] == SERVICE_BUS_EMULATOR
+    assert values["SERVICEBUS__fullyQualifiedNamespace"] == ""
+    assert values["SERVICEBUS__credential"] == values["SERVICEBUS__clientId"] == ""
 
 
 # --- local.settings.example.json ------------------------------------------------------------------------
@@ -328,30 +344,42 @@ def test_example_task_hub_name_is_valid_for_the_azure_storage_provider(values: d
     assert re.fullmatch(r"[A-Za-z][A-Za-z0-9]{2,44}", values["TASK_HUB_NAME"])
 
 
-def test_example_holds_no_secrets(values: dict[str, str]) -> None:
-    assert values["COSMOS_KEY"] == ""
-    assert values["STORAGE_CONNECTION_STRING"] == ""
+def test_example_holds_only_the_emulators_published_secrets(values: dict[str, str]) -> None:
+    assert values["COSMOS_KEY"] == COSMOS_EMULATOR_KEY
+    assert values["SERVICEBUS"] == SERVICE_BUS_EMULATOR
+    assert values["AzureWebJobsStorage"] == "UseDevelopmentStorage=true"  # Azurite's well-known account
+    assert values["STORAGE_CONNECTION_STRING"] == ""  # the Functions app keeps no storage of its own
     for name, value in values.items():
-        assert not re.search(r"(AccountKey|SharedAccessKey|AccessKey)=", value, re.IGNORECASE), name
+        if name not in {"COSMOS_KEY", "SERVICEBUS"}:
+            assert not re.search(r"(AccountKey|SharedAccessKey|AccessKey)=", value, re.IGNORECASE), name
 
 
-def test_example_settings_validate_as_the_azure_app(azure_settings: Settings) -> None:
-    assert azure_settings.HOST_ID == ""
+def test_example_settings_are_the_emulators_and_validate_as_the_functions_app(
+    example_settings: Settings,
+) -> None:
+    assert example_settings.HOST_ID == ""
     # One shared response queue on Azure: agents answer where response_listener listens.
-    assert azure_settings.response_queue() == azure_settings.AGENT_RESPONSES_QUEUE == "agent-responses"
-    assert azure_settings.COSMOS_ENDPOINT.startswith("https://")
-    assert azure_settings.COSMOS_KEY == ""
-    assert azure_settings.COSMOS_VERIFY_TLS is True
-    assert (azure_settings.STEP_TIMEOUT_S, azure_settings.QUEUE_LOCK_S) == (8.0, 30.0)
-    assert azure_settings.MAX_DELIVERY_COUNT == 10
-    for schedule in (azure_settings.STARTER_SCHEDULE, azure_settings.SUPERVISOR_SCHEDULE):
+    assert example_settings.response_queue() == example_settings.AGENT_RESPONSES_QUEUE == "agent-responses"
+    # The Cosmos DB emulator of docker-compose.yml: https (the SDK insists), its self-signed certificate.
+    assert example_settings.COSMOS_ENDPOINT == "https://localhost:8081/"
+    assert example_settings.COSMOS_VERIFY_TLS is False
+    assert example_settings.DEMO_SERVICES_URL == "http://127.0.0.1:8082"
+    assert (example_settings.STEP_TIMEOUT_S, example_settings.QUEUE_LOCK_S) == (8.0, 30.0)
+    assert example_settings.MAX_DELIVERY_COUNT == 10
+    for schedule in (example_settings.STARTER_SCHEDULE, example_settings.SUPERVISOR_SCHEDULE):
         assert len(schedule.split()) == 6, "Functions timers take six-field NCRONTAB (with seconds)"
 
 
-def test_example_values_equal_the_defaults_except_where_deliberate(azure_settings: Settings) -> None:
+def test_the_example_is_refused_on_azure(example_settings: Settings) -> None:
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        example_settings.check_azure()
+    assert refused.value.setting == "COSMOS_ENDPOINT"  # the emulator, on loopback
+
+
+def test_example_values_equal_the_defaults_except_where_deliberate(example_settings: Settings) -> None:
     defaults = Settings.load(env={})
     differing = {
-        name for name in Settings.model_fields if getattr(azure_settings, name) != getattr(defaults, name)
+        name for name in Settings.model_fields if getattr(example_settings, name) != getattr(defaults, name)
     }
     assert differing == CHANGED_FROM_DEFAULT
 
@@ -416,20 +444,20 @@ def test_host_json_logging_and_sampling(host: dict[str, Any]) -> None:
 # --- the Service Bus emulator's configuration (docker-compose.yml mounts it; no test runs it) -----------
 
 
-def test_emulator_declares_every_queue_the_app_uses(azure_settings: Settings) -> None:
+def test_emulator_declares_every_queue_the_app_uses(example_settings: Settings) -> None:
     config = _load_json("emulators/servicebus-config.json")["UserConfig"]
     [namespace] = config["Namespaces"]
     assert namespace["Name"] == "sbemulatorns"
     queues = {queue["Name"]: queue["Properties"] for queue in namespace["Queues"]}
     app_queues = {
-        azure_settings.ORDERS_QUEUE,
-        azure_settings.AGENT_RESPONSES_QUEUE,
-        *(azure_settings.agent_queue(agent) for agent in AGENTS),
+        example_settings.ORDERS_QUEUE,
+        example_settings.AGENT_RESPONSES_QUEUE,
+        *(example_settings.agent_queue(agent) for agent in AGENTS),
     }
     assert set(queues) == app_queues | {"client-a"}
     for name, properties in queues.items():
-        assert properties["MaxDeliveryCount"] == azure_settings.MAX_DELIVERY_COUNT, name
-        assert _iso_duration(properties["LockDuration"]) >= timedelta(seconds=azure_settings.QUEUE_LOCK_S)
+        assert properties["MaxDeliveryCount"] == example_settings.MAX_DELIVERY_COUNT, name
+        assert _iso_duration(properties["LockDuration"]) >= timedelta(seconds=example_settings.QUEUE_LOCK_S)
         assert properties["RequiresDuplicateDetection"] is True, name
         assert _iso_duration(properties["DuplicateDetectionHistoryTimeWindow"]) >= timedelta(minutes=1)
         assert properties["DeadLetteringOnMessageExpiration"] is True, name

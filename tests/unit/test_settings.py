@@ -1,12 +1,13 @@
 """Settings refuse values that would only fail later, in every loop: NaN, infinity, non-positive
-durations and counts, durations beyond a timedelta, a Cosmos DB key that is not base64."""
+durations and counts, durations beyond a timedelta, a Cosmos DB key that is not base64; and, on Azure,
+every setting that has no safe value there (a key, a connection string, unverified TLS, loopback)."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from orderflow.settings import MAX_DURATION_S, Settings
+from orderflow.settings import MAX_DURATION_S, Settings, UnsafeAzureSetting, is_loopback_host, on_azure
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +58,142 @@ def test_a_value_that_would_fail_later_is_refused_naming_the_setting(
 )
 def test_edge_values_that_mean_something_are_kept(name: str, value: str, expected: object) -> None:
     assert getattr(Settings.load({name: value}), name) == expected
+
+
+# --- on Azure ------------------------------------------------------------------------------------------
+
+SERVICE_BUS_EMULATOR = (
+    "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+    "UseDevelopmentEmulator=true;"
+)
+AZURE_IDENTITY = {
+    "COSMOS_ENDPOINT": "https://orderflow-cosmos.documents.azure.com:443/",
+    "SERVICEBUS__fullyQualifiedNamespace": "orderflow-bus.servicebus.windows.net",
+    "DEMO_SERVICES_URL": "https://orderflow-services.azurewebsites.net",
+}
+"""Settings an Azure deployment with a system-assigned identity runs with."""
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"WEBSITE_INSTANCE_ID": "8ef3a1c0d6"}, True),  # App Service plans (what the host itself tests)
+        ({"WEBSITE_SITE_NAME": "orderflow-func"}, True),  # every plan, Linux Consumption included
+        ({}, False),
+        # What func start sets: none of it means Azure.
+        ({"WEBSITE_HOSTNAME": "localhost:7071", "AZURE_FUNCTIONS_ENVIRONMENT": "Development"}, False),
+        ({"WEBSITE_SITE_NAME": " ", "WEBSITE_INSTANCE_ID": ""}, False),
+    ],
+)
+def test_azure_is_the_platform_setting_its_instance_or_site_variable(
+    environ: dict[str, str], expected: bool
+) -> None:
+    assert on_azure(environ) is expected
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        # A user-assigned identity: the host's connection and orderflow's credential name the same one.
+        {
+            "SERVICEBUS__credential": "managedidentity",
+            "SERVICEBUS__clientId": "6d1f0b9e-0000-4000-8000-000000000001",
+        },
+        {"AZURE_CLIENT_ID": "6d1f0b9e-0000-4000-8000-000000000001"},
+        {"DEMO_SERVICES_URL": "http://10.1.2.3:8082"},  # a private address is reachable from a VNet
+    ],
+)
+def test_identity_settings_pass_the_azure_check(extra: dict[str, str]) -> None:
+    Settings.load({**AZURE_IDENTITY, **extra}).check_azure()
+
+
+@pytest.mark.parametrize(
+    ("override", "setting", "says"),
+    [
+        ({"DEMO_SERVICES_URL": "http://127.0.0.1:8082"}, "DEMO_SERVICES_URL", "names 127.0.0.1, a loopback"),
+        ({"DEMO_SERVICES_URL": "http://localhost:8082/"}, "DEMO_SERVICES_URL", "names localhost, a loopback"),
+        ({"DEMO_SERVICES_URL": "http://[::1]:8082"}, "DEMO_SERVICES_URL", "names ::1, a loopback"),
+        ({"DEMO_SERVICES_URL": "http://127.1:8082"}, "DEMO_SERVICES_URL", "a loopback address"),
+        ({"DEMO_SERVICES_URL": "http://0.0.0.0:8082"}, "DEMO_SERVICES_URL", "a loopback address"),
+        ({"DEMO_SERVICES_URL": ""}, "DEMO_SERVICES_URL", "is empty"),
+        ({"DEMO_SERVICES_URL": "services:8082"}, "DEMO_SERVICES_URL", "is not an http or https URL"),
+        ({"COSMOS_ENDPOINT": ""}, "COSMOS_ENDPOINT", "is empty"),
+        ({"COSMOS_ENDPOINT": "https://localhost:8081/"}, "COSMOS_ENDPOINT", "names localhost, a loopback"),
+        (
+            {"COSMOS_ENDPOINT": "http://orderflow-cosmos.documents.azure.com/"},
+            "COSMOS_ENDPOINT",
+            "not an https URL",
+        ),
+        ({"COSMOS_KEY": EMULATOR_KEY}, "COSMOS_KEY", "managed identity"),
+        ({"COSMOS_VERIFY_TLS": "false"}, "COSMOS_VERIFY_TLS", "is false"),
+        ({"SERVICEBUS": SERVICE_BUS_EMULATOR}, "SERVICEBUS", "is a connection string"),
+        ({"SERVICEBUS__fullyQualifiedNamespace": ""}, "SERVICEBUS__fullyQualifiedNamespace", "is empty"),
+        (
+            {"SERVICEBUS__fullyQualifiedNamespace": "localhost"},
+            "SERVICEBUS__fullyQualifiedNamespace",
+            "names localhost, a loopback address",
+        ),
+        (
+            {"SERVICEBUS__fullyQualifiedNamespace": SERVICE_BUS_EMULATOR},
+            "SERVICEBUS__fullyQualifiedNamespace",
+            "is not a host name",
+        ),
+        (
+            {"SERVICEBUS__clientId": "6d1f0b9e-0000-4000-8000-000000000001"},
+            "SERVICEBUS__credential",
+            "is not 'managedidentity'",
+        ),
+        ({"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"}, "STORAGE_CONNECTION_STRING", "is set"),
+    ],
+)
+def test_a_setting_with_no_safe_value_on_azure_is_refused_in_one_line_naming_it(
+    override: dict[str, str], setting: str, says: str
+) -> None:
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        Settings.load({**AZURE_IDENTITY, **override}).check_azure()
+    message = str(refused.value)
+    assert refused.value.setting == setting
+    assert message.startswith(f"{setting} ")
+    assert says in message
+    assert "\n" not in message
+    for secret in (EMULATOR_KEY, "SAS_KEY_VALUE"):  # a secret is never echoed
+        assert secret not in message
+
+
+def test_the_defaults_are_refused_on_azure_first_setting_first() -> None:
+    # A deployment that set nothing: the first connection setting in declared order is named.
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        Settings().check_azure()
+    assert refused.value.setting == "COSMOS_ENDPOINT"
+    # Every connection given but the demo services: their loopback default is refused.
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        Settings.load({**AZURE_IDENTITY, "DEMO_SERVICES_URL": Settings().DEMO_SERVICES_URL}).check_azure()
+    assert refused.value.setting == "DEMO_SERVICES_URL"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("LOCALHOST.", True),
+        ("api.localhost", True),
+        ("127.0.0.1", True),
+        ("127.255.0.9", True),
+        ("127.1", True),  # the resolver's short form
+        ("2130706433", True),  # 127.0.0.1 as one number
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", True),  # unspecified: connects to this machine
+        ("::", True),
+        ("10.0.0.1", False),
+        ("192.168.1.20", False),
+        ("orderflow-bus.servicebus.windows.net", False),
+        ("localhost.example.com", False),
+        ("::2", False),
+        ("128.0.0.1", False),
+    ],
+)
+def test_loopback_hosts_in_every_spelling(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
