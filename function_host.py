@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import typing
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, TypeVar
@@ -35,7 +35,7 @@ from orderflow.queues.servicebus import (
     decode_body,
     delivery_count,
 )
-from orderflow.settings import Settings
+from orderflow.settings import Settings, on_azure
 from orderflow.wiring import connect_azure
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,18 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
     )
     return deps, queues
+
+
+def check_start_up(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start on Azure with a setting that has no safe value there (``function_app`` calls
+    this on import, so the worker's indexing fails and the host loads no function, with the reason).
+
+    Raises:
+        UnsafeAzureSetting: on Azure (:func:`orderflow.settings.on_azure` of ``environ``, default
+            ``os.environ``), the first unsafe setting, named in a one-line message.
+    """
+    if on_azure(environ):
+        Settings.load(env=environ).check_azure()
 
 
 def dependencies() -> Dependencies:

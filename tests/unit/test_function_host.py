@@ -50,7 +50,7 @@ from orderflow.orchestration import InstanceStatus
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StateRecord, StepStatus
-from orderflow.settings import Settings
+from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
@@ -946,3 +946,21 @@ def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
     [(instance_id, event_name, payload)] = durable.raised
     assert (instance_id, event_name, payload["requestId"]) == ("o-1:1", f"{step}:response", f"o-1:1:{step}")
     assert len({id(loop) for loop in durable.loops}) == 1
+
+
+def test_start_up_on_azure_refuses_a_setting_with_no_safe_value() -> None:
+    environ = {
+        "WEBSITE_SITE_NAME": "orderflow-app",
+        "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+        "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+        "DEMO_SERVICES_URL": "http://127.0.0.1:8082",
+    }
+
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        function_host.check_start_up(environ)
+
+    assert refused.value.setting == "DEMO_SERVICES_URL"
+
+
+def test_start_up_off_azure_checks_nothing() -> None:
+    function_host.check_start_up({"DEMO_SERVICES_URL": "http://127.0.0.1:8082", "COSMOS_KEY": "a2V5"})

@@ -8,12 +8,14 @@ refused annotation fails the whole app.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
+from orderflow.settings import AZURE_PLATFORM_VARIABLES
 from tests.worker.conftest import REPO
 from tests.worker.rpc import protos
 from tests.worker.worker import SUCCESS, FunctionsWorker
@@ -82,3 +84,38 @@ def test_service_bus_triggers_ask_the_host_for_sdk_types_and_manual_settlement(
         assert binding["properties"] == {"SupportsDeferredBinding": True}, name
         assert (binding["autoCompleteMessages"], binding["connection"]) == (False, "SERVICEBUS"), name
         assert worker.metadata[name].bindings["message"].direction == protos.BindingInfo.Direction.Value("in")
+
+
+def index_in_a_fresh_worker(**environment: str) -> dict[str, Any]:
+    """Index the app in a worker process of its own, with ``environment`` added to the settings."""
+    env = {key: value for key, value in os.environ.items() if key not in AZURE_PLATFORM_VARIABLES}
+    env.update(environment)
+    command = [sys.executable, "-m", "tests.worker.index_once"]
+    out = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_on_azure_a_setting_with_no_safe_value_stops_the_app_at_indexing() -> None:
+    # DEMO_SERVICES_URL defaults to a loopback address: nothing on Azure answers there.
+    result = index_in_a_fresh_worker(
+        WEBSITE_INSTANCE_ID="0123abcd",
+        COSMOS_ENDPOINT="https://orderflow.documents.azure.com:443/",
+        SERVICEBUS__fullyQualifiedNamespace="orderflow.servicebus.windows.net",
+    )
+
+    assert result["ok"] is False
+    assert result["error"].startswith("worker init failed: UnsafeAzureSetting: DEMO_SERVICES_URL ")
+    assert "\n" not in result["error"]
+
+
+def test_on_azure_identity_settings_index_every_function() -> None:
+    result = index_in_a_fresh_worker(
+        WEBSITE_INSTANCE_ID="0123abcd",
+        COSMOS_ENDPOINT="https://orderflow.documents.azure.com:443/",
+        SERVICEBUS__fullyQualifiedNamespace="orderflow.servicebus.windows.net",
+        DEMO_SERVICES_URL="https://demo-services.example.com",
+    )
+
+    assert result == {"ok": True, "functions": 16}
