@@ -45,6 +45,17 @@ from orderflow.records import (
 )
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
+from orderflow.step_start import (
+    AwaitReview,
+    BudgetExhausted,
+    NotProcessing,
+    ReviewNeed,
+    ReviewRejected,
+    Start,
+    StepStartDecision,
+    Stopped,
+    decide_step_start,
+)
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -145,107 +156,47 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     step_def = definition.step(data.step)
     now = deps.clock.now()
 
-    exhausted = False
-    cancelled = False
-    awaiting = False
-    rejected = False
     # Only a step that asks for review reads the order here; the others read it after the write.
     reviewable = step_def.review and deps.settings.REVIEW_AMOUNT_ABOVE > 0
     order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
     needs_review = order is not None and order.amount > Decimal(str(deps.settings.REVIEW_AMOUNT_ABOVE))
+    decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        nonlocal exhausted, cancelled, awaiting, rejected
-        exhausted = awaiting = rejected = False
-        cancelled = record.cancel_requested_at is not None
-        if record.process_state not in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW) or cancelled:
-            # Cancelled by the client: start nothing more; the orchestration compensates.
-            return None
-        if needs_review:
-            review = record.review if record.review is not None and record.review.step == data.step else None
-            if review is None or review.decision is None:
-                awaiting = True
-                return _await_review(record, definition, data, review, settings=deps.settings, now=now)
-            if review.decision is ReviewDecision.REJECT:
-                rejected = True
-                return None
-        if record.process_state is not ProcessState.PROCESSING:
-            return None
-        step = record.steps[data.step]
-        if data.fallback and not step.fallback:
-            if step_def.fallback_agent is None:
-                raise IllegalTransition(f"{data.step} has no fallback provider")
-            # The primary refused: the fallback is another provider, so another key; the primary's
-            # reservation is spent (it reported no calls) and the fallback reserves its own.
-            step.fallback = True
-            step.idempotency_key = fallback_key(record.order_id, data.step)
-            step.reserved_calls = 0
-            step.last_instance = None
-        # A re-run of this activity finds its own write: same attempt, step Running, completion recorded.
-        already = (
-            step.status is StepStatus.RUNNING
-            and step.last_instance == data.instance_id
-            and record.complete_by is not None
-            and (data.completed is None or record.steps[data.completed.step].status is StepStatus.COMPLETED)
+        nonlocal decision
+        decision = decide_step_start(
+            record,
+            step_def,
+            instance_id=data.instance_id,
+            review=ReviewNeed.NEEDED if needs_review else ReviewNeed.NOT_NEEDED,
+            max_calls_per_step=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+            fallback=data.fallback,
+            completed_step=None if data.completed is None else data.completed.step,
         )
-        if already:
-            return None
-        if data.completed is not None:
-            _record_completion(record, definition, data.completed, now)
-        grant: int | None = None
-        if step.last_instance != data.instance_id or step.status is not StepStatus.RUNNING:
-            # Reserve this attempt's calls in the same write (docs/design.md §2 retryBudget). A
-            # reservation left by an attempt that died stays spent: the budget is never exceeded.
-            grant = min(record.retry_budget.remaining, deps.settings.AGENT_MAX_CALLS_PER_STEP)
-            if grant == 0:
-                exhausted = True
+        match decision:
+            case AwaitReview(review=review):
+                return _await_review(record, definition, data, review, settings=deps.settings, now=now)
+            case BudgetExhausted(to_fallback=to_fallback):
+                _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
                 # An earlier attempt's reservation stays spent; nothing is left to give back later.
-                step.reserved_calls = 0
+                record.steps[data.step].reserved_calls = 0
                 return record
-        # The deadline starts now, when the step really starts, not when the orchestration asked for it.
-        record.run_step(data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant)
-        return record
+            case Start(grant=grant, to_fallback=to_fallback):
+                _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
+                # The deadline starts now, when the step really starts, not when the orchestration asked.
+                record.run_step(
+                    data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant
+                )
+                return record
+            case _:
+                return None
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
-    live = record.process_state in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW)
-    if outcome.applied and cancelled and live:
-        telemetry.event(
-            "step.cancelled", order_id=data.order_id, instance_id=data.instance_id, step=data.step
-        )
-        return _stopped(record)
-    if outcome.applied and awaiting and record.process_state is ProcessState.AWAITING_REVIEW:
-        assert record.review is not None
-        if record.pending_reply is not None:
-            deliver_reply(
-                deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag
-            )
-        telemetry.event(
-            "review.awaiting",
-            order_id=data.order_id,
-            instance_id=data.instance_id,
-            step=data.step,
-            deadline=record.review.deadline.isoformat(),
-        )
-        return FencedWriteResult(
-            applied=False,
-            reason="awaiting_review",
-            review_required=True,
-            review_default=deps.settings.REVIEW_DEFAULT,
-            complete_by=record.review.deadline,
-        ).to_payload()
-    if outcome.applied and rejected:
-        # A decision recorded while no attempt waited (the next attempt finds it here).
-        return FencedWriteResult(
-            applied=True, review_required=True, review_decision=ReviewDecision.REJECT.value
-        ).to_payload()
-    if outcome.applied and exhausted:
-        telemetry.event(
-            "budget.exhausted", order_id=data.order_id, instance_id=data.instance_id, step=data.step
-        )
-        return FencedWriteResult(
-            applied=False, reason="retry_budget_exhausted", budget_exhausted=True
-        ).to_payload()
+    if outcome.applied:
+        refused = _refused_start(decision, record, data, deps, etag=outcome.etag)
+        if refused is not None:
+            return refused
     if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
         reason = outcome.reason or f"processState is {record.process_state.value}"
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
@@ -288,6 +239,68 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     return FencedWriteResult(
         applied=True, remaining_calls=record.retry_budget.remaining, complete_by=complete_by
     ).to_payload()
+
+
+def _prepare_start(
+    record: StateRecord,
+    definition: WorkflowDefinition,
+    data: StartStepInput,
+    *,
+    to_fallback: bool,
+    now: datetime,
+) -> None:
+    """What every write that starts (or refuses for budget) ``data.step`` does first: move the step to
+    its fallback provider if asked, and record the previous step's completion."""
+    if to_fallback:
+        step = record.steps[data.step]
+        # The primary refused: the fallback is another provider, so another key; the primary's
+        # reservation is spent (it reported no calls) and the fallback reserves its own.
+        step.fallback = True
+        step.idempotency_key = fallback_key(record.order_id, data.step)
+        step.reserved_calls = 0
+        step.last_instance = None
+    if data.completed is not None:
+        _record_completion(record, definition, data.completed, now)
+
+
+def _refused_start(
+    decision: StepStartDecision,
+    record: StateRecord,
+    data: StartStepInput,
+    deps: Dependencies,
+    *,
+    etag: str | None,
+) -> dict[str, Any] | None:
+    """The activity's result when the decision, applied, started nothing; None when it started the step
+    (or found it started)."""
+    fields = {"order_id": data.order_id, "instance_id": data.instance_id, "step": data.step}
+    match decision:
+        case Stopped() if record.process_state in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW):
+            telemetry.event("step.cancelled", **fields)
+            return _stopped(record)
+        case AwaitReview() if record.process_state is ProcessState.AWAITING_REVIEW:
+            assert record.review is not None
+            if record.pending_reply is not None:
+                deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=etag)
+            telemetry.event("review.awaiting", **fields, deadline=record.review.deadline.isoformat())
+            return FencedWriteResult(
+                applied=False,
+                reason="awaiting_review",
+                review_required=True,
+                review_default=deps.settings.REVIEW_DEFAULT,
+                complete_by=record.review.deadline,
+            ).to_payload()
+        case ReviewRejected():
+            # A decision recorded while no attempt waited (the next attempt finds it here).
+            return FencedWriteResult(
+                applied=True, review_required=True, review_decision=ReviewDecision.REJECT.value
+            ).to_payload()
+        case BudgetExhausted():
+            telemetry.event("budget.exhausted", **fields)
+            return FencedWriteResult(
+                applied=False, reason="retry_budget_exhausted", budget_exhausted=True
+            ).to_payload()
+    return None
 
 
 def _stopped(record: StateRecord) -> dict[str, Any]:

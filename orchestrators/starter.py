@@ -26,6 +26,7 @@ from orderflow.errors import ConcurrencyConflict, InvalidContinuation
 from orderflow.orchestration import OrchestrationClient
 from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
+from orderflow.step_start import ReviewNeed, Start, decide_step_start
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.workflows import UnknownWorkflowVersion, workflow_for
 
@@ -98,9 +99,11 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
     The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
     as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
     step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. That activity then finds
-    the step started by its own attempt and only sends the request. A step that needs a decision first is
-    left to the orchestration: one that may pause for review, one moved to its fallback provider, one
-    with no calls left in the budget, and any step of an order whose cancel was requested.
+    the step started by its own attempt and only sends the request. The decision is the activity's own
+    (:func:`orderflow.step_start.decide_step_start`); what it does not decide to start here is left to
+    the orchestration: a step that may pause for review (the claim has not read the order), one moved
+    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
+    order whose stop was requested.
 
     Args:
         record: The claimed record (``lockedBy`` set), changed in place.
@@ -112,25 +115,38 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
         The name of the step started, or None when the claim starts none.
     """
     assert record.locked_by is not None
-    if record.cancel_requested_at is not None:
-        return None
     try:
         definition = workflow_for(record.workflow_version)
     except UnknownWorkflowVersion:
         return None  # the orchestration meets it and fails; the supervisor then has the order
     done = set(record.completed_steps())
     step_def = next((s for s in definition.steps if s.name not in done), None)
-    if step_def is None or (step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0):
+    step = None if step_def is None else record.steps.get(step_def.name)
+    # The claim starts only a fresh step on its primary provider; every other case is the activity's.
+    if step_def is None or step is None or step.fallback:
         return None
-    step = record.steps.get(step_def.name)
-    if step is None or step.fallback or step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
+    if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
         return None
-    grant = min(record.retry_budget.remaining, settings.AGENT_MAX_CALLS_PER_STEP)
-    if grant == 0:
+    # The claim has not read the order, so a step that reviews large amounts is left to the activity.
+    review = (
+        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
+    )
+    decision = decide_step_start(
+        record,
+        step_def,
+        instance_id=record.locked_by,
+        review=review,
+        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
+    )
+    if not isinstance(decision, Start) or decision.grant is None:
         return None
     timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
     record.run_step(
-        step_def.name, record.locked_by, at=now, complete_by=now + timedelta(seconds=timeout_s), grant=grant
+        step_def.name,
+        record.locked_by,
+        at=now,
+        complete_by=now + timedelta(seconds=timeout_s),
+        grant=decision.grant,
     )
     return step_def.name
 

@@ -1,0 +1,180 @@
+"""May this step start? The one decision the claim and the ``start_step`` activity share.
+
+A step starts only in a record that is ``Processing`` and owned by the attempt asking (the fenced write
+checks ownership before it asks; docs/design.md §3.3). Then, in this order:
+
+1. a stop was asked for (a client's cancel, an operator's decision): **stop**, start nothing more;
+2. the step may need a person's review: **await review** until a decision is recorded, **reject** if
+   it was rejected; a caller that has not read the order's amount learns only that review is
+   **unknown**;
+3. the orchestration asks for the step's fallback provider: the step **moves to its fallback** (another
+   provider, another idempotency key, a reservation of its own);
+4. this attempt already started the step (an activity re-run, or the claim started it): **already
+   started**, nothing to write;
+5. the attempt needs a reservation of calls from the order's end-to-end retry budget: none left is
+   **budget exhausted**;
+6. otherwise **start**.
+
+:func:`decide_step_start` is pure: it reads a record and returns what to do; the caller applies it in
+its one conditional write. Results are a tagged union whose class names say what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from orderflow.errors import IllegalTransition
+from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
+from orderflow.workflows import StepDefinition
+
+
+class ReviewNeed(Enum):
+    """Whether the step must pause for a person's review, as far as the caller knows."""
+
+    NOT_NEEDED = "not_needed"
+    NEEDED = "needed"
+    UNKNOWN = "unknown"
+    """The step reviews orders above an amount, and the caller has not read the order."""
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A stop was asked for: the step does not start, and the orchestration compensates."""
+
+
+@dataclass(frozen=True)
+class NotProcessing:
+    """The record is in no state to start a step (``state``): someone else moved it."""
+
+    state: ProcessState
+
+
+@dataclass(frozen=True)
+class AwaitReview:
+    """Pause for a person's decision; ``review`` is the pending review of this step, if one exists."""
+
+    review: ReviewState | None
+
+
+@dataclass(frozen=True)
+class ReviewUnknown:
+    """The step may need review, and only the order's amount can tell: read it and decide again."""
+
+
+@dataclass(frozen=True)
+class ReviewRejected:
+    """A person rejected the order before this step: it does not start."""
+
+
+@dataclass(frozen=True)
+class AlreadyStarted:
+    """This attempt's start of the step is already in the record: nothing to write."""
+
+
+@dataclass(frozen=True)
+class BudgetExhausted:
+    """No calls are left in the order's retry budget for this attempt of the step.
+
+    Attributes:
+        to_fallback: The step moves to its fallback provider in the same write.
+    """
+
+    to_fallback: bool
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start the step for this attempt.
+
+    Attributes:
+        grant: Calls to reserve from the retry budget (at least 1), or None when the attempt keeps the
+            reservation it holds (a step restarted by the same attempt, after a review).
+        to_fallback: The step moves to its fallback provider first.
+    """
+
+    grant: int | None
+    to_fallback: bool
+
+
+StepStartDecision = (
+    Stopped
+    | NotProcessing
+    | AwaitReview
+    | ReviewUnknown
+    | ReviewRejected
+    | AlreadyStarted
+    | BudgetExhausted
+    | Start
+)
+"""What :func:`decide_step_start` decided."""
+
+_LIVE = (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW)
+
+
+def decide_step_start(
+    record: StateRecord,
+    step: StepDefinition,
+    *,
+    instance_id: str,
+    review: ReviewNeed,
+    max_calls_per_step: int,
+    fallback: bool = False,
+    completed_step: str | None = None,
+) -> StepStartDecision:
+    """Decide whether ``step`` starts for attempt ``instance_id`` (the rules in the module docstring).
+
+    Args:
+        record: The state record as read, owned by ``instance_id``.
+        step: The step's definition.
+        instance_id: The attempt asking.
+        review: Whether the step must pause for review (:class:`ReviewNeed`).
+        max_calls_per_step: ``AGENT_MAX_CALLS_PER_STEP``, the most one attempt of a step reserves.
+        fallback: The orchestration asks for the step's fallback provider (its primary refused).
+        completed_step: The previous step, whose completion is written with this start; a re-run is
+            "already started" only once that completion is in the record too.
+
+    Returns:
+        One of the :data:`StepStartDecision` classes.
+
+    Raises:
+        IllegalTransition: a fallback is asked for a step that has no fallback provider.
+        KeyError: the record has no state for ``step``.
+    """
+    if record.process_state in _LIVE and record.cancel_requested_at is not None:
+        return Stopped()
+    if record.process_state not in _LIVE:
+        return NotProcessing(record.process_state)
+    if review is ReviewNeed.UNKNOWN:
+        return ReviewUnknown()
+    if review is ReviewNeed.NEEDED:
+        pending = record.review if record.review is not None and record.review.step == step.name else None
+        if pending is None or pending.decision is None:
+            return AwaitReview(pending)
+        if pending.decision is ReviewDecision.REJECT:
+            return ReviewRejected()
+    if record.process_state is not ProcessState.PROCESSING:
+        return NotProcessing(record.process_state)
+    state = record.steps[step.name]
+    to_fallback = fallback and not state.fallback
+    if to_fallback and step.fallback_agent is None:
+        raise IllegalTransition(f"{step.name} has no fallback provider")
+    if not to_fallback and _started_by(record, step.name, instance_id, completed_step):
+        return AlreadyStarted()
+    # A fallback is a new provider: the attempt reserves again, whatever the primary held.
+    if not to_fallback and state.status is StepStatus.RUNNING and state.last_instance == instance_id:
+        return Start(grant=None, to_fallback=False)
+    grant = min(record.retry_budget.remaining, max_calls_per_step)
+    if grant == 0:
+        return BudgetExhausted(to_fallback=to_fallback)
+    return Start(grant=grant, to_fallback=to_fallback)
+
+
+def _started_by(record: StateRecord, step: str, instance_id: str, completed_step: str | None) -> bool:
+    state = record.steps[step]
+    return (
+        state.status is StepStatus.RUNNING
+        and state.last_instance == instance_id
+        and record.complete_by is not None
+        and (completed_step is None or record.steps[completed_step].status is StepStatus.COMPLETED)
+    )

@@ -1,0 +1,183 @@
+"""The one step-start decision (``orderflow.step_start``), every outcome through the pure function.
+
+The claim (``orchestrators.starter.start_first_step``) and the ``start_step`` activity both call it;
+their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``, ``test_cancellation``)
+show the decision applied in their writes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from orderflow.clock import FakeClock
+from orderflow.errors import IllegalTransition
+from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
+from orderflow.step_start import (
+    AlreadyStarted,
+    AwaitReview,
+    BudgetExhausted,
+    NotProcessing,
+    ReviewNeed,
+    ReviewRejected,
+    ReviewUnknown,
+    Start,
+    Stopped,
+    decide_step_start,
+)
+from orderflow.workflows import WORKFLOWS, StepDefinition, WorkflowDefinition
+from tests.unit.fakes import memory_deps, submit_and_claim
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+INSTANCE = "o-1:1"
+
+
+def workflow_with(predicate: str) -> WorkflowDefinition:
+    """A deployed workflow version with a step that reviews (``review``) or has a fallback (``fallback``)."""
+    for definition in WORKFLOWS.values():
+        for step in definition.steps:
+            if (predicate == "review" and step.review) or (predicate == "fallback" and step.fallback_agent):
+                return definition
+    raise AssertionError(f"no workflow version has a {predicate} step")
+
+
+def claimed(definition: WorkflowDefinition) -> StateRecord:
+    """A record of ``definition`` just claimed by attempt 1 (nothing started)."""
+    deps = memory_deps(FakeClock(NOW), AGENT_MAX_CALLS_PER_STEP=4)
+    record = submit_and_claim(deps, definition=definition)
+    for state in record.steps.values():
+        state.status = StepStatus.NOT_STARTED
+        state.last_instance = None
+        state.reserved_calls = 0
+    record.complete_by = NOW + timedelta(seconds=30)
+    return record
+
+
+def step_named(definition: WorkflowDefinition, predicate: str) -> StepDefinition:
+    return next(
+        step
+        for step in definition.steps
+        if (predicate == "review" and step.review)
+        or (predicate == "fallback" and step.fallback_agent)
+        or predicate == "first"
+    )
+
+
+def decide(record: StateRecord, step: StepDefinition, **options: object) -> object:
+    arguments: dict[str, object] = {
+        "instance_id": INSTANCE,
+        "review": ReviewNeed.NOT_NEEDED,
+        "max_calls_per_step": 4,
+    }
+    arguments.update(options)
+    return decide_step_start(record, step, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_fresh_step_starts_with_a_reservation_from_the_budget() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.retry_budget.spent = record.retry_budget.limit - 3
+
+    assert decide(record, definition.steps[0]) == Start(grant=3, to_fallback=False)
+
+
+def test_a_step_this_attempt_started_is_already_started() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.run_step(
+        definition.steps[0].name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4
+    )
+
+    assert decide(record, definition.steps[0]) == AlreadyStarted()
+    # The same attempt, but the previous step's completion is not in the record yet: start again, keeping
+    # the reservation it holds.
+    record.steps[definition.steps[1].name].status = StepStatus.RUNNING
+    assert decide(record, definition.steps[0], completed_step=definition.steps[1].name) == Start(
+        grant=None, to_fallback=False
+    )
+
+
+def test_a_step_another_attempt_started_starts_again_with_a_new_reservation() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.run_step(definition.steps[0].name, "o-1:0", at=NOW, complete_by=NOW, grant=4)
+
+    assert decide(record, definition.steps[0]) == Start(grant=4, to_fallback=False)
+
+
+def test_no_calls_left_is_budget_exhausted() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.retry_budget.spent = record.retry_budget.limit
+
+    assert decide(record, definition.steps[0]) == BudgetExhausted(to_fallback=False)
+
+
+@pytest.mark.parametrize("state", [ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW])
+def test_a_requested_stop_stops_a_live_order(state: ProcessState) -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.process_state = state
+    record.cancel_requested_at = NOW
+
+    assert decide(record, definition.steps[0]) == Stopped()
+
+
+@pytest.mark.parametrize(
+    "state", [ProcessState.PENDING, ProcessState.COMPENSATING, ProcessState.PROCESSED, ProcessState.ERROR]
+)
+def test_a_record_in_no_state_to_start_is_not_processing(state: ProcessState) -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.process_state = state
+    record.cancel_requested_at = NOW  # a stop asked of a record that is not live changes nothing
+
+    assert decide(record, definition.steps[0]) == NotProcessing(state)
+
+
+def test_a_step_that_reviews_waits_until_a_decision_and_a_caller_without_the_amount_cannot_tell() -> None:
+    definition = workflow_with("review")
+    step = step_named(definition, "review")
+    record = claimed(definition)
+
+    assert decide(record, step, review=ReviewNeed.UNKNOWN) == ReviewUnknown()
+    assert decide(record, step, review=ReviewNeed.NEEDED) == AwaitReview(None)
+    pending = ReviewState(
+        step=step.name, requested_at=NOW, deadline=NOW + timedelta(hours=1), response_queue="r"
+    )
+    record.review = pending
+    assert decide(record, step, review=ReviewNeed.NEEDED) == AwaitReview(pending)
+    record.review = pending.model_copy(update={"decision": ReviewDecision.REJECT})
+    assert decide(record, step, review=ReviewNeed.NEEDED) == ReviewRejected()
+    record.review = pending.model_copy(update={"decision": ReviewDecision.APPROVE})
+    assert decide(record, step, review=ReviewNeed.NEEDED) == Start(grant=4, to_fallback=False)
+    # An approval found while still AwaitingReview: record_review moves the order back first.
+    record.process_state = ProcessState.AWAITING_REVIEW
+    assert decide(record, step, review=ReviewNeed.NEEDED) == NotProcessing(ProcessState.AWAITING_REVIEW)
+
+
+def test_a_fallback_asked_for_moves_the_step_and_reserves_again() -> None:
+    definition = workflow_with("fallback")
+    step = step_named(definition, "fallback")
+    record = claimed(definition)
+    record.run_step(step.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
+
+    assert decide(record, step, fallback=True) == Start(grant=4, to_fallback=True)
+    record.retry_budget.spent = record.retry_budget.limit
+    assert decide(record, step, fallback=True) == BudgetExhausted(to_fallback=True)
+    # Once on its fallback, asking again is an ordinary start of that provider.
+    record.retry_budget.spent = 0
+    record.steps[step.name].fallback = True
+    assert decide(record, step, fallback=True) == AlreadyStarted()
+
+
+def test_a_fallback_for_a_step_without_one_is_an_illegal_transition() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    step = next(step for step in definition.steps if step.fallback_agent is None)
+    record = claimed(definition)
+
+    with pytest.raises(IllegalTransition, match="has no fallback provider"):
+        decide(record, step, fallback=True)
