@@ -169,6 +169,27 @@ def test_the_starter_makes_no_request_when_nothing_is_pending(
     assert extension.take() == []
 
 
+def test_a_failed_status_query_starts_nothing_and_leaves_the_claim_to_the_supervisor(
+    worker: FunctionsWorker, extension: DurableExtension, app: tuple[ActivityDeps, RecordingServiceBusClient]
+) -> None:
+    deps, _ = app
+    submit(deps)
+    extension.fail_next("status", Fault(500, SERVER_ERROR))
+    every = timedelta(seconds=10)
+
+    response = worker.invoke(
+        "starter",
+        {"timer": timer_trigger(START - every, every=every), "client": client_data(extension)},
+    )
+
+    # Starting after a status that was not read could replace an existing instance (docs/design.md §7).
+    assert extension.take() == [status_query("o-1:1")]
+    assert "TransientError" in (failure(response) or "")
+    record = deps.states.get("o-1").item
+    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:1")
+    assert record.complete_by is not None
+
+
 # --- the response listener -------------------------------------------------------------------------------
 
 
@@ -325,4 +346,26 @@ def test_a_raise_that_fails_with_a_server_error_is_redelivered_after_a_backoff(
         NOW + timedelta(seconds=1),
     )
     assert b"".join(copy.body) == message.body
+    assert instance.events == []
+
+
+def test_a_status_query_that_fails_with_a_server_error_is_redelivered_not_dropped(
+    worker: FunctionsWorker,
+    extension: DurableExtension,
+    settlement: SettlementServer,
+    app: tuple[ActivityDeps, RecordingServiceBusClient],
+) -> None:
+    deps, client = app
+    instance = waiting_instance(extension)
+    # The extension could not read the instance (its storage is unreachable): a 500 with its error
+    # document, which the SDK's get_status returns as a status without a runtime status.
+    extension.fail_next("status", Fault(500, SERVER_ERROR))
+    message = response_message(agent_response())
+
+    calls = listen(worker, extension, settlement, message)
+
+    assert extension.take() == [status_query("o-1:1")]
+    assert calls == [SettlementCall("complete", str(message.lock_token))]
+    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert instance.events == []
