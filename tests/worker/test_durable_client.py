@@ -29,10 +29,12 @@ from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StepStatus
 from tests.servicebus_wire import HostMessage
 from tests.unit.fakes import order_body
+from tests.unit.test_df_replay import CHARGE, DEADLINE_1, RESERVE, at, race, start_step, waiting_on_first_step
 from tests.worker.appdeps import NOW, RecordingServiceBusClient, app_dependencies
 from tests.worker.durable_http import SERVER_ERROR, DurableExtension, Fault, HttpRequest, Instance
 from tests.worker.rpc import protos
 from tests.worker.settlement import SettlementCall, SettlementServer
+from tests.worker.test_orchestrator import episode
 from tests.worker.test_servicebus_triggers import as_delivered, binding, metadata
 from tests.worker.triggers import timer_trigger
 from tests.worker.worker import FunctionsWorker, failure
@@ -369,3 +371,27 @@ def test_a_status_query_that_fails_with_a_server_error_is_redelivered_not_droppe
     [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert instance.events == []
+
+
+def test_the_raised_response_wins_the_race_in_the_form_the_extension_hands_the_orchestrator(
+    worker: FunctionsWorker,
+    extension: DurableExtension,
+    settlement: SettlementServer,
+    app: tuple[ActivityDeps, RecordingServiceBusClient],
+) -> None:
+    instance = waiting_instance(extension)
+    listen(worker, extension, settlement, response_message(agent_response()))
+    [(event, stored)] = instance.events
+    # The extension stores the parsed body as the event's Input (Json.NET, unindented): for the client's
+    # twice-encoded body that is a JSON string holding the response's JSON, so the orchestrator's SDK
+    # decodes the event to that string, not to an object.
+    assert isinstance(stored, str)
+    answered = waiting_on_first_step().episode(at(5)).event_raised(event, stored)
+
+    result = episode(worker, answered)
+
+    [[_, wait, following]] = result["actions"]
+    assert wait == race(RESERVE, DEADLINE_1, canceled=True)
+    assert following == start_step(
+        CHARGE, completed={"step": RESERVE, "result": {"reservationId": "r-1"}, "calls": 1}
+    )
