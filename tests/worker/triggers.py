@@ -39,6 +39,6 @@ def timer_trigger(last: datetime, *, every: timedelta, past_due: bool = False) -
     )
 
 
-def activity_trigger(payload: Any) -> Any:
-    """An activity trigger's data: the input the orchestrator passed, as its JSON text."""
-    return protos.TypedData(string=json.dumps(payload))
+def activity_trigger(input_text: str) -> Any:
+    """An activity trigger's data: the input the orchestrator passed, as the JSON text its SDK wrote."""
+    return protos.TypedData(string=input_text)
