@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 from orderflow.clock import SystemClock
 from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
+from orderflow.errors import TransientError
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.servicebus import (
@@ -304,11 +305,22 @@ class DurableFunctionsClient:
         return True
 
     def get_status(self, instance_id: str) -> InstanceStatus | None:
-        """The instance's status, or None when the extension knows no such instance (HTTP 404)."""
+        """The instance's status, or None when the extension knows no such instance (HTTP 404).
+
+        The SDK's ``get_status`` hides the HTTP status: it returns a status object for a 500 too, built
+        from the extension's error document and without a runtime status. Only the 404, which has no
+        body (``DurableOrchestrationStatus(message="")``), means "no such instance".
+
+        Raises:
+            TransientError: the extension answered with an error instead of a status.
+        """
         status = self._run(self._client.get_status(instance_id))
         runtime = getattr(status, "runtime_status", None)
         if runtime is None:
-            return None
+            if status is None or getattr(status, "message", None) == "":
+                return None
+            detail = getattr(status, "ExceptionMessage", None) or getattr(status, "Message", None)
+            raise TransientError(f"the status query of {instance_id} failed: {detail or 'no status'}")
         value = getattr(runtime, "value", str(runtime))
         custom = getattr(status, "custom_status", None)
         return InstanceStatus(

@@ -21,10 +21,16 @@ Facts about the SDK (azure-functions-durable 1.7.0) this adapter relies on:
   no maximum interval), so retries on Durable Functions wait a fixed interval.
 - ``current_utc_datetime`` is the ``Timestamp`` of an ``OrchestratorStarted`` event parsed by
   ``dateutil``: aware (``tzutc()``) when the text ends in ``Z``, naive otherwise.
+- A raised event's payload reaches the orchestrator one JSON level deeper than it was raised:
+  ``DurableOrchestrationClient.raise_event`` posts ``json=json.dumps(event_data)``, so aiohttp encodes
+  the payload's JSON text once more; the extension parses the body once and stores the string it finds
+  as the event's ``Input``, which the SDK decodes to that text
+  (:meth:`DurableFunctionsWorkflowContext.task_result` decodes it again).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -126,8 +132,20 @@ class DurableFunctionsWorkflowContext:
         timer.cancel()
 
     def task_result(self, task: WorkflowTask) -> Any:
-        """The result of a completed SDK task (activity output or event payload, JSON-decoded)."""
-        return task.result
+        """The result of a completed SDK task: the workflow reads event payloads through it.
+
+        A payload raised through the Durable Functions client arrives as its own JSON text (module
+        docstring), so a string result is decoded once more; an object (a history that holds the payload
+        encoded once) and a string that is no JSON are returned as they are. Deterministic: it depends on
+        the history only.
+        """
+        result = task.result
+        if isinstance(result, str):
+            try:
+                return json.loads(result)
+            except ValueError:
+                return result
+        return result
 
 
 def retry_options_for(retry: ActivityRetry) -> RetryOptions:

@@ -384,6 +384,25 @@ def test_response_raised_before_start_step_completed_is_buffered_and_wins() -> N
     )
 
 
+def test_a_response_raised_through_the_client_arrives_as_its_json_text_and_still_wins() -> None:
+    # DurableOrchestrationClient.raise_event encodes the payload twice and the extension stores the
+    # string it parses: the event's Input is the response's JSON text, itself JSON-encoded.
+    builder = (
+        waiting_on_first_step()
+        .episode(at(5))
+        .event_raised("reserve_inventory:response", json.dumps(response(RESERVE)))
+    )
+
+    assert replay(builder) == state(
+        [
+            start_step(RESERVE),
+            race(RESERVE, DEADLINE_1, canceled=True),
+            start_step(CHARGE, completed=step_result(RESERVE)),
+        ],
+        "waiting:charge_payment",
+    )
+
+
 # ---------------------------------------------------------------------------------------------------
 # (c) the timer wins
 
@@ -1225,6 +1244,18 @@ def test_an_approved_review_is_recorded_then_the_step_starts() -> None:
         ],
         "waiting:charge_payment",
     )
+
+
+def test_a_review_decision_raised_through_the_client_is_read_from_its_json_text() -> None:
+    decided = (
+        awaiting_review()
+        .episode(at(30))
+        .event_raised("ReviewDecision", json.dumps({"decision": "approve", "reviewer": "ana"}))
+    )
+
+    assert replay(decided)["actions"] == [
+        [*FIRST_STEP_ACTIONS, CHARGE_START, review_race(canceled=True), record_review("approve", "ana")]
+    ]
 
 
 def test_a_rejected_review_compensates_what_was_done() -> None:

@@ -451,6 +451,28 @@ def test_get_status_of_an_unknown_instance_is_none() -> None:
     assert DurableFunctionsClient(FakeDurableClient()).get_status("o-9:1") is None
 
 
+def test_get_status_raises_when_the_extension_answers_an_error_instead_of_a_status() -> None:
+    # A 500 from the extension: the SDK returns a status built from its error document.
+    error = {
+        "Message": "Something went wrong while processing your request",
+        "ExceptionMessage": "The task hub's storage is unavailable.",
+    }
+    fake = FakeDurableClient(statuses={"o-1:1": DurableOrchestrationStatus.from_json(error)})
+
+    with pytest.raises(TransientError, match="storage is unavailable"):
+        DurableFunctionsClient(fake).get_status("o-1:1")
+
+
+def test_start_starts_nothing_when_the_status_query_fails() -> None:
+    error = DurableOrchestrationStatus.from_json({"Message": "Something went wrong"})
+    fake = FakeDurableClient(statuses={"o-1:1": error})
+
+    with pytest.raises(TransientError):
+        DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", {"orderId": "o-1"})
+
+    assert fake.started == []
+
+
 @pytest.mark.parametrize("custom_status", [None, {"step": "charge_payment"}, 3])
 def test_get_status_keeps_only_a_string_custom_status(custom_status: object) -> None:
     fake = FakeDurableClient(statuses={"o-1:1": status("Running", custom_status)})

@@ -6,7 +6,8 @@ request to the worker library ``azure_functions_runtime``: ``worker_init_request
 ``invocation_request`` per trigger. :class:`FunctionsWorker` makes those same calls with the same
 request objects (a ``StreamingMessage`` plus the ``host`` and ``protos`` properties), so what the
 worker accepts, refuses, decodes and returns is the worker's own doing. What the real host does
-around it (triggers, the Durable extension, Service Bus) is played by the tests' loopback servers.
+around it (triggers, the Durable extension, Service Bus) is played by the tests' loopback servers;
+docs/worker-harness.md lists what is real, what is orderflow's, and what no test here runs.
 """
 
 from __future__ import annotations
