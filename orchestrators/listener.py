@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from orchestrators.workflow import REVIEW_PREFIX, WAITING_PREFIX
-from orderflow import telemetry
+from orderflow import custom_status, telemetry
 from orderflow.contracts import REVIEW_EVENT
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
@@ -52,7 +51,7 @@ def _raise_review_decision(body: str | bytes, *, client: OrchestrationClient) ->
     if not status.running:
         telemetry.event("response.dropped", reason=Delivery.INSTANCE_FINISHED.value, **fields)
         return Delivery.INSTANCE_FINISHED
-    if not (status.custom_status or "").startswith(REVIEW_PREFIX):
+    if not isinstance(custom_status.parse(status.custom_status), custom_status.AwaitingReview):
         # Not waiting (yet, or any more): the decision is in the record, where the attempt reads it.
         telemetry.event("response.dropped", reason=Delivery.NOT_WAITING.value, **fields)
         return Delivery.NOT_WAITING
@@ -63,12 +62,11 @@ def _raise_review_decision(body: str | bytes, *, client: OrchestrationClient) ->
     return Delivery.RAISED
 
 
-def waiting_steps(custom_status: str | None) -> tuple[str, ...]:
-    """The steps an instance waits on, from its custom status ``waiting:<step>[,<step>...]`` (a stage of
-    undos waits on several at once); empty for any other status."""
-    if not custom_status or not custom_status.startswith(WAITING_PREFIX):
-        return ()
-    return tuple(custom_status[len(WAITING_PREFIX) :].split(","))
+def waiting_steps(status: str | None) -> tuple[str, ...]:
+    """The steps an instance waits on, from its custom status (:mod:`orderflow.custom_status`); empty
+    for any status but ``waiting``."""
+    parsed = custom_status.parse(status)
+    return parsed.steps if isinstance(parsed, custom_status.Waiting) else ()
 
 
 def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delivery:

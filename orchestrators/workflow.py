@@ -26,6 +26,7 @@ from orchestrators.context import (
     WorkflowGenerator,
     WorkflowTask,
 )
+from orderflow import custom_status
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     CANCELLED_BY_CLIENT,
@@ -62,19 +63,6 @@ logger = logging.getLogger(__name__)
 
 ORDER_WORKFLOW = "order_workflow"
 """Registered name of the order orchestrator."""
-
-WAITING_PREFIX = "waiting:"
-"""Custom status set before a step starts, ``waiting:<step>`` (``waiting:<a>:undo,<b>:undo`` for a stage
-of undos run in parallel): the listener delivers only the responses of the steps an instance waits on.
-It is set before the activity that sends the request, so it is committed before any response can
-exist."""
-
-REVIEW_PREFIX = "review:"
-"""Custom status while the order awaits a person's decision before a step, ``review:<step>``: the listener
-raises a forwarded ``ReviewDecision`` only on an instance in this status."""
-
-COMPENSATING_STATUS = "compensating"
-"""Custom status while a compensation begins or finishes (an undo in flight is ``waiting:<step>:undo``)."""
 
 STATE_WRITE_RETRY = ActivityRetry(first_interval_s=1.0, max_attempts=4, backoff=2.0, max_interval_s=4.0)
 """Retries of a state write that raised (store unavailable). Small: past them the record simply stays
@@ -121,7 +109,7 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
             ).to_payload()
             # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
             request_step = fallback_step_name(step.name) if fallback else step.name
-            ctx.set_custom_status(f"{WAITING_PREFIX}{request_step}")
+            ctx.set_custom_status(custom_status.waiting(request_step))
             started = yield from _write(ctx, START_STEP, start_input)
             while started.review_required and started.review_decision is None:
                 # The order awaits a person's decision before this step (AwaitingReview).
@@ -133,7 +121,7 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
                     started = decided
                     break
                 scheduled_at = ctx.current_utc_datetime
-                ctx.set_custom_status(f"{WAITING_PREFIX}{step.name}")
+                ctx.set_custom_status(custom_status.waiting(step.name))
                 started = yield from _write(ctx, START_STEP, start_input)
             if started.review_decision == ReviewDecision.REJECT.value:
                 rejection = StepError(
@@ -245,7 +233,7 @@ def _review(
         :data:`RECORD_REVIEW`'s result: the decision in force (the first recorded wins).
     """
     instance_id = instance_id_for(start.order_id, start.attempt)
-    ctx.set_custom_status(f"{REVIEW_PREFIX}{step}")
+    ctx.set_custom_status(custom_status.awaiting_review(step))
     deadline = started.complete_by or ctx.current_utc_datetime
     timer = ctx.create_timer(deadline)
     event = ctx.wait_for_external_event(REVIEW_EVENT)
@@ -299,7 +287,7 @@ def _compensate(
     entry not yet undone. A permanent undo failure ends the compensation ``CompensationFailed``.
     """
     instance_id = instance_id_for(start.order_id, start.attempt)
-    ctx.set_custom_status(COMPENSATING_STATUS)
+    ctx.set_custom_status(custom_status.COMPENSATING)
     begun = yield from _write(
         ctx,
         BEGIN_COMPENSATION,
@@ -326,7 +314,7 @@ def _compensate(
         label = ",".join(names)
         scheduled_at = ctx.current_utc_datetime
         # Set before any request exists, so the listener delivers every answer of the stage.
-        ctx.set_custom_status(f"{WAITING_PREFIX}{label}")
+        ctx.set_custom_status(custom_status.waiting(*names))
         deadline: datetime | None = None
         for index, step in enumerate(stage):
             started = yield from _write(

@@ -39,10 +39,11 @@ import supervisor.blueprint
 from activities.submission import handle_submission
 from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
 from orchestrators.starter import claim
-from orchestrators.workflow import ORDER_WORKFLOW, WAITING_PREFIX
+from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
 from orderflow.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
+from orderflow.custom_status import WAITING_PREFIX
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrators.listener import Delivery, handle_response
-from orchestrators.workflow import WAITING_PREFIX
+from orderflow.custom_status import WAITING_PREFIX
 from orderflow.errors import InvalidMessage
 from orderflow.messages import AgentOutcome, AgentResponse
 from orderflow.orchestration import InstanceStatus
