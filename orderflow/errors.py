@@ -6,6 +6,7 @@ only at the edge (hosts and consumer loops); roles raise.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import ClassVar
 
@@ -122,19 +123,22 @@ class RetryBudgetExhausted(OrderflowError):
     kind = ErrorKind.BUDGET
 
 
+_KIND_MARKER = re.compile(r"\[(" + "|".join(re.escape(kind.value) for kind in ErrorKind) + r")\]")
+
+
 def kind_of(text: str) -> ErrorKind | None:
-    """Recover the :class:`ErrorKind` from an error text produced by :class:`OrderflowError`.
+    """Recover the :class:`ErrorKind` from an error text produced by :class:`OrderflowError`: the one
+    reader of the ``[kind]`` marker its constructor writes.
 
     Args:
         text: An exception message, possibly wrapped by a runtime (``"Activity failed: [fenced] ..."``).
 
     Returns:
-        The first ``[kind]`` marker found in the text, or None.
+        The kind of the first ``[kind]`` marker in the text (a remote detail quoted after it, which may
+        hold another marker, does not count), or None.
     """
-    for kind in ErrorKind:
-        if f"[{kind.value}]" in text:
-            return kind
-    return None
+    found = _KIND_MARKER.search(text)
+    return None if found is None else ErrorKind(found.group(1))
 
 
 class InvalidContinuation(OrderflowError):
