@@ -100,7 +100,7 @@ def _record_completion(
     step.status = StepStatus.COMPLETED
     step.result = dict(done.result)
     step.completed_at = now
-    _settle_reservation(record, done.step, done.calls)
+    record.settle_reservation(done.step, done.calls)
     step_def = definition.step(done.step)
     if not any(entry.step == done.step for entry in record.compensation_log):
         record.compensation_log.append(
@@ -120,18 +120,6 @@ def _fenced(deps: Dependencies, order_id: str, instance_id: str, mutate: Mutatio
     return fenced_write(
         deps.states, deps.cache, deps.clock, order_id=order_id, instance_id=instance_id, mutate=mutate
     )
-
-
-def _settle_reservation(record: StateRecord, step_name: str, calls: int) -> None:
-    """Turn the step's reservation into the calls really made: the unused part goes back to the budget.
-
-    Without a reservation (records written before reservations existed) the calls are spent as they are.
-    """
-    step = record.steps.get(step_name)
-    reserved = step.reserved_calls if step is not None else 0
-    if step is not None:
-        step.reserved_calls = 0
-    record.retry_budget.spent = max(0, record.retry_budget.spent + calls - reserved)
 
 
 def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
@@ -171,7 +159,7 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
             review=ReviewNeed.NEEDED if needs_review else ReviewNeed.NOT_NEEDED,
             max_calls_per_step=deps.settings.AGENT_MAX_CALLS_PER_STEP,
             fallback=data.fallback,
-            completed_step=None if data.completed is None else data.completed.step,
+            completed=data.completed,
         )
         match decision:
             case AwaitReview(review=review):
@@ -497,7 +485,7 @@ def record_step_failure(payload: dict[str, Any], deps: Dependencies) -> dict[str
         ):
             return None
         _record_error(record, data.error, data.at, fail_step=False)
-        _settle_reservation(record, data.error.step, data.error.calls)
+        record.settle_reservation(data.error.step, data.error.calls)
         record.complete_by = data.at
         return record
 
@@ -527,4 +515,4 @@ def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_s
         step = record.steps[error.step]
         if step.status is StepStatus.RUNNING:
             step.status = StepStatus.FAILED
-        _settle_reservation(record, error.step, error.calls)
+        record.settle_reservation(error.step, error.calls)

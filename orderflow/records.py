@@ -329,6 +329,20 @@ class StateRecord(Model):
         """Names of the steps whose status is ``Completed``, in workflow order."""
         return [name for name, step in self.steps.items() if step.status is StepStatus.COMPLETED]
 
+    def spent_after_settling(self, name: str, calls: int) -> int:
+        """The budget's ``spent`` once step ``name``'s reservation is turned into the ``calls`` really
+        made: the unused part goes back (a step without a reservation spends its calls as they are)."""
+        step = self.steps.get(name)
+        reserved = step.reserved_calls if step is not None else 0
+        return max(0, self.retry_budget.spent + calls - reserved)
+
+    def settle_reservation(self, name: str, calls: int) -> None:
+        """Settle step ``name``'s reservation against the ``calls`` it made (:meth:`spent_after_settling`)."""
+        self.retry_budget.spent = self.spent_after_settling(name, calls)
+        step = self.steps.get(name)
+        if step is not None:
+            step.reserved_calls = 0
+
     def run_step(
         self, name: str, instance_id: str, *, at: datetime, complete_by: datetime, grant: int | None
     ) -> None:

@@ -11,8 +11,8 @@ checks ownership before it asks; docs/design.md §3.3). Then, in this order:
    provider, another idempotency key, a reservation of its own);
 4. this attempt already started the step (an activity re-run, or the claim started it): **already
    started**, nothing to write;
-5. the attempt needs a reservation of calls from the order's end-to-end retry budget: none left is
-   **budget exhausted**;
+5. the attempt needs a reservation of calls from the order's end-to-end retry budget, counted after
+   the previous step's unused reservation has gone back: none left is **budget exhausted**;
 6. otherwise **start**.
 
 :func:`decide_step_start` is pure: it reads a record and returns what to do; the caller applies it in
@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from orderflow.contracts import StepResult
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
 from orderflow.workflows import StepDefinition
@@ -120,7 +121,7 @@ def decide_step_start(
     review: ReviewNeed,
     max_calls_per_step: int,
     fallback: bool = False,
-    completed_step: str | None = None,
+    completed: StepResult | None = None,
 ) -> StepStartDecision:
     """Decide whether ``step`` starts for attempt ``instance_id`` (the rules in the module docstring).
 
@@ -131,8 +132,9 @@ def decide_step_start(
         review: Whether the step must pause for review (:class:`ReviewNeed`).
         max_calls_per_step: ``AGENT_MAX_CALLS_PER_STEP``, the most one attempt of a step reserves.
         fallback: The orchestration asks for the step's fallback provider (its primary refused).
-        completed_step: The previous step, whose completion is written with this start; a re-run is
-            "already started" only once that completion is in the record too.
+        completed: The previous step's result, whose completion is written with this start: its unused
+            reservation goes back to the budget before this step reserves, and a re-run is "already
+            started" only once that completion is in the record too.
 
     Returns:
         One of the :data:`StepStartDecision` classes.
@@ -159,12 +161,16 @@ def decide_step_start(
     to_fallback = fallback and not state.fallback
     if to_fallback and step.fallback_agent is None:
         raise IllegalTransition(f"{step.name} has no fallback provider")
+    completed_step = None if completed is None else completed.step
     if not to_fallback and _started_by(record, step.name, instance_id, completed_step):
         return AlreadyStarted()
     # A fallback is a new provider: the attempt reserves again, whatever the primary held.
     if not to_fallback and state.status is StepStatus.RUNNING and state.last_instance == instance_id:
         return Start(grant=None, to_fallback=False)
-    grant = min(record.retry_budget.remaining, max_calls_per_step)
+    spent = record.retry_budget.spent
+    if completed is not None and record.steps[completed.step].status is not StepStatus.COMPLETED:
+        spent = record.spent_after_settling(completed.step, completed.calls)
+    grant = min(max(0, record.retry_budget.limit - spent), max_calls_per_step)
     if grant == 0:
         return BudgetExhausted(to_fallback=to_fallback)
     return Start(grant=grant, to_fallback=to_fallback)

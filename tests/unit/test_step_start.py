@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from orderflow.clock import FakeClock
+from orderflow.contracts import StepResult
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
 from orderflow.step_start import (
@@ -95,9 +96,9 @@ def test_a_step_this_attempt_started_is_already_started() -> None:
     # The same attempt, but the previous step's completion is not in the record yet: start again, keeping
     # the reservation it holds.
     record.steps[definition.steps[1].name].status = StepStatus.RUNNING
-    assert decide(record, definition.steps[0], completed_step=definition.steps[1].name) == Start(
-        grant=None, to_fallback=False
-    )
+    assert decide(
+        record, definition.steps[0], completed=StepResult(step=definition.steps[1].name, result={}, calls=1)
+    ) == Start(grant=None, to_fallback=False)
 
 
 def test_a_step_another_attempt_started_starts_again_with_a_new_reservation() -> None:
@@ -181,3 +182,17 @@ def test_a_fallback_for_a_step_without_one_is_an_illegal_transition() -> None:
 
     with pytest.raises(IllegalTransition, match="has no fallback provider"):
         decide(record, step, fallback=True)
+
+
+def test_the_previous_steps_unused_reservation_goes_back_before_the_next_reserves() -> None:
+    # All of a budget of 4 reserved for the first step, which made 1 call: 3 come back for the second.
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    first, second = definition.steps[0], definition.steps[1]
+    record = claimed(definition)
+    record.retry_budget.limit, record.retry_budget.spent = 4, 0
+    record.run_step(first.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
+    done = StepResult(step=first.name, result={}, calls=1)
+
+    assert decide(record, second, completed=done) == Start(grant=3, to_fallback=False)
+    done_all = StepResult(step=first.name, result={}, calls=4)
+    assert decide(record, second, completed=done_all) == BudgetExhausted(to_fallback=False)
