@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol, TypeVar
 
+from pydantic import ValidationError
+
 from orderflow.clock import SystemClock
 from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
@@ -36,7 +38,7 @@ from orderflow.queues.servicebus import (
     decode_body,
     delivery_count,
 )
-from orderflow.settings import Settings, on_azure
+from orderflow.settings import Settings, describe_invalid_settings, on_azure
 from orderflow.wiring import connect_azure
 
 logger = logging.getLogger(__name__)
@@ -69,9 +71,16 @@ def check_start_up(environ: Mapping[str, str] | None = None) -> None:
     Raises:
         UnsafeAzureSetting: on Azure (:func:`orderflow.settings.on_azure` of ``environ``, default
             ``os.environ``), the first unsafe setting, named in a one-line message.
+        ValueError: on Azure, a setting that does not parse, in one line naming it (a secret's value is
+            never shown).
     """
-    if on_azure(environ):
-        Settings.load(env=environ).check_azure()
+    if not on_azure(environ):
+        return
+    try:
+        settings = Settings.load(env=environ)
+    except ValidationError as exc:
+        raise ValueError(describe_invalid_settings(exc)) from None
+    settings.check_azure()
 
 
 def dependencies() -> Dependencies:

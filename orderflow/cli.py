@@ -38,7 +38,7 @@ from orderflow.messages import (
     validate_order_id,
 )
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
-from orderflow.settings import Settings
+from orderflow.settings import Settings, describe_invalid_settings
 from orderflow.wiring import connect_queues, connect_stores
 
 app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
@@ -94,47 +94,6 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-_SECRET_SETTINGS = ("KEY", "CONNECTION_STRING", "SECRET", "PASSWORD")
-"""Parts of setting names whose values are never printed."""
-
-_EXPECTED = {
-    "bool_parsing": "true or false",
-    "bool_type": "true or false",
-    "float_parsing": "a number",
-    "float_type": "a number",
-    "finite_number": "a finite number",
-    "int_parsing": "a whole number",
-    "int_type": "a whole number",
-    "int_from_float": "a whole number",
-    "string_type": "text",
-}
-"""What a setting should be, by pydantic error type, in words."""
-
-
-def _invalid_setting(exc: ValidationError) -> str:
-    """One line about the first invalid setting in ``exc``: its name, its value (unless secret) and what
-    it should be, e.g. ``STEP_TIMEOUT_S='abc' is not valid: it should be a number of seconds``."""
-    problems = exc.errors()
-    first = problems[0]
-    name = str(first["loc"][0]) if first["loc"] else "settings"
-    if any(part in name for part in _SECRET_SETTINGS):
-        shown = f"{name} (value not shown)"
-    else:
-        shown = f"{name}={' '.join(repr(first['input']).split())[:80]}"
-    expected = _EXPECTED.get(first["type"])
-    if expected is not None:
-        if expected.endswith("number") and name.endswith("_S"):
-            expected += " of seconds"  # every *_S setting is a duration in seconds
-        problem = f"it should be {expected}"
-    else:  # "Input should be greater than or equal to 0", "String should match pattern ..."
-        message = (
-            str(first["msg"]).removeprefix("Value error, ").removeprefix("Input ").removeprefix("String ")
-        )
-        problem = f"it {message}" if message.startswith("should") else message
-    more = f" (and {_count(len(problems) - 1, 'more invalid setting')})" if len(problems) > 1 else ""
-    return f"{shown} is not valid: {problem}{more}"
-
-
 def _settings(env_file: Path | None) -> Settings:
     """The settings, from the environment or from ``env_file`` (``local.settings.json`` or a flat JSON
     object of settings).
@@ -160,7 +119,7 @@ def _settings(env_file: Path | None) -> Settings:
     try:
         return Settings.load(env)
     except ValidationError as exc:
-        _fail(f"{where}{_invalid_setting(exc)}", code=2)
+        _fail(f"{where}{describe_invalid_settings(exc)}", code=2)
 
 
 _QUEUE_NAME: TypeAdapter[str] = TypeAdapter(QueueName)

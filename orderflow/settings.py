@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from orderflow.queues.base import DEAD_LETTER_SUFFIX
 
@@ -41,6 +41,48 @@ def on_azure(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process runs on the App Service / Functions platform (default: ``os.environ``)."""
     source = os.environ if environ is None else environ
     return any(source.get(name, "").strip() for name in AZURE_PLATFORM_VARIABLES)
+
+
+_SECRET_SETTINGS = ("KEY", "CONNECTION_STRING", "SECRET", "PASSWORD")
+"""Parts of setting names whose values are never printed (and ``SERVICEBUS``, a connection string)."""
+
+_EXPECTED = {
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "finite_number": "a finite number",
+    "int_parsing": "a whole number",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "string_type": "text",
+}
+"""What a setting should be, by pydantic error type, in words."""
+
+
+def describe_invalid_settings(exc: ValidationError) -> str:
+    """One line about the first invalid setting in ``exc``: its name, its value (unless secret) and what
+    it should be, e.g. ``STEP_TIMEOUT_S='abc' is not valid: it should be a number of seconds``."""
+    problems = exc.errors()
+    first = problems[0]
+    name = str(first["loc"][0]) if first["loc"] else "settings"
+    if name == "SERVICEBUS" or any(part in name for part in _SECRET_SETTINGS):
+        shown = f"{name} (value not shown)"
+    else:
+        shown = f"{name}={' '.join(repr(first['input']).split())[:80]}"
+    expected = _EXPECTED.get(first["type"])
+    if expected is not None:
+        if expected.endswith("number") and name.endswith("_S"):
+            expected += " of seconds"  # every *_S setting is a duration in seconds
+        problem = f"it should be {expected}"
+    else:  # "Input should be greater than or equal to 0", "String should match pattern ..."
+        message = (
+            str(first["msg"]).removeprefix("Value error, ").removeprefix("Input ").removeprefix("String ")
+        )
+        problem = f"it {message}" if message.startswith("should") else message
+    others = len(problems) - 1
+    more = f" (and {others} more invalid setting{'s' if others > 1 else ''})" if others else ""
+    return f"{shown} is not valid: {problem}{more}"
 
 
 class UnsafeAzureSetting(ValueError):
@@ -118,7 +160,8 @@ class Settings(BaseModel):
     """orderflow's configuration. Each field's description documents its unit, default and why."""
 
     # NaN and infinity are never a duration or a count: they would fail later, in every loop.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # Inputs stay out of error texts: a mistyped key must not reach a log.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, hide_input_in_errors=True)
 
     # --- connections -------------------------------------------------------------------------
     STORAGE_CONNECTION_STRING: str = Field(

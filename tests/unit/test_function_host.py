@@ -987,3 +987,15 @@ def test_start_up_on_azure_refuses_a_setting_with_no_safe_value() -> None:
 
 def test_start_up_off_azure_checks_nothing() -> None:
     function_host.check_start_up({"DEMO_SERVICES_URL": "http://127.0.0.1:8082", "COSMOS_KEY": "a2V5"})
+
+
+def test_start_up_on_azure_names_a_setting_that_does_not_parse_without_its_secret() -> None:
+    key = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==" + '"'
+
+    with pytest.raises(ValueError) as refused:
+        function_host.check_start_up({"WEBSITE_SITE_NAME": "orderflow-app", "COSMOS_KEY": key})
+
+    message = str(refused.value)
+    assert message.startswith("COSMOS_KEY (value not shown) is not valid:")
+    assert "\n" not in message
+    assert key[:12] not in message and key[-12:] not in message

@@ -197,3 +197,12 @@ def test_the_defaults_are_refused_on_azure_first_setting_first() -> None:
 )
 def test_loopback_hosts_in_every_spelling(host: str, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
+
+
+def test_a_settings_error_never_shows_the_value_it_refused() -> None:
+    key = "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQQ==" + "!"
+
+    with pytest.raises(ValidationError) as refused:
+        Settings.load(env={"COSMOS_KEY": key})
+
+    assert key[:10] not in str(refused.value)
