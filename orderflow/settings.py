@@ -16,7 +16,9 @@ import base64
 import binascii
 import ipaddress
 import os
+import re
 import socket
+import unicodedata
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -98,12 +100,27 @@ class UnsafeAzureSetting(ValueError):
         super().__init__(f"{setting} {reason}")
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+"""Names of this machine: ``localhost`` and the aliases Linux distributions put in ``/etc/hosts``."""
+
+_DNS_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*")
+"""An ASCII DNS host name (what an Azure endpoint's host is)."""
+
+
+def _normalised_host(host: str) -> str:
+    # NFKC first, as IDNA does: fullwidth and enclosed letters and digits resolve as their ASCII forms.
+    return unicodedata.normalize("NFKC", host.strip()).strip("[]").rstrip(".").lower()
+
+
 def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``), 127.0.0.0/8 in any
-    form the resolver accepts (``127.1``, ``2130706433``), ``::1``, an IPv4-mapped loopback, or an
-    unspecified address (``0.0.0.0``, ``::``), which connects to this machine too."""
-    name = host.strip().strip("[]").rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
+    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``, and the ``/etc/hosts``
+    aliases ``localhost.localdomain``, ``ip6-localhost``, ``ip6-loopback``), 127.0.0.0/8 in any form
+    the resolver accepts (``127.1``, ``2130706433``), ``::1``, an IPv4-mapped loopback, or an
+    unspecified address (``0.0.0.0``, ``::``), which connects to this machine too; in any Unicode
+    spelling that normalises to one of these (``ｌｏｃａｌｈｏｓｔ``). A name that only DNS maps to a
+    loopback address is not recognised."""
+    name = _normalised_host(host)
+    if name in _LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
     address: ipaddress.IPv4Address | ipaddress.IPv6Address
     try:
@@ -118,6 +135,16 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
+def is_host_name(host: str) -> bool:
+    """Whether ``host`` is an ASCII DNS name or an IP address (an Azure endpoint's host is one)."""
+    name = host.strip().strip("[]")
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return _DNS_NAME.fullmatch(name.rstrip(".").lower()) is not None
+    return True
+
+
 def _url_refusal(value: str, *, schemes: tuple[str, ...], expected: str) -> str | None:
     """Why ``value`` is no endpoint on Azure (empty, not a URL of ``schemes``, loopback), or None.
 
@@ -129,12 +156,15 @@ def _url_refusal(value: str, *, schemes: tuple[str, ...], expected: str) -> str 
     try:
         parts = urlsplit(text)
         scheme, host = parts.scheme, parts.hostname
+        _ = parts.port  # raises on a port outside 0-65535
     except ValueError:
         scheme, host = "", None
     if scheme not in schemes or not host:
         return f"is not an {' or '.join(schemes)} URL: set {expected}"
     if is_loopback_host(host):
         return f"names {host}, a loopback address where nothing of orderflow listens on Azure: set {expected}"
+    if not is_host_name(host):
+        return f"has a host that is not a DNS name or an address: set {expected}"
     return None
 
 
@@ -507,7 +537,9 @@ class Settings(BaseModel):
         expected = "the namespace host name, <namespace>.servicebus.windows.net"
         if not namespace:
             yield name, f"is empty: set {expected}"
-        elif any(mark in namespace for mark in "/:;="):
+        elif any(mark in namespace for mark in "/:;=") or not (
+            is_loopback_host(namespace) or is_host_name(namespace)
+        ):
             # Not quoted: a connection string pasted here would carry its key.
             yield name, f"is not a host name: set {expected}"
         elif is_loopback_host(namespace):

@@ -206,3 +206,52 @@ def test_a_settings_error_never_shows_the_value_it_refused() -> None:
         Settings.load(env={"COSMOS_KEY": key})
 
     assert key[:10] not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://ｌｏｃａｌｈｏｓｔ:8082",
+        "http://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ:8082",
+        "http://１２７.０.０.１:8082",
+        "http://localhost.localdomain:8082",
+        "http://ip6-localhost:8082",
+        "http://127.0.0.1%2e:8082",
+        "http://example.com:99999",
+    ],
+)
+def test_azure_refuses_a_demo_services_url_that_is_loopback_in_disguise_or_not_a_host(url: str) -> None:
+    settings = Settings.load(
+        env={
+            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+            "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+            "DEMO_SERVICES_URL": url,
+        }
+    )
+
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        settings.check_azure()
+    assert refused.value.setting == "DEMO_SERVICES_URL"
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        "ｌｏｃａｌｈｏｓｔ",
+        "localhost.localdomain",
+        "my ns.servicebus.windows.net",
+        "ns.servicebus.windows.net?x",
+    ],
+)
+def test_azure_refuses_a_namespace_that_is_not_an_ascii_host_name_or_is_loopback(namespace: str) -> None:
+    settings = Settings.load(
+        env={
+            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+            "SERVICEBUS__fullyQualifiedNamespace": namespace,
+            "DEMO_SERVICES_URL": "https://demo.example.com",
+        }
+    )
+
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        settings.check_azure()
+    assert refused.value.setting == "SERVICEBUS__fullyQualifiedNamespace"
