@@ -47,6 +47,7 @@ import hashlib
 import logging
 import math
 import re
+import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -366,8 +367,9 @@ DELIVERY_COUNT_PROPERTY = "orderflow-delivery-count"
 ORIGINAL_MESSAGE_ID_PROPERTY = "orderflow-original-message-id"
 """Application property of a redelivered copy: the ``MessageId`` of the message first sent."""
 
-_MAX_MESSAGE_ID_CHARS = 128
-_REDELIVERY_ID_BASE_CHARS = 100  # leaves room for ":redelivery:<n>" within the broker's 128
+_REDELIVERY_ID_BASE_CHARS = 80  # leaves room for ":redelivery:<n>:<nonce>" within the broker's 128
+_NONCE_BYTES = 8
+_REDELIVERY_NONCE = re.compile(f"[0-9a-f]{{{2 * _NONCE_BYTES}}}")
 
 
 def _application_property(message: ReceivedMessageLike, name: str) -> object:
@@ -386,35 +388,62 @@ def delivery_count(message: ReceivedMessageLike, *, this_copy: int) -> int:
 
     Returns:
         ``this_copy`` for an original; for a copy, its :data:`DELIVERY_COUNT_PROPERTY` plus the
-        deliveries of the copy after its first. A property that is not a positive integer counts as
-        absent: the count is then never lower than the broker's.
+        deliveries of the copy after its first. The property counts only on a message that is a copy:
+        a positive integer ``n``, with the ``MessageId`` :func:`redelivery_message_id` gives delivery
+        ``n`` of its :data:`ORIGINAL_MESSAGE_ID_PROPERTY`. A sender's own property (a client may set
+        any application property) counts as absent, so the count is never lower than the broker's.
     """
+    first = _carried_delivery(message)
+    return (first or 1) + max(1, this_copy) - 1
+
+
+def _carried_delivery(message: ReceivedMessageLike) -> int | None:
     carried = _application_property(message, DELIVERY_COUNT_PROPERTY)
     if isinstance(carried, bytes):
         carried = carried.decode("ascii", errors="replace")
+    if isinstance(carried, bool) or not isinstance(carried, int | str):
+        return None
     try:
-        first = int(str(carried)) if carried is not None else 1
-    except ValueError:
-        first = 1
-    return max(1, first) + max(1, this_copy) - 1
+        delivery = int(carried)
+    except ValueError:  # not a number, or too many digits to read
+        return None
+    original = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
+    if isinstance(original, bytes):
+        original = original.decode("utf-8", errors="replace")
+    if delivery < 2 or not isinstance(original, str) or not original:
+        return None
+    prefix = redelivery_message_id(original, delivery, nonce="")
+    message_id = str(message.message_id or "")
+    if not message_id.startswith(prefix) or not _REDELIVERY_NONCE.fullmatch(message_id[len(prefix) :]):
+        return None
+    return delivery
 
 
 def original_message_id(message: ReceivedMessageLike) -> str:
     """The ``MessageId`` the logical message was first sent with (a copy carries it as a property)."""
+    if _carried_delivery(message) is None:
+        return _message_id(message)
     carried = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
-    if isinstance(carried, bytes):
-        carried = carried.decode("utf-8", errors="replace")
-    return str(carried) if carried else _message_id(message)
+    return carried.decode("utf-8", errors="replace") if isinstance(carried, bytes) else str(carried)
 
 
-def redelivery_message_id(original: str, delivery: int) -> str:
-    """The ``MessageId`` of the copy that is delivery ``delivery`` of the message first sent as
-    ``original``: stable, so a copy scheduled twice is dropped by duplicate detection, and unlike the
-    original's, which duplicate detection would drop inside its window. At most 128 characters."""
+def copy_identity(original: str, delivery: int) -> tuple[str, dict[str, str | int]]:
+    """The ``MessageId`` and application properties of a new copy that is delivery ``delivery`` of the
+    message first sent as ``original`` (what :func:`redelivery_copy` gives it)."""
+    message_id = redelivery_message_id(original, delivery, nonce=secrets.token_hex(_NONCE_BYTES))
+    return message_id, {DELIVERY_COUNT_PROPERTY: delivery, ORIGINAL_MESSAGE_ID_PROPERTY: original}
+
+
+def redelivery_message_id(original: str, delivery: int, *, nonce: str) -> str:
+    """The ``MessageId`` of a copy that is delivery ``delivery`` of the message first sent as
+    ``original``: unlike the original's, which duplicate detection would drop inside its window, and
+    ending in a random ``nonce`` so that no sender can claim it first and have the copy dropped as a
+    duplicate. (The SDK's own retries of one send reuse the message, and its id.) At most 128
+    characters."""
     base = original
     if len(base) > _REDELIVERY_ID_BASE_CHARS:
         base = hashlib.sha256(original.encode()).hexdigest()[:40]
-    return f"{base}:redelivery:{delivery}"[:_MAX_MESSAGE_ID_CHARS]
+    return f"{base}:redelivery:{delivery}:{nonce}"
 
 
 def redelivery_copy(
@@ -426,18 +455,17 @@ def redelivery_copy(
     properties, and carries :data:`DELIVERY_COUNT_PROPERTY` and :data:`ORIGINAL_MESSAGE_ID_PROPERTY`;
     its ``MessageId`` is :func:`redelivery_message_id`.
     """
-    original = original_message_id(message)
+    message_id, identity = copy_identity(original_message_id(message), delivery)
     properties: dict[str | bytes, object] = {
         (key.decode() if isinstance(key, bytes) else key): value
         for key, value in (message.application_properties or {}).items()
     }
-    properties[DELIVERY_COUNT_PROPERTY] = delivery
-    properties[ORIGINAL_MESSAGE_ID_PROPERTY] = original
+    properties.update(identity)
     body = message.body
     data = body if isinstance(body, bytes | str) else b"".join(_section_bytes(part) for part in body)
     return ServiceBusMessage(
         data,
-        message_id=redelivery_message_id(original, delivery),
+        message_id=message_id,
         correlation_id=None if message.correlation_id is None else str(message.correlation_id),
         reply_to=None if message.reply_to is None else str(message.reply_to),
         content_type=message.content_type or CONTENT_TYPE,

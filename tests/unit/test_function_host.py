@@ -49,7 +49,7 @@ from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, Transie
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
+from orderflow.queues.servicebus import copy_identity
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.base import Versioned
@@ -110,12 +110,22 @@ def message(
     delivery_count: int | None = 1,
     split: int = 7,
     application_properties: dict[str | bytes, Any] | None = None,
+    copy_of_delivery: int | None = None,
 ) -> FakeReceivedMessage:
-    """A message whose body arrives in sections of ``split`` bytes (a UTF-8 character may straddle two)."""
+    """A message whose body arrives in sections of ``split`` bytes (a UTF-8 character may straddle two);
+    with ``copy_of_delivery``, the copy of ``m-1`` made as that delivery."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     sections = tuple(data[i : i + split] for i in range(0, len(data), split)) or (b"",)
+    message_id = "m-1"
+    if copy_of_delivery is not None:
+        message_id, identity = copy_identity("m-1", copy_of_delivery)
+        application_properties = {**(application_properties or {})}
+        application_properties.update(identity)
     return FakeReceivedMessage(
-        sections=sections, delivery_count=delivery_count, application_properties=application_properties
+        sections=sections,
+        message_id=message_id,
+        delivery_count=delivery_count,
+        application_properties=application_properties,
     )
 
 
@@ -292,7 +302,7 @@ def test_a_transient_failure_schedules_the_next_delivery_after_a_backoff_and_com
 
 def test_a_redelivered_copy_counts_from_the_delivery_it_carries() -> None:
     # The extension reports no header count; the copy's property says it is the 4th delivery.
-    sdk_message = message("{}", delivery_count=None, application_properties={b"orderflow-delivery-count": 4})
+    sdk_message = message("{}", delivery_count=None, copy_of_delivery=4)
     redelivery = RecordingRedelivery()
 
     settle_with(fail_transiently, sdk_message, redelivery)
@@ -300,10 +310,21 @@ def test_a_redelivered_copy_counts_from_the_delivery_it_carries() -> None:
     assert [(delivery, delay) for _, _, delivery, delay in redelivery.calls] == [(5, 8.0)]
 
 
-def test_a_copy_at_the_delivery_limit_is_dead_lettered_not_redelivered() -> None:
+def test_a_count_a_sender_set_itself_is_not_believed() -> None:
+    # A client may set any application property: the count is the broker's unless the message is a copy.
     sdk_message = message(
         "{}", delivery_count=None, application_properties={"orderflow-delivery-count": MAX_DELIVERY_COUNT}
     )
+    redelivery = RecordingRedelivery()
+
+    settlement, _ = settle_with(fail_transiently, sdk_message, redelivery)
+
+    assert settlement is Settlement.ABANDONED
+    assert [(delivery, delay) for _, _, delivery, delay in redelivery.calls] == [(2, 1.0)]
+
+
+def test_a_copy_at_the_delivery_limit_is_dead_lettered_not_redelivered() -> None:
+    sdk_message = message("{}", delivery_count=None, copy_of_delivery=MAX_DELIVERY_COUNT)
     redelivery = RecordingRedelivery()
 
     settlement, actions = settle_with(fail_transiently, sdk_message, redelivery)
@@ -755,12 +776,15 @@ def test_the_agent_trigger_calls_only_on_the_first_delivery(
 EXTENSION_VERSION = importlib.metadata.version("azurefunctions-extensions-bindings-servicebus")
 
 
-def extension_message(
-    body: str, *, delivery_count: int, application_properties: dict[str | bytes, Any] | None = None
-) -> Any:
-    """The ``ServiceBusReceivedMessage`` the extension's converter makes of the host's bytes."""
+def extension_message(body: str, *, delivery_count: int, copy_of_delivery: int | None = None) -> Any:
+    """The ``ServiceBusReceivedMessage`` the extension's converter makes of the host's bytes (the copy of
+    ``m-1`` made as delivery ``copy_of_delivery``, if given)."""
+    message_id, properties = "m-1", dict[str | bytes, Any]()
+    if copy_of_delivery is not None:
+        message_id, identity = copy_identity("m-1", copy_of_delivery)
+        properties.update(identity)
     content = HostMessage(
-        body.encode(), delivery_count=delivery_count, application_properties=application_properties
+        body.encode(), message_id=message_id, delivery_count=delivery_count, application_properties=properties
     ).content()
     binding = SimpleNamespace(
         version="1.0", source=BINDING_SOURCE, content_type=BINDING_CONTENT_TYPE, content=content
@@ -776,9 +800,7 @@ def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
     deps: Dependencies, service: RecordingService
 ) -> None:
     actions = RecordingActions()
-    sdk_message = extension_message(
-        agent_request_body(deps), delivery_count=1, application_properties={DELIVERY_COUNT_PROPERTY: 2}
-    )
+    sdk_message = extension_message(agent_request_body(deps), delivery_count=1, copy_of_delivery=2)
 
     invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
 

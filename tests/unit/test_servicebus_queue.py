@@ -10,6 +10,7 @@ test-suite does) come back in.
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import types
@@ -54,6 +55,7 @@ from orderflow.queues.servicebus import (
     QueueCountUnavailable,
     ServiceBusQueue,
     ServiceBusQueueFactory,
+    copy_identity,
     delivery_count,
     redelivery_message_id,
 )
@@ -356,7 +358,8 @@ def test_redeliver_schedules_a_copy_that_carries_the_next_delivery(
     factory.redeliver(QUEUE, original, delivery=2, delay_s=4.0)
 
     [copy] = client.sender(QUEUE).sent
-    assert copy.message_id == "o-1:submit:redelivery:2"
+    assert copy.message_id is not None
+    assert re.fullmatch(r"o-1:submit:redelivery:2:[0-9a-f]{16}", copy.message_id)
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=4)
     assert b"".join(copy.body) == b'{"orderId":"o-1"}'
     assert (copy.correlation_id, copy.reply_to, copy.content_type) == ("o-1", "client-a", "application/json")
@@ -370,51 +373,74 @@ def test_redeliver_schedules_a_copy_that_carries_the_next_delivery(
 def test_a_copy_of_a_copy_keeps_the_original_id_and_counts_on(
     factory: ServiceBusQueueFactory, client: FakeClient, receiver: FakeReceiver
 ) -> None:
-    first_copy = sb_message(
-        receiver,
-        message_id="o-1:submit:redelivery:2",
-        data=[b"{}"],
-        application_properties={
-            DELIVERY_COUNT_PROPERTY.encode(): 2,
-            ORIGINAL_MESSAGE_ID_PROPERTY: "o-1:submit",
-        },
-    )
+    first_copy = copy_of(receiver, 2)
     assert delivery_count(first_copy, this_copy=1) == 2
 
     factory.redeliver(QUEUE, first_copy, delivery=3, delay_s=0)
 
     [copy] = client.sender(QUEUE).sent
-    assert copy.message_id == "o-1:submit:redelivery:3"
+    assert copy.message_id is not None
+    assert re.fullmatch(r"o-1:submit:redelivery:3:[0-9a-f]{16}", copy.message_id)
     assert copy.scheduled_enqueue_time_utc == NOW
     assert copy.application_properties is not None
     assert copy.application_properties[DELIVERY_COUNT_PROPERTY] == 3
 
 
+def copy_of(receiver: FakeReceiver, delivery: int, **changes: Any) -> ServiceBusReceivedMessage:
+    """A received copy that is delivery ``delivery`` of ``o-1:submit``, with ``changes`` to what it
+    carries (``message_id``, or properties to add or replace)."""
+    copy_id, identity = copy_identity("o-1:submit", delivery)
+    properties: dict[str | bytes, Any] = dict(identity.items())
+    properties.update(changes.get("properties", {}))
+    return sb_message(
+        receiver,
+        message_id=changes.get("message_id", copy_id),
+        data=[b"{}"],
+        application_properties=properties,
+    )
+
+
+@pytest.mark.parametrize(("delivery", "this_copy", "expected"), [(2, 1, 2), (4, 1, 4), (4, 2, 5), (9, 3, 11)])
+def test_a_copy_counts_the_delivery_it_carries_plus_its_own_redeliveries(
+    receiver: FakeReceiver, delivery: int, this_copy: int, expected: int
+) -> None:
+    # this_copy > 1: the copy itself was redelivered by the broker.
+    assert delivery_count(copy_of(receiver, delivery), this_copy=this_copy) == expected
+
+
+def test_an_original_counts_the_brokers_deliveries(receiver: FakeReceiver) -> None:
+    assert delivery_count(sb_message(receiver, data=[b"{}"]), this_copy=3) == 3
+
+
 @pytest.mark.parametrize(
-    ("properties", "this_copy", "expected"),
+    "changes",
     [
-        (None, 1, 1),
-        (None, 3, 3),
-        ({DELIVERY_COUNT_PROPERTY: 4}, 1, 4),
-        ({DELIVERY_COUNT_PROPERTY.encode(): 4}, 2, 5),  # the copy itself was redelivered by the broker
-        ({DELIVERY_COUNT_PROPERTY: b"6"}, 1, 6),
-        ({DELIVERY_COUNT_PROPERTY: "not a number"}, 2, 2),
-        ({DELIVERY_COUNT_PROPERTY: -5}, 1, 1),
+        {"message_id": "o-1:submit"},  # the sender's own id
+        {"message_id": "o-1:submit:redelivery:4:0123456789abcdef"},  # another delivery's id
+        {"message_id": "o-2:submit:redelivery:4:0123456789abcdef"},  # another message's id
+        {"message_id": "o-1:submit:redelivery:4:not-a-nonce"},
+        {"properties": {DELIVERY_COUNT_PROPERTY: "not a number"}},
+        {"properties": {DELIVERY_COUNT_PROPERTY: -5}},
+        {"properties": {DELIVERY_COUNT_PROPERTY: 1}},
+        {"properties": {DELIVERY_COUNT_PROPERTY: 2.5}},
+        {"properties": {DELIVERY_COUNT_PROPERTY: True}},
+        {"properties": {DELIVERY_COUNT_PROPERTY: "9" * 5000}},
+        {"properties": {ORIGINAL_MESSAGE_ID_PROPERTY: ""}},
     ],
 )
-def test_the_delivery_count_adds_the_copys_own_redeliveries_to_what_it_carries(
-    receiver: FakeReceiver, properties: dict[str | bytes, Any] | None, this_copy: int, expected: int
+def test_a_carried_count_that_is_not_a_genuine_copys_counts_as_absent(
+    receiver: FakeReceiver, changes: dict[str, Any]
 ) -> None:
-    message = sb_message(receiver, data=[b"{}"], application_properties=properties)
-
-    assert delivery_count(message, this_copy=this_copy) == expected
+    # A client may set any application property on what it sends: only a consistent copy is believed.
+    assert delivery_count(copy_of(receiver, 6, **changes), this_copy=1) == 1
 
 
 def test_a_received_copy_reports_the_delivery_it_carries(
     queue: ServiceBusQueue, receiver: FakeReceiver
 ) -> None:
+    copy_id, identity = copy_identity("o-1:submit", 4)
     received = receive_one(
-        queue, receiver, delivery_count=1, application_properties={DELIVERY_COUNT_PROPERTY: 4}
+        queue, receiver, message_id=copy_id, delivery_count=1, application_properties=dict(identity)
     )
 
     # The broker's header says the copy was delivered once before: this is its second delivery.
@@ -424,12 +450,16 @@ def test_a_received_copy_reports_the_delivery_it_carries(
 def test_a_long_message_id_is_hashed_so_the_copys_id_stays_within_the_limit() -> None:
     long_id = "x" * 128
 
-    derived = redelivery_message_id(long_id, 10)
+    derived = redelivery_message_id(long_id, 10, nonce="f" * 16)
 
     assert len(derived) <= 128
-    assert derived.endswith(":redelivery:10")
-    assert derived == redelivery_message_id(long_id, 10)
-    assert derived != redelivery_message_id("x" * 127 + "y", 10)
+    assert derived.endswith(":redelivery:10:" + "f" * 16)
+    assert derived == redelivery_message_id(long_id, 10, nonce="f" * 16)
+    assert derived != redelivery_message_id("x" * 127 + "y", 10, nonce="f" * 16)
+
+
+def test_two_copies_of_one_delivery_get_different_ids_no_sender_can_claim_first() -> None:
+    assert copy_identity("o-1:submit", 2)[0] != copy_identity("o-1:submit", 2)[0]
 
 
 @pytest.mark.parametrize(("delivery", "delay_s"), [(1, 1.0), (2, -1.0), (2, float("inf"))])

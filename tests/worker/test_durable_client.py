@@ -10,6 +10,7 @@ what the extension would receive (method, path, query, body) and what the host w
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -343,10 +344,10 @@ def test_a_raise_that_fails_with_a_server_error_is_redelivered_after_a_backoff(
     # The copy first, then the original completed: Service Bus has no delayed abandon.
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
-    assert (copy.message_id, copy.scheduled_enqueue_time_utc) == (
-        f"{message.message_id}:redelivery:2",
-        NOW + timedelta(seconds=1),
+    assert re.fullmatch(
+        rf"{re.escape(message.message_id)}:redelivery:2:[0-9a-f]{{16}}", copy.message_id or ""
     )
+    assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert b"".join(copy.body) == message.body
     assert instance.events == []
 
