@@ -129,6 +129,25 @@ class MessageActions(Protocol):
     ) -> None: ...
 
 
+class NoRetry:
+    """The :class:`Redelivery` of a trigger whose message a retry could do nothing with: an agent's
+    request. A redelivered request makes no call and sends no response (:mod:`agents.agent`), so none
+    is scheduled; the request is completed and the step's durable timer takes over. Nor is it abandoned,
+    which the broker would redeliver with a count the binding does not report, as a first delivery
+    that calls again."""
+
+    def redeliver(self, queue_name: str, message: TriggerMessage, *, delivery: int, delay_s: float) -> None:
+        """Schedule nothing; the caller completes the message."""
+        logger.warning(
+            "not retrying message %s on %s: a redelivery would make no call; the step's timer takes over",
+            message.message_id,
+            queue_name,
+        )
+
+
+NO_RETRY = NoRetry()
+
+
 @dataclass
 class TriggerSettlement:
     """Settles one trigger-delivered message through the trigger's message actions.

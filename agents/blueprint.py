@@ -10,7 +10,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
-from function_host import dependencies, redelivery, settle_trigger_delivery
+from function_host import NO_RETRY, dependencies, settle_trigger_delivery
 from orderflow.workflows import agent_names
 
 bp = df.Blueprint()
@@ -45,7 +45,8 @@ def _handle(
             taken=_taken(agent),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
-        redelivery=redelivery(),
+        # A redelivered request makes no call: retrying one is never of use (function_host.NoRetry).
+        redelivery=NO_RETRY,
     )
 
 

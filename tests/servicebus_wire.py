@@ -37,7 +37,7 @@ class HostMessage:
     lock_token: uuid.UUID = field(default_factory=uuid.uuid4)
     correlation_id: str | None = None
     reply_to: str | None = None
-    application_properties: Mapping[str | bytes, Any] | None = None
+    application_properties: Mapping[Any, Any] | None = None
     sequence_number: int = 7
     enqueued_at: datetime = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

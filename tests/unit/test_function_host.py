@@ -573,7 +573,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
     for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint, supervisor.blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: wired)
-    for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint):
+    for module in (activities.blueprint, orchestrators.blueprint):
         monkeypatch.setattr(module, "redelivery", lambda: redeliveries)
     # Each worker process remembers the agent requests it took; every test is a fresh worker.
     agents.blueprint._taken.cache_clear()

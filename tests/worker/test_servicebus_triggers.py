@@ -25,7 +25,7 @@ from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
 from orderflow.messages import AgentRequest, AgentResponse, parse_message
-from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY, ORIGINAL_MESSAGE_ID_PROPERTY
+from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY, ORIGINAL_MESSAGE_ID_PROPERTY, copy_identity
 from orderflow.records import ProcessState
 from orderflow.workflows import CURRENT_WORKFLOW
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
@@ -53,6 +53,7 @@ def app(
     deps, redelivery, client = app_dependencies()
     for module in (activities.blueprint, agents.blueprint, orchestrators.blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
+    for module in (activities.blueprint, orchestrators.blueprint):  # agents never retry (NoRetry)
         monkeypatch.setattr(module, "redelivery", lambda: redelivery)
     monkeypatch.setattr(agents.blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
     agents.blueprint._taken.cache_clear()
@@ -265,7 +266,7 @@ def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_do
     assert (response.outcome.value, response.error_kind, response.calls) == ("failed", "budget_exhausted", 3)
 
 
-def test_an_agent_whose_response_cannot_be_sent_is_redelivered_later_and_calls_no_more(
+def test_an_agent_whose_response_cannot_be_sent_completes_its_request_and_leaves_the_step_to_its_timer(
     worker: FunctionsWorker,
     settlement: SettlementServer,
     app: tuple[Dependencies, RecordingServiceBusClient],
@@ -282,19 +283,33 @@ def test_an_agent_whose_response_cannot_be_sent_is_redelivered_later_and_calls_n
 
     with monkeypatch.context() as patch:
         patch.setattr(responses_queue, "send", unreachable)
-        first = deliver(worker, f"agent_{FIRST_STEP.agent}", message, settlement)
-    [copy] = client.senders[deps.settings.agent_queue(FIRST_STEP.agent)].sent
-    agents.blueprint._taken.cache_clear()  # the copy may arrive on another worker instance
-    second = deliver(worker, f"agent_{FIRST_STEP.agent}", as_delivered(copy), settlement)
+        calls = deliver(worker, f"agent_{FIRST_STEP.agent}", message, settlement)
 
-    assert [call.verb for call in first] == ["complete"]
-    assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
-    assert copy.application_properties is not None
-    assert copy.application_properties[DELIVERY_COUNT_PROPERTY] == 2
-    # The first delivery made its one call; the redelivered copy makes none and is completed.
+    # Neither a copy nor an abandon: the broker would redeliver it as a first delivery, which calls again.
+    assert calls == [SettlementCall("complete", str(message.lock_token))]
+    assert client.senders == {}
     assert len(remote.script.requests) == 1
-    assert [call.verb for call in second] == ["complete"]
     assert responses(deps) == []
+
+
+def test_an_agent_request_the_broker_redelivers_makes_its_calls_within_the_reservation_once(
+    worker: FunctionsWorker,
+    settlement: SettlementServer,
+    app: tuple[Dependencies, RecordingServiceBusClient],
+    remote: RemoteServices,
+) -> None:
+    # A copy made by an earlier orderflow version, or a lock lost mid-call: its count says redelivery.
+    deps, _ = app
+    request = agent_request(deps, max_calls=3)
+    copy_id, identity = copy_identity(f"{request.request_id}:request", 2)
+    message = HostMessage(
+        request.to_json().encode(), message_id=copy_id, application_properties=dict(identity)
+    )
+
+    calls = deliver(worker, f"agent_{FIRST_STEP.agent}", message, settlement)
+
+    assert [call.verb for call in calls] == ["complete"]
+    assert remote.script.requests == []
 
 
 @pytest.mark.parametrize("agent", ["courier", "inventory", "payment", "shipping"])
