@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import typing
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ from orderflow.queues.servicebus import (
     decode_body,
     delivery_count,
 )
-from orderflow.settings import Settings, describe_invalid_settings, on_azure
+from orderflow.settings import (
+    Settings,
+    UnsafeAzureSetting,
+    describe_invalid_settings,
+    host_connection_refusals,
+    on_azure,
+)
 from orderflow.wiring import connect_azure
 
 logger = logging.getLogger(__name__)
@@ -76,6 +83,8 @@ def check_start_up(environ: Mapping[str, str] | None = None) -> None:
     """
     if not on_azure(environ):
         return
+    for setting, reason in host_connection_refusals(os.environ if environ is None else environ):
+        raise UnsafeAzureSetting(setting, reason)
     try:
         settings = Settings.load(env=environ)
     except ValidationError as exc:

@@ -87,6 +87,37 @@ def describe_invalid_settings(exc: ValidationError) -> str:
     return f"{shown} is not valid: {problem}{more}"
 
 
+HOST_CONNECTION_NAMES = ("SERVICEBUS", "AzureWebJobsSERVICEBUS", "CUSTOMCONNSTR_SERVICEBUS")
+"""Where the Functions host finds the ``SERVICEBUS`` connection's secret, in any letter case: the app
+setting of that name, the ``AzureWebJobs`` prefixed one and the App Service connection string. On
+Azure none may be set: the triggers connect with ``SERVICEBUS__fullyQualifiedNamespace`` and identity."""
+
+_STORAGE_SECRETS = ("accountkey=", "sharedaccesssignature=", "usedevelopmentstorage=")
+_NO_STORAGE_SECRET_ON_AZURE = (
+    "holds a key, a SAS or the storage emulator: on Azure the host's storage takes the managed identity "
+    "(AzureWebJobsStorage__accountName); remove it"
+)
+
+
+def host_connection_refusals(environ: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """The Functions host's own connection settings in ``environ`` that hold a secret (or the emulator),
+    which on Azure only identity may replace: a ``SERVICEBUS`` connection string under any of the names
+    the host reads (:data:`HOST_CONNECTION_NAMES`), and an ``AzureWebJobsStorage`` with an account key,
+    a SAS or the storage emulator (identity: ``AzureWebJobsStorage__accountName``).
+
+    Yields:
+        ``(setting, reason)`` for each; the reason never quotes the value.
+    """
+    secret_names = {name.lower() for name in HOST_CONNECTION_NAMES}
+    for name, value in environ.items():
+        if name.lower() in secret_names and name != "SERVICEBUS" and value.strip():
+            yield name, _NO_CONNECTION_STRING_ON_AZURE
+        elif name.lower() == "azurewebjobsstorage" and any(
+            mark in value.replace(" ", "").lower() for mark in _STORAGE_SECRETS
+        ):
+            yield name, _NO_STORAGE_SECRET_ON_AZURE
+
+
 class UnsafeAzureSetting(ValueError):
     """A setting whose value has no safe meaning on Azure. The message is one line naming the setting,
     and never holds a secret's value.
@@ -128,11 +159,21 @@ def is_loopback_host(host: str) -> bool:
     except ValueError:
         try:
             address = ipaddress.IPv4Address(socket.inet_aton(name))
-        except OSError:
+        except (OSError, UnicodeError):  # not an address; or not text (undecodable bytes)
             return False
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_loopback or address.is_unspecified
+
+
+def _plain_http_to_a_public_host(url: str) -> bool:
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        return False
+    try:
+        return not ipaddress.ip_address(parts.hostname).is_private
+    except ValueError:
+        return True  # a name: nothing says it stays inside the network
 
 
 def is_host_name(host: str) -> bool:
@@ -159,10 +200,12 @@ def _url_refusal(value: str, *, schemes: tuple[str, ...], expected: str) -> str 
         _ = parts.port  # raises on a port outside 0-65535
     except ValueError:
         scheme, host = "", None
-    if scheme not in schemes or not host:
+    if scheme not in ("http", "https", *schemes) or not host:
         return f"is not an {' or '.join(schemes)} URL: set {expected}"
     if is_loopback_host(host):
         return f"names {host}, a loopback address where nothing of orderflow listens on Azure: set {expected}"
+    if scheme not in schemes:
+        return f"is not an {' or '.join(schemes)} URL: set {expected}"
     if not is_host_name(host):
         return f"has a host that is not a DNS name or an address: set {expected}"
     return None
@@ -249,7 +292,8 @@ class Settings(BaseModel):
     DEMO_SERVICES_URL: str = Field(
         "http://127.0.0.1:8082",
         description="Base URL of the inventory, payment and shipping services the agents call. The default, "
-        "loopback, is the local demo's: on Azure it is refused and the services' own URL is required.",
+        "loopback, is the local demo's: on Azure it is refused and the services' own URL is required, https "
+        "unless it is a private address.",
     )
 
     # --- queues ------------------------------------------------------------------------------
@@ -530,6 +574,9 @@ class Settings(BaseModel):
         services = "the URL the agents' remote services answer on"
         if refusal := _url_refusal(self.DEMO_SERVICES_URL, schemes=("http", "https"), expected=services):
             yield "DEMO_SERVICES_URL", refusal
+        elif _plain_http_to_a_public_host(self.DEMO_SERVICES_URL):
+            # Payment and customer data cross this link: without TLS only inside a private network.
+            yield "DEMO_SERVICES_URL", f"is http to a host outside a private network: set {services}, https"
 
     def _unsafe_service_bus_identity(self) -> Iterator[tuple[str, str]]:
         name = "SERVICEBUS__fullyQualifiedNamespace"

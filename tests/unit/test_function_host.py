@@ -1021,3 +1021,46 @@ def test_start_up_on_azure_names_a_setting_that_does_not_parse_without_its_secre
     assert message.startswith("COSMOS_KEY (value not shown) is not valid:")
     assert "\n" not in message
     assert key[:12] not in message and key[-12:] not in message
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("AzureWebJobsSERVICEBUS", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=c2VjcmV0"),
+        ("CUSTOMCONNSTR_SERVICEBUS", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=c2VjcmV0"),
+        ("servicebus", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=c2VjcmV0"),
+        ("AzureWebJobsStorage", "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0"),
+        ("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
+        ("DEMO_SERVICES_URL", "http://payments.example.com"),
+    ],
+)
+def test_start_up_on_azure_refuses_a_secret_wherever_the_host_would_read_it(setting: str, value: str) -> None:
+    environ = {
+        "WEBSITE_SITE_NAME": "orderflow-app",
+        "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+        "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+        "DEMO_SERVICES_URL": "https://demo.example.com",
+        "AzureWebJobsStorage__accountName": "orderflowstorage",
+        setting: value,
+    }
+
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        function_host.check_start_up(environ)
+
+    assert refused.value.setting == setting
+    assert "c2VjcmV0" not in str(refused.value)
+
+
+def test_start_up_on_azure_accepts_identity_everywhere() -> None:
+    function_host.check_start_up(
+        {
+            "WEBSITE_SITE_NAME": "orderflow-app",
+            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+            "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+            "SERVICEBUS__credential": "managedidentity",
+            "SERVICEBUS__clientId": "00000000-0000-0000-0000-000000000001",
+            "AzureWebJobsStorage__accountName": "orderflowstorage",
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "DEMO_SERVICES_URL": "https://demo.example.com",
+        }
+    )

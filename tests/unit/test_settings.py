@@ -255,3 +255,19 @@ def test_azure_refuses_a_namespace_that_is_not_an_ascii_host_name_or_is_loopback
     with pytest.raises(UnsafeAzureSetting) as refused:
         settings.check_azure()
     assert refused.value.setting == "SERVICEBUS__fullyQualifiedNamespace"
+
+
+def test_a_host_with_undecodable_bytes_is_no_loopback_and_no_host_name() -> None:
+    # os.environ keeps bytes that are not UTF-8 as lone surrogates.
+    settings = Settings.load(
+        env={
+            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+            "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+            "DEMO_SERVICES_URL": "https://pay\udcffments.example.com",
+        }
+    )
+
+    assert is_loopback_host("pay\udcffments.example.com") is False
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        settings.check_azure()
+    assert refused.value.setting == "DEMO_SERVICES_URL"
