@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,6 +83,8 @@ class ServiceScript:
 
     failures: int = 0
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    arrived: list[float] = field(default_factory=list)
+    """``time.monotonic()`` of each request, seconds."""
 
 
 class RemoteServices:
@@ -98,6 +101,7 @@ class RemoteServices:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 current = services.script
                 current.requests.append((self.path, self.headers.get("Idempotency-Key", ""), body))
+                current.arrived.append(time.monotonic())
                 failed = len(current.requests) <= current.failures
                 payload = {"error": "busy"} if failed else {"reservationId": "r-1", "status": "reserved"}
                 data = json.dumps(payload).encode()

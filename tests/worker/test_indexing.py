@@ -19,6 +19,7 @@ from orderflow.settings import AZURE_PLATFORM_VARIABLES
 from tests.worker.conftest import REPO
 from tests.worker.rpc import protos
 from tests.worker.worker import SUCCESS, FunctionsWorker
+from tests.worker.worker import failure as failure_of
 
 pytestmark = pytest.mark.unit
 
@@ -49,9 +50,10 @@ def test_the_worker_indexes_every_function_the_app_registers(worker: FunctionsWo
 
 
 def test_the_worker_loads_every_indexed_function(worker: FunctionsWorker) -> None:
-    statuses = {name: response.result.status for name, response in worker.load_responses.items()}
+    failures = {name: failure_of(response) for name, response in worker.load_responses.items()}
 
-    assert statuses == dict.fromkeys(worker.metadata, SUCCESS)
+    assert set(failures) == set(worker.metadata)
+    assert {name: message for name, message in failures.items() if message is not None} == {}
 
 
 def test_every_function_is_reported_as_worker_indexed_python(worker: FunctionsWorker) -> None:

@@ -9,6 +9,7 @@ is what the host would receive: the exact settlement calls, and the copies sched
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -245,6 +246,11 @@ def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
         {"reservationId": "r-1"},
     )
     assert client.senders == {}
+    # AGENT_BACKOFF_INITIAL_S is 0.05 here: each retry waited at least that long after the failure.
+    arrived = remote.script.arrived
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrived)]
+    assert len(gaps) == 2
+    assert min(gaps) >= 0.045
 
 
 def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_down(
