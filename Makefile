@@ -16,7 +16,8 @@
 #   make test                ruff, mypy, the doctor, the whole pytest suite (starts and stops its own
 #                            emulators) and the worker-driven tests
 
-PYTHON ?= python3
+# .venv runs on Python 3.11 (the oldest version the app supports; the worker tests check it is).
+PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3.11) $(shell python3.11 -c 'import sys; print(sys.executable)' 2>/dev/null) python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The worker-driven tests run on the Python the 3.13+ language worker runs on.

@@ -954,7 +954,7 @@ MACHINE_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-"""Long runs (each runs a few orders from submission to their end), few of them: about 10 s."""
+"""Long runs (each runs a few orders from submission to their end), few of them: a few seconds."""
 
 
 def test_the_protocol_holds_under_any_interleaving() -> None:
