@@ -620,13 +620,17 @@ class ServiceBusQueue:
             content_type=CONTENT_TYPE,
             scheduled_enqueue_time_utc=self._clock() + timedelta(seconds=delay) if delay > 0 else None,
         )
+        self._send(message, "send")
+
+    def _send(self, message: ServiceBusMessage, action: str) -> None:
+        """Send on the queue's one sender (opened on first use), translating the SDK's errors."""
         with self._sender_lock:
             if self._sender is None:
                 self._sender = self._client.get_queue_sender(self.name)
             try:
                 self._sender.send_messages(message)
             except AzureError as error:
-                raise translate_error(error, "send", self.name) from error
+                raise translate_error(error, action, self.name) from error
 
     def redeliver(self, message: ReceivedMessageLike, *, delivery: int, delay_s: float) -> None:
         """Schedule a copy of ``message`` (received from this queue) as its delivery ``delivery``,
@@ -649,13 +653,7 @@ class ServiceBusQueue:
         copy = redelivery_copy(
             message, delivery=delivery, enqueue_at=self._clock() + timedelta(seconds=delay)
         )
-        with self._sender_lock:
-            if self._sender is None:
-                self._sender = self._client.get_queue_sender(self.name)
-            try:
-                self._sender.send_messages(copy)
-            except AzureError as error:
-                raise translate_error(error, "redeliver", self.name) from error
+        self._send(copy, "redeliver")
 
     def receive(self, *, max_messages: int = 16, lock_s: float = 30.0) -> list[ReceivedMessage]:
         """Receive up to ``max_messages`` messages under PeekLock, waiting at most ``max_wait_s``.

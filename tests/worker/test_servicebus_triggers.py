@@ -139,6 +139,15 @@ def test_invalid_json_is_dead_lettered_with_its_reason(
         deps.states.get("o-1")
 
 
+def order_store_down(deps: Dependencies, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every order-store write fails as an unavailable Cosmos DB does."""
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise TransientError("order store unavailable")
+
+    monkeypatch.setattr(deps.orders, "create", down)
+
+
 def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery(
     worker: FunctionsWorker,
     settlement: SettlementServer,
@@ -146,11 +155,7 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
-
-    def down(*args: object, **kwargs: object) -> None:
-        raise TransientError("order store unavailable")
-
-    monkeypatch.setattr(deps.orders, "create", down)
+    order_store_down(deps, monkeypatch)
     message = HostMessage(
         order_body("o-1", reply_to="client-a").encode(), message_id="o-1", reply_to="client-a"
     )
@@ -173,11 +178,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
-
-    def down(*args: object, **kwargs: object) -> None:
-        raise TransientError("order store unavailable")
-
-    monkeypatch.setattr(deps.orders, "create", down)
+    order_store_down(deps, monkeypatch)
     message = HostMessage(order_body("o-1").encode(), message_id="o-1")
     sent = client.get_queue_sender(deps.settings.ORDERS_QUEUE).sent
     delays: list[float] = []
