@@ -45,7 +45,8 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
@@ -132,7 +133,8 @@ _FROM_ALERTS: Final[Mapping[str, _Derived]] = {
 AttributeValue = str | bool | int | float
 """A value OpenTelemetry accepts as a metric or log attribute."""
 
-_counters: Counter[str] = Counter()
+_recorders: list[Counter[str]] = []
+"""The counts of the :func:`recording` scopes open now (none in a host: nothing is counted then)."""
 _lock = threading.Lock()
 
 
@@ -167,8 +169,7 @@ def event(name: str, /, **fields: Any) -> None:
             Values should be str, bool, int, float, an enum, a datetime or None (others are logged as
             ``str(value)``; None is left out of the flattened attributes).
     """
-    with _lock:
-        _counters[name] += 1
+    _count(name)
     derived = _FROM_EVENTS.get(name)
     if derived is not None:
         _add(derived, fields)
@@ -187,8 +188,7 @@ def alert(name: str, /, **fields: Any) -> None:
         name: Alert name, e.g. ``order_gave_up``, ``order_failed``, ``max_delivery_count``.
         **fields: Structured fields, as for :func:`event`.
     """
-    with _lock:
-        _counters[f"alert.{name}"] += 1
+    _count(f"alert.{name}")
     instruments = _get_instruments()
     instruments.counters[ALERTS].add(1, {"alert": name})
     derived = _FROM_ALERTS.get(name)
@@ -198,10 +198,29 @@ def alert(name: str, /, **fields: Any) -> None:
     alerts_logger.error("ALERT %s %s", name, rendered, extra=_log_extra(f"alert.{name}", fields))
 
 
-def counters() -> dict[str, int]:
-    """A snapshot of every event and alert count since the process started (alerts as ``alert.<name>``)."""
+def _count(name: str) -> None:
+    if _recorders:
+        with _lock:
+            for recorder in _recorders:
+                recorder[name] += 1
+
+
+@contextmanager
+def recording() -> Iterator[Counter[str]]:
+    """Count every event and alert (as ``alert.<name>``) reported, by any thread, while the ``with``
+    block runs: a scope of its own for a test, which needs no reset. Hosts count through metrics.
+
+    Yields:
+        The counts, filled in as the events happen.
+    """
+    counts: Counter[str] = Counter()
     with _lock:
-        return dict(_counters)
+        _recorders.append(counts)
+    try:
+        yield counts
+    finally:
+        with _lock:
+            _recorders.remove(counts)
 
 
 def record_stuck_orders(count: int) -> None:

@@ -135,14 +135,12 @@ def test_a_missing_step_is_left_out_of_the_attributes(reader: InMemoryMetricRead
 def test_other_events_update_no_metric_but_are_still_counted_in_process(
     reader: InMemoryMetricReader,
 ) -> None:
-    before = telemetry.counters()
-    telemetry.event("claim", order_id="o-1", instance_id="o-1:1", attempt=1)
-    telemetry.event("step.start", order_id="o-1", instance_id="o-1:1", step="reserve")
-    telemetry.alert("order_gave_up", order_id="o-1")
-    after = telemetry.counters()
-    assert after["claim"] == before.get("claim", 0) + 1
-    assert after["step.start"] == before.get("step.start", 0) + 1
-    assert after["alert.order_gave_up"] == before.get("alert.order_gave_up", 0) + 1
+    with telemetry.recording() as counted:
+        telemetry.event("claim", order_id="o-1", instance_id="o-1:1", attempt=1)
+        telemetry.event("step.start", order_id="o-1", instance_id="o-1:1", step="reserve")
+        telemetry.alert("order_gave_up", order_id="o-1")
+    telemetry.event("claim", order_id="o-2", instance_id="o-2:1", attempt=1)  # after the scope
+    assert counted == {"claim": 1, "step.start": 1, "alert.order_gave_up": 1}
     assert total(reader, telemetry.RECOVERIES) == 0
     assert total(reader, telemetry.DEAD_LETTERS) == 0
 
