@@ -5,8 +5,8 @@ Every role reports what it did through :func:`event` (one log record per event o
 level ERROR). A record carries the event name as ``event``, the keyword fields as ``fields`` (a dict)
 and, flattened, each field as an attribute of its own, ``orderflow.<field>`` (``orderflow.order_id``,
 ``orderflow.instance_id``, ``orderflow.attempt`` correlate an order across roles), so an exporter turns
-them into individual custom dimensions. Locally the records go to the console and the in-process
-:func:`counters` feed the demo summary.
+them into individual custom dimensions. Locally the records go to the console; a test counts the events
+of a scope with :func:`recording`.
 
 **Metrics.** The events an operator alerts on also update OpenTelemetry instruments of the ``orderflow``
 meter, derived here from the event and alert names so that no call site knows about metrics:
