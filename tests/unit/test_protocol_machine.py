@@ -814,7 +814,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         owner = before.item.locked_by == write.orchestration.instance_id
         self._acting_as(Actor.OWNER if owner else Actor.SUPERSEDED)
         try:
-            return ACTIVITIES[write.activity](write.payload, worker.deps)
+            result = ACTIVITIES[write.activity](write.payload, worker.deps)
+            if write.activity == START_STEP and result.get("budgetExhausted"):
+                # A refusal for budget is true: the write that refused (with the previous step's
+                # completion, which gives back what its reservation did not use) leaves no call.
+                left = self.states.get(order_id).item.retry_budget.remaining
+                assert left == 0, f"{write.payload['step']} refused for budget with {left} call(s) left"
+            return result
         finally:
             sent = self._collect_agent_requests()
             if not owner:
