@@ -373,9 +373,11 @@ _REDELIVERY_NONCE = re.compile(f"[0-9a-f]{{{2 * _NONCE_BYTES}}}")
 
 
 def _application_property(message: ReceivedMessageLike, name: str) -> object:
-    # Keys arrive as bytes from an AMQP decoder (the Functions extension's) and as str from others.
+    # Keys arrive as bytes from an AMQP decoder (the Functions extension's) and as str from others, and
+    # so may text values.
     properties = message.application_properties or {}
-    return properties.get(name.encode(), properties.get(name))
+    value = properties.get(name.encode(), properties.get(name))
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 def delivery_count(message: ReceivedMessageLike, *, this_copy: int) -> int:
@@ -393,38 +395,34 @@ def delivery_count(message: ReceivedMessageLike, *, this_copy: int) -> int:
         ``n`` of its :data:`ORIGINAL_MESSAGE_ID_PROPERTY`. A sender's own property (a client may set
         any application property) counts as absent, so the count is never lower than the broker's.
     """
-    first = _carried_delivery(message)
-    return (first or 1) + max(1, this_copy) - 1
+    copy = _copy_of(message)
+    return (1 if copy is None else copy[1]) + max(1, this_copy) - 1
 
 
-def _carried_delivery(message: ReceivedMessageLike) -> int | None:
+def _copy_of(message: ReceivedMessageLike) -> tuple[str, int] | None:
+    """The original ``MessageId`` and the delivery a genuine copy carries, or None for any other
+    message (an original, or a sender's own properties that a copy's id does not bear out)."""
     carried = _application_property(message, DELIVERY_COUNT_PROPERTY)
-    if isinstance(carried, bytes):
-        carried = carried.decode("ascii", errors="replace")
-    if isinstance(carried, bool) or not isinstance(carried, int | str):
+    original = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
+    if isinstance(carried, bool) or not isinstance(carried, int | str) or not isinstance(original, str):
         return None
     try:
         delivery = int(carried)
     except ValueError:  # not a number, or too many digits to read
         return None
-    original = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
-    if isinstance(original, bytes):
-        original = original.decode("utf-8", errors="replace")
-    if delivery < 2 or not isinstance(original, str) or not original:
+    if delivery < 2 or not original:
         return None
     prefix = redelivery_message_id(original, delivery, nonce="")
     message_id = str(message.message_id or "")
     if not message_id.startswith(prefix) or not _REDELIVERY_NONCE.fullmatch(message_id[len(prefix) :]):
         return None
-    return delivery
+    return original, delivery
 
 
 def original_message_id(message: ReceivedMessageLike) -> str:
     """The ``MessageId`` the logical message was first sent with (a copy carries it as a property)."""
-    if _carried_delivery(message) is None:
-        return _message_id(message)
-    carried = _application_property(message, ORIGINAL_MESSAGE_ID_PROPERTY)
-    return carried.decode("utf-8", errors="replace") if isinstance(carried, bytes) else str(carried)
+    copy = _copy_of(message)
+    return _message_id(message) if copy is None else copy[0]
 
 
 def copy_identity(original: str, delivery: int) -> tuple[str, dict[str, str | int]]:
