@@ -83,8 +83,9 @@ def check_start_up(environ: Mapping[str, str] | None = None) -> None:
     """
     if not on_azure(environ):
         return
-    for setting, reason in host_connection_refusals(os.environ if environ is None else environ):
-        raise UnsafeAzureSetting(setting, reason)
+    refused = next(iter(host_connection_refusals(os.environ if environ is None else environ)), None)
+    if refused is not None:
+        raise UnsafeAzureSetting(*refused)
     try:
         settings = Settings.load(env=environ)
     except ValidationError as exc:

@@ -148,6 +148,7 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     reviewable = step_def.review and deps.settings.REVIEW_AMOUNT_ABOVE > 0
     order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
     needs_review = order is not None and order.amount > Decimal(str(deps.settings.REVIEW_AMOUNT_ABOVE))
+    # Set by each run of mutate; read only when the write applied, so mutate ran.
     decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
 
     def mutate(record: StateRecord) -> StateRecord | None:
