@@ -4,24 +4,15 @@ activities. Each trigger decodes its binding and calls the plain role function; 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
 
 from activities.admission import AdmissionControl
-from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
+from activities.table import ACTIVITIES, Activity
 from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
-from orderflow.contracts import (
-    BEGIN_COMPENSATION,
-    FINISH_COMPENSATION,
-    FINISH_ORDER,
-    RECORD_REVIEW,
-    RECORD_STEP_FAILURE,
-    START_STEP,
-    START_UNDO,
-)
 
 bp = df.Blueprint()
 
@@ -61,50 +52,16 @@ def submission(
     )
 
 
-@bp.function_name(START_STEP)
-@bp.activity_trigger(input_name="payload")
-def start_step_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write starting a step, then the agent request."""
-    return start_step(payload, dependencies())
+def _register(activity: Activity[Any, Any]) -> None:
+    """Register ``activity`` as a Durable Functions activity trigger under its contract's name."""
+
+    def run(payload: ActivityPayload) -> ActivityPayload:
+        return activity.run(payload, dependencies())
+
+    run.__name__ = run.__qualname__ = f"{activity.name}_activity"
+    run.__doc__ = activity.summary
+    bp.function_name(activity.name)(bp.activity_trigger(input_name="payload")(run))
 
 
-@bp.function_name(FINISH_ORDER)
-@bp.activity_trigger(input_name="payload")
-def finish_order_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write of the order's outcome, then the client's reply."""
-    return finish_order(payload, dependencies())
-
-
-@bp.function_name(RECORD_STEP_FAILURE)
-@bp.activity_trigger(input_name="payload")
-def record_step_failure_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write of a retryable step failure."""
-    return record_step_failure(payload, dependencies())
-
-
-@bp.function_name(RECORD_REVIEW)
-@bp.activity_trigger(input_name="payload")
-def record_review_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write of a review decision (the first recorded wins)."""
-    return record_review(payload, dependencies())
-
-
-@bp.function_name(BEGIN_COMPENSATION)
-@bp.activity_trigger(input_name="payload")
-def begin_compensation_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write moving the order to Compensating; returns the steps to undo."""
-    return begin_compensation(payload, dependencies())
-
-
-@bp.function_name(START_UNDO)
-@bp.activity_trigger(input_name="payload")
-def start_undo_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write starting an undo, then the undo request."""
-    return start_undo(payload, dependencies())
-
-
-@bp.function_name(FINISH_COMPENSATION)
-@bp.activity_trigger(input_name="payload")
-def finish_compensation_activity(payload: ActivityPayload) -> ActivityPayload:
-    """Fenced write of the compensation's outcome, then the client's reply."""
-    return finish_compensation(payload, dependencies())
+for _activity in ACTIVITIES:
+    _register(_activity)

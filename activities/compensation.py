@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 from activities.steps import (
-    AGENT_MARGIN_MAX_S,
-    AGENT_MARGIN_SHARE,
     _fenced,
     _record_completion,
     _record_error,
+    agent_deadline,
 )
 from orderflow import telemetry
 from orderflow.contracts import (
     BeginCompensationInput,
-    FencedWriteResult,
     FinishCompensationInput,
     StartUndoInput,
+    StepError,
     UndoResult,
     undo_step_name,
 )
@@ -61,6 +59,16 @@ from orderflow.records import (
     undo_key,
 )
 from orderflow.replies import deliver_reply
+from orderflow.results import (
+    BeginCompensationResult,
+    CompensationBegun,
+    CompensationFinished,
+    Fenced,
+    FinishCompensationResult,
+    PastPointOfNoReturn,
+    StartUndoResult,
+    UndoStarted,
+)
 from orderflow.workflows import WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -147,7 +155,7 @@ def _record_undone(record: StateRecord, undone: UndoResult, now: datetime) -> No
     record.steps[undone.step].status = StepStatus.COMPENSATED
 
 
-def begin_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> BeginCompensationResult:
     """Activity :data:`orderflow.contracts.BEGIN_COMPENSATION`.
 
     From ``Processing`` (the attempt that hit the failure) or ``Compensating`` (an attempt resuming a
@@ -156,11 +164,10 @@ def begin_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str,
     point of no return it writes ``Error`` instead, with a ``Failed`` reply owed and an operator alert.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON: ``undo_stages`` (stages in order; the steps of a stage are
-        undone in parallel) and ``process_state`` (``Compensating``, or ``Error`` past a point of no
-        return); ``applied`` False when fenced out.
+        :class:`CompensationBegun` with the ``undo_stages`` (stages in order; the steps of a stage are
+        undone in parallel); :class:`PastPointOfNoReturn` when the order moved to ``Error`` instead;
+        :class:`Fenced`.
     """
-    data = BeginCompensationInput.model_validate(payload)
     definition = workflow_for(data.workflow_version)
     now = deps.clock.now()
 
@@ -203,8 +210,7 @@ def begin_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str,
     record = outcome.record
     state = record.process_state
     if not outcome.applied or state not in (ProcessState.COMPENSATING, ProcessState.ERROR):
-        reason = outcome.reason or f"processState is {state.value}"
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or f"processState is {state.value}")
     fields = {"order_id": data.order_id, "instance_id": data.instance_id}
     if state is ProcessState.ERROR:
         if record.pending_reply is not None:
@@ -213,15 +219,13 @@ def begin_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str,
             )
         error = record.last_error
         telemetry.alert(PAST_POINT_OF_NO_RETURN, step=error.step if error else None, **fields)
-        return FencedWriteResult(applied=True, process_state=state.value).to_payload()
+        return PastPointOfNoReturn()
     stages = stages_to_undo(record, definition)
     telemetry.event("compensation.begin", stages="|".join(",".join(stage) for stage in stages), **fields)
-    return FencedWriteResult(
-        applied=True, process_state=state.value, undo_stages=stages, complete_by=record.complete_by
-    ).to_payload()
+    return CompensationBegun(undo_stages=stages, complete_by=record.complete_by)
 
 
-def start_undo(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
     """Activity :data:`orderflow.contracts.START_UNDO`.
 
     In one fenced write: record the previous stage's undos (entries and steps ``Compensated``), mark
@@ -230,14 +234,13 @@ def start_undo(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     undo request (``{requestId}`` = ``{instanceId}:{step}:undo``) to the step's agent.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON with ``complete_by``; ``applied`` False when fenced out.
+        :class:`UndoStarted` with the ``complete_by`` (UTC) where the stage's timer must fire, or
+        :class:`Fenced`.
 
     Raises:
         IllegalTransition: the record has no compensation entry for ``step``.
     """
-    data = StartUndoInput.model_validate(payload)
-    definition = workflow_for(data.workflow_version)
-    step_def = definition.step(data.step)
+    workflow_for(data.workflow_version).step(data.step)  # an unknown step fails before any write
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
@@ -266,37 +269,11 @@ def start_undo(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if not outcome.applied or record.process_state is not ProcessState.COMPENSATING:
-        reason = outcome.reason or f"processState is {record.process_state.value}"
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
     complete_by = record.complete_by
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Compensating without a completeBy")
-    entry = _entry(record, data.step)
-    undo_name = undo_step_name(data.step)
-    left_s = max(0.0, (complete_by - now).total_seconds())
-    request = AgentRequest(
-        request_id=request_id_for(data.instance_id, undo_name),
-        order_id=data.order_id,
-        instance_id=data.instance_id,
-        step=undo_name,
-        operation=entry.undo or "",
-        idempotency_key=entry.undo_key,
-        deadline=complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s)),
-        reply_to=data.response_queue,
-        # The forward key lets the service undo an effect whose id no attempt recorded, and refuse a
-        # forward call that arrives after the undo.
-        payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
-        max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
-    )
-    # A step a fallback provider performed is undone by that provider.
-    agent = (
-        step_def.fallback_agent
-        if record.steps[data.step].fallback and step_def.fallback_agent
-        else step_def.agent
-    )
-    deps.queues.queue(deps.settings.agent_queue(agent)).send(
-        request.to_json(), message_id=request.request_id, correlation_id=data.order_id
-    )
+    entry = _send_undo_request(deps, data, record, complete_by, now=now)
     telemetry.event(
         "undo.start",
         order_id=data.order_id,
@@ -305,12 +282,40 @@ def start_undo(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
         outcome_known=entry.outcome_known,
         complete_by=complete_by.isoformat(),
     )
-    return FencedWriteResult(
-        applied=True, process_state=record.process_state.value, complete_by=complete_by
-    ).to_payload()
+    return UndoStarted(complete_by=complete_by)
 
 
-def finish_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def _send_undo_request(
+    deps: Dependencies, data: StartUndoInput, record: StateRecord, complete_by: datetime, *, now: datetime
+) -> CompensationEntry:
+    """Send the undo request of ``data.step`` to the agent that performed the step; returns its entry."""
+    step_def = workflow_for(data.workflow_version).step(data.step)
+    entry = _entry(record, data.step)
+    undo_name = undo_step_name(data.step)
+    request = AgentRequest(
+        request_id=request_id_for(data.instance_id, undo_name),
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=undo_name,
+        operation=entry.undo or "",
+        idempotency_key=entry.undo_key,
+        deadline=agent_deadline(complete_by, now),
+        reply_to=data.response_queue,
+        # The forward key lets the service undo an effect whose id no attempt recorded, and refuse a
+        # forward call that arrives after the undo.
+        payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
+        max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+    )
+    # A step a fallback provider performed is undone by that provider.
+    on_fallback = record.steps[data.step].fallback
+    agent = step_def.fallback_agent if on_fallback and step_def.fallback_agent else step_def.agent
+    deps.queues.queue(deps.settings.agent_queue(agent)).send(
+        request.to_json(), message_id=request.request_id, correlation_id=data.order_id
+    )
+    return entry
+
+
+def finish_compensation(data: FinishCompensationInput, deps: Dependencies) -> FinishCompensationResult:
     """Activity :data:`orderflow.contracts.FINISH_COMPENSATION`: the compensation's outcome, then the reply.
 
     ``Compensated``: the last stage's undos recorded, every entry undone; the reply carries the original
@@ -320,9 +325,8 @@ def finish_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str
     ``CompensationFailed`` reply. The reply is owed in the same write (orderflow.replies).
 
     Returns:
-        A :class:`FencedWriteResult` as JSON.
+        :class:`CompensationFinished` with the state written, or :class:`Fenced`.
     """
-    data = FinishCompensationInput.model_validate(payload)
     definition = workflow_for(data.workflow_version)
     target = ProcessState.COMPENSATION_FAILED if data.failed is not None else ProcessState.COMPENSATED
     now = deps.clock.now()
@@ -337,37 +341,9 @@ def finish_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str
         for undone in data.undone:
             _record_undone(record, undone, now)
         if data.failed is not None:
-            # Every undo of the stage that failed for good (they ran in parallel), not only the first.
-            failures = (data.failed, *data.also_failed)
-            for failure in failures:
-                failed_step = failure.step.removesuffix(":undo")
-                _entry(record, failed_step).status = UndoStatus.FAILED
-                record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
-            others = ", ".join(f.step.removesuffix(":undo") for f in data.also_failed)
-            record.compensation_error = LastError(
-                kind=data.failed.kind,
-                code=data.failed.code,
-                message=(data.failed.message + (f" (also failed: {others})" if others else ""))[:500],
-                step=data.failed.step.removesuffix(":undo"),
-                at=now,
-            )
-            owed = PendingReply(
-                status=OrderStatus.COMPENSATION_FAILED.value,
-                reason=data.failed.code,
-                detail=data.failed.message,
-            )
+            owed = _record_undo_failures(record, data.failed, data.also_failed, now)
         else:
-            left = stages_to_undo(record, definition)
-            if left:
-                raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
-            cause = record.last_error
-            owed = PendingReply(
-                status=(
-                    OrderStatus.CANCELLED if target is ProcessState.CANCELLED else OrderStatus.COMPENSATED
-                ).value,
-                reason=cause.code if cause else None,
-                detail=cause.message if cause else None,
-            )
+            owed = _owed_after_undo(record, definition, cancelled=target is ProcessState.CANCELLED)
         record.process_state = target
         record.complete_by = None
         record.pending_reply = owed
@@ -377,20 +353,58 @@ def finish_compensation(payload: dict[str, Any], deps: Dependencies) -> dict[str
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if not outcome.applied or record.process_state is not target:
-        reason = outcome.reason or f"processState is {record.process_state.value}"
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
     if record.pending_reply is not None:
         deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=outcome.etag)
     fields = {"order_id": data.order_id, "instance_id": data.instance_id}
-    if target is not ProcessState.COMPENSATION_FAILED:
+    if data.failed is None:
         telemetry.event(f"order.{target.value.lower()}", **fields)
     else:
-        failed = data.failed
         telemetry.alert(
             "compensation_failed",
-            step=",".join(f.step for f in (failed, *data.also_failed)) if failed else None,
-            code=failed.code if failed else None,
+            step=",".join(f.step for f in (data.failed, *data.also_failed)),
+            code=data.failed.code,
             cause=record.last_error.code if record.last_error else None,
             **fields,
         )
-    return FencedWriteResult(applied=True, process_state=target.value).to_payload()
+    return CompensationFinished(process_state=target.value)
+
+
+def _record_undo_failures(
+    record: StateRecord, failed: StepError, also_failed: tuple[StepError, ...], now: datetime
+) -> PendingReply:
+    """Mark every undo of the stage that failed for good (they ran in parallel, so not only the first)
+    ``CompensationFailed`` with ``compensationError`` naming them; returns the reply owed."""
+    for failure in (failed, *also_failed):
+        failed_step = failure.step.removesuffix(":undo")
+        _entry(record, failed_step).status = UndoStatus.FAILED
+        record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
+    others = ", ".join(f.step.removesuffix(":undo") for f in also_failed)
+    record.compensation_error = LastError(
+        kind=failed.kind,
+        code=failed.code,
+        message=(failed.message + (f" (also failed: {others})" if others else ""))[:500],
+        step=failed.step.removesuffix(":undo"),
+        at=now,
+    )
+    return PendingReply(
+        status=OrderStatus.COMPENSATION_FAILED.value, reason=failed.code, detail=failed.message
+    )
+
+
+def _owed_after_undo(record: StateRecord, definition: WorkflowDefinition, *, cancelled: bool) -> PendingReply:
+    """The reply owed once every entry is undone: ``Compensated`` (``Cancelled`` when the client asked)
+    with the original cause.
+
+    Raises:
+        IllegalTransition: an entry is still to undo.
+    """
+    left = stages_to_undo(record, definition)
+    if left:
+        raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
+    cause = record.last_error
+    return PendingReply(
+        status=(OrderStatus.CANCELLED if cancelled else OrderStatus.COMPENSATED).value,
+        reason=cause.code if cause else None,
+        detail=cause.message if cause else None,
+    )

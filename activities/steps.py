@@ -17,7 +17,6 @@ from activities.fencing import Mutation, WriteOutcome, fenced_write
 from orderflow import telemetry
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
-    FencedWriteResult,
     FinishOrderInput,
     Outcome,
     RecordReviewInput,
@@ -44,18 +43,33 @@ from orderflow.records import (
     undo_key,
 )
 from orderflow.replies import deliver_reply
+from orderflow.results import (
+    AwaitingReview,
+    BudgetExhausted,
+    FailureRecorded,
+    Fenced,
+    FinishOrderResult,
+    OrderFinished,
+    RecordReviewResult,
+    RecordStepFailureResult,
+    ReviewRecorded,
+    ReviewRejected,
+    StartStepResult,
+    StepStarted,
+    Stopped,
+)
 from orderflow.settings import Settings
 from orderflow.step_start import (
     AwaitReview,
-    BudgetExhausted,
     NotProcessing,
     ReviewNeed,
-    ReviewRejected,
     Start,
     StepStartDecision,
-    Stopped,
     decide_step_start,
 )
+from orderflow.step_start import BudgetExhausted as BudgetExhaustedDecision
+from orderflow.step_start import ReviewRejected as ReviewRejectedDecision
+from orderflow.step_start import Stopped as StoppedDecision
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -122,7 +136,7 @@ def _fenced(deps: Dependencies, order_id: str, instance_id: str, mutate: Mutatio
     )
 
 
-def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     """Activity :data:`orderflow.contracts.START_STEP`.
 
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
@@ -130,16 +144,17 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
     leaves time for the answer to travel back). An attempt's first step is usually started by its claim
     (:func:`orchestrators.starter.start_first_step`): the activity finds it so on a read and only sends
-    the request.
+    the request. What may start is decided by :func:`orderflow.step_start.decide_step_start`.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON with ``complete_by`` (UTC), where the orchestration's timer
-        must fire; ``applied`` False when fenced out (no request is sent).
+        :class:`StepStarted` with the ``complete_by`` (UTC) where the orchestration's timer must fire;
+        :class:`AwaitingReview`, :class:`ReviewRejected`, :class:`BudgetExhausted` or :class:`Stopped`
+        when the step did not start (nothing is sent); :class:`Fenced` when the record is not this
+        attempt's.
 
     Raises:
         ConcurrencyConflict, TransientError: the store or queue failed; the runtime retries.
     """
-    data = StartStepInput.model_validate(payload)
     definition = workflow_for(data.workflow_version)
     step_def = definition.step(data.step)
     now = deps.clock.now()
@@ -162,23 +177,7 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
             fallback=data.fallback,
             completed=data.completed,
         )
-        match decision:
-            case AwaitReview(review=review):
-                return _await_review(record, definition, data, review, settings=deps.settings, now=now)
-            case BudgetExhausted(to_fallback=to_fallback):
-                _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
-                # An earlier attempt's reservation stays spent; nothing is left to give back later.
-                record.steps[data.step].reserved_calls = 0
-                return record
-            case Start(grant=grant, to_fallback=to_fallback):
-                _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
-                # The deadline starts now, when the step really starts, not when the orchestration asked.
-                record.run_step(
-                    data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant
-                )
-                return record
-            case _:
-                return None
+        return _apply_start(decision, record, definition, data, settings=deps.settings, now=now)
 
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
@@ -187,10 +186,57 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
         if refused is not None:
             return refused
     if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
-        reason = outcome.reason or f"processState is {record.process_state.value}"
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
+    complete_by = _send_request(deps, data, step_def, record, order, now=now)
+    telemetry.event(
+        "step.start",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=data.step,
+        complete_by=complete_by.isoformat(),
+    )
+    return StepStarted(complete_by=complete_by, remaining_calls=record.retry_budget.remaining)
 
+
+def _apply_start(
+    decision: StepStartDecision,
+    record: StateRecord,
+    definition: WorkflowDefinition,
+    data: StartStepInput,
+    *,
+    settings: Settings,
+    now: datetime,
+) -> StateRecord | None:
+    """The write ``decision`` makes to ``record`` (a private copy), or None when it writes nothing."""
+    match decision:
+        case AwaitReview(review=review):
+            return _await_review(record, definition, data, review, settings=settings, now=now)
+        case BudgetExhaustedDecision(to_fallback=to_fallback):
+            _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
+            # An earlier attempt's reservation stays spent; nothing is left to give back later.
+            record.steps[data.step].reserved_calls = 0
+            return record
+        case Start(grant=grant, to_fallback=to_fallback):
+            _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
+            # The deadline starts now, when the step really starts, not when the orchestration asked.
+            record.run_step(
+                data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant
+            )
+            return record
+    return None
+
+
+def _send_request(
+    deps: Dependencies,
+    data: StartStepInput,
+    step_def: StepDefinition,
+    record: StateRecord,
+    order: OrderDocument | None,
+    *,
+    now: datetime,
+) -> datetime:
+    """Send the agent request of the step ``record`` runs; returns the step's completeBy (UTC)."""
     complete_by = record.complete_by
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
@@ -198,10 +244,6 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     # The fallback answers as its own pseudo-step, so a late answer of the primary is never taken for it.
     request_step = fallback_step_name(data.step) if data.fallback else data.step
     request_id = request_id_for(data.instance_id, request_step)
-    # The agent must stop early enough for its answer to travel back before the step's timer fires:
-    # an answer that arrives after it is dropped, and its calls are wasted.
-    left_s = max(0.0, (complete_by - now).total_seconds())
-    agent_deadline = complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
     request = AgentRequest(
         request_id=request_id,
         order_id=data.order_id,
@@ -209,7 +251,7 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
         step=request_step,
         operation=step_def.operation,
         idempotency_key=record.steps[data.step].idempotency_key,
-        deadline=agent_deadline,
+        deadline=agent_deadline(complete_by, now),
         reply_to=data.response_queue,
         payload=request_payload(step_def, order, fallback=data.fallback),
         max_calls=record.steps[data.step].reserved_calls,
@@ -218,16 +260,15 @@ def start_step(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     deps.queues.queue(deps.settings.agent_queue(agent)).send(
         request.to_json(), message_id=request_id, correlation_id=data.order_id
     )
-    telemetry.event(
-        "step.start",
-        order_id=data.order_id,
-        instance_id=data.instance_id,
-        step=data.step,
-        complete_by=complete_by.isoformat(),
-    )
-    return FencedWriteResult(
-        applied=True, remaining_calls=record.retry_budget.remaining, complete_by=complete_by
-    ).to_payload()
+    return complete_by
+
+
+def agent_deadline(complete_by: datetime, now: datetime) -> datetime:
+    """The deadline (UTC) an agent request carries: a little before the step's ``complete_by``, so the
+    agent stops early enough for its answer to travel back before the step's timer fires (an answer that
+    arrives after it is dropped, and its calls are wasted)."""
+    left_s = max(0.0, (complete_by - now).total_seconds())
+    return complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
 
 
 def _prepare_start(
@@ -259,12 +300,15 @@ def _refused_start(
     deps: Dependencies,
     *,
     etag: str | None,
-) -> dict[str, Any] | None:
+) -> StartStepResult | None:
     """The activity's result when the decision, applied, started nothing; None when it started the step
     (or found it started)."""
     fields = {"order_id": data.order_id, "instance_id": data.instance_id, "step": data.step}
     match decision:
-        case Stopped() if record.process_state in (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW):
+        case StoppedDecision() if record.process_state in (
+            ProcessState.PROCESSING,
+            ProcessState.AWAITING_REVIEW,
+        ):
             telemetry.event("step.cancelled", **fields)
             return _stopped(record)
         case AwaitReview() if record.process_state is ProcessState.AWAITING_REVIEW:
@@ -272,31 +316,23 @@ def _refused_start(
             if record.pending_reply is not None:
                 deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=etag)
             telemetry.event("review.awaiting", **fields, deadline=record.review.deadline.isoformat())
-            return FencedWriteResult(
-                applied=False,
-                reason="awaiting_review",
-                review_required=True,
-                review_default=deps.settings.REVIEW_DEFAULT,
-                complete_by=record.review.deadline,
-            ).to_payload()
-        case ReviewRejected():
+            return AwaitingReview(
+                complete_by=record.review.deadline, review_default=deps.settings.REVIEW_DEFAULT
+            )
+        case ReviewRejectedDecision():
             # A decision recorded while no attempt waited (the next attempt finds it here).
-            return FencedWriteResult(
-                applied=True, review_required=True, review_decision=ReviewDecision.REJECT.value
-            ).to_payload()
-        case BudgetExhausted():
+            return ReviewRejected()
+        case BudgetExhaustedDecision():
             telemetry.event("budget.exhausted", **fields)
-            return FencedWriteResult(
-                applied=False, reason="retry_budget_exhausted", budget_exhausted=True
-            ).to_payload()
+            return BudgetExhausted()
     return None
 
 
-def _stopped(record: StateRecord) -> dict[str, Any]:
-    """The result of a write refused because someone asked the order to stop; the reason is the stop's
-    cause (``lastError.code``): a client's cancel, or an operator's decision."""
+def _stopped(record: StateRecord) -> Stopped:
+    """The result of a write refused because someone asked the order to stop, with the stop's cause
+    (``lastError.code``): a client's cancel, or an operator's decision."""
     stop = record.last_error.code if record.last_error and record.last_error.code else CANCELLED_BY_CLIENT
-    return FencedWriteResult(applied=False, reason=stop, cancelled=True).to_payload()
+    return Stopped(cause=stop)
 
 
 def _await_review(
@@ -338,16 +374,15 @@ def _await_review(
     return record
 
 
-def record_review(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewResult:
     """Activity :data:`orderflow.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
 
     The first decision recorded wins: a reviewer's decision the submission path already recorded is kept
     over the default the orchestration applies at the deadline, and the result says which is in force.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON with ``review_decision``; ``applied`` False when fenced out.
+        :class:`ReviewRecorded` with the decision in force, or :class:`Fenced`.
     """
-    data = RecordReviewInput.model_validate(payload)
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
@@ -369,8 +404,7 @@ def record_review(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]
     record = outcome.record
     review = record.review
     if not outcome.applied or review is None or review.decision is None or review.step != data.step:
-        reason = outcome.reason or "no review of this step to decide"
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or "no review of this step to decide")
     telemetry.event(
         "review.decided",
         order_id=data.order_id,
@@ -379,10 +413,10 @@ def record_review(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]
         decision=review.decision.value,
         decided_by=review.decided_by,
     )
-    return FencedWriteResult(applied=True, review_decision=review.decision.value).to_payload()
+    return ReviewRecorded(decision=review.decision.value)
 
 
-def finish_order(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResult:
     """Activity :data:`orderflow.contracts.FINISH_ORDER`: the outcome, then the client's reply.
 
     ``Processed``: the last step's completion and ``processState=Processed`` in one fenced write, then a
@@ -391,9 +425,9 @@ def finish_order(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     cleared once sent (orderflow.replies); a re-run sends it if it is still owed.
 
     Returns:
-        A :class:`FencedWriteResult` as JSON.
+        :class:`OrderFinished`; :class:`Stopped` when the order was asked to stop while its last step
+        ran (nothing is written: the orchestration compensates); :class:`Fenced`.
     """
-    data = FinishOrderInput.model_validate(payload)
     definition = workflow_for(data.workflow_version)
     target = ProcessState.PROCESSED if data.outcome is Outcome.PROCESSED else ProcessState.ERROR
     now = deps.clock.now()
@@ -433,8 +467,7 @@ def finish_order(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
     if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
         return _stopped(record)
     if not outcome.applied or record.process_state is not target:
-        reason = outcome.reason or f"processState is {record.process_state.value}"
-        return FencedWriteResult(applied=False, fenced=True, reason=reason).to_payload()
+        return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
 
     if record.pending_reply is not None:
         # A failure here leaves the entry for the supervisor's relay (and the activity is retried).
@@ -450,10 +483,10 @@ def finish_order(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
             step=error.step if error else None,
             code=error.code if error else None,
         )
-    return FencedWriteResult(applied=True, remaining_calls=record.retry_budget.remaining).to_payload()
+    return OrderFinished(remaining_calls=record.retry_budget.remaining)
 
 
-def record_step_failure(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
+def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> RecordStepFailureResult:
     """Activity :data:`orderflow.contracts.RECORD_STEP_FAILURE`.
 
     Records a retryable failure in ``lastError`` (``compensationError`` for an undo), spends the calls
@@ -461,9 +494,8 @@ def record_step_failure(payload: dict[str, Any], deps: Dependencies) -> dict[str
     order (re-queue with backoff, or give up).
 
     Returns:
-        A :class:`FencedWriteResult` as JSON.
+        :class:`FailureRecorded` (also when a re-run finds it recorded), or :class:`Fenced`.
     """
-    data = RecordStepFailureInput.model_validate(payload)
 
     def mutate(record: StateRecord) -> StateRecord | None:
         if record.process_state is ProcessState.COMPENSATING:
@@ -499,13 +531,10 @@ def record_step_failure(payload: dict[str, Any], deps: Dependencies) -> dict[str
         kind=data.error.kind,
         code=data.error.code,
     )
-    return FencedWriteResult(
-        applied=outcome.applied
-        and outcome.record.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING),
-        fenced=outcome.fenced,
-        reason=outcome.reason,
-        remaining_calls=outcome.record.retry_budget.remaining,
-    ).to_payload()
+    state = outcome.record.process_state
+    if not outcome.applied or state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+        return Fenced(reason=outcome.reason or f"processState is {state.value}")
+    return FailureRecorded(remaining_calls=outcome.record.retry_budget.remaining)
 
 
 def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:

@@ -16,7 +16,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +26,8 @@ from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 
 from activities.admission import AdmissionControl
-from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
+from activities.table import ACTIVITIES, Activity
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
@@ -37,15 +36,6 @@ from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.clock import Clock, SystemClock
-from orderflow.contracts import (
-    BEGIN_COMPENSATION,
-    FINISH_COMPENSATION,
-    FINISH_ORDER,
-    RECORD_REVIEW,
-    RECORD_STEP_FAILURE,
-    START_STEP,
-    START_UNDO,
-)
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.queues.base import QueueFactory, ReceivedMessage
@@ -132,30 +122,24 @@ def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator
         target.removeFilter(noise)
 
 
-def _activity(
-    name: str, fn: Callable[[dict[str, Any], Dependencies], dict[str, Any]], deps: Dependencies
-) -> Any:
-    """A durabletask activity named ``name`` that calls the plain activity function with ``deps``."""
+def _durabletask_activity(activity: Activity[Any, Any], deps: Dependencies) -> Any:
+    """A durabletask activity under ``activity``'s contract name that runs it with ``deps``."""
 
-    def activity(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        return fn(payload, deps)
+    def run(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        return activity.run(payload, deps)
 
-    activity.__name__ = name
-    return activity
+    run.__name__ = activity.name
+    return run
 
 
 def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies) -> None:
-    """Register the order orchestrator and its activities (by their contract names) on a worker."""
+    """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
+    contract name) on a worker."""
     orchestrator = durabletask_orchestrator(order_workflow)
     orchestrator.__name__ = ORDER_WORKFLOW
     worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
-    worker.add_activity(_activity(START_STEP, start_step, deps))
-    worker.add_activity(_activity(FINISH_ORDER, finish_order, deps))
-    worker.add_activity(_activity(RECORD_STEP_FAILURE, record_step_failure, deps))
-    worker.add_activity(_activity(BEGIN_COMPENSATION, begin_compensation, deps))
-    worker.add_activity(_activity(START_UNDO, start_undo, deps))
-    worker.add_activity(_activity(FINISH_COMPENSATION, finish_compensation, deps))
-    worker.add_activity(_activity(RECORD_REVIEW, record_review, deps))
+    for activity in ACTIVITIES:
+        worker.add_activity(_durabletask_activity(activity, deps))
 
 
 def free_port() -> int:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrators.context import (
     ActivityFailed,
@@ -27,19 +28,19 @@ from orchestrators.context import (
     WorkflowTask,
 )
 from orderflow import custom_status
+from orderflow.compensation_trigger import CANCELLED_KIND, Seen, compensation_cause
 from orderflow.contracts import (
-    BEGIN_COMPENSATION,
-    CANCELLED_BY_CLIENT,
-    FINISH_COMPENSATION,
-    FINISH_ORDER,
-    RECORD_REVIEW,
-    RECORD_STEP_FAILURE,
+    BEGIN_COMPENSATION_ACTIVITY,
+    FINISH_COMPENSATION_ACTIVITY,
+    FINISH_ORDER_ACTIVITY,
+    RECORD_REVIEW_ACTIVITY,
+    RECORD_STEP_FAILURE_ACTIVITY,
     REVIEW_EVENT,
-    REVIEW_REJECTED,
-    START_STEP,
-    START_UNDO,
+    START_STEP_ACTIVITY,
+    START_UNDO_ACTIVITY,
+    ActivityContract,
     BeginCompensationInput,
-    FencedWriteResult,
+    ContractModel,
     FinishCompensationInput,
     FinishOrderInput,
     OrchestrationInput,
@@ -57,7 +58,24 @@ from orderflow.contracts import (
 from orderflow.errors import ErrorKind
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import ReviewDecision, instance_id_for
-from orderflow.workflows import WorkflowDefinition, workflow_for
+from orderflow.results import (
+    AwaitingReview,
+    BudgetExhausted,
+    CompensationFinished,
+    Fenced,
+    OrderFinished,
+    PastPointOfNoReturn,
+    RecordReviewResult,
+    ReviewRecorded,
+    ReviewRejected,
+    StepStarted,
+    Stopped,
+    UndoStarted,
+    WriteFailed,
+)
+from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
+
+ResultT = TypeVar("ResultT")
 
 logger = logging.getLogger(__name__)
 
@@ -82,201 +100,165 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
         this value, is the truth.
     """
     start = OrchestrationInput.model_validate(payload)
-    definition = workflow_for(start.workflow_version)
-    instance_id = instance_id_for(start.order_id, start.attempt)
-    log = _ReplaySafeLog(ctx, start.order_id, instance_id)
+    run = _Attempt(ctx, start, workflow_for(start.workflow_version))
     if start.compensate:
         # The record is Compensating: this attempt resumes the undo where the last one stopped.
-        return (yield from _compensate(ctx, start, definition, log))
+        return (yield from _compensate(run))
     previous: StepResult | None = None
-
-    for step in definition.steps:
+    for step in run.definition.steps:
         if step.name in start.completed_steps:
             continue
-        timeout_s = step.timeout_s or start.step_timeout_s
-        fallback = False
-        while True:  # the step's provider; then, if it refuses, its fallback provider
-            scheduled_at = ctx.current_utc_datetime
-            start_input = StartStepInput(
-                order_id=start.order_id,
-                instance_id=instance_id,
-                workflow_version=definition.version,
-                step=step.name,
-                timeout_s=timeout_s,
-                completed=previous,
-                response_queue=start.response_queue,
-                fallback=fallback,
-            ).to_payload()
-            # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
-            request_step = fallback_step_name(step.name) if fallback else step.name
-            ctx.set_custom_status(custom_status.waiting(request_step))
-            started = yield from _write(ctx, START_STEP, start_input)
-            while started.review_required and started.review_decision is None:
-                # The order awaits a person's decision before this step (AwaitingReview).
-                decided = yield from _review(ctx, start, step.name, started, log)
-                if not decided.applied:
-                    log.note("review.fenced", step.name, decided.reason)
-                    return {"outcome": "fenced", "step": step.name}
-                if decided.review_decision != ReviewDecision.APPROVE.value:
-                    started = decided
-                    break
-                scheduled_at = ctx.current_utc_datetime
-                ctx.set_custom_status(custom_status.waiting(step.name))
-                started = yield from _write(ctx, START_STEP, start_input)
-            if started.review_decision == ReviewDecision.REJECT.value:
-                rejection = StepError(
-                    step=step.name,
-                    kind="rejected",
-                    code=REVIEW_REJECTED,
-                    message="the review of this step was rejected",
-                )
-                log.note("order.compensate", step.name, REVIEW_REJECTED)
-                return (
-                    yield from _compensate(ctx, start, definition, log, error=rejection, completed=previous)
-                )
-            if started.cancelled:
-                # The client cancelled: start nothing more, undo what was done; the order ends Cancelled.
-                log.note("order.cancel", step.name, None)
-                return (
-                    yield from _compensate(
-                        ctx,
-                        start,
-                        definition,
-                        log,
-                        error=_cancelled(step.name, started.reason),
-                        completed=previous,
-                    )
-                )
-            if started.budget_exhausted:
-                # No calls left for this step: the order cannot go forward; undo what it did.
-                spent = StepError(
-                    step=step.name,
-                    kind=ErrorKind.BUDGET.value,
-                    code="retry_budget_exhausted",
-                    message="the order's end-to-end retry budget is spent",
-                )
-                log.note("order.compensate", step.name, "retry_budget_exhausted")
-                return (yield from _compensate(ctx, start, definition, log, error=spent, completed=previous))
-            if not started.applied:
-                log.note("step.fenced", step.name, started.reason)
-                return {"outcome": "fenced", "step": step.name}
-            # The timer fires at the completeBy the activity wrote (its clock, when the step really
-            # started); a result of an earlier version carries none, so fall back to the scheduling time.
-            deadline = started.complete_by or scheduled_at + timedelta(seconds=timeout_s)
+        done = yield from _run_step(run, step, previous)
+        if isinstance(done, _Ended):
+            return done.summary()
+        if isinstance(done, _Compensate):
+            return (yield from _compensate(run, error=done.cause, completed=previous))
+        previous = done
 
-            response = yield from _await_response(ctx, request_step, instance_id, deadline)
-            if response is None:
-                # §3.4: the timer won. End without writing; the supervisor owns what happens next.
-                log.note("step.timeout", step.name, deadline.isoformat())
-                return {"outcome": "timeout", "step": step.name}
+    finished = yield from run.call(FINISH_ORDER_ACTIVITY, run.finish_input(Outcome.PROCESSED, previous))
+    match finished:
+        case Stopped():
+            # Cancelled while the last (reversible) step ran: it is undone with the others.
+            last = run.definition.steps[-1].name
+            run.log.note("order.cancel", None, None)
+            return (yield from _compensate(run, error=compensation_cause(last, finished), completed=previous))
+        case OrderFinished():
+            run.log.note("order.processed", None, None)
+            return _Ended("Processed").summary()
+    return _Ended("fenced").summary()
 
-            if response.outcome is AgentOutcome.SUCCEEDED:
-                previous = StepResult(step=step.name, result=response.result, calls=response.calls)
-                break
 
-            error = StepError(
-                step=step.name,
-                kind=response.error_kind or ErrorKind.TRANSIENT.value,
-                code=response.error_code,
-                message=(response.error_message or "agent reported a failure")[:500],
-                calls=response.calls,
-            )
-            if error.kind == ErrorKind.PERMANENT.value and step.fallback_agent and not fallback:
-                # The provider refused: an alternative provider is tried before any compensation.
-                log.note("step.fallback", step.name, error.code)
-                fallback = True
-                continue
-            if error.kind == ErrorKind.PERMANENT.value:
-                # No retry changes a refusal: undo what was done.
-                log.note("order.compensate", step.name, error.code)
-                return (yield from _compensate(ctx, start, definition, log, error=error, completed=previous))
+def _run_step(
+    run: _Attempt, step: StepDefinition, previous: StepResult | None
+) -> Generator[WorkflowTask, Any, StepResult | _Compensate | _Ended]:
+    """Run ``step`` to its end in this attempt: on its provider, then on its fallback provider if the
+    provider refuses it and the step has one.
 
-            # Transient faults outlasted the agent's retries within the deadline, or the budget ran out:
-            # hand the order to the supervisor now rather than at the old deadline.
-            yield from _write(
-                ctx,
-                RECORD_STEP_FAILURE,
-                RecordStepFailureInput(
-                    order_id=start.order_id, instance_id=instance_id, error=error, at=ctx.current_utc_datetime
-                ).to_payload(),
-            )
-            log.note("step.retryable", step.name, error.code)
-            return {"outcome": "retryable", "step": step.name}
+    Returns:
+        The step's result when it succeeded; :class:`_Compensate` when what happened triggers
+        compensation (:func:`orderflow.compensation_trigger.compensation_cause`); :class:`_Ended` when
+        the attempt ends here (fenced, timed out, or handed to the supervisor).
+    """
+    timeout_s = step.timeout_s or run.start.step_timeout_s
+    fallback = False
+    while True:
+        # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
+        request_step = fallback_step_name(step.name) if fallback else step.name
+        scheduled_at = run.ctx.current_utc_datetime
+        started = yield from _start_step(run, step.name, request_step, timeout_s, previous, fallback=fallback)
+        match started:
+            case StepStarted(complete_by=complete_by):
+                # The timer fires at the completeBy the activity wrote (its clock, when the step really
+                # started); a result of an earlier version carries none: the scheduling time then.
+                deadline = complete_by or scheduled_at + timedelta(seconds=timeout_s)
+            case Fenced(reason=reason) | WriteFailed(reason=reason):
+                run.log.note("step.fenced", step.name, reason)
+                return _Ended("fenced", step.name)
+            case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted():
+                return run.compensate_for(step.name, started)
 
-    finished = yield from _finish(ctx, start, Outcome.PROCESSED, completed=previous)
-    if finished.cancelled:
-        # Cancelled while the last (reversible) step ran: it is undone with the others.
-        log.note("order.cancel", None, None)
-        last = definition.steps[-1].name
-        return (
-            yield from _compensate(
-                ctx, start, definition, log, error=_cancelled(last, finished.reason), completed=previous
-            )
-        )
-    if not finished.applied:
-        return {"outcome": "fenced", "step": None}
-    log.note("order.processed", None, None)
-    return {"outcome": "Processed", "step": None}
+        response = yield from _await_response(run.ctx, request_step, run.instance_id, deadline)
+        if response is None:
+            # §3.4: the timer won. End without writing; the supervisor owns what happens next.
+            run.log.note("step.timeout", step.name, deadline.isoformat())
+            return _Ended("timeout", step.name)
+        if response.outcome is AgentOutcome.SUCCEEDED:
+            return StepResult(step=step.name, result=response.result, calls=response.calls)
+
+        error = _step_error(step.name, response)
+        fallback_left = step.fallback_agent is not None and not fallback
+        if compensation_cause(step.name, error, fallback_left=fallback_left) is not None:
+            return run.compensate_for(step.name, error)
+        if error.kind == ErrorKind.PERMANENT.value:
+            # The provider refused: an alternative provider is tried before any compensation.
+            run.log.note("step.fallback", step.name, error.code)
+            fallback = True
+            continue
+        # Transient faults outlasted the agent's retries within the deadline, or its calls ran out:
+        # hand the order to the supervisor now rather than at the old deadline.
+        yield from run.record_failure(error)
+        run.log.note("step.retryable", step.name, error.code)
+        return _Ended("retryable", step.name)
+
+
+def _start_step(
+    run: _Attempt,
+    step: str,
+    request_step: str,
+    timeout_s: float,
+    previous: StepResult | None,
+    *,
+    fallback: bool,
+) -> Generator[
+    WorkflowTask,
+    Any,
+    StepStarted | ReviewRejected | BudgetExhausted | Stopped | Fenced | ReviewRecorded | WriteFailed,
+]:
+    """Start ``step`` through :data:`START_STEP`; while the order awaits a person's review before it,
+    wait for the decision and, once approved, start again.
+
+    Returns:
+        The last start's result, or :data:`RECORD_REVIEW`'s when the decision did not approve the step
+        (rejected, or the record was fenced meanwhile).
+    """
+    start_input = StartStepInput(
+        order_id=run.start.order_id,
+        instance_id=run.instance_id,
+        workflow_version=run.definition.version,
+        step=step,
+        timeout_s=timeout_s,
+        completed=previous,
+        response_queue=run.start.response_queue,
+        fallback=fallback,
+    )
+    run.ctx.set_custom_status(custom_status.waiting(request_step))
+    started = yield from run.call(START_STEP_ACTIVITY, start_input)
+    while isinstance(started, AwaitingReview):
+        decided = yield from _review(run, step, started)
+        if not isinstance(decided, ReviewRecorded):
+            run.log.note("review.fenced", step, decided.reason)
+            return Fenced(reason=decided.reason)
+        if decided.decision != ReviewDecision.APPROVE.value:
+            return decided
+        run.ctx.set_custom_status(custom_status.waiting(step))
+        started = yield from run.call(START_STEP_ACTIVITY, start_input)
+    return started
 
 
 def _review(
-    ctx: WorkflowContext,
-    start: OrchestrationInput,
-    step: str,
-    started: FencedWriteResult,
-    log: _ReplaySafeLog,
-) -> Generator[WorkflowTask, Any, FencedWriteResult]:
+    run: _Attempt, step: str, awaiting: AwaitingReview
+) -> Generator[WorkflowTask, Any, RecordReviewResult | WriteFailed]:
     """Wait for the ``ReviewDecision`` external event until the review deadline, then record the
     decision: the reviewer's, or the configured default when the durable timer fires first.
 
     Returns:
         :data:`RECORD_REVIEW`'s result: the decision in force (the first recorded wins).
     """
-    instance_id = instance_id_for(start.order_id, start.attempt)
+    ctx = run.ctx
     ctx.set_custom_status(custom_status.awaiting_review(step))
-    deadline = started.complete_by or ctx.current_utc_datetime
-    timer = ctx.create_timer(deadline)
+    timer = ctx.create_timer(awaiting.complete_by or ctx.current_utc_datetime)
     event = ctx.wait_for_external_event(REVIEW_EVENT)
     winner = yield ctx.when_any([event, timer])
-    decision, decided_by = started.review_default or ReviewDecision.REJECT.value, "deadline"
+    decision: str = awaiting.review_default
+    decided_by = "deadline"
     if winner is not timer:
         ctx.cancel_timer(timer)
         raw = ctx.task_result(event)
         if isinstance(raw, dict) and raw.get("decision") in {d.value for d in ReviewDecision}:
             decision, decided_by = str(raw["decision"]), str(raw.get("reviewer") or "reviewer")[:100]
-    log.note("review.decision", step, f"{decision} by {decided_by}")
-    return (
-        yield from _write(
-            ctx,
-            RECORD_REVIEW,
-            RecordReviewInput(
-                order_id=start.order_id,
-                instance_id=instance_id,
-                step=step,
-                decision=decision,
-                decided_by=decided_by,
-            ).to_payload(),
-        )
+    run.log.note("review.decision", step, f"{decision} by {decided_by}")
+    decided = RecordReviewInput(
+        order_id=run.start.order_id,
+        instance_id=run.instance_id,
+        step=step,
+        decision=decision,
+        decided_by=decided_by,
     )
-
-
-def _cancelled(step: str, code: str | None = None) -> StepError:
-    """The cause a stopped order's compensation records: the client's cancel, or an operator's decision."""
-    code = code or CANCELLED_BY_CLIENT
-    message = (
-        "the client cancelled the order" if code == CANCELLED_BY_CLIENT else "an operator stopped the order"
-    )
-    return StepError(step=step, kind="cancelled", code=code, message=message)
+    return (yield from run.call(RECORD_REVIEW_ACTIVITY, decided))
 
 
 def _compensate(
-    ctx: WorkflowContext,
-    start: OrchestrationInput,
-    definition: WorkflowDefinition,
-    log: _ReplaySafeLog,
-    *,
-    error: StepError | None = None,
-    completed: StepResult | None = None,
+    run: _Attempt, *, error: StepError | None = None, completed: StepResult | None = None
 ) -> WorkflowGenerator:
     """Undo the order's completed steps (docs/design.md §4), stage by stage as the begin write returns.
 
@@ -286,166 +268,202 @@ def _compensate(
     supervisor: either way the record stays ``Compensating`` and the next attempt resumes from the first
     entry not yet undone. A permanent undo failure ends the compensation ``CompensationFailed``.
     """
-    instance_id = instance_id_for(start.order_id, start.attempt)
-    ctx.set_custom_status(custom_status.COMPENSATING)
-    begun = yield from _write(
-        ctx,
-        BEGIN_COMPENSATION,
-        BeginCompensationInput(
-            order_id=start.order_id,
-            instance_id=instance_id,
-            workflow_version=definition.version,
-            timeout_s=start.step_timeout_s,
-            error=error,
-            completed=completed,
-        ).to_payload(),
+    run.ctx.set_custom_status(custom_status.COMPENSATING)
+    begin = BeginCompensationInput(
+        order_id=run.start.order_id,
+        instance_id=run.instance_id,
+        workflow_version=run.definition.version,
+        timeout_s=run.start.step_timeout_s,
+        error=error,
+        completed=completed,
     )
-    if not begun.applied:
-        log.note("compensation.fenced", None, begun.reason)
-        return {"outcome": "fenced", "step": None}
-    if begun.process_state == "Error":
-        # A point of no return was passed: an operator completes the order.
-        log.note("order.error", None, "past_point_of_no_return")
-        return {"outcome": "Error", "step": None}
+    begun = yield from run.call(BEGIN_COMPENSATION_ACTIVITY, begin)
+    match begun:
+        case PastPointOfNoReturn():
+            # A point of no return was passed: an operator completes the order.
+            run.log.note("order.error", None, "past_point_of_no_return")
+            return _Ended("Error").summary()
+        case Fenced(reason=reason) | WriteFailed(reason=reason):
+            run.log.note("compensation.fenced", None, reason)
+            return _Ended("fenced").summary()
 
     undone: tuple[UndoResult, ...] = ()
     for stage in begun.undo_stages:
-        names = tuple(undo_step_name(step) for step in stage)
-        label = ",".join(names)
-        scheduled_at = ctx.current_utc_datetime
-        # Set before any request exists, so the listener delivers every answer of the stage.
-        ctx.set_custom_status(custom_status.waiting(*names))
-        deadline: datetime | None = None
-        for index, step in enumerate(stage):
-            started = yield from _write(
-                ctx,
-                START_UNDO,
-                StartUndoInput(
-                    order_id=start.order_id,
-                    instance_id=instance_id,
-                    workflow_version=definition.version,
-                    step=step,
-                    timeout_s=start.step_timeout_s,
-                    undone=undone if index == 0 else (),  # the previous stage, recorded once
-                    response_queue=start.response_queue,
-                ).to_payload(),
-            )
-            if not started.applied:
-                log.note("undo.fenced", step, started.reason)
-                return {"outcome": "fenced", "step": undo_step_name(step)}
-            step_deadline = started.complete_by or scheduled_at + timedelta(seconds=start.step_timeout_s)
-            deadline = step_deadline if deadline is None else max(deadline, step_deadline)
-        assert deadline is not None  # a stage is never empty
-        answers = yield from _await_responses(ctx, names, instance_id, deadline)
-        if answers is None:
-            log.note("undo.timeout", label, deadline.isoformat())
-            return {"outcome": "timeout", "step": label}
-        results: list[UndoResult] = []
-        failures: list[StepError] = []
-        for name in names:
-            response = answers[name]
-            if response.outcome is AgentOutcome.SUCCEEDED:
-                results.append(
-                    UndoResult(step=name.removesuffix(":undo"), result=response.result, calls=response.calls)
-                )
-                continue
-            failures.append(
-                StepError(
-                    step=name,
-                    kind=response.error_kind or ErrorKind.TRANSIENT.value,
-                    code=response.error_code,
-                    message=(response.error_message or "agent reported a failure")[:500],
-                    calls=response.calls,
-                )
-            )
-        refused = [f for f in failures if f.kind == ErrorKind.PERMANENT.value]
-        permanent = refused[0] if refused else None
-        if permanent is not None:
-            yield from _write(
-                ctx,
-                FINISH_COMPENSATION,
-                FinishCompensationInput(
-                    order_id=start.order_id,
-                    instance_id=instance_id,
-                    workflow_version=definition.version,
-                    undone=tuple(results),
-                    failed=permanent,
-                    also_failed=tuple(refused[1:]),
-                ).to_payload(),
-            )
-            log.note("order.compensation_failed", permanent.step, permanent.code)
-            return {"outcome": "CompensationFailed", "step": permanent.step}
-        if failures:
-            # Retryable: the supervisor resumes the stage; undos already answered are asked again under
-            # their undo keys, which replay their stored result.
-            failure = failures[0]
-            yield from _write(
-                ctx,
-                RECORD_STEP_FAILURE,
-                RecordStepFailureInput(
-                    order_id=start.order_id,
-                    instance_id=instance_id,
-                    error=failure,
-                    at=ctx.current_utc_datetime,
-                ).to_payload(),
-            )
-            log.note("undo.retryable", failure.step, failure.code)
-            return {"outcome": "retryable", "step": failure.step}
-        undone = tuple(results)
+        stage_done = yield from _undo_stage(run, stage, undone)
+        if isinstance(stage_done, _Ended):
+            return stage_done.summary()
+        undone = stage_done
 
-    finished = yield from _write(
-        ctx,
-        FINISH_COMPENSATION,
-        FinishCompensationInput(
-            order_id=start.order_id,
-            instance_id=instance_id,
-            workflow_version=definition.version,
-            undone=undone,
-        ).to_payload(),
-    )
-    if not finished.applied:
-        return {"outcome": "fenced", "step": None}
-    log.note("order.compensated", None, None)
-    return {"outcome": "Compensated", "step": None}
+    finished = yield from run.call(FINISH_COMPENSATION_ACTIVITY, run.finish_compensation_input(undone))
+    if not isinstance(finished, CompensationFinished):
+        return _Ended("fenced").summary()
+    run.log.note("order.compensated", None, None)
+    return _Ended("Compensated").summary()
 
 
-def _finish(
-    ctx: WorkflowContext,
-    start: OrchestrationInput,
-    outcome: Outcome,
-    *,
-    completed: StepResult | None = None,
-    error: StepError | None = None,
-) -> Generator[WorkflowTask, Any, FencedWriteResult]:
-    """Write the order's outcome (and send its reply) through :data:`FINISH_ORDER`."""
-    return (
-        yield from _write(
-            ctx,
-            FINISH_ORDER,
-            FinishOrderInput(
-                order_id=start.order_id,
-                instance_id=instance_id_for(start.order_id, start.attempt),
-                workflow_version=start.workflow_version,
-                outcome=outcome,
-                completed=completed,
-                error=error,
-            ).to_payload(),
-        )
-    )
+def _undo_stage(
+    run: _Attempt, stage: tuple[str, ...], undone: tuple[UndoResult, ...]
+) -> Generator[WorkflowTask, Any, tuple[UndoResult, ...] | _Ended]:
+    """Undo the steps of one stage in parallel; ``undone`` is the previous stage's results, recorded by
+    this stage's first start.
 
-
-def _write(
-    ctx: WorkflowContext, activity: str, payload: dict[str, Any]
-) -> Generator[WorkflowTask, Any, FencedWriteResult]:
-    """Call a fenced-write activity; a write that still raises after its retries counts as fenced out.
-
-    Ending the instance is safe: the record keeps its ``completeBy`` and the supervisor recovers it.
+    Returns:
+        The stage's undo results, or :class:`_Ended` when the attempt ends here.
     """
-    try:
-        raw = yield ctx.call_activity(activity, payload, retry=STATE_WRITE_RETRY)
-    except ActivityFailed as exc:
-        return FencedWriteResult(applied=False, fenced=False, reason=f"activity failed: {str(exc)[:200]}")
-    return FencedWriteResult.model_validate(raw)
+    names = tuple(undo_step_name(step) for step in stage)
+    label = ",".join(names)
+    scheduled_at = run.ctx.current_utc_datetime
+    # Set before any request exists, so the listener delivers every answer of the stage.
+    run.ctx.set_custom_status(custom_status.waiting(*names))
+    deadline: datetime | None = None
+    for index, step in enumerate(stage):
+        start = StartUndoInput(
+            order_id=run.start.order_id,
+            instance_id=run.instance_id,
+            workflow_version=run.definition.version,
+            step=step,
+            timeout_s=run.start.step_timeout_s,
+            undone=undone if index == 0 else (),  # the previous stage, recorded once
+            response_queue=run.start.response_queue,
+        )
+        started = yield from run.call(START_UNDO_ACTIVITY, start)
+        if not isinstance(started, UndoStarted):
+            run.log.note("undo.fenced", step, started.reason)
+            return _Ended("fenced", undo_step_name(step))
+        step_deadline = started.complete_by or scheduled_at + timedelta(seconds=run.start.step_timeout_s)
+        deadline = step_deadline if deadline is None else max(deadline, step_deadline)
+    assert deadline is not None  # a stage is never empty
+    answers = yield from _await_responses(run.ctx, names, run.instance_id, deadline)
+    if answers is None:
+        run.log.note("undo.timeout", label, deadline.isoformat())
+        return _Ended("timeout", label)
+    # In the stage's order, not the order the answers came in, as earlier versions wrote them.
+    ordered = [(name, answers[name]) for name in names]
+    results = [
+        UndoResult(step=name.removesuffix(":undo"), result=answer.result, calls=answer.calls)
+        for name, answer in ordered
+        if answer.outcome is AgentOutcome.SUCCEEDED
+    ]
+    failures = [
+        _step_error(name, answer) for name, answer in ordered if answer.outcome is not AgentOutcome.SUCCEEDED
+    ]
+    refused = [f for f in failures if f.kind == ErrorKind.PERMANENT.value]
+    if refused:
+        finish = run.finish_compensation_input(
+            tuple(results), failed=refused[0], also_failed=tuple(refused[1:])
+        )
+        yield from run.call(FINISH_COMPENSATION_ACTIVITY, finish)
+        run.log.note("order.compensation_failed", refused[0].step, refused[0].code)
+        return _Ended("CompensationFailed", refused[0].step)
+    if failures:
+        # Retryable: the supervisor resumes the stage; undos already answered are asked again under
+        # their undo keys, which replay their stored result.
+        yield from run.record_failure(failures[0])
+        run.log.note("undo.retryable", failures[0].step, failures[0].code)
+        return _Ended("retryable", failures[0].step)
+    return tuple(results)
+
+
+def _step_error(step: str, response: AgentResponse) -> StepError:
+    """A failed answer as the error recorded for ``step`` (short: it lives in history)."""
+    return StepError(
+        step=step,
+        kind=response.error_kind or ErrorKind.TRANSIENT.value,
+        code=response.error_code,
+        message=(response.error_message or "agent reported a failure")[:500],
+        calls=response.calls,
+    )
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """The attempt ends here with this summary (the workflow's return value)."""
+
+    outcome: str
+    step: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "step": self.step}
+
+
+@dataclass(frozen=True)
+class _Compensate:
+    """Forward progress stopped: undo what was done, recording ``cause``."""
+
+    cause: StepError
+
+
+class _Attempt:
+    """One attempt's context: its input, definition and instance id, with the calls it makes."""
+
+    def __init__(
+        self, ctx: WorkflowContext, start: OrchestrationInput, definition: WorkflowDefinition
+    ) -> None:
+        self.ctx = ctx
+        self.start = start
+        self.definition = definition
+        self.instance_id = instance_id_for(start.order_id, start.attempt)
+        self.log = _ReplaySafeLog(ctx, start.order_id, self.instance_id)
+
+    def call(
+        self, activity: ActivityContract[Any, ResultT], data: ContractModel
+    ) -> Generator[WorkflowTask, Any, ResultT | WriteFailed]:
+        """Call a fenced-write activity; a write that still raises after its retries is
+        :class:`WriteFailed`, which ends the attempt: the record keeps its ``completeBy`` and the
+        supervisor recovers it."""
+        try:
+            raw = yield self.ctx.call_activity(activity.name, data.to_payload(), retry=STATE_WRITE_RETRY)
+        except ActivityFailed as exc:
+            return WriteFailed(reason=f"activity failed: {str(exc)[:200]}")
+        return activity.read_result(raw)
+
+    def compensate_for(self, step: str, seen: Seen) -> _Compensate:
+        """Compensation for what was seen at ``step`` (a refusal to go on, or the step's error)."""
+        cause = compensation_cause(step, seen)
+        assert cause is not None, f"{seen!r} does not trigger compensation"
+        if cause.kind == CANCELLED_KIND:
+            # The client (or an operator) stopped the order: start nothing more, undo what was done.
+            self.log.note("order.cancel", step, None)
+        else:
+            self.log.note("order.compensate", step, cause.code)
+        return _Compensate(cause)
+
+    def record_failure(self, error: StepError) -> Generator[WorkflowTask, Any, None]:
+        """Hand the order to the supervisor now: :data:`RECORD_STEP_FAILURE` sets ``completeBy`` to now."""
+        failure = RecordStepFailureInput(
+            order_id=self.start.order_id,
+            instance_id=self.instance_id,
+            error=error,
+            at=self.ctx.current_utc_datetime,
+        )
+        yield from self.call(RECORD_STEP_FAILURE_ACTIVITY, failure)
+
+    def finish_input(self, outcome: Outcome, completed: StepResult | None) -> FinishOrderInput:
+        """:data:`FINISH_ORDER`'s input for this attempt."""
+        return FinishOrderInput(
+            order_id=self.start.order_id,
+            instance_id=self.instance_id,
+            workflow_version=self.start.workflow_version,
+            outcome=outcome,
+            completed=completed,
+        )
+
+    def finish_compensation_input(
+        self,
+        undone: tuple[UndoResult, ...],
+        *,
+        failed: StepError | None = None,
+        also_failed: tuple[StepError, ...] = (),
+    ) -> FinishCompensationInput:
+        """:data:`FINISH_COMPENSATION`'s input for this attempt."""
+        return FinishCompensationInput(
+            order_id=self.start.order_id,
+            instance_id=self.instance_id,
+            workflow_version=self.definition.version,
+            undone=undone,
+            failed=failed,
+            also_failed=also_failed,
+        )
 
 
 def _await_response(

@@ -1,4 +1,4 @@
-"""Activity names and their input and output models: the contract between orchestrations and activities.
+"""Activity names, inputs and contracts: what orchestrations and activities agree on.
 
 Names are constants, never repeated literals. Inputs and outputs are small (ids, step names, result
 summaries; never documents) because the runtime stores them in the orchestration history.
@@ -6,14 +6,36 @@ summaries; never documents) because the runtime stores them in the orchestration
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic.alias_generators import to_camel
 
 from orderflow.records import UtcDatetime
+from orderflow.results import (
+    BeginCompensationResult,
+    FinishCompensationResult,
+    FinishOrderResult,
+    FlagForm,
+    RecordReviewResult,
+    RecordStepFailureResult,
+    StartStepResult,
+    StartUndoResult,
+    begin_compensation_from_flags,
+    finish_compensation_from_flags,
+    finish_order_from_flags,
+    record_review_from_flags,
+    record_step_failure_from_flags,
+    start_step_from_flags,
+    start_undo_from_flags,
+)
+
+InputT = TypeVar("InputT", bound=BaseModel)
+ResultT = TypeVar("ResultT")
 
 START_STEP = "start_step"
 """Fenced write: record the previous step's completion, mark the next step Running with its completeBy
@@ -268,39 +290,85 @@ class RecordStepFailureInput(ContractModel):
     at: UtcDatetime
 
 
-class FencedWriteResult(ContractModel):
-    """Output of every fenced write activity.
-
-    A fenced-out write is a normal protocol outcome, not a failure (docs/design.md §3.3): the activity
-    returns it instead of raising, so runtime retry policies never retry it.
+@dataclass(frozen=True)
+class ActivityContract(Generic[InputT, ResultT]):
+    """One orchestration activity as both sides see it: its registered name, its input model and its
+    result union. The workflow calls an activity through its contract; the hosts register the activities
+    role's functions under the contracts' names (``activities.ACTIVITIES``).
 
     Attributes:
-        applied: The write was made (or had already been made by an earlier run of this activity).
-        fenced: The record belongs to another attempt, or is settled: nothing was written.
-        reason: Short explanation when not applied.
-        remaining_calls: The order's remaining retry budget after the write.
-        budget_exhausted: The step was not started: the order's retry budget has no calls left.
-        complete_by: :data:`START_STEP` only: the step's deadline (UTC) as written in the record; the
-            orchestration's durable timer fires at it. Absent in results of earlier versions.
-        undo_stages: :data:`BEGIN_COMPENSATION` only: the steps still to undo, as stages run in order;
-            the steps of one stage are undone in parallel.
-        process_state: The record's ``processState`` after the write (compensation activities).
-        cancelled: Nothing was written: the client asked to cancel the order (``cancelRequestedAt``);
-            the orchestration compensates instead of going on.
-        review_required: :data:`START_STEP` did not start the step: the order awaits a person's review
-            until ``complete_by``; ``review_default`` is the decision that applies then.
-        review_decision: :data:`RECORD_REVIEW`: the decision in force (``approve`` or ``reject``).
+        name: The activity's registered name (``start_step``).
+        input: The input model.
+        result: A type adapter for the result union (each case tagged by ``outcome``).
+        from_flags: Tags a result of an earlier version (``applied`` and flags, no ``outcome``).
     """
 
-    applied: bool
-    fenced: bool = False
-    reason: str | None = None
-    remaining_calls: int = 0
-    budget_exhausted: bool = False
-    complete_by: UtcDatetime | None = None
-    undo_stages: tuple[tuple[str, ...], ...] = ()
-    process_state: str | None = None
-    cancelled: bool = False
-    review_required: bool = False
-    review_default: str | None = None
-    review_decision: str | None = None
+    name: str
+    input: type[InputT]
+    result: TypeAdapter[ResultT]
+    from_flags: Callable[[FlagForm], FlagForm]
+
+    def read_result(self, raw: Any) -> ResultT:
+        """The activity's result from its JSON form (as the runtime hands it back, or from a history
+        written by an earlier version).
+
+        Raises:
+            pydantic.ValidationError: not a result of this activity.
+        """
+        if isinstance(raw, dict) and "outcome" not in raw and "applied" in raw:
+            raw = self.from_flags(raw)
+        return self.result.validate_python(raw)
+
+    def result_payload(self, result: ResultT) -> dict[str, Any]:
+        """The JSON-able form of ``result`` handed to the runtime."""
+        payload: dict[str, Any] = self.result.dump_python(result, mode="json", by_alias=True)
+        return payload
+
+
+START_STEP_ACTIVITY: ActivityContract[StartStepInput, StartStepResult] = ActivityContract(
+    START_STEP, StartStepInput, TypeAdapter(StartStepResult), start_step_from_flags
+)
+FINISH_ORDER_ACTIVITY: ActivityContract[FinishOrderInput, FinishOrderResult] = ActivityContract(
+    FINISH_ORDER, FinishOrderInput, TypeAdapter(FinishOrderResult), finish_order_from_flags
+)
+RECORD_STEP_FAILURE_ACTIVITY: ActivityContract[RecordStepFailureInput, RecordStepFailureResult] = (
+    ActivityContract(
+        RECORD_STEP_FAILURE,
+        RecordStepFailureInput,
+        TypeAdapter(RecordStepFailureResult),
+        record_step_failure_from_flags,
+    )
+)
+RECORD_REVIEW_ACTIVITY: ActivityContract[RecordReviewInput, RecordReviewResult] = ActivityContract(
+    RECORD_REVIEW, RecordReviewInput, TypeAdapter(RecordReviewResult), record_review_from_flags
+)
+BEGIN_COMPENSATION_ACTIVITY: ActivityContract[BeginCompensationInput, BeginCompensationResult] = (
+    ActivityContract(
+        BEGIN_COMPENSATION,
+        BeginCompensationInput,
+        TypeAdapter(BeginCompensationResult),
+        begin_compensation_from_flags,
+    )
+)
+START_UNDO_ACTIVITY: ActivityContract[StartUndoInput, StartUndoResult] = ActivityContract(
+    START_UNDO, StartUndoInput, TypeAdapter(StartUndoResult), start_undo_from_flags
+)
+FINISH_COMPENSATION_ACTIVITY: ActivityContract[FinishCompensationInput, FinishCompensationResult] = (
+    ActivityContract(
+        FINISH_COMPENSATION,
+        FinishCompensationInput,
+        TypeAdapter(FinishCompensationResult),
+        finish_compensation_from_flags,
+    )
+)
+
+ACTIVITY_CONTRACTS: tuple[ActivityContract[Any, Any], ...] = (
+    START_STEP_ACTIVITY,
+    FINISH_ORDER_ACTIVITY,
+    RECORD_STEP_FAILURE_ACTIVITY,
+    RECORD_REVIEW_ACTIVITY,
+    BEGIN_COMPENSATION_ACTIVITY,
+    START_UNDO_ACTIVITY,
+    FINISH_COMPENSATION_ACTIVITY,
+)
+"""Every orchestration activity's contract."""

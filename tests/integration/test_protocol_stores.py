@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 
-from activities.steps import finish_order, start_step
 from activities.submission import handle_submission
 from devhost.host import LocalAdapters
 from orchestrators.starter import run_starter_pass
@@ -21,6 +20,7 @@ from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import run_sweep
+from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import RecordingClient, order_body
 
 pytestmark = pytest.mark.integration
@@ -125,8 +125,8 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
         ).to_payload(),
         d,
     )
-    assert (late_start["applied"], late_start["fenced"]) == (False, True)
-    assert (late_finish["applied"], late_finish["fenced"]) == (False, True)
+    assert late_start["outcome"] == "fenced"
+    assert late_finish["outcome"] == "fenced"
     after = d.states.get("stale-1")
     assert after.etag == requeued.etag
     assert (after.item.process_state, after.item.locked_by, after.item.failure_count) == (
@@ -152,5 +152,5 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
         ).to_payload(),
         d,
     )
-    assert again["fenced"] is True
+    assert again["outcome"] == "fenced"
     assert d.states.get("stale-1").etag == claimed.etag

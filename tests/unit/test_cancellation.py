@@ -8,13 +8,7 @@ from typing import Any
 import pytest
 
 from activities.cancellation import CancelOutcome, CancelResult, handle_cancel
-from activities.compensation import (
-    PAST_POINT_OF_NO_RETURN,
-    begin_compensation,
-    finish_compensation,
-    start_undo,
-)
-from activities.steps import finish_order, start_step
+from activities.compensation import PAST_POINT_OF_NO_RETURN
 from activities.submission import SubmissionOutcome, handle_submission
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
@@ -38,6 +32,7 @@ from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import Recovery, recover
+from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
 from tests.unit.fakes import memory_deps, order_body, received
 
 pytestmark = pytest.mark.unit
@@ -144,7 +139,7 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     started = start(
         deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
     )
-    assert (started["applied"], started["cancelled"]) == (False, True)
+    assert started == {"outcome": "stopped", "cause": "cancelled_by_client"}
     assert deps.states.get("o-1").etag == etag
     assert received(deps.queues.queue("agent-payment")) == []
 
@@ -202,7 +197,7 @@ def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing
         deps,
     )
 
-    assert (finished["applied"], finished["cancelled"]) == (False, True)
+    assert finished == {"outcome": "stopped", "cause": "cancelled_by_client"}
     assert deps.states.get("o-1").item.process_state is ProcessState.PROCESSING
 
 

@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from activities.compensation import (
-    PAST_POINT_OF_NO_RETURN,
-    begin_compensation,
-    finish_compensation,
-    start_undo,
-)
-from activities.steps import start_step
+from activities.compensation import PAST_POINT_OF_NO_RETURN
 from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -36,6 +30,7 @@ from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
+from tests.activity_json import begin_compensation, finish_compensation, start_step, start_undo
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -73,7 +68,7 @@ def start(
         ).to_payload(),
         deps,
     )
-    assert result["applied"] is True
+    assert result["outcome"] == "started"
 
 
 def begin(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
@@ -143,11 +138,7 @@ def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_eff
 ) -> None:
     result = reserved_then_declined(deps)
 
-    assert (result["applied"], result["processState"], result["undoStages"]) == (
-        True,
-        "Compensating",
-        [[RESERVE]],
-    )
+    assert (result["outcome"], result["undoStages"]) == ("compensation_begun", [[RESERVE]])
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.COMPENSATING
     assert record.last_error is not None and record.last_error.code == "card_declined"
@@ -172,7 +163,7 @@ def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
     assert (entry.outcome_known, entry.data, entry.undo) == (False, {}, "refund")
 
     received(deps.queues.queue("agent-payment"))
-    assert undo(deps, CHARGE)["applied"] is True
+    assert undo(deps, CHARGE)["outcome"] == "undo_started"
     (request,) = received(deps.queues.queue("agent-payment"))
     body = json.loads(request.body)
     assert request.message_id == "o-1:1:charge_payment:undo"
@@ -267,7 +258,7 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
     # The shipment's outcome is unknown (its attempt died): it may have been dispatched.
     result = begin(deps)
 
-    assert result["processState"] == "Error"
+    assert result == {"outcome": "past_point_of_no_return"}
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.ERROR
     assert record.last_error is not None and record.last_error.code == PAST_POINT_OF_NO_RETURN
@@ -288,7 +279,7 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
 
     stale = undo(deps, RESERVE, instance="o-1:1")
 
-    assert (stale["applied"], stale["fenced"]) == (False, True)
+    assert stale["outcome"] == "fenced"
     assert begin(deps, instance="o-1:2")["undoStages"] == [[RESERVE]]  # the new attempt resumes
 
 

@@ -1342,3 +1342,104 @@ def test_a_step_its_provider_refuses_is_tried_on_the_fallback_provider_before_co
         "result": {"shipmentId": "s-9", "carrier": "MAIL"},
         "calls": 1,
     }
+
+
+# ---------------------------------------------------------------------------------------------------
+# (k) results as this version's activities write them (tagged by ``outcome``)
+#
+# The tests above feed results in the flag form earlier versions wrote (``applied``, ``fenced``, ...),
+# which in-flight histories still hold; these feed the tagged form and expect the same actions.
+
+
+def started_at(complete_by: datetime) -> dict[str, Any]:
+    """``start_step``'s tagged result: started, with the completeBy it wrote."""
+    return {"outcome": "started", "completeBy": z(complete_by), "remainingCalls": 9}
+
+
+def tagged_happy_path(finish_result: dict[str, Any]) -> HistoryBuilder:
+    """:func:`happy_path` with every result tagged."""
+    builder = history()
+    for task_id, step, answered_at in ((0, RESERVE, 5), (2, CHARGE, 15), (4, SHIP, 25)):
+        completed_at = at(1) if task_id == 0 else at(answered_at - 9)
+        builder = (
+            builder.task_scheduled("start_step", task_id)
+            .episode(completed_at)
+            .task_completed(task_id, started_at(completed_at + STEP_TIMEOUT))
+            .timer_created(task_id + 1, completed_at + STEP_TIMEOUT)
+            .episode(at(answered_at))
+            .event_raised(f"{step}:response", response(step))
+        )
+    return builder.task_scheduled("finish_order", 6).episode(at(26)).task_completed(6, finish_result)
+
+
+def test_tagged_results_run_the_happy_path_as_the_flag_form_does() -> None:
+    finished = {"outcome": "finished", "remainingCalls": 3}
+
+    assert (
+        replay(tagged_happy_path(finished))
+        == replay(happy_path())
+        == state(HAPPY_ACTIONS, "waiting:create_shipment", output={"outcome": "Processed", "step": None})
+    )
+
+
+def test_a_tagged_stop_at_finish_order_undoes_the_last_step_with_the_others() -> None:
+    stopped = {"outcome": "stopped", "cause": "cancelled_by_client"}
+    error = {
+        "step": SHIP,
+        "kind": "cancelled",
+        "code": "cancelled_by_client",
+        "message": "the client cancelled the order",
+        "calls": 0,
+    }
+
+    assert replay(tagged_happy_path(stopped)) == state(
+        [*HAPPY_ACTIONS, begin_compensation(error=error, completed=step_result(SHIP))], "compensating"
+    )
+
+
+@pytest.mark.parametrize(
+    ("result", "output"),
+    [
+        ({"outcome": "fenced", "reason": "lockedBy o-1:2"}, {"outcome": "fenced", "step": RESERVE}),
+        ({"outcome": "budget_exhausted"}, None),
+    ],
+    ids=["fenced", "budget-exhausted"],
+)
+def test_a_tagged_refusal_to_start_ends_or_compensates_as_the_flag_form_does(
+    result: dict[str, Any], output: dict[str, Any] | None
+) -> None:
+    legacy = FENCED if result["outcome"] == "fenced" else EXHAUSTED
+    tagged = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, result)
+    flagged = history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, legacy)
+
+    assert replay(tagged) == replay(flagged)
+    assert replay(tagged).get("output") == output
+
+
+def refused_first_step() -> HistoryBuilder:
+    """The first step refused for good (a permanent error) at T0+5 s."""
+    failed = response(
+        RESERVE,
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="out_of_stock",
+        errorMessage="x",
+        result={},
+    )
+    return waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", failed)
+
+
+def test_a_tagged_compensation_begun_and_finished_ends_compensated() -> None:
+    begun = refused_first_step().task_scheduled("begin_compensation", 2).episode(at(6))
+    begun = begun.task_completed(2, {"outcome": "compensation_begun", "undoStages": [], "completeBy": None})
+    finished = begun.task_scheduled("finish_compensation", 3).episode(at(7))
+    finished = finished.task_completed(3, {"outcome": "compensation_finished", "processState": "Compensated"})
+
+    assert replay(finished)["output"] == {"outcome": "Compensated", "step": None}
+
+
+def test_a_tagged_point_of_no_return_ends_the_attempt_in_error() -> None:
+    begun = refused_first_step().task_scheduled("begin_compensation", 2).episode(at(6))
+    begun = begun.task_completed(2, {"outcome": "past_point_of_no_return"})
+
+    assert replay(begun)["output"] == {"outcome": "Error", "step": None}

@@ -42,7 +42,7 @@ from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
-from orderflow.contracts import START_STEP, FencedWriteResult, StartStepInput, StepResult
+from orderflow.contracts import START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
 from orderflow.custom_status import WAITING_PREFIX
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
@@ -51,6 +51,7 @@ from orderflow.orchestration import InstanceStatus
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import copy_identity
 from orderflow.records import ProcessState, StateRecord, StepStatus
+from orderflow.results import StepStarted
 from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
@@ -856,9 +857,10 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
         response_queue=deps.settings.response_queue(),
     ).to_payload()
 
-    result = FencedWriteResult.model_validate(invoke(START_STEP, payload=payload))
+    result = START_STEP_ACTIVITY.read_result(invoke(START_STEP, payload=payload))
 
-    assert (result.applied, result.fenced) == (True, False)
+    assert isinstance(result, StepStarted)
+    assert result.complete_by == START + timedelta(seconds=8)
     stored = deps.states.get("o-1").item
     assert stored.complete_by == START + timedelta(seconds=8)
     assert (stored.steps[first.name].status, stored.steps[step.name].status) == (

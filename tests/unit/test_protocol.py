@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from activities.fencing import fenced_write
-from activities.steps import finish_order, start_step
 from activities.submission import handle_submission
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
@@ -24,6 +23,7 @@ from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
+from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import RecordingClient, order_body, received
 
 pytestmark = pytest.mark.unit
@@ -171,7 +171,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
         ).to_payload(),
         deps,
     )
-    assert result["applied"] is False and result["fenced"] is True
+    assert result["outcome"] == "fenced"
     after = deps.states.get("o-1")
     assert after.etag == before.etag
     assert after.item == before.item
@@ -231,7 +231,7 @@ def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) ->
     first = start_step(payload, deps)
     clock.advance(3)  # the runtime re-runs the activity later (its result was lost)
     second = start_step(payload, deps)
-    assert first["applied"] and second["applied"]
+    assert first["outcome"] == second["outcome"] == "started"
     stored = deps.states.get("o-1")
     assert stored.etag == etag  # neither run wrote: the claim's write started the step
     step = stored.item.steps["reserve_inventory"]
@@ -282,8 +282,8 @@ def test_finish_processed_replies_once_per_message_id(deps: Dependencies, clock:
     payload = FinishOrderInput(
         order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
     ).to_payload()
-    assert finish_order(payload, deps)["applied"] is True
-    assert finish_order(payload, deps)["applied"] is True  # re-run: already Processed and replied
+    assert finish_order(payload, deps)["outcome"] == "finished"
+    assert finish_order(payload, deps)["outcome"] == "finished"  # re-run: already Processed and replied
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.complete_by is None
@@ -356,7 +356,7 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
         outcome=Outcome.PROCESSED,
         completed=previous,
     )
-    assert finish_order(finish.to_payload(), deps)["applied"] is True
+    assert finish_order(finish.to_payload(), deps)["outcome"] == "finished"
 
     # The first step's start found it started by the claim: a decision not to write is confirmed on a
     # read (the cached claim may be stale). Every write, the outbox clear included, used the ETag it
@@ -582,7 +582,7 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     for attempt in (1, 2):
         claimed(deps)
         started = _start(deps, clock, f"o-1:{attempt}")
-        assert started["applied"] is True
+        assert started["outcome"] == "started"
         request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
         assert request["maxCalls"] == 4  # the agent may make no more than its reservation
         clock.advance(31)
@@ -593,7 +593,7 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     claimed(deps)
     third = _start(deps, clock, "o-1:3")
     request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
-    assert third["applied"] is True and request["maxCalls"] == 2  # what is left of the budget
+    assert third["outcome"] == "started" and request["maxCalls"] == 2  # what is left of the budget
     clock.advance(31)
     run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
     record = deps.states.get("o-1").item
@@ -607,7 +607,7 @@ def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> 
     deps.settings = deps.settings.model_copy(update={"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
     submit(deps)
     claimed(deps)
-    assert _start(deps, clock, "o-1:1")["applied"] is True
+    assert _start(deps, clock, "o-1:1")["outcome"] == "started"
     received(deps.queues.queue("agent-inventory"))
     # The reservation is used up by the first step; the next step gets nothing.
     result = start_step(
@@ -622,7 +622,7 @@ def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> 
         ).to_payload(),
         deps,
     )
-    assert (result["applied"], result["budgetExhausted"]) == (False, True)
+    assert result == {"outcome": "budget_exhausted"}
     record = deps.states.get("o-1").item
     assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED  # its completion is kept
     assert record.steps["charge_payment"].status is StepStatus.NOT_STARTED
@@ -739,7 +739,7 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
 
     result = _start(deps, clock, "o-1:1")
 
-    assert (result["applied"], result["fenced"]) == (False, True)
+    assert result["outcome"] == "fenced"
     assert received(deps.queues.queue("agent-inventory")) == []
     assert deps.states.get("o-1").item.process_state is ProcessState.PENDING
 
@@ -835,7 +835,7 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependenci
     start_ship(fallback=False)
     spent_by_primary = deps.states.get("o-1").item.retry_budget.spent
     # The carrier refused; the orchestration tries the courier.
-    assert start_ship(fallback=True)["applied"] is True
+    assert start_ship(fallback=True)["outcome"] == "started"
 
     record = deps.states.get("o-1").item
     step = record.steps["create_shipment"]
@@ -850,5 +850,5 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependenci
     )
     assert body["payload"]["carrier"] == "MAIL"
     etag = deps.states.get("o-1").etag
-    assert start_ship(fallback=True)["applied"] is True  # a re-run writes nothing
+    assert start_ship(fallback=True)["outcome"] == "started"  # a re-run writes nothing
     assert deps.states.get("o-1").etag == etag

@@ -47,8 +47,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from activities.compensation import begin_compensation, finish_compensation, start_undo
-from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
 from agents.agent import handle_request
 from orchestrators.listener import handle_response
@@ -94,6 +92,15 @@ from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import ORDER_V1, ORDER_V3, WorkflowDefinition, agent_names, workflow_for
 from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
+from tests.activity_json import (
+    begin_compensation,
+    finish_compensation,
+    finish_order,
+    record_review,
+    record_step_failure,
+    start_step,
+    start_undo,
+)
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
 from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
 
@@ -815,7 +822,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._acting_as(Actor.OWNER if owner else Actor.SUPERSEDED)
         try:
             result = ACTIVITIES[write.activity](write.payload, worker.deps)
-            if write.activity == START_STEP and result.get("budgetExhausted"):
+            if write.activity == START_STEP and result.get("outcome") == "budget_exhausted":
                 # A refusal for budget is true: the write that refused (with the previous step's
                 # completion, which gives back what its reservation did not use) leaves no call.
                 left = self.states.get(order_id).item.retry_budget.remaining
@@ -1000,10 +1007,10 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
         ).to_payload()
         return start_step(payload, worker)
 
-    assert start(worker_b, "reserve_inventory")["applied"] is True
-    assert start(worker_a, "charge_payment", completed="reserve_inventory")["applied"] is True
+    assert start(worker_b, "reserve_inventory")["outcome"] == "started"
+    assert start(worker_a, "charge_payment", completed="reserve_inventory")["outcome"] == "started"
 
-    assert start(worker_b, "create_shipment", completed="charge_payment")["applied"] is True
+    assert start(worker_b, "create_shipment", completed="charge_payment")["outcome"] == "started"
     steps = worker_a.states.get("o-1").item.steps
     assert [steps[name].status for name in ORDER_V1.step_names] == [
         StepStatus.COMPLETED,

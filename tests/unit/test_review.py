@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from activities.steps import record_review, start_step
 from activities.submission import SubmissionOutcome, handle_submission
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
@@ -20,6 +19,7 @@ from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
+from tests.activity_json import record_review, start_step
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -81,7 +81,7 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
 
     result = start(deps, CHARGE, completed=RESERVED)
 
-    assert (result["applied"], result["reviewRequired"], result["reviewDefault"]) == (False, True, "reject")
+    assert (result["outcome"], result["reviewDefault"]) == ("awaiting_review", "reject")
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.AWAITING_REVIEW
     assert record.review is not None
@@ -96,15 +96,15 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     [reply] = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     assert (reply["status"], reply["reason"]) == ("AwaitingReview", "amount_above_review_threshold")
     etag = deps.states.get("o-1").etag
-    assert start(deps, CHARGE, completed=RESERVED)["reviewRequired"] is True  # a re-run writes nothing
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"  # a re-run writes nothing
     assert deps.states.get("o-1").etag == etag
 
 
 def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
     submitted_and_claimed(deps, amount="100.00")
     start(deps, RESERVE)
-    assert start(deps, CHARGE, completed=RESERVED)["applied"] is True
-    assert start(deps, CHARGE, workflow_version=ORDER_V1.version)["applied"] is True
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"
+    assert start(deps, CHARGE, workflow_version=ORDER_V1.version)["outcome"] == "started"
 
 
 def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(deps: Dependencies) -> None:
@@ -152,10 +152,10 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: Dependen
         deps,
     )
 
-    assert (result["applied"], result["reviewDecision"]) == (True, "approve")
+    assert result == {"outcome": "review_recorded", "decision": "approve"}
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.PROCESSING
-    assert start(deps, CHARGE, completed=RESERVED)["applied"] is True  # approved: the charge starts
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"  # approved: the charge starts
     assert decide(deps, "reject").reason == "order is Processing, not awaiting review"
 
 
@@ -176,7 +176,7 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
 
     result = start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")
 
-    assert (result["reviewRequired"], result["reviewDecision"]) == (True, "reject")
+    assert result == {"outcome": "review_rejected"}
 
 
 def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
@@ -195,7 +195,7 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     ) is (Recovery.REQUEUED)
     clock.advance(60)
     assert claim(deps.states, deps.states.get("o-1"), clock, deps.settings) is not None
-    assert start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")["applied"] is True  # approved
+    assert start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")["outcome"] == "started"  # approved
 
 
 def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(

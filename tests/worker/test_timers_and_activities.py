@@ -20,13 +20,13 @@ import pytest
 
 import activities.blueprint
 import supervisor.blueprint
-from activities.steps import start_step as start_step_role
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentRequest, StatusReply, parse_message
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import ORDER_V1, ORDER_V2, WorkflowDefinition
+from tests.activity_json import start_step
 from tests.df_history import HistoryBuilder
 from tests.unit.fakes import received, submit_and_claim
 from tests.unit.test_df_replay import (
@@ -111,26 +111,12 @@ def run_activity(worker: FunctionsWorker, name: str, input_text: str) -> dict[st
 def run_all(worker: FunctionsWorker, calls: list[tuple[str, str]]) -> None:
     """Run the calls the orchestrator made before the one a test looks at."""
     for name, input_text in calls:
-        assert run_activity(worker, name, input_text)["applied"] is True
+        assert run_activity(worker, name, input_text)["outcome"] != "fenced"
 
 
-def written(**changes: Any) -> dict[str, Any]:
-    """A fenced write's result as the activities return it: the defaults with ``changes``."""
-    return {
-        "applied": True,
-        "fenced": False,
-        "reason": None,
-        "remainingCalls": 0,
-        "budgetExhausted": False,
-        "completeBy": None,
-        "undoStages": [],
-        "processState": None,
-        "cancelled": False,
-        "reviewRequired": False,
-        "reviewDefault": None,
-        "reviewDecision": None,
-        **changes,
-    }
+def written(outcome: str, **fields: Any) -> dict[str, Any]:
+    """An activity's result as the worker returns it: the case ``outcome`` with its ``fields``."""
+    return {"outcome": outcome, **fields}
 
 
 def requests(deps: Dependencies, agent: str) -> list[AgentRequest]:
@@ -232,7 +218,7 @@ def test_start_step_of_the_step_the_claim_started_only_sends_its_request(
     result = run_activity(worker, name, input_text)
 
     assert (name, json.loads(input_text)["step"]) == ("start_step", RESERVE)
-    assert result == written(remainingCalls=budget_left(deps), completeBy=z(before.complete_by))
+    assert result == written("started", completeBy=z(before.complete_by), remainingCalls=budget_left(deps))
     assert stored(deps) == before  # the claim's write already started it
     [request] = requests(deps, "inventory")
     assert (request.request_id, request.idempotency_key, request.reply_to, request.operation) == (
@@ -261,7 +247,7 @@ def test_start_step_records_the_previous_step_then_starts_the_next_with_its_dead
         "result": {f"{RESERVE}Id": f"{RESERVE}-1"},
         "calls": 1,
     }
-    assert result == written(remainingCalls=budget_left(deps), completeBy=z(now + STEP_TIMEOUT))
+    assert result == written("started", completeBy=z(now + STEP_TIMEOUT), remainingCalls=budget_left(deps))
     record = stored(deps)
     assert (record.steps[RESERVE].status, record.steps[RESERVE].result) == (
         StepStatus.COMPLETED,
@@ -296,7 +282,7 @@ def test_finish_order_records_the_last_step_and_the_outcome_then_replies(
     result = run_activity(worker, name, input_text)
 
     assert (name, json.loads(input_text)["outcome"]) == ("finish_order", "Processed")
-    assert result == written(remainingCalls=budget_left(deps))
+    assert result == written("finished", remainingCalls=budget_left(deps))
     record = stored(deps)
     assert (record.process_state, record.complete_by, record.pending_reply) == (
         ProcessState.PROCESSED,
@@ -330,7 +316,7 @@ def test_record_step_failure_hands_the_order_to_the_supervisor_now(
     result = run_activity(worker, name, input_text)
 
     assert name == "record_step_failure"
-    assert result == written(remainingCalls=deps.settings.RETRY_BUDGET - 3)
+    assert result == written("failure_recorded", remainingCalls=deps.settings.RETRY_BUDGET - 3)
     record = stored(deps)
     assert record.last_error is not None
     assert (record.last_error.kind, record.last_error.code, record.last_error.step, record.last_error.at) == (
@@ -364,7 +350,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
         completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1),
         response_queue="agent-responses",
     )
-    assert start_step_role(start.to_payload(), review_deps)["reviewRequired"] is True
+    assert start_step(start.to_payload(), review_deps)["outcome"] == "awaiting_review"
     assert stored(deps).process_state is ProcessState.AWAITING_REVIEW
     now = clock(deps).advance(40)
     decision = RecordReviewInput(
@@ -373,7 +359,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
 
     result = run_activity(worker, "record_review", json.dumps(decision.to_payload()))
 
-    assert result == written(reviewDecision="approve")
+    assert result == written("review_recorded", decision="approve")
     record = stored(deps)
     assert record.review is not None
     assert (
@@ -425,11 +411,7 @@ def test_begin_compensation_records_the_cause_and_returns_the_steps_to_undo(
 
     result = run_activity(worker, *calls[2])
 
-    assert result == written(
-        processState="Compensating",
-        undoStages=[[RESERVE]],
-        completeBy=z(now + STEP_TIMEOUT),
-    )
+    assert result == written("compensation_begun", undoStages=[[RESERVE]], completeBy=z(now + STEP_TIMEOUT))
     record = stored(deps)
     assert (record.process_state, record.locked_by, record.complete_by) == (
         ProcessState.COMPENSATING,
@@ -458,7 +440,7 @@ def test_start_undo_marks_the_entry_compensating_and_sends_the_undo_request(
 
     result = run_activity(worker, *calls[3])
 
-    assert result == written(processState="Compensating", completeBy=z(now + STEP_TIMEOUT))
+    assert result == written("undo_started", completeBy=z(now + STEP_TIMEOUT))
     record = stored(deps)
     [entry] = record.compensation_log
     assert (entry.status, record.steps[RESERVE].status, record.complete_by) == (
@@ -487,7 +469,7 @@ def test_finish_compensation_records_the_undo_and_ends_compensated_with_the_caus
 
     result = run_activity(worker, *calls[4])
 
-    assert result == written(processState="Compensated")
+    assert result == written("compensation_finished", processState="Compensated")
     record = stored(deps)
     [entry] = record.compensation_log
     assert (entry.status, entry.undo_result, entry.undone_at) == (
@@ -516,6 +498,6 @@ def test_an_activity_of_an_attempt_that_no_longer_owns_the_record_changes_nothin
 
     result = run_activity(worker, name, json.dumps(superseded))
 
-    assert (name, result["applied"], result["fenced"]) == ("finish_order", False, True)
+    assert (name, result["outcome"]) == ("finish_order", "fenced")
     assert stored(deps) == before
     assert replies(deps) == []

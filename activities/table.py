@@ -1,0 +1,76 @@
+"""The activities role's table: each orchestration activity declared once, with its contract and function.
+
+Both hosts register activities by walking :data:`ACTIVITIES` (``function_app``'s blueprint on Azure,
+``devhost.host`` locally), so an activity cannot be registered under one host and forgotten under the
+other. The workflow calls the same contracts (:mod:`orderflow.contracts`) with typed inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from activities.compensation import begin_compensation, finish_compensation, start_undo
+from activities.steps import finish_order, record_review, record_step_failure, start_step
+from orderflow.contracts import (
+    BEGIN_COMPENSATION_ACTIVITY,
+    FINISH_COMPENSATION_ACTIVITY,
+    FINISH_ORDER_ACTIVITY,
+    RECORD_REVIEW_ACTIVITY,
+    RECORD_STEP_FAILURE_ACTIVITY,
+    START_STEP_ACTIVITY,
+    START_UNDO_ACTIVITY,
+    ActivityContract,
+)
+from orderflow.dependencies import Dependencies
+
+InputT = TypeVar("InputT", bound=BaseModel)
+ResultT = TypeVar("ResultT")
+
+
+@dataclass(frozen=True)
+class Activity(Generic[InputT, ResultT]):
+    """An orchestration activity: its contract and the plain function that performs it.
+
+    Attributes:
+        contract: The name, input model and result union both sides agree on.
+        function: ``(input, dependencies) -> result``; idempotent, since activities run at least once.
+        summary: One line for the host's function listing.
+    """
+
+    contract: ActivityContract[InputT, ResultT]
+    function: Callable[[InputT, Dependencies], ResultT]
+    summary: str
+
+    @property
+    def name(self) -> str:
+        """The registered name (the contract's)."""
+        return self.contract.name
+
+    def run(self, payload: Any, deps: Dependencies) -> dict[str, Any]:
+        """Run the activity on the runtime's JSON input; returns its result as JSON.
+
+        Raises:
+            pydantic.ValidationError: the input is not this activity's (a bug in the caller: the
+                runtime's retries cannot fix it, so it fails the activity).
+            Whatever the function raises (store and queue errors, which the runtime retries).
+        """
+        result = self.function(self.contract.input.model_validate(payload), deps)
+        return self.contract.result_payload(result)
+
+
+ACTIVITIES: tuple[Activity[Any, Any], ...] = (
+    Activity(START_STEP_ACTIVITY, start_step, "Fenced write starting a step, then the agent request."),
+    Activity(FINISH_ORDER_ACTIVITY, finish_order, "Fenced write of the order's outcome, then the reply."),
+    Activity(RECORD_STEP_FAILURE_ACTIVITY, record_step_failure, "Fenced write of a retryable failure."),
+    Activity(RECORD_REVIEW_ACTIVITY, record_review, "Fenced write of a review decision (first wins)."),
+    Activity(
+        BEGIN_COMPENSATION_ACTIVITY, begin_compensation, "Fenced write to Compensating; the steps to undo."
+    ),
+    Activity(START_UNDO_ACTIVITY, start_undo, "Fenced write starting an undo, then the undo request."),
+    Activity(FINISH_COMPENSATION_ACTIVITY, finish_compensation, "Fenced write of the compensation's end."),
+)
+"""Every orchestration activity, one entry each."""

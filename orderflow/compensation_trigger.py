@@ -1,0 +1,76 @@
+"""What triggers compensation: the one rule the workflow applies when an order cannot go forward.
+
+Forward progress stops, and the completed steps are undone (docs/design.md §4), for exactly these
+reasons:
+
+- the review before a step was rejected (by a person, or by the default at its deadline);
+- someone asked the order to stop: the client's cancel, or an operator's decision;
+- the order's end-to-end retry budget has no calls left for the next step;
+- a provider refused a step for good (a permanent error) and no fallback provider is left to try.
+
+Everything else is not a reason to compensate. A transient failure, or an agent that ran out of the calls
+reserved for one request, is handed to the supervisor, which retries the order with backoff; should the
+budget be spent by then, the next start refuses with :class:`~orderflow.results.BudgetExhausted` and that
+triggers compensation here. A timeout ends the attempt without a write: the supervisor recovers it.
+"""
+
+from __future__ import annotations
+
+from orderflow.contracts import CANCELLED_BY_CLIENT, REVIEW_REJECTED, StepError
+from orderflow.errors import ErrorKind
+from orderflow.results import BudgetExhausted, ReviewRecorded, ReviewRejected, Stopped
+
+CANCELLED_KIND = "cancelled"
+"""``lastError.kind`` of an order someone asked to stop."""
+
+REJECTED_KIND = "rejected"
+"""``lastError.kind`` of an order whose review was rejected."""
+
+RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
+"""``lastError.code`` of an order whose retry budget ran out."""
+
+Seen = StepError | ReviewRejected | ReviewRecorded | Stopped | BudgetExhausted
+"""What the workflow may learn about a step: a step's error, or an activity's refusal to go on."""
+
+
+def compensation_cause(step: str, seen: Seen, *, fallback_left: bool = False) -> StepError | None:
+    """The cause to compensate ``step``'s order with, or None when what was seen is no reason to.
+
+    Args:
+        step: The forward step the workflow is at.
+        seen: The step's error (from its agent), or what a fenced write found instead of going on.
+        fallback_left: ``step`` has a fallback provider not tried yet: a refusal moves to it instead.
+
+    Returns:
+        The ``lastError`` to record when compensation begins (kind ``rejected``, ``cancelled``,
+        ``budget_exhausted`` or ``permanent``), or None.
+    """
+    match seen:
+        case ReviewRejected() | ReviewRecorded(decision="reject"):
+            return StepError(
+                step=step,
+                kind=REJECTED_KIND,
+                code=REVIEW_REJECTED,
+                message="the review of this step was rejected",
+            )
+        case Stopped(cause=cause):
+            return stop_cause(step, cause)
+        case BudgetExhausted():
+            return StepError(
+                step=step,
+                kind=ErrorKind.BUDGET.value,
+                code=RETRY_BUDGET_EXHAUSTED,
+                message="the order's end-to-end retry budget is spent",
+            )
+        case StepError(kind=ErrorKind.PERMANENT.value) if not fallback_left:
+            return seen
+    return None
+
+
+def stop_cause(step: str, code: str) -> StepError:
+    """The cause a stopped order's compensation records: the client's cancel, or an operator's decision
+    (``code`` is the stop's ``lastError.code``)."""
+    message = (
+        "the client cancelled the order" if code == CANCELLED_BY_CLIENT else "an operator stopped the order"
+    )
+    return StepError(step=step, kind=CANCELLED_KIND, code=code, message=message)

@@ -1,0 +1,295 @@
+"""What each orchestration activity reports: one tagged union per activity, named for what happened.
+
+Every result carries ``outcome``, its tag, so the workflow matches on the case instead of reading flags.
+A fenced-out write is a normal protocol outcome, not a failure (docs/design.md §3.3): the activity returns
+:class:`Fenced` instead of raising, so runtime retry policies never retry it.
+
+Results written by earlier versions carry no ``outcome`` (they had ``applied``, ``fenced`` and a flag per
+case). They are still in the histories of orchestrations that were running during a deployment, and a
+replay must read them as they were meant: the ``*_from_flags`` functions tag that form, and
+:meth:`orderflow.contracts.ActivityContract.read_result` applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from orderflow.records import UtcDatetime
+
+
+class ResultModel(BaseModel):
+    """Base of activity results: camelCase JSON, immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON-able form handed to the runtime."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class Fenced(ResultModel):
+    """Nothing was written: the record belongs to another attempt, or is already settled.
+
+    Attributes:
+        reason: Why (``lockedBy o-1:2``, ``processState is Processed``).
+    """
+
+    outcome: Literal["fenced"] = "fenced"
+    reason: str
+
+
+class Stopped(ResultModel):
+    """Nothing was written: someone asked the order to stop (``cancelRequestedAt``), so the attempt
+    compensates instead of going on.
+
+    Attributes:
+        cause: The stop's ``lastError.code``: ``cancelled_by_client``, or an operator's code.
+    """
+
+    outcome: Literal["stopped"] = "stopped"
+    cause: str
+
+
+class StepStarted(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` started the step (or found it started) and sent the request.
+
+    Attributes:
+        complete_by: The step's deadline (UTC) as written in the record; the orchestration's durable timer
+            fires at it. None only in results of earlier versions.
+        remaining_calls: The order's retry budget left after the step's reservation.
+    """
+
+    outcome: Literal["started"] = "started"
+    complete_by: UtcDatetime | None = None
+    remaining_calls: int = 0
+
+
+class AwaitingReview(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` paused the order in ``AwaitingReview`` before the step.
+
+    Attributes:
+        complete_by: The review's deadline (UTC): the decision ``review_default`` applies then.
+        review_default: ``approve`` or ``reject``.
+    """
+
+    outcome: Literal["awaiting_review"] = "awaiting_review"
+    complete_by: UtcDatetime | None = None
+    review_default: Literal["approve", "reject"] = "reject"
+
+
+class ReviewRejected(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` found the review of this step decided ``reject`` (recorded
+    while no attempt waited); nothing was started."""
+
+    outcome: Literal["review_rejected"] = "review_rejected"
+
+
+class BudgetExhausted(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` did not start the step: the order's end-to-end retry budget
+    has no calls left. The previous step's completion, if any, was recorded."""
+
+    outcome: Literal["budget_exhausted"] = "budget_exhausted"
+
+
+class ReviewRecorded(ResultModel):
+    """:data:`~orderflow.contracts.RECORD_REVIEW` recorded the decision, or found one recorded first.
+
+    Attributes:
+        decision: The decision in force (``approve`` or ``reject``): the first recorded wins.
+    """
+
+    outcome: Literal["review_recorded"] = "review_recorded"
+    decision: Literal["approve", "reject"]
+
+
+class OrderFinished(ResultModel):
+    """:data:`~orderflow.contracts.FINISH_ORDER` wrote the outcome (or found it written); the reply is sent
+    or owed.
+
+    Attributes:
+        remaining_calls: The order's retry budget left.
+    """
+
+    outcome: Literal["finished"] = "finished"
+    remaining_calls: int = 0
+
+
+class FailureRecorded(ResultModel):
+    """:data:`~orderflow.contracts.RECORD_STEP_FAILURE` recorded the retryable failure, with ``completeBy``
+    now, so the supervisor's next sweep recovers the order.
+
+    Attributes:
+        remaining_calls: The order's retry budget left.
+    """
+
+    outcome: Literal["failure_recorded"] = "failure_recorded"
+    remaining_calls: int = 0
+
+
+class CompensationBegun(ResultModel):
+    """:data:`~orderflow.contracts.BEGIN_COMPENSATION` moved the order to ``Compensating``.
+
+    Attributes:
+        undo_stages: The steps still to undo, as stages run in order; the steps of one stage are undone
+            in parallel.
+        complete_by: The record's completeBy (UTC), should the attempt die before its first undo.
+    """
+
+    outcome: Literal["compensation_begun"] = "compensation_begun"
+    undo_stages: tuple[tuple[str, ...], ...] = ()
+    complete_by: UtcDatetime | None = None
+
+
+class PastPointOfNoReturn(ResultModel):
+    """:data:`~orderflow.contracts.BEGIN_COMPENSATION` moved the order to ``Error`` instead: an
+    irreversible step may have taken effect, so only an operator can complete the order."""
+
+    outcome: Literal["past_point_of_no_return"] = "past_point_of_no_return"
+
+
+class UndoStarted(ResultModel):
+    """:data:`~orderflow.contracts.START_UNDO` started the undo (or found it started) and sent the request.
+
+    Attributes:
+        complete_by: The undo's deadline (UTC), where the stage's timer fires. None only in results of
+            earlier versions.
+    """
+
+    outcome: Literal["undo_started"] = "undo_started"
+    complete_by: UtcDatetime | None = None
+
+
+class CompensationFinished(ResultModel):
+    """:data:`~orderflow.contracts.FINISH_COMPENSATION` wrote the compensation's end (or found it written).
+
+    Attributes:
+        process_state: ``Compensated``, ``Cancelled`` or ``CompensationFailed``.
+    """
+
+    outcome: Literal["compensation_finished"] = "compensation_finished"
+    process_state: str
+
+
+class WriteFailed(ResultModel):
+    """Not an activity's result: what the workflow sees when a write still raised after its retries (the
+    store was unavailable). Like :class:`Fenced` it ends the attempt; the record keeps its completeBy
+    and the supervisor recovers it.
+
+    Attributes:
+        reason: The activity's failure, short.
+    """
+
+    outcome: Literal["write_failed"] = "write_failed"
+    reason: str
+
+
+StartStepResult: TypeAlias = Annotated[
+    StepStarted | AwaitingReview | ReviewRejected | BudgetExhausted | Stopped | Fenced,
+    Field(discriminator="outcome"),
+]
+""":data:`~orderflow.contracts.START_STEP`'s result."""
+
+RecordReviewResult: TypeAlias = Annotated[ReviewRecorded | Fenced, Field(discriminator="outcome")]
+""":data:`~orderflow.contracts.RECORD_REVIEW`'s result."""
+
+FinishOrderResult: TypeAlias = Annotated[OrderFinished | Stopped | Fenced, Field(discriminator="outcome")]
+""":data:`~orderflow.contracts.FINISH_ORDER`'s result: :class:`Stopped` when the client cancelled while the
+last step ran (it is undone with the others)."""
+
+RecordStepFailureResult: TypeAlias = Annotated[FailureRecorded | Fenced, Field(discriminator="outcome")]
+""":data:`~orderflow.contracts.RECORD_STEP_FAILURE`'s result."""
+
+BeginCompensationResult: TypeAlias = Annotated[
+    CompensationBegun | PastPointOfNoReturn | Fenced, Field(discriminator="outcome")
+]
+""":data:`~orderflow.contracts.BEGIN_COMPENSATION`'s result."""
+
+StartUndoResult: TypeAlias = Annotated[UndoStarted | Fenced, Field(discriminator="outcome")]
+""":data:`~orderflow.contracts.START_UNDO`'s result."""
+
+FinishCompensationResult: TypeAlias = Annotated[CompensationFinished | Fenced, Field(discriminator="outcome")]
+""":data:`~orderflow.contracts.FINISH_COMPENSATION`'s result."""
+
+
+# Results of earlier versions: ``applied`` and a flag per case, no ``outcome``.
+
+FlagForm = dict[str, Any]
+"""A result in the flag form of earlier versions."""
+
+
+def _not_applied(value: FlagForm) -> FlagForm:
+    if value.get("cancelled"):
+        return {"outcome": "stopped", "cause": value.get("reason") or "cancelled_by_client"}
+    return {"outcome": "fenced", "reason": value.get("reason") or "not applied"}
+
+
+def start_step_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.START_STEP`'s result of an earlier version, tagged."""
+    if value.get("budgetExhausted"):
+        return {"outcome": "budget_exhausted"}
+    if value.get("reviewRequired") and value.get("reviewDecision") is None:
+        return {
+            "outcome": "awaiting_review",
+            "completeBy": value.get("completeBy"),
+            "reviewDefault": value.get("reviewDefault") or "reject",
+        }
+    if value.get("reviewDecision") == "reject":
+        return {"outcome": "review_rejected"}
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {
+        "outcome": "started",
+        "completeBy": value.get("completeBy"),
+        "remainingCalls": value.get("remainingCalls", 0),
+    }
+
+
+def record_review_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.RECORD_REVIEW`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {"outcome": "review_recorded", "decision": value.get("reviewDecision")}
+
+
+def finish_order_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.FINISH_ORDER`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {"outcome": "finished", "remainingCalls": value.get("remainingCalls", 0)}
+
+
+def record_step_failure_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.RECORD_STEP_FAILURE`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {"outcome": "failure_recorded", "remainingCalls": value.get("remainingCalls", 0)}
+
+
+def begin_compensation_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.BEGIN_COMPENSATION`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    if value.get("processState") == "Error":
+        return {"outcome": "past_point_of_no_return"}
+    return {
+        "outcome": "compensation_begun",
+        "undoStages": value.get("undoStages", []),
+        "completeBy": value.get("completeBy"),
+    }
+
+
+def start_undo_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.START_UNDO`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {"outcome": "undo_started", "completeBy": value.get("completeBy")}
+
+
+def finish_compensation_from_flags(value: FlagForm) -> FlagForm:
+    """:data:`~orderflow.contracts.FINISH_COMPENSATION`'s result of an earlier version, tagged."""
+    if not value.get("applied"):
+        return _not_applied(value)
+    return {"outcome": "compensation_finished", "processState": value.get("processState") or "Compensated"}
