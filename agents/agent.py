@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
@@ -130,17 +131,67 @@ def handle_request(
     """
     request = parse_message(AgentRequest, body)
     fields = {"order_id": request.order_id, "instance_id": request.instance_id, "step": request.step}
+    if _skipped(request, fields, delivery_count=delivery_count, clock=clock, taken=taken):
+        return AgentResult(None, 0)
+    result, error, calls = _call_service(
+        request, service=service, clock=clock, settings=settings, sleep=sleep
+    )
+    response = _response(request, result, error, calls, completed_at=clock.now())
+    queues.queue(request.reply_to).send(
+        response.to_json(), message_id=response.event_id, correlation_id=request.order_id
+    )
+    telemetry.event(
+        "agent.done",
+        outcome=response.outcome.value,
+        error_kind=response.error_kind,
+        error_code=response.error_code,
+        calls=calls,
+        **fields,
+    )
+    return AgentResult(response, calls)
+
+
+_Error = tuple[ErrorKind, str | None, str]
+"""A failed step as the response reports it: error kind, code (None: none), message."""
+
+
+def _skipped(
+    request: AgentRequest,
+    fields: dict[str, str],
+    *,
+    delivery_count: int,
+    clock: Clock,
+    taken: TakenRequests | None,
+) -> bool:
+    """True (and the reason logged) for a request that gets no call and no response: a redelivery, a
+    duplicate of a request already taken, or one whose deadline had passed on arrival."""
     if delivery_count > 1:
         # The first delivery may have spent the whole reservation: never spend it twice.
         telemetry.event("agent.redelivery_skipped", **fields, delivery_count=delivery_count)
-        return AgentResult(None, 0)
+        return True
     if taken is not None and not taken.take(request.request_id):
         # The same request sent twice: its first copy has (or had) the reservation; never spend it twice.
         telemetry.event("agent.duplicate_skipped", **fields)
-        return AgentResult(None, 0)
+        return True
     if clock.now() >= request.deadline:
         telemetry.event("agent.expired_on_arrival", **fields)
-        return AgentResult(None, 0)
+        return True
+    return False
+
+
+def _call_service(
+    request: AgentRequest,
+    *,
+    service: RemoteService,
+    clock: Clock,
+    settings: Settings,
+    sleep: Callable[[float], None],
+) -> tuple[dict[str, str] | None, _Error | None, int]:
+    """Call the service, retrying transient faults within the deadline and ``request.max_calls``.
+
+    Returns:
+        The result (None on failure), the error (None on success) and the number of calls made.
+    """
     calls = 0
 
     def attempt() -> dict[str, str]:
@@ -166,7 +217,7 @@ def handle_request(
         return (request.deadline - clock.now()).total_seconds() - upcoming < MIN_CALL_S
 
     result: dict[str, str] | None = None
-    error: tuple[ErrorKind, str | None, str] | None = None
+    error: _Error | None = None
     if request.max_calls <= 0:
         error = (ErrorKind.BUDGET, "retry_budget_exhausted", "the order's retry budget is spent")
     else:
@@ -190,8 +241,19 @@ def handle_request(
         except TransientError as exc:
             kind = ErrorKind.BUDGET if calls >= request.max_calls else ErrorKind.TRANSIENT
             error = (kind, "transient_exhausted", exc.detail)
+    return result, error, calls
 
-    response = AgentResponse(
+
+def _response(
+    request: AgentRequest,
+    result: dict[str, str] | None,
+    error: _Error | None,
+    calls: int,
+    *,
+    completed_at: datetime,
+) -> AgentResponse:
+    """The response to ``request``, with its stable event id (``{requestId}:response``)."""
+    return AgentResponse(
         request_id=request.request_id,
         event_id=f"{request.request_id}:response",
         event_name=step_event_name(request.step),
@@ -204,17 +266,5 @@ def handle_request(
         error_message=None if error is None else printable_text(error[2], limit=500),
         result=result or {},
         calls=calls,
-        completed_at=clock.now(),
+        completed_at=completed_at,
     )
-    queues.queue(request.reply_to).send(
-        response.to_json(), message_id=response.event_id, correlation_id=request.order_id
-    )
-    telemetry.event(
-        "agent.done",
-        outcome=response.outcome.value,
-        error_kind=response.error_kind,
-        error_code=response.error_code,
-        calls=calls,
-        **fields,
-    )
-    return AgentResult(response, calls)

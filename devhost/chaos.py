@@ -51,8 +51,10 @@ from devhost.delivery_faults import (
 from devhost.demo import (
     DEMO_FAULTS,
     INVARIANTS,
+    DemoSystem,
     DevhostSpec,
     Killer,
+    Settling,
     all_records,
     build_report,
     check_run_args,
@@ -405,28 +407,20 @@ def run_chaos(
         ValueError: an argument :func:`check_chaos_args` refuses (nothing was started).
         RuntimeError: a child process did not start.
     """
-    check_chaos_args(
-        orders=orders,
-        processes=processes,
-        kill_every_s=kill_every_s,
-        duplicate_share=duplicate_share,
-        late_share=late_share,
-        pause_every_s=pause_every_s,
-        clients=clients,
-        timeout_s=timeout_s,
-    )
+    # The chaos asked for, as the checks, the report and the hints name it.
+    asked = {
+        "kill_every_s": kill_every_s,
+        "duplicate_share": duplicate_share,
+        "late_share": late_share,
+        "pause_every_s": pause_every_s,
+    }
+    check_chaos_args(orders=orders, processes=processes, clients=clients, timeout_s=timeout_s, **asked)
     run_dir = new_run_dir()
     log_dir = run_dir / "delivery-faults"
     plan = DeliveryFaults(
         duplicate_share=duplicate_share, late_share=late_share, seed=seed, log_dir=str(log_dir)
     )
-    kills = f"kill every {kill_every_s:g} s" if kill_every_s > 0 else "no kills"
-    pauses = f"pause the leader every {pause_every_s:g} s" if pause_every_s > 0 else "no leader pauses"
-    console.print(
-        f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
-        f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}; "
-        f"logs in {run_dir}"
-    )
+    _print_plan(run_dir, orders=orders, processes=processes, clients=clients, **asked)
     with ExitStack() as stack, quiet_sdk_logs():
         system = stack.enter_context(
             demo_system(
@@ -437,104 +431,194 @@ def run_chaos(
                 extra_env={CHAOS_ENV: plan.model_dump_json()},
             )
         )
-        settings = Settings.load(env=system.env)
-        killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
-        if killer is not None:
-            stack.callback(killer.stop)
-        pauser = None
-        if pause_every_s > 0:
-            pauser = LeaderPauser(
-                system.fleet,
-                lease_holder_reader(settings),
-                every_s=pause_every_s,
-                pause_s=pause_s if pause_s is not None else settings.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
-                first_after_s=first_pause_after_s,
-            )
-            stack.callback(pauser.stop)  # before the fleet stops: a stopped process ignores SIGTERM
-        # The clients' submissions are duplicated here, as the devhost processes duplicate their sends.
-        queues = FaultyQueueFactory(
-            system.client_queues(),
-            plan.model_copy(update={"late_share": 0.0}),
-            FaultLog(log_dir / "clients.jsonl"),
+        killer, pauser = _chaos_makers(
+            stack,
+            system,
+            kill_every_s=kill_every_s,
+            seed=seed,
+            pause_every_s=pause_every_s,
+            pause_s=pause_s,
+            first_pause_after_s=first_pause_after_s,
         )
-        run_id = uuid.uuid4().hex[:6]
-        chaos_clients = [
-            OrderflowClient(queues, reply_queue=f"chaos-client-{n}-{run_id}") for n in range(1, clients + 1)
-        ]
-
-        def status() -> str:
-            counts = chaos_counts(run_dir, killer, pauser)
-            return (
-                f"kills {counts['kills']} · leader pauses {counts['leader_pauses']} · "
-                f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']}"
-            )
-
-        for chaos in (killer, pauser):
-            if chaos is not None:
-                chaos.start()
-        settling = submit_and_settle(
-            system, chaos_clients, budget_s=chaos_budget_s(orders, timeout_s), status=status
+        chaos_clients = _chaos_clients(system, plan, log_dir, clients)
+        settling = _settle_under_chaos(
+            system, chaos_clients, killer, pauser, budget_s=chaos_budget_s(orders, timeout_s)
         )
-        # The last replies and the summary are read from a quiet system.
-        for chaos in (pauser, killer):
-            if chaos is not None:
-                chaos.stop()
-        demo_report, mismatched = build_report(
+        report, mismatched = _chaos_report(
             system,
             chaos_clients,
             settling,
+            killer=killer,
+            pauser=pauser,
             processes=processes,
-            kills=len(killer.kills) if killer is not None else 0,
+            clients=clients,
+            asked=asked,
         )
-        records = all_records(system.stores.state)
-        report: dict[str, Any] = {
-            "orders": len(system.catalog.orders),
-            "settled": demo_report["submitted"] - demo_report["not_terminal"],
-            "not_terminal": demo_report["not_terminal"],
-            "duplicate_effects": demo_report["duplicate_effects"],
-            "uncompensated_effects": demo_report["uncompensated_effects"],
-            "misrouted_replies": count_misrouted_replies(
-                {c.reply_queue: c.replies.received for c in chaos_clients}, settling.owners
-            )
-            + sum(c.replies.foreign for c in chaos_clients),
-            "max_recovery_s": max_recovery_s(records),
-            **chaos_counts(run_dir, killer, pauser),
-            "clients": clients,
-            "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
-        }
-        report.update({k: v for k, v in demo_report.items() if k not in report})
-        report["unexercised"] = unexercised(
-            report,
-            kill_every_s=kill_every_s,
-            duplicate_share=duplicate_share,
-            late_share=late_share,
-            pause_every_s=pause_every_s,
-        )
-        # What the chaos did, when: for reading the processes' logs side by side.
-        events = {
-            "kills": killer.kills if killer is not None else [],
-            "leaderPauses": pauser.pauses if pauser is not None else [],
-        }
-        (run_dir / "chaos-events.json").write_text(json.dumps(events, indent=2) + "\n", encoding="utf-8")
+        _write_events(run_dir, killer, pauser)
 
     write_report(report, report_path)
+    _print_verdict(report, mismatched, report_path, asked)
+    return report
+
+
+def _print_plan(
+    run_dir: Path,
+    *,
+    orders: int,
+    processes: int,
+    clients: int,
+    kill_every_s: float,
+    duplicate_share: float,
+    late_share: float,
+    pause_every_s: float,
+) -> None:
+    """The run's one-line announcement: what it submits and which faults it injects."""
+    kills = f"kill every {kill_every_s:g} s" if kill_every_s > 0 else "no kills"
+    pauses = f"pause the leader every {pause_every_s:g} s" if pause_every_s > 0 else "no leader pauses"
+    console.print(
+        f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
+        f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}; "
+        f"logs in {run_dir}"
+    )
+
+
+def _chaos_makers(
+    stack: ExitStack,
+    system: DemoSystem,
+    *,
+    kill_every_s: float,
+    seed: int,
+    pause_every_s: float,
+    pause_s: float | None,
+    first_pause_after_s: float | None,
+) -> tuple[Killer | None, LeaderPauser | None]:
+    """The killer and the leader pauser the run asks for (None: not asked), not started yet; ``stack``
+    stops them before it stops the fleet."""
+    settings = Settings.load(env=system.env)
+    killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
+    if killer is not None:
+        stack.callback(killer.stop)
+    pauser = None
+    if pause_every_s > 0:
+        pauser = LeaderPauser(
+            system.fleet,
+            lease_holder_reader(settings),
+            every_s=pause_every_s,
+            pause_s=pause_s if pause_s is not None else settings.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
+            first_after_s=first_pause_after_s,
+        )
+        stack.callback(pauser.stop)  # before the fleet stops: a stopped process ignores SIGTERM
+    return killer, pauser
+
+
+def _chaos_clients(
+    system: DemoSystem, plan: DeliveryFaults, log_dir: Path, clients: int
+) -> list[OrderflowClient]:
+    """``clients`` clients, each with a reply queue of its own, on queues that duplicate their sends."""
+    # The clients' submissions are duplicated here, as the devhost processes duplicate their sends.
+    queues = FaultyQueueFactory(
+        system.client_queues(),
+        plan.model_copy(update={"late_share": 0.0}),
+        FaultLog(log_dir / "clients.jsonl"),
+    )
+    run_id = uuid.uuid4().hex[:6]
+    return [OrderflowClient(queues, reply_queue=f"chaos-client-{n}-{run_id}") for n in range(1, clients + 1)]
+
+
+def _settle_under_chaos(
+    system: DemoSystem,
+    chaos_clients: list[OrderflowClient],
+    killer: Killer | None,
+    pauser: LeaderPauser | None,
+    *,
+    budget_s: float,
+) -> Settling:
+    """Start the chaos, submit the orders and wait for them to settle, then stop the chaos."""
+
+    def status() -> str:
+        counts = chaos_counts(system.run_dir, killer, pauser)
+        return (
+            f"kills {counts['kills']} · leader pauses {counts['leader_pauses']} · "
+            f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']}"
+        )
+
+    for chaos in (killer, pauser):
+        if chaos is not None:
+            chaos.start()
+    settling = submit_and_settle(system, chaos_clients, budget_s=budget_s, status=status)
+    # The last replies and the summary are read from a quiet system.
+    for chaos in (pauser, killer):
+        if chaos is not None:
+            chaos.stop()
+    return settling
+
+
+def _chaos_report(
+    system: DemoSystem,
+    chaos_clients: list[OrderflowClient],
+    settling: Settling,
+    *,
+    killer: Killer | None,
+    pauser: LeaderPauser | None,
+    processes: int,
+    clients: int,
+    asked: Mapping[str, float],
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The chaos report (its own keys, the demo report's others, then ``unexercised``) and the
+    mismatched orders."""
+    demo_report, mismatched = build_report(
+        system,
+        chaos_clients,
+        settling,
+        processes=processes,
+        kills=len(killer.kills) if killer is not None else 0,
+    )
+    records = all_records(system.stores.state)
+    report: dict[str, Any] = {
+        "orders": len(system.catalog.orders),
+        "settled": demo_report["submitted"] - demo_report["not_terminal"],
+        "not_terminal": demo_report["not_terminal"],
+        "duplicate_effects": demo_report["duplicate_effects"],
+        "uncompensated_effects": demo_report["uncompensated_effects"],
+        "misrouted_replies": count_misrouted_replies(
+            {c.reply_queue: c.replies.received for c in chaos_clients}, settling.owners
+        )
+        + sum(c.replies.foreign for c in chaos_clients),
+        "max_recovery_s": max_recovery_s(records),
+        **chaos_counts(system.run_dir, killer, pauser),
+        "clients": clients,
+        "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
+    }
+    report.update({k: v for k, v in demo_report.items() if k not in report})
+    report["unexercised"] = unexercised(report, **asked)
+    return report, mismatched
+
+
+def _write_events(run_dir: Path, killer: Killer | None, pauser: LeaderPauser | None) -> None:
+    """What the chaos did, when: for reading the processes' logs side by side."""
+    events = {
+        "kills": killer.kills if killer is not None else [],
+        "leaderPauses": pauser.pauses if pauser is not None else [],
+    }
+    (run_dir / "chaos-events.json").write_text(json.dumps(events, indent=2) + "\n", encoding="utf-8")
+
+
+def _print_verdict(
+    report: dict[str, Any],
+    mismatched: list[tuple[str, str]],
+    report_path: Path,
+    asked: Mapping[str, float],
+) -> None:
+    """The summary table, then which invariants failed (with hints for chaos that never happened)."""
     print_summary(report, mismatched, title="orderflow chaos", invariants=CHAOS_INVARIANTS)
     failed = failed_invariants(report)
     if failed:
         console.print(f"[bold red]invariants failed:[/bold red] {', '.join(failed)}")
-        hints = unexercised_hints(
-            report["unexercised"],
-            kill_every_s=kill_every_s,
-            duplicate_share=duplicate_share,
-            late_share=late_share,
-            pause_every_s=pause_every_s,
-        )
-        for hint in hints:
+        for hint in unexercised_hints(report["unexercised"], **asked):
             console.print(f"[red]{escape(hint)}[/red]", highlight=False, soft_wrap=True)
     else:
         console.print("[bold green]every invariant held[/bold green]")
     console.print(f"report written to {report_path}")
-    return report
 
 
 app = typer.Typer(add_completion=False)

@@ -467,23 +467,34 @@ def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any]
         return "mismatched:no state record"
     if record.process_state not in SETTLED_STATES:
         return "not_terminal"
-    summary = facts.get("summary", {})
     error = record.last_error
     code = error.code if error else None
     if record.process_state is ProcessState.PROCESSED:
-        if customer_declined(order):
-            return "mismatched:processed a declined customer"
-        if summary.get("activeReservations") != 1 or summary.get("activeShipments") != 1:
-            return "mismatched:processed without exactly one reservation and one shipment"
-        if summary.get("netCharged") != f"{order.amount:.2f}":
-            return "mismatched:charged amount differs from the order total"
-        return "ok"
+        return _classify_processed(order, facts.get("summary", {}))
     if record.process_state is ProcessState.COMPENSATION_FAILED:
         return "compensation_failed"
     if record.process_state is ProcessState.ERROR:
         return "escalated" if code == PAST_POINT_OF_NO_RETURN else f"mismatched:error {code}"
     if record.process_state is not ProcessState.COMPENSATED:
         return f"mismatched:{record.process_state.value}"
+    return _classify_compensated(order, record, facts, code, max_failures)
+
+
+def _classify_processed(order: DemoOrder, summary: dict[str, Any]) -> str:
+    """:func:`classify` for a ``Processed`` order: one reservation, one shipment, the total charged."""
+    if customer_declined(order):
+        return "mismatched:processed a declined customer"
+    if summary.get("activeReservations") != 1 or summary.get("activeShipments") != 1:
+        return "mismatched:processed without exactly one reservation and one shipment"
+    if summary.get("netCharged") != f"{order.amount:.2f}":
+        return "mismatched:charged amount differs from the order total"
+    return "ok"
+
+
+def _classify_compensated(
+    order: DemoOrder, record: StateRecord, facts: dict[str, Any], code: str | None, max_failures: int
+) -> str:
+    """:func:`classify` for a ``Compensated`` order: nothing left in place, and a cause its data justifies."""
     if active_effects(facts):
         return "mismatched:compensated but effects remain"
     if code == "card_declined":

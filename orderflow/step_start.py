@@ -147,14 +147,9 @@ def decide_step_start(
         return Stopped()
     if record.process_state not in _LIVE:
         return NotProcessing(record.process_state)
-    if review is ReviewNeed.UNKNOWN:
-        return ReviewUnknown()
-    if review is ReviewNeed.NEEDED:
-        pending = record.review if record.review is not None and record.review.step == step.name else None
-        if pending is None or pending.decision is None:
-            return AwaitReview(pending)
-        if pending.decision is ReviewDecision.REJECT:
-            return ReviewRejected()
+    held = _held_for_review(record, step, review)
+    if held is not None:
+        return held
     if record.process_state is not ProcessState.PROCESSING:
         return NotProcessing(record.process_state)
     state = record.steps[step.name]
@@ -167,13 +162,35 @@ def decide_step_start(
     # A fallback is a new provider: the attempt reserves again, whatever the primary held.
     if not to_fallback and state.status is StepStatus.RUNNING and state.last_instance == instance_id:
         return Start(grant=None, to_fallback=False)
-    spent = record.retry_budget.spent
-    if completed is not None and record.steps[completed.step].status is not StepStatus.COMPLETED:
-        spent = record.spent_after_settling(completed.step, completed.calls)
-    grant = min(max(0, record.retry_budget.limit - spent), max_calls_per_step)
+    grant = _grant(record, completed, max_calls_per_step)
     if grant == 0:
         return BudgetExhausted(to_fallback=to_fallback)
     return Start(grant=grant, to_fallback=to_fallback)
+
+
+def _held_for_review(
+    record: StateRecord, step: StepDefinition, review: ReviewNeed
+) -> AwaitReview | ReviewUnknown | ReviewRejected | None:
+    """Rule 2: what review holds the step at, or None when review lets it go on (not needed, or
+    approved)."""
+    if review is ReviewNeed.UNKNOWN:
+        return ReviewUnknown()
+    if review is ReviewNeed.NEEDED:
+        pending = record.review if record.review is not None and record.review.step == step.name else None
+        if pending is None or pending.decision is None:
+            return AwaitReview(pending)
+        if pending.decision is ReviewDecision.REJECT:
+            return ReviewRejected()
+    return None
+
+
+def _grant(record: StateRecord, completed: StepResult | None, max_calls_per_step: int) -> int:
+    """Rule 5: calls this attempt of the step may reserve (0: none left), counted after the previous
+    step's unused reservation has gone back to the budget."""
+    spent = record.retry_budget.spent
+    if completed is not None and record.steps[completed.step].status is not StepStatus.COMPLETED:
+        spent = record.spent_after_settling(completed.step, completed.calls)
+    return min(max(0, record.retry_budget.limit - spent), max_calls_per_step)
 
 
 def _started_by(record: StateRecord, step: str, instance_id: str, completed_step: str | None) -> bool:

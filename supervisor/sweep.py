@@ -55,6 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -233,17 +234,37 @@ def recover(
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
+    recovered = _recovered(record, record.complete_by, now, settings)
+    try:
+        states.replace(recovered.record, etag=found.etag)
+    except ConcurrencyConflict:
+        return Recovery.LOST_RACE
+    return _announce_recovery(record, recovered, settings)
+
+
+class _Recovered(NamedTuple):
+    """An expired ``Processing`` record as the recovery writes it, and why."""
+
+    record: StateRecord
+    give_up: bool
+    """Forward progress is over (too many failures, or no retry budget left)."""
+    cancelled: bool
+    """The client cancelled: no new forward attempt either way."""
+
+
+def _recovered(record: StateRecord, complete_by: datetime, now: datetime, settings: Settings) -> _Recovered:
+    """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff) or
+    ``Compensating`` and ready."""
     updated = record.model_copy(deep=True)
     updated.failure_count = record.failure_count + 1
     step = _running_step(record)
-    expired_by = record.locked_by
     # A failure the orchestration recorded (record_step_failure sets completeBy to its time) is kept;
     # anything else is a deadline that passed.
-    recorded_failure = record.last_error is not None and record.last_error.at == record.complete_by
+    recorded_failure = record.last_error is not None and record.last_error.at == complete_by
     if not recorded_failure:
         updated.last_error = LastError(
             kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {record.complete_by.isoformat()} passed (attempt {record.attempt})",
+            message=f"completeBy {complete_by.isoformat()} passed (attempt {record.attempt})",
             step=step,
             code="complete_by_expired",
             at=now,
@@ -252,22 +273,13 @@ def recover(
     give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
     # The client cancelled: no new forward attempt; the next one undoes what was done.
     cancelled = record.cancel_requested_at is not None
-    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=record.complete_by)
+    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by)
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
     if give_up and not cancelled:
         # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
-        cause = updated.last_error
-        updated.last_error = LastError(
-            kind=ErrorKind.BUDGET.value
-            if out_of_budget
-            else (cause.kind if cause else ErrorKind.TIMEOUT.value),
-            code="retry_budget_exhausted" if out_of_budget else "too_many_failures",
-            message=(cause.message if cause else "")[:500],
-            step=cause.step if cause else step,
-            at=now,
-        )
+        updated.last_error = _given_up_error(updated.last_error, out_of_budget, step, now)
     if give_up or cancelled:
         if cancelled and record.last_error is not None:
             updated.last_error = record.last_error  # the client's cancel, not the expiry
@@ -276,22 +288,38 @@ def recover(
     else:
         updated.process_state = ProcessState.PENDING
         updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
-    try:
-        states.replace(updated, etag=found.etag)
-    except ConcurrencyConflict:
-        return Recovery.LOST_RACE
+    return _Recovered(updated, give_up, cancelled)
 
+
+def _given_up_error(
+    cause: LastError | None, out_of_budget: bool, step: str | None, now: datetime
+) -> LastError:
+    """``lastError`` of an order given up: why (``retry_budget_exhausted``, ``too_many_failures``) and
+    the failure that led there."""
+    return LastError(
+        kind=ErrorKind.BUDGET.value if out_of_budget else (cause.kind if cause else ErrorKind.TIMEOUT.value),
+        code="retry_budget_exhausted" if out_of_budget else "too_many_failures",
+        message=(cause.message if cause else "")[:500],
+        step=cause.step if cause else step,
+        at=now,
+    )
+
+
+def _announce_recovery(record: StateRecord, recovered: _Recovered, settings: Settings) -> Recovery:
+    """Log a recovery that was written (an alert for an order given up) and say which it was."""
+    updated = recovered.record
+    step = _running_step(record)
     fields = {
         "order_id": record.order_id,
-        "instance_id": expired_by,
+        "instance_id": record.locked_by,
         "attempt": record.attempt,
         "failure_count": updated.failure_count,
     }
-    if not give_up:
+    if not recovered.give_up:
         telemetry.event(
             "recovery",
             step=step,
-            cancelled=cancelled,
+            cancelled=recovered.cancelled,
             next_attempt_at=_iso(updated.next_attempt_at),
             extended_backoff=is_extended(updated.failure_count, settings),
             **fields,
@@ -413,15 +441,10 @@ def run_sweep(
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
-    if cursor.in_progress:
-        report.resumed = True
-    else:
-        cursor.start(clock.now())
-    report.cutoff = cursor.cutoff
+    _start_or_resume(cursor, report, clock)
     restarts = 0
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
-        if keep_going is not None and not keep_going():
-            report.stopped_early = True
+        if _told_to_stop(report, keep_going):
             break
         budget = min(settings.SUPERVISOR_PAGE_SIZE, settings.SUPERVISOR_MAX_RECORDS - report.scanned)
         try:
@@ -434,12 +457,9 @@ def run_sweep(
                 break
             continue
         report.pages += 1
-        for found in page.items:
-            if keep_going is not None and not keep_going():
-                report.stopped_early = True
-                break
-            report.scanned += 1
-            _recover_into(report, states, found, queues=queues, clock=clock, settings=settings)
+        _examine_page(
+            report, states, page.items, queues=queues, clock=clock, settings=settings, keep_going=keep_going
+        )
         if report.stopped_early:
             break
         token = page.continuation
@@ -454,6 +474,48 @@ def run_sweep(
             continue
         cursor.seen.add(token)
         cursor.token = token
+    _log_sweep(report)
+    telemetry.record_stuck_orders(report.scanned - report.skipped)
+    return report
+
+
+def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock) -> None:
+    """Continue the cursor's scan in progress, or start a new one with the cutoff now."""
+    if cursor.in_progress:
+        report.resumed = True
+    else:
+        cursor.start(clock.now())
+    report.cutoff = cursor.cutoff
+
+
+def _told_to_stop(report: SweepReport, keep_going: Callable[[], bool] | None) -> bool:
+    """Whether ``keep_going`` ends the sweep here (the report then says it stopped early)."""
+    if keep_going is not None and not keep_going():
+        report.stopped_early = True
+        return True
+    return False
+
+
+def _examine_page(
+    report: SweepReport,
+    states: StateStore,
+    records: list[Versioned[StateRecord]],
+    *,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    keep_going: Callable[[], bool] | None,
+) -> None:
+    """Recover each record of a page into ``report``, unless ``keep_going`` stops the sweep first."""
+    for found in records:
+        if _told_to_stop(report, keep_going):
+            break
+        report.scanned += 1
+        _recover_into(report, states, found, queues=queues, clock=clock, settings=settings)
+
+
+def _log_sweep(report: SweepReport) -> None:
+    """One log line for a sweep that decided, failed or restarted anything."""
     if report.recovered or report.failed or report.restarted_scan:
         logger.info(
             "supervisor sweep: scanned=%s requeued=%s gave_up=%s extended=%s lost_races=%s failed=%s "
@@ -468,8 +530,6 @@ def run_sweep(
             report.scan_complete,
             report.restarted_scan,
         )
-    telemetry.record_stuck_orders(report.scanned - report.skipped)
-    return report
 
 
 def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: str, restarts: int) -> bool:
