@@ -25,20 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_CODE_LINES = 60
 EXEMPT_FOLDERS = ("demo/", "bench/", "tests/")
 
-TEMPORARY_ALLOWED: frozenset[tuple[str, str]] = frozenset(
-    {
-        # Temporary: these three modules are being rewritten on another branch, which splits these
-        # functions; remove each entry as its function comes under the limit, until the set is empty.
-        ("orchestrators/workflow.py", "order_workflow"),
-        ("orchestrators/workflow.py", "_compensate"),
-        ("activities/steps.py", "start_step"),
-        ("activities/compensation.py", "start_undo"),
-        ("activities/compensation.py", "finish_compensation"),
-    }
-)
-"""(path, qualified name) of functions allowed over the limit for now; an entry whose function is
-gone or back under the limit fails ``test_the_temporary_allow_list_holds_only_long_functions``."""
-
 _NOT_CODE = frozenset(
     {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 )
@@ -105,11 +91,11 @@ def _all_lengths() -> dict[tuple[str, str], int]:
 
 
 def over_the_limit(lengths: dict[tuple[str, str], int]) -> list[str]:
-    """One line per function of ``lengths`` over the limit and not in :data:`TEMPORARY_ALLOWED`."""
+    """One line per function of ``lengths`` over the limit."""
     return sorted(
         f"{path}: {name} has {length} lines of code (at most {MAX_CODE_LINES})"
         for (path, name), length in lengths.items()
-        if length > MAX_CODE_LINES and (path, name) not in TEMPORARY_ALLOWED
+        if length > MAX_CODE_LINES
     )
 
 
@@ -118,12 +104,6 @@ def test_no_function_outside_demo_bench_and_tests_is_over_the_limit() -> None:
     assert ("orderflow/step_start.py", "decide_step_start") in lengths  # the walk found the code
     assert not any(path.startswith(EXEMPT_FOLDERS) for path, _ in lengths)
     assert over_the_limit(lengths) == []
-
-
-def test_the_temporary_allow_list_holds_only_long_functions() -> None:
-    lengths = _all_lengths()
-    stale = sorted(key for key in TEMPORARY_ALLOWED if lengths.get(key, 0) <= MAX_CODE_LINES)
-    assert stale == [], "remove these entries from TEMPORARY_ALLOWED"
 
 
 def _function_of(code_lines: int) -> str:
