@@ -462,7 +462,7 @@ def test_emulator_declares_every_queue_the_app_uses(example_settings: Settings) 
         assert _iso_duration(properties["DuplicateDetectionHistoryTimeWindow"]) >= timedelta(minutes=1)
         assert properties["DeadLetteringOnMessageExpiration"] is True, name
         assert properties["RequiresSession"] is False, name
-        # The emulator's ceiling; Azure queues get days (see README).
+        # The emulator's ceiling; Azure queues get days (docs/operations.md, Queues).
         assert _iso_duration(properties["DefaultMessageTimeToLive"]) == timedelta(hours=1)
 
 

@@ -838,8 +838,8 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _collect_agent_requests(self) -> list[AgentRequest]:
         """Move the requests sent to the agents' queues into their inbox. A request sent again under the
-        same message id is dropped, as the broker's duplicate detection drops it (README: the retry
-        budget needs it)."""
+        same message id is dropped, as the broker's duplicate detection drops it (the retry budget needs it:
+        docs/configuration.md)."""
         sent = []
         for agent in agent_names():
             for message in received(self.queues.queue(self.settings.agent_queue(agent))):
