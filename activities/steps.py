@@ -62,14 +62,14 @@ from orderflow.settings import Settings
 from orderflow.step_start import (
     AwaitReview,
     NotProcessing,
+    OutOfBudget,
+    RejectedByReview,
     ReviewNeed,
     Start,
     StepStartDecision,
+    StopRequested,
     decide_step_start,
 )
-from orderflow.step_start import BudgetExhausted as BudgetExhaustedDecision
-from orderflow.step_start import ReviewRejected as ReviewRejectedDecision
-from orderflow.step_start import Stopped as StoppedDecision
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def _apply_start(
     match decision:
         case AwaitReview(review=review):
             return _await_review(record, definition, data, review, settings=settings, now=now)
-        case BudgetExhaustedDecision(to_fallback=to_fallback):
+        case OutOfBudget(to_fallback=to_fallback):
             _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
             # An earlier attempt's reservation stays spent; nothing is left to give back later.
             record.steps[data.step].reserved_calls = 0
@@ -305,7 +305,7 @@ def _refused_start(
     (or found it started)."""
     fields = {"order_id": data.order_id, "instance_id": data.instance_id, "step": data.step}
     match decision:
-        case StoppedDecision() if record.process_state in (
+        case StopRequested() if record.process_state in (
             ProcessState.PROCESSING,
             ProcessState.AWAITING_REVIEW,
         ):
@@ -319,10 +319,10 @@ def _refused_start(
             return AwaitingReview(
                 complete_by=record.review.deadline, review_default=deps.settings.REVIEW_DEFAULT
             )
-        case ReviewRejectedDecision():
+        case RejectedByReview():
             # A decision recorded while no attempt waited (the next attempt finds it here).
             return ReviewRejected()
-        case BudgetExhaustedDecision():
+        case OutOfBudget():
             telemetry.event("budget.exhausted", **fields)
             return BudgetExhausted()
     return None

@@ -16,7 +16,9 @@ checks ownership before it asks; docs/design.md §3.3). Then, in this order:
 6. otherwise **start**.
 
 :func:`decide_step_start` is pure: it reads a record and returns what to do; the caller applies it in
-its one conditional write. Results are a tagged union whose class names say what happened.
+its one conditional write. Decisions are a tagged union whose class names say what to do; the
+activity reports what it did with the results of :mod:`orderflow.results` (``OutOfBudget`` is reported
+as ``BudgetExhausted``, ``StopRequested`` as ``Stopped``, ``RejectedByReview`` as ``ReviewRejected``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class ReviewNeed(Enum):
 
 
 @dataclass(frozen=True)
-class Stopped:
+class StopRequested:
     """A stop was asked for: the step does not start, and the orchestration compensates."""
 
 
@@ -64,7 +66,7 @@ class ReviewUnknown:
 
 
 @dataclass(frozen=True)
-class ReviewRejected:
+class RejectedByReview:
     """A person rejected the order before this step: it does not start."""
 
 
@@ -74,7 +76,7 @@ class AlreadyStarted:
 
 
 @dataclass(frozen=True)
-class BudgetExhausted:
+class OutOfBudget:
     """No calls are left in the order's retry budget for this attempt of the step.
 
     Attributes:
@@ -99,13 +101,13 @@ class Start:
 
 
 StepStartDecision = (
-    Stopped
+    StopRequested
     | NotProcessing
     | AwaitReview
     | ReviewUnknown
-    | ReviewRejected
+    | RejectedByReview
     | AlreadyStarted
-    | BudgetExhausted
+    | OutOfBudget
     | Start
 )
 """What :func:`decide_step_start` decided."""
@@ -144,7 +146,7 @@ def decide_step_start(
         KeyError: the record has no state for ``step``.
     """
     if record.process_state in _LIVE and record.cancel_requested_at is not None:
-        return Stopped()
+        return StopRequested()
     if record.process_state not in _LIVE:
         return NotProcessing(record.process_state)
     held = _held_for_review(record, step, review)
@@ -164,13 +166,13 @@ def decide_step_start(
         return Start(grant=None, to_fallback=False)
     grant = _grant(record, completed, max_calls_per_step)
     if grant == 0:
-        return BudgetExhausted(to_fallback=to_fallback)
+        return OutOfBudget(to_fallback=to_fallback)
     return Start(grant=grant, to_fallback=to_fallback)
 
 
 def _held_for_review(
     record: StateRecord, step: StepDefinition, review: ReviewNeed
-) -> AwaitReview | ReviewUnknown | ReviewRejected | None:
+) -> AwaitReview | ReviewUnknown | RejectedByReview | None:
     """Rule 2: what review holds the step at, or None when review lets it go on (not needed, or
     approved)."""
     if review is ReviewNeed.UNKNOWN:
@@ -180,7 +182,7 @@ def _held_for_review(
         if pending is None or pending.decision is None:
             return AwaitReview(pending)
         if pending.decision is ReviewDecision.REJECT:
-            return ReviewRejected()
+            return RejectedByReview()
     return None
 
 

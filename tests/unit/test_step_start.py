@@ -18,13 +18,13 @@ from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRe
 from orderflow.step_start import (
     AlreadyStarted,
     AwaitReview,
-    BudgetExhausted,
     NotProcessing,
+    OutOfBudget,
+    RejectedByReview,
     ReviewNeed,
-    ReviewRejected,
     ReviewUnknown,
     Start,
-    Stopped,
+    StopRequested,
     decide_step_start,
 )
 from orderflow.workflows import WORKFLOWS, StepDefinition, WorkflowDefinition
@@ -114,7 +114,7 @@ def test_no_calls_left_is_budget_exhausted() -> None:
     record = claimed(definition)
     record.retry_budget.spent = record.retry_budget.limit
 
-    assert decide(record, definition.steps[0]) == BudgetExhausted(to_fallback=False)
+    assert decide(record, definition.steps[0]) == OutOfBudget(to_fallback=False)
 
 
 @pytest.mark.parametrize("state", [ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW])
@@ -124,7 +124,7 @@ def test_a_requested_stop_stops_a_live_order(state: ProcessState) -> None:
     record.process_state = state
     record.cancel_requested_at = NOW
 
-    assert decide(record, definition.steps[0]) == Stopped()
+    assert decide(record, definition.steps[0]) == StopRequested()
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_a_step_that_reviews_waits_until_a_decision_and_a_caller_without_the_amo
     record.review = pending
     assert decide(record, step, review=ReviewNeed.NEEDED) == AwaitReview(pending)
     record.review = pending.model_copy(update={"decision": ReviewDecision.REJECT})
-    assert decide(record, step, review=ReviewNeed.NEEDED) == ReviewRejected()
+    assert decide(record, step, review=ReviewNeed.NEEDED) == RejectedByReview()
     record.review = pending.model_copy(update={"decision": ReviewDecision.APPROVE})
     assert decide(record, step, review=ReviewNeed.NEEDED) == Start(grant=4, to_fallback=False)
     # An approval found while still AwaitingReview: record_review moves the order back first.
@@ -168,7 +168,7 @@ def test_a_fallback_asked_for_moves_the_step_and_reserves_again() -> None:
 
     assert decide(record, step, fallback=True) == Start(grant=4, to_fallback=True)
     record.retry_budget.spent = record.retry_budget.limit
-    assert decide(record, step, fallback=True) == BudgetExhausted(to_fallback=True)
+    assert decide(record, step, fallback=True) == OutOfBudget(to_fallback=True)
     # Once on its fallback, asking again is an ordinary start of that provider.
     record.retry_budget.spent = 0
     record.steps[step.name].fallback = True
@@ -195,4 +195,4 @@ def test_the_previous_steps_unused_reservation_goes_back_before_the_next_reserve
 
     assert decide(record, second, completed=done) == Start(grant=3, to_fallback=False)
     done_all = StepResult(step=first.name, result={}, calls=4)
-    assert decide(record, second, completed=done_all) == BudgetExhausted(to_fallback=False)
+    assert decide(record, second, completed=done_all) == OutOfBudget(to_fallback=False)
