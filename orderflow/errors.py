@@ -16,7 +16,9 @@ class ErrorKind(StrEnum):
 
     ``transient`` may succeed on retry; ``permanent`` never will; ``timeout`` is a deadline that
     passed; ``conflict`` is a lost optimistic-concurrency race or conflicting content; ``fenced``
-    is a write by an attempt that no longer owns the record; ``invalid`` is bad input.
+    is a write by an attempt that no longer owns the record; ``invalid`` is bad input;
+    ``unauthenticated`` is a caller whose credentials did not prove who it is; ``forbidden`` is a
+    proven caller without the right to do what it asked.
     """
 
     TRANSIENT = "transient"
@@ -27,6 +29,8 @@ class ErrorKind(StrEnum):
     INVALID = "invalid"
     NOT_FOUND = "not_found"
     BUDGET = "budget_exhausted"
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
 
 
 class OrderflowError(Exception):

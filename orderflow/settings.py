@@ -228,6 +228,43 @@ _CLIENT_ID_NEEDS_MANAGED_IDENTITY = (
     "user-assigned identity, orderflow's own client would"
 )
 
+ENTRA_LOGIN_HOST = "login.microsoftonline.com"
+"""Microsoft Entra ID's sign-in host (global Azure): a tenant's v2.0 issuer and its signing keys are there."""
+
+_GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+_OPERATOR_API_SETTINGS = ("OPERATOR_TENANT_ID", "OPERATOR_AUDIENCE", "OPERATOR_ISSUER", "OPERATOR_JWKS_URI")
+"""The settings that configure the operator API's token check; with none of them set it refuses every call."""
+
+
+def entra_issuer(tenant_id: str) -> str:
+    """The ``iss`` of a v2.0 access token of Entra tenant ``tenant_id``."""
+    return f"https://{ENTRA_LOGIN_HOST}/{tenant_id}/v2.0"
+
+
+def entra_v1_issuer(tenant_id: str) -> str:
+    """The ``iss`` of a v1.0 access token of Entra tenant ``tenant_id``."""
+    return f"https://sts.windows.net/{tenant_id}/"
+
+
+def entra_jwks_uri(tenant_id: str) -> str:
+    """Where Entra tenant ``tenant_id`` publishes the keys that sign its tokens (its JWKS)."""
+    return f"https://{ENTRA_LOGIN_HOST}/{tenant_id}/discovery/v2.0/keys"
+
+
+def _is_entra_https(url: str) -> bool:
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # a port outside 0-65535
+        return False
+    return (
+        parts.scheme == "https"
+        and parts.hostname == ENTRA_LOGIN_HOST
+        and port in (None, 443)
+        and parts.username is None
+    )
+
 
 class Settings(BaseModel):
     """orderflow's configuration. Each field's description documents its unit, default and why."""
@@ -526,6 +563,39 @@ class Settings(BaseModel):
         "deadline, since an idle response queue answers its first message this late.",
     )
 
+    # --- operator API ------------------------------------------------------------------------
+    OPERATOR_TENANT_ID: str = Field(
+        "",
+        description="Directory (tenant) id, a GUID, of the Microsoft Entra tenant whose access tokens the "
+        "operator API accepts: a token's tid must equal it. Empty (default): the operator API is not "
+        "configured and refuses every call. Locally the devhost sets the local issuer's.",
+    )
+    OPERATOR_AUDIENCE: str = Field(
+        "",
+        description="What a token's aud must be: the client id of the operator API's app registration "
+        "(what v2.0 access tokens carry) or its application ID URI (api://...), or both, comma-separated. "
+        "Required once OPERATOR_TENANT_ID is set.",
+    )
+    OPERATOR_ISSUER: str = Field(
+        "",
+        description="What a token's iss must be, exactly. Empty (default): the tenant's v2.0 issuer, "
+        "https://login.microsoftonline.com/<OPERATOR_TENANT_ID>/v2.0. https://sts.windows.net/<tenant>/ "
+        "accepts the tenant's v1.0 tokens instead; on Azure no other issuer is accepted.",
+    )
+    OPERATOR_JWKS_URI: str = Field(
+        "",
+        description="URL of the JSON Web Key Set a token's signature is checked against. Empty (default): "
+        "the tenant's, https://login.microsoftonline.com/<OPERATOR_TENANT_ID>/discovery/v2.0/keys. On "
+        "Azure it must be https at login.microsoftonline.com.",
+    )
+    OPERATOR_TOKEN_LEEWAY_S: float = Field(
+        60.0,
+        ge=0,
+        le=300,
+        description="Seconds of clock skew allowed when a token's exp, nbf and iat are checked (default "
+        "60; at most 300, the skew Microsoft's own token libraries allow).",
+    )
+
     @field_validator("*")
     @classmethod
     def _durations_fit_a_timedelta(cls, value: Any, info: ValidationInfo) -> Any:
@@ -548,6 +618,18 @@ class Settings(BaseModel):
                     "should be base64: the Cosmos DB account key as the portal or the emulator gives it"
                 ) from None
         return key
+
+    @field_validator("OPERATOR_TENANT_ID")
+    @classmethod
+    def _tenant_is_a_guid(cls, tenant: str) -> str:
+        # Entra's tid claim is the tenant's GUID in lowercase; a domain name or 'common' never matches it.
+        text = tenant.strip().lower()
+        if text and not _GUID.fullmatch(text):
+            raise ValueError(
+                "should be the directory (tenant) id, a GUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), not a "
+                "domain name, 'common' or 'organizations'"
+            )
+        return text
 
     def check_azure(self) -> None:
         """Refuse, at start-up on Azure (:func:`on_azure`), the settings that have no safe value there.
@@ -577,6 +659,7 @@ class Settings(BaseModel):
         elif _plain_http_to_a_public_host(self.DEMO_SERVICES_URL):
             # Payment and customer data cross this link: without TLS only inside a private network.
             yield "DEMO_SERVICES_URL", f"is http to a host outside a private network: set {services}, https"
+        yield from self._unsafe_operator_api()
 
     def _unsafe_service_bus_identity(self) -> Iterator[tuple[str, str]]:
         name = "SERVICEBUS__fullyQualifiedNamespace"
@@ -594,6 +677,24 @@ class Settings(BaseModel):
         credential = self.SERVICEBUS__credential.strip().lower()
         if self.SERVICEBUS__clientId.strip() and credential != "managedidentity":
             yield "SERVICEBUS__credential", _CLIENT_ID_NEEDS_MANAGED_IDENTITY
+
+    def _unsafe_operator_api(self) -> Iterator[tuple[str, str]]:
+        # Not configured at all is safe: the operator API then refuses every call.
+        configured = [name for name in _OPERATOR_API_SETTINGS if getattr(self, name).strip()]
+        if not configured:
+            return
+        tenant = self.OPERATOR_TENANT_ID
+        if not tenant:
+            yield "OPERATOR_TENANT_ID", f"is empty while {configured[0]} is set: set the Entra tenant id"
+            return
+        if not self.operator_audiences():
+            yield "OPERATOR_AUDIENCE", "is empty: set the operator API's client id or application ID URI"
+        # Neither value is quoted: what to set helps more than what is wrong.
+        if self.operator_issuer() not in (entra_issuer(tenant), entra_v1_issuer(tenant)):
+            yield "OPERATOR_ISSUER", f"is not the Entra issuer: set {entra_issuer(tenant)} or leave it empty"
+        if not _is_entra_https(self.operator_jwks_uri()):
+            keys = entra_jwks_uri(tenant)
+            yield "OPERATOR_JWKS_URI", f"is not https at {ENTRA_LOGIN_HOST}: set {keys} or leave it empty"
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -616,6 +717,24 @@ class Settings(BaseModel):
     def response_queue(self) -> str:
         """Response queue of this host (``agent-responses-<hostid>`` locally)."""
         return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}" if self.HOST_ID else self.AGENT_RESPONSES_QUEUE
+
+    def operator_audiences(self) -> tuple[str, ...]:
+        """The audiences a token of the operator API may carry (``OPERATOR_AUDIENCE``, split on commas)."""
+        return tuple(part.strip() for part in self.OPERATOR_AUDIENCE.split(",") if part.strip())
+
+    def operator_issuer(self) -> str:
+        """The issuer a token of the operator API must carry: ``OPERATOR_ISSUER``, else the v2.0 issuer of
+        ``OPERATOR_TENANT_ID``, else "" (not configured)."""
+        if self.OPERATOR_ISSUER.strip():
+            return self.OPERATOR_ISSUER.strip()
+        return entra_issuer(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
+
+    def operator_jwks_uri(self) -> str:
+        """Where the operator API's token signing keys are: ``OPERATOR_JWKS_URI``, else the JWKS of
+        ``OPERATOR_TENANT_ID`` at Entra, else "" (not configured)."""
+        if self.OPERATOR_JWKS_URI.strip():
+            return self.OPERATOR_JWKS_URI.strip()
+        return entra_jwks_uri(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
 
     def reserved_queue(self, name: str) -> str | None:
         """What ``name`` is among orderflow's own queues, or None when it may be a client's reply queue.
