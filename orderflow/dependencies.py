@@ -76,7 +76,7 @@ class OrderCache:
 @dataclass
 class Dependencies:
     """Everything the roles touch: the one dependency container, built once by each host
-    (``function_host`` on Azure, ``devhost.host.DevHost`` locally) and passed to the role functions.
+    (``function_host.wiring`` on Azure, ``devhost.host.DevHost`` locally) and passed to the role functions.
 
     Attributes:
         states: The state store.

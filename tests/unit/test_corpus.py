@@ -23,10 +23,10 @@ import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 
-import activities.blueprint
 import function_app
 from activities.submission import handle_submission
 from devhost.host import LocalAdapters
+from function_host.blueprints import activities as activities_blueprint
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
@@ -170,9 +170,9 @@ def sdk_message(body: bytes, *, message_id: str, reply_to: str | None) -> Servic
 @pytest.fixture
 def admission_rebuilt() -> Iterator[None]:
     """The activities blueprint builds its admission control once per process: on this test's stores."""
-    activities.blueprint._admission.cache_clear()
+    activities_blueprint._admission.cache_clear()
     yield
-    activities.blueprint._admission.cache_clear()
+    activities_blueprint._admission.cache_clear()
 
 
 def _submission_trigger() -> Callable[..., Any]:
@@ -192,9 +192,9 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
     stores = _activity_deps()
     states, orders = run.recording(stores.states, stores.orders)
     trigger_deps = replace(stores, states=states, orders=orders)
-    monkeypatch.setattr(activities.blueprint, "dependencies", lambda: trigger_deps)
+    monkeypatch.setattr(activities_blueprint, "dependencies", lambda: trigger_deps)
     # Bad input is dead-lettered, never redelivered: a redelivery would fail the test.
-    monkeypatch.setattr(activities.blueprint, "redelivery", lambda: None)
+    monkeypatch.setattr(activities_blueprint, "redelivery", lambda: None)
     actions = RecordingActions()
 
     def deliver(body: bytes, message_id: str, reply_to: str | None) -> tuple[str, str | None, str | None]:

@@ -57,5 +57,5 @@ def test_the_wheel_holds_every_module_the_functions_app_imports(tmp_path: Path) 
         if path.is_relative_to(REPO) and ".venv" not in path.parts
     )
 
-    assert "function_app.py" in ours and "function_host.py" in ours and "orderflow/wiring.py" in ours
+    assert "function_app.py" in ours and "function_host/wiring.py" in ours and "orderflow/wiring.py" in ours
     assert [path for path in ours if path not in packaged] == []

@@ -3,7 +3,9 @@ activities. Each trigger decodes its binding and calls the plain role function; 
 
 from __future__ import annotations
 
+import typing
 from functools import cache
+from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
@@ -12,7 +14,8 @@ from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import finish_order, record_review, record_step_failure, start_step
 from activities.submission import handle_submission
-from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
+from function_host.settlement import settle_trigger_delivery
+from function_host.wiring import dependencies, redelivery
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
@@ -22,6 +25,14 @@ from orderflow.contracts import (
     START_STEP,
     START_UNDO,
 )
+
+ActivityPayload = typing.Dict[str, Any]  # noqa: UP006
+"""An activity's JSON input or output, as the Durable extension passes it and the worker decodes it.
+
+A ``typing`` generic on purpose: the Python worker refuses a ``dict[str, Any]`` annotation on a binding
+(a ``types.GenericAlias`` is neither a class nor a ``typing`` generic to its check: "invalid non-type
+annotation") and the host then loads no function of the app at all.
+"""
 
 bp = df.Blueprint()
 
