@@ -31,8 +31,8 @@ from activities.steps import finish_order, record_review, record_step_failure, s
 from activities.submission import handle_submission
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
+from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow

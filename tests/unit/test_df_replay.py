@@ -27,6 +27,7 @@ import pytest
 from azure.durable_functions import DurableOrchestrationContext, Orchestrator
 from durabletask import task as dt
 
+from devhost.durabletask_adapter import durabletask_orchestrator
 from function_host.durable import (
     DurableFunctionsWorkflowContext,
     durable_functions_orchestrator,
@@ -34,7 +35,6 @@ from function_host.durable import (
     retry_options_for,
 )
 from orchestrators.context import ActivityFailed, ActivityRetry
-from orchestrators.durabletask_adapter import durabletask_orchestrator
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.errors import OrderflowError
 from tests.df_history import HistoryBuilder
