@@ -25,14 +25,14 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 
-from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
+from intake.admission import AdmissionControl
+from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
@@ -333,7 +333,7 @@ class DevHost:
 
     # --- role entry points (thin: parse, call the role function) -------------------------------
     def _on_submission(self, message: ReceivedMessage) -> None:
-        handle_submission(
+        handle_intake_message(
             message.body,
             reply_to=message.reply_to,
             orders=self.deps.orders,

@@ -1,21 +1,16 @@
-"""Azure Functions triggers of the activities role: submission (Service Bus) and the orchestration's
-activities. Each trigger decodes its binding and calls the plain role function; nothing more."""
+"""Azure Functions triggers of the activities role: the orchestration's activities. Each trigger decodes
+its binding and calls the plain role function; nothing more."""
 
 from __future__ import annotations
 
 import typing
-from functools import cache
 from typing import Any
 
 import azure.durable_functions as df
-from azurefunctions.extensions.bindings import servicebus
 
-from activities.admission import AdmissionControl
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
-from function_host.settlement import settle_trigger_delivery
-from function_host.wiring import dependencies, redelivery
+from function_host.wiring import dependencies
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
@@ -35,41 +30,6 @@ annotation") and the host then loads no function of the app at all.
 """
 
 bp = df.Blueprint()
-
-
-@cache
-def _admission() -> AdmissionControl:
-    """The worker process's admission control, shared by every submission invocation."""
-    deps = dependencies()
-    return AdmissionControl.from_settings(deps.settings, states=deps.states, queues=deps.queues)
-
-
-@bp.function_name("submission")
-@bp.service_bus_queue_trigger(
-    arg_name="message", queue_name="%ORDERS_QUEUE%", connection="SERVICEBUS", auto_complete_messages=False
-)
-def submission(
-    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
-) -> None:
-    """PeekLock submission: valid orders are recorded, bad input is dead-lettered with its reason."""
-    deps = dependencies()
-    settle_trigger_delivery(
-        deps.settings.ORDERS_QUEUE,
-        message,
-        message_actions,
-        lambda received: handle_submission(
-            received.body,
-            reply_to=received.reply_to,
-            orders=deps.orders,
-            states=deps.states,
-            queues=deps.queues,
-            clock=deps.clock,
-            settings=deps.settings,
-            admission=_admission(),
-        ),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
-        redelivery=redelivery(),
-    )
 
 
 @bp.function_name(START_STEP)

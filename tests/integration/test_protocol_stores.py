@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from activities.steps import finish_order, start_step
-from activities.submission import handle_submission
 from devhost.host import LocalAdapters
+from intake.submission import handle_intake_message
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput
@@ -41,7 +41,7 @@ def activity_deps(deps: LocalAdapters) -> Dependencies:
 
 
 def _submit(d: Dependencies, order_id: str) -> None:
-    handle_submission(
+    handle_intake_message(
         order_body(order_id, reply_to="client-p"),
         orders=d.orders,
         states=d.states,

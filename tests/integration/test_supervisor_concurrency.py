@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from activities.submission import handle_submission
 from devhost.host import DevHost, LocalAdapters
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.records import ProcessState, StateRecord
@@ -53,7 +53,7 @@ class World:
         """Submit and claim ``n`` orders, then let their claims' completeBy pass."""
         order_ids = [f"{prefix}-{i:02d}" for i in range(n)]
         for order_id in order_ids:
-            handle_submission(
+            handle_intake_message(
                 order_body(order_id, reply_to=self.reply_queue),
                 orders=self.deps.orders,
                 states=self.deps.states,

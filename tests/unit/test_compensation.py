@@ -11,12 +11,7 @@ from typing import Any
 
 import pytest
 
-from activities.compensation import (
-    PAST_POINT_OF_NO_RETURN,
-    begin_compensation,
-    finish_compensation,
-    start_undo,
-)
+from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import start_step
 from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
@@ -32,6 +27,7 @@ from orderflow.contracts import (
     UndoResult,
 )
 from orderflow.dependencies import Dependencies
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2

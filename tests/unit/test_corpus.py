@@ -24,9 +24,9 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 
 import function_app
-from activities.submission import handle_submission
 from devhost.host import LocalAdapters
-from function_host.blueprints import activities as activities_blueprint
+from function_host.blueprints import intake as intake_blueprint
+from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
@@ -80,10 +80,10 @@ def test_the_manifest_lists_at_least_30_kinds_and_exactly_the_files_present() ->
 def test_each_case_is_refused_with_its_reason_and_writes_nothing(case: Case) -> None:
     deps = _activity_deps()
     if case.original is not None:
-        handle_submission(case.original, **_handler_deps(deps))
+        handle_intake_message(case.original, **_handler_deps(deps))
 
     with pytest.raises((InvalidMessage, ConflictingOrder)) as caught:
-        handle_submission(case.body, reply_to=case.transport_reply_to, **_handler_deps(deps))
+        handle_intake_message(case.body, reply_to=case.transport_reply_to, **_handler_deps(deps))
 
     error = caught.value
     assert isinstance(error, InvalidMessage | ConflictingOrder)
@@ -169,10 +169,10 @@ def sdk_message(body: bytes, *, message_id: str, reply_to: str | None) -> Servic
 
 @pytest.fixture
 def admission_rebuilt() -> Iterator[None]:
-    """The activities blueprint builds its admission control once per process: on this test's stores."""
-    activities_blueprint._admission.cache_clear()
+    """The intake blueprint builds its admission control once per process: on this test's stores."""
+    intake_blueprint._admission.cache_clear()
     yield
-    activities_blueprint._admission.cache_clear()
+    intake_blueprint._admission.cache_clear()
 
 
 def _submission_trigger() -> Callable[..., Any]:
@@ -192,9 +192,9 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
     stores = _activity_deps()
     states, orders = run.recording(stores.states, stores.orders)
     trigger_deps = replace(stores, states=states, orders=orders)
-    monkeypatch.setattr(activities_blueprint, "dependencies", lambda: trigger_deps)
+    monkeypatch.setattr(intake_blueprint, "dependencies", lambda: trigger_deps)
     # Bad input is dead-lettered, never redelivered: a redelivery would fail the test.
-    monkeypatch.setattr(activities_blueprint, "redelivery", lambda: None)
+    monkeypatch.setattr(intake_blueprint, "redelivery", lambda: None)
     actions = RecordingActions()
 
     def deliver(body: bytes, message_id: str, reply_to: str | None) -> tuple[str, str | None, str | None]:

@@ -31,14 +31,15 @@ from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings import servicebus
 
 import function_app
-from activities.submission import handle_submission
 from function_host import settlement, startup, wiring
 from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import agents as agents_blueprint
+from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery, settle_trigger_message
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
@@ -572,9 +573,16 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
         settings=Settings.load(env={}, HOST_ID=""),
     )
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
-    for module in (activities_blueprint, orchestrators_blueprint, agents_blueprint, supervisor_blueprint):
+    blueprints = (
+        intake_blueprint,
+        orchestrators_blueprint,
+        activities_blueprint,
+        agents_blueprint,
+        supervisor_blueprint,
+    )
+    for module in blueprints:
         monkeypatch.setattr(module, "dependencies", lambda: wired)
-    for module in (activities_blueprint, orchestrators_blueprint):
+    for module in (intake_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "redelivery", lambda: redeliveries)
     # Each worker process remembers the agent requests it took; every test is a fresh worker.
     agents_blueprint._taken.cache_clear()
@@ -582,7 +590,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
 
 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
-    handle_submission(
+    handle_intake_message(
         order_body(order_id),
         orders=deps.orders,
         states=deps.states,

@@ -49,8 +49,8 @@ from hypothesis.stateful import (
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import finish_order, record_review, record_step_failure, start_step
-from activities.submission import handle_submission
 from agents.agent import handle_request
+from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
 from orderflow.clock import FakeClock
@@ -751,7 +751,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     ) -> None:
         """A message on the submission path. A failed reply send abandons it (it would be redelivered)."""
         with suppress(TransientError):
-            handle_submission(
+            handle_intake_message(
                 message if isinstance(message, str) else message.to_json(),
                 orders=self.orders,
                 states=self.states,

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from activities.submission import handle_submission
 from function_host.blueprints import orchestrators as orchestrators_blueprint
+from intake.submission import handle_intake_message
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
 from orderflow.contracts import OrchestrationInput
@@ -89,7 +89,7 @@ def client_data(extension: DurableExtension) -> Any:
 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     """Record a valid order: its document and a ``Pending``, unlocked state record."""
-    handle_submission(
+    handle_intake_message(
         order_body(order_id),
         orders=deps.orders,
         states=deps.states,

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agents.services import HttpRemoteService
-from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import agents as agents_blueprint
+from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -52,9 +52,9 @@ def app(
 ) -> Iterator[tuple[Dependencies, RecordingServiceBusClient]]:
     """The triggers' dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
     deps, redelivery, client = app_dependencies()
-    for module in (activities_blueprint, agents_blueprint, orchestrators_blueprint):
+    for module in (intake_blueprint, agents_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
-    for module in (activities_blueprint, orchestrators_blueprint):  # agents never retry (NoRetry)
+    for module in (intake_blueprint, orchestrators_blueprint):  # agents never retry (NoRetry)
         monkeypatch.setattr(module, "redelivery", lambda: redelivery)
     monkeypatch.setattr(agents_blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
     agents_blueprint._taken.cache_clear()
