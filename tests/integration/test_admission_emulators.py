@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from devhost.host import LocalAdapters
 from intake.admission import IN_FLIGHT_QUERY, AdmissionControl
 from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
 from orderflow.messages import OrderStatus, StatusReply, parse_message, reply_message_id
 from orderflow.settings import Settings
 from tests.unit.fakes import order_body, received
@@ -18,7 +18,7 @@ from tests.unit.fakes import order_body, received
 pytestmark = pytest.mark.integration
 
 
-def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: LocalAdapters) -> None:
+def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
     settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100, ORDERS_QUEUE=f"orders-{suffix}")

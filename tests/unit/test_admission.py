@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from devhost.host import DevHost, LocalAdapters
+from devhost.host import DevHost
 from intake.admission import (
     ADMITTED,
     IN_FLIGHT_QUERY,
@@ -23,7 +23,8 @@ from intake.admission import (
 )
 from intake.submission import IntakeOutcome, IntakeResult, handle_intake_message, order_document
 from orderflow import telemetry
-from orderflow.clock import FakeClock
+from orderflow.clock import FakeClock, SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -475,11 +476,15 @@ def test_settings_configure_admission_control() -> None:
 
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
-    deps = LocalAdapters(
-        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
-    )
     settings = Settings(MAX_IN_FLIGHT_ORDERS=2, POLL_INTERVAL_S=0.01, HOST_ID="h1")
-    host = DevHost(settings, deps, roles=("submission",))
+    deps = Dependencies(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=SystemClock(),
+        settings=settings,
+    )
+    host = DevHost(deps, roles=("submission",))
     host.start()
     try:
         assert host.admission is not None
