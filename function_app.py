@@ -1,20 +1,22 @@
 """Azure Functions entry point (Python v2 programming model): creates the app, registers the blueprints.
 
-One blueprint per role folder; the triggers call the same role functions the local host calls.
+One blueprint per role (:mod:`function_host.blueprints`); the triggers call the same role functions the
+local host calls.
 """
 
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities.blueprint import bp as activities
-from agents.blueprint import bp as agents
-from function_host import check_start_up
-from orchestrators.blueprint import bp as orchestrators
+from function_host.blueprints.activities import bp as activities
+from function_host.blueprints.agents import bp as agents
+from function_host.blueprints.intake import bp as intake
+from function_host.blueprints.orchestrators import bp as orchestrators
+from function_host.blueprints.supervisor import bp as supervisor
+from function_host.startup import check_start_up
 from orderflow.telemetry import configure_telemetry
-from supervisor.blueprint import bp as supervisor
 
 check_start_up()
 configure_telemetry("orderflow-functions")
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
-for blueprint in (orchestrators, activities, agents, supervisor):
+for blueprint in (intake, orchestrators, activities, agents, supervisor):
     app.register_functions(blueprint)

@@ -46,6 +46,8 @@ from orderflow.contracts import (
     undo_step_name,
 )
 from orderflow.dependencies import Dependencies
+from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
+from orderflow.effects import may_have_effect as _may_have_effect
 from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.records import (
@@ -72,37 +74,6 @@ from orderflow.results import (
 from orderflow.workflows import WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
-
-PAST_POINT_OF_NO_RETURN = "past_point_of_no_return"
-"""``lastError.code`` and reply reason of an order that cannot be compensated: an irreversible step may
-have applied its effect, so only completing the order (an operator's decision) is left."""
-
-
-def _refused(record: StateRecord, step: str) -> bool:
-    """Whether ``step`` failed because the remote service refused it (no effect was applied)."""
-    error = record.last_error
-    return (
-        record.steps[step].status is StepStatus.FAILED
-        and error is not None
-        and error.step == step
-        and error.kind == ErrorKind.PERMANENT.value
-    )
-
-
-def _may_have_effect(record: StateRecord, step: str) -> bool:
-    state = record.steps[step]
-    if state.status is StepStatus.NOT_STARTED or state.attempts == 0:
-        return False
-    return not _refused(record, step)
-
-
-def irreversible_effects(record: StateRecord, definition: WorkflowDefinition) -> list[str]:
-    """Irreversible steps that completed or whose outcome is unknown: the points of no return passed."""
-    return [
-        step.name
-        for step in definition.steps
-        if step.irreversible and step.name in record.steps and _may_have_effect(record, step.name)
-    ]
 
 
 def _ensure_entries(record: StateRecord, definition: WorkflowDefinition, now: datetime) -> None:

@@ -35,8 +35,10 @@ from demo.faults import FaultPlan
 from demo.tpch import DemoOrder
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
-from devhost.host import ALL_ROLES, DevHost, LocalAdapters
+from devhost.host import ALL_ROLES, DevHost
 from orderflow.client import OrderflowClient
+from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
@@ -226,12 +228,14 @@ def counted_system(
         counts=queue_counts,
         role_of=queue_role(settings),
     )
-    deps = LocalAdapters(
+    deps = Dependencies(
         states=CountingStateStore(stores.state, counts=state_counts, label=label),
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,
+        clock=SystemClock(),
+        settings=settings,
     )
-    host = DevHost(settings, deps, ALL_ROLES)
+    host = DevHost(deps, ALL_ROLES)
     client = OrderflowClient(queues, reply_queue=f"client-{tag}", orders_queue=settings.ORDERS_QUEUE)
     host.start()
     try:

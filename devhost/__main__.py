@@ -24,7 +24,9 @@ from pydantic import ValidationError
 
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
-from devhost.host import ALL_ROLES, DevHost, LocalAdapters, parse_roles
+from devhost.host import ALL_ROLES, DevHost, parse_roles
+from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import validate_queue_name
 from orderflow.settings import Settings
@@ -192,11 +194,15 @@ def serve(settings: Settings, roles: Sequence[str]) -> None:
             try:
                 queues, lease = connect_transport(settings, roles)
                 stores = connect_stores(settings)
-                host = DevHost(
-                    settings,
-                    LocalAdapters(states=stores.state, orders=stores.orders, queues=queues, lease=lease),
-                    roles,
+                # The process's one dependency container: every role it runs is wired with it.
+                deps = Dependencies(
+                    states=stores.state,
+                    orders=stores.orders,
+                    queues=queues,
+                    clock=SystemClock(),
+                    settings=settings,
                 )
+                host = DevHost(deps, roles, lease=lease)
                 host.start()  # stops what it started if it fails
                 print(f"devhost {settings.HOST_ID} ready", flush=True)
                 host.wait()

@@ -57,7 +57,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from activities.compensation import PAST_POINT_OF_NO_RETURN
 from demo.faults import FaultPlan
 from demo.services import RefundPolicy
 from demo.tpch import (
@@ -72,6 +71,7 @@ from demo.tpch import (
 from devhost.cli import run_driver
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, parse_utc
 from orderflow.settings import Settings

@@ -18,30 +18,26 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 
-from activities.admission import AdmissionControl
-from activities.submission import handle_submission
 from activities.table import ACTIVITIES, Activity
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
+from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from orchestrators.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from intake.admission import AdmissionControl
+from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
-from orderflow.clock import Clock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
-from orderflow.queues.base import QueueFactory, ReceivedMessage
+from orderflow.queues.base import ReceivedMessage
 from orderflow.replies import resend_pending_replies
-from orderflow.settings import Settings
-from orderflow.stores.base import OrderStore, StateStore
 from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
@@ -150,37 +146,32 @@ def free_port() -> int:
         return port
 
 
-@dataclass
-class LocalAdapters:
-    """The adapters a host wires its roles with.
-
-    ``lease`` elects the one supervisor that sweeps among several processes (default: always leader).
-    """
-
-    states: StateStore
-    orders: OrderStore
-    queues: QueueFactory
-    clock: Clock = field(default_factory=SystemClock)
-    lease: SupervisorLease = field(default_factory=NoLease)
-
-
 class DevHost:
     """One local host process running a subset of the roles.
 
     Args:
-        settings: Configuration.
-        deps: Store and queue adapters.
+        deps: The dependency container every role of this process is wired with: stores, queues, clock,
+            settings and the process's caches. The host wraps its queues so that a send wakes this
+            process's own consumers; :attr:`deps` is the container the roles get.
         roles: Roles to run (see :data:`ALL_ROLES`).
+        lease: Elects the one supervisor that sweeps among several processes; None: always leader
+            (:class:`~supervisor.lease.NoLease`). Only the devhost's supervisor loop uses it.
     """
 
-    def __init__(self, settings: Settings, deps: LocalAdapters, roles: Iterable[str] = ALL_ROLES) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        deps: Dependencies,
+        roles: Iterable[str] = ALL_ROLES,
+        *,
+        lease: SupervisorLease | None = None,
+    ) -> None:
+        self.settings = deps.settings
         self.roles = check_roles(roles)
+        self.lease: SupervisorLease = lease if lease is not None else NoLease()
         self.stop_event = threading.Event()
         # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups).
         self.wakeups = Wakeups()
-        deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
-        self.deps = deps
+        self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: InMemoryOrchestrationBackend | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
@@ -191,9 +182,6 @@ class DevHost:
         self._was_leader = False
         self._next_sweep_at = 0.0  # time.monotonic() of the next sweep (cadence, not business time)
         self._next_purge_at = 0.0  # time.monotonic() of the next retention pass
-        self.activity_deps = Dependencies(
-            states=deps.states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=settings
-        )
         # One for the process, shared by the submission handler threads (built in start()).
         self.admission: AdmissionControl | None = None
         self._stopped = False
@@ -236,7 +224,7 @@ class DevHost:
             self._periodic("starter", self._starter_tick, s.STARTER_INTERVAL_S)
         if "supervisor" in self.roles:
             # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
-            tick_s = min(s.SUPERVISOR_INTERVAL_S, self.deps.lease.renew_every_s)
+            tick_s = min(s.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
@@ -288,7 +276,7 @@ class DevHost:
                 maximum_thread_pool_workers=self.settings.WORKER_THREADS
             ),
         )
-        register_order_workflow(worker, self.activity_deps)
+        register_order_workflow(worker, self.deps)
         self._worker = worker  # first: stop() must find a worker whose start was interrupted
         worker.start()  # type: ignore[no-untyped-call]
         self._grpc_client = dt_client.TaskHubGrpcClient(
@@ -317,7 +305,7 @@ class DevHost:
 
     # --- role entry points (thin: parse, call the role function) -------------------------------
     def _on_submission(self, message: ReceivedMessage) -> None:
-        handle_submission(
+        handle_intake_message(
             message.body,
             reply_to=message.reply_to,
             orders=self.deps.orders,
@@ -357,12 +345,12 @@ class DevHost:
             settings=self.settings,
             response_queue=self.settings.response_queue(),
             capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
-            on_claimed=self.activity_deps.cache.put,
+            on_claimed=self.deps.cache.put,
         )
 
     def _supervisor_tick(self) -> None:
         """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""
-        lease = self.deps.lease
+        lease = self.lease
         leader = lease.maintain()
         if leader != self._was_leader:
             logger.info(
@@ -395,12 +383,12 @@ class DevHost:
 
     def _still_leader(self) -> bool:
         """Asked by a sweep before each record: renews the lease when due; False once it is lost."""
-        return self.deps.lease.is_leader and self.deps.lease.maintain()
+        return self.lease.is_leader and self.lease.maintain()
 
     def _release_lease(self) -> None:
         """Hand the supervisor lease over at once (a stand-by need not wait for it to expire)."""
         try:
-            self.deps.lease.release()
+            self.lease.release()
         except TransientError:
             logger.warning(
                 "devhost %s could not release the supervisor lease; it expires", self.settings.HOST_ID

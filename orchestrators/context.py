@@ -1,10 +1,11 @@
 """The workflow-context interface: the small part of a durable orchestration runtime the workflow uses.
 
 The order workflow is written once against :class:`WorkflowContext`. Two thin adapters map it onto a
-runtime: :mod:`orchestrators.durabletask_adapter` (Microsoft's durabletask SDK: the local host and the
-tests) and the Durable Functions adapter of the Azure host. Tasks are the runtime's own task objects,
-opaque to the workflow: it yields them, compares the winner of :meth:`WorkflowContext.when_any` by
-identity, and reads results through :meth:`WorkflowContext.task_result`.
+runtime, each in its host: :mod:`devhost.durabletask_adapter` (Microsoft's durabletask SDK: the local
+host and the tests) and :mod:`function_host.durable` (Durable Functions: the Azure host). Tasks are the
+runtime's own task objects, opaque to the workflow: it yields them, compares the winner of
+:meth:`WorkflowContext.when_any` by identity, and reads results through
+:meth:`WorkflowContext.task_result`.
 
 Orchestrator code must be deterministic (docs/design.md §7): it reads time only from
 ``current_utc_datetime`` and does no I/O; everything else happens in activities.

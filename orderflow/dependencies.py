@@ -75,8 +75,9 @@ class OrderCache:
 
 @dataclass
 class Dependencies:
-    """Everything the roles touch: the one dependency container, built once by each host
-    (``function_host`` on Azure, ``devhost.host.DevHost`` locally) and passed to the role functions.
+    """Everything the roles touch: the one dependency container, built once by each host process
+    (:mod:`function_host.wiring` on Azure, ``python -m devhost`` locally, whose
+    :class:`devhost.host.DevHost` runs its roles on it) and passed to the role functions.
 
     Attributes:
         states: The state store.

@@ -1,7 +1,7 @@
 """The port to the orchestration runtime: what the starter and the response listener ask of it.
 
-Implemented by ``orchestrators.durabletask_adapter`` (durabletask, locally) and by
-``function_host.DurableFunctionsClient`` (the Durable Functions client binding, on Azure).
+Implemented by ``devhost.durabletask_adapter.DurableTaskClient`` (durabletask, locally) and by
+``function_host.durable_client.DurableFunctionsClient`` (the Durable Functions client binding, on Azure).
 """
 
 from __future__ import annotations

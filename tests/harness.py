@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,17 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
-from devhost.host import ALL_ROLES, DevHost, LocalAdapters
+from devhost.host import ALL_ROLES, DevHost
 from orderflow.client import OrderflowClient
+from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
+from orderflow.queues.base import QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
+from orderflow.stores.base import OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 
@@ -54,7 +58,7 @@ class System:
     """A running system and handles to inspect it."""
 
     host: DevHost
-    deps: LocalAdapters
+    deps: Dependencies
     client: OrderflowClient
     catalog: Catalog
     services_url: str
@@ -107,14 +111,18 @@ class System:
         raise AssertionError("condition not met in time")
 
 
-def memory_dependencies() -> tuple[LocalAdapters, Callable[[], None]]:
-    deps = LocalAdapters(
-        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
-    )
+def local_dependencies(states: StateStore, orders: OrderStore, queues: QueueFactory) -> Dependencies:
+    """The container of a test's adapters, on the system clock and the default settings (a running
+    system, and a test that needs other settings, replace them)."""
+    return Dependencies(states=states, orders=orders, queues=queues, clock=SystemClock(), settings=Settings())
+
+
+def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
+    deps = local_dependencies(InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory())
     return deps, lambda: None
 
 
-def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[LocalAdapters, Callable[[], None]]:
+def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Callable[[], None]]:
     stores = CosmosStores.connect(
         endpoints.cosmos_endpoint,
         key=endpoints.cosmos_key,
@@ -122,19 +130,20 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[LocalAdapters, Cal
         verify_tls=False,
     )
     queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-    return LocalAdapters(states=stores.state, orders=stores.orders, queues=queues), stores.close
+    return local_dependencies(stores.state, stores.orders, queues), stores.close
 
 
 @contextmanager
 def running_system(
-    deps: LocalAdapters,
+    deps: Dependencies,
     *,
     faults: FaultPlan | None = None,
     roles: tuple[str, ...] = ALL_ROLES,
     stock_divisor: int = 1,
     **settings: Any,
 ) -> Iterator[System]:
-    """Start demo services on the fixture catalog and one devhost with ``roles``; stop both after."""
+    """Start demo services on the fixture catalog and one devhost with ``roles`` on ``deps`` (with the
+    fast settings and ``settings``); stop both after."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
     server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
     url = server_url(server)
@@ -144,7 +153,8 @@ def running_system(
     config = Settings(
         **{**FAST_SETTINGS, **isolation, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings}
     )
-    host = DevHost(config, deps, roles)
+    deps = replace(deps, settings=config)
+    host = DevHost(deps, roles)
     host.start()
     client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}", orders_queue=config.ORDERS_QUEUE)
     try:

@@ -21,15 +21,15 @@ import re
 import time
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from devhost.host import DevHost, LocalAdapters
+from devhost.host import DevHost
+from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
 from orderflow.records import OrderDocument, StateRecord
-from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, Versioned
 
 CORPUS_DIR = Path(__file__).parent
@@ -280,7 +280,7 @@ class CorpusRun:
         self.valid_ids.append(order_id)
         return order_id, body
 
-    def keep_originals(self, deps: LocalAdapters) -> None:
+    def keep_originals(self, deps: Dependencies) -> None:
         """Remember the first orders of the conflicting cases as they are now (after they were accepted)."""
         for case in self.cases:
             if case.original is not None:
@@ -328,24 +328,23 @@ def take_replies(queues: QueueFactory, run: CorpusRun) -> None:
 
 
 def run_through_devhost(
-    deps: LocalAdapters,
-    settings: Settings,
+    deps: Dependencies,
     cases: list[Case],
     *,
     run_id: str,
     chunk_size: int = 16,
     timeout_s: float = 15.0,
 ) -> CorpusRun:
-    """Send every case that a Storage queue can carry to ``settings.ORDERS_QUEUE``, each between two
-    valid orders, and let a :class:`DevHost` running only the submission role consume them.
+    """Send every case that a Storage queue can carry to the ``ORDERS_QUEUE`` of ``deps.settings``, each
+    between two valid orders, and let a :class:`DevHost` running only the submission role consume them.
 
     Cases go in chunks of ``chunk_size``; after each chunk the host has settled every message and the
     chunk's dead letters are read (and removed). Conflicting cases' originals are submitted, and
     accepted, first. A last valid order follows the whole corpus.
 
     Args:
-        deps: The host's stores and queues (in-memory, or the emulators).
-        settings: The host's settings; the manifest's reasons assume the default queue names.
+        deps: The host's stores, queues and settings (in-memory, or the emulators); the manifest's reasons
+            assume the default queue names.
         cases: The corpus.
         run_id: Prefix of every message id and valid order id, unique per run.
         chunk_size: Bad messages per chunk (at most 32: see :func:`_take_dead_letters`).
@@ -356,10 +355,9 @@ def run_through_devhost(
     """
     run = CorpusRun(run_id, [case for case in cases if STORAGE in case.transports])
     states, documents = run.recording(deps.states, deps.orders)
+    settings = deps.settings
     orders = deps.queues.queue(settings.ORDERS_QUEUE)
-    host = DevHost(
-        settings, LocalAdapters(states=states, orders=documents, queues=deps.queues), roles=("submission",)
-    )
+    host = DevHost(replace(deps, states=states, orders=documents), roles=("submission",))
     host.start()
     try:
         originals = [case for case in run.cases if case.original is not None]
@@ -389,7 +387,7 @@ def run_through_devhost(
     return run
 
 
-def problems(run: CorpusRun, deps: LocalAdapters) -> list[str]:
+def problems(run: CorpusRun, deps: Dependencies) -> list[str]:
     """Every way ``run`` falls short of what orderflow promises for bad input, one line each naming the
     case; empty when it keeps every promise.
 

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from devhost.host import LocalAdapters
+from orderflow.dependencies import Dependencies
 from tests.harness import emulator_dependencies, memory_dependencies
 
 
 @pytest.fixture(params=["memory", "emulators"])
-def deps(request: pytest.FixtureRequest) -> Iterator[LocalAdapters]:
-    """Stores and queues: in-memory, or Cosmos DB API on cosmosdb-server plus Azurite queues."""
+def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
+    """Stores and queues: in-memory, or Cosmos DB API on cosmosdb-server plus Azurite queues; the system
+    clock and the default settings, which a test replaces as it needs."""
     if request.param == "memory":
         made, close = memory_dependencies()
     else:

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from activities.admission import IN_FLIGHT_QUERY, AdmissionControl
-from activities.submission import SubmissionOutcome, handle_submission
-from devhost.host import LocalAdapters
+from intake.admission import IN_FLIGHT_QUERY, AdmissionControl
+from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
 from orderflow.messages import OrderStatus, StatusReply, parse_message, reply_message_id
 from orderflow.settings import Settings
 from tests.unit.fakes import order_body, received
@@ -18,7 +18,7 @@ from tests.unit.fakes import order_body, received
 pytestmark = pytest.mark.integration
 
 
-def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: LocalAdapters) -> None:
+def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
     settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100, ORDERS_QUEUE=f"orders-{suffix}")
@@ -30,7 +30,7 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Loca
     ids = [f"adm-{suffix}-{n}" for n in range(5)]
 
     outcomes = {
-        order_id: handle_submission(
+        order_id: handle_intake_message(
             order_body(order_id, reply_to=reply_queue),
             orders=deps.orders,
             states=deps.states,
@@ -42,14 +42,14 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Loca
         for order_id in ids
     }
 
-    assert list(outcomes.values()).count(SubmissionOutcome.ACCEPTED) == 3
-    assert list(outcomes.values()).count(SubmissionOutcome.REJECTED) == 2
+    assert list(outcomes.values()).count(IntakeOutcome.ACCEPTED) == 3
+    assert list(outcomes.values()).count(IntakeOutcome.REJECTED) == 2
     assert deps.states.count(IN_FLIGHT_QUERY) == 3
     replies = {
         message.message_id: parse_message(StatusReply, message.body)
         for message in received(deps.queues.queue(reply_queue))
     }
-    rejected = [oid for oid, outcome in outcomes.items() if outcome is SubmissionOutcome.REJECTED]
+    rejected = [oid for oid, outcome in outcomes.items() if outcome is IntakeOutcome.REJECTED]
     for order_id in rejected:
         reply = replies[reply_message_id(order_id, OrderStatus.REJECTED)]
         assert reply.reason == "InFlightCeiling"

@@ -9,6 +9,7 @@ this test's own, and only this run's message ids are looked at.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -25,7 +26,9 @@ def test_the_corpus_through_azurite_and_cosmosdb_server(local_endpoints: LocalEn
     cases = load_cases()
     settings = Settings.load(env={}, POLL_INTERVAL_S=0.02, POLL_MAX_INTERVAL_S=0.1, HOST_ID="corpus")
     try:
-        run = run_through_devhost(deps, settings, cases, run_id=f"az{uuid.uuid4().hex[:8]}", timeout_s=30)
+        run = run_through_devhost(
+            replace(deps, settings=settings), cases, run_id=f"az{uuid.uuid4().hex[:8]}", timeout_s=30
+        )
         found = problems(run, deps)
     finally:
         close()

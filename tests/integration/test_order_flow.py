@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from devhost.host import LocalAdapters
+from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
 from tests.harness import System, running_system
@@ -41,7 +41,7 @@ def _drain(system: System) -> list[str]:
     return bodies
 
 
-def test_orders_settle_as_the_data_says(deps: LocalAdapters) -> None:
+def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
     with running_system(deps) as system:
         ids = system.submit_all()
         records = system.wait_settled(ids)
@@ -83,7 +83,7 @@ def test_orders_settle_as_the_data_says(deps: LocalAdapters) -> None:
     assert seen["tpch-2"] == ["Received", "Compensated"]
 
 
-def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: LocalAdapters) -> None:
+def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependencies) -> None:
     # Every first call hangs for 3 s, past the 1.5 s step deadline; the hung call applies its effect late.
     faults = FaultPlan(hang_rate=1.0, hang_s=3.0, seed=3)
     with running_system(deps, faults=faults) as system:
@@ -102,7 +102,7 @@ def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: LocalAdap
     assert reserve_key["calls"] >= 2
 
 
-def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: LocalAdapters) -> None:
+def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: Dependencies) -> None:
     faults = FaultPlan(lost_response_rate=0.5, seed=11)
     with running_system(deps, faults=faults) as system:
         ids = system.submit_all(["tpch-1", "tpch-3", "tpch-32"])
@@ -115,7 +115,7 @@ def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: LocalAd
     assert audit["duplicate_effects"] == 0
 
 
-def test_a_late_response_after_the_timer_fired_changes_nothing(deps: LocalAdapters) -> None:
+def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencies) -> None:
     # No agents run: the request is never answered, the timer wins, the record keeps its expired deadline.
     roles = ("submission", "starter", "orchestrator", "listener")
     with running_system(deps, roles=roles) as system:
@@ -158,7 +158,7 @@ def _running(system: System, instance_id: str) -> bool:
     return status is not None and status.running
 
 
-def test_duplicate_submission_makes_one_order(deps: LocalAdapters) -> None:
+def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
     with running_system(deps, roles=("submission",)) as system:
         order = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
@@ -174,7 +174,7 @@ def test_duplicate_submission_makes_one_order(deps: LocalAdapters) -> None:
     assert dead == []
 
 
-def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: LocalAdapters) -> None:
+def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: Dependencies) -> None:
     with running_system(deps, roles=("submission",)) as system:
         order: dict[str, Any] = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
@@ -196,7 +196,7 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: L
     assert state_after.etag == state_before.etag
 
 
-def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: LocalAdapters) -> None:
+def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dependencies) -> None:
     # Every call fails with a 503: attempts retry, the supervisor re-queues, the budget runs out.
     with running_system(
         deps, faults=FaultPlan(transient_rate=1.0, seed=2), RETRY_BUDGET=6, AGENT_MAX_CALLS_PER_STEP=2
@@ -221,7 +221,7 @@ def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Loc
     assert replies["tpch-1"][-1] == "Compensated"
 
 
-def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: LocalAdapters) -> None:
+def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dependencies) -> None:
     # The shipment is refused (no such carrier) after the reservation and the charge: order-v2 undoes
     # both in one stage. Every undo call takes 1 s at the service, so sequential undos would arrive at
     # least 1 s apart; in parallel they arrive together.
@@ -253,7 +253,7 @@ def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Loc
     )
 
 
-def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: LocalAdapters) -> None:
+def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Dependencies) -> None:
     # The first 5 release calls fail (503); each attempt may make 2: two attempts fail, the supervisor
     # resumes the compensation each time, and the third attempt's second call releases the stock.
     flaky = FaultPlan(undo_transient_failures=5)
@@ -270,7 +270,7 @@ def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Local
 
 
 def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
-    deps: LocalAdapters, caplog: pytest.LogCaptureFixture
+    deps: Dependencies, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
         caplog.at_level("ERROR", logger="orderflow.alerts"),
@@ -289,7 +289,7 @@ def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
     assert replies["tpch-2"][-1] == "CompensationFailed"
 
 
-def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: LocalAdapters) -> None:
+def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: Dependencies) -> None:
     slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)  # each call takes 0.5 s: time to cancel
     with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
         system.submit_all(["tpch-1"])
@@ -311,7 +311,7 @@ def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: LocalAdap
 
 
 def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_completes(
-    deps: LocalAdapters,
+    deps: Dependencies,
 ) -> None:
     slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)
     with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
@@ -331,7 +331,7 @@ def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_complete
     assert "Processed" in seen
 
 
-def test_a_review_approved_by_a_person_lets_the_order_complete(deps: LocalAdapters) -> None:
+def test_a_review_approved_by_a_person_lets_the_order_complete(deps: Dependencies) -> None:
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
         system.submit_all(["tpch-1"])
         system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.AWAITING_REVIEW)
@@ -345,7 +345,7 @@ def test_a_review_approved_by_a_person_lets_the_order_complete(deps: LocalAdapte
 
 
 @pytest.mark.parametrize(("default", "ends"), [("approve", "Processed"), ("reject", "Compensated")])
-def test_a_review_that_times_out_takes_the_default(deps: LocalAdapters, default: str, ends: str) -> None:
+def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: str, ends: str) -> None:
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=1, REVIEW_DEFAULT=default) as system:
         system.submit_all(["tpch-1"])
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
@@ -358,7 +358,7 @@ def test_a_review_that_times_out_takes_the_default(deps: LocalAdapters, default:
         assert (facts["summary"]["activeReservations"], facts["summary"]["netCharged"]) == (0, "0.00")
 
 
-def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: LocalAdapters) -> None:
+def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Dependencies) -> None:
     with running_system(deps) as system:  # order-v3: the courier ships by mail when the carrier refuses
         order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
         system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
@@ -374,7 +374,7 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Local
     assert facts["summary"]["activeShipments"] == 1
 
 
-def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(deps: LocalAdapters) -> None:
+def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(deps: Dependencies) -> None:
     with running_system(deps, faults=FaultPlan(undo_permanent=True)) as system:
         system.submit_all(["tpch-2"])  # declined after the reservation; its release is refused
         assert system.wait_settled(["tpch-2"], timeout_s=30)["tpch-2"].process_state is (

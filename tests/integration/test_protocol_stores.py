@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from activities.submission import handle_submission
-from devhost.host import LocalAdapters
+from intake.submission import handle_intake_message
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput
@@ -27,11 +27,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def activity_deps(deps: LocalAdapters) -> Dependencies:
-    return Dependencies(
-        states=deps.states,
-        orders=deps.orders,
-        queues=deps.queues,
+def activity_deps(deps: Dependencies) -> Dependencies:
+    return replace(
+        deps,
         clock=FakeClock(),
         # Own agent queues: Azurite is shared by every test of the session.
         settings=Settings(
@@ -41,7 +39,7 @@ def activity_deps(deps: LocalAdapters) -> Dependencies:
 
 
 def _submit(d: Dependencies, order_id: str) -> None:
-    handle_submission(
+    handle_intake_message(
         order_body(order_id, reply_to="client-p"),
         orders=d.orders,
         states=d.states,

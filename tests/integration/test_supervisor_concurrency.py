@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from activities.submission import handle_submission
-from devhost.host import DevHost, LocalAdapters
+from devhost.host import DevHost
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
@@ -38,7 +39,7 @@ CLAIM_TIMEOUT_S = 30
 class World:
     """Stores and queues of the ``deps`` fixture, on a fake clock, with a reply queue of its own."""
 
-    deps: LocalAdapters
+    deps: Dependencies
     clock: FakeClock
     reply_queue: str
 
@@ -53,7 +54,7 @@ class World:
         """Submit and claim ``n`` orders, then let their claims' completeBy pass."""
         order_ids = [f"{prefix}-{i:02d}" for i in range(n)]
         for order_id in order_ids:
-            handle_submission(
+            handle_intake_message(
                 order_body(order_id, reply_to=self.reply_queue),
                 orders=self.deps.orders,
                 states=self.deps.states,
@@ -76,7 +77,7 @@ class World:
 
 
 @pytest.fixture
-def world(deps: LocalAdapters) -> World:
+def world(deps: Dependencies) -> World:
     clock = FakeClock()
     return World(replace(deps, clock=clock), clock, f"client-{uuid.uuid4().hex[:8]}")
 
@@ -310,7 +311,7 @@ def supervisors(world: World) -> Iterator[list[DevHost]]:
     blob = InMemoryLeaseBlob()
     settings = settings_for(SUPERVISOR_INTERVAL_S=0.05, SUPERVISOR_LEASE_ENABLED=True)
     hosts = [
-        DevHost(settings, replace(world.deps, lease=InMemoryLease(blob)), roles=("supervisor",))
+        DevHost(replace(world.deps, settings=settings), roles=("supervisor",), lease=InMemoryLease(blob))
         for _ in range(2)
     ]
     for host in hosts:
@@ -326,8 +327,8 @@ def test_only_the_leader_sweeps_and_a_stopped_leader_hands_over(
     world: World, supervisors: list[DevHost]
 ) -> None:
     settings = supervisors[0].settings
-    wait_until(lambda: sum(h.deps.lease.is_leader for h in supervisors) == 1)
-    leader, standby = sorted(supervisors, key=lambda h: not h.deps.lease.is_leader)
+    wait_until(lambda: sum(h.lease.is_leader for h in supervisors) == 1)
+    leader, standby = sorted(supervisors, key=lambda h: not h.lease.is_leader)
 
     first = world.expired("lead", 6, settings)
     wait_until(lambda: all(world.record(o).process_state is ProcessState.PENDING for o in first))
@@ -335,8 +336,8 @@ def test_only_the_leader_sweeps_and_a_stopped_leader_hands_over(
     assert leader.sweep_cursor.scans > 0
 
     leader.stop()  # releases the lease: no waiting for it to expire
-    assert not leader.deps.lease.is_leader
-    wait_until(lambda: standby.deps.lease.is_leader, timeout_s=2)
+    assert not leader.lease.is_leader
+    wait_until(lambda: standby.lease.is_leader, timeout_s=2)
     second = world.expired("next", 4, settings)
     wait_until(lambda: all(world.record(o).process_state is ProcessState.PENDING for o in second))
     assert standby.sweep_cursor.scans > 0

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.submission import handle_submission
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -88,7 +88,7 @@ def submit_and_claim(
     deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "o-1", **order: Any
 ) -> StateRecord:
     """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
-    handle_submission(
+    handle_intake_message(
         order_body(order_id, **order),
         orders=deps.orders,
         states=deps.states,

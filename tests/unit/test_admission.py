@@ -13,17 +13,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from activities.admission import (
+from devhost.host import DevHost
+from intake.admission import (
     ADMITTED,
     IN_FLIGHT_QUERY,
     AdmissionControl,
     AdmissionReason,
     retry_after_s,
 )
-from activities.submission import SubmissionOutcome, SubmissionResult, handle_submission, order_document
-from devhost.host import DevHost, LocalAdapters
+from intake.submission import IntakeOutcome, IntakeResult, handle_intake_message, order_document
 from orderflow import telemetry
-from orderflow.clock import FakeClock
+from orderflow.clock import FakeClock, SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -83,8 +84,8 @@ class System:
 
     def submit(
         self, order_id: str, admission: AdmissionControl | None = None, *, body: str | None = None
-    ) -> SubmissionResult:
-        return handle_submission(
+    ) -> IntakeResult:
+        return handle_intake_message(
             order_body(order_id, reply_to=REPLY_QUEUE) if body is None else body,
             orders=self.orders,
             states=self.states,
@@ -121,7 +122,7 @@ def system() -> System:
 def test_under_the_ceiling_orders_are_admitted(system: System) -> None:
     admission = system.admission(max_in_flight=3)
     results = [system.submit(f"o-{n}", admission) for n in range(3)]
-    assert {r.outcome for r in results} == {SubmissionOutcome.ACCEPTED}
+    assert {r.outcome for r in results} == {IntakeOutcome.ACCEPTED}
     assert system.in_flight() == 3
     assert [reply.status for _, reply in system.replies()] == [OrderStatus.RECEIVED] * 3
 
@@ -133,7 +134,7 @@ def test_at_the_in_flight_ceiling_a_new_order_is_rejected_and_nothing_is_written
     with telemetry.recording() as counted:
         result = system.submit("new", admission)
 
-    assert result == SubmissionResult("new", SubmissionOutcome.REJECTED, "InFlightCeiling")
+    assert result == IntakeResult("new", IntakeOutcome.REJECTED, "InFlightCeiling")
     assert (system.states.counters.creates, system.orders.counters.creates) == (state_creates, order_creates)
     with pytest.raises(NotFound):
         system.orders.get("new")
@@ -162,19 +163,19 @@ def test_a_rejected_order_pays_one_point_read_and_writes_nothing(system: System)
     system.fill(1)
     admission = system.admission(max_in_flight=1)
     reads, creates = system.orders.counters.reads, system.orders.counters.creates
-    assert system.submit("new", admission).outcome is SubmissionOutcome.REJECTED
+    assert system.submit("new", admission).outcome is IntakeOutcome.REJECTED
     assert system.orders.counters.reads == reads + 1
     assert system.orders.counters.creates == creates
 
 
 def test_redelivery_of_an_accepted_order_is_acknowledged_when_full(system: System) -> None:
     admission = system.admission(max_in_flight=1)
-    assert system.submit("o-1", admission).outcome is SubmissionOutcome.ACCEPTED
-    assert system.submit("o-2", admission).outcome is SubmissionOutcome.REJECTED  # full now
+    assert system.submit("o-1", admission).outcome is IntakeOutcome.ACCEPTED
+    assert system.submit("o-2", admission).outcome is IntakeOutcome.REJECTED  # full now
 
     again = system.submit("o-1", admission)
 
-    assert again.outcome is SubmissionOutcome.DUPLICATE
+    assert again.outcome is IntakeOutcome.DUPLICATE
     replies = system.replies()
     assert [(mid, reply.status) for mid, reply in replies] == [
         ("o-1:Received", OrderStatus.RECEIVED),
@@ -193,7 +194,7 @@ def test_an_order_half_written_before_a_crash_is_finished_when_full(system: Syst
 
     result = system.submit("o-1", admission)
 
-    assert result.outcome is SubmissionOutcome.DUPLICATE
+    assert result.outcome is IntakeOutcome.DUPLICATE
     assert system.states.get("o-1").item.process_state is ProcessState.PENDING
     assert [reply.status for _, reply in system.replies()] == [OrderStatus.RECEIVED]
 
@@ -225,7 +226,7 @@ def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: Syst
 
     result = system.submit("new", admission)
 
-    assert result.outcome is SubmissionOutcome.REJECTED
+    assert result.outcome is IntakeOutcome.REJECTED
     [(_, reply)] = system.replies()
     assert reply.reason == "BacklogCeiling"
     assert reply.detail == "about 6 orders wait in the submission queue; the ceiling is 5"
@@ -237,7 +238,7 @@ def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: Syst
     [message] = orders_queue.receive(max_messages=1)
     orders_queue.complete(message)
     system.clock.advance(REFRESH_S)
-    assert system.submit("new", admission).outcome is SubmissionOutcome.ACCEPTED
+    assert system.submit("new", admission).outcome is IntakeOutcome.ACCEPTED
 
 
 def test_a_ceiling_of_zero_disables_its_check(system: System) -> None:
@@ -274,8 +275,8 @@ def test_a_burst_within_one_period_stops_at_the_ceiling(system: System) -> None:
     admission = system.admission(max_in_flight=10)
     outcomes = [system.submit(f"burst-{n}", admission).outcome for n in range(30)]
     # The cached count (4) plus the orders admitted locally since: exactly 6 more fit.
-    assert outcomes.count(SubmissionOutcome.ACCEPTED) == 6
-    assert outcomes.count(SubmissionOutcome.REJECTED) == 24
+    assert outcomes.count(IntakeOutcome.ACCEPTED) == 6
+    assert outcomes.count(IntakeOutcome.REJECTED) == 24
     assert system.in_flight() == 10
     assert system.states.counters.query_pages == 1 + 1  # one refresh, plus this test's own count
 
@@ -302,14 +303,14 @@ def test_processes_overshoot_by_at_most_what_the_others_admit_in_one_period(syst
 def test_orders_leaving_flight_make_room_at_the_next_refresh(system: System) -> None:
     system.fill(2)
     admission = system.admission(max_in_flight=2)
-    assert system.submit("new", admission).outcome is SubmissionOutcome.REJECTED
+    assert system.submit("new", admission).outcome is IntakeOutcome.REJECTED
     found = system.states.get("old-0")
     system.states.replace(
         found.item.model_copy(update={"process_state": ProcessState.CANCELLED}), etag=found.etag
     )
-    assert system.submit("new", admission).outcome is SubmissionOutcome.REJECTED  # not seen yet
+    assert system.submit("new", admission).outcome is IntakeOutcome.REJECTED  # not seen yet
     system.clock.advance(REFRESH_S)
-    assert system.submit("new", admission).outcome is SubmissionOutcome.ACCEPTED
+    assert system.submit("new", admission).outcome is IntakeOutcome.ACCEPTED
 
 
 def test_retry_after_is_one_to_two_periods_and_stable_per_order() -> None:
@@ -329,7 +330,7 @@ def test_an_unreadable_in_flight_count_fails_closed(system: System) -> None:
 
     result = system.submit("new", admission)
 
-    assert result == SubmissionResult("new", SubmissionOutcome.REJECTED, "InFlightCountUnavailable")
+    assert result == IntakeResult("new", IntakeOutcome.REJECTED, "InFlightCountUnavailable")
     [(_, reply)] = system.replies()
     assert reply.reason == "InFlightCountUnavailable"
     assert reply.retry_after_s == retry_after_s("new", REFRESH_S)
@@ -341,7 +342,7 @@ def test_an_unreadable_in_flight_count_fails_closed(system: System) -> None:
     assert system.states.count_calls == 1
     system.states.count_error = None
     system.clock.advance(REFRESH_S)
-    assert system.submit("new", admission).outcome is SubmissionOutcome.ACCEPTED
+    assert system.submit("new", admission).outcome is IntakeOutcome.ACCEPTED
     assert system.states.count_calls == 2
 
 
@@ -415,14 +416,14 @@ def run_threads(count: int, target: Callable[[int], None]) -> None:
 
 def test_many_threads_admitting_at_once_never_pass_the_ceiling(system: System) -> None:
     admission = system.admission(max_in_flight=50)
-    outcomes: list[SubmissionOutcome] = []
+    outcomes: list[IntakeOutcome] = []
 
     def submit_many(index: int) -> None:
         for n in range(15):
             outcomes.append(system.submit(f"t{index}-{n}", admission).outcome)
 
     run_threads(16, submit_many)
-    assert outcomes.count(SubmissionOutcome.ACCEPTED) == 50
+    assert outcomes.count(IntakeOutcome.ACCEPTED) == 50
     assert system.in_flight() == 50
 
 
@@ -475,11 +476,15 @@ def test_settings_configure_admission_control() -> None:
 
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
-    deps = LocalAdapters(
-        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
-    )
     settings = Settings(MAX_IN_FLIGHT_ORDERS=2, POLL_INTERVAL_S=0.01, HOST_ID="h1")
-    host = DevHost(settings, deps, roles=("submission",))
+    deps = Dependencies(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=InMemoryQueueFactory(),
+        clock=SystemClock(),
+        settings=settings,
+    )
+    host = DevHost(deps, roles=("submission",))
     host.start()
     try:
         assert host.admission is not None

@@ -211,14 +211,14 @@ def test_queue_roles_follow_the_settings_names() -> None:
 def happy_path_counts(orders: int) -> tuple[OperationCounts, OperationCounts, OperationCounts]:
     """What the adapters count for ``orders`` happy-path orders of the current workflow."""
     state, documents, queues = OperationCounts(), OperationCounts(), OperationCounts()
-    state.add("create", "activities.submission.handle_submission", orders)
+    state.add("create", "intake.submission.handle_intake_message", orders)
     state.add("replace", "orchestrators.starter.claim", orders)
     state.add("replace", "activities.steps.start_step", 3 * orders)
     state.add("replace", "activities.steps.finish_order", orders)
     state.add("replace", "orderflow.replies.clear_pending_reply", orders)
     state.add("query_page", "orchestrators.starter.run_starter_pass", 40)
     state.add("query_item", "orchestrators.starter.run_starter_pass", orders)
-    documents.add("create", "activities.submission.handle_submission", orders)
+    documents.add("create", "intake.submission.handle_intake_message", orders)
     documents.add("read", "activities.steps.start_step", orders)
     for role, n in (("orders", 1), ("agent_requests", 3), ("agent_responses", 3), ("replies", 2)):
         queues.add("send", role, n * orders)
@@ -241,7 +241,7 @@ def test_count_breakdown_per_order_with_targets() -> None:
     assert breakdown["state_writes_by_function"] == {
         "activities.steps.finish_order": 1.0,
         "activities.steps.start_step": 3.0,
-        "activities.submission.handle_submission": 1.0,
+        "intake.submission.handle_intake_message": 1.0,
         "orchestrators.starter.claim": 1.0,
         "orderflow.replies.clear_pending_reply": 1.0,
     }

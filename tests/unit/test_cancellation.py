@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from activities.cancellation import CancelOutcome, CancelResult, handle_cancel
-from activities.compensation import PAST_POINT_OF_NO_RETURN
-from activities.submission import SubmissionOutcome, handle_submission
+from intake.cancellation import CancelOutcome, CancelResult, handle_cancel
+from intake.submission import IntakeOutcome, handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -25,6 +24,7 @@ from orderflow.contracts import (
     UndoResult,
 )
 from orderflow.dependencies import Dependencies
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import InvalidMessage
 from orderflow.messages import CancelOrder
 from orderflow.records import ProcessState, StateRecord
@@ -52,7 +52,7 @@ def deps(clock: FakeClock) -> Dependencies:
 
 
 def submit(deps: Dependencies) -> None:
-    handle_submission(
+    handle_intake_message(
         order_body("o-1"),
         orders=deps.orders,
         states=deps.states,
@@ -86,7 +86,7 @@ def start(deps: Dependencies, step: str, completed: StepResult | None = None) ->
 
 def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
     """Send the cancel through the submission path, as the hosts do."""
-    result = handle_submission(
+    result = handle_intake_message(
         body,
         orders=deps.orders,
         states=deps.states,
@@ -94,7 +94,7 @@ def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
         clock=deps.clock,
         settings=deps.settings,
     )
-    assert result.outcome is SubmissionOutcome.CANCEL and result.cancel is not None
+    assert result.outcome is IntakeOutcome.CANCEL and result.cancel is not None
     return result.cancel
 
 

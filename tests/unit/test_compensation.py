@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from activities.compensation import PAST_POINT_OF_NO_RETURN
 from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -26,6 +25,7 @@ from orderflow.contracts import (
     UndoResult,
 )
 from orderflow.dependencies import Dependencies
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2

@@ -23,11 +23,10 @@ import pytest
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 
-import activities.blueprint
 import function_app
-from activities.submission import handle_submission
-from devhost.host import LocalAdapters
-from orderflow.clock import FakeClock
+from function_host.blueprints import intake as intake_blueprint
+from intake.submission import handle_intake_message
+from orderflow.clock import FakeClock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import SUBMISSION_REASONS
@@ -78,12 +77,12 @@ def test_the_manifest_lists_at_least_30_kinds_and_exactly_the_files_present() ->
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_each_case_is_refused_with_its_reason_and_writes_nothing(case: Case) -> None:
-    deps = _activity_deps()
+    deps = _memory_deps()
     if case.original is not None:
-        handle_submission(case.original, **_handler_deps(deps))
+        handle_intake_message(case.original, **_handler_deps(deps))
 
     with pytest.raises((InvalidMessage, ConflictingOrder)) as caught:
-        handle_submission(case.body, reply_to=case.transport_reply_to, **_handler_deps(deps))
+        handle_intake_message(case.body, reply_to=case.transport_reply_to, **_handler_deps(deps))
 
     error = caught.value
     assert isinstance(error, InvalidMessage | ConflictingOrder)
@@ -112,12 +111,10 @@ def test_a_body_too_large_for_a_storage_queue_is_refused_at_send() -> None:
 
 
 def test_the_corpus_through_the_devhost_consumer_is_dead_lettered_and_writes_nothing() -> None:
-    deps = LocalAdapters(
-        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=InMemoryQueueFactory()
-    )
     settings = Settings.load(env={}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
+    deps = replace(_memory_deps(), clock=SystemClock(), settings=settings)
 
-    run = run_through_devhost(deps, settings, CASES, run_id="unit")
+    run = run_through_devhost(deps, CASES, run_id="unit")
 
     assert problems(run, deps) == []
     assert len(run.dead_letters) == len(run.cases) == sum(STORAGE in case.transports for case in CASES)
@@ -169,10 +166,10 @@ def sdk_message(body: bytes, *, message_id: str, reply_to: str | None) -> Servic
 
 @pytest.fixture
 def admission_rebuilt() -> Iterator[None]:
-    """The activities blueprint builds its admission control once per process: on this test's stores."""
-    activities.blueprint._admission.cache_clear()
+    """The intake blueprint builds its admission control once per process: on this test's stores."""
+    intake_blueprint._admission.cache_clear()
     yield
-    activities.blueprint._admission.cache_clear()
+    intake_blueprint._admission.cache_clear()
 
 
 def _submission_trigger() -> Callable[..., Any]:
@@ -189,12 +186,12 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
 ) -> None:
     submission = _submission_trigger()
     run = CorpusRun("sb", [case for case in CASES if SERVICE_BUS in case.transports])
-    stores = _activity_deps()
+    stores = _memory_deps()
     states, orders = run.recording(stores.states, stores.orders)
     trigger_deps = replace(stores, states=states, orders=orders)
-    monkeypatch.setattr(activities.blueprint, "dependencies", lambda: trigger_deps)
+    monkeypatch.setattr(intake_blueprint, "dependencies", lambda: trigger_deps)
     # Bad input is dead-lettered, never redelivered: a redelivery would fail the test.
-    monkeypatch.setattr(activities.blueprint, "redelivery", lambda: None)
+    monkeypatch.setattr(intake_blueprint, "redelivery", lambda: None)
     actions = RecordingActions()
 
     def deliver(body: bytes, message_id: str, reply_to: str | None) -> tuple[str, str | None, str | None]:
@@ -211,7 +208,7 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
     for case in run.cases:
         if case.original is not None:
             deliver(case.original, f"{run.message_id(case)}-original", REPLY_QUEUE)
-    run.keep_originals(_as_dependencies(trigger_deps))
+    run.keep_originals(trigger_deps)
     for case in run.cases:
         deliver_valid()
         verb, reason, description = deliver(case.body, run.message_id(case), case.transport_reply_to)
@@ -228,7 +225,7 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
     deliver_valid()  # the trigger still works after everything above
     take_replies(trigger_deps.queues, run)
 
-    assert problems(run, _as_dependencies(stores)) == []
+    assert problems(run, stores) == []
     assert {verb for verb, *_ in actions.calls} == {"complete", "deadletter"}  # nothing abandoned
     assert {case.name for case in run.cases} >= {"oversized-body", "reply-to-mismatch", "non-utf8-latin1"}
 
@@ -236,7 +233,7 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _activity_deps() -> Dependencies:
+def _memory_deps() -> Dependencies:
     return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
@@ -254,7 +251,3 @@ def _handler_deps(deps: Dependencies) -> dict[str, Any]:
         "clock": deps.clock,
         "settings": deps.settings,
     }
-
-
-def _as_dependencies(deps: Dependencies) -> LocalAdapters:
-    return LocalAdapters(states=deps.states, orders=deps.orders, queues=deps.queues)

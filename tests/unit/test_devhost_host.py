@@ -14,11 +14,12 @@ from devhost.host import (
     ALL_ROLES,
     DURABLETASK_WORKER_LOGGER,
     DevHost,
-    LocalAdapters,
     check_roles,
     parse_roles,
     quiet_local_cancel,
 )
+from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
@@ -42,14 +43,14 @@ class RefusingQueues(InMemoryQueueFactory):
         return super().queue(name)
 
 
-def deps(queues: InMemoryQueueFactory | None = None) -> LocalAdapters:
-    return LocalAdapters(
-        states=InMemoryStateStore(), orders=InMemoryOrderStore(), queues=queues or InMemoryQueueFactory()
+def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
+    return Dependencies(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=queues or InMemoryQueueFactory(),
+        clock=SystemClock(),
+        settings=Settings(HOST_ID="h1", SUPERVISOR_LEASE_ENABLED=False, POLL_INTERVAL_S=0.01),
     )
-
-
-def settings() -> Settings:
-    return Settings(HOST_ID="h1", SUPERVISOR_LEASE_ENABLED=False, POLL_INTERVAL_S=0.01)
 
 
 def new_non_daemon_threads(before: set[threading.Thread]) -> list[str]:
@@ -59,7 +60,7 @@ def new_non_daemon_threads(before: set[threading.Thread]) -> list[str]:
 
 def test_a_start_that_fails_half_way_stops_the_durabletask_worker_it_had_started() -> None:
     # Without this the worker's (non-daemon) thread kept `python -m devhost` alive after the error.
-    host = DevHost(settings(), deps(RefusingQueues()), ALL_ROLES)
+    host = DevHost(deps(RefusingQueues()), ALL_ROLES)
     before = set(threading.enumerate())
 
     with pytest.raises(ValueError, match="invalid queue name 'agent-courier'"):
@@ -73,7 +74,7 @@ def test_a_start_that_fails_half_way_stops_the_durabletask_worker_it_had_started
 def test_stopping_the_worker_logs_no_warning_about_the_stream_the_stop_cancelled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    host = DevHost(settings(), deps(), ("orchestrator",))
+    host = DevHost(deps(), ("orchestrator",))
     host.start()
     time.sleep(0.5)  # the worker has opened its work-item stream
     with caplog.at_level(logging.INFO, logger=DURABLETASK_WORKER_LOGGER):
@@ -111,4 +112,4 @@ def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -
     with pytest.raises(ValueError, match="need the orchestrator role"):
         check_roles(["listener"])
     with pytest.raises(ValueError, match="unknown roles"):
-        DevHost(settings(), deps(), ("bogus",))
+        DevHost(deps(), ("bogus",))

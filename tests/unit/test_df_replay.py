@@ -27,14 +27,14 @@ import pytest
 from azure.durable_functions import DurableOrchestrationContext, Orchestrator
 from durabletask import task as dt
 
-from orchestrators.context import ActivityFailed, ActivityRetry
-from orchestrators.durable_functions_adapter import (
+from devhost.durabletask_adapter import durabletask_orchestrator
+from function_host.durable import (
     DurableFunctionsWorkflowContext,
     durable_functions_orchestrator,
     is_task_failure,
     retry_options_for,
 )
-from orchestrators.durabletask_adapter import durabletask_orchestrator
+from orchestrators.context import ActivityFailed, ActivityRetry
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.errors import OrderflowError
 from tests.df_history import HistoryBuilder

@@ -30,14 +30,16 @@ from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrc
 from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings import servicebus
 
-import activities.blueprint
-import agents.blueprint
 import function_app
-import function_host
-import orchestrators.blueprint
-import supervisor.blueprint
-from activities.submission import handle_submission
-from function_host import DurableFunctionsClient, settle_trigger_delivery, settle_trigger_message
+from function_host import settlement, startup, wiring
+from function_host.blueprints import activities as activities_blueprint
+from function_host.blueprints import agents as agents_blueprint
+from function_host.blueprints import intake as intake_blueprint
+from function_host.blueprints import orchestrators as orchestrators_blueprint
+from function_host.blueprints import supervisor as supervisor_blueprint
+from function_host.durable_client import DurableFunctionsClient
+from function_host.settlement import settle_trigger_delivery, settle_trigger_message
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
@@ -86,7 +88,7 @@ class FakeReceivedMessage:
 
     ``body`` is a new generator of ``bytes`` data sections on every access, as the SDK's is; the
     ``delivery_count`` is the AMQP header's as the Functions host hands it over, 1 on the first delivery
-    (:func:`function_host.trigger_delivery_count`).
+    (:func:`function_host.settlement.trigger_delivery_count`).
     """
 
     sections: tuple[bytes, ...]
@@ -132,7 +134,7 @@ def message(
 
 @dataclass
 class RecordingRedelivery:
-    """:class:`function_host.Redelivery` that records each scheduled copy, or fails to send it."""
+    """:class:`function_host.settlement.Redelivery` that records each scheduled copy, or fails to send it."""
 
     calls: list[tuple[str, object, int, float]] = field(default_factory=list)
     fail: bool = False
@@ -370,7 +372,7 @@ def test_the_last_allowed_delivery_is_dead_lettered_instead_of_abandoned() -> No
 def test_the_trigger_delivery_count_is_the_hosts_one_based_count(
     header_count: int | None, delivery_count: int
 ) -> None:
-    assert function_host.trigger_delivery_count(message("{}", delivery_count=header_count)) == delivery_count
+    assert settlement.trigger_delivery_count(message("{}", delivery_count=header_count)) == delivery_count
 
 
 def test_settle_trigger_delivery_hands_the_handler_the_received_message() -> None:
@@ -557,7 +559,7 @@ class FakeTimer:
 
 @pytest.fixture
 def redeliveries() -> RecordingRedelivery:
-    """The copies the triggers schedule in place of an abandon (:func:`function_host.redelivery`)."""
+    """The copies the triggers schedule in place of an abandon (:func:`function_host.wiring.redelivery`)."""
     return RecordingRedelivery()
 
 
@@ -572,17 +574,24 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
         settings=Settings.load(env={}, HOST_ID=""),
     )
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
-    for module in (activities.blueprint, orchestrators.blueprint, agents.blueprint, supervisor.blueprint):
+    blueprints = (
+        intake_blueprint,
+        orchestrators_blueprint,
+        activities_blueprint,
+        agents_blueprint,
+        supervisor_blueprint,
+    )
+    for module in blueprints:
         monkeypatch.setattr(module, "dependencies", lambda: wired)
-    for module in (activities.blueprint, orchestrators.blueprint):
+    for module in (intake_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "redelivery", lambda: redeliveries)
     # Each worker process remembers the agent requests it took; every test is a fresh worker.
-    agents.blueprint._taken.cache_clear()
+    agents_blueprint._taken.cache_clear()
     return wired
 
 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
-    handle_submission(
+    handle_intake_message(
         order_body(order_id),
         orders=deps.orders,
         states=deps.states,
@@ -606,13 +615,13 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
         stores = SimpleNamespace(state=InMemoryStateStore(), orders=InMemoryOrderStore())
         return stores, InMemoryQueueFactory()
 
-    monkeypatch.setattr(function_host, "connect_azure", connect)
+    monkeypatch.setattr(wiring, "connect_azure", connect)
     monkeypatch.setenv("HOST_ID", "")
-    function_host._connections.cache_clear()
+    wiring._connections.cache_clear()
     try:
-        first, second = function_host.dependencies(), function_host.dependencies()
+        first, second = wiring.dependencies(), wiring.dependencies()
     finally:
-        function_host._connections.cache_clear()
+        wiring._connections.cache_clear()
 
     assert first is second
     assert len(built) == 1
@@ -747,7 +756,7 @@ def agent_request_body(deps: Dependencies) -> str:
 def service(monkeypatch: pytest.MonkeyPatch) -> RecordingService:
     """The agent triggers' remote service, in place of the HTTP client of the demo services."""
     fake = RecordingService(FIRST_STEP.agent)
-    monkeypatch.setattr(agents.blueprint, "_service", lambda name: fake)
+    monkeypatch.setattr(agents_blueprint, "_service", lambda name: fake)
     return fake
 
 
@@ -805,7 +814,7 @@ def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
 
     invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
 
-    assert function_host.trigger_delivery_count(sdk_message) == 2
+    assert settlement.trigger_delivery_count(sdk_message) == 2
     assert [verb for verb, _, _ in actions.calls] == ["complete"]
     assert service.calls == []
 
@@ -1004,20 +1013,20 @@ def test_start_up_on_azure_refuses_a_setting_with_no_safe_value() -> None:
     }
 
     with pytest.raises(UnsafeAzureSetting) as refused:
-        function_host.check_start_up(environ)
+        startup.check_start_up(environ)
 
     assert refused.value.setting == "DEMO_SERVICES_URL"
 
 
 def test_start_up_off_azure_checks_nothing() -> None:
-    function_host.check_start_up({"DEMO_SERVICES_URL": "http://127.0.0.1:8082", "COSMOS_KEY": "a2V5"})
+    startup.check_start_up({"DEMO_SERVICES_URL": "http://127.0.0.1:8082", "COSMOS_KEY": "a2V5"})
 
 
 def test_start_up_on_azure_names_a_setting_that_does_not_parse_without_its_secret() -> None:
     key = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==" + '"'
 
     with pytest.raises(ValueError) as refused:
-        function_host.check_start_up({"WEBSITE_SITE_NAME": "orderflow-app", "COSMOS_KEY": key})
+        startup.check_start_up({"WEBSITE_SITE_NAME": "orderflow-app", "COSMOS_KEY": key})
 
     message = str(refused.value)
     assert message.startswith("COSMOS_KEY (value not shown) is not valid:")
@@ -1047,14 +1056,14 @@ def test_start_up_on_azure_refuses_a_secret_wherever_the_host_would_read_it(sett
     }
 
     with pytest.raises(UnsafeAzureSetting) as refused:
-        function_host.check_start_up(environ)
+        startup.check_start_up(environ)
 
     assert refused.value.setting == setting
     assert "c2VjcmV0" not in str(refused.value)
 
 
 def test_start_up_on_azure_accepts_identity_everywhere() -> None:
-    function_host.check_start_up(
+    startup.check_start_up(
         {
             "WEBSITE_SITE_NAME": "orderflow-app",
             "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",

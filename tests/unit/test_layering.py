@@ -1,9 +1,35 @@
-"""Dependencies point one way: hosts -> roles -> orderflow/. Role code never imports the Functions SDKs."""
+"""Dependencies point one way (docs/design.md §6): hosts -> roles -> orderflow/.
+
+Every first-party module outside ``tests/`` belongs to one layer, and each layer may import only the
+layers :data:`MAY_IMPORT` names:
+
+- the core (``orderflow``) imports no role and no host;
+- a role (``intake``, ``orchestrators``, ``activities``, ``agents``, ``supervisor``) imports the core
+  and itself: never another role, never a host;
+- the Azure host's support modules (``function_host`` but its blueprints) import the core alone; the
+  one exception is the Durable Functions adapter, which implements the orchestrators' workflow-context
+  port and imports that port (:data:`PORTS`);
+- a blueprint (``function_host/blueprints/<role>.py``) imports its own role, the core and the support
+  modules; ``function_app`` imports the blueprints, the support modules and the core;
+- nothing outside the hosts imports ``function_host``, ``function_app`` or ``devhost``; the two hosts
+  never import each other, nothing imports ``bench`` and nothing but the tests imports ``tests``;
+- role and core code never import the Functions SDKs.
+
+Each rule is checked twice. Statically, on every import in every module's source (:func:`imports_in`:
+module level, inside functions, under ``TYPE_CHECKING``, and ``importlib.import_module`` or
+``__import__`` with a literal name), so an import in a code path no test runs is seen too. And by
+importing each layer's modules in a fresh interpreter and reading ``sys.modules``, which also sees what
+is imported on a module's behalf (a name built at run time, a re-export).
+"""
 
 from __future__ import annotations
 
+import ast
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -11,106 +37,219 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_PACKAGES = ("orderflow", "orchestrators", "activities", "agents", "supervisor")
-AZURE_HOST_MODULES = frozenset({"orchestrators.durable_functions_adapter"})
-"""Host-side modules that live beside their role (the Durable Functions adapter, blueprints): only
-the Azure host imports them."""
+
+CORE = "orderflow"
+ROLES = ("intake", "orchestrators", "activities", "agents", "supervisor")
+BLUEPRINTS = "function_host.blueprints"
+FUNCTIONS_SDKS = ("azure.functions", "azure.durable_functions", "azurefunctions")
+"""The Functions SDKs (the worker's bindings, Durable Functions, the binding extensions)."""
+
+HOST_SUPPORT = "host support"
+LOCAL_HOST = "devhost"
+BENCH = "bench"
+DEMO = "demo"
+FUNCTION_APP = "function_app"
 
 
-def _modules() -> list[str]:
-    names = []
-    for package in ROLE_PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = path.relative_to(REPO).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            if name not in AZURE_HOST_MODULES and not name.endswith(".blueprint"):
-                names.append(name)
-    return names
+def role(name: str) -> str:
+    return f"role {name}"
 
 
-def test_role_code_never_imports_the_functions_sdks() -> None:
-    modules = _modules()
-    assert "orchestrators.workflow" in modules and "orderflow.records" in modules
+def blueprint(name: str) -> str:
+    return f"blueprint {name}"
+
+
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    CORE: frozenset({CORE}),
+    **{role(r): frozenset({CORE, role(r)}) for r in ROLES},
+    HOST_SUPPORT: frozenset({CORE, HOST_SUPPORT}),
+    **{blueprint(r): frozenset({CORE, role(r), HOST_SUPPORT}) for r in ROLES},
+    FUNCTION_APP: frozenset({CORE, HOST_SUPPORT, *(blueprint(r) for r in ROLES)}),
+    LOCAL_HOST: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO}),
+    BENCH: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO, BENCH}),
+    DEMO: frozenset({CORE, DEMO}),
+}
+"""The layers each layer may import directly (a layer always imports itself, a package its modules)."""
+
+PORTS: dict[str, frozenset[str]] = {"function_host.durable": frozenset({"orchestrators.context"})}
+"""A host support module that implements a role's port may import that port module, and nothing else
+of the role: the Durable Functions workflow-context adapter implements :mod:`orchestrators.context`."""
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a first-party module, or None for the tests (and anything unknown)."""
+    top = module.split(".", maxsplit=1)[0]
+    if module.startswith(BLUEPRINTS + "."):
+        return blueprint(module.split(".")[2]) if module.split(".")[2] in ROLES else None
+    if top == "function_host":
+        return HOST_SUPPORT
+    if top in ROLES:
+        return role(top)
+    if top in (CORE, FUNCTION_APP, LOCAL_HOST, BENCH, DEMO):
+        return top
+    return None
+
+
+FIRST_PARTY = frozenset({CORE, *ROLES, "function_host", FUNCTION_APP, LOCAL_HOST, BENCH, DEMO, "tests"})
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every first-party module outside ``tests/``, tracked or not: name -> file."""
+    found = {FUNCTION_APP: REPO / "function_app.py"}
+    for top in sorted(FIRST_PARTY - {FUNCTION_APP, "tests"}):
+        found.update({_module_name(path): path for path in sorted((REPO / top).rglob("*.py"))})
+    return found
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The module an ``ImportFrom`` names, a relative one resolved against ``module``'s package."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".")
+    if modules()[module].name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_in(module: str) -> Iterator[tuple[str, int]]:
+    """Every module ``module``'s source imports, with the line: ``from a import b`` names ``a.b`` when
+    that is a module of the repository, else ``a``."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"), filename=str(modules()[module]))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                yield (submodule if submodule in modules() else source), node.lineno
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func
+            name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", None)
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                yield node.args[0].value, node.lineno
+
+
+def _allowed(importer: str, imported: str) -> bool:
+    """Whether first-party module ``importer`` may import first-party module ``imported``."""
+    if imported in PORTS.get(importer, ()):
+        return True
+    source, target = layer_of(importer), layer_of(imported)
+    return source is not None and target in MAY_IMPORT[source]
+
+
+def _is_first_party(module: str) -> bool:
+    return module.split(".", maxsplit=1)[0] in FIRST_PARTY
+
+
+LAYERS = sorted(MAY_IMPORT)
+
+
+def layer_modules(layer: str) -> list[str]:
+    return [name for name in modules() if layer_of(name) == layer]
+
+
+def test_every_module_outside_the_tests_belongs_to_a_layer() -> None:
+    unplaced = [name for name in modules() if layer_of(name) is None]
+    assert unplaced == [], "a blueprint is named after its role; a new package needs a layer here"
+    assert {layer_of(name) for name in modules()} == set(LAYERS)
+    top_level = {path.name for path in REPO.iterdir() if (path / "__init__.py").is_file()}
+    top_level |= {path.stem for path in REPO.glob("*.py")}
+    assert top_level == FIRST_PARTY  # a new top-level package is placed in a layer before it is used
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_every_import_in_the_source_follows_the_layers(layer: str) -> None:
+    broken = [
+        f"{module}:{line} imports {imported}"
+        for module in layer_modules(layer)
+        for imported, line in imports_in(module)
+        if _is_first_party(imported) and not _allowed(module, imported)
+    ]
+    assert layer_modules(layer)
+    assert broken == [], f"{layer} may import {sorted(MAY_IMPORT[layer])} only"
+
+
+def _transitively(layer: str) -> frozenset[str]:
+    """The layers whose modules importing ``layer`` may load: what it may import, and so on."""
+    reached, frontier = {layer}, [layer]
+    while frontier:
+        for following in MAY_IMPORT[frontier.pop()] - reached:
+            reached.add(following)
+            frontier.append(following)
+    return frozenset(reached)
+
+
+def _loaded_when_importing(names: list[str], *, after: tuple[str, ...] = ()) -> list[str]:
+    """The modules that importing ``names`` in a fresh interpreter adds to ``sys.modules``, once the
+    modules ``after`` names are imported (what they load is left out)."""
     script = (
-        "import importlib, sys\n"
-        f"for name in {modules!r}:\n"
+        "import importlib, json, sys\n"
+        f"for name in {after!r}:\n"
         "    importlib.import_module(name)\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0:2] in (['azure', 'functions'], "
-        "['azure', 'durable_functions']))\n"
-        "print(','.join(bad))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == ""
-
-
-ROLES = ("orchestrators", "activities", "agents", "supervisor")
-
-
-@pytest.mark.parametrize("role", ROLES)
-def test_a_role_imports_no_other_role_and_no_host(role: str) -> None:
-    # What two roles share (workflow definitions, activity contracts, messages) lives in orderflow/.
-    modules = [name for name in _modules() if name.split(".")[0] == role]
-    assert modules
-    others = (*(other for other in ROLES if other != role), "function_host", "function_app", "devhost")
-    script = (
-        "import importlib, sys\n"
-        f"for name in {modules!r}:\n"
+        "before = set(sys.modules)\n"
+        f"for name in {names!r}:\n"
         "    importlib.import_module(name)\n"
-        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {others!r})))\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip() == ""
+    loaded: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
 
 
-def test_the_azure_host_support_imports_no_role() -> None:
-    # function_host serves the blueprints (wiring, settlement, the durable client) from the core alone;
-    # only the blueprints import roles.
-    script = (
-        "import importlib, sys\n"
-        "importlib.import_module('function_host')\n"
-        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {ROLES!r})))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == ""
+DURABLE_FUNCTIONS_SDK = "azure.durable_functions"
+AZURE_HOST_LAYERS = frozenset({HOST_SUPPORT, FUNCTION_APP, *(blueprint(r) for r in ROLES)})
 
 
-def test_orderflow_core_imports_no_role_or_host() -> None:
-    script = (
-        "import importlib, pkgutil, sys, orderflow\n"
-        "for info in pkgutil.walk_packages(orderflow.__path__, 'orderflow.'):\n"
-        "    importlib.import_module(info.name)\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('orchestrators', 'activities', 'agents', 'supervisor', 'devhost', 'demo'))\n"
-        "print(','.join(bad))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == ""
+def test_the_durable_functions_sdk_loads_the_agents_package_and_nothing_of_it() -> None:
+    # azure-functions-durable tries `from agents import ...` on import, for its optional OpenAI Agents
+    # integration (the openai-agents distribution's top-level package is `agents` too). With the app's
+    # folder first on sys.path it finds the agents role instead, loads its empty __init__ and gives up
+    # on the ImportError. The role's __init__ must stay empty, and the SDK reach nothing else of ours.
+    loaded = [name for name in _loaded_when_importing([DURABLE_FUNCTIONS_SDK]) if _is_first_party(name)]
+    assert loaded == ["agents"]
+    assert (REPO / "agents" / "__init__.py").read_text(encoding="utf-8") == ""
 
 
-def test_nothing_imports_the_benchmark() -> None:
-    # bench is a host: it may import devhost, the roles and orderflow, and nothing may import it.
-    roots = (*ROLE_PACKAGES, "devhost", "demo")
-    script = (
-        "import importlib, pkgutil, sys\n"
-        f"for root in {roots!r}:\n"
-        "    package = importlib.import_module(root)\n"
-        "    for info in pkgutil.walk_packages(package.__path__, root + '.'):\n"
-        "        if not info.name.endswith(('.blueprint', '__main__')):\n"
-        "            importlib.import_module(info.name)\n"
-        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'bench')))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == ""
+@pytest.mark.parametrize("layer", LAYERS)
+def test_importing_a_layer_loads_only_what_it_may_import(layer: str) -> None:
+    # Entry points run their command on import; the static test reads them.
+    names = [name for name in layer_modules(layer) if not name.endswith("__main__")]
+    reachable = _transitively(layer)
+    ports = {port for module, allowed in PORTS.items() if layer_of(module) in reachable for port in allowed}
+    ports |= {port.rsplit(".", 1)[0] for port in ports}  # a port's package is loaded with it
+    # What the Durable Functions SDK loads of ours is its own doing (the test above), not the layer's.
+    after = (DURABLE_FUNCTIONS_SDK,) if layer in AZURE_HOST_LAYERS else ()
+    loaded = [name for name in _loaded_when_importing(names, after=after) if _is_first_party(name)]
+    assert set(names) <= set(loaded)
+    assert [name for name in loaded if layer_of(name) not in reachable and name not in ports] == []
+
+
+def test_role_and_core_code_never_imports_the_functions_sdks() -> None:
+    code = [name for name in modules() if layer_of(name) in {CORE, *(role(r) for r in ROLES)}]
+    assert "orchestrators.workflow" in code and "intake.submission" in code and "orderflow.records" in code
+
+    def is_sdk(name: str) -> bool:
+        return any(name == sdk or name.startswith(sdk + ".") for sdk in FUNCTIONS_SDKS)
+
+    written = [
+        f"{module}:{line} imports {name}"
+        for module in code
+        for name, line in imports_in(module)
+        if is_sdk(name)
+    ]
+    assert written == []
+    assert [name for name in _loaded_when_importing(code) if is_sdk(name)] == []
 
 
 def test_function_app_imports_with_the_real_sdks() -> None:

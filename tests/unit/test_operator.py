@@ -1,4 +1,4 @@
-"""An operator's decision to compensate (activities.operator) over the in-memory stores."""
+"""An operator's decision to compensate (intake.operator) over the in-memory stores."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from activities.operator import OPERATOR_DECISION
-from activities.submission import SubmissionOutcome, handle_submission
+from intake.operator import OPERATOR_DECISION
+from intake.submission import IntakeOutcome, handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -40,7 +40,7 @@ def deps() -> Dependencies:
 
 
 def submit(deps: Dependencies, body: str) -> Any:
-    return handle_submission(
+    return handle_intake_message(
         body,
         orders=deps.orders,
         states=deps.states,
@@ -77,7 +77,7 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
 
     result = submit(deps, decision())
 
-    assert (result.outcome, result.reason) == (SubmissionOutcome.OPERATOR, "the owner stops and compensates")
+    assert (result.outcome, result.reason) == (IntakeOutcome.OPERATOR, "the owner stops and compensates")
     record = deps.states.get("o-1").item
     assert (record.stop_requested_by, record.last_error.code if record.last_error else None) == (
         "operator:ops",

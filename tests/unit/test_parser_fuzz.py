@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.submission import SubmissionOutcome, handle_submission
+from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage
 from orderflow.messages import PARSE_REASONS, SUBMISSION_REASONS, StatusReply, SubmitOrder, parse_message
@@ -157,7 +157,7 @@ def test_the_submission_handler_records_an_order_whole_or_not_at_all(body: str |
     states, orders = run.recording(InMemoryStateStore(), InMemoryOrderStore())
     queues = InMemoryQueueFactory()
     try:
-        result = handle_submission(
+        result = handle_intake_message(
             body,
             orders=orders,
             states=states,
@@ -170,7 +170,7 @@ def test_the_submission_handler_records_an_order_whole_or_not_at_all(body: str |
         assert refused.reason in SUBMISSION_REASONS | {"UnknownOrder"}, refused
         assert (run.written_orders, run.written_states) == ([], [])
         return
-    assert result.outcome is SubmissionOutcome.ACCEPTED
+    assert result.outcome is IntakeOutcome.ACCEPTED
     assert run.written_orders == run.written_states == [result.order_id]
     order = parse_message(SubmitOrder, body)
     [reply] = received(queues.queue(order.reply_to))

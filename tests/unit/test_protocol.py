@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from activities.fencing import fenced_write
-from activities.submission import handle_submission
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
@@ -51,7 +51,7 @@ def deps(clock: FakeClock, settings: Settings) -> Dependencies:
 
 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
-    handle_submission(
+    handle_intake_message(
         order_body(order_id),
         orders=deps.orders,
         states=deps.states,
@@ -522,7 +522,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
     submit(deps)
     before = deps.states.get("o-1")
     with pytest.raises(ConflictingOrder):
-        handle_submission(
+        handle_intake_message(
             order_body("o-1", amount="1.00"),
             orders=deps.orders,
             states=deps.states,
@@ -541,7 +541,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
 
 def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencies) -> None:
     submit(deps)
-    handle_submission(
+    handle_intake_message(
         order_body("o-1", amount="1000.5"),
         orders=deps.orders,
         states=deps.states,
@@ -699,7 +699,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
 ) -> None:
     if why == "may pause for review":
         deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
-        handle_submission(
+        handle_intake_message(
             order_body("o-1"),
             orders=deps.orders,
             states=deps.states,

@@ -47,8 +47,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from activities.submission import handle_submission
 from agents.agent import handle_request
+from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
 from orderflow.clock import FakeClock
@@ -758,7 +758,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     ) -> None:
         """A message on the submission path. A failed reply send abandons it (it would be redelivered)."""
         with suppress(TransientError):
-            handle_submission(
+            handle_intake_message(
                 message if isinstance(message, str) else message.to_json(),
                 orders=self.orders,
                 states=self.states,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from activities.submission import SubmissionOutcome, handle_submission
+from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.client import OrderflowClient
 from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage, NotFound
@@ -63,7 +63,7 @@ def _submit(
 ) -> tuple[Any, InMemoryQueueFactory]:
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     try:
-        result = handle_submission(
+        result = handle_intake_message(
             body,
             reply_to=reply_to,
             orders=orders,
@@ -94,7 +94,7 @@ def test_a_submission_naming_the_configured_submission_queue_is_dead_lettered() 
     )
     assert queues.queue("submissions").approximate_count() == 0  # no reply was sent there
     accepted, _ = _submit(order_body("o-1", reply_to="orders"), settings)  # not a system queue here
-    assert accepted.outcome is SubmissionOutcome.ACCEPTED
+    assert accepted.outcome is IntakeOutcome.ACCEPTED
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_the_body_reply_queue_must_match_the_transport_reply_to(
     )
 
     if accepted:
-        assert outcome.outcome is SubmissionOutcome.ACCEPTED
+        assert outcome.outcome is IntakeOutcome.ACCEPTED
     else:
         assert isinstance(outcome, InvalidMessage)
         assert outcome.reason == "ReplyToMismatch"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from activities.submission import SubmissionOutcome, handle_submission
+from intake.submission import IntakeOutcome, handle_intake_message
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
@@ -63,7 +63,7 @@ def decide(deps: Dependencies, decision: str, reviewer: str = "ana") -> Any:
     body = ReviewDecisionMessage(
         schema_version=1, type="ReviewDecision", order_id="o-1", decision=decision, reviewer=reviewer
     ).to_json()
-    return handle_submission(
+    return handle_intake_message(
         body,
         orders=deps.orders,
         states=deps.states,
@@ -114,7 +114,7 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(d
 
     result = decide(deps, "approve")
 
-    assert result.outcome is SubmissionOutcome.REVIEW
+    assert result.outcome is IntakeOutcome.REVIEW
     review = deps.states.get("o-1").item.review
     assert review is not None and (review.decision, review.decided_by) == (ReviewDecision.APPROVE, "ana")
     [forwarded] = received(deps.queues.queue("agent-responses-h1"))
@@ -205,7 +205,7 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
     cancel = json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"})
-    handle_submission(
+    handle_intake_message(
         cancel,
         orders=deps.orders,
         states=deps.states,

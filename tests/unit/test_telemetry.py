@@ -21,7 +21,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
-from activities.submission import handle_submission
+from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -181,7 +181,7 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
     settings = Settings(CLAIM_TIMEOUT_S=30.0)
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     for order_id in ("o-1", "o-2", "o-3"):
-        handle_submission(
+        handle_intake_message(
             order_body(order_id), orders=orders, states=states, queues=queues, clock=clock, settings=settings
         )
         assert claim(states, states.get(order_id), clock, settings) is not None

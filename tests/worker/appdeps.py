@@ -2,7 +2,7 @@
 client for redeliveries, and a loopback stand-in for the remote services.
 
 The triggers in the worker are the real ones; only what they would reach on Azure (Cosmos DB, Service
-Bus, the remote services) is replaced, at the seams the Azure host wires (``function_host``).
+Bus, the remote services) is replaced, at the seams the Azure host wires (``function_host.wiring``).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-import orchestrators.blueprint
-from activities.submission import handle_submission
+from function_host.blueprints import orchestrators as orchestrators_blueprint
+from intake.submission import handle_intake_message
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
 from orderflow.contracts import OrchestrationInput
@@ -76,8 +76,8 @@ def app(
     """The scheduler triggers' dependencies, in memory, on a fake clock at :data:`START`."""
     deps, redelivery, client = app_dependencies()
     deps = replace(deps, clock=FakeClock(START))
-    monkeypatch.setattr(orchestrators.blueprint, "dependencies", lambda: deps)
-    monkeypatch.setattr(orchestrators.blueprint, "redelivery", lambda: redelivery)
+    monkeypatch.setattr(orchestrators_blueprint, "dependencies", lambda: deps)
+    monkeypatch.setattr(orchestrators_blueprint, "redelivery", lambda: redelivery)
     settlement.service.take()
     return deps, client
 
@@ -89,7 +89,7 @@ def client_data(extension: DurableExtension) -> Any:
 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     """Record a valid order: its document and a ``Pending``, unlocked state record."""
-    handle_submission(
+    handle_intake_message(
         order_body(order_id),
         orders=deps.orders,
         states=deps.states,

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-import activities.blueprint
-import agents.blueprint
-import orchestrators.blueprint
 from agents.services import HttpRemoteService
+from function_host.blueprints import agents as agents_blueprint
+from function_host.blueprints import intake as intake_blueprint
+from function_host.blueprints import orchestrators as orchestrators_blueprint
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
@@ -50,17 +50,17 @@ def remote() -> Iterator[RemoteServices]:
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
 ) -> Iterator[tuple[Dependencies, RecordingServiceBusClient]]:
-    """The triggers' dependencies as ``function_host`` would wire them on Azure, in memory."""
+    """The triggers' dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
     deps, redelivery, client = app_dependencies()
-    for module in (activities.blueprint, agents.blueprint, orchestrators.blueprint):
+    for module in (intake_blueprint, agents_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
-    for module in (activities.blueprint, orchestrators.blueprint):  # agents never retry (NoRetry)
+    for module in (intake_blueprint, orchestrators_blueprint):  # agents never retry (NoRetry)
         monkeypatch.setattr(module, "redelivery", lambda: redelivery)
-    monkeypatch.setattr(agents.blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
-    agents.blueprint._taken.cache_clear()
+    monkeypatch.setattr(agents_blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
+    agents_blueprint._taken.cache_clear()
     settlement.service.take()
     yield deps, client
-    agents.blueprint._taken.cache_clear()
+    agents_blueprint._taken.cache_clear()
 
 
 def binding(message: HostMessage) -> Any:

@@ -5,7 +5,7 @@ carrying the input the orchestrator sends it. Where the orchestrator runs the or
 ``tests/unit/test_df_replay.py``, that input is taken from the actions the worker's own orchestrator
 returns for that test's histories (the exact JSON text azure-functions-durable wrote), so an activity is
 fed what the orchestration asks for; the review decision, which needs order-v2, is built from its contract
-(``activities/contracts.py``). Each test asserts the activity's ``return_value`` as the worker encodes it
+(``orderflow/contracts.py``). Each test asserts the activity's ``return_value`` as the worker encodes it
 (``TypedData.json``) and what the activity did to the in-memory state store and queues.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-import activities.blueprint
-import supervisor.blueprint
+from function_host.blueprints import activities as activities_blueprint
+from function_host.blueprints import supervisor as supervisor_blueprint
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
@@ -56,8 +56,8 @@ INSTANCE = "o-1:1"
 
 
 def wire(monkeypatch: pytest.MonkeyPatch, deps: Dependencies) -> Dependencies:
-    """Make ``deps`` what the activity and supervisor triggers use, as ``function_host`` would wire them."""
-    for module in (activities.blueprint, supervisor.blueprint):
+    """Make ``deps`` what the activity and supervisor triggers use, as ``function_host.wiring`` would."""
+    for module in (activities_blueprint, supervisor_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
     return deps
 

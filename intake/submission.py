@@ -1,4 +1,10 @@
-"""Submission: turn an order message into the order document and its state record, idempotently.
+"""The submission path: every message on the orders queue, and above all the order itself.
+
+:func:`handle_intake_message` takes each message a client (or an operator's tooling) puts on the orders
+queue. A ``CancelOrder`` goes to :mod:`intake.cancellation`, a ``CompensateOrder`` to
+:mod:`intake.operator`, a ``ReviewDecision`` to :mod:`intake.review`; they share the queue (and its
+ordering) with the orders they are about. An order is recorded here: the order document and its state
+record, idempotently.
 
 The two writes go to separate resources with no shared transaction (the dual-write problem, docs/design.md
 §2). Both are keyed by the order id and create-only, so a redelivery after a crash between them simply
@@ -6,7 +12,7 @@ finishes the job: the order document is accepted again when its content hash mat
 create finds it exists. Conflicting content under a known order id is never written: it raises
 :class:`ConflictingOrder` and the host dead-letters the message with that reason.
 
-With admission control (:mod:`activities.admission`) a new order may instead be refused: nothing is
+With admission control (:mod:`intake.admission`) a new order may instead be refused: nothing is
 written, the client gets a ``Rejected`` reply saying why and when to retry, and the message is
 completed. Only *new* orders are refused. The admission decision is in memory, so it comes first and an
 admitted new order costs exactly what it did before (two creates, no read). Only a refusal pays one
@@ -22,10 +28,10 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from activities.admission import AdmissionControl, AdmissionDecision
-from activities.cancellation import CancelResult, handle_cancel
-from activities.operator import handle_compensate
-from activities.review import handle_review_decision
+from intake.admission import AdmissionControl, AdmissionDecision
+from intake.cancellation import CancelResult, handle_cancel
+from intake.operator import handle_compensate
+from intake.review import handle_review_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
@@ -61,8 +67,9 @@ from orderflow.workflows import WorkflowDefinition, new_order_workflow
 logger = logging.getLogger(__name__)
 
 
-class SubmissionOutcome(StrEnum):
-    """What a submission did."""
+class IntakeOutcome(StrEnum):
+    """What an intake message did: an order ``accepted``, ``duplicate`` or ``rejected``, or a request about
+    a known order handled (``cancel``, ``review``, ``operator``)."""
 
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
@@ -73,19 +80,22 @@ class SubmissionOutcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class SubmissionResult:
-    """Result of :func:`handle_submission`: the order id and whether this delivery created anything.
+class IntakeResult:
+    """Result of :func:`handle_intake_message`: the order the message was about and what it did.
 
     Attributes:
         order_id: The order.
-        outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order) or
-            ``cancel`` (the message was a cancel request).
-        reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); otherwise None.
+        outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order),
+            ``cancel`` (a client's cancel request), ``review`` (a reviewer's decision) or ``operator``
+            (an operator's decision to compensate).
+        reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); for ``cancel``, why it
+            was refused; for ``review``, why the decision was ignored; for ``operator``, what was done
+            or why it was refused; otherwise None.
         cancel: For ``cancel``, what the request did.
     """
 
     order_id: str
-    outcome: SubmissionOutcome
+    outcome: IntakeOutcome
     reason: str | None = None
     cancel: CancelResult | None = None
 
@@ -127,7 +137,7 @@ def order_document(order: SubmitOrder, clock: Clock) -> OrderDocument:
     )
 
 
-def handle_submission(
+def handle_intake_message(
     body: str | bytes,
     *,
     reply_to: str | None = None,
@@ -138,12 +148,14 @@ def handle_submission(
     settings: Settings,
     definition: WorkflowDefinition | None = None,
     admission: AdmissionControl | None = None,
-) -> SubmissionResult:
-    """Validate an order message and record it, idempotently on the order id.
+) -> IntakeResult:
+    """Handle one message of the orders queue: validate an order and record it, idempotently on the order
+    id, or hand a request about a known order to its handler.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for a
-    known order instead: :func:`activities.cancellation.handle_cancel` handles it (outcome ``cancel``);
-    a ``ReviewDecision`` goes to :func:`activities.review.handle_review_decision` (outcome ``review``).
+    known order: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``); a
+    ``CompensateOrder`` goes to :func:`intake.operator.handle_compensate` (outcome ``operator``), a
+    ``ReviewDecision`` to :func:`intake.review.handle_review_decision` (outcome ``review``).
 
     Args:
         body: The raw message body.
@@ -161,6 +173,8 @@ def handle_submission(
         that a resubmission of a settled order gets its final status again.
         ``rejected`` when admission control refused a new order: nothing was written, a ``Rejected``
         reply with the reason and ``retryAfterS`` was sent; complete the message too.
+        ``cancel``, ``operator`` or ``review`` for a request about a known order: whatever its handler
+        decided, complete the message.
 
     Raises:
         InvalidMessage: the body is not a valid order; dead-letter with ``reason``, one of
@@ -178,17 +192,17 @@ def handle_submission(
         cancelled = handle_cancel(
             body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
         )
-        return SubmissionResult(cancelled.order_id, SubmissionOutcome.CANCEL, cancelled.reason, cancelled)
+        return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
     if kind == COMPENSATE_ORDER:
         decided = handle_compensate(
             body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
         )
-        return SubmissionResult(decided.order_id, SubmissionOutcome.OPERATOR, decided.detail)
+        return IntakeResult(decided.order_id, IntakeOutcome.OPERATOR, decided.detail)
     if kind == REVIEW_DECISION:
         reviewed = handle_review_decision(
             body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
         )
-        return SubmissionResult(reviewed.order_id, SubmissionOutcome.REVIEW, reviewed.reason)
+        return IntakeResult(reviewed.order_id, IntakeOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     _check_reply_queue(order, settings, transport_reply_to=reply_to)
@@ -220,14 +234,14 @@ def handle_submission(
         raise
 
     status, reason, detail = OrderStatus.RECEIVED, None, None
-    if outcome is SubmissionOutcome.DUPLICATE:
+    if outcome is IntakeOutcome.DUPLICATE:
         # A client that resubmits a settled order (its reply was lost) gets the outcome, not "Received".
         settled = _final_status(states.get(order.order_id).item)
         if settled is not None:
             status, reason, detail = settled
     _send(queues, clock, order, status, reason=reason, detail=detail)
     telemetry.event("order.received", order_id=order.order_id, outcome=outcome.value)
-    return SubmissionResult(order.order_id, outcome)
+    return IntakeResult(order.order_id, outcome)
 
 
 def _check_reply_queue(order: SubmitOrder, settings: Settings, *, transport_reply_to: str | None) -> None:
@@ -294,13 +308,13 @@ def _record(
     clock: Clock,
     settings: Settings,
     definition: WorkflowDefinition,
-) -> SubmissionOutcome:
+) -> IntakeOutcome:
     """Write the order document and the state record, create-only; ``existing`` if already read.
 
     Raises:
         ConflictingOrder: the stored document's content hash differs; nothing is written.
     """
-    outcome = SubmissionOutcome.ACCEPTED
+    outcome = IntakeOutcome.ACCEPTED
     if existing is None:
         try:
             orders.create(document)
@@ -313,18 +327,18 @@ def _record(
                 f"order {order.order_id} exists with different content "
                 f"(stored hash {existing.content_hash[:12]}, received {document.content_hash[:12]})"
             )
-        outcome = SubmissionOutcome.DUPLICATE
+        outcome = IntakeOutcome.DUPLICATE
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
         states.create(initial_state(order, definition, settings, clock))
     except AlreadyExists:
-        outcome = SubmissionOutcome.DUPLICATE
+        outcome = IntakeOutcome.DUPLICATE
     return outcome
 
 
 def _reject(
     order: SubmitOrder, decision: AdmissionDecision, *, queues: QueueFactory, clock: Clock
-) -> SubmissionResult:
+) -> IntakeResult:
     """Tell the client its new order was refused; nothing is written to either store."""
     reason = decision.reason.value if decision.reason is not None else None
     reply = StatusReply(
@@ -343,4 +357,4 @@ def _reject(
     telemetry.event(
         "order.rejected", order_id=order.order_id, reason=reason, retry_after_s=decision.retry_after_s
     )
-    return SubmissionResult(order.order_id, SubmissionOutcome.REJECTED, reason)
+    return IntakeResult(order.order_id, IntakeOutcome.REJECTED, reason)

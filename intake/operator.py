@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from activities.requests import apply_request
+from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CompensateOrder, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus

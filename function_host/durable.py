@@ -2,9 +2,10 @@
 
 Maps :class:`orchestrators.context.WorkflowContext` onto
 ``azure.durable_functions.DurableOrchestrationContext`` so the Azure host runs the same
-:func:`orchestrators.workflow.order_workflow` body as the local host (docs/design.md §1). This is
-host-side code: only the Functions blueprint imports it, and it is the one module under
-``orchestrators/`` that imports ``azure.durable_functions``.
+:func:`orchestrators.workflow.order_workflow` body as the local host (docs/design.md §1); its
+counterpart for the local host is :mod:`devhost.durabletask_adapter`. Only the scheduler's blueprint
+(:mod:`function_host.blueprints.orchestrators`) uses it. It implements the orchestrators role's port,
+:mod:`orchestrators.context`, which is the one role module a host support module imports.
 
 Facts about the SDK (azure-functions-durable 1.7.0) this adapter relies on:
 

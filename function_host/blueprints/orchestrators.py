@@ -9,8 +9,10 @@ import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
-from function_host import DurableFunctionsClient, dependencies, redelivery, settle_trigger_message
-from orchestrators.durable_functions_adapter import durable_functions_orchestrator
+from function_host.durable import durable_functions_orchestrator
+from function_host.durable_client import DurableFunctionsClient
+from function_host.settlement import settle_trigger_message
+from function_host.wiring import dependencies, redelivery
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow

@@ -10,7 +10,8 @@ from azurefunctions.extensions.bindings import servicebus
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
-from function_host import NO_RETRY, dependencies, settle_trigger_delivery
+from function_host.settlement import NO_RETRY, settle_trigger_delivery
+from function_host.wiring import dependencies
 from orderflow.workflows import agent_names
 
 bp = df.Blueprint()
@@ -45,7 +46,7 @@ def _handle(
             taken=_taken(agent),
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
-        # A redelivered request makes no call: retrying one is never of use (function_host.NoRetry).
+        # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).
         redelivery=NO_RETRY,
     )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from activities.requests import apply_request
+from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.messages import ReviewDecisionMessage, parse_message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import azure.durable_functions as df
 import azure.functions as func
 
-from function_host import dependencies
+from function_host.wiring import dependencies
 from orderflow.replies import resend_pending_replies
 from supervisor.retention import purge_expired_logs
 from supervisor.sweep import run_sweep

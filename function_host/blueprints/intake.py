@@ -1,18 +1,20 @@
-"""Azure Functions triggers of the activities role: submission (Service Bus) and the orchestration's
-activities. Each trigger decodes its binding and calls the plain role function; nothing more."""
+"""Azure Functions trigger of the intake role: the submission path (Service Bus, PeekLock).
+
+Every message of the orders queue (an order, a cancel, a review decision, an operator's decision) goes to
+:func:`intake.submission.handle_intake_message`; bad input is dead-lettered with its reason.
+"""
 
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings import servicebus
 
-from activities.admission import AdmissionControl
-from activities.submission import handle_submission
-from activities.table import ACTIVITIES, Activity
-from function_host import ActivityPayload, dependencies, redelivery, settle_trigger_delivery
+from function_host.settlement import settle_trigger_delivery
+from function_host.wiring import dependencies, redelivery
+from intake.admission import AdmissionControl
+from intake.submission import handle_intake_message
 
 bp = df.Blueprint()
 
@@ -31,13 +33,13 @@ def _admission() -> AdmissionControl:
 def submission(
     message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
 ) -> None:
-    """PeekLock submission: valid orders are recorded, bad input is dead-lettered with its reason."""
+    """PeekLock intake: valid orders are recorded, requests handed on, bad input dead-lettered."""
     deps = dependencies()
     settle_trigger_delivery(
         deps.settings.ORDERS_QUEUE,
         message,
         message_actions,
-        lambda received: handle_submission(
+        lambda received: handle_intake_message(
             received.body,
             reply_to=received.reply_to,
             orders=deps.orders,
@@ -50,18 +52,3 @@ def submission(
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
-
-
-def _register(activity: Activity[Any, Any]) -> None:
-    """Register ``activity`` as a Durable Functions activity trigger under its contract's name."""
-
-    def run(payload: ActivityPayload) -> ActivityPayload:
-        return activity.run(payload, dependencies())
-
-    run.__name__ = run.__qualname__ = f"{activity.name}_activity"
-    run.__doc__ = activity.summary
-    bp.function_name(activity.name)(bp.activity_trigger(input_name="payload")(run))
-
-
-for _activity in ACTIVITIES:
-    _register(_activity)

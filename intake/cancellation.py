@@ -25,11 +25,11 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from activities.compensation import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from activities.requests import apply_request
+from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.contracts import CANCELLED_BY_CLIENT
+from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CancelOrder, OrderStatus, parse_message
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus

@@ -1,6 +1,10 @@
-"""The workflow-context adapter for Microsoft's durabletask SDK (local host and tests).
+"""The local host's durabletask adapters (Microsoft's durabletask SDK): the workflow context and the client.
 
-Maps :class:`orchestrators.context.WorkflowContext` onto ``durabletask.task.OrchestrationContext``.
+:class:`DurableTaskWorkflowContext` maps :class:`orchestrators.context.WorkflowContext` onto
+``durabletask.task.OrchestrationContext``, so the devhost runs the same workflow body as the Azure host
+(whose adapter is :mod:`function_host.durable`); :class:`DurableTaskClient` is the starter's and the
+listener's :class:`~orderflow.orchestration.OrchestrationClient` over the durabletask gRPC client. The
+devhost and the tests use them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""The Azure host's wiring: the one place the worker process builds its dependencies.
+
+:func:`dependencies` builds the adapters once per worker process from the app settings, with
+identity-based connections (``DefaultAzureCredential``, :func:`orderflow.wiring.connect_azure`): Cosmos
+DB for both stores, Service Bus for every queue. No keys. The blueprints call it (and
+:func:`redelivery`) on each invocation; tests replace both names in a blueprint to wire it in memory.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from function_host.settlement import Redelivery
+from orderflow.clock import SystemClock
+from orderflow.dependencies import Dependencies
+from orderflow.queues.servicebus import ServiceBusQueueFactory
+from orderflow.settings import Settings
+from orderflow.wiring import connect_azure
+
+
+@cache
+def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
+    settings = Settings.load()
+    stores, queues = connect_azure(settings)
+    deps = Dependencies(
+        states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
+    )
+    return deps, queues
+
+
+def dependencies() -> Dependencies:
+    """The worker process's adapters and settings, built on first use from the app settings."""
+    return _connections()[0]
+
+
+def redelivery() -> Redelivery:
+    """How the worker process redelivers a trigger-delivered message with a delay: through its own
+    Service Bus client (:meth:`orderflow.queues.servicebus.ServiceBusQueueFactory.redeliver`)."""
+    return _connections()[1]
