@@ -23,6 +23,9 @@ SCHEMA_VERSION = 1
 
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+REDACTED = "[redacted]"
+"""What a text field holds once the retention purge removed its payment or customer data (docs/data.md)."""
+
 
 def _ensure_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
@@ -101,7 +104,9 @@ class OrderDocument(Model):
     """The immutable order (``orders`` container, partition key ``/orderId``).
 
     ``content_hash`` is the SHA-256 of the canonical JSON of the immutable fields; a resubmission is
-    accepted only when it matches (docs/design.md §2).
+    accepted only when it matches (docs/design.md §2). The one change a document ever sees is its
+    redaction once the order is finished and its retention period over (:meth:`redacted`), marked by
+    ``redacted_at``.
     """
 
     id: str
@@ -116,6 +121,35 @@ class OrderDocument(Model):
     content_hash: str
     received_at: UtcDatetime
     schema_version: int = SCHEMA_VERSION
+    redacted_at: UtcDatetime | None = None
+
+    def redacted(self, at: datetime) -> OrderDocument:
+        """This document without its customer and payment data (docs/data.md), redacted at ``at`` (UTC).
+
+        ``customerId`` and ``customerName`` hold :data:`REDACTED`, ``amount`` is 0 and ``items`` is empty
+        (values of their types, so code that reads a redacted document still runs: a late ``start_step``
+        reads it before its fenced write refuses); fields this version does not know (a newer schema's)
+        are dropped. The keys, ``contentHash`` (a resubmission is still told a duplicate or a conflict),
+        ``receivedAt``, ``currency``, ``carrier`` and ``replyTo`` stay. A redacted document is returned
+        as it is.
+        """
+        if self.redacted_at is not None:
+            return self
+        return OrderDocument(
+            id=self.id,
+            order_id=self.order_id,
+            customer_id=REDACTED,
+            customer_name=REDACTED,
+            currency=self.currency,
+            amount=Decimal(0),
+            items=(),
+            carrier=self.carrier,
+            reply_to=self.reply_to,
+            content_hash=self.content_hash,
+            received_at=self.received_at,
+            schema_version=self.schema_version,
+            redacted_at=at,
+        )
 
 
 def content_hash(content: dict[str, Any]) -> str:

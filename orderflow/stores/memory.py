@@ -23,12 +23,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Any
 
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
+from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -322,10 +323,11 @@ class InMemoryStateStore:
 
 
 class InMemoryOrderStore:
-    """Immutable order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
+    """Order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
 
     Attributes:
-        counters: Every create and read attempt, including ones that raised.
+        counters: Every create, read and replace attempt (a redaction reads, then replaces), including
+            ones that raised.
     """
 
     def __init__(self) -> None:
@@ -351,5 +353,25 @@ class InMemoryOrderStore:
         Raises:
             NotFound: no such order.
         """
-        doc = self._container.read(order_id)
+        return self._document(self._container.read(order_id))
+
+    @staticmethod
+    def _document(doc: dict[str, Any]) -> OrderDocument:
         return OrderDocument.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+    def redact(self, order_id: str, *, at: datetime) -> Redaction:
+        """Replace the document's customer and payment data with redaction markers, once (If-Match).
+
+        Returns:
+            ``redacted``, or ``already_redacted`` when nothing needed writing.
+
+        Raises:
+            NotFound: no such order.
+            ConcurrencyConflict: another redaction wrote between this one's read and write.
+        """
+        stored = self._container.read(order_id)
+        document = self._document(stored)
+        if document.redacted_at is not None:
+            return Redaction.ALREADY_REDACTED
+        self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
+        return Redaction.REDACTED
