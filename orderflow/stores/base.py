@@ -48,7 +48,8 @@ class StateQuery:
         ready_at: ``nextAttemptAt`` is null or not later than this (UTC).
         reply_pending: ``pendingReply`` is set.
         updated_before: ``updatedAt`` is earlier than this (UTC).
-        log_unpurged: ``compensationLogPurgedAt`` is null (the log's data was not purged yet).
+        purge_version_below: ``dataPurgeVersion`` is missing, null or less than this: the retention purge
+            of that version has not run on the record (:data:`orderflow.records.DATA_PURGE_VERSION`).
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -58,7 +59,7 @@ class StateQuery:
     ready_at: datetime | None = None
     reply_pending: bool = False
     updated_before: datetime | None = None
-    log_unpurged: bool = False
+    purge_version_below: int | None = None
 
 
 @dataclass

@@ -154,8 +154,12 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
     if query.updated_before is not None:
         conditions.append("(IS_STRING(c.updatedAt) AND c.updatedAt < @updatedBefore)")
         params.append({"name": "@updatedBefore", "value": format_utc(query.updated_before)})
-    if query.log_unpurged:
-        conditions.append("(NOT IS_DEFINED(c.compensationLogPurgedAt) OR IS_NULL(c.compensationLogPurgedAt))")
+    if query.purge_version_below is not None:
+        conditions.append(
+            "(NOT IS_DEFINED(c.dataPurgeVersion) OR IS_NULL(c.dataPurgeVersion)"
+            " OR c.dataPurgeVersion < @purgeVersionBelow)"
+        )
+        params.append({"name": "@purgeVersionBelow", "value": query.purge_version_below})
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"SELECT {select} FROM c{where}", params
 

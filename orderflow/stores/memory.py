@@ -49,7 +49,7 @@ def query_fingerprint(query: StateQuery) -> str:
         "ready": format_utc(query.ready_at) if query.ready_at else None,
         "reply": query.reply_pending,
         "updated": format_utc(query.updated_before) if query.updated_before else None,
-        "unpurged": query.log_unpurged,
+        "purge_below": query.purge_version_below,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -87,12 +87,21 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
             return False
     if query.reply_pending and doc.get("pendingReply") is None:
         return False
-    if query.log_unpurged and doc.get("compensationLogPurgedAt") is not None:
+    if query.purge_version_below is not None and not _purge_version_below(
+        doc.get("dataPurgeVersion"), query.purge_version_below
+    ):
         return False
     updated_at = doc.get("updatedAt")
     return query.updated_before is None or (
         isinstance(updated_at, str) and updated_at < format_utc(query.updated_before)
     )
+
+
+def _purge_version_below(version: Any, bound: int) -> bool:
+    # Cosmos SQL: a missing or null version matches; a non-number compared with a number is false.
+    if version is None:
+        return True
+    return isinstance(version, int | float) and not isinstance(version, bool) and version < bound
 
 
 def _new_etag() -> str:

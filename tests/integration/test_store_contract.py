@@ -675,14 +675,19 @@ def test_query_by_pending_reply_and_update_time(stores: Stores) -> None:
     assert stores.state.count(StateQuery(reply_pending=True)) == 2
 
 
-def test_log_unpurged_finds_only_records_whose_compensation_data_was_not_purged(stores: Stores) -> None:
-    stores.state.create(make_record("kept", state=ProcessState.PROCESSED))
-    stores.state.create(make_record("purged", state=ProcessState.PROCESSED, compensation_log_purged_at=T0))
+def test_purge_version_below_finds_records_that_version_has_not_purged(stores: Stores) -> None:
+    finished = ProcessState.PROCESSED
+    stores.state.create(make_record("never", state=finished))
+    # An earlier version purged the compensation log only, and marked that alone.
+    stores.state.create(make_record("log-only", state=finished, compensation_log_purged_at=T0))
+    stores.state.create(make_record("v1", state=finished, data_purged_at=T0, data_purge_version=1))
+    stores.state.create(make_record("v2", state=finished, data_purged_at=T0, data_purge_version=2))
     stores.state.create(make_record("new", state=ProcessState.PENDING))
 
-    found, _ = scan(stores.state, StateQuery(process_states=(ProcessState.PROCESSED,), log_unpurged=True))
-    assert found == ["kept"]
-    assert stores.state.count(StateQuery(log_unpurged=True)) == 2
+    found, _ = scan(stores.state, StateQuery(process_states=(finished,), purge_version_below=2))
+    assert sorted(found) == ["log-only", "never", "v1"]
+    assert stores.state.count(StateQuery(purge_version_below=2)) == 4
+    assert stores.state.count(StateQuery(purge_version_below=3)) == 5
 
 
 # --- order redaction --------------------------------------------------------------------------
