@@ -379,7 +379,12 @@ class DevHost:
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.
             self._next_purge_at = time.monotonic() + RETENTION_INTERVAL_S
-            purge_expired_logs(states=self.deps.states, clock=self.deps.clock, settings=self.settings)
+            purge_expired_logs(
+                states=self.deps.states,
+                orders=self.deps.orders,
+                clock=self.deps.clock,
+                settings=self.settings,
+            )
 
     def _still_leader(self) -> bool:
         """Asked by a sweep before each record: renews the lease when due; False once it is lost."""

@@ -23,6 +23,17 @@ SCHEMA_VERSION = 1
 
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+REDACTED = "[redacted]"
+"""What a text field holds once the retention purge removed its payment or customer data (docs/data.md)."""
+
+DATA_PURGE_VERSION = 2
+"""The retention purge this code applies (a state record's ``dataPurgeVersion``; docs/data.md).
+
+0: never purged. 1: the compensation log's data and undo results only, marked ``compensationLogPurgedAt``
+by earlier versions (such records hold version 0 here). 2: also step results, error and reply texts and
+the order document. A record purged by an earlier version is purged again by this one.
+"""
+
 
 def _ensure_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
@@ -101,7 +112,9 @@ class OrderDocument(Model):
     """The immutable order (``orders`` container, partition key ``/orderId``).
 
     ``content_hash`` is the SHA-256 of the canonical JSON of the immutable fields; a resubmission is
-    accepted only when it matches (docs/design.md §2).
+    accepted only when it matches (docs/design.md §2). The one change a document ever sees is its
+    redaction once the order is finished and its retention period over (:meth:`redacted`), marked by
+    ``redacted_at``.
     """
 
     id: str
@@ -116,6 +129,35 @@ class OrderDocument(Model):
     content_hash: str
     received_at: UtcDatetime
     schema_version: int = SCHEMA_VERSION
+    redacted_at: UtcDatetime | None = None
+
+    def redacted(self, at: datetime) -> OrderDocument:
+        """This document without its customer and payment data (docs/data.md), redacted at ``at`` (UTC).
+
+        ``customerId`` and ``customerName`` hold :data:`REDACTED`, ``amount`` is 0 and ``items`` is empty
+        (values of their types, so code that reads a redacted document still runs: a late ``start_step``
+        reads it before its fenced write refuses); fields this version does not know (a newer schema's)
+        are dropped. The keys, ``contentHash`` (a resubmission is still told a duplicate or a conflict),
+        ``receivedAt``, ``currency``, ``carrier`` and ``replyTo`` stay. A redacted document is returned
+        as it is.
+        """
+        if self.redacted_at is not None:
+            return self
+        return OrderDocument(
+            id=self.id,
+            order_id=self.order_id,
+            customer_id=REDACTED,
+            customer_name=REDACTED,
+            currency=self.currency,
+            amount=Decimal(0),
+            items=(),
+            carrier=self.carrier,
+            reply_to=self.reply_to,
+            content_hash=self.content_hash,
+            received_at=self.received_at,
+            schema_version=self.schema_version,
+            redacted_at=at,
+        )
 
 
 def content_hash(content: dict[str, Any]) -> str:
@@ -295,8 +337,11 @@ class ReviewState(Model):
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
-    Field meanings are those of docs/design.md §2. ``etag`` is not part of the record: the stores return it
-    beside the record (:class:`orderflow.stores.base.Versioned`).
+    Field meanings are those of docs/design.md §2; what each holds and how long it is kept, docs/data.md
+    (``data_purged_at`` / ``data_purge_version``: when and by which :data:`DATA_PURGE_VERSION` the
+    retention purge ran; ``compensation_log_purged_at``: the narrower purge of earlier versions). ``etag``
+    is not part of the record: the stores return it beside the record
+    (:class:`orderflow.stores.base.Versioned`).
     """
 
     id: str
@@ -320,10 +365,34 @@ class StateRecord(Model):
     stop_requested_by: str | None = None
     review: ReviewState | None = None
     compensation_log_purged_at: UtcDatetime | None = None
+    data_purged_at: UtcDatetime | None = None
+    data_purge_version: int = 0
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
     created_at: UtcDatetime
     updated_at: UtcDatetime
+
+    def purge_data(self, at: datetime) -> None:
+        """Purge the payment and customer data of a finished order, in place (docs/data.md).
+
+        Clears each step's ``result`` and each compensation entry's ``data`` and ``undoResult``, and puts
+        :data:`REDACTED` in the free text that may quote them (the ``message`` of ``lastError`` and
+        ``compensationError``, the ``detail`` of ``pendingReply``). Statuses, keys, counts, error kinds,
+        codes and steps, the audit fields and every time stay, ``updatedAt`` included. Marks the record
+        ``dataPurgedAt`` = ``at`` (UTC), ``dataPurgeVersion`` = :data:`DATA_PURGE_VERSION`.
+        """
+        for step in self.steps.values():
+            step.result = None
+        for entry in self.compensation_log:
+            entry.data = {}
+            entry.undo_result = None
+        for error in (self.last_error, self.compensation_error):
+            if error is not None:
+                error.message = REDACTED
+        if self.pending_reply is not None and self.pending_reply.detail is not None:
+            self.pending_reply.detail = REDACTED
+        self.data_purged_at = at
+        self.data_purge_version = DATA_PURGE_VERSION
 
     def completed_steps(self) -> list[str]:
         """Names of the steps whose status is ``Completed``, in workflow order."""

@@ -538,10 +538,12 @@ class Settings(BaseModel):
     COMPENSATION_LOG_RETENTION_S: float = Field(
         2_592_000.0,
         ge=0,
-        description="Seconds a finished order (Processed, Compensated, Cancelled) keeps the data of its "
-        "compensation log (effect ids, amounts) before the supervisor purges it, leaving steps, keys and "
-        "statuses. Default 30 days; 0 never purges. CompensationFailed and Error orders keep theirs "
-        "for the operator who resolves them.",
+        description="Seconds a finished order (Processed, Compensated, Cancelled) keeps its payment and "
+        "customer data after its last change before the supervisor purges it: the effect ids and amounts "
+        "of its compensation log and step results, its error and reply texts, and its order document's "
+        "customer id, name, amount and items. Statuses, keys, the content hash and times stay "
+        "(docs/data.md). Default 30 days; 0 never purges. CompensationFailed and Error orders keep "
+        "theirs until an operator resolves them; the period starts then.",
     )
 
     # --- consumers ---------------------------------------------------------------------------

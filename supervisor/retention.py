@@ -1,28 +1,32 @@
-"""Retention of compensation logs: purge the data a finished order's log no longer needs.
+"""Retention: purge the payment and customer data of orders finished more than the retention period ago.
 
-A compensation log entry holds what an undo needs: effect ids and amounts (never card data). Once an
-order is finished for good (``Processed``, ``Compensated``, ``Cancelled``: no undo can run any more), that
-data is kept for ``COMPENSATION_LOG_RETENTION_S`` (for audits and disputes), then purged: each entry keeps
-its step, action, undo key and status, and loses ``data`` and ``undoResult``. ``CompensationFailed`` and
-``Error`` orders keep theirs for the operator who resolves them.
+A finished order (``Processed``, ``Compensated``, ``Cancelled``: no undo can run any more) keeps its data
+for ``COMPENSATION_LOG_RETENTION_S`` after its last change (for audits and disputes). Then one pass
+redacts its order document (customer id and name, amount, items) and purges its state record (step
+results, compensation data and undo results, error and reply texts), keeping what the protocol needs
+after the end: statuses, keys, the content hash, error kinds and codes, times. ``CompensationFailed`` and
+``Error`` orders keep theirs for the operator who resolves them; the period starts at the resolution.
+What each field holds, and why it is kept or purged: docs/data.md.
 
-The purge is one conditional write per record (a record that moved since it was read is left for the
-next pass), marks the record ``compensationLogPurgedAt`` so later passes skip it, and is bounded per
-pass like a sweep.
+Per record, the document is redacted first and the record marked second (``dataPurgedAt``,
+``dataPurgeVersion``), each a conditional write: a pass that dies between the two, or whose record write
+loses a race (412), leaves the record unmarked, and the next pass redoes both (a redacted document is
+left as it is). Records purged by an earlier, narrower version (``compensationLogPurgedAt`` alone) are
+purged again. A pass is bounded like a sweep.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict
-from orderflow.records import ProcessState
+from orderflow.errors import ConcurrencyConflict, NotFound
+from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
 from orderflow.settings import Settings
-from orderflow.stores.base import StateQuery, StateStore
+from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -39,21 +43,22 @@ class PurgeReport:
 
 
 def purge_expired_logs(
-    *, states: StateStore, clock: Clock, settings: Settings, max_records: int = 100
+    *, states: StateStore, orders: OrderStore, clock: Clock, settings: Settings, max_records: int = 100
 ) -> PurgeReport:
-    """Purge the compensation-log data of orders finished more than the retention period ago.
+    """Purge the payment and customer data of orders finished more than the retention period ago.
 
     Args:
         states: The state store.
+        orders: The order store (each purged record's document is redacted).
         clock: Time source (UTC).
         settings: ``COMPENSATION_LOG_RETENTION_S`` (0 disables the purge).
-        max_records: Most records this pass writes.
+        max_records: Most records this pass looks at (each costs up to two writes).
 
     Returns:
         A :class:`PurgeReport`.
 
     Raises:
-        TransientError: the store is unavailable; the next pass starts over.
+        TransientError: a store is unavailable; the next pass starts over.
     """
     report = PurgeReport()
     if settings.COMPENSATION_LOG_RETENTION_S <= 0:
@@ -62,22 +67,34 @@ def purge_expired_logs(
     query = StateQuery(
         process_states=PURGEABLE_STATES,
         updated_before=now - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S),
-        log_unpurged=True,
+        purge_version_below=DATA_PURGE_VERSION,
     )
     # Purged records leave the result, so the first page is always the next work.
     page = states.query(query, max_item_count=max_records)
     for found in page.items:
-        record = found.item.model_copy(deep=True)
-        for entry in record.compensation_log:
-            entry.data = {}
-            entry.undo_result = None
-        record.compensation_log_purged_at = now
-        try:
-            states.replace(record, etag=found.etag)
-        except ConcurrencyConflict:
+        if _purge(found, states=states, orders=orders, now=now):
+            report.purged += 1
+        else:
             report.lost_races += 1
-            continue
-        report.purged += 1
     if report.purged:
         telemetry.event("retention.purged", records=report.purged)
     return report
+
+
+def _purge(found: Versioned[StateRecord], *, states: StateStore, orders: OrderStore, now: datetime) -> bool:
+    """Redact the order's document, then purge and mark its record; False if either write lost a race."""
+    order_id = found.item.order_id
+    try:
+        orders.redact(order_id, at=now)
+    except NotFound:
+        # Submission writes the document before the record; a record without one has nothing to redact.
+        logger.warning("retention: order %s has a state record but no order document", order_id)
+    except ConcurrencyConflict:
+        return False  # another pass is redacting it
+    record = found.item.model_copy(deep=True)
+    record.purge_data(now)
+    try:
+        states.replace(record, etag=found.etag)
+    except ConcurrencyConflict:
+        return False
+    return True

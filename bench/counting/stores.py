@@ -7,7 +7,8 @@ with the caller, for a breakdown of where reads and writes come from.
 
 State-store operations counted: ``read`` (point read), ``create``, ``replace``, ``replace_conflict``
 (a replace answered 412), ``query_page`` (one page of a query), ``query_item`` (items those pages
-returned) and ``count`` (an aggregate query). Order-store operations: ``read`` and ``create``.
+returned) and ``count`` (an aggregate query). Order-store operations: ``read``, ``create`` and
+``redact``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any, Generic, TypeVar
 from bench.counting import UNLABELLED, CallerLabel, OperationCounts
 from orderflow.errors import ConcurrencyConflict
 from orderflow.records import OrderDocument, StateRecord
-from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, StoreCounters, Versioned
+from orderflow.stores.base import (
+    OrderStore,
+    Page,
+    Redaction,
+    StateQuery,
+    StateStore,
+    StoreCounters,
+    Versioned,
+)
 
 _Port = TypeVar("_Port", StateStore, OrderStore)
 
@@ -106,3 +115,8 @@ class CountingOrderStore(_CountingWrapper[OrderStore]):
         """Count ``read`` and forward."""
         self._count("read")
         return self.inner.get(order_id, **kwargs)
+
+    def redact(self, order_id: str, **kwargs: Any) -> Redaction:
+        """Count ``redact`` and forward."""
+        self._count("redact")
+        return self.inner.redact(order_id, **kwargs)

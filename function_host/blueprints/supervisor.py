@@ -22,4 +22,4 @@ def supervisor(timer: func.TimerRequest) -> None:
     resend_pending_replies(
         states=deps.states, queues=deps.queues, clock=deps.clock, grace_s=deps.settings.REPLY_GRACE_S
     )
-    purge_expired_logs(states=deps.states, clock=deps.clock, settings=deps.settings)
+    purge_expired_logs(states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings)

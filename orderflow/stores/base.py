@@ -3,7 +3,8 @@
 Both stores are separate resources with no shared transaction (docs/design.md §2). The state store offers
 exactly the primitives the concurrency protocol needs (docs/design.md §3): create (409 → AlreadyExists),
 point read, conditional replace on an ETag (412 → ConcurrencyConflict) and paged queries with
-continuation tokens. There is no unconditional write.
+continuation tokens. There is no unconditional write. The order store creates and reads documents, and
+redacts a finished order's once its retention period is over (docs/data.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from orderflow.records import OrderDocument, ProcessState, StateRecord
@@ -46,7 +48,8 @@ class StateQuery:
         ready_at: ``nextAttemptAt`` is null or not later than this (UTC).
         reply_pending: ``pendingReply`` is set.
         updated_before: ``updatedAt`` is earlier than this (UTC).
-        log_unpurged: ``compensationLogPurgedAt`` is null (the log's data was not purged yet).
+        purge_version_below: ``dataPurgeVersion`` is missing, null or less than this: the retention purge
+            of that version has not run on the record (:data:`orderflow.records.DATA_PURGE_VERSION`).
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -56,7 +59,7 @@ class StateQuery:
     ready_at: datetime | None = None
     reply_pending: bool = False
     updated_before: datetime | None = None
-    log_unpurged: bool = False
+    purge_version_below: int | None = None
 
 
 @dataclass
@@ -127,8 +130,22 @@ class StateStore(Protocol):
         ...
 
 
+class Redaction(StrEnum):
+    """What :meth:`OrderStore.redact` did."""
+
+    REDACTED = "redacted"
+    """This call replaced the document's customer and payment data."""
+    ALREADY_REDACTED = "already_redacted"
+    """The document was redacted before; nothing was written."""
+
+
 class OrderStore(Protocol):
-    """Immutable order documents, one per order id."""
+    """Order documents, one per order id: immutable, except that a finished order's is redacted once.
+
+    Caches of documents (``orderflow.dependencies.OrderCache``) stay correct: only documents of orders
+    in a terminal state are redacted, and no role uses a terminal order's document for anything but its
+    ``contentHash``, which redaction keeps (docs/data.md).
+    """
 
     counters: StoreCounters
 
@@ -145,5 +162,26 @@ class OrderStore(Protocol):
 
         Raises:
             NotFound: no such order.
+        """
+        ...
+
+    def redact(self, order_id: str, *, at: datetime) -> Redaction:
+        """Replace the document's customer and payment data with redaction markers, once.
+
+        Reads the document and, unless it is redacted already, replaces it with
+        :meth:`orderflow.records.OrderDocument.redacted` on the ETag it read (If-Match). Only for orders
+        in a terminal state whose retention period is over: the caller decides that.
+
+        Args:
+            order_id: The order.
+            at: The time of the redaction (UTC), kept as ``redactedAt``.
+
+        Returns:
+            :attr:`Redaction.REDACTED`, or :attr:`Redaction.ALREADY_REDACTED` (nothing written).
+
+        Raises:
+            NotFound: no such order.
+            ConcurrencyConflict: the document changed between the read and the write: only a redaction
+                writes a document, so another one won and the document is redacted.
         """
         ...

@@ -40,6 +40,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
@@ -65,7 +66,7 @@ from orderflow.errors import (
 )
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
+from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +154,12 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
     if query.updated_before is not None:
         conditions.append("(IS_STRING(c.updatedAt) AND c.updatedAt < @updatedBefore)")
         params.append({"name": "@updatedBefore", "value": format_utc(query.updated_before)})
-    if query.log_unpurged:
-        conditions.append("(NOT IS_DEFINED(c.compensationLogPurgedAt) OR IS_NULL(c.compensationLogPurgedAt))")
+    if query.purge_version_below is not None:
+        conditions.append(
+            "(NOT IS_DEFINED(c.dataPurgeVersion) OR IS_NULL(c.dataPurgeVersion)"
+            " OR c.dataPurgeVersion < @purgeVersionBelow)"
+        )
+        params.append({"name": "@purgeVersionBelow", "value": query.purge_version_below})
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"SELECT {select} FROM c{where}", params
 
@@ -370,10 +375,11 @@ class CosmosStateStore:
 
 
 class CosmosOrderStore:
-    """Immutable order documents in a Cosmos DB container: the ``OrderStore`` port.
+    """Order documents in a Cosmos DB container: the ``OrderStore`` port.
 
     Attributes:
-        counters: Every create and read attempt, including ones that raised.
+        counters: Every create, read and replace attempt (a redaction reads, then replaces), including
+            ones that raised.
     """
 
     def __init__(self, container: ContainerProxy) -> None:
@@ -402,6 +408,25 @@ class CosmosOrderStore:
             TransientError: throttled beyond the SDK's retries, timed out or unreachable.
         """
         return OrderDocument.model_validate(_system_free(self._container.read(order_id)))
+
+    def redact(self, order_id: str, *, at: datetime) -> Redaction:
+        """Replace the document's customer and payment data with redaction markers, once (If-Match).
+
+        Returns:
+            ``redacted``, or ``already_redacted`` when nothing needed writing.
+
+        Raises:
+            NotFound: no such order.
+            ConcurrencyConflict: another redaction wrote between this one's read and write (412).
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable; the write may
+                or may not have happened (a later call finds out).
+        """
+        stored = self._container.read(order_id)
+        document = OrderDocument.model_validate(_system_free(stored))
+        if document.redacted_at is not None:
+            return Redaction.ALREADY_REDACTED
+        self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
+        return Redaction.REDACTED
 
 
 @dataclass

@@ -23,12 +23,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Any
 
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, StateQuery, StoreCounters, Versioned
+from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def query_fingerprint(query: StateQuery) -> str:
         "ready": format_utc(query.ready_at) if query.ready_at else None,
         "reply": query.reply_pending,
         "updated": format_utc(query.updated_before) if query.updated_before else None,
-        "unpurged": query.log_unpurged,
+        "purge_below": query.purge_version_below,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -86,12 +87,21 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
             return False
     if query.reply_pending and doc.get("pendingReply") is None:
         return False
-    if query.log_unpurged and doc.get("compensationLogPurgedAt") is not None:
+    if query.purge_version_below is not None and not _purge_version_below(
+        doc.get("dataPurgeVersion"), query.purge_version_below
+    ):
         return False
     updated_at = doc.get("updatedAt")
     return query.updated_before is None or (
         isinstance(updated_at, str) and updated_at < format_utc(query.updated_before)
     )
+
+
+def _purge_version_below(version: Any, bound: int) -> bool:
+    # Cosmos SQL: a missing or null version matches; a non-number compared with a number is false.
+    if version is None:
+        return True
+    return isinstance(version, int | float) and not isinstance(version, bool) and version < bound
 
 
 def _new_etag() -> str:
@@ -322,10 +332,11 @@ class InMemoryStateStore:
 
 
 class InMemoryOrderStore:
-    """Immutable order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
+    """Order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
 
     Attributes:
-        counters: Every create and read attempt, including ones that raised.
+        counters: Every create, read and replace attempt (a redaction reads, then replaces), including
+            ones that raised.
     """
 
     def __init__(self) -> None:
@@ -351,5 +362,25 @@ class InMemoryOrderStore:
         Raises:
             NotFound: no such order.
         """
-        doc = self._container.read(order_id)
+        return self._document(self._container.read(order_id))
+
+    @staticmethod
+    def _document(doc: dict[str, Any]) -> OrderDocument:
         return OrderDocument.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+    def redact(self, order_id: str, *, at: datetime) -> Redaction:
+        """Replace the document's customer and payment data with redaction markers, once (If-Match).
+
+        Returns:
+            ``redacted``, or ``already_redacted`` when nothing needed writing.
+
+        Raises:
+            NotFound: no such order.
+            ConcurrencyConflict: another redaction wrote between this one's read and write.
+        """
+        stored = self._container.read(order_id)
+        document = self._document(stored)
+        if document.redacted_at is not None:
+            return Redaction.ALREADY_REDACTED
+        self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
+        return Redaction.REDACTED

@@ -22,6 +22,7 @@ import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 
 from devhost.host import DevHost
@@ -30,7 +31,7 @@ from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
 from orderflow.records import OrderDocument, StateRecord
-from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, Versioned
+from orderflow.stores.base import OrderStore, Page, Redaction, StateQuery, StateStore, Versioned
 
 CORPUS_DIR = Path(__file__).parent
 MANIFEST = CORPUS_DIR / "manifest.toml"
@@ -192,6 +193,12 @@ class RecordingOrderStore:
     def get(self, order_id: str) -> OrderDocument:
         """Read."""
         return self._inner.get(order_id)
+
+    def redact(self, order_id: str, *, at: datetime) -> Redaction:
+        """Redact, then log."""
+        done = self._inner.redact(order_id, at=at)
+        self.written.append(order_id)
+        return done
 
 
 class RecordingStateStore:

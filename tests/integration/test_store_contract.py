@@ -21,6 +21,7 @@ import pytest
 from devhost.emulators import LocalEndpoints
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.records import (
+    REDACTED,
     CompensationEntry,
     LastError,
     OrderDocument,
@@ -32,7 +33,15 @@ from orderflow.records import (
     StepState,
     StepStatus,
 )
-from orderflow.stores.base import OrderStore, Page, StateQuery, StateStore, StoreCounters, Versioned
+from orderflow.stores.base import (
+    OrderStore,
+    Page,
+    Redaction,
+    StateQuery,
+    StateStore,
+    StoreCounters,
+    Versioned,
+)
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 
@@ -47,12 +56,15 @@ PLUS_TWO = timezone(timedelta(hours=2))
 
 @dataclass
 class Stores:
-    """The adapters under test plus a way to open a second, independent handle on the same data."""
+    """The adapters under test, a way to open a second, independent handle on the same data, and the
+    order documents exactly as stored (system properties dropped)."""
 
     adapter: str
     state: StateStore
     orders: OrderStore
     open_state: Callable[[], StateStore]
+    open_orders: Callable[[], OrderStore]
+    stored_order: Callable[[str], dict[str, Any]]
 
 
 ADAPTERS = [
@@ -65,8 +77,10 @@ ADAPTERS = [
 def stores(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Stores]:
     """Fresh, empty stores of one adapter (a new Cosmos database per test)."""
     if request.param == "memory":
-        state = InMemoryStateStore()
-        yield Stores("memory", state, InMemoryOrderStore(), lambda: state)
+        state, orders = InMemoryStateStore(), InMemoryOrderStore()
+        yield Stores(
+            "memory", state, orders, lambda: state, lambda: orders, lambda order_id: stored(orders, order_id)
+        )
         return
     # Looked up lazily so the in-memory runs never start the emulators.
     endpoints: LocalEndpoints = request.getfixturevalue("local_endpoints")
@@ -88,13 +102,27 @@ def stores(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Stores]
         extra.append(connect())
         return extra[-1].state
 
+    def open_orders() -> OrderStore:
+        extra.append(connect())
+        return extra[-1].orders
+
+    def stored_order(order_id: str) -> dict[str, Any]:
+        doc = main.database.get_container_client("orders").read_item(item=order_id, partition_key=order_id)
+        return {k: v for k, v in doc.items() if not k.startswith("_")}
+
     try:
-        yield Stores("cosmos", main.state, main.orders, open_state)
+        yield Stores("cosmos", main.state, main.orders, open_state, open_orders, stored_order)
     finally:
         for other in extra:
             other.close()
         main.client.delete_database(unique_name)
         main.close()
+
+
+def stored(orders: InMemoryOrderStore, order_id: str) -> dict[str, Any]:
+    """An in-memory order document exactly as the store keeps it (system properties dropped)."""
+    doc = orders._container.read(order_id)
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
 def make_record(
@@ -647,11 +675,91 @@ def test_query_by_pending_reply_and_update_time(stores: Stores) -> None:
     assert stores.state.count(StateQuery(reply_pending=True)) == 2
 
 
-def test_log_unpurged_finds_only_records_whose_compensation_data_was_not_purged(stores: Stores) -> None:
-    stores.state.create(make_record("kept", state=ProcessState.PROCESSED))
-    stores.state.create(make_record("purged", state=ProcessState.PROCESSED, compensation_log_purged_at=T0))
+def test_purge_version_below_finds_records_that_version_has_not_purged(stores: Stores) -> None:
+    finished = ProcessState.PROCESSED
+    stores.state.create(make_record("never", state=finished))
+    # An earlier version purged the compensation log only, and marked that alone.
+    stores.state.create(make_record("log-only", state=finished, compensation_log_purged_at=T0))
+    stores.state.create(make_record("v1", state=finished, data_purged_at=T0, data_purge_version=1))
+    stores.state.create(make_record("v2", state=finished, data_purged_at=T0, data_purge_version=2))
     stores.state.create(make_record("new", state=ProcessState.PENDING))
 
-    found, _ = scan(stores.state, StateQuery(process_states=(ProcessState.PROCESSED,), log_unpurged=True))
-    assert found == ["kept"]
-    assert stores.state.count(StateQuery(log_unpurged=True)) == 2
+    found, _ = scan(stores.state, StateQuery(process_states=(finished,), purge_version_below=2))
+    assert sorted(found) == ["log-only", "never", "v1"]
+    assert stores.state.count(StateQuery(purge_version_below=2)) == 4
+    assert stores.state.count(StateQuery(purge_version_below=3)) == 5
+
+
+# --- order redaction --------------------------------------------------------------------------
+
+
+def test_redaction_replaces_customer_and_payment_data_and_keeps_keys_and_hash(stores: Stores) -> None:
+    original = make_order("o-1", amount="1234.50")
+    stores.orders.create(original)
+    at = T0 + timedelta(days=30)
+
+    assert stores.orders.redact("o-1", at=at) is Redaction.REDACTED
+    assert stores.orders.counters == StoreCounters(reads=1, creates=1, replaces=1)
+
+    got = stores.orders.get("o-1")
+    assert (got.customer_id, got.customer_name, got.amount, got.items) == (REDACTED, REDACTED, Decimal(0), ())
+    assert got.redacted_at == at
+    kept = (
+        "id",
+        "order_id",
+        "currency",
+        "carrier",
+        "reply_to",
+        "content_hash",
+        "received_at",
+        "schema_version",
+    )
+    assert {name: getattr(got, name) for name in kept} == {name: getattr(original, name) for name in kept}
+    # A field of a newer schema is not known to hold no personal data: it goes too.
+    assert got.model_extra == {}
+    text = json.dumps(stores.stored_order("o-1"), ensure_ascii=False)
+    for secret in ("c-7", "Zoë Ångström", "1234.5", "SKU-1", "SKU-2", "giftWrap"):
+        assert secret not in text
+
+
+def test_a_second_redaction_writes_nothing(stores: Stores) -> None:
+    stores.orders.create(make_order("o-1"))
+    stores.orders.redact("o-1", at=T0)
+    first = stores.stored_order("o-1")
+
+    assert stores.orders.redact("o-1", at=T0 + timedelta(days=1)) is Redaction.ALREADY_REDACTED
+
+    assert stores.stored_order("o-1") == first
+    assert stores.orders.get("o-1").redacted_at == T0
+    assert stores.orders.counters.replaces == 1
+
+
+def test_redaction_of_a_missing_order_raises_not_found(stores: Stores) -> None:
+    stores.orders.create(make_order("o-1"))
+
+    with pytest.raises(NotFound):
+        stores.orders.redact("o-missing", at=T0)
+    assert stores.orders.get("o-1").customer_id == "c-7"
+
+
+def test_a_redaction_that_loses_the_race_raises_and_leaves_the_winners(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores.orders.create(make_order("o-1"))
+    other = stores.open_orders()
+    # Both adapters read through their container; another pass redacts between this read and write.
+    container = stores.orders._container  # type: ignore[attr-defined]
+    read = container.read
+
+    def read_then_lose(item_id: str) -> dict[str, Any]:
+        doc: dict[str, Any] = read(item_id)
+        monkeypatch.setattr(container, "read", read)
+        other.redact(item_id, at=T0)
+        return doc
+
+    monkeypatch.setattr(container, "read", read_then_lose)
+
+    with pytest.raises(ConcurrencyConflict):
+        stores.orders.redact("o-1", at=T0 + timedelta(minutes=1))
+    assert stores.orders.get("o-1").redacted_at == T0
+    assert stores.orders.redact("o-1", at=T0 + timedelta(minutes=2)) is Redaction.ALREADY_REDACTED

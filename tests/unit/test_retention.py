@@ -1,23 +1,53 @@
-"""Retention of compensation logs (supervisor.retention) over the in-memory state store."""
+"""Retention of payment and customer data (supervisor.retention) over the in-memory stores.
+
+What a purge keeps is what the protocol needs after an order's end: these tests run the roles that can
+still meet a purged order (a resubmission, a cancel, a late activity, the reply relay, the supervisor)
+against one. The stored JSON of both stores is scanned in ``tests/integration/test_retention_stores.py``.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from intake.cancellation import CancelOutcome, handle_cancel
+from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock
-from orderflow.records import CompensationEntry, ProcessState, RetryBudget, StateRecord
-from orderflow.settings import Settings
+from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
+from orderflow.dependencies import Dependencies
+from orderflow.errors import TransientError
+from orderflow.records import (
+    DATA_PURGE_VERSION,
+    REDACTED,
+    CompensationEntry,
+    LastError,
+    PendingReply,
+    ProcessState,
+    RetryBudget,
+    StateRecord,
+    StepState,
+    StepStatus,
+)
+from orderflow.replies import resend_pending_replies
+from orderflow.stores.base import Redaction, Versioned
 from orderflow.stores.memory import InMemoryStateStore
-from supervisor.retention import purge_expired_logs
+from orderflow.workflows import ORDER_V2
+from supervisor.retention import PurgeReport, purge_expired_logs
+from supervisor.sweep import run_sweep
+from tests.activity_json import finish_order, start_step
+from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
 DAY = timedelta(days=1)
+RETENTION_S = 30 * DAY.total_seconds()
 
 
-def record(order_id: str, state: ProcessState, clock: FakeClock) -> StateRecord:
+def record(order_id: str, state: ProcessState, clock: FakeClock, **fields: Any) -> StateRecord:
     return StateRecord(
         id=order_id,
         order_id=order_id,
@@ -25,6 +55,13 @@ def record(order_id: str, state: ProcessState, clock: FakeClock) -> StateRecord:
         reply_to="replies",
         retry_budget=RetryBudget(limit=10),
         workflow_version="order-v1",
+        steps={
+            "charge_payment": StepState(
+                status=StepStatus.COMPLETED,
+                idempotency_key=f"{order_id}:charge_payment",
+                result={"chargeId": "ch-1", "amount": "10.00", "currency": "USD"},
+            )
+        },
         compensation_log=[
             CompensationEntry(
                 step="charge_payment",
@@ -39,13 +76,19 @@ def record(order_id: str, state: ProcessState, clock: FakeClock) -> StateRecord:
         ],
         created_at=clock.now(),
         updated_at=clock.now(),
+        **fields,
     )
 
 
-def test_finished_orders_lose_their_log_data_after_the_retention_period() -> None:
+def purge(deps: Dependencies) -> PurgeReport:
+    return purge_expired_logs(
+        states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings
+    )
+
+
+def test_finished_orders_lose_their_data_after_the_retention_period() -> None:
     clock = FakeClock()
-    states = InMemoryStateStore()
-    settings = Settings(COMPENSATION_LOG_RETENTION_S=30 * DAY.total_seconds())
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
     for order_id, state in [
         ("processed", ProcessState.PROCESSED),
         ("compensated", ProcessState.COMPENSATED),
@@ -53,16 +96,16 @@ def test_finished_orders_lose_their_log_data_after_the_retention_period() -> Non
         ("failed", ProcessState.COMPENSATION_FAILED),  # the operator still needs it
         ("error", ProcessState.ERROR),
     ]:
-        states.create(record(order_id, state, clock))
+        deps.states.create(record(order_id, state, clock))
     clock.advance((29 * DAY).total_seconds())
-    assert purge_expired_logs(states=states, clock=clock, settings=settings).purged == 0
+    assert purge(deps).purged == 0
 
     clock.advance((2 * DAY).total_seconds())
-    report = purge_expired_logs(states=states, clock=clock, settings=settings)
+    report = purge(deps)
 
-    assert report.purged == 3
+    assert report == PurgeReport(purged=3, lost_races=0)
     for order_id in ("processed", "compensated", "cancelled"):
-        purged = states.get(order_id).item
+        purged = deps.states.get(order_id).item
         [entry] = purged.compensation_log
         assert (entry.data, entry.undo_result) == ({}, None)
         assert (entry.step, entry.undo_key, entry.status) == (
@@ -70,24 +113,350 @@ def test_finished_orders_lose_their_log_data_after_the_retention_period() -> Non
             f"{order_id}:charge_payment:undo",
             "Compensated",
         )
-        assert purged.compensation_log_purged_at == clock.now()
+        step = purged.steps["charge_payment"]
+        assert (step.result, step.status, step.idempotency_key) == (
+            None,
+            StepStatus.COMPLETED,
+            f"{order_id}:charge_payment",
+        )
+        assert (purged.data_purged_at, purged.data_purge_version) == (clock.now(), DATA_PURGE_VERSION)
     for order_id in ("failed", "error"):
-        assert states.get(order_id).item.compensation_log[0].data["chargeId"] == "ch-1"
-    etags = {order_id: states.get(order_id).etag for order_id in ("processed", "compensated")}
-    assert purge_expired_logs(states=states, clock=clock, settings=settings).purged == 0  # once only
-    assert {order_id: states.get(order_id).etag for order_id in etags} == etags
+        kept = deps.states.get(order_id).item
+        assert kept.compensation_log[0].data["chargeId"] == "ch-1"
+        assert kept.steps["charge_payment"].result == {
+            "chargeId": "ch-1",
+            "amount": "10.00",
+            "currency": "USD",
+        }
+    etags = {order_id: deps.states.get(order_id).etag for order_id in ("processed", "compensated")}
+    assert purge(deps).purged == 0  # once only
+    assert {order_id: deps.states.get(order_id).etag for order_id in etags} == etags
+
+
+def test_error_texts_are_redacted_and_their_kind_and_code_kept() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    quoted = "refund of ch-1 (10.00) refused"
+    deps.states.create(
+        record(
+            "o-1",
+            ProcessState.COMPENSATED,
+            clock,
+            last_error=LastError(
+                kind="permanent", code="declined", message=quoted, step="charge_payment", at=clock.now()
+            ),
+            compensation_error=LastError(
+                kind="transient", code="refund_failed", message=quoted, at=clock.now()
+            ),
+            pending_reply=PendingReply(status="Compensated", reason="declined", detail=quoted),
+        )
+    )
+    clock.advance(RETENTION_S + 1)
+
+    assert purge(deps).purged == 1
+
+    purged = deps.states.get("o-1").item
+    assert purged.last_error is not None and purged.compensation_error is not None
+    assert purged.last_error.model_dump() == {
+        "kind": "permanent",
+        "message": REDACTED,
+        "step": "charge_payment",
+        "code": "declined",
+        "at": clock.now() - timedelta(seconds=RETENTION_S + 1),
+    }
+    assert (purged.compensation_error.kind, purged.compensation_error.code) == ("transient", "refund_failed")
+    assert purged.compensation_error.message == REDACTED
+    assert purged.pending_reply == PendingReply(status="Compensated", reason="declined", detail=REDACTED)
 
 
 def test_a_zero_retention_never_purges() -> None:
     clock = FakeClock()
-    states = InMemoryStateStore()
-    states.create(record("o-1", ProcessState.PROCESSED, clock))
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=0)
+    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
     clock.advance((3650 * DAY).total_seconds())
 
-    assert (
-        purge_expired_logs(
-            states=states, clock=clock, settings=Settings(COMPENSATION_LOG_RETENTION_S=0)
-        ).purged
-        == 0
+    assert purge(deps).purged == 0
+    assert deps.states.get("o-1").item.compensation_log[0].data
+
+
+def test_a_record_an_earlier_version_purged_gets_the_wider_purge() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    narrow = record("o-1", ProcessState.PROCESSED, clock, compensation_log_purged_at=clock.now())
+    narrow.compensation_log[0].data, narrow.compensation_log[0].undo_result = {}, None
+    deps.states.create(narrow)  # as the log-only purge left it: the step's result still holds the charge
+    clock.advance(RETENTION_S + 1)
+
+    assert purge(deps).purged == 1
+
+    purged = deps.states.get("o-1").item
+    assert purged.steps["charge_payment"].result is None
+    assert purged.data_purge_version == DATA_PURGE_VERSION
+    assert purged.compensation_log_purged_at == clock.now() - timedelta(seconds=RETENTION_S + 1)
+
+
+def test_an_error_order_keeps_its_data_until_resolved_and_the_period_starts_then() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    deps.states.create(record("o-1", ProcessState.ERROR, clock))
+    clock.advance((90 * DAY).total_seconds())
+    assert purge(deps).purged == 0
+
+    # An operator resolves it: it is compensated now (the write moves updatedAt).
+    found = deps.states.get("o-1")
+    resolved = found.item.model_copy(
+        update={"process_state": ProcessState.COMPENSATED, "updated_at": clock.now()}
     )
-    assert states.get("o-1").item.compensation_log[0].data
+    deps.states.replace(resolved, etag=found.etag)
+    clock.advance((29 * DAY).total_seconds())
+    assert purge(deps).purged == 0
+    clock.advance((2 * DAY).total_seconds())
+    assert purge(deps).purged == 1
+
+
+# --- the order document -----------------------------------------------------------------------
+
+
+def test_the_order_document_is_redacted_before_the_record_is_marked() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    processed_order(deps, "o-1")
+    clock.advance(RETENTION_S + 1)
+
+    states = deps.states
+    assert isinstance(states, InMemoryStateStore)
+    orders = deps.orders
+
+    def replace_record(record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        # The crash this order survives: the record's write is the second one.
+        assert orders.get(record.order_id).redacted_at == clock.now()
+        return InMemoryStateStore.replace(states, record, etag=etag)
+
+    states.replace = replace_record  # type: ignore[method-assign]
+    assert purge(deps).purged == 1
+
+
+def test_a_crash_between_the_two_writes_is_redone_by_the_next_pass() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    processed_order(deps, "o-1")
+    clock.advance(RETENTION_S + 1)
+    redacted_at = clock.now()
+    states = deps.states
+    assert isinstance(states, InMemoryStateStore)
+
+    def unavailable(record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        raise TransientError("state store unavailable")
+
+    states.replace = unavailable  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        purge(deps)
+    assert deps.orders.get("o-1").redacted_at == redacted_at
+    assert deps.states.get("o-1").item.data_purge_version == 0
+    del states.replace  # the store is back
+
+    clock.advance(60)
+    assert purge(deps).purged == 1
+    assert deps.states.get("o-1").item.data_purge_version == DATA_PURGE_VERSION
+    assert deps.orders.get("o-1").redacted_at == redacted_at  # redacted once
+    assert deps.orders.redact("o-1", at=clock.now()) is Redaction.ALREADY_REDACTED
+
+
+def test_a_purge_that_loses_the_race_is_left_for_the_next_pass() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
+    clock.advance(RETENTION_S + 1)
+    states = deps.states
+    assert isinstance(states, InMemoryStateStore)
+    raced = False
+
+    def another_writer_first(record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
+        nonlocal raced
+        if not raced:
+            raced = True
+            current = InMemoryStateStore.get(states, record.order_id)
+            InMemoryStateStore.replace(states, current.item, etag=current.etag)  # moves the ETag
+        return InMemoryStateStore.replace(states, record, etag=etag)
+
+    states.replace = another_writer_first  # type: ignore[method-assign]
+
+    assert purge(deps) == PurgeReport(purged=0, lost_races=1)
+    assert deps.states.get("o-1").item.steps["charge_payment"].result is not None
+    assert purge(deps) == PurgeReport(purged=1, lost_races=0)
+    assert deps.states.get("o-1").item.steps["charge_payment"].result is None
+
+
+def test_a_record_without_its_order_document_is_still_purged(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
+    clock.advance(RETENTION_S + 1)
+
+    with caplog.at_level(logging.WARNING, logger="supervisor.retention"):
+        assert purge(deps).purged == 1
+    assert "o-1" in caplog.text
+
+
+# --- the protocol after a purge ---------------------------------------------------------------
+
+
+def processed_order(deps: Dependencies, order_id: str) -> None:
+    """Run ``order_id`` on ORDER_V2 (whose charge waits for review above REVIEW_AMOUNT_ABOVE) to
+    ``Processed`` through the activities, each step answering a result with ids and amounts."""
+    submit_and_claim(deps, definition=ORDER_V2, order_id=order_id, amount="50.00")
+    instance = f"{order_id}:1"
+    previous: StepResult | None = None
+    for step in ORDER_V2.steps:
+        started = start_step(
+            StartStepInput(
+                order_id=order_id,
+                instance_id=instance,
+                workflow_version=ORDER_V2.version,
+                step=step.name,
+                timeout_s=8,
+                completed=previous,
+                response_queue="r-q1",
+            ).to_payload(),
+            deps,
+        )
+        assert started["outcome"] == "started", started
+        previous = StepResult(
+            step=step.name, result={"effectId": f"fx-{step.name}", "amount": "50.00"}, calls=1
+        )
+    finished = finish_order(
+        FinishOrderInput(
+            order_id=order_id,
+            instance_id=instance,
+            workflow_version=ORDER_V2.version,
+            outcome=Outcome.PROCESSED,
+            completed=previous,
+        ).to_payload(),
+        deps,
+    )
+    assert finished["outcome"] == "finished"
+    for queue in ["client-a", *(deps.settings.agent_queue(step.agent) for step in ORDER_V2.steps)]:
+        received(deps.queues.queue(queue))
+
+
+@pytest.fixture
+def purged() -> Dependencies:
+    """Dependencies holding order ``o-1``, Processed more than the retention period ago and purged."""
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S, REVIEW_AMOUNT_ABOVE=100)
+    processed_order(deps, "o-1")
+    clock.advance(RETENTION_S + 1)
+    assert purge(deps).purged == 1
+    return deps
+
+
+def snapshot(deps: Dependencies) -> tuple[str, str]:
+    """The state record's ETag and the order document's stored JSON."""
+    return deps.states.get("o-1").etag, deps.orders.get("o-1").model_dump_json()
+
+
+def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: Dependencies) -> None:
+    before = snapshot(purged)
+    # A fresh process: the document is read from the store, redacted (amount 0), before the fenced write.
+    late = Dependencies(
+        states=purged.states,
+        orders=purged.orders,
+        queues=purged.queues,
+        clock=purged.clock,
+        settings=purged.settings,
+    )
+
+    result = start_step(
+        StartStepInput(
+            order_id="o-1",
+            instance_id="o-1:1",
+            workflow_version=ORDER_V2.version,
+            step="charge_payment",
+            timeout_s=8,
+            response_queue="r-q1",
+        ).to_payload(),
+        late,
+    )
+
+    assert result["outcome"] == "fenced"
+    assert snapshot(purged) == before
+    assert received(purged.queues.queue(purged.settings.agent_queue("payment"))) == []
+
+
+def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(purged: Dependencies) -> None:
+    before = snapshot(purged)
+
+    result = finish_order(
+        FinishOrderInput(
+            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V2.version, outcome=Outcome.PROCESSED
+        ).to_payload(),
+        purged,
+    )
+
+    assert result["outcome"] == "finished"
+    assert snapshot(purged) == before
+    assert received(purged.queues.queue("client-a")) == []
+
+
+def test_a_cancel_of_a_purged_order_is_refused(purged: Dependencies) -> None:
+    before = snapshot(purged)
+
+    result = handle_cancel(
+        json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"}),
+        states=purged.states,
+        queues=purged.queues,
+        clock=purged.clock,
+    )
+
+    assert result.outcome is CancelOutcome.REFUSED
+    assert snapshot(purged) == before
+    [reply] = [json.loads(m.body) for m in received(purged.queues.queue("client-a"))]
+    assert (reply["status"], reply["reason"]) == ("CancelRefused", "order is Processed")
+
+
+def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_nothing(
+    purged: Dependencies,
+) -> None:
+    before = snapshot(purged)
+
+    result = handle_intake_message(
+        order_body("o-1", amount="50.00"),
+        orders=purged.orders,
+        states=purged.states,
+        queues=purged.queues,
+        clock=purged.clock,
+        settings=purged.settings,
+        definition=ORDER_V2,
+    )
+
+    assert result.outcome.value == "duplicate"
+    assert snapshot(purged) == before
+    [reply] = [json.loads(m.body) for m in received(purged.queues.queue("client-a"))]
+    assert reply["status"] == "Processed"
+
+
+def test_the_supervisor_leaves_a_purged_order_alone(purged: Dependencies) -> None:
+    before = snapshot(purged)
+    clock = purged.clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(DAY.total_seconds())
+
+    run_sweep(states=purged.states, queues=purged.queues, clock=purged.clock, settings=purged.settings)
+
+    assert snapshot(purged) == before
+
+
+def test_the_relay_still_sends_a_reply_owed_by_a_purged_order() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    owed = PendingReply(status="Compensated", reason="declined", detail="charge ch-1 declined")
+    deps.states.create(record("o-1", ProcessState.COMPENSATED, clock, pending_reply=owed))
+    clock.advance(RETENTION_S + 1)
+    assert purge(deps).purged == 1
+
+    relayed = resend_pending_replies(states=deps.states, queues=deps.queues, clock=clock, grace_s=30)
+
+    assert relayed.resent == ["o-1"]
+    [reply] = [json.loads(m.body) for m in received(deps.queues.queue("replies"))]
+    assert (reply["status"], reply["reason"], reply["detail"]) == ("Compensated", "declined", REDACTED)
+    assert deps.states.get("o-1").item.pending_reply is None

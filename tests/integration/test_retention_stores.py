@@ -1,0 +1,244 @@
+"""Retention against both stores, read as an attacker or auditor would: the stored JSON of every order.
+
+Each test runs on the in-memory stores (marker ``unit``) and on the Cosmos DB adapters over the session's
+cosmosdb-server (marker ``integration``), each Cosmos run in a database of its own. The orders are
+submitted through the submission role, then given everything a finished order can hold: step results,
+compensation data and undo results, error and reply texts that quote them (docs/data.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from devhost.emulators import LocalEndpoints
+from intake.submission import IntakeOutcome, handle_intake_message
+from orderflow.clock import FakeClock
+from orderflow.errors import ConflictingOrder
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import (
+    CompensationEntry,
+    LastError,
+    PendingReply,
+    ProcessState,
+    StepStatus,
+    UndoStatus,
+)
+from orderflow.settings import Settings
+from orderflow.stores.base import OrderStore, StateStore
+from orderflow.stores.cosmos import CosmosStores
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import workflow_for
+from supervisor.retention import purge_expired_logs
+from tests.unit.fakes import order_body, received
+
+pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
+
+DAY_S = 86_400.0
+RETENTION_S = 30 * DAY_S
+
+SECRETS = {
+    "customer id": "cust-4711",
+    "customer name": "Ada Lovelace",
+    "amount": "987.65",
+    "charge id": "ch-7f3a9",
+    "reservation id": "rsv-5521",
+    "shipment id": "shp-8812",
+    "refund id": "re-3310",
+}
+"""Payment and customer data an order carries; none may be left in a store after the retention period."""
+
+RESULTS = {
+    "reserve": {"reservationId": SECRETS["reservation id"]},
+    "charge": {"chargeId": SECRETS["charge id"], "amount": SECRETS["amount"], "currency": "USD"},
+    "ship": {"shipmentId": SECRETS["shipment id"], "carrier": "TRUCK"},
+}
+"""Step results by operation, as the demo services answer."""
+
+UNDO_RESULTS = {
+    "reserve": {"undone": "true", "reservationId": SECRETS["reservation id"]},
+    "charge": {"undone": "true", "chargeId": SECRETS["charge id"], "refundId": SECRETS["refund id"]},
+    "ship": {"undone": "false", "reason": "irreversible"},
+}
+
+FINISHED = {
+    "o-processed": ProcessState.PROCESSED,
+    "o-compensated": ProcessState.COMPENSATED,
+    "o-cancelled": ProcessState.CANCELLED,
+}
+KEPT = {"o-error": ProcessState.ERROR, "o-compensation-failed": ProcessState.COMPENSATION_FAILED}
+
+
+@dataclass
+class Stores:
+    """Both stores of one adapter, a clock and queues, and the documents exactly as stored."""
+
+    states: StateStore
+    orders: OrderStore
+    queues: InMemoryQueueFactory
+    clock: FakeClock
+    settings: Settings
+    stored: Callable[[str, str], dict[str, Any]]
+    """``stored(container, order_id)``: the raw document, ``container`` ``orderstate`` or ``orders``."""
+
+    def text(self, order_id: str) -> str:
+        """Everything both stores hold for ``order_id``, as JSON text (system properties dropped)."""
+        docs = [self.stored(container, order_id) for container in ("orderstate", "orders")]
+        return json.dumps(docs, ensure_ascii=False)
+
+    def submit(self, order_id: str, **changes: Any) -> IntakeOutcome:
+        fields = {
+            "customerId": SECRETS["customer id"],
+            "customerName": SECRETS["customer name"],
+            "amount": SECRETS["amount"],
+        }
+        body = order_body(order_id, **{**fields, **changes})
+        return handle_intake_message(
+            body,
+            orders=self.orders,
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            settings=self.settings,
+        ).outcome
+
+    def purge(self) -> int:
+        report = purge_expired_logs(
+            states=self.states, orders=self.orders, clock=self.clock, settings=self.settings
+        )
+        return report.purged
+
+
+def _system_free(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory", marks=pytest.mark.unit, id="memory"),
+        pytest.param("cosmos", marks=pytest.mark.integration, id="cosmos"),
+    ]
+)
+def stores(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Stores]:
+    clock = FakeClock()
+    settings = Settings(COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    if request.param == "memory":
+        states, orders = InMemoryStateStore(), InMemoryOrderStore()
+        containers = {"orderstate": states._container, "orders": orders._container}
+
+        def stored_in_memory(container: str, order_id: str) -> dict[str, Any]:
+            return _system_free(containers[container].read(order_id))
+
+        yield Stores(states, orders, InMemoryQueueFactory(), clock, settings, stored_in_memory)
+        return
+    endpoints: LocalEndpoints = request.getfixturevalue("local_endpoints")
+    cosmos = CosmosStores.connect(
+        endpoints.cosmos_endpoint,
+        key=endpoints.cosmos_key,
+        database=unique_name,
+        verify_tls=False,
+        connection_timeout=10,
+    )
+
+    def stored_in_cosmos(container: str, order_id: str) -> dict[str, Any]:
+        client = cosmos.database.get_container_client(container)
+        return _system_free(client.read_item(item=order_id, partition_key=order_id))
+
+    try:
+        yield Stores(cosmos.state, cosmos.orders, InMemoryQueueFactory(), clock, settings, stored_in_cosmos)
+    finally:
+        cosmos.client.delete_database(unique_name)
+        cosmos.close()
+
+
+def settle(stores: Stores, order_id: str, state: ProcessState) -> None:
+    """Submit ``order_id`` and give its record everything a settled order can hold, ending ``state``."""
+    assert stores.submit(order_id) is IntakeOutcome.ACCEPTED
+    found = stores.states.get(order_id)
+    record = found.item.model_copy(deep=True)
+    now = stores.clock.now()
+    definition = workflow_for(record.workflow_version)
+    quoted = f"payment refused {SECRETS['charge id']} of {SECRETS['amount']} for {SECRETS['customer id']}"
+    for step in definition.steps:
+        record.steps[step.name].status = StepStatus.COMPLETED
+        record.steps[step.name].result = dict(RESULTS[step.operation])
+        record.compensation_log.append(
+            CompensationEntry(
+                step=step.name,
+                action=step.operation,
+                undo=step.undo,
+                undo_key=f"{order_id}:{step.name}:undo",
+                data=dict(RESULTS[step.operation]),
+                recorded_at=now,
+                status=UndoStatus.COMPENSATED,
+                undo_result=dict(UNDO_RESULTS[step.operation]),
+                undone_at=now,
+            )
+        )
+    record.process_state = state
+    record.last_error = LastError(
+        kind="permanent", code="declined", message=quoted, step="charge_payment", at=now
+    )
+    record.compensation_error = LastError(kind="transient", code="refund_failed", message=quoted, at=now)
+    record.pending_reply = PendingReply(status="Failed", reason="declined", detail=quoted)
+    record.updated_at = now
+    stores.states.replace(record, etag=found.etag)
+
+
+def secrets_in(text: str) -> set[str]:
+    return {name for name, value in SECRETS.items() if value in text}
+
+
+def test_after_the_retention_period_no_finished_order_holds_payment_or_customer_data(stores: Stores) -> None:
+    for order_id, state in {**FINISHED, **KEPT}.items():
+        settle(stores, order_id, state)
+
+    stores.clock.advance(RETENTION_S - DAY_S)
+    assert stores.purge() == 0
+    for order_id in {**FINISHED, **KEPT}:
+        assert secrets_in(stores.text(order_id)) == set(SECRETS), order_id  # the scan finds them
+
+    stores.clock.advance(2 * DAY_S)
+    assert stores.purge() == len(FINISHED)
+
+    for order_id, state in FINISHED.items():
+        assert secrets_in(stores.text(order_id)) == set(), order_id
+        record = stores.states.get(order_id).item
+        assert record.process_state is state
+        assert [entry.undo_key for entry in record.compensation_log] == [
+            f"{order_id}:{step}:undo" for step in record.steps
+        ]
+        assert {step.idempotency_key for step in record.steps.values()} == {
+            f"{order_id}:{step}" for step in record.steps
+        }
+        assert record.last_error is not None and record.last_error.code == "declined"
+    for order_id in KEPT:
+        # Error and CompensationFailed orders keep everything for the operator who resolves them.
+        assert secrets_in(stores.text(order_id)) == set(SECRETS), order_id
+    assert stores.purge() == 0
+
+
+def test_a_purged_order_resubmitted_is_a_duplicate_and_a_changed_one_a_conflict(stores: Stores) -> None:
+    settle(stores, "o-1", ProcessState.PROCESSED)
+    stores.clock.advance(RETENTION_S + DAY_S)
+    assert stores.purge() == 1
+    received(stores.queues.queue("client-a"))
+    before = stores.text("o-1")
+
+    assert stores.submit("o-1") is IntakeOutcome.DUPLICATE
+    with pytest.raises(ConflictingOrder):
+        stores.submit("o-1", amount="987.66")
+
+    assert stores.text("o-1") == before  # neither wrote anything, nor brought the data back
+    replies = [json.loads(m.body) for m in received(stores.queues.queue("client-a"))]
+    assert [(r["status"], r.get("reason")) for r in replies] == [
+        ("Processed", None),
+        ("Rejected", "ConflictingOrder"),
+    ]
+    assert secrets_in(json.dumps(replies[0])) == set()
+    assert stores.states.get("o-1").item.data_purged_at is not None
+    assert stores.orders.get("o-1").redacted_at is not None
