@@ -193,7 +193,7 @@ def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> Begi
         return PastPointOfNoReturn()
     stages = stages_to_undo(record, definition)
     telemetry.event("compensation.begin", stages="|".join(",".join(stage) for stage in stages), **fields)
-    return CompensationBegun(undo_stages=stages, complete_by=record.complete_by)
+    return CompensationBegun(undo_stages=stages)
 
 
 def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:

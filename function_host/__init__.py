@@ -2,8 +2,9 @@
 
 - :mod:`function_host.blueprints`: one blueprint per role (``intake``, ``orchestrators``,
   ``activities``, ``agents``, ``supervisor``). A trigger decodes its binding, calls one plain role
-  function with its dependencies and settles; the blueprints are the only modules here that import
-  roles.
+  function with its dependencies and settles; the blueprints are the modules here that import roles
+  (besides :mod:`function_host.durable`, which implements the workflow-context port of the
+  ``orchestrators`` role).
 - :mod:`function_host.wiring`: the worker process's one :class:`~orderflow.dependencies.Dependencies`,
   built from the app settings with identity-based connections.
 - :mod:`function_host.settlement`: orderflow's settlement policy applied to a Service Bus trigger's
@@ -14,6 +15,7 @@
   Functions.
 
 Dependencies point one way (docs/design.md §6): ``function_app`` → blueprints → roles → ``orderflow/``,
-and the support modules serve the blueprints from the core alone. No role and nothing in the core
+and the support modules serve the blueprints from the core (the Durable Functions adapter also from the
+port it implements, ``orchestrators.context``). No role and nothing in the core
 imports this package; the local host (``devhost/``) is its counterpart, not its user.
 """

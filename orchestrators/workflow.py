@@ -18,7 +18,7 @@ import logging
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from orchestrators.context import (
     ActivityFailed,
@@ -55,7 +55,7 @@ from orderflow.contracts import (
     fallback_step_name,
     undo_step_name,
 )
-from orderflow.errors import ErrorKind
+from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import ReviewDecision, instance_id_for
 from orderflow.results import (
@@ -156,6 +156,8 @@ def _run_step(
                 return _Ended("fenced", step.name)
             case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted():
                 return run.compensate_for(step.name, started)
+            case _:
+                assert_never(started)
 
         response = yield from _await_response(run.ctx, request_step, run.instance_id, deadline)
         if response is None:
@@ -420,7 +422,8 @@ class _Attempt:
     def compensate_for(self, step: str, seen: Seen) -> _Compensate:
         """Compensation for what was seen at ``step`` (a refusal to go on, or the step's error)."""
         cause = compensation_cause(step, seen)
-        assert cause is not None, f"{seen!r} does not trigger compensation"
+        if cause is None:  # a bug in the caller, not a protocol outcome: fail the orchestration loudly
+            raise IllegalTransition(f"{type(seen).__name__} at {step} does not trigger compensation")
         if cause.kind == CANCELLED_KIND:
             # The client (or an operator) stopped the order: start nothing more, undo what was done.
             self.log.note("order.cancel", step, None)
@@ -469,7 +472,8 @@ class _Attempt:
 def _await_response(
     ctx: WorkflowContext, step: str, instance_id: str, deadline: datetime
 ) -> Generator[WorkflowTask, Any, AgentResponse | None]:
-    """Race the durable timer of ``step`` (a step, or an undo's ``{step}:undo``) against its response.
+    """Race the durable timer of ``step`` (a step, or its fallback's ``{step}:fallback``) against its
+    response.
 
     Returns:
         The agent response, or None when the timer fired first.

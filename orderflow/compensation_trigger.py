@@ -1,6 +1,7 @@
-"""What triggers compensation: the one rule the workflow applies when an order cannot go forward.
+"""What triggers compensation inside an attempt: the one rule the orchestration applies when an order
+cannot go forward.
 
-Forward progress stops, and the completed steps are undone (docs/design.md §4), for exactly these
+An attempt stops going forward, and undoes the completed steps (docs/design.md §4), for exactly these
 reasons:
 
 - the review before a step was rejected (by a person, or by the default at its deadline);
@@ -9,9 +10,14 @@ reasons:
 - a provider refused a step for good (a permanent error) and no fallback provider is left to try.
 
 Everything else is not a reason to compensate. A transient failure, or an agent that ran out of the calls
-reserved for one request, is handed to the supervisor, which retries the order with backoff; should the
-budget be spent by then, the next start refuses with :class:`~orderflow.results.BudgetExhausted` and that
-triggers compensation here. A timeout ends the attempt without a write: the supervisor recovers it.
+reserved for one request, is handed to the supervisor, which retries the order with backoff. A timeout
+ends the attempt without a write: the supervisor recovers it.
+
+Outside an attempt, three writers move a record to ``Compensating`` directly, and the next attempt (its
+input's ``compensate``) resumes the undo without asking this rule: the supervisor when it gives up an
+order (``SUPERVISOR_MAX_FAILURES`` recoveries, or the retry budget spent when a deadline passed;
+:mod:`supervisor.sweep`), a client's cancel of an order not yet claimed (``intake.cancellation``), and an
+operator's decision to compensate (``intake.operator``).
 """
 
 from __future__ import annotations

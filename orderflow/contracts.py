@@ -42,11 +42,13 @@ START_STEP = "start_step"
 (now + the step's timeout), then send the agent request; returns the completeBy for the timer."""
 
 FINISH_ORDER = "finish_order"
-"""Fenced write: the order's outcome (Processed or Error), then the client's status reply."""
+"""Fenced write: the order's outcome, then the client's status reply. The workflow finishes an order
+``Processed``; ``Error`` comes only from orchestrations of earlier versions, and is still honoured."""
 
 RECORD_STEP_FAILURE = "record_step_failure"
-"""Fenced write: a retryable step failure; the record stays Processing with completeBy = now, so the
-supervisor recovers it on its next sweep instead of waiting for the old deadline."""
+"""Fenced write: a retryable step (or undo) failure; the record stays Processing (or Compensating) with
+completeBy = now, so the supervisor recovers it on its next sweep instead of waiting for the old
+deadline."""
 
 
 BEGIN_COMPENSATION = "begin_compensation"
@@ -58,8 +60,9 @@ START_UNDO = "start_undo"
 completeBy, then send the undo request to the step's agent; returns the completeBy for the timer."""
 
 FINISH_COMPENSATION = "finish_compensation"
-"""Fenced write: Compensated (every entry undone) or CompensationFailed (an undo failed for good), then
-the client's reply (and an operator alert for CompensationFailed)."""
+"""Fenced write: Compensated (every entry undone; Cancelled when the client asked for it) or
+CompensationFailed (an undo failed for good), then the client's reply (and an operator alert for
+CompensationFailed)."""
 
 
 RECORD_REVIEW = "record_review"
@@ -73,8 +76,8 @@ REVIEW_REJECTED = "review_rejected"
 """``lastError.code`` (kind ``rejected``) of an order whose review was rejected (or defaulted to reject)."""
 
 CANCELLED_BY_CLIENT = "cancelled_by_client"
-"""``lastError.code`` (kind ``cancelled``) of an order its client cancelled, and the reason of a fenced
-write refused for it."""
+"""``lastError.code`` (kind ``cancelled``) of an order its client cancelled, and the ``cause`` of a
+:class:`~orderflow.results.Stopped` result refused for it."""
 
 
 def fallback_step_name(step: str) -> str:
@@ -294,7 +297,7 @@ class RecordStepFailureInput(ContractModel):
 class ActivityContract(Generic[InputT, ResultT]):
     """One orchestration activity as both sides see it: its registered name, its input model and its
     result union. The workflow calls an activity through its contract; the hosts register the activities
-    role's functions under the contracts' names (``activities.ACTIVITIES``).
+    role's functions under the contracts' names (``activities.table.ACTIVITIES``).
 
     Attributes:
         name: The activity's registered name (``start_step``).

@@ -135,12 +135,10 @@ class CompensationBegun(ResultModel):
     Attributes:
         undo_stages: The steps still to undo, as stages run in order; the steps of one stage are undone
             in parallel.
-        complete_by: The record's completeBy (UTC), should the attempt die before its first undo.
     """
 
     outcome: Literal["compensation_begun"] = "compensation_begun"
     undo_stages: tuple[tuple[str, ...], ...] = ()
-    complete_by: UtcDatetime | None = None
 
 
 class PastPointOfNoReturn(ResultModel):
@@ -274,11 +272,7 @@ def begin_compensation_from_flags(value: FlagForm) -> FlagForm:
         return _not_applied(value)
     if value.get("processState") == "Error":
         return {"outcome": "past_point_of_no_return"}
-    return {
-        "outcome": "compensation_begun",
-        "undoStages": value.get("undoStages", []),
-        "completeBy": value.get("completeBy"),
-    }
+    return {"outcome": "compensation_begun", "undoStages": value.get("undoStages", [])}
 
 
 def start_undo_from_flags(value: FlagForm) -> FlagForm:

@@ -19,8 +19,10 @@ meter, derived here from the event and alert names so that no call site knows ab
 - ``orderflow.gave_up`` (counter): ``order_gave_up`` alerts (the supervisor gave up an order's forward
   progress and moved it to Compensating);
   attribute ``step``.
-- ``orderflow.orders_failed`` (counter): ``order_failed`` alerts (the orchestration finished an order in
-  Error); attribute ``step``.
+- ``orderflow.orders_failed`` (counter): orders that ended in ``Error``, left to an operator:
+  ``past_point_of_no_return`` alerts (forward progress stopped after an irreversible step) and
+  ``order_failed`` alerts (``finish_order`` with outcome Error, which only orchestrations of earlier
+  versions schedule); attribute ``step``.
 - ``orderflow.alerts`` (counter): every alert; attribute ``alert`` (its name).
 - ``orderflow.stuck_orders`` (observable gauge): set by :func:`record_stuck_orders` after each
   supervisor sweep; no attributes.
@@ -127,6 +129,7 @@ _FROM_EVENTS: Final[Mapping[str, _Derived]] = {
 _FROM_ALERTS: Final[Mapping[str, _Derived]] = {
     "order_gave_up": _Derived(GAVE_UP, ("step",)),
     "order_failed": _Derived(ORDERS_FAILED, ("step",)),
+    "past_point_of_no_return": _Derived(ORDERS_FAILED, ("step",)),
     "max_delivery_count": _Derived(DEAD_LETTERS, ("queue",), (("reason", MAX_DELIVERY_COUNT_REASON),)),
 }
 

@@ -63,3 +63,11 @@ def test_variables_read_by_the_host_are_not_settings() -> None:
 
 def test_the_reference_is_what_the_generator_writes() -> None:
     assert generated_part(_page()) == render(), f"{PAGE.name} is out of date; {REGENERATE}"
+
+
+def test_every_setting_says_what_it_is_for() -> None:
+    # The reference's "meaning" column is the field's description: an undescribed setting documents nothing.
+    undescribed = sorted(
+        name for name, info in Settings.model_fields.items() if not (info.description or "").strip()
+    )
+    assert undescribed == []

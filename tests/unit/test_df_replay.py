@@ -1174,15 +1174,16 @@ AWAITING: dict[str, Any] = {
 }
 
 
-def awaiting_review() -> HistoryBuilder:
-    """Reserve answered at T0+5 s; the charge's start (task 2) finds the order must await review."""
+def awaiting_review(result: dict[str, Any] = AWAITING) -> HistoryBuilder:
+    """Reserve answered at T0+5 s; the charge's start (task 2) finds the order must await review
+    (``result``: that start's result, in the flag form by default)."""
     answered = (
         waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
     )
     return (
         answered.task_scheduled("start_step", 2)
         .episode(at(6))
-        .task_completed(2, AWAITING)
+        .task_completed(2, result)
         .timer_created(3, REVIEW_DEADLINE)
     )
 
@@ -1431,7 +1432,7 @@ def refused_first_step() -> HistoryBuilder:
 
 def test_a_tagged_compensation_begun_and_finished_ends_compensated() -> None:
     begun = refused_first_step().task_scheduled("begin_compensation", 2).episode(at(6))
-    begun = begun.task_completed(2, {"outcome": "compensation_begun", "undoStages": [], "completeBy": None})
+    begun = begun.task_completed(2, {"outcome": "compensation_begun", "undoStages": []})
     finished = begun.task_scheduled("finish_compensation", 3).episode(at(7))
     finished = finished.task_completed(3, {"outcome": "compensation_finished", "processState": "Compensated"})
 
@@ -1443,3 +1444,77 @@ def test_a_tagged_point_of_no_return_ends_the_attempt_in_error() -> None:
     begun = begun.task_completed(2, {"outcome": "past_point_of_no_return"})
 
     assert replay(begun)["output"] == {"outcome": "Error", "step": None}
+
+
+TAGGED_AWAITING = {"outcome": "awaiting_review", "completeBy": z(REVIEW_DEADLINE), "reviewDefault": "reject"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "tagged"),
+    [
+        ({**APPLIED, "reviewDecision": "approve"}, {"outcome": "review_recorded", "decision": "approve"}),
+        ({**APPLIED, "reviewDecision": "reject"}, {"outcome": "review_recorded", "decision": "reject"}),
+        (FENCED, {"outcome": "fenced", "reason": "lockedBy o-1:2"}),
+    ],
+    ids=["approved", "rejected", "fenced"],
+)
+def test_a_tagged_review_runs_as_the_flag_form_does(flags: dict[str, Any], tagged: dict[str, Any]) -> None:
+    def decided(start_result: dict[str, Any], review_result: dict[str, Any]) -> HistoryBuilder:
+        return (
+            awaiting_review(start_result)
+            .episode(at(30))
+            .event_raised("ReviewDecision", {"decision": "approve", "reviewer": "ana"})
+            .task_scheduled("record_review", 4)
+            .episode(at(31))
+            .task_completed(4, review_result)
+        )
+
+    assert replay(decided(TAGGED_AWAITING, tagged)) == replay(decided(AWAITING, flags))
+
+
+def test_a_tagged_review_rejected_before_the_start_compensates_as_the_flag_form_does() -> None:
+    flags = {**APPLIED, "reviewRequired": True, "reviewDecision": "reject"}
+
+    def rejected(result: dict[str, Any]) -> HistoryBuilder:
+        answered = waiting_on_first_step().episode(at(5))
+        answered = answered.event_raised("reserve_inventory:response", response(RESERVE))
+        return answered.task_scheduled("start_step", 2).episode(at(6)).task_completed(2, result)
+
+    tagged = replay(rejected({"outcome": "review_rejected"}))
+    assert tagged == replay(rejected(flags))
+    assert tagged["actions"][0][-1]["compoundActions"][0]["functionName"] == "begin_compensation"
+
+
+def test_a_tagged_undo_runs_as_the_flag_form_does() -> None:
+    def undone(begun: dict[str, Any], started: dict[str, Any], finished: dict[str, Any]) -> HistoryBuilder:
+        builder = charge_refused().task_scheduled("begin_compensation", 4).episode(at(16))
+        builder = builder.task_completed(4, begun).task_scheduled("start_undo", 5).episode(at(17))
+        builder = builder.task_completed(5, started).timer_created(6, UNDO_DEADLINE)
+        builder = builder.episode(at(20)).event_raised(
+            "reserve_inventory:undo:response", undo_response(RESERVE)
+        )
+        return builder.task_scheduled("finish_compensation", 7).episode(at(21)).task_completed(7, finished)
+
+    tagged = undone(
+        {"outcome": "compensation_begun", "undoStages": [[RESERVE]]},
+        {"outcome": "undo_started", "completeBy": z(UNDO_DEADLINE)},
+        {"outcome": "compensation_finished", "processState": "Compensated"},
+    )
+    flags = undone(compensating([RESERVE]), applied(UNDO_DEADLINE), APPLIED)
+
+    assert replay(tagged) == replay(flags)
+    assert replay(tagged)["output"] == {"outcome": "Compensated", "step": None}
+
+
+def test_a_tagged_failure_record_ends_the_attempt_as_retryable() -> None:
+    failed = response(
+        RESERVE, outcome="failed", errorKind="transient", errorCode="t", errorMessage="503", result={}
+    )
+
+    def recorded(result: dict[str, Any]) -> HistoryBuilder:
+        answered = waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", failed)
+        return answered.task_scheduled("record_step_failure", 2).episode(at(6)).task_completed(2, result)
+
+    tagged = replay(recorded({"outcome": "failure_recorded", "remainingCalls": 3}))
+    assert tagged == replay(recorded(APPLIED))
+    assert tagged["output"] == {"outcome": "retryable", "step": RESERVE}

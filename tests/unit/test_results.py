@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from activities.table import ACTIVITIES
 from orderflow.contracts import (
     ACTIVITY_CONTRACTS,
     BEGIN_COMPENSATION_ACTIVITY,
@@ -139,3 +140,7 @@ def test_every_activity_has_one_contract_under_a_distinct_name() -> None:
     names = [contract.name for contract in ACTIVITY_CONTRACTS]
 
     assert len(set(names)) == len(names) == 7
+
+
+def test_the_activities_table_implements_every_contract_once() -> None:
+    assert [activity.contract for activity in ACTIVITIES] == list(ACTIVITY_CONTRACTS)
