@@ -139,10 +139,10 @@ class RecordingQueues:
 
 def test_the_client_sends_its_reply_queue_as_the_reply_to_property_too() -> None:
     queues = RecordingQueues()
-    client = OrderflowClient(queues, reply_queue="client-a")
+    client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
 
     client.submit(json.loads(order_body("o-1", reply_to="someone-else")))
 
     [(queue, body, options)] = queues.sent
-    assert queue == "orders"
+    assert queue == "orders-a"
     assert json.loads(body)["replyTo"] == options["reply_to"] == "client-a"
