@@ -14,6 +14,7 @@ Every run uses a database, queues and a lease blob of its own on the shared emul
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections import Counter
@@ -33,6 +34,7 @@ from bench.stats import at_most, latency_summary, per_order, throughput
 from bench.workload import submissions
 from demo.faults import FaultPlan
 from demo.tpch import DemoOrder
+from devhost.client_credentials import issue_client_credentials
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
@@ -69,7 +71,8 @@ reserved per step attempt and ``SUPERVISOR_MAX_FAILURES`` decide those."""
 
 
 def isolation(tag: str) -> dict[str, str]:
-    """Settings that give a run its own database, queues and lease blob on shared emulators.
+    """Settings that give a run its own database, queues, lease blob and registered client on shared
+    emulators.
 
     Raises:
         ValueError: ``tag`` is not 2-20 lowercase letters and digits.
@@ -78,6 +81,7 @@ def isolation(tag: str) -> dict[str, str]:
         raise ValueError(f"run tag {tag!r} must be 2-20 lowercase letters and digits")
     return {
         "COSMOS_DATABASE": f"bench{tag}",
+        "CLIENTS": json.dumps([{"id": f"bench-{tag}"}]),
         "ORDERS_QUEUE": f"orders-{tag}",
         "AGENT_QUEUE_PREFIX": f"agent-{tag}-",
         "AGENT_RESPONSES_QUEUE": f"responses-{tag}",
@@ -92,7 +96,7 @@ def queue_role(settings: Settings) -> Callable[[str], str]:
     def role_of(name: str) -> str:
         if name.endswith("-deadletter"):
             return "dead_letters"
-        if name == settings.ORDERS_QUEUE:
+        if name == settings.ORDERS_QUEUE or settings.clients().for_inbound_queue(name) is not None:
             return "orders"
         if name.startswith(settings.AGENT_RESPONSES_QUEUE):
             return "agent_responses"
@@ -159,8 +163,12 @@ def throughput_run(
     specs = devhost_specs(processes)
     fleet = Fleet(specs, env, run_dir)
     try:
-        queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-        client = OrderflowClient(queues, reply_queue=f"client-{tag}", orders_queue=settings.ORDERS_QUEUE)
+        # The client holds what a registered client holds: a SAS for each of its two queues.
+        (registered,) = settings.clients()
+        credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
+        client = OrderflowClient(
+            credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+        )
         if warmup:
             run_orderflow_load(
                 client,
@@ -236,7 +244,11 @@ def counted_system(
         settings=settings,
     )
     host = DevHost(deps, ALL_ROLES)
-    client = OrderflowClient(queues, reply_queue=f"client-{tag}", orders_queue=settings.ORDERS_QUEUE)
+    # The client's queue operations are counted too: it shares the counting factory (the account key).
+    (registered,) = settings.clients()
+    client = OrderflowClient(
+        queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+    )
     host.start()
     try:
         yield CountedSystem(host, client, stores, state_counts, order_counts, queue_counts)

@@ -28,7 +28,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
 from itertools import pairwise
@@ -127,7 +126,7 @@ def check_chaos_args(
             f"{processes}, pass --pause-every 0 (PAUSE_EVERY=0)"
         )
     if clients < 1:
-        raise ValueError(f"--clients (CLIENTS) must be at least 1, not {clients}")
+        raise ValueError(f"--clients (CHAOS_CLIENTS) must be at least 1, not {clients}")
 
 
 def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:
@@ -429,6 +428,7 @@ def run_chaos(
                 faults=faults,
                 run_dir=run_dir,
                 extra_env={CHAOS_ENV: plan.model_dump_json()},
+                client_ids=[f"chaos-{n}" for n in range(1, clients + 1)],
             )
         )
         killer, pauser = _chaos_makers(
@@ -514,15 +514,19 @@ def _chaos_makers(
 def _chaos_clients(
     system: DemoSystem, plan: DeliveryFaults, log_dir: Path, clients: int
 ) -> list[OrderflowClient]:
-    """``clients`` clients, each with a reply queue of its own, on queues that duplicate their sends."""
+    """The ``clients`` registered clients, each on its own credentials (a SAS for each of its two queues),
+    on queues that duplicate their sends."""
     # The clients' submissions are duplicated here, as the devhost processes duplicate their sends.
-    queues = FaultyQueueFactory(
-        system.client_queues(),
-        plan.model_copy(update={"late_share": 0.0}),
-        FaultLog(log_dir / "clients.jsonl"),
-    )
-    run_id = uuid.uuid4().hex[:6]
-    return [OrderflowClient(queues, reply_queue=f"chaos-client-{n}-{run_id}") for n in range(1, clients + 1)]
+    log = FaultLog(log_dir / "clients.jsonl")
+    faults = plan.model_copy(update={"late_share": 0.0})
+    return [
+        OrderflowClient(
+            FaultyQueueFactory(system.client_queues(client), faults, log),
+            reply_queue=client.reply_queue,
+            orders_queue=client.inbound_queue,
+        )
+        for client in system.clients[:clients]
+    ]
 
 
 def _settle_under_chaos(

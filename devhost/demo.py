@@ -39,7 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -69,8 +68,10 @@ from demo.tpch import (
     load_catalog,
 )
 from devhost.cli import run_driver
+from devhost.client_credentials import ClientCredentials, issue_client_credentials
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, parse_utc
@@ -106,6 +107,9 @@ deadline (the hung call applies its effect after 10 s), 2% "effect applied, resp
 DEMO_REFUND_POLICY = RefundPolicy(fee=Decimal("1.00"), fee_after_s=5.0)
 """The payment service keeps a 1.00 cancellation fee when a charge is refunded more than 5 s after it was
 made: compensation is a business undo, not a reset."""
+
+DEMO_CLIENT = "demo"
+"""The demo's registered client: inbound queue ``orders-demo``, reply queue ``replies-demo``."""
 
 DEMO_OUTSTANDING = 120
 """Most orders the demo client keeps submitted but not yet settled (client-side flow control)."""
@@ -708,9 +712,11 @@ class DemoSystem:
         catalog: The TPC-H orders of the run and the stock they draw on.
         endpoints: Azurite's and cosmosdb-server's connection details.
         services_url: Base URL of the demo services.
-        env: The devhost processes' environment (:func:`host_env` plus the driver's additions).
+        env: The devhost processes' environment (:func:`host_env` plus the driver's additions, and the
+            registered clients as ``CLIENTS``).
         stores: The state and order stores, for the driver's own reads.
         fleet: The devhost processes.
+        clients: The registered clients, in order.
     """
 
     run_dir: Path
@@ -720,10 +726,21 @@ class DemoSystem:
     env: dict[str, str]
     stores: CosmosStores
     fleet: Fleet
+    clients: tuple[RegisteredClient, ...]
 
-    def client_queues(self) -> StorageQueueFactory:
-        """A queue factory of the driver's own (for its clients)."""
-        return StorageQueueFactory.from_connection_string(self.endpoints.storage_connection_string)
+    def client_credentials(self, client: RegisteredClient) -> ClientCredentials:
+        """What the devhost issues ``client``: a SAS for each of its two queues, nothing else."""
+        return issue_client_credentials(self.endpoints.storage_connection_string, client)
+
+    def client_queues(self, client: RegisteredClient) -> StorageQueueFactory:
+        """A queue factory with ``client``'s credentials only (its inbound and reply queues)."""
+        return self.client_credentials(client).queues()
+
+    def sdk_client(self, client: RegisteredClient) -> OrderflowClient:
+        """The client SDK of ``client``, on its own credentials."""
+        return OrderflowClient(
+            self.client_queues(client), reply_queue=client.reply_queue, orders_queue=client.inbound_queue
+        )
 
 
 @contextmanager
@@ -734,6 +751,7 @@ def demo_system(
     faults: FaultPlan,
     run_dir: Path,
     extra_env: Mapping[str, str] | None = None,
+    client_ids: Sequence[str] = (DEMO_CLIENT,),
 ) -> Iterator[DemoSystem]:
     """Start the emulators, the demo services and the devhost processes; stop them all on exit.
 
@@ -743,6 +761,7 @@ def demo_system(
         faults: Faults the demo services inject.
         run_dir: Where the children's logs go.
         extra_env: Variables added to every devhost process's environment.
+        client_ids: The clients registered (``CLIENTS``), each with its default queues.
 
     Raises:
         RuntimeError: a child process did not start.
@@ -761,12 +780,14 @@ def demo_system(
         services_url = services.ready_line.rsplit(" ", 1)[-1]
         env = host_env(endpoints, services_url)
         env.update(extra_env or {})
+        env["CLIENTS"] = json.dumps([{"id": client_id} for client_id in client_ids])
+        registered = tuple(Settings.load(env).clients())
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
         fleet = Fleet(devhost_specs(processes), env, run_dir)
         stack.callback(fleet.stop)
-        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet)
+        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet, registered)
 
 
 @dataclass
@@ -953,7 +974,7 @@ def run_demo(
         killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
         if killer is not None:
             stack.callback(killer.stop)
-        client = OrderflowClient(system.client_queues(), reply_queue=f"demo-client-{uuid.uuid4().hex[:8]}")
+        client = system.sdk_client(system.clients[0])
         if killer is not None:
             killer.start()
         settling = submit_and_settle(system, [client], budget_s=settle_budget_s(orders, timeout_s))

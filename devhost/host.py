@@ -29,11 +29,12 @@ from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from intake.admission import AdmissionControl
+from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.queues.base import ReceivedMessage
@@ -54,6 +55,10 @@ process (they talk to its durabletask backend)."""
 
 DURABLETASK_WORKER_LOGGER = "durabletask.worker"
 """The logger the host gives its durabletask worker."""
+
+SUBMISSION_HANDLERS = 4
+"""Submission handler threads of one process, shared out among the registered clients' queues (at least
+one per client)."""
 
 
 def check_roles(roles: Iterable[str]) -> frozenset[str]:
@@ -183,7 +188,7 @@ class DevHost:
         self._next_sweep_at = 0.0  # time.monotonic() of the next sweep (cadence, not business time)
         self._next_purge_at = 0.0  # time.monotonic() of the next retention pass
         # One for the process, shared by the submission handler threads (built in start()).
-        self.admission: AdmissionControl | None = None
+        self.admission: ClientAdmission | None = None
         self._stopped = False
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -207,10 +212,7 @@ class DevHost:
         if "orchestrator" in self.roles:
             self._start_durabletask()
         if "submission" in self.roles:
-            self.admission = AdmissionControl.from_settings(
-                s, states=self.deps.states, queues=self.deps.queues
-            )
-            self._consume(s.ORDERS_QUEUE, self._on_submission, concurrency=4)
+            self._start_submission()
         if "listener" in self.roles:
             self._consume(s.response_queue(), self._on_response, concurrency=16)
         if "agents" in self.roles:
@@ -284,6 +286,29 @@ class DevHost:
         )
         self.client = DurableTaskClient(self._grpc_client)
 
+    def _start_submission(self) -> None:
+        """One consumer per registered client's inbound queue, each handing its messages that client.
+
+        Both queues of every client are created here, at start-up: nothing creates a reply queue because
+        a message named it (docs/clients.md).
+        """
+        clients = list(self.settings.clients())
+        if not clients:
+            logger.warning(
+                "devhost %s: no client is registered (CLIENTS): no queue to consume", self.settings.HOST_ID
+            )
+            return
+        self.admission = ClientAdmission.from_settings(
+            self.settings, states=self.deps.states, queues=self.deps.queues
+        )
+        for client in clients:
+            self.deps.queues.queue(client.reply_queue)
+            self._consume(
+                client.inbound_queue,
+                self._submission_handler(client),
+                concurrency=max(1, SUBMISSION_HANDLERS // len(clients)),
+            )
+
     def _consume(self, queue_name: str, handler: Any, *, concurrency: int) -> None:
         s = self.settings
         self._loops.append(
@@ -304,17 +329,23 @@ class DevHost:
         self._loops.append(PeriodicLoop(name, task, self.stop_event, interval_s=interval_s))
 
     # --- role entry points (thin: parse, call the role function) -------------------------------
-    def _on_submission(self, message: ReceivedMessage) -> None:
-        handle_intake_message(
-            message.body,
-            reply_to=message.reply_to,
-            orders=self.deps.orders,
-            states=self.deps.states,
-            queues=self.deps.queues,
-            clock=self.deps.clock,
-            settings=self.settings,
-            admission=self.admission,
-        )
+    def _submission_handler(self, client: RegisteredClient) -> Any:
+        """The handler of ``client``'s inbound queue: the client is the queue's, never the body's."""
+
+        def handle(message: ReceivedMessage) -> None:
+            handle_intake_message(
+                message.body,
+                client=client,
+                reply_to=message.reply_to,
+                orders=self.deps.orders,
+                states=self.deps.states,
+                queues=self.deps.queues,
+                clock=self.deps.clock,
+                settings=self.settings,
+                admission=self.admission,
+            )
+
+        return handle
 
     def _on_response(self, message: ReceivedMessage) -> None:
         assert self.client is not None

@@ -1,13 +1,20 @@
 """Admission control: backpressure at submission, so overload is refused instead of stored.
 
-Submission asks :class:`AdmissionControl` before it writes a new order. Two ceilings apply (a ceiling of
-0 disables its check):
+Submission asks :class:`ClientAdmission` before it writes a new order. Ceilings apply per client and for
+the whole system (a ceiling of 0, or none, disables its check):
 
-- **in flight**: orders in ``Pending`` or ``Processing`` (:data:`~orderflow.state_machine.IN_FLIGHT_STATES`)
-  may not exceed ``MAX_IN_FLIGHT_ORDERS``: an order is admitted only while ``in_flight < ceiling``;
-- **backlog**: while the submission queue holds more than ``MAX_SUBMISSION_BACKLOG`` messages (the one
-  being handled included), new orders are refused. Refusing is cheap, so an oversized backlog drains
-  quickly and its clients learn early instead of after a long wait.
+- **in flight, per client**: a registered client's orders in ``Pending`` or ``Processing`` may not exceed
+  its own ``maxInFlight`` (the client registry, :mod:`orderflow.clients`), counted on its ``clientId``:
+  one client at its quota is refused ``ClientInFlightCeiling`` while the others go on;
+- **in flight, global**: orders in ``Pending`` or ``Processing``
+  (:data:`~orderflow.state_machine.IN_FLIGHT_STATES`) may not exceed ``MAX_IN_FLIGHT_ORDERS``: an order is
+  admitted only while ``in_flight < ceiling``;
+- **backlog, per client**: while the client's inbound queue holds more than ``MAX_SUBMISSION_BACKLOG``
+  messages (the one being handled included), its new orders are refused. Refusing is cheap, so an
+  oversized backlog drains quickly and its client learns early instead of after a long wait.
+
+Each set of ceilings is one :class:`AdmissionControl`; :class:`ClientAdmission` asks the client's first,
+then the global one, and gives back the client's place if the global one refuses.
 
 Neither count is read per message. Each is a :class:`_CachedCount`: a server-side ``COUNT``
 (:meth:`StateStore.count`) or the queue's ``approximate_count()``, re-read at most once every
@@ -58,6 +65,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from orderflow import telemetry
+from orderflow.clients import RegisteredClient
 from orderflow.errors import OrderflowError
 from orderflow.queues.base import QueueFactory
 from orderflow.settings import Settings
@@ -94,6 +102,7 @@ class AdmissionReason(StrEnum):
     """Why an order was refused; the ``reason`` of its ``Rejected`` reply."""
 
     IN_FLIGHT_CEILING = "InFlightCeiling"
+    CLIENT_IN_FLIGHT_CEILING = "ClientInFlightCeiling"
     BACKLOG_CEILING = "BacklogCeiling"
     IN_FLIGHT_COUNT_UNAVAILABLE = "InFlightCountUnavailable"
 
@@ -226,20 +235,31 @@ class _CachedCount:
         return self.value + self.local
 
 
-class AdmissionControl:
-    """Decides whether a new order may enter the system (see the module docstring for the guarantees).
+class Admission(Protocol):
+    """What submission asks before it writes a new order."""
 
-    One instance per process, shared by every submission handler thread.
+    def admit(self, order_id: str, client: RegisteredClient) -> AdmissionDecision:
+        """Decide whether ``client``'s new order ``order_id`` may be written; an admitted order is counted."""
+        ...
+
+
+class AdmissionControl:
+    """One set of ceilings: whether a new order may enter the system, or a client's quota (see the module
+    docstring for the guarantees).
+
+    One instance per process (and client), shared by every submission handler thread.
 
     Args:
         states: The state store; its server-side count gives the in-flight orders.
-        backlog: The submission queue, or None to disable the backlog check.
+        backlog: The queue whose backlog is watched, or None to disable the backlog check.
         max_in_flight: Ceiling on ``Pending`` + ``Processing`` orders; 0 disables the check.
         max_backlog: Ceiling on messages in the submission queue; 0 disables the check.
         refresh_s: Seconds between reads of each count (``ADMISSION_REFRESH_S``); 0 reads every time.
         max_stale_s: Seconds the last good in-flight count stays usable while reads fail; default
             :data:`STALE_PERIODS` refresh periods.
         monotonic: Monotonic time in seconds (injectable for tests).
+        client_id: Count only this client's orders (``clientId``) and refuse ``ClientInFlightCeiling``;
+            None (default): every order, ``InFlightCeiling``.
 
     Raises:
         ValueError: a ceiling, ``refresh_s`` or ``max_stale_s`` is negative.
@@ -255,6 +275,7 @@ class AdmissionControl:
         refresh_s: float,
         max_stale_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        client_id: str | None = None,
     ) -> None:
         if min(max_in_flight, max_backlog) < 0 or refresh_s < 0 or (max_stale_s or 0) < 0:
             raise ValueError("admission ceilings and periods must not be negative")
@@ -263,11 +284,17 @@ class AdmissionControl:
         self.refresh_s = refresh_s
         self.max_stale_s = STALE_PERIODS * refresh_s if max_stale_s is None else max_stale_s
         self._monotonic = monotonic
+        self.client_id = client_id
+        query = (
+            IN_FLIGHT_QUERY
+            if client_id is None
+            else StateQuery(IN_FLIGHT_QUERY.process_states, client_id=client_id)
+        )
         self._condition = threading.Condition()
         self._in_flight = (
             _CachedCount(
-                "in-flight",
-                lambda: states.count(IN_FLIGHT_QUERY),
+                "in-flight" if client_id is None else f"in-flight of client {client_id}",
+                lambda: states.count(query),
                 refresh_s=refresh_s,
                 max_stale_s=self.max_stale_s,
                 monotonic=monotonic,
@@ -297,30 +324,51 @@ class AdmissionControl:
         states: StateStore,
         queues: QueueFactory,
         monotonic: Callable[[], float] = time.monotonic,
+        client: RegisteredClient | None = None,
     ) -> AdmissionControl:
-        """Admission control configured by ``MAX_IN_FLIGHT_ORDERS``, ``MAX_SUBMISSION_BACKLOG`` and
-        ``ADMISSION_REFRESH_S``, watching the ``ORDERS_QUEUE`` backlog.
+        """The global ceiling (``MAX_IN_FLIGHT_ORDERS``), or with ``client`` that client's: its
+        ``maxInFlight`` and the ``MAX_SUBMISSION_BACKLOG`` of its inbound queue; counts are re-read every
+        ``ADMISSION_REFRESH_S``.
 
         The queue client is created only if the backlog check is enabled (creating one may do I/O).
         """
-        backlog = queues.queue(settings.ORDERS_QUEUE) if settings.MAX_SUBMISSION_BACKLOG > 0 else None
+        if client is None:
+            return cls(
+                states=states,
+                backlog=None,
+                max_in_flight=settings.MAX_IN_FLIGHT_ORDERS,
+                max_backlog=0,
+                refresh_s=settings.ADMISSION_REFRESH_S,
+                monotonic=monotonic,
+            )
+        backlog = queues.queue(client.inbound_queue) if settings.MAX_SUBMISSION_BACKLOG > 0 else None
         return cls(
             states=states,
             backlog=backlog,
-            max_in_flight=settings.MAX_IN_FLIGHT_ORDERS,
+            max_in_flight=client.max_in_flight or 0,
             max_backlog=settings.MAX_SUBMISSION_BACKLOG,
             refresh_s=settings.ADMISSION_REFRESH_S,
             monotonic=monotonic,
+            client_id=client.client_id,
         )
 
     def __repr__(self) -> str:
+        client = f", client_id={self.client_id!r}" if self.client_id is not None else ""
         return (
             f"{type(self).__name__}(max_in_flight={self.max_in_flight}, max_backlog={self.max_backlog}, "
-            f"refresh_s={self.refresh_s})"
+            f"refresh_s={self.refresh_s}{client})"
         )
 
-    def admit(self, order_id: str) -> AdmissionDecision:
+    def give_back(self) -> None:
+        """Undo the count of the order this instance last admitted, which another ceiling then refused."""
+        with self._condition:
+            if self._in_flight is not None and self._in_flight.local > 0:
+                self._in_flight.local -= 1
+
+    def admit(self, order_id: str, client: RegisteredClient | None = None) -> AdmissionDecision:
         """Decide whether the new order ``order_id`` may be written; an admitted order is counted.
+
+        ``client`` is not looked at: these ceilings hold for whichever orders this instance counts.
 
         At most one count query per refresh period and count; otherwise no I/O. Call it only for an
         order about to be created: every admission takes a place under the in-flight ceiling until
@@ -346,6 +394,13 @@ class AdmissionControl:
                         AdmissionReason.IN_FLIGHT_COUNT_UNAVAILABLE,
                         "the number of orders in flight cannot be read right now",
                     )
+                if in_flight >= self.max_in_flight and self.client_id is not None:
+                    return self._refuse(
+                        order_id,
+                        AdmissionReason.CLIENT_IN_FLIGHT_CEILING,
+                        f"{in_flight} of this client's orders in flight (Pending + Processing); its quota "
+                        f"is {self.max_in_flight}",
+                    )
                 if in_flight >= self.max_in_flight:
                     return self._refuse(
                         order_id,
@@ -360,7 +415,7 @@ class AdmissionControl:
                     return self._refuse(
                         order_id,
                         AdmissionReason.BACKLOG_CEILING,
-                        f"about {backlog} orders wait in the submission queue; the ceiling is "
+                        f"about {backlog} orders wait in the inbound queue; the ceiling is "
                         f"{self.max_backlog}",
                     )
             if self._in_flight is not None:
@@ -374,3 +429,66 @@ class AdmissionControl:
             detail=detail,
             retry_after_s=retry_after_s(order_id, self.refresh_s),
         )
+
+
+class ClientAdmission:
+    """Per-client quotas and the global ceiling together (the module docstring): what the hosts use.
+
+    One instance per process, shared by every submission handler thread; a client's
+    :class:`AdmissionControl` is built on its first order.
+
+    Args:
+        global_ceiling: The system-wide ceiling.
+        for_client: Builds the ceilings of one client.
+    """
+
+    def __init__(
+        self, global_ceiling: AdmissionControl, for_client: Callable[[RegisteredClient], AdmissionControl]
+    ) -> None:
+        self.global_ceiling = global_ceiling
+        self._for_client = for_client
+        self._clients: dict[str, AdmissionControl] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        states: StateStore,
+        queues: QueueFactory,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> ClientAdmission:
+        """Admission by ``MAX_IN_FLIGHT_ORDERS``, each client's ``maxInFlight`` and ``MAX_SUBMISSION_BACKLOG``
+        of its inbound queue (:meth:`AdmissionControl.from_settings`)."""
+        return cls(
+            AdmissionControl.from_settings(settings, states=states, queues=queues, monotonic=monotonic),
+            lambda client: AdmissionControl.from_settings(
+                settings, states=states, queues=queues, monotonic=monotonic, client=client
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(global_ceiling={self.global_ceiling!r}, clients={sorted(self._clients)})"
+        )
+
+    def client_ceiling(self, client: RegisteredClient) -> AdmissionControl:
+        """The ceilings of ``client``, built on first use."""
+        with self._lock:
+            ceiling = self._clients.get(client.client_id)
+            if ceiling is None:
+                ceiling = self._clients[client.client_id] = self._for_client(client)
+            return ceiling
+
+    def admit(self, order_id: str, client: RegisteredClient) -> AdmissionDecision:
+        """Decide whether ``client``'s new order ``order_id`` may be written: its own quota first, then the
+        global ceiling; an admitted order is counted by both. Never raises for an unreadable count."""
+        own = self.client_ceiling(client)
+        decision = own.admit(order_id)
+        if not decision.admitted:
+            return decision
+        decision = self.global_ceiling.admit(order_id)
+        if not decision.admitted:
+            own.give_back()
+        return decision

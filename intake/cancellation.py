@@ -16,7 +16,10 @@ with one ETag-conditional write, and the owner acts on it:
   races the write starting the irreversible step either lands first (the step is never started) or
   re-reads the record and sees the step.
 
-Replies go to the reply queue the order was submitted with, never to one named in the cancel.
+A client may cancel its own orders only: a cancel that arrives on one client's inbound queue for another
+client's order is answered exactly as a cancel of an order that does not exist (``UnknownOrder``), so it
+learns nothing about it. Replies go to the reply queue the order was submitted with, never to one named
+in the cancel.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from enum import StrEnum
 
 from intake.requests import apply_request
 from orderflow import telemetry
+from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.contracts import CANCELLED_BY_CLIENT
 from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
@@ -106,12 +110,20 @@ def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[Ca
 
 
 def handle_cancel(
-    body: str | bytes, *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float = 30.0
+    body: str | bytes,
+    *,
+    client: RegisteredClient,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float = 30.0,
 ) -> CancelResult:
-    """Record a client's cancel request, or refuse it, with one ETag-conditional write.
+    """Record a client's cancel request for one of its own orders, or refuse it, with one ETag-conditional
+    write.
 
     Args:
         body: The raw :class:`CancelOrder` body.
+        client: The registered client whose inbound queue the cancel arrived on.
         states / queues / clock: Dependencies.
         grace_s: For an order paused in ``AwaitingReview`` (its owner waits for a decision, not for
             this), seconds until the supervisor may hand it to compensation: its ``completeBy``.
@@ -120,8 +132,8 @@ def handle_cancel(
         What was done (see :class:`CancelOutcome`); every outcome means "complete the message".
 
     Raises:
-        InvalidMessage: the body is not a cancel request, or names no known order (dead-letter it:
-            there is no reply queue to answer on).
+        InvalidMessage: the body is not a cancel request, or names no order of ``client``'s
+            (``UnknownOrder``, the same for another client's order; dead-letter it).
         TransientError, ConcurrencyConflict: the store or queue is unavailable, or the owner kept
             winning the ETag race; abandon and retry.
     """
@@ -139,6 +151,7 @@ def handle_cancel(
         decide=decide,
         what="cancel",
         grace_s=grace_s,
+        visible=lambda record: client.owns(record.client_id, record.reply_to),
     )
     outcome, reason = applied.decision
     if outcome is CancelOutcome.REFUSED:

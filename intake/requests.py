@@ -51,6 +51,7 @@ def apply_request(
     decide: Callable[[StateRecord], tuple[_T, bool]],
     what: str,
     grace_s: float,
+    visible: Callable[[StateRecord], bool] | None = None,
 ) -> Applied[_T]:
     """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
 
@@ -65,12 +66,15 @@ def apply_request(
         decide: Changes the record in place; returns its decision and whether to write.
         what: The request, for the dead-letter description (``cancel``, ``review``, ...).
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+        visible: Whether the requester may see the order at all (a client sees its own orders only);
+            None: every order. An order it may not see is answered exactly as one that does not exist.
 
     Returns:
         The decision, the record and the written version (None when nothing was written).
 
     Raises:
-        InvalidMessage: ``UnknownOrder``: there is no such order (nobody to answer; dead-letter it).
+        InvalidMessage: ``UnknownOrder``: there is no such order, or the requester may not see it
+            (nobody to answer; dead-letter it).
         ConcurrencyConflict: the owner kept winning the ETag race; abandon and retry.
         TransientError: the store or the reply queue is unavailable.
     """
@@ -78,7 +82,10 @@ def apply_request(
         try:
             found = states.get(order_id)
         except NotFound:
-            raise InvalidMessage("UnknownOrder", f"no order {order_id!r} to {what}") from None
+            found = None
+        if found is None or (visible is not None and not visible(found.item)):
+            # The same error, word for word, whether the order is missing or someone else's.
+            raise InvalidMessage("UnknownOrder", f"no order {order_id!r} to {what}")
         record = found.item.model_copy(deep=True)
         decision, write = decide(record)
         if not write:

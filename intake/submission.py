@@ -1,7 +1,11 @@
-"""The submission path: every message on the orders queue, and above all the order itself.
+"""The submission path: every message on a client's inbound queue, and above all the order itself.
 
-:func:`handle_intake_message` takes each message a client (or an operator's tooling) puts on the orders
-queue. A ``CancelOrder`` goes to :mod:`intake.cancellation`, a ``CompensateOrder`` to
+:func:`handle_intake_message` takes each message a client puts on its own inbound queue, with the
+:class:`~orderflow.clients.RegisteredClient` that queue belongs to: the host says which queue it consumed,
+and that is the sender's identity (docs/clients.md). Nothing in the body names the client; the reply
+queue is the registry's, and a body naming any other is dead-lettered before anything is written.
+
+A ``CancelOrder`` goes to :mod:`intake.cancellation`, a ``CompensateOrder`` to
 :mod:`intake.operator`, a ``ReviewDecision`` to :mod:`intake.review`; they share the queue (and its
 ordering) with the orders they are about. An order is recorded here: the order document and its state
 record, idempotently.
@@ -28,11 +32,12 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from intake.admission import AdmissionControl, AdmissionDecision
+from intake.admission import Admission, AdmissionDecision
 from intake.cancellation import CancelResult, handle_cancel
 from intake.operator import handle_compensate
 from intake.review import handle_review_decision
 from orderflow import telemetry
+from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import (
@@ -40,6 +45,7 @@ from orderflow.messages import (
     COMPENSATE_ORDER,
     ORDERS_QUEUE_TYPES,
     REPLY_TO_MISMATCH,
+    REPLY_TO_NOT_REGISTERED,
     RESERVED_REPLY_QUEUE,
     REVIEW_DECISION,
     OrderStatus,
@@ -101,14 +107,21 @@ class IntakeResult:
 
 
 def initial_state(
-    order: SubmitOrder, definition: WorkflowDefinition, settings: Settings, clock: Clock
+    order: SubmitOrder,
+    definition: WorkflowDefinition,
+    settings: Settings,
+    clock: Clock,
+    client: RegisteredClient | None = None,
 ) -> StateRecord:
-    """The state record of a new order: ``Pending``, unlocked, every step ``NotStarted``."""
+    """The state record of a new order: ``Pending``, unlocked, every step ``NotStarted``; its reply queue
+    and ``clientId`` are ``client``'s (None: the body's reply queue and no client, for tests of the
+    records alone)."""
     now = clock.now()
     return StateRecord(
         id=order.order_id,
         order_id=order.order_id,
-        reply_to=order.reply_to,
+        reply_to=client.reply_queue if client is not None else order.reply_to,
+        client_id=client.client_id if client is not None else None,
         steps={
             step.name: StepState(idempotency_key=idempotency_key(order.order_id, step.name))
             for step in definition.steps
@@ -120,8 +133,9 @@ def initial_state(
     )
 
 
-def order_document(order: SubmitOrder, clock: Clock) -> OrderDocument:
-    """The immutable order document, with the content hash of everything the client sent."""
+def order_document(order: SubmitOrder, clock: Clock, client: RegisteredClient | None = None) -> OrderDocument:
+    """The immutable order document, with the content hash of everything the client sent, and the
+    ``clientId`` of ``client`` (whose reply queue the body's ``replyTo`` has been checked to be)."""
     return OrderDocument(
         id=order.order_id,
         order_id=order.order_id,
@@ -134,12 +148,14 @@ def order_document(order: SubmitOrder, clock: Clock) -> OrderDocument:
         reply_to=order.reply_to,
         content_hash=content_hash(order.immutable_content()),
         received_at=clock.now(),
+        client_id=client.client_id if client is not None else None,
     )
 
 
 def handle_intake_message(
     body: str | bytes,
     *,
+    client: RegisteredClient,
     reply_to: str | None = None,
     orders: OrderStore,
     states: StateStore,
@@ -147,21 +163,24 @@ def handle_intake_message(
     clock: Clock,
     settings: Settings,
     definition: WorkflowDefinition | None = None,
-    admission: AdmissionControl | None = None,
+    admission: Admission | None = None,
 ) -> IntakeResult:
-    """Handle one message of the orders queue: validate an order and record it, idempotently on the order
-    id, or hand a request about a known order to its handler.
+    """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
+    the order id, or hand a request about a known order to its handler.
 
-    A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for a
-    known order: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``); a
+    A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for one
+    of the client's own orders: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``;
+    another client's order is answered exactly as an unknown one); a
     ``CompensateOrder`` goes to :func:`intake.operator.handle_compensate` (outcome ``operator``), a
     ``ReviewDecision`` to :func:`intake.review.handle_review_decision` (outcome ``review``).
 
     Args:
         body: The raw message body.
+        client: The registered client whose inbound queue the message arrived on (from the host, never
+            from the body): its reply queue is the order's, its id the order's ``clientId``.
         reply_to: The message's transport reply-to property (Service Bus ``ReplyTo``), or None where the
-            transport has none (Storage queues) or the sender set none. When given, the body's
-            ``replyTo`` must equal it.
+            transport has none (Storage queues) or the sender set none. When given, it must be the
+            client's reply queue too.
         orders / states / queues / clock / settings: Dependencies.
         definition: The workflow new orders start with; None for the ``WORKFLOW_VERSION`` setting's.
         admission: Admission control for new orders, or None to admit everything.
@@ -180,8 +199,10 @@ def handle_intake_message(
         InvalidMessage: the body is not a valid order; dead-letter with ``reason``, one of
             :data:`orderflow.messages.SUBMISSION_REASONS` (``UnknownMessageType`` for a ``type`` other
             than ``CancelOrder``, ``CompensateOrder`` and ``ReviewDecision``; ``ReservedReplyQueue`` for a
-            ``replyTo`` naming one of orderflow's own queues; ``ReplyToMismatch`` for a ``replyTo`` other
-            than the transport's), or for a request about an order ``UnknownOrder``. Nothing is written.
+            ``replyTo`` naming one of orderflow's own queues; ``ReplyToNotRegistered`` for any other
+            queue than the client's registered reply queue; ``ReplyToMismatch`` for a transport
+            ``ReplyTo`` other than it), or for a request about an order ``UnknownOrder`` (also for
+            another client's order). Nothing is written.
         ConflictingOrder: the order id exists with different content; dead-letter, nothing is written
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
@@ -190,7 +211,7 @@ def handle_intake_message(
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(
-            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+            body, client=client, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
         )
         return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
     if kind == COMPENSATE_ORDER:
@@ -205,12 +226,12 @@ def handle_intake_message(
         return IntakeResult(reviewed.order_id, IntakeOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
-    _check_reply_queue(order, settings, transport_reply_to=reply_to)
+    _check_reply_queue(order, client, settings, transport_reply_to=reply_to)
     definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
-    document = order_document(order, clock)
+    document = order_document(order, clock, client)
     existing: OrderDocument | None = None
     if admission is not None:
-        decision = admission.admit(order.order_id)
+        decision = admission.admit(order.order_id, client)
         if not decision.admitted:
             # Refusals alone pay this read; NotFound is the only answer that makes the order new.
             try:
@@ -227,6 +248,7 @@ def handle_intake_message(
             clock=clock,
             settings=settings,
             definition=definition,
+            client=client,
         )
     except ConflictingOrder as conflict:
         # The sender is told too; the message itself is dead-lettered by the host.
@@ -244,11 +266,14 @@ def handle_intake_message(
     return IntakeResult(order.order_id, outcome)
 
 
-def _check_reply_queue(order: SubmitOrder, settings: Settings, *, transport_reply_to: str | None) -> None:
-    """Refuse a ``replyTo`` that is not the sender's own queue, before anything is written or sent.
+def _check_reply_queue(
+    order: SubmitOrder, client: RegisteredClient, settings: Settings, *, transport_reply_to: str | None
+) -> None:
+    """Refuse a ``replyTo`` that is not the sending client's registered reply queue, before anything is
+    written or sent (and so before any queue is touched).
 
     Raises:
-        InvalidMessage: ``ReservedReplyQueue`` or ``ReplyToMismatch``.
+        InvalidMessage: ``ReservedReplyQueue``, ``ReplyToNotRegistered`` or ``ReplyToMismatch``.
     """
     reserved = settings.reserved_queue(order.reply_to)
     if reserved is not None:
@@ -256,6 +281,12 @@ def _check_reply_queue(order: SubmitOrder, settings: Settings, *, transport_repl
             RESERVED_REPLY_QUEUE,
             f"replyTo {order.reply_to!r} is {reserved}, not a client's reply queue; name the client's own "
             "private queue",
+        )
+    if order.reply_to != client.reply_queue:
+        raise InvalidMessage(
+            REPLY_TO_NOT_REGISTERED,
+            f"replyTo {order.reply_to!r} is not the reply queue registered for client {client.client_id!r}; "
+            "replies go to the client's registered reply queue only",
         )
     if transport_reply_to is not None and transport_reply_to != order.reply_to:
         raise InvalidMessage(
@@ -308,11 +339,14 @@ def _record(
     clock: Clock,
     settings: Settings,
     definition: WorkflowDefinition,
+    client: RegisteredClient,
 ) -> IntakeOutcome:
     """Write the order document and the state record, create-only; ``existing`` if already read.
 
     Raises:
-        ConflictingOrder: the stored document's content hash differs; nothing is written.
+        ConflictingOrder: the stored document's content hash differs, or it is another client's order;
+            nothing is written. The description names no hash: the sender learns nothing of the stored
+            order beyond that its id is taken.
     """
     outcome = IntakeOutcome.ACCEPTED
     if existing is None:
@@ -321,16 +355,14 @@ def _record(
         except AlreadyExists:
             existing = orders.get(order.order_id)
     if existing is not None:
-        if existing.content_hash != document.content_hash:
-            telemetry.alert("conflicting_order", order_id=order.order_id)
-            raise ConflictingOrder(
-                f"order {order.order_id} exists with different content "
-                f"(stored hash {existing.content_hash[:12]}, received {document.content_hash[:12]})"
-            )
+        foreign = existing.client_id is not None and existing.client_id != client.client_id
+        if foreign or existing.content_hash != document.content_hash:
+            telemetry.alert("conflicting_order", order_id=order.order_id, client_id=client.client_id)
+            raise ConflictingOrder(f"order {order.order_id} exists with different content")
         outcome = IntakeOutcome.DUPLICATE
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
-        states.create(initial_state(order, definition, settings, clock))
+        states.create(initial_state(order, definition, settings, clock, client))
     except AlreadyExists:
         outcome = IntakeOutcome.DUPLICATE
     return outcome

@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.clients import RegisteredClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
 from orderflow.messages import (
     INVALID_JSON,
@@ -142,6 +143,40 @@ def _check_reply_to(reply_to: str, settings: Settings) -> None:
     reserved = settings.reserved_queue(reply_to)
     if reserved is not None:
         _fail(f"--reply-to {reply_to!r} is {reserved}, not a client's reply queue", code=2)
+
+
+def _registered_client(reply_to: str, settings: Settings) -> RegisteredClient:
+    """The registered client (``CLIENTS``) whose reply queue is ``--reply-to``: its inbound queue is where
+    its orders go (docs/clients.md).
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when no registered client has that reply queue.
+    """
+    for client in settings.clients():
+        if client.reply_queue == reply_to:
+            return client
+    _fail(
+        f"--reply-to {reply_to!r} is not the reply queue of a registered client (CLIENTS); orders naming it "
+        "would be dead-lettered (ReplyToNotRegistered)",
+        code=2,
+    )
+
+
+def _client_by_id(client_id: str | None, settings: Settings) -> RegisteredClient:
+    """The registered client ``--client`` names, or the only one when it is omitted.
+
+    Raises:
+        typer.Exit: 2, after a one-line error: no such client, or ``--client`` omitted among several.
+    """
+    clients = list(settings.clients())
+    if client_id is None:
+        if len(clients) == 1:
+            return clients[0]
+        _fail(f"--client is needed: {len(clients)} clients are registered (CLIENTS)", code=2)
+    for client in clients:
+        if client.client_id == client_id:
+            return client
+    _fail(f"--client {client_id!r} is not a registered client (CLIENTS)", code=2)
 
 
 _JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -332,13 +367,14 @@ def submit(
         seed = random.SystemRandom().randrange(2**31)  # fresh order ids on every run
     settings = _settings(env_file)
     _check_reply_to(reply_to, settings)
+    registered = _registered_client(reply_to, settings)
     orders = (
         _read_orders(order_file, reply_to=reply_to)
         if order_file
         else generate_orders(generate, seed=seed, reply_to=reply_to)
     )
     client = OrderflowClient(
-        connect_queues(settings), reply_queue=reply_to, orders_queue=settings.ORDERS_QUEUE
+        connect_queues(settings), reply_queue=reply_to, orders_queue=registered.inbound_queue
     )
     sent = 0
     with typer.progressbar(orders, label="submitting") as progress:
@@ -376,7 +412,10 @@ def watch(
         _fail(f"--timeout must be a number of seconds, 0 or more, not {timeout}", code=2)
     settings = _settings(env_file)
     _check_reply_to(reply_to, settings)
-    client = OrderflowClient(connect_queues(settings), reply_queue=reply_to)
+    registered = _registered_client(reply_to, settings)
+    client = OrderflowClient(
+        connect_queues(settings), reply_queue=reply_to, orders_queue=registered.inbound_queue
+    )
     deadline = time.monotonic() + timeout
     while True:  # at least one poll, so that --timeout 0 reads what is on the queue now
         for reply in client.poll():
@@ -412,7 +451,13 @@ to one), and a request may be sent before the order it names is recorded, so onl
 whether the order exists."""
 
 
-def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]) -> None:
+def _send_request(
+    env_file: Path | None,
+    send: Callable[[OrderflowClient], None],
+    *,
+    client_id: str | None = None,
+    own: bool = False,
+) -> None:
     """Send a request about an order on the submission queue (its answers go to the order's own reply
     queue). The CLI does not check that the order exists: that is decided when the request is handled.
 
@@ -420,9 +465,9 @@ def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]
         typer.Exit: 2, after a one-line error, on bad input; 1 when the queue could not take it.
     """
     settings = _settings(env_file)
-    client = OrderflowClient(
-        connect_queues(settings), reply_queue="unused", orders_queue=settings.ORDERS_QUEUE
-    )
+    # A client's own request goes to its inbound queue; the others still to ORDERS_QUEUE.
+    queue = _client_by_id(client_id, settings).inbound_queue if own else settings.ORDERS_QUEUE
+    client = OrderflowClient(connect_queues(settings), reply_queue="unused", orders_queue=queue)
     try:
         send(client)
     except InvalidMessage as exc:
@@ -435,14 +480,21 @@ def _send_request(env_file: Path | None, send: Callable[[OrderflowClient], None]
 def cancel(
     order_id: str,
     reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
+    client_id: Annotated[
+        str | None,
+        typer.Option("--client", help="The registered client whose order it is (default: the only one)."),
+    ] = None,
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
-    """Ask for an order to be cancelled; the answer (Cancelled or CancelRefused) goes to its reply queue.
+    """Ask for one of a client's orders to be cancelled, on that client's inbound queue; the answer
+    (Cancelled or CancelRefused) goes to its reply queue.
 
-    The request is only sent: an order the service does not know gets no answer (the request is
-    dead-lettered, UnknownOrder).
+    The request is only sent: an order the service does not know, or another client's, gets no answer
+    (the request is dead-lettered, UnknownOrder).
     """
-    _send_request(env_file, lambda client: client.cancel(order_id, reason=reason))
+    _send_request(
+        env_file, lambda client: client.cancel(order_id, reason=reason), client_id=client_id, own=True
+    )
     console.print(
         f"cancel request for {escape(order_id)} sent; the answer (Cancelled or CancelRefused) goes to the "
         "order's reply queue. No answer comes if the service does not know the order: the request is then "

@@ -1,6 +1,10 @@
 """The client SDK: submit orders and read status replies from the client's private reply queue.
 
-A client owns one reply queue (its name is in every order it submits as ``replyTo``). Status replies
+A registered client (docs/clients.md) sends to its own inbound queue and reads its own reply queue, and
+needs credentials for those two queues only: locally a queue-scoped SAS each
+(:meth:`orderflow.queues.storage.StorageQueueFactory.from_queue_urls`, or a SAS-only connection string),
+on Azure an identity with send rights on the one and receive rights on the other. Every order names the
+reply queue as ``replyTo``; the submission checks it is the registered one. Status replies
 carry the order id; the same reply may arrive more than once (at-least-once delivery), so the client
 de-duplicates by message id and keeps the latest status per order.
 """
@@ -15,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orderflow.errors import InvalidMessage
+from orderflow.errors import InvalidMessage, PermanentError
 from orderflow.messages import (
     CANCEL_ORDER,
     COMPENSATE_ORDER,
@@ -29,7 +33,7 @@ from orderflow.messages import (
     parse_message,
     validate_message,
 )
-from orderflow.queues.base import QueueFactory
+from orderflow.queues.base import MessageQueue, QueueFactory, ReceivedMessage
 
 logger = logging.getLogger(__name__)
 
@@ -105,12 +109,12 @@ class OrderflowClient:
     """Submits orders and reads the client's reply queue.
 
     Args:
-        queues: Queue factory (Azurite locally, Service Bus on Azure).
-        reply_queue: This client's private reply queue.
-        orders_queue: The submission queue.
+        queues: Queue factory (Azurite locally, Service Bus on Azure); it needs only the two queues.
+        reply_queue: This client's private reply queue (the registry's).
+        orders_queue: This client's inbound queue (the registry's): where its orders and cancels go.
     """
 
-    def __init__(self, queues: QueueFactory, *, reply_queue: str, orders_queue: str = "orders") -> None:
+    def __init__(self, queues: QueueFactory, *, reply_queue: str, orders_queue: str) -> None:
         self._queues = queues
         self.reply_queue = reply_queue
         self.orders_queue = orders_queue
@@ -142,7 +146,7 @@ class OrderflowClient:
         return validated.order_id
 
     def cancel(self, order_id: str, *, reason: str | None = None) -> None:
-        """Ask for an order to be cancelled (a ``CancelOrder`` on the submission queue).
+        """Ask for one of this client's orders to be cancelled (a ``CancelOrder`` on its inbound queue).
 
         The answer arrives on the reply queue the order was submitted with: ``Cancelled`` once what was
         done is undone, or ``CancelRefused`` with the reason (settled, or past its point of no return).
@@ -216,7 +220,7 @@ class OrderflowClient:
                 reply = parse_message(StatusReply, message.body)
             except InvalidMessage as exc:
                 self.replies.foreign += 1
-                queue.dead_letter(message, reason=exc.reason, description=exc.description)
+                self._dead_letter(queue, message, exc)
                 continue
             if message.message_id in self.replies.seen_ids:
                 self.replies.duplicates += 1
@@ -230,6 +234,22 @@ class OrderflowClient:
                 fresh.append(reply)
             queue.complete(message)
         return fresh
+
+    @staticmethod
+    def _dead_letter(queue: MessageQueue, message: ReceivedMessage, exc: InvalidMessage) -> None:
+        """Dead-letter what is not a status reply; a client whose credentials cover only its reply queue
+        (a queue-scoped SAS) cannot, and logs it and removes it instead: only the app may send there, so
+        such a message is the app's bug, and leaving it would return it on every poll."""
+        try:
+            queue.dead_letter(message, reason=exc.reason, description=exc.description)
+        except PermanentError as refused:
+            logger.error(
+                "not a status reply on %s (%s), removed: no right to dead-letter it (%s)",
+                queue.name,
+                exc.reason,
+                refused,
+            )
+            queue.complete(message)
 
     def wait_for(
         self,

@@ -58,6 +58,7 @@ INVALID_VALUE = "InvalidValue"
 UNKNOWN_MESSAGE_TYPE = "UnknownMessageType"
 RESERVED_REPLY_QUEUE = "ReservedReplyQueue"
 REPLY_TO_MISMATCH = "ReplyToMismatch"
+REPLY_TO_NOT_REGISTERED = "ReplyToNotRegistered"
 
 PARSE_REASONS = frozenset(
     {
@@ -74,9 +75,15 @@ PARSE_REASONS = frozenset(
 )
 """Every ``InvalidMessage.reason`` :func:`parse_message` raises (the dead-letter reasons of bad input)."""
 
-SUBMISSION_REASONS = PARSE_REASONS | {UNKNOWN_MESSAGE_TYPE, RESERVED_REPLY_QUEUE, REPLY_TO_MISMATCH}
-"""Every ``InvalidMessage.reason`` a message on the ``orders`` queue is dead-lettered with before any
-store is touched: the parse reasons, an unknown ``type``, and a ``replyTo`` that is not a client's queue."""
+SUBMISSION_REASONS = PARSE_REASONS | {
+    UNKNOWN_MESSAGE_TYPE,
+    RESERVED_REPLY_QUEUE,
+    REPLY_TO_NOT_REGISTERED,
+    REPLY_TO_MISMATCH,
+}
+"""Every ``InvalidMessage.reason`` a message on a client's inbound queue is dead-lettered with before any
+store is touched: the parse reasons, an unknown ``type``, and a ``replyTo`` that is not the sending
+client's registered reply queue."""
 
 _JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (dict, "object"),
@@ -220,8 +227,9 @@ class SubmitOrder(Envelope):
         currency: ISO 4217 code from :data:`SUPPORTED_CURRENCIES`.
         items: 1–100 lines; at most :data:`MAX_QUANTITY_PER_SKU` units of one SKU in all.
         carrier: The shipping carrier, 1-32 characters after trimming surrounding whitespace.
-        reply_to: The client's private reply queue for status messages (which queues may not be one is
-            checked on receipt, against the settings: :meth:`orderflow.settings.Settings.reserved_queue`).
+        reply_to: The client's private reply queue for status messages. Checked on receipt: it must be the
+            reply queue the client registry holds for the client whose inbound queue the message came
+            on (docs/clients.md); replies never go to a queue named only in a body.
 
     Every text field refuses invisible and reordering characters (:func:`forbidden_character`).
     """

@@ -127,6 +127,7 @@ class OrderDocument(Model):
     carrier: str
     reply_to: str
     content_hash: str
+    client_id: str | None = None
     received_at: UtcDatetime
     schema_version: int = SCHEMA_VERSION
     redacted_at: UtcDatetime | None = None
@@ -353,6 +354,7 @@ class StateRecord(Model):
     attempt: int = 0
     next_attempt_at: UtcDatetime | None = None
     reply_to: str
+    client_id: str | None = None
     steps: dict[str, StepState] = Field(default_factory=dict)
     compensation_log: list[CompensationEntry] = Field(default_factory=list)
     retry_budget: RetryBudget

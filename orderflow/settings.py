@@ -23,8 +23,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from orderflow.clients import ClientRegistry, RegisteredClient, parse_clients
 from orderflow.queues.base import DEAD_LETTER_SUFFIX
 
 MAX_DURATION_S = 315_360_000.0
@@ -334,7 +343,12 @@ class Settings(BaseModel):
     )
 
     # --- queues ------------------------------------------------------------------------------
-    ORDERS_QUEUE: str = Field("orders", description="Submission queue.")
+    ORDERS_QUEUE: str = Field(
+        "orders",
+        description="The shared submission queue of earlier versions. Nothing consumes it any more (each "
+        "registered client has its own inbound queue, see CLIENTS); it stays reserved, so no client's "
+        "queue can be it.",
+    )
     AGENT_QUEUE_PREFIX: str = Field(
         "agent-", description="Request queue of agent NAME is PREFIX+NAME (agent-inventory ...)."
     )
@@ -344,6 +358,17 @@ class Settings(BaseModel):
         "orchestration lives only in the process that claimed it (docs/design.md §1).",
     )
     HOST_ID: str = Field("local", description="This process's host id (lowercase letters, digits, '-').")
+    CLIENTS: str = Field(
+        "",
+        description="The client registry, a JSON list: one object per client, "
+        '{"id": "acme", "inboundQueue": "orders-acme", "replyQueue": "replies-acme", "maxInFlight": 500, '
+        '"principalId": "<Entra object id>"}; only id is required (a slug of lowercase letters, digits and '
+        "hyphens, at most 32); the queues default to orders-<id> and replies-<id>; maxInFlight (default: "
+        "none) is the client's own ceiling on orders in flight, beside MAX_IN_FLIGHT_ORDERS. A client is "
+        "identified by the inbound queue its message arrives on and answered on its reply queue only "
+        "(docs/clients.md). Ids and queues must be unique, and none of orderflow's own queues. Empty "
+        "(default): no client, nothing is consumed.",
+    )
 
     # --- scheduler ---------------------------------------------------------------------------
     STARTER_SCHEDULE: str = Field(
@@ -598,6 +623,20 @@ class Settings(BaseModel):
         "60; at most 300, the skew Microsoft's own token libraries allow).",
     )
 
+    _clients: ClientRegistry = PrivateAttr(default_factory=lambda: ClientRegistry(()))
+
+    @field_validator("CLIENTS")
+    @classmethod
+    def _clients_are_valid(cls, text: str, info: ValidationInfo) -> str:
+        # The queue settings are declared before CLIENTS, so they are validated already (when valid).
+        queues = {name: info.data[name] for name in _QUEUE_SETTINGS if name in info.data}
+        ClientRegistry(parse_clients(text), reserved=lambda name: reserved_queue_name(name, **queues))
+        return text
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Build the client registry once (the ``CLIENTS`` text was checked by its validator)."""
+        self._clients = ClientRegistry(parse_clients(self.CLIENTS), reserved=self.reserved_queue)
+
     @field_validator("*")
     @classmethod
     def _durations_fit_a_timedelta(cls, value: Any, info: ValidationInfo) -> Any:
@@ -738,24 +777,59 @@ class Settings(BaseModel):
             return self.OPERATOR_JWKS_URI.strip()
         return entra_jwks_uri(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
 
-    def reserved_queue(self, name: str) -> str | None:
-        """What ``name`` is among orderflow's own queues, or None when it may be a client's reply queue.
+    def clients(self) -> ClientRegistry:
+        """The client registry of ``CLIENTS``."""
+        return self._clients
 
-        Reserved, from the same settings the hosts name their queues by: the submission queue
-        (``ORDERS_QUEUE``), the response queue and every host's (``AGENT_RESPONSES_QUEUE`` and
-        ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with ``AGENT_QUEUE_PREFIX`` (agent request
-        queues, present and future) and every local dead-letter queue (``<queue>-deadletter``). A status
-        reply sent to one of them would be taken for a request, or read by nobody.
+    def client(self, client_id: str) -> RegisteredClient:
+        """The registered client ``client_id``.
 
-        Returns:
-            A short description such as ``"the submission queue (ORDERS_QUEUE)"``, or None.
+        Raises:
+            KeyError: no such client in ``CLIENTS``.
         """
-        if name == self.ORDERS_QUEUE:
-            return "the submission queue (ORDERS_QUEUE)"
-        if name == self.AGENT_RESPONSES_QUEUE or name.startswith(f"{self.AGENT_RESPONSES_QUEUE}-"):
-            return "an agent response queue (AGENT_RESPONSES_QUEUE)"
-        if name.endswith(DEAD_LETTER_SUFFIX):
-            return "a dead-letter queue"
-        if self.AGENT_QUEUE_PREFIX and name.startswith(self.AGENT_QUEUE_PREFIX):
-            return f"an agent request queue (AGENT_QUEUE_PREFIX {self.AGENT_QUEUE_PREFIX!r})"
-        return None
+        return self._clients.get(client_id)
+
+    def reserved_queue(self, name: str) -> str | None:
+        """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
+
+        See :func:`reserved_queue_name`; returns e.g. ``"the submission queue (ORDERS_QUEUE)"``.
+        """
+        return reserved_queue_name(
+            name,
+            ORDERS_QUEUE=self.ORDERS_QUEUE,
+            AGENT_QUEUE_PREFIX=self.AGENT_QUEUE_PREFIX,
+            AGENT_RESPONSES_QUEUE=self.AGENT_RESPONSES_QUEUE,
+        )
+
+
+_QUEUE_SETTINGS = ("ORDERS_QUEUE", "AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")
+"""The settings that name orderflow's own queues (:func:`reserved_queue_name`)."""
+
+
+def reserved_queue_name(
+    name: str,
+    *,
+    ORDERS_QUEUE: str = "orders",  # noqa: N803 (the settings' own names)
+    AGENT_QUEUE_PREFIX: str = "agent-",  # noqa: N803
+    AGENT_RESPONSES_QUEUE: str = "agent-responses",  # noqa: N803
+) -> str | None:
+    """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
+
+    Reserved, from the same settings the hosts name their queues by: the shared submission queue of
+    earlier versions (``ORDERS_QUEUE``), the response queue and every host's (``AGENT_RESPONSES_QUEUE``
+    and ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with ``AGENT_QUEUE_PREFIX`` (agent
+    request queues, present and future) and every local dead-letter queue (``<queue>-deadletter``). A
+    status reply sent to one of them would be taken for a request, or read by nobody.
+
+    Returns:
+        A short description such as ``"the submission queue (ORDERS_QUEUE)"``, or None.
+    """
+    if name == ORDERS_QUEUE:
+        return "the submission queue (ORDERS_QUEUE)"
+    if name == AGENT_RESPONSES_QUEUE or name.startswith(f"{AGENT_RESPONSES_QUEUE}-"):
+        return "an agent response queue (AGENT_RESPONSES_QUEUE)"
+    if name.endswith(DEAD_LETTER_SUFFIX):
+        return "a dead-letter queue"
+    if AGENT_QUEUE_PREFIX and name.startswith(AGENT_QUEUE_PREFIX):
+        return f"an agent request queue (AGENT_QUEUE_PREFIX {AGENT_QUEUE_PREFIX!r})"
+    return None

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+
+TEST_CLIENTS = '[{"id": "a", "replyQueue": "client-a"}]'
+"""The client registry of the Functions app under test: its triggers are generated from ``CLIENTS`` when
+it is indexed, so the setting must be there before the first blueprint is imported (and in the worker's
+environment). One client ``a``: inbound queue ``orders-a``, reply queue ``client-a`` (``tests.unit.fakes``'s
+``TEST_CLIENT``)."""
+os.environ.setdefault("CLIENTS", TEST_CLIENTS)
 
 # tests/worker drives the Python 3.13+ language worker in its own environment (`make worker-test`).
 collect_ignore = [] if importlib.util.find_spec("azure_functions_runtime") else ["worker"]

@@ -7,6 +7,7 @@ on durabletask's in-memory backend with the real worker; the agents call the dem
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -149,14 +150,21 @@ def running_system(
     url = server_url(server)
     host_id = "h" + uuid.uuid4().hex[:8]
     # Queues of its own: the emulators are shared by every test of the session.
-    isolation = {"ORDERS_QUEUE": f"orders-{host_id}", "AGENT_QUEUE_PREFIX": f"agent-{host_id}-"}
+    # One registered client of its own: inbound queue orders-<host id>, reply queue client-<host id>.
+    isolation = {
+        "CLIENTS": json.dumps([{"id": host_id, "replyQueue": f"client-{host_id}"}]),
+        "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
+    }
     config = Settings(
         **{**FAST_SETTINGS, **isolation, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings}
     )
     deps = replace(deps, settings=config)
     host = DevHost(deps, roles)
     host.start()
-    client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}", orders_queue=config.ORDERS_QUEUE)
+    (registered,) = config.clients()
+    client = OrderflowClient(
+        deps.queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+    )
     try:
         yield System(host, deps, client, catalog, url)
     finally:

@@ -1,11 +1,15 @@
-"""Azure Functions trigger of the intake role: the submission path (Service Bus, PeekLock).
+"""Azure Functions triggers of the intake role: one Service Bus trigger (PeekLock) per registered client.
 
-Every message of the orders queue (an order, a cancel, a review decision, an operator's decision) goes to
-:func:`intake.submission.handle_intake_message`; bad input is dead-lettered with its reason.
+A client is identified by the queue its message arrived on (docs/clients.md): each client's inbound
+queue has a trigger of its own, generated when the app is indexed from the client registry (``CLIENTS``),
+and that trigger hands :func:`intake.submission.handle_intake_message` the client it was generated for.
+Every message (an order, a cancel, a review decision, an operator's decision) goes there; bad input is
+dead-lettered with its reason. A client registered later gets its trigger when the app restarts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import azure.durable_functions as df
@@ -13,34 +17,34 @@ from azurefunctions.extensions.bindings import servicebus
 
 from function_host.settlement import settle_trigger_delivery
 from function_host.wiring import dependencies, redelivery
-from intake.admission import AdmissionControl
+from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
+from orderflow.clients import RegisteredClient
+from orderflow.settings import Settings
 
 bp = df.Blueprint()
 
 
 @cache
-def _admission() -> AdmissionControl:
+def _admission() -> ClientAdmission:
     """The worker process's admission control, shared by every submission invocation."""
     deps = dependencies()
-    return AdmissionControl.from_settings(deps.settings, states=deps.states, queues=deps.queues)
+    return ClientAdmission.from_settings(deps.settings, states=deps.states, queues=deps.queues)
 
 
-@bp.function_name("submission")
-@bp.service_bus_queue_trigger(
-    arg_name="message", queue_name="%ORDERS_QUEUE%", connection="SERVICEBUS", auto_complete_messages=False
-)
-def submission(
-    message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+def _handle(
+    client: RegisteredClient,
+    message: servicebus.ServiceBusReceivedMessage,
+    actions: servicebus.ServiceBusMessageActions,
 ) -> None:
-    """PeekLock intake: valid orders are recorded, requests handed on, bad input dead-lettered."""
     deps = dependencies()
     settle_trigger_delivery(
-        deps.settings.ORDERS_QUEUE,
+        client.inbound_queue,
         message,
-        message_actions,
+        actions,
         lambda received: handle_intake_message(
             received.body,
+            client=client,
             reply_to=received.reply_to,
             orders=deps.orders,
             states=deps.states,
@@ -52,3 +56,34 @@ def submission(
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
+
+
+def submission_function_name(client: RegisteredClient) -> str:
+    """The function that consumes ``client``'s inbound queue: ``submission_<id>`` (``-`` as ``_``)."""
+    return f"submission_{client.client_id.replace('-', '_')}"
+
+
+def _trigger(client: RegisteredClient) -> Callable[..., None]:
+    """The Service Bus trigger of one client's inbound queue."""
+
+    def trigger(
+        message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+    ) -> None:
+        _handle(client, message, message_actions)
+
+    name = submission_function_name(client)
+    trigger.__name__ = trigger.__qualname__ = name
+    trigger.__doc__ = f"PeekLock intake of client {client.client_id}: record orders, dead-letter bad input."
+    return bp.function_name(name)(  # type: ignore[no-any-return]
+        bp.service_bus_queue_trigger(
+            arg_name="message",
+            queue_name=client.inbound_queue,
+            connection="SERVICEBUS",
+            auto_complete_messages=False,
+        )(trigger)
+    )
+
+
+# One trigger per registered client; the registry is read (and validated) once, at indexing.
+for _client in Settings.load().clients():
+    globals()[submission_function_name(_client)] = _trigger(_client)

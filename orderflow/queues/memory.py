@@ -318,6 +318,11 @@ class InMemoryQueueFactory:
     def __repr__(self) -> str:
         return f"InMemoryQueueFactory(queues={len(self._queues)})"
 
+    def names(self) -> frozenset[str]:
+        """The names of the queues created so far (dead-letter queues included)."""
+        with self._lock:
+            return frozenset(self._queues)
+
     def queue(self, name: str) -> InMemoryQueue:
         """The queue ``name``, created if missing.
 

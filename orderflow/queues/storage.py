@@ -30,7 +30,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -654,7 +654,8 @@ class StorageQueue:
 
 
 class StorageQueueFactory:
-    """Creates :class:`StorageQueue` objects by name, creating each queue on first use.
+    """Creates :class:`StorageQueue` objects by name, creating each queue on first use when its credential
+    may (an account key or identity); with a SAS it only opens queues that exist.
 
     The SDK's retry policy is cut to ``retry_total`` quick retries (default 2, about 1 s then 3 s)
     instead of its default of three retries 15-24 s apart: consumer loops retry on their own and the
@@ -663,16 +664,32 @@ class StorageQueueFactory:
     the same reason (a paused emulator must surface as a :class:`TransientError`, not a minute's hang).
 
     Use :meth:`from_connection_string` locally (Azurite) and :meth:`from_account_url` with a managed
-    identity credential on Azure.
+    identity credential on Azure; a client holding one SAS per queue uses :meth:`from_queue_urls`.
     """
 
-    def __init__(self, service: QueueServiceClient) -> None:
-        """Wrap a configured service client (see the two constructors)."""
+    def __init__(
+        self,
+        service: QueueServiceClient | None,
+        *,
+        create_queues: bool = True,
+        queue_clients: Mapping[str, QueueClient] | None = None,
+    ) -> None:
+        """Wrap a configured service client, or fixed queue clients (see the constructors).
+
+        Args:
+            service: The queue service, or None when only ``queue_clients`` may be used.
+            create_queues: Create a queue on its first use. False with a SAS, which may not create one.
+            queue_clients: Clients of the only queues this factory opens (each with its own SAS).
+        """
         self._service = service
-        self._clients: dict[str, QueueClient] = {}
+        self._create_queues = create_queues
+        self._clients: dict[str, QueueClient] = dict(queue_clients or {})
+        self._fixed = queue_clients is not None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
+        if self._service is None:
+            return f"StorageQueueFactory(queues={sorted(self._clients)})"
         return f"StorageQueueFactory(account={self._service.account_name!r})"
 
     @classmethod
@@ -687,7 +704,9 @@ class StorageQueueFactory:
         """A factory for the account of a connection string (Azurite's, locally).
 
         Args:
-            connection_string: A storage connection string with a ``QueueEndpoint`` or account name.
+            connection_string: A storage connection string with a ``QueueEndpoint`` or account name,
+                with an account key or a ``SharedAccessSignature`` (then queues are never created:
+                they must exist, and the SAS decides what may be done with each).
             retry_total: SDK retries of a failed request.
             connection_timeout_s: Seconds to wait for a connection.
             read_timeout_s: Seconds to wait for a response.
@@ -695,7 +714,39 @@ class StorageQueueFactory:
         service = QueueServiceClient.from_connection_string(
             connection_string, **_client_options(retry_total, connection_timeout_s, read_timeout_s)
         )
-        return cls(service)
+        fields = {
+            part.split("=", 1)[0].strip().lower() for part in connection_string.split(";") if "=" in part
+        }
+        sas_only = "sharedaccesssignature" in fields and "accountkey" not in fields
+        return cls(service, create_queues=not sas_only)
+
+    @classmethod
+    def from_queue_urls(
+        cls,
+        urls: Mapping[str, str],
+        *,
+        retry_total: int = DEFAULT_RETRY_TOTAL,
+        connection_timeout_s: float = DEFAULT_CONNECTION_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    ) -> StorageQueueFactory:
+        """A factory of exactly the queues in ``urls``, each reached with the SAS in its URL.
+
+        What a registered client holds locally (docs/clients.md): a SAS to add to its inbound queue and
+        one to read and process its reply queue. No queue is created; any other queue name is refused,
+        and so is dead-lettering (the client holds no SAS for a dead-letter queue).
+
+        Args:
+            urls: Queue name -> ``https://<account>/<queue>?<sas>`` (locally ``http://127.0.0.1:.../``).
+            retry_total / connection_timeout_s / read_timeout_s: As for :meth:`from_connection_string`.
+        """
+        options = _client_options(retry_total, connection_timeout_s, read_timeout_s)
+        clients = {
+            name: QueueClient.from_queue_url(
+                url, message_encode_policy=None, message_decode_policy=None, **options
+            )
+            for name, url in urls.items()
+        }
+        return cls(None, create_queues=False, queue_clients=clients)
 
     @classmethod
     def from_account_url(
@@ -769,7 +820,8 @@ class StorageQueueFactory:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
-        self._service.close()
+        if self._service is not None:
+            self._service.close()
 
     def __enter__(self) -> StorageQueueFactory:
         return self
@@ -782,16 +834,21 @@ class StorageQueueFactory:
             client = self._clients.get(name)
             if client is not None:
                 return client
+            if self._service is None or self._fixed:
+                raise PermanentError(
+                    "no_credential", f"queue {name!r}: this factory holds credentials for its own queues only"
+                )
             # None, explicitly: the SDK's NoEncodePolicy sends text as-is (see the module docstring).
             client = self._service.get_queue_client(
                 name, message_encode_policy=None, message_decode_policy=None
             )
-            try:
-                client.create_queue()
-            except ResourceExistsError:
-                pass  # another process (or an earlier run) created it
-            except AzureError as error:
-                raise translate_error(error, "create", name) from error
+            if self._create_queues:
+                try:
+                    client.create_queue()
+                except ResourceExistsError:
+                    pass  # another process (or an earlier run) created it
+                except AzureError as error:
+                    raise translate_error(error, "create", name) from error
             self._clients[name] = client
             return client
 

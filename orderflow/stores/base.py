@@ -50,6 +50,7 @@ class StateQuery:
         updated_before: ``updatedAt`` is earlier than this (UTC).
         purge_version_below: ``dataPurgeVersion`` is missing, null or less than this: the retention purge
             of that version has not run on the record (:data:`orderflow.records.DATA_PURGE_VERSION`).
+        client_id: ``clientId`` equals this (the registered client that submitted the order).
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -60,6 +61,7 @@ class StateQuery:
     reply_pending: bool = False
     updated_before: datetime | None = None
     purge_version_below: int | None = None
+    client_id: str | None = None
 
 
 @dataclass

@@ -138,6 +138,9 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
         params += [{"name": name, "value": state} for name, state in zip(names, states, strict=True)]
     if query.unlocked:
         conditions.append("(NOT IS_DEFINED(c.lockedBy) OR IS_NULL(c.lockedBy))")
+    if query.client_id is not None:
+        conditions.append("c.clientId = @clientId")
+        params.append({"name": "@clientId", "value": query.client_id})
     if query.complete_by_before is not None:
         conditions.append("(IS_STRING(c.completeBy) AND c.completeBy < @completeByBefore)")
         params.append({"name": "@completeByBefore", "value": format_utc(query.complete_by_before)})

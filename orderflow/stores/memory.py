@@ -50,6 +50,7 @@ def query_fingerprint(query: StateQuery) -> str:
         "reply": query.reply_pending,
         "updated": format_utc(query.updated_before) if query.updated_before else None,
         "purge_below": query.purge_version_below,
+        "client": query.client_id,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -69,6 +70,8 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
     if query.process_states and doc.get("processState") not in {str(s) for s in query.process_states}:
         return False
     if query.unlocked and doc.get("lockedBy") is not None:
+        return False
+    if query.client_id is not None and doc.get("clientId") != query.client_id:
         return False
     complete_by = doc.get("completeBy")
     if query.complete_by_before is not None and not (

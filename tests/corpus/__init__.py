@@ -31,6 +31,7 @@ from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
 from orderflow.records import OrderDocument, StateRecord
+from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, Page, Redaction, StateQuery, StateStore, Versioned
 
 CORPUS_DIR = Path(__file__).parent
@@ -39,8 +40,13 @@ STORAGE = "storage"
 """Transport: Storage queues (Azurite, the devhost); no message properties, 64 KiB per message."""
 SERVICE_BUS = "servicebus"
 """Transport: Service Bus (the Functions trigger); a ``ReplyTo`` property, 256 KiB per message."""
-REPLY_QUEUE = "corpus-client"
-"""The reply queue every case and every valid order names."""
+REPLY_QUEUE = "client-a"
+"""The reply queue every case and every valid order names: the registered reply queue of :data:`CLIENT`."""
+CLIENTS = json.dumps([{"id": "a", "replyQueue": REPLY_QUEUE}])
+"""The ``CLIENTS`` setting the corpus runs under: one client, ``a``, whose inbound queue every case is
+sent to (the Functions app under test registers the same one, ``tests/conftest.py``)."""
+CLIENT = Settings.load(env={}, CLIENTS=CLIENTS).client("a")
+"""The registered client every case arrives for."""
 
 _ORDER_ID_IN_TEXT = re.compile(r'"orderId"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
@@ -342,8 +348,9 @@ def run_through_devhost(
     chunk_size: int = 16,
     timeout_s: float = 15.0,
 ) -> CorpusRun:
-    """Send every case that a Storage queue can carry to the ``ORDERS_QUEUE`` of ``deps.settings``, each
-    between two valid orders, and let a :class:`DevHost` running only the submission role consume them.
+    """Send every case that a Storage queue can carry to the inbound queue of :data:`CLIENT`, each between
+    two valid orders, and let a :class:`DevHost` running only the submission role consume them (with
+    ``deps.settings`` and :data:`CLIENT` registered).
 
     Cases go in chunks of ``chunk_size``; after each chunk the host has settled every message and the
     chunk's dead letters are read (and removed). Conflicting cases' originals are submitted, and
@@ -362,16 +369,17 @@ def run_through_devhost(
     """
     run = CorpusRun(run_id, [case for case in cases if STORAGE in case.transports])
     states, documents = run.recording(deps.states, deps.orders)
-    settings = deps.settings
-    orders = deps.queues.queue(settings.ORDERS_QUEUE)
-    host = DevHost(replace(deps, states=states, orders=documents), roles=("submission",))
+    settings = Settings.load(env={}, **{**deps.settings.model_dump(), "CLIENTS": CLIENTS})
+    inbound = CLIENT.inbound_queue
+    orders = deps.queues.queue(inbound)
+    host = DevHost(replace(deps, states=states, orders=documents, settings=settings), roles=("submission",))
     host.start()
     try:
         originals = [case for case in run.cases if case.original is not None]
         for case in originals:
             assert case.original is not None
             orders.send(case.original.decode(), message_id=f"{run.message_id(case)}-original")
-        _wait_until_empty(deps.queues, settings.ORDERS_QUEUE, timeout_s=timeout_s)
+        _wait_until_empty(deps.queues, inbound, timeout_s=timeout_s)
         run.keep_originals(deps)
 
         def send_valid() -> None:
@@ -384,10 +392,10 @@ def run_through_devhost(
                 send_valid()
                 orders.send(case.text, message_id=run.message_id(case))
             send_valid()
-            _wait_until_empty(deps.queues, settings.ORDERS_QUEUE, timeout_s=timeout_s)
-            _take_dead_letters(deps.queues, settings.ORDERS_QUEUE, run)
+            _wait_until_empty(deps.queues, inbound, timeout_s=timeout_s)
+            _take_dead_letters(deps.queues, inbound, run)
         send_valid()  # the consumer is still running after everything above
-        _wait_until_empty(deps.queues, settings.ORDERS_QUEUE, timeout_s=timeout_s)
+        _wait_until_empty(deps.queues, inbound, timeout_s=timeout_s)
         take_replies(deps.queues, run)
     finally:
         host.stop()

@@ -91,7 +91,8 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
         "DEMO_SERVICES_URL": services,
-        "ORDERS_QUEUE": f"orders-{run}",
+        # One registered client of its own: inbound queue orders-<run>, reply queue client-<run>.
+        "CLIENTS": json.dumps([{"id": run, "replyQueue": f"client-{run}"}]),
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",
         "STEP_TIMEOUT_S": str(STEP_TIMEOUT_S),
         # order-v2: the refused shipment has no fallback carrier, so every order compensates.

@@ -67,7 +67,8 @@ def test_orders_of_a_killed_process_settle_in_another(local_endpoints: LocalEndp
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
         "DEMO_SERVICES_URL": server_url(server),
-        "ORDERS_QUEUE": f"orders-{run}",
+        # One registered client of its own: inbound queue orders-<run>, reply queue client-<run>.
+        "CLIENTS": json.dumps([{"id": run, "replyQueue": f"client-{run}"}]),
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",
         "STEP_TIMEOUT_S": "3",
         # Its own lease: the killed process's lease would otherwise hold back other tests' supervisors.

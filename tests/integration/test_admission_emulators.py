@@ -13,7 +13,7 @@ from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.messages import OrderStatus, StatusReply, parse_message, reply_message_id
 from orderflow.settings import Settings
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import client_for, order_body, received
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +32,7 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
     outcomes = {
         order_id: handle_intake_message(
             order_body(order_id, reply_to=reply_queue),
+            client=client_for(reply_queue),
             orders=deps.orders,
             states=deps.states,
             queues=deps.queues,

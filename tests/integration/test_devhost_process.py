@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,7 +46,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
         "DEMO_SERVICES_URL": server_url(server),
-        "ORDERS_QUEUE": f"orders-{host_id}",
+        "CLIENTS": json.dumps([{"id": host_id, "replyQueue": f"client-{host_id}"}]),
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "devhost", "--host-id", host_id, "--log-level", "INFO"],

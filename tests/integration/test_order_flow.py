@@ -164,11 +164,11 @@ def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
         system.client.submit(order)
         system.client.send_raw(json.dumps(order), message_id="tpch-1:submit")
         system.wait_until(
-            lambda: system.deps.queues.queue(system.host.settings.ORDERS_QUEUE).approximate_count() == 0
+            lambda: system.deps.queues.queue(system.client.orders_queue).approximate_count() == 0
         )
         replies = [json.loads(b) for b in _drain(system)]
         record = system.record("tpch-1")
-        dead = system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)
+        dead = system.deps.queues.dead_letters(system.client.orders_queue)
     assert record.process_state is ProcessState.PENDING
     assert [r["status"] for r in replies] == ["Received", "Received"]
     assert dead == []
@@ -179,15 +179,13 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: D
         order: dict[str, Any] = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
         system.wait_until(
-            lambda: system.deps.queues.queue(system.host.settings.ORDERS_QUEUE).approximate_count() == 0
+            lambda: system.deps.queues.queue(system.client.orders_queue).approximate_count() == 0
         )
         original = system.deps.orders.get("tpch-1")
         state_before = system.deps.states.get("tpch-1")
         system.client.send_raw(json.dumps({**order, "amount": "1.00"}), message_id="tpch-1:submit-2")
-        system.wait_until(
-            lambda: len(system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)) == 1
-        )
-        dead = system.deps.queues.dead_letters(system.host.settings.ORDERS_QUEUE)
+        system.wait_until(lambda: len(system.deps.queues.dead_letters(system.client.orders_queue)) == 1)
+        dead = system.deps.queues.dead_letters(system.client.orders_queue)
         after = system.deps.orders.get("tpch-1")
         state_after = system.deps.states.get("tpch-1")
     assert dead[0].reason == "ConflictingOrder"

@@ -21,7 +21,7 @@ from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
-from tests.unit.fakes import RecordingClient, order_body
+from tests.unit.fakes import RecordingClient, client_for, order_body
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +41,7 @@ def activity_deps(deps: Dependencies) -> Dependencies:
 def _submit(d: Dependencies, order_id: str) -> None:
     handle_intake_message(
         order_body(order_id, reply_to="client-p"),
+        client=client_for("client-p"),
         orders=d.orders,
         states=d.states,
         queues=d.queues,

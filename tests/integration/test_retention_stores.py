@@ -34,7 +34,7 @@ from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import workflow_for
 from supervisor.retention import purge_expired_logs
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import TEST_CLIENT, order_body, received
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
 
@@ -99,6 +99,7 @@ class Stores:
         body = order_body(order_id, **{**fields, **changes})
         return handle_intake_message(
             body,
+            client=TEST_CLIENT,
             orders=self.orders,
             states=self.states,
             queues=self.queues,

@@ -28,7 +28,7 @@ from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
 from supervisor.lease import InMemoryLease, InMemoryLeaseBlob
 from supervisor.sweep import SweepCursor, SweepReport, run_sweep
-from tests.unit.fakes import RecordingClient, order_body, received
+from tests.unit.fakes import RecordingClient, client_for, order_body, received
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +56,7 @@ class World:
         for order_id in order_ids:
             handle_intake_message(
                 order_body(order_id, reply_to=self.reply_queue),
+                client=client_for(self.reply_queue),
                 orders=self.deps.orders,
                 states=self.deps.states,
                 queues=self.deps.queues,

@@ -8,6 +8,7 @@ from typing import Any
 
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim
+from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
@@ -42,6 +43,17 @@ class RecordingClient:
 
     def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
         self.raised.append((instance_id, name, payload))
+
+
+def client_for(reply_queue: str = "client-a", client_id: str = "a") -> RegisteredClient:
+    """A registered client answered on ``reply_queue`` (what the tests' order bodies name as ``replyTo``);
+    its inbound queue is ``orders-<client_id>``."""
+    return RegisteredClient.model_validate({"id": client_id, "replyQueue": reply_queue})
+
+
+TEST_CLIENT = client_for()
+"""The client the tests' orders arrive for: ``a``, inbound queue ``orders-a``, reply queue ``client-a`` (the
+default of :func:`order_body`); the Functions app under test registers it too (``tests/conftest.py``)."""
 
 
 def order_body(order_id: str = "o-1", *, reply_to: str = "client-a", **changes: Any) -> str:
@@ -90,6 +102,7 @@ def submit_and_claim(
     """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
     handle_intake_message(
         order_body(order_id, **order),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,

@@ -6,10 +6,12 @@ control's monotonic clock, so a refresh period passes when a test advances it, n
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,7 @@ from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from tests.unit.fakes import order_body, received
+from tests.unit.fakes import client_for, order_body, received
 
 pytestmark = pytest.mark.unit
 
@@ -71,10 +73,10 @@ class System:
     def monotonic(self) -> float:
         return self.clock.now().timestamp()
 
-    def admission(self, *, max_in_flight: int = 3, max_backlog: int = 0, **kwargs: float) -> AdmissionControl:
+    def admission(self, *, max_in_flight: int = 3, max_backlog: int = 0, **kwargs: Any) -> AdmissionControl:
         return AdmissionControl(
             states=self.states,
-            backlog=self.queues.queue(self.settings.ORDERS_QUEUE),
+            backlog=self.queues.queue(client_for(REPLY_QUEUE).inbound_queue),
             max_in_flight=max_in_flight,
             max_backlog=max_backlog,
             refresh_s=kwargs.pop("refresh_s", REFRESH_S),
@@ -87,6 +89,7 @@ class System:
     ) -> IntakeResult:
         return handle_intake_message(
             order_body(order_id, reply_to=REPLY_QUEUE) if body is None else body,
+            client=client_for(REPLY_QUEUE),
             orders=self.orders,
             states=self.states,
             queues=self.queues,
@@ -219,7 +222,7 @@ def test_invalid_input_when_full_is_still_invalid(system: System) -> None:
 
 
 def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: System) -> None:
-    orders_queue = system.queues.queue(system.settings.ORDERS_QUEUE)
+    orders_queue = system.queues.queue(client_for(REPLY_QUEUE).inbound_queue)
     for n in range(6):
         orders_queue.send(order_body(f"q-{n}"), message_id=f"q-{n}:submit")
     admission = system.admission(max_in_flight=100, max_backlog=5)
@@ -229,7 +232,7 @@ def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: Syst
     assert result.outcome is IntakeOutcome.REJECTED
     [(_, reply)] = system.replies()
     assert reply.reason == "BacklogCeiling"
-    assert reply.detail == "about 6 orders wait in the submission queue; the ceiling is 5"
+    assert reply.detail == "about 6 orders wait in the inbound queue; the ceiling is 5"
     assert reply.retry_after_s == retry_after_s("new", REFRESH_S)
     with pytest.raises(NotFound):
         system.orders.get("new")
@@ -243,7 +246,7 @@ def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: Syst
 
 def test_a_ceiling_of_zero_disables_its_check(system: System) -> None:
     system.fill(5)
-    orders_queue = system.queues.queue(system.settings.ORDERS_QUEUE)
+    orders_queue = system.queues.queue(client_for(REPLY_QUEUE).inbound_queue)
     for n in range(5):
         orders_queue.send(order_body(f"q-{n}"), message_id=f"q-{n}:submit")
     pages = system.states.counters.query_pages
@@ -476,7 +479,13 @@ def test_settings_configure_admission_control() -> None:
 
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
-    settings = Settings(MAX_IN_FLIGHT_ORDERS=2, POLL_INTERVAL_S=0.01, HOST_ID="h1")
+    client = client_for(REPLY_QUEUE)
+    settings = Settings(
+        MAX_IN_FLIGHT_ORDERS=2,
+        POLL_INTERVAL_S=0.01,
+        HOST_ID="h1",
+        CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": REPLY_QUEUE}]),
+    )
     deps = Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
@@ -488,7 +497,7 @@ def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
     host.start()
     try:
         assert host.admission is not None
-        orders_queue = deps.queues.queue(settings.ORDERS_QUEUE)
+        orders_queue = deps.queues.queue(client.inbound_queue)
         for n in range(4):
             orders_queue.send(order_body(f"d-{n}", reply_to=REPLY_QUEUE), message_id=f"d-{n}:submit")
         statuses: list[OrderStatus] = []

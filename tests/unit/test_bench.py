@@ -116,12 +116,12 @@ def test_load_result_round_trips_through_json() -> None:
 
 def test_orderflow_load_times_each_order_until_its_final_reply() -> None:
     queues = InMemoryQueueFactory()
-    client = OrderflowClient(queues, reply_queue="client-a")
+    client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
     stop = threading.Event()
 
     def system() -> None:
         # Answers each order Received, then Processed (or Compensated for tpch-3), like the real roles.
-        orders = queues.queue("orders")
+        orders = queues.queue("orders-a")
         while not stop.is_set():
             for message in orders.receive(max_messages=8, lock_s=30):
                 order_id = message.correlation_id or ""
@@ -155,7 +155,7 @@ def test_orderflow_load_times_each_order_until_its_final_reply() -> None:
 
 
 def test_orderflow_load_counts_unanswered_orders_as_timed_out() -> None:
-    client = OrderflowClient(InMemoryQueueFactory(), reply_queue="client-a")
+    client = OrderflowClient(InMemoryQueueFactory(), reply_queue="client-a", orders_queue="orders-a")
     catalog = load_catalog(TPCH_FIXTURE, orders=2, stock_divisor=1)
     result = run_orderflow_load(
         client, submissions(catalog.orders, run="t2", reply_to="client-a"), concurrency=1, timeout_s=0.05

@@ -33,7 +33,7 @@ from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import Recovery, recover
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
-from tests.unit.fakes import memory_deps, order_body, received
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received
 
 pytestmark = pytest.mark.unit
 
@@ -54,6 +54,7 @@ def deps(clock: FakeClock) -> Dependencies:
 def submit(deps: Dependencies) -> None:
     handle_intake_message(
         order_body("o-1"),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -88,6 +89,7 @@ def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
     """Send the cancel through the submission path, as the hosts do."""
     result = handle_intake_message(
         body,
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -241,7 +243,9 @@ def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_r
         def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
             return deps.states.replace(record, etag=etag)
 
-    result = handle_cancel(CANCEL, states=OwnerWritesBetween(), queues=deps.queues, clock=deps.clock)
+    result = handle_cancel(
+        CANCEL, client=TEST_CLIENT, states=OwnerWritesBetween(), queues=deps.queues, clock=deps.clock
+    )
 
     assert (result.outcome, result.reason) == (CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN)
     record = deps.states.get("o-1").item

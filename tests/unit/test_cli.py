@@ -62,6 +62,22 @@ class FakeStores:
         self.closed = True
 
 
+CLI_CLIENTS = json.dumps(
+    [
+        {"id": "x", "replyQueue": "client-x"},
+        {"id": "corpus", "replyQueue": "corpus-client"},
+        {"id": "long", "replyQueue": "x" * 52},
+    ]
+)
+"""The clients registered for these tests: the CLI sends a client's orders to its inbound queue
+(``orders-x`` for ``--reply-to client-x``)."""
+
+
+@pytest.fixture(autouse=True)
+def registered_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLIENTS", CLI_CLIENTS)
+
+
 @pytest.fixture
 def queues() -> InMemoryQueueFactory:
     now = [0.0]
@@ -86,7 +102,10 @@ def invoke(*args: str) -> Result:
 
 
 def submitted(queues: InMemoryQueueFactory) -> list[SubmitOrder]:
-    messages = queues.queue("orders").peek_all()
+    """What the CLI sent, on every registered client's inbound queue."""
+    messages = [
+        m for name in ("orders-x", "orders-corpus", "orders-long") for m in queues.queue(name).peek_all()
+    ]
     orders = [parse_message(SubmitOrder, m.body) for m in messages]
     assert [m.message_id for m in messages] == [f"{o.order_id}:submit" for o in orders]
     return orders
@@ -194,7 +213,7 @@ def test_submit_file_keeps_a_json_number_amount_exact(
     result = invoke("submit", str(path), "--reply-to", "client-x")
 
     assert result.exit_code == 0, result.output
-    [sent] = queues.queue("orders").peek_all()
+    [sent] = queues.queue("orders-x").peek_all()
     assert json.loads(sent.body)["amount"] == "1000.10"
 
 
@@ -247,7 +266,7 @@ def test_submit_requires_reply_to(queues: InMemoryQueueFactory, connected: list[
 def test_submit_reads_settings_from_the_env_file(
     queues: InMemoryQueueFactory, connected: list[Settings], tmp_path: Path, nested: bool
 ) -> None:
-    values = {"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true", "ORDERS_QUEUE": "orders"}
+    values = {"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true", "CLIENTS": CLI_CLIENTS}
     env_file = tmp_path / "local.settings.json"
     env_file.write_text(
         json.dumps({"IsEncrypted": False, "Values": values} if nested else values), encoding="utf-8"
@@ -363,10 +382,10 @@ def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> 
 def test_cancel_sends_a_cancel_request_on_the_submission_queue(
     queues: InMemoryQueueFactory, connected: list[Settings]
 ) -> None:
-    result = invoke("cancel", "o-7", "--reason", "changed my mind")
+    result = invoke("cancel", "o-7", "--reason", "changed my mind", "--client", "x")
 
     assert result.exit_code == 0, result.output
-    [message] = received(queues.queue("orders"))
+    [message] = received(queues.queue("orders-x"))
     assert message.message_id.startswith("o-7:cancel:")  # fresh: a retried cancel is not a duplicate
     assert json.loads(message.body) == {
         "schemaVersion": 1,
@@ -383,11 +402,43 @@ def test_cancel_sends_a_cancel_request_on_the_submission_queue(
 def test_cancel_of_an_invalid_order_id_sends_nothing(
     queues: InMemoryQueueFactory, connected: list[Settings]
 ) -> None:
-    result = invoke("cancel", "not an id!")
+    result = invoke("cancel", "not an id!", "--client", "x")
 
     assert result.exit_code == 2
     assert "not sent" in result.output
-    assert received(queues.queue("orders")) == []
+    assert received(queues.queue("orders-x")) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((), "error: --client is needed: 3 clients are registered (CLIENTS)"),
+        (("--client", "nobody"), "error: --client 'nobody' is not a registered client (CLIENTS)"),
+    ],
+)
+def test_cancel_goes_to_a_registered_clients_inbound_queue_only(
+    queues: InMemoryQueueFactory, connected: list[Settings], args: tuple[str, ...], error: str
+) -> None:
+    result = invoke("cancel", "o-7", *args)
+
+    assert result.exit_code == 2
+    assert one_line_error(result) == error
+    assert connected == []
+
+
+@pytest.mark.parametrize("command", ["submit", "watch"])
+def test_a_reply_queue_no_client_is_registered_with_is_refused(
+    queues: InMemoryQueueFactory, connected: list[Settings], command: str
+) -> None:
+    extra = ["--generate", "1"] if command == "submit" else ["--timeout", "0"]
+
+    result = invoke(command, "--reply-to", "someone-else", *extra)
+
+    assert result.exit_code == 2
+    assert one_line_error(result).startswith(
+        "error: --reply-to 'someone-else' is not the reply queue of a registered client (CLIENTS)"
+    )
+    assert connected == []
 
 
 def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> StateRecord:
@@ -748,7 +799,7 @@ def test_submit_file_reads_numbers_as_the_service_does(
     result = invoke("submit", "--reply-to", "client-x", str(path))
 
     assert result.exit_code == 0, result.output
-    assert [json.loads(m.body)["amount"] for m in queues.queue("orders").peek_all()] == ["0.30", "100"]
+    assert [json.loads(m.body)["amount"] for m in queues.queue("orders-x").peek_all()] == ["0.30", "100"]
 
 
 # --- replyTo in the file and --reply-to ----------------------------------------------------------

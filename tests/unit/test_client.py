@@ -45,7 +45,7 @@ def queues() -> InMemoryQueueFactory:
 
 @pytest.fixture
 def client(queues: InMemoryQueueFactory) -> OrderflowClient:
-    return OrderflowClient(queues, reply_queue=REPLY_QUEUE)
+    return OrderflowClient(queues, reply_queue=REPLY_QUEUE, orders_queue="orders-a")
 
 
 def order(order_id: str = "o-1", **changes: Any) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def test_submit_sends_the_order_with_reply_to_and_a_stable_message_id(
     order_id = client.submit(order("o-1"))
 
     assert order_id == "o-1"
-    [message] = queues.queue("orders").peek_all()
+    [message] = queues.queue("orders-a").peek_all()
     assert message.message_id == "o-1:submit" == submission_message_id("o-1")
     assert message.correlation_id == "o-1"
     sent = parse_message(SubmitOrder, message.body)
@@ -100,7 +100,7 @@ def test_a_resubmission_after_rejected_gets_a_fresh_message_id(
     client.poll()
     client.submit(order("o-1"))
 
-    ids = [m.message_id for m in queues.queue("orders").peek_all()]
+    ids = [m.message_id for m in queues.queue("orders-a").peek_all()]
     assert ids == ["o-1:submit", "o-1:submit", "o-1:submit:1"]
     assert submission_message_id("o-1", resubmission=1) == "o-1:submit:1"
 
@@ -113,7 +113,7 @@ def test_submit_accepts_a_model_and_overrides_its_reply_to(
 
     assert client.submit(model) == "o-2"
 
-    [message] = queues.queue("orders").peek_all()
+    [message] = queues.queue("orders-a").peek_all()
     assert parse_message(SubmitOrder, message.body) == model.model_copy(update={"reply_to": REPLY_QUEUE})
 
 
@@ -123,7 +123,7 @@ def test_submit_twice_sends_the_same_message_id(
     client.submit(order("o-1"))
     client.submit(order("o-1"))
 
-    assert [m.message_id for m in queues.queue("orders").peek_all()] == ["o-1:submit", "o-1:submit"]
+    assert [m.message_id for m in queues.queue("orders-a").peek_all()] == ["o-1:submit", "o-1:submit"]
 
 
 def test_submit_uses_the_configured_orders_queue(queues: InMemoryQueueFactory) -> None:
@@ -131,7 +131,7 @@ def test_submit_uses_the_configured_orders_queue(queues: InMemoryQueueFactory) -
 
     client.submit(order("o-1"))
 
-    assert queues.queue("orders").approximate_count() == 0
+    assert queues.queue("orders-a").approximate_count() == 0
     assert queues.queue("orders-eu").approximate_count() == 1
 
 
@@ -152,7 +152,7 @@ def test_submit_of_an_invalid_order_sends_nothing(
     with pytest.raises((InvalidMessage, ValueError)):
         client.submit(order("o-1", **changes))
 
-    assert queues.queue("orders").approximate_count() == 0
+    assert queues.queue("orders-a").approximate_count() == 0
 
 
 def test_submit_of_an_invalid_order_raises_invalid_message(client: OrderflowClient) -> None:
@@ -163,18 +163,18 @@ def test_submit_of_an_invalid_order_raises_invalid_message(client: OrderflowClie
 
 
 def test_submit_with_an_invalid_reply_queue_sends_nothing(queues: InMemoryQueueFactory) -> None:
-    client = OrderflowClient(queues, reply_queue="Not_A_Queue")
+    client = OrderflowClient(queues, reply_queue="Not_A_Queue", orders_queue="orders-a")
 
     with pytest.raises((InvalidMessage, ValueError)):
         client.submit(order("o-1"))
 
-    assert queues.queue("orders").approximate_count() == 0
+    assert queues.queue("orders-a").approximate_count() == 0
 
 
 def test_send_raw_sends_the_body_unchanged(client: OrderflowClient, queues: InMemoryQueueFactory) -> None:
     client.send_raw("{broken", message_id="garbage-1")
 
-    [message] = queues.queue("orders").peek_all()
+    [message] = queues.queue("orders-a").peek_all()
     assert (message.message_id, message.body) == ("garbage-1", "{broken")
 
 

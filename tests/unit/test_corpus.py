@@ -25,6 +25,7 @@ from azure.servicebus._pyamqp.message import Header, Message, Properties
 
 import function_app
 from function_host.blueprints import intake as intake_blueprint
+from function_host.blueprints.intake import submission_function_name
 from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock, SystemClock
 from orderflow.dependencies import Dependencies
@@ -36,6 +37,7 @@ from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.corpus import (
+    CLIENT,
     REPLY_QUEUE,
     SERVICE_BUS,
     STORAGE,
@@ -48,6 +50,7 @@ from tests.corpus import (
     run_through_devhost,
     take_replies,
 )
+from tests.unit.fakes import TEST_CLIENT
 
 pytestmark = pytest.mark.unit
 
@@ -79,10 +82,12 @@ def test_the_manifest_lists_at_least_30_kinds_and_exactly_the_files_present() ->
 def test_each_case_is_refused_with_its_reason_and_writes_nothing(case: Case) -> None:
     deps = _memory_deps()
     if case.original is not None:
-        handle_intake_message(case.original, **_handler_deps(deps))
+        handle_intake_message(case.original, client=TEST_CLIENT, **_handler_deps(deps))
 
     with pytest.raises((InvalidMessage, ConflictingOrder)) as caught:
-        handle_intake_message(case.body, reply_to=case.transport_reply_to, **_handler_deps(deps))
+        handle_intake_message(
+            case.body, client=TEST_CLIENT, reply_to=case.transport_reply_to, **_handler_deps(deps)
+        )
 
     error = caught.value
     assert isinstance(error, InvalidMessage | ConflictingOrder)
@@ -176,7 +181,7 @@ def _submission_trigger() -> Callable[..., Any]:
     # get_functions() remembers the names it has seen, so each module that indexes the app starts clean.
     function_app.app.functions_bindings = None
     functions = {f.get_function_name(): f.get_user_function() for f in function_app.app.get_functions()}
-    trigger: Callable[..., Any] = functions["submission"]
+    trigger: Callable[..., Any] = functions[submission_function_name(CLIENT)]
     return trigger
 
 
@@ -218,7 +223,7 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
                 body=case.text,  # the broker keeps the message itself; nothing is re-sent
                 reason=reason or "",
                 description=description or "",
-                source_queue="orders",
+                source_queue=CLIENT.inbound_queue,
                 delivery_count=1,
                 dead_lettered_at=datetime.now(UTC),
             )

@@ -23,6 +23,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.unit
 
@@ -113,3 +114,35 @@ def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -
         check_roles(["listener"])
     with pytest.raises(ValueError, match="unknown roles"):
         DevHost(deps(), ("bogus",))
+
+
+def test_the_submission_role_consumes_each_registered_clients_queue_as_that_client() -> None:
+    clients = '[{"id": "acme"}, {"id": "globex"}]'
+    settings = Settings(HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
+    queues = InMemoryQueueFactory()
+    wired = Dependencies(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=queues,
+        clock=SystemClock(),
+        settings=settings,
+    )
+    host = DevHost(wired, roles=("submission",))
+    host.start()
+    try:
+        # Both queues of every client exist from start-up: none is created because a message named it.
+        assert {"orders-acme", "replies-acme", "orders-globex", "replies-globex"} <= queues.names()
+        queues.queue("orders-globex").send(order_body("o-1", reply_to="replies-globex"), message_id="m-1")
+        # The same body on acme's queue names a reply queue that is not acme's: dead-lettered.
+        queues.queue("orders-acme").send(order_body("o-2", reply_to="replies-globex"), message_id="m-2")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not queues.dead_letters("orders-acme"):
+            time.sleep(0.01)
+        while time.monotonic() < deadline and queues.queue("orders-globex").approximate_count():
+            time.sleep(0.01)
+    finally:
+        host.stop()
+    assert wired.states.get("o-1").item.client_id == "globex"
+    [dead] = queues.dead_letters("orders-acme")
+    assert dead.reason == "ReplyToNotRegistered"
+    assert [m.message_id for m in queues.queue("replies-acme").peek_all()] == []

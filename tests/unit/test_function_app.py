@@ -50,11 +50,20 @@ HOST_ONLY_KEYS = frozenset(
 """Keys of the example ``Values`` that the Functions host reads and orderflow's Settings do not."""
 
 CHANGED_FROM_DEFAULT = frozenset(
-    {"COSMOS_ENDPOINT", "COSMOS_KEY", "COSMOS_VERIFY_TLS", "SERVICEBUS", "HOST_ID", "MAX_SUBMISSION_BACKLOG"}
+    {
+        "COSMOS_ENDPOINT",
+        "COSMOS_KEY",
+        "COSMOS_VERIFY_TLS",
+        "SERVICEBUS",
+        "HOST_ID",
+        "MAX_SUBMISSION_BACKLOG",
+        "CLIENTS",
+    }
 )
 """Settings whose example value deliberately differs from the Settings default: the emulators'
-connections, the single response queue of the Functions app (no host id), and no backlog ceiling,
-because the Service Bus emulator's queue counts cannot be read (docs/functions.md)."""
+connections, the single response queue of the Functions app (no host id), no backlog ceiling,
+because the Service Bus emulator's queue counts cannot be read (docs/functions.md), and one registered
+client, whose two queues the Service Bus emulator declares."""
 
 COSMOS_EMULATOR_KEY = (
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
@@ -77,7 +86,7 @@ AGENTS = sorted(
 """Every agent a deployed workflow definition sends requests to, fallback providers included."""
 
 SERVICE_BUS_QUEUES: dict[str, str] = {
-    "submission": "%ORDERS_QUEUE%",
+    "submission_a": "orders-a",  # one per registered client (CLIENTS: tests/conftest.py), its inbound queue
     "response_listener": "%AGENT_RESPONSES_QUEUE%",
     **{f"agent_{agent}": f"%AGENT_QUEUE_PREFIX%{agent}" for agent in AGENTS},
 }
@@ -301,7 +310,6 @@ def test_no_http_endpoints_and_function_level_auth_by_default() -> None:
 def test_every_binding_setting_is_a_documented_setting_with_an_example_value(values: dict[str, str]) -> None:
     referenced = _references([f["bindings"] for f in FUNCTIONS.values()])
     assert referenced == {
-        "ORDERS_QUEUE",
         "AGENT_RESPONSES_QUEUE",
         "AGENT_QUEUE_PREFIX",
         "STARTER_SCHEDULE",
@@ -450,11 +458,11 @@ def test_emulator_declares_every_queue_the_app_uses(example_settings: Settings) 
     assert namespace["Name"] == "sbemulatorns"
     queues = {queue["Name"]: queue["Properties"] for queue in namespace["Queues"]}
     app_queues = {
-        example_settings.ORDERS_QUEUE,
+        *(client.inbound_queue for client in example_settings.clients()),
         example_settings.AGENT_RESPONSES_QUEUE,
         *(example_settings.agent_queue(agent) for agent in AGENTS),
     }
-    assert set(queues) == app_queues | {"client-a"}
+    assert set(queues) == app_queues | {client.reply_queue for client in example_settings.clients()}
     for name, properties in queues.items():
         assert properties["MaxDeliveryCount"] == example_settings.MAX_DELIVERY_COUNT, name
         assert _iso_duration(properties["LockDuration"]) >= timedelta(seconds=example_settings.QUEUE_LOCK_S)

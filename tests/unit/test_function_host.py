@@ -59,7 +59,7 @@ from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
-from tests.unit.fakes import order_body
+from tests.unit.fakes import TEST_CLIENT, client_for, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -593,6 +593,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     handle_intake_message(
         order_body(order_id),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -632,7 +633,7 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: Depend
     actions = RecordingActions()
     sdk_message = message(order_body("o-1", reply_to="client-a"))
 
-    invoke("submission", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions)
 
     assert actions.calls == [("complete", sdk_message, {})]
     record = deps.states.get("o-1").item
@@ -646,11 +647,28 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: Depend
     assert parse_message(StatusReply, reply.body).status.value == "Received"
 
 
+def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(deps: Dependencies) -> None:
+    actions = RecordingActions()
+
+    invoke("submission_a", message=message(order_body("o-1", reply_to="client-a")), message_actions=actions)
+    invoke("submission_a", message=message(order_body("o-2", reply_to="client-b")), message_actions=actions)
+
+    assert deps.states.get("o-1").item.client_id == "a"
+    [(verb, _, arguments)] = actions.calls[1:]
+    assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ReplyToNotRegistered")
+    with pytest.raises(NotFound):
+        deps.states.get("o-2")
+    assert (
+        intake_blueprint.submission_function_name(client_for("replies-eu", client_id="eu-west"))
+        == "submission_eu_west"
+    )
+
+
 def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> None:
     actions = RecordingActions()
     sdk_message = message(b"not json at all")
 
-    invoke("submission", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions)
 
     [(verb, settled, arguments)] = actions.calls
     assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "InvalidJson")
@@ -662,7 +680,7 @@ def test_submission_dead_letters_a_conflicting_order(deps: Dependencies) -> None
     submit(deps, "o-1")
     actions = RecordingActions()
 
-    invoke("submission", message=message(order_body("o-1", amount="1.00")), message_actions=actions)
+    invoke("submission_a", message=message(order_body("o-1", amount="1.00")), message_actions=actions)
 
     [(verb, _, arguments)] = actions.calls
     assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ConflictingOrder")
@@ -675,7 +693,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
     actions = RecordingActions()
     sdk_message = replace(message(order_body("o-1", reply_to="client-a")), reply_to=reply_to)
 
-    invoke("submission", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions)
 
     [(settled, _, arguments)] = actions.calls
     assert settled == verb
@@ -695,9 +713,9 @@ def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
     actions = RecordingActions()
     sdk_message = message(order_body("o-1"), delivery_count=2)
 
-    invoke("submission", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions)
 
-    assert redeliveries.calls == [(deps.settings.ORDERS_QUEUE, sdk_message, 3, 2.0)]
+    assert redeliveries.calls == [("orders-a", sdk_message, 3, 2.0)]
     assert actions.calls == [("complete", sdk_message, {})]
 
 

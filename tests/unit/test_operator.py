@@ -27,7 +27,7 @@ from orderflow.messages import CompensateOrder
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
-from tests.unit.fakes import memory_deps, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -42,6 +42,7 @@ def deps() -> Dependencies:
 def submit(deps: Dependencies, body: str) -> Any:
     return handle_intake_message(
         body,
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,

@@ -27,7 +27,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.corpus import CorpusRun
-from tests.unit.fakes import received
+from tests.unit.fakes import TEST_CLIENT, received
 
 pytestmark = pytest.mark.unit
 
@@ -159,6 +159,7 @@ def test_the_submission_handler_records_an_order_whole_or_not_at_all(body: str |
     try:
         result = handle_intake_message(
             body,
+            client=TEST_CLIENT,
             orders=orders,
             states=states,
             queues=queues,

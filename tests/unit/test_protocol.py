@@ -24,7 +24,7 @@ from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
 from tests.activity_json import finish_order, start_step
-from tests.unit.fakes import RecordingClient, order_body, received
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received
 
 pytestmark = pytest.mark.unit
 
@@ -53,6 +53,7 @@ def deps(clock: FakeClock, settings: Settings) -> Dependencies:
 def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     handle_intake_message(
         order_body(order_id),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -524,6 +525,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
     with pytest.raises(ConflictingOrder):
         handle_intake_message(
             order_body("o-1", amount="1.00"),
+            client=TEST_CLIENT,
             orders=deps.orders,
             states=deps.states,
             queues=deps.queues,
@@ -543,6 +545,7 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencie
     submit(deps)
     handle_intake_message(
         order_body("o-1", amount="1000.5"),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -701,6 +704,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
         deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
         handle_intake_message(
             order_body("o-1"),
+            client=TEST_CLIENT,
             orders=deps.orders,
             states=deps.states,
             queues=deps.queues,

@@ -101,7 +101,7 @@ from tests.activity_json import (
     start_step,
     start_undo,
 )
-from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
 from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
 
 pytestmark = pytest.mark.unit
@@ -760,6 +760,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         with suppress(TransientError):
             handle_intake_message(
                 message if isinstance(message, str) else message.to_json(),
+                client=TEST_CLIENT,
                 orders=self.orders,
                 states=self.states,
                 queues=self.queues,

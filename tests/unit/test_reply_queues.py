@@ -12,12 +12,13 @@ import pytest
 
 from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.client import OrderflowClient
+from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from tests.unit.fakes import order_body
+from tests.unit.fakes import TEST_CLIENT, client_for, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -59,12 +60,13 @@ def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
 
 
 def _submit(
-    body: str, settings: Settings, *, reply_to: str | None = None
+    body: str, settings: Settings, *, reply_to: str | None = None, client: RegisteredClient = TEST_CLIENT
 ) -> tuple[Any, InMemoryQueueFactory]:
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     try:
         result = handle_intake_message(
             body,
+            client=client,
             reply_to=reply_to,
             orders=orders,
             states=states,
@@ -93,7 +95,8 @@ def test_a_submission_naming_the_configured_submission_queue_is_dead_lettered() 
         "name the client's own private queue"
     )
     assert queues.queue("submissions").approximate_count() == 0  # no reply was sent there
-    accepted, _ = _submit(order_body("o-1", reply_to="orders"), settings)  # not a system queue here
+    # Not a system queue here: a client may be registered with it.
+    accepted, _ = _submit(order_body("o-1", reply_to="orders"), settings, client=client_for("orders"))
     assert accepted.outcome is IntakeOutcome.ACCEPTED
 
 
@@ -136,10 +139,10 @@ class RecordingQueues:
 
 def test_the_client_sends_its_reply_queue_as_the_reply_to_property_too() -> None:
     queues = RecordingQueues()
-    client = OrderflowClient(queues, reply_queue="client-a")
+    client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
 
     client.submit(json.loads(order_body("o-1", reply_to="someone-else")))
 
     [(queue, body, options)] = queues.sent
-    assert queue == "orders"
+    assert queue == "orders-a"
     assert json.loads(body)["replyTo"] == options["reply_to"] == "client-a"

@@ -39,7 +39,7 @@ from orderflow.workflows import ORDER_V2
 from supervisor.retention import PurgeReport, purge_expired_logs
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
-from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -403,6 +403,7 @@ def test_a_cancel_of_a_purged_order_is_refused(purged: Dependencies) -> None:
 
     result = handle_cancel(
         json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"}),
+        client=TEST_CLIENT,
         states=purged.states,
         queues=purged.queues,
         clock=purged.clock,
@@ -421,6 +422,7 @@ def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_no
 
     result = handle_intake_message(
         order_body("o-1", amount="50.00"),
+        client=TEST_CLIENT,
         orders=purged.orders,
         states=purged.states,
         queues=purged.queues,

@@ -20,7 +20,7 @@ from orderflow.records import ProcessState, ReviewDecision
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.activity_json import record_review, start_step
-from tests.unit.fakes import memory_deps, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -65,6 +65,7 @@ def decide(deps: Dependencies, decision: str, reviewer: str = "ana") -> Any:
     ).to_json()
     return handle_intake_message(
         body,
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
@@ -207,6 +208,7 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     cancel = json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"})
     handle_intake_message(
         cancel,
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,

@@ -29,7 +29,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from supervisor.sweep import run_sweep
-from tests.unit.fakes import order_body
+from tests.unit.fakes import TEST_CLIENT, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -182,7 +182,13 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     for order_id in ("o-1", "o-2", "o-3"):
         handle_intake_message(
-            order_body(order_id), orders=orders, states=states, queues=queues, clock=clock, settings=settings
+            order_body(order_id),
+            client=TEST_CLIENT,
+            orders=orders,
+            states=states,
+            queues=queues,
+            clock=clock,
+            settings=settings,
         )
         assert claim(states, states.get(order_id), clock, settings) is not None
     clock.advance(31)  # every claim's completeBy passes

@@ -202,6 +202,7 @@ def test_the_local_storage_clients_take_azurite_as_use_development_storage() -> 
     settings = Settings.load({"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
     queues = connect_queues(settings)
     assert repr(queues) == "StorageQueueFactory(account='devstoreaccount1')"
+    assert queues._service is not None
     assert queues._service.url == "http://127.0.0.1:10001/devstoreaccount1/"
     lease = LeaderLease.from_connection_string(
         settings.STORAGE_CONNECTION_STRING, settings.SUPERVISOR_LEASE_BLOB

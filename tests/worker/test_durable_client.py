@@ -29,7 +29,7 @@ from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StepStatus
 from orderflow.workflows import CURRENT_WORKFLOW
 from tests.servicebus_wire import HostMessage
-from tests.unit.fakes import order_body
+from tests.unit.fakes import TEST_CLIENT, order_body
 from tests.unit.test_df_replay import CHARGE, DEADLINE_1, RESERVE, at, race, start_step, waiting_on_first_step
 from tests.worker.appdeps import NOW, RecordingServiceBusClient, app_dependencies
 from tests.worker.durable_http import SERVER_ERROR, DurableExtension, Fault, HttpRequest, Instance
@@ -91,6 +91,7 @@ def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     """Record a valid order: its document and a ``Pending``, unlocked state record."""
     handle_intake_message(
         order_body(order_id),
+        client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,

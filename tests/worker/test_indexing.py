@@ -80,7 +80,7 @@ def test_service_bus_triggers_ask_the_host_for_sdk_types_and_manual_settlement(
         "agent_payment",
         "agent_shipping",
         "response_listener",
-        "submission",
+        "submission_a",
     ]
     for name, binding in triggers.items():
         assert binding["properties"] == {"SupportsDeferredBinding": True}, name

@@ -116,7 +116,7 @@ def test_a_valid_order_is_recorded_and_completed(
         order_body("o-1", reply_to="client-a").encode(), message_id="o-1", reply_to="client-a"
     )
 
-    calls = deliver(worker, "submission", message, settlement)
+    calls = deliver(worker, "submission_a", message, settlement)
 
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     record = deps.states.get("o-1").item
@@ -130,7 +130,7 @@ def test_invalid_json_is_dead_lettered_with_its_reason(
     deps, client = app
     message = HostMessage(b'{"orderId": "o-1",', message_id="garbage")
 
-    [call] = deliver(worker, "submission", message, settlement)
+    [call] = deliver(worker, "submission_a", message, settlement)
 
     assert (call.verb, call.lock_token, call.reason) == ("deadletter", str(message.lock_token), "InvalidJson")
     assert call.description
@@ -160,11 +160,11 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
         order_body("o-1", reply_to="client-a").encode(), message_id="o-1", reply_to="client-a"
     )
 
-    calls = deliver(worker, "submission", message, settlement)
+    calls = deliver(worker, "submission_a", message, settlement)
 
     # The copy first, then the original completed: never an immediate abandon.
     assert calls == [SettlementCall("complete", str(message.lock_token))]
-    [copy] = client.senders[deps.settings.ORDERS_QUEUE].sent
+    [copy] = client.senders["orders-a"].sent
     assert re.fullmatch(r"o-1:redelivery:2:[0-9a-f]{16}", copy.message_id or "")
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert (copy.reply_to, b"".join(copy.body)) == ("client-a", message.body)
@@ -180,16 +180,16 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
     deps, client = app
     order_store_down(deps, monkeypatch)
     message = HostMessage(order_body("o-1").encode(), message_id="o-1")
-    sent = client.get_queue_sender(deps.settings.ORDERS_QUEUE).sent
+    sent = client.get_queue_sender("orders-a").sent
     delays: list[float] = []
     for _ in range(deps.settings.MAX_DELIVERY_COUNT - 1):
-        assert [call.verb for call in deliver(worker, "submission", message, settlement)] == ["complete"]
+        assert [call.verb for call in deliver(worker, "submission_a", message, settlement)] == ["complete"]
         scheduled = sent[-1].scheduled_enqueue_time_utc
         assert scheduled is not None
         delays.append((scheduled - NOW).total_seconds())
         message = as_delivered(sent[-1])
 
-    [last] = deliver(worker, "submission", message, settlement)
+    [last] = deliver(worker, "submission_a", message, settlement)
 
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
     assert [(copy.message_id or "").rsplit(":", 1)[0] for copy in sent] == [

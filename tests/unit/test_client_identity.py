@@ -1,0 +1,169 @@
+"""A client is identified by the inbound queue its message arrived on, never by its body (docs/clients.md).
+
+Each test is an attack that succeeded while every client shared one submission queue and named its reply
+queue in the body, followed by what it does now."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from intake.admission import AdmissionReason, ClientAdmission
+from intake.submission import IntakeOutcome, IntakeResult, handle_intake_message
+from orderflow.clients import RegisteredClient
+from orderflow.clock import FakeClock
+from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
+from orderflow.messages import OrderStatus, StatusReply, parse_message
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState
+from orderflow.settings import Settings
+from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.unit.fakes import order_body, received
+
+pytestmark = pytest.mark.unit
+
+CLIENTS = [{"id": "acme", "maxInFlight": 3}, {"id": "globex"}]
+
+
+class System:
+    """The submission path over in-memory stores and queues, with two registered clients."""
+
+    def __init__(self, **settings: object) -> None:
+        self.settings = Settings.load({}, CLIENTS=json.dumps(CLIENTS), **settings)
+        self.acme = self.settings.client("acme")
+        self.globex = self.settings.client("globex")
+        self.states, self.orders = InMemoryStateStore(), InMemoryOrderStore()
+        self.queues = InMemoryQueueFactory()
+        self.clock = FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC))
+        self.admission = ClientAdmission.from_settings(self.settings, states=self.states, queues=self.queues)
+
+    def send(self, client: RegisteredClient, body: str) -> IntakeResult:
+        return handle_intake_message(
+            body,
+            client=client,
+            orders=self.orders,
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            settings=self.settings,
+            admission=self.admission,
+        )
+
+    def submit(self, client: RegisteredClient, order_id: str, **changes: object) -> IntakeResult:
+        return self.send(client, order_body(order_id, reply_to=client.reply_queue, **changes))
+
+    def cancel(self, client: RegisteredClient, order_id: str) -> IntakeResult:
+        return self.send(client, json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": order_id}))
+
+    def replies(self, client: RegisteredClient) -> list[StatusReply]:
+        return [parse_message(StatusReply, m.body) for m in received(self.queues.queue(client.reply_queue))]
+
+
+@pytest.fixture
+def system() -> System:
+    return System()
+
+
+def test_a_reply_to_naming_another_clients_queue_is_dead_lettered_before_anything_is_written(
+    system: System,
+) -> None:
+    system.replies(system.globex)  # globex's reply queue exists and is empty
+
+    with pytest.raises(InvalidMessage) as refused:
+        system.send(system.acme, order_body("o-1", reply_to=system.globex.reply_queue))
+
+    assert refused.value.reason == "ReplyToNotRegistered"
+    assert "client 'acme'" in refused.value.description
+    assert system.replies(system.globex) == []  # globex hears nothing of an order it never placed
+    with pytest.raises(NotFound):
+        system.states.get("o-1")
+    with pytest.raises(NotFound):
+        system.orders.get("o-1")
+
+
+def test_the_order_records_the_client_it_arrived_for(system: System) -> None:
+    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
+
+    record, document = system.states.get("o-1").item, system.orders.get("o-1")
+    assert (record.client_id, record.reply_to) == ("acme", "replies-acme")
+    assert document.client_id == "acme"
+    assert [r.status for r in system.replies(system.acme)] == [OrderStatus.RECEIVED]
+
+
+def test_a_cancel_of_another_clients_order_is_answered_as_an_unknown_order(system: System) -> None:
+    system.submit(system.acme, "o-1")
+    system.replies(system.acme)
+
+    with pytest.raises(InvalidMessage) as foreign:
+        system.cancel(system.globex, "o-1")
+    with pytest.raises(InvalidMessage) as missing:
+        system.cancel(system.globex, "o-404")
+
+    assert system.states.get("o-1").item.process_state is ProcessState.PENDING
+    assert system.states.get("o-1").item.cancel_requested_at is None
+    # Word for word what a cancel of an order that does not exist gets: no hint that o-1 exists.
+    assert (foreign.value.reason, foreign.value.description.replace("o-1", "X")) == (
+        missing.value.reason,
+        missing.value.description.replace("o-404", "X"),
+    )
+    assert foreign.value.reason == "UnknownOrder"
+    assert system.replies(system.acme) == [] and system.replies(system.globex) == []
+    assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL  # the owner still can
+    assert system.states.get("o-1").item.process_state is ProcessState.CANCELLED
+
+
+def test_a_record_written_before_client_ids_belongs_to_the_client_it_answers(system: System) -> None:
+    system.submit(system.acme, "o-1")
+    versioned = system.states.get("o-1")
+    legacy = versioned.item.model_copy(update={"client_id": None})
+    system.states.replace(legacy, etag=versioned.etag)
+
+    with pytest.raises(InvalidMessage, match="UnknownOrder"):
+        system.cancel(system.globex, "o-1")
+    assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL
+
+
+def test_unused_reply_queue_names_create_no_queue(system: System) -> None:
+    before = system.queues.names()
+
+    for n in range(17):
+        with pytest.raises(InvalidMessage, match="ReplyToNotRegistered"):
+            system.send(system.acme, order_body(f"o-{n}", reply_to=f"unused-{n}"))
+
+    assert system.queues.names() == before  # not one queue was created on demand
+
+
+def test_one_client_at_its_quota_does_not_refuse_another(system: System) -> None:
+    accepted = [system.submit(system.acme, f"a-{n}").outcome for n in range(5)]
+
+    assert accepted == [IntakeOutcome.ACCEPTED] * 3 + [IntakeOutcome.REJECTED] * 2
+    assert system.replies(system.acme)[-1].reason == AdmissionReason.CLIENT_IN_FLIGHT_CEILING.value
+    assert [system.submit(system.globex, f"g-{n}").outcome for n in range(5)] == [IntakeOutcome.ACCEPTED] * 5
+
+
+def test_the_global_ceiling_still_holds_and_a_refusal_gives_the_clients_place_back() -> None:
+    system = System(MAX_IN_FLIGHT_ORDERS=4, ADMISSION_REFRESH_S=60.0)
+    outcomes = [system.submit(system.globex, f"g-{n}").outcome for n in range(4)]
+    assert outcomes == [IntakeOutcome.ACCEPTED] * 4
+    refused = system.submit(system.acme, "a-1")
+    assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "InFlightCeiling")
+    # acme's refused order did not take one of its three places.
+    own = system.admission.client_ceiling(system.acme)
+    assert [own.admit(f"probe-{n}").admitted for n in range(4)] == [True, True, True, False]
+
+
+def test_another_clients_order_id_is_a_conflict_that_reveals_no_hash(system: System) -> None:
+    system.submit(system.acme, "o-1")
+
+    with pytest.raises(ConflictingOrder) as conflict:
+        system.submit(system.globex, "o-1")
+
+    assert conflict.value.detail == "order o-1 exists with different content"
+    [reply] = system.replies(system.globex)
+    assert (reply.status, reply.reason) == (OrderStatus.REJECTED, "ConflictingOrder")
+    assert reply.detail == "order o-1 exists with different content"
+    stored_hash = system.orders.get("o-1").content_hash
+    assert stored_hash[:12] not in (reply.detail or "")
+    assert system.states.get("o-1").item.client_id == "acme"
