@@ -3,7 +3,7 @@
 #                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
 #                            process every S seconds and restart it) and write demo-report.json
 #   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
-#              [PAUSE_EVERY=30] [CHAOS_CLIENTS=3] [SEED=20261129]
+#              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
 #                            a paused supervisor leader, several clients; writes chaos-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2] [SWEEP_SIZES=1000,10000,100000]
@@ -32,7 +32,10 @@ KILL_EVERY ?= 0
 DUPLICATE_SHARE ?= 0.05
 LATE_SHARE ?= 0.03
 PAUSE_EVERY ?= 30
-CHAOS_CLIENTS ?= 3
+CLIENTS ?= 3
+# CLIENTS here counts the chaos run's clients; the environment variable of that name is orderflow's
+# client registry (JSON), so make must not hand this one to the programs it runs.
+unexport CLIENTS
 SEED ?= 20261129
 # make chaos kills every 5 s unless KILL_EVERY is given (make demo's default is 0: no kills).
 CHAOS_KILL_EVERY = $(if $(filter file,$(origin KILL_EVERY)),5,$(KILL_EVERY))
@@ -71,7 +74,7 @@ demo: setup
 chaos: setup
 	$(PY) -m devhost.chaos --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
-		--clients $(CHAOS_CLIENTS) --seed $(SEED)
+		--clients $(CLIENTS) --seed $(SEED)
 
 .PHONY: bench
 bench: setup

@@ -126,7 +126,7 @@ def check_chaos_args(
             f"{processes}, pass --pause-every 0 (PAUSE_EVERY=0)"
         )
     if clients < 1:
-        raise ValueError(f"--clients (CHAOS_CLIENTS) must be at least 1, not {clients}")
+        raise ValueError(f"--clients (CLIENTS) must be at least 1, not {clients}")
 
 
 def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:

@@ -422,7 +422,7 @@ DEFAULTS: dict[str, Any] = {
         ({"duplicate_share": 1.5}, "--duplicate-share (DUPLICATE_SHARE) must be a share between 0 and 1"),
         ({"late_share": -0.1}, "--late-share (LATE_SHARE) must be a share between 0 and 1"),
         ({"late_share": float("nan")}, "--late-share (LATE_SHARE) must be a share between 0 and 1"),
-        ({"clients": 0}, "--clients (CHAOS_CLIENTS) must be at least 1, not 0"),
+        ({"clients": 0}, "--clients (CLIENTS) must be at least 1, not 0"),
         ({"orders": 0}, "--orders (ORDERS) must be at least 1, not 0"),
         ({"processes": 0, "pause_every_s": 0.0}, "--processes (PROCESSES) must be at least 1, not 0"),
     ],
