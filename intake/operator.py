@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CompensateOrder, parse_message
+from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore

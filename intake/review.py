@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.messages import ReviewDecisionMessage, parse_message
+from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, ReviewDecision, StateRecord
 from orderflow.stores.base import StateStore

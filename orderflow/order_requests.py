@@ -2,8 +2,10 @@
 operator's decision (docs/design.md §3, §4).
 
 None of them owns the record, so none writes the order's progress. Each records what it asks for with
-one ETag-conditional write and leaves the rest to the owner: this module is that write, shared. A write
-that loses the ETag race (the owner wrote first) decides again on what the owner wrote.
+one ETag-conditional write and leaves the rest to the owner: this module is that write, shared by the
+roles that take such requests (``intake`` for a client's cancel, ``operator_api`` for a reviewer's and an
+operator's decision). A write that loses the ETag race (the owner wrote first) decides again on what the
+owner wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from orderflow.records import ProcessState, StateRecord
 from orderflow.replies import deliver_reply
 from orderflow.state_machine import check_transition
 from orderflow.stores.base import StateStore, Versioned
+
+UNKNOWN_ORDER = "UnknownOrder"
+"""``InvalidMessage.reason`` of a request that names no known order."""
 
 MAX_CONFLICT_RETRIES = 5
 """Re-reads after losing the ETag race to the order's owner before the message is retried later."""
@@ -78,7 +83,7 @@ def apply_request(
         try:
             found = states.get(order_id)
         except NotFound:
-            raise InvalidMessage("UnknownOrder", f"no order {order_id!r} to {what}") from None
+            raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to {what}") from None
         record = found.item.model_copy(deep=True)
         decision, write = decide(record)
         if not write:
