@@ -35,11 +35,13 @@ _T = TypeVar("_T")
 @dataclass(frozen=True)
 class Applied(Generic[_T]):
     """What :func:`apply_request` did: the decision, the record it was taken on (changed in place when
-    written), and the written version, or None when the decision wrote nothing."""
+    written), the written version, or None when the decision wrote nothing, and the ETag of the written
+    version, else of the one read (delivering a reply the write owed writes the record once more)."""
 
     decision: _T
     record: StateRecord
     written: Versioned[StateRecord] | None
+    etag: str
 
 
 def min_time(current: datetime | None, bound: datetime) -> datetime:
@@ -56,6 +58,7 @@ def apply_request(
     decide: Callable[[StateRecord], tuple[_T, bool]],
     what: str,
     grace_s: float,
+    deliver_owed_reply: bool = True,
 ) -> Applied[_T]:
     """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
 
@@ -70,6 +73,9 @@ def apply_request(
         decide: Changes the record in place; returns its decision and whether to write.
         what: The request, for the dead-letter description (``cancel``, ``review``, ...).
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+        deliver_owed_reply: Deliver a reply the written record owes. False leaves it to the reply relay
+            (``REPLY_GRACE_S`` later): for a request that owes no reply of its own, whose caller must not
+            be told it failed when the decision was recorded but an earlier reply could not be sent.
 
     Returns:
         The decision, the record and the written version (None when nothing was written).
@@ -87,7 +93,7 @@ def apply_request(
         record = found.item.model_copy(deep=True)
         decision, write = decide(record)
         if not write:
-            return Applied(decision, record, None)
+            return Applied(decision, record, None, found.etag)
         if record.process_state is not found.item.process_state:
             check_transition(found.item.process_state, record.process_state)
         if record.process_state is ProcessState.AWAITING_REVIEW:
@@ -96,7 +102,7 @@ def apply_request(
             written = states.replace(record, etag=found.etag)
         except ConcurrencyConflict:
             continue  # the owner wrote first: decide again on what it wrote
-        if written.item.pending_reply is not None:
+        if deliver_owed_reply and written.item.pending_reply is not None:
             deliver_reply(states, queues, clock, written.item, written.item.pending_reply, etag=written.etag)
-        return Applied(decision, record, written)
+        return Applied(decision, record, written, written.etag)
     raise ConcurrencyConflict(f"{what} of {order_id} kept losing the ETag race")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+from tests.operator_tokens import TrustedIssuer, trusted_issuer
 
 # tests/worker drives the Python 3.13+ language worker in its own environment (`make worker-test`).
 collect_ignore = [] if importlib.util.find_spec("azure_functions_runtime") else ["worker"]
@@ -37,6 +38,13 @@ def local_emulators() -> Iterator[LocalEmulators]:
 def local_endpoints(local_emulators: LocalEmulators) -> LocalEndpoints:
     """Connection details of the session's emulators."""
     return local_emulators.endpoints
+
+
+@pytest.fixture(scope="session")
+def trusted() -> Iterator[TrustedIssuer]:
+    """A local token issuer the operator API trusts, its JWKS on loopback, for this test session."""
+    with trusted_issuer() as issuer:
+        yield issuer
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Azure Functions trigger of the intake role: the submission path (Service Bus, PeekLock).
 
-Every message of the orders queue (an order, a cancel, a review decision, an operator's decision) goes to
-:func:`intake.submission.handle_intake_message`; bad input is dead-lettered with its reason.
+Every message of the orders queue (an order or a client's cancel) goes to
+:func:`intake.submission.handle_intake_message`; bad input is dead-lettered with its reason, and so is a
+reviewer's or an operator's action, which only the operator API takes.
 """
 
 from __future__ import annotations

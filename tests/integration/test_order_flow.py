@@ -15,10 +15,13 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
+from devhost.local_issuer import local_object_id
+from operator_api.handler import handle_operator_request
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
 from tests.harness import System, running_system
+from tests.operator_tokens import TrustedIssuer
 
 pytestmark = pytest.mark.integration
 
@@ -331,16 +334,36 @@ def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_complete
     assert "Processed" in seen
 
 
-def test_a_review_approved_by_a_person_lets_the_order_complete(deps: Dependencies) -> None:
+def operator_call(
+    system: System, trusted: TrustedIssuer, path: str, headers: dict[str, str], body: Any
+) -> Any:
+    """A POST to the operator API's handler, over the running system's dependencies."""
+    return handle_operator_request(
+        "POST", path, headers, json.dumps(body).encode(), deps=system.deps, validator=trusted.validator
+    )
+
+
+def test_a_review_approved_by_a_person_lets_the_order_complete(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
         system.submit_all(["tpch-1"])
         system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.AWAITING_REVIEW)
-        system.client.review("tpch-1", approve=True, reviewer="ana")
+        approval = {"decision": "approve"}
+        answer = operator_call(
+            system, trusted, "/api/operator/orders/tpch-1/review", trusted.reviewer("ana"), approval
+        )
+        assert answer.status == 200, answer.body
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
         replies = statuses(system)
     assert record.process_state is ProcessState.PROCESSED
     assert record.review is not None
-    assert (record.review.decision, record.review.decided_by) == ("approve", "ana")
+    ana = f"{trusted.issuer.tenant_id}/{local_object_id('ana')}"
+    assert (record.review.decision, record.review.decided_by, record.review.decided_by_name) == (
+        "approve",
+        ana,
+        "ana",
+    )
     assert replies["tpch-1"] == ["Received", "AwaitingReview", "Processed"]
 
 
@@ -374,19 +397,23 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
     assert facts["summary"]["activeShipments"] == 1
 
 
-def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(deps: Dependencies) -> None:
+def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
     with running_system(deps, faults=FaultPlan(undo_permanent=True)) as system:
         system.submit_all(["tpch-2"])  # declined after the reservation; its release is refused
         assert system.wait_settled(["tpch-2"], timeout_s=30)["tpch-2"].process_state is (
             ProcessState.COMPENSATION_FAILED
         )
         system.set_faults(FaultPlan())  # the operator fixed the inventory service
-        system.client.compensate("tpch-2", operator="ops")
+        path = "/api/operator/orders/tpch-2/compensate"
+        answer = operator_call(system, trusted, path, trusted.operator("ops"), {})
+        assert (answer.status, answer.body["outcome"]) == (202, "CompensationRetried")
         system.wait_until(
             lambda: system.record("tpch-2").process_state is ProcessState.COMPENSATED, timeout_s=30
         )
         record = system.record("tpch-2")
         facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
-    assert record.stop_requested_by == "operator:ops"
+    assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}"
     assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
     assert facts["summary"]["activeReservations"] == 0

@@ -45,7 +45,7 @@ def test_the_worker_indexes_every_function_the_app_registers(worker: FunctionsWo
     registered = registered_functions()
 
     assert worker.init_response.result.status == SUCCESS
-    assert len(worker.metadata) == len(registered) == 16
+    assert len(worker.metadata) == len(registered) == 17
     assert set(worker.metadata) == registered
 
 
@@ -120,4 +120,4 @@ def test_on_azure_identity_settings_index_every_function() -> None:
         DEMO_SERVICES_URL="https://demo-services.example.com",
     )
 
-    assert result == {"ok": True, "functions": 16}
+    assert result == {"ok": True, "functions": 17}
