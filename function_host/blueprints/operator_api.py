@@ -31,11 +31,10 @@ def operator_api(req: func.HttpRequest) -> func.HttpResponse:
         deps=dependencies(),
         validator=token_validator(),
     )
-    headers = {k: v for k, v in response.all_headers().items() if k.lower() != "content-type"}
     return func.HttpResponse(
         response.content(),
         status_code=response.status,
-        headers=headers,
+        headers=response.all_headers(),  # its Content-Type, with the charset, is the one sent
         mimetype="application/json",
         charset="utf-8",
     )
