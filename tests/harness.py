@@ -1,4 +1,5 @@
-"""A whole orderflow system in the test process: demo services, one devhost, a client.
+"""A whole orderflow system in the test process: demo services, one devhost (its operator API on loopback
+too), a client.
 
 The stores and queues are either the in-memory adapters (fast, for unit-level flows) or the real
 local emulators (Cosmos DB API on cosmosdb-server, Storage queues on Azurite). The orchestrations run
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.local_issuer import LocalIssuer
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -62,6 +64,12 @@ class System:
     client: OrderflowClient
     catalog: Catalog
     services_url: str
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the devhost's operator API (the ``api`` role)."""
+        assert self.host.api_url is not None, "the devhost runs no api role"
+        return self.host.api_url
 
     def record(self, order_id: str) -> StateRecord:
         return self.deps.states.get(order_id).item
@@ -140,10 +148,15 @@ def running_system(
     faults: FaultPlan | None = None,
     roles: tuple[str, ...] = ALL_ROLES,
     stock_divisor: int = 1,
+    api_port: int = 0,
+    local_issuer: LocalIssuer | None = None,
+    operator_settings: Mapping[str, str] | None = None,
     **settings: Any,
 ) -> Iterator[System]:
     """Start demo services on the fixture catalog and one devhost with ``roles`` on ``deps`` (with the
-    fast settings and ``settings``); stop both after."""
+    fast settings and ``settings``); stop both after. The devhost's operator API listens on ``api_port``
+    (0: a free one), trusts the tokens ``operator_settings`` (``OPERATOR_*``) name, and serves
+    ``local_issuer``'s JWKS, if given."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
     server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
     url = server_url(server)
@@ -151,10 +164,17 @@ def running_system(
     # Queues of its own: the emulators are shared by every test of the session.
     isolation = {"ORDERS_QUEUE": f"orders-{host_id}", "AGENT_QUEUE_PREFIX": f"agent-{host_id}-"}
     config = Settings(
-        **{**FAST_SETTINGS, **isolation, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings}
+        **{
+            **FAST_SETTINGS,
+            **isolation,
+            "DEMO_SERVICES_URL": url,
+            "HOST_ID": host_id,
+            **(operator_settings or {}),
+            **settings,
+        }
     )
     deps = replace(deps, settings=config)
-    host = DevHost(deps, roles)
+    host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer)
     host.start()
     client = OrderflowClient(deps.queues, reply_queue=f"client-{host_id}", orders_queue=config.ORDERS_QUEUE)
     try:
