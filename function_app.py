@@ -10,6 +10,7 @@ import azure.functions as func
 from function_host.blueprints.activities import bp as activities
 from function_host.blueprints.agents import bp as agents
 from function_host.blueprints.intake import bp as intake
+from function_host.blueprints.operator_api import bp as operator_api
 from function_host.blueprints.orchestrators import bp as orchestrators
 from function_host.blueprints.supervisor import bp as supervisor
 from function_host.startup import check_start_up
@@ -18,5 +19,5 @@ from orderflow.telemetry import configure_telemetry
 check_start_up()
 configure_telemetry("orderflow-functions")
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
-for blueprint in (intake, orchestrators, activities, agents, supervisor):
+for blueprint in (intake, operator_api, orchestrators, activities, agents, supervisor):
     app.register_functions(blueprint)

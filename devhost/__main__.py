@@ -1,7 +1,9 @@
 """``python -m devhost``: run one local host process until SIGINT, SIGTERM or SIGHUP.
 
 Settings come from the environment (see :class:`orderflow.settings.Settings`); ``--roles`` picks the
-roles, ``--host-id`` names the process (its response queue is ``agent-responses-<host-id>``).
+roles, ``--host-id`` names the process (its response queue is ``agent-responses-<host-id>``),
+``--api-port`` the loopback port of the operator API (the ``api`` role; with the ``OPERATOR_*`` settings
+of the local issuer it also serves that issuer's JWKS).
 
 Exit status: 0 once a signal has stopped it; 2, with one line on stderr, for bad arguments or settings
 (found before anything starts, or while connecting: a malformed connection string); 1, with one line,
@@ -25,6 +27,7 @@ from pydantic import ValidationError
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
+from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
@@ -146,6 +149,10 @@ def run(
         typer.Option(help="Host id (overrides HOST_ID): lowercase letters, digits and inner hyphens."),
     ] = None,
     log_level: Annotated[str, typer.Option(help=f"Logging level: {', '.join(LOG_LEVELS)}.")] = "INFO",
+    api_port: Annotated[
+        int,
+        typer.Option(min=0, max=65535, help="Loopback port of the operator API (api role); 0: a free one."),
+    ] = 0,
 ) -> None:
     """Run the chosen roles until SIGINT, SIGTERM or SIGHUP."""
     # Every argument and setting is checked before anything is connected or started.
@@ -173,10 +180,15 @@ def run(
         )
     configure_logging(log_level)
     configure_telemetry("orderflow-devhost")
-    serve(settings, chosen)
+    serve(settings, chosen, api_port=api_port)
 
 
-def serve(settings: Settings, roles: Sequence[str]) -> None:
+def local_issuer_of(settings: Settings) -> LocalIssuer | None:
+    """The local token issuer, when the operator API's settings trust it (``OPERATOR_ISSUER`` is its)."""
+    return LocalIssuer.from_key_file() if settings.operator_issuer() == LOCAL_ISSUER else None
+
+
+def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> None:
     """Connect, start the roles, print ``devhost <id> ready``, and run until SIGINT, SIGTERM or SIGHUP.
 
     A signal during start-up interrupts it. Whatever happens, what was started is stopped and the
@@ -202,8 +214,11 @@ def serve(settings: Settings, roles: Sequence[str]) -> None:
                     clock=SystemClock(),
                     settings=settings,
                 )
-                host = DevHost(deps, roles, lease=lease)
+                issuer = local_issuer_of(settings) if "api" in roles else None
+                host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)
                 host.start()  # stops what it started if it fails
+                if host.api_url is not None:
+                    print(f"devhost {settings.HOST_ID} operator API on {host.api_url}", flush=True)
                 print(f"devhost {settings.HOST_ID} ready", flush=True)
                 host.wait()
             except KeyboardInterrupt as exc:

@@ -3,7 +3,8 @@
 1. Generates the TPC-H data set (scale factor 0.01) with ``tpchgen-cli`` if it is not there yet.
 2. Starts Azurite and cosmosdb-server, the demo services (with injected faults) and ``--processes``
    devhost processes (the last one runs the agents, the others the scheduler roles; one process runs
-   every role).
+   every role). The first also serves the operator API, trusting tokens of the local signing key
+   (``python -m devhost.local_issuer login``), which is made if there is none.
 3. Submits ``--orders`` TPC-H orders through the client SDK, shows progress while they settle, reads
    the state store and the demo services' audit, prints a summary and writes ``demo-report.json``.
    With ``--kill-every S`` a random devhost process is SIGKILLed every S seconds and restarted, and the
@@ -43,7 +44,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from itertools import pairwise
@@ -70,6 +71,8 @@ from demo.tpch import (
 from devhost.cli import run_driver
 from devhost.client_credentials import ClientCredentials, issue_client_credentials
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
+from devhost.host import free_port
+from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
@@ -248,27 +251,32 @@ def start_demo_services(
 
 @dataclass(frozen=True)
 class DevhostSpec:
-    """How to (re)start one devhost process: its name, host id and roles."""
+    """How to (re)start one devhost process: its name, host id, roles and, when it runs the operator API,
+    the API's loopback port (0: none given)."""
 
     name: str
     host_id: str
     roles: str
+    api_port: int = 0
 
 
 SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
 
 
-def devhost_specs(processes: int) -> list[DevhostSpec]:
+def devhost_specs(processes: int, *, api_port: int = 0) -> list[DevhostSpec]:
     """The demo's devhost processes: the last runs the agents, the others the scheduler roles.
 
     Agents get a process of their own because they wait on remote calls and would otherwise compete
-    with the orchestrations for one interpreter; a single process runs every role.
+    with the orchestrations for one interpreter; a single process runs every role. With ``api_port``,
+    the first process also serves the operator API on that loopback port (a restart keeps it).
     """
     if processes < 1:
         raise ValueError("the demo needs at least one devhost process")
     if processes == 1:
-        return [DevhostSpec("devhost-1", "demo-1", "all")]
+        return [DevhostSpec("devhost-1", "demo-1", "all", api_port)]
     specs = [DevhostSpec(f"devhost-{n}", f"demo-{n}", SCHEDULER_ROLES) for n in range(1, processes)]
+    if api_port:
+        specs[0] = replace(specs[0], roles=f"{SCHEDULER_ROLES},api", api_port=api_port)
     return [*specs, DevhostSpec("devhost-agents", "demo-agents", "agents")]
 
 
@@ -313,9 +321,10 @@ class Fleet:
         return self._start_process(spec, self._starts[spec.name])
 
     def _start_devhost(self, spec: DevhostSpec, run: int) -> Child:
+        api = ["--api-port", str(spec.api_port)] if spec.api_port else []
         return start_child(
             spec.name,
-            ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles],
+            ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles, *api],
             self._env,
             "ready",
             self._log_dir,
@@ -717,6 +726,8 @@ class DemoSystem:
         stores: The state and order stores, for the driver's own reads.
         fleet: The devhost processes.
         clients: The registered clients, in order.
+        api_url: Base URL of the operator API (the first devhost process serves it); tokens for it come
+            from ``python -m devhost.local_issuer login``.
     """
 
     run_dir: Path
@@ -727,6 +738,7 @@ class DemoSystem:
     stores: CosmosStores
     fleet: Fleet
     clients: tuple[RegisteredClient, ...]
+    api_url: str
 
     def client_credentials(self, client: RegisteredClient) -> ClientCredentials:
         """What the devhost issues ``client``: a SAS for each of its two queues, nothing else."""
@@ -755,6 +767,10 @@ def demo_system(
 ) -> Iterator[DemoSystem]:
     """Start the emulators, the demo services and the devhost processes; stop them all on exit.
 
+    The first devhost process serves the operator API on a free loopback port, with the local token
+    issuer's JWKS: the local signing key is made if there is none yet (``.data/local-issuer``), and every
+    process gets the ``OPERATOR_*`` settings that trust it.
+
     Args:
         orders: TPC-H orders the run will submit (the first ``orders`` by order key).
         processes: devhost processes (see :func:`devhost_specs`).
@@ -779,15 +795,19 @@ def demo_system(
         stack.callback(services.stop)
         services_url = services.ready_line.rsplit(" ", 1)[-1]
         env = host_env(endpoints, services_url)
+        issuer = LocalIssuer(ensure_signing_key())
+        api_port = free_port()
+        env.update(issuer.operator_settings(f"http://127.0.0.1:{api_port}{issuer.jwks_path}"))
         env.update(extra_env or {})
         env["CLIENTS"] = json.dumps([{"id": client_id} for client_id in client_ids])
         registered = tuple(Settings.load(env).clients())
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
-        fleet = Fleet(devhost_specs(processes), env, run_dir)
+        fleet = Fleet(devhost_specs(processes, api_port=api_port), env, run_dir)
         stack.callback(fleet.stop)
-        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet, registered)
+        api_url = f"http://127.0.0.1:{api_port}"
+        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet, registered, api_url)
 
 
 @dataclass
@@ -970,6 +990,10 @@ def run_demo(
     with ExitStack() as stack, quiet_sdk_logs():
         system = stack.enter_context(
             demo_system(orders=orders, processes=processes, faults=faults, run_dir=run_dir)
+        )
+        console.print(
+            f"operator API on {system.api_url} (ORDERFLOW_API_URL; a token: python -m devhost.local_issuer "
+            "login --name <you> --role orderflow.reviewer --out <file>)"
         )
         killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
         if killer is not None:

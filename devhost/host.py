@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durabletask import client as dt_client
 from durabletask import worker as dt_worker
@@ -27,8 +27,12 @@ from durabletask.testing import InMemoryOrchestrationBackend, create_test_backen
 from activities.table import ACTIVITIES, Activity
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
+from demo.services import serve_in_thread, server_url
+from demo.services import stop as stop_server
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
+from devhost.operator_http import create_operator_app
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
@@ -37,6 +41,7 @@ from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
+from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import ReceivedMessage
 from orderflow.replies import resend_pending_replies
 from orderflow.workflows import agent_names
@@ -44,14 +49,17 @@ from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
 from supervisor.sweep import SweepCursor, run_sweep
 
+if TYPE_CHECKING:
+    import uvicorn
+
 logger = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 60.0
 """Seconds between the leader's compensation-log retention passes."""
 
-ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor")
+ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor", "api")
 """Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
-process (they talk to its durabletask backend)."""
+process (they talk to its durabletask backend); ``api`` is the operator API over HTTP on loopback."""
 
 DURABLETASK_WORKER_LOGGER = "durabletask.worker"
 """The logger the host gives its durabletask worker."""
@@ -161,6 +169,9 @@ class DevHost:
         roles: Roles to run (see :data:`ALL_ROLES`).
         lease: Elects the one supervisor that sweeps among several processes; None: always leader
             (:class:`~supervisor.lease.NoLease`). Only the devhost's supervisor loop uses it.
+        api_port: Loopback port of the operator API (the ``api`` role); 0 picks a free one
+            (:attr:`api_url` says which).
+        local_issuer: The local token issuer whose JWKS the operator API also serves, or None.
     """
 
     def __init__(
@@ -169,8 +180,14 @@ class DevHost:
         roles: Iterable[str] = ALL_ROLES,
         *,
         lease: SupervisorLease | None = None,
+        api_port: int = 0,
+        local_issuer: LocalIssuer | None = None,
     ) -> None:
         self.settings = deps.settings
+        self.api_port = api_port
+        self.local_issuer = local_issuer
+        self.api_url: str | None = None
+        self._api: tuple[uvicorn.Server, threading.Thread] | None = None
         self.roles = check_roles(roles)
         self.lease: SupervisorLease = lease if lease is not None else NoLease()
         self.stop_event = threading.Event()
@@ -230,6 +247,21 @@ class DevHost:
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
+        if "api" in self.roles:
+            self._start_api()
+
+    def _start_api(self) -> None:
+        """Serve the operator API on loopback (ValueError: its settings configure it only in part)."""
+        validator = validator_from_settings(self.settings)
+        if validator is None:
+            logger.warning(
+                "devhost %s operator API is not configured: it refuses every call", self.settings.HOST_ID
+            )
+        app = create_operator_app(self.deps, validator, issuer=self.local_issuer)
+        server, thread = serve_in_thread(app, "127.0.0.1", self.api_port)
+        self._api = (server, thread)
+        self.api_url = server_url(server)
+        logger.info("devhost %s operator API on %s", self.settings.HOST_ID, self.api_url)
 
     def stop(self) -> None:
         """Stop every loop, then the worker and backend. In-flight orchestrations are abandoned (the
@@ -246,6 +278,9 @@ class DevHost:
         while self._loops:
             self._loops[0].join()
             self._loops.pop(0)
+        if self._api is not None:
+            stop_server(*self._api)
+            self._api = None
         if "supervisor" in self.roles:
             self._release_lease()
         if self._worker is not None:

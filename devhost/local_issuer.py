@@ -30,19 +30,20 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import jwt
 import typer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from fastapi import FastAPI
 
-from demo.services import serve_in_thread, server_url, stop
 from devhost.cli import SERVER_STOP_SIGNALS, fail, stop_signals_interrupt
 from devhost.emulators import REPO_ROOT
 from orderflow.operator_auth import ROLES, known_roles
 from orderflow.settings import on_azure
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 KEY_FILE = REPO_ROOT / ".data" / "local-issuer" / "signing-key.pem"
 """Where the local signing key is kept: under ``.data/`` (git-ignored), beside the demo's data set."""
@@ -224,6 +225,10 @@ class LocalIssuer:
 
 def create_jwks_app(issuer: LocalIssuer) -> FastAPI:
     """An ASGI app that serves ``issuer``'s JWKS at :attr:`LocalIssuer.jwks_path` (for the devhost)."""
+    # The web framework is the local host's, not the issuer's: minting and the JWKS document need
+    # neither it nor a server (the worker-driven tests mint tokens where FastAPI is not installed).
+    from fastapi import FastAPI  # noqa: PLC0415
+
     app = FastAPI(title="orderflow local issuer", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get(issuer.jwks_path)
@@ -285,6 +290,8 @@ def serve(
 ) -> None:
     """Serve the local JWKS until Ctrl-C, SIGTERM or SIGHUP, and print the settings that trust it."""
     _refuse_on_azure()
+    from demo.services import serve_in_thread, server_url, stop  # noqa: PLC0415 (see create_jwks_app)
+
     try:
         issuer = LocalIssuer.from_key_file(key_file)
         server, thread = serve_in_thread(create_jwks_app(issuer), host, port)

@@ -1,10 +1,10 @@
 """The Azure Functions host: everything ``function_app.py`` registers, and the support code it shares.
 
-- :mod:`function_host.blueprints`: one blueprint per role (``intake``, ``orchestrators``,
-  ``activities``, ``agents``, ``supervisor``). A trigger decodes its binding, calls one plain role
-  function with its dependencies and settles; the blueprints are the modules here that import roles
-  (besides :mod:`function_host.durable`, which implements the workflow-context port of the
-  ``orchestrators`` role).
+- :mod:`function_host.blueprints`: one blueprint per role (``intake``, ``operator_api``,
+  ``orchestrators``, ``activities``, ``agents``, ``supervisor``). A trigger decodes its binding, calls one
+  plain role function with its dependencies and settles (or answers); the blueprints are the modules here
+  that import roles (besides :mod:`function_host.durable`, which implements the workflow-context port of
+  the ``orchestrators`` role).
 - :mod:`function_host.wiring`: the worker process's one :class:`~orderflow.dependencies.Dependencies`,
   built from the app settings with identity-based connections.
 - :mod:`function_host.settlement`: orderflow's settlement policy applied to a Service Bus trigger's

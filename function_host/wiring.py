@@ -3,7 +3,8 @@
 :func:`dependencies` builds the adapters once per worker process from the app settings, with
 identity-based connections (``DefaultAzureCredential``, :func:`orderflow.wiring.connect_azure`): Cosmos
 DB for both stores, Service Bus for every queue. No keys. The blueprints call it (and
-:func:`redelivery`) on each invocation; tests replace both names in a blueprint to wire it in memory.
+:func:`redelivery`, :func:`token_validator`) on each invocation; tests replace those names in a
+blueprint to wire it in memory.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import cache
 from function_host.settlement import Redelivery
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings
 from orderflow.wiring import connect_azure
@@ -37,3 +39,10 @@ def redelivery() -> Redelivery:
     """How the worker process redelivers a trigger-delivered message with a delay: through its own
     Service Bus client (:meth:`orderflow.queues.servicebus.ServiceBusQueueFactory.redeliver`)."""
     return _connections()[1]
+
+
+@cache
+def token_validator() -> TokenValidator | None:
+    """The worker process's check of operator API bearer tokens, built once (it caches the tenant's signing
+    keys); None when the ``OPERATOR_*`` settings do not configure the API (it then refuses every call)."""
+    return validator_from_settings(dependencies().settings)

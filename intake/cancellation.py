@@ -28,13 +28,13 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from intake.requests import apply_request
 from orderflow import telemetry
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.contracts import CANCELLED_BY_CLIENT
 from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CancelOrder, OrderStatus, parse_message
+from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import send_reply

@@ -5,10 +5,11 @@
 and that is the sender's identity (docs/clients.md). Nothing in the body names the client; the reply
 queue is the registry's, and a body naming any other is dead-lettered before anything is written.
 
-A ``CancelOrder`` goes to :mod:`intake.cancellation`, a ``CompensateOrder`` to
-:mod:`intake.operator`, a ``ReviewDecision`` to :mod:`intake.review`; they share the queue (and its
-ordering) with the orders they are about. An order is recorded here: the order document and its state
-record, idempotently.
+A ``CancelOrder`` goes to :mod:`intake.cancellation`: it shares the queue (and its ordering) with the
+order it cancels. A reviewer's decision or an operator's compensate is never taken here: those are calls
+to the operator API (:mod:`operator_api`), and such a message is dead-lettered
+``OperatorActionNotAccepted``. An order is recorded here: the order document and its state record,
+idempotently.
 
 The two writes go to separate resources with no shared transaction (the dual-write problem, docs/design.md
 §2). Both are keyed by the order id and create-only, so a redelivery after a crash between them simply
@@ -34,20 +35,17 @@ from enum import StrEnum
 
 from intake.admission import Admission, AdmissionDecision
 from intake.cancellation import CancelResult, handle_cancel
-from intake.operator import handle_compensate
-from intake.review import handle_review_decision
 from orderflow import telemetry
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
-    COMPENSATE_ORDER,
+    OPERATOR_ACTIONS,
     ORDERS_QUEUE_TYPES,
     REPLY_TO_MISMATCH,
     REPLY_TO_NOT_REGISTERED,
     RESERVED_REPLY_QUEUE,
-    REVIEW_DECISION,
     OrderStatus,
     StatusReply,
     SubmitOrder,
@@ -74,15 +72,13 @@ logger = logging.getLogger(__name__)
 
 
 class IntakeOutcome(StrEnum):
-    """What an intake message did: an order ``accepted``, ``duplicate`` or ``rejected``, or a request about
-    a known order handled (``cancel``, ``review``, ``operator``)."""
+    """What an intake message did: an order ``accepted``, ``duplicate`` or ``rejected``, or a client's cancel
+    of a known order handled (``cancel``)."""
 
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
     CANCEL = "cancel"
-    REVIEW = "review"
-    OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -91,12 +87,10 @@ class IntakeResult:
 
     Attributes:
         order_id: The order.
-        outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order),
-            ``cancel`` (a client's cancel request), ``review`` (a reviewer's decision) or ``operator``
-            (an operator's decision to compensate).
+        outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order) or
+            ``cancel`` (a client's cancel request).
         reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); for ``cancel``, why it
-            was refused; for ``review``, why the decision was ignored; for ``operator``, what was done
-            or why it was refused; otherwise None.
+            was refused; otherwise None.
         cancel: For ``cancel``, what the request did.
     """
 
@@ -166,13 +160,11 @@ def handle_intake_message(
     admission: Admission | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
-    the order id, or hand a request about a known order to its handler.
+    the order id, or hand a client's cancel of one of its own orders to its handler.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for one
     of the client's own orders: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``;
-    another client's order is answered exactly as an unknown one); a
-    ``CompensateOrder`` goes to :func:`intake.operator.handle_compensate` (outcome ``operator``), a
-    ``ReviewDecision`` to :func:`intake.review.handle_review_decision` (outcome ``review``).
+    another client's order is answered exactly as an unknown one).
 
     Args:
         body: The raw message body.
@@ -192,13 +184,14 @@ def handle_intake_message(
         that a resubmission of a settled order gets its final status again.
         ``rejected`` when admission control refused a new order: nothing was written, a ``Rejected``
         reply with the reason and ``retryAfterS`` was sent; complete the message too.
-        ``cancel``, ``operator`` or ``review`` for a request about a known order: whatever its handler
-        decided, complete the message.
+        ``cancel`` for a client's cancel of a known order: whatever its handler decided, complete the
+        message.
 
     Raises:
         InvalidMessage: the body is not a valid order; dead-letter with ``reason``, one of
-            :data:`orderflow.messages.SUBMISSION_REASONS` (``UnknownMessageType`` for a ``type`` other
-            than ``CancelOrder``, ``CompensateOrder`` and ``ReviewDecision``; ``ReservedReplyQueue`` for a
+            :data:`orderflow.messages.SUBMISSION_REASONS` (``OperatorActionNotAccepted`` for a
+            ``ReviewDecision`` or ``CompensateOrder``, before the rest of the body is read;
+            ``UnknownMessageType`` for any other ``type`` but ``CancelOrder``; ``ReservedReplyQueue`` for a
             ``replyTo`` naming one of orderflow's own queues; ``ReplyToNotRegistered`` for any other
             queue than the client's registered reply queue; ``ReplyToMismatch`` for a transport
             ``ReplyTo`` other than it), or for a request about an order ``UnknownOrder`` (also for
@@ -207,23 +200,15 @@ def handle_intake_message(
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
         TransientError: a store or queue is unavailable; abandon and retry.
     """
-    kind = message_type(body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder)
+    kind = message_type(
+        body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder, operator_actions=OPERATOR_ACTIONS
+    )
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(
             body, client=client, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
         )
         return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
-    if kind == COMPENSATE_ORDER:
-        decided = handle_compensate(
-            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
-        )
-        return IntakeResult(decided.order_id, IntakeOutcome.OPERATOR, decided.detail)
-    if kind == REVIEW_DECISION:
-        reviewed = handle_review_decision(
-            body, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
-        )
-        return IntakeResult(reviewed.order_id, IntakeOutcome.REVIEW, reviewed.reason)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     _check_reply_queue(order, client, settings, transport_reply_to=reply_to)

@@ -1,7 +1,10 @@
-"""``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow.client`).
+"""``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow.client`) and the
+operator API's client (:mod:`orderflow.operator_client`).
 
 Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
-``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``.
+``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``; ``review`` and
+``compensate`` call the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token from
+``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import re
 import sys
@@ -38,6 +42,7 @@ from orderflow.messages import (
     json_type,
     validate_order_id,
 )
+from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings, describe_invalid_settings
 from orderflow.wiring import connect_queues, connect_stores
@@ -443,14 +448,6 @@ def _print_reply(reply: StatusReply) -> None:
     )
 
 
-_UNKNOWN_ORDER = (
-    "If the service does not know the order, nothing changes: the request is dead-lettered (UnknownOrder)."
-)
-"""Said after a request is sent. The CLI only sends it: it reads no store (a client may have no access
-to one), and a request may be sent before the order it names is recorded, so only the service can tell
-whether the order exists."""
-
-
 def _send_request(
     env_file: Path | None,
     send: Callable[[OrderflowClient], None],
@@ -502,22 +499,106 @@ def cancel(
     )
 
 
+API_URL_VARIABLE = "ORDERFLOW_API_URL"
+"""Where ``review`` and ``compensate`` find the operator API when ``--api-url`` is not given."""
+TOKEN_VARIABLE = "ORDERFLOW_TOKEN"
+"""Where ``review`` and ``compensate`` find the bearer token when ``--token-file`` is not given."""
+
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api-url",
+        envvar=API_URL_VARIABLE,
+        help="The operator API's base URL: the Function App's, or the local host's http://127.0.0.1:<port>.",
+    ),
+]
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(help=f"A file holding an access token for the operator API (else ${TOKEN_VARIABLE})."),
+]
+
+
+def _token(token_file: Path | None) -> str:
+    """The bearer token, from ``token_file`` or :data:`TOKEN_VARIABLE`; never shown, not even in part.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when there is none or the file cannot be read.
+    """
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(
+                f"{token_file}: cannot read the token file: {getattr(exc, 'strerror', None) or exc}", code=2
+            )
+        if not token:
+            _fail(f"{token_file}: the token file is empty", code=2)
+        return token
+    token = os.environ.get(TOKEN_VARIABLE, "").strip()
+    if not token:
+        _fail(
+            f"no token: give --token-file or set {TOKEN_VARIABLE} (locally: python -m devhost.local_issuer "
+            "login --name <you> --role <app role> --out <file>)",
+            code=2,
+        )
+    return token
+
+
+def _call_operator_api(
+    order_id: str,
+    api_url: str | None,
+    token_file: Path | None,
+    call: Callable[[OperatorApiClient], OperatorAnswer],
+) -> OperatorAnswer:
+    """Call the operator API about ``order_id`` with the caller's token and return a successful answer.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, on bad input (a bad order id, no URL or token, a 400); 1
+            when the API refused (401, 403, 404, 409 ...) or could not be reached.
+    """
+    try:
+        validate_order_id(order_id)
+    except InvalidMessage as exc:
+        _fail(exc.description, code=2)
+    if not api_url:
+        _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
+    token = _token(token_file)
+    with OperatorApiClient(api_url, token=token) as client:
+        try:
+            answer = call(client)
+        except OrderflowError as exc:
+            _fail(exc.detail, code=1)
+    if not answer.ok:
+        _fail(
+            f"refused: {answer.status} {answer.error_code}: {answer.error_message}",
+            code=2 if answer.status == 400 else 1,
+        )
+    return answer
+
+
+def _state_of(answer: OperatorAnswer) -> str:
+    order = answer.body.get("order")
+    return str(order.get("processState", "?")) if isinstance(order, dict) else "?"
+
+
 @app.command()
 def compensate(
     order_id: str,
-    operator: Annotated[str, typer.Option(help="Who decides (kept with the order).")],
     reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
-    env_file: Annotated[Path | None, typer.Option()] = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Operator: stop an order and undo it, or retry a compensation that ended CompensationFailed.
 
-    The request is only sent: `orderflow status` shows the outcome; a request for an order the service
-    does not know is dead-lettered (UnknownOrder).
+    Calls the operator API with your token (app role orderflow.operator); the API records who you are.
+    Exits 1 when it refuses (the order is finished, past its point of no return ...), 2 on bad input.
     """
-    _send_request(env_file, lambda client: client.compensate(order_id, operator=operator, reason=reason))
+    answer = _call_operator_api(
+        order_id, api_url, token_file, lambda client: client.compensate(order_id, reason=reason)
+    )
     console.print(
-        f"compensation request for {escape(order_id)} sent; `orderflow status {escape(order_id)}` shows "
-        f"the outcome. {_UNKNOWN_ORDER}"
+        f"compensation of {escape(order_id)} accepted ({escape(str(answer.body.get('outcome')))}); the order "
+        f"is {escape(_state_of(answer))}. `orderflow status {escape(order_id)}` shows how it goes on."
     )
 
 
@@ -526,14 +607,14 @@ def review(
     order_id: str,
     approve: Annotated[bool, typer.Option("--approve", help="Approve: the order goes on.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject: the order is compensated.")] = False,
-    reviewer: Annotated[str, typer.Option(help="Who decides (kept with the order).")] = "reviewer",
-    env_file: Annotated[Path | None, typer.Option()] = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
 ) -> None:
-    """Approve or reject an order awaiting review; the order goes on, or is compensated.
+    """Reviewer: approve or reject an order awaiting review; the order goes on, or is compensated.
 
-    Give exactly one of --approve and --reject (exit 2 otherwise). The decision is only sent:
-    `orderflow status` shows the outcome; one for an order the service does not know is dead-lettered
-    (UnknownOrder).
+    Give exactly one of --approve and --reject (exit 2 otherwise). Calls the operator API with your
+    token (app role orderflow.reviewer); the API records who you are. The first decision wins: exits 1
+    when the order is not awaiting review or another decision is in force.
     """
     if approve == reject:
         _fail(
@@ -542,10 +623,12 @@ def review(
             else "--approve and --reject exclude each other; give one",
             code=2,
         )
-    _send_request(env_file, lambda client: client.review(order_id, approve=approve, reviewer=reviewer))
+    answer = _call_operator_api(
+        order_id, api_url, token_file, lambda client: client.review(order_id, approve=approve)
+    )
     console.print(
-        f"{'approval' if approve else 'rejection'} of {escape(order_id)} sent; `orderflow status "
-        f"{escape(order_id)}` shows the outcome. {_UNKNOWN_ORDER}"
+        f"{'approval' if approve else 'rejection'} of {escape(order_id)} recorded, decided by "
+        f"{escape(str(answer.body.get('decidedBy')))}; the order is {escape(_state_of(answer))}."
     )
 
 
@@ -615,13 +698,16 @@ def status(
         )
     if record.review:
         review = record.review
-        decided = f"{review.decision.value} by {review.decided_by}" if review.decision else "undecided"
+        name = f" ({review.decided_by_name})" if review.decided_by_name else ""
+        decided = f"{review.decision.value} by {review.decided_by}{name}" if review.decision else "undecided"
         _row(table, "review", f"{review.step}: {decided}, deadline {review.deadline.isoformat()}")
     if record.cancel_requested_at:
         _row(
             table,
             "stop requested",
-            f"{record.stop_requested_by or 'client'} at {record.cancel_requested_at.isoformat()}",
+            f"{record.stop_requested_by or 'client'}"
+            f"{f' ({record.stop_requested_by_name})' if record.stop_requested_by_name else ''}"
+            f" at {record.cancel_requested_at.isoformat()}",
         )
     console.print(table)
 

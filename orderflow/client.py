@@ -5,6 +5,10 @@ needs credentials for those two queues only: locally a queue-scoped SAS each
 (:meth:`orderflow.queues.storage.StorageQueueFactory.from_queue_urls`, or a SAS-only connection string),
 on Azure an identity with send rights on the one and receive rights on the other. Every order names the
 reply queue as ``replyTo``; the submission checks it is the registered one. Status replies
+
+Reviewing an order or compensating one is not a client's to do: those are calls to the operator API,
+with an operator's or reviewer's bearer token (docs/operator-api.md).
+
 carry the order id; the same reply may arrive more than once (at-least-once delivery), so the client
 de-duplicates by message id and keeps the latest status per order.
 """
@@ -22,12 +26,8 @@ from typing import Any
 from orderflow.errors import InvalidMessage, PermanentError
 from orderflow.messages import (
     CANCEL_ORDER,
-    COMPENSATE_ORDER,
-    REVIEW_DECISION,
     CancelOrder,
-    CompensateOrder,
     OrderStatus,
-    ReviewDecisionMessage,
     StatusReply,
     SubmitOrder,
     parse_message,
@@ -159,52 +159,6 @@ class OrderflowClient:
         )
         self._queues.queue(self.orders_queue).send(
             request.to_json(), message_id=cancel_message_id(order_id), correlation_id=order_id
-        )
-
-    def review(self, order_id: str, *, approve: bool, reviewer: str = "reviewer") -> None:
-        """Send a reviewer's decision on an order awaiting review (``ReviewDecision``).
-
-        Raises:
-            InvalidMessage: the order id or reviewer is not valid (nothing is sent).
-        """
-        decision = validate_message(
-            ReviewDecisionMessage,
-            {
-                "schemaVersion": 1,
-                "type": REVIEW_DECISION,
-                "orderId": order_id,
-                "decision": "approve" if approve else "reject",
-                "reviewer": reviewer,
-            },
-        )
-        self._queues.queue(self.orders_queue).send(
-            decision.to_json(),
-            message_id=f"{order_id}:review:{decision.decision}:{uuid.uuid4().hex[:8]}",
-            correlation_id=order_id,
-        )
-
-    def compensate(self, order_id: str, *, operator: str, reason: str | None = None) -> None:
-        """Send an operator's decision to compensate an order (``CompensateOrder``): stop one in flight
-        and undo it, or retry a compensation that ended ``CompensationFailed``.
-
-        Raises:
-            InvalidMessage: the order id, operator or reason is not valid (nothing is sent).
-        """
-        decision = validate_message(
-            CompensateOrder,
-            {
-                "schemaVersion": 1,
-                "type": COMPENSATE_ORDER,
-                "orderId": order_id,
-                "operator": operator,
-                "reason": reason,
-            },
-        )
-        # A fresh id each time: retrying a failed compensation may be decided more than once.
-        self._queues.queue(self.orders_queue).send(
-            decision.to_json(),
-            message_id=f"{order_id}:compensate:{uuid.uuid4().hex[:8]}",
-            correlation_id=order_id,
         )
 
     def send_raw(self, body: str, *, message_id: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
@@ -59,6 +59,7 @@ UNKNOWN_MESSAGE_TYPE = "UnknownMessageType"
 RESERVED_REPLY_QUEUE = "ReservedReplyQueue"
 REPLY_TO_MISMATCH = "ReplyToMismatch"
 REPLY_TO_NOT_REGISTERED = "ReplyToNotRegistered"
+OPERATOR_ACTION_NOT_ACCEPTED = "OperatorActionNotAccepted"
 
 PARSE_REASONS = frozenset(
     {
@@ -77,13 +78,15 @@ PARSE_REASONS = frozenset(
 
 SUBMISSION_REASONS = PARSE_REASONS | {
     UNKNOWN_MESSAGE_TYPE,
+    OPERATOR_ACTION_NOT_ACCEPTED,
     RESERVED_REPLY_QUEUE,
     REPLY_TO_NOT_REGISTERED,
     REPLY_TO_MISMATCH,
 }
 """Every ``InvalidMessage.reason`` a message on a client's inbound queue is dead-lettered with before any
-store is touched: the parse reasons, an unknown ``type``, and a ``replyTo`` that is not the sending
-client's registered reply queue."""
+store is touched: the parse reasons, an unknown ``type``, an operator's or reviewer's action (a call to
+the operator API, never a message), and a ``replyTo`` that is not the sending client's registered reply
+queue."""
 
 _JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (dict, "object"),
@@ -320,43 +323,25 @@ class CancelOrder(Envelope):
 
 
 COMPENSATE_ORDER = "CompensateOrder"
-"""``type`` of a :class:`CompensateOrder` message."""
-
-
-class CompensateOrder(Envelope):
-    """An operator's decision to undo an order (on the ``orders`` queue): stop one in flight and
-    compensate it, or retry the compensation of a ``CompensationFailed`` one.
-
-    Attributes:
-        schema_version: Must be 1.
-        type: ``CompensateOrder``.
-        order_id: The order.
-        operator: Who decided (kept in the record).
-        reason: Why (kept in ``lastError`` for an order stopped in flight).
-    """
-
-    schema_version: SchemaVersion
-    type: Literal["CompensateOrder"]
-    order_id: OrderId
-    operator: CleanText
-    reason: CleanText | None = None
-
+"""``type`` of what was once an operator's decision to compensate on the ``orders`` queue; it is a call to
+the operator API now, and the queue refuses the type (:data:`OPERATOR_ACTIONS`)."""
 
 REVIEW_DECISION = "ReviewDecision"
 """``type`` of a :class:`ReviewDecisionMessage`."""
 
 
 class ReviewDecisionMessage(Envelope):
-    """A reviewer's decision on an order awaiting review (on the ``orders`` queue; forwarded, with the
-    waiting attempt's ``instanceId``, to that attempt's response queue).
+    """A reviewer's decision on an order awaiting review, as the operator API forwards it, with the
+    waiting attempt's ``instanceId``, to that attempt's response queue (only the app sends there).
 
     Attributes:
         schema_version: Must be 1.
         type: ``ReviewDecision``.
         order_id: The order.
         decision: ``approve`` or ``reject``.
-        reviewer: Who decided (kept in the record's ``review.decidedBy``).
-        instance_id: Set when forwarded: the attempt the decision is raised on.
+        reviewer: Who decided: the verified principal's audit id
+            (:attr:`orderflow.operator_auth.Principal.audit_id`), as in the record's ``review.decidedBy``.
+        instance_id: The attempt the decision is raised on.
     """
 
     schema_version: SchemaVersion
@@ -367,24 +352,41 @@ class ReviewDecisionMessage(Envelope):
     instance_id: str | None = None
 
 
-ORDERS_QUEUE_TYPES = (CANCEL_ORDER, COMPENSATE_ORDER, REVIEW_DECISION)
+ORDERS_QUEUE_TYPES = (CANCEL_ORDER,)
 """The ``type`` values the ``orders`` queue takes besides order submissions, which have no ``type``."""
 
+OPERATOR_ACTIONS: dict[str, str] = {
+    REVIEW_DECISION: "POST /api/operator/orders/{orderId}/review",
+    COMPENSATE_ORDER: "POST /api/operator/orders/{orderId}/compensate",
+}
+"""Types of a reviewer's or an operator's action, which no client queue takes (docs/design.md §9), and
+the operator API call that makes each: a message of one is dead-lettered ``OperatorActionNotAccepted``."""
 
-def message_type(body: str | bytes, *, known: Collection[str], untyped: type[Envelope]) -> str | None:
+
+def message_type(
+    body: str | bytes,
+    *,
+    known: Collection[str],
+    untyped: type[Envelope],
+    operator_actions: Mapping[str, str] | None = None,
+) -> str | None:
     """The ``type`` of a message body, for dispatch on a queue that carries several kinds.
 
     Args:
         body: The raw message body.
         known: The ``type`` values this queue takes.
         untyped: The model of a body without ``type`` on this queue (named in the error).
+        operator_actions: Types this queue refuses because they are operator API calls, each with the
+            call that makes it (:data:`OPERATOR_ACTIONS`).
 
     Returns:
         The ``type``, one of ``known``; None when the body has no ``type`` or is not a JSON object at
         all (the parser of ``untyped`` then says what is wrong with it).
 
     Raises:
-        InvalidMessage: ``UnknownMessageType`` when ``type`` is present but not one of ``known``.
+        InvalidMessage: ``OperatorActionNotAccepted`` when ``type`` is one of ``operator_actions`` (the
+            rest of the body is not read); ``UnknownMessageType`` when it is present but not one of
+            ``known``.
     """
     raw = _body_bytes(body)
     # Exact and cheap: a key spelled "type" holds those four bytes unless written with \u escapes.
@@ -397,6 +399,13 @@ def message_type(body: str | bytes, *, known: Collection[str], untyped: type[Env
     if "type" not in data:
         return None
     kind = data["type"]
+    actions = operator_actions or {}
+    if isinstance(kind, str) and kind in actions:
+        raise InvalidMessage(
+            OPERATOR_ACTION_NOT_ACCEPTED,
+            f"{kind} is not taken on this queue: operator and reviewer actions are calls to the operator "
+            f"API ({actions[kind]}, with a bearer token), never messages",
+        )
     if isinstance(kind, str) and kind in known:
         return kind
     shown = repr(kind[:64]) if isinstance(kind, str) else f"of JSON type {json_type(kind)}"

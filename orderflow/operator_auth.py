@@ -96,6 +96,12 @@ class Principal:
         """Whether the token granted app role ``role``."""
         return role in self.roles
 
+    @property
+    def audit_id(self) -> str:
+        """Who acted, as audit fields record it: ``<tenant id>/<object id>``, the verified ids (the tenant
+        too, since an object id is unique only within its tenant). Never the display name."""
+        return f"{self.tenant_id}/{self.object_id}"
+
     def audit_fields(self) -> dict[str, str]:
         """What an audit record says about who acted: the verified ids, and the name for people to read."""
         return {
@@ -132,19 +138,26 @@ class Forbidden(OrderflowError):
 
     Attributes:
         principal_id: The principal's object id.
-        role: The app role the action needs.
+        role: The app role the action needs (the first, when any of several would do).
+        roles: Every app role that would allow the action.
     """
 
     kind = ErrorKind.FORBIDDEN
 
-    def __init__(self, principal: Principal, role: str) -> None:
+    def __init__(self, principal: Principal, role: str, *alternatives: str) -> None:
         self.principal_id = principal.object_id
         self.role = role
-        super().__init__(f"principal {principal.object_id} does not have the app role {role}")
+        self.roles = (role, *alternatives)
+        super().__init__(f"principal {principal.object_id} does not have {self._needed()}")
+
+    def _needed(self) -> str:
+        if len(self.roles) == 1:
+            return f"the app role {self.role}"
+        return f"any of the app roles {', '.join(self.roles)}"
 
     def www_authenticate(self) -> str:
         """The ``WWW-Authenticate`` header value of the 403 response (RFC 6750 ``insufficient_scope``)."""
-        return www_authenticate(error="insufficient_scope", description=f"requires the app role {self.role}")
+        return www_authenticate(error="insufficient_scope", description=f"requires {self._needed()}")
 
 
 class SigningKeysUnavailable(TransientError):
@@ -404,23 +417,27 @@ def _principal(claims: Mapping[str, Any], policy: TokenPolicy) -> Principal:
     )
 
 
-def authorize(principal: Principal, role: str) -> None:
-    """Refuse, and record, a principal without app role ``role``.
+def authorize(principal: Principal, role: str, *alternatives: str) -> None:
+    """Refuse, and record, a principal without app role ``role`` (or any of ``alternatives``).
 
     A refusal is an ``operator.forbidden`` event (:func:`orderflow.telemetry.event`) with the principal's
-    object id and tenant and the role.
+    object id and tenant and the role (the roles, comma-separated, when any of several would do).
 
     Raises:
-        Forbidden: ``principal`` does not have ``role``.
-        ValueError: ``role`` is not one of :data:`ROLES` (a programming error).
+        Forbidden: ``principal`` has none of the roles.
+        ValueError: a role is not one of :data:`ROLES` (a programming error).
     """
-    if role not in ROLES:
-        raise ValueError(f"unknown app role {role!r}; the operator API's roles are {', '.join(ROLES)}")
-    if not principal.has_role(role):
+    for needed in (role, *alternatives):
+        if needed not in ROLES:
+            raise ValueError(f"unknown app role {needed!r}; the operator API's roles are {', '.join(ROLES)}")
+    if not any(principal.has_role(needed) for needed in (role, *alternatives)):
         telemetry.event(
-            "operator.forbidden", principal_id=principal.object_id, tenant_id=principal.tenant_id, role=role
+            "operator.forbidden",
+            principal_id=principal.object_id,
+            tenant_id=principal.tenant_id,
+            role=",".join((role, *alternatives)),
         )
-        raise Forbidden(principal, role)
+        raise Forbidden(principal, role, *alternatives)
 
 
 def known_roles(roles: Iterable[str]) -> tuple[str, ...]:
@@ -433,3 +450,15 @@ def known_roles(roles: Iterable[str]) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown app role {unknown[0]!r}: choose from {', '.join(ROLES)}")
     return tuple(sorted(set(roles)))
+
+
+def validator_from_settings(settings: Settings) -> TokenValidator | None:
+    """The token validator of the ``OPERATOR_*`` settings, or None when neither ``OPERATOR_TENANT_ID`` nor
+    ``OPERATOR_AUDIENCE`` is set: the operator API is not configured, and refuses every call.
+
+    Raises:
+        ValueError: the settings configure the API only in part, or name a JWKS URI that is not http(s).
+    """
+    if not settings.OPERATOR_TENANT_ID.strip() and not settings.operator_audiences():
+        return None
+    return TokenValidator.from_settings(settings)

@@ -322,7 +322,11 @@ class ReviewState(Model):
         response_queue: The queue of the host running the waiting attempt: a decision is forwarded there
             and raised as the ``ReviewDecision`` external event.
         decision: ``approve`` or ``reject`` once decided (the first decision wins).
-        decided_by: Who decided: the reviewer's name, or ``deadline``.
+        decided_by: Who decided: the verified reviewer's audit id, ``<tenant id>/<object id>``
+            (:attr:`orderflow.operator_auth.Principal.audit_id`), or ``deadline``. Records written before
+            the operator API hold the name a reviewer typed.
+        decided_by_name: The reviewer's display name from the token, for people to read; never an
+            identity (None for ``deadline``).
         decided_at: UTC time of the decision.
     """
 
@@ -332,6 +336,7 @@ class ReviewState(Model):
     response_queue: str
     decision: ReviewDecision | None = None
     decided_by: str | None = None
+    decided_by_name: str | None = None
     decided_at: UtcDatetime | None = None
 
 
@@ -365,6 +370,7 @@ class StateRecord(Model):
     compensation_failures: int = 0
     cancel_requested_at: UtcDatetime | None = None
     stop_requested_by: str | None = None
+    stop_requested_by_name: str | None = None
     review: ReviewState | None = None
     compensation_log_purged_at: UtcDatetime | None = None
     data_purged_at: UtcDatetime | None = None

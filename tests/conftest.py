@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+from tests.operator_tokens import TrustedIssuer, trusted_issuer
 
 TEST_CLIENTS = '[{"id": "a", "replyQueue": "client-a"}]'
 """The client registry of the Functions app under test: its triggers are generated from ``CLIENTS`` when
@@ -45,6 +46,13 @@ def local_emulators() -> Iterator[LocalEmulators]:
 def local_endpoints(local_emulators: LocalEmulators) -> LocalEndpoints:
     """Connection details of the session's emulators."""
     return local_emulators.endpoints
+
+
+@pytest.fixture(scope="session")
+def trusted() -> Iterator[TrustedIssuer]:
+    """A local token issuer the operator API trusts, its JWKS on loopback, for this test session."""
+    with trusted_issuer() as issuer:
+        yield issuer
 
 
 @pytest.fixture

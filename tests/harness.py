@@ -1,4 +1,5 @@
-"""A whole orderflow system in the test process: demo services, one devhost, a client.
+"""A whole orderflow system in the test process: demo services, one devhost (its operator API on loopback
+too), a client.
 
 The stores and queues are either the in-memory adapters (fast, for unit-level flows) or the real
 local emulators (Cosmos DB API on cosmosdb-server, Storage queues on Azurite). The orchestrations run
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.local_issuer import LocalIssuer
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -63,6 +65,12 @@ class System:
     client: OrderflowClient
     catalog: Catalog
     services_url: str
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the devhost's operator API (the ``api`` role)."""
+        assert self.host.api_url is not None, "the devhost runs no api role"
+        return self.host.api_url
 
     def record(self, order_id: str) -> StateRecord:
         return self.deps.states.get(order_id).item
@@ -141,10 +149,15 @@ def running_system(
     faults: FaultPlan | None = None,
     roles: tuple[str, ...] = ALL_ROLES,
     stock_divisor: int = 1,
+    api_port: int = 0,
+    local_issuer: LocalIssuer | None = None,
+    operator_settings: Mapping[str, str] | None = None,
     **settings: Any,
 ) -> Iterator[System]:
     """Start demo services on the fixture catalog and one devhost with ``roles`` on ``deps`` (with the
-    fast settings and ``settings``); stop both after."""
+    fast settings and ``settings``); stop both after. The devhost's operator API listens on ``api_port``
+    (0: a free one), trusts the tokens ``operator_settings`` (``OPERATOR_*``) name, and serves
+    ``local_issuer``'s JWKS, if given."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
     server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
     url = server_url(server)
@@ -156,10 +169,17 @@ def running_system(
         "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
     }
     config = Settings(
-        **{**FAST_SETTINGS, **isolation, "DEMO_SERVICES_URL": url, "HOST_ID": host_id, **settings}
+        **{
+            **FAST_SETTINGS,
+            **isolation,
+            "DEMO_SERVICES_URL": url,
+            "HOST_ID": host_id,
+            **(operator_settings or {}),
+            **settings,
+        }
     )
     deps = replace(deps, settings=config)
-    host = DevHost(deps, roles)
+    host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer)
     host.start()
     (registered,) = config.clients()
     client = OrderflowClient(

@@ -3,8 +3,9 @@
 A client is identified by the queue its message arrived on (docs/clients.md): each client's inbound
 queue has a trigger of its own, generated when the app is indexed from the client registry (``CLIENTS``),
 and that trigger hands :func:`intake.submission.handle_intake_message` the client it was generated for.
-Every message (an order, a cancel, a review decision, an operator's decision) goes there; bad input is
-dead-lettered with its reason. A client registered later gets its trigger when the app restarts.
+Every message (an order or a client's cancel) goes there; bad input is dead-lettered with its reason, and
+so is a reviewer's or an operator's action, which only the operator API takes. A client registered later
+gets its trigger when the app restarts.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 
 from demo.faults import FaultPlan
@@ -61,7 +62,12 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
     )
     try:
         assert process.stdout is not None
+        # Every role: the operator API too, on a free loopback port (not configured: it refuses calls).
+        api = process.stdout.readline().strip()
+        assert api.startswith(f"devhost {host_id} operator API on http://127.0.0.1:"), api
         assert process.stdout.readline().strip() == f"devhost {host_id} ready"
+        answered = httpx.get(api.rsplit(" ", 1)[-1] + "/api/operator/orders/tpch-1", timeout=5)
+        assert (answered.status_code, answered.json()["error"]["code"]) == (503, "NotConfigured")
         queues = StorageQueueFactory.from_connection_string(local_endpoints.storage_connection_string)
         client = OrderflowClient(queues, reply_queue=f"client-{host_id}", orders_queue=f"orders-{host_id}")
         ids = [client.submit(o.to_submission(client.reply_queue)) for o in catalog.orders[:2]]

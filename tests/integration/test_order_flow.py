@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from demo.faults import FaultPlan
+from devhost.host import free_port
+from devhost.local_issuer import local_object_id
+from orderflow.cli import app as cli_app
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.operator_client import OperatorApiClient
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
 from tests.harness import System, running_system
+from tests.operator_tokens import TrustedIssuer, local_issuer
 
 pytestmark = pytest.mark.integration
 
@@ -329,16 +337,51 @@ def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_complete
     assert "Processed" in seen
 
 
-def test_a_review_approved_by_a_person_lets_the_order_complete(deps: Dependencies) -> None:
-    with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
+def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
+    deps: Dependencies, tmp_path: Path
+) -> None:
+    # The devhost serves the operator API and the local issuer's JWKS on one loopback port; the CLI
+    # calls it with a token from the issuer, as `python -m devhost.local_issuer login` writes one.
+    issuer = local_issuer()
+    port = free_port()
+    trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
+    with running_system(
+        deps,
+        api_port=port,
+        local_issuer=issuer,
+        operator_settings=trust,
+        REVIEW_AMOUNT_ABOVE=1.0,
+        REVIEW_TIMEOUT_S=60,
+    ) as system:
         system.submit_all(["tpch-1"])
         system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.AWAITING_REVIEW)
-        system.client.review("tpch-1", approve=True, reviewer="ana")
+        review = f"{system.api_url}/api/operator/orders/tpch-1/review"
+        anonymous = httpx.post(review, json={"decision": "approve"}, timeout=10)
+        client_user = httpx.post(
+            review,
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {issuer.mint(name='carl')}"},
+            timeout=10,
+        )
+        token = tmp_path / "token"
+        token.write_text(issuer.mint(name="ana", roles=[REVIEWER_ROLE]), encoding="ascii")
+        cli = CliRunner().invoke(
+            cli_app,
+            ["review", "tpch-1", "--approve", "--api-url", system.api_url, "--token-file", str(token)],
+        )
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
         replies = statuses(system)
+    assert (anonymous.status_code, client_user.status_code) == (401, 403)
+    assert cli.exit_code == 0, cli.output
     assert record.process_state is ProcessState.PROCESSED
     assert record.review is not None
-    assert (record.review.decision, record.review.decided_by) == ("approve", "ana")
+    ana = f"{issuer.tenant_id}/{local_object_id('ana')}"
+    assert (record.review.decision, record.review.decided_by, record.review.decided_by_name) == (
+        "approve",
+        ana,
+        "ana",
+    )
+    assert f"decided by {ana}" in " ".join(cli.output.split())
     assert replies["tpch-1"] == ["Received", "AwaitingReview", "Processed"]
 
 
@@ -372,19 +415,26 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
     assert facts["summary"]["activeShipments"] == 1
 
 
-def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(deps: Dependencies) -> None:
-    with running_system(deps, faults=FaultPlan(undo_permanent=True)) as system:
+def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    with running_system(
+        deps, faults=FaultPlan(undo_permanent=True), operator_settings=trusted.settings
+    ) as system:
         system.submit_all(["tpch-2"])  # declined after the reservation; its release is refused
         assert system.wait_settled(["tpch-2"], timeout_s=30)["tpch-2"].process_state is (
             ProcessState.COMPENSATION_FAILED
         )
         system.set_faults(FaultPlan())  # the operator fixed the inventory service
-        system.client.compensate("tpch-2", operator="ops")
+        token = trusted.issuer.mint(name="ops", roles=[OPERATOR_ROLE])
+        with OperatorApiClient(system.api_url, token=token) as api:
+            answer = api.compensate("tpch-2")
+        assert (answer.status, answer.body["outcome"]) == (202, "CompensationRetried")
         system.wait_until(
             lambda: system.record("tpch-2").process_state is ProcessState.COMPENSATED, timeout_s=30
         )
         record = system.record("tpch-2")
         facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
-    assert record.stop_requested_by == "operator:ops"
+    assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}"
     assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
     assert facts["summary"]["activeReservations"] == 0

@@ -10,13 +10,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
+from devhost.local_issuer import local_object_id
+from operator_api.handler import handle_operator_request
 from orderflow import cli
 from orderflow.cli import app, generate_orders
+from orderflow.clock import FakeClock
+from orderflow.contracts import StartStepInput, StepResult
+from orderflow.dependencies import Dependencies
 from orderflow.errors import PermanentError, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     CompensationEntry,
@@ -29,11 +37,15 @@ from orderflow.records import (
 )
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
-from tests.unit.fakes import order_body, received
+from orderflow.workflows import ORDER_V2
+from tests.activity_json import start_step
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
 AT = datetime(2026, 1, 1, 12, tzinfo=UTC)
+RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
 
 
 @dataclass
@@ -981,41 +993,166 @@ def test_review_needs_exactly_one_of_approve_and_reject(
     assert received(queues.queue("orders")) == []
 
 
+# --- review and compensate: calls to the operator API -----------------------------------------------
+
+
+API_URL = "http://operator-api.test"
+
+
+@pytest.fixture
+def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+    """The operator API behind the CLI's client, in process: its requests go to the handler, over the
+    in-memory stores, checking real tokens. Holds o-1, paused for review."""
+    deps = memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
+    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
+    for step, completed in (("reserve_inventory", None), ("charge_payment", RESERVED)):
+        start_step(
+            StartStepInput(
+                order_id="o-1",
+                instance_id="o-1:1",
+                workflow_version=ORDER_V2.version,
+                step=step,
+                timeout_s=8,
+                completed=completed,
+                response_queue="agent-responses-h1",
+            ).to_payload(),
+            deps,
+        )
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        answer = handle_operator_request(
+            request.method,
+            request.url.path,
+            dict(request.headers),
+            request.content,
+            deps=deps,
+            validator=trusted.validator,
+        )
+        return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
+
+    def client(base_url: str, *, token: str) -> OperatorApiClient:
+        assert base_url == API_URL
+        return OperatorApiClient(base_url, token=token, transport=httpx.MockTransport(serve))
+
+    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.delenv("ORDERFLOW_TOKEN", raising=False)
+    monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)
+    return deps
+
+
+def token_file(tmp_path: Path, token: str) -> str:
+    path = tmp_path / "token"
+    path.write_text(token + "\n", encoding="ascii")
+    return str(path)
+
+
 @pytest.mark.parametrize(("flag", "decision"), [("--approve", "approve"), ("--reject", "reject")])
-def test_review_sends_the_decision_and_says_what_an_unknown_order_gets(
-    queues: InMemoryQueueFactory, connected: list[Settings], flag: str, decision: str
+def test_review_records_the_decision_of_the_tokens_principal(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, flag: str, decision: str
 ) -> None:
-    result = invoke("review", "o-1", flag, "--reviewer", "ana")
+    token = trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE])
+
+    result = invoke("review", "o-1", flag, "--api-url", API_URL, "--token-file", token_file(tmp_path, token))
 
     assert result.exit_code == 0, result.output
-    [message] = received(queues.queue("orders"))
-    assert json.loads(message.body) == {
-        "schemaVersion": 1,
-        "type": "ReviewDecision",
-        "orderId": "o-1",
-        "decision": decision,
-        "reviewer": "ana",
-        "instanceId": None,
-    }
-    flat = " ".join(result.output.split())
-    assert flat == (
-        f"{'approval' if decision == 'approve' else 'rejection'} of o-1 sent; `orderflow status o-1` shows "
-        "the outcome. If the service does not know the order, nothing changes: the request is "
-        "dead-lettered (UnknownOrder)."
-    )
-
-
-def test_compensate_says_what_an_unknown_order_gets(
-    queues: InMemoryQueueFactory, connected: list[Settings]
-) -> None:
-    result = invoke("compensate", "o-1", "--operator", "ana")
-
-    assert result.exit_code == 0, result.output
-    assert len(received(queues.queue("orders"))) == 1
+    ana = f"{trusted.issuer.tenant_id}/{local_object_id('ana')}"
+    review = api.states.get("o-1").item.review
+    assert review is not None and (review.decision, review.decided_by) == (decision, ana)
     assert " ".join(result.output.split()) == (
-        "compensation request for o-1 sent; `orderflow status o-1` shows the outcome. If the service does "
-        "not know the order, nothing changes: the request is dead-lettered (UnknownOrder)."
+        f"{'approval' if decision == 'approve' else 'rejection'} of o-1 recorded, decided by {ana}; the "
+        "order is AwaitingReview."
     )
+    assert token not in result.output
+
+
+def test_the_token_and_the_url_may_come_from_the_environment(
+    api: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
+    monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE]))
+
+    result = invoke("review", "o-1", "--approve")
+
+    assert result.exit_code == 0, result.output
+
+
+def test_a_refusal_of_the_api_is_one_line_and_exits_1(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+) -> None:
+    operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
+    etag = api.states.get("o-1").etag
+
+    result = invoke(
+        "review", "o-1", "--approve", "--api-url", API_URL, "--token-file", token_file(tmp_path, operator)
+    )
+
+    assert result.exit_code == 1
+    assert one_line_error(result) == "error: refused: 403 Forbidden: requires the app role orderflow.reviewer"
+    assert operator not in result.output
+    assert api.states.get("o-1").etag == etag
+
+
+def test_compensate_stops_the_order_for_the_tokens_principal(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+) -> None:
+    token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
+
+    result = invoke(
+        "compensate",
+        "o-1",
+        "--reason",
+        "dispute",
+        "--api-url",
+        API_URL,
+        "--token-file",
+        token_file(tmp_path, token),
+    )
+
+    assert result.exit_code == 0, result.output
+    record = api.states.get("o-1").item
+    assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('otto')}"
+    assert " ".join(result.output.split()) == (
+        "compensation of o-1 accepted (StopRequested); the order is AwaitingReview. `orderflow status o-1` "
+        "shows how it goes on."
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--api-url", API_URL], "error: no token: give --token-file or set ORDERFLOW_TOKEN"),
+        ([], "error: give --api-url or set ORDERFLOW_API_URL"),
+    ],
+)
+def test_without_a_token_or_a_url_nothing_is_called(
+    api: Dependencies, args: list[str], expected: str
+) -> None:
+    etag = api.states.get("o-1").etag
+
+    result = invoke("compensate", "o-1", *args)
+
+    assert result.exit_code == 2
+    assert one_line_error(result).startswith(expected)
+    assert api.states.get("o-1").etag == etag
+
+
+def test_an_unreachable_api_is_one_line_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)
+
+    result = invoke(
+        "compensate",
+        "o-1",
+        "--api-url",
+        "http://127.0.0.1:9",
+        "--token-file",
+        token_file(tmp_path, "abc.def.ghi"),
+    )
+
+    assert result.exit_code == 1
+    assert one_line_error(result).startswith(
+        "error: the operator API at http://127.0.0.1:9 could not be reached"
+    )
+    assert "abc.def.ghi" not in result.output
 
 
 # --- settings errors name the setting -------------------------------------------------------------

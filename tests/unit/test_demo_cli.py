@@ -162,6 +162,25 @@ def test_a_fleet_whose_start_fails_stops_the_processes_it_had_started(tmp_path: 
     assert children.stopped == ["devhost-1", "devhost-2"]
 
 
+def test_the_fleet_starts_the_api_process_on_its_port_and_restarts_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+
+    def start_child(name: str, args: list[str], *rest: Any, **options: Any) -> Child:
+        commands.append(args)
+        return Child(name, None, "ready", tmp_path / "x.log")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(demo, "start_child", start_child)
+    monkeypatch.setattr(Child, "kill", lambda self: None)
+    fleet = Fleet(demo.devhost_specs(2, api_port=8090), {}, tmp_path)
+    fleet.kill_and_restart("devhost-1")
+
+    roles = "submission,starter,orchestrator,listener,supervisor,api"
+    api = ["-m", "devhost", "--host-id", "demo-1", "--roles", roles, "--api-port", "8090"]
+    assert commands == [api, ["-m", "devhost", "--host-id", "demo-agents", "--roles", "agents"], api]
+
+
 @pytest.fixture
 def no_signal_handlers() -> Iterator[None]:
     # Sanity: the command restores the handlers it installed (a leak would change later tests).

@@ -82,3 +82,13 @@ def test_the_demo_runs_agents_in_the_last_process_and_everything_in_a_single_one
     ]
     with pytest.raises(ValueError, match="at least one"):
         devhost_specs(0)
+
+
+def test_with_an_api_port_the_first_process_serves_the_operator_api_there() -> None:
+    assert devhost_specs(1, api_port=8090) == [DevhostSpec("devhost-1", "demo-1", "all", 8090)]
+    specs = devhost_specs(3, api_port=8090)
+    assert [(s.roles, s.api_port) for s in specs] == [
+        ("submission,starter,orchestrator,listener,supervisor,api", 8090),
+        ("submission,starter,orchestrator,listener,supervisor", 0),
+        ("agents", 0),
+    ]

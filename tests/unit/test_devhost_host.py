@@ -1,13 +1,16 @@
 """A DevHost's start-up and shutdown: a start that fails half-way stops what it started, a stop can be
-repeated, and the durabletask worker's own shutdown is not logged as a warning (devhost.host)."""
+repeated, and the durabletask worker's own shutdown is not logged as a warning (devhost.host); the api
+role serves the operator API over loopback HTTP."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 
 from devhost.host import (
@@ -15,14 +18,18 @@ from devhost.host import (
     DURABLETASK_WORKER_LOGGER,
     DevHost,
     check_roles,
+    free_port,
     parse_roles,
     quiet_local_cancel,
 )
+from devhost.local_issuer import LOCAL_TENANT_ID
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.operator_tokens import local_issuer
 from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.unit
@@ -146,3 +153,47 @@ def test_the_submission_role_consumes_each_registered_clients_queue_as_that_clie
     [dead] = queues.dead_letters("orders-acme")
     assert dead.reason == "ReplyToNotRegistered"
     assert [m.message_id for m in queues.queue("replies-acme").peek_all()] == []
+
+
+# --- the api role: the operator API over HTTP, with the local issuer's JWKS ---------------------------
+
+
+def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_port() -> None:
+    issuer = local_issuer()
+    port = free_port()
+    trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
+    wired = deps()
+    host = DevHost(
+        replace(wired, settings=Settings(HOST_ID="h1", **trust)), ("api",), api_port=port, local_issuer=issuer
+    )
+    host.start()
+    try:
+        assert host.api_url == f"http://127.0.0.1:{port}"
+        keys = httpx.get(f"{host.api_url}{issuer.jwks_path}", timeout=5)
+        order = f"{host.api_url}/api/operator/orders/o-1"
+        operator = {"Authorization": f"Bearer {issuer.mint(name='otto', roles=[OPERATOR_ROLE])}"}
+        anonymous = httpx.get(order, timeout=5)
+        unknown = httpx.get(order, headers=operator, timeout=5)  # the keys are fetched from this same server
+        wrong_method = httpx.delete(order, headers=operator, timeout=5)
+    finally:
+        host.stop()
+
+    assert keys.json() == issuer.jwks()
+    assert (anonymous.status_code, anonymous.headers["WWW-Authenticate"]) == (401, 'Bearer realm="orderflow"')
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "UnknownOrder")
+    assert unknown.headers["Content-Type"] == "application/json; charset=utf-8"
+    assert (wrong_method.status_code, wrong_method.headers["Allow"]) == (405, "GET")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(order, timeout=2)  # stopped with the host
+
+
+def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
+    host = DevHost(
+        replace(deps(), settings=Settings(HOST_ID="h1", OPERATOR_TENANT_ID=LOCAL_TENANT_ID)),
+        ("api", "agents"),
+    )
+
+    with pytest.raises(ValueError, match="OPERATOR_AUDIENCE"):
+        host.start()
+
+    assert host.stop_event.is_set() and host.api_url is None

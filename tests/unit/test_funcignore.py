@@ -28,7 +28,16 @@ REPO = Path(__file__).resolve().parents[2]
 LINES = (REPO / ".funcignore").read_text(encoding="utf-8").splitlines()
 
 APP_FILES = frozenset({"function_app.py", "host.json", "requirements.txt"})
-APP_PACKAGES = ("function_host", "orderflow", "intake", "orchestrators", "activities", "agents", "supervisor")
+APP_PACKAGES = (
+    "function_host",
+    "orderflow",
+    "intake",
+    "operator_api",
+    "orchestrators",
+    "activities",
+    "agents",
+    "supervisor",
+)
 """What the Functions app needs at run time: its entry point, host settings, dependencies and packages."""
 
 LOCAL_ARTEFACTS = (

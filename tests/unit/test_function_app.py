@@ -103,6 +103,8 @@ ACTIVITIES = (
     RECORD_REVIEW,
 )
 DURABLE_CLIENTS = frozenset({"starter", "response_listener"})
+HTTP_FUNCTIONS = {"operator_api": "operator/{*path}"}
+"""HTTP triggered function -> its route (under the host's ``api`` prefix)."""
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -207,8 +209,10 @@ def test_the_app_registers_exactly_the_role_functions() -> None:
         "starter",
         "supervisor",
         *SERVICE_BUS_QUEUES,
+        *HTTP_FUNCTIONS,
     }
     assert set(FUNCTIONS) == expected
+    assert len(FUNCTIONS) == 17
     assert ACTIVITIES == (
         "start_step",
         "finish_order",
@@ -225,7 +229,11 @@ def test_every_function_has_exactly_one_trigger() -> None:
     for name, function_json in FUNCTIONS.items():
         triggers = [b for b in function_json["bindings"] if b["type"].endswith("Trigger")]
         assert len(triggers) == 1, name
-        assert all(b["direction"] == "IN" for b in function_json["bindings"]), name
+        outputs = [b for b in function_json["bindings"] if b["direction"] != "IN"]
+        # An HTTP trigger answers through its return value; nothing else writes an output binding.
+        assert outputs == (
+            [{"direction": "OUT", "type": "http", "name": "$return"}] if name in HTTP_FUNCTIONS else []
+        )
         assert function_json["scriptFile"] == "function_app.py"
 
 
@@ -302,9 +310,20 @@ def test_durable_client_bindings_only_where_the_roles_start_or_signal_instances(
         assert clients == []
 
 
-def test_no_http_endpoints_and_function_level_auth_by_default() -> None:
+def test_the_only_http_endpoint_is_the_operator_api_and_it_takes_a_bearer_token_not_a_key() -> None:
+    # Function keys are shared secrets, not identities: the operator API checks an Entra bearer token
+    # itself, so its trigger is anonymous; anything else HTTP would default to function keys.
     assert function_app.app.auth_level is func.AuthLevel.FUNCTION
-    assert not [name for name, f in FUNCTIONS.items() for b in f["bindings"] if b["type"] == "httpTrigger"]
+    http = {name: b for name, f in FUNCTIONS.items() for b in f["bindings"] if b["type"] == "httpTrigger"}
+    assert set(http) == set(HTTP_FUNCTIONS)
+    assert http["operator_api"] == {
+        "direction": "IN",
+        "type": "httpTrigger",
+        "name": "req",
+        "methods": ["GET", "POST", "DELETE", "HEAD", "PATCH", "PUT", "OPTIONS"],
+        "authLevel": "ANONYMOUS",
+        "route": HTTP_FUNCTIONS["operator_api"],
+    }
 
 
 def test_every_binding_setting_is_a_documented_setting_with_an_example_value(values: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import azure.functions as func
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
@@ -35,6 +36,7 @@ from function_host import settlement, startup, wiring
 from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
+from function_host.blueprints import operator_api as operator_api_blueprint
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from function_host.durable_client import DurableFunctionsClient
@@ -58,6 +60,7 @@ from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
+from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import TEST_CLIENT, client_for, order_body
 
@@ -576,6 +579,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
     blueprints = (
         intake_blueprint,
+        operator_api_blueprint,
         orchestrators_blueprint,
         activities_blueprint,
         agents_blueprint,
@@ -909,6 +913,46 @@ def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies) -> N
 
     record = deps.states.get("o-1").item
     assert (record.process_state, record.locked_by, record.failure_count) == (ProcessState.PENDING, None, 1)
+
+
+def test_the_operator_api_trigger_answers_what_the_handler_answers(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
+    submit(deps)
+    url = "https://orderflow-func.azurewebsites.net/api/operator/orders/o-1"
+
+    inspected = invoke(
+        "operator_api", req=func.HttpRequest("GET", f"{url}?x=1", headers=trusted.reviewer(), body=b"")
+    )
+    anonymous = invoke("operator_api", req=func.HttpRequest("POST", f"{url}/compensate", body=b"{}"))
+
+    assert (inspected.status_code, inspected.mimetype, inspected.charset) == (
+        200,
+        "application/json",
+        "utf-8",
+    )
+    assert json.loads(inspected.get_body())["processState"] == "Pending"
+    assert inspected.headers["ETag"] == f'"{deps.states.get("o-1").etag}"'
+    assert inspected.headers["Cache-Control"] == "no-store"
+    assert anonymous.status_code == 401
+    assert anonymous.headers["WWW-Authenticate"] == 'Bearer realm="orderflow"'
+    assert deps.states.get("o-1").item.stop_requested_by is None
+
+
+def test_the_worker_builds_one_token_validator_and_none_when_the_api_is_not_configured(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wiring.token_validator.cache_clear()
+    monkeypatch.setattr(wiring, "dependencies", lambda: deps)
+    try:
+        assert wiring.token_validator() is None  # the default settings: not configured
+        wiring.token_validator.cache_clear()
+        monkeypatch.setattr(deps, "settings", Settings.load(env={}, **trusted.settings))
+        first = wiring.token_validator()
+        assert first is not None and first is wiring.token_validator()
+    finally:
+        wiring.token_validator.cache_clear()
 
 
 # --- triggers with a durable client binding --------------------------------------------------------------

@@ -4,8 +4,8 @@ Every first-party module outside ``tests/`` belongs to one layer, and each layer
 layers :data:`MAY_IMPORT` names:
 
 - the core (``orderflow``) imports no role and no host;
-- a role (``intake``, ``orchestrators``, ``activities``, ``agents``, ``supervisor``) imports the core
-  and itself: never another role, never a host;
+- a role (``intake``, ``operator_api``, ``orchestrators``, ``activities``, ``agents``, ``supervisor``)
+  imports the core and itself: never another role, never a host;
 - the Azure host's support modules (``function_host`` but its blueprints) import the core alone; the
   one exception is the Durable Functions adapter, which implements the orchestrators' workflow-context
   port and imports that port (:data:`PORTS`);
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 
 CORE = "orderflow"
-ROLES = ("intake", "orchestrators", "activities", "agents", "supervisor")
+ROLES = ("intake", "operator_api", "orchestrators", "activities", "agents", "supervisor")
 BLUEPRINTS = "function_host.blueprints"
 FUNCTIONS_SDKS = ("azure.functions", "azure.durable_functions", "azurefunctions")
 """The Functions SDKs (the worker's bindings, Durable Functions, the binding extensions)."""

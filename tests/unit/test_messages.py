@@ -11,6 +11,8 @@ import pytest
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     MAX_MESSAGE_BYTES,
+    OPERATOR_ACTION_NOT_ACCEPTED,
+    OPERATOR_ACTIONS,
     ORDERS_QUEUE_TYPES,
     AgentResponse,
     SubmitOrder,
@@ -239,7 +241,7 @@ def test_an_error_inside_a_list_is_reported_without_the_lists_own_echo() -> None
     [
         (json.dumps(order()), None),
         (json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1"}), "CancelOrder"),
-        ('{"\\u0074ype": "ReviewDecision"}', "ReviewDecision"),  # the same key, escaped
+        ('{"\\u0074ype": "CancelOrder"}', "CancelOrder"),  # the same key, escaped
         ("{not json, type", None),  # the parser of the untyped model says what is wrong
         (b'\xff"type"', None),
         ('["type"]', None),
@@ -263,9 +265,17 @@ def test_an_unknown_message_type_is_refused_naming_the_known_ones(value: object,
         message_type(json.dumps({**order(), "type": value}), known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder)
     assert caught.value.reason == "UnknownMessageType"
     assert shown in caught.value.description
-    assert (
-        "CancelOrder, CompensateOrder, ReviewDecision, or no type for SubmitOrder" in caught.value.description
-    )
+    assert "this queue takes type CancelOrder, or no type for SubmitOrder" in caught.value.description
+
+
+@pytest.mark.parametrize("kind", ["ReviewDecision", "CompensateOrder"])
+def test_an_operator_action_is_refused_naming_the_api_call_that_makes_it(kind: str) -> None:
+    body = '{"\\u0074ype": "%s", "anything": "else"}' % kind  # noqa: UP031 (the braces are JSON's)
+    with pytest.raises(InvalidMessage) as caught:
+        message_type(body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder, operator_actions=OPERATOR_ACTIONS)
+    assert caught.value.reason == OPERATOR_ACTION_NOT_ACCEPTED
+    assert OPERATOR_ACTIONS[kind] in caught.value.description
+    assert "operator API" in caught.value.description
 
 
 @pytest.mark.parametrize("order_id", ["a/b", "a:b", "", "x" * 65, "é", "a\n"])

@@ -1,14 +1,15 @@
-"""An operator's decision to compensate (intake.operator) over the in-memory stores."""
+"""An operator's decision to compensate (operator_api.compensate, through the operator API's handler) over
+the in-memory stores."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from intake.operator import OPERATOR_DECISION
-from intake.submission import IntakeOutcome, handle_intake_message
+from devhost.local_issuer import local_object_id
+from operator_api.compensate import OPERATOR_DECISION
+from operator_api.handler import OperatorResponse, handle_operator_request
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -23,11 +24,11 @@ from orderflow.contracts import (
     UndoResult,
 )
 from orderflow.dependencies import Dependencies
-from orderflow.messages import CompensateOrder
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
-from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -39,22 +40,18 @@ def deps() -> Dependencies:
     return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0)
 
 
-def submit(deps: Dependencies, body: str) -> Any:
-    return handle_intake_message(
-        body,
-        client=TEST_CLIENT,
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
+def compensate(
+    deps: Dependencies, trusted: TrustedIssuer, reason: str | None = "dispute"
+) -> OperatorResponse:
+    """An operator's (``ops``) decision to compensate o-1, through the operator API."""
+    return handle_operator_request(
+        "POST",
+        "/api/operator/orders/o-1/compensate",
+        trusted.operator("ops"),
+        json.dumps({"reason": reason} if reason else {}).encode(),
+        deps=deps,
+        validator=trusted.validator,
     )
-
-
-def decision(reason: str | None = "dispute") -> str:
-    return CompensateOrder(
-        schema_version=1, type="CompensateOrder", order_id="o-1", operator="ops", reason=reason
-    ).to_json()
 
 
 def running(deps: Dependencies) -> None:
@@ -73,15 +70,17 @@ def running(deps: Dependencies) -> None:
     received(deps.queues.queue("client-a"))
 
 
-def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled(deps: Dependencies) -> None:
+def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
     running(deps)
 
-    result = submit(deps, decision())
+    result = compensate(deps, trusted)
 
-    assert (result.outcome, result.reason) == (IntakeOutcome.OPERATOR, "the owner stops and compensates")
+    assert (result.status, result.body["outcome"]) == (202, "StopRequested")
     record = deps.states.get("o-1").item
     assert (record.stop_requested_by, record.last_error.code if record.last_error else None) == (
-        "operator:ops",
+        f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}",
         OPERATOR_DECISION,
     )
     # The owner's next write refuses to go on, naming the operator's decision as the cause.
@@ -98,7 +97,7 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
     assert stopped == {"outcome": "stopped", "cause": OPERATOR_DECISION}
 
 
-def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies) -> None:
+def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, trusted: TrustedIssuer) -> None:
     running(deps)
     begin_compensation(
         BeginCompensationInput(
@@ -130,7 +129,7 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies) -> 
     assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATION_FAILED
     received(deps.queues.queue("client-a"))
 
-    assert submit(deps, decision(None)).reason == "compensation retried"
+    assert compensate(deps, trusted, None).body["outcome"] == "CompensationRetried"
 
     record = deps.states.get("o-1").item
     assert (
@@ -161,7 +160,7 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies) -> 
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
 
-def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies) -> None:
+def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies, trusted: TrustedIssuer) -> None:
     running(deps)
     finish_order(
         FinishOrderInput(
@@ -175,5 +174,6 @@ def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies) -> N
     )
     etag = deps.states.get("o-1").etag
 
-    assert submit(deps, decision()).reason == "order is Processed"
+    refused = compensate(deps, trusted)
+    assert (refused.status, refused.body["error"]["message"]) == (409, "order is Processed")
     assert deps.states.get("o-1").etag == etag

@@ -22,6 +22,7 @@ APP_TOP_LEVEL = frozenset(
         "function_host",
         "orderflow",
         "intake",
+        "operator_api",
         "orchestrators",
         "activities",
         "agents",

@@ -20,9 +20,9 @@ and after every step checks what the protocol promises (docs/design.md §3, §4)
 Each rule calls the real role function with real payloads: submission, the starters' claim, the
 orchestrations' activities (their payloads built by the real workflow body, run by
 :mod:`tests.unit.scripted_runtime`), the agents, the response listener, the supervisor's sweep and reply
-relay, a client's cancel, an operator's and a reviewer's decision. Only the clock, the durable runtime and
-the remote services are fakes. ``tests/integration/test_protocol_machine_cosmos.py`` runs the same
-machine against cosmosdb-server.
+relay, a client's cancel, an operator's and a reviewer's decision (the operator API's actions, for a
+verified principal). Only the clock, the durable runtime and the remote services are fakes.
+``tests/integration/test_protocol_machine_cosmos.py`` runs the same machine against cosmosdb-server.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ from hypothesis.stateful import (
 
 from agents.agent import handle_request
 from intake.submission import handle_intake_message
+from operator_api.compensate import compensate_order
+from operator_api.review import review_order
 from orchestrators.listener import handle_response
 from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
 from orderflow.clock import FakeClock
@@ -65,19 +67,14 @@ from orderflow.contracts import (
 )
 from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import NotFound, PermanentError, TransientError
-from orderflow.messages import (
-    AgentRequest,
-    CancelOrder,
-    CompensateOrder,
-    ReviewDecisionMessage,
-    StatusReply,
-    parse_message,
-)
+from orderflow.messages import AgentRequest, CancelOrder, StatusReply, parse_message
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE, Principal
 from orderflow.queues.base import DeadLetter, MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     ATTEMPT_HISTORY_MAX,
     ProcessState,
+    ReviewDecision,
     StateRecord,
     StepStatus,
     UndoStatus,
@@ -107,6 +104,22 @@ from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
 pytestmark = pytest.mark.unit
 
 P = ProcessState
+
+TENANT = "0a1b2c3d-0000-4000-8000-000000000001"
+OPERATOR = Principal(
+    object_id="0a1b2c3d-0000-4000-8000-0000000000aa",
+    tenant_id=TENANT,
+    subject="ana",
+    roles=frozenset({OPERATOR_ROLE}),
+)
+"""The operator of the machine's decisions, as the operator API verifies one."""
+REVIEWER = Principal(
+    object_id="0a1b2c3d-0000-4000-8000-0000000000bb",
+    tenant_id=TENANT,
+    subject="rui",
+    roles=frozenset({REVIEWER_ROLE}),
+)
+"""The reviewer of the machine's decisions."""
 
 SETTINGS: dict[str, Any] = {
     "CLAIM_TIMEOUT_S": 30.0,
@@ -360,8 +373,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         """An operator stops an order and has it compensated, or retries a compensation that failed."""
         order_id = self._asks("compensate", data)
         self._acting_as(Actor.OPERATOR)
-        self._send_to_submission(
-            CompensateOrder(schema_version=1, type="CompensateOrder", order_id=order_id, operator="ana")
+        compensate_order(
+            order_id,
+            OPERATOR,
+            reason=None,
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            grace_s=self.settings.CLAIM_TIMEOUT_S,
         )
 
     @precondition(lambda self: self._awaiting_review())
@@ -371,11 +390,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         waiting attempt's host, whose listener raises it on the orchestration."""
         order_id = data.draw(st.sampled_from(self._awaiting_review()), label="order")
         self._acting_as(Actor.REVIEWER)
-        self._send_to_submission(
-            ReviewDecisionMessage(
-                schema_version=1, type="ReviewDecision", order_id=order_id, decision=decision, reviewer="rui"
+        with suppress(TransientError):  # a failed forward: the caller would retry
+            review_order(
+                order_id,
+                ReviewDecision(decision),
+                REVIEWER,
+                states=self.states,
+                queues=self.queues,
+                clock=self.clock,
+                grace_s=self.settings.CLAIM_TIMEOUT_S,
+                clients=self.settings.clients(),
             )
-        )
         self._listen()
 
     # --- Scheduler: starters --------------------------------------------------------------------------
@@ -753,7 +778,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _send_to_submission(
         self,
-        message: str | CancelOrder | CompensateOrder | ReviewDecisionMessage,
+        message: str | CancelOrder,
         definition: WorkflowDefinition | None = None,
     ) -> None:
         """A message on the submission path. A failed reply send abandons it (it would be redelivered)."""

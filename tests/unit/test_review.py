@@ -1,25 +1,29 @@
-"""Human review over the in-memory stores: the pause, the decision's two routes, the first decision wins."""
+"""Human review over the in-memory stores: the pause, the decision's two routes (the operator API, then
+the waiting attempt), the first decision wins."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from intake.submission import IntakeOutcome, handle_intake_message
+from devhost.local_issuer import local_object_id
+from intake.submission import handle_intake_message
+from operator_api.handler import OperatorResponse, handle_operator_request
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
-from orderflow.messages import ReviewDecisionMessage
 from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.activity_json import record_review, start_step
+from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -36,6 +40,27 @@ def clock() -> FakeClock:
 @pytest.fixture
 def deps(clock: FakeClock) -> Dependencies:
     return memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
+
+
+@pytest.fixture
+def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., OperatorResponse]:
+    """A reviewer's decision on o-1 through the operator API, with a reviewer's token for ``reviewer``."""
+
+    def call(decision: str, reviewer: str = "ana") -> OperatorResponse:
+        return handle_operator_request(
+            "POST",
+            "/api/operator/orders/o-1/review",
+            trusted.reviewer(reviewer),
+            json.dumps({"decision": decision}).encode(),
+            deps=deps,
+            validator=trusted.validator,
+        )
+
+    return call
+
+
+def reviewer_id(trusted: TrustedIssuer, name: str) -> str:
+    return f"{trusted.issuer.tenant_id}/{local_object_id(name)}"
 
 
 def submitted_and_claimed(deps: Dependencies, amount: str = "1000.50") -> None:
@@ -57,21 +82,6 @@ def start(
         **changes,
     }
     return start_step(StartStepInput(**fields).to_payload(), deps)
-
-
-def decide(deps: Dependencies, decision: str, reviewer: str = "ana") -> Any:
-    body = ReviewDecisionMessage(
-        schema_version=1, type="ReviewDecision", order_id="o-1", decision=decision, reviewer=reviewer
-    ).to_json()
-    return handle_intake_message(
-        body,
-        client=TEST_CLIENT,
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-    )
 
 
 def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
@@ -108,16 +118,19 @@ def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
     assert start(deps, CHARGE, workflow_version=ORDER_V1.version)["outcome"] == "started"
 
 
-def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(deps: Dependencies) -> None:
+def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
+    deps: Dependencies, decide: Callable[..., OperatorResponse], trusted: TrustedIssuer
+) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
 
-    result = decide(deps, "approve")
+    result = decide("approve")
 
-    assert result.outcome is IntakeOutcome.REVIEW
+    assert result.status == 200
+    ana = reviewer_id(trusted, "ana")
     review = deps.states.get("o-1").item.review
-    assert review is not None and (review.decision, review.decided_by) == (ReviewDecision.APPROVE, "ana")
+    assert review is not None and (review.decision, review.decided_by) == (ReviewDecision.APPROVE, ana)
     [forwarded] = received(deps.queues.queue("agent-responses-h1"))
     assert forwarded.message_id == "o-1:charge_payment:review"
     assert json.loads(forwarded.body)["instanceId"] == "o-1:1"
@@ -136,14 +149,16 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(d
 
     client = Client()
     assert handle_response(forwarded.body, client=client) is Delivery.RAISED
-    assert client.raised == [("o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": "ana"})]
+    assert client.raised == [("o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": ana})]
 
 
-def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: Dependencies) -> None:
+def test_the_first_decision_wins_over_the_default_at_the_deadline(
+    deps: Dependencies, decide: Callable[..., OperatorResponse]
+) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
-    decide(deps, "approve")
+    decide("approve")
 
     # The orchestration's timer fired meanwhile and applies the default: the approval stays in force.
     result = record_review(
@@ -157,16 +172,18 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(deps: Dependen
     record = deps.states.get("o-1").item
     assert record.process_state is ProcessState.PROCESSING
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"  # approved: the charge starts
-    assert decide(deps, "reject").reason == "order is Processing, not awaiting review"
+    late = decide("reject")
+    assert (late.status, late.body["error"]["code"]) == (409, "NotAwaitingReview")
+    assert late.body["error"]["message"].startswith("order is Processing, not awaiting review")
 
 
 def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_finds_the_decision(
-    deps: Dependencies, clock: FakeClock
+    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
-    decide(deps, "reject")
+    decide("reject")
     clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
 
     assert recover(
@@ -181,12 +198,12 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
 
 
 def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
-    deps: Dependencies, clock: FakeClock
+    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=RESERVED)
-    decide(deps, "approve")  # its owner died: nobody raises the event
+    decide("approve")  # its owner died: nobody raises the event
 
     record = deps.states.get("o-1").item
     assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
@@ -220,3 +237,31 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     recover(deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
 
     assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
+
+
+def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
+    clock: FakeClock, trusted: TrustedIssuer
+) -> None:
+    # Client a's app runs as the principal "ana" also holds: her approval of its order is refused.
+    clients = json.dumps([{"id": "a", "replyQueue": "client-a", "principalId": local_object_id("ana")}])
+    deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLIENTS=clients)
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
+    before = deps.states.get("o-1")
+
+    def decide(decision: str, reviewer: str) -> OperatorResponse:
+        body = json.dumps({"decision": decision}).encode()
+        path = "/api/operator/orders/o-1/review"
+        headers = trusted.reviewer(reviewer)
+        return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
+
+    own = decide("approve", "ana")
+
+    assert (own.status, own.body["error"]["code"]) == (403, "ReviewNotPermitted")
+    assert deps.states.get("o-1").etag == before.etag
+    assert received(deps.queues.queue("agent-responses-h1")) == []
+    other = decide("approve", "rita")
+    assert other.status == 200
+    review = deps.states.get("o-1").item.review
+    assert review is not None and review.decided_by == reviewer_id(trusted, "rita")

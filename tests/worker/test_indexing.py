@@ -45,7 +45,7 @@ def test_the_worker_indexes_every_function_the_app_registers(worker: FunctionsWo
     registered = registered_functions()
 
     assert worker.init_response.result.status == SUCCESS
-    assert len(worker.metadata) == len(registered) == 16
+    assert len(worker.metadata) == len(registered) == 17
     assert set(worker.metadata) == registered
 
 
@@ -88,6 +88,25 @@ def test_service_bus_triggers_ask_the_host_for_sdk_types_and_manual_settlement(
         assert worker.metadata[name].bindings["message"].direction == protos.BindingInfo.Direction.Value("in")
 
 
+def test_the_operator_api_is_one_anonymous_http_trigger_answering_through_its_return_value(
+    worker: FunctionsWorker,
+) -> None:
+    http = {
+        name: binding
+        for name, function in worker.metadata.items()
+        if (binding := trigger_binding(function))["type"] == "httpTrigger"
+    }
+
+    assert sorted(http) == ["operator_api"]
+    assert (http["operator_api"]["authLevel"], http["operator_api"]["route"]) == (
+        "ANONYMOUS",
+        "operator/{*path}",
+    )
+    bindings = worker.metadata["operator_api"].bindings
+    assert bindings["$return"].direction == protos.BindingInfo.Direction.Value("out")
+    assert bindings["$return"].type == "http"
+
+
 def index_in_a_fresh_worker(**environment: str) -> dict[str, Any]:
     """Index the app in a worker process of its own, with ``environment`` added to the settings."""
     env = {key: value for key, value in os.environ.items() if key not in AZURE_PLATFORM_VARIABLES}
@@ -120,4 +139,4 @@ def test_on_azure_identity_settings_index_every_function() -> None:
         DEMO_SERVICES_URL="https://demo-services.example.com",
     )
 
-    assert result == {"ok": True, "functions": 16}
+    assert result == {"ok": True, "functions": 17}

@@ -2,8 +2,10 @@
 operator's decision (docs/design.md §3, §4).
 
 None of them owns the record, so none writes the order's progress. Each records what it asks for with
-one ETag-conditional write and leaves the rest to the owner: this module is that write, shared. A write
-that loses the ETag race (the owner wrote first) decides again on what the owner wrote.
+one ETag-conditional write and leaves the rest to the owner: this module is that write, shared by the
+roles that take such requests (``intake`` for a client's cancel, ``operator_api`` for a reviewer's and an
+operator's decision). A write that loses the ETag race (the owner wrote first) decides again on what the
+owner wrote.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from orderflow.replies import deliver_reply
 from orderflow.state_machine import check_transition
 from orderflow.stores.base import StateStore, Versioned
 
+UNKNOWN_ORDER = "UnknownOrder"
+"""``InvalidMessage.reason`` of a request that names no known order."""
+
 MAX_CONFLICT_RETRIES = 5
 """Re-reads after losing the ETag race to the order's owner before the message is retried later."""
 
@@ -30,11 +35,13 @@ _T = TypeVar("_T")
 @dataclass(frozen=True)
 class Applied(Generic[_T]):
     """What :func:`apply_request` did: the decision, the record it was taken on (changed in place when
-    written), and the written version, or None when the decision wrote nothing."""
+    written), the written version, or None when the decision wrote nothing, and the ETag of the written
+    version, else of the one read (delivering a reply the write owed writes the record once more)."""
 
     decision: _T
     record: StateRecord
     written: Versioned[StateRecord] | None
+    etag: str
 
 
 def min_time(current: datetime | None, bound: datetime) -> datetime:
@@ -52,6 +59,7 @@ def apply_request(
     what: str,
     grace_s: float,
     visible: Callable[[StateRecord], bool] | None = None,
+    deliver_owed_reply: bool = True,
 ) -> Applied[_T]:
     """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
 
@@ -68,6 +76,9 @@ def apply_request(
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
         visible: Whether the requester may see the order at all (a client sees its own orders only);
             None: every order. An order it may not see is answered exactly as one that does not exist.
+        deliver_owed_reply: Deliver a reply the written record owes. False leaves it to the reply relay
+            (``REPLY_GRACE_S`` later): for a request that owes no reply of its own, whose caller must not
+            be told it failed when the decision was recorded but an earlier reply could not be sent.
 
     Returns:
         The decision, the record and the written version (None when nothing was written).
@@ -85,11 +96,11 @@ def apply_request(
             found = None
         if found is None or (visible is not None and not visible(found.item)):
             # The same error, word for word, whether the order is missing or someone else's.
-            raise InvalidMessage("UnknownOrder", f"no order {order_id!r} to {what}")
+            raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to {what}")
         record = found.item.model_copy(deep=True)
         decision, write = decide(record)
         if not write:
-            return Applied(decision, record, None)
+            return Applied(decision, record, None, found.etag)
         if record.process_state is not found.item.process_state:
             check_transition(found.item.process_state, record.process_state)
         if record.process_state is ProcessState.AWAITING_REVIEW:
@@ -98,7 +109,7 @@ def apply_request(
             written = states.replace(record, etag=found.etag)
         except ConcurrencyConflict:
             continue  # the owner wrote first: decide again on what it wrote
-        if written.item.pending_reply is not None:
+        if deliver_owed_reply and written.item.pending_reply is not None:
             deliver_reply(states, queues, clock, written.item, written.item.pending_reply, etag=written.etag)
-        return Applied(decision, record, written)
+        return Applied(decision, record, written, written.etag)
     raise ConcurrencyConflict(f"{what} of {order_id} kept losing the ETag race")

@@ -1,0 +1,59 @@
+"""The operator API on the local host: the same handler the Azure trigger calls, served over HTTP.
+
+:func:`create_operator_app` is an ASGI app that hands every request to
+:func:`operator_api.handler.handle_operator_request` (in a worker thread: the handler reads and writes
+the stores) and sends its answer, so routes, status codes and refusals are the Azure host's. When the
+local issuer is given, the app also publishes its JWKS at the Entra-shaped path, so the operator API's
+token check (``OPERATOR_JWKS_URI``) and ``python -m devhost.local_issuer login`` need nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from devhost.local_issuer import LocalIssuer
+from operator_api.handler import handle_operator_request
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import TokenValidator
+
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+"""Every method is handed on, so the handler answers 405 for the ones a route does not take."""
+
+
+def create_operator_app(
+    deps: Dependencies, validator: TokenValidator | None, *, issuer: LocalIssuer | None = None
+) -> FastAPI:
+    """The local host's operator API.
+
+    Args:
+        deps: The host process's dependencies.
+        validator: Checks bearer tokens (None: the API is not configured and refuses every call).
+        issuer: The local issuer whose JWKS the app also serves, or None.
+    """
+    app = FastAPI(title="orderflow operator API", docs_url=None, redoc_url=None, openapi_url=None)
+
+    if issuer is not None:
+        local = issuer
+
+        @app.get(local.jwks_path)
+        def keys() -> dict[str, Any]:
+            return local.jwks()
+
+    @app.api_route("/{path:path}", methods=METHODS)
+    async def operator_api(request: Request) -> Response:
+        body = await request.body()
+        answer = await run_in_threadpool(
+            handle_operator_request,
+            request.method,
+            request.url.path,
+            dict(request.headers),
+            body,
+            deps=deps,
+            validator=validator,
+        )
+        return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
+
+    return app

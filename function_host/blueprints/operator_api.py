@@ -1,0 +1,40 @@
+"""Azure Functions trigger of the operator API: one anonymous HTTP trigger under ``/api/operator/``.
+
+Function keys are not identities, so the trigger takes no key (``ANONYMOUS``): every request must carry
+an Entra ID bearer token, which :func:`operator_api.handler.handle_operator_request` checks, with the
+routes, methods and status codes it answers (docs/operator-api.md). One catch-all route hands every
+request to that one handler, so the routing, the 404s and 405s are the same on both hosts.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from function_host.wiring import dependencies, token_validator
+from operator_api.handler import handle_operator_request
+
+bp = df.Blueprint()
+
+
+@bp.function_name("operator_api")
+@bp.route(route="operator/{*path}", methods=list(func.HttpMethod), auth_level=func.AuthLevel.ANONYMOUS)
+def operator_api(req: func.HttpRequest) -> func.HttpResponse:
+    """Every operator API call: the handler authenticates it, authorizes it and answers it."""
+    response = handle_operator_request(
+        req.method,
+        urlsplit(req.url).path,
+        req.headers,
+        req.get_body(),
+        deps=dependencies(),
+        validator=token_validator(),
+    )
+    return func.HttpResponse(
+        response.content(),
+        status_code=response.status,
+        headers=response.all_headers(),  # its Content-Type, with the charset, is the one sent
+        mimetype="application/json",
+        charset="utf-8",
+    )

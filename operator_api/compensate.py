@@ -1,0 +1,194 @@
+"""An operator's decision to compensate an order, made through the operator API (docs/design.md §4).
+
+Like a client's cancel, the decision is recorded with one ETag-conditional write and the order's owner
+acts on it; unlike a cancel, the order ends ``Compensated`` (not ``Cancelled``), and an operator may also
+retry a compensation that ended ``CompensationFailed`` once the cause is fixed:
+
+- ``CompensationFailed``: back to ``Compensating``, unlocked and ready, with ``compensationFailures``
+  and ``compensationError`` cleared; the next attempt resumes from the first entry not undone;
+- ``Pending``: ``Compensating``, unlocked and ready: an attempt undoes what earlier ones did;
+- ``Processing``, ``AwaitingReview``: the owner is asked to stop (as for a cancel) and compensates;
+- anything else (finished, ``Error`` past a point of no return, already compensating): refused.
+
+Who decided is the verified principal: ``stopRequestedBy`` is ``operator:<audit id>``
+(:attr:`orderflow.operator_auth.Principal.audit_id`), ``stopRequestedByName`` the display name, and the
+``lastError`` of an order stopped in flight names the audit id beside the operator's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.effects import irreversible_effects
+from orderflow.operator_auth import Principal
+from orderflow.order_requests import apply_request
+from orderflow.queues.base import QueueFactory
+from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
+from orderflow.stores.base import StateStore
+from orderflow.workflows import workflow_for
+
+logger = logging.getLogger(__name__)
+
+OPERATOR_DECISION = "operator_decision"
+"""``lastError.code`` (kind ``cancelled``) of an order an operator stopped and compensated."""
+
+OPERATOR_PREFIX = "operator:"
+"""``stopRequestedBy`` of an operator's stop is this prefix and the operator's audit id."""
+
+
+class CompensateAction(StrEnum):
+    """What an accepted decision set in motion."""
+
+    RETRIED = "CompensationRetried"
+    """A ``CompensationFailed`` order compensates again, from the first entry not undone."""
+    SCHEDULED = "CompensationScheduled"
+    """A ``Pending`` order is ``Compensating``: the next attempt undoes what earlier ones did."""
+    STOP_REQUESTED = "StopRequested"
+    """The attempt running the order stops at its next write and compensates."""
+
+
+class CompensateRefusal(StrEnum):
+    """Why a decision was refused (the API's error code)."""
+
+    NOT_COMPENSABLE = "NotCompensable"
+    """The order is in a state no compensation starts from (finished, ``Error``, compensating)."""
+    STOP_ALREADY_REQUESTED = "StopAlreadyRequested"
+    """A client's cancel or another operator's stop is already recorded."""
+    PAST_POINT_OF_NO_RETURN = "PastPointOfNoReturn"
+    """An irreversible step completed, or may have: the order is not compensated."""
+
+
+@dataclass(frozen=True)
+class CompensateAccepted:
+    """The decision was recorded: ``record`` (ETag ``etag``) is the record written; ``action`` what it set
+    in motion."""
+
+    record: StateRecord
+    etag: str
+    action: CompensateAction
+
+
+@dataclass(frozen=True)
+class CompensateRefused:
+    """The decision was refused; nothing was written. ``record`` (ETag ``etag``) is the record as read."""
+
+    record: StateRecord
+    etag: str
+    refusal: CompensateRefusal
+    detail: str
+
+
+CompensateOutcome = CompensateAccepted | CompensateRefused
+"""What :func:`compensate_order` did."""
+
+
+def _requested_by(record: StateRecord, principal: Principal, now: datetime) -> None:
+    record.stop_requested_by = OPERATOR_PREFIX + principal.audit_id
+    record.stop_requested_by_name = principal.display_name or None
+    record.updated_at = now
+
+
+def _decide(
+    record: StateRecord, principal: Principal, reason: str | None, now: datetime
+) -> CompensateAction | tuple[CompensateRefusal, str]:
+    """Apply the decision to ``record`` in place: what it set in motion, or why it was refused."""
+    state = record.process_state
+    if state is ProcessState.COMPENSATION_FAILED:
+        record.process_state = ProcessState.COMPENSATING
+        record.locked_by = None
+        record.complete_by = None
+        record.next_attempt_at = now
+        record.compensation_failures = 0
+        record.compensation_error = None
+        _requested_by(record, principal, now)
+        return CompensateAction.RETRIED
+    if state not in (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW):
+        return CompensateRefusal.NOT_COMPENSABLE, f"order is {state.value}"
+    if record.cancel_requested_at is not None:
+        return (
+            CompensateRefusal.STOP_ALREADY_REQUESTED,
+            f"a stop was already requested by {record.stop_requested_by}",
+        )
+    passed = irreversible_effects(record, workflow_for(record.workflow_version))
+    if passed:
+        return CompensateRefusal.PAST_POINT_OF_NO_RETURN, f"past the point of no return: {', '.join(passed)}"
+    record.cancel_requested_at = now
+    _requested_by(record, principal, now)
+    said = f": {reason}" if reason else " decided to compensate the order"
+    record.last_error = LastError(
+        kind="cancelled",
+        code=OPERATOR_DECISION,
+        message=f"operator {principal.audit_id}{said}"[:500],
+        step=next((name for name, s in record.steps.items() if s.status is StepStatus.RUNNING), None),
+        at=now,
+    )
+    if state is ProcessState.PENDING and record.locked_by is None:
+        # An attempt claims it and undoes what earlier ones did (nothing, if none started a step).
+        record.process_state = ProcessState.COMPENSATING
+        record.next_attempt_at = now
+        return CompensateAction.SCHEDULED
+    return CompensateAction.STOP_REQUESTED
+
+
+def compensate_order(
+    order_id: str,
+    principal: Principal,
+    *,
+    reason: str | None,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float,
+) -> CompensateOutcome:
+    """Record ``principal``'s decision to compensate an order, or refuse it.
+
+    Args:
+        order_id: The order.
+        principal: The verified operator.
+        reason: Why, in the operator's words (kept in ``lastError`` for an order stopped in flight).
+        states / queues / clock: Dependencies.
+        grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+
+    Returns:
+        :class:`CompensateAccepted` or :class:`CompensateRefused`.
+
+    Raises:
+        InvalidMessage: ``UnknownOrder``: there is no such order.
+        TransientError, ConcurrencyConflict: the store is unavailable, or the owner kept winning the
+            ETag race; retry.
+    """
+
+    def decide(record: StateRecord) -> tuple[CompensateAction | tuple[CompensateRefusal, str], bool]:
+        decided = _decide(record, principal, reason, clock.now())
+        return decided, isinstance(decided, CompensateAction)
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=order_id,
+        decide=decide,
+        what="compensate",
+        grace_s=grace_s,
+        # A decision owes no reply of its own; one the record already owes is the relay's to send.
+        deliver_owed_reply=False,
+    )
+    decided = applied.decision
+    if not isinstance(decided, CompensateAction):
+        refusal, detail = decided
+        logger.warning(
+            "compensation of %s by principal %s refused: %s", order_id, principal.audit_id, refusal.value
+        )
+        telemetry.event(
+            "operator.refused", order_id=order_id, operator=principal.audit_id, reason=refusal.value
+        )
+        return CompensateRefused(applied.record, applied.etag, refusal, detail)
+    telemetry.event(
+        "operator.compensate", order_id=order_id, operator=principal.audit_id, detail=decided.value
+    )
+    return CompensateAccepted(applied.record, applied.etag, decided)

@@ -1,0 +1,204 @@
+"""A reviewer's decision on an order awaiting review, made through the operator API (docs/design.md §4).
+
+The order's owner is an orchestration waiting on the ``ReviewDecision`` external event, raced against
+the review's deadline. The decision is made durable first: one ETag-conditional write records it in the
+record's ``review`` (the first decision wins), with the verified principal's audit id as ``decidedBy``,
+so an attempt that dies while waiting loses nothing (the next attempt's step start finds it). Then it is
+forwarded, with the waiting attempt's instance id, to that attempt's response queue, whose listener
+raises the event on the instance (the listener runs in the process that owns the instance; the API may
+not). The app's own identity sends it: only the app may send to a response queue.
+
+Who may decide which order is :func:`may_review`'s to say.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from orderflow import telemetry
+from orderflow.clients import ClientRegistry
+from orderflow.clock import Clock
+from orderflow.messages import REVIEW_DECISION, ReviewDecisionMessage
+from orderflow.operator_auth import REVIEWER_ROLE, Principal
+from orderflow.order_requests import apply_request
+from orderflow.queues.base import QueueFactory
+from orderflow.records import ProcessState, ReviewDecision, StateRecord
+from orderflow.stores.base import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class ReviewRefusal(StrEnum):
+    """Why a decision was not taken (the API's error code)."""
+
+    NOT_AWAITING_REVIEW = "NotAwaitingReview"
+    """The order is not paused for a review (any more, or ever)."""
+    ALREADY_DECIDED = "AlreadyDecided"
+    """Another decision is in force: the first one recorded wins."""
+    NOT_PERMITTED = "ReviewNotPermitted"
+    """:func:`may_review` refused this principal this order."""
+
+
+@dataclass(frozen=True)
+class ReviewRecorded:
+    """The principal's decision is the one in force, and was forwarded to the waiting attempt.
+
+    Attributes:
+        record: The record after the decision.
+        etag: Its ETag.
+        repeated: The same principal had made the same decision before (a retried call): nothing was
+            written, the decision was forwarded again.
+    """
+
+    record: StateRecord
+    etag: str
+    repeated: bool = False
+
+
+@dataclass(frozen=True)
+class ReviewRefused:
+    """The decision was not taken; nothing was written or sent.
+
+    Attributes:
+        record: The record as read.
+        etag: Its ETag.
+        refusal: Why.
+        detail: Why, for people: the order's state, or the decision in force.
+    """
+
+    record: StateRecord
+    etag: str
+    refusal: ReviewRefusal
+    detail: str
+
+
+ReviewOutcome = ReviewRecorded | ReviewRefused
+"""What :func:`review_order` did."""
+
+
+def may_review(
+    principal: Principal, record: StateRecord, decision: ReviewDecision, clients: ClientRegistry
+) -> bool:
+    """Whether ``principal`` may take ``decision`` on the review of ``record``'s order.
+
+    A reviewer (app role ``orderflow.reviewer``; the handler checks it before the record is read, and it
+    is checked again here so that the rule stands on its own) may decide any order but one submitted
+    under their own principal: nobody approves their own order (docs/design.md §9). The submitter is the
+    registered client the order arrived for (``record.client_id``) and its ``principalId``; rejecting
+    one's own order stops it, which its client may do anyway, so only an approval is refused.
+    """
+    if not principal.has_role(REVIEWER_ROLE):
+        return False
+    if decision is not ReviewDecision.APPROVE or record.client_id is None:
+        return True
+    try:
+        submitter = clients.get(record.client_id).principal_id
+    except KeyError:
+        return True  # a client no longer registered has no principal to compare
+    return submitter is None or submitter.lower() != principal.object_id.lower()
+
+
+def review_message_id(order_id: str, step: str) -> str:
+    """Stable message id of a forwarded decision: one per order and reviewed step."""
+    return f"{order_id}:{step}:review"
+
+
+def review_order(
+    order_id: str,
+    decision: ReviewDecision,
+    principal: Principal,
+    *,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float,
+    clients: ClientRegistry,
+) -> ReviewOutcome:
+    """Record ``principal``'s decision on an order awaiting review and forward it to the waiting attempt.
+
+    Args:
+        order_id: The order.
+        decision: ``approve`` or ``reject``.
+        principal: The verified reviewer: ``review.decidedBy`` is its audit id, ``review.decidedByName``
+            its display name.
+        states / queues / clock: Dependencies.
+        clients: The client registry: whose principal submitted the order (:func:`may_review`).
+        grace_s: Seconds the waiting attempt has to act on the decision before the supervisor may
+            recover the order (``CLAIM_TIMEOUT_S``): its ``completeBy`` is brought that close.
+
+    Returns:
+        :class:`ReviewRecorded` when the principal's decision is in force (forwarded again on a
+        repeated call), else :class:`ReviewRefused`.
+
+    Raises:
+        InvalidMessage: ``UnknownOrder``: there is no such order.
+        TransientError, ConcurrencyConflict: the store or queue is unavailable, or the owner kept
+            winning the ETag race; retry.
+    """
+
+    def decide(record: StateRecord) -> tuple[tuple[ReviewRefusal, str] | None, bool]:
+        """None to forward the decision in force, else the refusal; and whether to write."""
+        review = record.review
+        if review is None or record.process_state is not ProcessState.AWAITING_REVIEW:
+            return (ReviewRefusal.NOT_AWAITING_REVIEW, _not_awaiting(record)), False
+        if not may_review(principal, record, decision, clients):
+            return (ReviewRefusal.NOT_PERMITTED, "this reviewer may not decide this order"), False
+        if review.decision is None:
+            review.decision = decision
+            review.decided_by = principal.audit_id
+            review.decided_by_name = principal.display_name or None
+            review.decided_at = record.updated_at = clock.now()
+            return None, True
+        if (review.decided_by, review.decision) != (principal.audit_id, decision):
+            return (ReviewRefusal.ALREADY_DECIDED, f"already decided: {_decided(record)}"), False
+        return None, False  # the same decision by the same principal again: forward it again
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=order_id,
+        decide=decide,
+        what="review",
+        grace_s=grace_s,
+        # A decision owes no reply of its own; one the record already owes is the relay's to send.
+        deliver_owed_reply=False,
+    )
+    if applied.decision is not None:
+        refusal, detail = applied.decision
+        telemetry.event(
+            "review.refused", order_id=order_id, reviewer=principal.audit_id, reason=refusal.value
+        )
+        return ReviewRefused(applied.record, applied.etag, refusal, detail)
+    review = applied.record.review
+    assert review is not None and review.decision is not None  # decide() forwards a decided review only
+    # Forward (again, on a repeated call: the listener and the orchestration ignore a duplicate).
+    forwarded = ReviewDecisionMessage(
+        schema_version=1,
+        type=REVIEW_DECISION,
+        order_id=order_id,
+        decision=review.decision.value,
+        reviewer=review.decided_by or principal.audit_id,
+        instance_id=applied.record.locked_by,
+    )
+    queues.queue(review.response_queue).send(
+        forwarded.to_json(), message_id=review_message_id(order_id, review.step), correlation_id=order_id
+    )
+    telemetry.event(
+        "review.recorded", order_id=order_id, decision=review.decision.value, reviewer=principal.audit_id
+    )
+    return ReviewRecorded(applied.record, applied.etag, repeated=applied.written is None)
+
+
+def _decided(record: StateRecord) -> str:
+    review = record.review
+    if review is None or review.decision is None:
+        return "undecided"
+    return f"{review.decision.value} by {review.decided_by}"
+
+
+def _not_awaiting(record: StateRecord) -> str:
+    decided = f" (review: {_decided(record)})" if record.review is not None else ""
+    return f"order is {record.process_state.value}, not awaiting review{decided}"

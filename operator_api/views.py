@@ -1,0 +1,48 @@
+"""What the operator API shows of an order: the public view of its state record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from orderflow.records import (
+    AttemptEntry,
+    CompensationEntry,
+    LastError,
+    RetryBudget,
+    ReviewState,
+    StateRecord,
+    StepState,
+)
+
+PLUMBING = frozenset({"id", "reply_to", "pending_reply"})
+"""State record fields the view leaves out: the order id again, the client's private reply queue, the
+reply outbox. ``review.responseQueue`` (a host's queue) is left out too."""
+
+
+def _fields(model: type[BaseModel], *, leave_out: frozenset[str] = frozenset()) -> set[str]:
+    return set(model.model_fields) - leave_out
+
+
+_NESTED: dict[str, Any] = {
+    "steps": {"__all__": _fields(StepState)},
+    "compensation_log": {"__all__": _fields(CompensationEntry)},
+    "attempt_history": {"__all__": _fields(AttemptEntry)},
+    "retry_budget": _fields(RetryBudget),
+    "last_error": _fields(LastError),
+    "compensation_error": _fields(LastError),
+    "review": _fields(ReviewState, leave_out=frozenset({"response_queue"})),
+}
+_INCLUDE: dict[str, Any] = {
+    **{name: True for name in StateRecord.model_fields if name not in PLUMBING},
+    **_NESTED,
+}
+
+
+def order_view(record: StateRecord) -> dict[str, Any]:
+    """The state record as an operator reads it: its stored form (camelCase, JSON values) with the
+    fields of this schema version only (a newer version's fields, unknown here, are left out, as is
+    :data:`PLUMBING`)."""
+    view: dict[str, Any] = record.model_dump(mode="json", by_alias=True, include=_INCLUDE)
+    return view

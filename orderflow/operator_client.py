@@ -1,0 +1,136 @@
+"""A client of the operator API (docs/operator-api.md), for the ``orderflow`` command line and scripts.
+
+It sends a bearer token and reads the API's JSON answer; it decides nothing itself (the API checks the
+token, the role and the order's state). The token is never logged, shown or kept in a ``repr``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from orderflow.errors import TransientError
+
+API_PATH = "/api/operator"
+"""The API's path under the host's base URL."""
+DEFAULT_TIMEOUT_S = 30.0
+"""Timeout of one call, seconds."""
+
+
+@dataclass(frozen=True)
+class OperatorAnswer:
+    """What the API answered.
+
+    Attributes:
+        status: The HTTP status code.
+        body: The JSON body (``{"error": {"code", "message"}}`` for a refusal).
+    """
+
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call did what it asked (a 2xx status)."""
+        return 200 <= self.status < 300
+
+    @property
+    def error_code(self) -> str | None:
+        """The refusal's code (``Forbidden``, ``NotAwaitingReview`` ...), or None."""
+        error = self.body.get("error")
+        return str(error.get("code")) if isinstance(error, dict) else None
+
+    @property
+    def error_message(self) -> str:
+        """The refusal's message, or ""."""
+        error = self.body.get("error")
+        return str(error.get("message", "")) if isinstance(error, dict) else ""
+
+
+class OperatorApiClient:
+    """Calls the operator API with one bearer token.
+
+    Args:
+        base_url: The host's base URL: the Function App's (``https://<app>.azurewebsites.net``), or the
+            local host's (``http://127.0.0.1:<port>``).
+        token: An access token for the API (app role ``orderflow.operator`` or ``orderflow.reviewer``).
+        timeout_s: Timeout of one call, seconds.
+        transport: An httpx transport to use instead of the network (tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url + API_PATH,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"OperatorApiClient(base_url={self.base_url[:100]!r})"
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    def __enter__(self) -> OperatorApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get_order(self, order_id: str) -> OperatorAnswer:
+        """``GET /orders/{orderId}``: the order's state record (public view).
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        return self._call("GET", f"/orders/{quote(order_id, safe='')}")
+
+    def review(self, order_id: str, *, approve: bool) -> OperatorAnswer:
+        """``POST /orders/{orderId}/review``: approve or reject an order awaiting review.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        decision = "approve" if approve else "reject"
+        return self._call("POST", f"/orders/{quote(order_id, safe='')}/review", {"decision": decision})
+
+    def compensate(self, order_id: str, *, reason: str | None = None) -> OperatorAnswer:
+        """``POST /orders/{orderId}/compensate``: stop and undo an order, or retry a failed compensation.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        body = {"reason": reason} if reason is not None else {}
+        return self._call("POST", f"/orders/{quote(order_id, safe='')}/compensate", body)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> OperatorAnswer:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            # httpx's text names the URL, never the headers: the token is not in it.
+            raise TransientError(
+                f"the operator API at {self.base_url[:100]} could not be reached: {exc}"
+            ) from exc
+        try:
+            data = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = None
+        if not isinstance(data, dict):
+            data = {
+                "error": {"code": "NotJson", "message": f"HTTP {response.status_code}, not a JSON object"}
+            }
+        return OperatorAnswer(response.status_code, data)
