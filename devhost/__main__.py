@@ -217,9 +217,10 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 issuer = local_issuer_of(settings) if "api" in roles else None
                 host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)
                 host.start()  # stops what it started if it fails
+                # "ready" is the first line: whoever started the process waits for it.
+                print(f"devhost {settings.HOST_ID} ready", flush=True)
                 if host.api_url is not None:
                     print(f"devhost {settings.HOST_ID} operator API on {host.api_url}", flush=True)
-                print(f"devhost {settings.HOST_ID} ready", flush=True)
                 host.wait()
             except KeyboardInterrupt as exc:
                 signum = exc.signum if isinstance(exc, StopSignal) else signal.SIGINT

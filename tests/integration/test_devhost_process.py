@@ -63,9 +63,9 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
     try:
         assert process.stdout is not None
         # Every role: the operator API too, on a free loopback port (not configured: it refuses calls).
+        assert process.stdout.readline().strip() == f"devhost {host_id} ready"
         api = process.stdout.readline().strip()
         assert api.startswith(f"devhost {host_id} operator API on http://127.0.0.1:"), api
-        assert process.stdout.readline().strip() == f"devhost {host_id} ready"
         answered = httpx.get(api.rsplit(" ", 1)[-1] + "/api/operator/orders/tpch-1", timeout=5)
         assert (answered.status_code, answered.json()["error"]["code"]) == (503, "NotConfigured")
         queues = StorageQueueFactory.from_connection_string(local_endpoints.storage_connection_string)

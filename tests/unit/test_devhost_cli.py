@@ -209,7 +209,7 @@ def test_sigterm_stops_a_running_devhost_cleanly_with_status_0(
 
     assert result.exit_code == 0, result.output
     # "all" takes in the operator API, on a free loopback port (not configured here: it refuses calls).
-    api, ready = result.stdout.strip().splitlines()
+    ready, api = result.stdout.strip().splitlines()
     assert re.fullmatch(r"devhost h1 operator API on http://127\.0\.0\.1:\d+", api), api
     assert ready == "devhost h1 ready"
     [host] = started
