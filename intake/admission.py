@@ -242,6 +242,11 @@ class Admission(Protocol):
         """Decide whether ``client``'s new order ``order_id`` may be written; an admitted order is counted."""
         ...
 
+    def release(self, client: RegisteredClient) -> None:
+        """Give back the place an admitted order took when it turned out not to be new (a duplicate, or a
+        conflicting order that wrote nothing): it must not hold a place no order fills."""
+        ...
+
 
 class AdmissionControl:
     """One set of ceilings: whether a new order may enter the system, or a client's quota (see the module
@@ -360,10 +365,15 @@ class AdmissionControl:
         )
 
     def give_back(self) -> None:
-        """Undo the count of the order this instance last admitted, which another ceiling then refused."""
+        """Undo the count of one order this instance admitted that takes no place after all (another
+        ceiling refused it, or it was not new); the next refresh of the count corrects any overlap."""
         with self._condition:
             if self._in_flight is not None and self._in_flight.local > 0:
                 self._in_flight.local -= 1
+
+    def release(self, client: RegisteredClient | None = None) -> None:
+        """Give back the place of an admitted order that was not new (``client`` is not looked at)."""
+        self.give_back()
 
     def admit(self, order_id: str, client: RegisteredClient | None = None) -> AdmissionDecision:
         """Decide whether the new order ``order_id`` may be written; an admitted order is counted.
@@ -492,3 +502,8 @@ class ClientAdmission:
         if not decision.admitted:
             own.give_back()
         return decision
+
+    def release(self, client: RegisteredClient) -> None:
+        """Give back the place ``client``'s admitted order took in both ceilings: it was not new."""
+        self.client_ceiling(client).give_back()
+        self.global_ceiling.give_back()

@@ -215,8 +215,10 @@ def handle_intake_message(
     definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
     document = order_document(order, clock, client)
     existing: OrderDocument | None = None
+    admitted = False
     if admission is not None:
         decision = admission.admit(order.order_id, client)
+        admitted = decision.admitted
         if not decision.admitted:
             # Refusals alone pay this read; NotFound is the only answer that makes the order new.
             try:
@@ -236,10 +238,17 @@ def handle_intake_message(
             client=client,
         )
     except ConflictingOrder as conflict:
+        if admission is not None and admitted:
+            admission.release(client)  # nothing was written: the place it took is nobody's
         # The sender is told too; the message itself is dead-lettered by the host.
         _send(queues, clock, order, OrderStatus.REJECTED, reason=conflict.reason, detail=conflict.detail)
         raise
 
+    if outcome is IntakeOutcome.DUPLICATE and admission is not None and admitted:
+        # A resubmission is already counted (or settled): resending one order must not fill the ceiling.
+        # (After a crash between the two creates the record is new here, and is counted at the next
+        # refresh of the count instead: at most ADMISSION_REFRESH_S late.)
+        admission.release(client)
     status, reason, detail = OrderStatus.RECEIVED, None, None
     if outcome is IntakeOutcome.DUPLICATE:
         # A client that resubmits a settled order (its reply was lost) gets the outcome, not "Received".

@@ -12,7 +12,8 @@ retry a compensation that ended ``CompensationFailed`` once the cause is fixed:
 
 Who decided is the verified principal: ``stopRequestedBy`` is ``operator:<audit id>``
 (:attr:`orderflow.operator_auth.Principal.audit_id`), ``stopRequestedByName`` the display name, and the
-``lastError`` of an order stopped in flight names the audit id beside the operator's reason.
+operator's reason is kept in ``stopReason``. None of it reaches the client: the ``lastError`` of an order
+stopped in flight, which its replies quote, says only that an operator stopped it.
 """
 
 from __future__ import annotations
@@ -119,11 +120,12 @@ def _decide(
         return CompensateRefusal.PAST_POINT_OF_NO_RETURN, f"past the point of no return: {', '.join(passed)}"
     record.cancel_requested_at = now
     _requested_by(record, principal, now)
-    said = f": {reason}" if reason else " decided to compensate the order"
+    record.stop_reason = reason[:500] if reason else None
     record.last_error = LastError(
         kind="cancelled",
         code=OPERATOR_DECISION,
-        message=f"operator {principal.audit_id}{said}"[:500],
+        # Quoted to the client in its replies: who decided and why stay in the audit fields.
+        message="an operator stopped the order",
         step=next((name for name, s in record.steps.items() if s.status is StepStatus.RUNNING), None),
         at=now,
     )

@@ -127,7 +127,7 @@ def _inspect(order_id: str, body: bytes, principal: Principal, deps: Dependencie
         found = deps.states.get(order_id)
     except NotFound:
         return error(404, UNKNOWN_ORDER, f"no order {order_id}")
-    return OperatorResponse(200, order_view(found.item), {"ETag": f'"{found.etag}"'})
+    return OperatorResponse(200, order_view(found.item), {"ETag": _entity_tag(found.etag)})
 
 
 def _review(order_id: str, body: bytes, principal: Principal, deps: Dependencies) -> OperatorResponse:
@@ -142,7 +142,7 @@ def _review(order_id: str, body: bytes, principal: Principal, deps: Dependencies
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
         clients=deps.settings.clients(),
     )
-    etag = {"ETag": f'"{outcome.etag}"'}
+    etag = {"ETag": _entity_tag(outcome.etag)}
     if not isinstance(outcome, ReviewRecorded):
         status = 403 if outcome.refusal is ReviewRefusal.NOT_PERMITTED else 409
         return error(status, outcome.refusal.value, outcome.detail, etag)
@@ -163,7 +163,7 @@ def _compensate(order_id: str, body: bytes, principal: Principal, deps: Dependen
         clock=deps.clock,
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
     )
-    etag = {"ETag": f'"{outcome.etag}"'}
+    etag = {"ETag": _entity_tag(outcome.etag)}
     if not isinstance(outcome, CompensateAccepted):
         return error(409, outcome.refusal.value, outcome.detail, etag)
     answer = {"orderId": order_id, "outcome": outcome.action.value, "order": order_view(outcome.record)}
@@ -267,3 +267,8 @@ def handle_operator_request(
     except (TransientError, ConcurrencyConflict) as unavailable:
         logger.warning("operator API %s of %s: %s", route.name, order_id, unavailable.detail)
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _entity_tag(etag: str | None) -> str:
+    """``etag`` as an HTTP entity tag: quoted once (the stores' ETags may carry their quotes already)."""
+    return f'"{(etag or "").strip(chr(34))}"'

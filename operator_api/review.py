@@ -91,13 +91,16 @@ def may_review(
     """
     if not principal.has_role(REVIEWER_ROLE):
         return False
-    if decision is not ReviewDecision.APPROVE or record.client_id is None:
+    if decision is not ReviewDecision.APPROVE:
         return True
-    try:
-        submitter = clients.get(record.client_id).principal_id
-    except KeyError:
-        return True  # a client no longer registered has no principal to compare
-    return submitter is None or submitter.lower() != principal.object_id.lower()
+    owners = [client for client in clients if client.owns(record.client_id, record.reply_to)]
+    if not owners:
+        # Whose order it is cannot be told (its client is no longer registered): nobody approves it.
+        return False
+    return all(
+        client.principal_id is None or client.principal_id.lower() != principal.object_id.lower()
+        for client in owners
+    )
 
 
 def review_message_id(order_id: str, step: str) -> str:

@@ -407,6 +407,10 @@ def _principal(claims: Mapping[str, Any], policy: TokenPolicy) -> Principal:
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
         raise Unauthenticated("malformed roles claim")
+    # An access token names the application it was issued to (azp, v2.0; appid, v1.0); an ID token
+    # names none and carries a nonce. Only access tokens are credentials for an API.
+    if not _text_claim(claims, "azp", "appid") or "nonce" in claims:
+        raise Unauthenticated("not an access token")
     return Principal(
         object_id=object_id,
         tenant_id=policy.tenant_id,

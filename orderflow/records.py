@@ -139,7 +139,8 @@ class OrderDocument(Model):
         (values of their types, so code that reads a redacted document still runs: a late ``start_step``
         reads it before its fenced write refuses); fields this version does not know (a newer schema's)
         are dropped. The keys, ``contentHash`` (a resubmission is still told a duplicate or a conflict),
-        ``receivedAt``, ``currency``, ``carrier`` and ``replyTo`` stay. A redacted document is returned
+        ``receivedAt``, ``currency``, ``carrier``, ``replyTo`` and ``clientId``
+        stay. A redacted document is returned
         as it is.
         """
         if self.redacted_at is not None:
@@ -154,6 +155,7 @@ class OrderDocument(Model):
             items=(),
             carrier=self.carrier,
             reply_to=self.reply_to,
+            client_id=self.client_id,
             content_hash=self.content_hash,
             received_at=self.received_at,
             schema_version=self.schema_version,
@@ -371,6 +373,7 @@ class StateRecord(Model):
     cancel_requested_at: UtcDatetime | None = None
     stop_requested_by: str | None = None
     stop_requested_by_name: str | None = None
+    stop_reason: str | None = None  # an operator's words on why: audit only, never in a reply
     review: ReviewState | None = None
     compensation_log_purged_at: UtcDatetime | None = None
     data_purged_at: UtcDatetime | None = None
@@ -399,6 +402,8 @@ class StateRecord(Model):
                 error.message = REDACTED
         if self.pending_reply is not None and self.pending_reply.detail is not None:
             self.pending_reply.detail = REDACTED
+        if self.stop_reason is not None:
+            self.stop_reason = REDACTED
         self.data_purged_at = at
         self.data_purge_version = DATA_PURGE_VERSION
 

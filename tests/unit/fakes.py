@@ -55,6 +55,9 @@ TEST_CLIENT = client_for()
 """The client the tests' orders arrive for: ``a``, inbound queue ``orders-a``, reply queue ``client-a`` (the
 default of :func:`order_body`); the Functions app under test registers it too (``tests/conftest.py``)."""
 
+TEST_CLIENTS = json.dumps([{"id": TEST_CLIENT.client_id, "replyQueue": TEST_CLIENT.reply_queue}])
+"""``CLIENTS`` registering :data:`TEST_CLIENT`."""
+
 
 def order_body(order_id: str = "o-1", *, reply_to: str = "client-a", **changes: Any) -> str:
     """A valid submission body (one line: sku 10 x 5)."""
@@ -86,13 +89,14 @@ def received(queue: MessageQueue) -> list[ReceivedMessage]:
 
 
 def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
-    """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden."""
+    """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden; the
+    registry holds :data:`TEST_CLIENT` unless ``CLIENTS`` is given."""
     return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=clock,
-        settings=Settings(**settings),
+        settings=Settings(**{"CLIENTS": TEST_CLIENTS, **settings}),
     )
 
 

@@ -167,3 +167,23 @@ def test_another_clients_order_id_is_a_conflict_that_reveals_no_hash(system: Sys
     stored_hash = system.orders.get("o-1").content_hash
     assert stored_hash[:12] not in (reply.detail or "")
     assert system.states.get("o-1").item.client_id == "acme"
+
+
+def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
+    # globex has no quota of its own: only the global ceiling of 4 bounds it. Resending its one order
+    # (or sending others' order ids, which conflict and write nothing) must not take the places of
+    # orders that exist once.
+    system = System(MAX_IN_FLIGHT_ORDERS=4, ADMISSION_REFRESH_S=60.0)
+    assert system.submit(system.globex, "g-1").outcome is IntakeOutcome.ACCEPTED
+    assert system.submit(system.acme, "a-1").outcome is IntakeOutcome.ACCEPTED
+    resent = [system.submit(system.globex, "g-1").outcome for _ in range(10)]
+    for _ in range(10):
+        with pytest.raises(ConflictingOrder):
+            system.submit(system.globex, "a-1")
+
+    assert resent == [IntakeOutcome.DUPLICATE] * 10
+    # Two orders exist: two more fit under the ceiling of 4, and only two.
+    assert system.submit(system.acme, "a-2").outcome is IntakeOutcome.ACCEPTED
+    assert system.submit(system.globex, "g-2").outcome is IntakeOutcome.ACCEPTED
+    refused = system.submit(system.globex, "g-3")
+    assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "InFlightCeiling")

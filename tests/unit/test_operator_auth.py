@@ -596,3 +596,16 @@ def test_an_operator_api_without_tenant_or_audience_refuses_to_start(configured:
 def test_a_jwks_uri_that_is_not_http_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="not an http or https URL"):
         TokenValidator(make_policy("file:///etc/passwd"))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"azp": None}, {"nonce": "n-0S6_WzA2Mj"}, {"azp": None, "nonce": "n-0S6_WzA2Mj"}],
+    ids=["no-azp-or-appid", "nonce", "id-token-shape"],
+)
+def test_an_id_token_is_not_a_credential_for_the_api(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey, changes: dict[str, Any]
+) -> None:
+    # An ID token of the same tenant, signed by the same keys and naming the API as audience (its client
+    # id), carries a nonce and no azp: it says who signed in, not that an app may call the API.
+    assert refused(validator, sign(claims(**changes), signing_key)).reason == "not an access token"

@@ -234,6 +234,8 @@ def test_the_order_document_is_redacted_before_the_record_is_marked() -> None:
 
     states.replace = replace_record  # type: ignore[method-assign]
     assert purge(deps).purged == 1
+    # Whose order it was stays: a later submission under its id by another client is still refused.
+    assert orders.get("o-1").client_id == deps.states.get("o-1").item.client_id == "a"
 
 
 def test_a_crash_between_the_two_writes_is_redone_by_the_next_pass() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
+from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.activity_json import record_review, start_step
@@ -265,3 +267,25 @@ def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
     assert other.status == 200
     review = deps.states.get("o-1").item.review
     assert review is not None and review.decided_by == reviewer_id(trusted, "rita")
+
+
+def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
+    clock: FakeClock, trusted: TrustedIssuer
+) -> None:
+    deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
+    # The registry changed: client a is gone, so nobody can say whose principal submitted the order.
+    settings = Settings(**{**deps.settings.model_dump(), "CLIENTS": '[{"id": "b"}]'})
+    unregistered = replace(deps, settings=settings)
+    before = deps.states.get("o-1")
+    body = json.dumps({"decision": "approve"}).encode()
+    path = "/api/operator/orders/o-1/review"
+
+    approved = handle_operator_request(
+        "POST", path, trusted.reviewer("rita"), body, deps=unregistered, validator=trusted.validator
+    )
+
+    assert (approved.status, approved.body["error"]["code"]) == (403, "ReviewNotPermitted")
+    assert deps.states.get("o-1").etag == before.etag
