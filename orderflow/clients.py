@@ -58,8 +58,9 @@ class RegisteredClient(BaseModel):
         reply_queue: Its private reply queue (default ``replies-<id>``); every reply to it goes there.
         max_in_flight: Its own ceiling on orders in flight (Pending + Processing); None: only the global
             ``MAX_IN_FLIGHT_ORDERS`` applies.
-        principal_id: The Entra object id of the client's app (a GUID), for role assignments and the
-            operator API's rule that nobody approves their own order; None when the client has none.
+        principal_id: The object id of the client's service principal (a GUID: the ``oid`` of its
+            tokens), for role assignments and the operator API's rule that nobody approves their own
+            order; None when the client has none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
