@@ -25,7 +25,7 @@ from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V2
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENTS, received, submit_and_claim
 from tests.worker.appdeps import app_dependencies
 from tests.worker.rpc import protos
 from tests.worker.worker import FunctionsWorker, failure
@@ -42,7 +42,9 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[De
     """The trigger's dependencies and token check as ``function_host.wiring`` builds them, in memory and
     trusting the local issuer; o-1 is paused for review before its charge."""
     wired, _, _ = app_dependencies()
-    wired = replace(wired, settings=Settings.load(env={}, HOST_ID="", REVIEW_AMOUNT_ABOVE=500.0))
+    wired = replace(
+        wired, settings=Settings.load(env={}, HOST_ID="", REVIEW_AMOUNT_ABOVE=500.0, CLIENTS=TEST_CLIENTS)
+    )
     monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: wired)
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     submit_and_claim(wired, definition=ORDER_V2, amount="1000.50")
@@ -135,7 +137,7 @@ def test_a_reviewer_token_approves_and_the_record_names_its_principal(
     assert http.status_code == "200", body_of(http)
     assert header(http, "Content-Type") == "application/json; charset=utf-8"
     found = deps.states.get("o-1")
-    assert header(http, "ETag") == f'"{found.etag}"'
+    assert header(http, "ETag") == found.etag  # the store's ETag is quoted already: sent once quoted
     rita = f"{trusted.issuer.tenant_id}/{local_object_id('rita')}"
     review = found.item.review
     assert review is not None
