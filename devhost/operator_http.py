@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from devhost.local_issuer import LocalIssuer
-from operator_api.handler import handle_operator_request
+from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 
@@ -44,13 +44,19 @@ def create_operator_app(
 
     @app.api_route("/{path:path}", methods=METHODS)
     async def operator_api(request: Request) -> Response:
-        body = await request.body()
+        # Read no more than the handler can take: it answers 413 for anything longer, and what lies
+        # beyond the limit is never held in memory (nor read at all, before the token is checked).
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                break
         answer = await run_in_threadpool(
             handle_operator_request,
             request.method,
             request.url.path,
             dict(request.headers),
-            body,
+            bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,
             validator=validator,
         )
