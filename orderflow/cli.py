@@ -563,7 +563,11 @@ def _call_operator_api(
     if not api_url:
         _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
     token = _token(token_file)
-    with OperatorApiClient(api_url, token=token) as client:
+    try:
+        client = OperatorApiClient(api_url, token=token)
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    with client:
         try:
             answer = call(client)
         except OrderflowError as exc:

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from orderflow.errors import TransientError
+from orderflow.settings import is_loopback_host
 
 API_PATH = "/api/operator"
 """The API's path under the host's base URL."""
@@ -60,6 +61,10 @@ class OperatorApiClient:
         token: An access token for the API (app role ``orderflow.operator`` or ``orderflow.reviewer``).
         timeout_s: Timeout of one call, seconds.
         transport: An httpx transport to use instead of the network (tests).
+
+    Raises:
+        ValueError: ``base_url`` is not https and not on a loopback host: the bearer token would cross
+            the network in the clear.
     """
 
     def __init__(
@@ -71,6 +76,9 @@ class OperatorApiClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        url = httpx.URL(self.base_url)
+        if url.scheme != "https" and not (url.scheme == "http" and is_loopback_host(url.host)):
+            raise ValueError("the operator API's URL must be https (plain http only on a loopback host)")
         self._http = httpx.Client(
             base_url=self.base_url + API_PATH,
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},

@@ -996,7 +996,7 @@ def test_review_needs_exactly_one_of_approve_and_reject(
 # --- review and compensate: calls to the operator API -----------------------------------------------
 
 
-API_URL = "http://operator-api.test"
+API_URL = "https://operator-api.test"
 
 
 @pytest.fixture
@@ -1323,3 +1323,22 @@ def test_status_shows_whether_an_undo_is_still_to_come(
     assert rows["undo ship"] == "irreversible (cannot be undone)"
     if state is ProcessState.PROCESSED:
         assert "Pending" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://orderflow.azurewebsites.net", True),
+        ("http://127.0.0.1:8080", True),
+        ("http://localhost:8080", True),
+        ("http://orderflow.azurewebsites.net", False),
+        ("http://10.0.0.5:8080", False),
+        ("ftp://127.0.0.1", False),
+    ],
+)
+def test_a_bearer_token_is_sent_in_the_clear_only_to_a_loopback_host(url: str, allowed: bool) -> None:
+    if allowed:
+        OperatorApiClient(url, token="t").close()
+    else:
+        with pytest.raises(ValueError, match="must be https"):
+            OperatorApiClient(url, token="t")
