@@ -40,8 +40,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from agents.services import RemoteService
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import DeadlineExceeded, ErrorKind, PermanentError, TransientError
+from orderflow.errors import DeadlineExceeded, ErrorKind, InvalidMessage, PermanentError, TransientError
 from orderflow.messages import (
+    REPLY_TO_NOT_A_RESPONSE_QUEUE,
     AgentOutcome,
     AgentRequest,
     AgentResponse,
@@ -125,11 +126,18 @@ def handle_request(
         for a request whose deadline had passed on arrival (the orchestration's timer has already won).
 
     Raises:
-        InvalidMessage: the body is not an agent request (dead-letter it).
+        InvalidMessage: the body is not an agent request, or its ``replyTo`` is not one of the
+            deployment's response queues (``ReplyToNotAResponseQueue``): dead-letter it, nothing called.
         TransientError: the response could not be sent (abandon the message: its redelivery makes no
             call, and the step's timer takes over).
     """
     request = parse_message(AgentRequest, body)
+    if not settings.is_response_queue(request.reply_to):
+        # Before anything is taken or called: a request that answers elsewhere is not the app's.
+        raise InvalidMessage(
+            REPLY_TO_NOT_A_RESPONSE_QUEUE,
+            f"replyTo {request.reply_to[:64]!r} is not one of the deployment's agent response queues",
+        )
     fields = {"order_id": request.order_id, "instance_id": request.instance_id, "step": request.step}
     if _skipped(request, fields, delivery_count=delivery_count, clock=clock, taken=taken):
         return AgentResult(None, 0)

@@ -60,6 +60,9 @@ RESERVED_REPLY_QUEUE = "ReservedReplyQueue"
 REPLY_TO_MISMATCH = "ReplyToMismatch"
 REPLY_TO_NOT_REGISTERED = "ReplyToNotRegistered"
 OPERATOR_ACTION_NOT_ACCEPTED = "OperatorActionNotAccepted"
+REPLY_TO_NOT_A_RESPONSE_QUEUE = "ReplyToNotAResponseQueue"
+"""Dead-letter reason of an agent request whose ``replyTo`` is not one of the deployment's response
+queues: an agent answers nowhere else, so a forged request cannot make it write to a client's queue."""
 
 PARSE_REASONS = frozenset(
     {

@@ -755,6 +755,19 @@ class Settings(BaseModel):
         """Request queue name of an agent."""
         return f"{self.AGENT_QUEUE_PREFIX}{agent}"
 
+    def is_response_queue(self, name: str) -> bool:
+        """Whether ``name`` is one of this deployment's agent response queues: ``AGENT_RESPONSES_QUEUE``,
+        or a host's ``AGENT_RESPONSES_QUEUE-<host id>`` (a host id of lowercase letters, digits and
+        hyphens), never a dead-letter queue."""
+        if name == self.AGENT_RESPONSES_QUEUE:
+            return True
+        host = name.removeprefix(f"{self.AGENT_RESPONSES_QUEUE}-")
+        return (
+            host != name
+            and not name.endswith(DEAD_LETTER_SUFFIX)
+            and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", host) is not None
+        )
+
     def response_queue(self) -> str:
         """Response queue of this host (``agent-responses-<hostid>`` locally)."""
         return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}" if self.HOST_ID else self.AGENT_RESPONSES_QUEUE

@@ -876,3 +876,48 @@ def test_http_service_undo_in_progress_is_transient() -> None:
         http_service("inventory", handler).call(
             "release", {"forwardKey": "o-1:reserve"}, order_id="o-1", idempotency_key="k", timeout_s=1.0
         )
+
+
+@pytest.mark.parametrize(
+    "reply_to",
+    [
+        "client-a",
+        "orders-a",
+        "agent-responses-h1-deadletter",
+        "agent-responsesx",
+        "agent-x",
+    ],
+)
+def test_a_request_that_answers_outside_the_response_queues_is_dead_lettered_uncalled(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, reply_to: str
+) -> None:
+    # A forged request (a refund, say) naming a client's queue: the agent calls nothing and sends nothing.
+    forged = json.loads(request_body())
+    forged["replyTo"] = reply_to
+    service = ScriptedService(clock, [{"reservationId": "r-42"}])
+
+    with pytest.raises(InvalidMessage) as refused:
+        run(json.dumps(forged), service, queues, clock, settings, FakeSleep(clock))
+
+    assert refused.value.reason == "ReplyToNotAResponseQueue"
+    assert service.calls == []
+    assert reply_to not in queues.names() or queues.queue(reply_to).peek_all() == []
+
+
+@pytest.mark.parametrize("reply_to", ["agent-responses", "agent-responses-h1", "agent-responses-local"])
+def test_the_shared_and_every_hosts_response_queue_are_answered(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings, reply_to: str
+) -> None:
+    request = json.loads(request_body())
+    request["replyTo"] = reply_to
+
+    result = run(
+        json.dumps(request),
+        ScriptedService(clock, [{"reservationId": "r-42"}]),
+        queues,
+        clock,
+        settings,
+        FakeSleep(clock),
+    )
+
+    assert [m.message_id for m in queues.queue(reply_to).peek_all()] == [the_response(result).event_id]

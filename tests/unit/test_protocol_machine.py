@@ -258,7 +258,7 @@ class Host:
         self.cursor = SweepCursor()
         self.claimable: list[Versioned[StateRecord]] = []
         self.expired: list[Versioned[StateRecord]] = []
-        self.response_queue = f"responses-{name}"
+        self.response_queue = f"agent-responses-{name}"
 
     def __repr__(self) -> str:
         return self.name
@@ -1029,7 +1029,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
             step=step,
             timeout_s=8,
             completed=done,
-            response_queue="responses-h1",
+            response_queue="agent-responses-h1",
         ).to_payload()
         return start_step(payload, worker)
 
