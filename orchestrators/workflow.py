@@ -155,7 +155,10 @@ def _run_step(
                 run.log.note("step.fenced", step.name, reason)
                 return _Ended("fenced", step.name)
             case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted():
-                return run.compensate_for(step.name, started)
+                stopped = run.compensate_for(step.name, started)
+                if stopped is None:  # a bug, not a protocol outcome: fail the orchestration loudly
+                    raise IllegalTransition(f"{type(started).__name__} at {step.name} triggers nothing")
+                return stopped
             case _:
                 assert_never(started)
 
@@ -169,8 +172,9 @@ def _run_step(
 
         error = _step_error(step.name, response)
         fallback_left = step.fallback_agent is not None and not fallback
-        if compensation_cause(step.name, error, fallback_left=fallback_left) is not None:
-            return run.compensate_for(step.name, error)
+        compensate = run.compensate_for(step.name, error, fallback_left=fallback_left)
+        if compensate is not None:
+            return compensate
         if error.kind == ErrorKind.PERMANENT.value:
             # The provider refused: an alternative provider is tried before any compensation.
             run.log.note("step.fallback", step.name, error.code)
@@ -419,11 +423,12 @@ class _Attempt:
             return WriteFailed(reason=f"activity failed: {str(exc)[:200]}")
         return activity.read_result(raw)
 
-    def compensate_for(self, step: str, seen: Seen) -> _Compensate:
-        """Compensation for what was seen at ``step`` (a refusal to go on, or the step's error)."""
-        cause = compensation_cause(step, seen)
-        if cause is None:  # a bug in the caller, not a protocol outcome: fail the orchestration loudly
-            raise IllegalTransition(f"{type(seen).__name__} at {step} does not trigger compensation")
+    def compensate_for(self, step: str, seen: Seen, *, fallback_left: bool = False) -> _Compensate | None:
+        """Compensation for what was seen at ``step`` (a refusal to go on, or the step's error), or None
+        when it is no reason to compensate (:func:`compensation_cause`, applied once here)."""
+        cause = compensation_cause(step, seen, fallback_left=fallback_left)
+        if cause is None:
+            return None
         if cause.kind == CANCELLED_KIND:
             # The client (or an operator) stopped the order: start nothing more, undo what was done.
             self.log.note("order.cancel", step, None)
