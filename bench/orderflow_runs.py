@@ -42,7 +42,7 @@ from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import StateRecord
+from orderflow.records import StateRecord, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.workflows import CURRENT_WORKFLOW
@@ -185,7 +185,7 @@ def throughput_run(
     finally:
         fleet.stop()
     try:
-        timed = [r for r in all_records(stores.state) if r.order_id.startswith(f"{tag}-")]
+        timed = [r for r in all_records(stores.state) if client_order_id(r.order_id).startswith(f"{tag}-")]
     finally:
         stores.close()
     return {
@@ -360,12 +360,12 @@ def hard_down_calls(
     """Calls each order made to ``service`` (None: to every service), from the demo services' audit:
     ``{orderId: {forward, undo}}``.
 
-    The audit is keyed by idempotency key, ``{orderId}:{step}`` or ``{orderId}:{step}:undo``; an order id
-    never holds a colon, so the key's first part names the order.
+    The audit is keyed by idempotency key, ``{orderKey}:{step}`` or ``{orderKey}:{step}:undo``, with the
+    order key ``{clientId}:{orderId}``; ``order_ids`` are the clients' own ids (unique in a run).
     """
     calls = {order_id: {"forward": 0, "undo": 0} for order_id in order_ids}
     for key, entry in audit_keys.items():
-        order_id = key.split(":", 1)[0]
+        order_id = client_order_id(key.removesuffix(":undo").rpartition(":")[0])
         if order_id not in calls:
             continue
         if service is not None and not str(entry.get("endpoint", "")).startswith(f"{service}."):
@@ -405,7 +405,9 @@ def hard_down_run(
                     system.client, messages, concurrency=len(messages), timeout_s=timeout_s
                 )
                 order_ids = [str(m["orderId"]) for m in messages]
-                records = [system.host.deps.states.get(order_id).item for order_id in order_ids]
+                (registered,) = system.host.deps.settings.clients()
+                keys = [order_key(registered.client_id, order_id) for order_id in order_ids]
+                records = [system.host.deps.states.get(key).item for key in keys]
         finally:
             http.put("/faults", json=FaultPlan().model_dump(mode="json"))
         audit = http.get("/audit").json()

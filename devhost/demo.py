@@ -77,7 +77,7 @@ from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import ProcessState, StateRecord, parse_utc
+from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
@@ -551,20 +551,28 @@ def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]
             instance = call.get("instance")
             claimed = next_claim.get(instance) if instance else None
             if claimed is not None and parse_utc(call["at"]) > claimed:
-                order_id = str(entry.get("orderId") or instance.rpartition(":")[0])
+                order_id = client_order_id(str(entry.get("orderId") or instance.rpartition(":")[0]))
                 overlaps.setdefault(
                     order_id, f"a call of {instance} ({key}) arrived after the next attempt was claimed"
                 )
     return overlaps
 
 
+def _key(records: Mapping[str, StateRecord], order_id: str) -> str:
+    record = records.get(order_id)
+    return record.order_id if record is not None else order_id
+
+
 def summarise(
     catalog: Catalog, records: dict[str, StateRecord], services_url: str, submitted: int, elapsed_s: float
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Build the report and the list of mismatched orders."""
+    """Build the report and the list of mismatched orders; ``records`` by the clients' own order ids."""
     with httpx.Client(base_url=services_url, timeout=30) as http:
         audit = http.get("/audit").json()
-        facts = {o.order_id: http.get(f"/orders/{o.order_id}/facts").json() for o in catalog.orders}
+        # The services know an order by its key, {clientId}:{orderId}; an order never recorded has none.
+        facts = {
+            o.order_id: http.get(f"/orders/{_key(records, o.order_id)}/facts").json() for o in catalog.orders
+        }
     states = Counter(r.process_state for r in records.values())
     verdicts = {
         o.order_id: classify(o, records.get(o.order_id), facts[o.order_id], MAX_FAILURES)
@@ -934,7 +942,8 @@ def build_report(
     """
     # Every settled order owes its client a final reply; give the last ones a moment to arrive.
     await_final_replies(clients, settling.owners, timeout_s=60.0)
-    records = {r.order_id: r for r in all_records(system.stores.state)}
+    # By the clients' own order ids, as the catalog names them (each catalog order has one client).
+    records = {client_order_id(r.order_id): r for r in all_records(system.stores.state)}
     report, mismatched = summarise(
         system.catalog, records, system.services_url, settling.submitted, settling.elapsed_s
     )

@@ -16,7 +16,9 @@ with one ETag-conditional write, and the owner acts on it:
   races the write starting the irreversible step either lands first (the step is never started) or
   re-reads the record and sees the step.
 
-A client may cancel its own orders only: a cancel that arrives on one client's inbound queue for another
+A client names the order by its own order id, and the cancel acts on the order stored under the client's
+key for it (``{clientId}:{orderId}``; an earlier version's record under the bare id is read next). A
+client may cancel its own orders only: a cancel that arrives on one client's inbound queue for another
 client's order is answered exactly as a cancel of an order that does not exist (``UnknownOrder``), so it
 learns nothing about it. Replies go to the reply queue the order was submitted with, never to one named
 in the cancel.
@@ -36,7 +38,7 @@ from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CancelOrder, OrderStatus, parse_message
 from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
-from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
+from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus, order_key
 from orderflow.replies import send_reply
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
@@ -61,7 +63,7 @@ class CancelOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class CancelResult:
-    """Result of :func:`handle_cancel`: the order, what was done and, when refused, why."""
+    """Result of :func:`handle_cancel`: the order's key, what was done and, when refused, why."""
 
     order_id: str
     outcome: CancelOutcome
@@ -138,6 +140,7 @@ def handle_cancel(
             winning the ETag race; abandon and retry.
     """
     request = parse_message(CancelOrder, body)
+    key = order_key(client.client_id, request.order_id)
 
     def decide(record: StateRecord) -> tuple[tuple[CancelOutcome, str | None], bool]:
         outcome, reason = _decide(record, request, clock)
@@ -147,18 +150,19 @@ def handle_cancel(
         states=states,
         queues=queues,
         clock=clock,
-        order_id=request.order_id,
+        order_id=key,
         decide=decide,
         what="cancel",
         grace_s=grace_s,
         visible=lambda record: client.owns(record.client_id, record.reply_to),
+        unscoped_id=request.order_id,
     )
     outcome, reason = applied.decision
     if outcome is CancelOutcome.REFUSED:
         refusal = PendingReply(status=OrderStatus.CANCEL_REFUSED.value, reason=reason)
         send_reply(queues, clock, applied.record, refusal)
-        telemetry.event("cancel.refused", order_id=request.order_id, reason=reason)
-        return CancelResult(request.order_id, outcome, reason)
+        telemetry.event("cancel.refused", order_id=applied.record.order_id, reason=reason)
+        return CancelResult(applied.record.order_id, outcome, reason)
     if applied.written is not None:
-        telemetry.event("cancel.accepted", order_id=request.order_id, outcome=outcome.value)
-    return CancelResult(request.order_id, outcome)
+        telemetry.event("cancel.accepted", order_id=applied.record.order_id, outcome=outcome.value)
+    return CancelResult(applied.record.order_id, outcome)

@@ -61,8 +61,10 @@ from orderflow.records import (
     RetryBudget,
     StateRecord,
     StepState,
+    client_order_id,
     content_hash,
     idempotency_key,
+    order_key,
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
@@ -86,7 +88,7 @@ class IntakeResult:
     """Result of :func:`handle_intake_message`: the order the message was about and what it did.
 
     Attributes:
-        order_id: The order.
+        order_id: The order's key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`).
         outcome: ``accepted``, ``duplicate``, ``rejected`` (admission control refused a new order) or
             ``cancel`` (a client's cancel request).
         reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); for ``cancel``, why it
@@ -106,19 +108,22 @@ def initial_state(
     settings: Settings,
     clock: Clock,
     client: RegisteredClient | None = None,
+    *,
+    key: str | None = None,
 ) -> StateRecord:
     """The state record of a new order: ``Pending``, unlocked, every step ``NotStarted``; its reply queue
     and ``clientId`` are ``client``'s (None: the body's reply queue and no client, for tests of the
-    records alone)."""
+    records alone). It is stored under ``key``: by default the client's :func:`~orderflow.records.order_key`
+    (the bare order id without a client)."""
     now = clock.now()
+    key = key or _default_key(order, client)
     return StateRecord(
-        id=order.order_id,
-        order_id=order.order_id,
+        id=key,
+        order_id=key,
         reply_to=client.reply_queue if client is not None else order.reply_to,
         client_id=client.client_id if client is not None else None,
         steps={
-            step.name: StepState(idempotency_key=idempotency_key(order.order_id, step.name))
-            for step in definition.steps
+            step.name: StepState(idempotency_key=idempotency_key(key, step.name)) for step in definition.steps
         },
         retry_budget=RetryBudget(limit=settings.RETRY_BUDGET),
         workflow_version=definition.version,
@@ -127,12 +132,16 @@ def initial_state(
     )
 
 
-def order_document(order: SubmitOrder, clock: Clock, client: RegisteredClient | None = None) -> OrderDocument:
+def order_document(
+    order: SubmitOrder, clock: Clock, client: RegisteredClient | None = None, *, key: str | None = None
+) -> OrderDocument:
     """The immutable order document, with the content hash of everything the client sent, and the
-    ``clientId`` of ``client`` (whose reply queue the body's ``replyTo`` has been checked to be)."""
+    ``clientId`` of ``client`` (whose reply queue the body's ``replyTo`` has been checked to be); stored
+    under ``key`` as :func:`initial_state` is."""
+    key = key or _default_key(order, client)
     return OrderDocument(
-        id=order.order_id,
-        order_id=order.order_id,
+        id=key,
+        order_id=key,
         customer_id=order.customer_id,
         customer_name=order.customer_name,
         currency=order.currency,
@@ -144,6 +153,10 @@ def order_document(order: SubmitOrder, clock: Clock, client: RegisteredClient | 
         received_at=clock.now(),
         client_id=client.client_id if client is not None else None,
     )
+
+
+def _default_key(order: SubmitOrder, client: RegisteredClient | None) -> str:
+    return order_key(client.client_id, order.order_id) if client is not None else order.order_id
 
 
 def handle_intake_message(
@@ -160,7 +173,12 @@ def handle_intake_message(
     admission: Admission | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
-    the order id, or hand a client's cancel of one of its own orders to its handler.
+    the client's order id, or hand a client's cancel of one of its own orders to its handler.
+
+    The order is stored under its key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), so
+    another client's order with the same id is another order. While ``UNSCOPED_ORDERS_UNTIL`` lies ahead,
+    a record of an earlier version stored under the bare order id and owned by this client is found
+    first (one point read more per order), so its resubmission is still a duplicate.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for one
     of the client's own orders: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``;
@@ -178,10 +196,10 @@ def handle_intake_message(
         admission: Admission control for new orders, or None to admit everything.
 
     Returns:
-        ``accepted`` for a new order, ``duplicate`` for an identical redelivery; both mean "complete
-        the message". A ``Received`` reply is sent in both cases (a redelivery may follow a crash that
-        happened before the first reply was sent; the client de-duplicates by message id), except
-        that a resubmission of a settled order gets its final status again.
+        The order's key and ``accepted`` for a new order, ``duplicate`` for an identical redelivery;
+        both mean "complete the message". A ``Received`` reply is sent in both cases (a redelivery
+        may follow a crash that happened before the first reply was sent; the client de-duplicates by
+        message id), except that a resubmission of a settled order gets its final status again.
         ``rejected`` when admission control refused a new order: nothing was written, a ``Rejected``
         reply with the reason and ``retryAfterS`` was sent; complete the message too.
         ``cancel`` for a client's cancel of a known order: whatever its handler decided, complete the
@@ -213,21 +231,23 @@ def handle_intake_message(
     order = parse_message(SubmitOrder, body)
     _check_reply_queue(order, client, settings, transport_reply_to=reply_to)
     definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
-    document = order_document(order, clock, client)
-    existing: OrderDocument | None = None
+    existing = _unscoped_order(order, client, orders, clock, settings)
+    key = existing.order_id if existing is not None else order_key(client.client_id, order.order_id)
+    document = order_document(order, clock, client, key=key)
     admitted = False
-    if admission is not None:
-        decision = admission.admit(order.order_id, client)
+    if admission is not None and existing is None:
+        decision = admission.admit(key, client)
         admitted = decision.admitted
         if not decision.admitted:
             # Refusals alone pay this read; NotFound is the only answer that makes the order new.
             try:
-                existing = orders.get(order.order_id)
+                existing = orders.get(key)
             except NotFound:
-                return _reject(order, decision, queues=queues, clock=clock)
+                return _reject(order, key, decision, queues=queues, clock=clock)
     try:
         outcome = _record(
             order,
+            key,
             document,
             existing,
             orders=orders,
@@ -252,12 +272,27 @@ def handle_intake_message(
     status, reason, detail = OrderStatus.RECEIVED, None, None
     if outcome is IntakeOutcome.DUPLICATE:
         # A client that resubmits a settled order (its reply was lost) gets the outcome, not "Received".
-        settled = _final_status(states.get(order.order_id).item)
+        settled = _final_status(states.get(key).item)
         if settled is not None:
             status, reason, detail = settled
     _send(queues, clock, order, status, reason=reason, detail=detail)
-    telemetry.event("order.received", order_id=order.order_id, outcome=outcome.value)
-    return IntakeResult(order.order_id, outcome)
+    telemetry.event("order.received", order_id=key, outcome=outcome.value)
+    return IntakeResult(key, outcome)
+
+
+def _unscoped_order(
+    order: SubmitOrder, client: RegisteredClient, orders: OrderStore, clock: Clock, settings: Settings
+) -> OrderDocument | None:
+    """The client's order of an earlier version stored under the bare order id, looked up only while
+    ``UNSCOPED_ORDERS_UNTIL`` lies ahead; None when there is none (or it is another client's)."""
+    until = settings.UNSCOPED_ORDERS_UNTIL
+    if until is None or clock.now() >= until:
+        return None
+    try:
+        stored = orders.get(order.order_id)
+    except NotFound:
+        return None
+    return stored if client.owns(stored.client_id, stored.reply_to) else None
 
 
 def _check_reply_queue(
@@ -325,6 +360,7 @@ def _send(
 
 def _record(
     order: SubmitOrder,
+    key: str,
     document: OrderDocument,
     existing: OrderDocument | None,
     *,
@@ -335,7 +371,8 @@ def _record(
     definition: WorkflowDefinition,
     client: RegisteredClient,
 ) -> IntakeOutcome:
-    """Write the order document and the state record, create-only; ``existing`` if already read.
+    """Write the order document and the state record under ``key``, create-only; ``existing`` if
+    already read.
 
     Raises:
         ConflictingOrder: the stored document's content hash differs, or it is another client's order;
@@ -347,23 +384,23 @@ def _record(
         try:
             orders.create(document)
         except AlreadyExists:
-            existing = orders.get(order.order_id)
+            existing = orders.get(key)
     if existing is not None:
         foreign = existing.client_id is not None and existing.client_id != client.client_id
         if foreign or existing.content_hash != document.content_hash:
-            telemetry.alert("conflicting_order", order_id=order.order_id, client_id=client.client_id)
-            raise ConflictingOrder(f"order {order.order_id} exists with different content")
+            telemetry.alert("conflicting_order", order_id=key, client_id=client.client_id)
+            raise ConflictingOrder(f"order {client_order_id(key)} exists with different content")
         outcome = IntakeOutcome.DUPLICATE
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
-        states.create(initial_state(order, definition, settings, clock, client))
+        states.create(initial_state(order, definition, settings, clock, client, key=key))
     except AlreadyExists:
         outcome = IntakeOutcome.DUPLICATE
     return outcome
 
 
 def _reject(
-    order: SubmitOrder, decision: AdmissionDecision, *, queues: QueueFactory, clock: Clock
+    order: SubmitOrder, key: str, decision: AdmissionDecision, *, queues: QueueFactory, clock: Clock
 ) -> IntakeResult:
     """Tell the client its new order was refused; nothing is written to either store."""
     reason = decision.reason.value if decision.reason is not None else None
@@ -380,7 +417,5 @@ def _reject(
         message_id=reply_message_id(order.order_id, OrderStatus.REJECTED),
         correlation_id=order.order_id,
     )
-    telemetry.event(
-        "order.rejected", order_id=order.order_id, reason=reason, retry_after_s=decision.retry_after_s
-    )
-    return IntakeResult(order.order_id, IntakeOutcome.REJECTED, reason)
+    telemetry.event("order.rejected", order_id=key, reason=reason, retry_after_s=decision.retry_after_s)
+    return IntakeResult(key, IntakeOutcome.REJECTED, reason)

@@ -39,7 +39,7 @@ from orderflow.messages import (
     Envelope,
     decode_json_object,
     validate_message,
-    validate_order_id,
+    validate_order_key,
 )
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
@@ -259,7 +259,7 @@ def handle_operator_request(
     if len(body) > MAX_BODY_BYTES:
         return error(413, TOO_LARGE, f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
-        return route.action(validate_order_id(order_id), body, principal, deps)
+        return route.action(validate_order_key(order_id), body, principal, deps)
     except InvalidMessage as invalid:
         if invalid.reason == UNKNOWN_ORDER:
             return error(404, UNKNOWN_ORDER, f"no order {order_id}")

@@ -40,7 +40,7 @@ from orderflow.messages import (
     StatusReply,
     decode_json_object,
     json_type,
-    validate_order_id,
+    validate_order_key,
 )
 from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
@@ -51,6 +51,7 @@ app = typer.Typer(help="Submit orders, watch their status, inspect the state sto
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
 
+OrderKey = Annotated[str, typer.Argument(help="The order's key: <client id>:<order id>.")]
 ReplyTo = Annotated[str, typer.Option("--reply-to", help="This client's private reply queue.")]
 
 
@@ -557,7 +558,7 @@ def _call_operator_api(
             when the API refused (401, 403, 404, 409 ...) or could not be reached.
     """
     try:
-        validate_order_id(order_id)
+        validate_order_key(order_id)
     except InvalidMessage as exc:
         _fail(exc.description, code=2)
     if not api_url:
@@ -587,7 +588,7 @@ def _state_of(answer: OperatorAnswer) -> str:
 
 @app.command()
 def compensate(
-    order_id: str,
+    order_id: OrderKey,
     reason: Annotated[str | None, typer.Option(help="Why, kept with the order.")] = None,
     api_url: ApiUrl = None,
     token_file: TokenFile = None,
@@ -608,7 +609,7 @@ def compensate(
 
 @app.command()
 def review(
-    order_id: str,
+    order_id: OrderKey,
     approve: Annotated[bool, typer.Option("--approve", help="Approve: the order goes on.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject: the order is compensated.")] = False,
     api_url: ApiUrl = None,
@@ -658,12 +659,12 @@ def _row(table: Table, *cells: object) -> None:
 
 @app.command()
 def status(
-    order_id: str,
+    order_id: OrderKey,
     env_file: Annotated[Path | None, typer.Option()] = None,
 ) -> None:
     """Show an order's state record."""
     try:
-        validate_order_id(order_id)
+        validate_order_key(order_id)
     except InvalidMessage as exc:
         _fail(exc.description, code=2)
     settings = _settings(env_file)

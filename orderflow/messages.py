@@ -161,6 +161,10 @@ SchemaVersion = Annotated[Literal[1], BeforeValidator(_schema_version_is_an_inte
 """The contract version of every message: the JSON integer ``1``."""
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
+ORDER_KEY_PATTERN = r"^(?:[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?:)?[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+"""An order's key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), or the bare order id
+an earlier version stored an order under."""
+OrderKey = Annotated[str, StringConstraints(pattern=ORDER_KEY_PATTERN)]
 """Order ids: 1–64 characters of letters, digits, ``_ . -``; no ``:`` (instance ids use it as separator)
 and nothing Cosmos DB forbids in an id (``/ \\ ? #``)."""
 
@@ -340,7 +344,7 @@ class ReviewDecisionMessage(Envelope):
     Attributes:
         schema_version: Must be 1.
         type: ``ReviewDecision``.
-        order_id: The order.
+        order_id: The order's key.
         decision: ``approve`` or ``reject``.
         reviewer: Who decided: the verified principal's audit id
             (:attr:`orderflow.operator_auth.Principal.audit_id`), as in the record's ``review.decidedBy``.
@@ -349,7 +353,7 @@ class ReviewDecisionMessage(Envelope):
 
     schema_version: SchemaVersion
     type: Literal["ReviewDecision"]
-    order_id: OrderId
+    order_id: OrderKey
     decision: Literal["approve", "reject"]
     reviewer: CleanText = "reviewer"
     instance_id: str | None = None
@@ -585,6 +589,29 @@ def validate_order_id(order_id: str) -> str:
             f"{order_id[:80]!r} is not an order id: 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit",
         ) from exc
+
+
+_ORDER_KEY = re.compile(ORDER_KEY_PATTERN)
+
+
+def validate_order_key(key: str) -> str:
+    """Check the key of a stored order given outside a message (the operator API's URLs, the CLI):
+    ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), or the bare order id an earlier
+    version stored an order under.
+
+    Returns:
+        ``key``.
+
+    Raises:
+        InvalidMessage: ``InvalidField``, saying what an order key holds.
+    """
+    if _ORDER_KEY.fullmatch(key) is None:
+        raise InvalidMessage(
+            INVALID_FIELD,
+            f"{key[:100]!r} is not an order key: '<client id>:<order id>' (an order id is 1-64 letters, "
+            "digits, '_', '.' or '-', starting with a letter or digit)",
+        )
+    return key
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -49,6 +49,16 @@ def min_time(current: datetime | None, bound: datetime) -> datetime:
     return bound if current is None or bound < current else current
 
 
+def _read(states: StateStore, order_id: str, unscoped_id: str | None) -> Versioned[StateRecord] | None:
+    for candidate in (order_id, unscoped_id):
+        if candidate is not None:
+            try:
+                return states.get(candidate)
+            except NotFound:
+                pass
+    return None
+
+
 def apply_request(
     *,
     states: StateStore,
@@ -60,6 +70,7 @@ def apply_request(
     grace_s: float,
     visible: Callable[[StateRecord], bool] | None = None,
     deliver_owed_reply: bool = True,
+    unscoped_id: str | None = None,
 ) -> Applied[_T]:
     """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
 
@@ -76,6 +87,8 @@ def apply_request(
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
         visible: Whether the requester may see the order at all (a client sees its own orders only);
             None: every order. An order it may not see is answered exactly as one that does not exist.
+        unscoped_id: Where ``order_id`` is an order key, the bare order id an earlier version stored the
+            same order under (:func:`orderflow.records.order_key`): read when the key is not found.
         deliver_owed_reply: Deliver a reply the written record owes. False leaves it to the reply relay
             (``REPLY_GRACE_S`` later): for a request that owes no reply of its own, whose caller must not
             be told it failed when the decision was recorded but an earlier reply could not be sent.
@@ -90,10 +103,7 @@ def apply_request(
         TransientError: the store or the reply queue is unavailable.
     """
     for _ in range(MAX_CONFLICT_RETRIES):
-        try:
-            found = states.get(order_id)
-        except NotFound:
-            found = None
+        found = _read(states, order_id, unscoped_id)
         if found is None or (visible is not None and not visible(found.item)):
             # The same error, word for word, whether the order is missing or someone else's.
             raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to {what}")

@@ -483,6 +483,25 @@ class StateRecord(Model):
         return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
 
+def order_key(client_id: str, order_id: str) -> str:
+    """The key an order is stored and run under, ``{clientId}:{orderId}``: the id of its state record
+    and order document (and their partition key), and the base of its instance ids and idempotency keys.
+
+    Order ids are the client's own, so two clients may use the same one (docs/clients.md). Client ids
+    are slugs and order ids hold no ``:``, so the key splits back unambiguously
+    (:func:`client_order_id`). Records written before order ids were scoped by client are keyed by the
+    bare order id; every reader treats a key as opaque.
+    """
+    return f"{client_id}:{order_id}"
+
+
+def client_order_id(key: str) -> str:
+    """The client's own order id of the order stored under ``key``: what every reply to the client
+    names (a bare key of an earlier version's record is the order id itself)."""
+    _, sep, order_id = key.partition(":")
+    return order_id if sep else key
+
+
 def instance_id_for(order_id: str, attempt: int) -> str:
     """The attempt-specific orchestration instance id, ``{orderId}:{attempt}`` (docs/design.md §3.2)."""
     return f"{order_id}:{attempt}"

@@ -18,7 +18,7 @@ from orderflow.clock import Clock
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.base import QueueFactory
-from orderflow.records import PendingReply, StateRecord
+from orderflow.records import PendingReply, StateRecord, client_order_id
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
@@ -28,19 +28,19 @@ CLEAR_ATTEMPTS = 4
 
 
 def send_reply(queues: QueueFactory, clock: Clock, record: StateRecord, reply: PendingReply) -> None:
-    """Send ``reply`` to the order's private reply queue under its stable message id.
+    """Send ``reply`` to the order's private reply queue under its stable message id, naming the order by
+    the client's own order id (:func:`orderflow.records.client_order_id`).
 
     Raises:
         TransientError: the queue is unavailable (the entry stays pending; the relay retries).
     """
     status = OrderStatus(reply.status)
+    order_id = client_order_id(record.order_id)  # the client's own id, as the intake's replies name it
     message = StatusReply(
-        order_id=record.order_id, status=status, reason=reply.reason, detail=reply.detail, at=clock.now()
+        order_id=order_id, status=status, reason=reply.reason, detail=reply.detail, at=clock.now()
     )
     queues.queue(record.reply_to).send(
-        message.to_json(),
-        message_id=reply_message_id(record.order_id, status),
-        correlation_id=record.order_id,
+        message.to_json(), message_id=reply_message_id(order_id, status), correlation_id=order_id
     )
 
 

@@ -14,8 +14,8 @@ current extension sends (``upperSchemaVersion``, ``upperSchemaVersionNew``, time
 Example::
 
     context_json = (
-        HistoryBuilder("o-1:1", T0)
-        .started({"orderId": "o-1"})
+        HistoryBuilder("a:o-1:1", T0)
+        .started({"orderId": "a:o-1"})
         .task_scheduled("start_step", 0)
         .episode(T0 + timedelta(seconds=1))
         .task_completed(0, {"applied": True})

@@ -31,7 +31,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.queues.base import QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import StateRecord
+from orderflow.records import StateRecord, order_key
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import OrderStore, StateStore
@@ -72,8 +72,14 @@ class System:
         assert self.host.api_url is not None, "the devhost runs no api role"
         return self.host.api_url
 
+    def key(self, order_id: str) -> str:
+        """The key the client's order ``order_id`` is stored under."""
+        (registered,) = self.deps.settings.clients()
+        return order_key(registered.client_id, order_id)
+
     def record(self, order_id: str) -> StateRecord:
-        return self.deps.states.get(order_id).item
+        """The state record of the client's order ``order_id``."""
+        return self.deps.states.get(self.key(order_id)).item
 
     def audit(self) -> dict[str, Any]:
         result: dict[str, Any] = httpx.get(f"{self.services_url}/audit", timeout=5).json()

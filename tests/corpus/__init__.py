@@ -30,7 +30,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
-from orderflow.records import OrderDocument, StateRecord
+from orderflow.records import OrderDocument, StateRecord, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, Page, Redaction, StateQuery, StateStore, Versioned
 
@@ -298,7 +298,8 @@ class CorpusRun:
         for case in self.cases:
             if case.original is not None:
                 for order_id in case.order_ids():
-                    self.originals[case.name] = (deps.orders.get(order_id), deps.states.get(order_id))
+                    key = order_key(CLIENT.client_id, order_id)
+                    self.originals[case.name] = (deps.orders.get(key), deps.states.get(key))
 
 
 def _chunks(cases: list[Case], size: int) -> Iterator[list[Case]]:
@@ -427,25 +428,27 @@ def problems(run: CorpusRun, deps: Dependencies) -> list[str]:
             if order_id in run.replies:
                 found.append(f"{case.name}: {run.replies[order_id]} sent for a message that was refused")
     accepted = sorted([*run.valid_ids, *run.kept_ids])
-    if sorted(run.written_orders) != accepted:
+    written_orders = sorted(client_order_id(key) for key in run.written_orders)
+    written_states = sorted(client_order_id(key) for key in run.written_states)
+    if written_orders != accepted:
         found.append(f"order documents written {sorted(run.written_orders)}, expected exactly {accepted}")
-    if sorted(run.written_states) != accepted:
+    if written_states != accepted:
         found.append(f"state records written {sorted(run.written_states)}, expected exactly {accepted}")
     stored = deps.states.count(StateQuery())
     if stored != len(accepted):
         found.append(f"{stored} state records exist; expected {len(accepted)}")
     for name, (document, state) in run.originals.items():
-        order_id = document.order_id
-        if deps.orders.get(order_id) != document:
+        key, order_id = document.order_id, client_order_id(document.order_id)
+        if deps.orders.get(key) != document:
             found.append(f"{name}: the first order's document changed")
-        if deps.states.get(order_id).etag != state.etag:
+        if deps.states.get(key).etag != state.etag:
             found.append(f"{name}: the first order's state record changed")
         if sorted(run.replies.get(order_id, [])) != ["Received", "Rejected"]:
             found.append(f"{name}: replies {run.replies.get(order_id)}, expected Received and Rejected")
     for order_id in run.valid_ids:
         for kind, read in (("order document", deps.orders.get), ("state record", deps.states.get)):
             try:
-                read(order_id)
+                read(order_key(CLIENT.client_id, order_id))
             except NotFound:
                 found.append(f"valid order {order_id}: no {kind}")
         if run.replies.get(order_id) != ["Received"]:

@@ -23,7 +23,7 @@ from devhost import demo
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from orderflow.client import OrderflowClient
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import ProcessState
+from orderflow.records import ProcessState, order_key
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
 
@@ -76,7 +76,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
             "tpch-1": "Processed",
             "tpch-2": "Compensated",
         }
-        assert stores.state.get("tpch-1").item.process_state is ProcessState.PROCESSED
+        assert stores.state.get(order_key(host_id, "tpch-1")).item.process_state is ProcessState.PROCESSED
 
         started = time.monotonic()
         process.send_signal(stop_signal)

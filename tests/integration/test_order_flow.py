@@ -84,7 +84,11 @@ def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
     assert processed.compensation_log[-1].undo is None  # the shipment is a point of no return
     assert processed.steps["charge_payment"].result is not None
     assert processed.steps["charge_payment"].result["amount"] == "1000.50"
-    assert (processed.attempt, processed.failure_count, processed.locked_by) == (1, 0, "tpch-1:1")
+    assert (processed.attempt, processed.failure_count, processed.locked_by) == (
+        1,
+        0,
+        f"{system.key('tpch-1')}:1",
+    )
     assert audit["duplicate_effects"] == 0
     seen = statuses(system)
     assert seen["tpch-1"] == ["Received", "Processed"]
@@ -103,9 +107,9 @@ def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependenc
     assert record.process_state is ProcessState.PROCESSED
     assert record.attempt >= 2
     assert record.failure_count >= 1
-    assert record.locked_by == f"tpch-1:{record.attempt}"
+    assert record.locked_by == f"{system.key('tpch-1')}:{record.attempt}"
     assert audit["duplicate_effects"] == 0
-    reserve_key = audit["keys"]["tpch-1:reserve_inventory"]
+    reserve_key = audit["keys"][f"{system.key('tpch-1')}:reserve_inventory"]
     assert reserve_key["effects"] == 1
     assert reserve_key["calls"] >= 2
 
@@ -133,14 +137,14 @@ def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencie
         )
         record = system.record("tpch-1")
         assert record.complete_by is not None
-        instance = f"tpch-1:{record.attempt}"
+        instance = f"{system.key('tpch-1')}:{record.attempt}"
         system.wait_until(lambda: not _running(system, instance), timeout_s=10)
-        before = system.deps.states.get("tpch-1")
+        before = system.deps.states.get(system.key("tpch-1"))
         late = AgentResponse(
             request_id=f"{instance}:reserve_inventory",
             event_id=f"{instance}:reserve_inventory:response",
             event_name=step_event_name("reserve_inventory"),
-            order_id="tpch-1",
+            order_id=system.key("tpch-1"),
             instance_id=instance,
             step="reserve_inventory",
             outcome=AgentOutcome.SUCCEEDED,
@@ -153,7 +157,7 @@ def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencie
         )
         response_queue = system.deps.queues.queue(system.host.settings.response_queue())
         system.wait_until(lambda: response_queue.approximate_count() == 0)
-        after = system.deps.states.get("tpch-1")
+        after = system.deps.states.get(system.key("tpch-1"))
     assert after.etag == before.etag
     assert after.item.process_state is ProcessState.PROCESSING
     assert after.item.steps["reserve_inventory"].status is StepStatus.RUNNING
@@ -189,13 +193,13 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: D
         system.wait_until(
             lambda: system.deps.queues.queue(system.client.orders_queue).approximate_count() == 0
         )
-        original = system.deps.orders.get("tpch-1")
-        state_before = system.deps.states.get("tpch-1")
+        original = system.deps.orders.get(system.key("tpch-1"))
+        state_before = system.deps.states.get(system.key("tpch-1"))
         system.client.send_raw(json.dumps({**order, "amount": "1.00"}), message_id="tpch-1:submit-2")
         system.wait_until(lambda: len(system.deps.queues.dead_letters(system.client.orders_queue)) == 1)
         dead = system.deps.queues.dead_letters(system.client.orders_queue)
-        after = system.deps.orders.get("tpch-1")
-        state_after = system.deps.states.get("tpch-1")
+        after = system.deps.orders.get(system.key("tpch-1"))
+        state_after = system.deps.states.get(system.key("tpch-1"))
     assert dead[0].reason == "ConflictingOrder"
     assert json.loads(dead[0].body)["amount"] == "1.00"
     assert after == original
@@ -211,12 +215,16 @@ def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dep
         record = system.wait_settled(ids, timeout_s=40)["tpch-1"]
         audit = system.audit()
         replies = statuses(system)
-    forward = {k: v for k, v in audit["keys"].items() if k.startswith("tpch-1:") and not k.endswith(":undo")}
+    forward = {
+        k: v
+        for k, v in audit["keys"].items()
+        if k.startswith(f"{system.key('tpch-1')}:") and not k.endswith(":undo")
+    }
     calls = sum(v["calls"] for v in forward.values())
     assert 0 < calls <= 6
     # Undo calls spend no budget (a spent budget is why the order compensates); the reservation the
     # hard-down service never made is tombstoned by its key.
-    assert audit["keys"]["tpch-1:reserve_inventory:undo"]["status"] == 200
+    assert audit["keys"][f"{system.key('tpch-1')}:reserve_inventory:undo"]["status"] == 200
     # The agent stopped when its reservation ran out; the supervisor then gave up on the spent budget
     # and an attempt compensated (undos spend no budget: the reservation is released by its key).
     assert record.process_state is ProcessState.COMPENSATED
@@ -238,7 +246,7 @@ def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dep
         system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
         record = system.wait_settled(["tpch-1"], timeout_s=40)["tpch-1"]
         audit = system.audit()
-        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-1')}/facts", timeout=5).json()
     assert record.workflow_version == "order-v2"
     assert record.process_state is ProcessState.COMPENSATED
     assert record.last_error is not None and record.last_error.code == "unknown_carrier"
@@ -247,7 +255,7 @@ def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dep
         "charge_payment": "Compensated",
     }
     arrivals = [
-        parse_utc(audit["keys"][f"tpch-1:{step}:undo"]["received"][0]["at"])
+        parse_utc(audit["keys"][f"{system.key('tpch-1')}:{step}:undo"]["received"][0]["at"])
         for step in ("reserve_inventory", "charge_payment")
     ]
     assert abs((arrivals[0] - arrivals[1]).total_seconds()) < 1.0
@@ -270,7 +278,7 @@ def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Depen
         replies = statuses(system)
     assert record.process_state is ProcessState.COMPENSATED
     assert record.compensation_failures == 2
-    release = audit["keys"]["tpch-2:reserve_inventory:undo"]
+    release = audit["keys"][f"{system.key('tpch-2')}:reserve_inventory:undo"]
     assert (release["calls"], release["effects"]) == (6, 1)
     assert replies["tpch-2"][-1] == "Compensated"
 
@@ -284,7 +292,7 @@ def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
     ):
         system.submit_all(["tpch-2"])
         record = system.wait_settled(["tpch-2"], timeout_s=40)["tpch-2"]
-        facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-2')}/facts", timeout=5).json()
         replies = statuses(system)
     assert record.process_state is ProcessState.COMPENSATION_FAILED
     assert record.compensation_error is not None and record.compensation_error.code == "undo_refused"
@@ -302,7 +310,7 @@ def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: Dependenc
         system.wait_until(lambda: system.record("tpch-1").steps["charge_payment"].attempts > 0)
         system.client.cancel("tpch-1", reason="changed my mind")
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
-        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-1')}/facts", timeout=5).json()
         replies = statuses(system)
     assert record.process_state is ProcessState.CANCELLED
     assert record.last_error is not None and record.last_error.code == "cancelled_by_client"
@@ -355,7 +363,7 @@ def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
     ) as system:
         system.submit_all(["tpch-1"])
         system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.AWAITING_REVIEW)
-        review = f"{system.api_url}/api/operator/orders/tpch-1/review"
+        review = f"{system.api_url}/api/operator/orders/{system.key('tpch-1')}/review"
         anonymous = httpx.post(review, json={"decision": "approve"}, timeout=10)
         client_user = httpx.post(
             review,
@@ -367,7 +375,7 @@ def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
         token.write_text(issuer.mint(name="ana", roles=[REVIEWER_ROLE]), encoding="ascii")
         cli = CliRunner().invoke(
             cli_app,
-            ["review", "tpch-1", "--approve", "--api-url", system.api_url, "--token-file", str(token)],
+            ["review", system.key("tpch-1"), "--approve", "--api-url", system.api_url, "--token-file", str(token)],
         )
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
         replies = statuses(system)
@@ -390,7 +398,7 @@ def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: 
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=1, REVIEW_DEFAULT=default) as system:
         system.submit_all(["tpch-1"])
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
-        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-1')}/facts", timeout=5).json()
     assert record.process_state.value == ends
     assert record.review is not None
     assert (record.review.decision, record.review.decided_by) == (default, "deadline")
@@ -404,14 +412,14 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
         order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
         system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
-        facts = httpx.get(f"{system.services_url}/orders/tpch-1/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-1')}/facts", timeout=5).json()
         audit = system.audit()
     assert (record.workflow_version, record.process_state) == ("order-v3", ProcessState.PROCESSED)
     shipment = record.steps["create_shipment"]
-    assert (shipment.fallback, shipment.idempotency_key) == (True, "tpch-1:create_shipment:fallback")
+    assert (shipment.fallback, shipment.idempotency_key) == (True, f"{system.key('tpch-1')}:create_shipment:fallback")
     assert shipment.result is not None and shipment.result["carrier"] == "MAIL"
     assert [s["carrier"] for s in facts["shipments"]] == ["MAIL"]
-    assert audit["keys"]["tpch-1:create_shipment"]["status"] == 422  # the carrier's refusal
+    assert audit["keys"][f"{system.key('tpch-1')}:create_shipment"]["status"] == 422  # the carrier's refusal
     assert facts["summary"]["activeShipments"] == 1
 
 
@@ -428,13 +436,13 @@ def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
         system.set_faults(FaultPlan())  # the operator fixed the inventory service
         token = trusted.issuer.mint(name="ops", roles=[OPERATOR_ROLE])
         with OperatorApiClient(system.api_url, token=token) as api:
-            answer = api.compensate("tpch-2")
+            answer = api.compensate(system.key("tpch-2"))
         assert (answer.status, answer.body["outcome"]) == (202, "CompensationRetried")
         system.wait_until(
             lambda: system.record("tpch-2").process_state is ProcessState.COMPENSATED, timeout_s=30
         )
         record = system.record("tpch-2")
-        facts = httpx.get(f"{system.services_url}/orders/tpch-2/facts", timeout=5).json()
+        facts = httpx.get(f"{system.services_url}/orders/{system.key('tpch-2')}/facts", timeout=5).json()
     assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}"
     assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
     assert facts["summary"]["activeReservations"] == 0

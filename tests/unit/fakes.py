@@ -14,7 +14,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import StateRecord
+from orderflow.records import StateRecord, client_order_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import WorkflowDefinition
@@ -60,10 +60,11 @@ TEST_CLIENTS = json.dumps([{"id": TEST_CLIENT.client_id, "replyQueue": TEST_CLIE
 
 
 def order_body(order_id: str = "o-1", *, reply_to: str = "client-a", **changes: Any) -> str:
-    """A valid submission body (one line: sku 10 x 5)."""
+    """A valid submission body (one line: sku 10 x 5); ``order_id`` may be an order key (``a:o-1``), of
+    which the body holds the client's order id."""
     body: dict[str, Any] = {
         "schemaVersion": 1,
-        "orderId": order_id,
+        "orderId": client_order_id(order_id),
         "customerId": "1",
         "customerName": "Customer#000000001",
         "currency": "USD",
@@ -101,7 +102,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
 
 
 def submit_and_claim(
-    deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "o-1", **order: Any
+    deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "a:o-1", **order: Any
 ) -> StateRecord:
     """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
     handle_intake_message(

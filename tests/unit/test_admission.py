@@ -137,26 +137,26 @@ def test_at_the_in_flight_ceiling_a_new_order_is_rejected_and_nothing_is_written
     with telemetry.recording() as counted:
         result = system.submit("new", admission)
 
-    assert result == IntakeResult("new", IntakeOutcome.REJECTED, "InFlightCeiling")
+    assert result == IntakeResult("a:new", IntakeOutcome.REJECTED, "InFlightCeiling")
     assert (system.states.counters.creates, system.orders.counters.creates) == (state_creates, order_creates)
     with pytest.raises(NotFound):
-        system.orders.get("new")
+        system.orders.get("a:new")
     with pytest.raises(NotFound):
-        system.states.get("new")
+        system.states.get("a:new")
     [(message_id, reply)] = system.replies()
     assert message_id == reply_message_id("new", OrderStatus.REJECTED)
     assert reply.order_id == "new"
     assert reply.status is OrderStatus.REJECTED
     assert reply.reason == "InFlightCeiling"
     assert reply.detail == "3 orders in flight (Pending + Processing); the ceiling is 3"
-    assert reply.retry_after_s == retry_after_s("new", REFRESH_S)
+    assert reply.retry_after_s == retry_after_s("a:new", REFRESH_S)
     assert REFRESH_S <= reply.retry_after_s < 2 * REFRESH_S
     assert counted["order.rejected"] == 1
 
 
 def test_a_new_order_pays_no_extra_read_when_admitted(system: System) -> None:
     admission = system.admission(max_in_flight=3)
-    system.submit("o-1", admission)
+    system.submit("a:o-1", admission)
     # Two creates, as without admission control; no point read of either store.
     assert (system.orders.counters.creates, system.orders.counters.reads) == (1, 0)
     assert (system.states.counters.creates, system.states.counters.reads) == (1, 0)
@@ -173,10 +173,10 @@ def test_a_rejected_order_pays_one_point_read_and_writes_nothing(system: System)
 
 def test_redelivery_of_an_accepted_order_is_acknowledged_when_full(system: System) -> None:
     admission = system.admission(max_in_flight=1)
-    assert system.submit("o-1", admission).outcome is IntakeOutcome.ACCEPTED
-    assert system.submit("o-2", admission).outcome is IntakeOutcome.REJECTED  # full now
+    assert system.submit("a:o-1", admission).outcome is IntakeOutcome.ACCEPTED
+    assert system.submit("a:o-2", admission).outcome is IntakeOutcome.REJECTED  # full now
 
-    again = system.submit("o-1", admission)
+    again = system.submit("a:o-1", admission)
 
     assert again.outcome is IntakeOutcome.DUPLICATE
     replies = system.replies()
@@ -190,24 +190,24 @@ def test_redelivery_of_an_accepted_order_is_acknowledged_when_full(system: Syste
 
 def test_an_order_half_written_before_a_crash_is_finished_when_full(system: System) -> None:
     # The order document was written, then the process died before the state record was.
-    order = parse_message(SubmitOrder, order_body("o-1", reply_to=REPLY_QUEUE))
-    system.orders.create(order_document(order, system.clock))
+    order = parse_message(SubmitOrder, order_body("a:o-1", reply_to=REPLY_QUEUE))
+    system.orders.create(order_document(order, system.clock, client_for(REPLY_QUEUE)))
     system.fill(1)
     admission = system.admission(max_in_flight=1)
 
-    result = system.submit("o-1", admission)
+    result = system.submit("a:o-1", admission)
 
     assert result.outcome is IntakeOutcome.DUPLICATE
-    assert system.states.get("o-1").item.process_state is ProcessState.PENDING
+    assert system.states.get("a:o-1").item.process_state is ProcessState.PENDING
     assert [reply.status for _, reply in system.replies()] == [OrderStatus.RECEIVED]
 
 
 def test_a_conflicting_resubmission_when_full_is_still_a_conflict(system: System) -> None:
     admission = system.admission(max_in_flight=1)
-    system.submit("o-1", admission)
+    system.submit("a:o-1", admission)
     system.replies()
     with pytest.raises(ConflictingOrder):
-        system.submit("o-1", admission, body=order_body("o-1", reply_to=REPLY_QUEUE, amount="1.00"))
+        system.submit("a:o-1", admission, body=order_body("a:o-1", reply_to=REPLY_QUEUE, amount="1.00"))
     [(message_id, reply)] = system.replies()  # the sender learns why, as for any conflict
     assert (message_id, reply.status.value, reply.reason) == ("o-1:Rejected", "Rejected", "ConflictingOrder")
 
@@ -233,9 +233,9 @@ def test_backlog_ceiling_rejects_while_the_submission_queue_is_long(system: Syst
     [(_, reply)] = system.replies()
     assert reply.reason == "BacklogCeiling"
     assert reply.detail == "about 6 orders wait in the inbound queue; the ceiling is 5"
-    assert reply.retry_after_s == retry_after_s("new", REFRESH_S)
+    assert reply.retry_after_s == retry_after_s("a:new", REFRESH_S)
     with pytest.raises(NotFound):
-        system.orders.get("new")
+        system.orders.get("a:new")
 
     # At the ceiling (the message being handled is part of the backlog) orders are admitted again.
     [message] = orders_queue.receive(max_messages=1)
@@ -307,7 +307,7 @@ def test_orders_leaving_flight_make_room_at_the_next_refresh(system: System) -> 
     system.fill(2)
     admission = system.admission(max_in_flight=2)
     assert system.submit("new", admission).outcome is IntakeOutcome.REJECTED
-    found = system.states.get("old-0")
+    found = system.states.get("a:old-0")
     system.states.replace(
         found.item.model_copy(update={"process_state": ProcessState.CANCELLED}), etag=found.etag
     )
@@ -320,8 +320,8 @@ def test_retry_after_is_one_to_two_periods_and_stable_per_order() -> None:
     values = {retry_after_s(f"o-{n}", REFRESH_S) for n in range(200)}
     assert all(REFRESH_S <= value < 2 * REFRESH_S for value in values)
     assert len(values) > 20  # spread out, not one instant for every rejected client
-    assert retry_after_s("o-7", REFRESH_S) == retry_after_s("o-7", REFRESH_S)
-    assert 1.0 <= retry_after_s("o-7", 0.0) < 2.0  # never "retry now"
+    assert retry_after_s("a:o-7", REFRESH_S) == retry_after_s("a:o-7", REFRESH_S)
+    assert 1.0 <= retry_after_s("a:o-7", 0.0) < 2.0  # never "retry now"
 
 
 # --- counts that cannot be read -----------------------------------------------------------------------
@@ -333,12 +333,12 @@ def test_an_unreadable_in_flight_count_fails_closed(system: System) -> None:
 
     result = system.submit("new", admission)
 
-    assert result == IntakeResult("new", IntakeOutcome.REJECTED, "InFlightCountUnavailable")
+    assert result == IntakeResult("a:new", IntakeOutcome.REJECTED, "InFlightCountUnavailable")
     [(_, reply)] = system.replies()
     assert reply.reason == "InFlightCountUnavailable"
-    assert reply.retry_after_s == retry_after_s("new", REFRESH_S)
+    assert reply.retry_after_s == retry_after_s("a:new", REFRESH_S)
     with pytest.raises(NotFound):
-        system.orders.get("new")
+        system.orders.get("a:new")
     # A failing store is asked once per refresh period, not once per message.
     for n in range(5):
         system.submit(f"more-{n}", admission)

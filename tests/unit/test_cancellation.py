@@ -53,7 +53,7 @@ def deps(clock: FakeClock) -> Dependencies:
 
 def submit(deps: Dependencies) -> None:
     handle_intake_message(
-        order_body("o-1"),
+        order_body("a:o-1"),
         client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
@@ -65,7 +65,7 @@ def submit(deps: Dependencies) -> None:
 
 
 def claimed(deps: Dependencies) -> StateRecord:
-    won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
+    won = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
     assert won is not None
     return won.item
 
@@ -73,8 +73,8 @@ def claimed(deps: Dependencies) -> StateRecord:
 def start(deps: Dependencies, step: str, completed: StepResult | None = None) -> dict[str, Any]:
     return start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step=step,
             timeout_s=8,
@@ -114,7 +114,7 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) 
     result = cancel(deps)
 
     assert result.outcome is CancelOutcome.CANCELLED
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.CANCELLED
     assert record.last_error is not None
     assert (record.last_error.kind, record.last_error.code, record.last_error.message) == (
@@ -123,7 +123,7 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) 
         "changed my mind",
     )
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
-    assert claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings) is None
+    assert claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings) is None
 
 
 def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: Dependencies) -> None:
@@ -133,22 +133,22 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     replies(deps)
 
     assert cancel(deps).outcome is CancelOutcome.REQUESTED
-    assert deps.states.get("o-1").item.process_state is ProcessState.PROCESSING  # the owner decides
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.PROCESSING  # the owner decides
     assert cancel(deps).outcome is CancelOutcome.ALREADY_REQUESTED
 
     # The reservation completed; the owner's next step start finds the request and starts nothing.
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     started = start(
         deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
     )
     assert started == {"outcome": "stopped", "cause": "cancelled_by_client"}
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
     assert received(deps.queues.queue("agent-payment")) == []
 
     begun = begin_compensation(
         BeginCompensationInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             timeout_s=8,
             error=StepError(step=CHARGE, kind="cancelled", code=CANCELLED_BY_CLIENT, message="cancelled"),
@@ -159,8 +159,8 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     assert begun["undoStages"] == [[RESERVE]]
     start_undo(
         StartUndoInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step=RESERVE,
             timeout_s=8,
@@ -170,15 +170,15 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     )
     finished = finish_compensation(
         FinishCompensationInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             undone=(UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),),
         ).to_payload(),
         deps,
     )
     assert finished["processState"] == "Cancelled"
-    assert deps.states.get("o-1").item.process_state is ProcessState.CANCELLED
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.CANCELLED
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
 
 
@@ -190,8 +190,8 @@ def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing
 
     finished = finish_order(
         FinishOrderInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
             completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1),
@@ -200,7 +200,7 @@ def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing
     )
 
     assert finished == {"outcome": "stopped", "cause": "cancelled_by_client"}
-    assert deps.states.get("o-1").item.process_state is ProcessState.PROCESSING
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.PROCESSING
 
 
 def test_a_cancel_past_the_point_of_no_return_is_refused(deps: Dependencies) -> None:
@@ -210,12 +210,12 @@ def test_a_cancel_past_the_point_of_no_return_is_refused(deps: Dependencies) -> 
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
     start(deps, SHIP, completed=StepResult(step=CHARGE, result={"chargeId": "c-1"}, calls=1))
     replies(deps)
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
 
     result = cancel(deps)
 
     assert (result.outcome, result.reason) == (CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN)
-    assert deps.states.get("o-1").etag == before.etag  # nothing written
+    assert deps.states.get("a:o-1").etag == before.etag  # nothing written
     assert replies(deps) == [("CancelRefused", PAST_POINT_OF_NO_RETURN)]
 
 
@@ -248,7 +248,7 @@ def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_r
     )
 
     assert (result.outcome, result.reason) == (CancelOutcome.REFUSED, PAST_POINT_OF_NO_RETURN)
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.cancel_requested_at is None
     assert record.steps[SHIP].status.value == "Running"
 
@@ -258,7 +258,10 @@ def test_a_settled_order_cannot_be_cancelled(deps: Dependencies) -> None:
     claimed(deps)
     finish_order(
         FinishOrderInput(
-            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
+            workflow_version=ORDER_V1.version,
+            outcome=Outcome.PROCESSED,
         ).to_payload(),
         deps,
     )
@@ -290,12 +293,12 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)  # it died mid-step
 
     outcome = recover(
-        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     )
 
     assert outcome is Recovery.REQUEUED
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, None)
     assert record.last_error is not None and record.last_error.code == CANCELLED_BY_CLIENT
-    resumed = claim(deps.states, deps.states.get("o-1"), clock, deps.settings)
+    resumed = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING

@@ -598,7 +598,7 @@ class RefusingStateStore:
         raise PermanentError("cosmos_400", f"Cosmos DB answered 400 for state {order_id!r}")
 
 
-@pytest.mark.parametrize("order_id", ["a/b", "a:1", "", "x" * 65, "é"])
+@pytest.mark.parametrize("order_id", ["a/b", "a:b:1", "A:1", "", "x" * 65, "é"])
 def test_status_of_an_invalid_order_id_is_a_one_line_error(
     monkeypatch: pytest.MonkeyPatch, order_id: str
 ) -> None:
@@ -609,7 +609,7 @@ def test_status_of_an_invalid_order_id_is_a_one_line_error(
 
     assert result.exit_code == 2
     line = one_line_error(result)
-    assert "is not an order id" in line
+    assert "is not an order key" in line
     assert "1-64 letters, digits" in line
     assert stores.state.asked == []  # type: ignore[attr-defined]
 
@@ -618,12 +618,12 @@ def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.M
     stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
     monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
-    result = invoke("status", "o-1")
+    result = invoke("status", "a:o-1")
 
     assert result.exit_code == 1
     assert (
         one_line_error(result)
-        == "error: cannot read order o-1: [permanent] cosmos_400: Cosmos DB answered 400 for state 'o-1'"
+        == "error: cannot read order a:o-1: [permanent] cosmos_400: Cosmos DB answered 400 for state 'a:o-1'"
     )
     assert stores.closed
 
@@ -986,7 +986,7 @@ def test_submit_summary_of_one_order_is_singular(
 def test_review_needs_exactly_one_of_approve_and_reject(
     queues: InMemoryQueueFactory, connected: list[Settings], flags: list[str], expected: str
 ) -> None:
-    result = invoke("review", "o-1", *flags)
+    result = invoke("review", "a:o-1", *flags)
 
     assert result.exit_code == 2
     assert one_line_error(result) == expected
@@ -1008,8 +1008,8 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies
     for step, completed in (("reserve_inventory", None), ("charge_payment", RESERVED)):
         start_step(
             StartStepInput(
-                order_id="o-1",
-                instance_id="o-1:1",
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
                 workflow_version=ORDER_V2.version,
                 step=step,
                 timeout_s=8,
@@ -1052,14 +1052,16 @@ def test_review_records_the_decision_of_the_tokens_principal(
 ) -> None:
     token = trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE])
 
-    result = invoke("review", "o-1", flag, "--api-url", API_URL, "--token-file", token_file(tmp_path, token))
+    result = invoke(
+        "review", "a:o-1", flag, "--api-url", API_URL, "--token-file", token_file(tmp_path, token)
+    )
 
     assert result.exit_code == 0, result.output
     ana = f"{trusted.issuer.tenant_id}/{local_object_id('ana')}"
-    review = api.states.get("o-1").item.review
+    review = api.states.get("a:o-1").item.review
     assert review is not None and (review.decision, review.decided_by) == (decision, ana)
     assert " ".join(result.output.split()) == (
-        f"{'approval' if decision == 'approve' else 'rejection'} of o-1 recorded, decided by {ana}; the "
+        f"{'approval' if decision == 'approve' else 'rejection'} of a:o-1 recorded, decided by {ana}; the "
         "order is AwaitingReview."
     )
     assert token not in result.output
@@ -1071,7 +1073,7 @@ def test_the_token_and_the_url_may_come_from_the_environment(
     monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE]))
 
-    result = invoke("review", "o-1", "--approve")
+    result = invoke("review", "a:o-1", "--approve")
 
     assert result.exit_code == 0, result.output
 
@@ -1080,16 +1082,16 @@ def test_a_refusal_of_the_api_is_one_line_and_exits_1(
     api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
 ) -> None:
     operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
-    etag = api.states.get("o-1").etag
+    etag = api.states.get("a:o-1").etag
 
     result = invoke(
-        "review", "o-1", "--approve", "--api-url", API_URL, "--token-file", token_file(tmp_path, operator)
+        "review", "a:o-1", "--approve", "--api-url", API_URL, "--token-file", token_file(tmp_path, operator)
     )
 
     assert result.exit_code == 1
     assert one_line_error(result) == "error: refused: 403 Forbidden: requires the app role orderflow.reviewer"
     assert operator not in result.output
-    assert api.states.get("o-1").etag == etag
+    assert api.states.get("a:o-1").etag == etag
 
 
 def test_compensate_stops_the_order_for_the_tokens_principal(
@@ -1099,7 +1101,7 @@ def test_compensate_stops_the_order_for_the_tokens_principal(
 
     result = invoke(
         "compensate",
-        "o-1",
+        "a:o-1",
         "--reason",
         "dispute",
         "--api-url",
@@ -1109,11 +1111,11 @@ def test_compensate_stops_the_order_for_the_tokens_principal(
     )
 
     assert result.exit_code == 0, result.output
-    record = api.states.get("o-1").item
+    record = api.states.get("a:o-1").item
     assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('otto')}"
     assert " ".join(result.output.split()) == (
-        "compensation of o-1 accepted (StopRequested); the order is AwaitingReview. `orderflow status o-1` "
-        "shows how it goes on."
+        "compensation of a:o-1 accepted (StopRequested); the order is AwaitingReview. "
+        "`orderflow status a:o-1` shows how it goes on."
     )
 
 
@@ -1127,13 +1129,13 @@ def test_compensate_stops_the_order_for_the_tokens_principal(
 def test_without_a_token_or_a_url_nothing_is_called(
     api: Dependencies, args: list[str], expected: str
 ) -> None:
-    etag = api.states.get("o-1").etag
+    etag = api.states.get("a:o-1").etag
 
-    result = invoke("compensate", "o-1", *args)
+    result = invoke("compensate", "a:o-1", *args)
 
     assert result.exit_code == 2
     assert one_line_error(result).startswith(expected)
-    assert api.states.get("o-1").etag == etag
+    assert api.states.get("a:o-1").etag == etag
 
 
 def test_an_unreachable_api_is_one_line_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1141,7 +1143,7 @@ def test_an_unreachable_api_is_one_line_and_exits_1(tmp_path: Path, monkeypatch:
 
     result = invoke(
         "compensate",
-        "o-1",
+        "a:o-1",
         "--api-url",
         "http://127.0.0.1:9",
         "--token-file",
@@ -1226,7 +1228,7 @@ def test_status_with_a_cosmos_key_that_is_not_base64_names_the_setting(
     monkeypatch.setenv("COSMOS_KEY", key)
     monkeypatch.setattr(cli, "connect_stores", calls.append)
 
-    result = invoke("status", "o-1")
+    result = invoke("status", "a:o-1")
 
     assert result.exit_code == 2
     assert one_line_error(result) == (
@@ -1244,10 +1246,10 @@ def test_status_accepts_a_base64_cosmos_key(monkeypatch: pytest.MonkeyPatch) -> 
     )
     monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
-    result = invoke("status", "o-1")
+    result = invoke("status", "a:o-1")
 
     assert result.exit_code == 1  # it got as far as the store
-    assert one_line_error(result) == "error: no order o-1"
+    assert one_line_error(result) == "error: no order a:o-1"
 
 
 # --- an unreachable store is reported once --------------------------------------------------------
@@ -1273,17 +1275,16 @@ def test_an_unreachable_store_is_reported_once_unless_verbose(
     # CLI's own handler Python's last-resort handler would print the warning on stderr.
     monkeypatch.setattr(logging.root, "handlers", [])
     monkeypatch.setattr(cli, "connect_stores", lambda settings: FakeStores(state=UnreachableStateStore()))  # type: ignore[arg-type]
-    monkeypatch.setattr(sys, "argv", ["orderflow", *(["--verbose"] if verbose else []), "status", "o-1"])
+    monkeypatch.setattr(sys, "argv", ["orderflow", *(["--verbose"] if verbose else []), "status", "a:o-1"])
 
     with pytest.raises(SystemExit) as exited:
         cli.main()
 
     assert exited.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    error = (
-        "error: cannot read order o-1: [transient] Cosmos DB unreachable for state 'o-1': ServiceRequestError"
-    )
-    warning = "WARNING orderflow.stores.cosmos: Cosmos DB unreachable for state 'o-1': ServiceRequestError"
+    cause = "Cosmos DB unreachable for state 'a:o-1': ServiceRequestError"
+    error = f"error: cannot read order a:o-1: [transient] {cause}"
+    warning = f"WARNING orderflow.stores.cosmos: {cause}"
     assert err == ([warning, error] if verbose else [error])
     assert logging.root.handlers == []  # the CLI's handler is gone with the command
 

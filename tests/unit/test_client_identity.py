@@ -11,15 +11,22 @@ from datetime import UTC, datetime
 import pytest
 
 from intake.admission import AdmissionReason, ClientAdmission
-from intake.submission import IntakeOutcome, IntakeResult, handle_intake_message
+from intake.submission import (
+    IntakeOutcome,
+    IntakeResult,
+    handle_intake_message,
+    initial_state,
+    order_document,
+)
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
-from orderflow.messages import OrderStatus, StatusReply, parse_message
+from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.workflows import new_order_workflow
 from tests.unit.fakes import order_body, received
 
 pytestmark = pytest.mark.unit
@@ -86,7 +93,7 @@ def test_a_reply_to_naming_another_clients_queue_is_dead_lettered_before_anythin
 def test_the_order_records_the_client_it_arrived_for(system: System) -> None:
     assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
 
-    record, document = system.states.get("o-1").item, system.orders.get("o-1")
+    record, document = system.states.get("acme:o-1").item, system.orders.get("acme:o-1")
     assert (record.client_id, record.reply_to) == ("acme", "replies-acme")
     assert document.client_id == "acme"
     assert [r.status for r in system.replies(system.acme)] == [OrderStatus.RECEIVED]
@@ -101,8 +108,8 @@ def test_a_cancel_of_another_clients_order_is_answered_as_an_unknown_order(syste
     with pytest.raises(InvalidMessage) as missing:
         system.cancel(system.globex, "o-404")
 
-    assert system.states.get("o-1").item.process_state is ProcessState.PENDING
-    assert system.states.get("o-1").item.cancel_requested_at is None
+    assert system.states.get("acme:o-1").item.process_state is ProcessState.PENDING
+    assert system.states.get("acme:o-1").item.cancel_requested_at is None
     # Word for word what a cancel of an order that does not exist gets: no hint that o-1 exists.
     assert (foreign.value.reason, foreign.value.description.replace("o-1", "X")) == (
         missing.value.reason,
@@ -111,18 +118,28 @@ def test_a_cancel_of_another_clients_order_is_answered_as_an_unknown_order(syste
     assert foreign.value.reason == "UnknownOrder"
     assert system.replies(system.acme) == [] and system.replies(system.globex) == []
     assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL  # the owner still can
-    assert system.states.get("o-1").item.process_state is ProcessState.CANCELLED
+    assert system.states.get("acme:o-1").item.process_state is ProcessState.CANCELLED
+
+
+def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, with_client_id: bool) -> None:
+    """An order as versions before order keys stored it: under the bare order id (and, older still,
+    without a ``clientId``)."""
+    order = parse_message(SubmitOrder, order_body(order_id, reply_to=client.reply_queue))
+    owner = client if with_client_id else None
+    system.orders.create(order_document(order, system.clock, owner, key=order_id))
+    record = initial_state(
+        order, new_order_workflow(None), system.settings, system.clock, owner, key=order_id
+    )
+    system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 
 
 def test_a_record_written_before_client_ids_belongs_to_the_client_it_answers(system: System) -> None:
-    system.submit(system.acme, "o-1")
-    versioned = system.states.get("o-1")
-    legacy = versioned.item.model_copy(update={"client_id": None})
-    system.states.replace(legacy, etag=versioned.etag)
+    _store_unscoped(system, "o-1", system.acme, with_client_id=False)
 
     with pytest.raises(InvalidMessage, match="UnknownOrder"):
         system.cancel(system.globex, "o-1")
     assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL
+    assert system.states.get("o-1").item.process_state is ProcessState.CANCELLED
 
 
 def test_unused_reply_queue_names_create_no_queue(system: System) -> None:
@@ -154,24 +171,61 @@ def test_the_global_ceiling_still_holds_and_a_refusal_gives_the_clients_place_ba
     assert [own.admit(f"probe-{n}").admitted for n in range(4)] == [True, True, True, False]
 
 
-def test_another_clients_order_id_is_a_conflict_that_reveals_no_hash(system: System) -> None:
+def test_two_clients_may_use_the_same_order_id_and_neither_hears_of_the_other(system: System) -> None:
+    # The attack: submit another client's next order id first, so that its real order is refused.
+    assert system.submit(system.globex, "o-1", amount="1.00").outcome is IntakeOutcome.ACCEPTED
+    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
+
+    acme, globex = system.states.get("acme:o-1").item, system.states.get("globex:o-1").item
+    assert (acme.client_id, acme.reply_to) == ("acme", "replies-acme")
+    assert (globex.client_id, globex.reply_to) == ("globex", "replies-globex")
+    assert system.orders.get("acme:o-1").amount != system.orders.get("globex:o-1").amount
+    # Two orders, two idempotency namespaces: no step of one can be taken for the other's.
+    assert {s.idempotency_key for s in acme.steps.values()}.isdisjoint(
+        s.idempotency_key for s in globex.steps.values()
+    )
+    # Each client hears of its own order only, under its own order id.
+    assert [(r.order_id, r.status) for r in system.replies(system.acme)] == [("o-1", OrderStatus.RECEIVED)]
+    assert [(r.order_id, r.status) for r in system.replies(system.globex)] == [("o-1", OrderStatus.RECEIVED)]
+
+
+def test_a_conflicting_resubmission_is_refused_and_the_reply_reveals_no_hash(system: System) -> None:
     system.submit(system.acme, "o-1")
+    system.replies(system.acme)
 
     with pytest.raises(ConflictingOrder) as conflict:
-        system.submit(system.globex, "o-1")
+        system.submit(system.acme, "o-1", amount="1.00")
 
     assert conflict.value.detail == "order o-1 exists with different content"
-    [reply] = system.replies(system.globex)
-    assert (reply.status, reply.reason) == (OrderStatus.REJECTED, "ConflictingOrder")
+    [reply] = system.replies(system.acme)
+    assert (reply.order_id, reply.status, reply.reason) == ("o-1", OrderStatus.REJECTED, "ConflictingOrder")
     assert reply.detail == "order o-1 exists with different content"
-    stored_hash = system.orders.get("o-1").content_hash
+    stored_hash = system.orders.get("acme:o-1").content_hash
     assert stored_hash[:12] not in (reply.detail or "")
-    assert system.states.get("o-1").item.client_id == "acme"
+    assert system.orders.get("acme:o-1").amount != 1
+
+
+def test_an_unscoped_order_is_found_for_its_client_while_the_setting_lies_ahead() -> None:
+    system = System(UNSCOPED_ORDERS_UNTIL="2026-01-01T13:00:00Z")  # the clock reads 12:00
+    _store_unscoped(system, "o-1", system.acme, with_client_id=True)
+
+    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.DUPLICATE
+    with pytest.raises(NotFound):
+        system.states.get("acme:o-1")  # no second order under the new key
+    with pytest.raises(ConflictingOrder):
+        system.submit(system.acme, "o-1", amount="1.00")
+    # Another client's order o-1 is its own, even while the lookup runs.
+    assert system.submit(system.globex, "o-1").outcome is IntakeOutcome.ACCEPTED
+    assert system.states.get("globex:o-1").item.client_id == "globex"
+
+    system.clock.advance(3600)  # the setting's time has passed: the bare id is no longer looked up
+    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
+    assert system.states.get("acme:o-1").item.client_id == "acme"
 
 
 def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
     # globex has no quota of its own: only the global ceiling of 4 bounds it. Resending its one order
-    # (or sending others' order ids, which conflict and write nothing) must not take the places of
+    # (or resending it with other content, a conflict that writes nothing) must not take the places of
     # orders that exist once.
     system = System(MAX_IN_FLIGHT_ORDERS=4, ADMISSION_REFRESH_S=60.0)
     assert system.submit(system.globex, "g-1").outcome is IntakeOutcome.ACCEPTED
@@ -179,7 +233,7 @@ def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
     resent = [system.submit(system.globex, "g-1").outcome for _ in range(10)]
     for _ in range(10):
         with pytest.raises(ConflictingOrder):
-            system.submit(system.globex, "a-1")
+            system.submit(system.globex, "g-1", amount="1.00")
 
     assert resent == [IntakeOutcome.DUPLICATE] * 10
     # Two orders exist: two more fit under the ceiling of 4, and only two.

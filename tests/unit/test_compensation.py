@@ -54,11 +54,11 @@ def submitted_and_claimed(deps: Dependencies) -> StateRecord:
 
 
 def start(
-    deps: Dependencies, step: str, completed: StepResult | None = None, instance: str = "o-1:1"
+    deps: Dependencies, step: str, completed: StepResult | None = None, instance: str = "a:o-1:1"
 ) -> None:
     result = start_step(
         StartStepInput(
-            order_id="o-1",
+            order_id="a:o-1",
             instance_id=instance,
             workflow_version=ORDER_V1.version,
             step=step,
@@ -71,9 +71,9 @@ def start(
     assert result["outcome"] == "started"
 
 
-def begin(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+def begin(deps: Dependencies, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
-        "order_id": "o-1",
+        "order_id": "a:o-1",
         "instance_id": instance,
         "workflow_version": ORDER_V1.version,
         "timeout_s": 8,
@@ -83,11 +83,11 @@ def begin(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[s
 
 
 def undo(
-    deps: Dependencies, step: str, instance: str = "o-1:1", workflow_version: str = ORDER_V1.version
+    deps: Dependencies, step: str, instance: str = "a:o-1:1", workflow_version: str = ORDER_V1.version
 ) -> dict[str, Any]:
     return start_undo(
         StartUndoInput(
-            order_id="o-1",
+            order_id="a:o-1",
             instance_id=instance,
             workflow_version=workflow_version,
             step=step,
@@ -98,9 +98,9 @@ def undo(
     )
 
 
-def finish(deps: Dependencies, instance: str = "o-1:1", **changes: Any) -> dict[str, Any]:
+def finish(deps: Dependencies, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
-        "order_id": "o-1",
+        "order_id": "a:o-1",
         "instance_id": instance,
         "workflow_version": ORDER_V1.version,
         **changes,
@@ -139,12 +139,12 @@ def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_eff
     result = reserved_then_declined(deps)
 
     assert (result["outcome"], result["undoStages"]) == ("compensation_begun", [[RESERVE]])
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.COMPENSATING
     assert record.last_error is not None and record.last_error.code == "card_declined"
     # The declined charge applied nothing: it gets no entry; the reservation's entry holds its id.
     assert [(e.step, e.undo, e.undo_key, e.data, e.outcome_known) for e in record.compensation_log] == [
-        (RESERVE, "release", "o-1:reserve_inventory:undo", {"reservationId": "r-1"}, True)
+        (RESERVE, "release", "a:o-1:reserve_inventory:undo", {"reservationId": "r-1"}, True)
     ]
     assert record.steps[CHARGE].status is StepStatus.FAILED
 
@@ -159,42 +159,42 @@ def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
     result = begin(deps)
 
     assert result["undoStages"] == [[CHARGE], [RESERVE]]  # order-v1: one at a time, in reverse
-    entry = next(e for e in deps.states.get("o-1").item.compensation_log if e.step == CHARGE)
+    entry = next(e for e in deps.states.get("a:o-1").item.compensation_log if e.step == CHARGE)
     assert (entry.outcome_known, entry.data, entry.undo) == (False, {}, "refund")
 
     received(deps.queues.queue("agent-payment"))
     assert undo(deps, CHARGE)["outcome"] == "undo_started"
     (request,) = received(deps.queues.queue("agent-payment"))
     body = json.loads(request.body)
-    assert request.message_id == "o-1:1:charge_payment:undo"
+    assert request.message_id == "a:o-1:1:charge_payment:undo"
     assert (body["step"], body["operation"], body["idempotencyKey"]) == (
         "charge_payment:undo",
         "refund",
-        "o-1:charge_payment:undo",
+        "a:o-1:charge_payment:undo",
     )
     # Addressed by the forward call's key: the service refunds it, or tombstones it if it never arrived.
-    assert body["payload"] == {"forwardKey": "o-1:charge_payment"}
+    assert body["payload"] == {"forwardKey": "a:o-1:charge_payment"}
 
 
 def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
-    spent = deps.states.get("o-1").item.retry_budget.spent
+    spent = deps.states.get("a:o-1").item.retry_budget.spent
     received(deps.queues.queue("agent-inventory"))
 
     first = undo(deps, RESERVE)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     clock.advance(2)
     again = undo(deps, RESERVE)
 
     assert first["completeBy"] == again["completeBy"]
-    stored = deps.states.get("o-1")
+    stored = deps.states.get("a:o-1")
     assert stored.etag == etag
     assert stored.item.retry_budget.spent == spent
     assert stored.item.steps[RESERVE].status is StepStatus.COMPENSATING
     requests = received(deps.queues.queue("agent-inventory"))
-    assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory:undo"] * 2  # same id: a duplicate
+    assert [m.message_id for m in requests] == ["a:o-1:1:reserve_inventory:undo"] * 2  # same id: a duplicate
     body = json.loads(requests[0].body)
-    assert body["payload"] == {"forwardKey": "o-1:reserve_inventory", "reservationId": "r-1"}
+    assert body["payload"] == {"forwardKey": "a:o-1:reserve_inventory", "reservationId": "r-1"}
     assert body["maxCalls"] == deps.settings.AGENT_MAX_CALLS_PER_STEP
 
 
@@ -206,7 +206,7 @@ def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(dep
     result = finish(deps, undone=(UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),))
 
     assert result["processState"] == "Compensated"
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.COMPENSATED
     assert record.pending_reply is None  # sent
     assert [(e.status, e.undo_result) for e in record.compensation_log] == [
@@ -223,7 +223,7 @@ def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: Dependenc
 
     with pytest.raises(IllegalTransition, match="still has"):
         finish(deps)
-    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 
 
 def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: Dependencies) -> None:
@@ -237,7 +237,7 @@ def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps
     with telemetry.recording() as counted:
         finish(deps, failed=failure)
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.COMPENSATION_FAILED
     assert record.compensation_log[0].status == UndoStatus.FAILED
     assert record.steps[RESERVE].status is StepStatus.COMPENSATION_FAILED
@@ -259,7 +259,7 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
     result = begin(deps)
 
     assert result == {"outcome": "past_point_of_no_return"}
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.ERROR
     assert record.last_error is not None and record.last_error.code == PAST_POINT_OF_NO_RETURN
     assert all(entry.status == UndoStatus.PENDING for entry in record.compensation_log)
@@ -271,16 +271,16 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
     reserved_then_declined(deps)
     clock.advance(9)  # the compensating attempt's completeBy passes
     assert recover(
-        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    won = claim(deps.states, deps.states.get("o-1"), clock, deps.settings)
-    assert won is not None and won.item.locked_by == "o-1:2"
+    won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+    assert won is not None and won.item.locked_by == "a:o-1:2"
 
-    stale = undo(deps, RESERVE, instance="o-1:1")
+    stale = undo(deps, RESERVE, instance="a:o-1:1")
 
     assert stale["outcome"] == "fenced"
-    assert begin(deps, instance="o-1:2")["undoStages"] == [[RESERVE]]  # the new attempt resumes
+    assert begin(deps, instance="a:o-1:2")["undoStages"] == [[RESERVE]]  # the new attempt resumes
 
 
 def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_threshold(
@@ -293,20 +293,20 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
         clock.advance(9)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
             )
         )
-        record = deps.states.get("o-1").item
+        record = deps.states.get("a:o-1").item
         if record.process_state is not ProcessState.COMPENSATING:
             break
         assert record.locked_by is None and record.next_attempt_at is not None
         clock.advance(60)
-        won = claim(deps.states, deps.states.get("o-1"), clock, deps.settings)
+        won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
         assert won is not None and won.item.process_state is ProcessState.COMPENSATING
-        begin(deps, instance=f"o-1:{attempt}")
+        begin(deps, instance=f"a:o-1:{attempt}")
 
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.COMPENSATION_FAILED
     assert record.compensation_failures == 3
     assert record.failure_count == 0  # forward failures are counted apart
@@ -323,7 +323,7 @@ def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: De
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.workflow_version, CURRENT_WORKFLOW.version) == ("order-v1", "order-v3")
 
     resumed = start_input_for(record)
@@ -342,17 +342,17 @@ def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Depen
     undo(deps, CHARGE, workflow_version=ORDER_V2.version)
     undo(deps, RESERVE, workflow_version=ORDER_V2.version)
     assert [m.message_id for m in received(deps.queues.queue("agent-payment"))] == [
-        "o-1:1:charge_payment:undo"
+        "a:o-1:1:charge_payment:undo"
     ]
     assert [m.message_id for m in received(deps.queues.queue("agent-inventory"))] == [
-        "o-1:1:reserve_inventory:undo"
+        "a:o-1:1:reserve_inventory:undo"
     ]
     both = (
         UndoResult(step=CHARGE, result={"undone": "true"}, calls=1),
         UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),
     )
     assert finish(deps, undone=both, workflow_version=ORDER_V2.version)["processState"] == "Compensated"
-    assert [e.status for e in deps.states.get("o-1").item.compensation_log] == ["Compensated"] * 2
+    assert [e.status for e in deps.states.get("a:o-1").item.compensation_log] == ["Compensated"] * 2
 
 
 def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: Dependencies) -> None:
@@ -368,7 +368,7 @@ def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: Dependenci
 
     finish(deps, workflow_version=ORDER_V2.version, failed=refused(CHARGE), also_failed=(refused(RESERVE),))
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.COMPENSATION_FAILED
     assert {e.step: e.status for e in record.compensation_log} == {
         CHARGE: UndoStatus.FAILED,

@@ -139,9 +139,9 @@ def test_the_submission_role_consumes_each_registered_clients_queue_as_that_clie
     try:
         # Both queues of every client exist from start-up: none is created because a message named it.
         assert {"orders-acme", "replies-acme", "orders-globex", "replies-globex"} <= queues.names()
-        queues.queue("orders-globex").send(order_body("o-1", reply_to="replies-globex"), message_id="m-1")
+        queues.queue("orders-globex").send(order_body("a:o-1", reply_to="replies-globex"), message_id="m-1")
         # The same body on acme's queue names a reply queue that is not acme's: dead-lettered.
-        queues.queue("orders-acme").send(order_body("o-2", reply_to="replies-globex"), message_id="m-2")
+        queues.queue("orders-acme").send(order_body("a:o-2", reply_to="replies-globex"), message_id="m-2")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not queues.dead_letters("orders-acme"):
             time.sleep(0.01)
@@ -149,7 +149,7 @@ def test_the_submission_role_consumes_each_registered_clients_queue_as_that_clie
             time.sleep(0.01)
     finally:
         host.stop()
-    assert wired.states.get("o-1").item.client_id == "globex"
+    assert wired.states.get("globex:o-1").item.client_id == "globex"
     [dead] = queues.dead_letters("orders-acme")
     assert dead.reason == "ReplyToNotRegistered"
     assert [m.message_id for m in queues.queue("replies-acme").peek_all()] == []
@@ -170,7 +170,7 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
     try:
         assert host.api_url == f"http://127.0.0.1:{port}"
         keys = httpx.get(f"{host.api_url}{issuer.jwks_path}", timeout=5)
-        order = f"{host.api_url}/api/operator/orders/o-1"
+        order = f"{host.api_url}/api/operator/orders/a:o-1"
         operator = {"Authorization": f"Bearer {issuer.mint(name='otto', roles=[OPERATOR_ROLE])}"}
         anonymous = httpx.get(order, timeout=5)
         unknown = httpx.get(order, headers=operator, timeout=5)  # the keys are fetched from this same server

@@ -28,8 +28,8 @@ def test_an_anonymous_huge_body_is_refused_without_being_read_whole(monkeypatch:
     huge = b"{" + b" " * (8 * 1024 * 1024) + b"}"
 
     with TestClient(app) as http:
-        answered = http.post("/api/operator/orders/o-1/review", content=huge)
-        small = http.post("/api/operator/orders/o-1/review", content=b'{"decision": "approve"}')
+        answered = http.post("/api/operator/orders/a:o-1/review", content=huge)
+        small = http.post("/api/operator/orders/a:o-1/review", content=b'{"decision": "approve"}')
 
     # Not configured: every call is refused, the huge one like the small one.
     assert (answered.status_code, small.status_code) == (503, 503)

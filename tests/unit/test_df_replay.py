@@ -41,8 +41,8 @@ from tests.df_history import HistoryBuilder
 
 pytestmark = pytest.mark.unit
 
-ORDER_ID = "o-1"
-INSTANCE = "o-1:1"
+ORDER_ID = "a:o-1"
+INSTANCE = "a:o-1:1"
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 STEP_TIMEOUT = timedelta(seconds=30)
 ORCHESTRATOR = durable_functions_orchestrator(order_workflow)

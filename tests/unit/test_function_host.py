@@ -406,7 +406,7 @@ def status(runtime_status: str | None, custom_status: object = None) -> Any:
     if runtime_status is None:
         return DurableOrchestrationStatus.from_json("")
     return DurableOrchestrationStatus.from_json(
-        {"instanceId": "o-1:1", "runtimeStatus": runtime_status, "customStatus": custom_status}
+        {"instanceId": "a:o-1:1", "runtimeStatus": runtime_status, "customStatus": custom_status}
     )
 
 
@@ -436,9 +436,9 @@ class FakeDurableClient:
 )
 def test_start_leaves_an_existing_instance_alone(runtime_status: str) -> None:
     # start_new would silently replace it (Durable Functions Python 1.x, docs/design.md §7).
-    fake = FakeDurableClient(statuses={"o-1:1": status(runtime_status)})
+    fake = FakeDurableClient(statuses={"a:o-1:1": status(runtime_status)})
 
-    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", {"orderId": "o-1"})
+    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "a:o-1:1", {"orderId": "a:o-1"})
 
     assert started is False
     assert fake.started == []
@@ -446,12 +446,12 @@ def test_start_leaves_an_existing_instance_alone(runtime_status: str) -> None:
 
 def test_start_starts_a_missing_instance_under_its_id() -> None:
     fake = FakeDurableClient()
-    payload = {"orderId": "o-1", "attempt": 1}
+    payload = {"orderId": "a:o-1", "attempt": 1}
 
-    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", payload)
+    started = DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "a:o-1:1", payload)
 
     assert started is True
-    assert fake.started == [("order_workflow", "o-1:1", payload)]
+    assert fake.started == [("order_workflow", "a:o-1:1", payload)]
 
 
 @pytest.mark.parametrize(
@@ -468,15 +468,15 @@ def test_start_starts_a_missing_instance_under_its_id() -> None:
     ],
 )
 def test_get_status_maps_the_runtime_status(runtime_status: str, running: bool) -> None:
-    fake = FakeDurableClient(statuses={"o-1:1": status(runtime_status, f"{WAITING_PREFIX}charge_payment")})
+    fake = FakeDurableClient(statuses={"a:o-1:1": status(runtime_status, f"{WAITING_PREFIX}charge_payment")})
 
-    found = DurableFunctionsClient(fake).get_status("o-1:1")
+    found = DurableFunctionsClient(fake).get_status("a:o-1:1")
 
     assert found == InstanceStatus(running=running, custom_status="waiting:charge_payment")
 
 
 def test_get_status_of_an_unknown_instance_is_none() -> None:
-    assert DurableFunctionsClient(FakeDurableClient()).get_status("o-9:1") is None
+    assert DurableFunctionsClient(FakeDurableClient()).get_status("a:o-9:1") is None
 
 
 def test_get_status_raises_when_the_extension_answers_an_error_instead_of_a_status() -> None:
@@ -485,36 +485,36 @@ def test_get_status_raises_when_the_extension_answers_an_error_instead_of_a_stat
         "Message": "Something went wrong while processing your request",
         "ExceptionMessage": "The task hub's storage is unavailable.",
     }
-    fake = FakeDurableClient(statuses={"o-1:1": DurableOrchestrationStatus.from_json(error)})
+    fake = FakeDurableClient(statuses={"a:o-1:1": DurableOrchestrationStatus.from_json(error)})
 
     with pytest.raises(TransientError, match="storage is unavailable"):
-        DurableFunctionsClient(fake).get_status("o-1:1")
+        DurableFunctionsClient(fake).get_status("a:o-1:1")
 
 
 def test_start_starts_nothing_when_the_status_query_fails() -> None:
     error = DurableOrchestrationStatus.from_json({"Message": "Something went wrong"})
-    fake = FakeDurableClient(statuses={"o-1:1": error})
+    fake = FakeDurableClient(statuses={"a:o-1:1": error})
 
     with pytest.raises(TransientError):
-        DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "o-1:1", {"orderId": "o-1"})
+        DurableFunctionsClient(fake).start(ORDER_WORKFLOW, "a:o-1:1", {"orderId": "a:o-1"})
 
     assert fake.started == []
 
 
 @pytest.mark.parametrize("custom_status", [None, {"step": "charge_payment"}, 3])
 def test_get_status_keeps_only_a_string_custom_status(custom_status: object) -> None:
-    fake = FakeDurableClient(statuses={"o-1:1": status("Running", custom_status)})
+    fake = FakeDurableClient(statuses={"a:o-1:1": status("Running", custom_status)})
 
-    assert DurableFunctionsClient(fake).get_status("o-1:1") == InstanceStatus(running=True)
+    assert DurableFunctionsClient(fake).get_status("a:o-1:1") == InstanceStatus(running=True)
 
 
 def test_raise_event_forwards_instance_name_and_payload() -> None:
     fake = FakeDurableClient()
-    payload = {"requestId": "o-1:1:charge_payment"}
+    payload = {"requestId": "a:o-1:1:charge_payment"}
 
-    DurableFunctionsClient(fake).raise_event("o-1:1", "charge_payment:response", payload)
+    DurableFunctionsClient(fake).raise_event("a:o-1:1", "charge_payment:response", payload)
 
-    assert fake.raised == [("o-1:1", "charge_payment:response", payload)]
+    assert fake.raised == [("a:o-1:1", "charge_payment:response", payload)]
 
 
 # --- the blueprints' triggers, invoked as the worker invokes them ------------------------------------------
@@ -594,7 +594,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     return wired
 
 
-def submit(deps: Dependencies, order_id: str = "o-1") -> None:
+def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
     handle_intake_message(
         order_body(order_id),
         client=TEST_CLIENT,
@@ -606,7 +606,7 @@ def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     )
 
 
-def claimed(deps: Dependencies, order_id: str = "o-1") -> Versioned[StateRecord]:
+def claimed(deps: Dependencies, order_id: str = "a:o-1") -> Versioned[StateRecord]:
     won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
     assert won is not None
     return won
@@ -635,18 +635,18 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
 
 def test_submission_records_a_valid_order_and_completes_the_message(deps: Dependencies) -> None:
     actions = RecordingActions()
-    sdk_message = message(order_body("o-1", reply_to="client-a"))
+    sdk_message = message(order_body("a:o-1", reply_to="client-a"))
 
     invoke("submission_a", message=sdk_message, message_actions=actions)
 
     assert actions.calls == [("complete", sdk_message, {})]
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by, record.reply_to) == (
         ProcessState.PENDING,
         None,
         "client-a",
     )
-    assert deps.orders.get("o-1").order_id == "o-1"
+    assert deps.orders.get("a:o-1").order_id == "a:o-1"
     [reply] = deps.queues.queue("client-a").receive(max_messages=32, lock_s=30)
     assert parse_message(StatusReply, reply.body).status.value == "Received"
 
@@ -654,14 +654,14 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: Depend
 def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(deps: Dependencies) -> None:
     actions = RecordingActions()
 
-    invoke("submission_a", message=message(order_body("o-1", reply_to="client-a")), message_actions=actions)
-    invoke("submission_a", message=message(order_body("o-2", reply_to="client-b")), message_actions=actions)
+    invoke("submission_a", message=message(order_body("a:o-1", reply_to="client-a")), message_actions=actions)
+    invoke("submission_a", message=message(order_body("a:o-2", reply_to="client-b")), message_actions=actions)
 
-    assert deps.states.get("o-1").item.client_id == "a"
+    assert deps.states.get("a:o-1").item.client_id == "a"
     [(verb, _, arguments)] = actions.calls[1:]
     assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ReplyToNotRegistered")
     with pytest.raises(NotFound):
-        deps.states.get("o-2")
+        deps.states.get("a:o-2")
     assert (
         intake_blueprint.submission_function_name(client_for("replies-eu", client_id="eu-west"))
         == "submission_eu_west"
@@ -677,14 +677,14 @@ def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> 
     [(verb, settled, arguments)] = actions.calls
     assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "InvalidJson")
     with pytest.raises(NotFound):
-        deps.states.get("o-1")
+        deps.states.get("a:o-1")
 
 
 def test_submission_dead_letters_a_conflicting_order(deps: Dependencies) -> None:
-    submit(deps, "o-1")
+    submit(deps, "a:o-1")
     actions = RecordingActions()
 
-    invoke("submission_a", message=message(order_body("o-1", amount="1.00")), message_actions=actions)
+    invoke("submission_a", message=message(order_body("a:o-1", amount="1.00")), message_actions=actions)
 
     [(verb, _, arguments)] = actions.calls
     assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ConflictingOrder")
@@ -695,7 +695,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
     deps: Dependencies, reply_to: str, verb: str
 ) -> None:
     actions = RecordingActions()
-    sdk_message = replace(message(order_body("o-1", reply_to="client-a")), reply_to=reply_to)
+    sdk_message = replace(message(order_body("a:o-1", reply_to="client-a")), reply_to=reply_to)
 
     invoke("submission_a", message=sdk_message, message_actions=actions)
 
@@ -704,7 +704,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
     if verb == "deadletter":
         assert arguments["deadletter_reason"] == "ReplyToMismatch"
         with pytest.raises(NotFound):
-            deps.states.get("o-1")
+            deps.states.get("a:o-1")
 
 
 def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
@@ -715,7 +715,7 @@ def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
 
     monkeypatch.setattr(deps.orders, "create", down)
     actions = RecordingActions()
-    sdk_message = message(order_body("o-1"), delivery_count=2)
+    sdk_message = message(order_body("a:o-1"), delivery_count=2)
 
     invoke("submission_a", message=sdk_message, message_actions=actions)
 
@@ -761,12 +761,12 @@ FIRST_STEP = CURRENT_WORKFLOW.steps[0]
 def agent_request_body(deps: Dependencies) -> str:
     """A request for the workflow's first step, with 8 s left and 4 calls reserved."""
     return AgentRequest(
-        request_id=f"o-1:1:{FIRST_STEP.name}",
-        order_id="o-1",
-        instance_id="o-1:1",
+        request_id=f"a:o-1:1:{FIRST_STEP.name}",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         step=FIRST_STEP.name,
         operation=FIRST_STEP.operation,
-        idempotency_key=f"o-1:{FIRST_STEP.name}",
+        idempotency_key=f"a:o-1:{FIRST_STEP.name}",
         deadline=START + timedelta(seconds=8),
         reply_to=deps.settings.response_queue(),
         payload={"items": [{"sku": "10", "quantity": 5}]},
@@ -796,7 +796,7 @@ def test_the_agent_trigger_calls_only_on_the_first_delivery(
     invoke(f"agent_{FIRST_STEP.agent}", message=sdk_message, message_actions=actions)
 
     assert actions.calls == [("complete", sdk_message, {})]
-    assert service.calls == [(FIRST_STEP.operation, f"o-1:{FIRST_STEP.name}")] * calls
+    assert service.calls == [(FIRST_STEP.operation, f"a:o-1:{FIRST_STEP.name}")] * calls
     replies = deps.queues.queue(deps.settings.response_queue()).receive(max_messages=32, lock_s=30)
     assert len(replies) == responses
     for reply in replies:
@@ -851,7 +851,7 @@ def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
 
     assert sdk_message.message_id == "m-1"
     assert [verb for verb, _, _ in actions.calls] == ["complete"]
-    assert service.calls == [(FIRST_STEP.operation, f"o-1:{FIRST_STEP.name}")]
+    assert service.calls == [(FIRST_STEP.operation, f"a:o-1:{FIRST_STEP.name}")]
 
 
 @pytest.mark.xfail(
@@ -876,11 +876,11 @@ def test_a_redelivery_decoded_by_the_extension_makes_no_call(
 def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: Dependencies) -> None:
     submit(deps)
     record = claimed(deps).item
-    assert record.locked_by == "o-1:1"
+    assert record.locked_by == "a:o-1:1"
     first, step = CURRENT_WORKFLOW.steps[0], CURRENT_WORKFLOW.steps[1]
     payload = StartStepInput(
-        order_id="o-1",
-        instance_id="o-1:1",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         workflow_version=record.workflow_version,
         step=step.name,
         timeout_s=8,
@@ -892,7 +892,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
 
     assert isinstance(result, StepStarted)
     assert result.complete_by == START + timedelta(seconds=8)
-    stored = deps.states.get("o-1").item
+    stored = deps.states.get("a:o-1").item
     assert stored.complete_by == START + timedelta(seconds=8)
     assert (stored.steps[first.name].status, stored.steps[step.name].status) == (
         StepStatus.COMPLETED,
@@ -900,7 +900,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
     )
     [sent] = deps.queues.queue(deps.settings.agent_queue(step.agent)).receive(max_messages=32, lock_s=30)
     request = parse_message(AgentRequest, sent.body)
-    assert (request.instance_id, request.step, request.reply_to) == ("o-1:1", step.name, "agent-responses")
+    assert (request.instance_id, request.step, request.reply_to) == ("a:o-1:1", step.name, "agent-responses")
 
 
 def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies) -> None:
@@ -911,7 +911,7 @@ def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies) -> N
 
     invoke("supervisor", timer=FakeTimer())
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by, record.failure_count) == (ProcessState.PENDING, None, 1)
 
 
@@ -920,7 +920,7 @@ def test_the_operator_api_trigger_answers_what_the_handler_answers(
 ) -> None:
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     submit(deps)
-    url = "https://orderflow-func.azurewebsites.net/api/operator/orders/o-1"
+    url = "https://orderflow-func.azurewebsites.net/api/operator/orders/a:o-1"
 
     inspected = invoke(
         "operator_api", req=func.HttpRequest("GET", f"{url}?x=1", headers=trusted.reviewer(), body=b"")
@@ -933,11 +933,11 @@ def test_the_operator_api_trigger_answers_what_the_handler_answers(
         "utf-8",
     )
     assert json.loads(inspected.get_body())["processState"] == "Pending"
-    assert inspected.headers["ETag"] == deps.states.get("o-1").etag  # quoted once
+    assert inspected.headers["ETag"] == deps.states.get("a:o-1").etag  # quoted once
     assert inspected.headers["Cache-Control"] == "no-store"
     assert anonymous.status_code == 401
     assert anonymous.headers["WWW-Authenticate"] == 'Bearer realm="orderflow"'
-    assert deps.states.get("o-1").item.stop_requested_by is None
+    assert deps.states.get("a:o-1").item.stop_requested_by is None
 
 
 def test_the_worker_builds_one_token_validator_and_none_when_the_api_is_not_configured(
@@ -1029,8 +1029,8 @@ def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
         gc.collect()  # a coroutine asyncio.run() refused warns when collected: here, not in a later test
 
     [(name, instance_id, payload)] = durable.started
-    assert (name, instance_id, payload["responseQueue"]) == (ORDER_WORKFLOW, "o-1:1", "agent-responses")
-    assert deps.states.get("o-1").item.locked_by == "o-1:1"
+    assert (name, instance_id, payload["responseQueue"]) == (ORDER_WORKFLOW, "a:o-1:1", "agent-responses")
+    assert deps.states.get("a:o-1").item.locked_by == "a:o-1:1"
     assert len({id(loop) for loop in durable.loops}) == 1
 
 
@@ -1039,13 +1039,13 @@ def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
     deps: Dependencies, durable: DurableCalls
 ) -> None:
     step = CURRENT_WORKFLOW.steps[0].name
-    durable.statuses["o-1:1"] = status("Running", f"{WAITING_PREFIX}{step}")
+    durable.statuses["a:o-1:1"] = status("Running", f"{WAITING_PREFIX}{step}")
     body = AgentResponse(
-        request_id=f"o-1:1:{step}",
-        event_id=f"o-1:1:{step}:response",
+        request_id=f"a:o-1:1:{step}",
+        event_id=f"a:o-1:1:{step}:response",
         event_name=f"{step}:response",
-        order_id="o-1",
-        instance_id="o-1:1",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         step=step,
         outcome=AgentOutcome.SUCCEEDED,
         result={"reservationId": "r-1"},
@@ -1062,7 +1062,11 @@ def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
 
     assert actions.calls == [("complete", sdk_message, {})]
     [(instance_id, event_name, payload)] = durable.raised
-    assert (instance_id, event_name, payload["requestId"]) == ("o-1:1", f"{step}:response", f"o-1:1:{step}")
+    assert (instance_id, event_name, payload["requestId"]) == (
+        "a:o-1:1",
+        f"{step}:response",
+        f"a:o-1:1:{step}",
+    )
     assert len({id(loop) for loop in durable.loops}) == 1
 
 

@@ -46,7 +46,7 @@ def compensate(
     """An operator's (``ops``) decision to compensate o-1, through the operator API."""
     return handle_operator_request(
         "POST",
-        "/api/operator/orders/o-1/compensate",
+        "/api/operator/orders/a:o-1/compensate",
         trusted.operator("ops"),
         json.dumps({"reason": reason} if reason else {}).encode(),
         deps=deps,
@@ -58,8 +58,8 @@ def running(deps: Dependencies) -> None:
     submit_and_claim(deps, definition=ORDER_V1)
     start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step=RESERVE,
             timeout_s=8,
@@ -78,7 +78,7 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
     result = compensate(deps, trusted)
 
     assert (result.status, result.body["outcome"]) == (202, "StopRequested")
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.stop_requested_by, record.last_error.code if record.last_error else None) == (
         f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}",
         OPERATOR_DECISION,
@@ -86,8 +86,8 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
     # The owner's next write refuses to go on, naming the operator's decision as the cause.
     stopped = finish_order(
         FinishOrderInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
             completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1),
@@ -101,8 +101,8 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
     running(deps)
     begin_compensation(
         BeginCompensationInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             timeout_s=8,
             error=StepError(step="charge_payment", kind="permanent", code="card_declined", message="no"),
@@ -111,8 +111,8 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
         deps,
     )
     undo = StartUndoInput(
-        order_id="o-1",
-        instance_id="o-1:1",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         workflow_version=ORDER_V1.version,
         step=RESERVE,
         timeout_s=8,
@@ -122,16 +122,16 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
     failure = StepError(step=f"{RESERVE}:undo", kind="permanent", code="undo_refused", message="refused")
     finish_compensation(
         FinishCompensationInput(
-            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, failed=failure
+            order_id="a:o-1", instance_id="a:o-1:1", workflow_version=ORDER_V1.version, failed=failure
         ).to_payload(),
         deps,
     )
-    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATION_FAILED
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATION_FAILED
     received(deps.queues.queue("client-a"))
 
     assert compensate(deps, trusted, None).body["outcome"] == "CompensationRetried"
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (
         record.process_state,
         record.locked_by,
@@ -143,19 +143,19 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
         0,
         None,
     )
-    won = claim(deps.states, deps.states.get("o-1"), deps.clock, deps.settings)
-    assert won is not None and won.item.locked_by == "o-1:2"
-    start_undo(undo.model_copy(update={"instance_id": "o-1:2"}).to_payload(), deps)
+    won = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    assert won is not None and won.item.locked_by == "a:o-1:2"
+    start_undo(undo.model_copy(update={"instance_id": "a:o-1:2"}).to_payload(), deps)
     finish_compensation(
         FinishCompensationInput(
-            order_id="o-1",
-            instance_id="o-1:2",
+            order_id="a:o-1",
+            instance_id="a:o-1:2",
             workflow_version=ORDER_V1.version,
             undone=(UndoResult(step=RESERVE, result={"undone": "true"}, calls=1),),
         ).to_payload(),
         deps,
     )
-    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATED
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATED
     [reply] = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
@@ -164,16 +164,16 @@ def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies, trus
     running(deps)
     finish_order(
         FinishOrderInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
             completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1),
         ).to_payload(),
         deps,
     )
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     refused = compensate(deps, trusted)
     assert (refused.status, refused.body["error"]["message"]) == (409, "order is Processed")
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.unit
 
 RESERVE, CHARGE = "reserve_inventory", "charge_payment"
 RESERVED = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
-ORDER = "/api/operator/orders/o-1"
+ORDER = "/api/operator/orders/a:o-1"
 RESPONSES = "agent-responses-h1"
 
 
@@ -58,8 +58,8 @@ def call(
 
 def start(deps: Dependencies, step: str, *, version: str = ORDER_V2.version, **changes: Any) -> Any:
     fields: dict[str, Any] = {
-        "order_id": "o-1",
-        "instance_id": "o-1:1",
+        "order_id": "a:o-1",
+        "instance_id": "a:o-1:1",
         "workflow_version": version,
         "step": step,
         "timeout_s": 8,
@@ -93,7 +93,7 @@ def code(response: OperatorResponse) -> str:
 
 
 def assert_untouched(deps: Dependencies, etag: str) -> None:
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
     assert received(deps.queues.queue(RESPONSES)) == []
     assert received(deps.queues.queue("client-a")) == []
 
@@ -119,7 +119,7 @@ def forged_tokens(trusted: TrustedIssuer) -> dict[str, str]:
 
 def test_a_call_without_a_token_is_401_with_a_challenge(deps: Dependencies, trusted: TrustedIssuer) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     response = call(deps, trusted.validator, "POST", f"{ORDER}/review", {}, {"decision": "approve"})
 
@@ -136,7 +136,7 @@ def test_a_token_the_api_does_not_trust_is_401(
     deps: Dependencies, trusted: TrustedIssuer, token: str
 ) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     other_audience = LocalIssuer(signing_key(), audience="api://someone-else")
     tokens = {
         **forged_tokens(trusted),
@@ -163,7 +163,7 @@ def test_a_token_without_the_role_is_403_recorded_and_logged_by_object_id(
     deps: Dependencies, trusted: TrustedIssuer, caplog: pytest.LogCaptureFixture
 ) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     headers = trusted.bearer("carl")  # signed in, but no app role: a client's user, say
 
     with telemetry.recording() as events, caplog.at_level(logging.INFO, logger="operator_api"):
@@ -182,7 +182,7 @@ def test_a_reviewer_cannot_compensate_and_an_operator_cannot_review(
     deps: Dependencies, trusted: TrustedIssuer
 ) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     compensated = call(deps, trusted.validator, "POST", f"{ORDER}/compensate", trusted.reviewer(), {})
     reviewed = call(
@@ -230,7 +230,7 @@ def test_a_reviewer_approves_and_the_record_holds_the_verified_principal(
     )
 
     assert response.status == 200, response.body
-    found = deps.states.get("o-1")
+    found = deps.states.get("a:o-1")
     review = found.item.review
     assert review is not None
     assert (review.decision, review.decided_by, review.decided_by_name) == (
@@ -242,13 +242,17 @@ def test_a_reviewer_approves_and_the_record_holds_the_verified_principal(
     assert response.headers["ETag"] == found.etag  # the store's ETag is quoted already: sent once quoted
     [forwarded] = received(deps.queues.queue(RESPONSES))
     message = parse_message(ReviewDecisionMessage, forwarded.body)
-    assert (message.instance_id, message.decision, message.reviewer) == ("o-1:1", "approve", audit_id("rita"))
-    assert forwarded.message_id == "o-1:charge_payment:review"
+    assert (message.instance_id, message.decision, message.reviewer) == (
+        "a:o-1:1",
+        "approve",
+        audit_id("rita"),
+    )
+    assert forwarded.message_id == "a:o-1:charge_payment:review"
 
 
 def test_a_body_cannot_name_the_reviewer(deps: Dependencies, trusted: TrustedIssuer) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     response = call(
         deps,
@@ -269,7 +273,7 @@ def test_the_first_decision_wins(deps: Dependencies, trusted: TrustedIssuer) -> 
         deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "approve"}
     )
     received(deps.queues.queue(RESPONSES))
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     other = call(
         deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rex"), {"decision": "reject"}
@@ -282,7 +286,7 @@ def test_the_first_decision_wins(deps: Dependencies, trusted: TrustedIssuer) -> 
     assert (other.status, code(other), same_by_another.status) == (409, "AlreadyDecided", 409)
     assert audit_id("rita") in other.body["error"]["message"]
     assert_untouched(deps, etag)
-    review = deps.states.get("o-1").item.review
+    review = deps.states.get("a:o-1").item.review
     assert review is not None and (review.decision, review.decided_by) == ("approve", audit_id("rita"))
 
 
@@ -292,20 +296,20 @@ def test_the_same_decision_again_is_forwarded_again_and_writes_nothing(
     awaiting_review(deps)
     call(deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "reject"})
     received(deps.queues.queue(RESPONSES))
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     again = call(
         deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "reject"}
     )
 
     assert again.status == 200
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
     assert len(received(deps.queues.queue(RESPONSES))) == 1
 
 
 def test_an_order_not_awaiting_review_is_409(deps: Dependencies, trusted: TrustedIssuer) -> None:
     running(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     response = call(
         deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer(), {"decision": "approve"}
@@ -334,7 +338,7 @@ def test_an_operator_stops_a_running_order_and_the_audit_names_the_verified_prin
     )
 
     assert (response.status, response.body["outcome"]) == (202, "StopRequested")
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.stop_requested_by, record.stop_requested_by_name) == (
         f"operator:{audit_id('otto')}",
         "otto",
@@ -349,8 +353,8 @@ def test_an_operator_stops_a_running_order_and_the_audit_names_the_verified_prin
     assert audit_id("otto") not in record.last_error.message
     stopped = finish_order(
         FinishOrderInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
             completed=RESERVED,
@@ -364,8 +368,8 @@ def test_compensating_a_finished_order_is_409(deps: Dependencies, trusted: Trust
     running(deps)
     finish_order(
         FinishOrderInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
             completed=RESERVED,
@@ -373,7 +377,7 @@ def test_compensating_a_finished_order_is_409(deps: Dependencies, trusted: Trust
         deps,
     )
     received(deps.queues.queue("client-a"))
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     response = call(deps, trusted.validator, "POST", f"{ORDER}/compensate", trusted.operator(), b"")
 
@@ -390,7 +394,7 @@ def test_either_role_inspects_an_order_and_sees_its_public_view(
     deps: Dependencies, trusted: TrustedIssuer, role: str
 ) -> None:
     awaiting_review(deps)
-    found = deps.states.get("o-1")
+    found = deps.states.get("a:o-1")
 
     response = call(deps, trusted.validator, "GET", ORDER, trusted.bearer("ida", role))
 
@@ -398,7 +402,7 @@ def test_either_role_inspects_an_order_and_sees_its_public_view(
     assert response.headers["ETag"] == found.etag  # the store's ETag is quoted already: sent once quoted
     view = response.body
     assert (view["orderId"], view["processState"], view["review"]["step"]) == (
-        "o-1",
+        "a:o-1",
         "AwaitingReview",
         CHARGE,
     )
@@ -429,7 +433,7 @@ def test_an_unknown_order_is_404_for_every_action(deps: Dependencies, trusted: T
         ("GET", f"{ORDER}/", 404),
         ("POST", f"{ORDER}/approve", 404),
         ("GET", "/api/operator/clients/c-1", 404),
-        ("GET", "/api/orders/o-1", 404),
+        ("GET", "/api/orders/a:o-1", 404),
     ],
 )
 def test_other_methods_and_paths(
@@ -456,7 +460,7 @@ def test_a_bad_body_is_400_and_writes_nothing(
     deps: Dependencies, trusted: TrustedIssuer, body: Any, reason: str
 ) -> None:
     awaiting_review(deps)
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     response = call(deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer(), body)
 
@@ -465,7 +469,7 @@ def test_a_bad_body_is_400_and_writes_nothing(
 
 
 def test_an_invalid_order_id_and_an_oversized_body(deps: Dependencies, trusted: TrustedIssuer) -> None:
-    bad_id = call(deps, trusted.validator, "GET", "/api/operator/orders/o:1", trusted.operator())
+    bad_id = call(deps, trusted.validator, "GET", "/api/operator/orders/a:o:1", trusted.operator())
     huge = call(
         deps,
         trusted.validator,

@@ -50,7 +50,7 @@ def deps(clock: FakeClock, settings: Settings) -> Dependencies:
     )
 
 
-def submit(deps: Dependencies, order_id: str = "o-1") -> None:
+def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
     handle_intake_message(
         order_body(order_id),
         client=TEST_CLIENT,
@@ -62,7 +62,7 @@ def submit(deps: Dependencies, order_id: str = "o-1") -> None:
     )
 
 
-def claimed(deps: Dependencies, order_id: str = "o-1") -> StateRecord:
+def claimed(deps: Dependencies, order_id: str = "a:o-1") -> StateRecord:
     found = deps.states.get(order_id)
     won = claim(deps.states, found, deps.clock, deps.settings)
     assert won is not None
@@ -71,24 +71,24 @@ def claimed(deps: Dependencies, order_id: str = "o-1") -> StateRecord:
 
 def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
     submit(deps)
-    read_by_a = deps.states.get("o-1")
-    read_by_b = deps.states.get("o-1")
+    read_by_a = deps.states.get("a:o-1")
+    read_by_b = deps.states.get("a:o-1")
     first = claim(deps.states, read_by_a, deps.clock, deps.settings)
     second = claim(deps.states, read_by_b, deps.clock, deps.settings)
     assert first is not None and second is None
-    stored = deps.states.get("o-1").item
-    assert stored.locked_by == "o-1:1"
+    stored = deps.states.get("a:o-1").item
+    assert stored.locked_by == "a:o-1:1"
     assert stored.attempt == 1
     assert stored.process_state is ProcessState.PROCESSING
     # The claim started the first step: its deadline plus the orchestration's start-up allowance.
     assert stored.complete_by == deps.clock.now() + timedelta(seconds=8 + 5)
     step = stored.steps["reserve_inventory"]
-    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
+    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "a:o-1:1")
 
 
 def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -> None:
-    submit(deps, "o-1")
-    submit(deps, "o-2")
+    submit(deps, "a:o-1")
+    submit(deps, "a:o-2")
     client = RecordingClient()
     report = run_starter_pass(
         states=deps.states,
@@ -98,9 +98,9 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -
         response_queue="agent-responses-h1",
         capacity=10,
     )
-    assert sorted(report.claimed) == ["o-1", "o-2"]
-    assert sorted(client.started) == ["o-1:1", "o-2:1"]
-    payload = client.payloads["o-1:1"]
+    assert sorted(report.claimed) == ["a:o-1", "a:o-2"]
+    assert sorted(client.started) == ["a:o-1:1", "a:o-2:1"]
+    payload = client.payloads["a:o-1:1"]
     assert payload["responseQueue"] == "agent-responses-h1"
     assert payload["workflowVersion"] == CURRENT_WORKFLOW.version
     assert payload["completedSteps"] == []
@@ -108,7 +108,7 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -
 
 def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> None:
     submit(deps)
-    client = RecordingClient(existing={"o-1:1"})
+    client = RecordingClient(existing={"a:o-1:1"})
     report = run_starter_pass(
         states=deps.states,
         client=client,
@@ -117,9 +117,9 @@ def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> N
         response_queue="r-q1",
         capacity=5,
     )
-    assert report.claimed == ["o-1"]
+    assert report.claimed == ["a:o-1"]
     assert report.already_started == 1
-    assert deps.states.get("o-1").item.locked_by == "o-1:1"
+    assert deps.states.get("a:o-1").item.locked_by == "a:o-1:1"
 
 
 def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) -> None:
@@ -127,9 +127,9 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
     record = claimed(deps)
     clock.advance(31)
     assert recover(
-        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
-    requeued = deps.states.get("o-1").item
+    requeued = deps.states.get("a:o-1").item
     assert requeued.next_attempt_at == clock.now() + timedelta(seconds=2)
     client = RecordingClient()
     run_starter_pass(
@@ -150,7 +150,7 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
         response_queue="r-q1",
         capacity=5,
     )
-    assert client.started == [f"o-1:{record.attempt + 1}"]
+    assert client.started == [f"a:o-1:{record.attempt + 1}"]
 
 
 def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
@@ -160,11 +160,11 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     claimed(deps)
     clock.advance(31)
     run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
     result = start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step="reserve_inventory",
             timeout_s=8,
@@ -173,7 +173,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
         deps,
     )
     assert result["outcome"] == "fenced"
-    after = deps.states.get("o-1")
+    after = deps.states.get("a:o-1")
     assert after.etag == before.etag
     assert after.item == before.item
     assert deps.queues.queue("agent-inventory").approximate_count() == 0
@@ -182,26 +182,26 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
 def test_fenced_write_rejects_a_non_owner_without_writing(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
 
     def mutate(record: StateRecord) -> StateRecord:
         record.process_state = ProcessState.PROCESSED
         return record
 
     outcome = fenced_write(
-        deps.states, RecordCache(), deps.clock, order_id="o-1", instance_id="o-1:9", mutate=mutate
+        deps.states, RecordCache(), deps.clock, order_id="a:o-1", instance_id="a:o-1:9", mutate=mutate
     )
     assert outcome.fenced and not outcome.applied
-    assert deps.states.get("o-1").etag == before.etag
+    assert deps.states.get("a:o-1").etag == before.etag
 
 
 def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> None:
     submit(deps)
     claimed(deps)
     cache = RecordCache()
-    cache.put(deps.states.get("o-1"))
+    cache.put(deps.states.get("a:o-1"))
     # Another writer (same owner, e.g. an earlier run of the activity) moves the record on.
-    current = deps.states.get("o-1")
+    current = deps.states.get("a:o-1")
     bumped = current.item.model_copy(deep=True)
     bumped.failure_count = 0
     deps.states.replace(bumped, etag=current.etag)
@@ -210,41 +210,43 @@ def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> N
         record.steps["reserve_inventory"].status = StepStatus.RUNNING
         return record
 
-    outcome = fenced_write(deps.states, cache, deps.clock, order_id="o-1", instance_id="o-1:1", mutate=mutate)
+    outcome = fenced_write(
+        deps.states, cache, deps.clock, order_id="a:o-1", instance_id="a:o-1:1", mutate=mutate
+    )
     assert outcome.applied
-    assert deps.states.get("o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING
+    assert deps.states.get("a:o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING
 
 
 def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     payload = StartStepInput(
-        order_id="o-1",
-        instance_id="o-1:1",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         workflow_version=ORDER_V1.version,
         step="reserve_inventory",
         timeout_s=8,
         response_queue="r-q1",
     ).to_payload()
     started_at = clock.now()  # the claim started the first step
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     clock.advance(1)  # the orchestration is scheduled
     first = start_step(payload, deps)
     clock.advance(3)  # the runtime re-runs the activity later (its result was lost)
     second = start_step(payload, deps)
     assert first["outcome"] == second["outcome"] == "started"
-    stored = deps.states.get("o-1")
+    stored = deps.states.get("a:o-1")
     assert stored.etag == etag  # neither run wrote: the claim's write started the step
     step = stored.item.steps["reserve_inventory"]
-    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "o-1:1")
+    assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "a:o-1:1")
     # The deadline starts when the step is started, and every run returns that one for the timer.
     deadline = started_at + timedelta(seconds=8 + deps.settings.START_LATENCY_S)
     assert stored.item.complete_by == deadline
     assert first["completeBy"] == second["completeBy"] == format_utc(deadline)
     requests = [m for m in received(deps.queues.queue("agent-inventory"))]
-    assert [m.message_id for m in requests] == ["o-1:1:reserve_inventory", "o-1:1:reserve_inventory"]
+    assert [m.message_id for m in requests] == ["a:o-1:1:reserve_inventory", "a:o-1:1:reserve_inventory"]
     body = json.loads(requests[0].body)
-    assert body["idempotencyKey"] == "o-1:reserve_inventory"
+    assert body["idempotencyKey"] == "a:o-1:reserve_inventory"
     assert body["replyTo"] == "r-q1"
     assert body["payload"]["items"] == [{"sku": "10", "quantity": 5}]
 
@@ -256,8 +258,8 @@ def test_completion_records_the_compensation_entry_once(deps: Dependencies, cloc
         previous = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=2)
         start_step(
             StartStepInput(
-                order_id="o-1",
-                instance_id="o-1:1",
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
                 workflow_version=ORDER_V1.version,
                 step=step,
                 timeout_s=8,
@@ -266,10 +268,10 @@ def test_completion_records_the_compensation_entry_once(deps: Dependencies, cloc
             ).to_payload(),
             deps,
         )
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED
     assert [(e.step, e.undo, e.undo_key, e.data) for e in record.compensation_log] == [
-        ("reserve_inventory", "release", "o-1:reserve_inventory:undo", {"reservationId": "r-1"})
+        ("reserve_inventory", "release", "a:o-1:reserve_inventory:undo", {"reservationId": "r-1"})
     ]
     # Two calls made for the reservation; four reserved for the charge that is running now.
     assert record.retry_budget.spent == 2 + 4
@@ -281,16 +283,17 @@ def test_finish_processed_replies_once_per_message_id(deps: Dependencies, clock:
     submit(deps)
     claimed(deps)
     payload = FinishOrderInput(
-        order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+        order_id="a:o-1", instance_id="a:o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
     ).to_payload()
     assert finish_order(payload, deps)["outcome"] == "finished"
     assert finish_order(payload, deps)["outcome"] == "finished"  # re-run: already Processed and replied
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.complete_by is None
     assert record.pending_reply is None
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     statuses = [(r["orderId"], r["status"]) for r in replies]
+    # Replies name the client's own order id, not the key it is stored under.
     assert statuses == [("o-1", "Received"), ("o-1", "Processed")]
 
 
@@ -339,8 +342,8 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     for step in ORDER_V1.steps:
         start_step(
             StartStepInput(
-                order_id="o-1",
-                instance_id="o-1:1",
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
                 workflow_version=ORDER_V1.version,
                 step=step.name,
                 timeout_s=8,
@@ -351,8 +354,8 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
         )
         previous = StepResult(step=step.name, result={}, calls=1)
     finish = FinishOrderInput(
-        order_id="o-1",
-        instance_id="o-1:1",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         workflow_version=ORDER_V1.version,
         outcome=Outcome.PROCESSED,
         completed=previous,
@@ -365,7 +368,7 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     assert states.gets == 1
     # The claim, the next two steps' starts, the outcome and the outbox clear.
     assert states.replaces == 5
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.pending_reply is None
     statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
@@ -415,11 +418,11 @@ def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
         cache=deps.cache,
     )
     payload = FinishOrderInput(
-        order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+        order_id="a:o-1", instance_id="a:o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
     ).to_payload()
     with pytest.raises(TransientError):
         finish_order(payload, failing)  # written, then the send failed: the runtime would retry
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.PROCESSED
     assert record.pending_reply is not None and record.pending_reply.status == "Processed"
 
@@ -428,8 +431,8 @@ def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
     assert early.resent == []
     clock.advance(31)
     late = resend_pending_replies(states=deps.states, queues=inner, clock=clock, grace_s=30)
-    assert late.resent == ["o-1"]
-    assert deps.states.get("o-1").item.pending_reply is None
+    assert late.resent == ["a:o-1"]
+    assert deps.states.get("a:o-1").item.pending_reply is None
     replies = [json.loads(m.body)["status"] for m in received(inner.queue("client-a"))]
     assert replies == ["Received", "Processed"]
     again = resend_pending_replies(states=deps.states, queues=inner, clock=clock, grace_s=30)
@@ -437,12 +440,12 @@ def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
 
 
 def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencies, clock: FakeClock) -> None:
-    submit(deps, "o-1")
-    submit(deps, "o-2")
-    claimed(deps, "o-1")
+    submit(deps, "a:o-1")
+    submit(deps, "a:o-2")
+    claimed(deps, "a:o-1")
     report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
     assert (report.scanned, report.requeued, report.gave_up) == (0, [], [])
-    assert deps.states.get("o-2").item.process_state is ProcessState.PENDING
+    assert deps.states.get("a:o-2").item.process_state is ProcessState.PENDING
 
 
 def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
@@ -456,11 +459,11 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
         clock.advance(31)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
             )
         )
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     # Compensating, unlocked and ready at once: a starter claims the attempt that undoes the steps.
     assert record.process_state is ProcessState.COMPENSATING
     assert (record.locked_by, record.next_attempt_at) == (None, clock.now())
@@ -478,22 +481,22 @@ def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeCl
     submit(deps)
     claimed(deps)
     clock.advance(31)
-    seen_by_a = deps.states.get("o-1")
-    seen_by_b = deps.states.get("o-1")
+    seen_by_a = deps.states.get("a:o-1")
+    seen_by_b = deps.states.get("a:o-1")
     a = recover(deps.states, seen_by_a, queues=deps.queues, clock=clock, settings=deps.settings)
     b = recover(deps.states, seen_by_b, queues=deps.queues, clock=clock, settings=deps.settings)
     assert (a, b) == (Recovery.REQUEUED, Recovery.LOST_RACE)
-    assert deps.states.get("o-1").item.failure_count == 1
+    assert deps.states.get("a:o-1").item.failure_count == 1
 
 
 def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: FakeClock) -> None:
     settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 3})
     for n in range(10):
-        submit(deps, f"o-{n}")
-        claimed(deps, f"o-{n}")
+        submit(deps, f"a:o-{n}")
+        claimed(deps, f"a:o-{n}")
     clock.advance(31)
     report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
-    assert sorted(report.requeued) == sorted(f"o-{n}" for n in range(10))
+    assert sorted(report.requeued) == sorted(f"a:o-{n}" for n in range(10))
     assert report.pages >= 4
     left = deps.states.count(StateQuery(process_states=(ProcessState.PROCESSING,)))
     assert left == 0
@@ -509,7 +512,10 @@ def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) ->
     claimed(deps)
     finish_order(
         FinishOrderInput(
-            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
+            workflow_version=ORDER_V1.version,
+            outcome=Outcome.PROCESSED,
         ).to_payload(),
         deps,
     )
@@ -521,10 +527,10 @@ def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) ->
 
 def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: Dependencies) -> None:
     submit(deps)
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
     with pytest.raises(ConflictingOrder):
         handle_intake_message(
-            order_body("o-1", amount="1.00"),
+            order_body("a:o-1", amount="1.00"),
             client=TEST_CLIENT,
             orders=deps.orders,
             states=deps.states,
@@ -537,14 +543,14 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
         ("Received", None),
         ("Rejected", "ConflictingOrder"),
     ]
-    assert deps.states.get("o-1").etag == before.etag
-    assert str(deps.orders.get("o-1").amount) == "1000.50"
+    assert deps.states.get("a:o-1").etag == before.etag
+    assert str(deps.orders.get("a:o-1").amount) == "1000.50"
 
 
 def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencies) -> None:
     submit(deps)
     handle_intake_message(
-        order_body("o-1", amount="1000.5"),
+        order_body("a:o-1", amount="1000.5"),
         client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
@@ -566,7 +572,7 @@ def _start(
 ) -> dict[str, Any]:
     return start_step(
         StartStepInput(
-            order_id="o-1",
+            order_id="a:o-1",
             instance_id=instance_id,
             workflow_version=ORDER_V1.version,
             step=step,
@@ -584,22 +590,22 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     submit(deps)
     for attempt in (1, 2):
         claimed(deps)
-        started = _start(deps, clock, f"o-1:{attempt}")
+        started = _start(deps, clock, f"a:o-1:{attempt}")
         assert started["outcome"] == "started"
         request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
         assert request["maxCalls"] == 4  # the agent may make no more than its reservation
         clock.advance(31)
         run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)  # the attempt died
         clock.advance(60)
-    assert deps.states.get("o-1").item.retry_budget.spent == 8  # nobody reported: both reservations stay
+    assert deps.states.get("a:o-1").item.retry_budget.spent == 8  # nobody reported: both reservations stay
 
     claimed(deps)
-    third = _start(deps, clock, "o-1:3")
+    third = _start(deps, clock, "a:o-1:3")
     request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
     assert third["outcome"] == "started" and request["maxCalls"] == 2  # what is left of the budget
     clock.advance(31)
     run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.retry_budget.remaining == 0
     # The supervisor stops retrying a spent budget: the next attempt compensates.
     assert record.process_state is ProcessState.COMPENSATING
@@ -610,13 +616,13 @@ def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> 
     deps.settings = deps.settings.model_copy(update={"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
     submit(deps)
     claimed(deps)
-    assert _start(deps, clock, "o-1:1")["outcome"] == "started"
+    assert _start(deps, clock, "a:o-1:1")["outcome"] == "started"
     received(deps.queues.queue("agent-inventory"))
     # The reservation is used up by the first step; the next step gets nothing.
     result = start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step="charge_payment",
             timeout_s=8,
@@ -626,7 +632,7 @@ def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> 
         deps,
     )
     assert result == {"outcome": "budget_exhausted"}
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED  # its completion is kept
     assert record.steps["charge_payment"].status is StepStatus.NOT_STARTED
     assert received(deps.queues.queue("agent-payment")) == []
@@ -642,8 +648,8 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
     clock.advance(3)
     result = start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step="charge_payment",
             timeout_s=8,
@@ -654,7 +660,7 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
     )
     complete_by = clock.now() + timedelta(seconds=8)
     assert result["completeBy"] == format_utc(complete_by)
-    assert deps.states.get("o-1").item.complete_by == complete_by
+    assert deps.states.get("a:o-1").item.complete_by == complete_by
     (request,) = received(deps.queues.queue("agent-payment"))
     # The agent stops a margin earlier, so its answer can travel back before the timer fires.
     assert json.loads(request.body)["deadline"] == format_utc(complete_by - timedelta(seconds=1))
@@ -672,13 +678,13 @@ def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
 ) -> None:
     submit(deps)
     claimed(deps)
-    _start(deps, clock, "o-1:1", "charge_payment", completed=StepResult(step="reserve_inventory", calls=1))
+    _start(deps, clock, "a:o-1:1", "charge_payment", completed=StepResult(step="reserve_inventory", calls=1))
     _expire_and_requeue(deps, clock)  # attempt 1 died in charge_payment
 
     record = claimed(deps)
 
     charge = record.steps["charge_payment"]
-    assert (charge.status, charge.last_instance, charge.attempts) == (StepStatus.RUNNING, "o-1:2", 2)
+    assert (charge.status, charge.last_instance, charge.attempts) == (StepStatus.RUNNING, "a:o-1:2", 2)
     assert charge.reserved_calls == 4 and charge.started_at == clock.now()
     assert record.steps["reserve_inventory"].status is StepStatus.COMPLETED
     assert record.complete_by == clock.now() + timedelta(seconds=8 + 5)
@@ -687,7 +693,7 @@ def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
 
 
 def _mark(deps: Dependencies, change: Any) -> None:
-    found = deps.states.get("o-1")
+    found = deps.states.get("a:o-1")
     record = found.item.model_copy(deep=True)
     change(record)
     deps.states.replace(record, etag=found.etag)
@@ -703,7 +709,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
     if why == "may pause for review":
         deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
         handle_intake_message(
-            order_body("o-1"),
+            order_body("a:o-1"),
             client=TEST_CLIENT,
             orders=deps.orders,
             states=deps.states,
@@ -722,7 +728,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
             _mark(deps, lambda r: setattr(r.retry_budget, "spent", r.retry_budget.limit))
         else:
             _mark(deps, lambda r: setattr(r.steps["reserve_inventory"], "fallback", True))
-    before = deps.states.get("o-1").item
+    before = deps.states.get("a:o-1").item
 
     record = claimed(deps)
 
@@ -738,14 +744,14 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
     # The claim's version is in this host's cache; the orchestration's first activity runs only after
     # the supervisor has re-queued the order. The stale start must not send its request.
     submit(deps)
-    deps.cache.put(claim(deps.states, deps.states.get("o-1"), clock, deps.settings))  # type: ignore[arg-type]
+    deps.cache.put(claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings))  # type: ignore[arg-type]
     _expire_and_requeue(deps, clock)
 
-    result = _start(deps, clock, "o-1:1")
+    result = _start(deps, clock, "a:o-1:1")
 
     assert result["outcome"] == "fenced"
     assert received(deps.queues.queue("agent-inventory")) == []
-    assert deps.states.get("o-1").item.process_state is ProcessState.PENDING
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.PENDING
 
 
 def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
@@ -755,8 +761,8 @@ def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
     claimed(deps)  # starts reserve_inventory; the legacy input starts the next step
     fixed = clock.now() + timedelta(seconds=6)
     legacy = {
-        "orderId": "o-1",
-        "instanceId": "o-1:1",
+        "orderId": "a:o-1",
+        "instanceId": "a:o-1:1",
         "workflowVersion": ORDER_V1.version,
         "step": "charge_payment",
         "deadline": format_utc(fixed),
@@ -765,7 +771,7 @@ def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
     }
     result = start_step(legacy, deps)
     assert result["completeBy"] == format_utc(fixed)
-    assert deps.states.get("o-1").item.complete_by == fixed
+    assert deps.states.get("a:o-1").item.complete_by == fixed
     with pytest.raises(ValueError, match="timeoutS"):
         StartStepInput.model_validate({**legacy, "deadline": None})
 
@@ -786,15 +792,18 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     clock.advance(1)
     finish_order(
         FinishOrderInput(
-            order_id="o-1", instance_id="o-1:2", workflow_version=ORDER_V1.version, outcome=Outcome.PROCESSED
+            order_id="a:o-1",
+            instance_id="a:o-1:2",
+            workflow_version=ORDER_V1.version,
+            outcome=Outcome.PROCESSED,
         ).to_payload(),
         deps,
     )
 
-    history = deps.states.get("o-1").item.attempt_history
+    history = deps.states.get("a:o-1").item.attempt_history
     assert [(e.attempt, e.instance_id, e.claimed_by, e.outcome) for e in history] == [
-        (1, "o-1:1", deps.settings.HOST_ID, "recovered"),
-        (2, "o-1:2", deps.settings.HOST_ID, "Processed"),
+        (1, "a:o-1:1", deps.settings.HOST_ID, "recovered"),
+        (2, "a:o-1:2", deps.settings.HOST_ID, "Processed"),
     ]
     assert (history[0].claimed_at, history[0].ended_at) == (first_claim, recovered_at)
     assert (history[1].claimed_at, history[1].ended_at) == (second_claim, clock.now())
@@ -807,10 +816,10 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
 
 def test_attempt_history_is_bounded(deps: Dependencies, clock: FakeClock) -> None:
     submit(deps)
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     for attempt in range(1, 40):
         record.attempt = attempt
-        record.locked_by = f"o-1:{attempt}"
+        record.locked_by = f"a:o-1:{attempt}"
         record.begin_attempt("h", clock.now())
         record.end_attempt(clock.now(), "recovered")
     assert [e.attempt for e in record.attempt_history] == list(range(24, 40))
@@ -825,8 +834,8 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependenci
     def start_ship(*, fallback: bool) -> dict[str, Any]:
         return start_step(
             StartStepInput(
-                order_id="o-1",
-                instance_id="o-1:1",
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
                 workflow_version=ORDER_V3.version,
                 step="create_shipment",
                 timeout_s=8,
@@ -837,22 +846,22 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependenci
         )
 
     start_ship(fallback=False)
-    spent_by_primary = deps.states.get("o-1").item.retry_budget.spent
+    spent_by_primary = deps.states.get("a:o-1").item.retry_budget.spent
     # The carrier refused; the orchestration tries the courier.
     assert start_ship(fallback=True)["outcome"] == "started"
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     step = record.steps["create_shipment"]
-    assert (step.fallback, step.idempotency_key, step.attempts) == (True, "o-1:create_shipment:fallback", 2)
+    assert (step.fallback, step.idempotency_key, step.attempts) == (True, "a:o-1:create_shipment:fallback", 2)
     assert record.retry_budget.spent == spent_by_primary + deps.settings.AGENT_MAX_CALLS_PER_STEP
     [request] = received(deps.queues.queue("agent-courier"))
     body = json.loads(request.body)
     assert (request.message_id, body["step"], body["idempotencyKey"]) == (
-        "o-1:1:create_shipment:fallback",
+        "a:o-1:1:create_shipment:fallback",
         "create_shipment:fallback",
-        "o-1:create_shipment:fallback",
+        "a:o-1:create_shipment:fallback",
     )
     assert body["payload"]["carrier"] == "MAIL"
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     assert start_ship(fallback=True)["outcome"] == "started"  # a re-run writes nothing
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag

@@ -78,7 +78,9 @@ from orderflow.records import (
     StateRecord,
     StepStatus,
     UndoStatus,
+    client_order_id,
     instance_id_for,
+    order_key,
     parse_instance_id,
     undo_key,
 )
@@ -347,7 +349,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def client_submits_an_order(self, kind: str) -> None:
         """A new order, when fewer than :data:`IN_FLIGHT` are still on their way."""
         self._acting_as(Actor.SUBMISSION)
-        order_id = f"o-{len(self.submitted) + 1}"
+        order_id = f"a:o-{len(self.submitted) + 1}"  # the key: the body holds o-N
         self.submitted[order_id] = kind
         self._submit(order_id)
 
@@ -365,7 +367,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         """The client cancels an order: the owner stops at its next write and undoes what was done."""
         order_id = self._asks("cancel", data)
         self._acting_as(Actor.CLIENT)
-        self._send_to_submission(CancelOrder(schema_version=1, type="CancelOrder", order_id=order_id))
+        self._send_to_submission(
+            CancelOrder(schema_version=1, type="CancelOrder", order_id=client_order_id(order_id))
+        )
 
     @precondition(lambda self: self._may_ask("compensate"))
     @rule(data=st.data())
@@ -708,7 +712,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 seen.append(Seen(found.etag, found.item, self.actor))
         for message in received(self.queues.inner.queue(REPLY_QUEUE)):
             reply = parse_message(StatusReply, message.body)
-            self.replies[reply.order_id].add(reply.status.value)
+            self.replies[order_key(TEST_CLIENT.client_id, reply.order_id)].add(reply.status.value)
 
     def _read(self, order_id: str) -> Versioned[StateRecord] | None:
         try:
@@ -1023,8 +1027,8 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     def start(worker: Dependencies, step: str, completed: str | None = None) -> dict[str, Any]:
         done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
         payload = StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V1.version,
             step=step,
             timeout_s=8,
@@ -1037,7 +1041,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     assert start(worker_a, "charge_payment", completed="reserve_inventory")["outcome"] == "started"
 
     assert start(worker_b, "create_shipment", completed="charge_payment")["outcome"] == "started"
-    steps = worker_a.states.get("o-1").item.steps
+    steps = worker_a.states.get("a:o-1").item.steps
     assert [steps[name].status for name in ORDER_V1.step_names] == [
         StepStatus.COMPLETED,
         StepStatus.COMPLETED,

@@ -37,8 +37,8 @@ def deps() -> Dependencies:
 def start(deps: Dependencies, step: str, *, version: str, completed: StepResult | None = None) -> Any:
     return start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=version,
             step=step,
             timeout_s=8,
@@ -69,15 +69,15 @@ def test_a_client_cannot_approve_an_order_awaiting_review_on_the_orders_queue(de
     reserved = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
     assert start(deps, CHARGE, version=ORDER_V2.version, completed=reserved)["outcome"] == "awaiting_review"
     received(deps.queues.queue("client-a"))
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
 
-    approval = {"schemaVersion": 1, "type": "ReviewDecision", "orderId": "o-1", "decision": "approve"}
+    approval = {"schemaVersion": 1, "type": "ReviewDecision", "orderId": "a:o-1", "decision": "approve"}
 
     error = on_the_orders_queue(deps, {**approval, "reviewer": "head-of-payments"})
 
     assert error.reason == OPERATOR_ACTION_NOT_ACCEPTED
     assert "operator API" in error.description
-    after = deps.states.get("o-1")
+    after = deps.states.get("a:o-1")
     assert after.etag == before.etag  # nothing recorded
     assert after.item.review is not None and after.item.review.decision is None
     assert received(deps.queues.queue("agent-responses-h1")) == []  # nothing forwarded to the attempt
@@ -93,14 +93,14 @@ def test_a_client_cannot_compensate_another_clients_order_under_a_typed_operator
     submit_and_claim(deps, definition=ORDER_V1, amount="100.00")  # client-a's order
     start(deps, RESERVE, version=ORDER_V1.version)
     received(deps.queues.queue("client-a"))
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
 
     error = on_the_orders_queue(
-        deps, {"schemaVersion": 1, "type": "CompensateOrder", "orderId": "o-1", "operator": "ops"}
+        deps, {"schemaVersion": 1, "type": "CompensateOrder", "orderId": "a:o-1", "operator": "ops"}
     )
 
     assert error.reason == OPERATOR_ACTION_NOT_ACCEPTED
-    after = deps.states.get("o-1")
+    after = deps.states.get("a:o-1")
     assert after.etag == before.etag
     assert (after.item.process_state, after.item.stop_requested_by, after.item.cancel_requested_at) == (
         ProcessState.PROCESSING,

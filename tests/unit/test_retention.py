@@ -139,7 +139,7 @@ def test_error_texts_are_redacted_and_their_kind_and_code_kept() -> None:
     quoted = "refund of ch-1 (10.00) refused"
     deps.states.create(
         record(
-            "o-1",
+            "a:o-1",
             ProcessState.COMPENSATED,
             clock,
             last_error=LastError(
@@ -155,7 +155,7 @@ def test_error_texts_are_redacted_and_their_kind_and_code_kept() -> None:
 
     assert purge(deps).purged == 1
 
-    purged = deps.states.get("o-1").item
+    purged = deps.states.get("a:o-1").item
     assert purged.last_error is not None and purged.compensation_error is not None
     assert purged.last_error.model_dump() == {
         "kind": "permanent",
@@ -172,24 +172,24 @@ def test_error_texts_are_redacted_and_their_kind_and_code_kept() -> None:
 def test_a_zero_retention_never_purges() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=0)
-    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
+    deps.states.create(record("a:o-1", ProcessState.PROCESSED, clock))
     clock.advance((3650 * DAY).total_seconds())
 
     assert purge(deps).purged == 0
-    assert deps.states.get("o-1").item.compensation_log[0].data
+    assert deps.states.get("a:o-1").item.compensation_log[0].data
 
 
 def test_a_record_an_earlier_version_purged_gets_the_wider_purge() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    narrow = record("o-1", ProcessState.PROCESSED, clock, compensation_log_purged_at=clock.now())
+    narrow = record("a:o-1", ProcessState.PROCESSED, clock, compensation_log_purged_at=clock.now())
     narrow.compensation_log[0].data, narrow.compensation_log[0].undo_result = {}, None
     deps.states.create(narrow)  # as the log-only purge left it: the step's result still holds the charge
     clock.advance(RETENTION_S + 1)
 
     assert purge(deps).purged == 1
 
-    purged = deps.states.get("o-1").item
+    purged = deps.states.get("a:o-1").item
     assert purged.steps["charge_payment"].result is None
     assert purged.data_purge_version == DATA_PURGE_VERSION
     assert purged.compensation_log_purged_at == clock.now() - timedelta(seconds=RETENTION_S + 1)
@@ -198,12 +198,12 @@ def test_a_record_an_earlier_version_purged_gets_the_wider_purge() -> None:
 def test_an_error_order_keeps_its_data_until_resolved_and_the_period_starts_then() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    deps.states.create(record("o-1", ProcessState.ERROR, clock))
+    deps.states.create(record("a:o-1", ProcessState.ERROR, clock))
     clock.advance((90 * DAY).total_seconds())
     assert purge(deps).purged == 0
 
     # An operator resolves it: it is compensated now (the write moves updatedAt).
-    found = deps.states.get("o-1")
+    found = deps.states.get("a:o-1")
     resolved = found.item.model_copy(
         update={"process_state": ProcessState.COMPENSATED, "updated_at": clock.now()}
     )
@@ -220,7 +220,7 @@ def test_an_error_order_keeps_its_data_until_resolved_and_the_period_starts_then
 def test_the_order_document_is_redacted_before_the_record_is_marked() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    processed_order(deps, "o-1")
+    processed_order(deps, "a:o-1")
     clock.advance(RETENTION_S + 1)
 
     states = deps.states
@@ -235,13 +235,13 @@ def test_the_order_document_is_redacted_before_the_record_is_marked() -> None:
     states.replace = replace_record  # type: ignore[method-assign]
     assert purge(deps).purged == 1
     # Whose order it was stays: a later submission under its id by another client is still refused.
-    assert orders.get("o-1").client_id == deps.states.get("o-1").item.client_id == "a"
+    assert orders.get("a:o-1").client_id == deps.states.get("a:o-1").item.client_id == "a"
 
 
 def test_a_crash_between_the_two_writes_is_redone_by_the_next_pass() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    processed_order(deps, "o-1")
+    processed_order(deps, "a:o-1")
     clock.advance(RETENTION_S + 1)
     redacted_at = clock.now()
     states = deps.states
@@ -253,21 +253,21 @@ def test_a_crash_between_the_two_writes_is_redone_by_the_next_pass() -> None:
     states.replace = unavailable  # type: ignore[method-assign]
     with pytest.raises(TransientError):
         purge(deps)
-    assert deps.orders.get("o-1").redacted_at == redacted_at
-    assert deps.states.get("o-1").item.data_purge_version == 0
+    assert deps.orders.get("a:o-1").redacted_at == redacted_at
+    assert deps.states.get("a:o-1").item.data_purge_version == 0
     del states.replace  # the store is back
 
     clock.advance(60)
     assert purge(deps).purged == 1
-    assert deps.states.get("o-1").item.data_purge_version == DATA_PURGE_VERSION
-    assert deps.orders.get("o-1").redacted_at == redacted_at  # redacted once
-    assert deps.orders.redact("o-1", at=clock.now()) is Redaction.ALREADY_REDACTED
+    assert deps.states.get("a:o-1").item.data_purge_version == DATA_PURGE_VERSION
+    assert deps.orders.get("a:o-1").redacted_at == redacted_at  # redacted once
+    assert deps.orders.redact("a:o-1", at=clock.now()) is Redaction.ALREADY_REDACTED
 
 
 def test_a_purge_that_loses_the_race_is_left_for_the_next_pass() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
+    deps.states.create(record("a:o-1", ProcessState.PROCESSED, clock))
     clock.advance(RETENTION_S + 1)
     states = deps.states
     assert isinstance(states, InMemoryStateStore)
@@ -284,20 +284,20 @@ def test_a_purge_that_loses_the_race_is_left_for_the_next_pass() -> None:
     states.replace = another_writer_first  # type: ignore[method-assign]
 
     assert purge(deps) == PurgeReport(purged=0, lost_races=1)
-    assert deps.states.get("o-1").item.steps["charge_payment"].result is not None
+    assert deps.states.get("a:o-1").item.steps["charge_payment"].result is not None
     assert purge(deps) == PurgeReport(purged=1, lost_races=0)
-    assert deps.states.get("o-1").item.steps["charge_payment"].result is None
+    assert deps.states.get("a:o-1").item.steps["charge_payment"].result is None
 
 
 def test_a_record_without_its_order_document_is_still_purged(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    deps.states.create(record("o-1", ProcessState.PROCESSED, clock))
+    deps.states.create(record("a:o-1", ProcessState.PROCESSED, clock))
     clock.advance(RETENTION_S + 1)
 
     with caplog.at_level(logging.WARNING, logger="supervisor.retention"):
         assert purge(deps).purged == 1
-    assert "o-1" in caplog.text
+    assert "a:o-1" in caplog.text
 
 
 # --- the protocol after a purge ---------------------------------------------------------------
@@ -346,7 +346,7 @@ def purged() -> Dependencies:
     """Dependencies holding order ``o-1``, Processed more than the retention period ago and purged."""
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S, REVIEW_AMOUNT_ABOVE=100)
-    processed_order(deps, "o-1")
+    processed_order(deps, "a:o-1")
     clock.advance(RETENTION_S + 1)
     assert purge(deps).purged == 1
     return deps
@@ -354,7 +354,7 @@ def purged() -> Dependencies:
 
 def snapshot(deps: Dependencies) -> tuple[str, str]:
     """The state record's ETag and the order document's stored JSON."""
-    return deps.states.get("o-1").etag, deps.orders.get("o-1").model_dump_json()
+    return deps.states.get("a:o-1").etag, deps.orders.get("a:o-1").model_dump_json()
 
 
 def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: Dependencies) -> None:
@@ -370,8 +370,8 @@ def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: D
 
     result = start_step(
         StartStepInput(
-            order_id="o-1",
-            instance_id="o-1:1",
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
             workflow_version=ORDER_V2.version,
             step="charge_payment",
             timeout_s=8,
@@ -390,7 +390,10 @@ def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(p
 
     result = finish_order(
         FinishOrderInput(
-            order_id="o-1", instance_id="o-1:1", workflow_version=ORDER_V2.version, outcome=Outcome.PROCESSED
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
+            workflow_version=ORDER_V2.version,
+            outcome=Outcome.PROCESSED,
         ).to_payload(),
         purged,
     )
@@ -423,7 +426,7 @@ def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_no
     before = snapshot(purged)
 
     result = handle_intake_message(
-        order_body("o-1", amount="50.00"),
+        order_body("a:o-1", amount="50.00"),
         client=TEST_CLIENT,
         orders=purged.orders,
         states=purged.states,
@@ -454,13 +457,13 @@ def test_the_relay_still_sends_a_reply_owed_by_a_purged_order() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
     owed = PendingReply(status="Compensated", reason="declined", detail="charge ch-1 declined")
-    deps.states.create(record("o-1", ProcessState.COMPENSATED, clock, pending_reply=owed))
+    deps.states.create(record("a:o-1", ProcessState.COMPENSATED, clock, pending_reply=owed))
     clock.advance(RETENTION_S + 1)
     assert purge(deps).purged == 1
 
     relayed = resend_pending_replies(states=deps.states, queues=deps.queues, clock=clock, grace_s=30)
 
-    assert relayed.resent == ["o-1"]
+    assert relayed.resent == ["a:o-1"]
     [reply] = [json.loads(m.body) for m in received(deps.queues.queue("replies"))]
     assert (reply["status"], reply["reason"], reply["detail"]) == ("Compensated", "declined", REDACTED)
-    assert deps.states.get("o-1").item.pending_reply is None
+    assert deps.states.get("a:o-1").item.pending_reply is None

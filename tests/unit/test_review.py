@@ -51,7 +51,7 @@ def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., Operator
     def call(decision: str, reviewer: str = "ana") -> OperatorResponse:
         return handle_operator_request(
             "POST",
-            "/api/operator/orders/o-1/review",
+            "/api/operator/orders/a:o-1/review",
             trusted.reviewer(reviewer),
             json.dumps({"decision": decision}).encode(),
             deps=deps,
@@ -74,8 +74,8 @@ def start(
     deps: Dependencies, step: str, completed: StepResult | None = None, **changes: Any
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {
-        "order_id": "o-1",
-        "instance_id": "o-1:1",
+        "order_id": "a:o-1",
+        "instance_id": "a:o-1:1",
         "workflow_version": ORDER_V2.version,
         "step": step,
         "timeout_s": 8,
@@ -95,7 +95,7 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     result = start(deps, CHARGE, completed=RESERVED)
 
     assert (result["outcome"], result["reviewDefault"]) == ("awaiting_review", "reject")
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.AWAITING_REVIEW
     assert record.review is not None
     assert (record.review.step, record.review.deadline, record.review.response_queue) == (
@@ -108,9 +108,9 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     assert received(deps.queues.queue("agent-payment")) == []  # nothing charged yet
     [reply] = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     assert (reply["status"], reply["reason"]) == ("AwaitingReview", "amount_above_review_threshold")
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"  # a re-run writes nothing
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
 
 
 def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
@@ -131,11 +131,11 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
 
     assert result.status == 200
     ana = reviewer_id(trusted, "ana")
-    review = deps.states.get("o-1").item.review
+    review = deps.states.get("a:o-1").item.review
     assert review is not None and (review.decision, review.decided_by) == (ReviewDecision.APPROVE, ana)
     [forwarded] = received(deps.queues.queue("agent-responses-h1"))
-    assert forwarded.message_id == "o-1:charge_payment:review"
-    assert json.loads(forwarded.body)["instanceId"] == "o-1:1"
+    assert forwarded.message_id == "a:o-1:charge_payment:review"
+    assert json.loads(forwarded.body)["instanceId"] == "a:o-1:1"
 
     class Client:
         raised: list[tuple[str, str, dict[str, Any]]] = []
@@ -151,7 +151,7 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
 
     client = Client()
     assert handle_response(forwarded.body, client=client) is Delivery.RAISED
-    assert client.raised == [("o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": ana})]
+    assert client.raised == [("a:o-1:1", "ReviewDecision", {"decision": "approve", "reviewer": ana})]
 
 
 def test_the_first_decision_wins_over_the_default_at_the_deadline(
@@ -165,13 +165,13 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(
     # The orchestration's timer fired meanwhile and applies the default: the approval stays in force.
     result = record_review(
         RecordReviewInput(
-            order_id="o-1", instance_id="o-1:1", step=CHARGE, decision="reject", decided_by="deadline"
+            order_id="a:o-1", instance_id="a:o-1:1", step=CHARGE, decision="reject", decided_by="deadline"
         ).to_payload(),
         deps,
     )
 
     assert result == {"outcome": "review_recorded", "decision": "approve"}
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.PROCESSING
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"  # approved: the charge starts
     late = decide("reject")
@@ -189,12 +189,12 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
     clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
 
     assert recover(
-        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("o-1"), clock, deps.settings) is not None
+    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
 
-    result = start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")
+    result = start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")
 
     assert result == {"outcome": "review_rejected"}
 
@@ -207,15 +207,15 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     start(deps, CHARGE, completed=RESERVED)
     decide("approve")  # its owner died: nobody raises the event
 
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
     clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)  # far before the 60 s review deadline + grace
     assert recover(
-        deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("o-1"), clock, deps.settings) is not None
-    assert start(deps, CHARGE, completed=RESERVED, instance_id="o-1:2")["outcome"] == "started"  # approved
+    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
+    assert start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")["outcome"] == "started"  # approved
 
 
 def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
@@ -236,9 +236,9 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     )
 
     clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
-    recover(deps.states, deps.states.get("o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
+    recover(deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
 
-    assert deps.states.get("o-1").item.process_state is ProcessState.COMPENSATING
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 
 
 def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
@@ -250,22 +250,22 @@ def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
 
     def decide(decision: str, reviewer: str) -> OperatorResponse:
         body = json.dumps({"decision": decision}).encode()
-        path = "/api/operator/orders/o-1/review"
+        path = "/api/operator/orders/a:o-1/review"
         headers = trusted.reviewer(reviewer)
         return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
 
     own = decide("approve", "ana")
 
     assert (own.status, own.body["error"]["code"]) == (403, "ReviewNotPermitted")
-    assert deps.states.get("o-1").etag == before.etag
+    assert deps.states.get("a:o-1").etag == before.etag
     assert received(deps.queues.queue("agent-responses-h1")) == []
     other = decide("approve", "rita")
     assert other.status == 200
-    review = deps.states.get("o-1").item.review
+    review = deps.states.get("a:o-1").item.review
     assert review is not None and review.decided_by == reviewer_id(trusted, "rita")
 
 
@@ -279,13 +279,13 @@ def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
     # The registry changed: client a is gone, so nobody can say whose principal submitted the order.
     settings = Settings(**{**deps.settings.model_dump(), "CLIENTS": '[{"id": "b"}]'})
     unregistered = replace(deps, settings=settings)
-    before = deps.states.get("o-1")
+    before = deps.states.get("a:o-1")
     body = json.dumps({"decision": "approve"}).encode()
-    path = "/api/operator/orders/o-1/review"
+    path = "/api/operator/orders/a:o-1/review"
 
     approved = handle_operator_request(
         "POST", path, trusted.reviewer("rita"), body, deps=unregistered, validator=trusted.validator
     )
 
     assert (approved.status, approved.body["error"]["code"]) == (403, "ReviewNotPermitted")
-    assert deps.states.get("o-1").etag == before.etag
+    assert deps.states.get("a:o-1").etag == before.etag

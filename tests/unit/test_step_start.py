@@ -33,7 +33,7 @@ from tests.unit.fakes import memory_deps, submit_and_claim
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-INSTANCE = "o-1:1"
+INSTANCE = "a:o-1:1"
 
 
 def workflow_with(predicate: str) -> WorkflowDefinition:
@@ -104,7 +104,7 @@ def test_a_step_this_attempt_started_is_already_started() -> None:
 def test_a_step_another_attempt_started_starts_again_with_a_new_reservation() -> None:
     definition = WORKFLOWS[max(WORKFLOWS)]
     record = claimed(definition)
-    record.run_step(definition.steps[0].name, "o-1:0", at=NOW, complete_by=NOW, grant=4)
+    record.run_step(definition.steps[0].name, "a:o-1:0", at=NOW, complete_by=NOW, grant=4)
 
     assert decide(record, definition.steps[0]) == Start(grant=4, to_fallback=False)
 

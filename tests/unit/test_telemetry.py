@@ -95,9 +95,9 @@ def test_each_recovery_event_adds_one_to_the_recoveries_counter(reader: InMemory
 
 
 def test_budget_exhausted_events_are_counted_by_step(reader: InMemoryMetricReader) -> None:
-    telemetry.event("budget.exhausted", order_id="o-1", instance_id="o-1:2", step="reserve")
-    telemetry.event("budget.exhausted", order_id="o-2", instance_id="o-2:1", step="reserve")
-    telemetry.event("budget.exhausted", order_id="o-3", instance_id="o-3:1", step="charge")
+    telemetry.event("budget.exhausted", order_id="a:o-1", instance_id="a:o-1:2", step="reserve")
+    telemetry.event("budget.exhausted", order_id="a:o-2", instance_id="a:o-2:1", step="reserve")
+    telemetry.event("budget.exhausted", order_id="a:o-3", instance_id="a:o-3:1", step="charge")
     assert series(reader, telemetry.BUDGET_EXHAUSTED) == {(("step", "charge"),): 1, (("step", "reserve"),): 2}
 
 
@@ -114,10 +114,10 @@ def test_dead_letters_carry_the_queue_from_events_and_the_max_delivery_alert(
 
 
 def test_every_alert_counts_under_its_name(reader: InMemoryMetricReader) -> None:
-    telemetry.alert("order_gave_up", order_id="o-1", instance_id="o-1:6", attempt=6, step="charge")
-    telemetry.alert("order_gave_up", order_id="o-2", instance_id="o-2:6", attempt=6, step="charge")
-    telemetry.alert("order_failed", order_id="o-3", instance_id="o-3:1", step="ship", code="no_carrier")
-    telemetry.alert("conflicting_order", order_id="o-4")
+    telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:6", attempt=6, step="charge")
+    telemetry.alert("order_gave_up", order_id="a:o-2", instance_id="a:o-2:6", attempt=6, step="charge")
+    telemetry.alert("order_failed", order_id="a:o-3", instance_id="a:o-3:1", step="ship", code="no_carrier")
+    telemetry.alert("conflicting_order", order_id="a:o-4")
     assert series(reader, telemetry.ALERTS) == {
         (("alert", "conflicting_order"),): 1,
         (("alert", "order_failed"),): 1,
@@ -128,7 +128,7 @@ def test_every_alert_counts_under_its_name(reader: InMemoryMetricReader) -> None
 
 
 def test_a_missing_step_is_left_out_of_the_attributes(reader: InMemoryMetricReader) -> None:
-    telemetry.alert("order_gave_up", order_id="o-1", step=None)
+    telemetry.alert("order_gave_up", order_id="a:o-1", step=None)
     assert points(reader, telemetry.GAVE_UP) == [({}, 1)]
 
 
@@ -136,10 +136,10 @@ def test_other_events_update_no_metric_but_are_still_counted_in_process(
     reader: InMemoryMetricReader,
 ) -> None:
     with telemetry.recording() as counted:
-        telemetry.event("claim", order_id="o-1", instance_id="o-1:1", attempt=1)
-        telemetry.event("step.start", order_id="o-1", instance_id="o-1:1", step="reserve")
-        telemetry.alert("order_gave_up", order_id="o-1")
-    telemetry.event("claim", order_id="o-2", instance_id="o-2:1", attempt=1)  # after the scope
+        telemetry.event("claim", order_id="a:o-1", instance_id="a:o-1:1", attempt=1)
+        telemetry.event("step.start", order_id="a:o-1", instance_id="a:o-1:1", step="reserve")
+        telemetry.alert("order_gave_up", order_id="a:o-1")
+    telemetry.event("claim", order_id="a:o-2", instance_id="a:o-2:1", attempt=1)  # after the scope
     assert counted == {"claim": 1, "step.start": 1, "alert.order_gave_up": 1}
     assert total(reader, telemetry.RECOVERIES) == 0
     assert total(reader, telemetry.DEAD_LETTERS) == 0
@@ -180,7 +180,7 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
     clock = FakeClock()
     settings = Settings(CLAIM_TIMEOUT_S=30.0)
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
-    for order_id in ("o-1", "o-2", "o-3"):
+    for order_id in ("a:o-1", "a:o-2", "a:o-3"):
         handle_intake_message(
             order_body(order_id),
             client=TEST_CLIENT,
@@ -212,21 +212,22 @@ class Outcome(StrEnum):
 def test_an_event_record_carries_the_flattened_correlation_fields(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="orderflow.events"):
         telemetry.event(
-            "claim", order_id="o-1", instance_id="o-1:2", attempt=2, outcome=Outcome.CREATED, step=None
+            "claim", order_id="a:o-1", instance_id="a:o-1:2", attempt=2, outcome=Outcome.CREATED, step=None
         )
     (record,) = [r for r in caplog.records if r.name == "orderflow.events"]
-    assert record.getMessage() == "claim order_id=o-1 instance_id=o-1:2 attempt=2 outcome=created step=None"
+    message = "claim order_id=a:o-1 instance_id=a:o-1:2 attempt=2 outcome=created step=None"
+    assert record.getMessage() == message
     attributes = vars(record)
     assert attributes["event"] == "claim"
     assert attributes["fields"] == {
-        "order_id": "o-1",
-        "instance_id": "o-1:2",
+        "order_id": "a:o-1",
+        "instance_id": "a:o-1:2",
         "attempt": 2,
         "outcome": Outcome.CREATED,
         "step": None,
     }
-    assert attributes["orderflow.order_id"] == "o-1"
-    assert attributes["orderflow.instance_id"] == "o-1:2"
+    assert attributes["orderflow.order_id"] == "a:o-1"
+    assert attributes["orderflow.instance_id"] == "a:o-1:2"
     assert attributes["orderflow.attempt"] == 2
     assert attributes["orderflow.outcome"] == "created" and type(attributes["orderflow.outcome"]) is str
     assert "orderflow.step" not in attributes  # None is left out
@@ -234,11 +235,11 @@ def test_an_event_record_carries_the_flattened_correlation_fields(caplog: pytest
 
 def test_an_alert_record_carries_the_flattened_fields_at_error(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="orderflow.alerts"):
-        telemetry.alert("order_failed", order_id="o-9", instance_id="o-9:1", step="ship")
+        telemetry.alert("order_failed", order_id="a:o-9", instance_id="a:o-9:1", step="ship")
     (record,) = [r for r in caplog.records if r.name == "orderflow.alerts"]
     assert record.levelno == logging.ERROR
     assert vars(record)["event"] == "alert.order_failed"
-    assert vars(record)["orderflow.order_id"] == "o-9"
+    assert vars(record)["orderflow.order_id"] == "a:o-9"
     assert vars(record)["orderflow.step"] == "ship"
 
 
@@ -255,15 +256,15 @@ def test_exported_log_records_have_the_fields_as_individual_attributes(
     orderflow_logger.addHandler(handler)
     try:
         with caplog.at_level(logging.INFO, logger="orderflow.events"):
-            telemetry.event("recovery", order_id="o-1", instance_id="o-1:3", attempt=3, step=None)
+            telemetry.event("recovery", order_id="a:o-1", instance_id="a:o-1:3", attempt=3, step=None)
     finally:
         orderflow_logger.removeHandler(handler)
         provider.shutdown()
     (exported,) = exporter.get_finished_logs()
     attributes = dict(exported.log_record.attributes or {})
     assert attributes["event"] == "recovery"
-    assert attributes["orderflow.order_id"] == "o-1"
-    assert attributes["orderflow.instance_id"] == "o-1:3"
+    assert attributes["orderflow.order_id"] == "a:o-1"
+    assert attributes["orderflow.instance_id"] == "a:o-1:3"
     assert attributes["orderflow.attempt"] == 3
     assert "fields" not in attributes  # exported flattened, not as one nested value
     assert "orderflow.step" not in attributes

@@ -87,7 +87,7 @@ def client_data(extension: DurableExtension) -> Any:
     return protos.TypedData(string=extension.client_binding())
 
 
-def submit(deps: Dependencies, order_id: str = "o-1") -> None:
+def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
     """Record a valid order: its document and a ``Pending``, unlocked state record."""
     handle_intake_message(
         order_body(order_id),
@@ -129,14 +129,14 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
     run_starter(worker, extension)
 
     status, start = extension.take()
-    assert status == status_query("o-1:1")
-    assert request_line(start) == ("POST", f"/durabletask/orchestrators/{ORDER_WORKFLOW}/o-1:1", {})
+    assert status == status_query("a:o-1:1")
+    assert request_line(start) == ("POST", f"/durabletask/orchestrators/{ORDER_WORKFLOW}/a:o-1:1", {})
     assert start.content_type == "application/json"
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     # The client JSON-encodes the input, then its HTTP layer encodes that text again: the extension
     # parses the body once and keeps the input's JSON text, which the orchestration context carries.
     assert json.loads(start.json()) == {
-        "orderId": "o-1",
+        "orderId": "a:o-1",
         "attempt": 1,
         "workflowVersion": CURRENT_WORKFLOW.version,
         "completedSteps": [],
@@ -146,8 +146,8 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
         "compensate": False,
     }
     assert OrchestrationInput.model_validate_json(start.json()).attempt == record.attempt == 1
-    assert extension.instances["o-1:1"].name == ORDER_WORKFLOW
-    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:1")
+    assert extension.instances["a:o-1:1"].name == ORDER_WORKFLOW
+    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "a:o-1:1")
     assert record.steps[FIRST_STEP].status is StepStatus.RUNNING
 
 
@@ -156,13 +156,13 @@ def test_the_starter_starts_nothing_when_the_attempts_instance_exists(
 ) -> None:
     deps, _ = app
     submit(deps)
-    extension.instances["o-1:1"] = Instance(name=ORDER_WORKFLOW, runtime_status="Running")
+    extension.instances["a:o-1:1"] = Instance(name=ORDER_WORKFLOW, runtime_status="Running")
 
     run_starter(worker, extension)
 
     # Durable Functions 1.x start_new would replace it (docs/design.md §7): only the status is asked.
-    assert extension.take() == [status_query("o-1:1")]
-    assert deps.states.get("o-1").item.locked_by == "o-1:1"
+    assert extension.take() == [status_query("a:o-1:1")]
+    assert deps.states.get("a:o-1").item.locked_by == "a:o-1:1"
 
 
 def test_the_starter_makes_no_request_when_nothing_is_pending(
@@ -187,22 +187,22 @@ def test_a_failed_status_query_starts_nothing_and_leaves_the_claim_to_the_superv
     )
 
     # Starting after a status that was not read could replace an existing instance (docs/design.md §7).
-    assert extension.take() == [status_query("o-1:1")]
+    assert extension.take() == [status_query("a:o-1:1")]
     assert "TransientError" in (failure(response) or "")
-    record = deps.states.get("o-1").item
-    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:1")
+    record = deps.states.get("a:o-1").item
+    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "a:o-1:1")
     assert record.complete_by is not None
 
 
 # --- the response listener -------------------------------------------------------------------------------
 
 
-def agent_response(step: str = FIRST_STEP, *, instance_id: str = "o-1:1") -> AgentResponse:
+def agent_response(step: str = FIRST_STEP, *, instance_id: str = "a:o-1:1") -> AgentResponse:
     return AgentResponse(
         request_id=f"{instance_id}:{step}",
         event_id=f"{instance_id}:{step}:response",
         event_name=f"{step}:response",
-        order_id="o-1",
+        order_id="a:o-1",
         instance_id=instance_id,
         step=step,
         outcome=AgentOutcome.SUCCEEDED,
@@ -214,7 +214,7 @@ def agent_response(step: str = FIRST_STEP, *, instance_id: str = "o-1:1") -> Age
 
 def waiting_instance(extension: DurableExtension, step: str = FIRST_STEP) -> Instance:
     instance = Instance(name=ORDER_WORKFLOW, runtime_status="Running", custom_status=f"waiting:{step}")
-    extension.instances["o-1:1"] = instance
+    extension.instances["a:o-1:1"] = instance
     return instance
 
 
@@ -250,15 +250,15 @@ def test_the_listener_raises_the_response_as_the_steps_event_and_completes_the_m
     calls = listen(worker, extension, settlement, message)
 
     status, raised = extension.take()
-    assert status == status_query("o-1:1")
+    assert status == status_query("a:o-1:1")
     event = f"{FIRST_STEP}:response"
-    assert request_line(raised) == ("POST", f"/durabletask/instances/o-1:1/raiseEvent/{event}", {})
+    assert request_line(raised) == ("POST", f"/durabletask/instances/a:o-1:1/raiseEvent/{event}", {})
     assert raised.content_type == "application/json"
     payload = json.loads(raised.json())  # encoded twice by the client, like a start's input
     assert (payload["requestId"], payload["eventName"], payload["instanceId"]) == (
-        f"o-1:1:{FIRST_STEP}",
+        f"a:o-1:1:{FIRST_STEP}",
         event,
-        "o-1:1",
+        "a:o-1:1",
     )
     assert payload == agent_response().model_dump(mode="json", by_alias=True)
     assert instance.events == [(event, raised.json())]
@@ -278,7 +278,7 @@ def test_a_response_for_a_finished_instance_is_completed_without_a_raise(
 
     calls = listen(worker, extension, settlement, message)
 
-    assert extension.take() == [status_query("o-1:1")]
+    assert extension.take() == [status_query("a:o-1:1")]
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     assert client.senders == {}
 
@@ -293,7 +293,7 @@ def test_a_response_for_an_unknown_instance_is_completed_without_a_raise(
 
     calls = listen(worker, extension, settlement, message)
 
-    assert extension.take() == [status_query("o-1:1")]
+    assert extension.take() == [status_query("a:o-1:1")]
     assert calls == [SettlementCall("complete", str(message.lock_token))]
 
 
@@ -339,8 +339,8 @@ def test_a_raise_that_fails_with_a_server_error_is_redelivered_after_a_backoff(
     calls = listen(worker, extension, settlement, message)
 
     assert [request_line(request)[:2] for request in extension.take()] == [
-        ("GET", "/durabletask/instances/o-1:1"),
-        ("POST", f"/durabletask/instances/o-1:1/raiseEvent/{FIRST_STEP}:response"),
+        ("GET", "/durabletask/instances/a:o-1:1"),
+        ("POST", f"/durabletask/instances/a:o-1:1/raiseEvent/{FIRST_STEP}:response"),
     ]
     # The copy first, then the original completed: Service Bus has no delayed abandon.
     assert calls == [SettlementCall("complete", str(message.lock_token))]
@@ -368,7 +368,7 @@ def test_a_status_query_that_fails_with_a_server_error_is_redelivered_not_droppe
 
     calls = listen(worker, extension, settlement, message)
 
-    assert extension.take() == [status_query("o-1:1")]
+    assert extension.take() == [status_query("a:o-1:1")]
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)

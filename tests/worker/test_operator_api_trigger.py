@@ -33,7 +33,7 @@ from tests.worker.worker import FunctionsWorker, failure
 pytestmark = pytest.mark.unit
 
 HOST = "https://orderflow-func.azurewebsites.net"
-ORDER = "/api/operator/orders/o-1"
+ORDER = "/api/operator/orders/a:o-1"
 RESPONSES = "agent-responses"
 
 
@@ -52,8 +52,8 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[De
     for step, completed in (("reserve_inventory", None), ("charge_payment", reserved)):
         start_step(
             StartStepInput(
-                order_id="o-1",
-                instance_id="o-1:1",
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
                 workflow_version=ORDER_V2.version,
                 step=step,
                 timeout_s=8,
@@ -62,7 +62,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[De
             ).to_payload(),
             wired,
         )
-    assert wired.states.get("o-1").item.process_state is ProcessState.AWAITING_REVIEW
+    assert wired.states.get("a:o-1").item.process_state is ProcessState.AWAITING_REVIEW
     yield wired
 
 
@@ -104,7 +104,7 @@ def body_of(http: Any) -> dict[str, Any]:
 def test_without_a_token_the_trigger_answers_401_and_records_nothing(
     worker: FunctionsWorker, deps: Dependencies
 ) -> None:
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     http = answer(
         worker, "POST", f"{ORDER}/review", {"Content-Type": "application/json"}, {"decision": "approve"}
@@ -113,19 +113,19 @@ def test_without_a_token_the_trigger_answers_401_and_records_nothing(
     assert http.status_code == "401"
     assert header(http, "WWW-Authenticate") == 'Bearer realm="orderflow"'
     assert body_of(http)["error"]["code"] == "Unauthenticated"
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
 
 
 def test_an_operator_token_cannot_review(
     worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
 ) -> None:
-    etag = deps.states.get("o-1").etag
+    etag = deps.states.get("a:o-1").etag
 
     http = answer(worker, "POST", f"{ORDER}/review", trusted.operator("otto"), {"decision": "approve"})
 
     assert http.status_code == "403"
     assert 'error="insufficient_scope"' in header(http, "WWW-Authenticate")
-    assert deps.states.get("o-1").etag == etag
+    assert deps.states.get("a:o-1").etag == etag
     assert received(deps.queues.queue(RESPONSES)) == []
 
 
@@ -136,7 +136,7 @@ def test_a_reviewer_token_approves_and_the_record_names_its_principal(
 
     assert http.status_code == "200", body_of(http)
     assert header(http, "Content-Type") == "application/json; charset=utf-8"
-    found = deps.states.get("o-1")
+    found = deps.states.get("a:o-1")
     assert header(http, "ETag") == found.etag  # the store's ETag is quoted already: sent once quoted
     rita = f"{trusted.issuer.tenant_id}/{local_object_id('rita')}"
     review = found.item.review
@@ -158,5 +158,5 @@ def test_either_role_inspects_the_order(
 
     assert http.status_code == "200"
     view = body_of(http)
-    assert (view["orderId"], view["processState"]) == ("o-1", "AwaitingReview")
+    assert (view["orderId"], view["processState"]) == ("a:o-1", "AwaitingReview")
     assert "replyTo" not in view

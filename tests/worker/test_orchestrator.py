@@ -116,7 +116,7 @@ def test_the_first_episode_calls_start_step_with_the_first_step_and_its_timeout(
     assert (activity["actionType"], activity["functionName"]) == (1, "start_step")
     assert activity["retryOptions"] == {"firstRetryIntervalInMilliseconds": 1000, "maxNumberOfAttempts": 4}
     assert activity["input"] == {
-        "orderId": "o-1",
+        "orderId": "a:o-1",
         "instanceId": INSTANCE,
         "workflowVersion": "order-v1",
         "step": RESERVE,

@@ -113,22 +113,22 @@ def test_a_valid_order_is_recorded_and_completed(
 ) -> None:
     deps, _ = app
     message = HostMessage(
-        order_body("o-1", reply_to="client-a").encode(), message_id="o-1", reply_to="client-a"
+        order_body("a:o-1", reply_to="client-a").encode(), message_id="a:o-1", reply_to="client-a"
     )
 
     calls = deliver(worker, "submission_a", message, settlement)
 
     assert calls == [SettlementCall("complete", str(message.lock_token))]
-    record = deps.states.get("o-1").item
+    record = deps.states.get("a:o-1").item
     assert (record.process_state, record.reply_to) == (ProcessState.PENDING, "client-a")
-    assert deps.orders.get("o-1").order_id == "o-1"
+    assert deps.orders.get("a:o-1").order_id == "a:o-1"
 
 
 def test_invalid_json_is_dead_lettered_with_its_reason(
     worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
 ) -> None:
     deps, client = app
-    message = HostMessage(b'{"orderId": "o-1",', message_id="garbage")
+    message = HostMessage(b'{"orderId": "a:o-1",', message_id="garbage")
 
     [call] = deliver(worker, "submission_a", message, settlement)
 
@@ -136,7 +136,7 @@ def test_invalid_json_is_dead_lettered_with_its_reason(
     assert call.description
     assert client.senders == {}
     with pytest.raises(NotFound):
-        deps.states.get("o-1")
+        deps.states.get("a:o-1")
 
 
 def order_store_down(deps: Dependencies, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +157,7 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
     deps, client = app
     order_store_down(deps, monkeypatch)
     message = HostMessage(
-        order_body("o-1", reply_to="client-a").encode(), message_id="o-1", reply_to="client-a"
+        order_body("a:o-1", reply_to="client-a").encode(), message_id="a:o-1", reply_to="client-a"
     )
 
     calls = deliver(worker, "submission_a", message, settlement)
@@ -165,10 +165,10 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
     # The copy first, then the original completed: never an immediate abandon.
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     [copy] = client.senders["orders-a"].sent
-    assert re.fullmatch(r"o-1:redelivery:2:[0-9a-f]{16}", copy.message_id or "")
+    assert re.fullmatch(r"a:o-1:redelivery:2:[0-9a-f]{16}", copy.message_id or "")
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert (copy.reply_to, b"".join(copy.body)) == ("client-a", message.body)
-    assert copy.application_properties == {DELIVERY_COUNT_PROPERTY: 2, ORIGINAL_MESSAGE_ID_PROPERTY: "o-1"}
+    assert copy.application_properties == {DELIVERY_COUNT_PROPERTY: 2, ORIGINAL_MESSAGE_ID_PROPERTY: "a:o-1"}
 
 
 def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
@@ -179,7 +179,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
 ) -> None:
     deps, client = app
     order_store_down(deps, monkeypatch)
-    message = HostMessage(order_body("o-1").encode(), message_id="o-1")
+    message = HostMessage(order_body("a:o-1").encode(), message_id="a:o-1")
     sent = client.get_queue_sender("orders-a").sent
     delays: list[float] = []
     for _ in range(deps.settings.MAX_DELIVERY_COUNT - 1):
@@ -193,7 +193,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
 
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
     assert [(copy.message_id or "").rsplit(":", 1)[0] for copy in sent] == [
-        f"o-1:redelivery:{n}" for n in range(2, 11)
+        f"a:o-1:redelivery:{n}" for n in range(2, 11)
     ]
     assert len({copy.message_id for copy in sent}) == 9
     assert (last.verb, last.reason) == ("deadletter", "MaxDeliveryCountExceeded")
@@ -205,12 +205,12 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
 
 def agent_request(deps: Dependencies, *, seconds_left: float = 20.0, max_calls: int = 4) -> AgentRequest:
     return AgentRequest(
-        request_id=f"o-1:1:{FIRST_STEP.name}",
-        order_id="o-1",
-        instance_id="o-1:1",
+        request_id=f"a:o-1:1:{FIRST_STEP.name}",
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
         step=FIRST_STEP.name,
         operation=FIRST_STEP.operation,
-        idempotency_key=f"o-1:{FIRST_STEP.name}",
+        idempotency_key=f"a:o-1:{FIRST_STEP.name}",
         deadline=SystemClock().now() + timedelta(seconds=seconds_left),
         reply_to=deps.settings.response_queue(),
         payload={"items": [{"sku": "10", "quantity": 5}]},
@@ -232,13 +232,13 @@ def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
     deps, client = app
     remote.script.failures = 2
     request = agent_request(deps)
-    message = HostMessage(request.to_json().encode(), message_id=request.request_id, correlation_id="o-1")
+    message = HostMessage(request.to_json().encode(), message_id=request.request_id, correlation_id="a:o-1")
 
     calls = deliver(worker, f"agent_{FIRST_STEP.agent}", message, settlement)
 
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     assert [(path, key) for path, key, _ in remote.script.requests] == [
-        ("/inventory/reservations", f"o-1:{FIRST_STEP.name}")
+        ("/inventory/reservations", f"a:o-1:{FIRST_STEP.name}")
     ] * 3
     [response] = responses(deps)
     assert (response.outcome.value, response.calls, response.result) == (

@@ -52,7 +52,7 @@ from tests.worker.worker import FunctionsWorker, failure
 
 pytestmark = pytest.mark.unit
 
-INSTANCE = "o-1:1"
+INSTANCE = "a:o-1:1"
 
 
 def wire(monkeypatch: pytest.MonkeyPatch, deps: Dependencies) -> Dependencies:
@@ -79,7 +79,7 @@ def claimed(deps: Dependencies, definition: WorkflowDefinition = ORDER_V1) -> St
 
 
 def stored(deps: Dependencies) -> StateRecord:
-    return deps.states.get("o-1").item
+    return deps.states.get("a:o-1").item
 
 
 def orchestrator_calls(worker: FunctionsWorker, builder: HistoryBuilder) -> list[tuple[str, str]]:
@@ -223,7 +223,7 @@ def test_start_step_of_the_step_the_claim_started_only_sends_its_request(
     [request] = requests(deps, "inventory")
     assert (request.request_id, request.idempotency_key, request.reply_to, request.operation) == (
         f"{INSTANCE}:{RESERVE}",
-        f"o-1:{RESERVE}",
+        f"a:o-1:{RESERVE}",
         "agent-responses",
         "reserve",
     )
@@ -254,7 +254,7 @@ def test_start_step_records_the_previous_step_then_starts_the_next_with_its_dead
         {f"{RESERVE}Id": f"{RESERVE}-1"},
     )
     assert [(entry.step, entry.undo, entry.undo_key) for entry in record.compensation_log] == [
-        (RESERVE, "release", f"o-1:{RESERVE}:undo")
+        (RESERVE, "release", f"a:o-1:{RESERVE}:undo")
     ]
     assert (record.steps[CHARGE].status, record.steps[CHARGE].last_instance) == (StepStatus.RUNNING, INSTANCE)
     assert (record.process_state, record.locked_by, record.complete_by) == (
@@ -265,7 +265,7 @@ def test_start_step_records_the_previous_step_then_starts_the_next_with_its_dead
     [request] = requests(deps, "payment")
     assert (request.request_id, request.idempotency_key, request.operation) == (
         f"{INSTANCE}:{CHARGE}",
-        f"o-1:{CHARGE}",
+        f"a:o-1:{CHARGE}",
         "charge",
     )
 
@@ -342,7 +342,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
     review_deps = wire(monkeypatch, replace(deps, settings=settings))
     claimed(review_deps, ORDER_V2)
     start = StartStepInput(
-        order_id="o-1",
+        order_id="a:o-1",
         instance_id=INSTANCE,
         workflow_version=ORDER_V2.version,
         step=CHARGE,
@@ -354,7 +354,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
     assert stored(deps).process_state is ProcessState.AWAITING_REVIEW
     now = clock(deps).advance(40)
     decision = RecordReviewInput(
-        order_id="o-1", instance_id=INSTANCE, step=CHARGE, decision="approve", decided_by="ana"
+        order_id="a:o-1", instance_id=INSTANCE, step=CHARGE, decision="approve", decided_by="ana"
     )
 
     result = run_activity(worker, "record_review", json.dumps(decision.to_payload()))
@@ -453,9 +453,9 @@ def test_start_undo_marks_the_entry_compensating_and_sends_the_undo_request(
         f"{INSTANCE}:{RESERVE}:undo",
         f"{RESERVE}:undo",
         "release",
-        f"o-1:{RESERVE}:undo",
+        f"a:o-1:{RESERVE}:undo",
     )
-    assert request.payload == {"forwardKey": f"o-1:{RESERVE}", f"{RESERVE}Id": f"{RESERVE}-1"}
+    assert request.payload == {"forwardKey": f"a:o-1:{RESERVE}", f"{RESERVE}Id": f"{RESERVE}-1"}
 
 
 def test_finish_compensation_records_the_undo_and_ends_compensated_with_the_cause(
@@ -493,7 +493,7 @@ def test_an_activity_of_an_attempt_that_no_longer_owns_the_record_changes_nothin
     claimed(deps)
     received(deps.queues.queue("client-a"))
     *_, (name, input_text) = orchestrator_calls(worker, happy_path())
-    superseded = json.loads(input_text) | {"instanceId": "o-1:0"}
+    superseded = json.loads(input_text) | {"instanceId": "a:o-1:0"}
     before = stored(deps)
 
     result = run_activity(worker, name, json.dumps(superseded))
