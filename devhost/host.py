@@ -44,6 +44,7 @@ from orderflow.errors import TransientError
 from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import ReceivedMessage
 from orderflow.replies import resend_pending_replies
+from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
@@ -441,6 +442,7 @@ class DevHost:
             queues=self.deps.queues,
             clock=self.deps.clock,
             grace_s=self.settings.REPLY_GRACE_S,
+            limits=PageLimits.from_settings(self.settings),
         )
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.
