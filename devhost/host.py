@@ -354,6 +354,7 @@ class DevHost:
                 self.stop_event,
                 concurrency=concurrency,
                 lock_s=s.QUEUE_LOCK_S,
+                max_lock_renewal_s=s.QUEUE_MAX_LOCK_RENEWAL_S,
                 poll_s=s.POLL_INTERVAL_S,
                 max_poll_s=s.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.MAX_DELIVERY_COUNT,

@@ -714,7 +714,10 @@ class Settings(BaseModel):
 
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(
-        30.0, gt=0, description="Lock (visibility timeout) of a received message; longer than any handler."
+        30.0,
+        gt=0,
+        description="Lock (visibility timeout) a local consumer takes on a received message, renewed while "
+        "its handler runs (QUEUE_MAX_LOCK_RENEWAL_S). On Azure the queue's own LockDuration applies.",
     )
     MAX_DELIVERY_COUNT: int = Field(
         10,
