@@ -522,7 +522,6 @@ class CosmosStores:
         read_timeout: float | None = None,
         operation_timeout: float | None = None,
         create_if_missing: bool | None = None,
-        transport: Any = None,
     ) -> CosmosStores:
         """Connect to a Cosmos DB account and open (by default with a key: create) both containers.
 
@@ -546,8 +545,6 @@ class CosmosStores:
             create_if_missing: Create the database and containers (partition key ``/orderId``) if
                 absent. Defaults to True with a key and False with a token credential, because Cosmos
                 DB's data-plane RBAC cannot create databases or containers (infrastructure does).
-            transport: An azure-core ``HttpTransport`` to send through instead of the SDK's own (tests
-                answer the SDK's real requests with it).
 
         Returns:
             The connected stores.
@@ -566,8 +563,6 @@ class CosmosStores:
             options["connection_timeout"] = connection_timeout
         if read_timeout is not None:
             options["read_timeout"] = read_timeout
-        if transport is not None:
-            options["transport"] = transport
         if create_if_missing is None:
             create_if_missing = key is not None
         auth: str | TokenCredential
