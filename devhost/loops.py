@@ -125,7 +125,7 @@ class ConsumerLoop:
         *,
         concurrency: int = 1,
         lock_s: float = 30.0,
-        max_lock_renewal_s: float = 300.0,
+        max_lock_renewal_s: float = 120.0,
         poll_s: float = 0.2,
         max_poll_s: float = 0.8,
         max_delivery_count: int = 10,

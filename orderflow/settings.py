@@ -726,13 +726,13 @@ class Settings(BaseModel):
         "(Service Bus maxDeliveryCount).",
     )
     QUEUE_MAX_LOCK_RENEWAL_S: float = Field(
-        300.0,
+        120.0,
         ge=0,
         description="Longest time a local consumer keeps renewing a message's lock while its handler runs "
-        "(renewed each time half of QUEUE_LOCK_S is left), as the Functions host's "
-        "maxAutoLockRenewalDuration does for Service Bus (default 300, the host's default). A handler still "
-        "running then is abandoned: the message is released for redelivery, logged, and the late "
-        "handler's outcome is discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
+        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with which "
+        "the Functions host does the same for Service Bus on Azure (2 minutes). A handler still running "
+        "then has its message abandoned for redelivery, with a warning, and what it settles later is "
+        "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
     )
     POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
     POLL_MAX_INTERVAL_S: float = Field(

@@ -106,9 +106,12 @@ def test_a_handler_past_the_renewal_limit_has_its_message_abandoned_and_its_outc
     # completes it while the first handler still sleeps.
     handler = Handler(lambda delivery: 4.0 if delivery == 1 else 0.0)
     queue.send("long", message_id="m-1")
-    with telemetry.recording() as events, caplog.at_level(logging.WARNING, "devhost.lock_renewal"):
-        with consuming(queue, handler, max_lock_renewal_s=LOCK_S):
-            wait_until(lambda: handler.finished == 2)
+    with (
+        telemetry.recording() as events,
+        caplog.at_level(logging.WARNING, "devhost.lock_renewal"),
+        consuming(queue, handler, max_lock_renewal_s=LOCK_S),
+    ):
+        wait_until(lambda: handler.finished == 2)
     assert handler.deliveries == [1, 2]
     assert queue.approximate_count() == 0  # the second delivery's complete stood
     assert events["message.lock_renewal_exhausted"] == 1
