@@ -729,9 +729,9 @@ class Settings(BaseModel):
         120.0,
         ge=0,
         description="Longest time a local consumer keeps renewing a message's lock while its handler runs "
-        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with which "
-        "the Functions host does the same for Service Bus on Azure (2 minutes). A handler still running "
-        "then has its message abandoned for redelivery, with a warning, and what it settles later is "
+        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with "
+        "which the Functions host does the same for Service Bus on Azure (2 minutes). A handler still "
+        "running then has its message abandoned for redelivery, with a warning, and what it settles later is "
         "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
     )
     POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")

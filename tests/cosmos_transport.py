@@ -63,7 +63,7 @@ def endless_empty_pages(n: int, _token: str | None) -> tuple[list[dict[str, Any]
 
 
 @dataclass
-class CosmosTransport(HttpTransport):
+class CosmosTransport(HttpTransport):  # type: ignore[type-arg]
     """The fake transport; thread-safe.
 
     Attributes:
