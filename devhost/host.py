@@ -44,6 +44,7 @@ from orderflow.errors import TransientError
 from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import ReceivedMessage
 from orderflow.replies import resend_pending_replies
+from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
@@ -353,6 +354,7 @@ class DevHost:
                 self.stop_event,
                 concurrency=concurrency,
                 lock_s=s.QUEUE_LOCK_S,
+                max_lock_renewal_s=s.QUEUE_MAX_LOCK_RENEWAL_S,
                 poll_s=s.POLL_INTERVAL_S,
                 max_poll_s=s.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.MAX_DELIVERY_COUNT,
@@ -441,6 +443,7 @@ class DevHost:
             queues=self.deps.queues,
             clock=self.deps.clock,
             grace_s=self.settings.REPLY_GRACE_S,
+            limits=PageLimits.from_settings(self.settings),
         )
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.

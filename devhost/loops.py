@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from devhost.lock_renewal import HeldQueue, LockRenewer
 from orderflow.consumer import settle
 from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory, ReceivedMessage
 
@@ -98,7 +99,9 @@ class ConsumerLoop:
     """Receives from one queue and runs a handler per message on a bounded thread pool.
 
     No more messages are received than there are free workers, so a message never waits, locked, in
-    a local buffer while its lock runs out.
+    a local buffer while its lock runs out. While a handler runs, its message's lock is renewed each
+    time half of ``lock_s`` is left, for at most ``max_lock_renewal_s`` seconds; a handler still running
+    then has its message abandoned, and what it settles later is discarded (:mod:`devhost.lock_renewal`).
 
     Args:
         queue: The queue to consume.
@@ -106,6 +109,8 @@ class ConsumerLoop:
         stop: Set to stop the loop.
         concurrency: Handlers running at once.
         lock_s: Lock (visibility timeout) of received messages, seconds.
+        max_lock_renewal_s: Seconds after its receive during which a message's lock is renewed while its
+            handler runs (``QUEUE_MAX_LOCK_RENEWAL_S``); 0: never renewed.
         poll_s: Sleep after an empty receive, seconds; doubles while the queue stays empty.
         max_poll_s: Longest sleep between receives of an idle queue, seconds.
         max_delivery_count: Deliveries before a failing message is dead-lettered.
@@ -120,6 +125,7 @@ class ConsumerLoop:
         *,
         concurrency: int = 1,
         lock_s: float = 30.0,
+        max_lock_renewal_s: float = 120.0,
         poll_s: float = 0.2,
         max_poll_s: float = 0.8,
         max_delivery_count: int = 10,
@@ -137,9 +143,16 @@ class ConsumerLoop:
         self._slots = threading.Semaphore(concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"consume-{queue.name}")
         self._thread = threading.Thread(target=self._run, name=f"loop-{queue.name}", daemon=True)
+        self._renewer = (
+            LockRenewer(queue, stop, lock_s=lock_s, max_renewal_s=max_lock_renewal_s)
+            if max_lock_renewal_s > 0
+            else None
+        )
 
     def start(self) -> None:
-        """Start receiving."""
+        """Start receiving (and renewing locks)."""
+        if self._renewer is not None:
+            self._renewer.start()
         self._thread.start()
 
     def join(self, timeout_s: float = 10.0) -> None:
@@ -148,6 +161,8 @@ class ConsumerLoop:
         if self._thread.ident is not None:
             self._thread.join(timeout_s)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._renewer is not None:
+            self._renewer.join()
 
     def is_alive(self) -> bool:
         """Whether the receive loop is still running."""
@@ -191,13 +206,18 @@ class ConsumerLoop:
         return free
 
     def _handle(self, message: ReceivedMessage) -> None:
+        held = self._renewer.hold(message) if self._renewer is not None else None
+        target = self.queue if held is None else HeldQueue(self.queue, held)
         try:
-            settle(self.queue, message, self._handler, max_delivery_count=self._max_delivery_count)
+            settle(target, message, self._handler, max_delivery_count=self._max_delivery_count)
         except Exception:
             # Settlement itself failed (the queue is unreachable): the lock expires and the message
             # is redelivered, which every handler tolerates.
             logger.exception("settling message %s from %s failed", message.message_id, self.queue.name)
         finally:
+            if held is not None:
+                assert self._renewer is not None
+                self._renewer.release(held)
             self._slots.release()
 
 

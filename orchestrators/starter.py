@@ -28,6 +28,7 @@ from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id
 from orderflow.settings import Settings
 from orderflow.step_start import ReviewNeed, Start, decide_step_start
 from orderflow.stores.base import StateQuery, StateStore, Versioned
+from orderflow.stores.paging import PageBudget, PageLimits
 from orderflow.workflows import UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -204,11 +205,13 @@ def run_starter_pass(
         return report
     query = StateQuery(process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now())
     continuation: str | None = None
-    while len(report.claimed) < wanted:
+    budget = PageBudget("starter", PageLimits.from_settings(settings))
+    while len(report.claimed) < wanted and budget.allows_another():
         try:
             page = states.query(query, max_item_count=wanted, continuation=continuation)
         except InvalidContinuation:
             break
+        budget.record(page)
         for found in page.items:
             report.examined += 1
             won = claim(states, found, clock, settings)

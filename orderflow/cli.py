@@ -565,7 +565,7 @@ def _call_operator_api(
         _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
     token = _token(token_file)
     try:
-        client = OperatorApiClient(api_url, token=token)
+        client = OperatorApiClient(api_url, token=token, timeout_s=_settings(None).OPERATOR_API_TIMEOUT_S)
     except ValueError as exc:
         _fail(str(exc), code=2)
     with client:

@@ -291,7 +291,7 @@ class TokenValidator:
         Raises:
             ValueError: the operator API is not configured, or its JWKS URI is not http(s).
         """
-        return cls(TokenPolicy.from_settings(settings))
+        return cls(TokenPolicy.from_settings(settings), fetch_timeout_s=settings.OPERATOR_JWKS_TIMEOUT_S)
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal an ``Authorization`` header value proves.

@@ -20,6 +20,7 @@ from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.base import QueueFactory
 from orderflow.records import PendingReply, StateRecord, client_order_id
 from orderflow.stores.base import StateQuery, StateStore, Versioned
+from orderflow.stores.paging import PageBudget, PageLimits
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,13 @@ class RelayReport:
 
 
 def resend_pending_replies(
-    *, states: StateStore, queues: QueueFactory, clock: Clock, grace_s: float, max_records: int = 200
+    *,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float,
+    max_records: int = 200,
+    limits: PageLimits | None = None,
 ) -> RelayReport:
     """Re-send replies still pending ``grace_s`` seconds after the write that recorded them.
 
@@ -125,6 +132,7 @@ def resend_pending_replies(
         states / queues / clock: Dependencies.
         grace_s: Seconds a writer has to send and clear its own entry before the relay steps in.
         max_records: Most records one pass handles.
+        limits: The pass's page bounds (``SCAN_*``, :meth:`PageLimits.from_settings`); None: the defaults.
 
     Returns:
         A :class:`RelayReport`. A failed send or clear is counted and retried on the next pass.
@@ -133,13 +141,15 @@ def resend_pending_replies(
     query = StateQuery(reply_pending=True, updated_before=clock.now() - timedelta(seconds=grace_s))
     continuation: str | None = None
     handled = 0
-    while handled < max_records:
+    budget = PageBudget("reply_relay", limits or PageLimits())
+    while handled < max_records and budget.allows_another():
         try:
             page = states.query(
                 query, max_item_count=min(100, max_records - handled), continuation=continuation
             )
         except InvalidContinuation:
             break
+        budget.record(page)
         for found in page.items:
             handled += 1
             record = found.item

@@ -20,7 +20,7 @@ import re
 import socket
 import unicodedata
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -32,6 +32,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from orderflow.clients import ClientRegistry, RegisteredClient, parse_clients
@@ -72,12 +73,83 @@ _EXPECTED = {
 """What a setting should be, by pydantic error type, in words."""
 
 
+class TimeoutBound(NamedTuple):
+    """A remote call's timeout setting and the deadline it must end within.
+
+    Attributes:
+        timeout: The timeout setting's name.
+        deadline: The deadline setting's name.
+        fraction: Share of the deadline the timeout must stay below (a lock renewal has half a lock).
+        strict: Whether the timeout must be shorter (True) or may equal the bound (False).
+        why: Why, in a few words, for the refusal.
+    """
+
+    timeout: str
+    deadline: str
+    fraction: float
+    strict: bool
+    why: str
+
+
+TIMEOUT_BOUNDS: tuple[TimeoutBound, ...] = (
+    TimeoutBound(
+        "STORE_CONNECTION_TIMEOUT_S", "STORE_OPERATION_TIMEOUT_S", 1.0, False, "a store operation includes it"
+    ),
+    TimeoutBound(
+        "STORE_READ_TIMEOUT_S", "STORE_OPERATION_TIMEOUT_S", 1.0, False, "a store operation includes it"
+    ),
+    TimeoutBound(
+        "STORE_OPERATION_TIMEOUT_S",
+        "STEP_TIMEOUT_S",
+        1.0,
+        True,
+        "a step's store writes end within its deadline",
+    ),
+    TimeoutBound(
+        "STORE_OPERATION_TIMEOUT_S",
+        "CLAIM_TIMEOUT_S",
+        1.0,
+        True,
+        "a claimed order's first write ends in time",
+    ),
+    TimeoutBound("STORE_OPERATION_TIMEOUT_S", "SCAN_MAX_S", 1.0, True, "a scan's page ends within the scan"),
+    TimeoutBound("QUEUE_READ_TIMEOUT_S", "STEP_TIMEOUT_S", 1.0, True, "a step's request is sent within it"),
+    TimeoutBound(
+        "QUEUE_READ_TIMEOUT_S", "QUEUE_LOCK_S", 0.5, True, "a lock renewal sent at half-lock returns in time"
+    ),
+    TimeoutBound(
+        "OPERATOR_JWKS_TIMEOUT_S", "OPERATOR_API_TIMEOUT_S", 1.0, True, "the caller hears the answer"
+    ),
+)
+"""Every remote-call timeout checked against the deadline of the role that makes the call (at start-up,
+by :class:`Settings`). An agent's HTTP call needs no entry: each is capped by the time left to its step's
+deadline when it starts (``AGENT_CALL_TIMEOUT_S``)."""
+
+
+def timeout_refusals(values: Mapping[str, float]) -> Iterator[str]:
+    """Why each timeout in ``values`` that breaks a :data:`TIMEOUT_BOUNDS` entry is refused, one line each,
+    e.g. ``STORE_OPERATION_TIMEOUT_S (2.5 s) must be shorter than STEP_TIMEOUT_S (1.5 s): ...``."""
+    for bound in TIMEOUT_BOUNDS:
+        timeout, deadline = values[bound.timeout], values[bound.deadline] * bound.fraction
+        if timeout < deadline or (not bound.strict and timeout == deadline):
+            continue
+        share = "half of " if bound.fraction == 0.5 else ""
+        relation = "shorter than" if bound.strict else "at most"
+        yield (
+            f"{bound.timeout} ({timeout:g} s) must be {relation} {share}{bound.deadline} "
+            f"({values[bound.deadline]:g} s): {bound.why}"
+        )
+
+
 def describe_invalid_settings(exc: ValidationError) -> str:
     """One line about the first invalid setting in ``exc``: its name, its value (unless secret) and what
     it should be, e.g. ``STEP_TIMEOUT_S='abc' is not valid: it should be a number of seconds``."""
     problems = exc.errors()
     first = problems[0]
-    name = str(first["loc"][0]) if first["loc"] else "settings"
+    if not first["loc"]:
+        # A check across settings (TIMEOUT_BOUNDS): its message names them, with values that are no secret.
+        return str(first["msg"]).removeprefix("Value error, ")
+    name = str(first["loc"][0])
     if name == "SERVICEBUS" or any(part in name for part in _SECRET_SETTINGS):
         shown = f"{name} (value not shown)"
     else:
@@ -343,6 +415,53 @@ class Settings(BaseModel):
         "unless it is a private address.",
     )
 
+    # --- remote-call timeouts -----------------------------------------------------------------
+    STORE_CONNECTION_TIMEOUT_S: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds the Cosmos DB client waits to open a connection (the SDK's own default is 5). "
+        "At most STORE_OPERATION_TIMEOUT_S.",
+    )
+    STORE_READ_TIMEOUT_S: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds the Cosmos DB client waits for an answer on an open connection (the SDK's own "
+        "default is 65: a hung store would hold a loop for over a minute). At most "
+        "STORE_OPERATION_TIMEOUT_S.",
+    )
+    STORE_OPERATION_TIMEOUT_S: float = Field(
+        2.5,
+        gt=0,
+        description="Seconds one store operation may take in all, the SDK's own retries included (its "
+        "absolute timeout); then it fails as transient and the caller's loop retries. Must be shorter than "
+        "STEP_TIMEOUT_S, CLAIM_TIMEOUT_S and SCAN_MAX_S, the deadlines the roles that call the store work "
+        "to; a refusal at start-up says which.",
+    )
+    QUEUE_CONNECTION_TIMEOUT_S: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds the Storage queue client (Azurite locally) waits to open a connection.",
+    )
+    QUEUE_READ_TIMEOUT_S: float = Field(
+        2.5,
+        gt=0,
+        description="Seconds a queue operation waits for the service's answer: the Storage queue client's "
+        "read timeout locally, the Service Bus send timeout on Azure. Must be shorter than STEP_TIMEOUT_S "
+        "and than half of QUEUE_LOCK_S (a lock renewal, sent when half the lock is left, must return "
+        "before the lock runs out).",
+    )
+    OPERATOR_JWKS_TIMEOUT_S: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds the operator API waits for its token signing keys (the JWKS) to be fetched. "
+        "Must be shorter than OPERATOR_API_TIMEOUT_S, so a caller hears the refusal instead of timing out.",
+    )
+    OPERATOR_API_TIMEOUT_S: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds the orderflow CLI waits for one call of the operator API.",
+    )
+
     # --- queues ------------------------------------------------------------------------------
     ORDERS_QUEUE: str = Field(
         "orders",
@@ -513,6 +632,28 @@ class Settings(BaseModel):
     )
     SUPERVISOR_PAGE_SIZE: int = Field(100, ge=1, description="max_item_count of each sweep query page.")
     SUPERVISOR_MAX_RECORDS: int = Field(500, ge=1, description="Most records one sweep examines.")
+    SCAN_MAX_PAGES: int = Field(
+        50,
+        ge=1,
+        description="Most query pages one pass of a scanning loop reads (the supervisor's sweep, the "
+        "starter, the reply relay, retention), beside its record bound: a store that keeps answering "
+        "pages with nothing on them cannot hold the loop. A sweep cut short resumes where it stood on "
+        "the next pass.",
+    )
+    SCAN_MAX_EMPTY_PAGES: int = Field(
+        10,
+        ge=1,
+        description="Empty pages in a row, each with a new continuation token, after which a pass stops "
+        "and reports an anomaly (a warning and the orderflow.scan_anomalies metric); the next pass "
+        "resumes from the last token. Cosmos DB may return a few such pages in a cross-partition query.",
+    )
+    SCAN_MAX_S: float = Field(
+        10.0,
+        gt=0,
+        description="Most seconds one pass of a scanning loop runs before it stops at the next page "
+        "boundary (it resumes on the next pass): the supervisor's sweep runs on the thread that renews "
+        "its lease and re-sends owed replies, which must not wait behind it.",
+    )
     SUPERVISOR_MAX_FAILURES: int = Field(
         6,
         ge=1,
@@ -583,13 +724,25 @@ class Settings(BaseModel):
 
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(
-        30.0, gt=0, description="Lock (visibility timeout) of a received message; longer than any handler."
+        30.0,
+        gt=0,
+        description="Lock (visibility timeout) a local consumer takes on a received message, renewed while "
+        "its handler runs (QUEUE_MAX_LOCK_RENEWAL_S). On Azure the queue's own LockDuration applies.",
     )
     MAX_DELIVERY_COUNT: int = Field(
         10,
         ge=1,
         description="Deliveries after which a message that keeps failing is dead-lettered "
         "(Service Bus maxDeliveryCount).",
+    )
+    QUEUE_MAX_LOCK_RENEWAL_S: float = Field(
+        120.0,
+        ge=0,
+        description="Longest time a local consumer keeps renewing a message's lock while its handler runs "
+        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with "
+        "which the Functions host does the same for Service Bus on Azure (2 minutes). A handler still "
+        "running then has its message abandoned for redelivery, with a warning, and what it settles later is "
+        "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
     )
     POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
     POLL_MAX_INTERVAL_S: float = Field(
@@ -687,6 +840,13 @@ class Settings(BaseModel):
                 "domain name, 'common' or 'organizations'"
             )
         return text
+
+    @model_validator(mode="after")
+    def _timeouts_end_before_their_deadlines(self) -> Settings:
+        values = {name: float(getattr(self, name)) for bound in TIMEOUT_BOUNDS for name in bound[:2]}
+        for refusal in timeout_refusals(values):
+            raise ValueError(refusal)
+        return self
 
     def check_azure(self) -> None:
         """Refuse, at start-up on Azure (:func:`on_azure`), the settings that have no safe value there.

@@ -23,6 +23,12 @@ meter, derived here from the event and alert names so that no call site knows ab
   ``past_point_of_no_return`` alerts (forward progress stopped after an irreversible step) and
   ``order_failed`` alerts (``finish_order`` with outcome Error, which only orchestrations of earlier
   versions schedule); attribute ``step``.
+- ``orderflow.scan_anomalies`` (counter): ``scan.anomaly`` events (a scanning loop met
+  ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row, each with a new continuation token, and ended its pass);
+  attribute ``loop`` (``sweep``, ``starter``, ``reply_relay``, ``retention``).
+- ``orderflow.lock_renewals_exhausted`` (counter): ``message.lock_renewal_exhausted`` events (a local
+  consumer's handler outran ``QUEUE_MAX_LOCK_RENEWAL_S`` and its message was abandoned); attribute
+  ``queue``.
 - ``orderflow.alerts`` (counter): every alert; attribute ``alert`` (its name).
 - ``orderflow.stuck_orders`` (observable gauge): set by :func:`record_stuck_orders` after each
   supervisor sweep; no attributes.
@@ -91,6 +97,8 @@ DEAD_LETTERS: Final = "orderflow.dead_letters"
 GAVE_UP: Final = "orderflow.gave_up"
 ORDERS_FAILED: Final = "orderflow.orders_failed"
 ALERTS: Final = "orderflow.alerts"
+SCAN_ANOMALIES: Final = "orderflow.scan_anomalies"
+LOCK_RENEWALS_EXHAUSTED: Final = "orderflow.lock_renewals_exhausted"
 STUCK_ORDERS: Final = "orderflow.stuck_orders"
 
 MAX_DELIVERY_COUNT_REASON: Final = "MaxDeliveryCountExceeded"
@@ -103,6 +111,8 @@ _COUNTER_DESCRIPTIONS: Final[Mapping[str, str]] = {
     GAVE_UP: "Expired orders the supervisor moved to Error (too many failures or no retry budget).",
     ORDERS_FAILED: "Orders the orchestration finished in Error.",
     ALERTS: "Operator alerts raised, by alert name.",
+    SCAN_ANOMALIES: "Passes of a scanning loop ended by a run of empty pages that each carried a new token.",
+    LOCK_RENEWALS_EXHAUSTED: "Messages abandoned because their handler ran past the lock renewal limit.",
 }
 
 
@@ -125,6 +135,8 @@ _FROM_EVENTS: Final[Mapping[str, _Derived]] = {
     "recovery": _Derived(RECOVERIES, ("step",)),
     "budget.exhausted": _Derived(BUDGET_EXHAUSTED, ("step",)),
     "message.dead_lettered": _Derived(DEAD_LETTERS, ("queue", "reason")),
+    "scan.anomaly": _Derived(SCAN_ANOMALIES, ("loop",)),
+    "message.lock_renewal_exhausted": _Derived(LOCK_RENEWALS_EXHAUSTED, ("queue",)),
 }
 _FROM_ALERTS: Final[Mapping[str, _Derived]] = {
     "order_gave_up": _Derived(GAVE_UP, ("step",)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from typing import TypedDict
 
 from azure.core.credentials import TokenCredential
 
@@ -14,14 +15,37 @@ from orderflow.stores.cosmos import CosmosStores
 
 
 def connect_queues(settings: Settings) -> StorageQueueFactory:
-    """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``.
+    """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``, with the
+    ``QUEUE_CONNECTION_TIMEOUT_S`` and ``QUEUE_READ_TIMEOUT_S`` timeouts.
 
     Raises:
         ValueError: the setting is empty.
     """
     if not settings.STORAGE_CONNECTION_STRING:
         raise ValueError("STORAGE_CONNECTION_STRING is not set")
-    return StorageQueueFactory.from_connection_string(settings.STORAGE_CONNECTION_STRING)
+    return StorageQueueFactory.from_connection_string(
+        settings.STORAGE_CONNECTION_STRING,
+        connection_timeout_s=settings.QUEUE_CONNECTION_TIMEOUT_S,
+        read_timeout_s=settings.QUEUE_READ_TIMEOUT_S,
+    )
+
+
+class StoreTimeouts(TypedDict):
+    """The timeout keywords of :meth:`CosmosStores.connect`, in seconds."""
+
+    connection_timeout: float
+    read_timeout: float
+    operation_timeout: float
+
+
+def store_timeouts(settings: Settings) -> StoreTimeouts:
+    """The keyword arguments of :meth:`CosmosStores.connect` that bound every store call:
+    ``STORE_CONNECTION_TIMEOUT_S``, ``STORE_READ_TIMEOUT_S`` and ``STORE_OPERATION_TIMEOUT_S``."""
+    return StoreTimeouts(
+        connection_timeout=settings.STORE_CONNECTION_TIMEOUT_S,
+        read_timeout=settings.STORE_READ_TIMEOUT_S,
+        operation_timeout=settings.STORE_OPERATION_TIMEOUT_S,
+    )
 
 
 def connect_stores(settings: Settings) -> CosmosStores:
@@ -42,6 +66,7 @@ def connect_stores(settings: Settings) -> CosmosStores:
         key=settings.COSMOS_KEY,
         database=settings.COSMOS_DATABASE,
         verify_tls=settings.COSMOS_VERIFY_TLS,
+        **store_timeouts(settings),
     )
 
 
@@ -97,14 +122,19 @@ def connect_azure(
             credential=credential,
             database=settings.COSMOS_DATABASE,
             verify_tls=settings.COSMOS_VERIFY_TLS,
+            **store_timeouts(settings),
         )
     try:
         if connection_string:
             # No administration client: azure-servicebus's speaks https only, the emulator no TLS.
-            queues = ServiceBusQueueFactory.from_connection_string(connection_string)
+            queues = ServiceBusQueueFactory.from_connection_string(
+                connection_string, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
+            )
         else:
             assert credential is not None
-            queues = ServiceBusQueueFactory.from_namespace(namespace, credential)
+            queues = ServiceBusQueueFactory.from_namespace(
+                namespace, credential, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
+            )
     except BaseException:
         stores.close()
         raise

@@ -12,7 +12,9 @@ Per record, the document is redacted first and the record marked second (``dataP
 ``dataPurgeVersion``), each a conditional write: a pass that dies between the two, or whose record write
 loses a race (412), leaves the record unmarked, and the next pass redoes both (a redacted document is
 left as it is). Records purged by an earlier, narrower version (``compensationLogPurgedAt`` alone) are
-purged again. A pass is bounded like a sweep.
+purged again. A pass is bounded like a sweep: ``max_records`` records, and the ``SCAN_*`` page bounds
+(:mod:`orderflow.stores.paging`), so pages with nothing on them (Cosmos DB returns some) are followed,
+but not for ever.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from datetime import datetime, timedelta
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, NotFound
+from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
+from orderflow.stores.paging import PageBudget, PageLimits
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def purge_expired_logs(
         states: The state store.
         orders: The order store (each purged record's document is redacted).
         clock: Time source (UTC).
-        settings: ``COMPENSATION_LOG_RETENTION_S`` (0 disables the purge).
+        settings: ``COMPENSATION_LOG_RETENTION_S`` (0 disables the purge) and the ``SCAN_*`` page bounds.
         max_records: Most records this pass looks at (each costs up to two writes).
 
     Returns:
@@ -69,13 +72,25 @@ def purge_expired_logs(
         updated_before=now - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S),
         purge_version_below=DATA_PURGE_VERSION,
     )
-    # Purged records leave the result, so the first page is always the next work.
-    page = states.query(query, max_item_count=max_records)
-    for found in page.items:
-        if _purge(found, states=states, orders=orders, now=now):
-            report.purged += 1
-        else:
-            report.lost_races += 1
+    # Purged records leave the result, so each pass starts again from the first page.
+    budget = PageBudget("retention", PageLimits.from_settings(settings))
+    continuation: str | None = None
+    examined = 0
+    while examined < max_records and budget.allows_another():
+        try:
+            page = states.query(query, max_item_count=max_records - examined, continuation=continuation)
+        except InvalidContinuation:
+            break
+        budget.record(page)
+        for found in page.items:
+            if _purge(found, states=states, orders=orders, now=now):
+                report.purged += 1
+            else:
+                report.lost_races += 1
+        examined += len(page.items)
+        continuation = page.continuation
+        if continuation is None:
+            break
     if report.purged:
         telemetry.event("retention.purged", records=report.purged)
     return report

@@ -38,7 +38,11 @@ sweeps, at most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
 
 **Bounded sweeps.** A sweep examines at most ``SUPERVISOR_MAX_RECORDS`` records, asks for pages of
 ``min(SUPERVISOR_PAGE_SIZE, budget left)`` so it never reads a record it will not examine, and stops early
-when ``keep_going`` says so (the host passes "still leader"). The :class:`SweepCursor` carries the scan
+when ``keep_going`` says so (the host passes "still leader"). It also reads at most ``SCAN_MAX_PAGES``
+pages, runs at most ``SCAN_MAX_S`` seconds (checked before each page) and ends at ``SCAN_MAX_EMPTY_PAGES``
+empty pages in a row, each with a fresh token, which it reports as an anomaly
+(:mod:`orderflow.stores.paging`): records alone do not bound a store that answers empty pages, and the
+sweep shares its thread with the lease renewal and the reply relay. The :class:`SweepCursor` carries the scan
 from one sweep to the next: the cutoff and the token of the next page, advanced only once every record of
 a page was examined, so a sweep cut short re-reads its last page (recovered records have left the result,
 the others are examined again, harmlessly). The stores' tokens are positions (the last id read in memory,
@@ -72,6 +76,7 @@ from orderflow.records import LastError, PendingReply, ProcessState, StateRecord
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
+from orderflow.stores.paging import PageBudget, PageLimits, PageStop
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +111,9 @@ class SweepReport:
         resumed: The sweep continued a scan that an earlier sweep left unfinished.
         scan_complete: The scan reached its last page; the next sweep starts a new one.
         stopped_early: ``keep_going`` returned False (leadership lost); the cursor keeps the position.
+        bounded: Why the sweep stopped at a page bound (``SCAN_MAX_PAGES``, ``SCAN_MAX_S``, or
+            ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row: an anomaly), or None; the cursor keeps the
+            position, so the next sweep resumes there.
         cutoff: The ``completeBy`` bound of the scan, UTC.
     """
 
@@ -121,6 +129,7 @@ class SweepReport:
     resumed: bool = False
     scan_complete: bool = False
     stopped_early: bool = False
+    bounded: PageStop | None = None
     cutoff: datetime | None = None
 
     @property
@@ -428,7 +437,8 @@ def run_sweep(
         states: The state store.
         queues: Queues, for the ``Failed`` reply of an order given up.
         clock: Time source.
-        settings: ``SUPERVISOR_PAGE_SIZE``, ``SUPERVISOR_MAX_RECORDS`` and the recovery thresholds.
+        settings: ``SUPERVISOR_PAGE_SIZE``, ``SUPERVISOR_MAX_RECORDS``, the ``SCAN_*`` page bounds
+            (:mod:`orderflow.stores.paging`) and the recovery thresholds.
         cursor: The scan to continue (updated in place); None scans from the start with a fresh cursor,
             which is what a stateless host (an Azure timer) does.
         keep_going: Asked before each record; False ends the sweep where it stands (lost leadership).
@@ -443,8 +453,9 @@ def run_sweep(
     report = SweepReport()
     _start_or_resume(cursor, report, clock)
     restarts = 0
+    pages = PageBudget("sweep", PageLimits.from_settings(settings))
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
-        if _told_to_stop(report, keep_going):
+        if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
         budget = min(settings.SUPERVISOR_PAGE_SIZE, settings.SUPERVISOR_MAX_RECORDS - report.scanned)
         try:
@@ -457,6 +468,7 @@ def run_sweep(
                 break
             continue
         report.pages += 1
+        pages.record(page)
         _examine_page(
             report, states, page.items, queues=queues, clock=clock, settings=settings, keep_going=keep_going
         )
@@ -474,6 +486,7 @@ def run_sweep(
             continue
         cursor.seen.add(token)
         cursor.token = token
+    report.bounded = pages.stopped
     _log_sweep(report)
     telemetry.record_stuck_orders(report.scanned - report.skipped)
     return report
@@ -516,11 +529,12 @@ def _examine_page(
 
 def _log_sweep(report: SweepReport) -> None:
     """One log line for a sweep that decided, failed or restarted anything."""
-    if report.recovered or report.failed or report.restarted_scan:
+    if report.recovered or report.failed or report.restarted_scan or report.bounded:
         logger.info(
-            "supervisor sweep: scanned=%s requeued=%s gave_up=%s extended=%s lost_races=%s failed=%s "
-            "resumed=%s complete=%s restarted=%s",
+            "supervisor sweep: scanned=%s pages=%s requeued=%s gave_up=%s extended=%s lost_races=%s "
+            "failed=%s resumed=%s complete=%s restarted=%s bounded=%s",
             report.scanned,
+            report.pages,
             len(report.requeued),
             len(report.gave_up),
             len(report.extended_backoff),
@@ -529,6 +543,7 @@ def _log_sweep(report: SweepReport) -> None:
             report.resumed,
             report.scan_complete,
             report.restarted_scan,
+            report.bounded,
         )
 
 

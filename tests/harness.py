@@ -48,6 +48,11 @@ FAST_SETTINGS: dict[str, Any] = {
     "STEP_TIMEOUT_S": 1.5,
     "CLAIM_TIMEOUT_S": 3.0,
     "START_LATENCY_S": 0.5,
+    # Remote calls end before the short deadlines above (Settings refuses them otherwise).
+    "STORE_CONNECTION_TIMEOUT_S": 1.0,
+    "STORE_READ_TIMEOUT_S": 1.0,
+    "STORE_OPERATION_TIMEOUT_S": 1.2,
+    "QUEUE_READ_TIMEOUT_S": 1.2,
     "POLL_INTERVAL_S": 0.02,
     "POLL_MAX_INTERVAL_S": 0.1,
     "AGENT_BACKOFF_INITIAL_S": 0.05,

@@ -7,6 +7,7 @@ import azure.functions as func
 
 from function_host.wiring import dependencies
 from orderflow.replies import resend_pending_replies
+from orderflow.stores.paging import PageLimits
 from supervisor.retention import purge_expired_logs
 from supervisor.sweep import run_sweep
 
@@ -20,6 +21,10 @@ def supervisor(timer: func.TimerRequest) -> None:
     deps = dependencies()
     run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
     resend_pending_replies(
-        states=deps.states, queues=deps.queues, clock=deps.clock, grace_s=deps.settings.REPLY_GRACE_S
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        grace_s=deps.settings.REPLY_GRACE_S,
+        limits=PageLimits.from_settings(deps.settings),
     )
     purge_expired_logs(states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings)

@@ -553,6 +553,7 @@ class ServiceBusQueue:
         admin: AdministrationClientLike | None = None,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         clock: Callable[[], datetime] = _utc_now,
+        send_timeout_s: float | None = None,
     ) -> None:
         """Wrap one queue of a client; opens nothing until first use.
 
@@ -562,6 +563,8 @@ class ServiceBusQueue:
             admin: An administration client, needed only by :meth:`approximate_count`.
             max_wait_s: Seconds a receive waits for the first message.
             clock: Current UTC time, for scheduled sends.
+            send_timeout_s: Seconds one send may wait (the SDK's ``timeout``; ``QUEUE_READ_TIMEOUT_S``);
+                None: the SDK's default.
 
         Raises:
             ValueError: ``max_wait_s`` is not positive.
@@ -571,6 +574,7 @@ class ServiceBusQueue:
         self._admin = admin
         self._max_wait_s = _seconds(max_wait_s, what="max_wait_s", allow_zero=False)
         self._clock = clock
+        self._send_options: dict[str, float] = {} if send_timeout_s is None else {"timeout": send_timeout_s}
         self._sender: SenderLike | None = None
         self._receiver: ReceiverLike | None = None
         self._sender_lock = threading.Lock()
@@ -626,7 +630,7 @@ class ServiceBusQueue:
             if self._sender is None:
                 self._sender = self._client.get_queue_sender(self.name)
             try:
-                self._sender.send_messages(message)
+                self._sender.send_messages(message, **self._send_options)
             except AzureError as error:
                 raise translate_error(error, action, self.name) from error
 
@@ -871,6 +875,7 @@ class ServiceBusQueueFactory:
         admin: AdministrationClientLike | None = None,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         clock: Callable[[], datetime] = _utc_now,
+        send_timeout_s: float | None = None,
     ) -> None:
         """Wrap a client (see the two constructors).
 
@@ -879,8 +884,10 @@ class ServiceBusQueueFactory:
             admin: An administration client for :meth:`ServiceBusQueue.approximate_count`, or None.
             max_wait_s: Seconds a receive waits for the first message.
             clock: Current UTC time, for scheduled sends and undated dead letters.
+            send_timeout_s: Seconds one send may wait (``QUEUE_READ_TIMEOUT_S``); None: the SDK's default.
         """
         self._client = client
+        self._send_timeout_s = send_timeout_s
         self._admin = admin
         self._max_wait_s = max_wait_s
         self._clock = clock
@@ -903,6 +910,7 @@ class ServiceBusQueueFactory:
         admin_connection_string: str | None = None,
         retry_total: int = DEFAULT_RETRY_TOTAL,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        send_timeout_s: float | None = None,
     ) -> ServiceBusQueueFactory:
         """A factory for a connection string (the emulator's, with ``UseDevelopmentEmulator=true``).
 
@@ -913,6 +921,7 @@ class ServiceBusQueueFactory:
                 unavailable.
             retry_total: SDK retries of a failed operation.
             max_wait_s: Seconds a receive waits for the first message.
+            send_timeout_s: Seconds one send may wait; None: the SDK's default.
         """
         client = ServiceBusClient.from_connection_string(connection_string, retry_total=retry_total)
         admin = (
@@ -920,7 +929,7 @@ class ServiceBusQueueFactory:
             if admin_connection_string is None
             else ServiceBusAdministrationClient.from_connection_string(admin_connection_string)
         )
-        return cls(client, admin=admin, max_wait_s=max_wait_s)
+        return cls(client, admin=admin, max_wait_s=max_wait_s, send_timeout_s=send_timeout_s)
 
     @classmethod
     def from_namespace(
@@ -931,6 +940,7 @@ class ServiceBusQueueFactory:
         admin: bool = True,
         retry_total: int = DEFAULT_RETRY_TOTAL,
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        send_timeout_s: float | None = None,
     ) -> ServiceBusQueueFactory:
         """A factory for ``<namespace>.servicebus.windows.net`` with an Entra ID credential.
 
@@ -943,12 +953,13 @@ class ServiceBusQueueFactory:
                 sender and receiver roles.
             retry_total: SDK retries of a failed operation.
             max_wait_s: Seconds a receive waits for the first message.
+            send_timeout_s: Seconds one send may wait; None: the SDK's default.
         """
         client = ServiceBusClient(fully_qualified_namespace, credential, retry_total=retry_total)
         admin_client = (
             ServiceBusAdministrationClient(fully_qualified_namespace, credential) if admin else None
         )
-        return cls(client, admin=admin_client, max_wait_s=max_wait_s)
+        return cls(client, admin=admin_client, max_wait_s=max_wait_s, send_timeout_s=send_timeout_s)
 
     def queue(self, name: str) -> ServiceBusQueue:
         """The queue ``name``; the same object on every call. The queue must already exist.
@@ -961,7 +972,12 @@ class ServiceBusQueueFactory:
             queue = self._queues.get(name)
             if queue is None:
                 queue = ServiceBusQueue(
-                    name, self._client, admin=self._admin, max_wait_s=self._max_wait_s, clock=self._clock
+                    name,
+                    self._client,
+                    admin=self._admin,
+                    max_wait_s=self._max_wait_s,
+                    clock=self._clock,
+                    send_timeout_s=self._send_timeout_s,
                 )
                 self._queues[name] = queue
             return queue

@@ -167,14 +167,40 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
     return f"SELECT {select} FROM c{where}", params
 
 
-class _CosmosContainer:
-    """One container with error translation and operation counters; the core of both stores."""
+MAX_COUNT_PAGES = 100
+"""Most pages the SDK may fetch for one :meth:`CosmosStateStore.count` (an aggregate over every
+partition range comes back as a page per range). Past it the count fails as transient instead of
+paging on: a store answering endless empty pages must not hold the caller (docs/operations.md)."""
 
-    def __init__(self, container: ContainerProxy, kind: str) -> None:
+
+class _EmptyPage(Exception):
+    """Raised by a query's response hook to stop the SDK at an empty page that carries a token."""
+
+
+class _TooManyPages(Exception):
+    """Raised by a count's response hook once it has seen :data:`MAX_COUNT_PAGES` pages."""
+
+
+class _CosmosContainer:
+    """One container with error translation and operation counters; the core of both stores.
+
+    Args:
+        container: The SDK's container.
+        kind: What its items are, for messages (``state record``, ``order``).
+        operation_timeout_s: Absolute timeout of each operation, SDK retries included (the SDK's
+            ``timeout`` keyword: it then raises ``CosmosClientTimeoutError``); None: no such bound.
+    """
+
+    def __init__(
+        self, container: ContainerProxy, kind: str, *, operation_timeout_s: float | None = None
+    ) -> None:
         self.container = container
         self.kind = kind
         self.counters = StoreCounters()
         self._lock = threading.Lock()  # guards the counters only
+        self._options: dict[str, Any] = (
+            {} if operation_timeout_s is None else {"timeout": operation_timeout_s}
+        )
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
@@ -184,13 +210,13 @@ class _CosmosContainer:
     def create(self, doc: dict[str, Any]) -> dict[str, Any]:
         self._count(creates=1)
         with _translated(self.kind, str(doc["id"])):
-            return self.container.create_item(body=doc)
+            return self.container.create_item(body=doc, **self._options)
 
     def read(self, item_id: str) -> dict[str, Any]:
         self._count(reads=1)
         with _translated(self.kind, item_id):
             try:
-                return self.container.read_item(item=item_id, partition_key=item_id)
+                return self.container.read_item(item=item_id, partition_key=item_id, **self._options)
             except CosmosHttpResponseError as exc:
                 # cosmosdb-server answers 500 instead of 404 for a missing item (module docstring).
                 # Ask whether it exists: absent → NotFound; present → the 500 was real (transient).
@@ -203,6 +229,7 @@ class _CosmosContainer:
             query="SELECT VALUE COUNT(1) FROM c WHERE c.orderId = @pk AND c.id = @id",
             parameters=[{"name": "@pk", "value": item_id}, {"name": "@id", "value": item_id}],
             partition_key=item_id,
+            **self._options,
         )
         return sum(int(n) for n in found) > 0
 
@@ -211,7 +238,11 @@ class _CosmosContainer:
         self._count(replaces=1)
         with _translated(self.kind, item_id):
             return self.container.replace_item(
-                item=item_id, body=doc, etag=etag, match_condition=MatchConditions.IfNotModified
+                item=item_id,
+                body=doc,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+                **self._options,
             )
 
     def _fingerprint(self, sql: str, params: Parameters) -> str:
@@ -221,7 +252,13 @@ class _CosmosContainer:
     def query_page(
         self, sql: str, params: Parameters, *, max_item_count: int, continuation: str | None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of a streamable cross-partition query.
+        """One page of a streamable cross-partition query; an empty page that carries a token is
+        returned as it is (``([], token)``), never skipped.
+
+        The SDK's pager skips an empty page with a token and fetches the next one itself, with no bound:
+        a store that keeps answering empty pages with fresh tokens would hold this call for ever. The
+        response hook stops it at the first such page, so the caller's loop counts it against its own
+        page and time bounds (:mod:`orderflow.stores.paging`).
 
         Raises:
             InvalidContinuation: the token is garbled, from another query, rejected, or repeated.
@@ -236,8 +273,11 @@ class _CosmosContainer:
         # which another thread's request may have overwritten, and falls back to the ETag header.
         headers_seen: list[str | None] = []
 
-        def capture(headers: Mapping[str, Any], _body: Any) -> None:
-            headers_seen.append(headers.get(HttpHeaders.Continuation))
+        def capture(headers: Mapping[str, Any], body: Any) -> None:
+            token = headers.get(HttpHeaders.Continuation)
+            headers_seen.append(token)
+            if token is not None and isinstance(body, Mapping) and not body.get("Documents"):
+                raise _EmptyPage
 
         with _translated(self.kind, None):
             pages = self.container.query_items(
@@ -246,11 +286,12 @@ class _CosmosContainer:
                 enable_cross_partition_query=True,
                 max_item_count=max_item_count,
                 response_hook=capture,
+                **self._options,
             ).by_page(server_token)
             try:
                 items = list(next(pages))
-            except StopIteration:
-                # The SDK skips empty pages that carry a token; it stops only when the token is null.
+            except (StopIteration, _EmptyPage):
+                # StopIteration: the last page was empty (its token is null).
                 items = []
             except CosmosHttpResponseError as exc:
                 if exc.status_code == 400 and server_token is not None:
@@ -266,13 +307,31 @@ class _CosmosContainer:
 
     def scalar_sum(self, sql: str, params: Parameters) -> int:
         """Run a cross-partition ``SELECT VALUE <aggregate>`` and add up what comes back."""
+        pages = 0
+
+        def bound(_headers: Mapping[str, Any], _body: Any) -> None:
+            nonlocal pages
+            pages += 1
+            if pages >= MAX_COUNT_PAGES:
+                raise _TooManyPages
+
         with _translated(self.kind, None):
             # The SDK merges partial aggregates itself; summing is still correct if it ever returns
             # one partial count per partition range.
             values: Iterable[Any] = self.container.query_items(
-                query=sql, parameters=params, enable_cross_partition_query=True
+                query=sql,
+                parameters=params,
+                enable_cross_partition_query=True,
+                response_hook=bound,
+                **self._options,
             )
-            total = sum(int(value) for value in values)
+            try:
+                total = sum(int(value) for value in values)
+            except _TooManyPages:
+                logger.warning("Cosmos DB count took %s pages without finishing; giving up", pages)
+                raise TransientError(
+                    f"{self.kind} count did not finish within {MAX_COUNT_PAGES} pages"
+                ) from None
         self._count(query_pages=1)
         return total
 
@@ -287,8 +346,8 @@ class CosmosStateStore:
             page per page returned and one per :meth:`count`; the in-memory store counts the same way.
     """
 
-    def __init__(self, container: ContainerProxy) -> None:
-        self._container = _CosmosContainer(container, "state record")
+    def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
+        self._container = _CosmosContainer(container, "state record", operation_timeout_s=operation_timeout_s)
         self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
@@ -385,8 +444,8 @@ class CosmosOrderStore:
             ones that raised.
     """
 
-    def __init__(self, container: ContainerProxy) -> None:
-        self._container = _CosmosContainer(container, "order")
+    def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
+        self._container = _CosmosContainer(container, "order", operation_timeout_s=operation_timeout_s)
         self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
@@ -461,6 +520,7 @@ class CosmosStores:
         orders_container: str = "orders",
         connection_timeout: float | None = None,
         read_timeout: float | None = None,
+        operation_timeout: float | None = None,
         create_if_missing: bool | None = None,
     ) -> CosmosStores:
         """Connect to a Cosmos DB account and open (by default with a key: create) both containers.
@@ -479,6 +539,9 @@ class CosmosStores:
             read_timeout: Seconds to wait for an answer on an open connection (SDK default, 65 s, when
                 None). Without it a hung (or SIGSTOPped) server holds a point read for over a minute;
                 with 2 s the SDK gives up, after its own retries, in about 10 s (measured locally).
+            operation_timeout: Seconds one operation may take in all, the SDK's retries included
+                (``STORE_OPERATION_TIMEOUT_S``); then it raises :class:`TransientError`. None: no bound
+                beyond the two above.
             create_if_missing: Create the database and containers (partition key ``/orderId``) if
                 absent. Defaults to True with a key and False with a token credential, because Cosmos
                 DB's data-plane RBAC cannot create databases or containers (infrastructure does).
@@ -524,7 +587,12 @@ class CosmosStores:
                 client.close()
                 raise
         logger.info("connected to Cosmos DB database %s at %s", database, endpoint)
-        return cls(client, db, CosmosStateStore(state), CosmosOrderStore(orders))
+        return cls(
+            client,
+            db,
+            CosmosStateStore(state, operation_timeout_s=operation_timeout),
+            CosmosOrderStore(orders, operation_timeout_s=operation_timeout),
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(database={self.database.id!r})"

@@ -1030,9 +1030,11 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies
         )
         return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
 
-    def client(base_url: str, *, token: str) -> OperatorApiClient:
-        assert base_url == API_URL
-        return OperatorApiClient(base_url, token=token, transport=httpx.MockTransport(serve))
+    def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
+        assert (base_url, timeout_s) == (API_URL, Settings().OPERATOR_API_TIMEOUT_S)
+        return OperatorApiClient(
+            base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
+        )
 
     monkeypatch.setattr(cli, "OperatorApiClient", client)
     monkeypatch.delenv("ORDERFLOW_TOKEN", raising=False)

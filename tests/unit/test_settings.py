@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from orderflow.settings import MAX_DURATION_S, Settings, UnsafeAzureSetting, is_loopback_host, on_azure
+from orderflow.settings import (
+    MAX_DURATION_S,
+    Settings,
+    UnsafeAzureSetting,
+    describe_invalid_settings,
+    is_loopback_host,
+    on_azure,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -271,3 +278,54 @@ def test_a_host_with_undecodable_bytes_is_no_loopback_and_no_host_name() -> None
     with pytest.raises(UnsafeAzureSetting) as refused:
         settings.check_azure()
     assert refused.value.setting == "DEMO_SERVICES_URL"
+
+
+# --- remote-call timeouts against the roles' deadlines ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "refusal"),
+    [
+        (
+            {"STEP_TIMEOUT_S": "2"},
+            "STORE_OPERATION_TIMEOUT_S (2.5 s) must be shorter than STEP_TIMEOUT_S (2 s)",
+        ),
+        (
+            {"CLAIM_TIMEOUT_S": "2.5"},
+            "STORE_OPERATION_TIMEOUT_S (2.5 s) must be shorter than CLAIM_TIMEOUT_S (2.5 s)",
+        ),
+        ({"SCAN_MAX_S": "1"}, "STORE_OPERATION_TIMEOUT_S (2.5 s) must be shorter than SCAN_MAX_S (1 s)"),
+        (
+            {"STORE_READ_TIMEOUT_S": "3"},
+            "STORE_READ_TIMEOUT_S (3 s) must be at most STORE_OPERATION_TIMEOUT_S (2.5 s)",
+        ),
+        (
+            {"QUEUE_LOCK_S": "5"},
+            "QUEUE_READ_TIMEOUT_S (2.5 s) must be shorter than half of QUEUE_LOCK_S (5 s)",
+        ),
+        (
+            {"OPERATOR_API_TIMEOUT_S": "5"},
+            "OPERATOR_JWKS_TIMEOUT_S (5 s) must be shorter than OPERATOR_API_TIMEOUT_S (5 s)",
+        ),
+    ],
+)
+def test_a_timeout_not_shorter_than_the_deadline_of_its_role_is_refused_naming_both(
+    values: dict[str, str], refusal: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings.load(values)
+    assert describe_invalid_settings(refused.value).startswith(refusal)
+
+
+def test_the_default_timeouts_fit_the_default_deadlines_and_a_shorter_set_fits_shorter_ones() -> None:
+    assert Settings().STORE_OPERATION_TIMEOUT_S < Settings().STEP_TIMEOUT_S
+    fast = Settings.load(
+        {
+            "STEP_TIMEOUT_S": "1.5",
+            "STORE_OPERATION_TIMEOUT_S": "1.2",
+            "STORE_READ_TIMEOUT_S": "1",
+            "STORE_CONNECTION_TIMEOUT_S": "1",
+            "QUEUE_READ_TIMEOUT_S": "1.2",
+        }
+    )
+    assert (fast.STEP_TIMEOUT_S, fast.STORE_OPERATION_TIMEOUT_S) == (1.5, 1.2)
