@@ -1,0 +1,138 @@
+// The Functions app on the Flex Consumption plan (FC1), running as the user-assigned identity. Every
+// connection is identity-based and every app setting name is one orderflow or the Functions host reads
+// (orderflow.settings, host.json, the bindings' %NAME% references); no setting holds a key.
+param planName string
+param appName string
+param location string
+param tags object
+param identityId string
+param identityClientId string
+param pythonVersion string
+param maximumInstanceCount int
+param storageAccountName string
+param deploymentContainerUrl string
+param appInsightsConnectionString string
+param serviceBusNamespace string
+param cosmosEndpoint string
+param cosmosDatabaseName string
+param taskHubName string
+param clients string
+param agentQueuePrefix string
+param agentResponsesQueue string
+param queueLockSeconds int
+param maxDeliveryCount int
+param maxSubmissionBacklog int
+param demoServicesUrl string
+param operatorTenantId string
+param operatorAudience string
+
+resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource app 'Microsoft.Web/sites@2024-11-01' = {
+  name: appName
+  location: location
+  tags: tags
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: deploymentContainerUrl
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: 2048
+      }
+      runtime: {
+        name: 'python'
+        version: pythonVersion
+      }
+    }
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+      appSettings: [
+        // The host's storage: the Durable Functions task hub (blobs, queues, tables), by identity.
+        { name: 'AzureWebJobsStorage__accountName', value: storageAccountName }
+        { name: 'AzureWebJobsStorage__credential', value: 'managedidentity' }
+        { name: 'AzureWebJobsStorage__clientId', value: identityClientId }
+        // host.json: "hubName": "%TASK_HUB_NAME%".
+        { name: 'TASK_HUB_NAME', value: taskHubName }
+        // The triggers' SERVICEBUS connection, and orderflow's own client (orderflow.wiring).
+        { name: 'SERVICEBUS__fullyQualifiedNamespace', value: serviceBusNamespace }
+        { name: 'SERVICEBUS__credential', value: 'managedidentity' }
+        { name: 'SERVICEBUS__clientId', value: identityClientId }
+        { name: 'AZURE_CLIENT_ID', value: identityClientId }
+        { name: 'COSMOS_ENDPOINT', value: cosmosEndpoint }
+        { name: 'COSMOS_DATABASE', value: cosmosDatabaseName }
+        // Names the bindings resolve (%AGENT_QUEUE_PREFIX%<agent>, %AGENT_RESPONSES_QUEUE%, schedules).
+        { name: 'AGENT_QUEUE_PREFIX', value: agentQueuePrefix }
+        { name: 'AGENT_RESPONSES_QUEUE', value: agentResponsesQueue }
+        { name: 'STARTER_SCHEDULE', value: '*/5 * * * * *' }
+        { name: 'SUPERVISOR_SCHEDULE', value: '*/30 * * * * *' }
+        { name: 'CLIENTS', value: clients }
+        // The same values as the queues' lockDuration and maxDeliveryCount.
+        { name: 'QUEUE_LOCK_S', value: string(queueLockSeconds) }
+        { name: 'MAX_DELIVERY_COUNT', value: string(maxDeliveryCount) }
+        { name: 'MAX_SUBMISSION_BACKLOG', value: string(maxSubmissionBacklog) }
+        { name: 'DEMO_SERVICES_URL', value: demoServicesUrl }
+        // The operator API checks Entra bearer tokens itself (orderflow.operator_auth): both empty, or both set.
+        { name: 'OPERATOR_TENANT_ID', value: operatorTenantId }
+        { name: 'OPERATOR_AUDIENCE', value: operatorAudience }
+        // Telemetry: the worker configures the Azure Monitor distro, authenticating as the identity.
+        { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: appInsightsConnectionString }
+        { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
+        { name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY', value: 'true' }
+        { name: 'PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME', value: 'orderflow' }
+      ]
+    }
+  }
+}
+
+// No FTP and no basic-auth publishing: azd deploys with the deployer's Entra token.
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-11-01' = {
+  parent: app
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-11-01' = {
+  parent: app
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output name string = app.name
+output url string = 'https://${app.properties.defaultHostName}'

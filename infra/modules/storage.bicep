@@ -1,0 +1,43 @@
+// The Functions host's own storage (AzureWebJobsStorage: Durable Functions task hub queues, tables and
+// blobs; timer and lease blobs) and the Flex Consumption deployment container. orderflow keeps nothing
+// here itself. No shared key, no public blob, TLS 1.2: only Entra ID tokens get in.
+param name string
+param location string
+param tags object
+
+var deploymentContainerName = 'app-package'
+
+resource storage 'Microsoft.Storage/storageAccounts@2025-06-01' = {
+  name: name
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_LRS'
+  }
+  properties: {
+    allowSharedKeyAccess: false
+    allowBlobPublicAccess: false
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    defaultToOAuthAuthentication: true
+    allowCrossTenantReplication: false
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-06-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-06-01' = {
+  parent: blobService
+  name: deploymentContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+output name string = storage.name
+output deploymentContainerUrl string = '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
