@@ -19,7 +19,7 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
 }
 
-resource operators 'Microsoft.Insights/actionGroups@2023-01-01' = if (hasEmail) {
+resource operatorGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (hasEmail) {
   name: 'ag-${nameSuffix}'
   location: 'global'
   tags: tags
@@ -36,8 +36,8 @@ resource operators 'Microsoft.Insights/actionGroups@2023-01-01' = if (hasEmail) 
   }
 }
 
-var metricActions = hasEmail ? [{ actionGroupId: operators.id }] : []
-var logActions = hasEmail ? { actionGroups: [operators.id] } : {}
+var metricActions = hasEmail ? [{ actionGroupId: operatorGroup.id }] : []
+var logActions = hasEmail ? { actionGroups: [operatorGroup.id] } : {}
 
 // DeadletteredMessages is a per-queue gauge: any queue with a dead letter fires (split by EntityName).
 resource deadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {

@@ -33,6 +33,7 @@ var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var hasPrincipal = !empty(principalId)
+var hasQuota = maxInFlight > 0
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusName
@@ -114,7 +115,7 @@ resource appSendsReply 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
 }
 
 var identityEntry = hasPrincipal ? { principalId: principalId } : {}
-var quotaEntry = maxInFlight > 0 ? { maxInFlight: maxInFlight } : {}
+var quotaEntry = hasQuota ? { maxInFlight: maxInFlight } : {}
 
 @description('This client entry of the CLIENTS registry (orderflow.clients).')
 output registryEntry object = union({ id: clientId, inboundQueue: inbound.name, replyQueue: reply.name }, identityEntry, quotaEntry)

@@ -57,7 +57,7 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2025-04-15
 }
 
 // Order documents are only point-read and replaced by id: index nothing but the partition key.
-resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
+resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
   parent: database
   name: 'orders'
   properties: {
@@ -93,7 +93,7 @@ resource orders 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2
 // supervisor sweep (processState, completeBy), starter (processState, nextAttemptAt), admission's
 // per-client count (clientId, processState), retention (processState, updatedAt). The bulky nested
 // fields no query filters on are not indexed, which keeps the six writes per order cheaper.
-resource orderState 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
+resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
   parent: database
   name: 'orderstate'
   properties: {

@@ -104,6 +104,33 @@ resource app 'Microsoft.Web/sites@2024-11-01' = {
         { name: 'MAX_DELIVERY_COUNT', value: string(maxDeliveryCount) }
         { name: 'MAX_SUBMISSION_BACKLOG', value: string(maxSubmissionBacklog) }
         { name: 'DEMO_SERVICES_URL', value: demoServicesUrl }
+        // Deadlines, the retry budget and the supervisor, stated here so a deployment says what it runs
+        // with (each the default of orderflow.settings; docs/configuration.md says why).
+        { name: 'STEP_TIMEOUT_S', value: '8' }
+        { name: 'START_LATENCY_S', value: '5' }
+        { name: 'CLAIM_TIMEOUT_S', value: '30' }
+        { name: 'STARTER_BATCH', value: '32' }
+        { name: 'RETRY_BUDGET', value: '24' }
+        { name: 'AGENT_MAX_CALLS_PER_STEP', value: '4' }
+        { name: 'AGENT_CALL_TIMEOUT_S', value: '5' }
+        { name: 'AGENT_BACKOFF_INITIAL_S', value: '0.2' }
+        { name: 'AGENT_BACKOFF_MAX_S', value: '2' }
+        { name: 'SUPERVISOR_MAX_FAILURES', value: '6' }
+        { name: 'SUPERVISOR_PAGE_SIZE', value: '100' }
+        { name: 'SUPERVISOR_MAX_RECORDS', value: '500' }
+        { name: 'SUPERVISOR_BACKOFF_INITIAL_S', value: '1' }
+        { name: 'SUPERVISOR_BACKOFF_MAX_S', value: '30' }
+        { name: 'SUPERVISOR_EXTENDED_BACKOFF_AFTER', value: '4' }
+        { name: 'SUPERVISOR_EXTENDED_BACKOFF_S', value: '60' }
+        { name: 'REPLY_GRACE_S', value: '30' }
+        { name: 'MAX_IN_FLIGHT_ORDERS', value: '10000' }
+        { name: 'ADMISSION_REFRESH_S', value: '5' }
+        { name: 'WORKFLOW_VERSION', value: '' }
+        { name: 'REVIEW_AMOUNT_ABOVE', value: '0' }
+        { name: 'REVIEW_TIMEOUT_S', value: '86400' }
+        { name: 'REVIEW_DEFAULT', value: 'reject' }
+        { name: 'COMPENSATION_LOG_RETENTION_S', value: '2592000' }
+        { name: 'OPERATOR_TOKEN_LEEWAY_S', value: '60' }
         // The operator API checks Entra bearer tokens itself (orderflow.operator_auth): both empty, or both set.
         { name: 'OPERATOR_TENANT_ID', value: operatorTenantId }
         { name: 'OPERATOR_AUDIENCE', value: operatorAudience }
