@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from pycep import BicepParser
 from pycep.transformer import BicepElement
@@ -90,8 +90,7 @@ def parse(path: Path) -> dict[str, Any]:
     Raises:
         lark.exceptions.LarkError, ValueError: the file does not parse.
     """
-    parsed: dict[str, Any] = parser().parse(file_path=path)
-    return parsed
+    return cast(dict[str, Any], parser().parse(file_path=path))
 
 
 def versions_of(resource_type: str) -> list[str]:
@@ -104,7 +103,7 @@ def is_reference(value: object) -> bool:
     return isinstance(value, BicepElement)
 
 
-def is_expression(value: object) -> bool:
+def is_expression(value: object) -> TypeGuard[dict[str, Any]]:
     """Whether a parsed value is a function call or an operator (pycep: ``{"function": {...}}``)."""
     return (
         isinstance(value, dict)
@@ -114,7 +113,7 @@ def is_expression(value: object) -> bool:
     )
 
 
-def is_loop(value: object) -> bool:
+def is_loop(value: object) -> TypeGuard[dict[str, Any]]:
     """Whether a parsed value is a ``[for ...]`` expression (pycep: ``loop_type``, ``config``)."""
     return isinstance(value, dict) and "loop_type" in value and "config" in value
 
@@ -151,7 +150,7 @@ class _Checker:
         elif node["$type"] == "UnionType":
             self.union(value, node, path, partial=partial)
         elif node["$type"] in ("ObjectType", "DiscriminatedObjectType"):
-            self.object(value, node, path, partial=partial)
+            self.object_value(value, node, path, partial=partial)
         elif node["$type"] == "ArrayType":
             self.array(value, node, path)
         else:
@@ -176,18 +175,21 @@ class _Checker:
         self.value(resource_body(value), node["itemType"], f"{path}[*]")
 
     def union(self, value: object, node: dict[str, Any], path: str, *, partial: bool) -> None:
-        attempts = []
+        attempts: list[list[tuple[str, str]]] = []
         for element in node["elements"]:
             found: list[tuple[str, str]] = []
             _Checker(self.table, found).value(value, element, path, partial=partial)
             if not found:
                 return
             attempts.append(found)
-        if len(attempts) == 1 or all(self.table.get(e)["$type"] == "StringLiteralType" for e in node["elements"]):
+        if len(attempts) == 1 or all(
+            self.table.get(e)["$type"] == "StringLiteralType" for e in node["elements"]
+        ):
             allowed = ", ".join(_describe(self.table, self.table.get(e)) for e in node["elements"])
             self.report.append((path, f"{_show(value)} is none of {allowed}"))
         else:  # the closest alternative: the one with the fewest problems
-            self.report.extend(min(attempts, key=len))
+            closest: list[tuple[str, str]] = min(attempts, key=len)
+            self.report.extend(closest)
 
     def array(self, value: object, node: dict[str, Any], path: str) -> None:
         if not isinstance(value, list):
@@ -196,7 +198,7 @@ class _Checker:
         for index, item in enumerate(value):
             self.value(item, node["itemType"], f"{path}[{index}]")
 
-    def object(self, value: object, node: dict[str, Any], path: str, *, partial: bool) -> None:
+    def object_value(self, value: object, node: dict[str, Any], path: str, *, partial: bool) -> None:
         if not isinstance(value, dict):
             self.report.append((path, f"{_show(value)} where an object is expected"))
             return
@@ -276,8 +278,11 @@ def _scalar_problem(value: object, node: dict[str, Any]) -> str | None:
     if kind == "StringType":
         if not isinstance(value, str):
             return f"{_show(value)} where a string is expected"
-        if "${" not in value and not node.get("minLength", 0) <= len(value) <= node.get("maxLength", len(value)):
-            return f"{_show(value)} is outside the allowed length {node.get('minLength')}..{node.get('maxLength')}"
+        if "${" not in value and not node.get("minLength", 0) <= len(value) <= node.get(
+            "maxLength", len(value)
+        ):
+            bounds = f"{node.get('minLength')}..{node.get('maxLength')}"
+            return f"{_show(value)} is outside the allowed length {bounds}"
         return None
     if kind == "IntegerType":
         if not isinstance(value, int) or isinstance(value, bool):
@@ -293,7 +298,7 @@ def _describe(table: TypeTable, node: dict[str, Any]) -> str:
     if node["$type"] == "StringLiteralType":
         return repr(node["value"])
     return {"StringType": "any string", "IntegerType": "an integer", "BooleanType": "a boolean"}.get(
-        node["$type"], node.get("name") or node["$type"]
+        node["$type"], str(node.get("name") or node["$type"])
     )
 
 
@@ -320,13 +325,20 @@ def check_resource(file: str, symbol: str, declaration: dict[str, Any]) -> Itera
     known = resource_types().get((resource_type.lower(), version))
     if known is None:
         vendored = versions_of(resource_type) or "none"
-        yield Problem(file, symbol, "", f"{resource_type}@{version} is not a known type and API version "
-                      f"(vendored versions: {vendored}; tests/infra/azure-types/README.md)")
+        yield Problem(
+            file,
+            symbol,
+            "",
+            f"{resource_type}@{version} is not a known type and API version "
+            f"(vendored versions: {vendored}; tests/infra/azure-types/README.md)",
+        )
         return
     if declaration.get("existing"):
         return  # an existing resource names what is there; it sets nothing
     table, body_ref = known
-    body = {k: v for k, v in resource_body(declaration["config"]).items() if k not in BICEP_KEYWORDS | PYCEP_KEYS}
+    body = {
+        k: v for k, v in resource_body(declaration["config"]).items() if k not in BICEP_KEYWORDS | PYCEP_KEYS
+    }
     found: list[tuple[str, str]] = []
     _Checker(table, found).value(body, body_ref, "")
     for path, message in found:

@@ -32,9 +32,14 @@ def _listed_values(document: dict[str, Any], schema: dict[str, Any]) -> list[str
     """The hosts and providers ``document`` names that the schema does not list among its examples."""
     hosts = schema["properties"]["services"]["additionalProperties"]["properties"]["host"]["examples"]
     providers = schema["properties"]["infra"]["properties"]["provider"]["examples"]
-    named = [(f"services.{name}.host", service.get("host"), hosts) for name, service in document["services"].items()]
+    named = [
+        (f"services.{name}.host", service.get("host"), hosts)
+        for name, service in document["services"].items()
+    ]
     named.append(("infra.provider", document.get("infra", {}).get("provider", "bicep"), providers))
-    return [f"{path}: {value!r} is none of azd's {listed}" for path, value, listed in named if value not in listed]
+    return [
+        f"{path}: {value!r} is none of azd's {listed}" for path, value, listed in named if value not in listed
+    ]
 
 
 def _errors(text: str) -> list[str]:
@@ -63,7 +68,11 @@ def test_the_fixture_validates() -> None:
         ("  provider: bicep", "  provider: bicp", "infra.provider: 'bicp' is none of azd's ['bicep'"),
         ("name: orderflow", "name: Orderflow", "name: 'Orderflow' does not match"),
         # a function service needs its project folder: the schema says so in one of its anyOf branches
-        ("    project: .\n", "", "services.api: {'language': 'python', 'host': 'function'} is not valid under"),
+        (
+            "    project: .\n",
+            "",
+            "services.api: {'language': 'python', 'host': 'function'} is not valid under",
+        ),
         ("    language: python", "    language: 3", "services.api.language: 3 is not of type 'string'"),
     ],
 )

@@ -41,6 +41,10 @@ def test_more_than_five_blank_or_comment_lines_in_a_row_inside_an_object_do_not_
     # A limit of this pycep version's grammar, which the Bicep compiler does not have: checkov would
     # report the file as a parsing error and check nothing in it.
     six_comments = "".join(f"    // note {n}\n" for n in range(6))
-    copy = mutated(tmp_path / "long", "app.bicep", [("    retentionInDays: 30\n", six_comments + "    retentionInDays: 30\n")])
+    copy = mutated(
+        tmp_path / "long",
+        "app.bicep",
+        [("    retentionInDays: 30\n", six_comments + "    retentionInDays: 30\n")],
+    )
     with pytest.raises(LarkError):
         parse(copy / "app.bicep")

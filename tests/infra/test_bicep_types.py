@@ -1,4 +1,4 @@
-"""Every resource in infra/ type-checks against the Bicep compiler's definitions (tests/infra/bicep_types.py)."""
+"""Every resource in infra/ type-checks against the Bicep compiler's definitions (bicep_types.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,18 @@ SHARED_TYPES = vendor_azure_types.DEFAULT_SHARED / "azure-types"
 
 
 def _problems(folder: Path) -> list[str]:
-    return [str(problem) for path in sorted(folder.glob("*.bicep")) for problem in check_file(path, relative_to=folder)]
+    return [
+        str(problem)
+        for path in sorted(folder.glob("*.bicep"))
+        for problem in check_file(path, relative_to=folder)
+    ]
 
 
 def test_the_fixture_type_checks_and_uses_every_vendored_resource_type() -> None:
     assert _problems(GOOD) == []
-    declared = {resource["type"] for path in GOOD.glob("*.bicep") for resource in parse(path)["resources"].values()}
+    declared = {
+        resource["type"] for path in GOOD.glob("*.bicep") for resource in parse(path)["resources"].values()
+    }
     readme = (vendor_azure_types.TARGET / "README.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"`(Microsoft\.[\w/]+)`", readme))
     assert declared == documented
@@ -35,7 +41,8 @@ MUTATIONS = {
         "app.bicep",
         "    disableLocalAuth: true\n    minimumTlsVersion: '1.2'",
         "    disableLocalAuh: true\n    minimumTlsVersion: '1.2'",
-        "app.bicep: serviceBus: properties.disableLocalAuh: no such property (did you mean disableLocalAuth?) "
+        "app.bicep: serviceBus: properties.disableLocalAuh: no such property "
+        "(did you mean disableLocalAuth?) "
         "(Microsoft.ServiceBus/namespaces@2026-01-01)",
     ),
     "a read-only property": (
@@ -49,8 +56,8 @@ MUTATIONS = {
         "app.bicep",
         "'Microsoft.ServiceBus/namespaces@2026-01-01' = {",
         "'Microsoft.ServiceBus/namespaces@2025-05-01' = {",
-        "app.bicep: serviceBus: (body): Microsoft.ServiceBus/namespaces@2025-05-01 is not a known type and API "
-        "version (vendored versions: ['2026-01-01']; tests/infra/azure-types/README.md)",
+        "app.bicep: serviceBus: (body): Microsoft.ServiceBus/namespaces@2025-05-01 is not a known type "
+        "and API version (vendored versions: ['2026-01-01']; tests/infra/azure-types/README.md)",
     ),
     "an unknown version of the subscription's resource group": (
         "main.bicep",
@@ -91,28 +98,29 @@ MUTATIONS = {
         "app.bicep",
         "        publicAccess: 'None'",
         "        publicAcess: 'None'",
-        "app.bicep: storage__blobServices__deployments: properties.publicAcess: no such property (did you mean "
-        "publicAccess?) (Microsoft.Storage/storageAccounts/blobServices/containers@2026-04-01)",
+        "app.bicep: storage__blobServices__deployments: properties.publicAcess: no such property "
+        "(did you mean publicAccess?) (Microsoft.Storage/storageAccounts/blobServices/containers@2026-04-01)",
     ),
     "a read-only property two children deep": (
         "app.bicep",
         "          id: 'orders'\n",
         "          id: 'orders'\n          _etag: 'x'\n",
-        "app.bicep: cosmos__database__orders: properties.resource._etag: read-only property: set by Azure, not "
-        "by the template (Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15)",
+        "app.bicep: cosmos__database__orders: properties.resource._etag: read-only property: "
+        "set by Azure, not by the template "
+        "(Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15)",
     ),
     "a read-only property in an array item": (
         "app.bicep",
         "        failoverPriority: 0\n",
         "        failoverPriority: 0\n        documentEndpoint: 'x'\n",
-        "app.bicep: cosmos: properties.locations[0].documentEndpoint: read-only property: set by Azure, not by "
-        "the template (Microsoft.DocumentDB/databaseAccounts@2026-03-15)",
+        "app.bicep: cosmos: properties.locations[0].documentEndpoint: read-only property: "
+        "set by Azure, not by the template (Microsoft.DocumentDB/databaseAccounts@2026-03-15)",
     ),
     "a string where an integer goes, in a loop's body": (
         "app.bicep",
         "    maxDeliveryCount: 10\n",
         "    maxDeliveryCount: '10'\n",
-        "app.bicep: queues: properties.maxDeliveryCount: \"10\" where an integer is expected "
+        'app.bicep: queues: properties.maxDeliveryCount: "10" where an integer is expected '
         "(Microsoft.ServiceBus/namespaces/queues@2026-01-01)",
     ),
     "an unknown kind of site configuration": (
@@ -125,7 +133,8 @@ MUTATIONS = {
     ),
     "a misspelt property in one branch of a conditional": (
         "app.bicep",
-        "    siteConfig: {\n      minTlsVersion: '1.2'\n      ftpsState: 'Disabled'\n      http20Enabled: true\n    }",
+        "    siteConfig: {\n      minTlsVersion: '1.2'\n      ftpsState: 'Disabled'\n"
+        "      http20Enabled: true\n    }",
         "    siteConfig: empty(location) ? { minTlsVersion: '1.2' } : { minTlsVersio: '1.2' }",
         "app.bicep: functionApp: properties.siteConfig.minTlsVersio: no such property (did you mean "
         "minTlsVersion?) (Microsoft.Web/sites@2025-03-01)",
@@ -174,7 +183,9 @@ def test_every_vendored_file_is_listed_and_loads() -> None:
         assert f"`{folder}/{namespace}/{version}`" in readme
 
 
-@pytest.mark.skipif(not SHARED_TYPES.is_dir(), reason="the shared type definitions are not beside this checkout")
+@pytest.mark.skipif(
+    not SHARED_TYPES.is_dir(), reason="the shared type definitions are not beside this checkout"
+)
 @pytest.mark.parametrize("entry", vendor_azure_types.VENDORED, ids=lambda entry: f"{entry[1]}@{entry[2]}")
 def test_the_vendored_copy_is_the_source(entry: tuple[str, str, str]) -> None:
     source = (SHARED_TYPES / entry[0] / entry[1] / entry[2] / "types.json").read_bytes()
