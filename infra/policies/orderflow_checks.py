@@ -74,8 +74,8 @@ def _referenced_symbol(value: object) -> str | None:
 class ServiceBusRoleScopeCheck(BaseResourceCheck):  # type: ignore[misc]  # checkov is untyped
     """A role assignment is never scoped to a Service Bus namespace, and a Service Bus data role
     (Owner, Sender, Receiver) is assigned on a queue only: not on a namespace, resource group or
-    subscription (design §9: no namespace-scope role). The scope's type is read from the resource the
-    ``scope:`` names in the same file; a data role whose scope cannot be resolved fails."""
+    subscription (docs/clients.md: rights on single queues only). The scope's type is read from the
+    resource the ``scope:`` names in the same file; a data role whose scope cannot be resolved fails."""
 
     def __init__(self) -> None:
         super().__init__(
