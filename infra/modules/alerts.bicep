@@ -11,7 +11,7 @@ param alertEmail string = ''
 
 var hasEmail = !empty(alertEmail)
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusName
 }
 
@@ -83,7 +83,7 @@ resource deadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
 
 // orderflow.stuck_orders: Processing orders past completeBy at every sweep of the window (a single
 // sweep's count is normal churn; the supervisor recovers them within a sweep or two).
-resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   name: 'alert-stuck-orders-${nameSuffix}'
   location: location
   tags: tags
@@ -118,7 +118,7 @@ resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
 }
 
 // telemetry.alert("compensation_failed"): counted as orderflow.alerts with alert=compensation_failed.
-resource compensationFailed 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+resource compensationFailed 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   name: 'alert-compensation-failed-${nameSuffix}'
   location: location
   tags: tags
@@ -153,7 +153,7 @@ resource compensationFailed 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
 }
 
 // telemetry.event("budget.exhausted"): a step refused because the order's RETRY_BUDGET was spent.
-resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   name: 'alert-budget-exhausted-${nameSuffix}'
   location: location
   tags: tags

@@ -35,17 +35,17 @@ var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var hasPrincipal = !empty(principalId)
 var hasQuota = maxInFlight > 0
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusName
 }
 
-resource inbound 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+resource inbound 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: inboundQueueName
   properties: queueProperties
 }
 
-resource reply 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+resource reply 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: replyQueueName
   properties: queueProperties

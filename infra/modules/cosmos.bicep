@@ -17,7 +17,7 @@ param deployerPrincipalId string = ''
 var dataContributorRoleId = '00000000-0000-0000-0000-000000000002'
 var dataReaderRoleId = '00000000-0000-0000-0000-000000000001'
 
-resource account 'Microsoft.DocumentDB/databaseAccounts@2025-04-15' = {
+resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
   name: name
   location: location
   tags: tags
@@ -46,7 +46,7 @@ resource account 'Microsoft.DocumentDB/databaseAccounts@2025-04-15' = {
   }
 }
 
-resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2025-04-15' = {
+resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2026-03-15' = {
   parent: account
   name: databaseName
   properties: {
@@ -57,7 +57,7 @@ resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2025-04-15
 }
 
 // Order documents are only point-read and replaced by id: index nothing but the partition key.
-resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
+resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: 'orders'
   properties: {
@@ -93,7 +93,7 @@ resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
 // supervisor sweep (processState, completeBy), starter (processState, nextAttemptAt), admission's
 // per-client count (clientId, processState), retention (processState, updatedAt). The bulky nested
 // fields no query filters on are not indexed, which keeps the six writes per order cheaper.
-resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2025-04-15' = {
+resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: 'orderstate'
   properties: {
@@ -181,7 +181,7 @@ resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
   }
 }
 
-resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2025-04-15' = {
+resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = {
   parent: account
   name: guid(account.id, databaseName, appPrincipalId, dataContributorRoleId)
   properties: {
@@ -191,7 +191,7 @@ resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2
   }
 }
 
-resource deployerReadRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2025-04-15' = if (!empty(deployerPrincipalId)) {
+resource deployerReadRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = if (!empty(deployerPrincipalId)) {
   parent: account
   name: guid(account.id, databaseName, deployerPrincipalId, dataReaderRoleId)
   properties: {

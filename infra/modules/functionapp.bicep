@@ -26,7 +26,7 @@ param demoServicesUrl string
 param operatorTenantId string
 param operatorAudience string
 
-resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   name: planName
   location: location
   tags: tags
@@ -40,7 +40,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
   }
 }
 
-resource app 'Microsoft.Web/sites@2024-11-01' = {
+resource app 'Microsoft.Web/sites@2025-03-01' = {
   name: appName
   location: location
   tags: tags
@@ -145,7 +145,7 @@ resource app 'Microsoft.Web/sites@2024-11-01' = {
 }
 
 // No FTP and no basic-auth publishing: azd deploys with the deployer's Entra token.
-resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-11-01' = {
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: app
   name: 'ftp'
   properties: {
@@ -153,7 +153,7 @@ resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-
   }
 }
 
-resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-11-01' = {
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: app
   name: 'scm'
   properties: {

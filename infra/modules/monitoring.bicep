@@ -4,7 +4,7 @@ param appInsightsName string
 param location string
 param tags object
 
-resource logAnalytics 'Microsoft.OperationalInsights/workspaces@2025-02-01' = {
+resource logAnalytics 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
   name: logAnalyticsName
   location: location
   tags: tags

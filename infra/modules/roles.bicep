@@ -22,11 +22,11 @@ var storageRoles = [
   storageTableDataContributor
 ]
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusName
 }
 
-resource queues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in internalQueues: {
+resource queues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = [for queueName in internalQueues: {
   parent: namespace
   name: queueName
 }]
@@ -51,7 +51,7 @@ resource queueSenders 'Microsoft.Authorization/roleAssignments@2022-04-01' = [fo
   }
 }]
 
-resource storage 'Microsoft.Storage/storageAccounts@2025-06-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2026-04-01' existing = {
   name: storageAccountName
 }
 

@@ -11,7 +11,7 @@ param queueNames array
 @description('Properties every queue shares (main.bicep says why each value).')
 param queueProperties object
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
   location: location
   tags: tags
@@ -26,7 +26,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   }
 }
 
-resource queues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for queueName in queueNames: {
+resource queues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for queueName in queueNames: {
   parent: namespace
   name: queueName
   properties: queueProperties

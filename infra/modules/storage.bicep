@@ -7,7 +7,7 @@ param tags object
 
 var deploymentContainerName = 'app-package'
 
-resource storage 'Microsoft.Storage/storageAccounts@2025-06-01' = {
+resource storage 'Microsoft.Storage/storageAccounts@2026-04-01' = {
   name: name
   location: location
   tags: tags
@@ -26,12 +26,12 @@ resource storage 'Microsoft.Storage/storageAccounts@2025-06-01' = {
   }
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-06-01' = {
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2026-04-01' = {
   parent: storage
   name: 'default'
 }
 
-resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-06-01' = {
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2026-04-01' = {
   parent: blobService
   name: deploymentContainerName
   properties: {
