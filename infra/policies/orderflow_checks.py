@@ -75,7 +75,9 @@ class ServiceBusRoleScopeCheck(BaseResourceCheck):  # type: ignore[misc]  # chec
     """A role assignment is never scoped to a Service Bus namespace, and a Service Bus data role
     (Owner, Sender, Receiver) is assigned on a queue only: not on a namespace, resource group or
     subscription (docs/clients.md: rights on single queues only). The scope's type is read from the
-    resource the ``scope:`` names in the same file; a data role whose scope cannot be resolved fails."""
+    resource the ``scope:`` names in the same file; a data role whose scope cannot be resolved fails.
+    So does an assignment whose role id is not a literal GUID once the file's variables are rendered
+    (a module parameter or a loop variable): which role it grants cannot be known, so it is not passed."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -98,9 +100,34 @@ class ServiceBusRoleScopeCheck(BaseResourceCheck):  # type: ignore[misc]  # chec
         if scope_type == SERVICE_BUS_NAMESPACE:
             return CheckResult.FAILED
         role = str((body.get("properties") or {}).get("roleDefinitionId", ""))
-        if set(_GUID.findall(role.lower())) & SERVICE_BUS_DATA_ROLES and scope_type != SERVICE_BUS_QUEUE:
+        roles = set(_GUID.findall(role.lower()))
+        if not roles or (roles & SERVICE_BUS_DATA_ROLES and scope_type != SERVICE_BUS_QUEUE):
             return CheckResult.FAILED
         return CheckResult.PASSED
+
+
+# '${account.id}/dbs/orderflow' or '${account.id}/dbs/${databaseName}': checkov keeps an interpolated
+# string as its text, so the database name is a literal or one interpolated symbol.
+_DATABASE_SCOPE = re.compile(r".+/dbs/(?:[A-Za-z0-9_-]+|\$\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
+class CosmosRoleScopeCheck(BaseResourceCheck):  # type: ignore[misc]  # checkov is untyped
+    """A Cosmos DB data-plane role assignment is scoped to a database: its ``properties.scope`` is a
+    string ending in ``/dbs/<name>``, never the account (docs/deploy.md: the app's data-plane role is on
+    its database only). An expression that is not such a string (``account.id``) fails."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="Ensure Cosmos DB SQL role assignments are scoped to a database, not the account",
+            id="CKV_ORDERFLOW_6",
+            categories=(CheckCategories.IAM,),
+            supported_resources=("Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments",),
+        )
+
+    def scan_resource_conf(self, conf: dict[str, Any]) -> CheckResult:
+        scope = (resource_body(conf).get("properties") or {}).get("scope")
+        database = isinstance(scope, str) and _DATABASE_SCOPE.fullmatch(scope)
+        return CheckResult.PASSED if database else CheckResult.FAILED
 
 
 checks = (
@@ -133,4 +160,5 @@ checks = (
         True,
     ),
     ServiceBusRoleScopeCheck(),
+    CosmosRoleScopeCheck(),
 )

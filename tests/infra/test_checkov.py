@@ -81,6 +81,24 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]], set[tuple[str, str]]]] = {
         [("  scope: storage\n", "  scope: serviceBus\n")],
         {("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner")},
     ),
+    # A role id checkov cannot render (a parameter, as a module would take it) names no known role. The
+    # parameter's name is new: checkov's graph would render a name another copy defines as a variable.
+    "role-id-as-a-parameter": (
+        "app.bicep",
+        [
+            ("param resourceToken string\n", "param resourceToken string\nparam blobRoleId string\n"),
+            (
+                "'Microsoft.Authorization/roleDefinitions', storageBlobDataOwner)",
+                "'Microsoft.Authorization/roleDefinitions', blobRoleId)",
+            ),
+        ],
+        {("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner")},
+    ),
+    "cosmos-role-on-the-account": (
+        "app.bicep",
+        [("    scope: '${cosmos.id}/dbs/orderflow'\n", "    scope: cosmos.id\n")],
+        {("CKV_ORDERFLOW_6", "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments.cosmosData")},
+    ),
 }
 
 OWN_CHECKS_ON_THE_FIXTURE = {
@@ -90,6 +108,7 @@ OWN_CHECKS_ON_THE_FIXTURE = {
     ("CKV_ORDERFLOW_4", "Microsoft.Insights/components.appInsights"),
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.receiveOrders"),
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner"),
+    ("CKV_ORDERFLOW_6", "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments.cosmosData"),
 }
 
 
