@@ -18,6 +18,8 @@ var dataContributorRoleId = '00000000-0000-0000-0000-000000000002'
 var dataReaderRoleId = '00000000-0000-0000-0000-000000000001'
 
 resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
+  // checkov:skip=CKV_AZURE_101:no private endpoint or virtual network in this template; the data plane takes Entra ID tokens only (local auth off)
+  // checkov:skip=CKV_AZURE_99:no virtual network and no fixed egress addresses (Flex Consumption without VNet integration) to restrict to; Entra ID only
   name: name
   location: location
   tags: tags
