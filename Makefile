@@ -14,7 +14,7 @@
 #   make worker-test         the app in the real Python 3.13 language worker (azure-functions-runtime),
 #                            in .venv-worker; the app's install on 3.11, 3.12 and 3.13
 #   make test                ruff, mypy, the doctor, the whole pytest suite (starts and stops its own
-#                            emulators) and the worker-driven tests
+#                            emulators; checks infra/ with checkov from .venv-infra) and the worker-driven tests
 
 # .venv runs on Python 3.11 (the oldest version the app supports; the worker tests check it is).
 PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3.11) $(shell python3.11 -c 'import sys; print(sys.executable)' 2>/dev/null) python3)
@@ -26,6 +26,9 @@ WORKER_VENV := .venv-worker
 # The app must also install on Python 3.12 (the other version the host's own worker runs).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null))
 PY312_VENV := .venv-py312
+# checkov (tests/infra/test_checkov.py) pins versions of pytest, pydantic and more that .venv pins
+# differently: it gets a venv of its own.
+INFRA_VENV := .venv-infra
 ORDERS ?= 200
 PROCESSES ?= 3
 KILL_EVERY ?= 0
@@ -67,6 +70,12 @@ $(WORKER_VENV)/.installed: requirements.txt requirements-worker.txt
 	$(WORKER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-worker.txt
 	touch $@
 
+$(INFRA_VENV)/.installed: requirements-infra.txt
+	$(PYTHON) -m venv $(INFRA_VENV)
+	$(INFRA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(INFRA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-infra.txt
+	touch $@
+
 demo: setup
 	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY)
 
@@ -94,7 +103,7 @@ typecheck: setup
 doctor: setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/azure-functions-doctor --path . --verbose
 
-pytest: setup
+pytest: setup $(INFRA_VENV)/.installed
 	$(VENV)/bin/pytest
 
 $(PY312_VENV)/.installed: requirements.txt
@@ -109,4 +118,4 @@ worker-test: $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VENV)/.install
 test: lint typecheck doctor pytest worker-test
 
 clean:
-	rm -rf $(VENV) $(WORKER_VENV) $(PY312_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(WORKER_VENV) $(PY312_VENV) $(INFRA_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache

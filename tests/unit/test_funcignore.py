@@ -44,6 +44,7 @@ LOCAL_ARTEFACTS = (
     ".venv/bin/python",
     ".venv-worker/bin/python",
     ".venv-py312/bin/python",
+    ".venv-infra/bin/checkov",
     ".venv/lib/python3.11/site-packages/azure/functions/__init__.py",
     "node_modules/@azure/cosmos/package.json",
     "__pycache__/function_app.cpython-311.pyc",
@@ -115,7 +116,7 @@ def test_the_package_holds_exactly_the_tracked_files_of_the_functions_app() -> N
     assert {_top(path) for path in packaged} == APP_FILES | set(APP_PACKAGES)
 
 
-@pytest.mark.parametrize("folder", ["tests", "demo", "bench", "devhost", "docs", "emulators", ".ci"])
+@pytest.mark.parametrize("folder", ["tests", "demo", "bench", "devhost", "docs", "emulators", ".ci", "infra"])
 def test_every_tracked_file_of_the_development_folders_stays_out(folder: str) -> None:
     files = [path for path in _tracked_files() if path.startswith(f"{folder}/")]
     assert files, f"nothing tracked under {folder}/"
@@ -132,6 +133,8 @@ def test_every_tracked_file_of_the_development_folders_stays_out(folder: str) ->
         "README.md",
         "pyproject.toml",
         "requirements-dev.txt",
+        "requirements-infra.txt",
+        "azure.yaml",
         "package.json",
         "package-lock.json",
         ".gitignore",

@@ -13,7 +13,9 @@ layers :data:`MAY_IMPORT` names:
   modules; ``function_app`` imports the blueprints, the support modules and the core;
 - nothing outside the hosts imports ``function_host``, ``function_app`` or ``devhost``; the two hosts
   never import each other, nothing imports ``bench`` and nothing but the tests imports ``tests``;
-- role and core code never import the Functions SDKs.
+- role and core code never import the Functions SDKs;
+- ``infra/policies`` (checks that checkov loads in its own venv, outside the app's layers) imports no
+  first-party module.
 
 Each rule is checked twice. Statically, on every import in every module's source (:func:`imports_in`:
 module level, inside functions, under ``TYPE_CHECKING``, and ``importlib.import_module`` or
@@ -164,6 +166,24 @@ def test_every_module_outside_the_tests_belongs_to_a_layer() -> None:
     top_level = {path.name for path in REPO.iterdir() if (path / "__init__.py").is_file()}
     top_level |= {path.stem for path in REPO.glob("*.py")}
     assert top_level == FIRST_PARTY  # a new top-level package is placed in a layer before it is used
+
+
+def test_the_checkov_policies_import_nothing_of_orderflow() -> None:
+    policies = sorted((REPO / "infra" / "policies").glob("*.py"))
+    imported = {
+        name.split(".", maxsplit=1)[0]
+        for path in policies
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for name in (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+    }
+    assert len(policies) >= 2 and "checkov" in imported
+    assert imported & (FIRST_PARTY | {"infra"}) == set()
 
 
 @pytest.mark.parametrize("layer", LAYERS)

@@ -1,0 +1,240 @@
+// orderflow on Azure: `azd up` provisions everything the Functions app uses, keyless.
+// What each module creates and why: docs/deploy.md.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('azd environment name; names the resource group and seeds every resource name.')
+param environmentName string
+
+@minLength(1)
+@description('Azure region of every resource.')
+param location string
+
+@description('Object id of the deploying principal (azd sets AZURE_PRINCIPAL_ID). It gets no role unless grantDeployerReadAccess.')
+param principalId string = ''
+
+@description('Give the deployer read-only Cosmos DB data access to the database (for orderflow status from a laptop). Off by default: nobody but the app reads orders.')
+param grantDeployerReadAccess bool = false
+
+@minLength(8)
+@description('Base URL the agents call for inventory, payment and shipping: https, or http to a private address only.')
+param demoServicesUrl string
+
+@description('Client id (or api://... URI) of the operator API app registration; empty leaves the operator API unconfigured (it refuses every call).')
+param operatorApiAudience string = ''
+
+@description('Object id of the demo client service principal; empty registers the client without an identity (no role assignments).')
+param demoClientPrincipalId string = ''
+
+@description('Python version of the Flex Consumption worker: 3.13 is the version the worker tests run (azure-functions-runtime pinned).')
+@allowed(['3.11', '3.12', '3.13'])
+param pythonVersion string = '3.13'
+
+@description('Most instances the app scales out to: bounds the Cosmos DB RU and Service Bus concurrency one burst can drive.')
+param maximumInstanceCount int = 40
+
+@description('Ceiling on messages waiting in a client inbound queue (MAX_SUBMISSION_BACKLOG); 0 turns the backlog check off and grants no Data Owner role for it.')
+param maxSubmissionBacklog int = 5000
+
+@description('E-mail address the alerts notify; empty creates the alert rules without an action group.')
+param alertEmail string = ''
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var tenantId = subscription().tenantId
+
+// Queue names: the app reads the same values from AGENT_QUEUE_PREFIX and AGENT_RESPONSES_QUEUE.
+var agentQueuePrefix = 'agent-'
+var agentResponsesQueue = 'agent-responses'
+// orderflow.workflows.agent_names(): one request queue (and trigger) per agent any workflow version uses.
+var agentNames = [
+  'courier'
+  'inventory'
+  'payment'
+  'shipping'
+]
+var agentQueues = [for agent in agentNames: '${agentQueuePrefix}${agent}']
+var internalQueues = concat(agentQueues, [agentResponsesQueue])
+
+// Every queue's properties, chosen against the retry budget (docs/deploy.md#queues):
+// - lockDuration 30 s (QUEUE_LOCK_S): longer than the longest handler, an agent working up to its step
+//   deadline (STEP_TIMEOUT_S 8 s plus START_LATENCY_S 5 s); the host renews it for up to 2 min beyond.
+// - maxDeliveryCount 10 (MAX_DELIVERY_COUNT): orderflow dead-letters on the 10th delivery itself; the
+//   broker's count only bounds abandons. A redelivered agent request makes no remote call, so broker
+//   redeliveries never spend the order's RETRY_BUDGET (24 calls); 10 backed-off retries (1 s .. 30 s)
+//   fit in about 2.5 minutes, well inside a day of time-to-live.
+// - duplicate detection over 10 minutes: message ids are stable per logical request; the window covers
+//   SDK and host retries, an activity re-run and the reply relay's re-send (REPLY_GRACE_S 30 s plus a
+//   30 s sweep) several times over; consumers dedupe anything older by order and request id.
+// - time-to-live 14 days, dead-lettered on expiry: orderflow sends without a TTL, and an expired
+//   message must land in the dead-letter queue for an operator, never vanish.
+var queueLockSeconds = 30
+var maxDeliveryCount = 10
+var queueProperties = {
+  lockDuration: 'PT30S'
+  maxDeliveryCount: maxDeliveryCount
+  requiresDuplicateDetection: true
+  duplicateDetectionHistoryTimeWindow: 'PT10M'
+  deadLetteringOnMessageExpiration: true
+  defaultMessageTimeToLive: 'P14D'
+  requiresSession: false
+  enablePartitioning: false
+}
+
+var cosmosDatabaseName = 'orderflow'
+var taskHubName = 'orderflow'
+var serviceName = 'api'
+
+resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
+  name: 'rg-${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: 'id-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: 'log-${resourceToken}'
+    appInsightsName: 'appi-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: 'st${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  scope: rg
+  params: {
+    name: 'sb-${resourceToken}'
+    location: location
+    tags: tags
+    queueNames: internalQueues
+    queueProperties: queueProperties
+  }
+}
+
+module cosmos 'modules/cosmos.bicep' = {
+  name: 'cosmos'
+  scope: rg
+  params: {
+    name: 'cosmos-${resourceToken}'
+    location: location
+    tags: tags
+    databaseName: cosmosDatabaseName
+    appPrincipalId: identity.outputs.principalId
+    deployerPrincipalId: grantDeployerReadAccess ? principalId : ''
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  name: 'roles'
+  scope: rg
+  params: {
+    appPrincipalId: identity.outputs.principalId
+    serviceBusName: serviceBus.outputs.name
+    internalQueues: internalQueues
+    storageAccountName: storage.outputs.name
+    appInsightsName: monitoring.outputs.appInsightsName
+  }
+}
+
+// One module call per client: its two queues, its roles and its registry entry.
+module demoClient 'modules/client.bicep' = {
+  name: 'client-demo'
+  scope: rg
+  params: {
+    serviceBusName: serviceBus.outputs.name
+    clientId: 'demo'
+    principalId: demoClientPrincipalId
+    maxInFlight: 500
+    appPrincipalId: identity.outputs.principalId
+    queueProperties: queueProperties
+    grantBacklogRead: maxSubmissionBacklog > 0
+  }
+}
+
+var clients = string([
+  demoClient.outputs.registryEntry
+])
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionapp'
+  scope: rg
+  params: {
+    planName: 'plan-${resourceToken}'
+    appName: 'func-${resourceToken}'
+    location: location
+    tags: union(tags, {
+      'azd-service-name': serviceName
+    })
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    pythonVersion: pythonVersion
+    maximumInstanceCount: maximumInstanceCount
+    storageAccountName: storage.outputs.name
+    deploymentContainerUrl: storage.outputs.deploymentContainerUrl
+    appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+    serviceBusNamespace: serviceBus.outputs.fullyQualifiedNamespace
+    cosmosEndpoint: cosmos.outputs.endpoint
+    cosmosDatabaseName: cosmosDatabaseName
+    taskHubName: taskHubName
+    clients: clients
+    agentQueuePrefix: agentQueuePrefix
+    agentResponsesQueue: agentResponsesQueue
+    queueLockSeconds: queueLockSeconds
+    maxDeliveryCount: maxDeliveryCount
+    maxSubmissionBacklog: maxSubmissionBacklog
+    demoServicesUrl: demoServicesUrl
+    operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
+    operatorAudience: operatorApiAudience
+  }
+}
+
+module alerts 'modules/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    nameSuffix: resourceToken
+    serviceBusName: serviceBus.outputs.name
+    appInsightsName: monitoring.outputs.appInsightsName
+    alertEmail: alertEmail
+  }
+}
+
+// azd writes these to the environment's .env; the names are the settings orderflow reads.
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output ORDERFLOW_API_URL string = functionApp.outputs.url
+output SERVICEBUS__fullyQualifiedNamespace string = serviceBus.outputs.fullyQualifiedNamespace
+output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
+output COSMOS_DATABASE string = cosmosDatabaseName
+output TASK_HUB_NAME string = taskHubName
+output CLIENTS string = clients

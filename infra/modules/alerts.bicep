@@ -1,0 +1,188 @@
+// Alert rules on what an operator must act on (docs/operations.md#when-an-alert-fires): a dead letter
+// on any queue, orders stuck past their deadline, a failed compensation, a spent retry budget.
+param location string
+param tags object
+param nameSuffix string
+param serviceBusName string
+param appInsightsName string
+
+@description('E-mail address notified; empty: the rules fire without an action group (visible in the portal).')
+param alertEmail string = ''
+
+var hasEmail = !empty(alertEmail)
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
+  name: serviceBusName
+}
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: appInsightsName
+}
+
+resource operatorGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (hasEmail) {
+  name: 'ag-${nameSuffix}'
+  location: 'global'
+  tags: tags
+  properties: {
+    groupShortName: 'orderflow'
+    enabled: true
+    emailReceivers: [
+      {
+        name: 'operators'
+        emailAddress: alertEmail
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+var metricActions = hasEmail ? [{ actionGroupId: operatorGroup.id }] : []
+var logActions = hasEmail ? { actionGroups: [operatorGroup.id] } : {}
+
+// DeadletteredMessages is a per-queue gauge: any queue with a dead letter fires (split by EntityName).
+resource deadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: 'alert-dead-letters-${nameSuffix}'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'A message was dead-lettered on an orderflow queue: read its DeadLetterReason (docs/operations.md).'
+    severity: 2
+    enabled: true
+    scopes: [
+      namespace.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'DeadletteredMessages'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'DeadletteredMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
+// orderflow.stuck_orders: Processing orders past completeBy at every sweep of the window (a single
+// sweep's count is normal churn; the supervisor recovers them within a sweep or two).
+resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
+  name: 'alert-stuck-orders-${nameSuffix}'
+  location: location
+  tags: tags
+  kind: 'LogAlert'
+  properties: {
+    displayName: 'orderflow: orders stuck past their deadline'
+    description: 'Every supervisor sweep of the last 15 minutes found orders Processing past completeBy (orderflow.stuck_orders).'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsights.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "orderflow.stuck_orders" | summarize stuck = min(value), sweeps = count() | where sweeps > 0 and stuck > 0'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: logActions
+  }
+}
+
+// telemetry.alert("compensation_failed"): counted as orderflow.alerts with alert=compensation_failed.
+resource compensationFailed 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
+  name: 'alert-compensation-failed-${nameSuffix}'
+  location: location
+  tags: tags
+  kind: 'LogAlert'
+  properties: {
+    displayName: 'orderflow: compensation failed'
+    description: 'An order ended CompensationFailed: fix the cause, then orderflow compensate <order id> (docs/operations.md).'
+    severity: 1
+    enabled: true
+    scopes: [
+      appInsights.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "orderflow.alerts" and tostring(customDimensions.alert) == "compensation_failed" | summarize failed = sum(valueSum) | where failed > 0'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: false
+    actions: logActions
+  }
+}
+
+// telemetry.event("budget.exhausted"): a step refused because the order's RETRY_BUDGET was spent.
+resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
+  name: 'alert-budget-exhausted-${nameSuffix}'
+  location: location
+  tags: tags
+  kind: 'LogAlert'
+  properties: {
+    displayName: 'orderflow: retry budget exhausted'
+    description: 'Orders spent their end-to-end retry budget (orderflow.budget_exhausted): a remote service keeps failing.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsights.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "orderflow.budget_exhausted" | summarize exhausted = sum(valueSum) by step = tostring(customDimensions.step) | where exhausted > 0'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: logActions
+  }
+}

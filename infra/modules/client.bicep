@@ -1,0 +1,123 @@
+// One registered client (docs/clients.md): its inbound and reply queues, the roles on them, and the entry
+// it takes in the CLIENTS registry. Adding a client is one more call of this module in main.bicep.
+//
+// The client's principal holds exactly two roles, each on one queue: Data Sender on its inbound queue,
+// Data Receiver on its reply queue; none on the namespace or any other queue. The app identity receives
+// from the inbound queue (its submission trigger) and sends to it (redelivery copies), and sends to the
+// reply queue; nobody else can send a reply.
+param serviceBusName string
+
+@description('The client id: a slug of lowercase letters, digits and single inner hyphens (it names the queues).')
+@minLength(1)
+@maxLength(32)
+param clientId string
+
+@description('Object id of the client service principal (the oid of its tokens); empty: no identity yet, no roles.')
+param principalId string = ''
+
+@description('The client own ceiling on orders in flight; 0 for none.')
+param maxInFlight int = 0
+
+@description('Principal id of the app identity.')
+param appPrincipalId string
+
+@description('Properties every queue shares (main.bicep says why each value).')
+param queueProperties object
+
+@description('Grant the app identity Data Owner on the inbound queue, the narrowest role that reads its message count (admission control backlog check).')
+param grantBacklogRead bool = true
+
+var inboundQueueName = 'orders-${clientId}'
+var replyQueueName = 'replies-${clientId}'
+var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
+var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
+var hasPrincipal = !empty(principalId)
+var hasQuota = maxInFlight > 0
+
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
+  name: serviceBusName
+}
+
+resource inbound 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+  parent: namespace
+  name: inboundQueueName
+  properties: queueProperties
+}
+
+resource reply 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+  parent: namespace
+  name: replyQueueName
+  properties: queueProperties
+}
+
+resource clientSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasPrincipal) {
+  name: guid(inbound.id, principalId, serviceBusDataSender)
+  scope: inbound
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource clientReceivesReply 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasPrincipal) {
+  name: guid(reply.id, principalId, serviceBusDataReceiver)
+  scope: reply
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appReceivesInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(inbound.id, appPrincipalId, serviceBusDataReceiver)
+  scope: inbound
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(inbound.id, appPrincipalId, serviceBusDataSender)
+  scope: inbound
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Reading a queue's message count takes the administration endpoint, which wants Manage rights: no
+// built-in data role short of Data Owner has them. Scoped to this one queue, on which the app already
+// sends and receives. Without it (grantBacklogRead false, MAX_SUBMISSION_BACKLOG 0) the check is off.
+resource appReadsInboundBacklog 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantBacklogRead) {
+  name: guid(inbound.id, appPrincipalId, serviceBusDataOwner)
+  scope: inbound
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appSendsReply 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(reply.id, appPrincipalId, serviceBusDataSender)
+  scope: reply
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+var identityEntry = hasPrincipal ? { principalId: principalId } : {}
+var quotaEntry = hasQuota ? { maxInFlight: maxInFlight } : {}
+
+@description('This client entry of the CLIENTS registry (orderflow.clients).')
+output registryEntry object = union({ id: clientId, inboundQueue: inbound.name, replyQueue: reply.name }, identityEntry, quotaEntry)
+output inboundQueue string = inbound.name
+output replyQueue string = reply.name

@@ -1,0 +1,207 @@
+// Cosmos DB (NoSQL API, serverless): one database holding the order store (orders) and the state store
+// (orderstate), each partitioned on /orderId with id = orderId, so every point read is one request.
+// Containers never share a transaction, so the order document and the state record stay two writes
+// (the dual-write the design handles). No keys: the app's identity holds the data-plane role on this
+// database only, and data-plane RBAC cannot create containers, so they are declared here.
+param name string
+param location string
+param tags object
+param databaseName string
+
+@description('Principal id of the app identity: Cosmos DB Built-in Data Contributor on the database.')
+param appPrincipalId string
+
+@description('Principal id given Cosmos DB Built-in Data Reader on the database; empty grants nothing.')
+param deployerPrincipalId string = ''
+
+var dataContributorRoleId = '00000000-0000-0000-0000-000000000002'
+var dataReaderRoleId = '00000000-0000-0000-0000-000000000001'
+
+resource account 'Microsoft.DocumentDB/databaseAccounts@2026-03-15' = {
+  // checkov:skip=CKV_AZURE_101:no private endpoint or virtual network in this template; the data plane takes Entra ID tokens only (local auth off)
+  // checkov:skip=CKV_AZURE_99:no virtual network and no fixed egress addresses (Flex Consumption without VNet integration) to restrict to; Entra ID only
+  name: name
+  location: location
+  tags: tags
+  kind: 'GlobalDocumentDB'
+  properties: {
+    databaseAccountOfferType: 'Standard'
+    consistencyPolicy: {
+      defaultConsistencyLevel: 'Session'
+    }
+    locations: [
+      {
+        locationName: location
+        failoverPriority: 0
+        isZoneRedundant: false
+      }
+    ]
+    capabilities: [
+      {
+        name: 'EnableServerless'
+      }
+    ]
+    disableLocalAuth: true
+    disableKeyBasedMetadataWriteAccess: true
+    minimalTlsVersion: 'Tls12'
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource database 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases@2026-03-15' = {
+  parent: account
+  name: databaseName
+  properties: {
+    resource: {
+      id: databaseName
+    }
+  }
+}
+
+// Order documents are only point-read and replaced by id: index nothing but the partition key.
+resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
+  parent: database
+  name: 'orders'
+  properties: {
+    resource: {
+      id: 'orders'
+      partitionKey: {
+        paths: [
+          '/orderId'
+        ]
+        kind: 'Hash'
+        version: 2
+      }
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          {
+            path: '/orderId/?'
+          }
+        ]
+        excludedPaths: [
+          {
+            path: '/*'
+          }
+        ]
+      }
+    }
+  }
+}
+
+// State records: the loops' queries (orderflow.stores.cosmos.state_query_sql) filter on processState
+// with one range each, which a composite index (equality or IN first, the range last) serves:
+// supervisor sweep (processState, completeBy), starter (processState, nextAttemptAt), admission's
+// per-client count (clientId, processState), retention (processState, updatedAt). The bulky nested
+// fields no query filters on are not indexed, which keeps the six writes per order cheaper.
+resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
+  parent: database
+  name: 'orderstate'
+  properties: {
+    resource: {
+      id: 'orderstate'
+      partitionKey: {
+        paths: [
+          '/orderId'
+        ]
+        kind: 'Hash'
+        version: 2
+      }
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          {
+            path: '/*'
+          }
+        ]
+        excludedPaths: [
+          {
+            path: '/steps/*'
+          }
+          {
+            path: '/compensationLog/*'
+          }
+          {
+            path: '/attemptHistory/*'
+          }
+          {
+            path: '/retryBudget/*'
+          }
+          {
+            path: '/lastError/*'
+          }
+          {
+            path: '/"_etag"/?'
+          }
+        ]
+        compositeIndexes: [
+          [
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+            {
+              path: '/completeBy'
+              order: 'ascending'
+            }
+          ]
+          [
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+            {
+              path: '/nextAttemptAt'
+              order: 'ascending'
+            }
+          ]
+          [
+            {
+              path: '/clientId'
+              order: 'ascending'
+            }
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+          ]
+          [
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+            {
+              path: '/updatedAt'
+              order: 'ascending'
+            }
+          ]
+        ]
+      }
+    }
+  }
+}
+
+resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = {
+  parent: account
+  name: guid(account.id, databaseName, appPrincipalId, dataContributorRoleId)
+  properties: {
+    roleDefinitionId: '${account.id}/sqlRoleDefinitions/${dataContributorRoleId}'
+    principalId: appPrincipalId
+    scope: '${account.id}/dbs/${databaseName}'
+  }
+}
+
+resource deployerReadRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = if (!empty(deployerPrincipalId)) {
+  parent: account
+  name: guid(account.id, databaseName, deployerPrincipalId, dataReaderRoleId)
+  properties: {
+    roleDefinitionId: '${account.id}/sqlRoleDefinitions/${dataReaderRoleId}'
+    principalId: deployerPrincipalId
+    scope: '${account.id}/dbs/${databaseName}'
+  }
+}
+
+output endpoint string = account.properties.documentEndpoint
+output name string = account.name

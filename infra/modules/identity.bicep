@@ -1,0 +1,15 @@
+// The app's user-assigned managed identity: the one principal every role between orderflow's roles uses.
+param name string
+param location string
+param tags object
+
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
+  name: name
+  location: location
+  tags: tags
+}
+
+output id string = identity.id
+output name string = identity.name
+output principalId string = identity.properties.principalId
+output clientId string = identity.properties.clientId

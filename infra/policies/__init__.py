@@ -1,0 +1,1 @@
+"""checkov custom checks for orderflow's Bicep templates (loaded with ``--external-checks-dir``)."""

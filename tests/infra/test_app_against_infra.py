@@ -1,0 +1,490 @@
+"""The app against its infrastructure: what ``infra/main.bicep`` deploys is what orderflow reads and needs.
+
+The templates are evaluated (``tests/infra/bicep_model.py``, over pycep-parser) for one set of azd
+parameters, and checked against the app itself: its ``Settings`` fields, its bindings' ``%NAME%``
+references and connection names, its agents, its client registry, its Cosmos DB queries. Each check is
+a function raising AssertionError, run on the real templates and, where cheap, on a mutated copy that
+must fail it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orderflow.clients import parse_clients
+from orderflow.records import ProcessState
+from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
+from orderflow.stores.base import StateQuery
+from orderflow.stores.cosmos import PARTITION_KEY_PATH, state_query_sql
+from orderflow.workflows import agent_names
+from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_CLIENT = "11111111-2222-4333-8444-555555555555"
+PARAMS = {
+    "environmentName": "dev",
+    "location": "westeurope",
+    "demoServicesUrl": "https://services.example.com",
+    "operatorApiAudience": "22222222-3333-4444-8555-666666666666",
+    "demoClientPrincipalId": DEMO_CLIENT,
+    "principalId": "33333333-4444-4555-8666-777777777777",
+}
+
+ROLE = {
+    "Azure Service Bus Data Sender": "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
+    "Azure Service Bus Data Receiver": "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
+    "Azure Service Bus Data Owner": "090c5cfd-751d-490a-894a-3ce6f1109419",
+    "Storage Blob Data Owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
+    "Storage Queue Data Contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
+    "Storage Table Data Contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+    "Monitoring Metrics Publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
+}
+SENDER, RECEIVER, OWNER = (ROLE[f"Azure Service Bus Data {r}"] for r in ("Sender", "Receiver", "Owner"))
+COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
+
+LEFT_AT_DEFAULT = {
+    # Refused on Azure (orderflow.settings.Settings.check_azure): identity is the only way in.
+    "STORAGE_CONNECTION_STRING": "refused on Azure",
+    "COSMOS_KEY": "refused on Azure",
+    "SERVICEBUS": "refused on Azure",
+    "COSMOS_VERIFY_TLS": "true by default; false is refused on Azure",
+    "OPERATOR_ISSUER": "defaults to the tenant's Entra issuer, the only one accepted on Azure",
+    "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
+    # Read only by the local host and its loops.
+    "HOST_ID": "local host only: Azure shares one response queue",
+    "ORDERS_QUEUE": "reserved name only: nothing sends to or reads it",
+    "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
+    "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
+    "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
+    "WORKER_THREADS": "local durabletask worker",
+    "AGENT_CONCURRENCY": "local agent loop (Azure: host.json maxConcurrentCalls)",
+    "SUPERVISOR_LEASE_ENABLED": "local lease (Azure: the timer trigger is a singleton)",
+    "SUPERVISOR_LEASE_S": "local lease",
+    "SUPERVISOR_LEASE_BLOB": "local lease",
+    "POLL_INTERVAL_S": "local consumer loops",
+    "POLL_MAX_INTERVAL_S": "local consumer loops",
+}
+"""Settings the template leaves at their defaults on purpose, and why (every other one it sets)."""
+
+
+def _deploy(infra: Path, **params: Any) -> Template:
+    return Template(infra / "main.bicep", {**PARAMS, **params})
+
+
+@pytest.fixture(scope="module")
+def main() -> Template:
+    return _deploy(ROOT / "infra")
+
+
+def _of_type(template: Template, type_: str, *, existing: bool = False) -> list[Resource]:
+    return [r for r in template.all_resources() if r.type == type_ and r.existing == existing]
+
+
+def _app(template: Template) -> Resource:
+    (site,) = _of_type(template, "Microsoft.Web/sites")
+    return site
+
+
+def app_settings(template: Template) -> dict[str, Any]:
+    """The Function App's settings, by name (values may be :class:`Runtime`)."""
+    entries = _app(template).properties["siteConfig"]["appSettings"]
+    names = [entry["name"] for entry in entries]
+    assert len(names) == len(set(names)), f"app settings set twice: {names}"
+    return {entry["name"]: entry["value"] for entry in entries}
+
+
+def _identity(template: Template) -> ResourceRef:
+    (identity,) = _of_type(template, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    return identity.ref
+
+
+def _app_principal(template: Template) -> Runtime:
+    return Runtime(_identity(template), ("properties", "principalId"))
+
+
+def _concrete(value: Any) -> str:
+    """A value as Azure would fill it in at deployment, for the app's own checks."""
+    if not isinstance(value, Runtime):
+        text = str(value)
+        return re.sub(r"\[[^\]]*:properties\.clientId\]", "44444444-5555-4666-8777-888888888888", text)
+    prop = value.path[-1]
+    if prop == "documentEndpoint":
+        return f"https://{value.ref.name}.documents.azure.com:443/"
+    if prop == "clientId":
+        return "44444444-5555-4666-8777-888888888888"
+    if prop == "ConnectionString":
+        return "InstrumentationKey=55555555-6666-4777-8888-999999999999;IngestionEndpoint=https://x.in.applicationinsights.azure.com/"
+    raise AssertionError(f"no concrete value for {value}")
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+def _binding_references() -> set[str]:
+    texts = [p.read_text() for p in (ROOT / "function_host" / "blueprints").glob("*.py")]
+    texts.append((ROOT / "host.json").read_text())
+    return {name for text in texts for name in re.findall(r"%([A-Za-z_][A-Za-z0-9_]*)%", text)}
+
+
+def _connections() -> set[str]:
+    texts = [p.read_text() for p in (ROOT / "function_host" / "blueprints").glob("*.py")]
+    return {name for text in texts for name in re.findall(r'connection="([^"]+)"', text)}
+
+
+def check_settings_cover_the_app(template: Template) -> None:
+    settings = app_settings(template)
+    fields = set(Settings.model_fields)
+    set_by_template = fields & set(settings)
+    unexplained = sorted(fields - set_by_template - set(LEFT_AT_DEFAULT))
+    assert not unexplained, f"Settings neither set nor left at default on purpose: {unexplained}"
+    assert not set_by_template & set(LEFT_AT_DEFAULT), sorted(set_by_template & set(LEFT_AT_DEFAULT))
+    missing = {name for name in _binding_references() if name not in settings}
+    assert not missing, f"bindings reference unset settings: {sorted(missing)}"
+    for connection in _connections() | {"AzureWebJobsStorage"}:
+        host = "__fullyQualifiedNamespace" if connection != "AzureWebJobsStorage" else "__accountName"
+        for suffix in (host, "__credential", "__clientId"):
+            assert f"{connection}{suffix}" in settings, f"{connection}{suffix} is not set"
+        assert settings[f"{connection}__credential"] == "managedidentity"
+        assert settings[f"{connection}__clientId"] == Runtime(_identity(template), ("properties", "clientId"))
+
+
+def check_app_starts_with_them(template: Template) -> None:
+    env = {name: _concrete(value) for name, value in app_settings(template).items()}
+    assert not list(host_connection_refusals(env))
+    settings = Settings.load(env=env)
+    try:
+        settings.check_azure()
+    except UnsafeAzureSetting as refused:
+        raise AssertionError(f"the app refuses to start on Azure: {refused}") from None
+    assert settings.operator_audiences(), "the operator API is configured from the audience parameter"
+
+
+def test_every_setting_the_app_reads_is_set(main: Template) -> None:
+    check_settings_cover_the_app(main)
+    check_app_starts_with_them(main)
+
+
+def test_outputs_named_like_settings_hold_the_app_settings(main: Template) -> None:
+    settings = app_settings(main)
+    outputs = main.outputs()
+    shared = set(outputs) & set(settings)
+    assert {"COSMOS_ENDPOINT", "SERVICEBUS__fullyQualifiedNamespace", "CLIENTS", "TASK_HUB_NAME"} <= shared
+    for name in shared:
+        assert outputs[name] == settings[name], name
+
+
+_SECRET = re.compile(r"(accountkey|sharedaccesskey|sharedaccesssignature|password|secret)=", re.IGNORECASE)
+
+
+def check_no_secret_in_settings(template: Template) -> None:
+    for name, value in app_settings(template).items():
+        text = _concrete(value)
+        assert not _SECRET.search(text), f"{name} holds a secret"
+        if isinstance(value, Runtime):
+            # Only identifiers and endpoints come from resources: never a key listing.
+            assert value.path[-1] in ("clientId", "documentEndpoint", "ConnectionString"), name
+    (insights,) = _of_type(template, "Microsoft.Insights/components")
+    # The connection string's instrumentation key authenticates nothing once local auth is off.
+    assert insights.properties["DisableLocalAuth"] is True
+    assert app_settings(template)["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
+        f"ClientId={Runtime(_identity(template), ('properties', 'clientId'))};Authorization=AAD"
+    )
+
+
+def test_no_app_setting_holds_a_key(main: Template) -> None:
+    check_no_secret_in_settings(main)
+    text = "".join(p.read_text() for p in (ROOT / "infra").rglob("*.bicep"))
+    assert not re.search(r"\blist(Keys|ConnectionStrings|AccountSas)\b", text)
+
+
+# --- queues ---------------------------------------------------------------------------------------
+
+
+def _queues(template: Template) -> dict[str, Resource]:
+    return {q.ref.name: q for q in _of_type(template, "Microsoft.ServiceBus/namespaces/queues")}
+
+
+def _duration_s(iso: str) -> float:
+    match = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?", iso)
+    assert match, iso
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def _expected_queues(settings: Settings) -> set[str]:
+    agents = {settings.agent_queue(agent) for agent in agent_names()}
+    clients = {q for c in settings.clients() for q in (c.inbound_queue, c.reply_queue)}
+    return agents | {settings.AGENT_RESPONSES_QUEUE} | clients
+
+
+def check_queues(template: Template) -> None:
+    settings = Settings.load(env={k: _concrete(v) for k, v in app_settings(template).items()})
+    queues = _queues(template)
+    assert set(queues) == _expected_queues(settings)
+    for name, queue in queues.items():
+        p = queue.properties
+        assert p["requiresDuplicateDetection"] is True, name
+        assert 60 <= _duration_s(p["duplicateDetectionHistoryTimeWindow"]) <= 3600, name
+        assert p["deadLetteringOnMessageExpiration"] is True, name
+        assert _duration_s(p["defaultMessageTimeToLive"]) >= 86400, name
+        lock = _duration_s(p["lockDuration"])
+        assert lock == settings.QUEUE_LOCK_S > settings.STEP_TIMEOUT_S + settings.START_LATENCY_S, name
+        assert p["maxDeliveryCount"] == settings.MAX_DELIVERY_COUNT, name
+        assert not p.get("requiresSession"), name
+    (namespace,) = _of_type(template, "Microsoft.ServiceBus/namespaces")
+    assert namespace.body["sku"]["name"] in ("Standard", "Premium")  # duplicate detection
+    assert namespace.properties["disableLocalAuth"] is True
+    assert namespace.properties["minimumTlsVersion"] == "1.2"
+
+
+def test_every_queue_the_app_uses_is_declared(main: Template) -> None:
+    check_queues(main)
+
+
+# --- role assignments -----------------------------------------------------------------------------
+
+
+def _role_assignments(template: Template) -> list[tuple[ResourceRef, str, Any]]:
+    found = []
+    for assignment in _of_type(template, "Microsoft.Authorization/roleAssignments"):
+        scope = assignment.body.get("scope")
+        assert isinstance(scope, ResourceRef), f"{assignment.symbol}: no resource scope"
+        role = str(assignment.properties["roleDefinitionId"]).rsplit("/", 1)[-1]
+        assert re.fullmatch(r"[0-9a-f-]{36}", assignment.ref.name), f"{assignment.symbol}: name is no guid()"
+        found.append((scope, role, assignment.properties["principalId"]))
+    names = [a.ref.name for a in _of_type(template, "Microsoft.Authorization/roleAssignments")]
+    assert len(names) == len(set(names)), "two role assignments share a name"
+    return found
+
+
+def check_service_bus_roles(template: Template) -> None:
+    app = _app_principal(template)
+    settings = Settings.load(env={k: _concrete(v) for k, v in app_settings(template).items()})
+    assignments = _role_assignments(template)
+    assert set(ROLE.values()) >= {role for _, role, _ in assignments}, "a role that is not a named built-in"
+    on_bus = [a for a in assignments if a[0].type.startswith("Microsoft.ServiceBus/")]
+    assert all(scope.type == "Microsoft.ServiceBus/namespaces/queues" for scope, _, _ in on_bus), (
+        "a Service Bus role above queue scope"
+    )
+    held = {(scope.name, role, principal) for scope, role, principal in on_bus}
+    internal = {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}
+    for queue in internal:
+        assert {(r, p) for q, r, p in held if q == queue} == {(RECEIVER, app), (SENDER, app)}, queue
+    backlog = settings.MAX_SUBMISSION_BACKLOG > 0
+    for client in settings.clients():
+        inbound = {(r, p) for q, r, p in held if q == client.inbound_queue}
+        reply = {(r, p) for q, r, p in held if q == client.reply_queue}
+        mine = {(SENDER, client.principal_id)} if client.principal_id else set()
+        assert inbound == {(RECEIVER, app), (SENDER, app), *([(OWNER, app)] if backlog else []), *mine}
+        assert reply == {(SENDER, app), *([(RECEIVER, client.principal_id)] if client.principal_id else [])}
+        assert {(q, r) for q, r, p in held if p == client.principal_id} <= {
+            (client.inbound_queue, SENDER),
+            (client.reply_queue, RECEIVER),
+        }
+
+
+def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
+    check_service_bus_roles(main)
+    (demo,) = parse_clients(str(main.output("CLIENTS")))
+    assert demo.principal_id == DEMO_CLIENT  # the client's roles above were checked for this principal
+
+
+def test_no_backlog_ceiling_grants_no_data_owner(tmp_path: Path) -> None:
+    template = _deploy(ROOT / "infra", maxSubmissionBacklog=0)
+    check_service_bus_roles(template)
+    assert app_settings(template)["MAX_SUBMISSION_BACKLOG"] == "0"
+    assert OWNER not in {role for _, role, _ in _role_assignments(template)}
+
+
+def test_other_roles_of_the_app_identity(main: Template) -> None:
+    app = _app_principal(main)
+    assignments = _role_assignments(main)
+    (storage,) = _of_type(main, "Microsoft.Storage/storageAccounts")
+    (insights,) = _of_type(main, "Microsoft.Insights/components")
+    on_storage = {(role, p) for scope, role, p in assignments if scope == storage.ref}
+    assert on_storage == {(ROLE[name], app) for name in ROLE if name.startswith("Storage ")}
+    assert {(role, p) for scope, role, p in assignments if scope == insights.ref} == {
+        (ROLE["Monitoring Metrics Publisher"], app)
+    }
+    (cosmos_role,) = _of_type(main, "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments")
+    (account,) = _of_type(main, "Microsoft.DocumentDB/databaseAccounts")
+    assert cosmos_role.properties == {
+        "roleDefinitionId": f"{account.ref.id}/sqlRoleDefinitions/{COSMOS_DATA_CONTRIBUTOR}",
+        "principalId": app,
+        "scope": f"{account.ref.id}/dbs/{app_settings(main)['COSMOS_DATABASE']}",
+    }
+
+
+# --- stores and hosting ---------------------------------------------------------------------------
+
+
+def _state_query_fields() -> set[str]:
+    everything = StateQuery(
+        process_states=(ProcessState.PENDING,),
+        unlocked=True,
+        client_id="a",
+        complete_by_before=None,
+        ready_at=None,
+        reply_pending=True,
+    )
+    sql, _ = state_query_sql(everything)
+    return set(re.findall(r"c\.(\w+)", sql)) | {
+        "completeBy",
+        "nextAttemptAt",
+        "updatedAt",
+        "dataPurgeVersion",
+    }
+
+
+def check_cosmos(template: Template) -> None:
+    (account,) = _of_type(template, "Microsoft.DocumentDB/databaseAccounts")
+    assert account.properties["disableLocalAuth"] is True
+    containers = {
+        c.ref.names[1:]: c.properties["resource"]
+        for c in _of_type(template, "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers")
+    }
+    database = app_settings(template)["COSMOS_DATABASE"]
+    assert set(containers) == {(database, "orders"), (database, "orderstate")}
+    for resource in containers.values():
+        assert resource["partitionKey"]["paths"] == [PARTITION_KEY_PATH]
+    policy = containers[(database, "orderstate")]["indexingPolicy"]
+    excluded = {p["path"].split("/")[1] for p in policy["excludedPaths"]}
+    assert not excluded & _state_query_fields(), "a queried field is not indexed"
+    composites = {tuple(p["path"].lstrip("/") for p in index) for index in policy["compositeIndexes"]}
+    # Equality (or IN) first, the query's one range filter last (orderflow.stores.cosmos.state_query_sql).
+    assert composites >= {
+        ("processState", "completeBy"),  # supervisor sweep
+        ("processState", "nextAttemptAt"),  # starter
+        ("clientId", "processState"),  # admission, per client
+        ("processState", "updatedAt"),  # retention
+    }
+
+
+def test_the_stores_the_app_expects(main: Template) -> None:
+    check_cosmos(main)
+
+
+def check_hosting(template: Template) -> None:
+    (plan,) = _of_type(template, "Microsoft.Web/serverfarms")
+    assert plan.body["sku"] == {"name": "FC1", "tier": "FlexConsumption"}
+    site = _app(template)
+    config = site.properties["functionAppConfig"]
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    low, high = (int(v.split(".")[1]) for v in re.findall(r"3\.\d+", requires))
+    assert config["runtime"]["name"] == "python"
+    assert low <= int(config["runtime"]["version"].split(".")[1]) < high
+    auth = config["deployment"]["storage"]["authentication"]
+    assert auth == {"type": "UserAssignedIdentity", "userAssignedIdentityResourceId": _identity(template).id}
+    assert site.body["identity"]["type"] == "UserAssigned"
+    assert site.properties["httpsOnly"] is True
+    site_config = site.properties["siteConfig"]
+    assert (site_config["minTlsVersion"], site_config["ftpsState"]) == ("1.2", "Disabled")
+    policies = _of_type(template, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
+    assert {p.ref.name: p.properties["allow"] for p in policies} == {"ftp": False, "scm": False}
+    (storage,) = _of_type(template, "Microsoft.Storage/storageAccounts")
+    p = storage.properties
+    assert (p["allowSharedKeyAccess"], p["allowBlobPublicAccess"], p["minimumTlsVersion"]) == (
+        False,
+        False,
+        "TLS1_2",
+    )
+
+
+def test_flex_consumption_app_and_its_storage(main: Template) -> None:
+    check_hosting(main)
+
+
+# --- each check fails on a template that breaks it ------------------------------------------------
+
+MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
+    (
+        "modules/functionapp.bicep",
+        "{ name: 'AGENT_RESPONSES_QUEUE', value: agentResponsesQueue }\n",
+        "",
+        check_settings_cover_the_app,
+    ),
+    (
+        "modules/functionapp.bicep",
+        "name: 'SERVICEBUS__credential', value: 'managedidentity'",
+        "name: 'SERVICEBUS__credential', value: 'connectionstring'",
+        check_settings_cover_the_app,
+    ),
+    (
+        "modules/functionapp.bicep",
+        "value: demoServicesUrl }",
+        "value: 'http://127.0.0.1:8082' }",
+        check_app_starts_with_them,
+    ),
+    (
+        "modules/functionapp.bicep",
+        "value: 'ClientId=${identityClientId};Authorization=AAD' }",
+        "value: 'Password=hunter2' }",
+        check_no_secret_in_settings,
+    ),
+    (
+        "main.bicep",
+        "duplicateDetectionHistoryTimeWindow: 'PT10M'",
+        "duplicateDetectionHistoryTimeWindow: 'PT10S'",
+        check_queues,
+    ),
+    ("main.bicep", "lockDuration: 'PT30S'", "lockDuration: 'PT5S'", check_queues),
+    ("main.bicep", "  'shipping'\n", "", check_queues),
+    ("modules/servicebus.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_queues),
+    (
+        "modules/client.bicep",
+        "(reply.id, principalId, serviceBusDataReceiver)\n  scope: reply",
+        "(reply.id, principalId, serviceBusDataReceiver)\n  scope: inbound",
+        check_service_bus_roles,
+    ),
+    (
+        "modules/client.bicep",
+        "(reply.id, appPrincipalId, serviceBusDataSender)\n  scope: reply",
+        "(reply.id, appPrincipalId, serviceBusDataSender)\n  scope: inbound",
+        check_service_bus_roles,
+    ),
+    (
+        "modules/roles.bicep",
+        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: queues[i]",
+        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: namespace",
+        check_service_bus_roles,
+    ),
+    ("modules/cosmos.bicep", "path: '/lastError/*'", "path: '/clientId/*'", check_cosmos),
+    (
+        "modules/cosmos.bicep",
+        "              path: '/nextAttemptAt'",
+        "              path: '/attempt'",
+        check_cosmos,
+    ),
+    ("modules/cosmos.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_cosmos),
+    ("modules/functionapp.bicep", "ftpsState: 'Disabled'", "ftpsState: 'FtpsOnly'", check_hosting),
+    ("modules/storage.bicep", "allowSharedKeyAccess: false", "allowSharedKeyAccess: true", check_hosting),
+    ("modules/functionapp.bicep", "name: 'FC1'", "name: 'Y1'", check_hosting),
+]
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "check"),
+    MUTATIONS,
+    ids=[f"{m[3].__name__}:{m[0]}:{i}" for i, m in enumerate(MUTATIONS)],
+)
+def test_a_mutated_template_fails_its_check(
+    tmp_path: Path, file: str, old: str, new: str, check: Callable[[Template], None]
+) -> None:
+    infra = tmp_path / "infra"
+    shutil.copytree(ROOT / "infra", infra)
+    target = infra / file
+    text = target.read_text()
+    assert text.count(old) == 1, f"the mutation's text is not in {file} exactly once"
+    target.write_text(text.replace(old, new))
+    check(_deploy(ROOT / "infra"))  # the original passes
+    with pytest.raises(AssertionError):
+        check(_deploy(infra))
