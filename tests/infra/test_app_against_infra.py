@@ -72,6 +72,20 @@ LEFT_AT_DEFAULT = {
     "SUPERVISOR_LEASE_BLOB": "local lease",
     "POLL_INTERVAL_S": "local consumer loops",
     "POLL_MAX_INTERVAL_S": "local consumer loops",
+    "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
+    "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
+    # Defaults chosen against the defaults of the deadlines they must stay below (Settings refuses a
+    # timeout that is not shorter than its role's deadline).
+    "QUEUE_READ_TIMEOUT_S": "default fits the default step deadline",
+    "STORE_CONNECTION_TIMEOUT_S": "default fits the default step and claim deadlines",
+    "STORE_READ_TIMEOUT_S": "default fits the default step and claim deadlines",
+    "STORE_OPERATION_TIMEOUT_S": "default fits the default step and claim deadlines",
+    "OPERATOR_JWKS_TIMEOUT_S": "default fits the default operator API timeout",
+    "OPERATOR_API_TIMEOUT_S": "the CLI's wait, not the app's",
+    "SCAN_MAX_PAGES": "default bounds every sweep",
+    "SCAN_MAX_S": "default bounds every sweep",
+    "SCAN_MAX_EMPTY_PAGES": "default bounds every sweep",
+    "UNSCOPED_ORDERS_UNTIL": "only when upgrading a deployment that holds records under bare order ids",
 }
 """Settings the template leaves at their defaults on purpose, and why (every other one it sets)."""
 
