@@ -966,6 +966,17 @@ class Settings(BaseModel):
             return self.OPERATOR_JWKS_URI.strip()
         return entra_jwks_uri(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
 
+    def is_deployment_queue(self, name: str) -> bool:
+        """Whether ``name`` is one of the deployment's queues: one of orderflow's own
+        (:meth:`reserved_queue`), or a registered client's inbound or reply queue. Only these are ever
+        created locally; a reply queue an earlier record names, or any other, is not."""
+        registry = self.clients()
+        return (
+            self.reserved_queue(name) is not None
+            or registry.for_inbound_queue(name) is not None
+            or registry.is_reply_queue(name)
+        )
+
     def clients(self) -> ClientRegistry:
         """The client registry of ``CLIENTS``."""
         return self._clients

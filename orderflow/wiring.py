@@ -16,7 +16,8 @@ from orderflow.stores.cosmos import CosmosStores
 
 def connect_queues(settings: Settings) -> StorageQueueFactory:
     """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``, with the
-    ``QUEUE_CONNECTION_TIMEOUT_S`` and ``QUEUE_READ_TIMEOUT_S`` timeouts.
+    ``QUEUE_CONNECTION_TIMEOUT_S`` and ``QUEUE_READ_TIMEOUT_S`` timeouts. Only the deployment's own
+    queues are created on first use (:meth:`Settings.is_deployment_queue`).
 
     Raises:
         ValueError: the setting is empty.
@@ -27,6 +28,7 @@ def connect_queues(settings: Settings) -> StorageQueueFactory:
         settings.STORAGE_CONNECTION_STRING,
         connection_timeout_s=settings.QUEUE_CONNECTION_TIMEOUT_S,
         read_timeout_s=settings.QUEUE_READ_TIMEOUT_S,
+        creatable=settings.is_deployment_queue,
     )
 
 

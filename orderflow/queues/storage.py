@@ -673,6 +673,7 @@ class StorageQueueFactory:
         *,
         create_queues: bool = True,
         queue_clients: Mapping[str, QueueClient] | None = None,
+        creatable: Callable[[str], bool] | None = None,
     ) -> None:
         """Wrap a configured service client, or fixed queue clients (see the constructors).
 
@@ -680,9 +681,13 @@ class StorageQueueFactory:
             service: The queue service, or None when only ``queue_clients`` may be used.
             create_queues: Create a queue on its first use. False with a SAS, which may not create one.
             queue_clients: Clients of the only queues this factory opens (each with its own SAS).
+            creatable: Which queues may be created on first use (None: every one). Another queue is
+                opened as it is: a send to it fails (``PermanentError``) if it does not exist, so no
+                queue comes into being because a record or a message named it.
         """
         self._service = service
         self._create_queues = create_queues
+        self._creatable = creatable
         self._clients: dict[str, QueueClient] = dict(queue_clients or {})
         self._fixed = queue_clients is not None
         self._lock = threading.Lock()
@@ -700,6 +705,7 @@ class StorageQueueFactory:
         retry_total: int = DEFAULT_RETRY_TOTAL,
         connection_timeout_s: float = DEFAULT_CONNECTION_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        creatable: Callable[[str], bool] | None = None,
     ) -> StorageQueueFactory:
         """A factory for the account of a connection string (Azurite's, locally).
 
@@ -710,6 +716,7 @@ class StorageQueueFactory:
             retry_total: SDK retries of a failed request.
             connection_timeout_s: Seconds to wait for a connection.
             read_timeout_s: Seconds to wait for a response.
+            creatable: Which queues may be created on first use (see the constructor).
         """
         service = QueueServiceClient.from_connection_string(
             connection_string, **_client_options(retry_total, connection_timeout_s, read_timeout_s)
@@ -718,7 +725,7 @@ class StorageQueueFactory:
             part.split("=", 1)[0].strip().lower() for part in connection_string.split(";") if "=" in part
         }
         sas_only = "sharedaccesssignature" in fields and "accountkey" not in fields
-        return cls(service, create_queues=not sas_only)
+        return cls(service, create_queues=not sas_only, creatable=creatable)
 
     @classmethod
     def from_queue_urls(
@@ -842,7 +849,7 @@ class StorageQueueFactory:
             client = self._service.get_queue_client(
                 name, message_encode_policy=None, message_decode_policy=None
             )
-            if self._create_queues:
+            if self._create_queues and (self._creatable is None or self._creatable(name)):
                 try:
                     client.create_queue()
                 except ResourceExistsError:

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from azure.core.exceptions import HttpResponseError
-from azure.storage.queue import QueueClient
+from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.client_credentials import ClientCredentials, issue_client_credentials
 from devhost.emulators import LocalEndpoints
@@ -106,3 +106,43 @@ def test_a_sas_only_connection_string_opens_its_queue_without_creating_it(
 
     with pytest.raises(PermanentError):  # the queue exists; the SAS is for another
         queues.queue(a.reply_queue).send("{}", message_id="m-2")
+
+
+def test_a_client_token_cannot_forge_an_agent_request_or_response(
+    local_endpoints: LocalEndpoints, two_clients: tuple[ClientCredentials, ClientCredentials]
+) -> None:
+    # The attack: a refund request on an agent's queue, or a declined-card answer on the response
+    # queue, sent with the only credentials a client holds.
+    a, _ = two_clients
+    run = uuid.uuid4().hex[:8]
+    settings = Settings.load(
+        env={}, AGENT_QUEUE_PREFIX=f"agent-{run}-", AGENT_RESPONSES_QUEUE=f"agent-responses-{run}"
+    )
+    app = StorageQueueFactory.from_connection_string(local_endpoints.storage_connection_string)
+    account_url = a.inbound_url.split("?", 1)[0].rsplit("/", 1)[0]
+    for name in (settings.agent_queue("payment"), settings.AGENT_RESPONSES_QUEUE):
+        queue = app.queue(name)  # the app's own queue exists
+        forged = _with_sas_of(a.inbound_url, f"{account_url}/{name}")
+        assert _refused(lambda forged=forged: forged.send_message('{"type": "AgentResponse"}')) == 403
+        assert queue.approximate_count() == 0  # nothing reached an agent or a listener
+
+
+def test_the_app_creates_its_own_queues_only(local_endpoints: LocalEndpoints) -> None:
+    # A reply queue an earlier record names (or any name) is not created because the app sends to it.
+    run = uuid.uuid4().hex[:8]
+    settings = Settings.load(env={}, CLIENTS=json.dumps([{"id": f"c{run}"}]))
+    (client,) = settings.clients()
+    app = StorageQueueFactory.from_connection_string(
+        local_endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+    )
+    app.queue(client.reply_queue).send("a reply", message_id="m-1")  # the registry's: created
+    stray = f"old-replies-{run}"
+    with pytest.raises(PermanentError) as refused:
+        app.queue(stray).send("a reply", message_id="m-2")
+    assert refused.value.code == "QueueNotFound"
+    account = QueueServiceClient.from_connection_string(local_endpoints.storage_connection_string)
+    names = {q.name for q in account.list_queues(name_starts_with=f"c{run}")} | {
+        q.name for q in account.list_queues(name_starts_with="old-replies-")
+    }
+    assert stray not in names
+    assert app.queue(client.reply_queue).approximate_count() == 1

@@ -241,3 +241,10 @@ def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
     assert system.submit(system.globex, "g-2").outcome is IntakeOutcome.ACCEPTED
     refused = system.submit(system.globex, "g-3")
     assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "InFlightCeiling")
+
+
+def test_only_the_deployments_own_queues_are_ever_created(system: System) -> None:
+    created = system.settings.is_deployment_queue
+    assert all(created(q) for q in ("orders-acme", "replies-acme", "replies-globex", "agent-payment"))
+    assert all(created(q) for q in ("agent-responses", "agent-responses-h1", "replies-acme-deadletter"))
+    assert not any(created(q) for q in ("replies-initech", "client-a", "unused-1"))
