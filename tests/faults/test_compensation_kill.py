@@ -32,7 +32,7 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
+from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus, order_key
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
 from tests.unit.fakes import order_body, received
@@ -129,7 +129,7 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
             found: dict[str, StateRecord] = {}
             for order_id in ids:
                 try:
-                    found[order_id] = stores.state.get(order_id).item
+                    found[order_id] = stores.state.get(order_key(run, order_id)).item
                 except Exception:  # not submitted yet
                     continue
             return found
@@ -174,7 +174,7 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
             time.sleep(0.2)
 
         audit = httpx.get(f"{services}/audit", timeout=10).json()
-        facts = {oid: httpx.get(f"{services}/orders/{oid}/facts", timeout=10).json() for oid in ids}
+        facts = {oid: httpx.get(f"{services}/orders/{order_key(run, oid)}/facts", timeout=10).json() for oid in ids}
         stock_after = httpx.get(f"{services}/stock/{SKU}", timeout=10).json()["available"]
         replies = [json.loads(m.body) for m in received(queues.queue(reply_queue))]
     finally:
@@ -211,17 +211,17 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
     keys = audit["keys"]
     for oid in ids:
         for step in UNDONE_STEPS:
-            key = f"{oid}:{step}:undo"
+            key = f"{order_key(run, oid)}:{step}:undo"
             assert keys[key]["effects"] == 1, (key, keys[key])
             assert keys[key]["calls"] >= 1, (key, keys[key])
-        assert keys[f"{oid}:create_shipment"]["effects"] == 0, oid
-        assert f"{oid}:create_shipment:undo" not in keys, oid
+        assert keys[f"{order_key(run, oid)}:create_shipment"]["effects"] == 0, oid
+        assert f"{order_key(run, oid)}:create_shipment:undo" not in keys, oid
     # Undos the killed attempt had made were asked again by the resuming attempt after they took
     # effect (a call is applied CALL_S after it arrives), and were answered from the stored outcome.
     replayed = [
         key
         for oid, killed in interrupted.items()
-        for key in (f"{oid}:{step}:undo" for step in UNDONE_STEPS)
+        for key in (f"{order_key(run, oid)}:{step}:undo" for step in UNDONE_STEPS)
         if _replayed(keys[key]["received"], killed, killed_at)
     ]
     assert replayed, "no undo made before the kill was asked again after it took effect"

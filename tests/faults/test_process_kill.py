@@ -26,7 +26,7 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.records import ProcessState
+from orderflow.records import ProcessState, order_key
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery
 from orderflow.stores.cosmos import CosmosStores
@@ -108,7 +108,7 @@ def test_orders_of_a_killed_process_settle_in_another(local_endpoints: LocalEndp
             assert time.monotonic() < deadline, "orders of the killed process were not recovered"
             time.sleep(0.2)
 
-        records = {oid: stores.state.get(oid).item for oid in ids}
+        records = {oid: stores.state.get(order_key(run, oid)).item for oid in ids}
         audit = httpx.get(f"{server_url(server)}/audit", timeout=10).json()
         replies = [json.loads(m.body) for m in received(queues.queue(reply_queue))]
     finally:

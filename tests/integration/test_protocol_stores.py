@@ -53,7 +53,7 @@ def _submit(d: Dependencies, order_id: str) -> None:
 def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependencies) -> None:
     d = activity_deps
     for n in range(12):
-        _submit(d, f"race-{n}")
+        _submit(d, f"a:race-{n}")
     clients = [RecordingClient(), RecordingClient(), RecordingClient()]
     barrier = threading.Barrier(len(clients))
     errors: list[BaseException] = []
@@ -79,13 +79,13 @@ def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependenc
         t.join()
     assert errors == []
     started = [i for c in clients for i in c.started]
-    assert sorted(started) == sorted(f"race-{n}:1" for n in range(12))
+    assert sorted(started) == sorted(f"a:race-{n}:1" for n in range(12))
     for n in range(12):
-        record = d.states.get(f"race-{n}").item
+        record = d.states.get(f"a:race-{n}").item
         assert (record.process_state, record.attempt, record.locked_by) == (
             ProcessState.PROCESSING,
             1,
-            f"race-{n}:1",
+            f"a:race-{n}:1",
         )
 
 
@@ -93,21 +93,21 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     d = activity_deps
     clock = d.clock
     assert isinstance(clock, FakeClock)
-    _submit(d, "stale-1")
+    _submit(d, "a:stale-1")
     client = RecordingClient()
     run_starter_pass(
         states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
     )
-    assert client.started == ["stale-1:1"]
+    assert client.started == ["a:stale-1:1"]
     clock.advance(31)  # the claim's completeBy passes; nothing ran
     report = run_sweep(states=d.states, queues=d.queues, clock=clock, settings=d.settings)
-    assert report.requeued == ["stale-1"]
-    requeued = d.states.get("stale-1")
+    assert report.requeued == ["a:stale-1"]
+    requeued = d.states.get("a:stale-1")
 
     late_start = start_step(
         StartStepInput(
-            order_id="stale-1",
-            instance_id="stale-1:1",
+            order_id="a:stale-1",
+            instance_id="a:stale-1:1",
             workflow_version=ORDER_V1.version,
             step="reserve_inventory",
             timeout_s=8,
@@ -117,8 +117,8 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     )
     late_finish = finish_order(
         FinishOrderInput(
-            order_id="stale-1",
-            instance_id="stale-1:1",
+            order_id="a:stale-1",
+            instance_id="a:stale-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
         ).to_payload(),
@@ -126,7 +126,7 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     )
     assert late_start["outcome"] == "fenced"
     assert late_finish["outcome"] == "fenced"
-    after = d.states.get("stale-1")
+    after = d.states.get("a:stale-1")
     assert after.etag == requeued.etag
     assert (after.item.process_state, after.item.locked_by, after.item.failure_count) == (
         ProcessState.PENDING,
@@ -140,16 +140,16 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     run_starter_pass(
         states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
     )
-    assert client.started == ["stale-1:1", "stale-1:2"]
-    claimed = d.states.get("stale-1")
+    assert client.started == ["a:stale-1:1", "a:stale-1:2"]
+    claimed = d.states.get("a:stale-1")
     again = finish_order(
         FinishOrderInput(
-            order_id="stale-1",
-            instance_id="stale-1:1",
+            order_id="a:stale-1",
+            instance_id="a:stale-1:1",
             workflow_version=ORDER_V1.version,
             outcome=Outcome.PROCESSED,
         ).to_payload(),
         d,
     )
     assert again["outcome"] == "fenced"
-    assert d.states.get("stale-1").etag == claimed.etag
+    assert d.states.get("a:stale-1").etag == claimed.etag

@@ -66,11 +66,11 @@ UNDO_RESULTS = {
 }
 
 FINISHED = {
-    "o-processed": ProcessState.PROCESSED,
-    "o-compensated": ProcessState.COMPENSATED,
-    "o-cancelled": ProcessState.CANCELLED,
+    "a:o-processed": ProcessState.PROCESSED,
+    "a:o-compensated": ProcessState.COMPENSATED,
+    "a:o-cancelled": ProcessState.CANCELLED,
 }
-KEPT = {"o-error": ProcessState.ERROR, "o-compensation-failed": ProcessState.COMPENSATION_FAILED}
+KEPT = {"a:o-error": ProcessState.ERROR, "a:o-compensation-failed": ProcessState.COMPENSATION_FAILED}
 
 
 @dataclass
@@ -224,22 +224,22 @@ def test_after_the_retention_period_no_finished_order_holds_payment_or_customer_
 
 
 def test_a_purged_order_resubmitted_is_a_duplicate_and_a_changed_one_a_conflict(stores: Stores) -> None:
-    settle(stores, "o-1", ProcessState.PROCESSED)
+    settle(stores, "a:o-1", ProcessState.PROCESSED)
     stores.clock.advance(RETENTION_S + DAY_S)
     assert stores.purge() == 1
     received(stores.queues.queue("client-a"))
-    before = stores.text("o-1")
+    before = stores.text("a:o-1")
 
-    assert stores.submit("o-1") is IntakeOutcome.DUPLICATE
+    assert stores.submit("a:o-1") is IntakeOutcome.DUPLICATE
     with pytest.raises(ConflictingOrder):
-        stores.submit("o-1", amount="987.66")
+        stores.submit("a:o-1", amount="987.66")
 
-    assert stores.text("o-1") == before  # neither wrote anything, nor brought the data back
+    assert stores.text("a:o-1") == before  # neither wrote anything, nor brought the data back
     replies = [json.loads(m.body) for m in received(stores.queues.queue("client-a"))]
     assert [(r["status"], r.get("reason")) for r in replies] == [
         ("Processed", None),
         ("Rejected", "ConflictingOrder"),
     ]
     assert secrets_in(json.dumps(replies[0])) == set()
-    assert stores.states.get("o-1").item.data_purged_at is not None
-    assert stores.orders.get("o-1").redacted_at is not None
+    assert stores.states.get("a:o-1").item.data_purged_at is not None
+    assert stores.orders.get("a:o-1").redacted_at is not None

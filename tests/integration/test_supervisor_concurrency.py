@@ -23,7 +23,7 @@ from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
-from orderflow.records import ProcessState, StateRecord
+from orderflow.records import ProcessState, StateRecord, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
 from supervisor.lease import InMemoryLease, InMemoryLeaseBlob
@@ -51,12 +51,13 @@ class World:
         return self.deps.states.get(order_id).item
 
     def expired(self, prefix: str, n: int, settings: Settings) -> list[str]:
-        """Submit and claim ``n`` orders, then let their claims' completeBy pass."""
-        order_ids = [f"{prefix}-{i:02d}" for i in range(n)]
+        """Submit and claim ``n`` orders, then let their claims' completeBy pass; their keys."""
+        client = client_for(self.reply_queue)
+        order_ids = [order_key(client.client_id, f"{prefix}-{i:02d}") for i in range(n)]
         for order_id in order_ids:
             handle_intake_message(
                 order_body(order_id, reply_to=self.reply_queue),
-                client=client_for(self.reply_queue),
+                client=client,
                 orders=self.deps.orders,
                 states=self.deps.states,
                 queues=self.deps.queues,
