@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -329,6 +329,8 @@ class Intruder:
         foreign_queues: The queues its SAS is tried on besides the victims' inbound queues (an agent
             request queue, an agent response queue).
         plan: How hard it tries.
+        send_foreign: Tries one send on a foreign queue URL with a body; True when it was refused with
+            403 (default: :func:`refused_with_403`, on Azurite).
 
     Attributes:
         attacks: What it tried so far.
@@ -346,6 +348,7 @@ class Intruder:
         states: StateStore,
         foreign_queues: Sequence[str],
         plan: IntruderPlan | None = None,
+        send_foreign: Callable[[str, str], bool] = refused_with_403,
     ) -> None:
         self.client = client
         self.plan = plan or IntruderPlan()
@@ -354,6 +357,7 @@ class Intruder:
         self._victims = list(victims)
         self._states = states
         self._foreign = list(foreign_queues)
+        self._send_foreign = send_foreign
         candidates = list(order_ids)
         random.Random(self.plan.seed).shuffle(candidates)
         self._targets = _Targets(candidates)
@@ -407,7 +411,7 @@ class Intruder:
         victim, order_id = found[0]
         for queue in [victim.inbound_queue, *self._foreign]:
             body = json.dumps({**same_id_order(order_id), "replyTo": victim.reply_queue})
-            refused = refused_with_403(with_sas_of(self._sas_url, queue), body)
+            refused = self._send_foreign(with_sas_of(self._sas_url, queue), body)
             self._add(Attack(AttackKind.FOREIGN_QUEUE, order_id, victim.client_id, queue, refused))
         return True
 
