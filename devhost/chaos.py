@@ -212,15 +212,14 @@ def unexercised(
     duplicate_share: float,
     late_share: float,
     pause_every_s: float,
-    intruder: bool = False,
 ) -> list[str]:
     """The report keys of the chaos features a run asked for that never happened (orders included);
-    ``intruder`` when an intruder ran and attacked nothing.
+    ``intruder`` when an intruder ran (``counts`` has ``intruder_attacks``) and attacked nothing.
 
     Args:
         counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses``,
-            ``leader_pauses`` and ``intruder_attacks`` (``{kind: attempts}``).
-        kill_every_s, duplicate_share, late_share, pause_every_s, intruder: What the run asked for.
+            ``leader_pauses`` and, with an intruder, ``intruder_attacks`` (``{kind: attempts}``).
+        kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
     """
     asked = {
         "orders": True,  # a run of no orders proves nothing
@@ -230,8 +229,8 @@ def unexercised(
         "leader_pauses": pause_every_s > 0,
     }
     missing = [key for key, wanted in asked.items() if wanted and not counts.get(key)]
-    attacks = counts.get("intruder_attacks") or {}
-    return [*missing, "intruder"] if intruder and not sum(attacks.values()) else missing
+    attacks = counts.get("intruder_attacks")
+    return [*missing, "intruder"] if attacks is not None and not sum(attacks.values()) else missing
 
 
 LeaseHolder = Callable[[], Mapping[str, str] | None]
@@ -662,7 +661,7 @@ def _chaos_report(
         **intruder_report,
     }
     report.update({k: v for k, v in demo_report.items() if k not in report})
-    report["unexercised"] = unexercised(report, **asked, intruder=attacker is not None)
+    report["unexercised"] = unexercised(report, **asked)
     return report, mismatched
 
 

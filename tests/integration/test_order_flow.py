@@ -375,7 +375,15 @@ def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
         token.write_text(issuer.mint(name="ana", roles=[REVIEWER_ROLE]), encoding="ascii")
         cli = CliRunner().invoke(
             cli_app,
-            ["review", system.key("tpch-1"), "--approve", "--api-url", system.api_url, "--token-file", str(token)],
+            [
+                "review",
+                system.key("tpch-1"),
+                "--approve",
+                "--api-url",
+                system.api_url,
+                "--token-file",
+                str(token),
+            ],
         )
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
         replies = statuses(system)
@@ -416,7 +424,10 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
         audit = system.audit()
     assert (record.workflow_version, record.process_state) == ("order-v3", ProcessState.PROCESSED)
     shipment = record.steps["create_shipment"]
-    assert (shipment.fallback, shipment.idempotency_key) == (True, f"{system.key('tpch-1')}:create_shipment:fallback")
+    assert (shipment.fallback, shipment.idempotency_key) == (
+        True,
+        f"{system.key('tpch-1')}:create_shipment:fallback",
+    )
     assert shipment.result is not None and shipment.result["carrier"] == "MAIL"
     assert [s["carrier"] for s in facts["shipments"]] == ["MAIL"]
     assert audit["keys"][f"{system.key('tpch-1')}:create_shipment"]["status"] == 422  # the carrier's refusal

@@ -156,9 +156,9 @@ CHANGES: dict[str, tuple[Change, str]] = {
         lambda r, o, a, d: d.__setitem__(0, replace(d[0], reason="InvalidMessage")),
         "attack_unrefused",
     ),
-    "an operator action never dead-lettered": (lambda r, o, a, d: d.pop(), "attack_unrefused"),
+    "an operator action never dead-lettered": (lambda r, o, a, d: d.remove(d[-1]), "attack_unrefused"),
     "a same-id submission that was not recorded as the intruder's": (
-        lambda r, o, a, d: r.pop(2),
+        lambda r, o, a, d: r.remove(r[2]),
         "attack_unrefused",
     ),
     "a same-id submission that was dead-lettered": (
@@ -291,16 +291,11 @@ def test_a_foreign_url_is_the_queue_on_the_same_account_with_the_same_sas() -> N
 
 
 def test_an_intruder_that_attacked_nothing_is_unexercised() -> None:
-    counts = {"orders": 60, "intruder_attacks": attack_counts([])}
-    assert unexercised(
-        counts, kill_every_s=0, duplicate_share=0, late_share=0, pause_every_s=0, intruder=True
-    ) == ["intruder"]
-    assert unexercised(counts, kill_every_s=0, duplicate_share=0, late_share=0, pause_every_s=0) == []
-    attacked = {**counts, "intruder_attacks": {**attack_counts([]), "cancel": 1}}
-    assert (
-        unexercised(attacked, kill_every_s=0, duplicate_share=0, late_share=0, pause_every_s=0, intruder=True)
-        == []
-    )
+    asked = {"kill_every_s": 0.0, "duplicate_share": 0.0, "late_share": 0.0, "pause_every_s": 0.0}
+    assert unexercised({"orders": 60, "intruder_attacks": attack_counts([])}, **asked) == ["intruder"]
+    assert unexercised({"orders": 60}, **asked) == []  # no intruder ran
+    attacked = {**attack_counts([]), "cancel": 1}
+    assert unexercised({"orders": 60, "intruder_attacks": attacked}, **asked) == []
 
 
 def test_the_demo_counts_only_the_catalog_clients_orders() -> None:
