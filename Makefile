@@ -5,7 +5,7 @@
 #   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
 #              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
-#                            a paused supervisor leader, several clients; writes chaos-report.json
+#                            a paused supervisor leader, several clients and an intruder; writes chaos-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2] [SWEEP_SIZES=1000,10000,100000]
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a

@@ -15,7 +15,10 @@ faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the 
   the paused one wakes up believing it still leads (:class:`LeaderPauser`). Conditional writes must keep
   that harmless;
 - **several clients**: ``--clients`` clients, each with its own private reply queue, so a reply that
-  reaches the wrong client is seen (``misrouted_replies``).
+  reaches the wrong client is seen (``misrouted_replies``);
+- **an intruder**: one more registered client on its own credentials (:mod:`devhost.intruder`) that
+  reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions
+  and uses its SAS on their queues; whatever it achieves on their orders is a ``cross_client_effect``.
 
 It writes ``chaos-report.json`` (the demo report's keys plus the chaos counts and ``max_recovery_s``) and
 exits 1, naming them, if any invariant in :data:`CHAOS_INVARIANTS` is not 0.
@@ -56,6 +59,7 @@ from devhost.demo import (
     Settling,
     all_records,
     build_report,
+    catalog_records,
     check_run_args,
     console,
     demo_system,
@@ -66,21 +70,38 @@ from devhost.demo import (
     write_report,
 )
 from devhost.emulators import REPO_ROOT
+from devhost.intruder import (
+    INTRUDER_CLIENT,
+    Intruder,
+    IntruderPlan,
+    attack_counts,
+    count_cross_client_effects,
+    settled_own_orders,
+)
 from orderflow.client import OrderflowClient
+from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
+from orderflow.workflows import new_order_workflow
 from supervisor.lease import current_holder
 
 logger = logging.getLogger(__name__)
 
 REPORT_PATH = REPO_ROOT / "chaos-report.json"
 
-CHAOS_INVARIANTS = (*INVARIANTS, "misrouted_replies")
+CHAOS_INVARIANTS = (*INVARIANTS, "misrouted_replies", "cross_client_effects")
 """Report entries that must be 0; the run exits 1 otherwise and names them."""
 
 PAUSE_MARGIN_S = 5.0
 """Seconds a paused leader stays stopped beyond its lease period: time for the lease to expire on the
 service and for a stand-by's next supervisor tick to take it."""
+
+INTRUDER_SETTLE_S = 60.0
+"""Seconds the run waits, once the catalog's orders settled, for the intruder's last messages to be
+dead-lettered and its own orders to settle."""
+
+INTRUDER_TARGET_POOL = 48
+"""The intruder samples its victims among the first this many catalog orders (submitted first)."""
 
 HOLDER_RETRY_S = 1.0
 """Seconds before looking again for a leader to pause when none could be found (between holders)."""
@@ -192,11 +213,12 @@ def unexercised(
     late_share: float,
     pause_every_s: float,
 ) -> list[str]:
-    """The report keys of the chaos features a run asked for that never happened (orders included).
+    """The report keys of the chaos features a run asked for that never happened (orders included);
+    ``intruder`` when an intruder ran (``counts`` has ``intruder_attacks``) and attacked nothing.
 
     Args:
-        counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses`` and
-            ``leader_pauses``.
+        counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses``,
+            ``leader_pauses`` and, with an intruder, ``intruder_attacks`` (``{kind: attempts}``).
         kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
     """
     asked = {
@@ -206,7 +228,9 @@ def unexercised(
         "late_responses": late_share > 0,
         "leader_pauses": pause_every_s > 0,
     }
-    return [key for key, wanted in asked.items() if wanted and not counts.get(key)]
+    missing = [key for key, wanted in asked.items() if wanted and not counts.get(key)]
+    attacks = counts.get("intruder_attacks")
+    return [*missing, "intruder"] if attacks is not None and not sum(attacks.values()) else missing
 
 
 LeaseHolder = Callable[[], Mapping[str, str] | None]
@@ -342,6 +366,8 @@ def unexercised_hints(
         "leader_pauses": f"no supervisor leader was paused: the run ended before the first pause, due "
         f"--pause-every (PAUSE_EVERY) {pause_every_s:g} s after the first order (or no leader was found); "
         f"{more_orders}, a shorter PAUSE_EVERY, or PAUSE_EVERY=0 to run without leader pauses",
+        "intruder": f"the intruder attacked nothing: too few victim orders were recorded while it ran; "
+        f"{more_orders}, or --no-intruder to run without it",
     }
     return [hints.get(feature, f"no {feature}") for feature in features]
 
@@ -379,6 +405,7 @@ def run_chaos(
     pause_s: float | None = None,
     first_pause_after_s: float | None = None,
     clients: int = 3,
+    intruder: bool = True,
     seed: int = 20261129,
     timeout_s: float | None = None,
     faults: FaultPlan = DEMO_FAULTS,
@@ -397,6 +424,7 @@ def run_chaos(
         pause_s: How long a pause lasts, seconds (None: the lease period plus :data:`PAUSE_MARGIN_S`).
         first_pause_after_s: Seconds from the first submission to the first pause (None: ``pause_every_s``).
         clients: Clients submitting the orders in turn, each with its own reply queue.
+        intruder: Register one more client, :data:`devhost.intruder.INTRUDER_CLIENT`, that attacks theirs.
         seed: Seed of the kills and of the delivery faults' draws.
         timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
         faults: Faults the demo services inject.
@@ -428,7 +456,8 @@ def run_chaos(
                 faults=faults,
                 run_dir=run_dir,
                 extra_env={CHAOS_ENV: plan.model_dump_json()},
-                client_ids=[f"chaos-{n}" for n in range(1, clients + 1)],
+                client_ids=[f"chaos-{n}" for n in range(1, clients + 1)]
+                + ([INTRUDER_CLIENT] if intruder else []),
             )
         )
         killer, pauser = _chaos_makers(
@@ -441,8 +470,11 @@ def run_chaos(
             first_pause_after_s=first_pause_after_s,
         )
         chaos_clients = _chaos_clients(system, plan, log_dir, clients)
+        attacker = _chaos_intruder(system, clients, seed=seed) if intruder else None
+        if attacker is not None:
+            stack.callback(attacker.stop)
         settling = _settle_under_chaos(
-            system, chaos_clients, killer, pauser, budget_s=chaos_budget_s(orders, timeout_s)
+            system, chaos_clients, killer, pauser, attacker, budget_s=chaos_budget_s(orders, timeout_s)
         )
         report, mismatched = _chaos_report(
             system,
@@ -450,6 +482,7 @@ def run_chaos(
             settling,
             killer=killer,
             pauser=pauser,
+            attacker=attacker,
             processes=processes,
             clients=clients,
             asked=asked,
@@ -529,15 +562,41 @@ def _chaos_clients(
     ]
 
 
+def _chaos_intruder(system: DemoSystem, clients: int, *, seed: int) -> Intruder:
+    """The intruder (the client registered after the ``clients`` chaos clients), not started yet, on
+    its own credentials; its SAS is tried on an agent request queue and a host's agent response queue
+    besides the victims' inbound queues."""
+    client = system.clients[clients]
+    settings = Settings.load(env=system.env)
+    first_agent = new_order_workflow(settings.WORKFLOW_VERSION).steps[0].agent
+    host_id = next(iter(system.fleet.specs.values())).host_id
+    credentials = system.client_credentials(client)
+    return Intruder(
+        client,
+        credentials.queues(),
+        credentials.inbound_url,
+        victims=system.clients[:clients],
+        order_ids=[o.order_id for o in system.catalog.orders[:INTRUDER_TARGET_POOL]],
+        states=system.stores.state,
+        foreign_queues=[
+            settings.agent_queue(first_agent),
+            f"{settings.AGENT_RESPONSES_QUEUE}-{host_id}",
+        ],
+        plan=IntruderPlan(seed=seed),
+    )
+
+
 def _settle_under_chaos(
     system: DemoSystem,
     chaos_clients: list[OrderflowClient],
     killer: Killer | None,
     pauser: LeaderPauser | None,
+    attacker: Intruder | None,
     *,
     budget_s: float,
 ) -> Settling:
-    """Start the chaos, submit the orders and wait for them to settle, then stop the chaos."""
+    """Start the chaos (and the intruder), submit the orders and wait for them to settle, then stop the
+    chaos."""
 
     def status() -> str:
         counts = chaos_counts(system.run_dir, killer, pauser)
@@ -546,12 +605,13 @@ def _settle_under_chaos(
             f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']}"
         )
 
-    for chaos in (killer, pauser):
+    for chaos in (killer, pauser, attacker):
         if chaos is not None:
             chaos.start()
-    settling = submit_and_settle(system, chaos_clients, budget_s=budget_s, status=status)
+    others = [attacker.client.client_id] if attacker is not None else []
+    settling = submit_and_settle(system, chaos_clients, budget_s=budget_s, status=status, others=others)
     # The last replies and the summary are read from a quiet system.
-    for chaos in (pauser, killer):
+    for chaos in (attacker, pauser, killer):
         if chaos is not None:
             chaos.stop()
     return settling
@@ -564,20 +624,24 @@ def _chaos_report(
     *,
     killer: Killer | None,
     pauser: LeaderPauser | None,
+    attacker: Intruder | None,
     processes: int,
     clients: int,
     asked: Mapping[str, float],
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The chaos report (its own keys, the demo report's others, then ``unexercised``) and the
     mismatched orders."""
+    others = [attacker.client.client_id] if attacker is not None else []
     demo_report, mismatched = build_report(
         system,
         chaos_clients,
         settling,
         processes=processes,
         kills=len(killer.kills) if killer is not None else 0,
+        others=others,
     )
-    records = all_records(system.stores.state)
+    intruder_report = _intruder_report(system, attacker, settling) if attacker is not None else {}
+    records = catalog_records(all_records(system.stores.state), others)
     report: dict[str, Any] = {
         "orders": len(system.catalog.orders),
         "settled": demo_report["submitted"] - demo_report["not_terminal"],
@@ -587,15 +651,59 @@ def _chaos_report(
         "misrouted_replies": count_misrouted_replies(
             {c.reply_queue: c.replies.received for c in chaos_clients}, settling.owners
         )
-        + sum(c.replies.foreign for c in chaos_clients),
+        + sum(c.replies.foreign for c in chaos_clients)
+        + intruder_report.pop("intruder_misrouted_replies", 0),
+        "cross_client_effects": intruder_report.pop("cross_client_effects", 0),
         "max_recovery_s": max_recovery_s(records),
         **chaos_counts(system.run_dir, killer, pauser),
         "clients": clients,
         "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
+        **intruder_report,
     }
     report.update({k: v for k, v in demo_report.items() if k not in report})
     report["unexercised"] = unexercised(report, **asked)
     return report, mismatched
+
+
+def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling) -> dict[str, Any]:
+    """The intruder's keys of the report, once its last messages are dead-lettered and its own orders
+    settled (or :data:`INTRUDER_SETTLE_S` passed): ``cross_client_effects`` (and by kind),
+    ``intruder_misrouted_replies`` (replies it got for an order id it never submitted, for
+    ``misrouted_replies``), ``intruder_attacks`` per kind, ``intruder_refusals`` (403s on foreign queues),
+    ``intruder_orders`` and ``intruder_orders_settled``."""
+    attacks = attacker.snapshot()
+    deadline = time.monotonic() + INTRUDER_SETTLE_S
+    # The account key's factory: only it may read the intruder's dead-letter queue.
+    with StorageQueueFactory.from_connection_string(system.endpoints.storage_connection_string) as queues:
+        while True:
+            attacker.sdk.poll()
+            records = all_records(system.stores.state)
+            effects = count_cross_client_effects(
+                records,
+                intruder=attacker.client,
+                clients=system.clients,
+                owners=settling.owners,
+                attacks=attacks,
+                dead_letters=queues.dead_letters(attacker.client.inbound_queue),
+            )
+            own, settled = settled_own_orders(records, attacker.client.client_id)
+            if (effects.attack_unrefused == 0 and settled == own) or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+    mine = attacker.own_order_ids()
+    return {
+        "cross_client_effects": effects.total,
+        "intruder_misrouted_replies": count_misrouted_replies(
+            {attacker.client.reply_queue: attacker.sdk.replies.received},
+            dict.fromkeys(mine, attacker.client.reply_queue),
+        )
+        + attacker.sdk.replies.foreign,
+        "cross_client_effects_by_kind": vars(effects).copy(),
+        "intruder_attacks": attack_counts(attacks),
+        "intruder_refusals": sum(1 for a in attacks if a.refused),
+        "intruder_orders": own,
+        "intruder_orders_settled": settled,
+    }
 
 
 def _write_events(run_dir: Path, killer: Killer | None, pauser: LeaderPauser | None) -> None:
@@ -651,6 +759,9 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         float, typer.Option(help="SIGSTOP the supervisor leader every this many seconds (0: never).")
     ] = 30.0,
     clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
+    intruder: Annotated[
+        bool, typer.Option(help="Add a client that attacks the others' orders (devhost.intruder).")
+    ] = True,
     seed: Annotated[int, typer.Option(help="Seed of the kills and the delivery faults.")] = 20261129,
     timeout_s: Annotated[
         float | None,
@@ -674,7 +785,9 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         "clients": clients,
         "timeout_s": timeout_s,
     }
-    report = run_driver(lambda: check_chaos_args(**plan), lambda: run_chaos(**plan, seed=seed))
+    report = run_driver(
+        lambda: check_chaos_args(**plan), lambda: run_chaos(**plan, intruder=intruder, seed=seed)
+    )
     raise typer.Exit(1 if failed_invariants(report) else 0)
 
 

@@ -42,7 +42,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -842,9 +842,11 @@ def submit_and_settle(
     budget_s: float,
     outstanding: int = DEMO_OUTSTANDING,
     status: Callable[[], str] | None = None,
+    others: Sequence[str] = (),
 ) -> Settling:
     """Submit the catalog's orders through ``clients`` (in turn) and wait, with progress bars, until they
-    have all settled or ``budget_s`` seconds pass. Every client's reply queue is drained meanwhile.
+    have all settled or ``budget_s`` seconds pass. Every client's reply queue is drained meanwhile. The
+    clients only submit: none ever cancels an order.
 
     Args:
         system: The running system.
@@ -852,6 +854,8 @@ def submit_and_settle(
         budget_s: Seconds to wait for the orders to settle.
         outstanding: Most orders kept submitted but not yet settled (client-side flow control).
         status: Called every tick for a line shown under the progress bars (what the chaos is doing).
+        others: Ids of registered clients whose orders are not the catalog's (the chaos intruder): their
+            settled orders are not counted.
     """
     if not clients:
         raise ValueError("at least one client is needed")
@@ -879,7 +883,7 @@ def submit_and_settle(
         while time.monotonic() < deadline:
             if time.monotonic() >= next_count:
                 # A COUNT scans the store on cosmosdb-server: every 2 s is plenty for a progress bar.
-                settled = stores.state.count(StateQuery(process_states=tuple(SETTLED_STATES)))
+                settled = catalog_settled(stores.state, others)
                 next_count = time.monotonic() + 2.0
             room = outstanding - (submitted - settled)
             while pending and room > 0:
@@ -905,6 +909,22 @@ def submit_and_settle(
         elapsed_s=time.monotonic() - started,
         owners=owners,
     )
+
+
+def catalog_settled(states: StateStore, others: Sequence[str] = ()) -> int:
+    """Settled orders of every client but ``others`` (client ids), by COUNT queries."""
+    settled = StateQuery(process_states=tuple(SETTLED_STATES))
+    return states.count(settled) - sum(states.count(replace(settled, client_id=c)) for c in others)
+
+
+def catalog_records(records: Iterable[StateRecord], others: Collection[str] = ()) -> list[StateRecord]:
+    """The records of the catalog's orders: those neither stored under nor recorded for a client of
+    ``others`` (client ids; the chaos intruder, which reuses the catalog's order ids)."""
+    return [
+        r
+        for r in records
+        if r.order_id.partition(":")[0] not in others and (r.client_id is None or r.client_id not in others)
+    ]
 
 
 def await_final_replies(
@@ -934,16 +954,25 @@ def missing_final_replies(
 
 
 def build_report(
-    system: DemoSystem, clients: Sequence[OrderflowClient], settling: Settling, *, processes: int, kills: int
+    system: DemoSystem,
+    clients: Sequence[OrderflowClient],
+    settling: Settling,
+    *,
+    processes: int,
+    kills: int,
+    others: Collection[str] = (),
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The demo report of a run whose orders have settled (or timed out), and its mismatched orders.
 
     Gives the last final replies up to 60 s to arrive, then reads the state store and the demo services.
+    The orders of ``others`` (client ids whose orders are not the catalog's) are left out.
     """
     # Every settled order owes its client a final reply; give the last ones a moment to arrive.
     await_final_replies(clients, settling.owners, timeout_s=60.0)
     # By the clients' own order ids, as the catalog names them (each catalog order has one client).
-    records = {client_order_id(r.order_id): r for r in all_records(system.stores.state)}
+    records = {
+        client_order_id(r.order_id): r for r in catalog_records(all_records(system.stores.state), others)
+    }
     report, mismatched = summarise(
         system.catalog, records, system.services_url, settling.submitted, settling.elapsed_s
     )

@@ -8,7 +8,9 @@ supervisor leader is SIGSTOPped for longer than its lease and then woken up (dev
 
 Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
 no reply may reach a client that did not submit its order, every settled order's client must hear its
-final status, and no order may be driven by two attempts at once. And the chaos must really have happened.
+final status, and no order may be driven by two attempts at once. An intruder (one more registered client,
+devhost.intruder) attacks the others' orders in every way it can: none of its attacks may have an effect on
+them. And the chaos must really have happened.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from devhost.chaos import CHAOS_INVARIANTS, failed_invariants, run_chaos
 from devhost.demo import DEMO_FAULTS
+from devhost.intruder import AttackKind
 
 pytestmark = pytest.mark.faults
 
@@ -61,3 +64,13 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
     assert report["leader_pauses"] >= 1
     assert report["recoveries"] > 0
     assert report["max_recovery_s"] > 0
+    # The intruder tried every kind of attack, Azurite refused every foreign-queue send, and nothing it
+    # did reached another client's orders; its own orders (same ids as victims') settled apart.
+    assert report["cross_client_effects"] == 0
+    assert report["cross_client_effects_by_kind"] == dict.fromkeys(report["cross_client_effects_by_kind"], 0)
+    attacks = report["intruder_attacks"]
+    assert set(attacks) == {kind.value for kind in AttackKind}
+    assert all(count > 0 for count in attacks.values()), attacks
+    assert report["intruder_refusals"] == attacks[AttackKind.FOREIGN_QUEUE]
+    assert report["intruder_orders"] == attacks[AttackKind.SAME_ID]
+    assert report["intruder_orders_settled"] == report["intruder_orders"]
