@@ -38,6 +38,7 @@ from devhost.client_credentials import issue_client_credentials
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -236,12 +237,14 @@ def counted_system(
         counts=queue_counts,
         role_of=queue_role(settings),
     )
+    clock = SystemClock()
     deps = Dependencies(
         states=CountingStateStore(stores.state, counts=state_counts, label=label),
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,
-        clock=SystemClock(),
+        clock=clock,
         settings=settings,
+        breakers=circuit_breakers(stores.breakers, clock, settings),
     )
     host = DevHost(deps, ALL_ROLES)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
