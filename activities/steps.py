@@ -15,6 +15,7 @@ from typing import Any
 
 from activities.fencing import Mutation, WriteOutcome, fenced_write
 from orderflow import telemetry
+from orderflow.breaker import HalfOpen, Open, hold_for_dependency
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
     FinishOrderInput,
@@ -27,7 +28,7 @@ from orderflow.contracts import (
     fallback_step_name,
 )
 from orderflow.dependencies import Dependencies
-from orderflow.errors import IllegalTransition
+from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentRequest, OrderStatus, request_id_for
 from orderflow.records import (
     CompensationEntry,
@@ -44,6 +45,7 @@ from orderflow.records import (
 )
 from orderflow.replies import deliver_reply
 from orderflow.results import (
+    AwaitingDependency,
     AwaitingReview,
     BudgetExhausted,
     FailureRecorded,
@@ -60,6 +62,7 @@ from orderflow.results import (
 )
 from orderflow.settings import Settings
 from orderflow.step_start import (
+    AwaitDependency,
     AwaitReview,
     NotProcessing,
     OutOfBudget,
@@ -69,6 +72,7 @@ from orderflow.step_start import (
     StepStartDecision,
     StopRequested,
     decide_step_start,
+    step_dependency,
 )
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
@@ -115,6 +119,7 @@ def _record_completion(
     step.result = dict(done.result)
     step.completed_at = now
     record.settle_reservation(done.step, done.calls)
+    record.dependency_wait_since = None  # its dependency answered: a later wait starts afresh
     step_def = definition.step(done.step)
     if not any(entry.step == done.step for entry in record.compensation_log):
         record.compensation_log.append(
@@ -149,8 +154,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     Returns:
         :class:`StepStarted` with the ``complete_by`` (UTC) where the orchestration's timer must fire;
         :class:`AwaitingReview`, :class:`ReviewRejected`, :class:`BudgetExhausted` or :class:`Stopped`
-        when the step did not start (nothing is sent); :class:`Fenced` when the record is not this
-        attempt's.
+        when the step did not start (nothing is sent); :class:`AwaitingDependency` when the step's
+        dependency is held by its open circuit breaker (the record went back to ``Pending`` in the same
+        write, nothing reserved, nothing sent); :class:`Fenced` when the record is not this attempt's.
 
     Raises:
         ConcurrencyConflict, TransientError: the store or queue failed; the runtime retries.
@@ -163,6 +169,7 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     reviewable = step_def.review and deps.settings.REVIEW_AMOUNT_ABOVE > 0
     order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
     needs_review = order is not None and order.amount > Decimal(str(deps.settings.REVIEW_AMOUNT_ABOVE))
+    held = _dependency_held(deps, step_def, data)
     # Set by each run of mutate; read only when the write applied, so mutate ran.
     decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
 
@@ -176,6 +183,7 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             max_calls_per_step=deps.settings.AGENT_MAX_CALLS_PER_STEP,
             fallback=data.fallback,
             completed=data.completed,
+            dependency_held=held,
         )
         return _apply_start(decision, record, definition, data, settings=deps.settings, now=now)
 
@@ -212,6 +220,12 @@ def _apply_start(
     match decision:
         case AwaitReview(review=review):
             return _await_review(record, definition, data, review, settings=settings, now=now)
+        case AwaitDependency(dependency=dependency, retry_at=retry_at):
+            _prepare_start(record, definition, data, to_fallback=False, now=now)
+            hold_for_dependency(
+                record, step=data.step, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+            )
+            return record
         case OutOfBudget(to_fallback=to_fallback):
             _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
             # An earlier attempt's reservation stays spent; nothing is left to give back later.
@@ -325,7 +339,34 @@ def _refused_start(
         case OutOfBudget():
             telemetry.event("budget.exhausted", **fields)
             return BudgetExhausted()
+        case AwaitDependency(dependency=dependency) if record.locked_by is None:
+            return _awaiting(record, dependency, fields)
     return None
+
+
+def _awaiting(record: StateRecord, dependency: str, fields: dict[str, str]) -> AwaitingDependency:
+    """The result of a write that gave the record back to wait for ``dependency`` (an alert when the
+    order waited too long and is compensated instead)."""
+    gave_up = record.process_state is ProcessState.COMPENSATING
+    retry_at = record.next_attempt_at or record.updated_at
+    if gave_up:
+        telemetry.alert("dependency_wait_exhausted", **fields, dependency=dependency)
+    else:
+        telemetry.event(
+            "step.awaiting_dependency", **fields, dependency=dependency, retry_at=retry_at.isoformat()
+        )
+    return AwaitingDependency(dependency=dependency, retry_at=retry_at, gave_up=gave_up)
+
+
+def _dependency_held(
+    deps: Dependencies, step_def: StepDefinition, data: StartStepInput
+) -> AwaitDependency | None:
+    """Whether the breaker of the dependency ``data`` would call holds the step (None: it may start)."""
+    if deps.breakers is None:
+        return None
+    dependency = step_dependency(step_def, fallback=data.fallback)
+    retry_at = deps.breakers.admit(dependency, holder=data.instance_id)
+    return None if retry_at is None else AwaitDependency(dependency, retry_at)
 
 
 def _stopped(record: StateRecord) -> Stopped:
@@ -520,8 +561,21 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
         _record_error(record, data.error, data.at, fail_step=False)
         record.settle_reservation(data.error.step, data.error.calls)
         record.complete_by = data.at
+        if held:
+            # The agent found the dependency's breaker open: wait for it, not for the supervisor.
+            dependency = _failed_dependency(record, data.error.step)
+            retry_at = _retry_at(deps, dependency, data.at)
+            hold_for_dependency(
+                record,
+                step=data.error.step,
+                dependency=dependency,
+                retry_at=retry_at,
+                now=data.at,
+                settings=deps.settings,
+            )
         return record
 
+    held = data.error.kind == ErrorKind.UNAVAILABLE.value
     outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
     telemetry.event(
         "step.failed",
@@ -532,9 +586,38 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
         code=data.error.code,
     )
     state = outcome.record.process_state
-    if not outcome.applied or state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+    live = (ProcessState.PROCESSING, ProcessState.COMPENSATING, *((ProcessState.PENDING,) if held else ()))
+    if not outcome.applied or state not in live:
         return Fenced(reason=outcome.reason or f"processState is {state.value}")
+    if held and outcome.record.locked_by is None:
+        _awaiting(
+            outcome.record,
+            _failed_dependency(outcome.record, data.error.step),
+            {
+                "order_id": data.order_id,
+                "instance_id": data.instance_id,
+                "step": data.error.step,
+            },
+        )
     return FailureRecorded(remaining_calls=outcome.record.retry_budget.remaining)
+
+
+def _failed_dependency(record: StateRecord, step: str) -> str:
+    """The dependency (agent) of ``step`` in ``record``: its fallback provider's once it moved there."""
+    step_def = workflow_for(record.workflow_version).step(step)
+    return step_dependency(step_def, fallback=record.steps[step].fallback)
+
+
+def _retry_at(deps: Dependencies, dependency: str, now: datetime) -> datetime:
+    """When an order held by ``dependency``'s breaker tries again: when the breaker lets a probe
+    through, as this host sees it, or ``BREAKER_OPEN_S`` from ``now``."""
+    view = None if deps.breakers is None else deps.breakers.view(dependency)
+    match view:
+        case Open(retry_at=retry_at):
+            return retry_at
+        case HalfOpen(probe_until=probe_until) if probe_until is not None:
+            return probe_until
+    return now + timedelta(seconds=deps.settings.BREAKER_OPEN_S)
 
 
 def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:

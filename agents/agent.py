@@ -19,6 +19,11 @@ Rules (docs/design.md §1, §3.6):
   nothing is deliberate: an earlier delivery still running (its lock expired) must not have its own
   response pre-empted by a failure. So the calls made for one order never exceed its retry budget,
   across every attempt, recovery and redelivery;
+- while the service's circuit breaker is open (:mod:`orderflow.breaker`, shared by every host) no
+  forward call is made: the answer is a failure of kind ``unavailable`` with the calls made so far, and
+  the order waits for the breaker with the rest of its budget (docs/operations.md, "Circuit breakers");
+  every call's outcome is told to the breaker, and a half-open breaker's one probe is the call of the
+  attempt holding its lease;
 - a duplicate of a request this host has already taken (the same ``requestId`` sent twice: a sender
   that re-ran, or a transport without broker duplicate detection such as Storage queues) is treated the
   same way, from a bounded in-process log of the request ids taken (:class:`TakenRequests`). Service
@@ -39,8 +44,17 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from agents.services import RemoteService
 from orderflow import telemetry
+from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
 from orderflow.clock import Clock
-from orderflow.errors import DeadlineExceeded, ErrorKind, InvalidMessage, PermanentError, TransientError
+from orderflow.contracts import undo_step_name
+from orderflow.errors import (
+    DeadlineExceeded,
+    DependencyUnavailable,
+    ErrorKind,
+    InvalidMessage,
+    PermanentError,
+    TransientError,
+)
 from orderflow.messages import (
     REPLY_TO_NOT_A_RESPONSE_QUEUE,
     AgentOutcome,
@@ -54,6 +68,9 @@ from orderflow.queues.base import QueueFactory
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+UNDO_SUFFIX = undo_step_name("")
+"""How an undo's request step ends (``{step}:undo``)."""
 
 MIN_CALL_S = 0.05
 """A call is not started with less than this many seconds left before the deadline."""
@@ -104,6 +121,7 @@ def handle_request(
     settings: Settings,
     sleep: Callable[[float], None] = time.sleep,
     taken: TakenRequests | None = None,
+    breakers: CircuitBreakers | None = None,
 ) -> AgentResult:
     """Perform the step a request asks for and send the response.
 
@@ -118,6 +136,9 @@ def handle_request(
         sleep: Sleeps between retries (tests pass a fake).
         taken: This host's log of the request ids it has taken; a request id already in it is a
             duplicate and handled like a redelivery. None: no such check.
+        breakers: The dependencies' circuit breakers (:mod:`orderflow.breaker`), keyed by the service's
+            name: while the service's is open no forward call is made and the answer is a failure of
+            kind ``unavailable`` (``dependency_unavailable``) with the calls made so far. None: none.
 
     Returns:
         The response sent and the number of remote calls made. ``AgentResult(None, 0)``, no call and
@@ -142,7 +163,7 @@ def handle_request(
     if _skipped(request, fields, delivery_count=delivery_count, clock=clock, taken=taken):
         return AgentResult(None, 0)
     result, error, calls = _call_service(
-        request, service=service, clock=clock, settings=settings, sleep=sleep
+        request, service=service, clock=clock, settings=settings, sleep=sleep, breakers=breakers
     )
     response = _response(request, result, error, calls, completed_at=clock.now())
     queues.queue(request.reply_to).send(
@@ -187,6 +208,33 @@ def _skipped(
     return False
 
 
+def _call_once(
+    request: AgentRequest, service: RemoteService, timeout_s: float, breakers: CircuitBreakers | None
+) -> dict[str, str]:
+    """One call, its outcome told to the service's breaker: a transient failure counts against the
+    dependency, any answer (a success or a business refusal) for it."""
+    try:
+        result = service.call(
+            request.operation,
+            request.payload,
+            order_id=request.order_id,
+            idempotency_key=request.idempotency_key,
+            timeout_s=timeout_s,
+            instance_id=request.instance_id,
+        )
+    except TransientError:
+        if breakers is not None:
+            breakers.failed(service.name, holder=request.instance_id)
+        raise
+    except PermanentError:
+        if breakers is not None:
+            breakers.succeeded(service.name)
+        raise
+    if breakers is not None:
+        breakers.succeeded(service.name)
+    return result
+
+
 def _call_service(
     request: AgentRequest,
     *,
@@ -194,28 +242,28 @@ def _call_service(
     clock: Clock,
     settings: Settings,
     sleep: Callable[[float], None],
+    breakers: CircuitBreakers | None = None,
 ) -> tuple[dict[str, str] | None, _Error | None, int]:
-    """Call the service, retrying transient faults within the deadline and ``request.max_calls``.
+    """Call the service, retrying transient faults within the deadline and ``request.max_calls``, and
+    only while the service's circuit breaker lets a forward call through (undos are not held: they
+    spend no budget, and an order waiting on its compensation cannot be given back).
 
     Returns:
         The result (None on failure), the error (None on success) and the number of calls made.
     """
     calls = 0
+    held = breakers if not request.step.endswith(UNDO_SUFFIX) else None
 
     def attempt() -> dict[str, str]:
         nonlocal calls
         left = (request.deadline - clock.now()).total_seconds()
         if left < MIN_CALL_S:
             raise DeadlineExceeded(f"deadline {request.deadline.isoformat()} passed before call {calls + 1}")
+        retry_at = None if held is None else held.admit(service.name, holder=request.instance_id)
+        if retry_at is not None:
+            raise DependencyUnavailable(service.name, retry_at)
         calls += 1
-        return service.call(
-            request.operation,
-            request.payload,
-            order_id=request.order_id,
-            idempotency_key=request.idempotency_key,
-            timeout_s=min(settings.AGENT_CALL_TIMEOUT_S, left),
-            instance_id=request.instance_id,
-        )
+        return _call_once(request, service, min(settings.AGENT_CALL_TIMEOUT_S, left), breakers)
 
     def stop(state: RetryCallState) -> bool:
         # Stop when the budget is spent or the next backoff would end past the deadline.
@@ -246,6 +294,9 @@ def _call_service(
             error = (ErrorKind.PERMANENT, exc.code, exc.detail)
         except DeadlineExceeded as exc:
             error = (ErrorKind.TIMEOUT, "deadline_exceeded", exc.detail)
+        except DependencyUnavailable as exc:
+            # No call (or no further call) while the breaker is open: the order waits, its budget kept.
+            error = (ErrorKind.UNAVAILABLE, DEPENDENCY_UNAVAILABLE, exc.detail)
         except TransientError as exc:
             kind = ErrorKind.BUDGET if calls >= request.max_calls else ErrorKind.TRANSIENT
             error = (kind, "transient_exhausted", exc.detail)

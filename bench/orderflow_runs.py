@@ -38,6 +38,7 @@ from devhost.client_credentials import issue_client_credentials
 from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -68,6 +69,17 @@ HARD_DOWN_SETTINGS: dict[str, str] = {
 """Shorter back-offs (supervisor and agent) for the hard-down run, so an order exhausts its attempts in
 seconds rather than minutes. The calls an order makes do not depend on them: the retry budget, the calls
 reserved per step attempt and ``SUPERVISOR_MAX_FAILURES`` decide those."""
+
+HARD_DOWN_BREAKER_SETTINGS: dict[str, str] = {
+    "BREAKER_OPEN_S": "2",
+    "BREAKER_OPEN_MAX_S": "4",
+    "BREAKER_MAX_WAIT_S": "10",
+    "BREAKER_CACHE_S": "0.2",
+}
+"""The circuit breaker's timings in the hard-down run with the breaker, shortened as the back-offs are
+(a probe every 2-4 s, orders given up after 10 s of waiting instead of 15 minutes), so the run ends in
+seconds. ``BREAKER_FAILURES_TO_OPEN`` keeps its default. The run without the breaker sets
+``BREAKER_ENABLED=false``: every order retries the dead service on its own budget, as before breakers."""
 
 
 def isolation(tag: str) -> dict[str, str]:
@@ -236,12 +248,14 @@ def counted_system(
         counts=queue_counts,
         role_of=queue_role(settings),
     )
+    clock = SystemClock()
     deps = Dependencies(
         states=CountingStateStore(stores.state, counts=state_counts, label=label),
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,
-        clock=SystemClock(),
+        clock=clock,
         settings=settings,
+        breakers=circuit_breakers(stores.breakers, clock, settings),
     )
     host = DevHost(deps, ALL_ROLES)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
@@ -425,10 +439,61 @@ def hard_down_run(
         "calls counted by the demo services' audit",
         "outcomes": dict(sorted(result.outcomes.items())),
         "final_states": dict(sorted(Counter(r.process_state.value for r in records).items())),
-        "forward_calls": {"max": max(forward), "mean": round(sum(forward) / len(forward), 2)},
+        "forward_calls": {
+            "max": max(forward),
+            "mean": round(sum(forward) / len(forward), 2),
+            "total": sum(forward),
+        },
         "undo_calls": {"max": max(undo), "mean": round(sum(undo) / len(undo), 2)},
         "budget": budget,
         "budget_spent_max": max(record.retry_budget.spent for record in records),
         "all_forward_calls_max": max(all_forward),
         "forward_calls_within_budget": at_most(max(all_forward), budget),
+    }
+
+
+def hard_down_comparison(
+    *,
+    orders: Sequence[DemoOrder],
+    endpoints: LocalEndpoints,
+    services_url: str,
+    service: str,
+    timeout_s: float,
+    overrides: Mapping[str, str] = HARD_DOWN_SETTINGS,
+    breaker_overrides: Mapping[str, str] = HARD_DOWN_BREAKER_SETTINGS,
+) -> dict[str, Any]:
+    """The hard-down run twice on the same orders: without circuit breakers, then with them.
+
+    Returns:
+        The run without breakers (:func:`hard_down_run`'s fields, as before breakers existed), with
+        ``with_breaker``: the same fields for the run with breakers, and ``calls_to_dead_service``:
+        forward calls to ``service`` in total and per order, both ways.
+    """
+    runs = [
+        hard_down_run(
+            orders=orders,
+            endpoints=endpoints,
+            services_url=services_url,
+            service=service,
+            timeout_s=timeout_s,
+            overrides=settings,
+        )
+        for settings in (
+            {**overrides, "BREAKER_ENABLED": "false"},
+            {**overrides, **breaker_overrides, "BREAKER_ENABLED": "true"},
+        )
+    ]
+    without, with_breaker = runs
+    count = max(len(orders), 1)
+    totals = {
+        "without_breaker": without["forward_calls"]["total"],
+        "with_breaker": with_breaker["forward_calls"]["total"],
+    }
+    return {
+        **without,
+        "with_breaker": with_breaker,
+        "calls_to_dead_service": {
+            "total": totals,
+            "per_order": {name: round(total / count, 2) for name, total in totals.items()},
+        },
     }

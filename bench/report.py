@@ -288,6 +288,13 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
             f"({'met' if hard['forward_calls_within_budget']['met'] else 'not met'}); undo calls max "
             f"{hard['undo_calls']['max']}; final states {hard['final_states']}"
         )
+        cut = hard.get("calls_to_dead_service")
+        if cut:
+            console.print(
+                f"hard-down {hard['service']}, calls to it in total (per order): without the circuit "
+                f"breaker {cut['total']['without_breaker']} ({cut['per_order']['without_breaker']}), with "
+                f"it {cut['total']['with_breaker']} ({cut['per_order']['with_breaker']})"
+            )
 
 
 def markdown_tables(report: Mapping[str, Any]) -> str:

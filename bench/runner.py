@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.config import BenchConfig
-from bench.orderflow_runs import counting_run, hard_down_run, throughput_run
+from bench.orderflow_runs import counting_run, hard_down_comparison, throughput_run
 from bench.peer_runs import dbos_run, durabletask_run
 from bench.report import NOTES, build_report, machine_info
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
@@ -160,7 +160,7 @@ def run_bench(
         )
         hard_down = parts.run(
             f"orderflow: {config.hard_down_orders} orders while {config.hard_down_service} is down",
-            lambda: hard_down_run(
+            lambda: hard_down_comparison(
                 orders=orders[: config.hard_down_orders],
                 endpoints=local,
                 services_url=services_url,

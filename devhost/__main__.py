@@ -28,6 +28,7 @@ from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_si
 from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
+from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
@@ -207,12 +208,14 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 queues, lease = connect_transport(settings, roles)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
+                clock = SystemClock()
                 deps = Dependencies(
                     states=stores.state,
                     orders=stores.orders,
                     queues=queues,
-                    clock=SystemClock(),
+                    clock=clock,
                     settings=settings,
+                    breakers=circuit_breakers(stores.breakers, clock, settings),
                 )
                 issuer = local_issuer_of(settings) if "api" in roles else None
                 host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)

@@ -400,6 +400,7 @@ class DevHost:
                 clock=self.deps.clock,
                 settings=self.settings,
                 taken=taken,
+                breakers=self.deps.breakers,
             )
 
         return handle
@@ -414,6 +415,7 @@ class DevHost:
             response_queue=self.settings.response_queue(),
             capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
+            breakers=self.deps.breakers,
         )
 
     def _supervisor_tick(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import cache
 
 from function_host.settlement import Redelivery
+from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
@@ -24,8 +25,14 @@ from orderflow.wiring import connect_azure
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
+    clock = SystemClock()
     deps = Dependencies(
-        states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
+        states=stores.state,
+        orders=stores.orders,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        breakers=circuit_breakers(stores.breakers, clock, settings),
     )
     return deps, queues
 

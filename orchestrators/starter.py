@@ -20,16 +20,17 @@ from datetime import datetime, timedelta
 
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
+from orderflow.breaker import CircuitBreakers, hold_for_dependency
 from orderflow.clock import Clock
 from orderflow.contracts import OrchestrationInput
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation
 from orderflow.orchestration import OrchestrationClient
 from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
-from orderflow.step_start import ReviewNeed, Start, decide_step_start
+from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
-from orderflow.workflows import UnknownWorkflowVersion, workflow_for
+from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +51,19 @@ CLAIMABLE_STATES = (ProcessState.PENDING, ProcessState.COMPENSATING)
 
 
 def claim(
-    states: StateStore, found: Versioned[StateRecord], clock: Clock, settings: Settings
+    states: StateStore,
+    found: Versioned[StateRecord],
+    clock: Clock,
+    settings: Settings,
+    *,
+    breakers: CircuitBreakers | None = None,
 ) -> Versioned[StateRecord] | None:
     """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
 
     A ``Pending`` record's first step still to run is started in the same write
-    (:func:`start_first_step`).
+    (:func:`start_first_step`). When that step's dependency is held by its open circuit breaker, the
+    record is not claimed: one conditional write defers it to when the breaker lets a probe through
+    (:func:`defer_for_dependency`).
 
     Args:
         states: The state store.
@@ -63,10 +71,11 @@ def claim(
         clock: Time source.
         settings: ``CLAIM_TIMEOUT_S``, and the first step's ``STEP_TIMEOUT_S``, ``START_LATENCY_S``,
             ``AGENT_MAX_CALLS_PER_STEP`` and ``REVIEW_AMOUNT_ABOVE``.
+        breakers: The dependencies' circuit breakers; None: none consulted.
 
     Returns:
-        The claimed record with its new ETag, or None when it is no longer claimable or another
-        starter won the race.
+        The claimed record with its new ETag, or None when it is no longer claimable, another
+        starter won the race, or it was deferred.
     """
     record = found.item
     now = clock.now()
@@ -75,6 +84,8 @@ def claim(
         or record.locked_by is not None
         or (record.next_attempt_at is not None and record.next_attempt_at > now)
     ):
+        return None
+    if breakers is not None and defer_for_dependency(states, found, breakers, now, settings):
         return None
     claimed = record.model_copy(deep=True)
     # A Compensating record stays Compensating: the new attempt resumes the undo.
@@ -92,6 +103,61 @@ def claim(
         return states.replace(claimed, etag=found.etag)
     except ConcurrencyConflict:
         return None
+
+
+def defer_for_dependency(
+    states: StateStore,
+    found: Versioned[StateRecord],
+    breakers: CircuitBreakers,
+    now: datetime,
+    settings: Settings,
+) -> bool:
+    """Defer a ``Pending`` record whose first step to run waits for its dependency's open breaker.
+
+    The attempt the claim would start asks the breaker (:meth:`CircuitBreakers.admit`, which hands a
+    half-open breaker's probe to one claim only). Held: one conditional write keeps the record
+    ``Pending`` with ``nextAttemptAt`` at the breaker's retry time, or gives it up past
+    ``BREAKER_MAX_WAIT_S`` (:func:`orderflow.breaker.hold_for_dependency`); nothing is claimed or
+    reserved and ``failureCount`` is unchanged.
+
+    Returns:
+        True when the record is held (deferred, given up, or moved by another writer meanwhile): do not
+        claim it now.
+    """
+    record = found.item
+    step_def = _first_step_to_run(record)
+    if step_def is None or record.process_state is not ProcessState.PENDING or record.cancel_requested_at:
+        return False
+    dependency = step_dependency(step_def, fallback=record.steps[step_def.name].fallback)
+    retry_at = breakers.admit(dependency, holder=instance_id_for(record.order_id, record.attempt + 1))
+    if retry_at is None:
+        return False
+    held = record.model_copy(deep=True)
+    gave_up = hold_for_dependency(
+        held, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+    )
+    try:
+        states.replace(held, etag=found.etag)
+    except ConcurrencyConflict:
+        return True
+    fields = {"order_id": record.order_id, "step": step_def.name, "dependency": dependency}
+    if gave_up:
+        telemetry.alert("dependency_wait_exhausted", **fields)
+    else:
+        telemetry.event("claim.deferred", **fields, retry_at=retry_at.isoformat())
+    return True
+
+
+def _first_step_to_run(record: StateRecord) -> StepDefinition | None:
+    """The definition of the record's first step not completed, or None (all done, or an unknown
+    workflow version: the orchestration meets it and fails)."""
+    try:
+        definition = workflow_for(record.workflow_version)
+    except UnknownWorkflowVersion:
+        return None
+    done = set(record.completed_steps())
+    step_def = next((s for s in definition.steps if s.name not in done), None)
+    return step_def if step_def is not None and step_def.name in record.steps else None
 
 
 def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
@@ -183,6 +249,7 @@ def run_starter_pass(
     response_queue: str,
     capacity: int,
     on_claimed: Callable[[Versioned[StateRecord]], None] | None = None,
+    breakers: CircuitBreakers | None = None,
 ) -> StarterReport:
     """Claim up to ``min(capacity, STARTER_BATCH)`` ready ``Pending`` records and start their attempts.
 
@@ -195,6 +262,8 @@ def run_starter_pass(
         capacity: How many more orchestrations this host may run now.
         on_claimed: Called with each claimed record and its ETag (the host's record cache), so the
             new orchestration's first write needs no point read.
+        breakers: The dependencies' circuit breakers: a record whose first step waits for an open one
+            is deferred, not claimed (:func:`claim`).
 
     Returns:
         A :class:`StarterReport`.
@@ -214,7 +283,7 @@ def run_starter_pass(
         budget.record(page)
         for found in page.items:
             report.examined += 1
-            won = claim(states, found, clock, settings)
+            won = claim(states, found, clock, settings, breakers=breakers)
             if won is None:
                 report.lost_races += 1
                 continue

@@ -59,6 +59,7 @@ from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import ReviewDecision, instance_id_for
 from orderflow.results import (
+    AwaitingDependency,
     AwaitingReview,
     BudgetExhausted,
     CompensationFinished,
@@ -96,8 +97,8 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
 
     Returns:
         A small summary ``{"outcome": ..., "step": ...}``: ``Processed``, ``Compensated``,
-        ``CompensationFailed``, ``Error``, ``timeout``, ``retryable`` or ``fenced``. The state store, not
-        this value, is the truth.
+        ``CompensationFailed``, ``Error``, ``timeout``, ``retryable``, ``awaiting_dependency`` or
+        ``fenced``. The state store, not this value, is the truth.
     """
     start = OrchestrationInput.model_validate(payload)
     run = _Attempt(ctx, start, workflow_for(start.workflow_version))
@@ -154,6 +155,10 @@ def _run_step(
             case Fenced(reason=reason) | WriteFailed(reason=reason):
                 run.log.note("step.fenced", step.name, reason)
                 return _Ended("fenced", step.name)
+            case AwaitingDependency(dependency=dependency):
+                # The record went back to Pending (or on to Compensating) in the activity's own write.
+                run.log.note("step.awaiting_dependency", step.name, dependency)
+                return _Ended("awaiting_dependency", step.name)
             case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted():
                 stopped = run.compensate_for(step.name, started)
                 if stopped is None:  # a bug, not a protocol outcome: fail the orchestration loudly
@@ -198,7 +203,14 @@ def _start_step(
 ) -> Generator[
     WorkflowTask,
     Any,
-    StepStarted | ReviewRejected | BudgetExhausted | Stopped | Fenced | ReviewRecorded | WriteFailed,
+    StepStarted
+    | AwaitingDependency
+    | ReviewRejected
+    | BudgetExhausted
+    | Stopped
+    | Fenced
+    | ReviewRecorded
+    | WriteFailed,
 ]:
     """Start ``step`` through :data:`START_STEP`; while the order awaits a person's review before it,
     wait for the decision and, once approved, start again.

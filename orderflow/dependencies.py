@@ -6,6 +6,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from orderflow.breaker import CircuitBreakers
 from orderflow.clock import Clock
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, StateRecord
@@ -87,6 +88,8 @@ class Dependencies:
         settings: The configuration.
         cache: The newest state-record versions this process knows (saves point reads).
         order_cache: Order documents this process has read (immutable, so never stale).
+        breakers: The remote dependencies' circuit breakers (shared through their store), or None:
+            no breakers (``BREAKER_ENABLED`` off, or a host wired without a breaker store).
     """
 
     states: StateStore
@@ -96,3 +99,4 @@ class Dependencies:
     settings: Settings
     cache: RecordCache = field(default_factory=RecordCache)
     order_cache: OrderCache = field(default_factory=OrderCache)
+    breakers: CircuitBreakers | None = None

@@ -7,6 +7,7 @@ only at the edge (hosts and consumer loops); roles raise.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
@@ -29,6 +30,8 @@ class ErrorKind(StrEnum):
     INVALID = "invalid"
     NOT_FOUND = "not_found"
     BUDGET = "budget_exhausted"
+    UNAVAILABLE = "unavailable"
+    """A dependency known to be down (its circuit breaker is open): no call was made; wait and retry."""
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
 
@@ -119,6 +122,22 @@ class DeadlineExceeded(OrderflowError):
     """The step's ``completeBy`` passed before the work could start or finish."""
 
     kind = ErrorKind.TIMEOUT
+
+
+class DependencyUnavailable(OrderflowError):
+    """A dependency's circuit breaker is open (orderflow.breaker): no call is made until ``retry_at``.
+
+    Attributes:
+        dependency: The dependency (an agent name).
+        retry_at: When the breaker lets a probe through (UTC).
+    """
+
+    kind = ErrorKind.UNAVAILABLE
+
+    def __init__(self, dependency: str, retry_at: datetime) -> None:
+        self.dependency = dependency
+        self.retry_at = retry_at
+        super().__init__(f"{dependency} is unavailable (circuit open) until {retry_at.isoformat()}")
 
 
 class RetryBudgetExhausted(OrderflowError):

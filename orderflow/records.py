@@ -360,6 +360,8 @@ class StateRecord(Model):
     failure_count: int = 0
     attempt: int = 0
     next_attempt_at: UtcDatetime | None = None
+    dependency_wait_since: UtcDatetime | None = None
+    """When the order first waited for an open circuit breaker (orderflow.breaker), until a step completes."""
     reply_to: str
     client_id: str | None = None
     steps: dict[str, StepState] = Field(default_factory=dict)

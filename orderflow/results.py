@@ -94,6 +94,24 @@ class BudgetExhausted(ResultModel):
     outcome: Literal["budget_exhausted"] = "budget_exhausted"
 
 
+class AwaitingDependency(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` did not start the step: its dependency's circuit breaker is
+    open (orderflow.breaker). In the same write the attempt gave the record back: ``Pending`` until
+    ``retry_at``, or, past ``BREAKER_MAX_WAIT_S`` of waiting, ``Compensating`` (``gave_up``). The attempt
+    ends here without another write; the previous step's completion, if any, was recorded.
+
+    Attributes:
+        dependency: The agent whose breaker is open.
+        retry_at: When the order is claimed again (UTC).
+        gave_up: The order waited too long and is compensated instead.
+    """
+
+    outcome: Literal["awaiting_dependency"] = "awaiting_dependency"
+    dependency: str
+    retry_at: UtcDatetime
+    gave_up: bool = False
+
+
 class ReviewRecorded(ResultModel):
     """:data:`~orderflow.contracts.RECORD_REVIEW` recorded the decision, or found one recorded first.
 
@@ -185,7 +203,7 @@ class WriteFailed(ResultModel):
 
 
 StartStepResult: TypeAlias = Annotated[
-    StepStarted | AwaitingReview | ReviewRejected | BudgetExhausted | Stopped | Fenced,
+    StepStarted | AwaitingReview | AwaitingDependency | ReviewRejected | BudgetExhausted | Stopped | Fenced,
     Field(discriminator="outcome"),
 ]
 """:data:`~orderflow.contracts.START_STEP`'s result."""

@@ -624,6 +624,56 @@ class Settings(BaseModel):
         24, ge=1, description="End-to-end limit of remote calls per order across all attempts and steps."
     )
 
+    # --- circuit breakers --------------------------------------------------------------------
+    BREAKER_ENABLED: bool = Field(
+        True,
+        description="A circuit breaker per remote dependency (each agent's service), shared by every host "
+        "through a document per dependency in the breakers container (default true; docs/operations.md). "
+        "While it is open, steps on that dependency are not started and agents make no call to it: the "
+        "order waits, its retry budget unspent, and one probe at a time tests the dependency. Off: every "
+        "order retries a dead dependency on its own budget.",
+    )
+    BREAKER_FAILURES_TO_OPEN: int = Field(
+        10,
+        ge=1,
+        description="Transient failures in a row, with no success between them, that one host sees from "
+        "a dependency before it opens the dependency's breaker for every host (default 10: random faults "
+        "at a rate of 30% make ten in a row about once in 170,000 calls).",
+    )
+    BREAKER_OPEN_S: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a breaker stays open once it opens, before one probe may test the dependency "
+        "(default 15). Each failed probe re-opens it for twice as long as the time before, up to "
+        "BREAKER_OPEN_MAX_S.",
+    )
+    BREAKER_OPEN_MAX_S: float = Field(
+        240.0,
+        gt=0,
+        description="Longest a breaker stays open between probes, seconds (default 240).",
+    )
+    BREAKER_PROBE_LEASE_S: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds the one probe of a half-open breaker holds it (default 30, about a claim's "
+        "completeBy): the step started as the probe must reach its agent and call within it. No other "
+        "order calls the dependency meanwhile; a probe that dies frees it when the lease ends.",
+    )
+    BREAKER_MAX_WAIT_S: float = Field(
+        900.0,
+        gt=0,
+        description="Longest an order waits for an open breaker, seconds from its first wait (default "
+        "900). Past it the order stops waiting: it is compensated with lastError unavailable / "
+        "dependency_unavailable and an alert, as the supervisor does with an order that keeps failing.",
+    )
+    BREAKER_CACHE_S: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds a host reuses a breaker document it read before reading it again (default "
+        "1): one read per dependency per host per period, not one per call. A breaker another host "
+        "opens is seen within this time.",
+    )
+
     # --- supervisor --------------------------------------------------------------------------
     SUPERVISOR_INTERVAL_S: float = Field(
         2.0,

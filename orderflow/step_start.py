@@ -11,9 +11,11 @@ checks ownership before it asks; docs/design.md §3.3). Then, in this order:
    provider, another idempotency key, a reservation of its own);
 4. this attempt already started the step (an activity re-run, or the claim started it): **already
    started**, nothing to write;
-5. the attempt needs a reservation of calls from the order's end-to-end retry budget, counted after
+5. the step's dependency (its provider's agent) is held by an open circuit breaker
+   (:mod:`orderflow.breaker`; the caller asks it first): **await the dependency**, nothing reserved;
+6. the attempt needs a reservation of calls from the order's end-to-end retry budget, counted after
    the previous step's unused reservation has gone back: none left is **budget exhausted**;
-6. otherwise **start**.
+7. otherwise **start**.
 
 :func:`decide_step_start` is pure: it reads a record and returns what to do; the caller applies it in
 its one conditional write. Decisions are a tagged union whose class names say what to do; the
@@ -24,6 +26,7 @@ as ``BudgetExhausted``, ``StopRequested`` as ``Stopped``, ``RejectedByReview`` a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 
 from orderflow.contracts import StepResult
@@ -76,6 +79,20 @@ class AlreadyStarted:
 
 
 @dataclass(frozen=True)
+class AwaitDependency:
+    """The step's dependency is unavailable (its breaker is open) until ``retry_at`` (UTC): the step
+    does not start, nothing is reserved, and the order waits (:func:`orderflow.breaker.hold_for_dependency`).
+
+    Attributes:
+        dependency: The agent whose breaker holds the step.
+        retry_at: When to try again.
+    """
+
+    dependency: str
+    retry_at: datetime
+
+
+@dataclass(frozen=True)
 class OutOfBudget:
     """No calls are left in the order's retry budget for this attempt of the step.
 
@@ -107,6 +124,7 @@ StepStartDecision = (
     | ReviewUnknown
     | RejectedByReview
     | AlreadyStarted
+    | AwaitDependency
     | OutOfBudget
     | Start
 )
@@ -124,6 +142,7 @@ def decide_step_start(
     max_calls_per_step: int,
     fallback: bool = False,
     completed: StepResult | None = None,
+    dependency_held: AwaitDependency | None = None,
 ) -> StepStartDecision:
     """Decide whether ``step`` starts for attempt ``instance_id`` (the rules in the module docstring).
 
@@ -137,6 +156,8 @@ def decide_step_start(
         completed: The previous step's result, whose completion is written with this start: its unused
             reservation goes back to the budget before this step reserves, and a re-run is "already
             started" only once that completion is in the record too.
+        dependency_held: The step's dependency (:func:`step_dependency`) is held by its breaker, as
+            :meth:`orderflow.breaker.CircuitBreakers.admit` answered; None: it may be called now.
 
     Returns:
         One of the :data:`StepStartDecision` classes.
@@ -149,9 +170,9 @@ def decide_step_start(
         return StopRequested()
     if record.process_state not in _LIVE:
         return NotProcessing(record.process_state)
-    held = _held_for_review(record, step, review)
-    if held is not None:
-        return held
+    paused = _held_for_review(record, step, review)
+    if paused is not None:
+        return paused
     if record.process_state is not ProcessState.PROCESSING:
         return NotProcessing(record.process_state)
     state = record.steps[step.name]
@@ -161,6 +182,8 @@ def decide_step_start(
     completed_step = None if completed is None else completed.step
     if not to_fallback and _started_by(record, step.name, instance_id, completed_step):
         return AlreadyStarted()
+    if dependency_held is not None:
+        return dependency_held
     # A fallback is a new provider: the attempt reserves again, whatever the primary held.
     if not to_fallback and state.status is StepStatus.RUNNING and state.last_instance == instance_id:
         return Start(grant=None, to_fallback=False)
@@ -168,6 +191,12 @@ def decide_step_start(
     if grant == 0:
         return OutOfBudget(to_fallback=to_fallback)
     return Start(grant=grant, to_fallback=to_fallback)
+
+
+def step_dependency(step: StepDefinition, *, fallback: bool = False) -> str:
+    """The dependency (agent) a start of ``step`` sends its request to: the fallback provider's agent
+    when the orchestration asks for it, else the step's own."""
+    return step.fallback_agent if fallback and step.fallback_agent else step.agent
 
 
 def _held_for_review(

@@ -44,6 +44,7 @@ def _handle(
             clock=deps.clock,
             settings=deps.settings,
             taken=_taken(agent),
+            breakers=deps.breakers,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).

@@ -42,6 +42,7 @@ async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClien
         response_queue=deps.settings.AGENT_RESPONSES_QUEUE,
         capacity=deps.settings.STARTER_BATCH,
         on_claimed=deps.cache.put,
+        breakers=deps.breakers,
     )
 
 

@@ -1,5 +1,6 @@
 // Cosmos DB (NoSQL API, serverless): one database holding the order store (orders) and the state store
-// (orderstate), each partitioned on /orderId with id = orderId, so every point read is one request.
+// (orderstate), each partitioned on /orderId with id = orderId, so every point read is one request,
+// and the circuit breakers' documents (breakers, partitioned on /id).
 // Containers never share a transaction, so the order document and the state record stay two writes
 // (the dual-write the design handles). No keys: the app's identity holds the data-plane role on this
 // database only, and data-plane RBAC cannot create containers, so they are declared here.
@@ -177,6 +178,40 @@ resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
               order: 'ascending'
             }
           ]
+        ]
+      }
+    }
+  }
+}
+
+// Circuit breakers (orderflow.breaker): a small document per remote dependency, id = the dependency,
+// read by id and replaced on its ETag; never queried, so only the partition key is indexed. A container
+// of its own, so no query over the state records meets one.
+resource breakersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
+  parent: database
+  name: 'breakers'
+  properties: {
+    resource: {
+      id: 'breakers'
+      partitionKey: {
+        paths: [
+          '/id'
+        ]
+        kind: 'Hash'
+        version: 2
+      }
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          {
+            path: '/id/?'
+          }
+        ]
+        excludedPaths: [
+          {
+            path: '/*'
+          }
         ]
       }
     }

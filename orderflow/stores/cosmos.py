@@ -56,6 +56,7 @@ from azure.cosmos.exceptions import (
 )
 from azure.cosmos.http_constants import HttpHeaders
 
+from orderflow.breaker import BreakerDoc
 from orderflow.errors import (
     AlreadyExists,
     ConcurrencyConflict,
@@ -491,6 +492,55 @@ class CosmosOrderStore:
         return Redaction.REDACTED
 
 
+class CosmosBreakerStore:
+    """Circuit-breaker documents in a Cosmos DB container (``breakers``, partition key ``/id``): the
+    :class:`~orderflow.breaker.BreakerStore` port. A container of its own, so that no query over the state
+    records ever meets a breaker document."""
+
+    def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
+        self._container = _CosmosContainer(
+            container, "circuit breaker", operation_timeout_s=operation_timeout_s
+        )
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(container={self._container.container.id!r})"
+
+    def find(self, dependency: str) -> Versioned[BreakerDoc] | None:
+        """The dependency's document, or None.
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        try:
+            doc = self._container.read(dependency)
+        except NotFound:
+            return None
+        return Versioned(BreakerDoc.from_stored(doc), str(doc["_etag"]))
+
+    def create(self, doc: BreakerDoc) -> Versioned[BreakerDoc]:
+        """Insert a document.
+
+        Raises:
+            AlreadyExists: one exists (409).
+        """
+        stored = self._container.create(doc.to_json_dict())
+        return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+    def replace(self, doc: BreakerDoc, *, etag: str) -> Versioned[BreakerDoc]:
+        """Replace a document only if its ETag is still ``etag`` (If-Match).
+
+        Raises:
+            ConcurrencyConflict: the ETag differs (412).
+        """
+        stored = self._container.replace(doc.to_json_dict(), etag)
+        return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+
+BREAKER_PARTITION_KEY_PATH = "/id"
+"""Partition key path of the breakers container: a document per dependency, read by its id."""
+
+
 @dataclass
 class CosmosStores:
     """Both Cosmos DB stores over one client; close it (or use ``with``) when done.
@@ -500,12 +550,14 @@ class CosmosStores:
         database: The database holding both containers.
         state: The state store (``orderstate`` container by default).
         orders: The order store (``orders`` container by default).
+        breakers: The circuit breakers' documents (``breakers`` container by default).
     """
 
     client: CosmosClient
     database: DatabaseProxy
     state: CosmosStateStore
     orders: CosmosOrderStore
+    breakers: CosmosBreakerStore
 
     @classmethod
     def connect(
@@ -518,6 +570,7 @@ class CosmosStores:
         verify_tls: bool = True,
         state_container: str = "orderstate",
         orders_container: str = "orders",
+        breakers_container: str = "breakers",
         connection_timeout: float | None = None,
         read_timeout: float | None = None,
         operation_timeout: float | None = None,
@@ -535,6 +588,7 @@ class CosmosStores:
                 self-signed certificate.
             state_container: Container id of the state records.
             orders_container: Container id of the order documents.
+            breakers_container: Container id of the circuit breakers' documents (partition key ``/id``).
             connection_timeout: Seconds to wait for a connection (SDK default when None).
             read_timeout: Seconds to wait for an answer on an open connection (SDK default, 65 s, when
                 None). Without it a hung (or SIGSTOPped) server holds a point read for over a minute;
@@ -579,10 +633,14 @@ class CosmosStores:
                     pk = PartitionKey(path=PARTITION_KEY_PATH)
                     state = db.create_container_if_not_exists(id=state_container, partition_key=pk)
                     orders = db.create_container_if_not_exists(id=orders_container, partition_key=pk)
+                    breakers = db.create_container_if_not_exists(
+                        id=breakers_container, partition_key=PartitionKey(path=BREAKER_PARTITION_KEY_PATH)
+                    )
                 else:
                     db = client.get_database_client(database)
                     state = db.get_container_client(state_container)
                     orders = db.get_container_client(orders_container)
+                    breakers = db.get_container_client(breakers_container)
             except BaseException:
                 client.close()
                 raise
@@ -592,6 +650,7 @@ class CosmosStores:
             db,
             CosmosStateStore(state, operation_timeout_s=operation_timeout),
             CosmosOrderStore(orders, operation_timeout_s=operation_timeout),
+            CosmosBreakerStore(breakers, operation_timeout_s=operation_timeout),
         )
 
     def __repr__(self) -> str:

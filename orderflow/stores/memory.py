@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
+from orderflow.breaker import BreakerDoc
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
@@ -387,3 +388,41 @@ class InMemoryOrderStore:
             return Redaction.ALREADY_REDACTED
         self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
         return Redaction.REDACTED
+
+
+class InMemoryBreakerStore:
+    """Circuit-breaker documents in memory: the :class:`~orderflow.breaker.BreakerStore` port,
+    thread-safe, with the state store's ETag semantics. Hosts that share one instance share breakers."""
+
+    def __init__(self) -> None:
+        self._container = _MemoryContainer("circuit breaker")
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(breakers={len(self._container)})"
+
+    def find(self, dependency: str) -> Versioned[BreakerDoc] | None:
+        """The dependency's document, or None."""
+        try:
+            doc = self._container.read(dependency)
+        except NotFound:
+            return None
+        return Versioned(BreakerDoc.from_stored(doc), str(doc["_etag"]))
+
+    def create(self, doc: BreakerDoc) -> Versioned[BreakerDoc]:
+        """Insert a document.
+
+        Raises:
+            AlreadyExists: one exists.
+        """
+        stored = self._container.create(doc.to_json_dict())
+        return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+    def replace(self, doc: BreakerDoc, *, etag: str) -> Versioned[BreakerDoc]:
+        """Replace a document only if its ETag is still ``etag``.
+
+        Raises:
+            ConcurrencyConflict: the ETag differs. NotFound: no such document.
+        """
+        stored = self._container.replace(doc.to_json_dict(), etag)
+        return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))

@@ -22,7 +22,7 @@ from orderflow.clients import parse_clients
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import StateQuery
-from orderflow.stores.cosmos import PARTITION_KEY_PATH, state_query_sql
+from orderflow.stores.cosmos import BREAKER_PARTITION_KEY_PATH, PARTITION_KEY_PATH, state_query_sql
 from orderflow.workflows import agent_names
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
 
@@ -74,6 +74,14 @@ LEFT_AT_DEFAULT = {
     "POLL_MAX_INTERVAL_S": "local consumer loops",
     "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
     "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
+    # Circuit breakers: the defaults are the production values (docs/operations.md, "Circuit breakers").
+    "BREAKER_ENABLED": "on by default, the production choice",
+    "BREAKER_FAILURES_TO_OPEN": "default tolerates random transient faults and opens on an outage",
+    "BREAKER_OPEN_S": "default probe cadence of an outage",
+    "BREAKER_OPEN_MAX_S": "default cap of the probe backoff",
+    "BREAKER_PROBE_LEASE_S": "default fits the default claim deadline",
+    "BREAKER_MAX_WAIT_S": "default bounds an order's wait to minutes",
+    "BREAKER_CACHE_S": "default read cadence of a breaker per host",
     # Defaults chosen against the defaults of the deadlines they must stay below (Settings refuses a
     # timeout that is not shorter than its role's deadline).
     "QUEUE_READ_TIMEOUT_S": "default fits the default step deadline",
@@ -367,9 +375,10 @@ def check_cosmos(template: Template) -> None:
         for c in _of_type(template, "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers")
     }
     database = app_settings(template)["COSMOS_DATABASE"]
-    assert set(containers) == {(database, "orders"), (database, "orderstate")}
-    for resource in containers.values():
-        assert resource["partitionKey"]["paths"] == [PARTITION_KEY_PATH]
+    assert set(containers) == {(database, "orders"), (database, "orderstate"), (database, "breakers")}
+    for (_, name), resource in containers.items():
+        expected = BREAKER_PARTITION_KEY_PATH if name == "breakers" else PARTITION_KEY_PATH
+        assert resource["partitionKey"]["paths"] == [expected]
     policy = containers[(database, "orderstate")]["indexingPolicy"]
     excluded = {p["path"].split("/")[1] for p in policy["excludedPaths"]}
     assert not excluded & _state_query_fields(), "a queried field is not indexed"

@@ -58,7 +58,7 @@ from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.results import StepStarted
 from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.base import Versioned
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.memory import InMemoryBreakerStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
@@ -617,7 +617,9 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
 
     def connect(settings: Settings) -> tuple[SimpleNamespace, InMemoryQueueFactory]:
         built.append(settings)
-        stores = SimpleNamespace(state=InMemoryStateStore(), orders=InMemoryOrderStore())
+        stores = SimpleNamespace(
+            state=InMemoryStateStore(), orders=InMemoryOrderStore(), breakers=InMemoryBreakerStore()
+        )
         return stores, InMemoryQueueFactory()
 
     monkeypatch.setattr(wiring, "connect_azure", connect)
