@@ -4,8 +4,11 @@ Submission asks :class:`ClientAdmission` before it writes a new order. Ceilings 
 the whole system (a ceiling of 0, or none, disables its check):
 
 - **in flight, per client**: a registered client's orders in ``Pending`` or ``Processing`` may not exceed
-  its own ``maxInFlight`` (the client registry, :mod:`orderflow.clients`), counted on its ``clientId``:
-  one client at its quota is refused ``ClientInFlightCeiling`` while the others go on;
+  its quota (:meth:`orderflow.settings.Settings.client_quota`: its own ``maxInFlight``, else an equal
+  share of what the others' leave of ``MAX_IN_FLIGHT_ORDERS``), counted on its ``clientId``: one client
+  at its quota is refused ``ClientInFlightCeiling`` while the others go on. The quotas never add up to
+  more than the global ceiling (the settings refuse a registry whose do), so no client can fill the
+  system for the others;
 - **in flight, global**: orders in ``Pending`` or ``Processing``
   (:data:`~orderflow.state_machine.IN_FLIGHT_STATES`) may not exceed ``MAX_IN_FLIGHT_ORDERS``: an order is
   admitted only while ``in_flight < ceiling``;
@@ -350,7 +353,7 @@ class AdmissionControl:
         return cls(
             states=states,
             backlog=backlog,
-            max_in_flight=client.max_in_flight or 0,
+            max_in_flight=settings.client_quota(client),
             max_backlog=settings.MAX_SUBMISSION_BACKLOG,
             refresh_s=settings.ADMISSION_REFRESH_S,
             monotonic=monotonic,

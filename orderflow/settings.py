@@ -847,8 +847,24 @@ class Settings(BaseModel):
         return text
 
     def model_post_init(self, context: Any, /) -> None:
-        """Build the client registry once (the ``CLIENTS`` text was checked by its validator)."""
+        """Build the client registry once (the ``CLIENTS`` text was checked by its validator), and refuse
+        quotas that would let the clients together exceed ``MAX_IN_FLIGHT_ORDERS``.
+
+        Raises:
+            ValueError: the registry's ``maxInFlight`` values add up to more than the global ceiling, or
+                leave less than one order each to the clients without one.
+        """
         self._clients = ClientRegistry(parse_clients(self.CLIENTS), reserved=self.reserved_queue)
+        ceiling, registry = self.MAX_IN_FLIGHT_ORDERS, self._clients
+        unset = sum(1 for c in registry if c.max_in_flight is None)
+        if ceiling > 0 and len(registry) and _fair_share(ceiling, registry, unset) < (1 if unset else 0):
+            total = sum(c.max_in_flight or 0 for c in registry)
+            short = f"leave less than one order each for the {unset} without one" if unset else "exceed it"
+            raise ValueError(
+                f"CLIENTS: the clients' maxInFlight values add up to {total}, which under MAX_IN_FLIGHT_ORDERS "
+                f"({ceiling}) {short}: lower them or raise the ceiling, so that no client can fill the system "
+                "for the others"
+            )
 
     @field_validator("*")
     @classmethod
@@ -1016,6 +1032,20 @@ class Settings(BaseModel):
             return self.OPERATOR_JWKS_URI.strip()
         return entra_jwks_uri(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
 
+    def client_quota(self, client: RegisteredClient) -> int:
+        """The most orders ``client`` may have in flight: its ``maxInFlight``, else an equal share of what
+        the registry's ``maxInFlight`` values leave of ``MAX_IN_FLIGHT_ORDERS`` (0: no quota, only
+        when the global ceiling is off too).
+
+        The settings refuse a registry whose quotas would exceed the global ceiling, so the quotas add
+        up to at most ``MAX_IN_FLIGHT_ORDERS``: no client can fill the system for the others.
+        """
+        if client.max_in_flight is not None:
+            return client.max_in_flight
+        registry = self.clients()
+        unset = sum(1 for c in registry if c.max_in_flight is None)
+        return _fair_share(self.MAX_IN_FLIGHT_ORDERS, registry, unset)
+
     def is_deployment_queue(self, name: str) -> bool:
         """Whether ``name`` is one of the deployment's queues: one of orderflow's own
         (:meth:`reserved_queue`), or a registered client's inbound or reply queue. Only these are ever
@@ -1050,6 +1080,15 @@ class Settings(BaseModel):
             AGENT_QUEUE_PREFIX=self.AGENT_QUEUE_PREFIX,
             AGENT_RESPONSES_QUEUE=self.AGENT_RESPONSES_QUEUE,
         )
+
+
+def _fair_share(ceiling: int, registry: ClientRegistry, unset: int) -> int:
+    """What the explicit quotas leave of ``ceiling``, split among the ``unset`` clients without one
+    (all of it when every client has one; 0 when the ceiling is off)."""
+    if ceiling <= 0:
+        return 0
+    left = ceiling - sum(c.max_in_flight or 0 for c in registry)
+    return left // unset if unset else left
 
 
 _QUEUE_SETTINGS = ("ORDERS_QUEUE", "AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")

@@ -160,10 +160,33 @@ def test_one_client_at_its_quota_does_not_refuse_another(system: System) -> None
     assert [system.submit(system.globex, f"g-{n}").outcome for n in range(5)] == [IntakeOutcome.ACCEPTED] * 5
 
 
+def test_a_client_without_a_quota_of_its_own_cannot_fill_the_system_for_the_others() -> None:
+    # The attack: a client registered without maxInFlight submits until the global ceiling is reached.
+    system = System(MAX_IN_FLIGHT_ORDERS=10, ADMISSION_REFRESH_S=60.0)
+    assert system.settings.client_quota(system.globex) == 7  # what acme's 3 leave of the 10
+
+    outcomes = [system.submit(system.globex, f"g-{n}") for n in range(12)]
+
+    assert [o.outcome for o in outcomes] == [IntakeOutcome.ACCEPTED] * 7 + [IntakeOutcome.REJECTED] * 5
+    assert {o.reason for o in outcomes[7:]} == {AdmissionReason.CLIENT_IN_FLIGHT_CEILING.value}
+    assert [system.submit(system.acme, f"a-{n}").outcome for n in range(3)] == [IntakeOutcome.ACCEPTED] * 3
+
+
+def test_quotas_that_could_fill_the_global_ceiling_are_refused_at_start_up() -> None:
+    with pytest.raises(ValueError, match="add up to 3, which under MAX_IN_FLIGHT_ORDERS \\(3\\) leave less"):
+        System(MAX_IN_FLIGHT_ORDERS=3)  # acme's 3 leave globex nothing
+    with pytest.raises(ValueError, match="add up to 9, which under MAX_IN_FLIGHT_ORDERS \\(8\\) exceed it"):
+        Settings.load({}, MAX_IN_FLIGHT_ORDERS=8, CLIENTS=json.dumps([{"id": "a", "maxInFlight": 9}]))
+    unbounded = Settings.load({}, MAX_IN_FLIGHT_ORDERS=0, CLIENTS=json.dumps(CLIENTS))
+    assert [unbounded.client_quota(c) for c in unbounded.clients()] == [3, 0]  # no ceiling, no share
+
+
 def test_the_global_ceiling_still_holds_and_a_refusal_gives_the_clients_place_back() -> None:
-    system = System(MAX_IN_FLIGHT_ORDERS=4, ADMISSION_REFRESH_S=60.0)
-    outcomes = [system.submit(system.globex, f"g-{n}").outcome for n in range(4)]
-    assert outcomes == [IntakeOutcome.ACCEPTED] * 4
+    system = System(MAX_IN_FLIGHT_ORDERS=6, ADMISSION_REFRESH_S=60.0)
+    for n in range(4):  # orders of an earlier version, counted by the global ceiling only
+        _store_unscoped(system, f"old-{n}", system.globex, with_client_id=False)
+    outcomes = [system.submit(system.globex, f"g-{n}").outcome for n in range(2)]
+    assert outcomes == [IntakeOutcome.ACCEPTED] * 2
     refused = system.submit(system.acme, "a-1")
     assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "InFlightCeiling")
     # acme's refused order did not take one of its three places.
@@ -224,10 +247,10 @@ def test_an_unscoped_order_is_found_for_its_client_while_the_setting_lies_ahead(
 
 
 def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
-    # globex has no quota of its own: only the global ceiling of 4 bounds it. Resending its one order
+    # globex has no maxInFlight: its quota is what acme's 3 leave of the global 6. Resending its one order
     # (or resending it with other content, a conflict that writes nothing) must not take the places of
     # orders that exist once.
-    system = System(MAX_IN_FLIGHT_ORDERS=4, ADMISSION_REFRESH_S=60.0)
+    system = System(MAX_IN_FLIGHT_ORDERS=6, ADMISSION_REFRESH_S=60.0)
     assert system.submit(system.globex, "g-1").outcome is IntakeOutcome.ACCEPTED
     assert system.submit(system.acme, "a-1").outcome is IntakeOutcome.ACCEPTED
     resent = [system.submit(system.globex, "g-1").outcome for _ in range(10)]
@@ -236,11 +259,12 @@ def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
             system.submit(system.globex, "g-1", amount="1.00")
 
     assert resent == [IntakeOutcome.DUPLICATE] * 10
-    # Two orders exist: two more fit under the ceiling of 4, and only two.
-    assert system.submit(system.acme, "a-2").outcome is IntakeOutcome.ACCEPTED
+    # One of globex's three places is taken: two more fit, and only two; acme's two are still free.
     assert system.submit(system.globex, "g-2").outcome is IntakeOutcome.ACCEPTED
-    refused = system.submit(system.globex, "g-3")
-    assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "InFlightCeiling")
+    assert system.submit(system.globex, "g-3").outcome is IntakeOutcome.ACCEPTED
+    refused = system.submit(system.globex, "g-4")
+    assert (refused.outcome, refused.reason) == (IntakeOutcome.REJECTED, "ClientInFlightCeiling")
+    assert [system.submit(system.acme, f"a-{n}").outcome for n in (2, 3)] == [IntakeOutcome.ACCEPTED] * 2
 
 
 def test_only_the_deployments_own_queues_are_ever_created(system: System) -> None:
