@@ -29,6 +29,7 @@ from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.clock import SystemClock
+from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import validate_queue_name
@@ -207,11 +208,12 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 queues, lease = connect_transport(settings, roles)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
+                clock = SystemClock()
                 deps = Dependencies(
-                    states=stores.state,
+                    states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
                     orders=stores.orders,
                     queues=queues,
-                    clock=SystemClock(),
+                    clock=clock,
                     settings=settings,
                 )
                 issuer = local_issuer_of(settings) if "api" in roles else None

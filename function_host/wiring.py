@@ -13,6 +13,7 @@ from functools import cache
 
 from function_host.settlement import Redelivery
 from orderflow.clock import SystemClock
+from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
@@ -24,8 +25,13 @@ from orderflow.wiring import connect_azure
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
+    clock = SystemClock()
     deps = Dependencies(
-        states=stores.state, orders=stores.orders, queues=queues, clock=SystemClock(), settings=settings
+        states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
+        orders=stores.orders,
+        queues=queues,
+        clock=clock,
+        settings=settings,
     )
     return deps, queues
 

@@ -23,18 +23,23 @@ Clearing ``lockedBy`` fences the expired attempt: any write it still tries chang
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
 Correctness never depends on the supervisor lease (:mod:`supervisor.lease`), which only saves work.
 
+**Clock skew.** Each ``completeBy`` was set on the clock of the host that wrote it and is read here on the
+supervisor's. A deadline is overdue only once it is ``CLOCK_SKEW_TOLERANCE_S`` past (:func:`overdue_cutoff`),
+so a supervisor whose clock runs ahead of the writer's by less than that never recovers an attempt that is
+still live on its own host's clock (orderflow.clock_skew detects a larger skew and alerts).
+
 **The completeBy window.** A *scan* reads ``Processing`` records with ``completeBy < cutoff``, the cutoff
-being the time the scan started; there is deliberately no lower bound. A lower bound such as
-``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window: exactly
-the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger than a
-few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation token
-is valid only for the exact query that issued it (the stores bind tokens to a fingerprint of the query,
-its bound included), and a fixed bound makes a scan finite (records that expire meanwhile belong to the
-next scan instead of extending this one). The window is not used to prioritise recent records either:
+being the time the scan started less the tolerated skew; there is deliberately no lower bound. A lower bound
+such as ``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window:
+exactly the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger
+than a few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation
+token is valid only for the exact query that issued it (the stores bind tokens to a fingerprint of the
+query, its bound included), and a fixed bound makes a scan finite (records that expire meanwhile belong to
+the next scan instead of extending this one). The window is not used to prioritise recent records either:
 Cosmos DB serves the query streamably, and resumably, only without ORDER BY (orderflow.stores.cosmos), so
-the scan takes the store's stable order (id order in memory, resource order in Cosmos DB), and every
-record it meets is overdue anyway. A record that expires during a scan waits for the scan's remaining
-sweeps, at most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
+the scan takes the store's stable order (id order in memory, resource order in Cosmos DB), and every record
+it meets is overdue anyway. A record that expires during a scan waits for the scan's remaining sweeps, at
+most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
 
 **Bounded sweeps.** A sweep examines at most ``SUPERVISOR_MAX_RECORDS`` records, asks for pages of
 ``min(SUPERVISOR_PAGE_SIZE, budget left)`` so it never reads a record it will not examine, and stops early
@@ -185,6 +190,18 @@ def expired_query(cutoff: datetime) -> StateQuery:
     return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff)
 
 
+def overdue_cutoff(now: datetime, settings: Settings) -> datetime:
+    """The latest ``completeBy`` the supervisor acts on at ``now`` (its clock): ``CLOCK_SKEW_TOLERANCE_S``
+    earlier, so a deadline set by a host whose clock is behind this one by less is not yet overdue."""
+    return now - timedelta(seconds=settings.CLOCK_SKEW_TOLERANCE_S)
+
+
+def is_overdue(complete_by: datetime, now: datetime, settings: Settings) -> bool:
+    """Whether a record with this ``completeBy`` is the supervisor's to act on at ``now``: it passed by
+    more than the tolerated clock skew (:func:`overdue_cutoff`)."""
+    return complete_by < overdue_cutoff(now, settings)
+
+
 def backoff_s(failure_count: int, settings: Settings) -> float:
     """Seconds before a recovered order may be claimed again: initial x 2^(n-1), capped."""
     delay = settings.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
@@ -239,11 +256,16 @@ def recover(
     """
     record = found.item
     now = clock.now()
-    if record.process_state not in SWEPT_STATES or record.complete_by is None or record.complete_by >= now:
+    complete_by = record.complete_by
+    if (
+        record.process_state not in SWEPT_STATES
+        or complete_by is None
+        or not is_overdue(complete_by, now, settings)
+    ):
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    recovered = _recovered(record, record.complete_by, now, settings)
+    recovered = _recovered(record, complete_by, now, settings)
     try:
         states.replace(recovered.record, etag=found.etag)
     except ConcurrencyConflict:
@@ -451,7 +473,7 @@ def run_sweep(
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
-    _start_or_resume(cursor, report, clock)
+    _start_or_resume(cursor, report, clock, settings)
     restarts = 0
     pages = PageBudget("sweep", PageLimits.from_settings(settings))
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
@@ -464,7 +486,9 @@ def run_sweep(
             )
         except InvalidContinuation:
             restarts += 1
-            if not _restart_scan(cursor, report, clock, "continuation token rejected", restarts):
+            if not _restart_scan(
+                cursor, report, "continuation token rejected", restarts, clock=clock, settings=settings
+            ):
                 break
             continue
         report.pages += 1
@@ -481,7 +505,9 @@ def run_sweep(
             break
         if token in cursor.seen:
             restarts += 1
-            if not _restart_scan(cursor, report, clock, "continuation token repeated", restarts):
+            if not _restart_scan(
+                cursor, report, "continuation token repeated", restarts, clock=clock, settings=settings
+            ):
                 break
             continue
         cursor.seen.add(token)
@@ -492,12 +518,12 @@ def run_sweep(
     return report
 
 
-def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock) -> None:
-    """Continue the cursor's scan in progress, or start a new one with the cutoff now."""
+def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock, settings: Settings) -> None:
+    """Continue the cursor's scan in progress, or start a new one with the cutoff of now."""
     if cursor.in_progress:
         report.resumed = True
     else:
-        cursor.start(clock.now())
+        cursor.start(overdue_cutoff(clock.now(), settings))
     report.cutoff = cursor.cutoff
 
 
@@ -547,7 +573,9 @@ def _log_sweep(report: SweepReport) -> None:
         )
 
 
-def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: str, restarts: int) -> bool:
+def _restart_scan(
+    cursor: SweepCursor, report: SweepReport, why: str, restarts: int, *, clock: Clock, settings: Settings
+) -> bool:
     """Restart the scan from its first page, at most :data:`RESTARTS_PER_SWEEP` times per sweep.
 
     Returns:
@@ -560,7 +588,7 @@ def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: s
         cursor.reset()
         return False
     logger.warning("supervisor scan: %s; restarting the scan from the start", why)
-    cursor.start(clock.now())
+    cursor.start(overdue_cutoff(clock.now(), settings))
     report.cutoff = cursor.cutoff
     return True
 
