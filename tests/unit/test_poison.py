@@ -40,6 +40,11 @@ def deps(clock: FakeClock) -> Dependencies:
     return memory_deps(clock, POISON_FAILURES=3, POISON_VERSION_ORDERS=3, SUPERVISOR_MAX_FAILURES=6)
 
 
+def advance(deps: Dependencies, seconds: float) -> None:
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(seconds)
+
+
 def submit(deps: Dependencies, order_id: str) -> None:
     handle_intake_message(
         order_body(order_id),
@@ -70,15 +75,15 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
             deps,
         )
     else:
-        deps.clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S)
+        advance(deps, deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S)
 
 
 def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
-    deps.clock.advance(deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    advance(deps, deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
         states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings, cursor=cursor
     )
-    deps.clock.advance(WAIT_S)
+    advance(deps, WAIT_S)
     return report
 
 
@@ -108,7 +113,7 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
     assert [(e.error_step, e.error_code) for e in record.attempt_history] == [(STEP, "http_500")] * 3
 
     # Held: a day later no starter claims it and no sweep touches it.
-    deps.clock.advance(86_400)
+    advance(deps, 86_400)
     client = RecordingClient()
     starter = run_starter_pass(
         states=deps.states,
