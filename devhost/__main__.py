@@ -30,6 +30,7 @@ from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
+from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import validate_queue_name
@@ -210,7 +211,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 # The process's one dependency container: every role it runs is wired with it.
                 clock = SystemClock()
                 deps = Dependencies(
-                    states=stores.state,
+                    states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
                     orders=stores.orders,
                     queues=queues,
                     clock=clock,

@@ -14,6 +14,7 @@ from functools import cache
 from function_host.settlement import Redelivery
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
+from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
@@ -27,7 +28,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     stores, queues = connect_azure(settings)
     clock = SystemClock()
     deps = Dependencies(
-        states=stores.state,
+        states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
         orders=stores.orders,
         queues=queues,
         clock=clock,

@@ -40,3 +40,15 @@ class FakeClock:
         with self._lock:
             self._now += timedelta(seconds=seconds)
             return self._now
+
+
+class OffsetClock:
+    """Another clock moved by a fixed offset: a host whose clock runs ahead (positive) or behind."""
+
+    def __init__(self, base: Clock, offset_s: float) -> None:
+        self._base = base
+        self._offset = timedelta(seconds=offset_s)
+
+    def now(self) -> datetime:
+        """The base clock's time plus the offset."""
+        return self._base.now() + self._offset

@@ -297,6 +297,9 @@ class AttemptEntry(Model):
         expired_complete_by: For a tenure the supervisor ended, the expired ``completeBy`` it acted on
             (UTC); None otherwise, and in records written before it was kept. The time from it to the next
             attempt's ``claimed_at`` is the order's recovery time.
+        error_step / error_code: For a tenure the supervisor ended, how the attempt failed as the record
+            said: the step and code of the failure it recorded, or ``complete_by_expired``. The poison
+            guard compares them across attempts (supervisor.poison).
     """
 
     attempt: int
@@ -306,6 +309,8 @@ class AttemptEntry(Model):
     ended_at: UtcDatetime | None = None
     outcome: str | None = None
     expired_complete_by: UtcDatetime | None = None
+    error_step: str | None = None
+    error_code: str | None = None
 
 
 class ReviewDecision(StrEnum):
@@ -464,19 +469,29 @@ class StateRecord(Model):
         )
         del self.attempt_history[:-ATTEMPT_HISTORY_MAX]
 
-    def end_attempt(self, at: datetime, outcome: str, *, expired_complete_by: datetime | None = None) -> None:
+    def end_attempt(
+        self,
+        at: datetime,
+        outcome: str,
+        *,
+        expired_complete_by: datetime | None = None,
+        error: LastError | None = None,
+    ) -> None:
         """Close the tenure of the owning attempt (``locked_by``), in the write that ends it; idempotent.
 
         Args:
             at: When the tenure ends (UTC).
             outcome: How it ended (see :class:`AttemptEntry`).
             expired_complete_by: The expired ``completeBy`` the supervisor acted on, when it ends the tenure.
+            error: How the attempt failed, when the supervisor ends the tenure (its step and code are kept).
         """
         for entry in reversed(self.attempt_history):
             if entry.instance_id == self.locked_by and entry.ended_at is None:
                 entry.ended_at = at
                 entry.outcome = outcome
                 entry.expired_complete_by = expired_complete_by
+                if error is not None:
+                    entry.error_step, entry.error_code = error.step, error.code
                 return
 
     @classmethod

@@ -737,6 +737,38 @@ class Settings(BaseModel):
         "a restarted dependency or a throttled store to recover, short enough that an order still gives "
         "up (compensated, with an alert) within minutes rather than hours.",
     )
+    CLOCK_SKEW_TOLERANCE_S: float = Field(
+        2.0,
+        ge=0,
+        description="Largest difference between the clocks of any two hosts that orderflow tolerates "
+        "(default 2 s; NTP keeps hosts within milliseconds). The supervisor acts on a completeBy only once "
+        "its own clock is this far past it, so a supervisor whose clock runs ahead of the host that set the "
+        "deadline by less never recovers a live attempt; every recovery comes this much later. Each host "
+        "measures its clock against the state store's write timestamps and alerts clock_skew when it is "
+        "certainly more than half of this away (two such hosts may be a whole tolerance apart).",
+    )
+    POISON_FAILURES: int = Field(
+        3,
+        ge=0,
+        description="Consecutive attempts of an order that fail the same way (the same step and the same "
+        "error code, as the attempt recorded it) after which the supervisor holds the order for an "
+        "operator instead of re-queueing it: Pending with no next attempt, lastError repeated_failure and a "
+        "poison_order alert. Not while workflow_version_failing is raised for that failure (it is then "
+        "systemic: a dependency down or a broken version). 0 disables the guard.",
+    )
+    POISON_VERSION_ORDERS: int = Field(
+        5,
+        ge=1,
+        description="Orders of one workflow version whose attempts failed at the same step with the same "
+        "error code within POISON_VERSION_WINDOW_S, as one supervisor saw them, at which it raises "
+        "workflow_version_failing (once per window).",
+    )
+    POISON_VERSION_WINDOW_S: float = Field(
+        600.0,
+        gt=0,
+        description="Window of POISON_VERSION_ORDERS, seconds (default 10 minutes). A local supervisor "
+        "keeps it across sweeps, in memory; an Azure timer sweep keeps it for one sweep only.",
+    )
     SUPERVISOR_LEASE_ENABLED: bool = Field(
         True,
         description="Local hosts elect one sweeping supervisor through a blob lease (default true). Off, "
@@ -861,9 +893,9 @@ class Settings(BaseModel):
             total = sum(c.max_in_flight or 0 for c in registry)
             short = f"leave less than one order each for the {unset} without one" if unset else "exceed it"
             raise ValueError(
-                f"CLIENTS: the clients' maxInFlight values add up to {total}, which under MAX_IN_FLIGHT_ORDERS "
-                f"({ceiling}) {short}: lower them or raise the ceiling, so that no client can fill the system "
-                "for the others"
+                f"CLIENTS: the clients' maxInFlight values add up to {total}, which under "
+                f"MAX_IN_FLIGHT_ORDERS ({ceiling}) {short}: lower them or raise the ceiling, so that no "
+                "client can fill the system for the others"
             )
 
     @field_validator("*")

@@ -23,18 +23,23 @@ Clearing ``lockedBy`` fences the expired attempt: any write it still tries chang
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
 Correctness never depends on the supervisor lease (:mod:`supervisor.lease`), which only saves work.
 
+**Clock skew.** Each ``completeBy`` was set on the clock of the host that wrote it and is read here on the
+supervisor's. A deadline is overdue only once it is ``CLOCK_SKEW_TOLERANCE_S`` past (:func:`overdue_cutoff`),
+so a supervisor whose clock runs ahead of the writer's by less than that never recovers an attempt that is
+still live on its own host's clock (orderflow.clock_skew detects a larger skew and alerts).
+
 **The completeBy window.** A *scan* reads ``Processing`` records with ``completeBy < cutoff``, the cutoff
-being the time the scan started; there is deliberately no lower bound. A lower bound such as
-``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window: exactly
-the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger than a
-few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation token
-is valid only for the exact query that issued it (the stores bind tokens to a fingerprint of the query,
-its bound included), and a fixed bound makes a scan finite (records that expire meanwhile belong to the
-next scan instead of extending this one). The window is not used to prioritise recent records either:
+being the time the scan started less the tolerated skew; there is deliberately no lower bound. A lower bound
+such as ``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window:
+exactly the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger
+than a few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation
+token is valid only for the exact query that issued it (the stores bind tokens to a fingerprint of the
+query, its bound included), and a fixed bound makes a scan finite (records that expire meanwhile belong to
+the next scan instead of extending this one). The window is not used to prioritise recent records either:
 Cosmos DB serves the query streamably, and resumably, only without ORDER BY (orderflow.stores.cosmos), so
-the scan takes the store's stable order (id order in memory, resource order in Cosmos DB), and every
-record it meets is overdue anyway. A record that expires during a scan waits for the scan's remaining
-sweeps, at most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
+the scan takes the store's stable order (id order in memory, resource order in Cosmos DB), and every record
+it meets is overdue anyway. A record that expires during a scan waits for the scan's remaining sweeps, at
+most ``ceil(expired / SUPERVISOR_MAX_RECORDS)`` intervals.
 
 **Bounded sweeps.** A sweep examines at most ``SUPERVISOR_MAX_RECORDS`` records, asks for pages of
 ``min(SUPERVISOR_PAGE_SIZE, budget left)`` so it never reads a record it will not examine, and stops early
@@ -77,6 +82,7 @@ from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
+from supervisor.poison import HELD_UNTIL, Failure, VersionFailures, held_error, repeated_failure
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +94,7 @@ class Recovery(StrEnum):
     """What the supervisor did with one record."""
 
     REQUEUED = "requeued"
+    HELD = "held"
     GAVE_UP = "gave_up"
     SKIPPED = "skipped"
     LOST_RACE = "lost_race"
@@ -104,6 +111,7 @@ class SweepReport:
         gave_up: Order ids whose forward progress was given up (now ``Compensating``) or whose
             compensation was (now ``CompensationFailed``); alert raised.
         extended_backoff: Those of ``requeued`` that wait ``SUPERVISOR_EXTENDED_BACKOFF_S``.
+        held: Order ids the poison guard held for an operator (:mod:`supervisor.poison`); alert raised.
         skipped: Records examined and left alone (no longer expired when looked at).
         lost_races: Records another writer moved first (its conditional write won).
         failed: Order ids whose recovery failed permanently (logged; the scan moved past them).
@@ -122,6 +130,7 @@ class SweepReport:
     requeued: list[str] = field(default_factory=list)
     gave_up: list[str] = field(default_factory=list)
     extended_backoff: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
     skipped: int = 0
     lost_races: int = 0
     failed: list[str] = field(default_factory=list)
@@ -134,8 +143,8 @@ class SweepReport:
 
     @property
     def recovered(self) -> list[str]:
-        """Order ids this sweep decided: re-queued or given up."""
-        return [*self.requeued, *self.gave_up]
+        """Order ids this sweep decided: re-queued, held or given up."""
+        return [*self.requeued, *self.held, *self.gave_up]
 
 
 @dataclass
@@ -147,12 +156,21 @@ class SweepCursor:
         token: Continuation token of the scan's next page, or None for its first page.
         seen: Tokens already used in this scan (a repeat restarts it).
         scans: Scans started through this cursor, restarts included.
+        failures: The supervisor's window of failures by workflow version (:mod:`supervisor.poison`),
+            made on first use and kept across scans: as long as the cursor is.
     """
 
     cutoff: datetime | None = None
     token: str | None = None
     seen: set[str] = field(default_factory=set)
     scans: int = 0
+    failures: VersionFailures | None = None
+
+    def failures_for(self, settings: Settings) -> VersionFailures:
+        """:attr:`failures`, made from ``settings`` on first use."""
+        if self.failures is None:
+            self.failures = VersionFailures.from_settings(settings)
+        return self.failures
 
     @property
     def in_progress(self) -> bool:
@@ -183,6 +201,18 @@ def expired_query(cutoff: datetime) -> StateQuery:
     """The query of a scan: ``Processing`` or ``Compensating`` records whose ``completeBy`` is before
     ``cutoff``."""
     return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff)
+
+
+def overdue_cutoff(now: datetime, settings: Settings) -> datetime:
+    """The latest ``completeBy`` the supervisor acts on at ``now`` (its clock): ``CLOCK_SKEW_TOLERANCE_S``
+    earlier, so a deadline set by a host whose clock is behind this one by less is not yet overdue."""
+    return now - timedelta(seconds=settings.CLOCK_SKEW_TOLERANCE_S)
+
+
+def is_overdue(complete_by: datetime, now: datetime, settings: Settings) -> bool:
+    """Whether a record with this ``completeBy`` is the supervisor's to act on at ``now``: it passed by
+    more than the tolerated clock skew (:func:`overdue_cutoff`)."""
+    return complete_by < overdue_cutoff(now, settings)
 
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
@@ -222,6 +252,7 @@ def recover(
     queues: QueueFactory,
     clock: Clock,
     settings: Settings,
+    failures: VersionFailures | None = None,
 ) -> Recovery:
     """Recover one expired record with a conditional write on the ETag it was read with.
 
@@ -229,6 +260,9 @@ def recover(
     unlocked and ready, so a starter claims an attempt that undoes what was done (docs/design.md §4).
     ``Compensating``: unlock it for another attempt to resume the undo (``compensationFailures`` counts
     these), or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` with an alert and a reply.
+    A ``Processing`` order whose last ``POISON_FAILURES`` attempts failed the same way is held instead of
+    re-queued (:mod:`supervisor.poison`); ``failures``, the supervisor's window of failures by workflow
+    version, is told of each failure written (None: no window).
 
     Returns:
         What was done. ``LOST_RACE`` when the record moved since it was read (someone else decided).
@@ -239,15 +273,22 @@ def recover(
     """
     record = found.item
     now = clock.now()
-    if record.process_state not in SWEPT_STATES or record.complete_by is None or record.complete_by >= now:
+    complete_by = record.complete_by
+    if (
+        record.process_state not in SWEPT_STATES
+        or complete_by is None
+        or not is_overdue(complete_by, now, settings)
+    ):
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    recovered = _recovered(record, record.complete_by, now, settings)
+    recovered = _recovered(record, complete_by, now, settings, failures)
     try:
         states.replace(recovered.record, etag=found.etag)
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
+    if failures is not None and recovered.failure is not None:
+        failures.note(recovered.failure, record.order_id, now)
     return _announce_recovery(record, recovered, settings)
 
 
@@ -259,11 +300,21 @@ class _Recovered(NamedTuple):
     """Forward progress is over (too many failures, or no retry budget left)."""
     cancelled: bool
     """The client cancelled: no new forward attempt either way."""
+    held: bool
+    """The poison guard holds the order (``Pending`` until an operator acts)."""
+    failure: Failure | None
+    """How the attempt failed, by workflow version, step and code (None without a step)."""
 
 
-def _recovered(record: StateRecord, complete_by: datetime, now: datetime, settings: Settings) -> _Recovered:
-    """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff) or
-    ``Compensating`` and ready."""
+def _recovered(
+    record: StateRecord,
+    complete_by: datetime,
+    now: datetime,
+    settings: Settings,
+    failures: VersionFailures | None,
+) -> _Recovered:
+    """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff), held
+    by the poison guard, or ``Compensating`` and ready."""
     updated = record.model_copy(deep=True)
     updated.failure_count = record.failure_count + 1
     step = _running_step(record)
@@ -282,7 +333,12 @@ def _recovered(record: StateRecord, complete_by: datetime, now: datetime, settin
     give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
     # The client cancelled: no new forward attempt; the next one undoes what was done.
     cancelled = record.cancel_requested_at is not None
-    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by)
+    cause = updated.last_error
+    updated.end_attempt(
+        now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by, error=cause
+    )
+    failure = _failure_of(record, cause)
+    held = not (give_up or cancelled) and _poisoned(updated, failure, now, settings, failures)
     updated.locked_by = None
     updated.complete_by = None
     updated.updated_at = now
@@ -294,10 +350,40 @@ def _recovered(record: StateRecord, complete_by: datetime, now: datetime, settin
             updated.last_error = record.last_error  # the client's cancel, not the expiry
         updated.process_state = ProcessState.COMPENSATING
         updated.next_attempt_at = now
+    elif held and cause is not None and failure is not None:
+        updated.process_state = ProcessState.PENDING
+        updated.next_attempt_at = HELD_UNTIL  # no starter claims it; an operator moves it on
+        updated.last_error = held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
     else:
         updated.process_state = ProcessState.PENDING
         updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
-    return _Recovered(updated, give_up, cancelled)
+    return _Recovered(updated, give_up, cancelled, held, failure)
+
+
+def _failure_of(record: StateRecord, cause: LastError | None) -> Failure | None:
+    """The failure the supervisor acts on, by workflow version, step and code (None without both)."""
+    if cause is None or cause.step is None or cause.code is None:
+        return None
+    return Failure(record.workflow_version, cause.step, cause.code)
+
+
+def _poisoned(
+    updated: StateRecord,
+    failure: Failure | None,
+    now: datetime,
+    settings: Settings,
+    failures: VersionFailures | None,
+) -> bool:
+    """Whether the poison guard holds the order: its last ``POISON_FAILURES`` attempts (this one ended
+    in ``updated``) failed the same way, and that failure is not systemic (:mod:`supervisor.poison`)."""
+    if failure is None or repeated_failure(updated.attempt_history, settings.POISON_FAILURES) is None:
+        return False
+    return failures is None or not failures.systemic(failure, now)
+
+
+def _held_code(recovered: _Recovered) -> str | None:
+    """The error code that kept failing, for the ``poison_order`` alert."""
+    return recovered.failure.code if recovered.failure is not None else None
 
 
 def _given_up_error(
@@ -324,6 +410,12 @@ def _announce_recovery(record: StateRecord, recovered: _Recovered, settings: Set
         "attempt": record.attempt,
         "failure_count": updated.failure_count,
     }
+    if recovered.held:
+        error = updated.last_error
+        telemetry.alert(
+            "poison_order", step=error.step if error else None, code=_held_code(recovered), **fields
+        )
+        return Recovery.HELD
     if not recovered.give_up:
         telemetry.event(
             "recovery",
@@ -451,7 +543,7 @@ def run_sweep(
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
-    _start_or_resume(cursor, report, clock)
+    _start_or_resume(cursor, report, clock, settings)
     restarts = 0
     pages = PageBudget("sweep", PageLimits.from_settings(settings))
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
@@ -464,13 +556,22 @@ def run_sweep(
             )
         except InvalidContinuation:
             restarts += 1
-            if not _restart_scan(cursor, report, clock, "continuation token rejected", restarts):
+            if not _restart_scan(
+                cursor, report, "continuation token rejected", restarts, clock=clock, settings=settings
+            ):
                 break
             continue
         report.pages += 1
         pages.record(page)
         _examine_page(
-            report, states, page.items, queues=queues, clock=clock, settings=settings, keep_going=keep_going
+            report,
+            states,
+            page.items,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            keep_going=keep_going,
+            failures=cursor.failures_for(settings),
         )
         if report.stopped_early:
             break
@@ -481,7 +582,9 @@ def run_sweep(
             break
         if token in cursor.seen:
             restarts += 1
-            if not _restart_scan(cursor, report, clock, "continuation token repeated", restarts):
+            if not _restart_scan(
+                cursor, report, "continuation token repeated", restarts, clock=clock, settings=settings
+            ):
                 break
             continue
         cursor.seen.add(token)
@@ -492,12 +595,12 @@ def run_sweep(
     return report
 
 
-def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock) -> None:
-    """Continue the cursor's scan in progress, or start a new one with the cutoff now."""
+def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock, settings: Settings) -> None:
+    """Continue the cursor's scan in progress, or start a new one with the cutoff of now."""
     if cursor.in_progress:
         report.resumed = True
     else:
-        cursor.start(clock.now())
+        cursor.start(overdue_cutoff(clock.now(), settings))
     report.cutoff = cursor.cutoff
 
 
@@ -518,24 +621,26 @@ def _examine_page(
     clock: Clock,
     settings: Settings,
     keep_going: Callable[[], bool] | None,
+    failures: VersionFailures,
 ) -> None:
     """Recover each record of a page into ``report``, unless ``keep_going`` stops the sweep first."""
     for found in records:
         if _told_to_stop(report, keep_going):
             break
         report.scanned += 1
-        _recover_into(report, states, found, queues=queues, clock=clock, settings=settings)
+        _recover_into(report, states, found, queues=queues, clock=clock, settings=settings, failures=failures)
 
 
 def _log_sweep(report: SweepReport) -> None:
     """One log line for a sweep that decided, failed or restarted anything."""
     if report.recovered or report.failed or report.restarted_scan or report.bounded:
         logger.info(
-            "supervisor sweep: scanned=%s pages=%s requeued=%s gave_up=%s extended=%s lost_races=%s "
-            "failed=%s resumed=%s complete=%s restarted=%s bounded=%s",
+            "supervisor sweep: scanned=%s pages=%s requeued=%s held=%s gave_up=%s extended=%s "
+            "lost_races=%s failed=%s resumed=%s complete=%s restarted=%s bounded=%s",
             report.scanned,
             report.pages,
             len(report.requeued),
+            len(report.held),
             len(report.gave_up),
             len(report.extended_backoff),
             report.lost_races,
@@ -547,7 +652,9 @@ def _log_sweep(report: SweepReport) -> None:
         )
 
 
-def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: str, restarts: int) -> bool:
+def _restart_scan(
+    cursor: SweepCursor, report: SweepReport, why: str, restarts: int, *, clock: Clock, settings: Settings
+) -> bool:
     """Restart the scan from its first page, at most :data:`RESTARTS_PER_SWEEP` times per sweep.
 
     Returns:
@@ -560,7 +667,7 @@ def _restart_scan(cursor: SweepCursor, report: SweepReport, clock: Clock, why: s
         cursor.reset()
         return False
     logger.warning("supervisor scan: %s; restarting the scan from the start", why)
-    cursor.start(clock.now())
+    cursor.start(overdue_cutoff(clock.now(), settings))
     report.cutoff = cursor.cutoff
     return True
 
@@ -573,11 +680,12 @@ def _recover_into(
     queues: QueueFactory,
     clock: Clock,
     settings: Settings,
+    failures: VersionFailures,
 ) -> None:
     """Recover one record and count the outcome; a permanent failure is logged and counted, not raised."""
     order_id = found.item.order_id
     try:
-        outcome = recover(states, found, queues=queues, clock=clock, settings=settings)
+        outcome = recover(states, found, queues=queues, clock=clock, settings=settings, failures=failures)
     except TransientError:
         raise
     except OrderflowError as exc:
@@ -589,6 +697,8 @@ def _recover_into(
         report.requeued.append(order_id)
         if is_extended(found.item.failure_count + 1, settings):
             report.extended_backoff.append(order_id)
+    elif outcome is Recovery.HELD:
+        report.held.append(order_id)
     elif outcome is Recovery.GAVE_UP:
         report.gave_up.append(order_id)
     elif outcome is Recovery.LOST_RACE:

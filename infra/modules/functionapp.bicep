@@ -127,6 +127,10 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'SUPERVISOR_BACKOFF_MAX_S', value: '30' }
         { name: 'SUPERVISOR_EXTENDED_BACKOFF_AFTER', value: '4' }
         { name: 'SUPERVISOR_EXTENDED_BACKOFF_S', value: '60' }
+        { name: 'CLOCK_SKEW_TOLERANCE_S', value: '2' }
+        { name: 'POISON_FAILURES', value: '3' }
+        { name: 'POISON_VERSION_ORDERS', value: '5' }
+        { name: 'POISON_VERSION_WINDOW_S', value: '600' }
         { name: 'REPLY_GRACE_S', value: '30' }
         { name: 'MAX_IN_FLIGHT_ORDERS', value: '10000' }
         { name: 'ADMISSION_REFRESH_S', value: '5' }

@@ -9,11 +9,11 @@ redacts a finished order's once its retention period is over (docs/data.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from orderflow.records import OrderDocument, ProcessState, StateRecord
 
@@ -22,10 +22,25 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Versioned(Generic[T]):
-    """An item with the ETag it was read or written with (opaque, compare for equality only)."""
+    """An item with the ETag it was read or written with (opaque, compare for equality only).
+
+    ``stored_at`` is the store's own time of the item's last write (Cosmos DB's ``_ts``: UTC, whole
+    seconds, from the store's clock, not the writer's), or None when the store gives none; it takes no
+    part in equality.
+    """
 
     item: T
     etag: str
+    stored_at: datetime | None = field(default=None, compare=False)
+
+
+def stored_at(doc: Mapping[str, Any]) -> datetime | None:
+    """The store's write time of a stored document: its ``_ts`` (epoch seconds) as a UTC datetime, or None
+    when it has none."""
+    ts = doc.get("_ts")
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return None
+    return datetime.fromtimestamp(ts, UTC)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ from orderflow.errors import (
 )
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned
+from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class CosmosStateStore:
 
     @staticmethod
     def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
-        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]))
+        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]), stored_at(doc))
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         """Insert a new record.

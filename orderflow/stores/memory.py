@@ -27,10 +27,11 @@ from datetime import datetime
 from typing import Any
 
 from orderflow.breaker import BreakerDoc
+from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.records import OrderDocument, StateRecord, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned
+from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +124,9 @@ class _MemoryContainer:
             so a sweep over a few live records costs the same beside 1k or 100k settled ones.
     """
 
-    def __init__(self, kind: str, *, indexed_field: str | None = None) -> None:
+    def __init__(self, kind: str, *, indexed_field: str | None = None, clock: Clock | None = None) -> None:
         self.kind = kind
+        self._clock = clock
         self.counters = StoreCounters()
         self._lock = threading.Lock()
         self._docs: dict[str, str] = {}
@@ -143,12 +145,12 @@ class _MemoryContainer:
             self._index.get(old, set()).discard(item_id)
         self._index.setdefault(after.get(field), set()).add(item_id)
 
-    @staticmethod
-    def _stamp(doc: dict[str, Any]) -> str:
+    def _stamp(self, doc: dict[str, Any]) -> str:
         # System properties as Cosmos adds them; the models drop ``_``-prefixed keys when parsing.
         stored = {k: v for k, v in doc.items() if not k.startswith("_")}
         stored["_etag"] = _new_etag()
-        stored["_ts"] = int(time.time())
+        now = self._clock.now().timestamp() if self._clock is not None else time.time()
+        stored["_ts"] = int(now)
         return json.dumps(stored)
 
     def create(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -237,13 +239,17 @@ def _check_key(item_id: str, order_id: str) -> None:
 class InMemoryStateStore:
     """State records in memory: the :class:`~orderflow.stores.base.StateStore` port, thread-safe.
 
+    Args:
+        clock: The store's own clock, which stamps ``_ts`` (whole seconds, as Cosmos DB does); default
+            the machine's. A test gives it one of its own to play a store whose clock differs from a host's.
+
     Attributes:
         counters: Every create, read and replace attempt (including ones that raised), one query
             page per page returned and one per :meth:`count`, exactly as the Cosmos adapter counts.
     """
 
-    def __init__(self) -> None:
-        self._container = _MemoryContainer("state record", indexed_field="processState")
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._container = _MemoryContainer("state record", indexed_field="processState", clock=clock)
         self.counters: StoreCounters = self._container.counters
 
     def _select(self, query: StateQuery, after_id: str | None, limit: int | None) -> list[dict[str, Any]]:
@@ -255,7 +261,7 @@ class InMemoryStateStore:
 
     @staticmethod
     def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
-        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]))
+        return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]), stored_at(doc))
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         """Insert a new record.

@@ -290,7 +290,9 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     claimed(deps)
     start(deps, RESERVE)
     cancel(deps)
-    clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)  # it died mid-step
+    settings = deps.settings
+    # It died mid-step.
+    clock.advance(settings.STEP_TIMEOUT_S + settings.START_LATENCY_S + settings.CLOCK_SKEW_TOLERANCE_S + 1)
 
     outcome = recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings

@@ -269,7 +269,7 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
 
 def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
-    clock.advance(9)  # the compensating attempt's completeBy passes
+    clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)  # the compensating attempt's completeBy passes
     assert recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
@@ -290,7 +290,7 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     replies(deps)
     outcomes = []
     for attempt in range(2, 2 + deps.settings.SUPERVISOR_MAX_FAILURES):
-        clock.advance(9)
+        clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)
         outcomes.append(
             recover(
                 deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings

@@ -668,7 +668,8 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
 
 def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
     """The attempt in flight dies: its deadline passes, the supervisor re-queues, the backoff passes."""
-    clock.advance(deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S + 1)
+    settings = deps.settings
+    clock.advance(settings.STEP_TIMEOUT_S + settings.START_LATENCY_S + settings.CLOCK_SKEW_TOLERANCE_S + 1)
     assert run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings).recovered
     clock.advance(60)
 

@@ -209,7 +209,8 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
 
     record = deps.states.get("a:o-1").item
     assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)  # far before the 60 s review deadline + grace
+    # Far before the 60 s review deadline + grace.
+    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
     assert recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
@@ -235,7 +236,7 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
         settings=deps.settings,
     )
 
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
+    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
     recover(deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
 
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING

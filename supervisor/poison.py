@@ -1,0 +1,129 @@
+"""The poison guard: an order failing the same way again and again is held; a failing version flagged.
+
+An order *fails the same way* when its last ``POISON_FAILURES`` attempts, each ended by the supervisor,
+failed at the same step with the same error code, as each attempt recorded it (``attemptHistory``'s
+``errorStep`` / ``errorCode``). An expiry (``complete_by_expired``) never counts: the state store does not
+say why an attempt stopped writing (docs/design.md §3.4), so expiries are not "the same failure". Rather
+than re-queue such an order until ``SUPERVISOR_MAX_FAILURES``, the supervisor *holds* it in the same
+conditional write: ``Pending``, unlocked, ``nextAttemptAt`` = :data:`HELD_UNTIL` (no starter claims it, no
+sweep looks at a ``Pending`` record), ``lastError`` code :data:`REPEATED_FAILURE`, and a ``poison_order``
+alert. An operator's ``compensate`` (or a client's cancel) moves a held order on as it would any
+``Pending`` one.
+
+A *workflow version failing*: each failure the supervisor acts on (expiries included) is noted by
+``(workflowVersion, step, code)`` in a :class:`VersionFailures` window; when ``POISON_VERSION_ORDERS``
+distinct orders are in it within ``POISON_VERSION_WINDOW_S``, ``workflow_version_failing`` is raised, once
+per window. While it is raised for a failure, orders failing that way are not held: the cause is systemic
+(a dependency down, a broken version) and holding every order would leave them all to be moved on one by
+one; they are re-queued and given up as before. The window lives in memory, per supervisor: a local
+supervisor keeps one across sweeps, an Azure timer sweep has one per sweep (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+from orderflow import telemetry
+from orderflow.records import AttemptEntry, LastError
+from orderflow.settings import Settings
+
+HELD_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
+"""``nextAttemptAt`` of an order the guard holds: later than any starter's clock, so none claims it."""
+
+REPEATED_FAILURE = "repeated_failure"
+"""``lastError.code`` of an order the guard holds."""
+
+EXPIRED = "complete_by_expired"
+"""The code of an expiry, which says nothing of how an attempt failed (never counted by the guard)."""
+
+
+class Failure(NamedTuple):
+    """How attempts of orders of ``version`` failed: at ``step`` with ``code``."""
+
+    version: str
+    step: str
+    code: str
+
+
+def repeated_failure(history: Sequence[AttemptEntry], times: int) -> tuple[str, str] | None:
+    """The ``(step, code)`` the last ``times`` attempts of ``history`` all failed with, or None.
+
+    Only tenures the supervisor ended (``recovered``) with a recorded failure count; 0 disables the guard.
+    """
+    if times <= 0:
+        return None
+    ended = [entry for entry in history if entry.ended_at is not None][-times:]
+    if len(ended) < times:
+        return None
+    ways = {(entry.outcome, entry.error_step, entry.error_code) for entry in ended}
+    if len(ways) != 1:
+        return None
+    ((outcome, step, code),) = ways
+    if outcome != "recovered" or step is None or code is None or code == EXPIRED:
+        return None
+    return step, code
+
+
+def held_error(cause: LastError, step: str, code: str, times: int, now: datetime) -> LastError:
+    """``lastError`` of an order the guard holds: what kept failing, and that an operator decides next."""
+    return LastError(
+        kind=cause.kind,
+        code=REPEATED_FAILURE,
+        step=step,
+        message=f"{times} attempts in a row failed at {step} with {code}; held for an operator",
+        at=now,
+    )
+
+
+@dataclass
+class VersionFailures:
+    """Orders whose attempts failed, by ``(version, step, code)``, over a sliding window; not thread-safe.
+
+    Attributes:
+        window_s: ``POISON_VERSION_WINDOW_S``.
+        threshold: ``POISON_VERSION_ORDERS``.
+    """
+
+    window_s: float
+    threshold: int
+    _seen: dict[Failure, deque[tuple[datetime, str]]] = field(default_factory=dict)
+    _raised: dict[Failure, datetime] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> VersionFailures:
+        """A window of ``POISON_VERSION_WINDOW_S`` seconds and ``POISON_VERSION_ORDERS`` orders."""
+        return cls(window_s=settings.POISON_VERSION_WINDOW_S, threshold=settings.POISON_VERSION_ORDERS)
+
+    def _orders(self, failure: Failure, now: datetime) -> set[str]:
+        seen = self._seen.get(failure)
+        if seen is None:
+            return set()
+        while seen and seen[0][0] <= now - timedelta(seconds=self.window_s):
+            seen.popleft()
+        return {order_id for _, order_id in seen}
+
+    def systemic(self, failure: Failure, now: datetime) -> bool:
+        """Whether ``workflow_version_failing`` stands for ``failure`` (raised within the window)."""
+        raised = self._raised.get(failure)
+        return raised is not None and now - raised < timedelta(seconds=self.window_s)
+
+    def note(self, failure: Failure, order_id: str, now: datetime) -> None:
+        """Count ``order_id`` failing as ``failure`` at ``now``; raise ``workflow_version_failing`` when
+        ``threshold`` distinct orders did within the window and it is not raised for it already."""
+        self._seen.setdefault(failure, deque()).append((now, order_id))
+        orders = self._orders(failure, now)
+        if len(orders) < self.threshold or self.systemic(failure, now):
+            return
+        self._raised[failure] = now
+        telemetry.alert(
+            "workflow_version_failing",
+            workflow_version=failure.version,
+            step=failure.step,
+            code=failure.code,
+            orders=len(orders),
+            window_s=self.window_s,
+        )

@@ -1,0 +1,207 @@
+"""The poison guard (supervisor.poison), through the real claim, failure activity, sweep and operator API.
+
+Each attempt is claimed by the starter's claim, fails its first step through ``record_step_failure`` (as
+the orchestration records an agent's failure) and is recovered by ``run_sweep``; the next is claimed once
+its backoff has passed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.steps import record_step_failure
+from intake.submission import handle_intake_message
+from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
+from orchestrators.starter import claim, run_starter_pass
+from orderflow import telemetry
+from orderflow.clock import FakeClock
+from orderflow.contracts import RecordStepFailureInput, StepError
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import Principal
+from orderflow.records import ProcessState
+from orderflow.workflows import ORDER_V1
+from supervisor.poison import HELD_UNTIL, REPEATED_FAILURE
+from supervisor.sweep import SweepCursor, SweepReport, run_sweep
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
+
+pytestmark = pytest.mark.unit
+
+STEP = ORDER_V1.steps[0].name
+WAIT_S = 120  # past any backoff of the first failures and the tolerated clock skew
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def deps(clock: FakeClock) -> Dependencies:
+    return memory_deps(clock, POISON_FAILURES=3, POISON_VERSION_ORDERS=3, SUPERVISOR_MAX_FAILURES=6)
+
+
+def advance(deps: Dependencies, seconds: float) -> None:
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(seconds)
+
+
+def submit(deps: Dependencies, order_id: str) -> None:
+    handle_intake_message(
+        order_body(order_id),
+        client=TEST_CLIENT,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        definition=ORDER_V1,
+    )
+
+
+def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
+    """Claim the next attempt and fail its first step with ``code`` (None: the attempt dies silently)."""
+    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    assert won is not None, f"{order_id} was claimable"
+    if code is not None:
+        record_step_failure(
+            RecordStepFailureInput(
+                order_id=order_id,
+                instance_id=str(won.item.locked_by),
+                error=StepError(
+                    step=STEP, kind="transient", code=code, message=f"agent said {code}", calls=1
+                ),
+                at=deps.clock.now(),
+            ),
+            deps,
+        )
+    else:
+        advance(deps, deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S)
+
+
+def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
+    advance(deps, deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    report = run_sweep(
+        states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings, cursor=cursor
+    )
+    advance(deps, WAIT_S)
+    return report
+
+
+def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_retried(
+    deps: Dependencies,
+) -> None:
+    submit(deps, "a:o-1")
+    reports = []
+    with telemetry.recording() as seen:
+        for _ in range(3):
+            fail_attempt(deps, "a:o-1", "http_500")
+            reports.append(sweep(deps))
+
+    assert [r.requeued for r in reports[:2]] == [["a:o-1"], ["a:o-1"]]
+    assert reports[2].held == ["a:o-1"] and reports[2].requeued == []
+    assert seen["alert.poison_order"] == 1
+    record = deps.states.get("a:o-1").item
+    assert (record.process_state, record.locked_by, record.next_attempt_at) == (
+        ProcessState.PENDING,
+        None,
+        HELD_UNTIL,
+    )
+    assert record.failure_count == 3 < deps.settings.SUPERVISOR_MAX_FAILURES  # not run to the threshold
+    assert record.last_error is not None
+    assert (record.last_error.code, record.last_error.step) == (REPEATED_FAILURE, STEP)
+    assert "http_500" in record.last_error.message
+    assert [(e.error_step, e.error_code) for e in record.attempt_history] == [(STEP, "http_500")] * 3
+
+    # Held: a day later no starter claims it and no sweep touches it.
+    advance(deps, 86_400)
+    client = RecordingClient()
+    starter = run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue="r",
+        capacity=10,
+    )
+    assert starter.claimed == [] and client.started == []
+    assert sweep(deps).scanned == 0
+    assert deps.states.get("a:o-1").item.attempt == 3
+
+
+def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -> None:
+    submit(deps, "a:o-1")
+    for _ in range(3):
+        fail_attempt(deps, "a:o-1", "http_500")
+        sweep(deps)
+    operator = Principal(
+        object_id="oid-1", tenant_id="t-1", subject="s", roles=frozenset({"orderflow.operator"})
+    )
+
+    outcome = compensate_order(
+        "a:o-1",
+        operator,
+        reason="poison input",
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        grace_s=deps.settings.CLAIM_TIMEOUT_S,
+    )
+
+    assert isinstance(outcome, CompensateAccepted) and outcome.action is CompensateAction.SCHEDULED
+    resumed = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING
+
+
+@pytest.mark.parametrize(
+    "codes",
+    [
+        ["http_500", "http_503", "http_500", "http_503", "http_500"],  # different codes
+        [None, None, None, None, None],  # expiries say nothing of how an attempt failed
+        ["http_500", None, "http_500", "http_500", None],  # an expiry breaks the run
+    ],
+)
+def test_failures_that_differ_are_retried_as_before(deps: Dependencies, codes: list[str | None]) -> None:
+    submit(deps, "a:o-1")
+    with telemetry.recording() as seen:
+        for code in codes:
+            fail_attempt(deps, "a:o-1", code)
+            assert sweep(deps).requeued == ["a:o-1"]
+
+    assert seen["alert.poison_order"] == 0
+    record = deps.states.get("a:o-1").item
+    assert record.process_state is ProcessState.PENDING and record.next_attempt_at != HELD_UNTIL
+
+
+def test_a_version_failing_across_orders_is_flagged_once_and_its_orders_are_not_held(
+    deps: Dependencies,
+) -> None:
+    orders = [f"a:o-{i}" for i in range(4)]
+    for order_id in orders:
+        submit(deps, order_id)
+    cursor = SweepCursor()  # one supervisor loop: its window spans the sweeps
+    with telemetry.recording() as seen:
+        for _ in range(3):
+            for order_id in orders:
+                fail_attempt(deps, order_id, "http_500")
+            report = sweep(deps, cursor)
+
+    assert seen["alert.workflow_version_failing"] == 1  # raised on the first sweep, once per window
+    assert seen["alert.poison_order"] == 0  # systemic: re-queued as before, not held one by one
+    assert sorted(report.requeued) == orders and report.held == []
+
+
+@pytest.mark.parametrize(("window_s", "flags"), [(60, 0), (600, 1)])
+def test_the_version_flag_counts_orders_within_its_window_only(
+    clock: FakeClock, window_s: float, flags: int
+) -> None:
+    deps = memory_deps(clock, POISON_VERSION_ORDERS=2, POISON_VERSION_WINDOW_S=window_s)
+    cursor = SweepCursor()
+    for order_id in ("a:o-1", "a:o-2"):
+        submit(deps, order_id)
+    with telemetry.recording() as seen:
+        fail_attempt(deps, "a:o-1", "http_500")
+        sweep(deps, cursor)  # then WAIT_S (120 s) passes
+        fail_attempt(deps, "a:o-2", "http_500")
+        sweep(deps, cursor)
+
+    assert seen["alert.workflow_version_failing"] == flags
