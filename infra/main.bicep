@@ -34,7 +34,7 @@ param pythonVersion string = '3.13'
 @description('Most instances the app scales out to: bounds the Cosmos DB RU and Service Bus concurrency one burst can drive.')
 param maximumInstanceCount int = 40
 
-@description('Ceiling on messages waiting in a client inbound queue (MAX_SUBMISSION_BACKLOG); 0 turns the backlog check off and grants no Data Owner role for it.')
+@description('Ceiling on messages waiting in a client inbound queue (MAX_SUBMISSION_BACKLOG); 0 turns the backlog check off.')
 param maxSubmissionBacklog int = 5000
 
 @description('E-mail address the alerts notify; empty creates the alert rules without an action group.')
@@ -173,7 +173,6 @@ module demoClient 'modules/client.bicep' = {
     maxInFlight: 500
     appPrincipalId: identity.outputs.principalId
     queueProperties: queueProperties
-    grantBacklogRead: maxSubmissionBacklog > 0
   }
 }
 

@@ -290,20 +290,34 @@ def check_service_bus_roles(template: Template) -> None:
         "a Service Bus role above queue scope"
     )
     held = {(scope.name, role, principal) for scope, role, principal in on_bus}
-    internal = {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}
-    for queue in internal:
-        assert {(r, p) for q, r, p in held if q == queue} == {(RECEIVER, app), (SENDER, app)}, queue
-    backlog = settings.MAX_SUBMISSION_BACKLOG > 0
+    # Data Owner on every queue the app has a trigger on: receive and send, and the Manage right the
+    # scale controller reads the queue length with (target-based scaling; docs/deploy.md#roles).
+    triggered = _triggered_queues(settings)
+    for queue in {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}:
+        assert queue in triggered
+        assert {(r, p) for q, r, p in held if q == queue} == {(OWNER, app)}, queue
     for client in settings.clients():
+        assert client.inbound_queue in triggered and client.reply_queue not in triggered
         inbound = {(r, p) for q, r, p in held if q == client.inbound_queue}
         reply = {(r, p) for q, r, p in held if q == client.reply_queue}
         mine = {(SENDER, client.principal_id)} if client.principal_id else set()
-        assert inbound == {(RECEIVER, app), (SENDER, app), *([(OWNER, app)] if backlog else []), *mine}
+        assert inbound == {(OWNER, app), *mine}, client.inbound_queue
         assert reply == {(SENDER, app), *([(RECEIVER, client.principal_id)] if client.principal_id else [])}
         assert {(q, r) for q, r, p in held if p == client.principal_id} <= {
             (client.inbound_queue, SENDER),
             (client.reply_queue, RECEIVER),
         }
+    assert {q for q, r, p in held if r == OWNER} == triggered, "Data Owner beyond the triggered queues"
+    assert {p for q, r, p in held if r == OWNER} == {app}
+
+
+def _triggered_queues(settings: Settings) -> set[str]:
+    """The queues with a Service Bus trigger (function_host/blueprints: agents, intake, orchestrators)."""
+    triggers = (ROOT / "function_host" / "blueprints").glob("*.py")
+    text = "".join(p.read_text() for p in triggers)
+    assert text.count("service_bus_queue_trigger(") == 3, "a trigger was added: name its queues here"
+    agents = {settings.agent_queue(a) for a in agent_names()}
+    return agents | {settings.AGENT_RESPONSES_QUEUE} | {c.inbound_queue for c in settings.clients()}
 
 
 def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
@@ -312,11 +326,10 @@ def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
     assert demo.principal_id == DEMO_CLIENT  # the client's roles above were checked for this principal
 
 
-def test_no_backlog_ceiling_grants_no_data_owner(tmp_path: Path) -> None:
+def test_no_backlog_ceiling_keeps_the_scaling_roles(tmp_path: Path) -> None:
     template = _deploy(ROOT / "infra", maxSubmissionBacklog=0)
-    check_service_bus_roles(template)
+    check_service_bus_roles(template)  # Data Owner on the triggered queues still: the scale controller's
     assert app_settings(template)["MAX_SUBMISSION_BACKLOG"] == "0"
-    assert OWNER not in {role for _, role, _ in _role_assignments(template)}
 
 
 def test_other_roles_of_the_app_identity(main: Template) -> None:
@@ -467,8 +480,24 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     (
         "modules/roles.bicep",
-        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: queues[i]",
-        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: namespace",
+        "(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: queues[i]",
+        "(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: namespace",
+        check_service_bus_roles,
+    ),
+    # Receive rights only on an agent queue: the scale controller could not read its length.
+    (
+        "modules/roles.bicep",
+        "  name: guid(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: queues[i]\n  properties: {\n"
+        "    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)",
+        "  name: guid(queues[i].id, appPrincipalId, '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')\n  scope: queues[i]\n"
+        "  properties: {\n    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', "
+        "'4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')",
+        check_service_bus_roles,
+    ),
+    (
+        "modules/client.bicep",
+        "(inbound.id, appPrincipalId, serviceBusDataOwner)\n  scope: inbound",
+        "(reply.id, appPrincipalId, serviceBusDataOwner)\n  scope: reply",
         check_service_bus_roles,
     ),
     ("modules/cosmos.bicep", "path: '/lastError/*'", "path: '/clientId/*'", check_cosmos),
