@@ -484,14 +484,11 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
         "(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: namespace",
         check_service_bus_roles,
     ),
-    # Receive rights only on an agent queue: the scale controller could not read its length.
+    # Receive rights only on the agent queues: the scale controller could not read their length.
     (
         "modules/roles.bicep",
-        "  name: guid(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: queues[i]\n  properties: {\n"
-        "    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)",
-        "  name: guid(queues[i].id, appPrincipalId, '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')\n  scope: queues[i]\n"
-        "  properties: {\n    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', "
-        "'4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')",
+        "roleDefinitions', serviceBusDataOwner)",
+        "roleDefinitions', '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')",
         check_service_bus_roles,
     ),
     (
