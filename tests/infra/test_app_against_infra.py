@@ -209,6 +209,8 @@ def check_no_secret_in_settings(template: Template) -> None:
     (insights,) = _of_type(template, "Microsoft.Insights/components")
     # The connection string's instrumentation key authenticates nothing once local auth is off.
     assert insights.properties["DisableLocalAuth"] is True
+    (workspace,) = _of_type(template, "Microsoft.OperationalInsights/workspaces")
+    assert workspace.properties["features"]["disableLocalAuth"] is True  # no workspace shared keys
     assert app_settings(template)["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
         f"ClientId={Runtime(_identity(template), ('properties', 'clientId'))};Authorization=AAD"
     )
@@ -507,6 +509,12 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ("modules/cosmos.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_cosmos),
     ("modules/functionapp.bicep", "ftpsState: 'Disabled'", "ftpsState: 'FtpsOnly'", check_hosting),
     ("modules/storage.bicep", "allowSharedKeyAccess: false", "allowSharedKeyAccess: true", check_hosting),
+    (
+        "modules/monitoring.bicep",
+        "disableLocalAuth: true",
+        "disableLocalAuth: false",
+        check_no_secret_in_settings,
+    ),
     ("modules/functionapp.bicep", "name: 'FC1'", "name: 'Y1'", check_hosting),
 ]
 

@@ -100,6 +100,21 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]], set[tuple[str, str]]]] = {
         ],
         {("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner")},
     ),
+    "log-analytics-local-auth": (
+        "app.bicep",
+        [
+            (
+                "      disableLocalAuth: true\n    }\n  }\n}\n\nresource appInsights",
+                "      disableLocalAuth: false\n    }\n  }\n}\n\nresource appInsights",
+            )
+        ],
+        {("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs")},
+    ),
+    "log-analytics-local-auth-left-to-the-default": (
+        "app.bicep",
+        [("    features: {\n      disableLocalAuth: true\n    }\n", "")],
+        {("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs")},
+    ),
     "cosmos-role-on-the-account": (
         "app.bicep",
         [("    scope: '${cosmos.id}/dbs/orderflow'\n", "    scope: cosmos.id\n")],
@@ -115,6 +130,7 @@ OWN_CHECKS_ON_THE_FIXTURE = {
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.receiveOrders"),
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner"),
     ("CKV_ORDERFLOW_6", "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments.cosmosData"),
+    ("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs"),
 }
 
 
