@@ -73,15 +73,13 @@ var internalQueues = concat(agentQueues, [agentResponsesQueue])
 //   message must land in the dead-letter queue for an operator, never vanish.
 var queueLockSeconds = 30
 var maxDeliveryCount = 10
-var queueProperties = {
-  lockDuration: 'PT30S'
+// Passed to the Service Bus and client modules as scalars: each module writes the queue properties
+// itself, so their names are type-checked against the queue type (an object parameter would hide them).
+var queueSettings = {
+  lockDuration: 'PT${queueLockSeconds}S'
   maxDeliveryCount: maxDeliveryCount
-  requiresDuplicateDetection: true
-  duplicateDetectionHistoryTimeWindow: 'PT10M'
-  deadLetteringOnMessageExpiration: true
-  defaultMessageTimeToLive: 'P14D'
-  requiresSession: false
-  enablePartitioning: false
+  duplicateDetectionWindow: 'PT10M'
+  messageTimeToLive: 'P14D'
 }
 
 var cosmosDatabaseName = 'orderflow'
@@ -133,7 +131,10 @@ module serviceBus 'modules/servicebus.bicep' = {
     location: location
     tags: tags
     queueNames: internalQueues
-    queueProperties: queueProperties
+    lockDuration: queueSettings.lockDuration
+    maxDeliveryCount: queueSettings.maxDeliveryCount
+    duplicateDetectionWindow: queueSettings.duplicateDetectionWindow
+    messageTimeToLive: queueSettings.messageTimeToLive
   }
 }
 
@@ -172,7 +173,10 @@ module demoClient 'modules/client.bicep' = {
     principalId: demoClientPrincipalId
     maxInFlight: 500
     appPrincipalId: identity.outputs.principalId
-    queueProperties: queueProperties
+    lockDuration: queueSettings.lockDuration
+    maxDeliveryCount: queueSettings.maxDeliveryCount
+    duplicateDetectionWindow: queueSettings.duplicateDetectionWindow
+    messageTimeToLive: queueSettings.messageTimeToLive
   }
 }
 

@@ -21,8 +21,17 @@ param maxInFlight int = 0
 @description('Principal id of the app identity.')
 param appPrincipalId string
 
-@description('Properties every queue shares (main.bicep says why each value).')
-param queueProperties object
+@description('Queue lock duration, ISO 8601 (main.bicep says why each queue value).')
+param lockDuration string
+
+@description('Deliveries before the broker dead-letters a message.')
+param maxDeliveryCount int
+
+@description('Duplicate detection window, ISO 8601.')
+param duplicateDetectionWindow string
+
+@description('Time-to-live of a message sent without one, ISO 8601; dead-lettered on expiry.')
+param messageTimeToLive string
 
 var inboundQueueName = 'orders-${clientId}'
 var replyQueueName = 'replies-${clientId}'
@@ -39,13 +48,31 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
 resource inbound 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: inboundQueueName
-  properties: queueProperties
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enablePartitioning: false
+  }
 }
 
 resource reply 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: replyQueueName
-  properties: queueProperties
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enablePartitioning: false
+  }
 }
 
 resource clientSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasPrincipal) {

@@ -461,11 +461,11 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     (
         "main.bicep",
-        "duplicateDetectionHistoryTimeWindow: 'PT10M'",
-        "duplicateDetectionHistoryTimeWindow: 'PT10S'",
+        "duplicateDetectionWindow: 'PT10M'",
+        "duplicateDetectionWindow: 'PT10S'",
         check_queues,
     ),
-    ("main.bicep", "lockDuration: 'PT30S'", "lockDuration: 'PT5S'", check_queues),
+    ("main.bicep", "lockDuration: 'PT${queueLockSeconds}S'", "lockDuration: 'PT5S'", check_queues),
     ("main.bicep", "  'shipping'\n", "", check_queues),
     ("modules/servicebus.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_queues),
     (

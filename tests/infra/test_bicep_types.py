@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,30 @@ def test_expressions_are_accepted_where_their_type_is_unknown(tmp_path: Path) ->
 @pytest.mark.parametrize("template", infra_templates(), ids=lambda path: str(path.relative_to(INFRA)))
 def test_every_resource_in_infra_type_checks(template: Path) -> None:
     assert [str(problem) for problem in check_file(template, relative_to=INFRA)] == []
+
+
+# The queue properties every queue shares, misspelt in the module that writes them (infra/).
+QUEUE_MISSPELLINGS = {
+    "servicebus.bicep": ("requiresDuplicateDetection: true", "requiresDuplicateDetecton: true", "queues"),
+    "client.bicep": ("enablePartitioning: false", "enablePartitoning: false", "inbound"),
+}
+
+
+@pytest.mark.skipif(not (INFRA / "main.bicep").is_file(), reason="infra/main.bicep is not written yet")
+@pytest.mark.parametrize("module", QUEUE_MISSPELLINGS)
+def test_a_misspelt_queue_property_in_infra_is_reported(module: str, tmp_path: Path) -> None:
+    old, new, symbol = QUEUE_MISSPELLINGS[module]
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA, copy)
+    path = copy / "modules" / module
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) >= 1, old
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    wrong, right = new.split(":")[0], old.split(":")[0]
+    assert [str(problem) for problem in check_file(path, relative_to=copy)] == [
+        f"modules/{module}: {symbol}: properties.{wrong}: no such property (did you mean {right}?) "
+        "(Microsoft.ServiceBus/namespaces/queues@2026-01-01)"
+    ]
 
 
 def test_every_vendored_file_is_listed_and_loads() -> None:
