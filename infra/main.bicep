@@ -64,8 +64,8 @@ var internalQueues = concat(agentQueues, [agentResponsesQueue])
 //   deadline (STEP_TIMEOUT_S 8 s plus START_LATENCY_S 5 s); the host renews it for up to 2 min beyond.
 // - maxDeliveryCount 10 (MAX_DELIVERY_COUNT): orderflow dead-letters on the 10th delivery itself; the
 //   broker's count only bounds abandons. A redelivered agent request makes no remote call, so broker
-//   redeliveries never spend the order's RETRY_BUDGET (24 calls); 10 backed-off retries (1 s .. 30 s)
-//   fit in about 2.5 minutes, well inside a day of time-to-live.
+//   redeliveries never spend the order's RETRY_BUDGET (24 calls); the 9 backed-off redeliveries before
+//   the 10th (1 s .. 30 s) take about 2.5 minutes, well inside the 14-day time-to-live.
 // - duplicate detection over 10 minutes: message ids are stable per logical request; the window covers
 //   SDK and host retries, an activity re-run and the reply relay's re-send (REPLY_GRACE_S 30 s plus a
 //   30 s sweep) several times over; consumers dedupe anything older by order and request id.

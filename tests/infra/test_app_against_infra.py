@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from orderflow.clients import parse_clients
+from orderflow.consumer import redelivery_delay_s
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import StateQuery
@@ -266,6 +267,52 @@ def test_every_queue_the_app_uses_is_declared(main: Template) -> None:
     check_queues(main)
 
 
+# What main.bicep's queue comment says of each setting the queue properties were chosen against, and
+# the number it states: each must be the setting's default and what the template deploys.
+QUEUE_COMMENT_NUMBERS = {
+    "QUEUE_LOCK_S": ("lockDuration 30 s (QUEUE_LOCK_S)", 30),
+    "STEP_TIMEOUT_S": ("STEP_TIMEOUT_S 8 s", 8),
+    "START_LATENCY_S": ("START_LATENCY_S 5 s", 5),
+    "QUEUE_MAX_LOCK_RENEWAL_S": ("the host renews it for up to 2 min beyond", 120),
+    "MAX_DELIVERY_COUNT": ("maxDeliveryCount 10 (MAX_DELIVERY_COUNT)", 10),
+    "RETRY_BUDGET": ("RETRY_BUDGET (24 calls)", 24),
+    "REPLY_GRACE_S": ("REPLY_GRACE_S 30 s", 30),
+}
+
+
+def _host_lock_renewal_s() -> float:
+    text = (ROOT / "host.json").read_text()
+    match = re.search(r'"maxAutoLockRenewalDuration":\s*"(\d+):(\d+):(\d+)"', text)
+    assert match, "host.json sets no maxAutoLockRenewalDuration"
+    hours, minutes, seconds = (int(g) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def check_retry_budget_numbers(template: Template) -> None:
+    """The queue properties against the numbers the retry budget rests on (main.bicep's comment)."""
+    comment = " ".join(template.path.read_text().replace("//", " ").split())
+    deployed = app_settings(template)
+    settings = Settings.load(env={k: _concrete(v) for k, v in deployed.items()})
+    for name, (said, number) in QUEUE_COMMENT_NUMBERS.items():
+        assert said in comment, f"the comment no longer says {said!r}"
+        assert Settings.model_fields[name].default == number, f"{name} defaults to other than {number}"
+        assert getattr(settings, name) == number, f"the template deploys {name} other than {number}"
+    assert _host_lock_renewal_s() == settings.QUEUE_MAX_LOCK_RENEWAL_S
+    # The broker dead-letters only after orderflow's own consumer has (with its reason and alert).
+    redeliveries = [redelivery_delay_s(n) for n in range(1, settings.MAX_DELIVERY_COUNT)]
+    assert (len(redeliveries), max(redeliveries), sum(redeliveries)) == (9, 30.0, 151.0)  # "about 2.5 min"
+    for name, queue in _queues(template).items():
+        p = queue.properties
+        assert p["maxDeliveryCount"] >= settings.MAX_DELIVERY_COUNT, name
+        lock = _duration_s(p["lockDuration"])
+        assert lock == settings.QUEUE_LOCK_S >= settings.STEP_TIMEOUT_S + settings.START_LATENCY_S, name
+        assert sum(redeliveries) < _duration_s(p["defaultMessageTimeToLive"]) == 14 * 86400, name
+
+
+def test_queue_properties_hold_the_retry_budget_numbers(main: Template) -> None:
+    check_retry_budget_numbers(main)
+
+
 # --- role assignments -----------------------------------------------------------------------------
 
 
@@ -467,6 +514,14 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     ("main.bicep", "lockDuration: 'PT${queueLockSeconds}S'", "lockDuration: 'PT5S'", check_queues),
     ("main.bicep", "  'shipping'\n", "", check_queues),
+    ("main.bicep", "var maxDeliveryCount = 10", "var maxDeliveryCount = 5", check_retry_budget_numbers),
+    ("main.bicep", "RETRY_BUDGET (24 calls)", "RETRY_BUDGET (20 calls)", check_retry_budget_numbers),
+    (
+        "modules/servicebus.bicep",
+        "maxDeliveryCount: maxDeliveryCount\n",
+        "maxDeliveryCount: 3\n",
+        check_retry_budget_numbers,
+    ),
     ("modules/servicebus.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_queues),
     (
         "modules/client.bicep",
