@@ -463,7 +463,11 @@ def check_hosting(template: Template) -> None:
     assert site.body["identity"]["type"] == "UserAssigned"
     assert site.properties["httpsOnly"] is True
     site_config = site.properties["siteConfig"]
-    assert (site_config["minTlsVersion"], site_config["ftpsState"]) == ("1.2", "Disabled")
+    assert (site_config["minTlsVersion"], site_config["scmMinTlsVersion"], site_config["ftpsState"]) == (
+        "1.2",
+        "1.2",
+        "Disabled",
+    )
     policies = _of_type(template, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
     assert {p.ref.name: p.properties["allow"] for p in policies} == {"ftp": False, "scm": False}
     (storage,) = _of_type(template, "Microsoft.Storage/storageAccounts")
@@ -563,6 +567,7 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     ("modules/cosmos.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_cosmos),
     ("modules/functionapp.bicep", "ftpsState: 'Disabled'", "ftpsState: 'FtpsOnly'", check_hosting),
+    ("modules/functionapp.bicep", "scmMinTlsVersion: '1.2'", "scmMinTlsVersion: '1.0'", check_hosting),
     ("modules/storage.bicep", "allowSharedKeyAccess: false", "allowSharedKeyAccess: true", check_hosting),
     (
         "modules/monitoring.bicep",
