@@ -34,7 +34,7 @@ param pythonVersion string = '3.13'
 @description('Most instances the app scales out to: bounds the Cosmos DB RU and Service Bus concurrency one burst can drive.')
 param maximumInstanceCount int = 40
 
-@description('Ceiling on messages waiting in a client inbound queue (MAX_SUBMISSION_BACKLOG); 0 turns the backlog check off and grants no Data Owner role for it.')
+@description('Ceiling on messages waiting in a client inbound queue (MAX_SUBMISSION_BACKLOG); 0 turns the backlog check off.')
 param maxSubmissionBacklog int = 5000
 
 @description('E-mail address the alerts notify; empty creates the alert rules without an action group.')
@@ -64,8 +64,8 @@ var internalQueues = concat(agentQueues, [agentResponsesQueue])
 //   deadline (STEP_TIMEOUT_S 8 s plus START_LATENCY_S 5 s); the host renews it for up to 2 min beyond.
 // - maxDeliveryCount 10 (MAX_DELIVERY_COUNT): orderflow dead-letters on the 10th delivery itself; the
 //   broker's count only bounds abandons. A redelivered agent request makes no remote call, so broker
-//   redeliveries never spend the order's RETRY_BUDGET (24 calls); 10 backed-off retries (1 s .. 30 s)
-//   fit in about 2.5 minutes, well inside a day of time-to-live.
+//   redeliveries never spend the order's RETRY_BUDGET (24 calls); the 9 backed-off redeliveries before
+//   the 10th (1 s .. 30 s) take about 2.5 minutes, well inside the 14-day time-to-live.
 // - duplicate detection over 10 minutes: message ids are stable per logical request; the window covers
 //   SDK and host retries, an activity re-run and the reply relay's re-send (REPLY_GRACE_S 30 s plus a
 //   30 s sweep) several times over; consumers dedupe anything older by order and request id.
@@ -73,15 +73,13 @@ var internalQueues = concat(agentQueues, [agentResponsesQueue])
 //   message must land in the dead-letter queue for an operator, never vanish.
 var queueLockSeconds = 30
 var maxDeliveryCount = 10
-var queueProperties = {
-  lockDuration: 'PT30S'
+// Passed to the Service Bus and client modules as scalars: each module writes the queue properties
+// itself, so their names are type-checked against the queue type (an object parameter would hide them).
+var queueSettings = {
+  lockDuration: 'PT${queueLockSeconds}S'
   maxDeliveryCount: maxDeliveryCount
-  requiresDuplicateDetection: true
-  duplicateDetectionHistoryTimeWindow: 'PT10M'
-  deadLetteringOnMessageExpiration: true
-  defaultMessageTimeToLive: 'P14D'
-  requiresSession: false
-  enablePartitioning: false
+  duplicateDetectionWindow: 'PT10M'
+  messageTimeToLive: 'P14D'
 }
 
 var cosmosDatabaseName = 'orderflow'
@@ -133,7 +131,10 @@ module serviceBus 'modules/servicebus.bicep' = {
     location: location
     tags: tags
     queueNames: internalQueues
-    queueProperties: queueProperties
+    lockDuration: queueSettings.lockDuration
+    maxDeliveryCount: queueSettings.maxDeliveryCount
+    duplicateDetectionWindow: queueSettings.duplicateDetectionWindow
+    messageTimeToLive: queueSettings.messageTimeToLive
   }
 }
 
@@ -172,8 +173,10 @@ module demoClient 'modules/client.bicep' = {
     principalId: demoClientPrincipalId
     maxInFlight: 500
     appPrincipalId: identity.outputs.principalId
-    queueProperties: queueProperties
-    grantBacklogRead: maxSubmissionBacklog > 0
+    lockDuration: queueSettings.lockDuration
+    maxDeliveryCount: queueSettings.maxDeliveryCount
+    duplicateDetectionWindow: queueSettings.duplicateDetectionWindow
+    messageTimeToLive: queueSettings.messageTimeToLive
   }
 }
 

@@ -261,7 +261,8 @@ class AdmissionControl:
         states: The state store; its server-side count gives the in-flight orders.
         backlog: The queue whose backlog is watched, or None to disable the backlog check.
         max_in_flight: Ceiling on ``Pending`` + ``Processing`` orders; 0 disables the check.
-        max_backlog: Ceiling on messages in the submission queue; 0 disables the check.
+        max_backlog: Ceiling on messages waiting in ``backlog`` (a client's inbound queue); 0 disables
+            the check.
         refresh_s: Seconds between reads of each count (``ADMISSION_REFRESH_S``); 0 reads every time.
         max_stale_s: Seconds the last good in-flight count stays usable while reads fail; default
             :data:`STALE_PERIODS` refresh periods.

@@ -454,18 +454,21 @@ def _send_request(
     send: Callable[[OrderflowClient], None],
     *,
     client_id: str | None = None,
-    own: bool = False,
 ) -> None:
-    """Send a request about an order on the submission queue (its answers go to the order's own reply
-    queue). The CLI does not check that the order exists: that is decided when the request is handled.
+    """Send a request about one of a client's orders on that client's inbound queue, the only queue
+    the intake reads (its answers go to the client's reply queue). The client is the registered one
+    ``client_id`` names, or the only one. The CLI does not check that the order exists: that is decided
+    when the request is handled.
 
     Raises:
-        typer.Exit: 2, after a one-line error, on bad input; 1 when the queue could not take it.
+        typer.Exit: 2, after a one-line error, on bad input or an unknown or ambiguous client; 1 when
+            the queue could not take it.
     """
     settings = _settings(env_file)
-    # A client's own request goes to its inbound queue; the others still to ORDERS_QUEUE.
-    queue = _client_by_id(client_id, settings).inbound_queue if own else settings.ORDERS_QUEUE
-    client = OrderflowClient(connect_queues(settings), reply_queue="unused", orders_queue=queue)
+    registered = _client_by_id(client_id, settings)
+    client = OrderflowClient(
+        connect_queues(settings), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+    )
     try:
         send(client)
     except InvalidMessage as exc:
@@ -490,9 +493,7 @@ def cancel(
     The request is only sent: an order the service does not know, or another client's, gets no answer
     (the request is dead-lettered, UnknownOrder).
     """
-    _send_request(
-        env_file, lambda client: client.cancel(order_id, reason=reason), client_id=client_id, own=True
-    )
+    _send_request(env_file, lambda client: client.cancel(order_id, reason=reason), client_id=client_id)
     console.print(
         f"cancel request for {escape(order_id)} sent; the answer (Cancelled or CancelRefused) goes to the "
         "order's reply queue. No answer comes if the service does not know the order: the request is then "

@@ -589,10 +589,11 @@ class Settings(BaseModel):
     MAX_SUBMISSION_BACKLOG: int = Field(
         5_000,
         ge=0,
-        description="Ceiling on messages waiting in ORDERS_QUEUE; while the queue holds more, new orders "
-        "are answered Rejected (cheaply, so the excess drains fast). 0 disables the check. 5,000 is about "
-        "a minute of submissions for one consumer process (each costs two creates and a reply): an order "
-        "further back would wait longer than its client should be left without an answer.",
+        description="Ceiling on messages waiting in each client's inbound queue (orders-<id>), per client; "
+        "while a client's queue holds more, its new orders are answered Rejected (cheaply, so the excess "
+        "drains fast). 0 disables the check. 5,000 is about a minute of submissions for one consumer "
+        "process (each costs two creates and a reply): an order further back would wait longer than its "
+        "client should be left without an answer.",
     )
     ADMISSION_REFRESH_S: float = Field(
         5.0,

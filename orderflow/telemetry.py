@@ -17,8 +17,8 @@ meter, derived here from the event and alert names so that no call site knows ab
 - ``orderflow.dead_letters`` (counter): ``message.dead_lettered`` events and ``max_delivery_count``
   alerts; attributes ``queue`` and ``reason`` (``MaxDeliveryCountExceeded`` for the alert).
 - ``orderflow.gave_up`` (counter): ``order_gave_up`` alerts (the supervisor gave up an order's forward
-  progress and moved it to Compensating);
-  attribute ``step``.
+  progress and moved it to Compensating); attributes ``step`` and ``reason`` (``retry_budget_exhausted``
+  or ``too_many_failures``, the record's ``lastError.code``).
 - ``orderflow.orders_failed`` (counter): orders that ended in ``Error``, left to an operator:
   ``past_point_of_no_return`` alerts (forward progress stopped after an irreversible step) and
   ``order_failed`` alerts (``finish_order`` with outcome Error, which only orchestrations of earlier
@@ -139,11 +139,27 @@ _FROM_EVENTS: Final[Mapping[str, _Derived]] = {
     "message.lock_renewal_exhausted": _Derived(LOCK_RENEWALS_EXHAUSTED, ("queue",)),
 }
 _FROM_ALERTS: Final[Mapping[str, _Derived]] = {
-    "order_gave_up": _Derived(GAVE_UP, ("step",)),
+    "order_gave_up": _Derived(GAVE_UP, ("step", "reason")),
     "order_failed": _Derived(ORDERS_FAILED, ("step",)),
     "past_point_of_no_return": _Derived(ORDERS_FAILED, ("step",)),
     "max_delivery_count": _Derived(DEAD_LETTERS, ("queue",), (("reason", MAX_DELIVERY_COUNT_REASON),)),
 }
+
+
+def metric_dimensions() -> dict[str, frozenset[str]]:
+    """Every metric of the ``orderflow`` meter by name, with the attribute keys it may carry.
+
+    Returns:
+        ``{metric name: attribute keys}``, e.g. ``{"orderflow.gave_up": {"step", "reason"}, ...}``; the
+        stuck-orders gauge has none. What alert queries may filter on (tests/infra checks them).
+    """
+    found: dict[str, set[str]] = {name: set() for name in _COUNTER_DESCRIPTIONS}
+    found[STUCK_ORDERS] = set()
+    found[ALERTS].add("alert")
+    for derived in (*_FROM_EVENTS.values(), *_FROM_ALERTS.values()):
+        found[derived.counter].update(derived.keys, (key for key, _ in derived.fixed))
+    return {name: frozenset(keys) for name, keys in found.items()}
+
 
 AttributeValue = str | bool | int | float
 """A value OpenTelemetry accepts as a metric or log attribute."""

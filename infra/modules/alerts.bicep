@@ -152,7 +152,9 @@ resource compensationFailed 'Microsoft.Insights/scheduledQueryRules@2026-03-01' 
   }
 }
 
-// telemetry.event("budget.exhausted"): a step refused because the order's RETRY_BUDGET was spent.
+// A spent RETRY_BUDGET shows twice: a step refused (telemetry.event("budget.exhausted"), counted as
+// orderflow.budget_exhausted) and the supervisor giving an order up (alert order_gave_up, counted as
+// orderflow.gave_up with reason=retry_budget_exhausted).
 resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   name: 'alert-budget-exhausted-${nameSuffix}'
   location: location
@@ -160,7 +162,7 @@ resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   kind: 'LogAlert'
   properties: {
     displayName: 'orderflow: retry budget exhausted'
-    description: 'Orders spent their end-to-end retry budget (orderflow.budget_exhausted): a remote service keeps failing.'
+    description: 'Orders spent their end-to-end retry budget (orderflow.budget_exhausted, or orderflow.gave_up with reason retry_budget_exhausted): a remote service keeps failing.'
     severity: 2
     enabled: true
     scopes: [
@@ -171,7 +173,7 @@ resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
     criteria: {
       allOf: [
         {
-          query: 'customMetrics | where name == "orderflow.budget_exhausted" | summarize exhausted = sum(valueSum) by step = tostring(customDimensions.step) | where exhausted > 0'
+          query: 'customMetrics | where name == "orderflow.budget_exhausted" or (name == "orderflow.gave_up" and tostring(customDimensions.reason) == "retry_budget_exhausted") | summarize exhausted = sum(valueSum) by step = tostring(customDimensions.step) | where exhausted > 0'
           timeAggregation: 'Count'
           operator: 'GreaterThan'
           threshold: 0

@@ -2,9 +2,9 @@
 // it takes in the CLIENTS registry. Adding a client is one more call of this module in main.bicep.
 //
 // The client's principal holds exactly two roles, each on one queue: Data Sender on its inbound queue,
-// Data Receiver on its reply queue; none on the namespace or any other queue. The app identity receives
-// from the inbound queue (its submission trigger) and sends to it (redelivery copies), and sends to the
-// reply queue; nobody else can send a reply.
+// Data Receiver on its reply queue; none on the namespace or any other queue. The app identity owns the
+// inbound queue (its submission trigger, redelivery copies, the queue's length) and sends to the reply
+// queue; nobody else can send a reply.
 param serviceBusName string
 
 @description('The client id: a slug of lowercase letters, digits and single inner hyphens (it names the queues).')
@@ -21,11 +21,17 @@ param maxInFlight int = 0
 @description('Principal id of the app identity.')
 param appPrincipalId string
 
-@description('Properties every queue shares (main.bicep says why each value).')
-param queueProperties object
+@description('Queue lock duration, ISO 8601 (main.bicep says why each queue value).')
+param lockDuration string
 
-@description('Grant the app identity Data Owner on the inbound queue, the narrowest role that reads its message count (admission control backlog check).')
-param grantBacklogRead bool = true
+@description('Deliveries before the broker dead-letters a message.')
+param maxDeliveryCount int
+
+@description('Duplicate detection window, ISO 8601.')
+param duplicateDetectionWindow string
+
+@description('Time-to-live of a message sent without one, ISO 8601; dead-lettered on expiry.')
+param messageTimeToLive string
 
 var inboundQueueName = 'orders-${clientId}'
 var replyQueueName = 'replies-${clientId}'
@@ -42,13 +48,31 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
 resource inbound 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: inboundQueueName
-  properties: queueProperties
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enablePartitioning: false
+  }
 }
 
 resource reply 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: replyQueueName
-  properties: queueProperties
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enablePartitioning: false
+  }
 }
 
 resource clientSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasPrincipal) {
@@ -71,30 +95,11 @@ resource clientReceivesReply 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }
 
-resource appReceivesInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(inbound.id, appPrincipalId, serviceBusDataReceiver)
-  scope: inbound
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-resource appSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(inbound.id, appPrincipalId, serviceBusDataSender)
-  scope: inbound
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}
-
-// Reading a queue's message count takes the administration endpoint, which wants Manage rights: no
-// built-in data role short of Data Owner has them. Scoped to this one queue, on which the app already
-// sends and receives. Without it (grantBacklogRead false, MAX_SUBMISSION_BACKLOG 0) the check is off.
-resource appReadsInboundBacklog 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantBacklogRead) {
+// The app's submission trigger receives from the inbound queue, and the app sends redelivery copies to
+// it. Data Owner, on this one queue, holds both and the Manage right that reads the queue's length: the
+// scale controller's target-based scaling and admission control's backlog check (MAX_SUBMISSION_BACKLOG)
+// both read it. The cost, managing (changing or deleting) this queue: docs/deploy.md#roles.
+resource appOwnsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(inbound.id, appPrincipalId, serviceBusDataOwner)
   scope: inbound
   properties: {

@@ -13,6 +13,10 @@ resource logAnalytics 'Microsoft.OperationalInsights/workspaces@2026-03-01' = {
       name: 'PerGB2018'
     }
     retentionInDays: 30
+    // Queries and ingestion with an Entra token only: the workspace's shared keys authenticate nothing.
+    features: {
+      disableLocalAuth: true
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // The app identity's roles outside the clients' queues, each on the narrowest scope that works:
-// - every internal queue (agent requests, agent responses): Data Receiver (its triggers) and Data Sender
-//   (agents' requests and responses, and the redelivery copies a trigger sends to its own queue); only
-//   the app identity holds any role on these queues;
+// - every internal queue (agent requests, agent responses): Azure Service Bus Data Owner, on that queue
+//   alone. Its triggers receive there and it sends there (agents' requests and responses, redelivery
+//   copies); Owner holds both, and also the Manage right the scale controller needs to read the queue's
+//   length: with receive rights only, target-based scaling falls back to incremental scaling
+//   (docs/deploy.md#roles). Only the app identity holds any role on these queues;
 // - the host's storage account: blob, queue and table data, which the host and Durable Functions need;
 // - Application Insights: Monitoring Metrics Publisher, for Entra-authenticated telemetry.
 param appPrincipalId string
@@ -10,8 +12,7 @@ param internalQueues array
 param storageAccountName string
 param appInsightsName string
 
-var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
-var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
 var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
@@ -26,21 +27,11 @@ resource queues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = [
   name: queueName
 }]
 
-resource queueReceivers 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in internalQueues: {
-  name: guid(queues[i].id, appPrincipalId, serviceBusDataReceiver)
+resource queueOwners 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in internalQueues: {
+  name: guid(queues[i].id, appPrincipalId, serviceBusDataOwner)
   scope: queues[i]
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: appPrincipalId
-    principalType: 'ServicePrincipal'
-  }
-}]
-
-resource queueSenders 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in internalQueues: {
-  name: guid(queues[i].id, appPrincipalId, serviceBusDataSender)
-  scope: queues[i]
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataOwner)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }

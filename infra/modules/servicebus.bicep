@@ -8,8 +8,17 @@ param tags object
 @description('The internal queues: one request queue per agent and the response queue.')
 param queueNames array
 
-@description('Properties every queue shares (main.bicep says why each value).')
-param queueProperties object
+@description('Queue lock duration, ISO 8601 (main.bicep says why each queue value).')
+param lockDuration string
+
+@description('Deliveries before the broker dead-letters a message.')
+param maxDeliveryCount int
+
+@description('Duplicate detection window, ISO 8601.')
+param duplicateDetectionWindow string
+
+@description('Time-to-live of a message sent without one, ISO 8601; dead-lettered on expiry.')
+param messageTimeToLive string
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
@@ -29,7 +38,17 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
 resource queues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for queueName in queueNames: {
   parent: namespace
   name: queueName
-  properties: queueProperties
+  // Set here, not passed in as an object: tests/infra type-checks these names against the queue type.
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: messageTimeToLive
+    requiresSession: false
+    enablePartitioning: false
+  }
 }]
 
 output name string = namespace.name

@@ -38,7 +38,8 @@ def resource_body(conf: dict[str, Any]) -> dict[str, Any]:
 
 
 class LiteralPropertyCheck(BaseResourceCheck):  # type: ignore[misc]  # checkov is untyped
-    """Passes when ``properties.<name>`` of the resource is the literal ``expected`` value."""
+    """Passes when ``properties.<name>`` of the resource is the literal ``expected`` value; ``name`` may
+    be a dotted path into nested objects (``features.disableLocalAuth``)."""
 
     def __init__(self, check_id: str, title: str, resource_type: str, name: str, expected: object) -> None:
         self.property_name, self.expected = name, expected
@@ -50,8 +51,9 @@ class LiteralPropertyCheck(BaseResourceCheck):  # type: ignore[misc]  # checkov 
         )
 
     def scan_resource_conf(self, conf: dict[str, Any]) -> CheckResult:
-        properties = resource_body(conf).get("properties")
-        value = properties.get(self.property_name) if isinstance(properties, dict) else None
+        value: object = resource_body(conf).get("properties")
+        for key in self.property_name.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
         same = type(value) is type(self.expected) and value == self.expected
         return CheckResult.PASSED if same else CheckResult.FAILED
 
@@ -161,4 +163,11 @@ checks = (
     ),
     ServiceBusRoleScopeCheck(),
     CosmosRoleScopeCheck(),
+    LiteralPropertyCheck(
+        "CKV_ORDERFLOW_7",
+        "Ensure Log Analytics workspaces disable local (shared key) authentication",
+        "Microsoft.OperationalInsights/workspaces",
+        "features.disableLocalAuth",
+        True,
+    ),
 )

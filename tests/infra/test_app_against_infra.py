@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from orderflow.clients import parse_clients
+from orderflow.consumer import redelivery_delay_s
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import StateQuery
@@ -217,6 +218,8 @@ def check_no_secret_in_settings(template: Template) -> None:
     (insights,) = _of_type(template, "Microsoft.Insights/components")
     # The connection string's instrumentation key authenticates nothing once local auth is off.
     assert insights.properties["DisableLocalAuth"] is True
+    (workspace,) = _of_type(template, "Microsoft.OperationalInsights/workspaces")
+    assert workspace.properties["features"]["disableLocalAuth"] is True  # no workspace shared keys
     assert app_settings(template)["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
         f"ClientId={Runtime(_identity(template), ('properties', 'clientId'))};Authorization=AAD"
     )
@@ -272,6 +275,52 @@ def test_every_queue_the_app_uses_is_declared(main: Template) -> None:
     check_queues(main)
 
 
+# What main.bicep's queue comment says of each setting the queue properties were chosen against, and
+# the number it states: each must be the setting's default and what the template deploys.
+QUEUE_COMMENT_NUMBERS = {
+    "QUEUE_LOCK_S": ("lockDuration 30 s (QUEUE_LOCK_S)", 30),
+    "STEP_TIMEOUT_S": ("STEP_TIMEOUT_S 8 s", 8),
+    "START_LATENCY_S": ("START_LATENCY_S 5 s", 5),
+    "QUEUE_MAX_LOCK_RENEWAL_S": ("the host renews it for up to 2 min beyond", 120),
+    "MAX_DELIVERY_COUNT": ("maxDeliveryCount 10 (MAX_DELIVERY_COUNT)", 10),
+    "RETRY_BUDGET": ("RETRY_BUDGET (24 calls)", 24),
+    "REPLY_GRACE_S": ("REPLY_GRACE_S 30 s", 30),
+}
+
+
+def _host_lock_renewal_s() -> float:
+    text = (ROOT / "host.json").read_text()
+    match = re.search(r'"maxAutoLockRenewalDuration":\s*"(\d+):(\d+):(\d+)"', text)
+    assert match, "host.json sets no maxAutoLockRenewalDuration"
+    hours, minutes, seconds = (int(g) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def check_retry_budget_numbers(template: Template) -> None:
+    """The queue properties against the numbers the retry budget rests on (main.bicep's comment)."""
+    comment = " ".join(template.path.read_text().replace("//", " ").split())
+    deployed = app_settings(template)
+    settings = Settings.load(env={k: _concrete(v) for k, v in deployed.items()})
+    for name, (said, number) in QUEUE_COMMENT_NUMBERS.items():
+        assert said in comment, f"the comment no longer says {said!r}"
+        assert Settings.model_fields[name].default == number, f"{name} defaults to other than {number}"
+        assert getattr(settings, name) == number, f"the template deploys {name} other than {number}"
+    assert _host_lock_renewal_s() == settings.QUEUE_MAX_LOCK_RENEWAL_S
+    # The broker dead-letters only after orderflow's own consumer has (with its reason and alert).
+    redeliveries = [redelivery_delay_s(n) for n in range(1, settings.MAX_DELIVERY_COUNT)]
+    assert (len(redeliveries), max(redeliveries), sum(redeliveries)) == (9, 30.0, 151.0)  # "about 2.5 min"
+    for name, queue in _queues(template).items():
+        p = queue.properties
+        assert p["maxDeliveryCount"] >= settings.MAX_DELIVERY_COUNT, name
+        lock = _duration_s(p["lockDuration"])
+        assert lock == settings.QUEUE_LOCK_S >= settings.STEP_TIMEOUT_S + settings.START_LATENCY_S, name
+        assert sum(redeliveries) < _duration_s(p["defaultMessageTimeToLive"]) == 14 * 86400, name
+
+
+def test_queue_properties_hold_the_retry_budget_numbers(main: Template) -> None:
+    check_retry_budget_numbers(main)
+
+
 # --- role assignments -----------------------------------------------------------------------------
 
 
@@ -298,20 +347,34 @@ def check_service_bus_roles(template: Template) -> None:
         "a Service Bus role above queue scope"
     )
     held = {(scope.name, role, principal) for scope, role, principal in on_bus}
-    internal = {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}
-    for queue in internal:
-        assert {(r, p) for q, r, p in held if q == queue} == {(RECEIVER, app), (SENDER, app)}, queue
-    backlog = settings.MAX_SUBMISSION_BACKLOG > 0
+    # Data Owner on every queue the app has a trigger on: receive and send, and the Manage right the
+    # scale controller reads the queue length with (target-based scaling; docs/deploy.md#roles).
+    triggered = _triggered_queues(settings)
+    for queue in {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}:
+        assert queue in triggered
+        assert {(r, p) for q, r, p in held if q == queue} == {(OWNER, app)}, queue
     for client in settings.clients():
+        assert client.inbound_queue in triggered and client.reply_queue not in triggered
         inbound = {(r, p) for q, r, p in held if q == client.inbound_queue}
         reply = {(r, p) for q, r, p in held if q == client.reply_queue}
         mine = {(SENDER, client.principal_id)} if client.principal_id else set()
-        assert inbound == {(RECEIVER, app), (SENDER, app), *([(OWNER, app)] if backlog else []), *mine}
+        assert inbound == {(OWNER, app), *mine}, client.inbound_queue
         assert reply == {(SENDER, app), *([(RECEIVER, client.principal_id)] if client.principal_id else [])}
         assert {(q, r) for q, r, p in held if p == client.principal_id} <= {
             (client.inbound_queue, SENDER),
             (client.reply_queue, RECEIVER),
         }
+    assert {q for q, r, p in held if r == OWNER} == triggered, "Data Owner beyond the triggered queues"
+    assert {p for q, r, p in held if r == OWNER} == {app}
+
+
+def _triggered_queues(settings: Settings) -> set[str]:
+    """The queues with a Service Bus trigger (function_host/blueprints: agents, intake, orchestrators)."""
+    triggers = (ROOT / "function_host" / "blueprints").glob("*.py")
+    text = "".join(p.read_text() for p in triggers)
+    assert text.count("service_bus_queue_trigger(") == 3, "a trigger was added: name its queues here"
+    agents = {settings.agent_queue(a) for a in agent_names()}
+    return agents | {settings.AGENT_RESPONSES_QUEUE} | {c.inbound_queue for c in settings.clients()}
 
 
 def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
@@ -320,11 +383,10 @@ def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
     assert demo.principal_id == DEMO_CLIENT  # the client's roles above were checked for this principal
 
 
-def test_no_backlog_ceiling_grants_no_data_owner(tmp_path: Path) -> None:
+def test_no_backlog_ceiling_keeps_the_scaling_roles(tmp_path: Path) -> None:
     template = _deploy(ROOT / "infra", maxSubmissionBacklog=0)
-    check_service_bus_roles(template)
+    check_service_bus_roles(template)  # Data Owner on the triggered queues still: the scale controller's
     assert app_settings(template)["MAX_SUBMISSION_BACKLOG"] == "0"
-    assert OWNER not in {role for _, role, _ in _role_assignments(template)}
 
 
 def test_other_roles_of_the_app_identity(main: Template) -> None:
@@ -410,7 +472,11 @@ def check_hosting(template: Template) -> None:
     assert site.body["identity"]["type"] == "UserAssigned"
     assert site.properties["httpsOnly"] is True
     site_config = site.properties["siteConfig"]
-    assert (site_config["minTlsVersion"], site_config["ftpsState"]) == ("1.2", "Disabled")
+    assert (site_config["minTlsVersion"], site_config["scmMinTlsVersion"], site_config["ftpsState"]) == (
+        "1.2",
+        "1.2",
+        "Disabled",
+    )
     policies = _of_type(template, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
     assert {p.ref.name: p.properties["allow"] for p in policies} == {"ftp": False, "scm": False}
     (storage,) = _of_type(template, "Microsoft.Storage/storageAccounts")
@@ -455,12 +521,20 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     (
         "main.bicep",
-        "duplicateDetectionHistoryTimeWindow: 'PT10M'",
-        "duplicateDetectionHistoryTimeWindow: 'PT10S'",
+        "duplicateDetectionWindow: 'PT10M'",
+        "duplicateDetectionWindow: 'PT10S'",
         check_queues,
     ),
-    ("main.bicep", "lockDuration: 'PT30S'", "lockDuration: 'PT5S'", check_queues),
+    ("main.bicep", "lockDuration: 'PT${queueLockSeconds}S'", "lockDuration: 'PT5S'", check_queues),
     ("main.bicep", "  'shipping'\n", "", check_queues),
+    ("main.bicep", "var maxDeliveryCount = 10", "var maxDeliveryCount = 5", check_retry_budget_numbers),
+    ("main.bicep", "RETRY_BUDGET (24 calls)", "RETRY_BUDGET (20 calls)", check_retry_budget_numbers),
+    (
+        "modules/servicebus.bicep",
+        "maxDeliveryCount: maxDeliveryCount\n",
+        "maxDeliveryCount: 3\n",
+        check_retry_budget_numbers,
+    ),
     ("modules/servicebus.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_queues),
     (
         "modules/client.bicep",
@@ -476,8 +550,21 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     (
         "modules/roles.bicep",
-        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: queues[i]",
-        "(queues[i].id, appPrincipalId, serviceBusDataSender)\n  scope: namespace",
+        "(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: queues[i]",
+        "(queues[i].id, appPrincipalId, serviceBusDataOwner)\n  scope: namespace",
+        check_service_bus_roles,
+    ),
+    # Receive rights only on the agent queues: the scale controller could not read their length.
+    (
+        "modules/roles.bicep",
+        "roleDefinitions', serviceBusDataOwner)",
+        "roleDefinitions', '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')",
+        check_service_bus_roles,
+    ),
+    (
+        "modules/client.bicep",
+        "(inbound.id, appPrincipalId, serviceBusDataOwner)\n  scope: inbound",
+        "(reply.id, appPrincipalId, serviceBusDataOwner)\n  scope: reply",
         check_service_bus_roles,
     ),
     ("modules/cosmos.bicep", "path: '/lastError/*'", "path: '/clientId/*'", check_cosmos),
@@ -489,7 +576,14 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     ("modules/cosmos.bicep", "disableLocalAuth: true", "disableLocalAuth: false", check_cosmos),
     ("modules/functionapp.bicep", "ftpsState: 'Disabled'", "ftpsState: 'FtpsOnly'", check_hosting),
+    ("modules/functionapp.bicep", "scmMinTlsVersion: '1.2'", "scmMinTlsVersion: '1.0'", check_hosting),
     ("modules/storage.bicep", "allowSharedKeyAccess: false", "allowSharedKeyAccess: true", check_hosting),
+    (
+        "modules/monitoring.bicep",
+        "disableLocalAuth: true",
+        "disableLocalAuth: false",
+        check_no_secret_in_settings,
+    ),
     ("modules/functionapp.bicep", "name: 'FC1'", "name: 'Y1'", check_hosting),
 ]
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,6 +176,30 @@ def test_every_resource_in_infra_type_checks(template: Path) -> None:
     assert [str(problem) for problem in check_file(template, relative_to=INFRA)] == []
 
 
+# The queue properties every queue shares, misspelt in the module that writes them (infra/).
+QUEUE_MISSPELLINGS = {
+    "servicebus.bicep": ("requiresDuplicateDetection: true", "requiresDuplicateDetecton: true", "queues"),
+    "client.bicep": ("enablePartitioning: false", "enablePartitoning: false", "inbound"),
+}
+
+
+@pytest.mark.skipif(not (INFRA / "main.bicep").is_file(), reason="infra/main.bicep is not written yet")
+@pytest.mark.parametrize("module", QUEUE_MISSPELLINGS)
+def test_a_misspelt_queue_property_in_infra_is_reported(module: str, tmp_path: Path) -> None:
+    old, new, symbol = QUEUE_MISSPELLINGS[module]
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA, copy)
+    path = copy / "modules" / module
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) >= 1, old
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    wrong, right = new.split(":")[0], old.split(":")[0]
+    assert [str(problem) for problem in check_file(path, relative_to=copy)] == [
+        f"modules/{module}: {symbol}: properties.{wrong}: no such property (did you mean {right}?) "
+        "(Microsoft.ServiceBus/namespaces/queues@2026-01-01)"
+    ]
+
+
 def test_every_vendored_file_is_listed_and_loads() -> None:
     listed = {vendor_azure_types.vendored_path(*entry) for entry in vendor_azure_types.VENDORED}
     assert set(vendor_azure_types.TARGET.rglob("types.json.gz")) == listed
@@ -183,12 +209,38 @@ def test_every_vendored_file_is_listed_and_loads() -> None:
         assert f"`{folder}/{namespace}/{version}`" in readme
 
 
-@pytest.mark.skipif(
-    not SHARED_TYPES.is_dir(), reason="the shared type definitions are not beside this checkout"
-)
+def shared_types(folder: Path = SHARED_TYPES) -> Path:
+    """``folder``, the compiler's type definitions beside this checkout, which the vendored copy is from.
+
+    Raises:
+        pytest.fail.Exception: it is missing and ``CI`` is set: CI must compare, never skip.
+        pytest.skip.Exception: it is missing on a developer's machine.
+    """
+    if not folder.is_dir():
+        message = f"the shared type definitions are not beside this checkout: {folder}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI compares the vendored copy with them: check them out there)")
+        pytest.skip(message)
+    return folder
+
+
+def test_ci_fails_rather_than_skips_without_the_shared_types(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "shared" / "azure-types"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI compares"):
+        shared_types(missing)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        shared_types(missing)
+    assert shared_types(tmp_path) == tmp_path
+
+
 @pytest.mark.parametrize("entry", vendor_azure_types.VENDORED, ids=lambda entry: f"{entry[1]}@{entry[2]}")
 def test_the_vendored_copy_is_the_source(entry: tuple[str, str, str]) -> None:
-    source = (SHARED_TYPES / entry[0] / entry[1] / entry[2] / "types.json").read_bytes()
+    root = shared_types()
+    source = (root / entry[0] / entry[1] / entry[2] / "types.json").read_bytes()
     vendored = vendor_azure_types.vendored_path(*entry).read_bytes()
     assert gzip.decompress(vendored) == source
     assert vendored == vendor_azure_types.compress(source)  # re-vendoring changes no byte

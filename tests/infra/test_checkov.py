@@ -100,6 +100,21 @@ VARIANTS: dict[str, tuple[str, list[tuple[str, str]], set[tuple[str, str]]]] = {
         ],
         {("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner")},
     ),
+    "log-analytics-local-auth": (
+        "app.bicep",
+        [
+            (
+                "      disableLocalAuth: true\n    }\n  }\n}\n\nresource appInsights",
+                "      disableLocalAuth: false\n    }\n  }\n}\n\nresource appInsights",
+            )
+        ],
+        {("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs")},
+    ),
+    "log-analytics-local-auth-left-to-the-default": (
+        "app.bicep",
+        [("    features: {\n      disableLocalAuth: true\n    }\n", "")],
+        {("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs")},
+    ),
     "cosmos-role-on-the-account": (
         "app.bicep",
         [("    scope: '${cosmos.id}/dbs/orderflow'\n", "    scope: cosmos.id\n")],
@@ -115,6 +130,7 @@ OWN_CHECKS_ON_THE_FIXTURE = {
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.receiveOrders"),
     ("CKV_ORDERFLOW_5", "Microsoft.Authorization/roleAssignments.blobOwner"),
     ("CKV_ORDERFLOW_6", "Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments.cosmosData"),
+    ("CKV_ORDERFLOW_7", "Microsoft.OperationalInsights/workspaces.logs"),
 }
 
 
@@ -234,5 +250,6 @@ def test_every_role_assignment_in_infra_passes_its_scope_check(reports: dict[str
         if resource["type"] in SCOPE_CHECKS and not resource["existing"]
     }
     passed = {(c["check_id"], c["file_path"], c["resource"]) for c in reports["infra"]["passed_checks"]}
-    assert len(declared) >= 14  # the app's and the client's queue roles, storage, telemetry, Cosmos DB
+    # The app's queue roles (1 loop) and the client's (4), storage (3), telemetry (1), Cosmos DB (2).
+    assert len(declared) == 11
     assert declared <= passed  # none skipped, failed or left unscanned

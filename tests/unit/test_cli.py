@@ -411,6 +411,18 @@ def test_cancel_sends_a_cancel_request_on_the_submission_queue(
     assert "dead-lettered (UnknownOrder)" in flat
 
 
+def test_a_request_goes_to_the_only_clients_inbound_queue_never_orders_queue(
+    queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLIENTS", json.dumps([{"id": "solo", "replyQueue": "replies-solo"}]))
+    result = invoke("cancel", "o-8")
+
+    assert result.exit_code == 0, result.output
+    [message] = received(queues.queue("orders-solo"))
+    assert json.loads(message.body)["type"] == "CancelOrder"
+    assert received(queues.queue(connected[0].ORDERS_QUEUE)) == []  # nothing consumes it
+
+
 def test_cancel_of_an_invalid_order_id_sends_nothing(
     queues: InMemoryQueueFactory, connected: list[Settings]
 ) -> None:

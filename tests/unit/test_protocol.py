@@ -7,10 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from activities.fencing import fenced_write
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
+from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies, RecordCache
@@ -584,6 +587,20 @@ def _start(
     )
 
 
+def _metric_points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any], float]]:
+    """The data points of the ``orderflow`` meter's metric ``name``: (attributes, value) pairs."""
+    data = reader.get_metrics_data()
+    return [
+        (dict(point.attributes or {}), point.value)
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+        if isinstance(point, NumberDataPoint)
+    ]
+
+
 def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies, clock: FakeClock) -> None:
     settings = deps.settings.model_copy(update={"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
     deps.settings = settings
@@ -604,7 +621,15 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
     assert third["outcome"] == "started" and request["maxCalls"] == 2  # what is left of the budget
     clock.advance(31)
-    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+    reader = InMemoryMetricReader()
+    telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    try:
+        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+        gave_up = _metric_points(reader, telemetry.GAVE_UP)
+    finally:
+        telemetry.use_meter_provider(None)
+    # The retry-budget alert counts this give-up by its reason (infra/modules/alerts.bicep).
+    assert gave_up == [({"step": "reserve_inventory", "reason": "retry_budget_exhausted"}, 1)]
     record = deps.states.get("a:o-1").item
     assert record.retry_budget.remaining == 0
     # The supervisor stops retrying a spent budget: the next attempt compensates.

@@ -114,16 +114,21 @@ def test_dead_letters_carry_the_queue_from_events_and_the_max_delivery_alert(
 
 
 def test_every_alert_counts_under_its_name(reader: InMemoryMetricReader) -> None:
-    telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:6", attempt=6, step="charge")
-    telemetry.alert("order_gave_up", order_id="a:o-2", instance_id="a:o-2:6", attempt=6, step="charge")
+    gave_up = {"attempt": 6, "step": "charge", "reason": "too_many_failures"}
+    telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:6", **gave_up)
+    telemetry.alert("order_gave_up", order_id="a:o-2", instance_id="a:o-2:6", **gave_up)
+    telemetry.alert("order_gave_up", order_id="a:o-5", step="charge", reason="retry_budget_exhausted")
     telemetry.alert("order_failed", order_id="a:o-3", instance_id="a:o-3:1", step="ship", code="no_carrier")
     telemetry.alert("conflicting_order", order_id="a:o-4")
     assert series(reader, telemetry.ALERTS) == {
         (("alert", "conflicting_order"),): 1,
         (("alert", "order_failed"),): 1,
-        (("alert", "order_gave_up"),): 2,
+        (("alert", "order_gave_up"),): 3,
     }
-    assert points(reader, telemetry.GAVE_UP) == [({"step": "charge"}, 2)]
+    assert series(reader, telemetry.GAVE_UP) == {
+        (("reason", "retry_budget_exhausted"), ("step", "charge")): 1,
+        (("reason", "too_many_failures"), ("step", "charge")): 2,
+    }
     assert points(reader, telemetry.ORDERS_FAILED) == [({"step": "ship"}, 1)]
 
 
