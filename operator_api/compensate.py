@@ -31,6 +31,7 @@ from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ def compensate_order(
         decide=decide,
         what="compensate",
         grace_s=grace_s,
+        actor=Actor("operator", principal.audit_id, principal.display_name or None),
         # A decision owes no reply of its own; one the record already owes is the relay's to send.
         deliver_owed_reply=False,
     )

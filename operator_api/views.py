@@ -14,6 +14,7 @@ from orderflow.records import (
     ReviewState,
     StateRecord,
     StepState,
+    TimelineEntry,
 )
 
 PLUMBING = frozenset({"id", "reply_to", "pending_reply"})
@@ -29,6 +30,7 @@ _NESTED: dict[str, Any] = {
     "steps": {"__all__": _fields(StepState)},
     "compensation_log": {"__all__": _fields(CompensationEntry)},
     "attempt_history": {"__all__": _fields(AttemptEntry)},
+    "timeline": {"__all__": _fields(TimelineEntry)},
     "retry_budget": _fields(RetryBudget),
     "last_error": _fields(LastError),
     "compensation_error": _fields(LastError),

@@ -29,6 +29,7 @@ from orderflow.settings import Settings
 from orderflow.step_start import ReviewNeed, Start, decide_step_start
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
+from orderflow.timeline import Actor, note
 from orderflow.workflows import UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ def claim(
     claimed.begin_attempt(settings.HOST_ID, now)
     if claimed.process_state is ProcessState.PROCESSING:
         start_first_step(claimed, now, settings)
+    note(record, claimed, Actor("starter", claimed.locked_by), action="claim")
     try:
         return states.replace(claimed, etag=found.etag)
     except ConcurrencyConflict:

@@ -77,6 +77,7 @@ from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
+from orderflow.timeline import Actor, note
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +245,12 @@ def recover(
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
     recovered = _recovered(record, record.complete_by, now, settings)
+    note(
+        record,
+        recovered.record,
+        Actor("supervisor", settings.HOST_ID),
+        action="give_up" if recovered.give_up else "recover",
+    )
     try:
         states.replace(recovered.record, etag=found.etag)
     except ConcurrencyConflict:
@@ -381,6 +388,7 @@ def _recover_compensation(
     else:
         delay = requeue_delay_s(updated.compensation_failures, settings)
         updated.next_attempt_at = now + timedelta(seconds=delay)
+    note(record, updated, Actor("supervisor", settings.HOST_ID), action="give_up" if give_up else "recover")
     try:
         written = states.replace(updated, etag=found.etag)
     except ConcurrencyConflict:

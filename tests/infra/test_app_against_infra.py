@@ -22,7 +22,7 @@ from orderflow.clients import parse_clients
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import StateQuery
-from orderflow.stores.cosmos import PARTITION_KEY_PATH, state_query_sql
+from orderflow.stores.cosmos import HISTORY_CONTAINER, PARTITION_KEY_PATH, state_query_sql
 from orderflow.workflows import agent_names
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
 
@@ -367,7 +367,7 @@ def check_cosmos(template: Template) -> None:
         for c in _of_type(template, "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers")
     }
     database = app_settings(template)["COSMOS_DATABASE"]
-    assert set(containers) == {(database, "orders"), (database, "orderstate")}
+    assert set(containers) == {(database, "orders"), (database, "orderstate"), (database, HISTORY_CONTAINER)}
     for resource in containers.values():
         assert resource["partitionKey"]["paths"] == [PARTITION_KEY_PATH]
     policy = containers[(database, "orderstate")]["indexingPolicy"]
@@ -379,7 +379,9 @@ def check_cosmos(template: Template) -> None:
         ("processState", "completeBy"),  # supervisor sweep
         ("processState", "nextAttemptAt"),  # starter
         ("clientId", "processState"),  # admission, per client
-        ("processState", "updatedAt"),  # retention
+        ("processState", "updatedAt"),  # retention, the operator API's order list
+        ("clientId", "processState", "updatedAt"),  # the order list, by client
+        ("workflowVersion", "processState", "updatedAt"),  # the order list, by workflow version
     }
 
 
