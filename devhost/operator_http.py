@@ -59,6 +59,7 @@ def create_operator_app(
             bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,
             validator=validator,
+            query=request.url.query,
         )
         return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
 

@@ -74,6 +74,7 @@ def claim(
     if (
         record.process_state not in CLAIMABLE_STATES
         or record.locked_by is not None
+        or record.suspended_at is not None
         or (record.next_attempt_at is not None and record.next_attempt_at > now)
     ):
         return None
@@ -205,7 +206,9 @@ def run_starter_pass(
     wanted = min(capacity, settings.STARTER_BATCH)
     if wanted <= 0:
         return report
-    query = StateQuery(process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now())
+    query = StateQuery(
+        process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now(), not_suspended=True
+    )
     continuation: str | None = None
     budget = PageBudget("starter", PageLimits.from_settings(settings))
     while len(report.claimed) < wanted and budget.allows_another():

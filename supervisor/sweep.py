@@ -183,7 +183,7 @@ recovered like ``Processing``; the next attempt finds the review and its decisio
 def expired_query(cutoff: datetime) -> StateQuery:
     """The query of a scan: ``Processing`` or ``Compensating`` records whose ``completeBy`` is before
     ``cutoff``."""
-    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff)
+    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff, not_suspended=True)
 
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
@@ -240,7 +240,12 @@ def recover(
     """
     record = found.item
     now = clock.now()
-    if record.process_state not in SWEPT_STATES or record.complete_by is None or record.complete_by >= now:
+    if (
+        record.process_state not in SWEPT_STATES
+        or record.complete_by is None
+        or record.complete_by >= now
+        or record.suspended_at is not None  # an operator holds it: recovered after the resume
+    ):
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)

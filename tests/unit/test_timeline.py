@@ -4,6 +4,7 @@ window's overflow moved to the history container by the store."""
 from __future__ import annotations
 
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import memory_deps, submit_and_claim
 
 pytestmark = pytest.mark.unit
+
+P, S = ProcessState, StepStatus
 
 KEY = "a:o-1"
 RESERVE, CHARGE, SHIP = "reserve_inventory", "charge_payment", "create_shipment"
@@ -74,7 +77,6 @@ def test_an_order_that_runs_through_records_every_write_with_who_made_it() -> No
     finish_order(finish.to_payload(), deps)
     record = deps.states.get(KEY).item
 
-    P, S = ProcessState, StepStatus
     assert summary(record) == [
         (1, "intake", "submit", None, P.PENDING, [], None),
         (2, "starter", "claim", P.PENDING, P.PROCESSING, [(RESERVE, S.NOT_STARTED, S.RUNNING)], None),
@@ -86,7 +88,7 @@ def test_an_order_that_runs_through_records_every_write_with_who_made_it() -> No
             P.PROCESSING,
             [(RESERVE, S.RUNNING, S.COMPLETED), (CHARGE, S.NOT_STARTED, S.RUNNING)],
             None,
-        ),  # noqa: E501
+        ),
         (
             4,
             "orchestrator",
@@ -95,7 +97,7 @@ def test_an_order_that_runs_through_records_every_write_with_who_made_it() -> No
             P.PROCESSING,
             [(CHARGE, S.RUNNING, S.COMPLETED), (SHIP, S.NOT_STARTED, S.RUNNING)],
             None,
-        ),  # noqa: E501
+        ),
         (5, "orchestrator", None, P.PROCESSING, P.PROCESSED, [(SHIP, S.RUNNING, S.COMPLETED)], "Processed"),
         (6, "replies", "reply", P.PROCESSED, P.PROCESSED, [], "Processed"),
     ]
@@ -202,5 +204,5 @@ def test_history_pages_in_order_with_a_token_bound_to_the_order() -> None:
     chunks = [*first.items, *second.items]
     assert second.continuation is None and len(chunks) == 3
     assert [c.first_seq for c in chunks] == sorted(c.first_seq for c in chunks)
-    assert all(a.last_seq + 1 == b.first_seq for a, b in zip(chunks, chunks[1:], strict=False))
+    assert all(a.last_seq + 1 == b.first_seq for a, b in pairwise(chunks))
     assert states.history("a:other", max_item_count=2).items == []
