@@ -22,6 +22,7 @@ from orderflow.errors import ConcurrencyConflict, IllegalTransition
 from orderflow.records import StateRecord
 from orderflow.state_machine import check_step_transition, check_transition
 from orderflow.stores.base import StateStore, Versioned
+from orderflow.timeline import Actor, note
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def fenced_write(
         if proposed is None:
             return WriteOutcome(True, False, None, record, current.etag)
         proposed.updated_at = clock.now()
+        note(record, proposed, Actor("orchestrator", instance_id))
         try:
             written = store.replace(proposed, etag=current.etag)
         except ConcurrencyConflict:

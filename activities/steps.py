@@ -71,6 +71,7 @@ from orderflow.step_start import (
     Start,
     StepStartDecision,
     StopRequested,
+    Suspended,
     decide_step_start,
     step_dependency,
 )
@@ -231,6 +232,10 @@ def _apply_start(
             # An earlier attempt's reservation stays spent; nothing is left to give back later.
             record.steps[data.step].reserved_calls = 0
             return record
+        case Suspended():
+            _prepare_start(record, definition, data, to_fallback=False, now=now)
+            release_suspended(record, now)
+            return record
         case Start(grant=grant, to_fallback=to_fallback):
             _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
             # The deadline starts now, when the step really starts, not when the orchestration asked.
@@ -239,6 +244,16 @@ def _apply_start(
             )
             return record
     return None
+
+
+def release_suspended(record: StateRecord, now: datetime) -> None:
+    """Hand a suspended order's record back, in place: the attempt's tenure ends (``suspended``), the
+    record is ``Pending``, unlocked and without a deadline, for the starter to claim once resumed."""
+    record.end_attempt(now, "suspended")
+    record.process_state = ProcessState.PENDING
+    record.locked_by = None
+    record.complete_by = None
+    record.next_attempt_at = None
 
 
 def _send_request(

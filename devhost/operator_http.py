@@ -13,9 +13,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from devhost.local_issuer import LocalIssuer
-from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
+from operator_api.handler import MAX_BODY_BYTES, error, handle_operator_request
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 
@@ -42,6 +43,13 @@ def create_operator_app(
         def keys() -> dict[str, Any]:
             return local.jwks()
 
+    @app.exception_handler(HTTPException)
+    async def refused(request: Request, exc: HTTPException) -> Response:
+        # A path the catch-all route cannot match (a newline in it, say): answered as the handler answers
+        # an unknown route, never in the framework's own shape.
+        answer = error(exc.status_code, "NoSuchRoute", "no operator API route; see docs/operator-api.md")
+        return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
+
     @app.api_route("/{path:path}", methods=METHODS)
     async def operator_api(request: Request) -> Response:
         # Read no more than the handler can take: it answers 413 for anything longer, and what lies
@@ -59,6 +67,7 @@ def create_operator_app(
             bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,
             validator=validator,
+            query=request.url.query,
         )
         return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
 

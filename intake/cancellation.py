@@ -42,6 +42,7 @@ from orderflow.records import LastError, PendingReply, ProcessState, StateRecord
 from orderflow.replies import send_reply
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ def handle_cancel(
         decide=decide,
         what="cancel",
         grace_s=grace_s,
+        actor=Actor("client", client.client_id),
         visible=lambda record: client.owns(record.client_id, record.reply_to),
         unscoped_id=request.order_id,
     )

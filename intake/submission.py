@@ -68,6 +68,7 @@ from orderflow.records import (
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
+from orderflow.timeline import Actor, note
 from orderflow.workflows import WorkflowDefinition, new_order_workflow
 
 logger = logging.getLogger(__name__)
@@ -393,7 +394,9 @@ def _record(
         outcome = IntakeOutcome.DUPLICATE
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
-        states.create(initial_state(order, definition, settings, clock, client, key=key))
+        record = initial_state(order, definition, settings, clock, client, key=key)
+        note(None, record, Actor("intake", record.client_id), action="submit")
+        states.create(record)
     except AlreadyExists:
         outcome = IntakeOutcome.DUPLICATE
     return outcome

@@ -31,6 +31,7 @@ from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
@@ -94,10 +95,11 @@ def _requested_by(record: StateRecord, principal: Principal, now: datetime) -> N
     record.updated_at = now
 
 
-def _decide(
+def decide_compensation(
     record: StateRecord, principal: Principal, reason: str | None, now: datetime
 ) -> CompensateAction | tuple[CompensateRefusal, str]:
-    """Apply the decision to ``record`` in place: what it set in motion, or why it was refused."""
+    """Apply the decision to ``record`` in place: what it set in motion, or why it was refused (a
+    resubmit of a ``CompensationFailed`` order makes the same decision: :mod:`operator_api.resubmit`)."""
     state = record.process_state
     if state is ProcessState.COMPENSATION_FAILED:
         record.process_state = ProcessState.COMPENSATING
@@ -146,6 +148,7 @@ def compensate_order(
     queues: QueueFactory,
     clock: Clock,
     grace_s: float,
+    if_match: str | None = None,
 ) -> CompensateOutcome:
     """Record ``principal``'s decision to compensate an order, or refuse it.
 
@@ -155,18 +158,20 @@ def compensate_order(
         reason: Why, in the operator's words (kept in ``lastError`` for an order stopped in flight).
         states / queues / clock: Dependencies.
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+        if_match: The ETag the operator saw, if the call was conditional on it.
 
     Returns:
         :class:`CompensateAccepted` or :class:`CompensateRefused`.
 
     Raises:
         InvalidMessage: ``UnknownOrder``: there is no such order.
+        StaleVersion: the record is no longer at ``if_match``; nothing written.
         TransientError, ConcurrencyConflict: the store is unavailable, or the owner kept winning the
             ETag race; retry.
     """
 
     def decide(record: StateRecord) -> tuple[CompensateAction | tuple[CompensateRefusal, str], bool]:
-        decided = _decide(record, principal, reason, clock.now())
+        decided = decide_compensation(record, principal, reason, clock.now())
         return decided, isinstance(decided, CompensateAction)
 
     applied = apply_request(
@@ -177,6 +182,8 @@ def compensate_order(
         decide=decide,
         what="compensate",
         grace_s=grace_s,
+        actor=Actor("operator", principal.audit_id, principal.display_name or None),
+        if_match=if_match,
         # A decision owes no reply of its own; one the record already owes is the relay's to send.
         deliver_owed_reply=False,
     )

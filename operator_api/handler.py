@@ -26,17 +26,27 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+from urllib.parse import parse_qsl
 
 from operator_api.compensate import CompensateAccepted, compensate_order
+from operator_api.listing import list_orders, list_query
+from operator_api.openapi import openapi_document
+from operator_api.resubmit import NOT_RESUBMITTABLE, resubmit_order
 from operator_api.review import ReviewRecorded, ReviewRefusal, review_order
-from operator_api.views import order_view
+from operator_api.schemas import CompensateBody, EmptyBody, ReviewBody
+from operator_api.suspension import set_suspension
+from operator_api.views import order_view, timeline_page
 from orderflow.dependencies import Dependencies
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound, TransientError
+from orderflow.errors import (
+    ConcurrencyConflict,
+    InvalidContinuation,
+    InvalidMessage,
+    NotFound,
+    TransientError,
+)
 from orderflow.messages import (
     TOO_LARGE,
-    CleanText,
-    Envelope,
     decode_json_object,
     validate_message,
     validate_order_key,
@@ -52,7 +62,7 @@ from orderflow.operator_auth import (
     authorize,
     http_refusal,
 )
-from orderflow.order_requests import UNKNOWN_ORDER
+from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
 from orderflow.records import ReviewDecision
 
 logger = logging.getLogger(__name__)
@@ -91,25 +101,42 @@ class OperatorResponse:
         return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-class ReviewBody(Envelope):
-    """The body of ``POST .../review``: the decision. Unknown fields are refused."""
-
-    decision: Literal["approve", "reject"]
-
-
-class CompensateBody(Envelope):
-    """The body of ``POST .../compensate``: why, optionally. Unknown fields are refused."""
-
-    reason: CleanText | None = None
-
-
 def error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> OperatorResponse:
     """An error response: ``{"error": {"code": code, "message": message}}``, with ``headers``."""
     return OperatorResponse(status, {"error": {"code": code, "message": message}}, dict(headers or {}))
 
 
-Action = Callable[[str, bytes, Principal, Dependencies], OperatorResponse]
-"""An action: (order id, body, verified principal, dependencies) -> response."""
+@dataclass(frozen=True)
+class Call:
+    """One authenticated call, as an action gets it.
+
+    Attributes:
+        order_id: The order key of an order's route (validated), None for the list.
+        body: The raw body.
+        principal: The verified caller.
+        query: The query parameters (each given once).
+        headers: The request headers (names in any case).
+    """
+
+    order_id: str | None
+    body: bytes
+    principal: Principal
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+
+    @property
+    def key(self) -> str:
+        """The order key of an order's route."""
+        assert self.order_id is not None, "a route of one order"
+        return self.order_id
+
+    def if_match(self) -> str | None:
+        """The ``If-Match`` header, if given."""
+        return _header(self.headers, "If-Match")
+
+
+Action = Callable[[Call, Dependencies], OperatorResponse]
+"""An action: (the call, dependencies) -> response."""
 
 
 @dataclass(frozen=True)
@@ -122,20 +149,40 @@ class Route:
     action: Action
 
 
-def _inspect(order_id: str, body: bytes, principal: Principal, deps: Dependencies) -> OperatorResponse:
+def _inspect(call: Call, deps: Dependencies) -> OperatorResponse:
     try:
-        found = deps.states.get(order_id)
+        found = deps.states.get(call.key)
     except NotFound:
-        return error(404, UNKNOWN_ORDER, f"no order {order_id}")
+        return error(404, UNKNOWN_ORDER, f"no order {call.key}")
     return OperatorResponse(200, order_view(found.item), {"ETag": _entity_tag(found.etag)})
 
 
-def _review(order_id: str, body: bytes, principal: Principal, deps: Dependencies) -> OperatorResponse:
-    request = validate_message(ReviewBody, decode_json_object(body))
+def _timeline(call: Call, deps: Dependencies) -> OperatorResponse:
+    limit = _limit(call.query, "limit", default=10, most=100)
+    unexpected = sorted(set(call.query) - {"limit", "continuation"})
+    if unexpected:
+        raise InvalidMessage("UnexpectedField", f"unknown query parameter {unexpected[0]!r}")
+    try:
+        found = deps.states.get(call.key)
+    except NotFound:
+        return error(404, UNKNOWN_ORDER, f"no order {call.key}")
+    page = deps.states.history(call.key, max_item_count=limit, continuation=call.query.get("continuation"))
+    answer = timeline_page(found.item, page)
+    return OperatorResponse(200, answer.to_body(), {"ETag": _entity_tag(found.etag)})
+
+
+def _list(call: Call, deps: Dependencies) -> OperatorResponse:
+    query, limit, continuation = list_query(call.query, deps.clock.now())
+    listed = list_orders(deps.states, query, limit=limit, continuation=continuation)
+    return OperatorResponse(200, listed.to_body())
+
+
+def _review(call: Call, deps: Dependencies) -> OperatorResponse:
+    request = validate_message(ReviewBody, decode_json_object(call.body))
     outcome = review_order(
-        order_id,
+        call.key,
         ReviewDecision(request.decision),
-        principal,
+        call.principal,
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
@@ -148,48 +195,126 @@ def _review(order_id: str, body: bytes, principal: Principal, deps: Dependencies
         return error(status, outcome.refusal.value, outcome.detail, etag)
     review = outcome.record.review
     assert review is not None and review.decision is not None
-    answer = {"orderId": order_id, "decision": review.decision.value, "decidedBy": review.decided_by}
+    answer = {"orderId": call.key, "decision": review.decision.value, "decidedBy": review.decided_by}
     return OperatorResponse(200, {**answer, "order": order_view(outcome.record)}, etag)
 
 
-def _compensate(order_id: str, body: bytes, principal: Principal, deps: Dependencies) -> OperatorResponse:
-    request = validate_message(CompensateBody, decode_json_object(body) if body.strip() else {})
+def _compensate(call: Call, deps: Dependencies) -> OperatorResponse:
+    request = validate_message(CompensateBody, decode_json_object(call.body) if call.body.strip() else {})
     outcome = compensate_order(
-        order_id,
-        principal,
+        call.key,
+        call.principal,
         reason=request.reason,
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        if_match=call.if_match(),
     )
     etag = {"ETag": _entity_tag(outcome.etag)}
     if not isinstance(outcome, CompensateAccepted):
         return error(409, outcome.refusal.value, outcome.detail, etag)
-    answer = {"orderId": order_id, "outcome": outcome.action.value, "order": order_view(outcome.record)}
+    answer = {"orderId": call.key, "outcome": outcome.action.value, "order": order_view(outcome.record)}
     return OperatorResponse(202, answer, etag)
 
 
+def _no_body(call: Call) -> None:
+    if call.body.strip():
+        validate_message(EmptyBody, decode_json_object(call.body))
+
+
+def _resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
+    _no_body(call)
+    seen = call.if_match()
+    if seen is None:
+        return error(428, "PreconditionRequired", "resubmit takes If-Match: the ETag of the order you saw")
+    outcome = resubmit_order(
+        call.key,
+        call.principal,
+        if_match=seen,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        retry_budget=deps.settings.RETRY_BUDGET,
+    )
+    etag = {"ETag": _entity_tag(outcome.etag)}
+    if outcome.action is None:
+        return error(409, NOT_RESUBMITTABLE, outcome.refusal or "", etag)
+    answer = {"orderId": call.key, "outcome": outcome.action.value, "order": order_view(outcome.record)}
+    return OperatorResponse(202, answer, etag)
+
+
+def _suspension(suspend: bool) -> Action:
+    def act(call: Call, deps: Dependencies) -> OperatorResponse:
+        _no_body(call)
+        outcome = set_suspension(
+            call.key,
+            call.principal,
+            suspend=suspend,
+            if_match=call.if_match(),
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+            grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        )
+        etag = {"ETag": _entity_tag(outcome.etag)}
+        if outcome.refusal is not None:
+            return error(409, outcome.refusal, outcome.detail or "", etag)
+        answer = {
+            "orderId": call.key,
+            "outcome": "Suspended" if suspend else "Resumed",
+            "order": order_view(outcome.record),
+        }
+        return OperatorResponse(200, answer, etag)
+
+    return act
+
+
+BOTH_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
+
 ROUTES: dict[str | None, Route] = {
-    None: Route("inspect", "GET", (OPERATOR_ROLE, REVIEWER_ROLE), _inspect),
+    None: Route("inspect", "GET", BOTH_ROLES, _inspect),
+    "timeline": Route("timeline", "GET", BOTH_ROLES, _timeline),
     "review": Route("review", "POST", (REVIEWER_ROLE,), _review),
     "compensate": Route("compensate", "POST", (OPERATOR_ROLE,), _compensate),
+    "resubmit": Route("resubmit", "POST", (OPERATOR_ROLE,), _resubmit),
+    "suspend": Route("suspend", "POST", (OPERATOR_ROLE,), _suspension(True)),
+    "resume": Route("resume", "POST", (OPERATOR_ROLE,), _suspension(False)),
 }
 """``/orders/{orderId}`` (None) and ``/orders/{orderId}/<action>``: the route of each."""
 
+LIST_ROUTE = Route("list", "GET", BOTH_ROLES, _list)
+"""``/orders``: the order list."""
 
-def _match(method: str, path: str) -> tuple[Route, str] | OperatorResponse:
-    """The route of ``path`` and the order id in it, or the 404 or 405 response."""
-    path = path.split("?", 1)[0]
+OPENAPI_PATH = API_PREFIX + "/openapi.json"
+"""The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes
+and says nothing about any order."""
+
+
+def _limit(query: Mapping[str, str], name: str, *, default: int, most: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= most:
+        raise InvalidMessage("InvalidValue", f"{name}: a whole number from 1 to {most}")
+    return int(text)
+
+
+def _match(method: str, path: str) -> tuple[Route, str | None] | OperatorResponse:
+    """The route of ``path`` and the order id in it (None for the list), or the 404 or 405 response."""
     prefix = API_PREFIX + "/"
     parts = path.removeprefix(prefix).split("/") if path.startswith(prefix) else []
     action = parts[2] if len(parts) == 3 else None
-    if len(parts) not in (2, 3) or parts[0] != "orders" or not parts[1] or action not in ROUTES:
+    if parts == ["orders"]:
+        route, order_id = LIST_ROUTE, None
+    elif len(parts) in (2, 3) and parts[0] == "orders" and parts[1] and action in ROUTES:
+        route, order_id = ROUTES[action], parts[1]
+    else:
         return error(404, "NoSuchRoute", f"no operator API route {path[:200]!r}; see docs/operator-api.md")
-    route = ROUTES[action]
     if method.upper() != route.method:
         return error(405, "MethodNotAllowed", f"{route.name} takes {route.method}", {"Allow": route.method})
-    return route, parts[1]
+    return route, order_id
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -225,6 +350,21 @@ def _authenticated(
     return principal
 
 
+def _query(path: str, query: str) -> tuple[str, dict[str, str]]:
+    """The path without its query string, and the query parameters (of ``query``, else of ``path``).
+
+    Raises:
+        InvalidMessage: a parameter given twice (``InvalidValue``).
+    """
+    path, _, inline = path.partition("?")
+    params: dict[str, str] = {}
+    for name, value in parse_qsl(query or inline, keep_blank_values=True):
+        if name in params:
+            raise InvalidMessage("InvalidValue", f"query parameter {name!r} given more than once")
+        params[name] = value
+    return path, params
+
+
 def handle_operator_request(
     method: str,
     path: str,
@@ -233,23 +373,31 @@ def handle_operator_request(
     *,
     deps: Dependencies,
     validator: TokenValidator | None,
+    query: str = "",
 ) -> OperatorResponse:
     """Answer one operator API request.
 
     Args:
         method: The HTTP method.
-        path: The URL path (``/api/operator/orders/o-1/review``); a query string is ignored.
-        headers: The request headers (names in any case): ``Authorization: Bearer <token>`` is read.
-        body: The raw body (JSON for the POST routes; empty is ``{}`` for compensate).
+        path: The URL path (``/api/operator/orders/o-1/review``), perhaps with its query string.
+        headers: The request headers (names in any case): ``Authorization: Bearer <token>`` and
+            ``If-Match`` are read.
+        body: The raw body (JSON for the POST routes; empty is ``{}``).
         deps: The host's dependencies.
         validator: Checks bearer tokens; None when the API is not configured
             (:func:`orderflow.operator_auth.validator_from_settings`).
+        query: The URL's query string (``state=Error&limit=10``), if not in ``path``.
 
     Returns:
         The response; every refusal is one, never an exception (see the module docstring). Unexpected
         errors propagate: the host answers 500.
     """
-    matched = _match(method, path)
+    bare = path.partition("?")[0]
+    if bare == OPENAPI_PATH:
+        if method.upper() != "GET":
+            return error(405, "MethodNotAllowed", "the document takes GET", {"Allow": "GET"})
+        return OperatorResponse(200, openapi_document())
+    matched = _match(method, bare)
     if isinstance(matched, OperatorResponse):
         return matched
     route, order_id = matched
@@ -259,11 +407,18 @@ def handle_operator_request(
     if len(body) > MAX_BODY_BYTES:
         return error(413, TOO_LARGE, f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
-        return route.action(validate_order_key(order_id), body, principal, deps)
+        _, params = _query(path, query)
+        key = None if order_id is None else validate_order_key(order_id)
+        return route.action(Call(key, body, principal, params, headers), deps)
     except InvalidMessage as invalid:
         if invalid.reason == UNKNOWN_ORDER:
             return error(404, UNKNOWN_ORDER, f"no order {order_id}")
         return error(400, invalid.reason, invalid.description)
+    except InvalidContinuation as invalid:
+        return error(400, "InvalidContinuation", invalid.detail)
+    except StaleVersion as stale:
+        message = "the order changed since the version you saw: read it again and decide again"
+        return error(412, "PreconditionFailed", message, {"ETag": _entity_tag(stale.etag)})
     except (TransientError, ConcurrencyConflict) as unavailable:
         logger.warning("operator API %s of %s: %s", route.name, order_id, unavailable.detail)
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})

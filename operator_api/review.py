@@ -26,6 +26,7 @@ from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, ReviewDecision, StateRecord
 from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ def review_order(
         decide=decide,
         what="review",
         grace_s=grace_s,
+        actor=Actor("reviewer", principal.audit_id, principal.display_name or None),
+        outcome=decision.value,
         # A decision owes no reply of its own; one the record already owes is the relay's to send.
         deliver_owed_reply=False,
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from operator_api.schemas import TimelinePage
 from orderflow.records import (
     AttemptEntry,
     CompensationEntry,
@@ -14,7 +15,10 @@ from orderflow.records import (
     ReviewState,
     StateRecord,
     StepState,
+    TimelineChunk,
+    TimelineEntry,
 )
+from orderflow.stores.base import Page
 
 PLUMBING = frozenset({"id", "reply_to", "pending_reply"})
 """State record fields the view leaves out: the order id again, the client's private reply queue, the
@@ -29,6 +33,7 @@ _NESTED: dict[str, Any] = {
     "steps": {"__all__": _fields(StepState)},
     "compensation_log": {"__all__": _fields(CompensationEntry)},
     "attempt_history": {"__all__": _fields(AttemptEntry)},
+    "timeline": {"__all__": _fields(TimelineEntry)},
     "retry_budget": _fields(RetryBudget),
     "last_error": _fields(LastError),
     "compensation_error": _fields(LastError),
@@ -46,3 +51,14 @@ def order_view(record: StateRecord) -> dict[str, Any]:
     :data:`PLUMBING`)."""
     view: dict[str, Any] = record.model_dump(mode="json", by_alias=True, include=_INCLUDE)
     return view
+
+
+def timeline_page(record: StateRecord, page: Page[TimelineChunk]) -> TimelinePage:
+    """A page of the order's timeline: the entries of a page of its history, and on the last page the
+    entries the record holds (each ``seq`` once: a chunk a writer moved before losing its race may repeat
+    some of the record's)."""
+    entries = [entry for chunk in page.items for entry in chunk.entries]
+    if page.continuation is None:
+        after = max((entry.seq for entry in entries), default=0)
+        entries += [entry for entry in record.timeline if entry.seq > after]
+    return TimelinePage(order_id=record.order_id, entries=entries, continuation=page.continuation)

@@ -30,6 +30,7 @@ from orderflow.settings import Settings
 from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
+from orderflow.timeline import Actor, note
 from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ def claim(
     if (
         record.process_state not in CLAIMABLE_STATES
         or record.locked_by is not None
+        or record.suspended_at is not None
         or (record.next_attempt_at is not None and record.next_attempt_at > now)
     ):
         return None
@@ -99,6 +101,7 @@ def claim(
     claimed.begin_attempt(settings.HOST_ID, now)
     if claimed.process_state is ProcessState.PROCESSING:
         start_first_step(claimed, now, settings)
+    note(record, claimed, Actor("starter", claimed.locked_by), action="claim")
     try:
         return states.replace(claimed, etag=found.etag)
     except ConcurrencyConflict:
@@ -272,7 +275,9 @@ def run_starter_pass(
     wanted = min(capacity, settings.STARTER_BATCH)
     if wanted <= 0:
         return report
-    query = StateQuery(process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now())
+    query = StateQuery(
+        process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now(), not_suspended=True
+    )
     continuation: str | None = None
     budget = PageBudget("starter", PageLimits.from_settings(settings))
     while len(report.claimed) < wanted and budget.allows_another():

@@ -43,6 +43,7 @@ from orderflow.messages import (
     validate_order_key,
 )
 from orderflow.operator_client import OperatorAnswer, OperatorApiClient
+from orderflow.order_render import order_panel, orders_table
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings, describe_invalid_settings
 from orderflow.wiring import connect_queues, connect_stores
@@ -547,21 +548,23 @@ def _token(token_file: Path | None) -> str:
 
 
 def _call_operator_api(
-    order_id: str,
+    order_id: str | None,
     api_url: str | None,
     token_file: Path | None,
     call: Callable[[OperatorApiClient], OperatorAnswer],
 ) -> OperatorAnswer:
-    """Call the operator API about ``order_id`` with the caller's token and return a successful answer.
+    """Call the operator API (about ``order_id``, if given) with the caller's token and return a
+    successful answer.
 
     Raises:
         typer.Exit: 2, after a one-line error, on bad input (a bad order id, no URL or token, a 400); 1
-            when the API refused (401, 403, 404, 409 ...) or could not be reached.
+            when the API refused (401, 403, 404, 409, 412 ...) or could not be reached.
     """
-    try:
-        validate_order_key(order_id)
-    except InvalidMessage as exc:
-        _fail(exc.description, code=2)
+    if order_id is not None:
+        try:
+            validate_order_key(order_id)
+        except InvalidMessage as exc:
+            _fail(exc.description, code=2)
     if not api_url:
         _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
     token = _token(token_file)
@@ -636,6 +639,130 @@ def review(
         f"{'approval' if approve else 'rejection'} of {escape(order_id)} recorded, decided by "
         f"{escape(str(answer.body.get('decidedBy')))}; the order is {escape(_state_of(answer))}."
     )
+
+
+orders_app = typer.Typer(
+    help="Operator: list and show orders through the operator API.", no_args_is_help=True
+)
+app.add_typer(orders_app, name="orders")
+
+MAX_TIMELINE_PAGES = 100
+"""Most timeline pages ``orders show`` reads (10 chunks of 17 entries each)."""
+
+
+def _whole_timeline(client: OperatorApiClient, order_id: str) -> OperatorAnswer:
+    """Every timeline entry of the order, read page by page; one answer holding them all."""
+    entries: list[Any] = []
+    token: str | None = None
+    for _ in range(MAX_TIMELINE_PAGES):
+        page = client.get_timeline(order_id, continuation=token)
+        if not page.ok:
+            return page
+        entries += page.body.get("entries") or []
+        token = page.body.get("continuation")
+        if not token:
+            break
+    return OperatorAnswer(200, {"entries": entries})
+
+
+@orders_app.command("show")
+def orders_show(order_id: OrderKey, api_url: ApiUrl = None, token_file: TokenFile = None) -> None:
+    """Show an order: state, steps, compensation log, retry budget, replies sent and its timeline.
+
+    Reads it through the operator API (app role orderflow.operator or orderflow.reviewer). The ETag
+    printed is the version shown: `orderflow resubmit --etag` acts only on that version.
+    """
+    view = _call_operator_api(order_id, api_url, token_file, lambda client: client.get_order(order_id))
+    timeline = _call_operator_api(
+        order_id, api_url, token_file, lambda client: _whole_timeline(client, order_id)
+    )
+    console.print(order_panel(view.body, timeline=timeline.body["entries"], etag=view.etag))
+
+
+@orders_app.command("list")
+def orders_list(  # noqa: PLR0917 - typer reads each option from a parameter
+    state: Annotated[str | None, typer.Option(help="processState values, comma-separated.")] = None,
+    client_id: Annotated[str | None, typer.Option("--client", help="A client id.")] = None,
+    workflow_version: Annotated[str | None, typer.Option(help="A workflow version.")] = None,
+    stuck_for: Annotated[int | None, typer.Option(help="Not written for this many seconds.")] = None,
+    failed_since: Annotated[
+        str | None, typer.Option(help="Error or CompensationFailed since (ISO 8601).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Orders per page (1-100).")] = 50,
+    continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """List orders by state, client, workflow version, stuck or failed time, a page at a time."""
+    filters: dict[str, str | int | None] = {
+        "state": state,
+        "client": client_id,
+        "workflowVersion": workflow_version,
+        "stuckFor": stuck_for,
+        "failedSince": failed_since,
+        "limit": limit,
+        "continuation": continuation,
+    }
+    answer = _call_operator_api(None, api_url, token_file, lambda client: client.list_orders(**filters))
+    console.print(orders_table(answer.body.get("orders") or []))
+    token = answer.body.get("continuation")
+    if token:
+        console.print(Text(f"more: --continuation {token}"))
+
+
+def _act(
+    order_id: str, action: str, etag: str | None, api_url: str | None, token_file: Path | None
+) -> OperatorAnswer:
+    def call(client: OperatorApiClient) -> OperatorAnswer:
+        seen = etag
+        if seen is None and action == "resubmit":
+            current = client.get_order(order_id)
+            if not current.ok:
+                return current
+            seen = current.etag
+            console.print(Text(f"acting on {order_id} as it is now: {current.body.get('processState')}"))
+        return client.act(order_id, action, if_match=seen)
+
+    return _call_operator_api(order_id, api_url, token_file, call)
+
+
+EtagOption = Annotated[
+    str | None, typer.Option("--etag", help="The ETag `orders show` printed: act only on that version.")
+]
+
+
+@app.command()
+def resubmit(
+    order_id: OrderKey,
+    etag: EtagOption = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """Operator: a new attempt of an Error order from its failed step, or a CompensationFailed order's
+    compensation retried. Conditional on the version seen (--etag, else the one read now): exits 1 when
+    someone changed the order since (412) or it is in another state (409)."""
+    answer = _act(order_id, "resubmit", etag, api_url, token_file)
+    console.print(
+        Text(f"resubmitted {order_id} ({answer.body.get('outcome')}); the order is {_state_of(answer)}.")
+    )
+
+
+@app.command()
+def suspend(
+    order_id: OrderKey, etag: EtagOption = None, api_url: ApiUrl = None, token_file: TokenFile = None
+) -> None:
+    """Operator: suspend an order: it takes no new step (nothing claims or recovers it) until resumed."""
+    answer = _act(order_id, "suspend", etag, api_url, token_file)
+    console.print(Text(f"suspended {order_id}; the order is {_state_of(answer)}."))
+
+
+@app.command()
+def resume(
+    order_id: OrderKey, etag: EtagOption = None, api_url: ApiUrl = None, token_file: TokenFile = None
+) -> None:
+    """Operator: resume a suspended order."""
+    answer = _act(order_id, "resume", etag, api_url, token_file)
+    console.print(Text(f"resumed {order_id}; the order is {_state_of(answer)}."))
 
 
 def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:

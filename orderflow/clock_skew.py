@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.records import StateRecord
+from orderflow.records import StateRecord, TimelineChunk
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
 
@@ -153,6 +153,12 @@ class ClockCheckedStateStore:
     def count(self, query: StateQuery) -> int:
         """:meth:`StateStore.count`."""
         return self.inner.count(query)
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        """:meth:`StateStore.history`."""
+        return self.inner.history(order_id, max_item_count=max_item_count, continuation=continuation)
 
 
 def clock_checked(states: StateStore, clock: Clock, settings: Settings) -> ClockCheckedStateStore:

@@ -29,10 +29,12 @@ class OperatorAnswer:
     Attributes:
         status: The HTTP status code.
         body: The JSON body (``{"error": {"code", "message"}}`` for a refusal).
+        etag: The ``ETag`` header: the version of the order the answer shows, for an ``If-Match``.
     """
 
     status: int
     body: dict[str, Any]
+    etag: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -125,9 +127,49 @@ class OperatorApiClient:
         body = {"reason": reason} if reason is not None else {}
         return self._call("POST", f"/orders/{quote(order_id, safe='')}/compensate", body)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> OperatorAnswer:
+    def list_orders(self, **filters: str | int | None) -> OperatorAnswer:
+        """``GET /orders``: a page of orders; ``filters`` are the query parameters (``state``,
+        ``client``, ``workflowVersion``, ``stuckFor``, ``failedSince``, ``limit``, ``continuation``),
+        None ones left out.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        params = {name: str(value) for name, value in filters.items() if value is not None}
+        return self._call("GET", "/orders", params=params)
+
+    def get_timeline(
+        self, order_id: str, *, continuation: str | None = None, limit: int = 10
+    ) -> OperatorAnswer:
+        """``GET /orders/{orderId}/timeline``: a page of the order's timeline, oldest first.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        params = {"limit": str(limit), **({"continuation": continuation} if continuation else {})}
+        return self._call("GET", f"/orders/{quote(order_id, safe='')}/timeline", params=params)
+
+    def act(self, order_id: str, action: str, *, if_match: str | None = None) -> OperatorAnswer:
+        """``POST /orders/{orderId}/{action}`` (``resubmit``, ``suspend``, ``resume``) with an empty body,
+        conditional on ``if_match`` (the ETag of the version seen) when given.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        headers = {"If-Match": if_match} if if_match else None
+        return self._call("POST", f"/orders/{quote(order_id, safe='')}/{action}", {}, headers=headers)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> OperatorAnswer:
         try:
-            response = self._http.request(method, path, json=body)
+            response = self._http.request(method, path, json=body, params=params, headers=headers)
         except httpx.HTTPError as exc:
             # httpx's text names the URL, never the headers: the token is not in it.
             raise TransientError(
@@ -141,4 +183,4 @@ class OperatorApiClient:
             data = {
                 "error": {"code": "NotJson", "message": f"HTTP {response.status_code}, not a JSON object"}
             }
-        return OperatorAnswer(response.status_code, data)
+        return OperatorAnswer(response.status_code, data, response.headers.get("ETag"))

@@ -22,6 +22,7 @@ from orderflow.records import ProcessState, StateRecord
 from orderflow.replies import deliver_reply
 from orderflow.state_machine import check_transition
 from orderflow.stores.base import StateStore, Versioned
+from orderflow.timeline import Actor, note
 
 UNKNOWN_ORDER = "UnknownOrder"
 """``InvalidMessage.reason`` of a request that names no known order."""
@@ -42,6 +43,22 @@ class Applied(Generic[_T]):
     record: StateRecord
     written: Versioned[StateRecord] | None
     etag: str
+
+
+class StaleVersion(Exception):
+    """The record is not at the version the requester saw (an ``If-Match`` that no longer matches):
+    nothing was decided or written. ``record`` and ``etag`` are the version found."""
+
+    def __init__(self, record: StateRecord, etag: str) -> None:
+        super().__init__(f"order {record.order_id} is at another version")
+        self.record = record
+        self.etag = etag
+
+
+def same_etag(seen: str, current: str) -> bool:
+    """Whether an HTTP entity tag the requester sent (quoted, perhaps weak, ``W/"..."``) names the
+    store's ETag ``current`` (which may carry quotes of its own)."""
+    return seen.strip().removeprefix("W/").strip('"') == current.strip('"')
 
 
 def min_time(current: datetime | None, bound: datetime) -> datetime:
@@ -68,6 +85,9 @@ def apply_request(
     decide: Callable[[StateRecord], tuple[_T, bool]],
     what: str,
     grace_s: float,
+    actor: Actor,
+    outcome: str | None = None,
+    if_match: str | None = None,
     visible: Callable[[StateRecord], bool] | None = None,
     deliver_owed_reply: bool = True,
     unscoped_id: str | None = None,
@@ -83,8 +103,13 @@ def apply_request(
         states / queues / clock: Dependencies.
         order_id: The order the request names.
         decide: Changes the record in place; returns its decision and whether to write.
-        what: The request, for the dead-letter description (``cancel``, ``review``, ...).
+        what: The request, for the dead-letter description (``cancel``, ``review``, ...), and the
+            ``action`` of the timeline entry the write adds.
         grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+        actor: Who asks: the timeline entry's role and verified principal (or client).
+        outcome: The timeline entry's outcome (a review's decision), if any.
+        if_match: The ETag the requester saw: a record at another version is not decided on at all
+            (:class:`StaleVersion`, nothing written). None: decide on whatever version is current.
         visible: Whether the requester may see the order at all (a client sees its own orders only);
             None: every order. An order it may not see is answered exactly as one that does not exist.
         unscoped_id: Where ``order_id`` is an order key, the bare order id an earlier version stored the
@@ -99,6 +124,8 @@ def apply_request(
     Raises:
         InvalidMessage: ``UnknownOrder``: there is no such order, or the requester may not see it
             (nobody to answer; dead-letter it).
+        StaleVersion: ``if_match`` is not the record's ETag (also after losing a race to another
+            writer: the version the requester saw is gone).
         ConcurrencyConflict: the owner kept winning the ETag race; abandon and retry.
         TransientError: the store or the reply queue is unavailable.
     """
@@ -107,6 +134,8 @@ def apply_request(
         if found is None or (visible is not None and not visible(found.item)):
             # The same error, word for word, whether the order is missing or someone else's.
             raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to {what}")
+        if if_match is not None and not same_etag(if_match, found.etag):
+            raise StaleVersion(found.item, found.etag)
         record = found.item.model_copy(deep=True)
         decision, write = decide(record)
         if not write:
@@ -115,6 +144,7 @@ def apply_request(
             check_transition(found.item.process_state, record.process_state)
         if record.process_state is ProcessState.AWAITING_REVIEW:
             record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
+        note(found.item, record, actor, action=what, outcome=outcome)
         try:
             written = states.replace(record, etag=found.etag)
         except ConcurrencyConflict:

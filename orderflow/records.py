@@ -347,6 +347,65 @@ class ReviewState(Model):
     decided_at: UtcDatetime | None = None
 
 
+class StepChange(Model):
+    """One step's status change within a timeline entry: ``step`` went ``from_status`` → ``to_status``
+    (``from_status`` None for a step the record did not hold before)."""
+
+    step: str
+    from_status: StepStatus | None = None
+    to_status: StepStatus
+
+
+class TimelineEntry(Model):
+    """One write of an order's state record, as the timeline shows it (``timeline``; docs/operations.md).
+
+    Attributes:
+        seq: Position in the order's timeline, 1, 2, ... (``timelineSeq`` holds the last one given).
+        at: When the write was made (UTC): the record's ``updatedAt``.
+        role: Who wrote: ``intake``, ``starter``, ``orchestrator``, ``supervisor``, ``operator``,
+            ``reviewer``, ``client``, ``replies``, ``retention``.
+        by: The verified principal's audit id (``<tenant>/<object id>``), the attempt's instance id, the
+            host id or the client id, as the role has one.
+        by_name: A principal's display name, for people to read (never an identity).
+        action: What was done, when the writer names it (``submit``, ``claim``, ``recover``, ``resubmit``
+            ...); None for an orchestration's step writes, which the state and step changes describe.
+        from_state / to_state: ``processState`` before (None for the record's creation) and after.
+        steps: The steps whose status changed.
+        outcome: How something ended: an attempt's tenure, the status of a reply sent, a review decision.
+        attempt: The record's ``attempt`` after the write.
+        error_code: The ``code`` of a ``lastError`` or ``compensationError`` this write recorded.
+    """
+
+    seq: int
+    at: UtcDatetime
+    role: str
+    by: str | None = None
+    by_name: str | None = None
+    action: str | None = None
+    from_state: ProcessState | None = None
+    to_state: ProcessState
+    steps: list[StepChange] = Field(default_factory=list)
+    outcome: str | None = None
+    attempt: int = 0
+    error_code: str | None = None
+
+
+class TimelineChunk(Model):
+    """Timeline entries moved out of a state record into the history container, oldest first.
+
+    ``id`` is ``{orderId}:{firstSeq:08d}-{lastSeq:08d}``: the same entries always make the same
+    document, so a writer that moved them and then lost its ETag race leaves nothing a later mover
+    would write differently (docs/operations.md#the-timeline).
+    """
+
+    id: str
+    order_id: str
+    first_seq: int
+    last_seq: int
+    entries: list[TimelineEntry]
+    moved_at: UtcDatetime
+
+
 class StateRecord(Model):
     """The scheduler's state record for one order (``orderstate`` container, partition key ``/orderId``).
 
@@ -387,6 +446,11 @@ class StateRecord(Model):
     data_purge_version: int = 0
     pending_reply: PendingReply | None = None
     attempt_history: list[AttemptEntry] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    timeline_seq: int = 0
+    suspended_at: UtcDatetime | None = None
+    suspended_by: str | None = None
+    suspended_by_name: str | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -21,6 +21,7 @@ from orderflow.queues.base import QueueFactory
 from orderflow.records import PendingReply, StateRecord, client_order_id
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
+from orderflow.timeline import Actor, note
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def clear_pending_reply(
         updated = record.model_copy(deep=True)
         updated.pending_reply = None
         updated.updated_at = clock.now()
+        note(record, updated, Actor("replies"), action="reply", outcome=reply.status)
         try:
             states.replace(updated, etag=found.etag)
             return True

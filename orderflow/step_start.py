@@ -3,6 +3,8 @@
 A step starts only in a record that is ``Processing`` and owned by the attempt asking (the fenced write
 checks ownership before it asks; docs/design.md §3.3). Then, in this order:
 
+0. an operator suspended the order: **suspended**, start nothing until it is resumed (the attempt
+   hands the record back, ``Pending`` and unlocked; docs/operations.md#suspended-orders);
 1. a stop was asked for (a client's cancel, an operator's decision): **stop**, start nothing more;
 2. the step may need a person's review: **await review** until a decision is recorded, **reject** if
    it was rejected; a caller that has not read the order's amount learns only that review is
@@ -42,6 +44,12 @@ class ReviewNeed(Enum):
     NEEDED = "needed"
     UNKNOWN = "unknown"
     """The step reviews orders above an amount, and the caller has not read the order."""
+
+
+@dataclass(frozen=True)
+class Suspended:
+    """An operator suspended the order: the step does not start; the attempt ends and gives the record
+    back (``Pending``, unlocked) for the starter to claim after the resume."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ class Start:
 
 
 StepStartDecision = (
-    StopRequested
+    Suspended
+    | StopRequested
     | NotProcessing
     | AwaitReview
     | ReviewUnknown
@@ -166,6 +175,8 @@ def decide_step_start(
         IllegalTransition: a fallback is asked for a step that has no fallback provider.
         KeyError: the record has no state for ``step``.
     """
+    if record.process_state in _LIVE and record.suspended_at is not None:
+        return Suspended()
     if record.process_state in _LIVE and record.cancel_requested_at is not None:
         return StopRequested()
     if record.process_state not in _LIVE:

@@ -30,6 +30,7 @@ from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
+from orderflow.timeline import Actor, note
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def _purge(found: Versioned[StateRecord], *, states: StateStore, orders: OrderSt
         return False  # another pass is redacting it
     record = found.item.model_copy(deep=True)
     record.purge_data(now)
+    note(found.item, record, Actor("retention"), action="purge", at=now)
     try:
         states.replace(record, etag=found.etag)
     except ConcurrencyConflict:

@@ -82,6 +82,7 @@ from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
+from orderflow.timeline import Actor, note
 from supervisor.poison import HELD_UNTIL, Failure, VersionFailures, held_error, repeated_failure
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ recovered like ``Processing``; the next attempt finds the review and its decisio
 def expired_query(cutoff: datetime) -> StateQuery:
     """The query of a scan: ``Processing`` or ``Compensating`` records whose ``completeBy`` is before
     ``cutoff``."""
-    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff)
+    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff, not_suspended=True)
 
 
 def overdue_cutoff(now: datetime, settings: Settings) -> datetime:
@@ -278,11 +279,18 @@ def recover(
         record.process_state not in SWEPT_STATES
         or complete_by is None
         or not is_overdue(complete_by, now, settings)
+        or record.suspended_at is not None  # an operator holds it: recovered after the resume
     ):
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
     recovered = _recovered(record, complete_by, now, settings, failures)
+    note(
+        record,
+        recovered.record,
+        Actor("supervisor", settings.HOST_ID),
+        action="give_up" if recovered.give_up else "recover",
+    )
     try:
         states.replace(recovered.record, etag=found.etag)
     except ConcurrencyConflict:
@@ -473,6 +481,7 @@ def _recover_compensation(
     else:
         delay = requeue_delay_s(updated.compensation_failures, settings)
         updated.next_attempt_at = now + timedelta(seconds=delay)
+    note(record, updated, Actor("supervisor", settings.HOST_ID), action="give_up" if give_up else "recover")
     try:
         written = states.replace(updated, etag=found.etag)
     except ConcurrencyConflict:

@@ -125,6 +125,8 @@ def fake_cosmos(transport: CosmosTransport) -> FakeCosmos:
     database = client.get_database_client("orderflow")
     return FakeCosmos(
         client,
-        CosmosStateStore(database.get_container_client("orderstate")),
+        CosmosStateStore(
+            database.get_container_client("orderstate"), history=database.get_container_client("orderhistory")
+        ),
         CosmosOrderStore(database.get_container_client("orders")),
     )

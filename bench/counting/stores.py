@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from bench.counting import UNLABELLED, CallerLabel, OperationCounts
 from orderflow.errors import ConcurrencyConflict
-from orderflow.records import OrderDocument, StateRecord
+from orderflow.records import OrderDocument, StateRecord, TimelineChunk
 from orderflow.stores.base import (
     OrderStore,
     Page,
@@ -95,6 +95,11 @@ class CountingStateStore(_CountingWrapper[StateStore]):
         """Count ``count`` (an aggregate query) and forward."""
         self._count("count")
         return self.inner.count(query, **kwargs)
+
+    def history(self, order_id: str, **kwargs: Any) -> Page[TimelineChunk]:
+        """Count ``history_page`` and forward."""
+        self._count("history_page")
+        return self.inner.history(order_id, **kwargs)
 
 
 class CountingOrderStore(_CountingWrapper[OrderStore]):

@@ -23,13 +23,15 @@ bp = df.Blueprint()
 @bp.route(route="operator/{*path}", methods=list(func.HttpMethod), auth_level=func.AuthLevel.ANONYMOUS)
 def operator_api(req: func.HttpRequest) -> func.HttpResponse:
     """Every operator API call: the handler authenticates it, authorizes it and answers it."""
+    url = urlsplit(req.url)
     response = handle_operator_request(
         req.method,
-        urlsplit(req.url).path,
+        url.path,
         req.headers,
         req.get_body(),
         deps=dependencies(),
         validator=token_validator(),
+        query=url.query,
     )
     return func.HttpResponse(
         response.content(),

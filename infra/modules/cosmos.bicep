@@ -94,8 +94,11 @@ resource ordersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
 // State records: the loops' queries (orderflow.stores.cosmos.state_query_sql) filter on processState
 // with one range each, which a composite index (equality or IN first, the range last) serves:
 // supervisor sweep (processState, completeBy), starter (processState, nextAttemptAt), admission's
-// per-client count (clientId, processState), retention (processState, updatedAt). The bulky nested
-// fields no query filters on are not indexed, which keeps the six writes per order cheaper.
+// per-client count (clientId, processState), retention (processState, updatedAt). The operator API's
+// order list (operator_api.listing) filters processState IN with one updatedAt range, and optionally
+// clientId or workflowVersion by equality: (processState, updatedAt), and (clientId, processState,
+// updatedAt), (workflowVersion, processState, updatedAt). The bulky nested fields no query filters on
+// (the timeline among them) are not indexed, which keeps the six writes per order cheaper.
 resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: 'orderstate'
@@ -126,6 +129,9 @@ resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
           }
           {
             path: '/attemptHistory/*'
+          }
+          {
+            path: '/timeline/*'
           }
           {
             path: '/retryBudget/*'
@@ -178,6 +184,67 @@ resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
               order: 'ascending'
             }
           ]
+          [
+            {
+              path: '/clientId'
+              order: 'ascending'
+            }
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+            {
+              path: '/updatedAt'
+              order: 'ascending'
+            }
+          ]
+          [
+            {
+              path: '/workflowVersion'
+              order: 'ascending'
+            }
+            {
+              path: '/processState'
+              order: 'ascending'
+            }
+            {
+              path: '/updatedAt'
+              order: 'ascending'
+            }
+          ]
+        ]
+      }
+    }
+  }
+}
+
+// Timeline entries moved out of state records (orderflow.timeline): append-only, read by one
+// single-partition query per order (WHERE orderId = @orderId), so nothing but the partition key is indexed.
+resource historyContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
+  parent: database
+  name: 'orderhistory'
+  properties: {
+    resource: {
+      id: 'orderhistory'
+      partitionKey: {
+        paths: [
+          '/orderId'
+        ]
+        kind: 'Hash'
+        version: 2
+      }
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          {
+            path: '/orderId/?'
+          }
+        ]
+        excludedPaths: [
+          {
+            path: '/*'
+          }
         ]
       }
     }

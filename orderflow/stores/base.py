@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
-from orderflow.records import OrderDocument, ProcessState, StateRecord
+from orderflow.records import OrderDocument, ProcessState, StateRecord, TimelineChunk
 
 T = TypeVar("T")
 
@@ -66,6 +66,9 @@ class StateQuery:
         purge_version_below: ``dataPurgeVersion`` is missing, null or less than this: the retention purge
             of that version has not run on the record (:data:`orderflow.records.DATA_PURGE_VERSION`).
         client_id: ``clientId`` equals this (the registered client that submitted the order).
+        updated_after: ``updatedAt`` is not earlier than this (UTC).
+        workflow_version: ``workflowVersion`` equals this.
+        not_suspended: ``suspendedAt`` is missing or null: no operator suspended the order.
     """
 
     process_states: Sequence[ProcessState] = field(default_factory=tuple)
@@ -77,17 +80,25 @@ class StateQuery:
     updated_before: datetime | None = None
     purge_version_below: int | None = None
     client_id: str | None = None
+    updated_after: datetime | None = None
+    workflow_version: str | None = None
+    not_suspended: bool = False
 
 
 @dataclass
 class StoreCounters:
-    """Operation counts of a store adapter, for benchmarks and tests of the write budget."""
+    """Operation counts of a store adapter, for benchmarks and tests of the write budget.
+
+    ``history_writes`` counts timeline chunks appended to the history container (one per window
+    overflow, :mod:`orderflow.timeline`); ``creates`` and ``replaces`` count the records' own writes.
+    """
 
     reads: int = 0
     creates: int = 0
     replaces: int = 0
     query_pages: int = 0
     items_read_by_queries: int = 0
+    history_writes: int = 0
 
 
 class StateStore(Protocol):
@@ -100,7 +111,8 @@ class StateStore(Protocol):
     counters: StoreCounters
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
-        """Insert a new record.
+        """Insert a new record (its timeline past the window moves to history first, as for
+        :meth:`replace`).
 
         Raises:
             AlreadyExists: a record with this id exists (HTTP 409).
@@ -117,6 +129,10 @@ class StateStore(Protocol):
 
     def replace(self, record: StateRecord, *, etag: str) -> Versioned[StateRecord]:
         """Replace a record only if its current ETag is ``etag`` (If-Match).
+
+        A record whose ``timeline`` is longer than :data:`orderflow.timeline.TIMELINE_WINDOW` is written
+        with only its newest entries; the older ones are appended to the order's history first
+        (:func:`orderflow.timeline.split_overflow`; an existing chunk of the same entries is kept).
 
         Returns:
             The record as written, with its new ETag.
@@ -144,6 +160,16 @@ class StateStore(Protocol):
 
     def count(self, query: StateQuery) -> int:
         """Number of records matching ``query`` (a server-side aggregate, not a client-side scan)."""
+        ...
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        """One page of the timeline entries moved out of ``order_id``'s record, oldest chunk first.
+
+        Raises:
+            InvalidContinuation: the token is not (or no longer) accepted.
+        """
         ...
 
 

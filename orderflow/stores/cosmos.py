@@ -38,7 +38,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -65,14 +65,22 @@ from orderflow.errors import (
     PermanentError,
     TransientError,
 )
-from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
 from orderflow.stores import continuation as tokens
 from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
+from orderflow.timeline import split_overflow
 
 logger = logging.getLogger(__name__)
 
 PARTITION_KEY_PATH = "/orderId"
-"""Partition key path of both containers (docs/design.md §2)."""
+"""Partition key path of every container (docs/design.md §2)."""
+
+HISTORY_CONTAINER = "orderhistory"
+"""Container of the timeline entries moved out of state records (append-only, partition key
+``/orderId``; :mod:`orderflow.timeline`)."""
+
+HISTORY_SQL = "SELECT * FROM c WHERE c.orderId = @orderId"
+"""One order's timeline chunks: a single-partition query (the partition key is the order's)."""
 
 _TRANSIENT_STATUS = frozenset({408, 429, 449, 500, 502, 503, 504})
 _TOKEN_PREFIX = "cos1."
@@ -116,6 +124,45 @@ def _check_key(item_id: str, order_id: str) -> None:
         raise ValueError(f"id {item_id!r} must equal orderId {order_id!r}")
 
 
+def _flag_conditions(query: StateQuery) -> list[tuple[bool, str]]:
+    return [
+        (query.unlocked, "(NOT IS_DEFINED(c.lockedBy) OR IS_NULL(c.lockedBy))"),
+        (query.not_suspended, "(NOT IS_DEFINED(c.suspendedAt) OR IS_NULL(c.suspendedAt))"),
+        (query.reply_pending, "(IS_DEFINED(c.pendingReply) AND NOT IS_NULL(c.pendingReply))"),
+    ]
+
+
+def _valued_conditions(query: StateQuery) -> list[tuple[datetime | str | int | None, str, str]]:
+    # (value, parameter, condition): a condition applies when its value is given.
+    return [
+        (query.client_id, "@clientId", "c.clientId = @clientId"),
+        (query.workflow_version, "@workflowVersion", "c.workflowVersion = @workflowVersion"),
+        (
+            query.complete_by_before,
+            "@completeByBefore",
+            "(IS_STRING(c.completeBy) AND c.completeBy < @completeByBefore)",
+        ),
+        (
+            query.complete_by_after,
+            "@completeByAfter",
+            "(IS_STRING(c.completeBy) AND c.completeBy >= @completeByAfter)",
+        ),
+        (
+            query.ready_at,
+            "@readyAt",
+            "(NOT IS_DEFINED(c.nextAttemptAt) OR IS_NULL(c.nextAttemptAt) OR c.nextAttemptAt <= @readyAt)",
+        ),
+        (query.updated_before, "@updatedBefore", "(IS_STRING(c.updatedAt) AND c.updatedAt < @updatedBefore)"),
+        (query.updated_after, "@updatedAfter", "(IS_STRING(c.updatedAt) AND c.updatedAt >= @updatedAfter)"),
+        (
+            query.purge_version_below,
+            "@purgeVersionBelow",
+            "(NOT IS_DEFINED(c.dataPurgeVersion) OR IS_NULL(c.dataPurgeVersion)"
+            " OR c.dataPurgeVersion < @purgeVersionBelow)",
+        ),
+    ]
+
+
 def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Parameters]:
     """The parameterised Cosmos SQL for a :class:`StateQuery` (values are never formatted in).
 
@@ -137,33 +184,13 @@ def state_query_sql(query: StateQuery, *, select: str = "*") -> tuple[str, Param
         names = [f"@state{i}" for i in range(len(states))]
         conditions.append(f"c.processState IN ({', '.join(names)})")
         params += [{"name": name, "value": state} for name, state in zip(names, states, strict=True)]
-    if query.unlocked:
-        conditions.append("(NOT IS_DEFINED(c.lockedBy) OR IS_NULL(c.lockedBy))")
-    if query.client_id is not None:
-        conditions.append("c.clientId = @clientId")
-        params.append({"name": "@clientId", "value": query.client_id})
-    if query.complete_by_before is not None:
-        conditions.append("(IS_STRING(c.completeBy) AND c.completeBy < @completeByBefore)")
-        params.append({"name": "@completeByBefore", "value": format_utc(query.complete_by_before)})
-    if query.complete_by_after is not None:
-        conditions.append("(IS_STRING(c.completeBy) AND c.completeBy >= @completeByAfter)")
-        params.append({"name": "@completeByAfter", "value": format_utc(query.complete_by_after)})
-    if query.ready_at is not None:
-        conditions.append(
-            "(NOT IS_DEFINED(c.nextAttemptAt) OR IS_NULL(c.nextAttemptAt) OR c.nextAttemptAt <= @readyAt)"
-        )
-        params.append({"name": "@readyAt", "value": format_utc(query.ready_at)})
-    if query.reply_pending:
-        conditions.append("(IS_DEFINED(c.pendingReply) AND NOT IS_NULL(c.pendingReply))")
-    if query.updated_before is not None:
-        conditions.append("(IS_STRING(c.updatedAt) AND c.updatedAt < @updatedBefore)")
-        params.append({"name": "@updatedBefore", "value": format_utc(query.updated_before)})
-    if query.purge_version_below is not None:
-        conditions.append(
-            "(NOT IS_DEFINED(c.dataPurgeVersion) OR IS_NULL(c.dataPurgeVersion)"
-            " OR c.dataPurgeVersion < @purgeVersionBelow)"
-        )
-        params.append({"name": "@purgeVersionBelow", "value": query.purge_version_below})
+    conditions += [condition for flag, condition in _flag_conditions(query) if flag]
+    for value, name, condition in _valued_conditions(query):
+        if value is not None:
+            conditions.append(condition)
+            params.append(
+                {"name": name, "value": format_utc(value) if isinstance(value, datetime) else value}
+            )
     where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     return f"SELECT {select} FROM c{where}", params
 
@@ -251,7 +278,13 @@ class _CosmosContainer:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def query_page(
-        self, sql: str, params: Parameters, *, max_item_count: int, continuation: str | None
+        self,
+        sql: str,
+        params: Parameters,
+        *,
+        max_item_count: int,
+        continuation: str | None,
+        partition_key: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of a streamable cross-partition query; an empty page that carries a token is
         returned as it is (``([], token)``), never skipped.
@@ -280,11 +313,16 @@ class _CosmosContainer:
             if token is not None and isinstance(body, Mapping) and not body.get("Documents"):
                 raise _EmptyPage
 
+        scope: dict[str, Any] = (
+            {"enable_cross_partition_query": True}
+            if partition_key is None
+            else {"partition_key": partition_key}
+        )
         with _translated(self.kind, None):
             pages = self.container.query_items(
                 query=sql,
                 parameters=params,
-                enable_cross_partition_query=True,
+                **scope,
                 max_item_count=max_item_count,
                 response_hook=capture,
                 **self._options,
@@ -347,9 +385,20 @@ class CosmosStateStore:
             page per page returned and one per :meth:`count`; the in-memory store counts the same way.
     """
 
-    def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        container: ContainerProxy,
+        *,
+        history: ContainerProxy | None = None,
+        operation_timeout_s: float | None = None,
+    ) -> None:
         self._container = _CosmosContainer(container, "state record", operation_timeout_s=operation_timeout_s)
         self.counters: StoreCounters = self._container.counters
+        self._history = (
+            None
+            if history is None
+            else _CosmosContainer(history, "timeline chunk", operation_timeout_s=operation_timeout_s)
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(container={self._container.container.id!r})"
@@ -357,6 +406,23 @@ class CosmosStateStore:
     @staticmethod
     def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
         return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]), stored_at(doc))
+
+    def _moved_out(self, record: StateRecord) -> StateRecord:
+        """``record`` as written: its timeline past the window appended to the history container first.
+
+        Raises:
+            PermanentError: the window overflows and the store was opened without a history container.
+        """
+        kept, chunk = split_overflow(record, at=record.updated_at)
+        if chunk is None:
+            return kept
+        if self._history is None:
+            raise PermanentError("no_history", f"{record.order_id}: no history container for its timeline")
+        self._container._count(history_writes=1)
+        # An existing chunk holds the same entries, moved by a writer that then lost its race.
+        with suppress(AlreadyExists):
+            self._history.create(chunk.to_json_dict())
+        return kept
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         """Insert a new record.
@@ -370,7 +436,7 @@ class CosmosStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.create(record.to_json_dict()))
+        return self._versioned(self._container.create(self._moved_out(record).to_json_dict()))
 
     def get(self, order_id: str) -> Versioned[StateRecord]:
         """Point-read a record by order id.
@@ -395,7 +461,7 @@ class CosmosStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.replace(record.to_json_dict(), etag))
+        return self._versioned(self._container.replace(self._moved_out(record).to_json_dict(), etag))
 
     def query(
         self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
@@ -435,6 +501,35 @@ class CosmosStateStore:
         """
         sql, params = state_query_sql(query, select="VALUE COUNT(1)")
         return self._container.scalar_sum(sql, params)
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        """One page of the order's timeline chunks (a query within its partition), oldest first.
+
+        Chunks are sorted by ``firstSeq`` within a page; pages follow the container's order, which for
+        an append-only partition is the order the chunks were written in, oldest first.
+
+        Raises:
+            InvalidContinuation: the token is malformed, from another order, or rejected.
+            PermanentError: the store was opened without a history container.
+            TransientError: throttled beyond the SDK's retries, timed out or unreachable.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        if self._history is None:
+            raise PermanentError("no_history", "the state store was opened without a history container")
+        docs, token = self._history.query_page(
+            HISTORY_SQL,
+            [{"name": "@orderId", "value": order_id}],
+            max_item_count=max_item_count,
+            continuation=continuation,
+            partition_key=order_id,
+        )
+        chunks = sorted(
+            (TimelineChunk.model_validate(_system_free(d)) for d in docs), key=lambda c: c.first_seq
+        )
+        return Page(chunks, token)
 
 
 class CosmosOrderStore:
@@ -571,6 +666,7 @@ class CosmosStores:
         state_container: str = "orderstate",
         orders_container: str = "orders",
         breakers_container: str = "breakers",
+        history_container: str = HISTORY_CONTAINER,
         connection_timeout: float | None = None,
         read_timeout: float | None = None,
         operation_timeout: float | None = None,
@@ -589,6 +685,7 @@ class CosmosStores:
             state_container: Container id of the state records.
             orders_container: Container id of the order documents.
             breakers_container: Container id of the circuit breakers' documents (partition key ``/id``).
+            history_container: Container id of the timeline entries moved out of state records.
             connection_timeout: Seconds to wait for a connection (SDK default when None).
             read_timeout: Seconds to wait for an answer on an open connection (SDK default, 65 s, when
                 None). Without it a hung (or SIGSTOPped) server holds a point read for over a minute;
@@ -636,11 +733,13 @@ class CosmosStores:
                     breakers = db.create_container_if_not_exists(
                         id=breakers_container, partition_key=PartitionKey(path=BREAKER_PARTITION_KEY_PATH)
                     )
+                    history = db.create_container_if_not_exists(id=history_container, partition_key=pk)
                 else:
                     db = client.get_database_client(database)
                     state = db.get_container_client(state_container)
                     orders = db.get_container_client(orders_container)
                     breakers = db.get_container_client(breakers_container)
+                    history = db.get_container_client(history_container)
             except BaseException:
                 client.close()
                 raise
@@ -648,7 +747,7 @@ class CosmosStores:
         return cls(
             client,
             db,
-            CosmosStateStore(state, operation_timeout_s=operation_timeout),
+            CosmosStateStore(state, history=history, operation_timeout_s=operation_timeout),
             CosmosOrderStore(orders, operation_timeout_s=operation_timeout),
             CosmosBreakerStore(breakers, operation_timeout_s=operation_timeout),
         )

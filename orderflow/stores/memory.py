@@ -23,15 +23,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
 from orderflow.breaker import BreakerDoc
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
-from orderflow.records import OrderDocument, StateRecord, format_utc
+from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
 from orderflow.stores import continuation as tokens
 from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
+from orderflow.timeline import split_overflow
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,9 @@ def query_fingerprint(query: StateQuery) -> str:
         "updated": format_utc(query.updated_before) if query.updated_before else None,
         "purge_below": query.purge_version_below,
         "client": query.client_id,
+        "updated_after": format_utc(query.updated_after) if query.updated_after else None,
+        "workflow": query.workflow_version,
+        "not_suspended": query.not_suspended,
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -73,7 +78,7 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
         return False
     if query.unlocked and doc.get("lockedBy") is not None:
         return False
-    if query.client_id is not None and doc.get("clientId") != query.client_id:
+    if not _equalities_hold(query, doc):
         return False
     complete_by = doc.get("completeBy")
     if query.complete_by_before is not None and not (
@@ -97,9 +102,22 @@ def matches(query: StateQuery, doc: dict[str, Any]) -> bool:
     ):
         return False
     updated_at = doc.get("updatedAt")
+    if query.updated_after is not None and not (
+        isinstance(updated_at, str) and updated_at >= format_utc(query.updated_after)
+    ):
+        return False
     return query.updated_before is None or (
         isinstance(updated_at, str) and updated_at < format_utc(query.updated_before)
     )
+
+
+def _equalities_hold(query: StateQuery, doc: dict[str, Any]) -> bool:
+    """The query's equality conditions: client, workflow version, not suspended."""
+    if query.client_id is not None and doc.get("clientId") != query.client_id:
+        return False
+    if query.workflow_version is not None and doc.get("workflowVersion") != query.workflow_version:
+        return False
+    return not (query.not_suspended and doc.get("suspendedAt") is not None)
 
 
 def _purge_version_below(version: Any, bound: int) -> bool:
@@ -251,6 +269,18 @@ class InMemoryStateStore:
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._container = _MemoryContainer("state record", indexed_field="processState", clock=clock)
         self.counters: StoreCounters = self._container.counters
+        self._history = _MemoryContainer("timeline chunk", indexed_field="orderId")
+
+    def _moved_out(self, record: StateRecord) -> StateRecord:
+        """``record`` as written: its timeline past the window appended to the history first."""
+        kept, chunk = split_overflow(record, at=record.updated_at)
+        if chunk is not None:
+            with self._container._lock:
+                self.counters.history_writes += 1
+            # An existing chunk holds the same entries, moved by a writer that then lost its race.
+            with suppress(AlreadyExists):
+                self._history.create(chunk.to_json_dict())
+        return kept
 
     def _select(self, query: StateQuery, after_id: str | None, limit: int | None) -> list[dict[str, Any]]:
         among = [str(state) for state in query.process_states] if query.process_states else None
@@ -274,7 +304,7 @@ class InMemoryStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.create(record.to_json_dict()))
+        return self._versioned(self._container.create(self._moved_out(record).to_json_dict()))
 
     def get(self, order_id: str) -> Versioned[StateRecord]:
         """Read a record by order id.
@@ -296,7 +326,7 @@ class InMemoryStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.replace(record.to_json_dict(), etag))
+        return self._versioned(self._container.replace(self._moved_out(record).to_json_dict(), etag))
 
     def query(
         self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
@@ -339,6 +369,36 @@ class InMemoryStateStore:
         result = len(self._select(query, None, None))
         self._container.note_query_page(0)
         return result
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        """One page of the order's timeline chunks, oldest first (ids sort by their zero-padded seqs).
+
+        Raises:
+            InvalidContinuation: the token is malformed or belongs to another order.
+            ValueError: ``max_item_count`` is less than 1.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        fingerprint = hashlib.sha256(f"history:{order_id}".encode()).hexdigest()[:16]
+        after_id = (
+            tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation is not None else None
+        )
+        found = self._history.select(
+            lambda doc: doc.get("orderId") == order_id, after_id, max_item_count + 1, among=[order_id]
+        )
+        items = found[:max_item_count]
+        token = (
+            tokens.encode(_TOKEN_PREFIX, fingerprint, str(items[-1]["id"]))
+            if len(found) > max_item_count
+            else None
+        )
+        self._history.note_query_page(len(items))
+        chunks = [
+            TimelineChunk.model_validate({k: v for k, v in d.items() if not k.startswith("_")}) for d in items
+        ]
+        return Page(chunks, token)
 
 
 class InMemoryOrderStore:

@@ -30,7 +30,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
-from orderflow.records import OrderDocument, StateRecord, client_order_id, order_key
+from orderflow.records import OrderDocument, StateRecord, TimelineChunk, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, Page, Redaction, StateQuery, StateStore, Versioned
 
@@ -241,6 +241,12 @@ class RecordingStateStore:
     def count(self, query: StateQuery) -> int:
         """Count."""
         return self._inner.count(query)
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        """The inner store's timeline history."""
+        return self._inner.history(order_id, max_item_count=max_item_count, continuation=continuation)
 
 
 @dataclass

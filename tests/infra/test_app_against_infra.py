@@ -23,7 +23,12 @@ from orderflow.consumer import redelivery_delay_s
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import StateQuery
-from orderflow.stores.cosmos import BREAKER_PARTITION_KEY_PATH, PARTITION_KEY_PATH, state_query_sql
+from orderflow.stores.cosmos import (
+    BREAKER_PARTITION_KEY_PATH,
+    HISTORY_CONTAINER,
+    PARTITION_KEY_PATH,
+    state_query_sql,
+)
 from orderflow.workflows import agent_names
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
 
@@ -437,7 +442,12 @@ def check_cosmos(template: Template) -> None:
         for c in _of_type(template, "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers")
     }
     database = app_settings(template)["COSMOS_DATABASE"]
-    assert set(containers) == {(database, "orders"), (database, "orderstate"), (database, "breakers")}
+    assert set(containers) == {
+        (database, "orders"),
+        (database, "orderstate"),
+        (database, "breakers"),
+        (database, HISTORY_CONTAINER),
+    }
     for (_, name), resource in containers.items():
         expected = BREAKER_PARTITION_KEY_PATH if name == "breakers" else PARTITION_KEY_PATH
         assert resource["partitionKey"]["paths"] == [expected]
@@ -450,7 +460,9 @@ def check_cosmos(template: Template) -> None:
         ("processState", "completeBy"),  # supervisor sweep
         ("processState", "nextAttemptAt"),  # starter
         ("clientId", "processState"),  # admission, per client
-        ("processState", "updatedAt"),  # retention
+        ("processState", "updatedAt"),  # retention, the operator API's order list
+        ("clientId", "processState", "updatedAt"),  # the order list, by client
+        ("workflowVersion", "processState", "updatedAt"),  # the order list, by workflow version
     }
 
 

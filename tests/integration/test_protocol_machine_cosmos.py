@@ -57,12 +57,13 @@ def fresh_containers(cosmos: CosmosStores) -> Callable[[], tuple[StateStore, Ord
         key = PartitionKey(path=PARTITION_KEY_PATH)
         state = cosmos.database.create_container(id=f"orderstate{n}", partition_key=key)
         orders = cosmos.database.create_container(id=f"orders{n}", partition_key=key)
+        history = cosmos.database.create_container(id=f"orderhistory{n}", partition_key=key)
 
         def release() -> None:
-            cosmos.database.delete_container(state)
-            cosmos.database.delete_container(orders)
+            for container in (state, orders, history):
+                cosmos.database.delete_container(container)
 
-        return CosmosStateStore(state), CosmosOrderStore(orders), release
+        return CosmosStateStore(state, history=history), CosmosOrderStore(orders), release
 
     return make
 

@@ -12,6 +12,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from dataclasses import replace as dataclasses_replace
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -44,6 +45,7 @@ from orderflow.stores.base import (
 )
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.timeline import TIMELINE_KEEP, TIMELINE_WINDOW, Actor, merged, note
 
 # cosmosdb-server's certificate is self-signed; the SDK is told not to verify it (verify_tls=False).
 pytestmark = pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
@@ -763,3 +765,44 @@ def test_a_redaction_that_loses_the_race_raises_and_leaves_the_winners(
         stores.orders.redact("o-1", at=T0 + timedelta(minutes=1))
     assert stores.orders.get("o-1").redacted_at == T0
     assert stores.orders.redact("o-1", at=T0 + timedelta(minutes=2)) is Redaction.ALREADY_REDACTED
+
+
+def _with_entries(record: StateRecord, entries: int) -> StateRecord:
+    for _ in range(entries):
+        before = record.model_copy(deep=True)
+        record.updated_at = record.updated_at + timedelta(seconds=1)
+        note(before, record, Actor("operator", "tenant/oid"), action="inspect")
+    return record
+
+
+def test_a_timeline_past_its_window_moves_to_history_once_and_pages_back(stores: Stores) -> None:
+    found = stores.state.create(_with_entries(make_record("a:t-1"), TIMELINE_WINDOW))
+    loser = stores.open_state()
+    handles = {id(store): store for store in (stores.state, loser)}.values()
+    before = [dataclasses_replace(store.counters) for store in handles]
+    written = stores.state.replace(_with_entries(found.item.model_copy(deep=True), 1), etag=found.etag)
+    # A second writer on the version the first replaced moves the same entries, then loses.
+    with pytest.raises(ConcurrencyConflict):
+        loser.replace(_with_entries(found.item.model_copy(deep=True), 1), etag=found.etag)
+    for _ in range(2):
+        current = stores.state.get("a:t-1")
+        need = TIMELINE_WINDOW + 1 - len(current.item.timeline)
+        written = stores.state.replace(
+            _with_entries(current.item.model_copy(deep=True), need), etag=current.etag
+        )
+
+    first = stores.state.history("a:t-1", max_item_count=2)
+    rest = stores.state.history("a:t-1", max_item_count=2, continuation=first.continuation)
+
+    chunks = [*first.items, *rest.items]
+    assert first.continuation is not None and rest.continuation is None
+    assert [(c.first_seq, c.last_seq) for c in chunks] == [(1, 17), (18, 34), (35, 51)]
+    assert [e.seq for e in merged(chunks, written.item)] == list(range(1, written.item.timeline_seq + 1))
+    assert len(written.item.timeline) == TIMELINE_KEEP
+    # One chunk per overflowing write, the losing one's included, and no write of its own otherwise.
+    deltas = [
+        (store.counters.history_writes - was.history_writes, store.counters.replaces - was.replaces)
+        for store, was in zip(handles, before, strict=True)
+    ]
+    assert tuple(map(sum, zip(*deltas, strict=True))) == (4, 4)
+    assert stores.state.history("a:t-2", max_item_count=5) == Page([], None)

@@ -23,7 +23,7 @@ from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
-from orderflow.records import ProcessState, StateRecord, order_key
+from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
 from supervisor.lease import InMemoryLease, InMemoryLeaseBlob
@@ -222,6 +222,11 @@ class RepeatingTokens:
 
     def count(self, query: StateQuery) -> int:
         return self.inner.count(query)
+
+    def history(
+        self, order_id: str, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[TimelineChunk]:
+        return self.inner.history(order_id, max_item_count=max_item_count, continuation=continuation)
 
 
 def test_a_repeating_token_restarts_the_scan_once_then_ends_the_sweep(world: World) -> None:

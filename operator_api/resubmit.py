@@ -1,0 +1,135 @@
+"""An operator's resubmit: a new attempt for an ``Error`` order, a compensation retry for a
+``CompensationFailed`` one; always conditional on the version the operator saw (docs/operator-api.md).
+
+- ``Error``: back to ``Pending``, unlocked and ready, ``failureCount`` 0 and the retry budget topped up to
+  ``RETRY_BUDGET`` calls left; the next claim starts a new attempt, which runs from the first step not
+  completed (the failed one). Refused once compensation began on any step (its undo is recorded, so a
+  forward attempt would contradict it).
+- ``CompensationFailed``: the operator's compensate decision
+  (:func:`operator_api.compensate.decide_compensation`): ``Compensating`` again, from the first entry not
+  undone.
+
+The write is one ETag-conditional replace on the version named by ``If-Match``: of two operators who saw
+the same version, one writes and the other is told the version is gone (412), so one new attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from operator_api.compensate import CompensateAction, decide_compensation
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.operator_auth import Principal
+from orderflow.order_requests import apply_request
+from orderflow.queues.base import QueueFactory
+from orderflow.records import ProcessState, StateRecord, StepStatus
+from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
+
+NEW_ATTEMPT = "NewAttempt"
+"""``outcome`` of a resubmitted ``Error`` order."""
+NOT_RESUBMITTABLE = "NotResubmittable"
+"""Refusal code: the order is in no state a resubmit starts from."""
+
+_UNDO_STATUSES = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED})
+
+
+class ResubmitAction(StrEnum):
+    """What an accepted resubmit set in motion."""
+
+    NEW_ATTEMPT = NEW_ATTEMPT
+    COMPENSATION_RETRIED = CompensateAction.RETRIED.value
+
+
+@dataclass(frozen=True)
+class ResubmitOutcome:
+    """What :func:`resubmit_order` did: ``action`` (None when refused, with ``refusal`` the reason), and
+    the record written (or read, when refused) with its ETag."""
+
+    record: StateRecord
+    etag: str
+    action: ResubmitAction | None
+    refusal: str | None = None
+
+
+def new_attempt(record: StateRecord, now: datetime, retry_budget: int) -> None:
+    """Make an ``Error`` record ready for a new attempt, in place (see the module docstring)."""
+    record.process_state = ProcessState.PENDING
+    record.locked_by = None
+    record.complete_by = None
+    record.next_attempt_at = now
+    record.failure_count = 0
+    budget = record.retry_budget
+    budget.limit = max(budget.limit, budget.spent + retry_budget)
+    record.updated_at = now
+
+
+def _decide(
+    record: StateRecord, principal: Principal, now: datetime, retry_budget: int
+) -> ResubmitAction | str:
+    state = record.process_state
+    if state is ProcessState.COMPENSATION_FAILED:
+        decided = decide_compensation(record, principal, None, now)
+        assert decided is CompensateAction.RETRIED  # what a CompensationFailed order always gets
+        return ResubmitAction.COMPENSATION_RETRIED
+    if state is not ProcessState.ERROR:
+        return f"order is {state.value}: only Error and CompensationFailed orders are resubmitted"
+    undoing = [name for name, step in record.steps.items() if step.status in _UNDO_STATUSES]
+    if undoing:
+        return f"compensation began ({', '.join(undoing)}): compensate it instead"
+    new_attempt(record, now, retry_budget)
+    return ResubmitAction.NEW_ATTEMPT
+
+
+def resubmit_order(
+    order_id: str,
+    principal: Principal,
+    *,
+    if_match: str,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float,
+    retry_budget: int,
+) -> ResubmitOutcome:
+    """Resubmit an order on the version ``if_match`` names, or refuse.
+
+    Args:
+        order_id: The order key.
+        principal: The verified operator (the timeline entry's ``by``).
+        if_match: The ETag the operator saw.
+        states / queues / clock: Dependencies.
+        grace_s: ``CLAIM_TIMEOUT_S`` (for :func:`orderflow.order_requests.apply_request`).
+        retry_budget: ``RETRY_BUDGET``: calls the new attempt has left at least.
+
+    Raises:
+        StaleVersion: the record is not at ``if_match`` (412); nothing written.
+        InvalidMessage: ``UnknownOrder``.
+        TransientError, ConcurrencyConflict: retry.
+    """
+
+    def decide(record: StateRecord) -> tuple[ResubmitAction | str, bool]:
+        decided = _decide(record, principal, clock.now(), retry_budget)
+        return decided, isinstance(decided, ResubmitAction)
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=order_id,
+        decide=decide,
+        what="resubmit",
+        grace_s=grace_s,
+        actor=Actor("operator", principal.audit_id, principal.display_name or None),
+        if_match=if_match,
+        deliver_owed_reply=False,
+    )
+    decided = applied.decision
+    if not isinstance(decided, ResubmitAction):
+        telemetry.event("operator.refused", order_id=order_id, operator=principal.audit_id, reason=decided)
+        return ResubmitOutcome(applied.record, applied.etag, None, decided)
+    telemetry.event("operator.resubmit", order_id=order_id, operator=principal.audit_id, detail=decided.value)
+    return ResubmitOutcome(applied.record, applied.etag, decided)

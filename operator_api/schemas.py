@@ -1,0 +1,100 @@
+"""The operator API's bodies and answers as pydantic models: what the handler reads and writes, and what
+the OpenAPI document (:mod:`operator_api.openapi`) is generated from."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from orderflow.messages import CleanText, Envelope
+from orderflow.records import TimelineEntry
+
+
+class ReviewBody(Envelope):
+    """The body of ``POST .../review``: the decision. Unknown fields are refused."""
+
+    decision: Literal["approve", "reject"]
+
+
+class CompensateBody(Envelope):
+    """The body of ``POST .../compensate``: why, optionally. Unknown fields are refused."""
+
+    reason: CleanText | None = None
+
+
+class EmptyBody(Envelope):
+    """The body of ``resubmit``, ``suspend`` and ``resume``: nothing, or ``{}``."""
+
+
+class Answer(BaseModel):
+    """Base of the answers: camelCase JSON."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON body."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class ErrorDetail(Answer):
+    """What a refusal says: a code to act on and a message for people."""
+
+    code: str
+    message: str
+
+
+class ErrorAnswer(Answer):
+    """Every refusal: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+class OrderSummary(Answer):
+    """One order in a list (``GET /orders``)."""
+
+    order_id: str
+    client_id: str | None
+    process_state: str
+    workflow_version: str
+    attempt: int
+    failure_count: int
+    locked_by: str | None
+    suspended: bool
+    last_error_code: str | None
+    updated_at: str
+
+
+class OrderList(Answer):
+    """A page of orders; ``continuation`` is None on the last page."""
+
+    orders: list[OrderSummary]
+    continuation: str | None
+
+
+class TimelinePage(Answer):
+    """A page of an order's timeline, oldest first; the last page (``continuation`` None) ends with the
+    entries the record itself holds."""
+
+    order_id: str
+    entries: list[TimelineEntry]
+    continuation: str | None
+
+
+class ActionAnswer(Answer):
+    """An accepted compensate, resubmit, suspend or resume: what it set in motion and the order as
+    written (the ``order`` object is the view of ``GET /orders/{orderId}``)."""
+
+    order_id: str
+    outcome: str
+    order: dict[str, Any]
+
+
+class ReviewAnswer(Answer):
+    """An accepted review: the decision in force, who made it, the order as written."""
+
+    order_id: str
+    decision: str
+    decided_by: str | None
+    order: dict[str, Any]

@@ -1,0 +1,113 @@
+"""An operator suspends an order, or resumes it: a flag on the record, not a state.
+
+Suspension is a flag (``suspendedAt``, ``suspendedBy``, ``suspendedByName``) because it is orthogonal to
+where the order is: a ``Pending``, ``Processing``, ``AwaitingReview`` or ``Compensating`` order is
+suspended, and resumed in the same place. A ``Suspended`` state would have to remember the state it
+came from, add transitions from and back to every live state, and every reader that asks "is it
+running?" would have to learn it. With the flag the state machine is untouched, and the three places
+that could start a step check it (docs/operations.md#suspended-orders):
+
+- the starter's query and claim skip a suspended record;
+- the running attempt's next ``start_step`` decides :class:`orderflow.step_start.Suspended`: it records
+  the previous step's completion, ends its tenure and leaves the record ``Pending`` and unlocked;
+- the supervisor's sweep skips a suspended record (an attempt that died while suspended is recovered
+  after the resume).
+
+A resume clears the flag and makes a ``Pending`` record ready at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from orderflow import telemetry
+from orderflow.clock import Clock
+from orderflow.operator_auth import Principal
+from orderflow.order_requests import apply_request
+from orderflow.queues.base import QueueFactory
+from orderflow.records import ProcessState, StateRecord
+from orderflow.state_machine import SETTLED_STATES
+from orderflow.stores.base import StateStore
+from orderflow.timeline import Actor
+
+NOT_SUSPENDABLE = "NotSuspendable"
+"""Refusal: the order is settled (finished, ``Error`` or ``CompensationFailed``): nothing to hold."""
+ALREADY_SUSPENDED = "AlreadySuspended"
+NOT_SUSPENDED = "NotSuspended"
+
+
+@dataclass(frozen=True)
+class SuspensionOutcome:
+    """The record written (or read, when ``refusal`` is set: nothing written) and its ETag."""
+
+    record: StateRecord
+    etag: str
+    refusal: str | None = None
+    detail: str | None = None
+
+
+def _suspend(record: StateRecord, principal: Principal, now: datetime) -> tuple[str, str] | None:
+    if record.process_state in SETTLED_STATES:
+        return NOT_SUSPENDABLE, f"order is {record.process_state.value}"
+    if record.suspended_at is not None:
+        return ALREADY_SUSPENDED, f"suspended by {record.suspended_by}"
+    record.suspended_at = record.updated_at = now
+    record.suspended_by = principal.audit_id
+    record.suspended_by_name = principal.display_name or None
+    return None
+
+
+def _resume(record: StateRecord, now: datetime) -> tuple[str, str] | None:
+    if record.suspended_at is None:
+        return NOT_SUSPENDED, "the order is not suspended"
+    record.suspended_at = record.suspended_by = record.suspended_by_name = None
+    record.updated_at = now
+    if record.process_state is ProcessState.PENDING and record.locked_by is None:
+        record.next_attempt_at = now
+    return None
+
+
+def set_suspension(
+    order_id: str,
+    principal: Principal,
+    *,
+    suspend: bool,
+    if_match: str | None,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    grace_s: float,
+) -> SuspensionOutcome:
+    """Suspend (``suspend=True``) or resume an order with one ETag-conditional write.
+
+    Raises:
+        StaleVersion: ``if_match`` given and no longer the record's ETag; nothing written.
+        InvalidMessage: ``UnknownOrder``.
+        TransientError, ConcurrencyConflict: retry.
+    """
+    what = "suspend" if suspend else "resume"
+
+    def decide(record: StateRecord) -> tuple[tuple[str, str] | None, bool]:
+        now = clock.now()
+        refused = _suspend(record, principal, now) if suspend else _resume(record, now)
+        return refused, refused is None
+
+    applied = apply_request(
+        states=states,
+        queues=queues,
+        clock=clock,
+        order_id=order_id,
+        decide=decide,
+        what=what,
+        grace_s=grace_s,
+        actor=Actor("operator", principal.audit_id, principal.display_name or None),
+        if_match=if_match,
+        deliver_owed_reply=False,
+    )
+    if applied.decision is not None:
+        refusal, detail = applied.decision
+        telemetry.event("operator.refused", order_id=order_id, operator=principal.audit_id, reason=refusal)
+        return SuspensionOutcome(applied.record, applied.etag, refusal, detail)
+    telemetry.event(f"operator.{what}", order_id=order_id, operator=principal.audit_id)
+    return SuspensionOutcome(applied.record, applied.etag)

@@ -1,0 +1,69 @@
+"""A suspended order takes no step while suspended, with the whole system running (starter, orchestrator,
+agents, listener and the supervisor), and finishes after it is resumed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from demo.faults import FaultPlan
+from operator_api.suspension import set_suspension
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE, Principal
+from orderflow.records import ProcessState, StepStatus
+from tests.harness import running_system
+
+pytestmark = pytest.mark.integration
+
+OTTO = Principal(object_id="oid-otto", tenant_id="tid", subject="sub", roles=frozenset({OPERATOR_ROLE}))
+HELD_S = 4.0
+"""How long the test holds the order: many supervisor sweeps (0.2 s) and past CLAIM_TIMEOUT_S (3 s)."""
+
+
+def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishes_after_resume(
+    deps: Dependencies,
+) -> None:
+    # Every remote call takes 0.5 s, so the first step is still running when the suspension lands.
+    with running_system(deps, faults=FaultPlan(latency_rate=1.0, latency_s=0.5)) as system:
+        (order_id,) = system.submit_all(["tpch-1"])
+        key = system.key(order_id)
+        system.wait_until(lambda: system.record(order_id).process_state is ProcessState.PROCESSING)
+
+        def change(suspend: bool) -> None:
+            settings = system.deps.settings
+            outcome = set_suspension(
+                key,
+                OTTO,
+                suspend=suspend,
+                if_match=None,
+                states=system.deps.states,
+                queues=system.deps.queues,
+                clock=system.deps.clock,
+                grace_s=settings.CLAIM_TIMEOUT_S,
+            )
+            assert outcome.refusal is None
+
+        change(True)
+        # The running attempt finishes its step, then hands the record back instead of starting another.
+        system.wait_until(lambda: system.record(order_id).locked_by is None, timeout_s=10)
+        held = system.deps.states.get(key)
+        deadline = time.monotonic() + HELD_S
+        while time.monotonic() < deadline:
+            now = system.deps.states.get(key)
+            assert now.etag == held.etag, "a suspended order was written"
+            time.sleep(0.1)
+        record = held.item
+        assert (record.process_state, record.attempt) == (ProcessState.PENDING, 1)
+        assert [s.status for s in record.steps.values()].count(StepStatus.RUNNING) == 0
+
+        change(False)
+        (settled,) = system.wait_settled([order_id], timeout_s=30).values()
+
+    assert settled.process_state is ProcessState.PROCESSED
+    assert settled.attempt == 2  # one new attempt after the resume, from the step after the held one
+    actions = [(e.role, e.action, e.outcome) for e in settled.timeline]
+    suspend_at = actions.index(("operator", "suspend", None))
+    assert ("orchestrator", None, "suspended") in actions[suspend_at:]
+    assert actions.index(("operator", "resume", None)) < actions.index(("starter", "claim", None), suspend_at)
+    assert settled.timeline[suspend_at].by == "tid/oid-otto"

@@ -1,0 +1,127 @@
+"""``orderflow orders show|list``, ``resubmit``, ``suspend`` and ``resume``: the CLI over the operator API,
+in process (the client's requests go to the handler over the in-memory stores, with real tokens)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner, Result
+
+from devhost.local_issuer import local_object_id
+from operator_api.handler import handle_operator_request
+from orderflow import cli
+from orderflow.cli import app
+from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.operator_client import OperatorApiClient
+from orderflow.records import ProcessState
+from orderflow.timeline import TIMELINE_WINDOW, Actor, note
+from orderflow.workflows import ORDER_V1
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, submit_and_claim
+
+pytestmark = pytest.mark.unit
+
+API_URL = "https://operator-api.test"
+
+
+@pytest.fixture
+def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Dependencies:
+    """The operator API behind the CLI, holding a:o-1 (running) and a:o-2 (Error)."""
+    deps = memory_deps(FakeClock())
+    for key in ("a:o-1", "a:o-2"):
+        submit_and_claim(deps, definition=ORDER_V1, order_id=key)
+    found = deps.states.get("a:o-2")
+    failed = found.item.model_copy(deep=True)
+    failed.process_state, failed.locked_by = ProcessState.ERROR, None
+    deps.states.replace(failed, etag=found.etag)
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        answer = handle_operator_request(
+            request.method,
+            request.url.path,
+            dict(request.headers),
+            request.content,
+            deps=deps,
+            validator=trusted.validator,
+            query=request.url.query.decode(),
+        )
+        return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
+
+    def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
+        return OperatorApiClient(
+            base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
+        )
+
+    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
+    monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
+    monkeypatch.setenv("COLUMNS", "250")
+    return deps
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+
+
+def test_orders_show_renders_the_state_steps_log_replies_and_the_whole_timeline(api: Dependencies) -> None:
+    for n in range(TIMELINE_WINDOW):  # some of it moves to history: show reads it back
+        found = api.states.get("a:o-1")
+        record = found.item.model_copy(deep=True)
+        record.updated_at = record.updated_at + timedelta(seconds=1)
+        note(found.item, record, Actor("operator", f"t/{n}"), action=f"look-{n}")
+        api.states.replace(record, etag=found.etag)
+    etag = api.states.get("a:o-1").etag.strip('"')
+
+    result = invoke("orders", "show", "a:o-1")
+
+    assert result.exit_code == 0, result.output
+    for title in ("order a:o-1", "steps", "compensation log", "replies sent", "timeline"):
+        assert title in result.output
+    assert "Processing" in result.output and "reserve_inventory" in result.output
+    budget = api.states.get("a:o-1").item.retry_budget
+    assert f"{budget.spent} of {budget.limit} calls spent" in result.output
+    assert etag in result.output
+    assert "submit" in result.output and "claim" in result.output
+    assert all(f"look-{n}" in result.output for n in range(TIMELINE_WINDOW))
+
+
+def test_orders_list_filters_through_the_api(api: Dependencies) -> None:
+    errors = invoke("orders", "list", "--state", "Error")
+    everything = invoke("orders", "list", "--limit", "1")
+
+    assert errors.exit_code == 0, errors.output
+    assert "a:o-2" in errors.output and "a:o-1" not in errors.output
+    assert "more: --continuation" in everything.output
+
+
+def test_resubmit_acts_on_the_version_read_and_refuses_a_stale_etag(
+    api: Dependencies, trusted: TrustedIssuer
+) -> None:
+    stale = invoke("resubmit", "a:o-2", "--etag", '"not-the-version"')
+    etag = api.states.get("a:o-2").etag
+    assert stale.exit_code == 1
+    assert "412 PreconditionFailed" in stale.output
+    assert api.states.get("a:o-2").etag == etag
+
+    done = invoke("resubmit", "a:o-2")
+
+    assert done.exit_code == 0, done.output
+    assert "NewAttempt" in done.output
+    record = api.states.get("a:o-2").item
+    assert record.process_state is ProcessState.PENDING
+    assert record.timeline[-1].by == f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
+
+
+def test_suspend_and_resume(api: Dependencies) -> None:
+    suspended = invoke("suspend", "a:o-1")
+    again = invoke("suspend", "a:o-1")
+    resumed = invoke("resume", "a:o-1")
+
+    assert suspended.exit_code == 0 and "suspended a:o-1" in suspended.output
+    assert again.exit_code == 1 and "AlreadySuspended" in again.output
+    assert resumed.exit_code == 0 and api.states.get("a:o-1").item.suspended_at is None

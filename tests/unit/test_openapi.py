@@ -1,0 +1,97 @@
+"""The operator API against its own OpenAPI document (operator_api.openapi), with schemathesis.
+
+The document is served by the API; schemathesis loads it from the local host's in-process ASGI app
+(``devhost.operator_http``) and sends generated requests with a valid token holding both app roles, over
+stores that hold orders in several states (so the list, the views and the actions answer with data, not
+only refusals). Every answer must be no server error and conform to the document: status code, content
+type, headers and body schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from starlette.testclient import TestClient
+
+from devhost.operator_http import create_operator_app
+from operator_api.openapi import openapi_document
+from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.records import ProcessState
+from orderflow.workflows import ORDER_V1, ORDER_V2
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, submit_and_claim
+
+pytestmark = pytest.mark.unit
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+def seeded() -> Dependencies:
+    """Orders ``a:o-1`` (running), ``a:o-2`` (Error) and ``a:o-3`` (order-v2, Pending, unclaimed)."""
+    deps = memory_deps(FakeClock())
+    submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
+    submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-2")
+    found = deps.states.get("a:o-2")
+    failed = found.item.model_copy(deep=True)
+    failed.process_state, failed.locked_by = ProcessState.ERROR, None
+    deps.states.replace(failed, etag=found.etag)
+    submit_and_claim(deps, definition=ORDER_V2, order_id="a:o-3")
+    return deps
+
+
+@pytest.fixture
+def api(trusted: TrustedIssuer) -> Any:
+    app = create_operator_app(seeded(), trusted.validator)
+    return schemathesis.openapi.from_asgi("/api/operator/openapi.json", app)
+
+
+def test_the_api_answers_every_generated_request_as_its_document_says(
+    api: Any, trusted: TrustedIssuer
+) -> None:
+    headers = trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
+    operations = [result.ok() for result in api.get_all_operations()]
+    assert len(operations) == 8
+
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def answers_as_documented(case: Any) -> None:
+            case.call_and_validate(headers=headers, checks=CHECKS)
+
+        answers_as_documented()
+
+
+def test_the_document_is_served_without_a_token_and_names_every_route(trusted: TrustedIssuer) -> None:
+    client = TestClient(create_operator_app(seeded(), trusted.validator))
+
+    served = client.get("/api/operator/openapi.json")
+
+    assert served.status_code == 200 and served.json() == openapi_document()
+    paths = set(openapi_document()["paths"])
+    actions = {"review", "compensate", "resubmit", "suspend", "resume", "timeline"}
+    assert paths == {
+        "/api/operator/orders",
+        "/api/operator/orders/{orderId}",
+        *(f"/api/operator/orders/{{orderId}}/{action}" for action in actions),
+    }
+    view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
+    assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)
