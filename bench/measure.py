@@ -127,7 +127,11 @@ def limited_by(cores: Mapping[str, float], machine_cores_busy: float, cpu_count:
     busiest = max(cores, key=lambda name: cores[name]) if cores else None
     top = f"{busiest} at {cores[busiest]:.2f} cores" if busiest else "no process"
     if machine_cores_busy >= BUSY_CORE * cpu_count:
-        return f"the machine's CPU ({machine_cores_busy:.2f} of {cpu_count} cores busy; busiest: {top})"
+        others = max(0.0, machine_cores_busy - sum(cores.values()))
+        return (
+            f"the machine's CPU ({machine_cores_busy:.2f} of {cpu_count} cores busy, {others:.2f} of them "
+            f"outside the run; busiest: {top})"
+        )
     if busiest is not None and cores[busiest] >= BUSY_CORE:
         return f"{busiest}'s CPU ({cores[busiest]:.2f} cores: one interpreter's worth)"
     return f"waiting, not CPU ({machine_cores_busy:.2f} of {cpu_count} cores busy; busiest: {top})"
@@ -168,6 +172,8 @@ def window_figures(
     cpu_ms["all"] = round(1000 * sum(cpu.values()) / orders, 1)
     cores = {name: round(s / elapsed, 2) for name, s in sorted(cpu.items())}
     machine = round((after["machine_busy_s"] - before["machine_busy_s"]) / elapsed, 2)
+    # Whatever else ran on the machine meanwhile (other users' work shares the cores).
+    unmeasured = round(max(0.0, machine - sum(cores.values())), 2)
     http = {
         name: counts_between(before["counts"].get(name, {}).get("http", {}), c.get("http", {}))
         for name, c in after["counts"].items()
@@ -180,7 +186,7 @@ def window_figures(
     return {
         "elapsed_s": round(elapsed, 3),
         "cpu_ms_per_order": cpu_ms,
-        "cores": {**cores, "machine": machine},
+        "cores": {**cores, "machine": machine, "unmeasured": unmeasured},
         "http_per_order": per_order_by_target(list(http.values()), orders),
         "http_per_order_by_process": {
             name: per_order_by_target([tally], orders) for name, tally in sorted(http.items())

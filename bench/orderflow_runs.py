@@ -253,6 +253,7 @@ def throughput_run(
     env = host_env(endpoints, services_url)
     env.update(overrides or {})
     env.update(isolation(tag))
+    env.setdefault("WAKEUP_DIR", str(run_dir / f"wakeups-{tag}"))
     settings = Settings.load(env)
     # Create the containers once, before several processes race to.
     stores = _connect(endpoints, settings)

@@ -1,10 +1,12 @@
 """A sampling profile of one process under load (py-spy), and what its samples are spent in.
 
-:class:`PySpy` runs ``py-spy record --format raw --full-filenames --nonblocking`` against a pid (py-spy
-reads the process's memory with ``ptrace``: it needs ``CAP_SYS_PTRACE`` or a permissive
+:class:`PySpy` runs ``py-spy record --gil --format raw --full-filenames --nonblocking`` against a pid
+(py-spy reads the process's memory with ``ptrace``: it needs ``CAP_SYS_PTRACE`` or a permissive
 ``kernel.yama.ptrace_scope``) and stops it with SIGINT, when it writes the collapsed stacks: one line
 per distinct stack, ``frame;frame;... count``, each frame ``function (path:line)``, outermost first.
-Idle threads are not sampled (py-spy leaves out threads waiting on a lock or a socket).
+Only the thread holding the GIL is sampled: a devhost process is one interpreter, and what holds its
+GIL is what its CPU is spent on (py-spy's own idle detection counted sleeping timer threads and idle
+pool workers as busy in a loaded process).
 
 :func:`summarise_stacks` attributes each sample to a package: its innermost frame outside the
 standard library (a ``socket.recv`` under ``urllib3`` is urllib3's; a sample wholly inside the
@@ -71,7 +73,7 @@ def _attributed(frames: Sequence[tuple[str, str]], repo_root: str) -> str:
 
 
 def summarise_stacks(text: str, *, repo_root: str, top: int = 12) -> dict[str, Any]:
-    """Shares of the busy samples by package, and the functions most often on top of the stack.
+    """Shares of the samples by package, and the functions most often on top of the stack.
 
     Returns:
         ``samples`` (busy samples), ``by_package`` (package -> share of samples, 0-1, the ``top``
@@ -131,7 +133,7 @@ class PySpy:
         if executable is None:
             raise FileNotFoundError("py-spy is not installed (pip install -r requirements-dev.txt)")
         args = [executable, "record", "--pid", str(self.pid), "--format", "raw", "--full-filenames"]
-        args += ["--nonblocking", "--rate", str(self.rate), "--output", str(self.output)]
+        args += ["--gil", "--nonblocking", "--rate", str(self.rate), "--output", str(self.output)]
         with self.log.open("wb") as log:
             self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 

@@ -166,7 +166,10 @@ def test_counts_between_two_snapshots_per_order_by_target() -> None:
 
 
 def test_the_limit_is_the_machine_then_a_saturated_process_then_waiting() -> None:
-    assert limited_by({"devhost-1": 1.0, "azurite": 0.6}, 1.9, 2).startswith("the machine's CPU (1.90 of 2")
+    assert limited_by({"devhost-1": 1.0, "azurite": 0.6}, 1.9, 2) == (
+        "the machine's CPU (1.90 of 2 cores busy, 0.30 of them outside the run; "
+        "busiest: devhost-1 at 1.00 cores)"
+    )
     assert limited_by({"devhost-1": 0.95, "azurite": 0.2}, 1.2, 2) == (
         "devhost-1's CPU (0.95 cores: one interpreter's worth)"
     )
@@ -198,7 +201,7 @@ def test_window_figures_per_order() -> None:
         "orderflow": 400.0,
         "all": 500.0,
     }
-    assert figures["cores"] == {"azurite": 0.2, "devhost-1": 0.8, "machine": 1.2}
+    assert figures["cores"] == {"azurite": 0.2, "devhost-1": 0.8, "machine": 1.2, "unmeasured": 0.2}
     assert figures["http_per_order"] == {"azurite": {"receive": 4.5, "send": 9.0, "total": 13.5}}
     assert figures["grpc_per_order"] == {"RaiseEvent": 3.0, "total": 3.0}
     assert figures["limited_by"].startswith("waiting, not CPU")
