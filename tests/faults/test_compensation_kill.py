@@ -174,7 +174,9 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
             time.sleep(0.2)
 
         audit = httpx.get(f"{services}/audit", timeout=10).json()
-        facts = {oid: httpx.get(f"{services}/orders/{order_key(run, oid)}/facts", timeout=10).json() for oid in ids}
+        facts = {
+            oid: httpx.get(f"{services}/orders/{order_key(run, oid)}/facts", timeout=10).json() for oid in ids
+        }
         stock_after = httpx.get(f"{services}/stock/{SKU}", timeout=10).json()["available"]
         replies = [json.loads(m.body) for m in received(queues.queue(reply_queue))]
     finally:
