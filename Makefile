@@ -6,7 +6,7 @@
 #              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
 #                            a paused supervisor leader, several clients and an intruder; writes chaos-report.json
-#   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2] [SWEEP_SIZES=1000,10000,100000]
+#   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2,3] [SWEEP_SIZES=1000,10000,100000]
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
 #                            hard-down dependency, against bare durabletask and DBOS; writes bench-report.json
@@ -43,7 +43,7 @@ SEED ?= 20261129
 # make chaos kills every 5 s unless KILL_EVERY is given (make demo's default is 0: no kills).
 CHAOS_KILL_EVERY = $(if $(filter file,$(origin KILL_EVERY)),5,$(KILL_EVERY))
 CONCURRENCY ?= 32
-BENCH_PROCESSES ?= 1,2
+BENCH_PROCESSES ?= 1,2,3
 SWEEP_SIZES ?= 1000,10000,100000
 PEERS ?= durabletask,dbos
 HARD_DOWN_ORDERS ?= 10

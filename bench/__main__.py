@@ -40,7 +40,14 @@ def main(
     orders: Annotated[int, typer.Option(help="Orders per throughput run (orderflow and each peer).")] = 200,
     concurrency: Annotated[int, typer.Option(help="Orders outstanding at once, for every system.")] = 32,
     warmup: Annotated[int, typer.Option(help="Orders run first through each system, not counted.")] = 10,
-    processes: Annotated[str, typer.Option(help="Devhost process counts to measure, e.g. 1,2.")] = "1,2",
+    processes: Annotated[str, typer.Option(help="Devhost process counts to measure, e.g. 1,2,3.")] = "1,2,3",
+    single_processes: Annotated[
+        str, typer.Option(help="Process counts to measure one order at a time on (empty: none).")
+    ] = "2",
+    single_orders: Annotated[int, typer.Option(help="Orders of each one-at-a-time run.")] = 20,
+    profile_processes: Annotated[
+        int, typer.Option(help="Profile (py-spy) the first devhost process of this run; 0: none.")
+    ] = 2,
     count_orders: Annotated[int, typer.Option(help="Orders of the in-process counting run.")] = 20,
     sweep_sizes: Annotated[
         str, typer.Option(help="Settled records for the sweep, e.g. 1000,10000 for a quick run.")
@@ -71,6 +78,9 @@ def main(
             concurrency=concurrency,
             warmup=warmup,
             processes=_ints(processes),
+            single_processes=_ints(single_processes),
+            single_orders=single_orders,
+            profile_processes=profile_processes,
             count_orders=count_orders,
             sweep_sizes=_ints(sweep_sizes),
             sweep_expired=sweep_expired,

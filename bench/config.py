@@ -25,6 +25,10 @@ class BenchConfig(BaseModel):
         warmup: Orders run through each system before it is timed, not counted.
         processes: Devhost process counts to measure orderflow with (1: every role in one process;
             2: the scheduler roles in one, the agents in the other).
+        single_processes: Devhost process counts to measure one order at a time (concurrency 1) on.
+        single_orders: Orders of each one-at-a-time run.
+        profile_processes: The throughput run (by process count) whose first devhost process py-spy
+            samples during the timed window; 0: none.
         count_orders: Orders of the in-process run that counts store and queue operations.
         sweep_sizes: Settled records in the state store for each supervisor-sweep measurement.
         sweep_expired: Expired ``Processing`` records beside them, which the sweep recovers.
@@ -45,7 +49,10 @@ class BenchConfig(BaseModel):
     orders: int = Field(200, ge=1)
     concurrency: int = Field(32, ge=1)
     warmup: int = Field(10, ge=0)
-    processes: tuple[int, ...] = (1, 2)
+    processes: tuple[int, ...] = (1, 2, 3)
+    single_processes: tuple[int, ...] = (2,)
+    single_orders: int = Field(20, ge=1)
+    profile_processes: int = Field(2, ge=0)
     count_orders: int = Field(20, ge=1)
     sweep_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
     sweep_expired: int = Field(20, ge=1)
@@ -59,14 +66,14 @@ class BenchConfig(BaseModel):
     data_dir: Path = DATA_DIR
     report_path: Path = REPORT_PATH
 
-    @field_validator("processes", "sweep_sizes")
+    @field_validator("processes", "single_processes", "sweep_sizes")
     @classmethod
     def _positive(cls, values: tuple[int, ...]) -> tuple[int, ...]:
         if any(value < 1 for value in values):
             raise ValueError("every value must be at least 1")
         return values
 
-    @field_validator("processes", "sweep_sizes", "peers")
+    @field_validator("processes", "single_processes", "sweep_sizes", "peers")
     @classmethod
     def _each_once(cls, values: tuple[object, ...]) -> tuple[object, ...]:
         # The report keys each run by its value: a second run of one value would replace the first.
@@ -92,7 +99,7 @@ class BenchConfig(BaseModel):
 
     def runs(self) -> int:
         """Runs that submit orders: each process count, each peer, the counting run and the hard-down run."""
-        return len(self.processes) + len(self.peers) + 2
+        return len(self.processes) + len(self.single_processes) + len(self.peers) + 2
 
     def distinct_orders(self) -> int:
         """TPC-H orders the largest run needs; every run submits the same ones under ids of its own."""

@@ -27,16 +27,30 @@ from typing import Any
 import httpx
 
 from bench.counting import OperationCounts, calling_function
+from bench.counting.cpu import CpuClock
+from bench.counting.http import HttpCounter
 from bench.counting.queues import CountingQueueFactory
 from bench.counting.stores import CountingOrderStore, CountingStateStore
 from bench.load import LoadResult, run_orderflow_load
+from bench.measure import Instruments, Probed, snapshot, window_figures
+from bench.probe import FILE_ENV, TARGETS_ENV
+from bench.profiling import PySpy, summarise_stacks
 from bench.stats import at_most, latency_summary, per_order, throughput
 from bench.workload import submissions
 from demo.faults import FaultPlan
 from demo.tpch import DemoOrder
 from devhost.client_credentials import issue_client_credentials
-from devhost.demo import DEMO_SETTINGS, Fleet, all_records, devhost_specs, host_env
-from devhost.emulators import LocalEndpoints
+from devhost.demo import (
+    DEMO_SETTINGS,
+    Child,
+    DevhostSpec,
+    Fleet,
+    all_records,
+    devhost_specs,
+    host_env,
+    start_child,
+)
+from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
 from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
@@ -141,6 +155,85 @@ def _connect(endpoints: LocalEndpoints, settings: Settings) -> CosmosStores:
     )
 
 
+@dataclass(frozen=True)
+class Measuring:
+    """How a throughput run measures its timed window (:mod:`bench.measure`).
+
+    Attributes:
+        pids: Other processes whose CPU is sampled, by name (emulators, demo services, this process).
+        targets: ``"host:port"`` -> emulator name, for the devhost processes' HTTP counters.
+        local: This process's HTTP counter (the client's requests), or None.
+        profile: Sample the first devhost process with py-spy during the window.
+    """
+
+    pids: Mapping[str, int]
+    targets: Mapping[str, str]
+    local: HttpCounter | None = None
+    profile: bool = False
+
+
+def probed_start(
+    env: Mapping[str, str], run_dir: Path, targets: Mapping[str, str]
+) -> Callable[[DevhostSpec, int], Child]:
+    """A :class:`Fleet` start function: ``python -m bench.probe`` (a counted devhost) with ``env``, its
+    counts file in ``run_dir``."""
+
+    def start(spec: DevhostSpec, run: int) -> Child:
+        name = spec.name if run == 1 else f"{spec.name}.{run}"
+        env_ = dict(env)
+        env_[FILE_ENV] = str(run_dir / f"{name}.counts.json")
+        env_[TARGETS_ENV] = json.dumps(dict(targets))
+        return start_child(
+            spec.name,
+            ["-m", "bench.probe", "--host-id", spec.host_id, "--roles", spec.roles],
+            env_,
+            "ready",
+            run_dir,
+            log_name=name,
+        )
+
+    return start
+
+
+def _instruments(fleet: Fleet, run_dir: Path, measuring: Measuring) -> Instruments:
+    pids = {name: child.process.pid for name, child in fleet.children.items()}
+    return Instruments(
+        cpu=CpuClock({**pids, **measuring.pids}),
+        probes={name: Probed(pid, run_dir / f"{name}.counts.json") for name, pid in pids.items()},
+        local=measuring.local,
+        own=tuple(pids),
+    )
+
+
+def _measured_load(
+    client: OrderflowClient,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    instruments: Instruments | None,
+    profiled: tuple[int, Path] | None,
+    concurrency: int,
+    timeout_s: float,
+) -> tuple[LoadResult, dict[str, Any]]:
+    """The timed load, with the window's figures (and profile) when ``instruments`` are given."""
+    if instruments is None:
+        return run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s), {}
+    spy = PySpy(profiled[0], profiled[1]) if profiled else None
+    if spy is not None:
+        spy.start()
+    before = snapshot(instruments)
+    result = run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s)
+    after = snapshot(instruments)
+    figures = window_figures(before, after, orders=max(result.finished, 1), own=instruments.own)
+    if spy is not None:
+        stacks = spy.stop()
+        figures["profile"] = {
+            "process": instruments.own[0],
+            "file": str(profiled[1]) if profiled else None,
+            **summarise_stacks(stacks, repo_root=str(REPO_ROOT)),
+        }
+    return result, figures
+
+
 def throughput_run(
     *,
     processes: int,
@@ -152,29 +245,39 @@ def throughput_run(
     concurrency: int,
     timeout_s: float,
     overrides: Mapping[str, str] | None = None,
+    measuring: Measuring | None = None,
 ) -> dict[str, Any]:
     """Throughput and latency of orderflow on ``processes`` devhost processes (faults off).
 
     The processes run with the demo's settings (``host_env``) and ``overrides``. The warm-up orders go
     through first and are not counted (first requests create queues and containers and fill caches).
+    With ``measuring``, the devhost processes run under :mod:`bench.probe` and the timed window is
+    measured (:func:`bench.measure.window_figures`, plus a py-spy profile when asked).
 
     Returns:
-        :func:`summarise_load` fields plus ``processes``, ``roles`` and :func:`recoveries` of the timed
-        orders.
+        :func:`summarise_load` fields plus ``processes``, ``roles``, :func:`recoveries` of the timed
+        orders and, when measured, ``measured``.
 
     Raises:
         RuntimeError: a devhost process did not start.
     """
-    tag = f"p{processes}{uuid.uuid4().hex[:6]}"
+    tag = f"p{processes}c{concurrency}{uuid.uuid4().hex[:6]}"
     env = host_env(endpoints, services_url)
     env.update(overrides or {})
     env.update(isolation(tag))
+    env.setdefault("WAKEUP_DIR", str(run_dir / f"wakeups-{tag}"))
     settings = Settings.load(env)
     # Create the containers once, before several processes race to.
     stores = _connect(endpoints, settings)
     specs = devhost_specs(processes)
-    fleet = Fleet(specs, env, run_dir)
+    start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
+    fleet = Fleet(specs, env, run_dir, start=start)
     try:
+        instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
+        profiled = None
+        if measuring is not None and measuring.profile:
+            first = specs[0].name
+            profiled = (fleet.children[first].process.pid, run_dir / f"profile-{tag}-{first}.txt")
         # The client holds what a registered client holds: a SAS for each of its two queues.
         (registered,) = settings.clients()
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
@@ -188,9 +291,11 @@ def throughput_run(
                 concurrency=concurrency,
                 timeout_s=timeout_s,
             )
-        result = run_orderflow_load(
+        result, measured = _measured_load(
             client,
             submissions(orders, run=tag, reply_to=client.reply_queue),
+            instruments=instruments,
+            profiled=profiled,
             concurrency=concurrency,
             timeout_s=timeout_s,
         )
@@ -202,9 +307,11 @@ def throughput_run(
         stores.close()
     return {
         "processes": processes,
+        "concurrency": concurrency,
         "roles": [spec.roles for spec in specs],
         **summarise_load(result),
         **recoveries(timed),
+        **({"measured": measured} if measured else {}),
     }
 
 

@@ -115,6 +115,7 @@ def build_report(
     machine: Mapping[str, Any],
     orderflow_runs: Mapping[str, Mapping[str, Any]],
     per_order: Mapping[str, Any] | None,
+    one_at_a_time: Mapping[str, Mapping[str, Any]] | None = None,
     sweep_results: Sequence[Mapping[str, Any]],
     sweep_growth: Mapping[str, Any],
     hard_down: Mapping[str, Any] | None,
@@ -129,6 +130,7 @@ def build_report(
         machine: :func:`machine_info`.
         orderflow_runs: Throughput runs by process count (``"1"``, ``"2"``).
         per_order: The counting run, or None when it was not run.
+        one_at_a_time: Runs at concurrency 1, by process count.
         sweep_results: One entry per store and size.
         sweep_growth: Growth per store (:func:`bench.sweep.growth`).
         hard_down: The hard-down run, or None.
@@ -145,6 +147,7 @@ def build_report(
             "throughput_per_s": {p: run.get("throughput_per_s") for p, run in orderflow_runs.items()},
             "latency": {p: run.get("latency") for p, run in orderflow_runs.items()},
             "runs": {p: dict(run) for p, run in orderflow_runs.items()},
+            "one_at_a_time": {p: dict(run) for p, run in (one_at_a_time or {}).items()},
             "per_order": dict(per_order) if per_order is not None else None,
         },
         "sweep": {"results": [dict(r) for r in sweep_results], "growth": dict(sweep_growth)},
@@ -237,8 +240,84 @@ def count_rows(per_order: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _measured(report: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The measured windows by run name (``2 processes``, ``2 processes, 1 at a time``)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for key, suffix in (("runs", ""), ("one_at_a_time", ", 1 at a time")):
+        for processes, run in (report["orderflow"].get(key) or {}).items():
+            if run.get("measured"):
+                out[f"{processes} proc{suffix}"] = run["measured"]
+    return out
+
+
+def cost_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """CPU ms per order of each process, requests per order to each emulator by operation, gRPC calls
+    per order and what limited each run: a header (one column per measured run) and the rows."""
+    measured = _measured(report)
+    header = ["per order", *measured]
+    processes = sorted({name for m in measured.values() for name in m["cpu_ms_per_order"]}, key=_cpu_order)
+    rows = [
+        [f"CPU ms: {name}", *(_fmt(m["cpu_ms_per_order"].get(name)) for m in measured.values())]
+        for name in processes
+    ]
+    targets = sorted(
+        {(t, op) for m in measured.values() for t, ops in m["http_per_order"].items() for op in ops}
+    )
+    rows += [
+        [f"requests: {t} {op}", *(_fmt(m["http_per_order"].get(t, {}).get(op)) for m in measured.values())]
+        for t, op in targets
+    ]
+    methods = sorted({method for m in measured.values() for method in m["grpc_per_order"]})
+    rows += [
+        [f"gRPC: {method}", *(_fmt(m["grpc_per_order"].get(method)) for m in measured.values())]
+        for method in methods
+    ]
+    rows.append(["limited by", *(str(m["limited_by"]) for m in measured.values())])
+    return header, rows
+
+
+def _cpu_order(name: str) -> tuple[int, str]:
+    rank = {"orderflow": 0, "all": 9}.get(name, 1 if name.startswith("devhost") else 5)
+    return rank, name
+
+
+def profile_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]]]:
+    """The profiled process's busy samples by package (share, inclusive share); a title and rows."""
+    for name, measured in _measured(report).items():
+        profile = measured.get("profile")
+        if profile:
+            title = f"py-spy profile of {profile['process']} ({name}), {profile['samples']} busy samples"
+            rows = [
+                [package, f"{share:.0%}", f"{profile['inclusive'].get(package, 0):.0%}"]
+                for package, share in profile["by_package"].items()
+            ]
+            return title, rows
+    return "", []
+
+
 def print_tables(report: Mapping[str, Any], console: Console) -> None:
     """Print the report's figures as rich tables."""
+    _print_systems(report, console)
+    header, rows = cost_rows(report)
+    if rows[:-1]:
+        cost = Table(title="cost of an order in each measured window (CPU from each process's counters)")
+        for n, column in enumerate(header):
+            cost.add_column(column, justify="left" if n == 0 else "right")
+        for row in rows:
+            cost.add_row(*row)
+        console.print(cost)
+    title, rows = profile_rows(report)
+    if rows:
+        profile = Table(title=title)
+        for column in ("package (innermost non-stdlib frame)", "share", "inclusive"):
+            profile.add_column(column, justify="left" if column.startswith("package") else "right")
+        for row in rows:
+            profile.add_row(*row)
+        console.print(profile)
+    _print_rest(report, console)
+
+
+def _print_systems(report: Mapping[str, Any], console: Console) -> None:
     systems = Table(title="throughput and latency (closed loop, faults off)")
     for column in ("system", "orders/s", "p50 s", "p95 s", "p99 s", "recovered", "outcomes"):
         systems.add_column(column, justify="left" if column in ("system", "outcomes") else "right")
@@ -257,7 +336,15 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
                 *(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99")),
             )
     console.print(ratios)
+    for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
+        latency = run.get("latency") or {}
+        console.print(
+            f"one order at a time on {processes} devhost process(es): p50 {_fmt(latency.get('p50_s'))} s, "
+            f"p95 {_fmt(latency.get('p95_s'))} s ({run.get('finished')} orders)"
+        )
 
+
+def _print_rest(report: Mapping[str, Any], console: Console) -> None:
     per_order = report["orderflow"].get("per_order")
     if per_order:
         counts = Table(title=f"per order, happy path (n = {per_order['remote_steps']} remote steps)")
@@ -311,6 +398,13 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         for processes, figures in by_processes.items():
             values = " | ".join(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99"))
             lines.append(f"| {peer} | {processes.split('_')[0]} | {values} |")
+    for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
+        latency = run.get("latency") or {}
+        lines += ["", f"One order at a time on {processes} process(es): p50 {_fmt(latency.get('p50_s'))} s."]
+    header, rows = cost_rows(report)
+    if rows[:-1]:
+        lines += ["", f"| {' | '.join(header)} |", "|---|" + "---:|" * (len(header) - 1)]
+        lines += [f"| {' | '.join(row)} |" for row in rows]
     per_order = report["orderflow"].get("per_order")
     if per_order:
         lines += ["", "| per order (happy path) | value |", "|---|---|"]

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.config import BenchConfig
-from bench.orderflow_runs import counting_run, hard_down_comparison, throughput_run
+from bench.counting.http import HttpCounter, install_http_counter
+from bench.measure import LOAD_GENERATOR, counts_between, http_targets, per_order_by_target
+from bench.orderflow_runs import Measuring, counting_run, hard_down_comparison, throughput_run
 from bench.peer_runs import dbos_run, durabletask_run
 from bench.report import NOTES, build_report, machine_info
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
@@ -29,7 +31,7 @@ from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
 from demo.tpch import ensure_dataset, load_catalog
 from devhost.demo import DEMO_SETTINGS, new_run_dir, quiet_sdk_logs, start_demo_services
-from devhost.emulators import LocalEndpoints, start_local_emulators
+from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ def run_bench(
     parts = _Parts(progress)
 
     with ExitStack() as stack, quiet_sdk_logs():
+        emulators: LocalEmulators | None = None
         if endpoints is None:
             progress("starting Azurite and cosmosdb-server")
             emulators = start_local_emulators()
@@ -126,8 +129,20 @@ def run_bench(
         stack.callback(services.stop)
         services_url = services.ready_line.rsplit(" ", 1)[-1]
         local = endpoints
+        # This process's requests (the load generator's client, the in-process counting run).
+        counter = HttpCounter(http_targets(local, services_url))
+        stack.callback(install_http_counter(counter))
+        pids = {"demo-services": services.process.pid, LOAD_GENERATOR: os.getpid()}
+        if emulators is not None:
+            pids.update(
+                {"azurite": emulators.azurite.process.pid, "cosmosdb-server": emulators.cosmos.process.pid}
+            )
+
+        def measuring(processes: int) -> Measuring:
+            return Measuring(pids, counter.targets, counter, profile=processes == config.profile_processes)
 
         orderflow_runs: dict[str, dict[str, Any]] = {}
+        one_at_a_time: dict[str, dict[str, Any]] = {}
         for processes in config.processes:
             run = parts.run(
                 f"orderflow: {len(timed)} orders on {processes} devhost process(es)",
@@ -142,11 +157,32 @@ def run_bench(
                     concurrency=config.concurrency,
                     timeout_s=config.run_timeout_s,
                     overrides=config.orderflow_settings,
+                    measuring=measuring(processes),
                 ),
             )
             if run is not None:
                 orderflow_runs[str(processes)] = run
+        for processes in config.single_processes:
+            run = parts.run(
+                f"orderflow: {config.single_orders} orders one at a time on {processes} devhost process(es)",
+                partial(
+                    throughput_run,
+                    processes=processes,
+                    orders=timed[: config.single_orders],
+                    warmup=warmup[:2],
+                    endpoints=local,
+                    services_url=services_url,
+                    run_dir=run_dir,
+                    concurrency=1,
+                    timeout_s=config.run_timeout_s,
+                    overrides=config.orderflow_settings,
+                    measuring=Measuring(pids, counter.targets, counter),
+                ),
+            )
+            if run is not None:
+                one_at_a_time[str(processes)] = run
 
+        before_counting = counter.counts.snapshot()
         per_order = parts.run(
             f"orderflow: counting the store and queue operations of {config.count_orders} orders",
             lambda: counting_run(
@@ -158,6 +194,10 @@ def run_bench(
                 overrides=config.orderflow_settings,
             ),
         )
+        if per_order is not None:
+            # The same run counted on the wire: every adapter call above is one request or more.
+            counted = counts_between(before_counting, counter.counts.snapshot())
+            per_order["http_per_order"] = per_order_by_target([counted], max(per_order["orders"], 1))
         hard_down = parts.run(
             f"orderflow: {config.hard_down_orders} orders while {config.hard_down_service} is down",
             lambda: hard_down_comparison(
@@ -211,6 +251,7 @@ def run_bench(
         config,
         machine=machine_info(load_before, os.getloadavg()),
         orderflow_runs=orderflow_runs,
+        one_at_a_time=one_at_a_time,
         per_order=per_order,
         sweep_results=[*(cosmos or []), *(memory or [])],
         sweep_growth={"cosmosdb-server": growth(cosmos or []), "memory": growth(memory or [])},

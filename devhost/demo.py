@@ -298,7 +298,8 @@ class Fleet:
         *,
         start: Callable[[DevhostSpec, int], Child] | None = None,
     ) -> None:
-        self._env = env
+        # The fleet's processes wake each other's idle loops (devhost.wakeup_channel) unless told not to.
+        self._env = {"WAKEUP_DIR": str(log_dir / "wakeups"), **env}
         self._log_dir = log_dir
         self._start_process = start or self._start_devhost
         self._lock = threading.Lock()

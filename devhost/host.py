@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from durabletask import client as dt_client
@@ -33,6 +34,7 @@ from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestra
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
+from devhost.wakeup_channel import WakeupChannel
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
@@ -64,6 +66,10 @@ process (they talk to its durabletask backend); ``api`` is the operator API over
 
 DURABLETASK_WORKER_LOGGER = "durabletask.worker"
 """The logger the host gives its durabletask worker."""
+
+STARTER_WAKEUP = "@starter"
+"""The :class:`Wakeups` event that runs the starter early: set once a submission has written a
+``Pending`` record in this process (not a queue name: no queue name holds ``@``)."""
 
 SUBMISSION_HANDLERS = 4
 """Submission handler threads of one process, shared out among the registered clients' queues (at least
@@ -194,6 +200,13 @@ class DevHost:
         self.stop_event = threading.Event()
         # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups).
         self.wakeups = Wakeups()
+        # And, through the shared directory, the other devhost processes' loops (WAKEUP_DIR).
+        self.channel: WakeupChannel | None = None
+        if deps.settings.WAKEUP_DIR:
+            self.channel = WakeupChannel(
+                Path(deps.settings.WAKEUP_DIR), deps.settings.HOST_ID, self.wakeups.wake
+            )
+            self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: InMemoryOrchestrationBackend | None = None
@@ -227,6 +240,8 @@ class DevHost:
 
     def _start_roles(self) -> None:
         s = self.settings
+        if self.channel is not None:
+            self.channel.start()
         if "orchestrator" in self.roles:
             self._start_durabletask()
         if "submission" in self.roles:
@@ -241,7 +256,9 @@ class DevHost:
                     s.agent_queue(name), self._agent_handler(service), concurrency=s.AGENT_CONCURRENCY
                 )
         if "starter" in self.roles:
-            self._periodic("starter", self._starter_tick, s.STARTER_INTERVAL_S)
+            self._periodic(
+                "starter", self._starter_tick, s.STARTER_INTERVAL_S, wakeup=self.wakeups.event(STARTER_WAKEUP)
+            )
         if "supervisor" in self.roles:
             # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
             tick_s = min(s.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
@@ -293,6 +310,9 @@ class DevHost:
             self._backend = None
         while self._services:
             self._services.pop().close()
+        if self.channel is not None:
+            self.channel.stop()
+            self.channel = None
         self._stopped = True
         logger.info("devhost %s stopped", self.settings.HOST_ID)
 
@@ -362,8 +382,10 @@ class DevHost:
             )
         )
 
-    def _periodic(self, name: str, task: Any, interval_s: float) -> None:
-        self._loops.append(PeriodicLoop(name, task, self.stop_event, interval_s=interval_s))
+    def _periodic(
+        self, name: str, task: Any, interval_s: float, *, wakeup: threading.Event | None = None
+    ) -> None:
+        self._loops.append(PeriodicLoop(name, task, self.stop_event, interval_s=interval_s, wakeup=wakeup))
 
     # --- role entry points (thin: parse, call the role function) -------------------------------
     def _submission_handler(self, client: RegisteredClient) -> Any:
@@ -381,6 +403,8 @@ class DevHost:
                 settings=self.settings,
                 admission=self.admission,
             )
+            # The record is Pending now: the starter claims it at once, not at its next tick.
+            self.wakeups.event(STARTER_WAKEUP).set()
 
         return handle
 

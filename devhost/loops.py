@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,13 +26,15 @@ class Wakeups:
     An idle consumer loop sleeps up to ``POLL_MAX_INTERVAL_S`` between receives (Storage queues have no
     long polling, and idle polling is most of an emulator's load). A message sent by this same process
     (an activity's agent request, an agent's response, a reply) wakes the queue's loop at once instead:
-    each of an order's hops within one process costs a receive, not half a polling interval. Messages
-    from other processes still wait for the next poll.
+    each of an order's hops within one process costs a receive, not half a polling interval. With
+    ``announce`` (a :class:`~devhost.wakeup_channel.WakeupChannel`'s), a send also wakes the other
+    devhost processes' loops of that queue, through :meth:`wake`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, announce: Callable[[str], object] | None = None) -> None:
         self._events: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        self.announce = announce
 
     def event(self, name: str) -> threading.Event:
         """The event of queue ``name``."""
@@ -39,8 +42,18 @@ class Wakeups:
             return self._events.setdefault(name, threading.Event())
 
     def notify(self, name: str) -> None:
-        """A message was sent to queue ``name``."""
+        """A message was sent to queue ``name`` by this process: wake its loop here and, with
+        ``announce``, in the other processes."""
         self.event(name).set()
+        if self.announce is not None:
+            self.announce(name)
+
+    def wake(self, name: str) -> None:
+        """Another process sent to queue ``name``: wake this process's loop of it, if it has one."""
+        with self._lock:
+            event = self._events.get(name)
+        if event is not None:
+            event.set()
 
     def notify_all(self) -> None:
         """Wake every loop (the host is stopping)."""
@@ -222,15 +235,28 @@ class ConsumerLoop:
 
 
 class PeriodicLoop:
-    """Runs ``task`` every ``interval_s`` seconds until stopped; a failing run is logged, not fatal."""
+    """Runs ``task`` every ``interval_s`` seconds until stopped; a failing run is logged, not fatal.
+
+    With ``wakeup``, setting the event runs the task early, but never sooner than ``min_interval_s``
+    after the previous run began (a burst of wake-ups costs one run, not one each).
+    """
 
     def __init__(
-        self, name: str, task: Callable[[], object], stop: threading.Event, *, interval_s: float
+        self,
+        name: str,
+        task: Callable[[], object],
+        stop: threading.Event,
+        *,
+        interval_s: float,
+        wakeup: threading.Event | None = None,
+        min_interval_s: float = 0.05,
     ) -> None:
         self._name = name
         self._task = task
         self._stop = stop
         self._interval_s = interval_s
+        self._wakeup = wakeup
+        self._min_interval_s = min(min_interval_s, interval_s)
         self._thread = threading.Thread(target=self._run, name=f"loop-{name}", daemon=True)
 
     def start(self) -> None:
@@ -244,8 +270,15 @@ class PeriodicLoop:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
+            if self._wakeup is not None:
+                self._wakeup.clear()  # before the run: a wake-up during it asks for another
             try:
                 self._task()
             except Exception:
                 logger.exception("%s failed; retrying in %.1f s", self._name, self._interval_s)
-            self._stop.wait(self._interval_s)
+            if self._wakeup is None:
+                self._stop.wait(self._interval_s)
+                continue
+            self._wakeup.wait(max(0.0, self._interval_s - (time.monotonic() - began)))
+            self._stop.wait(max(0.0, self._min_interval_s - (time.monotonic() - began)))

@@ -828,6 +828,15 @@ class Settings(BaseModel):
         "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
     )
     POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
+    WAKEUP_DIR: str = Field(
+        "",
+        description="Local host only: a directory the devhost processes of one machine share, where each "
+        "binds a Unix datagram socket; a process that sends to a queue tells the others, and their idle "
+        "loop of that queue receives at once instead of at its next poll (the queue stays the source of "
+        "truth; a lost wake-up costs one poll). Empty (default): no wake-ups across processes. The demo, "
+        "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
+        "receive each message as it arrives.",
+    )
     POLL_MAX_INTERVAL_S: float = Field(
         0.8,
         gt=0,

@@ -46,6 +46,7 @@ from azure.core.exceptions import (
 from azure.storage.queue import ExponentialRetry, QueueClient, QueueMessage, QueueServiceClient
 
 from orderflow.errors import ConcurrencyConflict, OrderflowError, PermanentError, TransientError
+from orderflow.http_transport import transport_for
 from orderflow.queues.base import DeadLetter, ReceivedMessage, dead_letter_queue_name
 
 logger = logging.getLogger(__name__)
@@ -719,7 +720,10 @@ class StorageQueueFactory:
             creatable: Which queues may be created on first use (see the constructor).
         """
         service = QueueServiceClient.from_connection_string(
-            connection_string, **_client_options(retry_total, connection_timeout_s, read_timeout_s)
+            connection_string,
+            **_client_options(
+                retry_total, connection_timeout_s, read_timeout_s, url=_queue_endpoint(connection_string)
+            ),
         )
         fields = {
             part.split("=", 1)[0].strip().lower() for part in connection_string.split(";") if "=" in part
@@ -746,10 +750,12 @@ class StorageQueueFactory:
             urls: Queue name -> ``https://<account>/<queue>?<sas>`` (locally ``http://127.0.0.1:.../``).
             retry_total / connection_timeout_s / read_timeout_s: As for :meth:`from_connection_string`.
         """
-        options = _client_options(retry_total, connection_timeout_s, read_timeout_s)
         clients = {
             name: QueueClient.from_queue_url(
-                url, message_encode_policy=None, message_decode_policy=None, **options
+                url,
+                message_encode_policy=None,
+                message_decode_policy=None,
+                **_client_options(retry_total, connection_timeout_s, read_timeout_s, url=url),
             )
             for name, url in urls.items()
         }
@@ -777,7 +783,7 @@ class StorageQueueFactory:
         service = QueueServiceClient(
             account_url,
             credential=credential,
-            **_client_options(retry_total, connection_timeout_s, read_timeout_s),
+            **_client_options(retry_total, connection_timeout_s, read_timeout_s, url=account_url),
         )
         return cls(service)
 
@@ -860,8 +866,22 @@ class StorageQueueFactory:
             return client
 
 
-def _client_options(retry_total: int, connection_timeout_s: float, read_timeout_s: float) -> dict[str, Any]:
+def _queue_endpoint(connection_string: str) -> str:
+    """The ``QueueEndpoint`` of a connection string; '' when it names none (an Azure account name)."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "queueendpoint":
+            return value.strip()
+    return ""
+
+
+def _client_options(
+    retry_total: int, connection_timeout_s: float, read_timeout_s: float, *, url: str = ""
+) -> dict[str, Any]:
+    # A loopback endpoint (Azurite) gets a session without environment lookups (orderflow.http_transport).
+    transport = transport_for(url)
     return {
+        **({"transport": transport} if transport is not None else {}),
         "retry_policy": ExponentialRetry(
             initial_backoff=1, increment_base=2, retry_total=retry_total, random_jitter_range=1
         ),

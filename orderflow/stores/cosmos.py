@@ -65,6 +65,7 @@ from orderflow.errors import (
     PermanentError,
     TransientError,
 )
+from orderflow.http_transport import transport_for
 from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
 from orderflow.stores import continuation as tokens
 from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
@@ -714,6 +715,10 @@ class CosmosStores:
             options["connection_timeout"] = connection_timeout
         if read_timeout is not None:
             options["read_timeout"] = read_timeout
+        transport = transport_for(endpoint)
+        if transport is not None:
+            # The local emulator: one session without environment lookups (orderflow.http_transport).
+            options["transport"] = transport
         if create_if_missing is None:
             create_if_missing = key is not None
         auth: str | TokenCredential

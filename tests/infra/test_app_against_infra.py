@@ -78,6 +78,7 @@ LEFT_AT_DEFAULT = {
     "SUPERVISOR_LEASE_BLOB": "local lease",
     "POLL_INTERVAL_S": "local consumer loops",
     "POLL_MAX_INTERVAL_S": "local consumer loops",
+    "WAKEUP_DIR": "local wake-ups between devhost processes (Azure: triggers receive as messages arrive)",
     "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
     "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
     # Circuit breakers: the defaults are the production values (docs/operations.md, "Circuit breakers").

@@ -383,7 +383,7 @@ def test_config_rejects_unknown_peers_and_services() -> None:
         BenchConfig(sweep_sizes=(0,))
     config = BenchConfig(orders=50, warmup=5, count_orders=20, hard_down_orders=80, processes=(1,), peers=())
     assert config.distinct_orders() == 80
-    assert config.runs() == 3
+    assert config.runs() == 4  # one process count, one one-at-a-time run, counting and hard-down
 
 
 def test_a_failed_part_is_noted_and_the_others_still_run() -> None:

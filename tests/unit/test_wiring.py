@@ -150,6 +150,8 @@ def sdk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sdk]:
     cosmos_clients: list[Any] = []
 
     def cosmos_client(url: str, credential: Any, **options: Any) -> Any:
+        # The adapter's own transport (a loopback endpoint's session) gives way to the recording one.
+        options.pop("transport", None)
         client = CosmosClient(url, credential=credential, transport=transport, **options)
         cosmos_clients.append(client)
         return client

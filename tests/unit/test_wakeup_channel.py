@@ -1,0 +1,113 @@
+"""Wake-ups across devhost processes (devhost.wakeup_channel) and the loops they wake (devhost.loops)."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from devhost.loops import PeriodicLoop, Wakeups
+from devhost.wakeup_channel import WakeupChannel
+
+pytestmark = pytest.mark.unit
+
+
+def _until(predicate: object, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_a_queue_name_announced_by_one_process_reaches_the_others(tmp_path: Path) -> None:
+    heard: dict[str, list[str]] = {"b": [], "c": []}
+    a = WakeupChannel(tmp_path, "a", lambda name: None)
+    b = WakeupChannel(tmp_path, "b", heard["b"].append)
+    c = WakeupChannel(tmp_path, "c", heard["c"].append)
+    for channel in (a, b, c):
+        channel.start()
+    try:
+        assert a.announce("agent-x-payments") == 2
+        assert _until(lambda: heard["b"] == ["agent-x-payments"] and heard["c"] == ["agent-x-payments"])
+    finally:
+        for channel in (a, b, c):
+            channel.stop()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_socket_left_by_a_killed_process_is_forgotten(tmp_path: Path) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    stale.bind(str(tmp_path / "gone.sock"))
+    stale.close()  # the file stays, as after a SIGKILL
+    a = WakeupChannel(tmp_path, "a", lambda name: None)
+    a.start()
+    try:
+        assert a.announce("q1") == 0
+        assert a._current_peers() == []  # forgotten until the next scan of the directory
+    finally:
+        a.stop()
+
+
+def test_a_restarted_process_replaces_its_stale_socket(tmp_path: Path) -> None:
+    heard: list[str] = []
+    first = WakeupChannel(tmp_path, "b", lambda name: None)
+    first.start()
+    first._socket = None  # killed: nothing closed, nothing removed
+    again = WakeupChannel(tmp_path, "b", heard.append)
+    again.start()
+    a = WakeupChannel(tmp_path, "a", lambda name: None)
+    a.start()
+    try:
+        assert a.announce("q2") == 1
+        assert _until(lambda: heard == ["q2"])
+    finally:
+        a.stop()
+        again.stop()
+
+
+def test_notify_wakes_here_and_announces_wake_only_sets_known_events() -> None:
+    announced: list[str] = []
+    wakeups = Wakeups(announce=announced.append)
+    event = wakeups.event("q1")
+    wakeups.notify("q1")
+    assert event.is_set() and announced == ["q1"]
+    event.clear()
+    wakeups.wake("q1")
+    wakeups.wake("unknown")
+    assert event.is_set() and announced == ["q1"]
+    assert wakeups._events.keys() == {"q1"}
+
+
+def test_a_periodic_loop_runs_early_when_woken_but_not_more_often_than_its_minimum() -> None:
+    runs: list[float] = []
+    stop, wakeup = threading.Event(), threading.Event()
+    loop = PeriodicLoop(
+        "starter",
+        lambda: runs.append(time.monotonic()),
+        stop,
+        interval_s=30,
+        wakeup=wakeup,
+        min_interval_s=0.2,
+    )
+    loop.start()
+    try:
+        assert _until(lambda: len(runs) == 1)
+        wakeup.set()
+        assert _until(lambda: len(runs) == 2, timeout_s=2)
+        for _ in range(20):  # a burst of wake-ups
+            wakeup.set()
+            time.sleep(0.01)
+        assert _until(lambda: len(runs) >= 3, timeout_s=2)
+    finally:
+        stop.set()
+        wakeup.set()
+        loop.join()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
+    assert all(gap >= 0.19 for gap in gaps), gaps
+    assert len(runs) <= 4  # 30 s interval: every run but the first was a wake-up, bunched
