@@ -147,7 +147,9 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
         INSTANCE,
     )
     assert before.complete_by is not None
-    now = clock(deps).advance((before.complete_by - T0).total_seconds() + 1)
+    # Past completeBy by more than the clock skew the supervisor allows for.
+    overdue_s = (before.complete_by - T0).total_seconds() + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1
+    now = clock(deps).advance(overdue_s)
     every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
 
     response = worker.invoke("supervisor", {"timer": timer_trigger(now - every, every=every)})
@@ -184,9 +186,19 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
         "updated_at",
         "last_error",
         "attempt_history",
+        "timeline",
+        "timeline_seq",
     }
     # Nothing else: the steps, the budget, the attempt number and the compensation log stay as they were.
     assert after.model_dump(exclude=recovery) == before.model_dump(exclude=recovery)
+    entry = after.timeline[-1]
+    assert (entry.role, entry.action, entry.from_state, entry.to_state, entry.error_code) == (
+        "supervisor",
+        "recover",
+        ProcessState.PROCESSING,
+        ProcessState.PENDING,
+        "complete_by_expired",
+    )
     assert replies(deps) == []
 
 
