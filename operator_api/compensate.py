@@ -122,6 +122,8 @@ def decide_compensation(
         return CompensateRefusal.PAST_POINT_OF_NO_RETURN, f"past the point of no return: {', '.join(passed)}"
     record.cancel_requested_at = now
     _requested_by(record, principal, now)
+    # The operator's decision to undo it supersedes a suspension (the poison guard's, or an operator's).
+    record.suspended_at = record.suspended_by = record.suspended_by_name = None
     record.stop_reason = reason[:500] if reason else None
     record.last_error = LastError(
         kind="cancelled",

@@ -5,10 +5,10 @@ failed at the same step with the same error code, as each attempt recorded it (`
 ``errorStep`` / ``errorCode``). An expiry (``complete_by_expired``) never counts: the state store does not
 say why an attempt stopped writing (docs/design.md §3.4), so expiries are not "the same failure". Rather
 than re-queue such an order until ``SUPERVISOR_MAX_FAILURES``, the supervisor *holds* it in the same
-conditional write: ``Pending``, unlocked, ``nextAttemptAt`` = :data:`HELD_UNTIL` (no starter claims it, no
-sweep looks at a ``Pending`` record), ``lastError`` code :data:`REPEATED_FAILURE`, and a ``poison_order``
-alert. An operator's ``compensate`` (or a client's cancel) moves a held order on as it would any
-``Pending`` one.
+conditional write: ``Pending``, unlocked and *suspended* (``suspendedAt``, ``suspendedBy`` =
+:data:`POISON_GUARD`: no starter claims it and no sweep looks at it, as for an operator's suspension),
+``lastError`` code :data:`REPEATED_FAILURE`, and a ``poison_order`` alert. An operator's ``resume`` runs it
+again (after fixing the cause), ``compensate`` (or a client's cancel) undoes it instead.
 
 A *workflow version failing*: each failure the supervisor acts on (expiries included) is noted by
 ``(workflowVersion, step, code)`` in a :class:`VersionFailures` window; when ``POISON_VERSION_ORDERS``
@@ -24,15 +24,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from orderflow import telemetry
 from orderflow.records import AttemptEntry, LastError
 from orderflow.settings import Settings
 
-HELD_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
-"""``nextAttemptAt`` of an order the guard holds: later than any starter's clock, so none claims it."""
+POISON_GUARD = "supervisor:poison-guard"
+"""``suspendedBy`` of an order the guard holds (an operator's suspension names the verified principal)."""
 
 REPEATED_FAILURE = "repeated_failure"
 """``lastError.code`` of an order the guard holds."""

@@ -83,7 +83,7 @@ from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
 from orderflow.timeline import Actor, note
-from supervisor.poison import HELD_UNTIL, Failure, VersionFailures, held_error, repeated_failure
+from supervisor.poison import POISON_GUARD, Failure, VersionFailures, held_error, repeated_failure
 
 logger = logging.getLogger(__name__)
 
@@ -360,7 +360,8 @@ def _recovered(
         updated.next_attempt_at = now
     elif held and cause is not None and failure is not None:
         updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = HELD_UNTIL  # no starter claims it; an operator moves it on
+        updated.next_attempt_at = now  # runs again at once when an operator resumes it
+        updated.suspended_at, updated.suspended_by = now, POISON_GUARD  # no starter claims it meanwhile
         updated.last_error = held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
     else:
         updated.process_state = ProcessState.PENDING

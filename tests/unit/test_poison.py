@@ -20,7 +20,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import Principal
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
-from supervisor.poison import HELD_UNTIL, REPEATED_FAILURE
+from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from supervisor.sweep import SweepCursor, SweepReport, run_sweep
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
 
@@ -101,11 +101,12 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
     assert reports[2].held == ["a:o-1"] and reports[2].requeued == []
     assert seen["alert.poison_order"] == 1
     record = deps.states.get("a:o-1").item
-    assert (record.process_state, record.locked_by, record.next_attempt_at) == (
+    assert (record.process_state, record.locked_by, record.suspended_by) == (
         ProcessState.PENDING,
         None,
-        HELD_UNTIL,
+        POISON_GUARD,
     )
+    assert record.suspended_at is not None
     assert record.failure_count == 3 < deps.settings.SUPERVISOR_MAX_FAILURES  # not run to the threshold
     assert record.last_error is not None
     assert (record.last_error.code, record.last_error.step) == (REPEATED_FAILURE, STEP)
@@ -148,6 +149,7 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
     )
 
     assert isinstance(outcome, CompensateAccepted) and outcome.action is CompensateAction.SCHEDULED
+    assert outcome.record.suspended_at is None  # the decision to undo it lifts the guard's suspension
     resumed = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING
 
@@ -169,7 +171,7 @@ def test_failures_that_differ_are_retried_as_before(deps: Dependencies, codes: l
 
     assert seen["alert.poison_order"] == 0
     record = deps.states.get("a:o-1").item
-    assert record.process_state is ProcessState.PENDING and record.next_attempt_at != HELD_UNTIL
+    assert record.process_state is ProcessState.PENDING and record.suspended_at is None
 
 
 def test_a_version_failing_across_orders_is_flagged_once_and_its_orders_are_not_held(
