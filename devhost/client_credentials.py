@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
+import typer
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueSasPermissions, QueueServiceClient, generate_queue_sas
 
 from orderflow.clients import RegisteredClient
 from orderflow.queues.storage import StorageQueueFactory
+from orderflow.settings import Settings
 
 DEFAULT_LIFETIME = timedelta(hours=12)
 """How long an issued SAS is valid: a working day of a local run."""
@@ -115,3 +118,45 @@ def issue_client_credentials(
         )
     finally:
         service.close()
+
+
+def connection_strings(credentials: ClientCredentials) -> tuple[str, str]:
+    """The SAS-only connection strings of a client's two queues, ``(inbound, reply)``, as the CLI takes
+    them in ``STORAGE_CONNECTION_STRING`` (``QueueEndpoint=<account URL>;SharedAccessSignature=<SAS>``)."""
+
+    def connection(url: str) -> str:
+        queue_url, _, sas = url.partition("?")
+        return f"QueueEndpoint={queue_url.rsplit('/', 1)[0]};SharedAccessSignature={sas}"
+
+    return connection(credentials.inbound_url), connection(credentials.reply_url)
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(
+    client_id: Annotated[str, typer.Argument(help="The registered client (an id in CLIENTS).")],
+    hours: Annotated[float, typer.Option(min=0.1, max=24 * 7, help="Hours the SAS stay valid.")] = 12.0,
+) -> None:
+    """Print the two SAS-only connection strings of one registered client, signed with the account key
+    of STORAGE_CONNECTION_STRING: send orders and cancels with the first (`orderflow submit`, `cancel`),
+    read replies with the second (`orderflow watch`). Neither opens any other queue."""
+    settings = Settings.load()
+    try:
+        client = settings.client(client_id)
+    except KeyError:
+        raise typer.BadParameter(f"no client {client_id!r} in CLIENTS") from None
+    issued = issue_client_credentials(
+        settings.STORAGE_CONNECTION_STRING, client, lifetime=timedelta(hours=hours)
+    )
+    inbound, reply = connection_strings(issued)
+    typer.echo(f"# client {client_id}, valid until {issued.expires_at.isoformat()}")
+    typer.echo(f"# send to {client.inbound_queue}:")
+    typer.echo(f"INBOUND_CONNECTION_STRING='{inbound}'")
+    typer.echo(f"# receive from {client.reply_queue}:")
+    typer.echo(f"REPLY_CONNECTION_STRING='{reply}'")
+
+
+if __name__ == "__main__":
+    app()

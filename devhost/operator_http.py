@@ -62,7 +62,9 @@ def create_operator_app(
         answer = await run_in_threadpool(
             handle_operator_request,
             request.method,
-            request.url.path,
+            # The path as sent, still percent-encoded (as the Functions host passes it): the handler splits
+            # it on "/" before it decodes a segment, so an encoded "/" cannot make a route.
+            request.scope.get("raw_path", b"").decode("latin-1") or request.url.path,
             dict(request.headers),
             bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from operator_api.compensate import CompensateAccepted, compensate_order
 from operator_api.listing import list_orders, list_query
@@ -304,7 +304,8 @@ def _limit(query: Mapping[str, str], name: str, *, default: int, most: int) -> i
 def _match(method: str, path: str) -> tuple[Route, str | None] | OperatorResponse:
     """The route of ``path`` and the order id in it (None for the list), or the 404 or 405 response."""
     prefix = API_PREFIX + "/"
-    parts = path.removeprefix(prefix).split("/") if path.startswith(prefix) else []
+    # Split first, then decode each segment: "a:o-1%2Freview" is one (invalid) key, not a route.
+    parts = [unquote(p) for p in path.removeprefix(prefix).split("/")] if path.startswith(prefix) else []
     action = parts[2] if len(parts) == 3 else None
     if parts == ["orders"]:
         route, order_id = LIST_ROUTE, None
@@ -379,7 +380,8 @@ def handle_operator_request(
 
     Args:
         method: The HTTP method.
-        path: The URL path (``/api/operator/orders/o-1/review``), perhaps with its query string.
+        path: The URL path as sent, percent-encoded (``/api/operator/orders/acme:o-1/review``), perhaps
+            with its query string.
         headers: The request headers (names in any case): ``Authorization: Bearer <token>`` and
             ``If-Match`` are read.
         body: The raw body (JSON for the POST routes; empty is ``{}``).

@@ -578,11 +578,16 @@ def _call_operator_api(
         except OrderflowError as exc:
             _fail(exc.detail, code=1)
     if not answer.ok:
-        _fail(
-            f"refused: {answer.status} {answer.error_code}: {answer.error_message}",
-            code=2 if answer.status == 400 else 1,
-        )
+        refused = f"refused: {answer.status} {answer.error_code}: {answer.error_message}"
+        _fail(refused + _key_hint(order_id, answer), code=2 if answer.status == 400 else 1)
     return answer
+
+
+def _key_hint(order_id: str, answer: OperatorAnswer | None = None) -> str:
+    """A hint for an order named by a client's own id, which is not its key (docs/clients.md)."""
+    if ":" in order_id or (answer is not None and answer.status != 404):
+        return ""
+    return f" (orders are named by key, <client id>:{order_id}: see `orderflow orders list --client ID`)"
 
 
 def _state_of(answer: OperatorAnswer) -> str:
@@ -800,7 +805,7 @@ def status(
     try:
         found = stores.state.get(order_id)
     except NotFound:
-        _fail(f"no order {order_id}", code=1)
+        _fail(f"no order {order_id}{_key_hint(order_id)}", code=1)
     except OrderflowError as exc:
         _fail(f"cannot read order {order_id}: {exc}", code=1)
     finally:

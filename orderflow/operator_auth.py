@@ -18,9 +18,9 @@ to your application and receive them in the token"
   :data:`JWKS_REFRESH_COOLDOWN_S` (``jwt.PyJWKClient``'s cooldown), so a stream of made-up key ids
   cannot turn into a stream of requests to the tenant;
 - ``iss`` exactly the configured issuer (v1.0 tokens, ``https://sts.windows.net/<tenant>/``, only when
-  that is the one configured), ``aud`` one of the configured audiences, ``exp``, ``nbf`` and ``iat``
-  within the configured leeway, ``tid`` the configured tenant, and every claim of
-  :data:`REQUIRED_CLAIMS` present.
+  that is the one configured), ``aud`` a single string, one of the configured audiences, ``exp``, ``nbf``
+  and ``iat`` within the configured leeway and ``exp - iat`` at most :data:`MAX_TOKEN_LIFETIME_S`, ``tid``
+  the configured tenant, and every claim of :data:`REQUIRED_CLAIMS` present.
 
 A refusal is :class:`Unauthenticated` (401, with the ``WWW-Authenticate`` challenge of RFC 6750 §3),
 :class:`Forbidden` (403) or, when the signing keys cannot be fetched, :class:`SigningKeysUnavailable`
@@ -30,6 +30,7 @@ response. Reasons are a few fixed words: they never quote the token or a part of
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from orderflow import telemetry
 from orderflow.errors import ErrorKind, OrderflowError, TransientError
 from orderflow.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 OPERATOR_ROLE = "orderflow.operator"
 """App role of an operator: list, inspect, resubmit, suspend, compensate, replay dead letters."""
 REVIEWER_ROLE = "orderflow.reviewer"
@@ -52,6 +55,11 @@ ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 ALLOWED_ALGORITHMS = ("RS256",)
 """The only signing algorithm accepted: what Entra ID signs access tokens with."""
 REQUIRED_CLAIMS = ("iss", "aud", "exp", "nbf", "iat", "sub", "oid", "tid")
+
+MAX_TOKEN_LIFETIME_S = 24 * 3600
+"""The longest ``exp - iat`` accepted, seconds. Entra access tokens live 60-90 minutes by default and at
+most about a day; a token valid for longer can only have been minted by whoever holds a signing key, and
+would outlive any revocation of the principal's role."""
 """Claims every Entra access token carries and a token without one of them is refused for."""
 MAX_TOKEN_CHARS = 16_384
 """Longest token read at all. Entra tokens are a few kilobytes; this bounds the work a caller can cause."""
@@ -365,11 +373,25 @@ class TokenValidator:
             raise Unauthenticated("signing algorithm not allowed") from None
         except (jwt.InvalidTokenError, jwt.InvalidKeyError):
             raise Unauthenticated("invalid token") from None
-        if claims.get("iss") != policy.issuer:  # the library compares too; exact equality is the rule
-            raise Unauthenticated("wrong issuer")
-        if claims.get("tid") != policy.tenant_id:
-            raise Unauthenticated("wrong tenant")
+        _check_claims(claims, policy)
         return claims
+
+
+def _check_claims(claims: Mapping[str, Any], policy: TokenPolicy) -> None:
+    """The checks the library leaves to its caller, on claims whose signature and times it verified.
+
+    Raises:
+        Unauthenticated: another issuer or tenant, an audience list, or a lifetime over a day.
+    """
+    if claims.get("iss") != policy.issuer:  # the library compares too; exact equality is the rule
+        raise Unauthenticated("wrong issuer")
+    if claims.get("tid") != policy.tenant_id:
+        raise Unauthenticated("wrong tenant")
+    if not isinstance(claims.get("aud"), str):
+        raise Unauthenticated("wrong audience")  # Entra names one audience; a list is not its token
+    lifetime = claims["exp"] - claims["iat"]
+    if not isinstance(lifetime, int | float) or lifetime > MAX_TOKEN_LIFETIME_S:
+        raise Unauthenticated("token lifetime too long")
 
 
 def _key_id(token: str) -> str:
@@ -465,4 +487,13 @@ def validator_from_settings(settings: Settings) -> TokenValidator | None:
     """
     if not settings.OPERATOR_TENANT_ID.strip() and not settings.operator_audiences():
         return None
-    return TokenValidator.from_settings(settings)
+    validator = TokenValidator.from_settings(settings)
+    unknown = sorted(client.client_id for client in settings.clients() if client.principal_id is None)
+    if unknown:
+        # Self-approval is refused by the submitter's principalId: without one it cannot be told.
+        logger.warning(
+            "clients without a principalId: %s; a reviewer holding such a client's identity could approve "
+            "its orders (set principalId in CLIENTS, docs/clients.md)",
+            ", ".join(unknown),
+        )
+    return validator

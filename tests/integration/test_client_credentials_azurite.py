@@ -14,7 +14,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from devhost.client_credentials import ClientCredentials, issue_client_credentials
+from devhost.client_credentials import ClientCredentials, connection_strings, issue_client_credentials
 from devhost.emulators import LocalEndpoints
 from orderflow.client import OrderflowClient
 from orderflow.errors import PermanentError
@@ -98,14 +98,17 @@ def test_a_sas_only_connection_string_opens_its_queue_without_creating_it(
     two_clients: tuple[ClientCredentials, ClientCredentials],
 ) -> None:
     a, _ = two_clients
-    endpoint, sas = a.inbound_url.split("?", 1)
-    connection = f"QueueEndpoint={endpoint.rsplit('/', 1)[0]};SharedAccessSignature={sas}"
-    queues = StorageQueueFactory.from_connection_string(connection)
+    inbound, reply = connection_strings(a)  # what `python -m devhost.client_credentials` prints
+    queues = StorageQueueFactory.from_connection_string(inbound)
 
     queues.queue(a.inbound_queue).send("{}", message_id="m-1")  # no create_queue: the SAS may not
 
     with pytest.raises(PermanentError):  # the queue exists; the SAS is for another
         queues.queue(a.reply_queue).send("{}", message_id="m-2")
+    replies = StorageQueueFactory.from_connection_string(reply)
+    assert replies.queue(a.reply_queue).receive() == []  # the reply SAS reads its queue
+    with pytest.raises(PermanentError):
+        replies.queue(a.reply_queue).send("{}", message_id="m-3")  # and may not write to it
 
 
 def test_a_client_token_cannot_forge_an_agent_request_or_response(

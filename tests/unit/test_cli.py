@@ -385,6 +385,8 @@ def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> 
 
     assert result.exit_code == 1
     assert "no order nope" in result.output
+    # A client's own id is not a key: the error says what to name the order by.
+    assert "named by key, <client id>:nope" in " ".join(result.output.split())
     assert stores.closed
 
 

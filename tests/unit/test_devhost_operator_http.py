@@ -1,4 +1,5 @@
-"""The local host's operator API reads no more of a request body than the handler can take."""
+"""The local host's operator API: it reads no more of a request body than the handler can take, and routes
+on the path as sent."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from fastapi.testclient import TestClient
 import devhost.operator_http as operator_http
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from orderflow.clock import FakeClock
-from tests.unit.fakes import memory_deps
+from orderflow.workflows import ORDER_V1
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -34,3 +37,23 @@ def test_an_anonymous_huge_body_is_refused_without_being_read_whole(monkeypatch:
     # Not configured: every call is refused, the huge one like the small one.
     assert (answered.status_code, small.status_code) == (503, 503)
     assert handed == [MAX_BODY_BYTES + 1, len(b'{"decision": "approve"}')]
+
+
+def test_an_encoded_slash_in_a_key_makes_no_route(trusted: TrustedIssuer) -> None:
+    # The attack: "a:o-1%2Freview" decoded before routing would be the review route of a:o-1.
+    deps = memory_deps(FakeClock())
+    submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
+    etag = deps.states.get("a:o-1").etag
+    app = operator_http.create_operator_app(deps, trusted.validator)
+
+    with TestClient(app) as http:
+        smuggled = http.post(
+            "/api/operator/orders/a:o-1%2Freview", headers=trusted.reviewer(), json={"decision": "approve"}
+        )
+        dotted = http.get("/api/operator/orders/a:o-1/..%2Fa:o-2", headers=trusted.operator())
+        encoded_colon = http.get("/api/operator/orders/a%3Ao-1", headers=trusted.operator())
+
+    assert (smuggled.status_code, smuggled.json()["error"]["code"]) == (405, "MethodNotAllowed")
+    assert dotted.status_code == 404
+    assert (encoded_colon.status_code, encoded_colon.json()["orderId"]) == (200, "a:o-1")
+    assert deps.states.get("a:o-1").etag == etag

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import socket
 import threading
 import time
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from orderflow import telemetry
 from orderflow.errors import ErrorKind, TransientError, kind_of
 from orderflow.operator_auth import (
+    MAX_TOKEN_LIFETIME_S,
     OPERATOR_ROLE,
     REQUIRED_CLAIMS,
     REVIEWER_ROLE,
@@ -37,6 +39,7 @@ from orderflow.operator_auth import (
     authorize,
     http_refusal,
     known_roles,
+    validator_from_settings,
     www_authenticate,
 )
 from orderflow.settings import Settings, entra_issuer, entra_jwks_uri, entra_v1_issuer
@@ -609,3 +612,39 @@ def test_an_id_token_is_not_a_credential_for_the_api(
     # An ID token of the same tenant, signed by the same keys and naming the API as audience (its client
     # id), carries a nonce and no azp: it says who signed in, not that an app may call the API.
     assert refused(validator, sign(claims(**changes), signing_key)).reason == "not an access token"
+
+
+def test_an_audience_list_is_refused_even_when_it_names_this_api(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey
+) -> None:
+    # Entra names one audience; a list holding ours can only come from whoever holds a signing key.
+    token = sign(claims(aud=[API_CLIENT_ID, "00000003-0000-0000-c000-000000000000"]), signing_key)
+
+    assert refused(validator, token).reason == "wrong audience"
+
+
+def test_a_token_valid_for_longer_than_a_day_is_refused(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey
+) -> None:
+    now = int(time.time())
+    decade = sign(claims(iat=now, nbf=now, exp=now + 10 * 365 * 86_400), signing_key)
+    day = sign(claims(iat=now, nbf=now, exp=now + MAX_TOKEN_LIFETIME_S), signing_key)
+
+    assert refused(validator, decade).reason == "token lifetime too long"
+    assert validator.validate_token(day).object_id == USER_OID
+
+
+def test_clients_whose_principal_is_unknown_are_named_when_the_api_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings.load(
+        {},
+        OPERATOR_TENANT_ID=TENANT,
+        OPERATOR_AUDIENCE=API_CLIENT_ID,
+        CLIENTS=json.dumps([{"id": "known", "principalId": USER_OID}, {"id": "anon"}, {"id": "anon-2"}]),
+    )
+    with caplog.at_level(logging.WARNING, logger="orderflow.operator_auth"):
+        assert validator_from_settings(settings) is not None
+
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "orderflow.operator_auth"]
+    assert warning.startswith("clients without a principalId: anon, anon-2;")
