@@ -583,9 +583,9 @@ def _call_operator_api(
     return answer
 
 
-def _key_hint(order_id: str, answer: OperatorAnswer | None = None) -> str:
+def _key_hint(order_id: str | None, answer: OperatorAnswer | None = None) -> str:
     """A hint for an order named by a client's own id, which is not its key (docs/clients.md)."""
-    if ":" in order_id or (answer is not None and answer.status != 404):
+    if order_id is None or ":" in order_id or (answer is not None and answer.status != 404):
         return ""
     return f" (orders are named by key, <client id>:{order_id}: see `orderflow orders list --client ID`)"
 

@@ -47,9 +47,25 @@ def local_session(pool_size: int = POOL_SIZE) -> requests.Session:
     return session
 
 
-def transport_for(url: str, *, pool_size: int = POOL_SIZE) -> RequestsTransport | None:
+def transport_for(
+    url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    connection_timeout_s: float | None = None,
+    read_timeout_s: float | None = None,
+) -> RequestsTransport | None:
     """The transport for a client of ``url``: :func:`local_session`'s for a loopback endpoint, None (the
-    SDK's default) for any other."""
+    SDK's default) for any other.
+
+    A client given a transport no longer applies its own ``connection_timeout`` / ``read_timeout``
+    options (the SDK passes them to the transport it builds): they are set here, seconds, or left at
+    azure-core's defaults when None.
+    """
     if not is_loopback(url):
         return None
-    return RequestsTransport(session=local_session(pool_size), use_env_settings=False)
+    timeouts: dict[str, float] = {}
+    if connection_timeout_s is not None:
+        timeouts["connection_timeout"] = connection_timeout_s
+    if read_timeout_s is not None:
+        timeouts["read_timeout"] = read_timeout_s
+    return RequestsTransport(session=local_session(pool_size), use_env_settings=False, **timeouts)

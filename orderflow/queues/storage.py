@@ -879,7 +879,7 @@ def _client_options(
     retry_total: int, connection_timeout_s: float, read_timeout_s: float, *, url: str = ""
 ) -> dict[str, Any]:
     # A loopback endpoint (Azurite) gets a session without environment lookups (orderflow.http_transport).
-    transport = transport_for(url)
+    transport = transport_for(url, connection_timeout_s=connection_timeout_s, read_timeout_s=read_timeout_s)
     return {
         **({"transport": transport} if transport is not None else {}),
         "retry_policy": ExponentialRetry(

@@ -715,7 +715,9 @@ class CosmosStores:
             options["connection_timeout"] = connection_timeout
         if read_timeout is not None:
             options["read_timeout"] = read_timeout
-        transport = transport_for(endpoint)
+        transport = transport_for(
+            endpoint, connection_timeout_s=connection_timeout, read_timeout_s=read_timeout
+        )
         if transport is not None:
             # The local emulator: one session without environment lookups (orderflow.http_transport).
             options["transport"] = transport
