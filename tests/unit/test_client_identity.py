@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from activities.steps import request_payload
 from intake.admission import AdmissionReason, ClientAdmission
 from intake.submission import (
     IntakeOutcome,
@@ -272,3 +273,14 @@ def test_only_the_deployments_own_queues_are_ever_created(system: System) -> Non
     assert all(created(q) for q in ("orders-acme", "replies-acme", "replies-globex", "agent-payment"))
     assert all(created(q) for q in ("agent-responses", "agent-responses-h1", "replies-acme-deadletter"))
     assert not any(created(q) for q in ("replies-initech", "client-a", "unused-1"))
+
+
+def test_the_payment_service_is_told_whose_customer_it_charges(system: System) -> None:
+    # Customer ids are the client's own: two clients' customer "1" are two customers.
+    for client in (system.acme, system.globex):
+        system.submit(client, "o-1")
+    charge = next(step for step in new_order_workflow(None).steps if step.operation == "charge")
+
+    payloads = [request_payload(charge, system.orders.get(key)) for key in ("acme:o-1", "globex:o-1")]
+
+    assert [(p["clientId"], p["customerId"]) for p in payloads] == [("acme", "1"), ("globex", "1")]
