@@ -780,7 +780,10 @@ app.add_typer(deadletters_app, name="deadletters")
 
 def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table:
     table = Table(title=f"dead letters of {queue}")
-    for column in ("id", "message id", "reason", "deliveries", "dead-lettered at", "description"):
+    # The ids are what `show`, `replay` and `purge --id` take: folded, never cut short.
+    table.add_column("id", overflow="fold", min_width=36)
+    table.add_column("message id", overflow="fold")
+    for column in ("reason", "deliveries", "dead-lettered at", "description"):
         table.add_column(column)
     for dead in dead_letters:
         _row(

@@ -1080,14 +1080,15 @@ class ServiceBusQueueFactory:
                     batch = receiver.receive_messages(max_message_count=32, max_wait_time=self._max_wait_s)
                     if not batch:
                         break
+                    held += batch  # abandoned in the end unless completed, even when ``before`` raises
                     for message in batch:
                         dead = self._dead_letter(message, name)
                         if (most is not None and len(removed) >= most) or not select(dead):
-                            held.append(message)
                             continue
                         if before is not None:
                             before(dead)
                         receiver.complete_message(message)
+                        held.remove(message)
                         removed.append(dead)
             except AzureError as error:
                 raise translate_error(error, "remove_dead_letters", name) from error

@@ -970,11 +970,11 @@ class StorageQueueFactory:
                 if not batch:
                     break
                 seen += len(batch)
+                held += batch  # released in the end unless deleted, even when a visit raises
                 for message in batch:
-                    if stop() or not visit(self._decode_dead_letter(message, name)):
-                        held.append(message)
-                    else:
+                    if not stop() and visit(self._decode_dead_letter(message, name)):
                         client.delete_message(message.id, message.pop_receipt)
+                        held.remove(message)
         except AzureError as error:
             raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
         finally:
