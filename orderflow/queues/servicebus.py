@@ -1015,12 +1015,7 @@ class ServiceBusQueueFactory:
         """The PeekLock receiver of ``name``'s dead-letter sub-queue; call under ``_peek_lock``."""
         receiver = self._dead_letter_receivers.get(name)
         if receiver is None:
-            receiver = self._client.get_queue_receiver(
-                name,
-                sub_queue=ServiceBusSubQueue.DEAD_LETTER,
-                max_wait_time=self._max_wait_s,
-                prefetch_count=0,
-            )
+            receiver = self._client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
             self._dead_letter_receivers[name] = receiver
         return receiver
 

@@ -21,6 +21,7 @@ import devhost.host
 from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
+from intake import submission
 from orderflow.cli import app as cli_app
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
@@ -466,7 +467,7 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
 ) -> None:
     # The intake has a bug (it raises) until `fixed`: the order is dead-lettered after one delivery.
     fixed = threading.Event()
-    real = devhost.host.handle_intake_message
+    real = submission.handle_intake_message  # what the host calls, patched below
 
     def buggy(*args: Any, **kwargs: Any) -> Any:
         if not fixed.is_set():
