@@ -33,7 +33,7 @@ from orderflow.clock import SystemClock
 from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
-from orderflow.queues.storage import validate_queue_name
+from orderflow.queues.storage import StorageQueueFactory, validate_queue_name
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.telemetry import configure_telemetry
@@ -115,8 +115,11 @@ def check_host_id(settings: Settings) -> None:
         ) from None
 
 
-def connect_transport(settings: Settings, roles: Sequence[str]) -> tuple[QueueFactory, SupervisorLease]:
-    """The queues and the supervisor lease ``settings`` name (delivery faults added when a chaos run asks).
+def connect_transport(
+    settings: Settings, roles: Sequence[str]
+) -> tuple[QueueFactory, StorageQueueFactory, SupervisorLease]:
+    """The queues (delivery faults added when a chaos run asks), the same queues unwrapped (whose
+    ``<queue>-deadletter`` queues the operator API reads) and the supervisor lease ``settings`` name.
 
     Both parse ``STORAGE_CONNECTION_STRING`` locally, with no network call, so a malformed one is
     reported before anything waits on a service.
@@ -138,7 +141,7 @@ def connect_transport(settings: Settings, roles: Sequence[str]) -> tuple[QueueFa
             )
     except ValueError as exc:  # the SDK's message does not say which setting it read
         raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
-    return with_delivery_faults(storage_queues, settings), lease
+    return with_delivery_faults(storage_queues, settings), storage_queues, lease
 
 
 @cli.command()
@@ -206,7 +209,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
     try:
         with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
             try:
-                queues, lease = connect_transport(settings, roles)
+                queues, dead_letters, lease = connect_transport(settings, roles)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
                 clock = SystemClock()
@@ -217,6 +220,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                     clock=clock,
                     settings=settings,
                     breakers=circuit_breakers(stores.breakers, clock, settings),
+                    dead_letters=dead_letters,
                 )
                 issuer = local_issuer_of(settings) if "api" in roles else None
                 host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)

@@ -34,6 +34,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         clock=clock,
         settings=settings,
         breakers=circuit_breakers(stores.breakers, clock, settings),
+        dead_letters=queues,  # the operator API reads the $DeadLetterQueue sub-queues
     )
     return deps, queues
 

@@ -30,13 +30,30 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from operator_api.compensate import CompensateAccepted, compensate_order
+from operator_api.deadletters import (
+    NO_SUCH_DEAD_LETTER,
+    UNKNOWN_QUEUE,
+    deployment_queue,
+    find_dead_letter,
+    purge_dead_letters,
+    replay_dead_letter,
+    validate_dead_letter_id,
+)
 from operator_api.listing import list_orders, list_query
 from operator_api.openapi import openapi_document
 from operator_api.resubmit import NOT_RESUBMITTABLE, resubmit_order
 from operator_api.review import ReviewRecorded, ReviewRefusal, review_order
-from operator_api.schemas import CompensateBody, EmptyBody, ReviewBody
+from operator_api.schemas import (
+    CompensateBody,
+    DeadLetterList,
+    EmptyBody,
+    PurgeAnswer,
+    PurgeBody,
+    ReplayAnswer,
+    ReviewBody,
+)
 from operator_api.suspension import set_suspension
-from operator_api.views import order_view, timeline_page
+from operator_api.views import dead_letter_answer, order_view, timeline_page
 from orderflow.dependencies import Dependencies
 from orderflow.errors import (
     ConcurrencyConflict,
@@ -63,6 +80,7 @@ from orderflow.operator_auth import (
     http_refusal,
 )
 from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
+from orderflow.queues.base import DeadLetterQueues
 from orderflow.records import ReviewDecision
 
 logger = logging.getLogger(__name__)
@@ -116,6 +134,7 @@ class Call:
         principal: The verified caller.
         query: The query parameters (each given once).
         headers: The request headers (names in any case).
+        segments: The route's other path segments, decoded (a queue name, a dead letter id).
     """
 
     order_id: str | None
@@ -123,6 +142,7 @@ class Call:
     principal: Principal
     query: Mapping[str, str]
     headers: Mapping[str, str]
+    segments: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -271,6 +291,105 @@ def _suspension(suspend: bool) -> Action:
     return act
 
 
+def _only(query: Mapping[str, str], *names: str) -> None:
+    unexpected = sorted(set(query) - set(names))
+    if unexpected:
+        raise InvalidMessage("UnexpectedField", f"unknown query parameter {unexpected[0]!r}")
+
+
+def _dead_letter_queues(deps: Dependencies) -> DeadLetterQueues | OperatorResponse:
+    if deps.dead_letters is None:
+        return error(503, "NotConfigured", "this host reads no dead-letter queues")
+    return deps.dead_letters
+
+
+def _dead_letter_list(call: Call, deps: Dependencies) -> OperatorResponse:
+    _only(call.query, "limit", "continuation")
+    limit = _limit(call.query, "limit", default=20, most=100)
+    queues = _dead_letter_queues(deps)
+    if isinstance(queues, OperatorResponse):
+        return queues
+    name = deployment_queue(deps.settings, call.segments[0])
+    try:
+        page = queues.dead_letter_page(name, max_messages=limit, continuation=call.query.get("continuation"))
+    except ValueError as invalid:
+        return error(400, "InvalidContinuation", str(invalid))
+    answer = DeadLetterList(
+        queue=name,
+        dead_letters=[dead_letter_answer(d, name) for d in page.items],
+        continuation=page.continuation,
+    )
+    return OperatorResponse(200, answer.to_body())
+
+
+def _dead_letter_show(call: Call, deps: Dependencies) -> OperatorResponse:
+    _only(call.query)
+    queues = _dead_letter_queues(deps)
+    if isinstance(queues, OperatorResponse):
+        return queues
+    name = deployment_queue(deps.settings, call.segments[0])
+    found = find_dead_letter(queues, name, validate_dead_letter_id(call.segments[1]))
+    if found is None:
+        return error(404, NO_SUCH_DEAD_LETTER, f"no dead letter {call.segments[1]} on {name}")
+    return OperatorResponse(200, dead_letter_answer(found, name).to_body())
+
+
+def _dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
+    _no_body(call)
+    _only(call.query)
+    queues = _dead_letter_queues(deps)
+    if isinstance(queues, OperatorResponse):
+        return queues
+    name, dead_letter_id = call.segments[0], validate_dead_letter_id(call.segments[1])
+    replayed = replay_dead_letter(
+        name,
+        dead_letter_id,
+        call.principal,
+        dead_letters=queues,
+        queues=deps.queues,
+        states=deps.states,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+    if replayed is None:
+        return error(404, NO_SUCH_DEAD_LETTER, f"no dead letter {dead_letter_id} on {name}")
+    answer = ReplayAnswer(
+        queue=name,
+        replay_message_id=replayed.message_id,
+        order_id=replayed.order_id,
+        replayed_by=call.principal.audit_id,
+        dead_letter=dead_letter_answer(replayed.dead_letter, name),
+    )
+    return OperatorResponse(200, answer.to_body())
+
+
+def _dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
+    _only(call.query)
+    request = validate_message(PurgeBody, decode_json_object(call.body) if call.body.strip() else {})
+    queues = _dead_letter_queues(deps)
+    if isinstance(queues, OperatorResponse):
+        return queues
+    name = call.segments[0]
+    purged = purge_dead_letters(
+        name,
+        call.principal,
+        dead_letter_id=None
+        if request.dead_letter_id is None
+        else validate_dead_letter_id(request.dead_letter_id),
+        older_than=request.older_than,
+        dry_run=request.dry_run,
+        dead_letters=queues,
+        settings=deps.settings,
+    )
+    answer = PurgeAnswer(
+        queue=name,
+        dry_run=purged.dry_run,
+        count=len(purged.dead_letters),
+        dead_letters=[dead_letter_answer(d, name) for d in purged.dead_letters],
+    )
+    return OperatorResponse(200, answer.to_body())
+
+
 BOTH_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 
 ROUTES: dict[str | None, Route] = {
@@ -287,6 +406,19 @@ ROUTES: dict[str | None, Route] = {
 LIST_ROUTE = Route("list", "GET", BOTH_ROLES, _list)
 """``/orders``: the order list."""
 
+OPERATOR_ONLY = (OPERATOR_ROLE,)
+
+PLANE_ROUTES: dict[tuple[str, int, str | None], Route] = {
+    ("deadletters", 2, None): Route("deadletters.list", "GET", OPERATOR_ONLY, _dead_letter_list),
+    ("deadletters", 3, "purge"): Route("deadletters.purge", "POST", OPERATOR_ONLY, _dead_letter_purge),
+    ("deadletters", 3, None): Route("deadletters.show", "GET", OPERATOR_ONLY, _dead_letter_show),
+    ("deadletters", 4, "replay"): Route("deadletters.replay", "POST", OPERATOR_ONLY, _dead_letter_replay),
+}
+"""Routes outside ``/orders``, by (first segment, number of segments, last segment or None for any):
+``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
+``/deadletters/{queue}/{id}/replay``. The segments between the first and a fixed last are the call's
+:attr:`Call.segments`."""
+
 OPENAPI_PATH = API_PREFIX + "/openapi.json"
 """The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes
 and says nothing about any order."""
@@ -301,21 +433,39 @@ def _limit(query: Mapping[str, str], name: str, *, default: int, most: int) -> i
     return int(text)
 
 
-def _match(method: str, path: str) -> tuple[Route, str | None] | OperatorResponse:
+def _match(method: str, path: str) -> tuple[Route, str | None, tuple[str, ...]] | OperatorResponse:
     """The route of ``path`` and the order id in it (None for the list), or the 404 or 405 response."""
     prefix = API_PREFIX + "/"
     # Split first, then decode each segment: "a:o-1%2Freview" is one (invalid) key, not a route.
     parts = [unquote(p) for p in path.removeprefix(prefix).split("/")] if path.startswith(prefix) else []
     action = parts[2] if len(parts) == 3 else None
+    segments: tuple[str, ...] = ()
+    plane = _plane_route(method, parts)
     if parts == ["orders"]:
         route, order_id = LIST_ROUTE, None
     elif len(parts) in (2, 3) and parts[0] == "orders" and parts[1] and action in ROUTES:
         route, order_id = ROUTES[action], parts[1]
+    elif plane is not None:
+        (route, segments), order_id = plane, None
     else:
         return error(404, "NoSuchRoute", f"no operator API route {path[:200]!r}; see docs/operator-api.md")
     if method.upper() != route.method:
         return error(405, "MethodNotAllowed", f"{route.name} takes {route.method}", {"Allow": route.method})
-    return route, order_id
+    return route, order_id, segments
+
+
+def _plane_route(method: str, parts: list[str]) -> tuple[Route, tuple[str, ...]] | None:
+    """The :data:`PLANE_ROUTES` route of ``parts`` (a fixed last segment first, when the method fits) and
+    its segments, or None."""
+    if not parts or not all(parts):
+        return None
+    fixed = PLANE_ROUTES.get((parts[0], len(parts), parts[-1]))
+    if fixed is not None and fixed.method == method.upper():
+        return fixed, tuple(parts[1:-1])
+    route = PLANE_ROUTES.get((parts[0], len(parts), None))
+    if route is not None:
+        return route, tuple(parts[1:])
+    return (fixed, tuple(parts[1:-1])) if fixed is not None else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -402,7 +552,7 @@ def handle_operator_request(
     matched = _match(method, bare)
     if isinstance(matched, OperatorResponse):
         return matched
-    route, order_id = matched
+    route, order_id, segments = matched
     principal = _authenticated(route, headers, validator)
     if isinstance(principal, OperatorResponse):
         return principal
@@ -411,10 +561,12 @@ def handle_operator_request(
     try:
         _, params = _query(path, query)
         key = None if order_id is None else validate_order_key(order_id)
-        return route.action(Call(key, body, principal, params, headers), deps)
+        return route.action(Call(key, body, principal, params, headers, segments), deps)
     except InvalidMessage as invalid:
         if invalid.reason == UNKNOWN_ORDER:
             return error(404, UNKNOWN_ORDER, f"no order {order_id}")
+        if invalid.reason == UNKNOWN_QUEUE:
+            return error(404, UNKNOWN_QUEUE, invalid.description)
         return error(400, invalid.reason, invalid.description)
     except InvalidContinuation as invalid:
         return error(400, "InvalidContinuation", invalid.detail)

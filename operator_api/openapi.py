@@ -18,9 +18,14 @@ from pydantic.json_schema import models_json_schema
 from operator_api.schemas import (
     ActionAnswer,
     CompensateBody,
+    DeadLetterAnswer,
+    DeadLetterList,
     EmptyBody,
     ErrorAnswer,
     OrderList,
+    PurgeAnswer,
+    PurgeBody,
+    ReplayAnswer,
     ReviewAnswer,
     ReviewBody,
     TimelinePage,
@@ -35,7 +40,7 @@ _REFUSALS = {
     "400": "a malformed order key, query parameter or body",
     "401": "no bearer token, or one that fails a check",
     "403": "the token lacks the route's app role",
-    "404": "no such order",
+    "404": "no such order, queue or dead letter",
     "405": "another method",
     "413": "a body over 16 KiB",
     "503": "a store or the signing keys are unavailable: retry",
@@ -53,6 +58,11 @@ def _schemas() -> dict[str, Any]:
         ReviewBody,
         CompensateBody,
         EmptyBody,
+        DeadLetterAnswer,
+        DeadLetterList,
+        ReplayAnswer,
+        PurgeBody,
+        PurgeAnswer,
     ]
     _, document = models_json_schema([(model, "serialization") for model in models], ref_template=REF)
     schemas: dict[str, Any] = document["$defs"]
@@ -174,6 +184,43 @@ def _paths() -> dict[str, Any]:
     for path, item in paths.items():
         if path.startswith(order):
             item["parameters"] = [key]
+    return {**paths, **_dead_letter_paths()}
+
+
+def _dead_letter_paths() -> dict[str, Any]:
+    queue = "/api/operator/deadletters/{queue}"
+    name = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}}
+    dead_letter = {"name": "deadLetterId", "in": "path", "required": True, "schema": {"type": "string"}}
+    paths: dict[str, Any] = {
+        queue: {
+            "get": _operation(
+                "A queue's dead letters, paged",
+                {"200": ("DeadLetterList", "a page")},
+                parameters=[_LIST_PARAMETERS[5], _LIST_PARAMETERS[6]],
+            ),
+            "parameters": [name],
+        },
+        queue + "/purge": {
+            "post": _operation(
+                "Remove dead letters: one by id, or all older than a time; a dry run lists them",
+                {"200": ("PurgeAnswer", "removed, or would be")},
+                body="PurgeBody",
+            ),
+            "parameters": [name],
+        },
+        queue + "/{deadLetterId}": {
+            "get": _operation("A dead letter", {"200": ("DeadLetterAnswer", "the dead letter")}),
+            "parameters": [name, dead_letter],
+        },
+        queue + "/{deadLetterId}/replay": {
+            "post": _operation(
+                "Re-send a dead letter to its queue under a replay message id, and delete it",
+                {"200": ("ReplayAnswer", "re-sent")},
+                body="EmptyBody",
+            ),
+            "parameters": [name, dead_letter],
+        },
+    }
     return paths
 
 

@@ -3,9 +3,10 @@ the OpenAPI document (:mod:`operator_api.openapi`) is generated from."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from orderflow.messages import CleanText, Envelope
@@ -26,6 +27,15 @@ class CompensateBody(Envelope):
 
 class EmptyBody(Envelope):
     """The body of ``resubmit``, ``suspend`` and ``resume``: nothing, or ``{}``."""
+
+
+class PurgeBody(Envelope):
+    """The body of ``POST /deadletters/{queue}/purge``: one dead letter by id, or all dead-lettered
+    before a time; ``dryRun`` lists them and removes nothing."""
+
+    dead_letter_id: str | None = None
+    older_than: AwareDatetime | None = None
+    dry_run: bool = False
 
 
 class Answer(BaseModel):
@@ -98,3 +108,45 @@ class ReviewAnswer(Answer):
     decision: str
     decided_by: str | None
     order: dict[str, Any]
+
+
+class DeadLetterAnswer(Answer):
+    """A dead letter: its ids, why it was dead-lettered, and its body as it was (``deadLetterId`` names
+    it in ``show``, ``replay`` and ``purge``)."""
+
+    dead_letter_id: str
+    message_id: str
+    queue: str
+    reason: str
+    description: str
+    delivery_count: int
+    dead_lettered_at: datetime
+    correlation_id: str | None
+    body: str
+
+
+class DeadLetterList(Answer):
+    """A page of a queue's dead letters, oldest first; ``continuation`` is None on the last page."""
+
+    queue: str
+    dead_letters: list[DeadLetterAnswer]
+    continuation: str | None
+
+
+class ReplayAnswer(Answer):
+    """A replay done: the dead letter (deleted), the id it was re-sent under, the order it names."""
+
+    queue: str
+    replay_message_id: str
+    order_id: str | None
+    replayed_by: str
+    dead_letter: DeadLetterAnswer
+
+
+class PurgeAnswer(Answer):
+    """What a purge removed, or in a dry run would remove."""
+
+    queue: str
+    dry_run: bool
+    count: int
+    dead_letters: list[DeadLetterAnswer]

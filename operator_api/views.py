@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from operator_api.schemas import TimelinePage
+from operator_api.schemas import DeadLetterAnswer, TimelinePage
+from orderflow.queues.base import DeadLetter
 from orderflow.records import (
     AttemptEntry,
     CompensationEntry,
@@ -62,3 +63,18 @@ def timeline_page(record: StateRecord, page: Page[TimelineChunk]) -> TimelinePag
         after = max((entry.seq for entry in entries), default=0)
         entries += [entry for entry in record.timeline if entry.seq > after]
     return TimelinePage(order_id=record.order_id, entries=entries, continuation=page.continuation)
+
+
+def dead_letter_answer(dead: DeadLetter, queue: str) -> DeadLetterAnswer:
+    """What the API shows of a dead letter of ``queue`` (the queue asked for, whatever its record says)."""
+    return DeadLetterAnswer(
+        dead_letter_id=dead.dead_letter_id,
+        message_id=dead.message_id,
+        queue=queue,
+        reason=dead.reason,
+        description=dead.description,
+        delivery_count=dead.delivery_count,
+        dead_lettered_at=dead.dead_lettered_at,
+        correlation_id=dead.correlation_id,
+        body=dead.body,
+    )

@@ -579,7 +579,8 @@ def _call_operator_api(
             _fail(exc.detail, code=1)
     if not answer.ok:
         refused = f"refused: {answer.status} {answer.error_code}: {answer.error_message}"
-        _fail(refused + _key_hint(order_id, answer), code=2 if answer.status == 400 else 1)
+        hint = _key_hint(order_id, answer) if order_id is not None else ""
+        _fail(refused + hint, code=2 if answer.status == 400 else 1)
     return answer
 
 
@@ -768,6 +769,114 @@ def resume(
     """Operator: resume a suspended order."""
     answer = _act(order_id, "resume", etag, api_url, token_file)
     console.print(Text(f"resumed {order_id}; the order is {_state_of(answer)}."))
+
+
+deadletters_app = typer.Typer(
+    help="Operator: list, show, replay and purge the dead letters of the deployment's queues.",
+    no_args_is_help=True,
+)
+app.add_typer(deadletters_app, name="deadletters")
+
+
+def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"dead letters of {queue}")
+    # The ids are what `show`, `replay` and `purge --id` take: folded, never cut short.
+    table.add_column("id", overflow="fold", min_width=36)
+    table.add_column("message id", overflow="fold")
+    for column in ("reason", "deliveries", "dead-lettered at", "description"):
+        table.add_column(column)
+    for dead in dead_letters:
+        _row(
+            table,
+            dead.get("deadLetterId"),
+            dead.get("messageId"),
+            dead.get("reason"),
+            dead.get("deliveryCount"),
+            dead.get("deadLetteredAt"),
+            str(dead.get("description") or "")[:80],
+        )
+    return table
+
+
+@deadletters_app.command("list")
+def deadletters_list(
+    queue: Annotated[
+        str, typer.Argument(help="A queue of the deployment (orders-acme, agent-payments ...).")
+    ],
+    limit: Annotated[int, typer.Option(help="Dead letters per page (1-100).")] = 20,
+    continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """List a queue's dead letters, oldest first, a page at a time (app role orderflow.operator)."""
+    answer = _call_operator_api(
+        None,
+        api_url,
+        token_file,
+        lambda c: c.list_dead_letters(queue, limit=limit, continuation=continuation),
+    )
+    console.print(_dead_letters_table(queue, answer.body.get("deadLetters") or []))
+    token = answer.body.get("continuation")
+    if token:
+        console.print(Text(f"more: --continuation {token}"))
+
+
+@deadletters_app.command("show")
+def deadletters_show(
+    queue: str, dead_letter_id: str, api_url: ApiUrl = None, token_file: TokenFile = None
+) -> None:
+    """Show one dead letter: why it was dead-lettered, and its body as it was."""
+    answer = _call_operator_api(None, api_url, token_file, lambda c: c.get_dead_letter(queue, dead_letter_id))
+    console.print(_dead_letters_table(queue, [answer.body]))
+    console.print(Text(str(answer.body.get("body", ""))))
+
+
+@deadletters_app.command("replay")
+def deadletters_replay(
+    queue: str, dead_letter_id: str, api_url: ApiUrl = None, token_file: TokenFile = None
+) -> None:
+    """Re-send a dead letter to its queue once its cause is fixed, under a replay message id (which
+    duplicate detection does not drop), and delete it. The API records who replayed it."""
+    answer = _call_operator_api(
+        None, api_url, token_file, lambda c: c.replay_dead_letter(queue, dead_letter_id)
+    )
+    order = answer.body.get("orderId")
+    console.print(
+        Text(
+            f"replayed {dead_letter_id} to {queue} as {answer.body.get('replayMessageId')}"
+            + (f" (order {order})" if order else "")
+        )
+    )
+
+
+@deadletters_app.command("purge")
+def deadletters_purge(  # noqa: PLR0917 - typer reads each option from a parameter
+    queue: str,
+    dead_letter_id: Annotated[str | None, typer.Option("--id", help="One dead letter, by id.")] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="Every dead letter dead-lettered before this time (ISO 8601, with offset)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """Remove dead letters: one (--id) or all older than a time (--older-than); exit 2 unless one is given."""
+    if (dead_letter_id is None) == (older_than is None):
+        _fail("give one of --id and --older-than", code=2)
+    answer = _call_operator_api(
+        None,
+        api_url,
+        token_file,
+        lambda c: c.purge_dead_letters(
+            queue, dead_letter_id=dead_letter_id, older_than=older_than, dry_run=dry_run
+        ),
+    )
+    console.print(_dead_letters_table(queue, answer.body.get("deadLetters") or []))
+    verb = "would remove" if dry_run else "removed"
+    console.print(Text(f"{verb} {_count(int(answer.body.get('count', 0)), 'dead letter')} of {queue}"))
 
 
 def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from orderflow.breaker import CircuitBreakers
 from orderflow.clock import Clock
-from orderflow.queues.base import QueueFactory
+from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.records import OrderDocument, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore, Versioned
@@ -90,6 +90,8 @@ class Dependencies:
         order_cache: Order documents this process has read (immutable, so never stale).
         breakers: The remote dependencies' circuit breakers (shared through their store), or None:
             no breakers (``BREAKER_ENABLED`` off, or a host wired without a breaker store).
+        dead_letters: The dead-letter queues, for the operator API (the unwrapped transport of
+            ``queues``), or None: the API answers 503 for them.
     """
 
     states: StateStore
@@ -100,3 +102,4 @@ class Dependencies:
     cache: RecordCache = field(default_factory=RecordCache)
     order_cache: OrderCache = field(default_factory=OrderCache)
     breakers: CircuitBreakers | None = None
+    dead_letters: DeadLetterQueues | None = None

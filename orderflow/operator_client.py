@@ -159,6 +159,55 @@ class OperatorApiClient:
         headers = {"If-Match": if_match} if if_match else None
         return self._call("POST", f"/orders/{quote(order_id, safe='')}/{action}", {}, headers=headers)
 
+    def list_dead_letters(
+        self, queue: str, *, limit: int = 20, continuation: str | None = None
+    ) -> OperatorAnswer:
+        """``GET /deadletters/{queue}``: a page of the queue's dead letters, oldest first.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        params = {"limit": str(limit), **({"continuation": continuation} if continuation else {})}
+        return self._call("GET", f"/deadletters/{quote(queue, safe='')}", params=params)
+
+    def get_dead_letter(self, queue: str, dead_letter_id: str) -> OperatorAnswer:
+        """``GET /deadletters/{queue}/{deadLetterId}``: one dead letter, its body included.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        return self._call("GET", f"/deadletters/{quote(queue, safe='')}/{quote(dead_letter_id, safe='')}")
+
+    def replay_dead_letter(self, queue: str, dead_letter_id: str) -> OperatorAnswer:
+        """``POST /deadletters/{queue}/{deadLetterId}/replay``: re-send it to its queue, then delete it.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        path = f"/deadletters/{quote(queue, safe='')}/{quote(dead_letter_id, safe='')}/replay"
+        return self._call("POST", path, {})
+
+    def purge_dead_letters(
+        self,
+        queue: str,
+        *,
+        dead_letter_id: str | None = None,
+        older_than: str | None = None,
+        dry_run: bool = False,
+    ) -> OperatorAnswer:
+        """``POST /deadletters/{queue}/purge``: remove one dead letter by id, or all dead-lettered before
+        ``older_than`` (ISO 8601 with an offset); ``dry_run`` only lists them.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        body: dict[str, Any] = {"dryRun": dry_run}
+        if dead_letter_id is not None:
+            body["deadLetterId"] = dead_letter_id
+        if older_than is not None:
+            body["olderThan"] = older_than
+        return self._call("POST", f"/deadletters/{quote(queue, safe='')}/purge", body)
+
     def _call(
         self,
         method: str,

@@ -28,7 +28,7 @@ from devhost.local_issuer import LocalIssuer
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
-from orderflow.queues.base import QueueFactory
+from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord, order_key
@@ -131,14 +131,24 @@ class System:
         raise AssertionError("condition not met in time")
 
 
-def local_dependencies(states: StateStore, orders: OrderStore, queues: QueueFactory) -> Dependencies:
+def local_dependencies(
+    states: StateStore, orders: OrderStore, queues: QueueFactory, dead_letters: DeadLetterQueues | None = None
+) -> Dependencies:
     """The container of a test's adapters, on the system clock and the default settings (a running
     system, and a test that needs other settings, replace them)."""
-    return Dependencies(states=states, orders=orders, queues=queues, clock=SystemClock(), settings=Settings())
+    return Dependencies(
+        states=states,
+        orders=orders,
+        queues=queues,
+        clock=SystemClock(),
+        settings=Settings(),
+        dead_letters=dead_letters,
+    )
 
 
 def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
-    deps = local_dependencies(InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory())
+    queues = InMemoryQueueFactory()
+    deps = local_dependencies(InMemoryStateStore(), InMemoryOrderStore(), queues, queues)
     return deps, lambda: None
 
 
@@ -150,7 +160,7 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Call
         verify_tls=False,
     )
     queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-    return local_dependencies(stores.state, stores.orders, queues), stores.close
+    return local_dependencies(stores.state, stores.orders, queues, queues), stores.close
 
 
 @contextmanager

@@ -8,6 +8,7 @@ by the sender (docs/design.md §3.7) so consumers can recognise a duplicate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -49,7 +50,20 @@ class ReceivedMessage:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A dead-lettered message as read back from a dead-letter queue."""
+    """A dead-lettered message as read back from a dead-letter queue.
+
+    Attributes:
+        message_id: The id the message was sent with.
+        body: Its body, as it was.
+        reason / description: Why it was dead-lettered.
+        source_queue: The queue it was dead-lettered from (where a replay sends it).
+        delivery_count: Deliveries before it was dead-lettered.
+        dead_lettered_at: When (UTC).
+        dead_letter_id: The dead-letter queue's own id of it (a Storage message id, a Service Bus
+            sequence number): what :meth:`DeadLetterQueues.remove_dead_letters` selects on.
+        correlation_id: Its correlation id (the order id), if it had one.
+        reply_to: Its ``ReplyTo`` property (Service Bus; Storage queues carry none).
+    """
 
     message_id: str
     body: str
@@ -58,6 +72,65 @@ class DeadLetter:
     source_queue: str
     delivery_count: int
     dead_lettered_at: datetime
+    dead_letter_id: str = ""
+    correlation_id: str | None = None
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterPage:
+    """A page of dead letters, oldest first; ``continuation`` (opaque) reads the next, None on the last."""
+
+    items: list[DeadLetter]
+    continuation: str | None
+
+
+MAX_DEAD_LETTER_SCAN = 1024
+"""Most dead letters one page read or removal looks at where the transport cannot seek (Storage queues
+peek only the first 32): beyond it a removal stops and a listing ends; docs/operations.md#dead-letters."""
+
+
+class DeadLetterQueues(Protocol):
+    """The operator's view of the dead-letter queues: read a page, remove some (a replay first re-sends).
+
+    Implementations: :class:`orderflow.queues.memory.InMemoryQueueFactory`,
+    :class:`orderflow.queues.storage.StorageQueueFactory` (``<queue>-deadletter``),
+    :class:`orderflow.queues.servicebus.ServiceBusQueueFactory` (``$DeadLetterQueue``).
+    """
+
+    def dead_letter_page(
+        self, name: str, *, max_messages: int = 32, continuation: str | None = None
+    ) -> DeadLetterPage:
+        """A page of at most ``max_messages`` dead letters of queue ``name``, changing none.
+
+        Raises:
+            ValueError: invalid name, ``max_messages`` < 1, or a continuation this transport did not give.
+            TransientError, PermanentError: the transport failed.
+        """
+        ...
+
+    def remove_dead_letters(
+        self,
+        name: str,
+        select: Callable[[DeadLetter], bool],
+        *,
+        before: Callable[[DeadLetter], None] | None = None,
+        most: int | None = None,
+    ) -> list[DeadLetter]:
+        """Remove (receive and delete) the dead letters of ``name`` that ``select`` picks, at most ``most``.
+
+        Each is held under a lock while ``before`` runs (a replay's re-send) and deleted only if it
+        returns; if it raises, that dead letter stays, the others held are released and the error
+        propagates. Two removers never both delete one dead letter.
+
+        Returns:
+            The dead letters removed, in the order met.
+
+        Raises:
+            ValueError: invalid name.
+            TransientError, PermanentError: the transport failed (what was removed before stays removed).
+        """
+        ...
 
 
 class MessageQueue(Protocol):

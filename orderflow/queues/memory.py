@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from orderflow.errors import ConcurrencyConflict
-from orderflow.queues.base import DeadLetter, ReceivedMessage, dead_letter_queue_name
+from orderflow.queues.base import DeadLetter, DeadLetterPage, ReceivedMessage, dead_letter_queue_name
 from orderflow.queues.storage import (
     MAX_MESSAGE_BYTES,
     PopReceipt,
@@ -31,6 +31,7 @@ from orderflow.queues.storage import (
     encode_dead_letter,
     encode_envelope,
     lock_of,
+    page_of_dead_letters,
     receive_batch_size,
     validate_queue_name,
     visibility_seconds,
@@ -281,6 +282,52 @@ class InMemoryQueue:
             stored = sorted(self._messages.values(), key=lambda item: item.sequence)
             return [self._decode(item, None) for item in stored]
 
+    def _decode_dead_letter(self, item: _Stored) -> DeadLetter:
+        return decode_dead_letter(
+            item.text,
+            transport_id=item.transport_id,
+            source_queue=self.name,
+            delivery_count=item.dequeue_count,
+            enqueued_at=item.inserted_at,
+        )
+
+    def dead_letter_page(self, *, max_messages: int = 32, continuation: str | None = None) -> DeadLetterPage:
+        """A page of this queue's dead letters (visible or not), oldest first; nothing changes.
+
+        Raises:
+            ValueError: ``max_messages`` < 1, or a continuation this queue did not give.
+        """
+        dead_letters = self._dead_letters()
+        with dead_letters._lock:
+            stored = list(dead_letters._messages.values())
+        every = [self._decode_dead_letter(item) for item in stored]
+        return page_of_dead_letters(every, max_messages=max_messages, continuation=continuation)
+
+    def remove_dead_letters(
+        self,
+        select: Callable[[DeadLetter], bool],
+        *,
+        before: Callable[[DeadLetter], None] | None = None,
+        most: int | None = None,
+    ) -> list[DeadLetter]:
+        """Remove the dead letters ``select`` picks (at most ``most``), oldest first, each after ``before``
+        returned (see :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`)."""
+        dead_letters = self._dead_letters()
+        removed: list[DeadLetter] = []
+        # Under the dead-letter queue's lock throughout: a concurrent remover waits, then finds it gone.
+        with dead_letters._lock:
+            for item in sorted(dead_letters._messages.values(), key=lambda stored: stored.sequence):
+                if most is not None and len(removed) >= most:
+                    break
+                dead = self._decode_dead_letter(item)
+                if not select(dead):
+                    continue
+                if before is not None:
+                    before(dead)
+                del dead_letters._messages[item.transport_id]
+                removed.append(dead)
+        return removed
+
     def peek_dead_letters(self, *, max_messages: int = 32) -> list[DeadLetter]:
         """Visible dead-letter records of this queue, oldest first (what Storage's peek would show)."""
         dead_letters = self._dead_letters()
@@ -345,3 +392,20 @@ class InMemoryQueueFactory:
             ValueError: invalid name, or ``max_messages`` < 1.
         """
         return self.queue(name).peek_dead_letters(max_messages=max_messages)
+
+    def dead_letter_page(
+        self, name: str, *, max_messages: int = 32, continuation: str | None = None
+    ) -> DeadLetterPage:
+        """:meth:`InMemoryQueue.dead_letter_page` of queue ``name``."""
+        return self.queue(name).dead_letter_page(max_messages=max_messages, continuation=continuation)
+
+    def remove_dead_letters(
+        self,
+        name: str,
+        select: Callable[[DeadLetter], bool],
+        *,
+        before: Callable[[DeadLetter], None] | None = None,
+        most: int | None = None,
+    ) -> list[DeadLetter]:
+        """:meth:`InMemoryQueue.remove_dead_letters` of queue ``name``."""
+        return self.queue(name).remove_dead_letters(select, before=before, most=most)

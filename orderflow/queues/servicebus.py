@@ -77,7 +77,7 @@ from azure.servicebus.exceptions import (
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
-from orderflow.queues.base import DeadLetter, ReceivedMessage
+from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterPage, ReceivedMessage
 
 logger = logging.getLogger(__name__)
 
@@ -1004,15 +1004,96 @@ class ServiceBusQueueFactory:
         if max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, got {max_messages}")
         with self._peek_lock:
-            receiver = self._dead_letter_receivers.get(name)
-            if receiver is None:
-                receiver = self._client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
-                self._dead_letter_receivers[name] = receiver
+            receiver = self._dead_letter_receiver(name)
             try:
                 peeked = receiver.peek_messages(max_messages, sequence_number=1)
             except AzureError as error:
                 raise translate_error(error, "dead_letters", name) from error
         return [self._dead_letter(message, name) for message in peeked]
+
+    def _dead_letter_receiver(self, name: str) -> ReceiverLike:
+        """The PeekLock receiver of ``name``'s dead-letter sub-queue; call under ``_peek_lock``."""
+        receiver = self._dead_letter_receivers.get(name)
+        if receiver is None:
+            receiver = self._client.get_queue_receiver(name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+            self._dead_letter_receivers[name] = receiver
+        return receiver
+
+    def dead_letter_page(
+        self, name: str, *, max_messages: int = 32, continuation: str | None = None
+    ) -> DeadLetterPage:
+        """A page of the dead letters of ``name`` by sequence number, peeked (nothing changes); the
+        continuation is the next sequence number.
+
+        Raises:
+            ValueError: invalid name, ``max_messages`` < 1, or a continuation that is not a sequence number.
+            TransientError, PermanentError: the service failed.
+        """
+        validate_queue_name(name)
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        if continuation is not None and not (continuation.isascii() and continuation.isdigit()):
+            raise ValueError("not a continuation of this dead-letter queue")
+        start = int(continuation) if continuation is not None else 1
+        with self._peek_lock:
+            receiver = self._dead_letter_receiver(name)
+            try:
+                peeked = receiver.peek_messages(max_messages, sequence_number=start)
+            except AzureError as error:
+                raise translate_error(error, "dead_letter_page", name) from error
+        items = [self._dead_letter(message, name) for message in peeked]
+        last = peeked[-1].sequence_number if peeked else None
+        more = len(peeked) >= max_messages and last is not None
+        return DeadLetterPage(items, str(last + 1) if more and last is not None else None)
+
+    def remove_dead_letters(
+        self,
+        name: str,
+        select: Callable[[DeadLetter], bool],
+        *,
+        before: Callable[[DeadLetter], None] | None = None,
+        most: int | None = None,
+    ) -> list[DeadLetter]:
+        """Receive the dead letters of ``name`` under PeekLock, complete those ``select`` picks once
+        ``before`` returned and abandon the others (see
+        :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`). An abandon adds one to a
+        dead letter's delivery count; the dead-letter sub-queue has no delivery limit.
+
+        Raises:
+            ValueError: invalid name.
+            TransientError, PermanentError: the service failed.
+        """
+        validate_queue_name(name)
+        removed: list[DeadLetter] = []
+        held: list[ServiceBusReceivedMessage] = []
+        with self._peek_lock:
+            receiver = self._dead_letter_receiver(name)
+            try:
+                while len(held) + len(removed) < MAX_DEAD_LETTER_SCAN and (
+                    most is None or len(removed) < most
+                ):
+                    batch = receiver.receive_messages(max_message_count=32, max_wait_time=self._max_wait_s)
+                    if not batch:
+                        break
+                    held += batch  # abandoned in the end unless completed, even when ``before`` raises
+                    for message in batch:
+                        dead = self._dead_letter(message, name)
+                        if (most is not None and len(removed) >= most) or not select(dead):
+                            continue
+                        if before is not None:
+                            before(dead)
+                        receiver.complete_message(message)
+                        held.remove(message)
+                        removed.append(dead)
+            except AzureError as error:
+                raise translate_error(error, "remove_dead_letters", name) from error
+            finally:
+                for message in held:
+                    try:
+                        receiver.abandon_message(message)
+                    except AzureError:  # its lock runs out and it comes back
+                        logger.warning("dead letter %s of %s not released", message.sequence_number, name)
+        return removed
 
     def _dead_letter(self, message: ServiceBusReceivedMessage, source_queue: str) -> DeadLetter:
         message_id = _message_id(message)
@@ -1024,6 +1105,9 @@ class ServiceBusQueueFactory:
             source_queue=source_queue,
             delivery_count=_delivery_count(message),
             dead_lettered_at=message.enqueued_time_utc or self._clock(),
+            dead_letter_id=str(message.sequence_number or ""),
+            correlation_id=None if message.correlation_id is None else str(message.correlation_id),
+            reply_to=None if message.reply_to is None else str(message.reply_to),
         )
 
     def close(self) -> None:

@@ -47,7 +47,13 @@ from azure.storage.queue import ExponentialRetry, QueueClient, QueueMessage, Que
 
 from orderflow.errors import ConcurrencyConflict, OrderflowError, PermanentError, TransientError
 from orderflow.http_transport import transport_for
-from orderflow.queues.base import DeadLetter, ReceivedMessage, dead_letter_queue_name
+from orderflow.queues.base import (
+    MAX_DEAD_LETTER_SCAN,
+    DeadLetter,
+    DeadLetterPage,
+    ReceivedMessage,
+    dead_letter_queue_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +77,10 @@ MAX_ID_BYTES = 256
 
 MAX_REASON_BYTES = 256
 MAX_DESCRIPTION_BYTES = 1024
+
+DEAD_LETTER_SCAN_LOCK_S = 30
+"""Seconds a dead letter received by a page read or a removal stays hidden if it is not released
+(the reader crashed): long enough for a re-send, short enough for another operator to retry."""
 
 # Dead-lettering first re-takes the lock for this long (seconds): it proves the lock is still ours and
 # leaves time for the two writes that follow.
@@ -331,10 +341,12 @@ def decode_dead_letter(
             source_queue=source_queue,
             delivery_count=delivery_count,
             dead_lettered_at=enqueued_at or datetime.now(UTC),
+            dead_letter_id=transport_id,
         )
     description = record.get("description")
     queue = record.get("sourceQueue")
     count = record.get("deliveryCount")
+    correlation = record.get("correlationId")
     return DeadLetter(
         message_id=message_id,
         body=body,
@@ -343,7 +355,36 @@ def decode_dead_letter(
         source_queue=queue if isinstance(queue, str) else source_queue,
         delivery_count=count if isinstance(count, int) and not isinstance(count, bool) else delivery_count,
         dead_lettered_at=_parse_timestamp(record.get("deadLetteredAt")) or enqueued_at or datetime.now(UTC),
+        dead_letter_id=transport_id,
+        correlation_id=correlation if isinstance(correlation, str) else None,
     )
+
+
+def dead_letter_key(dead: DeadLetter) -> str:
+    """The continuation of a page of Storage (or in-memory) dead letters ending with ``dead``: its time
+    and id, so the next page starts after it even if it was removed meanwhile."""
+    return f"{_timestamp(dead.dead_lettered_at)}|{dead.dead_letter_id}"
+
+
+def page_of_dead_letters(
+    dead_letters: list[DeadLetter], *, max_messages: int, continuation: str | None
+) -> DeadLetterPage:
+    """The page of ``dead_letters`` (any order) after ``continuation``, oldest first.
+
+    Raises:
+        ValueError: ``max_messages`` < 1, or ``continuation`` is not one :func:`dead_letter_key` gave.
+    """
+    if max_messages < 1:
+        raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+    if continuation is not None and (
+        "|" not in continuation or _parse_timestamp(continuation.partition("|")[0]) is None
+    ):
+        raise ValueError("not a continuation of this dead-letter queue")
+    ordered = sorted(dead_letters, key=dead_letter_key)
+    after = [dead for dead in ordered if continuation is None or dead_letter_key(dead) > continuation]
+    items = after[:max_messages]
+    more = len(after) > max_messages
+    return DeadLetterPage(items, dead_letter_key(items[-1]) if more else None)
 
 
 def validate_queue_name(name: str) -> None:
@@ -826,6 +867,126 @@ class StorageQueueFactory:
             )
             for message in peeked
         ]
+
+    def dead_letter_page(
+        self, name: str, *, max_messages: int = 32, continuation: str | None = None
+    ) -> DeadLetterPage:
+        """A page of the dead letters of ``name``, oldest first (by dead-lettering time, then id).
+
+        Storage peeks only the first 32 messages of a queue: when they are all there is, the page comes
+        from one peek and changes nothing. A longer queue is read by receiving it (up to
+        :data:`~orderflow.queues.base.MAX_DEAD_LETTER_SCAN` messages, each hidden for
+        :data:`DEAD_LETTER_SCAN_LOCK_S` seconds) and releasing what was received at once; their dequeue
+        counts grow, which a dead letter does not read (its record keeps the delivery count).
+
+        Raises:
+            ValueError: invalid name, ``max_messages`` < 1, or a foreign continuation.
+            TransientError, PermanentError: the service failed.
+        """
+        validate_queue_name(name)
+        client = self._client(dead_letter_queue_name(name))
+        try:
+            peeked = client.peek_messages(max_messages=MAX_RECEIVE_BATCH)
+        except AzureError as error:
+            raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
+        if len(peeked) < MAX_RECEIVE_BATCH:
+            every = [self._decode_dead_letter(message, name) for message in peeked]
+        else:
+            every = []
+
+            def keep(dead: DeadLetter) -> bool:
+                every.append(dead)
+                return False  # read, not removed
+
+            self._scan_dead_letters(name, keep)
+        return page_of_dead_letters(every, max_messages=max_messages, continuation=continuation)
+
+    def remove_dead_letters(
+        self,
+        name: str,
+        select: Callable[[DeadLetter], bool],
+        *,
+        before: Callable[[DeadLetter], None] | None = None,
+        most: int | None = None,
+    ) -> list[DeadLetter]:
+        """Receive the dead letters of ``name`` (hidden for :data:`DEAD_LETTER_SCAN_LOCK_S` seconds),
+        delete those ``select`` picks once ``before`` returned, release the others: see
+        :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`. A message's pop receipt is
+        the lock: a remover that met it hidden by another does not see it.
+
+        Raises:
+            ValueError: invalid name.
+            TransientError, PermanentError: the service failed.
+        """
+        validate_queue_name(name)
+        client = self._client(dead_letter_queue_name(name))
+        removed: list[DeadLetter] = []
+
+        def visit(dead: DeadLetter) -> bool:
+            if (most is not None and len(removed) >= most) or not select(dead):
+                return False
+            if before is not None:
+                before(dead)
+            removed.append(dead)
+            return True
+
+        self._scan_dead_letters(
+            name, visit, client=client, stop=lambda: most is not None and len(removed) >= most
+        )
+        return removed
+
+    def _decode_dead_letter(self, message: QueueMessage, name: str) -> DeadLetter:
+        return decode_dead_letter(
+            message.content or "",
+            transport_id=message.id,
+            source_queue=name,
+            delivery_count=message.dequeue_count or 0,
+            enqueued_at=message.inserted_on,
+        )
+
+    def _scan_dead_letters(
+        self,
+        name: str,
+        visit: Callable[[DeadLetter], bool],
+        *,
+        client: QueueClient | None = None,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Receive dead letters of ``name`` in batches, delete each ``visit`` answers True for, and
+        release the rest (visible again at once) when done or when ``visit`` raises."""
+        dead_letter_queue = dead_letter_queue_name(name)
+        client = client or self._client(dead_letter_queue)
+        held: list[QueueMessage] = []
+        try:
+            seen = 0
+            while seen < MAX_DEAD_LETTER_SCAN and not stop():
+                batch = list(
+                    client.receive_messages(
+                        messages_per_page=MAX_RECEIVE_BATCH,
+                        max_messages=MAX_RECEIVE_BATCH,
+                        visibility_timeout=DEAD_LETTER_SCAN_LOCK_S,
+                    )
+                )
+                if not batch:
+                    break
+                seen += len(batch)
+                held += batch  # released in the end unless deleted, even when a visit raises
+                for message in batch:
+                    if not stop() and visit(self._decode_dead_letter(message, name)):
+                        client.delete_message(message.id, message.pop_receipt)
+                        held.remove(message)
+        except AzureError as error:
+            raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
+        finally:
+            self._release(client, held, dead_letter_queue)
+
+    @staticmethod
+    def _release(client: QueueClient, held: list[QueueMessage], queue: str) -> None:
+        for message in held:
+            try:
+                client.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+            except AzureError as error:  # it comes back when its scan lock runs out
+                logger.warning("dead letter %s on %s not released: %s", message.id, queue, _error_code(error))
 
     def close(self) -> None:
         """Close the service client and every queue client (their HTTP connections)."""

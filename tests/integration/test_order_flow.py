@@ -8,6 +8,7 @@ devhost's loops. ``backend`` runs each test on the in-memory adapters and on the
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+import devhost.host
 from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
+from intake import submission
 from orderflow.cli import app as cli_app
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
@@ -457,3 +460,44 @@ def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
     assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('ops')}"
     assert record.last_error is not None and record.last_error.code == "card_declined"  # the cause, kept
     assert facts["summary"]["activeReservations"] == 0
+
+
+def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_and_processed(
+    deps: Dependencies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The intake has a bug (it raises) until `fixed`: the order is dead-lettered after one delivery.
+    fixed = threading.Event()
+    real = submission.handle_intake_message  # what the host calls, patched below
+
+    def buggy(*args: Any, **kwargs: Any) -> Any:
+        if not fixed.is_set():
+            raise RuntimeError("a bug in the intake, fixed since")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(devhost.host, "handle_intake_message", buggy)
+    issuer = local_issuer()
+    port = free_port()
+    trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
+    token = tmp_path / "token"
+    token.write_text(issuer.mint(name="ops", roles=[OPERATOR_ROLE]), encoding="ascii")
+    api = ["--api-url", f"http://127.0.0.1:{port}", "--token-file", str(token)]
+    with running_system(
+        deps, api_port=port, local_issuer=issuer, operator_settings=trust, MAX_DELIVERY_COUNT=1
+    ) as system:
+        inbound = system.client.orders_queue
+        system.submit_all(["tpch-1"])
+        assert deps.dead_letters is not None
+        dead_letters = deps.dead_letters
+        system.wait_until(lambda: len(dead_letters.dead_letter_page(inbound).items) == 1)
+        [dead] = dead_letters.dead_letter_page(inbound).items
+        listed = CliRunner().invoke(cli_app, ["deadletters", "list", inbound, *api])
+        fixed.set()
+        replayed = CliRunner().invoke(cli_app, ["deadletters", "replay", inbound, dead.dead_letter_id, *api])
+        record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        left = dead_letters.dead_letter_page(inbound).items
+    assert dead.reason == "MaxDeliveryCountExceeded"
+    assert listed.exit_code == 0 and dead.dead_letter_id in listed.output, listed.output
+    assert replayed.exit_code == 0, replayed.output
+    assert f"{dead.message_id}:replay:1" in " ".join(replayed.output.split())
+    assert record.process_state is ProcessState.PROCESSED
+    assert left == []

@@ -23,7 +23,13 @@ from azure.storage.queue import QueueClient
 
 from devhost.emulators import LocalEndpoints, azurite_connection_string
 from orderflow.errors import ConcurrencyConflict, TransientError
-from orderflow.queues.base import MessageQueue, QueueFactory, dead_letter_queue_name
+from orderflow.queues.base import (
+    DeadLetter,
+    DeadLetterQueues,
+    MessageQueue,
+    QueueFactory,
+    dead_letter_queue_name,
+)
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.storage import (
     MAX_ENVELOPE_BYTES,
@@ -396,3 +402,70 @@ def test_a_raw_envelope_with_a_huge_message_id_can_still_be_dead_lettered(harnes
     assert (dead.body, dead.reason) == ("{not json", "InvalidJson")
     assert dead.message_id == "Z" * len(dead.message_id) and 0 < len(dead.message_id) < 300
     assert harness.queue.approximate_count() == 0
+
+
+def _dead_letter_many(harness: Harness, count: int) -> None:
+    for n in range(count):
+        harness.queue.send(f'{{"n": {n}}}', message_id=f"m-{n}", correlation_id=f"a:o-{n}")
+    left = count
+    while left:
+        for message in harness.queue.receive(max_messages=32, lock_s=30):
+            harness.queue.dead_letter(message, reason="HandlerFailed", description="")
+            left -= 1
+
+
+def _dead_letter_queues(harness: Harness) -> DeadLetterQueues:
+    assert isinstance(harness.factory, InMemoryQueueFactory | StorageQueueFactory)
+    return harness.factory
+
+
+@pytest.mark.parametrize("count", [3, 40], ids=["peeked", "beyond-a-peek"])
+def test_dead_letters_page_through_every_one_once_and_reading_changes_none(
+    harness: Harness, count: int
+) -> None:
+    _dead_letter_many(harness, count)
+    dead_letters = _dead_letter_queues(harness)
+
+    seen: list[str] = []
+    continuation: str | None = None
+    for _ in range(count):
+        page = dead_letters.dead_letter_page(harness.queue.name, max_messages=7, continuation=continuation)
+        seen += [dead.message_id for dead in page.items]
+        continuation = page.continuation
+        if continuation is None:
+            break
+    again = dead_letters.dead_letter_page(harness.queue.name, max_messages=100)
+
+    assert sorted(seen) == sorted(f"m-{n}" for n in range(count)) and len(seen) == count
+    assert len(again.items) == count and again.continuation is None
+    assert {dead.correlation_id for dead in again.items} == {f"a:o-{n}" for n in range(count)}
+
+
+def test_removing_a_dead_letter_runs_the_resend_first_and_keeps_it_when_that_fails(harness: Harness) -> None:
+    _dead_letter_many(harness, 35)
+    dead_letters = _dead_letter_queues(harness)
+    name = harness.queue.name
+    target = next(
+        d for d in dead_letters.dead_letter_page(name, max_messages=100).items if d.message_id == "m-33"
+    )
+    resent: list[str] = []
+
+    def failing(dead: DeadLetter) -> None:
+        raise TransientError("the queue to re-send to is down")
+
+    with pytest.raises(TransientError):
+        dead_letters.remove_dead_letters(
+            name, lambda d: d.dead_letter_id == target.dead_letter_id, before=failing
+        )
+    kept = dead_letters.dead_letter_page(name, max_messages=100).items
+    removed = dead_letters.remove_dead_letters(
+        name,
+        lambda d: d.dead_letter_id == target.dead_letter_id,
+        before=lambda d: resent.append(d.body),
+        most=1,
+    )
+    left = dead_letters.dead_letter_page(name, max_messages=100).items
+
+    assert len(kept) == 35  # the failed re-send kept it, and every other one was released
+    assert [d.message_id for d in removed] == ["m-33"] and resent == ['{"n": 33}']
+    assert len(left) == 34 and "m-33" not in {d.message_id for d in left}

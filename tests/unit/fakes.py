@@ -92,12 +92,14 @@ def received(queue: MessageQueue) -> list[ReceivedMessage]:
 def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
     """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden; the
     registry holds :data:`TEST_CLIENT` unless ``CLIENTS`` is given."""
+    queues = InMemoryQueueFactory()
     return Dependencies(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
-        queues=InMemoryQueueFactory(),
+        queues=queues,
         clock=clock,
         settings=Settings(**{"CLIENTS": TEST_CLIENTS, **settings}),
+        dead_letters=queues,
     )
 
 

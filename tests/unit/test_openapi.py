@@ -31,7 +31,7 @@ from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import memory_deps, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -54,6 +54,10 @@ def seeded() -> Dependencies:
     failed.process_state, failed.locked_by = ProcessState.ERROR, None
     deps.states.replace(failed, etag=found.etag)
     submit_and_claim(deps, definition=ORDER_V2, order_id="a:o-3")
+    inbound = deps.queues.queue(TEST_CLIENT.inbound_queue)
+    inbound.send('{"orderId": "o-9"}', message_id="m-9")
+    [message] = inbound.receive()
+    inbound.dead_letter(message, reason="InvalidMessage", description="for the list and show routes")
     return deps
 
 
@@ -68,7 +72,7 @@ def test_the_api_answers_every_generated_request_as_its_document_says(
 ) -> None:
     headers = trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) == 8
+    assert len(operations) == 12
 
     for operation in operations:
 
@@ -88,10 +92,15 @@ def test_the_document_is_served_without_a_token_and_names_every_route(trusted: T
     assert served.status_code == 200 and served.json() == openapi_document()
     paths = set(openapi_document()["paths"])
     actions = {"review", "compensate", "resubmit", "suspend", "resume", "timeline"}
+    dead_letters = "/api/operator/deadletters/{queue}"
     assert paths == {
         "/api/operator/orders",
         "/api/operator/orders/{orderId}",
         *(f"/api/operator/orders/{{orderId}}/{action}" for action in actions),
+        dead_letters,
+        dead_letters + "/purge",
+        dead_letters + "/{deadLetterId}",
+        dead_letters + "/{deadLetterId}/replay",
     }
     view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
     assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)

@@ -1,0 +1,190 @@
+"""Dead letters through the operator API: list, show, replay (and the order it names taken in by the
+intake), purge; only the deployment's queues, only operators, every action naming the principal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from devhost.local_issuer import local_object_id
+from intake.submission import handle_intake_message
+from operator_api.deadletters import replay_message_id
+from operator_api.handler import OperatorResponse, handle_operator_request
+from orderflow import telemetry
+from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import ProcessState
+from orderflow.workflows import ORDER_V1
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, submit_and_claim
+
+pytestmark = pytest.mark.unit
+
+INBOUND = TEST_CLIENT.inbound_queue
+BASE = "/api/operator/deadletters"
+
+
+@pytest.fixture
+def deps() -> Dependencies:
+    return memory_deps(FakeClock())
+
+
+def dead_letter(deps: Dependencies, body: str, *, message_id: str, reason: str = "HandlerFailed") -> str:
+    """Send ``body`` to the inbound queue and dead-letter it; its dead letter id."""
+    queue = deps.queues.queue(INBOUND)
+    queue.send(body, message_id=message_id, correlation_id=None)
+    [message] = queue.receive()
+    queue.dead_letter(message, reason=reason, description="a bug in the handler, since fixed")
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    return next(
+        d.dead_letter_id for d in deps.queues.dead_letter_page(INBOUND).items if d.message_id == message_id
+    )
+
+
+def call(
+    deps: Dependencies,
+    trusted: TrustedIssuer,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    role: str = OPERATOR_ROLE,
+) -> OperatorResponse:
+    raw = b"" if body is None else json.dumps(body).encode()
+    headers = trusted.bearer("otto", role)
+    return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
+
+
+def test_a_replay_id_is_never_the_original_and_counts_up() -> None:
+    assert replay_message_id("a:o-1:submit") == "a:o-1:submit:replay:1"
+    assert replay_message_id("a:o-1:submit:replay:1") == "a:o-1:submit:replay:2"
+    long = replay_message_id("x" * 200)
+    assert len(long) <= 128 and long.endswith(":replay:1") and "x" not in long
+
+
+def test_the_list_pages_through_dead_letters_oldest_first(deps: Dependencies, trusted: TrustedIssuer) -> None:
+    for n in range(5):
+        dead_letter(deps, f'{{"n": {n}}}', message_id=f"m-{n}")
+
+    first = call(deps, trusted, "GET", f"{BASE}/{INBOUND}?limit=3")
+    token = first.body["continuation"]
+    second = call(deps, trusted, "GET", f"{BASE}/{INBOUND}?limit=3&continuation={token}")
+
+    seen = [d["messageId"] for d in first.body["deadLetters"] + second.body["deadLetters"]]
+    assert (first.status, second.status, second.body["continuation"]) == (200, 200, None)
+    assert sorted(seen) == [f"m-{n}" for n in range(5)] and len(set(seen)) == 5
+    assert first.body["deadLetters"][0]["reason"] == "HandlerFailed"
+
+
+def test_show_gives_the_body_and_an_unknown_id_is_404(deps: Dependencies, trusted: TrustedIssuer) -> None:
+    dead_id = dead_letter(deps, '{"orderId": "o-5"}', message_id="m-5")
+
+    shown = call(deps, trusted, "GET", f"{BASE}/{INBOUND}/{dead_id}")
+    missing = call(deps, trusted, "GET", f"{BASE}/{INBOUND}/0000")
+
+    assert (shown.status, shown.body["body"], shown.body["messageId"]) == (200, '{"orderId": "o-5"}', "m-5")
+    assert (missing.status, missing.body["error"]["code"]) == (404, "NoSuchDeadLetter")
+
+
+def test_only_the_deployments_queues_and_only_operators(deps: Dependencies, trusted: TrustedIssuer) -> None:
+    dead_id = dead_letter(deps, "{}", message_id="m-1")
+    deps.queues.queue("someone-elses")  # exists, but is not the deployment's
+
+    foreign = call(deps, trusted, "GET", f"{BASE}/someone-elses")
+    reviewer = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay", role="orderflow.reviewer")
+
+    assert (foreign.status, foreign.body["error"]["code"]) == (404, "UnknownQueue")
+    assert reviewer.status == 403
+    assert len(call(deps, trusted, "GET", f"{BASE}/{INBOUND}").body["deadLetters"]) == 1
+
+
+def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    dead_id = dead_letter(deps, order_body("o-7"), message_id="a:o-7:submit")
+
+    with telemetry.recording() as events:
+        replayed = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+    [message] = deps.queues.queue(INBOUND).receive()
+    handle_intake_message(
+        message.body,
+        client=TEST_CLIENT,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        definition=ORDER_V1,
+    )
+
+    assert replayed.status == 200, replayed.body
+    assert replayed.body["replayMessageId"] == message.message_id == "a:o-7:submit:replay:1"
+    assert replayed.body["orderId"] == f"{TEST_CLIENT.client_id}:o-7"
+    assert replayed.body["replayedBy"] == f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
+    assert message.body == order_body("o-7")
+    assert events["operator.deadletter_replayed"] == 1
+    assert deps.states.get(f"{TEST_CLIENT.client_id}:o-7").item.process_state is ProcessState.PENDING
+    assert call(deps, trusted, "GET", f"{BASE}/{INBOUND}").body["deadLetters"] == []
+    again = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+    assert (again.status, again.body["error"]["code"]) == (404, "NoSuchDeadLetter")
+
+
+def test_a_replay_about_a_known_order_is_on_its_timeline(deps: Dependencies, trusted: TrustedIssuer) -> None:
+    key = f"{TEST_CLIENT.client_id}:o-1"
+    submit_and_claim(deps, definition=ORDER_V1, order_id=key)
+    dead_id = dead_letter(deps, order_body("o-1"), message_id=f"{key}:submit")
+
+    replayed = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+
+    entry = deps.states.get(key).item.timeline[-1]
+    assert replayed.status == 200
+    assert (entry.action, entry.outcome, entry.by) == (
+        "deadletter.replay",
+        f"{key}:submit:replay:1",
+        replayed.body["replayedBy"],
+    )
+
+
+class Ticks:
+    """A monotonic clock for the queues that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_purge_by_age_with_a_dry_run_first(trusted: TrustedIssuer) -> None:
+    ticks = Ticks()
+    queues = InMemoryQueueFactory(clock=ticks)
+    deps = replace(memory_deps(FakeClock()), queues=queues, dead_letters=queues)
+    old = dead_letter(deps, "{}", message_id="m-old")
+    ticks.now += 60
+    dead_letter(deps, "{}", message_id="m-new")
+    [first, _] = queues.dead_letter_page(INBOUND).items
+    cut = (first.dead_lettered_at + timedelta(seconds=30)).isoformat()
+
+    dry = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"olderThan": cut, "dryRun": True})
+    kept = len(queues.dead_letter_page(INBOUND).items)
+    by_age = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"olderThan": cut})
+    by_id = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"deadLetterId": old})
+    neither = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {})
+    naive = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"olderThan": "2030-01-01T00:00:00"})
+
+    assert (dry.status, dry.body["dryRun"], [d["messageId"] for d in dry.body["deadLetters"]]) == (
+        200,
+        True,
+        ["m-old"],
+    )
+    assert kept == 2
+    assert (by_age.status, by_age.body["count"], by_age.body["dryRun"]) == (200, 1, False)
+    assert (by_id.status, by_id.body["count"]) == (200, 0)  # already gone
+    assert [d.message_id for d in queues.dead_letter_page(INBOUND).items] == ["m-new"]
+    assert (neither.status, naive.status) == (400, 400)
