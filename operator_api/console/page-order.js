@@ -89,14 +89,15 @@ function actions(key, order, etag, refresh) {
   const buttons = [];
   const add = (label, id, run) => buttons.push(h("button", { type: "button", id, "data-action": id, onclick: async () => { if (await run()) await refresh(true); } }, label));
   const review = order.review;
-  if (order.processState === "AwaitingReview" && review && !review.decision) {
+  const stopping = Boolean(order.stopRequestedBy);
+  if (order.processState === "AwaitingReview" && review && !review.decision && !stopping) {
     add("Approve", "approve", () => act(key, "Approve", "review", { body: { decision: "approve" }, detail: `The order goes on past ${review.step}.` }));
     add("Reject", "reject", () => act(key, "Reject", "review", { body: { decision: "reject" }, detail: "The order is stopped and what it did is undone." }));
   }
   if (FAILED.has(order.processState)) {
     add("Resubmit", "resubmit", () => act(key, "Resubmit", "resubmit", { ifMatch: etag, detail: order.processState === "Error" ? "A new attempt runs from the failed step." : "The compensation is tried again." }));
   }
-  if (!SETTLED.has(order.processState) || order.processState === "CompensationFailed") {
+  if ((!SETTLED.has(order.processState) && !stopping) || order.processState === "CompensationFailed") {
     const reason = h("input", { id: "compensate-reason", type: "text", maxlength: 500, placeholder: "why (kept in the record)" });
     const extra = h("label", {}, "Reason ", reason);
     add("Compensate", "compensate", () => act(key, "Compensate", "compensate", { ifMatch: etag, extra, read: () => (reason.value.trim() ? { reason: reason.value.trim() } : {}), detail: "Stop the order and undo what it did (or retry a failed undo)." }));

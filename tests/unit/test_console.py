@@ -32,7 +32,9 @@ def get(path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
 
 
 @pytest.mark.parametrize(("name", "content_type"), EXPECTED_TYPES.items())
-def test_each_file_is_served_without_a_token_with_its_type_and_the_policy(name: str, content_type: str) -> None:
+def test_each_file_is_served_without_a_token_with_its_type_and_the_policy(
+    name: str, content_type: str
+) -> None:
     status, headers, body = get(f"{CONSOLE_PATH}/{name}")
 
     assert status == 200
@@ -129,11 +131,15 @@ def test_the_page_has_no_inline_script_style_or_handler() -> None:
     assert markup.inline == []
 
 
-HTML_SINKS = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|srcdoc")
+HTML_SINKS = re.compile(
+    r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|srcdoc"
+)
 
 
 def test_no_script_turns_text_into_markup() -> None:
-    scripts = {name: content.decode() for name, (content, _) in console_files().items() if name.endswith(".js")}
+    scripts = {
+        name: content.decode() for name, (content, _) in console_files().items() if name.endswith(".js")
+    }
 
     assert len(scripts) >= 8
     assert {name: HTML_SINKS.findall(text) for name, text in scripts.items() if HTML_SINKS.search(text)} == {}

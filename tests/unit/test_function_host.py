@@ -37,12 +37,12 @@ from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints import operator_api as operator_api_blueprint
-from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery, settle_trigger_message
 from intake.submission import handle_intake_message
+from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
 from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
