@@ -175,7 +175,9 @@ def test_suspend_against_a_stale_etag_is_refused_then_suspend_and_resume(
     confirm(page, "suspend")
     page.wait_for_selector("#notice:text('PreconditionFailed')")
     assert system.record("tpch-3").suspended_at is None
-    assert page.inner_text("[data-testid=etag]") != seen  # shown again, at its current version
+    current = console.api("GET", f"orders/{key}").headers["ETag"]
+    assert current != seen
+    page.wait_for_selector(f"[data-testid=etag]:text-is('{current}')")  # shown again, at its current version
 
     confirm(page, "suspend")
     page.wait_for_selector("[data-testid=suspended]:text('by ana')")
