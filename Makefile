@@ -1,7 +1,8 @@
 # orderflow — local developer entry points.
-#   make demo [ORDERS=200] [PROCESSES=3] [KILL_EVERY=0]
+#   make demo [ORDERS=200] [PROCESSES=3] [KILL_EVERY=0] [KEEP=1]
 #                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
-#                            process every S seconds and restart it) and write demo-report.json
+#                            process every S seconds and restart it) and write demo-report.json; it
+#                            prints the web console's URL; KEEP=1 keeps the system up until Ctrl-C
 #   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
 #              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
@@ -32,6 +33,7 @@ INFRA_VENV := .venv-infra
 ORDERS ?= 200
 PROCESSES ?= 3
 KILL_EVERY ?= 0
+KEEP ?= 0
 DUPLICATE_SHARE ?= 0.05
 LATE_SHARE ?= 0.03
 PAUSE_EVERY ?= 30
@@ -77,7 +79,8 @@ $(INFRA_VENV)/.installed: requirements-infra.txt
 	touch $@
 
 demo: setup
-	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY)
+	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
+		$(if $(filter 1 yes true,$(KEEP)),--keep)
 
 .PHONY: chaos
 chaos: setup

@@ -3,13 +3,15 @@
 1. Generates the TPC-H data set (scale factor 0.01) with ``tpchgen-cli`` if it is not there yet.
 2. Starts Azurite and cosmosdb-server, the demo services (with injected faults) and ``--processes``
    devhost processes (the last one runs the agents, the others the scheduler roles; one process runs
-   every role). The first also serves the operator API, trusting tokens of the local signing key
-   (``python -m devhost.local_issuer login``), which is made if there is none.
+   every role). The first also serves the operator API and its web console, trusting tokens of the
+   local signing key (``python -m devhost.local_issuer login``), which is made if there is none; the
+   console's URL and how to sign in are printed.
 3. Submits ``--orders`` TPC-H orders through the client SDK, shows progress while they settle, reads
    the state store and the demo services' audit, prints a summary and writes ``demo-report.json``.
    With ``--kill-every S`` a random devhost process is SIGKILLed every S seconds and restarted, and the
    report adds ``kills`` and ``recoveries``.
-4. Stops everything it started, whatever happened.
+4. With ``--keep`` (``make demo KEEP=1``), keeps the system and the console up until Ctrl-C.
+5. Stops everything it started, whatever happened.
 
 Besides how each order ended, the report checks that no order was driven by two attempts at once
 (``overlapping_attempts``): from the state records' ``attemptHistory`` (each attempt's tenure ends before
@@ -73,6 +75,7 @@ from devhost.client_credentials import ClientCredentials, issue_client_credentia
 from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
+from operator_api.handler import CONSOLE_PATH
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
@@ -994,6 +997,37 @@ def write_report(report: dict[str, Any], report_path: Path) -> None:
     report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
+SIGN_IN = (
+    "sign in with a token from: .venv/bin/python -m devhost.local_issuer login --name <you> "
+    "--role orderflow.operator --role orderflow.reviewer"
+)
+"""How to get a token for the console (and the CLI): the local issuer signs with the demo's key."""
+
+
+def console_url(api_url: str) -> str:
+    """The web console's page on the operator API at ``api_url``."""
+    return f"{api_url}{CONSOLE_PATH}/"
+
+
+def print_console(api_url: str) -> None:
+    """Print where the operator API and the web console are, and how to sign in."""
+    console.print(f"operator API on {api_url} (ORDERFLOW_API_URL)")
+    console.print(
+        f"web console: [bold]{console_url(api_url)}[/bold]; {SIGN_IN} (paste it on the sign-in page)"
+    )
+
+
+def keep_up(api_url: str) -> None:
+    """Wait until Ctrl-C (SIGTERM and SIGHUP arrive as one too), the system still up; then return, so the
+    demo stops everything it started and exits as its report says."""
+    console.print(f"the system and the console stay up at {console_url(api_url)}: Ctrl-C stops them")
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        console.print("stopping")
+
+
 def run_demo(
     *,
     orders: int,
@@ -1003,6 +1037,7 @@ def run_demo(
     kill_every_s: float = 0.0,
     seed: int = 20261129,
     report_path: Path = REPORT_PATH,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """Run the whole demo; returns the report (also written to ``report_path``).
 
@@ -1014,6 +1049,7 @@ def run_demo(
         kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
         seed: Seed of the choice of process to kill.
         report_path: Where the JSON report is written.
+        keep: After the report, keep the system (and the console) up until Ctrl-C, SIGTERM or SIGHUP.
 
     Raises:
         ValueError: an argument :func:`check_run_args` refuses (nothing was started).
@@ -1030,10 +1066,7 @@ def run_demo(
         system = stack.enter_context(
             demo_system(orders=orders, processes=processes, faults=faults, run_dir=run_dir)
         )
-        console.print(
-            f"operator API on {system.api_url} (ORDERFLOW_API_URL; a token: python -m devhost.local_issuer "
-            "login --name <you> --role orderflow.reviewer --out <file>)"
-        )
+        print_console(system.api_url)
         killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
         if killer is not None:
             stack.callback(killer.stop)
@@ -1050,10 +1083,11 @@ def run_demo(
             processes=processes,
             kills=len(killer.kills) if killer is not None else 0,
         )
-
-    write_report(report, report_path)
-    print_summary(report, mismatched)
-    console.print(f"report written to {report_path}")
+        write_report(report, report_path)
+        print_summary(report, mismatched)
+        console.print(f"report written to {report_path}")
+        if keep:
+            keep_up(system.api_url)
     return report
 
 
@@ -1062,6 +1096,7 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(
+    *,
     orders: Annotated[
         int, typer.Option(help=f"How many TPC-H orders to submit, 1 to {TPCH_ORDERS} (all of them).")
     ] = 200,
@@ -1083,6 +1118,9 @@ def main(
         typer.Option(help="Give up waiting after this many seconds (default: scaled to --orders)."),
     ] = None,
     no_faults: Annotated[bool, typer.Option(help="Inject no faults.")] = False,
+    keep: Annotated[
+        bool, typer.Option(help="Keep the system and the web console up after the report, until Ctrl-C.")
+    ] = False,
 ) -> None:
     """Run the local demo and write demo-report.json; exits 1 if any invariant fails.
 
@@ -1100,6 +1138,7 @@ def main(
             kill_every_s=kill_every,
             timeout_s=timeout_s,
             faults=FaultPlan() if no_faults else DEMO_FAULTS,
+            keep=keep,
         ),
     )
     raise typer.Exit(1 if any(report[key] for key in INVARIANTS) else 0)

@@ -11,7 +11,9 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
   decision (:func:`operator_api.review.review_order`); ``orderflow.reviewer``;
 - ``POST /api/operator/orders/{orderId}/compensate`` ``{"reason": "..."}`` (optional): stop and undo an
   order, or retry a failed compensation (:func:`operator_api.compensate.compensate_order`);
-  ``orderflow.operator``.
+  ``orderflow.operator``;
+- ``GET /api/operator/console/...``: the web console's static files (:mod:`operator_api.console`), no
+  token.
 
 Every request is checked in one order: the route (404, 405), the bearer token (401; 503 while the
 signing keys cannot be fetched, or when the API is not configured), the app role (403, recorded), the
@@ -30,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from operator_api.compensate import CompensateAccepted, compensate_order
+from operator_api.console import console_file
 from operator_api.deadletters import (
     NO_SUCH_DEAD_LETTER,
     UNKNOWN_QUEUE,
@@ -103,19 +106,24 @@ class OperatorResponse:
     Attributes:
         status: The HTTP status code.
         body: The JSON body.
-        headers: Headers besides :data:`JSON_HEADERS` (``WWW-Authenticate``, ``Allow``, ``ETag`` ...).
+        headers: Headers besides :data:`JSON_HEADERS` (``WWW-Authenticate``, ``Allow``, ``ETag`` ...); a
+            ``Content-Type`` or ``Cache-Control`` here replaces the JSON one.
+        raw: The bytes to send instead of ``body`` (a console file), or None.
     """
 
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
 
     def all_headers(self) -> dict[str, str]:
         """Every header to send: :data:`JSON_HEADERS` and :attr:`headers`."""
         return {**JSON_HEADERS, **self.headers}
 
     def content(self) -> bytes:
-        """The body, as UTF-8 JSON."""
+        """The body, as UTF-8 JSON (or :attr:`raw`, when set)."""
+        if self.raw is not None:
+            return self.raw
         return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
@@ -423,6 +431,23 @@ OPENAPI_PATH = API_PREFIX + "/openapi.json"
 """The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes
 and says nothing about any order."""
 
+CONSOLE_PATH = API_PREFIX + "/console"
+"""The web console's files (:mod:`operator_api.console`), served without a token: they hold no data; the
+page's own calls carry the operator's token."""
+
+
+def _console(method: str, path: str) -> OperatorResponse:
+    """A console file, the redirect of the bare console path to its folder, or the 404 or 405."""
+    if method.upper() != "GET":
+        return error(405, "MethodNotAllowed", "the console's files take GET", {"Allow": "GET"})
+    if path == CONSOLE_PATH:  # the page's relative module paths need the trailing "/"
+        return OperatorResponse(308, {}, {"Location": CONSOLE_PATH + "/"})
+    found = console_file(path.removeprefix(CONSOLE_PATH + "/"))
+    if found is None:
+        return error(404, "NoSuchRoute", f"no console file {path[:200]!r}")
+    content, headers = found
+    return OperatorResponse(200, {}, headers, raw=content)
+
 
 def _limit(query: Mapping[str, str], name: str, *, default: int, most: int) -> int:
     text = query.get(name)
@@ -545,10 +570,9 @@ def handle_operator_request(
         errors propagate: the host answers 500.
     """
     bare = path.partition("?")[0]
-    if bare == OPENAPI_PATH:
-        if method.upper() != "GET":
-            return error(405, "MethodNotAllowed", "the document takes GET", {"Allow": "GET"})
-        return OperatorResponse(200, openapi_document())
+    unauthenticated = _public(method, bare)
+    if unauthenticated is not None:
+        return unauthenticated
     matched = _match(method, bare)
     if isinstance(matched, OperatorResponse):
         return matched
@@ -576,6 +600,17 @@ def handle_operator_request(
     except (TransientError, ConcurrencyConflict) as unavailable:
         logger.warning("operator API %s of %s: %s", route.name, order_id, unavailable.detail)
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _public(method: str, bare: str) -> OperatorResponse | None:
+    """The answer to a path that needs no token (the OpenAPI document, the console's files), else None."""
+    if bare == OPENAPI_PATH:
+        if method.upper() != "GET":
+            return error(405, "MethodNotAllowed", "the document takes GET", {"Allow": "GET"})
+        return OperatorResponse(200, openapi_document())
+    if bare == CONSOLE_PATH or bare.startswith(CONSOLE_PATH + "/"):
+        return _console(method, bare)
+    return None
 
 
 def _entity_tag(etag: str | None) -> str:

@@ -3,7 +3,8 @@
 Function keys are not identities, so the trigger takes no key (``ANONYMOUS``): every request must carry
 an Entra ID bearer token, which :func:`operator_api.handler.handle_operator_request` checks, with the
 routes, methods and status codes it answers (docs/operator-api.md). One catch-all route hands every
-request to that one handler, so the routing, the 404s and 405s are the same on both hosts.
+request to that one handler, so the routing, the 404s and 405s are the same on both hosts; the web
+console's static files (``/api/operator/console/``) come from the same handler.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ def operator_api(req: func.HttpRequest) -> func.HttpResponse:
         validator=token_validator(),
         query=url.query,
     )
+    headers = response.all_headers()  # its Content-Type, with the charset, is the one sent
     return func.HttpResponse(
         response.content(),
         status_code=response.status,
-        headers=response.all_headers(),  # its Content-Type, with the charset, is the one sent
-        mimetype="application/json",
+        headers=headers,
+        mimetype=headers["Content-Type"].partition(";")[0],  # JSON, or a console file's type
         charset="utf-8",
     )

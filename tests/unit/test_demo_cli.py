@@ -74,6 +74,37 @@ def test_good_arguments_run_the_demo_with_them(runs: list[dict[str, Any]]) -> No
     ]
 
 
+def test_keep_runs_the_demo_keeping_the_system_up(runs: list[dict[str, Any]]) -> None:
+    kept = invoke("--orders", "5", "--keep")
+    default = invoke("--orders", "5")
+
+    assert (kept.exit_code, default.exit_code) == (0, 0)
+    assert [r["keep"] for r in runs] == [True, False]
+
+
+def test_the_demo_prints_the_console_url_and_how_to_sign_in(capsys: pytest.CaptureFixture[str]) -> None:
+    demo.print_console("http://127.0.0.1:8090")
+
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "web console: http://127.0.0.1:8090/api/operator/console/;" in printed
+    assert "python -m devhost.local_issuer login --name <you> --role orderflow.operator" in printed
+
+
+def test_keeping_up_waits_until_ctrl_c_then_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("devhost.demo.time.sleep", sleep)
+
+    demo.keep_up("http://127.0.0.1:8090")  # returns: the demo then stops what it started
+
+    assert slept == [1.0, 1.0, 1.0]
+
+
 def test_the_library_entry_point_refuses_the_same_arguments() -> None:
     with pytest.raises(ValueError, match="--orders"):
         demo.run_demo(orders=0, processes=1, timeout_s=None, faults=demo.DEMO_FAULTS)

@@ -56,6 +56,7 @@ LOCAL_ARTEFACTS = (
     ".hypothesis/examples/0/1",
     ".data/azurite/__blobstorage__/x",
     ".run/host-1.log",
+    ".test-artifacts/console-dashboard.png",
     "demo-report.json",
     "chaos-report.json",
     "bench-report.json",
@@ -168,6 +169,13 @@ def test_every_module_the_app_imports_is_in_the_package() -> None:
     )
     assert "function_app.py" in ours and "orderflow/wiring.py" in ours and "supervisor/sweep.py" in ours
     assert [path for path in ours if _git_excludes(path) or _core_tools_excludes(path)] == []
+
+
+def test_the_package_holds_the_web_console() -> None:
+    console = [path for path in _tracked_files() if path.startswith("operator_api/console/")]
+
+    assert "operator_api/console/index.html" in console and "operator_api/console/console.css" in console
+    assert [path for path in console if _git_excludes(path) or _core_tools_excludes(path)] == []
 
 
 def test_the_doctor_skips_the_files_the_package_leaves_out_and_none_it_holds() -> None:

@@ -42,6 +42,7 @@ from function_host.blueprints import supervisor as supervisor_blueprint
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery, settle_trigger_message
 from intake.submission import handle_intake_message
+from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
 from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
@@ -940,6 +941,25 @@ def test_the_operator_api_trigger_answers_what_the_handler_answers(
     assert anonymous.status_code == 401
     assert anonymous.headers["WWW-Authenticate"] == 'Bearer realm="orderflow"'
     assert deps.states.get("a:o-1").item.stop_requested_by is None
+
+
+def test_the_operator_api_trigger_serves_the_console_with_its_type_and_policy(
+    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: None)  # files need no token
+    url = "https://orderflow-func.azurewebsites.net/api/operator/console/"
+
+    page = invoke("operator_api", req=func.HttpRequest("GET", url, body=b""))
+    script = invoke("operator_api", req=func.HttpRequest("GET", f"{url}main.js", body=b""))
+
+    assert (page.status_code, page.mimetype, page.headers["Content-Type"]) == (
+        200,
+        "text/html",
+        "text/html; charset=utf-8",
+    )
+    assert page.get_body() == (CONSOLE_DIR / "index.html").read_bytes()
+    assert page.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert (script.mimetype, script.get_body()) == ("text/javascript", (CONSOLE_DIR / "main.js").read_bytes())
 
 
 def test_the_worker_builds_one_token_validator_and_none_when_the_api_is_not_configured(

@@ -110,6 +110,15 @@ def test_the_wheel_holds_the_app_and_leaves_the_local_host_demo_benchmarks_and_t
     assert not set(LEFT_OUT) & top_level
 
 
+def test_the_wheel_holds_every_file_of_the_web_console(wheel: Path) -> None:
+    console = sorted(
+        path.relative_to(REPO).as_posix() for path in (REPO / "operator_api" / "console").iterdir()
+    )
+
+    assert "operator_api/console/index.html" in console and "operator_api/console/main.js" in console
+    assert [path for path in console if path not in _packaged(wheel)] == []
+
+
 def test_the_installed_wheel_runs_the_app_and_the_command_without_the_checkout(
     wheel: Path, tmp_path: Path
 ) -> None:

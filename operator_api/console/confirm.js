@@ -1,0 +1,20 @@
+// The confirmation step every action takes: a modal dialog saying what will be done to which order.
+
+import { replaceChildren } from "./dom.js";
+
+/**
+ * Ask the operator to confirm. `extra` is an element to show in the dialog (a reason field, say).
+ * Resolves true when they confirm, false when they cancel or press Escape.
+ */
+export function confirmAction({ title, detail, extra = null, confirmLabel = "Confirm" }) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-detail").textContent = detail;
+  replaceChildren(document.getElementById("confirm-extra"), extra);
+  document.getElementById("confirm-ok").textContent = confirmLabel;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.showModal();
+  });
+}

@@ -1,0 +1,134 @@
+// One order: its state, steps, compensation log, replies sent and timeline (GET orders/{key} and
+// GET orders/{key}/timeline), and the actions an operator or reviewer may take, each confirmed first.
+
+import { call, listAll, orderPath } from "./api.js";
+import { confirmAction } from "./confirm.js";
+import { h, notify, replaceChildren, table, when } from "./dom.js";
+import { FAILED, SETTLED, stateKind } from "./states.js";
+
+function facts(order, etag) {
+  const error = order.lastError;
+  const review = order.review;
+  const rows = [
+    ["state", h("span", { class: `state ${stateKind(order.processState)}`, "data-testid": "process-state" }, order.processState)],
+    ["suspended", h("span", { "data-testid": "suspended" }, order.suspendedAt ? `since ${when(order.suspendedAt)} by ${order.suspendedByName || order.suspendedBy}` : "no")],
+    ["client", order.clientId || ""],
+    ["workflow", order.workflowVersion],
+    ["attempt", String(order.attempt)],
+    ["failures", String(order.failureCount)],
+    ["retry budget", order.retryBudget ? `${order.retryBudget.limit - order.retryBudget.spent} of ${order.retryBudget.limit} calls left` : ""],
+    ["locked by", order.lockedBy || ""],
+    ["last error", error ? `${error.code || error.kind}${error.step ? ` at ${error.step}` : ""}: ${error.message}` : ""],
+    ["compensation error", order.compensationError ? `${order.compensationError.code || order.compensationError.kind}: ${order.compensationError.message}` : ""],
+    ["stopped by", order.stopRequestedBy ? `${order.stopRequestedByName || order.stopRequestedBy}` : ""],
+    ["stop reason", h("span", { "data-testid": "stop-reason" }, order.stopReason || "")],
+    ["review", review ? `${review.step}: ${review.decision ? `${review.decision} by ${review.decidedByName || review.decidedBy}` : `awaiting a decision until ${when(review.deadline)}`}` : ""],
+    ["created", when(order.createdAt)],
+    ["last written", when(order.updatedAt)],
+    ["ETag", h("code", { "data-testid": "etag" }, etag || "")],
+  ];
+  return h("dl", { class: "facts" }, rows.filter(([, value]) => value !== "").map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+}
+
+function steps(order) {
+  const rows = Object.entries(order.steps || {}).map(([name, step]) => [
+    name,
+    step.status,
+    String(step.attempts),
+    step.fallback ? "fallback" : "",
+    when(step.startedAt),
+    when(step.completedAt),
+  ]);
+  return table(["step", "status", "attempts", "", "started", "completed"], rows, { empty: "No step started.", testId: "steps" });
+}
+
+function compensation(order) {
+  const rows = (order.compensationLog || []).map((entry) => [entry.step, entry.action, entry.undo || "", entry.status, when(entry.recordedAt), when(entry.undoneAt)]);
+  return table(["step", "did", "undo", "status", "recorded", "undone"], rows, { empty: "Nothing to undo recorded.", testId: "compensation-log" });
+}
+
+function describe(entry) {
+  const changes = (entry.steps || []).map((s) => `${s.step} ${s.fromStatus || "—"}→${s.toStatus}`).join(", ");
+  return [entry.outcome, changes, entry.errorCode ? `error ${entry.errorCode}` : ""].filter(Boolean).join("; ");
+}
+
+function timeline(entries) {
+  const rows = entries.map((e) => [
+    String(e.seq),
+    when(e.at),
+    e.role,
+    e.byName || e.by || "",
+    e.action || "",
+    `${e.fromState || "—"} → ${e.toState}`,
+    String(e.attempt),
+    describe(e),
+  ]);
+  return table(["#", "at", "role", "by", "action", "state", "attempt", "what changed"], rows, { empty: "No entry yet.", testId: "timeline" });
+}
+
+function replies(entries) {
+  const rows = entries.filter((e) => e.action === "reply").map((e) => [when(e.at), e.outcome || ""]);
+  return table(["at", "status"], rows, { empty: "No reply sent yet.", testId: "replies" });
+}
+
+async function act(key, label, action, { body, ifMatch, detail, extra, read } = {}) {
+  const confirmed = await confirmAction({ title: `${label} ${key}?`, detail, extra, confirmLabel: label });
+  if (!confirmed) return false;
+  try {
+    const answer = await call("POST", orderPath(key, action), { body: read ? read() : body, ifMatch });
+    notify(`${label}: ${answer.body.outcome || answer.body.decision || "done"}.`, "info");
+  } catch (refused) {
+    if (refused.status === 401) throw refused;
+    const again = refused.status === 412 ? " The order changed since you read it: it is shown again, decide again." : "";
+    notify(`${label} refused: ${refused.message}.${again}`, "error");
+  }
+  return true;
+}
+
+function actions(key, order, etag, refresh) {
+  const buttons = [];
+  const add = (label, id, run) => buttons.push(h("button", { type: "button", id, "data-action": id, onclick: async () => { if (await run()) await refresh(true); } }, label));
+  const review = order.review;
+  const stopping = Boolean(order.stopRequestedBy);
+  if (order.processState === "AwaitingReview" && review && !review.decision && !stopping) {
+    add("Approve", "approve", () => act(key, "Approve", "review", { body: { decision: "approve" }, detail: `The order goes on past ${review.step}.` }));
+    add("Reject", "reject", () => act(key, "Reject", "review", { body: { decision: "reject" }, detail: "The order is stopped and what it did is undone." }));
+  }
+  if (FAILED.has(order.processState)) {
+    add("Resubmit", "resubmit", () => act(key, "Resubmit", "resubmit", { ifMatch: etag, detail: order.processState === "Error" ? "A new attempt runs from the failed step." : "The compensation is tried again." }));
+  }
+  if ((!SETTLED.has(order.processState) && !stopping) || order.processState === "CompensationFailed") {
+    const reason = h("input", { id: "compensate-reason", type: "text", maxlength: 500, placeholder: "why (kept in the record)" });
+    const extra = h("label", {}, "Reason ", reason);
+    add("Compensate", "compensate", () => act(key, "Compensate", "compensate", { ifMatch: etag, extra, read: () => (reason.value.trim() ? { reason: reason.value.trim() } : {}), detail: "Stop the order and undo what it did (or retry a failed undo)." }));
+  }
+  if (!SETTLED.has(order.processState) && !order.suspendedAt) {
+    add("Suspend", "suspend", () => act(key, "Suspend", "suspend", { ifMatch: etag, detail: "The order takes no new step until it is resumed." }));
+  }
+  if (order.suspendedAt) {
+    add("Resume", "resume", () => act(key, "Resume", "resume", { ifMatch: etag, detail: "The order goes on from where it is." }));
+  }
+  return h("div", { class: "actions", "data-testid": "actions" }, buttons.length ? buttons : h("p", { class: "empty" }, "No action applies to this order now."));
+}
+
+export async function render(main, [key]) {
+  const refresh = async (keepNotice = false) => {
+    const [view, history] = await Promise.all([call("GET", orderPath(key)), listAll(orderPath(key, "timeline"), "entries")]);
+    const order = view.body;
+    const entries = history.items;
+    if (!keepNotice) notify("");
+    replaceChildren(
+      main,
+      h("p", {}, h("a", { href: "#/" }, "← Dashboard")),
+      h("h1", {}, "Order ", h("span", { "data-testid": "order-key" }, key)),
+      h("div", { class: "order-head" }, facts(order, view.etag), actions(key, order, view.etag, refresh)),
+      h("p", {}, h("button", { type: "button", id: "reload", onclick: () => refresh() }, "Reload")),
+      h("section", {}, h("h2", {}, "Steps"), steps(order)),
+      h("section", {}, h("h2", {}, "Compensation log"), compensation(order)),
+      h("section", {}, h("h2", {}, "Replies sent"), replies(entries)),
+      h("section", {}, h("h2", {}, `Timeline (${entries.length} entries)`), timeline(entries)),
+    );
+  };
+  replaceChildren(main, h("h1", {}, "Order ", key), h("p", { class: "loading" }, "Loading…"));
+  await refresh();
+}

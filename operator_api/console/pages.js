@@ -1,0 +1,20 @@
+// The console's pages: a hash route each ("#/", "#/orders/<key>", "#/sign-in"). A new page (dead
+// letters, alerts, the supervisor) is one module with a `render(main, params)` export and one entry here.
+
+export const PAGES = [
+  { name: "dashboard", title: "Dashboard", nav: true, href: "#/", pattern: /^\/?$/, load: () => import("./page-dashboard.js") },
+  { name: "order", title: "Order", nav: false, pattern: /^\/orders\/([^/?]+)$/, load: () => import("./page-order.js") },
+  { name: "sign-in", title: "Sign in", nav: false, pattern: /^\/sign-in$/, load: () => import("./page-signin.js"), public: true },
+];
+
+/** The page of a hash ("#/orders/a%3Ao-1?x=1"): {page, args (decoded groups), query}, or null. */
+export function resolve(hash) {
+  const [path, search] = (hash.replace(/^#/, "") || "/").split("?", 2);
+  for (const page of PAGES) {
+    const match = page.pattern.exec(path);
+    if (match) {
+      return { page, args: match.slice(1).map(decodeURIComponent), query: new URLSearchParams(search || "") };
+    }
+  }
+  return null;
+}

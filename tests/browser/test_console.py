@@ -1,0 +1,217 @@
+"""The web console end to end in headless Chromium, against a real devhost system (demo services, the
+workflow on durabletask, the operator API on loopback trusting a local issuer's tokens).
+
+Four orders pause for review (``REVIEW_AMOUNT_ABOVE=1``): ``tpch-1`` is approved from the console,
+``tpch-3`` suspended and resumed (once against a stale ETag), ``tpch-32`` stopped by an operator whose
+name and reason are markup, and ``tpch-2`` is left waiting: the stuck order. Screenshots go to
+``.test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devhost.host import free_port
+from devhost.local_issuer import LocalIssuer, local_object_id
+from operator_api.handler import CONSOLE_PATH
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.records import ProcessState
+from tests.harness import System, memory_dependencies, running_system
+from tests.operator_tokens import local_issuer
+
+pytestmark = pytest.mark.browser
+
+ORDERS = ["tpch-1", "tpch-2", "tpch-3", "tpch-32"]
+WAIT_MS = 15_000
+
+
+@dataclass
+class Console:
+    """The running system, the console's URL and the issuer of its tokens."""
+
+    system: System
+    url: str
+    issuer: LocalIssuer
+
+    def token(self, name: str = "ana") -> str:
+        return self.issuer.mint(name=name, roles=[OPERATOR_ROLE, REVIEWER_ROLE])
+
+    def api(self, method: str, path: str, name: str = "ana", **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token(name)}", **kwargs.pop("headers", {})}
+        url = f"{self.system.api_url}/api/operator/{path}"
+        return httpx.request(method, url, headers=headers, timeout=10, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def console() -> Iterator[Console]:
+    issuer = local_issuer()
+    port = free_port()
+    trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
+    deps, close = memory_dependencies()
+    try:
+        with running_system(
+            deps,
+            api_port=port,
+            local_issuer=issuer,
+            operator_settings=trust,
+            REVIEW_AMOUNT_ABOVE=1.0,
+            REVIEW_TIMEOUT_S=300,
+        ) as system:
+            system.submit_all(ORDERS)
+            system.wait_until(
+                lambda: all(system.record(o).process_state is ProcessState.AWAITING_REVIEW for o in ORDERS),
+                timeout_s=30,
+            )
+            yield Console(system, f"{system.api_url}{CONSOLE_PATH}/", issuer)
+    finally:
+        close()
+
+
+@pytest.fixture
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A signed-in page; fails the test on any script error or console error it logged."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    opened.set_default_timeout(WAIT_MS)
+    problems: list[str] = []
+    opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    opened.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+    opened.goto(console.url)
+    opened.wait_for_url(re.compile(r"#/sign-in$"))
+    opened.fill("#token", console.token())
+    opened.click("#sign-in")
+    opened.wait_for_selector("[data-testid=signed-in-as]")
+    try:
+        yield opened
+    finally:
+        context.close()
+    # A refused action logs the failed request (4xx) as a console error: only those are expected.
+    unexpected = [p for p in problems if "the server responded with a status of 4" not in p]
+    assert unexpected == []
+
+
+def shoot(page: Any, artifacts: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"console-{name}.png"), full_page=True)
+
+
+def confirm(page: Any, action: str, *, accept: bool = True) -> None:
+    page.click(f"[data-action={action}]")
+    page.wait_for_selector("#confirm[open]")
+    page.click("#confirm-ok" if accept else "#confirm-cancel")
+    page.wait_for_selector("#confirm:not([open])", state="attached")
+
+
+def open_order(page: Any, console: Console, order_id: str) -> str:
+    key = console.system.key(order_id)
+    page.goto(f"{console.url}#/orders/{key}")
+    page.wait_for_selector("[data-testid=process-state]")
+    return key
+
+
+def test_sign_in_find_the_stuck_order_read_its_timeline_and_approve_it(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    key = system.key("tpch-1")
+    assert page.inner_text("[data-testid=signed-in-as]") == "ana"
+
+    # Paused for review and not written since: stuck, once a second has passed.
+    def stuck_keys() -> set[str]:
+        return {o["orderId"] for o in console.api("GET", "orders?stuckFor=1").json()["orders"]}
+
+    system.wait_until(lambda: key in stuck_keys(), timeout_s=10)
+    page.goto(f"{console.url}#/?stuckFor=1")
+    stuck = page.locator("[data-testid=stuck-orders]")
+    stuck.locator(f"a:text-is('{key}')").wait_for()
+    awaiting = page.locator("[data-testid=chart-states] [data-label=AwaitingReview]")
+    listed = console.api("GET", "orders?state=AwaitingReview").json()["orders"]
+    assert int(awaiting.get_attribute("data-value")) == len(listed) >= 1
+    shoot(page, artifacts, "dashboard")
+
+    stuck.locator(f"a:text-is('{key}')").click()
+    page.wait_for_selector("[data-testid=timeline] tbody tr")
+    assert page.inner_text("[data-testid=order-key]") == key
+    assert page.inner_text("[data-testid=process-state]") == "AwaitingReview"
+    entries = console.api("GET", f"orders/{key}/timeline").json()["entries"]
+    shown = page.locator("[data-testid=timeline] tbody tr td:first-child").all_inner_texts()
+    assert shown == [str(entry["seq"]) for entry in entries]
+    assert "AwaitingReview" in page.locator("[data-testid=timeline] tbody tr").last.inner_text()
+    shoot(page, artifacts, "order-awaiting-review")
+
+    confirm(page, "reject", accept=False)  # cancelled at the confirmation: nothing is sent
+    review = system.record("tpch-1").review
+    assert review is not None and review.decision is None
+
+    confirm(page, "approve")
+    page.wait_for_selector("#notice:text('Approve: approve.')")
+    system.wait_until(lambda: system.record("tpch-1").process_state is ProcessState.PROCESSED, timeout_s=30)
+    page.click("#reload")
+    page.wait_for_selector("[data-testid=process-state]:text-is('Processed')")
+    record = system.record("tpch-1")
+    assert record.review is not None
+    assert (record.review.decision, record.review.decided_by_name) == ("approve", "ana")
+    assert record.review.decided_by == f"{console.issuer.tenant_id}/{local_object_id('ana')}"
+    assert "Processed" in page.locator("[data-testid=replies]").inner_text()
+    shoot(page, artifacts, "order-processed")
+
+
+def test_suspend_against_a_stale_etag_is_refused_then_suspend_and_resume(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    key = open_order(page, console, "tpch-3")
+    seen = page.inner_text("[data-testid=etag]")
+    # Another operator suspends and resumes it behind this page's back: the same state, a new ETag.
+    for action in ("suspend", "resume"):
+        assert console.api("POST", f"orders/{key}/{action}", name="otto").status_code == 200
+
+    confirm(page, "suspend")
+    page.wait_for_selector("#notice:text('PreconditionFailed')")
+    assert system.record("tpch-3").suspended_at is None
+    current = console.api("GET", f"orders/{key}").headers["ETag"]
+    assert current != seen
+    page.wait_for_selector(f"[data-testid=etag]:text-is('{current}')")  # shown again, at its current version
+
+    confirm(page, "suspend")
+    page.wait_for_selector("[data-testid=suspended]:text('by ana')")
+    assert system.record("tpch-3").suspended_by_name == "ana"
+    shoot(page, artifacts, "order-suspended")
+
+    confirm(page, "resume")
+    page.wait_for_selector("[data-testid=suspended]:text-is('no')")
+    record = system.record("tpch-3")
+    assert (record.suspended_at, record.process_state) == (None, ProcessState.AWAITING_REVIEW)
+    actions = [e["action"] for e in console.api("GET", f"orders/{key}/timeline").json()["entries"]]
+    assert actions[-4:] == ["suspend", "resume", "suspend", "resume"]
+
+
+MARKUP_NAME = '<img src=x onerror="window.pwned=1">'
+MARKUP_REASON = '<script>window.pwned=2</script><b id="bold">dispute</b><img src=x onerror="window.pwned=3">'
+
+
+def test_a_reason_and_a_name_that_are_markup_are_shown_as_text(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    key = system.key("tpch-32")
+    stopped = console.api(
+        "POST", f"orders/{key}/compensate", name=MARKUP_NAME, json={"reason": MARKUP_REASON}
+    )
+    assert stopped.status_code == 202
+
+    open_order(page, console, "tpch-32")
+    page.wait_for_selector("[data-testid=timeline] tbody tr")
+
+    assert page.inner_text("[data-testid=stop-reason]") == MARKUP_REASON
+    assert MARKUP_NAME in page.locator("[data-testid=timeline]").inner_text()
+    assert page.locator("main img, main script, #bold").count() == 0
+    assert page.evaluate("window.pwned") is None
+    assert system.record("tpch-32").stop_reason == MARKUP_REASON
+    shoot(page, artifacts, "order-markup-as-text")
