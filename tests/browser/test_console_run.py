@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import devhost.host
+from intake import submission
 from orderflow.errors import NotFound
 from orderflow.records import ProcessState, StateRecord, TimelineEntry
 from orderflow.stores.base import StateQuery, StateStore
@@ -57,7 +58,7 @@ def test_dead_letters_are_found_one_purged_and_one_replayed_once_fixed_and_proce
     page: Any, console: Console, artifacts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fixed = threading.Event()
-    real = devhost.host.handle_intake_message  # what the host calls, patched below
+    real = submission.handle_intake_message  # what the host calls, patched below
 
     def buggy(*args: Any, **kwargs: Any) -> Any:
         if not fixed.is_set():
