@@ -2,10 +2,10 @@
 
 A bug in the intake (patched in, as in the integration test of replays) dead-letters ``tpch-1`` and
 ``tpch-2`` after their second delivery (``MAX_DELIVERY_COUNT=2``): the operator finds them on the
-dead-letters page, purges ``tpch-2``, and once the bug is fixed replays ``tpch-1``, which is then
-processed. A short run of eight orders (each fixture order twice, under new ids) runs to the end, and the
-console's order list shows every order in the store, each with the timeline its record (and the history
-container) holds. Screenshots go to ``.test-artifacts/``.
+dead-letters page, purges ``tpch-2`` from its own page, and once the bug is fixed replays ``tpch-1``
+from the list, which is then processed. A short run of eight orders (each fixture order twice, under
+new ids) runs to the end, and the console's order list shows every order in the store, each with the
+timeline its record (and the history container) holds. Screenshots go to ``.test-artifacts/``.
 """
 
 from __future__ import annotations
@@ -97,19 +97,19 @@ def test_dead_letters_are_found_one_purged_and_one_replayed_once_fixed_and_proce
     assert {row[0]: row[:6] for row in rows(page, "dead-letters")} == expected
     shoot(page, artifacts, "dead-letters")
 
-    page.click(f"a.dead-letter-link:text-is('{replayed['deadLetterId']}')")
+    # One dead letter's page: its body as it was; purged from there (once cancelled: nothing is sent).
+    page.click(f"a.dead-letter-link:text-is('{purged['deadLetterId']}')")
     page.wait_for_selector("[data-testid=dead-letter-body]")
-    assert page.inner_text("[data-testid=dead-letter-body]") == replayed["body"]
+    assert page.inner_text("[data-testid=dead-letter-body]") == purged["body"]
     assert page.inner_text("[data-testid=dead-letter-reason]") == "MaxDeliveryCountExceeded"
     shoot(page, artifacts, "dead-letter")
-    page.click("[data-testid=back-to-queue]")
-    page.wait_for_selector("[data-testid=dead-letters] tbody tr")
-
-    confirm(page, "purge", of=purged["deadLetterId"], accept=False)  # cancelled: nothing is sent
+    confirm(page, "purge", of=purged["deadLetterId"], accept=False)
     assert len(dead_letters_of(console, inbound)) == 2
     confirm(page, "purge", of=purged["deadLetterId"])
     page.wait_for_selector(f"[data-testid=dead-letter-outcome]:text-is('Purged {purged['deadLetterId']}.')")
     assert [d["deadLetterId"] for d in dead_letters_of(console, inbound)] == [replayed["deadLetterId"]]
+    page.click("[data-testid=back-to-queue]")
+    page.wait_for_selector("[data-testid=dead-letters] tbody tr")
     assert [row[0] for row in rows(page, "dead-letters")] == [replayed["deadLetterId"]]
 
     fixed.set()
