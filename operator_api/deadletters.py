@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -29,6 +30,7 @@ from orderflow.records import order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.timeline import Actor, note
+from orderflow.workflows import agent_names
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,32 @@ def deployment_queue(settings: Settings, name: str) -> str:
     if not settings.is_deployment_queue(name):
         raise InvalidMessage(UNKNOWN_QUEUE, "no such queue in this deployment")
     return name
+
+
+QueueKind = Literal["inbound", "agent", "responses"]
+"""What a deployment queue is for: a client's inbound queue, an agent's request queue, a response queue."""
+
+
+@dataclass(frozen=True)
+class DeploymentQueue:
+    """One queue of the deployment whose dead letters an operator may read: its name, what it is for and
+    whose it is (the client id of an inbound queue, the agent of a request queue, else None)."""
+
+    name: str
+    kind: QueueKind
+    owner: str | None
+
+
+def deployment_queues(settings: Settings) -> list[DeploymentQueue]:
+    """The queues orderflow consumes, and so dead-letters on: every registered client's inbound queue (in
+    ``CLIENTS`` order), every agent's request queue (sorted by agent), then the response queue and this
+    host's own (``AGENT_RESPONSES_QUEUE``, ``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Each is one
+    :meth:`Settings.is_deployment_queue` accepts; other hosts' response queues are not known here."""
+    found = [DeploymentQueue(c.inbound_queue, "inbound", c.client_id) for c in settings.clients()]
+    found += [DeploymentQueue(settings.agent_queue(a), "agent", a) for a in agent_names()]
+    for name in dict.fromkeys((settings.AGENT_RESPONSES_QUEUE, settings.response_queue())):
+        found.append(DeploymentQueue(name, "responses", None))
+    return [queue for queue in found if settings.is_deployment_queue(queue.name)]
 
 
 def validate_dead_letter_id(text: str) -> str:

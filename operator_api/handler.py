@@ -12,6 +12,9 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
 - ``POST /api/operator/orders/{orderId}/compensate`` ``{"reason": "..."}`` (optional): stop and undo an
   order, or retry a failed compensation (:func:`operator_api.compensate.compensate_order`);
   ``orderflow.operator``;
+- ``GET /api/operator/queues``: the deployment's queues whose dead letters may be read
+  (:func:`operator_api.deadletters.deployment_queues`); ``orderflow.operator``; the ``deadletters``
+  routes read, replay and purge them (:mod:`operator_api.deadletters`);
 - ``GET /api/operator/console/...``: the web console's static files (:mod:`operator_api.console`), no
   token.
 
@@ -37,6 +40,7 @@ from operator_api.deadletters import (
     NO_SUCH_DEAD_LETTER,
     UNKNOWN_QUEUE,
     deployment_queue,
+    deployment_queues,
     find_dead_letter,
     purge_dead_letters,
     replay_dead_letter,
@@ -52,6 +56,8 @@ from operator_api.schemas import (
     EmptyBody,
     PurgeAnswer,
     PurgeBody,
+    QueueAnswer,
+    QueueList,
     ReplayAnswer,
     ReviewBody,
 )
@@ -311,6 +317,12 @@ def _dead_letter_queues(deps: Dependencies) -> DeadLetterQueues | OperatorRespon
     return deps.dead_letters
 
 
+def _queue_list(call: Call, deps: Dependencies) -> OperatorResponse:
+    _only(call.query)
+    queues = [QueueAnswer(name=q.name, kind=q.kind, owner=q.owner) for q in deployment_queues(deps.settings)]
+    return OperatorResponse(200, QueueList(queues=queues).to_body())
+
+
 def _dead_letter_list(call: Call, deps: Dependencies) -> OperatorResponse:
     _only(call.query, "limit", "continuation")
     limit = _limit(call.query, "limit", default=20, most=100)
@@ -417,13 +429,14 @@ LIST_ROUTE = Route("list", "GET", BOTH_ROLES, _list)
 OPERATOR_ONLY = (OPERATOR_ROLE,)
 
 PLANE_ROUTES: dict[tuple[str, int, str | None], Route] = {
+    ("queues", 1, None): Route("queues", "GET", OPERATOR_ONLY, _queue_list),
     ("deadletters", 2, None): Route("deadletters.list", "GET", OPERATOR_ONLY, _dead_letter_list),
     ("deadletters", 3, "purge"): Route("deadletters.purge", "POST", OPERATOR_ONLY, _dead_letter_purge),
     ("deadletters", 3, None): Route("deadletters.show", "GET", OPERATOR_ONLY, _dead_letter_show),
     ("deadletters", 4, "replay"): Route("deadletters.replay", "POST", OPERATOR_ONLY, _dead_letter_replay),
 }
 """Routes outside ``/orders``, by (first segment, number of segments, last segment or None for any):
-``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
+``/queues``, ``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
 ``/deadletters/{queue}/{id}/replay``. The segments between the first and a fixed last are the call's
 :attr:`Call.segments`."""
 

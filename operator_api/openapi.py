@@ -25,6 +25,7 @@ from operator_api.schemas import (
     OrderList,
     PurgeAnswer,
     PurgeBody,
+    QueueList,
     ReplayAnswer,
     ReviewAnswer,
     ReviewBody,
@@ -63,6 +64,7 @@ def _schemas() -> dict[str, Any]:
         ReplayAnswer,
         PurgeBody,
         PurgeAnswer,
+        QueueList,
     ]
     _, document = models_json_schema([(model, "serialization") for model in models], ref_template=REF)
     schemas: dict[str, Any] = document["$defs"]
@@ -192,6 +194,11 @@ def _dead_letter_paths() -> dict[str, Any]:
     name = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}}
     dead_letter = {"name": "deadLetterId", "in": "path", "required": True, "schema": {"type": "string"}}
     paths: dict[str, Any] = {
+        "/api/operator/queues": {
+            "get": _operation(
+                "The deployment's queues whose dead letters may be read", {"200": ("QueueList", "every one")}
+            )
+        },
         queue: {
             "get": _operation(
                 "A queue's dead letters, paged",

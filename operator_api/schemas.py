@@ -125,6 +125,21 @@ class DeadLetterAnswer(Answer):
     body: str
 
 
+class QueueAnswer(Answer):
+    """A deployment queue whose dead letters may be read: ``kind`` ``inbound`` (``owner`` the client id),
+    ``agent`` (``owner`` the agent) or ``responses`` (no owner)."""
+
+    name: str
+    kind: Literal["inbound", "agent", "responses"]
+    owner: str | None
+
+
+class QueueList(Answer):
+    """The deployment's queues (``GET /queues``): inbound queues, agent request queues, response queues."""
+
+    queues: list[QueueAnswer]
+
+
 class DeadLetterList(Answer):
     """A page of a queue's dead letters, oldest first; ``continuation`` is None on the last page."""
 

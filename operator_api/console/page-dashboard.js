@@ -67,6 +67,7 @@ export async function render(main, _args, query) {
     main,
     h("h1", {}, "Dashboard"),
     h("p", { class: "summary", "data-testid": "order-count" }, `${orders.length} orders${all.truncated ? " (the first pages only)" : ""}`),
+    h("p", {}, h("a", { href: "#/deadletters", "data-testid": "dead-letters-link" }, "Dead letters of the deployment's queues →")),
     h(
       "div",
       { class: "charts" },

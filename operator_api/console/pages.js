@@ -1,9 +1,13 @@
-// The console's pages: a hash route each ("#/", "#/orders/<key>", "#/sign-in"). A new page (dead
-// letters, alerts, the supervisor) is one module with a `render(main, params)` export and one entry here.
+// The console's pages: a hash route each ("#/", "#/orders", "#/orders/<key>", "#/deadletters", "#/sign-in").
+// A new page (alerts, the supervisor) is one module with a `render(main, args, query)` export and one
+// entry here.
 
 export const PAGES = [
   { name: "dashboard", title: "Dashboard", nav: true, href: "#/", pattern: /^\/?$/, load: () => import("./page-dashboard.js") },
+  { name: "orders", title: "Orders", nav: true, href: "#/orders", pattern: /^\/orders$/, load: () => import("./page-orders.js") },
   { name: "order", title: "Order", nav: false, pattern: /^\/orders\/([^/?]+)$/, load: () => import("./page-order.js") },
+  { name: "deadletters", title: "Dead letters", nav: true, href: "#/deadletters", pattern: /^\/deadletters$/, load: () => import("./page-deadletters.js") },
+  { name: "deadletter", title: "Dead letter", nav: false, pattern: /^\/deadletters\/([^/?]+)\/([^/?]+)$/, load: () => import("./page-deadletters.js") },
   { name: "sign-in", title: "Sign in", nav: false, pattern: /^\/sign-in$/, load: () => import("./page-signin.js"), public: true },
 ];
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.browser.helpers import Console, signed_in_page
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".test-artifacts"
 """Where the screenshots go (git-ignored)."""
@@ -79,3 +81,10 @@ def artifacts() -> Path:
     """The screenshot folder, made if missing."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A page signed in to the console of the module's ``console`` fixture."""
+    with signed_in_page(browser, console) as opened:
+        yield opened

@@ -9,110 +9,31 @@ name and reason are markup, and ``tpch-2`` is left waiting: the stuck order. Scr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from devhost.host import free_port
-from devhost.local_issuer import LocalIssuer, local_object_id
-from operator_api.handler import CONSOLE_PATH
-from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from devhost.local_issuer import local_object_id
 from orderflow.records import ProcessState
-from tests.harness import System, memory_dependencies, running_system
-from tests.operator_tokens import local_issuer
+from tests.browser.helpers import Console, confirm, open_order, running_console, shoot
 
 pytestmark = pytest.mark.browser
 
 ORDERS = ["tpch-1", "tpch-2", "tpch-3", "tpch-32"]
-WAIT_MS = 15_000
-
-
-@dataclass
-class Console:
-    """The running system, the console's URL and the issuer of its tokens."""
-
-    system: System
-    url: str
-    issuer: LocalIssuer
-
-    def token(self, name: str = "ana") -> str:
-        return self.issuer.mint(name=name, roles=[OPERATOR_ROLE, REVIEWER_ROLE])
-
-    def api(self, method: str, path: str, name: str = "ana", **kwargs: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token(name)}", **kwargs.pop("headers", {})}
-        url = f"{self.system.api_url}/api/operator/{path}"
-        return httpx.request(method, url, headers=headers, timeout=10, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def console() -> Iterator[Console]:
-    issuer = local_issuer()
-    port = free_port()
-    trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
-    deps, close = memory_dependencies()
-    try:
-        with running_system(
-            deps,
-            api_port=port,
-            local_issuer=issuer,
-            operator_settings=trust,
-            REVIEW_AMOUNT_ABOVE=1.0,
-            REVIEW_TIMEOUT_S=300,
-        ) as system:
-            system.submit_all(ORDERS)
-            system.wait_until(
-                lambda: all(system.record(o).process_state is ProcessState.AWAITING_REVIEW for o in ORDERS),
-                timeout_s=30,
-            )
-            yield Console(system, f"{system.api_url}{CONSOLE_PATH}/", issuer)
-    finally:
-        close()
-
-
-@pytest.fixture
-def page(browser: Any, console: Console) -> Iterator[Any]:
-    """A signed-in page; fails the test on any script error or console error it logged."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    opened.set_default_timeout(WAIT_MS)
-    problems: list[str] = []
-    opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    opened.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
-    opened.goto(console.url)
-    opened.wait_for_url(re.compile(r"#/sign-in$"))
-    opened.fill("#token", console.token())
-    opened.click("#sign-in")
-    opened.wait_for_selector("[data-testid=signed-in-as]")
-    try:
-        yield opened
-    finally:
-        context.close()
-    # A refused action logs the failed request (4xx) as a console error: only those are expected.
-    unexpected = [p for p in problems if "the server responded with a status of 4" not in p]
-    assert unexpected == []
-
-
-def shoot(page: Any, artifacts: Path, name: str) -> None:
-    page.screenshot(path=str(artifacts / f"console-{name}.png"), full_page=True)
-
-
-def confirm(page: Any, action: str, *, accept: bool = True) -> None:
-    page.click(f"[data-action={action}]")
-    page.wait_for_selector("#confirm[open]")
-    page.click("#confirm-ok" if accept else "#confirm-cancel")
-    page.wait_for_selector("#confirm:not([open])", state="attached")
-
-
-def open_order(page: Any, console: Console, order_id: str) -> str:
-    key = console.system.key(order_id)
-    page.goto(f"{console.url}#/orders/{key}")
-    page.wait_for_selector("[data-testid=process-state]")
-    return key
+    with running_console(REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=300) as console:
+        system = console.system
+        system.submit_all(ORDERS)
+        system.wait_until(
+            lambda: all(system.record(o).process_state is ProcessState.AWAITING_REVIEW for o in ORDERS),
+            timeout_s=30,
+        )
+        yield console
 
 
 def test_sign_in_find_the_stuck_order_read_its_timeline_and_approve_it(

@@ -104,6 +104,31 @@ def test_only_the_deployments_queues_and_only_operators(deps: Dependencies, trus
     assert len(call(deps, trusted, "GET", f"{BASE}/{INBOUND}").body["deadLetters"]) == 1
 
 
+def test_the_queue_list_names_every_queue_orderflow_consumes_and_only_for_operators(
+    trusted: TrustedIssuer,
+) -> None:
+    clients = json.dumps([{"id": "a"}, {"id": "b", "inboundQueue": "in-b", "replyQueue": "out-b"}])
+    deps = memory_deps(FakeClock(), CLIENTS=clients, AGENT_QUEUE_PREFIX="ag-", HOST_ID="h1")
+
+    listed = call(deps, trusted, "GET", "/api/operator/queues")
+    reviewer = call(deps, trusted, "GET", "/api/operator/queues", role="orderflow.reviewer")
+    extra = call(deps, trusted, "GET", "/api/operator/queues?limit=1")
+
+    assert listed.status == 200
+    assert [(q["name"], q["kind"], q["owner"]) for q in listed.body["queues"]] == [
+        ("orders-a", "inbound", "a"),
+        ("in-b", "inbound", "b"),
+        ("ag-courier", "agent", "courier"),
+        ("ag-inventory", "agent", "inventory"),
+        ("ag-payment", "agent", "payment"),
+        ("ag-shipping", "agent", "shipping"),
+        ("agent-responses", "responses", None),
+        ("agent-responses-h1", "responses", None),
+    ]
+    assert all(deps.settings.is_deployment_queue(q["name"]) for q in listed.body["queues"])
+    assert (reviewer.status, extra.status) == (403, 400)
+
+
 def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
     deps: Dependencies, trusted: TrustedIssuer
 ) -> None:

@@ -1,0 +1,47 @@
+// Every order, or those in some states (GET orders, every page up to 2,000), each linking to its page.
+
+import { listAll } from "./api.js";
+import { h, orderLink, replaceChildren, table, when } from "./dom.js";
+import { STATES, stateKind } from "./states.js";
+
+function stateFilter(chosen) {
+  const pick = (event) => {
+    window.location.hash = event.target.value ? `#/orders?state=${encodeURIComponent(event.target.value)}` : "#/orders";
+  };
+  const select = h(
+    "select",
+    { id: "state-filter", name: "state", onchange: pick },
+    h("option", { value: "", selected: !chosen }, "every state"),
+    STATES.map((state) => h("option", { value: state, selected: state === chosen }, state)),
+  );
+  return h("p", { class: "inline" }, h("label", { for: "state-filter" }, "State "), select);
+}
+
+function rows(orders) {
+  return orders.map((o) => [
+    orderLink(o.orderId),
+    o.clientId || "",
+    h("span", { class: `state ${stateKind(o.processState)}` }, o.processState),
+    o.suspended ? "suspended" : "",
+    o.workflowVersion,
+    String(o.attempt),
+    o.lastErrorCode || "",
+    when(o.updatedAt),
+  ]);
+}
+
+const HEADINGS = ["order", "client", "state", "", "workflow", "attempt", "last error", "last written"];
+
+/** `#/orders` (`#/orders?state=S`): the orders, in the order the list API gives them. */
+export async function render(main, _args, query) {
+  const state = STATES.includes(query.get("state")) ? query.get("state") : "";
+  replaceChildren(main, h("h1", {}, "Orders"), h("p", { class: "loading" }, "Loading orders…"));
+  const listed = await listAll(state ? `orders?state=${encodeURIComponent(state)}` : "orders", "orders");
+  replaceChildren(
+    main,
+    h("h1", {}, "Orders"),
+    stateFilter(state),
+    h("p", { class: "summary", "data-testid": "orders-count" }, `${listed.items.length} orders${listed.truncated ? " (the first pages only)" : ""}`),
+    table(HEADINGS, rows(listed.items), { empty: "No order.", testId: "orders" }),
+  );
+}
