@@ -12,16 +12,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from typer.testing import CliRunner, Result
 
 from operator_api.handler import OperatorResponse, handle_operator_request
-from orderflow import telemetry
+from orderflow import cli, telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import ALERT_KINDS, ALERT_TTL_S, SWEEP_KIND, SWEEP_TTL_S, alert_doc
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.operator_client import OperatorApiClient
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
 from supervisor.status import record_sweep, sweep_doc
@@ -152,12 +155,13 @@ def get(deps: Dependencies, trusted: TrustedIssuer, path: str, *roles: str) -> O
 
 
 def test_the_alerts_route_lists_the_alerts_raised_for_either_role(trusted: TrustedIssuer) -> None:
-    deps = memory_deps(FakeClock())
+    clock = FakeClock()
+    deps = memory_deps(clock)
     assert deps.alerts is not None
     previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1"))
     try:
         telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:1", reason="too_many_failures")
-        deps.clock.advance(1)
+        clock.advance(1)
         telemetry.alert("breaker_open", dependency="payment")
     finally:
         telemetry.use_alert_sink(previous)
@@ -189,14 +193,15 @@ def test_the_alerts_route_lists_the_alerts_raised_for_either_role(trusted: Trust
 
 
 def test_the_supervisor_route_names_the_leader_while_its_last_sweep_is_fresh(trusted: TrustedIssuer) -> None:
-    deps = memory_deps(FakeClock())
+    clock = FakeClock()
+    deps = memory_deps(clock)
     assert deps.alerts is not None
     empty = get(deps, trusted, "/api/operator/supervisor", OPERATOR_ROLE).body
     assert (empty["leader"], empty["leadership"], empty["sweeps"]) == (None, None, [])
 
     report = SweepReport(scanned=4, requeued=["a:o-1"], gave_up=["a:o-2"], held=["a:o-3"], skipped=1)
     for host in ("h1", "h2"):
-        deps.clock.advance(2)
+        clock.advance(2)
         now = deps.clock.now()
         assert record_sweep(
             deps.alerts,
@@ -215,7 +220,7 @@ def test_the_supervisor_route_names_the_leader_while_its_last_sweep_is_fresh(tru
         "durationS": 1.0,
     }
 
-    deps.clock.advance(301)  # no sweep since: nobody is known to lead, and the gauge is silent
+    clock.advance(301)  # no sweep since: nobody is known to lead, and the gauge is silent
     stale = get(deps, trusted, "/api/operator/supervisor?limit=1", OPERATOR_ROLE).body
     assert (stale["leader"], stale["stuckOrders"], len(stale["sweeps"])) == (None, None, 1)
 
@@ -235,3 +240,69 @@ def test_a_sweep_status_write_that_fails_is_logged_and_not_raised(caplog: pytest
     assert record_sweep(None, doc) is False
     assert "sweep status of h1 not written: TransientError" in caplog.text
     assert json.loads(doc.model_dump_json(by_alias=True))["ttl"] == SWEEP_TTL_S
+
+
+@pytest.fixture
+def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+    """The operator API behind the CLI (in process), over the in-memory stores."""
+    deps = memory_deps(FakeClock())
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        answer = handle_operator_request(
+            request.method,
+            request.url.path,
+            dict(request.headers),
+            request.content,
+            deps=deps,
+            validator=trusted.validator,
+            query=request.url.query.decode(),
+        )
+        return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
+
+    def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
+        return OperatorApiClient(
+            base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
+        )
+
+    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setenv("ORDERFLOW_API_URL", "https://operator-api.test")
+    monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="rita", roles=[REVIEWER_ROLE]))
+    return deps
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "250"})
+
+
+def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependencies) -> None:
+    assert cli_api.alerts is not None
+    now = cli_api.clock.now()
+    cli_api.alerts.add(
+        alert_doc("poison_order", {"order_id": "a:o-4", "code": "[b]boom[/b]"}, at=now, host="h1")
+    )
+    cli_api.alerts.add(alert_doc("breaker_open", {"dependency": "payment"}, at=now, host="h1"))
+
+    listed = invoke("alerts", "--kind", "poison_order")
+
+    assert listed.exit_code == 0, listed.output
+    assert (
+        "a:o-4" in listed.output and "poison_order" in listed.output and "breaker_open" not in listed.output
+    )
+    assert "code=[b]boom[/b]" in listed.output  # shown as text, not as markup
+    assert ALERT_KINDS["poison_order"].action[:40] in listed.output
+    refused = invoke("alerts", "--kind", "no_such_kind")
+    assert refused.exit_code == 2 and "InvalidValue" in refused.output
+
+
+def test_orderflow_supervisor_status_prints_the_leader_and_the_sweeps(cli_api: Dependencies) -> None:
+    assert invoke("supervisor", "status").output.startswith("no sweep recorded")
+    now = cli_api.clock.now()
+    report = SweepReport(scanned=7, requeued=["a:o-1", "a:o-2"], gave_up=["a:o-3"])
+    record_sweep(cli_api.alerts, sweep_doc(report, started=now, ended=now, host_id="h9", leadership="lease"))
+
+    shown = invoke("supervisor", "status")
+
+    assert shown.exit_code == 0, shown.output
+    assert "leader: h9 (lease); stuck orders: 7" in shown.output
+    [row] = [line for line in shown.output.splitlines() if "h9" in line and "│" in line]
+    assert [cell.strip() for cell in row.split("│")[3:7]] == ["7", "2", "1", "0"]
