@@ -1,8 +1,10 @@
 // The console's pages: a hash route each ("#/", "#/orders/<key>", "#/sign-in"). A new page (dead
-// letters, alerts, the supervisor) is one module with a `render(main, params)` export and one entry here.
+// letters) is one module with a `render(main, params)` export and one entry here.
 
 export const PAGES = [
   { name: "dashboard", title: "Dashboard", nav: true, href: "#/", pattern: /^\/?$/, load: () => import("./page-dashboard.js") },
+  { name: "alerts", title: "Alerts", nav: true, href: "#/alerts", pattern: /^\/alerts$/, load: () => import("./page-alerts.js") },
+  { name: "supervisor", title: "Supervisor", nav: true, href: "#/supervisor", pattern: /^\/supervisor$/, load: () => import("./page-supervisor.js") },
   { name: "order", title: "Order", nav: false, pattern: /^\/orders\/([^/?]+)$/, load: () => import("./page-order.js") },
   { name: "sign-in", title: "Sign in", nav: false, pattern: /^\/sign-in$/, load: () => import("./page-signin.js"), public: true },
 ];
