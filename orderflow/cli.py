@@ -882,9 +882,7 @@ def deadletters_purge(  # noqa: PLR0917 - typer reads each option from a paramet
 
 @app.command()
 def alerts(  # noqa: PLR0917 - typer reads each option from a parameter
-    kind: Annotated[
-        str | None, typer.Option(help="One alert kind (order_gave_up ...).")
-    ] = None,
+    kind: Annotated[str | None, typer.Option(help="One alert kind (order_gave_up ...).")] = None,
     since: Annotated[str | None, typer.Option(help="Raised at or after this time (ISO 8601).")] = None,
     limit: Annotated[int, typer.Option(help="Alerts per page (1-100).")] = 50,
     continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
