@@ -221,6 +221,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                     settings=settings,
                     breakers=circuit_breakers(stores.breakers, clock, settings),
                     dead_letters=dead_letters,
+                    alerts=stores.alerts,  # the host keeps its alerts and sweep status there
                 )
                 issuer = local_issuer_of(settings) if "api" in roles else None
                 host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)

@@ -40,6 +40,8 @@ from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow import telemetry
+from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
@@ -50,6 +52,7 @@ from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import purge_expired_logs
+from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepCursor, run_sweep
 
 if TYPE_CHECKING:
@@ -221,6 +224,8 @@ class DevHost:
         # One for the process, shared by the submission handler threads (built in start()).
         self.admission: ClientAdmission | None = None
         self._stopped = False
+        self._previous_sink: telemetry.AlertSinkFn | None = None
+        self._sink_installed = False
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -240,6 +245,10 @@ class DevHost:
 
     def _start_roles(self) -> None:
         s = self.settings
+        if self.deps.alerts is not None:
+            # The process's alerts are kept from now on; stop() puts the previous sink back.
+            sink = AlertSink(self.deps.alerts, self.deps.clock, s.HOST_ID)
+            self._previous_sink, self._sink_installed = telemetry.use_alert_sink(sink), True
         if self.channel is not None:
             self.channel.start()
         if "orchestrator" in self.roles:
@@ -313,6 +322,9 @@ class DevHost:
         if self.channel is not None:
             self.channel.stop()
             self.channel = None
+        if self._sink_installed:
+            telemetry.use_alert_sink(self._previous_sink)
+            self._sink_installed = False
         self._stopped = True
         logger.info("devhost %s stopped", self.settings.HOST_ID)
 
@@ -456,7 +468,8 @@ class DevHost:
         if not leader or time.monotonic() < self._next_sweep_at:
             return
         self._next_sweep_at = time.monotonic() + self.settings.SUPERVISOR_INTERVAL_S
-        run_sweep(
+        started = self.deps.clock.now()
+        report = run_sweep(
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.deps.clock,
@@ -464,6 +477,14 @@ class DevHost:
             cursor=self.sweep_cursor,
             keep_going=self._still_leader,
         )
+        status = sweep_doc(
+            report,
+            started=started,
+            ended=self.deps.clock.now(),
+            host_id=self.settings.HOST_ID,
+            leadership="lease",
+        )
+        record_sweep(self.deps.alerts, status)
         resend_pending_replies(
             states=self.deps.states,
             queues=self.deps.queues,

@@ -2,7 +2,8 @@
 
 :func:`dependencies` builds the adapters once per worker process from the app settings, with
 identity-based connections (``DefaultAzureCredential``, :func:`orderflow.wiring.connect_azure`): Cosmos
-DB for both stores, Service Bus for every queue. No keys. The blueprints call it (and
+DB for the stores (and the alerts the process raises, through its alert sink), Service Bus for every
+queue. No keys. The blueprints call it (and
 :func:`redelivery`, :func:`token_validator`) on each invocation; tests replace those names in a
 blueprint to wire it in memory.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 from functools import cache
 
 from function_host.settlement import Redelivery
+from orderflow import telemetry
+from orderflow.alert_sink import AlertSink
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
 from orderflow.clock_skew import clock_checked
@@ -35,7 +38,10 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         settings=settings,
         breakers=circuit_breakers(stores.breakers, clock, settings),
         dead_letters=queues,  # the operator API reads the $DeadLetterQueue sub-queues
+        alerts=stores.alerts,
     )
+    # Every alert the worker raises from now on is kept too, best effort (orderflow.alert_sink).
+    telemetry.use_alert_sink(AlertSink(stores.alerts, clock, settings.HOST_ID))
     return deps, queues
 
 

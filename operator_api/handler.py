@@ -15,6 +15,8 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
 - ``GET /api/operator/queues``: the deployment's queues whose dead letters may be read
   (:func:`operator_api.deadletters.deployment_queues`); ``orderflow.operator``; the ``deadletters``
   routes read, replay and purge them (:mod:`operator_api.deadletters`);
+- ``GET /api/operator/alerts`` (``kind``, ``since``, paged) and ``GET /api/operator/supervisor``: the
+  stored alerts and the supervisor's status (:mod:`operator_api.alerts`); either role;
 - ``GET /api/operator/console/...``: the web console's static files (:mod:`operator_api.console`), no
   token.
 
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from operator_api.alerts import alert_query, list_alerts, supervisor_status
 from operator_api.compensate import CompensateAccepted, compensate_order
 from operator_api.console import console_file
 from operator_api.deadletters import (
@@ -410,6 +413,21 @@ def _dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, answer.to_body())
 
 
+def _alerts(call: Call, deps: Dependencies) -> OperatorResponse:
+    query, limit, continuation = alert_query(call.query)
+    if deps.alerts is None:
+        return error(503, "NotConfigured", "this host keeps no alerts")
+    listed = list_alerts(deps.alerts, query, limit=limit, continuation=continuation)
+    return OperatorResponse(200, listed.to_body())
+
+
+def _supervisor(call: Call, deps: Dependencies) -> OperatorResponse:
+    if deps.alerts is None:
+        return error(503, "NotConfigured", "this host keeps no supervisor status")
+    status = supervisor_status(deps.alerts, call.query, now=deps.clock.now())
+    return OperatorResponse(200, status.to_body())
+
+
 BOTH_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 
 ROUTES: dict[str | None, Route] = {
@@ -434,11 +452,13 @@ PLANE_ROUTES: dict[tuple[str, int, str | None], Route] = {
     ("deadletters", 3, "purge"): Route("deadletters.purge", "POST", OPERATOR_ONLY, _dead_letter_purge),
     ("deadletters", 3, None): Route("deadletters.show", "GET", OPERATOR_ONLY, _dead_letter_show),
     ("deadletters", 4, "replay"): Route("deadletters.replay", "POST", OPERATOR_ONLY, _dead_letter_replay),
+    ("alerts", 1, None): Route("alerts", "GET", BOTH_ROLES, _alerts),
+    ("supervisor", 1, None): Route("supervisor", "GET", BOTH_ROLES, _supervisor),
 }
 """Routes outside ``/orders``, by (first segment, number of segments, last segment or None for any):
 ``/queues``, ``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
-``/deadletters/{queue}/{id}/replay``. The segments between the first and a fixed last are the call's
-:attr:`Call.segments`."""
+``/deadletters/{queue}/{id}/replay``, ``/alerts`` and ``/supervisor``. The segments between the first
+and a fixed last are the call's :attr:`Call.segments`."""
 
 OPENAPI_PATH = API_PREFIX + "/openapi.json"
 """The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes

@@ -15,8 +15,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from operator_api.alerts import MAX_SWEEPS, SWEEPS_SHOWN
 from operator_api.schemas import (
     ActionAnswer,
+    AlertList,
     CompensateBody,
     DeadLetterAnswer,
     DeadLetterList,
@@ -29,9 +31,11 @@ from operator_api.schemas import (
     ReplayAnswer,
     ReviewAnswer,
     ReviewBody,
+    SupervisorStatus,
     TimelinePage,
 )
 from operator_api.views import PLUMBING
+from orderflow.alerts import ALERT_KINDS
 from orderflow.records import ProcessState, StateRecord
 
 REF = "#/components/schemas/{model}"
@@ -64,7 +68,9 @@ def _schemas() -> dict[str, Any]:
         ReplayAnswer,
         PurgeBody,
         PurgeAnswer,
+        AlertList,
         QueueList,
+        SupervisorStatus,
     ]
     _, document = models_json_schema([(model, "serialization") for model in models], ref_template=REF)
     schemas: dict[str, Any] = document["$defs"]
@@ -186,7 +192,33 @@ def _paths() -> dict[str, Any]:
     for path, item in paths.items():
         if path.startswith(order):
             item["parameters"] = [key]
-    return {**paths, **_dead_letter_paths()}
+    return {**paths, **_dead_letter_paths(), **_plane_paths()}
+
+
+def _plane_paths() -> dict[str, Any]:
+    alerts = [
+        _query("kind", {"type": "string", "enum": sorted(ALERT_KINDS)}, "one alert kind"),
+        _query("since", {"type": "string", "format": "date-time"}, "raised at or after"),
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "alerts per page (50)"),
+        _LIST_PARAMETERS[6],
+    ]
+    sweeps = _query(
+        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_SWEEPS}, f"sweeps listed ({SWEEPS_SHOWN})"
+    )
+    return {
+        "/api/operator/alerts": {
+            "get": _operation(
+                "Stored alerts, newest first, paged", {"200": ("AlertList", "a page")}, parameters=alerts
+            )
+        },
+        "/api/operator/supervisor": {
+            "get": _operation(
+                "The supervisor: its leader, latest sweeps and the stuck-orders gauge",
+                {"200": ("SupervisorStatus", "the status")},
+                parameters=[sweeps],
+            )
+        },
+    }
 
 
 def _dead_letter_paths() -> dict[str, Any]:

@@ -165,3 +165,56 @@ class PurgeAnswer(Answer):
     dry_run: bool
     count: int
     dead_letters: list[DeadLetterAnswer]
+
+
+class AlertAnswer(Answer):
+    """A stored operator alert (``GET /alerts``): its kind, the order and instance it is about, why, and
+    the suggested action of its kind."""
+
+    id: str
+    kind: str
+    at: datetime
+    host: str | None
+    order_id: str | None
+    instance_id: str | None
+    cause: str
+    suggested_action: str
+    details: dict[str, str | int | float | bool]
+
+
+class AlertList(Answer):
+    """A page of alerts, newest first; ``continuation`` is None on the last page."""
+
+    alerts: list[AlertAnswer]
+    continuation: str | None
+
+
+class SweepAnswer(Answer):
+    """One supervisor sweep, as its status document says."""
+
+    at: datetime
+    host: str
+    leadership: str
+    scanned: int
+    recovered: int
+    gave_up: int
+    held: int
+    stuck: int
+    duration_s: float
+    complete: bool
+
+
+class SupervisorStatus(Answer):
+    """``GET /supervisor``: who sweeps, the latest sweeps (newest first) and the stuck-orders gauge.
+
+    ``leader`` is the host of the newest sweep and ``stuckOrders`` its count, both None when no sweep
+    was recorded within ``staleAfterS`` seconds; ``leadership`` is ``lease`` (a local supervisor holding
+    the lease) or ``timer (singleton)`` (the Azure timer trigger).
+    """
+
+    leadership: str | None
+    leader: str | None
+    last_sweep_at: datetime | None
+    stuck_orders: int | None
+    stale_after_s: float
+    sweeps: list[SweepAnswer]

@@ -29,6 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from orderflow.alert_render import alerts_table, supervisor_panel
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
@@ -877,6 +878,44 @@ def deadletters_purge(  # noqa: PLR0917 - typer reads each option from a paramet
     console.print(_dead_letters_table(queue, answer.body.get("deadLetters") or []))
     verb = "would remove" if dry_run else "removed"
     console.print(Text(f"{verb} {_count(int(answer.body.get('count', 0)), 'dead letter')} of {queue}"))
+
+
+@app.command()
+def alerts(  # noqa: PLR0917 - typer reads each option from a parameter
+    kind: Annotated[str | None, typer.Option(help="One alert kind (order_gave_up ...).")] = None,
+    since: Annotated[str | None, typer.Option(help="Raised at or after this time (ISO 8601).")] = None,
+    limit: Annotated[int, typer.Option(help="Alerts per page (1-100).")] = 50,
+    continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """List the stored alerts, newest first: kind, order, instance, cause and the suggested action."""
+    answer = _call_operator_api(
+        None,
+        api_url,
+        token_file,
+        lambda c: c.list_alerts(kind=kind, since=since, limit=limit, continuation=continuation),
+    )
+    console.print(alerts_table(answer.body.get("alerts") or []))
+    token = answer.body.get("continuation")
+    if token:
+        console.print(Text(f"more: --continuation {token}"))
+
+
+supervisor_app = typer.Typer(help="Operator: what the supervisor is doing.", no_args_is_help=True)
+app.add_typer(supervisor_app, name="supervisor")
+
+
+@supervisor_app.command("status")
+def supervisor_status(
+    limit: Annotated[int, typer.Option(help="Sweeps to list (1-50).")] = 10,
+    api_url: ApiUrl = None,
+    token_file: TokenFile = None,
+) -> None:
+    """Show the supervisor's leader, its last sweeps (scanned, recovered, gave up, held) and the stuck
+    orders it last found."""
+    answer = _call_operator_api(None, api_url, token_file, lambda c: c.get_supervisor(limit=limit))
+    console.print(supervisor_panel(answer.body))
 
 
 def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:

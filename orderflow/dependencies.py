@@ -11,7 +11,7 @@ from orderflow.clock import Clock
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.records import OrderDocument, StateRecord
 from orderflow.settings import Settings
-from orderflow.stores.base import OrderStore, StateStore, Versioned
+from orderflow.stores.base import AlertStore, OrderStore, StateStore, Versioned
 
 
 class RecordCache:
@@ -92,6 +92,8 @@ class Dependencies:
             no breakers (``BREAKER_ENABLED`` off, or a host wired without a breaker store).
         dead_letters: The dead-letter queues, for the operator API (the unwrapped transport of
             ``queues``), or None: the API answers 503 for them.
+        alerts: The alerts and supervisor sweep documents, or None: alerts are only logged, sweeps leave
+            no status, and the API answers 503 for them.
     """
 
     states: StateStore
@@ -103,3 +105,4 @@ class Dependencies:
     order_cache: OrderCache = field(default_factory=OrderCache)
     breakers: CircuitBreakers | None = None
     dead_letters: DeadLetterQueues | None = None
+    alerts: AlertStore | None = None

@@ -208,6 +208,31 @@ class OperatorApiClient:
             body["olderThan"] = older_than
         return self._call("POST", f"/deadletters/{quote(queue, safe='')}/purge", body)
 
+    def list_alerts(
+        self,
+        *,
+        kind: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        continuation: str | None = None,
+    ) -> OperatorAnswer:
+        """``GET /alerts``: a page of stored alerts, newest first, of one ``kind`` and raised at or after
+        ``since`` (ISO 8601 with an offset) when given.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        given = {"kind": kind, "since": since, "limit": str(limit), "continuation": continuation}
+        return self._call("GET", "/alerts", params={k: v for k, v in given.items() if v})
+
+    def get_supervisor(self, *, limit: int = 10) -> OperatorAnswer:
+        """``GET /supervisor``: the leader, the latest ``limit`` sweeps and the stuck-orders gauge.
+
+        Raises:
+            TransientError: the API could not be reached.
+        """
+        return self._call("GET", "/supervisor", params={"limit": str(limit)})
+
     def _call(
         self,
         method: str,

@@ -1,12 +1,13 @@
 """Structured operational events, operator alerts, metrics and their export.
 
-Every role reports what it did through :func:`event` (one log record per event on the
-``orderflow.events`` logger) and raises operator alerts through :func:`alert` (``orderflow.alerts``,
-level ERROR). A record carries the event name as ``event``, the keyword fields as ``fields`` (a dict)
-and, flattened, each field as an attribute of its own, ``orderflow.<field>`` (``orderflow.order_id``,
-``orderflow.instance_id``, ``orderflow.attempt`` correlate an order across roles), so an exporter turns
-them into individual custom dimensions. Locally the records go to the console; a test counts the events
-of a scope with :func:`recording`.
+Every role reports what it did through :func:`event` (one log record per event on the ``orderflow.events``
+logger) and raises operator alerts through :func:`alert` (``orderflow.alerts``, level ERROR), which also
+hands them to the process's alert sink, if one is installed (:func:`use_alert_sink`: the hosts keep alerts
+in the alerts store). A record carries the event name as ``event``, the keyword fields as ``fields`` (a
+dict) and, flattened, each field as an attribute of its own, ``orderflow.<field>`` (``orderflow.order_id``,
+``orderflow.instance_id``, ``orderflow.attempt`` correlate an order across roles), so an exporter turns them
+into individual custom dimensions. Locally the records go to the console; a test counts the events of a
+scope with :func:`recording`.
 
 **Metrics.** The events an operator alerts on also update OpenTelemetry instruments of the ``orderflow``
 meter, derived here from the event and alert names so that no call site knows about metrics:
@@ -227,6 +228,30 @@ def alert(name: str, /, **fields: Any) -> None:
         _add(derived, fields, instruments)
     rendered = " ".join(f"{key}={value}" for key, value in fields.items())
     alerts_logger.error("ALERT %s %s", name, rendered, extra=_log_extra(f"alert.{name}", fields))
+    sink = _alert_sink
+    if sink is not None:
+        sink(name, fields)
+
+
+AlertSinkFn = Callable[[str, Mapping[str, Any]], object]
+"""Keeps an alert somewhere: ``(name, fields)``; must not raise (:class:`orderflow.alert_sink.AlertSink`)."""
+
+_alert_sink: AlertSinkFn | None = None
+
+
+def use_alert_sink(sink: AlertSinkFn | None) -> AlertSinkFn | None:
+    """Hand every alert raised from now on to ``sink`` too (None: to none), after it is logged.
+
+    One per process, installed by the host's wiring (:mod:`function_host.wiring`, the local host's
+    :class:`devhost.host.DevHost`); a test that installs one puts the previous one back.
+
+    Returns:
+        The sink installed before.
+    """
+    global _alert_sink
+    with _lock:
+        previous, _alert_sink = _alert_sink, sink
+    return previous
 
 
 def _count(name: str) -> None:

@@ -34,9 +34,9 @@ from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord, order_key
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
-from orderflow.stores.base import OrderStore, StateStore
+from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 
 TPCH_FIXTURE = Path(__file__).parent / "data" / "tpch"
 
@@ -132,7 +132,11 @@ class System:
 
 
 def local_dependencies(
-    states: StateStore, orders: OrderStore, queues: QueueFactory, dead_letters: DeadLetterQueues | None = None
+    states: StateStore,
+    orders: OrderStore,
+    queues: QueueFactory,
+    dead_letters: DeadLetterQueues | None = None,
+    alerts: AlertStore | None = None,
 ) -> Dependencies:
     """The container of a test's adapters, on the system clock and the default settings (a running
     system, and a test that needs other settings, replace them)."""
@@ -143,12 +147,15 @@ def local_dependencies(
         clock=SystemClock(),
         settings=Settings(),
         dead_letters=dead_letters,
+        alerts=alerts,
     )
 
 
 def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
     queues = InMemoryQueueFactory()
-    deps = local_dependencies(InMemoryStateStore(), InMemoryOrderStore(), queues, queues)
+    deps = local_dependencies(
+        InMemoryStateStore(), InMemoryOrderStore(), queues, queues, InMemoryAlertStore()
+    )
     return deps, lambda: None
 
 
@@ -160,7 +167,7 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Call
         verify_tls=False,
     )
     queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
-    return local_dependencies(stores.state, stores.orders, queues, queues), stores.close
+    return local_dependencies(stores.state, stores.orders, queues, queues, stores.alerts), stores.close
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from function_host.wiring import dependencies
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
 from supervisor.retention import purge_expired_logs
+from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import run_sweep
 
 bp = df.Blueprint()
@@ -19,7 +20,12 @@ bp = df.Blueprint()
 def supervisor(timer: func.TimerRequest) -> None:
     """One bounded sweep over expired completeBy records, the reply relay and a retention pass."""
     deps = dependencies()
-    run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+    started = deps.clock.now()
+    report = run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+    ended, host = deps.clock.now(), deps.settings.HOST_ID
+    record_sweep(
+        deps.alerts, sweep_doc(report, started=started, ended=ended, host_id=host, leadership="timer")
+    )
     resend_pending_replies(
         states=deps.states,
         queues=deps.queues,

@@ -1,6 +1,7 @@
 // Cosmos DB (NoSQL API, serverless): one database holding the order store (orders) and the state store
 // (orderstate), each partitioned on /orderId with id = orderId, so every point read is one request,
-// and the circuit breakers' documents (breakers, partitioned on /id).
+// the circuit breakers' documents (breakers, partitioned on /id) and the operator alerts (alerts,
+// partitioned on /day, with a time-to-live).
 // Containers never share a transaction, so the order document and the state record stay two writes
 // (the dual-write the design handles). No keys: the app's identity holds the data-plane role on this
 // database only, and data-plane RBAC cannot create containers, so they are declared here.
@@ -279,6 +280,60 @@ resource breakersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/c
           {
             path: '/*'
           }
+        ]
+      }
+    }
+  }
+}
+
+// Operator alerts and the supervisor's sweep documents (orderflow.alerts): partitioned by UTC day, so a
+// listing reads one day's partition at a time newest first (WHERE day = @day [AND kind ...] [AND at >= @since]
+// ORDER BY at DESC, orderflow.stores.cosmos.alert_query_sql). A default time-to-live of 14 days bounds the
+// container (orderflow.alerts.ALERT_TTL_S); a sweep document sets its own, one hour.
+resource alertsContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
+  parent: database
+  name: 'alerts'
+  properties: {
+    resource: {
+      id: 'alerts'
+      partitionKey: {
+        paths: [
+          '/day'
+        ]
+        kind: 'Hash'
+        version: 2
+      }
+      defaultTtl: 1209600
+      indexingPolicy: {
+        indexingMode: 'consistent'
+        automatic: true
+        includedPaths: [
+          {
+            path: '/day/?'
+          }
+          {
+            path: '/kind/?'
+          }
+          {
+            path: '/at/?'
+          }
+        ]
+        excludedPaths: [
+          {
+            path: '/*'
+          }
+        ]
+        compositeIndexes: [
+          [
+            {
+              path: '/kind'
+              order: 'ascending'
+            }
+            {
+              path: '/at'
+              order: 'descending'
+            }
+          ]
         ]
       }
     }

@@ -1,10 +1,12 @@
-// The console's pages: a hash route each ("#/", "#/orders", "#/orders/<key>", "#/deadletters", "#/sign-in").
-// A new page (alerts, the supervisor) is one module with a `render(main, args, query)` export and one
+// The console's pages: a hash route each ("#/", "#/orders", "#/orders/<key>", "#/deadletters", "#/alerts",
+// "#/supervisor", "#/sign-in"). A new page is one module with a `render(main, args, query)` export and one
 // entry here.
 
 export const PAGES = [
   { name: "dashboard", title: "Dashboard", nav: true, href: "#/", pattern: /^\/?$/, load: () => import("./page-dashboard.js") },
   { name: "orders", title: "Orders", nav: true, href: "#/orders", pattern: /^\/orders$/, load: () => import("./page-orders.js") },
+  { name: "alerts", title: "Alerts", nav: true, href: "#/alerts", pattern: /^\/alerts$/, load: () => import("./page-alerts.js") },
+  { name: "supervisor", title: "Supervisor", nav: true, href: "#/supervisor", pattern: /^\/supervisor$/, load: () => import("./page-supervisor.js") },
   { name: "order", title: "Order", nav: false, pattern: /^\/orders\/([^/?]+)$/, load: () => import("./page-order.js") },
   { name: "deadletters", title: "Dead letters", nav: true, href: "#/deadletters", pattern: /^\/deadletters$/, load: () => import("./page-deadletters.js") },
   { name: "deadletter", title: "Dead letter", nav: false, pattern: /^\/deadletters\/([^/?]+)\/([^/?]+)$/, load: () => import("./page-deadletters.js") },

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
+from orderflow.alerts import AlertDoc, SweepDoc
 from orderflow.records import OrderDocument, ProcessState, StateRecord, TimelineChunk
 
 T = TypeVar("T")
@@ -226,5 +227,50 @@ class OrderStore(Protocol):
             NotFound: no such order.
             ConcurrencyConflict: the document changed between the read and the write: only a redaction
                 writes a document, so another one won and the document is redacted.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class AlertQuery:
+    """A filter over the ``alerts`` container; every condition given must hold.
+
+    Attributes:
+        kind: ``kind`` equals this (an alert kind, or :data:`orderflow.alerts.SWEEP_KIND` for sweeps).
+        exclude_kind: ``kind`` differs from this (the alert list leaves the sweep documents out).
+        since: ``at`` is not earlier than this (UTC).
+    """
+
+    kind: str | None = None
+    exclude_kind: str | None = None
+    since: datetime | None = None
+
+
+class AlertStore(Protocol):
+    """Operator alerts and supervisor sweep documents (the ``alerts`` container): created, listed newest
+    first, expired by the store (time-to-live). Never replaced.
+
+    Implementations: :class:`orderflow.stores.cosmos.CosmosAlertStore`,
+    :class:`orderflow.stores.memory.InMemoryAlertStore`.
+    """
+
+    def add(self, doc: AlertDoc | SweepDoc) -> None:
+        """Insert a document (its id is fresh).
+
+        Raises:
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def list_documents(
+        self, query: AlertQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[dict[str, Any]]:
+        """One page of the matching documents (stored JSON, camelCase, no system properties), newest
+        ``at`` first. A page may hold fewer items than asked, even none, and still carry a token.
+
+        Raises:
+            InvalidContinuation: the token is not this query's (or no longer accepted).
+            ValueError: ``max_item_count`` is less than 1.
+            TransientError: the store is unavailable.
         """
         ...

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core import MatchConditions
@@ -56,6 +56,14 @@ from azure.cosmos.exceptions import (
 )
 from azure.cosmos.http_constants import HttpHeaders
 
+from orderflow.alerts import (
+    ALERT_TTL_S,
+    ALERTS_CONTAINER,
+    ALERTS_PARTITION_KEY_PATH,
+    AlertDoc,
+    SweepDoc,
+    day_of,
+)
 from orderflow.breaker import BreakerDoc
 from orderflow.errors import (
     AlreadyExists,
@@ -68,7 +76,15 @@ from orderflow.errors import (
 from orderflow.http_transport import transport_for
 from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
+from orderflow.stores.base import (
+    AlertQuery,
+    Page,
+    Redaction,
+    StateQuery,
+    StoreCounters,
+    Versioned,
+    stored_at,
+)
 from orderflow.timeline import split_overflow
 
 logger = logging.getLogger(__name__)
@@ -633,6 +649,102 @@ class CosmosBreakerStore:
         return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
 
 
+def alert_query_sql(query: AlertQuery, day: str) -> tuple[str, Parameters]:
+    """The parameterised Cosmos SQL of one day's partition of an :class:`AlertQuery`, newest first.
+
+    A single-partition ORDER BY is served from the index and resumes from its continuation token (a
+    cross-partition one would not: :func:`state_query_sql`), which is why documents are partitioned by day.
+    """
+    conditions = ["c.day = @day"]
+    params: Parameters = [{"name": "@day", "value": day}]
+    if query.kind is not None:
+        conditions.append("c.kind = @kind")
+        params.append({"name": "@kind", "value": query.kind})
+    if query.exclude_kind is not None:
+        conditions.append("c.kind != @excludeKind")
+        params.append({"name": "@excludeKind", "value": query.exclude_kind})
+    if query.since is not None:
+        conditions.append("(IS_STRING(c.at) AND c.at >= @since)")
+        params.append({"name": "@since", "value": format_utc(query.since)})
+    return f"SELECT * FROM c WHERE {' AND '.join(conditions)} ORDER BY c.at DESC", params
+
+
+class CosmosAlertStore:
+    """Alerts and sweep documents in a Cosmos DB container (``alerts``, partition key ``/day``, a default
+    time-to-live): the :class:`~orderflow.stores.base.AlertStore` port.
+
+    A listing reads one day's partition after the other, from tomorrow (a host's clock may run ahead)
+    back to ``since`` or the time-to-live's horizon; its token names the day and that day's position.
+    """
+
+    def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
+        self._container = _CosmosContainer(container, "alert", operation_timeout_s=operation_timeout_s)
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(container={self._container.container.id!r})"
+
+    def add(self, doc: AlertDoc | SweepDoc) -> None:
+        """Insert a document.
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        self._container.create(doc.to_json_dict())
+
+    def _days(self, query: AlertQuery) -> list[str]:
+        """The partitions to read, newest first."""
+        today = datetime.now(UTC)
+        horizon = today - timedelta(seconds=ALERT_TTL_S)
+        oldest = max(horizon, query.since) if query.since is not None else horizon
+        days, day = [], today + timedelta(days=1)
+        while day_of(day) >= day_of(oldest):
+            days.append(day_of(day))
+            day -= timedelta(days=1)
+        return days
+
+    def list_documents(
+        self, query: AlertQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[dict[str, Any]]:
+        """One page of matching documents, newest ``at`` first, from one day's partition at most.
+
+        Raises:
+            InvalidContinuation: the token is garbled or another query's.
+            ValueError: ``max_item_count`` is less than 1.
+            TransientError: Cosmos DB is unavailable.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        days = self._days(query)
+        fingerprint = hashlib.sha256(json.dumps(alert_query_sql(query, "")).encode()).hexdigest()[:16]
+        day, inner = days[0], None
+        if continuation is not None:
+            try:
+                position = json.loads(tokens.decode(_TOKEN_PREFIX, continuation, fingerprint))
+                day, inner = str(position["d"]), position["t"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InvalidContinuation("malformed continuation token") from exc
+        for index in range(len(days)):
+            if days[index] > day:
+                continue
+            sql, params = alert_query_sql(query, days[index])
+            docs, token = self._container.query_page(
+                sql, params, max_item_count=max_item_count, continuation=inner, partition_key=days[index]
+            )
+            inner = None
+            following = token is not None or index + 1 < len(days)
+            if docs or token is not None:
+                after = {"d": days[index], "t": token}
+                if token is None and index + 1 < len(days):
+                    after["d"] = days[index + 1]
+                wrapped = json.dumps(after, separators=(",", ":"))
+                return Page(
+                    [_system_free(doc) for doc in docs],
+                    tokens.encode(_TOKEN_PREFIX, fingerprint, wrapped) if following else None,
+                )
+        return Page([], None)
+
+
 BREAKER_PARTITION_KEY_PATH = "/id"
 """Partition key path of the breakers container: a document per dependency, read by its id."""
 
@@ -647,6 +759,7 @@ class CosmosStores:
         state: The state store (``orderstate`` container by default).
         orders: The order store (``orders`` container by default).
         breakers: The circuit breakers' documents (``breakers`` container by default).
+        alerts: The alerts and sweep documents (``alerts`` container by default).
     """
 
     client: CosmosClient
@@ -654,6 +767,7 @@ class CosmosStores:
     state: CosmosStateStore
     orders: CosmosOrderStore
     breakers: CosmosBreakerStore
+    alerts: CosmosAlertStore
 
     @classmethod
     def connect(
@@ -668,6 +782,7 @@ class CosmosStores:
         orders_container: str = "orders",
         breakers_container: str = "breakers",
         history_container: str = HISTORY_CONTAINER,
+        alerts_container: str = ALERTS_CONTAINER,
         connection_timeout: float | None = None,
         read_timeout: float | None = None,
         operation_timeout: float | None = None,
@@ -687,6 +802,8 @@ class CosmosStores:
             orders_container: Container id of the order documents.
             breakers_container: Container id of the circuit breakers' documents (partition key ``/id``).
             history_container: Container id of the timeline entries moved out of state records.
+            alerts_container: Container id of the alerts and sweep documents (partition key ``/day``,
+                default time-to-live :data:`orderflow.alerts.ALERT_TTL_S`).
             connection_timeout: Seconds to wait for a connection (SDK default when None).
             read_timeout: Seconds to wait for an answer on an open connection (SDK default, 65 s, when
                 None). Without it a hung (or SIGSTOPped) server holds a point read for over a minute;
@@ -741,12 +858,18 @@ class CosmosStores:
                         id=breakers_container, partition_key=PartitionKey(path=BREAKER_PARTITION_KEY_PATH)
                     )
                     history = db.create_container_if_not_exists(id=history_container, partition_key=pk)
+                    alerts = db.create_container_if_not_exists(
+                        id=alerts_container,
+                        partition_key=PartitionKey(path=ALERTS_PARTITION_KEY_PATH),
+                        default_ttl=ALERT_TTL_S,
+                    )
                 else:
                     db = client.get_database_client(database)
                     state = db.get_container_client(state_container)
                     orders = db.get_container_client(orders_container)
                     breakers = db.get_container_client(breakers_container)
                     history = db.get_container_client(history_container)
+                    alerts = db.get_container_client(alerts_container)
             except BaseException:
                 client.close()
                 raise
@@ -757,6 +880,7 @@ class CosmosStores:
             CosmosStateStore(state, history=history, operation_timeout_s=operation_timeout),
             CosmosOrderStore(orders, operation_timeout_s=operation_timeout),
             CosmosBreakerStore(breakers, operation_timeout_s=operation_timeout),
+            CosmosAlertStore(alerts, operation_timeout_s=operation_timeout),
         )
 
     def __repr__(self) -> str:

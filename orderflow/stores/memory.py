@@ -24,15 +24,24 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from contextlib import suppress
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from orderflow.alerts import ALERT_TTL_S, AlertDoc, SweepDoc
 from orderflow.breaker import BreakerDoc
 from orderflow.clock import Clock
-from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
-from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
+from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
+from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc, parse_utc
 from orderflow.stores import continuation as tokens
-from orderflow.stores.base import Page, Redaction, StateQuery, StoreCounters, Versioned, stored_at
+from orderflow.stores.base import (
+    AlertQuery,
+    Page,
+    Redaction,
+    StateQuery,
+    StoreCounters,
+    Versioned,
+    stored_at,
+)
 from orderflow.timeline import split_overflow
 
 logger = logging.getLogger(__name__)
@@ -492,3 +501,87 @@ class InMemoryBreakerStore:
         """
         stored = self._container.replace(doc.to_json_dict(), etag)
         return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+
+def alert_matches(query: AlertQuery, doc: dict[str, Any]) -> bool:
+    """Whether a stored alerts-container document satisfies ``query`` (Cosmos SQL semantics, as
+    :func:`orderflow.stores.cosmos.alert_query_sql`)."""
+    kind = doc.get("kind")
+    if query.kind is not None and kind != query.kind:
+        return False
+    if query.exclude_kind is not None and kind == query.exclude_kind:
+        return False
+    at = doc.get("at")
+    return query.since is None or (isinstance(at, str) and at >= format_utc(query.since))
+
+
+class InMemoryAlertStore:
+    """Alerts and sweep documents in memory: the :class:`~orderflow.stores.base.AlertStore` port,
+    thread-safe. A document expires after its ``ttl`` (else :data:`~orderflow.alerts.ALERT_TTL_S`)
+    seconds past its ``at``, as Cosmos DB's time-to-live does; expired ones are dropped on each add.
+
+    Args:
+        clock: The store's clock, for expiry; default the machine's.
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._container = _MemoryContainer("alert", clock=clock)
+        self._clock = clock
+        self.counters: StoreCounters = self._container.counters
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(documents={len(self._container)})"
+
+    def _now(self) -> datetime:
+        if self._clock is not None:
+            return self._clock.now()
+        return datetime.fromtimestamp(time.time(), UTC)
+
+    def _live(self, doc: dict[str, Any], now: str) -> bool:
+        ttl = doc.get("ttl", ALERT_TTL_S)
+        at = doc.get("at")
+        if not isinstance(at, str) or not isinstance(ttl, int):
+            return True
+        return format_utc(parse_utc(at) + timedelta(seconds=ttl)) > now
+
+    def add(self, doc: AlertDoc | SweepDoc) -> None:
+        """Insert a document, dropping the expired ones first.
+
+        Raises:
+            AlreadyExists: its id is taken (ids are fresh: never in practice).
+        """
+        now = format_utc(self._now())
+        with self._container._lock:
+            docs = self._container._docs
+            expired = [item_id for item_id, text in docs.items() if not self._live(json.loads(text), now)]
+            for item_id in expired:
+                del self._container._docs[item_id]
+        self._container.create(doc.to_json_dict())
+
+    def list_documents(
+        self, query: AlertQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[dict[str, Any]]:
+        """One page of matching documents, newest ``at`` first (then by id, descending).
+
+        Raises:
+            InvalidContinuation: the token is malformed or belongs to another query.
+            ValueError: ``max_item_count`` is less than 1.
+        """
+        if max_item_count < 1:
+            raise ValueError("max_item_count must be at least 1")
+        canonical = json.dumps(
+            [query.kind, query.exclude_kind, format_utc(query.since) if query.since else None]
+        )
+        fingerprint = hashlib.sha256(f"alerts:{canonical}".encode()).hexdigest()[:16]
+        position = tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation else "0"
+        if not position.isdigit():
+            raise InvalidContinuation("malformed continuation token")
+        offset = int(position)
+        now = format_utc(self._now())
+        found = self._container.select(lambda doc: alert_matches(query, doc) and self._live(doc, now), None)
+        found.sort(key=lambda doc: (str(doc.get("at")), str(doc["id"])), reverse=True)
+        items = found[offset : offset + max_item_count]
+        more = len(found) > offset + max_item_count
+        token = tokens.encode(_TOKEN_PREFIX, fingerprint, str(offset + max_item_count)) if more else None
+        self._container.note_query_page(len(items))
+        return Page([{k: v for k, v in doc.items() if not k.startswith("_")} for doc in items], token)

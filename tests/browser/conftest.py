@@ -61,9 +61,10 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
-    """A headless Chromium for the session."""
+    """A headless Chromium for one test module. Not for the session: Playwright's sync API keeps an event
+    loop running on this thread until it stops, and later tests call ``asyncio.run``."""
     try:
         from playwright.sync_api import sync_playwright  # noqa: PLC0415 (only the browser tests need it)
     except ImportError:

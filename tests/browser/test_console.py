@@ -136,3 +136,35 @@ def test_a_reason_and_a_name_that_are_markup_are_shown_as_text(
     assert page.evaluate("window.pwned") is None
     assert system.record("tpch-32").stop_reason == MARKUP_REASON
     shoot(page, artifacts, "order-markup-as-text")
+
+
+def test_the_alerts_page_lists_an_alert_the_system_raised_and_the_supervisor_page_its_sweeps(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    key = system.key("tpch-2")
+    # The same order id with other content: intake dead-letters it and raises conflicting_order.
+    [order] = [o for o in system.catalog.orders if o.order_id == "tpch-2"]
+    conflicting = order.to_submission(system.client.reply_queue)
+    conflicting["customerName"] = "<b>someone else</b>"
+    system.client.submit(conflicting)
+
+    def raised() -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = console.api("GET", "alerts?kind=conflicting_order").json()["alerts"]
+        return [a for a in alerts if a["orderId"] == key]
+
+    system.wait_until(lambda: len(raised()) == 1, timeout_s=15)
+    page.goto(f"{console.url}#/alerts")
+    listed = page.locator("[data-testid=alerts] tbody tr", has=page.locator(f"a:text-is('{key}')"))
+    listed.wait_for()
+    row = listed.inner_text()
+    assert "conflicting_order" in row and raised()[0]["suggestedAction"] in row
+    shoot(page, artifacts, "alerts")
+
+    system.wait_until(lambda: console.api("GET", "supervisor").json()["leader"] is not None, timeout_s=15)
+    page.goto(f"{console.url}#/supervisor")
+    page.wait_for_selector("[data-testid=sweeps] tbody tr")
+    status = console.api("GET", "supervisor").json()
+    assert page.inner_text("[data-testid=leader]") == f"{status['leader']} (lease)"
+    assert status["leader"] == system.deps.settings.HOST_ID
+    shoot(page, artifacts, "supervisor")

@@ -13,20 +13,23 @@ import re
 import shutil
 import tomllib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
 from orderflow.clients import parse_clients
 from orderflow.consumer import redelivery_delay_s
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
-from orderflow.stores.base import StateQuery
+from orderflow.stores.base import AlertQuery, StateQuery
 from orderflow.stores.cosmos import (
     BREAKER_PARTITION_KEY_PATH,
     HISTORY_CONTAINER,
     PARTITION_KEY_PATH,
+    alert_query_sql,
     state_query_sql,
 )
 from orderflow.workflows import agent_names
@@ -448,10 +451,12 @@ def check_cosmos(template: Template) -> None:
         (database, "orderstate"),
         (database, "breakers"),
         (database, HISTORY_CONTAINER),
+        (database, ALERTS_CONTAINER),
     }
+    special = {"breakers": BREAKER_PARTITION_KEY_PATH, ALERTS_CONTAINER: ALERTS_PARTITION_KEY_PATH}
     for (_, name), resource in containers.items():
-        expected = BREAKER_PARTITION_KEY_PATH if name == "breakers" else PARTITION_KEY_PATH
-        assert resource["partitionKey"]["paths"] == [expected]
+        assert resource["partitionKey"]["paths"] == [special.get(name, PARTITION_KEY_PATH)]
+    check_alerts_container(containers[(database, ALERTS_CONTAINER)])
     policy = containers[(database, "orderstate")]["indexingPolicy"]
     excluded = {p["path"].split("/")[1] for p in policy["excludedPaths"]}
     assert not excluded & _state_query_fields(), "a queried field is not indexed"
@@ -465,6 +470,19 @@ def check_cosmos(template: Template) -> None:
         ("clientId", "processState", "updatedAt"),  # the order list, by client
         ("workflowVersion", "processState", "updatedAt"),  # the order list, by workflow version
     }
+
+
+def check_alerts_container(resource: dict[str, Any]) -> None:
+    # Bounded: the default time-to-live is the app's, and no document outlives it unless it says so.
+    assert resource["defaultTtl"] == ALERT_TTL_S
+    policy = resource["indexingPolicy"]
+    included = {p["path"] for p in policy["includedPaths"]}
+    sql, _ = alert_query_sql(AlertQuery(kind="k", exclude_kind="x", since=datetime.now(UTC)), "2026-01-01")
+    assert {f"/{name}/?" for name in re.findall(r"c\.(\w+)", sql)} <= included, (
+        "a queried field is not indexed"
+    )
+    composites = {tuple((p["path"], p["order"]) for p in index) for index in policy["compositeIndexes"]}
+    assert (("/kind", "ascending"), ("/at", "descending")) in composites  # WHERE kind = ... ORDER BY at DESC
 
 
 def test_the_stores_the_app_expects(main: Template) -> None:

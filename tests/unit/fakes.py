@@ -16,7 +16,7 @@ from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import StateRecord, client_order_id
 from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import WorkflowDefinition
 
 
@@ -100,6 +100,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
         clock=clock,
         settings=Settings(**{"CLIENTS": TEST_CLIENTS, **settings}),
         dead_letters=queues,
+        alerts=InMemoryAlertStore(clock=clock),
     )
 
 

@@ -27,7 +27,12 @@ from devhost.host import DevHost
 from orderflow.errors import TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryBreakerStore, InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.memory import (
+    InMemoryAlertStore,
+    InMemoryBreakerStore,
+    InMemoryOrderStore,
+    InMemoryStateStore,
+)
 from tests.unit.stop_signals import error_line, guarded
 
 pytestmark = pytest.mark.unit
@@ -65,6 +70,7 @@ class FakeStores:
     state: InMemoryStateStore = field(default_factory=InMemoryStateStore)
     orders: InMemoryOrderStore = field(default_factory=InMemoryOrderStore)
     breakers: InMemoryBreakerStore = field(default_factory=InMemoryBreakerStore)
+    alerts: InMemoryAlertStore = field(default_factory=InMemoryAlertStore)
     closed: bool = False
 
     def close(self) -> None:

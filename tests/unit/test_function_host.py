@@ -45,6 +45,7 @@ from intake.submission import handle_intake_message
 from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
 from orchestrators.starter import claim
 from orchestrators.workflow import ORDER_WORKFLOW
+from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
 from orderflow.contracts import START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
@@ -58,8 +59,13 @@ from orderflow.queues.servicebus import copy_identity
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.results import StepStarted
 from orderflow.settings import Settings, UnsafeAzureSetting
-from orderflow.stores.base import Versioned
-from orderflow.stores.memory import InMemoryBreakerStore, InMemoryOrderStore, InMemoryStateStore
+from orderflow.stores.base import AlertQuery, Versioned
+from orderflow.stores.memory import (
+    InMemoryAlertStore,
+    InMemoryBreakerStore,
+    InMemoryOrderStore,
+    InMemoryStateStore,
+)
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
@@ -619,21 +625,31 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
     def connect(settings: Settings) -> tuple[SimpleNamespace, InMemoryQueueFactory]:
         built.append(settings)
         stores = SimpleNamespace(
-            state=InMemoryStateStore(), orders=InMemoryOrderStore(), breakers=InMemoryBreakerStore()
+            state=InMemoryStateStore(),
+            orders=InMemoryOrderStore(),
+            breakers=InMemoryBreakerStore(),
+            alerts=alerts,
         )
         return stores, InMemoryQueueFactory()
 
+    alerts = InMemoryAlertStore()
     monkeypatch.setattr(wiring, "connect_azure", connect)
     monkeypatch.setenv("HOST_ID", "")
     wiring._connections.cache_clear()
+    previous = telemetry.use_alert_sink(None)
     try:
         first, second = wiring.dependencies(), wiring.dependencies()
+        telemetry.alert("breaker_open", dependency="payment")  # kept by the sink the wiring installed
     finally:
         wiring._connections.cache_clear()
+        telemetry.use_alert_sink(previous)
 
     assert first is second
     assert len(built) == 1
     assert first.settings.response_queue() == "agent-responses"
+    assert first.alerts is alerts
+    [kept] = alerts.list_documents(AlertQuery(), max_item_count=5).items
+    assert (kept["kind"], kept["details"]) == ("breaker_open", {"dependency": "payment"})
 
 
 def test_submission_records_a_valid_order_and_completes_the_message(deps: Dependencies) -> None:

@@ -25,11 +25,14 @@ from starlette.testclient import TestClient
 
 from devhost.operator_http import create_operator_app
 from operator_api.openapi import openapi_document
+from orderflow.alerts import alert_doc
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
+from supervisor.status import sweep_doc
+from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
 
@@ -58,6 +61,14 @@ def seeded() -> Dependencies:
     inbound.send('{"orderId": "o-9"}', message_id="m-9")
     [message] = inbound.receive()
     inbound.dead_letter(message, reason="InvalidMessage", description="for the list and show routes")
+    assert deps.alerts is not None
+    now = deps.clock.now()
+    deps.alerts.add(
+        alert_doc("order_gave_up", {"order_id": "a:o-2", "reason": "too_many_failures"}, at=now, host="h1")
+    )
+    deps.alerts.add(
+        sweep_doc(SweepReport(scanned=3), started=now, ended=now, host_id="h1", leadership="lease")
+    )
     return deps
 
 
@@ -72,7 +83,7 @@ def test_the_api_answers_every_generated_request_as_its_document_says(
 ) -> None:
     headers = trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) == 13
+    assert len(operations) == 15
 
     for operation in operations:
 
@@ -102,6 +113,8 @@ def test_the_document_is_served_without_a_token_and_names_every_route(trusted: T
         dead_letters + "/{deadLetterId}",
         dead_letters + "/{deadLetterId}/replay",
         "/api/operator/queues",
+        "/api/operator/alerts",
+        "/api/operator/supervisor",
     }
     view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
     assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)

@@ -1,0 +1,236 @@
+"""Operator alerts as stored documents, the supervisor's sweep status, and the one table of alert kinds.
+
+:func:`orderflow.telemetry.alert` logs an alert and counts it; a host that wires an
+:class:`orderflow.alert_sink.AlertSink` also keeps it, as an :class:`AlertDoc`, in the ``alerts``
+container of the state store's database. The supervisor writes one :class:`SweepDoc` per sweep to the
+same container (kind :data:`SWEEP_KIND`). The container's default time-to-live bounds it
+(:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`. Documents are partitioned by their
+UTC day (``day``), so that a listing reads one partition at a time, newest first (docs/operations.md,
+"Stored alerts").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from orderflow.records import Model, UtcDatetime
+
+
+@dataclass(frozen=True)
+class AlertKind:
+    """What an alert of one kind means, and what an operator should do about it.
+
+    Attributes:
+        summary: What happened, in a few words (the start of every such alert's ``cause``).
+        action: The suggested action, shown with every alert of the kind.
+    """
+
+    summary: str
+    action: str
+
+
+ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
+    "order_gave_up": AlertKind(
+        "the supervisor gave up the order's forward progress; it is Compensating",
+        "nothing for the order (the next attempt undoes it and replies); a run of them points at a "
+        "dependency that is down",
+    ),
+    "breaker_open": AlertKind(
+        "a dependency's circuit breaker opened; its steps wait",
+        "find out why the dependency is down; orders resume once a probe succeeds",
+    ),
+    "dependency_wait_exhausted": AlertKind(
+        "the order waited BREAKER_MAX_WAIT_S for an open breaker and is compensated",
+        "nothing for the order; the dependency is still down",
+    ),
+    "order_failed": AlertKind(
+        "an orchestration of an earlier version finished the order in Error",
+        "look at it with `orderflow orders show`; once the cause is fixed, `orderflow resubmit`",
+    ),
+    "past_point_of_no_return": AlertKind(
+        "forward progress stopped after an irreversible step; the order is Error, not compensated",
+        "look at it with `orderflow orders show`; once the cause is fixed, `orderflow resubmit`",
+    ),
+    "compensation_failed": AlertKind(
+        "an undo kept failing; the order is CompensationFailed",
+        "fix the cause, then `orderflow compensate` (or `orderflow resubmit`) retries the compensation",
+    ),
+    "conflicting_order": AlertKind(
+        "a submission reused a known order id with different content; it was dead-lettered",
+        "tell the client",
+    ),
+    "max_delivery_count": AlertKind(
+        "a message failed MAX_DELIVERY_COUNT times and was dead-lettered",
+        "read the dead letter (`orderflow deadletters show`); replay it once the cause is fixed",
+    ),
+    "clock_skew": AlertKind(
+        "this host's clock is far from the state store's",
+        "fix the host's time source; replace the instance if it persists",
+    ),
+    "poison_order": AlertKind(
+        "the order's last attempts failed at the same step with the same code; it is suspended",
+        "look at the failure; `orderflow resume` runs it again, `orderflow compensate` undoes it",
+    ),
+    "workflow_version_failing": AlertKind(
+        "orders of one workflow version keep failing at the same step with the same code",
+        "check the step's dependency; for a broken version, set WORKFLOW_VERSION to one that works",
+    ),
+}
+"""Every alert kind orderflow raises (``telemetry.alert(<kind>, ...)``), with its suggested action. The
+table of docs/operations.md ("When an alert fires") names the same kinds (tests/unit/test_alerts.py)."""
+
+UNKNOWN_KIND_ACTION: Final = "see docs/operations.md, 'When an alert fires'"
+"""The suggested action of an alert whose kind is not in :data:`ALERT_KINDS` (none is, by test)."""
+
+SWEEP_KIND: Final = "supervisor_sweep"
+"""The ``kind`` of a supervisor's sweep document: never an alert, never listed as one."""
+
+ALERT_TTL_S: Final = 14 * 24 * 3600
+"""Seconds an alert is kept: the ``alerts`` container's default time-to-live (infra/modules/cosmos.bicep)."""
+
+SWEEP_TTL_S: Final = 3600
+"""Seconds a sweep document is kept (its own ``ttl``): status wants only the latest few sweeps."""
+
+ALERTS_CONTAINER: Final = "alerts"
+"""Container id of the alerts and sweep documents."""
+
+ALERTS_PARTITION_KEY_PATH: Final = "/day"
+"""Partition key path of the alerts container: the document's UTC day, ``YYYY-MM-DD``."""
+
+MAX_TEXT: Final = 500
+"""Most characters of a detail value kept in a stored alert."""
+
+CORRELATION_FIELDS: Final = ("order_id", "instance_id")
+CAUSE_FIELDS: Final = ("reason", "code", "step", "dependency", "queue", "workflow_version")
+"""Fields that say why, in the order they are appended to the kind's summary in ``cause``."""
+
+Detail = str | int | float | bool
+
+
+def day_of(at: datetime) -> str:
+    """The partition of a document written at ``at``: its UTC day, ``YYYY-MM-DD``."""
+    if at.utcoffset() is None:
+        raise ValueError("datetimes must be timezone-aware (UTC)")
+    return at.astimezone(UTC).date().isoformat()
+
+
+def suggested_action(kind: str) -> str:
+    """The suggested action of ``kind`` (:data:`ALERT_KINDS`), or :data:`UNKNOWN_KIND_ACTION`."""
+    known = ALERT_KINDS.get(kind)
+    return known.action if known is not None else UNKNOWN_KIND_ACTION
+
+
+class AlertDoc(Model):
+    """One stored operator alert.
+
+    Attributes:
+        id: A fresh unique id.
+        day: The partition, :func:`day_of` ``at``.
+        kind: The alert's name (a key of :data:`ALERT_KINDS`).
+        at: When it was raised (UTC, the raising host's clock).
+        host: The host that raised it.
+        order_id: The order it is about, if any.
+        instance_id: The orchestration instance it is about, if any.
+        cause: The kind's summary and the fields that say why (``reason=...``, ``code=...``).
+        suggested_action: From :data:`ALERT_KINDS`.
+        details: The alert's other fields, scalars, texts cut at :data:`MAX_TEXT` characters.
+    """
+
+    id: str
+    day: str
+    kind: str
+    at: UtcDatetime
+    host: str | None = None
+    order_id: str | None = None
+    instance_id: str | None = None
+    cause: str
+    suggested_action: str
+    details: dict[str, Detail] = {}
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> AlertDoc:
+        """Parse a stored document, dropping the store's system properties."""
+        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+
+class SweepDoc(Model):
+    """What one supervisor sweep did, written once at its end (kind :data:`SWEEP_KIND`).
+
+    Attributes:
+        id, day, at, host: As for :class:`AlertDoc`; ``at`` is the sweep's end.
+        leadership: ``lease`` (a local supervisor, which sweeps only while it holds the blob lease:
+            :mod:`supervisor.lease`) or ``timer`` (an Azure timer trigger, a singleton per app).
+        scanned: Records examined.
+        recovered: Orders re-queued for another attempt.
+        gave_up: Orders given up (moved to Compensating or CompensationFailed).
+        held: Orders the poison guard suspended.
+        stuck: Expired records found (the ``orderflow.stuck_orders`` gauge's value).
+        duration_s: How long the sweep took, seconds.
+        complete: The scan reached its last page.
+        ttl: The document's own time-to-live, seconds (:data:`SWEEP_TTL_S`).
+    """
+
+    id: str
+    day: str
+    kind: Literal["supervisor_sweep"] = SWEEP_KIND
+    at: UtcDatetime
+    host: str
+    leadership: Literal["lease", "timer"]
+    scanned: int
+    recovered: int
+    gave_up: int
+    held: int
+    stuck: int
+    duration_s: float
+    complete: bool
+    ttl: int = SWEEP_TTL_S
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> SweepDoc:
+        """Parse a stored document, dropping the store's system properties."""
+        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+
+def new_id() -> str:
+    """A fresh document id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def _detail(value: Any) -> Detail | None:
+    if value is None:
+        return None
+    if isinstance(value, bool | int | float):
+        return value
+    text = getattr(value, "value", value)  # an enum's value
+    if isinstance(value, datetime):
+        text = value.isoformat()
+    return str(text)[:MAX_TEXT]
+
+
+def alert_doc(kind: str, fields: Mapping[str, Any], *, at: datetime, host: str | None) -> AlertDoc:
+    """The stored form of ``telemetry.alert(kind, **fields)`` raised at ``at`` on ``host``.
+
+    ``order_id`` and ``instance_id`` become fields of their own; :data:`CAUSE_FIELDS` present are added
+    to the kind's summary as ``cause``; every other field not None is kept in ``details``.
+    """
+    details = {key: d for key, value in fields.items() if (d := _detail(value)) is not None}
+    known = ALERT_KINDS.get(kind)
+    summary = known.summary if known is not None else kind
+    why = " ".join(f"{key}={details[key]}" for key in CAUSE_FIELDS if key in details)
+    order_id, instance_id = (details.pop(key, None) for key in CORRELATION_FIELDS)
+    return AlertDoc(
+        id=new_id(),
+        day=day_of(at),
+        kind=kind,
+        at=at,
+        host=host,
+        order_id=None if order_id is None else str(order_id),
+        instance_id=None if instance_id is None else str(instance_id),
+        cause=f"{summary} ({why})" if why else summary,
+        suggested_action=suggested_action(kind),
+        details=details,
+    )

@@ -1,0 +1,73 @@
+"""The supervisor's status document: one write per sweep, best effort.
+
+At the end of each sweep the host that ran it writes a :class:`orderflow.alerts.SweepDoc` to the alerts
+store: what the sweep scanned, recovered, gave up and held, the stuck-orders count, when, on which host
+and under which leadership (a lease locally, the timer's singleton on Azure). ``GET
+/api/operator/supervisor`` reads the latest of them. A failed write is logged and never raised: the
+sweep's work is done and recorded on the orders themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Literal
+
+from orderflow.alerts import SweepDoc, day_of, new_id
+from orderflow.stores.base import AlertStore
+from supervisor.sweep import SweepReport
+
+logger = logging.getLogger(__name__)
+
+
+def sweep_doc(
+    report: SweepReport,
+    *,
+    started: datetime,
+    ended: datetime,
+    host_id: str,
+    leadership: Literal["lease", "timer"],
+) -> SweepDoc:
+    """The status document of one sweep.
+
+    Args:
+        report: What the sweep did.
+        started: When it began (UTC).
+        ended: When it ended (UTC): the document's ``at``.
+        host_id: The host that ran it.
+        leadership: ``lease`` or ``timer``.
+    """
+    return SweepDoc(
+        id=new_id(),
+        day=day_of(ended),
+        at=ended,
+        host=host_id,
+        leadership=leadership,
+        scanned=report.scanned,
+        recovered=len(report.requeued),
+        gave_up=len(report.gave_up),
+        held=len(report.held),
+        stuck=report.scanned - report.skipped,
+        duration_s=round(max(0.0, (ended - started).total_seconds()), 3),
+        complete=report.scan_complete,
+    )
+
+
+def record_sweep(store: AlertStore | None, doc: SweepDoc) -> bool:
+    """Write one sweep's status document; never raises.
+
+    Args:
+        store: The alerts store, or None (a host wired without one: nothing is written).
+        doc: From :func:`sweep_doc`.
+
+    Returns:
+        True if written; False if there is no store or the write failed (a warning is logged).
+    """
+    if store is None:
+        return False
+    try:
+        store.add(doc)
+    except Exception as exc:
+        logger.warning("sweep status of %s not written: %s: %s", doc.host, type(exc).__name__, exc)
+        return False
+    return True

@@ -1,0 +1,308 @@
+"""Stored alerts and the supervisor's status: the table of kinds against the code and the docs, the sink,
+the in-memory alerts store, and the two API routes (``GET /alerts``, ``GET /supervisor``)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import logging
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner, Result
+
+from operator_api.handler import OperatorResponse, handle_operator_request
+from orderflow import cli, telemetry
+from orderflow.alert_sink import AlertSink
+from orderflow.alerts import ALERT_KINDS, ALERT_TTL_S, SWEEP_KIND, SWEEP_TTL_S, alert_doc
+from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.errors import InvalidContinuation, TransientError
+from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
+from orderflow.operator_client import OperatorApiClient
+from orderflow.stores.base import AlertQuery
+from orderflow.stores.memory import InMemoryAlertStore
+from supervisor.status import record_sweep, sweep_doc
+from supervisor.sweep import SweepReport
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("orderflow", "intake", "orchestrators", "activities", "agents", "supervisor", "operator_api")
+
+
+def raised_kinds() -> set[str]:
+    """The first argument of every ``telemetry.alert(...)`` in the app's source, resolved to its value."""
+    kinds: set[str] = set()
+    for top in SOURCES:
+        for path in (REPO / top).rglob("*.py"):
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                called = node.func if isinstance(node, ast.Call) else None
+                if not (isinstance(called, ast.Attribute) and called.attr == "alert"):
+                    continue
+                if not (isinstance(called.value, ast.Name) and called.value.id == "telemetry"):
+                    continue
+                assert isinstance(node, ast.Call)
+                first = node.args[0]
+                if isinstance(first, ast.Constant):
+                    kinds.add(str(first.value))
+                else:
+                    assert isinstance(first, ast.Name), f"{module}: an alert name is a literal or a constant"
+                    kinds.add(str(getattr(importlib.import_module(module), first.id)))
+    return kinds
+
+
+def documented_kinds() -> set[str]:
+    """The kinds of docs/operations.md's table under "When an alert fires"."""
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text.split("## When an alert fires", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
+
+
+def test_every_kind_raised_is_in_the_table_and_the_docs_name_the_same_kinds() -> None:
+    raised = raised_kinds()
+    assert {"order_gave_up", "past_point_of_no_return", "max_delivery_count", "clock_skew"} <= raised
+    assert raised <= set(ALERT_KINDS), "a new alert kind needs its suggested action in orderflow.alerts"
+    assert documented_kinds() == set(ALERT_KINDS)
+    assert SWEEP_KIND not in ALERT_KINDS
+
+
+def test_an_alert_document_carries_the_order_the_cause_and_the_suggested_action() -> None:
+    clock = FakeClock()
+    fields = {"order_id": "a:o-1", "instance_id": "a:o-1:2", "step": "charge", "reason": "too_many_failures"}
+
+    doc = alert_doc("order_gave_up", {**fields, "attempt": 2, "note": None}, at=clock.now(), host="h1")
+
+    assert (doc.kind, doc.order_id, doc.instance_id, doc.host) == ("order_gave_up", "a:o-1", "a:o-1:2", "h1")
+    assert doc.cause == f"{ALERT_KINDS['order_gave_up'].summary} (reason=too_many_failures step=charge)"
+    assert doc.suggested_action == ALERT_KINDS["order_gave_up"].action
+    assert doc.details == {"step": "charge", "reason": "too_many_failures", "attempt": 2}
+    assert doc.day == clock.now().date().isoformat()
+
+
+class FailingAlerts(InMemoryAlertStore):
+    def add(self, doc: Any) -> None:
+        raise TransientError("the store is down")
+
+
+def test_the_sink_keeps_what_telemetry_raises_and_a_failed_write_fails_nobody(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    store = InMemoryAlertStore(clock=clock)
+    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1"))
+    try:
+        telemetry.alert("conflicting_order", order_id="a:o-7", client_id="a")
+        telemetry.use_alert_sink(AlertSink(FailingAlerts(), clock, "h1"))
+        with caplog.at_level(logging.WARNING, logger="orderflow.alert_sink"):
+            telemetry.alert("max_delivery_count", queue="orders-a", message_id="m-1")  # does not raise
+    finally:
+        telemetry.use_alert_sink(previous)
+    [kept] = store.list_documents(AlertQuery(), max_item_count=10).items
+    assert (kept["kind"], kept["orderId"], kept["details"]) == (
+        "conflicting_order",
+        "a:o-7",
+        {"client_id": "a"},
+    )
+    assert "alert max_delivery_count not kept in the alerts store: TransientError" in caplog.text
+
+
+def test_the_memory_store_lists_newest_first_filters_pages_and_expires() -> None:
+    clock = FakeClock()
+    store = InMemoryAlertStore(clock=clock)
+    first = clock.now()
+    for minute, kind in enumerate(["order_gave_up", "breaker_open", "order_gave_up"]):
+        store.add(
+            alert_doc(kind, {"order_id": f"a:o-{minute}"}, at=first + timedelta(minutes=minute), host="h")
+        )
+    store.add(sweep_doc(SweepReport(), started=first, ended=first, host_id="h", leadership="lease"))
+
+    alerts = AlertQuery(exclude_kind=SWEEP_KIND)
+    page = store.list_documents(alerts, max_item_count=2)
+    rest = store.list_documents(alerts, max_item_count=2, continuation=page.continuation)
+    assert [d["orderId"] for d in page.items + rest.items] == ["a:o-2", "a:o-1", "a:o-0"]
+    assert rest.continuation is None
+    gave_up = store.list_documents(
+        AlertQuery(kind="order_gave_up", since=first + timedelta(minutes=1)), max_item_count=9
+    )
+    assert [d["orderId"] for d in gave_up.items] == ["a:o-2"]
+    with pytest.raises(InvalidContinuation):
+        store.list_documents(
+            AlertQuery(kind="breaker_open"), max_item_count=2, continuation=page.continuation
+        )
+
+    clock.advance(SWEEP_TTL_S + 1)  # the sweep's own time-to-live is over, the alerts' is not
+    assert store.list_documents(AlertQuery(kind=SWEEP_KIND), max_item_count=9).items == []
+    assert len(store.list_documents(alerts, max_item_count=9).items) == 3
+    clock.advance(ALERT_TTL_S)
+    assert store.list_documents(alerts, max_item_count=9).items == []
+
+
+def get(deps: Dependencies, trusted: TrustedIssuer, path: str, *roles: str) -> OperatorResponse:
+    bare, _, query = path.partition("?")
+    headers = trusted.bearer("ana", *roles)
+    return handle_operator_request(
+        "GET", bare, headers, b"", deps=deps, validator=trusted.validator, query=query
+    )
+
+
+def test_the_alerts_route_lists_the_alerts_raised_for_either_role(trusted: TrustedIssuer) -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock)
+    assert deps.alerts is not None
+    previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1"))
+    try:
+        telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:1", reason="too_many_failures")
+        clock.advance(1)
+        telemetry.alert("breaker_open", dependency="payment")
+    finally:
+        telemetry.use_alert_sink(previous)
+    record_sweep(
+        deps.alerts,
+        sweep_doc(
+            SweepReport(), started=deps.clock.now(), ended=deps.clock.now(), host_id="h1", leadership="lease"
+        ),
+    )
+
+    listed = get(deps, trusted, "/api/operator/alerts", REVIEWER_ROLE)
+    assert listed.status == 200
+    assert [(a["kind"], a["orderId"]) for a in listed.body["alerts"]] == [
+        ("breaker_open", None),
+        ("order_gave_up", "a:o-1"),
+    ]
+    assert listed.body["alerts"][1]["suggestedAction"] == ALERT_KINDS["order_gave_up"].action
+    assert listed.body["alerts"][1]["instanceId"] == "a:o-1:1"
+
+    one = get(deps, trusted, "/api/operator/alerts?kind=order_gave_up&limit=1", OPERATOR_ROLE)
+    assert [a["kind"] for a in one.body["alerts"]] == ["order_gave_up"] and one.body["continuation"] is None
+    assert get(deps, trusted, "/api/operator/alerts?kind=supervisor_sweep", OPERATOR_ROLE).status == 400
+    assert get(deps, trusted, "/api/operator/alerts?since=yesterday", OPERATOR_ROLE).status == 400
+    assert get(deps, trusted, "/api/operator/alerts?state=Error", OPERATOR_ROLE).status == 400
+    assert get(deps, trusted, "/api/operator/alerts").status == 403
+    bare = memory_deps(FakeClock())
+    bare.alerts = None
+    assert get(bare, trusted, "/api/operator/alerts", OPERATOR_ROLE).status == 503
+
+
+def test_the_supervisor_route_names_the_leader_while_its_last_sweep_is_fresh(trusted: TrustedIssuer) -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock)
+    assert deps.alerts is not None
+    empty = get(deps, trusted, "/api/operator/supervisor", OPERATOR_ROLE).body
+    assert (empty["leader"], empty["leadership"], empty["sweeps"]) == (None, None, [])
+
+    report = SweepReport(scanned=4, requeued=["a:o-1"], gave_up=["a:o-2"], held=["a:o-3"], skipped=1)
+    for host in ("h1", "h2"):
+        clock.advance(2)
+        now = deps.clock.now()
+        assert record_sweep(
+            deps.alerts,
+            sweep_doc(
+                report, started=now - timedelta(seconds=1), ended=now, host_id=host, leadership="lease"
+            ),
+        )
+    status = get(deps, trusted, "/api/operator/supervisor", REVIEWER_ROLE).body
+    assert (status["leader"], status["leadership"], status["stuckOrders"]) == ("h2", "lease", 3)
+    assert [s["host"] for s in status["sweeps"]] == ["h2", "h1"]
+    assert {k: status["sweeps"][0][k] for k in ("scanned", "recovered", "gaveUp", "held", "durationS")} == {
+        "scanned": 4,
+        "recovered": 1,
+        "gaveUp": 1,
+        "held": 1,
+        "durationS": 1.0,
+    }
+
+    clock.advance(301)  # no sweep since: nobody is known to lead, and the gauge is silent
+    stale = get(deps, trusted, "/api/operator/supervisor?limit=1", OPERATOR_ROLE).body
+    assert (stale["leader"], stale["stuckOrders"], len(stale["sweeps"])) == (None, None, 1)
+
+    now = deps.clock.now()
+    record_sweep(
+        deps.alerts, sweep_doc(report, started=now, ended=now, host_id="worker-7", leadership="timer")
+    )
+    timer = get(deps, trusted, "/api/operator/supervisor", OPERATOR_ROLE).body
+    assert (timer["leader"], timer["leadership"]) == ("worker-7", "timer (singleton)")
+
+
+def test_a_sweep_status_write_that_fails_is_logged_and_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    doc = sweep_doc(SweepReport(), started=clock.now(), ended=clock.now(), host_id="h1", leadership="lease")
+    with caplog.at_level(logging.WARNING, logger="supervisor.status"):
+        assert record_sweep(FailingAlerts(), doc) is False
+    assert record_sweep(None, doc) is False
+    assert "sweep status of h1 not written: TransientError" in caplog.text
+    assert json.loads(doc.model_dump_json(by_alias=True))["ttl"] == SWEEP_TTL_S
+
+
+@pytest.fixture
+def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+    """The operator API behind the CLI (in process), over the in-memory stores."""
+    deps = memory_deps(FakeClock())
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        answer = handle_operator_request(
+            request.method,
+            request.url.path,
+            dict(request.headers),
+            request.content,
+            deps=deps,
+            validator=trusted.validator,
+            query=request.url.query.decode(),
+        )
+        return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
+
+    def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
+        return OperatorApiClient(
+            base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
+        )
+
+    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setenv("ORDERFLOW_API_URL", "https://operator-api.test")
+    monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="rita", roles=[REVIEWER_ROLE]))
+    return deps
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "250"})
+
+
+def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependencies) -> None:
+    assert cli_api.alerts is not None
+    now = cli_api.clock.now()
+    cli_api.alerts.add(
+        alert_doc("poison_order", {"order_id": "a:o-4", "code": "[b]boom[/b]"}, at=now, host="h1")
+    )
+    cli_api.alerts.add(alert_doc("breaker_open", {"dependency": "payment"}, at=now, host="h1"))
+
+    listed = invoke("alerts", "--kind", "poison_order")
+
+    assert listed.exit_code == 0, listed.output
+    assert (
+        "a:o-4" in listed.output and "poison_order" in listed.output and "breaker_open" not in listed.output
+    )
+    assert "code=[b]boom[/b]" in listed.output  # shown as text, not as markup
+    assert ALERT_KINDS["poison_order"].action[:40] in listed.output
+    refused = invoke("alerts", "--kind", "no_such_kind")
+    assert refused.exit_code == 2 and "InvalidValue" in refused.output
+
+
+def test_orderflow_supervisor_status_prints_the_leader_and_the_sweeps(cli_api: Dependencies) -> None:
+    assert invoke("supervisor", "status").output.startswith("no sweep recorded")
+    now = cli_api.clock.now()
+    report = SweepReport(scanned=7, requeued=["a:o-1", "a:o-2"], gave_up=["a:o-3"])
+    record_sweep(cli_api.alerts, sweep_doc(report, started=now, ended=now, host_id="h9", leadership="lease"))
+
+    shown = invoke("supervisor", "status")
+
+    assert shown.exit_code == 0, shown.output
+    assert "leader: h9 (lease); stuck orders: 7" in shown.output
+    [row] = [line for line in shown.output.splitlines() if "h9" in line and "│" in line]
+    assert [cell.strip() for cell in row.split("│")[3:7]] == ["7", "2", "1", "0"]
