@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import pairwise
@@ -102,6 +102,9 @@ from supervisor.lease import current_holder
 
 logger = logging.getLogger(__name__)
 
+ALL_OUTAGES: tuple[str, ...] = tuple(kind.value for kind in OUTAGE_KINDS)
+"""Every kind of outage, by its report key: the state store's, the queues', a dependency's."""
+
 REPORT_PATH = REPO_ROOT / "chaos-report.json"
 
 CHAOS_INVARIANTS = (*INVARIANTS, "misrouted_replies", "cross_client_effects")
@@ -139,6 +142,7 @@ def check_chaos_args(
     outage_every_s: float = 0.0,
     long_share: float = 0.0,
     skew: bool = False,
+    outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> None:
     """Refuse, before anything starts, arguments a chaos run cannot honour: those of
     :func:`devhost.demo.check_run_args`, and chaos that cannot happen with the others.
@@ -173,6 +177,9 @@ def check_chaos_args(
             f"not {outage_every_s:g}"
         )
     del skew  # any value can happen: one process always runs the supervisor
+    unknown = sorted(set(outage_kinds) - set(ALL_OUTAGES))
+    if unknown or not outage_kinds:
+        raise ValueError(f"outage kinds must be some of {', '.join(ALL_OUTAGES)}; not {', '.join(unknown)}")
 
 
 def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:
@@ -243,6 +250,7 @@ def unexercised(
     outage_every_s: float = 0.0,
     long_share: float = 0.0,
     skew: bool = False,
+    outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> list[str]:
     """The report keys of the chaos features a run asked for that never happened (orders included);
     ``intruder`` when an intruder ran (``counts`` has ``intruder_attacks``) and attacked nothing.
@@ -252,19 +260,23 @@ def unexercised(
             ``leader_pauses``, ``store_outages``, ``queue_outages``, ``dependency_windows``,
             ``skewed_hosts``, ``long_handlers`` and, with an intruder, ``intruder_attacks``
             (``{kind: attempts}``).
-        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew: What
-            the run asked for (an outage every ``outage_every_s`` asks for each kind of outage).
+        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew,
+            outage_kinds: What the run asked for (an outage every ``outage_every_s``, of each of
+            ``outage_kinds`` in turn).
     """
-    outages = outage_every_s > 0
-    asked: dict[str, Any] = {
+
+    def outages(kind: str) -> bool:
+        return outage_every_s > 0 and kind in outage_kinds
+
+    asked = {
         "orders": True,  # a run of no orders proves nothing
         "kills": kill_every_s > 0,
         "duplicates_delivered": duplicate_share > 0,
         "late_responses": late_share > 0,
         "leader_pauses": pause_every_s > 0,
-        "store_outages": outages,
-        "queue_outages": outages,
-        "dependency_windows": outages,
+        "store_outages": outages(OutageKind.STORE),
+        "queue_outages": outages(OutageKind.QUEUE),
+        "dependency_windows": outages(OutageKind.DEPENDENCY),
         "skewed_hosts": skew,
         "long_handlers": long_share > 0,
     }
@@ -389,6 +401,7 @@ def unexercised_hints(
     outage_every_s: float = 0.0,
     long_share: float = 0.0,
     skew: bool = False,
+    outage_kinds: Collection[str] = (),
 ) -> list[str]:
     """For each chaos feature a run asked for and that never happened (:func:`unexercised`), one line
     saying which argument to change: the run is usually too short for it.
@@ -398,7 +411,7 @@ def unexercised_hints(
         kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew: What
             the run asked for.
     """
-    del skew  # a skewed host is started with the fleet: it always happens
+    del skew, outage_kinds  # a skewed host is started with the fleet: it always happens
     more_orders = "pass more --orders (ORDERS)"
     hints = {
         "orders": "no order was submitted: pass --orders (ORDERS) of 1 or more",
@@ -495,6 +508,7 @@ def run_chaos(
     pause_s: float | None = None,
     first_pause_after_s: float | None = None,
     outage_every_s: float = 30.0,
+    outage_kinds: Sequence[str] = ALL_OUTAGES,
     long_share: float = 0.03,
     skew: bool = True,
     clients: int = 3,
@@ -518,6 +532,7 @@ def run_chaos(
         first_pause_after_s: Seconds from the first submission to the first pause (None: ``pause_every_s``).
         outage_every_s: One outage every this many seconds, the state store's, the queues' and a
             dependency's in turn (:mod:`devhost.outages`; 0: none).
+        outage_kinds: The kinds of outage taken in turn (:data:`ALL_OUTAGES`: every kind).
         long_share: Share of the demo services' calls that answer after longer than a queue lock
             (:func:`devhost.chaos_faults.long_handler_faults`; 0: none).
         skew: Run one scheduler process with its clock ahead (:func:`devhost.chaos_faults.draw_skewed_host`).
@@ -541,6 +556,7 @@ def run_chaos(
         "outage_every_s": outage_every_s,
         "long_share": long_share,
         "skew": skew,
+        "outage_kinds": tuple(outage_kinds),
     }
     check_chaos_args(orders=orders, processes=processes, clients=clients, timeout_s=timeout_s, **asked)
     run_dir = new_run_dir()
@@ -577,7 +593,8 @@ def run_chaos(
             pause_s=pause_s,
             first_pause_after_s=first_pause_after_s,
         )
-        outages = _chaos_outages(stack, system, faults, seed=seed, every_s=outage_every_s)
+        kinds = [OutageKind(kind) for kind in outage_kinds]
+        outages = _chaos_outages(stack, system, faults, seed=seed, every_s=outage_every_s, kinds=kinds)
         chaos_clients = _chaos_clients(system, plan, log_dir, clients)
         attacker = _chaos_intruder(system, clients, seed=seed) if intruder else None
         if attacker is not None:
@@ -609,12 +626,15 @@ def _print_plan(
     outage_every_s: float,
     long_share: float,
     skew: bool,
+    outage_kinds: Collection[str],
 ) -> None:
     """The run's announcement: what it submits and which faults it injects."""
     del skew  # ``skewed`` says it
     kills = f"kill every {kill_every_s:g} s" if kill_every_s > 0 else "no kills"
     pauses = f"pause the leader every {pause_every_s:g} s" if pause_every_s > 0 else "no leader pauses"
-    outages = f"an outage every {outage_every_s:g} s" if outage_every_s > 0 else "no outages"
+    outages = "no outages"
+    if outage_every_s > 0:
+        outages = f"an outage every {outage_every_s:g} s ({', '.join(outage_kinds)})"
     clock = f"{skewed.process}'s clock {skewed.offset_s:+g} s" if skewed is not None else "no skewed clock"
     console.print(
         f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
@@ -633,18 +653,25 @@ def _skewed_host(seed: int, processes: int) -> SkewedHost:
 
 
 def _chaos_outages(
-    stack: ExitStack, system: DemoSystem, faults: FaultPlan, *, seed: int, every_s: float
+    stack: ExitStack,
+    system: DemoSystem,
+    faults: FaultPlan,
+    *,
+    seed: int,
+    every_s: float,
+    kinds: Collection[OutageKind],
 ) -> OutageScheduler | None:
     """The outage scheduler the run asks for (None: ``every_s`` is 0), not started yet; ``stack`` stops
     it (ending an outage under way) before it stops the emulators."""
     if every_s <= 0 or system.emulators is None:
         return None
+    makers = {
+        OutageKind.STORE: emulator_outage(system.emulators.cosmos),
+        OutageKind.QUEUE: emulator_outage(system.emulators.azurite),
+        OutageKind.DEPENDENCY: dependency_outage(system.services_url, faults),
+    }
     outages = OutageScheduler(
-        {
-            OutageKind.STORE: emulator_outage(system.emulators.cosmos),
-            OutageKind.QUEUE: emulator_outage(system.emulators.azurite),
-            OutageKind.DEPENDENCY: dependency_outage(system.services_url, faults),
-        },
+        {kind: maker for kind, maker in makers.items() if kind in kinds},
         seed=seed,
         every_s=every_s,
         step_timeout_s=Settings.load(env=system.env).STEP_TIMEOUT_S,

@@ -61,10 +61,12 @@ class OutageWindow:
     service: str = ""
 
 
-def slot_length_s(every_s: float, step_timeout_s: float) -> float:
-    """The slot of one window: ``every_s``, or longer when a window could not fit in it (seconds)."""
-    longest = max(step_timeout_s + EMULATOR_OUTAGE_EXTRA_S[1], DEPENDENCY_WINDOW_S[1])
-    return max(every_s, longest + 2 * SLOT_MARGIN_S)
+def slot_length_s(every_s: float, step_timeout_s: float, kinds: Sequence[OutageKind] = OUTAGE_KINDS) -> float:
+    """The slot of one window: ``every_s``, or longer when a window of one of ``kinds`` could not fit in it
+    (seconds)."""
+    emulators = step_timeout_s + EMULATOR_OUTAGE_EXTRA_S[1] if set(kinds) - {OutageKind.DEPENDENCY} else 0.0
+    dependency = DEPENDENCY_WINDOW_S[1] if OutageKind.DEPENDENCY in kinds else 0.0
+    return max(every_s, max(emulators, dependency) + 2 * SLOT_MARGIN_S)
 
 
 def kind_order(seed: int, kinds: Sequence[OutageKind]) -> list[OutageKind]:
@@ -107,7 +109,7 @@ def plan_window(
     else:
         duration = step_timeout_s + draw.uniform(*EMULATOR_OUTAGE_EXTRA_S)
         service = ""
-    slot_s = slot_length_s(every_s, step_timeout_s)
+    slot_s = slot_length_s(every_s, step_timeout_s, kinds)
     latest = slot_s - SLOT_MARGIN_S - duration
     start = slot * slot_s + draw.uniform(SLOT_MARGIN_S, max(SLOT_MARGIN_S, latest))
     return OutageWindow(kind, round(start, 3), round(duration, 3), service)

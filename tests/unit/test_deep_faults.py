@@ -4,17 +4,22 @@ devhost.chaos_faults, devhost.chaos)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from demo.faults import FaultPlan
+from devhost import demo, outages
 from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
-from devhost.chaos import unexercised, unexercised_hints
+from devhost.chaos import check_chaos_args, unexercised, unexercised_hints
 from devhost.chaos_faults import (
     CHAOS_SETTINGS,
     LONG_CALL_S,
@@ -24,7 +29,7 @@ from devhost.chaos_faults import (
     long_handler_faults,
 )
 from devhost.delivery_faults import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
-from devhost.demo import DEMO_SETTINGS, _submit_some, attempt_overlaps
+from devhost.demo import DEMO_SETTINGS, Child, DevhostSpec, Fleet, Killer, _submit_some, attempt_overlaps
 from devhost.outages import (
     DEPENDENCY_WINDOW_S,
     EMULATOR_OUTAGE_EXTRA_S,
@@ -95,6 +100,15 @@ def test_dependency_windows_take_one_service_down_for_a_bounded_window() -> None
     assert all(DEPENDENCY_WINDOW_S[0] <= w.duration_s <= DEPENDENCY_WINDOW_S[1] for w in plan)
 
 
+def test_a_slot_fits_the_longest_window_of_the_kinds_asked_for() -> None:
+    assert slot_length_s(10.0, STEP_S) == DEPENDENCY_WINDOW_S[1] + 2 * SLOT_MARGIN_S
+    emulators_only = [OutageKind.STORE, OutageKind.QUEUE]
+    assert (
+        slot_length_s(10.0, STEP_S, emulators_only) == STEP_S + EMULATOR_OUTAGE_EXTRA_S[1] + 2 * SLOT_MARGIN_S
+    )
+    assert slot_length_s(60.0, STEP_S, emulators_only) == 60.0
+
+
 @pytest.mark.parametrize("every_s", [45.0, 10.0])
 def test_windows_stay_inside_their_slot_and_never_overlap(every_s: float) -> None:
     slot_s = slot_length_s(every_s, STEP_S)
@@ -104,7 +118,7 @@ def test_windows_stay_inside_their_slot_and_never_overlap(every_s: float) -> Non
     for slot, window in enumerate(plan):
         assert window.start_s >= slot * slot_s + SLOT_MARGIN_S - 1e-6
         assert window.start_s + window.duration_s <= (slot + 1) * slot_s - SLOT_MARGIN_S + 1e-3
-    for earlier, later in zip(plan, plan[1:], strict=False):
+    for earlier, later in pairwise(plan):
         assert earlier.start_s + earlier.duration_s < later.start_s
 
 
@@ -113,17 +127,13 @@ def test_a_plan_without_kinds_is_refused() -> None:
         plan_window(1, 0, every_s=45, step_timeout_s=STEP_S, kinds=(), services=())
 
 
-class Ticks:
-    """A monotonic clock moved by the scheduler's own waits (patched below)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_the_scheduler_runs_each_window_ends_it_and_counts_it_by_kind() -> None:
+def test_the_scheduler_runs_each_window_ends_it_and_counts_it_by_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Windows of 0.05 s in slots of 0.07 s: two of them in well under a second.
+    monkeypatch.setattr(outages, "EMULATOR_OUTAGE_EXTRA_S", (0.05, 0.05))
+    monkeypatch.setattr(outages, "DEPENDENCY_WINDOW_S", (0.05, 0.05))
+    monkeypatch.setattr(outages, "SLOT_MARGIN_S", 0.01)
     events: list[str] = []
     done = threading.Event()
 
@@ -145,24 +155,10 @@ def test_the_scheduler_runs_each_window_ends_it_and_counts_it_by_kind() -> None:
         seed=1,
         every_s=0.0,
         step_timeout_s=0.0,
-        monotonic=time.monotonic,
     )
-    # Shrink the windows so that the test runs two of them in well under a second.
-    scheduler._every_s = 0.0
-    import devhost.outages as outages
-
-    original = (outages.EMULATOR_OUTAGE_EXTRA_S, outages.SLOT_MARGIN_S, outages.DEPENDENCY_WINDOW_S)
-    outages.EMULATOR_OUTAGE_EXTRA_S, outages.SLOT_MARGIN_S, outages.DEPENDENCY_WINDOW_S = (
-        (0.05, 0.05),
-        0.01,
-        (0.05, 0.05),
-    )
-    try:
-        scheduler.start()
-        assert done.wait(10.0)
-        scheduler.stop()
-    finally:
-        outages.EMULATOR_OUTAGE_EXTRA_S, outages.SLOT_MARGIN_S, outages.DEPENDENCY_WINDOW_S = original
+    scheduler.start()
+    assert done.wait(10.0)
+    scheduler.stop()
 
     assert events[:4] in (
         ["start store", "end store", "start queue", "end queue"],
@@ -174,7 +170,10 @@ def test_the_scheduler_runs_each_window_ends_it_and_counts_it_by_kind() -> None:
     assert all(entry["ended_after_s"] >= entry["duration_s"] for entry in scheduler.windows if entry["whole"])
 
 
-def test_stopping_the_scheduler_ends_the_outage_under_way_and_does_not_count_it() -> None:
+def test_stopping_the_scheduler_ends_the_outage_under_way_and_does_not_count_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outages, "SLOT_MARGIN_S", 0.0)  # the first window starts at once
     started = threading.Event()
     ended: list[float] = []
 
@@ -183,18 +182,11 @@ def test_stopping_the_scheduler_ends_the_outage_under_way_and_does_not_count_it(
         return lambda: ended.append(time.monotonic())
 
     scheduler = OutageScheduler({OutageKind.STORE: start}, seed=2, every_s=0.0, step_timeout_s=60.0)
-    import devhost.outages as outages
-
-    original = outages.SLOT_MARGIN_S
-    outages.SLOT_MARGIN_S = 0.0
-    try:
-        scheduler.start()
-        # The first window starts within its slot's first seconds: at most the slot less the window.
-        assert started.wait(30.0)
-        stopped_at = time.monotonic()
-        scheduler.stop()
-    finally:
-        outages.SLOT_MARGIN_S = original
+    scheduler.start()
+    # The window (over 60 s) fills its slot, so it starts at the slot's start.
+    assert started.wait(5.0)
+    stopped_at = time.monotonic()
+    scheduler.stop()
 
     assert len(ended) == 1 and ended[0] - stopped_at < 5.0
     assert scheduler.counts() == {"store_outages": 0, "queue_outages": 0, "dependency_windows": 0}
@@ -291,7 +283,7 @@ def test_renewals_are_not_counted_unless_the_plan_asks() -> None:
 
 # --- the report's counts and hints ------------------------------------------------------------------------
 
-ASKED = {
+ASKED: dict[str, Any] = {
     "kill_every_s": 5.0,
     "duplicate_share": 0.05,
     "late_share": 0.03,
@@ -326,6 +318,27 @@ def test_each_new_fault_that_did_not_happen_is_unexercised_when_asked_for() -> N
     ]
     not_asked = {**ASKED, "outage_every_s": 0.0, "long_share": 0.0, "skew": False}
     assert unexercised(quiet, **not_asked) == []
+    # A run that asks for some kinds of outage only is not faulted for the others.
+    no_store = {**HAPPENED, "store_outages": 0}
+    assert unexercised(no_store, **{**ASKED, "outage_kinds": ["queue_outages", "dependency_windows"]}) == []
+    assert unexercised(no_store, **ASKED) == ["store_outages"]
+
+
+def test_outage_kinds_a_run_cannot_have_are_refused_before_it_starts() -> None:
+    args: dict[str, Any] = {
+        "orders": 10,
+        "processes": 3,
+        "clients": 1,
+        "timeout_s": None,
+        **{key: value for key, value in ASKED.items() if key != "skew"},
+    }
+    check_chaos_args(**args, outage_kinds=["store_outages"])
+    with pytest.raises(ValueError, match=r"outage kinds must be some of store_outages, .*; not disk_outages"):
+        check_chaos_args(**args, outage_kinds=["store_outages", "disk_outages"])
+    with pytest.raises(ValueError, match="--long-share \\(LONG_SHARE\\) must be a share between 0 and 1"):
+        check_chaos_args(**{**args, "long_share": 1.5})
+    with pytest.raises(ValueError, match="--outage-every \\(OUTAGE_EVERY\\) must be seconds"):
+        check_chaos_args(**{**args, "outage_every_s": -1.0})
 
 
 def test_each_unexercised_new_fault_names_the_argument_to_change() -> None:
@@ -355,22 +368,25 @@ def test_clock_skew_alerts_are_counted_from_every_devhost_log(tmp_path: Path) ->
 
 
 def record_with_history(ended_after_s: float) -> StateRecord:
+    """An order whose attempt 1 ended ``ended_after_s`` seconds after attempt 2 was claimed (at T0 + 10 s)."""
     return StateRecord(
+        id="chaos-1:o1",
         order_id="chaos-1:o1",
-        attempt=2,
+        reply_to="replies-chaos-1",
         retry_budget=RetryBudget(limit=24),
+        workflow_version="order-v2",
+        attempt=2,
         attempt_history=[
             AttemptEntry(
                 attempt=1,
                 instance_id="chaos-1:o1:1",
-                claimed_by="h1",
                 claimed_at=T0,
                 ended_at=T0 + timedelta(seconds=10 + ended_after_s),
             ),
-            AttemptEntry(
-                attempt=2, instance_id="chaos-1:o1:2", claimed_by="h2", claimed_at=T0 + timedelta(seconds=10)
-            ),
+            AttemptEntry(attempt=2, instance_id="chaos-1:o1:2", claimed_at=T0 + timedelta(seconds=10)),
         ],
+        created_at=T0,
+        updated_at=T0,
     )
 
 
@@ -433,3 +449,39 @@ def test_a_submission_the_queue_refuses_stays_first_and_is_sent_next_tick() -> N
     assert _submit_some([client], pending, owners, room=2) == 2  # type: ignore[list-item, arg-type]
     assert [o.order_id for o in pending] == ["o4"]
     assert client.sent == ["o0", "o1", "o2", "o3"]
+
+
+# --- restarts during an outage ------------------------------------------------------------------------------
+
+
+def test_a_process_whose_restart_fails_during_an_outage_is_started_again_until_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(demo, "RESTART_RETRY_S", 0.01)
+    starts: list[int] = []
+    sleepers: list[subprocess.Popen[str]] = []
+
+    def start(spec: DevhostSpec, run: int) -> Child:
+        starts.append(run)
+        if run in (2, 3):  # the store is down: the process exits during its start-up
+            raise RuntimeError(f"{spec.name} exited with 1")
+        sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True))
+        return Child(spec.name, sleepers[-1], "", Path("/dev/null"))
+
+    fleet = Fleet([DevhostSpec("p1", "h1", "all")], {}, Path("/dev/null"), start=start)
+    killer = Killer(fleet, 0.05, seed=1)
+    try:
+        killer.start()
+        deadline = time.monotonic() + 10
+        while len(starts) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killer.stop()
+        # Killed once, its restart failed twice, the third start ran it; kills went on from there.
+        assert starts[:4] == [1, 2, 3, 4]
+        assert fleet.children["p1"].process.poll() is None
+        assert killer.kills[0]["process"] == "p1"
+    finally:
+        fleet.stop()
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
