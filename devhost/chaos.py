@@ -593,8 +593,7 @@ def run_chaos(
             pause_s=pause_s,
             first_pause_after_s=first_pause_after_s,
         )
-        kinds = [OutageKind(kind) for kind in outage_kinds]
-        outages = _chaos_outages(stack, system, faults, seed=seed, every_s=outage_every_s, kinds=kinds)
+        outages = _chaos_outages(stack, system, faults, seed=seed, every_s=outage_every_s, kinds=outage_kinds)
         chaos_clients = _chaos_clients(system, plan, log_dir, clients)
         attacker = _chaos_intruder(system, clients, seed=seed) if intruder else None
         if attacker is not None:
@@ -659,7 +658,7 @@ def _chaos_outages(
     *,
     seed: int,
     every_s: float,
-    kinds: Collection[OutageKind],
+    kinds: Collection[str],
 ) -> OutageScheduler | None:
     """The outage scheduler the run asks for (None: ``every_s`` is 0), not started yet; ``stack`` stops
     it (ending an outage under way) before it stops the emulators."""

@@ -579,7 +579,8 @@ def _call_operator_api(
             _fail(exc.detail, code=1)
     if not answer.ok:
         refused = f"refused: {answer.status} {answer.error_code}: {answer.error_message}"
-        _fail(refused + _key_hint(order_id, answer), code=2 if answer.status == 400 else 1)
+        hint = _key_hint(order_id, answer) if order_id is not None else ""
+        _fail(refused + hint, code=2 if answer.status == 400 else 1)
     return answer
 
 
