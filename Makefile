@@ -10,7 +10,7 @@
 #                            intruder; writes chaos-report.json
 #   make soak [SOAK_ORDERS=1000] [SEED=20261129]
 #                            make chaos's faults, all at once, over at least 1,000 orders (not in make test;
-#                            about half an hour on 2 cores); writes soak-report.json
+#                            about 12 minutes on 2 cores); writes soak-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2,3] [SWEEP_SIZES=1000,10000,100000]
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
