@@ -4,9 +4,14 @@
 #                            process every S seconds and restart it) and write demo-report.json; it
 #                            prints the web console's URL; KEEP=1 keeps the system up until Ctrl-C
 #   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
-#              [PAUSE_EVERY=30] [CLIENTS=3] [SEED=20261129]
+#              [PAUSE_EVERY=30] [OUTAGE_EVERY=30] [LONG_SHARE=0.03] [SKEW=1] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
-#                            a paused supervisor leader, several clients and an intruder; writes chaos-report.json
+#                            a paused supervisor leader, outages of the state store, the queues and a
+#                            dependency, long handlers, a host with a skewed clock, several clients and an
+#                            intruder; writes chaos-report.json
+#   make soak [SOAK_ORDERS=1000] [SEED=20261129]
+#                            make chaos's faults, all at once, over at least 1,000 orders (not in make test;
+#                            about 12 minutes on 2 cores); writes soak-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2,3] [SWEEP_SIZES=1000,10000,100000]
 #              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
@@ -37,6 +42,10 @@ KEEP ?= 0
 DUPLICATE_SHARE ?= 0.05
 LATE_SHARE ?= 0.03
 PAUSE_EVERY ?= 30
+OUTAGE_EVERY ?= 30
+LONG_SHARE ?= 0.03
+SKEW ?= 1
+SOAK_ORDERS ?= 1000
 CLIENTS ?= 3
 # CLIENTS here counts the chaos run's clients; the environment variable of that name is orderflow's
 # client registry (JSON), so make must not hand this one to the programs it runs.
@@ -86,7 +95,14 @@ demo: setup
 chaos: setup
 	$(PY) -m devhost.chaos --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
+		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) $(if $(filter 0,$(SKEW)),--no-skew,--skew) \
 		--clients $(CLIENTS) --seed $(SEED)
+
+.PHONY: soak
+soak: setup
+	$(PY) -m devhost.chaos --orders $(SOAK_ORDERS) --processes 3 --kill-every 5 --duplicate-share 0.05 \
+		--late-share 0.03 --pause-every 30 --outage-every 30 --long-share 0.03 --skew --clients 3 \
+		--seed $(SEED) --report soak-report.json
 
 .PHONY: bench
 bench: setup

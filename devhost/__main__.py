@@ -14,11 +14,12 @@ started, so the process always exits.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import typer
@@ -29,7 +30,7 @@ from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.breaker import circuit_breakers
-from orderflow.clock import SystemClock
+from orderflow.clock import Clock, OffsetClock, SystemClock
 from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
@@ -47,6 +48,33 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 CONNECTION_SETTINGS = ("STORAGE_CONNECTION_STRING", "COSMOS_ENDPOINT", "COSMOS_KEY")
 """Settings a devhost process cannot start without (the local emulators' connections)."""
+
+CLOCK_OFFSET_ENV = "DEVHOST_CLOCK_OFFSET_S"
+"""Environment variable of a local host only (not a setting: no deployment reads it): seconds its clock
+runs ahead of the machine's (negative: behind), so that ``make chaos`` can run a host with a skewed clock.
+Unset or empty: the machine's clock."""
+
+
+def host_clock(env: Mapping[str, str] | None = None) -> Clock:
+    """The process's clock: the machine's, moved by :data:`CLOCK_OFFSET_ENV` when it is set.
+
+    Args:
+        env: The environment (default ``os.environ``).
+
+    Raises:
+        ValueError: the variable is set but is not a finite number of seconds.
+    """
+    text = (os.environ if env is None else env).get(CLOCK_OFFSET_ENV, "").strip()
+    if not text:
+        return SystemClock()
+    try:
+        offset_s = float(text)
+    except ValueError:
+        offset_s = math.nan
+    if not math.isfinite(offset_s):
+        raise ValueError(f"{CLOCK_OFFSET_ENV}={text!r} is not valid: it should be a number of seconds")
+    logging.getLogger(__name__).warning("this host's clock runs %+.3f s off the machine's", offset_s)
+    return OffsetClock(SystemClock(), offset_s)
 
 
 class _CancelledTimerNoise(logging.Filter):
@@ -212,7 +240,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 queues, dead_letters, lease = connect_transport(settings, roles)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
-                clock = SystemClock()
+                clock = host_clock()
                 deps = Dependencies(
                     states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
                     orders=stores.orders,

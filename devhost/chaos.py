@@ -31,8 +31,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -41,6 +42,17 @@ import typer
 from rich.markup import escape
 
 from demo.faults import FaultPlan
+from devhost.__main__ import CLOCK_OFFSET_ENV
+from devhost.chaos_faults import (
+    CHAOS_SETTINGS,
+    SERVICES,
+    SkewedHost,
+    count_alerts,
+    dependency_outage,
+    draw_skewed_host,
+    emulator_outage,
+    long_handler_faults,
+)
 from devhost.cli import run_driver
 from devhost.delivery_faults import (
     CHAOS_ENV,
@@ -52,6 +64,7 @@ from devhost.delivery_faults import (
 )
 from devhost.demo import (
     DEMO_FAULTS,
+    DEMO_SETTINGS,
     INVARIANTS,
     DemoSystem,
     DevhostSpec,
@@ -63,6 +76,7 @@ from devhost.demo import (
     check_run_args,
     console,
     demo_system,
+    devhost_specs,
     new_run_dir,
     print_summary,
     quiet_sdk_logs,
@@ -78,6 +92,7 @@ from devhost.intruder import (
     count_cross_client_effects,
     settled_own_orders,
 )
+from devhost.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
 from orderflow.client import OrderflowClient
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
@@ -86,6 +101,9 @@ from orderflow.workflows import new_order_workflow
 from supervisor.lease import current_holder
 
 logger = logging.getLogger(__name__)
+
+ALL_OUTAGES: tuple[str, ...] = tuple(kind.value for kind in OUTAGE_KINDS)
+"""Every kind of outage, by its report key: the state store's, the queues', a dependency's."""
 
 REPORT_PATH = REPO_ROOT / "chaos-report.json"
 
@@ -121,6 +139,10 @@ def check_chaos_args(
     pause_every_s: float,
     clients: int,
     timeout_s: float | None,
+    outage_every_s: float = 0.0,
+    long_share: float = 0.0,
+    skew: bool = False,
+    outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> None:
     """Refuse, before anything starts, arguments a chaos run cannot honour: those of
     :func:`devhost.demo.check_run_args`, and chaos that cannot happen with the others.
@@ -132,6 +154,7 @@ def check_chaos_args(
     for option, variable, share in (
         ("--duplicate-share", "DUPLICATE_SHARE", duplicate_share),
         ("--late-share", "LATE_SHARE", late_share),
+        ("--long-share", "LONG_SHARE", long_share),
     ):
         if not 0 <= share <= 1:  # NaN fails too
             raise ValueError(f"{option} ({variable}) must be a share between 0 and 1, not {share:g}")
@@ -148,6 +171,15 @@ def check_chaos_args(
         )
     if clients < 1:
         raise ValueError(f"--clients (CLIENTS) must be at least 1, not {clients}")
+    if not (math.isfinite(outage_every_s) and outage_every_s >= 0):
+        raise ValueError(
+            f"--outage-every (OUTAGE_EVERY) must be seconds between outages, or 0 for none; "
+            f"not {outage_every_s:g}"
+        )
+    del skew  # any value can happen: one process always runs the supervisor
+    unknown = sorted(set(outage_kinds) - set(ALL_OUTAGES))
+    if unknown or not outage_kinds:
+        raise ValueError(f"outage kinds must be some of {', '.join(ALL_OUTAGES)}; not {', '.join(unknown)}")
 
 
 def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: Mapping[str, str]) -> int:
@@ -188,14 +220,17 @@ def max_recovery_s(records: Iterable[StateRecord]) -> float:
     return round(max(recovery_times_s(records), default=0.0), 2)
 
 
-def chaos_budget_s(orders: int, timeout_s: float | None) -> float:
+def chaos_budget_s(orders: int, timeout_s: float | None, *, outages: bool = False) -> float:
     """Seconds a chaos run waits for its orders to settle: ``timeout_s``, or a bound scaled to ``orders``.
 
     Chaos settles far fewer orders a second than the demo (about 1.4 for 300 orders measured on 2 cores,
     against 8): most orders are recovered at least once, and a killed leader's lease holds the
-    supervisor off for up to a lease period. The bound only stops a run that is stuck.
+    supervisor off for up to a lease period. Outages (``outages``) stop everything for a part of the run:
+    the bound is half as long again. It only stops a run that is stuck.
     """
-    return timeout_s if timeout_s is not None else max(240.0, 90.0 + orders * 1.2)
+    if timeout_s is not None:
+        return timeout_s
+    return max(240.0, 90.0 + orders * 1.2) * (1.5 if outages else 1.0)
 
 
 def failed_invariants(report: Mapping[str, Any]) -> list[str]:
@@ -212,21 +247,38 @@ def unexercised(
     duplicate_share: float,
     late_share: float,
     pause_every_s: float,
+    outage_every_s: float = 0.0,
+    long_share: float = 0.0,
+    skew: bool = False,
+    outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> list[str]:
     """The report keys of the chaos features a run asked for that never happened (orders included);
     ``intruder`` when an intruder ran (``counts`` has ``intruder_attacks``) and attacked nothing.
 
     Args:
         counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses``,
-            ``leader_pauses`` and, with an intruder, ``intruder_attacks`` (``{kind: attempts}``).
-        kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
+            ``leader_pauses``, ``store_outages``, ``queue_outages``, ``dependency_windows``,
+            ``skewed_hosts``, ``long_handlers`` and, with an intruder, ``intruder_attacks``
+            (``{kind: attempts}``).
+        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew,
+            outage_kinds: What the run asked for (an outage every ``outage_every_s``, of each of
+            ``outage_kinds`` in turn).
     """
+
+    def outages(kind: str) -> bool:
+        return outage_every_s > 0 and kind in outage_kinds
+
     asked = {
         "orders": True,  # a run of no orders proves nothing
         "kills": kill_every_s > 0,
         "duplicates_delivered": duplicate_share > 0,
         "late_responses": late_share > 0,
         "leader_pauses": pause_every_s > 0,
+        "store_outages": outages(OutageKind.STORE),
+        "queue_outages": outages(OutageKind.QUEUE),
+        "dependency_windows": outages(OutageKind.DEPENDENCY),
+        "skewed_hosts": skew,
+        "long_handlers": long_share > 0,
     }
     missing = [key for key, wanted in asked.items() if wanted and not counts.get(key)]
     attacks = counts.get("intruder_attacks")
@@ -346,14 +398,20 @@ def unexercised_hints(
     duplicate_share: float,
     late_share: float,
     pause_every_s: float,
+    outage_every_s: float = 0.0,
+    long_share: float = 0.0,
+    skew: bool = False,
+    outage_kinds: Collection[str] = (),
 ) -> list[str]:
     """For each chaos feature a run asked for and that never happened (:func:`unexercised`), one line
     saying which argument to change: the run is usually too short for it.
 
     Args:
         features: The report's ``unexercised`` keys.
-        kill_every_s, duplicate_share, late_share, pause_every_s: What the run asked for.
+        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew: What
+            the run asked for.
     """
+    del skew, outage_kinds  # a skewed host is started with the fleet: it always happens
     more_orders = "pass more --orders (ORDERS)"
     hints = {
         "orders": "no order was submitted: pass --orders (ORDERS) of 1 or more",
@@ -368,6 +426,20 @@ def unexercised_hints(
         f"{more_orders}, a shorter PAUSE_EVERY, or PAUSE_EVERY=0 to run without leader pauses",
         "intruder": f"the intruder attacked nothing: too few victim orders were recorded while it ran; "
         f"{more_orders}, or --no-intruder to run without it",
+        **{
+            key: f"no {what} ran to its end: the run ended before its turn (one outage every "
+            f"--outage-every (OUTAGE_EVERY) {outage_every_s:g} s, the store's, the queues' and a "
+            f"dependency's in turn); {more_orders}, a shorter OUTAGE_EVERY, or OUTAGE_EVERY=0 to run without "
+            f"outages"
+            for key, what in (
+                ("store_outages", "state-store outage"),
+                ("queue_outages", "queue outage"),
+                ("dependency_windows", "dependency window"),
+            )
+        },
+        "skewed_hosts": "no devhost process ran with a skewed clock; pass --no-skew to run without one",
+        "long_handlers": f"no handler outlasted its lock at --long-share (LONG_SHARE) {long_share:g}; "
+        f"{more_orders}, a larger share, or LONG_SHARE=0 to run without long handlers",
     }
     return [hints.get(feature, f"no {feature}") for feature in features]
 
@@ -381,17 +453,48 @@ def lease_holder_reader(settings: Settings) -> LeaseHolder:
     return read
 
 
-def chaos_counts(run_dir: Path, killer: Killer | None, pauser: LeaderPauser | None) -> dict[str, int]:
-    """The chaos so far: kills, duplicated and late deliveries (from the fault logs), leader pauses."""
+def chaos_counts(
+    run_dir: Path,
+    killer: Killer | None,
+    pauser: LeaderPauser | None,
+    outages: OutageScheduler | None = None,
+    skewed: SkewedHost | None = None,
+) -> dict[str, int]:
+    """The chaos so far: kills, duplicated and late deliveries and long handlers (from the fault logs),
+    leader pauses, the outages run to their end by kind, and the hosts with a skewed clock."""
     faults = read_fault_logs(run_dir / "delivery-faults")
     pauses = pauser.pauses if pauser is not None else []
+    windows = outages.counts() if outages is not None else {kind.value: 0 for kind in OUTAGE_KINDS}
     return {
         "kills": len(killer.kills) if killer is not None else 0,
         "duplicates_delivered": faults[DeliveryFault.DUPLICATE.value],
         "late_responses": faults[DeliveryFault.LATE.value],
         "leader_pauses": len(pauses),
         "leader_takeovers": sum(1 for p in pauses if p.get("taken_over_by")),
+        **windows,
+        "skewed_hosts": int(skewed is not None),
+        "long_handlers": faults[DeliveryFault.LONG_HANDLER.value],
     }
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """The chaos makers of a run (None: not asked for): the killer, the leader pauser, the intruder, the
+    outage scheduler, and the host with a skewed clock."""
+
+    killer: Killer | None
+    pauser: LeaderPauser | None
+    attacker: Intruder | None
+    outages: OutageScheduler | None
+    skewed: SkewedHost | None
+
+    def counts(self, run_dir: Path) -> dict[str, int]:
+        """:func:`chaos_counts` of these."""
+        return chaos_counts(run_dir, self.killer, self.pauser, self.outages, self.skewed)
+
+    def threads(self) -> list[Killer | LeaderPauser | Intruder | OutageScheduler]:
+        """Those that run on a thread (started and stopped with the orders' submission)."""
+        return [c for c in (self.killer, self.pauser, self.attacker, self.outages) if c is not None]
 
 
 def run_chaos(
@@ -404,6 +507,10 @@ def run_chaos(
     pause_every_s: float = 30.0,
     pause_s: float | None = None,
     first_pause_after_s: float | None = None,
+    outage_every_s: float = 30.0,
+    outage_kinds: Sequence[str] = ALL_OUTAGES,
+    long_share: float = 0.03,
+    skew: bool = True,
     clients: int = 3,
     intruder: bool = True,
     seed: int = 20261129,
@@ -423,6 +530,12 @@ def run_chaos(
         pause_every_s: SIGSTOP the supervisor leader every this many seconds (0: never).
         pause_s: How long a pause lasts, seconds (None: the lease period plus :data:`PAUSE_MARGIN_S`).
         first_pause_after_s: Seconds from the first submission to the first pause (None: ``pause_every_s``).
+        outage_every_s: One outage every this many seconds, the state store's, the queues' and a
+            dependency's in turn (:mod:`devhost.outages`; 0: none).
+        outage_kinds: The kinds of outage taken in turn (:data:`ALL_OUTAGES`: every kind).
+        long_share: Share of the demo services' calls that answer after longer than a queue lock
+            (:func:`devhost.chaos_faults.long_handler_faults`; 0: none).
+        skew: Run one scheduler process with its clock ahead (:func:`devhost.chaos_faults.draw_skewed_host`).
         clients: Clients submitting the orders in turn, each with its own reply queue.
         intruder: Register one more client, :data:`devhost.intruder.INTRUDER_CLIENT`, that attacks theirs.
         seed: Seed of the kills and of the delivery faults' draws.
@@ -435,19 +548,29 @@ def run_chaos(
         RuntimeError: a child process did not start.
     """
     # The chaos asked for, as the checks, the report and the hints name it.
-    asked = {
+    asked: dict[str, Any] = {
         "kill_every_s": kill_every_s,
         "duplicate_share": duplicate_share,
         "late_share": late_share,
         "pause_every_s": pause_every_s,
+        "outage_every_s": outage_every_s,
+        "long_share": long_share,
+        "skew": skew,
+        "outage_kinds": tuple(outage_kinds),
     }
     check_chaos_args(orders=orders, processes=processes, clients=clients, timeout_s=timeout_s, **asked)
     run_dir = new_run_dir()
     log_dir = run_dir / "delivery-faults"
     plan = DeliveryFaults(
-        duplicate_share=duplicate_share, late_share=late_share, seed=seed, log_dir=str(log_dir)
+        duplicate_share=duplicate_share,
+        late_share=late_share,
+        long_handlers=long_share > 0,
+        seed=seed,
+        log_dir=str(log_dir),
     )
-    _print_plan(run_dir, orders=orders, processes=processes, clients=clients, **asked)
+    skewed = _skewed_host(seed, processes) if skew else None
+    faults = long_handler_faults(faults, long_share)
+    _print_plan(run_dir, orders=orders, processes=processes, clients=clients, skewed=skewed, **asked)
     with ExitStack() as stack, quiet_sdk_logs():
         system = stack.enter_context(
             demo_system(
@@ -455,9 +578,10 @@ def run_chaos(
                 processes=processes,
                 faults=faults,
                 run_dir=run_dir,
-                extra_env={CHAOS_ENV: plan.model_dump_json()},
+                extra_env={CHAOS_ENV: plan.model_dump_json(), **CHAOS_SETTINGS},
                 client_ids=[f"chaos-{n}" for n in range(1, clients + 1)]
                 + ([INTRUDER_CLIENT] if intruder else []),
+                process_env={skewed.process: {CLOCK_OFFSET_ENV: str(skewed.offset_s)}} if skewed else None,
             )
         )
         killer, pauser = _chaos_makers(
@@ -469,25 +593,18 @@ def run_chaos(
             pause_s=pause_s,
             first_pause_after_s=first_pause_after_s,
         )
+        outages = _chaos_outages(stack, system, faults, seed=seed, every_s=outage_every_s, kinds=outage_kinds)
         chaos_clients = _chaos_clients(system, plan, log_dir, clients)
         attacker = _chaos_intruder(system, clients, seed=seed) if intruder else None
         if attacker is not None:
             stack.callback(attacker.stop)
-        settling = _settle_under_chaos(
-            system, chaos_clients, killer, pauser, attacker, budget_s=chaos_budget_s(orders, timeout_s)
-        )
+        chaos = Chaos(killer, pauser, attacker, outages, skewed)
+        budget_s = chaos_budget_s(orders, timeout_s, outages=outage_every_s > 0)
+        settling = _settle_under_chaos(system, chaos_clients, chaos, budget_s=budget_s)
         report, mismatched = _chaos_report(
-            system,
-            chaos_clients,
-            settling,
-            killer=killer,
-            pauser=pauser,
-            attacker=attacker,
-            processes=processes,
-            clients=clients,
-            asked=asked,
+            system, chaos_clients, settling, chaos, processes=processes, clients=clients, asked=asked
         )
-        _write_events(run_dir, killer, pauser)
+        _write_events(run_dir, chaos)
 
     write_report(report, report_path)
     _print_verdict(report, mismatched, report_path, asked)
@@ -500,19 +617,67 @@ def _print_plan(
     orders: int,
     processes: int,
     clients: int,
+    skewed: SkewedHost | None,
     kill_every_s: float,
     duplicate_share: float,
     late_share: float,
     pause_every_s: float,
+    outage_every_s: float,
+    long_share: float,
+    skew: bool,
+    outage_kinds: Collection[str],
 ) -> None:
-    """The run's one-line announcement: what it submits and which faults it injects."""
+    """The run's announcement: what it submits and which faults it injects."""
+    del skew  # ``skewed`` says it
     kills = f"kill every {kill_every_s:g} s" if kill_every_s > 0 else "no kills"
     pauses = f"pause the leader every {pause_every_s:g} s" if pause_every_s > 0 else "no leader pauses"
+    outages = "no outages"
+    if outage_every_s > 0:
+        outages = f"an outage every {outage_every_s:g} s ({', '.join(outage_kinds)})"
+    clock = f"{skewed.process}'s clock {skewed.offset_s:+g} s" if skewed is not None else "no skewed clock"
     console.print(
         f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
-        f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}; "
-        f"logs in {run_dir}"
+        f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}, {outages}, "
+        f"long calls {long_share:.0%}, {clock}; logs in {run_dir}"
     )
+
+
+def _skewed_host(seed: int, processes: int) -> SkewedHost:
+    """The run's skewed host, among the processes that run the supervisor (:func:`draw_skewed_host`)."""
+    settings = Settings.load(env={**DEMO_SETTINGS, **CHAOS_SETTINGS})
+    supervisors = [
+        spec.name for spec in devhost_specs(processes) if spec.roles == "all" or "supervisor" in spec.roles
+    ]
+    return draw_skewed_host(seed, supervisors, settings.CLOCK_SKEW_TOLERANCE_S)
+
+
+def _chaos_outages(
+    stack: ExitStack,
+    system: DemoSystem,
+    faults: FaultPlan,
+    *,
+    seed: int,
+    every_s: float,
+    kinds: Collection[str],
+) -> OutageScheduler | None:
+    """The outage scheduler the run asks for (None: ``every_s`` is 0), not started yet; ``stack`` stops
+    it (ending an outage under way) before it stops the emulators."""
+    if every_s <= 0 or system.emulators is None:
+        return None
+    makers = {
+        OutageKind.STORE: emulator_outage(system.emulators.cosmos),
+        OutageKind.QUEUE: emulator_outage(system.emulators.azurite),
+        OutageKind.DEPENDENCY: dependency_outage(system.services_url, faults),
+    }
+    outages = OutageScheduler(
+        {kind: maker for kind, maker in makers.items() if kind in kinds},
+        seed=seed,
+        every_s=every_s,
+        step_timeout_s=Settings.load(env=system.env).STEP_TIMEOUT_S,
+        services=SERVICES,
+    )
+    stack.callback(outages.stop)
+    return outages
 
 
 def _chaos_makers(
@@ -587,33 +752,27 @@ def _chaos_intruder(system: DemoSystem, clients: int, *, seed: int) -> Intruder:
 
 
 def _settle_under_chaos(
-    system: DemoSystem,
-    chaos_clients: list[OrderflowClient],
-    killer: Killer | None,
-    pauser: LeaderPauser | None,
-    attacker: Intruder | None,
-    *,
-    budget_s: float,
+    system: DemoSystem, chaos_clients: list[OrderflowClient], chaos: Chaos, *, budget_s: float
 ) -> Settling:
     """Start the chaos (and the intruder), submit the orders and wait for them to settle, then stop the
     chaos."""
 
     def status() -> str:
-        counts = chaos_counts(system.run_dir, killer, pauser)
+        counts = chaos.counts(system.run_dir)
+        outages = sum(counts[kind.value] for kind in OUTAGE_KINDS)
         return (
             f"kills {counts['kills']} · leader pauses {counts['leader_pauses']} · "
-            f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']}"
+            f"duplicates {counts['duplicates_delivered']} · late {counts['late_responses']} · "
+            f"outages {outages} · long handlers {counts['long_handlers']}"
         )
 
-    for chaos in (killer, pauser, attacker):
-        if chaos is not None:
-            chaos.start()
-    others = [attacker.client.client_id] if attacker is not None else []
+    for maker in chaos.threads():
+        maker.start()
+    others = [chaos.attacker.client.client_id] if chaos.attacker is not None else []
     settling = submit_and_settle(system, chaos_clients, budget_s=budget_s, status=status, others=others)
     # The last replies and the summary are read from a quiet system.
-    for chaos in (attacker, pauser, killer):
-        if chaos is not None:
-            chaos.stop()
+    for maker in reversed(chaos.threads()):
+        maker.stop()
     return settling
 
 
@@ -621,24 +780,25 @@ def _chaos_report(
     system: DemoSystem,
     chaos_clients: list[OrderflowClient],
     settling: Settling,
+    chaos: Chaos,
     *,
-    killer: Killer | None,
-    pauser: LeaderPauser | None,
-    attacker: Intruder | None,
     processes: int,
     clients: int,
-    asked: Mapping[str, float],
+    asked: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The chaos report (its own keys, the demo report's others, then ``unexercised``) and the
     mismatched orders."""
+    attacker = chaos.attacker
     others = [attacker.client.client_id] if attacker is not None else []
+    offset_s = chaos.skewed.offset_s if chaos.skewed is not None else 0.0
     demo_report, mismatched = build_report(
         system,
         chaos_clients,
         settling,
         processes=processes,
-        kills=len(killer.kills) if killer is not None else 0,
+        kills=len(chaos.killer.kills) if chaos.killer is not None else 0,
         others=others,
+        clock_slack_s=abs(offset_s),
     )
     intruder_report = _intruder_report(system, attacker, settling) if attacker is not None else {}
     records = catalog_records(all_records(system.stores.state), others)
@@ -655,7 +815,9 @@ def _chaos_report(
         + intruder_report.pop("intruder_misrouted_replies", 0),
         "cross_client_effects": intruder_report.pop("cross_client_effects", 0),
         "max_recovery_s": max_recovery_s(records),
-        **chaos_counts(system.run_dir, killer, pauser),
+        **chaos.counts(system.run_dir),
+        "clock_offset_s": offset_s,
+        "clock_skew_alerts": count_alerts(system.run_dir, "clock_skew"),
         "clients": clients,
         "duplicate_replies_dropped": sum(c.replies.duplicates for c in chaos_clients),
         **intruder_report,
@@ -706,11 +868,13 @@ def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling)
     }
 
 
-def _write_events(run_dir: Path, killer: Killer | None, pauser: LeaderPauser | None) -> None:
+def _write_events(run_dir: Path, chaos: Chaos) -> None:
     """What the chaos did, when: for reading the processes' logs side by side."""
     events = {
-        "kills": killer.kills if killer is not None else [],
-        "leaderPauses": pauser.pauses if pauser is not None else [],
+        "kills": chaos.killer.kills if chaos.killer is not None else [],
+        "leaderPauses": chaos.pauser.pauses if chaos.pauser is not None else [],
+        "outages": chaos.outages.windows if chaos.outages is not None else [],
+        "skewedHost": vars(chaos.skewed) if chaos.skewed is not None else None,
     }
     (run_dir / "chaos-events.json").write_text(json.dumps(events, indent=2) + "\n", encoding="utf-8")
 
@@ -719,7 +883,7 @@ def _print_verdict(
     report: dict[str, Any],
     mismatched: list[tuple[str, str]],
     report_path: Path,
-    asked: Mapping[str, float],
+    asked: Mapping[str, Any],
 ) -> None:
     """The summary table, then which invariants failed (with hints for chaos that never happened)."""
     print_summary(report, mismatched, title="orderflow chaos", invariants=CHAOS_INVARIANTS)
@@ -758,6 +922,19 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     pause_every: Annotated[
         float, typer.Option(help="SIGSTOP the supervisor leader every this many seconds (0: never).")
     ] = 30.0,
+    outage_every: Annotated[
+        float,
+        typer.Option(
+            help="One outage every this many seconds: the state store's, the queues' (each longer than a "
+            "step's deadline) and a dependency's, in turn (0: never)."
+        ),
+    ] = 30.0,
+    long_share: Annotated[
+        float, typer.Option(help="Share of the services' calls answered after longer than a queue lock.")
+    ] = 0.03,
+    skew: Annotated[
+        bool, typer.Option(help="Run one scheduler process with its clock ahead, within the tolerance.")
+    ] = True,
     clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
     intruder: Annotated[
         bool, typer.Option(help="Add a client that attacks the others' orders (devhost.intruder).")
@@ -767,8 +944,9 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         float | None,
         typer.Option(help="Give up waiting after this many seconds (default: scaled to --orders)."),
     ] = None,
+    report: Annotated[Path, typer.Option(help="Where the JSON report is written.")] = REPORT_PATH,
 ) -> None:
-    """Run the chaos run and write chaos-report.json; exits 1 if any invariant fails.
+    """Run the chaos run and write chaos-report.json (or --report); exits 1 if any invariant fails.
 
     Bad arguments, and chaos that cannot happen with them, exit 2 and a run that cannot start exits 1,
     each with one line on stderr. SIGTERM and SIGHUP stop it as Ctrl-C does (a paused leader is
@@ -782,13 +960,17 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         "duplicate_share": duplicate_share,
         "late_share": late_share,
         "pause_every_s": pause_every,
+        "outage_every_s": outage_every,
+        "long_share": long_share,
+        "skew": skew,
         "clients": clients,
         "timeout_s": timeout_s,
     }
-    report = run_driver(
-        lambda: check_chaos_args(**plan), lambda: run_chaos(**plan, intruder=intruder, seed=seed)
+    outcome = run_driver(
+        lambda: check_chaos_args(**plan),
+        lambda: run_chaos(**plan, intruder=intruder, seed=seed, report_path=report),
     )
-    raise typer.Exit(1 if failed_invariants(report) else 0)
+    raise typer.Exit(1 if failed_invariants(outcome) else 0)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from demo.faults import uniform
-from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory
+from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory, ReceivedMessage
 from orderflow.records import format_utc
 from orderflow.settings import Settings
 
@@ -56,6 +56,9 @@ class DeliveryFault(StrEnum):
 
     DUPLICATE = "duplicate"
     LATE = "late"
+    LONG_HANDLER = "long_handler"
+    """Not injected but seen: a handler that outlasted half its message's lock, kept the lock by renewal
+    and completed the message (the chaos run makes such handlers with slow calls to the demo services)."""
 
 
 class DeliveryFaults(BaseModel):
@@ -64,6 +67,8 @@ class DeliveryFaults(BaseModel):
     Attributes:
         duplicate_share: Share of sends delivered twice (same body, same message id).
         late_share: Share of agent responses delivered after their step's deadline.
+        long_handlers: Count the handlers that completed their message after renewing its lock
+            (:attr:`DeliveryFault.LONG_HANDLER`).
         seed: Seed of the draws.
         log_dir: Directory of the per-process fault logs (empty: counted in memory only).
     """
@@ -72,13 +77,14 @@ class DeliveryFaults(BaseModel):
 
     duplicate_share: float = Field(0.0, ge=0, le=1)
     late_share: float = Field(0.0, ge=0, le=1)
+    long_handlers: bool = False
     seed: int = 0
     log_dir: str = ""
 
     @property
     def active(self) -> bool:
-        """Whether any fault can happen."""
-        return self.duplicate_share > 0 or self.late_share > 0
+        """Whether any fault can happen (or long handlers are counted)."""
+        return self.duplicate_share > 0 or self.late_share > 0 or self.long_handlers
 
     def hits(self, fault: DeliveryFault, queue: str, message_id: str) -> bool:
         """Whether ``fault`` applies to the message ``message_id`` sent to ``queue`` (deterministic)."""
@@ -172,7 +178,9 @@ def agent_responses(settings: Settings) -> LatePredicate:
 class FaultyQueue(ForwardingQueue):
     """A :class:`MessageQueue` that duplicates or delays some of what is sent through it.
 
-    Receiving and settling pass straight through: the faults are the sender's side of the transport.
+    Receiving and settling pass straight through: the faults are the sender's side of the transport. With
+    :attr:`DeliveryFaults.long_handlers`, a message whose lock was renewed and that is then completed is
+    counted as a :attr:`DeliveryFault.LONG_HANDLER`.
     """
 
     def __init__(
@@ -189,6 +197,31 @@ class FaultyQueue(ForwardingQueue):
         self._log = log
         self._late_for = late_for
         self._late_delay_s = late_delay_s
+        self._renewed: set[str] = set()
+        self._renewed_lock = threading.Lock()
+
+    def renew_lock(self, message: ReceivedMessage, *, lock_s: float) -> None:
+        """Renew the lock on the inner queue; remember the message when long handlers are counted."""
+        self._inner.renew_lock(message, lock_s=lock_s)
+        if self._faults.long_handlers:
+            with self._renewed_lock:
+                self._renewed.add(message.transport_id or message.message_id)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        """Complete on the inner queue; count a long handler if the message's lock was renewed."""
+        self._inner.complete(message)
+        with self._renewed_lock:
+            key = message.transport_id or message.message_id
+            renewed = key in self._renewed
+            self._renewed.discard(key)
+        if renewed:
+            self._log.record(DeliveryFault.LONG_HANDLER, self.name, message.message_id)
+
+    def abandon(self, message: ReceivedMessage, *, delay_s: float = 0.0) -> None:
+        """Abandon on the inner queue (a renewed message abandoned is no long handler that held)."""
+        self._inner.abandon(message, delay_s=delay_s)
+        with self._renewed_lock:
+            self._renewed.discard(message.transport_id or message.message_id)
 
     def send(
         self,

@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
@@ -55,6 +55,7 @@ from typing import Annotated, Any
 
 import httpx
 import typer
+from azure.core.exceptions import AzureError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -72,13 +73,14 @@ from demo.tpch import (
 )
 from devhost.cli import run_driver
 from devhost.client_credentials import ClientCredentials, issue_client_credentials
-from devhost.emulators import REPO_ROOT, LocalEndpoints, start_local_emulators
+from devhost.emulators import REPO_ROOT, LocalEmulators, LocalEndpoints, start_local_emulators
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from operator_api.handler import CONSOLE_PATH
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
+from orderflow.errors import TransientError
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
 from orderflow.settings import Settings
@@ -255,12 +257,14 @@ def start_demo_services(
 @dataclass(frozen=True)
 class DevhostSpec:
     """How to (re)start one devhost process: its name, host id, roles and, when it runs the operator API,
-    the API's loopback port (0: none given)."""
+    the API's loopback port (0: none given); ``env``: variables of this process only, over the fleet's
+    (a restart keeps them)."""
 
     name: str
     host_id: str
     roles: str
     api_port: int = 0
+    env: tuple[tuple[str, str], ...] = ()
 
 
 SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
@@ -329,7 +333,7 @@ class Fleet:
         return start_child(
             spec.name,
             ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles, *api],
-            self._env,
+            {**self._env, **dict(spec.env)},
             "ready",
             self._log_dir,
             log_name=spec.name if run == 1 else f"{spec.name}.{run}",
@@ -355,6 +359,18 @@ class Fleet:
             if name in self._paused:
                 return False
             self.children[name].kill()
+            self.children[name] = self._start(self.specs[name])
+            return True
+
+    def restart(self, name: str) -> bool:
+        """Start process ``name`` again if it is not running (its last start failed); True once it runs.
+
+        Raises:
+            RuntimeError: the new process did not start.
+        """
+        with self._lock:
+            if name in self._paused or self.children[name].process.poll() is None:
+                return True
             self.children[name] = self._start(self.specs[name])
             return True
 
@@ -388,9 +404,13 @@ class Fleet:
                 child.stop()
 
 
+RESTART_RETRY_S = 2.0
+"""Seconds between two starts of a devhost process whose start failed."""
+
+
 class Killer:
     """SIGKILLs a random devhost process (not a paused one) every ``every_s`` seconds and restarts it, until
-    stopped."""
+    stopped; a restart that fails is tried again until the process runs."""
 
     def __init__(self, fleet: Fleet, every_s: float, *, seed: int) -> None:
         self._fleet = fleet
@@ -415,10 +435,24 @@ class Killer:
             try:
                 killed = self._fleet.kill_and_restart(name)
             except RuntimeError:
-                logger.exception("restarting %s failed", name)
+                # A process started while the store or the queues are down exits: a process manager
+                # starts it again until it comes up, and so does the killer (no kill meanwhile).
+                logger.warning("restarting %s failed; starting it again", name, exc_info=True)
+                self.kills.append({"process": name, "at": time.time()})
+                self._restart_until_up(name)
                 continue
             if killed:
                 self.kills.append({"process": name, "at": time.time()})
+
+    def _restart_until_up(self, name: str) -> None:
+        """Start ``name`` every :data:`RESTART_RETRY_S` seconds until it runs (or the killer stops)."""
+        while not self._stop.wait(RESTART_RETRY_S):
+            try:
+                self._fleet.restart(name)
+            except RuntimeError:
+                logger.warning("restarting %s failed again", name, exc_info=True)
+                continue
+            return
 
     def stop(self) -> None:
         self._stop.set()
@@ -527,7 +561,9 @@ def _classify_compensated(
     return f"mismatched:compensated for {code}"
 
 
-def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]) -> dict[str, str]:
+def attempt_overlaps(
+    records: dict[str, StateRecord], audit_keys: dict[str, Any], *, clock_slack_s: float = 0.0
+) -> dict[str, str]:
     """Orders that two attempts drove at once, with why: ``{orderId: reason}`` (empty when none).
 
     Two checks, from two independent sources:
@@ -537,15 +573,18 @@ def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]
     - the demo services' audit: no call made for attempt *k* (its ``Orderflow-Instance-Id`` header)
       arrived after attempt *k + 1* was claimed.
 
-    Both clocks are this machine's wall clock (UTC), so the times compare directly.
+    Both clocks are this machine's wall clock (UTC), so the times compare directly, unless a devhost
+    process runs with a clock offset (``make chaos``'s skewed host): its stamps are then up to
+    ``clock_slack_s`` seconds off, and a time is counted later than another only by more than that.
     """
+    slack = timedelta(seconds=clock_slack_s)
     overlaps: dict[str, str] = {}
     next_claim: dict[str, datetime] = {}
     for order_id, record in records.items():
         history = sorted(record.attempt_history, key=lambda e: e.attempt)
         for earlier, later in pairwise(history):
             next_claim[earlier.instance_id] = later.claimed_at
-            if earlier.ended_at is None or earlier.ended_at > later.claimed_at:
+            if earlier.ended_at is None or earlier.ended_at > later.claimed_at + slack:
                 overlaps[order_id] = (
                     f"attempt {earlier.attempt} still owned the record "
                     f"when attempt {later.attempt} was claimed"
@@ -554,7 +593,7 @@ def attempt_overlaps(records: dict[str, StateRecord], audit_keys: dict[str, Any]
         for call in entry.get("received", []):
             instance = call.get("instance")
             claimed = next_claim.get(instance) if instance else None
-            if claimed is not None and parse_utc(call["at"]) > claimed:
+            if claimed is not None and parse_utc(call["at"]) > claimed + slack:
                 order_id = client_order_id(str(entry.get("orderId") or instance.rpartition(":")[0]))
                 overlaps.setdefault(
                     order_id, f"a call of {instance} ({key}) arrived after the next attempt was claimed"
@@ -568,9 +607,16 @@ def _key(records: Mapping[str, StateRecord], order_id: str) -> str:
 
 
 def summarise(
-    catalog: Catalog, records: dict[str, StateRecord], services_url: str, submitted: int, elapsed_s: float
+    catalog: Catalog,
+    records: dict[str, StateRecord],
+    services_url: str,
+    submitted: int,
+    elapsed_s: float,
+    *,
+    clock_slack_s: float = 0.0,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Build the report and the list of mismatched orders; ``records`` by the clients' own order ids."""
+    """Build the report and the list of mismatched orders; ``records`` by the clients' own order ids
+    (``clock_slack_s``: :func:`attempt_overlaps`)."""
     with httpx.Client(base_url=services_url, timeout=30) as http:
         audit = http.get("/audit").json()
         # The services know an order by its key, {clientId}:{orderId}; an order never recorded has none.
@@ -584,7 +630,7 @@ def summarise(
     }
     mismatched = [(oid, v.split(":", 1)[1]) for oid, v in verdicts.items() if v.startswith("mismatched")]
     settled = sum(states[s] for s in SETTLED_STATES)
-    overlaps = attempt_overlaps(records, audit.get("keys", {}))
+    overlaps = attempt_overlaps(records, audit.get("keys", {}), clock_slack_s=clock_slack_s)
     report = {
         "submitted": submitted,
         "processed": states[ProcessState.PROCESSED],
@@ -740,6 +786,7 @@ class DemoSystem:
         clients: The registered clients, in order.
         api_url: Base URL of the operator API (the first devhost process serves it); tokens for it come
             from ``python -m devhost.local_issuer login``.
+        emulators: Azurite's and cosmosdb-server's processes (the chaos run pauses them).
     """
 
     run_dir: Path
@@ -751,6 +798,7 @@ class DemoSystem:
     fleet: Fleet
     clients: tuple[RegisteredClient, ...]
     api_url: str
+    emulators: LocalEmulators | None = None
 
     def client_credentials(self, client: RegisteredClient) -> ClientCredentials:
         """What the devhost issues ``client``: a SAS for each of its two queues, nothing else."""
@@ -776,6 +824,7 @@ def demo_system(
     run_dir: Path,
     extra_env: Mapping[str, str] | None = None,
     client_ids: Sequence[str] = (DEMO_CLIENT,),
+    process_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Iterator[DemoSystem]:
     """Start the emulators, the demo services and the devhost processes; stop them all on exit.
 
@@ -790,6 +839,8 @@ def demo_system(
         run_dir: Where the children's logs go.
         extra_env: Variables added to every devhost process's environment.
         client_ids: The clients registered (``CLIENTS``), each with its default queues.
+        process_env: Variables of one devhost process only, by its name (``devhost-agents``), over the
+            others.
 
     Raises:
         RuntimeError: a child process did not start.
@@ -816,10 +867,16 @@ def demo_system(
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)
-        fleet = Fleet(devhost_specs(processes, api_port=api_port), env, run_dir)
+        specs = [
+            replace(spec, env=tuple(sorted((process_env or {}).get(spec.name, {}).items())))
+            for spec in devhost_specs(processes, api_port=api_port)
+        ]
+        fleet = Fleet(specs, env, run_dir)
         stack.callback(fleet.stop)
         api_url = f"http://127.0.0.1:{api_port}"
-        yield DemoSystem(run_dir, catalog, endpoints, services_url, env, stores, fleet, registered, api_url)
+        yield DemoSystem(
+            run_dir, catalog, endpoints, services_url, env, stores, fleet, registered, api_url, emulators
+        )
 
 
 @dataclass
@@ -887,22 +944,14 @@ def submit_and_settle(
         while time.monotonic() < deadline:
             if time.monotonic() >= next_count:
                 # A COUNT scans the store on cosmosdb-server: every 2 s is plenty for a progress bar.
-                settled = catalog_settled(stores.state, others)
+                settled = _count_settled(stores.state, others, settled)
                 next_count = time.monotonic() + 2.0
-            room = outstanding - (submitted - settled)
-            while pending and room > 0:
-                client = clients[submitted % len(clients)]
-                order_id = client.submit(pending.pop(0).to_submission(client.reply_queue))
-                owners[order_id] = client.reply_queue
-                submitted += 1
-                room -= 1
+            submitted += _submit_some(clients, pending, owners, room=outstanding - (submitted - settled))
             progress.update(submitting, completed=submitted)
             progress.update(settling, completed=settled)
             if status is not None:
                 progress.update(settling, description=f"settled  {status()}")
-            for client in clients:
-                while client.poll():  # drain: replies arrive faster than one batch per tick
-                    pass
+            _drain_replies(clients)
             if not pending and settled >= submitted:
                 timed_out = False
                 break
@@ -913,6 +962,45 @@ def submit_and_settle(
         elapsed_s=time.monotonic() - started,
         owners=owners,
     )
+
+
+def _count_settled(states: StateStore, others: Sequence[str], last: int) -> int:
+    """:func:`catalog_settled`, or ``last`` while the store is unreachable (a chaos outage)."""
+    try:
+        return catalog_settled(states, others)
+    except (TransientError, AzureError):
+        return last
+
+
+def _submit_some(
+    clients: Sequence[OrderflowClient], pending: list[DemoOrder], owners: dict[str, str], *, room: int
+) -> int:
+    """Submit up to ``room`` of ``pending`` (taken from its front), the next client in turn for each
+    (by the count in ``owners``); returns how many. A send the queue refuses as transient (a chaos
+    outage) stops the batch: that order stays first in ``pending``, and is sent again next tick under the
+    same id (a submission that did reach the queue is a duplicate its consumer drops)."""
+    sent = 0
+    while pending and sent < room:
+        client = clients[len(owners) % len(clients)]
+        try:
+            order_id = client.submit(pending[0].to_submission(client.reply_queue))
+        except TransientError:
+            break
+        pending.pop(0)
+        owners[order_id] = client.reply_queue
+        sent += 1
+    return sent
+
+
+def _drain_replies(clients: Sequence[OrderflowClient]) -> None:
+    """Receive every client's replies there are now (replies arrive faster than one batch per tick);
+    a client whose queue is unreachable (a chaos outage) is read next tick."""
+    for client in clients:
+        try:
+            while client.poll():
+                pass
+        except TransientError:
+            continue
 
 
 def catalog_settled(states: StateStore, others: Sequence[str] = ()) -> int:
@@ -965,11 +1053,13 @@ def build_report(
     processes: int,
     kills: int,
     others: Collection[str] = (),
+    clock_slack_s: float = 0.0,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The demo report of a run whose orders have settled (or timed out), and its mismatched orders.
 
     Gives the last final replies up to 60 s to arrive, then reads the state store and the demo services.
-    The orders of ``others`` (client ids whose orders are not the catalog's) are left out.
+    The orders of ``others`` (client ids whose orders are not the catalog's) are left out;
+    ``clock_slack_s``: :func:`attempt_overlaps`.
     """
     # Every settled order owes its client a final reply; give the last ones a moment to arrive.
     await_final_replies(clients, settling.owners, timeout_s=60.0)
@@ -978,7 +1068,12 @@ def build_report(
         client_order_id(r.order_id): r for r in catalog_records(all_records(system.stores.state), others)
     }
     report, mismatched = summarise(
-        system.catalog, records, system.services_url, settling.submitted, settling.elapsed_s
+        system.catalog,
+        records,
+        system.services_url,
+        settling.submitted,
+        settling.elapsed_s,
+        clock_slack_s=clock_slack_s,
     )
     report["final_replies"] = sum(
         client.replies.settled(oid for oid, queue in settling.owners.items() if queue == client.reply_queue)

@@ -292,7 +292,12 @@ def test_failed_invariants_names_each_non_zero_one_and_a_missing_one() -> None:
 def test_a_run_whose_chaos_never_happened_fails() -> None:
     passing = dict.fromkeys(CHAOS_INVARIANTS, 0)
     happened = {"orders": 60, "kills": 3, "duplicates_delivered": 9, "late_responses": 2, "leader_pauses": 1}
-    asked = {"kill_every_s": 15.0, "duplicate_share": 0.05, "late_share": 0.05, "pause_every_s": 30.0}
+    asked: dict[str, Any] = {
+        "kill_every_s": 15.0,
+        "duplicate_share": 0.05,
+        "late_share": 0.05,
+        "pause_every_s": 30.0,
+    }
 
     assert unexercised(happened, **asked) == []
     quiet = {**happened, "kills": 0, "leader_pauses": 0}
@@ -440,7 +445,12 @@ def test_one_process_runs_chaos_without_leader_pauses() -> None:
 
 
 def test_each_unexercised_feature_names_the_argument_to_change() -> None:
-    asked = {"kill_every_s": 5.0, "duplicate_share": 0.05, "late_share": 0.03, "pause_every_s": 30.0}
+    asked: dict[str, Any] = {
+        "kill_every_s": 5.0,
+        "duplicate_share": 0.05,
+        "late_share": 0.03,
+        "pause_every_s": 30.0,
+    }
 
     hints = unexercised_hints(["leader_pauses", "kills"], **asked)
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -291,7 +292,12 @@ def test_a_foreign_url_is_the_queue_on_the_same_account_with_the_same_sas() -> N
 
 
 def test_an_intruder_that_attacked_nothing_is_unexercised() -> None:
-    asked = {"kill_every_s": 0.0, "duplicate_share": 0.0, "late_share": 0.0, "pause_every_s": 0.0}
+    asked: dict[str, Any] = {
+        "kill_every_s": 0.0,
+        "duplicate_share": 0.0,
+        "late_share": 0.0,
+        "pause_every_s": 0.0,
+    }
     assert unexercised({"orders": 60, "intruder_attacks": attack_counts([])}, **asked) == ["intruder"]
     assert unexercised({"orders": 60}, **asked) == []  # no intruder ran
     attacked = {**attack_counts([]), "cancel": 1}
