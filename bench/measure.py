@@ -25,6 +25,12 @@ from devhost.emulators import LocalEndpoints
 LOAD_GENERATOR = "load generator"
 """The benchmark's own process (the client SDK submitting orders and reading replies)."""
 
+BACKEND_SUFFIX = "durabletask backend"
+"""Name suffix of a devhost's durabletask backend process (its child) among the measured processes."""
+
+DEVHOSTS_ONLY = "orderflow devhosts"
+"""orderflow's own CPU without the backends: the share that runs in the Functions worker on Azure."""
+
 BUSY_CORE = 0.9
 """A process using at least this share of one core is CPU-bound (one interpreter runs on one core)."""
 
@@ -150,7 +156,8 @@ def window_figures(
     Args:
         before, after: The snapshots.
         orders: Orders finished in the window (must be positive).
-        own: orderflow's own processes (summed as ``orderflow_ms``).
+        own: orderflow's own processes (summed as ``orderflow``; with durabletask backends among them,
+            the devhost processes alone also as :data:`DEVHOSTS_ONLY`).
         cpu_count: Cores of the machine (default: ``os.cpu_count()``).
 
     Returns:
@@ -169,6 +176,9 @@ def window_figures(
     cpu = cpu_between(before["cpu_s"], after["cpu_s"])
     cpu_ms = {name: round(1000 * s / orders, 1) for name, s in sorted(cpu.items())}
     cpu_ms["orderflow"] = round(sum(cpu_ms.get(name, 0.0) for name in own), 1)
+    if any(name.endswith(BACKEND_SUFFIX) for name in own):
+        devhosts = [name for name in own if not name.endswith(BACKEND_SUFFIX)]
+        cpu_ms[DEVHOSTS_ONLY] = round(sum(cpu_ms.get(name, 0.0) for name in devhosts), 1)
     cpu_ms["all"] = round(1000 * sum(cpu.values()) / orders, 1)
     cores = {name: round(s / elapsed, 2) for name, s in sorted(cpu.items())}
     machine = round((after["machine_busy_s"] - before["machine_busy_s"]) / elapsed, 2)

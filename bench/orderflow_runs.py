@@ -27,12 +27,12 @@ from typing import Any
 import httpx
 
 from bench.counting import OperationCounts, calling_function
-from bench.counting.cpu import CpuClock
+from bench.counting.cpu import CpuClock, child_pids
 from bench.counting.http import HttpCounter
 from bench.counting.queues import CountingQueueFactory
 from bench.counting.stores import CountingOrderStore, CountingStateStore
 from bench.load import LoadResult, run_orderflow_load
-from bench.measure import Instruments, Probed, snapshot, window_figures
+from bench.measure import BACKEND_SUFFIX, Instruments, Probed, snapshot, window_figures
 from bench.probe import FILE_ENV, TARGETS_ENV
 from bench.profiling import PySpy, summarise_stacks
 from bench.stats import at_most, latency_summary, per_order, throughput
@@ -197,11 +197,16 @@ def probed_start(
 
 def _instruments(fleet: Fleet, run_dir: Path, measuring: Measuring) -> Instruments:
     pids = {name: child.process.pid for name, child in fleet.children.items()}
+    # Each devhost's durabletask backend is its child process (devhost.durabletask_backend): orderflow's
+    # own too, counted apart because on Azure the Durable Functions extension does that work.
+    backends = {
+        f"{name} {BACKEND_SUFFIX}": child for name, pid in pids.items() for child in child_pids(pid)[:1]
+    }
     return Instruments(
-        cpu=CpuClock({**pids, **measuring.pids}),
+        cpu=CpuClock({**pids, **backends, **measuring.pids}),
         probes={name: Probed(pid, run_dir / f"{name}.counts.json") for name, pid in pids.items()},
         local=measuring.local,
-        own=tuple(pids),
+        own=(*pids, *backends),
     )
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.config import BenchConfig
+from bench.measure import DEVHOSTS_ONLY
 from bench.stats import ratio
 
 REPORT_KEYS = (
@@ -277,7 +278,7 @@ def cost_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _cpu_order(name: str) -> tuple[int, str]:
-    rank = {"orderflow": 0, "all": 9}.get(name, 1 if name.startswith("devhost") else 5)
+    rank = {"orderflow": 0, DEVHOSTS_ONLY: 0, "all": 9}.get(name, 1 if name.startswith("devhost") else 5)
     return rank, name
 
 

@@ -149,3 +149,22 @@ class DurableTaskClient:
     def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
         """Raise an external event."""
         self._client.raise_orchestration_event(instance_id, name, data=payload)
+
+    def raise_event_if_exists(self, instance_id: str, name: str, payload: dict[str, Any]) -> bool:
+        """Raise an external event without reading the status first
+        (:class:`~orderflow.orchestration.UncheckedEventRaiser`).
+
+        The backend answers ``NOT_FOUND`` for an unknown instance (False), keeps an event raised on a
+        finished instance without ever dispatching it, and buffers one a running instance does not wait
+        on until a wait of that name, which takes it once.
+
+        Raises:
+            grpc.RpcError: any other answer (the backend is unreachable: retry the message).
+        """
+        try:
+            self._client.raise_orchestration_event(instance_id, name, data=payload)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise
+        return True

@@ -1,7 +1,8 @@
 """The local host: runs orderflow's roles in one process over Azurite, cosmosdb-server and durabletask.
 
-Each devhost process runs its own durabletask in-memory backend (a gRPC server on a free loopback port)
-and worker, so an orchestration lives only in the process that claimed it. Agents answer on the
+Each devhost process runs its own durabletask in-memory backend (a gRPC server on a free loopback port,
+in a child process that ends with it: :mod:`devhost.durabletask_backend`) and worker, so an
+orchestration lives only in the process that claimed it. Agents answer on the
 response queue named in each request, which is this host's own (``agent-responses-<hostid>``). A
 process that dies takes its orchestrations with it; the supervisor (here or in another process)
 recovers them from the state store, exactly as it would for a crashed Functions worker.
@@ -31,6 +32,7 @@ from agents.services import HttpRemoteService
 from demo.services import serve_in_thread, server_url
 from demo.services import stop as stop_server
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from devhost.durabletask_backend import BackendProcess
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
@@ -212,7 +214,7 @@ class DevHost:
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
-        self._backend: InMemoryOrchestrationBackend | None = None
+        self._backend: InMemoryOrchestrationBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
         self._grpc_client: dt_client.TaskHubGrpcClient | None = None
         self.client: DurableTaskClient | None = None
@@ -314,9 +316,11 @@ class DevHost:
             with quiet_local_cancel():
                 self._worker.stop()  # type: ignore[no-untyped-call]
             self._worker = None
-        if self._backend is not None:
+        if isinstance(self._backend, BackendProcess):
+            self._backend.stop()
+        elif self._backend is not None:
             self._backend.stop(grace=1.0)
-            self._backend = None
+        self._backend = None
         while self._services:
             self._services.pop().close()
         if self.channel is not None:
@@ -335,8 +339,13 @@ class DevHost:
     # --- wiring ------------------------------------------------------------------------------
     def _start_durabletask(self) -> None:
         port = free_port()
-        self._backend = create_test_backend(port=port)
-        address = f"localhost:{port}"
+        if self.settings.DURABLETASK_BACKEND == "process":
+            backend = BackendProcess(port)
+            self._backend = backend  # first: stop() must find a backend whose start was interrupted
+            address = backend.start()
+        else:
+            self._backend = create_test_backend(port=port)
+            address = f"localhost:{port}"
         # Named loggers, so the host's logging configuration applies (the SDK's default logger is a
         # private one with its own console handler).
         worker = dt_worker.TaskHubGrpcWorker(

@@ -7,7 +7,7 @@ Implemented by ``devhost.durabletask_adapter.DurableTaskClient`` (durabletask, l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -40,4 +40,26 @@ class OrchestrationClient(Protocol):
 
     def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
         """Raise external event ``name`` on the instance."""
+        ...
+
+
+@runtime_checkable
+class UncheckedEventRaiser(Protocol):
+    """A client whose runtime lets the listener raise a response without reading the status first.
+
+    Offered only where a raise is exactly as safe without the read (docs/design.md §7): the runtime
+    refuses a raise on an unknown instance with an answer of its own, drops one on a finished instance,
+    and holds an event an instance does not wait on as it holds one whose raise raced a change of status
+    (the read and the raise are never atomic, so the workflow already copes with that). durabletask does
+    (locally); Durable Functions answers a raise on an unknown instance with an error the caller cannot
+    tell from an outage (a bare ``Exception``, its text the only difference), so its client does not
+    offer it.
+    """
+
+    def raise_event_if_exists(self, instance_id: str, name: str, payload: dict[str, Any]) -> bool:
+        """Raise external event ``name`` on the instance.
+
+        Returns:
+            False (nothing raised) when the runtime knows no such instance; True otherwise.
+        """
         ...

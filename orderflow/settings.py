@@ -20,7 +20,7 @@ import re
 import socket
 import unicodedata
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -573,6 +573,14 @@ class Settings(BaseModel):
         ge=1,
         description="Thread pool of the local durabletask worker, shared by orchestrator episodes and "
         "activities. Activities wait on the stores and queues, so more threads than cores pay off.",
+    )
+    DURABLETASK_BACKEND: Literal["process", "in-process"] = Field(
+        "process",
+        description="Local host only: where a devhost process runs its durabletask in-memory backend. "
+        "'process' (default): a child process of its own, which ends with the devhost (even a killed "
+        "one), so the backend's gRPC server does not share the devhost's interpreter lock; "
+        "'in-process': threads of the devhost itself. Either way each devhost process has its own "
+        "backend. Unused on Azure: the Durable Functions extension runs outside the Python worker.",
     )
 
     # --- admission control -------------------------------------------------------------------

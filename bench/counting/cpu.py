@@ -67,6 +67,22 @@ def process_cpu_s(pid: int, *, proc: Path = PROC, ticks: int = CLOCK_TICKS) -> f
     return (utime + stime) / ticks
 
 
+def child_pids(pid: int, *, proc: Path = PROC) -> list[int]:
+    """Pids of process ``pid``'s children (``/proc/<pid>/task/<tid>/children`` of every thread), sorted;
+    empty once it has gone."""
+    found: set[int] = set()
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            found.update(int(word) for word in (task / "children").read_text().split())
+        except OSError:
+            continue  # the thread ended meanwhile
+    return sorted(found)
+
+
 def machine_busy_s(*, proc: Path = PROC, ticks: int = CLOCK_TICKS) -> float:
     """Busy CPU seconds of the whole machine since boot (every core)."""
     busy, _total = parse_machine_stat((proc / "stat").read_text())

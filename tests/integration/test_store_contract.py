@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from azure.cosmos.exceptions import CosmosHttpResponseError
 
 from devhost.emulators import LocalEndpoints
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
@@ -323,6 +324,29 @@ def test_get_of_a_missing_item_raises_not_found(stores: Stores) -> None:
         stores.state.get("o-missing")
     with pytest.raises(NotFound):
         stores.orders.get("o-missing")
+
+
+def test_the_local_emulator_answers_a_read_of_a_missing_item_404_as_cosmos_db_does(
+    local_endpoints: LocalEndpoints, unique_name: str
+) -> None:
+    # Not 500 (cosmosdb-server's own answer, corrected by devhost/cosmosdb_server.js): the SDK would
+    # retry a 500 after 500 ms before the adapter's existence query.
+    stores = CosmosStores.connect(
+        local_endpoints.cosmos_endpoint,
+        key=local_endpoints.cosmos_key,
+        database=unique_name,
+        verify_tls=False,
+    )
+    try:
+        stores.state.create(make_record("o-1"))
+        container = stores.database.get_container_client("orderstate")
+        with pytest.raises(CosmosHttpResponseError) as raised:
+            container.read_item(item="o-missing", partition_key="o-missing")
+        assert raised.value.status_code == 404
+        assert container.read_item(item="o-1", partition_key="o-1")["id"] == "o-1"
+    finally:
+        stores.client.delete_database(unique_name)
+        stores.close()
 
 
 def test_an_id_that_differs_from_the_order_id_is_refused(stores: Stores) -> None:

@@ -13,10 +13,25 @@ import requests
 import requests.adapters
 
 from bench.counting import OperationCounts
-from bench.counting.cpu import CpuClock, cpu_between, parse_machine_stat, parse_stat, process_cpu_s
+from bench.counting.cpu import (
+    CpuClock,
+    child_pids,
+    cpu_between,
+    parse_machine_stat,
+    parse_stat,
+    process_cpu_s,
+)
 from bench.counting.grpc_calls import GRPC, CountingInterceptor, method_name
 from bench.counting.http import OTHER, HttpCounter, classify, install_http_counter, target_of
-from bench.measure import counts_between, http_targets, limited_by, per_order_by_target, window_figures
+from bench.measure import (
+    BACKEND_SUFFIX,
+    DEVHOSTS_ONLY,
+    counts_between,
+    http_targets,
+    limited_by,
+    per_order_by_target,
+    window_figures,
+)
 from bench.probe import SNAPSHOT_SIGNAL, Probe, read_counts
 from bench.profiling import package_of, parse_stacks, summarise_stacks
 from bench.report import cost_rows, profile_rows
@@ -137,6 +152,14 @@ def test_a_process_cpu_time_is_its_own_user_and_system_time(tmp_path: Path) -> N
     assert own is not None and own > 0
 
 
+def test_child_pids_are_read_from_every_thread_of_the_process(tmp_path: Path) -> None:
+    for tid, children in (("4242", "4300 4301 "), ("4250", "4302"), ("4251", "")):
+        (tmp_path / "4242" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "4242" / "task" / tid / "children").write_text(children)
+    assert child_pids(4242, proc=tmp_path) == [4300, 4301, 4302]
+    assert child_pids(4343, proc=tmp_path) == []  # gone
+
+
 def test_cpu_between_two_samples_of_the_processes_still_running() -> None:
     readings = iter([{1: 2.0, 2: 1.0}, {1: 2.75}])
     current: dict[int, float] = {}
@@ -207,6 +230,21 @@ def test_window_figures_per_order() -> None:
     assert figures["limited_by"].startswith("waiting, not CPU")
     with pytest.raises(ValueError, match="positive"):
         window_figures(before, after, orders=0, own=[])
+
+
+def test_with_backends_among_its_processes_orderflow_is_also_counted_without_them() -> None:
+    backend = f"devhost-1 {BACKEND_SUFFIX}"
+    before = _snapshot(100.0, {"devhost-1": 10.0, backend: 2.0, "azurite": 5.0}, 1000.0, 100, 30)
+    after = _snapshot(110.0, {"devhost-1": 16.0, backend: 4.0, "azurite": 7.0}, 1012.0, 280, 90)
+    figures = window_figures(before, after, orders=20, own=["devhost-1", backend], cpu_count=2)
+    assert figures["cpu_ms_per_order"] == {
+        "azurite": 100.0,
+        "devhost-1": 300.0,
+        backend: 100.0,
+        "orderflow": 400.0,
+        DEVHOSTS_ONLY: 300.0,
+        "all": 500.0,
+    }
 
 
 REPO = "/work/repo"

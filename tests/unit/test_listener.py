@@ -11,7 +11,7 @@ import pytest
 from orchestrators.listener import Delivery, handle_response
 from orderflow.custom_status import WAITING_PREFIX
 from orderflow.errors import InvalidMessage
-from orderflow.messages import AgentOutcome, AgentResponse
+from orderflow.messages import AgentOutcome, AgentResponse, ReviewDecisionMessage
 from orderflow.orchestration import InstanceStatus
 from tests.unit.fakes import RecordingClient
 
@@ -152,3 +152,53 @@ def test_response_with_inconsistent_ids_is_dropped_not_raised(changes: dict[str,
 
     assert handle_response(response(**changes).to_json(), client=client) is Delivery.INCONSISTENT
     assert client.raised == []
+
+
+class UncheckedClient(RecordingClient):
+    """A client whose runtime needs no status read before a raise (``UncheckedEventRaiser``): it knows
+    only ``existing`` instances, and reads no status."""
+
+    def get_status(self, instance_id: str) -> InstanceStatus | None:
+        raise AssertionError("no status is read before an unchecked raise")
+
+    def raise_event_if_exists(self, instance_id: str, name: str, payload: dict[str, Any]) -> bool:
+        if instance_id not in self.existing:
+            return False
+        self.raise_event(instance_id, name, payload)
+        return True
+
+
+def test_where_the_runtime_allows_it_a_response_is_raised_without_a_status_read() -> None:
+    client = UncheckedClient(existing={INSTANCE})
+    body = response().to_json()
+
+    assert handle_response(body, client=client) is Delivery.RAISED
+    assert client.raised == [(INSTANCE, "charge:response", json.loads(body))]
+
+
+def test_an_unchecked_raise_on_an_instance_the_runtime_does_not_know_is_dropped() -> None:
+    client = UncheckedClient()
+
+    assert handle_response(response().to_json(), client=client) is Delivery.UNKNOWN_INSTANCE
+    assert client.raised == []
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"request_id": "o-1:1:charge"}, {"request_id": "o-1:2:reserve"}, {"event_name": "reserve:response"}],
+)
+def test_an_inconsistent_response_is_dropped_before_any_unchecked_raise(changes: dict[str, Any]) -> None:
+    client = UncheckedClient(existing={INSTANCE})
+
+    assert handle_response(response(**changes).to_json(), client=client) is Delivery.INCONSISTENT
+    assert client.raised == []
+
+
+def test_a_review_decision_still_reads_the_status_where_raises_need_none() -> None:
+    client = UncheckedClient(existing={INSTANCE})
+    decision = ReviewDecisionMessage(
+        schema_version=1, type="ReviewDecision", order_id="o-1", decision="approve", instance_id=INSTANCE
+    ).to_json()
+
+    with pytest.raises(AssertionError, match="no status is read"):
+        handle_response(decision, client=client)
