@@ -81,6 +81,7 @@ LEFT_AT_DEFAULT = {
     "SUPERVISOR_LEASE_BLOB": "local lease",
     "POLL_INTERVAL_S": "local consumer loops",
     "POLL_MAX_INTERVAL_S": "local consumer loops",
+    "DURABLETASK_BACKEND": "local host's durabletask backend (Azure: the Durable Functions extension)",
     "WAKEUP_DIR": "local wake-ups between devhost processes (Azure: triggers receive as messages arrive)",
     "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
     "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
