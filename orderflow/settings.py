@@ -761,9 +761,10 @@ class Settings(BaseModel):
         ge=0,
         description="Consecutive attempts of an order that fail the same way (the same step and the same "
         "error code, as the attempt recorded it) after which the supervisor holds the order for an "
-        "operator instead of re-queueing it: Pending with no next attempt, lastError repeated_failure and a "
-        "poison_order alert. Not while workflow_version_failing is raised for that failure (it is then "
-        "systemic: a dependency down or a broken version). 0 disables the guard.",
+        "operator instead of re-queueing it: Pending and suspended (suspendedBy "
+        "supervisor:poison-guard), lastError repeated_failure and a poison_order alert. Not while "
+        "workflow_version_failing is raised for that failure (it is then systemic: a dependency down or "
+        "a broken version). 0 disables the guard.",
     )
     POISON_VERSION_ORDERS: int = Field(
         5,
