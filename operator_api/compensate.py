@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.effects import irreversible_effects
 from orderflow.operator_auth import Principal
-from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
-from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
@@ -176,7 +175,9 @@ def compensate_order(
         decided = decide_compensation(record, principal, reason, clock.now())
         return decided, isinstance(decided, CompensateAction)
 
-    applied = apply_request(
+    applied = apply_decision(
+        principal=principal,
+        role="operator",
         states=states,
         queues=queues,
         clock=clock,
@@ -184,10 +185,7 @@ def compensate_order(
         decide=decide,
         what="compensate",
         grace_s=grace_s,
-        actor=Actor("operator", principal.audit_id, principal.display_name or None),
         if_match=if_match,
-        # A decision owes no reply of its own; one the record already owes is the relay's to send.
-        deliver_owed_reply=False,
     )
     decided = applied.decision
     if not isinstance(decided, CompensateAction):

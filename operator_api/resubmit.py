@@ -20,14 +20,13 @@ from datetime import datetime
 from enum import StrEnum
 
 from operator_api.compensate import CompensateAction, decide_compensation
+from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.operator_auth import Principal
-from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
-from orderflow.timeline import Actor
 
 NEW_ATTEMPT = "NewAttempt"
 """``outcome`` of a resubmitted ``Error`` order."""
@@ -115,7 +114,9 @@ def resubmit_order(
         decided = _decide(record, principal, clock.now(), retry_budget)
         return decided, isinstance(decided, ResubmitAction)
 
-    applied = apply_request(
+    applied = apply_decision(
+        principal=principal,
+        role="operator",
         states=states,
         queues=queues,
         clock=clock,
@@ -123,9 +124,7 @@ def resubmit_order(
         decide=decide,
         what="resubmit",
         grace_s=grace_s,
-        actor=Actor("operator", principal.audit_id, principal.display_name or None),
         if_match=if_match,
-        deliver_owed_reply=False,
     )
     decided = applied.decision
     if not isinstance(decided, ResubmitAction):

@@ -17,16 +17,15 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
+from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clients import ClientRegistry
 from orderflow.clock import Clock
 from orderflow.messages import REVIEW_DECISION, ReviewDecisionMessage
 from orderflow.operator_auth import REVIEWER_ROLE, Principal
-from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, ReviewDecision, StateRecord
 from orderflow.stores.base import StateStore
-from orderflow.timeline import Actor
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +158,9 @@ def review_order(
             return (ReviewRefusal.ALREADY_DECIDED, f"already decided: {_decided(record)}"), False
         return None, False  # the same decision by the same principal again: forward it again
 
-    applied = apply_request(
+    applied = apply_decision(
+        principal=principal,
+        role="reviewer",
         states=states,
         queues=queues,
         clock=clock,
@@ -167,10 +168,7 @@ def review_order(
         decide=decide,
         what="review",
         grace_s=grace_s,
-        actor=Actor("reviewer", principal.audit_id, principal.display_name or None),
         outcome=decision.value,
-        # A decision owes no reply of its own; one the record already owes is the relay's to send.
-        deliver_owed_reply=False,
     )
     if applied.decision is not None:
         refusal, detail = applied.decision

@@ -21,15 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.operator_auth import Principal
-from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, StateRecord
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
-from orderflow.timeline import Actor
 
 NOT_SUSPENDABLE = "NotSuspendable"
 """Refusal: the order is settled (finished, ``Error`` or ``CompensationFailed``): nothing to hold."""
@@ -93,7 +92,9 @@ def set_suspension(
         refused = _suspend(record, principal, now) if suspend else _resume(record, now)
         return refused, refused is None
 
-    applied = apply_request(
+    applied = apply_decision(
+        principal=principal,
+        role="operator",
         states=states,
         queues=queues,
         clock=clock,
@@ -101,9 +102,7 @@ def set_suspension(
         decide=decide,
         what=what,
         grace_s=grace_s,
-        actor=Actor("operator", principal.audit_id, principal.display_name or None),
         if_match=if_match,
-        deliver_owed_reply=False,
     )
     if applied.decision is not None:
         refusal, detail = applied.decision
