@@ -160,3 +160,85 @@ def test_either_role_inspects_the_order(
     view = body_of(http)
     assert (view["orderId"], view["processState"]) == ("a:o-1", "AwaitingReview")
     assert "replyTo" not in view
+
+
+def test_a_suspend_on_the_version_seen_holds_the_order_and_a_stale_resume_is_refused(
+    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    seen = deps.states.get("a:o-1").etag
+    otto = trusted.operator("otto")
+
+    unconditional = answer(worker, "POST", f"{ORDER}/resume", otto)
+    suspended = answer(worker, "POST", f"{ORDER}/suspend", {**otto, "If-Match": seen})
+    stale = answer(worker, "POST", f"{ORDER}/resume", {**otto, "If-Match": seen})
+
+    assert unconditional.status_code == "409"  # not suspended: refused before any condition is needed
+    assert suspended.status_code == "200", body_of(suspended)
+    found = deps.states.get("a:o-1")
+    assert found.item.suspended_by == f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
+    assert header(suspended, "ETag") == found.etag != seen
+    assert stale.status_code == "412"
+    assert body_of(stale)["error"]["code"] == "PreconditionFailed"
+    assert deps.states.get("a:o-1").etag == found.etag  # the stale resume wrote nothing
+    resumed = answer(worker, "POST", f"{ORDER}/resume", {**otto, "If-Match": found.etag})
+    assert resumed.status_code == "200", body_of(resumed)
+    assert deps.states.get("a:o-1").item.suspended_at is None
+
+
+def test_a_resubmit_without_if_match_is_428_and_writes_nothing(
+    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    etag = deps.states.get("a:o-1").etag
+
+    http = answer(worker, "POST", f"{ORDER}/resubmit", trusted.operator("otto"))
+
+    assert http.status_code == "428"
+    assert body_of(http)["error"]["code"] == "PreconditionRequired"
+    assert deps.states.get("a:o-1").etag == etag
+
+
+def test_the_list_reads_its_filters_from_the_query_string_the_host_passes(
+    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    waiting = answer(worker, "GET", "/api/operator/orders?state=AwaitingReview&client=a", trusted.reviewer("r"))
+    finished = answer(worker, "GET", "/api/operator/orders?state=Processed", trusted.reviewer("r"))
+    unknown = answer(worker, "GET", "/api/operator/orders?colour=red", trusted.reviewer("r"))
+
+    assert waiting.status_code == "200"
+    assert [order["orderId"] for order in body_of(waiting)["orders"]] == ["a:o-1"]
+    assert body_of(finished)["orders"] == []
+    assert unknown.status_code == "400"
+    assert body_of(unknown)["error"]["code"] == "UnexpectedField"
+
+
+def test_an_encoded_slash_in_the_url_makes_no_route(
+    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    etag = deps.states.get("a:o-1").etag
+
+    otto = trusted.operator("otto")
+    posted = answer(worker, "POST", f"{ORDER}%2Fsuspend", {**otto, "If-Match": etag})
+    read = answer(worker, "GET", f"{ORDER}%2Fsuspend", otto)
+
+    # One segment "a:o-1/suspend": the route of one order, which takes GET, and not a valid order key.
+    assert posted.status_code == "405", body_of(posted)
+    assert read.status_code == "400", body_of(read)
+    assert deps.states.get("a:o-1").etag == etag
+    assert deps.states.get("a:o-1").item.suspended_at is None
+
+
+def test_the_console_and_the_openapi_document_are_served_without_a_token(
+    worker: FunctionsWorker, deps: Dependencies
+) -> None:
+    page = answer(worker, "GET", "/api/operator/console/", {})
+    document = answer(worker, "GET", "/api/operator/openapi.json", {})
+
+    assert page.status_code == "200"
+    assert header(page, "Content-Type").startswith("text/html")
+    assert "script-src 'self'" in header(page, "Content-Security-Policy")
+    kind = page.body.WhichOneof("data")
+    html = page.body.bytes if kind == "bytes" else page.body.string.encode()
+    assert b'<script type="module"' in html
+    assert document.status_code == "200"
+    assert body_of(document)["openapi"].startswith("3.")
+    assert "/api/operator/orders/{orderId}/resubmit" in body_of(document)["paths"]
