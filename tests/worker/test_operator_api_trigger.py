@@ -200,9 +200,10 @@ def test_a_resubmit_without_if_match_is_428_and_writes_nothing(
 def test_the_list_reads_its_filters_from_the_query_string_the_host_passes(
     worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
 ) -> None:
-    waiting = answer(worker, "GET", "/api/operator/orders?state=AwaitingReview&client=a", trusted.reviewer("r"))
-    finished = answer(worker, "GET", "/api/operator/orders?state=Processed", trusted.reviewer("r"))
-    unknown = answer(worker, "GET", "/api/operator/orders?colour=red", trusted.reviewer("r"))
+    rita = trusted.reviewer("rita")
+    waiting = answer(worker, "GET", "/api/operator/orders?state=AwaitingReview&client=a", rita)
+    finished = answer(worker, "GET", "/api/operator/orders?state=Processed", rita)
+    unknown = answer(worker, "GET", "/api/operator/orders?colour=red", rita)
 
     assert waiting.status_code == "200"
     assert [order["orderId"] for order in body_of(waiting)["orders"]] == ["a:o-1"]
