@@ -51,7 +51,7 @@ from operator_api.deadletters import (
 )
 from operator_api.listing import list_orders, list_query
 from operator_api.openapi import openapi_document
-from operator_api.resubmit import NOT_RESUBMITTABLE, resubmit_order
+from operator_api.resubmit import resubmit_order
 from operator_api.review import ReviewRecorded, ReviewRefusal, review_order
 from operator_api.schemas import (
     CompensateBody,
@@ -80,6 +80,7 @@ from orderflow.messages import (
     validate_message,
     validate_order_key,
 )
+from orderflow.operator_actions import NOT_RESUBMITTABLE
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
     REVIEWER_ROLE,
@@ -644,4 +645,3 @@ def _public(method: str, bare: str) -> OperatorResponse | None:
     if bare == CONSOLE_PATH or bare.startswith(CONSOLE_PATH + "/"):
         return _console(method, bare)
     return None
-
