@@ -20,7 +20,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -48,8 +47,9 @@ DEFAULT_LIMIT = 1000
 PAGE_SIZE = 100
 """Orders per ``GET /orders`` page (the API's most)."""
 RETRIES = 2
-"""Further tries of an action the API did not receive or wrote nothing for (a refused connection, a
-``503``): any other failure is reported, never retried (a POST whose answer was lost may have acted)."""
+"""Further tries of an action that got no answer, or a ``503``. A retry cannot act twice: it carries the
+same ``If-Match``, and once a try has acted that version is gone (``412``). So a ``412`` after a retry may
+be the earlier try's success, and the summary says so."""
 RETRY_WAIT_S = 1.0
 """Seconds between those tries (the API's ``Retry-After``)."""
 _NOT_SENT_STATUSES = (401, 403)
@@ -174,19 +174,21 @@ def plan_action(
     return Plan(action, listed_orders[:limit], limit, capped=len(listed_orders) > limit)
 
 
-def _send(client: OperatorApiClient, action: OperatorAction, order: Listed) -> OperatorAnswer | str:
-    """The API's answer to the action on ``order`` at its listed version, or why there was none."""
-    for attempt in range(RETRIES + 1):
-        last = attempt == RETRIES
+def _send(
+    client: OperatorApiClient, action: OperatorAction, order: Listed
+) -> tuple[OperatorAnswer | str, int]:
+    """The API's answer to the action on ``order`` at its listed version (or why there was none), and
+    the number of tries it took."""
+    for attempt in range(1, RETRIES + 2):
+        last = attempt == RETRIES + 1
         try:
             answer = client.act(order.order_id, action.value, if_match=order.etag)
         except TransientError as exc:
-            unsent = isinstance(exc.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
-            if last or not unsent:
-                return exc.detail
+            if last:
+                return exc.detail, attempt
         else:
             if answer.status != 503 or last:
-                return answer
+                return answer, attempt
         time.sleep(RETRY_WAIT_S)
     raise AssertionError("unreachable: the last try returns")
 
@@ -194,16 +196,19 @@ def _send(client: OperatorApiClient, action: OperatorAction, order: Listed) -> O
 def act_on(client: OperatorApiClient, action: OperatorAction, order: Listed) -> Result:
     """Send ``action`` for one listed order, conditional on its listed version, and say what became of it:
     done (2xx), refused (a 4xx: stale version, a state the action does not apply to ...), or failed (no
-    answer, or a server error, after :data:`RETRIES` further tries of what is safe to retry)."""
-    answer = _send(client, action, order)
+    answer, or a server error, after :data:`RETRIES` further tries)."""
+    answer, tries = _send(client, action, order)
     if isinstance(answer, str):
         return Result(order.order_id, Outcome.FAILED, message=answer)
     if answer.ok:
         return Result(
             order.order_id, Outcome.DONE, answer.status, message=str(answer.body.get("outcome", ""))
         )
+    message = answer.error_message
+    if answer.status == 412 and tries > 1:
+        message += f" (after {tries} tries: an earlier one may have acted; `orderflow orders show` says)"
     outcome = Outcome.REFUSED if 400 <= answer.status < 500 else Outcome.FAILED
-    return Result(order.order_id, outcome, answer.status, answer.error_code, answer.error_message)
+    return Result(order.order_id, outcome, answer.status, answer.error_code, message)
 
 
 def execute(client: OperatorApiClient, plan: Plan, console: Console) -> list[Result]:

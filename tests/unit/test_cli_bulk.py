@@ -38,13 +38,14 @@ ALL = (*RUNNING, *FAILED, OTHER_VERSION)
 @dataclass
 class Api:
     """The operator API behind the CLI: its dependencies, the actions it was sent (``(order, action)``),
-    and hooks run before it answers a POST (by order key), to change an order between listing and acting
-    or to fail the connection."""
+    and hooks run before it handles a POST and after (by order key): to change an order between listing
+    and acting, to fail the connection, or to lose the answer."""
 
     deps: Dependencies
     trusted: TrustedIssuer
     posts: list[tuple[str, str]] = field(default_factory=list)
     before_post: dict[str, Callable[[], None]] = field(default_factory=dict)
+    after_post: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     def etags(self) -> dict[str, str]:
         return {key: self.deps.states.get(key).etag for key in ALL}
@@ -105,6 +106,9 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Api:
             validator=trusted.validator,
             query=request.url.query.decode(),
         )
+        lost = served.after_post.get(request.url.path.rsplit("/", 2)[1]) if request.method == "POST" else None
+        if lost is not None:
+            lost()
         return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
 
     def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
@@ -286,3 +290,23 @@ def test_an_order_the_api_refuses_for_its_state_is_reported_with_the_code(api: A
     assert "│ done     │ 2" in result.output and "│ refused  │ 1" in result.output
     assert "409" in result.output and "NotResubmittable" in result.output
     assert "compensation began" in result.output
+
+
+def test_an_action_whose_answer_was_lost_is_retried_and_cannot_act_twice(api: Api) -> None:
+    lost: list[str] = []
+
+    def lose_the_first_answer() -> None:
+        if not lost:
+            lost.append("a:e-1")
+            raise httpx.ReadTimeout("timed out")
+
+    api.after_post["a:e-1"] = lose_the_first_answer
+
+    result = invoke("resubmit", "--state", "Error", "--execute")
+
+    assert result.exit_code == 1, result.output
+    assert [key for key, _ in api.posts] == ["a:e-0", "a:e-1", "a:e-1", "a:e-2"]
+    record = api.deps.states.get("a:e-1").item
+    assert record.process_state is ProcessState.PENDING
+    assert [e.action for e in record.timeline].count("resubmit") == 1
+    assert "412" in result.output and "an earlier one may have acted" in result.output
