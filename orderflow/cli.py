@@ -4,7 +4,8 @@ operator API's client (:mod:`orderflow.operator_client`).
 Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
 ``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``; ``review`` and
 ``compensate`` call the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token from
-``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown.
+``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown. ``bulk`` (:mod:`orderflow.cli_bulk`) acts on
+every order a filter matches.
 """
 
 from __future__ import annotations

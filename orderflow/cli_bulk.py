@@ -320,6 +320,16 @@ _HELP = {
 }
 
 
+_errors = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: refused or
+    unreachable)."""
+    _errors.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(code)
+
+
 def _run(
     open_client: OpenClient,
     console: Console,
@@ -390,16 +400,6 @@ def _command(open_client: OpenClient, console: Console, action: OperatorAction) 
         "unless --execute; each action is conditional on the version listed (412 if the order changed since)."
     )
     return command
-
-
-_errors = Console(stderr=True, soft_wrap=True)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: refused or
-    unreachable)."""
-    _errors.print(f"[red]error:[/red] {escape(message)}")
-    raise typer.Exit(code)
 
 
 def bulk_commands(open_client: OpenClient, console: Console) -> typer.Typer:
