@@ -51,7 +51,7 @@ from operator_api.deadletters import (
 )
 from operator_api.listing import list_orders, list_query
 from operator_api.openapi import openapi_document
-from operator_api.resubmit import NOT_RESUBMITTABLE, resubmit_order
+from operator_api.resubmit import resubmit_order
 from operator_api.review import ReviewRecorded, ReviewRefusal, review_order
 from operator_api.schemas import (
     CompensateBody,
@@ -65,7 +65,7 @@ from operator_api.schemas import (
     ReviewBody,
 )
 from operator_api.suspension import set_suspension
-from operator_api.views import dead_letter_answer, order_view, timeline_page
+from operator_api.views import dead_letter_answer, entity_tag, order_view, timeline_page
 from orderflow.dependencies import Dependencies
 from orderflow.errors import (
     ConcurrencyConflict,
@@ -80,6 +80,7 @@ from orderflow.messages import (
     validate_message,
     validate_order_key,
 )
+from orderflow.operator_actions import NOT_RESUBMITTABLE
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
     REVIEWER_ROLE,
@@ -191,7 +192,7 @@ def _inspect(call: Call, deps: Dependencies) -> OperatorResponse:
         found = deps.states.get(call.key)
     except NotFound:
         return error(404, UNKNOWN_ORDER, f"no order {call.key}")
-    return OperatorResponse(200, order_view(found.item), {"ETag": _entity_tag(found.etag)})
+    return OperatorResponse(200, order_view(found.item), {"ETag": entity_tag(found.etag)})
 
 
 def _timeline(call: Call, deps: Dependencies) -> OperatorResponse:
@@ -205,7 +206,7 @@ def _timeline(call: Call, deps: Dependencies) -> OperatorResponse:
         return error(404, UNKNOWN_ORDER, f"no order {call.key}")
     page = deps.states.history(call.key, max_item_count=limit, continuation=call.query.get("continuation"))
     answer = timeline_page(found.item, page)
-    return OperatorResponse(200, answer.to_body(), {"ETag": _entity_tag(found.etag)})
+    return OperatorResponse(200, answer.to_body(), {"ETag": entity_tag(found.etag)})
 
 
 def _list(call: Call, deps: Dependencies) -> OperatorResponse:
@@ -226,7 +227,7 @@ def _review(call: Call, deps: Dependencies) -> OperatorResponse:
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
         clients=deps.settings.clients(),
     )
-    etag = {"ETag": _entity_tag(outcome.etag)}
+    etag = {"ETag": entity_tag(outcome.etag)}
     if not isinstance(outcome, ReviewRecorded):
         status = 403 if outcome.refusal is ReviewRefusal.NOT_PERMITTED else 409
         return error(status, outcome.refusal.value, outcome.detail, etag)
@@ -248,7 +249,7 @@ def _compensate(call: Call, deps: Dependencies) -> OperatorResponse:
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
         if_match=call.if_match(),
     )
-    etag = {"ETag": _entity_tag(outcome.etag)}
+    etag = {"ETag": entity_tag(outcome.etag)}
     if not isinstance(outcome, CompensateAccepted):
         return error(409, outcome.refusal.value, outcome.detail, etag)
     answer = {"orderId": call.key, "outcome": outcome.action.value, "order": order_view(outcome.record)}
@@ -275,7 +276,7 @@ def _resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
         retry_budget=deps.settings.RETRY_BUDGET,
     )
-    etag = {"ETag": _entity_tag(outcome.etag)}
+    etag = {"ETag": entity_tag(outcome.etag)}
     if outcome.action is None:
         return error(409, NOT_RESUBMITTABLE, outcome.refusal or "", etag)
     answer = {"orderId": call.key, "outcome": outcome.action.value, "order": order_view(outcome.record)}
@@ -295,7 +296,7 @@ def _suspension(suspend: bool) -> Action:
             clock=deps.clock,
             grace_s=deps.settings.CLAIM_TIMEOUT_S,
         )
-        etag = {"ETag": _entity_tag(outcome.etag)}
+        etag = {"ETag": entity_tag(outcome.etag)}
         if outcome.refusal is not None:
             return error(409, outcome.refusal, outcome.detail or "", etag)
         answer = {
@@ -629,7 +630,7 @@ def handle_operator_request(
         return error(400, "InvalidContinuation", invalid.detail)
     except StaleVersion as stale:
         message = "the order changed since the version you saw: read it again and decide again"
-        return error(412, "PreconditionFailed", message, {"ETag": _entity_tag(stale.etag)})
+        return error(412, "PreconditionFailed", message, {"ETag": entity_tag(stale.etag)})
     except (TransientError, ConcurrencyConflict) as unavailable:
         logger.warning("operator API %s of %s: %s", route.name, order_id, unavailable.detail)
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})
@@ -644,8 +645,3 @@ def _public(method: str, bare: str) -> OperatorResponse | None:
     if bare == CONSOLE_PATH or bare.startswith(CONSOLE_PATH + "/"):
         return _console(method, bare)
     return None
-
-
-def _entity_tag(etag: str | None) -> str:
-    """``etag`` as an HTTP entity tag: quoted once (the stores' ETags may carry their quotes already)."""
-    return f'"{(etag or "").strip(chr(34))}"'

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from operator_api.schemas import OrderList, OrderSummary
+from operator_api.views import entity_tag
 from orderflow.errors import InvalidMessage
 from orderflow.records import ProcessState, StateRecord, format_utc, parse_utc
 from orderflow.state_machine import SETTLED_STATES
@@ -98,8 +99,9 @@ def list_query(params: Mapping[str, str], now: datetime) -> tuple[StateQuery, in
     return query, limit, params.get("continuation") or None
 
 
-def order_summary(record: StateRecord) -> OrderSummary:
-    """One order in a list: key, client, state, progress counters, times and the last error's code."""
+def order_summary(record: StateRecord, etag: str) -> OrderSummary:
+    """One order in a list: key, client, state, progress counters, times, the last error's code and the
+    version listed (``etag``, the store's, given as the entity tag an ``If-Match`` names)."""
     error = record.last_error
     return OrderSummary(
         order_id=record.order_id,
@@ -112,6 +114,7 @@ def order_summary(record: StateRecord) -> OrderSummary:
         suspended=record.suspended_at is not None,
         last_error_code=None if error is None else error.code or error.kind,
         updated_at=format_utc(record.updated_at),
+        etag=entity_tag(etag),
     )
 
 
@@ -124,5 +127,5 @@ def list_orders(states: StateStore, query: StateQuery, *, limit: int, continuati
     """
     page = states.query(query, max_item_count=limit, continuation=continuation)
     return OrderList(
-        orders=[order_summary(found.item) for found in page.items], continuation=page.continuation
+        orders=[order_summary(found.item, found.etag) for found in page.items], continuation=page.continuation
     )

@@ -23,6 +23,7 @@ from operator_api.compensate import CompensateAction, decide_compensation
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.operator_actions import OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus
@@ -30,8 +31,6 @@ from orderflow.stores.base import StateStore
 
 NEW_ATTEMPT = "NewAttempt"
 """``outcome`` of a resubmitted ``Error`` order."""
-NOT_RESUBMITTABLE = "NotResubmittable"
-"""Refusal code: the order is in no state a resubmit starts from."""
 
 _UNDO_STATUSES = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED})
 
@@ -70,12 +69,13 @@ def _decide(
     record: StateRecord, principal: Principal, now: datetime, retry_budget: int
 ) -> ResubmitAction | str:
     state = record.process_state
+    refused = action_refusal(OperatorAction.RESUBMIT, state, suspended=record.suspended_at is not None)
+    if refused is not None:
+        return refused.detail
     if state is ProcessState.COMPENSATION_FAILED:
         decided = decide_compensation(record, principal, None, now)
         assert decided is CompensateAction.RETRIED  # what a CompensationFailed order always gets
         return ResubmitAction.COMPENSATION_RETRIED
-    if state is not ProcessState.ERROR:
-        return f"order is {state.value}: only Error and CompensationFailed orders are resubmitted"
     undoing = [name for name, step in record.steps.items() if step.status in _UNDO_STATUSES]
     if undoing:
         return f"compensation began ({', '.join(undoing)}): compensate it instead"

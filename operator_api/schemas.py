@@ -74,6 +74,9 @@ class OrderSummary(Answer):
     suspended: bool
     last_error_code: str | None
     updated_at: str
+    etag: str
+    """The version listed, as an HTTP entity tag (the ``ETag`` of ``GET /orders/{orderId}`` at that
+    version): the ``If-Match`` of an action on the order as it was listed."""
 
 
 class OrderList(Answer):

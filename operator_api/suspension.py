@@ -13,7 +13,8 @@ that could start a step check it (docs/operations.md#suspended-orders):
 - the supervisor's sweep skips a suspended record (an attempt that died while suspended is recovered
   after the resume).
 
-A resume clears the flag and makes a ``Pending`` record ready at once.
+A resume clears the flag and makes a ``Pending`` record ready at once. Which orders may be suspended
+or resumed is :func:`orderflow.operator_actions.action_refusal`'s rule (the bulk commands check it too).
 """
 
 from __future__ import annotations
@@ -24,16 +25,11 @@ from datetime import datetime
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
+from orderflow.operator_actions import OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, StateRecord
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
-
-NOT_SUSPENDABLE = "NotSuspendable"
-"""Refusal: the order is settled (finished, ``Error`` or ``CompensationFailed``): nothing to hold."""
-ALREADY_SUSPENDED = "AlreadySuspended"
-NOT_SUSPENDED = "NotSuspended"
 
 
 @dataclass(frozen=True)
@@ -46,11 +42,16 @@ class SuspensionOutcome:
     detail: str | None = None
 
 
+def _refusal(action: OperatorAction, record: StateRecord) -> tuple[str, str] | None:
+    suspended, by = record.suspended_at is not None, record.suspended_by
+    refused = action_refusal(action, record.process_state, suspended=suspended, suspended_by=by)
+    return None if refused is None else (refused.code, refused.detail)
+
+
 def _suspend(record: StateRecord, principal: Principal, now: datetime) -> tuple[str, str] | None:
-    if record.process_state in SETTLED_STATES:
-        return NOT_SUSPENDABLE, f"order is {record.process_state.value}"
-    if record.suspended_at is not None:
-        return ALREADY_SUSPENDED, f"suspended by {record.suspended_by}"
+    refused = _refusal(OperatorAction.SUSPEND, record)
+    if refused is not None:
+        return refused
     record.suspended_at = record.updated_at = now
     record.suspended_by = principal.audit_id
     record.suspended_by_name = principal.display_name or None
@@ -58,8 +59,9 @@ def _suspend(record: StateRecord, principal: Principal, now: datetime) -> tuple[
 
 
 def _resume(record: StateRecord, now: datetime) -> tuple[str, str] | None:
-    if record.suspended_at is None:
-        return NOT_SUSPENDED, "the order is not suspended"
+    refused = _refusal(OperatorAction.RESUME, record)
+    if refused is not None:
+        return refused
     record.suspended_at = record.suspended_by = record.suspended_by_name = None
     record.updated_at = now
     if record.process_state is ProcessState.PENDING and record.locked_by is None:

@@ -78,3 +78,8 @@ def dead_letter_answer(dead: DeadLetter, queue: str) -> DeadLetterAnswer:
         correlation_id=dead.correlation_id,
         body=dead.body,
     )
+
+
+def entity_tag(etag: str | None) -> str:
+    """``etag`` as an HTTP entity tag: quoted once (the stores' ETags may carry their quotes already)."""
+    return f'"{(etag or "").strip(chr(34))}"'

@@ -4,7 +4,8 @@ operator API's client (:mod:`orderflow.operator_client`).
 Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
 ``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``; ``review`` and
 ``compensate`` call the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token from
-``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown.
+``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown. ``bulk`` (:mod:`orderflow.cli_bulk`) acts on
+every order a filter matches.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ from rich.table import Table
 from rich.text import Text
 
 from orderflow.alert_render import alerts_table, supervisor_panel
+from orderflow.cli_bulk import bulk_commands
+from orderflow.cli_options import (
+    API_URL_VARIABLE,
+    TOKEN_VARIABLE,
+    ApiUrl,
+    ClientFilter,
+    FailedSinceFilter,
+    StateFilter,
+    StuckForFilter,
+    TokenFile,
+    VersionFilter,
+    order_filters,
+)
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
@@ -503,25 +517,6 @@ def cancel(
     )
 
 
-API_URL_VARIABLE = "ORDERFLOW_API_URL"
-"""Where ``review`` and ``compensate`` find the operator API when ``--api-url`` is not given."""
-TOKEN_VARIABLE = "ORDERFLOW_TOKEN"
-"""Where ``review`` and ``compensate`` find the bearer token when ``--token-file`` is not given."""
-
-ApiUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--api-url",
-        envvar=API_URL_VARIABLE,
-        help="The operator API's base URL: the Function App's, or the local host's http://127.0.0.1:<port>.",
-    ),
-]
-TokenFile = Annotated[
-    Path | None,
-    typer.Option(help=f"A file holding an access token for the operator API (else ${TOKEN_VARIABLE})."),
-]
-
-
 def _token(token_file: Path | None) -> str:
     """The bearer token, from ``token_file`` or :data:`TOKEN_VARIABLE`; never shown, not even in part.
 
@@ -548,6 +543,22 @@ def _token(token_file: Path | None) -> str:
     return token
 
 
+def _operator_client(api_url: str | None, token_file: Path | None) -> OperatorApiClient:
+    """A client of the operator API at ``api_url`` with the caller's token.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when there is no URL or token, or the URL is not https
+            (plain http only on a loopback host).
+    """
+    if not api_url:
+        _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
+    token = _token(token_file)
+    try:
+        return OperatorApiClient(api_url, token=token, timeout_s=_settings(None).OPERATOR_API_TIMEOUT_S)
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+
+
 def _call_operator_api(
     order_id: str | None,
     api_url: str | None,
@@ -566,14 +577,7 @@ def _call_operator_api(
             validate_order_key(order_id)
         except InvalidMessage as exc:
             _fail(exc.description, code=2)
-    if not api_url:
-        _fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
-    token = _token(token_file)
-    try:
-        client = OperatorApiClient(api_url, token=token, timeout_s=_settings(None).OPERATOR_API_TIMEOUT_S)
-    except ValueError as exc:
-        _fail(str(exc), code=2)
-    with client:
+    with _operator_client(api_url, token_file) as client:
         try:
             answer = call(client)
         except OrderflowError as exc:
@@ -688,28 +692,19 @@ def orders_show(order_id: OrderKey, api_url: ApiUrl = None, token_file: TokenFil
 
 @orders_app.command("list")
 def orders_list(  # noqa: PLR0917 - typer reads each option from a parameter
-    state: Annotated[str | None, typer.Option(help="processState values, comma-separated.")] = None,
-    client_id: Annotated[str | None, typer.Option("--client", help="A client id.")] = None,
-    workflow_version: Annotated[str | None, typer.Option(help="A workflow version.")] = None,
-    stuck_for: Annotated[int | None, typer.Option(help="Not written for this many seconds.")] = None,
-    failed_since: Annotated[
-        str | None, typer.Option(help="Error or CompensationFailed since (ISO 8601).")
-    ] = None,
+    state: StateFilter = None,
+    client_id: ClientFilter = None,
+    workflow_version: VersionFilter = None,
+    stuck_for: StuckForFilter = None,
+    failed_since: FailedSinceFilter = None,
     limit: Annotated[int, typer.Option(help="Orders per page (1-100).")] = 50,
     continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
     api_url: ApiUrl = None,
     token_file: TokenFile = None,
 ) -> None:
     """List orders by state, client, workflow version, stuck or failed time, a page at a time."""
-    filters: dict[str, str | int | None] = {
-        "state": state,
-        "client": client_id,
-        "workflowVersion": workflow_version,
-        "stuckFor": stuck_for,
-        "failedSince": failed_since,
-        "limit": limit,
-        "continuation": continuation,
-    }
+    filters = order_filters(state, client_id, workflow_version, stuck_for, failed_since)
+    filters.update(limit=limit, continuation=continuation)
     answer = _call_operator_api(None, api_url, token_file, lambda client: client.list_orders(**filters))
     console.print(orders_table(answer.body.get("orders") or []))
     token = answer.body.get("continuation")
@@ -770,6 +765,9 @@ def resume(
     """Operator: resume a suspended order."""
     answer = _act(order_id, "resume", etag, api_url, token_file)
     console.print(Text(f"resumed {order_id}; the order is {_state_of(answer)}."))
+
+
+app.add_typer(bulk_commands(_operator_client, console), name="bulk")
 
 
 deadletters_app = typer.Typer(

@@ -168,3 +168,48 @@ def test_the_alerts_page_lists_an_alert_the_system_raised_and_the_supervisor_pag
     assert page.inner_text("[data-testid=leader]") == f"{status['leader']} (lease)"
     assert status["leader"] == system.deps.settings.HOST_ID
     shoot(page, artifacts, "supervisor")
+
+
+def test_a_bulk_suspend_lists_first_refuses_an_order_changed_since_and_does_the_rest(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    waiting = [o["orderId"] for o in console.api("GET", "orders?state=AwaitingReview").json()["orders"]]
+    assert len(waiting) >= 2
+    etags = {key: console.api("GET", f"orders/{key}").headers["ETag"] for key in waiting}
+    page.goto(f"{console.url}#/orders?state=AwaitingReview")
+    page.wait_for_selector("[data-action=bulk-suspend]")
+
+    confirm(page, "bulk-suspend", accept=False)  # the dry-run list, cancelled: nothing is sent
+    assert {key: console.api("GET", f"orders/{key}").headers["ETag"] for key in waiting} == etags
+
+    page.click("[data-action=bulk-suspend]")
+    page.wait_for_selector("#confirm[open]")
+    plan = page.locator("[data-testid=bulk-plan] tbody tr").all_inner_texts()
+    assert [row.split("\t")[0] for row in plan] == waiting
+    assert all(row.split("\t")[-1] == "act" for row in plan)
+    shoot(page, artifacts, "orders-bulk-dry-run")
+    changed = waiting[0]  # another operator acts on it while the list is on screen: a new version
+    for action in ("suspend", "resume"):
+        assert console.api("POST", f"orders/{changed}/{action}", name="otto").status_code == 200
+    page.click("#confirm-ok")
+
+    counts = page.locator("[data-testid=bulk-counts]")
+    counts.wait_for()
+    assert counts.inner_text() == f"done {len(waiting) - 1}, refused 1, failed 0, not sent 0, skipped 0"
+    problems = page.locator("[data-testid=bulk-problems] tbody tr").all_inner_texts()
+    assert len(problems) == 1 and problems[0].split("\t")[:4] == [
+        changed,
+        "refused",
+        "412",
+        "PreconditionFailed",
+    ]
+    records = {key: system.deps.states.get(key).item for key in waiting}
+    assert records[changed].suspended_at is None
+    assert {records[key].suspended_by_name for key in waiting[1:]} == {"ana"}
+    shoot(page, artifacts, "orders-bulk-summary")
+
+    confirm(page, "bulk-resume")  # the page listed again after the run: resume what was suspended
+    resumed = f"done {len(waiting) - 1}, refused 0, failed 0, not sent 0, skipped 1"
+    page.wait_for_selector(f"[data-testid=bulk-counts]:text-is('{resumed}')")
+    assert all(system.deps.states.get(key).item.suspended_at is None for key in waiting)

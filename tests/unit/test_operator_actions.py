@@ -362,6 +362,10 @@ def test_the_list_filters_and_pages(deps: Dependencies, trusted: TrustedIssuer) 
     keys = [o["orderId"] for o in first.body["orders"] + second.body["orders"]]
     assert keys == ["a:e-0", "a:e-1", "a:e-2"] and second.body["continuation"] is None
     assert first.body["orders"][0]["lastErrorCode"] == "declined"
+    # Each summary names the version listed, as the order's own route gives it: an action's If-Match.
+    shown = call(deps, trusted.validator, "GET", "/api/operator/orders/a:e-0", trusted.reviewer())
+    assert first.body["orders"][0]["etag"] == shown.headers["ETag"]
+    assert first.body["orders"][0]["etag"] != first.body["orders"][1]["etag"]
     assert [o["orderId"] for o in stuck.body["orders"]] == ["a:p-1"]
     assert [o["orderId"] for o in since.body["orders"]] == ["a:e-0", "a:e-1", "a:e-2"]
     assert by_version.body["orders"] == []
