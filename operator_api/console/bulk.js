@@ -8,7 +8,7 @@ import { h, table } from "./dom.js";
 import { FAILED, SETTLED } from "./states.js";
 
 /** Why `action` does not apply to listed order `o` ({code, detail}), or null when it does. */
-function refusal(action, o) {
+export function refusal(action, o) {
   if (action === "resubmit") {
     return FAILED.has(o.processState) ? null : { code: "NotResubmittable", detail: `order is ${o.processState}` };
   }

@@ -9,9 +9,10 @@ export const STATES = [
   "Compensated",
   "Error",
   "CompensationFailed",
+  "Cancelled",
 ];
 
-export const SETTLED = new Set(["Processed", "Compensated", "Error", "CompensationFailed"]);
+export const SETTLED = new Set(["Processed", "Compensated", "Error", "CompensationFailed", "Cancelled"]);
 export const FAILED = new Set(["Error", "CompensationFailed"]);
 
 /** The CSS class of a state's colour. */

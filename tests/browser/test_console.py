@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from devhost.local_issuer import local_object_id
+from orderflow.operator_actions import NOT_SUSPENDED, RESUBMITTABLE_STATES, OperatorAction, action_refusal
 from orderflow.records import ProcessState
+from orderflow.state_machine import SETTLED_STATES
 from tests.browser.helpers import Console, confirm, open_order, running_console, shoot
 
 pytestmark = pytest.mark.browser
@@ -213,3 +215,47 @@ def test_a_bulk_suspend_lists_first_refuses_an_order_changed_since_and_does_the_
     resumed = f"done {len(waiting) - 1}, refused 0, failed 0, not sent 0, skipped 1"
     page.wait_for_selector(f"[data-testid=bulk-counts]:text-is('{resumed}')")
     assert all(system.deps.states.get(key).item.suspended_at is None for key in waiting)
+
+
+def test_the_consoles_bulk_skip_rule_is_the_apis(page: Any) -> None:
+    """bulk.js restates :func:`orderflow.operator_actions.action_refusal` for listed orders: the same code
+    for every action, state and suspension, or the console would send what the API refuses (or skip what it
+    would do)."""
+    combos = [
+        (action.value, state.value, suspended)
+        for action in OperatorAction
+        for state in ProcessState
+        for suspended in (False, True)
+    ]
+
+    in_browser = page.evaluate(
+        """async (combos) => {
+            const { refusal } = await import("./bulk.js");
+            return combos.map(([action, processState, suspended]) => {
+                const refused = refusal(action, { processState, suspended });
+                return refused ? refused.code : null;
+            });
+        }""",
+        combos,
+    )
+
+    expected = []
+    for action, state, suspended in combos:
+        refused = action_refusal(OperatorAction(action), ProcessState(state), suspended=suspended)
+        expected.append(None if refused is None else refused.code)
+    assert in_browser == expected
+    assert None in expected and NOT_SUSPENDED in expected  # both outcomes are compared
+
+
+def test_the_console_knows_every_state_and_which_are_settled(page: Any) -> None:
+    known = page.evaluate(
+        """async () => {
+            const { STATES, SETTLED, FAILED } = await import("./states.js");
+            return [STATES, [...SETTLED], [...FAILED]];
+        }"""
+    )
+
+    states, settled, failed = known
+    assert sorted(states) == sorted(state.value for state in ProcessState)
+    assert sorted(settled) == sorted(state.value for state in SETTLED_STATES)
+    assert sorted(failed) == sorted(state.value for state in RESUBMITTABLE_STATES)
