@@ -17,6 +17,8 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
   routes read, replay and purge them (:mod:`operator_api.deadletters`);
 - ``GET /api/operator/alerts`` (``kind``, ``since``, paged) and ``GET /api/operator/supervisor``: the
   stored alerts and the supervisor's status (:mod:`operator_api.alerts`); either role;
+- ``GET /api/operator/activity`` (``since``, ``bucketS``, ``buckets``): alerts, dead letters, recoveries
+  and the stuck-orders gauge over time, bucketed (:mod:`operator_api.activity`); either role;
 - ``GET /api/operator/console/...``: the web console's static files (:mod:`operator_api.console`), no
   token.
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from operator_api.activity import activity, activity_window
 from operator_api.alerts import alert_query, list_alerts, supervisor_status
 from operator_api.compensate import CompensateAccepted, compensate_order
 from operator_api.console import console_file
@@ -428,6 +431,14 @@ def _supervisor(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, status.to_body())
 
 
+def _activity(call: Call, deps: Dependencies) -> OperatorResponse:
+    window = activity_window(call.query, now=deps.clock.now())
+    if deps.alerts is None:
+        return error(503, "NotConfigured", "this host keeps no alerts or sweep tallies")
+    answer = activity(window, alerts=deps.alerts, dead_letters=deps.dead_letters, settings=deps.settings)
+    return OperatorResponse(200, answer.to_body())
+
+
 BOTH_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 
 ROUTES: dict[str | None, Route] = {
@@ -454,11 +465,12 @@ PLANE_ROUTES: dict[tuple[str, int, str | None], Route] = {
     ("deadletters", 4, "replay"): Route("deadletters.replay", "POST", OPERATOR_ONLY, _dead_letter_replay),
     ("alerts", 1, None): Route("alerts", "GET", BOTH_ROLES, _alerts),
     ("supervisor", 1, None): Route("supervisor", "GET", BOTH_ROLES, _supervisor),
+    ("activity", 1, None): Route("activity", "GET", BOTH_ROLES, _activity),
 }
 """Routes outside ``/orders``, by (first segment, number of segments, last segment or None for any):
 ``/queues``, ``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
-``/deadletters/{queue}/{id}/replay``, ``/alerts`` and ``/supervisor``. The segments between the first
-and a fixed last are the call's :attr:`Call.segments`."""
+``/deadletters/{queue}/{id}/replay``, ``/alerts``, ``/supervisor`` and ``/activity``. The segments
+between the first and a fixed last are the call's :attr:`Call.segments`."""
 
 OPENAPI_PATH = API_PREFIX + "/openapi.json"
 """The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from orderflow.alerts import SWEEP_KIND, alert_doc
+from orderflow.alerts import NOT_ALERTS, SWEEP_KIND, alert_doc
 from orderflow.errors import InvalidContinuation
 from orderflow.stores.base import AlertQuery, AlertStore
 from orderflow.stores.cosmos import CosmosStores
@@ -60,7 +60,7 @@ def test_alerts_list_newest_first_across_days_filtered_and_paged(alerts: AlertSt
         alerts.add(alert_doc(kind, {"order_id": f"a:o-{n}", "reason": "too_many_failures"}, at=at, host="h1"))
     alerts.add(sweep_doc(SweepReport(scanned=2), started=now, ended=now, host_id="h1", leadership="lease"))
 
-    listed = every(alerts, AlertQuery(exclude_kind=SWEEP_KIND), size=2)
+    listed = every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=2)
     assert [d["orderId"] for d in listed] == ["a:o-3", "a:o-2", "a:o-1", "a:o-0"]
     assert listed[0]["suggestedAction"] and listed[0]["day"] == now.date().isoformat()
     gave_up = every(alerts, AlertQuery(kind="order_gave_up", since=now - timedelta(minutes=10)), size=5)
@@ -68,7 +68,7 @@ def test_alerts_list_newest_first_across_days_filtered_and_paged(alerts: AlertSt
     [sweep] = every(alerts, AlertQuery(kind=SWEEP_KIND), size=5)
     assert (sweep["host"], sweep["scanned"], sweep["ttl"]) == ("h1", 2, 3600)
 
-    first = alerts.list_documents(AlertQuery(exclude_kind=SWEEP_KIND), max_item_count=1)
+    first = alerts.list_documents(AlertQuery(exclude_kinds=NOT_ALERTS), max_item_count=1)
     token = first.continuation
     assert token is not None
     with pytest.raises(InvalidContinuation):
