@@ -478,7 +478,8 @@ def check_alerts_container(resource: dict[str, Any]) -> None:
     assert resource["defaultTtl"] == ALERT_TTL_S
     policy = resource["indexingPolicy"]
     included = {p["path"] for p in policy["includedPaths"]}
-    sql, _ = alert_query_sql(AlertQuery(kind="k", exclude_kinds=("x", "y"), since=datetime.now(UTC)), "2026-01-01")
+    query = AlertQuery(kind="k", exclude_kinds=("x", "y"), since=datetime.now(UTC))
+    sql, _ = alert_query_sql(query, "2026-01-01")
     assert {f"/{name}/?" for name in re.findall(r"c\.(\w+)", sql)} <= included, (
         "a queried field is not indexed"
     )

@@ -66,9 +66,8 @@ def seeded() -> Dependencies:
     deps.alerts.add(
         alert_doc("order_gave_up", {"order_id": "a:o-2", "reason": "too_many_failures"}, at=now, host="h1")
     )
-    record_sweep(  # a sweep document and its minute's tally, for /supervisor and /activity
-        deps.alerts, sweep_doc(SweepReport(scanned=3), started=now, ended=now, host_id="h1", leadership="lease")
-    )
+    swept = sweep_doc(SweepReport(scanned=3), started=now, ended=now, host_id="h1", leadership="lease")
+    record_sweep(deps.alerts, swept)  # a sweep document and its minute's tally: /supervisor, /activity
     return deps
 
 
