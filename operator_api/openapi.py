@@ -22,6 +22,7 @@ from operator_api.schemas import (
     ActivityAnswer,
     AlertList,
     CompensateBody,
+    ConsoleConfig,
     DeadLetterAnswer,
     DeadLetterList,
     EmptyBody,
@@ -74,6 +75,7 @@ def _schemas() -> dict[str, Any]:
         QueueList,
         SupervisorStatus,
         ActivityAnswer,
+        ConsoleConfig,
     ]
     _, document = models_json_schema([(model, "serialization") for model in models], ref_template=REF)
     schemas: dict[str, Any] = document["$defs"]
@@ -225,7 +227,13 @@ def _plane_paths() -> dict[str, Any]:
             f"buckets ({DEFAULT_BUCKETS}); bucketS * buckets at most 24 h",
         ),
     ]
+    console_config = {
+        "summary": "How the web console signs operators in (no token; no secret)",
+        "security": [],
+        "responses": {"200": _json("ConsoleConfig", "the sign-in, or all null: paste a token")},
+    }
     return {
+        "/api/operator/console-config": {"get": console_config},
         "/api/operator/activity": {
             "get": _operation(
                 "Alerts, dead letters, recoveries and the stuck-orders gauge over time, bucketed",

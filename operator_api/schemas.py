@@ -253,3 +253,12 @@ class ActivityAnswer(Answer):
     bucket_s: int
     buckets: list[ActivityBucket]
     complete: ActivityCompleteness
+
+
+class ConsoleConfig(Answer):
+    """``GET /console-config`` (no token): how the web console signs operators in. All three None: only
+    a pasted token (``CONSOLE_CLIENT_ID`` unset). Nothing here is a secret: a public client has none."""
+
+    authority: str | None
+    client_id: str | None
+    scope: str | None

@@ -61,6 +61,9 @@ SENDER, RECEIVER, OWNER = (ROLE[f"Azure Service Bus Data {r}"] for r in ("Sender
 COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
 
 LEFT_AT_DEFAULT = {
+    # The console's sign-in: the tenant's Entra authority and the API's .default scope (check_azure).
+    "CONSOLE_AUTHORITY": "the tenant's Entra v2.0 authority by default; another is refused on Azure",
+    "CONSOLE_SCOPE": "the operator API's <audience>/.default by default",
     # Refused on Azure (orderflow.settings.Settings.check_azure): identity is the only way in.
     "STORAGE_CONNECTION_STRING": "refused on Azure",
     "COSMOS_KEY": "refused on Azure",

@@ -82,7 +82,7 @@ def test_the_api_answers_every_generated_request_as_its_document_says(
 ) -> None:
     headers = trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) == 16
+    assert len(operations) == 17
 
     for operation in operations:
 
@@ -115,6 +115,7 @@ def test_the_document_is_served_without_a_token_and_names_every_route(trusted: T
         "/api/operator/alerts",
         "/api/operator/supervisor",
         "/api/operator/activity",
+        "/api/operator/console-config",
     }
     view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
     assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)
