@@ -47,7 +47,9 @@ MAX_WINDOW_S = 24 * 3600
 """Longest window: the tallies are kept a little longer (:data:`orderflow.alerts.TALLY_TTL_S`)."""
 
 PAGE_SIZE = 100
-DEAD_LETTER_PAGE = 256
+DEAD_LETTER_PAGE = MAX_DEAD_LETTER_SCAN
+"""A queue's dead letters in one page where the transport allows: a Storage queue longer than 32 is read
+by receiving it, once per page call, so one call rather than several."""
 SERIES_LIMITS = PageLimits(max_pages=30, max_empty_pages=10, max_s=5.0)
 """The bound of each series' loop: 30 pages of 100 (a day's 1,440 tallies take 15), 5 seconds."""
 DEAD_LETTER_LIMITS = PageLimits(max_pages=60, max_empty_pages=10, max_s=5.0)

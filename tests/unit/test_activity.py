@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operator_api import activity as activity_module
 from operator_api.activity import MAX_WINDOW_S, Window, activity_window, bucket_counts
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow.alerts import SweepDoc, SweepTallyDoc, alert_doc, minute_of, tallied
@@ -19,6 +20,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidMessage
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.stores.memory import InMemoryAlertStore
+from orderflow.stores.paging import PageLimits
 from supervisor.status import record_sweep, sweep_doc, tally_sweep
 from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer
@@ -245,3 +247,22 @@ def test_the_route_refuses_without_a_token_and_a_bad_window_and_answers_503_with
     assert call(deps, trusted, "bucketS=61").body["error"]["code"] == "InvalidValue"
     deps.alerts = None
     assert call(deps, trusted, "").status == 503
+
+
+def test_a_series_its_page_bound_stopped_is_marked_incomplete_and_counts_what_was_read(
+    trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        activity_module, "SERIES_LIMITS", PageLimits(max_pages=2, max_empty_pages=2, max_s=5.0)
+    )
+    deps = memory_deps(FakeClock(EPOCH + timedelta(minutes=30)))
+    assert deps.alerts is not None
+    for n in range(250):
+        deps.alerts.add(
+            alert_doc("breaker_open", {"dependency": "d"}, at=EPOCH + timedelta(seconds=n), host="h")
+        )
+
+    body = call(deps, trusted, f"since={iso(EPOCH)}&bucketS=600&buckets=3").body
+
+    assert [b["alerts"] for b in body["buckets"]] == [200, 0, 0]  # two pages of 100, newest first
+    assert body["complete"] == {"alerts": False, "sweeps": True, "deadLetters": True}
