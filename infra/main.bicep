@@ -24,6 +24,9 @@ param demoServicesUrl string
 @description('Client id (or api://... URI) of the operator API app registration; empty leaves the operator API unconfigured (it refuses every call).')
 param operatorApiAudience string = ''
 
+@description('Client id of the app registration the web console signs operators in with (its SPA redirect URI is the console); empty offers only a pasted token.')
+param operatorConsoleClientId string = ''
+
 @description('Object id of the demo client service principal; empty registers the client without an identity (no role assignments).')
 param demoClientPrincipalId string = ''
 
@@ -214,6 +217,7 @@ module functionApp 'modules/functionapp.bicep' = {
     demoServicesUrl: demoServicesUrl
     operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
     operatorAudience: operatorApiAudience
+    consoleClientId: empty(operatorApiAudience) ? '' : operatorConsoleClientId
   }
 }
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from operator_api.schemas import AlertAnswer, AlertList, SupervisorStatus, SweepAnswer
-from orderflow.alerts import ALERT_KINDS, SWEEP_KIND, AlertDoc, SweepDoc
+from orderflow.alerts import ALERT_KINDS, NOT_ALERTS, SWEEP_KIND, AlertDoc, SweepDoc
 from orderflow.errors import InvalidMessage
 from orderflow.records import parse_utc
 from orderflow.stores.base import AlertQuery, AlertStore
@@ -75,7 +75,7 @@ def alert_query(params: Mapping[str, str]) -> tuple[AlertQuery, int, str | None]
         except ValueError:
             raise _invalid("since", "an ISO 8601 time with a zone (2026-03-01T12:00:00Z)") from None
     limit = _limit(params.get("limit"), default=DEFAULT_LIMIT, most=MAX_LIMIT)
-    query = AlertQuery(kind=kind, exclude_kind=None if kind else SWEEP_KIND, since=since)
+    query = AlertQuery(kind=kind, exclude_kinds=() if kind else NOT_ALERTS, since=since)
     return query, limit, params.get("continuation") or None
 
 

@@ -4,7 +4,9 @@ The console is plain HTML, ES modules and CSS in ``operator_api/console/`` (docs
 step, nothing fetched from elsewhere. Its files hold no data and need no token; every data call the page
 makes carries the bearer token the operator pasted (or the sign-in gave), and the API checks it as it
 checks any other call. Each file is answered with its content type and a strict Content-Security-Policy:
-scripts, styles and connections from this origin only, no inline script or style, no framing. Only the
+scripts and styles from this origin only, connections to it (and, when the console signs operators in
+itself, to the sign-in authority's origin: :func:`content_security_policy`), no inline script or style,
+no framing. Only the
 files in the folder whose names :data:`FILE_NAME` allows are served; a path is never joined onto the
 file system.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 CONSOLE_DIR = Path(__file__).parent / "console"
 """Where the console's files are (package data of ``operator_api``)."""
@@ -34,6 +37,29 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """The console's policy: its own scripts, styles and API calls; nothing inline, nothing framed."""
+
+
+def authority_origin(authority: str) -> str:
+    """The origin (``https://host[:port]``) of a sign-in authority URL.
+
+    Raises:
+        ValueError: not an https URL with a host.
+    """
+    parts = urlsplit(authority)
+    if parts.scheme != "https" or not parts.hostname or any(c in parts.netloc for c in " ;,'\""):
+        raise ValueError("the sign-in authority must be an https URL")
+    return f"https://{parts.netloc.rpartition('@')[2]}"
+
+
+def content_security_policy(authority: str | None = None) -> str:
+    """:data:`CONTENT_SECURITY_POLICY`, with the origin of ``authority`` (the console's sign-in authority:
+    its OpenID configuration and token endpoint are fetched) added to ``connect-src`` when given."""
+    if authority is None:
+        return CONTENT_SECURITY_POLICY
+    return CONTENT_SECURITY_POLICY.replace(
+        "connect-src 'self';", f"connect-src 'self' {authority_origin(authority)};"
+    )
+
 
 STATIC_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -60,11 +86,14 @@ def console_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-def console_file(name: str) -> tuple[bytes, dict[str, str]] | None:
+def console_file(name: str, *, authority: str | None = None) -> tuple[bytes, dict[str, str]] | None:
     """The content and headers of the console file ``name`` (``""`` is the index page), or None when
-    there is no such file (a name with a ``/``, ``..`` or a suffix not served is none)."""
+    there is no such file (a name with a ``/``, ``..`` or a suffix not served is none). ``authority``:
+    the console's sign-in authority, whose origin the policy lets the page connect to."""
     found = console_files().get(name or INDEX)
     if found is None:
         return None
     content, content_type = found
-    return content, {"Content-Type": content_type, **STATIC_HEADERS}
+    headers = {"Content-Type": content_type, **STATIC_HEADERS}
+    headers["Content-Security-Policy"] = content_security_policy(authority)
+    return content, headers

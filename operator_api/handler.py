@@ -17,6 +17,10 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
   routes read, replay and purge them (:mod:`operator_api.deadletters`);
 - ``GET /api/operator/alerts`` (``kind``, ``since``, paged) and ``GET /api/operator/supervisor``: the
   stored alerts and the supervisor's status (:mod:`operator_api.alerts`); either role;
+- ``GET /api/operator/activity`` (``since``, ``bucketS``, ``buckets``): alerts, dead letters, recoveries
+  and the stuck-orders gauge over time, bucketed (:mod:`operator_api.activity`); either role;
+- ``GET /api/operator/console-config``: how the console signs operators in (settings, no secret), no
+  token;
 - ``GET /api/operator/console/...``: the web console's static files (:mod:`operator_api.console`), no
   token.
 
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from operator_api.activity import activity, activity_window
 from operator_api.alerts import alert_query, list_alerts, supervisor_status
 from operator_api.compensate import CompensateAccepted, compensate_order
 from operator_api.console import console_file
@@ -55,6 +60,7 @@ from operator_api.resubmit import resubmit_order
 from operator_api.review import ReviewRecorded, ReviewRefusal, review_order
 from operator_api.schemas import (
     CompensateBody,
+    ConsoleConfig,
     DeadLetterList,
     EmptyBody,
     PurgeAnswer,
@@ -95,6 +101,7 @@ from orderflow.operator_auth import (
 from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
 from orderflow.queues.base import DeadLetterQueues
 from orderflow.records import ReviewDecision
+from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -429,6 +436,14 @@ def _supervisor(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, status.to_body())
 
 
+def _activity(call: Call, deps: Dependencies) -> OperatorResponse:
+    window = activity_window(call.query, now=deps.clock.now())
+    if deps.alerts is None:
+        return error(503, "NotConfigured", "this host keeps no alerts or sweep tallies")
+    answer = activity(window, alerts=deps.alerts, dead_letters=deps.dead_letters, settings=deps.settings)
+    return OperatorResponse(200, answer.to_body())
+
+
 BOTH_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 
 ROUTES: dict[str | None, Route] = {
@@ -455,28 +470,42 @@ PLANE_ROUTES: dict[tuple[str, int, str | None], Route] = {
     ("deadletters", 4, "replay"): Route("deadletters.replay", "POST", OPERATOR_ONLY, _dead_letter_replay),
     ("alerts", 1, None): Route("alerts", "GET", BOTH_ROLES, _alerts),
     ("supervisor", 1, None): Route("supervisor", "GET", BOTH_ROLES, _supervisor),
+    ("activity", 1, None): Route("activity", "GET", BOTH_ROLES, _activity),
 }
 """Routes outside ``/orders``, by (first segment, number of segments, last segment or None for any):
 ``/queues``, ``/deadletters/{queue}``, ``/deadletters/{queue}/purge``, ``/deadletters/{queue}/{id}``,
-``/deadletters/{queue}/{id}/replay``, ``/alerts`` and ``/supervisor``. The segments between the first
-and a fixed last are the call's :attr:`Call.segments`."""
+``/deadletters/{queue}/{id}/replay``, ``/alerts``, ``/supervisor`` and ``/activity``. The segments
+between the first and a fixed last are the call's :attr:`Call.segments`."""
 
 OPENAPI_PATH = API_PREFIX + "/openapi.json"
 """The OpenAPI document (:mod:`operator_api.openapi`), served without a token: it describes the routes
 and says nothing about any order."""
+
+CONSOLE_CONFIG_PATH = API_PREFIX + "/console-config"
+"""How the console signs operators in (:class:`operator_api.schemas.ConsoleConfig`), served without a token:
+the page needs it before it has one, and it holds no secret."""
 
 CONSOLE_PATH = API_PREFIX + "/console"
 """The web console's files (:mod:`operator_api.console`), served without a token: they hold no data; the
 page's own calls carry the operator's token."""
 
 
-def _console(method: str, path: str) -> OperatorResponse:
+def _console_config(settings: Settings) -> ConsoleConfig:
+    sign_in = settings.console_sign_in()
+    if sign_in is None:
+        return ConsoleConfig(authority=None, client_id=None, scope=None)
+    authority, client_id, scope = sign_in
+    return ConsoleConfig(authority=authority, client_id=client_id, scope=scope)
+
+
+def _console(method: str, path: str, settings: Settings) -> OperatorResponse:
     """A console file, the redirect of the bare console path to its folder, or the 404 or 405."""
     if method.upper() != "GET":
         return error(405, "MethodNotAllowed", "the console's files take GET", {"Allow": "GET"})
     if path == CONSOLE_PATH:  # the page's relative module paths need the trailing "/"
         return OperatorResponse(308, {}, {"Location": CONSOLE_PATH + "/"})
-    found = console_file(path.removeprefix(CONSOLE_PATH + "/"))
+    authority = _console_config(settings).authority
+    found = console_file(path.removeprefix(CONSOLE_PATH + "/"), authority=authority)
     if found is None:
         return error(404, "NoSuchRoute", f"no console file {path[:200]!r}")
     content, headers = found
@@ -604,7 +633,7 @@ def handle_operator_request(
         errors propagate: the host answers 500.
     """
     bare = path.partition("?")[0]
-    unauthenticated = _public(method, bare)
+    unauthenticated = _public(method, bare, deps.settings)
     if unauthenticated is not None:
         return unauthenticated
     matched = _match(method, bare)
@@ -636,12 +665,15 @@ def handle_operator_request(
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})
 
 
-def _public(method: str, bare: str) -> OperatorResponse | None:
-    """The answer to a path that needs no token (the OpenAPI document, the console's files), else None."""
-    if bare == OPENAPI_PATH:
+def _public(method: str, bare: str, settings: Settings) -> OperatorResponse | None:
+    """The answer to a path that needs no token (the OpenAPI document, the console's configuration and
+    files), else None."""
+    if bare in (OPENAPI_PATH, CONSOLE_CONFIG_PATH):
         if method.upper() != "GET":
-            return error(405, "MethodNotAllowed", "the document takes GET", {"Allow": "GET"})
+            return error(405, "MethodNotAllowed", "it takes GET", {"Allow": "GET"})
+        if bare == CONSOLE_CONFIG_PATH:
+            return OperatorResponse(200, _console_config(settings).to_body())
         return OperatorResponse(200, openapi_document())
     if bare == CONSOLE_PATH or bare.startswith(CONSOLE_PATH + "/"):
-        return _console(method, bare)
+        return _console(method, bare, settings)
     return None

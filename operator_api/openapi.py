@@ -15,11 +15,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from operator_api.activity import DEFAULT_BUCKET_S, DEFAULT_BUCKETS, MAX_BUCKET_S, MAX_BUCKETS, MIN_BUCKET_S
 from operator_api.alerts import MAX_SWEEPS, SWEEPS_SHOWN
 from operator_api.schemas import (
     ActionAnswer,
+    ActivityAnswer,
     AlertList,
     CompensateBody,
+    ConsoleConfig,
     DeadLetterAnswer,
     DeadLetterList,
     EmptyBody,
@@ -71,6 +74,8 @@ def _schemas() -> dict[str, Any]:
         AlertList,
         QueueList,
         SupervisorStatus,
+        ActivityAnswer,
+        ConsoleConfig,
     ]
     _, document = models_json_schema([(model, "serialization") for model in models], ref_template=REF)
     schemas: dict[str, Any] = document["$defs"]
@@ -205,7 +210,37 @@ def _plane_paths() -> dict[str, Any]:
     sweeps = _query(
         "limit", {"type": "integer", "minimum": 1, "maximum": MAX_SWEEPS}, f"sweeps listed ({SWEEPS_SHOWN})"
     )
+    window = [
+        _query(
+            "since",
+            {"type": "string", "format": "date-time"},
+            "the first bucket's start, a whole minute (default: the window whose last bucket holds now)",
+        ),
+        _query(
+            "bucketS",
+            {"type": "integer", "minimum": MIN_BUCKET_S, "maximum": MAX_BUCKET_S, "multipleOf": MIN_BUCKET_S},
+            f"seconds per bucket ({DEFAULT_BUCKET_S})",
+        ),
+        _query(
+            "buckets",
+            {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS},
+            f"buckets ({DEFAULT_BUCKETS}); bucketS * buckets at most 24 h",
+        ),
+    ]
+    console_config = {
+        "summary": "How the web console signs operators in (no token; no secret)",
+        "security": [],
+        "responses": {"200": _json("ConsoleConfig", "the sign-in, or all null: paste a token")},
+    }
     return {
+        "/api/operator/console-config": {"get": console_config},
+        "/api/operator/activity": {
+            "get": _operation(
+                "Alerts, dead letters, recoveries and the stuck-orders gauge over time, bucketed",
+                {"200": ("ActivityAnswer", "every bucket of the window")},
+                parameters=window,
+            )
+        },
         "/api/operator/alerts": {
             "get": _operation(
                 "Stored alerts, newest first, paged", {"200": ("AlertList", "a page")}, parameters=alerts

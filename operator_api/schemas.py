@@ -221,3 +221,47 @@ class SupervisorStatus(Answer):
     stuck_orders: int | None
     stale_after_s: float
     sweeps: list[SweepAnswer]
+
+
+class ActivityBucket(Answer):
+    """One bucket of ``GET /activity``: what happened from ``start`` (included) for ``bucketS`` seconds.
+
+    ``deadLetters`` is None on a host that reads no dead-letter queues; ``stuckOrders`` (the largest
+    stuck-orders count a sweep in the bucket found) is None when no sweep was tallied in it.
+    """
+
+    start: datetime
+    alerts: int
+    alerts_by_kind: dict[str, int]
+    dead_letters: int | None
+    recoveries: int
+    gave_up: int
+    sweeps: int
+    stuck_orders: int | None
+
+
+class ActivityCompleteness(Answer):
+    """Per series, whether its bounded read reached the end (False: the counts are lower bounds)."""
+
+    alerts: bool
+    sweeps: bool
+    dead_letters: bool | None
+
+
+class ActivityAnswer(Answer):
+    """``GET /activity``: the window ``[since, until)`` in ``bucketS``-second buckets, oldest first."""
+
+    since: datetime
+    until: datetime
+    bucket_s: int
+    buckets: list[ActivityBucket]
+    complete: ActivityCompleteness
+
+
+class ConsoleConfig(Answer):
+    """``GET /console-config`` (no token): how the web console signs operators in. All three None: only
+    a pasted token (``CONSOLE_CLIENT_ID`` unset). Nothing here is a secret: a public client has none."""
+
+    authority: str | None
+    client_id: str | None
+    scope: str | None

@@ -3,10 +3,11 @@
 :func:`orderflow.telemetry.alert` logs an alert and counts it; a host that wires an
 :class:`orderflow.alert_sink.AlertSink` also keeps it, as an :class:`AlertDoc`, in the ``alerts``
 container of the state store's database. The supervisor writes one :class:`SweepDoc` per sweep to the
-same container (kind :data:`SWEEP_KIND`). The container's default time-to-live bounds it
-(:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`. Documents are partitioned by their
-UTC day (``day``), so that a listing reads one partition at a time, newest first (docs/operations.md,
-"Stored alerts").
+same container (kind :data:`SWEEP_KIND`), and adds what each sweep did to the :class:`SweepTallyDoc` of
+its minute (kind :data:`TALLY_KIND`), which the activity chart reads. The container's default
+time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`, a tally
+:data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``), so that a listing reads one
+partition at a time, newest first (docs/operations.md, "Stored alerts").
 """
 
 from __future__ import annotations
@@ -89,11 +90,23 @@ UNKNOWN_KIND_ACTION: Final = "see docs/operations.md, 'When an alert fires'"
 SWEEP_KIND: Final = "supervisor_sweep"
 """The ``kind`` of a supervisor's sweep document: never an alert, never listed as one."""
 
+TALLY_KIND: Final = "supervisor_tally"
+"""The ``kind`` of a per-minute tally of the sweeps (:class:`SweepTallyDoc`): never an alert either."""
+
+NOT_ALERTS: Final = (SWEEP_KIND, TALLY_KIND)
+"""The kinds of the container's documents that are not alerts: the alert list leaves them out."""
+
 ALERT_TTL_S: Final = 14 * 24 * 3600
 """Seconds an alert is kept: the ``alerts`` container's default time-to-live (infra/modules/cosmos.bicep)."""
 
 SWEEP_TTL_S: Final = 3600
 """Seconds a sweep document is kept (its own ``ttl``): status wants only the latest few sweeps."""
+
+TALLY_S: Final = 60
+"""Seconds of sweeps one :class:`SweepTallyDoc` adds up: a whole UTC minute."""
+
+TALLY_TTL_S: Final = 26 * 3600
+"""Seconds a tally is kept (its own ``ttl``): the activity chart's longest window (24 h) and some."""
 
 ALERTS_CONTAINER: Final = "alerts"
 """Container id of the alerts and sweep documents."""
@@ -233,4 +246,80 @@ def alert_doc(kind: str, fields: Mapping[str, Any], *, at: datetime, host: str |
         cause=f"{summary} ({why})" if why else summary,
         suggested_action=suggested_action(kind),
         details=details,
+    )
+
+
+class SweepTallyDoc(Model):
+    """What the sweeps that ended in one UTC minute did, added up (kind :data:`TALLY_KIND`).
+
+    One document per minute, id :func:`tally_id`, rewritten (ETag-conditional) by each sweep ending in
+    it: so the activity chart reads at most one document per minute of its window, whatever the sweep
+    cadence, and for as long as :data:`TALLY_TTL_S` after the sweep documents have expired.
+
+    Attributes:
+        id, day: As for :class:`AlertDoc`.
+        at: The minute's start (UTC, whole minute).
+        sweeps: Sweeps that ended in the minute.
+        recovered, gave_up, held: Their sums (re-queued, given up, suspended by the poison guard).
+        stuck_max: The largest stuck-orders count among them; ``stuck_last`` the latest one's.
+        last_sweep_at: When the latest of them ended.
+        ttl: :data:`TALLY_TTL_S`.
+    """
+
+    id: str
+    day: str
+    kind: Literal["supervisor_tally"] = TALLY_KIND
+    at: UtcDatetime
+    sweeps: int = 0
+    recovered: int = 0
+    gave_up: int = 0
+    held: int = 0
+    stuck_max: int = 0
+    stuck_last: int = 0
+    last_sweep_at: UtcDatetime | None = None
+    ttl: int = TALLY_TTL_S
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> SweepTallyDoc:
+        """Parse a stored document, dropping the store's system properties."""
+        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
+
+
+def minute_of(at: datetime) -> datetime:
+    """The start of the UTC minute ``at`` falls in.
+
+    Raises:
+        ValueError: ``at`` is naive.
+    """
+    if at.utcoffset() is None:
+        raise ValueError("datetimes must be timezone-aware (UTC)")
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def tally_id(minute: datetime) -> str:
+    """The id of the tally of ``minute``'s minute: ``tally-YYYYMMDDTHHMM``."""
+    return "tally-" + minute_of(minute).strftime("%Y%m%dT%H%M")
+
+
+def tallied(tally: SweepTallyDoc | None, sweep: SweepDoc) -> SweepTallyDoc:
+    """``tally`` (None: a fresh one for the minute ``sweep`` ended in) with ``sweep`` added.
+
+    Raises:
+        ValueError: ``tally`` is another minute's.
+    """
+    minute = minute_of(sweep.at)
+    base = tally or SweepTallyDoc(id=tally_id(minute), day=day_of(minute), at=minute)
+    if base.at != minute:
+        raise ValueError(f"sweep at {sweep.at.isoformat()} is not in the tally of {base.at.isoformat()}")
+    latest = base.last_sweep_at is None or sweep.at >= base.last_sweep_at
+    return base.model_copy(
+        update={
+            "sweeps": base.sweeps + 1,
+            "recovered": base.recovered + sweep.recovered,
+            "gave_up": base.gave_up + sweep.gave_up,
+            "held": base.held + sweep.held,
+            "stuck_max": max(base.stuck_max, sweep.stuck) if base.sweeps else sweep.stuck,
+            "stuck_last": sweep.stuck if latest else base.stuck_last,
+            "last_sweep_at": sweep.at if latest else base.last_sweep_at,
+        }
     )

@@ -887,7 +887,35 @@ class Settings(BaseModel):
         "60; at most 300, the skew Microsoft's own token libraries allow).",
     )
 
+    CONSOLE_CLIENT_ID: str = Field(
+        "",
+        description="Client id of the app registration the web console signs operators in with (its "
+        "single-page application redirect URI is the console's URL; the operator API's own registration "
+        "will do). Empty (default): the console offers only the paste-a-token form.",
+    )
+    CONSOLE_AUTHORITY: str = Field(
+        "",
+        description="The console's sign-in authority, whose /.well-known/openid-configuration names the "
+        "authorize and token endpoints. Empty (default): the tenant's, "
+        "https://login.microsoftonline.com/<OPERATOR_TENANT_ID>/v2.0. Must be https; on Azure at "
+        "login.microsoftonline.com.",
+    )
+    CONSOLE_SCOPE: str = Field(
+        "",
+        description="The scope the console asks a token for. Empty (default): "
+        "<the first OPERATOR_AUDIENCE>/.default, as api://<client id>/.default when the audience is a "
+        "bare client id.",
+    )
+
     _clients: ClientRegistry = PrivateAttr(default_factory=lambda: ClientRegistry(()))
+
+    @field_validator("CONSOLE_AUTHORITY")
+    @classmethod
+    def _console_authority_is_https(cls, text: str) -> str:
+        # The console sends the code and its verifier there: never over plain http.
+        if text.strip() and not text.strip().startswith("https://"):
+            raise ValueError("CONSOLE_AUTHORITY must be an https URL (or empty)")
+        return text
 
     @field_validator("CLIENTS")
     @classmethod
@@ -1029,6 +1057,8 @@ class Settings(BaseModel):
         if not _is_entra_https(self.operator_jwks_uri()):
             keys = entra_jwks_uri(tenant)
             yield "OPERATOR_JWKS_URI", f"is not https at {ENTRA_LOGIN_HOST}: set {keys} or leave it empty"
+        if self.CONSOLE_AUTHORITY.strip() and not _is_entra_https(self.CONSOLE_AUTHORITY):
+            yield "CONSOLE_AUTHORITY", f"is not https at {ENTRA_LOGIN_HOST}: leave it empty"
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -1082,6 +1112,21 @@ class Settings(BaseModel):
         if self.OPERATOR_JWKS_URI.strip():
             return self.OPERATOR_JWKS_URI.strip()
         return entra_jwks_uri(self.OPERATOR_TENANT_ID) if self.OPERATOR_TENANT_ID else ""
+
+    def console_sign_in(self) -> tuple[str, str, str] | None:
+        """The console's interactive sign-in, ``(authority, client id, scope)``, or None when
+        ``CONSOLE_CLIENT_ID``, or the tenant and audience the defaults come from, are not set."""
+        client_id = self.CONSOLE_CLIENT_ID.strip()
+        authority = self.CONSOLE_AUTHORITY.strip().rstrip("/")
+        if not authority and self.OPERATOR_TENANT_ID:
+            authority = entra_issuer(self.OPERATOR_TENANT_ID)
+        scope = self.CONSOLE_SCOPE.strip()
+        if not scope and self.operator_audiences():
+            audience = self.operator_audiences()[0]
+            scope = f"{audience if '://' in audience else 'api://' + audience}/.default"
+        if not (client_id and authority and scope):
+            return None
+        return authority, client_id, scope
 
     def client_quota(self, client: RegisteredClient) -> int:
         """The most orders ``client`` may have in flight: its ``maxInFlight``, else an equal share of what

@@ -3,8 +3,10 @@
 At the end of each sweep the host that ran it writes a :class:`orderflow.alerts.SweepDoc` to the alerts
 store: what the sweep scanned, recovered, gave up and held, the stuck-orders count, when, on which host
 and under which leadership (a lease locally, the timer's singleton on Azure). ``GET
-/api/operator/supervisor`` reads the latest of them. A failed write is logged and never raised: the
-sweep's work is done and recorded on the orders themselves.
+/api/operator/supervisor`` reads the latest of them. The same sweep is added to the tally of its minute
+(:class:`orderflow.alerts.SweepTallyDoc`, an ETag-conditional read-modify-write), which ``GET
+/api/operator/activity`` charts. A failed write is logged and never raised: the sweep's work is done and
+recorded on the orders themselves.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import logging
 from datetime import datetime
 from typing import Literal
 
-from orderflow.alerts import SweepDoc, day_of, new_id
+from orderflow.alerts import SweepDoc, day_of, new_id, tallied
+from orderflow.errors import AlreadyExists, ConcurrencyConflict
 from orderflow.stores.base import AlertStore
 from supervisor.sweep import SweepReport
 
@@ -53,8 +56,12 @@ def sweep_doc(
     )
 
 
+TALLY_ATTEMPTS = 3
+"""Tries of a tally's read-modify-write when another writer moved it (a new leader's first sweep)."""
+
+
 def record_sweep(store: AlertStore | None, doc: SweepDoc) -> bool:
-    """Write one sweep's status document; never raises.
+    """Write one sweep's status document and add it to its minute's tally; never raises.
 
     Args:
         store: The alerts store, or None (a host wired without one: nothing is written).
@@ -70,4 +77,31 @@ def record_sweep(store: AlertStore | None, doc: SweepDoc) -> bool:
     except Exception as exc:
         logger.warning("sweep status of %s not written: %s: %s", doc.host, type(exc).__name__, exc)
         return False
+    tally_sweep(store, doc)
     return True
+
+
+def tally_sweep(store: AlertStore, doc: SweepDoc) -> bool:
+    """Add one sweep to the tally of the minute it ended in; never raises.
+
+    Read the tally, add, write it back conditionally (create if absent, else If-Match its ETag); on a
+    conflict read again, :data:`TALLY_ATTEMPTS` times at most.
+
+    Returns:
+        True if added; False if it kept conflicting or a write failed (a warning is logged).
+    """
+    for _ in range(TALLY_ATTEMPTS):
+        try:
+            found = store.get_tally(doc.at)
+            store.put_tally(
+                tallied(None if found is None else found.item, doc),
+                etag=None if found is None else found.etag,
+            )
+            return True
+        except (AlreadyExists, ConcurrencyConflict):
+            continue
+        except Exception as exc:
+            logger.warning("sweep tally of %s not written: %s: %s", doc.host, type(exc).__name__, exc)
+            return False
+    logger.warning("sweep tally of %s not written: it kept changing", doc.host)
+    return False

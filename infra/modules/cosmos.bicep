@@ -289,7 +289,8 @@ resource breakersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/c
 // Operator alerts and the supervisor's sweep documents (orderflow.alerts): partitioned by UTC day, so a
 // listing reads one day's partition at a time newest first (WHERE day = @day [AND kind ...] [AND at >= @since]
 // ORDER BY at DESC, orderflow.stores.cosmos.alert_query_sql). A default time-to-live of 14 days bounds the
-// container (orderflow.alerts.ALERT_TTL_S); a sweep document sets its own, one hour.
+// container (orderflow.alerts.ALERT_TTL_S); a sweep document sets its own, one hour, and a per-minute sweep
+// tally (kind supervisor_tally, read by the activity chart through the same (kind, at DESC) index) 26 hours.
 resource alertsContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: 'alerts'

@@ -25,6 +25,7 @@ param maxSubmissionBacklog int
 param demoServicesUrl string
 param operatorTenantId string
 param operatorAudience string
+param consoleClientId string
 
 resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225:zone-redundant Flex Consumption bills at least two always-ready instances per function group and exists in some regions only: a per-environment choice
@@ -143,6 +144,8 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // The operator API checks Entra bearer tokens itself (orderflow.operator_auth): both empty, or both set.
         { name: 'OPERATOR_TENANT_ID', value: operatorTenantId }
         { name: 'OPERATOR_AUDIENCE', value: operatorAudience }
+        // The console's "Sign in with Microsoft" (docs/console.md); empty: a pasted token only.
+        { name: 'CONSOLE_CLIENT_ID', value: consoleClientId }
         // Telemetry: the worker configures the Azure Monitor distro, authenticating as the identity.
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: appInsightsConnectionString }
         { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }

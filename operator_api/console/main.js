@@ -1,6 +1,7 @@
 // The console's entry point: the navigation, who is signed in, and the hash router.
 
 import { getToken, signOut, tokenClaims } from "./api.js";
+import { completeSignIn } from "./entra.js";
 import { h, notify, replaceChildren } from "./dom.js";
 import { PAGES, resolve } from "./pages.js";
 
@@ -64,5 +65,12 @@ async function route() {
   }
 }
 
-window.addEventListener("hashchange", route);
-route();
+async function start() {
+  const answered = await completeSignIn(); // back from "Sign in with Microsoft"?
+  if (answered && answered.error) window.history.replaceState(null, "", `${window.location.pathname}#/sign-in`);
+  window.addEventListener("hashchange", route);
+  await route();
+  if (answered && answered.error) notify(`Sign-in failed: ${answered.error}`, "error");
+}
+
+start();

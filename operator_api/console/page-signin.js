@@ -1,11 +1,30 @@
-// Sign-in: the operator pastes an access token for the operator API. Locally it comes from
-// `python -m devhost.local_issuer login`; on Azure from `az account get-access-token` (docs/console.md).
-// The token is checked by the API on every call; here it is only read to show who it names.
+// Sign-in: "Sign in with Microsoft" where the deployment configures it (GET console-config: entra.js),
+// and always the paste-a-token form: a token from `python -m devhost.local_issuer login` locally, or from
+// `az account get-access-token` (docs/console.md). The token is checked by the API on every call; here
+// it is only read to show who it names.
 
 import { setToken, tokenClaims } from "./api.js";
 import { h, notify, replaceChildren } from "./dom.js";
+import { beginSignIn, consoleConfig } from "./entra.js";
 
-export function render(main, _args, query) {
+function microsoftSignIn(config) {
+  const start = async () => {
+    try {
+      await beginSignIn(config);
+    } catch (failure) {
+      notify(`Sign-in failed: ${failure.message}`, "error");
+    }
+  };
+  return h(
+    "section",
+    { class: "sign-in", "data-testid": "entra-sign-in" },
+    h("button", { type: "button", id: "sign-in-microsoft", onclick: start }, "Sign in with Microsoft"),
+    h("p", { class: "help" }, "Signs you in at your organisation's Microsoft Entra ID; the token goes only to this API."),
+  );
+}
+
+export async function render(main, _args, query) {
+  const config = await consoleConfig();
   if (query.get("refused")) {
     notify("Your token was refused or has expired: sign in again.", "error");
   }
@@ -37,6 +56,8 @@ export function render(main, _args, query) {
   replaceChildren(
     main,
     h("h1", {}, "Sign in"),
+    config ? microsoftSignIn(config) : null,
+    config ? h("h2", {}, "Or paste a token") : null,
     h(
       "form",
       { class: "sign-in", onsubmit: submit },

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
-from orderflow.alerts import AlertDoc, SweepDoc
+from orderflow.alerts import AlertDoc, SweepDoc, SweepTallyDoc
 from orderflow.records import OrderDocument, ProcessState, StateRecord, TimelineChunk
 
 T = TypeVar("T")
@@ -237,12 +237,13 @@ class AlertQuery:
 
     Attributes:
         kind: ``kind`` equals this (an alert kind, or :data:`orderflow.alerts.SWEEP_KIND` for sweeps).
-        exclude_kind: ``kind`` differs from this (the alert list leaves the sweep documents out).
+        exclude_kinds: ``kind`` is none of these (the alert list leaves the sweep documents and tallies
+            out: :data:`orderflow.alerts.NOT_ALERTS`).
         since: ``at`` is not earlier than this (UTC).
     """
 
     kind: str | None = None
-    exclude_kind: str | None = None
+    exclude_kinds: tuple[str, ...] = ()
     since: datetime | None = None
 
 
@@ -271,6 +272,24 @@ class AlertStore(Protocol):
         Raises:
             InvalidContinuation: the token is not this query's (or no longer accepted).
             ValueError: ``max_item_count`` is less than 1.
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
+        """The sweep tally of ``minute``'s UTC minute (one point read in its day's partition), or None.
+
+        Raises:
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def put_tally(self, doc: SweepTallyDoc, *, etag: str | None) -> None:
+        """Create the tally (``etag`` None) or replace it if its ETag is still ``etag`` (If-Match).
+
+        Raises:
+            AlreadyExists: ``etag`` None and the tally exists (409).
+            ConcurrencyConflict: the ETag differs (412).
             TransientError: the store is unavailable.
         """
         ...

@@ -62,7 +62,9 @@ from orderflow.alerts import (
     ALERTS_PARTITION_KEY_PATH,
     AlertDoc,
     SweepDoc,
+    SweepTallyDoc,
     day_of,
+    tally_id,
 )
 from orderflow.breaker import BreakerDoc
 from orderflow.errors import (
@@ -257,15 +259,17 @@ class _CosmosContainer:
         with _translated(self.kind, str(doc["id"])):
             return self.container.create_item(body=doc, **self._options)
 
-    def read(self, item_id: str) -> dict[str, Any]:
+    def read(self, item_id: str, *, partition_key: str | None = None) -> dict[str, Any]:
+        """A point read; the partition key is the id unless given (the alerts container's is its day)."""
         self._count(reads=1)
         with _translated(self.kind, item_id):
             try:
-                return self.container.read_item(item=item_id, partition_key=item_id, **self._options)
+                key = item_id if partition_key is None else partition_key
+                return self.container.read_item(item=item_id, partition_key=key, **self._options)
             except CosmosHttpResponseError as exc:
                 # cosmosdb-server answers 500 instead of 404 for a missing item (module docstring).
                 # Ask whether it exists: absent → NotFound; present → the 500 was real (transient).
-                if exc.status_code == 500 and not self._exists(item_id):
+                if exc.status_code == 500 and partition_key is None and not self._exists(item_id):
                     raise NotFound(f"{self.kind} {item_id!r} not found") from exc
                 raise
 
@@ -660,9 +664,9 @@ def alert_query_sql(query: AlertQuery, day: str) -> tuple[str, Parameters]:
     if query.kind is not None:
         conditions.append("c.kind = @kind")
         params.append({"name": "@kind", "value": query.kind})
-    if query.exclude_kind is not None:
-        conditions.append("c.kind != @excludeKind")
-        params.append({"name": "@excludeKind", "value": query.exclude_kind})
+    for n, excluded in enumerate(query.exclude_kinds):
+        conditions.append(f"c.kind != @excludeKind{n}")
+        params.append({"name": f"@excludeKind{n}", "value": excluded})
     if query.since is not None:
         conditions.append("(IS_STRING(c.at) AND c.at >= @since)")
         params.append({"name": "@since", "value": format_utc(query.since)})
@@ -743,6 +747,30 @@ class CosmosAlertStore:
                     tokens.encode(_TOKEN_PREFIX, fingerprint, wrapped) if following else None,
                 )
         return Page([], None)
+
+    def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
+        """The tally of ``minute``'s minute: a point read in its day's partition; None if absent.
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        try:
+            doc = self._container.read(tally_id(minute), partition_key=day_of(minute))
+        except NotFound:
+            return None
+        return Versioned(SweepTallyDoc.from_stored(doc), str(doc["_etag"]))
+
+    def put_tally(self, doc: SweepTallyDoc, *, etag: str | None) -> None:
+        """Create the tally (``etag`` None) or replace it If-Match ``etag``.
+
+        Raises:
+            AlreadyExists: ``etag`` None and it exists (409). ConcurrencyConflict: 412.
+            TransientError: Cosmos DB is unavailable.
+        """
+        if etag is None:
+            self._container.create(doc.to_json_dict())
+        else:
+            self._container.replace(doc.to_json_dict(), etag)
 
 
 BREAKER_PARTITION_KEY_PATH = "/id"

@@ -27,7 +27,7 @@ from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orderflow.alerts import ALERT_TTL_S, AlertDoc, SweepDoc
+from orderflow.alerts import ALERT_TTL_S, AlertDoc, SweepDoc, SweepTallyDoc, tally_id
 from orderflow.breaker import BreakerDoc
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
@@ -509,7 +509,7 @@ def alert_matches(query: AlertQuery, doc: dict[str, Any]) -> bool:
     kind = doc.get("kind")
     if query.kind is not None and kind != query.kind:
         return False
-    if query.exclude_kind is not None and kind == query.exclude_kind:
+    if kind in query.exclude_kinds:
         return False
     at = doc.get("at")
     return query.since is None or (isinstance(at, str) and at >= format_utc(query.since))
@@ -550,13 +550,16 @@ class InMemoryAlertStore:
         Raises:
             AlreadyExists: its id is taken (ids are fresh: never in practice).
         """
+        self._drop_expired()
+        self._container.create(doc.to_json_dict())
+
+    def _drop_expired(self) -> None:
         now = format_utc(self._now())
         with self._container._lock:
             docs = self._container._docs
             expired = [item_id for item_id, text in docs.items() if not self._live(json.loads(text), now)]
             for item_id in expired:
                 del self._container._docs[item_id]
-        self._container.create(doc.to_json_dict())
 
     def list_documents(
         self, query: AlertQuery, *, max_item_count: int, continuation: str | None = None
@@ -570,7 +573,7 @@ class InMemoryAlertStore:
         if max_item_count < 1:
             raise ValueError("max_item_count must be at least 1")
         canonical = json.dumps(
-            [query.kind, query.exclude_kind, format_utc(query.since) if query.since else None]
+            [query.kind, list(query.exclude_kinds), format_utc(query.since) if query.since else None]
         )
         fingerprint = hashlib.sha256(f"alerts:{canonical}".encode()).hexdigest()[:16]
         position = tokens.decode(_TOKEN_PREFIX, continuation, fingerprint) if continuation else "0"
@@ -585,3 +588,25 @@ class InMemoryAlertStore:
         token = tokens.encode(_TOKEN_PREFIX, fingerprint, str(offset + max_item_count)) if more else None
         self._container.note_query_page(len(items))
         return Page([{k: v for k, v in doc.items() if not k.startswith("_")} for doc in items], token)
+
+    def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
+        """The tally of ``minute``'s minute, or None (also once it expired)."""
+        try:
+            doc = self._container.read(tally_id(minute))
+        except NotFound:
+            return None
+        if not self._live(doc, format_utc(self._now())):
+            return None
+        return Versioned(SweepTallyDoc.from_stored(doc), str(doc["_etag"]))
+
+    def put_tally(self, doc: SweepTallyDoc, *, etag: str | None) -> None:
+        """Create the tally (``etag`` None) or replace it If-Match ``etag``.
+
+        Raises:
+            AlreadyExists: ``etag`` None and it exists. ConcurrencyConflict: the ETag differs.
+        """
+        if etag is None:
+            self._drop_expired()
+            self._container.create(doc.to_json_dict())
+        else:
+            self._container.replace(doc.to_json_dict(), etag)

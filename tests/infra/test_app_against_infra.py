@@ -61,6 +61,9 @@ SENDER, RECEIVER, OWNER = (ROLE[f"Azure Service Bus Data {r}"] for r in ("Sender
 COSMOS_DATA_CONTRIBUTOR = "00000000-0000-0000-0000-000000000002"
 
 LEFT_AT_DEFAULT = {
+    # The console's sign-in: the tenant's Entra authority and the API's .default scope (check_azure).
+    "CONSOLE_AUTHORITY": "the tenant's Entra v2.0 authority by default; another is refused on Azure",
+    "CONSOLE_SCOPE": "the operator API's <audience>/.default by default",
     # Refused on Azure (orderflow.settings.Settings.check_azure): identity is the only way in.
     "STORAGE_CONNECTION_STRING": "refused on Azure",
     "COSMOS_KEY": "refused on Azure",
@@ -478,7 +481,8 @@ def check_alerts_container(resource: dict[str, Any]) -> None:
     assert resource["defaultTtl"] == ALERT_TTL_S
     policy = resource["indexingPolicy"]
     included = {p["path"] for p in policy["includedPaths"]}
-    sql, _ = alert_query_sql(AlertQuery(kind="k", exclude_kind="x", since=datetime.now(UTC)), "2026-01-01")
+    query = AlertQuery(kind="k", exclude_kinds=("x", "y"), since=datetime.now(UTC))
+    sql, _ = alert_query_sql(query, "2026-01-01")
     assert {f"/{name}/?" for name in re.findall(r"c\.(\w+)", sql)} <= included, (
         "a queried field is not indexed"
     )

@@ -1,5 +1,6 @@
 """The alerts store's contract, run against the in-memory adapter and the Cosmos DB one (emulator): newest
-first across day partitions, the kind and since filters, paging with tokens bound to their query."""
+first across day partitions, the kind and since filters, paging with tokens bound to their query, and the
+supervisor's per-minute tallies (a point read in the day's partition, create, If-Match replace)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from orderflow.alerts import SWEEP_KIND, alert_doc
-from orderflow.errors import InvalidContinuation
+from orderflow.alerts import NOT_ALERTS, SWEEP_KIND, TALLY_KIND, TALLY_TTL_S, alert_doc, minute_of, tallied
+from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation
 from orderflow.stores.base import AlertQuery, AlertStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore
@@ -60,7 +61,7 @@ def test_alerts_list_newest_first_across_days_filtered_and_paged(alerts: AlertSt
         alerts.add(alert_doc(kind, {"order_id": f"a:o-{n}", "reason": "too_many_failures"}, at=at, host="h1"))
     alerts.add(sweep_doc(SweepReport(scanned=2), started=now, ended=now, host_id="h1", leadership="lease"))
 
-    listed = every(alerts, AlertQuery(exclude_kind=SWEEP_KIND), size=2)
+    listed = every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=2)
     assert [d["orderId"] for d in listed] == ["a:o-3", "a:o-2", "a:o-1", "a:o-0"]
     assert listed[0]["suggestedAction"] and listed[0]["day"] == now.date().isoformat()
     gave_up = every(alerts, AlertQuery(kind="order_gave_up", since=now - timedelta(minutes=10)), size=5)
@@ -68,7 +69,7 @@ def test_alerts_list_newest_first_across_days_filtered_and_paged(alerts: AlertSt
     [sweep] = every(alerts, AlertQuery(kind=SWEEP_KIND), size=5)
     assert (sweep["host"], sweep["scanned"], sweep["ttl"]) == ("h1", 2, 3600)
 
-    first = alerts.list_documents(AlertQuery(exclude_kind=SWEEP_KIND), max_item_count=1)
+    first = alerts.list_documents(AlertQuery(exclude_kinds=NOT_ALERTS), max_item_count=1)
     token = first.continuation
     assert token is not None
     with pytest.raises(InvalidContinuation):
@@ -77,3 +78,29 @@ def test_alerts_list_newest_first_across_days_filtered_and_paged(alerts: AlertSt
         )
     with pytest.raises(InvalidContinuation):
         alerts.list_documents(AlertQuery(), max_item_count=1, continuation="garbage")
+
+
+def test_a_minutes_sweep_tally_is_read_created_replaced_if_match_and_never_listed_as_an_alert(
+    alerts: AlertStore,
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    minute = minute_of(now)
+    assert alerts.get_tally(now) is None
+    first = sweep_doc(
+        SweepReport(scanned=4, requeued=["a:o-1"]), started=now, ended=now, host_id="h1", leadership="lease"
+    )
+    alerts.put_tally(tallied(None, first), etag=None)
+    with pytest.raises(AlreadyExists):
+        alerts.put_tally(tallied(None, first), etag=None)
+    found = alerts.get_tally(minute + timedelta(seconds=59))  # any time in the minute names its tally
+    assert found is not None
+    assert (found.item.at, found.item.sweeps, found.item.recovered, found.item.stuck_max) == (minute, 1, 1, 4)
+    alerts.put_tally(tallied(found.item, first), etag=found.etag)
+    with pytest.raises(ConcurrencyConflict):
+        alerts.put_tally(tallied(found.item, first), etag=found.etag)  # the ETag it was read with is stale
+    alerts.add(alert_doc("order_gave_up", {"order_id": "a:o-1"}, at=now, host="h1"))
+
+    [tally] = every(alerts, AlertQuery(kind=TALLY_KIND, since=minute), size=5)
+    assert (tally["sweeps"], tally["recovered"], tally["ttl"]) == (2, 2, TALLY_TTL_S)
+    listed = every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=5)
+    assert [d["kind"] for d in listed] == ["order_gave_up"]

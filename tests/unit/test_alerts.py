@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import cli, telemetry
 from orderflow.alert_sink import AlertSink
-from orderflow.alerts import ALERT_KINDS, ALERT_TTL_S, SWEEP_KIND, SWEEP_TTL_S, alert_doc
+from orderflow.alerts import ALERT_KINDS, ALERT_TTL_S, NOT_ALERTS, SWEEP_KIND, SWEEP_TTL_S, alert_doc
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
@@ -125,7 +125,7 @@ def test_the_memory_store_lists_newest_first_filters_pages_and_expires() -> None
         )
     store.add(sweep_doc(SweepReport(), started=first, ended=first, host_id="h", leadership="lease"))
 
-    alerts = AlertQuery(exclude_kind=SWEEP_KIND)
+    alerts = AlertQuery(exclude_kinds=NOT_ALERTS)
     page = store.list_documents(alerts, max_item_count=2)
     rest = store.list_documents(alerts, max_item_count=2, continuation=page.continuation)
     assert [d["orderId"] for d in page.items + rest.items] == ["a:o-2", "a:o-1", "a:o-0"]

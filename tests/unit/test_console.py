@@ -4,6 +4,7 @@ files; and the pages build the document from text nodes, never from HTML."""
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
@@ -11,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from devhost.operator_http import create_operator_app
-from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY, console_files
-from operator_api.handler import CONSOLE_PATH, handle_operator_request
+from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY, authority_origin, console_files
+from operator_api.handler import CONSOLE_CONFIG_PATH, CONSOLE_PATH, handle_operator_request
 from orderflow.clock import FakeClock
 from tests.unit.fakes import memory_deps
 
@@ -159,3 +160,37 @@ def test_every_module_a_script_imports_is_a_file_served() -> None:
 
     assert {"dom.js", "api.js", "page-dashboard.js", "page-order.js", "page-signin.js"} <= imported
     assert sorted(imported - set(served)) == []
+
+
+def test_the_console_config_is_empty_until_a_client_id_is_set_and_then_widens_connect_src_only() -> None:
+    status, _, body = get(CONSOLE_CONFIG_PATH)
+    assert (status, json.loads(body)) == (200, {"authority": None, "clientId": None, "scope": None})
+    assert get(CONSOLE_CONFIG_PATH, "POST")[0] == 405
+
+    tenant = "5f0e2d4c-3b1a-4987-a6b5-c4d3e2f1a0b9"
+    deps = memory_deps(
+        FakeClock(),
+        OPERATOR_TENANT_ID=tenant,
+        OPERATOR_AUDIENCE="api://orderflow-api",
+        CONSOLE_CLIENT_ID="c-1",
+    )
+    answer = handle_operator_request("GET", CONSOLE_CONFIG_PATH, {}, b"", deps=deps, validator=None)
+    authority = f"https://login.microsoftonline.com/{tenant}/v2.0"
+    assert (answer.status, answer.body) == (
+        200,
+        {"authority": authority, "clientId": "c-1", "scope": "api://orderflow-api/.default"},
+    )
+    page = handle_operator_request("GET", f"{CONSOLE_PATH}/", {}, b"", deps=deps, validator=None)
+    policy = page.all_headers()["Content-Security-Policy"]
+    assert policy == CONTENT_SECURITY_POLICY.replace(
+        "connect-src 'self';", "connect-src 'self' https://login.microsoftonline.com;"
+    )
+
+
+@pytest.mark.parametrize(
+    "authority",
+    ["http://login.example/t", "https://", "https://a b/t", "https://x;script-src *", "javascript:x"],
+)
+def test_an_authority_that_would_bend_the_policy_is_refused(authority: str) -> None:
+    with pytest.raises(ValueError, match="https URL"):
+        authority_origin(authority)

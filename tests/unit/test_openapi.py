@@ -31,7 +31,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
-from supervisor.status import sweep_doc
+from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
@@ -66,9 +66,8 @@ def seeded() -> Dependencies:
     deps.alerts.add(
         alert_doc("order_gave_up", {"order_id": "a:o-2", "reason": "too_many_failures"}, at=now, host="h1")
     )
-    deps.alerts.add(
-        sweep_doc(SweepReport(scanned=3), started=now, ended=now, host_id="h1", leadership="lease")
-    )
+    swept = sweep_doc(SweepReport(scanned=3), started=now, ended=now, host_id="h1", leadership="lease")
+    record_sweep(deps.alerts, swept)  # a sweep document and its minute's tally: /supervisor, /activity
     return deps
 
 
@@ -83,7 +82,7 @@ def test_the_api_answers_every_generated_request_as_its_document_says(
 ) -> None:
     headers = trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
     operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) == 15
+    assert len(operations) == 17
 
     for operation in operations:
 
@@ -115,6 +114,8 @@ def test_the_document_is_served_without_a_token_and_names_every_route(trusted: T
         "/api/operator/queues",
         "/api/operator/alerts",
         "/api/operator/supervisor",
+        "/api/operator/activity",
+        "/api/operator/console-config",
     }
     view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
     assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)

@@ -125,6 +125,11 @@ LOCAL_ISSUER = f"https://login.orderflow.localhost/{TENANT}/v2.0"
             "is not https at login.microsoftonline.com",
         ),
         (
+            {**ENTRA, "CONSOLE_AUTHORITY": "https://login.fake-entra.test/tenant-1/v2.0"},
+            "CONSOLE_AUTHORITY",
+            "is not https at login.microsoftonline.com",
+        ),
+        (
             {**ENTRA, "OPERATOR_JWKS_URI": f"http://login.microsoftonline.com/{TENANT}/discovery/v2.0/keys"},
             "OPERATOR_JWKS_URI",
             "is not https",
@@ -154,3 +159,26 @@ def test_any_other_issuer_or_key_set_is_refused_on_azure(
     assert refused.value.setting == setting
     assert says in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+CONSOLE_CLIENT_ID = "3c1b5a7e-9d2f-4e6b-8a0c-1d2e3f4a5b6c"
+
+
+def test_the_consoles_sign_in_derives_from_the_tenant_and_audience_once_its_client_id_is_set() -> None:
+    assert Settings.load(ENTRA).console_sign_in() is None  # no CONSOLE_CLIENT_ID: paste a token only
+    assert Settings.load({"CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).console_sign_in() is None  # no tenant
+    derived = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).console_sign_in()
+    assert derived == (entra_issuer(TENANT), CONSOLE_CLIENT_ID, f"api://{API_CLIENT_ID}/.default")
+    uri = Settings.load({**ENTRA, "OPERATOR_AUDIENCE": "api://orderflow-api", "CONSOLE_CLIENT_ID": "c"})
+    assert uri.console_sign_in() == (entra_issuer(TENANT), "c", "api://orderflow-api/.default")
+    chosen = {"CONSOLE_AUTHORITY": "https://login.example/t/v2.0/", "CONSOLE_SCOPE": "api://x/operate"}
+    given = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": "c", **chosen}).console_sign_in()
+    assert given == ("https://login.example/t/v2.0", "c", "api://x/operate")
+
+
+@pytest.mark.parametrize(
+    "authority", ["http://login.microsoftonline.com/t/v2.0", "login.microsoftonline.com"]
+)
+def test_a_console_authority_that_is_not_https_is_refused(authority: str) -> None:
+    with pytest.raises(ValidationError, match="CONSOLE_AUTHORITY must be an https URL"):
+        Settings.load({"CONSOLE_AUTHORITY": authority})
