@@ -333,8 +333,17 @@ def configure_tracing(service_name: str, *, exporter: str | None = None) -> bool
                 out=sys.stderr, formatter=lambda s: s.to_json(indent=None) + os.linesep
             )
         else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
-
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+                    OTLPSpanExporter,
+                )
+            except ImportError:
+                # requirements-dev.txt installs it (the local host's); the Functions app exports to Azure.
+                logger.error(
+                    "%s=otlp needs opentelemetry-exporter-otlp-proto-http: traces are not exported",
+                    EXPORTER_ENV,
+                )
+                return False
             span_exporter = OTLPSpanExporter()
         provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
         provider.add_span_processor(BatchSpanProcessor(span_exporter))

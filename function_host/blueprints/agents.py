@@ -65,7 +65,7 @@ def _trigger(agent: str) -> Callable[..., None]:
     def trigger(
         message: servicebus.ServiceBusReceivedMessage,
         message_actions: servicebus.ServiceBusMessageActions,
-        context: func.Context | None = None,
+        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
     ) -> None:
         _handle(agent, message, message_actions, context)
 

@@ -75,7 +75,7 @@ def _trigger(client: RegisteredClient) -> Callable[..., None]:
     def trigger(
         message: servicebus.ServiceBusReceivedMessage,
         message_actions: servicebus.ServiceBusMessageActions,
-        context: func.Context | None = None,
+        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
     ) -> None:
         _handle(client, message, message_actions, context)
 

@@ -59,7 +59,7 @@ async def response_listener(
     message: servicebus.ServiceBusReceivedMessage,
     message_actions: servicebus.ServiceBusMessageActions,
     client: df.DurableOrchestrationClient,
-    context: func.Context | None = None,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
 ) -> None:
     """Turn an agent response into the external event of the instance named in it."""
     deps = dependencies()

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,6 +44,8 @@ SPAN_ID = "00f067aa0ba902b7"
 VALID = f"00-{TRACE_ID}-{SPAN_ID}-01"
 
 HEX = "0123456789abcdef"
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def hex_text(size: int) -> st.SearchStrategy[str]:
@@ -314,3 +320,38 @@ def test_an_azure_triggers_trace_context_is_read_from_the_invocation_context() -
 )
 def test_no_or_a_malformed_trace_context_gives_none(context: Any) -> None:
     assert trigger_traceparent(context) is None
+
+
+# --- export --------------------------------------------------------------------------------------------
+
+
+def test_the_console_exporter_writes_each_span_as_one_json_line_on_stderr() -> None:
+    # A process of its own: the global tracer provider can be set only once per process.
+    script = (
+        "from orderflow import telemetry, tracing\n"
+        "assert telemetry.configure_telemetry('orderflow-test') is False\n"
+        "with tracing.span(tracing.CLAIM, attributes=tracing.order_attributes('a:o-1', 'a:o-1:2')):\n"
+        "    print(tracing.current_traceparent())\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console"}
+    env.pop("APPLICATIONINSIGHTS_CONNECTION_STRING", None)
+    env.pop("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    span = json.loads(line)
+    traceparent = done.stdout.strip()
+    assert (span["name"], span["attributes"]) == (
+        tracing.CLAIM,
+        {tracing.ORDER_ID: "a:o-1", tracing.INSTANCE_ID: "a:o-1:2", tracing.ATTEMPT: 2},
+    )
+    assert span["context"]["trace_id"] == "0x" + traceparent[3:35]
+    assert span["resource"]["attributes"]["service.name"] == "orderflow-test"
