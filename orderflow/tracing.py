@@ -240,8 +240,10 @@ def span(
         parent: The ``traceparent`` the message or record carries; malformed or None: the current
             context's span is the parent (none: a new trace).
         transport_parent: The trace context the transport handed over (an Azure trigger's
-            ``context.trace_context``), preferred over ``parent``: the host's span sits between the
-            sender's and this one. When both are valid and of different traces, ``parent`` becomes a link.
+            ``context.trace_context``), preferred over ``parent`` when it continues the same trace (or
+            ``parent`` is missing or malformed): the host's span then sits between the sender's and
+            this one. When both are valid but of different traces, ``parent`` stays the parent (an
+            order's spans are one trace) and ``transport_parent`` becomes a link.
         links: ``traceparent`` values of spans this one follows from without being their child (a
             recovered attempt's claim links the attempt before it); malformed and None ones are skipped.
         attributes: Initial attributes (:func:`order_attributes`, :func:`messaging_attributes`).
@@ -271,15 +273,16 @@ def _parent_context(
     from_transport = parse_traceparent(transport_parent)
     from_message = parse_traceparent(parent)
     chosen = from_transport or from_message
-    if chosen is None:
-        return None, ()
     links: tuple[Link, ...] = ()
     if (
         from_transport is not None
         and from_message is not None
         and from_message.trace_id != from_transport.trace_id
     ):
-        links = (Link(from_message),)
+        # The host did not continue the sender's trace: keep the order's, and link the invocation.
+        chosen, links = from_message, (Link(from_transport),)
+    if chosen is None:
+        return None, ()
     return trace.set_span_in_context(trace.NonRecordingSpan(chosen)), links
 
 

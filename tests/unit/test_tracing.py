@@ -242,8 +242,8 @@ def test_off_by_default_a_span_records_and_propagates_nothing() -> None:
         assert trace_properties() is None
 
 
-def test_the_transport_parent_wins_and_the_message_parent_of_another_trace_becomes_a_link() -> None:
-    host = f"00-{'a' * 32}-{'b' * 16}-01"
+def test_the_transport_parent_of_the_messages_trace_is_the_parent() -> None:
+    host = f"00-{TRACE_ID}-{'b' * 16}-01"  # the host's span for the invocation, in the sender's trace
 
     with recorded_spans() as exporter, tracing.span(tracing.AGENT, parent=VALID, transport_parent=host):
         sent = trace_properties()
@@ -251,11 +251,34 @@ def test_the_transport_parent_wins_and_the_message_parent_of_another_trace_becom
 
     assert span.parent is not None
     assert tracing.format_traceparent(span.parent) == host
-    assert [tracing.format_traceparent(link.context) for link in span.links] == [VALID]
+    assert list(span.links) == []
     assert sent == {
         "traceparent": tracing.format_traceparent(span.context),
         "Diagnostic-Id": tracing.format_traceparent(span.context),
     }
+
+
+def test_a_transport_parent_of_another_trace_is_a_link_and_the_order_keeps_its_trace() -> None:
+    host = f"00-{'a' * 32}-{'b' * 16}-01"
+
+    with recorded_spans() as exporter, tracing.span(tracing.AGENT, parent=VALID, transport_parent=host):
+        pass
+    (span,) = exporter.get_finished_spans()
+
+    assert span.parent is not None
+    assert tracing.format_traceparent(span.parent) == VALID
+    assert [tracing.format_traceparent(link.context) for link in span.links] == [host]
+
+
+def test_a_transport_parent_alone_is_the_parent() -> None:
+    host = f"00-{'a' * 32}-{'b' * 16}-01"
+
+    with recorded_spans() as exporter, tracing.span(tracing.AGENT, parent=None, transport_parent=host):
+        pass
+    (span,) = exporter.get_finished_spans()
+
+    assert span.parent is not None
+    assert tracing.format_traceparent(span.parent) == host
 
 
 def test_a_malformed_transport_parent_falls_back_to_the_messages() -> None:

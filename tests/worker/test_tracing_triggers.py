@@ -78,32 +78,50 @@ def test_a_submission_invoked_with_a_trace_context_is_its_child_and_the_record_k
     assert deps.states.get("a:o-1").item.traceparent == tracing.format_traceparent(span.context)
 
 
-def test_an_agent_invoked_with_a_trace_context_is_its_child_and_links_the_requests_sender(
+def invoke_agent(worker: FunctionsWorker, deps: Dependencies, *, sender: str, host: str) -> None:
+    request = agent_request(deps).model_copy(update={"traceparent": sender})
+    message = HostMessage(request.to_json().encode(), message_id=request.request_id, correlation_id="a:o-1")
+    response = worker.invoke(
+        f"agent_{FIRST_STEP.agent}",
+        {"message": binding(message)},
+        trigger_metadata=metadata(message),
+        trace_parent=host,
+    )
+    assert failure(response) is None
+
+
+def test_an_agent_invoked_in_the_senders_trace_is_the_hosts_child_and_its_call_carries_its_own_span(
     worker: FunctionsWorker,
     settlement: SettlementServer,
     app: tuple[Dependencies, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, _ = app
-    request = agent_request(deps).model_copy(update={"traceparent": SENDER})
-    message = HostMessage(request.to_json().encode(), message_id=request.request_id, correlation_id="a:o-1")
+    host = f"00-{SENDER[3:35]}-{HOST[36:52]}-01"  # the host continued the sender's trace (Diagnostic-Id)
 
     with recorded_spans() as exporter:
-        response = worker.invoke(
-            f"agent_{FIRST_STEP.agent}",
-            {"message": binding(message)},
-            trigger_metadata=metadata(message),
-            trace_parent=HOST,
-        )
+        invoke_agent(worker, deps, sender=SENDER, host=host)
 
-    assert failure(response) is None
     spans = {span.name: span for span in exporter.get_finished_spans()}
     agent = spans[tracing.AGENT]
     assert agent.parent is not None
-    assert tracing.format_traceparent(agent.parent) == HOST
-    # The sender's span is of another trace than the host's here: kept as a link, not lost.
-    assert [tracing.format_traceparent(link.context) for link in agent.links] == [SENDER]
+    assert tracing.format_traceparent(agent.parent) == host
+    assert list(agent.links) == []
     (call,) = [span for name, span in spans.items() if name.startswith("POST ")]
     assert call.parent is not None
     assert call.parent.span_id == agent.context.span_id
     assert remote.script.traceparents == [tracing.format_traceparent(call.context)]
+
+
+def test_an_agent_invoked_in_another_trace_keeps_the_senders_and_links_the_hosts(
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+) -> None:
+    deps, _ = app
+
+    with recorded_spans() as exporter:
+        invoke_agent(worker, deps, sender=SENDER, host=HOST)
+
+    (agent,) = [span for span in exporter.get_finished_spans() if span.name == tracing.AGENT]
+    assert agent.parent is not None
+    assert tracing.format_traceparent(agent.parent) == SENDER
+    assert [tracing.format_traceparent(link.context) for link in agent.links] == [HOST]
