@@ -28,6 +28,7 @@ from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.spans import recorded_spans
 from tests.unit.fakes import TEST_CLIENT, TEST_CLIENTS, order_body
+from tests.unit.test_df_replay import RESERVE, at, replay, response, waiting_on_first_step
 
 pytestmark = pytest.mark.unit
 
@@ -378,3 +379,38 @@ def test_the_console_exporter_writes_each_span_as_one_json_line_on_stderr() -> N
     )
     assert span["context"]["trace_id"] == "0x" + traceparent[3:35]
     assert span["resource"]["attributes"]["service.name"] == "orderflow-test"
+
+
+# --- orchestrator replays ------------------------------------------------------------------------------
+
+
+def test_replaying_the_orchestrator_opens_no_span() -> None:
+    # Durable Functions' own executor replays the history: the first step started, its response raised.
+    history = (
+        waiting_on_first_step().episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    )
+
+    with recorded_spans() as exporter:
+        result = replay(history)
+
+    assert [action["functionName"] for action in flat_actions(result) if "functionName" in action] == [
+        "start_step",
+        "start_step",
+    ]
+    assert exporter.get_finished_spans() == ()
+
+
+def flat_actions(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every action of an orchestrator state, the compound ones (WhenAll, WhenAny) opened."""
+    found: list[dict[str, Any]] = []
+
+    def walk(action: Any) -> None:
+        if isinstance(action, list):
+            for inner in action:
+                walk(inner)
+        elif isinstance(action, dict):
+            found.append(action)
+            walk(action.get("compoundActions", []))
+
+    walk(state["actions"])
+    return found
