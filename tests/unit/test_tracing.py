@@ -19,15 +19,18 @@ from hypothesis import strategies as st
 
 from function_host.trace_context import trigger_traceparent
 from intake.submission import IntakeOutcome, handle_intake_message
+from orchestrators.starter import run_starter_pass
 from orderflow import tracing
 from orderflow.clock import FakeClock
 from orderflow.messages import AgentResponse, SubmitOrder, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import trace_properties
 from orderflow.settings import Settings
+from orderflow.stores.base import StateStore
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from supervisor.sweep import run_sweep
 from tests.spans import recorded_spans
-from tests.unit.fakes import TEST_CLIENT, TEST_CLIENTS, order_body
+from tests.unit.fakes import TEST_CLIENT, TEST_CLIENTS, RecordingClient, memory_deps, order_body
 from tests.unit.test_df_replay import RESERVE, at, replay, response, waiting_on_first_step
 
 pytestmark = pytest.mark.unit
@@ -188,7 +191,7 @@ def test_the_trace_context_is_not_part_of_an_orders_content() -> None:
     assert traced.immutable_content() == plain.immutable_content()
 
 
-def submit(body: str, clock: FakeClock, states: InMemoryStateStore) -> IntakeOutcome:
+def submit(body: str, clock: FakeClock, states: StateStore) -> IntakeOutcome:
     return handle_intake_message(
         body,
         client=TEST_CLIENT,
@@ -414,3 +417,48 @@ def flat_actions(state: dict[str, Any]) -> list[dict[str, Any]]:
 
     walk(state["actions"])
     return found
+
+
+# --- a recovered attempt --------------------------------------------------------------------------------
+
+
+def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_before() -> None:
+    clock = FakeClock()
+    deps = memory_deps(clock)
+    client = RecordingClient()
+
+    def starter_pass() -> None:
+        run_starter_pass(
+            states=deps.states,
+            client=client,
+            clock=clock,
+            settings=deps.settings,
+            response_queue=deps.settings.response_queue(),
+            capacity=10,
+        )
+
+    with recorded_spans() as exporter:
+        submit(order_body("a:o-1"), clock, deps.states)
+        starter_pass()
+        clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.STEP_TIMEOUT_S + 600)  # attempt 1 died
+        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+        clock.advance(3600)  # past the re-queue's backoff
+        starter_pass()
+
+    spans = exporter.get_finished_spans()
+    (submission,) = [s for s in spans if s.name == tracing.SUBMISSION]
+    first, second = [s for s in spans if s.name == tracing.CLAIM]
+    (recovery,) = [s for s in spans if s.name == tracing.RECOVERY]
+    assert client.started == ["a:o-1:1", "a:o-1:2"]
+    assert {s.context.trace_id for s in spans} == {submission.context.trace_id}
+    for span in (first, recovery, second):
+        assert span.parent is not None
+        assert span.parent.span_id == submission.context.span_id
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert [link.context.span_id for link in recovery.links] == [first.context.span_id]
+    assert (recovery.attributes or {})[tracing.OUTCOME] == "requeued"
+    history = deps.states.get("a:o-1").item.attempt_history
+    assert [entry.traceparent for entry in history] == [
+        tracing.format_traceparent(first.context),
+        tracing.format_traceparent(second.context),
+    ]
