@@ -36,7 +36,7 @@ from activities.steps import (
     _record_error,
     agent_deadline,
 )
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.contracts import (
     BeginCompensationInput,
     FinishCompensationInput,
@@ -276,6 +276,7 @@ def _send_undo_request(
         # forward call that arrives after the undo.
         payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
         max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+        traceparent=tracing.current_traceparent(),
     )
     # A step a fallback provider performed is undone by that provider.
     on_fallback = record.steps[data.step].fallback

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from activities.fencing import Mutation, WriteOutcome, fenced_write
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.breaker import HalfOpen, Open, hold_for_dependency
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
@@ -287,6 +287,7 @@ def _send_request(
         reply_to=data.response_queue,
         payload=request_payload(step_def, order, fallback=data.fallback),
         max_calls=record.steps[data.step].reserved_calls,
+        traceparent=tracing.current_traceparent(),
     )
     agent = step_def.fallback_agent if data.fallback and step_def.fallback_agent else step_def.agent
     deps.queues.queue(deps.settings.agent_queue(agent)).send(

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
 from activities.steps import finish_order, record_review, record_step_failure, start_step
+from orderflow import tracing
 from orderflow.contracts import (
     BEGIN_COMPENSATION_ACTIVITY,
     FINISH_COMPENSATION_ACTIVITY,
@@ -26,6 +27,7 @@ from orderflow.contracts import (
     ActivityContract,
 )
 from orderflow.dependencies import Dependencies
+from orderflow.errors import NotFound
 
 InputT = TypeVar("InputT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -53,13 +55,43 @@ class Activity(Generic[InputT, ResultT]):
     def run(self, payload: Any, deps: Dependencies) -> dict[str, Any]:
         """Run the activity on the runtime's JSON input; returns its result as JSON.
 
+        The activity runs under a span ``orderflow.activity.<name>`` in its attempt's trace: a child of
+        the attempt's claim span, found on the state record (:meth:`StateRecord.attempt_traceparent`),
+        with the result's ``outcome``. Orchestrator code opens no span: it is replayed, an activity's run
+        is not.
+
         Raises:
             pydantic.ValidationError: the input is not this activity's (a bug in the caller: the
                 runtime's retries cannot fix it, so it fails the activity).
             Whatever the function raises (store and queue errors, which the runtime retries).
         """
-        result = self.function(self.contract.input.model_validate(payload), deps)
+        data = self.contract.input.model_validate(payload)
+        order_id: str | None = getattr(data, "order_id", None)
+        instance_id: str | None = getattr(data, "instance_id", None)
+        attributes = tracing.order_attributes(order_id, instance_id, step=getattr(data, "step", None))
+        parent = _attempt_traceparent(deps, order_id, instance_id) if tracing.enabled() else None
+        with tracing.span(tracing.ACTIVITY_PREFIX + self.name, parent=parent, attributes=attributes) as span:
+            result = self.function(data, deps)
+            outcome = getattr(result, "outcome", None)
+            if isinstance(outcome, str):
+                tracing.mark_outcome(span, outcome)
         return self.contract.result_payload(result)
+
+
+def _attempt_traceparent(deps: Dependencies, order_id: str | None, instance_id: str | None) -> str | None:
+    """The trace context the activity of ``instance_id`` runs under, from the record (this process's
+    cached copy, else a point read that the activity's fenced write then finds cached): traceparents
+    never change once written, so any copy that holds the attempt will do."""
+    if order_id is None or instance_id is None:
+        return None
+    found = deps.cache.get(order_id)
+    if found is None or not any(e.instance_id == instance_id for e in found.item.attempt_history):
+        try:
+            found = deps.states.get(order_id)
+        except NotFound:
+            return None
+        deps.cache.put(found)
+    return found.item.attempt_traceparent(instance_id)
 
 
 ACTIVITIES: tuple[Activity[Any, Any], ...] = (

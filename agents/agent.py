@@ -43,7 +43,7 @@ from datetime import datetime
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from agents.services import RemoteService
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
 from orderflow.clock import Clock
 from orderflow.contracts import undo_step_name
@@ -122,8 +122,10 @@ def handle_request(
     sleep: Callable[[float], None] = time.sleep,
     taken: TakenRequests | None = None,
     breakers: CircuitBreakers | None = None,
+    transport_traceparent: str | None = None,
 ) -> AgentResult:
-    """Perform the step a request asks for and send the response.
+    """Perform the step a request asks for and send the response, under an ``orderflow.agent`` span
+    (a child of the span that sent the request, see :func:`orderflow.tracing.span`).
 
     Args:
         body: The raw :class:`AgentRequest` body.
@@ -139,6 +141,8 @@ def handle_request(
         breakers: The dependencies' circuit breakers (:mod:`orderflow.breaker`), keyed by the service's
             name: while the service's is open no forward call is made and the answer is a failure of
             kind ``unavailable`` (``dependency_unavailable``) with the calls made so far. None: none.
+        transport_traceparent: The trace context the transport handed over with the message (an Azure
+            trigger's), preferred over the request's own ``traceparent``.
 
     Returns:
         The response sent and the number of remote calls made. ``AgentResult(None, 0)``, no call and
@@ -159,6 +163,49 @@ def handle_request(
             REPLY_TO_NOT_A_RESPONSE_QUEUE,
             f"replyTo {request.reply_to[:64]!r} is not one of the deployment's agent response queues",
         )
+    attributes = {
+        **tracing.order_attributes(request.order_id, request.instance_id, step=request.step),
+        **tracing.messaging_attributes(
+            tracing.messaging_system(queues),
+            settings.agent_queue(service.name),
+            message_id=request.request_id,
+        ),
+    }
+    with tracing.span(
+        tracing.AGENT,
+        kind=tracing.CONSUMER,
+        parent=request.traceparent,
+        transport_parent=transport_traceparent,
+        attributes=attributes,
+    ) as span:
+        result = _perform(
+            request,
+            delivery_count=delivery_count,
+            service=service,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            sleep=sleep,
+            taken=taken,
+            breakers=breakers,
+        )
+        tracing.mark_outcome(span, "skipped" if result.response is None else result.response.outcome.value)
+        return result
+
+
+def _perform(
+    request: AgentRequest,
+    *,
+    delivery_count: int,
+    service: RemoteService,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    sleep: Callable[[float], None],
+    taken: TakenRequests | None,
+    breakers: CircuitBreakers | None,
+) -> AgentResult:
+    """:func:`handle_request` once the request is read and its ``replyTo`` checked."""
     fields = {"order_id": request.order_id, "instance_id": request.instance_id, "step": request.step}
     if _skipped(request, fields, delivery_count=delivery_count, clock=clock, taken=taken):
         return AgentResult(None, 0)
@@ -326,4 +373,5 @@ def _response(
         result=result or {},
         calls=calls,
         completed_at=completed_at,
+        traceparent=tracing.current_traceparent(),
     )

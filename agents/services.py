@@ -10,12 +10,14 @@ no retry changes: out of stock, card declined, invalid carrier). The HTTP client
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 
+from orderflow import tracing
 from orderflow.errors import PermanentError, TransientError
 
 logger = logging.getLogger(__name__)
@@ -132,7 +134,12 @@ class HttpRemoteService:
         instance_id: str | None = None,
     ) -> dict[str, str]:
         """POST the operation with the ``Idempotency-Key`` (and ``Orderflow-Instance-Id``) header; see
-        :meth:`RemoteService.call`."""
+        :meth:`RemoteService.call`.
+
+        The call is a CLIENT span ``POST <path>`` (HTTP semantic conventions, with the order's ids) whose
+        W3C ``traceparent`` goes in the request headers; the HTTP client's own instrumentation (the Azure
+        Monitor distro's) is suppressed inside it, so the call is one span, not two.
+        """
         route = ROUTES.get((self.name, operation))
         if route is None:
             raise PermanentError("unknown_operation", f"{self.name} has no operation {operation!r}")
@@ -140,17 +147,26 @@ class HttpRemoteService:
         headers = {"Idempotency-Key": idempotency_key}
         if instance_id is not None:
             headers[INSTANCE_HEADER] = instance_id
-        try:
-            response = self._client.post(
-                route.path,
-                json=body,
-                headers=headers,
-                timeout=httpx.Timeout(timeout_s),
-            )
-        except httpx.TimeoutException as exc:
-            raise TransientError(f"{self.name} timed out after {timeout_s:.1f} s") from exc
-        except httpx.TransportError as exc:
-            raise TransientError(f"{self.name} unreachable: {type(exc).__name__}") from exc
+        with self._client_span(route, order_id, instance_id) as span:
+            traceparent = tracing.current_traceparent()
+            if traceparent is not None:
+                headers[tracing.TRACEPARENT_HEADER] = traceparent
+            try:
+                response = self._client.post(
+                    route.path,
+                    json=body,
+                    headers=headers,
+                    timeout=httpx.Timeout(timeout_s),
+                )
+            except httpx.TimeoutException as exc:
+                raise TransientError(f"{self.name} timed out after {timeout_s:.1f} s") from exc
+            except httpx.TransportError as exc:
+                raise TransientError(f"{self.name} unreachable: {type(exc).__name__}") from exc
+            if span.is_recording():
+                span.set_attribute("http.response.status_code", response.status_code)
+                if not response.is_success:
+                    span.set_attribute("error.type", str(response.status_code))
+                    tracing.mark_outcome(span, f"http_{response.status_code}", error=True)
         try:
             answer: Any = response.json()
         except ValueError:
@@ -161,6 +177,42 @@ class HttpRemoteService:
             return {key: _text(answer[key]) for key in route.result_fields if key in answer}
         raise classify_http(response.status_code, answer)
 
+    @contextmanager
+    def _client_span(
+        self, route: Route, order_id: str, instance_id: str | None
+    ) -> Iterator[tracing.OpenSpan]:
+        """The CLIENT span of one call to ``route`` (a non-recording one while tracing is off)."""
+        if not tracing.enabled():
+            yield tracing.NOT_RECORDING
+            return
+        url = self._client.base_url.join(route.path)
+        attributes: dict[str, str | int] = {
+            **tracing.order_attributes(order_id, instance_id, service=self.name),
+            "http.request.method": "POST",
+            "url.full": str(url),
+            "url.template": route.path,
+            "server.address": url.host,
+        }
+        if url.port is not None:
+            attributes["server.port"] = url.port
+        with (
+            tracing.span(f"POST {route.path}", kind=tracing.CLIENT, attributes=attributes) as span,
+            _suppressed_http_instrumentation(),
+        ):
+            yield span
+
     def close(self) -> None:
         """Close the connection pool."""
         self._client.close()
+
+
+@contextmanager
+def _suppressed_http_instrumentation() -> Iterator[None]:
+    """Keep httpx's OpenTelemetry instrumentation, if any is installed, from opening a second span."""
+    try:
+        from opentelemetry.instrumentation.utils import suppress_http_instrumentation  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - the Azure Monitor distro brings it
+        yield
+        return
+    with suppress_http_instrumentation():
+        yield

@@ -118,6 +118,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 """Request header every mutating endpoint requires."""
 
 INSTANCE_HEADER = "Orderflow-Instance-Id"
+TRACEPARENT_HEADER = "traceparent"
+"""The W3C trace context header of a traced caller, kept in the key's audit (``received[].traceparent``)."""
 """Optional request header naming the orchestration instance (attempt) a call was made for; the audit
 keeps it with each call's arrival time so a run can check that attempts never overlapped."""
 
@@ -962,7 +964,10 @@ def create_app(
             audit.last_at = clock()
             # Wall-clock UTC arrival, comparable with the state store's claimedAt/endedAt times.
             arrived = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            audit.received.append({"at": arrived, "instance": request.headers.get(INSTANCE_HEADER)})
+            received = {"at": arrived, "instance": request.headers.get(INSTANCE_HEADER)}
+            if TRACEPARENT_HEADER in request.headers:  # the caller's span, when it traces
+                received["traceparent"] = request.headers[TRACEPARENT_HEADER]
+            audit.received.append(received)
             call = audit.calls
             fault = state.faults.decide(key, call, undo=undo, service=endpoint.split(".", 1)[0])
             plan = state.faults

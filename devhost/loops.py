@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from devhost.lock_renewal import HeldQueue, LockRenewer
+from orderflow import tracing
 from orderflow.consumer import settle
 from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory, ReceivedMessage
 
@@ -98,6 +99,11 @@ class WakingQueueFactory:
 
     def __repr__(self) -> str:
         return f"WakingQueueFactory({self._inner!r})"
+
+    @property
+    def messaging_system(self) -> str | None:
+        """The inner factory's ``messaging.system`` (:func:`orderflow.tracing.messaging_system`)."""
+        return tracing.messaging_system(self._inner)
 
     def queue(self, name: str) -> MessageQueue:
         """The queue ``name`` of the inner factory; its sends notify ``wakeups``."""

@@ -35,7 +35,7 @@ from enum import StrEnum
 
 from intake.admission import Admission, AdmissionDecision
 from intake.cancellation import CancelResult, handle_cancel
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
@@ -172,9 +172,14 @@ def handle_intake_message(
     settings: Settings,
     definition: WorkflowDefinition | None = None,
     admission: Admission | None = None,
+    transport_traceparent: str | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
     the client's order id, or hand a client's cancel of one of its own orders to its handler.
+
+    A valid order is handled under an ``orderflow.submission`` span, the root of the order's trace (or
+    a child of the client's span, when the message carries its trace context); the new state record
+    keeps its ``traceparent`` for the claims and recoveries to join.
 
     The order is stored under its key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), so
     another client's order with the same id is another order. While ``UNSCOPED_ORDERS_UNTIL`` lies ahead,
@@ -195,6 +200,8 @@ def handle_intake_message(
         orders / states / queues / clock / settings: Dependencies.
         definition: The workflow new orders start with; None for the ``WORKFLOW_VERSION`` setting's.
         admission: Admission control for new orders, or None to admit everything.
+        transport_traceparent: The trace context the transport handed over with the message (an Azure
+            trigger's), preferred over the body's ``traceparent``.
 
     Returns:
         The order's key and ``accepted`` for a new order, ``duplicate`` for an identical redelivery;
@@ -231,7 +238,45 @@ def handle_intake_message(
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
     _check_reply_queue(order, client, settings, transport_reply_to=reply_to)
-    definition = definition or new_order_workflow(settings.WORKFLOW_VERSION)
+    attributes = {
+        **tracing.order_attributes(order_key(client.client_id, order.order_id), client=client.client_id),
+        **tracing.messaging_attributes(tracing.messaging_system(queues), client.inbound_queue),
+    }
+    with tracing.span(
+        tracing.SUBMISSION,
+        kind=tracing.CONSUMER,
+        parent=order.traceparent,
+        transport_parent=transport_traceparent,
+        attributes=attributes,
+    ) as span:
+        result = _submit(
+            order,
+            client=client,
+            orders=orders,
+            states=states,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            definition=definition or new_order_workflow(settings.WORKFLOW_VERSION),
+            admission=admission,
+        )
+        tracing.mark_outcome(span, result.outcome.value)
+        return result
+
+
+def _submit(
+    order: SubmitOrder,
+    *,
+    client: RegisteredClient,
+    orders: OrderStore,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    definition: WorkflowDefinition,
+    admission: Admission | None,
+) -> IntakeResult:
+    """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked."""
     existing = _unscoped_order(order, client, orders, clock, settings)
     key = existing.order_id if existing is not None else order_key(client.client_id, order.order_id)
     document = order_document(order, clock, client, key=key)
@@ -395,6 +440,7 @@ def _record(
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
         record = initial_state(order, definition, settings, clock, client, key=key)
+        record.traceparent = tracing.current_traceparent()  # the submission span: the order's trace
         note(None, record, Actor("intake", record.client_id), action="submit")
         states.create(record)
     except AlreadyExists:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from orderflow import custom_status, telemetry
+from orderflow import custom_status, telemetry, tracing
 from orderflow.contracts import REVIEW_EVENT
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
@@ -74,12 +74,16 @@ def waiting_steps(status: str | None) -> tuple[str, ...]:
     return parsed.steps if isinstance(parsed, custom_status.Waiting) else ()
 
 
-def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delivery:
-    """Deliver one agent response.
+def handle_response(
+    body: str | bytes, *, client: OrchestrationClient, transport_traceparent: str | None = None
+) -> Delivery:
+    """Deliver one agent response, under an ``orderflow.response`` span (a child of the agent's span).
 
     Args:
         body: The raw :class:`AgentResponse` message body.
         client: The durable client of the host running the instance.
+        transport_traceparent: The trace context the transport handed over with the message (an Azure
+            trigger's), preferred over the response's own ``traceparent``.
 
     Returns:
         What was done. Every outcome means "complete the message".
@@ -92,6 +96,24 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
     if message_type(body, known=(REVIEW_DECISION,), untyped=AgentResponse) == REVIEW_DECISION:
         return _raise_review_decision(body, client=client)
     response = parse_message(AgentResponse, body)
+    attributes = {
+        **tracing.order_attributes(response.order_id, response.instance_id, step=response.step),
+        **tracing.messaging_attributes(None, None, message_id=response.event_id),
+    }
+    with tracing.span(
+        tracing.RESPONSE,
+        kind=tracing.CONSUMER,
+        parent=response.traceparent,
+        transport_parent=transport_traceparent,
+        attributes=attributes,
+    ) as span:
+        delivery = _deliver(response, client)
+        tracing.mark_outcome(span, delivery.value)
+        return delivery
+
+
+def _deliver(response: AgentResponse, client: OrchestrationClient) -> Delivery:
+    """:func:`handle_response` for a parsed agent response."""
     fields = {
         "order_id": response.order_id,
         "instance_id": response.instance_id,
@@ -116,11 +138,15 @@ def handle_response(body: str | bytes, *, client: OrchestrationClient) -> Delive
             "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields
         )
         return Delivery.NOT_WAITING
-    client.raise_event(
-        response.instance_id, response.event_name, response.model_dump(mode="json", by_alias=True)
-    )
+    client.raise_event(response.instance_id, response.event_name, event_payload(response))
     telemetry.event("response.raised", **fields)
     return Delivery.RAISED
+
+
+def event_payload(response: AgentResponse) -> dict[str, object]:
+    """The external event's payload: the response as JSON, without its trace context (the orchestration
+    has no use for it, and its history keeps what it is given)."""
+    return response.model_dump(mode="json", by_alias=True, exclude={"traceparent"})
 
 
 def _consistent(response: AgentResponse) -> bool:
@@ -137,7 +163,7 @@ def _raise_unchecked(
     if not _consistent(response):
         telemetry.event("response.dropped", reason=Delivery.INCONSISTENT.value, **fields)
         return Delivery.INCONSISTENT
-    payload = response.model_dump(mode="json", by_alias=True)
+    payload = event_payload(response)
     if not client.raise_event_if_exists(response.instance_id, response.event_name, payload):
         telemetry.event("response.dropped", reason=Delivery.UNKNOWN_INSTANCE.value, **fields)
         return Delivery.UNKNOWN_INSTANCE

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orchestrators.workflow import ORDER_WORKFLOW
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.breaker import CircuitBreakers, hold_for_dependency
 from orderflow.clock import Clock
 from orderflow.contracts import OrchestrationInput
@@ -98,7 +98,8 @@ def claim(
     claimed.complete_by = now + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
     claimed.next_attempt_at = None
     claimed.updated_at = now
-    claimed.begin_attempt(settings.HOST_ID, now)
+    # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
+    claimed.begin_attempt(settings.HOST_ID, now, traceparent=tracing.current_traceparent())
     if claimed.process_state is ProcessState.PROCESSING:
         start_first_step(claimed, now, settings)
     note(record, claimed, Actor("starter", claimed.locked_by), action="claim")
@@ -288,24 +289,64 @@ def run_starter_pass(
         budget.record(page)
         for found in page.items:
             report.examined += 1
-            won = claim(states, found, clock, settings, breakers=breakers)
-            if won is None:
-                report.lost_races += 1
-                continue
-            if on_claimed is not None:
-                on_claimed(won)
-            record = won.item
-            telemetry.event(
-                "claim", order_id=record.order_id, instance_id=record.locked_by, attempt=record.attempt
+            _claim_and_start(
+                found,
+                report,
+                states=states,
+                client=client,
+                clock=clock,
+                settings=settings,
+                response_queue=response_queue,
+                on_claimed=on_claimed,
+                breakers=breakers,
             )
-            if not start_attempt(
-                client, record, response_queue=response_queue, step_timeout_s=settings.STEP_TIMEOUT_S
-            ):
-                report.already_started += 1
-            report.claimed.append(record.order_id)
             if len(report.claimed) >= wanted:
                 break
         continuation = page.continuation
         if continuation is None:
             break
     return report
+
+
+def _claim_and_start(
+    found: Versioned[StateRecord],
+    report: StarterReport,
+    *,
+    states: StateStore,
+    client: OrchestrationClient,
+    clock: Clock,
+    settings: Settings,
+    response_queue: str,
+    on_claimed: Callable[[Versioned[StateRecord]], None] | None,
+    breakers: CircuitBreakers | None,
+) -> None:
+    """Claim one record found by the pass and start its attempt, under a claim span in the order's
+    trace (a child of its submission span); ``report`` is updated."""
+    record = found.item
+    instance_id = instance_id_for(record.order_id, record.attempt + 1)
+    # A child of the submission (one trace per order), linked to the attempt it follows, if any.
+    previous = record.attempt_history[-1].traceparent if record.attempt_history else None
+    with tracing.span(
+        tracing.CLAIM,
+        parent=record.traceparent,
+        links=(previous,),
+        attributes=tracing.order_attributes(record.order_id, instance_id),
+    ) as span:
+        won = claim(states, found, clock, settings, breakers=breakers)
+        if won is None:
+            report.lost_races += 1
+            tracing.mark_outcome(span, "not_claimed")
+            return
+        if on_claimed is not None:
+            on_claimed(won)
+        claimed = won.item
+        telemetry.event(
+            "claim", order_id=claimed.order_id, instance_id=claimed.locked_by, attempt=claimed.attempt
+        )
+        started = start_attempt(
+            client, claimed, response_queue=response_queue, step_timeout_s=settings.STEP_TIMEOUT_S
+        )
+        if not started:
+            report.already_started += 1
+        tracing.mark_outcome(span, "started" if started else "already_started")
+        report.claimed.append(claimed.order_id)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orderflow import tracing
 from orderflow.errors import InvalidMessage, PermanentError
 from orderflow.messages import (
     CANCEL_ORDER,
@@ -123,7 +124,8 @@ class OrderflowClient:
     def submit(self, order: SubmitOrder | Mapping[str, Any]) -> str:
         """Validate and send one order; ``replyTo`` is set to this client's reply queue, in the body and,
         where the transport has message properties (Service Bus), as the message's ``ReplyTo``: the
-        submission checks that the two agree.
+        submission checks that the two agree. The current span's trace context, if the caller traces
+        (:mod:`orderflow.tracing`), goes in the body's ``traceparent``: the order's trace continues it.
 
         Returns:
             The order id.
@@ -133,6 +135,9 @@ class OrderflowClient:
         """
         data = dict(order.model_dump(mode="json", by_alias=True) if isinstance(order, SubmitOrder) else order)
         data["replyTo"] = self.reply_queue
+        traceparent = tracing.current_traceparent()
+        if traceparent is not None and not data.get("traceparent"):
+            data["traceparent"] = traceparent
         validated = validate_message(SubmitOrder, data)
         self._queues.queue(self.orders_queue).send(
             validated.to_json(),

@@ -32,11 +32,13 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from orderflow.errors import InvalidMessage
 from orderflow.records import UtcDatetime
+from orderflow.tracing import valid_traceparent
 
 MAX_MESSAGE_BYTES = 64 * 1024
 """Largest message body accepted (bytes): the Service Bus Standard tier limit would be 256 KiB;
@@ -212,6 +214,33 @@ class Envelope(BaseModel):
         return value
 
 
+class Traced(Envelope):
+    """An envelope that may carry the sender's W3C trace context (:mod:`orderflow.tracing`).
+
+    Attributes:
+        traceparent: The span that sent the message, as a version-00 ``traceparent``; None when the
+            sender traced nothing. Read leniently: a value :func:`orderflow.tracing.parse_traceparent`
+            refuses (malformed, not a string, any invisible character) is dropped on receipt, never a
+            reason to refuse the message, and it is used for tracing only. Left out of the wire form
+            (and of every dump) when None, and out of an order's content hash.
+    """
+
+    traceparent: str | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lenient_traceparent(cls, data: Any) -> Any:
+        # Before the fields are validated: a bad trace context must not dead-letter the message.
+        if isinstance(data, dict) and "traceparent" in data:
+            data = dict(data)
+            fixed = valid_traceparent(data["traceparent"])
+            if fixed is None:
+                del data["traceparent"]
+            else:
+                data["traceparent"] = fixed
+        return data
+
+
 MAX_QUANTITY_PER_SKU = 10_000
 """Most units of one SKU in one order, on one line or over several."""
 
@@ -223,7 +252,7 @@ class SubmitItem(Envelope):
     quantity: int = Field(ge=1, le=MAX_QUANTITY_PER_SKU, strict=True)
 
 
-class SubmitOrder(Envelope):
+class SubmitOrder(Traced):
     """An order submission (``orders`` queue).
 
     Attributes:
@@ -299,9 +328,10 @@ class SubmitOrder(Envelope):
         return format(amount, "f")
 
     def immutable_content(self) -> dict[str, Any]:
-        """The fields whose hash identifies the order: everything the client sent, the amount in one
-        canonical form (``12.5`` and ``12.50`` are the same order)."""
-        content = self.model_dump(mode="json", by_alias=True)
+        """The fields whose hash identifies the order: everything the client sent but its trace context
+        (a resubmission from another trace is the same order), the amount in one canonical form
+        (``12.5`` and ``12.50`` are the same order)."""
+        content = self.model_dump(mode="json", by_alias=True, exclude={"traceparent"})
         content["amount"] = f"{self.amount:.2f}"
         return content
 
@@ -310,7 +340,7 @@ CANCEL_ORDER = "CancelOrder"
 """``type`` of a :class:`CancelOrder` message; a body without ``type`` is a :class:`SubmitOrder`."""
 
 
-class CancelOrder(Envelope):
+class CancelOrder(Traced):
     """A client's request to cancel an order (on the ``orders`` queue, beside submissions).
 
     The answer goes to the reply queue the order was submitted with: ``Cancelled`` once what was done is
@@ -430,7 +460,7 @@ class AgentOutcome(StrEnum):
     FAILED = "failed"
 
 
-class AgentRequest(Envelope):
+class AgentRequest(Traced):
     """A request from an orchestration to an agent.
 
     Attributes:
@@ -458,7 +488,7 @@ class AgentRequest(Envelope):
     max_calls: int = Field(ge=0)
 
 
-class AgentResponse(Envelope):
+class AgentResponse(Traced):
     """An agent's answer, turned into the external event ``event_name`` on ``instance_id``.
 
     Attributes:

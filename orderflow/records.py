@@ -300,11 +300,14 @@ class AttemptEntry(Model):
         error_step / error_code: For a tenure the supervisor ended, how the attempt failed as the record
             said: the step and code of the failure it recorded, or ``complete_by_expired``. The poison
             guard compares them across attempts (supervisor.poison).
+        traceparent: The W3C trace context of the attempt's claim span (:mod:`orderflow.tracing`): the
+            parent of the attempt's activities' spans. None when tracing was off.
     """
 
     attempt: int
     instance_id: str
     claimed_by: str | None = None
+    traceparent: str | None = Field(default=None, exclude_if=lambda value: value is None)
     claimed_at: UtcDatetime
     ended_at: UtcDatetime | None = None
     outcome: str | None = None
@@ -451,6 +454,9 @@ class StateRecord(Model):
     suspended_at: UtcDatetime | None = None
     suspended_by: str | None = None
     suspended_by_name: str | None = None
+    traceparent: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The submission span's W3C trace context (:mod:`orderflow.tracing`): every attempt's claim, and
+    the supervisor's recoveries, join its trace. None when tracing was off at submission."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -519,8 +525,9 @@ class StateRecord(Model):
         step.started_at = at
         self.complete_by = complete_by
 
-    def begin_attempt(self, claimed_by: str | None, at: datetime) -> None:
-        """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set).
+    def begin_attempt(self, claimed_by: str | None, at: datetime, *, traceparent: str | None = None) -> None:
+        """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set),
+        with its claim span's ``traceparent``, if traced.
 
         Keeps at most :data:`ATTEMPT_HISTORY_MAX` entries.
         """
@@ -528,7 +535,11 @@ class StateRecord(Model):
             raise ValueError("begin_attempt needs the claimed lockedBy")
         self.attempt_history.append(
             AttemptEntry(
-                attempt=self.attempt, instance_id=self.locked_by, claimed_by=claimed_by, claimed_at=at
+                attempt=self.attempt,
+                instance_id=self.locked_by,
+                claimed_by=claimed_by,
+                claimed_at=at,
+                traceparent=traceparent,
             )
         )
         del self.attempt_history[:-ATTEMPT_HISTORY_MAX]
@@ -557,6 +568,14 @@ class StateRecord(Model):
                 if error is not None:
                     entry.error_step, entry.error_code = error.step, error.code
                 return
+
+    def attempt_traceparent(self, instance_id: str) -> str | None:
+        """The trace context an activity of attempt ``instance_id`` runs under: its claim span's, else
+        the submission's (an attempt claimed while tracing was off, or no longer in the history)."""
+        for entry in reversed(self.attempt_history):
+            if entry.instance_id == instance_id and entry.traceparent is not None:
+                return entry.traceparent
+        return self.traceparent
 
     @classmethod
     def from_stored(cls, doc: dict[str, Any]) -> StateRecord:

@@ -14,11 +14,12 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from orderflow import tracing
 from orderflow.clock import Clock
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.base import QueueFactory
-from orderflow.records import PendingReply, StateRecord, client_order_id
+from orderflow.records import PendingReply, StateRecord, client_order_id, instance_id_for
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
 from orderflow.timeline import Actor, note
@@ -33,6 +34,9 @@ def send_reply(queues: QueueFactory, clock: Clock, record: StateRecord, reply: P
     """Send ``reply`` to the order's private reply queue under its stable message id, naming the order by
     the client's own order id (:func:`orderflow.records.client_order_id`).
 
+    The send is a PRODUCER span ``orderflow.reply``: a child of the current span (the activity that
+    settled the order), or of the submission's when there is none (the supervisor's relay).
+
     Raises:
         TransientError: the queue is unavailable (the entry stays pending; the relay retries).
     """
@@ -41,9 +45,24 @@ def send_reply(queues: QueueFactory, clock: Clock, record: StateRecord, reply: P
     message = StatusReply(
         order_id=order_id, status=status, reason=reply.reason, detail=reply.detail, at=clock.now()
     )
-    queues.queue(record.reply_to).send(
-        message.to_json(), message_id=reply_message_id(order_id, status), correlation_id=order_id
-    )
+    message_id = reply_message_id(order_id, status)
+    attributes = {
+        **tracing.order_attributes(
+            record.order_id,
+            instance_id_for(record.order_id, record.attempt) if record.attempt > 0 else None,
+            status=status.value,
+        ),
+        **tracing.messaging_attributes(
+            tracing.messaging_system(queues), record.reply_to, message_id=message_id, operation="send"
+        ),
+    }
+    with tracing.span(
+        tracing.REPLY,
+        kind=tracing.PRODUCER,
+        parent=tracing.unless_current(record.traceparent),
+        attributes=attributes,
+    ):
+        queues.queue(record.reply_to).send(message.to_json(), message_id=message_id, correlation_id=order_id)
 
 
 def clear_pending_reply(

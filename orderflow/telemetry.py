@@ -42,8 +42,9 @@ are forwarded to it once it is set).
 
 **Export.** :func:`configure_telemetry` installs the Azure Monitor distro
 (azure-monitor-opentelemetry) when an Application Insights connection string is available: metrics,
-the ``orderflow`` loggers' records with their flattened fields as custom dimensions, and the distro's
-dependency tracing. Without one it does nothing.
+the ``orderflow`` loggers' records with their flattened fields as custom dimensions, orderflow's spans
+(:mod:`orderflow.tracing`) and the distro's dependency tracing. Without one it installs at most the local
+trace export ``OTEL_TRACES_EXPORTER`` asks for.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics
+
+from orderflow import tracing
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import LogRecordProcessor
@@ -331,6 +334,10 @@ def configure_telemetry(service_name: str, connection_string: str | None = None)
     or ``PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME``); configuring it again would export everything twice,
     so this only returns True.
 
+    The distro exports orderflow's spans too (:mod:`orderflow.tracing`). Without a connection string,
+    :func:`orderflow.tracing.configure_tracing` installs the local export ``OTEL_TRACES_EXPORTER`` asks
+    for (``console`` or ``otlp``; none by default).
+
     Args:
         service_name: ``service.name`` of this process, e.g. ``orderflow-functions``.
         connection_string: Application Insights connection string; None reads the environment.
@@ -349,6 +356,8 @@ def configure_telemetry(service_name: str, connection_string: str | None = None)
             return True
         connection = (connection_string or os.environ.get(CONNECTION_STRING_ENV) or "").strip()
         if not connection:
+            # Local runs: spans to the console or an OTLP endpoint when OTEL_TRACES_EXPORTER says so.
+            tracing.configure_tracing(service_name)
             return False
         # Imported here: the distro and the SDK are heavy, and unused without a connection string.
         from azure.monitor.opentelemetry import configure_azure_monitor  # noqa: PLC0415

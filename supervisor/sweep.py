@@ -66,7 +66,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
-from orderflow import telemetry
+from orderflow import telemetry, tracing
 from orderflow.clock import Clock
 from orderflow.errors import (
     ConcurrencyConflict,
@@ -692,17 +692,31 @@ def _recover_into(
     settings: Settings,
     failures: VersionFailures,
 ) -> None:
-    """Recover one record and count the outcome; a permanent failure is logged and counted, not raised."""
-    order_id = found.item.order_id
-    try:
-        outcome = recover(states, found, queues=queues, clock=clock, settings=settings, failures=failures)
-    except TransientError:
-        raise
-    except OrderflowError as exc:
-        # One bad record (deleted meanwhile, refused by the store) must not stall the scan behind it.
-        logger.warning("supervisor could not recover order %s: %s", order_id, exc)
-        report.failed.append(order_id)
-        return
+    """Recover one record and count the outcome; a permanent failure is logged and counted, not raised.
+
+    The recovery is an ``orderflow.recovery`` span in the order's trace (a child of its submission span:
+    the next attempt's claim is its sibling), with the outcome (``requeued``, ``held``, ``gave_up`` ...).
+    """
+    record = found.item
+    order_id = record.order_id
+    attributes = tracing.order_attributes(
+        order_id, record.locked_by, record.attempt, state=record.process_state.value
+    )
+    expired = None if record.locked_by is None else record.attempt_traceparent(record.locked_by)
+    with tracing.span(
+        tracing.RECOVERY, parent=record.traceparent, links=(expired,), attributes=attributes
+    ) as span:
+        try:
+            outcome = recover(states, found, queues=queues, clock=clock, settings=settings, failures=failures)
+        except TransientError:
+            raise
+        except OrderflowError as exc:
+            # One bad record (deleted meanwhile, refused by the store) must not stall the scan behind it.
+            logger.warning("supervisor could not recover order %s: %s", order_id, exc)
+            report.failed.append(order_id)
+            tracing.mark_outcome(span, "failed", error=True)
+            return
+        tracing.mark_outcome(span, outcome.value)
     if outcome is Recovery.REQUEUED:
         report.requeued.append(order_id)
         if is_extended(found.item.failure_count + 1, settings):

@@ -6,11 +6,13 @@ from collections.abc import Callable
 from functools import cache
 
 import azure.durable_functions as df
+import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from function_host.settlement import NO_RETRY, settle_trigger_delivery
+from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies
 from orderflow.workflows import agent_names
 
@@ -28,9 +30,13 @@ def _taken(name: str) -> TakenRequests:
 
 
 def _handle(
-    agent: str, message: servicebus.ServiceBusReceivedMessage, actions: servicebus.ServiceBusMessageActions
+    agent: str,
+    message: servicebus.ServiceBusReceivedMessage,
+    actions: servicebus.ServiceBusMessageActions,
+    context: func.Context | None,
 ) -> None:
     deps = dependencies()
+    traceparent = trigger_traceparent(context)
     # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
     settle_trigger_delivery(
         deps.settings.agent_queue(agent),
@@ -45,6 +51,7 @@ def _handle(
             settings=deps.settings,
             taken=_taken(agent),
             breakers=deps.breakers,
+            transport_traceparent=traceparent,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).
@@ -56,9 +63,11 @@ def _trigger(agent: str) -> Callable[..., None]:
     """The Service Bus trigger of one agent's request queue (``%AGENT_QUEUE_PREFIX%<agent>``)."""
 
     def trigger(
-        message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+        message: servicebus.ServiceBusReceivedMessage,
+        message_actions: servicebus.ServiceBusMessageActions,
+        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
     ) -> None:
-        _handle(agent, message, message_actions)
+        _handle(agent, message, message_actions, context)
 
     name = f"agent_{agent}"
     trigger.__name__ = trigger.__qualname__ = name

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from functools import cache
 
 import azure.durable_functions as df
+import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
 from function_host.settlement import settle_trigger_delivery
+from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies, redelivery
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
@@ -37,8 +39,10 @@ def _handle(
     client: RegisteredClient,
     message: servicebus.ServiceBusReceivedMessage,
     actions: servicebus.ServiceBusMessageActions,
+    context: func.Context | None,
 ) -> None:
     deps = dependencies()
+    traceparent = trigger_traceparent(context)
     settle_trigger_delivery(
         client.inbound_queue,
         message,
@@ -53,6 +57,7 @@ def _handle(
             clock=deps.clock,
             settings=deps.settings,
             admission=_admission(),
+            transport_traceparent=traceparent,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
@@ -68,9 +73,11 @@ def _trigger(client: RegisteredClient) -> Callable[..., None]:
     """The Service Bus trigger of one client's inbound queue."""
 
     def trigger(
-        message: servicebus.ServiceBusReceivedMessage, message_actions: servicebus.ServiceBusMessageActions
+        message: servicebus.ServiceBusReceivedMessage,
+        message_actions: servicebus.ServiceBusMessageActions,
+        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
     ) -> None:
-        _handle(client, message, message_actions)
+        _handle(client, message, message_actions, context)
 
     name = submission_function_name(client)
     trigger.__name__ = trigger.__qualname__ = name

@@ -12,6 +12,7 @@ from azurefunctions.extensions.bindings import servicebus
 from function_host.durable import durable_functions_orchestrator
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_message
+from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies, redelivery
 from orchestrators.listener import handle_response
 from orchestrators.starter import run_starter_pass
@@ -58,16 +59,18 @@ async def response_listener(
     message: servicebus.ServiceBusReceivedMessage,
     message_actions: servicebus.ServiceBusMessageActions,
     client: df.DurableOrchestrationClient,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
 ) -> None:
     """Turn an agent response into the external event of the instance named in it."""
     deps = dependencies()
     durable = DurableFunctionsClient(client, asyncio.get_running_loop())
+    traceparent = trigger_traceparent(context)
     await asyncio.to_thread(
         settle_trigger_message,
         deps.settings.AGENT_RESPONSES_QUEUE,
         message,
         message_actions,
-        lambda body: handle_response(body, client=durable),
+        lambda body: handle_response(body, client=durable, transport_traceparent=traceparent),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )

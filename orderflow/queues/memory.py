@@ -352,6 +352,9 @@ class InMemoryQueue:
 class InMemoryQueueFactory:
     """Creates :class:`InMemoryQueue` objects by name, all sharing one clock; thread-safe."""
 
+    messaging_system = "in_memory"
+    """The ``messaging.system`` of these queues (orderflow's own value)."""
+
     def __init__(self, *, clock: Clock = time.monotonic) -> None:
         """Create a factory with no queues.
 

@@ -76,6 +76,7 @@ from azure.servicebus.exceptions import (
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
 
+from orderflow import tracing
 from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterPage, ReceivedMessage
 
@@ -444,6 +445,16 @@ def redelivery_message_id(original: str, delivery: int, *, nonce: str) -> str:
     return f"{base}:redelivery:{delivery}:{nonce}"
 
 
+def trace_properties() -> dict[str, str] | None:
+    """The application properties that carry the current span's W3C trace context on a message sent:
+    ``traceparent`` and ``Diagnostic-Id`` (the property the Functions host and the Azure SDKs read the
+    parent of a Service Bus trigger's invocation from), or None while tracing is off."""
+    traceparent = tracing.current_traceparent()
+    if traceparent is None:
+        return None
+    return {tracing.TRACEPARENT_HEADER: traceparent, tracing.DIAGNOSTIC_ID_PROPERTY: traceparent}
+
+
 def redelivery_copy(
     message: ReceivedMessageLike, *, delivery: int, enqueue_at: datetime
 ) -> ServiceBusMessage:
@@ -621,6 +632,7 @@ class ServiceBusQueue:
             reply_to=reply_to,
             content_type=CONTENT_TYPE,
             scheduled_enqueue_time_utc=self._clock() + timedelta(seconds=delay) if delay > 0 else None,
+            application_properties=trace_properties(),  # type: ignore[arg-type]
         )
         self._send(message, "send")
 
@@ -867,6 +879,9 @@ class ServiceBusQueueFactory:
     Use :meth:`from_connection_string` with the emulator (or a SAS connection string) and
     :meth:`from_namespace` with a ``DefaultAzureCredential`` / managed identity on Azure. Thread-safe.
     """
+
+    messaging_system = "servicebus"
+    """The OpenTelemetry ``messaging.system`` of these queues."""
 
     def __init__(
         self,

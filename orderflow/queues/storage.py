@@ -709,6 +709,9 @@ class StorageQueueFactory:
     identity credential on Azure; a client holding one SAS per queue uses :meth:`from_queue_urls`.
     """
 
+    messaging_system = "azure_storage_queues"
+    """The ``messaging.system`` of these queues (OpenTelemetry names no value for Storage queues)."""
+
     def __init__(
         self,
         service: QueueServiceClient | None,

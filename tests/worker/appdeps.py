@@ -85,6 +85,8 @@ class ServiceScript:
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     arrived: list[float] = field(default_factory=list)
     """``time.monotonic()`` of each request, seconds."""
+    traceparents: list[str | None] = field(default_factory=list)
+    """The ``traceparent`` header of each request (None: not sent)."""
 
 
 class RemoteServices:
@@ -102,6 +104,7 @@ class RemoteServices:
                 current = services.script
                 current.requests.append((self.path, self.headers.get("Idempotency-Key", ""), body))
                 current.arrived.append(time.monotonic())
+                current.traceparents.append(self.headers.get("traceparent"))
                 failed = len(current.requests) <= current.failures
                 payload = {"error": "busy"} if failed else {"reservationId": "r-1", "status": "reserved"}
                 data = json.dumps(payload).encode()

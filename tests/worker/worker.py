@@ -32,6 +32,10 @@ HOST_VERSION = "4.1044.400"
 SUCCESS = protos.StatusResult.Success
 
 
+HOST_TRACE_PARENT = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+"""The trace context an invocation carries unless a test gives another."""
+
+
 @dataclass(frozen=True)
 class Request:
     """What the proxy worker hands each ``handle_event`` handler."""
@@ -125,6 +129,7 @@ class FunctionsWorker:
         inputs: Mapping[str, Any],
         *,
         trigger_metadata: Mapping[str, Any] | None = None,
+        trace_parent: str = HOST_TRACE_PARENT,
     ) -> Any:
         """Send one ``InvocationRequest`` for function ``name`` and return the ``InvocationResponse``.
 
@@ -132,6 +137,8 @@ class FunctionsWorker:
             name: The function's name as indexed.
             inputs: Binding name -> ``TypedData`` (the trigger and every input binding).
             trigger_metadata: Name -> ``TypedData``, as the host sends for the trigger.
+            trace_parent: The invocation's ``RpcTraceContext.trace_parent``: the host's activity for it
+                (``azure.functions.Context.trace_context`` in the function).
         """
         function = self.metadata[name]
         request = protos.InvocationRequest(
@@ -139,7 +146,7 @@ class FunctionsWorker:
             function_id=function.function_id,
             input_data=[protos.ParameterBinding(name=key, data=value) for key, value in inputs.items()],
             trigger_metadata=dict(trigger_metadata or {}),
-            trace_context=protos.RpcTraceContext(trace_parent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+            trace_context=protos.RpcTraceContext(trace_parent=trace_parent),
             retry_context=protos.RetryContext(),
         )
         return self._call(handle_event.invocation_request, invocation_request=request)
