@@ -48,6 +48,8 @@ from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
 from orderflow.clock import Clock
 from orderflow.contracts import undo_step_name
 from orderflow.errors import (
+    DEADLINE_EXCEEDED,
+    TRANSIENT_EXHAUSTED,
     DeadlineExceeded,
     DependencyUnavailable,
     ErrorKind,
@@ -340,13 +342,13 @@ def _call_service(
         except PermanentError as exc:
             error = (ErrorKind.PERMANENT, exc.code, exc.detail)
         except DeadlineExceeded as exc:
-            error = (ErrorKind.TIMEOUT, "deadline_exceeded", exc.detail)
+            error = (ErrorKind.TIMEOUT, DEADLINE_EXCEEDED, exc.detail)
         except DependencyUnavailable as exc:
             # No call (or no further call) while the breaker is open: the order waits, its budget kept.
             error = (ErrorKind.UNAVAILABLE, DEPENDENCY_UNAVAILABLE, exc.detail)
         except TransientError as exc:
             kind = ErrorKind.BUDGET if calls >= request.max_calls else ErrorKind.TRANSIENT
-            error = (kind, "transient_exhausted", exc.detail)
+            error = (kind, TRANSIENT_EXHAUSTED, exc.detail)
     return result, error, calls
 
 

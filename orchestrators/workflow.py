@@ -55,7 +55,7 @@ from orderflow.contracts import (
     fallback_step_name,
     undo_step_name,
 )
-from orderflow.errors import ErrorKind, IllegalTransition
+from orderflow.errors import WORKFLOW_ERROR, ErrorKind, IllegalTransition
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.records import ReviewDecision, instance_id_for
 from orderflow.results import (
@@ -102,6 +102,31 @@ def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGen
     """
     start = OrchestrationInput.model_validate(payload)
     run = _Attempt(ctx, start, workflow_for(start.workflow_version))
+    try:
+        return (yield from _run_attempt(run))
+    except Exception as failure:
+        # The workflow itself failed (a poison input, a bug of this version): recorded as the step's
+        # failure so that the supervisor recovers the order now, and its poison guard sees the same
+        # failure again on the next attempt (docs/operations.md#the-poison-guard). Deterministic: a
+        # replay fails at the same point and schedules the same write.
+        yield from run.record_failure(_workflow_error(run, failure))
+        raise
+
+
+def _workflow_error(run: _Attempt, failure: Exception) -> StepError:
+    """The error recorded for a failure of the workflow itself, at the step it was running."""
+    return StepError(
+        step=run.step or run.definition.steps[0].name,
+        kind=ErrorKind.WORKFLOW.value,
+        code=WORKFLOW_ERROR,
+        message=f"{type(failure).__name__}: {failure}"[:500],
+        calls=0,
+    )
+
+
+def _run_attempt(run: _Attempt) -> WorkflowGenerator:
+    """:func:`order_workflow`'s body: the attempt's steps, or the undo it resumes."""
+    start = run.start
     if start.compensate:
         # The record is Compensating: this attempt resumes the undo where the last one stopped.
         return (yield from _compensate(run))
@@ -142,6 +167,7 @@ def _run_step(
     """
     timeout_s = step.timeout_s or run.start.step_timeout_s
     fallback = False
+    run.step = step.name
     while True:
         # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
         request_step = fallback_step_name(step.name) if fallback else step.name
@@ -422,6 +448,8 @@ class _Attempt:
         self.definition = definition
         self.instance_id = instance_id_for(start.order_id, start.attempt)
         self.log = _ReplaySafeLog(ctx, start.order_id, self.instance_id)
+        self.step: str | None = None
+        """The forward step the attempt runs (None before the first, and in an undo)."""
 
     def call(
         self, activity: ActivityContract[Any, ResultT], data: ContractModel

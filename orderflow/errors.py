@@ -34,6 +34,16 @@ class ErrorKind(StrEnum):
     """A dependency known to be down (its circuit breaker is open): no call was made; wait and retry."""
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
+    WORKFLOW = "workflow"
+    """The orchestration's own code failed (a poison input, a bug of its workflow version)."""
+
+
+TRANSIENT_EXHAUSTED = "transient_exhausted"
+"""An agent's code: transient faults outlasted its retries within the deadline, or its calls ran out."""
+DEADLINE_EXCEEDED = "deadline_exceeded"
+"""An agent's code: the step's deadline passed before the remote service answered."""
+WORKFLOW_ERROR = "workflow_error"
+"""The code the orchestration records when its own code raised (:attr:`ErrorKind.WORKFLOW`)."""
 
 
 class OrderflowError(Exception):

@@ -760,7 +760,9 @@ class Settings(BaseModel):
         3,
         ge=0,
         description="Consecutive attempts of an order that fail the same way (the same step and the same "
-        "error code, as the attempt recorded it) after which the supervisor holds the order for an "
+        "error code, as the attempt recorded it; expiries and the agents' transient codes never count, "
+        "a workflow_error of the orchestration's own code does) after which the supervisor holds the "
+        "order for an "
         "operator instead of re-queueing it: Pending and suspended (suspendedBy "
         "supervisor:poison-guard), lastError repeated_failure and a poison_order alert. Not while "
         "workflow_version_failing is raised for that failure (it is then systemic: a dependency down or "

@@ -3,7 +3,10 @@
 An order *fails the same way* when its last ``POISON_FAILURES`` attempts, each ended by the supervisor,
 failed at the same step with the same error code, as each attempt recorded it (``attemptHistory``'s
 ``errorStep`` / ``errorCode``). An expiry (``complete_by_expired``) never counts: the state store does not
-say why an attempt stopped writing (docs/design.md §3.4), so expiries are not "the same failure". Rather
+say why an attempt stopped writing (docs/design.md §3.4), so expiries are not "the same failure"; nor are
+the agents' transient codes (:data:`NOT_THE_ORDERS`: a dependency down fails every order that calls it
+alike). What counts is a failure of the order's own: above all ``workflow_error``, which the orchestration
+records when its own code raises (a poison input, a bug of its version). Rather
 than re-queue such an order until ``SUPERVISOR_MAX_FAILURES``, the supervisor *holds* it in the same
 conditional write: ``Pending``, unlocked and *suspended* (``suspendedAt``, ``suspendedBy`` =
 :data:`POISON_GUARD`: no starter claims it and no sweep looks at it, as for an operator's suspension),
@@ -28,6 +31,8 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from orderflow import telemetry
+from orderflow.breaker import DEPENDENCY_UNAVAILABLE
+from orderflow.errors import DEADLINE_EXCEEDED, TRANSIENT_EXHAUSTED
 from orderflow.records import AttemptEntry, LastError
 from orderflow.settings import Settings
 
@@ -39,6 +44,12 @@ REPEATED_FAILURE = "repeated_failure"
 
 EXPIRED = "complete_by_expired"
 """The code of an expiry, which says nothing of how an attempt failed (never counted by the guard)."""
+
+NOT_THE_ORDERS = frozenset({EXPIRED, TRANSIENT_EXHAUSTED, DEADLINE_EXCEEDED, DEPENDENCY_UNAVAILABLE})
+"""Codes that say a dependency or a host failed, not the order: never counted by the guard. A
+dependency down for a while fails every order that calls it the same way, and with fewer than
+``POISON_VERSION_ORDERS`` of them in flight the version window cannot tell; the circuit breaker, the
+retry budget and ``SUPERVISOR_MAX_FAILURES`` bound those."""
 
 
 class Failure(NamedTuple):
@@ -52,7 +63,8 @@ class Failure(NamedTuple):
 def repeated_failure(history: Sequence[AttemptEntry], times: int) -> tuple[str, str] | None:
     """The ``(step, code)`` the last ``times`` attempts of ``history`` all failed with, or None.
 
-    Only tenures the supervisor ended (``recovered``) with a recorded failure count; 0 disables the guard.
+    Only tenures the supervisor ended (``recovered``) with a recorded failure of the order's own count
+    (:data:`NOT_THE_ORDERS` never do); 0 disables the guard.
     """
     if times <= 0:
         return None
@@ -63,7 +75,7 @@ def repeated_failure(history: Sequence[AttemptEntry], times: int) -> tuple[str, 
     if len(ways) != 1:
         return None
     ((outcome, step, code),) = ways
-    if outcome != "recovered" or step is None or code is None or code == EXPIRED:
+    if outcome != "recovered" or step is None or code is None or code in NOT_THE_ORDERS:
         return None
     return step, code
 

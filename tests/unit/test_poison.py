@@ -12,17 +12,23 @@ import pytest
 from activities.steps import record_step_failure
 from intake.submission import handle_intake_message
 from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
+from orchestrators import workflow
 from orchestrators.starter import claim, run_starter_pass
 from orderflow import telemetry
 from orderflow.clock import FakeClock
-from orderflow.contracts import RecordStepFailureInput, StepError
+from orderflow.contracts import RECORD_STEP_FAILURE, START_STEP, RecordStepFailureInput, StepError
 from orderflow.dependencies import Dependencies
+from orderflow.errors import DEADLINE_EXCEEDED, TRANSIENT_EXHAUSTED, WORKFLOW_ERROR
+from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.operator_auth import Principal
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from supervisor.sweep import SweepCursor, SweepReport, run_sweep
+from tests.activity_json import record_step_failure as record_step_failure_json
+from tests.activity_json import start_step
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
+from tests.unit.scripted_runtime import ScriptedClient
 
 pytestmark = pytest.mark.unit
 
@@ -160,6 +166,9 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
         ["http_500", "http_503", "http_500", "http_503", "http_500"],  # different codes
         [None, None, None, None, None],  # expiries say nothing of how an attempt failed
         ["http_500", None, "http_500", "http_500", None],  # an expiry breaks the run
+        # A dependency down fails every order that calls it alike: the breaker and the budget bound those.
+        [TRANSIENT_EXHAUSTED] * 5,
+        [DEADLINE_EXCEEDED] * 5,
     ],
 )
 def test_failures_that_differ_are_retried_as_before(deps: Dependencies, codes: list[str | None]) -> None:
@@ -207,3 +216,67 @@ def test_the_version_flag_counts_orders_within_its_window_only(
         sweep(deps, cursor)
 
     assert seen["alert.workflow_version_failing"] == flags
+
+
+def _poisoned_attempt(deps: Dependencies, order_id: str, client: ScriptedClient) -> str:
+    """Claim the next attempt of ``order_id`` and run its real workflow until the workflow's own code
+    raises (the step's failed answer meets a bug of this version); returns the attempt's instance id."""
+    run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue="agent-responses",
+        capacity=10,
+    )
+    instance_id = str(deps.states.get(order_id).item.locked_by)
+    orchestration = client.instances[instance_id]
+    started = orchestration.activity
+    assert started is not None and started.name == START_STEP
+    orchestration.complete_activity(start_step(started.payload, deps))
+    failed = AgentResponse(
+        request_id=request_id_for(instance_id, STEP),
+        event_id=f"{instance_id}:{STEP}:1",
+        event_name=step_event_name(STEP),
+        order_id=order_id,
+        instance_id=instance_id,
+        step=STEP,
+        outcome=AgentOutcome.FAILED,
+        error_kind="transient",
+        error_code=TRANSIENT_EXHAUSTED,
+        calls=1,
+        completed_at=deps.clock.now(),
+    )
+    orchestration.raise_event(step_event_name(STEP), failed.model_dump(mode="json"))
+    recorded = orchestration.activity
+    assert recorded is not None and recorded.name == RECORD_STEP_FAILURE
+    with pytest.raises(RuntimeError, match="poison"):  # recorded, then the orchestration fails
+        orchestration.complete_activity(record_step_failure_json(recorded.payload, deps))
+    return instance_id
+
+
+def test_an_orchestration_that_fails_in_its_own_code_is_recovered_at_once_then_held(
+    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def bug(step: str, response: AgentResponse) -> StepError:
+        raise RuntimeError(f"poison: {step} answered {response.error_code}")
+
+    monkeypatch.setattr(workflow, "_step_error", bug)
+    submit(deps, "a:o-1")
+    client = ScriptedClient(deps.clock)
+    reports = []
+    with telemetry.recording() as seen:
+        for _ in range(3):
+            _poisoned_attempt(deps, "a:o-1", client)
+            failed = deps.states.get("a:o-1").item
+            assert failed.last_error is not None and failed.complete_by == deps.clock.now()  # due now
+            assert (failed.last_error.kind, failed.last_error.code) == ("workflow", WORKFLOW_ERROR)
+            assert "RuntimeError: poison" in failed.last_error.message
+            reports.append(sweep(deps))
+
+    assert [r.requeued for r in reports] == [["a:o-1"], ["a:o-1"], []]
+    assert reports[2].held == ["a:o-1"]
+    assert seen["alert.poison_order"] == 1
+    record = deps.states.get("a:o-1").item
+    assert (record.process_state, record.suspended_by) == (ProcessState.PENDING, POISON_GUARD)
+    assert [(e.error_step, e.error_code) for e in record.attempt_history] == [(STEP, WORKFLOW_ERROR)] * 3
