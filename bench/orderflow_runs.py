@@ -79,16 +79,13 @@ HARD_DOWN_SETTINGS: dict[str, str] = {
     "STARTER_INTERVAL_S": "0.2",
     "AGENT_BACKOFF_INITIAL_S": "0.05",
     "AGENT_BACKOFF_MAX_S": "0.2",
-    "POISON_FAILURES": "0",
 }
 """Shorter back-offs (supervisor and agent) for the hard-down run, so an order exhausts its attempts in
 seconds rather than minutes. The calls an order makes do not depend on them: the retry budget, the calls
 reserved per step attempt and ``SUPERVISOR_MAX_FAILURES`` decide those.
 
-The poison guard is off: the run measures calls up to the give-up, and with fewer than
-``POISON_VERSION_ORDERS`` orders the guard cannot tell the outage from a poison order, so it would hold
-each order for an operator after ``POISON_FAILURES`` attempts (``Pending``, suspended, no reply) and the
-run would wait out its timeout. With more orders the outage is flagged systemic and nothing is held."""
+The poison guard stays on, at its default: a dead service's ``transient_exhausted`` never counts as an
+order failing the same way (supervisor.poison.NOT_THE_ORDERS), so each order runs to its give-up."""
 
 HARD_DOWN_BREAKER_SETTINGS: dict[str, str] = {
     "BREAKER_OPEN_S": "2",

@@ -1,11 +1,10 @@
 """The hard-down run's settings: one order alone on a dead service runs to its give-up, as the run needs.
 
 The run counts the calls an order makes to a service that answers every call 503 until the supervisor
-gives the order up. It may run a single order, and a single order failing the same way is what the poison
-guard holds for an operator (it can tell an outage from a poison order only once
-``POISON_VERSION_ORDERS`` orders fail alike): the run's settings must leave that order to the give-up.
+gives the order up. It may run a single order: its attempts all fail at the same step with
+``transient_exhausted``, which the poison guard must not take for a poison order (it would hold the order
+for an operator, and the run would wait out its timeout).
 """
-
 from __future__ import annotations
 
 import pytest
