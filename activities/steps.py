@@ -86,9 +86,22 @@ AGENT_MARGIN_MAX_S = 1.0
 """Largest margin, seconds: a queue hop and an event raise take well under a second."""
 
 
-def request_payload(step: StepDefinition, order: OrderDocument, *, fallback: bool = False) -> dict[str, Any]:
+def request_payload(
+    step: StepDefinition,
+    order: OrderDocument,
+    *,
+    fallback: bool = False,
+    corrected: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
-    fallback provider gets the step's ``fallback_payload`` over it."""
+    fallback provider gets the step's ``fallback_payload`` over it.
+
+    Args:
+        corrected: An operator's corrections of the step's input (wire name -> value,
+            :meth:`StateRecord.corrected_input`), laid over the order document's fields.
+    """
+    if corrected:
+        order = OrderDocument.model_validate({**order.to_json_dict(), **corrected})
     items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
     payload: dict[str, Any]
     if step.operation == "reserve":
@@ -285,7 +298,9 @@ def _send_request(
         idempotency_key=record.steps[data.step].idempotency_key,
         deadline=agent_deadline(complete_by, now),
         reply_to=data.response_queue,
-        payload=request_payload(step_def, order, fallback=data.fallback),
+        payload=request_payload(
+            step_def, order, fallback=data.fallback, corrected=record.corrected_input(data.step)
+        ),
         max_calls=record.steps[data.step].reserved_calls,
     )
     agent = step_def.fallback_agent if data.fallback and step_def.fallback_agent else step_def.agent
