@@ -190,3 +190,20 @@ def test_resubmit_with_input_the_step_does_not_take_or_an_invalid_value_exits_1(
     assert invalid.exit_code == 1 and "422 InvalidInput" in invalid.output
     assert stale.exit_code == 1 and "412 PreconditionFailed" in stale.output
     assert api.states.get("a:o-3").etag == etag
+
+
+def test_orders_show_renders_an_input_correction_and_who_made_it(api: Dependencies, tmp_path: Path) -> None:
+    shipment_refused(api, "a:o-3")
+    corrected = tmp_path / "carrier.json"
+    corrected.write_text('{"carrier": "AIR"}', encoding="utf-8")
+    assert invoke("resubmit", "a:o-3", "--input", str(corrected)).exit_code == 0
+
+    shown = invoke("orders", "show", "a:o-3")
+    plain = invoke("orders", "show", "a:o-1")
+
+    assert shown.exit_code == 0, shown.output
+    assert "input corrections" in shown.output
+    assert "a:o-3:create_shipment:correction-1" in shown.output and "'carrier': 'AIR'" in shown.output
+    assert "resubmit (corrected carrier)" in shown.output
+    assert "otto" in shown.output
+    assert "input corrections" not in plain.output
