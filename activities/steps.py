@@ -500,7 +500,8 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
 
     Returns:
         :class:`OrderFinished`; :class:`Stopped` when the order was asked to stop while its last step
-        ran (nothing is written: the orchestration compensates); :class:`Fenced`.
+        ran, or while the step whose refusal would leave it ``Error`` for a correction ran (nothing is
+        written: the orchestration compensates); :class:`Fenced`.
     """
     definition = workflow_for(data.workflow_version)
     target = ProcessState.PROCESSED if data.outcome is Outcome.PROCESSED else ProcessState.ERROR
@@ -520,7 +521,7 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
 
     def mutate(record: StateRecord) -> StateRecord | None:
         nonlocal cancelled
-        cancelled = target is ProcessState.PROCESSED and record.cancel_requested_at is not None
+        cancelled = record.cancel_requested_at is not None
         if record.process_state is target:
             return None
         if record.process_state is not ProcessState.PROCESSING or cancelled:

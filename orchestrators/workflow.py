@@ -199,10 +199,12 @@ def _run_step(
 
 def _await_correction(
     run: _Attempt, error: StepError, previous: StepResult | None
-) -> Generator[WorkflowTask, Any, _Ended]:
+) -> Generator[WorkflowTask, Any, _Ended | _Compensate]:
     """Finish the order in ``Error`` at the refused step, whose input an operator may correct
     (:func:`orderflow.compensation_trigger.awaits_correction`): the client is told ``Failed``, an
-    operator resubmits it with corrected input or compensates it."""
+    operator resubmits it with corrected input or compensates it. An order asked to stop meanwhile (a
+    client's cancel, an operator's compensate) is compensated instead, the refusal its cause: the refused
+    step applied nothing, so no point of no return was passed."""
     run.log.note("step.awaits_correction", error.step, error.code)
     finish = FinishOrderInput(
         order_id=run.start.order_id,
@@ -213,6 +215,8 @@ def _await_correction(
         error=error,
     )
     finished = yield from run.call(FINISH_ORDER_ACTIVITY, finish)
+    if isinstance(finished, Stopped):
+        return _Compensate(error)
     return _Ended("Error" if isinstance(finished, OrderFinished) else "fenced", error.step)
 
 

@@ -14,20 +14,36 @@ from typing import Any
 import pytest
 
 from devhost.local_issuer import local_object_id
+from intake.submission import handle_intake_message
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
-from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepError, StepResult
+from orderflow.contracts import (
+    BeginCompensationInput,
+    FinishOrderInput,
+    Outcome,
+    StartStepInput,
+    StepError,
+    StepResult,
+)
 from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
+from orderflow.messages import CancelOrder
 from orderflow.operator_auth import TokenValidator
 from orderflow.records import REDACTED, LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import Versioned
 from orderflow.timeline import Actor, note
-from orderflow.workflows import ORDER_V1, ORDER_V4
-from tests.activity_json import finish_order, start_step
+from orderflow.workflows import (
+    ORDER_V1,
+    ORDER_V4,
+    WORKFLOWS,
+    StepDefinition,
+    WorkflowDefinition,
+    workflow_for,
+)
+from tests.activity_json import begin_compensation, finish_order, start_step
 from tests.operator_tokens import TrustedIssuer, local_issuer
-from tests.unit.fakes import RecordingClient, memory_deps, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, received, submit_and_claim
 from tests.unit.test_operator_actions import BothRead
 
 pytestmark = pytest.mark.unit
@@ -370,3 +386,59 @@ def test_retention_purges_the_values_of_corrections_and_keeps_who_and_when(
     assert correction.input == {"carrier": REDACTED}
     assert (correction.number, correction.step, correction.by_name) == (1, SHIP, "otto")
     assert correction.idempotency_key == f"{KEY}:{SHIP}:correction-1"
+
+
+def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_for_a_correction(
+    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reversible step that takes corrections (none of the demo's: its shipment is irreversible, and a
+    cancel while it runs is refused): the client's cancel wins over waiting for an operator."""
+    reserve = StepDefinition(
+        RESERVE, agent="inventory", operation="reserve", undo="release", correctable=("items",)
+    )
+    monkeypatch.setitem(
+        WORKFLOWS, "test-v", WorkflowDefinition(version="test-v", steps=(reserve, ORDER_V4.steps[2]))
+    )
+    submit_and_claim(deps, definition=workflow_for("test-v"), order_id=KEY)
+    data = StartStepInput(
+        order_id=KEY,
+        instance_id=f"{KEY}:1",
+        workflow_version="test-v",
+        step=RESERVE,
+        timeout_s=8,
+        response_queue="r-q1",
+    )
+    start_step(data.to_payload(), deps)
+    cancel = CancelOrder(schema_version=1, type="CancelOrder", order_id="o-1").to_json()
+    handle_intake_message(
+        cancel,
+        client=TEST_CLIENT,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+    etag = deps.states.get(KEY).etag
+    refusal = StepError(step=RESERVE, kind="permanent", code="out_of_stock", message="none", calls=1)
+    finish = FinishOrderInput(
+        order_id=KEY, instance_id=f"{KEY}:1", workflow_version="test-v", outcome=Outcome.ERROR, error=refusal
+    )
+
+    stopped = finish_order(finish.to_payload(), deps)
+
+    assert stopped == {"outcome": "stopped", "cause": "cancelled_by_client"}
+    assert deps.states.get(KEY).etag == etag  # nothing written: the attempt compensates instead
+    # The orchestration compensates with the refusal as its cause: the refused step applied nothing.
+    begun = begin_compensation(
+        BeginCompensationInput(
+            order_id=KEY, instance_id=f"{KEY}:1", workflow_version="test-v", error=refusal, timeout_s=8
+        ).to_payload(),
+        deps,
+    )
+    assert begun["outcome"] == "compensation_begun"
+    record = deps.states.get(KEY).item
+    assert (record.process_state, record.steps[RESERVE].status) == (
+        ProcessState.COMPENSATING,
+        StepStatus.FAILED,
+    )
