@@ -40,6 +40,7 @@ from orderflow.records import (
     ReviewState,
     StateRecord,
     StepStatus,
+    corrected_key,
     format_utc,
     undo_key,
 )
@@ -120,9 +121,12 @@ def request_payload(
     return payload
 
 
-def fallback_key(order_id: str, step: str) -> str:
-    """Idempotency key of a step run on its fallback provider (another provider: another key)."""
-    return f"{order_id}:{step}:fallback"
+def fallback_key(order_id: str, step: str, correction: int | None = None) -> str:
+    """Idempotency key of a step run on its fallback provider (another provider: another key):
+    ``{orderId}:{step}:fallback``, or ``{orderId}:{step}:correction-{n}:fallback`` once an operator
+    corrected the step's input (correction ``n``: another input, another call)."""
+    base = f"{order_id}:{step}" if correction is None else corrected_key(order_id, step, correction)
+    return f"{base}:fallback"
 
 
 def _record_completion(
@@ -333,7 +337,8 @@ def _prepare_start(
         # The primary refused: the fallback is another provider, so another key; the primary's
         # reservation is spent (it reported no calls) and the fallback reserves its own.
         step.fallback = True
-        step.idempotency_key = fallback_key(record.order_id, data.step)
+        corrections = [c.number for c in record.corrections if c.step == data.step]
+        step.idempotency_key = fallback_key(record.order_id, data.step, max(corrections, default=None))
         step.reserved_calls = 0
         step.last_instance = None
     if data.completed is not None:

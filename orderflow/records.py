@@ -185,7 +185,9 @@ class StepState(Model):
     Attributes:
         status: The step's :class:`StepStatus`.
         attempts: Attempts (orchestration instances) that started this step.
-        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6).
+        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6);
+            ``...:fallback`` on the fallback provider, ``...:correction-{n}`` once an operator corrected
+            the step's input (:func:`orderflow.records.corrected_key`).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         reserved_calls: Calls reserved from the retry budget for the attempt running the step; the

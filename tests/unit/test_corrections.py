@@ -442,3 +442,74 @@ def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_fo
         ProcessState.COMPENSATING,
         StepStatus.FAILED,
     )
+
+
+def test_a_corrected_step_that_moves_to_its_fallback_calls_it_under_a_key_of_the_correction(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step with a fallback provider that takes corrections (none of the demo's): the fallback already
+    refused the first input, so the corrected input goes to it under a key of its own too."""
+    ship = StepDefinition(
+        SHIP,
+        agent="shipping",
+        operation="ship",
+        irreversible=True,
+        fallback_agent="courier",
+        fallback_payload=(("carrier", "MAIL"),),
+        correctable=("items",),
+    )
+    definition = WorkflowDefinition(version="test-v", steps=(ORDER_V4.steps[0], ship))
+    monkeypatch.setitem(WORKFLOWS, "test-v", definition)
+    submit_and_claim(deps, definition=definition, order_id=KEY)
+
+    def run(step: str, instance: str, *, fallback: bool, completed: StepResult | None = None) -> None:
+        data = StartStepInput(
+            order_id=KEY,
+            instance_id=instance,
+            workflow_version="test-v",
+            step=step,
+            timeout_s=8,
+            completed=completed,
+            response_queue="r-q1",
+            fallback=fallback,
+        )
+        assert start_step(data.to_payload(), deps)["outcome"] == "started"
+
+    def sent(agent: str) -> dict[str, Any]:
+        [request] = received(deps.queues.queue(f"agent-{agent}"))
+        body: dict[str, Any] = json.loads(request.body)
+        return body
+
+    run(RESERVE, f"{KEY}:1", fallback=False)
+    received(deps.queues.queue("agent-inventory"))
+    reserved = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
+    run(SHIP, f"{KEY}:1", fallback=False, completed=reserved)
+    assert sent("shipping")["idempotencyKey"] == f"{KEY}:{SHIP}"
+    run(SHIP, f"{KEY}:1", fallback=True)
+    first_fallback = sent("courier")
+    assert first_fallback["idempotencyKey"] == f"{KEY}:{SHIP}:fallback"
+    refusal = StepError(step=SHIP, kind="permanent", code="oversized", message="too many", calls=1)
+    finish = FinishOrderInput(
+        order_id=KEY, instance_id=f"{KEY}:1", workflow_version="test-v", outcome=Outcome.ERROR, error=refusal
+    )
+    finish_order(finish.to_payload(), deps)
+    corrected = {"items": [{"sku": "10", "quantity": 2}]}
+    answer = resubmit(deps, trusted, deps.states.get(KEY).etag, {"input": corrected})
+    assert answer.status == 202, answer.body
+    assert deps.states.get(KEY).item.steps[SHIP].fallback is False  # back to its own provider first
+
+    claim_next(deps)
+    run(SHIP, f"{KEY}:2", fallback=False)
+    primary = sent("shipping")
+    run(SHIP, f"{KEY}:2", fallback=True)
+    fallback = sent("courier")
+
+    assert (primary["idempotencyKey"], primary["payload"]) == (
+        f"{KEY}:{SHIP}:correction-1",
+        {"carrier": "TRUCK", **corrected},
+    )
+    assert (fallback["idempotencyKey"], fallback["payload"]) == (
+        f"{KEY}:{SHIP}:correction-1:fallback",
+        {"carrier": "MAIL", **corrected},
+    )
+    assert fallback["payload"] != first_fallback["payload"]  # under the old key: a key reused
