@@ -62,10 +62,11 @@ STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 separate those), so lowercase letters, digits and ``_`` only."""
 
 
-CORRECTABLE_FIELDS = frozenset({"customerName", "currency", "amount", "items", "carrier"})
-"""The order fields a step may declare correctable (:attr:`StepDefinition.correctable`): what a step's
-payload is built from, but never the order's identity (``orderId``, ``customerId``: whose order it is)
-or its reply queue (the client registry's)."""
+CORRECTABLE_FIELDS = frozenset({"carrier", "items", "customerName"})
+"""The order fields a step may declare correctable (:attr:`StepDefinition.correctable`). Never the order's
+identity (``orderId``, ``customerId``: whose order it is, and who pays), its reply queue (the client
+registry's), nor its ``amount`` and ``currency``: what the customer agreed to pay, and what the review
+before a step decides on (it reads the order document)."""
 
 
 class InvalidWorkflowDefinition(ValueError):
@@ -226,8 +227,8 @@ ORDER_V4 = WorkflowDefinition(
 the order stops in ``Error`` (nothing shipped, the charge and the reservation kept) for an operator to
 name another carrier (``resubmit --input``) or to compensate it. The carrier is the one field worth
 correcting: it is a choice among a few carriers that a client can get wrong, and the shipment is the only
-step that reads it. The reservation's items and the charge's customer, amount and currency are what the
-customer ordered and agreed to pay: changing them is a new order, so no step declares them."""
+step that reads it. The items are what the customer ordered (the reservation and the shipment both read
+them): changing them is a new order, so the demo's steps do not declare them."""
 
 WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V1.version: ORDER_V1,

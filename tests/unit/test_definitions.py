@@ -56,6 +56,7 @@ def test_the_deployed_versions_and_their_undo_stages() -> None:
             "correct",
         ),
         ((RESERVE, StepDefinition("c", agent="p", operation="o", correctable=("replyTo",))), None, "correct"),
+        ((RESERVE, StepDefinition("c", agent="p", operation="o", correctable=("amount",))), None, "correct"),
     ],
 )
 def test_a_contradictory_definition_is_refused(
