@@ -23,6 +23,7 @@ from orderflow.contracts import (
     FinishOrderInput,
     Outcome,
     StartStepInput,
+    StartUndoInput,
     StepError,
     StepResult,
 )
@@ -41,7 +42,7 @@ from orderflow.workflows import (
     WorkflowDefinition,
     workflow_for,
 )
-from tests.activity_json import begin_compensation, finish_order, start_step
+from tests.activity_json import begin_compensation, finish_order, start_step, start_undo
 from tests.operator_tokens import TrustedIssuer, local_issuer
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, received, submit_and_claim
 from tests.unit.test_operator_actions import BothRead
@@ -513,3 +514,81 @@ def test_a_corrected_step_that_moves_to_its_fallback_calls_it_under_a_key_of_the
         {"carrier": "MAIL", **corrected},
     )
     assert fallback["payload"] != first_fallback["payload"]  # under the old key: a key reused
+
+
+def test_the_undo_of_a_corrected_step_names_what_the_corrected_call_did(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reversible step that takes corrections (none of the demo's): its compensation entry holds the
+    corrected call's answer, and its undo names the corrected call's key, so the service undoes what was
+    really done (the refused call did nothing)."""
+    reserve = StepDefinition(
+        RESERVE, agent="inventory", operation="reserve", undo="release", correctable=("items",)
+    )
+    monkeypatch.setitem(
+        WORKFLOWS, "test-v", WorkflowDefinition(version="test-v", steps=(reserve, ORDER_V4.steps[2]))
+    )
+    submit_and_claim(deps, definition=workflow_for("test-v"), order_id=KEY)
+
+    def reserve_in(instance: str) -> dict[str, Any]:
+        data = StartStepInput(
+            order_id=KEY,
+            instance_id=instance,
+            workflow_version="test-v",
+            step=RESERVE,
+            timeout_s=8,
+            response_queue="r-q1",
+        )
+        assert start_step(data.to_payload(), deps)["outcome"] == "started"
+        [request] = received(deps.queues.queue("agent-inventory"))
+        body: dict[str, Any] = json.loads(request.body)
+        return body
+
+    reserve_in(f"{KEY}:1")
+    refusal = StepError(
+        step=RESERVE, kind="permanent", code="out_of_stock", message="5 asked, 2 left", calls=1
+    )
+    finish = FinishOrderInput(
+        order_id=KEY, instance_id=f"{KEY}:1", workflow_version="test-v", outcome=Outcome.ERROR, error=refusal
+    )
+    finish_order(finish.to_payload(), deps)
+    corrected = [{"sku": "10", "quantity": 2}]
+    assert resubmit(deps, trusted, deps.states.get(KEY).etag, {"input": {"items": corrected}}).status == 202
+    claim_next(deps)
+    forward = reserve_in(f"{KEY}:2")
+    assert (forward["idempotencyKey"], forward["payload"]) == (
+        f"{KEY}:{RESERVE}:correction-1",
+        {"items": corrected},
+    )
+
+    # The reservation succeeded; then the order is stopped before its shipment and compensated.
+    reserved = StepResult(step=RESERVE, result={"reservationId": "r-2"}, calls=1)
+    stop = StepError(
+        step=SHIP, kind="cancelled", code="operator_decision", message="an operator stopped the order"
+    )
+    begun = begin_compensation(
+        BeginCompensationInput(
+            order_id=KEY,
+            instance_id=f"{KEY}:2",
+            workflow_version="test-v",
+            error=stop,
+            completed=reserved,
+            timeout_s=8,
+        ).to_payload(),
+        deps,
+    )
+    assert begun["outcome"] == "compensation_begun"
+    undo = StartUndoInput(
+        order_id=KEY,
+        instance_id=f"{KEY}:2",
+        workflow_version="test-v",
+        step=RESERVE,
+        timeout_s=8,
+        response_queue="r-q1",
+    )
+    assert start_undo(undo.to_payload(), deps)["outcome"] == "undo_started"
+
+    [request] = received(deps.queues.queue("agent-inventory"))
+    release = json.loads(request.body)
+    assert (release["operation"], release["idempotencyKey"]) == ("release", f"{KEY}:{RESERVE}:undo")
+    assert release["payload"] == {"forwardKey": f"{KEY}:{RESERVE}:correction-1", "reservationId": "r-2"}
