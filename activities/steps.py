@@ -40,6 +40,7 @@ from orderflow.records import (
     ReviewState,
     StateRecord,
     StepStatus,
+    corrected_key,
     format_utc,
     undo_key,
 )
@@ -86,9 +87,22 @@ AGENT_MARGIN_MAX_S = 1.0
 """Largest margin, seconds: a queue hop and an event raise take well under a second."""
 
 
-def request_payload(step: StepDefinition, order: OrderDocument, *, fallback: bool = False) -> dict[str, Any]:
+def request_payload(
+    step: StepDefinition,
+    order: OrderDocument,
+    *,
+    fallback: bool = False,
+    corrected: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
-    fallback provider gets the step's ``fallback_payload`` over it."""
+    fallback provider gets the step's ``fallback_payload`` over it.
+
+    Args:
+        corrected: An operator's corrections of the step's input (wire name -> value,
+            :meth:`StateRecord.corrected_input`), laid over the order document's fields.
+    """
+    if corrected:
+        order = OrderDocument.model_validate({**order.to_json_dict(), **corrected})
     items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
     payload: dict[str, Any]
     if step.operation == "reserve":
@@ -107,9 +121,12 @@ def request_payload(step: StepDefinition, order: OrderDocument, *, fallback: boo
     return payload
 
 
-def fallback_key(order_id: str, step: str) -> str:
-    """Idempotency key of a step run on its fallback provider (another provider: another key)."""
-    return f"{order_id}:{step}:fallback"
+def fallback_key(order_id: str, step: str, correction: int | None = None) -> str:
+    """Idempotency key of a step run on its fallback provider (another provider: another key):
+    ``{orderId}:{step}:fallback``, or ``{orderId}:{step}:correction-{n}:fallback`` once an operator
+    corrected the step's input (correction ``n``: another input, another call)."""
+    base = f"{order_id}:{step}" if correction is None else corrected_key(order_id, step, correction)
+    return f"{base}:fallback"
 
 
 def _record_completion(
@@ -285,7 +302,9 @@ def _send_request(
         idempotency_key=record.steps[data.step].idempotency_key,
         deadline=agent_deadline(complete_by, now),
         reply_to=data.response_queue,
-        payload=request_payload(step_def, order, fallback=data.fallback),
+        payload=request_payload(
+            step_def, order, fallback=data.fallback, corrected=record.corrected_input(data.step)
+        ),
         max_calls=record.steps[data.step].reserved_calls,
         traceparent=tracing.current_traceparent(),
     )
@@ -319,7 +338,8 @@ def _prepare_start(
         # The primary refused: the fallback is another provider, so another key; the primary's
         # reservation is spent (it reported no calls) and the fallback reserves its own.
         step.fallback = True
-        step.idempotency_key = fallback_key(record.order_id, data.step)
+        corrections = [c.number for c in record.corrections if c.step == data.step]
+        step.idempotency_key = fallback_key(record.order_id, data.step, max(corrections, default=None))
         step.reserved_calls = 0
         step.last_instance = None
     if data.completed is not None:
@@ -486,7 +506,8 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
 
     Returns:
         :class:`OrderFinished`; :class:`Stopped` when the order was asked to stop while its last step
-        ran (nothing is written: the orchestration compensates); :class:`Fenced`.
+        ran, or while the step whose refusal would leave it ``Error`` for a correction ran (nothing is
+        written: the orchestration compensates); :class:`Fenced`.
     """
     definition = workflow_for(data.workflow_version)
     target = ProcessState.PROCESSED if data.outcome is Outcome.PROCESSED else ProcessState.ERROR
@@ -506,7 +527,7 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
 
     def mutate(record: StateRecord) -> StateRecord | None:
         nonlocal cancelled
-        cancelled = target is ProcessState.PROCESSED and record.cancel_requested_at is not None
+        cancelled = record.cancel_requested_at is not None
         if record.process_state is target:
             return None
         if record.process_state is not ProcessState.PROCESSING or cancelled:

@@ -8,6 +8,8 @@ retry a compensation that ended ``CompensationFailed`` once the cause is fixed:
   and ``compensationError`` cleared; the next attempt resumes from the first entry not undone;
 - ``Pending``: ``Compensating``, unlocked and ready: an attempt undoes what earlier ones did;
 - ``Processing``, ``AwaitingReview``: the owner is asked to stop (as for a cancel) and compensates;
+- ``Error`` with no irreversible step that may have taken effect (a step refused and left for an input
+  correction): ``Compensating``, unlocked and ready, like ``Pending``;
 - anything else (finished, ``Error`` past a point of no return, already compensating): refused.
 
 Who decided is the verified principal: ``stopRequestedBy`` is ``operator:<audit id>``
@@ -109,6 +111,8 @@ def decide_compensation(
         record.compensation_error = None
         _requested_by(record, principal, now)
         return CompensateAction.RETRIED
+    if state is ProcessState.ERROR:
+        return _compensate_error(record, principal, reason, now)
     if state not in (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW):
         return CompensateRefusal.NOT_COMPENSABLE, f"order is {state.value}"
     if record.cancel_requested_at is not None:
@@ -138,6 +142,24 @@ def decide_compensation(
         record.next_attempt_at = now
         return CompensateAction.SCHEDULED
     return CompensateAction.STOP_REQUESTED
+
+
+def _compensate_error(
+    record: StateRecord, principal: Principal, reason: str | None, now: datetime
+) -> CompensateAction | tuple[CompensateRefusal, str]:
+    """An ``Error`` order no irreversible step of which may have taken effect (one stopped for an input
+    correction: its refused step applied nothing) is compensated: ``Compensating``, unlocked and ready,
+    its ``lastError`` (the refusal) kept as the cause. Past a point of no return it is refused."""
+    passed = irreversible_effects(record, workflow_for(record.workflow_version))
+    if passed:
+        return CompensateRefusal.PAST_POINT_OF_NO_RETURN, f"past the point of no return: {', '.join(passed)}"
+    record.process_state = ProcessState.COMPENSATING
+    record.locked_by = record.complete_by = None
+    record.next_attempt_at = now
+    record.suspended_at = record.suspended_by = record.suspended_by_name = None
+    record.stop_reason = reason[:500] if reason else None
+    _requested_by(record, principal, now)
+    return CompensateAction.SCHEDULED
 
 
 def compensate_order(

@@ -12,6 +12,9 @@ Both hosts serve this one function: the Azure Functions HTTP trigger
 - ``POST /api/operator/orders/{orderId}/compensate`` ``{"reason": "..."}`` (optional): stop and undo an
   order, or retry a failed compensation (:func:`operator_api.compensate.compensate_order`);
   ``orderflow.operator``;
+- ``POST /api/operator/orders/{orderId}/resubmit`` (``If-Match``; ``{"input": {...}}`` optional): a new
+  attempt of an ``Error`` order, with corrected input for its failed step when given
+  (:func:`operator_api.resubmit.resubmit_order`); ``orderflow.operator``;
 - ``GET /api/operator/queues``: the deployment's queues whose dead letters may be read
   (:func:`operator_api.deadletters.deployment_queues`); ``orderflow.operator``; the ``deadletters``
   routes read, replay and purge them (:mod:`operator_api.deadletters`);
@@ -44,6 +47,7 @@ from operator_api.activity import activity, activity_window
 from operator_api.alerts import alert_query, list_alerts, supervisor_status
 from operator_api.compensate import CompensateAccepted, compensate_order
 from operator_api.console import console_file
+from operator_api.corrections import INPUT_NOT_CORRECTABLE, INVALID_INPUT
 from operator_api.deadletters import (
     NO_SUCH_DEAD_LETTER,
     UNKNOWN_QUEUE,
@@ -68,6 +72,7 @@ from operator_api.schemas import (
     QueueAnswer,
     QueueList,
     ReplayAnswer,
+    ResubmitBody,
     ReviewBody,
 )
 from operator_api.suspension import set_suspension
@@ -268,8 +273,13 @@ def _no_body(call: Call) -> None:
         validate_message(EmptyBody, decode_json_object(call.body))
 
 
+RESUBMIT_REFUSAL_STATUS = {NOT_RESUBMITTABLE: 409, INPUT_NOT_CORRECTABLE: 409, INVALID_INPUT: 422}
+"""The status of each resubmit refusal: the order's state (409), or a corrected value that is not one
+(422: the body is well formed, its content is not)."""
+
+
 def _resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
-    _no_body(call)
+    request = validate_message(ResubmitBody, decode_json_object(call.body) if call.body.strip() else {})
     seen = call.if_match()
     if seen is None:
         return error(428, "PreconditionRequired", "resubmit takes If-Match: the ETag of the order you saw")
@@ -282,10 +292,13 @@ def _resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
         clock=deps.clock,
         grace_s=deps.settings.CLAIM_TIMEOUT_S,
         retry_budget=deps.settings.RETRY_BUDGET,
+        corrected=request.input,
+        orders=deps.orders,
     )
     etag = {"ETag": entity_tag(outcome.etag)}
     if outcome.action is None:
-        return error(409, NOT_RESUBMITTABLE, outcome.refusal or "", etag)
+        code = outcome.code or NOT_RESUBMITTABLE
+        return error(RESUBMIT_REFUSAL_STATUS[code], code, outcome.refusal or "", etag)
     answer = {"orderId": call.key, "outcome": outcome.action.value, "order": order_view(outcome.record)}
     return OperatorResponse(202, answer, etag)
 

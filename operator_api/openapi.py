@@ -32,6 +32,7 @@ from operator_api.schemas import (
     PurgeBody,
     QueueList,
     ReplayAnswer,
+    ResubmitBody,
     ReviewAnswer,
     ReviewBody,
     SupervisorStatus,
@@ -66,6 +67,7 @@ def _schemas() -> dict[str, Any]:
         ReviewBody,
         CompensateBody,
         EmptyBody,
+        ResubmitBody,
         DeadLetterAnswer,
         DeadLetterList,
         ReplayAnswer,
@@ -160,9 +162,14 @@ def _paths() -> dict[str, Any]:
     order = "/api/operator/orders/{orderId}"
     key = {"name": "orderId", "in": "path", "required": True, "schema": {"type": "string"}}
     resubmit = _action(
-        "A new attempt of an Error order; a compensation retry", refusals=("409", "412", "428"), if_match=True
+        "A new attempt of an Error order, with corrected input for its failed step if given; a "
+        "compensation retry",
+        refusals=("409", "412", "422", "428"),
+        if_match=True,
     )
     resubmit["parameters"] = [{**IF_MATCH, "required": False}]  # its absence is answered 428
+    resubmit["requestBody"]["content"]["application/json"]["schema"] = _ref("ResubmitBody")
+    resubmit["responses"]["422"]["description"] = "a corrected value the order's field does not take"
     compensate = _action(
         "Stop and undo, or retry a failed compensation", refusals=("409", "412"), if_match=False
     )

@@ -9,6 +9,9 @@
   (:func:`operator_api.compensate.decide_compensation`): ``Compensating`` again, from the first entry not
   undone.
 
+An ``Error`` order may be resubmitted with corrected input for its failed step
+(:mod:`operator_api.corrections`), recorded in the same write.
+
 The write is one ETag-conditional replace on the version named by ``If-Match``: of two operators who saw
 the same version, one writes and the other is told the version is gone (412), so one new attempt.
 """
@@ -18,16 +21,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from operator_api.compensate import CompensateAction, decide_compensation
+from operator_api.corrections import INPUT_NOT_CORRECTABLE, CorrectionRefused, correct_input
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.operator_actions import OperatorAction, action_refusal
+from orderflow.errors import InvalidMessage, NotFound
+from orderflow.operator_actions import NOT_RESUBMITTABLE, OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
+from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import QueueFactory
-from orderflow.records import ProcessState, StateRecord, StepStatus
-from orderflow.stores.base import StateStore
+from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus
+from orderflow.stores.base import OrderStore, StateStore
 
 NEW_ATTEMPT = "NewAttempt"
 """``outcome`` of a resubmitted ``Error`` order."""
@@ -44,13 +51,14 @@ class ResubmitAction(StrEnum):
 
 @dataclass(frozen=True)
 class ResubmitOutcome:
-    """What :func:`resubmit_order` did: ``action`` (None when refused, with ``refusal`` the reason), and
-    the record written (or read, when refused) with its ETag."""
+    """What :func:`resubmit_order` did: ``action`` (None when refused, with ``code`` and ``refusal`` the
+    reason), and the record written (or read, when refused) with its ETag."""
 
     record: StateRecord
     etag: str
     action: ResubmitAction | None
     refusal: str | None = None
+    code: str | None = None
 
 
 def new_attempt(record: StateRecord, now: datetime, retry_budget: int) -> None:
@@ -65,20 +73,40 @@ def new_attempt(record: StateRecord, now: datetime, retry_budget: int) -> None:
     record.updated_at = now
 
 
+@dataclass(frozen=True)
+class _Corrected:
+    """A resubmit's corrected input and the order document it corrects."""
+
+    input: dict[str, Any]
+    order: OrderDocument
+
+
 def _decide(
-    record: StateRecord, principal: Principal, now: datetime, retry_budget: int
-) -> ResubmitAction | str:
+    record: StateRecord,
+    principal: Principal,
+    now: datetime,
+    retry_budget: int,
+    corrected: _Corrected | None = None,
+) -> ResubmitAction | CorrectionRefused:
     state = record.process_state
-    refused = action_refusal(OperatorAction.RESUBMIT, state, suspended=record.suspended_at is not None)
-    if refused is not None:
-        return refused.detail
+    not_applicable = action_refusal(OperatorAction.RESUBMIT, state, suspended=record.suspended_at is not None)
+    if not_applicable is not None:
+        return CorrectionRefused(not_applicable.code, not_applicable.detail)
     if state is ProcessState.COMPENSATION_FAILED:
+        if corrected is not None:
+            return CorrectionRefused(INPUT_NOT_CORRECTABLE, "a compensation retry takes no input")
         decided = decide_compensation(record, principal, None, now)
         assert decided is CompensateAction.RETRIED  # what a CompensationFailed order always gets
         return ResubmitAction.COMPENSATION_RETRIED
     undoing = [name for name, step in record.steps.items() if step.status in _UNDO_STATUSES]
     if undoing:
-        return f"compensation began ({', '.join(undoing)}): compensate it instead"
+        return CorrectionRefused(
+            NOT_RESUBMITTABLE, f"compensation began ({', '.join(undoing)}): compensate it instead"
+        )
+    if corrected is not None:
+        refused = correct_input(record, corrected.order, corrected.input, principal, now)
+        if refused is not None:
+            return refused
     new_attempt(record, now, retry_budget)
     return ResubmitAction.NEW_ATTEMPT
 
@@ -93,6 +121,8 @@ def resubmit_order(
     clock: Clock,
     grace_s: float,
     retry_budget: int,
+    corrected: dict[str, Any] | None = None,
+    orders: OrderStore | None = None,
 ) -> ResubmitOutcome:
     """Resubmit an order on the version ``if_match`` names, or refuse.
 
@@ -103,15 +133,27 @@ def resubmit_order(
         states / queues / clock: Dependencies.
         grace_s: ``CLAIM_TIMEOUT_S`` (for :func:`orderflow.order_requests.apply_request`).
         retry_budget: ``RETRY_BUDGET``: calls the new attempt has left at least.
+        corrected: Corrected input for the failed step (wire name -> value, at least one), or None
+            (:mod:`operator_api.corrections`); ``orders`` must be given with it.
+        orders: The order store (the document the correction is laid over).
+
+    Returns:
+        The outcome; a refusal's ``code`` is ``NotResubmittable``, ``InputNotCorrectable`` or
+        ``InvalidInput``, and nothing was written.
 
     Raises:
         StaleVersion: the record is not at ``if_match`` (412); nothing written.
         InvalidMessage: ``UnknownOrder``.
         TransientError, ConcurrencyConflict: retry.
     """
+    correction = None
+    if corrected is not None:
+        assert orders is not None, "a correction is laid over the order document"
+        found = _document(orders, order_id)
+        correction = _Corrected(corrected, found)
 
-    def decide(record: StateRecord) -> tuple[ResubmitAction | str, bool]:
-        decided = _decide(record, principal, clock.now(), retry_budget)
+    def decide(record: StateRecord) -> tuple[ResubmitAction | CorrectionRefused, bool]:
+        decided = _decide(record, principal, clock.now(), retry_budget, correction)
         return decided, isinstance(decided, ResubmitAction)
 
     applied = apply_decision(
@@ -128,7 +170,24 @@ def resubmit_order(
     )
     decided = applied.decision
     if not isinstance(decided, ResubmitAction):
-        telemetry.event("operator.refused", order_id=order_id, operator=principal.audit_id, reason=decided)
-        return ResubmitOutcome(applied.record, applied.etag, None, decided)
-    telemetry.event("operator.resubmit", order_id=order_id, operator=principal.audit_id, detail=decided.value)
+        telemetry.event(
+            "operator.refused", order_id=order_id, operator=principal.audit_id, reason=decided.code
+        )
+        return ResubmitOutcome(applied.record, applied.etag, None, decided.detail, decided.code)
+    detail = (
+        decided.value if corrected is None else f"{decided.value} corrected {','.join(sorted(corrected))}"
+    )
+    telemetry.event("operator.resubmit", order_id=order_id, operator=principal.audit_id, detail=detail)
     return ResubmitOutcome(applied.record, applied.etag, decided)
+
+
+def _document(orders: OrderStore, order_id: str) -> OrderDocument:
+    """The order's document.
+
+    Raises:
+        InvalidMessage: ``UnknownOrder`` (no document: the intake writes it before the record).
+    """
+    try:
+        return orders.get(order_id)
+    except NotFound:
+        raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to resubmit") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from orderflow.messages import CleanText, Envelope
@@ -26,7 +26,15 @@ class CompensateBody(Envelope):
 
 
 class EmptyBody(Envelope):
-    """The body of ``resubmit``, ``suspend`` and ``resume``: nothing, or ``{}``."""
+    """The body of ``suspend``, ``resume`` and a dead letter's ``replay``: nothing, or ``{}``."""
+
+
+class ResubmitBody(Envelope):
+    """The body of ``POST .../resubmit``: nothing, ``{}``, or ``{"input": {...}}``: corrected input for
+    the failed step of an ``Error`` order, by the submitted order's field names (``{"carrier": "UPS"}``),
+    at least one (docs/operator-api.md)."""
+
+    input: dict[str, Any] | None = Field(default=None, min_length=1, max_length=16)
 
 
 class PurgeBody(Envelope):

@@ -28,7 +28,7 @@ from orchestrators.context import (
     WorkflowTask,
 )
 from orderflow import custom_status
-from orderflow.compensation_trigger import CANCELLED_KIND, Seen, compensation_cause
+from orderflow.compensation_trigger import CANCELLED_KIND, Seen, awaits_correction, compensation_cause
 from orderflow.contracts import (
     BEGIN_COMPENSATION_ACTIVITY,
     FINISH_COMPENSATION_ACTIVITY,
@@ -203,9 +203,14 @@ def _run_step(
 
         error = _step_error(step.name, response)
         fallback_left = step.fallback_agent is not None and not fallback
-        compensate = run.compensate_for(step.name, error, fallback_left=fallback_left)
+        correctable = bool(step.correctable)
+        compensate = run.compensate_for(
+            step.name, error, fallback_left=fallback_left, correctable=correctable
+        )
         if compensate is not None:
             return compensate
+        if awaits_correction(error, correctable=correctable, fallback_left=fallback_left):
+            return (yield from _await_correction(run, error, previous))
         if error.kind == ErrorKind.PERMANENT.value:
             # The provider refused: an alternative provider is tried before any compensation.
             run.log.note("step.fallback", step.name, error.code)
@@ -216,6 +221,29 @@ def _run_step(
         yield from run.record_failure(error)
         run.log.note("step.retryable", step.name, error.code)
         return _Ended("retryable", step.name)
+
+
+def _await_correction(
+    run: _Attempt, error: StepError, previous: StepResult | None
+) -> Generator[WorkflowTask, Any, _Ended | _Compensate]:
+    """Finish the order in ``Error`` at the refused step, whose input an operator may correct
+    (:func:`orderflow.compensation_trigger.awaits_correction`): the client is told ``Failed``, an
+    operator resubmits it with corrected input or compensates it. An order asked to stop meanwhile (a
+    client's cancel, an operator's compensate) is compensated instead, the refusal its cause: the refused
+    step applied nothing, so no point of no return was passed."""
+    run.log.note("step.awaits_correction", error.step, error.code)
+    finish = FinishOrderInput(
+        order_id=run.start.order_id,
+        instance_id=run.instance_id,
+        workflow_version=run.start.workflow_version,
+        outcome=Outcome.ERROR,
+        completed=previous,
+        error=error,
+    )
+    finished = yield from run.call(FINISH_ORDER_ACTIVITY, finish)
+    if isinstance(finished, Stopped):
+        return _Compensate(error)
+    return _Ended("Error" if isinstance(finished, OrderFinished) else "fenced", error.step)
 
 
 def _start_step(
@@ -463,10 +491,12 @@ class _Attempt:
             return WriteFailed(reason=f"activity failed: {str(exc)[:200]}")
         return activity.read_result(raw)
 
-    def compensate_for(self, step: str, seen: Seen, *, fallback_left: bool = False) -> _Compensate | None:
+    def compensate_for(
+        self, step: str, seen: Seen, *, fallback_left: bool = False, correctable: bool = False
+    ) -> _Compensate | None:
         """Compensation for what was seen at ``step`` (a refusal to go on, or the step's error), or None
         when it is no reason to compensate (:func:`compensation_cause`, applied once here)."""
-        cause = compensation_cause(step, seen, fallback_left=fallback_left)
+        cause = compensation_cause(step, seen, fallback_left=fallback_left, correctable=correctable)
         if cause is None:
             return None
         if cause.kind == CANCELLED_KIND:

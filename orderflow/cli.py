@@ -713,7 +713,13 @@ def orders_list(  # noqa: PLR0917 - typer reads each option from a parameter
 
 
 def _act(
-    order_id: str, action: str, etag: str | None, api_url: str | None, token_file: Path | None
+    order_id: str,
+    action: str,
+    etag: str | None,
+    api_url: str | None,
+    token_file: Path | None,
+    *,
+    corrected: dict[str, Any] | None = None,
 ) -> OperatorAnswer:
     def call(client: OperatorApiClient) -> OperatorAnswer:
         seen = etag
@@ -723,7 +729,7 @@ def _act(
                 return current
             seen = current.etag
             console.print(Text(f"acting on {order_id} as it is now: {current.body.get('processState')}"))
-        return client.act(order_id, action, if_match=seen)
+        return client.act(order_id, action, if_match=seen, corrected=corrected)
 
     return _call_operator_api(order_id, api_url, token_file, call)
 
@@ -733,19 +739,52 @@ EtagOption = Annotated[
 ]
 
 
+def _corrected_input(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``: a resubmit's corrected input.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, when the file cannot be read or holds no JSON object.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}", code=2)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        _fail(f"{path} is not JSON: {exc}", code=2)
+    if not isinstance(data, dict) or not data:
+        what = "an empty object" if isinstance(data, dict) else json_type(data)
+        _fail(
+            f'{path} holds {what}: --input takes a JSON object of fields, e.g. {{"carrier": "UPS"}}', code=2
+        )
+    return data
+
+
 @app.command()
 def resubmit(
     order_id: OrderKey,
     etag: EtagOption = None,
+    input_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            help='A JSON object file of corrected fields for the failed step, e.g. {"carrier": "UPS"}.',
+        ),
+    ] = None,
     api_url: ApiUrl = None,
     token_file: TokenFile = None,
 ) -> None:
-    """Operator: a new attempt of an Error order from its failed step, or a CompensationFailed order's
-    compensation retried. Conditional on the version seen (--etag, else the one read now): exits 1 when
-    someone changed the order since (412) or it is in another state (409)."""
-    answer = _act(order_id, "resubmit", etag, api_url, token_file)
+    """Operator: a new attempt of an Error order from its failed step (with --input, on corrected input
+    where the step allows it), or a CompensationFailed order's compensation retried. Conditional on the
+    version seen (--etag, else the one read now): exits 1 when someone changed the order since (412), it
+    is in another state or the step takes no such correction (409), or a value is refused (422)."""
+    corrected = None if input_file is None else _corrected_input(input_file)
+    answer = _act(order_id, "resubmit", etag, api_url, token_file, corrected=corrected)
+    fields = "" if corrected is None else f", corrected {', '.join(sorted(corrected))}"
     console.print(
-        Text(f"resubmitted {order_id} ({answer.body.get('outcome')}); the order is {_state_of(answer)}.")
+        Text(
+            f"resubmitted {order_id} ({answer.body.get('outcome')}{fields}); "
+            f"the order is {_state_of(answer)}."
+        )
     )
 
 

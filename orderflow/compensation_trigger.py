@@ -7,7 +7,10 @@ reasons:
 - the review before a step was rejected (by a person, or by the default at its deadline);
 - someone asked the order to stop: the client's cancel, or an operator's decision;
 - the order's end-to-end retry budget has no calls left for the next step;
-- a provider refused a step for good (a permanent error) and no fallback provider is left to try.
+- a provider refused a step for good (a permanent error) and no fallback provider is left to try, unless
+  the step declares input an operator may correct (:attr:`StepDefinition.correctable`): then the order
+  stops in ``Error`` for that correction (:func:`awaits_correction`), and the operator resubmits it with
+  corrected input or compensates it.
 
 Everything else is not a reason to compensate. A transient failure, or an agent that ran out of the calls
 reserved for one request, is handed to the supervisor, which retries the order with backoff. A timeout
@@ -39,13 +42,29 @@ Seen = StepError | ReviewRejected | ReviewRecorded | Stopped | BudgetExhausted
 """What the workflow may learn about a step: a step's error, or an activity's refusal to go on."""
 
 
-def compensation_cause(step: str, seen: Seen, *, fallback_left: bool = False) -> StepError | None:
+def awaits_correction(seen: Seen, *, correctable: bool, fallback_left: bool = False) -> bool:
+    """Whether ``seen`` stops the order in ``Error`` for an operator's input correction: the provider
+    refused (a permanent error: nothing was applied), no fallback is left, and the step declares
+    correctable input (``correctable``)."""
+    return (
+        correctable
+        and not fallback_left
+        and isinstance(seen, StepError)
+        and seen.kind == ErrorKind.PERMANENT.value
+    )
+
+
+def compensation_cause(
+    step: str, seen: Seen, *, fallback_left: bool = False, correctable: bool = False
+) -> StepError | None:
     """The cause to compensate ``step``'s order with, or None when what was seen is no reason to.
 
     Args:
         step: The forward step the workflow is at.
         seen: The step's error (from its agent), or what a fenced write found instead of going on.
         fallback_left: ``step`` has a fallback provider not tried yet: a refusal moves to it instead.
+        correctable: ``step`` declares input an operator may correct: a refusal stops the order in
+            ``Error`` instead (:func:`awaits_correction`).
 
     Returns:
         The ``lastError`` to record when compensation begins (kind ``rejected``, ``cancelled``,
@@ -69,7 +88,7 @@ def compensation_cause(step: str, seen: Seen, *, fallback_left: bool = False) ->
                 message="the order's end-to-end retry budget is spent",
             )
         case StepError(kind=ErrorKind.PERMANENT.value) if not fallback_left:
-            return seen
+            return None if awaits_correction(seen, correctable=correctable) else seen
     return None
 
 

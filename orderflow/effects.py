@@ -19,13 +19,18 @@ have applied its effect, so only completing the order (an operator's decision) i
 
 
 def refused(record: StateRecord, step: str) -> bool:
-    """Whether ``step`` failed because the remote service refused it (no effect was applied)."""
+    """Whether ``step`` failed because the remote service refused it (no effect was applied).
+
+    The ``lastError`` of an order stopped past a point of no return is permanent too, and names the
+    irreversible step, but says the opposite: that step may have taken effect.
+    """
     error = record.last_error
     return (
         record.steps[step].status is StepStatus.FAILED
         and error is not None
         and error.step == step
         and error.kind == ErrorKind.PERMANENT.value
+        and error.code != PAST_POINT_OF_NO_RETURN
     )
 
 

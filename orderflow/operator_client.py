@@ -7,6 +7,7 @@ token, the role and the order's state). The token is never logged, shown or kept
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -149,15 +150,24 @@ class OperatorApiClient:
         params = {"limit": str(limit), **({"continuation": continuation} if continuation else {})}
         return self._call("GET", f"/orders/{quote(order_id, safe='')}/timeline", params=params)
 
-    def act(self, order_id: str, action: str, *, if_match: str | None = None) -> OperatorAnswer:
+    def act(
+        self,
+        order_id: str,
+        action: str,
+        *,
+        if_match: str | None = None,
+        corrected: Mapping[str, Any] | None = None,
+    ) -> OperatorAnswer:
         """``POST /orders/{orderId}/{action}`` (``resubmit``, ``suspend``, ``resume``) with an empty body,
-        conditional on ``if_match`` (the ETag of the version seen) when given.
+        conditional on ``if_match`` (the ETag of the version seen) when given; ``corrected`` is a
+        resubmit's corrected input (``{"input": corrected}``: field name -> value).
 
         Raises:
             TransientError: the API could not be reached.
         """
         headers = {"If-Match": if_match} if if_match else None
-        return self._call("POST", f"/orders/{quote(order_id, safe='')}/{action}", {}, headers=headers)
+        body: dict[str, Any] = {} if corrected is None else {"input": dict(corrected)}
+        return self._call("POST", f"/orders/{quote(order_id, safe='')}/{action}", body, headers=headers)
 
     def list_dead_letters(
         self, queue: str, *, limit: int = 20, continuation: str | None = None

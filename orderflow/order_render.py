@@ -47,6 +47,24 @@ def _compensation(view: dict[str, Any]) -> Table:
     return table
 
 
+def _corrections(view: dict[str, Any]) -> Table:
+    table = _table("input corrections", "#", "step", "input", "key", "by", "at")
+    for correction in view.get("corrections") or []:
+        by = correction.get("by") or ""
+        if correction.get("byName"):
+            by = f"{by} ({correction['byName']})"
+        _add(
+            table,
+            correction.get("number"),
+            correction.get("step"),
+            correction.get("input") or "",
+            correction.get("idempotencyKey"),
+            by,
+            correction.get("at"),
+        )
+    return table
+
+
 def _step_changes(entry: dict[str, Any]) -> str:
     return ", ".join(
         f"{c.get('step')} {c.get('fromStatus') or '-'}→{c.get('toStatus')}" for c in entry.get("steps") or []
@@ -67,7 +85,7 @@ def timeline_table(entries: Iterable[dict[str, Any]], *, title: str = "timeline"
             entry.get("at"),
             entry.get("role"),
             by,
-            entry.get("action") or "",
+            _what(entry),
             state,
             _step_changes(entry),
             entry.get("outcome") or "",
@@ -75,6 +93,13 @@ def timeline_table(entries: Iterable[dict[str, Any]], *, title: str = "timeline"
             entry.get("errorCode") or "",
         )
     return table
+
+
+def _what(entry: dict[str, Any]) -> str:
+    """The entry's action, with the fields of an input correction it recorded."""
+    action = str(entry.get("action") or "")
+    corrected = entry.get("correctedFields") or []
+    return f"{action} (corrected {', '.join(map(str, corrected))})" if corrected else action
 
 
 def _summary(view: dict[str, Any], etag: str | None) -> Table:
@@ -108,12 +133,16 @@ def replies_sent(entries: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def order_panel(view: dict[str, Any], *, timeline: list[dict[str, Any]], etag: str | None) -> RenderableType:
-    """Everything ``orders show`` prints: the state, steps, compensation log, retry budget, replies sent
-    and the whole ``timeline`` (the history's entries and the record's, oldest first)."""
+    """Everything ``orders show`` prints: the state, steps, compensation log, retry budget, input
+    corrections (when there are any), replies sent and the whole ``timeline`` (the history's entries and
+    the record's, oldest first)."""
     replies = _table("replies sent", "at", "status")
     for at, status in replies_sent(timeline):
         _add(replies, at, status)
-    return Group(_summary(view, etag), _steps(view), _compensation(view), replies, timeline_table(timeline))
+    parts: list[RenderableType] = [_summary(view, etag), _steps(view), _compensation(view)]
+    if view.get("corrections"):
+        parts.append(_corrections(view))
+    return Group(*parts, replies, timeline_table(timeline))
 
 
 def orders_table(orders: Iterable[dict[str, Any]]) -> Table:

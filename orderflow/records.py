@@ -185,7 +185,9 @@ class StepState(Model):
     Attributes:
         status: The step's :class:`StepStatus`.
         attempts: Attempts (orchestration instances) that started this step.
-        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6).
+        idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6);
+            ``...:fallback`` on the fallback provider, ``...:correction-{n}`` once an operator corrected
+            the step's input (:func:`orderflow.records.corrected_key`).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         reserved_calls: Calls reserved from the retry budget for the attempt running the step; the
@@ -350,6 +352,31 @@ class ReviewState(Model):
     decided_at: UtcDatetime | None = None
 
 
+class InputCorrection(Model):
+    """An operator's correction of the order's input for one step (``corrections``; docs/operator-api.md).
+
+    The order document stays as the client sent it (its content hash answers duplicates); the step's next
+    call is built from the document with every correction of that step laid over it, in number order.
+
+    Attributes:
+        number: 1, 2, ... across the order's corrections; part of the corrected step's idempotency key
+            (:func:`corrected_key`), so the corrected call is a new call to the remote service.
+        step: The step corrected (the failed one).
+        input: The corrected fields by their wire names (``carrier``), with their validated values.
+        idempotency_key: The step's idempotency key from this correction on.
+        by / by_name: The verified operator's audit id and display name.
+        at: When it was recorded (UTC), in the resubmit's write.
+    """
+
+    number: int
+    step: str
+    input: dict[str, Any]
+    idempotency_key: str
+    by: str
+    by_name: str | None = None
+    at: UtcDatetime
+
+
 class StepChange(Model):
     """One step's status change within a timeline entry: ``step`` went ``from_status`` → ``to_status``
     (``from_status`` None for a step the record did not hold before)."""
@@ -377,6 +404,7 @@ class TimelineEntry(Model):
         outcome: How something ended: an attempt's tenure, the status of a reply sent, a review decision.
         attempt: The record's ``attempt`` after the write.
         error_code: The ``code`` of a ``lastError`` or ``compensationError`` this write recorded.
+        corrected_fields: The fields of an input correction this write recorded (names, never values).
     """
 
     seq: int
@@ -391,6 +419,7 @@ class TimelineEntry(Model):
     outcome: str | None = None
     attempt: int = 0
     error_code: str | None = None
+    corrected_fields: list[str] = Field(default_factory=list)
 
 
 class TimelineChunk(Model):
@@ -457,6 +486,7 @@ class StateRecord(Model):
     traceparent: str | None = Field(default=None, exclude_if=lambda value: value is None)
     """The submission span's W3C trace context (:mod:`orderflow.tracing`): every attempt's claim, and
     the supervisor's recoveries, join its trace. None when tracing was off at submission."""
+    corrections: list[InputCorrection] = Field(default_factory=list)
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -465,8 +495,9 @@ class StateRecord(Model):
 
         Clears each step's ``result`` and each compensation entry's ``data`` and ``undoResult``, and puts
         :data:`REDACTED` in the free text that may quote them (the ``message`` of ``lastError`` and
-        ``compensationError``, the ``detail`` of ``pendingReply``). Statuses, keys, counts, error kinds,
-        codes and steps, the audit fields and every time stay, ``updatedAt`` included. Marks the record
+        ``compensationError``, the ``detail`` of ``pendingReply``) and in the values of input corrections
+        (their fields, who and when stay). Statuses, keys, counts, error kinds, codes and steps, the audit
+        fields and every time stay, ``updatedAt`` included. Marks the record
         ``dataPurgedAt`` = ``at`` (UTC), ``dataPurgeVersion`` = :data:`DATA_PURGE_VERSION`.
         """
         for step in self.steps.values():
@@ -481,8 +512,19 @@ class StateRecord(Model):
             self.pending_reply.detail = REDACTED
         if self.stop_reason is not None:
             self.stop_reason = REDACTED
+        for correction in self.corrections:
+            correction.input = dict.fromkeys(correction.input, REDACTED)
         self.data_purged_at = at
         self.data_purge_version = DATA_PURGE_VERSION
+
+    def corrected_input(self, step: str) -> dict[str, Any]:
+        """The corrections of ``step``, later ones over earlier ones: field (wire name) -> value; empty
+        when the step was never corrected."""
+        corrected: dict[str, Any] = {}
+        for correction in sorted(self.corrections, key=lambda c: c.number):
+            if correction.step == step:
+                corrected.update(correction.input)
+        return corrected
 
     def completed_steps(self) -> list[str]:
         """Names of the steps whose status is ``Completed``, in workflow order."""
@@ -622,6 +664,13 @@ def parse_instance_id(instance_id: str) -> tuple[str, int]:
 def idempotency_key(order_id: str, step: str) -> str:
     """The stable idempotency key of a step, the same in every attempt (docs/design.md §3.6)."""
     return f"{order_id}:{step}"
+
+
+def corrected_key(order_id: str, step: str, number: int) -> str:
+    """The idempotency key of a step from its input correction ``number`` on:
+    ``{orderId}:{step}:correction-{number}``. Another input is another call: under the failed call's key
+    the remote service would answer with its stored refusal (or refuse the new body as a key reused)."""
+    return f"{order_id}:{step}:correction-{number}"
 
 
 def undo_key(order_id: str, step: str) -> str:

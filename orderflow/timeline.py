@@ -55,6 +55,12 @@ def _error_code(before: StateRecord | None, after: StateRecord) -> str | None:
     return None
 
 
+def _corrected_fields(before: StateRecord | None, after: StateRecord) -> list[str]:
+    """The fields of the input corrections this write added (names only: values may be customer data)."""
+    known = {c.number for c in before.corrections} if before is not None else set()
+    return sorted({name for c in after.corrections if c.number not in known for name in c.input})
+
+
 def _ended_outcome(before: StateRecord | None, after: StateRecord) -> str | None:
     """The outcome of an attempt tenure this write ended, if it ended one."""
     ended_before = {e.attempt for e in before.attempt_history if e.ended_at} if before else set()
@@ -76,9 +82,9 @@ def note(
     """Append to ``after.timeline`` the entry of the write ``before`` → ``after``, in place.
 
     A write is recorded when it names an ``action``, changes ``processState``, a step's status, the
-    attempt or the owner (``lockedBy``), or ends an attempt's tenure; any other write (a deadline moved,
-    a reservation settled) adds nothing. One call appends at most one entry, so the entries a store
-    moves to history were all in the version the writer read (:func:`split_overflow`).
+    attempt or the owner (``lockedBy``), adds an input correction, or ends an attempt's tenure; any other
+    write (a deadline moved, a reservation settled) adds nothing. One call appends at most one entry, so
+    the entries a store moves to history were all in the version the writer read (:func:`split_overflow`).
 
     Args:
         before: The record as read (None when ``after`` is being created).
@@ -92,12 +98,13 @@ def note(
     """
     steps = _step_changes(before, after)
     ended = _ended_outcome(before, after)
+    corrected = _corrected_fields(before, after)
     moved = before is None or (
         before.process_state is not after.process_state
         or before.attempt != after.attempt
         or before.locked_by != after.locked_by
     )
-    if action is None and not steps and not moved and ended is None:
+    if action is None and not steps and not moved and ended is None and not corrected:
         return None
     after.timeline_seq = max(after.timeline_seq, before.timeline_seq if before else 0) + 1
     entry = TimelineEntry(
@@ -113,6 +120,7 @@ def note(
         outcome=outcome or ended,
         attempt=after.attempt,
         error_code=_error_code(before, after),
+        corrected_fields=corrected,
     )
     after.timeline.append(entry)
     return entry

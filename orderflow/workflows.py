@@ -37,6 +37,11 @@ class StepDefinition:
         may_refuse: The provider can refuse the step for business reasons (out of stock, card declined).
             No such step may follow an irreversible one: past a point of no return the order can only be
             completed, so everything that can refuse must have passed before it.
+        correctable: Fields of the submitted order (their wire names, ``carrier``) an operator may correct
+            for this step (``orderflow resubmit --input``; docs/operator-api.md). A step that declares
+            some and is refused (with no fallback left) stops the order in ``Error``, for an operator to
+            correct and resubmit or to compensate, instead of compensating at once. Empty: corrections
+            are refused.
     """
 
     name: str
@@ -49,11 +54,19 @@ class StepDefinition:
     fallback_agent: str | None = None
     fallback_payload: tuple[tuple[str, str], ...] = ()
     may_refuse: bool = True
+    correctable: tuple[str, ...] = ()
 
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 """Step names: they are parts of idempotency keys, request ids and custom statuses (``:`` and ``,``
 separate those), so lowercase letters, digits and ``_`` only."""
+
+
+CORRECTABLE_FIELDS = frozenset({"carrier", "items", "customerName"})
+"""The order fields a step may declare correctable (:attr:`StepDefinition.correctable`). Never the order's
+identity (``orderId``, ``customerId``: whose order it is, and who pays), its reply queue (the client
+registry's), nor its ``amount`` and ``currency``: what the customer agreed to pay, and what the review
+before a step decides on (it reads the order document)."""
 
 
 class InvalidWorkflowDefinition(ValueError):
@@ -90,6 +103,13 @@ class WorkflowDefinition:
                 )
         if len(set(names)) != len(names):
             raise InvalidWorkflowDefinition(f"{self.version}: step names repeat: {names}")
+        for step in self.steps:
+            unknown = sorted(set(step.correctable) - CORRECTABLE_FIELDS)
+            if unknown:
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: {step.name} declares {unknown} correctable; "
+                    f"only {sorted(CORRECTABLE_FIELDS)} may be"
+                )
         first_irreversible = next((i for i, step in enumerate(self.steps) if step.irreversible), None)
         if first_irreversible is not None:
             after = [s.name for s in self.steps[first_irreversible + 1 :] if s.may_refuse]
@@ -187,15 +207,40 @@ ORDER_V3 = WorkflowDefinition(
 """The demo order workflow, version 3: version 2, and a shipment the order's carrier refuses goes by a
 second carrier (the ``courier`` agent, by mail) before the order is compensated."""
 
+ORDER_V4 = WorkflowDefinition(
+    version="order-v4",
+    steps=(
+        ORDER_V3.steps[0],
+        ORDER_V3.steps[1],
+        StepDefinition(
+            "create_shipment",
+            agent="shipping",
+            operation="ship",
+            undo="cancel",
+            irreversible=True,
+            correctable=("carrier",),
+        ),
+    ),
+    undo_plan=ORDER_V3.undo_plan,
+)
+"""The demo order workflow, version 4: version 3, but a shipment the carrier refuses is not sent by mail:
+the order stops in ``Error`` (nothing shipped, the charge and the reservation kept) for an operator to
+name another carrier (``resubmit --input``) or to compensate it. The carrier is the one field worth
+correcting: it is a choice among a few carriers that a client can get wrong, and the shipment is the only
+step that reads it. The items are what the customer ordered (the reservation and the shipment both read
+them): changing them is a new order, so the demo's steps do not declare them."""
+
 WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V1.version: ORDER_V1,
     ORDER_V2.version: ORDER_V2,
     ORDER_V3.version: ORDER_V3,
+    ORDER_V4.version: ORDER_V4,
 }
 """Every deployed workflow version; old versions stay while records use them."""
 
 CURRENT_WORKFLOW = ORDER_V3
-"""The version new orders start with."""
+"""The version new orders start with, unless ``WORKFLOW_VERSION`` names another (``order-v4`` stops a
+refused shipment for an operator's correction instead of sending it by mail)."""
 
 
 def agent_names() -> list[str]:

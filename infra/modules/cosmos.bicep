@@ -141,6 +141,9 @@ resource stateContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/cont
             path: '/lastError/*'
           }
           {
+            path: '/corrections/*'
+          }
+          {
             path: '/"_etag"/?'
           }
         ]

@@ -1,5 +1,6 @@
-// One order: its state, steps, compensation log, replies sent and timeline (GET orders/{key} and
-// GET orders/{key}/timeline), and the actions an operator or reviewer may take, each confirmed first.
+// One order: its state, steps, compensation log, input corrections, replies sent and timeline
+// (GET orders/{key} and GET orders/{key}/timeline), and the actions an operator or reviewer may take, each
+// confirmed first.
 
 import { call, listAll, orderPath } from "./api.js";
 import { confirmAction } from "./confirm.js";
@@ -47,9 +48,31 @@ function compensation(order) {
   return table(["step", "did", "undo", "status", "recorded", "undone"], rows, { empty: "Nothing to undo recorded.", testId: "compensation-log" });
 }
 
+function corrections(order) {
+  const rows = (order.corrections || []).map((c) => [
+    String(c.number),
+    c.step,
+    Object.entries(c.input || {}).map(([field, value]) => `${field}: ${JSON.stringify(value)}`).join(", "),
+    c.idempotencyKey,
+    c.byName || c.by || "",
+    when(c.at),
+  ]);
+  return table(["#", "step", "input", "key", "by", "at"], rows, { empty: "No input corrected.", testId: "corrections" });
+}
+
 function describe(entry) {
   const changes = (entry.steps || []).map((s) => `${s.step} ${s.fromStatus || "—"}→${s.toStatus}`).join(", ");
-  return [entry.outcome, changes, entry.errorCode ? `error ${entry.errorCode}` : ""].filter(Boolean).join("; ");
+  const corrected = (entry.correctedFields || []).length ? `corrected ${entry.correctedFields.join(", ")}` : "";
+  return [corrected, entry.outcome, changes, entry.errorCode ? `error ${entry.errorCode}` : ""].filter(Boolean).join("; ");
+}
+
+function correctedInput(input) {
+  // The resubmit's body: {} without corrected input, {"input": {...}} with a JSON object of fields.
+  const text = input.value.trim();
+  if (!text) return {};
+  const fields = JSON.parse(text);
+  if (fields === null || typeof fields !== "object" || Array.isArray(fields)) throw new Error("corrected input must be a JSON object of fields");
+  return { input: fields };
 }
 
 function timeline(entries) {
@@ -94,10 +117,16 @@ function actions(key, order, etag, refresh) {
     add("Approve", "approve", () => act(key, "Approve", "review", { body: { decision: "approve" }, detail: `The order goes on past ${review.step}.` }));
     add("Reject", "reject", () => act(key, "Reject", "review", { body: { decision: "reject" }, detail: "The order is stopped and what it did is undone." }));
   }
-  if (FAILED.has(order.processState)) {
-    add("Resubmit", "resubmit", () => act(key, "Resubmit", "resubmit", { ifMatch: etag, detail: order.processState === "Error" ? "A new attempt runs from the failed step." : "The compensation is tried again." }));
+  if (order.processState === "Error") {
+    const input = h("input", { id: "resubmit-input", type: "text", maxlength: 2000, placeholder: '{"carrier": "AIR"} (optional)' });
+    const extra = h("label", {}, "Corrected input ", input);
+    add("Resubmit", "resubmit", () => act(key, "Resubmit", "resubmit", { ifMatch: etag, extra, read: () => correctedInput(input), detail: "A new attempt runs from the failed step, on corrected input if given (where the step takes it)." }));
+  } else if (FAILED.has(order.processState)) {
+    add("Resubmit", "resubmit", () => act(key, "Resubmit", "resubmit", { ifMatch: etag, detail: "The compensation is tried again." }));
   }
-  if ((!SETTLED.has(order.processState) && !stopping) || order.processState === "CompensationFailed") {
+  // An Error order that passed no point of no return (a refused step waiting for a correction) may be undone.
+  const undoable = order.processState === "Error" && order.lastError && order.lastError.code !== "past_point_of_no_return";
+  if ((!SETTLED.has(order.processState) && !stopping) || order.processState === "CompensationFailed" || undoable) {
     const reason = h("input", { id: "compensate-reason", type: "text", maxlength: 500, placeholder: "why (kept in the record)" });
     const extra = h("label", {}, "Reason ", reason);
     add("Compensate", "compensate", () => act(key, "Compensate", "compensate", { ifMatch: etag, extra, read: () => (reason.value.trim() ? { reason: reason.value.trim() } : {}), detail: "Stop the order and undo what it did (or retry a failed undo)." }));
@@ -125,6 +154,7 @@ export async function render(main, [key]) {
       h("p", {}, h("button", { type: "button", id: "reload", onclick: () => refresh() }, "Reload")),
       h("section", {}, h("h2", {}, "Steps"), steps(order)),
       h("section", {}, h("h2", {}, "Compensation log"), compensation(order)),
+      ...((order.corrections || []).length ? [h("section", {}, h("h2", {}, "Input corrections"), corrections(order))] : []),
       h("section", {}, h("h2", {}, "Replies sent"), replies(entries)),
       h("section", {}, h("h2", {}, `Timeline (${entries.length} entries)`), timeline(entries)),
     );

@@ -501,3 +501,59 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
     assert f"{dead.message_id}:replay:1" in " ".join(replayed.output.split())
     assert record.process_state is ProcessState.PROCESSED
     assert left == []
+
+
+def test_a_refused_shipment_resubmitted_with_a_corrected_carrier_ships_under_a_new_key(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    with running_system(deps, operator_settings=trusted.settings, WORKFLOW_VERSION="order-v4") as system:
+        order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
+        system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
+        failed = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
+        key = system.key("tpch-1")
+        token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
+        with OperatorApiClient(system.api_url, token=token) as api:
+            seen = api.get_order(key)
+            answer = api.act(key, "resubmit", if_match=seen.etag, corrected={"carrier": " TRUCK "})
+        assert (answer.status, answer.body["outcome"]) == (202, "NewAttempt"), answer.body
+        system.wait_until(
+            lambda: system.record("tpch-1").process_state is ProcessState.PROCESSED, timeout_s=30
+        )
+        record = system.record("tpch-1")
+        facts = httpx.get(f"{system.services_url}/orders/{key}/facts", timeout=5).json()
+        audit = system.audit()
+        document = deps.orders.get(key)
+        replies = statuses(system)
+    # order-v4 stops a refused shipment for a correction: nothing shipped, the charge and stock kept.
+    assert (failed.workflow_version, failed.process_state) == ("order-v4", ProcessState.ERROR)
+    assert failed.last_error is not None and (failed.last_error.kind, failed.last_error.code) == (
+        "permanent",
+        "unknown_carrier",
+    )
+    assert failed.steps["create_shipment"].status is StepStatus.FAILED
+    # The service got the corrected carrier (trimmed as the order's field is), under a key of its own.
+    shipment = record.steps["create_shipment"]
+    assert shipment.idempotency_key == f"{key}:create_shipment:correction-1"
+    assert shipment.result is not None and shipment.result["carrier"] == "TRUCK"
+    assert [s["carrier"] for s in facts["shipments"]] == ["TRUCK"]
+    assert audit["keys"][f"{key}:create_shipment"]["status"] == 422  # the refusal, stored under the old key
+    assert audit["keys"][f"{key}:create_shipment:correction-1"]["status"] == 201
+    assert audit["keys"][f"{key}:create_shipment:correction-1"]["calls"] == 1
+    assert facts["summary"]["activeShipments"] == 1
+    assert facts["summary"]["netCharged"] == f"{order.amount:.2f}"  # charged once, never refunded
+    # The record names the correction and who made it; the order document is as the client sent it.
+    otto = f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
+    [correction] = record.corrections
+    assert (correction.number, correction.step, correction.input, correction.by, correction.by_name) == (
+        1,
+        "create_shipment",
+        {"carrier": "TRUCK"},
+        otto,
+        "otto",
+    )
+    resubmitted = next(e for e in record.timeline if e.action == "resubmit")
+    assert (resubmitted.by, resubmitted.corrected_fields) == (otto, ["carrier"])
+    assert (resubmitted.from_state, resubmitted.to_state) == (ProcessState.ERROR, ProcessState.PENDING)
+    assert document.carrier == "CAMEL"
+    assert (record.process_state, record.attempt) == (ProcessState.PROCESSED, 2)
+    assert replies["tpch-1"] == ["Received", "Failed", "Processed"]

@@ -5,6 +5,7 @@ gives the order up. It may run a single order: its attempts all fail at the same
 ``transient_exhausted``, which the poison guard must not take for a poison order (it would hold the order
 for an operator, and the run would wait out its timeout).
 """
+
 from __future__ import annotations
 
 import pytest

@@ -23,6 +23,7 @@ from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, submit_and_claim
+from tests.unit.test_corrections import shipment_refused
 
 pytestmark = pytest.mark.unit
 
@@ -125,3 +126,84 @@ def test_suspend_and_resume(api: Dependencies) -> None:
     assert suspended.exit_code == 0 and "suspended a:o-1" in suspended.output
     assert again.exit_code == 1 and "AlreadySuspended" in again.output
     assert resumed.exit_code == 0 and api.states.get("a:o-1").item.suspended_at is None
+
+
+def test_resubmit_with_input_sends_the_corrected_fields_of_a_json_object_file(
+    api: Dependencies, tmp_path: Path, trusted: TrustedIssuer
+) -> None:
+    shipment_refused(api, "a:o-3")  # order-v4: the carrier CAMEL refused
+    corrected = tmp_path / "carrier.json"
+    corrected.write_text('{"carrier": "AIR"}', encoding="utf-8")
+
+    done = invoke("resubmit", "a:o-3", "--input", str(corrected))
+
+    assert done.exit_code == 0, done.output
+    assert "resubmitted a:o-3 (NewAttempt, corrected carrier); the order is Pending." in done.output
+    record = api.states.get("a:o-3").item
+    [correction] = record.corrections
+    assert (correction.input, correction.by) == (
+        {"carrier": "AIR"},
+        f"{trusted.issuer.tenant_id}/{local_object_id('otto')}",
+    )
+    assert record.steps["create_shipment"].idempotency_key == "a:o-3:create_shipment:correction-1"
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ('["carrier", "AIR"]', "holds array: --input takes a JSON object"),
+        ('"AIR"', "holds string: --input takes a JSON object"),
+        ("{}", "holds an empty object"),
+        ('{"carrier": ', "is not JSON"),
+    ],
+)
+def test_resubmit_refuses_an_input_file_that_is_not_a_json_object_before_calling(
+    api: Dependencies, tmp_path: Path, content: str, says: str
+) -> None:
+    etag = shipment_refused(api, "a:o-3").etag
+    corrected = tmp_path / "input.json"
+    corrected.write_text(content, encoding="utf-8")
+
+    refused = invoke("resubmit", "a:o-3", "--input", str(corrected))
+    missing = invoke("resubmit", "a:o-3", "--input", str(tmp_path / "nowhere.json"))
+
+    assert refused.exit_code == 2
+    assert says in " ".join(refused.output.split())
+    assert missing.exit_code == 2 and "cannot read" in missing.output
+    assert api.states.get("a:o-3").etag == etag
+
+
+def test_resubmit_with_input_the_step_does_not_take_or_an_invalid_value_exits_1(
+    api: Dependencies, tmp_path: Path
+) -> None:
+    etag = shipment_refused(api, "a:o-3").etag
+    items = tmp_path / "items.json"
+    items.write_text('{"items": [{"sku": "1", "quantity": 1}]}', encoding="utf-8")
+    blank = tmp_path / "blank.json"
+    blank.write_text('{"carrier": " "}', encoding="utf-8")
+
+    not_allowed = invoke("resubmit", "a:o-3", "--input", str(items))
+    invalid = invoke("resubmit", "a:o-3", "--input", str(blank))
+    stale = invoke("resubmit", "a:o-3", "--etag", '"not-the-version"', "--input", str(blank))
+
+    assert not_allowed.exit_code == 1 and "409 InputNotCorrectable" in not_allowed.output
+    assert invalid.exit_code == 1 and "422 InvalidInput" in invalid.output
+    assert stale.exit_code == 1 and "412 PreconditionFailed" in stale.output
+    assert api.states.get("a:o-3").etag == etag
+
+
+def test_orders_show_renders_an_input_correction_and_who_made_it(api: Dependencies, tmp_path: Path) -> None:
+    shipment_refused(api, "a:o-3")
+    corrected = tmp_path / "carrier.json"
+    corrected.write_text('{"carrier": "AIR"}', encoding="utf-8")
+    assert invoke("resubmit", "a:o-3", "--input", str(corrected)).exit_code == 0
+
+    shown = invoke("orders", "show", "a:o-3")
+    plain = invoke("orders", "show", "a:o-1")
+
+    assert shown.exit_code == 0, shown.output
+    assert "input corrections" in shown.output
+    assert "a:o-3:create_shipment:correction-1" in shown.output and "'carrier': 'AIR'" in shown.output
+    assert "resubmit (corrected carrier)" in shown.output
+    assert "otto" in shown.output
+    assert "input corrections" not in plain.output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orderflow.compensation_trigger import compensation_cause
+from orderflow.compensation_trigger import awaits_correction, compensation_cause
 from orderflow.contracts import StepError
 from orderflow.results import (
     AwaitingReview,
@@ -69,6 +69,19 @@ def test_what_the_supervisor_retries_is_no_reason_to_compensate(seen: object) ->
 def test_a_refusal_with_a_fallback_provider_left_moves_to_it_instead() -> None:
     assert compensation_cause(STEP, error("permanent"), fallback_left=True) is None
     assert compensation_cause(STEP, error("permanent"), fallback_left=False) is not None
+
+
+def test_a_refusal_of_a_step_that_takes_corrections_waits_for_one_instead() -> None:
+    refusal = error("permanent", "unknown_carrier")
+    assert compensation_cause(STEP, refusal, correctable=True) is None
+    assert awaits_correction(refusal, correctable=True)
+    # A fallback left is tried first; anything but a refusal, and an uncorrectable step, wait for nothing.
+    assert not awaits_correction(refusal, correctable=True, fallback_left=True)
+    assert not awaits_correction(error("transient"), correctable=True)
+    assert not awaits_correction(BudgetExhausted(), correctable=True)
+    assert not awaits_correction(refusal, correctable=False)
+    cancel = compensation_cause(STEP, Stopped(cause="cancelled_by_client"), correctable=True)
+    assert cancel is not None and cancel.kind == "cancelled"
 
 
 @pytest.mark.parametrize("seen", [StepStarted(), AwaitingReview(), Fenced(reason="x")])

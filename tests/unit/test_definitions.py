@@ -8,6 +8,7 @@ from orderflow.workflows import (
     ORDER_V1,
     ORDER_V2,
     ORDER_V3,
+    ORDER_V4,
     WORKFLOWS,
     InvalidWorkflowDefinition,
     StepDefinition,
@@ -24,9 +25,16 @@ SHIP = StepDefinition("ship", agent="shipping", operation="ship", irreversible=T
 
 
 def test_the_deployed_versions_and_their_undo_stages() -> None:
-    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3"]
+    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3", "order-v4"]
     assert ORDER_V1.undo_stages() == (("charge_payment",), ("reserve_inventory",))
     assert ORDER_V2.undo_stages() == ORDER_V3.undo_stages() == (("charge_payment", "reserve_inventory"),)
+    assert ORDER_V4.undo_stages() == ORDER_V3.undo_stages()
+    # Only order-v4's shipment takes a correction (its carrier), and it has no fallback carrier.
+    correctable = {
+        (d.version, s.name): s.correctable for d in WORKFLOWS.values() for s in d.steps if s.correctable
+    }
+    assert correctable == {("order-v4", "create_shipment"): ("carrier",)}
+    assert ORDER_V4.step("create_shipment").fallback_agent is None
     assert agent_names() == ["courier", "inventory", "payment", "shipping"]
     assert new_order_workflow("") is ORDER_V3
     assert new_order_workflow("order-v1") is ORDER_V1
@@ -42,6 +50,13 @@ def test_the_deployed_versions_and_their_undo_stages() -> None:
         ((RESERVE, CHARGE, SHIP), (("reserve", "charge", "ship"),), "exactly once"),
         ((RESERVE, CHARGE, SHIP), (("reserve",), ("reserve", "charge")), "exactly once"),
         ((RESERVE, CHARGE, SHIP), ((), ("reserve", "charge")), "non-empty"),
+        (
+            (RESERVE, StepDefinition("c", agent="p", operation="o", correctable=("customerId",))),
+            None,
+            "correct",
+        ),
+        ((RESERVE, StepDefinition("c", agent="p", operation="o", correctable=("replyTo",))), None, "correct"),
+        ((RESERVE, StepDefinition("c", agent="p", operation="o", correctable=("amount",))), None, "correct"),
     ],
 )
 def test_a_contradictory_definition_is_refused(

@@ -1179,3 +1179,26 @@ def test_a_permanently_refused_undo_changes_nothing() -> None:
         assert retried.status_code == 200
         assert "Idempotent-Replayed" not in retried.headers
         assert available(client, "10") == 9
+
+
+def test_a_corrected_shipment_is_a_new_call_only_under_a_key_of_its_own(client: TestClient) -> None:
+    """Why a resubmit with corrected input changes the step's idempotency key (operator_api.corrections):
+    under the refused call's key the corrected body is refused as a key reused; under the correction's key
+    it ships, and a repeat of it (a redelivered or retried request) is answered from what was stored."""
+    items = [{"sku": 10, "quantity": 1}]
+    refused = post(
+        client, "/shipping/shipments", {"orderId": "o1", "carrier": "CAMEL", "items": items}, "o1:ship"
+    )
+    corrected = {"orderId": "o1", "carrier": "AIR", "items": items}
+
+    reused = post(client, "/shipping/shipments", corrected, "o1:ship")
+    shipped = post(client, "/shipping/shipments", corrected, "o1:ship:correction-1")
+    repeated = post(client, "/shipping/shipments", corrected, "o1:ship:correction-1")
+
+    assert (refused.status_code, refused.json()["error"]) == (422, "unknown_carrier")
+    assert (reused.status_code, reused.json()["error"]) == (422, "idempotency_key_reuse")
+    assert (shipped.status_code, shipped.json()["carrier"]) == (201, "AIR")
+    assert repeated.status_code == 201 and repeated.headers["Idempotent-Replayed"] == "true"
+    assert repeated.json()["shipmentId"] == shipped.json()["shipmentId"]
+    facts = client.get("/orders/o1/facts").json()
+    assert [s["carrier"] for s in facts["shipments"]] == ["AIR"]  # one shipment

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from jsonschema import Draft202012Validator
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -35,6 +36,7 @@ from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
+from tests.unit.test_corrections import shipment_refused
 
 pytestmark = pytest.mark.unit
 
@@ -119,3 +121,29 @@ def test_the_document_is_served_without_a_token_and_names_every_route(trusted: T
     }
     view = openapi_document()["components"]["schemas"]["OrderView"]["properties"]
     assert "timeline" in view and not {"replyTo", "pendingReply", "id"} & set(view)
+
+
+def test_a_corrected_resubmit_and_its_answer_are_as_the_document_says(trusted: TrustedIssuer) -> None:
+    deps = seeded()
+    seen = shipment_refused(deps, "a:o-4")
+    document = openapi_document()
+    body = {"input": {"carrier": "AIR"}}
+    resubmit = document["paths"]["/api/operator/orders/{orderId}/resubmit"]["post"]
+    requested = resubmit["requestBody"]["content"]["application/json"]["schema"]
+
+    answer = TestClient(create_operator_app(deps, trusted.validator)).post(
+        "/api/operator/orders/a:o-4/resubmit",
+        json=body,
+        headers={**trusted.bearer("otto", OPERATOR_ROLE), "If-Match": seen.etag},
+    )
+
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["order"]["corrections"][0]["input"] == {"carrier": "AIR"}
+    # The body and the answer validate against the document's own schemas (refs resolved within it).
+    Draft202012Validator({**document, **requested}).validate(body)
+    Draft202012Validator({**document, "$ref": "#/components/schemas/ActionAnswer"}).validate(answer.json())
+    for status in ("409", "412", "422", "428"):
+        assert resubmit["responses"][status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorAnswer"
+        }
+    assert not Draft202012Validator({**document, **requested}).is_valid({"input": {}})

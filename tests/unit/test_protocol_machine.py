@@ -9,11 +9,13 @@ and after every step checks what the protocol promises (docs/design.md §3, §4)
   (same ETag) and sends no agent request;
 - every change of ``processState`` is one the protocol allows, made by the actor allowed to make it:
   terminal states are final, ``Error`` and ``CompensationFailed`` are left only by an operator;
-- ``attempt`` and ``failureCount`` never go back;
+- ``attempt`` never goes back, nor does ``failureCount`` but by an operator's resubmit;
 - every completed step has its compensation entry, written before the next step starts, and a
   compensated order has undone every one of them;
 - the retry budget holds: reservations within what was spent, spent within the limit, and the calls the
-  agents made within the limit too;
+  agents made within the limit too (an operator's resubmit tops the limit up);
+- an idempotency key is never sent with two payloads, and a step an operator corrected is called under
+  its latest correction's key;
 - a settled order owes its client the reply that matches its state, or has sent it, and the client never
   hears an outcome the order did not have.
 
@@ -21,7 +23,8 @@ Each rule calls the real role function with real payloads: submission, the start
 orchestrations' activities (their payloads built by the real workflow body, run by
 :mod:`tests.unit.scripted_runtime`), the agents, the response listener, the supervisor's sweep and reply
 relay, a client's cancel, an operator's and a reviewer's decision (the operator API's actions, for a
-verified principal). Only the clock, the durable runtime and the remote services are fakes.
+verified principal: a compensate, a resubmit with or without corrected input). Only the clock, the
+durable runtime and the remote services are fakes.
 ``tests/integration/test_protocol_machine_cosmos.py`` runs the same machine against cosmosdb-server.
 """
 
@@ -50,6 +53,7 @@ from hypothesis.stateful import (
 from agents.agent import handle_request
 from intake.submission import handle_intake_message
 from operator_api.compensate import compensate_order
+from operator_api.resubmit import resubmit_order
 from operator_api.review import review_order
 from orchestrators.listener import handle_response
 from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
@@ -79,6 +83,7 @@ from orderflow.records import (
     StepStatus,
     UndoStatus,
     client_order_id,
+    corrected_key,
     instance_id_for,
     order_key,
     parse_instance_id,
@@ -89,7 +94,7 @@ from orderflow.settings import Settings
 from orderflow.state_machine import TERMINAL_STATES, can_transition
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from orderflow.workflows import ORDER_V1, ORDER_V3, WorkflowDefinition, agent_names, workflow_for
+from orderflow.workflows import ORDER_V1, ORDER_V3, ORDER_V4, WorkflowDefinition, agent_names, workflow_for
 from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
 from tests.activity_json import (
     begin_compensation,
@@ -150,13 +155,18 @@ HOSTS = ("h1", "h2")
 
 REPLY_QUEUE = "client-a"
 
-ORDER_KINDS: dict[str, tuple[WorkflowDefinition, str]] = {
+REFUSED_CARRIER = "CAMEL"
+"""A carrier the remote shipping service refuses, whatever the script says (:class:`ScriptedService`)."""
+
+ORDER_KINDS: dict[str, tuple[WorkflowDefinition, str, str]] = {
     # The current workflow; large enough to pause for a review before the charge.
-    "large": (ORDER_V3, "1000.50"),
+    "large": (ORDER_V3, "1000.50", "TRUCK"),
     # The first workflow: undone one step at a time; no review, no fallback carrier.
-    "small": (ORDER_V1, "100.00"),
+    "small": (ORDER_V1, "100.00", "TRUCK"),
+    # A carrier no shipping service takes: order-v4 waits in Error for an operator's correction of it.
+    "correctable": (ORDER_V4, "100.00", REFUSED_CARRIER),
 }
-"""What an order is: its workflow and its amount."""
+"""What an order is: its workflow, its amount and its carrier."""
 
 IN_FLIGHT = 2
 """Most orders on their way (not settled) at once: a new one is submitted when one settles."""
@@ -164,9 +174,14 @@ IN_FLIGHT = 2
 OUTAGES = 2
 """Outages of the client's reply queue in one run."""
 
-REQUEST_LIMITS = {"cancel": (1, 2), "compensate": (2, 3), "resubmit": (1, 2)}
+REQUEST_LIMITS = {"cancel": (1, 2), "compensate": (2, 3), "resubmit": (1, 2), "operator_resubmit": (2, 3)}
 """How often a client cancels or resubmits, and an operator decides: (about one order, in one run). A stop
-ends an order early, so stops are few; a second decision about an order may retry a failed compensation."""
+ends an order early, so stops are few; a second decision about an order may retry a failed compensation,
+or resubmit it again."""
+
+CORRECTIONS = (None, {"carrier": "AIR"}, {"carrier": "RAIL"}, {"items": [{"sku": "11", "quantity": 1}]})
+"""What an operator's resubmit of an ``Error`` order gives as corrected input: none, a carrier (taken
+where the failed step is order-v4's refused shipment), or a field no step takes (refused)."""
 
 REMOTE_BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "succeeds": ("ok",),
@@ -312,6 +327,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.submitted: dict[str, str] = {}  # order id -> kind
         self.inbox: list[AgentRequest] = []  # requests the agents received and have not handled
         self.request_ids: set[str] = set()
+        self.payloads: dict[str, dict[str, Any]] = {}  # idempotency key -> the payload first sent under it
+        self.budget_limits: dict[str, int] = {}  # order id -> its budget's limit after an operator's resubmit
         self.writes: list[Write] = []
         self.superseded_writes: list[SupersededWrite] = []
         self.calls_made: Counter[str] = Counter()  # remote calls made for each order's forward steps
@@ -386,6 +403,33 @@ class ProtocolMachine(RuleBasedStateMachine):
             clock=self.clock,
             grace_s=self.settings.CLAIM_TIMEOUT_S,
         )
+
+    @precondition(lambda self: self._errors_to_resubmit())
+    @rule(data=st.data(), corrected=st.sampled_from(CORRECTIONS))
+    def operator_resubmits(self, data: st.DataObject, corrected: dict[str, Any] | None) -> None:
+        """An operator resubmits an ``Error`` (or ``CompensationFailed``) order on the version read,
+        perhaps with corrected input; a refusal writes nothing."""
+        order_id = data.draw(st.sampled_from(self._errors_to_resubmit()), label="order")
+        self.requests["operator_resubmit", order_id] += 1
+        self.requests["operator_resubmit", "*"] += 1
+        self._acting_as(Actor.OPERATOR)
+        seen = self.states.get(order_id)
+        outcome = resubmit_order(
+            order_id,
+            OPERATOR,
+            if_match=seen.etag,
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            grace_s=self.settings.CLAIM_TIMEOUT_S,
+            retry_budget=self.settings.RETRY_BUDGET,
+            corrected=corrected,
+            orders=self.orders,
+        )
+        if outcome.action is None:
+            assert self.states.get(order_id).etag == seen.etag, f"{order_id}: a refused resubmit wrote"
+        else:
+            self.budget_limits[order_id] = outcome.record.retry_budget.limit
 
     @precondition(lambda self: self._awaiting_review())
     @rule(data=st.data(), decision=st.sampled_from(["approve", "reject"]))
@@ -629,8 +673,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         for order_id, seen in self._observed():
             for before, after in pairwise(seen):
                 assert after.record.attempt >= before.record.attempt, order_id
-                assert after.record.failure_count >= before.record.failure_count, order_id
-                if after.by is not Actor.OPERATOR:  # an operator's retry of a compensation starts afresh
+                if after.by is not Actor.OPERATOR:  # an operator's resubmit or retry starts afresh
+                    assert after.record.failure_count >= before.record.failure_count, order_id
                     assert after.record.compensation_failures >= before.record.compensation_failures
 
     @invariant()
@@ -670,11 +714,28 @@ class ProtocolMachine(RuleBasedStateMachine):
                         assert state.status is StepStatus.FAILED, f"{order_id}: {step.name} may have shipped"
 
     @invariant()
+    def a_corrected_step_is_called_under_its_latest_correction(self) -> None:
+        for order_id, record in self._records():
+            numbers = [c.number for c in record.corrections]
+            assert numbers == list(range(1, len(numbers) + 1)), f"{order_id}: corrections {numbers}"
+            for correction in record.corrections:
+                assert correction.idempotency_key == corrected_key(
+                    order_id, correction.step, correction.number
+                )
+                assert set(correction.input) <= set(
+                    workflow_for(record.workflow_version).step(correction.step).correctable
+                )
+            latest = {c.step: c for c in record.corrections}
+            for step, correction in latest.items():
+                assert record.steps[step].idempotency_key == correction.idempotency_key, order_id
+
+    @invariant()
     def the_retry_budget_holds(self) -> None:
         for order_id, record in self._records():
             budget = record.retry_budget
             reserved = sum(step.reserved_calls for step in record.steps.values())
-            assert budget.limit == SETTINGS["RETRY_BUDGET"]
+            # An operator's resubmit tops the budget up: RETRY_BUDGET calls left from then on.
+            assert budget.limit == self.budget_limits.get(order_id, SETTINGS["RETRY_BUDGET"])
             assert 0 <= reserved <= budget.spent <= budget.limit, f"{order_id}: {reserved} in {budget}"
             assert self.calls_made[order_id] <= budget.limit, f"{order_id}: {self.calls_made[order_id]} calls"
 
@@ -757,6 +818,17 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _awaiting_review(self) -> list[str]:
         return [order_id for order_id, r in self._records() if r.process_state is P.AWAITING_REVIEW]
 
+    def _errors_to_resubmit(self) -> list[str]:
+        per_order, per_run = REQUEST_LIMITS["operator_resubmit"]
+        if self.requests["operator_resubmit", "*"] >= per_run:
+            return []
+        return [
+            order_id
+            for order_id, record in self._records()
+            if record.process_state in (P.ERROR, P.COMPENSATION_FAILED)
+            and self.requests["operator_resubmit", order_id] < per_order
+        ]
+
     def _may_ask(self, request: str, *, settled: bool = False) -> list[str]:
         """Orders ``request`` may still be sent about: claimed at least once (begun), or ``settled``."""
         per_order, per_run = REQUEST_LIMITS[request]
@@ -777,8 +849,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         return order_id
 
     def _submit(self, order_id: str) -> None:
-        definition, amount = ORDER_KINDS[self.submitted[order_id]]
-        self._send_to_submission(order_body(order_id, amount=amount), definition)
+        definition, amount, carrier = ORDER_KINDS[self.submitted[order_id]]
+        self._send_to_submission(order_body(order_id, amount=amount, carrier=carrier), definition)
 
     def _send_to_submission(
         self,
@@ -875,6 +947,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             for message in received(self.queues.queue(self.settings.agent_queue(agent))):
                 request = parse_message(AgentRequest, message.body)
                 sent.append(request)
+                # A key is never reused for another call: a remote service would answer the new call with
+                # the old one's stored outcome (the demo services refuse it as idempotency_key_reuse).
+                first = self.payloads.setdefault(request.idempotency_key, request.payload)
+                assert first == request.payload, f"{request.idempotency_key} reused for {request.payload}"
                 if message.message_id not in self.request_ids:
                     self.request_ids.add(message.message_id)
                     self.inbox.append(request)
@@ -928,6 +1004,8 @@ class ScriptedService:
         instance_id: str | None = None,
     ) -> dict[str, str]:
         answer = self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+        if answer != "fault" and operation == "ship" and payload.get("carrier") == REFUSED_CARRIER:
+            answer = "refused"
         if answer == "fault":
             raise TransientError(f"{operation} timed out")
         if answer == "refused":
