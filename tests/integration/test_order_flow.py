@@ -11,7 +11,7 @@ import json
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -22,12 +22,15 @@ from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
+from orchestrators import workflow
 from orderflow.cli import app as cli_app
 from orderflow.dependencies import Dependencies
+from orderflow.errors import WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.operator_client import OperatorApiClient
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
+from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from tests.harness import System, running_system
 from tests.operator_tokens import TrustedIssuer, local_issuer
 
@@ -557,3 +560,29 @@ def test_a_refused_shipment_resubmitted_with_a_corrected_carrier_ships_under_a_n
     assert document.carrier == "CAMEL"
     assert (record.process_state, record.attempt) == (ProcessState.PROCESSED, 2)
     assert replies["tpch-1"] == ["Received", "Failed", "Processed"]
+
+
+def test_an_orchestration_failing_in_its_own_code_is_held_by_the_poison_guard_after_three_attempts(
+    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug of this workflow version: the orchestration raises when a step's answer is a failure. On the
+    # real durabletask worker (its replays included), each attempt records workflow_error and fails.
+    def bug(step: str, response: AgentResponse) -> NoReturn:
+        raise RuntimeError(f"poison: {step} answered {response.error_code}")
+
+    monkeypatch.setattr(workflow, "_step_error", bug)
+    with running_system(
+        deps, faults=FaultPlan(transient_rate=1.0, seed=2), POISON_FAILURES=3, SUPERVISOR_MAX_FAILURES=6
+    ) as system:
+        system.submit_all(["tpch-1"])
+        system.wait_until(lambda: system.record("tpch-1").suspended_at is not None, timeout_s=40)
+        record = system.record("tpch-1")
+    assert (record.process_state, record.suspended_by, record.locked_by) == (
+        ProcessState.PENDING,
+        POISON_GUARD,
+        None,
+    )
+    assert record.last_error is not None and record.last_error.code == REPEATED_FAILURE
+    ended = [(e.error_step, e.error_code) for e in record.attempt_history if e.ended_at is not None]
+    assert ended == [("reserve_inventory", WORKFLOW_ERROR)] * 3
+    assert record.failure_count == 3 < 6  # held, not run to the supervisor's threshold
