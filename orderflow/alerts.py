@@ -49,8 +49,10 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
         "nothing for the order; the dependency is still down",
     ),
     "order_failed": AlertKind(
-        "an orchestration of an earlier version finished the order in Error",
-        "look at it with `orderflow orders show`; once the cause is fixed, `orderflow resubmit`",
+        "the order is Error: a step that takes corrected input was refused by its service (lastError says "
+        "which and why), or an orchestration of an earlier version finished it in Error",
+        "look at it with `orderflow orders show`; correct the input and `orderflow resubmit <key> --input "
+        "FILE`, or `orderflow compensate <key>`",
     ),
     "past_point_of_no_return": AlertKind(
         "forward progress stopped after an irreversible step; the order is Error, not compensated",
@@ -78,7 +80,8 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     ),
     "workflow_version_failing": AlertKind(
         "orders of one workflow version keep failing at the same step with the same code",
-        "check the step's dependency; for a broken version, set WORKFLOW_VERSION to one that works",
+        "for workflow_error, a broken version: set WORKFLOW_VERSION to one that works for new orders; for a "
+        "service's own code, check that service",
     ),
 }
 """Every alert kind orderflow raises (``telemetry.alert(<kind>, ...)``), with its suggested action. The

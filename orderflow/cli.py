@@ -618,7 +618,7 @@ def compensate(
     )
     console.print(
         f"compensation of {escape(order_id)} accepted ({escape(str(answer.body.get('outcome')))}); the order "
-        f"is {escape(_state_of(answer))}. `orderflow status {escape(order_id)}` shows how it goes on."
+        f"is {escape(_state_of(answer))}. `orderflow orders show {escape(order_id)}` shows how it goes on."
     )
 
 
@@ -838,9 +838,7 @@ def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table
 
 @deadletters_app.command("list")
 def deadletters_list(
-    queue: Annotated[
-        str, typer.Argument(help="A queue of the deployment (orders-acme, agent-payments ...).")
-    ],
+    queue: Annotated[str, typer.Argument(help="A queue of the deployment (orders-acme, agent-payment ...).")],
     limit: Annotated[int, typer.Option(help="Dead letters per page (1-100).")] = 20,
     continuation: Annotated[str | None, typer.Option(help="The token a previous page printed.")] = None,
     api_url: ApiUrl = None,

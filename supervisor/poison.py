@@ -13,7 +13,7 @@ conditional write: ``Pending``, unlocked and *suspended* (``suspendedAt``, ``sus
 ``lastError`` code :data:`REPEATED_FAILURE`, and a ``poison_order`` alert. An operator's ``resume`` runs it
 again (after fixing the cause), ``compensate`` (or a client's cancel) undoes it instead.
 
-A *workflow version failing*: each failure the supervisor acts on (expiries included) is noted by
+A *workflow version failing*: each failure of the order's own the supervisor acts on is noted by
 ``(workflowVersion, step, code)`` in a :class:`VersionFailures` window; when ``POISON_VERSION_ORDERS``
 distinct orders are in it within ``POISON_VERSION_WINDOW_S``, ``workflow_version_failing`` is raised, once
 per window. While it is raised for a failure, orders failing that way are not held: the cause is systemic
@@ -125,7 +125,11 @@ class VersionFailures:
 
     def note(self, failure: Failure, order_id: str, now: datetime) -> None:
         """Count ``order_id`` failing as ``failure`` at ``now``; raise ``workflow_version_failing`` when
-        ``threshold`` distinct orders did within the window and it is not raised for it already."""
+        ``threshold`` distinct orders did within the window and it is not raised for it already. A
+        failure of :data:`NOT_THE_ORDERS` is not counted: many orders expiring or meeting a dependency
+        that is down say nothing of their version (the breaker's ``breaker_open`` says that)."""
+        if failure.code in NOT_THE_ORDERS:
+            return
         self._seen.setdefault(failure, deque()).append((now, order_id))
         orders = self._orders(failure, now)
         if len(orders) < self.threshold or self.systemic(failure, now):

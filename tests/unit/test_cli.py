@@ -1131,7 +1131,7 @@ def test_compensate_stops_the_order_for_the_tokens_principal(
     assert record.stop_requested_by == f"operator:{trusted.issuer.tenant_id}/{local_object_id('otto')}"
     assert " ".join(result.output.split()) == (
         "compensation of a:o-1 accepted (StopRequested); the order is AwaitingReview. "
-        "`orderflow status a:o-1` shows how it goes on."
+        "`orderflow orders show a:o-1` shows how it goes on."
     )
 
 

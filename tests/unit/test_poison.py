@@ -280,3 +280,21 @@ def test_an_orchestration_that_fails_in_its_own_code_is_recovered_at_once_then_h
     record = deps.states.get("a:o-1").item
     assert (record.process_state, record.suspended_by) == (ProcessState.PENDING, POISON_GUARD)
     assert [(e.error_step, e.error_code) for e in record.attempt_history] == [(STEP, WORKFLOW_ERROR)] * 3
+
+
+@pytest.mark.parametrize("code", [None, TRANSIENT_EXHAUSTED, DEADLINE_EXCEEDED])
+def test_expiries_and_dependency_failures_across_orders_flag_no_version(
+    deps: Dependencies, code: str | None
+) -> None:
+    orders = [f"a:o-{i}" for i in range(4)]
+    for order_id in orders:
+        submit(deps, order_id)
+    cursor = SweepCursor()
+    with telemetry.recording() as seen:
+        for _ in range(2):
+            for order_id in orders:
+                fail_attempt(deps, order_id, code)
+            report = sweep(deps, cursor)
+
+    assert seen["alert.workflow_version_failing"] == 0
+    assert sorted(report.requeued) == orders and report.held == []
