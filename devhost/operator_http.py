@@ -9,6 +9,7 @@ token check (``OPERATOR_JWKS_URI``) and ``python -m devhost.local_issuer login``
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -16,12 +17,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from devhost.local_issuer import LocalIssuer
-from operator_api.handler import MAX_BODY_BYTES, error, handle_operator_request
+from operator_api.handler import CONSOLE_PATH, MAX_BODY_BYTES, error, handle_operator_request
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 """Every method is handed on, so the handler answers 405 for the ones a route does not take."""
+
+
+def _untraced(scope: MutableMapping[str, Any]) -> bool:
+    """FastAPI's own request spans (when tracing is on) leave out the console's files: they hold no data,
+    the page polls them, and its sign-in lands there with the authorization code in the query."""
+    path = str(scope.get("path", ""))
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
 
 
 def create_operator_app(
@@ -34,7 +42,13 @@ def create_operator_app(
         validator: Checks bearer tokens (None: the API is not configured and refuses every call).
         issuer: The local issuer whose JWKS the app also serves, or None.
     """
-    app = FastAPI(title="orderflow operator API", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="orderflow operator API",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry={"operation_spans": False, "exclude": _untraced},
+    )
 
     if issuer is not None:
         local = issuer

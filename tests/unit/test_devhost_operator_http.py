@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import devhost.operator_http as operator_http
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
@@ -57,3 +61,25 @@ def test_an_encoded_slash_in_a_key_makes_no_route(trusted: TrustedIssuer) -> Non
     assert dotted.status_code == 404
     assert (encoded_colon.status_code, encoded_colon.json()["orderId"]) == (200, "a:o-1")
     assert deps.states.get("a:o-1").etag == etag
+
+
+def test_the_consoles_files_and_its_sign_in_code_make_no_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FastAPI traces each request through the global provider once tracing is on; the console's sign-in
+    # lands on the console's URL with the authorization code in its query.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    app = operator_http.create_operator_app(memory_deps(FakeClock()), None)
+
+    with TestClient(app) as http:
+        page = http.get("/api/operator/console/?code=secret-code&state=s-1")
+        script = http.get("/api/operator/console/main.js")
+        listed = http.get("/api/operator/orders?state=Pending")
+
+    assert (page.status_code, script.status_code, listed.status_code) == (200, 200, 503)
+    spans = exporter.get_finished_spans()
+    assert [(s.name, (s.attributes or {}).get("url.path")) for s in spans] == [
+        ("GET /{path}", "/api/operator/orders")
+    ]  # one request span for the API call, no operation spans
+    assert not any("secret-code" in str(s.attributes) for s in spans)
