@@ -1112,10 +1112,36 @@ def print_console(api_url: str) -> None:
     )
 
 
-def keep_up(api_url: str) -> None:
+CLIENT_SETTINGS = (
+    "STORAGE_CONNECTION_STRING",
+    "COSMOS_ENDPOINT",
+    "COSMOS_KEY",
+    "COSMOS_VERIFY_TLS",
+    "CLIENTS",
+)
+"""What ``orderflow submit|watch|status`` and ``python -m devhost.client_credentials`` read to reach a
+running demo (the emulators' well-known development keys and the registered clients)."""
+
+
+def write_client_settings(env: Mapping[str, str], api_url: str, run_dir: Path) -> Path:
+    """Write the running demo's :data:`CLIENT_SETTINGS` and ``ORDERFLOW_API_URL`` to ``run_dir`` as a
+    flat JSON object (what ``--env-file`` reads); returns its path."""
+    path = run_dir / "settings.json"
+    values = {name: env[name] for name in CLIENT_SETTINGS if name in env}
+    path.write_text(json.dumps({**values, "ORDERFLOW_API_URL": api_url}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def keep_up(api_url: str, settings_file: Path | None = None) -> None:
     """Wait until Ctrl-C (SIGTERM and SIGHUP arrive as one too), the system still up; then return, so the
-    demo stops everything it started and exits as its report says."""
+    demo stops everything it started and exits as its report says. ``settings_file`` (from
+    :func:`write_client_settings`) is named for the client commands."""
     console.print(f"the system and the console stay up at {console_url(api_url)}: Ctrl-C stops them")
+    if settings_file is not None:
+        console.print(
+            f"its settings are in {settings_file}: `orderflow submit|watch|status --env-file "
+            f"{settings_file}`, or export them for `python -m devhost.client_credentials <client id>`"
+        )
     try:
         while True:
             time.sleep(1.0)
@@ -1182,7 +1208,7 @@ def run_demo(
         print_summary(report, mismatched)
         console.print(f"report written to {report_path}")
         if keep:
-            keep_up(system.api_url)
+            keep_up(system.api_url, write_client_settings(system.env, system.api_url, run_dir))
     return report
 
 

@@ -3,6 +3,7 @@ one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 from devhost import demo
 from devhost.demo import TPCH_ORDERS, Child, DevhostSpec, Fleet, check_run_args, new_run_dir
+from orderflow.settings import Settings
 from tests.unit.stop_signals import error_line, guarded
 
 pytestmark = pytest.mark.unit
@@ -225,3 +227,24 @@ def test_the_command_leaves_the_signal_handlers_as_it_found_them(
 ) -> None:
     assert invoke("--orders", "5").exit_code == 0
     assert len(runs) == 1
+
+
+def test_a_kept_demo_writes_the_settings_its_clients_need(tmp_path: Path) -> None:
+    env = {
+        "STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true",
+        "COSMOS_ENDPOINT": "https://127.0.0.1:8081/",
+        "COSMOS_KEY": "a2V5",
+        "COSMOS_VERIFY_TLS": "false",
+        "CLIENTS": '[{"id": "demo", "replyQueue": "replies-demo"}]',
+        "PATH": "/usr/bin",
+    }
+
+    path = demo.write_client_settings(env, "http://127.0.0.1:8090", tmp_path)
+
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written == {
+        **{k: v for k, v in env.items() if k != "PATH"},
+        "ORDERFLOW_API_URL": "http://127.0.0.1:8090",
+    }
+    settings = Settings.load(env=written)  # what the CLI's --env-file reads them into
+    assert [c.client_id for c in settings.clients()] == ["demo"]
