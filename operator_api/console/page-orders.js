@@ -3,7 +3,7 @@
 
 import { listAll } from "./api.js";
 import { BULK_ACTIONS, runBulk } from "./bulk.js";
-import { h, orderLink, replaceChildren, table, when } from "./dom.js";
+import { h, notify, orderLink, replaceChildren, table, when } from "./dom.js";
 import { STATES, stateKind } from "./states.js";
 
 function stateFilter(chosen) {
@@ -54,7 +54,9 @@ function bulkActions(main, query, listed) {
  * actions. `done` is the summary of a bulk action just run, shown above the list read after it.
  */
 export async function render(main, _args, query, done = null) {
-  const state = STATES.includes(query.get("state")) ? query.get("state") : "";
+  const asked = query.get("state");
+  const state = STATES.includes(asked) ? asked : "";
+  if (asked && !state) notify(`No state is called "${asked}": every order is listed.`, "error");
   replaceChildren(main, h("h1", {}, "Orders"), done, h("p", { class: "loading" }, "Loading orders…"));
   const listed = await listAll(state ? `orders?state=${encodeURIComponent(state)}` : "orders", "orders");
   replaceChildren(

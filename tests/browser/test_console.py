@@ -259,3 +259,13 @@ def test_the_console_knows_every_state_and_which_are_settled(page: Any) -> None:
     assert sorted(states) == sorted(state.value for state in ProcessState)
     assert sorted(settled) == sorted(state.value for state in SETTLED_STATES)
     assert sorted(failed) == sorted(state.value for state in RESUBMITTABLE_STATES)
+
+
+def test_an_unknown_state_in_the_address_is_said_not_silently_dropped(page: Any, console: Console) -> None:
+    page.goto(f"{console.url}#/orders?state=Bogus<b>")
+    page.wait_for_selector("[data-testid=orders-count]")
+
+    notice = page.locator("#notice")
+    assert notice.is_visible()
+    assert notice.text_content() == 'No state is called "Bogus<b>": every order is listed.'
+    assert page.locator("[data-action=bulk-suspend]").count() == 0  # no bulk action on every order
