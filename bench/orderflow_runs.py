@@ -170,12 +170,14 @@ class Measuring:
         targets: ``"host:port"`` -> emulator name, for the devhost processes' HTTP counters.
         local: This process's HTTP counter (the client's requests), or None.
         profile: Sample the first devhost process with py-spy during the window.
+        profile_rate: py-spy's samples per second.
     """
 
     pids: Mapping[str, int]
     targets: Mapping[str, str]
     local: HttpCounter | None = None
     profile: bool = False
+    profile_rate: int = 50
 
 
 def probed_start(
@@ -221,14 +223,15 @@ def _measured_load(
     messages: Sequence[Mapping[str, Any]],
     *,
     instruments: Instruments | None,
-    profiled: tuple[int, Path] | None,
+    profiled: tuple[int, Path, int] | None,
     concurrency: int,
     timeout_s: float,
 ) -> tuple[LoadResult, dict[str, Any]]:
-    """The timed load, with the window's figures (and profile) when ``instruments`` are given."""
+    """The timed load, with the window's figures (and profile) when ``instruments`` are given;
+    ``profiled`` is the process to sample, where to write its stacks and the samples per second."""
     if instruments is None:
         return run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s), {}
-    spy = PySpy(profiled[0], profiled[1]) if profiled else None
+    spy = PySpy(profiled[0], profiled[1], rate=profiled[2]) if profiled else None
     if spy is not None:
         spy.start()
     before = snapshot(instruments)
@@ -288,7 +291,8 @@ def throughput_run(
         profiled = None
         if measuring is not None and measuring.profile:
             first = specs[0].name
-            profiled = (fleet.children[first].process.pid, run_dir / f"profile-{tag}-{first}.txt")
+            pid = fleet.children[first].process.pid
+            profiled = (pid, run_dir / f"profile-{tag}-{first}.txt", measuring.profile_rate)
         # The client holds what a registered client holds: a SAS for each of its two queues.
         (registered,) = settings.clients()
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)

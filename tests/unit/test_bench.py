@@ -381,6 +381,9 @@ def test_config_rejects_unknown_peers_and_services() -> None:
         BenchConfig(hard_down_service="email")
     with pytest.raises(ValueError):
         BenchConfig(sweep_sizes=(0,))
+    with pytest.raises(ValueError):
+        BenchConfig(profile_rate=0)
+    assert BenchConfig().profile_rate == 50
     config = BenchConfig(orders=50, warmup=5, count_orders=20, hard_down_orders=80, processes=(1,), peers=())
     assert config.distinct_orders() == 80
     assert config.runs() == 4  # one process count, one one-at-a-time run, counting and hard-down
