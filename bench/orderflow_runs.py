@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +53,7 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.wakeup_channel import WakeupChannel
 from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
@@ -218,6 +220,35 @@ def _instruments(fleet: Fleet, run_dir: Path, measuring: Measuring) -> Instrumen
     )
 
 
+WOKEN_IDLE_POLL_S = 0.25
+"""The load generator's longest wait on an empty reply queue when devhosts wake it: the wait of a reply
+whose wake-up was lost (as ``POLL_MAX_INTERVAL_S`` bounds a devhost loop's)."""
+
+CLIENT_WAKEUP_ID = "bench-client"
+"""The load generator's name in the run's wake-up directory."""
+
+
+def reply_wakeups(directory: Path, reply_queue: str) -> tuple[WakeupChannel, threading.Event]:
+    """A started channel and the event it sets when a devhost process sends to ``reply_queue``; stop
+    the channel when done.
+
+    The load generator binds a socket in the run's wake-up directory (``WAKEUP_DIR``,
+    :mod:`devhost.wakeup_channel`) like a devhost process, so a reply ends its idle wait as a send ends
+    a devhost loop's: the client notices a reply when it is sent, not at its next poll. The reply queue
+    stays the source of truth (the datagram carries only the queue's name). A client on Service Bus
+    needs none of this: its receiver holds an AMQP link and the broker pushes each reply as it arrives.
+    """
+    event = threading.Event()
+
+    def on_name(name: str) -> None:
+        if name == reply_queue:
+            event.set()
+
+    channel = WakeupChannel(directory, CLIENT_WAKEUP_ID, on_name)
+    channel.start()
+    return channel, event
+
+
 def _measured_load(
     client: OrderflowClient,
     messages: Sequence[Mapping[str, Any]],
@@ -226,16 +257,28 @@ def _measured_load(
     profiled: tuple[int, Path, int] | None,
     concurrency: int,
     timeout_s: float,
+    wakeup: threading.Event,
 ) -> tuple[LoadResult, dict[str, Any]]:
     """The timed load, with the window's figures (and profile) when ``instruments`` are given;
     ``profiled`` is the process to sample, where to write its stacks and the samples per second."""
+
+    def load() -> LoadResult:
+        return run_orderflow_load(
+            client,
+            messages,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+            wakeup=wakeup,
+            idle_poll_s=WOKEN_IDLE_POLL_S,
+        )
+
     if instruments is None:
-        return run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s), {}
+        return load(), {}
     spy = PySpy(profiled[0], profiled[1], rate=profiled[2]) if profiled else None
     if spy is not None:
         spy.start()
     before = snapshot(instruments)
-    result = run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s)
+    result = load()
     after = snapshot(instruments)
     figures = window_figures(before, after, orders=max(result.finished, 1), own=instruments.own)
     if spy is not None:
@@ -285,6 +328,9 @@ def throughput_run(
     stores = _connect(endpoints, settings)
     specs = devhost_specs(processes)
     start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
+    (registered,) = settings.clients()
+    # Bound before the fleet starts, so that every devhost finds it on its first scan.
+    channel, wakeup = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
@@ -294,7 +340,6 @@ def throughput_run(
             pid = fleet.children[first].process.pid
             profiled = (pid, run_dir / f"profile-{tag}-{first}.txt", measuring.profile_rate)
         # The client holds what a registered client holds: a SAS for each of its two queues.
-        (registered,) = settings.clients()
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
         client = OrderflowClient(
             credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
@@ -305,6 +350,8 @@ def throughput_run(
                 submissions(warmup, run=f"w{tag}", reply_to=client.reply_queue),
                 concurrency=concurrency,
                 timeout_s=timeout_s,
+                wakeup=wakeup,
+                idle_poll_s=WOKEN_IDLE_POLL_S,
             )
         result, measured = _measured_load(
             client,
@@ -313,9 +360,11 @@ def throughput_run(
             profiled=profiled,
             concurrency=concurrency,
             timeout_s=timeout_s,
+            wakeup=wakeup,
         )
     finally:
         fleet.stop()
+        channel.stop()
     try:
         timed = [r for r in all_records(stores.state) if client_order_id(r.order_id).startswith(f"{tag}-")]
     finally:
