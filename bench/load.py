@@ -134,6 +134,7 @@ def run_orderflow_load(
     timeout_s: float,
     idle_poll_s: float = 0.02,
     wakeup: threading.Event | None = None,
+    announce: Callable[[str], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> LoadResult:
     """Submit orders through the client SDK and time each until its final reply is received.
@@ -151,6 +152,9 @@ def run_orderflow_load(
         idle_poll_s: Longest wait after an empty receive, seconds.
         wakeup: Set when a reply may have arrived (:func:`bench.orderflow_runs.reply_wakeups`); cleared
             here before the receive it starts, which then sees every reply sent before it was set.
+        announce: Called with the inbound queue's name after each submission (a
+            :class:`~devhost.wakeup_channel.WakeupChannel`'s ``announce``: it wakes the devhosts' idle
+            loop of that queue, as their own sends do).
         clock: Monotonic clock, seconds.
 
     Raises:
@@ -172,6 +176,8 @@ def run_orderflow_load(
             started = clock()
             order_id = client.submit(submission)
             sent_at[order_id] = started
+            if announce is not None:
+                announce(client.orders_queue)
         replies = client.poll()
         now = clock()
         for reply in replies:

@@ -233,10 +233,12 @@ def reply_wakeups(directory: Path, reply_queue: str) -> tuple[WakeupChannel, thr
     the channel when done.
 
     The load generator binds a socket in the run's wake-up directory (``WAKEUP_DIR``,
-    :mod:`devhost.wakeup_channel`) like a devhost process, so a reply ends its idle wait as a send ends
-    a devhost loop's: the client notices a reply when it is sent, not at its next poll. The reply queue
-    stays the source of truth (the datagram carries only the queue's name). A client on Service Bus
-    needs none of this: its receiver holds an AMQP link and the broker pushes each reply as it arrives.
+    :mod:`devhost.wakeup_channel`) like a devhost process: a reply ends its idle wait as a send ends a
+    devhost loop's (the client notices a reply when it is sent, not at its next poll), and its
+    ``announce`` of each submission wakes the submission's idle loop (the order is taken when sent, not
+    at that loop's next poll, up to ``POLL_MAX_INTERVAL_S``). The queues stay the source of truth (a
+    datagram carries only a queue's name). On Service Bus neither is needed: the broker pushes each
+    message to the receiver that holds a link to its entity, the Functions trigger and the client alike.
     """
     event = threading.Event()
 
@@ -257,10 +259,11 @@ def _measured_load(
     profiled: tuple[int, Path, int] | None,
     concurrency: int,
     timeout_s: float,
-    wakeup: threading.Event,
+    wakeup: tuple[WakeupChannel, threading.Event],
 ) -> tuple[LoadResult, dict[str, Any]]:
     """The timed load, with the window's figures (and profile) when ``instruments`` are given;
-    ``profiled`` is the process to sample, where to write its stacks and the samples per second."""
+    ``profiled`` is the process to sample, where to write its stacks and the samples per second;
+    ``wakeup`` the load generator's :func:`reply_wakeups`."""
 
     def load() -> LoadResult:
         return run_orderflow_load(
@@ -268,7 +271,8 @@ def _measured_load(
             messages,
             concurrency=concurrency,
             timeout_s=timeout_s,
-            wakeup=wakeup,
+            wakeup=wakeup[1],
+            announce=wakeup[0].announce,
             idle_poll_s=WOKEN_IDLE_POLL_S,
         )
 
@@ -330,7 +334,7 @@ def throughput_run(
     start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
     (registered,) = settings.clients()
     # Bound before the fleet starts, so that every devhost finds it on its first scan.
-    channel, wakeup = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
+    wakeup = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
@@ -350,7 +354,8 @@ def throughput_run(
                 submissions(warmup, run=f"w{tag}", reply_to=client.reply_queue),
                 concurrency=concurrency,
                 timeout_s=timeout_s,
-                wakeup=wakeup,
+                wakeup=wakeup[1],
+                announce=wakeup[0].announce,
                 idle_poll_s=WOKEN_IDLE_POLL_S,
             )
         result, measured = _measured_load(
@@ -364,7 +369,7 @@ def throughput_run(
         )
     finally:
         fleet.stop()
-        channel.stop()
+        wakeup[0].stop()
     try:
         timed = [r for r in all_records(stores.state) if client_order_id(r.order_id).startswith(f"{tag}-")]
     finally:

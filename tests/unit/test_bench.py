@@ -159,6 +159,7 @@ def test_a_woken_load_notices_each_reply_when_it_is_announced_not_at_its_poll() 
     queues = InMemoryQueueFactory()
     client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
     stop, wakeup = threading.Event(), threading.Event()
+    announced: list[str] = []
 
     def system() -> None:
         orders = queues.queue("orders-a")
@@ -183,11 +184,13 @@ def test_a_woken_load_notices_each_reply_when_it_is_announced_not_at_its_poll() 
             timeout_s=10,
             idle_poll_s=60,
             wakeup=wakeup,
+            announce=announced.append,
         )
     finally:
         stop.set()
         worker.join()
     assert result.outcomes == {"Processed": 3}
+    assert announced == ["orders-a"] * 3  # each submission wakes the submission's loop
 
 
 def test_the_load_generator_is_woken_by_sends_to_its_reply_queue_only(tmp_path: Path) -> None:
