@@ -12,8 +12,9 @@ an order makes about 38 requests to the emulators (docs/benchmarks.md).
 What the lean transport leaves out is what a loopback endpoint never needs: proxies and the environment
 (``HTTPS_PROXY``, netrc, CA-bundle variables), cookies, response decompression (it asks for
 ``identity``) and a shared pool (each thread keeps its own connection per emulator, reopened when the
-emulator closed it while idle). It reads every response whole, which is what the queue and Cosmos
-clients do anyway.
+emulator closed it while idle; a request that finds it closed just as it went out, with no answer, is
+sent once more on a new connection before the SDK's retries see a failure). It reads every response
+whole, which is what the queue and Cosmos clients do anyway.
 
 Any other endpoint (Cosmos DB, Storage on Azure) gets None: the SDK's own transport, which honours the
 environment (an ``HTTPS_PROXY`` on Azure still applies).
@@ -47,6 +48,10 @@ DEFAULT_READ_TIMEOUT_S = 300.0
 """azure-core's defaults for a transport built without timeouts (seconds)."""
 
 _Key = tuple[str, str, int]
+
+_CLOSED_BY_SERVER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+"""What a request on a kept-alive connection meets when the server closed that connection just before:
+no answer at all (``RemoteDisconnected`` is a ``ConnectionResetError``)."""
 
 
 def is_loopback(url: str) -> bool:
@@ -153,39 +158,70 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         url = urlsplit(request.url)
         scheme = (url.scheme or "http").lower()
         key: _Key = (scheme, url.hostname or "127.0.0.1", url.port or (443 if scheme == "https" else 80))
-        connection = self._connection(key, kwargs)
         read_timeout = float(kwargs.get("read_timeout") or self.read_timeout_s)
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        connection, reused = self._connection(key, kwargs)
+        try:
+            return self._exchange(key, connection, request, target=target, body=body, timeout=read_timeout)
+        except _CLOSED_BY_SERVER as exc:
+            if not reused:
+                raise ServiceResponseError(exc, error=exc) from exc
+        # The emulator closed the kept-alive connection as the request went out (it had not answered):
+        # once more on a new connection, as a browser does. The SDK's retries come after this one.
+        connection, _ = self._connection(key, kwargs)
+        try:
+            return self._exchange(key, connection, request, target=target, body=body, timeout=read_timeout)
+        except _CLOSED_BY_SERVER as exc:
+            raise ServiceResponseError(exc, error=exc) from exc
+
+    def _exchange(
+        self,
+        key: _Key,
+        connection: http.client.HTTPConnection,
+        request: HttpRequest,
+        *,
+        target: str,
+        body: bytes | None,
+        timeout: float,
+    ) -> LoopbackResponse:
+        """One request and its answer on ``connection``; a failed one closes it.
+
+        Raises:
+            ServiceResponseError / ServiceResponseTimeoutError: the exchange failed; one of
+                :data:`_CLOSED_BY_SERVER` as it is, for :meth:`send` to decide.
+        """
         try:
             assert connection.sock is not None
-            connection.sock.settimeout(read_timeout)
+            connection.sock.settimeout(timeout)
             connection.request(request.method, target, body=body, headers=dict(request.headers))
             answer = connection.getresponse()
-            data = answer.read()
+            return LoopbackResponse(request, answer, answer.read())
+        except _CLOSED_BY_SERVER:
+            self._drop(key, connection)
+            raise
         except TimeoutError as exc:
             self._drop(key, connection)
             raise ServiceResponseTimeoutError(exc, error=exc) from exc
         except (OSError, http.client.HTTPException) as exc:
             self._drop(key, connection)
             raise ServiceResponseError(exc, error=exc) from exc
-        return LoopbackResponse(request, answer, data)
 
-    def _connection(self, key: _Key, options: dict[str, Any]) -> http.client.HTTPConnection:
-        """This thread's open connection to ``key``: kept, or new when there was none or the server
-        closed it while it was idle."""
+    def _connection(self, key: _Key, options: dict[str, Any]) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's open connection to ``key`` and whether it served a request before: kept, or new
+        when there was none or the server closed it while it was idle."""
         connections: dict[_Key, http.client.HTTPConnection] | None = getattr(self._local, "connections", None)
         if connections is None:
             connections = self._local.connections = {}
         connection = connections.get(key)
         if connection is not None and connection.sock is not None and not _dropped(connection.sock):
-            return connection
+            return connection, True
         if connection is not None:
             self._drop(key, connection)
         connection = self._connect(key, options)
         connections[key] = connection
         with self._lock:
             self._open.add(connection)
-        return connection
+        return connection, False
 
     def _connect(self, key: _Key, options: dict[str, Any]) -> http.client.HTTPConnection:
         scheme, host, port = key

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from azure.core.exceptions import ServiceRequestError, ServiceResponseTimeoutError
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError, ServiceResponseTimeoutError
 from azure.core.pipeline.transport import HttpRequest
 
 from orderflow.http_transport import LoopbackTransport, is_loopback, transport_for
@@ -30,6 +30,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.seen: list[tuple[str, str, bytes, str, int]] = []  # method, path, body, content-length, port
         self.close_after: set[str] = set()
+        self.drop_once: set[str] = set()  # closed without an answer, the first time each is asked for
         self.hang: set[str] = set()
 
 
@@ -45,6 +46,10 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if self.path in self.server.hang:
             threading.Event().wait(2)
+            return
+        if self.path in self.server.drop_once:
+            self.server.drop_once.discard(self.path)
+            self.close_connection = True  # as a keep-alive timer firing while the request was on its way
             return
         reply = b"missing" if self.path == "/missing" else b"ok:" + body
         self.send_response(404 if self.path == "/missing" else 201)
@@ -130,6 +135,29 @@ def test_a_connection_the_server_closed_while_idle_is_reopened(server: _Server) 
     answer = transport.send(HttpRequest("PUT", _url(server, "/after"), data=b"x"))
     assert (answer.status_code, answer.body()) == (201, b"ok:x")
     assert server.seen[0][4] != server.seen[1][4]
+    transport.close()
+
+
+def test_a_request_on_a_kept_connection_the_server_closed_is_sent_once_more_on_a_new_one(
+    server: _Server,
+) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", _url(server, "/first")))
+    server.drop_once.add("/q/messages")
+    answer = transport.send(HttpRequest("POST", _url(server, "/q/messages"), data=b"m"))
+    assert (answer.status_code, answer.body()) == (201, b"ok:m")
+    ports = [port for *_, port in server.seen]
+    assert [path for _, path, *_ in server.seen] == ["/first", "/q/messages", "/q/messages"]
+    assert ports[0] == ports[1] != ports[2]  # dropped on the kept connection, answered on a new one
+    transport.close()
+
+
+def test_a_new_connection_closed_without_an_answer_is_a_response_error(server: _Server) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    server.drop_once.add("/q/messages")
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", _url(server, "/q/messages"), data=b"m"))
+    assert len(server.seen) == 1  # not sent again: the SDK's retry policy decides
     transport.close()
 
 
