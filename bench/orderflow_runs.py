@@ -228,9 +228,22 @@ CLIENT_WAKEUP_ID = "bench-client"
 """The load generator's name in the run's wake-up directory."""
 
 
-def reply_wakeups(directory: Path, reply_queue: str) -> tuple[WakeupChannel, threading.Event]:
-    """A started channel and the event it sets when a devhost process sends to ``reply_queue``; stop
-    the channel when done.
+@dataclass(frozen=True)
+class ClientWakeups:
+    """The load generator's end of the run's wake-ups (:func:`reply_wakeups`).
+
+    Attributes:
+        channel: Its socket in the wake-up directory; ``channel.announce`` wakes the devhosts' loops.
+        replied: Set when a devhost announces a send to the client's reply queue.
+    """
+
+    channel: WakeupChannel
+    replied: threading.Event
+
+
+def reply_wakeups(directory: Path, reply_queue: str) -> ClientWakeups:
+    """The load generator's wake-ups, started (stop ``channel`` when done): ``replied`` is set when a
+    devhost process sends to ``reply_queue``.
 
     The load generator binds a socket in the run's wake-up directory (``WAKEUP_DIR``,
     :mod:`devhost.wakeup_channel`) like a devhost process: a reply ends its idle wait as a send ends a
@@ -248,7 +261,7 @@ def reply_wakeups(directory: Path, reply_queue: str) -> tuple[WakeupChannel, thr
 
     channel = WakeupChannel(directory, CLIENT_WAKEUP_ID, on_name)
     channel.start()
-    return channel, event
+    return ClientWakeups(channel, event)
 
 
 def _measured_load(
@@ -259,11 +272,11 @@ def _measured_load(
     profiled: tuple[int, Path, int] | None,
     concurrency: int,
     timeout_s: float,
-    wakeup: tuple[WakeupChannel, threading.Event],
+    wakeups: ClientWakeups,
 ) -> tuple[LoadResult, dict[str, Any]]:
     """The timed load, with the window's figures (and profile) when ``instruments`` are given;
     ``profiled`` is the process to sample, where to write its stacks and the samples per second;
-    ``wakeup`` the load generator's :func:`reply_wakeups`."""
+    ``wakeups`` the load generator's (:func:`reply_wakeups`)."""
 
     def load() -> LoadResult:
         return run_orderflow_load(
@@ -271,8 +284,8 @@ def _measured_load(
             messages,
             concurrency=concurrency,
             timeout_s=timeout_s,
-            wakeup=wakeup[1],
-            announce=wakeup[0].announce,
+            wakeup=wakeups.replied,
+            announce=wakeups.channel.announce,
             idle_poll_s=WOKEN_IDLE_POLL_S,
         )
 
@@ -334,7 +347,11 @@ def throughput_run(
     start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
     (registered,) = settings.clients()
     # Bound before the fleet starts, so that every devhost finds it on its first scan.
-    wakeup = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
+    try:
+        wakeups = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
+    except BaseException:
+        stores.close()
+        raise
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
@@ -354,8 +371,8 @@ def throughput_run(
                 submissions(warmup, run=f"w{tag}", reply_to=client.reply_queue),
                 concurrency=concurrency,
                 timeout_s=timeout_s,
-                wakeup=wakeup[1],
-                announce=wakeup[0].announce,
+                wakeup=wakeups.replied,
+                announce=wakeups.channel.announce,
                 idle_poll_s=WOKEN_IDLE_POLL_S,
             )
         result, measured = _measured_load(
@@ -365,11 +382,11 @@ def throughput_run(
             profiled=profiled,
             concurrency=concurrency,
             timeout_s=timeout_s,
-            wakeup=wakeup,
+            wakeups=wakeups,
         )
     finally:
         fleet.stop()
-        wakeup[0].stop()
+        wakeups.channel.stop()
     try:
         timed = [r for r in all_records(stores.state) if client_order_id(r.order_id).startswith(f"{tag}-")]
     finally:

@@ -194,17 +194,18 @@ def test_a_woken_load_notices_each_reply_when_it_is_announced_not_at_its_poll() 
 
 
 def test_the_load_generator_is_woken_by_sends_to_its_reply_queue_only(tmp_path: Path) -> None:
-    channel, wakeup = reply_wakeups(tmp_path, "replies-a")
+    wakeups = reply_wakeups(tmp_path, "replies-a")
     devhost = WakeupChannel(tmp_path, "devhost-1", lambda name: None)
     devhost.start()
     try:
         assert devhost.announce("agent-requests") == 1
-        assert not wakeup.wait(0.2)
+        assert not wakeups.replied.wait(0.2)
         devhost.announce("replies-a")
-        assert wakeup.wait(5)
+        assert wakeups.replied.wait(5)
+        assert wakeups.channel.announce("orders-a") == 1  # the devhost is told of a submission
     finally:
         devhost.stop()
-        channel.stop()
+        wakeups.channel.stop()
     assert not (tmp_path / f"{CLIENT_WAKEUP_ID}.sock").exists()
 
 
