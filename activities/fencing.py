@@ -84,7 +84,7 @@ def fenced_write(
     for _ in range(MAX_CONFLICT_RETRIES):
         record = current.item
         try:
-            proposed = None if record.locked_by != instance_id else mutate(record.model_copy(deep=True))
+            proposed = None if record.locked_by != instance_id else mutate(record.copied())
             if proposed is not None:
                 _check(record, proposed)
         except IllegalTransition:

@@ -48,6 +48,7 @@ def main(
     profile_processes: Annotated[
         int, typer.Option(help="Profile (py-spy) the first devhost process of this run; 0: none.")
     ] = 2,
+    profile_rate: Annotated[int, typer.Option(help="py-spy samples per second of the profile.")] = 50,
     count_orders: Annotated[int, typer.Option(help="Orders of the in-process counting run.")] = 20,
     sweep_sizes: Annotated[
         str, typer.Option(help="Settled records for the sweep, e.g. 1000,10000 for a quick run.")
@@ -81,6 +82,7 @@ def main(
             single_processes=_ints(single_processes),
             single_orders=single_orders,
             profile_processes=profile_processes,
+            profile_rate=profile_rate,
             count_orders=count_orders,
             sweep_sizes=_ints(sweep_sizes),
             sweep_expired=sweep_expired,

@@ -29,6 +29,8 @@ class BenchConfig(BaseModel):
         single_orders: Orders of each one-at-a-time run.
         profile_processes: The throughput run (by process count) whose first devhost process py-spy
             samples during the timed window; 0: none.
+        profile_rate: py-spy's samples per second (more samples resolve smaller costs; py-spy reads the
+            process's memory from outside, so the process itself does no more work).
         count_orders: Orders of the in-process run that counts store and queue operations.
         sweep_sizes: Settled records in the state store for each supervisor-sweep measurement.
         sweep_expired: Expired ``Processing`` records beside them, which the sweep recovers.
@@ -53,6 +55,7 @@ class BenchConfig(BaseModel):
     single_processes: tuple[int, ...] = (2,)
     single_orders: int = Field(20, ge=1)
     profile_processes: int = Field(2, ge=0)
+    profile_rate: int = Field(50, ge=1, le=1000)
     count_orders: int = Field(20, ge=1)
     sweep_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
     sweep_expired: int = Field(20, ge=1)

@@ -133,12 +133,15 @@ def run_orderflow_load(
     concurrency: int,
     timeout_s: float,
     idle_poll_s: float = 0.02,
+    wakeup: threading.Event | None = None,
+    announce: Callable[[str], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> LoadResult:
     """Submit orders through the client SDK and time each until its final reply is received.
 
-    One thread submits and polls the client's reply queue; it sleeps ``idle_poll_s`` after a receive
-    that returned nothing, which bounds how late a reply can be noticed.
+    One thread submits and polls the client's reply queue; after a receive that returned nothing it
+    waits ``idle_poll_s``, which bounds how late a reply can be noticed, or, with ``wakeup``, until that
+    event is set (a send to the reply queue was announced), at most ``idle_poll_s``.
 
     Args:
         client: The client; its reply queue receives the replies.
@@ -146,7 +149,12 @@ def run_orderflow_load(
         concurrency: Orders submitted and without a final reply at once.
         timeout_s: Stop waiting this many seconds after the first submission; orders still
             outstanding count as ``TimedOut``.
-        idle_poll_s: Sleep after an empty receive, seconds.
+        idle_poll_s: Longest wait after an empty receive, seconds.
+        wakeup: Set when a reply may have arrived (:func:`bench.orderflow_runs.reply_wakeups`); cleared
+            here before the receive it starts, which then sees every reply sent before it was set.
+        announce: Called with the inbound queue's name after each submission (a
+            :class:`~devhost.wakeup_channel.WakeupChannel`'s ``announce``: it wakes the devhosts' idle
+            loop of that queue, as their own sends do).
         clock: Monotonic clock, seconds.
 
     Raises:
@@ -168,6 +176,8 @@ def run_orderflow_load(
             started = clock()
             order_id = client.submit(submission)
             sent_at[order_id] = started
+            if announce is not None:
+                announce(client.orders_queue)
         replies = client.poll()
         now = clock()
         for reply in replies:
@@ -179,7 +189,10 @@ def run_orderflow_load(
             outcomes[reply.status.value] += 1
             last = now
         if not replies:
-            time.sleep(idle_poll_s)
+            if wakeup is None:
+                time.sleep(idle_poll_s)
+            elif wakeup.wait(idle_poll_s):
+                wakeup.clear()
     if sent_at or pending:
         outcomes[TIMED_OUT] += len(sent_at) + len(pending)
     return LoadResult(len(submissions) - len(pending), latencies, last - first, dict(outcomes))

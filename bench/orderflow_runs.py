@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +53,7 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.wakeup_channel import WakeupChannel
 from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
@@ -167,12 +169,14 @@ class Measuring:
         targets: ``"host:port"`` -> emulator name, for the devhost processes' HTTP counters.
         local: This process's HTTP counter (the client's requests), or None.
         profile: Sample the first devhost process with py-spy during the window.
+        profile_rate: py-spy's samples per second.
     """
 
     pids: Mapping[str, int]
     targets: Mapping[str, str]
     local: HttpCounter | None = None
     profile: bool = False
+    profile_rate: int = 50
 
 
 def probed_start(
@@ -213,23 +217,82 @@ def _instruments(fleet: Fleet, run_dir: Path, measuring: Measuring) -> Instrumen
     )
 
 
+WOKEN_IDLE_POLL_S = 0.25
+"""The load generator's longest wait on an empty reply queue when devhosts wake it: the wait of a reply
+whose wake-up was lost (as ``POLL_MAX_INTERVAL_S`` bounds a devhost loop's)."""
+
+CLIENT_WAKEUP_ID = "bench-client"
+"""The load generator's name in the run's wake-up directory."""
+
+
+@dataclass(frozen=True)
+class ClientWakeups:
+    """The load generator's end of the run's wake-ups (:func:`reply_wakeups`).
+
+    Attributes:
+        channel: Its socket in the wake-up directory; ``channel.announce`` wakes the devhosts' loops.
+        replied: Set when a devhost announces a send to the client's reply queue.
+    """
+
+    channel: WakeupChannel
+    replied: threading.Event
+
+
+def reply_wakeups(directory: Path, reply_queue: str) -> ClientWakeups:
+    """The load generator's wake-ups, started (stop ``channel`` when done): ``replied`` is set when a
+    devhost process sends to ``reply_queue``.
+
+    The load generator binds a socket in the run's wake-up directory (``WAKEUP_DIR``,
+    :mod:`devhost.wakeup_channel`) like a devhost process: a reply ends its idle wait as a send ends a
+    devhost loop's (the client notices a reply when it is sent, not at its next poll), and its
+    ``announce`` of each submission wakes the submission's idle loop (the order is taken when sent, not
+    at that loop's next poll, up to ``POLL_MAX_INTERVAL_S``). The queues stay the source of truth (a
+    datagram carries only a queue's name). On Service Bus neither is needed: the broker pushes each
+    message to the receiver that holds a link to its entity, the Functions trigger and the client alike.
+    """
+    event = threading.Event()
+
+    def on_name(name: str) -> None:
+        if name == reply_queue:
+            event.set()
+
+    channel = WakeupChannel(directory, CLIENT_WAKEUP_ID, on_name)
+    channel.start()
+    return ClientWakeups(channel, event)
+
+
 def _measured_load(
     client: OrderflowClient,
     messages: Sequence[Mapping[str, Any]],
     *,
     instruments: Instruments | None,
-    profiled: tuple[int, Path] | None,
+    profiled: tuple[int, Path, int] | None,
     concurrency: int,
     timeout_s: float,
+    wakeups: ClientWakeups,
 ) -> tuple[LoadResult, dict[str, Any]]:
-    """The timed load, with the window's figures (and profile) when ``instruments`` are given."""
+    """The timed load, with the window's figures (and profile) when ``instruments`` are given;
+    ``profiled`` is the process to sample, where to write its stacks and the samples per second;
+    ``wakeups`` the load generator's (:func:`reply_wakeups`)."""
+
+    def load() -> LoadResult:
+        return run_orderflow_load(
+            client,
+            messages,
+            concurrency=concurrency,
+            timeout_s=timeout_s,
+            wakeup=wakeups.replied,
+            announce=wakeups.channel.announce,
+            idle_poll_s=WOKEN_IDLE_POLL_S,
+        )
+
     if instruments is None:
-        return run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s), {}
-    spy = PySpy(profiled[0], profiled[1]) if profiled else None
+        return load(), {}
+    spy = PySpy(profiled[0], profiled[1], rate=profiled[2]) if profiled else None
     if spy is not None:
         spy.start()
     before = snapshot(instruments)
-    result = run_orderflow_load(client, messages, concurrency=concurrency, timeout_s=timeout_s)
+    result = load()
     after = snapshot(instruments)
     figures = window_figures(before, after, orders=max(result.finished, 1), own=instruments.own)
     if spy is not None:
@@ -279,15 +342,22 @@ def throughput_run(
     stores = _connect(endpoints, settings)
     specs = devhost_specs(processes)
     start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
+    (registered,) = settings.clients()
+    # Bound before the fleet starts, so that every devhost finds it on its first scan.
+    try:
+        wakeups = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)
+    except BaseException:
+        stores.close()
+        raise
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
         profiled = None
         if measuring is not None and measuring.profile:
             first = specs[0].name
-            profiled = (fleet.children[first].process.pid, run_dir / f"profile-{tag}-{first}.txt")
+            pid = fleet.children[first].process.pid
+            profiled = (pid, run_dir / f"profile-{tag}-{first}.txt", measuring.profile_rate)
         # The client holds what a registered client holds: a SAS for each of its two queues.
-        (registered,) = settings.clients()
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
         client = OrderflowClient(
             credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
@@ -298,6 +368,9 @@ def throughput_run(
                 submissions(warmup, run=f"w{tag}", reply_to=client.reply_queue),
                 concurrency=concurrency,
                 timeout_s=timeout_s,
+                wakeup=wakeups.replied,
+                announce=wakeups.channel.announce,
+                idle_poll_s=WOKEN_IDLE_POLL_S,
             )
         result, measured = _measured_load(
             client,
@@ -306,9 +379,11 @@ def throughput_run(
             profiled=profiled,
             concurrency=concurrency,
             timeout_s=timeout_s,
+            wakeups=wakeups,
         )
     finally:
         fleet.stop()
+        wakeups.channel.stop()
     try:
         timed = [r for r in all_records(stores.state) if client_order_id(r.order_id).startswith(f"{tag}-")]
     finally:

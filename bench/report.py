@@ -43,9 +43,11 @@ NOTES = (
     "finishes; the same TPC-H orders (faults off, no review, nothing out of stock) against one "
     "demo-services process, under run-specific order ids; config.warmup orders first, not counted.",
     "orderflow's latency runs from the client SDK's send to the orders queue until its final reply is "
-    "received from the client's reply queue (Azurite), polled with a 20 ms sleep when empty. Between "
-    "them every order crosses six more queue hops (three agent requests, three responses) and makes its "
-    "state writes to cosmosdb-server; the peers have no queues and no state store of their own.",
+    "received from the client's reply queue (Azurite). The load generator takes part in the devhosts' "
+    "wake-ups: each submission wakes the submission's idle loop, and a send to its reply queue ends its "
+    "own idle wait (at most 0.25 s without one), as Service Bus pushes both on Azure. Between them every "
+    "order crosses six more queue hops (three agent requests, three responses) and makes its state "
+    "writes to cosmosdb-server; the peers have no queues and no state store of their own.",
     "orderflow runs with make demo's settings (devhost.demo.DEMO_SETTINGS: a 4 s step deadline, "
     "MAX_IN_FLIGHT_PER_HOST=32): a step that overruns its deadline under load is recovered by the "
     "supervisor and retried (recovered_orders), which shows in the latency's tail, not in the outcomes.",

@@ -139,7 +139,13 @@ def run_bench(
             )
 
         def measuring(processes: int) -> Measuring:
-            return Measuring(pids, counter.targets, counter, profile=processes == config.profile_processes)
+            return Measuring(
+                pids,
+                counter.targets,
+                counter,
+                profile=processes == config.profile_processes,
+                profile_rate=config.profile_rate,
+            )
 
         orderflow_runs: dict[str, dict[str, Any]] = {}
         one_at_a_time: dict[str, dict[str, Any]] = {}

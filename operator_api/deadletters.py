@@ -215,7 +215,7 @@ def _note_replay(
     for _ in range(_TIMELINE_TRIES):
         try:
             found = states.get(order_id)
-            after = found.item.model_copy(deep=True)
+            after = found.item.copied()
             note(found.item, after, actor, action="deadletter.replay", outcome=message_id, at=clock.now())
             states.replace(after, etag=found.etag)
             return

@@ -89,7 +89,7 @@ def claim(
         return None
     if breakers is not None and defer_for_dependency(states, found, breakers, now, settings):
         return None
-    claimed = record.model_copy(deep=True)
+    claimed = record.copied()
     # A Compensating record stays Compensating: the new attempt resumes the undo.
     if record.process_state is ProcessState.PENDING:
         claimed.process_state = ProcessState.PROCESSING
@@ -136,7 +136,7 @@ def defer_for_dependency(
     retry_at = breakers.admit(dependency, holder=instance_id_for(record.order_id, record.attempt + 1))
     if retry_at is None:
         return False
-    held = record.model_copy(deep=True)
+    held = record.copied()
     gave_up = hold_for_dependency(
         held, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
     )

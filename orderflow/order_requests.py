@@ -136,7 +136,7 @@ def apply_request(
             raise InvalidMessage(UNKNOWN_ORDER, f"no order {order_id!r} to {what}")
         if if_match is not None and not same_etag(if_match, found.etag):
             raise StaleVersion(found.item, found.etag)
-        record = found.item.model_copy(deep=True)
+        record = found.item.copied()
         decision, write = decide(record)
         if not write:
             return Applied(decision, record, None, found.etag)

@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
@@ -71,6 +71,15 @@ class Model(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """The stored form: camelCase keys, JSON-native values."""
         return self.model_dump(mode="json", by_alias=True)
+
+    def copied(self) -> Self:
+        """A deep copy that shares nothing with this model, unknown fields included.
+
+        Built by pydantic-core (a dump, then a validation) instead of ``model_copy(deep=True)``, whose
+        ``copy.deepcopy`` walk is about four times slower on a state record (the copy every fenced write
+        hands its mutation). Every field counts as set in the copy.
+        """
+        return self.model_validate(self.model_dump())
 
 
 class ProcessState(StrEnum):

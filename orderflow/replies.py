@@ -95,7 +95,7 @@ def clear_pending_reply(
         record = found.item
         if record.pending_reply != reply:
             return True
-        updated = record.model_copy(deep=True)
+        updated = record.copied()
         updated.pending_reply = None
         updated.updated_at = clock.now()
         note(record, updated, Actor("replies"), action="reply", outcome=reply.status)

@@ -107,7 +107,7 @@ def _purge(found: Versioned[StateRecord], *, states: StateStore, orders: OrderSt
         logger.warning("retention: order %s has a state record but no order document", order_id)
     except ConcurrencyConflict:
         return False  # another pass is redacting it
-    record = found.item.model_copy(deep=True)
+    record = found.item.copied()
     record.purge_data(now)
     note(found.item, record, Actor("retention"), action="purge", at=now)
     try:

@@ -323,7 +323,7 @@ def _recovered(
 ) -> _Recovered:
     """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff), held
     by the poison guard, or ``Compensating`` and ready."""
-    updated = record.model_copy(deep=True)
+    updated = record.copied()
     updated.failure_count = record.failure_count + 1
     step = _running_step(record)
     # A failure the orchestration recorded (record_step_failure sets completeBy to its time) is kept;
@@ -452,7 +452,7 @@ def _recover_compensation(
     """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
     record = found.item
     now = clock.now()
-    updated = record.model_copy(deep=True)
+    updated = record.copied()
     updated.compensation_failures = record.compensation_failures + 1
     give_up = updated.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
     recorded = record.compensation_error is not None and record.compensation_error.at == record.complete_by

@@ -1,9 +1,10 @@
 """Counts of the HTTP requests a process makes to the emulators, by emulator and operation.
 
 Counted at the transport, below the Azure SDKs: :func:`install_http_counter` wraps
-``requests.adapters.HTTPAdapter.send`` (the transport azure-core uses for azure-storage-queue,
-azure-storage-blob and azure-cosmos), so every request on the wire is counted once, SDK retries and
-idle polls included, and none of orderflow's code knows it is counted.
+``orderflow.http_transport.LoopbackTransport.send`` (the transport of every client of a loopback
+emulator) and ``requests.adapters.HTTPAdapter.send`` (azure-core's default transport, for any other
+endpoint), so every request on the wire is counted once, SDK retries and idle polls included, and none
+of orderflow's code knows it is counted.
 
 :func:`classify` names a request from its method, path and the Cosmos query header alone:
 
@@ -30,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests.adapters
 
 from bench.counting import OperationCounts
+from orderflow.http_transport import LoopbackTransport
 
 OTHER = "other"
 """The emulator name of a request to an address no target names."""
@@ -131,22 +133,30 @@ def installed(counter: HttpCounter) -> Iterator[HttpCounter]:
 
 
 def install_http_counter(counter: HttpCounter) -> Callable[[], None]:
-    """Wrap ``HTTPAdapter.send`` so that every request is counted; returns the function that unwraps it.
+    """Wrap ``LoopbackTransport.send`` and ``HTTPAdapter.send`` so that every request is counted; returns
+    the function that unwraps them.
 
     A request is counted before it is sent, whether or not it succeeds (a refused connection is a
-    request the SDK made).
+    request the SDK made). A request goes through one of the two, never both.
     """
     with _install_lock:
         original = requests.adapters.HTTPAdapter.send
+        original_loopback = LoopbackTransport.send
 
         def send(self: requests.adapters.HTTPAdapter, request: Any, *args: Any, **kwargs: Any) -> Any:
             counter.count(str(request.method or "GET"), str(request.url), request.headers or {})
             return original(self, request, *args, **kwargs)
 
+        def send_loopback(self: LoopbackTransport, request: Any, **kwargs: Any) -> Any:
+            counter.count(str(request.method or "GET"), str(request.url), request.headers or {})
+            return original_loopback(self, request, **kwargs)
+
         requests.adapters.HTTPAdapter.send = send  # type: ignore[method-assign]
+        LoopbackTransport.send = send_loopback  # type: ignore[method-assign]
 
     def uninstall() -> None:
         with _install_lock:
             requests.adapters.HTTPAdapter.send = original  # type: ignore[method-assign]
+            LoopbackTransport.send = original_loopback  # type: ignore[method-assign]
 
     return uninstall

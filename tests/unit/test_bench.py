@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from bench.config import BenchConfig
 from bench.counting import OperationCounts
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
-from bench.orderflow_runs import count_breakdown, hard_down_calls, queue_role
+from bench.orderflow_runs import CLIENT_WAKEUP_ID, count_breakdown, hard_down_calls, queue_role, reply_wakeups
 from bench.peers.durabletask_peer import backend_timestamp
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
 from bench.runner import FAILED, _Parts, failures
@@ -23,6 +23,7 @@ from bench.stats import at_most, below, latency_summary, per_order, percentile, 
 from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
 from demo.tpch import load_catalog
+from devhost.wakeup_channel import WakeupChannel
 from orderflow.client import OrderflowClient
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -152,6 +153,60 @@ def test_orderflow_load_times_each_order_until_its_final_reply() -> None:
     assert result.outcomes == {"Processed": 3, "Compensated": 1}
     assert len(result.latencies_s) == 4
     assert all(0 <= latency < 10 for latency in result.latencies_s)
+
+
+def test_a_woken_load_notices_each_reply_when_it_is_announced_not_at_its_poll() -> None:
+    queues = InMemoryQueueFactory()
+    client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
+    stop, wakeup = threading.Event(), threading.Event()
+    announced: list[str] = []
+
+    def system() -> None:
+        orders = queues.queue("orders-a")
+        while not stop.is_set():
+            for message in orders.receive(max_messages=8, lock_s=30):
+                order_id = message.correlation_id or ""
+                reply = StatusReply(order_id=order_id, status=OrderStatus.PROCESSED, at=datetime.now(UTC))
+                queues.queue("client-a").send(reply.to_json(), message_id=f"{order_id}-done")
+                orders.complete(message)
+                wakeup.set()  # what a devhost's announcement of the send does
+            time.sleep(0.005)
+
+    worker = threading.Thread(target=system)
+    worker.start()
+    catalog = load_catalog(TPCH_FIXTURE, orders=3, stock_divisor=1)
+    try:
+        # An idle wait of a minute: without the wake-ups not one order would finish within 10 s.
+        result = run_orderflow_load(
+            client,
+            submissions(catalog.orders, run="t3", reply_to="client-a"),
+            concurrency=1,
+            timeout_s=10,
+            idle_poll_s=60,
+            wakeup=wakeup,
+            announce=announced.append,
+        )
+    finally:
+        stop.set()
+        worker.join()
+    assert result.outcomes == {"Processed": 3}
+    assert announced == ["orders-a"] * 3  # each submission wakes the submission's loop
+
+
+def test_the_load_generator_is_woken_by_sends_to_its_reply_queue_only(tmp_path: Path) -> None:
+    wakeups = reply_wakeups(tmp_path, "replies-a")
+    devhost = WakeupChannel(tmp_path, "devhost-1", lambda name: None)
+    devhost.start()
+    try:
+        assert devhost.announce("agent-requests") == 1
+        assert not wakeups.replied.wait(0.2)
+        devhost.announce("replies-a")
+        assert wakeups.replied.wait(5)
+        assert wakeups.channel.announce("orders-a") == 1  # the devhost is told of a submission
+    finally:
+        devhost.stop()
+        wakeups.channel.stop()
+    assert not (tmp_path / f"{CLIENT_WAKEUP_ID}.sock").exists()
 
 
 def test_orderflow_load_counts_unanswered_orders_as_timed_out() -> None:
@@ -381,6 +436,9 @@ def test_config_rejects_unknown_peers_and_services() -> None:
         BenchConfig(hard_down_service="email")
     with pytest.raises(ValueError):
         BenchConfig(sweep_sizes=(0,))
+    with pytest.raises(ValueError):
+        BenchConfig(profile_rate=0)
+    assert BenchConfig().profile_rate == 50
     config = BenchConfig(orders=50, warmup=5, count_orders=20, hard_down_orders=80, processes=(1,), peers=())
     assert config.distinct_orders() == 80
     assert config.runs() == 4  # one process count, one one-at-a-time run, counting and hard-down

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import requests
 import requests.adapters
+from azure.core.pipeline.transport import HttpRequest
 
 from bench.counting import OperationCounts
 from bench.counting.cpu import (
@@ -36,6 +37,7 @@ from bench.probe import SNAPSHOT_SIGNAL, Probe, read_counts
 from bench.profiling import package_of, parse_stacks, summarise_stacks
 from bench.report import cost_rows, profile_rows
 from devhost.emulators import LocalEndpoints, azurite_connection_string
+from orderflow.http_transport import LoopbackTransport
 
 pytestmark = pytest.mark.unit
 
@@ -109,6 +111,28 @@ def test_the_http_counter_counts_each_request_sent_through_requests(monkeypatch:
         session.get(f"{Q}/q1/messages")  # no longer counted
     assert sent == ["POST", "POST", "GET", "GET"]
     assert counter.counts.snapshot() == {"receive": {"azurite": 1}, "send": {"azurite": 2}}
+
+
+def test_the_http_counter_counts_each_request_of_the_loopback_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[str] = []
+
+    def fake_send(_transport: Any, request: Any, **_kwargs: Any) -> str:
+        sent.append(request.method)
+        return "answer"
+
+    monkeypatch.setattr(LoopbackTransport, "send", fake_send)
+    counter = HttpCounter({"127.0.0.1:10001": "azurite"})
+    transport = LoopbackTransport()
+    uninstall = install_http_counter(counter)
+    answer: object = transport.send(HttpRequest("DELETE", f"{Q}/q1/messages/m1?popreceipt=p"))
+    assert answer == "answer"  # what the wrapped send returned
+    transport.send(HttpRequest("GET", "http://127.0.0.1:9/elsewhere"))
+    uninstall()
+    transport.send(HttpRequest("POST", f"{Q}/q1/messages"))  # no longer counted
+    assert sent == ["DELETE", "GET", "POST"]
+    assert counter.counts.snapshot() == {"delete": {"azurite": 1}, OTHER: {OTHER: 1}}
 
 
 def test_the_grpc_interceptor_counts_calls_by_method_and_continues() -> None:

@@ -1,11 +1,18 @@
-"""One environment-free session per loopback emulator; the SDK's own transport everywhere else."""
+"""The lean transport of loopback emulators (http.client keep-alive per thread); the SDK's own elsewhere."""
 
 from __future__ import annotations
 
-import pytest
-from azure.core.pipeline.transport import RequestsTransport
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-from orderflow.http_transport import POOL_SIZE, is_loopback, local_session, transport_for
+import pytest
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError, ServiceResponseTimeoutError
+from azure.core.pipeline.transport import HttpRequest
+
+from orderflow.http_transport import LoopbackTransport, is_loopback, transport_for
 from orderflow.queues.storage import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
@@ -16,6 +23,73 @@ AZURITE = (
 )
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.seen: list[tuple[str, str, bytes, str, int]] = []  # method, path, body, content-length, port
+        self.close_after: set[str] = set()
+        self.drop_once: set[str] = set()  # closed without an answer, the first time each is asked for
+        self.hang: set[str] = set()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    server: _Server
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        self.server.seen.append(
+            (self.command, self.path, body, str(self.headers.get("Content-Length")), self.client_address[1])
+        )
+        if self.path in self.server.hang:
+            threading.Event().wait(2)
+            return
+        if self.path in self.server.drop_once:
+            self.server.drop_once.discard(self.path)
+            self.close_connection = True  # as a keep-alive timer firing while the request was on its way
+            return
+        reply = b"missing" if self.path == "/missing" else b"ok:" + body
+        self.send_response(404 if self.path == "/missing" else 201)
+        self.send_header("X-Ms-Request-Id", "r1")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+        if self.path in self.server.close_after:
+            self.close_connection = True  # as Node's keep-alive timer drops an idle connection
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def do_PUT(self) -> None:
+        self._answer()
+
+    def do_DELETE(self) -> None:
+        self._answer()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    httpd = _Server()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _url(server: _Server, path: str) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}{path}"
+
+
 def test_only_this_machine_is_loopback() -> None:
     assert is_loopback("http://127.0.0.1:10001/devstoreaccount1")
     assert is_loopback("https://localhost:8081/")
@@ -24,27 +98,92 @@ def test_only_this_machine_is_loopback() -> None:
     assert not is_loopback("")
 
 
-def test_a_local_session_reads_no_environment_and_pools_more_connections() -> None:
-    session = local_session()
-    assert session.trust_env is False
-    adapter = session.get_adapter("http://127.0.0.1:10001/")
-    assert adapter._pool_maxsize == POOL_SIZE  # type: ignore[attr-defined]
-    assert adapter.max_retries.total is False  # type: ignore[attr-defined]
-    assert session.get_adapter("https://localhost/") is adapter
-
-
-def test_a_loopback_endpoint_gets_the_local_transport_and_azure_the_sdk_default() -> None:
-    transport = transport_for("https://127.0.0.1:8081/")
-    assert isinstance(transport, RequestsTransport)
-    assert transport.session is not None and transport.session.trust_env is False
+def test_a_loopback_endpoint_gets_the_lean_transport_and_azure_the_sdk_default() -> None:
+    transport = transport_for("https://127.0.0.1:8081/", connection_timeout_s=2, read_timeout_s=3)
+    assert isinstance(transport, LoopbackTransport)
+    assert (transport.connection_timeout_s, transport.read_timeout_s) == (2, 3)
     assert transport_for("https://orderflow.queue.core.windows.net") is None
 
 
-def test_the_azurite_queue_clients_share_the_local_session() -> None:
+def test_the_azurite_queue_clients_use_the_lean_transport() -> None:
     factory = StorageQueueFactory.from_connection_string(AZURITE, creatable=lambda name: False)
     service = factory._service
     assert service is not None
-    transport = service._pipeline._transport
-    assert isinstance(transport, RequestsTransport)
-    assert transport.session is not None and transport.session.trust_env is False
+    assert isinstance(service._pipeline._transport, LoopbackTransport)
     factory.close()
+
+
+def test_requests_on_one_thread_share_one_connection_and_answers_are_read_whole(server: _Server) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    first = transport.send(HttpRequest("POST", _url(server, "/q/messages?x=1"), data="é-body"))
+    second = transport.send(HttpRequest("GET", _url(server, "/missing")))
+    assert (first.status_code, first.headers["x-ms-request-id"]) == (201, "r1")
+    assert first.body() == "ok:é-body".encode()
+    assert (second.status_code, second.text()) == (404, "missing")
+    assert [(m, p, b, n) for m, p, b, n, _ in server.seen] == [
+        ("POST", "/q/messages?x=1", "é-body".encode(), "7"),  # UTF-8 bytes, their length
+        ("GET", "/missing", b"", "None"),
+    ]
+    assert server.seen[0][4] == server.seen[1][4]  # one connection (the same client port)
+    transport.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_reopened(server: _Server) -> None:
+    server.close_after.add("/closing")
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("DELETE", _url(server, "/closing")))
+    answer = transport.send(HttpRequest("PUT", _url(server, "/after"), data=b"x"))
+    assert (answer.status_code, answer.body()) == (201, b"ok:x")
+    assert server.seen[0][4] != server.seen[1][4]
+    transport.close()
+
+
+def test_a_request_on_a_kept_connection_the_server_closed_is_sent_once_more_on_a_new_one(
+    server: _Server,
+) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", _url(server, "/first")))
+    server.drop_once.add("/q/messages")
+    answer = transport.send(HttpRequest("POST", _url(server, "/q/messages"), data=b"m"))
+    assert (answer.status_code, answer.body()) == (201, b"ok:m")
+    ports = [port for *_, port in server.seen]
+    assert [path for _, path, *_ in server.seen] == ["/first", "/q/messages", "/q/messages"]
+    assert ports[0] == ports[1] != ports[2]  # dropped on the kept connection, answered on a new one
+    transport.close()
+
+
+def test_a_new_connection_closed_without_an_answer_is_a_response_error(server: _Server) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    server.drop_once.add("/q/messages")
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", _url(server, "/q/messages"), data=b"m"))
+    assert len(server.seen) == 1  # not sent again: the SDK's retry policy decides
+    transport.close()
+
+
+def test_each_thread_keeps_its_own_connection(server: _Server) -> None:
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", _url(server, "/a")))
+    other = threading.Thread(target=lambda: transport.send(HttpRequest("GET", _url(server, "/b"))))
+    other.start()
+    other.join()
+    assert len({port for *_, port in server.seen}) == 2
+    transport.close()
+    assert repr(transport) == "LoopbackTransport(connections=0)"
+
+
+def test_failures_raise_what_the_sdks_retry_and_translate(server: _Server) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{unused.getsockname()[1]}/q"
+    transport = LoopbackTransport(connection_timeout_s=1, read_timeout_s=0.2)
+    with pytest.raises(ServiceRequestError):
+        transport.send(HttpRequest("GET", refused))
+    server.hang.add("/hang")
+    with pytest.raises(ServiceResponseTimeoutError):
+        transport.send(HttpRequest("GET", _url(server, "/hang")))
+    # The broken connection was dropped: the next request gets a new one.
+    assert transport.send(HttpRequest("GET", _url(server, "/ok")), read_timeout=5).status_code == 201
+    with pytest.raises(ValueError, match="body"):
+        transport.send(HttpRequest("POST", _url(server, "/q"), data={"form": "field"}))
+    transport.close()
