@@ -57,3 +57,21 @@ def test_an_encoded_slash_in_a_key_makes_no_route(trusted: TrustedIssuer) -> Non
     assert dotted.status_code == 404
     assert (encoded_colon.status_code, encoded_colon.json()["orderId"]) == (200, "a:o-1")
     assert deps.states.get("a:o-1").etag == etag
+
+
+def test_an_unexpected_failure_is_answered_500_in_the_error_shape(
+    trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = memory_deps(FakeClock())
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug below the handler")
+
+    monkeypatch.setattr(deps.states, "query", broken)
+    app = operator_http.create_operator_app(deps, trusted.validator)
+
+    with TestClient(app, raise_server_exceptions=False) as http:
+        answer = http.get("/api/operator/orders?state=Error", headers=trusted.reviewer())
+
+    assert (answer.status_code, answer.headers["content-type"]) == (500, "application/json; charset=utf-8")
+    assert answer.json()["error"]["code"] == "InternalError"
