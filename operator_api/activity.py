@@ -29,7 +29,7 @@ from operator_api.schemas import ActivityAnswer, ActivityBucket, ActivityComplet
 from orderflow.alerts import NOT_ALERTS, TALLY_KIND, TALLY_S, SweepTallyDoc
 from orderflow.errors import InvalidMessage
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetterQueues
-from orderflow.records import parse_utc
+from orderflow.records import QUERY_TIME_FORMAT, parse_query_time, parse_utc
 from orderflow.settings import Settings
 from orderflow.stores.base import AlertQuery, AlertStore, Page
 from orderflow.stores.paging import PageBudget, PageLimits
@@ -130,9 +130,9 @@ def activity_window(params: Mapping[str, str], *, now: datetime) -> Window:
         last = datetime.fromtimestamp(epoch_s - epoch_s % bucket_s, UTC)
         return Window(last - timedelta(seconds=bucket_s * (buckets - 1)), bucket_s, buckets)
     try:
-        since = parse_utc(params["since"])
+        since = parse_query_time(params["since"])
     except ValueError:
-        raise _invalid("since", "an ISO 8601 time with a zone (2026-03-01T12:00:00Z)") from None
+        raise _invalid("since", QUERY_TIME_FORMAT) from None
     if since.second or since.microsecond:
         raise _invalid("since", "a whole minute")
     return Window(since, bucket_s, buckets)

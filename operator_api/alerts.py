@@ -16,7 +16,7 @@ from typing import Any
 from operator_api.schemas import AlertAnswer, AlertList, SupervisorStatus, SweepAnswer
 from orderflow.alerts import ALERT_KINDS, NOT_ALERTS, SWEEP_KIND, AlertDoc, SweepDoc
 from orderflow.errors import InvalidMessage
-from orderflow.records import parse_utc
+from orderflow.records import QUERY_TIME_FORMAT, parse_query_time
 from orderflow.stores.base import AlertQuery, AlertStore
 from orderflow.telemetry import STUCK_ORDERS_STALE_S
 
@@ -71,9 +71,9 @@ def alert_query(params: Mapping[str, str]) -> tuple[AlertQuery, int, str | None]
     since: datetime | None = None
     if params.get("since"):
         try:
-            since = parse_utc(params["since"])
+            since = parse_query_time(params["since"])
         except ValueError:
-            raise _invalid("since", "an ISO 8601 time with a zone (2026-03-01T12:00:00Z)") from None
+            raise _invalid("since", QUERY_TIME_FORMAT) from None
     limit = _limit(params.get("limit"), default=DEFAULT_LIMIT, most=MAX_LIMIT)
     query = AlertQuery(kind=kind, exclude_kinds=() if kind else NOT_ALERTS, since=since)
     return query, limit, params.get("continuation") or None

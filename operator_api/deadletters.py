@@ -1,7 +1,7 @@
 """An operator reads, replays and purges the dead letters of the deployment's queues.
 
-Only the deployment's own queues are read (:meth:`orderflow.settings.Settings.is_deployment_queue`):
-the name in a request is checked against them, never opened as given. A replay re-sends the dead
+Only the queues orderflow consumes are read (:func:`deployment_queues`, what ``GET queues`` lists): the
+name in a request is checked against them, never opened as given. A replay re-sends the dead
 letter's body, correlation id and reply-to to the queue it was dead-lettered from, under
 :func:`replay_message_id` (a new id, so that broker duplicate detection does not drop it inside its
 window), and then deletes the dead letter; the consumers' own idempotency by order and request id makes a
@@ -62,13 +62,15 @@ def replay_message_id(message_id: str) -> str:
 
 
 def deployment_queue(settings: Settings, name: str) -> str:
-    """``name``, if it is one of the deployment's queues.
+    """``name``, if it is one of the queues :func:`deployment_queues` lists (what ``GET queues``
+    answers): never a name that only looks like one, such as a made-up host's response queue or a
+    ``-deadletter`` queue, which would be opened (and on Storage created) as given.
 
     Raises:
         InvalidMessage: ``UnknownQueue`` (the handler answers 404).
     """
-    if not settings.is_deployment_queue(name):
-        raise InvalidMessage(UNKNOWN_QUEUE, "no such queue in this deployment")
+    if all(queue.name != name for queue in deployment_queues(settings)):
+        raise InvalidMessage(UNKNOWN_QUEUE, "no such queue in this deployment (see GET queues)")
     return name
 
 

@@ -642,9 +642,33 @@ def handle_operator_request(
         query: The URL's query string (``state=Error&limit=10``), if not in ``path``.
 
     Returns:
-        The response; every refusal is one, never an exception (see the module docstring). Unexpected
-        errors propagate: the host answers 500.
+        The response; every refusal is one, never an exception (see the module docstring). An
+        unexpected exception is logged with its traceback and answered ``500 InternalError`` in the
+        error shape (:func:`internal_error`), never propagated to the host.
     """
+    try:
+        return _answer(method, path, headers, body, deps=deps, validator=validator, query=query)
+    except Exception:  # a bug: the caller still gets the documented JSON shape, the log the traceback
+        logger.exception("operator API %s %s failed", method, path.partition("?")[0][:200])
+        return internal_error()
+
+
+def internal_error() -> OperatorResponse:
+    """``500 InternalError`` in the error shape, naming nothing of the failure (the log does)."""
+    return error(500, "InternalError", "the operator API failed; the failure is logged")
+
+
+def _answer(
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    deps: Dependencies,
+    validator: TokenValidator | None,
+    query: str,
+) -> OperatorResponse:
+    """:func:`handle_operator_request`, but for the exception it does not expect."""
     bare = path.partition("?")[0]
     unauthenticated = _public(method, bare, deps.settings)
     if unauthenticated is not None:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from operator_api.schemas import OrderList, OrderSummary
 from operator_api.views import entity_tag
 from orderflow.errors import InvalidMessage
-from orderflow.records import ProcessState, StateRecord, format_utc, parse_utc
+from orderflow.records import QUERY_TIME_FORMAT, ProcessState, StateRecord, format_utc, parse_query_time
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 
@@ -58,9 +58,9 @@ def _time(name: str, text: str | None) -> datetime | None:
     if text is None:
         return None
     try:
-        return parse_utc(text)
+        return parse_query_time(text)
     except ValueError:
-        raise _invalid(name, "an ISO 8601 time with a zone (2026-03-01T12:00:00Z)") from None
+        raise _invalid(name, QUERY_TIME_FORMAT) from None
 
 
 def list_query(params: Mapping[str, str], now: datetime) -> tuple[StateQuery, int, str | None]:

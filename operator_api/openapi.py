@@ -134,7 +134,8 @@ IF_MATCH = {
     "in": "header",
     "required": False,
     "schema": {"type": "string"},
-    "description": "The ETag of the order as the operator saw it; 412 when it changed since.",
+    "description": "The ETag of the order as the operator saw it, one strong tag; 412 when it changed since, "
+    "and for a weak tag (W/...), * or a list.",
 }
 
 _LIST_PARAMETERS = [

@@ -4,10 +4,11 @@ the OpenAPI document (:mod:`operator_api.openapi`) is generated from."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 from orderflow.messages import CleanText, Envelope
 from orderflow.records import TimelineEntry
@@ -34,7 +35,16 @@ class ResubmitBody(Envelope):
     the failed step of an ``Error`` order, by the submitted order's field names (``{"carrier": "UPS"}``),
     at least one (docs/operator-api.md)."""
 
-    input: dict[str, Any] | None = Field(default=None, min_length=1, max_length=16)
+    # Left out, there is no input; given, it is an object: null is refused like any other non-object, so
+    # that a body meant to correct never runs as a plain resubmit (and the document offers no null).
+    input: SkipJsonSchema[None] | Annotated[dict[str, Any], Field(min_length=1, max_length=16)] = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _given_means_an_object(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("input must be a JSON object of fields, not null (leave it out for no input)")
+        return value
 
 
 class PurgeBody(Envelope):

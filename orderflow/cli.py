@@ -740,23 +740,31 @@ EtagOption = Annotated[
 
 
 def _corrected_input(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``: a resubmit's corrected input.
+    """The JSON object in ``path``: a resubmit's corrected input, read as strictly as the API reads the
+    body (:func:`orderflow.messages.decode_json_object`: no duplicate key, no NaN, UTF-8 without a
+    byte-order mark), so that the file means one thing and the API is sent what it says.
 
     Raises:
         typer.Exit: 2, after a one-line error, when the file cannot be read or holds no JSON object.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         _fail(f"cannot read {path}: {exc.strerror or exc}", code=2)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        _fail(f"{path} is not JSON: {exc}", code=2)
-    if not isinstance(data, dict) or not data:
-        what = "an empty object" if isinstance(data, dict) else json_type(data)
-        _fail(
-            f'{path} holds {what}: --input takes a JSON object of fields, e.g. {{"carrier": "UPS"}}', code=2
-        )
-    return data
+    try:
+        data = decode_json_object(raw)
+    except InvalidMessage as exc:
+        if exc.reason == NOT_AN_OBJECT:
+            _fail(f"{path} holds {json_type(json.loads(raw))}: {_INPUT_TAKES}", code=2)
+        _fail(f"{path} {exc.description.removeprefix('body ')}", code=2)
+    if not data:
+        _fail(f"{path} holds an empty object: {_INPUT_TAKES}", code=2)
+    # Sent as plain JSON values (a fraction as a float, as before): the HTTP client encodes no Decimal.
+    plain: dict[str, Any] = json.loads(raw)
+    return plain
+
+
+_INPUT_TAKES = '--input takes a JSON object of fields, e.g. {"carrier": "UPS"}'
 
 
 @app.command()

@@ -56,9 +56,12 @@ class StaleVersion(Exception):
 
 
 def same_etag(seen: str, current: str) -> bool:
-    """Whether an HTTP entity tag the requester sent (quoted, perhaps weak, ``W/"..."``) names the
-    store's ETag ``current`` (which may carry quotes of its own)."""
-    return seen.strip().removeprefix("W/").strip('"') == current.strip('"')
+    """Whether the ``If-Match`` the requester sent names the store's ETag ``current`` (which may carry
+    quotes of its own), by the strong comparison RFC 9110 (13.1.1) prescribes for ``If-Match``: a weak
+    tag (``W/"..."``) never matches. Nor does ``*`` or a list of tags: an action is taken only on the one
+    version the requester saw (docs/operator-api.md)."""
+    tag = seen.strip()
+    return not tag.startswith("W/") and tag.strip('"') == current.strip('"')
 
 
 def min_time(current: datetime | None, bound: datetime) -> datetime:

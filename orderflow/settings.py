@@ -1146,8 +1146,14 @@ class Settings(BaseModel):
 
     def is_deployment_queue(self, name: str) -> bool:
         """Whether ``name`` is one of the deployment's queues: one of orderflow's own
-        (:meth:`reserved_queue`), or a registered client's inbound or reply queue. Only these are ever
-        created locally; a reply queue an earlier record names, or any other, is not."""
+        (:meth:`reserved_queue`), a registered client's inbound or reply queue, or the dead-letter queue
+        (``<queue>-deadletter``) of one of these that is not itself a dead-letter queue. Only these are
+        ever created locally; a reply queue an earlier record names, ``x-deadletter-deadletter``, or any
+        other, is not. The operator API's dead-letter routes take fewer: only the queues orderflow
+        consumes (``operator_api.deadletters.deployment_queues``)."""
+        if name.endswith(DEAD_LETTER_SUFFIX):
+            source = name.removesuffix(DEAD_LETTER_SUFFIX)
+            return not source.endswith(DEAD_LETTER_SUFFIX) and self.is_deployment_queue(source)
         registry = self.clients()
         return (
             self.reserved_queue(name) is not None

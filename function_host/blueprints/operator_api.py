@@ -9,13 +9,16 @@ console's static files (``/api/operator/console/``) come from the same handler.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 import azure.durable_functions as df
 import azure.functions as func
 
 from function_host.wiring import dependencies, token_validator
-from operator_api.handler import handle_operator_request
+from operator_api.handler import handle_operator_request, internal_error
+
+logger = logging.getLogger(__name__)
 
 bp = df.Blueprint()
 
@@ -23,17 +26,19 @@ bp = df.Blueprint()
 @bp.function_name("operator_api")
 @bp.route(route="operator/{*path}", methods=list(func.HttpMethod), auth_level=func.AuthLevel.ANONYMOUS)
 def operator_api(req: func.HttpRequest) -> func.HttpResponse:
-    """Every operator API call: the handler authenticates it, authorizes it and answers it."""
+    """Every operator API call: the handler authenticates it, authorizes it and answers it. A failure
+    to build the app's dependencies is answered as the handler answers its own unexpected errors
+    (``500 InternalError`` in the error shape), never with the host's bare 500."""
     url = urlsplit(req.url)
-    response = handle_operator_request(
-        req.method,
-        url.path,
-        req.headers,
-        req.get_body(),
-        deps=dependencies(),
-        validator=token_validator(),
-        query=url.query,
-    )
+    try:
+        deps, validator = dependencies(), token_validator()
+    except Exception:
+        logger.exception("operator API %s %s: the app's dependencies failed", req.method, url.path[:200])
+        response = internal_error()
+    else:
+        response = handle_operator_request(
+            req.method, url.path, req.headers, req.get_body(), deps=deps, validator=validator, query=url.query
+        )
     headers = response.all_headers()  # its Content-Type, with the charset, is the one sent
     return func.HttpResponse(
         response.content(),

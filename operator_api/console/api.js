@@ -54,7 +54,19 @@ export function tokenClaims(token) {
 }
 
 /**
- * One API call: `path` relative to the API root ("orders?state=Error"), JSON body if given.
+ * A request body sent as the JSON text it holds, not re-serialised: what an operator typed reaches the
+ * API as typed, so the API's own checks (a duplicate key, say, which JSON.parse would silently resolve
+ * to its last value) apply to it.
+ */
+export class RawJson {
+  constructor(text) {
+    this.text = text;
+  }
+}
+
+/**
+ * One API call: `path` relative to the API root ("orders?state=Error"), JSON body if given (a RawJson
+ * is sent as its text).
  * Returns {status, body, etag}; throws ApiError on a refusal (a 401 also forgets the token).
  */
 export async function call(method, path, { body, ifMatch } = {}) {
@@ -66,7 +78,7 @@ export async function call(method, path, { body, ifMatch } = {}) {
   const response = await fetch(new URL(path, API_ROOT), {
     method,
     headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: body === undefined ? undefined : body instanceof RawJson ? body.text : JSON.stringify(body),
     cache: "no-store",
     credentials: "omit",
   });

@@ -2,7 +2,7 @@
 // (GET orders/{key} and GET orders/{key}/timeline), and the actions an operator or reviewer may take, each
 // confirmed first.
 
-import { call, listAll, orderPath } from "./api.js";
+import { RawJson, call, listAll, orderPath } from "./api.js";
 import { confirmAction } from "./confirm.js";
 import { h, notify, replaceChildren, table, when } from "./dom.js";
 import { FAILED, SETTLED, stateKind } from "./states.js";
@@ -67,12 +67,14 @@ function describe(entry) {
 }
 
 function correctedInput(input) {
-  // The resubmit's body: {} without corrected input, {"input": {...}} with a JSON object of fields.
+  // The resubmit's body: {} without corrected input, {"input": <the text as typed>} with a JSON object of
+  // fields. Parsed only to check its shape (one JSON value, so it cannot reach out of the wrapper); sent as
+  // typed, so the API refuses a duplicate key that JSON.parse would resolve to its last value.
   const text = input.value.trim();
   if (!text) return {};
   const fields = JSON.parse(text);
   if (fields === null || typeof fields !== "object" || Array.isArray(fields)) throw new Error("corrected input must be a JSON object of fields");
-  return { input: fields };
+  return new RawJson(`{"input": ${text}}`);
 }
 
 function timeline(entries) {

@@ -451,6 +451,11 @@ def _error_code(error: AzureError) -> str:
     return str(getattr(code, "value", code) or "")
 
 
+def _is_missing_queue(error: AzureError) -> bool:
+    """Whether ``error`` says the queue does not exist (what a dead-letter queue never written is)."""
+    return isinstance(error, HttpResponseError) and _error_code(error) == "QueueNotFound"
+
+
 def _is_lock_lost(error: AzureError) -> bool:
     return isinstance(error, HttpResponseError) and _error_code(error) in _LOCK_LOST_CODES
 
@@ -734,6 +739,7 @@ class StorageQueueFactory:
         self._create_queues = create_queues
         self._creatable = creatable
         self._clients: dict[str, QueueClient] = dict(queue_clients or {})
+        self._ensured: set[str] = set()  # queues this factory created (or found existing)
         self._fixed = queue_clients is not None
         self._lock = threading.Lock()
 
@@ -842,7 +848,12 @@ class StorageQueueFactory:
         validate_queue_name(name)
         client = self._client(name)
         return StorageQueue(
-            name, client, dead_letter_client=lambda: self._client(dead_letter_queue_name(name))
+            name,
+            client,
+            # The dead-letter queue of a queue that may be created may be created too, on first use.
+            dead_letter_client=lambda: self._client(
+                dead_letter_queue_name(name), create=self._may_create(name)
+            ),
         )
 
     def dead_letters(self, name: str, *, max_messages: int = 32) -> list[DeadLetter]:
@@ -855,10 +866,12 @@ class StorageQueueFactory:
         """
         validate_queue_name(name)
         batch = receive_batch_size(max_messages)
-        client = self._client(dead_letter_queue_name(name))
+        client = self._client(dead_letter_queue_name(name), create=False)
         try:
             peeked = client.peek_messages(max_messages=batch)
         except AzureError as error:
+            if _is_missing_queue(error):
+                return []  # nothing was ever dead-lettered there
             raise translate_error(error, "dead_letters", dead_letter_queue_name(name)) from error
         return [
             decode_dead_letter(
@@ -880,18 +893,22 @@ class StorageQueueFactory:
         from one peek and changes nothing. A longer queue is read by receiving it (up to
         :data:`~orderflow.queues.base.MAX_DEAD_LETTER_SCAN` messages, each hidden for
         :data:`DEAD_LETTER_SCAN_LOCK_S` seconds) and releasing what was received at once; their dequeue
-        counts grow, which a dead letter does not read (its record keeps the delivery count).
+        counts grow, which a dead letter does not read (its record keeps the delivery count). A
+        dead-letter queue that does not exist is an empty page: reading (or removing) dead letters never
+        creates a queue.
 
         Raises:
             ValueError: invalid name, ``max_messages`` < 1, or a foreign continuation.
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
-        client = self._client(dead_letter_queue_name(name))
+        client = self._client(dead_letter_queue_name(name), create=False)
         try:
             peeked = client.peek_messages(max_messages=MAX_RECEIVE_BATCH)
         except AzureError as error:
-            raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
+            if not _is_missing_queue(error):
+                raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
+            peeked = []  # nothing was ever dead-lettered there
         if len(peeked) < MAX_RECEIVE_BATCH:
             every = [self._decode_dead_letter(message, name) for message in peeked]
         else:
@@ -922,7 +939,7 @@ class StorageQueueFactory:
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
-        client = self._client(dead_letter_queue_name(name))
+        client = self._client(dead_letter_queue_name(name), create=False)
         removed: list[DeadLetter] = []
 
         def visit(dead: DeadLetter) -> bool:
@@ -958,7 +975,7 @@ class StorageQueueFactory:
         """Receive dead letters of ``name`` in batches, delete each ``visit`` answers True for, and
         release the rest (visible again at once) when done or when ``visit`` raises."""
         dead_letter_queue = dead_letter_queue_name(name)
-        client = client or self._client(dead_letter_queue)
+        client = client or self._client(dead_letter_queue, create=False)
         held: list[QueueMessage] = []
         try:
             seen = 0
@@ -979,7 +996,9 @@ class StorageQueueFactory:
                         client.delete_message(message.id, message.pop_receipt)
                         held.remove(message)
         except AzureError as error:
-            raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
+            if not (_is_missing_queue(error) and not held):
+                raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
+            # no such queue: nothing was ever dead-lettered there, so there is nothing to visit
         finally:
             self._release(client, held, dead_letter_queue)
 
@@ -1006,27 +1025,34 @@ class StorageQueueFactory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _client(self, name: str) -> QueueClient:
+    def _may_create(self, name: str) -> bool:
+        return self._create_queues and (self._creatable is None or self._creatable(name))
+
+    def _client(self, name: str, *, create: bool | None = None) -> QueueClient:
+        """The client of queue ``name``, the queue created first when ``create`` (None: when
+        :meth:`_may_create` says so) and not done before by this factory. Readers of dead letters pass
+        False: reading a queue never brings it into being."""
         with self._lock:
             client = self._clients.get(name)
-            if client is not None:
-                return client
-            if self._service is None or self._fixed:
-                raise PermanentError(
-                    "no_credential", f"queue {name!r}: this factory holds credentials for its own queues only"
+            if client is None:
+                if self._service is None or self._fixed:
+                    raise PermanentError(
+                        "no_credential",
+                        f"queue {name!r}: this factory holds credentials for its own queues only",
+                    )
+                # None, explicitly: the SDK's NoEncodePolicy sends text as-is (see the module docstring).
+                client = self._service.get_queue_client(
+                    name, message_encode_policy=None, message_decode_policy=None
                 )
-            # None, explicitly: the SDK's NoEncodePolicy sends text as-is (see the module docstring).
-            client = self._service.get_queue_client(
-                name, message_encode_policy=None, message_decode_policy=None
-            )
-            if self._create_queues and (self._creatable is None or self._creatable(name)):
+                self._clients[name] = client
+            if name not in self._ensured and (self._may_create(name) if create is None else create):
                 try:
                     client.create_queue()
                 except ResourceExistsError:
                     pass  # another process (or an earlier run) created it
                 except AzureError as error:
                     raise translate_error(error, "create", name) from error
-            self._clients[name] = client
+                self._ensured.add(name)
             return client
 
 

@@ -721,13 +721,15 @@ class CosmosAlertStore:
             raise ValueError("max_item_count must be at least 1")
         days = self._days(query)
         fingerprint = hashlib.sha256(json.dumps(alert_query_sql(query, "")).encode()).hexdigest()[:16]
-        day, inner = days[0], None
+        day, inner = (days[0] if days else ""), None
         if continuation is not None:
             try:
                 position = json.loads(tokens.decode(_TOKEN_PREFIX, continuation, fingerprint))
                 day, inner = str(position["d"]), position["t"]
             except (ValueError, KeyError, TypeError) as exc:
                 raise InvalidContinuation("malformed continuation token") from exc
+        # A since after tomorrow (the newest partition read) leaves no day to read: the loop below
+        # then reads nothing and the answer is the empty last page.
         for index in range(len(days)):
             if days[index] > day:
                 continue

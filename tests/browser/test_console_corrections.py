@@ -1,7 +1,8 @@
 """The console resubmits an ``Error`` order with corrected input, in headless Chromium against a real
 devhost system: an order-v4 order whose carrier (``CAMEL``) the shipping service refuses waits in
-``Error``; an operator gives a carrier that is not a JSON object (refused before any call), then one the
-step takes, and the order ships. Screenshots go to ``.test-artifacts/``."""
+``Error``; an operator gives a carrier that is not a JSON object (refused before any call), one with a
+duplicate key (sent as typed, refused by the API), then one the step takes, and the order ships.
+Screenshots go to ``.test-artifacts/``."""
 
 from __future__ import annotations
 
@@ -49,6 +50,13 @@ def test_an_operator_corrects_a_refused_carrier_from_the_console(
     resubmit_with(page, '["AIR"]')
     page.wait_for_selector("#notice:text('must be a JSON object')")
     assert console.api("GET", f"orders/{key}").headers["ETag"] == etag  # nothing was sent
+
+    # Sent as typed: the API's own duplicate check refuses what JSON.parse would take as its last value.
+    page.click("#reload")
+    page.wait_for_selector("[data-testid=process-state]:text-is('Error')")
+    resubmit_with(page, '{"carrier": "AIR", "carrier": "SHIP"}')
+    page.wait_for_selector("#notice:text('duplicate key')")
+    assert console.api("GET", f"orders/{key}").headers["ETag"] == etag  # refused: nothing was written
 
     page.click("#reload")
     page.wait_for_selector("[data-testid=process-state]:text-is('Error')")

@@ -104,3 +104,14 @@ def test_a_minutes_sweep_tally_is_read_created_replaced_if_match_and_never_liste
     assert (tally["sweeps"], tally["recovered"], tally["ttl"]) == (2, 2, TALLY_TTL_S)
     listed = every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=5)
     assert [d["kind"] for d in listed] == ["order_gave_up"]
+
+
+@pytest.mark.parametrize("ahead", [timedelta(days=3), timedelta(days=365 * 7000)])
+def test_a_since_past_every_day_partition_is_an_empty_answer(alerts: AlertStore, ahead: timedelta) -> None:
+    # The listing reads from tomorrow back to since: a since after tomorrow leaves no day to read.
+    now = datetime.now(UTC).replace(microsecond=0)
+    alerts.add(alert_doc("order_gave_up", {"order_id": "a:o-1"}, at=now, host="h1"))
+
+    page = alerts.list_documents(AlertQuery(since=now + ahead), max_item_count=10)
+
+    assert (page.items, page.continuation) == ([], None)

@@ -155,6 +155,9 @@ def test_resubmit_with_input_sends_the_corrected_fields_of_a_json_object_file(
         ('"AIR"', "holds string: --input takes a JSON object"),
         ("{}", "holds an empty object"),
         ('{"carrier": ', "is not JSON"),
+        ('{"carrier": "AIR", "carrier": "SHIP"}', "duplicate key 'carrier'"),
+        ('{"carrier": NaN}', "is not JSON"),
+        ('\ufeff{"carrier": "AIR"}', "byte-order mark"),
     ],
 )
 def test_resubmit_refuses_an_input_file_that_is_not_a_json_object_before_calling(

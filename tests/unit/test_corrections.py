@@ -246,6 +246,8 @@ def test_a_second_correction_is_laid_over_the_first_under_the_next_number(
         ({"input": {"carrier": 7}}, 422, "InvalidInput", "carrier"),
         ({"input": {}}, 400, "InvalidField", "input"),
         ({"input": ["carrier"]}, 400, "InvalidField", "input"),
+        ({"input": None}, 400, "InvalidField", "input"),  # not an object: never a plain resubmit
+        ({"input": "carrier=AIR"}, 400, "InvalidField", "input"),
         ({"input": {"carrier": "AIR"}, "why": "x"}, 400, "UnexpectedField", "why"),
     ],
 )

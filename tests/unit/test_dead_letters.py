@@ -213,3 +213,44 @@ def test_purge_by_age_with_a_dry_run_first(trusted: TrustedIssuer) -> None:
     assert (by_id.status, by_id.body["count"]) == (200, 0)  # already gone
     assert [d.message_id for d in queues.dead_letter_page(INBOUND).items] == ["m-new"]
     assert (neither.status, naive.status) == (400, 400)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "agent-responses-anything-at-all",  # the response queue's prefix with a made-up host
+        "agent-responses-h2",  # another host's: not on GET queues
+        f"{INBOUND}-deadletter",  # a dead-letter queue is never a queue of its own
+        "agent-responses-deadletter",
+        "agent-nosuchagent",  # the agent prefix with no such agent
+        "orders",  # the old shared submission queue: nothing consumes it
+        TEST_CLIENT.reply_queue,  # a client's reply queue: orderflow dead-letters nothing there
+    ],
+)
+def test_a_queue_not_on_the_queue_list_is_404_on_every_route_and_never_opened(
+    name: str, trusted: TrustedIssuer
+) -> None:
+    deps = memory_deps(FakeClock(), HOST_ID="h1")
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    listed = {q["name"] for q in call(deps, trusted, "GET", "/api/operator/queues").body["queues"]}
+    before = deps.queues.names()
+
+    answers = [
+        call(deps, trusted, "GET", f"{BASE}/{name}"),
+        call(deps, trusted, "GET", f"{BASE}/{name}/0001"),
+        call(deps, trusted, "POST", f"{BASE}/{name}/0001/replay"),
+        call(deps, trusted, "POST", f"{BASE}/{name}/purge", {"deadLetterId": "0001"}),
+    ]
+
+    assert name not in listed
+    assert [(a.status, a.body["error"]["code"]) for a in answers] == [(404, "UnknownQueue")] * 4
+    assert deps.queues.names() == before
+
+
+def test_every_listed_queue_is_read_by_the_dead_letter_routes(trusted: TrustedIssuer) -> None:
+    deps = memory_deps(FakeClock(), HOST_ID="h1")
+    listed = [q["name"] for q in call(deps, trusted, "GET", "/api/operator/queues").body["queues"]]
+
+    answers = {name: call(deps, trusted, "GET", f"{BASE}/{name}").status for name in listed}
+
+    assert "agent-responses-h1" in listed and answers == dict.fromkeys(listed, 200)

@@ -83,3 +83,21 @@ def test_the_consoles_files_and_its_sign_in_code_make_no_span(monkeypatch: pytes
         ("GET /{path}", "/api/operator/orders")
     ]  # one request span for the API call, no operation spans
     assert not any("secret-code" in str(s.attributes) for s in spans)
+
+
+def test_an_unexpected_failure_is_answered_500_in_the_error_shape(
+    trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps = memory_deps(FakeClock())
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug below the handler")
+
+    monkeypatch.setattr(deps.states, "query", broken)
+    app = operator_http.create_operator_app(deps, trusted.validator)
+
+    with TestClient(app, raise_server_exceptions=False) as http:
+        answer = http.get("/api/operator/orders?state=Error", headers=trusted.reviewer())
+
+    assert (answer.status_code, answer.headers["content-type"]) == (500, "application/json; charset=utf-8")
+    assert answer.json()["error"]["code"] == "InternalError"

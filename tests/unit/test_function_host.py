@@ -959,6 +959,29 @@ def test_the_operator_api_trigger_answers_what_the_handler_answers(
     assert deps.states.get("a:o-1").item.stop_requested_by is None
 
 
+def test_the_operator_api_trigger_answers_an_unexpected_failure_in_the_error_shape(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
+    url = "https://orderflow-func.azurewebsites.net/api/operator/orders?state=Error"
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug below the handler")
+
+    monkeypatch.setattr(deps.states, "query", broken)
+    below = invoke("operator_api", req=func.HttpRequest("GET", url, headers=trusted.reviewer(), body=b""))
+
+    def no_dependencies() -> Dependencies:
+        raise RuntimeError("the settings are broken")
+
+    monkeypatch.setattr(operator_api_blueprint, "dependencies", no_dependencies)
+    wiring = invoke("operator_api", req=func.HttpRequest("GET", url, headers=trusted.reviewer(), body=b""))
+
+    for answer in (below, wiring):
+        assert (answer.status_code, answer.mimetype) == (500, "application/json")
+        assert json.loads(answer.get_body())["error"]["code"] == "InternalError"
+
+
 def test_the_operator_api_trigger_serves_the_console_with_its_type_and_policy(
     deps: Dependencies, monkeypatch: pytest.MonkeyPatch
 ) -> None:

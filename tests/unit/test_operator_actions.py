@@ -143,6 +143,30 @@ def test_a_resubmit_without_if_match_is_428_and_against_a_stale_version_412(
     assert deps.states.get(KEY).item.process_state is ProcessState.ERROR
 
 
+@pytest.mark.parametrize("action", ["resubmit", "suspend", "compensate"])
+@pytest.mark.parametrize(
+    "if_match",
+    [
+        'W/"{etag}"',  # weak: RFC 9110's If-Match compares strongly, so a weak tag never matches
+        "*",  # names no version: the API acts only on one the caller saw
+        '"{etag}", "other"',  # a list: the API takes one entity tag
+    ],
+)
+def test_an_if_match_that_is_not_the_strong_tag_of_the_version_is_412_and_writes_nothing(
+    deps: Dependencies, trusted: TrustedIssuer, action: str, if_match: str
+) -> None:
+    seen = failed(deps)
+    header = if_match.format(etag=seen.etag.strip('"'))
+
+    answer = call(
+        deps, trusted.validator, "POST", f"{ORDER}/{action}", {**trusted.operator(), "If-Match": header}
+    )
+
+    assert (answer.status, code(answer)) == (412, "PreconditionFailed"), answer.body
+    assert answer.headers["ETag"].strip('"') == seen.etag.strip('"')
+    assert deps.states.get(KEY).etag == seen.etag
+
+
 class BothRead(InMemoryStateStore):
     """A store whose first two reads of an order wait for each other: two callers decide on one version."""
 
