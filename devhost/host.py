@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from activities.table import ACTIVITIES, Activity
 from agents.agent import TakenRequests, handle_request
@@ -48,7 +49,7 @@ from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.operator_auth import validator_from_settings
-from orderflow.queues.base import ReceivedMessage
+from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
@@ -75,6 +76,11 @@ DURABLETASK_WORKER_LOGGER = "durabletask.worker"
 STARTER_WAKEUP = "@starter"
 """The :class:`Wakeups` event that runs the starter early: set once a submission has written a
 ``Pending`` record in this process (not a queue name: no queue name holds ``@``)."""
+
+START_RETRY_S = 60.0
+"""Seconds a starting process keeps trying to open its queues while the queue service fails transiently
+(an emulator busy or restarting), as the Functions host keeps retrying a trigger's listener, before the
+start-up fails."""
 
 SUBMISSION_HANDLERS = 4
 """Submission handler threads of one process, shared out among the registered clients' queues (at least
@@ -379,18 +385,34 @@ class DevHost:
             self.settings, states=self.deps.states, queues=self.deps.queues
         )
         for client in clients:
-            self.deps.queues.queue(client.reply_queue)
+            self._open_queue(client.reply_queue)
             self._consume(
                 client.inbound_queue,
                 self._submission_handler(client),
                 concurrency=max(1, SUBMISSION_HANDLERS // len(clients)),
             )
 
+    def _open_queue(self, name: str) -> MessageQueue:
+        """The queue ``name`` (created if missing), tried again for :data:`START_RETRY_S` while the queue
+        service fails transiently; other errors, and the last transient one, are raised."""
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientError),
+            stop=stop_after_delay(START_RETRY_S),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2),
+            before_sleep=lambda state: logger.warning(
+                "opening queue %s failed (%s); trying again",
+                name,
+                state.outcome and state.outcome.exception(),
+            ),
+            reraise=True,
+        )
+        return retrying(self.deps.queues.queue, name)
+
     def _consume(self, queue_name: str, handler: Any, *, concurrency: int) -> None:
         s = self.settings
         self._loops.append(
             ConsumerLoop(
-                self.deps.queues.queue(queue_name),
+                self._open_queue(queue_name),
                 handler,
                 self.stop_event,
                 concurrency=concurrency,

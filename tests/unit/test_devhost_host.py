@@ -25,6 +25,7 @@ from devhost.host import (
 from devhost.local_issuer import LOCAL_TENANT_ID
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
+from orderflow.errors import TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
@@ -48,6 +49,21 @@ class RefusingQueues(InMemoryQueueFactory):
     def queue(self, name: str) -> Any:
         if name.startswith("agent-") and not name.startswith("agent-responses"):
             raise ValueError(f"invalid queue name {name!r}")
+        return super().queue(name)
+
+
+class FlakyQueues(InMemoryQueueFactory):
+    """In-memory queues whose first ``failures`` opens fail as a busy queue service's do (timed out)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.refused: list[str] = []
+
+    def queue(self, name: str) -> Any:
+        if len(self.refused) < self.failures:
+            self.refused.append(name)
+            raise TransientError(f"create on queue {name!r} failed: timed out")
         return super().queue(name)
 
 
@@ -197,3 +213,27 @@ def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
         host.start()
 
     assert host.stop_event.is_set() and host.api_url is None
+
+
+def test_a_start_while_the_queue_service_times_out_tries_again_and_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("devhost.host.wait_exponential_jitter", lambda **_: lambda _state: 0.0)
+    queues = FlakyQueues(failures=3)
+    host = DevHost(deps(queues), roles=("agents",))
+
+    host.start()
+    host.stop()
+
+    assert len(queues.refused) == 3
+    assert set(queues.refused) <= queues.names()  # each tried again and opened: the start-up went on
+
+
+def test_a_start_gives_up_once_the_queue_service_keeps_timing_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("devhost.host.wait_exponential_jitter", lambda **_: lambda _state: 0.0)
+    monkeypatch.setattr("devhost.host.START_RETRY_S", 0.05)
+    host = DevHost(deps(FlakyQueues(failures=10**9)), roles=("agents",))
+
+    with pytest.raises(TransientError, match="timed out"):
+        host.start()
+    assert host.stop_event.is_set()
