@@ -194,27 +194,34 @@ class ConsumerLoop:
             if free == 0:
                 self._stop.wait(0.01)
                 continue
+            asked = min(free, 32)
+            if self._wakeup is not None:
+                # Cleared before the receive, which sees every message sent before: a set from now on
+                # is a send this receive may have missed.
+                self._wakeup.clear()
             try:
-                messages = self.queue.receive(max_messages=min(free, 32), lock_s=self._lock_s)
+                messages = self.queue.receive(max_messages=asked, lock_s=self._lock_s)
             except Exception:
                 logger.exception("receive from %s failed; retrying", self.queue.name)
                 self._stop.wait(1.0)
                 continue
-            if not messages:
-                # Back off while the queue stays empty: idle polling is most of an emulator's load.
-                if self._wakeup is None:
-                    self._stop.wait(idle_s)
-                elif self._wakeup.wait(idle_s):
-                    # Cleared before the next receive, which sees every message sent before the set.
-                    self._wakeup.clear()
-                    idle_s = self._poll_s
-                    continue
-                idle_s = min(self._max_poll_s, idle_s * 2)
-                continue
-            idle_s = self._poll_s
             for message in messages:
                 self._slots.acquire()
                 self._pool.submit(self._handle, message)
+            if messages:
+                idle_s = self._poll_s
+                if len(messages) == asked or self._wakeup is None:
+                    continue  # perhaps more: receive again at once
+            # Fewer than asked: the queue held no more then. Wait for a send (or one poll interval)
+            # rather than receive at once and find it empty; back off while it stays empty, since idle
+            # polling is most of an emulator's load.
+            if self._wakeup is None:
+                self._stop.wait(idle_s)
+            elif self._wakeup.wait(idle_s):
+                idle_s = self._poll_s
+                continue
+            if not messages:
+                idle_s = min(self._max_poll_s, idle_s * 2)
 
     def _free_slots(self) -> int:
         free = 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -68,3 +70,57 @@ def test_stopping_wakes_an_idle_loop_and_a_delayed_send_does_not() -> None:
 
     assert not loop.is_alive()  # the idle sleep ended when the host stopped
     assert handled == []
+
+
+class CountingQueue:
+    """A queue that counts its receives and what each returned."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        self.received: list[int] = []
+        self.name = queue.name
+
+    def receive(self, *, max_messages: int, lock_s: float) -> list[ReceivedMessage]:
+        messages: list[ReceivedMessage] = self._queue.receive(max_messages=max_messages, lock_s=lock_s)
+        self.received.append(len(messages))
+        return messages
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+def test_after_a_batch_smaller_than_asked_the_loop_waits_for_a_send_not_an_empty_receive() -> None:
+    queues = WakingQueueFactory(InMemoryQueueFactory(), Wakeups())
+    counting = CountingQueue(queues.queue("agent-responses-h1"))
+    handled: list[str] = []
+    stop = threading.Event()
+    loop = ConsumerLoop(
+        counting,  # type: ignore[arg-type]
+        lambda message: handled.append(message.message_id),
+        stop,
+        concurrency=4,
+        poll_s=NEVER_S,
+        max_poll_s=NEVER_S,
+        wakeup=queues.wakeups.event("agent-responses-h1"),
+    )
+    queues.queue("agent-responses-h1").send("{}", message_id="r-1")
+    loop.start()
+    try:
+        wait_until(lambda: handled == ["r-1"])
+        time.sleep(0.3)  # a loop that receives again at once would have done so by now
+        assert counting.received == [1]  # one message of the four asked for: no receive since
+
+        queues.queue("agent-responses-h1").send("{}", message_id="r-2")
+        wait_until(lambda: handled == ["r-1", "r-2"])
+        assert counting.received == [1, 1]
+    finally:
+        stop.set()
+        queues.wakeups.notify_all()
+        loop.join()
+
+
+def wait_until(predicate: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
