@@ -52,6 +52,7 @@ _REFUSALS = {
     "404": "no such order, queue or dead letter",
     "405": "another method",
     "413": "a body over 16 KiB",
+    "500": "an unexpected failure of the API itself (code InternalError, logged with its traceback)",
     "503": "a store or the signing keys are unavailable: retry",
 }
 
