@@ -30,7 +30,7 @@ from devhost.intruder import AttackKind
 
 pytestmark = pytest.mark.faults
 
-ORDERS = 45
+ORDERS = 90
 CLIENTS = 3
 
 
@@ -47,7 +47,7 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
         first_pause_after_s=10.0,
         pause_every_s=600.0,
         # With the default seed: the store down from 7.0 s to 16.2 s of the run, the queues from 25.6 s
-        # to 35.5 s (devhost.outages.plan_window); 45 orders cannot all settle before then.
+        # to 35.5 s (devhost.outages.plan_window); 90 orders cannot all settle before then.
         outage_every_s=20.0,
         outage_kinds=("store_outages", "queue_outages"),
         long_share=0.05,
