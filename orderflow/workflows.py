@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orderflow.errors import OrderflowError
 
@@ -212,14 +212,7 @@ ORDER_V4 = WorkflowDefinition(
     steps=(
         ORDER_V3.steps[0],
         ORDER_V3.steps[1],
-        StepDefinition(
-            "create_shipment",
-            agent="shipping",
-            operation="ship",
-            undo="cancel",
-            irreversible=True,
-            correctable=("carrier",),
-        ),
+        replace(ORDER_V1.steps[2], correctable=("carrier",)),  # no fallback carrier, as in v1
     ),
     undo_plan=ORDER_V3.undo_plan,
 )
