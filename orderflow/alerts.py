@@ -167,11 +167,6 @@ class AlertDoc(Model):
     suggested_action: str
     details: dict[str, Detail] = {}
 
-    @classmethod
-    def from_stored(cls, doc: Mapping[str, Any]) -> AlertDoc:
-        """Parse a stored document, dropping the store's system properties."""
-        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
-
 
 class SweepDoc(Model):
     """What one supervisor sweep did, written once at its end (kind :data:`SWEEP_KIND`).
@@ -204,11 +199,6 @@ class SweepDoc(Model):
     duration_s: float
     complete: bool
     ttl: int = SWEEP_TTL_S
-
-    @classmethod
-    def from_stored(cls, doc: Mapping[str, Any]) -> SweepDoc:
-        """Parse a stored document, dropping the store's system properties."""
-        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
 
 def new_id() -> str:
@@ -281,11 +271,6 @@ class SweepTallyDoc(Model):
     stuck_last: int = 0
     last_sweep_at: UtcDatetime | None = None
     ttl: int = TALLY_TTL_S
-
-    @classmethod
-    def from_stored(cls, doc: Mapping[str, Any]) -> SweepTallyDoc:
-        """Parse a stored document, dropping the store's system properties."""
-        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
 
 def minute_of(at: datetime) -> datetime:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -64,11 +64,6 @@ class BreakerDoc(Model):
     probe_until: UtcDatetime | None = None
     changed_by: str | None = None
     updated_at: UtcDatetime
-
-    @classmethod
-    def from_stored(cls, doc: dict[str, Any]) -> BreakerDoc:
-        """Parse a stored document, dropping the store's system properties (``_etag``, ``_ts`` ...)."""
-        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
 
 class BreakerStore(Protocol):

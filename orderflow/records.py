@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -104,6 +105,11 @@ class Model(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """The stored form: camelCase keys, JSON-native values."""
         return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any]) -> Self:
+        """Parse a stored document, dropping the store's system properties (``_etag``, ``_ts`` ...)."""
+        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
     def copied(self) -> Self:
         """A deep copy that shares nothing with this model, unknown fields included.
@@ -660,11 +666,6 @@ class StateRecord(Model):
             if entry.instance_id == instance_id and entry.traceparent is not None:
                 return entry.traceparent
         return self.traceparent
-
-    @classmethod
-    def from_stored(cls, doc: dict[str, Any]) -> StateRecord:
-        """Parse a stored document, dropping the store's system properties (``_etag``, ``_ts`` ...)."""
-        return cls.model_validate({k: v for k, v in doc.items() if not k.startswith("_")})
 
 
 def order_key(client_id: str, order_id: str) -> str:
