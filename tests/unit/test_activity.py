@@ -266,3 +266,11 @@ def test_a_series_its_page_bound_stopped_is_marked_incomplete_and_counts_what_wa
 
     assert [b["alerts"] for b in body["buckets"]] == [200, 0, 0]  # two pages of 100, newest first
     assert body["complete"] == {"alerts": False, "sweeps": True, "deadLetters": True}
+
+
+def test_a_token_with_neither_app_role_reads_no_activity(trusted: TrustedIssuer) -> None:
+    deps = memory_deps(FakeClock())
+
+    refused = call(deps, trusted, "", "orderflow.unknown")
+
+    assert (refused.status, refused.body["error"]["code"]) == (403, "Forbidden")

@@ -594,3 +594,22 @@ def test_the_undo_of_a_corrected_step_names_what_the_corrected_call_did(
     release = json.loads(request.body)
     assert (release["operation"], release["idempotencyKey"]) == ("release", f"{KEY}:{RESERVE}:undo")
     assert release["payload"] == {"forwardKey": f"{KEY}:{RESERVE}:correction-1", "reservationId": "r-2"}
+
+
+def test_a_reviewer_or_a_token_without_a_role_cannot_correct_an_order(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    seen = shipment_refused(deps)
+    body = {"input": {"carrier": "AIR"}}
+
+    as_reviewer = call(
+        deps, trusted.validator, f"{ORDER}/resubmit", {**trusted.reviewer(), "If-Match": seen.etag}, body
+    )
+    without_role = call(
+        deps, trusted.validator, f"{ORDER}/resubmit", {**trusted.bearer("eve"), "If-Match": seen.etag}, body
+    )
+
+    assert (as_reviewer.status, code(as_reviewer)) == (403, "Forbidden")
+    assert (without_role.status, code(without_role)) == (403, "Forbidden")
+    assert deps.states.get(KEY).etag == seen.etag
+    assert deps.states.get(KEY).item.corrections == []
