@@ -445,6 +445,7 @@ class DevHost:
                 clock=self.deps.clock,
                 settings=self.settings,
                 admission=self.admission,
+                order_cache=self.deps.order_cache,
             )
             # The record is Pending now: the starter claims it at once, not at its next tick.
             self.wakeups.event(STARTER_WAKEUP).set()

@@ -38,6 +38,7 @@ from intake.cancellation import CancelResult, handle_cancel
 from orderflow import telemetry, tracing
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
+from orderflow.dependencies import OrderCache
 from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
@@ -173,6 +174,7 @@ def handle_intake_message(
     definition: WorkflowDefinition | None = None,
     admission: Admission | None = None,
     transport_traceparent: str | None = None,
+    order_cache: OrderCache | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
     the client's order id, or hand a client's cancel of one of its own orders to its handler.
@@ -202,6 +204,8 @@ def handle_intake_message(
         admission: Admission control for new orders, or None to admit everything.
         transport_traceparent: The trace context the transport handed over with the message (an Azure
             trigger's), preferred over the body's ``traceparent``.
+        order_cache: The process's order documents: an order this call creates is put there, so an
+            activity of the same process reads it from memory, not from the order store. None: none.
 
     Returns:
         The order's key and ``accepted`` for a new order, ``duplicate`` for an identical redelivery;
@@ -259,6 +263,7 @@ def handle_intake_message(
             settings=settings,
             definition=definition or new_order_workflow(settings.WORKFLOW_VERSION),
             admission=admission,
+            order_cache=order_cache,
         )
         tracing.mark_outcome(span, result.outcome.value)
         return result
@@ -275,6 +280,7 @@ def _submit(
     settings: Settings,
     definition: WorkflowDefinition,
     admission: Admission | None,
+    order_cache: OrderCache | None,
 ) -> IntakeResult:
     """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked."""
     existing = _unscoped_order(order, client, orders, clock, settings)
@@ -302,6 +308,7 @@ def _submit(
             settings=settings,
             definition=definition,
             client=client,
+            order_cache=order_cache,
         )
     except ConflictingOrder as conflict:
         if admission is not None and admitted:
@@ -416,9 +423,10 @@ def _record(
     settings: Settings,
     definition: WorkflowDefinition,
     client: RegisteredClient,
+    order_cache: OrderCache | None = None,
 ) -> IntakeOutcome:
     """Write the order document and the state record under ``key``, create-only; ``existing`` if
-    already read.
+    already read. A document this call creates is put in ``order_cache``.
 
     Raises:
         ConflictingOrder: the stored document's content hash differs, or it is another client's order;
@@ -431,6 +439,9 @@ def _record(
             orders.create(document)
         except AlreadyExists:
             existing = orders.get(key)
+        else:
+            if order_cache is not None:
+                order_cache.put(document)
     if existing is not None:
         foreign = existing.client_id is not None and existing.client_id != client.client_id
         if foreign or existing.content_hash != document.content_hash:

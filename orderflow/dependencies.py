@@ -67,11 +67,16 @@ class OrderCache:
         if found is not None:
             return found
         document = store.get(order_id)
+        self.put(document)
+        return document
+
+    def put(self, document: OrderDocument) -> None:
+        """Remember a document just read, or just created by this process (the submission's create:
+        the first activity then reads no order the process wrote a moment before)."""
         with self._lock:
-            self._items[order_id] = document
+            self._items[document.order_id] = document
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
-        return document
 
 
 @dataclass

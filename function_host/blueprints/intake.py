@@ -58,6 +58,7 @@ def _handle(
             settings=deps.settings,
             admission=_admission(),
             transport_traceparent=traceparent,
+            order_cache=deps.order_cache,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),

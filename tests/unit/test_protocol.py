@@ -19,7 +19,7 @@ from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepR
 from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import ProcessState, StateRecord, StepStatus, format_utc
+from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, format_utc
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, Versioned
@@ -62,6 +62,7 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         queues=deps.queues,
         clock=deps.clock,
         settings=deps.settings,
+        order_cache=deps.order_cache,
     )
 
 
@@ -300,6 +301,18 @@ def test_finish_processed_replies_once_per_message_id(deps: Dependencies, clock:
     assert statuses == [("o-1", "Received"), ("o-1", "Processed")]
 
 
+class CountingOrderGets(InMemoryOrderStore):
+    """The in-memory order store, counting point reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets = 0
+
+    def get(self, order_id: str) -> OrderDocument:
+        self.gets += 1
+        return super().get(order_id)
+
+
 class CountingGets(InMemoryStateStore):
     """The in-memory store, counting point reads and replaces."""
 
@@ -321,9 +334,10 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     clock: FakeClock, settings: Settings
 ) -> None:
     states = CountingGets()
+    orders = CountingOrderGets()
     deps = Dependencies(
         states=states,
-        orders=InMemoryOrderStore(),
+        orders=orders,
         queues=InMemoryQueueFactory(),
         clock=clock,
         settings=settings,
@@ -369,6 +383,9 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     # read (the cached claim may be stale). Every write, the outbox clear included, used the ETag it
     # last wrote.
     assert states.gets == 1
+    # The submission put the order document it created in the process's cache: no step read it.
+    assert orders.gets == 0
+    assert deps.order_cache.get(orders, "a:o-1") == orders.get("a:o-1")
     # The claim, the next two steps' starts, the outcome and the outbox clear.
     assert states.replaces == 5
     record = deps.states.get("a:o-1").item
@@ -540,6 +557,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
             queues=deps.queues,
             clock=deps.clock,
             settings=deps.settings,
+            order_cache=deps.order_cache,
         )
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
     assert [(r["status"], r.get("reason")) for r in replies] == [
@@ -548,6 +566,8 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
     ]
     assert deps.states.get("a:o-1").etag == before.etag
     assert str(deps.orders.get("a:o-1").amount) == "1000.50"
+    # The refused document never reached the cache: the steps read the stored order.
+    assert str(deps.order_cache.get(deps.orders, "a:o-1").amount) == "1000.50"
 
 
 def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencies) -> None:
