@@ -10,6 +10,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from bench.baseline import BASELINE_REVISION
 from bench.config import PEERS, REPORT_PATH, BenchConfig
 from bench.report import markdown_tables, print_tables
 from bench.runner import failures, run_bench
@@ -62,6 +63,10 @@ def main(
     timeout_s: Annotated[float, typer.Option(help="Longest wait for one run's orders, seconds.")] = 900.0,
     report: Annotated[Path, typer.Option(help="Where to write the JSON report.")] = REPORT_PATH,
     markdown: Annotated[bool, typer.Option(help="Also print the headline tables as Markdown.")] = False,
+    baseline: Annotated[
+        str,
+        typer.Option(help="Revision measured again for the CPU comparison (empty: none)."),
+    ] = BASELINE_REVISION,
 ) -> None:
     """Benchmark orderflow against bare durabletask and DBOS; write bench-report.json.
 
@@ -91,6 +96,7 @@ def main(
             peers=_names(peers),
             run_timeout_s=timeout_s,
             report_path=report,
+            baseline=baseline.strip() or None,
         )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from bench.baseline import BASELINE_REVISION
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from devhost.demo import DATA_DIR
 from devhost.emulators import REPO_ROOT
@@ -44,6 +45,8 @@ class BenchConfig(BaseModel):
         run_timeout_s: Longest wait for one run's orders to finish, seconds.
         data_dir: The TPC-H data set (generated there with tpchgen-cli when missing).
         report_path: Where ``bench-report.json`` is written.
+        baseline: The revision measured again beside orderflow for the CPU comparison
+            (:mod:`bench.baseline`), on the throughput runs' 1- and 2-process counts; None: not run.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -68,6 +71,12 @@ class BenchConfig(BaseModel):
     run_timeout_s: float = Field(900.0, gt=0)
     data_dir: Path = DATA_DIR
     report_path: Path = REPORT_PATH
+    baseline: str | None = BASELINE_REVISION
+
+    def baseline_processes(self) -> tuple[int, ...]:
+        """The process counts the baseline is measured on: the throughput runs' 1 and 2 (its 3-process
+        window, at about 2 orders a second, would take minutes and compare the machine's load)."""
+        return tuple(p for p in self.processes if p <= 2)
 
     @field_validator("processes", "single_processes", "sweep_sizes")
     @classmethod

@@ -1,7 +1,8 @@
 """``bench-report.json``: its shape, the ratios between systems, and the tables printed from it.
 
 Top-level keys: ``generated_at`` (UTC, ISO 8601), ``machine``, ``config``, ``orderflow``, ``sweep``,
-``hard_down``, ``peers``, ``ratios``, ``notes``. Times are seconds, throughputs orders per second.
+``hard_down``, ``peers``, ``ratios``, ``baseline`` (:mod:`bench.baseline`, or null), ``notes``. Times
+are seconds, throughputs orders per second.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.baseline import CPU_TARGET, cpu_ratios
 from bench.config import BenchConfig
 from bench.measure import DEVHOSTS_ONLY
 from bench.stats import ratio
@@ -29,6 +31,7 @@ REPORT_KEYS = (
     "hard_down",
     "peers",
     "ratios",
+    "baseline",
     "notes",
 )
 """The report's top-level keys, in order."""
@@ -123,6 +126,7 @@ def build_report(
     sweep_growth: Mapping[str, Any],
     hard_down: Mapping[str, Any] | None,
     peers: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, Any] | None = None,
     generated_at: datetime | None = None,
     notes: Sequence[str] = NOTES,
 ) -> dict[str, Any]:
@@ -138,6 +142,7 @@ def build_report(
         sweep_growth: Growth per store (:func:`bench.sweep.growth`).
         hard_down: The hard-down run, or None.
         peers: Runs by peer name.
+        baseline: The baseline revision's figures (:func:`bench.baseline.summarise`), or None.
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """
@@ -157,6 +162,9 @@ def build_report(
         "hard_down": dict(hard_down) if hard_down is not None else None,
         "peers": {name: dict(run) for name, run in peers.items()},
         "ratios": peer_ratios(orderflow_runs, peers),
+        "baseline": (
+            {**baseline, "cpu_ratio": cpu_ratios(baseline, orderflow_runs)} if baseline is not None else None
+        ),
         "notes": list(notes),
     }
 
@@ -317,7 +325,50 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
         for row in rows:
             profile.add_row(*row)
         console.print(profile)
+    _print_baseline(report, console)
     _print_rest(report, console)
+
+
+def baseline_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]]]:
+    """The CPU comparison with the baseline revision: a title and one row per process count (baseline
+    ms, now ms, ratio, target met or not, and both runs' orders/s)."""
+    baseline = report.get("baseline")
+    if not baseline:
+        return "", []
+    rows = []
+    for processes, figures in baseline["cpu_ratio"].items():
+        before = baseline["windows"][processes]
+        now = report["orderflow"]["runs"].get(processes) or {}
+        rows.append(
+            [
+                processes,
+                _fmt(figures["baseline_ms"]),
+                _fmt(figures["now_ms"]),
+                f"{_fmt(figures['ratio'])} ({'met' if figures['met'] else 'not met'})",
+                _fmt(before.get("throughput_per_s")),
+                _fmt(now.get("throughput_per_s")),
+            ]
+        )
+    title = (
+        f"CPU ms per order in orderflow's processes: {baseline['revision']} (before every cut, measured in "
+        f"this run) and now; target ratio <= {CPU_TARGET}"
+    )
+    return title, rows
+
+
+BASELINE_COLUMNS = ("processes", "baseline ms", "now ms", "now / baseline", "baseline orders/s", "orders/s")
+
+
+def _print_baseline(report: Mapping[str, Any], console: Console) -> None:
+    title, rows = baseline_rows(report)
+    if not rows:
+        return
+    table = Table(title=title)
+    for column in BASELINE_COLUMNS:
+        table.add_column(column, justify="left" if column == "processes" else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def _print_systems(report: Mapping[str, Any], console: Console) -> None:
@@ -407,6 +458,10 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
     header, rows = cost_rows(report)
     if rows[:-1]:
         lines += ["", f"| {' | '.join(header)} |", "|---|" + "---:|" * (len(header) - 1)]
+        lines += [f"| {' | '.join(row)} |" for row in rows]
+    title, rows = baseline_rows(report)
+    if rows:
+        lines += ["", f"{title}:", "", f"| {' | '.join(BASELINE_COLUMNS)} |", "|---|" + "---:|" * 5]
         lines += [f"| {' | '.join(row)} |" for row in rows]
     per_order = report["orderflow"].get("per_order")
     if per_order:

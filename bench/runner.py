@@ -1,7 +1,8 @@
 """Run every benchmark once, in one set of emulators and one demo-services process.
 
-Order of the parts: orderflow's throughput runs (one per process count), the in-process counting run,
-the hard-down run, the peers, then the supervisor sweeps (last: the large sweep fills cosmosdb-server's
+Order of the parts: orderflow's throughput runs (one per process count), the baseline revision's own
+benchmark on the same orders (:mod:`bench.baseline`), the one-at-a-time runs, the in-process counting
+run, the hard-down run, the peers, then the supervisor sweeps (last: the large sweep fills cosmosdb-server's
 memory, and its database is dropped before the emulators stop).
 
 A part that fails does not lose the others: its figures are left out of the report, a note starting
@@ -20,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.baseline import BaselineUnavailable, baseline_run
 from bench.config import BenchConfig
 from bench.counting.http import HttpCounter, install_http_counter
 from bench.measure import LOAD_GENERATOR, counts_between, http_targets, per_order_by_target
@@ -79,10 +81,15 @@ class _Parts:
         self._progress = progress
         self.failed: list[str] = []
 
-    def run(self, name: str, part: Callable[[], T]) -> T | None:
+    def run(
+        self, name: str, part: Callable[[], T], *, expected: tuple[type[Exception], ...] = ()
+    ) -> T | None:
+        """``part()``, or None when it raised (noted as failed); ``expected`` errors are raised."""
         self._progress(name)
         try:
             return part()
+        except expected:
+            raise
         except Exception as exc:
             logger.exception("%s failed", name)
             self.failed.append(f"{FAILED}{name}: {type(exc).__name__}: {str(exc)[:300]}")
@@ -115,6 +122,7 @@ def run_bench(
     orders = happy_orders(catalog, config.distinct_orders(), review_above=review_above, runs=config.runs())
     timed, warmup = orders[: config.orders], orders[: config.warmup]
     parts = _Parts(progress)
+    notes: list[str] = []
 
     with ExitStack() as stack, quiet_sdk_logs():
         emulators: LocalEmulators | None = None
@@ -168,6 +176,7 @@ def run_bench(
             )
             if run is not None:
                 orderflow_runs[str(processes)] = run
+        baseline = _baseline(config, run_dir, parts, notes)
         for processes in config.single_processes:
             run = parts.run(
                 f"orderflow: {config.single_orders} orders one at a time on {processes} devhost process(es)",
@@ -263,10 +272,39 @@ def run_bench(
         sweep_growth={"cosmosdb-server": growth(cosmos or []), "memory": growth(memory or [])},
         hard_down=hard_down,
         peers=peers,
-        notes=[*NOTES, *parts.failed],
+        baseline=baseline,
+        notes=[*NOTES, *notes, *parts.failed],
     )
     write_report(report, config.report_path)
     return report
+
+
+def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str]) -> dict[str, Any] | None:
+    """The baseline revision's figures, or None: not asked for, or not available here (a note says
+    why; a clone without the revision's history is not a failed run)."""
+    processes = config.baseline_processes()
+    if config.baseline is None or not processes:
+        return None
+    revision = config.baseline
+    try:
+        return parts.run(
+            f"baseline {revision}: {config.orders} orders on {','.join(map(str, processes))} devhost "
+            "process(es), its own benchmark",
+            partial(
+                baseline_run,
+                revision=revision,
+                orders=config.orders,
+                concurrency=config.concurrency,
+                warmup=config.warmup,
+                processes=processes,
+                run_dir=run_dir,
+                timeout_s=config.run_timeout_s,
+            ),
+            expected=(BaselineUnavailable,),
+        )
+    except BaselineUnavailable as exc:
+        notes.append(f"baseline {revision} not measured: {exc}")
+        return None
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:

@@ -68,6 +68,7 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         run_timeout_s=120,
         data_dir=roomy_dataset(tmp_path / "tpch"),
         report_path=tmp_path / "bench-report.json",
+        baseline=None,  # its own benchmark takes minutes: tests/unit/test_bench_baseline.py
     )
     report = run_bench(config, endpoints=local_endpoints)
 

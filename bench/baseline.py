@@ -1,0 +1,199 @@
+"""orderflow before any of the benchmark's cuts, measured again in this run by its own benchmark.
+
+The CPU an order costs moves with the machine: on the 2-core machine of docs/benchmarks.md the same
+code measured 71 to 98 ms per order in runs an hour apart. A figure taken on another day is therefore no
+yardstick for "half of what it cost", so the run measures the code of :data:`BASELINE_REVISION` (the
+commit that added these measurements, before every cut) again, with that revision's own
+``python -m bench``: its own emulators, devhost processes and probes, the same orders, concurrency and
+warm-up, its throughput windows only (its other parts run at their smallest sizes). The revision is
+checked out with ``git worktree add`` under the run's directory and removed afterwards; it shares this
+checkout's ``node_modules`` and TPC-H data set (read only) and this interpreter.
+
+Each orderflow figure compared is ``cpu_ms_per_order["orderflow"]`` of the same process count: the
+devhost processes and, since the backend got a process of its own, their durabletask backends; at the
+baseline revision the backend ran inside the devhost, so both figures count the same work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from devhost.emulators import REPO_ROOT
+
+BASELINE_REVISION = "fe3526f"
+"""The commit that added the per-window measurements ("make bench measures each window's cost"),
+before every cut of docs/benchmarks.md."""
+
+SHARED = ("node_modules", ".data")
+"""What the baseline checkout borrows from this one (npm packages, the TPC-H data set)."""
+
+STOP_GRACE_S = 60.0
+"""How long an interrupted baseline benchmark may take to stop what it started, seconds."""
+
+CPU_TARGET = 0.5
+"""The issue's target: CPU per order in orderflow's processes at most half of the baseline's."""
+
+
+class BaselineUnavailable(RuntimeError):
+    """The baseline revision could not be checked out (no git, a shallow clone, an unknown revision)."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=120
+        )
+    except FileNotFoundError as exc:
+        raise BaselineUnavailable("git is not installed") from exc
+    except subprocess.CalledProcessError as exc:
+        raise BaselineUnavailable(f"git {' '.join(args[:2])}: {exc.stderr.strip()[:200]}") from exc
+    return done.stdout.strip()
+
+
+def baseline_command(
+    *, orders: int, concurrency: int, warmup: int, processes: Sequence[int], timeout_s: float, report: Path
+) -> list[str]:
+    """The baseline revision's benchmark: the throughput windows asked for, everything else smallest."""
+    return [
+        sys.executable,
+        "-m",
+        "bench",
+        "--orders",
+        str(orders),
+        "--concurrency",
+        str(concurrency),
+        "--warmup",
+        str(warmup),
+        "--processes",
+        ",".join(str(p) for p in processes),
+        "--single-processes",
+        "",
+        "--profile-processes",
+        "0",
+        "--count-orders",
+        "1",
+        "--sweep-sizes",
+        "1",
+        "--sweep-expired",
+        "1",
+        "--hard-down-orders",
+        "1",
+        "--peers",
+        "",
+        "--timeout-s",
+        str(timeout_s),
+        "--report",
+        str(report),
+    ]
+
+
+def summarise(report: Mapping[str, Any], revision: str) -> dict[str, Any]:
+    """The baseline's figures by process count, from its own report: CPU ms per order (each process
+    and ``orderflow``), throughput (orders/s), p50 latency (seconds) and outcomes."""
+    windows: dict[str, Any] = {}
+    for processes, run in (report.get("orderflow", {}).get("runs") or {}).items():
+        measured = run.get("measured") or {}
+        windows[str(processes)] = {
+            "cpu_ms_per_order": dict(measured.get("cpu_ms_per_order") or {}),
+            "throughput_per_s": run.get("throughput_per_s"),
+            "p50_s": (run.get("latency") or {}).get("p50_s"),
+            "outcomes": dict(run.get("outcomes") or {}),
+        }
+    return {"revision": revision, "windows": windows}
+
+
+def cpu_ratios(
+    baseline: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Now ÷ baseline of CPU ms per order in orderflow's processes, for each process count both have;
+    ``met`` when the ratio is at most :data:`CPU_TARGET`."""
+    out: dict[str, dict[str, Any]] = {}
+    for processes, window in (baseline.get("windows") or {}).items():
+        before = (window.get("cpu_ms_per_order") or {}).get("orderflow")
+        now_run = runs.get(processes) or {}
+        now = ((now_run.get("measured") or {}).get("cpu_ms_per_order") or {}).get("orderflow")
+        if not before or now is None:
+            continue
+        ratio = round(now / before, 2)
+        out[processes] = {
+            "baseline_ms": before,
+            "now_ms": now,
+            "ratio": ratio,
+            "target": CPU_TARGET,
+            "met": ratio <= CPU_TARGET,
+        }
+    return out
+
+
+def _run_to_end(command: list[str], *, cwd: Path, log: IO[str], timeout_s: float) -> int:
+    """Run the baseline's benchmark and return its exit code (1 when one of its parts failed; its report
+    is still written). On an interruption or a timeout it is sent SIGTERM, which stops everything it
+    started, like ``make bench``; what is left after :data:`STOP_GRACE_S` is killed with its group."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return process.wait(timeout=timeout_s)
+    except BaseException:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        raise
+
+
+def baseline_run(
+    *,
+    revision: str,
+    orders: int,
+    concurrency: int,
+    warmup: int,
+    processes: Sequence[int],
+    run_dir: Path,
+    timeout_s: float,
+    repo: Path = REPO_ROOT,
+) -> dict[str, Any]:
+    """Check ``revision`` of ``repo`` out under ``run_dir``, run its benchmark, return :func:`summarise`
+    of its report.
+
+    Its output goes to ``run_dir/baseline.log`` and its report to ``run_dir/baseline-report.json``.
+
+    Raises:
+        BaselineUnavailable: the revision could not be checked out.
+        RuntimeError: its benchmark failed or wrote no report (the log says why).
+    """
+    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    checkout = run_dir / "baseline"
+    _git(repo, "worktree", "add", "--detach", str(checkout), commit)
+    try:
+        for shared in SHARED:
+            if (repo / shared).exists():
+                (checkout / shared).symlink_to(repo / shared)
+        report_path = run_dir / "baseline-report.json"
+        command = baseline_command(
+            orders=orders,
+            concurrency=concurrency,
+            warmup=warmup,
+            processes=processes,
+            timeout_s=timeout_s,
+            report=report_path,
+        )
+        with (run_dir / "baseline.log").open("w", encoding="utf-8") as log:
+            returncode = _run_to_end(command, cwd=checkout, log=log, timeout_s=timeout_s * 3 + 600)
+        if not report_path.exists():
+            raise RuntimeError(f"the baseline's benchmark exited {returncode} without a report")
+        return summarise(json.loads(report_path.read_text(encoding="utf-8")), commit[:12])
+    finally:
+        try:
+            _git(repo, "worktree", "remove", "--force", str(checkout))
+        except BaselineUnavailable:
+            shutil.rmtree(checkout, ignore_errors=True)
+            _git(repo, "worktree", "prune")

@@ -1,0 +1,203 @@
+"""The baseline revision measured again in the same run: checked out, run, read, compared, removed.
+
+The checkout and the run are real (git worktrees of a repository made here, a stand-in benchmark that
+writes a report from its arguments); the report read is the shape the baseline revision's own benchmark
+writes (``tests/data/bench-baseline-report.json``, its throughput windows from a run of it on
+2026-12-01, trimmed to what is read).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from bench.baseline import (
+    BASELINE_REVISION,
+    BaselineUnavailable,
+    baseline_command,
+    baseline_run,
+    cpu_ratios,
+    summarise,
+)
+from bench.config import BenchConfig
+from bench.report import build_report, markdown_tables
+
+BASELINE_REPORT = Path(__file__).parents[1] / "data" / "bench-baseline-report.json"
+
+STAND_IN = """
+import json, sys
+args = sys.argv[1:]
+report = args[args.index("--report") + 1]
+processes = args[args.index("--processes") + 1].split(",")
+runs = {
+    p: {"throughput_per_s": 5.0, "latency": {"p50_s": 3.0}, "outcomes": {"Processed": 3},
+        "measured": {"cpu_ms_per_order": {"orderflow": 100.0 * int(p), "devhost-1": 90.0}}}
+    for p in processes
+}
+json.dump({"orderflow": {"runs": runs}, "argv": args}, open(report, "w"))
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository whose one commit has a stand-in ``bench`` package (``python -m bench``)."""
+    root = tmp_path / "repo"
+    (root / "bench").mkdir(parents=True)
+    (root / "bench" / "__init__.py").write_text("")
+    (root / "bench" / "__main__.py").write_text(STAND_IN)
+    (root / "node_modules").mkdir()
+    _git(root, "init", "-q")
+    _git(root, "add", "bench")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "stand-in")
+    return root
+
+
+def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    head = _git(repo, "rev-parse", "HEAD")
+
+    summary = baseline_run(
+        revision="HEAD",
+        orders=7,
+        concurrency=3,
+        warmup=2,
+        processes=(1, 2),
+        run_dir=run_dir,
+        timeout_s=60,
+        repo=repo,
+    )
+
+    assert summary["revision"] == head[:12]
+    assert summary["windows"]["2"]["cpu_ms_per_order"]["orderflow"] == 200.0
+    assert summary["windows"]["1"]["outcomes"] == {"Processed": 3}
+    argv = json.loads((run_dir / "baseline-report.json").read_text())["argv"]
+    assert argv[argv.index("--orders") + 1] == "7"
+    assert argv[argv.index("--concurrency") + 1] == "3"
+    assert argv[argv.index("--warmup") + 1] == "2"
+    assert argv[argv.index("--peers") + 1] == ""
+    # The checkout is gone, and git no longer lists it.
+    assert not (run_dir / "baseline").exists()
+    assert _git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_an_unknown_revision_is_unavailable_and_checks_nothing_out(repo: Path, tmp_path: Path) -> None:
+    with pytest.raises(BaselineUnavailable, match="rev-parse"):
+        baseline_run(
+            revision="0" * 40,
+            orders=1,
+            concurrency=1,
+            warmup=0,
+            processes=(1,),
+            run_dir=tmp_path,
+            timeout_s=10,
+            repo=repo,
+        )
+    assert not (tmp_path / "baseline").exists()
+
+
+def test_a_baseline_that_writes_no_report_is_an_error_and_leaves_no_checkout(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / "bench" / "__main__.py").write_text("import sys\nsys.exit(3)\n")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "fails")
+    with pytest.raises(RuntimeError, match="exited 3 without a report"):
+        baseline_run(
+            revision="HEAD",
+            orders=1,
+            concurrency=1,
+            warmup=0,
+            processes=(1,),
+            run_dir=tmp_path,
+            timeout_s=10,
+            repo=repo,
+        )
+    assert not (tmp_path / "baseline").exists()
+
+
+def test_the_baseline_revision_is_the_commit_that_added_the_measurements() -> None:
+    message = _git(Path(__file__).parents[2], "log", "-1", "--format=%s", f"{BASELINE_REVISION}^{{commit}}")
+    assert message.startswith("make bench measures each window's cost")
+
+
+def test_the_baseline_benchmark_runs_only_its_throughput_windows_at_their_smallest() -> None:
+    command = baseline_command(
+        orders=300, concurrency=32, warmup=10, processes=(1, 2), timeout_s=900, report=Path("r.json")
+    )
+    assert command[:3] == [sys.executable, "-m", "bench"]
+    options = dict(zip(command[3::2], command[4::2], strict=True))
+    assert options == {
+        "--orders": "300",
+        "--concurrency": "32",
+        "--warmup": "10",
+        "--processes": "1,2",
+        "--single-processes": "",
+        "--profile-processes": "0",
+        "--count-orders": "1",
+        "--sweep-sizes": "1",
+        "--sweep-expired": "1",
+        "--hard-down-orders": "1",
+        "--peers": "",
+        "--timeout-s": "900",
+        "--report": "r.json",
+    }
+
+
+def test_the_baseline_report_is_read_as_its_revision_wrote_it() -> None:
+    summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
+    assert summary["windows"]["2"]["cpu_ms_per_order"]["orderflow"] == 113.3
+    assert summary["windows"]["2"]["throughput_per_s"] == 4.87
+    assert summary["windows"]["1"]["p50_s"] == 3.366
+    assert summary["windows"]["1"]["outcomes"] == {"Processed": 300}
+
+
+def _now(cpu_ms: float) -> dict[str, object]:
+    measured = {
+        "cpu_ms_per_order": {"orderflow": cpu_ms},
+        "http_per_order": {},
+        "grpc_per_order": {},
+        "limited_by": "waiting, not CPU",
+    }
+    return {"throughput_per_s": 16.0, "measured": measured}
+
+
+def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
+    summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
+    ratios = cpu_ratios(summary, {"1": _now(52.3), "2": _now(60.0), "3": _now(50.0)})
+    assert ratios == {
+        "1": {"baseline_ms": 104.6, "now_ms": 52.3, "ratio": 0.5, "target": 0.5, "met": True},
+        "2": {"baseline_ms": 113.3, "now_ms": 60.0, "ratio": 0.53, "target": 0.5, "met": False},
+    }
+    # A window missing on either side is not compared.
+    assert cpu_ratios(summary, {"1": {}}) == {}
+
+
+def test_the_report_prints_the_comparison_beside_the_tables() -> None:
+    summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": _now(56.0)},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+        baseline=summary,
+        generated_at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    assert report["baseline"]["cpu_ratio"]["2"]["ratio"] == 0.49
+    text = markdown_tables(report)
+    assert "fe3526f (before every cut, measured in this run)" in text
+    assert "| 2 | 113.3 | 56 | 0.49 (met) | 4.87 | 16 |" in text
