@@ -159,7 +159,9 @@ class ConsumerLoop:
         self._poll_s = poll_s
         self._max_poll_s = max(poll_s, max_poll_s)
         self._max_delivery_count = max_delivery_count
-        self._slots = threading.Semaphore(concurrency)
+        self._running = 0  # handlers submitted and not yet finished
+        self._running_lock = threading.Lock()
+        self._freed = threading.Event()  # set when a handler finishes
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"consume-{queue.name}")
         self._thread = threading.Thread(target=self._run, name=f"loop-{queue.name}", daemon=True)
         self._renewer = (
@@ -192,7 +194,11 @@ class ConsumerLoop:
         while not self._stop.is_set():
             free = self._free_slots()
             if free == 0:
-                self._stop.wait(0.01)
+                # Every handler is busy: sleep until one finishes (not a 10 ms poll, whose wake-ups
+                # cost a loaded process its interpreter lock a hundred times a second per queue).
+                self._freed.clear()
+                if self._free_slots() == 0:
+                    self._freed.wait(min(self._poll_s, 1.0))  # and notices a stop within a second
                 continue
             asked = min(free, 32)
             if self._wakeup is not None:
@@ -206,7 +212,8 @@ class ConsumerLoop:
                 self._stop.wait(1.0)
                 continue
             for message in messages:
-                self._slots.acquire()
+                with self._running_lock:
+                    self._running += 1
                 self._pool.submit(self._handle, message)
             if messages:
                 idle_s = self._poll_s
@@ -224,12 +231,8 @@ class ConsumerLoop:
                 idle_s = min(self._max_poll_s, idle_s * 2)
 
     def _free_slots(self) -> int:
-        free = 0
-        while free < self._concurrency and self._slots.acquire(blocking=False):
-            free += 1
-        for _ in range(free):
-            self._slots.release()
-        return free
+        with self._running_lock:
+            return self._concurrency - self._running
 
     def _handle(self, message: ReceivedMessage) -> None:
         held = self._renewer.hold(message) if self._renewer is not None else None
@@ -244,7 +247,9 @@ class ConsumerLoop:
             if held is not None:
                 assert self._renewer is not None
                 self._renewer.release(held)
-            self._slots.release()
+            with self._running_lock:
+                self._running -= 1
+            self._freed.set()
 
 
 class PeriodicLoop:

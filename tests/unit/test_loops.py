@@ -124,3 +124,48 @@ def wait_until(predicate: Any, timeout_s: float = 30.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+class CountingSlots(ConsumerLoop):
+    """A consumer loop that counts how often it looks for a free handler."""
+
+    looks = 0
+
+    def _free_slots(self) -> int:
+        self.looks += 1
+        return super()._free_slots()
+
+
+def test_a_loop_whose_handlers_are_all_busy_sleeps_until_one_finishes() -> None:
+    queues = WakingQueueFactory(InMemoryQueueFactory(), Wakeups())
+    release = threading.Event()
+    handled: list[str] = []
+    stop = threading.Event()
+
+    def handle(message: ReceivedMessage) -> None:
+        release.wait(30)
+        handled.append(message.message_id)
+
+    loop = CountingSlots(
+        queues.queue("agent-responses-h1"),
+        handle,
+        stop,
+        concurrency=1,
+        poll_s=NEVER_S,
+        max_poll_s=NEVER_S,
+        wakeup=queues.wakeups.event("agent-responses-h1"),
+    )
+    queues.queue("agent-responses-h1").send("{}", message_id="r-1")
+    queues.queue("agent-responses-h1").send("{}", message_id="r-2")
+    loop.start()
+    try:
+        wait_until(lambda: loop.looks >= 2)  # r-1 taken; its one handler is busy
+        time.sleep(0.5)
+        assert loop.looks <= 4  # a 10 ms poll of the busy handler would have looked about 50 times
+        release.set()  # the handler finishes: the loop takes r-2 at once, not after its idle sleep
+        wait_until(lambda: handled == ["r-1", "r-2"], timeout_s=5)
+    finally:
+        release.set()
+        stop.set()
+        queues.wakeups.notify_all()
+        loop.join()
