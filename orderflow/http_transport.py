@@ -27,6 +27,7 @@ import select
 import socket
 import ssl
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -271,11 +272,17 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
             self._open.discard(connection)
 
 
+_POLLERS: weakref.WeakKeyDictionary[socket.socket, select.poll] = weakref.WeakKeyDictionary()
+"""One poll object per open socket, registered once (not built and registered for every request)."""
+
+
 def _dropped(sock: socket.socket) -> bool:
     """Whether an idle keep-alive connection can no longer be used: readable with nothing asked means
     the server closed it (or sent what no request asked for)."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+    poller = _POLLERS.get(sock)
+    if poller is None:
+        poller = _POLLERS[sock] = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
     return bool(poller.poll(0))
 
 

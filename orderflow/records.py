@@ -22,8 +22,6 @@ from pydantic.alias_generators import to_camel
 SCHEMA_VERSION = 1
 """Version of the stored record and document shapes written by this code."""
 
-_ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
 REDACTED = "[redacted]"
 """What a text field holds once the retention purge removed its payment or customer data (docs/data.md)."""
 
@@ -46,8 +44,10 @@ def _ensure_utc(value: datetime) -> datetime:
 
 
 def format_utc(value: datetime) -> str:
-    """Format an aware datetime as the fixed-width UTC string the stores compare lexicographically."""
-    return _ensure_utc(value).strftime(_ISO_FORMAT)
+    """Format an aware datetime as the fixed-width UTC string the stores compare lexicographically:
+    ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (a four-digit year even before 1000, where ``strftime`` drops the
+    zeros)."""
+    return _ensure_utc(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_utc(text: str) -> datetime:
