@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -41,7 +42,9 @@ LATENCY_FIGURES = ("p50_s", "p95_s", "p99_s")
 NOTES = (
     "Every system runs on this one machine with the emulators, the demo services and the load generator "
     "(see machine.cpu_count and machine.load_average): the figures compare the systems with each other "
-    "here, they are not what any of them does on its own hardware.",
+    "here, they are not what any of them does on its own hardware. machine.core_speed_s is the CPU time "
+    "of one fixed loop before and after the run: on a shared machine the same work takes more CPU at "
+    "times, and so does an order.",
     "Closed loop for every system: config.concurrency orders outstanding, a new one submitted when one "
     "finishes; the same TPC-H orders (faults off, no review, nothing out of stock) against one "
     "demo-services process, under run-specific order ids; config.warmup orders first, not counted.",
@@ -76,8 +79,31 @@ NOTES = (
 )
 
 
-def machine_info(load_before: Sequence[float], load_after: Sequence[float]) -> dict[str, Any]:
-    """CPU count, Python, platform, and the 1/5/15-minute load averages before and after the run."""
+CALIBRATION_LOOP = 2_000_000
+"""Iterations of :func:`core_speed`'s fixed loop."""
+
+
+def core_speed(repeats: int = 3) -> float:
+    """CPU seconds one core takes for a fixed pure-Python loop (the fastest of ``repeats``): the same
+    work, so a larger figure is a slower machine at that moment. CPU per order measured on a slower
+    machine is larger too; this says how much slower it was."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        total = 0
+        for i in range(CALIBRATION_LOOP):
+            total += i * i
+        best = min(best, time.process_time() - started)
+    return round(best, 3)
+
+
+def machine_info(
+    load_before: Sequence[float],
+    load_after: Sequence[float],
+    core_speed_s: Sequence[float] = (),
+) -> dict[str, Any]:
+    """CPU count, Python, platform, the 1/5/15-minute load averages before and after the run, and
+    :func:`core_speed` before and after it (seconds; empty when not measured)."""
     return {
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
@@ -86,6 +112,7 @@ def machine_info(load_before: Sequence[float], load_after: Sequence[float]) -> d
             "before": [round(x, 2) for x in load_before],
             "after": [round(x, 2) for x in load_after],
         },
+        "core_speed_s": {"loop": CALIBRATION_LOOP, "before_after": list(core_speed_s)},
     }
 
 
@@ -390,12 +417,27 @@ def _print_systems(report: Mapping[str, Any], console: Console) -> None:
                 *(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99")),
             )
     console.print(ratios)
+    speed = speed_line(report)
+    if speed:
+        console.print(speed)
     for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
         latency = run.get("latency") or {}
         console.print(
             f"one order at a time on {processes} devhost process(es): p50 {_fmt(latency.get('p50_s'))} s, "
             f"p95 {_fmt(latency.get('p95_s'))} s ({run.get('finished')} orders)"
         )
+
+
+def speed_line(report: Mapping[str, Any]) -> str:
+    """The machine's core speed before and after the run, as a sentence ('' when not measured)."""
+    speed = (report.get("machine") or {}).get("core_speed_s") or {}
+    measured = speed.get("before_after") or []
+    if len(measured) != 2:
+        return ""
+    return (
+        f"core speed: {speed['loop']:,} iterations of a fixed loop took {measured[0]} s of CPU before the "
+        f"run and {measured[1]} s after it (more: a slower machine)"
+    )
 
 
 def _print_rest(report: Mapping[str, Any], console: Console) -> None:
@@ -452,6 +494,8 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         for processes, figures in by_processes.items():
             values = " | ".join(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99"))
             lines.append(f"| {peer} | {processes.split('_')[0]} | {values} |")
+    if speed_line(report):
+        lines += ["", speed_line(report) + "."]
     for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
         latency = run.get("latency") or {}
         lines += ["", f"One order at a time on {processes} process(es): p50 {_fmt(latency.get('p50_s'))} s."]

@@ -27,7 +27,7 @@ from bench.counting.http import HttpCounter, install_http_counter
 from bench.measure import LOAD_GENERATOR, counts_between, http_targets, per_order_by_target
 from bench.orderflow_runs import Measuring, counting_run, hard_down_comparison, throughput_run
 from bench.peer_runs import dbos_run, durabletask_run
-from bench.report import NOTES, build_report, machine_info
+from bench.report import NOTES, build_report, core_speed, machine_info
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
@@ -115,6 +115,7 @@ def run_bench(
     """
     run_dir = new_run_dir("bench-")
     load_before = os.getloadavg()
+    speed_before = core_speed()
     progress(f"logs in {run_dir}")
     data_dir = ensure_dataset(config.data_dir)
     catalog = load_catalog(data_dir, orders=None, stock_divisor=STOCK_DIVISOR)
@@ -264,7 +265,7 @@ def run_bench(
 
     report = build_report(
         config,
-        machine=machine_info(load_before, os.getloadavg()),
+        machine=machine_info(load_before, os.getloadavg(), (speed_before, core_speed())),
         orderflow_runs=orderflow_runs,
         one_at_a_time=one_at_a_time,
         per_order=per_order,

@@ -25,7 +25,7 @@ from bench.baseline import (
     summarise,
 )
 from bench.config import BenchConfig
-from bench.report import build_report, markdown_tables
+from bench.report import build_report, core_speed, machine_info, markdown_tables
 
 BASELINE_REPORT = Path(__file__).parents[1] / "data" / "bench-baseline-report.json"
 
@@ -201,3 +201,21 @@ def test_the_report_prints_the_comparison_beside_the_tables() -> None:
     text = markdown_tables(report)
     assert "fe3526f (before every cut, measured in this run)" in text
     assert "| 2 | 113.3 | 56 | 0.49 (met) | 4.87 | 16 |" in text
+
+
+def test_the_machine_s_core_speed_is_reported_before_and_after_the_run() -> None:
+    first, second = core_speed(repeats=1), core_speed(repeats=1)
+    assert 0 < first < 60 and 0 < second < 60
+    machine = machine_info((0.5, 0.4, 0.3), (1.0, 0.9, 0.8), (0.15, 0.2))
+    assert machine["core_speed_s"] == {"loop": 2_000_000, "before_after": [0.15, 0.2]}
+    report = build_report(
+        BenchConfig(orders=10),
+        machine=machine,
+        orderflow_runs={},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+    )
+    assert "took 0.15 s of CPU before the run and 0.2 s after it" in markdown_tables(report)
