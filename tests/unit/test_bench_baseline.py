@@ -92,18 +92,22 @@ def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, t
     assert _git(repo, "worktree", "list").count("\n") == 0
 
 
+def _one_order(repo: Path, run_dir: Path, revision: str) -> dict[str, object]:
+    return baseline_run(
+        revision=revision,
+        orders=1,
+        concurrency=1,
+        warmup=0,
+        processes=(1,),
+        run_dir=run_dir,
+        timeout_s=10,
+        repo=repo,
+    )
+
+
 def test_an_unknown_revision_is_unavailable_and_checks_nothing_out(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(BaselineUnavailable, match="rev-parse"):
-        baseline_run(
-            revision="0" * 40,
-            orders=1,
-            concurrency=1,
-            warmup=0,
-            processes=(1,),
-            run_dir=tmp_path,
-            timeout_s=10,
-            repo=repo,
-        )
+        _one_order(repo, tmp_path, "0" * 40)
     assert not (tmp_path / "baseline").exists()
 
 
@@ -113,17 +117,9 @@ def test_a_baseline_that_writes_no_report_is_an_error_and_leaves_no_checkout(
     (repo / "bench" / "__main__.py").write_text("import sys\nsys.exit(3)\n")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "fails")
     with pytest.raises(RuntimeError, match="exited 3 without a report"):
-        baseline_run(
-            revision="HEAD",
-            orders=1,
-            concurrency=1,
-            warmup=0,
-            processes=(1,),
-            run_dir=tmp_path,
-            timeout_s=10,
-            repo=repo,
-        )
+        _one_order(repo, tmp_path, "HEAD")
     assert not (tmp_path / "baseline").exists()
+    assert _git(repo, "worktree", "list").count("\n") == 0
 
 
 def test_the_baseline_revision_is_the_commit_that_added_the_measurements() -> None:
