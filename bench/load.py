@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.errors import TransientError
 
 T = TypeVar("T")
 
@@ -24,6 +25,10 @@ RESULT_PREFIX = "result "
 
 TIMED_OUT = "TimedOut"
 """The outcome of an order that had not finished when the run's time limit passed."""
+
+
+TRANSIENT_PAUSE_S = 0.5
+"""Pause before the load generator tries a send or receive again after a transient failure, seconds."""
 
 
 @dataclass
@@ -35,12 +40,14 @@ class LoadResult:
         latencies_s: Submission-to-outcome time of every finished order, seconds, in finishing order.
         elapsed_s: First submission to last outcome, seconds.
         outcomes: Finished orders by outcome (``Processed``, ``Compensated`` ...), plus ``TimedOut``.
+        transient_errors: Sends and receives of the client that failed transiently and were tried again.
     """
 
     submitted: int
     latencies_s: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
+    transient_errors: int = 0
 
     @property
     def finished(self) -> int:
@@ -54,6 +61,7 @@ class LoadResult:
             "latencies_s": self.latencies_s,
             "elapsed_s": self.elapsed_s,
             "outcomes": self.outcomes,
+            "transient_errors": self.transient_errors,
         }
 
     @classmethod
@@ -68,6 +76,7 @@ class LoadResult:
             latencies_s=[float(x) for x in data["latencies_s"]],
             elapsed_s=float(data["elapsed_s"]),
             outcomes={str(k): int(v) for k, v in dict(data["outcomes"]).items()},
+            transient_errors=int(data.get("transient_errors", 0)),
         )
 
 
@@ -88,6 +97,9 @@ def run_closed_loop(
             outcome ``error:<ExceptionType>``.
         concurrency: Orders in flight at once (threads).
         clock: Monotonic clock, seconds.
+
+    A send or receive that fails transiently (:class:`~orderflow.errors.TransientError`) is tried again
+    after :data:`TRANSIENT_PAUSE_S`; an order's latency still runs from its first send.
 
     Raises:
         ValueError: ``concurrency`` is less than 1.
@@ -170,15 +182,31 @@ def run_orderflow_load(
     first = clock()
     last = first
     deadline = first + timeout_s
+    tried_at: dict[int, float] = {}  # id(submission) -> its first send, while it is tried again
+    transient = 0
     while (pending or sent_at) and clock() < deadline:
         while pending and len(sent_at) < concurrency:
             submission = pending.popleft()
-            started = clock()
-            order_id = client.submit(submission)
+            started = tried_at.pop(id(submission), clock())
+            try:
+                order_id = client.submit(submission)
+            except TransientError:
+                # The queue timed out (an emulator's slow spell): the same order again, as a client
+                # would; its MessageId and the submission's idempotency make a send that landed harmless.
+                transient += 1
+                tried_at[id(submission)] = started
+                pending.appendleft(submission)
+                time.sleep(TRANSIENT_PAUSE_S)
+                break
             sent_at[order_id] = started
             if announce is not None:
                 announce(client.orders_queue)
-        replies = client.poll()
+        try:
+            replies = client.poll()
+        except TransientError:
+            transient += 1
+            replies = []
+            time.sleep(TRANSIENT_PAUSE_S)
         now = clock()
         for reply in replies:
             started_at = sent_at.get(reply.order_id)
@@ -195,4 +223,4 @@ def run_orderflow_load(
                 wakeup.clear()
     if sent_at or pending:
         outcomes[TIMED_OUT] += len(sent_at) + len(pending)
-    return LoadResult(len(submissions) - len(pending), latencies, last - first, dict(outcomes))
+    return LoadResult(len(submissions) - len(pending), latencies, last - first, dict(outcomes), transient)

@@ -147,6 +147,7 @@ def summarise_load(result: LoadResult) -> dict[str, Any]:
         "elapsed_s": round(result.elapsed_s, 3),
         "throughput_per_s": throughput(result.finished, result.elapsed_s),
         "latency": latency_summary(result.latencies_s),
+        "transient_errors": result.transient_errors,
     }
 
 

@@ -132,6 +132,9 @@ class OrderflowClient:
 
         Raises:
             InvalidMessage: the order is not valid (nothing is sent).
+            TransientError: the queue could not be reached or timed out. Sending the same order again
+                is safe: it goes with the same MessageId, and the submission is idempotent on the order
+                id.
         """
         data = dict(order.model_dump(mode="json", by_alias=True) if isinstance(order, SubmitOrder) else order)
         data["replyTo"] = self.reply_queue

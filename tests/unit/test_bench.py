@@ -25,11 +25,13 @@ from bench.workload import happy_orders, submissions
 from demo.tpch import load_catalog
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client import OrderflowClient
+from orderflow.errors import TransientError
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import matches
 from supervisor.sweep import expired_query
+from tests.unit.fakes import received
 
 pytestmark = pytest.mark.unit
 
@@ -207,6 +209,62 @@ def test_the_load_generator_is_woken_by_sends_to_its_reply_queue_only(tmp_path: 
         devhost.stop()
         wakeups.channel.stop()
     assert not (tmp_path / f"{CLIENT_WAKEUP_ID}.sock").exists()
+
+
+class _Flaky:
+    """A client SDK whose first submit and first poll time out, as against an emulator's slow spell."""
+
+    def __init__(self, client: OrderflowClient) -> None:
+        self.client = client
+        self.orders_queue = client.orders_queue
+        self.failures = {"submit": 1, "poll": 1}
+
+    def _fail_once(self, call: str) -> None:
+        if self.failures[call]:
+            self.failures[call] -= 1
+            raise TransientError(f"{call} timed out")
+
+    def submit(self, order: Any) -> str:
+        self._fail_once("submit")
+        return self.client.submit(order)
+
+    def poll(self) -> Any:
+        self._fail_once("poll")
+        return self.client.poll()
+
+
+def test_a_load_whose_sends_and_receives_time_out_tries_them_again_and_loses_no_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("bench.load.TRANSIENT_PAUSE_S", 0.0)
+    queues = InMemoryQueueFactory()
+    client = OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a")
+    catalog = load_catalog(TPCH_FIXTURE, orders=2, stock_divisor=1)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1.0  # one second a call: every latency counts the calls since the first send
+        return now[0]
+
+    for order in submissions(catalog.orders, run="t4", reply_to="client-a"):
+        reply = StatusReply(order_id=order["orderId"], status=OrderStatus.PROCESSED, at=datetime.now(UTC))
+        queues.queue("client-a").send(reply.to_json(), message_id=f"{order['orderId']}-done")
+    result = run_orderflow_load(
+        _Flaky(client),  # type: ignore[arg-type]
+        submissions(catalog.orders, run="t4", reply_to="client-a"),
+        concurrency=2,
+        timeout_s=60,
+        idle_poll_s=0,
+        clock=clock,
+    )
+    assert result.outcomes == {"Processed": 2}
+    assert result.transient_errors == 2
+    assert [m.correlation_id for m in received(queues.queue("orders-a"))] == [
+        o["orderId"] for o in submissions(catalog.orders, run="t4", reply_to="client-a")
+    ]
+    # The first order's latency runs from its first, failed send (clock 2), not from its second.
+    assert max(result.latencies_s) >= 4
+    assert LoadResult.from_json(result.to_json()) == result
 
 
 def test_orderflow_load_counts_unanswered_orders_as_timed_out() -> None:
