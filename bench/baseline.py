@@ -1,10 +1,11 @@
 """orderflow before any of the benchmark's cuts, measured again in this run by its own benchmark.
 
 The CPU an order costs moves with the machine: on the 2-core machine of docs/benchmarks.md the same
-code measured 71 to 98 ms per order in runs an hour apart. A figure taken on another day is therefore no
-yardstick for "half of what it cost", so the run measures the code of :data:`BASELINE_REVISION` (the
+code measured 71 to 116 ms per order in runs within an hour. A figure taken on another day is therefore
+no yardstick for "half of what it cost", so the run measures the code of :data:`BASELINE_REVISION` (the
 commit that added these measurements, before every cut) again, with that revision's own
-``python -m bench``: its own emulators, devhost processes and probes, the same orders, concurrency and
+``python -m bench``: its own emulators, devhost processes and probes, the same number of orders (chosen
+the same way from the same data set, for its own count of runs, so the set can differ), concurrency and
 warm-up, its throughput windows only (its other parts run at their smallest sizes). The revision is
 checked out with ``git worktree add`` under the run's directory and removed afterwards; it shares this
 checkout's ``node_modules`` and TPC-H data set (read only) and this interpreter.
@@ -16,7 +17,9 @@ baseline revision the backend ran inside the devhost, so both figures count the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +30,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from devhost.emulators import REPO_ROOT
+
+logger = logging.getLogger(__name__)
 
 BASELINE_REVISION = "fe3526f"
 """The commit that added the per-window measurements ("make bench measures each window's cost"),
@@ -122,32 +127,39 @@ def cpu_ratios(
         now = ((now_run.get("measured") or {}).get("cpu_ms_per_order") or {}).get("orderflow")
         if not before or now is None:
             continue
-        ratio = round(now / before, 2)
+        ratio = now / before
         out[processes] = {
             "baseline_ms": before,
             "now_ms": now,
-            "ratio": ratio,
+            "ratio": round(ratio, 2),
             "target": CPU_TARGET,
-            "met": ratio <= CPU_TARGET,
+            "met": ratio <= CPU_TARGET,  # unrounded: 0.504 is not half
         }
     return out
 
 
 def _run_to_end(command: list[str], *, cwd: Path, log: IO[str], timeout_s: float) -> int:
     """Run the baseline's benchmark and return its exit code (1 when one of its parts failed; its report
-    is still written). On an interruption or a timeout it is sent SIGTERM, which stops everything it
-    started, like ``make bench``; what is left after :data:`STOP_GRACE_S` is killed with its group."""
+    is still written). On an interruption or a timeout it is sent SIGTERM, on which it stops what it
+    started (its emulators and devhost processes run in sessions of their own), like ``make bench``."""
     process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         return process.wait(timeout=timeout_s)
     except BaseException:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        _stop(process)
         raise
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then after :data:`STOP_GRACE_S` (or a second interruption) SIGKILL to its process
+    group: what it started in sessions of its own is then left to its own signal handlers' work."""
+    try:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=STOP_GRACE_S)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def baseline_run(
@@ -162,13 +174,14 @@ def baseline_run(
     repo: Path = REPO_ROOT,
 ) -> dict[str, Any]:
     """Check ``revision`` of ``repo`` out under ``run_dir``, run its benchmark, return :func:`summarise`
-    of its report.
+    of its report, with ``exit_code`` and its own ``FAILED`` notes (``failed``).
 
-    Its output goes to ``run_dir/baseline.log`` and its report to ``run_dir/baseline-report.json``.
+    Its output goes to ``run_dir/baseline.log``, its report to ``run_dir/baseline-report.json`` and its
+    run directory (its processes' logs) to ``run_dir/baseline-run``; the checkout is removed.
 
     Raises:
         BaselineUnavailable: the revision could not be checked out.
-        RuntimeError: its benchmark failed or wrote no report (the log says why).
+        RuntimeError: its benchmark wrote no report (the log says why).
     """
     commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     checkout = run_dir / "baseline"
@@ -190,10 +203,22 @@ def baseline_run(
             returncode = _run_to_end(command, cwd=checkout, log=log, timeout_s=timeout_s * 3 + 600)
         if not report_path.exists():
             raise RuntimeError(f"the baseline's benchmark exited {returncode} without a report")
-        return summarise(json.loads(report_path.read_text(encoding="utf-8")), commit[:12])
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        failed = [str(note) for note in report.get("notes", []) if str(note).startswith("FAILED")]
+        return {**summarise(report, commit[:12]), "exit_code": returncode, "failed": failed}
     finally:
-        try:
-            _git(repo, "worktree", "remove", "--force", str(checkout))
-        except BaselineUnavailable:
-            shutil.rmtree(checkout, ignore_errors=True)
+        _remove(repo, checkout, keep=run_dir / "baseline-run")
+
+
+def _remove(repo: Path, checkout: Path, *, keep: Path) -> None:
+    """Move the checkout's run directory to ``keep``, then remove the checkout; a failure to remove it
+    is logged, never raised over the run's result or error."""
+    with contextlib.suppress(OSError):
+        (checkout / ".run").rename(keep)
+    try:
+        _git(repo, "worktree", "remove", "--force", str(checkout))
+    except BaselineUnavailable as exc:
+        logger.warning("removing the baseline checkout %s failed (%s); removing its files", checkout, exc)
+        shutil.rmtree(checkout, ignore_errors=True)
+        with contextlib.suppress(BaselineUnavailable):
             _git(repo, "worktree", "prune")

@@ -98,8 +98,9 @@ def run_closed_loop(
         concurrency: Orders in flight at once (threads).
         clock: Monotonic clock, seconds.
 
-    A send or receive that fails transiently (:class:`~orderflow.errors.TransientError`) is tried again
-    after :data:`TRANSIENT_PAUSE_S`; an order's latency still runs from its first send.
+    A send that fails transiently (:class:`~orderflow.errors.TransientError`) is tried again after
+    :data:`TRANSIENT_PAUSE_S`, the replies being read meanwhile, and an order's latency still runs from
+    its first send; a receive that fails so is tried again after the same pause.
 
     Raises:
         ValueError: ``concurrency`` is less than 1.
@@ -184,8 +185,9 @@ def run_orderflow_load(
     deadline = first + timeout_s
     tried_at: dict[int, float] = {}  # id(submission) -> its first send, while it is tried again
     transient = 0
+    hold_until = first  # after a failed send, none until then (the replies are still read meanwhile)
     while (pending or sent_at) and clock() < deadline:
-        while pending and len(sent_at) < concurrency:
+        while pending and len(sent_at) < concurrency and clock() >= hold_until:
             submission = pending.popleft()
             started = tried_at.pop(id(submission), clock())
             try:
@@ -196,14 +198,14 @@ def run_orderflow_load(
                 transient += 1
                 tried_at[id(submission)] = started
                 pending.appendleft(submission)
-                time.sleep(TRANSIENT_PAUSE_S)
+                hold_until = clock() + TRANSIENT_PAUSE_S
                 break
             sent_at[order_id] = started
             if announce is not None:
                 announce(client.orders_queue)
         try:
             replies = client.poll()
-        except TransientError:
+        except TransientError:  # nothing was taken (OrderflowClient.poll): read again after a pause
             transient += 1
             replies = []
             time.sleep(TRANSIENT_PAUSE_S)

@@ -84,16 +84,16 @@ CALIBRATION_LOOP = 2_000_000
 
 
 def core_speed(repeats: int = 3) -> float:
-    """CPU seconds one core takes for a fixed pure-Python loop (the fastest of ``repeats``): the same
+    """CPU seconds this thread takes for a fixed pure-Python loop (the fastest of ``repeats``): the same
     work, so a larger figure is a slower machine at that moment. CPU per order measured on a slower
     machine is larger too; this says how much slower it was."""
     best = float("inf")
     for _ in range(repeats):
-        started = time.process_time()
+        started = time.thread_time()
         total = 0
         for i in range(CALIBRATION_LOOP):
             total += i * i
-        best = min(best, time.process_time() - started)
+        best = min(best, time.thread_time() - started)
     return round(best, 3)
 
 

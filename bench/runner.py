@@ -288,7 +288,7 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
         return None
     revision = config.baseline
     try:
-        return parts.run(
+        measured = parts.run(
             f"baseline {revision}: {config.orders} orders on {','.join(map(str, processes))} devhost "
             "process(es), its own benchmark",
             partial(
@@ -306,6 +306,16 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
     except BaselineUnavailable as exc:
         notes.append(f"baseline {revision} not measured: {exc}")
         return None
+    if measured is not None:
+        missing = [str(p) for p in processes if str(p) not in measured["windows"]]
+        if missing:
+            # The comparison the run promises is missing: a failed part, as for orderflow's own windows.
+            detail = "; ".join(measured.get("failed") or []) or f"exit code {measured.get('exit_code')}"
+            parts.failed.append(
+                f"{FAILED}baseline {revision}: no {', '.join(missing)}-process window ({detail}; see "
+                f"{run_dir / 'baseline.log'})"
+            )
+    return measured
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:

@@ -193,11 +193,11 @@ class ConsumerLoop:
         idle_s = self._poll_s
         while not self._stop.is_set():
             free = self._free_slots()
-            if free == 0:
+            if free <= 0:
                 # Every handler is busy: sleep until one finishes (not a 10 ms poll, whose wake-ups
                 # cost a loaded process its interpreter lock a hundred times a second per queue).
                 self._freed.clear()
-                if self._free_slots() == 0:
+                if self._free_slots() <= 0:
                     self._freed.wait(min(self._poll_s, 1.0))  # and notices a stop within a second
                 continue
             asked = min(free, 32)

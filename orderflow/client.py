@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orderflow import tracing
-from orderflow.errors import InvalidMessage, PermanentError
+from orderflow.errors import InvalidMessage, PermanentError, TransientError
 from orderflow.messages import (
     CANCEL_ORDER,
     CancelOrder,
@@ -174,7 +174,14 @@ class OrderflowClient:
         self._queues.queue(self.orders_queue).send(body, message_id=message_id)
 
     def poll(self, *, max_messages: int = 32) -> list[StatusReply]:
-        """Receive and complete what is on the reply queue now; returns the new (non-duplicate) replies."""
+        """Receive and complete what is on the reply queue now; returns the new (non-duplicate) replies.
+
+        A reply whose completion fails transiently is still returned: it comes back once its lock
+        expires and is then dropped as a duplicate.
+
+        Raises:
+            TransientError: the receive failed; nothing was taken, so polling again is safe.
+        """
         queue = self._queues.queue(self.reply_queue)
         fresh: list[StatusReply] = []
         for message in queue.receive(max_messages=max_messages, lock_s=30.0):
@@ -194,7 +201,11 @@ class OrderflowClient:
                 if supersedes(reply, self.replies.latest.get(reply.order_id)):
                     self.replies.latest[reply.order_id] = reply
                 fresh.append(reply)
-            queue.complete(message)
+            try:
+                queue.complete(message)
+            except TransientError as exc:
+                # Recorded above: its redelivery is dropped as a duplicate, so the caller gets it once.
+                logger.warning("completing reply %s on %s failed (%s)", message.message_id, queue.name, exc)
         return fresh
 
     @staticmethod

@@ -49,7 +49,8 @@ class RecordCache:
 
 
 class OrderCache:
-    """LRU of order documents; they are immutable, so a cached copy is never stale."""
+    """A bounded cache of order documents (the oldest entry leaves first); they are immutable, so a
+    cached copy is never stale."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self._items: OrderedDict[str, OrderDocument] = OrderedDict()
@@ -92,7 +93,7 @@ class Dependencies:
         clock: The time source (UTC).
         settings: The configuration.
         cache: The newest state-record versions this process knows (saves point reads).
-        order_cache: Order documents this process has read (immutable, so never stale).
+        order_cache: Order documents this process has read or created (immutable, so never stale).
         breakers: The remote dependencies' circuit breakers (shared through their store), or None:
             no breakers (``BREAKER_ENABLED`` off, or a host wired without a breaker store).
         dead_letters: The dead-letter queues, for the operator API (the unwrapped transport of

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import runner
 from bench.baseline import (
     BASELINE_REVISION,
     BaselineUnavailable,
@@ -39,7 +40,11 @@ runs = {
         "measured": {"cpu_ms_per_order": {"orderflow": 100.0 * int(p), "devhost-1": 90.0}}}
     for p in processes
 }
-json.dump({"orderflow": {"runs": runs}, "argv": args}, open(report, "w"))
+json.dump({"orderflow": {"runs": runs}, "argv": args, "notes": ["FAILED: a part"]}, open(report, "w"))
+import os
+os.makedirs(".run/bench-1", exist_ok=True)
+open(".run/bench-1/devhost-1.log", "w").write("its log")
+sys.exit(1)
 """
 
 
@@ -80,6 +85,9 @@ def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, t
     )
 
     assert summary["revision"] == head[:12]
+    assert (summary["exit_code"], summary["failed"]) == (1, ["FAILED: a part"])
+    # Its processes' logs outlive the checkout.
+    assert (run_dir / "baseline-run" / "bench-1" / "devhost-1.log").read_text() == "its log"
     assert summary["windows"]["2"]["cpu_ms_per_order"]["orderflow"] == 200.0
     assert summary["windows"]["1"]["outcomes"] == {"Processed": 3}
     argv = json.loads((run_dir / "baseline-report.json").read_text())["argv"]
@@ -175,6 +183,14 @@ def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
         "1": {"baseline_ms": 104.6, "now_ms": 52.3, "ratio": 0.5, "target": 0.5, "met": True},
         "2": {"baseline_ms": 113.3, "now_ms": 60.0, "ratio": 0.53, "target": 0.5, "met": False},
     }
+    # Compared unrounded: 0.504 is shown as 0.5 and is not half.
+    assert cpu_ratios(summary, {"1": _now(52.72)})["1"] == {
+        "baseline_ms": 104.6,
+        "now_ms": 52.72,
+        "ratio": 0.5,
+        "target": 0.5,
+        "met": False,
+    }
     # A window missing on either side is not compared.
     assert cpu_ratios(summary, {"1": {}}) == {}
 
@@ -215,3 +231,33 @@ def test_the_machine_s_core_speed_is_reported_before_and_after_the_run() -> None
         peers={},
     )
     assert "took 0.15 s of CPU before the run and 0.2 s after it" in markdown_tables(report)
+
+
+def test_a_baseline_without_a_window_asked_for_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def one_window(**_: object) -> dict[str, object]:
+        return {"revision": "fe3526f", "windows": {"1": {}}, "exit_code": 1, "failed": ["FAILED: 2 died"]}
+
+    monkeypatch.setattr(runner, "baseline_run", one_window)
+    parts = runner._Parts(lambda _: None)
+    notes: list[str] = []
+    measured = runner._baseline(BenchConfig(orders=10, processes=(1, 2, 3)), tmp_path, parts, notes)
+    assert measured is not None and measured["windows"] == {"1": {}}
+    assert notes == []
+    [failed] = parts.failed
+    assert failed.startswith("FAILED: baseline fe3526f: no 2-process window (FAILED: 2 died; see ")
+
+
+def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def unavailable(**_: object) -> dict[str, object]:
+        raise BaselineUnavailable("git rev-parse: unknown revision")
+
+    monkeypatch.setattr(runner, "baseline_run", unavailable)
+    parts = runner._Parts(lambda _: None)
+    notes: list[str] = []
+    assert runner._baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
+    assert notes == ["baseline fe3526f not measured: git rev-parse: unknown revision"]
+    assert parts.failed == []

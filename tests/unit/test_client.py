@@ -11,7 +11,7 @@ import pytest
 
 from orderflow import client as client_module
 from orderflow.client import FINAL_STATUSES, OrderflowClient, ReplyLog, submission_message_id
-from orderflow.errors import InvalidMessage
+from orderflow.errors import InvalidMessage, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from tests.unit.fakes import order_body
@@ -219,6 +219,33 @@ def test_the_latest_status_is_the_orders_own_and_final_wins(
         client.poll()
 
     assert latest_status(client, "o-1") is latest
+
+
+def test_a_reply_whose_completion_fails_is_returned_once_and_its_redelivery_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    queues = InMemoryQueueFactory(clock=lambda: now[0])
+    client = OrderflowClient(queues, reply_queue=REPLY_QUEUE, orders_queue="orders-a")
+    send_reply(queues, reply("o-1", OrderStatus.PROCESSED))
+    send_reply(queues, reply("o-2", OrderStatus.PROCESSED, seconds=1))
+    replies = queues.queue(REPLY_QUEUE)
+    complete = replies.complete
+    failures = [TransientError("complete timed out")]
+
+    def complete_failing_once(message: Any) -> None:
+        if failures:
+            raise failures.pop()
+        complete(message)
+
+    monkeypatch.setattr(replies, "complete", complete_failing_once)
+
+    # o-1's completion fails: both replies still reach the caller, none is lost with the exception.
+    assert [r.order_id for r in client.poll()] == ["o-1", "o-2"]
+    now[0] += 31  # o-1's lock runs out: it is delivered again, and dropped as a duplicate
+    assert client.poll() == []
+    assert client.replies.duplicates == 1
+    assert replies.approximate_count() == 0
 
 
 def test_poll_dedupes_a_resent_reply_in_one_batch_and_across_polls(
