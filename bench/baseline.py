@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import signal
 import subprocess
@@ -67,37 +66,22 @@ def baseline_command(
     *, orders: int, concurrency: int, warmup: int, processes: Sequence[int], timeout_s: float, report: Path
 ) -> list[str]:
     """The baseline revision's benchmark: the throughput windows asked for, everything else smallest."""
-    return [
-        sys.executable,
-        "-m",
-        "bench",
-        "--orders",
-        str(orders),
-        "--concurrency",
-        str(concurrency),
-        "--warmup",
-        str(warmup),
-        "--processes",
-        ",".join(str(p) for p in processes),
-        "--single-processes",
-        "",
-        "--profile-processes",
-        "0",
-        "--count-orders",
-        "1",
-        "--sweep-sizes",
-        "1",
-        "--sweep-expired",
-        "1",
-        "--hard-down-orders",
-        "1",
-        "--peers",
-        "",
-        "--timeout-s",
-        str(timeout_s),
-        "--report",
-        str(report),
-    ]
+    options = {
+        "--orders": orders,
+        "--concurrency": concurrency,
+        "--warmup": warmup,
+        "--processes": ",".join(str(p) for p in processes),
+        "--single-processes": "",
+        "--profile-processes": 0,
+        "--count-orders": 1,
+        "--sweep-sizes": 1,
+        "--sweep-expired": 1,
+        "--hard-down-orders": 1,
+        "--peers": "",
+        "--timeout-s": timeout_s,
+        "--report": report,
+    }
+    return [sys.executable, "-m", "bench", *(str(part) for item in options.items() for part in item)]
 
 
 def summarise(report: Mapping[str, Any], revision: str) -> dict[str, Any]:
@@ -151,14 +135,13 @@ def _run_to_end(command: list[str], *, cwd: Path, log: IO[str], timeout_s: float
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then after :data:`STOP_GRACE_S` (or a second interruption) SIGKILL to its process
-    group: what it started in sessions of its own is then left to its own signal handlers' work."""
+    """SIGTERM, then SIGKILL after :data:`STOP_GRACE_S` or a second interruption (what it started in
+    sessions of its own is then left to the clean-up its SIGTERM began)."""
     try:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=STOP_GRACE_S)
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
         process.wait()
 
 

@@ -27,7 +27,6 @@ import select
 import socket
 import ssl
 import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -210,16 +209,16 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
     def _connection(self, key: _Key, options: dict[str, Any]) -> tuple[http.client.HTTPConnection, bool]:
         """This thread's open connection to ``key`` and whether it served a request before: kept, or new
         when there was none or the server closed it while it was idle."""
-        connections: dict[_Key, http.client.HTTPConnection] | None = getattr(self._local, "connections", None)
+        connections: dict[_Key, _Kept] | None = getattr(self._local, "connections", None)
         if connections is None:
             connections = self._local.connections = {}
-        connection = connections.get(key)
-        if connection is not None and connection.sock is not None and not _dropped(connection.sock):
-            return connection, True
-        if connection is not None:
-            self._drop(key, connection)
+        kept = connections.get(key)
+        if kept is not None and not kept.dropped():
+            return kept.connection, True
+        if kept is not None:
+            self._drop(key, kept.connection)
         connection = self._connect(key, options)
-        connections[key] = connection
+        connections[key] = _Kept(connection)
         with self._lock:
             self._open.add(connection)
         return connection, False
@@ -265,25 +264,27 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
 
     def _drop(self, key: _Key, connection: http.client.HTTPConnection) -> None:
         connection.close()
-        connections: dict[_Key, http.client.HTTPConnection] = getattr(self._local, "connections", {})
-        if connections.get(key) is connection:
+        connections: dict[_Key, _Kept] = getattr(self._local, "connections", {})
+        kept = connections.get(key)
+        if kept is not None and kept.connection is connection:
             del connections[key]
         with self._lock:
             self._open.discard(connection)
 
 
-_POLLERS: weakref.WeakKeyDictionary[socket.socket, select.poll] = weakref.WeakKeyDictionary()
-"""One poll object per open socket, registered once (not built and registered for every request)."""
+class _Kept:
+    """A thread's kept-alive connection and a poll of its socket, registered once."""
 
+    def __init__(self, connection: http.client.HTTPConnection) -> None:
+        self.connection = connection
+        self._poll = select.poll()
+        if connection.sock is not None:
+            self._poll.register(connection.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
 
-def _dropped(sock: socket.socket) -> bool:
-    """Whether an idle keep-alive connection can no longer be used: readable with nothing asked means
-    the server closed it (or sent what no request asked for)."""
-    poller = _POLLERS.get(sock)
-    if poller is None:
-        poller = _POLLERS[sock] = select.poll()
-        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
-    return bool(poller.poll(0))
+    def dropped(self) -> bool:
+        """Whether the idle connection can no longer be used: readable with nothing asked means the
+        server closed it (or sent what no request asked for)."""
+        return self.connection.sock is None or bool(self._poll.poll(0))
 
 
 def transport_for(
