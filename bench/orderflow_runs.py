@@ -188,12 +188,12 @@ def probed_start(
 
     def start(spec: DevhostSpec, run: int) -> Child:
         name = spec.name if run == 1 else f"{spec.name}.{run}"
-        env_ = dict(env)
+        env_ = spec.environment(env)
         env_[FILE_ENV] = str(run_dir / f"{name}.counts.json")
         env_[TARGETS_ENV] = json.dumps(dict(targets))
         return start_child(
             spec.name,
-            ["-m", "bench.probe", "--host-id", spec.host_id, "--roles", spec.roles],
+            ["-m", "bench.probe", *spec.arguments()],
             env_,
             "ready",
             run_dir,

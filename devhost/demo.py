@@ -266,6 +266,15 @@ class DevhostSpec:
     api_port: int = 0
     env: tuple[tuple[str, str], ...] = ()
 
+    def arguments(self) -> list[str]:
+        """The process's ``python -m devhost`` options: ``--host-id``, ``--roles`` and any ``--api-port``."""
+        api = ["--api-port", str(self.api_port)] if self.api_port else []
+        return ["--host-id", self.host_id, "--roles", self.roles, *api]
+
+    def environment(self, fleet_env: Mapping[str, str]) -> dict[str, str]:
+        """The process's environment: ``fleet_env`` with this process's own ``env`` over it."""
+        return {**fleet_env, **dict(self.env)}
+
 
 SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
 
@@ -329,11 +338,10 @@ class Fleet:
         return self._start_process(spec, self._starts[spec.name])
 
     def _start_devhost(self, spec: DevhostSpec, run: int) -> Child:
-        api = ["--api-port", str(spec.api_port)] if spec.api_port else []
         return start_child(
             spec.name,
-            ["-m", "devhost", "--host-id", spec.host_id, "--roles", spec.roles, *api],
-            {**self._env, **dict(spec.env)},
+            ["-m", "devhost", *spec.arguments()],
+            spec.environment(self._env),
             "ready",
             self._log_dir,
             log_name=spec.name if run == 1 else f"{spec.name}.{run}",

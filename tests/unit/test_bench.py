@@ -12,17 +12,20 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from bench import orderflow_runs
 from bench.config import BenchConfig
 from bench.counting import OperationCounts
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
 from bench.orderflow_runs import CLIENT_WAKEUP_ID, count_breakdown, hard_down_calls, queue_role, reply_wakeups
 from bench.peers.durabletask_peer import backend_timestamp
+from bench.probe import FILE_ENV
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
 from bench.runner import FAILED, _Parts, failures
 from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
 from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
 from demo.tpch import load_catalog
+from devhost.demo import DevhostSpec
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client import OrderflowClient
 from orderflow.errors import TransientError
@@ -556,3 +559,22 @@ def test_a_durabletask_time_without_a_zone_is_utc_whatever_the_local_zone(
 def test_a_value_given_twice_is_refused(fields: dict[str, Any]) -> None:
     with pytest.raises(ValidationError, match="given more than once"):
         BenchConfig(**fields)
+
+
+def test_a_probed_devhost_gets_its_own_environment_and_options_like_an_unprobed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_start_child(_name: str, args: list[str], env: dict[str, str], *_rest: Any, **_kw: Any) -> Any:
+        started.append((args, env))
+        return None
+
+    monkeypatch.setattr(orderflow_runs, "start_child", fake_start_child)
+    spec = DevhostSpec("devhost-1", "h1", "all", api_port=8123, env=(("POLL_INTERVAL_S", "0.3"),))
+    orderflow_runs.probed_start({"POLL_INTERVAL_S": "0.1", "A": "b"}, tmp_path, {})(spec, 2)
+    ((args, env),) = started
+    assert args == ["-m", "bench.probe", "--host-id", "h1", "--roles", "all", "--api-port", "8123"]
+    assert env["POLL_INTERVAL_S"] == "0.3" and env["A"] == "b"
+    assert env[FILE_ENV] == str(tmp_path / "devhost-1.2.counts.json")
+    assert spec.arguments() == args[2:]
