@@ -75,7 +75,8 @@ DURABLETASK_WORKER_LOGGER = "durabletask.worker"
 
 STARTER_WAKEUP = "@starter"
 """The :class:`Wakeups` event that runs the starter early: set once a submission has written a
-``Pending`` record in this process (not a queue name: no queue name holds ``@``)."""
+``Pending`` record, in this process and, through the wake-up channel, in the others (not a queue name:
+no queue name holds ``@``)."""
 
 START_RETRY_S = 60.0
 """Seconds a starting process keeps trying to open its queues while the queue service fails transiently
@@ -447,8 +448,9 @@ class DevHost:
                 admission=self.admission,
                 order_cache=self.deps.order_cache,
             )
-            # The record is Pending now: the starter claims it at once, not at its next tick.
-            self.wakeups.event(STARTER_WAKEUP).set()
+            # The record is Pending now: the starter claims it at once, not at its next tick, in this
+            # process or (through the wake-up channel) another.
+            self.wakeups.notify(STARTER_WAKEUP)
 
         return handle
 

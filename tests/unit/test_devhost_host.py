@@ -4,10 +4,12 @@ role serves the operator API over loopback HTTP."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ import pytest
 from devhost.host import (
     ALL_ROLES,
     DURABLETASK_WORKER_LOGGER,
+    STARTER_WAKEUP,
     DevHost,
     check_roles,
     free_port,
@@ -23,15 +26,17 @@ from devhost.host import (
     quiet_local_cancel,
 )
 from devhost.local_issuer import LOCAL_TENANT_ID
+from devhost.wakeup_channel import WakeupChannel
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow.records import order_key
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import local_issuer
-from tests.unit.fakes import order_body
+from tests.unit.fakes import client_for, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -237,3 +242,41 @@ def test_a_start_gives_up_once_the_queue_service_keeps_timing_out(monkeypatch: p
     with pytest.raises(TransientError, match="timed out"):
         host.start()
     assert host.stop_event.is_set()
+
+
+def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_channel(
+    tmp_path: Path,
+) -> None:
+    """The submission may run beside the agents, away from the starter: its Pending record still gets
+    claimed at once, not at the starter's next tick, because the wake-up crosses processes."""
+    client = client_for("client-a")
+    settings = Settings(
+        HOST_ID="intake-1",
+        SUPERVISOR_LEASE_ENABLED=False,
+        POLL_INTERVAL_S=0.01,
+        WAKEUP_DIR=str(tmp_path),
+        CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": client.reply_queue}]),
+    )
+    heard: list[str] = []
+    woken = threading.Event()
+
+    def on_name(name: str) -> None:
+        heard.append(name)
+        if name == STARTER_WAKEUP:
+            woken.set()
+
+    scheduler = WakeupChannel(tmp_path, "scheduler-1", on_name)
+    scheduler.start()
+    host = DevHost(replace(deps(), settings=settings), roles=("submission",))
+    host.start()
+    try:
+        queues = host.deps.queues
+        queues.queue(client.inbound_queue).send(
+            order_body("w-1", reply_to=client.reply_queue), message_id="w-1"
+        )
+        assert woken.wait(5.0)
+    finally:
+        host.stop()
+        scheduler.stop()
+    assert STARTER_WAKEUP in heard
+    assert host.deps.states.get(order_key(client.client_id, "w-1")).item.process_state == "Pending"
