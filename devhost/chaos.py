@@ -126,7 +126,7 @@ HOLDER_RETRY_S = 1.0
 
 PAUSE_MIN_PROCESSES = 3
 """Processes a leader pause needs: two run the supervisor (one takes the lease from the paused one),
-one the agents (:func:`devhost.demo.devhost_specs`)."""
+one the agents and the submission (:func:`devhost.demo.devhost_specs`)."""
 
 
 def check_chaos_args(
@@ -906,7 +906,8 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     processes: Annotated[
         int,
         typer.Option(
-            help="devhost processes: the last runs the agents, the others the scheduler roles "
+            help="devhost processes: the last runs the agents and the submission, the others the scheduler "
+            "roles "
             f"(leader pauses need {PAUSE_MIN_PROCESSES} or more)."
         ),
     ] = 3,

@@ -2,10 +2,10 @@
 
 1. Generates the TPC-H data set (scale factor 0.01) with ``tpchgen-cli`` if it is not there yet.
 2. Starts Azurite and cosmosdb-server, the demo services (with injected faults) and ``--processes``
-   devhost processes (the last one runs the agents, the others the scheduler roles; one process runs
-   every role). The first also serves the operator API and its web console, trusting tokens of the
-   local signing key (``python -m devhost.local_issuer login``), which is made if there is none; the
-   console's URL and how to sign in are printed.
+   devhost processes (the last one runs the agents and the submission, the others the scheduler
+   roles; one process runs every role). The first also serves the operator API and its web console,
+   trusting tokens of the local signing key (``python -m devhost.local_issuer login``), which is made
+   if there is none; the console's URL and how to sign in are printed.
 3. Submits ``--orders`` TPC-H orders through the client SDK, shows progress while they settle, reads
    the state store and the demo services' audit, prints a summary and writes ``demo-report.json``.
    With ``--kill-every S`` a random devhost process is SIGKILLed every S seconds and restarted, and the
@@ -276,15 +276,23 @@ class DevhostSpec:
         return {**fleet_env, **dict(self.env)}
 
 
-SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
+SCHEDULER_ROLES = "starter,orchestrator,listener,supervisor"
+"""The roles of the demo's scheduler processes: each has its durabletask backend and worker."""
+
+AGENT_ROLES = "submission,agents"
+"""The roles of the demo's last process when there are several."""
 
 
 def devhost_specs(processes: int, *, api_port: int = 0) -> list[DevhostSpec]:
-    """The demo's devhost processes: the last runs the agents, the others the scheduler roles.
+    """The demo's devhost processes: the last runs the agents and the submission, the others the
+    scheduler roles; a single process runs every role.
 
     Agents get a process of their own because they wait on remote calls and would otherwise compete
-    with the orchestrations for one interpreter; a single process runs every role. With ``api_port``,
-    the first process also serves the operator API on that loopback port (a restart keeps it).
+    with the orchestrations for one interpreter. The submission runs beside them because it needs no
+    orchestration (only the stores and queues) and a scheduler process's interpreter is the busiest one
+    (docs/benchmarks.md); its ``Pending`` records wake the starters through the wake-up channel. With
+    ``api_port``, the first process also serves the operator API on that loopback port (a restart keeps
+    it).
     """
     if processes < 1:
         raise ValueError("the demo needs at least one devhost process")
@@ -293,7 +301,7 @@ def devhost_specs(processes: int, *, api_port: int = 0) -> list[DevhostSpec]:
     specs = [DevhostSpec(f"devhost-{n}", f"demo-{n}", SCHEDULER_ROLES) for n in range(1, processes)]
     if api_port:
         specs[0] = replace(specs[0], roles=f"{SCHEDULER_ROLES},api", api_port=api_port)
-    return [*specs, DevhostSpec("devhost-agents", "demo-agents", "agents")]
+    return [*specs, DevhostSpec("devhost-agents", "demo-agents", AGENT_ROLES)]
 
 
 class Fleet:
@@ -1232,8 +1240,8 @@ def main(
     processes: Annotated[
         int,
         typer.Option(
-            help="devhost processes sharing the emulators: the last runs the agents, the others the "
-            "scheduler roles (1: one process runs every role)."
+            help="devhost processes sharing the emulators: the last runs the agents and the submission, "
+            "the others the scheduler roles (1: one process runs every role)."
         ),
     ] = 3,
     kill_every: Annotated[
