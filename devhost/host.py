@@ -446,7 +446,8 @@ class DevHost:
                 clock=self.deps.clock,
                 settings=self.settings,
                 admission=self.admission,
-                order_cache=self.deps.order_cache,
+                # Only this process's own activities read the cache.
+                order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
             )
             # The record is Pending now: the starter claims it at once, not at its next tick, in this
             # process or (through the wake-up channel) another.

@@ -29,7 +29,7 @@ from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
-from orderflow.errors import TransientError
+from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import order_key
@@ -279,4 +279,8 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
         host.stop()
         scheduler.stop()
     assert STARTER_WAKEUP in heard
-    assert host.deps.states.get(order_key(client.client_id, "w-1")).item.process_state == "Pending"
+    key = order_key(client.client_id, "w-1")
+    assert host.deps.states.get(key).item.process_state == "Pending"
+    # No orchestrator here: the order is not kept for activities that run elsewhere.
+    with pytest.raises(NotFound):
+        host.deps.order_cache.get(InMemoryOrderStore(), key)
