@@ -156,15 +156,18 @@ def baseline_run(
     timeout_s: float,
     repo: Path = REPO_ROOT,
 ) -> dict[str, Any]:
-    """Check ``revision`` of ``repo`` out under ``run_dir``, run its benchmark, return :func:`summarise`
-    of its report, with ``exit_code`` and its own ``FAILED`` notes (``failed``).
+    """Check ``revision`` of ``repo`` out under ``run_dir``, run its benchmark once for each of
+    ``processes`` (each run on emulators of its own, as this benchmark's windows are), and return
+    :func:`summarise` of their reports together, with ``exit_code`` (the first that was not 0, else 0)
+    and their own ``FAILED`` notes (``failed``).
 
-    Its output goes to ``run_dir/baseline.log``, its report to ``run_dir/baseline-report.json`` and its
-    run directory (its processes' logs) to ``run_dir/baseline-run``; the checkout is removed.
+    The output of each goes to ``run_dir/baseline-<n>.log``, its report to
+    ``run_dir/baseline-report-<n>.json`` (``n`` its process count) and their run directories (their
+    processes' logs) to ``run_dir/baseline-run``; the checkout is removed.
 
     Raises:
         BaselineUnavailable: the revision could not be checked out.
-        RuntimeError: its benchmark wrote no report (the log says why).
+        RuntimeError: none of its runs wrote a report (their logs say why).
     """
     commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     checkout = run_dir / "baseline"
@@ -173,22 +176,34 @@ def baseline_run(
         for shared in SHARED:
             if (repo / shared).exists():
                 (checkout / shared).symlink_to(repo / shared)
-        report_path = run_dir / "baseline-report.json"
-        command = baseline_command(
-            orders=orders,
-            concurrency=concurrency,
-            warmup=warmup,
-            processes=processes,
-            timeout_s=timeout_s,
-            report=report_path,
-        )
-        with (run_dir / "baseline.log").open("w", encoding="utf-8") as log:
-            returncode = _run_to_end(command, cwd=checkout, log=log, timeout_s=timeout_s * 3 + 600)
-        if not report_path.exists():
-            raise RuntimeError(f"the baseline's benchmark exited {returncode} without a report")
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        failed = [str(note) for note in report.get("notes", []) if str(note).startswith("FAILED")]
-        return {**summarise(report, commit[:12]), "exit_code": returncode, "failed": failed}
+        windows: dict[str, Any] = {}
+        codes: list[int] = []
+        failed: dict[str, None] = {}
+        reported = False
+        for count in processes:
+            report_path = run_dir / f"baseline-report-{count}.json"
+            command = baseline_command(
+                orders=orders,
+                concurrency=concurrency,
+                warmup=warmup,
+                processes=(count,),
+                timeout_s=timeout_s,
+                report=report_path,
+            )
+            with (run_dir / f"baseline-{count}.log").open("w", encoding="utf-8") as log:
+                codes.append(_run_to_end(command, cwd=checkout, log=log, timeout_s=timeout_s * 3 + 600))
+            if not report_path.exists():
+                continue  # its window is missing: the caller fails the run for it
+            reported = True
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+            windows.update(summarise(report, commit[:12])["windows"])
+            failed.update(
+                dict.fromkeys(str(n) for n in report.get("notes", []) if str(n).startswith("FAILED"))
+            )
+        exit_code = next((code for code in codes if code != 0), 0)
+        if not reported:
+            raise RuntimeError(f"the baseline's benchmark exited {exit_code} without a report")
+        return {"revision": commit[:12], "windows": windows, "exit_code": exit_code, "failed": list(failed)}
     finally:
         _remove(repo, checkout, keep=run_dir / "baseline-run")
 

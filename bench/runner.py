@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -149,12 +149,51 @@ def run_bench(
 
         def measuring(processes: int) -> Measuring:
             return Measuring(
-                pids,
-                counter.targets,
+                dict(pids),
+                dict(counter.targets),
                 counter,
                 profile=processes == config.profile_processes,
                 profile_rate=config.profile_rate,
             )
+
+        @contextmanager
+        def window_endpoints() -> Iterator[LocalEndpoints]:
+            """The emulators of one timed window: a fresh set when the run starts its own, else the
+            ones given. A window on an Azurite that earlier windows used often ran at 3-8x its CPU per
+            request (docs/benchmarks.md); on a fresh one it has not."""
+            if emulators is None:
+                yield local
+                return
+            fresh = start_local_emulators()
+            try:
+                pids.update(
+                    {"azurite": fresh.azurite.process.pid, "cosmosdb-server": fresh.cosmos.process.pid}
+                )
+                counter.targets.update(http_targets(fresh.endpoints))
+                yield fresh.endpoints
+            finally:
+                fresh.stop()
+
+        def window(
+            processes: int, *, orders: list[Any], warmup: list[Any], concurrency: int, profiled: bool
+        ) -> dict[str, Any]:
+            with window_endpoints() as endpoints:
+                # Built now: the pids and targets are this window's emulators'.
+                measured = (
+                    measuring(processes) if profiled else Measuring(pids, dict(counter.targets), counter)
+                )
+                return throughput_run(
+                    processes=processes,
+                    orders=orders,
+                    warmup=warmup,
+                    endpoints=endpoints,
+                    services_url=services_url,
+                    run_dir=run_dir,
+                    concurrency=concurrency,
+                    timeout_s=config.run_timeout_s,
+                    overrides=config.orderflow_settings,
+                    measuring=measured,
+                )
 
         orderflow_runs: dict[str, dict[str, Any]] = {}
         one_at_a_time: dict[str, dict[str, Any]] = {}
@@ -162,17 +201,12 @@ def run_bench(
             run = parts.run(
                 f"orderflow: {len(timed)} orders on {processes} devhost process(es)",
                 partial(
-                    throughput_run,
-                    processes=processes,
+                    window,
+                    processes,
                     orders=timed,
                     warmup=warmup,
-                    endpoints=local,
-                    services_url=services_url,
-                    run_dir=run_dir,
                     concurrency=config.concurrency,
-                    timeout_s=config.run_timeout_s,
-                    overrides=config.orderflow_settings,
-                    measuring=measuring(processes),
+                    profiled=True,
                 ),
             )
             if run is not None:
@@ -182,17 +216,12 @@ def run_bench(
             run = parts.run(
                 f"orderflow: {config.single_orders} orders one at a time on {processes} devhost process(es)",
                 partial(
-                    throughput_run,
-                    processes=processes,
+                    window,
+                    processes,
                     orders=timed[: config.single_orders],
                     warmup=warmup[:2],
-                    endpoints=local,
-                    services_url=services_url,
-                    run_dir=run_dir,
                     concurrency=1,
-                    timeout_s=config.run_timeout_s,
-                    overrides=config.orderflow_settings,
-                    measuring=Measuring(pids, counter.targets, counter),
+                    profiled=False,
                 ),
             )
             if run is not None:
@@ -313,7 +342,7 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
             detail = "; ".join(measured.get("failed") or []) or f"exit code {measured.get('exit_code')}"
             parts.failed.append(
                 f"{FAILED}baseline {revision}: no {', '.join(missing)}-process window ({detail}; see "
-                f"{run_dir / 'baseline.log'})"
+                f"{run_dir}/baseline-<n>.log)"
             )
     return measured
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bench import runner
 from bench.config import BenchConfig
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
-from devhost.emulators import LocalEndpoints
+from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +140,50 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     }
     for store in ("cosmosdb-server", "memory"):
         assert report["sweep"]["growth"][store]["records_read_ratio"]["value"] == 1.0
+
+
+def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[LocalEmulators] = []
+
+    def start_and_keep() -> LocalEmulators:
+        emulators = start_local_emulators()
+        started.append(emulators)
+        return emulators
+
+    monkeypatch.setattr(runner, "start_local_emulators", start_and_keep)
+    config = BenchConfig(
+        orders=2,
+        concurrency=2,
+        warmup=0,
+        processes=(1,),
+        single_processes=(1,),
+        single_orders=1,
+        count_orders=1,
+        sweep_sizes=(),
+        hard_down_orders=1,
+        peers=(),
+        orderflow_settings=FAST,
+        hard_down_settings=FAST_HARD_DOWN,
+        run_timeout_s=120,
+        data_dir=roomy_dataset(tmp_path / "tpch"),
+        report_path=tmp_path / "bench-report.json",
+        baseline=None,
+    )
+    report = run_bench(config)
+
+    assert not [note for note in report["notes"] if note.startswith("FAILED")]
+    # The run's own set, then one for each of its two timed windows; every one stopped.
+    assert len(started) == 3
+    assert len({emulators.azurite.process.pid for emulators in started}) == 3
+    assert all(e.azurite.process.poll() is not None and e.cosmos.process.poll() is not None for e in started)
+    for window in (report["orderflow"]["runs"]["1"], report["orderflow"]["one_at_a_time"]["1"]):
+        measured = window["measured"]
+        # The window's own Azurite and cosmosdb-server did its work: their CPU is counted (the run's
+        # first set sat idle) and the client's requests went to the ports the counter knows.
+        assert measured["cpu_ms_per_order"]["azurite"] > 0
+        assert measured["cpu_ms_per_order"]["cosmosdb-server"] > 0
+        assert measured["http_per_order_by_process"]["load generator"]["azurite"]["send"] == 1.0
+    # The parts after the windows run on the run's first set, still up.
+    assert report["orderflow"]["per_order"]["http_per_order"]["azurite"]["send"] == 9.0

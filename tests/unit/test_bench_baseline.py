@@ -90,7 +90,11 @@ def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, t
     assert (run_dir / "baseline-run" / "bench-1" / "devhost-1.log").read_text() == "its log"
     assert summary["windows"]["2"]["cpu_ms_per_order"]["orderflow"] == 200.0
     assert summary["windows"]["1"]["outcomes"] == {"Processed": 3}
-    argv = json.loads((run_dir / "baseline-report.json").read_text())["argv"]
+    # One run of its benchmark per process count, each on emulators of its own.
+    for count in ("1", "2"):
+        argv = json.loads((run_dir / f"baseline-report-{count}.json").read_text())["argv"]
+        assert argv[argv.index("--processes") + 1] == count
+        assert (run_dir / f"baseline-{count}.log").exists()
     assert argv[argv.index("--orders") + 1] == "7"
     assert argv[argv.index("--concurrency") + 1] == "3"
     assert argv[argv.index("--warmup") + 1] == "2"
