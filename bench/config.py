@@ -25,7 +25,7 @@ class BenchConfig(BaseModel):
         concurrency: Orders submitted and not yet finished at once (closed loop), for every system.
         warmup: Orders run through each system before it is timed, not counted.
         processes: Devhost process counts to measure orderflow with (1: every role in one process;
-            2: the scheduler roles in one, the agents in the other).
+            2: the scheduler roles in one, the agents and the submission in the other).
         single_processes: Devhost process counts to measure one order at a time (concurrency 1) on.
         single_orders: Orders of each one-at-a-time run.
         profile_processes: The throughput run (by process count) whose first devhost process py-spy

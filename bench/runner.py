@@ -1,4 +1,5 @@
-"""Run every benchmark once, in one set of emulators and one demo-services process.
+"""Run every benchmark once, with one demo-services process: each timed orderflow window on a fresh set of
+emulators of its own, every other part on the run's first set.
 
 Order of the parts: orderflow's throughput runs (one per process count), the baseline revision's own
 benchmark on the same orders (:mod:`bench.baseline`), the one-at-a-time runs, the in-process counting
@@ -177,10 +178,14 @@ def run_bench(
         def window(
             processes: int, *, orders: list[Any], warmup: list[Any], concurrency: int, profiled: bool
         ) -> dict[str, Any]:
+            """One timed window (:func:`throughput_run`) on its own emulators; ``profiled``: measured with
+            the run's profile settings, else without a profile."""
             with window_endpoints() as endpoints:
                 # Built now: the pids and targets are this window's emulators'.
                 measured = (
-                    measuring(processes) if profiled else Measuring(pids, dict(counter.targets), counter)
+                    measuring(processes)
+                    if profiled
+                    else Measuring(dict(pids), dict(counter.targets), counter)
                 )
                 return throughput_run(
                     processes=processes,
@@ -342,7 +347,7 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
             detail = "; ".join(measured.get("failed") or []) or f"exit code {measured.get('exit_code')}"
             parts.failed.append(
                 f"{FAILED}baseline {revision}: no {', '.join(missing)}-process window ({detail}; see "
-                f"{run_dir}/baseline-<n>.log)"
+                f"{', '.join(str(run_dir / f'baseline-{n}.log') for n in missing)})"
             )
     return measured
 

@@ -277,9 +277,14 @@ def start_local_emulators() -> LocalEmulators:
     except BaseException:
         azurite.stop()
         raise
-    # A little settling time: both print before the first request is fully served on slow machines.
-    time.sleep(0.1)
-    return LocalEmulators(azurite, cosmos)
+    emulators = LocalEmulators(azurite, cosmos)
+    try:
+        # A little settling time: both print before the first request is fully served on slow machines.
+        time.sleep(0.1)
+    except BaseException:
+        emulators.stop()  # interrupted here: nobody holds them yet, and they run in sessions of their own
+        raise
+    return emulators
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -436,7 +436,7 @@ class DevHost:
         """The handler of ``client``'s inbound queue: the client is the queue's, never the body's."""
 
         def handle(message: ReceivedMessage) -> None:
-            handle_intake_message(
+            result = handle_intake_message(
                 message.body,
                 client=client,
                 reply_to=message.reply_to,
@@ -449,9 +449,11 @@ class DevHost:
                 # Only this process's own activities read the cache.
                 order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
             )
-            # The record is Pending now: the starter claims it at once, not at its next tick, in this
-            # process or (through the wake-up channel) another.
-            self.wakeups.notify(STARTER_WAKEUP)
+            if result.outcome in ("accepted", "cancel"):
+                # A record may be Pending now: the starters claim it at once, not at their next tick,
+                # in this process and (through the wake-up channel) the others; the claim's ETag
+                # condition settles which one wins.
+                self.wakeups.notify(STARTER_WAKEUP)
 
         return handle
 

@@ -43,8 +43,8 @@ class Wakeups:
             return self._events.setdefault(name, threading.Event())
 
     def notify(self, name: str) -> None:
-        """A message was sent to queue ``name`` by this process: wake its loop here and, with
-        ``announce``, in the other processes."""
+        """A message was sent to queue ``name`` by this process (or ``name`` is another wake-up, such as
+        the starter's): wake its loop here and, with ``announce``, in the other processes."""
         self.event(name).set()
         if self.announce is not None:
             self.announce(name)

@@ -1,7 +1,8 @@
 """Wake-ups across the devhost processes of one machine: a send in one process ends an idle poll in another.
 
 Each process binds a Unix datagram socket ``<WAKEUP_DIR>/<host id>.sock``. When it sends to a queue it
-sends the queue's name, as one datagram, to every other socket in the directory; a process receiving a
+sends the queue's name (or another wake-up's, such as the starter's ``@starter``, which no queue name can
+be), as one datagram, to every other socket in the directory; a process receiving a
 name sets its :class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once
 instead of at its next poll. The queue stays the only source of truth: a datagram carries no message,
 and one that is lost (a process starting, a full socket buffer) only leaves that hop to the next poll.

@@ -844,7 +844,8 @@ class Settings(BaseModel):
         description="Local host only: a directory the devhost processes of one machine share, where each "
         "binds a Unix datagram socket; a process that sends to a queue tells the others, and their idle "
         "loop of that queue receives at once instead of at its next poll (the queue stays the source of "
-        "truth; a lost wake-up costs one poll). Empty (default): no wake-ups across processes. The demo, "
+        "truth; a lost wake-up costs one poll); a submission's new record wakes the other processes' "
+        "starters the same way. Empty (default): no wake-ups across processes. The demo, "
         "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
         "receive each message as it arrives.",
     )

@@ -1,14 +1,15 @@
 """``make chaos`` as a test: every chaos feature at once, on a small scale.
 
 Its own Azurite and cosmosdb-server, the demo services with their faults (hangs past the deadline
-included), three devhost processes (two running the scheduler roles, one the agents) and three clients
-with private reply queues, while at the same time a random devhost process is SIGKILLed and restarted,
-5% of all messages are delivered twice, 5% of agent responses arrive after their step's deadline, and the
-supervisor leader is SIGSTOPped for longer than its lease and then woken up (devhost.chaos). The state
-store and then the queues are each SIGSTOPped for longer than a step's deadline, 5% of the services' calls
-take longer than a queue lock (so the agents' handlers must keep their locks by renewal), and one
-scheduler process runs with its clock ahead of the others' (within the tolerance). A dependency down for a
-window is left to ``make chaos``: its breaker's open period alone is longer than this test should take.
+included), three devhost processes (two running the scheduler roles, one the agents and the submission)
+and three clients with private reply queues, while at the same time a random devhost process is SIGKILLed
+and restarted, 5% of all messages are delivered twice, 5% of agent responses arrive after their step's
+deadline, and the supervisor leader is SIGSTOPped for longer than its lease and then woken up
+(devhost.chaos). The state store and then the queues are each SIGSTOPped for longer than a step's
+deadline, 5% of the services' calls take longer than a queue lock (so the agents' handlers must keep
+their locks by renewal), and one scheduler process runs with its clock ahead of the others' (within the
+tolerance; the submission's clock is never skewed). A dependency down for a window is left to ``make
+chaos``: its breaker's open period alone is longer than this test should take.
 
 Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
 no reply may reach a client that did not submit its order, every settled order's client must hear its

@@ -11,11 +11,13 @@ import csv
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import runner
 from bench.config import BenchConfig
+from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
@@ -152,7 +154,14 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
         started.append(emulators)
         return emulators
 
+    windows_on: list[LocalEndpoints] = []
+
+    def throughput_run_and_keep(**kwargs: Any) -> dict[str, Any]:
+        windows_on.append(kwargs["endpoints"])
+        return throughput_run(**kwargs)
+
     monkeypatch.setattr(runner, "start_local_emulators", start_and_keep)
+    monkeypatch.setattr(runner, "throughput_run", throughput_run_and_keep)
     config = BenchConfig(
         orders=2,
         concurrency=2,
@@ -176,7 +185,8 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
     assert not [note for note in report["notes"] if note.startswith("FAILED")]
     # The run's own set, then one for each of its two timed windows; every one stopped.
     assert len(started) == 3
-    assert len({emulators.azurite.process.pid for emulators in started}) == 3
+    assert windows_on == [started[1].endpoints, started[2].endpoints]
+    assert started[0].endpoints not in windows_on
     assert all(e.azurite.process.poll() is not None and e.cosmos.process.poll() is not None for e in started)
     for window in (report["orderflow"]["runs"]["1"], report["orderflow"]["one_at_a_time"]["1"]):
         measured = window["measured"]
