@@ -3,7 +3,7 @@
 #                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
 #                            process every S seconds and restart it) and write demo-report.json; it
 #                            prints the web console's URL; KEEP=1 keeps the system up until Ctrl-C
-#   make chaos [ORDERS=200] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
+#   make chaos [ORDERS=400] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
 #              [PAUSE_EVERY=30] [OUTAGE_EVERY=30] [LONG_SHARE=0.03] [SKEW=1] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
 #                            a paused supervisor leader, outages of the state store, the queues and a
@@ -53,6 +53,9 @@ unexport CLIENTS
 SEED ?= 20261129
 # make chaos kills every 5 s unless KILL_EVERY is given (make demo's default is 0: no kills).
 CHAOS_KILL_EVERY = $(if $(filter file,$(origin KILL_EVERY)),5,$(KILL_EVERY))
+# make chaos submits 400 orders unless ORDERS is given: a run must outlast its third outage slot
+# (about 90 s), and 200 orders can settle sooner than that.
+CHAOS_ORDERS = $(if $(filter file,$(origin ORDERS)),400,$(ORDERS))
 CONCURRENCY ?= 32
 BENCH_PROCESSES ?= 1,2,3
 SWEEP_SIZES ?= 1000,10000,100000
@@ -93,7 +96,7 @@ demo: setup
 
 .PHONY: chaos
 chaos: setup
-	$(PY) -m devhost.chaos --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
+	$(PY) -m devhost.chaos --orders $(CHAOS_ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
 		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) $(if $(filter 0,$(SKEW)),--no-skew,--skew) \
 		--clients $(CLIENTS) --seed $(SEED)

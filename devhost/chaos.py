@@ -902,7 +902,13 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(  # noqa: PLR0917 (typer passes each option as a parameter)
-    orders: Annotated[int, typer.Option(help="How many TPC-H orders to submit (15000 for all).")] = 200,
+    orders: Annotated[
+        int,
+        typer.Option(
+            help="How many TPC-H orders to submit (15000 for all); the default is enough for the run to "
+            "outlast its third outage slot."
+        ),
+    ] = 400,
     processes: Annotated[
         int,
         typer.Option(
