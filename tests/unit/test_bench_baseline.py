@@ -265,3 +265,34 @@ def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
     assert runner._baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
     assert notes == ["baseline fe3526f not measured: git rev-parse: unknown revision"]
     assert parts.failed == []
+
+
+def test_a_process_count_whose_run_writes_no_report_leaves_only_its_window_out(
+    repo: Path, tmp_path: Path
+) -> None:
+    stand_in = STAND_IN.replace(
+        'report = args[args.index("--report") + 1]',
+        'report = args[args.index("--report") + 1]\n'
+        'if args[args.index("--processes") + 1] == "2": sys.exit(4)',
+    )
+    (repo / "bench" / "__main__.py").write_text(stand_in)
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "2 fails")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    summary = baseline_run(
+        revision="HEAD",
+        orders=1,
+        concurrency=1,
+        warmup=0,
+        processes=(1, 2),
+        run_dir=run_dir,
+        timeout_s=10,
+        repo=repo,
+    )
+
+    assert sorted(summary["windows"]) == ["1"]
+    assert summary["exit_code"] == 1  # the first run's code that was not 0
+    assert not (run_dir / "baseline-report-2.json").exists()
+    assert (run_dir / "baseline-2.log").exists()
+    assert _git(repo, "worktree", "list").count("\n") == 0
