@@ -494,8 +494,9 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         for processes, figures in by_processes.items():
             values = " | ".join(_fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99"))
             lines.append(f"| {peer} | {processes.split('_')[0]} | {values} |")
-    if speed_line(report):
-        lines += ["", speed_line(report) + "."]
+    speed = speed_line(report)
+    if speed:
+        lines += ["", speed + "."]
     for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
         latency = run.get("latency") or {}
         lines += ["", f"One order at a time on {processes} process(es): p50 {_fmt(latency.get('p50_s'))} s."]

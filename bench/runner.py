@@ -148,12 +148,14 @@ def run_bench(
                 {"azurite": emulators.azurite.process.pid, "cosmosdb-server": emulators.cosmos.process.pid}
             )
 
-        def measuring(processes: int) -> Measuring:
+        def measuring(processes: int, *, profiled: bool) -> Measuring:
+            """How a window is measured, with copies of the emulators' pids and targets as they are now;
+            ``profiled``: py-spy too, when ``processes`` is the count the run profiles."""
             return Measuring(
                 dict(pids),
                 dict(counter.targets),
                 counter,
-                profile=processes == config.profile_processes,
+                profile=profiled and processes == config.profile_processes,
                 profile_rate=config.profile_rate,
             )
 
@@ -181,12 +183,7 @@ def run_bench(
             """One timed window (:func:`throughput_run`) on its own emulators; ``profiled``: measured with
             the run's profile settings, else without a profile."""
             with window_endpoints() as endpoints:
-                # Built now: the pids and targets are this window's emulators'.
-                measured = (
-                    measuring(processes)
-                    if profiled
-                    else Measuring(dict(pids), dict(counter.targets), counter)
-                )
+                measured = measuring(processes, profiled=profiled)  # now: this window's emulators
                 return throughput_run(
                     processes=processes,
                     orders=orders,

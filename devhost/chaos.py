@@ -913,8 +913,7 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         int,
         typer.Option(
             help="devhost processes: the last runs the agents and the submission, the others the scheduler "
-            "roles "
-            f"(leader pauses need {PAUSE_MIN_PROCESSES} or more)."
+            f"roles (leader pauses need {PAUSE_MIN_PROCESSES} or more)."
         ),
     ] = 3,
     kill_every: Annotated[

@@ -2,11 +2,11 @@
 
 Each process binds a Unix datagram socket ``<WAKEUP_DIR>/<host id>.sock``. When it sends to a queue it
 sends the queue's name (or another wake-up's, such as the starter's ``@starter``, which no queue name can
-be), as one datagram, to every other socket in the directory; a process receiving a
-name sets its :class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once
-instead of at its next poll. The queue stays the only source of truth: a datagram carries no message,
-and one that is lost (a process starting, a full socket buffer) only leaves that hop to the next poll.
-Sends never block (a full peer is skipped) and a socket whose process has gone is forgotten.
+be), as one datagram, to every other socket in the directory; a process receiving a name sets its
+:class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once instead of at
+its next poll. The queue stays the only source of truth: a datagram carries no message, and one that is
+lost (a process starting, a full socket buffer) only leaves that hop to the next poll. Sends never block
+(a full peer is skipped) and a socket whose process has gone is forgotten.
 
 The Azure host has no such thing: Service Bus triggers receive each message as it arrives.
 """

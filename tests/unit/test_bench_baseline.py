@@ -13,6 +13,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,10 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def _commit_all(repo: Path, message: str) -> None:
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", message)
 
 
 @pytest.fixture
@@ -104,13 +109,13 @@ def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, t
     assert _git(repo, "worktree", "list").count("\n") == 0
 
 
-def _one_order(repo: Path, run_dir: Path, revision: str) -> dict[str, object]:
+def _one_order(repo: Path, run_dir: Path, revision: str, processes: tuple[int, ...] = (1,)) -> dict[str, Any]:
     return baseline_run(
         revision=revision,
         orders=1,
         concurrency=1,
         warmup=0,
-        processes=(1,),
+        processes=processes,
         run_dir=run_dir,
         timeout_s=10,
         repo=repo,
@@ -127,7 +132,7 @@ def test_a_baseline_that_writes_no_report_is_an_error_and_leaves_no_checkout(
     repo: Path, tmp_path: Path
 ) -> None:
     (repo / "bench" / "__main__.py").write_text("import sys\nsys.exit(3)\n")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "fails")
+    _commit_all(repo, "fails")
     with pytest.raises(RuntimeError, match="exited 3 without a report"):
         _one_order(repo, tmp_path, "HEAD")
     assert not (tmp_path / "baseline").exists()
@@ -276,20 +281,11 @@ def test_a_process_count_whose_run_writes_no_report_leaves_only_its_window_out(
         'if args[args.index("--processes") + 1] == "2": sys.exit(4)',
     )
     (repo / "bench" / "__main__.py").write_text(stand_in)
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "2 fails")
+    _commit_all(repo, "2 fails")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
 
-    summary = baseline_run(
-        revision="HEAD",
-        orders=1,
-        concurrency=1,
-        warmup=0,
-        processes=(1, 2),
-        run_dir=run_dir,
-        timeout_s=10,
-        repo=repo,
-    )
+    summary = _one_order(repo, run_dir, "HEAD", processes=(1, 2))
 
     assert sorted(summary["windows"]) == ["1"]
     assert summary["exit_code"] == 1  # the first run's code that was not 0
