@@ -67,6 +67,9 @@ def main(
         str,
         typer.Option(help="Revision measured again for the CPU comparison (empty: none)."),
     ] = BASELINE_REVISION,
+    sdk_calls: Annotated[
+        int, typer.Option(help="Calls of each SDK operation when measuring one call's CPU; 0: not measured.")
+    ] = 300,
 ) -> None:
     """Benchmark orderflow against bare durabletask and DBOS; write bench-report.json.
 
@@ -97,6 +100,7 @@ def main(
             run_timeout_s=timeout_s,
             report_path=report,
             baseline=baseline.strip() or None,
+            sdk_calls=sdk_calls,
         )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

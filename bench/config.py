@@ -47,6 +47,10 @@ class BenchConfig(BaseModel):
         report_path: Where ``bench-report.json`` is written.
         baseline: The revision measured again beside orderflow for the CPU comparison
             (:mod:`bench.baseline`), on the throughput runs' 1- and 2-process counts; None: not run.
+        sdk_calls: Calls of each operation in the measurement of one SDK call's CPU
+            (:mod:`bench.sdk_calls`); 0: not measured.
+        sdk_call_repeats: Measurements of each operation there (the median is reported).
+        sdk_call_concurrency: Calls at once of the async clients there.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,6 +76,9 @@ class BenchConfig(BaseModel):
     data_dir: Path = DATA_DIR
     report_path: Path = REPORT_PATH
     baseline: str | None = BASELINE_REVISION
+    sdk_calls: int = Field(300, ge=0)
+    sdk_call_repeats: int = Field(3, ge=1)
+    sdk_call_concurrency: int = Field(16, ge=1)
 
     def baseline_processes(self) -> tuple[int, ...]:
         """The process counts the baseline is measured on: the throughput runs' 1 and 2 (its 3-process

@@ -1,8 +1,9 @@
 """``bench-report.json``: its shape, the ratios between systems, and the tables printed from it.
 
 Top-level keys: ``generated_at`` (UTC, ISO 8601), ``machine``, ``config``, ``orderflow``, ``sweep``,
-``hard_down``, ``peers``, ``ratios``, ``baseline`` (:mod:`bench.baseline`, or null), ``notes``. Times
-are seconds, throughputs orders per second.
+``hard_down``, ``peers``, ``ratios``, ``baseline`` (:mod:`bench.baseline`, or null), ``sdk_calls``
+(:mod:`bench.sdk_calls`, with each window's SDK floor, or null), ``notes``. Times are seconds,
+throughputs orders per second, CPU milliseconds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.table import Table
 from bench.baseline import CPU_TARGET, cpu_ratios
 from bench.config import BenchConfig
 from bench.measure import DEVHOSTS_ONLY
+from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_floor
 from bench.stats import ratio
 
 REPORT_KEYS = (
@@ -33,6 +35,7 @@ REPORT_KEYS = (
     "peers",
     "ratios",
     "baseline",
+    "sdk_calls",
     "notes",
 )
 """The report's top-level keys, in order."""
@@ -154,6 +157,7 @@ def build_report(
     hard_down: Mapping[str, Any] | None,
     peers: Mapping[str, Mapping[str, Any]],
     baseline: Mapping[str, Any] | None = None,
+    sdk_calls: Mapping[str, Any] | None = None,
     generated_at: datetime | None = None,
     notes: Sequence[str] = NOTES,
 ) -> dict[str, Any]:
@@ -170,6 +174,8 @@ def build_report(
         hard_down: The hard-down run, or None.
         peers: Runs by peer name.
         baseline: The baseline revision's figures (:func:`bench.baseline.summarise`), or None.
+        sdk_calls: :func:`bench.sdk_calls.sdk_calls_run`'s figures, or None; each throughput window's
+            SDK floor (:func:`bench.sdk_calls.sdk_floor`) is added under ``floor_by_processes``.
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """
@@ -192,8 +198,15 @@ def build_report(
         "baseline": (
             {**baseline, "cpu_ratio": cpu_ratios(baseline, orderflow_runs)} if baseline is not None else None
         ),
+        "sdk_calls": _with_floors(sdk_calls, orderflow_runs) if sdk_calls is not None else None,
         "notes": list(notes),
     }
+
+
+def _with_floors(sdk_calls: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    costs = sdk_calls["ms_per_call"]["orderflow"]
+    floors = {p: sdk_floor(run["measured"], costs) for p, run in runs.items() if run.get("measured")}
+    return {**sdk_calls, "floor_by_processes": floors}
 
 
 def _sweep_cells(result: dict[str, Any]) -> tuple[str, ...]:
@@ -353,6 +366,7 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
             profile.add_row(*row)
         console.print(profile)
     _print_baseline(report, console)
+    _print_sdk_calls(report, console)
     _print_rest(report, console)
 
 
@@ -396,6 +410,47 @@ def _print_baseline(report: Mapping[str, Any], console: Console) -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]], list[str]]:
+    """The CPU of one SDK call by client (a title, one row per call), and a sentence per throughput
+    window saying what its devhosts' SDK calls alone cost per order beside what they cost in all."""
+    figures = report.get("sdk_calls")
+    if not figures:
+        return "", [], []
+    costs = figures["ms_per_call"]
+    title = (
+        f"CPU ms of one SDK call (median of {figures['repeats']} x {figures['calls']} calls; async: "
+        f"{figures['concurrency']} at once on one event loop)"
+    )
+    rows = [[call, *(_fmt(costs[client].get(call)) for client in CLIENTS)] for call in OPERATIONS]
+    lines = []
+    for processes, floors in figures.get("floor_by_processes", {}).items():
+        each = ", ".join(
+            f"{name} {_fmt(floor['sdk_calls_ms'])} of {_fmt(floor['measured_ms'])}"
+            for name, floor in floors.items()
+            if name != "devhosts"
+        )
+        total = floors["devhosts"]
+        lines.append(
+            f"SDK floor, {processes} proc: the devhosts' SDK calls alone cost {_fmt(total['sdk_calls_ms'])} "
+            f"ms per order of the {_fmt(total['measured_ms'])} ms they cost in all ({each})"
+        )
+    return title, rows, lines
+
+
+def _print_sdk_calls(report: Mapping[str, Any], console: Console) -> None:
+    title, rows, lines = sdk_call_rows(report)
+    if not rows:
+        return
+    table = Table(title=title)
+    for n, column in enumerate(("call", *CLIENTS)):
+        table.add_column(column, justify="left" if n == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for line in lines:
+        console.print(line)
 
 
 def _print_systems(report: Mapping[str, Any], console: Console) -> None:
@@ -508,6 +563,11 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
     if rows:
         lines += ["", f"{title}:", "", f"| {' | '.join(BASELINE_COLUMNS)} |", "|---|" + "---:|" * 5]
         lines += [f"| {' | '.join(row)} |" for row in rows]
+    title, rows, floors = sdk_call_rows(report)
+    if rows:
+        lines += ["", f"{title}:", "", f"| call | {' | '.join(CLIENTS)} |", "|---|" + "---:|" * len(CLIENTS)]
+        lines += [f"| {' | '.join(row)} |" for row in rows]
+        lines += ["", *(f"{floor}." for floor in floors)]
     per_order = report["orderflow"].get("per_order")
     if per_order:
         lines += ["", "| per order (happy path) | value |", "|---|---|"]

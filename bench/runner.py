@@ -2,9 +2,10 @@
 emulators of its own, every other part on the run's first set.
 
 Order of the parts: orderflow's throughput runs (one per process count), the baseline revision's own
-benchmark on the same orders (:mod:`bench.baseline`), the one-at-a-time runs, the in-process counting
-run, the hard-down run, the peers, then the supervisor sweeps (last: the large sweep fills cosmosdb-server's
-memory, and its database is dropped before the emulators stop).
+benchmark on the same orders (:mod:`bench.baseline`), the one-at-a-time runs, the CPU of one SDK call
+(:mod:`bench.sdk_calls`, on emulators of its own too), the in-process counting run, the hard-down run,
+the peers, then the supervisor sweeps (last: the large sweep fills cosmosdb-server's memory, and its
+database is dropped before the emulators stop).
 
 A part that fails does not lose the others: its figures are left out of the report, a note starting
 with :data:`FAILED` says why, and the report is still written (``python -m bench`` then exits 1).
@@ -29,6 +30,7 @@ from bench.measure import LOAD_GENERATOR, counts_between, http_targets, per_orde
 from bench.orderflow_runs import Measuring, counting_run, hard_down_comparison, throughput_run
 from bench.peer_runs import dbos_run, durabletask_run
 from bench.report import NOTES, build_report, core_speed, machine_info
+from bench.sdk_calls import sdk_calls_run
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
@@ -229,6 +231,24 @@ def run_bench(
             if run is not None:
                 one_at_a_time[str(processes)] = run
 
+        sdk_calls = None
+        if config.sdk_calls:
+
+            def measure_sdk_calls() -> dict[str, Any]:
+                with window_endpoints() as endpoints:
+                    return sdk_calls_run(
+                        endpoints,
+                        calls=config.sdk_calls,
+                        repeats=config.sdk_call_repeats,
+                        concurrency=config.sdk_call_concurrency,
+                        report_path=run_dir / "sdk-calls.json",
+                        timeout_s=config.run_timeout_s,
+                    )
+
+            sdk_calls = parts.run(
+                f"CPU of one SDK call: {config.sdk_calls} calls of each operation", measure_sdk_calls
+            )
+
         before_counting = counter.counts.snapshot()
         per_order = parts.run(
             f"orderflow: counting the store and queue operations of {config.count_orders} orders",
@@ -305,6 +325,7 @@ def run_bench(
         hard_down=hard_down,
         peers=peers,
         baseline=baseline,
+        sdk_calls=sdk_calls,
         notes=[*NOTES, *notes, *parts.failed],
     )
     write_report(report, config.report_path)

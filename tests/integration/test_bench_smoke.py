@@ -20,6 +20,7 @@ from bench.config import BenchConfig
 from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
+from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
 pytestmark = pytest.mark.integration
@@ -72,6 +73,8 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         data_dir=roomy_dataset(tmp_path / "tpch"),
         report_path=tmp_path / "bench-report.json",
         baseline=None,  # its own benchmark takes minutes: tests/unit/test_bench_baseline.py
+        sdk_calls=10,
+        sdk_call_repeats=1,
     )
     report = run_bench(config, endpoints=local_endpoints)
 
@@ -125,6 +128,19 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     assert hard["forward_calls_within_budget"]["met"] is True
     assert hard["undo_calls"]["max"] >= 1  # the refund is down too: compensation fails and says so
 
+    sdk_calls = report["sdk_calls"]
+    assert (sdk_calls["calls"], sdk_calls["repeats"]) == (10, 1)
+    # Every kind of client made every call (each measurement checks that its receives got the messages
+    # sent and its query a full page); a figure is CPU, never zero for ten requests.
+    assert {client: set(costs) for client, costs in sdk_calls["ms_per_call"].items()} == {
+        client: set(OPERATIONS) for client in CLIENTS
+    }
+    assert all(ms > 0 for costs in sdk_calls["ms_per_call"].values() for ms in costs.values())
+    floors = sdk_calls["floor_by_processes"]["1"]
+    assert floors == sdk_floor(run["measured"], sdk_calls["ms_per_call"]["orderflow"])
+    assert set(floors) == {"devhost-1", "devhosts"}
+    assert 0 < floors["devhosts"]["sdk_calls_ms"] < floors["devhosts"]["measured_ms"]
+
     for peer in ("durabletask", "dbos"):
         assert report["peers"][peer]["outcomes"] == {"Processed": 3}
         assert report["peers"][peer]["latency"]["count"] == 3
@@ -160,8 +176,15 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
         windows_on.append(kwargs["endpoints"])
         return throughput_run(**kwargs)
 
+    sdk_calls_on: list[LocalEndpoints] = []
+
+    def sdk_calls_and_keep(endpoints: LocalEndpoints, **kwargs: Any) -> dict[str, Any]:
+        sdk_calls_on.append(endpoints)
+        return sdk_calls_run(endpoints, **kwargs)
+
     monkeypatch.setattr(runner, "start_local_emulators", start_and_keep)
     monkeypatch.setattr(runner, "throughput_run", throughput_run_and_keep)
+    monkeypatch.setattr(runner, "sdk_calls_run", sdk_calls_and_keep)
     config = BenchConfig(
         orders=2,
         concurrency=2,
@@ -179,14 +202,18 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
         data_dir=roomy_dataset(tmp_path / "tpch"),
         report_path=tmp_path / "bench-report.json",
         baseline=None,
+        sdk_calls=5,
+        sdk_call_repeats=1,
     )
     report = run_bench(config)
 
     assert not [note for note in report["notes"] if note.startswith("FAILED")]
-    # The run's own set, then one for each of its two timed windows; every one stopped.
-    assert len(started) == 3
+    # The run's own set, then one for each of its two timed windows and one for the SDK calls; every
+    # one stopped.
+    assert len(started) == 4
     assert windows_on == [started[1].endpoints, started[2].endpoints]
-    assert started[0].endpoints not in windows_on
+    assert sdk_calls_on == [started[3].endpoints]
+    assert report["sdk_calls"]["calls"] == 5
     assert all(e.azurite.process.poll() is not None and e.cosmos.process.poll() is not None for e in started)
     for window in (report["orderflow"]["runs"]["1"], report["orderflow"]["one_at_a_time"]["1"]):
         measured = window["measured"]

@@ -1,0 +1,453 @@
+"""CPU of one Azure SDK call against the local emulators, by kind of client: the floor under an order's cost.
+
+For each request an order makes to the emulators (a Storage queue ``send``, ``receive`` and ``delete``;
+a Cosmos DB ``create``, point ``read``, conditional ``replace`` and ``query``), the CPU milliseconds one
+call costs the calling process, from its own CPU counter over ``calls`` calls on a fresh queue and
+container, the median of ``repeats`` measurements. Three kinds of client are measured:
+
+- ``orderflow``: the synchronous clients as orderflow builds them for a loopback endpoint
+  (:func:`orderflow.http_transport.transport_for` under the SDK's own pipeline), one call at a time;
+- ``sdk default``: the same clients on azure-core's default ``RequestsTransport`` (what Azure gets);
+- ``async``: the SDKs' ``aio`` clients on aiohttp, ``concurrency`` calls at once on one event loop (the
+  "async clients on one event loop instead of thread pools" a process could switch to).
+
+:func:`sdk_floor` multiplies the ``orderflow`` figures by the requests each devhost process made per
+order in a timed window: what its SDK calls alone cost, before any of orderflow's code, durabletask or
+gRPC runs. ``python -m bench`` runs this module in a process of its own (``python -m bench.sdk_calls``),
+so that no request counter and no other work of the benchmark's process is in the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from azure.core import MatchConditions
+from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
+from azure.cosmos.aio import ContainerProxy as AsyncContainerProxy
+from azure.cosmos.aio import CosmosClient as AsyncCosmosClient
+from azure.storage.queue import QueueClient
+from azure.storage.queue.aio import QueueClient as AsyncQueueClient
+
+from bench.measure import LOAD_GENERATOR
+from devhost.emulators import COSMOS_EMULATOR_KEY, REPO_ROOT, LocalEndpoints, start_local_emulators
+from orderflow.http_transport import transport_for
+
+OPERATIONS: dict[str, tuple[str, str]] = {
+    "queue send": ("azurite", "send"),
+    "queue receive": ("azurite", "receive"),
+    "queue delete": ("azurite", "delete"),
+    "cosmos create": ("cosmosdb-server", "create"),
+    "cosmos read": ("cosmosdb-server", "read"),
+    "cosmos replace": ("cosmosdb-server", "replace"),
+    "cosmos query": ("cosmosdb-server", "query"),
+}
+"""Each measured call -> the emulator and the operation it is counted under (:mod:`bench.counting.http`)."""
+
+CLIENTS = ("orderflow", "sdk default", "async")
+"""The kinds of client measured (module docstring)."""
+
+MESSAGE_BYTES = 600
+"""Body size of a measured queue message: about an agent request's."""
+
+DOCUMENT_PADDING = 1500
+"""Padding of a measured document, characters: a state record of a three-step order is about 2 KB."""
+
+PAGE_ITEMS = 8
+"""Items per page of the measured query (the starter asks for a small page of Pending records)."""
+
+QUERY = "SELECT * FROM c WHERE c.processState = @state"
+
+Costs = dict[str, float]
+"""Measured call -> CPU milliseconds per call."""
+
+
+def _message(index: int) -> str:
+    return json.dumps({"index": index, "pad": "x" * MESSAGE_BYTES})
+
+
+def _document(index: int, state: str = "Pending") -> dict[str, Any]:
+    order_id = f"o{index}"
+    steps = {f"s{n}": {"status": "NotStarted", "calls": 0} for n in range(3)}
+    return {
+        "id": order_id,
+        "orderId": order_id,
+        "processState": state,
+        "steps": steps,
+        "pad": "y" * DOCUMENT_PADDING,
+    }
+
+
+def _queue_url(endpoints: LocalEndpoints) -> str:
+    for part in endpoints.storage_connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key == "QueueEndpoint":
+            return value
+    raise ValueError("the storage connection string names no QueueEndpoint")
+
+
+def _check_received(received: int, sent: int) -> None:
+    """Every receive got one message: otherwise the figures would be of empty receives."""
+    if received != sent:
+        raise RuntimeError(f"{sent} messages sent, {received} received: the queue was not this measurement's")
+
+
+def _check_page(items: int, records: int) -> None:
+    """The query's first page is full (or holds every record): otherwise it measured an empty query."""
+    if items != min(PAGE_ITEMS, records):
+        raise RuntimeError(f"the query's first page held {items} of {records} records")
+
+
+def _ms_per_call(run: Callable[[], int]) -> float:
+    """CPU milliseconds per call of ``run``, which makes the calls and returns how many it made."""
+    began = time.process_time()
+    made = run()
+    return (time.process_time() - began) * 1000 / max(made, 1)
+
+
+def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
+    """Each operation's CPU per call with the synchronous clients, one call at a time.
+
+    Args:
+        endpoints: The emulators (a queue and a database of their own are made, then dropped).
+        lean: orderflow's loopback transport (True) or azure-core's default (False).
+        calls: Calls of each operation.
+    """
+    queue_options: dict[str, Any] = {"transport": transport_for(_queue_url(endpoints))} if lean else {}
+    cosmos_options: dict[str, Any] = {"transport": transport_for(endpoints.cosmos_endpoint)} if lean else {}
+    costs: Costs = {}
+    queue = QueueClient.from_connection_string(
+        endpoints.storage_connection_string, f"sdk-calls-{uuid.uuid4().hex[:12]}", **queue_options
+    )
+    queue.create_queue()
+    try:
+        costs.update(_sync_queue_costs(queue, calls))
+    finally:
+        queue.delete_queue()
+    client = CosmosClient(
+        endpoints.cosmos_endpoint, credential=endpoints.cosmos_key, connection_verify=False, **cosmos_options
+    )
+    database = client.create_database_if_not_exists(f"sdk-calls-{uuid.uuid4().hex[:12]}")
+    try:
+        container = database.create_container_if_not_exists("records", partition_key=PartitionKey("/orderId"))
+        costs.update(_sync_cosmos_costs(container, calls))
+    finally:
+        client.delete_database(database.id)
+    return costs
+
+
+def _sync_queue_costs(queue: QueueClient, calls: int) -> Costs:
+    received: list[Any] = []
+
+    def send() -> int:
+        for index in range(calls):
+            queue.send_message(_message(index))
+        return calls
+
+    def receive() -> int:
+        for _ in range(calls):
+            # One page of at most one message: as a consumer asking for what it has room for.
+            received.extend(next(queue.receive_messages(max_messages=1, visibility_timeout=300).by_page()))
+        return calls
+
+    def delete() -> int:
+        for message in received:
+            queue.delete_message(message)
+        return len(received)
+
+    costs = {"queue send": _ms_per_call(send), "queue receive": _ms_per_call(receive)}
+    _check_received(len(received), calls)
+    return {**costs, "queue delete": _ms_per_call(delete)}
+
+
+def _sync_cosmos_costs(container: ContainerProxy, calls: int) -> Costs:
+    etags: dict[int, str] = {}
+
+    def create() -> int:
+        for index in range(calls):
+            container.create_item(_document(index))
+        return calls
+
+    def read() -> int:
+        for index in range(calls):
+            etags[index] = container.read_item(f"o{index}", partition_key=f"o{index}")["_etag"]
+        return calls
+
+    def replace() -> int:
+        for index in range(calls):
+            container.replace_item(
+                f"o{index}",
+                _document(index, "Processing"),
+                etag=etags[index],
+                match_condition=MatchConditions.IfNotModified,
+            )
+        return calls
+
+    def query() -> int:
+        for _ in range(calls):
+            pages = container.query_items(
+                QUERY,
+                parameters=[{"name": "@state", "value": "Processing"}],
+                enable_cross_partition_query=True,
+                max_item_count=PAGE_ITEMS,
+            ).by_page()
+            _check_page(len(list(next(pages))), calls)
+        return calls
+
+    return {
+        "cosmos create": _ms_per_call(create),
+        "cosmos read": _ms_per_call(read),
+        "cosmos replace": _ms_per_call(replace),
+        "cosmos query": _ms_per_call(query),
+    }
+
+
+async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: int) -> Costs:
+    """Each operation's CPU per call with the SDKs' ``aio`` clients (aiohttp), ``concurrency`` calls at
+    once on this event loop.
+
+    Args:
+        endpoints: The emulators (a queue and a database of their own are made, then dropped).
+        calls: Calls of each operation.
+        concurrency: Calls outstanding at once.
+    """
+    gate = asyncio.Semaphore(concurrency)
+
+    async def gathered(make: Callable[[int], Awaitable[object]], count: int) -> int:
+        async def one(index: int) -> None:
+            async with gate:
+                await make(index)
+
+        await asyncio.gather(*(one(index) for index in range(count)))
+        return count
+
+    async def ms_per_call(run: Callable[[], Awaitable[int]]) -> float:
+        began = time.process_time()
+        made = await run()
+        return (time.process_time() - began) * 1000 / max(made, 1)
+
+    costs: Costs = {}
+    queue = AsyncQueueClient.from_connection_string(
+        endpoints.storage_connection_string, f"sdk-calls-{uuid.uuid4().hex[:12]}"
+    )
+    async with queue:
+        await queue.create_queue()
+        try:
+            received: list[Any] = []
+
+            async def receive_one(_index: int) -> None:
+                async for page in queue.receive_messages(max_messages=1, visibility_timeout=300).by_page():
+                    received.extend([message async for message in page])
+                    break
+
+            costs["queue send"] = await ms_per_call(
+                lambda: gathered(lambda index: queue.send_message(_message(index)), calls)
+            )
+            costs["queue receive"] = await ms_per_call(lambda: gathered(receive_one, calls))
+            _check_received(len(received), calls)
+            costs["queue delete"] = await ms_per_call(
+                lambda: gathered(lambda index: queue.delete_message(received[index]), len(received))
+            )
+        finally:
+            await queue.delete_queue()
+    async with AsyncCosmosClient(
+        endpoints.cosmos_endpoint, credential=endpoints.cosmos_key, connection_verify=False
+    ) as client:
+        database = await client.create_database_if_not_exists(f"sdk-calls-{uuid.uuid4().hex[:12]}")
+        try:
+            container = await database.create_container_if_not_exists(
+                "records", partition_key=PartitionKey("/orderId")
+            )
+            costs.update(await _async_cosmos_costs(container, calls, gathered, ms_per_call))
+        finally:
+            await client.delete_database(database.id)
+    return costs
+
+
+async def _async_cosmos_costs(
+    container: AsyncContainerProxy,
+    calls: int,
+    gathered: Callable[[Callable[[int], Awaitable[object]], int], Awaitable[int]],
+    ms_per_call: Callable[[Callable[[], Awaitable[int]]], Awaitable[float]],
+) -> Costs:
+    etags: dict[int, str] = {}
+
+    async def read_one(index: int) -> None:
+        etags[index] = (await container.read_item(f"o{index}", partition_key=f"o{index}"))["_etag"]
+
+    async def replace_one(index: int) -> None:
+        await container.replace_item(
+            f"o{index}",
+            _document(index, "Processing"),
+            etag=etags[index],
+            match_condition=MatchConditions.IfNotModified,
+        )
+
+    async def query_one(_index: int) -> None:
+        pages = container.query_items(
+            QUERY, parameters=[{"name": "@state", "value": "Processing"}], max_item_count=PAGE_ITEMS
+        ).by_page()
+        async for page in pages:
+            _check_page(len([item async for item in page]), calls)
+            break
+
+    return {
+        "cosmos create": await ms_per_call(
+            lambda: gathered(lambda index: container.create_item(_document(index)), calls)
+        ),
+        "cosmos read": await ms_per_call(lambda: gathered(read_one, calls)),
+        "cosmos replace": await ms_per_call(lambda: gathered(replace_one, calls)),
+        "cosmos query": await ms_per_call(lambda: gathered(query_one, calls)),
+    }
+
+
+def call_costs(endpoints: LocalEndpoints, *, calls: int, repeats: int, concurrency: int) -> dict[str, Costs]:
+    """Every kind of client's CPU per call (:data:`CLIENTS`), each operation the median of ``repeats``
+    measurements, the kinds interleaved so that a slow spell of the machine reaches all of them.
+
+    Returns:
+        ``{client: {operation: ms per call}}``, rounded to 0.01 ms.
+    """
+    samples: dict[str, dict[str, list[float]]] = {client: {} for client in CLIENTS}
+    for _ in range(repeats):
+        measured = {
+            "orderflow": measure_sync(endpoints, lean=True, calls=calls),
+            "sdk default": measure_sync(endpoints, lean=False, calls=calls),
+            "async": asyncio.run(measure_async(endpoints, calls=calls, concurrency=concurrency)),
+        }
+        for client, costs in measured.items():
+            for operation, ms in costs.items():
+                samples[client].setdefault(operation, []).append(ms)
+    return {
+        client: {operation: round(statistics.median(values), 2) for operation, values in by_operation.items()}
+        for client, by_operation in samples.items()
+    }
+
+
+def floor_ms_per_order(costs: Mapping[str, float], requests: Mapping[str, Mapping[str, float]]) -> float:
+    """What a process's requests per order cost at ``costs``: the sum over :data:`OPERATIONS` of
+    requests per order times CPU ms per call (requests of any other operation, such as a lock renewal,
+    are left out: rare, and not measured here).
+
+    Args:
+        costs: One client kind's CPU ms per call, by measured call.
+        requests: Requests per order, ``{emulator: {operation: n}}`` (a window's
+            ``http_per_order_by_process`` entry).
+    """
+    total = 0.0
+    for call, (emulator, operation) in OPERATIONS.items():
+        total += float(requests.get(emulator, {}).get(operation, 0.0)) * costs.get(call, 0.0)
+    return round(total, 1)
+
+
+def sdk_floor(window: Mapping[str, Any], costs: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """What the SDK calls alone cost each devhost process of a measured window, beside what the process
+    cost in all; ``"devhosts"`` sums them.
+
+    Args:
+        window: A window's ``measured`` figures (``http_per_order_by_process``, ``cpu_ms_per_order``).
+        costs: The ``orderflow`` client's CPU ms per call.
+
+    Returns:
+        ``{process: {"sdk_calls_ms": ..., "measured_ms": ...}}`` per order.
+    """
+    by_process = window.get("http_per_order_by_process", {})
+    measured = window.get("cpu_ms_per_order", {})
+    floors = {
+        name: {
+            "sdk_calls_ms": floor_ms_per_order(costs, requests),
+            "measured_ms": float(measured.get(name, 0.0)),
+        }
+        for name, requests in by_process.items()
+        if name != LOAD_GENERATOR
+    }
+    floors["devhosts"] = {
+        key: round(sum(floor[key] for floor in floors.values()), 1) for key in ("sdk_calls_ms", "measured_ms")
+    }
+    return floors
+
+
+def sdk_calls_run(
+    endpoints: LocalEndpoints,
+    *,
+    calls: int,
+    repeats: int,
+    concurrency: int,
+    report_path: Path,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Run ``python -m bench.sdk_calls`` against ``endpoints`` in a process of its own; its figures.
+
+    Raises:
+        RuntimeError: it failed (its last lines of output are in the message) or wrote no figures.
+        subprocess.TimeoutExpired: it ran longer than ``timeout_s`` seconds (it is killed).
+    """
+    environment = {
+        **os.environ,
+        "STORAGE_CONNECTION_STRING": endpoints.storage_connection_string,
+        "COSMOS_ENDPOINT": endpoints.cosmos_endpoint,
+        "COSMOS_KEY": endpoints.cosmos_key,
+        "PYTHONWARNINGS": "ignore",  # the emulator's self-signed certificate warns on every request
+    }
+    command = [sys.executable, "-m", "bench.sdk_calls", "--calls", str(calls), "--repeats", str(repeats)]
+    command += ["--concurrency", str(concurrency), "--report", str(report_path)]
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0 or not report_path.exists():
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise RuntimeError(f"bench.sdk_calls exited {done.returncode}: {tail}")
+    figures: dict[str, Any] = json.loads(report_path.read_text(encoding="utf-8"))
+    return figures
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(
+    *,
+    calls: Annotated[int, typer.Option(min=1, help="Calls of each operation per measurement.")] = 300,
+    repeats: Annotated[int, typer.Option(min=1, help="Measurements of each; the median is reported.")] = 3,
+    concurrency: Annotated[int, typer.Option(min=1, help="Calls at once of the async clients.")] = 16,
+    report: Annotated[Path, typer.Option(help="Where to write the JSON figures.")] = Path("sdk-calls.json"),
+) -> None:
+    """Measure the CPU of one SDK call of each kind; print the table and write the JSON figures.
+
+    Uses the emulators named by ``STORAGE_CONNECTION_STRING`` and ``COSMOS_ENDPOINT`` (and ``COSMOS_KEY``)
+    when both are set, else starts Azurite and cosmosdb-server and stops them after.
+    """
+    storage, cosmos = os.environ.get("STORAGE_CONNECTION_STRING"), os.environ.get("COSMOS_ENDPOINT")
+    if storage and cosmos:
+        key = os.environ.get("COSMOS_KEY") or COSMOS_EMULATOR_KEY
+        endpoints = LocalEndpoints(storage_connection_string=storage, cosmos_endpoint=cosmos, cosmos_key=key)
+        figures = call_costs(endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
+    else:
+        with start_local_emulators() as emulators:
+            figures = call_costs(emulators.endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
+    result = {"calls": calls, "repeats": repeats, "concurrency": concurrency, "ms_per_call": figures}
+    report.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    width = max(len(call) for call in OPERATIONS)
+    typer.echo(f"{'CPU ms per call':<{width}}  " + "  ".join(f"{client:>11}" for client in CLIENTS))
+    for call in OPERATIONS:
+        typer.echo(f"{call:<{width}}  " + "  ".join(f"{figures[client][call]:>11.2f}" for client in CLIENTS))
+
+
+if __name__ == "__main__":
+    app()

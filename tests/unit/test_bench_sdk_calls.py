@@ -1,0 +1,105 @@
+"""The SDK floor's arithmetic and how the report shows the CPU of one SDK call."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bench.config import BenchConfig
+from bench.report import build_report, markdown_tables
+from bench.sdk_calls import CLIENTS, OPERATIONS, floor_ms_per_order, sdk_floor
+
+pytestmark = pytest.mark.unit
+
+COSTS = {
+    "queue send": 1.0,
+    "queue receive": 0.5,
+    "queue delete": 0.3,
+    "cosmos create": 2.0,
+    "cosmos read": 0.1,
+    "cosmos replace": 0.2,
+    "cosmos query": 3.0,
+}
+
+WINDOW = {
+    "cpu_ms_per_order": {"devhost-1": 40.0, "devhost-agents": 20.0, "load generator": 9.0, "azurite": 30.0},
+    "http_per_order_by_process": {
+        "devhost-1": {
+            "azurite": {"send": 4.0, "receive": 2.0, "delete": 3.0, "update": 7.0},
+            "cosmosdb-server": {"read": 2.0, "replace": 5.0, "query": 0.5, "metadata": 3.0},
+        },
+        "devhost-agents": {"azurite": {"send": 4.0, "receive": 4.0}, "cosmosdb-server": {"create": 2.0}},
+        "load generator": {"azurite": {"send": 1.0, "receive": 2.0, "delete": 2.0}},
+    },
+    "http_per_order": {},
+    "grpc_per_order": {},
+    "limited_by": "the machine's CPU",
+}
+
+
+def test_the_floor_sums_requests_times_cost_and_leaves_out_unmeasured_operations() -> None:
+    requests = WINDOW["http_per_order_by_process"]["devhost-1"]
+    # 4x1 + 2x0.5 + 3x0.3 + 2x0.1 + 5x0.2 + 0.5x3; the lock renewals (update) and metadata are not measured.
+    assert floor_ms_per_order(COSTS, requests) == 8.6
+    assert floor_ms_per_order(COSTS, {}) == 0.0
+
+
+def test_each_devhost_gets_its_floor_beside_its_measured_cpu_and_the_load_generator_none() -> None:
+    floors = sdk_floor(WINDOW, COSTS)
+
+    assert floors == {
+        "devhost-1": {"sdk_calls_ms": 8.6, "measured_ms": 40.0},
+        "devhost-agents": {"sdk_calls_ms": 10.0, "measured_ms": 20.0},
+        "devhosts": {"sdk_calls_ms": 18.6, "measured_ms": 60.0},
+    }
+
+
+def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None:
+    figures = {
+        "calls": 300,
+        "repeats": 3,
+        "concurrency": 16,
+        "ms_per_call": {
+            client: {call: COSTS[call] * (n + 1) for call in OPERATIONS} for n, client in enumerate(CLIENTS)
+        },
+    }
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+        sdk_calls=figures,
+        generated_at=datetime(2026, 12, 2, tzinfo=UTC),
+    )
+
+    assert report["sdk_calls"]["floor_by_processes"]["2"]["devhosts"] == {
+        "sdk_calls_ms": 18.6,
+        "measured_ms": 60.0,
+    }
+    table = markdown_tables(report)
+    assert "| queue send | 1 | 2 | 3 |" in table
+    assert "| cosmos query | 3 | 6 | 9 |" in table
+    assert (
+        "SDK floor, 2 proc: the devhosts' SDK calls alone cost 18.6 ms per order of the 60 ms they cost in all "
+        "(devhost-1 8.6 of 40, devhost-agents 10 of 20)." in table
+    )
+
+
+def test_a_report_without_the_measurement_says_nothing_of_it() -> None:
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={},
+        orderflow_runs={},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+    )
+    assert report["sdk_calls"] is None
+    assert "SDK" not in markdown_tables(report)
