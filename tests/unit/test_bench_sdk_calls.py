@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ COSTS = {
     "cosmos query": 3.0,
 }
 
-WINDOW = {
+WINDOW: dict[str, Any] = {
     "cpu_ms_per_order": {"devhost-1": 40.0, "devhost-agents": 20.0, "load generator": 9.0, "azurite": 30.0},
     "http_per_order_by_process": {
         "devhost-1": {
