@@ -12,9 +12,10 @@ an order makes about 38 requests to the emulators (docs/benchmarks.md).
 What the lean transport leaves out is what a loopback endpoint never needs: proxies and the environment
 (``HTTPS_PROXY``, netrc, CA-bundle variables), cookies, response decompression (it asks for
 ``identity``) and a shared pool (each thread keeps its own connection per emulator, reopened when the
-emulator closed it while idle; a request that finds it closed just as it went out, with no answer, is
-sent once more on a new connection before the SDK's retries see a failure). It reads every response
-whole, which is what the queue and Cosmos clients do anyway.
+emulator closed it while idle, which a poll of a connection idle for over a second notices; a request
+that finds it closed just as it went out, with no answer, is sent once more on a new connection before
+the SDK's retries see a failure). It reads every response whole, which is what the queue and Cosmos
+clients do anyway.
 
 Any other endpoint (Cosmos DB, Storage on Azure) gets None: the SDK's own transport, which honours the
 environment (an ``HTTPS_PROXY`` on Azure still applies).
@@ -27,7 +28,8 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,6 +48,9 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_CONNECTION_TIMEOUT_S = 300.0
 DEFAULT_READ_TIMEOUT_S = 300.0
 """azure-core's defaults for a transport built without timeouts (seconds)."""
+
+RECENTLY_USED_S = 1.0
+"""A kept connection handed out this recently (seconds) is used without polling its socket first."""
 
 _Key = tuple[str, str, int]
 
@@ -213,7 +218,7 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         if connections is None:
             connections = self._local.connections = {}
         kept = connections.get(key)
-        if kept is not None and not kept.dropped():
+        if kept is not None and kept.reusable():
             return kept.connection, True
         if kept is not None:
             self._drop(key, kept.connection)
@@ -275,16 +280,31 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
 class _Kept:
     """A thread's kept-alive connection and a poll of its socket, registered once."""
 
-    def __init__(self, connection: http.client.HTTPConnection) -> None:
+    def __init__(
+        self, connection: http.client.HTTPConnection, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.connection = connection
+        self._clock = clock
+        self._handed_out_at = clock()
         self._poll = select.poll()
         if connection.sock is not None:
             self._poll.register(connection.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
 
-    def dropped(self) -> bool:
-        """Whether the idle connection can no longer be used: readable with nothing asked means the
-        server closed it (or sent what no request asked for)."""
-        return self.connection.sock is None or bool(self._poll.poll(0))
+    def reusable(self) -> bool:
+        """Whether the idle connection may carry the next request (which it is then handed out for):
+        not when it is readable with nothing asked, which means the server closed it (or sent what no
+        request asked for).
+
+        A connection handed out less than :data:`RECENTLY_USED_S` ago is not polled: the emulators (Node's
+        HTTP server) close an idle connection after 5 s, and the poll is a system call that gives up the
+        interpreter lock on every request. One closed sooner is met by :meth:`LoopbackTransport.send`'s
+        resend on a new connection.
+        """
+        if self.connection.sock is None:
+            return False
+        now = self._clock()
+        recent, self._handed_out_at = now - self._handed_out_at < RECENTLY_USED_S, now
+        return recent or not self._poll.poll(0)
 
 
 def transport_for(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError, ServiceResponseTimeoutError
 from azure.core.pipeline.transport import HttpRequest
 
-from orderflow.http_transport import LoopbackTransport, is_loopback, transport_for
+from orderflow.http_transport import RECENTLY_USED_S, LoopbackTransport, _Kept, is_loopback, transport_for
 from orderflow.queues.storage import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
@@ -187,3 +188,29 @@ def test_failures_raise_what_the_sdks_retry_and_translate(server: _Server) -> No
     with pytest.raises(ValueError, match="body"):
         transport.send(HttpRequest("POST", _url(server, "/q"), data={"form": "field"}))
     transport.close()
+
+
+def test_a_kept_connection_is_polled_only_when_it_sat_idle_long_enough_to_be_closed() -> None:
+    now = [0.0]
+    near, far = socket.socketpair()
+    connection = http.client.HTTPConnection("127.0.0.1")
+    connection.sock = near
+    kept = _Kept(connection, clock=lambda: now[0])
+    far.close()  # the server closes it: the socket turns readable (end of file)
+
+    now[0] = RECENTLY_USED_S / 2
+    assert kept.reusable()  # handed out a moment ago: used without a poll (a resend covers a close)
+    now[0] += RECENTLY_USED_S + 0.1
+    assert not kept.reusable()  # idle past the window: the poll sees the close
+    near.close()
+
+    open_near, open_far = socket.socketpair()
+    alive = http.client.HTTPConnection("127.0.0.1")
+    alive.sock = open_near
+    idle = _Kept(alive, clock=lambda: now[0])
+    now[0] += 10 * RECENTLY_USED_S
+    assert idle.reusable()  # polled, and nothing to read: still open
+    alive.sock = None
+    assert not idle.reusable()  # closed by http.client itself (a "Connection: close" answer)
+    open_near.close()
+    open_far.close()
