@@ -34,7 +34,6 @@ from activities.steps import (
     _fenced,
     _record_completion,
     _record_error,
-    agent_deadline,
 )
 from orderflow import telemetry, tracing
 from orderflow.contracts import (
@@ -71,6 +70,7 @@ from orderflow.results import (
     StartUndoResult,
     UndoStarted,
 )
+from orderflow.step_requests import agent_deadline
 from orderflow.workflows import WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from activities.fencing import Mutation, WriteOutcome, fenced_write
-from orderflow import telemetry, tracing
+from orderflow import telemetry
 from orderflow.breaker import HalfOpen, Open, hold_for_dependency
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
@@ -25,11 +24,10 @@ from orderflow.contracts import (
     StartStepInput,
     StepError,
     StepResult,
-    fallback_step_name,
 )
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind, IllegalTransition
-from orderflow.messages import AgentRequest, OrderStatus, request_id_for
+from orderflow.messages import OrderStatus
 from orderflow.records import (
     CompensationEntry,
     LastError,
@@ -62,6 +60,7 @@ from orderflow.results import (
     Stopped,
 )
 from orderflow.settings import Settings
+from orderflow.step_requests import send_step_request
 from orderflow.step_start import (
     AwaitDependency,
     AwaitReview,
@@ -79,46 +78,6 @@ from orderflow.step_start import (
 from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
-
-AGENT_MARGIN_SHARE = 0.2
-"""Share of a step's remaining time kept back from the agent for its answer's trip back."""
-
-AGENT_MARGIN_MAX_S = 1.0
-"""Largest margin, seconds: a queue hop and an event raise take well under a second."""
-
-
-def request_payload(
-    step: StepDefinition,
-    order: OrderDocument,
-    *,
-    fallback: bool = False,
-    corrected: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
-    fallback provider gets the step's ``fallback_payload`` over it.
-
-    Args:
-        corrected: An operator's corrections of the step's input (wire name -> value,
-            :meth:`StateRecord.corrected_input`), laid over the order document's fields.
-    """
-    if corrected:
-        order = OrderDocument.model_validate({**order.to_json_dict(), **corrected})
-    items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
-    payload: dict[str, Any]
-    if step.operation == "reserve":
-        payload = {"items": items}
-    elif step.operation == "charge":
-        # Customer ids are the client's own: the service is told whose (docs/clients.md).
-        payload = {"customerId": order.customer_id, "amount": str(order.amount), "currency": order.currency}
-        if order.client_id is not None:
-            payload["clientId"] = order.client_id
-    elif step.operation == "ship":
-        payload = {"carrier": order.carrier, "items": items}
-    else:
-        payload = {"orderId": order.order_id}
-    if fallback:
-        payload.update(dict(step.fallback_payload))
-    return payload
 
 
 def fallback_key(order_id: str, step: str, correction: int | None = None) -> str:
@@ -289,38 +248,18 @@ def _send_request(
     complete_by = record.complete_by
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
-    order = order or deps.order_cache.get(deps.orders, data.order_id)
-    # The fallback answers as its own pseudo-step, so a late answer of the primary is never taken for it.
-    request_step = fallback_step_name(data.step) if data.fallback else data.step
-    request_id = request_id_for(data.instance_id, request_step)
-    request = AgentRequest(
-        request_id=request_id,
-        order_id=data.order_id,
+    send_step_request(
+        deps.queues,
+        deps.settings,
+        record=record,
+        step_def=step_def,
+        order=order or deps.order_cache.get(deps.orders, data.order_id),
         instance_id=data.instance_id,
-        step=request_step,
-        operation=step_def.operation,
-        idempotency_key=record.steps[data.step].idempotency_key,
-        deadline=agent_deadline(complete_by, now),
-        reply_to=data.response_queue,
-        payload=request_payload(
-            step_def, order, fallback=data.fallback, corrected=record.corrected_input(data.step)
-        ),
-        max_calls=record.steps[data.step].reserved_calls,
-        traceparent=tracing.current_traceparent(),
-    )
-    agent = step_def.fallback_agent if data.fallback and step_def.fallback_agent else step_def.agent
-    deps.queues.queue(deps.settings.agent_queue(agent)).send(
-        request.to_json(), message_id=request_id, correlation_id=data.order_id
+        response_queue=data.response_queue,
+        fallback=data.fallback,
+        now=now,
     )
     return complete_by
-
-
-def agent_deadline(complete_by: datetime, now: datetime) -> datetime:
-    """The deadline (UTC) an agent request carries: a little before the step's ``complete_by``, so the
-    agent stops early enough for its answer to travel back before the step's timer fires (an answer that
-    arrives after it is dropped, and its calls are wasted)."""
-    left_s = max(0.0, (complete_by - now).total_seconds())
-    return complete_by - timedelta(seconds=min(AGENT_MARGIN_MAX_S, AGENT_MARGIN_SHARE * left_s))
 
 
 def _prepare_start(

@@ -4,7 +4,7 @@ The order document stays as the client sent it: its content hash answers the cli
 submissions, so it is never rewritten. A correction is kept in the state record instead
 (:class:`orderflow.records.InputCorrection`), written in the resubmit's one ETag-conditional write, and
 the corrected step's next call is built from the document with the step's corrections laid over it
-(:func:`activities.steps.request_payload`).
+(:func:`orderflow.step_requests.request_payload`).
 
 A correction is accepted when all of these hold, checked in this order:
 

@@ -40,7 +40,7 @@ class CompletedStep:
 def step_payload(step: StepDefinition, order: Mapping[str, Any]) -> dict[str, Any]:
     """The request body fields of ``step`` for an order given as its submission message (camelCase).
 
-    The same fields orderflow's ``start_step`` sends (``activities.steps.request_payload``).
+    The same fields orderflow's ``start_step`` sends (``orderflow.step_requests.request_payload``).
 
     Raises:
         ValueError: the step's operation is not one of the saga's.

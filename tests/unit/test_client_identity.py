@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.steps import request_payload
 from intake.admission import AdmissionReason, ClientAdmission
 from intake.submission import (
     IntakeOutcome,
@@ -26,6 +25,7 @@ from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_mess
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
+from orderflow.step_requests import request_payload
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import new_order_workflow
 from tests.unit.fakes import order_body, received

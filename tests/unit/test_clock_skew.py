@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from activities.steps import agent_deadline
 from intake.submission import handle_intake_message
 from orchestrators.starter import run_starter_pass
 from orderflow import telemetry
@@ -24,6 +23,7 @@ from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor, skew_
 from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
+from orderflow.step_requests import agent_deadline
 from orderflow.stores.memory import InMemoryStateStore
 from supervisor.sweep import run_sweep
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
