@@ -133,7 +133,9 @@ def _deliver(response: AgentResponse, client: OrchestrationClient) -> Delivery:
         # Inconsistent ids would raise an event the instance cannot use (docs/design.md §7).
         telemetry.event("response.dropped", reason=Delivery.INCONSISTENT.value, **fields)
         return Delivery.INCONSISTENT
-    if response.step not in waiting_steps(status.custom_status):
+    if response.step not in waiting_steps(status.custom_status) and not _before_first_episode(
+        status.custom_status
+    ):
         telemetry.event(
             "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields
         )
@@ -141,6 +143,14 @@ def _deliver(response: AgentResponse, client: OrchestrationClient) -> Delivery:
     client.raise_event(response.instance_id, response.event_name, event_payload(response))
     telemetry.event("response.raised", **fields)
     return Delivery.RAISED
+
+
+def _before_first_episode(status: str | None) -> bool:
+    """An instance with no custom status yet has not run its first episode: the answer is to the request
+    the starter sent for the step the claim started (docs/design.md §3.2), and the raise is buffered
+    until the instance waits for it. An answer to any other step is buffered and never taken: each wait
+    name is waited at most once per instance (§7)."""
+    return not status
 
 
 def event_payload(response: AgentResponse) -> dict[str, object]:

@@ -3,8 +3,11 @@
 The claim (docs/design.md §3.2) is one conditional write that sets ``processState=Processing``,
 ``lockedBy={orderId}:{attempt+1}``, ``attempt+=1`` and a ``completeBy``, *before* the orchestration is
 scheduled; two starters reading the same record race on its ETag and exactly one wins. The same write
-starts the attempt's first step (Running, its calls reserved, ``completeBy`` its deadline), so the
-orchestration's first activity only sends the request: one state write per order fewer.
+starts the attempt's first step (Running, its calls reserved, ``completeBy`` its deadline), and once the
+instance is scheduled the starter sends that step's agent request itself: the orchestration begins by
+waiting for the answer, with no ``start_step`` activity (one activity, one orchestration episode and one
+point read per order fewer). A request that could not be sent leaves the attempt to its timer, and the
+supervisor recovers it as after any lost request.
 Scheduling an instance id that already exists is success, never a reason to start again: Durable
 Functions 1.x ``start_new`` would silently replace it (docs/design.md §7). A process that dies between the
 claim and the start leaves a ``Processing`` record whose ``completeBy`` expires: the supervisor
@@ -22,11 +25,13 @@ from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry, tracing
 from orderflow.breaker import CircuitBreakers, hold_for_dependency
 from orderflow.clock import Clock
-from orderflow.contracts import OrchestrationInput
-from orderflow.errors import ConcurrencyConflict, InvalidContinuation
+from orderflow.contracts import OrchestrationInput, StartedStep
+from orderflow.errors import ConcurrencyConflict, InvalidContinuation, OrderflowError
 from orderflow.orchestration import OrchestrationClient
-from orderflow.records import ProcessState, StateRecord, StepStatus, instance_id_for
+from orderflow.queues.base import QueueFactory
+from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
+from orderflow.step_requests import send_step_request
 from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
@@ -44,6 +49,19 @@ class StarterReport:
     claimed: list[str] = field(default_factory=list)
     lost_races: int = 0
     already_started: int = 0
+
+
+@dataclass(frozen=True)
+class FirstRequests:
+    """What the starter needs to send the agent request of the step a claim started.
+
+    Attributes:
+        queues: Where the agents' request queues are.
+        order: The order document of an order id (the host's order cache over the order store).
+    """
+
+    queues: QueueFactory
+    order: Callable[[str], OrderDocument]
 
 
 CLAIMABLE_STATES = (ProcessState.PENDING, ProcessState.COMPENSATING)
@@ -169,8 +187,9 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
 
     The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
     as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
-    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. That activity then finds
-    the step started by its own attempt and only sends the request. The decision is the activity's own
+    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. The starter then sends
+    the step's request (:func:`run_starter_pass` with ``first_requests``; without, that activity finds
+    the step started by its own attempt and only sends the request). The decision is the activity's own
     (:func:`orderflow.step_start.decide_step_start`); what it does not decide to start here is left to
     the orchestration: a step that may pause for review (the claim has not read the order), one moved
     to its fallback provider or failed before, one with no calls left in the budget, and any step of an
@@ -222,10 +241,31 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
     return step_def.name
 
 
+def started_by_claim(record: StateRecord) -> StepDefinition | None:
+    """The step the claim of ``record`` started (:func:`start_first_step`): the first step not completed,
+    Running for the claimed attempt on its primary provider; None when the claim started none."""
+    step_def = _first_step_to_run(record)
+    if step_def is None or record.process_state is not ProcessState.PROCESSING:
+        return None
+    step = record.steps[step_def.name]
+    if step.status is not StepStatus.RUNNING or step.last_instance != record.locked_by or step.fallback:
+        return None
+    return step_def
+
+
 def start_attempt(
-    client: OrchestrationClient, record: StateRecord, *, response_queue: str, step_timeout_s: float
+    client: OrchestrationClient,
+    record: StateRecord,
+    *,
+    response_queue: str,
+    step_timeout_s: float,
+    first_step: StartedStep | None = None,
 ) -> bool:
     """Start the orchestration of a claimed record; an existing instance counts as started.
+
+    Args:
+        first_step: The step the claim started whose request the starter sends
+            (:attr:`OrchestrationInput.first_step`); None: the orchestration starts its first step.
 
     Returns:
         True if a new instance was started, False if it already existed.
@@ -240,6 +280,7 @@ def start_attempt(
         max_calls=record.retry_budget.remaining,
         step_timeout_s=step_timeout_s,
         compensate=record.process_state is ProcessState.COMPENSATING,
+        first_step=first_step,
     ).to_payload()
     return client.start(ORDER_WORKFLOW, record.locked_by, payload)
 
@@ -254,6 +295,7 @@ def run_starter_pass(
     capacity: int,
     on_claimed: Callable[[Versioned[StateRecord]], None] | None = None,
     breakers: CircuitBreakers | None = None,
+    first_requests: FirstRequests | None = None,
 ) -> StarterReport:
     """Claim up to ``min(capacity, STARTER_BATCH)`` ready ``Pending`` records and start their attempts.
 
@@ -268,6 +310,8 @@ def run_starter_pass(
             new orchestration's first write needs no point read.
         breakers: The dependencies' circuit breakers: a record whose first step waits for an open one
             is deferred, not claimed (:func:`claim`).
+        first_requests: Where to send the request of the step a claim started (module docstring);
+            None: each orchestration sends its first request through its ``start_step`` activity.
 
     Returns:
         A :class:`StarterReport`.
@@ -299,6 +343,7 @@ def run_starter_pass(
                 response_queue=response_queue,
                 on_claimed=on_claimed,
                 breakers=breakers,
+                first_requests=first_requests,
             )
             if len(report.claimed) >= wanted:
                 break
@@ -319,9 +364,11 @@ def _claim_and_start(
     response_queue: str,
     on_claimed: Callable[[Versioned[StateRecord]], None] | None,
     breakers: CircuitBreakers | None,
+    first_requests: FirstRequests | None,
 ) -> None:
     """Claim one record found by the pass and start its attempt, under a claim span in the order's
-    trace (a child of its submission span); ``report`` is updated."""
+    trace (a child of its submission span), then send the request of the step the claim started;
+    ``report`` is updated."""
     record = found.item
     instance_id = instance_id_for(record.order_id, record.attempt + 1)
     # A child of the submission (one trace per order), linked to the attempt it follows, if any.
@@ -343,10 +390,86 @@ def _claim_and_start(
         telemetry.event(
             "claim", order_id=claimed.order_id, instance_id=claimed.locked_by, attempt=claimed.attempt
         )
+        first = started_by_claim(claimed) if first_requests is not None else None
         started = start_attempt(
-            client, claimed, response_queue=response_queue, step_timeout_s=settings.STEP_TIMEOUT_S
+            client,
+            claimed,
+            response_queue=response_queue,
+            step_timeout_s=settings.STEP_TIMEOUT_S,
+            first_step=_started_step(first, claimed),
         )
         if not started:
             report.already_started += 1
         tracing.mark_outcome(span, "started" if started else "already_started")
         report.claimed.append(claimed.order_id)
+        if first is not None:
+            assert first_requests is not None
+            # After the start: an answer can then only find the instance scheduled. An instance that
+            # already existed gets the request again, under the same message id (a duplicate).
+            _send_first_request(
+                first_requests, claimed, first, clock=clock, settings=settings, response_queue=response_queue
+            )
+
+
+def _started_step(step_def: StepDefinition | None, record: StateRecord) -> StartedStep | None:
+    if step_def is None or record.complete_by is None:
+        return None
+    return StartedStep(step=step_def.name, complete_by=record.complete_by)
+
+
+def _send_first_request(
+    first_requests: FirstRequests,
+    record: StateRecord,
+    step_def: StepDefinition,
+    *,
+    clock: Clock,
+    settings: Settings,
+    response_queue: str,
+) -> None:
+    """Send the request of the step the claim of ``record`` started; one that cannot be sent leaves the
+    attempt to its durable timer (the supervisor then recovers it), never the pass to an exception.
+
+    Not sent once this host's clock reached the claim's ``completeBy`` (a starter paused between its claim
+    and the send): the supervisor, whose clock is at most ``CLOCK_SKEW_TOLERANCE_S`` ahead, recovers a
+    record only that long past it, so a request sent before is never one of a superseded attempt.
+    """
+    assert record.locked_by is not None
+    assert record.complete_by is not None
+    if clock.now() >= record.complete_by:
+        _not_sent(record, step_def, "the claim's completeBy has passed")
+        return
+    try:
+        send_step_request(
+            first_requests.queues,
+            settings,
+            record=record,
+            step_def=step_def,
+            order=first_requests.order(record.order_id),
+            instance_id=record.locked_by,
+            response_queue=response_queue,
+            fallback=False,
+            now=clock.now(),
+        )
+    except OrderflowError as exc:
+        _not_sent(record, step_def, str(exc))
+        return
+    telemetry.event(
+        "step.start",
+        order_id=record.order_id,
+        instance_id=record.locked_by,
+        step=step_def.name,
+        complete_by=record.complete_by.isoformat(),
+    )
+
+
+def _not_sent(record: StateRecord, step_def: StepDefinition, reason: str) -> None:
+    logger.warning(
+        "order %s: the first request was not sent (%s); its timer decides", record.order_id, reason
+    )
+    telemetry.event(
+        "step.request_not_sent",
+        order_id=record.order_id,
+        instance_id=record.locked_by,
+        step=step_def.name,
+        reason=reason[:200],
+    )

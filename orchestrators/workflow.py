@@ -267,12 +267,16 @@ def _start_step(
     | WriteFailed,
 ]:
     """Start ``step`` through :data:`START_STEP`; while the order awaits a person's review before it,
-    wait for the decision and, once approved, start again.
+    wait for the decision and, once approved, start again. A step the claim started (and whose request
+    the starter sent) is not started again: :meth:`_Attempt.started_by_claim`.
 
     Returns:
         The last start's result, or :data:`RECORD_REVIEW`'s when the decision did not approve the step
         (rejected, or the record was fenced meanwhile).
     """
+    claimed = None if fallback else run.started_by_claim(step)
+    if claimed is not None:
+        return claimed
     start_input = StartStepInput(
         order_id=run.start.order_id,
         instance_id=run.instance_id,
@@ -478,6 +482,19 @@ class _Attempt:
         self.log = _ReplaySafeLog(ctx, start.order_id, self.instance_id)
         self.step: str | None = None
         """The forward step the attempt runs (None before the first, and in an undo)."""
+        self._claimed = start.first_step
+
+    def started_by_claim(self, step: str) -> StepStarted | None:
+        """The start of ``step`` when the claim started it and the starter sent its request
+        (:attr:`OrchestrationInput.first_step`), once: the attempt then only waits for the answer.
+        The status says ``waiting`` as it does before the activity would run; an answer the listener
+        raised before this first episode is buffered until the wait (each wait name is waited at most
+        once per instance, docs/design.md §7)."""
+        claimed, self._claimed = self._claimed, None
+        if claimed is None or claimed.step != step:
+            return None
+        self.ctx.set_custom_status(custom_status.waiting(step))
+        return StepStarted(complete_by=claimed.complete_by)
 
     def call(
         self, activity: ActivityContract[Any, ResultT], data: ContractModel

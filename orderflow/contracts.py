@@ -101,6 +101,19 @@ class ContractModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+class StartedStep(ContractModel):
+    """A step the claim started and whose agent request the starter sent (docs/design.md §3.2): the
+    orchestration waits for its answer at once, with no ``start_step`` activity.
+
+    Attributes:
+        step: The step's name (on its primary provider).
+        complete_by: The step's ``completeBy`` the claim wrote (UTC): where the durable timer fires.
+    """
+
+    step: str
+    complete_by: UtcDatetime
+
+
 class OrchestrationInput(ContractModel):
     """Input of an order orchestration, set by the starter at claim time.
 
@@ -114,6 +127,9 @@ class OrchestrationInput(ContractModel):
         step_timeout_s: Seconds per step for steps whose definition sets none (``STEP_TIMEOUT_S``);
             carried in the input because orchestrator code must not read settings.
         compensate: The record is ``Compensating``: this attempt resumes the undo, it runs no step.
+        first_step: The step the claim started, whose request the starter sends once the instance is
+            scheduled; None: the orchestration starts its first step itself (an input of an earlier
+            version has none).
     """
 
     order_id: str
@@ -124,6 +140,7 @@ class OrchestrationInput(ContractModel):
     max_calls: int
     step_timeout_s: float = Field(gt=0)
     compensate: bool = False
+    first_step: StartedStep | None = None
 
 
 class StepResult(ContractModel):

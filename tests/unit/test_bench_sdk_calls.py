@@ -86,8 +86,8 @@ def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None
     assert "| queue send | 1 | 2 | 3 |" in table
     assert "| cosmos query | 3 | 6 | 9 |" in table
     assert (
-        "SDK floor, 2 proc: the devhosts' SDK calls alone cost 18.6 ms per order of the 60 ms they cost in all "
-        "(devhost-1 8.6 of 40, devhost-agents 10 of 20)." in table
+        "SDK floor, 2 proc: the devhosts' SDK calls alone cost 18.6 ms per order of the 60 ms they cost "
+        "in all (devhost-1 8.6 of 40, devhost-agents 10 of 20)." in table
     )
 
 

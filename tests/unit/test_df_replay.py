@@ -345,6 +345,60 @@ def test_a_resumed_attempt_skips_the_steps_an_earlier_attempt_completed() -> Non
 
 
 # ---------------------------------------------------------------------------------------------------
+# (a') the first step started by the claim, its request sent by the starter
+
+CLAIMED_DEADLINE = at(34)
+"""The completeBy the claim wrote for the step it started (its timeout plus the start-up allowance)."""
+
+
+def claimed(step: str = RESERVE, **changes: Any) -> HistoryBuilder:
+    """A history whose input names ``step`` as started by the claim, its request already sent."""
+    payload = start_input(firstStep={"step": step, "completeBy": z(CLAIMED_DEADLINE)}, **changes)
+    return HistoryBuilder(INSTANCE, T0).started(payload, name=ORDER_WORKFLOW)
+
+
+def test_a_step_the_claim_started_is_waited_for_at_once_without_a_start_step() -> None:
+    assert replay(claimed()) == state([race(RESERVE, CLAIMED_DEADLINE)], "waiting:reserve_inventory")
+
+
+def test_an_answer_raised_before_the_first_episode_is_buffered_and_wins() -> None:
+    # The listener raised the answer while the instance was still pending: the extension hands it over
+    # in the same first episode as the start, and the SDK buffers it until the wait.
+    builder = claimed().event_raised("reserve_inventory:response", response(RESERVE))
+
+    assert replay(builder) == state(
+        [
+            race(RESERVE, CLAIMED_DEADLINE, canceled=True),
+            start_step(CHARGE, completed=step_result(RESERVE)),
+        ],
+        "waiting:charge_payment",
+    )
+
+
+def test_the_claimed_step_s_timer_fires_at_the_claim_s_complete_by_and_ends_without_writing() -> None:
+    builder = (
+        claimed()
+        .timer_created(0, CLAIMED_DEADLINE)
+        .episode(CLAIMED_DEADLINE)
+        .timer_fired(0, CLAIMED_DEADLINE)
+    )
+
+    result = replay(builder)
+
+    assert result["isDone"] is True
+    assert result["output"] == {"outcome": "timeout", "step": RESERVE}
+    assert result["actions"] == [[race(RESERVE, CLAIMED_DEADLINE)]]
+
+
+def test_a_claimed_step_that_is_not_the_first_to_run_is_left_to_its_activity() -> None:
+    # An input whose claimed step is not the attempt's first is not trusted for any step: each is
+    # started by its activity, which finds what the record says.
+    builder = claimed(CHARGE)
+
+    assert replay(builder) == state([start_step(RESERVE)], "waiting:reserve_inventory")
+
+
+# ---------------------------------------------------------------------------------------------------
 # (b) the response wins the race
 
 

@@ -100,13 +100,26 @@ def test_response_for_a_finished_instance_is_dropped(custom_status: str | None) 
 
 @pytest.mark.parametrize(
     "custom_status",
-    [None, "", "waiting:reserve", "waiting:charge:undo", "charge", "waiting:Charge", "compensating"],
+    ["waiting:reserve", "waiting:charge:undo", "charge", "waiting:Charge", "compensating", "review:charge"],
 )
 def test_response_for_a_step_the_instance_is_not_waiting_on_is_dropped(custom_status: str | None) -> None:
     client = client_with(InstanceStatus(running=True, custom_status=custom_status))
 
     assert handle_response(response("charge").to_json(), client=client) is Delivery.NOT_WAITING
     assert client.raised == []
+
+
+@pytest.mark.parametrize("custom_status", [None, ""])
+def test_a_response_before_the_instance_s_first_episode_is_raised_for_its_wait(
+    custom_status: str | None,
+) -> None:
+    # The starter sends the request of the step the claim started once the instance is scheduled: the
+    # answer can come back before the instance has run and written any status. Raised, it is buffered
+    # until the instance waits for it (each wait name is waited at most once per instance).
+    client = client_with(InstanceStatus(running=True, custom_status=custom_status))
+
+    assert handle_response(response("charge").to_json(), client=client) is Delivery.RAISED
+    assert [(instance, name) for instance, name, _ in client.raised] == [(INSTANCE, "charge:response")]
 
 
 def test_delivery_values_are_stable_strings() -> None:

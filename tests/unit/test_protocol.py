@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 
 from activities.fencing import fenced_write
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim, run_starter_pass
+from orchestrators.starter import FirstRequests, claim, run_starter_pass
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
@@ -22,6 +22,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, format_utc
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
+from orderflow.step_requests import agent_deadline, request_payload
 from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
@@ -393,6 +394,195 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     assert record.pending_reply is None
     statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
     assert statuses == ["Received", "Processed"]
+
+
+def first_requests(deps: Dependencies, queues: Any = None) -> FirstRequests:
+    """The starter's means to send the first request: ``deps``' queues (or ``queues``), its order cache."""
+    return FirstRequests(queues or deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
+
+
+class OrderedClient(RecordingClient):
+    """A :class:`RecordingClient` that notes how many agent requests were already sent at each start."""
+
+    def __init__(self, queues: InMemoryQueueFactory, queue: str) -> None:
+        super().__init__()
+        self.queue = queues.queue(queue)
+        self.requests_at_start: list[int] = []
+
+    def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+        self.requests_at_start.append(len(received(self.queue)))
+        return super().start(name, instance_id, payload)
+
+
+def test_the_starter_sends_the_request_of_the_step_its_claim_started_once_the_instance_is_scheduled(
+    deps: Dependencies, clock: FakeClock
+) -> None:
+    submit(deps)
+    first = CURRENT_WORKFLOW.steps[0]
+    agent_queue = deps.settings.agent_queue(first.agent)
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    client = OrderedClient(deps.queues, agent_queue)
+
+    report = run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=10,
+        first_requests=first_requests(deps),
+    )
+
+    assert report.claimed == ["a:o-1"]
+    record = deps.states.get("a:o-1").item
+    assert record.complete_by is not None
+    step = record.steps[first.name]
+    # The instance knows the step is started and when its timer fires; it was scheduled before any
+    # request existed, so no answer can find it missing.
+    assert client.payloads["a:o-1:1"]["firstStep"] == {
+        "step": first.name,
+        "completeBy": format_utc(record.complete_by),
+    }
+    assert client.requests_at_start == [0]
+    [message] = received(deps.queues.queue(agent_queue))
+    request = json.loads(message.body)
+    assert message.message_id == request["requestId"] == f"a:o-1:1:{first.name}"
+    assert (request["instanceId"], request["step"], request["replyTo"]) == ("a:o-1:1", first.name, "r-q1")
+    assert (request["idempotencyKey"], request["maxCalls"]) == (step.idempotency_key, step.reserved_calls)
+    assert request["deadline"] == format_utc(agent_deadline(record.complete_by, clock.now()))
+    assert request["payload"] == request_payload(first, deps.orders.get("a:o-1"))
+
+
+def test_without_the_means_to_send_it_the_starter_leaves_the_first_request_to_the_orchestration(
+    deps: Dependencies,
+) -> None:
+    submit(deps)
+    client = RecordingClient()
+    run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=deps.clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=10,
+    )
+    assert client.payloads["a:o-1:1"]["firstStep"] is None
+    assert received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent))) == []
+
+
+def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and_the_pass_goes_on(
+    deps: Dependencies,
+) -> None:
+    submit(deps, "a:o-1")
+    submit(deps, "a:o-2")
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    client = RecordingClient()
+
+    with telemetry.recording() as events:
+        report = run_starter_pass(
+            states=deps.states,
+            client=client,
+            clock=deps.clock,
+            settings=deps.settings,
+            response_queue="r-q1",
+            capacity=10,
+            first_requests=first_requests(deps, FailingSends(deps.queues, agent_queue)),
+        )
+
+    # Both claimed and scheduled: each attempt waits for its timer at the claim's completeBy, and the
+    # supervisor recovers it as after any lost request.
+    assert sorted(report.claimed) == ["a:o-1", "a:o-2"]
+    assert sorted(client.started) == ["a:o-1:1", "a:o-2:1"]
+    assert events["step.request_not_sent"] == 2
+    assert events["step.start"] == 0
+    assert all(deps.states.get(o).item.process_state is ProcessState.PROCESSING for o in ("a:o-1", "a:o-2"))
+
+
+class SlowStart(RecordingClient):
+    """A :class:`RecordingClient` on whose start the starter's process stalls for ``stall_s`` seconds."""
+
+    def __init__(self, clock: FakeClock, stall_s: float) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stall_s = stall_s
+
+    def start(self, name: str, instance_id: str, payload: dict[str, Any]) -> bool:
+        self.clock.advance(self.stall_s)
+        return super().start(name, instance_id, payload)
+
+
+@pytest.mark.parametrize(("stall_s", "sent"), [(12.9, 1), (13.0, 0), (60.0, 0)])
+def test_a_starter_that_stalled_until_the_claim_s_complete_by_sends_no_first_request(
+    deps: Dependencies, clock: FakeClock, stall_s: float, sent: int
+) -> None:
+    # The claim's completeBy is 13 s out (an 8 s step and the 5 s start-up allowance). From then on the
+    # supervisor may recover the order, so a request sent later could be a superseded attempt's.
+    submit(deps)
+    with telemetry.recording() as events:
+        run_starter_pass(
+            states=deps.states,
+            client=SlowStart(clock, stall_s),
+            clock=clock,
+            settings=deps.settings,
+            response_queue="r-q1",
+            capacity=10,
+            first_requests=first_requests(deps),
+        )
+    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    assert len(received(deps.queues.queue(agent_queue))) == sent
+    assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
+
+
+def test_a_step_the_claim_started_and_sent_runs_to_its_reply_with_no_point_read(
+    clock: FakeClock, settings: Settings
+) -> None:
+    states = CountingGets()
+    orders = CountingOrderGets()
+    deps = Dependencies(
+        states=states, orders=orders, queues=InMemoryQueueFactory(), clock=clock, settings=settings
+    )
+    submit(deps)
+    run_starter_pass(
+        states=states,
+        client=RecordingClient(),
+        clock=clock,
+        settings=settings,
+        response_queue="r-q1",
+        capacity=10,
+        on_claimed=deps.cache.put,
+        first_requests=first_requests(deps),
+    )
+    states.gets = 0
+    # The orchestration waits for the first step's answer, then starts the others.
+    previous = StepResult(step=ORDER_V1.steps[0].name, result={}, calls=1)
+    for step in ORDER_V1.steps[1:]:
+        start_step(
+            StartStepInput(
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
+                workflow_version=ORDER_V1.version,
+                step=step.name,
+                timeout_s=8,
+                completed=previous,
+                response_queue="r-q1",
+            ).to_payload(),
+            deps,
+        )
+        previous = StepResult(step=step.name, result={}, calls=1)
+    finish = FinishOrderInput(
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
+        workflow_version=ORDER_V1.version,
+        outcome=Outcome.PROCESSED,
+        completed=previous,
+    )
+    assert finish_order(finish.to_payload(), deps)["outcome"] == "finished"
+
+    assert (states.gets, orders.gets) == (0, 0)
+    # The claim, the next two steps' starts, the outcome and the outbox clear.
+    assert states.replaces == 5
+    assert deps.states.get("a:o-1").item.process_state is ProcessState.PROCESSED
 
 
 class FailingSends:

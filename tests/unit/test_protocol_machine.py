@@ -56,7 +56,15 @@ from operator_api.compensate import compensate_order
 from operator_api.resubmit import resubmit_order
 from operator_api.review import review_order
 from orchestrators.listener import handle_response
-from orchestrators.starter import CLAIMABLE_STATES, claim, run_starter_pass, start_attempt
+from orchestrators.starter import (
+    CLAIMABLE_STATES,
+    FirstRequests,
+    _send_first_request,
+    claim,
+    run_starter_pass,
+    start_attempt,
+    started_by_claim,
+)
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
@@ -66,6 +74,7 @@ from orderflow.contracts import (
     RECORD_STEP_FAILURE,
     START_STEP,
     START_UNDO,
+    StartedStep,
     StartStepInput,
     StepResult,
 )
@@ -94,7 +103,15 @@ from orderflow.settings import Settings
 from orderflow.state_machine import TERMINAL_STATES, can_transition
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from orderflow.workflows import ORDER_V1, ORDER_V3, ORDER_V4, WorkflowDefinition, agent_names, workflow_for
+from orderflow.workflows import (
+    ORDER_V1,
+    ORDER_V3,
+    ORDER_V4,
+    StepDefinition,
+    WorkflowDefinition,
+    agent_names,
+    workflow_for,
+)
 from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
 from tests.activity_json import (
     begin_compensation,
@@ -335,6 +352,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.requests: Counter[tuple[str, str]] = Counter()  # (request, order id or "*") -> times sent
         self.replies: defaultdict[str, set[str]] = defaultdict(set)  # statuses each client heard
         self.seen: dict[str, list[Seen]] = {}
+        self.paused_sends: list[tuple[Host, StateRecord, StepDefinition]] = []  # first requests owed
         self.outages = 0
         self.actor = Actor.WORLD
         self._stale = True
@@ -456,7 +474,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._claimable())
     @rule(host=st.sampled_from(HOSTS))
     def starter_runs_a_pass(self, host: str) -> None:
-        """A starter claims ready records and starts each claimed attempt's orchestration."""
+        """A starter claims ready records, starts each claimed attempt's orchestration and sends the
+        request of the step each claim started (the orchestration then only waits for its answer)."""
         starter = self.hosts[host]
         self._acting_as(Actor.STARTER)
         run_starter_pass(
@@ -467,7 +486,56 @@ class ProtocolMachine(RuleBasedStateMachine):
             response_queue=starter.response_queue,
             capacity=IN_FLIGHT,
             on_claimed=starter.deps.cache.put,
+            first_requests=self._first_requests(starter),
         )
+        self._collect_agent_requests()
+
+    @precondition(lambda self: self._claimable())
+    @rule(host=st.sampled_from(HOSTS))
+    def starter_pauses_before_its_first_requests(self, host: str) -> None:
+        """A starter claims and schedules as its pass does, then stops (a long pause of its process)
+        before it sends the first requests it owes."""
+        starter = self.hosts[host]
+        self._acting_as(Actor.STARTER)
+        query = StateQuery(
+            process_states=CLAIMABLE_STATES, unlocked=True, ready_at=self.clock.now(), not_suspended=True
+        )
+        for found in self.states.query(query, max_item_count=IN_FLIGHT).items:
+            won = claim(self.states, found, self.clock, starter.deps.settings)
+            if won is None:
+                continue
+            starter.deps.cache.put(won)
+            first = started_by_claim(won.item)
+            first_step = None
+            if first is not None and won.item.complete_by is not None:
+                first_step = StartedStep(step=first.name, complete_by=won.item.complete_by)
+                self.paused_sends.append((starter, won.item, first))
+            start_attempt(
+                starter.client,
+                won.item,
+                response_queue=starter.response_queue,
+                step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                first_step=first_step,
+            )
+
+    @precondition(lambda self: self.paused_sends)
+    @rule(data=st.data())
+    def paused_starter_sends_a_first_request(self, data: st.DataObject) -> None:
+        """The paused starter goes on and sends a first request it owed, however long after its claim."""
+        starter, record, step_def = data.draw(st.sampled_from(self.paused_sends), label="first request")
+        self.paused_sends.remove((starter, record, step_def))
+        self._acting_as(Actor.STARTER)
+        taken_over = self._recovered_since(record)
+        _send_first_request(
+            self._first_requests(starter),
+            record,
+            step_def,
+            clock=self.clock,
+            settings=starter.deps.settings,
+            response_queue=starter.response_queue,
+        )
+        sent = self._collect_agent_requests()
+        assert not (taken_over and sent), f"{record.locked_by} sent its first request after a recovery"
 
     @precondition(lambda self: self._claimable() and not self._reads("claimable"))
     @rule()
@@ -937,6 +1005,20 @@ class ProtocolMachine(RuleBasedStateMachine):
                 self.superseded_writes.append(
                     SupersededWrite(write, _stored(before), _stored(after), len(sent))
                 )
+
+    def _first_requests(self, starter: Host) -> FirstRequests:
+        return FirstRequests(
+            self.queues, lambda order_id: starter.deps.order_cache.get(self.orders, order_id)
+        )
+
+    def _recovered_since(self, claimed: StateRecord) -> bool:
+        """Whether the supervisor moved the record away from the attempt ``claimed`` started."""
+        seen = self.seen.get(claimed.order_id, [])
+        return any(
+            later.by is Actor.SUPERVISOR and later.record.attempt == claimed.attempt
+            for later in seen
+            if later.record.updated_at >= claimed.updated_at
+        )
 
     def _collect_agent_requests(self) -> list[AgentRequest]:
         """Move the requests sent to the agents' queues into their inbox. A request sent again under the

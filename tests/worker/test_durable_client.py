@@ -26,10 +26,10 @@ from orderflow.contracts import OrchestrationInput
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
-from orderflow.records import ProcessState, StepStatus
+from orderflow.records import ProcessState, StepStatus, format_utc
 from orderflow.workflows import CURRENT_WORKFLOW
 from tests.servicebus_wire import HostMessage
-from tests.unit.fakes import TEST_CLIENT, order_body
+from tests.unit.fakes import TEST_CLIENT, order_body, received
 from tests.unit.test_df_replay import CHARGE, DEADLINE_1, RESERVE, at, race, start_step, waiting_on_first_step
 from tests.worker.appdeps import NOW, RecordingServiceBusClient, app_dependencies
 from tests.worker.durable_http import SERVER_ERROR, DurableExtension, Fault, HttpRequest, Instance
@@ -133,6 +133,7 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
     assert request_line(start) == ("POST", f"/durabletask/orchestrators/{ORDER_WORKFLOW}/a:o-1:1", {})
     assert start.content_type == "application/json"
     record = deps.states.get("a:o-1").item
+    assert record.complete_by is not None
     # The client JSON-encodes the input, then its HTTP layer encodes that text again: the extension
     # parses the body once and keeps the input's JSON text, which the orchestration context carries.
     assert json.loads(start.json()) == {
@@ -144,11 +145,20 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
         "maxCalls": deps.settings.RETRY_BUDGET - deps.settings.AGENT_MAX_CALLS_PER_STEP,
         "stepTimeoutS": deps.settings.STEP_TIMEOUT_S,
         "compensate": False,
+        "firstStep": {"step": FIRST_STEP, "completeBy": format_utc(record.complete_by)},
     }
     assert OrchestrationInput.model_validate_json(start.json()).attempt == record.attempt == 1
     assert extension.instances["a:o-1:1"].name == ORDER_WORKFLOW
     assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "a:o-1:1")
     assert record.steps[FIRST_STEP].status is StepStatus.RUNNING
+    # Then the claim-started step's request, answered on the deployment's response queue.
+    [sent] = received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
+    request = json.loads(sent.body)
+    assert (sent.message_id, request["instanceId"], request["replyTo"]) == (
+        f"a:o-1:1:{FIRST_STEP}",
+        "a:o-1:1",
+        deps.settings.AGENT_RESPONSES_QUEUE,
+    )
 
 
 def test_the_starter_starts_nothing_when_the_attempts_instance_exists(
