@@ -331,33 +331,36 @@ class CountingGets(InMemoryStateStore):
         return super().replace(record, etag=etag)
 
 
-def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
-    clock: FakeClock, settings: Settings
-) -> None:
+def _claimed_here(
+    clock: FakeClock, settings: Settings, *, starter_sends: bool
+) -> tuple[Dependencies, CountingGets, CountingOrderGets]:
+    """One process submits an order and claims it (its starter sending the first request, or not); the
+    state store's point reads are counted from then on."""
     states = CountingGets()
     orders = CountingOrderGets()
     deps = Dependencies(
-        states=states,
-        orders=orders,
-        queues=InMemoryQueueFactory(),
-        clock=clock,
-        settings=settings,
+        states=states, orders=orders, queues=InMemoryQueueFactory(), clock=clock, settings=settings
     )
     submit(deps)
-    client = RecordingClient()
     run_starter_pass(
         states=states,
-        client=client,
+        client=RecordingClient(),
         clock=clock,
         settings=settings,
         response_queue="r-q1",
         capacity=10,
         on_claimed=deps.cache.put,
+        first_requests=first_requests(deps) if starter_sends else None,
     )
     states.gets = 0
-    assert states.replaces == 1  # the claim, which started the first step
-    previous = None
-    for step in ORDER_V1.steps:
+    return deps, states, orders
+
+
+def _orchestration_runs(deps: Dependencies, *, first: int) -> None:
+    """The orchestration's activities of an ORDER_V1 attempt, in this process: ``start_step`` of each
+    step from the ``first``-th (every earlier one answered), then ``finish_order``."""
+    previous = StepResult(step=ORDER_V1.steps[first - 1].name, result={}, calls=1) if first else None
+    for step in ORDER_V1.steps[first:]:
         start_step(
             StartStepInput(
                 order_id="a:o-1",
@@ -379,6 +382,14 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
         completed=previous,
     )
     assert finish_order(finish.to_payload(), deps)["outcome"] == "finished"
+
+
+def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
+    clock: FakeClock, settings: Settings
+) -> None:
+    deps, states, orders = _claimed_here(clock, settings, starter_sends=False)
+    assert states.replaces == 1  # the claim, which started the first step
+    _orchestration_runs(deps, first=0)
 
     # The first step's start found it started by the claim: a decision not to write is confirmed on a
     # read (the cached claim may be stale). Every write, the outbox clear included, used the ETag it
@@ -537,47 +548,9 @@ def test_a_starter_that_stalled_until_the_claim_s_complete_by_sends_no_first_req
 def test_a_step_the_claim_started_and_sent_runs_to_its_reply_with_no_point_read(
     clock: FakeClock, settings: Settings
 ) -> None:
-    states = CountingGets()
-    orders = CountingOrderGets()
-    deps = Dependencies(
-        states=states, orders=orders, queues=InMemoryQueueFactory(), clock=clock, settings=settings
-    )
-    submit(deps)
-    run_starter_pass(
-        states=states,
-        client=RecordingClient(),
-        clock=clock,
-        settings=settings,
-        response_queue="r-q1",
-        capacity=10,
-        on_claimed=deps.cache.put,
-        first_requests=first_requests(deps),
-    )
-    states.gets = 0
+    deps, states, orders = _claimed_here(clock, settings, starter_sends=True)
     # The orchestration waits for the first step's answer, then starts the others.
-    previous = StepResult(step=ORDER_V1.steps[0].name, result={}, calls=1)
-    for step in ORDER_V1.steps[1:]:
-        start_step(
-            StartStepInput(
-                order_id="a:o-1",
-                instance_id="a:o-1:1",
-                workflow_version=ORDER_V1.version,
-                step=step.name,
-                timeout_s=8,
-                completed=previous,
-                response_queue="r-q1",
-            ).to_payload(),
-            deps,
-        )
-        previous = StepResult(step=step.name, result={}, calls=1)
-    finish = FinishOrderInput(
-        order_id="a:o-1",
-        instance_id="a:o-1:1",
-        workflow_version=ORDER_V1.version,
-        outcome=Outcome.PROCESSED,
-        completed=previous,
-    )
-    assert finish_order(finish.to_payload(), deps)["outcome"] == "finished"
+    _orchestration_runs(deps, first=1)
 
     assert (states.gets, orders.gets) == (0, 0)
     # The claim, the next two steps' starts, the outcome and the outbox clear.
