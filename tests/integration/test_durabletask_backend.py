@@ -1,5 +1,6 @@
 """The devhost's durabletask backend in a process of its own: it serves, it stops, and it ends with the
-devhost that started it, even one killed with SIGKILL."""
+devhost that started it, even one killed with SIGKILL; an event raised before a worker ran the instance
+waits for the instance's wait."""
 
 from __future__ import annotations
 
@@ -9,14 +10,24 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import pytest
 from durabletask import client as dt_client
+from durabletask import worker as dt_worker
 
+from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.durabletask_backend import BackendProcess
 from devhost.emulators import REPO_ROOT
 from devhost.host import free_port
+from orchestrators.listener import event_payload
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.contracts import START_STEP, OrchestrationInput, StartedStep
+from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
+from orderflow.results import Fenced
+from orderflow.workflows import ORDER_V1
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +86,63 @@ def test_the_backend_ends_with_a_devhost_killed_with_sigkill() -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_an_answer_raised_before_any_worker_ran_the_instance_is_taken_by_its_first_wait() -> None:
+    # The starter sends the first request once the instance is scheduled: its answer can be raised before
+    # a worker has run the instance at all. durabletask keeps the event, and the first episode's wait
+    # takes it: the orchestration goes on to start the second step with the first one's result.
+    first, second = ORDER_V1.steps[0].name, ORDER_V1.steps[1].name
+    instance = "a:o-1:1"
+    backend = BackendProcess(free_port())
+    address = backend.start()
+    grpc_client = dt_client.TaskHubGrpcClient(host_address=address)
+    worker = dt_worker.TaskHubGrpcWorker(host_address=address)
+    started: list[dict[str, Any]] = []
+    try:
+        client = DurableTaskClient(grpc_client)
+        payload = OrchestrationInput(
+            order_id="a:o-1",
+            attempt=1,
+            workflow_version=ORDER_V1.version,
+            response_queue="r-q1",
+            max_calls=10,
+            step_timeout_s=30,
+            first_step=StartedStep(step=first, complete_by=datetime.now(UTC) + timedelta(minutes=5)),
+        ).to_payload()
+        assert client.start(ORDER_WORKFLOW, instance, payload)
+        answer = AgentResponse(
+            request_id=request_id_for(instance, first),
+            event_id=f"{request_id_for(instance, first)}:response",
+            event_name=step_event_name(first),
+            order_id="a:o-1",
+            instance_id=instance,
+            step=first,
+            outcome=AgentOutcome.SUCCEEDED,
+            result={"reservationId": "r-1"},
+            calls=1,
+            completed_at=datetime.now(UTC),
+        )
+        assert client.raise_event_if_exists(instance, answer.event_name, event_payload(answer))
+
+        def start_step(_ctx: Any, data: dict[str, Any]) -> dict[str, Any]:
+            started.append(data)
+            return Fenced(reason="the test ends the attempt here").to_payload()
+
+        start_step.__name__ = START_STEP
+        orchestrator = durabletask_orchestrator(order_workflow)
+        orchestrator.__name__ = ORDER_WORKFLOW
+        worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
+        worker.add_activity(start_step)
+        worker.start()  # type: ignore[no-untyped-call]
+        state = grpc_client.wait_for_orchestration_completion(instance, timeout=30)
+    finally:
+        worker.stop()  # type: ignore[no-untyped-call]
+        backend.stop()
+    assert state is not None and state.serialized_output is not None
+    assert '"fenced"' in state.serialized_output
+    [data] = started
+    assert (data["step"], data["completed"]) == (
+        second,
+        {"step": first, "result": {"reservationId": "r-1"}, "calls": 1},
+    )
