@@ -493,7 +493,7 @@ class DevHost:
             capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
-            first_requests=self._first_requests,
+            first_requests=self._first_requests if self.settings.STARTER_SENDS_FIRST_REQUEST else None,
         )
 
     def _supervisor_tick(self) -> None:

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from orderflow import custom_status, telemetry, tracing
 from orderflow.contracts import REVIEW_EVENT
-from orderflow.errors import InvalidMessage
+from orderflow.errors import InvalidMessage, TransientError
 from orderflow.messages import (
     REVIEW_DECISION,
     AgentResponse,
@@ -91,6 +91,8 @@ def handle_response(
     Raises:
         InvalidMessage: the body is not an agent response or a forwarded review decision (dead-letter it;
             ``UnknownMessageType`` for any other ``type``).
+        TransientError: the instance exists but has not run its first episode (no custom status yet):
+            abandon and retry, as for an unreachable runtime.
         Exception: the runtime is unreachable (abandon and retry).
     """
     if message_type(body, known=(REVIEW_DECISION,), untyped=AgentResponse) == REVIEW_DECISION:
@@ -133,9 +135,14 @@ def _deliver(response: AgentResponse, client: OrchestrationClient) -> Delivery:
         # Inconsistent ids would raise an event the instance cannot use (docs/design.md §7).
         telemetry.event("response.dropped", reason=Delivery.INCONSISTENT.value, **fields)
         return Delivery.INCONSISTENT
-    if response.step not in waiting_steps(status.custom_status) and not _before_first_episode(
-        status.custom_status
-    ):
+    if not status.custom_status:
+        # Not yet run its first episode: the answer is to the request the starter sent for the step the
+        # claim started (docs/design.md §3.2). Not raised now: the Azure Storage backend can discard an
+        # event raised on an instance still Pending (Azure/durabletask#720). The message comes back, as
+        # after any transient failure, until the instance says what it waits for.
+        telemetry.event("response.deferred", reason="instance_not_started", **fields)
+        raise TransientError(f"instance {response.instance_id} has not run its first episode yet")
+    if response.step not in waiting_steps(status.custom_status):
         telemetry.event(
             "response.dropped", reason=Delivery.NOT_WAITING.value, waiting=status.custom_status, **fields
         )
@@ -143,14 +150,6 @@ def _deliver(response: AgentResponse, client: OrchestrationClient) -> Delivery:
     client.raise_event(response.instance_id, response.event_name, event_payload(response))
     telemetry.event("response.raised", **fields)
     return Delivery.RAISED
-
-
-def _before_first_episode(status: str | None) -> bool:
-    """An instance with no custom status yet has not run its first episode: the answer is to the request
-    the starter sent for the step the claim started (docs/design.md §3.2), and the raise is buffered
-    until the instance waits for it. An answer to any other step is buffered and never taken: each wait
-    name is waited at most once per instance (§7)."""
-    return not status
 
 
 def event_payload(response: AgentResponse) -> dict[str, object]:

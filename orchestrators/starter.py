@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry, tracing
 from orderflow.breaker import CircuitBreakers, hold_for_dependency
 from orderflow.clock import Clock
 from orderflow.contracts import OrchestrationInput, StartedStep
-from orderflow.errors import ConcurrencyConflict, InvalidContinuation, OrderflowError
+from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
@@ -63,6 +65,15 @@ class FirstRequests:
     queues: QueueFactory
     order: Callable[[str], OrderDocument]
 
+
+FIRST_REQUEST_RETRY = Retrying(
+    retry=retry_if_exception_type(TransientError),
+    stop=stop_after_attempt(3),
+    wait=wait_exponential(multiplier=0.1, max=0.4),
+    reraise=True,
+)
+"""The starter's tries of a first request: short, since the pass waits for them (an outage that outlasts
+them leaves the attempt to its timer)."""
 
 CLAIMABLE_STATES = (ProcessState.PENDING, ProcessState.COMPENSATING)
 """States a starter claims when unlocked and ready: ``Pending`` (run the steps) and ``Compensating``
@@ -426,39 +437,51 @@ def _send_first_request(
     settings: Settings,
     response_queue: str,
 ) -> None:
-    """Send the request of the step the claim of ``record`` started; one that cannot be sent leaves the
-    attempt to its durable timer (the supervisor then recovers it), never the pass to an exception.
+    """Send the request of the step the claim of ``record`` started, trying a transient failure twice
+    more; one that cannot be sent leaves the attempt to its durable timer (the supervisor then recovers
+    it), never the pass to an exception.
 
     Not sent once this host's clock reached the claim's ``completeBy`` (a starter paused between its claim
     and the send): the supervisor, whose clock is at most ``CLOCK_SKEW_TOLERANCE_S`` ahead, recovers a
-    record only that long past it, so a request sent before is never one of a superseded attempt.
+    record only that long past it, so a request sent before is never one of a superseded attempt (and the
+    agent drops a request past its deadline).
     """
     assert record.locked_by is not None
     assert record.complete_by is not None
-    if clock.now() >= record.complete_by:
-        _not_sent(record, step_def, "the claim's completeBy has passed")
-        return
-    try:
+    complete_by = record.complete_by
+
+    def send() -> bool:
+        order = first_requests.order(record.order_id)
+        if clock.now() >= complete_by:
+            return False
         send_step_request(
             first_requests.queues,
             settings,
             record=record,
             step_def=step_def,
-            order=first_requests.order(record.order_id),
-            instance_id=record.locked_by,
+            order=order,
+            instance_id=record.locked_by or "",
             response_queue=response_queue,
             fallback=False,
             now=clock.now(),
         )
-    except OrderflowError as exc:
-        _not_sent(record, step_def, str(exc))
+        return True
+
+    try:
+        sent = FIRST_REQUEST_RETRY(send)
+    except Exception as exc:  # one order's request must not end the pass for the others
+        logger.exception("order %s: its first request failed", record.order_id)
+        _not_sent(record, step_def, f"{type(exc).__name__}: {exc}")
+        return
+    if not sent:
+        _not_sent(record, step_def, "the claim's completeBy has passed")
         return
     telemetry.event(
         "step.start",
         order_id=record.order_id,
         instance_id=record.locked_by,
         step=step_def.name,
-        complete_by=record.complete_by.isoformat(),
+        complete_by=complete_by.isoformat(),
     )
 
 

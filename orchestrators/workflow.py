@@ -487,9 +487,9 @@ class _Attempt:
     def started_by_claim(self, step: str) -> StepStarted | None:
         """The start of ``step`` when the claim started it and the starter sent its request
         (:attr:`OrchestrationInput.first_step`), once: the attempt then only waits for the answer.
-        The status says ``waiting`` as it does before the activity would run; an answer the listener
-        raised before this first episode is buffered until the wait (each wait name is waited at most
-        once per instance, docs/design.md §7)."""
+        The status says ``waiting`` as it does before the activity would run. An answer that came back
+        before this first episode is held back by the listener until the status says so on Azure, and is
+        buffered until the wait by durabletask locally (docs/design.md §7)."""
         claimed, self._claimed = self._claimed, None
         if claimed is None or claimed.step != step:
             return None

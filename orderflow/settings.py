@@ -533,6 +533,14 @@ class Settings(BaseModel):
         "started in the claim's own write): the time the new orchestration may take to be scheduled and "
         "send its request, so a slow start does not eat the step's own time.",
     )
+    STARTER_SENDS_FIRST_REQUEST: bool = Field(
+        True,
+        description="The starter sends the agent request of the step a claim started, once the instance is "
+        "scheduled, and the orchestration only waits for its answer (default true; docs/design.md §3.2): one "
+        "activity, one orchestration episode and one point read per order fewer. Set it false before "
+        "rolling a deployment back to a version that predates it, whose orchestrations refuse an input "
+        "naming that step (firstStep); instances then start their first step themselves.",
+    )
     STEP_TIMEOUT_S: float = Field(
         8.0,
         gt=0,

@@ -44,8 +44,10 @@ async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClien
         capacity=deps.settings.STARTER_BATCH,
         on_claimed=deps.cache.put,
         breakers=deps.breakers,
-        first_requests=FirstRequests(
-            deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id)
+        first_requests=(
+            FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
+            if deps.settings.STARTER_SENDS_FIRST_REQUEST
+            else None
         ),
     )
 

@@ -114,6 +114,8 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // with (each the default of orderflow.settings; docs/configuration.md says why).
         { name: 'STEP_TIMEOUT_S', value: '8' }
         { name: 'START_LATENCY_S', value: '5' }
+        // false before rolling back to a version older than the starter's first request (docs/configuration.md).
+        { name: 'STARTER_SENDS_FIRST_REQUEST', value: 'true' }
         { name: 'CLAIM_TIMEOUT_S', value: '30' }
         { name: 'STARTER_BATCH', value: '32' }
         { name: 'RETRY_BUDGET', value: '24' }

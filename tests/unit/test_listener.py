@@ -10,7 +10,7 @@ import pytest
 
 from orchestrators.listener import Delivery, handle_response
 from orderflow.custom_status import WAITING_PREFIX
-from orderflow.errors import InvalidMessage
+from orderflow.errors import InvalidMessage, TransientError
 from orderflow.messages import AgentOutcome, AgentResponse, ReviewDecisionMessage
 from orderflow.orchestration import InstanceStatus
 from tests.unit.fakes import RecordingClient
@@ -110,16 +110,23 @@ def test_response_for_a_step_the_instance_is_not_waiting_on_is_dropped(custom_st
 
 
 @pytest.mark.parametrize("custom_status", [None, ""])
-def test_a_response_before_the_instance_s_first_episode_is_raised_for_its_wait(
-    custom_status: str | None,
+@pytest.mark.parametrize("step", ["charge", "reserve"])
+def test_a_response_before_the_instance_s_first_episode_is_retried_not_raised(
+    custom_status: str | None, step: str
 ) -> None:
-    # The starter sends the request of the step the claim started once the instance is scheduled: the
-    # answer can come back before the instance has run and written any status. Raised, it is buffered
-    # until the instance waits for it (each wait name is waited at most once per instance).
+    # The starter sends the request of the step the claim started once the instance is scheduled: its
+    # answer can come back before the instance has run. Raised then, the Azure Storage backend can
+    # discard it (Azure/durabletask#720); so it is retried until the status says what the instance
+    # waits for, and an answer to any other step is then dropped as not awaited.
     client = client_with(InstanceStatus(running=True, custom_status=custom_status))
 
-    assert handle_response(response("charge").to_json(), client=client) is Delivery.RAISED
-    assert [(instance, name) for instance, name, _ in client.raised] == [(INSTANCE, "charge:response")]
+    with pytest.raises(TransientError, match="first episode"):
+        handle_response(response(step).to_json(), client=client)
+    assert client.raised == []
+
+    client.statuses[INSTANCE] = InstanceStatus(running=True, custom_status="waiting:charge")
+    expected = Delivery.RAISED if step == "charge" else Delivery.NOT_WAITING
+    assert handle_response(response(step).to_json(), client=client) is expected
 
 
 def test_delivery_values_are_stable_strings() -> None:

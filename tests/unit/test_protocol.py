@@ -510,6 +510,84 @@ def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and
     assert all(deps.states.get(o).item.process_state is ProcessState.PROCESSING for o in ("a:o-1", "a:o-2"))
 
 
+class FlakySends:
+    """A queue factory whose first ``failures`` sends fail transiently, then work."""
+
+    def __init__(self, inner: InMemoryQueueFactory, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.tries = 0
+
+    def queue(self, name: str) -> Any:
+        queue = self.inner.queue(name)
+        outer = self
+
+        class _Flaky:
+            def __init__(self) -> None:
+                self.name = queue.name
+
+            def send(self, body: str, **kwargs: Any) -> None:
+                outer.tries += 1
+                if outer.tries <= outer.failures:
+                    raise TransientError("queue busy")
+                queue.send(body, **kwargs)
+
+        return _Flaky()
+
+    def dead_letters(self, name: str, *, max_messages: int = 32) -> Any:
+        return self.inner.dead_letters(name, max_messages=max_messages)
+
+
+@pytest.mark.parametrize(("failures", "sent"), [(2, 1), (3, 0)])
+def test_the_starter_tries_a_first_request_three_times(deps: Dependencies, failures: int, sent: int) -> None:
+    submit(deps)
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    flaky = FlakySends(deps.queues, failures)
+    with telemetry.recording() as events:
+        run_starter_pass(
+            states=deps.states,
+            client=RecordingClient(),
+            clock=deps.clock,
+            settings=deps.settings,
+            response_queue="r-q1",
+            capacity=10,
+            first_requests=first_requests(deps, flaky),
+        )
+    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    assert (flaky.tries, len(received(deps.queues.queue(agent_queue)))) == (3, sent)
+    assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
+
+
+def test_a_first_request_that_cannot_even_be_built_ends_neither_the_pass_nor_the_others(
+    deps: Dependencies,
+) -> None:
+    submit(deps, "a:o-1")
+    submit(deps, "a:o-2")
+    client = RecordingClient()
+
+    def order(order_id: str) -> OrderDocument:
+        if order_id == "a:o-1":
+            raise ValueError("a document the payload cannot be built from")
+        return deps.order_cache.get(deps.orders, order_id)
+
+    with telemetry.recording() as events:
+        report = run_starter_pass(
+            states=deps.states,
+            client=client,
+            clock=deps.clock,
+            settings=deps.settings,
+            response_queue="r-q1",
+            capacity=10,
+            first_requests=FirstRequests(deps.queues, order),
+        )
+
+    assert sorted(report.claimed) == ["a:o-1", "a:o-2"]
+    assert sorted(client.started) == ["a:o-1:1", "a:o-2:1"]
+    [request] = received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
+    assert json.loads(request.body)["orderId"] == "a:o-2"
+    assert (events["step.start"], events["step.request_not_sent"]) == (1, 1)
+
+
 class SlowStart(RecordingClient):
     """A :class:`RecordingClient` on whose start the starter's process stalls for ``stall_s`` seconds."""
 

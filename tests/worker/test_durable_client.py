@@ -276,6 +276,37 @@ def test_the_listener_raises_the_response_as_the_steps_event_and_completes_the_m
     assert client.senders == {}
 
 
+def test_a_response_for_an_instance_that_has_not_run_yet_is_retried_then_raised_once_it_waits(
+    worker: FunctionsWorker,
+    extension: DurableExtension,
+    settlement: SettlementServer,
+    app: tuple[Dependencies, RecordingServiceBusClient],
+) -> None:
+    # The answer to the request the starter sent can arrive while the instance is still Pending, with no
+    # custom status: raised then, the Azure Storage backend can discard it (Azure/durabletask#720).
+    deps, client = app
+    instance = Instance(name=ORDER_WORKFLOW, runtime_status="Pending", custom_status=None)
+    extension.instances["a:o-1:1"] = instance
+    message = response_message(agent_response())
+
+    first = listen(worker, extension, settlement, message)
+    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    assert extension.take() == [status_query("a:o-1:1")]  # no raise
+    assert first == [SettlementCall("complete", str(message.lock_token))]
+    assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
+
+    instance.runtime_status, instance.custom_status = "Running", f"waiting:{FIRST_STEP}"
+    second = listen(worker, extension, settlement, as_delivered(copy, delivery_count=1))
+
+    status, raised = extension.take()
+    assert (status, request_line(raised)[1]) == (
+        status_query("a:o-1:1"),
+        f"/durabletask/instances/a:o-1:1/raiseEvent/{FIRST_STEP}:response",
+    )
+    assert instance.events == [(f"{FIRST_STEP}:response", raised.json())]
+    assert [call.verb for call in second] == ["complete"]
+
+
 def test_a_response_for_a_finished_instance_is_completed_without_a_raise(
     worker: FunctionsWorker,
     extension: DurableExtension,
