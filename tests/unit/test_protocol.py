@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 
 from activities.fencing import fenced_write
 from intake.submission import handle_intake_message
-from orchestrators.starter import FirstRequests, claim, run_starter_pass
+from orchestrators.starter import FirstRequests, StarterReport, claim, run_starter_pass
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
@@ -407,6 +407,26 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
     assert statuses == ["Received", "Processed"]
 
 
+def _starter_pass(
+    deps: Dependencies,
+    client: RecordingClient,
+    *,
+    first: FirstRequests | None = None,
+    clock: FakeClock | None = None,
+) -> StarterReport:
+    """One starter pass over ``deps``' stores, answered on ``r-q1``, sending first requests through
+    ``first`` (None: none)."""
+    return run_starter_pass(
+        states=deps.states,
+        client=client,
+        clock=clock or deps.clock,
+        settings=deps.settings,
+        response_queue="r-q1",
+        capacity=10,
+        first_requests=first,
+    )
+
+
 def first_requests(deps: Dependencies, queues: Any = None) -> FirstRequests:
     """The starter's means to send the first request: ``deps``' queues (or ``queues``), its order cache."""
     return FirstRequests(queues or deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
@@ -434,15 +454,7 @@ def test_the_starter_sends_the_request_of_the_step_its_claim_started_once_the_in
     assert isinstance(deps.queues, InMemoryQueueFactory)
     client = OrderedClient(deps.queues, agent_queue)
 
-    report = run_starter_pass(
-        states=deps.states,
-        client=client,
-        clock=clock,
-        settings=deps.settings,
-        response_queue="r-q1",
-        capacity=10,
-        first_requests=first_requests(deps),
-    )
+    report = _starter_pass(deps, client, first=first_requests(deps), clock=clock)
 
     assert report.claimed == ["a:o-1"]
     record = deps.states.get("a:o-1").item
@@ -469,14 +481,7 @@ def test_without_the_means_to_send_it_the_starter_leaves_the_first_request_to_th
 ) -> None:
     submit(deps)
     client = RecordingClient()
-    run_starter_pass(
-        states=deps.states,
-        client=client,
-        clock=deps.clock,
-        settings=deps.settings,
-        response_queue="r-q1",
-        capacity=10,
-    )
+    _starter_pass(deps, client)
     assert client.payloads["a:o-1:1"]["firstStep"] is None
     assert received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent))) == []
 
@@ -491,14 +496,8 @@ def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and
     client = RecordingClient()
 
     with telemetry.recording() as events:
-        report = run_starter_pass(
-            states=deps.states,
-            client=client,
-            clock=deps.clock,
-            settings=deps.settings,
-            response_queue="r-q1",
-            capacity=10,
-            first_requests=first_requests(deps, FailingSends(deps.queues, agent_queue)),
+        report = _starter_pass(
+            deps, client, first=first_requests(deps, FailingSends(deps.queues, agent_queue))
         )
 
     # Both claimed and scheduled: each attempt waits for its timer at the claim's completeBy, and the
@@ -544,15 +543,7 @@ def test_the_starter_tries_a_first_request_three_times(deps: Dependencies, failu
     assert isinstance(deps.queues, InMemoryQueueFactory)
     flaky = FlakySends(deps.queues, failures)
     with telemetry.recording() as events:
-        run_starter_pass(
-            states=deps.states,
-            client=RecordingClient(),
-            clock=deps.clock,
-            settings=deps.settings,
-            response_queue="r-q1",
-            capacity=10,
-            first_requests=first_requests(deps, flaky),
-        )
+        _starter_pass(deps, RecordingClient(), first=first_requests(deps, flaky))
     agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
     assert (flaky.tries, len(received(deps.queues.queue(agent_queue)))) == (3, sent)
     assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
@@ -571,15 +562,7 @@ def test_a_first_request_that_cannot_even_be_built_ends_neither_the_pass_nor_the
         return deps.order_cache.get(deps.orders, order_id)
 
     with telemetry.recording() as events:
-        report = run_starter_pass(
-            states=deps.states,
-            client=client,
-            clock=deps.clock,
-            settings=deps.settings,
-            response_queue="r-q1",
-            capacity=10,
-            first_requests=FirstRequests(deps.queues, order),
-        )
+        report = _starter_pass(deps, client, first=FirstRequests(deps.queues, order))
 
     assert sorted(report.claimed) == ["a:o-1", "a:o-2"]
     assert sorted(client.started) == ["a:o-1:1", "a:o-2:1"]
@@ -609,15 +592,7 @@ def test_a_starter_that_stalled_until_the_claim_s_complete_by_sends_no_first_req
     # supervisor may recover the order, so a request sent later could be a superseded attempt's.
     submit(deps)
     with telemetry.recording() as events:
-        run_starter_pass(
-            states=deps.states,
-            client=SlowStart(clock, stall_s),
-            clock=clock,
-            settings=deps.settings,
-            response_queue="r-q1",
-            capacity=10,
-            first_requests=first_requests(deps),
-        )
+        _starter_pass(deps, SlowStart(clock, stall_s), first=first_requests(deps), clock=clock)
     agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
     assert len(received(deps.queues.queue(agent_queue))) == sent
     assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
