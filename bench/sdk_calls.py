@@ -131,6 +131,7 @@ def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
     )
     queue.create_queue()
     try:
+        queue.get_queue_properties()  # opens the connection outside the measurement
         costs.update(_sync_queue_costs(queue, calls))
     finally:
         queue.delete_queue()
@@ -140,6 +141,7 @@ def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
     database = client.create_database_if_not_exists(f"sdk-calls-{uuid.uuid4().hex[:12]}")
     try:
         container = database.create_container_if_not_exists("records", partition_key=PartitionKey("/orderId"))
+        container.read()  # opens the connection (and its TLS session) outside the measurement
         costs.update(_sync_cosmos_costs(container, calls))
     finally:
         client.delete_database(database.id)
@@ -250,6 +252,8 @@ async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: i
                     received.extend([message async for message in page])
                     break
 
+            # Every connection the calls at once will use is opened before they are measured.
+            await gathered(lambda _index: queue.get_queue_properties(), concurrency)
             costs["queue send"] = await ms_per_call(
                 lambda: gathered(lambda index: queue.send_message(_message(index)), calls)
             )
@@ -268,6 +272,7 @@ async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: i
             container = await database.create_container_if_not_exists(
                 "records", partition_key=PartitionKey("/orderId")
             )
+            await gathered(lambda _index: container.read(), concurrency)
             costs.update(await _async_cosmos_costs(container, calls, gathered, ms_per_call))
         finally:
             await client.delete_database(database.id)
