@@ -41,7 +41,7 @@ from devhost.wakeup_channel import WakeupChannel
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
-from orchestrators.starter import FirstRequests, run_starter_pass
+from orchestrators.starter import first_requests_for, run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
@@ -221,9 +221,7 @@ class DevHost:
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         # The starter sends the request of the step each claim started (orchestrators.starter).
-        self._first_requests = FirstRequests(
-            self.deps.queues, lambda order_id: self.deps.order_cache.get(self.deps.orders, order_id)
-        )
+        self._first_requests = first_requests_for(self.deps)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: InMemoryOrchestrationBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
@@ -493,7 +491,7 @@ class DevHost:
             capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
-            first_requests=self._first_requests if self.settings.STARTER_SENDS_FIRST_REQUEST else None,
+            first_requests=self._first_requests,
         )
 
     def _supervisor_tick(self) -> None:

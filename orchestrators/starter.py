@@ -28,6 +28,7 @@ from orderflow import telemetry, tracing
 from orderflow.breaker import CircuitBreakers, hold_for_dependency
 from orderflow.clock import Clock
 from orderflow.contracts import OrchestrationInput, StartedStep
+from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
 from orderflow.queues.base import QueueFactory
@@ -64,6 +65,14 @@ class FirstRequests:
 
     queues: QueueFactory
     order: Callable[[str], OrderDocument]
+
+
+def first_requests_for(deps: Dependencies) -> FirstRequests | None:
+    """The hosts' :class:`FirstRequests`: ``deps``' queues and order cache over its order store; None when
+    ``STARTER_SENDS_FIRST_REQUEST`` is off."""
+    if not deps.settings.STARTER_SENDS_FIRST_REQUEST:
+        return None
+    return FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
 
 
 FIRST_REQUEST_RETRY = Retrying(
@@ -252,16 +261,17 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
     return step_def.name
 
 
-def started_by_claim(record: StateRecord) -> StepDefinition | None:
-    """The step the claim of ``record`` started (:func:`start_first_step`): the first step not completed,
-    Running for the claimed attempt on its primary provider; None when the claim started none."""
+def started_by_claim(record: StateRecord) -> StartedStep | None:
+    """The step the claim of ``record`` started (:func:`start_first_step`) and its ``completeBy``: the
+    first step not completed, Running for the claimed attempt on its primary provider; None when the
+    claim started none."""
     step_def = _first_step_to_run(record)
-    if step_def is None or record.process_state is not ProcessState.PROCESSING:
+    if step_def is None or record.process_state is not ProcessState.PROCESSING or record.complete_by is None:
         return None
     step = record.steps[step_def.name]
     if step.status is not StepStatus.RUNNING or step.last_instance != record.locked_by or step.fallback:
         return None
-    return step_def
+    return StartedStep(step=step_def.name, complete_by=record.complete_by)
 
 
 def start_attempt(
@@ -407,7 +417,7 @@ def _claim_and_start(
             claimed,
             response_queue=response_queue,
             step_timeout_s=settings.STEP_TIMEOUT_S,
-            first_step=_started_step(first, claimed),
+            first_step=first,
         )
         if not started:
             report.already_started += 1
@@ -417,53 +427,47 @@ def _claim_and_start(
             assert first_requests is not None
             # After the start: an answer can then only find the instance scheduled. An instance that
             # already existed gets the request again, under the same message id (a duplicate).
-            _send_first_request(
+            send_first_request(
                 first_requests, claimed, first, clock=clock, settings=settings, response_queue=response_queue
             )
 
 
-def _started_step(step_def: StepDefinition | None, record: StateRecord) -> StartedStep | None:
-    if step_def is None or record.complete_by is None:
-        return None
-    return StartedStep(step=step_def.name, complete_by=record.complete_by)
-
-
-def _send_first_request(
+def send_first_request(
     first_requests: FirstRequests,
     record: StateRecord,
-    step_def: StepDefinition,
+    started: StartedStep,
     *,
     clock: Clock,
     settings: Settings,
     response_queue: str,
 ) -> None:
-    """Send the request of the step the claim of ``record`` started, trying a transient failure twice
-    more; one that cannot be sent leaves the attempt to its durable timer (the supervisor then recovers
-    it), never the pass to an exception.
+    """Send the request of ``started``, the step the claim of ``record`` started, trying a transient
+    failure twice more; one that cannot be sent leaves the attempt to its durable timer (the supervisor
+    then recovers it), never the pass to an exception.
 
     Not sent once this host's clock reached the claim's ``completeBy`` (a starter paused between its claim
     and the send): the supervisor, whose clock is at most ``CLOCK_SKEW_TOLERANCE_S`` ahead, recovers a
     record only that long past it, so a request sent before is never one of a superseded attempt (and the
     agent drops a request past its deadline).
     """
-    assert record.locked_by is not None
-    assert record.complete_by is not None
-    complete_by = record.complete_by
+    instance_id = record.locked_by
+    assert instance_id is not None
 
     def send() -> bool:
         order = first_requests.order(record.order_id)
-        if clock.now() >= complete_by:
+        now = clock.now()
+        if now >= started.complete_by:
             return False
         send_step_request(
             first_requests.queues,
             settings,
             record=record,
-            step_def=step_def,
+            step_def=workflow_for(record.workflow_version).step(started.step),
             order=order,
-            instance_id=record.locked_by or "",
+            instance_id=instance_id,
             response_queue=response_queue,
             fallback=False,
-            now=clock.now(),
+            now=now,
         )
         return True
 
@@ -471,21 +475,21 @@ def _send_first_request(
         sent = FIRST_REQUEST_RETRY(send)
     except Exception as exc:  # one order's request must not end the pass for the others
         logger.exception("order %s: its first request failed", record.order_id)
-        _not_sent(record, step_def, f"{type(exc).__name__}: {exc}")
+        _not_sent(record, started, f"{type(exc).__name__}: {exc}")
         return
     if not sent:
-        _not_sent(record, step_def, "the claim's completeBy has passed")
+        _not_sent(record, started, "the claim's completeBy has passed")
         return
     telemetry.event(
         "step.start",
         order_id=record.order_id,
-        instance_id=record.locked_by,
-        step=step_def.name,
-        complete_by=complete_by.isoformat(),
+        instance_id=instance_id,
+        step=started.step,
+        complete_by=started.complete_by.isoformat(),
     )
 
 
-def _not_sent(record: StateRecord, step_def: StepDefinition, reason: str) -> None:
+def _not_sent(record: StateRecord, started: StartedStep, reason: str) -> None:
     logger.warning(
         "order %s: the first request was not sent (%s); its timer decides", record.order_id, reason
     )
@@ -493,6 +497,6 @@ def _not_sent(record: StateRecord, step_def: StepDefinition, reason: str) -> Non
         "step.request_not_sent",
         order_id=record.order_id,
         instance_id=record.locked_by,
-        step=step_def.name,
+        step=started.step,
         reason=reason[:200],
     )

@@ -15,7 +15,7 @@ from function_host.settlement import settle_trigger_message
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies, redelivery
 from orchestrators.listener import handle_response
-from orchestrators.starter import FirstRequests, run_starter_pass
+from orchestrators.starter import first_requests_for, run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 
 bp = df.Blueprint()
@@ -44,11 +44,7 @@ async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClien
         capacity=deps.settings.STARTER_BATCH,
         on_claimed=deps.cache.put,
         breakers=deps.breakers,
-        first_requests=(
-            FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
-            if deps.settings.STARTER_SENDS_FIRST_REQUEST
-            else None
-        ),
+        first_requests=first_requests_for(deps),
     )
 
 

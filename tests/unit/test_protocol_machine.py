@@ -59,9 +59,9 @@ from orchestrators.listener import handle_response
 from orchestrators.starter import (
     CLAIMABLE_STATES,
     FirstRequests,
-    _send_first_request,
     claim,
     run_starter_pass,
+    send_first_request,
     start_attempt,
     started_by_claim,
 )
@@ -107,7 +107,6 @@ from orderflow.workflows import (
     ORDER_V1,
     ORDER_V3,
     ORDER_V4,
-    StepDefinition,
     WorkflowDefinition,
     agent_names,
     workflow_for,
@@ -352,7 +351,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.requests: Counter[tuple[str, str]] = Counter()  # (request, order id or "*") -> times sent
         self.replies: defaultdict[str, set[str]] = defaultdict(set)  # statuses each client heard
         self.seen: dict[str, list[Seen]] = {}
-        self.paused_sends: list[tuple[Host, StateRecord, StepDefinition]] = []  # first requests owed
+        self.paused_sends: list[tuple[Host, StateRecord, StartedStep]] = []  # first requests owed
         self.outages = 0
         self.actor = Actor.WORLD
         self._stale = True
@@ -506,30 +505,28 @@ class ProtocolMachine(RuleBasedStateMachine):
                 continue
             starter.deps.cache.put(won)
             first = started_by_claim(won.item)
-            first_step = None
-            if first is not None and won.item.complete_by is not None:
-                first_step = StartedStep(step=first.name, complete_by=won.item.complete_by)
+            if first is not None:
                 self.paused_sends.append((starter, won.item, first))
             start_attempt(
                 starter.client,
                 won.item,
                 response_queue=starter.response_queue,
                 step_timeout_s=self.settings.STEP_TIMEOUT_S,
-                first_step=first_step,
+                first_step=first,
             )
 
     @precondition(lambda self: self.paused_sends)
     @rule(data=st.data())
     def paused_starter_sends_a_first_request(self, data: st.DataObject) -> None:
         """The paused starter goes on and sends a first request it owed, however long after its claim."""
-        starter, record, step_def = data.draw(st.sampled_from(self.paused_sends), label="first request")
-        self.paused_sends.remove((starter, record, step_def))
+        starter, record, started = data.draw(st.sampled_from(self.paused_sends), label="first request")
+        self.paused_sends.remove((starter, record, started))
         self._acting_as(Actor.STARTER)
         taken_over = self._recovered_since(record)
-        _send_first_request(
+        send_first_request(
             self._first_requests(starter),
             record,
-            step_def,
+            started,
             clock=self.clock,
             settings=starter.deps.settings,
             response_queue=starter.response_queue,
