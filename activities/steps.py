@@ -26,7 +26,7 @@ from orderflow.contracts import (
     StepResult,
 )
 from orderflow.dependencies import Dependencies
-from orderflow.errors import ErrorKind, IllegalTransition
+from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
 from orderflow.records import (
     CompensationEntry,
@@ -245,10 +245,7 @@ def _send_request(
     now: datetime,
 ) -> datetime:
     """Send the agent request of the step ``record`` runs; returns the step's completeBy (UTC)."""
-    complete_by = record.complete_by
-    if complete_by is None:  # pragma: no cover - every applied start writes one
-        raise IllegalTransition(f"order {data.order_id} is Running without a completeBy")
-    send_step_request(
+    return send_step_request(
         deps.queues,
         deps.settings,
         record=record,
@@ -259,7 +256,6 @@ def _send_request(
         fallback=data.fallback,
         now=now,
     )
-    return complete_by
 
 
 def _prepare_start(

@@ -14,6 +14,7 @@ from typing import Any
 
 from orderflow import tracing
 from orderflow.contracts import fallback_step_name
+from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, StateRecord
@@ -80,8 +81,9 @@ def send_step_request(
     response_queue: str,
     fallback: bool,
     now: datetime,
-) -> None:
-    """Send the agent request of ``step_def``, which ``record`` shows Running for ``instance_id``.
+) -> datetime:
+    """Send the agent request of ``step_def``, which ``record`` shows Running for ``instance_id``; returns
+    the step's ``completeBy`` (UTC), where the orchestration's timer fires.
 
     The request carries the step's idempotency key and reserved calls as the record holds them, and a
     deadline a little before the record's ``completeBy`` (:func:`agent_deadline`). The fallback provider
@@ -100,11 +102,12 @@ def send_step_request(
         now: The time the step started (UTC), for the deadline's margin.
 
     Raises:
-        ValueError: the record has no ``completeBy`` (the step was not started by a write).
+        IllegalTransition: the record has no ``completeBy`` (the step was not started by a write).
         TransientError: the queue could not take the message; re-sending is safe.
     """
-    if record.complete_by is None:
-        raise ValueError(f"order {record.order_id} is Running without a completeBy")
+    complete_by = record.complete_by
+    if complete_by is None:
+        raise IllegalTransition(f"order {record.order_id} is Running without a completeBy")
     step = record.steps[step_def.name]
     request_step = fallback_step_name(step_def.name) if fallback else step_def.name
     request_id = request_id_for(instance_id, request_step)
@@ -115,7 +118,7 @@ def send_step_request(
         step=request_step,
         operation=step_def.operation,
         idempotency_key=step.idempotency_key,
-        deadline=agent_deadline(record.complete_by, now),
+        deadline=agent_deadline(complete_by, now),
         reply_to=response_queue,
         payload=request_payload(
             step_def, order, fallback=fallback, corrected=record.corrected_input(step_def.name)
@@ -127,3 +130,4 @@ def send_step_request(
     queues.queue(settings.agent_queue(agent)).send(
         request.to_json(), message_id=request_id, correlation_id=record.order_id
     )
+    return complete_by
