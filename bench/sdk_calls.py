@@ -42,6 +42,7 @@ from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 from bench.measure import LOAD_GENERATOR
 from devhost.emulators import COSMOS_EMULATOR_KEY, REPO_ROOT, LocalEndpoints, start_local_emulators
 from orderflow.http_transport import transport_for
+from orderflow.queues.storage import queue_endpoint
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     "queue send": ("azurite", "send"),
@@ -88,14 +89,6 @@ def _document(index: int, state: str = "Pending") -> dict[str, Any]:
     }
 
 
-def _queue_url(endpoints: LocalEndpoints) -> str:
-    for part in endpoints.storage_connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key == "QueueEndpoint":
-            return value
-    raise ValueError("the storage connection string names no QueueEndpoint")
-
-
 def _check_received(received: int, sent: int) -> None:
     """Every receive got one message: otherwise the figures would be of empty receives."""
     if received != sent:
@@ -111,8 +104,28 @@ def _check_page(items: int, records: int) -> None:
 def _ms_per_call(run: Callable[[], int]) -> float:
     """CPU milliseconds per call of ``run``, which makes the calls and returns how many it made."""
     began = time.process_time()
-    made = run()
+    return _ms_since(began, run())
+
+
+def _ms_since(began: float, made: int) -> float:
     return (time.process_time() - began) * 1000 / max(made, 1)
+
+
+async def _ms_per_async_call(run: Callable[[], Awaitable[int]]) -> float:
+    """:func:`_ms_per_call` of calls made on this event loop."""
+    began = time.process_time()
+    return _ms_since(began, await run())
+
+
+async def _gathered(gate: asyncio.Semaphore, make: Callable[[int], Awaitable[object]], count: int) -> int:
+    """``make(0)`` .. ``make(count - 1)`` awaited at once, at most ``gate``'s number at a time; ``count``."""
+
+    async def one(index: int) -> None:
+        async with gate:
+            await make(index)
+
+    await asyncio.gather(*(one(index) for index in range(count)))
+    return count
 
 
 def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
@@ -123,7 +136,9 @@ def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
         lean: orderflow's loopback transport (True) or azure-core's default (False).
         calls: Calls of each operation.
     """
-    queue_options: dict[str, Any] = {"transport": transport_for(_queue_url(endpoints))} if lean else {}
+    queue_options: dict[str, Any] = (
+        {"transport": transport_for(queue_endpoint(endpoints.storage_connection_string))} if lean else {}
+    )
     cosmos_options: dict[str, Any] = {"transport": transport_for(endpoints.cosmos_endpoint)} if lean else {}
     costs: Costs = {}
     queue = QueueClient.from_connection_string(
@@ -224,20 +239,6 @@ async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: i
         concurrency: Calls outstanding at once.
     """
     gate = asyncio.Semaphore(concurrency)
-
-    async def gathered(make: Callable[[int], Awaitable[object]], count: int) -> int:
-        async def one(index: int) -> None:
-            async with gate:
-                await make(index)
-
-        await asyncio.gather(*(one(index) for index in range(count)))
-        return count
-
-    async def ms_per_call(run: Callable[[], Awaitable[int]]) -> float:
-        began = time.process_time()
-        made = await run()
-        return (time.process_time() - began) * 1000 / max(made, 1)
-
     costs: Costs = {}
     queue = AsyncQueueClient.from_connection_string(
         endpoints.storage_connection_string, f"sdk-calls-{uuid.uuid4().hex[:12]}"
@@ -253,14 +254,14 @@ async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: i
                     break
 
             # Every connection the calls at once will use is opened before they are measured.
-            await gathered(lambda _index: queue.get_queue_properties(), concurrency)
-            costs["queue send"] = await ms_per_call(
-                lambda: gathered(lambda index: queue.send_message(_message(index)), calls)
+            await _gathered(gate, lambda _index: queue.get_queue_properties(), concurrency)
+            costs["queue send"] = await _ms_per_async_call(
+                lambda: _gathered(gate, lambda index: queue.send_message(_message(index)), calls)
             )
-            costs["queue receive"] = await ms_per_call(lambda: gathered(receive_one, calls))
+            costs["queue receive"] = await _ms_per_async_call(lambda: _gathered(gate, receive_one, calls))
             _check_received(len(received), calls)
-            costs["queue delete"] = await ms_per_call(
-                lambda: gathered(lambda index: queue.delete_message(received[index]), len(received))
+            costs["queue delete"] = await _ms_per_async_call(
+                lambda: _gathered(gate, lambda index: queue.delete_message(received[index]), len(received))
             )
         finally:
             await queue.delete_queue()
@@ -272,19 +273,14 @@ async def measure_async(endpoints: LocalEndpoints, *, calls: int, concurrency: i
             container = await database.create_container_if_not_exists(
                 "records", partition_key=PartitionKey("/orderId")
             )
-            await gathered(lambda _index: container.read(), concurrency)
-            costs.update(await _async_cosmos_costs(container, calls, gathered, ms_per_call))
+            await _gathered(gate, lambda _index: container.read(), concurrency)
+            costs.update(await _async_cosmos_costs(container, calls, gate))
         finally:
             await client.delete_database(database.id)
     return costs
 
 
-async def _async_cosmos_costs(
-    container: AsyncContainerProxy,
-    calls: int,
-    gathered: Callable[[Callable[[int], Awaitable[object]], int], Awaitable[int]],
-    ms_per_call: Callable[[Callable[[], Awaitable[int]]], Awaitable[float]],
-) -> Costs:
+async def _async_cosmos_costs(container: AsyncContainerProxy, calls: int, gate: asyncio.Semaphore) -> Costs:
     etags: dict[int, str] = {}
 
     async def read_one(index: int) -> None:
@@ -307,12 +303,12 @@ async def _async_cosmos_costs(
             break
 
     return {
-        "cosmos create": await ms_per_call(
-            lambda: gathered(lambda index: container.create_item(_document(index)), calls)
+        "cosmos create": await _ms_per_async_call(
+            lambda: _gathered(gate, lambda index: container.create_item(_document(index)), calls)
         ),
-        "cosmos read": await ms_per_call(lambda: gathered(read_one, calls)),
-        "cosmos replace": await ms_per_call(lambda: gathered(replace_one, calls)),
-        "cosmos query": await ms_per_call(lambda: gathered(query_one, calls)),
+        "cosmos read": await _ms_per_async_call(lambda: _gathered(gate, read_one, calls)),
+        "cosmos replace": await _ms_per_async_call(lambda: _gathered(gate, replace_one, calls)),
+        "cosmos query": await _ms_per_async_call(lambda: _gathered(gate, query_one, calls)),
     }
 
 

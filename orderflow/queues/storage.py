@@ -772,7 +772,7 @@ class StorageQueueFactory:
         service = QueueServiceClient.from_connection_string(
             connection_string,
             **_client_options(
-                retry_total, connection_timeout_s, read_timeout_s, url=_queue_endpoint(connection_string)
+                retry_total, connection_timeout_s, read_timeout_s, url=queue_endpoint(connection_string)
             ),
         )
         fields = {
@@ -1056,7 +1056,7 @@ class StorageQueueFactory:
             return client
 
 
-def _queue_endpoint(connection_string: str) -> str:
+def queue_endpoint(connection_string: str) -> str:
     """The ``QueueEndpoint`` of a connection string; '' when it names none (an Azure account name)."""
     for part in connection_string.split(";"):
         key, _, value = part.partition("=")
