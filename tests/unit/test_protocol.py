@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -12,7 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 
 from activities.fencing import fenced_write
 from intake.submission import handle_intake_message
-from orchestrators.starter import FirstRequests, StarterReport, claim, run_starter_pass
+from orchestrators.starter import FirstRequests, StarterReport, claim, first_requests_for, run_starter_pass
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
@@ -428,8 +429,11 @@ def _starter_pass(
 
 
 def first_requests(deps: Dependencies, queues: Any = None) -> FirstRequests:
-    """The starter's means to send the first request: ``deps``' queues (or ``queues``), its order cache."""
-    return FirstRequests(queues or deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
+    """The starter's means to send the first request as the hosts build it from ``deps``, over ``queues``
+    when given."""
+    first = first_requests_for(deps)
+    assert first is not None
+    return first if queues is None else dataclasses.replace(first, queues=queues)
 
 
 class OrderedClient(RecordingClient):

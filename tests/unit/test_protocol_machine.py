@@ -60,6 +60,7 @@ from orchestrators.starter import (
     CLAIMABLE_STATES,
     FirstRequests,
     claim,
+    first_requests_for,
     run_starter_pass,
     send_first_request,
     start_attempt,
@@ -1004,9 +1005,9 @@ class ProtocolMachine(RuleBasedStateMachine):
                 )
 
     def _first_requests(self, starter: Host) -> FirstRequests:
-        return FirstRequests(
-            self.queues, lambda order_id: starter.deps.order_cache.get(self.orders, order_id)
-        )
+        first = first_requests_for(starter.deps)  # as the hosts build it
+        assert first is not None
+        return first
 
     def _recovered_since(self, claimed: StateRecord) -> bool:
         """Whether the supervisor moved the record away from the attempt ``claimed`` started."""
