@@ -85,6 +85,7 @@ from orderflow.stores.base import (
     StateQuery,
     StoreCounters,
     Versioned,
+    as_written,
     stored_at,
 )
 from orderflow.timeline import split_overflow
@@ -449,7 +450,8 @@ class CosmosStateStore:
         """Insert a new record.
 
         Returns:
-            The record as stored, with its first ETag.
+            The record as stored (``record`` itself unless part of its timeline moved to the history
+            container), with its first ETag.
 
         Raises:
             AlreadyExists: a record with this id exists (409); the stored one is left untouched.
@@ -457,7 +459,8 @@ class CosmosStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.create(self._moved_out(record).to_json_dict()))
+        kept = self._moved_out(record)
+        return as_written(kept, self._container.create(kept.to_json_dict()))
 
     def get(self, order_id: str) -> Versioned[StateRecord]:
         """Point-read a record by order id.
@@ -472,7 +475,8 @@ class CosmosStateStore:
         """Replace a record only if its stored ETag is still ``etag`` (If-Match).
 
         Returns:
-            The record as written, with its new ETag.
+            The record as written (``record`` itself unless part of its timeline moved to the history
+            container), with its new ETag.
 
         Raises:
             ConcurrencyConflict: the stored ETag differs (412); nothing was written.
@@ -482,7 +486,8 @@ class CosmosStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.replace(self._moved_out(record).to_json_dict(), etag))
+        kept = self._moved_out(record)
+        return as_written(kept, self._container.replace(kept.to_json_dict(), etag))
 
     def query(
         self, query: StateQuery, *, max_item_count: int, continuation: str | None = None

@@ -40,6 +40,7 @@ from orderflow.stores.base import (
     StateQuery,
     StoreCounters,
     Versioned,
+    as_written,
     stored_at,
 )
 from orderflow.timeline import split_overflow
@@ -302,6 +303,27 @@ class InMemoryStateStore:
     def _versioned(doc: dict[str, Any]) -> Versioned[StateRecord]:
         return Versioned(StateRecord.from_stored(doc), str(doc["_etag"]), stored_at(doc))
 
+    @staticmethod
+    def _stored_form(kept: StateRecord) -> dict[str, Any]:
+        """``kept``'s stored form, after checking that a read of it gives ``kept`` back, types included.
+
+        The Cosmos DB store answers a write with the record it was handed, not a parse of what it
+        stored (:func:`~orderflow.stores.base.as_written`): this check makes every test on this store a
+        test that the shortcut equals a read.
+
+        Raises:
+            RuntimeError: the record differs from its stored form (a field set to a value of the wrong
+                type, which only a read would have coerced); nothing is written.
+        """
+        doc = kept.to_json_dict()
+        read = StateRecord.from_stored(doc)
+        if repr(read.model_dump()) != repr(kept.model_dump()):
+            raise RuntimeError(
+                f"{kept.order_id}: the record written is not what a read returns:\n"
+                f"written {kept.model_dump()!r}\nread    {read.model_dump()!r}"
+            )
+        return doc
+
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         """Insert a new record.
 
@@ -313,7 +335,8 @@ class InMemoryStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.create(self._moved_out(record).to_json_dict()))
+        kept = self._moved_out(record)
+        return as_written(kept, self._container.create(self._stored_form(kept)))
 
     def get(self, order_id: str) -> Versioned[StateRecord]:
         """Read a record by order id.
@@ -335,7 +358,8 @@ class InMemoryStateStore:
             ValueError: ``record.id`` differs from ``record.order_id``.
         """
         _check_key(record.id, record.order_id)
-        return self._versioned(self._container.replace(self._moved_out(record).to_json_dict(), etag))
+        kept = self._moved_out(record)
+        return as_written(kept, self._container.replace(self._stored_form(kept), etag))
 
     def query(
         self, query: StateQuery, *, max_item_count: int, continuation: str | None = None

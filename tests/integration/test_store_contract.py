@@ -295,6 +295,24 @@ def test_models_are_copied_in_and_out(stores: Stores) -> None:
     assert fresh.etag == created.etag
 
 
+def test_a_write_answers_with_the_record_written_and_the_etag_and_time_a_read_gives(
+    stores: Stores,
+) -> None:
+    record = rich_record("o-1")
+    created = stores.state.create(record)
+    assert created == stores.state.get("o-1")
+    assert created.stored_at == stores.state.get("o-1").stored_at is not None
+
+    changed = claimed(created.item.copied(), "o-1:1")
+    replaced = stores.state.replace(changed, etag=created.etag)
+    got = stores.state.get("o-1")
+
+    # The write result is the model handed over (writers change only copies of it), not a second parse.
+    assert created.item is record and replaced.item is changed
+    assert replaced == got and replaced.item.to_json_dict() == got.item.to_json_dict()
+    assert replaced.stored_at == got.stored_at is not None
+
+
 def test_duplicate_state_create_raises_and_keeps_the_original(stores: Stores) -> None:
     original = stores.state.create(make_record("o-1"))
 
