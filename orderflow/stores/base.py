@@ -49,9 +49,8 @@ def as_written(item: T, answer: Mapping[str, Any]) -> Versioned[T]:
     a create or replace of ``item``'s stored form.
 
     A store keeps a written document as it was sent and only adds its system properties, so the answer
-    is not validated into a second model (that validation was about a fifth of the CPU of a state
-    write in the process that made it). The item is ``item`` itself, not a copy: a writer hands it over
-    and changes only copies of it afterwards (:meth:`orderflow.records.Model.copied`).
+    is not validated into a second model (docs/benchmarks.md). The item is ``item`` itself, not a copy:
+    a writer hands it over and changes only copies of it afterwards (:meth:`orderflow.records.Model.copied`).
     """
     return Versioned(item, str(answer["_etag"]), stored_at(answer))
 
@@ -127,6 +126,10 @@ class StateStore(Protocol):
         """Insert a new record (its timeline past the window moves to history first, as for
         :meth:`replace`).
 
+        Returns:
+            The record as stored, with its first ETag: ``record`` itself, not a copy, unless part of its
+            timeline moved to history (the caller changes only copies of it afterwards).
+
         Raises:
             AlreadyExists: a record with this id exists (HTTP 409).
         """
@@ -148,7 +151,8 @@ class StateStore(Protocol):
         (:func:`orderflow.timeline.split_overflow`; an existing chunk of the same entries is kept).
 
         Returns:
-            The record as written, with its new ETag.
+            The record as written, with its new ETag: ``record`` itself, not a copy, unless part of its
+            timeline moved to history (the caller changes only copies of it afterwards).
 
         Raises:
             ConcurrencyConflict: the stored ETag differs (HTTP 412): re-read and decide again.

@@ -328,7 +328,8 @@ class InMemoryStateStore:
         """Insert a new record.
 
         Returns:
-            The record as stored, with its first ETag.
+            The record as stored (``record`` itself unless part of its timeline moved to history), with
+            its first ETag.
 
         Raises:
             AlreadyExists: a record with this id exists; the stored one is left untouched.
@@ -350,7 +351,8 @@ class InMemoryStateStore:
         """Replace a record only if its stored ETag is still ``etag``.
 
         Returns:
-            The record as written, with its new ETag.
+            The record as written (``record`` itself unless part of its timeline moved to history), with
+            its new ETag.
 
         Raises:
             ConcurrencyConflict: the stored ETag differs; nothing was written.
