@@ -32,7 +32,7 @@ def apply_decision(
     order_id: str,
     decide: Callable[[StateRecord], tuple[_T, bool]],
     what: str,
-    grace_s: float,
+    grace_s: float | None,
     if_match: str | None = None,
     outcome: str | None = None,
 ) -> Applied[_T]:

@@ -314,7 +314,6 @@ def _suspension(suspend: bool) -> Action:
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            grace_s=deps.settings.CLAIM_TIMEOUT_S,
         )
         etag = {"ETag": entity_tag(outcome.etag)}
         if outcome.refusal is not None:

@@ -78,9 +78,9 @@ def set_suspension(
     states: StateStore,
     queues: QueueFactory,
     clock: Clock,
-    grace_s: float,
 ) -> SuspensionOutcome:
-    """Suspend (``suspend=True``) or resume an order with one ETag-conditional write.
+    """Suspend (``suspend=True``) or resume an order with one ETag-conditional write. Its ``completeBy``
+    stays: an attempt waiting for a review is healthy and owes nothing for this.
 
     Raises:
         StaleVersion: ``if_match`` given and no longer the record's ETag; nothing written.
@@ -103,7 +103,7 @@ def set_suspension(
         order_id=order_id,
         decide=decide,
         what=what,
-        grace_s=grace_s,
+        grace_s=None,  # it asks nothing of the order: an owner waiting for a review keeps waiting
         if_match=if_match,
     )
     if applied.decision is not None:

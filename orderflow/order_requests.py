@@ -87,7 +87,7 @@ def apply_request(
     order_id: str,
     decide: Callable[[StateRecord], tuple[_T, bool]],
     what: str,
-    grace_s: float,
+    grace_s: float | None,
     actor: Actor,
     outcome: str | None = None,
     if_match: str | None = None,
@@ -98,9 +98,9 @@ def apply_request(
     """Read the order's record, let ``decide`` change a copy, and write it on the ETag it was read with.
 
     Rules every request shares: the state change is checked against the state machine; an order paused
-    in ``AwaitingReview`` gets its ``completeBy`` within ``grace_s`` (its owner waits for a review
-    decision, not for this request, and if it died the supervisor must not wait for the review deadline);
-    a reply the write owes is delivered.
+    in ``AwaitingReview`` gets its ``completeBy`` within ``grace_s`` when the request asks it to act (its
+    owner waits for a review decision, not for this request, and if it died the supervisor must not wait
+    for the review deadline); a reply the write owes is delivered.
 
     Args:
         states / queues / clock: Dependencies.
@@ -108,7 +108,9 @@ def apply_request(
         decide: Changes the record in place; returns its decision and whether to write.
         what: The request, for the dead-letter description (``cancel``, ``review``, ...), and the
             ``action`` of the timeline entry the write adds.
-        grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``).
+        grace_s: Seconds an owner paused for review has to act (``CLAIM_TIMEOUT_S``). None for a request
+            that asks nothing of the order (suspend, resume): its ``completeBy`` stays at the review
+            deadline, or the supervisor would recover a healthy owner still waiting for the review.
         actor: Who asks: the timeline entry's role and verified principal (or client).
         outcome: The timeline entry's outcome (a review's decision), if any.
         if_match: The ETag the requester saw: a record at another version is not decided on at all
@@ -145,7 +147,7 @@ def apply_request(
             return Applied(decision, record, None, found.etag)
         if record.process_state is not found.item.process_state:
             check_transition(found.item.process_state, record.process_state)
-        if record.process_state is ProcessState.AWAITING_REVIEW:
+        if grace_s is not None and record.process_state is ProcessState.AWAITING_REVIEW:
             record.complete_by = min_time(record.complete_by, clock.now() + timedelta(seconds=grace_s))
         note(found.item, record, actor, action=what, outcome=outcome)
         try:

@@ -31,7 +31,6 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
         system.wait_until(lambda: system.record(order_id).process_state is ProcessState.PROCESSING)
 
         def change(suspend: bool) -> None:
-            settings = system.deps.settings
             outcome = set_suspension(
                 key,
                 OTTO,
@@ -40,7 +39,6 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
                 states=system.deps.states,
                 queues=system.deps.queues,
                 clock=system.deps.clock,
-                grace_s=settings.CLAIM_TIMEOUT_S,
             )
             assert outcome.refusal is None
 
@@ -69,3 +67,43 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
     assert ("orchestrator", None, "suspended") in actions[suspend_at:]
     assert actions.index(("operator", "resume", None)) < actions.index(("starter", "claim", None), suspend_at)
     assert settled.timeline[suspend_at].by == "tid/oid-otto"
+
+
+def test_suspending_and_resuming_an_order_awaiting_review_leaves_its_attempt_waiting(
+    deps: Dependencies,
+) -> None:
+    # Its owner waits for the review, healthy: a suspend or resume asks nothing of it, so its completeBy
+    # stays at the review deadline and the supervisor does not recover a live attempt after the grace.
+    with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
+        (order_id,) = system.submit_all(["tpch-1"])
+        key = system.key(order_id)
+        system.wait_until(lambda: system.record(order_id).process_state is ProcessState.AWAITING_REVIEW)
+        waiting = system.record(order_id)
+        for suspend in (True, False):
+            outcome = set_suspension(
+                key,
+                OTTO,
+                suspend=suspend,
+                if_match=None,
+                states=system.deps.states,
+                queues=system.deps.queues,
+                clock=system.deps.clock,
+            )
+            assert outcome.refusal is None
+            assert outcome.record.complete_by == waiting.complete_by
+        resumed = system.deps.states.get(key)
+        deadline = time.monotonic() + HELD_S
+        while time.monotonic() < deadline:
+            assert system.deps.states.get(key).etag == resumed.etag, "an order awaiting review was written"
+            time.sleep(0.1)
+
+    record = resumed.item
+    assert (record.process_state, record.attempt, record.locked_by) == (
+        ProcessState.AWAITING_REVIEW,
+        1,
+        waiting.locked_by,
+    )
+    assert [(e.role, e.action) for e in record.timeline][-2:] == [
+        ("operator", "suspend"),
+        ("operator", "resume"),
+    ]
