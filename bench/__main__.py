@@ -47,7 +47,7 @@ def main(
     ] = "2",
     single_orders: Annotated[int, typer.Option(help="Orders of each one-at-a-time run.")] = 20,
     profile_processes: Annotated[
-        int, typer.Option(help="Profile (py-spy) the first devhost process of this run; 0: none.")
+        int, typer.Option(help="Profile (py-spy) each devhost process of this run; 0: none.")
     ] = 2,
     profile_rate: Annotated[int, typer.Option(help="py-spy samples per second of the profile.")] = 50,
     count_orders: Annotated[int, typer.Option(help="Orders of the in-process counting run.")] = 20,

@@ -28,8 +28,8 @@ class BenchConfig(BaseModel):
             2: the scheduler roles in one, the agents and the submission in the other).
         single_processes: Devhost process counts to measure one order at a time (concurrency 1) on.
         single_orders: Orders of each one-at-a-time run.
-        profile_processes: The throughput run (by process count) whose first devhost process py-spy
-            samples during the timed window; 0: none.
+        profile_processes: The throughput run (by process count) whose devhost processes py-spy
+            samples during the timed window, each on its own; 0: none.
         profile_rate: py-spy's samples per second (more samples resolve smaller costs; py-spy reads the
             process's memory from outside, so the process itself does no more work).
         count_orders: Orders of the in-process run that counts store and queue operations.

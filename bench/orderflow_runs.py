@@ -169,7 +169,8 @@ class Measuring:
         pids: Other processes whose CPU is sampled, by name (emulators, demo services, this process).
         targets: ``"host:port"`` -> emulator name, for the devhost processes' HTTP counters.
         local: This process's HTTP counter (the client's requests), or None.
-        profile: Sample the first devhost process with py-spy during the window.
+        profile: Sample every devhost process with py-spy during the window (the scheduler processes and
+            the one with the agents and the submission: each spends its CPU differently).
         profile_rate: py-spy's samples per second.
     """
 
@@ -178,6 +179,18 @@ class Measuring:
     local: HttpCounter | None = None
     profile: bool = False
     profile_rate: int = 50
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """A devhost process py-spy samples through a window: its name and roles, pid, where its collapsed
+    stacks go, and the samples per second."""
+
+    process: str
+    roles: str
+    pid: int
+    output: Path
+    rate: int
 
 
 def probed_start(
@@ -267,14 +280,13 @@ def _measured_load(
     messages: Sequence[Mapping[str, Any]],
     *,
     instruments: Instruments | None,
-    profiled: tuple[int, Path, int] | None,
+    profiled: Sequence[Profiled],
     concurrency: int,
     timeout_s: float,
     wakeups: ClientWakeups,
 ) -> tuple[LoadResult, dict[str, Any]]:
-    """The timed load, with the window's figures (and profile) when ``instruments`` are given;
-    ``profiled`` is the process to sample, where to write its stacks and the samples per second;
-    ``wakeups`` the load generator's (:func:`reply_wakeups`)."""
+    """The timed load, with the window's figures (and profiles) when ``instruments`` are given;
+    ``profiled`` the processes to sample; ``wakeups`` the load generator's (:func:`reply_wakeups`)."""
 
     def load() -> LoadResult:
         return run_orderflow_load(
@@ -289,20 +301,23 @@ def _measured_load(
 
     if instruments is None:
         return load(), {}
-    spy = PySpy(profiled[0], profiled[1], rate=profiled[2]) if profiled else None
-    if spy is not None:
+    spies = [(each, PySpy(each.pid, each.output, rate=each.rate)) for each in profiled]
+    for _, spy in spies:
         spy.start()
     before = snapshot(instruments)
     result = load()
     after = snapshot(instruments)
     figures = window_figures(before, after, orders=max(result.finished, 1), own=instruments.own)
-    if spy is not None:
-        stacks = spy.stop()
-        figures["profile"] = {
-            "process": instruments.own[0],
-            "file": str(profiled[1]) if profiled else None,
-            **summarise_stacks(stacks, repo_root=str(REPO_ROOT)),
-        }
+    if spies:
+        figures["profiles"] = [
+            {
+                "process": each.process,
+                "roles": each.roles,
+                "file": str(each.output),
+                **summarise_stacks(spy.stop(), repo_root=str(REPO_ROOT)),
+            }
+            for each, spy in spies
+        ]
     return result, figures
 
 
@@ -353,11 +368,18 @@ def throughput_run(
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
-        profiled = None
+        profiled = []
         if measuring is not None and measuring.profile:
-            first = specs[0].name
-            pid = fleet.children[first].process.pid
-            profiled = (pid, run_dir / f"profile-{tag}-{first}.txt", measuring.profile_rate)
+            profiled = [
+                Profiled(
+                    spec.name,
+                    spec.roles,
+                    fleet.children[spec.name].process.pid,
+                    run_dir / f"profile-{tag}-{spec.name}.txt",
+                    measuring.profile_rate,
+                )
+                for spec in specs
+            ]
         # The client holds what a registered client holds: a SAS for each of its two queues.
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
         client = OrderflowClient(

@@ -332,18 +332,24 @@ def _cpu_order(name: str) -> tuple[int, str]:
     return rank, name
 
 
-def profile_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]]]:
-    """The profiled process's busy samples by package (share, inclusive share); a title and rows."""
+def profile_tables(report: Mapping[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    """Each profiled process's busy samples by package (share, inclusive share): a title and rows per
+    process, from the one window that was profiled."""
     for name, measured in _measured(report).items():
-        profile = measured.get("profile")
-        if profile:
-            title = f"py-spy profile of {profile['process']} ({name}), {profile['samples']} busy samples"
-            rows = [
-                [package, f"{share:.0%}", f"{profile['inclusive'].get(package, 0):.0%}"]
-                for package, share in profile["by_package"].items()
+        profiles = measured.get("profiles")
+        if profiles:
+            return [
+                (
+                    f"py-spy profile of {profile['process']} ({profile['roles']}; {name}), "
+                    f"{profile['samples']} busy samples",
+                    [
+                        [package, f"{share:.0%}", f"{profile['inclusive'].get(package, 0):.0%}"]
+                        for package, share in profile["by_package"].items()
+                    ],
+                )
+                for profile in profiles
             ]
-            return title, rows
-    return "", []
+    return []
 
 
 def print_tables(report: Mapping[str, Any], console: Console) -> None:
@@ -357,8 +363,7 @@ def print_tables(report: Mapping[str, Any], console: Console) -> None:
         for row in rows:
             cost.add_row(*row)
         console.print(cost)
-    title, rows = profile_rows(report)
-    if rows:
+    for title, rows in profile_tables(report):
         profile = Table(title=title)
         for column in ("package (innermost non-stdlib frame)", "share", "inclusive"):
             profile.add_column(column, justify="left" if column.startswith("package") else "right")

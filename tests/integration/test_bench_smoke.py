@@ -21,6 +21,7 @@ from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
+from devhost.demo import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
 pytestmark = pytest.mark.integration
@@ -161,7 +162,7 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         assert report["sweep"]["growth"][store]["records_read_ratio"]["value"] == 1.0
 
 
-def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_set(
+def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_set_and_each_process_a_profile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[LocalEmulators] = []
@@ -187,10 +188,12 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
     monkeypatch.setattr(runner, "throughput_run", throughput_run_and_keep)
     monkeypatch.setattr(runner, "sdk_calls_run", sdk_calls_and_keep)
     config = BenchConfig(
-        orders=2,
+        orders=3,
         concurrency=2,
         warmup=0,
-        processes=(1,),
+        processes=(2,),
+        profile_processes=2,
+        profile_rate=250,
         single_processes=(1,),
         single_orders=1,
         count_orders=1,
@@ -216,7 +219,15 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
     assert sdk_calls_on == [started[3].endpoints]
     assert report["sdk_calls"]["calls"] == 5
     assert all(e.azurite.process.poll() is not None and e.cosmos.process.poll() is not None for e in started)
-    for window in (report["orderflow"]["runs"]["1"], report["orderflow"]["one_at_a_time"]["1"]):
+    # Each devhost process of the profiled window was sampled on its own: the scheduler process and the
+    # one with the agents and the submission (py-spy needs ptrace rights: without them its log says so).
+    profiles = report["orderflow"]["runs"]["2"]["measured"]["profiles"]
+    assert [(p["process"], p["roles"]) for p in profiles] == [(s.name, s.roles) for s in devhost_specs(2)]
+    for profile in profiles:
+        log = Path(profile["file"]).with_suffix(".log").read_text(encoding="utf-8")
+        assert profile["samples"] > 0 or "permission" in log.lower(), log
+    assert "profiles" not in report["orderflow"]["one_at_a_time"]["1"]["measured"]
+    for window in (report["orderflow"]["runs"]["2"], report["orderflow"]["one_at_a_time"]["1"]):
         measured = window["measured"]
         # The window's own Azurite and cosmosdb-server did its work: their CPU is counted (the run's
         # first set sat idle) and the client's requests went to the ports the counter knows.

@@ -35,7 +35,7 @@ from bench.measure import (
 )
 from bench.probe import SNAPSHOT_SIGNAL, Probe, read_counts
 from bench.profiling import package_of, parse_stacks, summarise_stacks
-from bench.report import cost_rows, profile_rows
+from bench.report import cost_rows, profile_tables
 from devhost.emulators import LocalEndpoints, azurite_connection_string
 from orderflow.http_transport import LoopbackTransport
 
@@ -321,12 +321,22 @@ def test_the_cost_table_has_a_column_per_measured_run() -> None:
         "http_per_order": {"azurite": {"send": 9.0, "total": 9.0}},
         "grpc_per_order": {"StartInstance": 1.0, "total": 1.0},
         "limited_by": "waiting",
-        "profile": {
-            "process": "devhost-1",
-            "samples": 10,
-            "by_package": {"grpc": 0.5},
-            "inclusive": {"grpc": 0.7},
-        },
+        "profiles": [
+            {
+                "process": "devhost-1",
+                "roles": "scheduler",
+                "samples": 10,
+                "by_package": {"grpc": 0.5},
+                "inclusive": {"grpc": 0.7},
+            },
+            {
+                "process": "devhost-2",
+                "roles": "submission,agents",
+                "samples": 4,
+                "by_package": {"azure.storage.queue": 0.75, "httpx": 0.25},
+                "inclusive": {"azure.storage.queue": 0.75},
+            },
+        ],
     }
     report = {"orderflow": {"runs": {"2": {"measured": measured}, "1": {}}, "one_at_a_time": {}}}
     header, rows = cost_rows(report)
@@ -342,6 +352,10 @@ def test_the_cost_table_has_a_column_per_measured_run() -> None:
         ["gRPC: total", "1"],
         ["limited by", "waiting"],
     ]
-    title, profile = profile_rows(report)
-    assert title == "py-spy profile of devhost-1 (2 proc), 10 busy samples"
-    assert profile == [["grpc", "50%", "70%"]]
+    assert profile_tables(report) == [
+        ("py-spy profile of devhost-1 (scheduler; 2 proc), 10 busy samples", [["grpc", "50%", "70%"]]),
+        (
+            "py-spy profile of devhost-2 (submission,agents; 2 proc), 4 busy samples",
+            [["azure.storage.queue", "75%", "75%"], ["httpx", "25%", "0%"]],
+        ),
+    ]
