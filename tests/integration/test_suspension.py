@@ -11,14 +11,29 @@ from demo.faults import FaultPlan
 from operator_api.suspension import set_suspension
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, Principal
-from orderflow.records import ProcessState, StepStatus
-from tests.harness import running_system
+from orderflow.records import ProcessState, StateRecord, StepStatus
+from tests.harness import System, running_system
 
 pytestmark = pytest.mark.integration
 
 OTTO = Principal(object_id="oid-otto", tenant_id="tid", subject="sub", roles=frozenset({OPERATOR_ROLE}))
 HELD_S = 4.0
 """How long the test holds the order: many supervisor sweeps (0.2 s) and past CLAIM_TIMEOUT_S (3 s)."""
+
+
+def change(system: System, key: str, *, suspend: bool) -> StateRecord:
+    """Otto suspends (or resumes) the order ``key``, unconditionally; the record written."""
+    outcome = set_suspension(
+        key,
+        OTTO,
+        suspend=suspend,
+        if_match=None,
+        states=system.deps.states,
+        queues=system.deps.queues,
+        clock=system.deps.clock,
+    )
+    assert outcome.refusal is None
+    return outcome.record
 
 
 def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishes_after_resume(
@@ -30,19 +45,7 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
         key = system.key(order_id)
         system.wait_until(lambda: system.record(order_id).process_state is ProcessState.PROCESSING)
 
-        def change(suspend: bool) -> None:
-            outcome = set_suspension(
-                key,
-                OTTO,
-                suspend=suspend,
-                if_match=None,
-                states=system.deps.states,
-                queues=system.deps.queues,
-                clock=system.deps.clock,
-            )
-            assert outcome.refusal is None
-
-        change(True)
+        change(system, key, suspend=True)
         # The running attempt finishes its step, then hands the record back instead of starting another.
         system.wait_until(lambda: system.record(order_id).locked_by is None, timeout_s=10)
         held = system.deps.states.get(key)
@@ -57,7 +60,7 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
         # suspension landed: the next attempt runs it again under its idempotency key).
         assert [s.status for s in record.steps.values()][1:] == [StepStatus.NOT_STARTED] * 2
 
-        change(False)
+        change(system, key, suspend=False)
         (settled,) = system.wait_settled([order_id], timeout_s=30).values()
 
     assert settled.process_state is ProcessState.PROCESSED
@@ -80,17 +83,7 @@ def test_suspending_and_resuming_an_order_awaiting_review_leaves_its_attempt_wai
         system.wait_until(lambda: system.record(order_id).process_state is ProcessState.AWAITING_REVIEW)
         waiting = system.record(order_id)
         for suspend in (True, False):
-            outcome = set_suspension(
-                key,
-                OTTO,
-                suspend=suspend,
-                if_match=None,
-                states=system.deps.states,
-                queues=system.deps.queues,
-                clock=system.deps.clock,
-            )
-            assert outcome.refusal is None
-            assert outcome.record.complete_by == waiting.complete_by
+            assert change(system, key, suspend=suspend).complete_by == waiting.complete_by
         resumed = system.deps.states.get(key)
         deadline = time.monotonic() + HELD_S
         while time.monotonic() < deadline:
