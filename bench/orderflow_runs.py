@@ -181,18 +181,6 @@ class Measuring:
     profile_rate: int = 50
 
 
-@dataclass(frozen=True)
-class Profiled:
-    """A devhost process py-spy samples through a window: its name and roles, pid, where its collapsed
-    stacks go, and the samples per second."""
-
-    process: str
-    roles: str
-    pid: int
-    output: Path
-    rate: int
-
-
 def probed_start(
     env: Mapping[str, str], run_dir: Path, targets: Mapping[str, str]
 ) -> Callable[[DevhostSpec, int], Child]:
@@ -280,13 +268,14 @@ def _measured_load(
     messages: Sequence[Mapping[str, Any]],
     *,
     instruments: Instruments | None,
-    profiled: Sequence[Profiled],
+    profiled: Sequence[tuple[DevhostSpec, PySpy]],
     concurrency: int,
     timeout_s: float,
     wakeups: ClientWakeups,
 ) -> tuple[LoadResult, dict[str, Any]]:
     """The timed load, with the window's figures (and profiles) when ``instruments`` are given;
-    ``profiled`` the processes to sample; ``wakeups`` the load generator's (:func:`reply_wakeups`)."""
+    ``profiled`` each devhost process to sample and its py-spy (not started); ``wakeups`` the load
+    generator's (:func:`reply_wakeups`)."""
 
     def load() -> LoadResult:
         return run_orderflow_load(
@@ -301,22 +290,21 @@ def _measured_load(
 
     if instruments is None:
         return load(), {}
-    spies = [(each, PySpy(each.pid, each.output, rate=each.rate)) for each in profiled]
-    for _, spy in spies:
+    for _, spy in profiled:
         spy.start()
     before = snapshot(instruments)
     result = load()
     after = snapshot(instruments)
     figures = window_figures(before, after, orders=max(result.finished, 1), own=instruments.own)
-    if spies:
+    if profiled:
         figures["profiles"] = [
             {
-                "process": each.process,
-                "roles": each.roles,
-                "file": str(each.output),
+                "process": spec.name,
+                "roles": spec.roles,
+                "file": str(spy.output),
                 **summarise_stacks(spy.stop(), repo_root=str(REPO_ROOT)),
             }
-            for each, spy in spies
+            for spec, spy in profiled
         ]
     return result, figures
 
@@ -368,18 +356,18 @@ def throughput_run(
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
-        profiled = []
-        if measuring is not None and measuring.profile:
-            profiled = [
-                Profiled(
-                    spec.name,
-                    spec.roles,
+        profiled = [
+            (
+                spec,
+                PySpy(
                     fleet.children[spec.name].process.pid,
                     run_dir / f"profile-{tag}-{spec.name}.txt",
-                    measuring.profile_rate,
-                )
-                for spec in specs
-            ]
+                    rate=measuring.profile_rate,
+                ),
+            )
+            for spec in specs
+            if measuring is not None and measuring.profile
+        ]
         # The client holds what a registered client holds: a SAS for each of its two queues.
         credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
         client = OrderflowClient(
