@@ -17,14 +17,17 @@ and after every step checks what the protocol promises (docs/design.md §3, §4)
 - an idempotency key is never sent with two payloads, and a step an operator corrected is called under
   its latest correction's key;
 - a settled order owes its client the reply that matches its state, or has sent it, and the client never
-  hears an outcome the order did not have.
+  hears an outcome the order did not have;
+- a suspended order starts nothing: no claim, no recovery, no step, until it is resumed (an attempt that
+  reaches its next step hands the order back, ``Pending``); a suspend or resume changes only the flag
+  (an attempt waiting for a review keeps its ``completeBy``).
 
 Each rule calls the real role function with real payloads: submission, the starters' claim, the
 orchestrations' activities (their payloads built by the real workflow body, run by
 :mod:`tests.unit.scripted_runtime`), the agents, the response listener, the supervisor's sweep and reply
 relay, a client's cancel, an operator's and a reviewer's decision (the operator API's actions, for a
-verified principal: a compensate, a resubmit with or without corrected input). Only the clock, the
-durable runtime and the remote services are fakes.
+verified principal: a compensate, a resubmit with or without corrected input, a suspend and a resume).
+Only the clock, the durable runtime and the remote services are fakes.
 ``tests/integration/test_protocol_machine_cosmos.py`` runs the same machine against cosmosdb-server.
 """
 
@@ -55,6 +58,7 @@ from intake.submission import handle_intake_message
 from operator_api.compensate import compensate_order
 from operator_api.resubmit import resubmit_order
 from operator_api.review import review_order
+from operator_api.suspension import set_suspension
 from orchestrators.listener import handle_response
 from orchestrators.starter import (
     CLAIMABLE_STATES,
@@ -191,10 +195,16 @@ IN_FLIGHT = 2
 OUTAGES = 2
 """Outages of the client's reply queue in one run."""
 
-REQUEST_LIMITS = {"cancel": (1, 2), "compensate": (2, 3), "resubmit": (1, 2), "operator_resubmit": (2, 3)}
+REQUEST_LIMITS = {
+    "cancel": (1, 2),
+    "compensate": (2, 3),
+    "resubmit": (1, 2),
+    "operator_resubmit": (2, 3),
+    "suspend": (2, 3),
+}
 """How often a client cancels or resubmits, and an operator decides: (about one order, in one run). A stop
 ends an order early, so stops are few; a second decision about an order may retry a failed compensation,
-or resubmit it again."""
+or resubmit it again; a second suspend of an order comes after its resume."""
 
 CORRECTIONS = (None, {"carrier": "AIR"}, {"carrier": "RAIL"}, {"items": [{"sku": "11", "quantity": 1}]})
 """What an operator's resubmit of an ``Error`` order gives as corrected input: none, a carrier (taken
@@ -233,7 +243,8 @@ ALLOWED: dict[tuple[ProcessState, ProcessState], frozenset[Actor]] = {
     (P.PENDING, P.PROCESSING): frozenset({Actor.STARTER}),
     (P.PENDING, P.CANCELLED): frozenset({Actor.CLIENT}),  # nothing was done yet
     (P.PENDING, P.COMPENSATING): frozenset({Actor.CLIENT, Actor.OPERATOR}),  # an earlier attempt did steps
-    (P.PROCESSING, P.PENDING): frozenset({Actor.SUPERVISOR}),  # re-queued after completeBy passed
+    # Re-queued after completeBy passed, or handed back by its attempt because the order is suspended.
+    (P.PROCESSING, P.PENDING): frozenset({Actor.SUPERVISOR, Actor.OWNER}),
     (P.PROCESSING, P.PROCESSED): frozenset({Actor.OWNER}),
     (P.PROCESSING, P.AWAITING_REVIEW): frozenset({Actor.OWNER}),
     (P.PROCESSING, P.COMPENSATING): frozenset({Actor.OWNER, Actor.SUPERVISOR}),  # or the supervisor gave up
@@ -468,6 +479,20 @@ class ProtocolMachine(RuleBasedStateMachine):
                 clients=self.settings.clients(),
             )
         self._listen()
+
+    @precondition(lambda self: self._may_ask("suspend"))
+    @rule(data=st.data())
+    def operator_suspends(self, data: st.DataObject) -> None:
+        """An operator suspends an order on the version read (a settled or suspended one is refused)."""
+        order_id = self._asks("suspend", data)
+        self._change_suspension(order_id, suspend=True)
+
+    @precondition(lambda self: self._suspended())
+    @rule(data=st.data())
+    def operator_resumes(self, data: st.DataObject) -> None:
+        """An operator resumes a suspended order (one the poison guard suspended, too)."""
+        order_id = data.draw(st.sampled_from(self._suspended()), label="order")
+        self._change_suspension(order_id, suspend=False)
 
     # --- Scheduler: starters --------------------------------------------------------------------------
 
@@ -724,6 +749,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                 if move[0] is move[1]:
                     continue
                 assert after.by in ALLOWED.get(move, ()), f"{order_id}: {move[0]} -> {move[1]} by {after.by}"
+                if move == (P.PROCESSING, P.PENDING) and after.by is Actor.OWNER:
+                    assert after.record.suspended_at is not None, f"{order_id}: its attempt gave it back"
                 assert can_transition(*move), f"{order_id}: the state machine forbids {move}"
 
     @invariant()
@@ -817,6 +844,24 @@ class ProtocolMachine(RuleBasedStateMachine):
             been = {FINAL_REPLY.get(version.record.process_state) for version in self.seen[order_id]}
             assert heard <= been, f"{order_id}: the client heard {heard}, the order was {been}"
 
+    @invariant()
+    def a_suspended_order_starts_nothing(self) -> None:
+        for order_id, seen in self._observed():
+            for before, after in pairwise(seen):
+                if before.record.suspended_at is None:
+                    continue
+                # What ran before the suspend may finish (the step's request is with its agent); nothing
+                # new begins: no claim, no recovery to a new attempt, no step.
+                assert after.record.attempt == before.record.attempt, f"{order_id}: claimed while suspended"
+                assert before.record.locked_by is not None or after.record.locked_by is None, order_id
+                started = {
+                    name: (state.attempts, state.fallback)
+                    for name, state in after.record.steps.items()
+                    if (state.attempts, state.fallback)
+                    != (before.record.steps[name].attempts, before.record.steps[name].fallback)
+                }
+                assert not started, f"{order_id}: {started} started while suspended by {after.by}"
+
     # --- Plumbing -------------------------------------------------------------------------------------
 
     def _acting_as(self, actor: Actor) -> None:
@@ -866,6 +911,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for order_id, record in self._records()
             if record.process_state in CLAIMABLE_STATES
             and record.locked_by is None
+            and record.suspended_at is None
             and (record.next_attempt_at is None or record.next_attempt_at <= now)
         ]
 
@@ -875,7 +921,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         return [
             order_id
             for order_id, record in self._records()
-            if record.process_state in SWEPT_STATES and record.complete_by and record.complete_by < now
+            if record.process_state in SWEPT_STATES
+            and record.complete_by
+            and record.complete_by < now
+            and record.suspended_at is None
         ]
 
     def _owed(self) -> list[str]:
@@ -894,6 +943,37 @@ class ProtocolMachine(RuleBasedStateMachine):
             if record.process_state in (P.ERROR, P.COMPENSATION_FAILED)
             and self.requests["operator_resubmit", order_id] < per_order
         ]
+
+    def _suspended(self) -> list[str]:
+        return [order_id for order_id, record in self._records() if record.suspended_at is not None]
+
+    def _change_suspension(self, order_id: str, *, suspend: bool) -> None:
+        """An operator's suspend or resume: it writes the flag and nothing else, or refuses and writes
+        nothing. A resumed ``Pending`` order is ready at once."""
+        self._acting_as(Actor.OPERATOR)
+        seen = self.states.get(order_id)
+        outcome = set_suspension(
+            order_id,
+            OPERATOR,
+            suspend=suspend,
+            if_match=seen.etag,
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+        )
+        after = self.states.get(order_id)
+        action = "suspend" if suspend else "resume"
+        if outcome.refusal is not None:
+            assert after.etag == seen.etag, f"{order_id}: a refused {action} wrote"
+            return
+        kept = ("process_state", "locked_by", "attempt", "complete_by", "steps", "compensation_log")
+        changed = [name for name in kept if getattr(after.item, name) != getattr(seen.item, name)]
+        assert not changed, f"{order_id}: a {action} changed {changed}"
+        assert (after.item.suspended_at is not None) is suspend, order_id
+        if suspend:
+            assert after.item.suspended_by == OPERATOR.audit_id, after.item.suspended_by
+        elif after.item.process_state is P.PENDING and after.item.locked_by is None:
+            assert after.item.next_attempt_at == self.clock.now(), f"{order_id} is not ready after its resume"
 
     def _may_ask(self, request: str, *, settled: bool = False) -> list[str]:
         """Orders ``request`` may still be sent about: claimed at least once (begun), or ``settled``."""
