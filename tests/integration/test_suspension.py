@@ -80,7 +80,14 @@ def test_suspending_and_resuming_an_order_awaiting_review_leaves_its_attempt_wai
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=60) as system:
         (order_id,) = system.submit_all(["tpch-1"])
         key = system.key(order_id)
-        system.wait_until(lambda: system.record(order_id).process_state is ProcessState.AWAITING_REVIEW)
+        # The AwaitingReview write owes the client an AwaitingReview reply; wait for the write that clears
+        # it too, or that write would land after the resume.
+        system.wait_until(
+            lambda: (
+                (record := system.record(order_id)).process_state is ProcessState.AWAITING_REVIEW
+                and record.pending_reply is None
+            )
+        )
         waiting = system.record(order_id)
         for suspend in (True, False):
             assert change(system, key, suspend=suspend).complete_by == waiting.complete_by
