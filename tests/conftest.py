@@ -24,6 +24,11 @@ environment). One client ``a``: inbound queue ``orders-a``, reply queue ``client
 ``TEST_CLIENT``)."""
 os.environ.setdefault("CLIENTS", TEST_CLIENTS)
 
+# A pytest-xdist worker starts with COLUMNS and LINES set to 80 by 24. The CLI's rich console, made when
+# orderflow.cli is imported, would keep that width whatever width a test invokes the CLI with.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
 # tests/worker drives the Python 3.13+ language worker in its own environment (`make worker-test`).
 collect_ignore = [] if importlib.util.find_spec("azure_functions_runtime") else ["worker"]
 
