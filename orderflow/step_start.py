@@ -4,7 +4,9 @@ A step starts only in a record that is ``Processing`` and owned by the attempt a
 checks ownership before it asks; docs/design.md §3.3). Then, in this order:
 
 0. an operator suspended the order: **suspended**, start nothing until it is resumed (the attempt
-   hands the record back, ``Pending`` and unlocked; docs/operations.md#suspended-orders);
+   hands the record back, ``Pending`` and unlocked; docs/operations.md#suspended-orders). An attempt
+   already waiting for the step's review, ``AwaitingReview``, **awaits review** on: waiting starts
+   nothing, and a re-run of its activity must not end an attempt the suspend asked nothing of;
 1. a stop was asked for (a client's cancel, an operator's decision): **stop**, start nothing more;
 2. the step may need a person's review: **await review** until a decision is recorded, **reject** if
    it was rejected; a caller that has not read the order's amount learns only that review is
@@ -176,7 +178,9 @@ def decide_step_start(
         KeyError: the record has no state for ``step``.
     """
     if record.process_state in _LIVE and record.suspended_at is not None:
-        return Suspended()
+        waiting = record.process_state is ProcessState.AWAITING_REVIEW
+        held = _held_for_review(record, step, review) if waiting else None
+        return held if isinstance(held, AwaitReview) and held.review is not None else Suspended()
     if record.process_state in _LIVE and record.cancel_requested_at is not None:
         return StopRequested()
     if record.process_state not in _LIVE:

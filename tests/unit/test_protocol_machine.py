@@ -110,6 +110,7 @@ from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import (
     ORDER_V1,
+    ORDER_V2,
     ORDER_V3,
     ORDER_V4,
     WorkflowDefinition,
@@ -1285,3 +1286,50 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
         StepStatus.COMPLETED,
         StepStatus.RUNNING,
     ]
+
+
+def test_a_suspended_attempt_awaiting_review_waits_on_when_its_activity_runs_again() -> None:
+    # The attempt paused charge_payment for review, and the AwaitingReview reply could not be sent, so
+    # its start_step ran again after an operator suspended the order. It ended the attempt, handing the
+    # order back Pending: a change only the supervisor may make, to an attempt the suspend asked nothing
+    # of. The re-run keeps waiting instead.
+    clock = FakeClock()
+    deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=1.0)
+    submit_and_claim(deps, definition=ORDER_V2)
+
+    def start(step: str, completed: str | None = None) -> dict[str, Any]:
+        done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
+        payload = StartStepInput(
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
+            workflow_version=ORDER_V2.version,
+            step=step,
+            timeout_s=8,
+            completed=done,
+            response_queue="agent-responses-h1",
+        ).to_payload()
+        return start_step(payload, deps)
+
+    assert start("reserve_inventory")["outcome"] == "started"
+    assert start("charge_payment", completed="reserve_inventory")["outcome"] == "awaiting_review"
+    waiting = deps.states.get("a:o-1")
+    suspended = set_suspension(
+        "a:o-1",
+        OPERATOR,
+        suspend=True,
+        if_match=waiting.etag,
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+    )
+    assert suspended.refusal is None
+    before = deps.states.get("a:o-1")
+
+    assert start("charge_payment", completed="reserve_inventory")["outcome"] == "awaiting_review"
+    after = deps.states.get("a:o-1").item
+    assert (after.process_state, after.locked_by, after.complete_by, after.attempt_history) == (
+        ProcessState.AWAITING_REVIEW,
+        "a:o-1:1",
+        waiting.item.complete_by,
+        before.item.attempt_history,
+    )

@@ -25,6 +25,7 @@ from orderflow.step_start import (
     ReviewUnknown,
     Start,
     StopRequested,
+    Suspended,
     decide_step_start,
 )
 from orderflow.workflows import WORKFLOWS, StepDefinition, WorkflowDefinition
@@ -137,6 +138,45 @@ def test_a_record_in_no_state_to_start_is_not_processing(state: ProcessState) ->
     record.cancel_requested_at = NOW  # a stop asked of a record that is not live changes nothing
 
     assert decide(record, definition.steps[0]) == NotProcessing(state)
+
+
+def test_a_suspended_order_starts_nothing_and_a_stop_waits_for_its_resume() -> None:
+    definition = WORKFLOWS[max(WORKFLOWS)]
+    record = claimed(definition)
+    record.suspended_at = NOW
+
+    assert decide(record, definition.steps[0]) == Suspended()
+    record.cancel_requested_at = NOW
+    assert decide(record, definition.steps[0]) == Suspended()
+
+
+@pytest.mark.parametrize(
+    ("decision", "expected"),
+    [(None, "await review"), (ReviewDecision.APPROVE, "suspended"), (ReviewDecision.REJECT, "suspended")],
+)
+def test_an_attempt_waiting_for_review_waits_on_when_suspended_and_hands_back_once_decided(
+    decision: ReviewDecision | None, expected: str
+) -> None:
+    # A re-run of the waiting attempt's activity (a reply it could not deliver) finds the suspend: it
+    # keeps waiting, as the suspend left it, rather than ending an attempt nobody asked to end.
+    definition = workflow_with("review")
+    step = step_named(definition, "review")
+    record = claimed(definition)
+    pending = ReviewState(
+        step=step.name,
+        requested_at=NOW,
+        deadline=NOW + timedelta(hours=1),
+        response_queue="r",
+        decision=decision,
+    )
+    record.process_state, record.review, record.suspended_at = ProcessState.AWAITING_REVIEW, pending, NOW
+
+    decided = decide(record, step, review=ReviewNeed.NEEDED)
+
+    assert decided == (AwaitReview(pending) if expected == "await review" else Suspended())
+    # Another step's review, or one not yet asked for, is no waiting: the order is handed back.
+    record.review = pending.model_copy(update={"step": "another"})
+    assert decide(record, step, review=ReviewNeed.NEEDED) == Suspended()
 
 
 def test_a_step_that_reviews_waits_until_a_decision_and_a_caller_without_the_amount_cannot_tell() -> None:
