@@ -125,8 +125,12 @@ typecheck: setup
 doctor: setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/azure-functions-doctor --path . --verbose
 
+# Two pytest-xdist workers, each with its own emulators on free ports; the tests that run devhost
+# processes under a deadline share one group, so they never compete with each other for the cores.
+PYTEST_WORKERS ?= 2
+
 pytest: setup $(INFRA_VENV)/.installed
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 $(PY312_VENV)/.installed: requirements.txt
 	@test -n "$(PYTHON312)" || { echo "make worker-test needs Python 3.12: pyenv install 3.12 (or apt-get install python3.12), or PYTHON312=/path/to/python3.12" >&2; exit 1; }

@@ -29,7 +29,8 @@ from devhost.chaos import CHAOS_INVARIANTS, failed_invariants, run_chaos
 from devhost.demo import DEMO_FAULTS
 from devhost.intruder import AttackKind
 
-pytestmark = pytest.mark.faults
+# Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
+pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("devhost_processes")]
 
 ORDERS = 90
 CLIENTS = 3

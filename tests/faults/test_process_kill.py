@@ -33,7 +33,8 @@ from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
 from tests.unit.fakes import order_body, received
 
-pytestmark = pytest.mark.faults
+# Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
+pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("devhost_processes")]
 
 ORDERS = 24
 

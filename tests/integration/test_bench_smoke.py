@@ -24,7 +24,8 @@ from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
 from devhost.demo import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
-pytestmark = pytest.mark.integration
+# Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("devhost_processes")]
 
 TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
 
