@@ -67,6 +67,13 @@ def main(
         str,
         typer.Option(help="Revision measured again for the CPU comparison (empty: none)."),
     ] = BASELINE_REVISION,
+    cpu_pairs: Annotated[
+        int,
+        typer.Option(
+            help="Pairs of windows (orderflow, baseline) on each compared process count, in alternating "
+            "order; the CPU ratio is their median."
+        ),
+    ] = 3,
     sdk_calls: Annotated[
         int, typer.Option(help="Calls of each SDK operation when measuring one call's CPU; 0: not measured.")
     ] = 300,
@@ -100,16 +107,14 @@ def main(
             run_timeout_s=timeout_s,
             report_path=report,
             baseline=baseline.strip() or None,
+            cpu_pairs=cpu_pairs,
             sdk_calls=sdk_calls,
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        console.print(f"[red]error:[/red] {problems}", markup=True, highlight=False)
-        raise typer.Exit(2) from None
+        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), code=2)
     if not config.report_path.resolve().parent.is_dir():
         # Found now, not after a quarter of an hour of measuring.
-        console.print(f"[red]error:[/red] no directory for the report: {config.report_path.parent}")
-        raise typer.Exit(2)
+        fail(f"no directory for the report: {config.report_path.parent}", code=2)
     with driver_signals():
         try:
             result = run_bench(config, progress=lambda message: console.print(f"[dim]{message}[/dim]"))

@@ -47,6 +47,11 @@ class BenchConfig(BaseModel):
         report_path: Where ``bench-report.json`` is written.
         baseline: The revision measured again beside orderflow for the CPU comparison
             (:mod:`bench.baseline`), on the throughput runs' 1- and 2-process counts; None: not run.
+        cpu_pairs: Pairs of windows (orderflow's, the baseline's) measured on each of those counts: the
+            throughput window and the baseline's first window are the first pair; each further pair runs
+            both again, the baseline first in every second pair, so that a machine growing slower or
+            faster during the run weighs on both sides. The ratio is the median of the pairs'
+            (:func:`bench.baseline.cpu_ratios`).
         sdk_calls: Calls of each operation in the measurement of one SDK call's CPU
             (:mod:`bench.sdk_calls`); 0: not measured.
         sdk_call_repeats: Measurements of each operation there (the median is reported).
@@ -76,6 +81,7 @@ class BenchConfig(BaseModel):
     data_dir: Path = DATA_DIR
     report_path: Path = REPORT_PATH
     baseline: str | None = BASELINE_REVISION
+    cpu_pairs: int = Field(3, ge=1)
     sdk_calls: int = Field(300, ge=0)
     sdk_call_repeats: int = Field(3, ge=1)
     sdk_call_concurrency: int = Field(16, ge=1)

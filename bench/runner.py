@@ -74,6 +74,9 @@ def _unprocessed(node: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
                     found.append((path, dict(value)))
                 continue
             found += _unprocessed(value, where)
+    elif isinstance(node, list):  # the CPU comparison's further pairs
+        for index, value in enumerate(node):
+            found += _unprocessed(value, f"{path}.{index}")
     return found
 
 
@@ -180,10 +183,16 @@ def run_bench(
                 fresh.stop()
 
         def window(
-            processes: int, *, orders: list[Any], warmup: list[Any], concurrency: int, profiled: bool
+            processes: int,
+            *,
+            orders: list[Any],
+            warmup: list[Any],
+            concurrency: int,
+            profiled: bool,
+            logs: Path = run_dir,
         ) -> dict[str, Any]:
-            """One timed window (:func:`throughput_run`) on its own emulators; ``profiled``: measured with
-            the run's profile settings, else without a profile."""
+            """One timed window (:func:`throughput_run`) on its own emulators, its processes' logs in
+            ``logs``; ``profiled``: measured with the run's profile settings, else without a profile."""
             with window_endpoints() as endpoints:
                 measured = measuring(processes, profiled=profiled)  # now: this window's emulators
                 return throughput_run(
@@ -192,7 +201,7 @@ def run_bench(
                     warmup=warmup,
                     endpoints=endpoints,
                     services_url=services_url,
-                    run_dir=run_dir,
+                    run_dir=logs,
                     concurrency=concurrency,
                     timeout_s=config.run_timeout_s,
                     overrides=config.orderflow_settings,
@@ -216,6 +225,21 @@ def run_bench(
             if run is not None:
                 orderflow_runs[str(processes)] = run
         baseline = _baseline(config, run_dir, parts, notes)
+        if baseline is not None and config.cpu_pairs > 1:
+            baseline["more_pairs"] = _more_cpu_pairs(
+                config,
+                baseline,
+                run_dir,
+                parts,
+                now_window=lambda processes, logs: window(
+                    processes,
+                    orders=timed,
+                    warmup=warmup,
+                    concurrency=config.concurrency,
+                    profiled=False,
+                    logs=logs,
+                ),
+            )
         for processes in config.single_processes:
             run = parts.run(
                 f"orderflow: {config.single_orders} orders one at a time on {processes} devhost process(es)",
@@ -367,6 +391,88 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
                 f"{FAILED}baseline {revision}: no {', '.join(missing)}-process window ({detail}; see "
                 f"{', '.join(str(run_dir / f'baseline-{n}.log') for n in missing)})"
             )
+    return measured
+
+
+def _more_cpu_pairs(
+    config: BenchConfig,
+    baseline: Mapping[str, Any],
+    run_dir: Path,
+    parts: _Parts,
+    *,
+    now_window: Callable[[int, Path], dict[str, Any]],
+) -> dict[str, list[dict[str, Any]]]:
+    """The pairs of the CPU comparison after the first (``config.cpu_pairs``), by process count.
+
+    For each count the baseline has a window of, orderflow's window (``now_window(count, logs)``, as the
+    throughput window ran, without a profile) and the baseline's benchmark run again, the baseline first
+    in every second pair; each pair's logs go to ``run_dir/cpu-pair-<k>``. A side that fails is a failed
+    part (:class:`_Parts`) and leaves its pair out. Each pair is ``{"first", "now_ms", "baseline_ms",
+    "orderflow": {"outcomes"}, "baseline": {"outcomes"}}``: the outcomes are checked by :func:`failures`
+    like every other window's.
+    """
+    pairs: dict[str, list[dict[str, Any]]] = {}
+    for pair in range(2, config.cpu_pairs + 1):
+        pair_dir = run_dir / f"cpu-pair-{pair}"
+        pair_dir.mkdir(exist_ok=True)
+        for count in config.baseline_processes():
+            if str(count) not in baseline["windows"]:
+                continue
+            measured = _cpu_pair(
+                config, count, pair=pair, pair_dir=pair_dir, parts=parts, now_window=now_window
+            )
+            if measured is not None:
+                pairs.setdefault(str(count), []).append(measured)
+    return pairs
+
+
+def _cpu_pair(
+    config: BenchConfig,
+    count: int,
+    *,
+    pair: int,
+    pair_dir: Path,
+    parts: _Parts,
+    now_window: Callable[[int, Path], dict[str, Any]],
+) -> dict[str, Any] | None:
+    """Pair ``pair`` of the CPU comparison on ``count`` processes (:func:`_more_cpu_pairs`), or None."""
+    assert config.baseline is not None
+    revision = config.baseline
+
+    def now() -> dict[str, Any]:
+        run = now_window(count, pair_dir)
+        return {
+            "now_ms": run["measured"]["cpu_ms_per_order"]["orderflow"],
+            "orderflow": {"outcomes": run["outcomes"]},
+        }
+
+    def before() -> dict[str, Any]:
+        measured = baseline_run(
+            revision=revision,
+            orders=config.orders,
+            concurrency=config.concurrency,
+            warmup=config.warmup,
+            processes=(count,),
+            run_dir=pair_dir,
+            timeout_s=config.run_timeout_s,
+        )
+        window = measured["windows"].get(str(count))
+        if window is None:
+            raise RuntimeError(f"no window; see {pair_dir / f'baseline-{count}.log'}")
+        return {
+            "baseline_ms": window["cpu_ms_per_order"]["orderflow"],
+            "baseline": {"outcomes": window["outcomes"]},
+        }
+
+    baseline_first = pair % 2 == 0
+    name = f"CPU pair {pair} of {config.cpu_pairs} on {count} devhost process(es)"
+    sides = [(f"{name}: baseline {revision}", before), (f"{name}: orderflow", now)]
+    measured: dict[str, Any] = {"first": "baseline" if baseline_first else "orderflow"}
+    for side_name, side in sides if baseline_first else reversed(sides):
+        got = parts.run(side_name, side)
+        if got is None:
+            return None
+        measured.update(got)
     return measured
 
 

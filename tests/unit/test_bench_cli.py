@@ -81,3 +81,23 @@ def test_sigterm_stops_the_benchmark_through_its_clean_up(
     assert stopped == ["emulators, demo services, devhost processes"]
     assert error_line(result).startswith("stopped by SIGTERM")
     assert not (tmp_path / "bench-report.json").exists()
+
+
+def test_cpu_pairs_reach_the_config_and_fewer_than_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[BenchConfig] = []
+
+    def run_bench(config: BenchConfig, **kwargs: Any) -> dict[str, Any]:
+        seen.append(config)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(bench_main, "run_bench", run_bench)
+
+    assert invoke(tmp_path, "--cpu-pairs", "5").exit_code == 1
+    assert invoke(tmp_path).exit_code == 1
+    assert [config.cpu_pairs for config in seen] == [5, 3]
+
+    refused = invoke(tmp_path, "--cpu-pairs", "0")
+    assert refused.exit_code == 2
+    assert error_line(refused).startswith("error: cpu_pairs: Input should be greater than or equal to 1")
