@@ -13,9 +13,10 @@
 #                            make chaos's faults, all at once, over at least 1,000 orders (not in make test;
 #                            about 12 minutes on 2 cores); writes soak-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2,3] [SWEEP_SIZES=1000,10000,100000]
-#              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10]
+#              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10] [CPU_PAIRS=3]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
-#                            hard-down dependency, against bare durabletask and DBOS; writes bench-report.json
+#                            hard-down dependency, against bare durabletask and DBOS, and the CPU per order
+#                            against the baseline revision in CPU_PAIRS pairs of windows; writes bench-report.json
 #   make doctor              azure-functions-doctor on the Functions app; fails on any failed check
 #   make worker-test         the app in the real Python 3.13 language worker (azure-functions-runtime),
 #                            in .venv-worker; the app's install on 3.11, 3.12 and 3.13
@@ -61,6 +62,7 @@ BENCH_PROCESSES ?= 1,2,3
 SWEEP_SIZES ?= 1000,10000,100000
 PEERS ?= durabletask,dbos
 HARD_DOWN_ORDERS ?= 10
+CPU_PAIRS ?= 3
 
 .PHONY: demo test lint typecheck doctor pytest worker-test setup clean
 
@@ -110,7 +112,8 @@ soak: setup
 .PHONY: bench
 bench: setup
 	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes "$(BENCH_PROCESSES)" \
-		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS)
+		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS) \
+		--cpu-pairs $(CPU_PAIRS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
