@@ -111,7 +111,7 @@ def main(
             sdk_calls=sdk_calls,
         )
     except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), code=2)
+        fail(one_line(exc), code=2)
     if not config.report_path.resolve().parent.is_dir():
         # Found now, not after a quarter of an hour of measuring.
         fail(f"no directory for the report: {config.report_path.parent}", code=2)

@@ -105,32 +105,41 @@ def cpu_ratios(
 ) -> dict[str, dict[str, Any]]:
     """Now ÷ baseline of CPU ms per order in orderflow's processes, for each process count both have.
 
-    The first pair of windows is ``runs``' window and ``baseline``'s; ``baseline["more_pairs"]`` (keyed
-    by process count, each a list of ``{"now_ms", "baseline_ms", ...}``) adds the pairs measured after
-    them (:func:`bench.runner.run_bench`, ``--cpu-pairs``). ``ratio`` is the median of the pairs' ratios
-    and ``met`` when it is at most :data:`CPU_TARGET`; ``now_ms`` and ``baseline_ms`` are the medians of
-    each side, ``pairs`` every pair's ratio in the order measured. The machine's speed moves between
-    windows minutes apart (docs/benchmarks.md), so one pair is a sample, not a verdict.
+    Pair 1 is ``runs``' window and ``baseline``'s; ``baseline["more_pairs"]`` (by process count, each a
+    list of ``{"pair", "now_ms", "baseline_ms", ...}``: :func:`bench.runner.run_bench`, ``--cpu-pairs``)
+    adds the pairs measured after them; a pair missing a figure (a side failed) is left out. ``ratio`` is
+    the median of the pairs' ratios and ``met`` when it is at most :data:`CPU_TARGET`; ``now_ms`` and
+    ``baseline_ms`` are each side's median, and ``pairs`` each pair's ratio by its number. The machine's
+    speed moves between windows minutes apart (docs/benchmarks.md), so one pair is a sample, not a
+    verdict.
     """
     out: dict[str, dict[str, Any]] = {}
-    more = baseline.get("more_pairs") or {}
     for processes, window in (baseline.get("windows") or {}).items():
-        before = (window.get("cpu_ms_per_order") or {}).get("orderflow")
         now_run = runs.get(processes) or {}
-        now = ((now_run.get("measured") or {}).get("cpu_ms_per_order") or {}).get("orderflow")
-        if not before or now is None:
+        first = {
+            "pair": 1,
+            "now_ms": ((now_run.get("measured") or {}).get("cpu_ms_per_order") or {}).get("orderflow"),
+            "baseline_ms": (window.get("cpu_ms_per_order") or {}).get("orderflow"),
+        }
+        if not _complete(first):
             continue
-        pairs = [(now, before)] + [(p["now_ms"], p["baseline_ms"]) for p in more.get(processes, [])]
-        ratio = statistics.median(n / b for n, b in pairs)
+        more = (baseline.get("more_pairs") or {}).get(processes) or []
+        pairs = {str(p["pair"]): (p["now_ms"], p["baseline_ms"]) for p in (first, *more) if _complete(p)}
+        ratio = statistics.median(now / before for now, before in pairs.values())
         out[processes] = {
-            "baseline_ms": statistics.median(b for _, b in pairs),
-            "now_ms": statistics.median(n for n, _ in pairs),
+            "baseline_ms": statistics.median(before for _, before in pairs.values()),
+            "now_ms": statistics.median(now for now, _ in pairs.values()),
             "ratio": round(ratio, 2),
             "target": CPU_TARGET,
             "met": ratio <= CPU_TARGET,  # unrounded: 0.504 is not half
-            "pairs": [round(n / b, 2) for n, b in pairs],
+            "pairs": {pair: round(now / before, 2) for pair, (now, before) in pairs.items()},
         }
     return out
+
+
+def _complete(pair: Mapping[str, Any]) -> bool:
+    """Whether a pair has both figures (a baseline of 0 ms would divide by zero: not a figure)."""
+    return pair.get("now_ms") is not None and bool(pair.get("baseline_ms"))
 
 
 def _run_to_end(command: list[str], *, cwd: Path, log: IO[str], timeout_s: float) -> int:

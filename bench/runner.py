@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from decimal import Decimal
 from functools import partial
@@ -210,17 +210,12 @@ def run_bench(
 
         orderflow_runs: dict[str, dict[str, Any]] = {}
         one_at_a_time: dict[str, dict[str, Any]] = {}
+        # A throughput window as the CPU comparison's pairs run it again: the same orders, unprofiled.
+        throughput_window = partial(window, orders=timed, warmup=warmup, concurrency=config.concurrency)
         for processes in config.processes:
             run = parts.run(
                 f"orderflow: {len(timed)} orders on {processes} devhost process(es)",
-                partial(
-                    window,
-                    processes,
-                    orders=timed,
-                    warmup=warmup,
-                    concurrency=config.concurrency,
-                    profiled=True,
-                ),
+                partial(throughput_window, processes, profiled=True),
             )
             if run is not None:
                 orderflow_runs[str(processes)] = run
@@ -228,17 +223,10 @@ def run_bench(
         if baseline is not None and config.cpu_pairs > 1:
             baseline["more_pairs"] = _more_cpu_pairs(
                 config,
-                baseline,
+                paired_counts(config, orderflow_runs, baseline),
                 run_dir,
                 parts,
-                now_window=lambda processes, logs: window(
-                    processes,
-                    orders=timed,
-                    warmup=warmup,
-                    concurrency=config.concurrency,
-                    profiled=False,
-                    logs=logs,
-                ),
+                now_window=lambda processes, logs: throughput_window(processes, profiled=False, logs=logs),
             )
         for processes in config.single_processes:
             run = parts.run(
@@ -383,20 +371,37 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
         notes.append(f"baseline {revision} not measured: {exc}")
         return None
     if measured is not None:
-        missing = [str(p) for p in processes if str(p) not in measured["windows"]]
+        missing = _missing_windows(measured, processes, run_dir)
         if missing:
             # The comparison the run promises is missing: a failed part, as for orderflow's own windows.
-            detail = "; ".join(measured.get("failed") or []) or f"exit code {measured.get('exit_code')}"
-            parts.failed.append(
-                f"{FAILED}baseline {revision}: no {', '.join(missing)}-process window ({detail}; see "
-                f"{', '.join(str(run_dir / f'baseline-{n}.log') for n in missing)})"
-            )
+            parts.failed.append(f"{FAILED}baseline {revision}: {missing}")
     return measured
+
+
+def _missing_windows(measured: Mapping[str, Any], processes: Sequence[int], run_dir: Path) -> str | None:
+    """What :func:`bench.baseline.baseline_run`'s result lacks of ``processes`` (its windows), with its
+    failures or exit code and the logs to read; None when every window is there."""
+    missing = [str(p) for p in processes if str(p) not in measured["windows"]]
+    if not missing:
+        return None
+    detail = "; ".join(measured.get("failed") or []) or f"exit code {measured.get('exit_code')}"
+    logs = ", ".join(str(run_dir / f"baseline-{n}.log") for n in missing)
+    return f"no {', '.join(missing)}-process window ({detail}; see {logs})"
+
+
+def paired_counts(
+    config: BenchConfig, orderflow_runs: Mapping[str, Any], baseline: Mapping[str, Any]
+) -> tuple[int, ...]:
+    """The process counts the CPU comparison's further pairs run on: those the baseline is measured on
+    whose first pair has both windows (a count missing one is not compared, so more pairs of it would
+    be measured for nothing)."""
+    windows = baseline.get("windows") or {}
+    return tuple(n for n in config.baseline_processes() if str(n) in orderflow_runs and str(n) in windows)
 
 
 def _more_cpu_pairs(
     config: BenchConfig,
-    baseline: Mapping[str, Any],
+    counts: Sequence[int],
     run_dir: Path,
     parts: _Parts,
     *,
@@ -404,25 +409,21 @@ def _more_cpu_pairs(
 ) -> dict[str, list[dict[str, Any]]]:
     """The pairs of the CPU comparison after the first (``config.cpu_pairs``), by process count.
 
-    For each count the baseline has a window of, orderflow's window (``now_window(count, logs)``, as the
-    throughput window ran, without a profile) and the baseline's benchmark run again, the baseline first
-    in every second pair; each pair's logs go to ``run_dir/cpu-pair-<k>``. A side that fails is a failed
-    part (:class:`_Parts`) and leaves its pair out. Each pair is ``{"first", "now_ms", "baseline_ms",
-    "orderflow": {"outcomes"}, "baseline": {"outcomes"}}``: the outcomes are checked by :func:`failures`
-    like every other window's.
+    For each of ``counts`` (:func:`paired_counts`), orderflow's window (``now_window(count, logs)``, as
+    the throughput window ran, without a profile) and the baseline's benchmark run again, the baseline
+    first in every second pair; the logs of pair ``k`` on ``n`` processes go to
+    ``run_dir/cpu-pair-<k>/p<n>``. Each pair is ``{"pair": k, "first", "now_ms", "baseline_ms",
+    "orderflow": {"outcomes", "recovered_orders"}, "baseline": {"outcomes"}}``; a side that fails is a
+    failed part (:class:`_Parts`), runs no later side, and leaves its figure out of the pair, which keeps
+    what the other side measured. :func:`failures` checks every pair's outcomes like any window's.
     """
     pairs: dict[str, list[dict[str, Any]]] = {}
     for pair in range(2, config.cpu_pairs + 1):
-        pair_dir = run_dir / f"cpu-pair-{pair}"
-        pair_dir.mkdir(exist_ok=True)
-        for count in config.baseline_processes():
-            if str(count) not in baseline["windows"]:
-                continue
-            measured = _cpu_pair(
-                config, count, pair=pair, pair_dir=pair_dir, parts=parts, now_window=now_window
-            )
-            if measured is not None:
-                pairs.setdefault(str(count), []).append(measured)
+        for count in counts:
+            logs = run_dir / f"cpu-pair-{pair}" / f"p{count}"
+            logs.mkdir(parents=True, exist_ok=True)
+            measured = _cpu_pair(config, count, pair=pair, logs=logs, parts=parts, now_window=now_window)
+            pairs.setdefault(str(count), []).append(measured)
     return pairs
 
 
@@ -431,19 +432,19 @@ def _cpu_pair(
     count: int,
     *,
     pair: int,
-    pair_dir: Path,
+    logs: Path,
     parts: _Parts,
     now_window: Callable[[int, Path], dict[str, Any]],
-) -> dict[str, Any] | None:
-    """Pair ``pair`` of the CPU comparison on ``count`` processes (:func:`_more_cpu_pairs`), or None."""
+) -> dict[str, Any]:
+    """Pair ``pair`` of the CPU comparison on ``count`` processes (:func:`_more_cpu_pairs`)."""
     assert config.baseline is not None
     revision = config.baseline
 
     def now() -> dict[str, Any]:
-        run = now_window(count, pair_dir)
+        run = now_window(count, logs)
         return {
             "now_ms": run["measured"]["cpu_ms_per_order"]["orderflow"],
-            "orderflow": {"outcomes": run["outcomes"]},
+            "orderflow": {"outcomes": run["outcomes"], "recovered_orders": run.get("recovered_orders")},
         }
 
     def before() -> dict[str, Any]:
@@ -453,12 +454,13 @@ def _cpu_pair(
             concurrency=config.concurrency,
             warmup=config.warmup,
             processes=(count,),
-            run_dir=pair_dir,
+            run_dir=logs,
             timeout_s=config.run_timeout_s,
         )
-        window = measured["windows"].get(str(count))
-        if window is None:
-            raise RuntimeError(f"no window; see {pair_dir / f'baseline-{count}.log'}")
+        missing = _missing_windows(measured, (count,), logs)
+        if missing:
+            raise RuntimeError(missing)
+        window = measured["windows"][str(count)]
         return {
             "baseline_ms": window["cpu_ms_per_order"]["orderflow"],
             "baseline": {"outcomes": window["outcomes"]},
@@ -467,11 +469,11 @@ def _cpu_pair(
     baseline_first = pair % 2 == 0
     name = f"CPU pair {pair} of {config.cpu_pairs} on {count} devhost process(es)"
     sides = [(f"{name}: baseline {revision}", before), (f"{name}: orderflow", now)]
-    measured: dict[str, Any] = {"first": "baseline" if baseline_first else "orderflow"}
+    measured: dict[str, Any] = {"pair": pair, "first": "baseline" if baseline_first else "orderflow"}
     for side_name, side in sides if baseline_first else reversed(sides):
         got = parts.run(side_name, side)
         if got is None:
-            return None
+            break
         measured.update(got)
     return measured
 

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -189,14 +190,21 @@ def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
     summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
     ratios = cpu_ratios(summary, {"1": _now(52.3), "2": _now(60.0), "3": _now(50.0)})
     assert ratios == {
-        "1": {"baseline_ms": 104.6, "now_ms": 52.3, "ratio": 0.5, "target": 0.5, "met": True, "pairs": [0.5]},
+        "1": {
+            "baseline_ms": 104.6,
+            "now_ms": 52.3,
+            "ratio": 0.5,
+            "target": 0.5,
+            "met": True,
+            "pairs": {"1": 0.5},
+        },
         "2": {
             "baseline_ms": 113.3,
             "now_ms": 60.0,
             "ratio": 0.53,
             "target": 0.5,
             "met": False,
-            "pairs": [0.53],
+            "pairs": {"1": 0.53},
         },
     }
     # Compared unrounded: 0.504 is shown as 0.5 and is not half.
@@ -206,7 +214,7 @@ def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
         "ratio": 0.5,
         "target": 0.5,
         "met": False,
-        "pairs": [0.5],
+        "pairs": {"1": 0.5},
     }
     # A window missing on either side is not compared.
     assert cpu_ratios(summary, {"1": {}}) == {}
@@ -214,11 +222,14 @@ def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
 
 def test_with_more_pairs_the_verdict_is_the_median_of_their_ratios() -> None:
     summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
-    # 2 processes, baseline 113.3: the first pair 0.53; then 0.45 and 0.49 (a slower machine on both sides).
+    # 2 processes, baseline 113.3: pair 1 0.53; then 0.45 and 0.49 (a slower machine on both sides).
     summary["more_pairs"] = {
         "2": [
-            {"first": "baseline", "now_ms": 58.5, "baseline_ms": 130.0},
-            {"first": "orderflow", "now_ms": 49.0, "baseline_ms": 100.0},
+            {"pair": 2, "first": "baseline", "now_ms": 58.5, "baseline_ms": 130.0},
+            {"pair": 3, "first": "orderflow", "now_ms": 49.0, "baseline_ms": 100.0},
+            # A pair whose baseline side failed, and one whose baseline measured nothing: left out.
+            {"pair": 4, "first": "baseline", "now_ms": 20.0},
+            {"pair": 5, "first": "orderflow", "now_ms": 20.0, "baseline_ms": 0.0},
         ]
     }
     ratios = cpu_ratios(summary, {"1": _now(60.0), "2": _now(60.0)})
@@ -228,13 +239,15 @@ def test_with_more_pairs_the_verdict_is_the_median_of_their_ratios() -> None:
         "ratio": 0.49,
         "target": 0.5,
         "met": True,
-        "pairs": [0.53, 0.45, 0.49],
+        "pairs": {"1": 0.53, "2": 0.45, "3": 0.49},
     }
     # A count without more pairs keeps its one pair.
-    assert ratios["1"]["pairs"] == [0.57]
+    assert ratios["1"]["pairs"] == {"1": 0.57}
     # An even number of pairs: the median is the mean of the middle two ratios.
-    summary["more_pairs"] = {"2": [{"now_ms": 58.5, "baseline_ms": 130.0}]}
+    summary["more_pairs"] = {"2": [{"pair": 2, "now_ms": 58.5, "baseline_ms": 130.0}]}
     assert cpu_ratios(summary, {"2": _now(60.0)})["2"]["ratio"] == round((60.0 / 113.3 + 0.45) / 2, 2)
+    # Without pair 1 on both sides the count is not compared, whatever came after.
+    assert cpu_ratios(summary, {"1": _now(60.0)}).keys() == {"1"}
 
 
 def test_the_report_prints_the_comparison_beside_the_tables() -> None:
@@ -254,7 +267,7 @@ def test_the_report_prints_the_comparison_beside_the_tables() -> None:
     assert report["baseline"]["cpu_ratio"]["2"]["ratio"] == 0.49
     text = markdown_tables(report)
     assert "fe3526f (before every cut, measured in this run) and now, medians of the pairs" in text
-    assert "| 2 | 113.3 | 56 | 0.49 (met) | 0.49 | 4.87 | 16 |" in text
+    assert "| 2 | 113.3 | 56 | 0.49 (met) | 1: 0.49 | 4.87 | 16 |" in text
     assert "|---|---:|---:|---:|---:|---:|---:|" in text
 
 
@@ -328,10 +341,9 @@ def test_a_process_count_whose_run_writes_no_report_leaves_only_its_window_out(
     assert _git(repo, "worktree", "list").count("\n") == 0
 
 
-def test_more_pairs_alternate_which_side_runs_first_and_keep_their_logs_apart(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    calls: list[tuple[str, int, Path]] = []
+def _pair_fakes(calls: list[tuple[str, int, Path]]) -> tuple[Any, Any]:
+    """A baseline run and an orderflow window that record their calls and measure 100 + n and 50 + n ms
+    (n: the calls so far)."""
 
     def baseline_window(*, processes: tuple[int, ...], run_dir: Path, **_: object) -> dict[str, object]:
         (count,) = processes
@@ -341,83 +353,120 @@ def test_more_pairs_alternate_which_side_runs_first_and_keep_their_logs_apart(
 
     def now_window(count: int, logs: Path) -> dict[str, Any]:
         calls.append(("orderflow", count, logs))
-        return {
-            "measured": {"cpu_ms_per_order": {"orderflow": 50.0 + len(calls)}},
-            "outcomes": {"Processed": 3},
-        }
+        measured = {"cpu_ms_per_order": {"orderflow": 50.0 + len(calls)}}
+        return {"measured": measured, "outcomes": {"Processed": 3}, "recovered_orders": 0}
 
+    return baseline_window, now_window
+
+
+def test_more_pairs_alternate_which_side_runs_first_and_keep_their_logs_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[tuple[str, int, Path]] = []
+    baseline_window, now_window = _pair_fakes(calls)
     monkeypatch.setattr(runner, "baseline_run", baseline_window)
     parts = runner._Parts(lambda _: None)
     config = BenchConfig(orders=10, processes=(1, 2, 3), cpu_pairs=3)
-    first: dict[str, Any] = {"windows": {"1": {}, "2": {}}}
 
-    pairs = runner._more_cpu_pairs(config, first, tmp_path, parts, now_window=now_window)
+    pairs = runner._more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
 
-    # Pair 2 runs the baseline first, pair 3 orderflow first; the 3-process count is not compared.
-    assert [(side, count, logs.name) for side, count, logs in calls] == [
-        ("baseline", 1, "cpu-pair-2"),
-        ("orderflow", 1, "cpu-pair-2"),
-        ("baseline", 2, "cpu-pair-2"),
-        ("orderflow", 2, "cpu-pair-2"),
-        ("orderflow", 1, "cpu-pair-3"),
-        ("baseline", 1, "cpu-pair-3"),
-        ("orderflow", 2, "cpu-pair-3"),
-        ("baseline", 2, "cpu-pair-3"),
+    # Pair 2 runs the baseline first, pair 3 orderflow first; each count's logs in a folder of its own.
+    assert [(side, count, str(logs.relative_to(tmp_path))) for side, count, logs in calls] == [
+        ("baseline", 1, "cpu-pair-2/p1"),
+        ("orderflow", 1, "cpu-pair-2/p1"),
+        ("baseline", 2, "cpu-pair-2/p2"),
+        ("orderflow", 2, "cpu-pair-2/p2"),
+        ("orderflow", 1, "cpu-pair-3/p1"),
+        ("baseline", 1, "cpu-pair-3/p1"),
+        ("orderflow", 2, "cpu-pair-3/p2"),
+        ("baseline", 2, "cpu-pair-3/p2"),
     ]
+    assert all(logs.is_dir() for _, _, logs in calls)
+    processed = {"outcomes": {"Processed": 3}}
     assert pairs["1"] == [
         {
+            "pair": 2,
             "first": "baseline",
             "baseline_ms": 101.0,
             "now_ms": 52.0,
-            "baseline": {"outcomes": {"Processed": 3}},
-            "orderflow": {"outcomes": {"Processed": 3}},
+            "baseline": processed,
+            "orderflow": {**processed, "recovered_orders": 0},
         },
         {
+            "pair": 3,
             "first": "orderflow",
             "now_ms": 55.0,
             "baseline_ms": 106.0,
-            "orderflow": {"outcomes": {"Processed": 3}},
-            "baseline": {"outcomes": {"Processed": 3}},
+            "orderflow": {**processed, "recovered_orders": 0},
+            "baseline": processed,
         },
     ]
     assert parts.failed == []
 
 
-def test_a_pair_whose_side_fails_is_left_out_and_fails_the_run(
+def test_the_baseline_s_logs_of_every_pair_and_count_outlive_their_checkouts(
+    monkeypatch: pytest.MonkeyPatch, repo: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(runner, "baseline_run", partial(baseline_run, repo=repo))
+    _, now_window = _pair_fakes([])
+    parts = runner._Parts(lambda _: None)
+    config = BenchConfig(orders=1, warmup=0, processes=(1, 2), cpu_pairs=2, baseline="HEAD")
+
+    pairs = runner._more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
+
+    assert [pair["baseline_ms"] for count in ("1", "2") for pair in pairs[count]] == [100.0, 200.0]
+    for count in (1, 2):
+        logs = tmp_path / "cpu-pair-2" / f"p{count}"
+        assert (logs / "baseline-run" / "bench-1" / "devhost-1.log").read_text() == "its log"
+        assert (logs / f"baseline-{count}.log").exists()
+    assert _git(repo, "worktree", "list").count("\n") == 0
+    assert parts.failed == []
+
+
+def test_a_side_that_fails_keeps_the_other_s_outcomes_and_fails_the_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     def no_window(**_: object) -> dict[str, object]:
         return {"revision": "fe3526f", "windows": {}, "exit_code": 1, "failed": []}
 
     def now_window(count: int, logs: Path) -> dict[str, Any]:
-        return {
-            "measured": {"cpu_ms_per_order": {"orderflow": 50.0}},
-            "outcomes": {"Processed": 3, "Error": 1},
-        }
+        measured = {"cpu_ms_per_order": {"orderflow": 50.0}}
+        return {"measured": measured, "outcomes": {"Processed": 3, "Error": 1}, "recovered_orders": 1}
 
     monkeypatch.setattr(runner, "baseline_run", no_window)
     parts = runner._Parts(lambda _: None)
     config = BenchConfig(orders=10, processes=(2,), cpu_pairs=3)
 
-    pairs = runner._more_cpu_pairs(config, {"windows": {"2": {}}}, tmp_path, parts, now_window=now_window)
+    pairs = runner._more_cpu_pairs(config, (2,), tmp_path, parts, now_window=now_window)
 
-    assert pairs == {}
+    # Pair 2 ran the baseline first and stopped there; pair 3 ran orderflow, then the baseline failed.
+    assert pairs == {
+        "2": [
+            {"pair": 2, "first": "baseline"},
+            {
+                "pair": 3,
+                "first": "orderflow",
+                "now_ms": 50.0,
+                "orderflow": {"outcomes": {"Processed": 3, "Error": 1}, "recovered_orders": 1},
+            },
+        ]
+    }
     assert [failed.split(":")[1] for failed in parts.failed] == [
         " CPU pair 2 of 3 on 2 devhost process(es)",
         " CPU pair 3 of 3 on 2 devhost process(es)",
     ]
-    assert "no window; see " in parts.failed[0] and "cpu-pair-2/baseline-2.log" in parts.failed[0]
-
-
-def test_an_order_not_processed_in_a_pair_fails_the_run() -> None:
-    report = {
-        "notes": [],
-        "baseline": {
-            "more_pairs": {
-                "2": [{"now_ms": 50.0, "baseline_ms": 100.0, "orderflow": {"outcomes": {"Error": 1}}}]
-            }
-        },
-    }
-    assert runner.failures(report) == [
-        "FAILED: baseline.more_pairs.2.0.orderflow: orders not Processed: {'Error': 1}"
+    assert (
+        f"no 2-process window (exit code 1; see {tmp_path}/cpu-pair-2/p2/baseline-2.log)" in parts.failed[0]
+    )
+    # The orders orderflow did not process still fail the run, beside the baseline's failure.
+    assert runner.failures({"notes": [], "baseline": {"more_pairs": pairs}}) == [
+        "FAILED: baseline.more_pairs.2.1.orderflow: orders not Processed: {'Processed': 3, 'Error': 1}"
     ]
+
+
+def test_more_pairs_run_only_on_counts_whose_first_pair_has_both_windows() -> None:
+    config = BenchConfig(orders=10, processes=(1, 2, 3), cpu_pairs=3)
+    both: dict[str, Any] = {"windows": {"1": {}, "2": {}, "3": {}}}
+    assert runner.paired_counts(config, {"1": {}, "2": {}, "3": {}}, both) == (1, 2)
+    assert runner.paired_counts(config, {"2": {}}, both) == (2,)
+    assert runner.paired_counts(config, {"1": {}, "2": {}}, {"windows": {"1": {}}}) == (1,)
