@@ -133,7 +133,7 @@ doctor: setup
 PYTEST_WORKERS ?= 2
 
 pytest: setup $(INFRA_VENV)/.installed
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -rs
 
 $(PY312_VENV)/.installed: requirements.txt
 	@test -n "$(PYTHON312)" || { echo "make worker-test needs Python 3.12: pyenv install 3.12 (or apt-get install python3.12), or PYTHON312=/path/to/python3.12" >&2; exit 1; }
