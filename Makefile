@@ -13,7 +13,7 @@
 #                            make chaos's faults, all at once, over at least 1,000 orders (not in make test;
 #                            about 12 minutes on 2 cores); writes soak-report.json
 #   make bench [ORDERS=200] [CONCURRENCY=32] [BENCH_PROCESSES=1,2,3] [SWEEP_SIZES=1000,10000,100000]
-#              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10] [CPU_PAIRS=3]
+#              [PEERS=durabletask,dbos] [HARD_DOWN_ORDERS=10] [CPU_PAIRS=3] [SDK_CALLS=300]
 #                            throughput, latency, per-order operation counts, supervisor sweep and a
 #                            hard-down dependency, against bare durabletask and DBOS, and the CPU per order
 #                            against the baseline revision in CPU_PAIRS pairs of windows; writes bench-report.json
@@ -63,6 +63,7 @@ SWEEP_SIZES ?= 1000,10000,100000
 PEERS ?= durabletask,dbos
 HARD_DOWN_ORDERS ?= 10
 CPU_PAIRS ?= 3
+SDK_CALLS ?= 300
 
 .PHONY: demo test lint typecheck doctor pytest worker-test setup clean
 
@@ -113,7 +114,7 @@ soak: setup
 bench: setup
 	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes "$(BENCH_PROCESSES)" \
 		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS) \
-		--cpu-pairs $(CPU_PAIRS)
+		--cpu-pairs $(CPU_PAIRS) --sdk-calls $(SDK_CALLS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -51,7 +51,13 @@ class BaselineUnavailable(RuntimeError):
     """The baseline revision could not be checked out (no git, a shallow clone, an unknown revision)."""
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git(repo: Path, *args: str, silent_failure: str | None = None) -> str:
+    """``git -C repo args...``'s output, stripped.
+
+    Raises:
+        BaselineUnavailable: git is not installed, or failed: its message, or ``silent_failure`` when it
+            printed none (``--quiet``).
+    """
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=120
@@ -59,7 +65,10 @@ def _git(repo: Path, *args: str) -> str:
     except FileNotFoundError as exc:
         raise BaselineUnavailable("git is not installed") from exc
     except subprocess.CalledProcessError as exc:
-        raise BaselineUnavailable(f"git {' '.join(args[:2])}: {exc.stderr.strip()[:200]}") from exc
+        message = exc.stderr.strip()[:200]
+        if not message and silent_failure:
+            raise BaselineUnavailable(silent_failure) from exc
+        raise BaselineUnavailable(f"git {' '.join(args[:2])}: {message or f'exit {exc.returncode}'}") from exc
     return done.stdout.strip()
 
 
@@ -189,7 +198,15 @@ def baseline_run(
         BaselineUnavailable: the revision could not be checked out.
         RuntimeError: none of its runs wrote a report (their logs say why).
     """
-    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    commit = _git(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        f"{revision}^{{commit}}",
+        silent_failure=f"no commit {revision!r} in {repo} (an unknown revision, or a clone without that "
+        "history)",
+    )
     checkout = run_dir / "baseline"
     _git(repo, "worktree", "add", "--detach", str(checkout), commit)
     try:

@@ -87,6 +87,10 @@ class _Parts:
         self._progress = progress
         self.failed: list[str] = []
 
+    def say(self, message: str) -> None:
+        """Tell the run's progress ``message`` (a note the report keeps too, as it happens)."""
+        self._progress(message)
+
     def run(
         self, name: str, part: Callable[[], T], *, expected: tuple[type[Exception], ...] = ()
     ) -> T | None:
@@ -191,8 +195,10 @@ def run_bench(
             profiled: bool,
             logs: Path = run_dir,
         ) -> dict[str, Any]:
-            """One timed window (:func:`throughput_run`) on its own emulators, its processes' logs in
-            ``logs``; ``profiled``: measured with the run's profile settings, else without a profile."""
+            """One timed window (:func:`throughput_run`) on its own emulators, its processes' logs (and
+            profiles) in the folder ``logs``, made here; ``profiled``: measured with the run's profile
+            settings, else without a profile."""
+            logs.mkdir(parents=True, exist_ok=True)
             with window_endpoints() as endpoints:
                 measured = measuring(processes, profiled=profiled)  # now: this window's emulators
                 return throughput_run(
@@ -215,7 +221,7 @@ def run_bench(
         for processes in config.processes:
             run = parts.run(
                 f"orderflow: {len(timed)} orders on {processes} devhost process(es)",
-                partial(throughput_window, processes, profiled=True),
+                partial(throughput_window, processes, profiled=True, logs=run_dir / f"p{processes}"),
             )
             if run is not None:
                 orderflow_runs[str(processes)] = run
@@ -238,6 +244,7 @@ def run_bench(
                     warmup=warmup[:2],
                     concurrency=1,
                     profiled=False,
+                    logs=run_dir / f"one-at-a-time-p{processes}",
                 ),
             )
             if run is not None:
@@ -369,6 +376,7 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
         )
     except BaselineUnavailable as exc:
         notes.append(f"baseline {revision} not measured: {exc}")
+        parts.say(notes[-1])
         return None
     if measured is not None:
         missing = _missing_windows(measured, processes, run_dir)
@@ -421,7 +429,7 @@ def _more_cpu_pairs(
     for pair in range(2, config.cpu_pairs + 1):
         for count in counts:
             logs = run_dir / f"cpu-pair-{pair}" / f"p{count}"
-            logs.mkdir(parents=True, exist_ok=True)
+            logs.mkdir(parents=True, exist_ok=True)  # the baseline side may run first
             measured = _cpu_pair(config, count, pair=pair, logs=logs, parts=parts, now_window=now_window)
             pairs.setdefault(str(count), []).append(measured)
     return pairs

@@ -227,6 +227,11 @@ def test_each_timed_window_of_a_run_that_starts_its_own_emulators_gets_a_fresh_s
     for profile in profiles:
         log = Path(profile["file"]).with_suffix(".log").read_text(encoding="utf-8")
         assert profile["samples"] > 0 or "permission" in log.lower(), log
+    # Each window's processes log in a folder of its own, so a later window overwrites none of them.
+    window_logs = Path(profiles[0]["file"]).parent
+    assert window_logs.name == "p2"
+    assert {log.name for log in window_logs.glob("devhost-*.log")} == {"devhost-1.log", "devhost-agents.log"}
+    assert (window_logs.parent / "one-at-a-time-p1" / "devhost-1.log").is_file()
     assert "profiles" not in report["orderflow"]["one_at_a_time"]["1"]["measured"]
     for window in (report["orderflow"]["runs"]["2"], report["orderflow"]["one_at_a_time"]["1"]):
         measured = window["measured"]

@@ -124,8 +124,11 @@ def _one_order(repo: Path, run_dir: Path, revision: str, processes: tuple[int, .
 
 
 def test_an_unknown_revision_is_unavailable_and_checks_nothing_out(repo: Path, tmp_path: Path) -> None:
-    with pytest.raises(BaselineUnavailable, match="rev-parse"):
+    with pytest.raises(BaselineUnavailable) as refused:
         _one_order(repo, tmp_path, "0" * 40)
+    assert str(refused.value) == (
+        f"no commit {'0' * 40!r} in {repo} (an unknown revision, or a clone without that history)"
+    )
     assert not (tmp_path / "baseline").exists()
 
 
@@ -312,10 +315,13 @@ def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
         raise BaselineUnavailable("git rev-parse: unknown revision")
 
     monkeypatch.setattr(runner, "baseline_run", unavailable)
-    parts = runner._Parts(lambda _: None)
+    said: list[str] = []
+    parts = runner._Parts(said.append)
     notes: list[str] = []
     assert runner._baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
     assert notes == ["baseline fe3526f not measured: git rev-parse: unknown revision"]
+    # Said as it happens too, not only kept for the report.
+    assert said[-1] == notes[0]
     assert parts.failed == []
 
 
