@@ -88,7 +88,7 @@ class _Parts:
         self.failed: list[str] = []
 
     def say(self, message: str) -> None:
-        """Tell the run's progress ``message`` (a note the report keeps too, as it happens)."""
+        """Tell ``message`` to the run's progress (a note as it is taken, not only in the report)."""
         self._progress(message)
 
     def run(
@@ -193,7 +193,7 @@ def run_bench(
             warmup: list[Any],
             concurrency: int,
             profiled: bool,
-            logs: Path = run_dir,
+            logs: Path,
         ) -> dict[str, Any]:
             """One timed window (:func:`throughput_run`) on its own emulators, its processes' logs (and
             profiles) in the folder ``logs``, made here; ``profiled``: measured with the run's profile
@@ -362,16 +362,7 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
         measured = parts.run(
             f"baseline {revision}: {config.orders} orders on {','.join(map(str, processes))} devhost "
             "process(es), its own benchmark",
-            partial(
-                baseline_run,
-                revision=revision,
-                orders=config.orders,
-                concurrency=config.concurrency,
-                warmup=config.warmup,
-                processes=processes,
-                run_dir=run_dir,
-                timeout_s=config.run_timeout_s,
-            ),
+            partial(_baseline_windows, config, processes, run_dir),
             expected=(BaselineUnavailable,),
         )
     except BaselineUnavailable as exc:
@@ -384,6 +375,21 @@ def _baseline(config: BenchConfig, run_dir: Path, parts: _Parts, notes: list[str
             # The comparison the run promises is missing: a failed part, as for orderflow's own windows.
             parts.failed.append(f"{FAILED}baseline {revision}: {missing}")
     return measured
+
+
+def _baseline_windows(config: BenchConfig, processes: Sequence[int], run_dir: Path) -> dict[str, Any]:
+    """:func:`bench.baseline.baseline_run` of ``config.baseline`` on ``processes``, with the run's orders,
+    concurrency, warm-up and timeout, its logs in ``run_dir``."""
+    assert config.baseline is not None
+    return baseline_run(
+        revision=config.baseline,
+        orders=config.orders,
+        concurrency=config.concurrency,
+        warmup=config.warmup,
+        processes=processes,
+        run_dir=run_dir,
+        timeout_s=config.run_timeout_s,
+    )
 
 
 def _missing_windows(measured: Mapping[str, Any], processes: Sequence[int], run_dir: Path) -> str | None:
@@ -456,15 +462,7 @@ def _cpu_pair(
         }
 
     def before() -> dict[str, Any]:
-        measured = baseline_run(
-            revision=revision,
-            orders=config.orders,
-            concurrency=config.concurrency,
-            warmup=config.warmup,
-            processes=(count,),
-            run_dir=logs,
-            timeout_s=config.run_timeout_s,
-        )
+        measured = _baseline_windows(config, (count,), logs)
         missing = _missing_windows(measured, (count,), logs)
         if missing:
             raise RuntimeError(missing)
