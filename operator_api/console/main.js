@@ -52,16 +52,22 @@ async function route() {
   showWho();
   showNav(found.page.name);
   notify("");
+  // Each navigation renders into a view of its own: a page left before its requests answered goes on
+  // rendering into its view, no longer in the document, and never over the page opened after it.
+  const view = h("div", { class: "view" });
+  replaceChildren(main, view);
   const module = await found.page.load();
+  if (view.parentNode !== main) return;
   document.title = `${found.page.title} · orderflow console`;
   try {
-    await module.render(main, found.args, found.query);
+    await module.render(view, found.args, found.query);
   } catch (failure) {
+    if (view.parentNode !== main) return;
     if (failure.status === 401) {
       window.location.hash = "#/sign-in?refused=1";
       return;
     }
-    replaceChildren(main, h("h1", {}, found.page.title), h("p", { class: "error", "data-testid": "page-error" }, String(failure.message)));
+    replaceChildren(view, h("h1", {}, found.page.title), h("p", { class: "error", "data-testid": "page-error" }, String(failure.message)));
   }
 }
 

@@ -274,3 +274,32 @@ def test_an_unknown_state_in_the_address_is_said_not_silently_dropped(page: Any,
     assert notice.is_visible()
     assert notice.text_content() == 'No state is called "Bogus<b>": every order is listed.'
     assert page.locator("[data-action=bulk-suspend]").count() == 0  # no bulk action on every order
+
+
+def test_a_page_left_before_it_loaded_never_replaces_the_page_opened_after_it(
+    page: Any, console: Console
+) -> None:
+    # The dashboard's activity request is held, so the dashboard is still loading when the operator
+    # moves on to the orders; its answer then arrives after the orders page has rendered.
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:  # Playwright takes a Python function, not a bound builtin
+        held.append(route)
+
+    page.goto(f"{console.url}#/supervisor")  # away from the dashboard sign-in lands on, so it loads anew
+    page.wait_for_selector("h1:text-is('Supervisor')")
+    page.route("**/activity?*", hold)
+    page.goto(f"{console.url}#/")
+    page.wait_for_selector("text=Loading orders…")
+    while not held:
+        page.wait_for_timeout(20)
+    page.goto(f"{console.url}#/orders")
+    page.wait_for_selector("[data-testid=orders-count]")
+
+    with page.expect_response("**/activity?*"):
+        held[0].continue_()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # the dashboard's render runs
+
+    assert page.locator("[data-testid=orders-count]").is_visible()
+    assert page.locator("[data-testid=order-count]").count() == 0  # the dashboard's summary
+    assert page.locator("h1").all_text_contents() == ["Orders"]
