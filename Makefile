@@ -22,6 +22,9 @@
 #                            in .venv-worker; the app's install on 3.11, 3.12 and 3.13
 #   make test                ruff, mypy, the doctor, the whole pytest suite (starts and stops its own
 #                            emulators; checks infra/ with checkov from .venv-infra) and the worker-driven tests
+#   make system-deps         what make test needs from the machine: checked, and the Debian packages
+#                            installed (as root); make test runs it first (make demo checks its own list)
+#   make fresh-check         make test in a fresh clone of the current commit, as CI runs it
 
 # .venv runs on Python 3.11 (the oldest version the app supports; the worker tests check it is).
 PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3.11) $(shell python3.11 -c 'import sys; print(sys.executable)' 2>/dev/null) python3)
@@ -65,7 +68,16 @@ HARD_DOWN_ORDERS ?= 10
 CPU_PAIRS ?= 3
 SDK_CALLS ?= 300
 
-.PHONY: demo test lint typecheck doctor pytest worker-test setup clean
+.PHONY: demo test lint typecheck doctor pytest worker-test setup clean system-deps demo-deps fresh-check
+
+# What the machine must have, checked (Debian packages installed, as root) before anything else runs:
+# scripts/prerequisites.sh says each missing one in one line with the command that fixes it.
+PREREQUISITES = PYTHON="$(PYTHON)" PYTHON312="$(PYTHON312)" PYTHON313="$(PYTHON313)" bash scripts/prerequisites.sh
+system-deps:
+	@$(PREREQUISITES) test
+
+demo-deps:
+	@$(PREREQUISITES) demo
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,25 +105,25 @@ $(INFRA_VENV)/.installed: requirements-infra.txt
 	$(INFRA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-infra.txt
 	touch $@
 
-demo: setup
+demo: demo-deps setup
 	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
 		$(if $(filter 1 yes true,$(KEEP)),--keep)
 
 .PHONY: chaos
-chaos: setup
+chaos: demo-deps setup
 	$(PY) -m devhost.chaos --orders $(CHAOS_ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
 		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) $(if $(filter 0,$(SKEW)),--no-skew,--skew) \
 		--clients $(CLIENTS) --seed $(SEED)
 
 .PHONY: soak
-soak: setup
+soak: demo-deps setup
 	$(PY) -m devhost.chaos --orders $(SOAK_ORDERS) --processes 3 --kill-every 5 --duplicate-share 0.05 \
 		--late-share 0.03 --pause-every 30 --outage-every 30 --long-share 0.03 --skew --clients 3 \
 		--seed $(SEED) --report soak-report.json
 
 .PHONY: bench
-bench: setup
+bench: demo-deps setup
 	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes "$(BENCH_PROCESSES)" \
 		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS) \
 		--cpu-pairs $(CPU_PAIRS) --sdk-calls $(SDK_CALLS)
@@ -133,7 +145,7 @@ doctor: setup
 # processes under a deadline share one group, so they never compete with each other for the cores.
 PYTEST_WORKERS ?= 2
 
-pytest: setup $(INFRA_VENV)/.installed
+pytest: system-deps setup $(INFRA_VENV)/.installed
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -rs
 
 $(PY312_VENV)/.installed: requirements.txt
@@ -142,10 +154,15 @@ $(PY312_VENV)/.installed: requirements.txt
 	$(PY312_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
-worker-test: $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VENV)/.installed
+worker-test: system-deps $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VENV)/.installed
 	$(WORKER_VENV)/bin/python -m pytest -p no:cacheprovider tests/worker
 
-test: lint typecheck doctor pytest worker-test
+test: system-deps lint typecheck doctor pytest worker-test
+
+# make test in a fresh clone of the current commit (committed work only), in a temporary folder, as CI
+# runs it; the folder is removed when it passes and kept for reading when it fails.
+fresh-check:
+	@bash scripts/fresh-check.sh
 
 clean:
 	rm -rf $(VENV) $(WORKER_VENV) $(PY312_VENV) $(INFRA_VENV) node_modules .data .run .mypy_cache .ruff_cache .pytest_cache

@@ -1,15 +1,15 @@
 """The browser the console tests drive: Debian's ``chromium``, headless, through Playwright's Python
 package with its executable path set (Playwright's own browser downloads are never used).
 
-When ``chromium`` is missing the set-up installs it with ``apt-get install -y chromium`` if it runs as
-root; otherwise the tests are skipped with the command to run (and fail, under ``CI``, rather than skip).
+``make test`` installs ``chromium`` before pytest starts (``make system-deps``); these fixtures only find
+it. When it is missing the tests fail under ``CI`` with the command to run, and are skipped with it
+otherwise (``pytest -rs`` names the reason).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,21 +30,6 @@ def _chromium() -> str | None:
     )
 
 
-def _install_chromium() -> str | None:
-    """Install Debian's chromium when running as root with apt-get (refreshing the package lists only if
-    the first try fails); the executable, or None."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "chromium"]
-    for commands in ([install], [["apt-get", "update", "-q"], install]):
-        for command in commands:
-            subprocess.run(command, env=env, capture_output=True, check=False, timeout=600)
-        if _chromium():
-            return _chromium()
-    return None
-
-
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(reason)
@@ -53,10 +38,10 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    """Debian's chromium executable, installed first if missing and possible."""
-    found = _chromium() or _install_chromium()
+    """Debian's chromium executable."""
+    found = _chromium()
     if found is None:
-        _unavailable(f"the browser tests need Debian's chromium: {INSTALL} (as root)")
+        _unavailable(f"the browser tests need Debian's chromium: make system-deps, or {INSTALL} (as root)")
     assert found is not None
     return found
 
