@@ -14,9 +14,12 @@ to your application and receive them in the token"
   up, so a public key can never serve as an HMAC secret), by the key the header's ``kid`` names in the
   configured JWKS; the token's own ``jku``, ``x5u`` or ``jwk`` headers are never followed. Keys roll over
   without notice (https://learn.microsoft.com/entra/identity-platform/signing-key-rollover): the key set
-  is cached for :data:`JWKS_CACHE_S` and an unknown ``kid`` refetches it once, at most once per
-  :data:`JWKS_REFRESH_COOLDOWN_S` (``jwt.PyJWKClient``'s cooldown), so a stream of made-up key ids
-  cannot turn into a stream of requests to the tenant;
+  is cached (:class:`orderflow.signing_keys.SigningKeys`): a token whose key is cached never waits for a
+  fetch, one fetch at a time serves every request that needs it, nobody waits on it longer than
+  ``OPERATOR_JWKS_TIMEOUT_S``, and an unknown ``kid`` refetches the set at most once per
+  :data:`JWKS_REFRESH_COOLDOWN_S` and, once a fetched set lacked it, not again for
+  :data:`UNKNOWN_KEY_ID_TTL_S`: made-up key ids turn neither into a stream of requests to the tenant nor
+  into a wait for anyone else;
 - ``iss`` exactly the configured issuer (v1.0 tokens, ``https://sts.windows.net/<tenant>/``, only when
   that is the one configured), ``aud`` a single string, one of the configured audiences, ``exp``, ``nbf``
   and ``iat`` within the configured leeway and ``exp - iat`` at most :data:`MAX_TOKEN_LIFETIME_S`, ``tid``
@@ -32,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from orderflow import telemetry
 from orderflow.errors import ErrorKind, OrderflowError, TransientError
 from orderflow.settings import Settings
+from orderflow.signing_keys import KeySetUnavailable, SigningKeys, UnknownKeyId
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +73,12 @@ JWKS_CACHE_S = 3600.0
 JWKS_REFRESH_COOLDOWN_S = 30.0
 """Least seconds between two fetches of the key set caused by an unknown ``kid``."""
 JWKS_FETCH_TIMEOUT_S = 5.0
-"""Timeout of one key set fetch, seconds: a request waits on it, so it is short."""
+"""Timeout of one key set fetch, seconds, and the longest a request waits on a fetch."""
+UNKNOWN_KEY_ID_TTL_S = 300.0
+"""Seconds a key id that a fetched key set lacked is refused without a refetch. Entra publishes a new key
+weeks before it signs with it, so a genuine key id is in the set long before any token names it."""
+MAX_KEY_ID_CHARS = 256
+"""Longest ``kid`` read at all: Entra's are under 50 characters, and unknown ones are remembered."""
 
 REALM = "orderflow"
 """The ``realm`` of the ``WWW-Authenticate`` challenge."""
@@ -266,8 +276,11 @@ class TokenValidator:
     Args:
         policy: What a token must satisfy.
         refresh_cooldown_s: Least seconds between key set fetches an unknown ``kid`` causes.
-        cache_s: Seconds a fetched key set is reused.
+        cache_s: Seconds a fetched key set is used before it is refetched (in the background).
         fetch_timeout_s: Timeout of one fetch, seconds.
+        wait_s: Longest a request waits on a fetch, seconds (default ``fetch_timeout_s``).
+        unknown_key_ttl_s: Seconds a ``kid`` that a fetched key set lacked is refused without a refetch.
+        clock: Monotonic seconds, for the key set's times (``time.monotonic``).
 
     Raises:
         ValueError: ``policy.jwks_uri`` is not an http or https URL.
@@ -280,16 +293,21 @@ class TokenValidator:
         refresh_cooldown_s: float = JWKS_REFRESH_COOLDOWN_S,
         cache_s: float = JWKS_CACHE_S,
         fetch_timeout_s: float = JWKS_FETCH_TIMEOUT_S,
+        wait_s: float | None = None,
+        unknown_key_ttl_s: float = UNKNOWN_KEY_ID_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not policy.jwks_uri.lower().startswith(("http://", "https://")):
             raise ValueError("the JWKS URI (OPERATOR_JWKS_URI) is not an http or https URL")
         self.policy = policy
-        self._keys = jwt.PyJWKClient(
+        self._keys = SigningKeys(
             policy.jwks_uri,
-            cache_jwk_set=True,
-            lifespan=cache_s,
-            timeout=fetch_timeout_s,
-            cooldown_duration=refresh_cooldown_s,
+            fetch_timeout_s=fetch_timeout_s,
+            wait_s=fetch_timeout_s if wait_s is None else wait_s,
+            cache_s=cache_s,
+            refresh_cooldown_s=refresh_cooldown_s,
+            unknown_key_ttl_s=unknown_key_ttl_s,
+            clock=clock,
         )
 
     @classmethod
@@ -324,22 +342,13 @@ class TokenValidator:
         return _principal(claims, self.policy)
 
     def _signing_key(self, key_id: str) -> RSAPublicKey:
-        # The cached set first: a failure to get any usable set is the endpoint's, never the caller's.
+        # A failure to get a usable key set is the endpoint's (503), never the caller's.
         try:
-            self._keys.get_signing_keys()
-        except jwt.PyJWKClientConnectionError as exc:
-            raise SigningKeysUnavailable("the signing keys could not be fetched") from exc
-        except (jwt.PyJWKClientError, jwt.PyJWKSetError) as exc:
-            raise SigningKeysUnavailable("the signing keys endpoint returned no usable key") from exc
-        # Then the key: a kid not in the set refetches it once (unless cooling down), then is refused.
-        try:
-            jwk = self._keys.get_signing_key(key_id)
-        except jwt.PyJWKClientConnectionError as exc:
-            raise SigningKeysUnavailable("the signing keys could not be fetched") from exc
-        except jwt.PyJWKSetError as exc:
-            raise SigningKeysUnavailable("the signing keys endpoint returned no usable key") from exc
-        except jwt.PyJWKClientError:
+            jwk = self._keys.get(key_id)
+        except UnknownKeyId:
             raise Unauthenticated("unknown signing key") from None
+        except KeySetUnavailable as unavailable:
+            raise SigningKeysUnavailable(unavailable.detail) from None
         if not isinstance(jwk.key, RSAPublicKey):
             raise Unauthenticated("the signing key is not an RSA key")
         return jwk.key
@@ -405,6 +414,8 @@ def _key_id(token: str) -> str:
     key_id = header.get("kid")
     if not isinstance(key_id, str) or not key_id:
         raise Unauthenticated("no key id")
+    if len(key_id) > MAX_KEY_ID_CHARS:
+        raise Unauthenticated("unknown signing key")
     return key_id
 
 

@@ -23,9 +23,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from orderflow import telemetry
+from orderflow import signing_keys, telemetry
 from orderflow.errors import ErrorKind, TransientError, kind_of
 from orderflow.operator_auth import (
+    MAX_KEY_ID_CHARS,
     MAX_TOKEN_LIFETIME_S,
     OPERATOR_ROLE,
     REQUIRED_CLAIMS,
@@ -70,17 +71,28 @@ def public_jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
 
 
 class JwksEndpoint:
-    """A JWKS endpoint on loopback that serves :attr:`document` and counts the fetches."""
+    """A JWKS endpoint on loopback that serves :attr:`document` and counts the fetches.
+
+    After :meth:`hang` it reads each request and answers nothing until :meth:`answer` (or :meth:`close`).
+    """
 
     def __init__(self) -> None:
         self.document: Any = {"keys": []}
         self.status = 200
         self.fetches = 0
+        self.requested = threading.Event()
+        self._hanging = False
+        self._answer = threading.Event()
+        self._count = threading.Lock()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                endpoint.fetches += 1
+                with endpoint._count:
+                    endpoint.fetches += 1
+                endpoint.requested.set()
+                if endpoint._hanging:
+                    endpoint._answer.wait(30)
                 body = json.dumps(endpoint.document).encode()
                 self.send_response(endpoint.status)
                 self.send_header("Content-Type", "application/json")
@@ -103,7 +115,19 @@ class JwksEndpoint:
     def publish(self, *jwks: dict[str, Any]) -> None:
         self.document = {"keys": list(jwks)}
 
+    def hang(self) -> None:
+        """Answer no request from now on, until :meth:`answer`."""
+        self.requested.clear()
+        self._answer.clear()
+        self._hanging = True
+
+    def answer(self) -> None:
+        """Answer the requests held, and every later one at once."""
+        self._hanging = False
+        self._answer.set()
+
     def close(self) -> None:
+        self.answer()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
@@ -522,6 +546,178 @@ def test_cached_keys_outlast_an_outage_of_the_endpoint(
 
     assert validator.validate_token(sign(claims(), signing_key)).object_id == USER_OID
     assert endpoint.fetches == 1
+
+
+def concurrently(validator: TokenValidator, tokens: list[str]) -> tuple[list[threading.Thread], list[Any]]:
+    """Threads, already started, each validating one of ``tokens``; what each ended with (a principal or
+    the refusal) is appended to the list as it ends."""
+    outcomes: list[Any] = []
+
+    def validate(token: str) -> None:
+        try:
+            outcomes.append(validator.validate_token(token))
+        except (Unauthenticated, SigningKeysUnavailable) as refusal:
+            outcomes.append(refusal)
+
+    threads = [threading.Thread(target=validate, args=(token,), daemon=True) for token in tokens]
+    for thread in threads:
+        thread.start()
+    return threads, outcomes
+
+
+def joined(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_a_cached_key_is_not_held_up_by_unknown_key_ids_while_the_key_endpoint_hangs(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    # The attack: while the key endpoint hangs, anyone sends tokens naming key ids nobody published, each
+    # asking for a refetch (no cooldown here: as once the cooldown has passed).
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0, fetch_timeout_s=5)
+    valid = sign(claims(), signing_key)
+    validator.validate_token(valid)  # the key is cached
+    endpoint.hang()
+    made_up = [sign(claims(), attacker_key, kid=f"made-up-{n}") for n in range(6)]
+    threads, outcomes = concurrently(validator, made_up)
+    assert endpoint.requested.wait(5)  # a refetch is in flight, and hangs
+
+    started = time.monotonic()
+    principal = validator.validate_token(valid)
+    waited = time.monotonic() - started
+
+    endpoint.answer()
+    joined(threads)
+    assert principal.object_id == USER_OID
+    assert waited < 1.0
+    assert len(outcomes) == len(made_up)
+    assert all(isinstance(outcome, Unauthenticated | SigningKeysUnavailable) for outcome in outcomes)
+
+
+def test_a_wait_on_a_hanging_key_endpoint_is_bounded_and_a_503(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url), fetch_timeout_s=5, wait_s=0.2)
+    endpoint.hang()
+    token = sign(claims(), signing_key)
+
+    started = time.monotonic()
+    with pytest.raises(SigningKeysUnavailable) as raised:
+        validator.validate_token(token)  # no key cached yet: the token cannot be checked
+    waited = time.monotonic() - started
+
+    assert waited < 1.0
+    assert http_refusal(raised.value) == (503, {})
+    assert_not_echoed(raised.value, token)
+    endpoint.answer()
+
+
+def test_concurrent_requests_for_one_unknown_key_id_share_one_fetch(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0)
+    validator.validate_token(sign(claims(), signing_key))
+    endpoint.hang()
+    threads, outcomes = concurrently(validator, [sign(claims(), attacker_key, kid="made-up")] * 8)
+    assert endpoint.requested.wait(5)
+
+    endpoint.answer()
+    joined(threads)
+
+    assert endpoint.fetches == 2  # the first fetch and one refetch, shared
+    assert [getattr(outcome, "reason", None) for outcome in outcomes] == ["unknown signing key"] * 8
+
+
+def test_concurrent_first_requests_share_one_fetch(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url))
+    endpoint.hang()
+    threads, outcomes = concurrently(validator, [sign(claims(), signing_key)] * 8)
+    assert endpoint.requested.wait(5)
+
+    endpoint.answer()
+    joined(threads)
+
+    assert endpoint.fetches == 1
+    assert [getattr(outcome, "object_id", None) for outcome in outcomes] == [USER_OID] * 8
+
+
+def test_a_repeated_unknown_key_id_is_refused_without_a_refetch_until_its_time_is_up(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    now = [1000.0]
+    validator = TokenValidator(
+        make_policy(endpoint.url), refresh_cooldown_s=0, unknown_key_ttl_s=300, clock=lambda: now[0]
+    )
+    validator.validate_token(sign(claims(), signing_key))
+    made_up = sign(claims(), attacker_key, kid="made-up")
+
+    assert refused(validator, made_up).reason == "unknown signing key"
+    assert endpoint.fetches == 2
+    assert refused(validator, made_up).reason == "unknown signing key"
+    now[0] += 299
+    assert refused(validator, made_up).reason == "unknown signing key"
+    assert endpoint.fetches == 2  # remembered as unknown: no refetch
+    refused(validator, sign(claims(), attacker_key, kid="made-up-2"))
+    assert endpoint.fetches == 3  # another key id may still be a rotation: one refetch
+
+    # The key is published later (a rotation): once its time as unknown is up, it is picked up.
+    endpoint.publish(public_jwk(signing_key, KID), public_jwk(attacker_key, "made-up"))
+    now[0] += 2
+    assert validator.validate_token(made_up).object_id == USER_OID
+    assert endpoint.fetches == 4
+
+
+def test_the_key_ids_remembered_as_unknown_are_bounded_oldest_forgotten_first(
+    endpoint: JwksEndpoint,
+    signing_key: rsa.RSAPrivateKey,
+    attacker_key: rsa.RSAPrivateKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(signing_keys, "MAX_UNKNOWN_KEY_IDS", 2)
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0)
+    validator.validate_token(sign(claims(), signing_key))
+    first, second, third = (sign(claims(), attacker_key, kid=f"made-up-{n}") for n in range(3))
+    for token in (first, second, third):
+        refused(validator, token)
+    assert endpoint.fetches == 4
+
+    refused(validator, third)
+    assert endpoint.fetches == 4  # still remembered
+    refused(validator, first)
+    assert endpoint.fetches == 5  # forgotten to make room: one refetch more
+
+
+def test_a_key_id_longer_than_any_real_one_is_refused_without_a_fetch(
+    endpoint: JwksEndpoint, validator: TokenValidator, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    token = sign(claims(), attacker_key, kid="k" * (MAX_KEY_ID_CHARS + 1))
+
+    assert refused(validator, token).reason == "unknown signing key"
+    assert endpoint.fetches == 0
+
+
+def test_a_key_set_due_for_refresh_keeps_serving_while_it_is_refetched(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    now = [1000.0]
+    validator = TokenValidator(make_policy(endpoint.url), cache_s=3600, clock=lambda: now[0])
+    valid = sign(claims(), signing_key)
+    validator.validate_token(valid)
+    endpoint.hang()
+    now[0] += 3601
+
+    started = time.monotonic()
+    principal = validator.validate_token(valid)
+    waited = time.monotonic() - started
+
+    assert principal.object_id == USER_OID
+    assert waited < 1.0
+    assert endpoint.requested.wait(5)  # the refresh runs beside the request, not before it
+    endpoint.answer()
 
 
 # --- roles --------------------------------------------------------------------------------------------
