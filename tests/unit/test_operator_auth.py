@@ -391,13 +391,121 @@ def test_a_token_without_a_required_claim_is_refused(
         ({"oid": ""}, "no oid claim"),
         ({"roles": OPERATOR_ROLE}, "malformed roles claim"),  # a string, not a list: no role by substring
         ({"roles": [OPERATOR_ROLE, 1]}, "malformed roles claim"),
-        ({"exp": "tomorrow"}, "invalid token"),
+        ({"exp": "tomorrow"}, "malformed exp claim"),
+        ({"oid": "not-a-guid"}, "malformed oid claim"),
+        ({"oid": "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0-extra"}, "malformed oid claim"),
+        ({"tid": "contoso.example"}, "wrong tenant"),
+        ({"azp": "the-cli"}, "malformed azp claim"),
     ],
 )
 def test_a_claim_of_the_wrong_type_is_refused(
     validator: TokenValidator, signing_key: rsa.RSAPrivateKey, changes: dict[str, Any], reason: str
 ) -> None:
     assert refused(validator, sign(claims(**changes), signing_key)).reason == reason
+
+
+def numeric_date_attacks() -> list[Any]:
+    """``(claim, value, reason)``: what an ``exp``, ``nbf`` or ``iat`` might be instead of a number of
+    seconds; ``value`` is a function of the current time."""
+    values: dict[str, Any] = {
+        "numeric-string": str,
+        "float-string": lambda now: f"{now}.5",
+        "true": lambda now: True,
+        "false": lambda now: False,
+        "huge": lambda now: 10**40,
+        "infinite": lambda now: float("inf"),
+        "not-a-number": lambda now: float("nan"),
+        "negative": lambda now: -1,
+        "list": lambda now: [now],
+        "object": lambda now: {"seconds": now},
+    }
+    return [
+        pytest.param(claim, value, f"malformed {claim} claim", id=f"{claim}-{name}")
+        for claim in ("exp", "nbf", "iat")
+        for name, value in values.items()
+    ] + [
+        pytest.param(claim, lambda now: None, f"no {claim} claim", id=f"{claim}-null")
+        for claim in ("exp", "nbf", "iat")
+    ]
+
+
+def numeric_date_token(claim: str, value: Any, key: rsa.RSAPrivateKey, kid: str = KID) -> str:
+    now = int(time.time())
+    payload = claims(**{"iat": now, "nbf": now, "exp": now + 3600})
+    payload[claim] = value(now + 3600 if claim == "exp" else now)
+    return sign(payload, key, kid=kid)
+
+
+@pytest.mark.parametrize(("claim", "value", "reason"), numeric_date_attacks())
+def test_a_time_claim_that_is_not_a_number_of_seconds_is_401(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey, claim: str, value: Any, reason: str
+) -> None:
+    assert refused(validator, numeric_date_token(claim, value, signing_key)).reason == reason
+
+
+def test_a_malformed_time_claim_is_refused_before_any_key_is_fetched(
+    endpoint: JwksEndpoint, validator: TokenValidator, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    token = numeric_date_token("exp", str, attacker_key, kid="made-up")
+
+    assert refused(validator, token).reason == "malformed exp claim"
+    assert endpoint.fetches == 0
+
+
+def test_time_claims_with_fractions_of_a_second_are_numbers(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey
+) -> None:
+    now = time.time()  # RFC 7519 NumericDate: "can be non-integer"
+    token = sign(claims(iat=now, nbf=now, exp=now + 3600.5), signing_key)
+
+    assert validator.validate_token(token).object_id == USER_OID
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "{" + USER_OID + "}",
+        USER_OID.upper(),
+        "{" + USER_OID.upper() + "}",
+        "urn:uuid:" + USER_OID,
+        USER_OID.replace("-", ""),
+    ],
+    ids=["braces", "upper-case", "braces-upper-case", "urn", "no-hyphens"],
+)
+def test_guid_claims_are_read_as_guids_whatever_their_written_form(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey, form: str
+) -> None:
+    tenant_form = form.replace(USER_OID, TENANT).replace(USER_OID.upper(), TENANT.upper())
+    tenant_form = tenant_form.replace(USER_OID.replace("-", ""), TENANT.replace("-", ""))
+    app_form = tenant_form.replace(TENANT, CLI_CLIENT_ID).replace(TENANT.upper(), CLI_CLIENT_ID.upper())
+    app_form = app_form.replace(TENANT.replace("-", ""), CLI_CLIENT_ID.replace("-", ""))
+    token = sign(claims(oid=form, tid=tenant_form, azp=app_form), signing_key)
+
+    principal = validator.validate_token(token)
+
+    assert (principal.object_id, principal.tenant_id, principal.app_id) == (USER_OID, TENANT, CLI_CLIENT_ID)
+    assert principal.audit_id == f"{TENANT}/{USER_OID}"
+
+
+@pytest.mark.parametrize(
+    ("principal_id", "same"),
+    [
+        (USER_OID, True),
+        ("{" + USER_OID.upper() + "}", True),
+        ("urn:uuid:" + USER_OID, True),
+        (OTHER_TENANT, False),
+        ("not-a-guid", True),  # cannot be told apart from the principal: counted as it
+        ("", True),
+    ],
+)
+def test_a_principal_is_compared_by_guid_and_an_id_that_is_no_guid_counts_as_the_same(
+    principal_id: str, same: bool
+) -> None:
+    principal = Principal(object_id=USER_OID, tenant_id=TENANT, subject="s", roles=frozenset())
+    unparsable = Principal(object_id="oid-otto", tenant_id=TENANT, subject="s", roles=frozenset())
+
+    assert principal.may_be(principal_id) is same
+    assert unparsable.may_be(USER_OID) is True
 
 
 # --- signatures ---------------------------------------------------------------------------------------
