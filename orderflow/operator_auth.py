@@ -295,7 +295,7 @@ class TokenValidator:
         fetch_timeout_s: Timeout of one fetch, seconds.
         wait_s: Longest a request waits on a fetch, seconds (default ``fetch_timeout_s``).
         unknown_key_ttl_s: Seconds a ``kid`` that a fetched key set lacked is refused without a refetch.
-        clock: Monotonic seconds, for the key set's times (``time.monotonic``).
+        monotonic: The clock of the key set's times, seconds (``time.monotonic``).
 
     Raises:
         ValueError: ``policy.jwks_uri`` is not an http or https URL.
@@ -310,7 +310,7 @@ class TokenValidator:
         fetch_timeout_s: float = JWKS_FETCH_TIMEOUT_S,
         wait_s: float | None = None,
         unknown_key_ttl_s: float = UNKNOWN_KEY_ID_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not policy.jwks_uri.lower().startswith(("http://", "https://")):
             raise ValueError("the JWKS URI (OPERATOR_JWKS_URI) is not an http or https URL")
@@ -322,7 +322,7 @@ class TokenValidator:
             cache_s=cache_s,
             refresh_cooldown_s=refresh_cooldown_s,
             unknown_key_ttl_s=unknown_key_ttl_s,
-            clock=clock,
+            monotonic=monotonic,
         )
 
     @classmethod

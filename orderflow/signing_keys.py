@@ -73,7 +73,7 @@ class SigningKeys:
         cache_s: Seconds after a fetch before the set is refetched (in the background).
         refresh_cooldown_s: Least seconds between two fetches that unknown key ids cause.
         unknown_key_ttl_s: Seconds a key id a fetched set lacked is refused without a refetch.
-        clock: Monotonic seconds (``time.monotonic``); a test's own clock.
+        monotonic: The clock, seconds (``time.monotonic``; a test's own).
     """
 
     def __init__(
@@ -85,14 +85,14 @@ class SigningKeys:
         cache_s: float,
         refresh_cooldown_s: float,
         unknown_key_ttl_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = jwt.PyJWKClient(jwks_uri, cache_jwk_set=False, timeout=fetch_timeout_s)
         self._wait_s = wait_s
         self._cache_s = cache_s
         self._cooldown_s = refresh_cooldown_s
         self._unknown_ttl_s = unknown_key_ttl_s
-        self._clock = clock
+        self._clock = monotonic
         # Guards every field below; held for dictionary work only, never over a fetch or a wait.
         self._lock = threading.Lock()
         self._keys: dict[str, jwt.PyJWK] = {}
