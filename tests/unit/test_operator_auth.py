@@ -1,7 +1,9 @@
 """Bearer tokens of the operator API: each attack first, then the defence that refuses it.
 
-The signing keys are served over real HTTP on loopback, so ``jwt.PyJWKClient`` really fetches, caches
-and refetches them. Every refusal is checked not to quote the token or any part of it.
+The signing keys are served over real HTTP on loopback, so ``orderflow.signing_keys`` really fetches,
+caches and refetches them (through ``jwt.PyJWKClient``), and the endpoint can hang: the key set tests run
+requests from several threads against it. Every refusal is checked not to quote the token or any part of
+it.
 """
 
 from __future__ import annotations
