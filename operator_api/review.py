@@ -97,9 +97,9 @@ def may_review(
     if not owners:
         # Whose order it is cannot be told (its client is no longer registered): nobody approves it.
         return False
-    return all(
-        client.principal_id is None or client.principal_id.lower() != principal.object_id.lower()
-        for client in owners
+    # Compared as GUIDs, any written form alike; a principal id that is not one counts as the submitter's.
+    return not any(
+        client.principal_id is not None and principal.may_be(client.principal_id) for client in owners
     )
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orderflow.entra_ids import canonical_guid
+
 CLIENT_ID_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
 """A client id: a slug of 1-32 lowercase letters, digits and single inner hyphens (it names queues)."""
 
@@ -37,8 +39,6 @@ DEFAULT_INBOUND_PREFIX = "orders-"
 
 DEFAULT_REPLY_PREFIX = "replies-"
 """A client's reply queue is ``replies-<id>`` unless the registry names another."""
-
-_GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def _queue_name(value: str) -> str:
@@ -94,9 +94,15 @@ class RegisteredClient(BaseModel):
     @field_validator("principal_id")
     @classmethod
     def _principal_is_a_guid(cls, value: str | None) -> str | None:
-        if value is not None and not _GUID.fullmatch(value.lower()):
-            raise ValueError("principalId should be the Entra object id of the client's app, a GUID")
-        return value.lower() if value is not None else None
+        # Kept in Entra's form, whatever form it was written in: it is compared with tokens' oid.
+        if value is None:
+            return None
+        try:
+            return canonical_guid(value)
+        except ValueError:
+            raise ValueError(
+                "principalId should be the Entra object id of the client's app, a GUID"
+            ) from None
 
     def __repr__(self) -> str:
         return (

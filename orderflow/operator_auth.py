@@ -14,13 +14,19 @@ to your application and receive them in the token"
   up, so a public key can never serve as an HMAC secret), by the key the header's ``kid`` names in the
   configured JWKS; the token's own ``jku``, ``x5u`` or ``jwk`` headers are never followed. Keys roll over
   without notice (https://learn.microsoft.com/entra/identity-platform/signing-key-rollover): the key set
-  is cached for :data:`JWKS_CACHE_S` and an unknown ``kid`` refetches it once, at most once per
-  :data:`JWKS_REFRESH_COOLDOWN_S` (``jwt.PyJWKClient``'s cooldown), so a stream of made-up key ids
-  cannot turn into a stream of requests to the tenant;
+  is cached (:class:`orderflow.signing_keys.SigningKeys`): a token whose key is cached never waits for a
+  fetch, one fetch at a time serves every request that needs it, nobody waits on it longer than
+  ``OPERATOR_JWKS_TIMEOUT_S``, and an unknown ``kid`` refetches the set at most once per
+  :data:`JWKS_REFRESH_COOLDOWN_S` and, once a fetched set lacked it, not again for
+  :data:`UNKNOWN_KEY_ID_TTL_S`: made-up key ids turn neither into a stream of requests to the tenant nor
+  into a wait for anyone else;
 - ``iss`` exactly the configured issuer (v1.0 tokens, ``https://sts.windows.net/<tenant>/``, only when
   that is the one configured), ``aud`` a single string, one of the configured audiences, ``exp``, ``nbf``
-  and ``iat`` within the configured leeway and ``exp - iat`` at most :data:`MAX_TOKEN_LIFETIME_S`, ``tid``
-  the configured tenant, and every claim of :data:`REQUIRED_CLAIMS` present.
+  and ``iat`` numbers (never strings or booleans, checked before any key is looked up or any arithmetic)
+  within the configured leeway and ``exp - iat`` at most :data:`MAX_TOKEN_LIFETIME_S`, ``tid`` the
+  configured tenant, and every claim of :data:`REQUIRED_CLAIMS` present;
+- ``oid``, ``tid`` and ``azp`` (or ``appid``) read as GUIDs (:mod:`orderflow.entra_ids`): a principal is
+  kept and compared in one canonical form (:meth:`Principal.may_be`), whatever form the token wrote.
 
 A refusal is :class:`Unauthenticated` (401, with the ``WWW-Authenticate`` challenge of RFC 6750 §3),
 :class:`Forbidden` (403) or, when the signing keys cannot be fetched, :class:`SigningKeysUnavailable`
@@ -32,7 +38,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +47,10 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from orderflow import telemetry
+from orderflow.entra_ids import guid_or_none
 from orderflow.errors import ErrorKind, OrderflowError, TransientError
 from orderflow.settings import Settings
+from orderflow.signing_keys import KeySetUnavailable, SigningKeys, UnknownKeyId
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +64,16 @@ ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 ALLOWED_ALGORITHMS = ("RS256",)
 """The only signing algorithm accepted: what Entra ID signs access tokens with."""
 REQUIRED_CLAIMS = ("iss", "aud", "exp", "nbf", "iat", "sub", "oid", "tid")
+"""Claims every Entra access token carries and a token without one of them is refused for."""
+TIME_CLAIMS = ("exp", "nbf", "iat")
+"""Claims that are times: RFC 7519 NumericDates, JSON numbers of seconds since 1970-01-01T00:00:00Z UTC."""
+MAX_NUMERIC_DATE = 253_402_300_799
+"""The latest time a time claim may name, seconds since the epoch: 9999-12-31T23:59:59Z."""
 
 MAX_TOKEN_LIFETIME_S = 24 * 3600
 """The longest ``exp - iat`` accepted, seconds. Entra access tokens live 60-90 minutes by default and at
 most about a day; a token valid for longer can only have been minted by whoever holds a signing key, and
 would outlive any revocation of the principal's role."""
-"""Claims every Entra access token carries and a token without one of them is refused for."""
 MAX_TOKEN_CHARS = 16_384
 """Longest token read at all. Entra tokens are a few kilobytes; this bounds the work a caller can cause."""
 JWKS_CACHE_S = 3600.0
@@ -68,7 +81,12 @@ JWKS_CACHE_S = 3600.0
 JWKS_REFRESH_COOLDOWN_S = 30.0
 """Least seconds between two fetches of the key set caused by an unknown ``kid``."""
 JWKS_FETCH_TIMEOUT_S = 5.0
-"""Timeout of one key set fetch, seconds: a request waits on it, so it is short."""
+"""Timeout of one key set fetch, seconds, and the longest a request waits on a fetch."""
+UNKNOWN_KEY_ID_TTL_S = 300.0
+"""Seconds a key id that a fetched key set lacked is refused without a refetch. Entra publishes a new key
+weeks before it signs with it, so a genuine key id is in the set long before any token names it."""
+MAX_KEY_ID_CHARS = 256
+"""Longest ``kid`` read at all: Entra's are under 50 characters, and unknown ones are remembered."""
 
 REALM = "orderflow"
 """The ``realm`` of the ``WWW-Authenticate`` challenge."""
@@ -103,6 +121,13 @@ class Principal:
     def has_role(self, role: str) -> bool:
         """Whether the token granted app role ``role``."""
         return role in self.roles
+
+    def may_be(self, principal_id: str) -> bool:
+        """Whether ``principal_id`` (an object id, e.g. a client's ``principalId``) may name this principal:
+        the same GUID in any written form. An id of either that is not a GUID cannot be told apart from
+        the other, so it counts as the same: a rule refusing a principal its own orders refuses then."""
+        mine, theirs = guid_or_none(self.object_id), guid_or_none(principal_id)
+        return mine is None or theirs is None or mine == theirs
 
     @property
     def audit_id(self) -> str:
@@ -266,8 +291,11 @@ class TokenValidator:
     Args:
         policy: What a token must satisfy.
         refresh_cooldown_s: Least seconds between key set fetches an unknown ``kid`` causes.
-        cache_s: Seconds a fetched key set is reused.
+        cache_s: Seconds a fetched key set is used before it is refetched (in the background).
         fetch_timeout_s: Timeout of one fetch, seconds.
+        wait_s: Longest a request waits on a fetch, seconds (default ``fetch_timeout_s``).
+        unknown_key_ttl_s: Seconds a ``kid`` that a fetched key set lacked is refused without a refetch.
+        monotonic: The clock of the key set's times, seconds (``time.monotonic``).
 
     Raises:
         ValueError: ``policy.jwks_uri`` is not an http or https URL.
@@ -280,16 +308,21 @@ class TokenValidator:
         refresh_cooldown_s: float = JWKS_REFRESH_COOLDOWN_S,
         cache_s: float = JWKS_CACHE_S,
         fetch_timeout_s: float = JWKS_FETCH_TIMEOUT_S,
+        wait_s: float | None = None,
+        unknown_key_ttl_s: float = UNKNOWN_KEY_ID_TTL_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not policy.jwks_uri.lower().startswith(("http://", "https://")):
             raise ValueError("the JWKS URI (OPERATOR_JWKS_URI) is not an http or https URL")
         self.policy = policy
-        self._keys = jwt.PyJWKClient(
+        self._keys = SigningKeys(
             policy.jwks_uri,
-            cache_jwk_set=True,
-            lifespan=cache_s,
-            timeout=fetch_timeout_s,
-            cooldown_duration=refresh_cooldown_s,
+            fetch_timeout_s=fetch_timeout_s,
+            wait_s=fetch_timeout_s if wait_s is None else wait_s,
+            cache_s=cache_s,
+            refresh_cooldown_s=refresh_cooldown_s,
+            unknown_key_ttl_s=unknown_key_ttl_s,
+            monotonic=monotonic,
         )
 
     @classmethod
@@ -320,26 +353,18 @@ class TokenValidator:
         if len(token) > MAX_TOKEN_CHARS:
             raise Unauthenticated("token too long")
         key_id = _key_id(token)
+        _check_time_claims(_unverified_claims(token))  # before a key is looked up, or fetched
         claims = self._verified_claims(token, self._signing_key(key_id))
         return _principal(claims, self.policy)
 
     def _signing_key(self, key_id: str) -> RSAPublicKey:
-        # The cached set first: a failure to get any usable set is the endpoint's, never the caller's.
+        # A failure to get a usable key set is the endpoint's (503), never the caller's.
         try:
-            self._keys.get_signing_keys()
-        except jwt.PyJWKClientConnectionError as exc:
-            raise SigningKeysUnavailable("the signing keys could not be fetched") from exc
-        except (jwt.PyJWKClientError, jwt.PyJWKSetError) as exc:
-            raise SigningKeysUnavailable("the signing keys endpoint returned no usable key") from exc
-        # Then the key: a kid not in the set refetches it once (unless cooling down), then is refused.
-        try:
-            jwk = self._keys.get_signing_key(key_id)
-        except jwt.PyJWKClientConnectionError as exc:
-            raise SigningKeysUnavailable("the signing keys could not be fetched") from exc
-        except jwt.PyJWKSetError as exc:
-            raise SigningKeysUnavailable("the signing keys endpoint returned no usable key") from exc
-        except jwt.PyJWKClientError:
+            jwk = self._keys.get(key_id)
+        except UnknownKeyId:
             raise Unauthenticated("unknown signing key") from None
+        except KeySetUnavailable as unavailable:
+            raise SigningKeysUnavailable(unavailable.detail) from None
         if not isinstance(jwk.key, RSAPublicKey):
             raise Unauthenticated("the signing key is not an RSA key")
         return jwk.key
@@ -385,13 +410,42 @@ def _check_claims(claims: Mapping[str, Any], policy: TokenPolicy) -> None:
     """
     if claims.get("iss") != policy.issuer:  # the library compares too; exact equality is the rule
         raise Unauthenticated("wrong issuer")
-    if claims.get("tid") != policy.tenant_id:
+    tenant = guid_or_none(claims.get("tid"))
+    if tenant is None or tenant != guid_or_none(policy.tenant_id):
         raise Unauthenticated("wrong tenant")
     if not isinstance(claims.get("aud"), str):
         raise Unauthenticated("wrong audience")  # Entra names one audience; a list is not its token
-    lifetime = claims["exp"] - claims["iat"]
-    if not isinstance(lifetime, int | float) or lifetime > MAX_TOKEN_LIFETIME_S:
+    _check_time_claims(claims)  # what was signed is what was checked before the key lookup
+    if claims["exp"] - claims["iat"] > MAX_TOKEN_LIFETIME_S:
         raise Unauthenticated("token lifetime too long")
+
+
+def _unverified_claims(token: str) -> dict[str, Any]:
+    """The claims of a token whose signature is not checked yet: only ever read to refuse it early."""
+    try:
+        return dict(jwt.decode(token, options={"verify_signature": False}))
+    except jwt.PyJWTError:
+        raise Unauthenticated("malformed token") from None
+
+
+def _check_time_claims(claims: Mapping[str, Any]) -> None:
+    """Refuse a token whose ``exp``, ``nbf`` or ``iat`` is not a number of seconds from 1970 to the year 9999
+    (a numeric string, a boolean, a non-finite or huge number ...). An absent or null one is left to the
+    required-claims check, which names it.
+
+    Raises:
+        Unauthenticated: ``malformed <claim> claim``.
+    """
+    for name in TIME_CLAIMS:
+        value = claims.get(name)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 <= value <= MAX_NUMERIC_DATE
+        ):
+            raise Unauthenticated(f"malformed {name} claim")
 
 
 def _key_id(token: str) -> str:
@@ -405,6 +459,8 @@ def _key_id(token: str) -> str:
     key_id = header.get("kid")
     if not isinstance(key_id, str) or not key_id:
         raise Unauthenticated("no key id")
+    if len(key_id) > MAX_KEY_ID_CHARS:
+        raise Unauthenticated("unknown signing key")
     return key_id
 
 
@@ -422,10 +478,24 @@ def _text_claim(claims: Mapping[str, Any], *names: str) -> str:
     return ""
 
 
+def _guid_claim(claims: Mapping[str, Any], *names: str) -> str:
+    """The first of ``names`` that is a non-empty string claim, as a canonical GUID.
+
+    Raises:
+        Unauthenticated: none is (``no <first name> claim``), or it is no GUID (``malformed <name> claim``).
+    """
+    for name in names:
+        value = _text_claim(claims, name)
+        if value:
+            guid = guid_or_none(value)
+            if guid is None:
+                raise Unauthenticated(f"malformed {name} claim")
+            return guid
+    raise Unauthenticated(f"no {names[0]} claim")
+
+
 def _principal(claims: Mapping[str, Any], policy: TokenPolicy) -> Principal:
-    object_id = _text_claim(claims, "oid")
-    if not object_id:
-        raise Unauthenticated("no oid claim")
+    object_id = _guid_claim(claims, "oid")
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
         raise Unauthenticated("malformed roles claim")
@@ -438,7 +508,7 @@ def _principal(claims: Mapping[str, Any], policy: TokenPolicy) -> Principal:
         tenant_id=policy.tenant_id,
         subject=_text_claim(claims, "sub"),
         roles=frozenset(roles),
-        app_id=_text_claim(claims, "azp", "appid"),
+        app_id=_guid_claim(claims, "azp", "appid"),
         display_name=_text_claim(claims, "name", "preferred_username"),
     )
 

@@ -453,8 +453,10 @@ class Settings(BaseModel):
     OPERATOR_JWKS_TIMEOUT_S: float = Field(
         5.0,
         gt=0,
-        description="Seconds the operator API waits for its token signing keys (the JWKS) to be fetched. "
-        "Must be shorter than OPERATOR_API_TIMEOUT_S, so a caller hears the refusal instead of timing out.",
+        description="Seconds the operator API waits for its token signing keys (the JWKS) to be fetched: "
+        "the timeout of one fetch, and the longest any request waits on one (then 503). A token whose key "
+        "is cached never waits. Must be shorter than OPERATOR_API_TIMEOUT_S, so a caller hears the refusal "
+        "instead of timing out.",
     )
     OPERATOR_API_TIMEOUT_S: float = Field(
         30.0,

@@ -28,8 +28,16 @@ def test_only_the_id_is_required_and_the_queues_follow_from_it() -> None:
     assert len(Settings.load({}).clients()) == 0
 
 
-def test_a_principal_id_is_kept_lowercase() -> None:
-    principal = "0A1B2C3D-0000-4000-8000-000000000001"
+@pytest.mark.parametrize(
+    "principal",
+    [
+        "0A1B2C3D-0000-4000-8000-000000000001",
+        "{0a1b2c3d-0000-4000-8000-000000000001}",
+        "urn:uuid:0a1b2c3d-0000-4000-8000-000000000001",
+        "0a1b2c3d000040008000000000000001",
+    ],
+)
+def test_a_principal_id_is_kept_in_entras_form_whatever_form_it_was_written_in(principal: str) -> None:
     client = RegisteredClient.model_validate({"id": "a", "principalId": principal})
     assert client.principal_id == "0a1b2c3d-0000-4000-8000-000000000001"
 

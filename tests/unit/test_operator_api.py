@@ -211,6 +211,48 @@ def test_when_the_signing_keys_cannot_be_fetched_the_answer_is_503(
     )
 
 
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [
+        ("exp", lambda now: str(now + 3600)),
+        ("exp", lambda now: f"{now + 3600}.0"),
+        ("exp", lambda now: True),
+        ("exp", lambda now: None),
+        ("exp", lambda now: 10**40),
+        ("nbf", str),
+        ("iat", str),
+        ("iat", lambda now: float("inf")),
+    ],
+    ids=[
+        "exp-string",
+        "exp-float-string",
+        "exp-true",
+        "exp-null",
+        "exp-huge",
+        "nbf-string",
+        "iat-string",
+        "iat-inf",
+    ],
+)
+def test_a_time_claim_that_is_not_a_number_is_401_never_500(
+    deps: Dependencies, trusted: TrustedIssuer, claim: str, value: Any
+) -> None:
+    # Signed by the trusted key: only the claim's type is wrong.
+    claims = jwt.decode(
+        trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]), options={"verify_signature": False}
+    )
+    claims[claim] = value(int(time.time()))
+    token = jwt.encode(claims, signing_key(), algorithm="RS256", headers={"kid": trusted.issuer.key_id})
+    running(deps)
+
+    response = call(deps, trusted.validator, "GET", ORDER, {"Authorization": f"Bearer {token}"})
+
+    assert (response.status, code(response)) == (401, "Unauthenticated")
+    reason = f"no {claim} claim" if value(0) is None else f"malformed {claim} claim"
+    assert response.body["error"]["message"] == reason
+    assert response.headers["WWW-Authenticate"].startswith('Bearer realm="orderflow", error="invalid_token"')
+
+
 def test_an_api_that_is_not_configured_refuses_every_call(deps: Dependencies, trusted: TrustedIssuer) -> None:
     response = call(deps, None, "GET", ORDER, trusted.operator())
 

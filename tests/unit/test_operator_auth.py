@@ -1,7 +1,9 @@
 """Bearer tokens of the operator API: each attack first, then the defence that refuses it.
 
-The signing keys are served over real HTTP on loopback, so ``jwt.PyJWKClient`` really fetches, caches
-and refetches them. Every refusal is checked not to quote the token or any part of it.
+The signing keys are served over real HTTP on loopback, so ``orderflow.signing_keys`` really fetches,
+caches and refetches them (through ``jwt.PyJWKClient``), and the endpoint can hang: the key set tests run
+requests from several threads against it. Every refusal is checked not to quote the token or any part of
+it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from orderflow import telemetry
+from orderflow import signing_keys, telemetry
 from orderflow.errors import ErrorKind, TransientError, kind_of
 from orderflow.operator_auth import (
+    MAX_KEY_ID_CHARS,
     MAX_TOKEN_LIFETIME_S,
     OPERATOR_ROLE,
     REQUIRED_CLAIMS,
@@ -70,17 +73,28 @@ def public_jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
 
 
 class JwksEndpoint:
-    """A JWKS endpoint on loopback that serves :attr:`document` and counts the fetches."""
+    """A JWKS endpoint on loopback that serves :attr:`document` and counts the fetches.
+
+    After :meth:`hang` it reads each request and answers nothing until :meth:`answer` (or :meth:`close`).
+    """
 
     def __init__(self) -> None:
         self.document: Any = {"keys": []}
         self.status = 200
         self.fetches = 0
+        self.requested = threading.Event()
+        self._hanging = False
+        self._answer = threading.Event()
+        self._count = threading.Lock()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                endpoint.fetches += 1
+                with endpoint._count:
+                    endpoint.fetches += 1
+                endpoint.requested.set()
+                if endpoint._hanging:
+                    endpoint._answer.wait(30)
                 body = json.dumps(endpoint.document).encode()
                 self.send_response(endpoint.status)
                 self.send_header("Content-Type", "application/json")
@@ -103,7 +117,19 @@ class JwksEndpoint:
     def publish(self, *jwks: dict[str, Any]) -> None:
         self.document = {"keys": list(jwks)}
 
+    def hang(self) -> None:
+        """Answer no request from now on, until :meth:`answer`."""
+        self.requested.clear()
+        self._answer.clear()
+        self._hanging = True
+
+    def answer(self) -> None:
+        """Answer the requests held, and every later one at once."""
+        self._hanging = False
+        self._answer.set()
+
     def close(self) -> None:
+        self.answer()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
@@ -367,13 +393,121 @@ def test_a_token_without_a_required_claim_is_refused(
         ({"oid": ""}, "no oid claim"),
         ({"roles": OPERATOR_ROLE}, "malformed roles claim"),  # a string, not a list: no role by substring
         ({"roles": [OPERATOR_ROLE, 1]}, "malformed roles claim"),
-        ({"exp": "tomorrow"}, "invalid token"),
+        ({"exp": "tomorrow"}, "malformed exp claim"),
+        ({"oid": "not-a-guid"}, "malformed oid claim"),
+        ({"oid": "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0-extra"}, "malformed oid claim"),
+        ({"tid": "contoso.example"}, "wrong tenant"),
+        ({"azp": "the-cli"}, "malformed azp claim"),
     ],
 )
 def test_a_claim_of_the_wrong_type_is_refused(
     validator: TokenValidator, signing_key: rsa.RSAPrivateKey, changes: dict[str, Any], reason: str
 ) -> None:
     assert refused(validator, sign(claims(**changes), signing_key)).reason == reason
+
+
+def numeric_date_attacks() -> list[Any]:
+    """``(claim, value, reason)``: what an ``exp``, ``nbf`` or ``iat`` might be instead of a number of
+    seconds; ``value`` is a function of the current time."""
+    values: dict[str, Any] = {
+        "numeric-string": str,
+        "float-string": lambda now: f"{now}.5",
+        "true": lambda now: True,
+        "false": lambda now: False,
+        "huge": lambda now: 10**40,
+        "infinite": lambda now: float("inf"),
+        "not-a-number": lambda now: float("nan"),
+        "negative": lambda now: -1,
+        "list": lambda now: [now],
+        "object": lambda now: {"seconds": now},
+    }
+    return [
+        pytest.param(claim, value, f"malformed {claim} claim", id=f"{claim}-{name}")
+        for claim in ("exp", "nbf", "iat")
+        for name, value in values.items()
+    ] + [
+        pytest.param(claim, lambda now: None, f"no {claim} claim", id=f"{claim}-null")
+        for claim in ("exp", "nbf", "iat")
+    ]
+
+
+def numeric_date_token(claim: str, value: Any, key: rsa.RSAPrivateKey, kid: str = KID) -> str:
+    now = int(time.time())
+    payload = claims(**{"iat": now, "nbf": now, "exp": now + 3600})
+    payload[claim] = value(now + 3600 if claim == "exp" else now)
+    return sign(payload, key, kid=kid)
+
+
+@pytest.mark.parametrize(("claim", "value", "reason"), numeric_date_attacks())
+def test_a_time_claim_that_is_not_a_number_of_seconds_is_401(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey, claim: str, value: Any, reason: str
+) -> None:
+    assert refused(validator, numeric_date_token(claim, value, signing_key)).reason == reason
+
+
+def test_a_malformed_time_claim_is_refused_before_any_key_is_fetched(
+    endpoint: JwksEndpoint, validator: TokenValidator, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    token = numeric_date_token("exp", str, attacker_key, kid="made-up")
+
+    assert refused(validator, token).reason == "malformed exp claim"
+    assert endpoint.fetches == 0
+
+
+def test_time_claims_with_fractions_of_a_second_are_numbers(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey
+) -> None:
+    now = time.time()  # RFC 7519 NumericDate: "can be non-integer"
+    token = sign(claims(iat=now, nbf=now, exp=now + 3600.5), signing_key)
+
+    assert validator.validate_token(token).object_id == USER_OID
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "{" + USER_OID + "}",
+        USER_OID.upper(),
+        "{" + USER_OID.upper() + "}",
+        "urn:uuid:" + USER_OID,
+        USER_OID.replace("-", ""),
+    ],
+    ids=["braces", "upper-case", "braces-upper-case", "urn", "no-hyphens"],
+)
+def test_guid_claims_are_read_as_guids_whatever_their_written_form(
+    validator: TokenValidator, signing_key: rsa.RSAPrivateKey, form: str
+) -> None:
+    tenant_form = form.replace(USER_OID, TENANT).replace(USER_OID.upper(), TENANT.upper())
+    tenant_form = tenant_form.replace(USER_OID.replace("-", ""), TENANT.replace("-", ""))
+    app_form = tenant_form.replace(TENANT, CLI_CLIENT_ID).replace(TENANT.upper(), CLI_CLIENT_ID.upper())
+    app_form = app_form.replace(TENANT.replace("-", ""), CLI_CLIENT_ID.replace("-", ""))
+    token = sign(claims(oid=form, tid=tenant_form, azp=app_form), signing_key)
+
+    principal = validator.validate_token(token)
+
+    assert (principal.object_id, principal.tenant_id, principal.app_id) == (USER_OID, TENANT, CLI_CLIENT_ID)
+    assert principal.audit_id == f"{TENANT}/{USER_OID}"
+
+
+@pytest.mark.parametrize(
+    ("principal_id", "same"),
+    [
+        (USER_OID, True),
+        ("{" + USER_OID.upper() + "}", True),
+        ("urn:uuid:" + USER_OID, True),
+        (OTHER_TENANT, False),
+        ("not-a-guid", True),  # cannot be told apart from the principal: counted as it
+        ("", True),
+    ],
+)
+def test_a_principal_is_compared_by_guid_and_an_id_that_is_no_guid_counts_as_the_same(
+    principal_id: str, same: bool
+) -> None:
+    principal = Principal(object_id=USER_OID, tenant_id=TENANT, subject="s", roles=frozenset())
+    unparsable = Principal(object_id="oid-otto", tenant_id=TENANT, subject="s", roles=frozenset())
+
+    assert principal.may_be(principal_id) is same
+    assert unparsable.may_be(USER_OID) is True
 
 
 # --- signatures ---------------------------------------------------------------------------------------
@@ -522,6 +656,198 @@ def test_cached_keys_outlast_an_outage_of_the_endpoint(
 
     assert validator.validate_token(sign(claims(), signing_key)).object_id == USER_OID
     assert endpoint.fetches == 1
+
+
+def concurrently(validator: TokenValidator, tokens: list[str]) -> tuple[list[threading.Thread], list[Any]]:
+    """Threads, already started, each validating one of ``tokens``; what each ended with (a principal or
+    the refusal) is appended to the list as it ends."""
+    outcomes: list[Any] = []
+
+    def validate(token: str) -> None:
+        try:
+            outcomes.append(validator.validate_token(token))
+        except (Unauthenticated, SigningKeysUnavailable) as refusal:
+            outcomes.append(refusal)
+
+    threads = [threading.Thread(target=validate, args=(token,), daemon=True) for token in tokens]
+    for thread in threads:
+        thread.start()
+    return threads, outcomes
+
+
+def joined(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_a_cached_key_is_not_held_up_by_unknown_key_ids_while_the_key_endpoint_hangs(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    # The attack: while the key endpoint hangs, anyone sends tokens naming key ids nobody published, each
+    # asking for a refetch (no cooldown here: as once the cooldown has passed).
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0, fetch_timeout_s=5)
+    valid = sign(claims(), signing_key)
+    validator.validate_token(valid)  # the key is cached
+    endpoint.hang()
+    made_up = [sign(claims(), attacker_key, kid=f"made-up-{n}") for n in range(6)]
+    threads, outcomes = concurrently(validator, made_up)
+    assert endpoint.requested.wait(5)  # a refetch is in flight, and hangs
+
+    started = time.monotonic()
+    principal = validator.validate_token(valid)
+    waited = time.monotonic() - started
+
+    endpoint.answer()
+    joined(threads)
+    assert principal.object_id == USER_OID
+    assert waited < 1.0
+    # Once the endpoint answers, each made-up key id is refused as what it is.
+    assert [getattr(outcome, "reason", None) for outcome in outcomes] == ["unknown signing key"] * len(
+        made_up
+    )
+
+
+def test_a_wait_on_a_hanging_key_endpoint_is_bounded_and_a_503(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url), fetch_timeout_s=5, wait_s=0.2)
+    endpoint.hang()
+    token = sign(claims(), signing_key)
+
+    started = time.monotonic()
+    with pytest.raises(SigningKeysUnavailable) as raised:
+        validator.validate_token(token)  # no key cached yet: the token cannot be checked
+    waited = time.monotonic() - started
+
+    assert waited < 1.0
+    assert http_refusal(raised.value) == (503, {})
+    assert_not_echoed(raised.value, token)
+    endpoint.answer()
+
+
+def test_concurrent_requests_for_one_unknown_key_id_share_one_fetch(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0)
+    validator.validate_token(sign(claims(), signing_key))
+    endpoint.hang()
+    threads, outcomes = concurrently(validator, [sign(claims(), attacker_key, kid="made-up")] * 8)
+    assert endpoint.requested.wait(5)
+
+    endpoint.answer()
+    joined(threads)
+
+    assert endpoint.fetches == 2  # the first fetch and one refetch, shared
+    assert [getattr(outcome, "reason", None) for outcome in outcomes] == ["unknown signing key"] * 8
+
+
+def test_concurrent_first_requests_share_one_fetch(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url))
+    endpoint.hang()
+    threads, outcomes = concurrently(validator, [sign(claims(), signing_key)] * 8)
+    assert endpoint.requested.wait(5)
+
+    endpoint.answer()
+    joined(threads)
+
+    assert endpoint.fetches == 1
+    assert [getattr(outcome, "object_id", None) for outcome in outcomes] == [USER_OID] * 8
+
+
+def test_a_repeated_unknown_key_id_is_refused_without_a_refetch_until_its_time_is_up(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    now = [1000.0]
+    validator = TokenValidator(
+        make_policy(endpoint.url), refresh_cooldown_s=0, unknown_key_ttl_s=300, monotonic=lambda: now[0]
+    )
+    validator.validate_token(sign(claims(), signing_key))
+    made_up = sign(claims(), attacker_key, kid="made-up")
+
+    assert refused(validator, made_up).reason == "unknown signing key"
+    assert endpoint.fetches == 2
+    assert refused(validator, made_up).reason == "unknown signing key"
+    now[0] += 299
+    assert refused(validator, made_up).reason == "unknown signing key"
+    assert endpoint.fetches == 2  # remembered as unknown: no refetch
+    refused(validator, sign(claims(), attacker_key, kid="made-up-2"))
+    assert endpoint.fetches == 3  # another key id may still be a rotation: one refetch
+
+    # The key is published later (a rotation): once its time as unknown is up, it is picked up.
+    endpoint.publish(public_jwk(signing_key, KID), public_jwk(attacker_key, "made-up"))
+    now[0] += 2
+    assert validator.validate_token(made_up).object_id == USER_OID
+    assert endpoint.fetches == 4
+
+
+def test_an_unknown_key_id_during_an_outage_is_a_503_and_is_not_remembered_as_unknown(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0)
+    validator.validate_token(sign(claims(), signing_key))
+    rotated = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    token = sign(claims(), rotated, kid="key-2")
+    endpoint.status = 503
+
+    with pytest.raises(SigningKeysUnavailable):
+        validator.validate_token(token)  # the key set could not be checked: maybe a rotation
+
+    endpoint.status = 200
+    endpoint.publish(public_jwk(signing_key, KID), public_jwk(rotated, "key-2"))
+    assert validator.validate_token(token).object_id == USER_OID
+    assert endpoint.fetches == 3
+
+
+def test_the_key_ids_remembered_as_unknown_are_bounded_oldest_forgotten_first(
+    endpoint: JwksEndpoint,
+    signing_key: rsa.RSAPrivateKey,
+    attacker_key: rsa.RSAPrivateKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(signing_keys, "MAX_UNKNOWN_KEY_IDS", 2)
+    validator = TokenValidator(make_policy(endpoint.url), refresh_cooldown_s=0)
+    validator.validate_token(sign(claims(), signing_key))
+    first, second, third = (sign(claims(), attacker_key, kid=f"made-up-{n}") for n in range(3))
+    for token in (first, second, third):
+        refused(validator, token)
+    assert endpoint.fetches == 4
+
+    refused(validator, third)
+    assert endpoint.fetches == 4  # still remembered
+    refused(validator, first)
+    assert endpoint.fetches == 5  # forgotten to make room: one refetch more
+
+
+def test_a_key_id_longer_than_any_real_one_is_refused_without_a_fetch(
+    endpoint: JwksEndpoint, validator: TokenValidator, attacker_key: rsa.RSAPrivateKey
+) -> None:
+    token = sign(claims(), attacker_key, kid="k" * (MAX_KEY_ID_CHARS + 1))
+
+    assert refused(validator, token).reason == "unknown signing key"
+    assert endpoint.fetches == 0
+
+
+def test_a_key_set_due_for_refresh_keeps_serving_while_it_is_refetched(
+    endpoint: JwksEndpoint, signing_key: rsa.RSAPrivateKey
+) -> None:
+    now = [1000.0]
+    validator = TokenValidator(make_policy(endpoint.url), cache_s=3600, monotonic=lambda: now[0])
+    valid = sign(claims(), signing_key)
+    validator.validate_token(valid)
+    endpoint.hang()
+    now[0] += 3601
+
+    started = time.monotonic()
+    principal = validator.validate_token(valid)
+    waited = time.monotonic() - started
+
+    assert principal.object_id == USER_OID
+    assert waited < 1.0
+    assert endpoint.requested.wait(5)  # the refresh runs beside the request, not before it
+    endpoint.answer()
 
 
 # --- roles --------------------------------------------------------------------------------------------

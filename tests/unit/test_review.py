@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import jwt
 import pytest
 
 from devhost.local_issuer import local_object_id
@@ -19,13 +20,14 @@ from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import REVIEWER_ROLE
 from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.sweep import Recovery, recover
 from tests.activity_json import record_review, start_step
-from tests.operator_tokens import TrustedIssuer
+from tests.operator_tokens import TrustedIssuer, signing_key
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -268,6 +270,71 @@ def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
     assert other.status == 200
     review = deps.states.get("a:o-1").item.review
     assert review is not None and review.decided_by == reviewer_id(trusted, "rita")
+
+
+def own_principal_token(trusted: TrustedIssuer, name: str, object_id: str) -> dict[str, str]:
+    """A reviewer's ``Authorization`` header for ``name`` whose ``oid`` is written as ``object_id``, signed
+    by the trusted key (as a token issued by the tenant would be)."""
+    genuine = trusted.issuer.mint(name=name, roles=[REVIEWER_ROLE])
+    claims = {**jwt.decode(genuine, options={"verify_signature": False}), "oid": object_id}
+    token = jwt.encode(claims, signing_key(), algorithm="RS256", headers={"kid": trusted.issuer.key_id})
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda guid: guid,
+        lambda guid: guid.upper(),
+        lambda guid: "{" + guid + "}",
+        lambda guid: "{" + guid.upper() + "}",
+        lambda guid: "urn:uuid:" + guid,
+        lambda guid: guid.replace("-", ""),
+    ],
+    ids=["exact", "upper-case", "braces", "braces-upper-case", "urn", "no-hyphens"],
+)
+@pytest.mark.parametrize(
+    "registered", [str.lower, lambda guid: "{" + guid.upper() + "}"], ids=["lower", "braced"]
+)
+def test_an_own_principal_written_in_another_form_is_still_refused_its_approval(
+    clock: FakeClock, trusted: TrustedIssuer, written: Callable[[str], str], registered: Callable[[str], str]
+) -> None:
+    ana = local_object_id("ana")
+    clients = json.dumps([{"id": "a", "replyQueue": "client-a", "principalId": registered(ana)}])
+    deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLIENTS=clients)
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
+    before = deps.states.get("a:o-1")
+    body = json.dumps({"decision": "approve"}).encode()
+    headers = own_principal_token(trusted, "ana", written(ana))
+
+    own = handle_operator_request(
+        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+    )
+
+    assert (own.status, own.body["error"]["code"]) == (403, "ReviewNotPermitted")
+    assert deps.states.get("a:o-1").etag == before.etag
+    assert received(deps.queues.queue("agent-responses-h1")) == []
+
+
+def test_a_token_whose_object_id_is_no_guid_is_refused_before_any_decision(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    submitted_and_claimed(deps)
+    start(deps, RESERVE)
+    assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
+    before = deps.states.get("a:o-1")
+    body = json.dumps({"decision": "approve"}).encode()
+    headers = own_principal_token(trusted, "ana", "ana")
+
+    refused = handle_operator_request(
+        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+    )
+
+    assert (refused.status, refused.body["error"]["code"]) == (401, "Unauthenticated")
+    assert refused.body["error"]["message"] == "malformed oid claim"
+    assert deps.states.get("a:o-1").etag == before.etag
 
 
 def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
