@@ -1,0 +1,60 @@
+"""The renderings of client text (orderflow.client_text)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orderflow.client_text import MAX_LOG_VALUE_CHARS, encodable, log_value, visible
+from tests.hostile_text import unsafe_characters
+
+pytestmark = pytest.mark.unit
+
+ANY_TEXT = st.text(st.characters(codec=None, min_codepoint=0, max_codepoint=0x10FFFF), max_size=60)
+"""Any ``str``, lone surrogates included."""
+
+
+@given(ANY_TEXT)
+def test_visible_text_is_printable_and_changes_nothing_printable(text: str) -> None:
+    shown = visible(text)
+    assert shown.isprintable() and unsafe_characters(shown) == []
+    assert visible(shown) == shown
+    if text.isprintable():
+        assert shown is text
+
+
+def test_visible_shows_each_escape_as_python_writes_it() -> None:
+    assert visible("Zoë 東京 ok") == "Zoë 東京 ok"
+    assert visible("a\nb\r\tc") == "a\\nb\\r\\tc"
+    assert visible("\x1b]52;c;eA==\x07") == "\\x1b]52;c;eA==\\x07"
+    assert visible("\x9b31m\u202eabc\u2028\udc80\U000e0041") == "\\x9b31m\\u202eabc\\u2028\\udc80\\U000e0041"
+
+
+@given(ANY_TEXT)
+def test_encodable_text_encodes_as_utf8_and_keeps_everything_else(text: str) -> None:
+    made = encodable(text)
+    made.encode("utf-8")
+    assert len(made) == len(text)
+    assert all(
+        a == b or (b == "\ufffd" and 0xD800 <= ord(a) <= 0xDFFF) for a, b in zip(text, made, strict=True)
+    )
+
+
+@given(ANY_TEXT)
+def test_a_log_value_is_one_field_that_reads_back_as_the_value(text: str) -> None:
+    value = log_value(text)
+    assert value.isprintable()
+    if value.startswith('"'):
+        assert ast.literal_eval(value) == text
+    else:
+        assert value == text and set(value).isdisjoint(' ="\\')
+
+
+def test_a_log_value_is_bare_only_when_it_is_one_printable_word() -> None:
+    assert [log_value(v) for v in ("a:o-1", 3, None, "")] == ["a:o-1", "3", "None", '""']
+    assert log_value('x y="z"\\') == '"x y=\\"z\\"\\\\"'
+    long = log_value("é" * (MAX_LOG_VALUE_CHARS + 10))
+    assert long == '"' + "é" * MAX_LOG_VALUE_CHARS + '"+10'
