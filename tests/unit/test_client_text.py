@@ -1,15 +1,23 @@
-"""The renderings of client text (orderflow.client_text)."""
+"""The renderings of client text (orderflow.client_text) and the operator API's encoding of any
+answer."""
 
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from operator_api import handler
+from operator_api.handler import OperatorResponse, Route, handle_operator_request
 from orderflow.client_text import MAX_LOG_VALUE_CHARS, encodable, log_value, visible
+from orderflow.clock import FakeClock
+from orderflow.operator_auth import OPERATOR_ROLE
 from tests.hostile_text import unsafe_characters
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +66,24 @@ def test_a_log_value_is_bare_only_when_it_is_one_printable_word() -> None:
     assert log_value('x y="z"\\') == '"x y=\\"z\\"\\\\"'
     long = log_value("é" * (MAX_LOG_VALUE_CHARS + 10))
     assert long == '"' + "é" * MAX_LOG_VALUE_CHARS + '"+10'
+
+
+def test_an_answer_that_cannot_be_encoded_is_a_500_in_the_error_shape(
+    trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> OperatorResponse:
+        return OperatorResponse(200, {"queues": [object()]})
+
+    monkeypatch.setitem(
+        handler.PLANE_ROUTES, ("queues", 1, None), Route("queues", "GET", (OPERATOR_ROLE,), broken)
+    )
+    deps = memory_deps(FakeClock())
+
+    answer = handle_operator_request(
+        "GET", "/api/operator/queues", trusted.operator(), b"", deps=deps, validator=trusted.validator
+    )
+
+    assert answer.status == 500
+    assert json.loads(answer.content().decode("utf-8")) == {
+        "error": {"code": "InternalError", "message": "the operator API failed; the failure is logged"}
+    }

@@ -1,0 +1,98 @@
+"""A client's hostile text (tests/hostile_text.py) sent through the real intake, then every operator
+surface that shows it: the local host's operator API over loopback answers valid UTF-8 JSON of the
+documented shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from demo.services import serve_in_thread, server_url, stop
+from devhost.operator_http import create_operator_app
+from operator_api.schemas import (
+    ActivityAnswer,
+    AlertList,
+    DeadLetterAnswer,
+    DeadLetterList,
+    PurgeAnswer,
+    ReplayAnswer,
+)
+from orderflow.clock import FakeClock
+from orderflow.dependencies import Dependencies
+from orderflow.operator_auth import OPERATOR_ROLE
+from tests.hostile_text import INBOUND, hostile_cases, send_hostile
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps
+
+pytestmark = pytest.mark.unit
+
+API = "/api/operator"
+
+
+@dataclass(frozen=True)
+class Served:
+    """The local host's operator API on loopback, over ``deps``."""
+
+    deps: Dependencies
+    url: str
+
+
+@pytest.fixture
+def served(trusted: TrustedIssuer) -> Iterator[Served]:
+    deps = memory_deps(FakeClock())
+    server, thread = serve_in_thread(create_operator_app(deps, trusted.validator))
+    try:
+        yield Served(deps, server_url(server))
+    finally:
+        stop(server, thread)
+
+
+def _after_every_dead_letter(deps: Dependencies) -> str:
+    """A time after every dead letter of the inbound queue was dead-lettered (ISO 8601), for a purge."""
+    assert deps.dead_letters is not None
+    page = deps.dead_letters.dead_letter_page(INBOUND)
+    return (max(d.dead_lettered_at for d in page.items) + timedelta(seconds=1)).isoformat()
+
+
+def _json(response: httpx.Response, shape: type[BaseModel]) -> dict[str, Any]:
+    """The answer's body: strict UTF-8, JSON, of ``shape``."""
+    assert response.headers["content-type"] == "application/json; charset=utf-8"
+    body: dict[str, Any] = json.loads(response.content.decode("utf-8"))
+    shape.model_validate(body)
+    return body
+
+
+@hostile_cases
+def test_every_operator_route_that_shows_client_text_answers_valid_json(
+    served: Served, trusted: TrustedIssuer, hostile: str
+) -> None:
+    send_hostile(served.deps, hostile)
+    later = _after_every_dead_letter(served.deps)
+
+    with httpx.Client(base_url=served.url + API, headers=trusted.bearer("otto", OPERATOR_ROLE)) as api:
+        listed = api.get(f"/deadletters/{INBOUND}", params={"limit": 100})
+        assert listed.status_code == 200, listed.content[:300]
+        ids = [d["deadLetterId"] for d in _json(listed, DeadLetterList)["deadLetters"]]
+        shown = [api.get(f"/deadletters/{INBOUND}/{dead_id}") for dead_id in ids]
+        dry_run = api.post(f"/deadletters/{INBOUND}/purge", json={"olderThan": later, "dryRun": True})
+        alerts = api.get("/alerts")
+        activity = api.get("/activity")
+        replayed = api.post(f"/deadletters/{INBOUND}/{ids[0]}/replay")
+        purged = api.post(f"/deadletters/{INBOUND}/purge", json={"olderThan": later})
+
+    assert len(ids) == 3
+    assert all(answer.status_code == 200 for answer in shown)
+    messages = {_json(answer, DeadLetterAnswer)["messageId"] for answer in shown}
+    assert any(m.startswith("order ") for m in messages)  # the text is there, not dropped
+    assert (dry_run.status_code, _json(dry_run, PurgeAnswer)["count"]) == (200, 3)
+    assert alerts.status_code == 200 and _json(alerts, AlertList)["alerts"]
+    assert activity.status_code == 200 and _json(activity, ActivityAnswer)
+    assert replayed.status_code == 200 and _json(replayed, ReplayAnswer)
+    assert (purged.status_code, _json(purged, PurgeAnswer)["count"]) == (200, 2)
