@@ -1,6 +1,7 @@
 """A client's hostile text (tests/hostile_text.py) sent through the real intake, then every operator
 surface that shows it: the local host's operator API over loopback answers valid UTF-8 JSON of the
-documented shape."""
+documented shape, and the CLI prints no raw control character (the text made visible, still
+recognisable)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 from demo.services import serve_in_thread, server_url, stop
 from devhost.operator_http import create_operator_app
@@ -24,10 +26,12 @@ from operator_api.schemas import (
     PurgeAnswer,
     ReplayAnswer,
 )
+from orderflow import cli
+from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
-from tests.hostile_text import INBOUND, hostile_cases, send_hostile
+from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
 
@@ -96,3 +100,46 @@ def test_every_operator_route_that_shows_client_text_answers_valid_json(
     assert activity.status_code == 200 and _json(activity, ActivityAnswer)
     assert replayed.status_code == 200 and _json(replayed, ReplayAnswer)
     assert (purged.status_code, _json(purged, PurgeAnswer)["count"]) == (200, 2)
+
+
+def _cli(served: Served, trusted: TrustedIssuer, *args: str) -> bytes:
+    env = {
+        "ORDERFLOW_API_URL": served.url,
+        "ORDERFLOW_TOKEN": trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]),
+        "COLUMNS": "250000",  # wide enough that no cell is folded: the text is checked whole
+    }
+    result = CliRunner().invoke(cli.app, list(args), env=env)
+    assert result.exit_code == 0, result.output[:2000]
+    return result.stdout_bytes
+
+
+def _recognisable(hostile: str) -> str:
+    """What the CLI shows of ``hostile``: the API's text (a surrogate as U+FFFD) made visible."""
+    return visible(encodable(hostile))
+
+
+@hostile_cases
+def test_the_cli_shows_client_text_with_its_control_characters_made_visible(
+    served: Served, trusted: TrustedIssuer, hostile: str
+) -> None:
+    send_hostile(served.deps, hostile)
+    later = _after_every_dead_letter(served.deps)
+    assert served.deps.dead_letters is not None
+    page = served.deps.dead_letters.dead_letter_page(INBOUND)
+    first = next(d for d in page.items if d.body == hostile)
+
+    outputs = {
+        "list": _cli(served, trusted, "deadletters", "list", INBOUND),
+        "show": _cli(served, trusted, "deadletters", "show", INBOUND, first.dead_letter_id),
+        "purge --dry-run": _cli(
+            served, trusted, "deadletters", "purge", INBOUND, "--older-than", later, "--dry-run"
+        ),
+        "alerts": _cli(served, trusted, "alerts"),
+        "replay": _cli(served, trusted, "deadletters", "replay", INBOUND, first.dead_letter_id),
+    }
+
+    for command, output in outputs.items():
+        assert raw_controls(output) == [], command
+    assert _recognisable(hostile) in outputs["show"].decode()  # the body, whole
+    for command in ("list", "purge --dry-run"):  # in a table: the message id's start, at least
+        assert _recognisable(hostile)[:60] in outputs[command].decode(), command
