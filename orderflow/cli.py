@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orderflow import telemetry
 from orderflow.alert_render import alerts_table, supervisor_panel
 from orderflow.cli_bulk import bulk_commands
 from orderflow.cli_options import (
@@ -98,6 +99,7 @@ def _options(
     """Submit orders, watch their status, inspect the state store."""
     # Without a handler, Python prints warnings on stderr by itself; the adapters log one for a failure
     # the command then reports as its error, so by default only errors are shown, the error only once.
+    telemetry.guard_log_records()  # a warning may name a message id a client chose
     handler = _StderrLog(logging.WARNING if verbose else logging.ERROR)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -1,10 +1,12 @@
-"""The renderings of client text (orderflow.client_text) and the operator API's encoding of any
-answer."""
+"""The renderings of client text (orderflow.client_text), the one-line log records
+(orderflow.telemetry.guard_log_records) and the operator API's encoding of any answer."""
 
 from __future__ import annotations
 
 import ast
 import json
+import logging
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from operator_api import handler
 from operator_api.handler import OperatorResponse, Route, handle_operator_request
+from orderflow import telemetry
 from orderflow.client_text import MAX_LOG_VALUE_CHARS, encodable, log_value, visible
 from orderflow.clock import FakeClock
 from orderflow.operator_auth import OPERATOR_ROLE
@@ -66,6 +69,44 @@ def test_a_log_value_is_bare_only_when_it_is_one_printable_word() -> None:
     assert log_value('x y="z"\\') == '"x y=\\"z\\"\\\\"'
     long = log_value("é" * (MAX_LOG_VALUE_CHARS + 10))
     assert long == '"' + "é" * MAX_LOG_VALUE_CHARS + '"+10'
+
+
+@pytest.fixture
+def one_line_logs() -> Iterator[None]:
+    before = logging.getLogRecordFactory()
+    telemetry.guard_log_records()
+    telemetry.guard_log_records()  # once per process, however often it is called
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(before)
+
+
+@pytest.mark.usefixtures("one_line_logs")
+def test_a_guarded_record_is_one_printable_line_and_a_clean_one_is_untouched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("orderflow.test")
+    with caplog.at_level(logging.INFO, logger="orderflow.test"):
+        log.info("dead-lettering message %s from %s", "m-1\nERROR forged line\x1b[2J", "orders-a")
+        log.info("plain message %s of %d", "m-2", 3)
+
+    forged, plain = caplog.records
+    assert forged.getMessage() == "dead-lettering message m-1\\nERROR forged line\\x1b[2J from orders-a"
+    assert (plain.msg, plain.args) == ("plain message %s of %d", ("m-2", 3))
+
+
+@pytest.mark.usefixtures("one_line_logs")
+def test_an_event_line_cannot_be_given_a_field_by_a_value(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="orderflow.events"):
+        telemetry.event("message.dead_lettered", queue="orders-a", message_id="m-3 order_id=a:o-9\nx=1")
+
+    (record,) = caplog.records
+    expected = 'message.dead_lettered queue=orders-a message_id="m-3 order_id=a:o-9\\nx=1"'
+    assert record.getMessage() == expected
+    assert (
+        record.__dict__["orderflow.message_id"] == "m-3 order_id=a:o-9\nx=1"
+    )  # exported structured, as sent
 
 
 def test_an_answer_that_cannot_be_encoded_is_a_500_in_the_error_shape(

@@ -1,11 +1,13 @@
 """A client's hostile text (tests/hostile_text.py) sent through the real intake, then every operator
 surface that shows it: the local host's operator API over loopback answers valid UTF-8 JSON of the
-documented shape, and the CLI prints no raw control character (the text made visible, still
-recognisable)."""
+documented shape, the CLI prints no raw control character (the text made visible, still recognisable),
+and the log records written while the messages were handled are one line each with no forged field."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,12 +28,12 @@ from operator_api.schemas import (
     PurgeAnswer,
     ReplayAnswer,
 )
-from orderflow import cli
+from orderflow import cli, telemetry
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
-from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile
+from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile, unsafe_characters
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
 
@@ -56,6 +58,17 @@ def served(trusted: TrustedIssuer) -> Iterator[Served]:
         yield Served(deps, server_url(server))
     finally:
         stop(server, thread)
+
+
+@pytest.fixture
+def one_line_logs() -> Iterator[None]:
+    """Log records as the hosts make them (:func:`orderflow.telemetry.configure_telemetry` guards them)."""
+    before = logging.getLogRecordFactory()
+    telemetry.guard_log_records()
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(before)
 
 
 def _after_every_dead_letter(deps: Dependencies) -> str:
@@ -143,3 +156,39 @@ def test_the_cli_shows_client_text_with_its_control_characters_made_visible(
     assert _recognisable(hostile) in outputs["show"].decode()  # the body, whole
     for command in ("list", "purge --dry-run"):  # in a table: the message id's start, at least
         assert _recognisable(hostile)[:60] in outputs[command].decode(), command
+
+
+_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"(?:\+\d+)?|[^\s"=\\]+)(?: |$)')
+
+
+def _fields(rendered: str) -> list[str]:
+    """The field names of an event line's ``key=value`` part, read as a log parser would; fails when
+    the part is not made of such fields alone."""
+    found = list(_FIELD.finditer(rendered))
+    assert "".join(m.group(0) for m in found) == rendered, rendered
+    return [m.group(1) for m in found]
+
+
+@hostile_cases
+@pytest.mark.usefixtures("one_line_logs")
+def test_log_records_made_while_handling_client_text_are_one_line_with_no_forged_field(
+    caplog: pytest.LogCaptureFixture, hostile: str
+) -> None:
+    deps = memory_deps(FakeClock())
+    with caplog.at_level(logging.INFO):
+        send_hostile(deps, hostile)
+
+    records = caplog.records
+    assert records
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    for record in records:
+        line = formatter.format(record)
+        assert "\n" not in line and unsafe_characters(line) == [], line[:300]
+        if record.name in ("orderflow.events", "orderflow.alerts"):
+            name = record.__dict__["event"].removeprefix("alert.")
+            prefix = f"ALERT {name} " if record.name == "orderflow.alerts" else f"{name} "
+            message = record.getMessage()
+            assert message.startswith(prefix)
+            assert _fields(message.removeprefix(prefix)) == list(record.__dict__["fields"])
+    dead_lettered = [r for r in records if r.__dict__.get("event") == "message.dead_lettered"]
+    assert len(dead_lettered) == 2
