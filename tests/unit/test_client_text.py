@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -71,18 +70,13 @@ def test_a_log_value_is_bare_only_when_it_is_one_printable_word() -> None:
     assert long == '"' + "é" * MAX_LOG_VALUE_CHARS + '"+10'
 
 
-@pytest.fixture
-def one_line_logs() -> Iterator[None]:
-    before = logging.getLogRecordFactory()
+def test_the_record_factory_is_wrapped_once_however_often_the_guard_is_installed() -> None:
+    # tests/conftest.py installed it, as configure_telemetry does in each host.
+    installed = logging.getLogRecordFactory()
     telemetry.guard_log_records()
-    telemetry.guard_log_records()  # once per process, however often it is called
-    try:
-        yield
-    finally:
-        logging.setLogRecordFactory(before)
+    assert logging.getLogRecordFactory() is installed
 
 
-@pytest.mark.usefixtures("one_line_logs")
 def test_a_guarded_record_is_one_printable_line_and_a_clean_one_is_untouched(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -96,7 +90,6 @@ def test_a_guarded_record_is_one_printable_line_and_a_clean_one_is_untouched(
     assert (plain.msg, plain.args) == ("plain message %s of %d", ("m-2", 3))
 
 
-@pytest.mark.usefixtures("one_line_logs")
 def test_an_event_line_cannot_be_given_a_field_by_a_value(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="orderflow.events"):
         telemetry.event("message.dead_lettered", queue="orders-a", message_id="m-3 order_id=a:o-9\nx=1")

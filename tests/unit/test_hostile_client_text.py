@@ -1,7 +1,8 @@
 """A client's hostile text (tests/hostile_text.py) sent through the real intake, then every operator
 surface that shows it: the local host's operator API over loopback answers valid UTF-8 JSON of the
 documented shape, the CLI prints no raw control character (the text made visible, still recognisable),
-and the log records written while the messages were handled are one line each with no forged field."""
+and the log records written while the messages were handled (made as the hosts make them: see
+tests/conftest.py) are one line each with no forged field."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from operator_api.schemas import (
     PurgeAnswer,
     ReplayAnswer,
 )
-from orderflow import cli, telemetry
+from orderflow import cli
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -58,17 +59,6 @@ def served(trusted: TrustedIssuer) -> Iterator[Served]:
         yield Served(deps, server_url(server))
     finally:
         stop(server, thread)
-
-
-@pytest.fixture
-def one_line_logs() -> Iterator[None]:
-    """Log records as the hosts make them (:func:`orderflow.telemetry.configure_telemetry` guards them)."""
-    before = logging.getLogRecordFactory()
-    telemetry.guard_log_records()
-    try:
-        yield
-    finally:
-        logging.setLogRecordFactory(before)
 
 
 def _after_every_dead_letter(deps: Dependencies) -> str:
@@ -170,7 +160,6 @@ def _fields(rendered: str) -> list[str]:
 
 
 @hostile_cases
-@pytest.mark.usefixtures("one_line_logs")
 def test_log_records_made_while_handling_client_text_are_one_line_with_no_forged_field(
     caplog: pytest.LogCaptureFixture, hostile: str
 ) -> None:
