@@ -13,6 +13,7 @@ import pytest
 from intake.submission import handle_intake_message
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
+from orderflow.clients import RegisteredClient
 from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import ReceivedMessage
@@ -52,21 +53,22 @@ hostile_cases = pytest.mark.parametrize("hostile", list(HOSTILE.values()), ids=l
 
 
 def _consume(
-    deps: Dependencies, handler: Callable[[ReceivedMessage], object], *, deliveries: int
+    deps: Dependencies, queue: str, handler: Callable[[ReceivedMessage], object], *, deliveries: int
 ) -> Settlement:
-    [message] = deps.queues.queue(INBOUND).receive()
-    return settle(deps.queues.queue(INBOUND), message, handler, max_delivery_count=deliveries)
+    [message] = deps.queues.queue(queue).receive()
+    return settle(deps.queues.queue(queue), message, handler, max_delivery_count=deliveries)
 
 
-def send_hostile(deps: Dependencies, hostile: str) -> None:
-    """Three messages of a client carrying ``hostile``, each dead-lettered by the consumer: a body that is
-    not JSON (ids and body hostile), an order whose fields are (``orderId`` refused, ``customerName``,
-    ``carrier``), and one whose handling keeps failing (the ``max_delivery_count`` alert names it)."""
+def send_hostile(deps: Dependencies, hostile: str, *, client: RegisteredClient = TEST_CLIENT) -> None:
+    """Three messages of ``client`` carrying ``hostile`` on its inbound queue, each dead-lettered by the
+    consumer: a body that is not JSON (ids and body hostile), an order whose fields are (``orderId``
+    refused, ``customerName``, ``carrier``), and one whose handling keeps failing (the
+    ``max_delivery_count`` alert names it)."""
 
     def intake(message: ReceivedMessage) -> object:
         return handle_intake_message(
             message.body,
-            client=TEST_CLIENT,
+            client=client,
             reply_to=message.reply_to,
             orders=deps.orders,
             states=deps.states,
@@ -78,23 +80,21 @@ def send_hostile(deps: Dependencies, hostile: str) -> None:
     def failing(message: ReceivedMessage) -> object:
         raise RuntimeError(f"cannot handle {message.message_id}")
 
-    queue = deps.queues.queue(INBOUND)
+    inbound = client.inbound_queue
+    queue = deps.queues.queue(inbound)
     order = json.loads(order_body("o-1"))
     order.update(orderId=hostile, customerName=hostile, carrier=hostile)
     queue.send(hostile, message_id=hostile, correlation_id=hostile)
-    assert _consume(deps, intake, deliveries=10) is Settlement.DEAD_LETTERED
+    assert _consume(deps, inbound, intake, deliveries=10) is Settlement.DEAD_LETTERED
     queue.send(json.dumps(order, ensure_ascii=False), message_id="order " + hostile, correlation_id=hostile)
-    assert _consume(deps, intake, deliveries=10) is Settlement.DEAD_LETTERED
+    assert _consume(deps, inbound, intake, deliveries=10) is Settlement.DEAD_LETTERED
     assert deps.alerts is not None
     previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1"))
     try:
         queue.send("{}", message_id="failing " + hostile, correlation_id=hostile)
-        assert _consume(deps, failing, deliveries=1) is Settlement.DEAD_LETTERED
+        assert _consume(deps, inbound, failing, deliveries=1) is Settlement.DEAD_LETTERED
     finally:
         telemetry.use_alert_sink(previous)
-
-
-BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def raw_controls(output: bytes) -> list[str]:
@@ -105,14 +105,10 @@ def raw_controls(output: bytes) -> list[str]:
 
 def unsafe_characters(text: str) -> list[str]:
     """The characters in ``text`` that a terminal would act on or a reader could be misled by, as
-    ``U+XXXX``: C0 controls but tab and line feed, DEL, C1 controls, bidi controls, Unicode line
-    separators and surrogates."""
+    ``U+XXXX``: controls (C0 but tab and line feed, DEL, C1), format characters (bidi controls,
+    zero-width ones, the byte-order mark), line and paragraph separators, and surrogates."""
     return [
         f"U+{ord(c):04X}"
         for c in text
-        if (ord(c) < 0x20 and c not in "\t\n")
-        or 0x7F <= ord(c) <= 0x9F
-        or c in BIDI_CONTROLS
-        or c in "\u2028\u2029"
-        or unicodedata.category(c) == "Cs"
+        if c not in "\t\n" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")
     ]
