@@ -2,7 +2,8 @@
 
 :func:`create_operator_app` is an ASGI app that hands every request to
 :func:`operator_api.handler.handle_operator_request` (in a worker thread: the handler reads and writes
-the stores) and sends its answer, so routes, status codes and refusals are the Azure host's. When the
+the stores) and sends the bytes the handler encoded, so routes, status codes, refusals and the encoding
+of a client's text are the Azure host's. When the
 local issuer is given, the app also publishes its JWKS at the Entra-shaped path, so the operator API's
 token check (``OPERATOR_JWKS_URI``) and ``python -m devhost.local_issuer login`` need nothing else.
 """

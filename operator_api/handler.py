@@ -31,7 +31,10 @@ Every request is checked in one order: the route (404, 405), the bearer token (4
 signing keys cannot be fetched, or when the API is not configured), the app role (403, recorded), the
 order id and the body (400, 413), then the action (404 for an unknown order, 409 when the order is not
 in a state for it, 503 while a store is unavailable). Who acts is the verified principal: no body field
-names anyone. Errors answer ``{"error": {"code": ..., "message": ...}}``.
+names anyone. Errors answer ``{"error": {"code": ..., "message": ...}}``. Every answer is encoded here,
+inside that error handling, as UTF-8 JSON: a client's lone surrogate is sent as U+FFFD
+(:func:`orderflow.client_text.encodable`), and a body that cannot be encoded at all is a ``500`` in the
+error shape, never the host's bare one.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -77,6 +80,7 @@ from operator_api.schemas import (
 )
 from operator_api.suspension import set_suspension
 from operator_api.views import dead_letter_answer, entity_tag, order_view, timeline_page
+from orderflow.client_text import encodable
 from orderflow.dependencies import Dependencies
 from orderflow.errors import (
     ConcurrencyConflict,
@@ -143,10 +147,25 @@ class OperatorResponse:
         return {**JSON_HEADERS, **self.headers}
 
     def content(self) -> bytes:
-        """The body, as UTF-8 JSON (or :attr:`raw`, when set)."""
+        """The bytes to send: :attr:`raw` when set (a console file, or an answer
+        :func:`handle_operator_request` encoded already), else the body as UTF-8 JSON, every string
+        made :func:`orderflow.client_text.encodable` (a lone surrogate sent as U+FFFD).
+
+        Raises:
+            TypeError, ValueError: the body holds what JSON cannot (a bug; the handler answers it 500).
+        """
         if self.raw is not None:
             return self.raw
-        return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        text = json.dumps(self.body, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a client's lone surrogate: replaced, not a reason to fail
+            return encodable(text).encode("utf-8")
+
+    def encoded(self) -> OperatorResponse:
+        """This response with :attr:`raw` set to its :meth:`content`: encoded once, where a failure to
+        encode is still answered in the error shape."""
+        return self if self.raw is not None else replace(self, raw=self.content())
 
 
 def error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> OperatorResponse:
@@ -641,15 +660,17 @@ def handle_operator_request(
         query: The URL's query string (``state=Error&limit=10``), if not in ``path``.
 
     Returns:
-        The response; every refusal is one, never an exception (see the module docstring). An
-        unexpected exception is logged with its traceback and answered ``500 InternalError`` in the
-        error shape (:func:`internal_error`), never propagated to the host.
+        The response, encoded already (:meth:`OperatorResponse.encoded`: the host sends its
+        :meth:`~OperatorResponse.content`); every refusal is one, never an exception (see the module
+        docstring). An unexpected exception, in an action or in encoding its answer, is logged with its
+        traceback and answered ``500 InternalError`` in the error shape (:func:`internal_error`), never
+        propagated to the host.
     """
     try:
-        return _answer(method, path, headers, body, deps=deps, validator=validator, query=query)
+        return _answer(method, path, headers, body, deps=deps, validator=validator, query=query).encoded()
     except Exception:  # a bug: the caller still gets the documented JSON shape, the log the traceback
         logger.exception("operator API %s %s failed", method, path.partition("?")[0][:200])
-        return internal_error()
+        return internal_error().encoded()
 
 
 def internal_error() -> OperatorResponse:

@@ -1,7 +1,7 @@
 """Rich renderings of the operator API's alerts and supervisor status, for the ``orderflow`` CLI.
 
-Every value is the API's text, added as a table cell (rich renders a cell's ``str`` as text when it is
-given as :class:`rich.text.Text`): nothing from a stored alert is read as markup.
+Every value is the API's text, added as a table cell through :func:`orderflow.order_render.shown`:
+nothing from a stored alert is read as markup or reaches the terminal as a control character.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
-from rich.text import Text
 
-
-def _cell(value: object) -> Text:
-    return Text("" if value is None else str(value))
+from orderflow.order_render import shown
 
 
 def alerts_table(alerts: list[Mapping[str, Any]]) -> Table:
@@ -30,7 +27,7 @@ def alerts_table(alerts: list[Mapping[str, Any]]) -> Table:
     for alert in alerts:
         table.add_row(
             *(
-                _cell(alert.get(key))
+                shown(alert.get(key))
                 for key in ("at", "kind", "orderId", "instanceId", "cause", "suggestedAction")
             )
         )
@@ -66,5 +63,5 @@ def supervisor_panel(status: Mapping[str, Any]) -> Group:
     for title, _ in SWEEP_COLUMNS:
         table.add_column(title, no_wrap=True)
     for sweep in status.get("sweeps") or []:
-        table.add_row(*(_cell(sweep.get(key)) for _, key in SWEEP_COLUMNS))
-    return Group(Text(heading), table)
+        table.add_row(*(shown(sweep.get(key)) for _, key in SWEEP_COLUMNS))
+    return Group(shown(heading), table)

@@ -28,8 +28,8 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
+from orderflow import telemetry
 from orderflow.alert_render import alerts_table, supervisor_panel
 from orderflow.cli_bulk import bulk_commands
 from orderflow.cli_options import (
@@ -45,6 +45,7 @@ from orderflow.cli_options import (
     order_filters,
 )
 from orderflow.client import FINAL_STATUSES, OrderflowClient
+from orderflow.client_text import visible
 from orderflow.clients import RegisteredClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
 from orderflow.messages import (
@@ -58,7 +59,7 @@ from orderflow.messages import (
     validate_order_key,
 )
 from orderflow.operator_client import OperatorAnswer, OperatorApiClient
-from orderflow.order_render import order_panel, orders_table
+from orderflow.order_render import order_panel, orders_table, shown
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings, describe_invalid_settings
 from orderflow.wiring import connect_queues, connect_stores
@@ -98,6 +99,7 @@ def _options(
     """Submit orders, watch their status, inspect the state store."""
     # Without a handler, Python prints warnings on stderr by itself; the adapters log one for a failure
     # the command then reports as its error, so by default only errors are shown, the error only once.
+    telemetry.guard_log_records()  # a warning may name a message id a client chose
     handler = _StderrLog(logging.WARNING if verbose else logging.ERROR)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -105,10 +107,16 @@ def _options(
     ctx.call_on_close(lambda: root.removeHandler(handler))
 
 
+def _markup(value: object) -> str:
+    """``value`` for a rich markup string: its text made :func:`~orderflow.client_text.visible` (no
+    control character reaches the terminal) and never read as markup."""
+    return escape(visible(str(value)))
+
+
 def _fail(message: str, *, code: int) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: the system
     refused or could not be reached)."""
-    errors.print(f"[red]error:[/red] {escape(message)}")
+    errors.print(f"[red]error:[/red] {_markup(message)}")
     raise typer.Exit(code)
 
 
@@ -405,13 +413,11 @@ def submit(
                 client.submit(order)
                 sent += 1
             except (InvalidMessage, ValueError) as exc:
-                console.print(
-                    f"[red]not sent[/red] {escape(str(order.get('orderId', '?')))}: {escape(str(exc))}"
-                )
+                console.print(f"[red]not sent[/red] {_markup(order.get('orderId', '?'))}: {_markup(exc)}")
             except OrderflowError as exc:
                 _fail(f"sending failed after {sent} of {_count(len(orders), 'order')}: {exc}", code=1)
     console.print(
-        f"submitted {sent} of {_count(len(orders), 'order')}; replies go to [bold]{escape(reply_to)}[/bold]"
+        f"submitted {sent} of {_count(len(orders), 'order')}; replies go to [bold]{_markup(reply_to)}[/bold]"
     )
     if sent < len(orders):
         # A script must see that some orders were not sent, not only a person reading the output.
@@ -459,9 +465,9 @@ def _print_reply(reply: StatusReply) -> None:
     colour = {"Processed": "green", "Failed": "red", "Received": "cyan", "Rejected": "yellow"}.get(
         reply.status.value, "white"
     )
-    reason = f" ({escape(reply.reason)})" if reply.reason else ""
+    reason = f" ({_markup(reply.reason)})" if reply.reason else ""
     console.print(
-        f"{reply.at:%H:%M:%S} [{colour}]{reply.status.value:<18}[/{colour}] {escape(reply.order_id)}{reason}"
+        f"{reply.at:%H:%M:%S} [{colour}]{reply.status.value:<18}[/{colour}] {_markup(reply.order_id)}{reason}"
     )
 
 
@@ -511,7 +517,7 @@ def cancel(
     """
     _send_request(env_file, lambda client: client.cancel(order_id, reason=reason), client_id=client_id)
     console.print(
-        f"cancel request for {escape(order_id)} sent; the answer (Cancelled or CancelRefused) goes to the "
+        f"cancel request for {_markup(order_id)} sent; the answer (Cancelled or CancelRefused) goes to the "
         "order's reply queue. No answer comes if the service does not know the order: the request is then "
         "dead-lettered (UnknownOrder)."
     )
@@ -617,8 +623,8 @@ def compensate(
         order_id, api_url, token_file, lambda client: client.compensate(order_id, reason=reason)
     )
     console.print(
-        f"compensation of {escape(order_id)} accepted ({escape(str(answer.body.get('outcome')))}); the order "
-        f"is {escape(_state_of(answer))}. `orderflow orders show {escape(order_id)}` shows how it goes on."
+        f"compensation of {_markup(order_id)} accepted ({_markup(answer.body.get('outcome'))}); the order "
+        f"is {_markup(_state_of(answer))}. `orderflow orders show {_markup(order_id)}` shows how it goes on."
     )
 
 
@@ -647,8 +653,8 @@ def review(
         order_id, api_url, token_file, lambda client: client.review(order_id, approve=approve)
     )
     console.print(
-        f"{'approval' if approve else 'rejection'} of {escape(order_id)} recorded, decided by "
-        f"{escape(str(answer.body.get('decidedBy')))}; the order is {escape(_state_of(answer))}."
+        f"{'approval' if approve else 'rejection'} of {_markup(order_id)} recorded, decided by "
+        f"{_markup(answer.body.get('decidedBy'))}; the order is {_markup(_state_of(answer))}."
     )
 
 
@@ -709,7 +715,7 @@ def orders_list(  # noqa: PLR0917 - typer reads each option from a parameter
     console.print(orders_table(answer.body.get("orders") or []))
     token = answer.body.get("continuation")
     if token:
-        console.print(Text(f"more: --continuation {token}"))
+        console.print(shown(f"more: --continuation {token}"))
 
 
 def _act(
@@ -728,7 +734,7 @@ def _act(
             if not current.ok:
                 return current
             seen = current.etag
-            console.print(Text(f"acting on {order_id} as it is now: {current.body.get('processState')}"))
+            console.print(shown(f"acting on {order_id} as it is now: {current.body.get('processState')}"))
         return client.act(order_id, action, if_match=seen, corrected=corrected)
 
     return _call_operator_api(order_id, api_url, token_file, call)
@@ -789,7 +795,7 @@ def resubmit(
     answer = _act(order_id, "resubmit", etag, api_url, token_file, corrected=corrected)
     fields = "" if corrected is None else f", corrected {', '.join(sorted(corrected))}"
     console.print(
-        Text(
+        shown(
             f"resubmitted {order_id} ({answer.body.get('outcome')}{fields}); "
             f"the order is {_state_of(answer)}."
         )
@@ -802,7 +808,7 @@ def suspend(
 ) -> None:
     """Operator: suspend an order: it takes no new step (nothing claims or recovers it) until resumed."""
     answer = _act(order_id, "suspend", etag, api_url, token_file)
-    console.print(Text(f"suspended {order_id}; the order is {_state_of(answer)}."))
+    console.print(shown(f"suspended {order_id}; the order is {_state_of(answer)}."))
 
 
 @app.command()
@@ -811,7 +817,7 @@ def resume(
 ) -> None:
     """Operator: resume a suspended order."""
     answer = _act(order_id, "resume", etag, api_url, token_file)
-    console.print(Text(f"resumed {order_id}; the order is {_state_of(answer)}."))
+    console.print(shown(f"resumed {order_id}; the order is {_state_of(answer)}."))
 
 
 app.add_typer(bulk_commands(_operator_client, console), name="bulk")
@@ -825,7 +831,7 @@ app.add_typer(deadletters_app, name="deadletters")
 
 
 def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"dead letters of {queue}")
+    table = Table(title=shown(f"dead letters of {queue}"))
     # The ids are what `show`, `replay` and `purge --id` take: folded, never cut short.
     table.add_column("id", overflow="fold", min_width=36)
     table.add_column("message id", overflow="fold")
@@ -862,7 +868,7 @@ def deadletters_list(
     console.print(_dead_letters_table(queue, answer.body.get("deadLetters") or []))
     token = answer.body.get("continuation")
     if token:
-        console.print(Text(f"more: --continuation {token}"))
+        console.print(shown(f"more: --continuation {token}"))
 
 
 @deadletters_app.command("show")
@@ -872,7 +878,7 @@ def deadletters_show(
     """Show one dead letter: why it was dead-lettered, and its body as it was."""
     answer = _call_operator_api(None, api_url, token_file, lambda c: c.get_dead_letter(queue, dead_letter_id))
     console.print(_dead_letters_table(queue, [answer.body]))
-    console.print(Text(str(answer.body.get("body", ""))))
+    console.print(shown(answer.body.get("body", "")))
 
 
 @deadletters_app.command("replay")
@@ -886,7 +892,7 @@ def deadletters_replay(
     )
     order = answer.body.get("orderId")
     console.print(
-        Text(
+        shown(
             f"replayed {dead_letter_id} to {queue} as {answer.body.get('replayMessageId')}"
             + (f" (order {order})" if order else "")
         )
@@ -920,7 +926,7 @@ def deadletters_purge(  # noqa: PLR0917 - typer reads each option from a paramet
     )
     console.print(_dead_letters_table(queue, answer.body.get("deadLetters") or []))
     verb = "would remove" if dry_run else "removed"
-    console.print(Text(f"{verb} {_count(int(answer.body.get('count', 0)), 'dead letter')} of {queue}"))
+    console.print(shown(f"{verb} {_count(int(answer.body.get('count', 0)), 'dead letter')} of {queue}"))
 
 
 @app.command()
@@ -942,7 +948,7 @@ def alerts(  # noqa: PLR0917 - typer reads each option from a parameter
     console.print(alerts_table(answer.body.get("alerts") or []))
     token = answer.body.get("continuation")
     if token:
-        console.print(Text(f"more: --continuation {token}"))
+        console.print(shown(f"more: --continuation {token}"))
 
 
 supervisor_app = typer.Typer(help="Operator: what the supervisor is doing.", no_args_is_help=True)
@@ -977,8 +983,8 @@ def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:
 
 
 def _row(table: Table, *cells: object) -> None:
-    # Cells as plain Text: a record holds text others wrote (reasons, operator names), never markup.
-    table.add_row(*(Text(str(cell)) for cell in cells))
+    # A record holds text others wrote (reasons, operator names): shown as text, never as markup.
+    table.add_row(*(shown(str(cell)) for cell in cells))
 
 
 @app.command()
@@ -1002,7 +1008,7 @@ def status(
     finally:
         stores.close()
     record = found.item
-    table = Table(title=f"order {order_id}")
+    table = Table(title=shown(f"order {order_id}"))
     table.add_column("field")
     table.add_column("value")
     for name in ("process_state", "locked_by", "complete_by", "attempt", "failure_count", "next_attempt_at"):
@@ -1052,10 +1058,10 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except OrderflowError as exc:
-        errors.print(f"[red]error:[/red] {escape(_one_line(exc))}")
+        errors.print(f"[red]error:[/red] {_markup(_one_line(exc))}")
         sys.exit(1)
     except ValueError as exc:
-        errors.print(f"[red]error:[/red] {escape(_one_line(exc))}")
+        errors.print(f"[red]error:[/red] {_markup(_one_line(exc))}")
         sys.exit(2)
 
 

@@ -37,9 +37,11 @@ from orderflow.cli_options import (
     VersionFilter,
     order_filters,
 )
+from orderflow.client_text import visible
 from orderflow.errors import TransientError
 from orderflow.operator_actions import OperatorAction, Refusal, action_refusal
 from orderflow.operator_client import OperatorAnswer, OperatorApiClient
+from orderflow.order_render import shown
 from orderflow.records import ProcessState
 
 DEFAULT_LIMIT = 1000
@@ -256,7 +258,7 @@ def plan_table(plan: Plan) -> Table:
             order.etag or "",
             _would(plan.action, order),
         )
-        table.add_row(*(Text(cell) for cell in cells))  # text others wrote, never markup
+        table.add_row(*(shown(cell) for cell in cells))  # text others wrote
     return table
 
 
@@ -301,7 +303,7 @@ def problems_table(results: list[Result]) -> Table | None:
             r.code or "",
             r.message,
         )
-        table.add_row(*(Text(cell) for cell in cells))
+        table.add_row(*(shown(cell) for cell in cells))
     return table
 
 
@@ -326,7 +328,7 @@ _errors = Console(stderr=True, soft_wrap=True)
 def _fail(message: str, code: int) -> NoReturn:
     """Print ``message`` as one line on stderr and exit with ``code`` (2: bad input; 1: refused or
     unreachable)."""
-    _errors.print(f"[red]error:[/red] {escape(message)}")
+    _errors.print(f"[red]error:[/red] {escape(visible(message))}")
     raise typer.Exit(code)
 
 

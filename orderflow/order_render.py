@@ -1,7 +1,8 @@
 """Rich renderings of the operator API's answers, for ``orderflow orders show`` and ``orders list``.
 
 They take the API's JSON as it comes (the public view of a state record, a page of orders) and print
-every text as plain :class:`rich.text.Text`: a record holds text others wrote, never markup.
+every text through :func:`shown`: a record holds text clients and others wrote, which is never read as
+markup and whose control characters are shown, never sent to the terminal.
 """
 
 from __future__ import annotations
@@ -13,16 +14,25 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from orderflow.client_text import visible
+
+
+def shown(value: object) -> Text:
+    """``value`` (None as empty) as a terminal shows text others wrote: plain :class:`~rich.text.Text`,
+    never markup, made :func:`~orderflow.client_text.visible` (no control character, no bidi override).
+    Every CLI rendering of the API's answers and of stored records goes through it."""
+    return Text(visible("" if value is None else str(value)))
+
 
 def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=shown(title), title_justify="left")
     for column in columns:
         table.add_column(column)
     return table
 
 
 def _add(table: Table, *cells: object) -> None:
-    table.add_row(*(Text("" if cell is None else str(cell)) for cell in cells))
+    table.add_row(*(shown(cell) for cell in cells))
 
 
 def _steps(view: dict[str, Any]) -> Table:

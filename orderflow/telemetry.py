@@ -6,7 +6,10 @@ hands them to the process's alert sink, if one is installed (:func:`use_alert_si
 in the alerts store). A record carries the event name as ``event``, the keyword fields as ``fields`` (a
 dict) and, flattened, each field as an attribute of its own, ``orderflow.<field>`` (``orderflow.order_id``,
 ``orderflow.instance_id``, ``orderflow.attempt`` correlate an order across roles), so an exporter turns them
-into individual custom dimensions. Locally the records go to the console; a test counts the events of a
+into individual custom dimensions. A field's value in the record's message is quoted when it is not one
+printable word (:func:`orderflow.client_text.log_value`), and :func:`guard_log_records` keeps every
+record to one line of printable text: a client's text can neither split a record nor add a field to it
+(docs/operations.md#client-text). Locally the records go to the console; a test counts the events of a
 scope with :func:`recording`.
 
 **Metrics.** The events an operator alerts on also update OpenTelemetry instruments of the ``orderflow``
@@ -65,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry import metrics
 
 from orderflow import tracing
+from orderflow.client_text import log_value, visible
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import LogRecordProcessor
@@ -209,8 +213,7 @@ def event(name: str, /, **fields: Any) -> None:
     if derived is not None:
         _add(derived, fields)
     if events_logger.isEnabledFor(logging.INFO):
-        rendered = " ".join(f"{key}={value}" for key, value in fields.items())
-        events_logger.info("%s %s", name, rendered, extra=_log_extra(name, fields))
+        events_logger.info("%s %s", name, _rendered(fields), extra=_log_extra(name, fields))
 
 
 def alert(name: str, /, **fields: Any) -> None:
@@ -229,11 +232,16 @@ def alert(name: str, /, **fields: Any) -> None:
     derived = _FROM_ALERTS.get(name)
     if derived is not None:
         _add(derived, fields, instruments)
-    rendered = " ".join(f"{key}={value}" for key, value in fields.items())
-    alerts_logger.error("ALERT %s %s", name, rendered, extra=_log_extra(f"alert.{name}", fields))
+    alerts_logger.error("ALERT %s %s", name, _rendered(fields), extra=_log_extra(f"alert.{name}", fields))
     sink = _alert_sink
     if sink is not None:
         sink(name, fields)
+
+
+def _rendered(fields: Mapping[str, Any]) -> str:
+    """The fields as ``key=value`` pairs, each value a :func:`orderflow.client_text.log_value`: a
+    client's text (a message id with a space, an ``=`` or a line break in it) stays one field."""
+    return " ".join(f"{key}={log_value(value)}" for key, value in fields.items())
 
 
 AlertSinkFn = Callable[[str, Mapping[str, Any]], object]
@@ -320,8 +328,41 @@ def use_meter_provider(provider: metrics.MeterProvider | None) -> None:
         _stuck.at = 0.0
 
 
+_ONE_LINE_MARK: Final = "_orderflow_one_line"
+
+
+def guard_log_records() -> None:
+    """Make every log record this process creates from now on one line of printable text: a message
+    whose rendered text holds a character :func:`orderflow.client_text.visible` escapes (a client's
+    message id with a line break or an ESC in it, say) gets that escaped text as its message, so no
+    handler can write it as two lines or send a terminal a control sequence. A traceback keeps its lines.
+
+    Wraps the record factory in place (``logging.setLogRecordFactory``), once per process however often
+    it is called; :func:`configure_telemetry` calls it, so both hosts do, and the CLI does.
+    """
+    with _configure_lock:
+        previous = logging.getLogRecordFactory()
+        if getattr(previous, _ONE_LINE_MARK, False):
+            return
+
+        def one_line(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            try:
+                message = record.getMessage()
+            except Exception:  # arguments that do not fit the format: the handler reports it, as ever
+                return record
+            shown = visible(message)
+            if shown != message:
+                record.msg, record.args = shown, ()
+            return record
+
+        setattr(one_line, _ONE_LINE_MARK, True)
+        logging.setLogRecordFactory(one_line)
+
+
 def configure_telemetry(service_name: str, connection_string: str | None = None) -> bool:
-    """Export metrics and the ``orderflow`` loggers' records to Application Insights, once per process.
+    """Export metrics and the ``orderflow`` loggers' records to Application Insights, once per process;
+    first, in any case, make every log record one line (:func:`guard_log_records`).
 
     With a connection string (the argument, else ``APPLICATIONINSIGHTS_CONNECTION_STRING``) this calls
     ``azure.monitor.opentelemetry.configure_azure_monitor`` with ``logger_name="orderflow"``, the
@@ -348,6 +389,7 @@ def configure_telemetry(service_name: str, connection_string: str | None = None)
         configuration (logged at ERROR; the process goes on without export).
     """
     global _configured  # noqa: PLW0603 - the distro installs process-wide providers, once
+    guard_log_records()
     with _configure_lock:
         if _configured:
             return True

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+from orderflow import telemetry
 from tests.operator_tokens import TrustedIssuer, trusted_issuer
 
 TEST_CLIENTS = '[{"id": "a", "replyQueue": "client-a"}]'
@@ -23,6 +24,10 @@ it is indexed, so the setting must be there before the first blueprint is import
 environment). One client ``a``: inbound queue ``orders-a``, reply queue ``client-a`` (``tests.unit.fakes``'s
 ``TEST_CLIENT``)."""
 os.environ.setdefault("CLIENTS", TEST_CLIENTS)
+
+# Log records as the hosts make them (configure_telemetry installs the guard): every test sees the same
+# records whether or not an earlier test in its process imported function_app, which installs it.
+telemetry.guard_log_records()
 
 # A pytest-xdist worker starts with COLUMNS and LINES set to 80 by 24. The CLI's rich console, made when
 # orderflow.cli is imported, would keep that width whatever width a test invokes the CLI with.

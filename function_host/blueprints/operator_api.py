@@ -26,9 +26,10 @@ bp = df.Blueprint()
 @bp.function_name("operator_api")
 @bp.route(route="operator/{*path}", methods=list(func.HttpMethod), auth_level=func.AuthLevel.ANONYMOUS)
 def operator_api(req: func.HttpRequest) -> func.HttpResponse:
-    """Every operator API call: the handler authenticates it, authorizes it and answers it. A failure
-    to build the app's dependencies is answered as the handler answers its own unexpected errors
-    (``500 InternalError`` in the error shape), never with the host's bare 500."""
+    """Every operator API call: the handler authenticates it, authorizes it, answers it and encodes the
+    answer, which is sent as it is. A failure to build the app's dependencies is answered as the handler
+    answers its own unexpected errors (``500 InternalError`` in the error shape), never with the host's
+    bare 500."""
     url = urlsplit(req.url)
     try:
         deps, validator = dependencies(), token_validator()

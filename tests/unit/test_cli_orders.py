@@ -14,13 +14,15 @@ from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
 from orderflow import cli
 from orderflow.cli import app
+from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.operator_client import OperatorApiClient
-from orderflow.records import ProcessState
+from orderflow.records import LastError, ProcessState
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
+from tests.hostile_text import hostile_cases, raw_controls
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, submit_and_claim
 from tests.unit.test_corrections import shipment_refused
@@ -89,6 +91,25 @@ def test_orders_show_renders_the_state_steps_log_replies_and_the_whole_timeline(
     assert etag in result.output
     assert "submit" in result.output and "claim" in result.output
     assert all(f"look-{n}" in result.output for n in range(TIMELINE_WINDOW))
+
+
+@hostile_cases
+def test_orders_show_and_list_make_the_control_characters_of_stored_text_visible(
+    api: Dependencies, hostile: str
+) -> None:
+    # A service's error message and an actor's name are text others wrote, kept on the record.
+    found = api.states.get("a:o-2")
+    record = found.item.model_copy(deep=True)
+    record.last_error = LastError(kind="Permanent", code=hostile[:40], message=hostile, at=record.updated_at)
+    note(found.item, record, Actor("operator", hostile), action="look")
+    api.states.replace(record, etag=found.etag)
+
+    shown = CliRunner().invoke(app, ["orders", "show", "a:o-2"], env={"COLUMNS": "250000"})
+    listed = CliRunner().invoke(app, ["orders", "list", "--state", "Error"], env={"COLUMNS": "250000"})
+
+    assert (shown.exit_code, listed.exit_code) == (0, 0), shown.output[:500] + listed.output[:500]
+    assert raw_controls(shown.stdout_bytes) == [] and raw_controls(listed.stdout_bytes) == []
+    assert visible(encodable(hostile)) in shown.stdout_bytes.decode()
 
 
 def test_orders_list_filters_through_the_api(api: Dependencies) -> None:

@@ -27,6 +27,7 @@ from devhost.host import (
 )
 from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.wakeup_channel import WakeupChannel
+from orderflow.client_text import visible
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
@@ -128,7 +129,8 @@ def test_only_the_local_cancellation_is_quieted_and_only_while_stopping(
             worker.warning(unavailable)
         worker.warning(LOCAL_CANCEL)
 
-    assert [r.getMessage() for r in caplog.records] == [unavailable, LOCAL_CANCEL]
+    # Each record is one line (orderflow.telemetry.guard_log_records): the gRPC text's breaks escaped.
+    assert [r.getMessage() for r in caplog.records] == [visible(unavailable), visible(LOCAL_CANCEL)]
 
 
 def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -> None:

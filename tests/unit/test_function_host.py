@@ -67,9 +67,10 @@ from orderflow.stores.memory import (
     InMemoryStateStore,
 )
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
+from tests.hostile_text import INBOUND, hostile_cases, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
-from tests.unit.fakes import TEST_CLIENT, client_for, order_body
+from tests.unit.fakes import TEST_CLIENT, client_for, memory_deps, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -957,6 +958,31 @@ def test_the_operator_api_trigger_answers_what_the_handler_answers(
     assert anonymous.status_code == 401
     assert anonymous.headers["WWW-Authenticate"] == 'Bearer realm="orderflow"'
     assert deps.states.get("a:o-1").item.stop_requested_by is None
+
+
+@hostile_cases
+def test_the_operator_api_trigger_answers_valid_json_about_a_clients_hostile_text(
+    trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, hostile: str
+) -> None:
+    held = memory_deps(FakeClock(START))
+    send_hostile(held, hostile)
+    monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: held)
+    monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
+    url = f"https://orderflow-func.azurewebsites.net/api/operator/deadletters/{INBOUND}"
+
+    def call(method: str, path: str = "", body: bytes = b"") -> func.HttpResponse:
+        request = func.HttpRequest(method, url + path, headers=trusted.operator(), body=body)
+        answer: func.HttpResponse = invoke("operator_api", req=request)
+        assert (answer.status_code, answer.mimetype, answer.charset) == (200, "application/json", "utf-8")
+        return answer
+
+    listed = json.loads(call("GET").get_body().decode("utf-8"))
+    dry_run = call(
+        "POST", "/purge", json.dumps({"olderThan": "2999-01-01T00:00:00Z", "dryRun": True}).encode()
+    )
+
+    assert len(listed["deadLetters"]) == 3
+    assert json.loads(dry_run.get_body().decode("utf-8"))["count"] == 3
 
 
 def test_the_operator_api_trigger_answers_an_unexpected_failure_in_the_error_shape(
