@@ -1,8 +1,11 @@
 """Wake-ups across the devhost processes of one machine: a send in one process ends an idle poll in another.
 
-Each process binds a Unix datagram socket ``<WAKEUP_DIR>/<host id>.sock``. When it sends to a queue it
-sends the queue's name (or another wake-up's, such as the starter's ``@starter``, which no queue name can
-be), as one datagram, to every other socket in the directory; a process receiving a name sets its
+Each process binds a Unix datagram socket and leaves a file ``<WAKEUP_DIR>/<host id>.sock`` naming it.
+The socket is in Linux's abstract namespace, at an address derived from that file's path, so a
+directory deep enough to break the 108-byte limit of a socket path (a test's temporary folder, a run
+folder in a deep checkout) still works. When it sends to a queue it sends the queue's name (or another
+wake-up's, such as the starter's ``@starter``, which no queue name can be), as one datagram, to the
+socket of every other file in the directory; a process receiving a name sets its
 :class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once instead of at
 its next poll. The queue stays the only source of truth: a datagram carries no message, and one that is
 lost (a process starting, a full socket buffer) only leaves that hop to the next poll. Sends never block
@@ -14,6 +17,7 @@ The Azure host has no such thing: Service Bus triggers receive each message as i
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -28,6 +32,13 @@ SUFFIX = ".sock"
 MAX_NAME_BYTES = 255
 RESCAN_S = 1.0
 """Seconds between scans of the directory for processes started since (a restarted process)."""
+
+
+def socket_address(path: Path) -> str:
+    """The abstract-namespace address of the socket that the file ``path`` names: a fixed prefix and a
+    digest of the absolute path, well under the 108-byte limit whatever the path's length."""
+    digest = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:40]
+    return f"\0orderflow-wakeup-{digest}"
 
 
 class WakeupChannel:
@@ -55,12 +66,12 @@ class WakeupChannel:
         return f"WakeupChannel({str(self.path)!r})"
 
     def start(self) -> None:
-        """Bind this process's socket (replacing a stale one of the same host id) and start listening."""
+        """Bind this process's socket, write its file (a stale one of the same host id is reused: the
+        kernel freed the address of a process that died) and start listening."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        listening.bind(str(self.path))
+        listening.bind(socket_address(self.path))
+        self.path.touch()
         self._socket = listening
         self._thread.start()
 
@@ -87,7 +98,7 @@ class WakeupChannel:
             except (BlockingIOError, InterruptedError):
                 continue  # its buffer is full: it is busy receiving already
             except OSError:
-                self._forget(peer)  # its process has gone (the socket file stays after a SIGKILL)
+                self._forget(peer)  # its process has gone (its file stays after a SIGKILL)
         return told
 
     def _current_peers(self) -> list[str]:
@@ -99,7 +110,9 @@ class WakeupChannel:
                 except OSError:
                     names = []
                 mine = self.path.name
-                self._peers = [str(self.directory / n) for n in names if n.endswith(SUFFIX) and n != mine]
+                self._peers = [
+                    socket_address(self.directory / n) for n in names if n.endswith(SUFFIX) and n != mine
+                ]
             return list(self._peers)
 
     def _forget(self, peer: str) -> None:

@@ -58,7 +58,12 @@ def test_a_restarted_process_replaces_its_stale_socket(tmp_path: Path) -> None:
     heard: list[str] = []
     first = WakeupChannel(tmp_path, "b", lambda name: None)
     first.start()
-    first._socket = None  # killed: nothing closed, nothing removed
+    killed, first._socket = first._socket, None
+    assert killed is not None
+    # Killed: the kernel frees its socket (shutdown ends the reader's recv, which holds it), its file stays.
+    killed.shutdown(socket.SHUT_RDWR)
+    killed.close()
+    first._thread.join(timeout=5)
     again = WakeupChannel(tmp_path, "b", heard.append)
     again.start()
     a = WakeupChannel(tmp_path, "a", lambda name: None)
@@ -69,6 +74,22 @@ def test_a_restarted_process_replaces_its_stale_socket(tmp_path: Path) -> None:
     finally:
         a.stop()
         again.stop()
+
+
+def test_a_directory_deeper_than_a_socket_path_may_be_works(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*(["a-run-folder-of-some-length"] * 6))
+    assert len(str(deep / "devhost-1.sock").encode()) > 108
+    heard: list[str] = []
+    a = WakeupChannel(deep, "devhost-1", lambda name: None)
+    b = WakeupChannel(deep, "devhost-2", heard.append)
+    for channel in (a, b):
+        channel.start()
+    try:
+        assert a.announce("orders-a") == 1
+        assert _until(lambda: heard == ["orders-a"])
+    finally:
+        for channel in (a, b):
+            channel.stop()
 
 
 def test_notify_wakes_here_and_announces_wake_only_sets_known_events() -> None:
