@@ -49,6 +49,7 @@ SECRETS = {
     "reservation id": "rsv-5521",
     "shipment id": "shp-8812",
     "refund id": "re-3310",
+    "carrier": "Rue Exemple 12, Ada's neighbour",
 }
 """Payment and customer data an order carries; none may be left in a store after the retention period."""
 
@@ -95,6 +96,7 @@ class Stores:
             "customerId": SECRETS["customer id"],
             "customerName": SECRETS["customer name"],
             "amount": SECRETS["amount"],
+            "carrier": SECRETS["carrier"],
         }
         body = order_body(order_id, **{**fields, **changes})
         return handle_intake_message(
