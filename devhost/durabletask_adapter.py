@@ -19,6 +19,7 @@ from durabletask import client as dt_client
 from durabletask import task as dt
 
 from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
+from orderflow.errors import TransientError
 from orderflow.orchestration import InstanceStatus
 
 
@@ -118,9 +119,17 @@ _RUNNING_STATUSES = frozenset(
     }
 )
 
+_ENDED_STATUSES = (
+    dt_client.OrchestrationStatus.COMPLETED,
+    dt_client.OrchestrationStatus.FAILED,
+    dt_client.OrchestrationStatus.TERMINATED,
+)
+"""Statuses of instances that ended: the ones whose history the retention pass deletes."""
+
 
 class DurableTaskClient:
-    """:class:`orderflow.orchestration.OrchestrationClient` over a durabletask ``TaskHubGrpcClient``."""
+    """:class:`orderflow.orchestration.OrchestrationClient` and
+    :class:`~orderflow.orchestration.OrchestrationHistories` over a durabletask ``TaskHubGrpcClient``."""
 
     def __init__(self, client: dt_client.TaskHubGrpcClient) -> None:
         self._client = client
@@ -168,3 +177,20 @@ class DurableTaskClient:
                 return False
             raise
         return True
+
+    def purge_ended_before(self, created_before: datetime) -> int:
+        """Delete every ended instance created before ``created_before`` (UTC), with its history
+        (:class:`~orderflow.orchestration.OrchestrationHistories`): the backend's purge by filter.
+
+        Raises:
+            TransientError: the backend did not answer.
+        """
+        try:
+            result = self._client.purge_orchestrations_by(
+                created_time_to=created_before.astimezone(UTC),
+                runtime_status=list(_ENDED_STATUSES),
+                recursive=True,
+            )
+        except grpc.RpcError as exc:
+            raise TransientError(f"the orchestration backend refused the purge: {exc.code()}") from exc
+        return int(result.deleted_instance_count)

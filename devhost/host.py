@@ -54,7 +54,7 @@ from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
 from supervisor.lease import NoLease, SupervisorLease
-from supervisor.retention import purge_expired_logs
+from supervisor.retention import RetentionReport, dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepCursor, run_sweep
 
@@ -64,7 +64,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETENTION_INTERVAL_S = 60.0
-"""Seconds between the leader's compensation-log retention passes."""
+"""Seconds between retention passes: the leader's over the stores and the shared queues' dead letters,
+and each orchestrating process's over its own backend's history and its own response queue."""
 
 ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor", "api")
 """Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
@@ -264,6 +265,8 @@ class DevHost:
             self.channel.start()
         if "orchestrator" in self.roles:
             self._start_durabletask()
+            # This process's backend and response queue are its own: no other process can purge them.
+            self._periodic("retention", self.purge_own_history, RETENTION_INTERVAL_S)
         if "submission" in self.roles:
             self._start_submission()
         if "listener" in self.roles:
@@ -535,12 +538,25 @@ class DevHost:
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.
             self._next_purge_at = time.monotonic() + RETENTION_INTERVAL_S
-            purge_expired_logs(
-                states=self.deps.states,
-                orders=self.deps.orders,
-                clock=self.deps.clock,
-                settings=self.settings,
-            )
+            self.purge_shared_data()
+
+    def purge_shared_data(self) -> RetentionReport:
+        """The leader's retention pass: the stores, and the dead letters of the clients' inbound queues,
+        the agents' request queues and the shared response queue (:func:`run_retention_pass`)."""
+        return run_retention_pass(self.deps, dead_letter_queues=dead_letter_sources(self.settings))
+
+    def purge_own_history(self) -> RetentionReport:
+        """This process's retention pass over what only it can reach: its durabletask backend's history
+        of ended instances and its own response queue's dead letters (nothing without the orchestrator
+        role)."""
+        if self.client is None:
+            return RetentionReport()
+        return run_retention_pass(
+            self.deps,
+            stores=False,
+            dead_letter_queues=[self.settings.response_queue()],
+            histories=self.client,
+        )
 
     def _still_leader(self) -> bool:
         """Asked by a sweep before each record: renews the lease when due; False once it is lost."""
@@ -554,6 +570,12 @@ class DevHost:
             logger.warning(
                 "devhost %s could not release the supervisor lease; it expires", self.settings.HOST_ID
             )
+
+    @property
+    def backend_client(self) -> dt_client.TaskHubGrpcClient | None:
+        """The gRPC client of this process's durabletask backend (None without the orchestrator role),
+        to inspect what the backend holds: its instances and their history."""
+        return self._grpc_client
 
     def running_instances(self) -> int:
         """Orchestrations of this host not yet finished (one backend query)."""

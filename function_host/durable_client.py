@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
+
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
 from orderflow.errors import TransientError
 from orderflow.orchestration import InstanceStatus
@@ -25,12 +28,30 @@ class DurableClientLike(Protocol):
 
     async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None: ...
 
+    async def purge_instance_history_by(
+        self,
+        created_time_from: datetime | None = None,
+        created_time_to: datetime | None = None,
+        runtime_status: list[OrchestrationRuntimeStatus] | None = None,
+    ) -> Any: ...
+
 
 _RUNNING = frozenset({"Running", "Pending", "Suspended", "ContinuedAsNew"})
 
+_ENDED = [
+    OrchestrationRuntimeStatus.Completed,
+    OrchestrationRuntimeStatus.Failed,
+    OrchestrationRuntimeStatus.Terminated,
+]
+"""Statuses of instances that ended: the ones whose history the retention pass deletes."""
+
+PURGE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+"""``created_time_from`` of the purge by time range (the SDK requires one): before any orderflow instance."""
+
 
 class DurableFunctionsClient:
-    """:class:`~orderflow.orchestration.OrchestrationClient` over the Durable Functions client binding.
+    """:class:`~orderflow.orchestration.OrchestrationClient` and
+    :class:`~orderflow.orchestration.OrchestrationHistories` over the Durable Functions client binding.
 
     The client's methods are coroutines bound to the worker's event loop (the SDK shares one aiohttp
     session per process). The roles are synchronous, so an ``async`` trigger runs the role function
@@ -93,3 +114,24 @@ class DurableFunctionsClient:
     def raise_event(self, instance_id: str, name: str, payload: dict[str, Any]) -> None:
         """Raise an external event (the extension answers 410 for a finished instance: raised)."""
         self._run(self._client.raise_event(instance_id, name, payload))
+
+    def purge_ended_before(self, created_before: datetime) -> int:
+        """Delete the history of every instance created before ``created_before`` (UTC) that completed,
+        failed or was terminated: ``purge_instance_history_by``, which the extension serves as
+        ``DELETE instances/?createdTimeFrom=...&createdTimeTo=...&runtimeStatus=...``.
+
+        Raises:
+            TransientError: the extension answered anything but 200 or 404 (the SDK raises a bare
+                ``Exception`` then, its text the only detail).
+        """
+        # The SDK formats the times without an offset: they must be UTC already.
+        until = created_before.astimezone(UTC)
+        try:
+            result = self._run(
+                self._client.purge_instance_history_by(
+                    created_time_from=PURGE_FROM, created_time_to=until, runtime_status=list(_ENDED)
+                )
+            )
+        except Exception as exc:  # the SDK's only failure type here; re-raised as the kind it is
+            raise TransientError(f"the history purge failed: {exc}") from exc
+        return int(getattr(result, "instances_deleted", 0) or 0)

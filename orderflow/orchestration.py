@@ -7,6 +7,7 @@ Implemented by ``devhost.durabletask_adapter.DurableTaskClient`` (durabletask, l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -61,5 +62,25 @@ class UncheckedEventRaiser(Protocol):
 
         Returns:
             False (nothing raised) when the runtime knows no such instance; True otherwise.
+        """
+        ...
+
+
+class OrchestrationHistories(Protocol):
+    """The runtime's purge of instance history, for the retention pass (docs/data.md).
+
+    Implemented by ``devhost.durabletask_adapter.DurableTaskClient`` (durabletask's purge by filter) and
+    ``function_host.durable_client.DurableFunctionsClient`` (``purge_instance_history_by``).
+    """
+
+    def purge_ended_before(self, created_before: datetime) -> int:
+        """Delete the history of every instance created before ``created_before`` (aware, UTC) that has
+        ended: completed, failed or terminated. Running, pending and suspended instances stay.
+
+        Returns:
+            The number of instances deleted.
+
+        Raises:
+            TransientError: the runtime is unavailable.
         """
         ...

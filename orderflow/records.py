@@ -19,18 +19,22 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
 
+from orderflow.client_fields import PurgeAction, document_purge
+
 SCHEMA_VERSION = 1
 """Version of the stored record and document shapes written by this code."""
 
 REDACTED = "[redacted]"
 """What a text field holds once the retention purge removed its payment or customer data (docs/data.md)."""
 
-DATA_PURGE_VERSION = 2
+DATA_PURGE_VERSION = 3
 """The retention purge this code applies (a state record's ``dataPurgeVersion``; docs/data.md).
 
 0: never purged. 1: the compensation log's data and undo results only, marked ``compensationLogPurgedAt``
 by earlier versions (such records hold version 0 here). 2: also step results, error and reply texts and
-the order document. A record purged by an earlier version is purged again by this one.
+the order document. 3: also the order document's ``carrier`` (every field
+:data:`orderflow.client_fields.CLIENT_FIELDS` marks). A record purged by an earlier version is purged
+again by this one.
 """
 
 
@@ -183,32 +187,39 @@ class OrderDocument(Model):
     def redacted(self, at: datetime) -> OrderDocument:
         """This document without its customer and payment data (docs/data.md), redacted at ``at`` (UTC).
 
-        ``customerId`` and ``customerName`` hold :data:`REDACTED`, ``amount`` is 0 and ``items`` is empty
-        (values of their types, so code that reads a redacted document still runs: a late ``start_step``
-        reads it before its fenced write refuses); fields this version does not know (a newer schema's)
-        are dropped. The keys, ``contentHash`` (a resubmission is still told a duplicate or a conflict),
-        ``receivedAt``, ``currency``, ``carrier``, ``replyTo`` and ``clientId``
-        stay. A redacted document is returned
-        as it is.
+        Each field :data:`orderflow.client_fields.CLIENT_FIELDS` marks is purged: text holds
+        :data:`REDACTED` (``customerId``, ``customerName``, ``carrier``), ``amount`` is 0 and ``items`` is
+        empty (values of their types, so code that reads a redacted document still runs: a late
+        ``start_step`` reads it before its fenced write refuses); fields this version does not know (a
+        newer schema's) are dropped. The keys, ``contentHash`` (a resubmission is still told a duplicate or
+        a conflict), ``receivedAt``, ``currency``, ``replyTo`` and ``clientId`` stay. A redacted document
+        (:meth:`is_redacted`) is returned as it is; one redacted by an earlier, narrower purge is redacted
+        again and keeps its ``redactedAt``.
         """
-        if self.redacted_at is not None:
+        if self.is_redacted():
             return self
-        return OrderDocument(
-            id=self.id,
-            order_id=self.order_id,
-            customer_id=REDACTED,
-            customer_name=REDACTED,
-            currency=self.currency,
-            amount=Decimal(0),
-            items=(),
-            carrier=self.carrier,
-            reply_to=self.reply_to,
-            client_id=self.client_id,
-            content_hash=self.content_hash,
-            received_at=self.received_at,
-            schema_version=self.schema_version,
-            redacted_at=at,
-        )
+        known = {field.alias or name for name, field in OrderDocument.model_fields.items()}
+        data = {key: value for key, value in self.to_json_dict().items() if key in known}
+        for name, action in document_purge().items():
+            data[name] = _PURGED[action]
+        data["redactedAt"] = self.redacted_at or at
+        return OrderDocument.model_validate(data)
+
+    def is_redacted(self) -> bool:
+        """Whether the document is redacted: marked, and every field the purge changes holds its purged
+        value (a document an earlier, narrower purge redacted is marked but not redacted)."""
+        if self.redacted_at is None:
+            return False
+        current = self.model_dump(by_alias=True)
+        return all(current.get(name) == _PURGED[action] for name, action in document_purge().items())
+
+
+_PURGED: dict[PurgeAction, Any] = {
+    PurgeAction.REDACT: REDACTED,
+    PurgeAction.ZERO: Decimal(0),
+    PurgeAction.EMPTY: (),
+}
+"""What a purged field of the order document holds, by :class:`~orderflow.client_fields.PurgeAction`."""
 
 
 def content_hash(content: dict[str, Any]) -> str:

@@ -825,6 +825,14 @@ class Settings(BaseModel):
         "(docs/data.md). Default 30 days; 0 never purges. CompensationFailed and Error orders keep "
         "theirs until an operator resolves them; the period starts then.",
     )
+    DEAD_LETTER_RETENTION_S: float = Field(
+        1_209_600.0,
+        ge=0,
+        description="Seconds a dead letter is kept after it was dead-lettered before the supervisor's "
+        "retention pass deletes it: a dead letter holds the whole message, customer and payment data "
+        "included, and neither queue service expires one (docs/data.md). Default 14 days; at most "
+        "COMPENSATION_LOG_RETENTION_S, and not 0 unless that is 0 too (0 never deletes).",
+    )
 
     # --- consumers ---------------------------------------------------------------------------
     QUEUE_LOCK_S: float = Field(
@@ -1004,6 +1012,18 @@ class Settings(BaseModel):
         values = {name: float(getattr(self, name)) for bound in TIMEOUT_BOUNDS for name in bound[:2]}
         for refusal in timeout_refusals(values):
             raise ValueError(refusal)
+        return self
+
+    @model_validator(mode="after")
+    def _dead_letters_go_no_later_than_the_data(self) -> Settings:
+        # A dead letter holds the order's whole body: keeping it longer would outlive the purge.
+        data, dead = self.COMPENSATION_LOG_RETENTION_S, self.DEAD_LETTER_RETENTION_S
+        if data > 0 and (dead == 0 or dead > data):
+            raise ValueError(
+                f"DEAD_LETTER_RETENTION_S ({dead:g}) must be more than 0 and at most "
+                f"COMPENSATION_LOG_RETENTION_S ({data:g}): a dead letter holds the customer and payment "
+                "data the retention purge removes from the stores"
+            )
         return self
 
     def check_azure(self) -> None:

@@ -8,6 +8,12 @@ after the end: statuses, keys, the content hash, error kinds and codes, times. `
 ``Error`` orders keep theirs for the operator who resolves them; the period starts at the resolution.
 What each field holds, and why it is kept or purged: docs/data.md.
 
+Two more passes reach what the stores do not. :func:`purge_expired_dead_letters` deletes dead letters
+older than ``DEAD_LETTER_RETENTION_S`` (neither queue service expires one, and each holds a whole message);
+:func:`purge_finished_histories` deletes the orchestration history of instances that ended and were created
+more than ``COMPENSATION_LOG_RETENTION_S`` ago (activity inputs and outputs hold step results and agent
+requests). :func:`run_retention_pass` runs the three.
+
 Per record, the document is redacted first and the record marked second (``dataPurgedAt``,
 ``dataPurgeVersion``), each a conditional write: a pass that dies between the two, or whose record write
 loses a race (412), leaves the record unmarked, and the next pass redoes both (a redacted document is
@@ -20,19 +26,27 @@ but not for ever.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
+from orderflow.dependencies import Dependencies
+from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound, TransientError
+from orderflow.orchestration import OrchestrationHistories
+from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
 from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
 from orderflow.timeline import Actor, note
+from orderflow.workflows import agent_names
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 PURGEABLE_STATES = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 """Finished for good: no undo can run any more."""
@@ -115,3 +129,165 @@ def _purge(found: Versioned[StateRecord], *, states: StateStore, orders: OrderSt
     except ConcurrencyConflict:
         return False
     return True
+
+
+DEAD_LETTER_PEEK = 32
+"""Dead letters one look at a queue reads (Storage peeks at most 32), without changing any."""
+
+
+def dead_letter_sources(settings: Settings) -> list[str]:
+    """The queues whose dead letters the retention pass deletes: those orderflow consumes, and so
+    dead-letters on: every registered client's inbound queue, every agent's request queue, the response
+    queue and this host's own (``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Reply queues are the
+    clients' to consume (docs/data.md)."""
+    names = [client.inbound_queue for client in settings.clients()]
+    names += [settings.agent_queue(agent) for agent in agent_names()]
+    names += [settings.AGENT_RESPONSES_QUEUE, settings.response_queue()]
+    return list(dict.fromkeys(names))
+
+
+def purge_expired_dead_letters(
+    *,
+    queues: QueueFactory,
+    dead_letters: DeadLetterQueues,
+    names: Iterable[str],
+    clock: Clock,
+    settings: Settings,
+) -> int:
+    """Delete the dead letters of ``names`` dead-lettered more than ``DEAD_LETTER_RETENTION_S`` ago.
+
+    Each queue is first peeked (nothing changes, so a pass with nothing to delete disturbs no operator);
+    only when its oldest dead letters are expired are they received and deleted, at most as many as the
+    peek found expired, and again while whole peeks are expired, up to
+    :data:`~orderflow.queues.base.MAX_DEAD_LETTER_SCAN` a queue.
+
+    Args:
+        queues: Peeks at dead letters (:meth:`QueueFactory.dead_letters`).
+        dead_letters: Deletes them (:meth:`DeadLetterQueues.remove_dead_letters`).
+        names: The queues whose dead letters to look at (:func:`dead_letter_sources`).
+        clock: Time source (UTC).
+        settings: ``DEAD_LETTER_RETENTION_S`` (0 never deletes).
+
+    Returns:
+        The number of dead letters deleted.
+
+    Raises:
+        TransientError, PermanentError: a queue failed (what was deleted before stays deleted).
+    """
+    if settings.DEAD_LETTER_RETENTION_S <= 0:
+        return 0
+    cutoff = clock.now() - timedelta(seconds=settings.DEAD_LETTER_RETENTION_S)
+
+    def expired(dead: DeadLetter) -> bool:
+        return dead.dead_lettered_at < cutoff
+
+    deleted = 0
+    for name in names:
+        removed_here = 0
+        while removed_here < MAX_DEAD_LETTER_SCAN:
+            peeked = queues.dead_letters(name, max_messages=DEAD_LETTER_PEEK)
+            due = sum(1 for dead in peeked if expired(dead))
+            if not due:
+                break
+            removed = len(dead_letters.remove_dead_letters(name, expired, most=due))
+            removed_here += removed
+            if removed < due or due < DEAD_LETTER_PEEK:
+                break  # the rest is younger, or another remover took some
+        deleted += removed_here
+    if deleted:
+        telemetry.event("retention.dead_letters_deleted", dead_letters=deleted)
+    return deleted
+
+
+def purge_finished_histories(*, histories: OrchestrationHistories, clock: Clock, settings: Settings) -> int:
+    """Delete the orchestration history of the instances that ended (completed, failed or terminated)
+    and were created more than ``COMPENSATION_LOG_RETENTION_S`` ago.
+
+    An attempt's history holds its activities' inputs and outputs: step results (charge ids, amounts)
+    and agent requests (customer, amount, items). The order's state record keeps what the protocol
+    needs, so nothing reads an ended instance's history. A running instance is left alone; it is
+    deleted by the first pass after it ends.
+
+    Args:
+        histories: The orchestration runtime's purge.
+        clock: Time source (UTC).
+        settings: ``COMPENSATION_LOG_RETENTION_S`` (0 never deletes).
+
+    Returns:
+        The number of instances deleted.
+
+    Raises:
+        TransientError: the runtime is unavailable; the next pass tries again.
+    """
+    if settings.COMPENSATION_LOG_RETENTION_S <= 0:
+        return 0
+    cutoff = clock.now() - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S)
+    deleted = histories.purge_ended_before(cutoff)
+    if deleted:
+        telemetry.event("retention.histories_deleted", instances=deleted)
+    return deleted
+
+
+@dataclass
+class RetentionReport:
+    """What one :func:`run_retention_pass` did (None: that part did not run, or failed and was logged)."""
+
+    records: PurgeReport | None = None
+    dead_letters: int | None = None
+    histories: int | None = None
+
+
+def run_retention_pass(
+    deps: Dependencies,
+    *,
+    stores: bool = True,
+    dead_letter_queues: Sequence[str] = (),
+    histories: OrchestrationHistories | None = None,
+) -> RetentionReport:
+    """One retention pass: the stores (:func:`purge_expired_logs`), the dead letters of
+    ``dead_letter_queues`` (:func:`purge_expired_dead_letters`) and the orchestration history
+    (:func:`purge_finished_histories`). A part whose service is unavailable (``TransientError``) is logged
+    and left for the next pass; the other parts still run.
+
+    Args:
+        deps: The stores, queues (``deps.dead_letters`` deletes dead letters; None skips them), clock and
+            settings.
+        stores: Purge the stores (the local host's processes that are not the supervisor leader do not).
+        dead_letter_queues: The queues whose dead letters to delete (:func:`dead_letter_sources`).
+        histories: The orchestration runtime's purge, or None (this process runs no orchestrations).
+    """
+    report = RetentionReport()
+    dead_letters = deps.dead_letters
+    if stores:
+        report.records = _unless_unavailable(
+            "the stores",
+            lambda: purge_expired_logs(
+                states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings
+            ),
+        )
+    if dead_letters is not None and dead_letter_queues:
+        report.dead_letters = _unless_unavailable(
+            "the dead letters",
+            lambda: purge_expired_dead_letters(
+                queues=deps.queues,
+                dead_letters=dead_letters,
+                names=dead_letter_queues,
+                clock=deps.clock,
+                settings=deps.settings,
+            ),
+        )
+    if histories is not None:
+        report.histories = _unless_unavailable(
+            "the orchestration history",
+            lambda: purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings),
+        )
+    return report
+
+
+def _unless_unavailable(part: str, run: Callable[[], _T]) -> _T | None:
+    """``run()``, or None when a service it needs is unavailable (logged: the next pass tries again)."""
+    try:
+        return run()
+    except TransientError as exc:
+        logger.warning("retention: %s not purged this pass: %s", part, exc)
+        return None

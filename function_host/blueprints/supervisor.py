@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import azure.durable_functions as df
 import azure.functions as func
 
+from function_host.durable_client import DurableFunctionsClient
 from function_host.wiring import dependencies
+from orderflow.dependencies import Dependencies
+from orderflow.orchestration import OrchestrationHistories
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
-from supervisor.retention import purge_expired_logs
+from supervisor.retention import dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import run_sweep
 
@@ -17,9 +22,18 @@ bp = df.Blueprint()
 
 @bp.function_name("supervisor")
 @bp.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
-def supervisor(timer: func.TimerRequest) -> None:
+@bp.durable_client_input(client_name="client")
+async def supervisor(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     """One bounded sweep over expired completeBy records, the reply relay and a retention pass."""
     deps = dependencies()
+    # The roles are synchronous: run them in a thread; the history purge comes back to this loop.
+    histories = DurableFunctionsClient(client, asyncio.get_running_loop())
+    await asyncio.to_thread(supervise, deps, histories)
+
+
+def supervise(deps: Dependencies, histories: OrchestrationHistories) -> None:
+    """What one supervisor run does: sweep, relay owed replies, then retention (the stores, the dead
+    letters of every queue orderflow consumes, and the task hub's history)."""
     started = deps.clock.now()
     report = run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
     ended, host = deps.clock.now(), deps.settings.HOST_ID
@@ -33,4 +47,4 @@ def supervisor(timer: func.TimerRequest) -> None:
         grace_s=deps.settings.REPLY_GRACE_S,
         limits=PageLimits.from_settings(deps.settings),
     )
-    purge_expired_logs(states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings)
+    run_retention_pass(deps, dead_letter_queues=dead_letter_sources(deps.settings), histories=histories)

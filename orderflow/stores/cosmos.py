@@ -607,7 +607,7 @@ class CosmosOrderStore:
         """
         stored = self._container.read(order_id)
         document = OrderDocument.model_validate(_system_free(stored))
-        if document.redacted_at is not None:
+        if document.is_redacted():
             return Redaction.ALREADY_REDACTED
         self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
         return Redaction.REDACTED

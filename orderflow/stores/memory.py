@@ -485,7 +485,7 @@ class InMemoryOrderStore:
         """
         stored = self._container.read(order_id)
         document = self._document(stored)
-        if document.redacted_at is not None:
+        if document.is_redacted():
             return Redaction.ALREADY_REDACTED
         self._container.replace(document.redacted(at).to_json_dict(), str(stored["_etag"]))
         return Redaction.REDACTED

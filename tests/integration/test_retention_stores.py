@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from devhost.emulators import LocalEndpoints
+from intake.cancellation import CancelOutcome, handle_cancel
 from intake.submission import IntakeOutcome, handle_intake_message
+from orderflow.client_fields import CLIENT_FIELDS, KeptIn, PurgeAction
 from orderflow.clock import FakeClock
 from orderflow.errors import ConflictingOrder
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -49,6 +51,7 @@ SECRETS = {
     "reservation id": "rsv-5521",
     "shipment id": "shp-8812",
     "refund id": "re-3310",
+    "carrier": "Rue Exemple 12, Ada's neighbour",
 }
 """Payment and customer data an order carries; none may be left in a store after the retention period."""
 
@@ -95,6 +98,7 @@ class Stores:
             "customerId": SECRETS["customer id"],
             "customerName": SECRETS["customer name"],
             "amount": SECRETS["amount"],
+            "carrier": SECRETS["carrier"],
         }
         body = order_body(order_id, **{**fields, **changes})
         return handle_intake_message(
@@ -243,3 +247,44 @@ def test_a_purged_order_resubmitted_is_a_duplicate_and_a_changed_one_a_conflict(
     assert secrets_in(json.dumps(replies[0])) == set()
     assert stores.states.get("a:o-1").item.data_purged_at is not None
     assert stores.orders.get("a:o-1").redacted_at is not None
+
+
+CLIENT_MARKERS: dict[tuple[str, str], tuple[Any, str]] = {
+    ("SubmitOrder", "customerId"): ("cust-marker-31", "cust-marker-31"),
+    ("SubmitOrder", "customerName"): ("Marker Olwen Pryce", "Marker Olwen Pryce"),
+    ("SubmitOrder", "amount"): ("4417.93", "4417.93"),
+    ("SubmitOrder", "items"): ([{"sku": "sku-marker-88", "quantity": 7}], "sku-marker-88"),
+    ("SubmitOrder", "carrier"): ("Olwen's sister, Marker Row 5", "Marker Row 5"),
+    ("CancelOrder", "reason"): ("moved to 12 Marker Lane", "Marker Lane"),
+}
+"""For each field of a client's messages that orderflow keeps and the table purges: the value sent, and
+the text of it a scan looks for."""
+
+
+def test_every_client_field_the_table_purges_is_gone_after_the_retention_period(stores: Stores) -> None:
+    kept = {
+        (f.message, f.field)
+        for f in CLIENT_FIELDS
+        if f.purge is not PurgeAction.KEEP and f.kept_in is not KeptIn.NOT_KEPT and "[]" not in f.field
+    }
+    assert set(CLIENT_MARKERS) == kept, "give each field the table purges a marker here"
+    sent = {
+        field: value for (message, field), (value, _) in CLIENT_MARKERS.items() if message == "SubmitOrder"
+    }
+    assert stores.submit("a:o-1", **sent) is IntakeOutcome.ACCEPTED
+    reason, _ = CLIENT_MARKERS["CancelOrder", "reason"]
+    cancel = {"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1", "reason": reason}
+    cancelled = handle_cancel(
+        json.dumps(cancel), client=TEST_CLIENT, states=stores.states, queues=stores.queues, clock=stores.clock
+    )
+    assert cancelled.outcome is CancelOutcome.CANCELLED
+
+    def left() -> set[tuple[str, str]]:
+        text = stores.text("a:o-1")
+        return {field for field, (_, marker) in CLIENT_MARKERS.items() if marker in text}
+
+    assert left() == set(CLIENT_MARKERS)  # the scan finds each one before the period ends
+    stores.clock.advance(RETENTION_S + DAY_S)
+    assert stores.purge() == 1
+
+    assert left() == set()

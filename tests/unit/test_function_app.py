@@ -102,7 +102,9 @@ ACTIVITIES = (
     FINISH_COMPENSATION,
     RECORD_REVIEW,
 )
-DURABLE_CLIENTS = frozenset({"starter", "response_listener"})
+DURABLE_CLIENTS = frozenset({"starter", "response_listener", "supervisor"})
+"""Functions with a durable client binding: the starter starts instances, the listener raises events on
+them, the supervisor's retention pass purges the history of ended ones."""
 HTTP_FUNCTIONS = {"operator_api": "operator/{*path}"}
 """HTTP triggered function -> its route (under the host's ``api`` prefix)."""
 
@@ -301,7 +303,7 @@ def test_timers_run_on_their_schedule_setting_and_not_on_startup(name: str, sche
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_durable_client_bindings_only_where_the_roles_start_or_signal_instances(name: str) -> None:
+def test_durable_client_bindings_only_where_the_roles_start_signal_or_purge_instances(name: str) -> None:
     clients = _bindings(name, "durableClient")
     if name in DURABLE_CLIENTS:
         # No taskHub or connection override: the client talks to host.json's %TASK_HUB_NAME%.

@@ -20,7 +20,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,6 +28,8 @@ import azure.functions as func
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from azure.durable_functions.models.PurgeHistoryResult import PurgeHistoryResult
+from azure.durable_functions.models.utils import http_utils
 from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings import servicebus
 
@@ -71,6 +73,7 @@ from tests.hostile_text import INBOUND, hostile_cases, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import TEST_CLIENT, client_for, memory_deps, order_body
+from tests.worker.durable_http import SERVER_ERROR, DurableExtension, Fault, Instance
 
 pytestmark = pytest.mark.unit
 
@@ -438,6 +441,14 @@ class FakeDurableClient:
     async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None:
         self.raised.append((instance_id, event_name, event_data))
 
+    async def purge_instance_history_by(
+        self,
+        created_time_from: datetime | None = None,
+        created_time_to: datetime | None = None,
+        runtime_status: list[Any] | None = None,
+    ) -> Any:
+        return PurgeHistoryResult(instancesDeleted=0)
+
 
 @pytest.mark.parametrize(
     "runtime_status", ["Running", "Pending", "Completed", "Failed", "Terminated", "Canceled"]
@@ -523,6 +534,81 @@ def test_raise_event_forwards_instance_name_and_payload() -> None:
     DurableFunctionsClient(fake).raise_event("a:o-1:1", "charge_payment:response", payload)
 
     assert fake.raised == [("a:o-1:1", "charge_payment:response", payload)]
+
+
+# --- the history purge, through the SDK's client to the extension's HTTP API -----------------------------
+
+
+@pytest.fixture
+def extension() -> Iterator[DurableExtension]:
+    """The Durable Functions extension's HTTP API on loopback (tests/worker/durable_http.py)."""
+    server = DurableExtension({ORDER_WORKFLOW})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def purge_through_the_sdk(extension: DurableExtension, cutoff: datetime) -> int:
+    """``purge_ended_before`` as a trigger runs it: the role in a thread, the SDK's real
+    ``DurableOrchestrationClient`` (from the binding JSON) on the trigger's loop, its HTTP to
+    ``extension``. The SDK's process-wide HTTP session is closed on that loop afterwards."""
+
+    async def trigger() -> int:
+        sdk = DurableOrchestrationClient(extension.client_binding())
+        client = DurableFunctionsClient(sdk, asyncio.get_running_loop())
+        try:
+            return await asyncio.to_thread(client.purge_ended_before, cutoff)
+        finally:
+            await http_utils._close_session()
+
+    return asyncio.run(trigger())
+
+
+OLD, YOUNG = "2026-01-01T00:00:00Z", "2026-03-01T00:00:00Z"
+
+
+def test_the_purge_deletes_ended_instances_created_before_the_cutoff(extension: DurableExtension) -> None:
+    for instance_id, runtime_status, created in [
+        ("a:o-1:1", "Completed", OLD),
+        ("a:o-2:1", "Failed", OLD),
+        ("a:o-3:1", "Terminated", OLD),
+        ("a:o-4:1", "Running", OLD),  # still running: its history is still being written
+        ("a:o-5:1", "Suspended", OLD),
+        ("a:o-6:1", "Completed", YOUNG),  # within the retention period
+    ]:
+        extension.instances[instance_id] = Instance(
+            name=ORDER_WORKFLOW, runtime_status=runtime_status, created_time=created
+        )
+
+    deleted = purge_through_the_sdk(extension, datetime(2026, 2, 1, 12, 30, tzinfo=UTC))
+
+    assert deleted == 3
+    assert set(extension.instances) == {"a:o-4:1", "a:o-5:1", "a:o-6:1"}
+    [request] = extension.take()
+    assert (request.method, request.path) == ("DELETE", "/durabletask/instances/")
+    assert request.query == {
+        "createdTimeFrom": "2000-01-01T00:00:00.000000Z",
+        "createdTimeTo": "2026-02-01T12:30:00.000000Z",
+        "runtimeStatus": "Completed,Failed,Terminated",
+    }
+
+
+def test_a_cutoff_in_another_zone_is_sent_in_utc(extension: DurableExtension) -> None:
+    # The SDK formats the time without its offset: a local time would move the cutoff.
+    cutoff = datetime(2026, 2, 1, 14, 30, tzinfo=UTC).astimezone(timezone(timedelta(hours=2)))
+
+    assert purge_through_the_sdk(extension, cutoff) == 0  # the extension's 404: nothing matched
+
+    [request] = extension.take()
+    assert request.query["createdTimeTo"] == "2026-02-01T14:30:00.000000Z"
+
+
+def test_a_failed_purge_raises_a_transient_error(extension: DurableExtension) -> None:
+    extension.fail_next("purge", Fault(500, SERVER_ERROR))
+
+    with pytest.raises(TransientError, match="history purge failed"):
+        purge_through_the_sdk(extension, datetime(2026, 2, 1, tzinfo=UTC))
 
 
 # --- the blueprints' triggers, invoked as the worker invokes them ------------------------------------------
@@ -923,16 +1009,49 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
     assert (request.instance_id, request.step, request.reply_to) == ("a:o-1:1", step.name, "agent-responses")
 
 
-def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies) -> None:
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies, durable: DurableCalls) -> None:
     submit(deps)
     claimed(deps)
     assert isinstance(deps.clock, FakeClock)
     deps.clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
 
-    invoke("supervisor", timer=FakeTimer())
+    try:
+        invoke("supervisor", timer=FakeTimer(), client=CLIENT_BINDING)
+    finally:
+        gc.collect()
 
     record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by, record.failure_count) == (ProcessState.PENDING, None, 1)
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_supervisor_trigger_purges_the_task_hubs_history_and_expired_dead_letters(
+    deps: Dependencies, durable: DurableCalls
+) -> None:
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    deps.dead_letters = deps.queues  # as function_host.wiring wires it
+    inbound = deps.settings.AGENT_RESPONSES_QUEUE
+    queue = deps.queues.queue(inbound)
+    queue.send("not json", message_id="m-1")
+    [garbage] = queue.receive(max_messages=1)
+    queue.dead_letter(garbage, reason="InvalidJson", description="body is not JSON")
+    assert isinstance(deps.clock, FakeClock)
+    # The in-memory queues stamp dead letters with the wall clock; the app's clock runs past it.
+    lag_s = (datetime.now(UTC) - deps.clock.now()).total_seconds()
+    deps.clock.advance(lag_s + deps.settings.DEAD_LETTER_RETENTION_S + 60)
+
+    try:
+        invoke("supervisor", timer=FakeTimer(), client=CLIENT_BINDING)
+    finally:
+        gc.collect()
+
+    retention = timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+    [(since, until, statuses)] = durable.purged
+    assert (until, statuses) == (deps.clock.now() - retention, ["Completed", "Failed", "Terminated"])
+    assert since is not None and until is not None and since < until - retention
+    assert len({id(loop) for loop in durable.loops}) == 1  # on the trigger's loop, as the SDK requires
+    assert deps.queues.dead_letters(inbound) == []
 
 
 def test_the_operator_api_trigger_answers_what_the_handler_answers(
@@ -1052,6 +1171,7 @@ class DurableCalls:
     statuses: dict[str, Any] = field(default_factory=dict)
     started: list[tuple[str, str | None, Any]] = field(default_factory=list)
     raised: list[tuple[str, str, Any]] = field(default_factory=list)
+    purged: list[tuple[datetime | None, datetime | None, list[str]]] = field(default_factory=list)
     loops: list[asyncio.AbstractEventLoop] = field(default_factory=list)
 
 
@@ -1094,6 +1214,17 @@ def durable(monkeypatch: pytest.MonkeyPatch) -> DurableCalls:
         calls.loops.append(asyncio.get_running_loop())
         calls.raised.append((instance_id, event_name, event_data))
 
+    async def purge_instance_history_by(
+        self: DurableOrchestrationClient,
+        created_time_from: datetime | None = None,
+        created_time_to: datetime | None = None,
+        runtime_status: list[Any] | None = None,
+    ) -> Any:
+        calls.loops.append(asyncio.get_running_loop())
+        calls.purged.append((created_time_from, created_time_to, [s.value for s in runtime_status or []]))
+        return PurgeHistoryResult(instancesDeleted=0)
+
+    monkeypatch.setattr(DurableOrchestrationClient, "purge_instance_history_by", purge_instance_history_by)
     monkeypatch.setattr(DurableOrchestrationClient, "get_status", get_status)
     monkeypatch.setattr(DurableOrchestrationClient, "start_new", start_new)
     monkeypatch.setattr(DurableOrchestrationClient, "raise_event", raise_event)

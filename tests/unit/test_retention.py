@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
+from orderflow.queues.base import DeadLetterQueues
+from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     DATA_PURGE_VERSION,
     REDACTED,
@@ -35,8 +38,16 @@ from orderflow.records import (
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.base import Redaction, Versioned
 from orderflow.stores.memory import InMemoryStateStore
-from orderflow.workflows import ORDER_V2
-from supervisor.retention import PurgeReport, purge_expired_logs
+from orderflow.workflows import ORDER_V2, agent_names
+from supervisor.retention import (
+    DEAD_LETTER_PEEK,
+    PurgeReport,
+    dead_letter_sources,
+    purge_expired_dead_letters,
+    purge_expired_logs,
+    purge_finished_histories,
+    run_retention_pass,
+)
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
@@ -467,3 +478,171 @@ def test_the_relay_still_sends_a_reply_owed_by_a_purged_order() -> None:
     [reply] = [json.loads(m.body) for m in received(deps.queues.queue("replies"))]
     assert (reply["status"], reply["reason"], reply["detail"]) == ("Compensated", "declined", REDACTED)
     assert deps.states.get("a:o-1").item.pending_reply is None
+
+
+# --- dead letters and orchestration history -----------------------------------------------------------
+
+
+def wall_clock_deps(**settings: Any) -> Dependencies:
+    """In-memory dependencies whose queues stamp dead letters on the fake clock (which starts at the
+    wall time, where the in-memory queues' times start)."""
+    clock = FakeClock(datetime.now(UTC))
+    queues = InMemoryQueueFactory(clock=lambda: clock.now().timestamp())
+    return replace(memory_deps(clock, **settings), queues=queues, dead_letters=queues)
+
+
+def dead_letter(deps: Dependencies, queue_name: str, message_id: str) -> None:
+    queue = deps.queues.queue(queue_name)
+    queue.send(f'{{"note": "{message_id}"}}', message_id=message_id)
+    [message] = queue.receive(max_messages=1)
+    queue.dead_letter(message, reason="InvalidJson", description="test")
+
+
+class CountingDeadLetters:
+    """The in-memory dead-letter queues, counting removals (a removal receives, so it disturbs)."""
+
+    def __init__(self, inner: DeadLetterQueues) -> None:
+        self.inner = inner
+        self.removals = 0
+
+    def dead_letter_page(self, name: str, *, max_messages: int = 32, continuation: str | None = None) -> Any:
+        return self.inner.dead_letter_page(name, max_messages=max_messages, continuation=continuation)
+
+    def remove_dead_letters(
+        self, name: str, select: Any, *, before: Any = None, most: int | None = None
+    ) -> Any:
+        self.removals += 1
+        return self.inner.remove_dead_letters(name, select, before=before, most=most)
+
+
+def purge_dead_letters(deps: Dependencies, counting: CountingDeadLetters, names: list[str]) -> int:
+    return purge_expired_dead_letters(
+        queues=deps.queues, dead_letters=counting, names=names, clock=deps.clock, settings=deps.settings
+    )
+
+
+def test_dead_letters_are_deleted_once_their_retention_is_over_and_not_before() -> None:
+    deps = wall_clock_deps()
+    assert deps.dead_letters is not None
+    counting = CountingDeadLetters(deps.dead_letters)
+    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    dead_letter(deps, queue, "m-1")
+    assert isinstance(deps.clock, FakeClock)
+
+    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S - 60)
+    assert purge_dead_letters(deps, counting, [queue]) == 0
+    assert counting.removals == 0  # only peeked: a pass with nothing to delete disturbs no operator
+    dead_letter(deps, queue, "m-2")
+
+    deps.clock.advance(120)
+    assert purge_dead_letters(deps, counting, [queue]) == 1
+    assert [d.message_id for d in deps.queues.dead_letters(queue)] == ["m-2"]
+
+
+def test_more_dead_letters_than_one_peek_shows_are_all_deleted_in_one_pass() -> None:
+    deps = wall_clock_deps()
+    assert deps.dead_letters is not None
+    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    for n in range(DEAD_LETTER_PEEK + 8):
+        dead_letter(deps, queue, f"m-{n}")
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S + 60)
+
+    assert purge_dead_letters(deps, CountingDeadLetters(deps.dead_letters), [queue]) == DEAD_LETTER_PEEK + 8
+    assert deps.queues.dead_letters(queue) == []
+
+
+def test_a_zero_dead_letter_retention_never_deletes() -> None:
+    deps = wall_clock_deps(COMPENSATION_LOG_RETENTION_S=0, DEAD_LETTER_RETENTION_S=0)
+    assert deps.dead_letters is not None
+    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    dead_letter(deps, queue, "m-1")
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(10 * 365 * DAY.total_seconds())
+
+    assert purge_dead_letters(deps, CountingDeadLetters(deps.dead_letters), [queue]) == 0
+    assert len(deps.queues.dead_letters(queue)) == 1
+
+
+def test_the_dead_letter_sources_are_the_queues_orderflow_consumes() -> None:
+    deps = wall_clock_deps(HOST_ID="h1")
+    names = dead_letter_sources(deps.settings)
+
+    assert names[0] == TEST_CLIENT.inbound_queue
+    assert {deps.settings.agent_queue(agent) for agent in agent_names()} <= set(names)
+    assert names[-2:] == [deps.settings.AGENT_RESPONSES_QUEUE, f"{deps.settings.AGENT_RESPONSES_QUEUE}-h1"]
+    assert TEST_CLIENT.reply_queue not in names  # the client consumes its replies
+
+
+class RecordingHistories:
+    """An :class:`~orderflow.orchestration.OrchestrationHistories` that records each purge's cutoff."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.cutoffs: list[datetime] = []
+        self.fail = fail
+
+    def purge_ended_before(self, created_before: datetime) -> int:
+        if self.fail:
+            raise TransientError("the backend is down")
+        self.cutoffs.append(created_before)
+        return 2
+
+
+def test_the_history_purge_asks_for_instances_created_before_the_retention_period() -> None:
+    deps = wall_clock_deps()
+    histories = RecordingHistories()
+
+    deleted = purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings)
+
+    assert deleted == 2
+    assert histories.cutoffs == [
+        deps.clock.now() - timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+    ]
+
+
+def test_a_zero_retention_purges_no_history() -> None:
+    deps = wall_clock_deps(COMPENSATION_LOG_RETENTION_S=0, DEAD_LETTER_RETENTION_S=0)
+    histories = RecordingHistories()
+
+    assert purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings) == 0
+    assert histories.cutoffs == []
+
+
+def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    deps = wall_clock_deps()
+    assert deps.dead_letters is not None
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise TransientError("the queue service is down")
+
+    monkeypatch.setattr(deps.dead_letters, "remove_dead_letters", unavailable)
+    monkeypatch.setattr(deps.queues, "dead_letters", unavailable)
+    histories = RecordingHistories()
+
+    report = run_retention_pass(
+        deps, dead_letter_queues=dead_letter_sources(deps.settings), histories=histories
+    )
+
+    assert report.records == PurgeReport()
+    assert report.dead_letters is None
+    assert report.histories == 2
+
+    report = run_retention_pass(deps, stores=False, histories=RecordingHistories(fail=True))
+    assert (report.records, report.dead_letters, report.histories) == (None, None, None)
+
+
+def test_a_store_outage_does_not_keep_expired_dead_letters(monkeypatch: pytest.MonkeyPatch) -> None:
+    deps = wall_clock_deps()
+    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    dead_letter(deps, queue, "m-1")
+    assert isinstance(deps.clock, FakeClock)
+    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S + 60)
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise TransientError("the state store is down")
+
+    monkeypatch.setattr(deps.states, "query", unavailable)
+
+    report = run_retention_pass(deps, dead_letter_queues=[queue])
+
+    assert (report.records, report.dead_letters) == (None, 1)

@@ -67,6 +67,31 @@ def test_edge_values_that_mean_something_are_kept(name: str, value: str, expecte
     assert getattr(Settings.load({name: value}), name) == expected
 
 
+@pytest.mark.parametrize(
+    ("dead_letters", "data"),
+    [("2592001", "2592000"), ("0", "2592000"), ("86400", "3600")],
+)
+def test_dead_letters_may_not_outlive_the_data_retention(dead_letters: str, data: str) -> None:
+    with pytest.raises(
+        ValidationError, match=r"DEAD_LETTER_RETENTION_S .* at most COMPENSATION_LOG_RETENTION_S"
+    ):
+        Settings.load({"DEAD_LETTER_RETENTION_S": dead_letters, "COMPENSATION_LOG_RETENTION_S": data})
+
+
+@pytest.mark.parametrize(
+    ("dead_letters", "data"),
+    [("2592000", "2592000"), ("60", "2592000"), ("0", "0"), ("1209600", "0")],
+)
+def test_dead_letters_kept_no_longer_than_the_data_are_accepted(dead_letters: str, data: str) -> None:
+    loaded = Settings.load({"DEAD_LETTER_RETENTION_S": dead_letters, "COMPENSATION_LOG_RETENTION_S": data})
+    assert float(dead_letters) == loaded.DEAD_LETTER_RETENTION_S
+
+
+def test_the_default_dead_letter_retention_is_two_weeks_within_the_default_data_retention() -> None:
+    defaults = Settings.load({})
+    assert defaults.DEAD_LETTER_RETENTION_S == 14 * 86_400 <= defaults.COMPENSATION_LOG_RETENTION_S
+
+
 # --- on Azure ------------------------------------------------------------------------------------------
 
 SERVICE_BUS_EMULATOR = (

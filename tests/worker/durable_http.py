@@ -14,6 +14,11 @@ and status codes):
   with the extension's error document for a name that is no orchestrator of the app.
 - ``POST {rpc}instances/{id}/raiseEvent/{event}``: 404 unknown, 410 finished, 400 unless the content is
   ``application/json``; otherwise 202 with no body, and the event kept as the extension keeps it.
+- ``DELETE {rpc}instances/?createdTimeFrom=...&createdTimeTo=...&runtimeStatus=...``: the purge of
+  instance history by filter (``HandleDeleteHistoryWithFiltersRequestAsync``): deletes every instance
+  created in ``[createdTimeFrom, createdTimeTo)`` whose status is one of ``runtimeStatus`` (a comma-separated
+  list); 200 with ``{"instancesDeleted": n}``, or 404 with no body when none matched. ``createdTimeFrom``
+  is required (400 without it).
 
 The extension parses a start or raise body once (``JsonConvert.DeserializeObject`` /
 ``MessagePayloadDataConverter.ConvertToJToken``) and stores what it got; :attr:`Instance.input` and
@@ -41,7 +46,7 @@ WEBHOOK_PATH = "/runtime/webhooks/durabletask"
 RUNNING = frozenset({"Running", "Pending", "ContinuedAsNew", "Suspended"})
 """Runtime statuses the extension answers with 202 (in progress); any other is finished (200)."""
 
-RequestKind = Literal["status", "start", "raise"]
+RequestKind = Literal["status", "start", "raise", "purge"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,9 @@ class DurableExtension:
             def do_POST(self) -> None:
                 extension._serve(self)
 
+            def do_DELETE(self) -> None:
+                extension._serve(self)
+
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
 
@@ -204,13 +212,16 @@ class DurableExtension:
         if route is None:
             return 404, None
         kind, parts = route
-        if (kind == "status") != (request.method == "GET"):
+        method = {"status": "GET", "purge": "DELETE"}.get(kind, "POST")
+        if request.method != method:
             return 404, None
         fault = self._faults.pop(kind, None)
         if fault is not None:
             return fault.status, fault.body
         if kind == "status":
             return self._status(parts[0])
+        if kind == "purge":
+            return self._purge(request.query)
         if kind == "start":
             return self._start(parts[0], parts[1], request)
         return self._raise(parts[0], parts[1], request)
@@ -230,6 +241,23 @@ class DurableExtension:
         # Durable Functions 1.x replaces an instance that already exists (docs/design.md §7).
         self.instances[instance_id] = Instance(name=name, input=request.json() if request.body else None)
         return 202, self.management_payload(instance_id)
+
+    def _purge(self, query: dict[str, str]) -> tuple[int, dict[str, Any] | None]:
+        if "createdTimeFrom" not in query:
+            return 400, error_document("createdTimeFrom is required", "")
+        start = _parse_time(query["createdTimeFrom"])
+        end = _parse_time(query["createdTimeTo"]) if "createdTimeTo" in query else None
+        statuses = set(query["runtimeStatus"].split(",")) if query.get("runtimeStatus") else None
+        gone = [
+            instance_id
+            for instance_id, instance in self.instances.items()
+            if start <= _parse_time(instance.created_time)
+            and (end is None or _parse_time(instance.created_time) < end)
+            and (statuses is None or instance.runtime_status in statuses)
+        ]
+        for instance_id in gone:
+            del self.instances[instance_id]
+        return (200, {"instancesDeleted": len(gone)}) if gone else (404, None)
 
     def _raise(self, instance_id: str, event: str, request: HttpRequest) -> tuple[int, dict[str, Any] | None]:
         instance = self.instances.get(instance_id)
@@ -281,6 +309,11 @@ class DurableExtension:
         )
 
 
+def _parse_time(text: str) -> datetime:
+    """A time as the SDK writes it (``%Y-%m-%dT%H:%M:%S.%fZ``) or the extension does (no fraction)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
 def _route(path: str) -> tuple[RequestKind, list[str]] | None:
     """The endpoint a decoded path names, and its route values; None for any other path."""
     for base in (RPC_PATH, WEBHOOK_PATH + "/"):
@@ -291,6 +324,8 @@ def _route(path: str) -> tuple[RequestKind, list[str]] | None:
         return None
     if len(parts) == 3 and parts[0] == "orchestrators":
         return "start", parts[1:]
+    if parts == ["instances"]:
+        return "purge", []
     if len(parts) == 2 and parts[0] == "instances":
         return "status", parts[1:]
     if len(parts) == 4 and parts[0] == "instances" and parts[2] == "raiseEvent":

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from function_host.blueprints import orchestrators as orchestrators_blueprint
+from function_host.blueprints import supervisor as supervisor_blueprint
 from intake.submission import handle_intake_message
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
@@ -438,3 +439,40 @@ def test_the_raised_response_wins_the_race_in_the_form_the_extension_hands_the_o
     assert following == start_step(
         CHARGE, completed={"step": RESERVE, "result": {"reservationId": "r-1"}, "calls": 1}
     )
+
+
+# --- the supervisor's history purge ----------------------------------------------------------------------
+
+
+def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_retention_period(
+    worker: FunctionsWorker,
+    extension: DurableExtension,
+    app: tuple[Dependencies, RecordingServiceBusClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deps, _ = app
+    monkeypatch.setattr(supervisor_blueprint, "dependencies", lambda: deps)
+    retention = timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+    old = (START - retention - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    young = (START - retention + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for instance_id, runtime_status, created in [
+        ("a:o-1:1", "Completed", old),
+        ("a:o-2:1", "Failed", old),
+        ("a:o-3:1", "Running", old),
+        ("a:o-4:1", "Completed", young),
+    ]:
+        extension.instances[instance_id] = Instance(
+            name=ORDER_WORKFLOW, runtime_status=runtime_status, created_time=created
+        )
+    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
+
+    response = worker.invoke(
+        "supervisor", {"timer": timer_trigger(START - every, every=every), "client": client_data(extension)}
+    )
+
+    assert failure(response) is None
+    [purge] = extension.take()
+    assert (purge.method, purge.path) == ("DELETE", "/durabletask/instances/")
+    assert purge.query["createdTimeTo"] == (START - retention).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert purge.query["runtimeStatus"] == "Completed,Failed,Terminated"
+    assert set(extension.instances) == {"a:o-3:1", "a:o-4:1"}

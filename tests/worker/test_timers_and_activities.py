@@ -12,6 +12,7 @@ fed what the orchestration asks for; the review decision, which needs order-v2, 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -46,6 +47,8 @@ from tests.unit.test_df_replay import (
     z,
 )
 from tests.worker.appdeps import app_dependencies
+from tests.worker.durable_http import DurableExtension
+from tests.worker.rpc import protos
 from tests.worker.test_orchestrator import run_episode
 from tests.worker.triggers import activity_trigger, timer_trigger
 from tests.worker.worker import FunctionsWorker, failure
@@ -66,6 +69,30 @@ def wire(monkeypatch: pytest.MonkeyPatch, deps: Dependencies) -> Dependencies:
 def deps(monkeypatch: pytest.MonkeyPatch) -> Dependencies:
     """The activities' and the supervisor's dependencies, in memory, on a fake clock at ``T0``."""
     return wire(monkeypatch, replace(app_dependencies()[0], clock=FakeClock(T0)))
+
+
+@pytest.fixture(scope="module")
+def extension() -> Iterator[DurableExtension]:
+    """The extension's HTTP API, which the supervisor's durable client binding reaches (the history
+    purge of its retention pass)."""
+    server = DurableExtension(())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies) -> Any:
+    """Invoke the supervisor's timer trigger now, with its durable client binding."""
+    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
+    now = deps.clock.now()
+    return worker.invoke(
+        "supervisor",
+        {
+            "timer": timer_trigger(now - every, every=every),
+            "client": protos.TypedData(string=extension.client_binding()),
+        },
+    )
 
 
 def clock(deps: Dependencies) -> FakeClock:
@@ -136,7 +163,7 @@ def budget_left(deps: Dependencies) -> int:
 
 
 def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies
 ) -> None:
     claimed(deps)
     received(deps.queues.queue("client-a"))  # the submission's Received reply
@@ -150,9 +177,8 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
     # Past completeBy by more than the clock skew the supervisor allows for.
     overdue_s = (before.complete_by - T0).total_seconds() + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1
     now = clock(deps).advance(overdue_s)
-    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
 
-    response = worker.invoke("supervisor", {"timer": timer_trigger(now - every, every=every)})
+    response = run_supervisor(worker, extension, deps)
 
     assert failure(response) is None
     after = stored(deps)
@@ -203,14 +229,13 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
 
 
 def test_the_supervisor_trigger_leaves_an_attempt_within_its_complete_by_alone(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies
 ) -> None:
     claimed(deps)
     before = stored(deps)
-    now = clock(deps).advance(1)
-    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
+    clock(deps).advance(1)
 
-    response = worker.invoke("supervisor", {"timer": timer_trigger(now - every, every=every)})
+    response = run_supervisor(worker, extension, deps)
 
     assert failure(response) is None
     assert stored(deps) == before
