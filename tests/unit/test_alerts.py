@@ -356,6 +356,16 @@ def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependenc
     )
     assert "code=[b]boom[/b]" in listed.output  # shown as text, not as markup
     assert ALERT_KINDS["poison_order"].action[:40] in listed.output
+    assert "│ 1 " in listed.output  # raised once
+
+    counted_by_client = alert_doc(
+        "conflicting_order", {"order_id": "a:o-5", "client_id": "a"}, at=now, host="h1"
+    )
+    first = now - timedelta(minutes=30)
+    cli_api.alerts.add(counted_by_client.model_copy(update={"count": 200, "first_seen": first}))
+    [row] = [line for line in invoke("alerts").output.splitlines() if "conflicting_order" in line]
+    cells = [cell.strip() for cell in row.split("│")[1:4]]
+    assert cells == [f"{now:%Y-%m-%dT%H:%M:%SZ}", "200", f"{first:%Y-%m-%dT%H:%M:%SZ}"]
     refused = invoke("alerts", "--kind", "no_such_kind")
     assert refused.exit_code == 2 and "InvalidValue" in refused.output
 
