@@ -1,7 +1,7 @@
 """One client resending one order id with other content, many times, through the real intake: its
-``conflicting_order`` alerts are counted into one stored alert per window, and the other clients' alerts
-stay in the newest page of the operator API's alert list. Runs on the in-memory adapters and on the local
-emulators (cosmosdb-server, Azurite)."""
+``conflicting_order`` alerts are counted into one stored alert per window (the next window starts another),
+and the other clients' alerts stay in the newest page of the operator API's alert list. Runs on the
+in-memory adapters and on the local emulators (cosmosdb-server, Azurite)."""
 
 from __future__ import annotations
 
@@ -107,12 +107,20 @@ def test_one_client_resending_one_order_id_makes_one_counted_alert_and_hides_no_
         wait_until(lambda: dead_letters(running, f"orders-{flooder}") == RESENDS, timeout_s=120)
 
         newest = listed(running, trusted)
-        conflicts = [a for a in newest if a["kind"] == "conflicting_order"]
+        assert len(newest) <= DEFAULT_LIMIT
+        by_client = {a["details"]["client_id"]: a for a in newest if a["kind"] == "conflicting_order"}
+        assert sorted(by_client) == sorted([flooder, other]), "another client's alert left the newest page"
+        flood = by_client[flooder]
+        assert (flood["count"], flood["orderId"]) == (RESENDS, f"{flooder}:o-1")
+        assert flood["firstSeen"] == flood["lastSeen"] == flood["at"]
+        assert by_client[other]["count"] == 1
 
-    assert len(newest) <= DEFAULT_LIMIT
-    by_client = {a["details"]["client_id"]: a for a in conflicts}
-    assert sorted(by_client) == sorted([flooder, other]), "another client's alert left the newest page"
-    flood = by_client[flooder]
-    assert (flood["count"], flood["orderId"]) == (RESENDS, f"{flooder}:o-1")
-    assert flood["firstSeen"] == flood["lastSeen"] == flood["at"]
-    assert by_client[other]["count"] == 1
+        # The next window starts a stored alert of its own.
+        clock.advance(running.settings.ALERT_WINDOW_S)
+        send(running, flooder, order_body("o-1", reply_to=f"replies-{flooder}", amount="0.01"), "o-1:next")
+        wait_until(lambda: dead_letters(running, f"orders-{flooder}") == RESENDS + 1)
+        later = listed(running, trusted, f"kind=conflicting_order&since={clock.now():%Y-%m-%dT%H:%M:%SZ}")
+
+    [next_window] = later
+    assert (next_window["count"], next_window["details"]["client_id"]) == (1, flooder)
+    assert next_window["id"] != flood["id"] and next_window["firstSeen"] > flood["lastSeen"]

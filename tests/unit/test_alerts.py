@@ -33,10 +33,13 @@ from orderflow.alerts import (
     window_start,
 )
 from orderflow.clock import FakeClock
+from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.operator_client import OperatorApiClient
+from orderflow.queues.base import ReceivedMessage
+from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
 from supervisor.status import record_sweep, sweep_doc
@@ -149,6 +152,30 @@ def test_a_counted_alert_adds_counts_keeps_the_first_time_and_the_latest_fields(
     stored = alert_doc("order_gave_up", {"order_id": "a:o-1"}, at=at, host="h").to_json_dict()
     del stored["count"], stored["firstSeen"]
     assert (AlertDoc.from_stored(stored).count, AlertDoc.from_stored(stored).first_seen) == (1, at)
+
+
+def test_messages_failing_every_delivery_are_counted_per_queue_they_arrived_on() -> None:
+    # A client's message that crashes its handler each time: max_delivery_count, counted by the queue.
+    clock = FakeClock(datetime(2026, 3, 1, 12, tzinfo=UTC))
+    store = InMemoryAlertStore(clock=clock)
+    queues = InMemoryQueueFactory()
+
+    def crash(message: ReceivedMessage) -> None:
+        raise RuntimeError("the handler crashed")
+
+    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1", window_s=3600))
+    try:
+        for name, sent in (("orders-a", 30), ("orders-b", 1)):
+            queue = queues.queue(name)
+            for n in range(sent):
+                queue.send(f"body {n}", message_id=f"m-{n}")
+            for message in queue.receive(max_messages=32):
+                assert settle(queue, message, crash, max_delivery_count=1) is Settlement.DEAD_LETTERED
+    finally:
+        telemetry.use_alert_sink(previous)
+
+    listed = store.list_documents(AlertQuery(kind="max_delivery_count"), max_item_count=10).items
+    assert sorted((d["details"]["queue"], d["count"]) for d in listed) == [("orders-a", 30), ("orders-b", 1)]
 
 
 class FailingAlerts(InMemoryAlertStore):
