@@ -21,7 +21,15 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from orderflow.alerts import AlertDoc, alert_doc, counted, counted_alert_id, counted_source, window_start
+from orderflow.alerts import (
+    AlertDoc,
+    alert_doc,
+    check_window,
+    counted,
+    counted_alert_id,
+    counted_source,
+    window_start,
+)
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict
 from orderflow.stores.base import AlertStore
@@ -72,11 +80,10 @@ class AlertSink:
     """
 
     def __init__(self, store: AlertStore, clock: Clock, host_id: str | None, *, window_s: int) -> None:
-        window_start(clock.now(), window_s)  # refuses a window out of range here, not at the first alert
         self.store = store
         self.clock = clock
         self.host_id = host_id
-        self.window_s = window_s
+        self.window_s = check_window(window_s)
 
     def __repr__(self) -> str:
         return (

@@ -282,6 +282,17 @@ def counted_source(kind: str, fields: Mapping[str, Any]) -> str | None:
     return None if value is None or str(value) == "" else str(value)
 
 
+def check_window(window_s: int) -> int:
+    """``window_s``, a counting window's length in seconds, if it is a whole number from 1 to a day.
+
+    Raises:
+        ValueError: it is not.
+    """
+    if isinstance(window_s, bool) or not isinstance(window_s, int) or not 1 <= window_s <= DAY_S:
+        raise ValueError(f"a counting window is a whole number of seconds, 1 to {DAY_S}, not {window_s!r}")
+    return window_s
+
+
 def window_start(at: datetime, window_s: int) -> datetime:
     """The start of the counting window ``at`` falls in (UTC).
 
@@ -293,8 +304,7 @@ def window_start(at: datetime, window_s: int) -> datetime:
     """
     if at.utcoffset() is None:
         raise ValueError("datetimes must be timezone-aware (UTC)")
-    if not 1 <= window_s <= DAY_S:
-        raise ValueError(f"window_s must be from 1 to {DAY_S} seconds, not {window_s}")
+    check_window(window_s)
     utc = at.astimezone(UTC)
     midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
     elapsed = int((utc - midnight).total_seconds())
