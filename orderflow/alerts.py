@@ -7,10 +7,9 @@ container of the state store's database; the alerts of a kind a client can raise
 (:func:`counted`), so that one client cannot fill the newest page. The supervisor writes one
 :class:`SweepDoc` per sweep to the same container (kind :data:`SWEEP_KIND`), and adds what each sweep did
 to the :class:`SweepTallyDoc` of its minute (kind :data:`TALLY_KIND`), which the activity chart reads.
-The container's default
-time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`, a tally
-:data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``), so that a listing reads one
-partition at a time, newest first (docs/operations.md, "Stored alerts").
+The container's default time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives
+:data:`SWEEP_TTL_S`, a tally :data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``),
+so that a listing reads one partition at a time, newest first (docs/operations.md, "Stored alerts").
 """
 
 from __future__ import annotations
@@ -274,7 +273,8 @@ def alert_doc(kind: str, fields: Mapping[str, Any], *, at: datetime, host: str |
 
 def counted_source(kind: str, fields: Mapping[str, Any]) -> str | None:
     """Whom an alert of ``kind`` with ``fields`` is counted for: the value of its kind's
-    :attr:`AlertKind.counted_by` field, or None (a kind stored alert by alert, or the field is absent)."""
+    :attr:`AlertKind.counted_by` field; None for a kind whose alerts are stored one by one, or without
+    that field."""
     known = ALERT_KINDS.get(kind)
     if known is None or known.counted_by is None:
         return None
