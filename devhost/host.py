@@ -259,7 +259,7 @@ class DevHost:
         s = self.settings
         if self.deps.alerts is not None:
             # The process's alerts are kept from now on; stop() puts the previous sink back.
-            sink = AlertSink(self.deps.alerts, self.deps.clock, s.HOST_ID)
+            sink = AlertSink(self.deps.alerts, self.deps.clock, s.HOST_ID, window_s=s.ALERT_WINDOW_S)
             self._previous_sink, self._sink_installed = telemetry.use_alert_sink(sink), True
         if self.channel is not None:
             self.channel.start()

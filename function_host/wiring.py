@@ -41,7 +41,9 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         alerts=stores.alerts,
     )
     # Every alert the worker raises from now on is kept too, best effort (orderflow.alert_sink).
-    telemetry.use_alert_sink(AlertSink(stores.alerts, clock, settings.HOST_ID))
+    telemetry.use_alert_sink(
+        AlertSink(stores.alerts, clock, settings.HOST_ID, window_s=settings.ALERT_WINDOW_S)
+    )
     return deps, queues
 
 

@@ -230,6 +230,7 @@ module alerts 'modules/alerts.bicep' = {
     nameSuffix: resourceToken
     serviceBusName: serviceBus.outputs.name
     appInsightsName: monitoring.outputs.appInsightsName
+    internalQueueNames: internalQueues
     alertEmail: alertEmail
   }
 }

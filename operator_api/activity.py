@@ -169,9 +169,13 @@ def _alert_series(store: AlertStore, window: Window, series: _Series) -> None:
     for doc in pages:
         index = window.index(parse_utc(str(doc["at"])))
         if index is not None:
-            series.alerts[index] += 1
+            # A counted alert keeps no time of its occurrences between its first and its last: all of
+            # them are put in the bucket of its last.
+            stored = doc.get("count")
+            count = stored if isinstance(stored, int) and stored >= 1 else 1
+            series.alerts[index] += count
             kind = str(doc.get("kind"))
-            series.by_kind[index][kind] = series.by_kind[index].get(kind, 0) + 1
+            series.by_kind[index][kind] = series.by_kind[index].get(kind, 0) + count
     series.complete["alerts"] = budget.stopped is None
 
 

@@ -92,6 +92,9 @@ def alert_answer(doc: Mapping[str, Any]) -> AlertAnswer:
         cause=alert.cause,
         suggested_action=alert.suggested_action,
         details=alert.details,
+        count=alert.count,
+        first_seen=alert.first_seen,
+        last_seen=alert.at,
     )
 
 

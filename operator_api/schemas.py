@@ -190,7 +190,8 @@ class PurgeAnswer(Answer):
 
 class AlertAnswer(Answer):
     """A stored operator alert (``GET /alerts``): its kind, the order and instance it is about, why, and
-    the suggested action of its kind."""
+    the suggested action of its kind; how many times it was raised, first and last (``at`` is the last:
+    the alerts of a kind a client can raise are counted per client and window, docs/operations.md)."""
 
     id: str
     kind: str
@@ -201,6 +202,9 @@ class AlertAnswer(Answer):
     cause: str
     suggested_action: str
     details: dict[str, str | int | float | bool]
+    count: int
+    first_seen: datetime
+    last_seen: datetime
 
 
 class AlertList(Answer):

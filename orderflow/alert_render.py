@@ -15,22 +15,31 @@ from rich.table import Table
 from orderflow.order_render import shown
 
 
+_NO_WRAP: dict[str, Any] = {"no_wrap": True}
+_FOLD: dict[str, Any] = {"overflow": "fold"}
+
+ALERT_COLUMNS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("last seen", "lastSeen", _NO_WRAP),
+    ("count", "count", _NO_WRAP),
+    ("first seen", "firstSeen", _NO_WRAP),
+    ("kind", "kind", _NO_WRAP),
+    ("order", "orderId", _FOLD),
+    ("instance", "instanceId", _FOLD),
+    ("cause", "cause", {}),
+    ("suggested action", "suggestedAction", {}),
+)
+"""The alerts table's columns: title, ``GET /alerts`` field, how the cell wraps. A counted alert (one
+client's alerts of one kind within a window) is one row with its count and its first and last times."""
+
+
 def alerts_table(alerts: list[Mapping[str, Any]]) -> Table:
-    """A table of alerts (``GET /alerts`` items): when, kind, order, instance, cause, suggested action."""
+    """A table of alerts (``GET /alerts`` items): when last and first raised, how many times, kind, order,
+    instance, cause, suggested action."""
     table = Table(title="alerts, newest first")
-    table.add_column("at", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("order", overflow="fold")
-    table.add_column("instance", overflow="fold")
-    table.add_column("cause")
-    table.add_column("suggested action")
+    for title, _, wrapping in ALERT_COLUMNS:
+        table.add_column(title, **wrapping)
     for alert in alerts:
-        table.add_row(
-            *(
-                shown(alert.get(key))
-                for key in ("at", "kind", "orderId", "instanceId", "cause", "suggestedAction")
-            )
-        )
+        table.add_row(*(shown(alert.get(key)) for _, key, _ in ALERT_COLUMNS))
     return table
 
 

@@ -2,21 +2,26 @@
 
 :func:`orderflow.telemetry.alert` logs an alert and counts it; a host that wires an
 :class:`orderflow.alert_sink.AlertSink` also keeps it, as an :class:`AlertDoc`, in the ``alerts``
-container of the state store's database. The supervisor writes one :class:`SweepDoc` per sweep to the
-same container (kind :data:`SWEEP_KIND`), and adds what each sweep did to the :class:`SweepTallyDoc` of
-its minute (kind :data:`TALLY_KIND`), which the activity chart reads. The container's default
-time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`, a tally
-:data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``), so that a listing reads one
-partition at a time, newest first (docs/operations.md, "Stored alerts").
+container of the state store's database; the alerts of a kind a client can raise at will
+(:attr:`AlertKind.counted_by`) are counted into one document per kind, client and window
+(:func:`counted`), so that one client cannot fill the newest page. The supervisor writes one
+:class:`SweepDoc` per sweep to the same container (kind :data:`SWEEP_KIND`), and adds what each sweep did
+to the :class:`SweepTallyDoc` of its minute (kind :data:`TALLY_KIND`), which the activity chart reads.
+The container's default time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives
+:data:`SWEEP_TTL_S`, a tally :data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``),
+so that a listing reads one partition at a time, newest first (docs/operations.md, "Stored alerts").
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
+
+from pydantic import Field, model_validator
 
 from orderflow.records import Model, UtcDatetime
 
@@ -28,10 +33,15 @@ class AlertKind:
     Attributes:
         summary: What happened, in a few words (the start of every such alert's ``cause``).
         action: The suggested action, shown with every alert of the kind.
+        counted_by: For a kind a client can raise at will, the alert field that names the client from a
+            fact (its id as the registry gave it for the queue the message arrived on, or that queue's
+            name): the kind's alerts with one value of it within one ``ALERT_WINDOW_S`` are counted into
+            one stored alert (:func:`counted`). None: every alert of the kind is stored on its own.
     """
 
     summary: str
     action: str
+    counted_by: str | None = None
 
 
 ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
@@ -65,10 +75,12 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "conflicting_order": AlertKind(
         "a submission reused a known order id with different content; it was dead-lettered",
         "tell the client",
+        counted_by="client_id",
     ),
     "max_delivery_count": AlertKind(
         "a message failed MAX_DELIVERY_COUNT times and was dead-lettered",
         "read the dead letter (`orderflow deadletters show`); replay it once the cause is fixed",
+        counted_by="queue",
     ),
     "clock_skew": AlertKind(
         "this host's clock is far from the state store's",
@@ -117,6 +129,9 @@ ALERTS_CONTAINER: Final = "alerts"
 ALERTS_PARTITION_KEY_PATH: Final = "/day"
 """Partition key path of the alerts container: the document's UTC day, ``YYYY-MM-DD``."""
 
+DAY_S: Final = 24 * 3600
+"""Seconds in a day: the longest counting window (``ALERT_WINDOW_S``)."""
+
 MAX_TEXT: Final = 500
 """Most characters of a detail value kept in a stored alert."""
 
@@ -141,19 +156,23 @@ def suggested_action(kind: str) -> str:
 
 
 class AlertDoc(Model):
-    """One stored operator alert.
+    """One stored operator alert, or the alerts of one kind from one client within one window, counted.
 
     Attributes:
-        id: A fresh unique id.
-        day: The partition, :func:`day_of` ``at``.
+        id: A fresh unique id; for a counted alert, :func:`counted_alert_id` (one per kind, client and
+            window, so that every writer finds the same document).
+        day: The partition, :func:`day_of` ``at`` (a window never spans two days).
         kind: The alert's name (a key of :data:`ALERT_KINDS`).
-        at: When it was raised (UTC, the raising host's clock).
-        host: The host that raised it.
-        order_id: The order it is about, if any.
+        at: When it was raised (UTC, the raising host's clock); for a counted alert, the last time (the
+            listing's order: an alert raised again comes first again).
+        host: The host that raised it (the latest occurrence's).
+        order_id: The order it is about, if any (the latest occurrence's).
         instance_id: The orchestration instance it is about, if any.
         cause: The kind's summary and the fields that say why (``reason=...``, ``code=...``).
         suggested_action: From :data:`ALERT_KINDS`.
         details: The alert's other fields, scalars, texts cut at :data:`MAX_TEXT` characters.
+        count: How many times it was raised (1 for an alert stored on its own).
+        first_seen: When it was first raised (UTC); ``at`` is the last time.
     """
 
     id: str
@@ -166,6 +185,16 @@ class AlertDoc(Model):
     cause: str
     suggested_action: str
     details: dict[str, Detail] = {}
+    count: int = Field(1, ge=1)
+    first_seen: UtcDatetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_seen_is_at_by_default(cls, data: Any) -> Any:
+        # A single alert's first time is its only one.
+        if isinstance(data, dict) and "firstSeen" not in data and "first_seen" not in data:
+            return {**data, "first_seen": data.get("at")}
+        return data
 
 
 class SweepDoc(Model):
@@ -239,6 +268,76 @@ def alert_doc(kind: str, fields: Mapping[str, Any], *, at: datetime, host: str |
         cause=f"{summary} ({why})" if why else summary,
         suggested_action=suggested_action(kind),
         details=details,
+    )
+
+
+def counted_source(kind: str, fields: Mapping[str, Any]) -> str | None:
+    """Whom an alert of ``kind`` with ``fields`` is counted for: the value of its kind's
+    :attr:`AlertKind.counted_by` field; None for a kind whose alerts are stored one by one, or without
+    that field."""
+    known = ALERT_KINDS.get(kind)
+    if known is None or known.counted_by is None:
+        return None
+    value = fields.get(known.counted_by)
+    return None if value is None or str(value) == "" else str(value)
+
+
+def check_window(window_s: int) -> int:
+    """``window_s``, a counting window's length in seconds, if it is a whole number from 1 to a day.
+
+    Raises:
+        ValueError: it is not.
+    """
+    if isinstance(window_s, bool) or not isinstance(window_s, int) or not 1 <= window_s <= DAY_S:
+        raise ValueError(f"a counting window is a whole number of seconds, 1 to {DAY_S}, not {window_s!r}")
+    return window_s
+
+
+def window_start(at: datetime, window_s: int) -> datetime:
+    """The start of the counting window ``at`` falls in (UTC).
+
+    Windows of ``window_s`` seconds start at UTC midnight, so none spans two days (the day's last one is
+    shorter when ``window_s`` does not divide a day): a counted alert stays in one day's partition.
+
+    Raises:
+        ValueError: ``at`` is naive, or ``window_s`` is not a whole number of seconds from 1 to a day.
+    """
+    if at.utcoffset() is None:
+        raise ValueError("datetimes must be timezone-aware (UTC)")
+    check_window(window_s)
+    utc = at.astimezone(UTC)
+    midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
+    elapsed = int((utc - midnight).total_seconds())
+    return midnight + timedelta(seconds=elapsed - elapsed % window_s)
+
+
+def counted_alert_id(kind: str, source: str, start: datetime) -> str:
+    """The id of the counted alert of ``kind`` from ``source`` in the window starting at ``start``:
+    ``<kind>-<16 hex digits of the source's SHA-256>-YYYYMMDDTHHMMSS`` (a queue name may hold characters
+    a document id may not)."""
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{kind}-{digest}-{start.astimezone(UTC).strftime('%Y%m%dT%H%M%S')}"
+
+
+def counted(stored: AlertDoc | None, occurrence: AlertDoc) -> AlertDoc:
+    """``stored`` (None: none yet) with ``occurrence``, an alert of the same kind, source and window,
+    added: the counts summed, the first time kept, and the fields of whichever was raised last.
+
+    Raises:
+        ValueError: ``stored`` is another document than ``occurrence`` is counted into.
+    """
+    if stored is None:
+        return occurrence
+    if (stored.id, stored.kind) != (occurrence.id, occurrence.kind):
+        raise ValueError(f"alert {occurrence.id} is not counted into {stored.id}")
+    latest = occurrence if occurrence.at >= stored.at else stored
+    return latest.model_copy(
+        update={
+            "id": stored.id,
+            "day": stored.day,
+            "count": stored.count + occurrence.count,
+            "first_seen": min(stored.first_seen, occurrence.first_seen),
+        }
     )
 
 

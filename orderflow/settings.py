@@ -875,6 +875,18 @@ class Settings(BaseModel):
         "deadline, since an idle response queue answers its first message this late.",
     )
 
+    # --- alerts ------------------------------------------------------------------------------
+    ALERT_WINDOW_S: int = Field(
+        3600,
+        ge=1,
+        le=86_400,
+        description="Seconds of one alert-counting window (default 3600, one hour; at most a day). The "
+        "alerts of a kind a client can raise at will (conflicting_order, max_delivery_count) are counted "
+        "into one stored alert per kind, client (the queue the message arrived on) and window, with a "
+        "count and its first and last times, instead of one stored alert each. Windows start at UTC "
+        "midnight; a longer window keeps fewer alerts, a shorter one dates the counts more closely.",
+    )
+
     # --- operator API ------------------------------------------------------------------------
     OPERATOR_TENANT_ID: str = Field(
         "",

@@ -1,10 +1,18 @@
 // Alert rules on what an operator must act on (docs/operations.md#when-an-alert-fires): a dead letter
-// on any queue, orders stuck past their deadline, a failed compensation, a spent retry budget.
+// on an internal queue, dead letters piling up on one client's queue, orders stuck past their deadline,
+// a failed compensation, a spent retry budget.
 param location string
 param tags object
 param nameSuffix string
 param serviceBusName string
 param appInsightsName string
+
+@description('orderflow\'s own queues (agent requests, agent responses): a dead letter on any of them fires at once.')
+param internalQueueNames array
+
+@description('Dead letters a client queue (inbound or reply) may hold before its alert fires: a client can resend a refused message at will.')
+@minValue(0)
+param clientDeadLetterThreshold int = 10
 
 @description('E-mail address notified; empty: the rules fire without an action group (visible in the portal).')
 param alertEmail string = ''
@@ -39,13 +47,18 @@ resource operatorGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (hasEma
 var metricActions = hasEmail ? [{ actionGroupId: operatorGroup.id }] : []
 var logActions = hasEmail ? { actionGroups: [operatorGroup.id] } : {}
 
-// DeadletteredMessages is a per-queue gauge: any queue with a dead letter fires (split by EntityName).
+// DeadletteredMessages is a per-queue gauge (messages held in the queue's dead-letter sub-queue), split
+// by EntityName: each queue is a time series of its own and fires at most once until it resolves. On
+// orderflow's own queues any dead letter is orderflow's to fix. A client's two queues hold what that client
+// sent or failed to read, which it can repeat at will: they fire only above a threshold, each on its own,
+// so one client's resent bad message fires one alert for its queue and never hides another's.
+// (Each rule spells its criterion out: tests/infra type-checks what a resource writes, not a variable.)
 resource deadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
   name: 'alert-dead-letters-${nameSuffix}'
   location: 'global'
   tags: tags
   properties: {
-    description: 'A message was dead-lettered on an orderflow queue: read its DeadLetterReason (docs/operations.md).'
+    description: 'A message was dead-lettered on an internal orderflow queue: read its DeadLetterReason (docs/operations.md).'
     severity: 2
     enabled: true
     scopes: [
@@ -65,13 +78,50 @@ resource deadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
             {
               name: 'EntityName'
               operator: 'Include'
-              values: [
-                '*'
-              ]
+              values: internalQueueNames
             }
           ]
           operator: 'GreaterThan'
           threshold: 0
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
+resource clientDeadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
+  name: 'alert-client-dead-letters-${nameSuffix}'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'A client queue holds more than ${clientDeadLetterThreshold} dead letters: the client keeps sending messages orderflow refuses, or fails to read its replies (docs/operations.md).'
+    severity: 3
+    enabled: true
+    scopes: [
+      namespace.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'DeadletteredMessages'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'DeadletteredMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Exclude'
+              values: internalQueueNames
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: clientDeadLetterThreshold
           timeAggregation: 'Maximum'
         }
       ]

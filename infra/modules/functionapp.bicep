@@ -143,6 +143,7 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'REVIEW_DEFAULT', value: 'reject' }
         { name: 'COMPENSATION_LOG_RETENTION_S', value: '2592000' }
         { name: 'DEAD_LETTER_RETENTION_S', value: '1209600' }
+        { name: 'ALERT_WINDOW_S', value: '3600' }
         { name: 'OPERATOR_TOKEN_LEEWAY_S', value: '60' }
         // The operator API checks Entra bearer tokens itself (orderflow.operator_auth): both empty, or both set.
         { name: 'OPERATOR_TENANT_ID', value: operatorTenantId }

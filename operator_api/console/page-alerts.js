@@ -1,14 +1,18 @@
 // The alerts page: the stored alerts, newest first (GET alerts?kind=&since=), with their order, cause and
 // suggested action. Every value is text (dom.js): an alert's cause is whatever the raising code put in it.
+// A counted alert (one client's alerts of one kind within a window) is one row: how many times it was
+// raised, when first and when last.
 
 import { call } from "./api.js";
 import { h, orderLink, replaceChildren, table, when } from "./dom.js";
 
-const HEADINGS = ["raised", "kind", "order", "instance", "cause", "suggested action", "host"];
+const HEADINGS = ["last seen", "count", "first seen", "kind", "order", "instance", "cause", "suggested action", "host"];
 
 function rows(alerts) {
   return alerts.map((a) => [
-    when(a.at),
+    when(a.lastSeen || a.at),
+    h("span", { "data-testid": "alert-count" }, String(a.count ?? 1)),
+    when(a.firstSeen || a.at),
     h("span", { class: "state failed", "data-testid": "alert-kind" }, a.kind),
     a.orderId ? orderLink(a.orderId) : "",
     a.instanceId || "",

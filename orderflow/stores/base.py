@@ -265,7 +265,8 @@ class AlertQuery:
 
 class AlertStore(Protocol):
     """Operator alerts and supervisor sweep documents (the ``alerts`` container): created, listed newest
-    first, expired by the store (time-to-live). Never replaced.
+    first, expired by the store (time-to-live). Only a counted alert and a sweep tally are replaced, and
+    only If-Match the ETag they were read with.
 
     Implementations: :class:`orderflow.stores.cosmos.CosmosAlertStore`,
     :class:`orderflow.stores.memory.InMemoryAlertStore`.
@@ -288,6 +289,25 @@ class AlertStore(Protocol):
         Raises:
             InvalidContinuation: the token is not this query's (or no longer accepted).
             ValueError: ``max_item_count`` is less than 1.
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def get_alert(self, alert_id: str, *, day: str) -> Versioned[AlertDoc] | None:
+        """The alert ``alert_id`` of ``day``'s partition (``YYYY-MM-DD``): one point read; None if absent
+        (or expired).
+
+        Raises:
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def put_alert(self, doc: AlertDoc, *, etag: str | None) -> None:
+        """Create a counted alert (``etag`` None) or replace it if its ETag is still ``etag`` (If-Match).
+
+        Raises:
+            AlreadyExists: ``etag`` None and the alert exists (409).
+            ConcurrencyConflict: the ETag differs (412).
             TransientError: the store is unavailable.
         """
         ...

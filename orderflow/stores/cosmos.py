@@ -755,6 +755,30 @@ class CosmosAlertStore:
                 )
         return Page([], None)
 
+    def get_alert(self, alert_id: str, *, day: str) -> Versioned[AlertDoc] | None:
+        """The alert ``alert_id``: a point read in ``day``'s partition; None if absent.
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        try:
+            doc = self._container.read(alert_id, partition_key=day)
+        except NotFound:
+            return None
+        return Versioned(AlertDoc.from_stored(doc), str(doc["_etag"]))
+
+    def put_alert(self, doc: AlertDoc, *, etag: str | None) -> None:
+        """Create the alert (``etag`` None) or replace it If-Match ``etag``.
+
+        Raises:
+            AlreadyExists: ``etag`` None and it exists (409). ConcurrencyConflict: 412.
+            TransientError: Cosmos DB is unavailable.
+        """
+        if etag is None:
+            self._container.create(doc.to_json_dict())
+        else:
+            self._container.replace(doc.to_json_dict(), etag)
+
     def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
         """The tally of ``minute``'s minute: a point read in its day's partition; None if absent.
 

@@ -615,6 +615,28 @@ class InMemoryAlertStore:
         self._container.note_query_page(len(items))
         return Page([{k: v for k, v in doc.items() if not k.startswith("_")} for doc in items], token)
 
+    def get_alert(self, alert_id: str, *, day: str) -> Versioned[AlertDoc] | None:
+        """The alert ``alert_id`` of ``day``, or None (also once it expired)."""
+        try:
+            doc = self._container.read(alert_id)
+        except NotFound:
+            return None
+        if doc.get("day") != day or not self._live(doc, format_utc(self._now())):
+            return None
+        return Versioned(AlertDoc.from_stored(doc), str(doc["_etag"]))
+
+    def put_alert(self, doc: AlertDoc, *, etag: str | None) -> None:
+        """Create the alert (``etag`` None) or replace it If-Match ``etag``.
+
+        Raises:
+            AlreadyExists: ``etag`` None and it exists. ConcurrencyConflict: the ETag differs.
+        """
+        if etag is None:
+            self._drop_expired()
+            self._container.create(doc.to_json_dict())
+        else:
+            self._container.replace(doc.to_json_dict(), etag)
+
     def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
         """The tally of ``minute``'s minute, or None (also once it expired)."""
         try:

@@ -9,6 +9,7 @@ name and reason are markup, and ``tpch-2`` is left waiting: the stuck order. Scr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,20 +153,24 @@ def test_the_alerts_page_lists_an_alert_the_system_raised_and_the_supervisor_pag
     key = system.key("tpch-2")
     # The same order id with other content: intake dead-letters it and raises conflicting_order.
     [order] = [o for o in system.catalog.orders if o.order_id == "tpch-2"]
+    # Sent twice with other content each time: one stored alert, counted twice.
     conflicting = order.to_submission(system.client.reply_queue)
     conflicting["customerName"] = "<b>someone else</b>"
-    system.client.submit(conflicting)
+    system.client.send_raw(json.dumps(conflicting), message_id="tpch-2:conflict-1")
+    conflicting["customerName"] = "<b>someone else again</b>"
+    system.client.send_raw(json.dumps(conflicting), message_id="tpch-2:conflict-2")
 
     def raised() -> list[dict[str, Any]]:
         alerts: list[dict[str, Any]] = console.api("GET", "alerts?kind=conflicting_order").json()["alerts"]
         return [a for a in alerts if a["orderId"] == key]
 
-    system.wait_until(lambda: len(raised()) == 1, timeout_s=15)
+    system.wait_until(lambda: [a["count"] for a in raised()] == [2], timeout_s=15)
     page.goto(f"{console.url}#/alerts")
     listed = page.locator("[data-testid=alerts] tbody tr", has=page.locator(f"a:text-is('{key}')"))
     listed.wait_for()
     row = listed.inner_text()
     assert "conflicting_order" in row and raised()[0]["suggestedAction"] in row
+    assert listed.locator("[data-testid=alert-count]").inner_text() == "2"
     shoot(page, artifacts, "alerts")
 
     system.wait_until(lambda: console.api("GET", "supervisor").json()["leader"] is not None, timeout_s=15)

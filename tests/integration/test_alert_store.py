@@ -1,18 +1,36 @@
 """The alerts store's contract, run against the in-memory adapter and the Cosmos DB one (emulator): newest
-first across day partitions, the kind and since filters, paging with tokens bound to their query, and the
-supervisor's per-minute tallies (a point read in the day's partition, create, If-Match replace)."""
+first across day partitions, the kind and since filters, paging with tokens bound to their query, the
+supervisor's per-minute tallies and the counted alerts (a point read in the day's partition, create,
+If-Match replace; concurrent writers lose no count)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from orderflow.alerts import NOT_ALERTS, SWEEP_KIND, TALLY_KIND, TALLY_TTL_S, alert_doc, minute_of, tallied
+from orderflow.alert_sink import AlertSink, count_alert
+from orderflow.alerts import (
+    NOT_ALERTS,
+    SWEEP_KIND,
+    TALLY_KIND,
+    TALLY_TTL_S,
+    AlertDoc,
+    alert_doc,
+    counted,
+    counted_alert_id,
+    minute_of,
+    tallied,
+    window_start,
+)
+from orderflow.clock import FakeClock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation
+from orderflow.records import format_utc
 from orderflow.stores.base import AlertQuery, AlertStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore
@@ -115,3 +133,66 @@ def test_a_since_past_every_day_partition_is_an_empty_answer(alerts: AlertStore,
     page = alerts.list_documents(AlertQuery(since=now + ahead), max_item_count=10)
 
     assert (page.items, page.continuation) == ([], None)
+
+
+def occurrence(at: datetime, *, order: str = "a:o-1", client: str = "a", window_s: int = 3600) -> AlertDoc:
+    """A conflicting_order alert of ``client`` raised at ``at``, with the id it is counted under."""
+    doc = alert_doc("conflicting_order", {"order_id": order, "client_id": client}, at=at, host="h1")
+    return doc.model_copy(update={"id": counted_alert_id(doc.kind, client, window_start(at, window_s))})
+
+
+def test_a_counted_alert_is_read_in_its_day_created_once_and_replaced_only_if_match(
+    alerts: AlertStore,
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    first = occurrence(now)
+    assert alerts.get_alert(first.id, day=first.day) is None
+    alerts.put_alert(first, etag=None)
+    with pytest.raises(AlreadyExists):
+        alerts.put_alert(first, etag=None)
+    found = alerts.get_alert(first.id, day=first.day)
+    assert found is not None and found.item == first
+    alerts.put_alert(counted(found.item, occurrence(now, order="a:o-2")), etag=found.etag)
+    with pytest.raises(ConcurrencyConflict):
+        alerts.put_alert(counted(found.item, first), etag=found.etag)  # the ETag it was read with is stale
+
+    [listed] = every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=5)
+    assert (listed["id"], listed["count"], listed["orderId"]) == (first.id, 2, "a:o-2")
+    assert listed["firstSeen"] == listed["at"] == format_utc(now)
+
+
+def test_two_writers_counting_one_alert_at_once_lose_no_count(alerts: AlertStore) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    each = 20
+    start = threading.Barrier(2)
+
+    def writer(n: int) -> None:
+        start.wait()
+        for i in range(each):
+            count_alert(alerts, occurrence(now + timedelta(milliseconds=i), order=f"a:o-{n}"))
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(writer, range(2)))
+
+    [listed] = every(alerts, AlertQuery(kind="conflicting_order"), size=5)
+    assert listed["count"] == 2 * each
+    assert listed["firstSeen"] == format_utc(now)
+
+
+def test_the_next_window_starts_a_new_stored_alert_and_other_clients_have_their_own(
+    alerts: AlertStore,
+) -> None:
+    # The start of a whole window of today: the three alerts of the first window share it.
+    now = datetime.now(UTC).replace(microsecond=0)
+    clock = FakeClock(window_start(now, 60))
+    sink = AlertSink(alerts, clock, "h1", window_s=60)
+    for _ in range(3):
+        assert sink("conflicting_order", {"order_id": "a:o-1", "client_id": "a"})
+        clock.advance(10)
+    assert sink("conflicting_order", {"order_id": "b:o-1", "client_id": "b"})
+    clock.advance(60)
+    assert sink("conflicting_order", {"order_id": "a:o-1", "client_id": "a"})
+
+    listed = every(alerts, AlertQuery(kind="conflicting_order"), size=5)
+    assert [(d["details"]["client_id"], d["count"]) for d in listed] == [("a", 1), ("b", 1), ("a", 3)]
+    assert len({d["id"] for d in listed}) == 3

@@ -196,6 +196,9 @@ def test_the_route_buckets_alerts_tallies_and_dead_letters_as_stored(trusted: Tr
         deps.alerts.add(
             alert_doc(kind, {"order_id": "a:o-1"}, at=since + timedelta(minutes=minute, seconds=5), host="h1")
         )
+    # A counted alert (one client's conflicting orders, three of them) adds its count at its last time.
+    conflicts = alert_doc("conflicting_order", {"client_id": "a"}, at=since + timedelta(minutes=7), host="h1")
+    deps.alerts.add(conflicts.model_copy(update={"count": 3, "first_seen": since}))
     for minute, recovered, stuck in [(0, 2, 3), (0, 1, 5), (3, 4, 1), (-2, 7, 9)]:
         record_sweep(
             deps.alerts,
@@ -215,8 +218,9 @@ def test_the_route_buckets_alerts_tallies_and_dead_letters_as_stored(trusted: Tr
     )
     buckets = body["buckets"]
     assert [b["start"] for b in buckets] == [iso(since + timedelta(minutes=3 * i)) for i in range(4)]
-    assert [b["alerts"] for b in buckets] == [2, 1, 0, 1]
+    assert [b["alerts"] for b in buckets] == [2, 1, 3, 1]
     assert buckets[0]["alertsByKind"] == {"order_gave_up": 1, "breaker_open": 1}
+    assert buckets[2]["alertsByKind"] == {"conflicting_order": 3}
     assert buckets[3]["alertsByKind"] == {"max_delivery_count": 1}
     assert [b["recoveries"] for b in buckets] == [3, 4, 0, 0]
     assert [b["sweeps"] for b in buckets] == [2, 1, 0, 0]
@@ -229,7 +233,7 @@ def test_the_route_buckets_alerts_tallies_and_dead_letters_as_stored(trusted: Tr
     deps.dead_letters.remove_dead_letters(TEST_CLIENT.inbound_queue, lambda d: d.message_id == "m-1")
     after = call(deps, trusted, f"since={iso(since)}&bucketS=180&buckets=4", REVIEWER_ROLE).body
     assert [b["deadLetters"] for b in after["buckets"]] == [0, 0, 0, 1]
-    assert [b["alerts"] for b in after["buckets"]] == [2, 1, 0, 1]
+    assert [b["alerts"] for b in after["buckets"]] == [2, 1, 3, 1]
 
 
 def iso(at: datetime) -> str:

@@ -8,7 +8,7 @@ import importlib
 import json
 import logging
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,27 @@ from typer.testing import CliRunner, Result
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import cli, telemetry
 from orderflow.alert_sink import AlertSink
-from orderflow.alerts import ALERT_KINDS, ALERT_TTL_S, NOT_ALERTS, SWEEP_KIND, SWEEP_TTL_S, alert_doc
+from orderflow.alerts import (
+    ALERT_KINDS,
+    ALERT_TTL_S,
+    NOT_ALERTS,
+    SWEEP_KIND,
+    SWEEP_TTL_S,
+    AlertDoc,
+    alert_doc,
+    counted,
+    counted_alert_id,
+    counted_source,
+    window_start,
+)
 from orderflow.clock import FakeClock
+from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.operator_client import OperatorApiClient
+from orderflow.queues.base import ReceivedMessage
+from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
 from supervisor.status import record_sweep, sweep_doc
@@ -88,8 +103,86 @@ def test_an_alert_document_carries_the_order_the_cause_and_the_suggested_action(
     assert doc.day == clock.now().date().isoformat()
 
 
+def test_counting_windows_start_at_utc_midnight_and_never_span_two_days() -> None:
+    noon = datetime(2026, 3, 1, 12, 34, 56, tzinfo=UTC)
+    assert window_start(noon, 3600) == datetime(2026, 3, 1, 12, tzinfo=UTC)
+    assert window_start(noon, 86_400) == datetime(2026, 3, 1, tzinfo=UTC)
+    # 7 hours does not divide a day: the day's last window is shorter, the next day starts anew.
+    late = datetime(2026, 3, 1, 23, 59, tzinfo=UTC)
+    assert window_start(late, 7 * 3600) == datetime(2026, 3, 1, 21, tzinfo=UTC)
+    assert window_start(late + timedelta(minutes=2), 7 * 3600) == datetime(2026, 3, 2, tzinfo=UTC)
+    for bad in (0, 86_401):
+        with pytest.raises(ValueError):
+            window_start(noon, bad)
+    with pytest.raises(ValueError):
+        AlertSink(InMemoryAlertStore(), FakeClock(), "h1", window_s=0)
+
+
+def test_only_the_kinds_a_client_raises_are_counted_and_only_by_the_field_that_names_it() -> None:
+    assert counted_source("conflicting_order", {"order_id": "a:o-1", "client_id": "a"}) == "a"
+    assert counted_source("max_delivery_count", {"queue": "orders-a", "message_id": "m"}) == "orders-a"
+    assert counted_source("conflicting_order", {"order_id": "a:o-1"}) is None
+    assert counted_source("order_gave_up", {"order_id": "a:o-1", "client_id": "a"}) is None
+    counted_kinds = {kind for kind, known in ALERT_KINDS.items() if known.counted_by}
+    assert counted_kinds == {"conflicting_order", "max_delivery_count"}
+
+
+def test_a_counted_alert_adds_counts_keeps_the_first_time_and_the_latest_fields() -> None:
+    at = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    alert_id = counted_alert_id("conflicting_order", "a", window_start(at, 3600))
+    assert alert_id == counted_alert_id("conflicting_order", "a", at)  # deterministic: every writer's
+    assert alert_id != counted_alert_id("conflicting_order", "b", at)
+
+    def raised(order: str, seconds: int) -> AlertDoc:
+        fields = {"order_id": order, "client_id": "a"}
+        doc = alert_doc("conflicting_order", fields, at=at + timedelta(seconds=seconds), host="h1")
+        return doc.model_copy(update={"id": alert_id})
+
+    first = counted(None, raised("a:o-1", 10))
+    later = counted(first, raised("a:o-2", 20))
+    late_arrival = counted(later, raised("a:o-3", 5))  # raised earlier, written last
+    assert (late_arrival.count, late_arrival.order_id, late_arrival.id) == (3, "a:o-2", alert_id)
+    assert (late_arrival.first_seen, late_arrival.at) == (
+        at + timedelta(seconds=5),
+        at + timedelta(seconds=20),
+    )
+    with pytest.raises(ValueError):
+        counted(first, raised("a:o-1", 30).model_copy(update={"id": "another"}))
+    # A stored alert without a count reads as raised once, first at its time.
+    stored = alert_doc("order_gave_up", {"order_id": "a:o-1"}, at=at, host="h").to_json_dict()
+    del stored["count"], stored["firstSeen"]
+    assert (AlertDoc.from_stored(stored).count, AlertDoc.from_stored(stored).first_seen) == (1, at)
+
+
+def test_messages_failing_every_delivery_are_counted_per_queue_they_arrived_on() -> None:
+    # A client's message that crashes its handler each time: max_delivery_count, counted by the queue.
+    clock = FakeClock(datetime(2026, 3, 1, 12, tzinfo=UTC))
+    store = InMemoryAlertStore(clock=clock)
+    queues = InMemoryQueueFactory()
+
+    def crash(message: ReceivedMessage) -> None:
+        raise RuntimeError("the handler crashed")
+
+    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1", window_s=3600))
+    try:
+        for name, sent in (("orders-a", 30), ("orders-b", 1)):
+            queue = queues.queue(name)
+            for n in range(sent):
+                queue.send(f"body {n}", message_id=f"m-{n}")
+            for message in queue.receive(max_messages=32):
+                assert settle(queue, message, crash, max_delivery_count=1) is Settlement.DEAD_LETTERED
+    finally:
+        telemetry.use_alert_sink(previous)
+
+    listed = store.list_documents(AlertQuery(kind="max_delivery_count"), max_item_count=10).items
+    assert sorted((d["details"]["queue"], d["count"]) for d in listed) == [("orders-a", 30), ("orders-b", 1)]
+
+
 class FailingAlerts(InMemoryAlertStore):
     def add(self, doc: Any) -> None:
+        raise TransientError("the store is down")
+
+    def get_alert(self, alert_id: str, *, day: str) -> Any:
         raise TransientError("the store is down")
 
 
@@ -98,10 +191,10 @@ def test_the_sink_keeps_what_telemetry_raises_and_a_failed_write_fails_nobody(
 ) -> None:
     clock = FakeClock()
     store = InMemoryAlertStore(clock=clock)
-    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1"))
+    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1", window_s=3600))
     try:
         telemetry.alert("conflicting_order", order_id="a:o-7", client_id="a")
-        telemetry.use_alert_sink(AlertSink(FailingAlerts(), clock, "h1"))
+        telemetry.use_alert_sink(AlertSink(FailingAlerts(), clock, "h1", window_s=3600))
         with caplog.at_level(logging.WARNING, logger="orderflow.alert_sink"):
             telemetry.alert("max_delivery_count", queue="orders-a", message_id="m-1")  # does not raise
     finally:
@@ -158,7 +251,7 @@ def test_the_alerts_route_lists_the_alerts_raised_for_either_role(trusted: Trust
     clock = FakeClock()
     deps = memory_deps(clock)
     assert deps.alerts is not None
-    previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1"))
+    previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1", window_s=3600))
     try:
         telemetry.alert("order_gave_up", order_id="a:o-1", instance_id="a:o-1:1", reason="too_many_failures")
         clock.advance(1)
@@ -290,6 +383,16 @@ def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependenc
     )
     assert "code=[b]boom[/b]" in listed.output  # shown as text, not as markup
     assert ALERT_KINDS["poison_order"].action[:40] in listed.output
+    assert "│ 1 " in listed.output  # raised once
+
+    counted_by_client = alert_doc(
+        "conflicting_order", {"order_id": "a:o-5", "client_id": "a"}, at=now, host="h1"
+    )
+    first = now - timedelta(minutes=30)
+    cli_api.alerts.add(counted_by_client.model_copy(update={"count": 200, "first_seen": first}))
+    [row] = [line for line in invoke("alerts").output.splitlines() if "conflicting_order" in line]
+    cells = [cell.strip() for cell in row.split("│")[1:4]]
+    assert cells == [f"{now:%Y-%m-%dT%H:%M:%SZ}", "200", f"{first:%Y-%m-%dT%H:%M:%SZ}"]
     refused = invoke("alerts", "--kind", "no_such_kind")
     assert refused.exit_code == 2 and "InvalidValue" in refused.output
 
