@@ -14,7 +14,6 @@ from rich.table import Table
 
 from orderflow.order_render import shown
 
-
 _NO_WRAP: dict[str, Any] = {"no_wrap": True}
 _FOLD: dict[str, Any] = {"overflow": "fold"}
 

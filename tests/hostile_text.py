@@ -89,7 +89,7 @@ def send_hostile(deps: Dependencies, hostile: str, *, client: RegisteredClient =
     queue.send(json.dumps(order, ensure_ascii=False), message_id="order " + hostile, correlation_id=hostile)
     assert _consume(deps, inbound, intake, deliveries=10) is Settlement.DEAD_LETTERED
     assert deps.alerts is not None
-    previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1"))
+    previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "h1", window_s=3600))
     try:
         queue.send("{}", message_id="failing " + hostile, correlation_id=hostile)
         assert _consume(deps, inbound, failing, deliveries=1) is Settlement.DEAD_LETTERED
