@@ -888,7 +888,7 @@ def deadletters_replay(
     console.print(
         Text(
             f"replayed {dead_letter_id} to {queue} as {answer.body.get('replayMessageId')}"
-            + (f" (order {order})" if order else "")
+            + (f" (order {order})" if order else " (not linked to an order)")
         )
     )
 
