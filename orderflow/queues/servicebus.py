@@ -1097,8 +1097,7 @@ class ServiceBusQueueFactory:
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
-        wanted = {seq: dead for seq, dead in self._peek_dead_letters(name) if select(dead)}
-        wanted = dict(list(wanted.items())[:most]) if most is not None else wanted
+        wanted = self._peek_targets(name, select, most)
         removed: list[DeadLetter] = []
         deadline = time.monotonic() + DEAD_LETTER_RETRY_S
         pause_s = 0.02
@@ -1113,22 +1112,29 @@ class ServiceBusQueueFactory:
             pause_s = min(2 * pause_s, 0.25)
         return removed
 
-    def _peek_dead_letters(self, name: str) -> list[tuple[int, DeadLetter]]:
-        """Every dead letter of ``name`` (at most :data:`MAX_DEAD_LETTER_SCAN`) with its sequence number,
-        peeked: locked ones included, none locked by this."""
-        found: list[tuple[int, DeadLetter]] = []
-        start = 1
-        while len(found) < MAX_DEAD_LETTER_SCAN:
+    def _peek_targets(
+        self, name: str, select: Callable[[DeadLetter], bool], most: int | None
+    ) -> dict[int, DeadLetter]:
+        """The first ``most`` (None: all) dead letters of ``name`` that ``select`` picks, by sequence
+        number, among the first :data:`MAX_DEAD_LETTER_SCAN`: peeked, so locked ones are found too and
+        none is locked by this."""
+        targets: dict[int, DeadLetter] = {}
+        start, seen = 1, 0
+        while seen < MAX_DEAD_LETTER_SCAN and (most is None or len(targets) < most):
             with self._peek_lock:
                 try:
                     peeked = self._dead_letter_receiver(name).peek_messages(32, sequence_number=start)
                 except AzureError as error:
                     raise translate_error(error, "remove_dead_letters", name) from error
-            found += [(m.sequence_number, self._dead_letter(m, name)) for m in peeked if m.sequence_number]
+            for message in peeked[: MAX_DEAD_LETTER_SCAN - seen]:
+                dead = self._dead_letter(message, name)
+                if message.sequence_number and (most is None or len(targets) < most) and select(dead):
+                    targets[message.sequence_number] = dead
+            seen += len(peeked)
             if not peeked or peeked[-1].sequence_number is None:
                 break
             start = peeked[-1].sequence_number + 1
-        return found[:MAX_DEAD_LETTER_SCAN]
+        return targets
 
     def _present(self, name: str, sequence_numbers: set[int]) -> set[int]:
         """Which of ``sequence_numbers`` the dead-letter sub-queue of ``name`` still holds, peeked."""

@@ -920,7 +920,7 @@ class StorageQueueFactory:
         client = self._client(dead_letter_queue_name(name), create=False)
         try:
             peeked = client.peek_messages(max_messages=MAX_RECEIVE_BATCH)
-            whole = len(peeked) < MAX_RECEIVE_BATCH and _message_count(client) <= len(peeked)
+            whole = _message_count(client) <= len(peeked)
         except AzureError as error:
             if not _is_missing_queue(error):
                 raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
