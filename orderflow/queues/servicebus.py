@@ -1086,11 +1086,11 @@ class ServiceBusQueueFactory:
         :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`).
 
         A pass (:meth:`_settle_pass`) receives under PeekLock, completes each target once ``before``
-        returned and abandons the rest as soon as it has met every target; it holds nothing behind its
-        last target. A target the pass did not receive was held by another operation, or is gone: a peek
-        at its sequence number tells which, and one still there is tried again after a short random pause,
-        for at most :data:`DEAD_LETTER_RETRY_S` seconds. An abandon adds one to a dead letter's delivery
-        count; the dead-letter sub-queue has no delivery limit.
+        returned and abandons the rest as soon as it has met every target or gone past the last. A target
+        the pass did not receive was held by another operation, or is gone: a peek at its sequence number
+        tells which, and one still there is tried again after a short random pause, for at most
+        :data:`DEAD_LETTER_RETRY_S` seconds. An abandon adds one to a dead letter's delivery count; the
+        dead-letter sub-queue has no delivery limit.
 
         Raises:
             ValueError: invalid name.

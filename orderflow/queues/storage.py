@@ -86,7 +86,7 @@ DEAD_LETTER_SCAN_LOCK_S = 30
 
 DEAD_LETTER_SCAN_RETRY_S = 10.0
 """Longest a dead-letter page read or removal keeps scanning again while other scans hide part of the
-queue (seconds): far longer than a scan holds its messages, far shorter than a crashed one's
+queue (seconds): far longer than a scan holds its messages, shorter than a crashed one's
 :data:`DEAD_LETTER_SCAN_LOCK_S`; docs/operations.md#dead-letters."""
 
 # Dead-lettering first re-takes the lock for this long (seconds): it proves the lock is still ours and
@@ -450,9 +450,6 @@ def lock_of(message: ReceivedMessage) -> PopReceipt:
     return message.lock_token
 
 
-# --- SDK errors ----------------------------------------------------------------------------------------
-
-
 def _message_count(client: QueueClient) -> int:
     """The messages of a queue, hidden ones included (Storage's approximate count).
 
@@ -460,6 +457,9 @@ def _message_count(client: QueueClient) -> int:
         AzureError: the service failed.
     """
     return client.get_queue_properties().approximate_message_count or 0
+
+
+# --- SDK errors ----------------------------------------------------------------------------------------
 
 
 def _error_code(error: AzureError) -> str:
