@@ -35,10 +35,10 @@ from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.contracts import CANCELLED_BY_CLIENT
 from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from orderflow.messages import CancelOrder, OrderStatus, parse_message
+from orderflow.messages import CancelOrder, OrderStatus, client_order_key, parse_message
 from orderflow.order_requests import apply_request
 from orderflow.queues.base import QueueFactory
-from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus, order_key
+from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import send_reply
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
@@ -141,7 +141,7 @@ def handle_cancel(
             winning the ETag race; abandon and retry.
     """
     request = parse_message(CancelOrder, body)
-    key = order_key(client.client_id, request.order_id)
+    key = client_order_key(client.client_id, request.order_id)
 
     def decide(record: StateRecord) -> tuple[tuple[CancelOutcome, str | None], bool]:
         outcome, reason = _decide(record, request, clock)

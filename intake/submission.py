@@ -50,6 +50,7 @@ from orderflow.messages import (
     OrderStatus,
     StatusReply,
     SubmitOrder,
+    client_order_key,
     message_type,
     parse_message,
     reply_message_id,
@@ -65,7 +66,6 @@ from orderflow.records import (
     client_order_id,
     content_hash,
     idempotency_key,
-    order_key,
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateStore
@@ -115,8 +115,8 @@ def initial_state(
 ) -> StateRecord:
     """The state record of a new order: ``Pending``, unlocked, every step ``NotStarted``; its reply queue
     and ``clientId`` are ``client``'s (None: the body's reply queue and no client, for tests of the
-    records alone). It is stored under ``key``: by default the client's :func:`~orderflow.records.order_key`
-    (the bare order id without a client)."""
+    records alone). It is stored under ``key``: by default the client's
+    :func:`~orderflow.messages.client_order_key` (the bare order id without a client)."""
     now = clock.now()
     key = key or _default_key(order, client)
     return StateRecord(
@@ -158,7 +158,7 @@ def order_document(
 
 
 def _default_key(order: SubmitOrder, client: RegisteredClient | None) -> str:
-    return order_key(client.client_id, order.order_id) if client is not None else order.order_id
+    return client_order_key(client.client_id, order.order_id) if client is not None else order.order_id
 
 
 def handle_intake_message(
@@ -183,10 +183,11 @@ def handle_intake_message(
     a child of the client's span, when the message carries its trace context); the new state record
     keeps its ``traceparent`` for the claims and recoveries to join.
 
-    The order is stored under its key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), so
-    another client's order with the same id is another order. While ``UNSCOPED_ORDERS_UNTIL`` lies ahead,
-    a record of an earlier version stored under the bare order id and owned by this client is found
-    first (one point read more per order), so its resubmission is still a duplicate.
+    The order is stored under its key, ``{clientId}:{orderId}``
+    (:func:`orderflow.messages.client_order_key`), so another client's order with the same id is another
+    order. While ``UNSCOPED_ORDERS_UNTIL`` lies ahead, a record of an earlier version stored under the
+    bare order id and owned by this client is found first (one point read more per order), so its
+    resubmission is still a duplicate.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for one
     of the client's own orders: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``;
@@ -243,7 +244,9 @@ def handle_intake_message(
     order = parse_message(SubmitOrder, body)
     _check_reply_queue(order, client, settings, transport_reply_to=reply_to)
     attributes = {
-        **tracing.order_attributes(order_key(client.client_id, order.order_id), client=client.client_id),
+        **tracing.order_attributes(
+            client_order_key(client.client_id, order.order_id), client=client.client_id
+        ),
         **tracing.messaging_attributes(tracing.messaging_system(queues), client.inbound_queue),
     }
     with tracing.span(
@@ -284,7 +287,7 @@ def _submit(
 ) -> IntakeResult:
     """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked."""
     existing = _unscoped_order(order, client, orders, clock, settings)
-    key = existing.order_id if existing is not None else order_key(client.client_id, order.order_id)
+    key = existing.order_id if existing is not None else client_order_key(client.client_id, order.order_id)
     document = order_document(order, clock, client, key=key)
     admitted = False
     if admission is not None and existing is None:

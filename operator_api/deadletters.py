@@ -6,14 +6,14 @@ letter's body, correlation id and reply-to to the queue it was dead-lettered fro
 :func:`replay_message_id` (a new id, so that broker duplicate detection does not drop it inside its
 window), and then deletes the dead letter; the consumers' own idempotency by order and request id makes a
 replay of something already done harmless (docs/operations.md#dead-letters). Every replay and purge is
-an event naming the verified principal; a replay of a message about a known order is also an entry on
-that order's timeline.
+an event naming the verified principal; a replay of a dead letter linked to an order (:func:`linked_order`:
+from the queue it arrived on, never from what the message says alone) is also an entry on that order's
+timeline.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -24,9 +24,9 @@ from typing import Literal
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound, OrderflowError
+from orderflow.messages import decode_json_object, owned_order_key, validate_order_key
 from orderflow.operator_auth import Principal
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
-from orderflow.records import order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.timeline import Actor, note
@@ -131,25 +131,37 @@ def find_dead_letter(dead_letters: DeadLetterQueues, name: str, dead_letter_id: 
     )
 
 
-def order_of(dead: DeadLetter, settings: Settings) -> str | None:
-    """The order key a dead letter is about, if it says: its correlation id when that is a key, else its
-    body's ``orderId`` scoped by the client whose inbound queue it came from (docs/clients.md)."""
-    if dead.correlation_id and ":" in dead.correlation_id:
-        return dead.correlation_id
-    try:
-        body = json.loads(dead.body)
-    except ValueError:
-        return None
+def linked_order(dead: DeadLetter, settings: Settings) -> str | None:
+    """The key of the order a dead letter is provably about, or None: not linked.
+
+    Only a message that arrived on a registered client's inbound queue is about an order, and only about
+    one of that client's (the queue names the client; nothing in the message does): the order its body's
+    ``orderId`` and its correlation id name, by the intake's rule
+    (:func:`~orderflow.messages.owned_order_key`), when every one of them present names the same one.
+    Another client's key, text that is not an order id, references that disagree, or a dead letter of an
+    agent's or the response queue: not linked.
+    """
     client = settings.clients().for_inbound_queue(dead.source_queue)
-    order_id = body.get("orderId") if isinstance(body, dict) else None
-    if client is None or not isinstance(order_id, str) or not order_id:
+    if client is None:
         return None
-    return order_key(client.client_id, order_id)
+    # An empty correlation id is none at all (Service Bus and Storage envelopes carry "" or null alike).
+    references = [ref for ref in (_body_order_id(dead.body), dead.correlation_id or None) if ref is not None]
+    keys = {owned_order_key(client.client_id, ref) if isinstance(ref, str) else None for ref in references}
+    return keys.pop() if len(keys) == 1 else None
+
+
+def _body_order_id(body: str) -> object:
+    """The ``orderId`` of a body that is a JSON object holding one (of any type), else None."""
+    try:
+        return decode_json_object(body).get("orderId")
+    except InvalidMessage:
+        return None
 
 
 @dataclass(frozen=True)
 class Replayed:
-    """A replay done: the dead letter (now deleted), the id it was re-sent under, the order it names."""
+    """A replay done: the dead letter (now deleted), the id it was re-sent under, the order it is linked
+    to (:func:`linked_order`; None: not linked)."""
 
     dead_letter: DeadLetter
     message_id: str
@@ -194,7 +206,7 @@ def replay_dead_letter(
     )
     if not removed:
         return None
-    dead, order_id = removed[0], order_of(removed[0], settings)
+    dead, order_id = removed[0], linked_order(removed[0], settings)
     telemetry.event(
         "operator.deadletter_replayed",
         queue=name,
@@ -216,7 +228,7 @@ def _note_replay(
     actor = Actor("operator", principal.audit_id, principal.display_name or None)
     for _ in range(_TIMELINE_TRIES):
         try:
-            found = states.get(order_id)
+            found = states.get(validate_order_key(order_id))  # checked before any store call
             after = found.item.copied()
             note(found.item, after, actor, action="deadletter.replay", outcome=message_id, at=clock.now())
             states.replace(after, etag=found.etag)

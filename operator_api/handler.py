@@ -378,7 +378,7 @@ def _dead_letter_list(call: Call, deps: Dependencies) -> OperatorResponse:
         return error(400, "InvalidContinuation", str(invalid))
     answer = DeadLetterList(
         queue=name,
-        dead_letters=[dead_letter_answer(d, name) for d in page.items],
+        dead_letters=[dead_letter_answer(d, name, deps.settings) for d in page.items],
         continuation=page.continuation,
     )
     return OperatorResponse(200, answer.to_body())
@@ -393,7 +393,7 @@ def _dead_letter_show(call: Call, deps: Dependencies) -> OperatorResponse:
     found = find_dead_letter(queues, name, validate_dead_letter_id(call.segments[1]))
     if found is None:
         return error(404, NO_SUCH_DEAD_LETTER, f"no dead letter {call.segments[1]} on {name}")
-    return OperatorResponse(200, dead_letter_answer(found, name).to_body())
+    return OperatorResponse(200, dead_letter_answer(found, name, deps.settings).to_body())
 
 
 def _dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
@@ -420,7 +420,7 @@ def _dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         replay_message_id=replayed.message_id,
         order_id=replayed.order_id,
         replayed_by=call.principal.audit_id,
-        dead_letter=dead_letter_answer(replayed.dead_letter, name),
+        dead_letter=dead_letter_answer(replayed.dead_letter, name, deps.settings),
     )
     return OperatorResponse(200, answer.to_body())
 
@@ -447,7 +447,7 @@ def _dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
         queue=name,
         dry_run=purged.dry_run,
         count=len(purged.dead_letters),
-        dead_letters=[dead_letter_answer(d, name) for d in purged.dead_letters],
+        dead_letters=[dead_letter_answer(d, name, deps.settings) for d in purged.dead_letters],
     )
     return OperatorResponse(200, answer.to_body())
 

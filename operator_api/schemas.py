@@ -133,7 +133,9 @@ class ReviewAnswer(Answer):
 
 class DeadLetterAnswer(Answer):
     """A dead letter: its ids, why it was dead-lettered, and its body as it was (``deadLetterId`` names
-    it in ``show``, ``replay`` and ``purge``)."""
+    it in ``show``, ``replay`` and ``purge``). ``orderId`` is the order it is linked to: only one of the
+    client's whose inbound queue it arrived on, that the message names; null when it is not linked
+    (``correlationId`` is what the sender wrote, proof of nothing)."""
 
     dead_letter_id: str
     message_id: str
@@ -143,6 +145,7 @@ class DeadLetterAnswer(Answer):
     delivery_count: int
     dead_lettered_at: datetime
     correlation_id: str | None
+    order_id: str | None
     body: str
 
 
@@ -170,7 +173,8 @@ class DeadLetterList(Answer):
 
 
 class ReplayAnswer(Answer):
-    """A replay done: the dead letter (deleted), the id it was re-sent under, the order it names."""
+    """A replay done: the dead letter (deleted), the id it was re-sent under, the order it is linked to
+    (null: not linked, and no order's timeline was written)."""
 
     queue: str
     replay_message_id: str

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from operator_api.deadletters import linked_order
 from operator_api.schemas import DeadLetterAnswer, TimelinePage
 from orderflow.queues.base import DeadLetter
 from orderflow.records import (
@@ -19,6 +20,7 @@ from orderflow.records import (
     TimelineChunk,
     TimelineEntry,
 )
+from orderflow.settings import Settings
 from orderflow.stores.base import Page
 
 PLUMBING = frozenset({"id", "reply_to", "pending_reply"})
@@ -65,8 +67,9 @@ def timeline_page(record: StateRecord, page: Page[TimelineChunk]) -> TimelinePag
     return TimelinePage(order_id=record.order_id, entries=entries, continuation=page.continuation)
 
 
-def dead_letter_answer(dead: DeadLetter, queue: str) -> DeadLetterAnswer:
-    """What the API shows of a dead letter of ``queue`` (the queue asked for, whatever its record says)."""
+def dead_letter_answer(dead: DeadLetter, queue: str, settings: Settings) -> DeadLetterAnswer:
+    """What the API shows of a dead letter of ``queue`` (the queue asked for, whatever its record says),
+    with the order it is linked to (:func:`operator_api.deadletters.linked_order`; null: not linked)."""
     return DeadLetterAnswer(
         dead_letter_id=dead.dead_letter_id,
         message_id=dead.message_id,
@@ -76,6 +79,7 @@ def dead_letter_answer(dead: DeadLetter, queue: str) -> DeadLetterAnswer:
         delivery_count=dead.delivery_count,
         dead_lettered_at=dead.dead_lettered_at,
         correlation_id=dead.correlation_id,
+        order_id=linked_order(dead, settings),
         body=dead.body,
     )
 

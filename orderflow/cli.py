@@ -894,7 +894,7 @@ def deadletters_replay(
     console.print(
         shown(
             f"replayed {dead_letter_id} to {queue} as {answer.body.get('replayMessageId')}"
-            + (f" (order {order})" if order else "")
+            + (f" (order {order})" if order else " (not linked to an order)")
         )
     )
 

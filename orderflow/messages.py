@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from orderflow.errors import InvalidMessage
-from orderflow.records import UtcDatetime
+from orderflow.records import UtcDatetime, order_key
 from orderflow.tracing import valid_traceparent
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -621,6 +621,36 @@ def validate_order_id(order_id: str) -> str:
             f"{order_id[:80]!r} is not an order id: 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit",
         ) from exc
+
+
+def client_order_key(client_id: str, order_id: str) -> str:
+    """The key of client ``client_id``'s order ``order_id``: the only order a message on that client's
+    inbound queue can be about, whatever it says (docs/clients.md). The client comes from the queue the
+    message arrived on, never from the message; the order id is checked first.
+
+    Returns:
+        ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`).
+
+    Raises:
+        InvalidMessage: ``InvalidField``: ``order_id`` is not an order id (another client's key is not).
+    """
+    return order_key(client_id, validate_order_id(order_id))
+
+
+def owned_order_key(client_id: str, reference: str) -> str | None:
+    """The key of the order of client ``client_id`` that ``reference`` names, or None when it names none
+    of that client's: ``reference`` is one of its order ids (as its SDK sends a correlation id) or that
+    order's key; another client's key, or anything that is not an order id, names none.
+
+    The same rule as :func:`client_order_key`, for text nobody has checked yet.
+    """
+    scope, sep, order_id = reference.rpartition(":")
+    if sep and scope != client_id:
+        return None
+    try:
+        return client_order_key(client_id, order_id)
+    except InvalidMessage:
+        return None
 
 
 _ORDER_KEY = re.compile(ORDER_KEY_PATTERN)

@@ -37,9 +37,17 @@ function picker(queues, counts, chosen) {
   return h("p", { class: "inline" }, h("label", { for: "queue-picker" }, "Queue "), select);
 }
 
-/** What a replay or a purge said, shown above the list: text, and a link to the order replayed. */
-function outcome(text, orderId) {
-  return h("p", { class: "notice info", "data-testid": "dead-letter-outcome" }, text, orderId ? [" Order: ", orderLink(orderId), "."] : "");
+/** What a replay or a purge said, shown above the list: text, then what `more` adds. */
+function outcome(text, more = "") {
+  return h("p", { class: "notice info", "data-testid": "dead-letter-outcome" }, text, more);
+}
+
+/**
+ * The order a dead letter is linked to (the API's `orderId`: one of the sending client's, proved by the
+ * queue it arrived on), or "not linked". A correlation id is what the sender wrote and links nothing.
+ */
+function linkedOrder(orderId) {
+  return orderId ? orderLink(orderId) : h("span", { class: "not-linked", "data-testid": "not-linked" }, "not linked");
 }
 
 async function replay(queue, dead) {
@@ -51,7 +59,8 @@ async function replay(queue, dead) {
   if (!confirmed) return null;
   try {
     const { body } = await call("POST", queuePath(queue, `${encodeURIComponent(dead.deadLetterId)}/replay`), { body: {} });
-    return outcome(`Replayed ${dead.deadLetterId} as ${body.replayMessageId}.`, body.orderId);
+    const order = body.orderId ? [" Order: ", orderLink(body.orderId), "."] : [" Not linked to an order: no order's timeline was written."];
+    return outcome(`Replayed ${dead.deadLetterId} as ${body.replayMessageId}.`, order);
   } catch (refused) {
     if (refused.status === 401) throw refused;
     notify(`Replay refused: ${refused.message}.`, "error");
@@ -68,7 +77,7 @@ async function purge(queue, dead) {
   if (!confirmed) return null;
   try {
     const { body } = await call("POST", queuePath(queue, "purge"), { body: { deadLetterId: dead.deadLetterId } });
-    return outcome(body.count ? `Purged ${dead.deadLetterId}.` : `Nothing purged: ${dead.deadLetterId} is gone already.`, null);
+    return outcome(body.count ? `Purged ${dead.deadLetterId}.` : `Nothing purged: ${dead.deadLetterId} is gone already.`);
   } catch (refused) {
     if (refused.status === 401) throw refused;
     notify(`Purge refused: ${refused.message}.`, "error");
@@ -138,6 +147,7 @@ function deadLetterFacts(d) {
     ["description", d.description],
     ["dead-lettered", when(d.deadLetteredAt)],
     ["deliveries", String(d.deliveryCount)],
+    ["order", h("span", { "data-testid": "dead-letter-order" }, linkedOrder(d.orderId))],
     ["correlation id", d.correlationId || ""],
   ];
   return h("dl", { class: "facts" }, rows.filter(([, v]) => v !== "").map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));

@@ -121,7 +121,8 @@ class DeadLetterQueues(Protocol):
 
         Each is held under a lock while ``before`` runs (a replay's re-send) and deleted only if it
         returns; if it raises, that dead letter stays, the others held are released and the error
-        propagates. Two removers never both delete one dead letter.
+        propagates. Two removers never both delete one dead letter, and a remover that meets its target
+        held by another one tries again: two removals of two different dead letters at once both succeed.
 
         Returns:
             The dead letters removed, in the order met.

@@ -33,7 +33,10 @@ How the port's PeekLock semantics map onto Service Bus:
   raise :class:`~orderflow.errors.ConcurrencyConflict`, as on Storage.
 - **Dead letters** use the queue's own dead-letter sub-queue; the reason and description become the
   ``DeadLetterReason`` / ``DeadLetterErrorDescription`` application properties, truncated to
-  :data:`MAX_DEAD_LETTER_FIELD_CHARS`.
+  :data:`MAX_DEAD_LETTER_FIELD_CHARS`. An operator's removal finds dead letters by peeking (browsing
+  shows locked messages and locks none) and settles them by sequence number, so that it never keeps
+  another dead letter from a concurrent operation for longer than one pass
+  (:meth:`ServiceBusQueueFactory.remove_dead_letters`).
 - **Queues are never created** here: on Azure they come from the infrastructure (Bicep), and the
   emulator reads them from its configuration file. A missing queue surfaces as a
   :class:`~orderflow.errors.PermanentError` (``MessagingEntityNotFoundError``) on first use.
@@ -46,9 +49,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import random
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -92,6 +97,10 @@ The limit the .NET and JavaScript Service Bus SDKs enforce before dead-lettering
 MaxDeadLetterReasonLength``, ``maxDeadLetterReasonLength``). The Python SDK does not check; staying
 within it keeps a dead-letter request from being refused, which would leave the message locked.
 """
+
+DEAD_LETTER_RETRY_S = 10.0
+"""Longest a dead-letter removal keeps trying for a target another operation holds locked (seconds):
+far longer than a removal holds a dead letter, shorter than an operator waits for an answer."""
 
 DEFAULT_MAX_WAIT_S = 1.0
 """Seconds a receive waits for the first message. Small, because the receive holds the receiver's lock
@@ -891,6 +900,7 @@ class ServiceBusQueueFactory:
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         clock: Callable[[], datetime] = _utc_now,
         send_timeout_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """Wrap a client (see the two constructors).
 
@@ -900,7 +910,9 @@ class ServiceBusQueueFactory:
             max_wait_s: Seconds a receive waits for the first message.
             clock: Current UTC time, for scheduled sends and undated dead letters.
             send_timeout_s: Seconds one send may wait (``QUEUE_READ_TIMEOUT_S``); None: the SDK's default.
+            sleep: Waits the given seconds (a dead-letter removal's pause before it tries again).
         """
+        self._sleep = sleep
         self._client = client
         self._send_timeout_s = send_timeout_s
         self._admin = admin
@@ -1069,37 +1081,114 @@ class ServiceBusQueueFactory:
         before: Callable[[DeadLetter], None] | None = None,
         most: int | None = None,
     ) -> list[DeadLetter]:
-        """Receive the dead letters of ``name`` under PeekLock, complete those ``select`` picks once
-        ``before`` returned and abandon the others (see
-        :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`). An abandon adds one to a
-        dead letter's delivery count; the dead-letter sub-queue has no delivery limit.
+        """Remove the dead letters of ``name`` that ``select`` picks: found by peeking (which locks
+        nothing), then settled by sequence number (see
+        :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`).
+
+        A pass (:meth:`_settle_pass`) receives under PeekLock, completes each target once ``before``
+        returned and abandons the rest as soon as it has met every target or gone past the last. A target
+        the pass did not receive was held by another operation, or is gone: a peek at its sequence number
+        tells which, and one still there is tried again after a short random pause, for at most
+        :data:`DEAD_LETTER_RETRY_S` seconds. An abandon adds one to a dead letter's delivery count; the
+        dead-letter sub-queue has no delivery limit.
 
         Raises:
             ValueError: invalid name.
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
+        wanted = self._peek_targets(name, select, most)
         removed: list[DeadLetter] = []
+        deadline = time.monotonic() + DEAD_LETTER_RETRY_S
+        pause_s = 0.02
+        while wanted:
+            self._settle_pass(name, wanted, removed, before)
+            if wanted:
+                present = self._present(name, set(wanted))
+                wanted = {seq: dead for seq, dead in wanted.items() if seq in present}
+            if not wanted or time.monotonic() >= deadline:
+                break
+            self._sleep(random.uniform(pause_s, 2 * pause_s))  # two removers must not retry in step
+            pause_s = min(2 * pause_s, 0.25)
+        return removed
+
+    def _peek_targets(
+        self, name: str, select: Callable[[DeadLetter], bool], most: int | None
+    ) -> dict[int, DeadLetter]:
+        """The first ``most`` (None: all) dead letters of ``name`` that ``select`` picks, by sequence
+        number, among the first :data:`MAX_DEAD_LETTER_SCAN`: peeked, so locked ones are found too and
+        none is locked by this."""
+        targets: dict[int, DeadLetter] = {}
+        start, seen = 1, 0
+        while seen < MAX_DEAD_LETTER_SCAN and (most is None or len(targets) < most):
+            with self._peek_lock:
+                try:
+                    peeked = self._dead_letter_receiver(name).peek_messages(32, sequence_number=start)
+                except AzureError as error:
+                    raise translate_error(error, "remove_dead_letters", name) from error
+            for message in peeked[: MAX_DEAD_LETTER_SCAN - seen]:
+                dead = self._dead_letter(message, name)
+                if message.sequence_number and (most is None or len(targets) < most) and select(dead):
+                    targets[message.sequence_number] = dead
+            seen += len(peeked)
+            if not peeked or peeked[-1].sequence_number is None:
+                break
+            start = peeked[-1].sequence_number + 1
+        return targets
+
+    def _present(self, name: str, sequence_numbers: set[int]) -> set[int]:
+        """Which of ``sequence_numbers`` the dead-letter sub-queue of ``name`` still holds, peeked."""
+        present: set[int] = set()
+        start, last = min(sequence_numbers), max(sequence_numbers)
+        while start <= last:
+            with self._peek_lock:
+                try:
+                    peeked = self._dead_letter_receiver(name).peek_messages(32, sequence_number=start)
+                except AzureError as error:
+                    raise translate_error(error, "remove_dead_letters", name) from error
+            numbers = [m.sequence_number for m in peeked if m.sequence_number is not None]
+            present |= sequence_numbers.intersection(numbers)
+            if not numbers:
+                break
+            start = max(numbers) + 1
+        return present
+
+    def _settle_pass(
+        self,
+        name: str,
+        wanted: dict[int, DeadLetter],
+        removed: list[DeadLetter],
+        before: Callable[[DeadLetter], None] | None,
+    ) -> None:
+        """Receive dead letters of ``name`` under PeekLock until every one of ``wanted`` (by sequence
+        number) was met, one beyond the last was, the receive ran dry or :data:`MAX_DEAD_LETTER_SCAN`
+        were received; complete each wanted one once ``before`` returned (moving it from ``wanted`` to
+        ``removed``), and abandon every other one received, also when ``before`` raises."""
         held: list[ServiceBusReceivedMessage] = []
         with self._peek_lock:
             receiver = self._dead_letter_receiver(name)
             try:
-                while len(held) + len(removed) < MAX_DEAD_LETTER_SCAN and (
-                    most is None or len(removed) < most
-                ):
+                seen = 0
+                while wanted and seen < MAX_DEAD_LETTER_SCAN:
                     batch = receiver.receive_messages(max_message_count=32, max_wait_time=self._max_wait_s)
                     if not batch:
                         break
-                    held += batch  # abandoned in the end unless completed, even when ``before`` raises
+                    seen += len(batch)
+                    held += batch  # abandoned in the end unless completed
+                    last = max(wanted)
                     for message in batch:
-                        dead = self._dead_letter(message, name)
-                        if (most is not None and len(removed) >= most) or not select(dead):
+                        seq = message.sequence_number
+                        if seq is None or seq not in wanted:
                             continue
+                        dead = self._dead_letter(message, name)
                         if before is not None:
                             before(dead)
                         receiver.complete_message(message)
                         held.remove(message)
                         removed.append(dead)
+                        del wanted[seq]
+                    if any((m.sequence_number or 0) > last for m in batch):
+                        break  # past every target: one not met is held by another operation, or gone
             except AzureError as error:
                 raise translate_error(error, "remove_dead_letters", name) from error
             finally:
@@ -1108,7 +1197,6 @@ class ServiceBusQueueFactory:
                         receiver.abandon_message(message)
                     except AzureError:  # its lock runs out and it comes back
                         logger.warning("dead letter %s of %s not released", message.sequence_number, name)
-        return removed
 
     def _dead_letter(self, message: ServiceBusReceivedMessage, source_queue: str) -> DeadLetter:
         message_id = _message_id(message)

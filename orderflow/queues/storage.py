@@ -28,8 +28,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,6 +83,11 @@ MAX_DESCRIPTION_BYTES = 1024
 DEAD_LETTER_SCAN_LOCK_S = 30
 """Seconds a dead letter received by a page read or a removal stays hidden if it is not released
 (the reader crashed): long enough for a re-send, short enough for another operator to retry."""
+
+DEAD_LETTER_SCAN_RETRY_S = 10.0
+"""Longest a dead-letter page read or removal keeps scanning again while other scans hide part of the
+queue (seconds): far longer than a scan holds its messages, shorter than a crashed one's
+:data:`DEAD_LETTER_SCAN_LOCK_S`; docs/operations.md#dead-letters."""
 
 # Dead-lettering first re-takes the lock for this long (seconds): it proves the lock is still ours and
 # leaves time for the two writes that follow.
@@ -441,6 +448,15 @@ def lock_of(message: ReceivedMessage) -> PopReceipt:
     if not isinstance(message.lock_token, PopReceipt):
         raise ValueError(f"message {message.message_id!r} carries no pop receipt; was it received?")
     return message.lock_token
+
+
+def _message_count(client: QueueClient) -> int:
+    """The messages of a queue, hidden ones included (Storage's approximate count).
+
+    Raises:
+        AzureError: the service failed.
+    """
+    return client.get_queue_properties().approximate_message_count or 0
 
 
 # --- SDK errors ----------------------------------------------------------------------------------------
@@ -889,13 +905,12 @@ class StorageQueueFactory:
     ) -> DeadLetterPage:
         """A page of the dead letters of ``name``, oldest first (by dead-lettering time, then id).
 
-        Storage peeks only the first 32 messages of a queue: when they are all there is, the page comes
-        from one peek and changes nothing. A longer queue is read by receiving it (up to
-        :data:`~orderflow.queues.base.MAX_DEAD_LETTER_SCAN` messages, each hidden for
-        :data:`DEAD_LETTER_SCAN_LOCK_S` seconds) and releasing what was received at once; their dequeue
-        counts grow, which a dead letter does not read (its record keeps the delivery count). A
-        dead-letter queue that does not exist is an empty page: reading (or removing) dead letters never
-        creates a queue.
+        Storage peeks only the first 32 messages of a queue: when they are all the queue holds (its
+        message count, hidden ones included, says so), the page comes from one peek and changes nothing.
+        Otherwise the queue is read by :meth:`_scan_dead_letters`, which receives it (each message hidden
+        until the pass ends) and releases what it received at once; their dequeue counts grow, which a
+        dead letter does not read (its record keeps the delivery count). A dead-letter queue that does
+        not exist is an empty page: reading (or removing) dead letters never creates a queue.
 
         Raises:
             ValueError: invalid name, ``max_messages`` < 1, or a foreign continuation.
@@ -905,11 +920,12 @@ class StorageQueueFactory:
         client = self._client(dead_letter_queue_name(name), create=False)
         try:
             peeked = client.peek_messages(max_messages=MAX_RECEIVE_BATCH)
+            whole = _message_count(client) <= len(peeked)
         except AzureError as error:
             if not _is_missing_queue(error):
                 raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
-            peeked = []  # nothing was ever dead-lettered there
-        if len(peeked) < MAX_RECEIVE_BATCH:
+            peeked, whole = [], True  # nothing was ever dead-lettered there
+        if whole:
             every = [self._decode_dead_letter(message, name) for message in peeked]
         else:
             every = []
@@ -918,7 +934,7 @@ class StorageQueueFactory:
                 every.append(dead)
                 return False  # read, not removed
 
-            self._scan_dead_letters(name, keep)
+            self._scan_dead_letters(name, keep, client=client, start_pass=every.clear)
         return page_of_dead_letters(every, max_messages=max_messages, continuation=continuation)
 
     def remove_dead_letters(
@@ -929,10 +945,12 @@ class StorageQueueFactory:
         before: Callable[[DeadLetter], None] | None = None,
         most: int | None = None,
     ) -> list[DeadLetter]:
-        """Receive the dead letters of ``name`` (hidden for :data:`DEAD_LETTER_SCAN_LOCK_S` seconds),
-        delete those ``select`` picks once ``before`` returned, release the others: see
+        """Receive the dead letters of ``name`` (hidden until the pass ends), delete those ``select``
+        picks once ``before`` returned, release the others: see
         :meth:`orderflow.queues.base.DeadLetterQueues.remove_dead_letters`. A message's pop receipt is
-        the lock: a remover that met it hidden by another does not see it.
+        the lock: one held by another remover is not received, so a pass that did not cover the whole
+        queue is made again (:meth:`_scan_dead_letters`) and a dead letter another scan hid for a moment
+        is still found.
 
         Raises:
             ValueError: invalid name.
@@ -971,11 +989,38 @@ class StorageQueueFactory:
         *,
         client: QueueClient | None = None,
         stop: Callable[[], bool] = lambda: False,
+        start_pass: Callable[[], None] = lambda: None,
     ) -> None:
-        """Receive dead letters of ``name`` in batches, delete each ``visit`` answers True for, and
-        release the rest (visible again at once) when done or when ``visit`` raises."""
+        """Visit every dead letter of ``name``: passes of :meth:`_scan_pass` until one covered the queue
+        (or ``stop``), for at most :data:`DEAD_LETTER_SCAN_RETRY_S` seconds.
+
+        A pass cannot receive what a concurrent scan holds hidden; the queue's message count (hidden
+        ones included) tells such a pass from a whole one, and the pass is tried again after a short
+        random pause (two scans that hide each other's targets must not retry in step). ``start_pass``
+        runs before each pass (a reader forgets what the last one collected).
+        """
         dead_letter_queue = dead_letter_queue_name(name)
         client = client or self._client(dead_letter_queue, create=False)
+        deadline = time.monotonic() + DEAD_LETTER_SCAN_RETRY_S
+        pause_s = 0.02
+        while True:
+            start_pass()
+            if self._scan_pass(name, visit, client, stop) or time.monotonic() >= deadline:
+                return
+            time.sleep(random.uniform(pause_s, 2 * pause_s))
+            pause_s = min(2 * pause_s, 0.25)
+
+    def _scan_pass(
+        self, name: str, visit: Callable[[DeadLetter], bool], client: QueueClient, stop: Callable[[], bool]
+    ) -> bool:
+        """Receive dead letters of ``name`` in batches, delete each ``visit`` answers True for, and
+        release the rest (visible again at once) when done or when ``visit`` raises.
+
+        Returns:
+            Whether the pass is whole: ``stop`` said so, :data:`MAX_DEAD_LETTER_SCAN` messages were met, or
+            every message the queue holds was held by this pass when the receives ran dry.
+        """
+        dead_letter_queue = dead_letter_queue_name(name)
         held: list[QueueMessage] = []
         try:
             seen = 0
@@ -988,17 +1033,19 @@ class StorageQueueFactory:
                     )
                 )
                 if not batch:
-                    break
+                    # Counted while this pass still holds what it received: more means others hold some.
+                    return _message_count(client) <= len(held)
                 seen += len(batch)
                 held += batch  # released in the end unless deleted, even when a visit raises
                 for message in batch:
                     if not stop() and visit(self._decode_dead_letter(message, name)):
                         client.delete_message(message.id, message.pop_receipt)
                         held.remove(message)
+            return True
         except AzureError as error:
             if not (_is_missing_queue(error) and not held):
                 raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
-            # no such queue: nothing was ever dead-lettered there, so there is nothing to visit
+            return True  # no such queue: nothing was ever dead-lettered there, so there is nothing to visit
         finally:
             self._release(client, held, dead_letter_queue)
 

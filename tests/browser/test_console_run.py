@@ -203,3 +203,25 @@ def test_after_a_run_every_order_is_on_the_console_with_its_records_timeline(
             shoot(page, artifacts, "order-after-a-run")
         page.go_back()
         page.wait_for_selector("[data-testid=orders] tbody tr")
+
+
+def test_a_dead_letter_whose_correlation_id_names_another_clients_order_is_shown_not_linked(
+    page: Any, console: Console, artifacts: Path
+) -> None:
+    system = console.system
+    inbound = system.client.orders_queue
+    system.deps.queues.queue(inbound).send("{not json", message_id="m-foreign", correlation_id="other:tpch-1")
+    system.wait_until(
+        lambda: any(d["messageId"] == "m-foreign" for d in dead_letters_of(console, inbound)), timeout_s=15
+    )
+    [dead] = [d for d in dead_letters_of(console, inbound) if d["messageId"] == "m-foreign"]
+
+    page.goto(f"{console.url}#/deadletters/{inbound}/{dead['deadLetterId']}")
+    page.wait_for_selector("[data-testid=dead-letter-body]")
+    shown = page.locator("[data-testid=dead-letter-order]")
+    assert (dead["orderId"], shown.inner_text(), shown.locator("a").count()) == (None, "not linked", 0)
+    shoot(page, artifacts, "dead-letter-not-linked")
+    confirm(page, "replay", of=dead["deadLetterId"])
+    said = page.locator("[data-testid=dead-letter-outcome]")
+    said.locator("text=Not linked to an order").wait_for()
+    assert said.locator("a.order-link").count() == 0

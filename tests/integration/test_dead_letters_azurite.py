@@ -4,11 +4,13 @@ whatever name the path holds (docs/operator-api.md#dead-letter-queues)."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
-from azure.storage.queue import QueueServiceClient
+from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.emulators import LocalEndpoints
 from operator_api.handler import OperatorResponse, handle_operator_request
@@ -83,3 +85,76 @@ def test_no_dead_letter_route_creates_a_queue(
     assert (replayed.status, replayed.body["error"]["code"]) == (404, "NoSuchDeadLetter")
     assert (purged.status, purged.body["count"]) == (200, 0)
     assert after == before
+
+
+def _azurite_deps(endpoints: LocalEndpoints, run: str) -> tuple[Dependencies, StorageQueueFactory, str]:
+    """Dependencies whose queues are Azurite's, for one client ``c<run>``; and its inbound queue."""
+    overrides = {"CLIENTS": json.dumps([{"id": f"c{run}"}]), "AGENT_QUEUE_PREFIX": f"agent-{run}-"}
+    settings = Settings.load(env={}, **overrides)
+    queues = StorageQueueFactory.from_connection_string(
+        endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+    )
+    deps = replace(memory_deps(FakeClock(), **overrides), queues=queues, dead_letters=queues)
+    (client,) = settings.clients()
+    return deps, queues, client.inbound_queue
+
+
+def _dead_letter_many(queues: StorageQueueFactory, name: str, count: int) -> list[str]:
+    """Dead-letter ``count`` messages on ``name``; their dead letter ids, oldest first."""
+    queue = queues.queue(name)
+    for n in range(count):
+        queue.send(f'{{"n": {n}}}', message_id=f"m-{n}")
+    left = count
+    while left:
+        for message in queue.receive(max_messages=32, lock_s=30):
+            queue.dead_letter(message, reason="HandlerFailed", description="")
+            left -= 1
+    page = queues.dead_letter_page(name, max_messages=count)
+    return [dead.dead_letter_id for dead in page.items]
+
+
+def _visible_ids(endpoints: LocalEndpoints, name: str) -> list[str]:
+    """The ids of every dead letter of ``name`` a receive gets now (hidden ones are not got), each made
+    visible again at once."""
+    client = QueueClient.from_connection_string(endpoints.storage_connection_string, f"{name}-deadletter")
+    held = []
+    try:
+        while batch := list(
+            client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=5)
+        ):
+            held += batch
+        return sorted(message.id for message in held)
+    finally:
+        for message in held:
+            client.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+        client.close()
+
+
+def test_two_operators_purging_two_dead_letters_at_once_both_succeed_and_hide_no_other(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer
+) -> None:
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    ids = _dead_letter_many(queues, inbound, 45)
+    # Pairs on both sides of the first 32 (what one receive returns) and both beyond it.
+    pairs = [(ids[3], ids[40]), (ids[35], ids[5]), (ids[33], ids[44]), (ids[0], ids[31]), (ids[20], ids[36])]
+    answers: list[OperatorResponse] = []
+
+    def purge(start: threading.Barrier, dead_letter_id: str) -> OperatorResponse:
+        start.wait()
+        return _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", {"deadLetterId": dead_letter_id})
+
+    try:
+        for pair in pairs:
+            start = threading.Barrier(len(pair))
+            with ThreadPoolExecutor(len(pair)) as pool:
+                answers += list(pool.map(purge, [start] * len(pair), pair))
+        left = sorted(
+            dead.dead_letter_id for dead in queues.dead_letter_page(inbound, max_messages=100).items
+        )
+        visible = _visible_ids(local_endpoints, inbound)
+    finally:
+        queues.close()
+
+    purged = {dead_letter_id for pair in pairs for dead_letter_id in pair}
+    assert [(a.status, a.body["count"]) for a in answers] == [(200, 1)] * len(purged)
+    assert left == visible == sorted(set(ids) - purged)

@@ -1359,3 +1359,39 @@ def test_a_bearer_token_is_sent_in_the_clear_only_to_a_loopback_host(url: str, a
     else:
         with pytest.raises(ValueError, match="must be https"):
             OperatorApiClient(url, token="t")
+
+
+@pytest.mark.parametrize(
+    ("body", "correlation_id", "said"),
+    [
+        ("{not json", "b:o-1", "(not linked to an order)"),  # another client's order: proof of nothing
+        (order_body("o-1"), "o-1", "(order a:o-1)"),
+    ],
+)
+def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not_linked(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, said: str
+) -> None:
+    inbound = api.queues.queue("orders-a")
+    inbound.send(body, message_id="m-1", correlation_id=correlation_id)
+    [message] = inbound.receive()
+    inbound.dead_letter(message, reason="InvalidJson", description="")
+    assert isinstance(api.queues, InMemoryQueueFactory)
+    [dead] = api.queues.dead_letter_page("orders-a").items
+    operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
+
+    result = invoke(
+        "deadletters",
+        "replay",
+        "orders-a",
+        dead.dead_letter_id,
+        "--api-url",
+        API_URL,
+        "--token-file",
+        token_file(tmp_path, operator),
+    )
+
+    assert result.exit_code == 0, result.output
+    assert (
+        " ".join(result.output.split())
+        == f"replayed {dead.dead_letter_id} to orders-a as m-1:replay:1 {said}"
+    )

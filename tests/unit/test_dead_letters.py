@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,6 +20,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
+from orderflow.stores.base import StateStore
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, submit_and_claim
@@ -254,3 +255,165 @@ def test_every_listed_queue_is_read_by_the_dead_letter_routes(trusted: TrustedIs
     answers = {name: call(deps, trusted, "GET", f"{BASE}/{name}").status for name in listed}
 
     assert "agent-responses-h1" in listed and answers == dict.fromkeys(listed, 200)
+
+
+# --- attribution: a dead letter is linked to an order only by the queue it arrived on -------------------
+
+TWO_CLIENTS = json.dumps([{"id": "a", "replyQueue": "client-a"}, {"id": "b"}])
+OTHERS_ORDER = "b:o-9"
+
+
+class RecordingStates:
+    """The state store, with every call recorded: ``(method, first argument)``."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args[0] if args else None))
+            return method(*args, **kwargs)
+
+        return recorded
+
+
+@pytest.fixture
+def two_clients() -> tuple[Dependencies, RecordingStates]:
+    """Clients ``a`` and ``b``, ``b`` with order ``o-9`` on record; the state store recording calls."""
+    deps = memory_deps(FakeClock(), CLIENTS=TWO_CLIENTS)
+    handle_intake_message(
+        order_body("o-9", reply_to="replies-b"),
+        client=deps.settings.clients().get("b"),
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        definition=ORDER_V1,
+    )
+    states = RecordingStates(deps.states)
+    return replace(deps, states=cast(StateStore, states)), states
+
+
+def dead_letter_on(deps: Dependencies, queue_name: str, body: str, *, correlation_id: str | None) -> str:
+    """Send ``body`` to ``queue_name`` with ``correlation_id`` and dead-letter it; its dead letter id."""
+    queue = deps.queues.queue(queue_name)
+    queue.send(body, message_id="m-hostile", correlation_id=correlation_id)
+    [message] = queue.receive()
+    queue.dead_letter(message, reason="InvalidJson", description="")
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    [dead] = deps.queues.dead_letter_page(queue_name).items
+    return dead.dead_letter_id
+
+
+NOT_KEYS = [
+    "b:o-9",  # another client's order
+    "B:o-9",
+    "a:b:o-9",
+    "../b:o-9",
+    "a:../b",
+    "a/../../b:o-9",
+    "x" * 5000,
+    "o-1' OR '1'='1",
+    "'; DROP TABLE orderstate; --",
+    "SELECT * FROM c WHERE c.id = 'b:o-9'",
+    "o-1\nb:o-9",
+    "o-1\x1b[2J",
+    "\ud800",
+    "%2e%2e%2fb:o-9",
+    ":",
+    " ",
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "correlation_id"),
+    [
+        *[("{not json", reference) for reference in NOT_KEYS],
+        # The body's orderId is read by the same rule, and so is a body naming one order with a
+        # correlation id naming another.
+        ('{"orderId": "b:o-9"}', None),
+        ('{"orderId": 9}', "o-9"),
+        (order_body("o-9"), OTHERS_ORDER),
+        (order_body("o-1"), "o-2"),
+    ],
+)
+def test_a_dead_letter_naming_no_order_of_the_client_it_came_from_is_not_linked_and_its_replay_writes_none(
+    two_clients: tuple[Dependencies, RecordingStates],
+    trusted: TrustedIssuer,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    correlation_id: str | None,
+) -> None:
+    deps, states = two_clients
+    before = deps.states.get(OTHERS_ORDER)
+    dead_id = dead_letter_on(deps, INBOUND, body, correlation_id=correlation_id)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(telemetry, "event", lambda name, /, **fields: events.append((name, fields)))
+
+    listed = call(deps, trusted, "GET", f"{BASE}/{INBOUND}")
+    shown = call(deps, trusted, "GET", f"{BASE}/{INBOUND}/{dead_id}")
+    replayed = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+
+    after = deps.states.get(OTHERS_ORDER)
+    assert (listed.status, shown.status, replayed.status) == (200, 200, 200)
+    assert listed.body["deadLetters"][0]["orderId"] is None and shown.body["orderId"] is None
+    assert replayed.body["orderId"] is None and replayed.body["deadLetter"]["orderId"] is None
+    [audit] = [fields for name, fields in events if name == "operator.deadletter_replayed"]
+    assert audit["order_id"] is None and OTHERS_ORDER not in audit.values()
+    assert (after.etag, after.item) == (before.etag, before.item)
+    assert [call for call in states.calls if call[0] != "get" or call[1] != OTHERS_ORDER] == []
+    assert states.calls == [("get", OTHERS_ORDER)] * 2  # this test's own reads, before and after
+
+
+def test_a_dead_letter_of_an_internal_queue_is_never_linked(
+    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer
+) -> None:
+    deps, states = two_clients
+    before = deps.states.get(OTHERS_ORDER)
+    agent_queue = deps.settings.agent_queue("payment")
+    body = json.dumps({"orderId": OTHERS_ORDER, "step": "payment"})
+    dead_id = dead_letter_on(deps, agent_queue, body, correlation_id=OTHERS_ORDER)
+
+    shown = call(deps, trusted, "GET", f"{BASE}/{agent_queue}/{dead_id}")
+    replayed = call(deps, trusted, "POST", f"{BASE}/{agent_queue}/{dead_id}/replay")
+
+    after = deps.states.get(OTHERS_ORDER)
+    assert (shown.status, shown.body["orderId"], shown.body["correlationId"]) == (200, None, OTHERS_ORDER)
+    assert (replayed.status, replayed.body["orderId"]) == (200, None)
+    assert (after.etag, after.item) == (before.etag, before.item)
+    assert states.calls == [("get", OTHERS_ORDER)] * 2
+
+
+@pytest.mark.parametrize("correlation_id", [None, "", "o-1", "a:o-1"])
+def test_a_dead_letter_of_the_clients_own_order_stays_linked_and_its_replay_is_on_the_timeline(
+    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer, correlation_id: str | None
+) -> None:
+    deps, _ = two_clients
+    key = f"{TEST_CLIENT.client_id}:o-1"
+    submit_and_claim(deps, definition=ORDER_V1, order_id=key)
+    others = deps.states.get(OTHERS_ORDER)
+    dead_id = dead_letter_on(deps, INBOUND, order_body("o-1"), correlation_id=correlation_id)
+
+    shown = call(deps, trusted, "GET", f"{BASE}/{INBOUND}/{dead_id}")
+    replayed = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+
+    entry = deps.states.get(key).item.timeline[-1]
+    assert (shown.body["orderId"], replayed.body["orderId"]) == (key, key)
+    assert (entry.action, entry.outcome) == ("deadletter.replay", "m-hostile:replay:1")
+    assert deps.states.get(OTHERS_ORDER).etag == others.etag
+
+
+def test_a_dead_letter_of_the_clients_order_not_on_record_is_linked_and_its_replay_writes_nothing(
+    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer
+) -> None:
+    deps, states = two_clients
+    dead_id = dead_letter_on(deps, INBOUND, '{"orderId": "o-3"}', correlation_id="o-3")
+
+    replayed = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
+
+    assert (replayed.status, replayed.body["orderId"]) == (200, "a:o-3")
+    assert states.calls == [("get", "a:o-3")]

@@ -16,7 +16,9 @@ from orderflow.messages import (
     ORDERS_QUEUE_TYPES,
     AgentResponse,
     SubmitOrder,
+    client_order_key,
     message_type,
+    owned_order_key,
     parse_message,
     validate_order_id,
 )
@@ -288,3 +290,29 @@ def test_validate_order_id_refuses_what_no_order_could_be_named(order_id: str) -
 
 def test_validate_order_id_returns_a_valid_id() -> None:
     assert validate_order_id("tpch-1.A_2") == "tpch-1.A_2"
+
+
+def test_a_clients_order_key_scopes_a_checked_order_id_by_the_client() -> None:
+    assert client_order_key("acme", "o-1") == "acme:o-1"
+    for not_an_order_id in ("globex:o-1", "../o-1", "", "x" * 65):
+        with pytest.raises(InvalidMessage):
+            client_order_key("acme", not_an_order_id)
+
+
+@pytest.mark.parametrize(
+    ("reference", "key"),
+    [
+        ("o-1", "acme:o-1"),  # the client's own order id, as its SDK sends a correlation id
+        ("acme:o-1", "acme:o-1"),  # or that order's key
+        ("globex:o-1", None),  # another client's order
+        ("acme:globex:o-1", None),
+        (":o-1", None),
+        ("../acme:o-1", None),
+        ("acme:o-1/..", None),
+        ("o-1' OR '1'='1", None),
+        ("acme:" + "x" * 65, None),
+        ("", None),
+    ],
+)
+def test_an_owned_order_key_is_found_only_for_the_clients_own_orders(reference: str, key: str | None) -> None:
+    assert owned_order_key("acme", reference) == key

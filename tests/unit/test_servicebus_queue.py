@@ -13,8 +13,11 @@ import logging
 import re
 import subprocess
 import sys
+import threading
+import time
 import types
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,7 +50,7 @@ from azure.servicebus.exceptions import (
 
 from orderflow.errors import ConcurrencyConflict, InvalidMessage, PermanentError, TransientError
 from orderflow.messages import SubmitOrder, parse_message
-from orderflow.queues.base import ReceivedMessage
+from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.servicebus import (
     DELIVERY_COUNT_PROPERTY,
     MAX_DEAD_LETTER_FIELD_CHARS,
@@ -916,6 +919,200 @@ def test_dead_letters_translate_errors(factory: ServiceBusQueueFactory, client: 
     )
     with pytest.raises(TransientError, match=r"dead_letters on Service Bus queue 'orders' failed"):
         factory.dead_letters(QUEUE)
+
+
+# --- removing dead letters: found by peek, settled by sequence number ----------------------------------
+
+
+@dataclass
+class DeadLetterBroker:
+    """A dead-letter sub-queue as the broker keeps it: bodies by sequence number, and which receiver holds
+    each locked one. Peeks show locked messages too; receives return unlocked ones by sequence number."""
+
+    bodies: dict[int, bytes] = field(default_factory=dict)
+    holders: dict[int, object] = field(default_factory=dict)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def remove(self, seq: int) -> None:
+        """Someone else settled (or moved) ``seq``."""
+        with self.guard:
+            del self.bodies[seq]
+            self.holders.pop(seq, None)
+
+
+@dataclass
+class BrokerReceiver(FakeReceiver):
+    """A dead-letter receiver of a :class:`DeadLetterBroker`; ``on_receive()`` runs before each receive,
+    as something else happening at that moment."""
+
+    broker: DeadLetterBroker = field(default_factory=DeadLetterBroker)
+    on_receive: Any = None
+
+    def _message(self, seq: int, *, peeked: bool) -> ServiceBusReceivedMessage:
+        return sb_message(
+            self,
+            message_id=f"m-{seq}",
+            correlation_id=None,
+            sequence_number=seq,
+            data=[self.broker.bodies[seq]],
+            application_properties={b"DeadLetterReason": b"HandlerFailed"},
+            peeked=peeked,
+        )
+
+    def peek_messages(
+        self, max_message_count: int = 1, *, sequence_number: int = 0
+    ) -> list[ServiceBusReceivedMessage]:
+        self._record("peek_messages", max_message_count, sequence_number)
+        with self.broker.guard:
+            found = sorted(seq for seq in self.broker.bodies if seq >= sequence_number)[:max_message_count]
+            return [self._message(seq, peeked=True) for seq in found]
+
+    def receive_messages(
+        self, max_message_count: int | None = 1, max_wait_time: float | None = None
+    ) -> list[ServiceBusReceivedMessage]:
+        self._record("receive_messages", max_message_count, max_wait_time)
+        if self.on_receive is not None:
+            self.on_receive()
+        with self.broker.guard:
+            free = sorted(seq for seq in self.broker.bodies if seq not in self.broker.holders)
+            found = free[: max_message_count or 1]
+            for seq in found:
+                self.broker.holders[seq] = self
+            return [self._message(seq, peeked=False) for seq in found]
+
+    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        seq = message.sequence_number or 0
+        self._record("complete_message", seq)
+        with self.broker.guard:
+            if self.broker.holders.get(seq) is not self:
+                raise MessageLockLostError()
+            del self.broker.bodies[seq]
+            del self.broker.holders[seq]
+
+    def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
+        seq = message.sequence_number or 0
+        self._record("abandon_message", seq)
+        with self.broker.guard:
+            if self.broker.holders.get(seq) is self:
+                del self.broker.holders[seq]
+
+
+def broker_of(count: int) -> DeadLetterBroker:
+    """A dead-letter sub-queue holding ``count`` dead letters, sequence numbers 1 to ``count``."""
+    return DeadLetterBroker(bodies={seq: b'{"n": %d}' % seq for seq in range(1, count + 1)})
+
+
+def operator_factory(
+    broker: DeadLetterBroker, *, sleep: Any = lambda _: None
+) -> tuple[ServiceBusQueueFactory, BrokerReceiver]:
+    """One operator's factory over ``broker`` (its own client and dead-letter receiver)."""
+    client = FakeClient()
+    receiver = BrokerReceiver(broker=broker)
+    client.receivers[(QUEUE, ServiceBusSubQueue.DEAD_LETTER)] = receiver
+    return ServiceBusQueueFactory(client, max_wait_s=MAX_WAIT_S, clock=lambda: NOW, sleep=sleep), receiver
+
+
+def by_sequence(seq: int) -> Any:
+    return lambda dead: dead.dead_letter_id == str(seq)
+
+
+def test_a_removal_finds_by_peek_settles_by_sequence_number_and_holds_nothing_behind_its_target() -> None:
+    broker = broker_of(40)
+    factory, receiver = operator_factory(broker)
+    resent: list[str] = []
+
+    removed = factory.remove_dead_letters(
+        QUEUE, by_sequence(20), before=lambda d: resent.append(d.body), most=1
+    )
+
+    kinds = [call[0] for call in receiver.calls]
+    received = [call[1] for call in receiver.calls if call[0] in ("complete_message", "abandon_message")]
+    assert [d.dead_letter_id for d in removed] == ["20"] and resent == ['{"n": 20}']
+    # Found before anything is locked, by one peek: the first page holds it.
+    assert (
+        kinds.index("receive_messages") > kinds.index("peek_messages") and kinds.count("peek_messages") == 1
+    )
+    assert ("complete_message", 20) in receiver.calls and kinds.count("complete_message") == 1
+    # One batch of 32 received: the 31 others abandoned at once, nothing left locked.
+    assert sorted(received) == list(range(1, 33)) and broker.holders == {}
+    assert sorted(broker.bodies) == [seq for seq in range(1, 41) if seq != 20]
+
+
+def test_a_dead_letter_settled_by_someone_else_between_peek_and_receive_removes_nothing() -> None:
+    broker = broker_of(40)
+    factory, receiver = operator_factory(broker)
+    # Another operator completes it after this one peeked it and before this one receives.
+    receiver.on_receive = lambda: broker.remove(35) if 35 in broker.bodies else None
+    resent: list[str] = []
+
+    removed = factory.remove_dead_letters(
+        QUEUE, by_sequence(35), before=lambda d: resent.append(d.body), most=1
+    )
+
+    assert removed == [] and resent == []
+    assert not any(call[0] == "complete_message" for call in receiver.calls)
+    assert ("peek_messages", 32, 35) in receiver.calls  # gone, by a peek at its sequence number
+    assert broker.holders == {} and sorted(broker.bodies) == [seq for seq in range(1, 41) if seq != 35]
+
+
+def test_a_dead_letter_another_operation_holds_is_tried_again_once_released() -> None:
+    broker = broker_of(40)
+    other = object()
+    broker.holders[35] = other  # another operator's removal holds it for a moment
+    pauses: list[float] = []
+
+    def released_meanwhile(seconds: float) -> None:
+        pauses.append(seconds)
+        broker.holders.pop(35)
+
+    factory, _ = operator_factory(broker, sleep=released_meanwhile)
+
+    removed = factory.remove_dead_letters(QUEUE, by_sequence(35), most=1)
+
+    assert [d.dead_letter_id for d in removed] == ["35"] and len(pauses) == 1 and 0 < pauses[0] < 1
+    assert broker.holders == {} and len(broker.bodies) == 39
+
+
+def test_a_removal_by_age_settles_every_target_and_no_other() -> None:
+    broker = broker_of(70)
+    factory, _ = operator_factory(broker)
+    targets = {3, 33, 34, 64, 70}
+
+    removed = factory.remove_dead_letters(QUEUE, lambda d: int(d.dead_letter_id) in targets)
+
+    assert sorted(int(d.dead_letter_id) for d in removed) == sorted(targets)
+    assert broker.holders == {} and set(broker.bodies) == set(range(1, 71)) - targets
+
+
+def _remove_at_once(start: threading.Barrier, factory: ServiceBusQueueFactory, seq: int) -> list[str]:
+    start.wait()
+    return [d.dead_letter_id for d in factory.remove_dead_letters(QUEUE, by_sequence(seq), most=1)]
+
+
+def test_two_operators_removing_two_dead_letters_at_once_both_succeed() -> None:
+    for first, second in [(5, 40), (40, 5), (33, 34), (1, 64)]:
+        broker = broker_of(64)
+        operators = [operator_factory(broker, sleep=time.sleep)[0] for _ in range(2)]
+        start = threading.Barrier(2)
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(_remove_at_once, [start] * 2, operators, [first, second]))
+
+        assert answers == [[str(first)], [str(second)]]
+        assert broker.holders == {} and set(broker.bodies) == set(range(1, 65)) - {first, second}
+
+
+def test_a_failed_resend_keeps_the_dead_letter_and_releases_every_other() -> None:
+    broker = broker_of(40)
+    factory, _ = operator_factory(broker)
+
+    def failing(dead: DeadLetter) -> None:
+        raise TransientError("the queue to re-send to is down")
+
+    with pytest.raises(TransientError):
+        factory.remove_dead_letters(QUEUE, by_sequence(10), before=failing, most=1)
+
+    assert broker.holders == {} and len(broker.bodies) == 40
 
 
 # --- the factory ---------------------------------------------------------------------------------------
