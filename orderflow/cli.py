@@ -835,6 +835,8 @@ def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table
     # The ids are what `show`, `replay` and `purge --id` take: folded, never cut short.
     table.add_column("id", overflow="fold", min_width=36)
     table.add_column("message id", overflow="fold")
+    # The order the dead letter is proven to be about (its arrival queue's client), never a client's field.
+    table.add_column("order", overflow="fold")
     for column in ("reason", "deliveries", "dead-lettered at", "description"):
         table.add_column(column)
     for dead in dead_letters:
@@ -842,6 +844,7 @@ def _dead_letters_table(queue: str, dead_letters: list[dict[str, Any]]) -> Table
             table,
             dead.get("deadLetterId"),
             dead.get("messageId"),
+            dead.get("orderId") or "not linked",
             dead.get("reason"),
             dead.get("deliveryCount"),
             dead.get("deadLetteredAt"),
@@ -938,7 +941,8 @@ def alerts(  # noqa: PLR0917 - typer reads each option from a parameter
     api_url: ApiUrl = None,
     token_file: TokenFile = None,
 ) -> None:
-    """List the stored alerts, newest first: kind, order, instance, cause and the suggested action."""
+    """List the stored alerts, newest first: when last and first raised, how many times (one client's
+    alerts of one kind within a window are one row), kind, order, instance, cause and the suggested action."""
     answer = _call_operator_api(
         None,
         api_url,

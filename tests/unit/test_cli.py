@@ -1395,3 +1395,34 @@ def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not
         " ".join(result.output.split())
         == f"replayed {dead.dead_letter_id} to orders-a as m-1:replay:1 {said}"
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "correlation_id", "order"),
+    [
+        ("{not json", "b:o-1", "not linked"),  # another client's order: proof of nothing
+        (order_body("o-1"), "o-1", "a:o-1"),
+    ],
+)
+def test_a_dead_letter_list_and_show_name_its_linked_order_or_say_it_is_not_linked(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, order: str
+) -> None:
+    inbound = api.queues.queue("orders-a")
+    inbound.send(body, message_id="m-1", correlation_id=correlation_id)
+    [message] = inbound.receive()
+    inbound.dead_letter(message, reason="InvalidJson", description="")
+    assert isinstance(api.queues, InMemoryQueueFactory)
+    [dead] = api.queues.dead_letter_page("orders-a").items
+    tokens = token_file(tmp_path, trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
+    options = ("--api-url", API_URL, "--token-file", tokens)
+
+    wide = {"COLUMNS": "240"}
+    listed = CliRunner().invoke(app, ["deadletters", "list", "orders-a", *options], env=wide)
+    shown_one = CliRunner().invoke(
+        app, ["deadletters", "show", "orders-a", dead.dead_letter_id, *options], env=wide
+    )
+
+    for result in (listed, shown_one):
+        assert result.exit_code == 0, result.output
+        [row] = [line for line in result.output.splitlines() if "m-1" in line]
+        assert [cell.strip() for cell in row.split("│")][3] == order
