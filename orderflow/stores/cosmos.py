@@ -761,11 +761,8 @@ class CosmosAlertStore:
         Raises:
             TransientError: Cosmos DB is unavailable.
         """
-        try:
-            doc = self._container.read(alert_id, partition_key=day)
-        except NotFound:
-            return None
-        return Versioned(AlertDoc.from_stored(doc), str(doc["_etag"]))
+        doc = self._read_or_none(alert_id, day)
+        return None if doc is None else Versioned(AlertDoc.from_stored(doc), str(doc["_etag"]))
 
     def put_alert(self, doc: AlertDoc, *, etag: str | None) -> None:
         """Create the alert (``etag`` None) or replace it If-Match ``etag``.
@@ -774,10 +771,7 @@ class CosmosAlertStore:
             AlreadyExists: ``etag`` None and it exists (409). ConcurrencyConflict: 412.
             TransientError: Cosmos DB is unavailable.
         """
-        if etag is None:
-            self._container.create(doc.to_json_dict())
-        else:
-            self._container.replace(doc.to_json_dict(), etag)
+        self._create_or_replace(doc.to_json_dict(), etag)
 
     def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
         """The tally of ``minute``'s minute: a point read in its day's partition; None if absent.
@@ -785,11 +779,21 @@ class CosmosAlertStore:
         Raises:
             TransientError: Cosmos DB is unavailable.
         """
+        doc = self._read_or_none(tally_id(minute), day_of(minute))
+        return None if doc is None else Versioned(SweepTallyDoc.from_stored(doc), str(doc["_etag"]))
+
+    def _read_or_none(self, doc_id: str, day: str) -> dict[str, Any] | None:
         try:
-            doc = self._container.read(tally_id(minute), partition_key=day_of(minute))
+            return self._container.read(doc_id, partition_key=day)
         except NotFound:
             return None
-        return Versioned(SweepTallyDoc.from_stored(doc), str(doc["_etag"]))
+
+    def _create_or_replace(self, body: dict[str, Any], etag: str | None) -> None:
+        """Create ``body`` (``etag`` None: 409 if it exists) or replace it If-Match ``etag`` (412)."""
+        if etag is None:
+            self._container.create(body)
+        else:
+            self._container.replace(body, etag)
 
     def put_tally(self, doc: SweepTallyDoc, *, etag: str | None) -> None:
         """Create the tally (``etag`` None) or replace it If-Match ``etag``.
@@ -798,10 +802,7 @@ class CosmosAlertStore:
             AlreadyExists: ``etag`` None and it exists (409). ConcurrencyConflict: 412.
             TransientError: Cosmos DB is unavailable.
         """
-        if etag is None:
-            self._container.create(doc.to_json_dict())
-        else:
-            self._container.replace(doc.to_json_dict(), etag)
+        self._create_or_replace(doc.to_json_dict(), etag)
 
 
 BREAKER_PARTITION_KEY_PATH = "/id"

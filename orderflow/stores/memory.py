@@ -631,11 +631,7 @@ class InMemoryAlertStore:
         Raises:
             AlreadyExists: ``etag`` None and it exists. ConcurrencyConflict: the ETag differs.
         """
-        if etag is None:
-            self._drop_expired()
-            self._container.create(doc.to_json_dict())
-        else:
-            self._container.replace(doc.to_json_dict(), etag)
+        self._create_or_replace(doc.to_json_dict(), etag)
 
     def get_tally(self, minute: datetime) -> Versioned[SweepTallyDoc] | None:
         """The tally of ``minute``'s minute, or None (also once it expired)."""
@@ -647,14 +643,18 @@ class InMemoryAlertStore:
             return None
         return Versioned(SweepTallyDoc.from_stored(doc), str(doc["_etag"]))
 
+    def _create_or_replace(self, body: dict[str, Any], etag: str | None) -> None:
+        """Create ``body`` (``etag`` None; the expired dropped first) or replace it If-Match ``etag``."""
+        if etag is None:
+            self._drop_expired()
+            self._container.create(body)
+        else:
+            self._container.replace(body, etag)
+
     def put_tally(self, doc: SweepTallyDoc, *, etag: str | None) -> None:
         """Create the tally (``etag`` None) or replace it If-Match ``etag``.
 
         Raises:
             AlreadyExists: ``etag`` None and it exists. ConcurrencyConflict: the ETag differs.
         """
-        if etag is None:
-            self._drop_expired()
-            self._container.create(doc.to_json_dict())
-        else:
-            self._container.replace(doc.to_json_dict(), etag)
+        self._create_or_replace(doc.to_json_dict(), etag)

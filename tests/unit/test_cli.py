@@ -25,6 +25,7 @@ from orderflow.errors import PermanentError, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.operator_client import OperatorApiClient
+from orderflow.queues.base import DeadLetter
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     CompensationEntry,
@@ -1361,6 +1362,17 @@ def test_a_bearer_token_is_sent_in_the_clear_only_to_a_loopback_host(url: str, a
             OperatorApiClient(url, token="t")
 
 
+def _dead_letter_on_orders_a(api: Dependencies, body: str, correlation_id: str) -> DeadLetter:
+    """``body`` sent as ``m-1`` with ``correlation_id`` to client ``a``'s inbound queue, dead-lettered."""
+    inbound = api.queues.queue("orders-a")
+    inbound.send(body, message_id="m-1", correlation_id=correlation_id)
+    [message] = inbound.receive()
+    inbound.dead_letter(message, reason="InvalidJson", description="")
+    assert isinstance(api.queues, InMemoryQueueFactory)
+    [dead] = api.queues.dead_letter_page("orders-a").items
+    return dead
+
+
 @pytest.mark.parametrize(
     ("body", "correlation_id", "said"),
     [
@@ -1371,12 +1383,7 @@ def test_a_bearer_token_is_sent_in_the_clear_only_to_a_loopback_host(url: str, a
 def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not_linked(
     api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, said: str
 ) -> None:
-    inbound = api.queues.queue("orders-a")
-    inbound.send(body, message_id="m-1", correlation_id=correlation_id)
-    [message] = inbound.receive()
-    inbound.dead_letter(message, reason="InvalidJson", description="")
-    assert isinstance(api.queues, InMemoryQueueFactory)
-    [dead] = api.queues.dead_letter_page("orders-a").items
+    dead = _dead_letter_on_orders_a(api, body, correlation_id)
     operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
 
     result = invoke(
@@ -1407,12 +1414,7 @@ def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not
 def test_a_dead_letter_list_and_show_name_its_linked_order_or_say_it_is_not_linked(
     api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, order: str
 ) -> None:
-    inbound = api.queues.queue("orders-a")
-    inbound.send(body, message_id="m-1", correlation_id=correlation_id)
-    [message] = inbound.receive()
-    inbound.dead_letter(message, reason="InvalidJson", description="")
-    assert isinstance(api.queues, InMemoryQueueFactory)
-    [dead] = api.queues.dead_letter_page("orders-a").items
+    dead = _dead_letter_on_orders_a(api, body, correlation_id)
     tokens = token_file(tmp_path, trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
     options = ("--api-url", API_URL, "--token-file", tokens)
 
