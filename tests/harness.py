@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
 from devhost.local_issuer import LocalIssuer
 from orderflow.client import OrderflowClient
+from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
@@ -79,8 +80,16 @@ class System:
 
     def key(self, order_id: str) -> str:
         """The key the client's order ``order_id`` is stored under."""
-        (registered,) = self.deps.settings.clients()
-        return order_key(registered.client_id, order_id)
+        return order_key(self.deps.settings.HOST_ID, order_id)
+
+    def other_client(self, name: str) -> tuple[RegisteredClient, OrderflowClient]:
+        """The registered client ``name`` of :func:`running_system`'s ``more_clients``, and a client on
+        its own two queues."""
+        registered = self.deps.settings.clients().get(f"{name}-{self.deps.settings.HOST_ID}")
+        sdk = OrderflowClient(
+            self.deps.queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+        )
+        return registered, sdk
 
     def record(self, order_id: str) -> StateRecord:
         """The state record of the client's order ``order_id``."""
@@ -180,20 +189,25 @@ def running_system(
     api_port: int = 0,
     local_issuer: LocalIssuer | None = None,
     operator_settings: Mapping[str, str] | None = None,
+    more_clients: Sequence[str] = (),
     **settings: Any,
 ) -> Iterator[System]:
     """Start demo services on the fixture catalog and one devhost with ``roles`` on ``deps`` (with the
     fast settings and ``settings``); stop both after. The devhost's operator API listens on ``api_port``
     (0: a free one), trusts the tokens ``operator_settings`` (``OPERATOR_*``) name, and serves
-    ``local_issuer``'s JWKS, if given."""
+    ``local_issuer``'s JWKS, if given. Besides the system's client, one client is registered for each
+    name in ``more_clients`` (:meth:`System.other_client`)."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
     server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
     url = server_url(server)
     host_id = "h" + uuid.uuid4().hex[:8]
     # Queues of its own: the emulators are shared by every test of the session.
-    # One registered client of its own: inbound queue orders-<host id>, reply queue client-<host id>.
+    # One registered client of its own: inbound queue orders-<host id>, reply queue client-<host id>;
+    # each of more_clients as <name>-<host id>, on orders-<name>-<host id> and replies-<name>-<host id>.
+    registry = [{"id": host_id, "replyQueue": f"client-{host_id}"}]
+    registry += [{"id": f"{name}-{host_id}"} for name in more_clients]
     isolation = {
-        "CLIENTS": json.dumps([{"id": host_id, "replyQueue": f"client-{host_id}"}]),
+        "CLIENTS": json.dumps(registry),
         "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
     }
     config = Settings(
@@ -209,7 +223,7 @@ def running_system(
     deps = replace(deps, settings=config)
     host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer)
     host.start()
-    (registered,) = config.clients()
+    registered = config.clients().get(host_id)
     client = OrderflowClient(
         deps.queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
     )

@@ -37,9 +37,9 @@ function picker(queues, counts, chosen) {
   return h("p", { class: "inline" }, h("label", { for: "queue-picker" }, "Queue "), select);
 }
 
-/** What a replay or a purge said, shown above the list: text, then what `more` adds. */
-function outcome(text, more = "") {
-  return h("p", { class: "notice info", "data-testid": "dead-letter-outcome" }, text, more);
+/** What a replay or a purge said, shown above the list: its texts and elements, in order. */
+function outcome(...said) {
+  return h("p", { class: "notice info", "data-testid": "dead-letter-outcome" }, said);
 }
 
 /**
@@ -60,7 +60,9 @@ async function replay(queue, dead) {
   try {
     const { body } = await call("POST", queuePath(queue, `${encodeURIComponent(dead.deadLetterId)}/replay`), { body: {} });
     const order = body.orderId ? [" Order: ", orderLink(body.orderId), "."] : [" Not linked to an order: no order's timeline was written."];
-    return outcome(`Replayed ${dead.deadLetterId} as ${body.replayMessageId}.`, order);
+    // The new id is the client's message id and a suffix: isolated, so right-to-left letters in it
+    // cannot reorder the sentence around it.
+    return outcome(`Replayed ${dead.deadLetterId} as `, h("bdi", { "data-testid": "replay-message-id" }, body.replayMessageId), ".", order);
   } catch (refused) {
     if (refused.status === 401) throw refused;
     notify(`Replay refused: ${refused.message}.`, "error");
