@@ -243,23 +243,32 @@ def _not_replayed(
     name: str, dead_letter_id: str, principal: Principal, replays: ReplayRecords | None
 ) -> NotReplayed:
     """The refusal of a replay that found no dead letter ``dead_letter_id``, recorded as an
-    ``operator.refused`` event naming the principal and, when on record, the replay that won."""
-    found = replays.find_replays(name, dead_letter_id=dead_letter_id) if replays is not None else []
-    previous = found[0] if found else None
-    refused = NotReplayed(NO_SUCH_DEAD_LETTER if previous is None else ALREADY_REPLAYED, previous)
-    telemetry.event(
-        "operator.refused",
-        action="deadletter.replay",
-        queue=name,
-        dead_letter_id=dead_letter_id,
-        operator=principal.audit_id,
-        reason=refused.reason,
-        replayed_by=None if previous is None else previous.by,
-        replayed_at=None if previous is None else previous.at,
-        replay_message_id=None if previous is None else previous.replay_message_id,
-        order_id=None if previous is None else previous.order_id,
-    )
-    return refused
+    ``operator.refused`` event naming the principal and, when on record, the replay that won; recorded
+    too (reason ``Unavailable``) when the records cannot be read.
+
+    Raises:
+        TransientError: the replay records are unavailable.
+    """
+    previous: ReplayDoc | None = None
+    reason = "Unavailable"
+    try:
+        found = replays.find_replays(name, dead_letter_id=dead_letter_id) if replays is not None else []
+        previous = found[0] if found else None
+        reason = NO_SUCH_DEAD_LETTER if previous is None else ALREADY_REPLAYED
+    finally:
+        telemetry.event(
+            "operator.refused",
+            action="deadletter.replay",
+            queue=name,
+            dead_letter_id=dead_letter_id,
+            operator=principal.audit_id,
+            reason=reason,
+            replayed_by=None if previous is None else previous.by,
+            replayed_at=None if previous is None else previous.at,
+            replay_message_id=None if previous is None else previous.replay_message_id,
+            order_id=None if previous is None else previous.order_id,
+        )
+    return NotReplayed(reason, previous)
 
 
 def _note(states: StateStore, record: ReplayDoc) -> None:

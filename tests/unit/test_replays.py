@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,17 +17,18 @@ from devhost.local_issuer import local_object_id
 from intake.submission import IntakeResult, handle_intake_message
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import telemetry
-from orderflow.alerts import NOT_ALERTS, REPLAY_KIND
+from orderflow.alerts import NOT_ALERTS, REPLAY_KIND, ReplayDoc
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
-from orderflow.errors import NotFound
+from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import TimelineEntry
 from orderflow.replays import REPLAY_ACTION, is_replay_message_id, note_replayed_message
 from orderflow.stores.base import AlertQuery
+from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
@@ -225,6 +227,26 @@ def test_a_replay_of_a_dead_letter_never_replayed_is_404_and_audited(
     assert "replayed" not in missing.body["error"]
     assert [(n, f["operator"], f["reason"], f["replayed_by"]) for n, f in events] == [
         ("operator.refused", audit_id(trusted, "otto"), "NoSuchDeadLetter", None)
+    ]
+
+
+class UnreadableRecords(InMemoryAlertStore):
+    def find_replays(
+        self, queue: str, *, dead_letter_id: str | None = None, replay_message_id: str | None = None
+    ) -> list[ReplayDoc]:
+        raise TransientError("the alerts container is unavailable")
+
+
+def test_a_replay_that_cannot_read_the_records_is_503_and_still_audited(
+    trusted: TrustedIssuer, events: Events
+) -> None:
+    deps = replace(memory_deps(FakeClock()), alerts=UnreadableRecords())
+
+    answer = replay(deps, trusted, "otto", "0000")
+
+    assert (answer.status, answer.body["error"]["code"]) == (503, "Unavailable")
+    assert [(n, f["operator"], f["reason"]) for n, f in events] == [
+        ("operator.refused", audit_id(trusted, "otto"), "Unavailable")
     ]
 
 
