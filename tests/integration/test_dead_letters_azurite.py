@@ -250,3 +250,31 @@ def test_two_operators_replaying_one_dead_letter_at_once_re_send_it_once_and_are
     assert left == []
     timeline = deps.states.get(key).item.timeline
     assert [(e.action, e.by) for e in timeline] == [("submit", client.client_id), (REPLAY_ACTION, winner)]
+
+
+def test_two_operators_purging_one_dead_letter_at_once_remove_it_once_and_are_both_audited(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    [dead_id] = _dead_letter_many(queues, inbound, 1)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(telemetry, "event", lambda name, /, **fields: events.append((name, fields)))
+    start = threading.Barrier(2)
+
+    def purge(operator: str) -> OperatorResponse:
+        start.wait()
+        body = {"deadLetterId": dead_id}
+        return _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", body, operator=operator)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(purge, ["otto", "olga"]))
+        left = queues.dead_letter_page(inbound).items
+    finally:
+        queues.close()
+
+    ids = {name: f"{trusted.issuer.tenant_id}/{local_object_id(name)}" for name in ("otto", "olga")}
+    counts = {answer.body["count"]: name for answer, name in zip(answers, ("otto", "olga"), strict=True)}
+    audit = sorted((f["operator"], f["count"]) for name, f in events if name == "operator.deadletter_purged")
+    assert sorted(counts) == [0, 1] and left == []
+    assert audit == sorted([(ids[counts[1]], 1), (ids[counts[0]], 0)])
