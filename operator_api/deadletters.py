@@ -15,6 +15,7 @@ from what the message says alone) is also an entry on that order's timeline, onc
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -236,7 +237,7 @@ def replay_dead_letter(
 def _record_ttl_s(settings: Settings) -> int:
     """How long a replay record is kept: as long as a dead letter (the alerts' when dead letters are kept
     for ever)."""
-    return int(settings.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
+    return math.ceil(settings.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
 
 
 def _not_replayed(

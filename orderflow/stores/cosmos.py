@@ -687,6 +687,24 @@ def alert_query_sql(query: AlertQuery, day: str) -> tuple[str, Parameters]:
     return f"SELECT * FROM c WHERE {' AND '.join(conditions)} ORDER BY c.at DESC", params
 
 
+def replay_query_sql(
+    queue: str, *, dead_letter_id: str | None, replay_message_id: str | None
+) -> tuple[str, Parameters]:
+    """The parameterised Cosmos SQL of a lookup of replay records (across the day partitions).
+
+    Raises:
+        ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
+    """
+    field, value = replay_filter(dead_letter_id=dead_letter_id, replay_message_id=replay_message_id)
+    sql = f"SELECT * FROM c WHERE c.kind = @kind AND c.queue = @queue AND c.{field} = @value"
+    params: Parameters = [
+        {"name": "@kind", "value": REPLAY_KIND},
+        {"name": "@queue", "value": queue},
+        {"name": "@value", "value": value},
+    ]
+    return sql, params
+
+
 class CosmosAlertStore:
     """Alerts and sweep documents in a Cosmos DB container (``alerts``, partition key ``/day``, a default
     time-to-live): the :class:`~orderflow.stores.base.AlertStore` port.
@@ -831,13 +849,9 @@ class CosmosAlertStore:
             ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
             TransientError: Cosmos DB is unavailable, or the query kept paging past the bound.
         """
-        field, value = replay_filter(dead_letter_id=dead_letter_id, replay_message_id=replay_message_id)
-        sql = f"SELECT * FROM c WHERE c.kind = @kind AND c.queue = @queue AND c.{field} = @value"
-        params: Parameters = [
-            {"name": "@kind", "value": REPLAY_KIND},
-            {"name": "@queue", "value": queue},
-            {"name": "@value", "value": value},
-        ]
+        sql, params = replay_query_sql(
+            queue, dead_letter_id=dead_letter_id, replay_message_id=replay_message_id
+        )
         found: list[dict[str, Any]] = []
         token: str | None = None
         for _ in range(REPLAY_QUERY_PAGES):
