@@ -453,6 +453,8 @@ class DevHost:
                 admission=self.admission,
                 # Only this process's own activities read the cache.
                 order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
+                message_id=message.message_id,
+                replays=self.deps.alerts,
             )
             if result.outcome in ("accepted", "cancel"):
                 # A record may be Pending now: the starters claim it at once, not at their next tick,

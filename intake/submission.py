@@ -67,8 +67,9 @@ from orderflow.records import (
     content_hash,
     idempotency_key,
 )
+from orderflow.replays import note_replayed_message
 from orderflow.settings import Settings
-from orderflow.stores.base import OrderStore, StateStore
+from orderflow.stores.base import OrderStore, ReplayRecords, StateStore
 from orderflow.timeline import Actor, note
 from orderflow.workflows import WorkflowDefinition, new_order_workflow
 
@@ -175,6 +176,8 @@ def handle_intake_message(
     admission: Admission | None = None,
     transport_traceparent: str | None = None,
     order_cache: OrderCache | None = None,
+    message_id: str | None = None,
+    replays: ReplayRecords | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
     the client's order id, or hand a client's cancel of one of its own orders to its handler.
@@ -207,6 +210,11 @@ def handle_intake_message(
             trigger's), preferred over the body's ``traceparent``.
         order_cache: The process's order documents: an order this call creates is put there, so an
             activity of the same process reads it from memory, not from the order store. None: none.
+        message_id: The message's id. One of a dead letter's replay (``<id>:replay:<n>``) has the
+            replay's entry put on the order's timeline once the order is on record, when ``replays``
+            holds a record of that replay linked to this very order
+            (:func:`orderflow.replays.note_replayed_message`).
+        replays: The records of dead-letter replays; None: no replay's entry is written here.
 
     Returns:
         The order's key and ``accepted`` for a new order, ``duplicate`` for an identical redelivery;
@@ -229,8 +237,47 @@ def handle_intake_message(
             another client's order). Nothing is written.
         ConflictingOrder: the order id exists with different content; dead-letter, nothing is written
             (the sender gets a ``Rejected`` reply with reason ``ConflictingOrder``).
-        TransientError: a store or queue is unavailable; abandon and retry.
+        TransientError: a store or queue is unavailable; abandon and retry (also when a replay's entry
+            could not be written: the message taken in again writes it).
     """
+    result = _take_in(
+        body,
+        client=client,
+        reply_to=reply_to,
+        orders=orders,
+        states=states,
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        definition=definition,
+        admission=admission,
+        transport_traceparent=transport_traceparent,
+        order_cache=order_cache,
+    )
+    if replays is not None and result.outcome is not IntakeOutcome.REJECTED:
+        # After the order is on record: a replay that found no record left its entry to be written here.
+        note_replayed_message(
+            replays, states, queue=client.inbound_queue, message_id=message_id, order_id=result.order_id
+        )
+    return result
+
+
+def _take_in(
+    body: str | bytes,
+    *,
+    client: RegisteredClient,
+    reply_to: str | None,
+    orders: OrderStore,
+    states: StateStore,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    definition: WorkflowDefinition | None,
+    admission: Admission | None,
+    transport_traceparent: str | None,
+    order_cache: OrderCache | None,
+) -> IntakeResult:
+    """:func:`handle_intake_message` but for the replay's entry."""
     kind = message_type(
         body, known=ORDERS_QUEUE_TYPES, untyped=SubmitOrder, operator_actions=OPERATOR_ACTIONS
     )

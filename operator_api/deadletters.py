@@ -6,15 +6,16 @@ letter's body, correlation id and reply-to to the queue it was dead-lettered fro
 :func:`replay_message_id` (a new id, so that broker duplicate detection does not drop it inside its
 window), and then deletes the dead letter; the consumers' own idempotency by order and request id makes a
 replay of something already done harmless (docs/operations.md#dead-letters). Every replay and purge is
-an event naming the verified principal; a replay of a dead letter linked to an order (:func:`linked_order`:
-from the queue it arrived on, never from what the message says alone) is also an entry on that order's
-timeline.
+an event naming the verified principal, and so is a replay that found its dead letter gone: it reads the
+record the replay that removed it left (:mod:`orderflow.replays`) and answers whose it was and when. A
+replay of a dead letter linked to an order (:func:`linked_order`: from the queue it arrived on, never
+from what the message says alone) is also an entry on that order's timeline, once the order has a record.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,14 +23,15 @@ from datetime import datetime
 from typing import Literal
 
 from orderflow import telemetry
+from orderflow.alerts import ALERT_TTL_S, ReplayDoc
 from orderflow.clock import Clock
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, NotFound, OrderflowError
-from orderflow.messages import decode_json_object, owned_order_key, validate_order_key
+from orderflow.errors import InvalidMessage, OrderflowError
+from orderflow.messages import decode_json_object, owned_order_key
 from orderflow.operator_auth import Principal
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
+from orderflow.replays import note_replay, replay_message_id, replay_record
 from orderflow.settings import Settings
-from orderflow.stores.base import StateStore
-from orderflow.timeline import Actor, note
+from orderflow.stores.base import ReplayRecords, StateStore
 from orderflow.workflows import agent_names
 
 logger = logging.getLogger(__name__)
@@ -38,27 +40,9 @@ UNKNOWN_QUEUE = "UnknownQueue"
 """Refusal: the queue is not one of the deployment's (404: nothing about it is said)."""
 NO_SUCH_DEAD_LETTER = "NoSuchDeadLetter"
 
-REPLAY_MARK = ":replay:"
-MAX_MESSAGE_ID_CHARS = 128
-"""Service Bus's limit on a ``MessageId``."""
-_REPLAYED = re.compile(r"^(?P<base>.+):replay:(?P<n>[0-9]{1,6})$")
+ALREADY_REPLAYED = "AlreadyReplayed"
+"""Refusal: the dead letter is gone because a replay removed it (409, saying whose and when)."""
 _DEAD_LETTER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-_TIMELINE_TRIES = 3
-
-
-def replay_message_id(message_id: str) -> str:
-    """The id a replay of a message sent as ``message_id`` goes under: ``<id>:replay:1``, and for a
-    replay dead-lettered again ``<id>:replay:<n+1>``.
-
-    Never the original id, which duplicate detection drops inside its window; the same for two replays
-    of one dead letter, so that on Service Bus a second operator's replay of it is dropped as the
-    duplicate it is. An id too long for 128 characters is replaced by its SHA-256 (40 hex digits).
-    """
-    found = _REPLAYED.fullmatch(message_id)
-    base, n = (found["base"], int(found["n"])) if found else (message_id, 0)
-    if len(base) + len(REPLAY_MARK) + 7 > MAX_MESSAGE_ID_CHARS:
-        base = hashlib.sha256(base.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return f"{base}{REPLAY_MARK}{n + 1}"
 
 
 def deployment_queue(settings: Settings, name: str) -> str:
@@ -168,6 +152,16 @@ class Replayed:
     order_id: str | None
 
 
+@dataclass(frozen=True)
+class NotReplayed:
+    """A replay that found no dead letter: ``AlreadyReplayed`` with the record of the replay that removed
+    it (who, when, under which id), or ``NoSuchDeadLetter`` when no replay of it is on record (it never
+    was, was purged, or its record expired)."""
+
+    reason: str
+    previous: ReplayDoc | None = None
+
+
 def replay_dead_letter(
     name: str,
     dead_letter_id: str,
@@ -176,71 +170,115 @@ def replay_dead_letter(
     dead_letters: DeadLetterQueues,
     queues: QueueFactory,
     states: StateStore,
+    replays: ReplayRecords | None,
     clock: Clock,
     settings: Settings,
-) -> Replayed | None:
-    """Re-send dead letter ``dead_letter_id`` of queue ``name`` to ``name`` and delete it.
+) -> Replayed | NotReplayed:
+    """Re-send dead letter ``dead_letter_id`` of queue ``name`` to ``name`` and delete it; either way an
+    event names the verified principal and what came of it.
 
-    The re-send happens while the dead letter is held; it is deleted only once the send succeeded (a
-    crash in between leaves both, and a second replay goes under the same id).
+    The re-send happens while the dead letter is held; the replay record
+    (:func:`orderflow.replays.replay_record`, kept ``DEAD_LETTER_RETENTION_S``) is written once the send
+    succeeded, and the dead letter deleted after that (a crash in between leaves the dead letter, and a
+    second replay goes under the same id). A replay that then finds the dead letter gone reads that record.
+
+    Args:
+        replays: Where replay records are kept; None: none are (a replay that finds no dead letter is
+            then ``NoSuchDeadLetter``, and a replayed order's entry is written only if it has a record).
 
     Returns:
-        What was done, or None: no such dead letter (or another operator is replaying it).
+        What was done, or why nothing was.
 
     Raises:
         InvalidMessage: ``UnknownQueue``.
-        TransientError, PermanentError: a queue failed; the dead letter stays.
+        TransientError, PermanentError: a queue or the replay records failed; the dead letter stays.
     """
     deployment_queue(settings, name)
-    sent: list[str] = []
+    done: list[ReplayDoc] = []
 
     def resend(dead: DeadLetter) -> None:
         message_id = replay_message_id(dead.message_id)
         queues.queue(name).send(
             dead.body, message_id=message_id, correlation_id=dead.correlation_id, reply_to=dead.reply_to
         )
-        sent.append(message_id)
+        record = replay_record(
+            name,
+            dead.dead_letter_id,
+            replay_id=message_id,
+            order_id=linked_order(dead, settings),
+            by=principal.audit_id,
+            by_name=principal.display_name,
+            at=clock.now(),
+            ttl_s=_record_ttl_s(settings),
+        )
+        if replays is not None:
+            replays.put_replay(record)  # before the deletion: whoever finds the dead letter gone finds this
+        done.append(record)
 
     removed = dead_letters.remove_dead_letters(
         name, lambda dead: dead.dead_letter_id == dead_letter_id, before=resend, most=1
     )
     if not removed:
-        return None
-    dead, order_id = removed[0], linked_order(removed[0], settings)
+        return _not_replayed(name, dead_letter_id, principal, replays)
+    dead, record = removed[0], done[0]
     telemetry.event(
         "operator.deadletter_replayed",
         queue=name,
         message_id=dead.message_id,
-        replay_message_id=sent[0],
+        replay_message_id=record.replay_message_id,
         reason=dead.reason,
-        order_id=order_id,
+        order_id=record.order_id,
         operator=principal.audit_id,
     )
-    if order_id is not None:
-        _note_replay(states, clock, order_id, principal, sent[0])
-    return Replayed(dead, sent[0], order_id)
+    _note(states, record)
+    return Replayed(dead, record.replay_message_id, record.order_id)
 
 
-def _note_replay(
-    states: StateStore, clock: Clock, order_id: str, principal: Principal, message_id: str
-) -> None:
-    """An entry on the order's timeline, if it has a record; best effort (the replay is done)."""
-    actor = Actor("operator", principal.audit_id, principal.display_name or None)
-    for _ in range(_TIMELINE_TRIES):
-        try:
-            found = states.get(validate_order_key(order_id))  # checked before any store call
-            after = found.item.copied()
-            note(found.item, after, actor, action="deadletter.replay", outcome=message_id, at=clock.now())
-            states.replace(after, etag=found.etag)
-            return
-        except NotFound:
-            return
-        except ConcurrencyConflict:
-            continue
-        except OrderflowError as failed:
-            logger.warning("replay of a dead letter of %s not on its timeline: %s", order_id, failed)
-            return
-    logger.warning("replay of a dead letter of %s not on its timeline: the record kept changing", order_id)
+def _record_ttl_s(settings: Settings) -> int:
+    """How long a replay record is kept: as long as a dead letter (the alerts' when dead letters are kept
+    for ever)."""
+    return math.ceil(settings.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
+
+
+def _not_replayed(
+    name: str, dead_letter_id: str, principal: Principal, replays: ReplayRecords | None
+) -> NotReplayed:
+    """The refusal of a replay that found no dead letter ``dead_letter_id``, recorded as an
+    ``operator.refused`` event naming the principal and, when on record, the replay that won; recorded
+    too (reason ``Unavailable``) when the records cannot be read.
+
+    Raises:
+        TransientError: the replay records are unavailable.
+    """
+    previous: ReplayDoc | None = None
+    reason = "Unavailable"
+    try:
+        found = replays.find_replays(name, dead_letter_id=dead_letter_id) if replays is not None else []
+        previous = found[0] if found else None
+        reason = NO_SUCH_DEAD_LETTER if previous is None else ALREADY_REPLAYED
+    finally:
+        telemetry.event(
+            "operator.refused",
+            action="deadletter.replay",
+            queue=name,
+            dead_letter_id=dead_letter_id,
+            operator=principal.audit_id,
+            reason=reason,
+            replayed_by=None if previous is None else previous.by,
+            replayed_at=None if previous is None else previous.at,
+            replay_message_id=None if previous is None else previous.replay_message_id,
+            order_id=None if previous is None else previous.order_id,
+        )
+    return NotReplayed(reason, previous)
+
+
+def _note(states: StateStore, record: ReplayDoc) -> None:
+    """The replay's entry on its order's timeline, if the order has a record; best effort (the replay is
+    done, and the intake writes the entry when it takes the re-sent order in)."""
+    try:
+        note_replay(states, record)
+    except OrderflowError as failed:
+        logger.warning("replay of a dead letter of %s not on its timeline yet: %s", record.order_id, failed)
 
 
 @dataclass(frozen=True)

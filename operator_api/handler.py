@@ -54,6 +54,7 @@ from operator_api.corrections import INPUT_NOT_CORRECTABLE, INVALID_INPUT
 from operator_api.deadletters import (
     NO_SUCH_DEAD_LETTER,
     UNKNOWN_QUEUE,
+    NotReplayed,
     deployment_queue,
     deployment_queues,
     find_dead_letter,
@@ -70,6 +71,7 @@ from operator_api.schemas import (
     ConsoleConfig,
     DeadLetterList,
     EmptyBody,
+    PreviousReplay,
     PurgeAnswer,
     PurgeBody,
     QueueAnswer,
@@ -109,7 +111,7 @@ from orderflow.operator_auth import (
 )
 from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
 from orderflow.queues.base import DeadLetterQueues
-from orderflow.records import ReviewDecision
+from orderflow.records import ReviewDecision, format_utc
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -410,11 +412,12 @@ def _dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         dead_letters=queues,
         queues=deps.queues,
         states=deps.states,
+        replays=deps.alerts,
         clock=deps.clock,
         settings=deps.settings,
     )
-    if replayed is None:
-        return error(404, NO_SUCH_DEAD_LETTER, f"no dead letter {dead_letter_id} on {name}")
+    if isinstance(replayed, NotReplayed):
+        return _not_replayed(replayed, name, dead_letter_id)
     answer = ReplayAnswer(
         queue=name,
         replay_message_id=replayed.message_id,
@@ -423,6 +426,27 @@ def _dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         dead_letter=dead_letter_answer(replayed.dead_letter, name, deps.settings),
     )
     return OperatorResponse(200, answer.to_body())
+
+
+def _not_replayed(refused: NotReplayed, name: str, dead_letter_id: str) -> OperatorResponse:
+    """``404 NoSuchDeadLetter``, or ``409 AlreadyReplayed`` with the replay that won as ``error.replayed``."""
+    previous = refused.previous
+    if previous is None:
+        return error(404, NO_SUCH_DEAD_LETTER, f"no dead letter {dead_letter_id} on {name}")
+    message = (
+        f"dead letter {dead_letter_id} on {name} was already replayed by {previous.by} at "
+        f"{format_utc(previous.at)}, as message {previous.replay_message_id}"
+    )
+    replayed = PreviousReplay(
+        by=previous.by,
+        by_name=previous.by_name,
+        at=previous.at,
+        replay_message_id=previous.replay_message_id,
+        order_id=previous.order_id,
+    )
+    return OperatorResponse(
+        409, {"error": {"code": refused.reason, "message": message, "replayed": replayed.to_body()}}
+    )
 
 
 def _dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:

@@ -298,7 +298,13 @@ def _dead_letter_paths() -> dict[str, Any]:
         queue + "/{deadLetterId}/replay": {
             "post": _operation(
                 "Re-send a dead letter to its queue under a replay message id, and delete it",
-                {"200": ("ReplayAnswer", "re-sent")},
+                {
+                    "200": ("ReplayAnswer", "re-sent"),
+                    "409": (
+                        "ErrorAnswer",
+                        "AlreadyReplayed: another replay removed it; error.replayed says whose and when",
+                    ),
+                },
                 body="EmptyBody",
             ),
             "parameters": [name, dead_letter],

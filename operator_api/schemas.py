@@ -66,11 +66,24 @@ class Answer(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+class PreviousReplay(Answer):
+    """The replay that removed a dead letter another replay then found gone (``409 AlreadyReplayed``):
+    the operator's audit id and display name, when, the id it was re-sent under, its linked order."""
+
+    by: str
+    by_name: str | None
+    at: datetime
+    replay_message_id: str
+    order_id: str | None
+
+
 class ErrorDetail(Answer):
-    """What a refusal says: a code to act on and a message for people."""
+    """What a refusal says: a code to act on and a message for people; ``replayed`` only on
+    ``409 AlreadyReplayed``."""
 
     code: str
     message: str
+    replayed: PreviousReplay | None = None
 
 
 class ErrorAnswer(Answer):

@@ -7,9 +7,12 @@ container of the state store's database; the alerts of a kind a client can raise
 (:func:`counted`), so that one client cannot fill the newest page. The supervisor writes one
 :class:`SweepDoc` per sweep to the same container (kind :data:`SWEEP_KIND`), and adds what each sweep did
 to the :class:`SweepTallyDoc` of its minute (kind :data:`TALLY_KIND`), which the activity chart reads.
-The container's default time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives
-:data:`SWEEP_TTL_S`, a tally :data:`TALLY_TTL_S`. Documents are partitioned by their UTC day (``day``),
-so that a listing reads one partition at a time, newest first (docs/operations.md, "Stored alerts").
+An operator's replay of a dead letter leaves a :class:`ReplayDoc` there too (kind :data:`REPLAY_KIND`),
+which a second replay of the same dead letter reads to say who replayed it and when. The container's
+default time-to-live bounds it (:data:`ALERT_TTL_S`); a sweep document lives :data:`SWEEP_TTL_S`, a tally
+:data:`TALLY_TTL_S`, a replay record as long as a dead letter is kept (``DEAD_LETTER_RETENTION_S``).
+Documents are partitioned by their UTC day (``day``), so that a listing reads one partition at a time,
+newest first (docs/operations.md, "Stored alerts").
 """
 
 from __future__ import annotations
@@ -108,7 +111,11 @@ SWEEP_KIND: Final = "supervisor_sweep"
 TALLY_KIND: Final = "supervisor_tally"
 """The ``kind`` of a per-minute tally of the sweeps (:class:`SweepTallyDoc`): never an alert either."""
 
-NOT_ALERTS: Final = (SWEEP_KIND, TALLY_KIND)
+REPLAY_KIND: Final = "deadletter_replay"
+"""The ``kind`` of the record of a dead letter's replay (:class:`ReplayDoc`): an operator's action, not
+an alert."""
+
+NOT_ALERTS: Final = (SWEEP_KIND, TALLY_KIND, REPLAY_KIND)
 """The kinds of the container's documents that are not alerts: the alert list leaves them out."""
 
 ALERT_TTL_S: Final = 14 * 24 * 3600
@@ -410,3 +417,57 @@ def tallied(tally: SweepTallyDoc | None, sweep: SweepDoc) -> SweepTallyDoc:
             "last_sweep_at": sweep.at if latest else base.last_sweep_at,
         }
     )
+
+
+class ReplayDoc(Model):
+    """The record of an operator's replay of one dead letter (kind :data:`REPLAY_KIND`), written once its
+    message was re-sent: what a later replay of the same dead letter, finding it gone, reports, and what
+    puts the replay's entry on the timeline of the order it is linked to once that order has a record
+    (:mod:`orderflow.replays`).
+
+    Attributes:
+        id: :func:`replay_doc_id` of the queue and the dead letter id.
+        day: The partition, :func:`day_of` ``at``.
+        at: When the message was re-sent (UTC, the replaying host's clock).
+        queue: The queue the dead letter was dead-lettered from and re-sent to.
+        dead_letter_id: The dead-letter queue's id of it.
+        replay_message_id: The id it was re-sent under.
+        order_id: The order the dead letter is linked to (by the queue it arrived on, never by what the
+            message says alone), or None: not linked, and no order's timeline is written.
+        by: The replaying operator's audit id (the verified principal's).
+        by_name: Their display name, for people to read.
+        ttl: The document's own time-to-live, seconds.
+    """
+
+    id: str
+    day: str
+    kind: Literal["deadletter_replay"] = REPLAY_KIND
+    at: UtcDatetime
+    queue: str
+    dead_letter_id: str
+    replay_message_id: str
+    order_id: str | None = None
+    by: str
+    by_name: str | None = None
+    ttl: int = ALERT_TTL_S
+
+
+def replay_doc_id(queue: str, dead_letter_id: str) -> str:
+    """The id of the record of a replay of dead letter ``dead_letter_id`` of ``queue``:
+    ``replay-<32 hex digits of a SHA-256 of both>`` (a queue name may hold characters an id may not)."""
+    text = f"{queue}\n{dead_letter_id}".encode("utf-8", "surrogatepass")
+    return "replay-" + hashlib.sha256(text).hexdigest()[:32]
+
+
+def replay_filter(*, dead_letter_id: str | None, replay_message_id: str | None) -> tuple[str, str]:
+    """The stored field (camelCase) and value a lookup of replay records matches, besides the queue:
+    ``("deadLetterId", ...)`` or ``("replayMessageId", ...)``.
+
+    Raises:
+        ValueError: not exactly one of the two is given.
+    """
+    if dead_letter_id is not None and replay_message_id is None:
+        return "deadLetterId", dead_letter_id
+    if replay_message_id is not None and dead_letter_id is None:
+        return "replayMessageId", replay_message_id
+    raise ValueError("give exactly one of dead_letter_id and replay_message_id")

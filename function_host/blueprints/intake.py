@@ -59,6 +59,8 @@ def _handle(
             admission=_admission(),
             transport_traceparent=traceparent,
             order_cache=deps.order_cache,
+            message_id=received.message_id,
+            replays=deps.alerts,
         ),
         max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),

@@ -294,6 +294,8 @@ resource breakersContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/c
 // ORDER BY at DESC, orderflow.stores.cosmos.alert_query_sql). A default time-to-live of 14 days bounds the
 // container (orderflow.alerts.ALERT_TTL_S); a sweep document sets its own, one hour, and a per-minute sweep
 // tally (kind supervisor_tally, read by the activity chart through the same (kind, at DESC) index) 26 hours.
+// A dead-letter replay's record (kind deadletter_replay) is looked up across days by its queue and dead
+// letter id or replay message id (orderflow.stores.cosmos.replay_query_sql); no other document has them.
 resource alertsContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@2026-03-15' = {
   parent: database
   name: 'alerts'
@@ -320,6 +322,15 @@ resource alertsContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
           }
           {
             path: '/at/?'
+          }
+          {
+            path: '/queue/?'
+          }
+          {
+            path: '/deadLetterId/?'
+          }
+          {
+            path: '/replayMessageId/?'
           }
         ]
         excludedPaths: [

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
-from orderflow.alerts import AlertDoc, SweepDoc, SweepTallyDoc
+from orderflow.alerts import AlertDoc, ReplayDoc, SweepDoc, SweepTallyDoc
 from orderflow.records import OrderDocument, ProcessState, StateRecord, TimelineChunk
 
 T = TypeVar("T")
@@ -263,10 +263,38 @@ class AlertQuery:
     since: datetime | None = None
 
 
-class AlertStore(Protocol):
+class ReplayRecords(Protocol):
+    """The records of dead-letter replays (:class:`~orderflow.alerts.ReplayDoc`, in the ``alerts``
+    container): written by a replay once its message was re-sent, read by a later replay of the same dead
+    letter and by the intake of the re-sent message (:mod:`orderflow.replays`)."""
+
+    def put_replay(self, doc: ReplayDoc) -> None:
+        """Write the record of a replay: a new one, or over the record of an earlier replay of the same
+        dead letter on the same day (a replay whose dead letter outlived it is done again).
+
+        Raises:
+            TransientError: the store is unavailable.
+        """
+        ...
+
+    def find_replays(
+        self, queue: str, *, dead_letter_id: str | None = None, replay_message_id: str | None = None
+    ) -> list[ReplayDoc]:
+        """The live records of replays of dead letters of ``queue`` with the given dead letter id, or
+        re-sent under the given message id (exactly one of the two), newest ``at`` first. One query across
+        the days the records are kept; few documents match.
+
+        Raises:
+            ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
+            TransientError: the store is unavailable (or kept paging past its bound).
+        """
+        ...
+
+
+class AlertStore(ReplayRecords, Protocol):
     """Operator alerts and supervisor sweep documents (the ``alerts`` container): created, listed newest
     first, expired by the store (time-to-live). Only a counted alert and a sweep tally are replaced, and
-    only If-Match the ETag they were read with.
+    only If-Match the ETag they were read with; a replay record is written over (:class:`ReplayRecords`).
 
     Implementations: :class:`orderflow.stores.cosmos.CosmosAlertStore`,
     :class:`orderflow.stores.memory.InMemoryAlertStore`.

@@ -60,10 +60,13 @@ from orderflow.alerts import (
     ALERT_TTL_S,
     ALERTS_CONTAINER,
     ALERTS_PARTITION_KEY_PATH,
+    REPLAY_KIND,
     AlertDoc,
+    ReplayDoc,
     SweepDoc,
     SweepTallyDoc,
     day_of,
+    replay_filter,
     tally_id,
 )
 from orderflow.breaker import BreakerDoc
@@ -259,6 +262,12 @@ class _CosmosContainer:
         self._count(creates=1)
         with _translated(self.kind, str(doc["id"])):
             return self.container.create_item(body=doc, **self._options)
+
+    def upsert(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Create ``doc`` or replace the item of its id and partition, whatever its ETag."""
+        self._count(replaces=1)
+        with _translated(self.kind, str(doc["id"])):
+            return self.container.upsert_item(body=doc, **self._options)
 
     def read(self, item_id: str, *, partition_key: str | None = None) -> dict[str, Any]:
         """A point read; the partition key is the id unless given (the alerts container's is its day)."""
@@ -678,6 +687,24 @@ def alert_query_sql(query: AlertQuery, day: str) -> tuple[str, Parameters]:
     return f"SELECT * FROM c WHERE {' AND '.join(conditions)} ORDER BY c.at DESC", params
 
 
+def replay_query_sql(
+    queue: str, *, dead_letter_id: str | None, replay_message_id: str | None
+) -> tuple[str, Parameters]:
+    """The parameterised Cosmos SQL of a lookup of replay records (across the day partitions).
+
+    Raises:
+        ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
+    """
+    field, value = replay_filter(dead_letter_id=dead_letter_id, replay_message_id=replay_message_id)
+    sql = f"SELECT * FROM c WHERE c.kind = @kind AND c.queue = @queue AND c.{field} = @value"
+    params: Parameters = [
+        {"name": "@kind", "value": REPLAY_KIND},
+        {"name": "@queue", "value": queue},
+        {"name": "@value", "value": value},
+    ]
+    return sql, params
+
+
 class CosmosAlertStore:
     """Alerts and sweep documents in a Cosmos DB container (``alerts``, partition key ``/day``, a default
     time-to-live): the :class:`~orderflow.stores.base.AlertStore` port.
@@ -804,6 +831,40 @@ class CosmosAlertStore:
         """
         self._create_or_replace(doc.to_json_dict(), etag)
 
+    def put_replay(self, doc: ReplayDoc) -> None:
+        """Write the record of a replay (an upsert: a replay done again on the same day writes over it).
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        self._container.upsert(doc.to_json_dict())
+
+    def find_replays(
+        self, queue: str, *, dead_letter_id: str | None = None, replay_message_id: str | None = None
+    ) -> list[ReplayDoc]:
+        """The replay records of ``queue`` matching the one given, newest first: one query across the
+        day partitions, read to its end within :data:`REPLAY_QUERY_PAGES` pages.
+
+        Raises:
+            ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
+            TransientError: Cosmos DB is unavailable, or the query kept paging past the bound.
+        """
+        sql, params = replay_query_sql(
+            queue, dead_letter_id=dead_letter_id, replay_message_id=replay_message_id
+        )
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(REPLAY_QUERY_PAGES):
+            docs, token = self._container.query_page(sql, params, max_item_count=100, continuation=token)
+            found += docs
+            if token is None:
+                found.sort(key=lambda doc: str(doc.get("at")), reverse=True)
+                return [ReplayDoc.from_stored(_system_free(doc)) for doc in found]
+        raise TransientError(f"the replay records of {queue} kept paging past {REPLAY_QUERY_PAGES} pages")
+
+
+REPLAY_QUERY_PAGES = 10
+"""Most pages one lookup of replay records reads (a few documents match; empty pages may carry tokens)."""
 
 BREAKER_PARTITION_KEY_PATH = "/id"
 """Partition key path of the breakers container: a document per dependency, read by its id."""

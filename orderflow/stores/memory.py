@@ -27,7 +27,16 @@ from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orderflow.alerts import ALERT_TTL_S, AlertDoc, SweepDoc, SweepTallyDoc, tally_id
+from orderflow.alerts import (
+    ALERT_TTL_S,
+    REPLAY_KIND,
+    AlertDoc,
+    ReplayDoc,
+    SweepDoc,
+    SweepTallyDoc,
+    replay_filter,
+    tally_id,
+)
 from orderflow.breaker import BreakerDoc
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation, NotFound
@@ -658,3 +667,37 @@ class InMemoryAlertStore:
             AlreadyExists: ``etag`` None and it exists. ConcurrencyConflict: the ETag differs.
         """
         self._create_or_replace(doc.to_json_dict(), etag)
+
+    def put_replay(self, doc: ReplayDoc) -> None:
+        """Write the record of a replay, over an earlier one of the same id (the expired dropped first)."""
+        self._drop_expired()
+        body = doc.to_json_dict()
+        while True:
+            try:
+                self._container.create(body)
+                return
+            except AlreadyExists:
+                with suppress(NotFound, ConcurrencyConflict):
+                    self._container.replace(body, str(self._container.read(doc.id)["_etag"]))
+                    return
+
+    def find_replays(
+        self, queue: str, *, dead_letter_id: str | None = None, replay_message_id: str | None = None
+    ) -> list[ReplayDoc]:
+        """The live replay records of ``queue`` matching the one given, newest first.
+
+        Raises:
+            ValueError: not exactly one of ``dead_letter_id`` and ``replay_message_id``.
+        """
+        field, value = replay_filter(dead_letter_id=dead_letter_id, replay_message_id=replay_message_id)
+        now = format_utc(self._now())
+        found = self._container.select(
+            lambda doc: (
+                (doc.get("kind"), doc.get("queue"), doc.get(field)) == (REPLAY_KIND, queue, value)
+                and self._live(doc, now)
+            ),
+            None,
+        )
+        self._container.note_query_page(len(found))
+        found.sort(key=lambda doc: str(doc.get("at")), reverse=True)
+        return [ReplayDoc.from_stored(doc) for doc in found]

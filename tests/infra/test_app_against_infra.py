@@ -30,6 +30,7 @@ from orderflow.stores.cosmos import (
     HISTORY_CONTAINER,
     PARTITION_KEY_PATH,
     alert_query_sql,
+    replay_query_sql,
     state_query_sql,
 )
 from orderflow.workflows import agent_names
@@ -486,6 +487,14 @@ def check_alerts_container(resource: dict[str, Any]) -> None:
     assert {f"/{name}/?" for name in re.findall(r"c\.(\w+)", sql)} <= included, (
         "a queried field is not indexed"
     )
+    for lookup in (
+        {"dead_letter_id": "7", "replay_message_id": None},
+        {"dead_letter_id": None, "replay_message_id": "m"},
+    ):
+        replays, _ = replay_query_sql("q", **lookup)
+        assert {f"/{name}/?" for name in re.findall(r"c\.(\w+)", replays)} <= included, (
+            "a field a replay record is looked up by is not indexed"
+        )
     composites = {tuple((p["path"], p["order"]) for p in index) for index in policy["compositeIndexes"]}
     assert (("/kind", "ascending"), ("/at", "descending")) in composites  # WHERE kind = ... ORDER BY at DESC
 

@@ -1,7 +1,8 @@
 """The alerts store's contract, run against the in-memory adapter and the Cosmos DB one (emulator): newest
 first across day partitions, the kind and since filters, paging with tokens bound to their query, the
 supervisor's per-minute tallies and the counted alerts (a point read in the day's partition, create,
-If-Match replace; concurrent writers lose no count)."""
+If-Match replace; concurrent writers lose no count), and the dead-letter replay records (written over,
+found by dead letter id or replay message id across days, never listed as alerts)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from devhost.emulators import LocalEndpoints
 from orderflow.alert_sink import AlertSink, count_alert
 from orderflow.alerts import (
+    DAY_S,
     NOT_ALERTS,
     SWEEP_KIND,
     TALLY_KIND,
@@ -25,12 +27,14 @@ from orderflow.alerts import (
     counted,
     counted_alert_id,
     minute_of,
+    replay_doc_id,
     tallied,
     window_start,
 )
 from orderflow.clock import FakeClock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, InvalidContinuation
 from orderflow.records import format_utc
+from orderflow.replays import replay_record
 from orderflow.stores.base import AlertQuery, AlertStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore
@@ -196,3 +200,39 @@ def test_the_next_window_starts_a_new_stored_alert_and_other_clients_have_their_
     listed = every(alerts, AlertQuery(kind="conflicting_order"), size=5)
     assert [(d["details"]["client_id"], d["count"]) for d in listed] == [("a", 1), ("b", 1), ("a", 3)]
     assert len({d["id"] for d in listed}) == 3
+
+
+def test_replay_records_are_written_over_found_by_either_id_across_days_and_never_listed_as_alerts(
+    alerts: AlertStore,
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def record(queue: str, dead_letter_id: str, by: str, at: datetime) -> None:
+        replay = replay_record(
+            queue,
+            dead_letter_id,
+            replay_id="m-1:replay:1",
+            order_id="a:o-1",
+            by=by,
+            by_name=None,
+            at=at,
+            ttl_s=DAY_S * 3,
+        )
+        alerts.put_replay(replay)
+
+    record("orders-a", "17", "t/otto", now - timedelta(days=1))  # yesterday's partition
+    record("orders-a", "18", "t/otto", now - timedelta(minutes=1))
+    record("orders-a", "18", "t/olga", now - timedelta(minutes=1))  # the same replay done again: over it
+    record("orders-b", "18", "t/otto", now)  # another queue's dead letter 18
+
+    by_id = alerts.find_replays("orders-a", dead_letter_id="18")
+    by_message = alerts.find_replays("orders-a", replay_message_id="m-1:replay:1")
+    assert [(r.id, r.by, r.queue) for r in by_id] == [(replay_doc_id("orders-a", "18"), "t/olga", "orders-a")]
+    assert [(r.dead_letter_id, r.by, r.ttl) for r in by_message] == [
+        ("18", "t/olga", DAY_S * 3),
+        ("17", "t/otto", DAY_S * 3),
+    ]
+    assert alerts.find_replays("orders-b", dead_letter_id="17") == []
+    with pytest.raises(ValueError):
+        alerts.find_replays("orders-a")
+    assert every(alerts, AlertQuery(exclude_kinds=NOT_ALERTS), size=5) == []

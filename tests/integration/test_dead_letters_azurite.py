@@ -1,5 +1,6 @@
 """The operator API's dead-letter routes on Azurite: reading, replaying or purging never creates a queue,
-whatever name the path holds (docs/operator-api.md#dead-letter-queues)."""
+whatever name the path holds (docs/operator-api.md#dead-letter-queues); two operators replaying one dead
+letter at once re-send it once and are both audited."""
 
 from __future__ import annotations
 
@@ -8,19 +9,26 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.emulators import LocalEndpoints
+from devhost.local_issuer import local_object_id
+from intake.submission import handle_intake_message
 from operator_api.handler import OperatorResponse, handle_operator_request
+from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.storage import StorageQueueFactory
+from orderflow.replays import REPLAY_ACTION
 from orderflow.settings import Settings
+from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import memory_deps
+from tests.unit.fakes import memory_deps, order_body
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +36,16 @@ BASE = "/api/operator/deadletters"
 
 
 def _call(
-    deps: Dependencies, trusted: TrustedIssuer, method: str, path: str, body: object = None
+    deps: Dependencies,
+    trusted: TrustedIssuer,
+    method: str,
+    path: str,
+    body: object = None,
+    *,
+    operator: str = "otto",
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
-    headers = trusted.bearer("otto", OPERATOR_ROLE)
+    headers = trusted.bearer(operator, OPERATOR_ROLE)
     return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
 
 
@@ -158,3 +172,109 @@ def test_two_operators_purging_two_dead_letters_at_once_both_succeed_and_hide_no
     purged = {dead_letter_id for pair in pairs for dead_letter_id in pair}
     assert [(a.status, a.body["count"]) for a in answers] == [(200, 1)] * len(purged)
     assert left == visible == sorted(set(ids) - purged)
+
+
+def _receive_all(queues: StorageQueueFactory, name: str) -> list[ReceivedMessage]:
+    """Every message on ``name`` now (each completed), however many receives that takes."""
+    queue, found = queues.queue(name), []
+    while batch := queue.receive(max_messages=32, lock_s=30):
+        for message in batch:
+            queue.complete(message)
+        found += batch
+    return found
+
+
+def test_two_operators_replaying_one_dead_letter_at_once_re_send_it_once_and_are_both_audited(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    (client,) = deps.settings.clients()
+    account = QueueServiceClient.from_connection_string(local_endpoints.storage_connection_string)
+    account.create_queue(client.reply_queue)  # a registered client's, made when it is registered
+    key = f"{client.client_id}:o-7"
+    queue = queues.queue(inbound)
+    queue.send(order_body("o-7", reply_to=client.reply_queue), message_id=f"{key}:submit")
+    [message] = queue.receive(lock_s=30)
+    queue.dead_letter(message, reason="HandlerFailed", description="a bug in the handler, since fixed")
+    [dead] = queues.dead_letter_page(inbound).items
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(telemetry, "event", lambda name, /, **fields: events.append((name, fields)))
+    start = threading.Barrier(2)
+
+    def replay(operator: str) -> OperatorResponse:
+        start.wait()
+        path = f"{BASE}/{inbound}/{dead.dead_letter_id}/replay"
+        return _call(deps, trusted, "POST", path, operator=operator)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(replay, ["otto", "olga"]))
+        resent = _receive_all(queues, inbound)
+        taken = [
+            handle_intake_message(
+                m.body,
+                client=client,
+                orders=deps.orders,
+                states=deps.states,
+                queues=queues,
+                clock=deps.clock,
+                settings=deps.settings,
+                definition=ORDER_V1,
+                message_id=m.message_id,
+                replays=deps.alerts,
+            )
+            for m in resent
+        ]
+        left = queues.dead_letter_page(inbound).items
+    finally:
+        queues.close()
+        account.close()
+
+    ids = {name: f"{trusted.issuer.tenant_id}/{local_object_id(name)}" for name in ("otto", "olga")}
+    [won] = [a for a in answers if a.status == 200]
+    [lost] = [a for a in answers if a.status != 200]
+    winner = won.body["replayedBy"]
+    [loser] = [audit for audit in ids.values() if audit != winner]
+    assert (lost.status, lost.body["error"]["code"], lost.body["error"]["replayed"]["by"]) == (
+        409,
+        "AlreadyReplayed",
+        winner,
+    )
+    audit = sorted((name, f["operator"], f.get("replayed_by")) for name, f in events if "operator" in f)
+    assert audit == sorted(
+        [("operator.deadletter_replayed", winner, None), ("operator.refused", loser, winner)]
+    )
+    assert [(m.message_id, t.outcome.value) for m, t in zip(resent, taken, strict=True)] == [
+        (f"{key}:submit:replay:1", "accepted")
+    ]
+    assert left == []
+    timeline = deps.states.get(key).item.timeline
+    assert [(e.action, e.by) for e in timeline] == [("submit", client.client_id), (REPLAY_ACTION, winner)]
+
+
+def test_two_operators_purging_one_dead_letter_at_once_remove_it_once_and_are_both_audited(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    [dead_id] = _dead_letter_many(queues, inbound, 1)
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(telemetry, "event", lambda name, /, **fields: events.append((name, fields)))
+    start = threading.Barrier(2)
+
+    def purge(operator: str) -> OperatorResponse:
+        start.wait()
+        body = {"deadLetterId": dead_id}
+        return _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", body, operator=operator)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(purge, ["otto", "olga"]))
+        left = queues.dead_letter_page(inbound).items
+    finally:
+        queues.close()
+
+    ids = {name: f"{trusted.issuer.tenant_id}/{local_object_id(name)}" for name in ("otto", "olga")}
+    counts = {answer.body["count"]: name for answer, name in zip(answers, ("otto", "olga"), strict=True)}
+    audit = sorted((f["operator"], f["count"]) for name, f in events if name == "operator.deadletter_purged")
+    assert sorted(counts) == [0, 1] and left == []
+    assert audit == sorted([(ids[counts[1]], 1), (ids[counts[0]], 0)])

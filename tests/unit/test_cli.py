@@ -1404,6 +1404,28 @@ def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not
     )
 
 
+def test_a_second_replay_of_a_dead_letter_says_who_replayed_it_and_when(
+    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+) -> None:
+    dead = _dead_letter_on_orders_a(api, order_body("o-1"), "o-1")
+    args = ["deadletters", "replay", "orders-a", dead.dead_letter_id, "--api-url", API_URL, "--token-file"]
+    (tmp_path / "otto").mkdir()
+    (tmp_path / "olga").mkdir()
+    otto = token_file(tmp_path / "otto", trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
+    olga = token_file(tmp_path / "olga", trusted.issuer.mint(name="olga", roles=[OPERATOR_ROLE]))
+
+    first = invoke(*args, otto)
+    second = invoke(*args, olga)
+
+    said = " ".join(second.output.split())
+    assert (first.exit_code, second.exit_code) == (0, 1)
+    assert said.startswith(
+        f"error: refused: 409 AlreadyReplayed: dead letter {dead.dead_letter_id} on orders-a"
+    )
+    assert f"replayed by {trusted.issuer.tenant_id}/{local_object_id('otto')} at " in said
+    assert said.endswith("as message m-1:replay:1")
+
+
 @pytest.mark.parametrize(
     ("body", "correlation_id", "order"),
     [

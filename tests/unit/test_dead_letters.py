@@ -12,7 +12,6 @@ import pytest
 
 from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
-from operator_api.deadletters import replay_message_id
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -20,6 +19,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
+from orderflow.replays import replay_message_id
 from orderflow.stores.base import StateStore
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
@@ -158,7 +158,8 @@ def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
     assert deps.states.get(f"{TEST_CLIENT.client_id}:o-7").item.process_state is ProcessState.PENDING
     assert call(deps, trusted, "GET", f"{BASE}/{INBOUND}").body["deadLetters"] == []
     again = call(deps, trusted, "POST", f"{BASE}/{INBOUND}/{dead_id}/replay")
-    assert (again.status, again.body["error"]["code"]) == (404, "NoSuchDeadLetter")
+    assert (again.status, again.body["error"]["code"]) == (409, "AlreadyReplayed")
+    assert again.body["error"]["replayed"]["by"] == replayed.body["replayedBy"]
 
 
 def test_a_replay_about_a_known_order_is_on_its_timeline(deps: Dependencies, trusted: TrustedIssuer) -> None:

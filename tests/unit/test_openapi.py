@@ -147,3 +147,23 @@ def test_a_corrected_resubmit_and_its_answer_are_as_the_document_says(trusted: T
             "$ref": "#/components/schemas/ErrorAnswer"
         }
     assert not Draft202012Validator({**document, **requested}).is_valid({"input": {}})
+
+
+def test_a_replay_that_lost_its_race_is_answered_as_the_document_says(trusted: TrustedIssuer) -> None:
+    deps = seeded()
+    [dead] = deps.queues.dead_letter_page(TEST_CLIENT.inbound_queue).items  # type: ignore[attr-defined]
+    path = f"/api/operator/deadletters/{TEST_CLIENT.inbound_queue}/{dead.dead_letter_id}/replay"
+    client = TestClient(create_operator_app(deps, trusted.validator))
+    document = openapi_document()
+    replay = document["paths"]["/api/operator/deadletters/{queue}/{deadLetterId}/replay"]["post"]
+
+    first = client.post(path, headers=trusted.bearer("otto", OPERATOR_ROLE))
+    second = client.post(path, headers=trusted.bearer("olga", OPERATOR_ROLE))
+
+    assert (first.status_code, second.status_code) == (200, 409)
+    assert second.json()["error"]["replayed"]["by"] == first.json()["replayedBy"]
+    declared = replay["responses"]["409"]["content"]["application/json"]["schema"]
+    assert declared == {"$ref": "#/components/schemas/ErrorAnswer"}
+    validator = Draft202012Validator({**document, **declared})
+    validator.validate(second.json())
+    assert not validator.is_valid({"error": {"code": "AlreadyReplayed", "message": "", "replayed": {}}})
