@@ -51,10 +51,12 @@ def signal_guard() -> Iterator[None]:
 
 
 @pytest.fixture
-def environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Connection settings that parse, no chaos, no lease; logging and telemetry left alone."""
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Connection settings that parse, no chaos, no lease; logging and telemetry left alone; host id
+    locks of the test's own (tests running at once all start host h1 against the same endpoint)."""
     for name in ("HOST_ID", "DEVHOST_CHAOS", "AGENT_QUEUE_PREFIX"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(devhost_main.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("STORAGE_CONNECTION_STRING", AZURITE)
     monkeypatch.setenv("COSMOS_ENDPOINT", "https://127.0.0.1:1/")
     monkeypatch.setenv("COSMOS_KEY", "a2V5")
