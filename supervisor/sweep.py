@@ -61,8 +61,9 @@ sweep, and the report says so.
 finite backlog) and a lost leadership. Every other unfinished end starts the next sweep on a new scan, from
 the first page, with the cutoff of its own start (:func:`_end_unfinished_scan`): a page bound (a store
 that keeps answering pages without an end would otherwise pin the cutoff, and hide every record that
-expires after it, for as long as it misbehaves), a second rejected or repeated token, or a record bound
-reached with nothing decided (a store answering records its query does not match). Recovered records
+expires after it, for as long as it misbehaves), a transient failure of the store (a page that always
+fails would do the same), a second rejected or repeated token, or a record bound reached with nothing
+decided (a store answering records its query does not match). Recovered records
 have left the result, so starting over loses no progress; the records a new scan re-reads first are only
 those that could not be recovered. So a record that expires while the store misbehaves is in the query of
 the next sweep, and is recovered within one ``SUPERVISOR_INTERVAL_S`` plus that sweep's own bounded scan,
@@ -577,13 +578,52 @@ def run_sweep(
         A :class:`SweepReport`.
 
     Raises:
-        TransientError: the store is unavailable; the cursor still points at the unfinished page.
+        TransientError: the store is unavailable; the cursor is reset, so the next sweep starts a new scan.
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
     _start_or_resume(cursor, report, clock, settings)
-    restarts = 0
     pages = PageBudget("sweep", PageLimits.from_settings(settings))
+    try:
+        _scan(
+            report,
+            cursor,
+            pages,
+            states,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            keep_going=keep_going,
+        )
+    except TransientError:
+        # A page that keeps failing must not hold every later sweep on this scan's cutoff either; the
+        # records recovered so far have left the result, so starting over costs only a re-read.
+        cursor.reset()
+        raise
+    report.bounded = pages.stopped
+    _end_unfinished_scan(cursor, report, settings)
+    _log_sweep(report)
+    telemetry.record_stuck_orders(report.scanned - report.skipped)
+    return report
+
+
+def _scan(
+    report: SweepReport,
+    cursor: SweepCursor,
+    pages: PageBudget,
+    states: StateStore,
+    *,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    keep_going: Callable[[], bool] | None,
+) -> None:
+    """Read and examine the cursor's scan page by page into ``report``, within the sweep's bounds.
+
+    Raises:
+        TransientError: the store is unavailable.
+    """
+    restarts = 0
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
         if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
@@ -627,11 +667,6 @@ def run_sweep(
             continue
         cursor.seen.add(token)
         cursor.token = token
-    report.bounded = pages.stopped
-    _end_unfinished_scan(cursor, report, settings)
-    _log_sweep(report)
-    telemetry.record_stuck_orders(report.scanned - report.skipped)
-    return report
 
 
 def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Settings) -> None:

@@ -1,12 +1,15 @@
 """A store whose answers never end cannot hide an order that expires meanwhile from the supervisor's sweep.
 
 The state store is the in-memory one, wrapped so that its scans never end: where a scan's last page should
-come (a null token), it answers empty pages, each with a fresh token, for ever. Sweeps run on a fake clock,
-one every ``SUPERVISOR_INTERVAL_S``, with the cursor a supervisor loop keeps between them.
+come (a null token), it answers empty pages, each with a fresh token, for ever; or so that every page after
+the first fails. Sweeps run on a fake clock, one every ``SUPERVISOR_INTERVAL_S``, with the cursor a
+supervisor loop keeps between them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -19,6 +22,7 @@ from orderflow.alert_sink import AlertSink
 from orderflow.alerts import ALERT_KINDS
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
+from orderflow.errors import TransientError
 from orderflow.records import ProcessState, StateRecord, TimelineChunk
 from orderflow.stores.base import AlertQuery, Page, StateQuery, StateStore, StoreCounters, Versioned
 from orderflow.stores.memory import InMemoryAlertStore
@@ -71,6 +75,17 @@ class NeverEnding:
         return self.inner.history(order_id, max_item_count=max_item_count, continuation=continuation)
 
 
+class FailingAfterTheFirstPage(NeverEnding):
+    """The in-memory state store, except that every page but a scan's first fails as transient."""
+
+    def query(
+        self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[Versioned[StateRecord]]:
+        if continuation is not None:
+            raise TransientError("the store timed out")
+        return self.inner.query(query, max_item_count=max_item_count)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -108,10 +123,10 @@ def sweep_after_a_period(deps: Dependencies, clock: FakeClock, cursor: SweepCurs
     )
 
 
-def submit_and_claim(deps: Dependencies, clock: FakeClock) -> datetime:
-    """Submit :data:`ORDER_ID` and claim its first attempt, which dies silently; when it becomes overdue."""
+def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER_ID) -> datetime:
+    """Submit ``order_id`` and claim its first attempt, which dies silently; when it becomes overdue."""
     handle_intake_message(
-        order_body(ORDER_ID),
+        order_body(order_id),
         client=TEST_CLIENT,
         orders=deps.orders,
         states=deps.states,
@@ -119,7 +134,7 @@ def submit_and_claim(deps: Dependencies, clock: FakeClock) -> datetime:
         clock=clock,
         settings=deps.settings,
     )
-    claimed = claim(deps.states, deps.states.get(ORDER_ID), clock, deps.settings)
+    claimed = claim(deps.states, deps.states.get(order_id), clock, deps.settings)
     assert claimed is not None and claimed.item.complete_by is not None
     # is_overdue: strictly more than the tolerated skew past completeBy.
     return claimed.item.complete_by + timedelta(seconds=deps.settings.CLOCK_SKEW_TOLERANCE_S)
@@ -155,3 +170,30 @@ def test_an_order_expiring_while_the_store_never_ends_is_recovered_within_two_pe
     assert stored["count"] == sweeps
     assert stored["cause"] == f"{ALERT_KINDS['scan_anomaly'].summary} (reason=empty_pages)"
     assert stored["details"]["loop"] == "sweep"
+
+
+def test_an_order_expiring_while_a_later_page_keeps_failing_is_recovered_within_two_periods(
+    deps: Dependencies, clock: FakeClock
+) -> None:
+    settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 1})
+    failing = dataclasses.replace(deps, states=FailingAfterTheFirstPage(deps.states), settings=settings)
+    cursor = SweepCursor()
+    # Two orders stuck: a sweep recovers the one on the first page, then fails on the second page.
+    for order_id in ("a:o-1", "a:o-2"):
+        stuck_at = submit_and_claim(failing, clock, order_id)
+    clock.advance((stuck_at - clock.now()).total_seconds())
+    with pytest.raises(TransientError):
+        sweep_after_a_period(failing, clock, cursor)
+    assert failing.states.get("a:o-1").item.process_state is ProcessState.PENDING
+
+    overdue_at = submit_and_claim(failing, clock)
+    recovered_at: list[datetime] = []
+    for _ in range(6):
+        with contextlib.suppress(TransientError):  # a sweep that reaches a second page fails there
+            sweep_after_a_period(failing, clock, cursor)
+        if failing.states.get(ORDER_ID).item.failure_count == 1:
+            recovered_at.append(clock.now())
+            break
+    assert recovered_at, "the order expired after the failing page was never recovered"
+    assert 0 < (recovered_at[0] - overdue_at).total_seconds() <= 2 * PERIOD_S
+    assert failing.states.get("a:o-2").item.process_state is ProcessState.PENDING
