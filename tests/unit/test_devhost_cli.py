@@ -177,6 +177,25 @@ def test_an_unreachable_store_is_one_line_with_status_1(
     )
 
 
+def test_a_host_id_held_by_a_live_process_is_refused_in_one_line_before_anything_connects(
+    environment: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connected: list[Settings] = []
+    monkeypatch.setattr(devhost_main, "connect_stores", connected.append)
+    held = devhost_main.hold_host_id(Settings.load(HOST_ID="h1"))  # as another live process would
+    try:
+        result = run_devhost("--host-id", "h1")
+    finally:
+        held.release()
+
+    assert result.exit_code == 1, result.output
+    assert error_line(result).startswith(
+        f"error: devhost h1 did not start: host id 'h1' is in use by process {os.getpid()} on this machine "
+        "against http://127.0.0.1:1/devstoreaccount1"
+    )
+    assert connected == [] and "ready" not in result.stdout
+
+
 def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(
     environment: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
