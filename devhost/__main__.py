@@ -7,8 +7,9 @@ of the local issuer it also serves that issuer's JWKS).
 
 Exit status: 0 once a signal has stopped it; 2, with one line on stderr, for bad arguments or settings
 (found before anything starts, or while connecting: a malformed connection string); 1, with one line,
-when start-up fails otherwise (e.g. Cosmos DB unreachable). A failed start-up stops whatever it had
-started, so the process always exits.
+when start-up fails otherwise (e.g. Cosmos DB unreachable, or another live process holding the host id
+against the same storage account: the line names its pid, :mod:`devhost.host_lock`). A failed start-up
+stops whatever it had started, so the process always exits.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,13 +30,14 @@ from pydantic import ValidationError
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
+from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SystemClock
 from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
-from orderflow.queues.storage import StorageQueueFactory, validate_queue_name
+from orderflow.queues.storage import StorageQueueFactory, queue_service_url, validate_queue_name
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.telemetry import configure_telemetry
@@ -53,6 +56,12 @@ CLOCK_OFFSET_ENV = "DEVHOST_CLOCK_OFFSET_S"
 """Environment variable of a local host only (not a setting: no deployment reads it): seconds its clock
 runs ahead of the machine's (negative: behind), so that ``make chaos`` can run a host with a skewed clock.
 Unset or empty: the machine's clock."""
+
+
+LOCK_DIR_ENV = "DEVHOST_LOCK_DIR"
+"""Environment variable of a local host only (not a setting): the directory of the host id locks
+(:mod:`devhost.host_lock`). Unset or empty: the machine's temporary directory, which every process that
+could share a storage account with this one sees."""
 
 
 def host_clock(env: Mapping[str, str] | None = None) -> Clock:
@@ -216,6 +225,26 @@ def run(
     serve(settings, chosen, api_port=api_port)
 
 
+def hold_host_id(settings: Settings, env: Mapping[str, str] | None = None) -> HostIdLock:
+    """Take ``HOST_ID`` for this process against the queue service of ``STORAGE_CONNECTION_STRING``,
+    before anything consumes its response queue or binds its wake-up socket (:mod:`devhost.host_lock`).
+
+    Args:
+        settings: ``HOST_ID`` and ``STORAGE_CONNECTION_STRING``.
+        env: The environment (default ``os.environ``), for :data:`LOCK_DIR_ENV`.
+
+    Raises:
+        HostIdInUse: another live process holds it; the message names its pid.
+        ValueError: ``STORAGE_CONNECTION_STRING`` is malformed.
+    """
+    directory = (os.environ if env is None else env).get(LOCK_DIR_ENV, "").strip()
+    try:
+        endpoint = queue_service_url(settings.STORAGE_CONNECTION_STRING)
+    except ValueError as exc:  # the SDK's message does not say which setting it read
+        raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
+    return acquire_host_id(settings.HOST_ID, endpoint, directory=Path(directory) if directory else None)
+
+
 def local_issuer_of(settings: Settings) -> LocalIssuer | None:
     """The local token issuer, when the operator API's settings trust it (``OPERATOR_ISSUER`` is its)."""
     return LocalIssuer.from_key_file() if settings.operator_issuer() == LOCAL_ISSUER else None
@@ -229,15 +258,18 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
 
     Raises:
         typer.Exit: 2 after a one-line error for a missing or malformed connection setting (or any other
-            ``ValueError`` of start-up, such as an invalid queue name); 1 for any other start-up failure.
+            ``ValueError`` of start-up, such as an invalid queue name); 1 for any other start-up failure,
+            such as another live process holding the host id (the line names its pid).
     """
     log = logging.getLogger(__name__)
     stores: CosmosStores | None = None
     host: DevHost | None = None
+    held: HostIdLock | None = None
     try:
         with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
             try:
                 queues, dead_letters, lease = connect_transport(settings, roles)
+                held = hold_host_id(settings)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
                 clock = host_clock()
@@ -268,6 +300,10 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                     host.stop()
                 if stores is not None:
                     stores.close()
+                if held is not None:
+                    held.release()
+    except HostIdInUse as exc:
+        fail(f"devhost {settings.HOST_ID} did not start: {exc}", code=1)
     except ValueError as exc:
         log.debug("devhost %s did not start", settings.HOST_ID, exc_info=True)
         fail(f"devhost {settings.HOST_ID} did not start: {one_line(exc)}", code=2)

@@ -17,6 +17,7 @@ The Azure host has no such thing: Service Bus triggers receive each message as i
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -39,6 +40,10 @@ def socket_address(path: Path) -> str:
     digest of the absolute path, well under the 108-byte limit whatever the path's length."""
     digest = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:40]
     return f"\0orderflow-wakeup-{digest}"
+
+
+class WakeupSocketInUse(RuntimeError):
+    """Another live process has bound the wake-up socket of this host id in this directory."""
 
 
 class WakeupChannel:
@@ -67,10 +72,24 @@ class WakeupChannel:
 
     def start(self) -> None:
         """Bind this process's socket, write its file (a stale one of the same host id is reused: the
-        kernel freed the address of a process that died) and start listening."""
+        kernel freed the address of a process that died) and start listening.
+
+        Raises:
+            WakeupSocketInUse: a live process has bound this host id's socket in this directory (its file
+                and socket are left alone).
+            OSError: the directory cannot be made or the socket bound otherwise.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        listening.bind(socket_address(self.path))
+        try:
+            listening.bind(socket_address(self.path))
+        except OSError as exc:
+            listening.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise WakeupSocketInUse(
+                    f"the wake-up socket {self.path} is bound by another live process with this host id"
+                ) from None
+            raise
         self.path.touch()
         self._socket = listening
         self._thread.start()

@@ -36,10 +36,12 @@ class AlertKind:
     Attributes:
         summary: What happened, in a few words (the start of every such alert's ``cause``).
         action: The suggested action, shown with every alert of the kind.
-        counted_by: For a kind a client can raise at will, the alert field that names the client from a
-            fact (its id as the registry gave it for the queue the message arrived on, or that queue's
-            name): the kind's alerts with one value of it within one ``ALERT_WINDOW_S`` are counted into
-            one stored alert (:func:`counted`). None: every alert of the kind is stored on its own.
+        counted_by: For a kind raised over and over by one cause, the alert field that names that cause
+            from a fact: for a kind a client can raise at will, the client (its id as the registry gave it
+            for the queue the message arrived on, or that queue's name); for a store anomaly met on every
+            sweep, its reason. The kind's alerts with one value of it within one ``ALERT_WINDOW_S`` are
+            counted into one stored alert (:func:`counted`). None: every alert of the kind is stored on
+            its own.
     """
 
     summary: str
@@ -92,6 +94,12 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "poison_order": AlertKind(
         "the order's last attempts failed at the same step with the same code; it is suspended",
         "look at the failure; `orderflow resume` runs it again, `orderflow compensate` undoes it",
+    ),
+    "scan_anomaly": AlertKind(
+        "the store answered the supervisor's scan of expired orders without an end; the scan starts over",
+        "check the state store (its service health, a gateway between); expired orders are still recovered "
+        "on each sweep",
+        counted_by="reason",
     ),
     "workflow_version_failing": AlertKind(
         "orders of one workflow version keep failing at the same step with the same code",

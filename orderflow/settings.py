@@ -706,22 +706,24 @@ class Settings(BaseModel):
         ge=1,
         description="Most query pages one pass of a scanning loop reads (the supervisor's sweep, the "
         "starter, the reply relay, retention), beside its record bound: a store that keeps answering "
-        "pages with nothing on them cannot hold the loop. A sweep cut short resumes where it stood on "
-        "the next pass.",
+        "pages with nothing on them cannot hold the loop. A pass cut short here is over: the next one "
+        "starts from the first page (a sweep, with a new cutoff).",
     )
     SCAN_MAX_EMPTY_PAGES: int = Field(
         10,
         ge=1,
         description="Empty pages in a row, each with a new continuation token, after which a pass stops "
-        "and reports an anomaly (a warning and the orderflow.scan_anomalies metric); the next pass "
-        "resumes from the last token. Cosmos DB may return a few such pages in a cross-partition query.",
+        "and reports an anomaly (a warning and the orderflow.scan_anomalies metric; for the supervisor's "
+        "sweep also the scan_anomaly alert); the next pass starts from the first page. Cosmos DB may "
+        "return a few such pages in a cross-partition query, up to one per partition range: keep it above "
+        "the state container's physical partition count.",
     )
     SCAN_MAX_S: float = Field(
         10.0,
         gt=0,
         description="Most seconds one pass of a scanning loop runs before it stops at the next page "
-        "boundary (it resumes on the next pass): the supervisor's sweep runs on the thread that renews "
-        "its lease and re-sends owed replies, which must not wait behind it.",
+        "boundary (the next pass starts from the first page): the supervisor's sweep runs on the thread "
+        "that renews its lease and re-sends owed replies, which must not wait behind it.",
     )
     SUPERVISOR_MAX_FAILURES: int = Field(
         6,

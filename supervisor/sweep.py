@@ -55,6 +55,22 @@ a resource position in Cosmos DB), not offsets, so records leaving the result se
 pages. Following docs/design.md §7, a scan ends only on a null token; a token the store rejects
 (``InvalidContinuation``) or one seen before in the same scan restarts the scan from the start, once per
 sweep, and the report says so.
+
+**Every scan ends.** Only two ends of a sweep keep the scan's position for the next one: its record bound
+(it examined ``SUPERVISOR_MAX_RECORDS`` records and decided some of them: the scan is moving through a
+finite backlog) and a lost leadership. Every other unfinished end starts the next sweep on a new scan, from
+the first page, with the cutoff of its own start (:func:`_end_unfinished_scan`): a page bound (a store
+that keeps answering pages without an end would otherwise pin the cutoff, and hide every record that
+expires after it, for as long as it misbehaves), a transient failure of the store (a page that always
+fails would do the same), a second rejected or repeated token, or a record bound reached with nothing
+decided (a store answering records its query does not match). Recovered records
+have left the result, so starting over loses no progress; the records a new scan re-reads first are only
+those that could not be recovered. So a record that expires while the store misbehaves is in the query of
+the next sweep, and is recovered within one ``SUPERVISOR_INTERVAL_S`` plus that sweep's own bounded scan,
+provided the store's answers reach it before they stop ending (past that point no scan can reach it). The
+store's misbehaviour itself (``SCAN_MAX_EMPTY_PAGES`` empty pages in a row,
+or a token rejected or repeated again after a restart) raises the ``scan_anomaly`` alert, counted per
+reason and ``ALERT_WINDOW_S`` (:data:`orderflow.alerts.ALERT_KINDS`), on every sweep it ends.
 """
 
 from __future__ import annotations
@@ -91,6 +107,17 @@ RESTARTS_PER_SWEEP = 1
 """Scans one sweep restarts after a rejected or repeated token before it gives up until the next sweep."""
 
 
+class ScanAnomaly(StrEnum):
+    """A store anomaly that ended a sweep's scan unfinished: the ``reason`` of its ``scan_anomaly`` alert."""
+
+    EMPTY_PAGES = "empty_pages"
+    """``SCAN_MAX_EMPTY_PAGES`` empty pages in a row, each with a new continuation token."""
+    TOKEN_REPEATED = "token_repeated"
+    """A continuation token came back again in the scan that restarted after a repeated one."""
+    TOKEN_REJECTED = "token_rejected"
+    """The store rejected a token again in the scan that restarted after a rejected one."""
+
+
 class Recovery(StrEnum):
     """What the supervisor did with one record."""
 
@@ -121,8 +148,9 @@ class SweepReport:
         scan_complete: The scan reached its last page; the next sweep starts a new one.
         stopped_early: ``keep_going`` returned False (leadership lost); the cursor keeps the position.
         bounded: Why the sweep stopped at a page bound (``SCAN_MAX_PAGES``, ``SCAN_MAX_S``, or
-            ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row: an anomaly), or None; the cursor keeps the
-            position, so the next sweep resumes there.
+            ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row: an anomaly), or None; the scan then ends, so
+            the next sweep starts a new one.
+        anomaly: The store anomaly that ended the scan (``scan_anomaly`` alert raised), or None.
         cutoff: The ``completeBy`` bound of the scan, UTC.
     """
 
@@ -140,6 +168,7 @@ class SweepReport:
     scan_complete: bool = False
     stopped_early: bool = False
     bounded: PageStop | None = None
+    anomaly: ScanAnomaly | None = None
     cutoff: datetime | None = None
 
     @property
@@ -549,13 +578,52 @@ def run_sweep(
         A :class:`SweepReport`.
 
     Raises:
-        TransientError: the store is unavailable; the cursor still points at the unfinished page.
+        TransientError: the store is unavailable; the cursor is reset, so the next sweep starts a new scan.
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
     _start_or_resume(cursor, report, clock, settings)
-    restarts = 0
     pages = PageBudget("sweep", PageLimits.from_settings(settings))
+    try:
+        _scan(
+            report,
+            cursor,
+            pages,
+            states,
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            keep_going=keep_going,
+        )
+    except TransientError:
+        # A page that keeps failing must not hold every later sweep on this scan's cutoff either; the
+        # records recovered so far have left the result, so starting over costs only a re-read.
+        cursor.reset()
+        raise
+    report.bounded = pages.stopped
+    _end_unfinished_scan(cursor, report, settings)
+    _log_sweep(report)
+    telemetry.record_stuck_orders(report.scanned - report.skipped)
+    return report
+
+
+def _scan(
+    report: SweepReport,
+    cursor: SweepCursor,
+    pages: PageBudget,
+    states: StateStore,
+    *,
+    queues: QueueFactory,
+    clock: Clock,
+    settings: Settings,
+    keep_going: Callable[[], bool] | None,
+) -> None:
+    """Read and examine the cursor's scan page by page into ``report``, within the sweep's bounds.
+
+    Raises:
+        TransientError: the store is unavailable.
+    """
+    restarts = 0
     while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
         if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
@@ -567,7 +635,7 @@ def run_sweep(
         except InvalidContinuation:
             restarts += 1
             if not _restart_scan(
-                cursor, report, "continuation token rejected", restarts, clock=clock, settings=settings
+                cursor, report, ScanAnomaly.TOKEN_REJECTED, restarts, clock=clock, settings=settings
             ):
                 break
             continue
@@ -593,16 +661,43 @@ def run_sweep(
         if token in cursor.seen:
             restarts += 1
             if not _restart_scan(
-                cursor, report, "continuation token repeated", restarts, clock=clock, settings=settings
+                cursor, report, ScanAnomaly.TOKEN_REPEATED, restarts, clock=clock, settings=settings
             ):
                 break
             continue
         cursor.seen.add(token)
         cursor.token = token
-    report.bounded = pages.stopped
-    _log_sweep(report)
-    telemetry.record_stuck_orders(report.scanned - report.skipped)
-    return report
+
+
+def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Settings) -> None:
+    """End the scan of a sweep that stopped short of its last page, unless it may resume; alert an anomaly.
+
+    The scan keeps its position only after a lost leadership, or at the record bound with some record
+    decided (a finite backlog being worked through). Otherwise the cursor is reset, so the next sweep starts
+    a new scan whose cutoff covers every record that expired meanwhile (the module's "Every scan ends").
+    """
+    if report.bounded is PageStop.EMPTY_PAGES:
+        report.anomaly = ScanAnomaly.EMPTY_PAGES
+    at_record_bound = report.scanned >= settings.SUPERVISOR_MAX_RECORDS and report.bounded is None
+    resumable = report.stopped_early or (at_record_bound and report.skipped < report.scanned)
+    if cursor.in_progress and not resumable:
+        logger.warning(
+            "supervisor scan: ended unfinished (bounded=%s, scanned=%s, skipped=%s); the next sweep "
+            "starts a new scan",
+            report.bounded,
+            report.scanned,
+            report.skipped,
+        )
+        cursor.reset()
+    if report.anomaly is not None:
+        telemetry.alert(
+            "scan_anomaly",
+            loop="sweep",
+            reason=report.anomaly,
+            pages=report.pages,
+            scanned=report.scanned,
+            cutoff=_iso(report.cutoff),
+        )
 
 
 def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock, settings: Settings) -> None:
@@ -663,18 +758,34 @@ def _log_sweep(report: SweepReport) -> None:
 
 
 def _restart_scan(
-    cursor: SweepCursor, report: SweepReport, why: str, restarts: int, *, clock: Clock, settings: Settings
+    cursor: SweepCursor,
+    report: SweepReport,
+    anomaly: ScanAnomaly,
+    restarts: int,
+    *,
+    clock: Clock,
+    settings: Settings,
 ) -> bool:
     """Restart the scan from its first page, at most :data:`RESTARTS_PER_SWEEP` times per sweep.
+
+    Args:
+        anomaly: What happened to the token (``TOKEN_REJECTED`` or ``TOKEN_REPEATED``); once the restarts
+            are spent it becomes the report's :attr:`SweepReport.anomaly`.
 
     Returns:
         True to go on with the restarted scan; False to end the sweep (the cursor is reset, so the
         next sweep starts a new scan).
     """
     report.restarted_scan = True
+    why = (
+        "continuation token rejected"
+        if anomaly is ScanAnomaly.TOKEN_REJECTED
+        else "continuation token repeated"
+    )
     if restarts > RESTARTS_PER_SWEEP:
         logger.warning("supervisor scan: %s again; ending the sweep, the next one starts over", why)
         cursor.reset()
+        report.anomaly = anomaly
         return False
     logger.warning("supervisor scan: %s; restarting the scan from the start", why)
     cursor.start(overdue_cutoff(clock.now(), settings))

@@ -1103,6 +1103,17 @@ class StorageQueueFactory:
             return client
 
 
+def queue_service_url(connection_string: str) -> str:
+    """The URL of the queue service a connection string names (Azurite's
+    ``http://127.0.0.1:10001/devstoreaccount1``, an account's ``https://<account>.queue.core.windows.net/``),
+    parsed locally with no network call.
+
+    Raises:
+        ValueError: the connection string is malformed.
+    """
+    return str(QueueServiceClient.from_connection_string(connection_string).url)
+
+
 def queue_endpoint(connection_string: str) -> str:
     """The ``QueueEndpoint`` of a connection string; '' when it names none (an Azure account name)."""
     for part in connection_string.split(";"):

@@ -7,8 +7,10 @@ match), so a few are normal; an endless run of them is an anomaly. Every scannin
 supervisor's sweep, the starter, the reply relay, retention) therefore reads its pages through a
 :class:`PageBudget`, which says when to stop: after ``SCAN_MAX_PAGES`` pages, after ``SCAN_MAX_S``
 seconds, or after ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row, which is also logged and counted in
-the ``orderflow.scan_anomalies`` metric (event ``scan.anomaly``). The loop ends its pass there; the
-next pass resumes (the sweep from its cursor's token, the others from their first page).
+the ``orderflow.scan_anomalies`` metric (event ``scan.anomaly``). The loop ends its pass there, and the
+next pass starts over from its first page: a pass that resumed from the token it stopped at would follow a
+store that never ends for ever (the supervisor's sweep, which otherwise resumes its scan across sweeps,
+starts a new one too, and alerts: :mod:`supervisor.sweep`).
 """
 
 from __future__ import annotations
@@ -106,12 +108,12 @@ class PageBudget:
         if why is PageStop.EMPTY_PAGES:
             logger.warning(
                 "%s: %s empty pages in a row, each with a new continuation token; ending this pass, the "
-                "next one resumes",
+                "next one starts over",
                 self.loop,
                 self.empty_in_a_row,
             )
             telemetry.event("scan.anomaly", loop=self.loop, empty_pages=self.empty_in_a_row, pages=self.pages)
         else:
             logger.info(
-                "%s: pass bounded by %s after %s pages; the next pass resumes", self.loop, why, self.pages
+                "%s: pass bounded by %s after %s pages; the next pass starts over", self.loop, why, self.pages
             )

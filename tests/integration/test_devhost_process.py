@@ -127,3 +127,74 @@ def test_a_child_interrupted_before_it_is_ready_is_killed_not_left_running(
     [process] = started
     assert process.poll() is not None  # killed and reaped, not left sleeping
     assert process.returncode == -signal.SIGKILL
+
+
+def _devhost(env: dict[str, str], host_id: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devhost",
+            "--host-id",
+            host_id,
+            "--roles",
+            "submission",
+            "--log-level",
+            "INFO",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_second_devhost_with_a_live_host_id_is_refused_and_the_id_is_free_once_its_holder_dies(
+    local_endpoints: LocalEndpoints, tmp_path: Path
+) -> None:
+    host_id = "p" + uuid.uuid4().hex[:8]
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in FAST_SETTINGS.items()},
+        "STORAGE_CONNECTION_STRING": local_endpoints.storage_connection_string,
+        "COSMOS_ENDPOINT": local_endpoints.cosmos_endpoint,
+        "COSMOS_KEY": local_endpoints.cosmos_key,
+        "COSMOS_DATABASE": "db" + uuid.uuid4().hex[:10],
+        "COSMOS_VERIFY_TLS": "false",
+        "CLIENTS": json.dumps([{"id": host_id, "replyQueue": f"client-{host_id}"}]),
+        "WAKEUP_DIR": str(tmp_path),
+    }
+    started: list[subprocess.Popen[str]] = []
+    try:
+        first = _devhost(env, host_id)
+        started.append(first)
+        assert first.stdout is not None and first.stdout.readline().strip() == f"devhost {host_id} ready"
+        socket_file = tmp_path / f"{host_id}.sock"
+        assert socket_file.exists()
+
+        second = _devhost(env, host_id)
+        started.append(second)
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 1 and out == ""
+        [line] = err.splitlines()  # one line, naming the holder
+        assert line.startswith(
+            f"error: devhost {host_id} did not start: host id {host_id!r} is in use by process {first.pid} "
+            "on this machine against http://127.0.0.1:"
+        ), line
+        # The first is untouched: still running, its wake-up socket still its own.
+        assert first.poll() is None and socket_file.exists()
+
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        third = _devhost(env, host_id)
+        started.append(third)
+        assert third.stdout is not None and third.stdout.readline().strip() == f"devhost {host_id} ready"
+        third.send_signal(signal.SIGTERM)
+        _, err = third.communicate(timeout=30)
+        assert third.returncode == 0, err[-2000:]
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

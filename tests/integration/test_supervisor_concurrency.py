@@ -21,13 +21,14 @@ import pytest
 from devhost.host import DevHost
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
+from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
 from supervisor.lease import InMemoryLease, InMemoryLeaseBlob
-from supervisor.sweep import SweepCursor, SweepReport, run_sweep
+from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
 from tests.unit.fakes import RecordingClient, client_for, order_body, received
 
 pytestmark = pytest.mark.integration
@@ -194,7 +195,9 @@ def test_a_rejected_token_restarts_the_scan_and_says_so(world: World) -> None:
     order_ids = world.expired("bad", 5, settings)
     cursor = SweepCursor(cutoff=world.clock.now(), token="not-a-token")
     report = world.sweep(settings, cursor)
-    assert report.restarted_scan and report.scan_complete
+    assert (
+        report.restarted_scan and report.scan_complete and report.anomaly is None
+    )  # one stale token: normal
     assert sorted(report.requeued) == order_ids
 
 
@@ -233,15 +236,17 @@ def test_a_repeating_token_restarts_the_scan_once_then_ends_the_sweep(world: Wor
     settings = settings_for(SUPERVISOR_PAGE_SIZE=2)
     order_ids = world.expired("rep", 12, settings)
     cursor = SweepCursor()
-    report = run_sweep(
-        states=RepeatingTokens(world.states),
-        queues=world.deps.queues,
-        clock=world.clock,
-        settings=settings,
-        cursor=cursor,
-    )
+    with telemetry.recording() as seen:
+        report = run_sweep(
+            states=RepeatingTokens(world.states),
+            queues=world.deps.queues,
+            clock=world.clock,
+            settings=settings,
+            cursor=cursor,
+        )
     # Pages 1-2, repeat → restart; pages 3-4, repeat → end: bounded, and the next sweep starts over.
     assert report.restarted_scan and not report.scan_complete
+    assert (report.anomaly, seen["alert.scan_anomaly"]) == (ScanAnomaly.TOKEN_REPEATED, 1)
     assert not cursor.in_progress and cursor.scans == 2
     assert report.pages == 4 and len(report.requeued) == 8
     rest = world.sweep(settings, cursor)

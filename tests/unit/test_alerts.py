@@ -118,13 +118,14 @@ def test_counting_windows_start_at_utc_midnight_and_never_span_two_days() -> Non
         AlertSink(InMemoryAlertStore(), FakeClock(), "h1", window_s=0)
 
 
-def test_only_the_kinds_a_client_raises_are_counted_and_only_by_the_field_that_names_it() -> None:
+def test_only_the_kinds_raised_over_and_over_are_counted_and_only_by_the_field_that_names_the_cause() -> None:
     assert counted_source("conflicting_order", {"order_id": "a:o-1", "client_id": "a"}) == "a"
     assert counted_source("max_delivery_count", {"queue": "orders-a", "message_id": "m"}) == "orders-a"
+    assert counted_source("scan_anomaly", {"loop": "sweep", "reason": "empty_pages"}) == "empty_pages"
     assert counted_source("conflicting_order", {"order_id": "a:o-1"}) is None
     assert counted_source("order_gave_up", {"order_id": "a:o-1", "client_id": "a"}) is None
     counted_kinds = {kind for kind, known in ALERT_KINDS.items() if known.counted_by}
-    assert counted_kinds == {"conflicting_order", "max_delivery_count"}
+    assert counted_kinds == {"conflicting_order", "max_delivery_count", "scan_anomaly"}
 
 
 def test_a_counted_alert_adds_counts_keeps_the_first_time_and_the_latest_fields() -> None:

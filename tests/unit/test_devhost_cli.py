@@ -51,10 +51,12 @@ def signal_guard() -> Iterator[None]:
 
 
 @pytest.fixture
-def environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Connection settings that parse, no chaos, no lease; logging and telemetry left alone."""
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Connection settings that parse, no chaos, no lease; logging and telemetry left alone; host id
+    locks of the test's own (tests running at once all start host h1 against the same endpoint)."""
     for name in ("HOST_ID", "DEVHOST_CHAOS", "AGENT_QUEUE_PREFIX"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(devhost_main.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("STORAGE_CONNECTION_STRING", AZURITE)
     monkeypatch.setenv("COSMOS_ENDPOINT", "https://127.0.0.1:1/")
     monkeypatch.setenv("COSMOS_KEY", "a2V5")
@@ -173,6 +175,25 @@ def test_an_unreachable_store_is_one_line_with_status_1(
         "error: devhost h1 failed: [transient] Cosmos DB unreachable for Cosmos DB account "
         "'https://127.0.0.1:1/'"
     )
+
+
+def test_a_host_id_held_by_a_live_process_is_refused_in_one_line_before_anything_connects(
+    environment: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connected: list[Settings] = []
+    monkeypatch.setattr(devhost_main, "connect_stores", connected.append)
+    held = devhost_main.hold_host_id(Settings.load(HOST_ID="h1"))  # as another live process would
+    try:
+        result = run_devhost("--host-id", "h1")
+    finally:
+        held.release()
+
+    assert result.exit_code == 1, result.output
+    assert error_line(result).startswith(
+        f"error: devhost h1 did not start: host id 'h1' is in use by process {os.getpid()} on this machine "
+        "against http://127.0.0.1:1/devstoreaccount1"
+    )
+    assert connected == [] and "ready" not in result.stdout
 
 
 def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(

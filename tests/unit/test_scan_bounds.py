@@ -29,7 +29,7 @@ from orderflow.stores.base import Page, StateQuery
 from orderflow.stores.cosmos import MAX_COUNT_PAGES
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
 from supervisor.retention import purge_expired_logs
-from supervisor.sweep import SweepCursor, run_sweep
+from supervisor.sweep import ScanAnomaly, SweepCursor, run_sweep
 from tests.cosmos_transport import STOP_AFTER, CosmosTransport, FakeCosmos, fake_cosmos
 from tests.unit.fakes import RecordingClient
 
@@ -89,7 +89,7 @@ def test_the_cosmos_store_returns_an_empty_page_with_its_token_instead_of_paging
     assert first.continuation is not None and second.continuation not in (None, first.continuation)
 
 
-def test_a_sweep_over_endless_empty_pages_ends_at_its_bound_reports_the_anomaly_and_resumes_next_pass(
+def test_a_sweep_over_endless_empty_pages_ends_its_scan_at_its_bound_and_alerts_the_anomaly(
     cosmos: FakeCosmos,
     transport: CosmosTransport,
     reader: InMemoryMetricReader,
@@ -106,25 +106,29 @@ def test_a_sweep_over_endless_empty_pages_ends_at_its_bound_reports_the_anomaly_
         )
     assert len(transport.queries) == EMPTY_PAGES  # today's SDK pager alone would have read STOP_AFTER
     assert (report.pages, report.scanned, report.bounded) == (EMPTY_PAGES, 0, PageStop.EMPTY_PAGES)
-    assert not report.scan_complete and cursor.in_progress
-    assert events["scan.anomaly"] == 1
+    assert (report.scan_complete, report.anomaly, cursor.in_progress) == (
+        False,
+        ScanAnomaly.EMPTY_PAGES,
+        False,
+    )
+    assert (events["scan.anomaly"], events["alert.scan_anomaly"]) == (1, 1)
     assert metric(reader, telemetry.SCAN_ANOMALIES) == [({"loop": "sweep"}, 1)]
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "orderflow.stores.paging"] == [
         f"sweep: {EMPTY_PAGES} empty pages in a row, each with a new continuation token; ending this pass, "
-        "the next one resumes"
+        "the next one starts over"
     ]
 
-    # The store recovers: the next sweep resumes from the token the last one stopped at, and finishes.
+    # The next sweep starts a new scan from its first page (no token), which the store now ends.
     transport.pager = lambda _n, _token: ([], None)
-    resumed = run_sweep(
+    later = run_sweep(
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
         settings=SETTINGS,
         cursor=cursor,
     )
-    assert transport.queries[EMPTY_PAGES] == f"empty-{EMPTY_PAGES}"
-    assert (resumed.resumed, resumed.scan_complete, resumed.bounded) == (True, True, None)
+    assert transport.queries[EMPTY_PAGES] is None
+    assert (later.resumed, later.scan_complete, later.bounded, later.anomaly) == (False, True, None, None)
 
 
 def test_a_sweep_stops_at_its_page_bound_when_empty_pages_alternate_with_full_ones(
@@ -152,6 +156,45 @@ def test_a_sweep_stops_at_its_page_bound_when_empty_pages_alternate_with_full_on
     )
     assert (report.pages, report.scanned, report.skipped, report.bounded) == (6, 3, 3, PageStop.PAGES)
     assert len(transport.queries) == 6
+    assert report.anomaly is None  # pages that hold records may be slow or sparse, not an anomaly
+
+
+def test_a_sweep_at_its_record_bound_with_nothing_decided_starts_a_new_scan_next_time(
+    cosmos: FakeCosmos, transport: CosmosTransport
+) -> None:
+    # Every page holds a record the query does not match (not expired): the record bound ends each sweep,
+    # and resuming such a scan would pin its cutoff as surely as empty pages do.
+    now = FakeClock().now()
+    record = StateRecord(
+        id="o-1",
+        order_id="o-1",
+        reply_to="client-a",
+        process_state=ProcessState.PROCESSING,
+        retry_budget=RetryBudget(limit=24),
+        workflow_version="order-v1",
+        created_at=now,
+        updated_at=now,
+    ).to_json_dict() | {"_etag": '"1"'}
+    transport.pager = lambda n, _token: ([record], f"t-{n + 1}")
+    cursor = SweepCursor()
+    settings = Settings(SUPERVISOR_MAX_RECORDS=3, SUPERVISOR_PAGE_SIZE=1, SCAN_MAX_PAGES=20)
+    report = run_sweep(
+        states=cosmos.state,
+        queues=InMemoryQueueFactory(),
+        clock=FakeClock(),
+        settings=settings,
+        cursor=cursor,
+    )
+    assert (report.scanned, report.skipped, report.bounded, report.scan_complete) == (3, 3, None, False)
+    assert not cursor.in_progress
+    run_sweep(
+        states=cosmos.state,
+        queues=InMemoryQueueFactory(),
+        clock=FakeClock(),
+        settings=settings,
+        cursor=cursor,
+    )
+    assert transport.queries[3] is None  # the second sweep began at the first page
 
 
 def test_the_starter_the_reply_relay_and_retention_end_within_their_bounds(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devhost.loops import PeriodicLoop, Wakeups
-from devhost.wakeup_channel import WakeupChannel
+from devhost.wakeup_channel import WakeupChannel, WakeupSocketInUse
 
 pytestmark = pytest.mark.unit
 
@@ -132,3 +132,24 @@ def test_a_periodic_loop_runs_early_when_woken_but_not_more_often_than_its_minim
     gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
     assert all(gap >= 0.19 for gap in gaps), gaps
     assert len(runs) <= 4  # 30 s interval: every run but the first was a wake-up, bunched
+
+
+def test_a_second_channel_of_a_live_host_id_is_refused_and_leaves_the_first_alone(tmp_path: Path) -> None:
+    heard: list[str] = []
+    first = WakeupChannel(tmp_path, "b", heard.append)
+    first.start()
+    second = WakeupChannel(tmp_path, "b", lambda name: None)
+    try:
+        with pytest.raises(WakeupSocketInUse, match="bound by another live process"):
+            second.start()
+        second.stop()  # what a failed start-up's clean-up does: nothing of the first's is removed
+        assert (tmp_path / "b.sock").exists()
+        other = WakeupChannel(tmp_path, "a", lambda name: None)
+        other.start()
+        try:
+            assert other.announce("q1") == 1
+            assert _until(lambda: heard == ["q1"])  # the first still listens on its own socket
+        finally:
+            other.stop()
+    finally:
+        first.stop()
