@@ -92,6 +92,7 @@ class StoreClock:
         self._monotonic = monotonic
         self._measured: deque[tuple[float, SkewBounds]] = deque(maxlen=MAX_MEASUREMENTS)
         self._last: SkewBounds | None = None
+        self._tightest: SkewBounds | None = None
         self._probed_at: float | None = None
         self._lock = threading.Lock()
 
@@ -99,10 +100,22 @@ class StoreClock:
         return f"{type(self).__name__}(host={self.host!r}, offset={self._last!r})"
 
     def observe(self, bounds: SkewBounds) -> None:
-        """Take one write's bounds of ``offset = host clock - store clock`` (seconds)."""
+        """Take one write's bounds of ``offset = host clock - store clock`` (seconds).
+
+        The interval narrows to what every recent measurement agrees on; one that shares no point with
+        it (the host's clock was stepped) replaces them all.
+        """
         with self._lock:
-            self._measured.append((self._monotonic(), bounds))
+            entry = (self._monotonic(), bounds)
             self._last = bounds
+            tightest = self._tightest
+            low = bounds.low_s if tightest is None else max(tightest.low_s, bounds.low_s)
+            high = bounds.high_s if tightest is None else min(tightest.high_s, bounds.high_s)
+            if low > high:
+                self._measured.clear()
+                low, high = bounds.low_s, bounds.high_s
+            self._measured.append(entry)
+            self._tightest = SkewBounds(low_s=low, high_s=high)
 
     def measure(self) -> SkewBounds | None:
         """Measure now with the probe, bracketing it with the host's clock.
@@ -128,36 +141,31 @@ class StoreClock:
         return bounds
 
     def offset(self) -> SkewBounds | None:
-        """The tightest interval of ``offset = host clock - store clock`` (seconds) that the recent writes
-        agree on, measuring first when the newest is older than ``refresh_s``; None if never measured.
-
-        Intervals that share no point (the host's clock was stepped) leave the newest measurement alone.
-        """
-        if self._stale():
+        """The tightest interval of ``offset = host clock - store clock`` (seconds) that the writes of the
+        last ``window_s`` agree on, measuring first when the newest is older than ``refresh_s``; with none
+        that recent, the last one measured; None if never measured."""
+        if self._claim_probe():
             self.measure()
         with self._lock:
             horizon = self._monotonic() - self._window_s
-            while self._measured and self._measured[0][0] < horizon:
-                self._measured.popleft()
-            if not self._measured:
-                return self._last  # nothing recent: the last one known, wider in truth by drift only
-            low = max(b.low_s for _, b in self._measured)
-            high = min(b.high_s for _, b in self._measured)
-            if low > high:
-                newest = self._measured[-1]
-                self._measured.clear()
-                self._measured.append(newest)
-                return newest[1]
-            return SkewBounds(low_s=low, high_s=high)
+            if self._measured and self._measured[0][0] < horizon:
+                while self._measured and self._measured[0][0] < horizon:
+                    self._measured.popleft()
+                self._tightest = _intersection([b for _, b in self._measured])
+            return self._last if self._tightest is None else self._tightest
 
-    def _stale(self) -> bool:
+    def _claim_probe(self) -> bool:
+        """Whether this reading should measure first (and then no other for :data:`PROBE_RETRY_S`)."""
         if self._probe is None:
             return False
         with self._lock:
             at = self._monotonic()
             if self._probed_at is not None and at - self._probed_at < PROBE_RETRY_S:
                 return False
-            return not self._measured or at - self._measured[-1][0] > self._refresh_s
+            if self._measured and at - self._measured[-1][0] <= self._refresh_s:
+                return False
+            self._probed_at = at
+            return True
 
     def now(self) -> datetime:
         """The store's time as best estimated (UTC): the host's clock less the interval's middle, or the
@@ -197,3 +205,10 @@ def store_timed(
     )
     store_clock.measure()
     return ClockCheckedStateStore(states, monitor), store_clock
+
+
+def _intersection(measured: list[SkewBounds]) -> SkewBounds | None:
+    """The interval every one of ``measured`` contains (they share a point: :meth:`StoreClock.observe`)."""
+    if not measured:
+        return None
+    return SkewBounds(low_s=max(b.low_s for b in measured), high_s=min(b.high_s for b in measured))
