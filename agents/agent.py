@@ -45,7 +45,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from agents.services import RemoteService
 from orderflow import telemetry, tracing
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
-from orderflow.clock import Clock
+from orderflow.clock import Clock, latest
 from orderflow.contracts import undo_step_name
 from orderflow.errors import (
     DEADLINE_EXCEEDED,
@@ -135,7 +135,7 @@ def handle_request(
             every redelivery (:attr:`orderflow.queues.base.ReceivedMessage.delivery_count`).
         service: The remote service this agent wraps.
         queues: Where the response is sent.
-        clock: Time source; the deadline is compared against it.
+        clock: Time source (the store's time): the deadline is compared with its latest side.
         settings: Backoff and call-timeout settings.
         sleep: Sleeps between retries (tests pass a fake).
         taken: This host's log of the request ids it has taken; a request id already in it is a
@@ -251,7 +251,7 @@ def _skipped(
         # The same request sent twice: its first copy has (or had) the reservation; never spend it twice.
         telemetry.event("agent.duplicate_skipped", **fields)
         return True
-    if clock.now() >= request.deadline:
+    if latest(clock) >= request.deadline:  # may have passed by the store's time: start nothing
         telemetry.event("agent.expired_on_arrival", **fields)
         return True
     return False
@@ -305,7 +305,7 @@ def _call_service(
 
     def attempt() -> dict[str, str]:
         nonlocal calls
-        left = (request.deadline - clock.now()).total_seconds()
+        left = (request.deadline - latest(clock)).total_seconds()
         if left < MIN_CALL_S:
             raise DeadlineExceeded(f"deadline {request.deadline.isoformat()} passed before call {calls + 1}")
         retry_at = None if held is None else held.admit(service.name, holder=request.instance_id)
@@ -319,7 +319,7 @@ def _call_service(
         if calls >= request.max_calls:
             return True
         upcoming = state.upcoming_sleep or 0.0
-        return (request.deadline - clock.now()).total_seconds() - upcoming < MIN_CALL_S
+        return (request.deadline - latest(clock)).total_seconds() - upcoming < MIN_CALL_S
 
     result: dict[str, str] | None = None
     error: _Error | None = None

@@ -21,6 +21,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -34,11 +35,11 @@ from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SystemClock
-from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import StorageQueueFactory, queue_service_url, validate_queue_name
 from orderflow.settings import Settings
+from orderflow.store_clock import store_timed
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.telemetry import configure_telemetry
 from orderflow.wiring import connect_queues, connect_stores
@@ -272,9 +273,11 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 held = hold_host_id(settings)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
-                clock = host_clock()
+                # Every role runs on the state store's time, measured through this host's clock.
+                probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
+                states, clock = store_timed(stores.state, host_clock(), settings, probe=probe)
                 deps = Dependencies(
-                    states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
+                    states=states,
                     orders=stores.orders,
                     queues=queues,
                     clock=clock,

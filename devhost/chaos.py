@@ -64,8 +64,8 @@ from devhost.delivery_faults import (
 )
 from devhost.demo import (
     DEMO_FAULTS,
-    DEMO_SETTINGS,
     INVARIANTS,
+    STORE_TIME_SLACK_S,
     DemoSystem,
     DevhostSpec,
     Killer,
@@ -535,7 +535,8 @@ def run_chaos(
         outage_kinds: The kinds of outage taken in turn (:data:`ALL_OUTAGES`: every kind).
         long_share: Share of the demo services' calls that answer after longer than a queue lock
             (:func:`devhost.chaos_faults.long_handler_faults`; 0: none).
-        skew: Run one scheduler process with its clock ahead (:func:`devhost.chaos_faults.draw_skewed_host`).
+        skew: Run one scheduler process with its clock tens of seconds off
+            (:func:`devhost.chaos_faults.draw_skewed_host`).
         clients: Clients submitting the orders in turn, each with its own reply queue.
         intruder: Register one more client, :data:`devhost.intruder.INTRUDER_CLIENT`, that attacks theirs.
         seed: Seed of the kills and of the delivery faults' draws.
@@ -644,11 +645,10 @@ def _print_plan(
 
 def _skewed_host(seed: int, processes: int) -> SkewedHost:
     """The run's skewed host, among the processes that run the supervisor (:func:`draw_skewed_host`)."""
-    settings = Settings.load(env={**DEMO_SETTINGS, **CHAOS_SETTINGS})
     supervisors = [
         spec.name for spec in devhost_specs(processes) if spec.roles == "all" or "supervisor" in spec.roles
     ]
-    return draw_skewed_host(seed, supervisors, settings.CLOCK_SKEW_TOLERANCE_S)
+    return draw_skewed_host(seed, supervisors)
 
 
 def _chaos_outages(
@@ -798,7 +798,7 @@ def _chaos_report(
         processes=processes,
         kills=len(chaos.killer.kills) if chaos.killer is not None else 0,
         others=others,
-        clock_slack_s=abs(offset_s),
+        clock_slack_s=STORE_TIME_SLACK_S,  # the skewed host stamps on the store's time too
     )
     intruder_report = _intruder_report(system, attacker, settling) if attacker is not None else {}
     records = catalog_records(all_records(system.stores.state), others)
@@ -939,7 +939,7 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         float, typer.Option(help="Share of the services' calls answered after longer than a queue lock.")
     ] = 0.03,
     skew: Annotated[
-        bool, typer.Option(help="Run one scheduler process with its clock ahead, within the tolerance.")
+        bool, typer.Option(help="Run one scheduler process with its clock 20-40 s ahead or behind.")
     ] = True,
     clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
     intruder: Annotated[

@@ -4,10 +4,10 @@
   and answers nothing) for longer than a step's deadline, then SIGCONTed (:func:`emulator_outage`);
 - **a dependency down for a window**: one demo service made hard down through ``PUT /faults``
   (``unavailable_services``), then given its plan back (:func:`dependency_outage`);
-- **a host with a skewed clock**: one scheduler process started with its clock ahead of the others'
-  (:data:`devhost.__main__.CLOCK_OFFSET_ENV`), by less than half of ``CLOCK_SKEW_TOLERANCE_S``
-  (:func:`draw_skewed_host`): the run must stay correct, and the host raises no ``clock_skew`` alert
-  (:func:`count_alerts` counts them from the processes' logs);
+- **a host with a skewed clock**: one scheduler process started with its clock tens of seconds ahead of
+  or behind the others' (:data:`devhost.__main__.CLOCK_OFFSET_ENV`, :func:`draw_skewed_host`), far past
+  ``CLOCK_SKEW_TOLERANCE_S``: every deadline is on the state store's time, so the run must stay correct,
+  and the host raises ``clock_skew`` (:func:`count_alerts` counts them from the processes' logs);
 - **long handlers**: a share of the demo services' calls answered after longer than a queue lock
   (:func:`long_handler_faults`), under the chaos cadences of :data:`CHAOS_SETTINGS`, so the agents'
   handlers outlast their message's lock and must keep it by renewal.
@@ -44,9 +44,10 @@ LONG_CALL_S = 3.4
 """Seconds a long call of the demo services takes before it answers normally: longer than the chaos
 ``QUEUE_LOCK_S``, shorter than its ``AGENT_CALL_TIMEOUT_S``."""
 
-SKEW_SHARE = (0.4, 0.9)
-"""The skewed host's clock runs ahead by a share of half of ``CLOCK_SKEW_TOLERANCE_S`` drawn between these:
-within what a host alerts on, so the run must be correct and quiet."""
+SKEW_S = (20.0, 40.0)
+"""Seconds the skewed host's clock runs off, ahead or behind, drawn between these: far more than a step's
+deadline, so a deadline read on the host's own clock would be recovered early (ahead) or born expired
+(behind), and one read on the store's time is not."""
 
 RESTORE_TRIES = 10
 """Times the end of a dependency window tries to give the services their plan back, 1 s apart."""
@@ -65,15 +66,15 @@ def long_handler_faults(faults: FaultPlan, long_share: float) -> FaultPlan:
 
 @dataclass(frozen=True)
 class SkewedHost:
-    """The devhost process whose clock is skewed, and by how much (seconds ahead)."""
+    """The devhost process whose clock is skewed, and by how much (seconds ahead; negative: behind)."""
 
     process: str
     offset_s: float
 
 
-def draw_skewed_host(seed: int, processes: Sequence[str], tolerance_s: float) -> SkewedHost:
+def draw_skewed_host(seed: int, processes: Sequence[str]) -> SkewedHost:
     """The skewed host of a run: one of ``processes`` (the scheduler processes, which run the supervisor),
-    ahead by a :data:`SKEW_SHARE` of ``tolerance_s / 2``, both drawn from ``seed``.
+    ahead or behind by :data:`SKEW_S`, all drawn from ``seed``.
 
     Raises:
         ValueError: ``processes`` is empty.
@@ -82,7 +83,8 @@ def draw_skewed_host(seed: int, processes: Sequence[str], tolerance_s: float) ->
         raise ValueError("a skewed host needs a process to skew")
     draw = random.Random(f"skew/{seed}")
     process = draw.choice(sorted(processes))
-    return SkewedHost(process, round(draw.uniform(*SKEW_SHARE) * tolerance_s / 2, 3))
+    sign = draw.choice((1.0, -1.0))
+    return SkewedHost(process, round(sign * draw.uniform(*SKEW_S), 3))
 
 
 def emulator_outage(emulator: EmulatorProcess) -> Callable[[OutageWindow], Callable[[], None]]:

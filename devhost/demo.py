@@ -577,6 +577,11 @@ def _classify_compensated(
     return f"mismatched:compensated for {code}"
 
 
+STORE_TIME_SLACK_S = 1.0
+"""Seconds a host's stamp of the store's time may be off the true time: its measured interval is at most
+the store's stamp resolution (one second) wide once the host has written, and narrows from there."""
+
+
 def attempt_overlaps(
     records: dict[str, StateRecord], audit_keys: dict[str, Any], *, clock_slack_s: float = 0.0
 ) -> dict[str, str]:
@@ -589,9 +594,10 @@ def attempt_overlaps(
     - the demo services' audit: no call made for attempt *k* (its ``Orderflow-Instance-Id`` header)
       arrived after attempt *k + 1* was claimed.
 
-    Both clocks are this machine's wall clock (UTC), so the times compare directly, unless a devhost
-    process runs with a clock offset (``make chaos``'s skewed host): its stamps are then up to
-    ``clock_slack_s`` seconds off, and a time is counted later than another only by more than that.
+    The services stamp this machine's wall clock (UTC), and the hosts the state store's time as each one
+    reads it (orderflow.store_clock), which cosmosdb-server keeps on this machine's clock: a host's
+    stamps are then off by at most its measured interval (:data:`STORE_TIME_SLACK_S`), whatever its own
+    clock's offset, and a time is counted later than another only by more than ``clock_slack_s``.
     """
     slack = timedelta(seconds=clock_slack_s)
     overlaps: dict[str, str] = {}
@@ -1069,7 +1075,7 @@ def build_report(
     processes: int,
     kills: int,
     others: Collection[str] = (),
-    clock_slack_s: float = 0.0,
+    clock_slack_s: float = STORE_TIME_SLACK_S,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The demo report of a run whose orders have settled (or timed out), and its mismatched orders.
 

@@ -10,18 +10,18 @@ blueprint to wire it in memory.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 from function_host.settlement import Redelivery
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
-from orderflow.clock_skew import clock_checked
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings
+from orderflow.store_clock import store_timed
 from orderflow.wiring import connect_azure
 
 
@@ -29,9 +29,11 @@ from orderflow.wiring import connect_azure
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
-    clock = SystemClock()
+    # Every role runs on the state store's time, measured through the machine's clock.
+    probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
+    states, clock = store_timed(stores.state, SystemClock(), settings, probe=probe)
     deps = Dependencies(
-        states=clock_checked(stores.state, clock, settings),  # alerts a skewed clock
+        states=states,
         orders=stores.orders,
         queues=queues,
         clock=clock,

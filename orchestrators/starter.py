@@ -26,7 +26,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry, tracing
 from orderflow.breaker import CircuitBreakers, hold_for_dependency
-from orderflow.clock import Clock
+from orderflow.clock import Clock, latest
 from orderflow.contracts import OrchestrationInput, StartedStep
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
@@ -445,10 +445,10 @@ def send_first_request(
     failure twice more; one that cannot be sent leaves the attempt to its durable timer (the supervisor
     then recovers it), never the pass to an exception.
 
-    Not sent once this host's clock reached the claim's ``completeBy`` (a starter paused between its claim
-    and the send): the supervisor, whose clock is at most ``CLOCK_SKEW_TOLERANCE_S`` ahead, recovers a
-    record only that long past it, so a request sent before is never one of a superseded attempt (and the
-    agent drops a request past its deadline).
+    Not sent once the store's time may have reached the claim's ``completeBy`` (a starter paused between
+    its claim and the send; :func:`orderflow.clock.latest`): the supervisor recovers a record only once the
+    store's time has certainly passed it (:func:`orderflow.clock.earliest`), so a request sent before is
+    never one of a superseded attempt (and the agent drops a request past its deadline).
     """
     instance_id = record.locked_by
     assert instance_id is not None
@@ -456,7 +456,7 @@ def send_first_request(
     def send() -> bool:
         order = first_requests.order(record.order_id)
         now = clock.now()
-        if now >= started.complete_by:
+        if latest(clock) >= started.complete_by:
             return False
         send_step_request(
             first_requests.queues,

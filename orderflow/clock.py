@@ -1,10 +1,15 @@
-"""Time as a dependency: roles take a :class:`Clock` so tests can move time without sleeping."""
+"""Time as a dependency: roles take a :class:`Clock` so tests can move time without sleeping.
+
+A host's roles run on the state store's time (:class:`orderflow.store_clock.StoreClock`), which a host
+knows only within an interval: :func:`earliest` and :func:`latest` are its two sides, for the comparisons
+that must not err one way or the other. Any other clock is exact: both are its ``now``.
+"""
 
 from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Clock(Protocol):
@@ -13,6 +18,32 @@ class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
         ...
+
+
+@runtime_checkable
+class BoundedClock(Clock, Protocol):
+    """A clock known only within an interval: the time is certainly between :meth:`earliest` and
+    :meth:`latest`, and :meth:`now` is the best estimate between them."""
+
+    def earliest(self) -> datetime:
+        """A time (UTC) that has certainly been reached."""
+        ...
+
+    def latest(self) -> datetime:
+        """A time (UTC) that has certainly not been passed."""
+        ...
+
+
+def earliest(clock: Clock) -> datetime:
+    """The current time (UTC) at its earliest: compare a deadline with it to act only once it has
+    certainly passed (the supervisor's "is it overdue?")."""
+    return clock.earliest() if isinstance(clock, BoundedClock) else clock.now()
+
+
+def latest(clock: Clock) -> datetime:
+    """The current time (UTC) at its latest: compare a deadline with it to start no work once it may have
+    passed (an agent's or a starter's "is it expired?")."""
+    return clock.latest() if isinstance(clock, BoundedClock) else clock.now()
 
 
 class SystemClock:

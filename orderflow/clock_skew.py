@@ -1,15 +1,14 @@
 """How far this host's clock is from the state store's, measured on the host's own writes.
 
-Every host compares ``completeBy`` with its own clock, and the supervisor acts on a deadline only once it
-is ``CLOCK_SKEW_TOLERANCE_S`` past (supervisor.sweep), so hosts whose clocks differ by less never overlap
-two attempts. Nothing enforces that bound; this module notices when it is broken. The state store stamps
-each write with its own time (Cosmos DB's ``_ts``: whole seconds), a clock every host shares. A host that
-reads its clock just before and just after a write brackets the store's stamp:
+The state store stamps each write with its own time (Cosmos DB's ``_ts``: whole seconds), a clock every
+host shares. A host that reads its clock just before and just after a write brackets the store's stamp:
 
     offset = host clock - store clock,  before - (_ts + 1)  <=  offset  <=  after - _ts
 
-(``_ts`` is the store's time rounded down to the second). Two hosts each within half the tolerance of the
-store are within the tolerance of each other, so a host whose whole interval lies beyond half of it
+(``_ts`` is the store's time rounded down to the second). Every measurement feeds the host's
+:class:`~orderflow.store_clock.StoreClock`, on which every deadline is written and compared, so a host's
+offset does not move any deadline. The host's own clock still times its local waits (a durable timer on
+Azure, a lease's renewal), so a host whose whole interval lies beyond half of ``CLOCK_SKEW_TOLERANCE_S``
 raises ``clock_skew`` (at most once per :data:`ALERT_EVERY_S`). docs/operations.md, "Clock skew".
 """
 
@@ -67,6 +66,7 @@ class ClockSkewMonitor:
         tolerance_s: ``CLOCK_SKEW_TOLERANCE_S``; the alert fires beyond half of it.
         host_id: Named in the alert.
         monotonic: Time source of the alert's rate limit (tests replace it).
+        on_measured: Told every measurement (the host's store clock), or None.
     """
 
     def __init__(
@@ -76,8 +76,10 @@ class ClockSkewMonitor:
         tolerance_s: float,
         host_id: str,
         monotonic: Callable[[], float] = time.monotonic,
+        on_measured: Callable[[SkewBounds], None] | None = None,
     ) -> None:
         self.clock = clock
+        self._on_measured = on_measured
         self.limit_s = tolerance_s / 2
         self.host_id = host_id
         self.last: SkewBounds | None = None
@@ -94,6 +96,8 @@ class ClockSkewMonitor:
         if stored_at is None:
             return None
         bounds = skew_bounds(before, after, stored_at)
+        if self._on_measured is not None:
+            self._on_measured(bounds)
         with self._lock:
             self.last = bounds
             if not bounds.beyond(self.limit_s):

@@ -761,12 +761,10 @@ class Settings(BaseModel):
     CLOCK_SKEW_TOLERANCE_S: float = Field(
         2.0,
         ge=0,
-        description="Largest difference between the clocks of any two hosts that orderflow tolerates "
-        "(default 2 s; NTP keeps hosts within milliseconds). The supervisor acts on a completeBy only once "
-        "its own clock is this far past it, so a supervisor whose clock runs ahead of the host that set the "
-        "deadline by less never recovers a live attempt; every recovery comes this much later. Each host "
-        "measures its clock against the state store's write timestamps and alerts clock_skew when it is "
-        "certainly more than half of this away (two such hosts may be a whole tolerance apart).",
+        description="How far a host's clock may be from the state store's before the host alerts "
+        "clock_skew: when it is certainly more than half of this away (default 2 s; NTP keeps hosts within "
+        "milliseconds). No deadline depends on it: every host writes and compares deadlines on the state "
+        "store's time, measured on its own writes; the host's own clock still times its durable timers.",
     )
     POISON_FAILURES: int = Field(
         3,

@@ -23,13 +23,13 @@ Clearing ``lockedBy`` fences the expired attempt: any write it still tries chang
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
 Correctness never depends on the supervisor lease (:mod:`supervisor.lease`), which only saves work.
 
-**Clock skew.** Each ``completeBy`` was set on the clock of the host that wrote it and is read here on the
-supervisor's. A deadline is overdue only once it is ``CLOCK_SKEW_TOLERANCE_S`` past (:func:`overdue_cutoff`),
-so a supervisor whose clock runs ahead of the writer's by less than that never recovers an attempt that is
-still live on its own host's clock (orderflow.clock_skew detects a larger skew and alerts).
+**One clock.** Every ``completeBy`` is written on the state store's time (each host's clock is a
+:class:`~orderflow.store_clock.StoreClock`), and a deadline is overdue only once the store's time has
+certainly passed it: the earliest side of this host's interval (:func:`overdue_cutoff`). So no host's
+clock, this one's included, makes the supervisor recover an attempt before its deadline.
 
 **The completeBy window.** A *scan* reads ``Processing`` records with ``completeBy < cutoff``, the cutoff
-being the time the scan started less the tolerated skew; there is deliberately no lower bound. A lower bound
+being the store's earliest time when the scan started; there is deliberately no lower bound. A lower bound
 such as ``now - SUPERVISOR_WINDOW_S`` would hide, forever, every record stuck for longer than the window:
 exactly the ones that most need recovering (after an outage of the supervisors, or behind a backlog larger
 than a few sweeps). The cutoff is pinned for the whole scan, across sweeps, for two reasons: a continuation
@@ -83,7 +83,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from orderflow import telemetry, tracing
-from orderflow.clock import Clock
+from orderflow.clock import Clock, earliest
 from orderflow.errors import (
     ConcurrencyConflict,
     ErrorKind,
@@ -233,16 +233,16 @@ def expired_query(cutoff: datetime) -> StateQuery:
     return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff, not_suspended=True)
 
 
-def overdue_cutoff(now: datetime, settings: Settings) -> datetime:
-    """The latest ``completeBy`` the supervisor acts on at ``now`` (its clock): ``CLOCK_SKEW_TOLERANCE_S``
-    earlier, so a deadline set by a host whose clock is behind this one by less is not yet overdue."""
-    return now - timedelta(seconds=settings.CLOCK_SKEW_TOLERANCE_S)
+def overdue_cutoff(clock: Clock) -> datetime:
+    """The latest ``completeBy`` (UTC) the supervisor acts on now: the store's time at its earliest
+    (:func:`orderflow.clock.earliest`), so every deadline before it has certainly passed by the store's
+    clock, whatever this host's own clock says."""
+    return earliest(clock)
 
 
-def is_overdue(complete_by: datetime, now: datetime, settings: Settings) -> bool:
-    """Whether a record with this ``completeBy`` is the supervisor's to act on at ``now``: it passed by
-    more than the tolerated clock skew (:func:`overdue_cutoff`)."""
-    return complete_by < overdue_cutoff(now, settings)
+def is_overdue(complete_by: datetime, clock: Clock) -> bool:
+    """Whether a record with this ``completeBy`` is the supervisor's to act on (:func:`overdue_cutoff`)."""
+    return complete_by < overdue_cutoff(clock)
 
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
@@ -307,7 +307,7 @@ def recover(
     if (
         record.process_state not in SWEPT_STATES
         or complete_by is None
-        or not is_overdue(complete_by, now, settings)
+        or not is_overdue(complete_by, clock)
         or record.suspended_at is not None  # an operator holds it: recovered after the resume
     ):
         return Recovery.SKIPPED
@@ -321,12 +321,12 @@ def recover(
         action="give_up" if recovered.give_up else "recover",
     )
     try:
-        states.replace(recovered.record, etag=found.etag)
+        written = states.replace(recovered.record, etag=found.etag)
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
     if failures is not None and recovered.failure is not None:
         failures.note(recovered.failure, record.order_id, now)
-    return _announce_recovery(record, recovered, settings)
+    return _announce_recovery(record, recovered, settings, stored_at=written.stored_at)
 
 
 class _Recovered(NamedTuple):
@@ -438,8 +438,12 @@ def _given_up_error(
     )
 
 
-def _announce_recovery(record: StateRecord, recovered: _Recovered, settings: Settings) -> Recovery:
-    """Log a recovery that was written (an alert for an order given up) and say which it was."""
+def _announce_recovery(
+    record: StateRecord, recovered: _Recovered, settings: Settings, *, stored_at: datetime | None
+) -> Recovery:
+    """Log a recovery that was written (an alert for an order given up) and say which it was. The
+    ``recovery`` event names the expired ``completeBy`` and the store's own stamp of the recovery write
+    (``stored_at``, whole seconds), so that the one can be checked against the other on the store's clock."""
     updated = recovered.record
     step = _running_step(record)
     fields = {
@@ -461,6 +465,8 @@ def _announce_recovery(record: StateRecord, recovered: _Recovered, settings: Set
             cancelled=recovered.cancelled,
             next_attempt_at=_iso(updated.next_attempt_at),
             extended_backoff=is_extended(updated.failure_count, settings),
+            complete_by=_iso(record.complete_by),
+            stored_at=_iso(stored_at),
             **fields,
         )
         return Recovery.REQUEUED
@@ -705,7 +711,7 @@ def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock, set
     if cursor.in_progress:
         report.resumed = True
     else:
-        cursor.start(overdue_cutoff(clock.now(), settings))
+        cursor.start(overdue_cutoff(clock))
     report.cutoff = cursor.cutoff
 
 
@@ -788,7 +794,7 @@ def _restart_scan(
         report.anomaly = anomaly
         return False
     logger.warning("supervisor scan: %s; restarting the scan from the start", why)
-    cursor.start(overdue_cutoff(clock.now(), settings))
+    cursor.start(overdue_cutoff(clock))
     report.cutoff = cursor.cutoff
     return True
 

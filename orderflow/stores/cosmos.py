@@ -264,7 +264,8 @@ class _CosmosContainer:
             return self.container.create_item(body=doc, **self._options)
 
     def upsert(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Create ``doc`` or replace the item of its id and partition, whatever its ETag."""
+        """Create ``doc`` or replace the item of its id and partition, whatever its ETag: only for
+        documents no one else writes."""
         self._count(replaces=1)
         with _translated(self.kind, str(doc["id"])):
             return self.container.upsert_item(body=doc, **self._options)
@@ -665,6 +666,16 @@ class CosmosBreakerStore:
         """
         stored = self._container.replace(doc.to_json_dict(), etag)
         return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+    def clock_probe(self, host_id: str) -> datetime | None:
+        """Write this host's clock-probe document (``clock-probe:{host_id}``, read by no one) and return the
+        store's stamp of the write (UTC, whole seconds): :data:`orderflow.store_clock.Probe`. The
+        container shares the state store's account, so its stamps are the state store's clock.
+
+        Raises:
+            TransientError: Cosmos DB is unavailable.
+        """
+        return stored_at(self._container.upsert({"id": f"clock-probe:{host_id}", "hostId": host_id}))
 
 
 def alert_query_sql(query: AlertQuery, day: str) -> tuple[str, Parameters]:

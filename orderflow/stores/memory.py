@@ -502,10 +502,14 @@ class InMemoryOrderStore:
 
 class InMemoryBreakerStore:
     """Circuit-breaker documents in memory: the :class:`~orderflow.breaker.BreakerStore` port,
-    thread-safe, with the state store's ETag semantics. Hosts that share one instance share breakers."""
+    thread-safe, with the state store's ETag semantics. Hosts that share one instance share breakers.
 
-    def __init__(self) -> None:
-        self._container = _MemoryContainer("circuit breaker")
+    Args:
+        clock: The store's own clock, which stamps each write's ``_ts`` (default: the machine's).
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._container = _MemoryContainer("circuit breaker", clock=clock)
         self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
@@ -536,6 +540,16 @@ class InMemoryBreakerStore:
         """
         stored = self._container.replace(doc.to_json_dict(), etag)
         return Versioned(BreakerDoc.from_stored(stored), str(stored["_etag"]))
+
+    def clock_probe(self, host_id: str) -> datetime | None:
+        """Write this host's clock-probe document and return the store's stamp of the write (UTC, whole
+        seconds), as :meth:`orderflow.stores.cosmos.CosmosBreakerStore.clock_probe` does."""
+        doc = {"id": f"clock-probe:{host_id}", "hostId": host_id}
+        try:
+            stored = self._container.replace(doc, str(self._container.read(doc["id"])["_etag"]))
+        except NotFound:
+            stored = self._container.create(doc)
+        return stored_at(stored)
 
 
 def alert_matches(query: AlertQuery, doc: dict[str, Any]) -> bool:

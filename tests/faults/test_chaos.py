@@ -7,9 +7,9 @@ and restarted, 5% of all messages are delivered twice, 5% of agent responses arr
 deadline, and the supervisor leader is SIGSTOPped for longer than its lease and then woken up
 (devhost.chaos). The state store and then the queues are each SIGSTOPped for longer than a step's
 deadline, 5% of the services' calls take longer than a queue lock (so the agents' handlers must keep
-their locks by renewal), and one scheduler process runs with its clock ahead of the others' (within the
-tolerance; the submission's clock is never skewed). A dependency down for a window is left to ``make
-chaos``: its breaker's open period alone is longer than this test should take.
+their locks by renewal), and one scheduler process runs with its clock 20-40 s off the others' (every
+deadline is on the state store's time; the submission's clock is never skewed). A dependency down for a
+window is left to ``make chaos``: its breaker's open period alone is longer than this test should take.
 
 Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
 no reply may reach a client that did not submit its order, every settled order's client must hear its
@@ -77,8 +77,8 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
     assert report["store_outages"] >= 1 and report["queue_outages"] >= 1
     assert report["dependency_windows"] == 0  # not asked for
     assert report["long_handlers"] >= 1
-    assert report["skewed_hosts"] == 1 and 0 < report["clock_offset_s"] < 1.0
-    assert report["clock_skew_alerts"] == 0  # within half the tolerance: nothing to alert
+    assert report["skewed_hosts"] == 1 and 20.0 <= abs(report["clock_offset_s"]) <= 40.0
+    assert report["clock_skew_alerts"] >= 1  # far past half the tolerance: the host says so
     assert report["recoveries"] > 0
     assert report["max_recovery_s"] > 0
     # The intruder tried every kind of attack, Azurite refused every foreign-queue send, and nothing it

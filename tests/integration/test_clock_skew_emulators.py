@@ -1,4 +1,4 @@
-"""Clock skew against the real parts: cosmosdb-server's own write stamps and two hosts sharing its stores.
+"""Clock skew against the real parts: cosmosdb-server's own write stamps, and a host's store clock on them.
 
 cosmosdb-server stamps every create and replace with ``_ts`` (its clock, whole seconds), and azure-cosmos
 returns it with the written document, so a host measures its clock on its own writes exactly as against
@@ -8,20 +8,23 @@ host with no skew, and an offset from it a skewed one.
 
 from __future__ import annotations
 
+import time
 import uuid
-from dataclasses import replace
+from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 
+from devhost.emulators import LocalEndpoints
 from intake.submission import handle_intake_message
 from orderflow import telemetry
-from orderflow.clock import FakeClock, OffsetClock, SystemClock
+from orderflow.clock import OffsetClock, SystemClock
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor
 from orderflow.dependencies import Dependencies
 from orderflow.records import order_key
-from orderflow.settings import Settings
-from tests.unit.fakes import TEST_CLIENTS, client_for, order_body
-from tests.unit.test_clock_skew import run_two_hosts
+from orderflow.store_clock import StoreClock
+from orderflow.stores.cosmos import CosmosStores
+from tests.unit.fakes import client_for, order_body
 
 pytestmark = pytest.mark.integration
 
@@ -76,18 +79,32 @@ def test_a_host_whose_clock_is_off_from_cosmosdb_servers_raises_clock_skew(
     assert abs(last.low_s) > 1.0 and abs(last.high_s) > 1.0  # certainly beyond half the tolerance
 
 
-@pytest.mark.parametrize("offset_s", [1.5, 1.9])
-def test_two_hosts_skewed_within_the_tolerance_over_the_real_stores_make_no_overlapping_attempt(
-    deps: Dependencies, offset_s: float
+@pytest.mark.parametrize("offset_s", [30.0, -30.0])
+def test_a_host_far_off_reads_cosmosdb_servers_time_through_its_probe(
+    local_endpoints: LocalEndpoints, offset_s: float
 ) -> None:
-    clock = FakeClock()
-    settings = Settings(CLIENTS=TEST_CLIENTS, SUPERVISOR_BACKOFF_INITIAL_S=0, SUPERVISOR_LEASE_ENABLED=False)
-    shared = replace(deps, clock=clock, settings=settings)
+    stores = CosmosStores.connect(
+        local_endpoints.cosmos_endpoint,
+        key=local_endpoints.cosmos_key,
+        database=f"probe{uuid.uuid4().hex[:8]}",
+        verify_tls=False,
+    )
+    try:
+        clock = StoreClock(
+            OffsetClock(SystemClock(), offset_s), probe=partial(stores.breakers.clock_probe, "h")
+        )
+        first = clock.measure()
+        time.sleep(0.35)
+        clock.measure()
+        time.sleep(0.35)
+        clock.measure()
+        bounds = clock.offset()
+        true = datetime.now(UTC)
+    finally:
+        stores.close()
 
-    client = client_for(f"client-{uuid.uuid4().hex[:8]}")
-    order_id = order_key(client.client_id, f"skew-{uuid.uuid4().hex[:8]}")
-
-    run = run_two_hosts(shared, clock, offset_s, order_id=order_id, client=client)
-
-    assert run.calls and run.claimed_2_at is not None
-    assert run.overlapping_calls() == []
+    assert first is not None and first.low_s <= offset_s <= first.high_s
+    assert bounds is not None and bounds.low_s <= offset_s <= bounds.high_s
+    assert bounds.high_s - bounds.low_s < first.high_s - first.low_s  # three writes narrowed it
+    assert abs((clock.now() - true).total_seconds()) < 0.7
+    assert clock.earliest() <= datetime.now(UTC) <= clock.latest()

@@ -1,10 +1,12 @@
-"""Hosts whose clocks differ: the tolerated skew built into the supervisor's deadlines, and its detection.
+"""Hosts whose clocks differ: deadlines on the store's time, whatever the hosts' offsets; and detection.
 
-Two hosts share one set of stores. The *writer* claims an order, starts its first step (which sets
-``completeBy`` on its clock) and runs the step's agent, which may start a call until the request's
-deadline, a margin before ``completeBy``. The *supervisor* host sweeps and claims the next attempt on a
-clock ``offset`` seconds ahead. Time is driven in real seconds (the writer's clock is the true one), so an
-overlap is a call of attempt 1 started at or after attempt 2 was claimed.
+Two hosts share one set of stores, whose stamps are the true time. The *writer* claims an order, starts
+its first step (which sets ``completeBy``) and runs the step's agent, which may start a call until the
+request's deadline, a margin before ``completeBy``. The *supervisor* host sweeps and claims the next
+attempt. Each host runs on a :class:`~orderflow.store_clock.StoreClock` over its own skewed clock (as the
+hosts wire it: :func:`~orderflow.store_clock.store_timed`). Time is driven in true seconds, so an overlap
+is a call of attempt 1 started at or after attempt 2 was claimed, and an early recovery one made before
+the attempt's ``completeBy``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from intake.submission import handle_intake_message
 from orchestrators.starter import run_starter_pass
 from orderflow import telemetry
 from orderflow.clients import RegisteredClient
-from orderflow.clock import FakeClock, OffsetClock
+from orderflow.clock import FakeClock, OffsetClock, latest
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor, skew_bounds
 from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.step_requests import agent_deadline
+from orderflow.store_clock import store_timed
 from orderflow.stores.memory import InMemoryStateStore
 from supervisor.sweep import run_sweep
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
@@ -36,8 +39,9 @@ TICK_S = 0.1
 
 @dataclass
 class SkewRun:
-    """What happened in real time (the writer's clock): attempt 1's agent calls and the next claim."""
+    """What happened in true time: attempt 1's agent calls, its recovery and the next claim."""
 
+    complete_by: datetime
     calls: list[datetime] = field(default_factory=list)
     claimed_2_at: datetime | None = None
     recovered_at: datetime | None = None
@@ -48,24 +52,36 @@ class SkewRun:
         return [] if claimed is None else [at for at in self.calls if at >= claimed]
 
 
+def on_store_time(shared: Dependencies, true: FakeClock, offset_s: float) -> Dependencies:
+    """A host whose clock is ``offset_s`` off the true one, wired as hosts are: on the store's time, with a
+    probe whose stamp is the true time rounded down to the second (the store's ``_ts``)."""
+    host = OffsetClock(true, offset_s)
+    states, clock = store_timed(
+        shared.states, host, shared.settings, probe=lambda: true.now().replace(microsecond=0)
+    )
+    return replace(shared, states=states, clock=clock)
+
+
+def on_own_clock(shared: Dependencies, true: FakeClock, offset_s: float) -> Dependencies:
+    """A host that reads its skewed clock directly (no store clock): what the control runs on."""
+    return replace(shared, clock=OffsetClock(true, offset_s))
+
+
 def run_two_hosts(
-    deps: Dependencies,
+    writer: Dependencies,
+    supervisor: Dependencies,
     clock: FakeClock,
-    offset_s: float,
     *,
     order_id: str = ORDER,
     client: RegisteredClient = TEST_CLIENT,
 ) -> SkewRun:
-    """Race a live attempt on the writer against a supervisor host ``offset_s`` ahead, tick by tick.
+    """Race a live attempt on ``writer`` against the ``supervisor`` host, tick by tick of true time.
 
     Args:
-        deps: The shared stores, queues and settings, on ``clock`` (the writer's, the true one).
-        clock: Moved by :data:`TICK_S` per tick until attempt 2 is claimed (or a bound is hit).
-        offset_s: How far the supervisor host's clock runs ahead of the writer's.
+        writer / supervisor: The two hosts, sharing stores, queues and settings.
+        clock: The true clock, moved by :data:`TICK_S` per tick until attempt 2 is claimed (or a bound).
         order_id / client: The one order submitted, and its client (with its reply queue).
     """
-    writer = deps
-    supervisor = replace(deps, clock=OffsetClock(clock, offset_s))
     handle_intake_message(
         order_body(order_id, reply_to=client.reply_queue),
         client=client,
@@ -87,14 +103,17 @@ def run_two_hosts(
         )
     claimed = writer.states.get(order_id).item
     assert claimed.locked_by == f"{order_id}:1" and claimed.complete_by is not None
-    last_call = agent_deadline(claimed.complete_by, clock.now())  # the agent's own deadline, its clock
-    run = SkewRun()
-    end = claimed.complete_by + timedelta(seconds=deps.settings.CLOCK_SKEW_TOLERANCE_S + 5)
+    request_deadline = agent_deadline(claimed.complete_by, writer.clock.now())
+    run = SkewRun(complete_by=claimed.complete_by)
+    end = clock.now() + timedelta(seconds=120)
     while clock.now() < end and run.claimed_2_at is None:
-        if clock.now() < last_call:
-            run.calls.append(clock.now())  # the writer's agent may still start a call of attempt 1
+        if latest(writer.clock) < request_deadline:  # the agent's own check (agents.agent)
+            run.calls.append(clock.now())
         report = run_sweep(
-            states=supervisor.states, queues=supervisor.queues, clock=supervisor.clock, settings=deps.settings
+            states=supervisor.states,
+            queues=supervisor.queues,
+            clock=supervisor.clock,
+            settings=supervisor.settings,
         )
         if report.requeued and run.recovered_at is None:
             run.recovered_at = clock.now()
@@ -102,7 +121,7 @@ def run_two_hosts(
             states=supervisor.states,
             client=orchestrations,
             clock=supervisor.clock,
-            settings=deps.settings,
+            settings=supervisor.settings,
             response_queue="responses-supervisor",
             capacity=1,
         )
@@ -112,49 +131,51 @@ def run_two_hosts(
     return run
 
 
-def skew_deps(clock: FakeClock) -> Dependencies:
-    # Backoff 0: a recovered order is claimable at once, so only the deadline stands between attempts.
-    return memory_deps(clock, SUPERVISOR_BACKOFF_INITIAL_S=0)
+def shared_deps(clock: FakeClock) -> Dependencies:
+    """Stores stamped with the true time; backoff 0: a recovered order is claimable at once, so only the
+    deadline stands between attempts."""
+    deps = memory_deps(clock, SUPERVISOR_BACKOFF_INITIAL_S=0)
+    return replace(deps, states=InMemoryStateStore(clock=clock))
 
 
-@pytest.mark.parametrize("offset_s", [1.5, 1.9, -1.9])
-def test_two_hosts_with_skewed_clocks_within_the_tolerance_make_no_overlapping_attempt(
-    offset_s: float,
+@pytest.mark.parametrize(
+    ("writer_s", "supervisor_s"), [(-30.0, 30.0), (30.0, -30.0), (-30.0, -30.0), (0.0, 0.4)]
+)
+def test_hosts_far_off_the_stores_clock_recover_no_attempt_before_its_deadline(
+    writer_s: float, supervisor_s: float
 ) -> None:
-    clock = FakeClock()
-    deps = skew_deps(clock)
-    assert offset_s < deps.settings.CLOCK_SKEW_TOLERANCE_S
+    clock = FakeClock(datetime(2026, 1, 1, 0, 0, 0, 300_000, tzinfo=UTC))
+    shared = shared_deps(clock)
+    writer = on_store_time(shared, clock, writer_s)
 
-    run = run_two_hosts(deps, clock, offset_s)
+    run = run_two_hosts(writer, on_store_time(shared, clock, supervisor_s), clock)
 
-    assert run.calls, "attempt 1's agent made calls"
-    assert run.claimed_2_at is not None, "attempt 2 was claimed in the end"
-    assert run.overlapping_calls() == []
-    record = deps.states.get(ORDER).item
+    # The deadline is on the true time whatever the writer's clock: within the measurement's width of
+    # the claim's true time plus CLAIM_TIMEOUT_S + START_LATENCY_S (the first step's budget).
+    record = shared.states.get(ORDER).item
     first, _ = record.attempt_history
-    assert first.outcome == "recovered" and first.ended_at is not None
-    # The supervisor acted on a deadline that had passed on the writer's clock too.
-    assert run.recovered_at is not None and run.recovered_at >= first.expired_complete_by  # type: ignore[operator]
+    budget = (run.complete_by - first.claimed_at).total_seconds()
+    assert abs((first.claimed_at - datetime(2026, 1, 1, 0, 0, 0, 300_000, tzinfo=UTC)).total_seconds()) <= 0.5
+    assert budget > 0
+    assert run.calls, "attempt 1's agent made calls: its request was not born expired"
+    assert run.claimed_2_at is not None, "attempt 2 was claimed in the end"
+    assert run.recovered_at is not None and run.recovered_at >= run.complete_by
+    # Recovered within the two hosts' measurement widths (1 s each here) past the deadline, not later.
+    assert run.recovered_at <= run.complete_by + timedelta(seconds=2 + TICK_S)
+    assert run.overlapping_calls() == []
+    assert first.outcome == "recovered"
 
 
-def test_a_skew_beyond_the_tolerance_overlaps_attempts_and_is_what_detection_is_for() -> None:
-    # The limit of the guarantee, shown so the test above cannot pass by accident: 3.5 s ahead, with a
-    # 2 s tolerance and a 1 s agent margin, the next attempt is claimed while the agent may still call.
-    clock = FakeClock()
-    deps = skew_deps(clock)
+def test_on_their_own_clocks_the_same_hosts_recover_early_and_overlap() -> None:
+    # The control, so the test above cannot pass by accident: the same two hosts reading their skewed
+    # clocks directly recover attempt 1 at once, 13 s before its deadline by true time.
+    clock = FakeClock(datetime(2026, 1, 1, 0, 0, 0, 300_000, tzinfo=UTC))
+    shared = shared_deps(clock)
 
-    run = run_two_hosts(deps, clock, 3.5)
+    run = run_two_hosts(on_own_clock(shared, clock, -30.0), on_own_clock(shared, clock, 30.0), clock)
 
-    assert run.overlapping_calls() != []
-
-
-def test_with_no_tolerance_a_supervisor_ahead_by_less_than_the_margin_plus_backoff_overlaps() -> None:
-    # Today's comparison (completeBy < now on the supervisor's clock) is a tolerance of 0.
-    clock = FakeClock()
-    deps = memory_deps(clock, SUPERVISOR_BACKOFF_INITIAL_S=0, CLOCK_SKEW_TOLERANCE_S=0)
-
-    run = run_two_hosts(deps, clock, 1.5)
-
+    true_deadline = run.complete_by + timedelta(seconds=30)  # written on the writer's clock, 30 s behind
+    assert run.recovered_at is not None and run.recovered_at < true_deadline - timedelta(seconds=10)
     assert run.overlapping_calls() != []
 
 

@@ -23,7 +23,7 @@ from devhost.chaos import check_chaos_args, unexercised, unexercised_hints
 from devhost.chaos_faults import (
     CHAOS_SETTINGS,
     LONG_CALL_S,
-    SKEW_SHARE,
+    SKEW_S,
     count_alerts,
     draw_skewed_host,
     long_handler_faults,
@@ -210,16 +210,15 @@ def test_an_outage_that_cannot_start_is_skipped_and_the_scheduler_goes_on() -> N
 # --- the skewed host and the chaos cadences --------------------------------------------------------------
 
 
-def test_the_skewed_host_is_a_drawn_supervisor_ahead_by_less_than_half_the_tolerance() -> None:
-    drawn = [draw_skewed_host(seed, ["devhost-1", "devhost-2"], 2.0) for seed in range(40)]
+def test_the_skewed_host_is_a_drawn_supervisor_ahead_or_behind_by_tens_of_seconds() -> None:
+    drawn = [draw_skewed_host(seed, ["devhost-1", "devhost-2"]) for seed in range(40)]
 
     assert {h.process for h in drawn} == {"devhost-1", "devhost-2"}
-    assert all(SKEW_SHARE[0] * 1.0 <= h.offset_s <= SKEW_SHARE[1] * 1.0 for h in drawn)
-    assert draw_skewed_host(7, ["devhost-2", "devhost-1"], 2.0) == draw_skewed_host(
-        7, ["devhost-1", "devhost-2"], 2.0
-    )
+    assert all(SKEW_S[0] <= abs(h.offset_s) <= SKEW_S[1] for h in drawn)
+    assert {h.offset_s > 0 for h in drawn} == {True, False}
+    assert draw_skewed_host(7, ["devhost-2", "devhost-1"]) == draw_skewed_host(7, ["devhost-1", "devhost-2"])
     with pytest.raises(ValueError, match="a process to skew"):
-        draw_skewed_host(1, [], 2.0)
+        draw_skewed_host(1, [])
 
 
 def test_a_devhost_clock_runs_off_by_the_offset_its_environment_gives() -> None:
@@ -390,8 +389,8 @@ def record_with_history(ended_after_s: float) -> StateRecord:
     )
 
 
-def test_a_skewed_clock_is_allowed_for_but_an_overlap_beyond_it_is_not() -> None:
-    # The attempt ended 0.5 s "after" the next claim, by a clock that runs up to 0.9 s ahead.
+def test_stamps_off_by_the_slack_are_allowed_for_but_an_overlap_beyond_it_is_not() -> None:
+    # The attempt ended 0.5 s "after" the next claim, by stamps that may be up to 0.9 s off.
     records = {"o1": record_with_history(0.5)}
 
     assert attempt_overlaps(records, {}) == {
