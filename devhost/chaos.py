@@ -17,8 +17,11 @@ faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the 
 - **several clients**: ``--clients`` clients, each with its own private reply queue, so a reply that
   reaches the wrong client is seen (``misrouted_replies``);
 - **an intruder**: one more registered client on its own credentials (:mod:`devhost.intruder`) that
-  reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions
-  and uses its SAS on their queues; whatever it achieves on their orders is a ``cross_client_effect``.
+  reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions,
+  uses its SAS on their queues, sends hostile text and correlation ids naming their orders, and floods
+  conflicting resends; afterwards the run, as an operator, replays its dead letters through the operator
+  API. Whatever it achieves on their orders, or on what an operator sees of them, is a
+  ``cross_client_effect``.
 
 It writes ``chaos-report.json`` (the demo report's keys plus the chaos counts and ``max_recovery_s``) and
 exits 1, naming them, if any invariant in :data:`CHAOS_INVARIANTS` is not 0.
