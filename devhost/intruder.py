@@ -46,7 +46,6 @@ from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
 from devhost.hostile_text import HOSTILE_CASES, hostile_messages
-from operator_api.deadletters import replay_message_id
 from orderflow.alerts import window_start
 from orderflow.client import OrderflowClient, submission_message_id
 from orderflow.clients import RegisteredClient
@@ -62,6 +61,7 @@ from orderflow.messages import (
 from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, QueueFactory
 from orderflow.records import StateRecord, client_order_id, order_key
+from orderflow.replays import replay_message_id
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
 

@@ -40,7 +40,7 @@ from devhost.intruder import (
 )
 from devhost.intruder_operator import OperatorSession, replayed_victims, victim_etags
 from intake.submission import handle_intake_message
-from operator_api.deadletters import every_dead_letter, replay_message_id
+from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
@@ -61,6 +61,7 @@ from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState, RetryBudget, StateRecord, TimelineEntry, order_key
+from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import TrustedIssuer
