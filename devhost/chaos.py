@@ -17,8 +17,11 @@ faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the 
 - **several clients**: ``--clients`` clients, each with its own private reply queue, so a reply that
   reaches the wrong client is seen (``misrouted_replies``);
 - **an intruder**: one more registered client on its own credentials (:mod:`devhost.intruder`) that
-  reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions
-  and uses its SAS on their queues; whatever it achieves on their orders is a ``cross_client_effect``.
+  reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions,
+  uses its SAS on their queues, sends hostile text and correlation ids naming their orders, and floods
+  conflicting resends; afterwards the run, as an operator, replays its dead letters through the operator
+  API. Whatever it achieves on their orders, or on what an operator sees of them, is a
+  ``cross_client_effect``.
 
 It writes ``chaos-report.json`` (the demo report's keys plus the chaos counts and ``max_recovery_s``) and
 exits 1, naming them, if any invariant in :data:`CHAOS_INVARIANTS` is not 0.
@@ -85,15 +88,24 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT
 from devhost.intruder import (
+    CONFLICTING_ALERT,
     INTRUDER_CLIENT,
+    Attack,
+    AttackKind,
+    CrossClientEffects,
     Intruder,
     IntruderPlan,
+    OperatorFindings,
     attack_counts,
     count_cross_client_effects,
     settled_own_orders,
 )
+from devhost.intruder_operator import OperatorSession, operator_token, replayed_victims, victim_etags
 from devhost.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
+from operator_api.alerts import MAX_LIMIT
+from operator_api.deadletters import every_dead_letter
 from orderflow.client import OrderflowClient
+from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
@@ -120,6 +132,10 @@ dead-lettered and its own orders to settle."""
 
 INTRUDER_TARGET_POOL = 48
 """The intruder samples its victims among the first this many catalog orders (submitted first)."""
+
+REPLAY_SETTLE_S = 30.0
+"""Seconds the run waits, once the operator replayed the intruder's ``correlation_id`` dead letters, for
+the replays to be dead-lettered again."""
 
 HOLDER_RETRY_S = 1.0
 """Seconds before looking again for a leader to pause when none could be found (between holders)."""
@@ -828,16 +844,20 @@ def _chaos_report(
 
 
 def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling) -> dict[str, Any]:
-    """The intruder's keys of the report, once its last messages are dead-lettered and its own orders
-    settled (or :data:`INTRUDER_SETTLE_S` passed): ``cross_client_effects`` (and by kind),
+    """The intruder's keys of the report: ``cross_client_effects`` (and by kind),
     ``intruder_misrouted_replies`` (replies it got for an order id it never submitted, for
     ``misrouted_replies``), ``intruder_attacks`` per kind, ``intruder_refusals`` (403s on foreign queues),
-    ``intruder_orders`` and ``intruder_orders_settled``."""
+    ``intruder_orders`` and ``intruder_orders_settled``, ``intruder_replays`` and
+    ``intruder_conflict_alerts``.
+
+    Once its last messages are dead-lettered and its own orders settled (or :data:`INTRUDER_SETTLE_S`
+    passed), the driver acts as an operator (:func:`_as_operator`) and counts what it was shown too.
+    """
     attacks = attacker.snapshot()
-    deadline = time.monotonic() + INTRUDER_SETTLE_S
     # The account key's factory: only it may read the intruder's dead-letter queue.
     with StorageQueueFactory.from_connection_string(system.endpoints.storage_connection_string) as queues:
-        while True:
+
+        def count(operator: OperatorFindings | None) -> tuple[CrossClientEffects, list[StateRecord]]:
             attacker.sdk.poll()
             records = all_records(system.stores.state)
             effects = count_cross_client_effects(
@@ -846,13 +866,19 @@ def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling)
                 clients=system.clients,
                 owners=settling.owners,
                 attacks=attacks,
-                dead_letters=queues.dead_letters(attacker.client.inbound_queue),
+                dead_letters=every_dead_letter(queues, attacker.client.inbound_queue),
+                operator=operator,
             )
-            own, settled = settled_own_orders(records, attacker.client.client_id)
-            if (effects.attack_unrefused == 0 and settled == own) or time.monotonic() >= deadline:
-                break
-            time.sleep(1.0)
+            return effects, records
+
+        _await_refusals(lambda: count(None), attacker.client.client_id, INTRUDER_SETTLE_S)
+        findings = _as_operator(system, attacker, attacks, lambda f: count(f)[0])
+        effects, records = count(findings)
+    own, settled = settled_own_orders(records, attacker.client.client_id)
     mine = attacker.own_order_ids()
+    flood = [
+        a for a in findings.alerts if a.kind == CONFLICTING_ALERT and a.client_id == attacker.client.client_id
+    ]
     return {
         "cross_client_effects": effects.total,
         "intruder_misrouted_replies": count_misrouted_replies(
@@ -865,7 +891,53 @@ def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling)
         "intruder_refusals": sum(1 for a in attacks if a.refused),
         "intruder_orders": own,
         "intruder_orders_settled": settled,
+        "intruder_replays": len(findings.replayed),
+        "intruder_conflict_alerts": {"stored": len(flood), "count": sum(a.count for a in flood)},
     }
+
+
+def _await_refusals(
+    count: Callable[[], tuple[CrossClientEffects, list[StateRecord]]], client_id: str, within_s: float
+) -> None:
+    """Count every second until every attack was refused as expected and the intruder's own orders
+    settled, or ``within_s`` seconds passed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        effects, records = count()
+        own, settled = settled_own_orders(records, client_id)
+        if (effects.attack_unrefused == 0 and settled == own) or time.monotonic() >= deadline:
+            return
+        time.sleep(1.0)
+
+
+def _as_operator(
+    system: DemoSystem,
+    attacker: Intruder,
+    attacks: Sequence[Attack],
+    count: Callable[[OperatorFindings], CrossClientEffects],
+) -> OperatorFindings:
+    """The driver as an operator, through the operator API (:mod:`devhost.intruder_operator`): list the
+    intruder's dead letters, replay its ``correlation_id`` attacks, wait (up to :data:`REPLAY_SETTLE_S`)
+    for the replays to be dead-lettered again, list them again, and read the stored alerts; the ETags
+    of the victim records the replays name are read before and after."""
+    queue = attacker.client.inbound_queue
+    correlation = {a.message_id for a in attacks if a.kind is AttackKind.CORRELATION_ID}
+    victims = replayed_victims(attacks)
+    with OperatorApiClient(system.api_url, token=operator_token()) as api:
+        session = OperatorSession(api)
+        findings = session.findings
+        before = victim_etags(system.stores.state, victims)
+        session.replay(queue, session.dead_letters(queue), correlation)
+        deadline = time.monotonic() + REPLAY_SETTLE_S
+        while count(findings).attack_unrefused and time.monotonic() < deadline:
+            time.sleep(1.0)
+        session.dead_letters(queue)
+        after = victim_etags(system.stores.state, victims)
+        findings.victims_changed = sum(1 for key, etag in after.items() if before.get(key) != etag)
+        findings.alerts = session.alerts()
+    findings.alert_page = MAX_LIMIT
+    findings.alert_window_s = Settings.load(env=system.env).ALERT_WINDOW_S
+    return findings
 
 
 def _write_events(run_dir: Path, chaos: Chaos) -> None:

@@ -14,8 +14,10 @@ window is left to ``make chaos``: its breaker's open period alone is longer than
 Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
 no reply may reach a client that did not submit its order, every settled order's client must hear its
 final status, and no order may be driven by two attempts at once. An intruder (one more registered client,
-devhost.intruder) attacks the others' orders in every way it can: none of its attacks may have an effect on
-them. And the chaos must really have happened.
+devhost.intruder) attacks the others' orders in every way it can, hostile text, correlation ids naming their
+orders (replayed by an operator through the operator API) and a flood of conflicting resends included: none
+of its attacks may have an effect on them, nor on what an operator sees of them. And the chaos must really
+have happened.
 """
 
 from __future__ import annotations
@@ -91,3 +93,7 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
     assert report["intruder_refusals"] == attacks[AttackKind.FOREIGN_QUEUE]
     assert report["intruder_orders"] == attacks[AttackKind.SAME_ID]
     assert report["intruder_orders_settled"] == report["intruder_orders"]
+    # Every correlation-id dead letter was replayed by the operator, and the flood is one counted alert.
+    assert report["intruder_replays"] == attacks[AttackKind.CORRELATION_ID]
+    flood = report["intruder_conflict_alerts"]
+    assert flood["stored"] >= 1 and flood["count"] >= attacks[AttackKind.CONFLICT_FLOOD], flood

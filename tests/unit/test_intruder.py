@@ -7,32 +7,47 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from devhost.chaos import CHAOS_INVARIANTS, unexercised
 from devhost.demo import all_records, catalog_records, catalog_settled
+from devhost.hostile_text import HOSTILE_CASES
 from devhost.intruder import (
-    DEAD_LETTER_PEEK,
+    DEAD_LETTER_ROOM,
     INTRUDER_CLIENT,
+    REPLAY_ACTION,
     UNSTOCKED_SKU,
     Attack,
     AttackKind,
     CrossClientEffects,
     Intruder,
     IntruderPlan,
+    OperatorFindings,
+    StoredAlert,
     attack_counts,
+    correlation_attacks,
     count_cross_client_effects,
+    flood_attacks,
+    hostile_text_attacks,
     message_attacks,
     same_id_order,
     settled_own_orders,
     with_sas_of,
 )
+from devhost.intruder_operator import OperatorSession, replayed_victims, victim_etags
 from intake.submission import handle_intake_message
+from operator_api.deadletters import every_dead_letter
+from operator_api.handler import handle_operator_request
+from orderflow import telemetry
+from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
+from orderflow.consumer import settle
+from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     OPERATOR_ACTION_NOT_ACCEPTED,
@@ -40,13 +55,17 @@ from orderflow.messages import (
     SubmitOrder,
     parse_message,
 )
+from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.operator_client import OperatorApiClient
 from orderflow.order_requests import UNKNOWN_ORDER
-from orderflow.queues.base import DeadLetter
+from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import ProcessState, RetryBudget, StateRecord, order_key
+from orderflow.records import ProcessState, RetryBudget, StateRecord, TimelineEntry, order_key
+from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from tests.unit.fakes import order_body
+from tests.operator_tokens import TrustedIssuer
+from tests.unit.fakes import memory_deps, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -71,119 +90,269 @@ def state(client: RegisteredClient, order_id: str, **changes: object) -> StateRe
     return base.model_copy(update=changes)
 
 
-def dead(message_id: str, reason: str) -> DeadLetter:
-    return DeadLetter(message_id, "{}", reason, "", INTRUDER.inbound_queue, 1, T0)
+def dead(message_id: str, reason: str, delivery_count: int = 1) -> DeadLetter:
+    return DeadLetter(message_id, "{}", reason, "", INTRUDER.inbound_queue, delivery_count, T0)
 
 
-def clean_run() -> tuple[list[StateRecord], dict[str, str], list[Attack], list[DeadLetter]]:
+FLOOD = 5
+"""Conflicting resends in the runs of these tests."""
+CORRELATION = 3
+"""``correlation_id`` attacks on one victim order."""
+
+
+def alert(alert_id: str, *, client_id: str | None = None, count: int = 1, minute: int = 0) -> StoredAlert:
+    kind = "conflicting_order" if client_id else "order_gave_up"
+    return StoredAlert(alert_id, kind, client_id, count, T0 + timedelta(minutes=minute))
+
+
+Run = tuple[list[StateRecord], dict[str, str], list[Attack], list[DeadLetter], OperatorFindings]
+
+
+def clean_run() -> Run:
     """A run in which every attack was refused: victim orders o-1 (chaos-1) and o-2 (chaos-2), the
-    intruder's own o-1, and a cancel, replyTo, operator actions and foreign sends on o-2."""
+    intruder's own o-1, and a cancel, replyTo, operator actions, correlation ids (replayed by the
+    operator), hostile text and foreign sends on o-2, and a flood of o-1 counted into one alert."""
+    same = Attack(AttackKind.SAME_ID, "o-1", VICTIM.client_id, "o-1:submit")
+    correlated = [o.attack for o in correlation_attacks(OTHER, "o-2", "r1")]
     attacks = [
-        Attack(AttackKind.SAME_ID, "o-1", VICTIM.client_id, "o-1:submit"),
+        same,
         *(attack for attack, _ in message_attacks(OTHER, "o-2", "r1")),
+        *correlated,
+        *(o.attack for o in hostile_text_attacks(OTHER, "o-2", "r1", INTRUDER)),
+        *(o.attack for o in flood_attacks(INTRUDER, same, FLOOD)),
         Attack(AttackKind.FOREIGN_QUEUE, "o-1", VICTIM.client_id, VICTIM.inbound_queue, refused=True),
         Attack(AttackKind.FOREIGN_QUEUE, "o-1", VICTIM.client_id, "agent-inventory", refused=True),
     ]
-    expected = {
-        AttackKind.CANCEL: UNKNOWN_ORDER,
-        AttackKind.REPLY_TO: REPLY_TO_NOT_REGISTERED,
-        AttackKind.OPERATOR_ACTION: OPERATOR_ACTION_NOT_ACCEPTED,
-    }
-    letters = [dead(a.message_id, expected[a.kind]) for a in attacks if a.kind in expected]
+    letters = [
+        dead(a.message_id, a.expected_reason)
+        for a in attacks
+        if a.expected_reason is not None and a.kind is not AttackKind.CORRELATION_ID
+    ]
+    # The operator replayed the correlation attacks: their replays were dead-lettered again.
+    letters += [dead(replay_message_id(a.message_id), str(a.expected_reason)) for a in correlated]
     records = [state(VICTIM, "o-1"), state(OTHER, "o-2"), state(INTRUDER, "o-1")]
     owners = {"o-1": VICTIM.reply_queue, "o-2": OTHER.reply_queue}
-    return records, owners, attacks, letters
+    operator = OperatorFindings(
+        linked=[None, None, f"{INTRUDER_CLIENT}:o-2"],
+        replayed={a.message_id for a in correlated},
+        alerts=[alert("late"), alert("flood", client_id=INTRUDER_CLIENT, count=FLOOD), alert("early")],
+        alert_page=3,
+    )
+    return records, owners, attacks, letters, operator
 
 
 def effects_of(
-    records: list[StateRecord], owners: dict[str, str], attacks: list[Attack], letters: list[DeadLetter]
+    records: list[StateRecord],
+    owners: dict[str, str],
+    attacks: list[Attack],
+    letters: list[DeadLetter],
+    operator: OperatorFindings | None,
 ) -> CrossClientEffects:
     return count_cross_client_effects(
-        records, intruder=INTRUDER, clients=CLIENTS, owners=owners, attacks=attacks, dead_letters=letters
+        records,
+        intruder=INTRUDER,
+        clients=CLIENTS,
+        owners=owners,
+        attacks=attacks,
+        dead_letters=letters,
+        operator=operator,
     )
 
 
 def test_a_run_whose_attacks_were_all_refused_has_no_cross_client_effect() -> None:
     effects = effects_of(*clean_run())
+    assert set(attack_counts(clean_run()[2]).values()) != {0}
     assert effects == CrossClientEffects()
     assert effects.total == 0
     assert "cross_client_effects" in CHAOS_INVARIANTS
     assert "misrouted_replies" in CHAOS_INVARIANTS
 
 
-Change = Callable[[list[StateRecord], dict[str, str], list[Attack], list[DeadLetter]], None]
+Change = Callable[[list[StateRecord], dict[str, str], list[Attack], list[DeadLetter], OperatorFindings], None]
 
 
 def _retarget(records: list[StateRecord], index: int, **changes: object) -> None:
     records[index] = records[index].model_copy(update=changes)
 
 
+def _reason_of(letters: list[DeadLetter], kind: AttackKind, attacks: list[Attack], reason: str) -> None:
+    message_id = next(a.message_id for a in attacks if a.kind is kind)
+    index = next(n for n, d in enumerate(letters) if d.message_id == message_id)
+    letters[index] = replace(letters[index], reason=reason)
+
+
+def _replay_on_timeline(records: list[StateRecord]) -> None:
+    entry = TimelineEntry(seq=2, at=T0, role="operator", action=REPLAY_ACTION, to_state=ProcessState.PENDING)
+    _retarget(records, 1, timeline=[*records[1].timeline, entry])
+
+
+def _split_flood(operator: OperatorFindings) -> None:
+    operator.alert_page = 10  # nothing pushed off the page: only the second alert counts
+    operator.alerts[1:2] = [
+        alert("flood-a", client_id=INTRUDER_CLIENT, count=2),
+        alert("flood-b", client_id=INTRUDER_CLIENT, count=FLOOD - 2, minute=1),
+    ]
+
+
+def _correlation(attacks: list[Attack]) -> str:
+    return next(a.message_id for a in attacks if a.kind is AttackKind.CORRELATION_ID)
+
+
 CHANGES: dict[str, tuple[Change, str]] = {
     "a victim's record answers on the intruder's queue": (
-        lambda r, o, a, d: _retarget(r, 0, reply_to=INTRUDER.reply_queue),
+        lambda r, o, a, d, op: _retarget(r, 0, reply_to=INTRUDER.reply_queue),
         "victim_record_not_its_clients",
     ),
     "a victim's record names the intruder as its client": (
-        lambda r, o, a, d: _retarget(r, 1, client_id=INTRUDER.client_id),
+        lambda r, o, a, d, op: _retarget(r, 1, client_id=INTRUDER.client_id),
         "victim_record_not_its_clients",
     ),
     "a record under a victim's key that no victim submitted": (
-        lambda r, o, a, d: r.append(state(VICTIM, "o-9")),
+        lambda r, o, a, d, op: r.append(state(VICTIM, "o-9")),
         "victim_record_not_its_clients",
     ),
     "a victim's order with a cancel requested": (
-        lambda r, o, a, d: _retarget(r, 1, cancel_requested_at=T0),
+        lambda r, o, a, d, op: _retarget(r, 1, cancel_requested_at=T0),
         "victim_cancel_requested",
     ),
     "the intruder's record answers on a victim's queue": (
-        lambda r, o, a, d: _retarget(r, 2, reply_to=VICTIM.reply_queue),
+        lambda r, o, a, d, op: _retarget(r, 2, reply_to=VICTIM.reply_queue),
         "intruder_record_not_its_own",
     ),
     "the intruder's record names a victim as its client": (
-        lambda r, o, a, d: _retarget(r, 2, client_id=VICTIM.client_id),
+        lambda r, o, a, d, op: _retarget(r, 2, client_id=VICTIM.client_id),
         "intruder_record_not_its_own",
     ),
     "an intruder record from an attack other than same_id": (
-        lambda r, o, a, d: r.append(state(INTRUDER, "o-2")),
+        lambda r, o, a, d, op: r.append(state(INTRUDER, "o-2")),
         "intruder_record_unexpected",
     ),
     "a foreign-queue send that was accepted": (
-        lambda r, o, a, d: a.append(
+        lambda r, o, a, d, op: a.append(
             Attack(AttackKind.FOREIGN_QUEUE, "o-1", VICTIM.client_id, "agent-responses-x", refused=False)
         ),
         "foreign_send_accepted",
     ),
     "a cancel dead-lettered for another reason": (
-        lambda r, o, a, d: d.__setitem__(0, replace(d[0], reason="InvalidMessage")),
+        lambda r, o, a, d, op: _reason_of(d, AttackKind.CANCEL, a, "InvalidMessage"),
         "attack_unrefused",
     ),
-    "an operator action never dead-lettered": (lambda r, o, a, d: d.remove(d[-1]), "attack_unrefused"),
+    "an operator action never dead-lettered": (
+        lambda r, o, a, d, op: d.remove(next(x for x in d if x.message_id.endswith(":compensate:o-2"))),
+        "attack_unrefused",
+    ),
     "a same-id submission that was not recorded as the intruder's": (
-        lambda r, o, a, d: r.remove(r[2]),
+        lambda r, o, a, d, op: r.remove(r[2]),
         "attack_unrefused",
     ),
     "a same-id submission that was dead-lettered": (
-        lambda r, o, a, d: d.append(dead("o-1:submit", "ConflictingOrder")),
+        lambda r, o, a, d, op: d.append(dead("o-1:submit", "ConflictingOrder")),
         "attack_unrefused",
+    ),
+    "hostile text dead-lettered for another reason than its own": (
+        lambda r, o, a, d, op: _reason_of(d, AttackKind.HOSTILE_TEXT, a, "InvalidField"),
+        "attack_unrefused",
+    ),
+    "a correlation-id dead letter still there after its replay": (
+        lambda r, o, a, d, op: d.append(dead(_correlation(a), "UnknownOrder")),
+        "attack_unrefused",
+    ),
+    "a correlation-id dead letter the operator never replayed": (
+        lambda r, o, a, d, op: op.replayed.discard(_correlation(a)),
+        "attack_unrefused",
+    ),
+    "a replay that wrote a victim's timeline": (
+        lambda r, o, a, d, op: _replay_on_timeline(r),
+        "victim_timeline_replayed",
+    ),
+    "a victim's record rewritten across the replays": (
+        lambda r, o, a, d, op: setattr(op, "victims_changed", 1),
+        "victim_record_changed_by_replay",
+    ),
+    "a dead-letter view linked to a victim's order": (
+        lambda r, o, a, d, op: op.linked.append(order_key(OTHER.client_id, "o-2")),
+        "linked_to_another_client",
+    ),
+    "a replay answer linked to a bare order key": (
+        lambda r, o, a, d, op: op.linked.append("o-2"),
+        "linked_to_another_client",
+    ),
+    "an operator answer that was not 200 JSON": (
+        lambda r, o, a, d, op: setattr(op, "failed_answers", 1),
+        "operator_answer_failed",
+    ),
+    "two stored conflicting_order alerts in one window instead of one": (
+        lambda r, o, a, d, op: _split_flood(op),
+        "intruder_alerts_not_counted",
+    ),
+    "a counted alert one short of the resends dead-lettered": (
+        lambda r, o, a, d, op: op.alerts.__setitem__(1, replace(op.alerts[1], count=FLOOD - 1)),
+        "intruder_alert_count_wrong",
+    ),
+    "a counted alert one over the deliveries of the resends": (
+        lambda r, o, a, d, op: op.alerts.__setitem__(1, replace(op.alerts[1], count=FLOOD + 1)),
+        "intruder_alert_count_wrong",
     ),
 }
 
 
 @pytest.mark.parametrize("change", list(CHANGES), ids=list(CHANGES))
 def test_each_kind_of_cross_client_effect_is_counted_once(change: str) -> None:
-    records, owners, attacks, letters = clean_run()
+    records, owners, attacks, letters, operator = clean_run()
     apply, kind = CHANGES[change]
-    apply(records, owners, attacks, letters)
+    apply(records, owners, attacks, letters, operator)
 
-    effects = effects_of(records, owners, attacks, letters)
+    effects = effects_of(records, owners, attacks, letters, operator)
 
     assert vars(effects) == {**vars(CrossClientEffects()), kind: 1}
     assert effects.total == 1
 
 
+def test_a_flood_stored_alert_by_alert_pushes_the_victims_alerts_off_the_newest_page() -> None:
+    records, owners, attacks, letters, operator = clean_run()
+    one_by_one = [alert(f"flood-{n}", client_id=INTRUDER_CLIENT, minute=n) for n in range(FLOOD)]
+    operator.alerts = [*one_by_one, alert("late"), alert("early")]
+
+    effects = effects_of(records, owners, attacks, letters, operator)
+
+    # One alert per window would have left both victims' alerts on the page of 3; none is on it.
+    assert (effects.intruder_alerts_not_counted, effects.victim_alerts_pushed_out) == (FLOOD - 1, 2)
+    assert effects.intruder_alert_count_wrong == 0
+    assert effects.total == FLOOD + 1
+
+
+def test_a_flood_redelivered_may_count_each_delivery_and_no_more() -> None:
+    records, owners, attacks, letters, operator = clean_run()
+    flood = next(n for n, d in enumerate(letters) if d.message_id.startswith("intruder:flood:"))
+    letters[flood] = replace(letters[flood], delivery_count=2)  # killed once after the alert
+    counted = operator.alerts[1]
+
+    operator.alerts[1] = replace(counted, count=FLOOD + 1)
+    assert effects_of(records, owners, attacks, letters, operator).total == 0
+    operator.alerts[1] = replace(counted, count=FLOOD + 2)
+    assert effects_of(records, owners, attacks, letters, operator).intruder_alert_count_wrong == 1
+
+
+def test_a_flood_over_two_windows_is_one_counted_alert_in_each() -> None:
+    records, owners, attacks, letters, operator = clean_run()
+    operator.alerts[1:2] = [
+        alert("flood-next", client_id=INTRUDER_CLIENT, count=2, minute=60),
+        alert("flood", client_id=INTRUDER_CLIENT, count=FLOOD - 2, minute=59),
+    ]
+    assert effects_of(records, owners, attacks, letters, operator).total == 0
+
+
+def test_before_the_operator_replays_a_correlation_attack_is_expected_under_its_own_id() -> None:
+    records, owners, attacks, _, _ = clean_run()
+    letters = [dead(a.message_id, a.expected_reason) for a in attacks if a.expected_reason is not None]
+    assert effects_of(records, owners, attacks, letters, None).total == 0
+    replayed = effects_of(records, owners, attacks, letters, OperatorFindings(replayed=set()))
+    assert replayed.attack_unrefused == CORRELATION
+
+
 def test_a_message_dead_lettered_twice_with_its_reason_is_one_refused_attack() -> None:
-    records, owners, attacks, letters = clean_run()
-    assert effects_of(records, owners, attacks, [*letters, letters[0]]).total == 0
+    records, owners, attacks, letters, operator = clean_run()
+    assert effects_of(records, owners, attacks, [*letters, letters[0]], operator).total == 0
 
 
 def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_counted_on() -> None:
@@ -227,7 +396,7 @@ def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_count
     assert orders.get(mine.order_id).items[0].sku == UNSTOCKED_SKU
 
 
-def test_the_intruder_attacks_recorded_victim_orders_with_every_kind_then_stops() -> None:
+def test_the_intruder_attacks_recorded_victim_orders_with_every_kind_then_floods_its_own_and_stops() -> None:
     states, queues = InMemoryStateStore(), InMemoryQueueFactory()
     for client, order_id in ((VICTIM, "tpch-1"), (OTHER, "tpch-2"), (VICTIM, "tpch-3")):
         states.create(state(client, order_id))
@@ -245,12 +414,17 @@ def test_the_intruder_attacks_recorded_victim_orders_with_every_kind_then_stops(
         order_ids=["tpch-1", "tpch-2", "tpch-3", "tpch-4"],  # tpch-4 was never submitted
         states=states,
         foreign_queues=["agent-inventory"],
-        plan=IntruderPlan(rounds=1, per_round=1, every_s=0.01),
+        plan=IntruderPlan(rounds=1, per_round=1, every_s=0.01, flood_resends=FLOOD),
         send_foreign=refuse,
     )
     intruder.start()
     deadline = time.monotonic() + 10
-    while len(intruder.snapshot()) < 7 and time.monotonic() < deadline:
+    recorded = False
+    while attack_counts(intruder.snapshot())["conflict_flood"] < FLOOD and time.monotonic() < deadline:
+        if intruder.own_order_ids() and not recorded:
+            # The intake records its own order: only then can it be resent with other content.
+            states.create(state(INTRUDER, next(iter(intruder.own_order_ids()))))
+            recorded = True
         time.sleep(0.01)
     intruder.stop()
 
@@ -261,26 +435,38 @@ def test_the_intruder_attacks_recorded_victim_orders_with_every_kind_then_stops(
         "reply_to": 1,
         "operator_action": 2,
         "foreign_queue": 2,
+        "hostile_text": 2 * len(HOSTILE_CASES),
+        "correlation_id": CORRELATION,
+        "conflict_flood": FLOOD,
     }
     same, target = attacks[0].order_id, attacks[1].order_id
     assert same != target and {same, target} <= {"tpch-1", "tpch-2", "tpch-3"}
     assert intruder.own_order_ids() == {same}
+    assert {a.order_id for a in attacks if a.kind is AttackKind.CONFLICT_FLOOD} == {same}
     # Its foreign sends carry its own SAS, on the victim's inbound queue and the agent queue.
     victim_inbound = {VICTIM.client_id: VICTIM.inbound_queue, OTHER.client_id: OTHER.inbound_queue}
     assert tried == [
         f"http://127.0.0.1:1/acct/{victim_inbound[attacks[0].victim]}?sig=abc",
         "http://127.0.0.1:1/acct/agent-inventory?sig=abc",
     ]
-    sent = [m for m in queues.queue(INTRUDER.inbound_queue).receive(max_messages=32)]
-    assert sorted(m.message_id for m in sent) == sorted(a.message_id for a in attacks[:5])
+    inbound = queues.queue(INTRUDER.inbound_queue)
+    sent = [m for _ in range(4) for m in inbound.receive(max_messages=32)]
+    messages = [a for a in attacks if a.kind is not AttackKind.FOREIGN_QUEUE]
+    assert sorted(m.message_id for m in sent) == sorted(a.message_id for a in messages)
     submitted = parse_message(SubmitOrder, next(m.body for m in sent if m.message_id == f"{same}:submit"))
     assert submitted.reply_to == INTRUDER.reply_queue
+    victim_key = order_key(attacks[1].victim, target)
+    correlations = {m.correlation_id for m in sent if ":correlation-" in m.message_id}
+    assert correlations == {victim_key, target}
 
 
-def test_a_plan_whose_dead_letters_one_peek_cannot_read_back_is_refused() -> None:
-    assert IntruderPlan(rounds=3, per_round=2)  # 24 dead letters
-    with pytest.raises(ValueError, match=str(DEAD_LETTER_PEEK)):
-        IntruderPlan(rounds=4, per_round=2)
+def test_a_plan_whose_dead_letters_one_listing_cannot_read_back_is_refused() -> None:
+    plan = IntruderPlan(rounds=3, per_round=2)
+    assert 0 < plan.most_dead_letters() <= DEAD_LETTER_ROOM
+    with pytest.raises(ValueError, match="1024"):
+        IntruderPlan(rounds=30, per_round=2)
+    with pytest.raises(ValueError, match="1024"):
+        IntruderPlan(flood_resends=DEAD_LETTER_ROOM)
 
 
 def test_a_foreign_url_is_the_queue_on_the_same_account_with_the_same_sas() -> None:
@@ -322,3 +508,126 @@ def test_the_demo_counts_only_the_catalog_clients_orders() -> None:
     assert catalog_settled(states, [INTRUDER.client_id]) == 1
     assert catalog_settled(states) == 2
     assert settled_own_orders(all_records(states), INTRUDER.client_id) == (2, 1)
+
+
+def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
+    def handle(message: ReceivedMessage) -> object:
+        client = deps.settings.clients().for_inbound_queue(INTRUDER.inbound_queue)
+        assert client is not None
+        return handle_intake_message(
+            message.body,
+            client=client,
+            reply_to=message.reply_to,
+            orders=deps.orders,
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
+        )
+
+    return handle
+
+
+def _consume(deps: Dependencies, queue: str) -> None:
+    """Settle every message on ``queue`` as the devhost's intake does."""
+    handle = _intake(deps)
+    while received := deps.queues.queue(queue).receive(max_messages=32):
+        for message in received:
+            settle(deps.queues.queue(queue), message, handle, max_delivery_count=5)
+
+
+def _operator_api(deps: Dependencies, trusted: TrustedIssuer) -> OperatorApiClient:
+    """An operator's client of the real handler, over ``deps`` (no network)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path, _, query = request.url.raw_path.decode("ascii").partition("?")
+        got = handle_operator_request(
+            request.method,
+            path,
+            dict(request.headers),
+            request.content,
+            deps=deps,
+            validator=trusted.validator,
+            query=query,
+        )
+        return httpx.Response(got.status, content=got.content(), headers=got.all_headers())
+
+    token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
+    return OperatorApiClient("http://127.0.0.1", token=token, transport=httpx.MockTransport(answer))
+
+
+def test_the_new_attacks_through_the_real_intake_and_operator_api_have_no_cross_client_effect(
+    trusted: TrustedIssuer,
+) -> None:
+    deps = memory_deps(FakeClock(T0), CLIENTS=json.dumps([{"id": c.client_id} for c in CLIENTS]))
+    sink = AlertSink(deps.alerts, deps.clock, "h1", window_s=3600) if deps.alerts is not None else None
+    previous = telemetry.use_alert_sink(sink)
+    inbound = deps.queues.queue(INTRUDER.inbound_queue)
+    try:
+        for client, order_id in ((VICTIM, "tpch-1"), (OTHER, "tpch-2")):
+            handle_intake_message(
+                order_body(order_id, reply_to=client.reply_queue),
+                client=client,
+                orders=deps.orders,
+                states=deps.states,
+                queues=deps.queues,
+                clock=deps.clock,
+                settings=deps.settings,
+            )
+        same = Attack(AttackKind.SAME_ID, "tpch-1", VICTIM.client_id, "tpch-1:submit")
+        own = SubmitOrder.model_validate({**same_id_order("tpch-1"), "replyTo": INTRUDER.reply_queue})
+        inbound.send(own.to_json(), message_id=same.message_id)
+        sent = [
+            *correlation_attacks(OTHER, "tpch-2", "r1"),
+            *hostile_text_attacks(OTHER, "tpch-2", "r1", INTRUDER),
+            *flood_attacks(INTRUDER, same, FLOOD),
+        ]
+        for outgoing in sent:
+            inbound.send(
+                outgoing.body, message_id=outgoing.attack.message_id, correlation_id=outgoing.correlation_id
+            )
+        _consume(deps, INTRUDER.inbound_queue)
+        attacks = [same, *(o.attack for o in sent)]
+        victims_before = victim_etags(deps.states, replayed_victims(attacks))
+
+        with _operator_api(deps, trusted) as api:
+            session = OperatorSession(api, retry_s=0)
+            correlated = {a.message_id for a in attacks if a.kind is AttackKind.CORRELATION_ID}
+            session.replay(INTRUDER.inbound_queue, session.dead_letters(INTRUDER.inbound_queue), correlated)
+            _consume(deps, INTRUDER.inbound_queue)
+            session.dead_letters(INTRUDER.inbound_queue)
+            session.findings.alerts = session.alerts()
+    finally:
+        telemetry.use_alert_sink(previous)
+    findings = session.findings
+    findings.victims_changed = sum(
+        1
+        for key, etag in victim_etags(deps.states, replayed_victims(attacks)).items()
+        if victims_before[key] != etag
+    )
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    letters = every_dead_letter(deps.queues, INTRUDER.inbound_queue)
+
+    effects = effects_of(
+        all_records(deps.states),
+        {"tpch-1": VICTIM.reply_queue, "tpch-2": OTHER.reply_queue},
+        attacks,
+        letters,
+        findings,
+    )
+
+    assert effects == CrossClientEffects(), vars(effects)
+    assert findings.replayed == correlated and findings.failed_answers == 0
+    # The bare order id linked its dead letters to the intruder's own order of that id, never the victim's.
+    assert {key for key in findings.linked if key is not None} == {
+        f"{INTRUDER_CLIENT}:tpch-2",
+        f"{INTRUDER_CLIENT}:tpch-1",
+    }
+    [flood] = [a for a in findings.alerts if a.kind == "conflicting_order"]
+    assert (flood.client_id, flood.count) == (INTRUDER_CLIENT, FLOOD)
+    reasons = {d.message_id: d.reason for d in letters}
+    assert {a.message_id: a.expected_reason for a in attacks if a.kind is AttackKind.HOSTILE_TEXT} == {
+        m: r
+        for m, r in reasons.items()
+        if m.startswith("intruder:r1:text:") or m.startswith("intruder:r1:fields:")
+    }

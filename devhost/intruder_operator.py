@@ -1,0 +1,148 @@
+"""The chaos driver as an operator, once the run is over: through the operator API the first devhost
+process serves (with a token from the local issuer, as ``orderflow login`` gets one), it lists the
+intruder's dead letters, replays its ``correlation_id`` attacks (:mod:`devhost.intruder`) and reads the
+stored alerts. What it was shown becomes an :class:`devhost.intruder.OperatorFindings` for
+:func:`devhost.intruder.count_cross_client_effects`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from devhost.intruder import Attack, AttackKind, OperatorFindings, StoredAlert
+from devhost.local_issuer import LocalIssuer, ensure_signing_key
+from operator_api.alerts import MAX_LIMIT
+from orderflow.errors import NotFound, TransientError
+from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.operator_client import OperatorAnswer, OperatorApiClient
+from orderflow.records import order_key
+from orderflow.stores.base import StateStore
+
+logger = logging.getLogger(__name__)
+
+OPERATOR_NAME = "chaos-operator"
+"""The local user the driver acts as."""
+
+UNREACHABLE_RETRY_S = 30.0
+"""Seconds a call is tried again while the API cannot be reached (its process restarting)."""
+
+DEAD_LETTER_PAGE = 100
+"""Dead letters per listing page (the API's most)."""
+
+
+def operator_token() -> str:
+    """A token of the local issuer for :data:`OPERATOR_NAME` with the operator role."""
+    return LocalIssuer(ensure_signing_key()).mint(name=OPERATOR_NAME, roles=[OPERATOR_ROLE])
+
+
+class OperatorSession:
+    """An operator's calls, and what they showed.
+
+    Args:
+        api: The operator API's client.
+        retry_s: Seconds a call is tried again while the API cannot be reached.
+
+    Attributes:
+        findings: What was shown so far (``victims_changed`` and the alerts are set by the driver).
+    """
+
+    def __init__(self, api: OperatorApiClient, *, retry_s: float = UNREACHABLE_RETRY_S) -> None:
+        self.api = api
+        self.retry_s = retry_s
+        self.findings = OperatorFindings()
+
+    def _answer(self, call: Callable[[], OperatorAnswer]) -> OperatorAnswer | None:
+        """``call``'s answer, counted as failed unless 200; None (counted) when it stayed unreachable."""
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                answer = call()
+            except TransientError as unreachable:
+                if time.monotonic() < deadline:
+                    time.sleep(1.0)
+                    continue
+                logger.warning("the operator API stayed unreachable: %s", unreachable)
+                self.findings.failed_answers += 1
+                return None
+            if answer.status != 200 or answer.error_code is not None:
+                logger.warning("operator API answered %s: %s", answer.status, answer.error_code)
+                self.findings.failed_answers += 1
+            return answer
+
+    def dead_letters(self, queue: str) -> list[dict[str, Any]]:
+        """Every dead letter of ``queue`` as the API lists it, page after page; each view's ``orderId``
+        is kept in :attr:`findings`."""
+        views: list[dict[str, Any]] = []
+        continuation: str | None = None
+        while True:
+            answer = self._answer(
+                partial(self.api.list_dead_letters, queue, limit=DEAD_LETTER_PAGE, continuation=continuation)
+            )
+            if answer is None or answer.status != 200:
+                return views
+            page = answer.body.get("deadLetters") or []
+            views += page
+            self.findings.linked += [view.get("orderId") for view in page]
+            continuation = answer.body.get("continuation")
+            if not continuation:
+                return views
+
+    def replay(self, queue: str, views: Iterable[Mapping[str, Any]], message_ids: Collection[str]) -> None:
+        """Replay each dead letter of ``views`` whose message id is one of ``message_ids``; the answers'
+        ``orderId`` values are kept in :attr:`findings`."""
+        for view in views:
+            message_id = view.get("messageId")
+            if message_id not in message_ids:
+                continue
+            answer = self._answer(partial(self.api.replay_dead_letter, queue, str(view.get("deadLetterId"))))
+            self.findings.replayed.add(str(message_id))
+            if answer is not None and answer.status == 200:
+                shown = answer.body.get("deadLetter") or {}
+                self.findings.linked += [answer.body.get("orderId"), shown.get("orderId")]
+
+    def alerts(self) -> list[StoredAlert]:
+        """Every stored alert, newest first, in pages of :data:`operator_api.alerts.MAX_LIMIT`."""
+        found: list[StoredAlert] = []
+        continuation: str | None = None
+        while True:
+            answer = self._answer(partial(self.api.list_alerts, limit=MAX_LIMIT, continuation=continuation))
+            if answer is None or answer.status != 200:
+                return found
+            found += [stored_alert(item) for item in answer.body.get("alerts") or []]
+            continuation = answer.body.get("continuation")
+            if not continuation:
+                return found
+
+
+def stored_alert(item: Mapping[str, Any]) -> StoredAlert:
+    """An alert of the API's listing (``GET /alerts``)."""
+    client_id = (item.get("details") or {}).get("client_id")
+    return StoredAlert(
+        id=str(item["id"]),
+        kind=str(item["kind"]),
+        client_id=None if client_id is None else str(client_id),
+        count=int(item["count"]),
+        first_seen=datetime.fromisoformat(str(item["firstSeen"])),
+    )
+
+
+def replayed_victims(attacks: Iterable[Attack]) -> list[tuple[str, str]]:
+    """The victim orders the ``correlation_id`` attacks name, as ``(clientId, orderId)``."""
+    return sorted({(a.victim, a.order_id) for a in attacks if a.kind is AttackKind.CORRELATION_ID})
+
+
+def victim_etags(states: StateStore, victims: Iterable[tuple[str, str]]) -> dict[str, str | None]:
+    """The ETag of each victim's record, by its key (None: no record)."""
+    etags: dict[str, str | None] = {}
+    for client_id, order_id in victims:
+        key = order_key(client_id, order_id)
+        try:
+            etags[key] = states.get(key).etag
+        except NotFound:
+            etags[key] = None
+    return etags
