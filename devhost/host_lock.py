@@ -23,11 +23,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import os
+import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 LOCK_PREFIX: Final = "orderflow-host-"
 """Start of each lock file's name; the rest is :func:`lock_name`'s digest and ``.lock``."""
@@ -61,9 +64,31 @@ class HostIdInUse(RuntimeError):
 
 def lock_name(host_id: str, endpoint: str) -> str:
     """The lock file's name for ``host_id`` serving the queue service at ``endpoint``:
-    ``orderflow-host-<32 hex digits>.lock`` (a trailing ``/`` of the endpoint does not matter)."""
-    key = f"{host_id}\n{endpoint.rstrip('/')}".encode()
+    ``orderflow-host-<32 hex digits>.lock``, the same for every spelling of one endpoint
+    (:func:`canonical_endpoint`)."""
+    key = f"{host_id}\n{canonical_endpoint(endpoint)}".encode()
     return f"{LOCK_PREFIX}{hashlib.sha256(key).hexdigest()[:32]}.lock"
+
+
+def canonical_endpoint(endpoint: str) -> str:
+    """One spelling of a queue service endpoint: ``scheme://address:port/path`` with the host resolved
+    to its sorted addresses and every loopback address (``localhost``, ``127.1``, ``[::1]``) written
+    ``loopback``, so that no spelling of one service escapes another's lock. A host that does not
+    resolve is kept as written, in lower case."""
+    parts = urlsplit(endpoint.strip())
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    host = (parts.hostname or "").lower()
+    return f"{scheme}://{_address(host)}:{port}{parts.path.rstrip('/')}"
+
+
+def _address(host: str) -> str:
+    try:
+        found = {str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        return host
+    addresses = {"loopback" if ipaddress.ip_address(a.split("%")[0]).is_loopback else a for a in found}
+    return ",".join(sorted(addresses)) or host
 
 
 class HostIdLock:
@@ -104,7 +129,8 @@ def acquire_host_id(host_id: str, endpoint: str, *, directory: Path | None = Non
         OSError: the lock file cannot be opened.
     """
     path = Path(tempfile.gettempdir() if directory is None else directory) / lock_name(host_id, endpoint)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # O_NOFOLLOW: a link planted at the lock's name in a shared temporary directory is not followed.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

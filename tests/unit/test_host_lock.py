@@ -55,6 +55,47 @@ def test_the_same_host_id_against_another_endpoint_or_another_host_id_is_not_blo
         lock.release()
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "http://localhost:10001/devstoreaccount1",
+        "http://127.1:10001/devstoreaccount1",
+        "http://[::1]:10001/devstoreaccount1",
+        "HTTP://127.0.0.1:10001/devstoreaccount1/",
+        " http://127.0.0.2:10001/devstoreaccount1",
+    ],
+)
+def test_every_spelling_of_one_endpoint_is_one_lock(tmp_path: Path, spelling: str) -> None:
+    held = acquire_host_id("demo-1", AZURITE, directory=tmp_path)
+    try:
+        with pytest.raises(HostIdInUse):
+            acquire_host_id("demo-1", spelling, directory=tmp_path)
+    finally:
+        held.release()
+
+
+def test_another_port_account_or_scheme_is_another_endpoint() -> None:
+    names = {
+        lock_name("demo-1", endpoint)
+        for endpoint in (
+            AZURITE,
+            "http://127.0.0.1:10002/devstoreaccount1",
+            "http://127.0.0.1:10001/otheraccount",
+            "https://127.0.0.1:10001/devstoreaccount1",
+        )
+    }
+    assert len(names) == 4
+
+
+def test_a_link_planted_at_the_locks_name_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("kept\n")
+    (tmp_path / lock_name("demo-1", AZURITE)).symlink_to(target)
+    with pytest.raises(OSError):
+        acquire_host_id("demo-1", AZURITE, directory=tmp_path)
+    assert target.read_text() == "kept\n"
+
+
 def test_the_endpoint_is_the_queue_service_of_the_connection_string() -> None:
     assert queue_service_url(connection_string(AZURITE)).rstrip("/") == AZURITE
     account = (
