@@ -39,9 +39,10 @@ class AlertKind:
         counted_by: For a kind raised over and over by one cause, the alert field that names that cause
             from a fact: for a kind a client can raise at will, the client (its id as the registry gave it
             for the queue the message arrived on, or that queue's name); for a store anomaly met on every
-            sweep, its reason. The kind's alerts with one value of it within one ``ALERT_WINDOW_S`` are
-            counted into one stored alert (:func:`counted`). None: every alert of the kind is stored on
-            its own.
+            sweep, its reason; for orders given up while a dependency stays down (any client's orders can
+            be sent to it), the dependency. The kind's alerts with one value of it within one
+            ``ALERT_WINDOW_S`` are counted into one stored alert (:func:`counted`). None: every alert of
+            the kind is stored on its own.
     """
 
     summary: str
@@ -62,6 +63,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     "dependency_wait_exhausted": AlertKind(
         "the order waited BREAKER_MAX_WAIT_S for an open breaker and is compensated",
         "nothing for the order; the dependency is still down",
+        counted_by="dependency",
     ),
     "order_failed": AlertKind(
         "the order is Error: a step that takes corrected input was refused by its service (lastError says "

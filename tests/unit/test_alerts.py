@@ -122,10 +122,17 @@ def test_only_the_kinds_raised_over_and_over_are_counted_and_only_by_the_field_t
     assert counted_source("conflicting_order", {"order_id": "a:o-1", "client_id": "a"}) == "a"
     assert counted_source("max_delivery_count", {"queue": "orders-a", "message_id": "m"}) == "orders-a"
     assert counted_source("scan_anomaly", {"loop": "sweep", "reason": "empty_pages"}) == "empty_pages"
+    wait = {"order_id": "a:o-1", "step": "ship", "dependency": "shipping"}
+    assert counted_source("dependency_wait_exhausted", wait) == "shipping"
     assert counted_source("conflicting_order", {"order_id": "a:o-1"}) is None
     assert counted_source("order_gave_up", {"order_id": "a:o-1", "client_id": "a"}) is None
     counted_kinds = {kind for kind, known in ALERT_KINDS.items() if known.counted_by}
-    assert counted_kinds == {"conflicting_order", "max_delivery_count", "scan_anomaly"}
+    assert counted_kinds == {
+        "conflicting_order",
+        "max_delivery_count",
+        "scan_anomaly",
+        "dependency_wait_exhausted",
+    }
 
 
 def test_a_counted_alert_adds_counts_keeps_the_first_time_and_the_latest_fields() -> None:
@@ -153,6 +160,27 @@ def test_a_counted_alert_adds_counts_keeps_the_first_time_and_the_latest_fields(
     stored = alert_doc("order_gave_up", {"order_id": "a:o-1"}, at=at, host="h").to_json_dict()
     del stored["count"], stored["firstSeen"]
     assert (AlertDoc.from_stored(stored).count, AlertDoc.from_stored(stored).first_seen) == (1, at)
+
+
+def test_orders_given_up_while_one_dependency_is_down_are_one_counted_alert_per_window() -> None:
+    # A client sending many orders while shipping is down must not push every other alert off the page.
+    clock = FakeClock(datetime(2026, 3, 1, 12, tzinfo=UTC))
+    store = InMemoryAlertStore(clock=clock)
+    previous = telemetry.use_alert_sink(AlertSink(store, clock, "h1", window_s=3600))
+    try:
+        for n in range(40):
+            telemetry.alert(
+                "dependency_wait_exhausted", order_id=f"a:o-{n}", step="ship", dependency="shipping"
+            )
+            clock.advance(1)
+        telemetry.alert("dependency_wait_exhausted", order_id="a:p-1", step="pay", dependency="payment")
+    finally:
+        telemetry.use_alert_sink(previous)
+    stored = store.list_documents(AlertQuery(kind="dependency_wait_exhausted"), max_item_count=10).items
+    assert sorted((d["details"]["dependency"], d["count"], d["orderId"]) for d in stored) == [
+        ("payment", 1, "a:p-1"),
+        ("shipping", 40, "a:o-39"),
+    ]
 
 
 def test_messages_failing_every_delivery_are_counted_per_queue_they_arrived_on() -> None:
