@@ -37,9 +37,16 @@ needs() {
 }
 
 check_python() {
-	local version=$1 interpreter=$2 variable=$3
-	if [[ -z "$interpreter" ]] || ! "$interpreter" -c "import sys; sys.exit(sys.version_info[:2] != ($version))" 2>/dev/null; then
-		say_missing "Python ${version/,/.}: pyenv install ${version/,/.} (or make $TARGET $variable=/path/to/python${version/,/.})"
+	local version=$1 interpreter=$2 variable=$3 wanted found
+	wanted=${version/,/.}
+	found=$("$interpreter" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || found=""
+	if [[ "$found" != "$wanted" ]]; then
+		local seen="$interpreter is Python $found"
+		[[ -n "$found" ]] || seen="$interpreter is not a Python"
+		[[ -n "$interpreter" ]] || seen="none found"
+		say_missing "Python $wanted: pyenv install $wanted, or make $TARGET $variable=/path/to/python$wanted ($variable: $seen)"
+	elif ! "$interpreter" -c 'import ensurepip, venv' 2>/dev/null; then
+		say_missing "Python $wanted with venv: apt-get install -y python$wanted-venv, or pyenv install $wanted ($interpreter has no ensurepip)"
 	fi
 }
 

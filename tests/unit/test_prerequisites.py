@@ -275,7 +275,32 @@ def test_a_wrong_python_is_named_with_its_install_command(bin_dir: Path) -> None
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        "orderflow: make demo needs Python 3.11: pyenv install 3.11 (or make demo PYTHON=/path/to/python3.11)"
+        "orderflow: make demo needs Python 3.11: pyenv install 3.11, or make demo PYTHON=/path/to/python3.11 "
+        f"(PYTHON: {bin_dir / 'bash'} is not a Python)"
+    ]
+
+
+def test_another_python_version_is_named_with_what_was_found(bin_dir: Path) -> None:
+    _fake(bin_dir, "python3", "echo 3.12")
+
+    result = _run(bin_dir, "demo", PYTHON=str(bin_dir / "python3"))
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "orderflow: make demo needs Python 3.11: pyenv install 3.11, or make demo PYTHON=/path/to/python3.11 "
+        f"(PYTHON: {bin_dir / 'python3'} is Python 3.12)"
+    ]
+
+
+def test_a_python_without_venv_support_is_named_with_the_package_that_adds_it(bin_dir: Path) -> None:
+    _fake(bin_dir, "python3.11", 'case "$2" in *ensurepip*) exit 1;; *) echo 3.11;; esac')
+
+    result = _run(bin_dir, "demo", PYTHON=str(bin_dir / "python3.11"))
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "orderflow: make demo needs Python 3.11 with venv: apt-get install -y python3.11-venv, or pyenv install "
+        f"3.11 ({bin_dir / 'python3.11'} has no ensurepip)"
     ]
 
 
