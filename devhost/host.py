@@ -203,6 +203,9 @@ class DevHost:
         api_port: int = 0,
         local_issuer: LocalIssuer | None = None,
     ) -> None:
+        # A client's text in a log record stays one printable line, whoever built this host (python -m
+        # devhost configures telemetry, which does the same; an embedding or a test may not).
+        telemetry.guard_log_records()
         self.settings = deps.settings
         self.api_port = api_port
         self.local_issuer = local_issuer

@@ -485,12 +485,13 @@ def _guid_claim(claims: Mapping[str, Any], *names: str) -> str:
         Unauthenticated: none is (``no <first name> claim``), or it is no GUID (``malformed <name> claim``).
     """
     for name in names:
-        value = _text_claim(claims, name)
-        if value:
-            guid = guid_or_none(value)
-            if guid is None:
-                raise Unauthenticated(f"malformed {name} claim")
-            return guid
+        value = claims.get(name)
+        if value is None or value == "":
+            continue
+        guid = guid_or_none(value) if isinstance(value, str) else None
+        if guid is None:
+            raise Unauthenticated(f"malformed {name} claim")
+        return guid
     raise Unauthenticated(f"no {names[0]} claim")
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -286,3 +288,26 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
     # No orchestrator here: the order is not kept for activities that run elsewhere.
     with pytest.raises(NotFound):
         host.deps.order_cache.get(InMemoryOrderStore(), key)
+
+
+def test_a_host_built_in_a_process_of_its_own_keeps_a_clients_text_in_log_records_on_one_line() -> None:
+    # In a fresh interpreter: this suite's conftest installs the guard for every test process.
+    script = (
+        "import logging, sys\n"
+        "from tests.unit.test_devhost_host import deps\n"
+        "from devhost.host import DevHost\n"
+        "DevHost(deps(), ('orchestrator',))\n"
+        "hostile = ('m\\x1b[2J\\nX',)\n"
+        "record = logging.getLogger('t').makeRecord('t', logging.INFO, 'f', 1, 'got %s', hostile, None)\n"
+        "sys.stdout.write(record.getMessage())\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+    assert shown == "got m\\x1b[2J\\nX"

@@ -389,8 +389,10 @@ def test_a_token_without_a_required_claim_is_refused(
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"oid": 42}, "no oid claim"),
+        ({"oid": 42}, "malformed oid claim"),
+        ({"oid": ["0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"]}, "malformed oid claim"),
         ({"oid": ""}, "no oid claim"),
+        ({"oid": None}, "no oid claim"),
         ({"roles": OPERATOR_ROLE}, "malformed roles claim"),  # a string, not a list: no role by substring
         ({"roles": [OPERATOR_ROLE, 1]}, "malformed roles claim"),
         ({"exp": "tomorrow"}, "malformed exp claim"),
