@@ -61,7 +61,6 @@ from orderflow.messages import (
 from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, QueueFactory
 from orderflow.records import StateRecord, client_order_id, order_key
-from orderflow.replays import replay_message_id
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
 
@@ -177,7 +176,8 @@ class OperatorFindings:
     Attributes:
         linked: The ``orderId`` of every dead-letter view and replay answer (None: not linked).
         failed_answers: Answers that were not 200 with a JSON object.
-        replayed: The message ids of the dead letters it replayed.
+        replayed: The message id of each dead letter it replayed, and the id the replay went under as
+            the API answered it (None: no answer said).
         victims_changed: Victim records named by a replayed dead letter whose ETag changed across the
             replays.
         alerts: Every stored alert, newest first (the listing's order).
@@ -187,7 +187,7 @@ class OperatorFindings:
 
     linked: list[str | None] = field(default_factory=list)
     failed_answers: int = 0
-    replayed: set[str] = field(default_factory=set)
+    replayed: dict[str, str | None] = field(default_factory=dict)
     victims_changed: int = 0
     alerts: list[StoredAlert] = field(default_factory=list)
     alert_page: int = 100
@@ -340,14 +340,15 @@ def unrefused_attacks(
     own: Collection[str],
     dead_letters: Iterable[DeadLetter],
     *,
-    replayed: Collection[str] | None = None,
+    replayed: Mapping[str, str | None] | None = None,
 ) -> int:
     """Message attacks that were neither accepted as the intruder's own order (a record under its key,
     ``own`` by order id, and no dead letter) nor dead-lettered with their expected reason.
 
     A message dead-lettered twice (a consumer killed between the two writes) is one attack. Once the
-    operator replayed (``replayed``: the message ids replayed; None: not yet), a ``correlation_id``
-    attack must have been replayed, its dead letter gone, and its replay dead-lettered with its reason.
+    operator replayed (``replayed``: the message ids replayed, each with its replay's; None: not yet), a
+    ``correlation_id`` attack must have been replayed, its dead letter gone, and its replay dead-lettered
+    with its reason.
     """
     reasons: dict[str, set[str]] = {}
     for dead in dead_letters:
@@ -364,14 +365,15 @@ def unrefused_attacks(
 
 
 def _dead_lettered_as(
-    attack: Attack, reasons: Mapping[str, set[str]], replayed: Collection[str] | None
+    attack: Attack, reasons: Mapping[str, set[str]], replayed: Mapping[str, str | None] | None
 ) -> set[str]:
     """The reasons ``attack``'s message was dead-lettered with (after a replay, its replay's)."""
     if attack.kind is not AttackKind.CORRELATION_ID or replayed is None:
         return reasons.get(attack.message_id, set())
-    if attack.message_id not in replayed or attack.message_id in reasons:
-        return set()  # never replayed, or its dead letter outlived the replay
-    return reasons.get(replay_message_id(attack.message_id), set())
+    replay_id = replayed.get(attack.message_id)
+    if replay_id is None or attack.message_id in reasons:
+        return set()  # never replayed (or no answer said how), or its dead letter outlived the replay
+    return reasons.get(replay_id, set())
 
 
 def linked_elsewhere(linked: Iterable[str | None], intruder_id: str) -> int:

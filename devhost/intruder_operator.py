@@ -94,13 +94,13 @@ class OperatorSession:
 
     def replay(self, queue: str, views: Iterable[Mapping[str, Any]], message_ids: Collection[str]) -> None:
         """Replay each dead letter of ``views`` whose message id is one of ``message_ids``; the answers'
-        ``orderId`` values are kept in :attr:`findings`."""
+        ``orderId`` values and replay message ids are kept in :attr:`findings`."""
         for view in views:
             message_id = view.get("messageId")
             if message_id not in message_ids:
                 continue
             answer = self._answer(partial(self.api.replay_dead_letter, queue, str(view.get("deadLetterId"))))
-            self.findings.replayed.add(str(message_id))
+            self.findings.replayed[str(message_id)] = None if answer is None else replayed_as(answer)
             if answer is not None and answer.status == 200:
                 shown = answer.body.get("deadLetter") or {}
                 self.findings.linked += [answer.body.get("orderId"), shown.get("orderId")]
@@ -117,6 +117,18 @@ class OperatorSession:
             continuation = answer.body.get("continuation")
             if not continuation:
                 return found
+
+
+def replayed_as(answer: OperatorAnswer) -> str | None:
+    """The id a replay went under, as its answer says: a 200's ``replayMessageId``, or a 409
+    ``AlreadyReplayed``'s ``error.replayed.replayMessageId`` (a retried call whose first one replayed);
+    None when it says none. The id is the dead letter's own (``orderflow.replays.replay_message_id``),
+    so it is read, never derived from the message id."""
+    body: Mapping[str, Any] = answer.body
+    if answer.status != 200:
+        body = (body.get("error") or {}).get("replayed") or {}
+    found = body.get("replayMessageId")
+    return found if isinstance(found, str) else None
 
 
 def stored_alert(item: Mapping[str, Any]) -> StoredAlert:

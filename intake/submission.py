@@ -210,7 +210,7 @@ def handle_intake_message(
             trigger's), preferred over the body's ``traceparent``.
         order_cache: The process's order documents: an order this call creates is put there, so an
             activity of the same process reads it from memory, not from the order store. None: none.
-        message_id: The message's id. One of a dead letter's replay (``<id>:replay:<n>``) has the
+        message_id: The message's id. One of a dead letter's replay (``<id>:replay:<digest>``) has the
             replay's entry put on the order's timeline once the order is on record, when ``replays``
             holds a record of that replay linked to this very order
             (:func:`orderflow.replays.note_replayed_message`).

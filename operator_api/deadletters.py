@@ -1,15 +1,16 @@
 """An operator reads, replays and purges the dead letters of the deployment's queues.
 
 Only the queues orderflow consumes are read (:func:`deployment_queues`, what ``GET queues`` lists): the
-name in a request is checked against them, never opened as given. A replay re-sends the dead
-letter's body, correlation id and reply-to to the queue it was dead-lettered from, under
-:func:`replay_message_id` (a new id, so that broker duplicate detection does not drop it inside its
-window), and then deletes the dead letter; the consumers' own idempotency by order and request id makes a
-replay of something already done harmless (docs/operations.md#dead-letters). Every replay and purge is
-an event naming the verified principal, and so is a replay that found its dead letter gone: it reads the
-record the replay that removed it left (:mod:`orderflow.replays`) and answers whose it was and when. A
-replay of a dead letter linked to an order (:func:`linked_order`: from the queue it arrived on, never
-from what the message says alone) is also an entry on that order's timeline, once the order has a record.
+name in a request is checked against them, never opened as given. A replay re-sends the dead letter's
+body, correlation id and reply-to to the queue it was dead-lettered from, under :func:`replay_message_id`
+(an id of that dead letter's own, so that broker duplicate detection drops neither it nor a replay of
+another dead letter of the same message), and then deletes the dead letter; the consumers' own idempotency
+by order and request id makes a replay of something already done harmless
+(docs/operations.md#dead-letters). Every replay and purge is an event naming the verified principal, and
+so is a replay that found its dead letter gone: it reads the record the replay that removed it left
+(:mod:`orderflow.replays`) and answers whose it was and when. A replay of a dead letter linked to an order
+(:func:`linked_order`: from the queue it arrived on, never from what the message says alone) is also an
+entry on that order's timeline, once the order has a record.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def replay_dead_letter(
     done: list[ReplayDoc] = []
 
     def resend(dead: DeadLetter) -> None:
-        message_id = replay_message_id(dead.message_id)
+        message_id = replay_message_id(dead.message_id, queue=name, dead_letter_id=dead.dead_letter_id)
         queues.queue(name).send(
             dead.body, message_id=message_id, correlation_id=dead.correlation_id, reply_to=dead.reply_to
         )

@@ -33,24 +33,37 @@ REPLAY_ACTION = "deadletter.replay"
 
 REPLAY_MARK = ":replay:"
 MAX_MESSAGE_ID_CHARS = 128
-"""Service Bus's limit on a ``MessageId``."""
-_REPLAYED = re.compile(r"^(?P<base>.+):replay:(?P<n>[0-9]{1,6})$")
+"""Service Bus's limit on a ``MessageId`` (UTF-16 code units)."""
+REPLAY_DIGEST_CHARS = 16
+"""Hex digits of the dead letter's digest that ends a replay message id (64 bits)."""
+_REPLAYED = re.compile(rf"^(?P<base>.*){REPLAY_MARK}[0-9a-f]{{{REPLAY_DIGEST_CHARS}}}$")
 _NOTE_TRIES = 3
 
 
-def replay_message_id(message_id: str) -> str:
-    """The id a replay of a message sent as ``message_id`` goes under: ``<id>:replay:1``, and for a
-    replay dead-lettered again ``<id>:replay:<n+1>``.
+def replay_message_id(message_id: str, *, queue: str, dead_letter_id: str) -> str:
+    """The id a replay of dead letter ``dead_letter_id`` of ``queue``, sent as ``message_id``, goes under:
+    ``<id>:replay:<digest>``, the digest (:data:`REPLAY_DIGEST_CHARS` hex digits of a SHA-256) of the
+    queue and the dead letter id; a replay's own ``:replay:<digest>`` is dropped from ``<id>`` first.
 
-    Never the original id, which duplicate detection drops inside its window; the same for two replays
-    of one dead letter, so that on Service Bus a second operator's replay of it is dropped as the
-    duplicate it is. An id too long for 128 characters is replaced by its SHA-256 (40 hex digits).
+    Never the original id, which duplicate detection drops inside its window. The same for two replays of
+    one dead letter, so that on Service Bus the second of them is dropped as the duplicate it is; another
+    for every other dead letter, even of the same message id, and not one a sender can claim first
+    without knowing the dead letter's id (docs/operations.md#dead-letters). ``<id>`` is cut to fit
+    :data:`MAX_MESSAGE_ID_CHARS`.
     """
     found = _REPLAYED.fullmatch(message_id)
-    base, n = (found["base"], int(found["n"])) if found else (message_id, 0)
-    if len(base) + len(REPLAY_MARK) + 7 > MAX_MESSAGE_ID_CHARS:
-        base = hashlib.sha256(base.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return f"{base}{REPLAY_MARK}{n + 1}"
+    base = found["base"] if found else message_id
+    # The line feed keeps the two apart: a queue name never holds one.
+    digest = hashlib.sha256(f"{queue}\n{dead_letter_id}".encode()).hexdigest()[:REPLAY_DIGEST_CHARS]
+    return f"{_cut(base, MAX_MESSAGE_ID_CHARS - len(REPLAY_MARK) - REPLAY_DIGEST_CHARS)}{REPLAY_MARK}{digest}"
+
+
+def _cut(text: str, units: int) -> str:
+    """The longest prefix of ``text`` of at most ``units`` UTF-16 code units (what Service Bus counts)."""
+    cut = text[:units]
+    while len(cut.encode("utf-16-le", "surrogatepass")) > 2 * units:
+        cut = cut[:-1]
+    return cut
 
 
 def is_replay_message_id(message_id: str | None) -> bool:

@@ -24,6 +24,7 @@ import devhost.host
 from intake import submission
 from orderflow.errors import NotFound
 from orderflow.records import ProcessState, StateRecord, TimelineEntry
+from orderflow.replays import replay_message_id
 from orderflow.stores.base import StateQuery, StateStore
 from tests.browser.helpers import Console, confirm, running_console, shoot
 
@@ -115,7 +116,9 @@ def test_dead_letters_are_found_one_purged_and_one_replayed_once_fixed_and_proce
     fixed.set()
     confirm(page, "replay", of=replayed["deadLetterId"])
     outcome = page.locator("[data-testid=dead-letter-outcome]")
-    outcome.locator(f"text=as {replayed['messageId']}:replay:1").wait_for()
+    dead_id = replayed["deadLetterId"]
+    replay_id = replay_message_id(replayed["messageId"], queue=inbound, dead_letter_id=dead_id)
+    outcome.locator(f"text=as {replay_id}").wait_for()
     assert page.inner_text("[data-testid=dead-letters]") == "No dead letter on this queue."
     assert dead_letters_of(console, inbound) == []
     key = system.key("tpch-1")

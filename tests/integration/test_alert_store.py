@@ -211,7 +211,7 @@ def test_replay_records_are_written_over_found_by_either_id_across_days_and_neve
         replay = replay_record(
             queue,
             dead_letter_id,
-            replay_id="m-1:replay:1",
+            replay_id="m-1:replay:0123456789abcdef",
             order_id="a:o-1",
             by=by,
             by_name=None,
@@ -226,7 +226,7 @@ def test_replay_records_are_written_over_found_by_either_id_across_days_and_neve
     record("orders-b", "18", "t/otto", now)  # another queue's dead letter 18
 
     by_id = alerts.find_replays("orders-a", dead_letter_id="18")
-    by_message = alerts.find_replays("orders-a", replay_message_id="m-1:replay:1")
+    by_message = alerts.find_replays("orders-a", replay_message_id="m-1:replay:0123456789abcdef")
     assert [(r.id, r.by, r.queue) for r in by_id] == [(replay_doc_id("orders-a", "18"), "t/olga", "orders-a")]
     assert [(r.dead_letter_id, r.by, r.ttl) for r in by_message] == [
         ("18", "t/olga", DAY_S * 3),

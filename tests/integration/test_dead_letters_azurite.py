@@ -24,7 +24,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.storage import StorageQueueFactory
-from orderflow.replays import REPLAY_ACTION
+from orderflow.replays import REPLAY_ACTION, replay_message_id
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
@@ -245,11 +245,35 @@ def test_two_operators_replaying_one_dead_letter_at_once_re_send_it_once_and_are
         [("operator.deadletter_replayed", winner, None), ("operator.refused", loser, winner)]
     )
     assert [(m.message_id, t.outcome.value) for m, t in zip(resent, taken, strict=True)] == [
-        (f"{key}:submit:replay:1", "accepted")
+        (replay_message_id(f"{key}:submit", queue=inbound, dead_letter_id=dead.dead_letter_id), "accepted")
     ]
     assert left == []
     timeline = deps.states.get(key).item.timeline
     assert [(e.action, e.by) for e in timeline] == [("submit", client.client_id), (REPLAY_ACTION, winner)]
+
+
+def test_two_dead_letters_of_one_order_replayed_in_a_row_go_under_two_ids_and_both_are_re_sent(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer
+) -> None:
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    (client,) = deps.settings.clients()
+    key = f"{client.client_id}:o-7"
+    queue = queues.queue(inbound)
+    for _ in range(2):  # the SDK sends every submission of one order under one id
+        queue.send(order_body("o-7"), message_id=f"{key}:submit")
+        [message] = queue.receive(lock_s=30)
+        queue.dead_letter(message, reason="HandlerFailed", description="a bug in the handler, since fixed")
+    try:
+        dead = queues.dead_letter_page(inbound).items
+        answers = [_call(deps, trusted, "POST", f"{BASE}/{inbound}/{d.dead_letter_id}/replay") for d in dead]
+        resent = _receive_all(queues, inbound)
+    finally:
+        queues.close()
+
+    expected = [replay_message_id(d.message_id, queue=inbound, dead_letter_id=d.dead_letter_id) for d in dead]
+    assert [d.message_id for d in dead] == [f"{key}:submit"] * 2
+    assert [(a.status, a.body["replayMessageId"]) for a in answers] == [(200, i) for i in expected]
+    assert len(set(expected)) == 2 and sorted(m.message_id for m in resent) == sorted(expected)
 
 
 def test_two_operators_purging_one_dead_letter_at_once_remove_it_once_and_are_both_audited(

@@ -30,6 +30,7 @@ from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.operator_client import OperatorApiClient
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
+from orderflow.replays import replay_message_id
 from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from tests.harness import System, running_system
 from tests.operator_tokens import TrustedIssuer, local_issuer
@@ -501,7 +502,8 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
     assert dead.reason == "MaxDeliveryCountExceeded"
     assert listed.exit_code == 0 and dead.dead_letter_id in listed.output, listed.output
     assert replayed.exit_code == 0, replayed.output
-    assert f"{dead.message_id}:replay:1" in " ".join(replayed.output.split())
+    replay_id = replay_message_id(dead.message_id, queue=inbound, dead_letter_id=dead.dead_letter_id)
+    assert replay_id in " ".join(replayed.output.split())
     assert record.process_state is ProcessState.PROCESSED
     assert left == []
 

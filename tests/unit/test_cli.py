@@ -36,6 +36,7 @@ from orderflow.records import (
     StepState,
     StepStatus,
 )
+from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V2
@@ -1373,6 +1374,10 @@ def _dead_letter_on_orders_a(api: Dependencies, body: str, correlation_id: str) 
     return dead
 
 
+def _replay_id(dead: DeadLetter) -> str:
+    return replay_message_id(dead.message_id, queue="orders-a", dead_letter_id=dead.dead_letter_id)
+
+
 @pytest.mark.parametrize(
     ("body", "correlation_id", "said"),
     [
@@ -1400,7 +1405,7 @@ def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not
     assert result.exit_code == 0, result.output
     assert (
         " ".join(result.output.split())
-        == f"replayed {dead.dead_letter_id} to orders-a as m-1:replay:1 {said}"
+        == f"replayed {dead.dead_letter_id} to orders-a as {_replay_id(dead)} {said}"
     )
 
 
@@ -1423,7 +1428,7 @@ def test_a_second_replay_of_a_dead_letter_says_who_replayed_it_and_when(
         f"error: refused: 409 AlreadyReplayed: dead letter {dead.dead_letter_id} on orders-a"
     )
     assert f"replayed by {trusted.issuer.tenant_id}/{local_object_id('otto')} at " in said
-    assert said.endswith("as message m-1:replay:1")
+    assert said.endswith(f"as message {_replay_id(dead)}")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ intake), purge; only the deployment's queues, only operators, every action namin
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
@@ -62,11 +63,22 @@ def call(
     return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
 
 
-def test_a_replay_id_is_never_the_original_and_counts_up() -> None:
-    assert replay_message_id("a:o-1:submit") == "a:o-1:submit:replay:1"
-    assert replay_message_id("a:o-1:submit:replay:1") == "a:o-1:submit:replay:2"
-    long = replay_message_id("x" * 200)
-    assert len(long) <= 128 and long.endswith(":replay:1") and "x" not in long
+def test_a_replay_id_is_never_the_original_and_is_the_dead_letters_own() -> None:
+    first = replay_message_id("a:o-1:submit", queue=INBOUND, dead_letter_id="7")
+    again = replay_message_id("a:o-1:submit", queue=INBOUND, dead_letter_id="7")
+    others = {
+        replay_message_id("a:o-1:submit", queue=INBOUND, dead_letter_id="8"),
+        replay_message_id("a:o-1:submit", queue="orders-b", dead_letter_id="7"),
+    }
+    replayed_again = replay_message_id(first, queue=INBOUND, dead_letter_id="9")
+    long = replay_message_id("x" * 200, queue=INBOUND, dead_letter_id="7")
+    wide = replay_message_id("\U0001f4e6" * 100, queue=INBOUND, dead_letter_id="7")
+
+    assert re.fullmatch(r"a:o-1:submit:replay:[0-9a-f]{16}", first) and first == again
+    assert first not in others and len(others) == 2
+    assert re.fullmatch(r"a:o-1:submit:replay:[0-9a-f]{16}", replayed_again) and replayed_again != first
+    assert len(long) == 128 and long.startswith("x" * 104) and long[104:].startswith(":replay:")
+    assert len(wide.encode("utf-16-le")) <= 2 * 128 and wide.startswith("\U0001f4e6" * 52 + ":replay:")
 
 
 def test_the_list_pages_through_dead_letters_oldest_first(deps: Dependencies, trusted: TrustedIssuer) -> None:
@@ -150,7 +162,8 @@ def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
     )
 
     assert replayed.status == 200, replayed.body
-    assert replayed.body["replayMessageId"] == message.message_id == "a:o-7:submit:replay:1"
+    assert replayed.body["replayMessageId"] == message.message_id
+    assert message.message_id == replay_message_id("a:o-7:submit", queue=INBOUND, dead_letter_id=dead_id)
     assert replayed.body["orderId"] == f"{TEST_CLIENT.client_id}:o-7"
     assert replayed.body["replayedBy"] == f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
     assert message.body == order_body("o-7")
@@ -173,7 +186,7 @@ def test_a_replay_about_a_known_order_is_on_its_timeline(deps: Dependencies, tru
     assert replayed.status == 200
     assert (entry.action, entry.outcome, entry.by) == (
         "deadletter.replay",
-        f"{key}:submit:replay:1",
+        replay_message_id(f"{key}:submit", queue=INBOUND, dead_letter_id=dead_id),
         replayed.body["replayedBy"],
     )
 
@@ -404,7 +417,10 @@ def test_a_dead_letter_of_the_clients_own_order_stays_linked_and_its_replay_is_o
 
     entry = deps.states.get(key).item.timeline[-1]
     assert (shown.body["orderId"], replayed.body["orderId"]) == (key, key)
-    assert (entry.action, entry.outcome) == ("deadletter.replay", "m-hostile:replay:1")
+    assert (entry.action, entry.outcome) == (
+        "deadletter.replay",
+        replay_message_id("m-hostile", queue=INBOUND, dead_letter_id=dead_id),
+    )
     assert deps.states.get(OTHERS_ORDER).etag == others.etag
 
 

@@ -38,7 +38,7 @@ from devhost.intruder import (
     settled_own_orders,
     with_sas_of,
 )
-from devhost.intruder_operator import OperatorSession, replayed_victims, victim_etags
+from devhost.intruder_operator import OperatorSession, replayed_as, replayed_victims, victim_etags
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
@@ -56,7 +56,7 @@ from orderflow.messages import (
     parse_message,
 )
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.operator_client import OperatorApiClient
+from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -108,6 +108,10 @@ def alert(alert_id: str, *, client_id: str | None = None, count: int = 1, minute
 Run = tuple[list[StateRecord], dict[str, str], list[Attack], list[DeadLetter], OperatorFindings]
 
 
+def _never_replayed(operator: OperatorFindings, message_id: str) -> None:
+    del operator.replayed[message_id]
+
+
 def clean_run() -> Run:
     """A run in which every attack was refused: victim orders o-1 (chaos-1) and o-2 (chaos-2), the
     intruder's own o-1, and a cancel, replyTo, operator actions, correlation ids (replayed by the
@@ -129,12 +133,16 @@ def clean_run() -> Run:
         if a.expected_reason is not None and a.kind is not AttackKind.CORRELATION_ID
     ]
     # The operator replayed the correlation attacks: their replays were dead-lettered again.
-    letters += [dead(replay_message_id(a.message_id), str(a.expected_reason)) for a in correlated]
+    replays = {
+        a.message_id: replay_message_id(a.message_id, queue=INTRUDER.inbound_queue, dead_letter_id=str(n))
+        for n, a in enumerate(correlated)
+    }
+    letters += [dead(replays[a.message_id], str(a.expected_reason)) for a in correlated]
     records = [state(VICTIM, "o-1"), state(OTHER, "o-2"), state(INTRUDER, "o-1")]
     owners = {"o-1": VICTIM.reply_queue, "o-2": OTHER.reply_queue}
     operator = OperatorFindings(
         linked=[None, None, f"{INTRUDER_CLIENT}:o-2"],
-        replayed={a.message_id for a in correlated},
+        replayed=dict(replays),
         alerts=[alert("late"), alert("flood", client_id=INTRUDER_CLIENT, count=FLOOD), alert("early")],
         alert_page=3,
     )
@@ -258,7 +266,7 @@ CHANGES: dict[str, tuple[Change, str]] = {
         "attack_unrefused",
     ),
     "a correlation-id dead letter the operator never replayed": (
-        lambda r, o, a, d, op: op.replayed.discard(_correlation(a)),
+        lambda r, o, a, d, op: _never_replayed(op, _correlation(a)),
         "attack_unrefused",
     ),
     "a replay that wrote a victim's timeline": (
@@ -346,7 +354,7 @@ def test_before_the_operator_replays_a_correlation_attack_is_expected_under_its_
     records, owners, attacks, _, _ = clean_run()
     letters = [dead(a.message_id, a.expected_reason) for a in attacks if a.expected_reason is not None]
     assert effects_of(records, owners, attacks, letters, None).total == 0
-    replayed = effects_of(records, owners, attacks, letters, OperatorFindings(replayed=set()))
+    replayed = effects_of(records, owners, attacks, letters, OperatorFindings(replayed={}))
     assert replayed.attack_unrefused == CORRELATION
 
 
@@ -617,7 +625,8 @@ def test_the_new_attacks_through_the_real_intake_and_operator_api_have_no_cross_
     )
 
     assert effects == CrossClientEffects(), vars(effects)
-    assert findings.replayed == correlated and findings.failed_answers == 0
+    assert set(findings.replayed) == correlated and findings.failed_answers == 0
+    assert all(replay_id in {d.message_id for d in letters} for replay_id in findings.replayed.values())
     # The bare order id linked its dead letters to the intruder's own order of that id, never the victim's.
     assert {key for key in findings.linked if key is not None} == {
         f"{INTRUDER_CLIENT}:tpch-2",
@@ -631,3 +640,13 @@ def test_the_new_attacks_through_the_real_intake_and_operator_api_have_no_cross_
         for m, r in reasons.items()
         if m.startswith("intruder:r1:text:") or m.startswith("intruder:r1:fields:")
     }
+
+
+def test_the_replay_id_is_read_from_the_answer_a_retried_call_got_a_409_with() -> None:
+    replayed = {"replayMessageId": "m:replay:0123456789abcdef"}
+    answers = [
+        OperatorAnswer(200, replayed),
+        OperatorAnswer(409, {"error": {"code": "AlreadyReplayed", "replayed": replayed}}),
+        OperatorAnswer(404, {"error": {"code": "NoSuchDeadLetter"}}),
+    ]
+    assert [replayed_as(a) for a in answers] == [replayed["replayMessageId"]] * 2 + [None]

@@ -26,7 +26,12 @@ from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import TimelineEntry
-from orderflow.replays import REPLAY_ACTION, is_replay_message_id, note_replayed_message
+from orderflow.replays import (
+    REPLAY_ACTION,
+    is_replay_message_id,
+    note_replayed_message,
+    replay_message_id,
+)
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.workflows import ORDER_V1
@@ -69,12 +74,13 @@ def dead_letter(
     deps: Dependencies, body: str, *, message_id: str, queue: str = INBOUND, correlation_id: str | None = None
 ) -> str:
     """Send ``body`` to ``queue`` and dead-letter it; its dead letter id."""
+    assert isinstance(deps.queues, InMemoryQueueFactory)
+    before = {d.dead_letter_id for d in deps.queues.dead_letter_page(queue).items}
     sent = deps.queues.queue(queue)
     sent.send(body, message_id=message_id, correlation_id=correlation_id)
     [message] = sent.receive()
     sent.dead_letter(message, reason="HandlerFailed", description="a bug in the handler, since fixed")
-    assert isinstance(deps.queues, InMemoryQueueFactory)
-    [dead] = [d for d in deps.queues.dead_letter_page(queue).items if d.message_id == message_id]
+    [dead] = [d for d in deps.queues.dead_letter_page(queue).items if d.dead_letter_id not in before]
     return dead.dead_letter_id
 
 
@@ -133,6 +139,7 @@ def test_two_operators_replaying_one_dead_letter_at_once_are_both_audited_and_it
     [won] = [a for a in answers if a.status == 200]
     [lost] = [a for a in answers if a.status != 200]
     winner = won.body["replayedBy"]
+    replay_id = replay_message_id(f"{KEY}:submit", queue=INBOUND, dead_letter_id=dead_id)
     winner_name, loser_name = ("otto", "olga") if winner == audit_id(trusted, "otto") else ("olga", "otto")
     loser = audit_id(trusted, loser_name)
     assert (lost.status, lost.body["error"]["code"]) == (409, "AlreadyReplayed")
@@ -140,7 +147,7 @@ def test_two_operators_replaying_one_dead_letter_at_once_are_both_audited_and_it
         "by": winner,
         "byName": winner_name,
         "at": lost.body["error"]["replayed"]["at"],
-        "replayMessageId": f"{KEY}:submit:replay:1",
+        "replayMessageId": replay_id,
         "orderId": KEY,
     }
     assert winner in lost.body["error"]["message"]
@@ -154,10 +161,10 @@ def test_two_operators_replaying_one_dead_letter_at_once_are_both_audited_and_it
         ]
     )
     assert [(m.message_id, r.order_id, r.outcome.value) for m, r in zip(messages, results, strict=True)] == [
-        (f"{KEY}:submit:replay:1", KEY, "accepted")
+        (replay_id, KEY, "accepted")
     ]
     [entry] = replay_entries(deps, KEY)
-    assert (entry.by, entry.outcome, entry.role) == (winner, f"{KEY}:submit:replay:1", "operator")
+    assert (entry.by, entry.outcome, entry.role) == (winner, replay_id, "operator")
     assert [e.action for e in deps.states.get(KEY).item.timeline] == ["submit", REPLAY_ACTION]
 
 
@@ -183,7 +190,7 @@ def test_the_replay_entry_is_written_once_whichever_of_replay_and_intake_finds_t
     assert [e.by for e in on_record_at_once] == [first.body["replayedBy"]]
     assert [e.by for e in replay_entries(deps, "a:o-1")] == [first.body["replayedBy"]]
     assert [(e.by, e.outcome) for e in replay_entries(deps, "a:o-2")] == [
-        (second.body["replayedBy"], "a:o-2:submit:replay:1")
+        (second.body["replayedBy"], replay_message_id("a:o-2:submit", queue=INBOUND, dead_letter_id=new))
     ]
 
 
@@ -207,15 +214,16 @@ def test_the_replay_entry_never_goes_to_another_clients_order(trusted: TrustedIs
     answers = [replay(deps, trusted, "otto", forged), replay(deps, trusted, "otto", own)]
     for message in received(deps.queues.queue(INBOUND)):
         take_in(deps, message)
+    own_replay = replay_message_id("m-own", queue=INBOUND, dead_letter_id=own)
     copied = ReceivedMessage(
-        message_id="m-own:replay:1", body=order_body("o-1", reply_to="replies-b"), delivery_count=1
+        message_id=own_replay, body=order_body("o-1", reply_to="replies-b"), delivery_count=1
     )
     take_in(deps, copied, b)
 
     assert [(a.status, a.body["orderId"]) for a in answers] == [(200, None), (200, "a:o-1")]
     assert (deps.states.get("b:o-9").etag, replay_entries(deps, "b:o-9")) == (others.etag, [])
     assert replay_entries(deps, "a:o-9") == [] and replay_entries(deps, "b:o-1") == []
-    assert [e.outcome for e in replay_entries(deps, "a:o-1")] == ["m-own:replay:1"]
+    assert [e.outcome for e in replay_entries(deps, "a:o-1")] == [own_replay]
 
 
 def test_a_replay_of_a_dead_letter_never_replayed_is_404_and_audited(
@@ -269,12 +277,8 @@ def test_replay_records_are_not_alerts_and_only_replay_ids_are_looked_up(
         (dead_id, int(deps.settings.DEAD_LETTER_RETENTION_S))
     ]
     assert (plain, deps.alerts.counters.query_pages) == (0, reads_before)  # type: ignore[attr-defined]
-    assert [is_replay_message_id(i) for i in ("a:replay:1", "a:replay:x", "a", None)] == [
-        True,
-        False,
-        False,
-        False,
-    ]
+    forms = ("a:replay:0123456789abcdef", ":replay:0123456789abcdef", "a:replay:1", "a:replay:x", "a", None)
+    assert [is_replay_message_id(i) for i in forms] == [True, True, False, False, False, False]
 
 
 def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
@@ -294,3 +298,87 @@ def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
     audit = sorted((f["operator"], f["count"]) for name, f in events if name == "operator.deadletter_purged")
     assert sorted(operator for operator, _ in audit) == sorted(audit_id(trusted, n) for n in ("otto", "olga"))
     assert sorted(count for _, count in audit) == [0, 1]
+
+
+def detect_duplicates(monkeypatch: pytest.MonkeyPatch, deps: Dependencies, queue: str = INBOUND) -> list[str]:
+    """From now on ``queue`` drops a message sent under an id it was sent under before, as Service Bus
+    duplicate detection does inside its window (here: the rest of the test); the ids it dropped."""
+    target = deps.queues.queue(queue)
+    send, seen, dropped = target.send, set[str](), list[str]()
+
+    def deduplicated(body: str, *, message_id: str, **options: Any) -> None:
+        if message_id in seen:
+            dropped.append(message_id)
+            return
+        seen.add(message_id)
+        send(body, message_id=message_id, **options)
+
+    monkeypatch.setattr(target, "send", deduplicated)
+    return dropped
+
+
+def test_two_dead_letters_of_one_order_replayed_in_a_row_go_under_two_ids_and_both_are_taken_in(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client sent its order twice, more than a window apart: both got in, both were dead-lettered.
+    first = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
+    second = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
+    dropped = detect_duplicates(monkeypatch, deps)
+
+    answers = [replay(deps, trusted, "otto", first), replay(deps, trusted, "otto", second)]
+    messages = received(deps.queues.queue(INBOUND))
+    results = [take_in(deps, message) for message in messages]
+
+    ids = [a.body["replayMessageId"] for a in answers]
+    assert [a.status for a in answers] == [200, 200]
+    assert ids[0] != ids[1] and all(i.startswith(f"{KEY}:submit:replay:") for i in ids)
+    assert (dropped, [m.message_id for m in messages]) == ([], ids)
+    assert [r.outcome.value for r in results] == ["accepted", "duplicate"]
+    assert sorted(e.outcome or "" for e in replay_entries(deps, KEY)) == sorted(ids)
+
+
+def test_a_replay_retried_after_it_sent_but_failed_goes_under_the_same_id_and_is_taken_in_once(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
+    dropped = detect_duplicates(monkeypatch, deps)
+    assert isinstance(deps.alerts, InMemoryAlertStore)
+    put = deps.alerts.put_replay
+    failures = iter([TransientError("the alerts container is unavailable")])
+
+    def put_once_failing(record: ReplayDoc) -> None:
+        for failure in failures:
+            raise failure  # after the send, before the dead letter is deleted
+        put(record)
+
+    monkeypatch.setattr(deps.alerts, "put_replay", put_once_failing)
+
+    failed = replay(deps, trusted, "otto", dead_id)
+    retried = replay(deps, trusted, "olga", dead_id)
+    messages = received(deps.queues.queue(INBOUND))
+
+    assert (failed.status, retried.status) == (503, 200)
+    assert dropped == [retried.body["replayMessageId"]]
+    assert [m.message_id for m in messages] == dropped
+
+
+def test_a_client_sending_under_a_replay_id_first_cannot_make_the_replay_vanish(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
+    dropped = detect_duplicates(monkeypatch, deps)
+    # The client claims the ids a replay of its dead letter could be expected to go under.
+    claimed = [f"{KEY}:submit:replay:{n}" for n in (1, 2)]
+    for message_id in claimed:
+        deps.queues.queue(INBOUND).send(order_body("o-7"), message_id=message_id)
+
+    replayed = replay(deps, trusted, "otto", dead_id)
+    messages = received(deps.queues.queue(INBOUND))
+    for message in messages:
+        take_in(deps, message)
+
+    replay_id = replayed.body["replayMessageId"]
+    assert (replayed.status, dropped) == (200, [])
+    assert replay_id not in claimed
+    assert [m.message_id for m in messages] == [*claimed, replay_id]
+    assert [e.outcome for e in replay_entries(deps, KEY)] == [replay_id]
