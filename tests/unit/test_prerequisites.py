@@ -299,8 +299,8 @@ def test_a_python_without_venv_support_is_named_with_the_package_that_adds_it(bi
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        "orderflow: make demo needs Python 3.11 with venv: apt-get install -y python3.11-venv, or pyenv install "
-        f"3.11 ({bin_dir / 'python3.11'} has no ensurepip)"
+        "orderflow: make demo needs Python 3.11 with venv: apt-get install -y python3.11-venv, "
+        f"or pyenv install 3.11 ({bin_dir / 'python3.11'} has no ensurepip)"
     ]
 
 
