@@ -334,3 +334,40 @@ def test_lists_and_purges_at_once_are_complete_or_busy_never_short(
     assert purged == [[dead_letter_id] for dead_letter_id in targets]
     assert left == kept
     assert lists and short == [], f"{len(short)} of {len(lists)} lists short of {len(kept)}: {short}"
+
+
+def test_dead_letters_another_host_holds_make_the_routes_503_never_short(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another host's reader holds five dead letters hidden (it crashed mid-pass): a list and a purge of
+    a held one answer 503 with the reason, a purge of one not held succeeds, and once the five are back
+    the list is whole."""
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 0.5)
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    ids = _dead_letter_many(queues, inbound, 40)
+    other = QueueClient.from_connection_string(
+        local_endpoints.storage_connection_string, f"{inbound}-deadletter"
+    )
+    held = list(other.receive_messages(messages_per_page=5, max_messages=5, visibility_timeout=30))
+    [free] = [dead_letter_id for dead_letter_id in ids if dead_letter_id not in {m.id for m in held}][:1]
+    try:
+        listed = _call(deps, trusted, "GET", f"{BASE}/{inbound}?limit=100")
+        busy = _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", {"deadLetterId": held[0].id})
+        purged = _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", {"deadLetterId": free})
+        for message in held:
+            other.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+        after = _call(deps, trusted, "GET", f"{BASE}/{inbound}?limit=100")
+    finally:
+        other.close()
+        queues.close()
+
+    for refused in (listed, busy):
+        assert (refused.status, refused.headers.get("Retry-After"), refused.body["error"]["code"]) == (
+            503,
+            "1",
+            "Unavailable",
+        )
+        assert "is being read by another operation; try again" in refused.body["error"]["message"]
+    assert (purged.status, purged.body.get("count")) == (200, 1), purged.body
+    assert sorted(d["deadLetterId"] for d in after.body["deadLetters"]) == sorted(set(ids) - {free})

@@ -71,7 +71,7 @@ def factory_of(client: HidingQueueClient) -> StorageQueueFactory:
 @pytest.fixture(autouse=True)
 def short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 0.2)
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0, raising=False)
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
 
 
 def test_a_page_read_that_never_covered_the_queue_is_busy_not_short() -> None:
