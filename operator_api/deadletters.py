@@ -318,7 +318,10 @@ def purge_dead_letters(
     if dry_run:
         chosen = [dead for dead in every_dead_letter(dead_letters, name) if select(dead)]
     else:
-        chosen = dead_letters.remove_dead_letters(name, select)
+        # An id names one dead letter: the scan stops at it, holding no more of the queue than it must.
+        chosen = dead_letters.remove_dead_letters(
+            name, select, most=1 if dead_letter_id is not None else None
+        )
     telemetry.event(
         "operator.deadletter_purged",
         queue=name,

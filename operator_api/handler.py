@@ -86,6 +86,7 @@ from orderflow.client_text import encodable
 from orderflow.dependencies import Dependencies
 from orderflow.errors import (
     ConcurrencyConflict,
+    DeadLettersBusy,
     InvalidContinuation,
     InvalidMessage,
     NotFound,
@@ -741,6 +742,9 @@ def _answer(
     except StaleVersion as stale:
         message = "the order changed since the version you saw: read it again and decide again"
         return error(412, "PreconditionFailed", message, {"ETag": entity_tag(stale.etag)})
+    except DeadLettersBusy as busy:  # a transient error whose cause the operator can act on: say it
+        logger.warning("operator API %s: %s", route.name, busy.detail)
+        return error(503, "Unavailable", busy.detail, {"Retry-After": str(RETRY_AFTER_S)})
     except (TransientError, ConcurrencyConflict) as unavailable:
         logger.warning("operator API %s of %s: %s", route.name, order_id, unavailable.detail)
         return error(503, "Unavailable", "try again shortly", {"Retry-After": str(RETRY_AFTER_S)})

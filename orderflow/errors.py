@@ -114,6 +114,20 @@ class TransientError(OrderflowError):
     kind = ErrorKind.TRANSIENT
 
 
+class DeadLettersBusy(TransientError):
+    """A dead-letter read or removal could not cover the whole queue in its time: other operations held
+    part of it (a Storage queue is read by receiving, which hides what it reads). Never a short list or
+    a "nothing removed": the caller tries again (docs/operations.md#dead-letters).
+
+    Attributes:
+        queue: The queue whose dead letters were being read.
+    """
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        super().__init__(f"the dead-letter queue of {queue!r} is being read by another operation; try again")
+
+
 class PermanentError(OrderflowError):
     """A dependency refused in a way no retry will change (4xx business rejections).
 

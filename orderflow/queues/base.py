@@ -105,6 +105,8 @@ class DeadLetterQueues(Protocol):
 
         Raises:
             ValueError: invalid name, ``max_messages`` < 1, or a continuation this transport did not give.
+            DeadLettersBusy: the queue could not be read whole (other operations held part of it); never
+                a short page.
             TransientError, PermanentError: the transport failed.
         """
         ...
@@ -129,6 +131,7 @@ class DeadLetterQueues(Protocol):
 
         Raises:
             ValueError: invalid name.
+            DeadLettersBusy: the queue could not be searched whole in time; never "none removed".
             TransientError, PermanentError: the transport failed (what was removed before stays removed).
         """
         ...

@@ -82,7 +82,7 @@ from azure.servicebus.exceptions import (
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from orderflow import tracing
-from orderflow.errors import ConcurrencyConflict, PermanentError, TransientError
+from orderflow.errors import ConcurrencyConflict, DeadLettersBusy, PermanentError, TransientError
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterPage, ReceivedMessage
 
 logger = logging.getLogger(__name__)
@@ -1090,10 +1090,13 @@ class ServiceBusQueueFactory:
         the pass did not receive was held by another operation, or is gone: a peek at its sequence number
         tells which, and one still there is tried again after a short random pause, for at most
         :data:`DEAD_LETTER_RETRY_S` seconds. An abandon adds one to a dead letter's delivery count; the
-        dead-letter sub-queue has no delivery limit.
+        dead-letter sub-queue has no delivery limit. Reading (:meth:`dead_letter_page`) peeks, which
+        holds nothing, so it is always whole.
 
         Raises:
             ValueError: invalid name.
+            DeadLettersBusy: a target was still there, held by another operation, when the time was up
+                (what was removed before stays removed).
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
@@ -1106,8 +1109,11 @@ class ServiceBusQueueFactory:
             if wanted:
                 present = self._present(name, set(wanted))
                 wanted = {seq: dead for seq, dead in wanted.items() if seq in present}
-            if not wanted or time.monotonic() >= deadline:
-                break
+            if not wanted:
+                return removed
+            if time.monotonic() >= deadline:
+                # Still there and never received: another operation kept it; "not removed" would be untrue.
+                raise DeadLettersBusy(name)
             self._sleep(random.uniform(pause_s, 2 * pause_s))  # two removers must not retry in step
             pause_s = min(2 * pause_s, 0.25)
         return removed

@@ -32,7 +32,9 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +49,13 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import ExponentialRetry, QueueClient, QueueMessage, QueueServiceClient
 
-from orderflow.errors import ConcurrencyConflict, OrderflowError, PermanentError, TransientError
+from orderflow.errors import (
+    ConcurrencyConflict,
+    DeadLettersBusy,
+    OrderflowError,
+    PermanentError,
+    TransientError,
+)
 from orderflow.http_transport import transport_for
 from orderflow.queues.base import (
     MAX_DEAD_LETTER_SCAN,
@@ -85,9 +93,17 @@ DEAD_LETTER_SCAN_LOCK_S = 30
 (the reader crashed): long enough for a re-send, short enough for another operator to retry."""
 
 DEAD_LETTER_SCAN_RETRY_S = 10.0
-"""Longest a dead-letter page read or removal keeps scanning again while other scans hide part of the
-queue (seconds): far longer than a scan holds its messages, shorter than a crashed one's
-:data:`DEAD_LETTER_SCAN_LOCK_S`; docs/operations.md#dead-letters."""
+"""How long a dead-letter page read or removal keeps scanning again while other scans hide part of the
+queue, for an empty queue (seconds); :func:`scan_budget_s` adds time per message. Then it raises
+:class:`~orderflow.errors.DeadLettersBusy`; docs/operations.md#dead-letters."""
+
+DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S = 0.05
+"""Seconds of retry added per dead letter the queue holds: another scan's pass holds the queue for a time
+that grows with its size (a receive per 32 messages, a release per message)."""
+
+DEAD_LETTER_SCAN_MAX_RETRY_S = 25.0
+"""The most :func:`scan_budget_s` gives (seconds): less than a crashed reader hides its messages for
+(:data:`DEAD_LETTER_SCAN_LOCK_S`), and well within an HTTP request's time."""
 
 # Dead-lettering first re-takes the lock for this long (seconds): it proves the lock is still ours and
 # leaves time for the two writes that follow.
@@ -457,6 +473,48 @@ def _message_count(client: QueueClient) -> int:
         AzureError: the service failed.
     """
     return client.get_queue_properties().approximate_message_count or 0
+
+
+def scan_budget_s(count: int) -> float:
+    """How long a scan of a dead-letter queue holding ``count`` messages may take turns and passes
+    (seconds): :data:`DEAD_LETTER_SCAN_RETRY_S` plus :data:`DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S` per
+    message, at most :data:`DEAD_LETTER_SCAN_MAX_RETRY_S`."""
+    grown = DEAD_LETTER_SCAN_RETRY_S + max(count, 0) * DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S
+    return min(grown, DEAD_LETTER_SCAN_MAX_RETRY_S)
+
+
+class _ScanTurns:
+    """First-come, first-served turns at scanning one queue, within this process.
+
+    Two scans of one dead-letter queue hide each other's messages, so both would retry; in one process
+    they need not collide at all, and a fair order keeps a looping reader from starving a removal.
+    Scans by other processes still collide, which the passes' retries handle.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._lines: dict[str, deque[object]] = {}
+
+    @contextmanager
+    def turn(self, key: str, timeout_s: float) -> Iterator[bool]:
+        """Wait up to ``timeout_s`` seconds for the turn at ``key``; yields whether it came (the turn
+        is held until the block ends)."""
+        me = object()
+        with self._changed:
+            line = self._lines.setdefault(key, deque())
+            line.append(me)
+            got = self._changed.wait_for(lambda: line[0] is me, max(timeout_s, 0.0))
+        try:
+            yield got
+        finally:
+            with self._changed:
+                line.remove(me)
+                if not line:
+                    del self._lines[key]
+                self._changed.notify_all()
+
+
+_SCAN_TURNS = _ScanTurns()
 
 
 # --- SDK errors ----------------------------------------------------------------------------------------
@@ -914,6 +972,7 @@ class StorageQueueFactory:
 
         Raises:
             ValueError: invalid name, ``max_messages`` < 1, or a foreign continuation.
+            DeadLettersBusy: other scans kept part of the queue hidden for as long as the scan may retry.
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
@@ -954,6 +1013,7 @@ class StorageQueueFactory:
 
         Raises:
             ValueError: invalid name.
+            DeadLettersBusy: no pass covered the queue in time (what was removed before stays removed).
             TransientError, PermanentError: the service failed.
         """
         validate_queue_name(name)
@@ -991,22 +1051,56 @@ class StorageQueueFactory:
         stop: Callable[[], bool] = lambda: False,
         start_pass: Callable[[], None] = lambda: None,
     ) -> None:
-        """Visit every dead letter of ``name``: passes of :meth:`_scan_pass` until one covered the queue
-        (or ``stop``), for at most :data:`DEAD_LETTER_SCAN_RETRY_S` seconds.
+        """Visit every dead letter of ``name``: in this process's turn (:class:`_ScanTurns`), passes of
+        :meth:`_scan_pass` until one covered the queue (or ``stop``), for at most :func:`scan_budget_s`
+        of the queue's message count, turn included. ``start_pass`` runs before each pass (a reader
+        forgets what the last one collected).
 
-        A pass cannot receive what a concurrent scan holds hidden; the queue's message count (hidden
-        ones included) tells such a pass from a whole one, and the pass is tried again after a short
-        random pause (two scans that hide each other's targets must not retry in step). ``start_pass``
-        runs before each pass (a reader forgets what the last one collected).
+        Raises:
+            DeadLettersBusy: no pass covered the queue in that time (other scans kept part of it hidden).
+            TransientError, PermanentError: the service failed.
         """
         dead_letter_queue = dead_letter_queue_name(name)
         client = client or self._client(dead_letter_queue, create=False)
-        deadline = time.monotonic() + DEAD_LETTER_SCAN_RETRY_S
+        try:
+            count = _message_count(client)
+        except AzureError as error:
+            if _is_missing_queue(error):
+                return  # nothing was ever dead-lettered there, so there is nothing to visit
+            raise translate_error(error, "remove_dead_letters", dead_letter_queue) from error
+        deadline = time.monotonic() + scan_budget_s(count)
+        with _SCAN_TURNS.turn(client.url, deadline - time.monotonic()) as turn:
+            if turn and self._scan_passes(
+                name, visit, client, stop=stop, start_pass=start_pass, deadline=deadline
+            ):
+                return
+        logger.warning("dead letters of %s not scanned whole: other operations held part of them", name)
+        raise DeadLettersBusy(name)
+
+    def _scan_passes(
+        self,
+        name: str,
+        visit: Callable[[DeadLetter], bool],
+        client: QueueClient,
+        *,
+        stop: Callable[[], bool],
+        start_pass: Callable[[], None],
+        deadline: float,
+    ) -> bool:
+        """Passes until one is whole (True), or the first that is not once ``deadline`` (monotonic
+        seconds) passed (False).
+
+        A pass cannot receive what a concurrent scan holds hidden; the queue's message count (hidden
+        ones included) tells such a pass from a whole one, and the pass is tried again after a short
+        random pause (two scans that hide each other's targets must not retry in step).
+        """
         pause_s = 0.02
         while True:
             start_pass()
-            if self._scan_pass(name, visit, client, stop) or time.monotonic() >= deadline:
-                return
+            if self._scan_pass(name, visit, client, stop):
+                return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(random.uniform(pause_s, 2 * pause_s))
             pause_s = min(2 * pause_s, 0.25)
 

@@ -17,11 +17,14 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 from devhost.emulators import LocalEndpoints
 from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
+from operator_api.deadletters import every_dead_letter
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
+from orderflow.errors import DeadLettersBusy
 from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.queues import storage
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.replays import REPLAY_ACTION, replay_message_id
@@ -302,3 +305,93 @@ def test_two_operators_purging_one_dead_letter_at_once_remove_it_once_and_are_bo
     audit = sorted((f["operator"], f["count"]) for name, f in events if name == "operator.deadletter_purged")
     assert sorted(counts) == [0, 1] and left == []
     assert audit == sorted([(ids[counts[1]], 1), (ids[counts[0]], 0)])
+
+
+def test_lists_and_purges_at_once_are_complete_or_busy_never_short(
+    local_endpoints: LocalEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three operators list the dead letters over and over while ten purge one each: every purge
+    removes its dead letter, and every list holds every dead letter nobody purges, or is
+    ``DeadLettersBusy`` (a Storage queue is read by receiving, which hides what one reader holds)."""
+    # A shorter base retry time meets, on an idle machine and within seconds, the race a loaded one
+    # meets at the default's 10 s.
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 2.0)
+    _, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    ids = _dead_letter_many(queues, inbound, 80)
+    targets = ids[::8]  # ten, spread over the queue
+    purging = threading.Event()
+    lists: list[set[str] | None] = []  # None: the list was refused as busy
+
+    def list_until_done(start: threading.Barrier) -> None:
+        start.wait()
+        while purging.is_set():
+            try:
+                lists.append({dead.dead_letter_id for dead in every_dead_letter(queues, inbound)})
+            except DeadLettersBusy:
+                lists.append(None)
+
+    def purge(start: threading.Barrier, dead_letter_id: str) -> list[str] | None:
+        start.wait()
+        try:
+            removed = queues.remove_dead_letters(
+                inbound, lambda d: d.dead_letter_id == dead_letter_id, most=1
+            )
+        except DeadLettersBusy:
+            return None
+        return [dead.dead_letter_id for dead in removed]
+
+    start = threading.Barrier(3 + len(targets))
+    purging.set()
+    try:
+        with ThreadPoolExecutor(3 + len(targets)) as pool:
+            listers = [pool.submit(list_until_done, start) for _ in range(3)]
+            purged = list(pool.map(purge, [start] * len(targets), targets))
+            purging.clear()
+            for lister in listers:
+                lister.result()
+        left = {dead.dead_letter_id for dead in every_dead_letter(queues, inbound)}
+    finally:
+        queues.close()
+
+    kept = set(ids) - set(targets)
+    short = sorted(len(found) for found in lists if found is not None and not kept <= found)
+    assert purged == [[dead_letter_id] for dead_letter_id in targets]
+    assert left == kept
+    assert lists and short == [], f"{len(short)} of {len(lists)} lists short of {len(kept)}: {short}"
+
+
+def test_dead_letters_another_host_holds_make_the_routes_503_never_short(
+    local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another host's reader holds five dead letters hidden (it crashed mid-pass): a list and a purge of
+    a held one answer 503 with the reason, a purge of one not held succeeds, and once the five are back
+    the list is whole."""
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 0.5)
+    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
+    deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
+    ids = _dead_letter_many(queues, inbound, 40)
+    other = QueueClient.from_connection_string(
+        local_endpoints.storage_connection_string, f"{inbound}-deadletter"
+    )
+    held = list(other.receive_messages(messages_per_page=5, max_messages=5, visibility_timeout=30))
+    [free] = [dead_letter_id for dead_letter_id in ids if dead_letter_id not in {m.id for m in held}][:1]
+    try:
+        listed = _call(deps, trusted, "GET", f"{BASE}/{inbound}?limit=100")
+        busy = _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", {"deadLetterId": held[0].id})
+        purged = _call(deps, trusted, "POST", f"{BASE}/{inbound}/purge", {"deadLetterId": free})
+        for message in held:
+            other.update_message(message.id, message.pop_receipt, visibility_timeout=0)
+        after = _call(deps, trusted, "GET", f"{BASE}/{inbound}?limit=100")
+    finally:
+        other.close()
+        queues.close()
+
+    for refused in (listed, busy):
+        assert (refused.status, refused.headers.get("Retry-After"), refused.body["error"]["code"]) == (
+            503,
+            "1",
+            "Unavailable",
+        )
+        assert "is being read by another operation; try again" in refused.body["error"]["message"]
+    assert (purged.status, purged.body.get("count")) == (200, 1), purged.body
+    assert sorted(d["deadLetterId"] for d in after.body["deadLetters"]) == sorted(set(ids) - {free})

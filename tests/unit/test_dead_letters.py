@@ -17,6 +17,7 @@ from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
+from orderflow.errors import DeadLettersBusy
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
@@ -228,6 +229,36 @@ def test_purge_by_age_with_a_dry_run_first(trusted: TrustedIssuer) -> None:
     assert (by_id.status, by_id.body["count"]) == (200, 0)  # already gone
     assert [d.message_id for d in queues.dead_letter_page(INBOUND).items] == ["m-new"]
     assert (neither.status, naive.status) == (400, 400)
+
+
+class BusyDeadLetters:
+    """Dead-letter queues another operation keeps part of hidden for longer than any scan waits."""
+
+    def dead_letter_page(self, name: str, **_: Any) -> Any:
+        raise DeadLettersBusy(name)
+
+    def remove_dead_letters(self, name: str, *_: Any, **__: Any) -> Any:
+        return self.dead_letter_page(name)
+
+
+def test_a_dead_letter_queue_not_read_whole_is_503_never_a_short_answer(trusted: TrustedIssuer) -> None:
+    deps = replace(memory_deps(FakeClock()), dead_letters=BusyDeadLetters())
+
+    answers = [
+        call(deps, trusted, "GET", f"{BASE}/{INBOUND}"),
+        call(deps, trusted, "GET", f"{BASE}/{INBOUND}/0001"),
+        call(deps, trusted, "POST", f"{BASE}/{INBOUND}/0001/replay"),
+        call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"deadLetterId": "0001"}),
+        call(deps, trusted, "POST", f"{BASE}/{INBOUND}/purge", {"olderThan": "2030-01-01T00:00:00Z"}),
+    ]
+
+    for answer in answers:
+        assert (answer.status, answer.headers["Retry-After"], answer.body["error"]["code"]) == (
+            503,
+            "1",
+            "Unavailable",
+        )
+        assert "being read by another operation; try again" in answer.body["error"]["message"]
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,15 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
-from orderflow.errors import ConcurrencyConflict, InvalidMessage, PermanentError, TransientError
+from orderflow.errors import (
+    ConcurrencyConflict,
+    DeadLettersBusy,
+    InvalidMessage,
+    PermanentError,
+    TransientError,
+)
 from orderflow.messages import SubmitOrder, parse_message
+from orderflow.queues import servicebus
 from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.servicebus import (
     DELIVERY_COUNT_PROPERTY,
@@ -1180,3 +1187,18 @@ def test_the_module_does_not_import_azure_identity() -> None:
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_a_target_another_operation_holds_past_the_retry_time_is_busy_not_nothing_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(servicebus, "DEAD_LETTER_RETRY_S", 0.0)
+    broker = broker_of(40)
+    other = object()
+    broker.holders[35] = other  # another operator's removal holds it throughout
+    factory, _ = operator_factory(broker)
+
+    with pytest.raises(DeadLettersBusy, match="being read by another operation"):
+        factory.remove_dead_letters(QUEUE, by_sequence(35), most=1)
+
+    assert broker.holders == {35: other} and len(broker.bodies) == 40
