@@ -34,7 +34,7 @@ from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from orderflow.breaker import circuit_breakers
-from orderflow.clock import Clock, OffsetClock, SystemClock
+from orderflow.clock import Clock, OffsetClock, SteadyClock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.storage import StorageQueueFactory, queue_service_url, validate_queue_name
@@ -273,9 +273,10 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
                 held = hold_host_id(settings)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.
-                # Every role runs on the state store's time, measured through this host's clock.
+                # Every role runs on the state store's time, measured through this host's clock as it
+                # read at start and has advanced since: a wall-clock step cannot shift a deadline.
                 probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
-                states, clock = store_timed(stores.state, host_clock(), settings, probe=probe)
+                states, clock = store_timed(stores.state, SteadyClock(host_clock()), settings, probe=probe)
                 deps = Dependencies(
                     states=states,
                     orders=stores.orders,

@@ -16,7 +16,7 @@ from function_host.settlement import Redelivery
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.breaker import circuit_breakers
-from orderflow.clock import SystemClock
+from orderflow.clock import SteadyClock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
@@ -29,9 +29,10 @@ from orderflow.wiring import connect_azure
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     settings = Settings.load()
     stores, queues = connect_azure(settings)
-    # Every role runs on the state store's time, measured through the machine's clock.
+    # Every role runs on the state store's time, measured through the machine's clock as it read at
+    # start and has advanced since: a wall-clock step cannot shift a deadline.
     probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
-    states, clock = store_timed(stores.state, SystemClock(), settings, probe=probe)
+    states, clock = store_timed(stores.state, SteadyClock(SystemClock()), settings, probe=probe)
     deps = Dependencies(
         states=states,
         orders=stores.orders,

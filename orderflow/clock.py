@@ -8,6 +8,8 @@ that must not err one way or the other. Any other clock is exact: both are its `
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
@@ -83,3 +85,34 @@ class OffsetClock:
     def now(self) -> datetime:
         """The base clock's time plus the offset."""
         return self._base.now() + self._offset
+
+
+def steady_seconds() -> float:
+    """Seconds on a clock that no step of the wall clock moves and that counts the time a suspended
+    machine slept: Linux's ``CLOCK_BOOTTIME``; the monotonic clock where there is none."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+class SteadyClock:
+    """``base`` as it read once, advanced since then by :func:`steady_seconds`: UTC time that a wall clock
+    stepped after start (an NTP step, a ``date`` command) cannot move. A host measures the store's clock
+    against it (:class:`orderflow.store_clock.StoreClock`), so a step between two measurements cannot
+    shift a deadline comparison; the rate corrections NTP slews in still apply.
+
+    Args:
+        base: The clock read once, at construction.
+        steady: Seconds on a step-free clock (tests replace it).
+    """
+
+    def __init__(self, base: Clock, *, steady: Callable[[], float] = steady_seconds) -> None:
+        self._steady = steady
+        self._anchor_s = steady()
+        self._anchor = base.now()
+
+    def __repr__(self) -> str:
+        return f"SteadyClock(anchor={self._anchor.isoformat()})"
+
+    def now(self) -> datetime:
+        """The base clock's reading at construction plus the step-free seconds since."""
+        return self._anchor + timedelta(seconds=self._steady() - self._anchor_s)

@@ -33,7 +33,6 @@ from datetime import datetime, timedelta
 
 from orderflow.clock import Clock
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor, SkewBounds, skew_bounds
-from orderflow.errors import TransientError
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 
@@ -131,7 +130,9 @@ class StoreClock:
         before = self.host.now()
         try:
             stamp = self._probe()
-        except TransientError as exc:
+        except Exception as exc:
+            # A reading of the time never fails its caller: whatever the store answered (down, 403, a
+            # missing container), there is no measurement.
             logger.warning("the store clock's probe failed: %s", exc)
             return None
         if stamp is None:

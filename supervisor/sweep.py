@@ -679,13 +679,15 @@ def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Set
     """End the scan of a sweep that stopped short of its last page, unless it may resume; alert an anomaly.
 
     The scan keeps its position only after a lost leadership, or at the record bound with some record
-    decided (a finite backlog being worked through). Otherwise the cursor is reset, so the next sweep starts
-    a new scan whose cutoff covers every record that expired meanwhile (the module's "Every scan ends").
+    recovered, held or given up by this sweep (a finite backlog being worked through: a lost race or a
+    failure decides nothing, and a store answering stale copies without end would otherwise pin the
+    cutoff). Otherwise the cursor is reset, so the next sweep starts a new scan whose cutoff covers every
+    record that expired meanwhile (the module's "Every scan ends").
     """
     if report.bounded is PageStop.EMPTY_PAGES:
         report.anomaly = ScanAnomaly.EMPTY_PAGES
     at_record_bound = report.scanned >= settings.SUPERVISOR_MAX_RECORDS and report.bounded is None
-    resumable = report.stopped_early or (at_record_bound and report.skipped < report.scanned)
+    resumable = report.stopped_early or (at_record_bound and bool(report.recovered))
     if cursor.in_progress and not resumable:
         logger.warning(
             "supervisor scan: ended unfinished (bounded=%s, scanned=%s, skipped=%s); the next sweep "

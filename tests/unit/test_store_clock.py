@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from intake.submission import handle_intake_message
-from orderflow.clock import FakeClock, OffsetClock, earliest, latest
+from orderflow.clock import FakeClock, OffsetClock, SteadyClock, earliest, latest
 from orderflow.clock_skew import SkewBounds, skew_bounds
-from orderflow.errors import TransientError
+from orderflow.errors import PermanentError, TransientError
 from orderflow.store_clock import PROBE_RETRY_S, UNMEASURED_SPAN_S, StoreClock, store_timed
 from orderflow.stores.memory import InMemoryStateStore
 from supervisor.sweep import is_overdue
@@ -171,3 +171,51 @@ def test_store_timed_measures_every_write_of_the_host_into_its_clock() -> None:
     measured = clock.offset()
     assert measured is not None and measured.low_s <= -30.0 <= measured.high_s
     assert abs((clock.now() - store.now()).total_seconds()) <= 0.5
+
+
+class SteppableClock:
+    """A wall clock that follows ``base`` and can be stepped (an NTP step, a ``date`` command)."""
+
+    def __init__(self, base: FakeClock) -> None:
+        self.base = base
+        self.step_s = 0.0
+
+    def now(self) -> datetime:
+        return self.base.now() + timedelta(seconds=self.step_s)
+
+
+@pytest.mark.parametrize("step_s", [20.0, -20.0, 0.3])
+def test_a_wall_clock_stepped_after_the_host_measured_shifts_no_deadline_comparison(step_s: float) -> None:
+    store = FakeClock(T0)  # the store's time, and true time
+    wall = SteppableClock(store)
+
+    def true_seconds() -> float:  # a step-free clock: it follows true time
+        return (store.now() - T0).total_seconds()
+
+    steady = SteadyClock(wall, steady=true_seconds)
+    on_steady = StoreClock(steady, monotonic=Ticks())
+    on_wall = StoreClock(wall, monotonic=Ticks())
+    for _ in range(8):
+        store.advance(0.37)
+        for host in (on_steady, on_wall):
+            write(host, store)
+
+    wall.step_s = step_s
+    store.advance(2.0)
+
+    assert on_steady.earliest() <= store.now() <= on_steady.latest()
+    assert abs((on_steady.now() - store.now()).total_seconds()) < 0.2
+    # On the wall clock itself the step moves the interval: early recoveries or late calls.
+    assert not on_wall.earliest() <= store.now() <= on_wall.latest()
+
+
+def test_a_probe_that_fails_in_any_way_is_no_measurement_and_never_fails_a_reading() -> None:
+    def refused() -> datetime:
+        raise PermanentError("cosmos_403", "forbidden")
+
+    host = StoreClock(FakeClock(T0), probe=refused, monotonic=Ticks())
+
+    assert host.measure() is None
+    assert host.offset() is None
+    assert host.now() == T0
+    assert host.earliest() == T0 - timedelta(seconds=UNMEASURED_SPAN_S)

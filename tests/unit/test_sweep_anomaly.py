@@ -86,6 +86,24 @@ class FailingAfterTheFirstPage(NeverEnding):
         return self.inner.query(query, max_item_count=max_item_count)
 
 
+class EndlessStaleCopies(NeverEnding):
+    """The in-memory state store, except that past a scan's last page it answers full pages of stale copies
+    of records it returned before (their old ETags), each with a new continuation token, without end."""
+
+    def __init__(self, inner: StateStore) -> None:
+        super().__init__(inner)
+        self.returned: list[Versioned[StateRecord]] = []
+
+    def query(
+        self, query: StateQuery, *, max_item_count: int, continuation: str | None = None
+    ) -> Page[Versioned[StateRecord]]:
+        if continuation is not None and continuation.startswith("endless-") and self.returned:
+            return Page(self.returned[:max_item_count], self._fresh_token())
+        page = super().query(query, max_item_count=max_item_count, continuation=continuation)
+        self.returned.extend(page.items)
+        return page
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -197,3 +215,30 @@ def test_an_order_expiring_while_a_later_page_keeps_failing_is_recovered_within_
     assert recovered_at, "the order expired after the failing page was never recovered"
     assert 0 < (recovered_at[0] - overdue_at).total_seconds() <= 2 * PERIOD_S
     assert failing.states.get("a:o-2").item.process_state is ProcessState.PENDING
+
+
+def test_pages_of_stale_copies_without_end_never_pin_the_scans_cutoff(clock: FakeClock) -> None:
+    # Every stale copy loses its conditional write, which decides nothing: the scan must not resume.
+    made = memory_deps(
+        clock,
+        SUPERVISOR_INTERVAL_S=PERIOD_S,
+        SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES,
+        SUPERVISOR_PAGE_SIZE=2,
+        SUPERVISOR_MAX_RECORDS=6,
+    )
+    deps = dataclasses.replace(made, states=EndlessStaleCopies(made.states))
+    cursor = SweepCursor()
+    for order_id in ("a:o-0", "a:o-1", "a:o-2"):
+        stuck_at = submit_and_claim(deps, clock, order_id)
+    clock.advance((stuck_at - clock.now()).total_seconds())
+    first = sweep_after_a_period(deps, clock, cursor)
+    assert sorted(first.requeued) == ["a:o-0", "a:o-1", "a:o-2"]
+
+    overdue_at = submit_and_claim(deps, clock)
+    recovered_at: list[datetime] = []
+    for _ in range(6):
+        if ORDER_ID in sweep_after_a_period(deps, clock, cursor).requeued:
+            recovered_at.append(clock.now())
+            break
+    assert recovered_at, "the order that expired after the stale pages began was never recovered"
+    assert 0 < (recovered_at[0] - overdue_at).total_seconds() <= 2 * PERIOD_S
