@@ -22,12 +22,17 @@ if [[ -d "$repo/../shared" ]]; then
 fi
 echo "orderflow: make test in a fresh clone of ${commit:0:12} at $work/main; log: $log"
 status=0
+started=$SECONDS
 (cd "$work/main" && CI=true bash .ci/run </dev/null) >"$log" 2>&1 || status=$?
-tail -n 15 "$log"
+# What make test installed and what each test runner concluded, then the log's end.
+grep -E '^orderflow: |^=+ .*(passed|failed|error).* in [0-9.]+s' "$log" || true
+tail -n 5 "$log"
+echo "orderflow: make test took $((SECONDS - started)) s"
 if ((status == 0)); then
+	cp "$log" "${TMPDIR:-/tmp}/orderflow-fresh-check.log"
 	chmod -R u+w "$work"
 	rm -rf "$work"
-	echo "orderflow: fresh clone passed"
+	echo "orderflow: fresh clone passed (log kept as ${TMPDIR:-/tmp}/orderflow-fresh-check.log)"
 else
 	echo "orderflow: fresh clone failed (exit $status); kept $work for reading" >&2
 fi
