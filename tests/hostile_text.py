@@ -10,14 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
-from intake.submission import handle_intake_message
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
 from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import ReceivedMessage
-from tests.unit.fakes import TEST_CLIENT, order_body
+from tests.unit.fakes import TEST_CLIENT, order_body, take_in
 
 INBOUND = TEST_CLIENT.inbound_queue
 """The queue the hostile messages arrive on: the test client's inbound queue."""
@@ -66,16 +65,7 @@ def send_hostile(deps: Dependencies, hostile: str, *, client: RegisteredClient =
     ``max_delivery_count`` alert names it)."""
 
     def intake(message: ReceivedMessage) -> object:
-        return handle_intake_message(
-            message.body,
-            client=client,
-            reply_to=message.reply_to,
-            orders=deps.orders,
-            states=deps.states,
-            queues=deps.queues,
-            clock=deps.clock,
-            settings=deps.settings,
-        )
+        return take_in(deps, message, client)
 
     def failing(message: ReceivedMessage) -> object:
         raise RuntimeError(f"cannot handle {message.message_id}")

@@ -104,6 +104,24 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
     )
 
 
+def take_in(
+    deps: Dependencies, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT, **options: Any
+) -> Any:
+    """The intake of ``message`` from ``client``'s inbound queue, as a host runs it, on ``deps``; ``options``
+    are :func:`~intake.submission.handle_intake_message`'s other keywords (``message_id``, ``replays``...)."""
+    return handle_intake_message(
+        message.body,
+        client=client,
+        reply_to=message.reply_to,
+        orders=deps.orders,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+        **options,
+    )
+
+
 def submit_and_claim(
     deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "a:o-1", **order: Any
 ) -> StateRecord:

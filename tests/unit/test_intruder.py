@@ -65,7 +65,7 @@ from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import memory_deps, order_body
+from tests.unit.fakes import memory_deps, order_body, take_in
 
 pytestmark = pytest.mark.unit
 
@@ -522,16 +522,7 @@ def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
     def handle(message: ReceivedMessage) -> object:
         client = deps.settings.clients().for_inbound_queue(INTRUDER.inbound_queue)
         assert client is not None
-        return handle_intake_message(
-            message.body,
-            client=client,
-            reply_to=message.reply_to,
-            orders=deps.orders,
-            states=deps.states,
-            queues=deps.queues,
-            clock=deps.clock,
-            settings=deps.settings,
-        )
+        return take_in(deps, message, client)
 
     return handle
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devhost.local_issuer import local_object_id
-from intake.submission import IntakeResult, handle_intake_message
+from intake.submission import IntakeResult
 from operator_api.handler import OperatorResponse, handle_operator_request
 from orderflow import telemetry
 from orderflow.alerts import NOT_ALERTS, REPLAY_KIND, ReplayDoc
@@ -37,6 +37,7 @@ from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
+from tests.unit.fakes import take_in as intake_of
 
 pytestmark = pytest.mark.unit
 
@@ -106,19 +107,10 @@ def take_in(
     deps: Dependencies, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT
 ) -> IntakeResult:
     """The intake of ``message`` from ``client``'s inbound queue, as a host runs it."""
-    return handle_intake_message(
-        message.body,
-        client=client,
-        reply_to=message.reply_to,
-        orders=deps.orders,
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-        definition=ORDER_V1,
-        message_id=message.message_id,
-        replays=deps.alerts,
+    result: IntakeResult = intake_of(
+        deps, message, client, definition=ORDER_V1, message_id=message.message_id, replays=deps.alerts
     )
+    return result
 
 
 def replay_entries(deps: Dependencies, key: str) -> list[TimelineEntry]:
