@@ -8,7 +8,7 @@
 # Prints pan's figures for each search; exits 1 when either finds an error (its trail is kept).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SAFETY=${MODEL_SAFETY:--DNS=2 -DF=2}
+SAFETY=${MODEL_SAFETY:--DNS=2 -DF=1}
 LIVENESS=${MODEL_LIVENESS:--DNS=2 -DF=1}
 work=$(mktemp -d)
 status=0
