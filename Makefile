@@ -68,7 +68,7 @@ HARD_DOWN_ORDERS ?= 10
 CPU_PAIRS ?= 3
 SDK_CALLS ?= 300
 
-.PHONY: demo test lint typecheck doctor pytest worker-test setup clean system-deps demo-deps fresh-check
+.PHONY: demo test lint typecheck doctor pytest worker-test setup clean system-deps demo-deps fresh-check model-check
 
 # What the machine must have, checked (Debian packages installed, as root) before anything else runs:
 # scripts/prerequisites.sh says each missing one in one line with the command that fixes it.
@@ -158,6 +158,10 @@ worker-test: system-deps $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VE
 	$(WORKER_VENV)/bin/python -m pytest -p no:cacheprovider tests/worker
 
 test: system-deps lint typecheck doctor pytest worker-test
+
+# The protocol's model searched at a larger bound than make test's (tests/model); docs/model.md.
+model-check: system-deps
+	@bash scripts/model-check.sh
 
 # make test in a fresh clone of the current commit (committed work only), in a temporary folder, as CI
 # runs it; the folder is removed when it passes and kept for reading when it fails.

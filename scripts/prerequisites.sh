@@ -17,9 +17,11 @@ PREREQUISITES=(
 	"Node.js 20+ with npm|demo test|checked: \`node\` and \`npm\` on PATH"
 	"git|test|Debian package: installed by \`make test\` as root"
 	"chromium|test|Debian package: installed by \`make test\` as root (the console's browser tests)"
+	"spin|test|Debian package: installed by \`make test\` as root (the protocol's model check)"
+	"gcc|test|Debian package: installed by \`make test\` as root (spin compiles its verifier with it)"
 )
 # Debian packages this script installs, as package:command.
-DEBIAN_PACKAGES=(git:git chromium:chromium)
+DEBIAN_PACKAGES=(git:git chromium:chromium spin:spin gcc:gcc)
 APT_LISTS=/var/lib/apt/lists
 # Package lists older than this (minutes) are refreshed before an install.
 APT_LISTS_MAX_AGE_MIN=1440
