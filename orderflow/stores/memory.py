@@ -201,6 +201,17 @@ class _MemoryContainer:
             self._reindex(item_id, None, doc)
         return dict(json.loads(text))
 
+    def upsert(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Create ``doc`` or replace the item of its id, whatever its ETag (Cosmos DB's upsert)."""
+        item_id = str(doc["id"])
+        text = self._stamp(doc)
+        with self._lock:
+            self.counters.replaces += 1
+            current = self._docs.get(item_id)
+            self._docs[item_id] = text
+            self._reindex(item_id, current, doc)
+        return dict(json.loads(text))
+
     def read(self, item_id: str) -> dict[str, Any]:
         with self._lock:
             self.counters.reads += 1
@@ -685,15 +696,7 @@ class InMemoryAlertStore:
     def put_replay(self, doc: ReplayDoc) -> None:
         """Write the record of a replay, over an earlier one of the same id (the expired dropped first)."""
         self._drop_expired()
-        body = doc.to_json_dict()
-        while True:
-            try:
-                self._container.create(body)
-                return
-            except AlreadyExists:
-                with suppress(NotFound, ConcurrencyConflict):
-                    self._container.replace(body, str(self._container.read(doc.id)["_etag"]))
-                    return
+        self._container.upsert(doc.to_json_dict())
 
     def find_replays(
         self, queue: str, *, dead_letter_id: str | None = None, replay_message_id: str | None = None
