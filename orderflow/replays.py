@@ -150,7 +150,7 @@ def note_replayed_message(
         ConcurrencyConflict, TransientError: as :func:`note_replay` (and a failed lookup); the intake
             lets them propagate, so that the message is taken in again and the entry written then.
     """
-    if message_id is None or not is_replay_message_id(message_id):
+    if not is_replay_message_id(message_id):
         return 0
     found = replays.find_replays(queue, replay_message_id=message_id)
     return sum(note_replay(states, replay) for replay in found if replay.order_id == order_id)

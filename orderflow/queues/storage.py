@@ -768,10 +768,9 @@ class StorageQueue:
             PermanentError: the service refused the request.
         """
         try:
-            properties = self._client.get_queue_properties()
+            return _message_count(self._client)
         except AzureError as error:
             raise translate_error(error, "approximate_count", self.name) from error
-        return int(properties.approximate_message_count or 0)
 
 
 class StorageQueueFactory:
@@ -979,11 +978,12 @@ class StorageQueueFactory:
         client = self._client(dead_letter_queue_name(name), create=False)
         try:
             peeked = client.peek_messages(max_messages=MAX_RECEIVE_BATCH)
-            whole = _message_count(client) <= len(peeked)
+            count = _message_count(client)
         except AzureError as error:
             if not _is_missing_queue(error):
                 raise translate_error(error, "dead_letter_page", dead_letter_queue_name(name)) from error
-            peeked, whole = [], True  # nothing was ever dead-lettered there
+            peeked, count = [], 0  # nothing was ever dead-lettered there
+        whole = count <= len(peeked)
         if whole:
             every = [self._decode_dead_letter(message, name) for message in peeked]
         else:
@@ -993,7 +993,7 @@ class StorageQueueFactory:
                 every.append(dead)
                 return False  # read, not removed
 
-            self._scan_dead_letters(name, keep, client=client, start_pass=every.clear)
+            self._scan_dead_letters(name, keep, client=client, count=count, start_pass=every.clear)
         return page_of_dead_letters(every, max_messages=max_messages, continuation=continuation)
 
     def remove_dead_letters(
@@ -1048,13 +1048,14 @@ class StorageQueueFactory:
         visit: Callable[[DeadLetter], bool],
         *,
         client: QueueClient | None = None,
+        count: int | None = None,
         stop: Callable[[], bool] = lambda: False,
         start_pass: Callable[[], None] = lambda: None,
     ) -> None:
         """Visit every dead letter of ``name``: in this process's turn (:class:`_ScanTurns`), passes of
         :meth:`_scan_pass` until one covered the queue (or ``stop``), for at most :func:`scan_budget_s`
-        of the queue's message count, turn included. ``start_pass`` runs before each pass (a reader
-        forgets what the last one collected).
+        of the queue's message count (``count`` when the caller has just read it), turn included.
+        ``start_pass`` runs before each pass (a reader forgets what the last one collected).
 
         Raises:
             DeadLettersBusy: no pass covered the queue in that time (other scans kept part of it hidden).
@@ -1063,7 +1064,7 @@ class StorageQueueFactory:
         dead_letter_queue = dead_letter_queue_name(name)
         client = client or self._client(dead_letter_queue, create=False)
         try:
-            count = _message_count(client)
+            count = _message_count(client) if count is None else count
         except AzureError as error:
             if _is_missing_queue(error):
                 return  # nothing was ever dead-lettered there, so there is nothing to visit
