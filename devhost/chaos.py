@@ -88,7 +88,6 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT
 from devhost.intruder import (
-    CONFLICTING_ALERT,
     INTRUDER_CLIENT,
     Attack,
     AttackKind,
@@ -98,6 +97,7 @@ from devhost.intruder import (
     OperatorFindings,
     attack_counts,
     count_cross_client_effects,
+    flood_alerts,
     settled_own_orders,
 )
 from devhost.intruder_operator import OperatorSession, operator_token, replayed_victims, victim_etags
@@ -876,9 +876,7 @@ def _intruder_report(system: DemoSystem, attacker: Intruder, settling: Settling)
         effects, records = count(findings)
     own, settled = settled_own_orders(records, attacker.client.client_id)
     mine = attacker.own_order_ids()
-    flood = [
-        a for a in findings.alerts if a.kind == CONFLICTING_ALERT and a.client_id == attacker.client.client_id
-    ]
+    flood = flood_alerts(findings.alerts, attacker.client.client_id)
     return {
         "cross_client_effects": effects.total,
         "intruder_misrouted_replies": count_misrouted_replies(

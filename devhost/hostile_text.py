@@ -60,9 +60,6 @@ HOSTILE_CASES: tuple[HostileCase, ...] = (
 )
 """Every case the intruder sends, each round."""
 
-FIELDS_REASON = INVALID_FIELD
-"""The dead-letter reason of an order carrying a case in its fields: its ``orderId`` is no order id."""
-
 
 @dataclass(frozen=True)
 class HostileMessage:
@@ -92,5 +89,5 @@ def hostile_messages(
     return [
         HostileMessage(f"{prefix}:text:{case.name}:{text}", text, text, case.raw_reason),
         # Escaped (ensure_ascii): the order is JSON whatever the text, so its fields are what is refused.
-        HostileMessage(f"{prefix}:fields:{case.name}", text, json.dumps(fields), FIELDS_REASON),
+        HostileMessage(f"{prefix}:fields:{case.name}", text, json.dumps(fields), INVALID_FIELD),
     ]

@@ -397,6 +397,11 @@ def flood_bounds(attacks: Iterable[Attack], dead_letters: Iterable[DeadLetter]) 
     return len(deliveries), sum(deliveries.values())
 
 
+def flood_alerts(alerts: Iterable[StoredAlert], intruder_id: str) -> list[StoredAlert]:
+    """The intruder's own ``conflicting_order`` alerts among ``alerts`` (its conflict flood's)."""
+    return [a for a in alerts if a.kind == CONFLICTING_ALERT and a.client_id == intruder_id]
+
+
 def alert_flood_effects(
     alerts: Sequence[StoredAlert], *, intruder_id: str, bounds: tuple[int, int], window_s: int, page: int
 ) -> tuple[int, int, int]:
@@ -414,7 +419,7 @@ def alert_flood_effects(
         lies outside ``bounds``; the other alerts pushed off the newest page (those one alert per window
         would have left on it, and that are not on it).
     """
-    mine = {a.id for a in alerts if a.kind == CONFLICTING_ALERT and a.client_id == intruder_id}
+    mine = {a.id for a in flood_alerts(alerts, intruder_id)}
     windows: set[datetime] = set()
     counted: list[StoredAlert] = []
     for alert in alerts:

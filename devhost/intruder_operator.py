@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -78,19 +78,11 @@ class OperatorSession:
         """Every dead letter of ``queue`` as the API lists it, page after page; each view's ``orderId``
         is kept in :attr:`findings`."""
         views: list[dict[str, Any]] = []
-        continuation: str | None = None
-        while True:
-            answer = self._answer(
-                partial(self.api.list_dead_letters, queue, limit=DEAD_LETTER_PAGE, continuation=continuation)
-            )
-            if answer is None or answer.status != 200:
-                return views
-            page = answer.body.get("deadLetters") or []
+        for body in self._pages(partial(self.api.list_dead_letters, queue, limit=DEAD_LETTER_PAGE)):
+            page = body.get("deadLetters") or []
             views += page
             self.findings.linked += [view.get("orderId") for view in page]
-            continuation = answer.body.get("continuation")
-            if not continuation:
-                return views
+        return views
 
     def replay(self, queue: str, views: Iterable[Mapping[str, Any]], message_ids: Collection[str]) -> None:
         """Replay each dead letter of ``views`` whose message id is one of ``message_ids``; the answers'
@@ -107,16 +99,24 @@ class OperatorSession:
 
     def alerts(self) -> list[StoredAlert]:
         """Every stored alert, newest first, in pages of :data:`operator_api.alerts.MAX_LIMIT`."""
-        found: list[StoredAlert] = []
+        return [
+            stored_alert(item)
+            for body in self._pages(partial(self.api.list_alerts, limit=MAX_LIMIT))
+            for item in body.get("alerts") or []
+        ]
+
+    def _pages(self, call: Callable[..., OperatorAnswer]) -> Iterator[dict[str, Any]]:
+        """The body of each page ``call(continuation=...)`` answers, following ``continuation`` until a
+        page has none or an answer is not a 200."""
         continuation: str | None = None
         while True:
-            answer = self._answer(partial(self.api.list_alerts, limit=MAX_LIMIT, continuation=continuation))
+            answer = self._answer(partial(call, continuation=continuation))
             if answer is None or answer.status != 200:
-                return found
-            found += [stored_alert(item) for item in answer.body.get("alerts") or []]
+                return
+            yield answer.body
             continuation = answer.body.get("continuation")
             if not continuation:
-                return found
+                return
 
 
 def replayed_as(answer: OperatorAnswer) -> str | None:
