@@ -16,8 +16,6 @@ read again on a conflict: concurrent writers on any host lose no count.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -31,8 +29,7 @@ from orderflow.alerts import (
     window_start,
 )
 from orderflow.clock import Clock
-from orderflow.errors import AlreadyExists, ConcurrencyConflict
-from orderflow.stores.base import AlertStore
+from orderflow.stores.base import AlertStore, merge_conditionally
 
 logger = logging.getLogger(__name__)
 
@@ -54,16 +51,14 @@ def count_alert(store: AlertStore, occurrence: AlertDoc) -> AlertDoc:
         ConcurrencyConflict: it kept changing for :data:`COUNT_ATTEMPTS` tries.
         TransientError: the store is unavailable.
     """
-    for attempt in range(1, COUNT_ATTEMPTS + 1):
-        found = store.get_alert(occurrence.id, day=occurrence.day)
-        written = counted(None if found is None else found.item, occurrence)
-        try:
-            store.put_alert(written, etag=None if found is None else found.etag)
-        except (AlreadyExists, ConcurrencyConflict):
-            time.sleep(random.uniform(0, COUNT_BACKOFF_S * attempt))
-            continue
-        return written
-    raise ConcurrencyConflict(f"alert {occurrence.id} kept changing: {COUNT_ATTEMPTS} tries")
+    return merge_conditionally(
+        lambda: store.get_alert(occurrence.id, day=occurrence.day),
+        lambda doc, etag: store.put_alert(doc, etag=etag),
+        lambda found: counted(found, occurrence),
+        attempts=COUNT_ATTEMPTS,
+        pause_s=COUNT_BACKOFF_S,
+        what=f"alert {occurrence.id}",
+    )
 
 
 class AlertSink:

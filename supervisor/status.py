@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Literal
 
 from orderflow.alerts import SweepDoc, day_of, new_id, tallied
-from orderflow.errors import AlreadyExists, ConcurrencyConflict
-from orderflow.stores.base import AlertStore
+from orderflow.errors import ConcurrencyConflict
+from orderflow.stores.base import AlertStore, merge_conditionally
 from supervisor.sweep import SweepReport
 
 logger = logging.getLogger(__name__)
@@ -90,18 +90,18 @@ def tally_sweep(store: AlertStore, doc: SweepDoc) -> bool:
     Returns:
         True if added; False if it kept conflicting or a write failed (a warning is logged).
     """
-    for _ in range(TALLY_ATTEMPTS):
-        try:
-            found = store.get_tally(doc.at)
-            store.put_tally(
-                tallied(None if found is None else found.item, doc),
-                etag=None if found is None else found.etag,
-            )
-            return True
-        except (AlreadyExists, ConcurrencyConflict):
-            continue
-        except Exception as exc:
-            logger.warning("sweep tally of %s not written: %s: %s", doc.host, type(exc).__name__, exc)
-            return False
-    logger.warning("sweep tally of %s not written: it kept changing", doc.host)
-    return False
+    try:
+        merge_conditionally(
+            lambda: store.get_tally(doc.at),
+            lambda tally, etag: store.put_tally(tally, etag=etag),
+            lambda found: tallied(found, doc),
+            attempts=TALLY_ATTEMPTS,
+            what=f"sweep tally of {doc.host}",
+        )
+    except ConcurrencyConflict:
+        logger.warning("sweep tally of %s not written: it kept changing", doc.host)
+        return False
+    except Exception as exc:
+        logger.warning("sweep tally of %s not written: %s: %s", doc.host, type(exc).__name__, exc)
+        return False
+    return True

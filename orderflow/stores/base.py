@@ -9,13 +9,16 @@ redacts a finished order's once its retention period is over (docs/data.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
 from orderflow.alerts import AlertDoc, ReplayDoc, SweepDoc, SweepTallyDoc
+from orderflow.errors import AlreadyExists, ConcurrencyConflict
 from orderflow.records import OrderDocument, ProcessState, StateRecord, TimelineChunk
 
 T = TypeVar("T")
@@ -357,3 +360,44 @@ class AlertStore(ReplayRecords, Protocol):
             TransientError: the store is unavailable.
         """
         ...
+
+
+def merge_conditionally(
+    read: Callable[[], Versioned[T] | None],
+    write: Callable[[T, str | None], None],
+    merge: Callable[[T | None], T],
+    *,
+    attempts: int,
+    pause_s: float = 0.0,
+    what: str,
+) -> T:
+    """Read a document, merge into it, write it back conditionally (``write(doc, None)`` creates it,
+    ``write(doc, etag)`` replaces it If-Match the ETag read); on a 409 or 412 read again.
+
+    Args:
+        read: The document with its ETag, or None when absent.
+        write: Creates (ETag None) or replaces the merged document.
+        merge: The document to write, from the one read (None when absent).
+        attempts: Tries at most.
+        pause_s: Seconds of jitter, times the try's number, before reading again (0: none), so writers
+            that met once do not meet again in lockstep.
+        what: The document, for the error.
+
+    Returns:
+        The document as written.
+
+    Raises:
+        ConcurrencyConflict: it kept changing for ``attempts`` tries.
+        TransientError: the store is unavailable.
+    """
+    for attempt in range(1, attempts + 1):
+        found = read()
+        merged = merge(None if found is None else found.item)
+        try:
+            write(merged, None if found is None else found.etag)
+        except (AlreadyExists, ConcurrencyConflict):
+            if pause_s:
+                time.sleep(random.uniform(0, pause_s * attempt))
+            continue
+        return merged
+    raise ConcurrencyConflict(f"{what} kept changing: {attempts} tries")
