@@ -8,10 +8,12 @@ by the sender (docs/design.md §3.7) so consumers can recognise a duplicate.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 DEAD_LETTER_SUFFIX = "-deadletter"
 """Suffix of a local dead-letter queue's name (Service Bus has its own dead-letter sub-queue)."""
@@ -254,3 +256,25 @@ class ForwardingQueue:
     def approximate_count(self) -> int:
         """The inner queue's approximate count."""
         return self._inner.approximate_count()
+
+
+class RetryPauses:
+    """Random pauses between the tries of one operation that met another's held messages: each between
+    its base and twice that, the base doubling from 0.02 s up to 0.25 s, so that two operations that
+    hid each other's targets do not retry in step.
+
+    Args:
+        sleep: Sleeps so many seconds (``time.sleep``; tests replace it).
+    """
+
+    FIRST_S: Final = 0.02
+    LONGEST_S: Final = 0.25
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._sleep = sleep
+        self._pause_s = self.FIRST_S
+
+    def wait(self) -> None:
+        """Sleep the next pause."""
+        self._sleep(random.uniform(self._pause_s, 2 * self._pause_s))
+        self._pause_s = min(2 * self._pause_s, self.LONGEST_S)

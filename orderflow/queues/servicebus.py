@@ -49,7 +49,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import random
 import re
 import secrets
 import threading
@@ -83,7 +82,13 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from orderflow import tracing
 from orderflow.errors import ConcurrencyConflict, DeadLettersBusy, PermanentError, TransientError
-from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterPage, ReceivedMessage
+from orderflow.queues.base import (
+    MAX_DEAD_LETTER_SCAN,
+    DeadLetter,
+    DeadLetterPage,
+    ReceivedMessage,
+    RetryPauses,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -1103,7 +1108,7 @@ class ServiceBusQueueFactory:
         wanted = self._peek_targets(name, select, most)
         removed: list[DeadLetter] = []
         deadline = time.monotonic() + DEAD_LETTER_RETRY_S
-        pause_s = 0.02
+        pauses = RetryPauses(self._sleep)  # two removers must not retry in step
         while wanted:
             self._settle_pass(name, wanted, removed, before)
             if wanted:
@@ -1114,8 +1119,7 @@ class ServiceBusQueueFactory:
             if time.monotonic() >= deadline:
                 # Still there and never received: another operation kept it; "not removed" would be untrue.
                 raise DeadLettersBusy(name)
-            self._sleep(random.uniform(pause_s, 2 * pause_s))  # two removers must not retry in step
-            pause_s = min(2 * pause_s, 0.25)
+            pauses.wait()
         return removed
 
     def _peek_targets(

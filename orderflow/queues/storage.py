@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import re
 import threading
 import time
@@ -62,6 +61,7 @@ from orderflow.queues.base import (
     DeadLetter,
     DeadLetterPage,
     ReceivedMessage,
+    RetryPauses,
     dead_letter_queue_name,
 )
 
@@ -1095,15 +1095,14 @@ class StorageQueueFactory:
         ones included) tells such a pass from a whole one, and the pass is tried again after a short
         random pause (two scans that hide each other's targets must not retry in step).
         """
-        pause_s = 0.02
+        pauses = RetryPauses()
         while True:
             start_pass()
             if self._scan_pass(name, visit, client, stop):
                 return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(random.uniform(pause_s, 2 * pause_s))
-            pause_s = min(2 * pause_s, 0.25)
+            pauses.wait()
 
     def _scan_pass(
         self, name: str, visit: Callable[[DeadLetter], bool], client: QueueClient, stop: Callable[[], bool]
