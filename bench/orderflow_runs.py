@@ -53,12 +53,13 @@ from devhost.demo import (
 )
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.http_transport import transport_for
+from devhost.queues.factory import StorageQueueFactory
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
@@ -158,6 +159,7 @@ def _connect(endpoints: LocalEndpoints, settings: Settings) -> CosmosStores:
         key=endpoints.cosmos_key,
         database=settings.COSMOS_DATABASE,
         verify_tls=False,
+        transport=transport_for(endpoints.cosmos_endpoint),
     )
 
 

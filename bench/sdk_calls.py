@@ -6,7 +6,7 @@ call costs the calling process, from its own CPU counter over ``calls`` calls on
 container, the median of ``repeats`` measurements. Three kinds of client are measured:
 
 - ``orderflow``: the synchronous clients as orderflow builds them for a loopback endpoint
-  (:func:`orderflow.http_transport.transport_for` under the SDK's own pipeline), one call at a time;
+  (:func:`devhost.http_transport.transport_for` under the SDK's own pipeline), one call at a time;
 - ``sdk default``: the same clients on azure-core's default ``RequestsTransport`` (what Azure gets);
 - ``async``: the SDKs' ``aio`` clients on aiohttp, ``concurrency`` calls at once on one event loop (the
   "async clients on one event loop instead of thread pools" a process could switch to).
@@ -41,8 +41,8 @@ from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
 from bench.measure import LOAD_GENERATOR
 from devhost.emulators import COSMOS_EMULATOR_KEY, REPO_ROOT, LocalEndpoints, start_local_emulators
-from orderflow.http_transport import transport_for
-from orderflow.queues.storage import queue_endpoint
+from devhost.http_transport import transport_for
+from devhost.queues.factory import queue_endpoint
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     "queue send": ("azurite", "send"),

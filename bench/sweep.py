@@ -33,6 +33,7 @@ from typing import Any
 from bench.counting.stores import CountingStateStore
 from bench.stats import below, ratio
 from devhost.emulators import LocalEndpoints
+from devhost.http_transport import transport_for
 from orderflow.clock import SystemClock
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -240,6 +241,7 @@ def cosmos_sweeps(
         database=database,
         verify_tls=False,
         read_timeout=SWEEP_READ_TIMEOUT_S,
+        transport=transport_for(endpoints.cosmos_endpoint, read_timeout_s=SWEEP_READ_TIMEOUT_S),
     )
     try:
         return measure(

@@ -32,18 +32,20 @@ from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_si
 from devhost.delivery_faults import with_delivery_faults
 from devhost.host import ALL_ROLES, DevHost, parse_roles
 from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
+from devhost.lease.blob import LeaderLease
+from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
+from devhost.queues.factory import StorageQueueFactory, queue_service_url
+from devhost.wiring import connect_queues, connect_stores
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SteadyClock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
-from orderflow.queues.storage import StorageQueueFactory, queue_service_url, validate_queue_name
+from orderflow.queues.wire import validate_queue_name
 from orderflow.settings import Settings
 from orderflow.store_clock import store_timed
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.telemetry import configure_telemetry
-from orderflow.wiring import connect_queues, connect_stores
-from supervisor.lease import LeaderLease, NoLease, SupervisorLease
 
 cli = typer.Typer(add_completion=False)
 

@@ -101,16 +101,16 @@ from devhost.intruder import (
     settled_own_orders,
 )
 from devhost.intruder_operator import OperatorSession, operator_token, replayed_victims, victim_etags
+from devhost.lease.blob import current_holder
 from devhost.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
+from devhost.queues.factory import StorageQueueFactory
 from operator_api.alerts import MAX_LIMIT
 from operator_api.deadletters import every_dead_letter
 from orderflow.client import OrderflowClient
 from orderflow.operator_client import OperatorApiClient
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.workflows import new_order_workflow
-from supervisor.lease import current_holder
 
 logger = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ class LeaderPauser:
     """Every ``every_s`` seconds, SIGSTOPs the devhost process holding the supervisor lease for ``pause_s``
     seconds (longer than the lease), then SIGCONTs it; until stopped.
 
-    The holder is the one the lease blob names (:func:`supervisor.lease.current_holder`): its host id and
+    The holder is the one the lease blob names (:func:`devhost.lease.blob.current_holder`): its host id and
     process id, which must be a devhost process of the fleet still running. When there is none (between
     holders, or the holder was just killed), it looks again ``retry_s`` seconds later. Pauses are
     ``every_s`` apart, start to start, and never overlap.

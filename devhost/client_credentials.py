@@ -23,8 +23,8 @@ import typer
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueSasPermissions, QueueServiceClient, generate_queue_sas
 
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.clients import RegisteredClient
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
 
 DEFAULT_LIFETIME = timedelta(hours=12)

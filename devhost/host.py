@@ -34,6 +34,7 @@ from demo.services import serve_in_thread, server_url
 from demo.services import stop as stop_server
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
 from devhost.durabletask_backend import BackendProcess
+from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
@@ -53,7 +54,6 @@ from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
 from orderflow.workflows import agent_names
-from supervisor.lease import NoLease, SupervisorLease
 from supervisor.retention import RetentionReport, dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepCursor, run_sweep
@@ -188,7 +188,7 @@ class DevHost:
             process's own consumers; :attr:`deps` is the container the roles get.
         roles: Roles to run (see :data:`ALL_ROLES`).
         lease: Elects the one supervisor that sweeps among several processes; None: always leader
-            (:class:`~supervisor.lease.NoLease`). Only the devhost's supervisor loop uses it.
+            (:class:`~devhost.lease.election.NoLease`). Only the devhost's supervisor loop uses it.
         api_port: Loopback port of the operator API (the ``api`` role); 0 picks a free one
             (:attr:`api_url` says which).
         local_issuer: The local token issuer whose JWKS the operator API also serves, or None.

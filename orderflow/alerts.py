@@ -220,7 +220,7 @@ class SweepDoc(Model):
     Attributes:
         id, day, at, host: As for :class:`AlertDoc`; ``at`` is the sweep's end.
         leadership: ``lease`` (a local supervisor, which sweeps only while it holds the blob lease:
-            :mod:`supervisor.lease`) or ``timer`` (an Azure timer trigger, a singleton per app).
+            :mod:`devhost.lease`) or ``timer`` (an Azure timer trigger, a singleton per app).
         scanned: Records examined.
         recovered: Orders re-queued for another attempt.
         gave_up: Orders given up (moved to Compensating or CompensationFailed).

@@ -60,9 +60,10 @@ from orderflow.messages import (
 )
 from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.order_render import order_panel, orders_table, shown
+from orderflow.queues.base import QueueFactory
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings, describe_invalid_settings
-from orderflow.wiring import connect_queues, connect_stores
+from orderflow.wiring import connect_stores
 
 app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
 console = Console()
@@ -123,6 +124,18 @@ def _fail(message: str, *, code: int) -> NoReturn:
 def _count(number: int, noun: str) -> str:
     """``number`` and ``noun``, plural unless ``number`` is 1: ``1 order``, ``2 orders``, ``0 orders``."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def connect_queues(settings: Settings) -> QueueFactory:
+    """The local host's Storage queues (:func:`devhost.wiring.connect_queues`), imported when a command
+    sends or reads: the rest of the command loads no local adapter.
+
+    Raises:
+        ValueError: ``STORAGE_CONNECTION_STRING`` is empty.
+    """
+    from devhost.wiring import connect_queues as connect  # noqa: PLC0415 (local-only adapter)
+
+    return connect(settings)
 
 
 def _settings(env_file: Path | None) -> Settings:

@@ -2,7 +2,7 @@
 
 A registered client (docs/clients.md) sends to its own inbound queue and reads its own reply queue, and
 needs credentials for those two queues only: locally a queue-scoped SAS each
-(:meth:`orderflow.queues.storage.StorageQueueFactory.from_queue_urls`, or a SAS-only connection string),
+(:meth:`devhost.queues.factory.StorageQueueFactory.from_queue_urls`, or a SAS-only connection string),
 on Azure an identity with send rights on the one and receive rights on the other. Every order names the
 reply queue as ``replyTo``; the submission checks it is the registered one. Status replies
 

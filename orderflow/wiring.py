@@ -7,29 +7,11 @@ from collections.abc import Mapping
 from typing import TypedDict
 
 from azure.core.credentials import TokenCredential
+from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTransport
 
 from orderflow.queues.servicebus import ServiceBusQueueFactory
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings, on_azure
 from orderflow.stores.cosmos import CosmosStores
-
-
-def connect_queues(settings: Settings) -> StorageQueueFactory:
-    """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``, with the
-    ``QUEUE_CONNECTION_TIMEOUT_S`` and ``QUEUE_READ_TIMEOUT_S`` timeouts. Only the deployment's own
-    queues are created on first use (:meth:`Settings.is_deployment_queue`).
-
-    Raises:
-        ValueError: the setting is empty.
-    """
-    if not settings.STORAGE_CONNECTION_STRING:
-        raise ValueError("STORAGE_CONNECTION_STRING is not set")
-    return StorageQueueFactory.from_connection_string(
-        settings.STORAGE_CONNECTION_STRING,
-        connection_timeout_s=settings.QUEUE_CONNECTION_TIMEOUT_S,
-        read_timeout_s=settings.QUEUE_READ_TIMEOUT_S,
-        creatable=settings.is_deployment_queue,
-    )
 
 
 class StoreTimeouts(TypedDict):
@@ -50,9 +32,12 @@ def store_timeouts(settings: Settings) -> StoreTimeouts:
     )
 
 
-def connect_stores(settings: Settings) -> CosmosStores:
+def connect_stores(
+    settings: Settings, *, transport: HttpTransport[HttpRequest, HttpResponse] | None = None
+) -> CosmosStores:
     """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY`` (an emulator's key:
-    the database and containers are created when missing).
+    the database and containers are created when missing), over ``transport`` (None: azure-core's
+    default; see :meth:`CosmosStores.connect`).
 
     Raises:
         ValueError: the endpoint or key is empty (managed identity comes with the Azure host).
@@ -68,6 +53,7 @@ def connect_stores(settings: Settings) -> CosmosStores:
         key=settings.COSMOS_KEY,
         database=settings.COSMOS_DATABASE,
         verify_tls=settings.COSMOS_VERIFY_TLS,
+        transport=transport,
         **store_timeouts(settings),
     )
 

@@ -21,7 +21,7 @@ becomes ``CompensationFailed`` with an alert and a ``CompensationFailed`` reply.
 
 Clearing ``lockedBy`` fences the expired attempt: any write it still tries changes nothing (§3.3).
 Several supervisors may sweep at once; the ETag makes at most one win each record, and the loser skips.
-Correctness never depends on the supervisor lease (:mod:`supervisor.lease`), which only saves work.
+Correctness never depends on the supervisor lease (:mod:`devhost.lease`), which only saves work.
 
 **One clock.** Every ``completeBy`` is written on the state store's time (each host's clock is a
 :class:`~orderflow.store_clock.StoreClock`), and a deadline is overdue only once the store's time has

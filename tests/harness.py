@@ -24,14 +24,15 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
+from devhost.http_transport import transport_for
 from devhost.local_issuer import LocalIssuer
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord, order_key
 from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
@@ -174,6 +175,7 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Call
         key=endpoints.cosmos_key,
         database="db" + uuid.uuid4().hex[:10],
         verify_tls=False,
+        transport=transport_for(endpoints.cosmos_endpoint),
     )
     queues = StorageQueueFactory.from_connection_string(endpoints.storage_connection_string)
     return local_dependencies(stores.state, stores.orders, queues, queues, stores.alerts), stores.close

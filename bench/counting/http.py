@@ -1,7 +1,7 @@
 """Counts of the HTTP requests a process makes to the emulators, by emulator and operation.
 
 Counted at the transport, below the Azure SDKs: :func:`install_http_counter` wraps
-``orderflow.http_transport.LoopbackTransport.send`` (the transport of every client of a loopback
+``devhost.http_transport.LoopbackTransport.send`` (the transport of every client of a loopback
 emulator) and ``requests.adapters.HTTPAdapter.send`` (azure-core's default transport, for any other
 endpoint), so every request on the wire is counted once, SDK retries and idle polls included, and none
 of orderflow's code knows it is counted.
@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests.adapters
 
 from bench.counting import OperationCounts
-from orderflow.http_transport import LoopbackTransport
+from devhost.http_transport import LoopbackTransport
 
 OTHER = "other"
 """The emulator name of a request to an address no target names."""

@@ -96,7 +96,7 @@ class DeadLetterQueues(Protocol):
     """The operator's view of the dead-letter queues: read a page, remove some (a replay first re-sends).
 
     Implementations: :class:`orderflow.queues.memory.InMemoryQueueFactory`,
-    :class:`orderflow.queues.storage.StorageQueueFactory` (``<queue>-deadletter``),
+    :class:`devhost.queues.factory.StorageQueueFactory` (``<queue>-deadletter``),
     :class:`orderflow.queues.servicebus.ServiceBusQueueFactory` (``$DeadLetterQueue``).
     """
 
@@ -142,7 +142,7 @@ class DeadLetterQueues(Protocol):
 class MessageQueue(Protocol):
     """One queue.
 
-    Implementations: :class:`orderflow.queues.storage.StorageQueue` (Azure Storage / Azurite),
+    Implementations: :class:`devhost.queues.storage.StorageQueue` (Azure Storage / Azurite),
     :class:`orderflow.queues.memory.InMemoryQueue`; the Service Bus adapter comes with the Azure host.
     """
 

@@ -1,7 +1,7 @@
 """In-memory adapter of the message-queue port, for unit tests and single-process demos.
 
 It mimics an Azure Storage queue: messages are stored as the same wire text
-(:func:`orderflow.queues.storage.encode_envelope`), a receive hides a message for a visibility timeout
+(:func:`orderflow.queues.wire.encode_envelope`), a receive hides a message for a visibility timeout
 and increments its dequeue count, every receive or visibility update issues a new pop receipt and
 only the newest one settles the message, and dead letters are the same JSON records in
 ``<queue>-deadletter``. Limits are the same too (64 KiB, 7 days, whole seconds, 32 per receive), so a
@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from orderflow.errors import ConcurrencyConflict
 from orderflow.queues.base import DeadLetter, DeadLetterPage, ReceivedMessage, dead_letter_queue_name
-from orderflow.queues.storage import (
+from orderflow.queues.wire import (
     MAX_MESSAGE_BYTES,
     PopReceipt,
     decode_dead_letter,
@@ -118,7 +118,7 @@ class InMemoryQueue:
 
         Raises:
             ValueError: the envelope is too large (see
-                :data:`orderflow.queues.storage.MAX_ENVELOPE_BYTES`) or ``delay_s`` is out of range.
+                :data:`orderflow.queues.wire.MAX_ENVELOPE_BYTES`) or ``delay_s`` is out of range.
         """
         text = encode_envelope(
             body, message_id=message_id, correlation_id=correlation_id, sent_at=self._wall()

@@ -46,6 +46,7 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTransport
 from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy, PartitionKey
 from azure.cosmos.exceptions import (
     CosmosAccessConditionFailedError,
@@ -78,7 +79,6 @@ from orderflow.errors import (
     PermanentError,
     TransientError,
 )
-from orderflow.http_transport import transport_for
 from orderflow.records import OrderDocument, StateRecord, TimelineChunk, format_utc
 from orderflow.stores import continuation as tokens
 from orderflow.stores.base import (
@@ -919,6 +919,7 @@ class CosmosStores:
         read_timeout: float | None = None,
         operation_timeout: float | None = None,
         create_if_missing: bool | None = None,
+        transport: HttpTransport[HttpRequest, HttpResponse] | None = None,
     ) -> CosmosStores:
         """Connect to a Cosmos DB account and open (by default with a key: create) both containers.
 
@@ -946,6 +947,8 @@ class CosmosStores:
             create_if_missing: Create the database and containers (partition key ``/orderId``) if
                 absent. Defaults to True with a key and False with a token credential, because Cosmos
                 DB's data-plane RBAC cannot create databases or containers (infrastructure does).
+            transport: The HTTP transport under the SDK's pipeline (the local host passes a lean one for
+                a loopback emulator, :mod:`devhost.http_transport`); None: azure-core's default.
 
         Returns:
             The connected stores.
@@ -964,11 +967,7 @@ class CosmosStores:
             options["connection_timeout"] = connection_timeout
         if read_timeout is not None:
             options["read_timeout"] = read_timeout
-        transport = transport_for(
-            endpoint, connection_timeout_s=connection_timeout, read_timeout_s=read_timeout
-        )
         if transport is not None:
-            # The local emulator: one session without environment lookups (orderflow.http_transport).
             options["transport"] = transport
         if create_if_missing is None:
             create_if_missing = key is not None

@@ -31,7 +31,7 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
-from orderflow.queues.storage import StorageQueueFactory
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus, order_key
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE

@@ -25,7 +25,7 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
-from orderflow.queues.storage import StorageQueueFactory
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.records import ProcessState, order_key
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery

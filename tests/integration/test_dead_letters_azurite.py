@@ -16,6 +16,8 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.emulators import LocalEndpoints
 from devhost.local_issuer import local_object_id
+from devhost.queues import dead_letter_scan
+from devhost.queues.factory import StorageQueueFactory
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import OperatorResponse, handle_operator_request
@@ -24,9 +26,7 @@ from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import DeadLettersBusy
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.queues import storage
 from orderflow.queues.base import ReceivedMessage
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.replays import REPLAY_ACTION, replay_message_id
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
@@ -315,7 +315,7 @@ def test_lists_and_purges_at_once_are_complete_or_busy_never_short(
     ``DeadLettersBusy`` (a Storage queue is read by receiving, which hides what one reader holds)."""
     # A shorter base retry time meets, on an idle machine and within seconds, the race a loaded one
     # meets at the default's 10 s.
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 2.0)
+    monkeypatch.setattr(dead_letter_scan, "DEAD_LETTER_SCAN_RETRY_S", 2.0)
     _, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
     ids = _dead_letter_many(queues, inbound, 80)
     targets = ids[::8]  # ten, spread over the queue
@@ -366,8 +366,8 @@ def test_dead_letters_another_host_holds_make_the_routes_503_never_short(
     """Another host's reader holds five dead letters hidden (it crashed mid-pass): a list and a purge of
     a held one answer 503 with the reason, a purge of one not held succeeds, and once the five are back
     the list is whole."""
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 0.5)
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
+    monkeypatch.setattr(dead_letter_scan, "DEAD_LETTER_SCAN_RETRY_S", 0.5)
+    monkeypatch.setattr(dead_letter_scan, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
     deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
     ids = _dead_letter_many(queues, inbound, 40)
     other = QueueClient.from_connection_string(

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from devhost.emulators import LocalEndpoints
+from devhost.lease.blob import LeaderLease, current_holder
+from devhost.lease.election import MIN_LEASE_S
 from orderflow.errors import PermanentError, TransientError
-from supervisor.lease import MIN_LEASE_S, LeaderLease, current_holder
 
 pytestmark = pytest.mark.integration
 

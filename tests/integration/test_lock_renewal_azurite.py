@@ -18,9 +18,10 @@ import pytest
 
 from devhost.emulators import LocalEndpoints
 from devhost.loops import ConsumerLoop
+from devhost.queues.factory import StorageQueueFactory
+from devhost.queues.storage import StorageQueue
 from orderflow import telemetry
 from orderflow.queues.base import ReceivedMessage
-from orderflow.queues.storage import StorageQueue, StorageQueueFactory
 
 pytestmark = pytest.mark.integration
 

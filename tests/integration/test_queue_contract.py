@@ -22,6 +22,7 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from devhost.emulators import LocalEndpoints, azurite_connection_string
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.errors import ConcurrencyConflict, TransientError
 from orderflow.queues.base import (
     DeadLetter,
@@ -31,12 +32,7 @@ from orderflow.queues.base import (
     dead_letter_queue_name,
 )
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.queues.storage import (
-    MAX_ENVELOPE_BYTES,
-    MAX_MESSAGE_BYTES,
-    StorageQueueFactory,
-    encode_envelope,
-)
+from orderflow.queues.wire import MAX_ENVELOPE_BYTES, MAX_MESSAGE_BYTES, encode_envelope
 
 # Longer than a 1-second lock by a margin for a loaded machine; Azurite tracks visibility in ms.
 PAST_LOCK_S = 1.25

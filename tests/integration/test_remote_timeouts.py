@@ -22,10 +22,10 @@ from azure.core.exceptions import ServiceResponseError
 from azure.cosmos.exceptions import CosmosClientTimeoutError
 
 from devhost.emulators import LocalEmulators, LocalEndpoints
+from devhost.queues.factory import StorageQueueFactory
+from devhost.wiring import connect_stores
 from orderflow.errors import NotFound, TransientError
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
-from orderflow.wiring import connect_stores
 
 pytestmark = pytest.mark.integration
 

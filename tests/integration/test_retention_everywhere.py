@@ -25,9 +25,9 @@ from azure.storage.queue import QueueServiceClient
 from durabletask import client as dt_client
 
 from devhost.emulators import LocalEndpoints
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState
 from orderflow.stores.cosmos import CosmosStores
 from supervisor.retention import PURGEABLE_STATES

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from devhost.host import DevHost
+from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow import telemetry
@@ -27,7 +28,6 @@ from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
-from supervisor.lease import InMemoryLease, InMemoryLeaseBlob
 from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
 from tests.unit.fakes import RecordingClient, client_for, order_body, received
 

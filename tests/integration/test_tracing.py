@@ -19,12 +19,12 @@ from opentelemetry.trace import SpanKind
 
 import devhost.host
 from devhost.emulators import LocalEndpoints
+from devhost.queues.factory import StorageQueueFactory
 from orchestrators.context import WorkflowContext
 from orchestrators.workflow import order_workflow
 from orderflow import tracing
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentRequest, parse_message
-from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState
 from orderflow.workflows import workflow_for
 from tests.harness import running_system

@@ -37,7 +37,7 @@ from bench.probe import SNAPSHOT_SIGNAL, Probe, read_counts
 from bench.profiling import package_of, parse_stacks, summarise_stacks
 from bench.report import cost_rows, profile_tables
 from devhost.emulators import LocalEndpoints, azurite_connection_string
-from orderflow.http_transport import LoopbackTransport
+from devhost.http_transport import LoopbackTransport
 
 pytestmark = pytest.mark.unit
 

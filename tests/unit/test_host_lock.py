@@ -14,7 +14,7 @@ import pytest
 from devhost.__main__ import LOCK_DIR_ENV, hold_host_id
 from devhost.emulators import REPO_ROOT
 from devhost.host_lock import HostIdInUse, acquire_host_id, lock_name
-from orderflow.queues.storage import queue_service_url
+from devhost.queues.factory import queue_service_url
 from orderflow.settings import Settings
 
 pytestmark = pytest.mark.unit

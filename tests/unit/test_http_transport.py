@@ -13,8 +13,8 @@ import pytest
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError, ServiceResponseTimeoutError
 from azure.core.pipeline.transport import HttpRequest
 
-from orderflow.http_transport import RECENTLY_USED_S, LoopbackTransport, _Kept, is_loopback, transport_for
-from orderflow.queues.storage import StorageQueueFactory
+from devhost.http_transport import RECENTLY_USED_S, LoopbackTransport, _Kept, is_loopback, transport_for
+from devhost.queues.factory import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
 

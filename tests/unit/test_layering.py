@@ -14,6 +14,9 @@ layers :data:`MAY_IMPORT` names:
 - nothing outside the hosts imports ``function_host``, ``function_app`` or ``devhost``; the two hosts
   never import each other, nothing imports ``bench`` and nothing but the tests imports ``tests``;
 - role and core code never import the Functions SDKs;
+- the local-only adapters (Storage queues, the loopback HTTP transport, the blob lease) live in
+  ``devhost``: neither the Functions app nor its core and roles import them or the Storage SDKs they
+  wrap;
 - ``infra/policies`` (checks that checkov loads in its own venv, outside the app's layers) imports no
   first-party module.
 
@@ -140,9 +143,15 @@ def imports_in(module: str) -> Iterator[tuple[str, int]]:
                 yield node.args[0].value, node.lineno
 
 
+LOCAL_QUEUES: dict[str, frozenset[str]] = {"orderflow.cli": frozenset({"devhost.wiring"})}
+"""The ``orderflow`` command sends and reads on the local host's Storage queues, so it may import
+:mod:`devhost.wiring`, inside the function that connects them (importing the command loads nothing of
+the local host: :func:`test_the_app_and_its_core_load_no_local_only_adapter`)."""
+
+
 def _allowed(importer: str, imported: str) -> bool:
     """Whether first-party module ``importer`` may import first-party module ``imported``."""
-    if imported in PORTS.get(importer, ()):
+    if imported in PORTS.get(importer, ()) or imported in LOCAL_QUEUES.get(importer, ()):
         return True
     source, target = layer_of(importer), layer_of(imported)
     return source is not None and target in MAY_IMPORT[source]
@@ -281,3 +290,31 @@ def test_function_app_imports_with_the_real_sdks() -> None:
         check=True,
     )
     assert result.stdout.strip() == "DFApp"
+
+
+LOCAL_ONLY_SDKS = ("azure.storage.queue", "azure.storage.blob")
+"""The SDKs of the local-only adapters: Storage queues (Azurite) and the supervisors' blob lease."""
+
+
+def test_the_app_and_its_core_load_no_local_only_adapter() -> None:
+    shipped = [
+        name for name in modules() if layer_of(name) in {CORE, *(role(r) for r in ROLES), *AZURE_HOST_LAYERS}
+    ]
+    assert "orderflow.queues.memory" in shipped and "function_app" in shipped and "orderflow.cli" in shipped
+
+    def is_local_only(name: str) -> bool:
+        return name.split(".", maxsplit=1)[0] == LOCAL_HOST or any(
+            name == sdk or name.startswith(sdk + ".") for sdk in LOCAL_ONLY_SDKS
+        )
+
+    written = [
+        f"{module}:{line} imports {name}"
+        for module in shipped
+        for name, line in imports_in(module)
+        if is_local_only(name) and name not in LOCAL_QUEUES.get(module, ())
+    ]
+    assert written == []
+    loaded = _loaded_when_importing(shipped, after=(DURABLE_FUNCTIONS_SDK,))
+    assert [name for name in loaded if is_local_only(name)] == []
+    probe = _loaded_when_importing(["devhost.wiring"])  # what the check would see of a local adapter
+    assert {"devhost.wiring", "devhost.queues.storage", "azure.storage.queue"} <= set(probe)

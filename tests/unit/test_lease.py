@@ -1,4 +1,4 @@
-"""Leader election semantics on the in-memory lease, with a fake clock (supervisor.lease).
+"""Leader election semantics on the in-memory lease, with a fake clock (devhost.lease).
 
 The in-memory lease shares the local expiry guard and renewal schedule with the blob lease; only the
 three service calls differ, and ``tests/integration/test_lease_azurite.py`` checks those on Azurite.
@@ -11,9 +11,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from devhost.lease.blob import split_blob_path
+from devhost.lease.election import NoLease
+from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
 from orderflow.errors import TransientError
 from orderflow.settings import Settings
-from supervisor.lease import InMemoryLease, InMemoryLeaseBlob, NoLease, split_blob_path
 
 pytestmark = pytest.mark.unit
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from devhost.queues import dead_letter_scan
+from devhost.queues.factory import StorageQueueFactory
 from orderflow.errors import DeadLettersBusy, TransientError
-from orderflow.queues import storage
-from orderflow.queues.storage import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
 
@@ -70,8 +70,8 @@ def factory_of(client: HidingQueueClient) -> StorageQueueFactory:
 
 @pytest.fixture(autouse=True)
 def short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_S", 0.2)
-    monkeypatch.setattr(storage, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
+    monkeypatch.setattr(dead_letter_scan, "DEAD_LETTER_SCAN_RETRY_S", 0.2)
+    monkeypatch.setattr(dead_letter_scan, "DEAD_LETTER_SCAN_RETRY_PER_MESSAGE_S", 0.0)
 
 
 def test_a_page_read_that_never_covered_the_queue_is_busy_not_short() -> None:
@@ -105,13 +105,17 @@ def test_a_whole_queue_is_read_and_a_target_missing_from_it_is_nothing_removed()
 
 
 def test_the_retry_time_grows_with_the_queue_and_is_bounded() -> None:
-    assert storage.scan_budget_s(0) == storage.DEAD_LETTER_SCAN_RETRY_S
-    assert storage.scan_budget_s(80) <= storage.scan_budget_s(1024) <= storage.DEAD_LETTER_SCAN_MAX_RETRY_S
-    assert storage.DEAD_LETTER_SCAN_MAX_RETRY_S < storage.DEAD_LETTER_SCAN_LOCK_S
+    assert dead_letter_scan.scan_budget_s(0) == dead_letter_scan.DEAD_LETTER_SCAN_RETRY_S
+    assert (
+        dead_letter_scan.scan_budget_s(80)
+        <= dead_letter_scan.scan_budget_s(1024)
+        <= dead_letter_scan.DEAD_LETTER_SCAN_MAX_RETRY_S
+    )
+    assert dead_letter_scan.DEAD_LETTER_SCAN_MAX_RETRY_S < dead_letter_scan.DEAD_LETTER_SCAN_LOCK_S
 
 
 def test_scans_of_one_queue_in_one_process_take_turns_in_arrival_order() -> None:
-    turns = storage._ScanTurns()
+    turns = dead_letter_scan._ScanTurns()
     order: list[str] = []
     holding = threading.Event()
 

@@ -29,9 +29,10 @@ from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 
 import orderflow.queues.servicebus as servicebus_adapter
 import orderflow.stores.cosmos as cosmos_adapter
+from devhost.lease.blob import LeaderLease
+from devhost.wiring import connect_queues
 from orderflow.settings import Settings, UnsafeAzureSetting
-from orderflow.wiring import connect_azure, connect_queues
-from supervisor.lease import LeaderLease
+from orderflow.wiring import connect_azure
 
 pytestmark = pytest.mark.unit
 
