@@ -25,7 +25,7 @@ from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.records import StateRecord, TimelineChunk
 from orderflow.settings import Settings
-from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
+from orderflow.stores.base import Page, StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,6 @@ class ClockCheckedStateStore:
     def __init__(self, inner: StateStore, monitor: ClockSkewMonitor) -> None:
         self.inner = inner
         self.monitor = monitor
-        self.counters: StoreCounters = inner.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"

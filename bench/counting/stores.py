@@ -24,7 +24,6 @@ from orderflow.stores.base import (
     Redaction,
     StateQuery,
     StateStore,
-    StoreCounters,
     Versioned,
 )
 
@@ -39,7 +38,6 @@ class _CountingWrapper(Generic[_Port]):
     ) -> None:
         self.inner: _Port = inner
         self.counts = counts if counts is not None else OperationCounts()
-        self.counters: StoreCounters = inner.counters
         self._label = label
 
     def __repr__(self) -> str:
@@ -62,7 +60,6 @@ class CountingStateStore(_CountingWrapper[StateStore]):
 
     Attributes:
         counts: The tally.
-        counters: The wrapped adapter's own counters (the port's attribute, passed through).
     """
 
     def create(self, record: StateRecord, **kwargs: Any) -> Versioned[StateRecord]:

@@ -100,30 +100,12 @@ class StateQuery:
     not_suspended: bool = False
 
 
-@dataclass
-class StoreCounters:
-    """Operation counts of a store adapter, for benchmarks and tests of the write budget.
-
-    ``history_writes`` counts timeline chunks appended to the history container (one per window
-    overflow, :mod:`orderflow.timeline`); ``creates`` and ``replaces`` count the records' own writes.
-    """
-
-    reads: int = 0
-    creates: int = 0
-    replaces: int = 0
-    query_pages: int = 0
-    items_read_by_queries: int = 0
-    history_writes: int = 0
-
-
 class StateStore(Protocol):
     """Scheduler state records, one per order, every write conditional.
 
     Implementations: :class:`orderflow.stores.cosmos.CosmosStateStore`,
     :class:`orderflow.stores.memory.InMemoryStateStore`.
     """
-
-    counters: StoreCounters
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         """Insert a new record (its timeline past the window moves to history first, as for
@@ -209,8 +191,6 @@ class OrderStore(Protocol):
     in a terminal state are redacted, and no role uses a terminal order's document for anything but its
     ``contentHash``, which redaction keeps (docs/data.md).
     """
-
-    counters: StoreCounters
 
     def create(self, document: OrderDocument) -> None:
         """Insert a new order document.

@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -86,7 +85,6 @@ from orderflow.stores.base import (
     Page,
     Redaction,
     StateQuery,
-    StoreCounters,
     Versioned,
     as_written,
     stored_at,
@@ -233,7 +231,7 @@ class _TooManyPages(Exception):
 
 
 class _CosmosContainer:
-    """One container with error translation and operation counters; the core of both stores.
+    """One container with error translation; the core of both stores.
 
     Args:
         container: The SDK's container.
@@ -247,32 +245,22 @@ class _CosmosContainer:
     ) -> None:
         self.container = container
         self.kind = kind
-        self.counters = StoreCounters()
-        self._lock = threading.Lock()  # guards the counters only
         self._options: dict[str, Any] = (
             {} if operation_timeout_s is None else {"timeout": operation_timeout_s}
         )
 
-    def _count(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self.counters, name, getattr(self.counters, name) + delta)
-
     def create(self, doc: dict[str, Any]) -> dict[str, Any]:
-        self._count(creates=1)
         with _translated(self.kind, str(doc["id"])):
             return self.container.create_item(body=doc, **self._options)
 
     def upsert(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Create ``doc`` or replace the item of its id and partition, whatever its ETag: only for
         documents no one else writes."""
-        self._count(replaces=1)
         with _translated(self.kind, str(doc["id"])):
             return self.container.upsert_item(body=doc, **self._options)
 
     def read(self, item_id: str, *, partition_key: str | None = None) -> dict[str, Any]:
         """A point read; the partition key is the id unless given (the alerts container's is its day)."""
-        self._count(reads=1)
         with _translated(self.kind, item_id):
             try:
                 key = item_id if partition_key is None else partition_key
@@ -295,7 +283,6 @@ class _CosmosContainer:
 
     def replace(self, doc: dict[str, Any], etag: str) -> dict[str, Any]:
         item_id = str(doc["id"])
-        self._count(replaces=1)
         with _translated(self.kind, item_id):
             return self.container.replace_item(
                 item=item_id,
@@ -371,7 +358,6 @@ class _CosmosContainer:
         next_token = headers_seen[-1] if headers_seen else None
         if next_token is not None and next_token == server_token:
             raise InvalidContinuation("Cosmos DB returned the continuation token it was given")
-        self._count(query_pages=1, items_read_by_queries=len(items))
         return items, tokens.encode(
             _TOKEN_PREFIX, fingerprint, next_token
         ) if next_token is not None else None
@@ -403,7 +389,6 @@ class _CosmosContainer:
                 raise TransientError(
                     f"{self.kind} count did not finish within {MAX_COUNT_PAGES} pages"
                 ) from None
-        self._count(query_pages=1)
         return total
 
 
@@ -411,10 +396,6 @@ class CosmosStateStore:
     """State records in a Cosmos DB container: the :class:`~orderflow.stores.base.StateStore` port.
 
     Thread-safe: share one instance (and its client) across threads.
-
-    Attributes:
-        counters: Every create, read and replace attempt (including ones that raised), one query
-            page per page returned and one per :meth:`count`; the in-memory store counts the same way.
     """
 
     def __init__(
@@ -425,7 +406,6 @@ class CosmosStateStore:
         operation_timeout_s: float | None = None,
     ) -> None:
         self._container = _CosmosContainer(container, "state record", operation_timeout_s=operation_timeout_s)
-        self.counters: StoreCounters = self._container.counters
         self._history = (
             None
             if history is None
@@ -450,7 +430,6 @@ class CosmosStateStore:
             return kept
         if self._history is None:
             raise PermanentError("no_history", f"{record.order_id}: no history container for its timeline")
-        self._container._count(history_writes=1)
         # An existing chunk holds the same entries, moved by a writer that then lost its race.
         with suppress(AlreadyExists):
             self._history.create(chunk.to_json_dict())
@@ -569,16 +548,10 @@ class CosmosStateStore:
 
 
 class CosmosOrderStore:
-    """Order documents in a Cosmos DB container: the ``OrderStore`` port.
-
-    Attributes:
-        counters: Every create, read and replace attempt (a redaction reads, then replaces), including
-            ones that raised.
-    """
+    """Order documents in a Cosmos DB container: the ``OrderStore`` port."""
 
     def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
         self._container = _CosmosContainer(container, "order", operation_timeout_s=operation_timeout_s)
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(container={self._container.container.id!r})"
@@ -632,7 +605,6 @@ class CosmosBreakerStore:
         self._container = _CosmosContainer(
             container, "circuit breaker", operation_timeout_s=operation_timeout_s
         )
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(container={self._container.container.id!r})"
@@ -726,7 +698,6 @@ class CosmosAlertStore:
 
     def __init__(self, container: ContainerProxy, *, operation_timeout_s: float | None = None) -> None:
         self._container = _CosmosContainer(container, "alert", operation_timeout_s=operation_timeout_s)
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(container={self._container.container.id!r})"

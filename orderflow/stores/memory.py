@@ -47,7 +47,6 @@ from orderflow.stores.base import (
     Page,
     Redaction,
     StateQuery,
-    StoreCounters,
     Versioned,
     as_written,
     stored_at,
@@ -164,7 +163,6 @@ class _MemoryContainer:
     def __init__(self, kind: str, *, indexed_field: str | None = None, clock: Clock | None = None) -> None:
         self.kind = kind
         self._clock = clock
-        self.counters = StoreCounters()
         self._lock = threading.Lock()
         self._docs: dict[str, str] = {}
         self._indexed_field = indexed_field
@@ -194,7 +192,6 @@ class _MemoryContainer:
         item_id = str(doc["id"])
         text = self._stamp(doc)
         with self._lock:
-            self.counters.creates += 1
             if item_id in self._docs:
                 raise AlreadyExists(f"{self.kind} {item_id!r} already exists")
             self._docs[item_id] = text
@@ -206,7 +203,6 @@ class _MemoryContainer:
         item_id = str(doc["id"])
         text = self._stamp(doc)
         with self._lock:
-            self.counters.replaces += 1
             current = self._docs.get(item_id)
             self._docs[item_id] = text
             self._reindex(item_id, current, doc)
@@ -214,7 +210,6 @@ class _MemoryContainer:
 
     def read(self, item_id: str) -> dict[str, Any]:
         with self._lock:
-            self.counters.reads += 1
             text = self._docs.get(item_id)
         if text is None:
             raise NotFound(f"{self.kind} {item_id!r} not found")
@@ -224,7 +219,6 @@ class _MemoryContainer:
         item_id = str(doc["id"])
         text = self._stamp(doc)
         with self._lock:
-            self.counters.replaces += 1
             current = self._docs.get(item_id)
             if current is None:
                 raise NotFound(f"{self.kind} {item_id!r} not found")
@@ -238,12 +232,6 @@ class _MemoryContainer:
     def __len__(self) -> int:
         with self._lock:
             return len(self._docs)
-
-    def note_query_page(self, items: int) -> None:
-        """Count one query page (or aggregate) that returned ``items`` documents."""
-        with self._lock:
-            self.counters.query_pages += 1
-            self.counters.items_read_by_queries += items
 
     def select(
         self,
@@ -290,23 +278,16 @@ class InMemoryStateStore:
     Args:
         clock: The store's own clock, which stamps ``_ts`` (whole seconds, as Cosmos DB does); default
             the machine's. A test gives it one of its own to play a store whose clock differs from a host's.
-
-    Attributes:
-        counters: Every create, read and replace attempt (including ones that raised), one query
-            page per page returned and one per :meth:`count`, exactly as the Cosmos adapter counts.
     """
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._container = _MemoryContainer("state record", indexed_field="processState", clock=clock)
-        self.counters: StoreCounters = self._container.counters
         self._history = _MemoryContainer("timeline chunk", indexed_field="orderId")
 
     def _moved_out(self, record: StateRecord) -> StateRecord:
         """``record`` as written: its timeline past the window appended to the history first."""
         kept, chunk = split_overflow(record, at=record.updated_at)
         if chunk is not None:
-            with self._container._lock:
-                self.counters.history_writes += 1
             # An existing chunk holds the same entries, moved by a writer that then lost its race.
             with suppress(AlreadyExists):
                 self._history.create(chunk.to_json_dict())
@@ -416,13 +397,11 @@ class InMemoryStateStore:
             if len(found) > max_item_count
             else None
         )
-        self._container.note_query_page(len(items))
         return Page([self._versioned(doc) for doc in items], token)
 
     def count(self, query: StateQuery) -> int:
         """Number of records matching ``query`` (counts as one query page, zero items read)."""
         result = len(self._select(query, None, None))
-        self._container.note_query_page(0)
         return result
 
     def history(
@@ -449,7 +428,6 @@ class InMemoryStateStore:
             if len(found) > max_item_count
             else None
         )
-        self._history.note_query_page(len(items))
         chunks = [
             TimelineChunk.model_validate({k: v for k, v in d.items() if not k.startswith("_")}) for d in items
         ]
@@ -457,16 +435,10 @@ class InMemoryStateStore:
 
 
 class InMemoryOrderStore:
-    """Order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port.
-
-    Attributes:
-        counters: Every create, read and replace attempt (a redaction reads, then replaces), including
-            ones that raised.
-    """
+    """Order documents in memory: the :class:`~orderflow.stores.base.OrderStore` port."""
 
     def __init__(self) -> None:
         self._container = _MemoryContainer("order")
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(orders={len(self._container)})"
@@ -521,7 +493,6 @@ class InMemoryBreakerStore:
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._container = _MemoryContainer("circuit breaker", clock=clock)
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(breakers={len(self._container)})"
@@ -587,7 +558,6 @@ class InMemoryAlertStore:
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._container = _MemoryContainer("alert", clock=clock)
         self._clock = clock
-        self.counters: StoreCounters = self._container.counters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(documents={len(self._container)})"
@@ -646,7 +616,6 @@ class InMemoryAlertStore:
         items = found[offset : offset + max_item_count]
         more = len(found) > offset + max_item_count
         token = tokens.encode(_TOKEN_PREFIX, fingerprint, str(offset + max_item_count)) if more else None
-        self._container.note_query_page(len(items))
         return Page([{k: v for k, v in doc.items() if not k.startswith("_")} for doc in items], token)
 
     def get_alert(self, alert_id: str, *, day: str) -> Versioned[AlertDoc] | None:
@@ -715,6 +684,5 @@ class InMemoryAlertStore:
             ),
             None,
         )
-        self._container.note_query_page(len(found))
         found.sort(key=lambda doc: str(doc.get("at")), reverse=True)
         return [ReplayDoc.from_stored(doc) for doc in found]

@@ -188,7 +188,6 @@ class RecordingOrderStore:
 
     def __init__(self, inner: OrderStore, written: list[str]) -> None:
         self._inner = inner
-        self.counters = inner.counters
         self.written = written
 
     def create(self, document: OrderDocument) -> None:
@@ -213,7 +212,6 @@ class RecordingStateStore:
 
     def __init__(self, inner: StateStore, written: list[str]) -> None:
         self._inner = inner
-        self.counters = inner.counters
         self.written = written
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:

@@ -27,7 +27,7 @@ from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings
-from orderflow.stores.base import Page, StateQuery, StateStore, StoreCounters, Versioned
+from orderflow.stores.base import Page, StateQuery, StateStore, Versioned
 from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
 from tests.unit.fakes import RecordingClient, client_for, order_body, received
 
@@ -206,7 +206,6 @@ class RepeatingTokens:
 
     def __init__(self, inner: StateStore) -> None:
         self.inner = inner
-        self.counters: StoreCounters = inner.counters
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:
         return self.inner.create(record)

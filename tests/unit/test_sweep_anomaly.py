@@ -24,7 +24,7 @@ from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.records import ProcessState, StateRecord, TimelineChunk
-from orderflow.stores.base import AlertQuery, Page, StateQuery, StateStore, StoreCounters, Versioned
+from orderflow.stores.base import AlertQuery, Page, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryAlertStore
 from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body
@@ -42,7 +42,6 @@ class NeverEnding:
 
     def __init__(self, inner: StateStore) -> None:
         self.inner = inner
-        self.counters: StoreCounters = inner.counters
         self.empty_pages = 0
 
     def create(self, record: StateRecord) -> Versioned[StateRecord]:

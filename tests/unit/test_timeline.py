@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench.counting.stores import CountingStateStore
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
@@ -62,8 +63,9 @@ def summary(record: StateRecord) -> list[tuple[Any, ...]]:
 
 def test_an_order_that_runs_through_records_every_write_with_who_made_it() -> None:
     deps = memory_deps(FakeClock())
+    deps.states = counted = CountingStateStore(deps.states)
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
-    writes_before = deps.states.counters.replaces
+    writes_before = counted.counts.total("replace")
     start(deps, RESERVE)  # the claim started it: nothing written
     start(deps, CHARGE, completed=done(RESERVE))
     start(deps, SHIP, completed=done(CHARGE))
@@ -106,8 +108,8 @@ def test_an_order_that_runs_through_records_every_write_with_who_made_it() -> No
     assert [e.attempt for e in record.timeline] == [0, 1, 1, 1, 1, 1]
     assert record.timeline_seq == 6
     # The timeline rode on the writes the order makes anyway: two starts, the finish, the reply's clear.
-    assert deps.states.counters.replaces - writes_before == 4
-    assert deps.states.counters.history_writes == 0
+    assert counted.counts.total("replace") - writes_before == 4
+    assert deps.states.history(KEY, max_item_count=10).items == []
 
 
 def test_the_supervisor_entry_names_the_host_the_expired_attempt_and_the_error_code() -> None:
@@ -158,13 +160,13 @@ def test_past_the_window_the_oldest_entries_move_to_history_in_one_write() -> No
     found = states.get(KEY)
     filled = grown(found.item.model_copy(deep=True), TIMELINE_WINDOW - len(found.item.timeline))
     found = states.replace(filled, etag=found.etag)
-    assert len(found.item.timeline) == TIMELINE_WINDOW and states.counters.history_writes == 0
+    assert len(found.item.timeline) == TIMELINE_WINDOW
+    assert states.history(KEY, max_item_count=10).items == []
 
     written = states.replace(grown(found.item.model_copy(deep=True), 1), etag=found.etag)
 
     moved = TIMELINE_WINDOW + 1 - TIMELINE_KEEP
     assert [e.seq for e in written.item.timeline] == list(range(moved + 1, TIMELINE_WINDOW + 2))
-    assert states.counters.history_writes == 1
     page = states.history(KEY, max_item_count=10)
     (chunk,) = page.items
     assert (chunk.first_seq, chunk.last_seq, page.continuation) == (1, moved, None)
