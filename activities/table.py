@@ -1,8 +1,9 @@
 """The activities role's table: each orchestration activity declared once, with its contract and function.
 
 Both hosts register activities by walking :data:`ACTIVITIES` (``function_host.blueprints.activities``
-on Azure, ``devhost.host`` locally), so an activity cannot be registered under one host and forgotten
-under the other. The workflow calls the same contracts (:mod:`orderflow.contracts`) with typed inputs.
+on Azure, ``devhost.durabletask_adapter`` locally), so an activity cannot be registered under one host
+and forgotten under the other. The workflow calls the same contracts (:mod:`orderflow.contracts`) with
+typed inputs.
 """
 
 from __future__ import annotations

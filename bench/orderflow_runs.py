@@ -52,9 +52,10 @@ from devhost.demo import (
     start_child,
 )
 from devhost.emulators import REPO_ROOT, LocalEndpoints
-from devhost.host import ALL_ROLES, DevHost
+from devhost.host import DevHost
 from devhost.http_transport import transport_for
 from devhost.queues.factory import StorageQueueFactory
+from devhost.roles import ALL_ROLES
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.breaker import circuit_breakers
 from orderflow.client import OrderflowClient

@@ -30,12 +30,13 @@ from pydantic import ValidationError
 
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
 from devhost.delivery_faults import with_delivery_faults
-from devhost.host import ALL_ROLES, DevHost, parse_roles
+from devhost.host import DevHost
 from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
 from devhost.lease.blob import LeaderLease
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from devhost.queues.factory import StorageQueueFactory, queue_service_url
+from devhost.roles import ALL_ROLES, parse_roles
 from devhost.wiring import connect_queues, connect_stores
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SteadyClock, SystemClock

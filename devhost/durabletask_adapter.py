@@ -3,22 +3,30 @@
 :class:`DurableTaskWorkflowContext` maps :class:`orchestrators.context.WorkflowContext` onto
 ``durabletask.task.OrchestrationContext``, so the devhost runs the same workflow body as the Azure host
 (whose adapter is :mod:`function_host.durable`); :class:`DurableTaskClient` is the starter's and the
-listener's :class:`~orderflow.orchestration.OrchestrationClient` over the durabletask gRPC client. The
-devhost and the tests use them.
+listener's :class:`~orderflow.orchestration.OrchestrationClient` over the durabletask gRPC client;
+:func:`register_order_workflow` puts the order workflow and every activity on a worker, and
+:func:`quiet_local_cancel` keeps the worker's own stop out of the warnings. The devhost and the tests use
+them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Sequence
+import logging
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 from durabletask import client as dt_client
 from durabletask import task as dt
+from durabletask import worker as dt_worker
 
+from activities.table import ACTIVITIES, Activity
 from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
+from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.orchestration import InstanceStatus
 
@@ -194,3 +202,58 @@ class DurableTaskClient:
         except grpc.RpcError as exc:
             raise TransientError(f"the orchestration backend refused the purge: {exc.code()}") from exc
         return int(result.deleted_instance_count)
+
+
+DURABLETASK_WORKER_LOGGER = "durabletask.worker"
+"""The logger the host gives its durabletask worker."""
+
+
+class _LocalCancelNoise(logging.Filter):
+    """Drops the worker's warning about its own work-item stream being cancelled by ``worker.stop()``.
+
+    durabletask 1.12 logs ``Error in work item stream: ... CANCELLED "Locally cancelled by application!"``
+    at WARNING on every stop, then recognises the cancellation as a shutdown ("Disconnected"). The
+    filter is attached only while the host stops the worker, and matches only that gRPC status and
+    detail: any other stream error is still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Error in work item stream")
+            and "StatusCode.CANCELLED" in message
+            and "Locally cancelled by application!" in message
+        )
+
+
+@contextmanager
+def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator[None]:
+    """While stopping a durabletask worker that logs to ``logger_name``, drop its benign warning about
+    the stream the stop itself cancelled (:class:`_LocalCancelNoise`)."""
+    target = logging.getLogger(logger_name)
+    noise = _LocalCancelNoise()
+    target.addFilter(noise)
+    try:
+        yield
+    finally:
+        target.removeFilter(noise)
+
+
+def _durabletask_activity(activity: Activity[Any, Any], deps: Dependencies) -> Any:
+    """A durabletask activity under ``activity``'s contract name that runs it with ``deps``."""
+
+    def run(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+        return activity.run(payload, deps)
+
+    run.__name__ = activity.name
+    return run
+
+
+def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies) -> None:
+    """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
+    contract name) on a worker."""
+    orchestrator = durabletask_orchestrator(order_workflow)
+    orchestrator.__name__ = ORDER_WORKFLOW
+    worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
+    for activity in ACTIVITIES:
+        worker.add_activity(_durabletask_activity(activity, deps))

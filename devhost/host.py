@@ -17,8 +17,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,23 +26,27 @@ from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
-from activities.table import ACTIVITIES, Activity
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from demo.services import serve_in_thread, server_url
 from demo.services import stop as stop_server
-from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
+from devhost.durabletask_adapter import (
+    DURABLETASK_WORKER_LOGGER,
+    DurableTaskClient,
+    quiet_local_cancel,
+    register_order_workflow,
+)
 from devhost.durabletask_backend import BackendProcess
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
+from devhost.roles import ALL_ROLES, check_roles
 from devhost.wakeup_channel import WakeupChannel
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
@@ -67,13 +70,6 @@ RETENTION_INTERVAL_S = 60.0
 """Seconds between retention passes: the leader's over the stores and the shared queues' dead letters,
 and each orchestrating process's over its own backend's history and its own response queue."""
 
-ALL_ROLES = ("submission", "starter", "orchestrator", "agents", "listener", "supervisor", "api")
-"""Roles a devhost process can run. ``starter`` and ``listener`` need ``orchestrator`` in the same
-process (they talk to its durabletask backend); ``api`` is the operator API over HTTP on loopback."""
-
-DURABLETASK_WORKER_LOGGER = "durabletask.worker"
-"""The logger the host gives its durabletask worker."""
-
 STARTER_WAKEUP = "@starter"
 """The :class:`Wakeups` event that runs the starter early: set once a submission has written a
 ``Pending`` record, in this process and, through the wake-up channel, in the others (not a queue name:
@@ -87,88 +83,6 @@ start-up fails."""
 SUBMISSION_HANDLERS = 4
 """Submission handler threads of one process, shared out among the registered clients' queues (at least
 one per client)."""
-
-
-def check_roles(roles: Iterable[str]) -> frozenset[str]:
-    """The roles as a set, once checked.
-
-    Raises:
-        ValueError: no role, a role not in :data:`ALL_ROLES`, or ``starter``/``listener`` without
-            ``orchestrator``.
-    """
-    chosen = frozenset(roles)
-    if not chosen:
-        raise ValueError(f"no roles given; choose from {','.join(ALL_ROLES)} or 'all'")
-    unknown = chosen - set(ALL_ROLES)
-    if unknown:
-        raise ValueError(f"unknown roles: {sorted(unknown)}; choose from {','.join(ALL_ROLES)} or 'all'")
-    if chosen & {"starter", "listener"} and "orchestrator" not in chosen:
-        raise ValueError("the starter and listener roles need the orchestrator role in the same process")
-    return chosen
-
-
-def parse_roles(text: str) -> tuple[str, ...]:
-    """``--roles``: ``all``, or role names separated by commas (spaces around them ignored).
-
-    Raises:
-        ValueError: as :func:`check_roles`.
-    """
-    if text.strip() == "all":
-        return ALL_ROLES
-    roles = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
-    check_roles(roles)
-    return roles
-
-
-class _LocalCancelNoise(logging.Filter):
-    """Drops the worker's warning about its own work-item stream being cancelled by ``worker.stop()``.
-
-    durabletask 1.12 logs ``Error in work item stream: ... CANCELLED "Locally cancelled by application!"``
-    at WARNING on every stop, then recognises the cancellation as a shutdown ("Disconnected"). The
-    filter is attached only while the host stops the worker, and matches only that gRPC status and
-    detail: any other stream error is still logged.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (
-            message.startswith("Error in work item stream")
-            and "StatusCode.CANCELLED" in message
-            and "Locally cancelled by application!" in message
-        )
-
-
-@contextmanager
-def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator[None]:
-    """While stopping a durabletask worker that logs to ``logger_name``, drop its benign warning about
-    the stream the stop itself cancelled (:class:`_LocalCancelNoise`)."""
-    target = logging.getLogger(logger_name)
-    noise = _LocalCancelNoise()
-    target.addFilter(noise)
-    try:
-        yield
-    finally:
-        target.removeFilter(noise)
-
-
-def _durabletask_activity(activity: Activity[Any, Any], deps: Dependencies) -> Any:
-    """A durabletask activity under ``activity``'s contract name that runs it with ``deps``."""
-
-    def run(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        return activity.run(payload, deps)
-
-    run.__name__ = activity.name
-    return run
-
-
-def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies) -> None:
-    """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
-    contract name) on a worker."""
-    orchestrator = durabletask_orchestrator(order_workflow)
-    orchestrator.__name__ = ORDER_WORKFLOW
-    worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
-    for activity in ACTIVITIES:
-        worker.add_activity(_durabletask_activity(activity, deps))
 
 
 def free_port() -> int:

@@ -23,10 +23,11 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
-from devhost.host import ALL_ROLES, DevHost
+from devhost.host import DevHost
 from devhost.http_transport import transport_for
 from devhost.local_issuer import LocalIssuer
 from devhost.queues.factory import StorageQueueFactory
+from devhost.roles import ALL_ROLES
 from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock

@@ -35,7 +35,7 @@ from durabletask.testing import create_test_backend
 
 from bench.load import TIMED_OUT, LoadResult
 from bench.peers.saga import COMPENSATED, PROCESSED, SAGA_STEPS, CompletedStep, SagaServices
-from devhost.host import quiet_local_cancel
+from devhost.durabletask_adapter import quiet_local_cancel
 
 ORCHESTRATOR = "order_saga"
 RUN_STEP = "run_step"

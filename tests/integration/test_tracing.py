@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-import devhost.host
+import devhost.durabletask_adapter
 from devhost.emulators import LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
 from orchestrators.context import WorkflowContext
@@ -53,7 +53,7 @@ def test_an_order_is_one_trace_from_submission_to_reply_and_orders_never_share_o
         runs["replays" if ctx.is_replaying else "first runs"] += 1
         return (yield from order_workflow(ctx, payload))
 
-    monkeypatch.setattr(devhost.host, "order_workflow", counted)
+    monkeypatch.setattr(devhost.durabletask_adapter, "order_workflow", counted)
     with recorded_spans() as exporter, running_system(deps) as system:
         ids = system.submit_all(["tpch-1", "tpch-3"])  # both in flight at once
         records = system.wait_settled(ids)

@@ -1,6 +1,6 @@
 """A DevHost's start-up and shutdown: a start that fails half-way stops what it started, a stop can be
-repeated, and the durabletask worker's own shutdown is not logged as a warning (devhost.host); the api
-role serves the operator API over loopback HTTP."""
+repeated, and the durabletask worker's own shutdown is not logged as a warning
+(devhost.durabletask_adapter); the api role serves the operator API over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -17,17 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from devhost.host import (
-    ALL_ROLES,
-    DURABLETASK_WORKER_LOGGER,
-    STARTER_WAKEUP,
-    DevHost,
-    check_roles,
-    free_port,
-    parse_roles,
-    quiet_local_cancel,
-)
+from devhost.durabletask_adapter import DURABLETASK_WORKER_LOGGER, quiet_local_cancel
+from devhost.host import STARTER_WAKEUP, DevHost, free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
+from devhost.roles import ALL_ROLES, check_roles, parse_roles
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client_text import visible
 from orderflow.clock import SystemClock
