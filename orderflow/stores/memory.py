@@ -400,9 +400,8 @@ class InMemoryStateStore:
         return Page([self._versioned(doc) for doc in items], token)
 
     def count(self, query: StateQuery) -> int:
-        """Number of records matching ``query`` (counts as one query page, zero items read)."""
-        result = len(self._select(query, None, None))
-        return result
+        """Number of records matching ``query``."""
+        return len(self._select(query, None, None))
 
     def history(
         self, order_id: str, *, max_item_count: int, continuation: str | None = None
