@@ -28,7 +28,7 @@ from azure.servicebus import ServiceBusClient
 from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 
 import orderflow.queues.servicebus.factory as servicebus_adapter
-import orderflow.stores.cosmos as cosmos_adapter
+import orderflow.stores.cosmos.connection as cosmos_adapter
 from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.wiring import connect_azure, connect_queues
 from supervisor.lease import LeaderLease
