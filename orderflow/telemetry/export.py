@@ -16,7 +16,7 @@ from orderflow.client_text import visible
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import LogRecordProcessor
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.telemetry")  # the package's one logger, as filters name it
 
 LOGGER_NAME: Final = "orderflow"
 """Root of the loggers whose records :func:`configure_telemetry` exports."""

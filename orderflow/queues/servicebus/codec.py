@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from orderflow.queues.servicebus.sdk import ReceivedMessageLike
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.queues.servicebus")  # the package's one logger, as filters name it
 
 CONTENT_TYPE = "application/json"
 """Content type of every message sent (bodies are JSON envelopes, docs/design.md §5)."""

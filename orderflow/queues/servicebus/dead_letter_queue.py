@@ -19,7 +19,7 @@ from orderflow.queues.servicebus.errors import translate_error
 from orderflow.queues.servicebus.redelivery import broker_delivery_count
 from orderflow.queues.servicebus.sdk import ReceiverLike, ServiceBusClientLike
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.queues.servicebus")  # the package's one logger, as filters name it
 
 DEAD_LETTER_RETRY_S = 10.0
 """Longest a dead-letter removal keeps trying for a target another operation holds locked (seconds):

@@ -33,7 +33,7 @@ from orderflow.queues.servicebus.sdk import (
     ServiceBusClientLike,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.queues.servicebus")  # the package's one logger, as filters name it
 
 DEFAULT_MAX_WAIT_S = 1.0
 """Seconds a receive waits for the first message. Small, because the receive holds the receiver's lock

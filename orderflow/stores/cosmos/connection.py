@@ -17,7 +17,7 @@ from orderflow.stores.cosmos.container import translated
 from orderflow.stores.cosmos.documents import CosmosBreakerStore, CosmosOrderStore
 from orderflow.stores.cosmos.state import CosmosStateStore
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.stores.cosmos")  # the package's one logger, as filters name it
 
 PARTITION_KEY_PATH = "/orderId"
 """Partition key path of every container (docs/design.md §2)."""

@@ -34,7 +34,7 @@ from orderflow.errors import (
 from orderflow.stores import continuation as tokens
 from orderflow.stores.base import StoreCounters
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.stores.cosmos")  # the package's one logger, as filters name it
 
 _TRANSIENT_STATUS = frozenset({408, 429, 449, 500, 502, 503, 504})
 TOKEN_PREFIX = "cos1."

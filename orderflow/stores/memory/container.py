@@ -15,7 +15,7 @@ from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, NotFound
 from orderflow.stores.base import StoreCounters
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("orderflow.stores.memory")  # the package's one logger, as filters name it
 
 TOKEN_PREFIX = "mem1."
 
