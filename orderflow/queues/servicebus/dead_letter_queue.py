@@ -69,12 +69,7 @@ class DeadLetterSubQueues:
         validate_queue_name(name)
         if max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, got {max_messages}")
-        with self._peek_lock:
-            receiver = self._dead_letter_receiver(name)
-            try:
-                peeked = receiver.peek_messages(max_messages, sequence_number=1)
-            except AzureError as error:
-                raise translate_error(error, "dead_letters", name) from error
+        peeked = self._peek(name, start=1, count=max_messages, action="dead_letters")
         return [self._dead_letter(message, name) for message in peeked]
 
     def _dead_letter_receiver(self, name: str) -> ReceiverLike:
@@ -101,12 +96,7 @@ class DeadLetterSubQueues:
         if continuation is not None and not (continuation.isascii() and continuation.isdigit()):
             raise ValueError("not a continuation of this dead-letter queue")
         start = int(continuation) if continuation is not None else 1
-        with self._peek_lock:
-            receiver = self._dead_letter_receiver(name)
-            try:
-                peeked = receiver.peek_messages(max_messages, sequence_number=start)
-            except AzureError as error:
-                raise translate_error(error, "dead_letter_page", name) from error
+        peeked = self._peek(name, start=start, count=max_messages, action="dead_letter_page")
         items = [self._dead_letter(message, name) for message in peeked]
         last = peeked[-1].sequence_number if peeked else None
         more = len(peeked) >= max_messages and last is not None
@@ -187,13 +177,19 @@ class DeadLetterSubQueues:
     def _peek_from(self, name: str, start: int) -> tuple[list[ServiceBusReceivedMessage], int | None]:
         """Peek at up to 32 dead letters of ``name`` from sequence number ``start`` on, for a removal:
         the batch, and the sequence number the next batch starts at (None: none follows)."""
-        with self._peek_lock:
-            try:
-                peeked = self._dead_letter_receiver(name).peek_messages(32, sequence_number=start)
-            except AzureError as error:
-                raise translate_error(error, "remove_dead_letters", name) from error
+        peeked = self._peek(name, start=start, count=32, action="remove_dead_letters")
         numbers = [m.sequence_number for m in peeked if m.sequence_number is not None]
         return peeked, (max(numbers) + 1 if numbers else None)
+
+    def _peek(self, name: str, *, start: int, count: int, action: str) -> list[ServiceBusReceivedMessage]:
+        """Peek at up to ``count`` dead letters of ``name`` from sequence number ``start`` on: browsing,
+        which locks nothing and shows locked ones too; errors are reported as ``action``'s."""
+        with self._peek_lock:
+            receiver = self._dead_letter_receiver(name)
+            try:
+                return receiver.peek_messages(count, sequence_number=start)
+            except AzureError as error:
+                raise translate_error(error, action, name) from error
 
     def _settle_pass(
         self,
