@@ -570,7 +570,7 @@ def test_a_probed_devhost_gets_its_own_environment_and_options_like_an_unprobed_
         started.append((args, env))
         return None
 
-    monkeypatch.setattr(orderflow_runs, "start_child", fake_start_child)
+    monkeypatch.setattr(orderflow_runs.throughput, "start_child", fake_start_child)
     spec = DevhostSpec("devhost-1", "h1", "all", api_port=8123, env=(("POLL_INTERVAL_S", "0.3"),))
     orderflow_runs.probed_start({"POLL_INTERVAL_S": "0.1", "A": "b"}, tmp_path, {})(spec, 2)
     ((args, env),) = started

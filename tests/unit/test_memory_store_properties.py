@@ -153,7 +153,7 @@ def test_a_state_query_reads_only_the_records_in_those_states(monkeypatch: pytes
         parsed.append(str(doc["id"]))
         return real_matches(query, doc)
 
-    monkeypatch.setattr(memory, "matches", counting_matches)
+    monkeypatch.setattr(memory.state, "matches", counting_matches)
     page = store.query(StateQuery(process_states=[ProcessState.PROCESSING]), max_item_count=10)
 
     assert [v.item.id for v in page.items] == ["live"]

@@ -1192,7 +1192,7 @@ def test_the_module_does_not_import_azure_identity() -> None:
 def test_a_target_another_operation_holds_past_the_retry_time_is_busy_not_nothing_removed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(servicebus, "DEAD_LETTER_RETRY_S", 0.0)
+    monkeypatch.setattr(servicebus.dead_letter_queue, "DEAD_LETTER_RETRY_S", 0.0)
     broker = broker_of(40)
     other = object()
     broker.holders[35] = other  # another operator's removal holds it throughout

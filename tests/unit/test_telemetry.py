@@ -28,6 +28,7 @@ from orderflow.clock import FakeClock
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.telemetry import export as telemetry_export
 from supervisor.sweep import run_sweep
 from tests.unit.fakes import TEST_CLIENT, order_body
 
@@ -254,7 +255,7 @@ def test_exported_log_records_have_the_fields_as_individual_attributes(
     """What the distro's logging handler exports, with the processor configure_telemetry installs."""
     exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     provider = LoggerProvider()
-    provider.add_log_record_processor(telemetry._nested_fields_dropper())
+    provider.add_log_record_processor(telemetry_export._nested_fields_dropper())
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     handler = LoggingHandler(logger_provider=provider)
     orderflow_logger = logging.getLogger(telemetry.LOGGER_NAME)
@@ -296,7 +297,7 @@ def fake_configure(monkeypatch: pytest.MonkeyPatch) -> FakeConfigure:
     """A fake distro, a process that has not configured telemetry yet, and no telemetry settings."""
     fake = FakeConfigure()
     monkeypatch.setattr(azure.monitor.opentelemetry, "configure_azure_monitor", fake)
-    monkeypatch.setattr(telemetry, "_configured", False)
+    monkeypatch.setattr(telemetry_export, "_configured", False)
     monkeypatch.delenv(telemetry.CONNECTION_STRING_ENV, raising=False)
     monkeypatch.delenv(telemetry.FUNCTIONS_WORKER_TELEMETRY_ENV, raising=False)
     return fake
@@ -306,7 +307,7 @@ def test_configure_without_a_connection_string_does_nothing(fake_configure: Fake
     assert telemetry.configure_telemetry("orderflow-test") is False
     assert telemetry.configure_telemetry("orderflow-test", "") is False
     assert fake_configure.calls == []
-    assert telemetry._configured is False
+    assert telemetry_export._configured is False
 
 
 def test_configure_with_a_connection_string_configures_the_distro_once(fake_configure: FakeConfigure) -> None:

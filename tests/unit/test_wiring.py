@@ -27,8 +27,8 @@ from azure.cosmos import CosmosClient
 from azure.servicebus import ServiceBusClient
 from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 
-import orderflow.queues.servicebus as servicebus_adapter
-import orderflow.stores.cosmos as cosmos_adapter
+import orderflow.queues.servicebus.factory as servicebus_adapter
+import orderflow.stores.cosmos.connection as cosmos_adapter
 from devhost.lease.blob import LeaderLease
 from devhost.wiring import connect_queues
 from orderflow.settings import Settings, UnsafeAzureSetting

@@ -1,0 +1,57 @@
+"""Keys derived from an order: the client-scoped order key, orchestration instance ids, and the
+idempotency, correction and undo keys sent with a step's requests."""
+
+from __future__ import annotations
+
+
+def order_key(client_id: str, order_id: str) -> str:
+    """The key an order is stored and run under, ``{clientId}:{orderId}``: the id of its state record
+    and order document (and their partition key), and the base of its instance ids and idempotency keys.
+
+    Order ids are the client's own, so two clients may use the same one (docs/clients.md). Client ids
+    are slugs and order ids hold no ``:``, so the key splits back unambiguously
+    (:func:`client_order_id`). Records written before order ids were scoped by client are keyed by the
+    bare order id; every reader treats a key as opaque.
+    """
+    return f"{client_id}:{order_id}"
+
+
+def client_order_id(key: str) -> str:
+    """The client's own order id of the order stored under ``key``: what every reply to the client
+    names (a bare key of an earlier version's record is the order id itself)."""
+    _, sep, order_id = key.partition(":")
+    return order_id if sep else key
+
+
+def instance_id_for(order_id: str, attempt: int) -> str:
+    """The attempt-specific orchestration instance id, ``{orderId}:{attempt}`` (docs/design.md §3.2)."""
+    return f"{order_id}:{attempt}"
+
+
+def parse_instance_id(instance_id: str) -> tuple[str, int]:
+    """Split ``{orderId}:{attempt}`` into its parts.
+
+    Raises:
+        ValueError: the text is not an attempt-specific instance id.
+    """
+    order_id, sep, attempt = instance_id.rpartition(":")
+    if not sep or not order_id or not attempt.isdigit():
+        raise ValueError(f"not an orderflow instance id: {instance_id!r}")
+    return order_id, int(attempt)
+
+
+def idempotency_key(order_id: str, step: str) -> str:
+    """The stable idempotency key of a step, the same in every attempt (docs/design.md §3.6)."""
+    return f"{order_id}:{step}"
+
+
+def corrected_key(order_id: str, step: str, number: int) -> str:
+    """The idempotency key of a step from its input correction ``number`` on:
+    ``{orderId}:{step}:correction-{number}``. Another input is another call: under the failed call's key
+    the remote service would answer with its stored refusal (or refuse the new body as a key reused)."""
+    return f"{order_id}:{step}:correction-{number}"
+
+
+def undo_key(order_id: str, step: str) -> str:
+    """The stable idempotency key of a step's compensation (docs/design.md §3.6)."""
+    return f"{order_id}:{step}:undo"
