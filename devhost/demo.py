@@ -76,7 +76,7 @@ from devhost.client_credentials import ClientCredentials, issue_client_credentia
 from devhost.emulators import REPO_ROOT, LocalEmulators, LocalEndpoints, start_local_emulators
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
-from operator_api.handler import CONSOLE_PATH
+from operator_api.routes import CONSOLE_PATH
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
