@@ -115,69 +115,119 @@ def _openapi(call: Call, deps: Dependencies) -> OperatorResponse:
 ORDERS = "/orders/{orderId}"
 
 ORDER_ROUTES = (
-    Route("list", "GET", "/orders", BOTH, order_routes.list_, "List orders", 200, OrderList, "a page",
-          parameters=LIST),
-    Route("inspect", "GET", ORDERS, BOTH, order_routes.inspect, "An order's view", 200, StateRecord,
-          "the order"),
-    Route("timeline", "GET", ORDERS + "/timeline", BOTH, order_routes.timeline, "An order's timeline, paged",
-          200, TimelinePage, "a page", parameters=PAGE),
-    Route("review", "POST", ORDERS + "/review", REVIEWER, order_routes.review, "A reviewer's decision", 200,
-          ReviewAnswer, "the decision in force", body=ReviewBody, refusals=((409, NOTHING_WRITTEN),)),
-    Route("compensate", "POST", ORDERS + "/compensate", OPERATOR, order_routes.compensate,
-          "Stop and undo, or retry a failed compensation", 202, ActionAnswer, "accepted", body=CompensateBody,
-          parameters=(IF_MATCH,), refusals=ACTION_REFUSALS),
-    Route("resubmit", "POST", ORDERS + "/resubmit", OPERATOR, order_routes.resubmit,
-          "A new attempt of an Error order, with corrected input for its failed step if given; a "
-          "compensation retry", 202, ActionAnswer, "accepted", body=ResubmitBody,
-          parameters=(IF_MATCH,),  # not required in the document: its absence is answered 428
-          refusals=(*ACTION_REFUSALS, (422, "a corrected value the order's field does not take"),
-                    (428, NOTHING_WRITTEN))),
-    Route("suspend", "POST", ORDERS + "/suspend", OPERATOR, order_routes.suspension(True), "Suspend", 200,
-          ActionAnswer, "accepted", body=EmptyBody, parameters=(IF_MATCH,), refusals=ACTION_REFUSALS),
-    Route("resume", "POST", ORDERS + "/resume", OPERATOR, order_routes.suspension(False), "Resume", 200,
-          ActionAnswer, "accepted", body=EmptyBody, parameters=(IF_MATCH,), refusals=ACTION_REFUSALS),
+    Route(
+        "list", "GET", "/orders", BOTH, order_routes.list_,
+        summary="List orders", model=OrderList, answered="a page", parameters=LIST,
+    ),
+    Route(
+        "inspect", "GET", ORDERS, BOTH, order_routes.inspect,
+        summary="An order's view", model=StateRecord, answered="the order",
+    ),
+    Route(
+        "timeline", "GET", ORDERS + "/timeline", BOTH, order_routes.timeline,
+        summary="An order's timeline, paged", model=TimelinePage, answered="a page", parameters=PAGE,
+    ),
+    Route(
+        "review", "POST", ORDERS + "/review", REVIEWER, order_routes.review,
+        summary="A reviewer's decision", model=ReviewAnswer, answered="the decision in force",
+        body=ReviewBody, refusals=((409, NOTHING_WRITTEN),),
+    ),
+    Route(
+        "compensate", "POST", ORDERS + "/compensate", OPERATOR, order_routes.compensate,
+        summary="Stop and undo, or retry a failed compensation",
+        status=202, model=ActionAnswer, answered="accepted",
+        body=CompensateBody, parameters=(IF_MATCH,), refusals=ACTION_REFUSALS,
+    ),
+    Route(
+        "resubmit", "POST", ORDERS + "/resubmit", OPERATOR, order_routes.resubmit,
+        summary="A new attempt of an Error order, with corrected input for its failed step if given; a "
+        "compensation retry",
+        status=202, model=ActionAnswer, answered="accepted",
+        body=ResubmitBody,
+        parameters=(IF_MATCH,),  # not required in the document: its absence is answered 428
+        refusals=(
+            *ACTION_REFUSALS,
+            (422, "a corrected value the order's field does not take"),
+            (428, NOTHING_WRITTEN),
+        ),
+    ),
+    Route(
+        "suspend", "POST", ORDERS + "/suspend", OPERATOR, order_routes.suspension(True),
+        summary="Suspend", model=ActionAnswer, answered="accepted",
+        body=EmptyBody, parameters=(IF_MATCH,), refusals=ACTION_REFUSALS,
+    ),
+    Route(
+        "resume", "POST", ORDERS + "/resume", OPERATOR, order_routes.suspension(False),
+        summary="Resume", model=ActionAnswer, answered="accepted",
+        body=EmptyBody, parameters=(IF_MATCH,), refusals=ACTION_REFUSALS,
+    ),
 )  # fmt: skip
-"""The routes about orders."""
+"""The routes about orders: (name, method, path, roles, handler), then what the document says of it."""
 
 QUEUE = "/deadletters/{queue}"
 ALREADY_REPLAYED = "AlreadyReplayed: another replay removed it; error.replayed says whose and when"
 
 PLANE_ROUTES = (
-    Route("queues", "GET", "/queues", OPERATOR, plane_routes.queue_list,
-          "The deployment's queues whose dead letters may be read", 200, QueueList, "every one"),
-    Route("deadletters.list", "GET", QUEUE, OPERATOR, plane_routes.dead_letter_list,
-          "A queue's dead letters, paged", 200, DeadLetterList, "a page", parameters=PAGE),
-    Route("deadletters.purge", "POST", QUEUE + "/purge", OPERATOR, plane_routes.dead_letter_purge,
-          "Remove dead letters: one by id, or all older than a time; a dry run lists them", 200, PurgeAnswer,
-          "removed, or would be", body=PurgeBody),
-    Route("deadletters.show", "GET", QUEUE + "/{deadLetterId}", OPERATOR, plane_routes.dead_letter_show,
-          "A dead letter", 200, DeadLetterAnswer, "the dead letter"),
-    Route("deadletters.replay", "POST", QUEUE + "/{deadLetterId}/replay", OPERATOR,
-          plane_routes.dead_letter_replay,
-          "Re-send a dead letter to its queue under a replay message id, and delete it", 200, ReplayAnswer,
-          "re-sent", body=EmptyBody,
-          refusals=((409, ALREADY_REPLAYED),)),
-    Route("console-config", "GET", "/console-config", (), plane_routes.console_config,
-          "How the web console signs operators in (no token; no secret)", 200, ConsoleConfig,
-          "the sign-in, or all null: paste a token", not_allowed="it takes GET"),
-    Route("activity", "GET", "/activity", BOTH, plane_routes.activity_over_time,
-          "Alerts, dead letters, recoveries and the stuck-orders gauge over time, bucketed", 200,
-          ActivityAnswer, "every bucket of the window", parameters=WINDOW),
-    Route("alerts", "GET", "/alerts", BOTH, plane_routes.alerts, "Stored alerts, newest first, paged", 200,
-          AlertList, "a page", parameters=ALERTS),
-    Route("supervisor", "GET", "/supervisor", BOTH, plane_routes.supervisor,
-          "The supervisor: its leader, latest sweeps and the stuck-orders gauge", 200, SupervisorStatus,
-          "the status", parameters=(SWEEPS,)),
+    Route(
+        "queues", "GET", "/queues", OPERATOR, plane_routes.queue_list,
+        summary="The deployment's queues whose dead letters may be read",
+        model=QueueList, answered="every one",
+    ),
+    Route(
+        "deadletters.list", "GET", QUEUE, OPERATOR, plane_routes.dead_letter_list,
+        summary="A queue's dead letters, paged", model=DeadLetterList, answered="a page", parameters=PAGE,
+    ),
+    Route(
+        "deadletters.purge", "POST", QUEUE + "/purge", OPERATOR, plane_routes.dead_letter_purge,
+        summary="Remove dead letters: one by id, or all older than a time; a dry run lists them",
+        model=PurgeAnswer, answered="removed, or would be", body=PurgeBody,
+    ),
+    Route(
+        "deadletters.show", "GET", QUEUE + "/{deadLetterId}", OPERATOR, plane_routes.dead_letter_show,
+        summary="A dead letter", model=DeadLetterAnswer, answered="the dead letter",
+    ),
+    Route(
+        "deadletters.replay", "POST", QUEUE + "/{deadLetterId}/replay", OPERATOR,
+        plane_routes.dead_letter_replay,
+        summary="Re-send a dead letter to its queue under a replay message id, and delete it",
+        model=ReplayAnswer, answered="re-sent", body=EmptyBody, refusals=((409, ALREADY_REPLAYED),),
+    ),
+    Route(
+        "console-config", "GET", "/console-config", (), plane_routes.console_config,
+        summary="How the web console signs operators in (no token; no secret)",
+        model=ConsoleConfig, answered="the sign-in, or all null: paste a token", not_allowed="it takes GET",
+    ),
+    Route(
+        "activity", "GET", "/activity", BOTH, plane_routes.activity_over_time,
+        summary="Alerts, dead letters, recoveries and the stuck-orders gauge over time, bucketed",
+        model=ActivityAnswer, answered="every bucket of the window", parameters=WINDOW,
+    ),
+    Route(
+        "alerts", "GET", "/alerts", BOTH, plane_routes.alerts,
+        summary="Stored alerts, newest first, paged", model=AlertList, answered="a page", parameters=ALERTS,
+    ),
+    Route(
+        "supervisor", "GET", "/supervisor", BOTH, plane_routes.supervisor,
+        summary="The supervisor: its leader, latest sweeps and the stuck-orders gauge",
+        model=SupervisorStatus, answered="the status", parameters=(SWEEPS,),
+    ),
 )  # fmt: skip
 """The routes beside the orders: queues, dead letters, alerts, the supervisor, activity, the console's
 sign-in settings."""
 
 UNDOCUMENTED = (
-    Route("openapi", "GET", "/openapi.json", (), _openapi, documented=False, not_allowed="it takes GET"),
-    Route("console", "GET", "/console", (), plane_routes.console_folder, status=308, documented=False,
-          not_allowed="the console's files take GET"),
-    Route("console", "GET", "/console/{*file}", (), plane_routes.console, documented=False,
-          not_allowed="the console's files take GET"),
+    Route(
+        "openapi", "GET", "/openapi.json", (), _openapi,
+        documented=False, not_allowed="it takes GET",
+    ),
+    Route(
+        "console", "GET", "/console", (), plane_routes.console_folder,
+        status=308, documented=False, not_allowed="the console's files take GET",
+    ),
+    Route(
+        "console", "GET", "/console/{*file}", (), plane_routes.console,
+        documented=False, not_allowed="the console's files take GET",
+    ),
 )  # fmt: skip
 """The routes the OpenAPI document leaves out: the document itself and the web console's files."""
 
