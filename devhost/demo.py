@@ -77,7 +77,7 @@ from devhost.emulators import REPO_ROOT, LocalEmulators, LocalEndpoints, start_l
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from devhost.queues.factory import StorageQueueFactory
-from operator_api.handler import CONSOLE_PATH
+from operator_api.routes import CONSOLE_PATH
 from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN

@@ -18,7 +18,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from devhost.local_issuer import LocalIssuer
-from operator_api.handler import CONSOLE_PATH, MAX_BODY_BYTES, error, handle_operator_request
+from operator_api.answers import Refused
+from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
+from operator_api.routes import CONSOLE_PATH
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 
@@ -62,7 +64,8 @@ def create_operator_app(
     async def refused(request: Request, exc: HTTPException) -> Response:
         # A path the catch-all route cannot match (a newline in it, say): answered as the handler answers
         # an unknown route, never in the framework's own shape.
-        answer = error(exc.status_code, "NoSuchRoute", "no operator API route; see docs/operator-api.md")
+        refused = Refused(exc.status_code, "NoSuchRoute", "no operator API route; see docs/operator-api.md")
+        answer = refused.response()
         return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
 
     @app.api_route("/{path:path}", methods=METHODS)

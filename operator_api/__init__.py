@@ -1,7 +1,12 @@
 """The operator API role: what operators and reviewers do to orders, as authenticated HTTP calls.
 
-- :mod:`operator_api.handler`: the framework-neutral request handler both hosts serve, its routes and
-  status codes;
+- :mod:`operator_api.handler`: the framework-neutral request handler both hosts serve: the dispatch
+  and the token check;
+- :mod:`operator_api.routes`: every route, declared once (method, path, roles, handler, what the
+  OpenAPI document says of it), with :mod:`operator_api.routing` (how a request finds one) and
+  :mod:`operator_api.openapi` (the document generated from them);
+- :mod:`operator_api.answers`: the response, and the one refusal type with its status;
+- :mod:`operator_api.order_routes`, :mod:`operator_api.plane_routes`: the routes' handlers;
 - :mod:`operator_api.review`: a reviewer's decision on an order awaiting review;
 - :mod:`operator_api.compensate`: an operator's decision to stop and undo an order, or to retry a
   failed compensation;

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from operator_api.answers import Refused
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -76,18 +77,8 @@ class CompensateAccepted:
     action: CompensateAction
 
 
-@dataclass(frozen=True)
-class CompensateRefused:
-    """The decision was refused; nothing was written. ``record`` (ETag ``etag``) is the record as read."""
-
-    record: StateRecord
-    etag: str
-    refusal: CompensateRefusal
-    detail: str
-
-
-CompensateOutcome = CompensateAccepted | CompensateRefused
-"""What :func:`compensate_order` did."""
+CompensateOutcome = CompensateAccepted | Refused
+"""What :func:`compensate_order` did: recorded, or refused (409; nothing written)."""
 
 
 def _requested_by(record: StateRecord, principal: Principal, now: datetime) -> None:
@@ -184,7 +175,8 @@ def compensate_order(
         if_match: The ETag the operator saw, if the call was conditional on it.
 
     Returns:
-        :class:`CompensateAccepted` or :class:`CompensateRefused`.
+        :class:`CompensateAccepted`, or a :class:`~operator_api.answers.Refused` (409, with the ETag of
+        the record as read).
 
     Raises:
         InvalidMessage: ``UnknownOrder``: there is no such order.
@@ -218,7 +210,7 @@ def compensate_order(
         telemetry.event(
             "operator.refused", order_id=order_id, operator=principal.audit_id, reason=refusal.value
         )
-        return CompensateRefused(applied.record, applied.etag, refusal, detail)
+        return Refused(409, refusal.value, detail, etag=applied.etag)
     telemetry.event(
         "operator.compensate", order_id=order_id, operator=principal.audit_id, detail=decided.value
     )

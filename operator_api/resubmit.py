@@ -23,8 +23,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from operator_api.answers import Refused
 from operator_api.compensate import CompensateAction, decide_compensation
-from operator_api.corrections import INPUT_NOT_CORRECTABLE, CorrectionRefused, correct_input
+from operator_api.corrections import INPUT_NOT_CORRECTABLE, INVALID_INPUT, CorrectionRefused, correct_input
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -49,16 +50,20 @@ class ResubmitAction(StrEnum):
     COMPENSATION_RETRIED = CompensateAction.RETRIED.value
 
 
+REFUSAL_STATUS = {NOT_RESUBMITTABLE: 409, INPUT_NOT_CORRECTABLE: 409, INVALID_INPUT: 422}
+"""The status of each resubmit refusal: the order's state (409), or a corrected value that is not one
+(422: the body is well formed, its content is not)."""
+
+
 @dataclass(frozen=True)
 class ResubmitOutcome:
-    """What :func:`resubmit_order` did: ``action`` (None when refused, with ``code`` and ``refusal`` the
-    reason), and the record written (or read, when refused) with its ETag."""
+    """What :func:`resubmit_order` did: ``action`` (None when refused, with ``refusal`` the reason), and
+    the record written (or read, when refused) with its ETag."""
 
     record: StateRecord
     etag: str
     action: ResubmitAction | None
-    refusal: str | None = None
-    code: str | None = None
+    refusal: Refused | None = None
 
 
 def new_attempt(record: StateRecord, now: datetime, retry_budget: int) -> None:
@@ -138,7 +143,7 @@ def resubmit_order(
         orders: The order store (the document the correction is laid over).
 
     Returns:
-        The outcome; a refusal's ``code`` is ``NotResubmittable``, ``InputNotCorrectable`` or
+        The outcome; a refusal is 409 ``NotResubmittable`` or ``InputNotCorrectable``, or 422
         ``InvalidInput``, and nothing was written.
 
     Raises:
@@ -173,7 +178,8 @@ def resubmit_order(
         telemetry.event(
             "operator.refused", order_id=order_id, operator=principal.audit_id, reason=decided.code
         )
-        return ResubmitOutcome(applied.record, applied.etag, None, decided.detail, decided.code)
+        refused = Refused(REFUSAL_STATUS[decided.code], decided.code, decided.detail, etag=applied.etag)
+        return ResubmitOutcome(applied.record, applied.etag, None, refused)
     detail = (
         decided.value if corrected is None else f"{decided.value} corrected {','.join(sorted(corrected))}"
     )

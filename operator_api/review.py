@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
+from operator_api.answers import Refused
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clients import ClientRegistry
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 class ReviewRefusal(StrEnum):
-    """Why a decision was not taken (the API's error code)."""
+    """Why a decision was not taken (the API's error code; 403 for ``ReviewNotPermitted``, else 409)."""
 
     NOT_AWAITING_REVIEW = "NotAwaitingReview"
     """The order is not paused for a review (any more, or ever)."""
@@ -57,25 +58,8 @@ class ReviewRecorded:
     repeated: bool = False
 
 
-@dataclass(frozen=True)
-class ReviewRefused:
-    """The decision was not taken; nothing was written or sent.
-
-    Attributes:
-        record: The record as read.
-        etag: Its ETag.
-        refusal: Why.
-        detail: Why, for people: the order's state, or the decision in force.
-    """
-
-    record: StateRecord
-    etag: str
-    refusal: ReviewRefusal
-    detail: str
-
-
-ReviewOutcome = ReviewRecorded | ReviewRefused
-"""What :func:`review_order` did."""
+ReviewOutcome = ReviewRecorded | Refused
+"""What :func:`review_order` did: the decision in force, or a refusal (nothing written or sent)."""
 
 
 def may_review(
@@ -133,7 +117,8 @@ def review_order(
 
     Returns:
         :class:`ReviewRecorded` when the principal's decision is in force (forwarded again on a
-        repeated call), else :class:`ReviewRefused`.
+        repeated call), else a :class:`~operator_api.answers.Refused` (403 ``ReviewNotPermitted``, 409
+        otherwise) with the ETag of the record as read.
 
     Raises:
         InvalidMessage: ``UnknownOrder``: there is no such order.
@@ -175,7 +160,8 @@ def review_order(
         telemetry.event(
             "review.refused", order_id=order_id, reviewer=principal.audit_id, reason=refusal.value
         )
-        return ReviewRefused(applied.record, applied.etag, refusal, detail)
+        status = 403 if refusal is ReviewRefusal.NOT_PERMITTED else 409
+        return Refused(status, refusal.value, detail, etag=applied.etag)
     review = applied.record.review
     assert review is not None and review.decision is not None  # decide() forwards a decided review only
     # Forward (again, on a repeated call: the listener and the orchestration ignore a duplicate).

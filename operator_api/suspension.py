@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from operator_api.answers import Refused
 from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clock import Clock
@@ -34,12 +35,11 @@ from orderflow.stores.base import StateStore
 
 @dataclass(frozen=True)
 class SuspensionOutcome:
-    """The record written (or read, when ``refusal`` is set: nothing written) and its ETag."""
+    """The record written (or read, when ``refusal`` is set, 409: nothing written) and its ETag."""
 
     record: StateRecord
     etag: str
-    refusal: str | None = None
-    detail: str | None = None
+    refusal: Refused | None = None
 
 
 def _refusal(action: OperatorAction, record: StateRecord) -> tuple[str, str] | None:
@@ -109,6 +109,7 @@ def set_suspension(
     if applied.decision is not None:
         refusal, detail = applied.decision
         telemetry.event("operator.refused", order_id=order_id, operator=principal.audit_id, reason=refusal)
-        return SuspensionOutcome(applied.record, applied.etag, refusal, detail)
+        refused = Refused(409, refusal, detail, etag=applied.etag)
+        return SuspensionOutcome(applied.record, applied.etag, refused)
     telemetry.event(f"operator.{what}", order_id=order_id, operator=principal.audit_id)
     return SuspensionOutcome(applied.record, applied.etag)

@@ -14,7 +14,7 @@ import httpx
 
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer
-from operator_api.handler import CONSOLE_PATH
+from operator_api.routes import CONSOLE_PATH
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from tests.harness import System, memory_dependencies, running_system
 from tests.operator_tokens import local_issuer

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from operator_api.handler import CONSOLE_PATH
+from operator_api.routes import CONSOLE_PATH
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from tests.browser.helpers import WAIT_MS, Console, running_console, shoot
 

@@ -32,7 +32,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from operator_api.openapi import openapi_document
+from operator_api.routes import openapi_document
 from orderflow.client_text import encodable, visible
 from orderflow.messages import SubmitOrder
 from orderflow.records import ProcessState, TimelineEntry, order_key

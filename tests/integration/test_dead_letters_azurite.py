@@ -19,8 +19,9 @@ from devhost.local_issuer import local_object_id
 from devhost.queues import dead_letter_scan
 from devhost.queues.factory import StorageQueueFactory
 from intake.submission import handle_intake_message
+from operator_api.answers import OperatorResponse
 from operator_api.deadletters import every_dead_letter
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.handler import handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies

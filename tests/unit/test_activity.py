@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from operator_api import activity as activity_module
 from operator_api.activity import MAX_WINDOW_S, Window, activity_window, bucket_counts
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orderflow.alerts import SweepDoc, SweepTallyDoc, alert_doc, minute_of, tallied
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orderflow import cli, telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import (

@@ -6,17 +6,18 @@ from __future__ import annotations
 import ast
 import json
 import logging
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operator_api import handler
-from operator_api.handler import OperatorResponse, Route, handle_operator_request
+from operator_api import routes
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orderflow import telemetry
 from orderflow.client_text import MAX_LOG_VALUE_CHARS, encodable, log_value, visible
 from orderflow.clock import FakeClock
-from orderflow.operator_auth import OPERATOR_ROLE
 from tests.hostile_text import unsafe_characters
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
@@ -108,8 +109,10 @@ def test_an_answer_that_cannot_be_encoded_is_a_500_in_the_error_shape(
     def broken(*_: object) -> OperatorResponse:
         return OperatorResponse(200, {"queues": [object()]})
 
-    monkeypatch.setitem(
-        handler.PLANE_ROUTES, ("queues", 1, None), Route("queues", "GET", (OPERATOR_ROLE,), broken)
+    monkeypatch.setattr(
+        routes,
+        "ROUTES",
+        tuple(replace(r, handler=broken) if r.path == "/queues" else r for r in routes.ROUTES),
     )
     deps = memory_deps(FakeClock())
 

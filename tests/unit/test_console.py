@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from devhost.operator_http import create_operator_app
 from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY, authority_origin, console_files
-from operator_api.handler import CONSOLE_CONFIG_PATH, CONSOLE_PATH, handle_operator_request
+from operator_api.handler import handle_operator_request
+from operator_api.routes import CONSOLE_CONFIG_PATH, CONSOLE_PATH
 from orderflow.clock import FakeClock
 from tests.unit.fakes import memory_deps
 

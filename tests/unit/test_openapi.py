@@ -25,7 +25,8 @@ from schemathesis.specs.openapi.checks import (
 from starlette.testclient import TestClient
 
 from devhost.operator_http import create_operator_app
-from operator_api.openapi import openapi_document
+from operator_api.routes import ROUTES, openapi_document
+from operator_api.routing import API_PREFIX
 from orderflow.alerts import alert_doc
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -167,3 +168,26 @@ def test_a_replay_that_lost_its_race_is_answered_as_the_document_says(trusted: T
     validator = Draft202012Validator({**document, **declared})
     validator.validate(second.json())
     assert not validator.is_valid({"error": {"code": "AlreadyReplayed", "message": "", "replayed": {}}})
+
+
+def test_the_document_has_one_operation_per_documented_route_and_no_other() -> None:
+    document = openapi_document()
+    declared = {(API_PREFIX + route.path, route.method.lower()) for route in ROUTES if route.documented}
+    operations = {
+        (path, method)
+        for path, item in document["paths"].items()
+        for method in item
+        if method != "parameters"
+    }
+
+    assert operations == declared and len(declared) == 17
+    assert {route.path for route in ROUTES if not route.documented} == {
+        "/openapi.json",
+        "/console",
+        "/console/{*file}",
+    }
+    for route in ROUTES:
+        if route.documented:
+            responses = document["paths"][API_PREFIX + route.path][route.method.lower()]["responses"]
+            assert {str(status) for status, _ in route.refusals} <= set(responses), route.name
+            assert str(route.status) in responses, route.name

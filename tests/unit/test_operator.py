@@ -8,8 +8,9 @@ import json
 import pytest
 
 from devhost.local_issuer import local_object_id
+from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.handler import handle_operator_request
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from devhost.local_issuer import local_object_id
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult

@@ -16,8 +16,9 @@ import jwt
 import pytest
 
 from devhost.local_issuer import LocalIssuer, local_object_id
+from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
-from operator_api.handler import MAX_BODY_BYTES, OperatorResponse, handle_operator_request
+from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult

@@ -15,7 +15,8 @@ import pytest
 
 from devhost.local_issuer import local_object_id
 from intake.submission import IntakeResult
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orderflow import telemetry
 from orderflow.alerts import NOT_ALERTS, REPLAY_KIND, ReplayDoc
 from orderflow.clients import RegisteredClient

@@ -14,7 +14,8 @@ import pytest
 
 from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
-from operator_api.handler import OperatorResponse, handle_operator_request
+from operator_api.answers import OperatorResponse
+from operator_api.handler import handle_operator_request
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
