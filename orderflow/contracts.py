@@ -6,7 +6,6 @@ summaries; never documents) because the runtime stores them in the orchestration
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -20,18 +19,10 @@ from orderflow.results import (
     BeginCompensationResult,
     FinishCompensationResult,
     FinishOrderResult,
-    FlagForm,
     RecordReviewResult,
     RecordStepFailureResult,
     StartStepResult,
     StartUndoResult,
-    begin_compensation_from_flags,
-    finish_compensation_from_flags,
-    finish_order_from_flags,
-    record_review_from_flags,
-    record_step_failure_from_flags,
-    start_step_from_flags,
-    start_undo_from_flags,
 )
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -320,23 +311,18 @@ class ActivityContract(Generic[InputT, ResultT]):
         name: The activity's registered name (``start_step``).
         input: The input model.
         result: A type adapter for the result union (each case tagged by ``outcome``).
-        from_flags: Tags a result of an earlier version (``applied`` and flags, no ``outcome``).
     """
 
     name: str
     input: type[InputT]
     result: TypeAdapter[ResultT]
-    from_flags: Callable[[FlagForm], FlagForm]
 
     def read_result(self, raw: Any) -> ResultT:
-        """The activity's result from its JSON form (as the runtime hands it back, or from a history
-        written by an earlier version).
+        """The activity's result from its JSON form, as the runtime hands it back.
 
         Raises:
-            pydantic.ValidationError: not a result of this activity.
+            pydantic.ValidationError: not a result of this activity (each case is tagged by ``outcome``).
         """
-        if isinstance(raw, dict) and "outcome" not in raw and "applied" in raw:
-            raw = self.from_flags(raw)
         return self.result.validate_python(raw)
 
     def result_payload(self, result: ResultT) -> dict[str, Any]:
@@ -346,39 +332,36 @@ class ActivityContract(Generic[InputT, ResultT]):
 
 
 START_STEP_ACTIVITY: ActivityContract[StartStepInput, StartStepResult] = ActivityContract(
-    START_STEP, StartStepInput, TypeAdapter(StartStepResult), start_step_from_flags
+    START_STEP, StartStepInput, TypeAdapter(StartStepResult)
 )
 FINISH_ORDER_ACTIVITY: ActivityContract[FinishOrderInput, FinishOrderResult] = ActivityContract(
-    FINISH_ORDER, FinishOrderInput, TypeAdapter(FinishOrderResult), finish_order_from_flags
+    FINISH_ORDER, FinishOrderInput, TypeAdapter(FinishOrderResult)
 )
 RECORD_STEP_FAILURE_ACTIVITY: ActivityContract[RecordStepFailureInput, RecordStepFailureResult] = (
     ActivityContract(
         RECORD_STEP_FAILURE,
         RecordStepFailureInput,
         TypeAdapter(RecordStepFailureResult),
-        record_step_failure_from_flags,
     )
 )
 RECORD_REVIEW_ACTIVITY: ActivityContract[RecordReviewInput, RecordReviewResult] = ActivityContract(
-    RECORD_REVIEW, RecordReviewInput, TypeAdapter(RecordReviewResult), record_review_from_flags
+    RECORD_REVIEW, RecordReviewInput, TypeAdapter(RecordReviewResult)
 )
 BEGIN_COMPENSATION_ACTIVITY: ActivityContract[BeginCompensationInput, BeginCompensationResult] = (
     ActivityContract(
         BEGIN_COMPENSATION,
         BeginCompensationInput,
         TypeAdapter(BeginCompensationResult),
-        begin_compensation_from_flags,
     )
 )
 START_UNDO_ACTIVITY: ActivityContract[StartUndoInput, StartUndoResult] = ActivityContract(
-    START_UNDO, StartUndoInput, TypeAdapter(StartUndoResult), start_undo_from_flags
+    START_UNDO, StartUndoInput, TypeAdapter(StartUndoResult)
 )
 FINISH_COMPENSATION_ACTIVITY: ActivityContract[FinishCompensationInput, FinishCompensationResult] = (
     ActivityContract(
         FINISH_COMPENSATION,
         FinishCompensationInput,
         TypeAdapter(FinishCompensationResult),
-        finish_compensation_from_flags,
     )
 )
 
