@@ -24,7 +24,6 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -490,15 +489,6 @@ class Settings(BaseModel):
         "identified by the inbound queue its message arrives on and answered on its reply queue only "
         "(docs/clients.md). Ids and queues must be unique, and none of orderflow's own queues. Empty "
         "(default): no client, nothing is consumed.",
-    )
-    UNSCOPED_ORDERS_UNTIL: AwareDatetime | None = Field(
-        None,
-        description="Time (ISO 8601 with its offset, e.g. 2027-01-31T00:00:00Z) until which the intake "
-        "also looks an order up under its bare order id, as versions before order ids were scoped by "
-        "client stored it, so that a client resubmitting such an order gets its duplicate answer "
-        "instead of a second order: one point read more per order while it lies ahead. Set it when "
-        "upgrading a deployment that holds such records, to the upgrade time plus the longest a client "
-        "may resubmit an order (docs/clients.md). Unset (default): no lookup.",
     )
 
     # --- scheduler ---------------------------------------------------------------------------
@@ -986,12 +976,6 @@ class Settings(BaseModel):
         if is_duration and isinstance(value, float | int) and value > MAX_DURATION_S:
             raise ValueError(f"should be at most {MAX_DURATION_S:.0f} seconds (ten years)")
         return value
-
-    @field_validator("UNSCOPED_ORDERS_UNTIL", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        # App settings are strings: an empty one (local.settings.json's) means unset.
-        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("COSMOS_KEY")
     @classmethod

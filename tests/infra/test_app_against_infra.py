@@ -108,7 +108,6 @@ LEFT_AT_DEFAULT = {
     "SCAN_MAX_PAGES": "default bounds every sweep",
     "SCAN_MAX_S": "default bounds every sweep",
     "SCAN_MAX_EMPTY_PAGES": "default bounds every sweep",
-    "UNSCOPED_ORDERS_UNTIL": "only when upgrading a deployment that holds records under bare order ids",
 }
 """Settings the template leaves at their defaults on purpose, and why (every other one it sets)."""
 
