@@ -464,12 +464,6 @@ class Settings(BaseModel):
     )
 
     # --- queues ------------------------------------------------------------------------------
-    ORDERS_QUEUE: str = Field(
-        "orders",
-        description="The shared submission queue of earlier versions. Nothing consumes it any more (each "
-        "registered client has its own inbound queue, see CLIENTS); it stays reserved, so no client's "
-        "queue can be it.",
-    )
     AGENT_QUEUE_PREFIX: str = Field(
         "agent-", description="Request queue of agent NAME is PREFIX+NAME (agent-inventory ...)."
     )
@@ -1203,11 +1197,10 @@ class Settings(BaseModel):
     def reserved_queue(self, name: str) -> str | None:
         """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
 
-        See :func:`reserved_queue_name`; returns e.g. ``"the submission queue (ORDERS_QUEUE)"``.
+        See :func:`reserved_queue_name`; returns e.g. ``"a dead-letter queue"``.
         """
         return reserved_queue_name(
             name,
-            ORDERS_QUEUE=self.ORDERS_QUEUE,
             AGENT_QUEUE_PREFIX=self.AGENT_QUEUE_PREFIX,
             AGENT_RESPONSES_QUEUE=self.AGENT_RESPONSES_QUEUE,
         )
@@ -1222,30 +1215,27 @@ def _fair_share(ceiling: int, registry: ClientRegistry, unset: int) -> int:
     return left // unset if unset else left
 
 
-_QUEUE_SETTINGS = ("ORDERS_QUEUE", "AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")
+_QUEUE_SETTINGS = ("AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")
 """The settings that name orderflow's own queues (:func:`reserved_queue_name`)."""
 
 
 def reserved_queue_name(
     name: str,
     *,
-    ORDERS_QUEUE: str = "orders",  # noqa: N803 (the settings' own names)
-    AGENT_QUEUE_PREFIX: str = "agent-",  # noqa: N803
+    AGENT_QUEUE_PREFIX: str = "agent-",  # noqa: N803 (the settings' own names)
     AGENT_RESPONSES_QUEUE: str = "agent-responses",  # noqa: N803
 ) -> str | None:
     """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
 
-    Reserved, from the same settings the hosts name their queues by: the shared submission queue of
-    earlier versions (``ORDERS_QUEUE``), the response queue and every host's (``AGENT_RESPONSES_QUEUE``
-    and ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with ``AGENT_QUEUE_PREFIX`` (agent
-    request queues, present and future) and every local dead-letter queue (``<queue>-deadletter``). A
-    status reply sent to one of them would be taken for a request, or read by nobody.
+    Reserved, from the same settings the hosts name their queues by: the response queue and every
+    host's (``AGENT_RESPONSES_QUEUE`` and ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with
+    ``AGENT_QUEUE_PREFIX`` (agent request queues, present and future) and every local dead-letter queue
+    (``<queue>-deadletter``). A status reply sent to one of them would be taken for a request, or read by
+    nobody.
 
     Returns:
-        A short description such as ``"the submission queue (ORDERS_QUEUE)"``, or None.
+        A short description such as ``"a dead-letter queue"``, or None.
     """
-    if name == ORDERS_QUEUE:
-        return "the submission queue (ORDERS_QUEUE)"
     if name == AGENT_RESPONSES_QUEUE or name.startswith(f"{AGENT_RESPONSES_QUEUE}-"):
         return "an agent response queue (AGENT_RESPONSES_QUEUE)"
     if name.endswith(DEAD_LETTER_SUFFIX):

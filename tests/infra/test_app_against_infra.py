@@ -74,7 +74,6 @@ LEFT_AT_DEFAULT = {
     "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
     # Read only by the local host and its loops.
     "HOST_ID": "local host only: Azure shares one response queue",
-    "ORDERS_QUEUE": "reserved name only: nothing sends to or reads it",
     "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
     "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
     "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
