@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from orderflow.records import UtcDatetime
@@ -168,8 +168,6 @@ class StartStepInput(ContractModel):
         timeout_s: Seconds the step may take. The activity sets ``completeBy`` to its own now plus this,
             in the write that starts the step, so the time the activity spent queued behind others does
             not count against the agent; the orchestration's timer fires at the ``complete_by`` returned.
-        deadline: The fixed completeBy (UTC) that inputs written by earlier versions carry instead of
-            ``timeout_s``; used only when ``timeout_s`` is absent.
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
         fallback: Run the step on its fallback provider (the primary refused it permanently).
@@ -179,30 +177,14 @@ class StartStepInput(ContractModel):
     instance_id: str
     workflow_version: str
     step: str
-    timeout_s: float | None = Field(default=None, gt=0)
-    deadline: UtcDatetime | None = None
+    timeout_s: float = Field(gt=0)
     completed: StepResult | None = None
     response_queue: str
     fallback: bool = False
 
-    @model_validator(mode="after")
-    def _has_a_deadline(self) -> StartStepInput:
-        if self.timeout_s is None and self.deadline is None:
-            raise ValueError("start_step needs timeoutS (or the deadline of an earlier version)")
-        return self
-
-    def to_payload(self) -> dict[str, Any]:
-        """The JSON-able form; the earlier versions' ``deadline`` only when it is set."""
-        return self.model_dump(
-            mode="json", by_alias=True, exclude={"deadline"} if self.deadline is None else None
-        )
-
     def complete_by(self, now: datetime) -> datetime:
         """The step's completeBy for a write made at ``now`` (UTC)."""
-        if self.timeout_s is not None:
-            return now + timedelta(seconds=self.timeout_s)
-        assert self.deadline is not None  # the validator guarantees one of the two
-        return self.deadline
+        return now + timedelta(seconds=self.timeout_s)
 
 
 class BeginCompensationInput(ContractModel):

@@ -53,12 +53,12 @@ class StepStarted(ResultModel):
 
     Attributes:
         complete_by: The step's deadline (UTC) as written in the record; the orchestration's durable timer
-            fires at it. None only in results of earlier versions.
+            fires at it.
         remaining_calls: The order's retry budget left after the step's reservation.
     """
 
     outcome: Literal["started"] = "started"
-    complete_by: UtcDatetime | None = None
+    complete_by: UtcDatetime
     remaining_calls: int = 0
 
 
@@ -165,12 +165,11 @@ class UndoStarted(ResultModel):
     """:data:`~orderflow.contracts.START_UNDO` started the undo (or found it started) and sent the request.
 
     Attributes:
-        complete_by: The undo's deadline (UTC), where the stage's timer fires. None only in results of
-            earlier versions.
+        complete_by: The undo's deadline (UTC), where the stage's timer fires.
     """
 
     outcome: Literal["undo_started"] = "undo_started"
-    complete_by: UtcDatetime | None = None
+    complete_by: UtcDatetime
 
 
 class CompensationFinished(ResultModel):

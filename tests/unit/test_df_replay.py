@@ -965,17 +965,6 @@ def test_the_timer_fires_at_the_complete_by_start_step_wrote_not_at_the_scheduli
     assert replay(builder) == state([start_step(RESERVE), race(RESERVE, late)], "waiting:reserve_inventory")
 
 
-def test_a_start_step_result_without_complete_by_times_the_step_from_its_scheduling() -> None:
-    # A started result without a completeBy: the timer runs from the step's scheduling.
-    builder = (
-        history().task_scheduled("start_step", 0).episode(at(1)).task_completed(0, {"outcome": "started"})
-    )
-
-    assert replay(builder) == state(
-        [start_step(RESERVE), race(RESERVE, T0 + STEP_TIMEOUT)], "waiting:reserve_inventory"
-    )
-
-
 # ---------------------------------------------------------------------------------------------------
 # (i) compensation
 

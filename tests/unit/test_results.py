@@ -43,7 +43,6 @@ AT = datetime(2026, 5, 1, 12, 0, 30, tzinfo=UTC)
 AT_TEXT = "2026-05-01T12:00:30.000000Z"
 RESULTS: list[tuple[ActivityContract[Any, Any], ResultModel]] = [
     (START_STEP_ACTIVITY, StepStarted(complete_by=AT, remaining_calls=9)),
-    (START_STEP_ACTIVITY, StepStarted(remaining_calls=9)),
     (START_STEP_ACTIVITY, Fenced(reason="lockedBy o-1:2")),
     (START_STEP_ACTIVITY, BudgetExhausted()),
     (START_STEP_ACTIVITY, Stopped(cause="cancelled_by_client")),
