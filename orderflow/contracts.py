@@ -33,8 +33,9 @@ START_STEP = "start_step"
 (now + the step's timeout), then send the agent request; returns the completeBy for the timer."""
 
 FINISH_ORDER = "finish_order"
-"""Fenced write: the order's outcome, then the client's status reply. The workflow finishes an order
-``Processed``; ``Error`` comes only from orchestrations of earlier versions, and is still honoured."""
+"""Fenced write: the order's outcome, then the client's status reply: ``Processed``, or ``Error`` at a
+refused step whose input an operator may correct
+(:func:`orderflow.compensation_trigger.awaits_correction`)."""
 
 RECORD_STEP_FAILURE = "record_step_failure"
 """Fenced write: a retryable step (or undo) failure; the record stays Processing (or Compensating) with
