@@ -73,9 +73,8 @@ def register_client_triggers(app: func.TriggerApi, registry: Iterable[Registered
     """Register, on ``app``, one PeekLock Service Bus trigger per client of ``registry``: the function
     :func:`submission_function_name` names, on the client's inbound queue, connection ``SERVICEBUS``.
 
-    Raises:
-        ValueError: two clients whose function names are the same (the Functions library refuses the
-            second when the app is indexed).
+    A registry's client ids are distinct slugs, so the names are distinct too; the Functions library
+    refuses a repeated name (``ValueError``) when the app is indexed, not here.
     """
     for client in registry:
         trigger = app.service_bus_queue_trigger(
@@ -83,11 +82,11 @@ def register_client_triggers(app: func.TriggerApi, registry: Iterable[Registered
             queue_name=client.inbound_queue,
             connection="SERVICEBUS",
             auto_complete_messages=False,
-        )(client_trigger(client))
+        )(_client_trigger(client))
         app.function_name(submission_function_name(client))(trigger)
 
 
-def client_trigger(client: RegisteredClient) -> Callable[..., None]:
+def _client_trigger(client: RegisteredClient) -> Callable[..., None]:
     """The trigger function of ``client``'s inbound queue, which hands every message to the intake as
     ``client``'s."""
 
