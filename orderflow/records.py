@@ -30,11 +30,10 @@ REDACTED = "[redacted]"
 DATA_PURGE_VERSION = 3
 """The retention purge this code applies (a state record's ``dataPurgeVersion``; docs/data.md).
 
-0: never purged. 1: the compensation log's data and undo results only, marked ``compensationLogPurgedAt``
-by earlier versions (such records hold version 0 here). 2: also step results, error and reply texts and
-the order document. 3: also the order document's ``carrier`` (every field
-:data:`orderflow.client_fields.CLIENT_FIELDS` marks). A record purged by an earlier version is purged
-again by this one.
+0: never purged. 1: the compensation log's data and undo results only. 2: also step results, error and
+reply texts and the order document. 3: also the order document's ``carrier`` (every field
+:data:`orderflow.client_fields.CLIENT_FIELDS` marks). The number rises whenever the purge covers more, so
+that a record a narrower purge marked is purged again.
 """
 
 
@@ -502,7 +501,7 @@ class StateRecord(Model):
 
     Field meanings are those of docs/design.md §2; what each holds and how long it is kept, docs/data.md
     (``data_purged_at`` / ``data_purge_version``: when and by which :data:`DATA_PURGE_VERSION` the
-    retention purge ran; ``compensation_log_purged_at``: the narrower purge of earlier versions). ``etag``
+    retention purge ran). ``etag``
     is not part of the record: the stores return it beside the record
     (:class:`orderflow.stores.base.Versioned`).
     """
@@ -532,7 +531,6 @@ class StateRecord(Model):
     stop_requested_by_name: str | None = None
     stop_reason: str | None = None  # an operator's words on why: audit only, never in a reply
     review: ReviewState | None = None
-    compensation_log_purged_at: UtcDatetime | None = None
     data_purged_at: UtcDatetime | None = None
     data_purge_version: int = 0
     pending_reply: PendingReply | None = None
