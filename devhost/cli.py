@@ -3,9 +3,10 @@
 The drivers (``python -m devhost.demo``, ``python -m devhost.chaos``, ``python -m bench``) start
 children in sessions of their own (emulators, demo services, devhost processes), so a signal sent to
 the driver's process group never reaches them: only the driver's own clean-up stops them. Ctrl-C runs
-that clean-up (a ``KeyboardInterrupt`` unwinds every ``finally`` and ``ExitStack``); SIGTERM and SIGHUP
-used to kill the driver on the spot and orphan everything it started. :func:`stop_signals_interrupt`
-makes them raise the same exception, so ``timeout 120 make demo`` or closing the terminal cleans up too.
+that clean-up (a ``KeyboardInterrupt`` unwinds every ``finally`` and ``ExitStack``); SIGTERM and
+SIGHUP, left to their default, kill the driver on the spot and orphan everything it started.
+:func:`stop_signals_interrupt` makes them raise the same exception, so ``timeout 120 make demo`` or
+closing the terminal cleans up too.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar, assert_never
 
 from orchestrators.context import (
@@ -171,13 +171,12 @@ def _run_step(
     while True:
         # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
         request_step = fallback_step_name(step.name) if fallback else step.name
-        scheduled_at = run.ctx.current_utc_datetime
         started = yield from _start_step(run, step.name, request_step, timeout_s, previous, fallback=fallback)
         match started:
             case StepStarted(complete_by=complete_by):
                 # The timer fires at the completeBy the activity wrote (its clock, when the step really
-                # started); a result of an earlier version carries none: the scheduling time then.
-                deadline = complete_by or scheduled_at + timedelta(seconds=timeout_s)
+                # started), not at the time the activity was scheduled.
+                deadline = complete_by
             case Fenced(reason=reason) | WriteFailed(reason=reason):
                 run.log.note("step.fenced", step.name, reason)
                 return _Ended("fenced", step.name)
@@ -388,7 +387,6 @@ def _undo_stage(
     """
     names = tuple(undo_step_name(step) for step in stage)
     label = ",".join(names)
-    scheduled_at = run.ctx.current_utc_datetime
     # Set before any request exists, so the listener delivers every answer of the stage.
     run.ctx.set_custom_status(custom_status.waiting(*names))
     deadline: datetime | None = None
@@ -406,14 +404,14 @@ def _undo_stage(
         if not isinstance(started, UndoStarted):
             run.log.note("undo.fenced", step, started.reason)
             return _Ended("fenced", undo_step_name(step))
-        step_deadline = started.complete_by or scheduled_at + timedelta(seconds=run.start.step_timeout_s)
-        deadline = step_deadline if deadline is None else max(deadline, step_deadline)
+        deadline = started.complete_by if deadline is None else max(deadline, started.complete_by)
     assert deadline is not None  # a stage is never empty
     answers = yield from _await_responses(run.ctx, names, run.instance_id, deadline)
     if answers is None:
         run.log.note("undo.timeout", label, deadline.isoformat())
         return _Ended("timeout", label)
-    # In the stage's order, not the order the answers came in, as earlier versions wrote them.
+    # In the stage's order, not the order the answers came in: what is recorded does not depend on which
+    # answer arrived first.
     ordered = [(name, answers[name]) for name in names]
     results = [
         UndoResult(step=name.removesuffix(":undo"), result=answer.result, calls=answer.calls)

@@ -67,7 +67,7 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
     ),
     "order_failed": AlertKind(
         "the order is Error: a step that takes corrected input was refused by its service (lastError says "
-        "which and why), or an orchestration of an earlier version finished it in Error",
+        "which and why)",
         "look at it with `orderflow orders show`; correct the input and `orderflow resubmit <key> --input "
         "FILE`, or `orderflow compensate <key>`",
     ),

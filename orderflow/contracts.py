@@ -6,13 +6,12 @@ summaries; never documents) because the runtime stores them in the orchestration
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from orderflow.records import UtcDatetime
@@ -20,18 +19,10 @@ from orderflow.results import (
     BeginCompensationResult,
     FinishCompensationResult,
     FinishOrderResult,
-    FlagForm,
     RecordReviewResult,
     RecordStepFailureResult,
     StartStepResult,
     StartUndoResult,
-    begin_compensation_from_flags,
-    finish_compensation_from_flags,
-    finish_order_from_flags,
-    record_review_from_flags,
-    record_step_failure_from_flags,
-    start_step_from_flags,
-    start_undo_from_flags,
 )
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -42,8 +33,9 @@ START_STEP = "start_step"
 (now + the step's timeout), then send the agent request; returns the completeBy for the timer."""
 
 FINISH_ORDER = "finish_order"
-"""Fenced write: the order's outcome, then the client's status reply. The workflow finishes an order
-``Processed``; ``Error`` comes only from orchestrations of earlier versions, and is still honoured."""
+"""Fenced write: the order's outcome, then the client's status reply: ``Processed``, or ``Error`` at a
+refused step whose input an operator may correct
+(:func:`orderflow.compensation_trigger.awaits_correction`)."""
 
 RECORD_STEP_FAILURE = "record_step_failure"
 """Fenced write: a retryable step (or undo) failure; the record stays Processing (or Compensating) with
@@ -177,8 +169,6 @@ class StartStepInput(ContractModel):
         timeout_s: Seconds the step may take. The activity sets ``completeBy`` to its own now plus this,
             in the write that starts the step, so the time the activity spent queued behind others does
             not count against the agent; the orchestration's timer fires at the ``complete_by`` returned.
-        deadline: The fixed completeBy (UTC) that inputs written by earlier versions carry instead of
-            ``timeout_s``; used only when ``timeout_s`` is absent.
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
         fallback: Run the step on its fallback provider (the primary refused it permanently).
@@ -188,30 +178,14 @@ class StartStepInput(ContractModel):
     instance_id: str
     workflow_version: str
     step: str
-    timeout_s: float | None = Field(default=None, gt=0)
-    deadline: UtcDatetime | None = None
+    timeout_s: float = Field(gt=0)
     completed: StepResult | None = None
     response_queue: str
     fallback: bool = False
 
-    @model_validator(mode="after")
-    def _has_a_deadline(self) -> StartStepInput:
-        if self.timeout_s is None and self.deadline is None:
-            raise ValueError("start_step needs timeoutS (or the deadline of an earlier version)")
-        return self
-
-    def to_payload(self) -> dict[str, Any]:
-        """The JSON-able form; the earlier versions' ``deadline`` only when it is set."""
-        return self.model_dump(
-            mode="json", by_alias=True, exclude={"deadline"} if self.deadline is None else None
-        )
-
     def complete_by(self, now: datetime) -> datetime:
         """The step's completeBy for a write made at ``now`` (UTC)."""
-        if self.timeout_s is not None:
-            return now + timedelta(seconds=self.timeout_s)
-        assert self.deadline is not None  # the validator guarantees one of the two
-        return self.deadline
+        return now + timedelta(seconds=self.timeout_s)
 
 
 class BeginCompensationInput(ContractModel):
@@ -320,23 +294,18 @@ class ActivityContract(Generic[InputT, ResultT]):
         name: The activity's registered name (``start_step``).
         input: The input model.
         result: A type adapter for the result union (each case tagged by ``outcome``).
-        from_flags: Tags a result of an earlier version (``applied`` and flags, no ``outcome``).
     """
 
     name: str
     input: type[InputT]
     result: TypeAdapter[ResultT]
-    from_flags: Callable[[FlagForm], FlagForm]
 
     def read_result(self, raw: Any) -> ResultT:
-        """The activity's result from its JSON form (as the runtime hands it back, or from a history
-        written by an earlier version).
+        """The activity's result from its JSON form, as the runtime hands it back.
 
         Raises:
-            pydantic.ValidationError: not a result of this activity.
+            pydantic.ValidationError: not a result of this activity (each case is tagged by ``outcome``).
         """
-        if isinstance(raw, dict) and "outcome" not in raw and "applied" in raw:
-            raw = self.from_flags(raw)
         return self.result.validate_python(raw)
 
     def result_payload(self, result: ResultT) -> dict[str, Any]:
@@ -346,39 +315,36 @@ class ActivityContract(Generic[InputT, ResultT]):
 
 
 START_STEP_ACTIVITY: ActivityContract[StartStepInput, StartStepResult] = ActivityContract(
-    START_STEP, StartStepInput, TypeAdapter(StartStepResult), start_step_from_flags
+    START_STEP, StartStepInput, TypeAdapter(StartStepResult)
 )
 FINISH_ORDER_ACTIVITY: ActivityContract[FinishOrderInput, FinishOrderResult] = ActivityContract(
-    FINISH_ORDER, FinishOrderInput, TypeAdapter(FinishOrderResult), finish_order_from_flags
+    FINISH_ORDER, FinishOrderInput, TypeAdapter(FinishOrderResult)
 )
 RECORD_STEP_FAILURE_ACTIVITY: ActivityContract[RecordStepFailureInput, RecordStepFailureResult] = (
     ActivityContract(
         RECORD_STEP_FAILURE,
         RecordStepFailureInput,
         TypeAdapter(RecordStepFailureResult),
-        record_step_failure_from_flags,
     )
 )
 RECORD_REVIEW_ACTIVITY: ActivityContract[RecordReviewInput, RecordReviewResult] = ActivityContract(
-    RECORD_REVIEW, RecordReviewInput, TypeAdapter(RecordReviewResult), record_review_from_flags
+    RECORD_REVIEW, RecordReviewInput, TypeAdapter(RecordReviewResult)
 )
 BEGIN_COMPENSATION_ACTIVITY: ActivityContract[BeginCompensationInput, BeginCompensationResult] = (
     ActivityContract(
         BEGIN_COMPENSATION,
         BeginCompensationInput,
         TypeAdapter(BeginCompensationResult),
-        begin_compensation_from_flags,
     )
 )
 START_UNDO_ACTIVITY: ActivityContract[StartUndoInput, StartUndoResult] = ActivityContract(
-    START_UNDO, StartUndoInput, TypeAdapter(StartUndoResult), start_undo_from_flags
+    START_UNDO, StartUndoInput, TypeAdapter(StartUndoResult)
 )
 FINISH_COMPENSATION_ACTIVITY: ActivityContract[FinishCompensationInput, FinishCompensationResult] = (
     ActivityContract(
         FINISH_COMPENSATION,
         FinishCompensationInput,
         TypeAdapter(FinishCompensationResult),
-        finish_compensation_from_flags,
     )
 )
 

@@ -16,17 +16,15 @@ class ErrorKind(StrEnum):
     """What kind of failure this is, which decides what the caller may do next.
 
     ``transient`` may succeed on retry; ``permanent`` never will; ``timeout`` is a deadline that
-    passed; ``conflict`` is a lost optimistic-concurrency race or conflicting content; ``fenced``
-    is a write by an attempt that no longer owns the record; ``invalid`` is bad input;
-    ``unauthenticated`` is a caller whose credentials did not prove who it is; ``forbidden`` is a
-    proven caller without the right to do what it asked.
+    passed; ``conflict`` is a lost optimistic-concurrency race or conflicting content; ``invalid`` is
+    bad input; ``unauthenticated`` is a caller whose credentials did not prove who it is;
+    ``forbidden`` is a proven caller without the right to do what it asked.
     """
 
     TRANSIENT = "transient"
     PERMANENT = "permanent"
     TIMEOUT = "timeout"
     CONFLICT = "conflict"
-    FENCED = "fenced"
     INVALID = "invalid"
     NOT_FOUND = "not_found"
     BUDGET = "budget_exhausted"
@@ -82,12 +80,6 @@ class IllegalTransition(OrderflowError):
     """A state change the state machine does not allow (a programming or protocol error)."""
 
     kind = ErrorKind.PERMANENT
-
-
-class Fenced(OrderflowError):
-    """A write by an attempt that no longer owns the record's ``lockedBy`` (docs/design.md §3.3)."""
-
-    kind = ErrorKind.FENCED
 
 
 class InvalidMessage(OrderflowError):
@@ -162,12 +154,6 @@ class DependencyUnavailable(OrderflowError):
         self.dependency = dependency
         self.retry_at = retry_at
         super().__init__(f"{dependency} is unavailable (circuit open) until {retry_at.isoformat()}")
-
-
-class RetryBudgetExhausted(OrderflowError):
-    """The order's end-to-end retry budget has no calls left."""
-
-    kind = ErrorKind.BUDGET
 
 
 _KIND_MARKER = re.compile(r"\[(" + "|".join(re.escape(kind.value) for kind in ErrorKind) + r")\]")

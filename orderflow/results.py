@@ -3,11 +3,6 @@
 Every result carries ``outcome``, its tag, so the workflow matches on the case instead of reading flags.
 A fenced-out write is a normal protocol outcome, not a failure (docs/design.md §3.3): the activity returns
 :class:`Fenced` instead of raising, so runtime retry policies never retry it.
-
-Results written by earlier versions carry no ``outcome`` (they had ``applied``, ``fenced`` and a flag per
-case). They are still in the histories of orchestrations that were running during a deployment, and a
-replay must read them as they were meant: the ``*_from_flags`` functions tag that form, and
-:meth:`orderflow.contracts.ActivityContract.read_result` applies them.
 """
 
 from __future__ import annotations
@@ -58,12 +53,12 @@ class StepStarted(ResultModel):
 
     Attributes:
         complete_by: The step's deadline (UTC) as written in the record; the orchestration's durable timer
-            fires at it. None only in results of earlier versions.
+            fires at it.
         remaining_calls: The order's retry budget left after the step's reservation.
     """
 
     outcome: Literal["started"] = "started"
-    complete_by: UtcDatetime | None = None
+    complete_by: UtcDatetime
     remaining_calls: int = 0
 
 
@@ -170,12 +165,11 @@ class UndoStarted(ResultModel):
     """:data:`~orderflow.contracts.START_UNDO` started the undo (or found it started) and sent the request.
 
     Attributes:
-        complete_by: The undo's deadline (UTC), where the stage's timer fires. None only in results of
-            earlier versions.
+        complete_by: The undo's deadline (UTC), where the stage's timer fires.
     """
 
     outcome: Literal["undo_started"] = "undo_started"
-    complete_by: UtcDatetime | None = None
+    complete_by: UtcDatetime
 
 
 class CompensationFinished(ResultModel):
@@ -228,80 +222,3 @@ StartUndoResult: TypeAlias = Annotated[UndoStarted | Fenced, Field(discriminator
 
 FinishCompensationResult: TypeAlias = Annotated[CompensationFinished | Fenced, Field(discriminator="outcome")]
 """:data:`~orderflow.contracts.FINISH_COMPENSATION`'s result."""
-
-
-# Results of earlier versions: ``applied`` and a flag per case, no ``outcome``.
-
-FlagForm = dict[str, Any]
-"""A result in the flag form of earlier versions."""
-
-
-def _not_applied(value: FlagForm) -> FlagForm:
-    if value.get("cancelled"):
-        return {"outcome": "stopped", "cause": value.get("reason") or "cancelled_by_client"}
-    return {"outcome": "fenced", "reason": value.get("reason") or "not applied"}
-
-
-def start_step_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.START_STEP`'s result of an earlier version, tagged."""
-    if value.get("budgetExhausted"):
-        return {"outcome": "budget_exhausted"}
-    if value.get("reviewRequired") and value.get("reviewDecision") is None:
-        return {
-            "outcome": "awaiting_review",
-            "completeBy": value.get("completeBy"),
-            "reviewDefault": value.get("reviewDefault") or "reject",
-        }
-    if value.get("reviewDecision") == "reject":
-        return {"outcome": "review_rejected"}
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {
-        "outcome": "started",
-        "completeBy": value.get("completeBy"),
-        "remainingCalls": value.get("remainingCalls", 0),
-    }
-
-
-def record_review_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.RECORD_REVIEW`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {"outcome": "review_recorded", "decision": value.get("reviewDecision")}
-
-
-def finish_order_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.FINISH_ORDER`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {"outcome": "finished", "remainingCalls": value.get("remainingCalls", 0)}
-
-
-def record_step_failure_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.RECORD_STEP_FAILURE`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {"outcome": "failure_recorded", "remainingCalls": value.get("remainingCalls", 0)}
-
-
-def begin_compensation_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.BEGIN_COMPENSATION`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    if value.get("processState") == "Error":
-        return {"outcome": "past_point_of_no_return"}
-    return {"outcome": "compensation_begun", "undoStages": value.get("undoStages", [])}
-
-
-def start_undo_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.START_UNDO`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {"outcome": "undo_started", "completeBy": value.get("completeBy")}
-
-
-def finish_compensation_from_flags(value: FlagForm) -> FlagForm:
-    """:data:`~orderflow.contracts.FINISH_COMPENSATION`'s result of an earlier version, tagged."""
-    if not value.get("applied"):
-        return _not_applied(value)
-    return {"outcome": "compensation_finished", "processState": value.get("processState") or "Compensated"}

@@ -24,7 +24,6 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -465,12 +464,6 @@ class Settings(BaseModel):
     )
 
     # --- queues ------------------------------------------------------------------------------
-    ORDERS_QUEUE: str = Field(
-        "orders",
-        description="The shared submission queue of earlier versions. Nothing consumes it any more (each "
-        "registered client has its own inbound queue, see CLIENTS); it stays reserved, so no client's "
-        "queue can be it.",
-    )
     AGENT_QUEUE_PREFIX: str = Field(
         "agent-", description="Request queue of agent NAME is PREFIX+NAME (agent-inventory ...)."
     )
@@ -490,15 +483,6 @@ class Settings(BaseModel):
         "identified by the inbound queue its message arrives on and answered on its reply queue only "
         "(docs/clients.md). Ids and queues must be unique, and none of orderflow's own queues. Empty "
         "(default): no client, nothing is consumed.",
-    )
-    UNSCOPED_ORDERS_UNTIL: AwareDatetime | None = Field(
-        None,
-        description="Time (ISO 8601 with its offset, e.g. 2027-01-31T00:00:00Z) until which the intake "
-        "also looks an order up under its bare order id, as versions before order ids were scoped by "
-        "client stored it, so that a client resubmitting such an order gets its duplicate answer "
-        "instead of a second order: one point read more per order while it lies ahead. Set it when "
-        "upgrading a deployment that holds such records, to the upgrade time plus the longest a client "
-        "may resubmit an order (docs/clients.md). Unset (default): no lookup.",
     )
 
     # --- scheduler ---------------------------------------------------------------------------
@@ -987,12 +971,6 @@ class Settings(BaseModel):
             raise ValueError(f"should be at most {MAX_DURATION_S:.0f} seconds (ten years)")
         return value
 
-    @field_validator("UNSCOPED_ORDERS_UNTIL", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        # App settings are strings: an empty one (local.settings.json's) means unset.
-        return None if isinstance(value, str) and not value.strip() else value
-
     @field_validator("COSMOS_KEY")
     @classmethod
     def _cosmos_key_is_base64(cls, key: str) -> str:
@@ -1219,11 +1197,10 @@ class Settings(BaseModel):
     def reserved_queue(self, name: str) -> str | None:
         """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
 
-        See :func:`reserved_queue_name`; returns e.g. ``"the submission queue (ORDERS_QUEUE)"``.
+        See :func:`reserved_queue_name`; returns e.g. ``"a dead-letter queue"``.
         """
         return reserved_queue_name(
             name,
-            ORDERS_QUEUE=self.ORDERS_QUEUE,
             AGENT_QUEUE_PREFIX=self.AGENT_QUEUE_PREFIX,
             AGENT_RESPONSES_QUEUE=self.AGENT_RESPONSES_QUEUE,
         )
@@ -1238,30 +1215,27 @@ def _fair_share(ceiling: int, registry: ClientRegistry, unset: int) -> int:
     return left // unset if unset else left
 
 
-_QUEUE_SETTINGS = ("ORDERS_QUEUE", "AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")
+_QUEUE_SETTINGS = ("AGENT_QUEUE_PREFIX", "AGENT_RESPONSES_QUEUE")
 """The settings that name orderflow's own queues (:func:`reserved_queue_name`)."""
 
 
 def reserved_queue_name(
     name: str,
     *,
-    ORDERS_QUEUE: str = "orders",  # noqa: N803 (the settings' own names)
-    AGENT_QUEUE_PREFIX: str = "agent-",  # noqa: N803
+    AGENT_QUEUE_PREFIX: str = "agent-",  # noqa: N803 (the settings' own names)
     AGENT_RESPONSES_QUEUE: str = "agent-responses",  # noqa: N803
 ) -> str | None:
     """What ``name`` is among orderflow's own queues, or None when it may be a client's queue.
 
-    Reserved, from the same settings the hosts name their queues by: the shared submission queue of
-    earlier versions (``ORDERS_QUEUE``), the response queue and every host's (``AGENT_RESPONSES_QUEUE``
-    and ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with ``AGENT_QUEUE_PREFIX`` (agent
-    request queues, present and future) and every local dead-letter queue (``<queue>-deadletter``). A
-    status reply sent to one of them would be taken for a request, or read by nobody.
+    Reserved, from the same settings the hosts name their queues by: the response queue and every
+    host's (``AGENT_RESPONSES_QUEUE`` and ``AGENT_RESPONSES_QUEUE-<hostid>``), every name starting with
+    ``AGENT_QUEUE_PREFIX`` (agent request queues, present and future) and every local dead-letter queue
+    (``<queue>-deadletter``). A status reply sent to one of them would be taken for a request, or read by
+    nobody.
 
     Returns:
-        A short description such as ``"the submission queue (ORDERS_QUEUE)"``, or None.
+        A short description such as ``"a dead-letter queue"``, or None.
     """
-    if name == ORDERS_QUEUE:
-        return "the submission queue (ORDERS_QUEUE)"
     if name == AGENT_RESPONSES_QUEUE or name.startswith(f"{AGENT_RESPONSES_QUEUE}-"):
         return "an agent response queue (AGENT_RESPONSES_QUEUE)"
     if name.endswith(DEAD_LETTER_SUFFIX):

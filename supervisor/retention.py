@@ -17,8 +17,8 @@ requests). :func:`run_retention_pass` runs the three.
 Per record, the document is redacted first and the record marked second (``dataPurgedAt``,
 ``dataPurgeVersion``), each a conditional write: a pass that dies between the two, or whose record write
 loses a race (412), leaves the record unmarked, and the next pass redoes both (a redacted document is
-left as it is). Records purged by an earlier, narrower version (``compensationLogPurgedAt`` alone) are
-purged again. A pass is bounded like a sweep: ``max_records`` records, and the ``SCAN_*`` page bounds
+left as it is). A record a narrower purge marked (a lower ``dataPurgeVersion``) is purged again. A pass
+is bounded like a sweep: ``max_records`` records, and the ``SCAN_*`` page bounds
 (:mod:`orderflow.stores.paging`), so pages with nothing on them (Cosmos DB returns some) are followed,
 but not for ever.
 """

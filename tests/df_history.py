@@ -18,7 +18,7 @@ Example::
         .started({"orderId": "a:o-1"})
         .task_scheduled("start_step", 0)
         .episode(T0 + timedelta(seconds=1))
-        .task_completed(0, {"applied": True})
+        .task_completed(0, {"outcome": "started", "completeBy": "2025-01-02T03:04:36Z", "remainingCalls": 9})
         .build_context_json()
     )
 """

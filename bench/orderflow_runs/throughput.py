@@ -59,7 +59,6 @@ def isolation(tag: str) -> dict[str, str]:
     return {
         "COSMOS_DATABASE": f"bench{tag}",
         "CLIENTS": json.dumps([{"id": f"bench-{tag}"}]),
-        "ORDERS_QUEUE": f"orders-{tag}",
         "AGENT_QUEUE_PREFIX": f"agent-{tag}-",
         "AGENT_RESPONSES_QUEUE": f"responses-{tag}",
         "SUPERVISOR_LEASE_BLOB": f"orderflow-leases/bench-{tag}",
@@ -73,7 +72,7 @@ def queue_role(settings: Settings) -> Callable[[str], str]:
     def role_of(name: str) -> str:
         if name.endswith("-deadletter"):
             return "dead_letters"
-        if name == settings.ORDERS_QUEUE or settings.clients().for_inbound_queue(name) is not None:
+        if settings.clients().for_inbound_queue(name) is not None:
             return "orders"
         if name.startswith(settings.AGENT_RESPONSES_QUEUE):
             return "agent_responses"

@@ -1,8 +1,12 @@
-"""Azure Functions triggers of the agents: one Service Bus trigger per agent request queue."""
+"""Azure Functions triggers of the agents: one Service Bus trigger per agent request queue.
+
+Each agent any deployed workflow version uses (:func:`orderflow.workflows.agent_names`, fallback
+providers included) has its trigger written out here, on ``%AGENT_QUEUE_PREFIX%<agent>``; a workflow
+that adds an agent adds its trigger here too (tests/unit/test_function_app.py checks the two agree).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 
 import azure.durable_functions as df
@@ -14,7 +18,6 @@ from agents.services import HttpRemoteService
 from function_host.settlement import NO_RETRY, settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies
-from orderflow.workflows import agent_names
 
 bp = df.Blueprint()
 
@@ -35,6 +38,7 @@ def _handle(
     actions: servicebus.ServiceBusMessageActions,
     context: func.Context | None,
 ) -> None:
+    """Perform ``agent``'s request in ``message`` and settle it."""
     deps = dependencies()
     traceparent = trigger_traceparent(context)
     # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
@@ -59,29 +63,67 @@ def _handle(
     )
 
 
-def _trigger(agent: str) -> Callable[..., None]:
-    """The Service Bus trigger of one agent's request queue (``%AGENT_QUEUE_PREFIX%<agent>``)."""
-
-    def trigger(
-        message: servicebus.ServiceBusReceivedMessage,
-        message_actions: servicebus.ServiceBusMessageActions,
-        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
-    ) -> None:
-        _handle(agent, message, message_actions, context)
-
-    name = f"agent_{agent}"
-    trigger.__name__ = trigger.__qualname__ = name
-    trigger.__doc__ = f"{agent.capitalize()} agent: perform the step inside its deadline, then answer."
-    return bp.function_name(name)(  # type: ignore[no-any-return]
-        bp.service_bus_queue_trigger(
-            arg_name="message",
-            queue_name=f"%AGENT_QUEUE_PREFIX%{agent}",
-            connection="SERVICEBUS",
-            auto_complete_messages=False,
-        )(trigger)
-    )
+@bp.function_name("agent_inventory")
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_QUEUE_PREFIX%inventory",
+    connection="SERVICEBUS",
+    auto_complete_messages=False,
+)
+def agent_inventory(
+    message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
+) -> None:
+    """Inventory agent: reserve or release stock inside the step's deadline, then answer."""
+    _handle("inventory", message, message_actions, context)
 
 
-# One trigger per agent any deployed workflow version uses: a new agent gets its trigger with it.
-for _agent in agent_names():
-    globals()[f"agent_{_agent}"] = _trigger(_agent)
+@bp.function_name("agent_payment")
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_QUEUE_PREFIX%payment",
+    connection="SERVICEBUS",
+    auto_complete_messages=False,
+)
+def agent_payment(
+    message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
+) -> None:
+    """Payment agent: charge or refund inside the step's deadline, then answer."""
+    _handle("payment", message, message_actions, context)
+
+
+@bp.function_name("agent_shipping")
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_QUEUE_PREFIX%shipping",
+    connection="SERVICEBUS",
+    auto_complete_messages=False,
+)
+def agent_shipping(
+    message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
+) -> None:
+    """Shipping agent: book or cancel a shipment with the order's carrier inside the step's deadline,
+    then answer."""
+    _handle("shipping", message, message_actions, context)
+
+
+@bp.function_name("agent_courier")
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_QUEUE_PREFIX%courier",
+    connection="SERVICEBUS",
+    auto_complete_messages=False,
+)
+def agent_courier(
+    message: servicebus.ServiceBusReceivedMessage,
+    message_actions: servicebus.ServiceBusMessageActions,
+    context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
+) -> None:
+    """Courier agent, the fallback carrier: ship by mail or cancel that shipment inside the step's
+    deadline, then answer."""
+    _handle("courier", message, message_actions, context)

@@ -1,8 +1,9 @@
 """Azure Functions triggers of the intake role: one Service Bus trigger (PeekLock) per registered client.
 
 A client is identified by the queue its message arrived on (docs/clients.md): each client's inbound
-queue has a trigger of its own, generated when the app is indexed from the client registry (``CLIENTS``),
-and that trigger hands :func:`intake.submission.handle_intake_message` the client it was generated for.
+queue has a trigger of its own, registered by :func:`register_client_triggers`, which ``function_app.py``
+calls with the client registry (``CLIENTS``) when the app is indexed; that trigger hands
+:func:`intake.submission.handle_intake_message` the client it was registered for.
 Every message (an order or a client's cancel) goes there; bad input is dead-lettered with its reason, and
 so is a reviewer's or an operator's action, which only the operator API takes. A client registered later
 gets its trigger when the app restarts.
@@ -10,10 +11,9 @@ gets its trigger when the app restarts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 
-import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
@@ -23,9 +23,6 @@ from function_host.wiring import dependencies, redelivery
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orderflow.clients import RegisteredClient
-from orderflow.settings import Settings
-
-bp = df.Blueprint()
 
 
 @cache
@@ -72,29 +69,33 @@ def submission_function_name(client: RegisteredClient) -> str:
     return f"submission_{client.client_id.replace('-', '_')}"
 
 
-def _trigger(client: RegisteredClient) -> Callable[..., None]:
-    """The Service Bus trigger of one client's inbound queue."""
+def register_client_triggers(app: func.TriggerApi, registry: Iterable[RegisteredClient]) -> None:
+    """Register, on ``app``, one PeekLock Service Bus trigger per client of ``registry``: the function
+    :func:`submission_function_name` names, on the client's inbound queue, connection ``SERVICEBUS``.
 
-    def trigger(
-        message: servicebus.ServiceBusReceivedMessage,
-        message_actions: servicebus.ServiceBusMessageActions,
-        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
-    ) -> None:
-        _handle(client, message, message_actions, context)
-
-    name = submission_function_name(client)
-    trigger.__name__ = trigger.__qualname__ = name
-    trigger.__doc__ = f"PeekLock intake of client {client.client_id}: record orders, dead-letter bad input."
-    return bp.function_name(name)(  # type: ignore[no-any-return]
-        bp.service_bus_queue_trigger(
+    A registry's client ids are distinct slugs, so the names are distinct too; the Functions library
+    refuses a repeated name (``ValueError``) when the app is indexed, not here.
+    """
+    for client in registry:
+        trigger = app.service_bus_queue_trigger(
             arg_name="message",
             queue_name=client.inbound_queue,
             connection="SERVICEBUS",
             auto_complete_messages=False,
-        )(trigger)
-    )
+        )(_client_trigger(client))
+        app.function_name(submission_function_name(client))(trigger)
 
 
-# One trigger per registered client; the registry is read (and validated) once, at indexing.
-for _client in Settings.load().clients():
-    globals()[submission_function_name(_client)] = _trigger(_client)
+def _client_trigger(client: RegisteredClient) -> Callable[..., None]:
+    """The trigger function of ``client``'s inbound queue, which hands every message to the intake as
+    ``client``'s."""
+
+    def submission(
+        message: servicebus.ServiceBusReceivedMessage,
+        message_actions: servicebus.ServiceBusMessageActions,
+        context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
+    ) -> None:
+        """PeekLock intake of one client: record orders, dead-letter bad input."""
+        _handle(client, message, message_actions, context)
+
+    return submission

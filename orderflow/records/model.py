@@ -19,11 +19,10 @@ REDACTED = "[redacted]"
 DATA_PURGE_VERSION = 3
 """The retention purge this code applies (a state record's ``dataPurgeVersion``; docs/data.md).
 
-0: never purged. 1: the compensation log's data and undo results only, marked ``compensationLogPurgedAt``
-by earlier versions (such records hold version 0 here). 2: also step results, error and reply texts and
-the order document. 3: also the order document's ``carrier`` (every field
-:data:`orderflow.client_fields.CLIENT_FIELDS` marks). A record purged by an earlier version is purged
-again by this one.
+0: never purged. 1: the compensation log's data and undo results only. 2: also step results, error and
+reply texts and the order document. 3: also the order document's ``carrier`` (every field
+:data:`orderflow.client_fields.CLIENT_FIELDS` marks). The number rises whenever the purge covers more, so
+that a record a narrower purge marked is purged again.
 """
 
 

@@ -39,7 +39,7 @@ class StateRecord(Model):
 
     Field meanings are those of docs/design.md §2; what each holds and how long it is kept, docs/data.md
     (``data_purged_at`` / ``data_purge_version``: when and by which :data:`DATA_PURGE_VERSION` the
-    retention purge ran; ``compensation_log_purged_at``: the narrower purge of earlier versions). ``etag``
+    retention purge ran). ``etag``
     is not part of the record: the stores return it beside the record
     (:class:`orderflow.stores.base.Versioned`).
     """
@@ -69,7 +69,6 @@ class StateRecord(Model):
     stop_requested_by_name: str | None = None
     stop_reason: str | None = None  # an operator's words on why: audit only, never in a reply
     review: ReviewState | None = None
-    compensation_log_purged_at: UtcDatetime | None = None
     data_purged_at: UtcDatetime | None = None
     data_purge_version: int = 0
     pending_reply: PendingReply | None = None

@@ -25,8 +25,8 @@ meter, derived here from the event and alert names so that no call site knows ab
   or ``too_many_failures``, the record's ``lastError.code``).
 - ``orderflow.orders_failed`` (counter): orders that ended in ``Error``, left to an operator:
   ``past_point_of_no_return`` alerts (forward progress stopped after an irreversible step) and
-  ``order_failed`` alerts (``finish_order`` with outcome Error, which only orchestrations of earlier
-  versions schedule); attribute ``step``.
+  ``order_failed`` alerts (``finish_order`` with outcome Error: a refused step whose input an operator
+  may correct); attribute ``step``.
 - ``orderflow.scan_anomalies`` (counter): ``scan.anomaly`` events (a scanning loop met
   ``SCAN_MAX_EMPTY_PAGES`` empty pages in a row, each with a new continuation token, and ended its pass);
   attribute ``loop`` (``sweep``, ``starter``, ``reply_relay``, ``retention``).

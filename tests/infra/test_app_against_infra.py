@@ -74,7 +74,6 @@ LEFT_AT_DEFAULT = {
     "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
     # Read only by the local host and its loops.
     "HOST_ID": "local host only: Azure shares one response queue",
-    "ORDERS_QUEUE": "reserved name only: nothing sends to or reads it",
     "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
     "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
     "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
@@ -108,7 +107,6 @@ LEFT_AT_DEFAULT = {
     "SCAN_MAX_PAGES": "default bounds every sweep",
     "SCAN_MAX_S": "default bounds every sweep",
     "SCAN_MAX_EMPTY_PAGES": "default bounds every sweep",
-    "UNSCOPED_ORDERS_UNTIL": "only when upgrading a deployment that holds records under bare order ids",
 }
 """Settings the template leaves at their defaults on purpose, and why (every other one it sets)."""
 
@@ -386,7 +384,9 @@ def _triggered_queues(settings: Settings) -> set[str]:
     """The queues with a Service Bus trigger (function_host/blueprints: agents, intake, orchestrators)."""
     triggers = (ROOT / "function_host" / "blueprints").glob("*.py")
     text = "".join(p.read_text() for p in triggers)
-    assert text.count("service_bus_queue_trigger(") == 3, "a trigger was added: name its queues here"
+    # One written out per agent, the response listener's, and the per-client one of register_client_triggers.
+    expected = len(agent_names()) + 2
+    assert text.count("service_bus_queue_trigger(") == expected, "a trigger was added: name its queues here"
     agents = {settings.agent_queue(a) for a in agent_names()}
     return agents | {settings.AGENT_RESPONSES_QUEUE} | {c.inbound_queue for c in settings.clients()}
 

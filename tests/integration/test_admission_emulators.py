@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
-    settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100, ORDERS_QUEUE=f"orders-{suffix}")
+    settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
     reply_queue = f"client-{suffix}"
     clock = FakeClock()
     admission = AdmissionControl.from_settings(

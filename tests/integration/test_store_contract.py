@@ -689,16 +689,14 @@ def test_query_by_pending_reply_and_update_time(stores: Stores) -> None:
 def test_purge_version_below_finds_records_that_version_has_not_purged(stores: Stores) -> None:
     finished = ProcessState.PROCESSED
     stores.state.create(make_record("never", state=finished))
-    # An earlier version purged the compensation log only, and marked that alone.
-    stores.state.create(make_record("log-only", state=finished, compensation_log_purged_at=T0))
     stores.state.create(make_record("v1", state=finished, data_purged_at=T0, data_purge_version=1))
     stores.state.create(make_record("v2", state=finished, data_purged_at=T0, data_purge_version=2))
     stores.state.create(make_record("new", state=ProcessState.PENDING))
 
     found, _ = scan(stores.state, StateQuery(process_states=(finished,), purge_version_below=2))
-    assert sorted(found) == ["log-only", "never", "v1"]
-    assert stores.state.count(StateQuery(purge_version_below=2)) == 4
-    assert stores.state.count(StateQuery(purge_version_below=3)) == 5
+    assert sorted(found) == ["never", "v1"]
+    assert stores.state.count(StateQuery(purge_version_below=2)) == 3
+    assert stores.state.count(StateQuery(purge_version_below=3)) == 4
 
 
 # --- order redaction --------------------------------------------------------------------------

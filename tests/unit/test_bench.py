@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta, timezone
@@ -314,7 +315,7 @@ def test_submissions_give_each_run_its_own_order_ids() -> None:
 
 def test_queue_roles_follow_the_settings_names() -> None:
     settings = Settings(
-        ORDERS_QUEUE="orders-x", AGENT_QUEUE_PREFIX="agent-x-", AGENT_RESPONSES_QUEUE="resp-x"
+        CLIENTS=json.dumps([{"id": "x"}]), AGENT_QUEUE_PREFIX="agent-x-", AGENT_RESPONSES_QUEUE="resp-x"
     )
     role_of = queue_role(settings)
     assert role_of("orders-x") == "orders"

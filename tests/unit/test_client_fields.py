@@ -121,7 +121,7 @@ def test_the_redaction_purges_every_field_the_table_marks_and_keeps_the_others()
 
 
 def test_a_document_an_earlier_purge_redacted_is_redacted_again() -> None:
-    # An earlier version kept the carrier: its documents are marked redacted but still hold it.
+    # A narrower purge (version 2) kept the carrier: its documents are marked redacted but still hold it.
     earlier = document().model_copy(
         update={
             "customer_id": REDACTED,

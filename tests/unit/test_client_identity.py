@@ -229,24 +229,6 @@ def test_a_conflicting_resubmission_is_refused_and_the_reply_reveals_no_hash(sys
     assert system.orders.get("acme:o-1").amount != 1
 
 
-def test_an_unscoped_order_is_found_for_its_client_while_the_setting_lies_ahead() -> None:
-    system = System(UNSCOPED_ORDERS_UNTIL="2026-01-01T13:00:00Z")  # the clock reads 12:00
-    _store_unscoped(system, "o-1", system.acme, with_client_id=True)
-
-    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.DUPLICATE
-    with pytest.raises(NotFound):
-        system.states.get("acme:o-1")  # no second order under the new key
-    with pytest.raises(ConflictingOrder):
-        system.submit(system.acme, "o-1", amount="1.00")
-    # Another client's order o-1 is its own, even while the lookup runs.
-    assert system.submit(system.globex, "o-1").outcome is IntakeOutcome.ACCEPTED
-    assert system.states.get("globex:o-1").item.client_id == "globex"
-
-    system.clock.advance(3600)  # the setting's time has passed: the bare id is no longer looked up
-    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
-    assert system.states.get("acme:o-1").item.client_id == "acme"
-
-
 def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
     # globex has no maxInFlight: its quota is what acme's 3 leave of the global 6. Resending its one order
     # (or resending it with other content, a conflict that writes nothing) must not take the places of

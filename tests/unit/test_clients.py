@@ -59,7 +59,6 @@ def test_a_principal_id_is_kept_in_entras_form_whatever_form_it_was_written_in(p
         ('[{"id": "a", "replyQueue": "orders-b"}, {"id": "b"}]', "already the reply queue of client 'a'"),
         # Two clients sharing a reply queue would read each other's replies.
         ('[{"id": "a", "replyQueue": "shared"}, {"id": "b", "replyQueue": "shared"}]', "already"),
-        ('[{"id": "a", "inboundQueue": "orders"}]', "the submission queue (ORDERS_QUEUE)"),
         ('[{"id": "a", "replyQueue": "agent-payment"}]', "an agent request queue"),
         ('[{"id": "a", "replyQueue": "agent-responses-h1"}]', "an agent response queue"),
         ('[{"id": "a", "replyQueue": "replies-a-deadletter"}]', "a dead-letter queue"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from orderflow.compensation_trigger import awaits_correction, compensation_cause
@@ -17,6 +19,8 @@ from orderflow.results import (
 )
 
 pytestmark = pytest.mark.unit
+
+AT = datetime(2026, 5, 1, 12, tzinfo=UTC)
 
 STEP = "charge_payment"
 
@@ -84,6 +88,6 @@ def test_a_refusal_of_a_step_that_takes_corrections_waits_for_one_instead() -> N
     assert cancel is not None and cancel.kind == "cancelled"
 
 
-@pytest.mark.parametrize("seen", [StepStarted(), AwaitingReview(), Fenced(reason="x")])
+@pytest.mark.parametrize("seen", [StepStarted(complete_by=AT), AwaitingReview(), Fenced(reason="x")])
 def test_going_on_waiting_or_being_fenced_out_is_no_reason_to_compensate(seen: object) -> None:
     assert compensation_cause(STEP, seen) is None  # type: ignore[arg-type]

@@ -268,7 +268,7 @@ def test_a_correction_the_step_does_not_take_or_an_invalid_value_is_refused_and_
 def test_a_step_that_declares_no_correctable_field_refuses_corrections(
     deps: Dependencies, trusted: TrustedIssuer
 ) -> None:
-    # order-v1: the charge was declined (an earlier version's orchestration left it Error).
+    # order-v1, whose steps declare no correctable input, its record put in Error here by hand.
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     found = deps.states.get(KEY)
     record = found.item.model_copy(deep=True)

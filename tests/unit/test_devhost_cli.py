@@ -200,7 +200,7 @@ def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(
     environment: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The orchestrator role (durabletask backend and worker) starts before the agents' queues are refused:
-    # the worker's thread alone used to keep the process alive for ever.
+    # unless they are stopped, the worker's thread alone keeps the process alive for ever.
     stores = FakeStores()
     monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
     monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: RefusingQueues())

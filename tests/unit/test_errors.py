@@ -7,7 +7,6 @@ import pytest
 from orderflow.errors import (
     ConcurrencyConflict,
     ErrorKind,
-    Fenced,
     NotFound,
     OrderflowError,
     PermanentError,
@@ -18,7 +17,7 @@ from orderflow.errors import (
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("error", [TransientError("x"), Fenced("x"), NotFound("x"), ConcurrencyConflict("x")])
+@pytest.mark.parametrize("error", [TransientError("x"), NotFound("x"), ConcurrencyConflict("x")])
 def test_every_error_reads_back_as_its_kind(error: OrderflowError) -> None:
     assert kind_of(str(error)) is error.kind
 

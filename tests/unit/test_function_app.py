@@ -25,6 +25,7 @@ import pytest
 from azurefunctions.extensions.bindings import servicebus
 
 import function_app
+from activities.table import ACTIVITIES as TABLE
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
@@ -37,7 +38,7 @@ from orderflow.contracts import (
 )
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
 from orderflow.settings import Settings, UnsafeAzureSetting
-from orderflow.workflows import WORKFLOWS
+from orderflow.workflows import WORKFLOWS, agent_names
 
 pytestmark = pytest.mark.unit
 
@@ -288,7 +289,32 @@ def test_every_agent_of_every_workflow_has_a_trigger_on_its_request_queue(
 
 def test_no_agent_trigger_listens_for_an_agent_no_workflow_uses() -> None:
     agent_functions = {name.removeprefix("agent_") for name in FUNCTIONS if name.startswith("agent_")}
-    assert agent_functions == set(AGENTS) == {"inventory", "payment", "shipping", "courier"}
+    assert (
+        agent_functions
+        == set(AGENTS)
+        == set(agent_names())
+        == {"inventory", "payment", "shipping", "courier"}
+    )
+
+
+def test_every_activity_of_the_roles_table_has_its_trigger_and_nothing_else_does() -> None:
+    activity_functions = {
+        name for name, f in FUNCTIONS.items() if any(b["type"] == "activityTrigger" for b in f["bindings"])
+    }
+    assert activity_functions == {activity.name for activity in TABLE} == set(ACTIVITIES)
+
+
+def test_no_function_is_registered_through_globals() -> None:
+    # A trigger is a function a reader can find by its name, not an entry written into a module's globals.
+    sources = [REPO / "function_app.py", *sorted((REPO / "function_host").rglob("*.py"))]
+    assert len(sources) > 10
+    offending = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "globals()[" in line
+    ]
+    assert offending == []
 
 
 @pytest.mark.parametrize(("name", "schedule"), sorted(TIMER_SCHEDULES.items()))

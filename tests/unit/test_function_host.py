@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
+import azure.durable_functions as df
 import azure.functions as func
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
@@ -772,6 +773,27 @@ def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(d
         intake_blueprint.submission_function_name(client_for("replies-eu", client_id="eu-west"))
         == "submission_eu_west"
     )
+
+
+def test_register_client_triggers_names_one_trigger_per_client_on_its_inbound_queue(
+    deps: Dependencies,
+) -> None:
+    app = df.DFApp()
+    eu = client_for("replies-eu", client_id="eu-west")
+
+    intake_blueprint.register_client_triggers(app, [TEST_CLIENT, eu])
+
+    registered = {f.get_function_name(): f for f in app.get_functions()}
+    queues = {
+        name: [b["queueName"] for b in json.loads(f.get_function_json())["bindings"]]
+        for name, f in registered.items()
+    }
+    assert queues == {"submission_a": ["orders-a"], "submission_eu_west": ["orders-eu-west"]}
+    actions = RecordingActions()
+    trigger = registered["submission_eu_west"].get_user_function()
+    trigger(message=message(order_body("o-1", reply_to="replies-eu")), message_actions=actions)
+    assert [verb for verb, _, _ in actions.calls] == ["complete"]
+    assert deps.states.get("eu-west:o-1").item.client_id == "eu-west"  # the trigger's own client
 
 
 def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> None:

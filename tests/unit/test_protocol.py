@@ -1020,28 +1020,6 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
     assert deps.states.get("a:o-1").item.process_state is ProcessState.PENDING
 
 
-def test_start_step_input_of_an_earlier_version_keeps_its_fixed_deadline(
-    deps: Dependencies, clock: FakeClock
-) -> None:
-    submit(deps)
-    claimed(deps)  # starts reserve_inventory; the legacy input starts the next step
-    fixed = clock.now() + timedelta(seconds=6)
-    legacy = {
-        "orderId": "a:o-1",
-        "instanceId": "a:o-1:1",
-        "workflowVersion": ORDER_V1.version,
-        "step": "charge_payment",
-        "deadline": format_utc(fixed),
-        "completed": {"step": "reserve_inventory", "result": {"reservationId": "r-1"}, "calls": 1},
-        "responseQueue": "r-q1",
-    }
-    result = start_step(legacy, deps)
-    assert result["completeBy"] == format_utc(fixed)
-    assert deps.states.get("a:o-1").item.complete_by == fixed
-    with pytest.raises(ValueError, match="timeoutS"):
-        StartStepInput.model_validate({**legacy, "deadline": None})
-
-
 def test_attempt_history_records_each_tenure_and_they_never_overlap(
     deps: Dependencies, clock: FakeClock
 ) -> None:

@@ -18,7 +18,7 @@ from orderflow.errors import InvalidMessage, NotFound
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from tests.unit.fakes import TEST_CLIENT, client_for, order_body
+from tests.unit.fakes import TEST_CLIENT, order_body
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "what"),
     [
-        ("orders", "the submission queue (ORDERS_QUEUE)"),
         ("agent-inventory", "an agent request queue (AGENT_QUEUE_PREFIX 'agent-')"),
         ("agent-anything-new", "an agent request queue (AGENT_QUEUE_PREFIX 'agent-')"),
         ("agent-responses", "an agent response queue (AGENT_RESPONSES_QUEUE)"),
@@ -34,6 +33,7 @@ pytestmark = pytest.mark.unit
         ("orders-deadletter", "a dead-letter queue"),
         ("client-a-deadletter", "a dead-letter queue"),
         ("client-a", None),
+        ("orders", None),
         ("orders2", None),
         ("my-agent-queue", None),
         ("deadletter", None),
@@ -46,16 +46,13 @@ def test_reserved_queues_are_orderflows_own(name: str, what: str | None) -> None
 def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
     settings = Settings.load(
         env={
-            "ORDERS_QUEUE": "submissions",
             "AGENT_QUEUE_PREFIX": "worker-",
             "AGENT_RESPONSES_QUEUE": "answers",
         }
     )
 
-    assert settings.reserved_queue("submissions") is not None
     assert settings.reserved_queue(settings.agent_queue("payment")) is not None
     assert settings.reserved_queue(settings.response_queue()) is not None
-    assert settings.reserved_queue("orders") is None
     assert settings.reserved_queue("agent-payment") is None
 
 
@@ -83,21 +80,18 @@ def _submit(
     return result, queues
 
 
-def test_a_submission_naming_the_configured_submission_queue_is_dead_lettered() -> None:
-    settings = Settings.load(env={"ORDERS_QUEUE": "submissions"})
+def test_a_submission_naming_the_configured_response_queue_is_dead_lettered() -> None:
+    settings = Settings.load(env={"AGENT_RESPONSES_QUEUE": "answers"})
 
-    refused, queues = _submit(order_body("o-1", reply_to="submissions"), settings)
+    refused, queues = _submit(order_body("o-1", reply_to="answers"), settings)
 
     assert isinstance(refused, InvalidMessage)
     assert refused.reason == "ReservedReplyQueue"
     assert refused.description == (
-        "replyTo 'submissions' is the submission queue (ORDERS_QUEUE), not a client's reply queue; "
+        "replyTo 'answers' is an agent response queue (AGENT_RESPONSES_QUEUE), not a client's reply queue; "
         "name the client's own private queue"
     )
-    assert queues.queue("submissions").approximate_count() == 0  # no reply was sent there
-    # Not a system queue here: a client may be registered with it.
-    accepted, _ = _submit(order_body("o-1", reply_to="orders"), settings, client=client_for("orders"))
-    assert accepted.outcome is IntakeOutcome.ACCEPTED
+    assert queues.queue("answers").approximate_count() == 0  # no reply was sent there
 
 
 @pytest.mark.parametrize(

@@ -190,10 +190,10 @@ def test_a_zero_retention_never_purges() -> None:
     assert deps.states.get("a:o-1").item.compensation_log[0].data
 
 
-def test_a_record_an_earlier_version_purged_gets_the_wider_purge() -> None:
+def test_a_record_a_narrower_purge_marked_gets_the_wider_purge() -> None:
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
-    narrow = record("a:o-1", ProcessState.PROCESSED, clock, compensation_log_purged_at=clock.now())
+    narrow = record("a:o-1", ProcessState.PROCESSED, clock, data_purged_at=clock.now(), data_purge_version=1)
     narrow.compensation_log[0].data, narrow.compensation_log[0].undo_result = {}, None
     deps.states.create(narrow)  # as the log-only purge left it: the step's result still holds the charge
     clock.advance(RETENTION_S + 1)
@@ -203,7 +203,7 @@ def test_a_record_an_earlier_version_purged_gets_the_wider_purge() -> None:
     purged = deps.states.get("a:o-1").item
     assert purged.steps["charge_payment"].result is None
     assert purged.data_purge_version == DATA_PURGE_VERSION
-    assert purged.compensation_log_purged_at == clock.now() - timedelta(seconds=RETENTION_S + 1)
+    assert purged.data_purged_at == clock.now()
 
 
 def test_an_error_order_keeps_its_data_until_resolved_and_the_period_starts_then() -> None:
