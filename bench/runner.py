@@ -34,8 +34,8 @@ from bench.sdk_calls import sdk_calls_run
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.faults import FaultPlan
+from demo.run import DEMO_SETTINGS, new_run_dir, quiet_sdk_logs, start_demo_services
 from demo.tpch import ensure_dataset, load_catalog
-from devhost.demo import DEMO_SETTINGS, new_run_dir, quiet_sdk_logs, start_demo_services
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 

@@ -20,11 +20,12 @@ from typing import Any
 import httpx
 
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
 from devhost.local_issuer import LocalIssuer
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock

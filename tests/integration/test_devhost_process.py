@@ -16,11 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from demo import run as demo
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import load_catalog
-from devhost import demo
 from devhost.emulators import REPO_ROOT, LocalEndpoints
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.client import OrderflowClient
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, order_key
@@ -114,11 +115,9 @@ def test_a_child_interrupted_before_it_is_ready_is_killed_not_left_running(
         except StopIteration:
             raise KeyboardInterrupt from None
 
-    # Only devhost.demo sees these stand-ins, not the rest of the process.
-    monkeypatch.setattr(
-        "devhost.demo.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE)
-    )
-    monkeypatch.setattr("devhost.demo.time", SimpleNamespace(monotonic=monotonic))
+    # Only demo.run sees these stand-ins, not the rest of the process.
+    monkeypatch.setattr("demo.run.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE))
+    monkeypatch.setattr("demo.run.time", SimpleNamespace(monotonic=monotonic))
     script = "import time\nprint('starting', flush=True)\ntime.sleep(120)\n"
 
     with pytest.raises(KeyboardInterrupt):

@@ -1,4 +1,4 @@
-"""The chaos run's pure parts: delivery faults at the queue seam, and the report's counts (devhost.chaos)."""
+"""The chaos run's pure parts: delivery faults at the queue seam, and the report's counts (demo.chaos.run)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from devhost import chaos
-from devhost.chaos import (
+from demo.chaos import run as chaos
+from demo.chaos.delivery import (
+    CHAOS_ENV,
+    DeliveryFault,
+    DeliveryFaults,
+    FaultLog,
+    FaultyQueueFactory,
+    agent_responses,
+    read_fault_logs,
+    with_delivery_faults,
+)
+from demo.chaos.run import (
     CHAOS_INVARIANTS,
     LeaderPauser,
     check_chaos_args,
@@ -30,17 +40,7 @@ from devhost.chaos import (
     unexercised,
     unexercised_hints,
 )
-from devhost.delivery_faults import (
-    CHAOS_ENV,
-    DeliveryFault,
-    DeliveryFaults,
-    FaultLog,
-    FaultyQueueFactory,
-    agent_responses,
-    read_fault_logs,
-    with_delivery_faults,
-)
-from devhost.demo import Child, DevhostSpec, Fleet
+from demo.run import Child, DevhostSpec, Fleet
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord
 from orderflow.settings import Settings

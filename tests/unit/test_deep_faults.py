@@ -1,6 +1,6 @@
 """The deeper faults of the chaos run: outage windows from the seed, the scheduler that runs them, the
-skewed host, long handlers counted at the queue seam, and the report's new counts (devhost.outages,
-devhost.chaos_faults, devhost.chaos)."""
+skewed host, long handlers counted at the queue seam, and the report's new counts (demo.chaos.outages,
+demo.chaos.faults, demo.chaos.run)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from demo.faults import FaultPlan
-from devhost import demo, outages
-from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
-from devhost.chaos import check_chaos_args, unexercised, unexercised_hints
-from devhost.chaos_faults import (
+from demo import run as demo
+from demo.chaos import outages
+from demo.chaos.delivery import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
+from demo.chaos.faults import (
     CHAOS_SETTINGS,
     LONG_CALL_S,
     SKEW_S,
@@ -28,9 +27,7 @@ from devhost.chaos_faults import (
     draw_skewed_host,
     long_handler_faults,
 )
-from devhost.delivery_faults import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
-from devhost.demo import DEMO_SETTINGS, Child, DevhostSpec, Fleet, Killer, _submit_some, attempt_overlaps
-from devhost.outages import (
+from demo.chaos.outages import (
     DEPENDENCY_WINDOW_S,
     EMULATOR_OUTAGE_EXTRA_S,
     SLOT_MARGIN_S,
@@ -40,6 +37,10 @@ from devhost.outages import (
     plan_window,
     slot_length_s,
 )
+from demo.chaos.run import check_chaos_args, unexercised, unexercised_hints
+from demo.faults import FaultPlan
+from demo.run import DEMO_SETTINGS, Child, DevhostSpec, Fleet, Killer, _submit_some, attempt_overlaps
+from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
 from orderflow.clock import OffsetClock
 from orderflow.errors import TransientError
 from orderflow.queues.memory import InMemoryQueueFactory

@@ -1,5 +1,5 @@
-"""``python -m devhost.demo`` as a command: arguments refused up front in one line, runtime failures in
-one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own per run (devhost.demo)."""
+"""``python -m demo.run`` as a command: arguments refused up front in one line, runtime failures in
+one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own per run (demo.run)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from devhost import demo
-from devhost.demo import TPCH_ORDERS, Child, DevhostSpec, Fleet, check_run_args, new_run_dir
+from demo import run as demo
+from demo.run import TPCH_ORDERS, Child, DevhostSpec, Fleet, check_run_args, new_run_dir
 from orderflow.settings import Settings
 from tests.unit.stop_signals import error_line, guarded
 
@@ -100,7 +100,7 @@ def test_keeping_up_waits_until_ctrl_c_then_returns(monkeypatch: pytest.MonkeyPa
         if len(slept) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("devhost.demo.time.sleep", sleep)
+    monkeypatch.setattr("demo.run.time.sleep", sleep)
 
     demo.keep_up("http://127.0.0.1:8090")  # returns: the demo then stops what it started
 
@@ -152,7 +152,7 @@ def test_a_stop_signal_takes_the_clean_up_path_of_ctrl_c(
 def test_runs_started_in_the_same_second_get_directories_of_their_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("devhost.demo.time.strftime", lambda fmt: "20261130-010203")
+    monkeypatch.setattr("demo.run.time.strftime", lambda fmt: "20261130-010203")
 
     dirs = [new_run_dir(root=tmp_path / ".run") for _ in range(3)] + [
         new_run_dir("bench-", root=tmp_path / ".run")

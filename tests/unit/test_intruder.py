@@ -1,4 +1,4 @@
-"""The chaos run's intruder (devhost.intruder): its attacks against the real intake, and the count of
+"""The chaos run's intruder (demo.intruder.attacks): its attacks against the real intake, and the count of
 cross-client effects."""
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from devhost.chaos import CHAOS_INVARIANTS, unexercised
-from devhost.demo import all_records, catalog_records, catalog_settled
-from devhost.hostile_text import HOSTILE_CASES
-from devhost.intruder import (
+from demo.chaos.run import CHAOS_INVARIANTS, unexercised
+from demo.intruder.attacks import (
     DEAD_LETTER_ROOM,
     INTRUDER_CLIENT,
     REPLAY_ACTION,
@@ -38,7 +36,9 @@ from devhost.intruder import (
     settled_own_orders,
     with_sas_of,
 )
-from devhost.intruder_operator import OperatorSession, replayed_as, replayed_victims, victim_etags
+from demo.intruder.hostile_text import HOSTILE_CASES
+from demo.intruder.operator import OperatorSession, replayed_as, replayed_victims, victim_etags
+from demo.run import all_records, catalog_records, catalog_settled
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request

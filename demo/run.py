@@ -23,7 +23,7 @@ whose items ran out of stock is refused, every other order is processed — unle
 exhausted what the design allows (the supervisor's failure threshold or the retry budget), which the
 report counts separately. ``mismatched`` counts orders that ended any other way.
 
-The run is made of parts other drivers reuse (``make chaos``, :mod:`devhost.chaos`): :func:`demo_system`
+The run is made of parts other drivers reuse (``make chaos``, :mod:`demo.chaos.run`): :func:`demo_system`
 starts and stops everything, :class:`Fleet` and :class:`Killer` restart, kill and pause devhost
 processes, :func:`submit_and_settle` submits through one or more clients and waits, and
 :func:`build_report` reads the outcome.
@@ -61,7 +61,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from demo.faults import FaultPlan
-from demo.services import RefundPolicy
+from demo.services.payments import RefundPolicy
 from demo.tpch import (
     DEFAULT_SCALE,
     DEFAULT_STOCK_DIVISOR,
@@ -311,7 +311,9 @@ class Fleet:
         specs: The processes.
         env: Their environment.
         log_dir: Where their logs go (``<name>.log``, then ``<name>.<run>.log`` after restarts).
-        start: Starts one process, given its spec and run number (default: ``python -m devhost``).
+        start: Starts one process, given its spec and run number (default: ``python -m`` ``host_module``).
+        host_module: The module the default ``start`` runs: ``devhost``, or an entry point that runs its
+            command line with a queue wrapper (:mod:`demo.chaos.faulty_host`).
     """
 
     def __init__(
@@ -321,11 +323,13 @@ class Fleet:
         log_dir: Path,
         *,
         start: Callable[[DevhostSpec, int], Child] | None = None,
+        host_module: str = "devhost",
     ) -> None:
         # The fleet's processes wake each other's idle loops (devhost.wakeup_channel) unless told not to.
         self._env = {"WAKEUP_DIR": str(log_dir / "wakeups"), **env}
         self._log_dir = log_dir
         self._start_process = start or self._start_devhost
+        self._host_module = host_module
         self._lock = threading.Lock()
         self._starts: Counter[str] = Counter()
         self._paused: dict[str, Child] = {}
@@ -348,7 +352,7 @@ class Fleet:
     def _start_devhost(self, spec: DevhostSpec, run: int) -> Child:
         return start_child(
             spec.name,
-            ["-m", "devhost", *spec.arguments()],
+            ["-m", self._host_module, *spec.arguments()],
             spec.environment(self._env),
             "ready",
             self._log_dir,
@@ -847,6 +851,7 @@ def demo_system(
     extra_env: Mapping[str, str] | None = None,
     client_ids: Sequence[str] = (DEMO_CLIENT,),
     process_env: Mapping[str, Mapping[str, str]] | None = None,
+    host_module: str = "devhost",
 ) -> Iterator[DemoSystem]:
     """Start the emulators, the demo services and the devhost processes; stop them all on exit.
 
@@ -863,6 +868,7 @@ def demo_system(
         client_ids: The clients registered (``CLIENTS``), each with its default queues.
         process_env: Variables of one devhost process only, by its name (``devhost-agents``), over the
             others.
+        host_module: What the devhost processes run with ``python -m`` (see :class:`Fleet`).
 
     Raises:
         RuntimeError: a child process did not start.
@@ -893,7 +899,7 @@ def demo_system(
             replace(spec, env=tuple(sorted((process_env or {}).get(spec.name, {}).items())))
             for spec in devhost_specs(processes, api_port=api_port)
         ]
-        fleet = Fleet(specs, env, run_dir)
+        fleet = Fleet(specs, env, run_dir, host_module=host_module)
         stack.callback(fleet.stop)
         api_url = f"http://127.0.0.1:{api_port}"
         yield DemoSystem(

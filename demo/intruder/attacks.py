@@ -1,5 +1,5 @@
 """The chaos run's intruder: one more registered client, on its own credentials only, that attacks the
-other clients' orders while they run (``make chaos``, :mod:`devhost.chaos`).
+other clients' orders while they run (``make chaos``, :mod:`demo.chaos.run`).
 
 A client's identity is the inbound queue it may send to (docs/clients.md). The intruder holds exactly
 what the devhost issues a client: a SAS to add to its own inbound queue and one to read its own reply
@@ -13,12 +13,12 @@ round, tries each kind of :class:`AttackKind`:
 - ``operator_action``: a ``ReviewDecision`` (approve) and a ``CompensateOrder`` of a victim's order key;
 - ``foreign_queue``: its inbound SAS used on a victim's inbound queue, an agent request queue and an
   agent response queue (Azurite must refuse each with 403);
-- ``hostile_text``: every case of :data:`devhost.hostile_text.HOSTILE_CASES` (control characters, a
+- ``hostile_text``: every case of :data:`demo.intruder.hostile_text.HOSTILE_CASES` (control characters, a
   forged log line naming a victim's order, escape sequences, bidi overrides, rich markup, text UTF-8
   cannot encode) in a message id, a correlation id and a body that is not JSON, and in an order's fields;
 - ``correlation_id``: messages the intake dead-letters whose correlation id is a victim's order key or
   its bare order id; after the run the driver, as an operator, lists and replays them through the
-  operator API (:mod:`devhost.intruder_operator`), and no answer may link them to a victim's order, nor
+  operator API (:mod:`demo.intruder.operator`), and no answer may link them to a victim's order, nor
   may the replay write a victim's record;
 - ``conflict_flood``: one of its own orders resent :data:`FLOOD_RESENDS` times with other content: one
   counted ``conflicting_order`` alert per alert window, and the victims' alerts stay on the newest page.
@@ -45,7 +45,7 @@ from typing import Any
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
-from devhost.hostile_text import HOSTILE_CASES, hostile_messages
+from demo.intruder.hostile_text import HOSTILE_CASES, hostile_messages
 from orderflow.alerts import window_start
 from orderflow.client import OrderflowClient, submission_message_id
 from orderflow.clients import RegisteredClient
@@ -171,7 +171,7 @@ class StoredAlert:
 
 @dataclass
 class OperatorFindings:
-    """What the driver, as an operator, was shown once the run was over (:mod:`devhost.intruder_operator`).
+    """What the driver, as an operator, was shown once the run was over (:mod:`demo.intruder.operator`).
 
     Attributes:
         linked: The ``orderId`` of every dead-letter view and replay answer (None: not linked).
@@ -269,7 +269,7 @@ def count_cross_client_effects(
         intruder: The intruder's registration.
         clients: Every registered client (the victims are those other than ``intruder``).
         owners: The reply queue of the victim that submitted each order, by its order id
-            (:attr:`devhost.demo.Settling.owners`).
+            (:attr:`demo.run.Settling.owners`).
         attacks: What the intruder tried.
         dead_letters: The dead letters of the intruder's inbound queue.
         operator: What the operator was shown after the run; None before it acted (a ``correlation_id``
@@ -523,8 +523,8 @@ def correlation_attacks(victim: RegisteredClient, order_id: str, tag: str) -> li
 def hostile_text_attacks(
     victim: RegisteredClient, order_id: str, tag: str, intruder: RegisteredClient
 ) -> list[Outgoing]:
-    """Every case of :data:`devhost.hostile_text.HOSTILE_CASES`, text naming ``victim``'s order
-    ``order_id`` where it names one (:func:`devhost.hostile_text.hostile_messages`)."""
+    """Every case of :data:`demo.intruder.hostile_text.HOSTILE_CASES`, text naming ``victim``'s order
+    ``order_id`` where it names one (:func:`demo.intruder.hostile_text.hostile_messages`)."""
     order = {**same_id_order(order_id), "replyTo": intruder.reply_queue}
     key = order_key(victim.client_id, order_id)
     return [
@@ -622,7 +622,7 @@ class Intruder:
 
     Args:
         client: The intruder's registration.
-        queues: Its own queues on its own credentials (:meth:`devhost.demo.DemoSystem.client_queues`).
+        queues: Its own queues on its own credentials (:meth:`demo.run.DemoSystem.client_queues`).
         inbound_sas_url: Its inbound queue's SAS URL (what it tries on foreign queues).
         victims: The clients it attacks.
         order_ids: The victims' order ids it may sample from (each is looked for under every victim).

@@ -1,12 +1,12 @@
 """``make chaos``: the demo's orders under every fault a distributed deployment meets at once.
 
-The run is the demo's (:mod:`devhost.demo`: Azurite, cosmosdb-server, the demo services with their
+The run is the demo's (:mod:`demo.run`: Azurite, cosmosdb-server, the demo services with their
 faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the same time:
 
 - **SIGKILL and restart**: a random devhost process every ``--kill-every`` seconds (:class:`Killer`);
 - **duplicate delivery**: a ``--duplicate-share`` of every message sent (submissions, agent requests,
   agent responses, client replies) delivered twice under the same message id
-  (:mod:`devhost.delivery_faults`; the driver duplicates its clients' submissions itself);
+  (:mod:`demo.chaos.delivery`; the driver duplicates its clients' submissions itself);
 - **late responses**: a ``--late-share`` of agent responses delivered after their step's deadline, so the
   durable timer wins, the supervisor recovers the order, and the late answer must be dropped; the demo
   services' own "hang past the deadline" fault stays on too;
@@ -16,7 +16,7 @@ faults, ``--processes`` devhost processes, real TPC-H orders), with, all at the 
   that harmless;
 - **several clients**: ``--clients`` clients, each with its own private reply queue, so a reply that
   reaches the wrong client is seen (``misrouted_replies``);
-- **an intruder**: one more registered client on its own credentials (:mod:`devhost.intruder`) that
+- **an intruder**: one more registered client on its own credentials (:mod:`demo.intruder.attacks`) that
   reuses the others' order ids, cancels their orders, names their reply queues, sends operator actions,
   uses its SAS on their queues, sends hostile text and correlation ids naming their orders, and floods
   conflicting resends; afterwards the run, as an operator, replays its dead letters through the operator
@@ -44,9 +44,15 @@ from typing import Annotated, Any, Protocol
 import typer
 from rich.markup import escape
 
-from demo.faults import FaultPlan
-from devhost.__main__ import CLOCK_OFFSET_ENV
-from devhost.chaos_faults import (
+from demo.chaos.delivery import (
+    CHAOS_ENV,
+    DeliveryFault,
+    DeliveryFaults,
+    FaultLog,
+    FaultyQueueFactory,
+    read_fault_logs,
+)
+from demo.chaos.faults import (
     CHAOS_SETTINGS,
     SERVICES,
     SkewedHost,
@@ -56,16 +62,24 @@ from devhost.chaos_faults import (
     emulator_outage,
     long_handler_faults,
 )
-from devhost.cli import run_driver
-from devhost.delivery_faults import (
-    CHAOS_ENV,
-    DeliveryFault,
-    DeliveryFaults,
-    FaultLog,
-    FaultyQueueFactory,
-    read_fault_logs,
+from demo.chaos.faulty_host import MODULE as FAULTY_HOST
+from demo.chaos.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
+from demo.faults import FaultPlan
+from demo.intruder.attacks import (
+    INTRUDER_CLIENT,
+    Attack,
+    AttackKind,
+    CrossClientEffects,
+    Intruder,
+    IntruderPlan,
+    OperatorFindings,
+    attack_counts,
+    count_cross_client_effects,
+    flood_alerts,
+    settled_own_orders,
 )
-from devhost.demo import (
+from demo.intruder.operator import OperatorSession, operator_token, replayed_victims, victim_etags
+from demo.run import (
     DEMO_FAULTS,
     INVARIANTS,
     STORE_TIME_SLACK_S,
@@ -86,22 +100,9 @@ from devhost.demo import (
     submit_and_settle,
     write_report,
 )
+from devhost.__main__ import CLOCK_OFFSET_ENV
+from devhost.cli import run_driver
 from devhost.emulators import REPO_ROOT
-from devhost.intruder import (
-    INTRUDER_CLIENT,
-    Attack,
-    AttackKind,
-    CrossClientEffects,
-    Intruder,
-    IntruderPlan,
-    OperatorFindings,
-    attack_counts,
-    count_cross_client_effects,
-    flood_alerts,
-    settled_own_orders,
-)
-from devhost.intruder_operator import OperatorSession, operator_token, replayed_victims, victim_etags
-from devhost.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
 from operator_api.alerts import MAX_LIMIT
 from operator_api.deadletters import every_dead_letter
 from orderflow.client import OrderflowClient
@@ -142,7 +143,7 @@ HOLDER_RETRY_S = 1.0
 
 PAUSE_MIN_PROCESSES = 3
 """Processes a leader pause needs: two run the supervisor (one takes the lease from the paused one),
-one the agents and the submission (:func:`devhost.demo.devhost_specs`)."""
+one the agents and the submission (:func:`demo.run.devhost_specs`)."""
 
 
 def check_chaos_args(
@@ -161,7 +162,7 @@ def check_chaos_args(
     outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> None:
     """Refuse, before anything starts, arguments a chaos run cannot honour: those of
-    :func:`devhost.demo.check_run_args`, and chaos that cannot happen with the others.
+    :func:`demo.run.check_run_args`, and chaos that cannot happen with the others.
 
     Raises:
         ValueError: one line naming the option, the make variable that sets it, and what to pass.
@@ -306,7 +307,7 @@ LeaseHolder = Callable[[], Mapping[str, str] | None]
 
 
 class PausableFleet(Protocol):
-    """What :class:`LeaderPauser` needs of the devhost processes (:class:`devhost.demo.Fleet`)."""
+    """What :class:`LeaderPauser` needs of the devhost processes (:class:`demo.run.Fleet`)."""
 
     @property
     def specs(self) -> Mapping[str, DevhostSpec]:
@@ -538,7 +539,7 @@ def run_chaos(
 
     Args:
         orders: TPC-H orders to submit (the first ``orders`` by order key).
-        processes: devhost processes (see :func:`devhost.demo.devhost_specs`); pausing the leader needs
+        processes: devhost processes (see :func:`demo.run.devhost_specs`); pausing the leader needs
             two running the supervisor, so at least 3.
         kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
         duplicate_share: Share of sent messages delivered twice, in [0, 1].
@@ -547,14 +548,15 @@ def run_chaos(
         pause_s: How long a pause lasts, seconds (None: the lease period plus :data:`PAUSE_MARGIN_S`).
         first_pause_after_s: Seconds from the first submission to the first pause (None: ``pause_every_s``).
         outage_every_s: One outage every this many seconds, the state store's, the queues' and a
-            dependency's in turn (:mod:`devhost.outages`; 0: none).
+            dependency's in turn (:mod:`demo.chaos.outages`; 0: none).
         outage_kinds: The kinds of outage taken in turn (:data:`ALL_OUTAGES`: every kind).
         long_share: Share of the demo services' calls that answer after longer than a queue lock
-            (:func:`devhost.chaos_faults.long_handler_faults`; 0: none).
+            (:func:`demo.chaos.faults.long_handler_faults`; 0: none).
         skew: Run one scheduler process with its clock tens of seconds off
-            (:func:`devhost.chaos_faults.draw_skewed_host`).
+            (:func:`demo.chaos.faults.draw_skewed_host`).
         clients: Clients submitting the orders in turn, each with its own reply queue.
-        intruder: Register one more client, :data:`devhost.intruder.INTRUDER_CLIENT`, that attacks theirs.
+        intruder: Register one more client, :data:`demo.intruder.attacks.INTRUDER_CLIENT`, that attacks
+            theirs.
         seed: Seed of the kills and of the delivery faults' draws.
         timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
         faults: Faults the demo services inject.
@@ -596,6 +598,7 @@ def run_chaos(
                 faults=faults,
                 run_dir=run_dir,
                 extra_env={CHAOS_ENV: plan.model_dump_json(), **CHAOS_SETTINGS},
+                host_module=FAULTY_HOST,
                 client_ids=[f"chaos-{n}" for n in range(1, clients + 1)]
                 + ([INTRUDER_CLIENT] if intruder else []),
                 process_env={skewed.process: {CLOCK_OFFSET_ENV: str(skewed.offset_s)}} if skewed else None,
@@ -914,7 +917,7 @@ def _as_operator(
     attacks: Sequence[Attack],
     count: Callable[[OperatorFindings], CrossClientEffects],
 ) -> OperatorFindings:
-    """The driver as an operator, through the operator API (:mod:`devhost.intruder_operator`): list the
+    """The driver as an operator, through the operator API (:mod:`demo.intruder.operator`): list the
     intruder's dead letters, replay its ``correlation_id`` attacks, wait (up to :data:`REPLAY_SETTLE_S`)
     for the replays to be dead-lettered again, list them again, and read the stored alerts; the ETags
     of the victim records the replays name are read before and after."""
@@ -1013,7 +1016,7 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     ] = True,
     clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
     intruder: Annotated[
-        bool, typer.Option(help="Add a client that attacks the others' orders (devhost.intruder).")
+        bool, typer.Option(help="Add a client that attacks the others' orders (demo.intruder.attacks).")
     ] = True,
     seed: Annotated[int, typer.Option(help="Seed of the kills and the delivery faults.")] = 20261129,
     timeout_s: Annotated[
