@@ -1,7 +1,7 @@
 """orderflow under measurement: devhost processes for throughput and latency, in-process runs for counts.
 
 - :func:`throughput_run` starts ``python -m devhost`` processes the way ``make demo`` does
-  (:mod:`demo.run`'s ``Fleet``, ``devhost_specs``, ``host_env``) and drives them through the client
+  (:mod:`demo.fleet`'s ``Fleet``, ``devhost_specs``, ``host_env``) and drives them through the client
   SDK from this process, closed loop (:func:`bench.load.run_orderflow_load`).
 - :func:`counting_run` runs every role in this process (:class:`devhost.host.DevHost`) over the real
   Cosmos DB (cosmosdb-server) and Storage-queue (Azurite) adapters wrapped in the counting wrappers, so
@@ -38,17 +38,10 @@ from bench.probe import FILE_ENV, TARGETS_ENV
 from bench.profiling import PySpy, summarise_stacks
 from bench.stats import at_most, latency_summary, per_order, throughput
 from bench.workload import submissions
+from demo.config import DEMO_SETTINGS
 from demo.faults import FaultPlan
-from demo.run import (
-    DEMO_SETTINGS,
-    Child,
-    DevhostSpec,
-    Fleet,
-    all_records,
-    devhost_specs,
-    host_env,
-    start_child,
-)
+from demo.fleet import Child, DevhostSpec, Fleet, devhost_specs, host_env, start_child
+from demo.outcome import all_records
 from demo.tpch import DemoOrder
 from devhost.client_credentials import issue_client_credentials
 from devhost.emulators import REPO_ROOT, LocalEndpoints

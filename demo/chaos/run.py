@@ -64,7 +64,9 @@ from demo.chaos.faults import (
 )
 from demo.chaos.faulty_host import MODULE as FAULTY_HOST
 from demo.chaos.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
+from demo.config import DEMO_FAULTS, check_run_args, console, new_run_dir
 from demo.faults import FaultPlan
+from demo.fleet import DevhostSpec, Killer, devhost_specs, quiet_sdk_logs
 from demo.intruder.attacks import (
     INTRUDER_CLIENT,
     Attack,
@@ -79,27 +81,16 @@ from demo.intruder.attacks import (
     settled_own_orders,
 )
 from demo.intruder.operator import OperatorSession, operator_token, replayed_victims, victim_etags
-from demo.run import (
-    DEMO_FAULTS,
+from demo.outcome import (
     INVARIANTS,
     STORE_TIME_SLACK_S,
-    DemoSystem,
-    DevhostSpec,
-    Killer,
-    Settling,
     all_records,
     build_report,
     catalog_records,
-    check_run_args,
-    console,
-    demo_system,
-    devhost_specs,
-    new_run_dir,
     print_summary,
-    quiet_sdk_logs,
-    submit_and_settle,
     write_report,
 )
+from demo.system import DemoSystem, Settling, demo_system, submit_and_settle
 from devhost.__main__ import CLOCK_OFFSET_ENV
 from devhost.cli import run_driver
 from devhost.emulators import REPO_ROOT
@@ -143,7 +134,7 @@ HOLDER_RETRY_S = 1.0
 
 PAUSE_MIN_PROCESSES = 3
 """Processes a leader pause needs: two run the supervisor (one takes the lease from the paused one),
-one the agents and the submission (:func:`demo.run.devhost_specs`)."""
+one the agents and the submission (:func:`demo.fleet.devhost_specs`)."""
 
 
 def check_chaos_args(
@@ -162,7 +153,7 @@ def check_chaos_args(
     outage_kinds: Collection[str] = ALL_OUTAGES,
 ) -> None:
     """Refuse, before anything starts, arguments a chaos run cannot honour: those of
-    :func:`demo.run.check_run_args`, and chaos that cannot happen with the others.
+    :func:`demo.config.check_run_args`, and chaos that cannot happen with the others.
 
     Raises:
         ValueError: one line naming the option, the make variable that sets it, and what to pass.
@@ -307,7 +298,7 @@ LeaseHolder = Callable[[], Mapping[str, str] | None]
 
 
 class PausableFleet(Protocol):
-    """What :class:`LeaderPauser` needs of the devhost processes (:class:`demo.run.Fleet`)."""
+    """What :class:`LeaderPauser` needs of the devhost processes (:class:`demo.fleet.Fleet`)."""
 
     @property
     def specs(self) -> Mapping[str, DevhostSpec]:
@@ -539,7 +530,7 @@ def run_chaos(
 
     Args:
         orders: TPC-H orders to submit (the first ``orders`` by order key).
-        processes: devhost processes (see :func:`demo.run.devhost_specs`); pausing the leader needs
+        processes: devhost processes (see :func:`demo.fleet.devhost_specs`); pausing the leader needs
             two running the supervisor, so at least 3.
         kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
         duplicate_share: Share of sent messages delivered twice, in [0, 1].

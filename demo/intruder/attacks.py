@@ -269,7 +269,7 @@ def count_cross_client_effects(
         intruder: The intruder's registration.
         clients: Every registered client (the victims are those other than ``intruder``).
         owners: The reply queue of the victim that submitted each order, by its order id
-            (:attr:`demo.run.Settling.owners`).
+            (:attr:`demo.system.Settling.owners`).
         attacks: What the intruder tried.
         dead_letters: The dead letters of the intruder's inbound queue.
         operator: What the operator was shown after the run; None before it acted (a ``correlation_id``
@@ -622,7 +622,7 @@ class Intruder:
 
     Args:
         client: The intruder's registration.
-        queues: Its own queues on its own credentials (:meth:`demo.run.DemoSystem.client_queues`).
+        queues: Its own queues on its own credentials (:meth:`demo.system.DemoSystem.client_queues`).
         inbound_sas_url: Its inbound queue's SAS URL (what it tries on foreign queues).
         victims: The clients it attacks.
         order_ids: The victims' order ids it may sample from (each is looked for under every victim).

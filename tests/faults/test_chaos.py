@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from demo.chaos.run import CHAOS_INVARIANTS, failed_invariants, run_chaos
+from demo.config import DEMO_FAULTS
 from demo.intruder.attacks import AttackKind
-from demo.run import DEMO_FAULTS
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
 pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("devhost_processes")]

@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from demo.run import attempt_overlaps
+from demo.outcome import attempt_overlaps
 from demo.services.app import create_app
 from demo.tpch import load_catalog
 from devhost.__main__ import CLOCK_OFFSET_ENV

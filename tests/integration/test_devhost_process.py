@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from demo import run as demo
+from demo import fleet
 from demo.faults import FaultPlan
 from demo.services.app import create_app
 from demo.tpch import load_catalog
@@ -115,13 +115,13 @@ def test_a_child_interrupted_before_it_is_ready_is_killed_not_left_running(
         except StopIteration:
             raise KeyboardInterrupt from None
 
-    # Only demo.run sees these stand-ins, not the rest of the process.
-    monkeypatch.setattr("demo.run.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE))
-    monkeypatch.setattr("demo.run.time", SimpleNamespace(monotonic=monotonic))
+    # Only demo.fleet sees these stand-ins, not the rest of the process.
+    monkeypatch.setattr("demo.fleet.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE))
+    monkeypatch.setattr("demo.fleet.time", SimpleNamespace(monotonic=monotonic))
     script = "import time\nprint('starting', flush=True)\ntime.sleep(120)\n"
 
     with pytest.raises(KeyboardInterrupt):
-        demo.start_child("sleeper", ["-c", script], dict(os.environ), "never printed", tmp_path)
+        fleet.start_child("sleeper", ["-c", script], dict(os.environ), "never printed", tmp_path)
 
     [process] = started
     assert process.poll() is not None  # killed and reaped, not left sleeping

@@ -40,7 +40,7 @@ from demo.chaos.run import (
     unexercised,
     unexercised_hints,
 )
-from demo.run import Child, DevhostSpec, Fleet
+from demo.fleet import Child, DevhostSpec, Fleet
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord
 from orderflow.settings import Settings

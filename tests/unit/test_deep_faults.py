@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from demo import run as demo
+from demo import fleet as fleet_module
 from demo.chaos import outages
 from demo.chaos.delivery import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
 from demo.chaos.faults import (
@@ -38,8 +38,11 @@ from demo.chaos.outages import (
     slot_length_s,
 )
 from demo.chaos.run import check_chaos_args, unexercised, unexercised_hints
+from demo.config import DEMO_SETTINGS
 from demo.faults import FaultPlan
-from demo.run import DEMO_SETTINGS, Child, DevhostSpec, Fleet, Killer, _submit_some, attempt_overlaps
+from demo.fleet import Child, DevhostSpec, Fleet, Killer
+from demo.outcome import attempt_overlaps
+from demo.system import _submit_some
 from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
 from orderflow.clock import OffsetClock
 from orderflow.errors import TransientError
@@ -457,7 +460,7 @@ def test_a_submission_the_queue_refuses_stays_first_and_is_sent_next_tick() -> N
 def test_a_process_whose_restart_fails_during_an_outage_is_started_again_until_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(demo, "RESTART_RETRY_S", 0.01)
+    monkeypatch.setattr(fleet_module, "RESTART_RETRY_S", 0.01)
     starts: list[int] = []
     sleepers: list[subprocess.Popen[str]] = []
 

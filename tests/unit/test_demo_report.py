@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from demo.run import DevhostSpec, attempt_overlaps, devhost_specs
+from demo.fleet import DevhostSpec, devhost_specs
+from demo.outcome import attempt_overlaps
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord, format_utc
 
 pytestmark = pytest.mark.unit

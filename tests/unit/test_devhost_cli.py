@@ -306,7 +306,7 @@ import os, time
 from pathlib import Path
 import typer
 from devhost.cli import driver_signals
-from demo.run import DevhostSpec, Fleet, start_child
+from demo.fleet import DevhostSpec, Fleet, start_child
 
 SLEEPER = "print('ready', flush=True); import time; time.sleep(120)"
 

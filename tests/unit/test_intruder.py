@@ -38,7 +38,8 @@ from demo.intruder.attacks import (
 )
 from demo.intruder.hostile_text import HOSTILE_CASES
 from demo.intruder.operator import OperatorSession, replayed_as, replayed_victims, victim_etags
-from demo.run import all_records, catalog_records, catalog_settled
+from demo.outcome import all_records, catalog_records
+from demo.system import catalog_settled
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
