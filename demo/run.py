@@ -133,7 +133,7 @@ def run_demo(
 
     Args:
         orders: TPC-H orders to submit (the first ``orders`` by order key).
-        processes: devhost processes (see :func:`devhost_specs`).
+        processes: devhost processes (see :func:`demo.fleet.devhost_specs`).
         timeout_s: Stop waiting for orders to settle after this many seconds (None: scaled to ``orders``).
         faults: Faults the demo services inject.
         kill_every_s: SIGKILL a random devhost process every this many seconds and restart it (0: never).
@@ -142,7 +142,7 @@ def run_demo(
         keep: After the report, keep the system (and the console) up until Ctrl-C, SIGTERM or SIGHUP.
 
     Raises:
-        ValueError: an argument :func:`check_run_args` refuses (nothing was started).
+        ValueError: an argument :func:`demo.config.check_run_args` refuses (nothing was started).
         RuntimeError: a child process did not start.
     """
     check_run_args(orders=orders, processes=processes, kill_every_s=kill_every_s, timeout_s=timeout_s)

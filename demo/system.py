@@ -54,8 +54,8 @@ class DemoSystem:
         catalog: The TPC-H orders of the run and the stock they draw on.
         endpoints: Azurite's and cosmosdb-server's connection details.
         services_url: Base URL of the demo services.
-        env: The devhost processes' environment (:func:`host_env` plus the driver's additions, and the
-            registered clients as ``CLIENTS``).
+        env: The devhost processes' environment (:func:`demo.fleet.host_env` plus the driver's additions,
+            and the registered clients as ``CLIENTS``).
         stores: The state and order stores, for the driver's own reads.
         fleet: The devhost processes.
         clients: The registered clients, in order.
@@ -110,14 +110,14 @@ def demo_system(
 
     Args:
         orders: TPC-H orders the run will submit (the first ``orders`` by order key).
-        processes: devhost processes (see :func:`devhost_specs`).
+        processes: devhost processes (see :func:`demo.fleet.devhost_specs`).
         faults: Faults the demo services inject.
         run_dir: Where the children's logs go.
         extra_env: Variables added to every devhost process's environment.
         client_ids: The clients registered (``CLIENTS``), each with its default queues.
         process_env: Variables of one devhost process only, by its name (``devhost-agents``), over the
             others.
-        host_module: What the devhost processes run with ``python -m`` (see :class:`Fleet`).
+        host_module: What the devhost processes run with ``python -m`` (see :class:`demo.fleet.Fleet`).
 
     Raises:
         RuntimeError: a child process did not start.

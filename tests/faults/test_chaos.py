@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from demo.chaos.run import CHAOS_INVARIANTS, failed_invariants, run_chaos
+from demo.chaos.report import CHAOS_INVARIANTS, failed_invariants
+from demo.chaos.run import run_chaos
 from demo.config import DEMO_FAULTS
 from demo.intruder.attacks import AttackKind
 

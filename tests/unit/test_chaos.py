@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from demo.chaos import run as chaos
+from demo.chaos.config import check_chaos_args
 from demo.chaos.delivery import (
     CHAOS_ENV,
     DeliveryFault,
@@ -29,10 +30,9 @@ from demo.chaos.delivery import (
     read_fault_logs,
     with_delivery_faults,
 )
-from demo.chaos.run import (
+from demo.chaos.leader import LeaderPauser
+from demo.chaos.report import (
     CHAOS_INVARIANTS,
-    LeaderPauser,
-    check_chaos_args,
     count_misrouted_replies,
     failed_invariants,
     max_recovery_s,

@@ -18,6 +18,7 @@ import pytest
 
 from demo import fleet as fleet_module
 from demo.chaos import outages
+from demo.chaos.config import check_chaos_args
 from demo.chaos.delivery import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
 from demo.chaos.faults import (
     CHAOS_SETTINGS,
@@ -37,7 +38,7 @@ from demo.chaos.outages import (
     plan_window,
     slot_length_s,
 )
-from demo.chaos.run import check_chaos_args, unexercised, unexercised_hints
+from demo.chaos.report import unexercised, unexercised_hints
 from demo.config import DEMO_SETTINGS
 from demo.faults import FaultPlan
 from demo.fleet import Child, DevhostSpec, Fleet, Killer

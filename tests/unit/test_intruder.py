@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from demo.chaos.run import CHAOS_INVARIANTS, unexercised
+from demo.chaos.report import CHAOS_INVARIANTS, unexercised
 from demo.intruder.attacks import (
     DEAD_LETTER_ROOM,
     INTRUDER_CLIENT,
