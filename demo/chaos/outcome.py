@@ -13,17 +13,15 @@ from demo.chaos.faults import (
     count_alerts,
 )
 from demo.chaos.report import Chaos, count_misrouted_replies, max_recovery_s, unexercised
-from demo.intruder.attacks import (
-    Attack,
-    AttackKind,
+from demo.intruder.attacks import Attack, AttackKind, attack_counts
+from demo.intruder.effects import (
     CrossClientEffects,
-    Intruder,
     OperatorFindings,
-    attack_counts,
     count_cross_client_effects,
     flood_alerts,
     settled_own_orders,
 )
+from demo.intruder.intruder import Intruder
 from demo.intruder.operator import OperatorSession, operator_token, replayed_victims, victim_etags
 from demo.outcome import (
     STORE_TIME_SLACK_S,

@@ -25,9 +25,7 @@ from demo.chaos.leader import LeaderPauser
 from demo.chaos.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
 from demo.config import console
 from demo.fleet import Killer
-from demo.intruder.attacks import (
-    Intruder,
-)
+from demo.intruder.intruder import Intruder
 from demo.outcome import (
     INVARIANTS,
     print_summary,

@@ -74,11 +74,8 @@ from demo.chaos.report import Chaos, failed_invariants, print_verdict, write_eve
 from demo.config import DEMO_FAULTS, console, new_run_dir
 from demo.faults import FaultPlan
 from demo.fleet import Killer, devhost_specs, quiet_sdk_logs
-from demo.intruder.attacks import (
-    INTRUDER_CLIENT,
-    Intruder,
-    IntruderPlan,
-)
+from demo.intruder.attacks import INTRUDER_CLIENT
+from demo.intruder.intruder import Intruder, IntruderPlan
 from demo.outcome import (
     write_report,
 )

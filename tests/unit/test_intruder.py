@@ -21,22 +21,23 @@ from demo.intruder.attacks import (
     UNSTOCKED_SKU,
     Attack,
     AttackKind,
-    CrossClientEffects,
-    Intruder,
-    IntruderPlan,
-    OperatorFindings,
-    StoredAlert,
     attack_counts,
     correlation_attacks,
-    count_cross_client_effects,
     flood_attacks,
     hostile_text_attacks,
     message_attacks,
     same_id_order,
-    settled_own_orders,
     with_sas_of,
 )
+from demo.intruder.effects import (
+    CrossClientEffects,
+    OperatorFindings,
+    StoredAlert,
+    count_cross_client_effects,
+    settled_own_orders,
+)
 from demo.intruder.hostile_text import HOSTILE_CASES
+from demo.intruder.intruder import Intruder, IntruderPlan
 from demo.intruder.operator import OperatorSession, replayed_as, replayed_victims, victim_etags
 from demo.outcome import all_records, catalog_records
 from demo.system import catalog_settled
