@@ -188,7 +188,7 @@ def report_router(services: DemoServices, lock: asyncio.Lock) -> APIRouter:
     """``GET /audit``, ``/audit/{key}``, ``/orders/{orderId}/facts``, ``/stock/{sku}``, ``/healthz``
     and ``GET``/``PUT /faults``."""
     router = APIRouter()
-    ledger, stock = services.ledger, services.inventory.stock
+    ledger, units = services.ledger, services.inventory.stock
 
     @router.get("/audit")
     async def audit() -> dict[str, Any]:
@@ -209,16 +209,16 @@ def report_router(services: DemoServices, lock: asyncio.Lock) -> APIRouter:
             return services.facts_json(order_id)
 
     @router.get("/stock/{sku}")
-    async def stock_of(sku: str) -> JSONResponse:
+    async def stock(sku: str) -> JSONResponse:
         async with lock:
-            if sku not in stock:
+            if sku not in units:
                 return respond(404, error("not_found", permanent=True, sku=sku))
             initial = services.inventory.initial_stock[sku]
-            return respond(200, {"sku": sku, "available": stock[sku], "initial": initial})
+            return respond(200, {"sku": sku, "available": units[sku], "initial": initial})
 
     @router.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "skus": len(stock), "customers": len(services.payments.balances)}
+        return {"status": "ok", "skus": len(units), "customers": len(services.payments.balances)}
 
     @router.get("/faults")
     async def get_faults() -> dict[str, Any]:
