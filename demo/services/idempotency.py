@@ -97,15 +97,15 @@ class IdempotentCalls:
         except (ValueError, ValidationError) as exc:
             detail = jsonable_errors(exc.errors()) if isinstance(exc, ValidationError) else str(exc)
             return call.answer(422, error("invalid_request", permanent=True, detail=detail))
-        print_ = fingerprint(endpoint, target, payload)
-        stored, tombstone = await self._look_up(call, body, print_, target, undo)
+        digest = fingerprint(endpoint, target, payload)
+        stored, tombstone = await self._look_up(call, body, digest, target, undo)
         if tombstone is not None:
             logger.info(
                 "refusing %s call %s of key %s: undone by %s", endpoint, call.number, key, tombstone.undo_key
             )
             return call.answer(409, error("cancelled", permanent=True, key=key, undoKey=tombstone.undo_key))
         if stored is not None:
-            return await self._replay(call, stored, print_)
+            return await self._replay(call, stored, digest)
         return await self._execute(call, body, execute, target)
 
     async def _count(self, request: Request, key: str, endpoint: str, *, undo: bool) -> _Call:
@@ -130,7 +130,7 @@ class IdempotentCalls:
         return _Call(key, endpoint, audit, number, fault, plan)
 
     async def _look_up(
-        self, call: _Call, body: BaseModel, print_: str, target: str | None, undo: bool
+        self, call: _Call, body: BaseModel, digest: str, target: str | None, undo: bool
     ) -> tuple[Stored | None, Tombstone | None]:
         """The key's stored entry and tombstone; with neither, the key is made in flight."""
         ledger = self.ledger
@@ -145,13 +145,13 @@ class IdempotentCalls:
                 call.audit.refused_after_undo += 1
             elif stored is None:
                 ledger.stored[call.key] = Stored(
-                    fingerprint=print_, started_at=ledger.clock(), endpoint=call.endpoint
+                    fingerprint=digest, started_at=ledger.clock(), endpoint=call.endpoint
                 )
         return stored, tombstone
 
-    async def _replay(self, call: _Call, stored: Stored, print_: str) -> JSONResponse:
+    async def _replay(self, call: _Call, stored: Stored, digest: str) -> JSONResponse:
         """The answer to a key seen before: reuse, in progress, or its stored outcome replayed."""
-        if stored.fingerprint != print_:
+        if stored.fingerprint != digest:
             return call.answer(422, error("idempotency_key_reuse", permanent=True, key=call.key))
         if stored.outcome is None:
             age = round(self.ledger.clock() - stored.started_at, 3)

@@ -11,10 +11,10 @@ layers :data:`MAY_IMPORT` names:
   port and imports that port (:data:`PORTS`);
 - a blueprint (``function_host/blueprints/<role>.py``) imports its own role, the core and the support
   modules; ``function_app`` imports the blueprints, the support modules and the core;
-- nothing outside the hosts imports ``function_host``, ``function_app`` or ``devhost``, but the drivers
-  that drive the local host (``demo``, ``bench``); the two hosts never import each other, and a host
-  never imports a driver: ``devhost`` imports no ``demo`` and no ``bench``. Nothing imports ``bench``
-  and nothing but the tests imports ``tests``;
+- nothing outside the hosts imports ``function_host`` or ``function_app``, and nothing but the hosts and
+  the drivers that drive the local host (``demo``, ``bench``) imports ``devhost``; the two hosts never
+  import each other, and a host never imports a driver (the host runs roles; drivers drive it). Nothing
+  imports ``bench`` and nothing but the tests imports ``tests``;
 - role and core code never import the Functions SDKs;
 - ``infra/policies`` (checks that checkov loads in its own venv, outside the app's layers) imports no
   first-party module.
