@@ -14,14 +14,12 @@ from rich.console import Console
 
 from demo.faults import FaultPlan
 from demo.services.payments import RefundPolicy
-from demo.tpch import (
-    DEFAULT_SCALE,
-    DEFAULT_STOCK_DIVISOR,
-)
+from demo.tpch import DEFAULT_SCALE, DEFAULT_STOCK_DIVISOR
 from devhost.emulators import REPO_ROOT
 from orderflow.settings import Settings
 
 console = Console()
+"""The terminal the demo and chaos drivers print their progress and summaries to."""
 
 MAX_FAILURES = Settings().SUPERVISOR_MAX_FAILURES
 

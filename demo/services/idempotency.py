@@ -56,6 +56,7 @@ class _Call:
     plan: FaultPlan
 
     def answer(self, status: int, body: Mapping[str, Any], *, replayed: bool = False) -> JSONResponse:
+        """The response, its status kept in the key's audit."""
         self.audit.status = status
         return respond(status, body, replayed=replayed)
 
