@@ -106,19 +106,19 @@ $(INFRA_VENV)/.installed: requirements-infra.txt
 	touch $@
 
 demo: demo-deps setup
-	$(PY) -m devhost.demo --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
+	$(PY) -m demo.run --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
 		$(if $(filter 1 yes true,$(KEEP)),--keep)
 
 .PHONY: chaos
 chaos: demo-deps setup
-	$(PY) -m devhost.chaos --orders $(CHAOS_ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
+	$(PY) -m demo.chaos --orders $(CHAOS_ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
 		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) $(if $(filter 0,$(SKEW)),--no-skew,--skew) \
 		--clients $(CLIENTS) --seed $(SEED)
 
 .PHONY: soak
 soak: demo-deps setup
-	$(PY) -m devhost.chaos --orders $(SOAK_ORDERS) --processes 3 --kill-every 5 --duplicate-share 0.05 \
+	$(PY) -m demo.chaos --orders $(SOAK_ORDERS) --processes 3 --kill-every 5 --duplicate-share 0.05 \
 		--late-share 0.03 --pause-every 30 --outage-every 30 --long-share 0.03 --skew --clients 3 \
 		--seed $(SEED) --report soak-report.json
 

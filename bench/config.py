@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bench.baseline import BASELINE_REVISION
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
-from devhost.demo import DATA_DIR
+from demo.config import DATA_DIR
 from devhost.emulators import REPO_ROOT
 
 REPORT_PATH = REPO_ROOT / "bench-report.json"

@@ -13,7 +13,7 @@ from typing import Any
 from bench.load import RESULT_PREFIX, LoadResult
 from bench.orderflow_runs import summarise_load
 from bench.peers.durabletask_peer import run_durabletask_load
-from devhost.demo import start_child
+from demo.fleet import start_child
 from devhost.emulators import REPO_ROOT
 from devhost.host import free_port
 

@@ -33,9 +33,10 @@ from bench.report import NOTES, build_report, core_speed, machine_info
 from bench.sdk_calls import sdk_calls_run
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
+from demo.config import DEMO_SETTINGS, new_run_dir
 from demo.faults import FaultPlan
+from demo.fleet import quiet_sdk_logs, start_demo_services
 from demo.tpch import ensure_dataset, load_catalog
-from devhost.demo import DEMO_SETTINGS, new_run_dir, quiet_sdk_logs, start_demo_services
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 

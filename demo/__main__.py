@@ -1,5 +1,5 @@
 """``python -m demo`` is ``python -m demo.services``: run the demo remote services."""
 
-from demo.services import main
+from demo.services.cli import main
 
 raise SystemExit(main())

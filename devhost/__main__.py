@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -29,7 +29,6 @@ import typer
 from pydantic import ValidationError
 
 from devhost.cli import SERVER_STOP_SIGNALS, StopSignal, fail, one_line, stop_signals_interrupt
-from devhost.delivery_faults import with_delivery_faults
 from devhost.host import DevHost
 from devhost.host_lock import HostIdInUse, HostIdLock, acquire_host_id
 from devhost.lease.blob import LeaderLease
@@ -60,6 +59,12 @@ CLOCK_OFFSET_ENV = "DEVHOST_CLOCK_OFFSET_S"
 """Environment variable of a local host only (not a setting: no deployment reads it): seconds its clock
 runs ahead of the machine's (negative: behind), so that ``make chaos`` can run a host with a skewed clock.
 Unset or empty: the machine's clock."""
+
+
+QueueWrapper = Callable[[QueueFactory, Settings], QueueFactory]
+"""Wraps a process's queues before any role sees them. The command takes one as its ``obj``
+(``cli(obj=wrapper)``): a driver that injects faults at the transport seam runs this command from an
+entry point of its own (``python -m demo.chaos.faulty_host``); ``python -m devhost`` wraps nothing."""
 
 
 LOCK_DIR_ENV = "DEVHOST_LOCK_DIR"
@@ -157,9 +162,9 @@ def check_host_id(settings: Settings) -> None:
 
 
 def connect_transport(
-    settings: Settings, roles: Sequence[str]
+    settings: Settings, roles: Sequence[str], wrap_queues: QueueWrapper | None = None
 ) -> tuple[QueueFactory, StorageQueueFactory, SupervisorLease]:
-    """The queues (delivery faults added when a chaos run asks), the same queues unwrapped (whose
+    """The queues (wrapped by ``wrap_queues`` when given), the same queues unwrapped (whose
     ``<queue>-deadletter`` queues the operator API reads) and the supervisor lease ``settings`` name.
 
     Both parse ``STORAGE_CONNECTION_STRING`` locally, with no network call, so a malformed one is
@@ -182,11 +187,13 @@ def connect_transport(
             )
     except ValueError as exc:  # the SDK's message does not say which setting it read
         raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
-    return with_delivery_faults(storage_queues, settings), storage_queues, lease
+    queues = storage_queues if wrap_queues is None else wrap_queues(storage_queues, settings)
+    return queues, storage_queues, lease
 
 
 @cli.command()
 def run(
+    ctx: typer.Context,
     roles: Annotated[
         str, typer.Option(help=f"Comma-separated roles, or 'all': {','.join(ALL_ROLES)}")
     ] = "all",
@@ -226,7 +233,7 @@ def run(
         )
     configure_logging(log_level)
     configure_telemetry("orderflow-devhost")
-    serve(settings, chosen, api_port=api_port)
+    serve(settings, chosen, api_port=api_port, wrap_queues=ctx.obj)
 
 
 def hold_host_id(settings: Settings, env: Mapping[str, str] | None = None) -> HostIdLock:
@@ -254,8 +261,12 @@ def local_issuer_of(settings: Settings) -> LocalIssuer | None:
     return LocalIssuer.from_key_file() if settings.operator_issuer() == LOCAL_ISSUER else None
 
 
-def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> None:
+def serve(
+    settings: Settings, roles: Sequence[str], *, api_port: int = 0, wrap_queues: QueueWrapper | None = None
+) -> None:
     """Connect, start the roles, print ``devhost <id> ready``, and run until SIGINT, SIGTERM or SIGHUP.
+
+    ``wrap_queues``, when given, wraps the process's queues (:data:`QueueWrapper`).
 
     A signal during start-up interrupts it. Whatever happens, what was started is stopped and the
     stores are closed before this returns or exits.
@@ -272,7 +283,7 @@ def serve(settings: Settings, roles: Sequence[str], *, api_port: int = 0) -> Non
     try:
         with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
             try:
-                queues, dead_letters, lease = connect_transport(settings, roles)
+                queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues)
                 held = hold_host_id(settings)
                 stores = connect_stores(settings)
                 # The process's one dependency container: every role it runs is wired with it.

@@ -1,6 +1,6 @@
 """What the local commands share: one-line errors, and stop signals that take Ctrl-C's clean-up path.
 
-The drivers (``python -m devhost.demo``, ``python -m devhost.chaos``, ``python -m bench``) start
+The drivers (``python -m demo.run``, ``python -m demo.chaos``, ``python -m bench``) start
 children in sessions of their own (emulators, demo services, devhost processes), so a signal sent to
 the driver's process group never reaches them: only the driver's own clean-up stops them. Ctrl-C runs
 that clean-up (a ``KeyboardInterrupt`` unwinds every ``finally`` and ``ExitStack``); SIGTERM and

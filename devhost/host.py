@@ -28,8 +28,6 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
-from demo.services import serve_in_thread, server_url
-from demo.services import stop as stop_server
 from devhost.durabletask_adapter import (
     DURABLETASK_WORKER_LOGGER,
     DurableTaskClient,
@@ -42,6 +40,8 @@ from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
 from devhost.roles import ALL_ROLES, check_roles
+from devhost.serving import serve_in_thread, server_url
+from devhost.serving import stop as stop_server
 from devhost.wakeup_channel import WakeupChannel
 from intake.admission import ClientAdmission
 from intake.submission import handle_intake_message

@@ -290,7 +290,7 @@ def serve(
 ) -> None:
     """Serve the local JWKS until Ctrl-C, SIGTERM or SIGHUP, and print the settings that trust it."""
     _refuse_on_azure()
-    from demo.services import serve_in_thread, server_url, stop  # noqa: PLC0415 (see create_jwks_app)
+    from devhost.serving import serve_in_thread, server_url, stop  # noqa: PLC0415 (see create_jwks_app)
 
     try:
         issuer = LocalIssuer.from_key_file(key_file)

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import DevHost
@@ -28,6 +28,7 @@ from devhost.http_transport import transport_for
 from devhost.local_issuer import LocalIssuer
 from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock

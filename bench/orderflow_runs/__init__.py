@@ -1,7 +1,7 @@
 """orderflow under measurement: devhost processes for throughput and latency, in-process runs for counts.
 
 - :func:`throughput_run` starts ``python -m devhost`` processes the way ``make demo`` does
-  (:mod:`devhost.demo`'s ``Fleet``, ``devhost_specs``, ``host_env``) and drives them through the client
+  (:mod:`demo.fleet`'s ``Fleet``, ``devhost_specs``, ``host_env``) and drives them through the client
   SDK from this process, closed loop (:func:`bench.load.run_orderflow_load`).
 - :func:`counting_run` runs every role in this process (:class:`devhost.host.DevHost`) over the real
   Cosmos DB (cosmosdb-server) and Storage-queue (Azurite) adapters wrapped in the counting wrappers, so

@@ -23,10 +23,8 @@ from bench.orderflow_runs.throughput import (
 )
 from bench.stats import at_most, per_order
 from bench.workload import submissions
+from demo.config import DEMO_SETTINGS
 from demo.tpch import DemoOrder
-from devhost.demo import (
-    DEMO_SETTINGS,
-)
 from devhost.emulators import LocalEndpoints
 from devhost.host import DevHost
 from devhost.queues.factory import StorageQueueFactory

@@ -19,17 +19,10 @@ from bench.probe import FILE_ENV, TARGETS_ENV
 from bench.profiling import PySpy, summarise_stacks
 from bench.stats import latency_summary, throughput
 from bench.workload import submissions
+from demo.fleet import Child, DevhostSpec, Fleet, devhost_specs, host_env, start_child
+from demo.outcome import all_records
 from demo.tpch import DemoOrder
 from devhost.client_credentials import issue_client_credentials
-from devhost.demo import (
-    Child,
-    DevhostSpec,
-    Fleet,
-    all_records,
-    devhost_specs,
-    host_env,
-    start_child,
-)
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.http_transport import transport_for
 from devhost.wakeup_channel import WakeupChannel

@@ -48,7 +48,7 @@ NOTES = (
     "own idle wait (at most 0.25 s without one), as Service Bus pushes both on Azure. Between them every "
     "order crosses six more queue hops (three agent requests, three responses) and makes its state "
     "writes to cosmosdb-server; the peers have no queues and no state store of their own.",
-    "orderflow runs with make demo's settings (devhost.demo.DEMO_SETTINGS: a 4 s step deadline, "
+    "orderflow runs with make demo's settings (demo.config.DEMO_SETTINGS: a 4 s step deadline, "
     "MAX_IN_FLIGHT_PER_HOST=32): a step that overruns its deadline under load is recovered by the "
     "supervisor and retried (recovered_orders), which shows in the latency's tail, not in the outcomes.",
     "durabletask: bare orchestrations on the SDK's in-memory backend (durabletask.testing) in a process "

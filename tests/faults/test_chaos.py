@@ -5,7 +5,7 @@ included), three devhost processes (two running the scheduler roles, one the age
 and three clients with private reply queues, while at the same time a random devhost process is SIGKILLed
 and restarted, 5% of all messages are delivered twice, 5% of agent responses arrive after their step's
 deadline, and the supervisor leader is SIGSTOPped for longer than its lease and then woken up
-(devhost.chaos). The state store and then the queues are each SIGSTOPped for longer than a step's
+(demo.chaos.run). The state store and then the queues are each SIGSTOPped for longer than a step's
 deadline, 5% of the services' calls take longer than a queue lock (so the agents' handlers must keep
 their locks by renewal), and one scheduler process runs with its clock 20-40 s off the others' (every
 deadline is on the state store's time; the submission's clock is never skewed). A dependency down for a
@@ -13,11 +13,11 @@ window is left to ``make chaos``: its breaker's open period alone is longer than
 
 Every order must settle, no effect may be applied twice or left behind by an order that did not complete,
 no reply may reach a client that did not submit its order, every settled order's client must hear its
-final status, and no order may be driven by two attempts at once. An intruder (one more registered client,
-devhost.intruder) attacks the others' orders in every way it can, hostile text, correlation ids naming their
-orders (replayed by an operator through the operator API) and a flood of conflicting resends included: none
-of its attacks may have an effect on them, nor on what an operator sees of them. And the chaos must really
-have happened.
+final status, and no order may be driven by two attempts at once. An intruder (one more registered
+client, demo.intruder.attacks) attacks the others' orders in every way it can, hostile text, correlation
+ids naming their orders (replayed by an operator through the operator API) and a flood of conflicting
+resends included: none of its attacks may have an effect on them, nor on what an operator sees of them.
+And the chaos must really have happened.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from devhost.chaos import CHAOS_INVARIANTS, failed_invariants, run_chaos
-from devhost.demo import DEMO_FAULTS
-from devhost.intruder import AttackKind
+from demo.chaos.report import CHAOS_INVARIANTS, failed_invariants
+from demo.chaos.run import run_chaos
+from demo.config import DEMO_FAULTS
+from demo.intruder.attacks import AttackKind
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
 pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("devhost_processes")]
@@ -51,7 +52,7 @@ def test_orders_settle_and_every_invariant_holds_under_every_chaos_at_once(tmp_p
         first_pause_after_s=10.0,
         pause_every_s=600.0,
         # With the default seed: the store down from 7.0 s to 16.2 s of the run, the queues from 25.6 s
-        # to 35.5 s (devhost.outages.plan_window); 90 orders cannot all settle before then.
+        # to 35.5 s (demo.chaos.outages.plan_window); 90 orders cannot all settle before then.
         outage_every_s=20.0,
         outage_kinds=("store_outages", "queue_outages"),
         long_share=0.05,

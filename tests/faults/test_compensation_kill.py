@@ -28,10 +28,11 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus, order_key
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE

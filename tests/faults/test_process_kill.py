@@ -22,10 +22,11 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.records import ProcessState, order_key
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery

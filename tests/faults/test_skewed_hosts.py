@@ -31,12 +31,13 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.outcome import attempt_overlaps
+from demo.services.app import create_app
 from demo.tpch import load_catalog
 from devhost.__main__ import CLOCK_OFFSET_ENV
-from devhost.demo import attempt_overlaps
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.records import ProcessState, StateRecord, order_key, parse_utc
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery

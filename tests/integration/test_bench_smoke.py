@@ -21,7 +21,7 @@ from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
-from devhost.demo import devhost_specs
+from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).

@@ -16,12 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
+from demo import fleet
 from demo.faults import FaultPlan
-from demo.services import create_app, serve_in_thread, server_url, stop
+from demo.services.app import create_app
 from demo.tpch import load_catalog
-from devhost import demo
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.client import OrderflowClient
 from orderflow.records import ProcessState, order_key
 from orderflow.stores.cosmos import CosmosStores
@@ -114,15 +115,13 @@ def test_a_child_interrupted_before_it_is_ready_is_killed_not_left_running(
         except StopIteration:
             raise KeyboardInterrupt from None
 
-    # Only devhost.demo sees these stand-ins, not the rest of the process.
-    monkeypatch.setattr(
-        "devhost.demo.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE)
-    )
-    monkeypatch.setattr("devhost.demo.time", SimpleNamespace(monotonic=monotonic))
+    # Only demo.fleet sees these stand-ins, not the rest of the process.
+    monkeypatch.setattr("demo.fleet.subprocess", SimpleNamespace(Popen=recording_popen, PIPE=subprocess.PIPE))
+    monkeypatch.setattr("demo.fleet.time", SimpleNamespace(monotonic=monotonic))
     script = "import time\nprint('starting', flush=True)\ntime.sleep(120)\n"
 
     with pytest.raises(KeyboardInterrupt):
-        demo.start_child("sleeper", ["-c", script], dict(os.environ), "never printed", tmp_path)
+        fleet.start_child("sleeper", ["-c", script], dict(os.environ), "never printed", tmp_path)
 
     [process] = started
     assert process.poll() is not None  # killed and reaped, not left sleeping

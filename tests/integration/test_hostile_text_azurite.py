@@ -13,10 +13,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from demo.services import serve_in_thread, server_url, stop
 from devhost.emulators import LocalEndpoints
 from devhost.operator_http import create_operator_app
 from devhost.queues.factory import StorageQueueFactory
+from devhost.serving import serve_in_thread, server_url, stop
 from operator_api.schemas import DeadLetterAnswer, DeadLetterList, PurgeAnswer
 from orderflow import cli
 from orderflow.clients import RegisteredClient

@@ -25,8 +25,8 @@ from bench.runner import FAILED, _Parts, failures
 from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
 from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
+from demo.fleet import DevhostSpec
 from demo.tpch import load_catalog
-from devhost.demo import DevhostSpec
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client import OrderflowClient
 from orderflow.errors import TransientError

@@ -12,7 +12,7 @@ import pytest
 
 from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
-from devhost.demo import DEMO_SETTINGS
+from demo.config import DEMO_SETTINGS
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock

@@ -1,4 +1,4 @@
-"""The chaos run's pure parts: delivery faults at the queue seam, and the report's counts (devhost.chaos)."""
+"""The chaos run's pure parts: delivery faults at the queue seam, and the report's counts (demo.chaos.run)."""
 
 from __future__ import annotations
 
@@ -18,19 +18,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from devhost import chaos
-from devhost.chaos import (
-    CHAOS_INVARIANTS,
-    LeaderPauser,
-    check_chaos_args,
-    count_misrouted_replies,
-    failed_invariants,
-    max_recovery_s,
-    recovery_times_s,
-    unexercised,
-    unexercised_hints,
-)
-from devhost.delivery_faults import (
+from demo.chaos import run as chaos
+from demo.chaos.config import check_chaos_args
+from demo.chaos.delivery import (
     CHAOS_ENV,
     DeliveryFault,
     DeliveryFaults,
@@ -40,7 +30,17 @@ from devhost.delivery_faults import (
     read_fault_logs,
     with_delivery_faults,
 )
-from devhost.demo import Child, DevhostSpec, Fleet
+from demo.chaos.leader import LeaderPauser
+from demo.chaos.report import (
+    CHAOS_INVARIANTS,
+    count_misrouted_replies,
+    failed_invariants,
+    max_recovery_s,
+    recovery_times_s,
+    unexercised,
+    unexercised_hints,
+)
+from demo.fleet import Child, DevhostSpec, Fleet
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord
 from orderflow.settings import Settings

@@ -1,6 +1,6 @@
 """The deeper faults of the chaos run: outage windows from the seed, the scheduler that runs them, the
-skewed host, long handlers counted at the queue seam, and the report's new counts (devhost.outages,
-devhost.chaos_faults, devhost.chaos)."""
+skewed host, long handlers counted at the queue seam, and the report's new counts (demo.chaos.outages,
+demo.chaos.faults, demo.chaos.run)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from demo.faults import FaultPlan
-from devhost import demo, outages
-from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
-from devhost.chaos import check_chaos_args, unexercised, unexercised_hints
-from devhost.chaos_faults import (
+from demo import fleet as fleet_module
+from demo.chaos import outages
+from demo.chaos.config import check_chaos_args
+from demo.chaos.delivery import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
+from demo.chaos.faults import (
     CHAOS_SETTINGS,
     LONG_CALL_S,
     SKEW_S,
@@ -28,9 +28,7 @@ from devhost.chaos_faults import (
     draw_skewed_host,
     long_handler_faults,
 )
-from devhost.delivery_faults import DeliveryFault, DeliveryFaults, FaultLog, FaultyQueueFactory
-from devhost.demo import DEMO_SETTINGS, Child, DevhostSpec, Fleet, Killer, _submit_some, attempt_overlaps
-from devhost.outages import (
+from demo.chaos.outages import (
     DEPENDENCY_WINDOW_S,
     EMULATOR_OUTAGE_EXTRA_S,
     SLOT_MARGIN_S,
@@ -40,6 +38,13 @@ from devhost.outages import (
     plan_window,
     slot_length_s,
 )
+from demo.chaos.report import unexercised, unexercised_hints
+from demo.config import DEMO_SETTINGS
+from demo.faults import FaultPlan
+from demo.fleet import Child, DevhostSpec, Fleet, Killer
+from demo.outcome import attempt_overlaps
+from demo.system import _submit_some
+from devhost.__main__ import CLOCK_OFFSET_ENV, host_clock
 from orderflow.clock import OffsetClock
 from orderflow.errors import TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -456,7 +461,7 @@ def test_a_submission_the_queue_refuses_stays_first_and_is_sent_next_tick() -> N
 def test_a_process_whose_restart_fails_during_an_outage_is_started_again_until_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(demo, "RESTART_RETRY_S", 0.01)
+    monkeypatch.setattr(fleet_module, "RESTART_RETRY_S", 0.01)
     starts: list[int] = []
     sleepers: list[subprocess.Popen[str]] = []
 

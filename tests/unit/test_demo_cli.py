@@ -1,5 +1,6 @@
-"""``python -m devhost.demo`` as a command: arguments refused up front in one line, runtime failures in
-one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own per run (devhost.demo)."""
+"""``python -m demo.run`` as a command: arguments refused up front in one line, runtime failures in
+one line, SIGTERM taking Ctrl-C's clean-up path, and a log directory of its own per run (demo.run,
+demo.config, demo.fleet)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from devhost import demo
-from devhost.demo import TPCH_ORDERS, Child, DevhostSpec, Fleet, check_run_args, new_run_dir
+from demo import fleet as fleet_module
+from demo import run as demo
+from demo.config import DEMO_FAULTS, TPCH_ORDERS, check_run_args, new_run_dir
+from demo.fleet import Child, DevhostSpec, Fleet, devhost_specs
+from demo.outcome import INVARIANTS
 from orderflow.settings import Settings
 from tests.unit.stop_signals import error_line, guarded
 
@@ -29,7 +33,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def run_demo(**kwargs: Any) -> dict[str, Any]:
         started.append(kwargs)
-        return dict.fromkeys(demo.INVARIANTS, 0)
+        return dict.fromkeys(INVARIANTS, 0)
 
     monkeypatch.setattr(demo, "run_demo", run_demo)
     return started
@@ -100,7 +104,7 @@ def test_keeping_up_waits_until_ctrl_c_then_returns(monkeypatch: pytest.MonkeyPa
         if len(slept) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("devhost.demo.time.sleep", sleep)
+    monkeypatch.setattr("demo.run.time.sleep", sleep)
 
     demo.keep_up("http://127.0.0.1:8090")  # returns: the demo then stops what it started
 
@@ -109,7 +113,7 @@ def test_keeping_up_waits_until_ctrl_c_then_returns(monkeypatch: pytest.MonkeyPa
 
 def test_the_library_entry_point_refuses_the_same_arguments() -> None:
     with pytest.raises(ValueError, match="--orders"):
-        demo.run_demo(orders=0, processes=1, timeout_s=None, faults=demo.DEMO_FAULTS)
+        demo.run_demo(orders=0, processes=1, timeout_s=None, faults=DEMO_FAULTS)
     check_run_args(orders=1, processes=1, kill_every_s=0.0, timeout_s=None)  # the smallest run is fine
 
 
@@ -152,7 +156,7 @@ def test_a_stop_signal_takes_the_clean_up_path_of_ctrl_c(
 def test_runs_started_in_the_same_second_get_directories_of_their_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("devhost.demo.time.strftime", lambda fmt: "20261130-010203")
+    monkeypatch.setattr("demo.config.time.strftime", lambda fmt: "20261130-010203")
 
     dirs = [new_run_dir(root=tmp_path / ".run") for _ in range(3)] + [
         new_run_dir("bench-", root=tmp_path / ".run")
@@ -190,7 +194,7 @@ def test_a_fleet_whose_start_fails_stops_the_processes_it_had_started(tmp_path: 
     children = Recorded()
 
     with pytest.raises(RuntimeError, match="devhost-agents exited"):
-        Fleet(demo.devhost_specs(3), {}, tmp_path, start=children.start)
+        Fleet(devhost_specs(3), {}, tmp_path, start=children.start)
 
     assert children.stopped == ["devhost-1", "devhost-2"]
 
@@ -204,9 +208,9 @@ def test_the_fleet_starts_the_api_process_on_its_port_and_restarts_it_there(
         commands.append(args)
         return Child(name, None, "ready", tmp_path / "x.log")  # type: ignore[arg-type]
 
-    monkeypatch.setattr(demo, "start_child", start_child)
+    monkeypatch.setattr(fleet_module, "start_child", start_child)
     monkeypatch.setattr(Child, "kill", lambda self: None)
-    fleet = Fleet(demo.devhost_specs(2, api_port=8090), {}, tmp_path)
+    fleet = Fleet(devhost_specs(2, api_port=8090), {}, tmp_path)
     fleet.kill_and_restart("devhost-1")
 
     roles = "starter,orchestrator,listener,supervisor,api"

@@ -1,4 +1,4 @@
-"""The demo report's check that no order was driven by two attempts at once (devhost.demo)."""
+"""The demo report's check that no order was driven by two attempts at once (demo.run)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from devhost.demo import DevhostSpec, attempt_overlaps, devhost_specs
+from demo.fleet import DevhostSpec, devhost_specs
+from demo.outcome import attempt_overlaps
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord, format_utc
 
 pytestmark = pytest.mark.unit

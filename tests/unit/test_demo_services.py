@@ -17,18 +17,14 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from demo import services
 from demo.faults import FAULT_PRIORITY, FaultKind, FaultPlan, uniform
-from demo.services import (
-    INSTANCE_HEADER,
-    RefundPolicy,
-    create_app,
-    parse_args,
-    serve_in_thread,
-    server_url,
-    stop,
-)
+from demo.services import cli as services
+from demo.services.app import create_app
+from demo.services.cli import parse_args
+from demo.services.common import INSTANCE_HEADER
+from demo.services.payments import RefundPolicy
 from demo.tpch import Catalog
+from devhost.serving import serve_in_thread, server_url, stop
 
 pytestmark = pytest.mark.unit
 

@@ -21,6 +21,8 @@ import typer
 from typer.testing import CliRunner, Result
 
 import devhost.__main__ as devhost_main
+from demo.chaos import faulty_host
+from demo.chaos.delivery import CHAOS_ENV, DeliveryFaults, FaultyQueueFactory, with_delivery_faults
 from devhost import emulators
 from devhost.cli import StopSignal, driver_signals, one_line, stop_signals_interrupt
 from devhost.host import DevHost
@@ -306,7 +308,7 @@ import os, time
 from pathlib import Path
 import typer
 from devhost.cli import driver_signals
-from devhost.demo import DevhostSpec, Fleet, start_child
+from demo.fleet import DevhostSpec, Fleet, start_child
 
 SLEEPER = "print('ready', flush=True); import time; time.sleep(120)"
 
@@ -389,3 +391,27 @@ def test_one_line_keeps_a_validation_errors_fields_and_problems() -> None:
         "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15; "
         "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number"
     )
+
+
+def test_the_host_wraps_its_queues_only_when_the_driver_that_runs_it_hands_it_a_wrapper(
+    environment: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    plan = DeliveryFaults(duplicate_share=0.5, seed=1, log_dir=str(tmp_path))
+    monkeypatch.setenv(CHAOS_ENV, plan.model_dump_json())
+    settings = Settings.load(HOST_ID="h1")
+    queues, unwrapped, _ = devhost_main.connect_transport(settings, ["starter"])
+    assert queues is unwrapped  # python -m devhost injects nothing, whatever the environment says
+    queues, unwrapped, _ = devhost_main.connect_transport(settings, ["starter"], with_delivery_faults)
+    assert isinstance(queues, FaultyQueueFactory) and queues.faults == plan
+
+    served: list[object] = []
+    monkeypatch.setattr(
+        devhost_main, "serve", lambda settings, roles, *, api_port, wrap_queues: served.append(wrap_queues)
+    )
+    monkeypatch.setattr(sys, "argv", ["faulty_host", "--host-id", "h1", "--roles", "all"])
+    with pytest.raises(SystemExit) as exited:
+        faulty_host.main()
+    assert exited.value.code == 0
+    assert served == [with_delivery_faults]
+    assert CliRunner().invoke(devhost_main.cli, ["--host-id", "h1"]).exit_code == 0
+    assert served == [with_delivery_faults, None]

@@ -19,8 +19,8 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from demo.services import serve_in_thread, server_url, stop
 from devhost.operator_http import create_operator_app
+from devhost.serving import serve_in_thread, server_url, stop
 from operator_api.schemas import (
     ActivityAnswer,
     AlertList,

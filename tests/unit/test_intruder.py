@@ -1,4 +1,4 @@
-"""The chaos run's intruder (devhost.intruder): its attacks against the real intake, and the count of
+"""The chaos run's intruder (demo.intruder.attacks): its attacks against the real intake, and the count of
 cross-client effects."""
 
 from __future__ import annotations
@@ -13,32 +13,34 @@ from typing import Any
 import httpx
 import pytest
 
-from devhost.chaos import CHAOS_INVARIANTS, unexercised
-from devhost.demo import all_records, catalog_records, catalog_settled
-from devhost.hostile_text import HOSTILE_CASES
-from devhost.intruder import (
+from demo.chaos.report import CHAOS_INVARIANTS, unexercised
+from demo.intruder.attacks import (
     DEAD_LETTER_ROOM,
     INTRUDER_CLIENT,
     REPLAY_ACTION,
     UNSTOCKED_SKU,
     Attack,
     AttackKind,
-    CrossClientEffects,
-    Intruder,
-    IntruderPlan,
-    OperatorFindings,
-    StoredAlert,
     attack_counts,
     correlation_attacks,
-    count_cross_client_effects,
     flood_attacks,
     hostile_text_attacks,
     message_attacks,
     same_id_order,
-    settled_own_orders,
     with_sas_of,
 )
-from devhost.intruder_operator import OperatorSession, replayed_as, replayed_victims, victim_etags
+from demo.intruder.effects import (
+    CrossClientEffects,
+    OperatorFindings,
+    StoredAlert,
+    count_cross_client_effects,
+    settled_own_orders,
+)
+from demo.intruder.hostile_text import HOSTILE_CASES
+from demo.intruder.intruder import Intruder, IntruderPlan
+from demo.intruder.operator import OperatorSession, replayed_as, replayed_victims, victim_etags
+from demo.outcome import all_records, catalog_records
+from demo.system import catalog_settled
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request

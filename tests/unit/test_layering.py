@@ -11,8 +11,10 @@ layers :data:`MAY_IMPORT` names:
   port and imports that port (:data:`PORTS`);
 - a blueprint (``function_host/blueprints/<role>.py``) imports its own role, the core and the support
   modules; ``function_app`` imports the blueprints, the support modules and the core;
-- nothing outside the hosts imports ``function_host``, ``function_app`` or ``devhost``; the two hosts
-  never import each other, nothing imports ``bench`` and nothing but the tests imports ``tests``;
+- nothing outside the hosts imports ``function_host`` or ``function_app``, and nothing but the hosts and
+  the drivers that drive the local host (``demo``, ``bench``) imports ``devhost``; the two hosts never
+  import each other, and a host never imports a driver (the host runs roles; drivers drive it). Nothing
+  imports ``bench`` and nothing but the tests imports ``tests``;
 - role and core code never import the Functions SDKs;
 - the local-only adapters (Storage queues, the loopback HTTP transport, the blob lease) live in
   ``devhost``: neither the Functions app nor its core and roles import them or the Storage SDKs they
@@ -70,9 +72,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     HOST_SUPPORT: frozenset({CORE, HOST_SUPPORT}),
     **{blueprint(r): frozenset({CORE, role(r), HOST_SUPPORT}) for r in ROLES},
     FUNCTION_APP: frozenset({CORE, HOST_SUPPORT, *(blueprint(r) for r in ROLES)}),
-    LOCAL_HOST: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO}),
+    LOCAL_HOST: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST}),
     BENCH: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO, BENCH}),
-    DEMO: frozenset({CORE, DEMO}),
+    # The demo's drivers run the local host and read what its roles define (a route, a limit).
+    DEMO: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO}),
 }
 """The layers each layer may import directly (a layer always imports itself, a package its modules)."""
 
@@ -234,6 +237,15 @@ def _loaded_when_importing(names: list[str], *, after: tuple[str, ...] = ()) -> 
     )
     loaded: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
     return loaded
+
+
+def test_the_local_host_runs_roles_and_never_imports_the_drivers_that_drive_it() -> None:
+    assert {DEMO, BENCH}.isdisjoint(_transitively(LOCAL_HOST))
+    host_imports = {imported for module in layer_modules(LOCAL_HOST) for imported, _ in imports_in(module)}
+    assert "devhost.host" in host_imports  # the walk saw the host's own imports
+    assert [name for name in host_imports if layer_of(name) in {DEMO, BENCH}] == []
+    driver_imports = {imported for module in layer_modules(DEMO) for imported, _ in imports_in(module)}
+    assert {"devhost.__main__", "devhost.emulators", "devhost.serving"} <= driver_imports
 
 
 DURABLE_FUNCTIONS_SDK = "azure.durable_functions"

@@ -14,7 +14,6 @@ import jwt
 import pytest
 from typer.testing import CliRunner, Result
 
-from demo.services import serve_in_thread, server_url, stop
 from devhost import local_issuer
 from devhost.local_issuer import (
     KEY_FILE,
@@ -27,6 +26,7 @@ from devhost.local_issuer import (
     ensure_signing_key,
     local_object_id,
 )
+from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
     REVIEWER_ROLE,

@@ -1,8 +1,8 @@
 """The chaos driver as an operator, once the run is over: through the operator API the first devhost
 process serves (with a token from the local issuer, as ``orderflow login`` gets one), it lists the
-intruder's dead letters, replays its ``correlation_id`` attacks (:mod:`devhost.intruder`) and reads the
-stored alerts. What it was shown becomes an :class:`devhost.intruder.OperatorFindings` for
-:func:`devhost.intruder.count_cross_client_effects`.
+intruder's dead letters, replays its ``correlation_id`` attacks (:mod:`demo.intruder.attacks`) and reads the
+stored alerts. What it was shown becomes an :class:`demo.intruder.effects.OperatorFindings` for
+:func:`demo.intruder.effects.count_cross_client_effects`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from devhost.intruder import Attack, AttackKind, OperatorFindings, StoredAlert
+from demo.intruder.attacks import Attack, AttackKind
+from demo.intruder.effects import OperatorFindings, StoredAlert
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from operator_api.alerts import MAX_LIMIT
 from orderflow.errors import NotFound, TransientError

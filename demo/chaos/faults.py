@@ -25,9 +25,9 @@ from pathlib import Path
 
 import httpx
 
+from demo.chaos.outages import OutageWindow
 from demo.faults import FaultPlan
 from devhost.emulators import EmulatorProcess
-from devhost.outages import OutageWindow
 
 CHAOS_SETTINGS: dict[str, str] = {
     "STEP_TIMEOUT_S": "5",

@@ -1,5 +1,5 @@
 """Text a hostile client puts in its message ids, correlation ids and bodies, for the chaos run's
-intruder (:mod:`devhost.intruder`): one case per class of attack on whoever reads it later (a JSON
+intruder (:mod:`demo.intruder.attacks`): one case per class of attack on whoever reads it later (a JSON
 encoder, an operator's terminal, a log reader, a rich-text renderer).
 
 Each case is sent twice (:func:`hostile_messages`): once as a raw body that is not JSON (its id,

@@ -1,6 +1,6 @@
 """Delivery faults at the transport seam of a devhost process: duplicated and late messages.
 
-``make chaos`` (:mod:`devhost.chaos`) starts its devhost processes with :data:`CHAOS_ENV` set to a
+``make chaos`` (:mod:`demo.chaos.run`) starts its devhost processes with :data:`CHAOS_ENV` set to a
 :class:`DeliveryFaults` plan (JSON). Each process then wraps its queue factory in
 :class:`FaultyQueueFactory`, so every message a role sends may be
 
