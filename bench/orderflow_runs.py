@@ -55,7 +55,6 @@ from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.breaker import circuit_breakers
-from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.storage import StorageQueueFactory
@@ -63,6 +62,7 @@ from orderflow.records import StateRecord, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.workflows import CURRENT_WORKFLOW
+from orderflow_client.client import OrderflowClient
 
 logger = logging.getLogger(__name__)
 

@@ -104,12 +104,12 @@ from devhost.intruder_operator import OperatorSession, operator_token, replayed_
 from devhost.outages import OUTAGE_KINDS, OutageKind, OutageScheduler
 from operator_api.alerts import MAX_LIMIT
 from operator_api.deadletters import every_dead_letter
-from orderflow.client import OrderflowClient
-from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.workflows import new_order_workflow
+from orderflow_client.client import OrderflowClient
+from orderflow_client.operator_client import OperatorApiClient
 from supervisor.lease import current_holder
 
 logger = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: M
 
     Args:
         received: Per client reply queue, the replies it received per order id (duplicates not counted:
-            :attr:`orderflow.client.ReplyLog.received`).
+            :attr:`orderflow_client.client.ReplyLog.received`).
         owners: The reply queue of the client that submitted each order, by order id.
     """
     return sum(

@@ -77,7 +77,6 @@ from devhost.emulators import REPO_ROOT, LocalEmulators, LocalEndpoints, start_l
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from operator_api.handler import CONSOLE_PATH
-from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import TransientError
@@ -87,6 +86,7 @@ from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 from orderflow.stores.cosmos import CosmosStores
+from orderflow_client.client import FINAL_STATUSES, OrderflowClient
 
 logger = logging.getLogger(__name__)
 console = Console()

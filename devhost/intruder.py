@@ -47,7 +47,6 @@ from azure.storage.queue import QueueClient
 
 from devhost.hostile_text import HOSTILE_CASES, hostile_messages
 from orderflow.alerts import window_start
-from orderflow.client import OrderflowClient, submission_message_id
 from orderflow.clients import RegisteredClient
 from orderflow.errors import ConflictingOrder, NotFound, OrderflowError
 from orderflow.messages import (
@@ -63,6 +62,7 @@ from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, QueueFactory
 from orderflow.records import StateRecord, client_order_id, order_key
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
+from orderflow_client.client import OrderflowClient, submission_message_id
 
 logger = logging.getLogger(__name__)
 

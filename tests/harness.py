@@ -25,7 +25,6 @@ from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import ALL_ROLES, DevHost
 from devhost.local_issuer import LocalIssuer
-from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -38,6 +37,7 @@ from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
+from orderflow_client.client import OrderflowClient
 
 TPCH_FIXTURE = Path(__file__).parent / "data" / "tpch"
 

@@ -16,10 +16,10 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.client_credentials import ClientCredentials, connection_strings, issue_client_credentials
 from devhost.emulators import LocalEndpoints
-from orderflow.client import OrderflowClient
 from orderflow.errors import PermanentError
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
+from orderflow_client.client import OrderflowClient
 from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.integration

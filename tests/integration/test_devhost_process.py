@@ -21,10 +21,10 @@ from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost import demo
 from devhost.emulators import REPO_ROOT, LocalEndpoints
-from orderflow.client import OrderflowClient
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, order_key
 from orderflow.stores.cosmos import CosmosStores
+from orderflow_client.client import OrderflowClient
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
 
 pytestmark = pytest.mark.integration

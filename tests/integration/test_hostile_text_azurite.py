@@ -17,13 +17,13 @@ from demo.services import serve_in_thread, server_url, stop
 from devhost.emulators import LocalEndpoints
 from devhost.operator_http import create_operator_app
 from operator_api.schemas import DeadLetterAnswer, DeadLetterList, PurgeAnswer
-from orderflow import cli
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.settings import Settings
+from orderflow_client import cli
 from tests.hostile_text import hostile_cases, raw_controls, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from operator_api.handler import OperatorResponse, handle_operator_request
-from orderflow import cli, telemetry
+from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import (
     ALERT_KINDS,
@@ -37,11 +37,12 @@ from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
+from orderflow_client import cli
+from orderflow_client.operator_client import OperatorApiClient
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer

@@ -16,15 +16,12 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
-from orderflow import cli
-from orderflow.cli import app, generate_orders
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
 from orderflow.errors import PermanentError, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.base import DeadLetter
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -40,6 +37,9 @@ from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V2
+from orderflow_client import cli
+from orderflow_client.cli import app, generate_orders
+from orderflow_client.operator_client import OperatorApiClient
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
@@ -52,7 +52,7 @@ RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"},
 
 @dataclass
 class FakeTime:
-    """Stands in for the ``time`` module inside :mod:`orderflow.cli`: sleeping moves the clock."""
+    """Stands in for the ``time`` module inside :mod:`orderflow_client.cli`: sleeping moves the clock."""
 
     now: float = 0.0
     slept: list[float] = field(default_factory=list)

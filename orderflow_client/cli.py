@@ -1,11 +1,11 @@
-"""``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow.client`) and the
-operator API's client (:mod:`orderflow.operator_client`).
+"""``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow_client.client`)
+and the operator API's client (:mod:`orderflow_client.operator_client`).
 
 Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
 ``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``; ``review`` and
 ``compensate`` call the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token from
-``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown. ``bulk`` (:mod:`orderflow.cli_bulk`) acts on
-every order a filter matches.
+``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown. ``bulk``
+(:mod:`orderflow_client.cli_bulk`) acts on every order a filter matches.
 """
 
 from __future__ import annotations
@@ -30,21 +30,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from orderflow import telemetry
-from orderflow.alert_render import alerts_table, supervisor_panel
-from orderflow.cli_bulk import bulk_commands
-from orderflow.cli_options import (
-    API_URL_VARIABLE,
-    TOKEN_VARIABLE,
-    ApiUrl,
-    ClientFilter,
-    FailedSinceFilter,
-    StateFilter,
-    StuckForFilter,
-    TokenFile,
-    VersionFilter,
-    order_filters,
-)
-from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.client_text import visible
 from orderflow.clients import RegisteredClient
 from orderflow.errors import InvalidMessage, NotFound, OrderflowError
@@ -58,11 +43,26 @@ from orderflow.messages import (
     json_type,
     validate_order_key,
 )
-from orderflow.operator_client import OperatorAnswer, OperatorApiClient
-from orderflow.order_render import order_panel, orders_table, shown
 from orderflow.records import CompensationEntry, ProcessState, UndoStatus
 from orderflow.settings import Settings, describe_invalid_settings
 from orderflow.wiring import connect_queues, connect_stores
+from orderflow_client.alert_render import alerts_table, supervisor_panel
+from orderflow_client.cli_bulk import bulk_commands
+from orderflow_client.cli_options import (
+    API_URL_VARIABLE,
+    TOKEN_VARIABLE,
+    ApiUrl,
+    ClientFilter,
+    FailedSinceFilter,
+    StateFilter,
+    StuckForFilter,
+    TokenFile,
+    VersionFilter,
+    order_filters,
+)
+from orderflow_client.client import FINAL_STATUSES, OrderflowClient
+from orderflow_client.operator_client import OperatorAnswer, OperatorApiClient
+from orderflow_client.order_render import order_panel, orders_table, shown
 
 app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
 console = Console()
