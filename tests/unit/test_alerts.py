@@ -41,7 +41,7 @@ from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
-from orderflow_client import cli
+from orderflow_client import cli, cli_common
 from orderflow_client.operator_client import OperatorApiClient
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
@@ -387,7 +387,7 @@ def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependen
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.setenv("ORDERFLOW_API_URL", "https://operator-api.test")
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="rita", roles=[REVIEWER_ROLE]))
     return deps

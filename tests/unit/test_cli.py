@@ -37,9 +37,10 @@ from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V2
-from orderflow_client import cli
-from orderflow_client.cli import app, generate_orders
+from orderflow_client import cli, cli_client, cli_common, cli_orders
+from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
+from orderflow_client.order_files import generate_orders
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
@@ -52,7 +53,8 @@ RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"},
 
 @dataclass
 class FakeTime:
-    """Stands in for the ``time`` module inside :mod:`orderflow_client.cli`: sleeping moves the clock."""
+    """Stands in for the ``time`` module inside :mod:`orderflow_client.cli_client`: sleeping moves the
+    clock."""
 
     now: float = 0.0
     slept: list[float] = field(default_factory=list)
@@ -107,7 +109,7 @@ def connected(queues: InMemoryQueueFactory, monkeypatch: pytest.MonkeyPatch) -> 
         calls.append(settings)
         return queues
 
-    monkeypatch.setattr(cli, "connect_queues", connect_queues)
+    monkeypatch.setattr(cli_client, "connect_queues", connect_queues)
     return calls
 
 
@@ -321,7 +323,7 @@ def test_watch_prints_replies_and_a_summary(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_time = FakeTime()
-    monkeypatch.setattr(cli, "time", fake_time)
+    monkeypatch.setattr(cli_client, "time", fake_time)
     replies = queues.queue("client-x")
     for order_id, status in [("o-1", OrderStatus.RECEIVED), ("o-1", OrderStatus.PROCESSED)] * 2 + [
         ("o-2", OrderStatus.RECEIVED)
@@ -367,7 +369,7 @@ def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None
             updated_at=AT,
         )
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-1"], terminal_width=200)
 
@@ -381,7 +383,7 @@ def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     stores = FakeStores()
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "nope"], terminal_width=200)
 
@@ -504,7 +506,7 @@ def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch)
     )
     record.compensation_failures = 2
     stores.state.create(record)
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
 
@@ -537,7 +539,7 @@ def test_status_prints_text_from_the_record_literally_never_as_markup(
             updated_at=AT,
         )
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-3"], terminal_width=200)
 
@@ -579,7 +581,7 @@ def test_the_entry_point_reports_an_unreachable_queue_in_one_line(
     def unreachable(settings: Settings) -> InMemoryQueueFactory:
         raise TransientError("queue service unreachable: connection refused")
 
-    monkeypatch.setattr(cli, "connect_queues", unreachable)
+    monkeypatch.setattr(cli_client, "connect_queues", unreachable)
     monkeypatch.setattr(sys, "argv", ["orderflow", "watch", "--reply-to", "client-x", "--timeout", "0"])
 
     with pytest.raises(SystemExit) as exited:
@@ -619,7 +621,7 @@ def test_status_of_an_invalid_order_id_is_a_one_line_error(
     monkeypatch: pytest.MonkeyPatch, order_id: str
 ) -> None:
     stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = invoke("status", order_id)
 
@@ -632,7 +634,7 @@ def test_status_of_an_invalid_order_id_is_a_one_line_error(
 
 def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
     stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = invoke("status", "a:o-1")
 
@@ -947,7 +949,7 @@ def test_watch_with_timeout_zero_reads_what_is_there_once(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_time = FakeTime()
-    monkeypatch.setattr(cli, "time", fake_time)
+    monkeypatch.setattr(cli_client, "time", fake_time)
     reply = StatusReply(order_id="o-1", status=OrderStatus.PROCESSED, at=AT)
     queues.queue("client-x").send(reply.to_json(), message_id=reply_message_id("o-1", OrderStatus.PROCESSED))
 
@@ -964,7 +966,7 @@ def test_watch_with_timeout_zero_reads_what_is_there_once(
 def test_watch_summary_says_one_order_and_one_duplicate_and_counts_foreign_messages(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "time", FakeTime())
+    monkeypatch.setattr(cli_client, "time", FakeTime())
     replies = queues.queue("client-x")
     reply = StatusReply(order_id="o-1", status=OrderStatus.RECEIVED, at=AT)
     for _ in range(2):
@@ -1052,7 +1054,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.delenv("ORDERFLOW_TOKEN", raising=False)
     monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)
     return deps
@@ -1244,7 +1246,7 @@ def test_status_with_a_cosmos_key_that_is_not_base64_names_the_setting(
     calls: list[Settings] = []
     monkeypatch.setenv("COSMOS_ENDPOINT", "https://localhost:8081")
     monkeypatch.setenv("COSMOS_KEY", key)
-    monkeypatch.setattr(cli, "connect_stores", calls.append)
+    monkeypatch.setattr(cli_orders, "connect_stores", calls.append)
 
     result = invoke("status", "a:o-1")
 
@@ -1262,7 +1264,7 @@ def test_status_accepts_a_base64_cosmos_key(monkeypatch: pytest.MonkeyPatch) -> 
         "COSMOS_KEY",
         "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==",
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = invoke("status", "a:o-1")
 
@@ -1292,7 +1294,8 @@ def test_an_unreachable_store_is_reported_once_unless_verbose(
     # As in a real process: no logging configured (pytest's capture handlers removed), so without the
     # CLI's own handler Python's last-resort handler would print the warning on stderr.
     monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: FakeStores(state=UnreachableStateStore()))  # type: ignore[arg-type]
+    unreachable = FakeStores(state=UnreachableStateStore())  # type: ignore[arg-type]
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: unreachable)
     monkeypatch.setattr(sys, "argv", ["orderflow", *(["--verbose"] if verbose else []), "status", "a:o-1"])
 
     with pytest.raises(SystemExit) as exited:
@@ -1326,7 +1329,7 @@ def test_status_shows_whether_an_undo_is_still_to_come(
 ) -> None:
     stores = FakeStores()
     stores.state.create(_record_with_undo_log(state, status=status))
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(cli_orders, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
 

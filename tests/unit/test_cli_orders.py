@@ -19,7 +19,7 @@ from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.records import LastError, ProcessState
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
-from orderflow_client import cli
+from orderflow_client import cli_common
 from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
 from tests.hostile_text import hostile_cases, raw_controls
@@ -60,7 +60,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
     monkeypatch.setenv("COLUMNS", "250")
