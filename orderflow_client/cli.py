@@ -1,10 +1,10 @@
 """``orderflow``: the command line, a thin wrapper over the client SDK (:mod:`orderflow_client.client`)
 and the operator API's client (:mod:`orderflow_client.operator_client`).
 
-Connections come from the same settings the hosts read (``STORAGE_CONNECTION_STRING``,
-``COSMOS_ENDPOINT``, ``COSMOS_KEY`` ...), from the environment or ``--env-file``; ``review`` and
-``compensate`` call the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token from
-``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown.
+A client's commands reach its queues with the settings the hosts read (``STORAGE_CONNECTION_STRING``,
+``CLIENTS`` ...), from the environment or ``--env-file``. Every command that reads or acts on an order
+(``status`` included) calls the operator API at ``--api-url`` (``ORDERFLOW_API_URL``) with a bearer token
+from ``--token-file`` or ``ORDERFLOW_TOKEN``, which is never shown: no command reads a store.
 
 The commands, by module: a client's (:mod:`~orderflow_client.cli_client`: ``submit``, ``watch``,
 ``cancel``), those on orders (:mod:`~orderflow_client.cli_orders`), ``bulk``
@@ -27,7 +27,10 @@ from orderflow_client import cli_client, cli_operations, cli_orders
 from orderflow_client.cli_bulk import bulk_commands
 from orderflow_client.cli_common import connect_operator_api, console, errors, markup
 
-app = typer.Typer(help="Submit orders, watch their status, inspect the state store.", no_args_is_help=True)
+app = typer.Typer(
+    help="Submit orders, watch their replies, read and act on orders through the operator API.",
+    no_args_is_help=True,
+)
 app.add_typer(cli_client.commands)
 app.add_typer(cli_orders.commands)
 app.add_typer(bulk_commands(connect_operator_api, console), name="bulk")
@@ -53,12 +56,12 @@ def _options(
         typer.Option(
             "--verbose",
             "-v",
-            help="Also print the warnings the queue and store adapters log (unreachable services, "
+            help="Also print the warnings the queue adapters log (unreachable services, "
             "retries, dead-lettered messages).",
         ),
     ] = False,
 ) -> None:
-    """Submit orders, watch their status, inspect the state store."""
+    """Submit orders, watch their replies, read and act on orders through the operator API."""
     # Without a handler, Python prints warnings on stderr by itself; the adapters log one for a failure
     # the command then reports as its error, so by default only errors are shown, the error only once.
     telemetry.guard_log_records()  # a warning may name a message id a client chose
@@ -72,7 +75,7 @@ def _options(
 def main() -> None:
     """Console-script entry point.
 
-    A store or queue that cannot be reached (exit 1), or settings that cannot be used, such as a
+    A queue or the operator API that cannot be reached (exit 1), or settings that cannot be used, such as a
     missing or malformed connection string (exit 2), end in one line on stderr, not a traceback.
     """
     try:

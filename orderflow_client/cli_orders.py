@@ -9,19 +9,29 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import Field, ValidationError
 from rich.table import Table
 
-from orderflow.errors import InvalidMessage, NotFound, OrderflowError
+from orderflow.errors import InvalidMessage, OrderflowError
 from orderflow.messages import NOT_AN_OBJECT, decode_json_object, json_type, validate_order_key
-from orderflow.records import CompensationEntry, ProcessState, UndoStatus
-from orderflow.wiring import connect_stores
+from orderflow.records import (
+    CompensationEntry,
+    LastError,
+    Model,
+    ProcessState,
+    RetryBudget,
+    ReviewDecision,
+    StepState,
+    UndoStatus,
+    UtcDatetime,
+)
 from orderflow_client.cli_common import (
     OrderKey,
     call_operator_api,
+    connect_operator_api,
     console,
     fail,
     key_hint,
-    load_settings,
     markup,
     row,
     state_of,
@@ -270,27 +280,70 @@ def _undo_progress(entry: CompensationEntry, state: ProcessState) -> str:
     return "not run (only if the order is compensated)"
 
 
-@commands.command()
-def status(
-    order_id: OrderKey,
-    env_file: Annotated[Path | None, typer.Option()] = None,
-) -> None:
-    """Show an order's state record."""
+class _ReviewShown(Model):
+    """What ``status`` shows of an order's review (the view leaves the host's response queue out)."""
+
+    step: str
+    deadline: UtcDatetime
+    decision: ReviewDecision | None = None
+    decided_by: str | None = None
+    decided_by_name: str | None = None
+
+
+class _StatusShown(Model):
+    """What ``status`` shows of the operator API's view of an order's state record (``GET
+    /orders/{orderId}``: the record's stored form, camelCase), read back into the core's types so that
+    each value is shown as the record holds it."""
+
+    process_state: ProcessState
+    locked_by: str | None = None
+    complete_by: UtcDatetime | None = None
+    attempt: int = 0
+    failure_count: int = 0
+    next_attempt_at: UtcDatetime | None = None
+    retry_budget: RetryBudget
+    steps: dict[str, StepState] = Field(default_factory=dict)
+    last_error: LastError | None = None
+    compensation_log: list[CompensationEntry] = Field(default_factory=list)
+    compensation_error: LastError | None = None
+    compensation_failures: int = 0
+    review: _ReviewShown | None = None
+    cancel_requested_at: UtcDatetime | None = None
+    stop_requested_by: str | None = None
+    stop_requested_by_name: str | None = None
+
+
+def _order_view(order_id: str, api_url: str | None, token_file: Path | None) -> _StatusShown:
+    """The order's state record as the operator API shows it.
+
+    Raises:
+        typer.Exit: 2, after a one-line error, on a bad order key, no URL or token, or a 400; 1 when the
+            order is unknown, the API refused or failed, could not be reached, or answered no order view.
+    """
     try:
         validate_order_key(order_id)
     except InvalidMessage as exc:
         fail(exc.description, code=2)
-    settings = load_settings(env_file)
-    stores = connect_stores(settings)
-    try:
-        found = stores.state.get(order_id)
-    except NotFound:
+    with connect_operator_api(api_url, token_file) as client:
+        try:
+            answer = client.get_order(order_id)
+        except OrderflowError as exc:
+            fail(f"cannot read order {order_id}: {exc.detail}", code=1)
+    if answer.status == 404:
         fail(f"no order {order_id}{key_hint(order_id)}", code=1)
-    except OrderflowError as exc:
-        fail(f"cannot read order {order_id}: {exc}", code=1)
-    finally:
-        stores.close()
-    record = found.item
+    if not answer.ok:
+        refused = f"{answer.status} {answer.error_code}: {answer.error_message}"
+        fail(f"cannot read order {order_id}: {refused}", code=2 if answer.status == 400 else 1)
+    try:
+        return _StatusShown.model_validate(answer.body)
+    except ValidationError as exc:
+        fail(
+            f"cannot read order {order_id}: the API's answer is not an order: {exc.errors()[0]['msg']}",
+            code=1,
+        )
+
+
+def _state_table(order_id: str, record: _StatusShown) -> Table:
     table = Table(title=shown(f"order {order_id}"))
     table.add_column("field")
     table.add_column("value")
@@ -327,4 +380,14 @@ def status(
             f"{f' ({record.stop_requested_by_name})' if record.stop_requested_by_name else ''}"
             f" at {record.cancel_requested_at.isoformat()}",
         )
-    console.print(table)
+    return table
+
+
+@commands.command()
+def status(order_id: OrderKey, api_url: ApiUrl = None, token_file: TokenFile = None) -> None:
+    """Show an order's state record: state, lock, deadline, budget, steps, undo log, review, stop.
+
+    Reads it through the operator API (app role orderflow.operator or orderflow.reviewer); `orders show`
+    adds the timeline and the ETag. Exits 1 when there is no such order or the API refused, 2 on bad input.
+    """
+    console.print(_state_table(order_id, _order_view(order_id, api_url, token_file)))

@@ -288,6 +288,25 @@ def test_a_planted_import_the_layers_allow_is_not_a_breach(module: str, source: 
     assert layer_breaches(module, source) == []
 
 
+def wiring_taken(module: str, source: str | None = None) -> set[str]:
+    """The names ``module`` (its source, or ``source``) imports from :mod:`orderflow.wiring`."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8") if source is None else source)
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "orderflow.wiring"
+        for alias in node.names
+    }
+
+
+def test_the_client_package_connects_to_queues_only_never_to_a_store() -> None:
+    # orderflow.wiring connects to the stores too; the client reads orders through the operator API.
+    taken = {name for module in layer_modules(CLIENT) for name in wiring_taken(module)}
+    assert taken == {"connect_queues"}
+    planted = "from orderflow.wiring import connect_queues, connect_stores"
+    assert wiring_taken("orderflow_client.cli", planted) - {"connect_queues"} == {"connect_stores"}
+
+
 def test_the_functions_package_can_reach_neither_the_client_package_nor_the_local_host() -> None:
     reachable = {layer: _transitively(layer) for layer in FUNCTIONS_PACKAGE}
     assert reachable[FUNCTION_APP] >= {CORE, HOST_SUPPORT, role("intake")}
