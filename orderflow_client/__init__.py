@@ -1,7 +1,9 @@
 """The client side of orderflow: the client SDK (:mod:`orderflow_client.client`), the operator API's HTTP
 client (:mod:`orderflow_client.operator_client`) and the ``orderflow`` command line over both.
 
-It reaches the system only through a client's queues and the authenticated operator API, and imports
-of the core only its messages, records and client text rules. Installed for the CLI and the demo; never
-part of the Functions deployment package (``.funcignore``).
+It reaches the system only through a client's queues and the authenticated operator API: of the core it
+imports the messages and records it sends and shows, the client registry, the client text rules, the
+settings and the queue connection (``orderflow.wiring.connect_queues``), never a store, a role or a host
+(tests/unit/test_layering.py). Installed for the CLI and the demo (requirements-client.txt); never part
+of the Functions deployment package (``.funcignore``).
 """
