@@ -76,6 +76,7 @@ def load_settings(env_file: Path | None) -> Settings:
 
 
 def row(table: Table, *cells: object) -> None:
+    """Add a row of ``cells`` to ``table``, each as :func:`~orderflow_client.order_render.shown` text."""
     # A record holds text others wrote (reasons, operator names): shown as text, never as markup.
     table.add_row(*(shown(str(cell)) for cell in cells))
 
@@ -158,5 +159,6 @@ def key_hint(order_id: str | None, answer: OperatorAnswer | None = None) -> str:
 
 
 def state_of(answer: OperatorAnswer) -> str:
+    """The ``processState`` of the order an action's answer holds, or ``?``."""
     order = answer.body.get("order")
     return str(order.get("processState", "?")) if isinstance(order, dict) else "?"
