@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.errors import TransientError
+from orderflow_client.client import FINAL_STATUSES, OrderflowClient
 
 T = TypeVar("T")
 

@@ -23,11 +23,11 @@ from demo.tpch import (
     DemoOrder,
     customer_declined,
 )
-from orderflow.client import OrderflowClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
+from orderflow_client.client import OrderflowClient
 
 
 def all_records(states: StateStore) -> list[StateRecord]:

@@ -35,7 +35,6 @@ from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulat
 from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from devhost.queues.factory import StorageQueueFactory
-from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.errors import TransientError
 from orderflow.records import StateRecord
@@ -43,6 +42,7 @@ from orderflow.settings import Settings
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 from orderflow.stores.cosmos import CosmosStores
+from orderflow_client.client import FINAL_STATUSES, OrderflowClient
 
 
 @dataclass

@@ -14,7 +14,7 @@ param location string
 @description('Object id of the deploying principal (azd sets AZURE_PRINCIPAL_ID). It gets no role unless grantDeployerReadAccess.')
 param principalId string = ''
 
-@description('Give the deployer read-only Cosmos DB data access to the database (for orderflow status from a laptop). Off by default: nobody but the app reads orders.')
+@description('Give the deployer read-only Cosmos DB data access to the database (to read orders directly; the CLI reads them through the operator API). Off by default: nobody but the app reads orders.')
 param grantDeployerReadAccess bool = false
 
 @minLength(8)

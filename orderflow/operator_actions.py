@@ -2,7 +2,7 @@
 
 One rule, used in two places: the operator API checks it on the record before it writes
 (:mod:`operator_api.resubmit`, :mod:`operator_api.suspension`), and the bulk commands
-(:mod:`orderflow.cli_bulk`) check it on each listed order's summary, so that an order the action cannot
+(:mod:`orderflow_client.cli_bulk`) check it on each listed order's summary, so that an order the action cannot
 apply to is reported as skipped and never sent. The API checks more than a listing shows (a resubmit of
 an ``Error`` order whose compensation began is refused too); what it refuses is always its own answer.
 """

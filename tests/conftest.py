@@ -30,7 +30,7 @@ os.environ.setdefault("CLIENTS", TEST_CLIENTS)
 telemetry.guard_log_records()
 
 # A pytest-xdist worker starts with COLUMNS and LINES set to 80 by 24. The CLI's rich console, made when
-# orderflow.cli is imported, would keep that width whatever width a test invokes the CLI with.
+# orderflow_client.cli_common is imported, would keep that width whatever width a test invokes the CLI with.
 for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
 

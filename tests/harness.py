@@ -29,7 +29,6 @@ from devhost.local_issuer import LocalIssuer
 from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
 from devhost.serving import serve_in_thread, server_url, stop
-from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -41,6 +40,7 @@ from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
+from orderflow_client.client import OrderflowClient
 
 TPCH_FIXTURE = Path(__file__).parent / "data" / "tpch"
 

@@ -30,11 +30,11 @@ from devhost.host import DevHost
 from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
 from orderflow.breaker import circuit_breakers
-from orderflow.client import OrderflowClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
+from orderflow_client.client import OrderflowClient
 
 
 @dataclass

@@ -26,11 +26,11 @@ from devhost.client_credentials import issue_client_credentials
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.http_transport import transport_for
 from devhost.wakeup_channel import WakeupChannel
-from orderflow.client import OrderflowClient
 from orderflow.records import StateRecord, client_order_id
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.workflows import CURRENT_WORKFLOW
+from orderflow_client.client import OrderflowClient
 
 REMOTE_STEPS = len(CURRENT_WORKFLOW.steps)
 """n, the remote steps of the workflow new orders run (reserve, charge, ship)."""

@@ -33,10 +33,10 @@ from demo.system import DemoSystem, Settling
 from devhost.queues.factory import StorageQueueFactory
 from operator_api.alerts import MAX_LIMIT
 from operator_api.deadletters import every_dead_letter
-from orderflow.client import OrderflowClient
-from orderflow.operator_client import OperatorApiClient
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
+from orderflow_client.client import OrderflowClient
+from orderflow_client.operator_client import OperatorApiClient
 
 
 def chaos_report(

@@ -41,7 +41,7 @@ def count_misrouted_replies(received: Mapping[str, Mapping[str, int]], owners: M
 
     Args:
         received: Per client reply queue, the replies it received per order id (duplicates not counted:
-            :attr:`orderflow.client.ReplyLog.received`).
+            :attr:`orderflow_client.client.ReplyLog.received`).
         owners: The reply queue of the client that submitted each order, by order id.
     """
     return sum(

@@ -82,9 +82,9 @@ from demo.outcome import (
 from demo.system import DemoSystem, Settling, demo_system, submit_and_settle
 from devhost.__main__ import CLOCK_OFFSET_ENV
 from devhost.cli import run_driver
-from orderflow.client import OrderflowClient
 from orderflow.settings import Settings
 from orderflow.workflows import new_order_workflow
+from orderflow_client.client import OrderflowClient
 
 logger = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from demo.intruder.attacks import (
     with_sas_of,
 )
 from demo.intruder.hostile_text import HOSTILE_CASES
-from orderflow.client import OrderflowClient, submission_message_id
 from orderflow.clients import RegisteredClient
 from orderflow.errors import NotFound, OrderflowError
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, QueueFactory
 from orderflow.records import order_key
 from orderflow.stores.base import StateStore
+from orderflow_client.client import OrderflowClient, submission_message_id
 
 logger = logging.getLogger(__name__)
 

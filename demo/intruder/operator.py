@@ -20,9 +20,9 @@ from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from operator_api.alerts import MAX_LIMIT
 from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.records import order_key
 from orderflow.stores.base import StateStore
+from orderflow_client.operator_client import OperatorAnswer, OperatorApiClient
 
 logger = logging.getLogger(__name__)
 

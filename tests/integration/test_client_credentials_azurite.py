@@ -17,9 +17,9 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 from devhost.client_credentials import ClientCredentials, connection_strings, issue_client_credentials
 from devhost.emulators import LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
-from orderflow.client import OrderflowClient
 from orderflow.errors import PermanentError
 from orderflow.settings import Settings
+from orderflow_client.client import OrderflowClient
 from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.integration

@@ -23,9 +23,9 @@ from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
 from devhost.serving import serve_in_thread, server_url, stop
-from orderflow.client import OrderflowClient
 from orderflow.records import ProcessState, order_key
 from orderflow.stores.cosmos import CosmosStores
+from orderflow_client.client import OrderflowClient
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
 
 pytestmark = pytest.mark.integration

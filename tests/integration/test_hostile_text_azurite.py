@@ -18,12 +18,12 @@ from devhost.operator_http import create_operator_app
 from devhost.queues.factory import StorageQueueFactory
 from devhost.serving import serve_in_thread, server_url, stop
 from operator_api.schemas import DeadLetterAnswer, DeadLetterList, PurgeAnswer
-from orderflow import cli
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.settings import Settings
+from orderflow_client import cli
 from tests.hostile_text import hostile_cases, raw_controls, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps

@@ -23,14 +23,14 @@ from devhost.host import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
 from orchestrators import workflow
-from orderflow.cli import app as cli_app
 from orderflow.dependencies import Dependencies
 from orderflow.errors import WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.records import ProcessState, StepStatus, format_utc, parse_utc
 from orderflow.replays import replay_message_id
+from orderflow_client.cli import app as cli_app
+from orderflow_client.operator_client import OperatorApiClient
 from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from tests.harness import System, running_system
 from tests.operator_tokens import TrustedIssuer, local_issuer

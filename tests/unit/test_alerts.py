@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
-from orderflow import cli, telemetry
+from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import (
     ALERT_KINDS,
@@ -38,11 +38,12 @@ from orderflow.consumer import Settlement, settle
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.base import ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
+from orderflow_client import cli, cli_common
+from orderflow_client.operator_client import OperatorApiClient
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
 from tests.operator_tokens import TrustedIssuer
@@ -387,7 +388,7 @@ def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependen
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.setenv("ORDERFLOW_API_URL", "https://operator-api.test")
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="rita", roles=[REVIEWER_ROLE]))
     return deps

@@ -28,12 +28,12 @@ from bench.workload import happy_orders, submissions
 from demo.fleet import DevhostSpec
 from demo.tpch import load_catalog
 from devhost.wakeup_channel import WakeupChannel
-from orderflow.client import OrderflowClient
 from orderflow.errors import TransientError
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import matches
+from orderflow_client.client import OrderflowClient
 from supervisor.sweep import expired_query
 from tests.unit.fakes import received
 

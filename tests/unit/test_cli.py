@@ -16,15 +16,12 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
-from orderflow import cli
-from orderflow.cli import app, generate_orders
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
-from orderflow.errors import PermanentError, TransientError
+from orderflow.errors import TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.queues.base import DeadLetter
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -38,8 +35,11 @@ from orderflow.records import (
 )
 from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
-from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V2
+from orderflow_client import cli, cli_client, cli_common
+from orderflow_client.cli import app
+from orderflow_client.operator_client import OperatorApiClient
+from orderflow_client.order_files import generate_orders
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
@@ -52,7 +52,8 @@ RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"},
 
 @dataclass
 class FakeTime:
-    """Stands in for the ``time`` module inside :mod:`orderflow.cli`: sleeping moves the clock."""
+    """Stands in for the ``time`` module inside :mod:`orderflow_client.cli_client`: sleeping moves the
+    clock."""
 
     now: float = 0.0
     slept: list[float] = field(default_factory=list)
@@ -63,17 +64,6 @@ class FakeTime:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
-
-
-@dataclass
-class FakeStores:
-    """What :func:`orderflow.wiring.connect_stores` returns, as far as the CLI uses it."""
-
-    state: InMemoryStateStore = field(default_factory=InMemoryStateStore)
-    closed: bool = False
-
-    def close(self) -> None:
-        self.closed = True
 
 
 CLI_CLIENTS = json.dumps(
@@ -107,7 +97,7 @@ def connected(queues: InMemoryQueueFactory, monkeypatch: pytest.MonkeyPatch) -> 
         calls.append(settings)
         return queues
 
-    monkeypatch.setattr(cli, "connect_queues", connect_queues)
+    monkeypatch.setattr(cli_client, "connect_queues", connect_queues)
     return calls
 
 
@@ -321,7 +311,7 @@ def test_watch_prints_replies_and_a_summary(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_time = FakeTime()
-    monkeypatch.setattr(cli, "time", fake_time)
+    monkeypatch.setattr(cli_client, "time", fake_time)
     replies = queues.queue("client-x")
     for order_id, status in [("o-1", OrderStatus.RECEIVED), ("o-1", OrderStatus.PROCESSED)] * 2 + [
         ("o-2", OrderStatus.RECEIVED)
@@ -343,9 +333,8 @@ def test_watch_prints_replies_and_a_summary(
 # --- status ---------------------------------------------------------------------------------------
 
 
-def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores = FakeStores()
-    stores.state.create(
+def test_status_prints_the_state_record(order_api: OrderApi) -> None:
+    order_api.deps.states.create(
         StateRecord(
             id="o-1",
             order_id="o-1",
@@ -367,7 +356,6 @@ def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None
             updated_at=AT,
         )
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-1"], terminal_width=200)
 
@@ -376,20 +364,17 @@ def test_status_prints_the_state_record(monkeypatch: pytest.MonkeyPatch) -> None
     assert "o-1:2" in result.output
     assert "3/24" in result.output
     assert "Completed (attempts 1)" in result.output
-    assert stores.closed
+    assert order_api.asked == ["GET /api/operator/orders/o-1"]
 
 
-def test_status_of_an_unknown_order_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores = FakeStores()
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
-
+def test_status_of_an_unknown_order_exits_1(order_api: OrderApi) -> None:
     result = CliRunner().invoke(app, ["status", "nope"], terminal_width=200)
 
     assert result.exit_code == 1
     assert "no order nope" in result.output
     # A client's own id is not a key: the error says what to name the order by.
     assert "named by key, <client id>:nope" in " ".join(result.output.split())
-    assert stores.closed
+    assert order_api.asked == ["GET /api/operator/orders/nope"]
 
 
 # --- cancel ---------------------------------------------------------------------------------------
@@ -496,15 +481,13 @@ def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> St
     )
 
 
-def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores = FakeStores()
+def test_status_shows_why_a_compensation_failed(order_api: OrderApi) -> None:
     record = _record_with_undo_log(ProcessState.COMPENSATION_FAILED, status="CompensationFailed")
     record.compensation_error = LastError(
         kind="permanent", code="undo_refused", message="refused", step="reserve_inventory", at=AT
     )
     record.compensation_failures = 2
-    stores.state.create(record)
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    order_api.deps.states.create(record)
 
     result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
 
@@ -516,13 +499,10 @@ def test_status_shows_why_a_compensation_failed(monkeypatch: pytest.MonkeyPatch)
     assert "undo_refused" in flat and "(stuck 2" in flat
 
 
-def test_status_prints_text_from_the_record_literally_never_as_markup(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_status_prints_text_from_the_record_literally_never_as_markup(order_api: OrderApi) -> None:
     # An operator name or an error message is text someone else wrote: "[/]" would be a markup error,
     # "[bold]" would vanish.
-    stores = FakeStores()
-    stores.state.create(
+    order_api.deps.states.create(
         StateRecord(
             id="o-3",
             order_id="o-3",
@@ -537,7 +517,6 @@ def test_status_prints_text_from_the_record_literally_never_as_markup(
             updated_at=AT,
         )
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
     result = CliRunner().invoke(app, ["status", "o-3"], terminal_width=200)
 
@@ -579,7 +558,7 @@ def test_the_entry_point_reports_an_unreachable_queue_in_one_line(
     def unreachable(settings: Settings) -> InMemoryQueueFactory:
         raise TransientError("queue service unreachable: connection refused")
 
-    monkeypatch.setattr(cli, "connect_queues", unreachable)
+    monkeypatch.setattr(cli_client, "connect_queues", unreachable)
     monkeypatch.setattr(sys, "argv", ["orderflow", "watch", "--reply-to", "client-x", "--timeout", "0"])
 
     with pytest.raises(SystemExit) as exited:
@@ -603,45 +582,53 @@ def one_line_error(result: Result) -> str:
     return lines[0]
 
 
-@dataclass
-class RefusingStateStore:
-    """A state store answering as Cosmos DB answers an id it cannot address (HTTP 400)."""
-
-    asked: list[str] = field(default_factory=list)
-
-    def get(self, order_id: str) -> Any:
-        self.asked.append(order_id)
-        raise PermanentError("cosmos_400", f"Cosmos DB answered 400 for state {order_id!r}")
-
-
 @pytest.mark.parametrize("order_id", ["a/b", "a:b:1", "A:1", "", "x" * 65, "é"])
-def test_status_of_an_invalid_order_id_is_a_one_line_error(
-    monkeypatch: pytest.MonkeyPatch, order_id: str
-) -> None:
-    stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
-
+def test_status_of_an_invalid_order_id_is_a_one_line_error(order_api: OrderApi, order_id: str) -> None:
     result = invoke("status", order_id)
 
     assert result.exit_code == 2
     line = one_line_error(result)
     assert "is not an order key" in line
     assert "1-64 letters, digits" in line
-    assert stores.state.asked == []  # type: ignore[attr-defined]
+    assert order_api.asked == []
 
 
-def test_status_when_the_store_refuses_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores = FakeStores(state=RefusingStateStore())  # type: ignore[arg-type]
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+@dataclass
+class UnreachableStateStore:
+    """A state store failing as the Cosmos adapter does when the account cannot be reached: it logs a
+    warning, then raises."""
+
+    def get(self, order_id: str) -> Any:
+        logging.getLogger("orderflow.stores.cosmos").warning(
+            "Cosmos DB unreachable for state %r: ServiceRequestError", order_id
+        )
+        raise TransientError(f"Cosmos DB unreachable for state {order_id!r}: ServiceRequestError")
+
+
+def test_status_when_the_api_cannot_read_the_order_is_a_one_line_error(order_api: OrderApi) -> None:
+    order_api.deps.states = UnreachableStateStore()  # type: ignore[assignment]
 
     result = invoke("status", "a:o-1")
 
     assert result.exit_code == 1
-    assert (
-        one_line_error(result)
-        == "error: cannot read order a:o-1: [permanent] cosmos_400: Cosmos DB answered 400 for state 'a:o-1'"
+    assert one_line_error(result) == "error: cannot read order a:o-1: 503 Unavailable: try again shortly"
+    assert order_api.asked == ["GET /api/operator/orders/a:o-1"]
+
+
+def test_status_when_the_api_cannot_be_reached_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)
+
+    result = invoke(
+        "status", "a:o-1", "--api-url", "http://127.0.0.1:9", "--token-file", token_file(tmp_path, "a.b.c")
     )
-    assert stores.closed
+
+    assert result.exit_code == 1
+    assert one_line_error(result).startswith(
+        "error: cannot read order a:o-1: the operator API at http://127.0.0.1:9 could not be reached"
+    )
+    assert "a.b.c" not in result.output
 
 
 @pytest.mark.parametrize(
@@ -946,7 +933,7 @@ def test_watch_with_timeout_zero_reads_what_is_there_once(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_time = FakeTime()
-    monkeypatch.setattr(cli, "time", fake_time)
+    monkeypatch.setattr(cli_client, "time", fake_time)
     reply = StatusReply(order_id="o-1", status=OrderStatus.PROCESSED, at=AT)
     queues.queue("client-x").send(reply.to_json(), message_id=reply_message_id("o-1", OrderStatus.PROCESSED))
 
@@ -963,7 +950,7 @@ def test_watch_with_timeout_zero_reads_what_is_there_once(
 def test_watch_summary_says_one_order_and_one_duplicate_and_counts_foreign_messages(
     queues: InMemoryQueueFactory, connected: list[Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "time", FakeTime())
+    monkeypatch.setattr(cli_client, "time", FakeTime())
     replies = queues.queue("client-x")
     reply = StatusReply(order_id="o-1", status=OrderStatus.RECEIVED, at=AT)
     for _ in range(2):
@@ -1014,27 +1001,15 @@ def test_review_needs_exactly_one_of_approve_and_reject(
 API_URL = "https://operator-api.test"
 
 
-@pytest.fixture
-def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
-    """The operator API behind the CLI's client, in process: its requests go to the handler, over the
-    in-memory stores, checking real tokens. Holds o-1, paused for review."""
-    deps = memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
-    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
-    for step, completed in (("reserve_inventory", None), ("charge_payment", RESERVED)):
-        start_step(
-            StartStepInput(
-                order_id="a:o-1",
-                instance_id="a:o-1:1",
-                workflow_version=ORDER_V2.version,
-                step=step,
-                timeout_s=8,
-                completed=completed,
-                response_queue="agent-responses-h1",
-            ).to_payload(),
-            deps,
-        )
+def serve_operator_api(
+    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """Put the operator API over ``deps`` behind the CLI's client, in process: its requests go to the
+    handler, checking real tokens. Returns the requests it answers, as ``METHOD path``, as they come."""
+    asked: list[str] = []
 
     def serve(request: httpx.Request) -> httpx.Response:
+        asked.append(f"{request.method} {request.url.path}")
         answer = handle_operator_request(
             request.method,
             request.url.path,
@@ -1051,10 +1026,53 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
+    return asked
+
+
+@pytest.fixture
+def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+    """The operator API behind the CLI's client (:func:`serve_operator_api`), over the in-memory stores.
+    Holds o-1, paused for review."""
+    deps = memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
+    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
+    for step, completed in (("reserve_inventory", None), ("charge_payment", RESERVED)):
+        start_step(
+            StartStepInput(
+                order_id="a:o-1",
+                instance_id="a:o-1:1",
+                workflow_version=ORDER_V2.version,
+                step=step,
+                timeout_s=8,
+                completed=completed,
+                response_queue="agent-responses-h1",
+            ).to_payload(),
+            deps,
+        )
+    serve_operator_api(deps, trusted, monkeypatch)
     monkeypatch.delenv("ORDERFLOW_TOKEN", raising=False)
     monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)
     return deps
+
+
+@dataclass
+class OrderApi:
+    """The operator API behind the CLI over in-memory stores a test fills, and what it was asked."""
+
+    deps: Dependencies
+    asked: list[str]
+
+
+@pytest.fixture
+def order_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> OrderApi:
+    """The operator API behind the CLI's client (:func:`serve_operator_api`) over empty in-memory stores,
+    with its URL and an operator's token in the environment (``ORDERFLOW_API_URL``, ``ORDERFLOW_TOKEN``):
+    ``status`` reads the orders a test stores through it."""
+    deps = memory_deps(FakeClock())
+    asked = serve_operator_api(deps, trusted, monkeypatch)
+    monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
+    monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
+    return OrderApi(deps, asked)
 
 
 def token_file(tmp_path: Path, token: str) -> str:
@@ -1238,12 +1256,10 @@ def test_an_invalid_setting_in_the_env_file_names_the_file_and_never_shows_a_sec
 
 @pytest.mark.parametrize("key", ["garbage", "abcde", "not base64!"])
 def test_status_with_a_cosmos_key_that_is_not_base64_names_the_setting(
-    monkeypatch: pytest.MonkeyPatch, key: str
+    order_api: OrderApi, monkeypatch: pytest.MonkeyPatch, key: str
 ) -> None:
-    calls: list[Settings] = []
     monkeypatch.setenv("COSMOS_ENDPOINT", "https://localhost:8081")
     monkeypatch.setenv("COSMOS_KEY", key)
-    monkeypatch.setattr(cli, "connect_stores", calls.append)
 
     result = invoke("status", "a:o-1")
 
@@ -1252,56 +1268,55 @@ def test_status_with_a_cosmos_key_that_is_not_base64_names_the_setting(
         "error: COSMOS_KEY (value not shown) is not valid: it should be base64: the Cosmos DB account key "
         "as the portal or the emulator gives it"
     )
-    assert calls == []
+    assert order_api.asked == []
 
 
-def test_status_accepts_a_base64_cosmos_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores = FakeStores()
+def test_status_accepts_a_base64_cosmos_key(order_api: OrderApi, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(
         "COSMOS_KEY",
         "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==",
     )
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
 
     result = invoke("status", "a:o-1")
 
-    assert result.exit_code == 1  # it got as far as the store
+    assert result.exit_code == 1  # it got as far as the API
     assert one_line_error(result) == "error: no order a:o-1"
 
 
-# --- an unreachable store is reported once --------------------------------------------------------
+# --- an unreachable queue is reported once --------------------------------------------------------
 
 
 @dataclass
-class UnreachableStateStore:
-    """A state store failing as the Cosmos adapter does when the account cannot be reached: it logs a
+class UnreachableQueues:
+    """Queues failing as the Storage adapter does when the account cannot be reached: it logs a
     warning, then raises."""
 
-    def get(self, order_id: str) -> Any:
-        logging.getLogger("orderflow.stores.cosmos").warning(
-            "Cosmos DB unreachable for state %r: ServiceRequestError", order_id
+    def queue(self, name: str) -> Any:
+        logging.getLogger("orderflow.queues.storage").warning(
+            "Storage queue %r unreachable: ServiceRequestError", name
         )
-        raise TransientError(f"Cosmos DB unreachable for state {order_id!r}: ServiceRequestError")
+        raise TransientError(f"Storage queue {name!r} unreachable: ServiceRequestError")
 
 
 @pytest.mark.parametrize("verbose", [False, True])
-def test_an_unreachable_store_is_reported_once_unless_verbose(
+def test_an_unreachable_queue_is_reported_once_unless_verbose(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], verbose: bool
 ) -> None:
     # As in a real process: no logging configured (pytest's capture handlers removed), so without the
     # CLI's own handler Python's last-resort handler would print the warning on stderr.
     monkeypatch.setattr(logging.root, "handlers", [])
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: FakeStores(state=UnreachableStateStore()))  # type: ignore[arg-type]
-    monkeypatch.setattr(sys, "argv", ["orderflow", *(["--verbose"] if verbose else []), "status", "a:o-1"])
+    monkeypatch.setattr(cli_client, "connect_queues", lambda settings: UnreachableQueues())
+    watch = ["watch", "--reply-to", "client-x", "--timeout", "0"]
+    monkeypatch.setattr(sys, "argv", ["orderflow", *(["--verbose"] if verbose else []), *watch])
 
     with pytest.raises(SystemExit) as exited:
         cli.main()
 
     assert exited.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    cause = "Cosmos DB unreachable for state 'a:o-1': ServiceRequestError"
-    error = f"error: cannot read order a:o-1: [transient] {cause}"
-    warning = f"WARNING orderflow.stores.cosmos: {cause}"
+    cause = "Storage queue 'client-x' unreachable: ServiceRequestError"
+    error = f"error: [transient] {cause}"
+    warning = f"WARNING orderflow.queues.storage: {cause}"
     assert err == ([warning, error] if verbose else [error])
     assert logging.root.handlers == []  # the CLI's handler is gone with the command
 
@@ -1321,11 +1336,9 @@ def test_an_unreachable_store_is_reported_once_unless_verbose(
     ],
 )
 def test_status_shows_whether_an_undo_is_still_to_come(
-    monkeypatch: pytest.MonkeyPatch, state: ProcessState, status: str, shown: str
+    order_api: OrderApi, state: ProcessState, status: str, shown: str
 ) -> None:
-    stores = FakeStores()
-    stores.state.create(_record_with_undo_log(state, status=status))
-    monkeypatch.setattr(cli, "connect_stores", lambda settings: stores)
+    order_api.deps.states.create(_record_with_undo_log(state, status=status))
 
     result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
 

@@ -14,15 +14,15 @@ from typer.testing import CliRunner, Result
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
 from orchestrators.starter import run_starter_pass
-from orderflow import cli, cli_bulk
-from orderflow.cli import app
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.records import LastError, ProcessState, StepStatus
 from orderflow.timeline import Actor, note
 from orderflow.workflows import ORDER_V1, ORDER_V2
+from orderflow_client import cli_bulk, cli_common
+from orderflow_client.cli import app
+from orderflow_client.operator_client import OperatorApiClient
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import RecordingClient, memory_deps, submit_and_claim
 
@@ -116,7 +116,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Api:
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.setattr(cli_bulk, "PAGE_SIZE", 2)  # several pages from a few orders
     monkeypatch.setattr(cli_bulk, "RETRY_WAIT_S", 0.0)
     monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)

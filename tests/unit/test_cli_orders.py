@@ -12,16 +12,16 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
-from orderflow import cli
-from orderflow.cli import app
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.operator_client import OperatorApiClient
 from orderflow.records import LastError, ProcessState
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
+from orderflow_client import cli_common
+from orderflow_client.cli import app
+from orderflow_client.operator_client import OperatorApiClient
 from tests.hostile_text import hostile_cases, raw_controls
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, submit_and_claim
@@ -60,7 +60,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )
 
-    monkeypatch.setattr(cli, "OperatorApiClient", client)
+    monkeypatch.setattr(cli_common, "OperatorApiClient", client)
     monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))
     monkeypatch.setenv("COLUMNS", "250")

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from orderflow import client as client_module
-from orderflow.client import FINAL_STATUSES, OrderflowClient, ReplyLog, submission_message_id
 from orderflow.errors import InvalidMessage, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
+from orderflow_client import client as client_module
+from orderflow_client.client import FINAL_STATUSES, OrderflowClient, ReplyLog, submission_message_id
 from tests.unit.fakes import order_body
 
 pytestmark = pytest.mark.unit
@@ -24,7 +24,7 @@ AT = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 @dataclass
 class FakeTime:
-    """Stands in for the ``time`` module inside :mod:`orderflow.client`: sleeping moves the clock."""
+    """Stands in for the ``time`` module inside :mod:`orderflow_client.client`: sleeping moves the clock."""
 
     now: float = 0.0
     slept: list[float] = field(default_factory=list)

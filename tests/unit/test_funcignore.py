@@ -117,7 +117,9 @@ def test_the_package_holds_exactly_the_tracked_files_of_the_functions_app() -> N
     assert {_top(path) for path in packaged} == APP_FILES | set(APP_PACKAGES)
 
 
-@pytest.mark.parametrize("folder", ["tests", "demo", "bench", "devhost", "docs", "emulators", ".ci", "infra"])
+@pytest.mark.parametrize(
+    "folder", ["tests", "demo", "bench", "devhost", "orderflow_client", "docs", "emulators", ".ci", "infra"]
+)
 def test_every_tracked_file_of_the_development_folders_stays_out(folder: str) -> None:
     files = [path for path in _tracked_files() if path.startswith(f"{folder}/")]
     assert files, f"nothing tracked under {folder}/"
@@ -134,6 +136,7 @@ def test_every_tracked_file_of_the_development_folders_stays_out(folder: str) ->
         "README.md",
         "pyproject.toml",
         "requirements-dev.txt",
+        "requirements-client.txt",
         "requirements-infra.txt",
         "azure.yaml",
         "package.json",
@@ -169,6 +172,16 @@ def test_every_module_the_app_imports_is_in_the_package() -> None:
     )
     assert "function_app.py" in ours and "orderflow/wiring.py" in ours and "supervisor/sweep.py" in ours
     assert [path for path in ours if _git_excludes(path) or _core_tools_excludes(path)] == []
+
+
+def test_the_client_package_is_never_in_the_deployment_package() -> None:
+    # The CLI and the client SDK are installed where they run (requirements-client.txt); the core, whose
+    # name the package's begins with, stays in (Core Tools matches each line as a prefix).
+    client_files = [path for path in _tracked_files() if _top(path) == "orderflow_client"]
+
+    assert "orderflow_client/cli.py" in client_files and "orderflow_client/client.py" in client_files
+    assert [path for path in client_files if not (_git_excludes(path) and _core_tools_excludes(path))] == []
+    assert not _git_excludes("orderflow/records.py") and not _core_tools_excludes("orderflow/records.py")
 
 
 def test_the_package_holds_the_web_console() -> None:

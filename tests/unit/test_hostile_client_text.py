@@ -29,11 +29,11 @@ from operator_api.schemas import (
     PurgeAnswer,
     ReplayAnswer,
 )
-from orderflow import cli
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow_client import cli
 from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile, unsafe_characters
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps

@@ -58,7 +58,6 @@ from orderflow.messages import (
     parse_message,
 )
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.operator_client import OperatorAnswer, OperatorApiClient
 from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.queues.base import DeadLetter, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -66,6 +65,7 @@ from orderflow.records import ProcessState, RetryBudget, StateRecord, TimelineEn
 from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow_client.operator_client import OperatorAnswer, OperatorApiClient
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, take_in
 

@@ -19,10 +19,17 @@ layers :data:`MAY_IMPORT` names:
 - the local-only adapters (Storage queues, the loopback HTTP transport, the blob lease) live in
   ``devhost``: neither the Functions app nor its core and roles import them or the Storage SDKs they
   wrap;
+- the client package (``orderflow_client``: the client SDK and the CLI) imports itself and, of the core,
+  only the modules :data:`CLIENT_CORE` names, and of the local host only the Storage queues it sends and
+  reads on (:data:`LOCAL_QUEUES`); the Functions package (the core, the roles, the Azure host) never
+  imports it, and only the demo and the benchmarks do;
+- the Functions package never imports the CLI's libraries (:data:`CLIENT_ONLY_LIBRARIES`), which
+  ``requirements.txt`` does not install;
 - ``infra/policies`` (checks that checkov loads in its own venv, outside the app's layers) imports no
   first-party module.
 
-Each rule is checked twice. Statically, on every import in every module's source (:func:`imports_in`:
+Each rule is checked twice (and its checker shown planted sources that break it and that do not).
+Statically, on every import in every module's source (:func:`imports_in`:
 module level, inside functions, under ``TYPE_CHECKING``, and ``importlib.import_module`` or
 ``__import__`` with a literal name), so an import in a code path no test runs is seen too. And by
 importing each layer's modules in a fresh interpreter and reading ``sys.modules``, which also sees what
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -53,6 +61,7 @@ FUNCTIONS_SDKS = ("azure.functions", "azure.durable_functions", "azurefunctions"
 
 HOST_SUPPORT = "host support"
 LOCAL_HOST = "devhost"
+CLIENT = "orderflow_client"
 BENCH = "bench"
 DEMO = "demo"
 FUNCTION_APP = "function_app"
@@ -73,9 +82,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     **{blueprint(r): frozenset({CORE, role(r), HOST_SUPPORT}) for r in ROLES},
     FUNCTION_APP: frozenset({CORE, HOST_SUPPORT, *(blueprint(r) for r in ROLES)}),
     LOCAL_HOST: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST}),
-    BENCH: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO, BENCH}),
+    BENCH: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO, CLIENT, BENCH}),
     # The demo's drivers run the local host and read what its roles define (a route, a limit).
-    DEMO: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO}),
+    DEMO: frozenset({CORE, *(role(r) for r in ROLES), LOCAL_HOST, DEMO, CLIENT}),
+    CLIENT: frozenset({CORE, CLIENT}),
 }
 """The layers each layer may import directly (a layer always imports itself, a package its modules)."""
 
@@ -93,12 +103,38 @@ def layer_of(module: str) -> str | None:
         return HOST_SUPPORT
     if top in ROLES:
         return role(top)
-    if top in (CORE, FUNCTION_APP, LOCAL_HOST, BENCH, DEMO):
+    if top in (CORE, FUNCTION_APP, LOCAL_HOST, BENCH, DEMO, CLIENT):
         return top
     return None
 
 
-FIRST_PARTY = frozenset({CORE, *ROLES, "function_host", FUNCTION_APP, LOCAL_HOST, BENCH, DEMO, "tests"})
+FIRST_PARTY = frozenset(
+    {CORE, *ROLES, "function_host", FUNCTION_APP, LOCAL_HOST, BENCH, DEMO, CLIENT, "tests"}
+)
+FUNCTIONS_PACKAGE = frozenset(
+    {CORE, *(role(r) for r in ROLES), HOST_SUPPORT, *(blueprint(r) for r in ROLES), FUNCTION_APP}
+)
+"""The layers the Functions deployment package holds (.funcignore)."""
+
+CLIENT_CORE = (
+    "orderflow.messages",
+    "orderflow.records",
+    "orderflow.errors",
+    "orderflow.client_text",
+    "orderflow.clients",
+    "orderflow.operator_actions",
+    "orderflow.settings",
+    "orderflow.telemetry",
+    "orderflow.tracing",
+    "orderflow.queues.base",
+)
+"""What the client package may import of the core: the messages and records it sends and shows, the
+rules for client text, the client registry and the operator actions' preconditions, the settings it
+connects with, its log guard and trace context, and the queue port. Never a store, a role or a host:
+orders are read through the operator API."""
+
+CLIENT_ONLY_LIBRARIES = ("typer", "rich")
+"""The CLI's libraries (requirements-client.txt), which the Functions package neither installs nor imports."""
 
 
 def _module_name(path: Path) -> str:
@@ -120,16 +156,18 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
     package = module.split(".")
-    if modules()[module].name != "__init__.py":
+    if module not in modules() or modules()[module].name != "__init__.py":
         package = package[:-1]
     base = package[: len(package) - node.level + 1]
     return ".".join([*base, node.module] if node.module else base)
 
 
-def imports_in(module: str) -> Iterator[tuple[str, int]]:
-    """Every module ``module``'s source imports, with the line: ``from a import b`` names ``a.b`` when
-    that is a module of the repository, else ``a``."""
-    tree = ast.parse(modules()[module].read_text(encoding="utf-8"), filename=str(modules()[module]))
+def imports_in(module: str, source: str | None = None) -> Iterator[tuple[str, int]]:
+    """Every module ``module``'s source (its file's, or ``source``) imports, with the line: ``from a
+    import b`` names ``a.b`` when that is a module of the repository, else ``a``."""
+    if source is None:
+        source = modules()[module].read_text(encoding="utf-8")
+    tree = ast.parse(source, filename=module)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -146,10 +184,10 @@ def imports_in(module: str) -> Iterator[tuple[str, int]]:
                 yield node.args[0].value, node.lineno
 
 
-LOCAL_QUEUES: dict[str, frozenset[str]] = {"orderflow.cli": frozenset({"devhost.wiring"})}
-"""The ``orderflow`` command sends and reads on the local host's Storage queues, so it may import
-:mod:`devhost.wiring`, inside the function that connects them (importing the command loads nothing of
-the local host: :func:`test_the_app_and_its_core_load_no_local_only_adapter`)."""
+LOCAL_QUEUES: dict[str, frozenset[str]] = {"orderflow_client.cli_client": frozenset({"devhost.wiring"})}
+"""The ``orderflow`` command's submit, watch and cancel send and read on the local host's Storage queues,
+so that module may import :mod:`devhost.wiring`, inside the function that connects them (importing the
+command loads nothing of the local host)."""
 
 
 def _allowed(importer: str, imported: str) -> bool:
@@ -162,6 +200,26 @@ def _allowed(importer: str, imported: str) -> bool:
 
 def _is_first_party(module: str) -> bool:
     return module.split(".", maxsplit=1)[0] in FIRST_PARTY
+
+
+def _is_under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(package + ".") for package in packages)
+
+
+def layer_breaches(module: str, source: str | None = None) -> list[str]:
+    """The imports of ``module`` (its source, or ``source``) that break the layers: a first-party module
+    its layer may not import, or, from the client package, a core module :data:`CLIENT_CORE` does not
+    name; and, from the Functions package, a library of :data:`CLIENT_ONLY_LIBRARIES`."""
+    breaches = []
+    for imported, line in imports_in(module, source):
+        if _is_first_party(imported) and not _allowed(module, imported):
+            breaches.append(f"{module}:{line} imports {imported}")
+        elif layer_of(module) == CLIENT and layer_of(imported) == CORE:
+            if not _is_under(imported, CLIENT_CORE):
+                breaches.append(f"{module}:{line} imports {imported}, not the client's part of the core")
+        elif layer_of(module) in FUNCTIONS_PACKAGE and _is_under(imported, CLIENT_ONLY_LIBRARIES):
+            breaches.append(f"{module}:{line} imports {imported}, a library of the CLI only")
+    return breaches
 
 
 LAYERS = sorted(MAY_IMPORT)
@@ -200,14 +258,73 @@ def test_the_checkov_policies_import_nothing_of_orderflow() -> None:
 
 @pytest.mark.parametrize("layer", LAYERS)
 def test_every_import_in_the_source_follows_the_layers(layer: str) -> None:
-    broken = [
-        f"{module}:{line} imports {imported}"
-        for module in layer_modules(layer)
-        for imported, line in imports_in(module)
-        if _is_first_party(imported) and not _allowed(module, imported)
-    ]
+    broken = [breach for module in layer_modules(layer) for breach in layer_breaches(module)]
     assert layer_modules(layer)
     assert broken == [], f"{layer} may import {sorted(MAY_IMPORT[layer])} only"
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "breach"),
+    [
+        ("orderflow.records", "from orderflow_client.client import ReplyLog", "orderflow_client.client"),
+        ("orderflow.planted", "import orderflow_client", "orderflow_client"),
+        ("operator_api.planted", "from orderflow_client import cli", "orderflow_client.cli"),
+        ("function_host.planted", "from devhost.host import Host", "devhost.host"),
+        ("function_app", "import devhost", "devhost"),
+        ("function_host.blueprints.intake", "import orderflow_client.operator_client", "orderflow_client"),
+        ("orderflow.planted", "import typer", "typer, a library of the CLI only"),
+        ("orderflow.planted", "def f():\n    from rich.table import Table", "rich.table, a library"),
+        ("supervisor.planted", "import rich", "rich, a library of the CLI only"),
+        ("function_host.planted", "import typer.testing", "typer.testing, a library"),
+        ("orderflow_client.planted", "from orderflow.stores.cosmos import CosmosStores", "orderflow.stores"),
+        ("orderflow_client.planted", "from supervisor.sweep import sweep", "supervisor.sweep"),
+        ("orderflow_client.planted", "from devhost.host import Host", "devhost.host"),
+    ],
+)
+def test_a_planted_import_that_breaks_the_layers_is_found(module: str, source: str, breach: str) -> None:
+    [found] = layer_breaches(module, source)
+    assert found.startswith(f"{module}:") and f" imports {breach}" in found
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("orderflow_client.planted", "from orderflow.messages import SubmitOrder\nimport typer, rich"),
+        ("demo.planted", "from orderflow_client.client import OrderflowClient"),
+        ("demo.planted", "from orderflow_client.operator_client import OperatorApiClient"),
+        ("bench.planted", "import orderflow_client.client"),
+    ],
+)
+def test_a_planted_import_the_layers_allow_is_not_a_breach(module: str, source: str) -> None:
+    assert layer_breaches(module, source) == []
+
+
+def wiring_taken(module: str, source: str | None = None) -> set[str]:
+    """The names ``module`` (its source, or ``source``) imports from :mod:`devhost.wiring`."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8") if source is None else source)
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "devhost.wiring"
+        for alias in node.names
+    }
+
+
+def test_the_client_package_connects_to_queues_only_never_to_a_store() -> None:
+    # devhost.wiring connects to the stores too; the client reads orders through the operator API.
+    taken = {name for module in layer_modules(CLIENT) for name in wiring_taken(module)}
+    assert taken == {"connect_queues"}
+    planted = "from devhost.wiring import connect_queues, connect_stores"
+    assert wiring_taken("orderflow_client.cli", planted) - {"connect_queues"} == {"connect_stores"}
+    assert layer_breaches("orderflow_client.cli", "from orderflow.wiring import connect_stores") != []
+
+
+def test_the_functions_package_can_reach_neither_the_client_package_nor_the_local_host() -> None:
+    reachable = {layer: _transitively(layer) for layer in FUNCTIONS_PACKAGE}
+    assert reachable[FUNCTION_APP] >= {CORE, HOST_SUPPORT, role("intake")}
+    assert {layer: {CLIENT, LOCAL_HOST} & reached for layer, reached in reachable.items()} == {
+        layer: set() for layer in FUNCTIONS_PACKAGE
+    }
 
 
 def _transitively(layer: str) -> frozenset[str]:
@@ -293,6 +410,64 @@ def test_role_and_core_code_never_imports_the_functions_sdks() -> None:
     assert [name for name in _loaded_when_importing(code) if is_sdk(name)] == []
 
 
+def _import_without(names: list[str], absent: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """Import ``names`` in a fresh interpreter in which the packages ``absent`` names cannot be imported,
+    as where they are not installed; prints what of them ``sys.modules`` then holds."""
+    script = (
+        "import importlib, importlib.abc, json, sys\n"
+        "class Absent(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name.split('.')[0] in {absent!r}:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {absent!r})))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=False
+    )
+
+
+def test_the_functions_package_imports_without_the_clis_libraries() -> None:
+    # httpx loads rich for its own command line when rich is installed (as in .venv), and does without
+    # it otherwise: the app is imported here as the deployment, which installs neither, imports it.
+    names = sorted(name for name in modules() if layer_of(name) in FUNCTIONS_PACKAGE)
+    assert "function_app" in names and "orderflow.records" in names and "supervisor.sweep" in names
+
+    imported = _import_without(names, CLIENT_ONLY_LIBRARIES)
+
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert json.loads(imported.stdout.splitlines()[-1]) == []
+
+
+def test_the_clis_libraries_are_missed_where_they_are_needed() -> None:
+    # The check above can fail: the CLI itself does not import without them.
+    imported = _import_without(["orderflow_client.cli"], CLIENT_ONLY_LIBRARIES)
+
+    assert imported.returncode != 0
+    assert "ModuleNotFoundError: No module named 'typer'" in imported.stderr
+
+
+def _requirements(name: str) -> set[str]:
+    """The distributions a requirements file names directly (its ``-r`` includes left out)."""
+    lines = (REPO / name).read_text(encoding="utf-8").splitlines()
+    return {
+        re.split(r"[\s=<>!~;\[]", line.strip(), maxsplit=1)[0].lower()
+        for line in lines
+        if line.strip() and not line.lstrip().startswith(("#", "-"))
+    }
+
+
+def test_the_functions_package_requirements_leave_the_clis_libraries_out() -> None:
+    app, client = _requirements("requirements.txt"), _requirements("requirements-client.txt")
+
+    assert {"azure-functions", "azure-cosmos", "httpx"} <= app
+    assert set(CLIENT_ONLY_LIBRARIES) & app == set()
+    assert set(CLIENT_ONLY_LIBRARIES) <= client
+    assert "-r requirements-client.txt" in (REPO / "requirements-dev.txt").read_text(encoding="utf-8")
+
+
 def test_function_app_imports_with_the_real_sdks() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import function_app; print(type(function_app.app).__name__)"],
@@ -312,7 +487,7 @@ def test_the_app_and_its_core_load_no_local_only_adapter() -> None:
     shipped = [
         name for name in modules() if layer_of(name) in {CORE, *(role(r) for r in ROLES), *AZURE_HOST_LAYERS}
     ]
-    assert "orderflow.queues.memory" in shipped and "function_app" in shipped and "orderflow.cli" in shipped
+    assert "orderflow.queues.memory" in shipped and "function_app" in shipped
 
     def is_local_only(name: str) -> bool:
         return name.split(".", maxsplit=1)[0] == LOCAL_HOST or any(

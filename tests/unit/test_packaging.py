@@ -21,6 +21,7 @@ APP_TOP_LEVEL = frozenset(
         "function_app.py",
         "function_host",
         "orderflow",
+        "orderflow_client",
         "intake",
         "operator_api",
         "orchestrators",
@@ -29,7 +30,8 @@ APP_TOP_LEVEL = frozenset(
         "supervisor",
     }
 )
-"""The wheel's top-level entries besides its metadata: the app's entry point and packages."""
+"""The wheel's top-level entries besides its metadata: the app's entry point and packages, and the
+``orderflow`` command's package (which the Functions deployment package leaves out: .funcignore)."""
 
 LEFT_OUT = ("devhost", "demo", "bench", "tests")
 
@@ -89,7 +91,7 @@ def _ours_loaded_by(module: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [("function_app", "function_host/wiring.py"), ("orderflow.cli", "orderflow/wiring.py")],
+    [("function_app", "function_host/wiring.py"), ("orderflow_client.cli", "orderflow_client/cli_client.py")],
 )
 def test_the_wheel_holds_every_module_the_app_and_the_command_import(
     wheel: Path, module: str, expected: str
@@ -130,7 +132,7 @@ def test_the_installed_wheel_runs_the_app_and_the_command_without_the_checkout(
     libraries = [path for path in sys.path if path.endswith("site-packages")]
     script = (
         f"import json, sys\nsys.path[:0] = [{str(target)!r}]\nsys.path += {libraries!r}\n"
-        "import function_app, orderflow.cli\n"
+        "import function_app, orderflow_client.cli\n"
         "print(type(function_app.app).__name__)\n"
         "files = [getattr(m, '__file__', None) for m in list(sys.modules.values())]\n"
         "print(json.dumps(sorted(f for f in files if f)))"
@@ -140,7 +142,7 @@ def test_the_installed_wheel_runs_the_app_and_the_command_without_the_checkout(
 
     assert out[-2] == "DFApp"
     assert target.resolve() / "function_app.py" in files
-    assert target.resolve() / "orderflow" / "cli.py" in files
+    assert target.resolve() / "orderflow_client" / "cli.py" in files
     # The environment may live inside the checkout (.venv): its libraries are not the checkout's code.
     environment = Path(sys.prefix).resolve()
     assert [

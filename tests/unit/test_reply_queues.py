@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from intake.submission import IntakeOutcome, handle_intake_message
-from orderflow.client import OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow_client.client import OrderflowClient
 from tests.unit.fakes import TEST_CLIENT, order_body
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
-"""Options the ``orderflow`` commands share (:mod:`orderflow.cli`, :mod:`orderflow.cli_bulk`): where the
-operator API is, the token, and the order filters of ``orders list``, which the bulk commands take with
-the same names and meaning."""
+"""Options the ``orderflow`` commands share (:mod:`orderflow_client.cli`,
+:mod:`orderflow_client.cli_bulk`): where the operator API is, the token, and the order filters of
+``orders list``, which the bulk commands take with the same names and meaning."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Rich renderings of the operator API's alerts and supervisor status, for the ``orderflow`` CLI.
 
-Every value is the API's text, added as a table cell through :func:`orderflow.order_render.shown`:
+Every value is the API's text, added as a table cell through :func:`orderflow_client.order_render.shown`:
 nothing from a stored alert is read as markup or reaches the terminal as a control character.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from orderflow.order_render import shown
+from orderflow_client.order_render import shown
 
 _NO_WRAP: dict[str, Any] = {"no_wrap": True}
 _FOLD: dict[str, Any] = {"overflow": "fold"}

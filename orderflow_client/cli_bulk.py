@@ -27,7 +27,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from orderflow.cli_options import (
+from orderflow.client_text import visible
+from orderflow.errors import TransientError
+from orderflow.operator_actions import OperatorAction, Refusal, action_refusal
+from orderflow.records import ProcessState
+from orderflow_client.cli_options import (
     ApiUrl,
     ClientFilter,
     FailedSinceFilter,
@@ -37,12 +41,8 @@ from orderflow.cli_options import (
     VersionFilter,
     order_filters,
 )
-from orderflow.client_text import visible
-from orderflow.errors import TransientError
-from orderflow.operator_actions import OperatorAction, Refusal, action_refusal
-from orderflow.operator_client import OperatorAnswer, OperatorApiClient
-from orderflow.order_render import shown
-from orderflow.records import ProcessState
+from orderflow_client.operator_client import OperatorAnswer, OperatorApiClient
+from orderflow_client.order_render import shown
 
 DEFAULT_LIMIT = 1000
 """Most orders one bulk command lists (and so acts on) unless ``--limit`` says otherwise."""
