@@ -102,6 +102,9 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // Names the bindings resolve (%AGENT_QUEUE_PREFIX%<agent>, %AGENT_RESPONSES_QUEUE%, schedules).
         { name: 'AGENT_QUEUE_PREFIX', value: agentQueuePrefix }
         { name: 'AGENT_RESPONSES_QUEUE', value: agentResponsesQueue }
+        // Names this app in its alerts, sweeps and timeline entries. Every instance shares the response
+        // queue above whatever the host id (function_host.wiring.load_settings): no queue is named after it.
+        { name: 'HOST_ID', value: appName }
         { name: 'STARTER_SCHEDULE', value: '*/5 * * * * *' }
         { name: 'SUPERVISOR_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'CLIENTS', value: clients }

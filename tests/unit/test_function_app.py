@@ -57,12 +57,14 @@ CHANGED_FROM_DEFAULT = frozenset(
         "COSMOS_VERIFY_TLS",
         "SERVICEBUS",
         "HOST_ID",
+        "AGENT_RESPONSES_PER_HOST",
         "MAX_SUBMISSION_BACKLOG",
         "CLIENTS",
     }
 )
 """Settings whose example value deliberately differs from the Settings default: the emulators'
-connections, the single response queue of the Functions app (no host id), no backlog ceiling,
+connections, the single response queue of the Functions app (no host id, no response queue per host),
+no backlog ceiling,
 because the Service Bus emulator's queue counts cannot be read (docs/functions.md), and one registered
 client, whose two queues the Service Bus emulator declares."""
 
