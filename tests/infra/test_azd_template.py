@@ -49,7 +49,7 @@ def azd_parameters(env: dict[str, str]) -> dict[str, Any]:
         if text == "":
             continue
         kind = declared[name]["type"]
-        values[name] = {"bool": lambda v: v.lower() == "true", "int": int}.get(kind, str)(text)
+        values[name] = text.lower() == "true" if kind == "bool" else int(text) if kind == "int" else text
     return values
 
 
