@@ -133,6 +133,11 @@ def test_the_deploy_guide_names_the_containers_the_template_creates(main: Templa
     counts = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
     said = re.search(r"\(`COSMOS_DATABASE`, `orderflow`\), (\w+) containers", " ".join(guide.split()))
     assert said and counts[said[1]] == len(created)
+    # The Functions guide's list of what must exist before the app starts.
+    functions = " ".join((ROOT / "docs" / "functions.md").read_text().split())
+    listed = re.search(r"and its (\w+) containers \(([^)]*)\)", functions)
+    assert listed and counts[listed[1]] == len(created)
+    assert set(re.findall(r"`([a-z]+)`", listed[2])) == created
 
 
 # --- the parameters file --------------------------------------------------------------------------
