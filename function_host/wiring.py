@@ -10,6 +10,7 @@ blueprint to wire it in memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache, partial
 
 from function_host.settlement import Redelivery
@@ -25,9 +26,20 @@ from orderflow.store_clock import store_timed
 from orderflow.wiring import connect_azure
 
 
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The worker process's settings from ``env`` (default: ``os.environ``), as the Functions host runs
+    them: one response queue shared by every instance, ``AGENT_RESPONSES_QUEUE``, the one the response
+    trigger listens on, whatever ``HOST_ID`` names (``AGENT_RESPONSES_PER_HOST`` is false here).
+
+    Raises:
+        pydantic.ValidationError: a value has the wrong type.
+    """
+    return Settings.load(env, AGENT_RESPONSES_PER_HOST=False)
+
+
 @cache
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
-    settings = Settings.load()
+    settings = load_settings()
     stores, queues = connect_azure(settings)
     # Every role runs on the state store's time, measured through the machine's clock as it read at
     # start and has advanced since: a wall-clock step cannot shift a deadline.

@@ -7,8 +7,50 @@ targetScope = 'subscription'
 @description('azd environment name; names the resource group and seeds every resource name.')
 param environmentName string
 
+// The regions offering the Flex Consumption plan, as Microsoft's Flex Consumption azd samples list them
+// (`az functionapp list-flexconsumption-locations` gives the current list): azd offers only these, and a
+// deploy cannot fail on the plan after Cosmos DB and Service Bus exist.
 @minLength(1)
-@description('Azure region of every resource.')
+@description('Azure region of every resource: one offering the Flex Consumption plan.')
+@allowed([
+  'australiaeast'
+  'australiasoutheast'
+  'brazilsouth'
+  'canadacentral'
+  'centralindia'
+  'centralus'
+  'eastasia'
+  'eastus'
+  'eastus2'
+  'eastus2euap'
+  'francecentral'
+  'germanywestcentral'
+  'italynorth'
+  'japaneast'
+  'koreacentral'
+  'northcentralus'
+  'northeurope'
+  'norwayeast'
+  'southafricanorth'
+  'southcentralus'
+  'southeastasia'
+  'southindia'
+  'spaincentral'
+  'swedencentral'
+  'uaenorth'
+  'uksouth'
+  'ukwest'
+  'westcentralus'
+  'westeurope'
+  'westus'
+  'westus2'
+  'westus3'
+])
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
 param location string
 
 @description('Object id of the deploying principal (azd sets AZURE_PRINCIPAL_ID). It gets no role unless grantDeployerReadAccess.')
@@ -194,9 +236,8 @@ module functionApp 'modules/functionapp.bicep' = {
     planName: 'plan-${resourceToken}'
     appName: 'func-${resourceToken}'
     location: location
-    tags: union(tags, {
-      'azd-service-name': serviceName
-    })
+    tags: tags
+    serviceName: serviceName
     identityId: identity.outputs.id
     identityClientId: identity.outputs.clientId
     pythonVersion: pythonVersion

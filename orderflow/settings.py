@@ -473,6 +473,13 @@ class Settings(BaseModel):
         "orchestration lives only in the process that claimed it (docs/design.md §1).",
     )
     HOST_ID: str = Field("local", description="This process's host id (lowercase letters, digits, '-').")
+    AGENT_RESPONSES_PER_HOST: bool = Field(
+        True,
+        description="Whether this process consumes a response queue of its own, AGENT_RESPONSES_QUEUE-"
+        "<HOST_ID> (a devhost process: its orchestrations live in it alone), rather than the shared "
+        "AGENT_RESPONSES_QUEUE. The Functions host always takes false: its task hub is shared and its "
+        "response trigger listens on AGENT_RESPONSES_QUEUE (function_host.wiring.load_settings).",
+    )
     CLIENTS: str = Field(
         "",
         description="The client registry, a JSON list: one object per client, "
@@ -1115,8 +1122,11 @@ class Settings(BaseModel):
         )
 
     def response_queue(self) -> str:
-        """Response queue of this host (``agent-responses-<hostid>`` locally)."""
-        return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}" if self.HOST_ID else self.AGENT_RESPONSES_QUEUE
+        """Response queue of this host: ``AGENT_RESPONSES_QUEUE-<HOST_ID>`` for a devhost process
+        (``AGENT_RESPONSES_PER_HOST`` and a host id), else the shared ``AGENT_RESPONSES_QUEUE``."""
+        if self.AGENT_RESPONSES_PER_HOST and self.HOST_ID:
+            return f"{self.AGENT_RESPONSES_QUEUE}-{self.HOST_ID}"
+        return self.AGENT_RESPONSES_QUEUE
 
     def operator_audiences(self) -> tuple[str, ...]:
         """The audiences a token of the operator API may carry (``OPERATOR_AUDIENCE``, split on commas)."""

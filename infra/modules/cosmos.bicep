@@ -355,8 +355,17 @@ resource alertsContainer 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/con
   }
 }
 
+// The data-plane role assignments run one after another and after every container: run in parallel
+// with them or with each other, a first deploy can fail with a transient 412 or principal-not-found.
 resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = {
   parent: account
+  dependsOn: [
+    ordersContainer
+    stateContainer
+    historyContainer
+    breakersContainer
+    alertsContainer
+  ]
   name: guid(account.id, databaseName, appPrincipalId, dataContributorRoleId)
   properties: {
     roleDefinitionId: '${account.id}/sqlRoleDefinitions/${dataContributorRoleId}'
@@ -367,6 +376,9 @@ resource appDataRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2
 
 resource deployerReadRole 'Microsoft.DocumentDB/databaseAccounts/sqlRoleAssignments@2026-03-15' = if (!empty(deployerPrincipalId)) {
   parent: account
+  dependsOn: [
+    appDataRole
+  ]
   name: guid(account.id, databaseName, deployerPrincipalId, dataReaderRoleId)
   properties: {
     roleDefinitionId: '${account.id}/sqlRoleDefinitions/${dataReaderRoleId}'

@@ -5,6 +5,9 @@ param planName string
 param appName string
 param location string
 param tags object
+
+@description('azd service name of the app (azure.yaml): only the site carries the azd-service-name tag, since azd before 1.23.4 refuses a service whose tag is on more than one resource.')
+param serviceName string
 param identityId string
 param identityClientId string
 param pythonVersion string
@@ -49,7 +52,9 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
   // checkov:skip=CKV_AZURE_213:the app serves no health route for the platform to probe (its only HTTP route is the authenticated operator API)
   name: appName
   location: location
-  tags: tags
+  tags: union(tags, {
+    'azd-service-name': serviceName
+  })
   kind: 'functionapp,linux'
   identity: {
     type: 'UserAssigned'
@@ -102,6 +107,9 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // Names the bindings resolve (%AGENT_QUEUE_PREFIX%<agent>, %AGENT_RESPONSES_QUEUE%, schedules).
         { name: 'AGENT_QUEUE_PREFIX', value: agentQueuePrefix }
         { name: 'AGENT_RESPONSES_QUEUE', value: agentResponsesQueue }
+        // Names this app in its alerts, sweeps and timeline entries. Every instance shares the response
+        // queue above whatever the host id (function_host.wiring.load_settings): no queue is named after it.
+        { name: 'HOST_ID', value: appName }
         { name: 'STARTER_SCHEDULE', value: '*/5 * * * * *' }
         { name: 'SUPERVISOR_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'CLIENTS', value: clients }

@@ -154,6 +154,7 @@ class Template:
     Raises:
         UnsupportedBicep: see the module docstring.
         KeyError: a required parameter without a value.
+        ValueError: a parameter's value is not one of its ``@allowed`` values (when it is first read).
     """
 
     path: Path
@@ -178,6 +179,7 @@ class Template:
         ast = self.ast
         if name in ast.get("parameters", {}):
             value = self.params[name] if name in self.params else self._default(name)
+            self._check_allowed(name, value)
         elif name in ast.get("variables", {}):
             value = self.eval(ast["variables"][name]["value"], {})
         elif name in ast.get("resources", {}):
@@ -190,6 +192,18 @@ class Template:
             raise UnsupportedBicep(f"{self.path.name}: unknown identifier {name!r}")
         self._values[name] = value
         return value
+
+    def allowed(self, name: str) -> list[Any] | None:
+        """The values parameter ``name``'s ``@allowed`` decorator lists, or None: any value."""
+        for decorator in self.ast["parameters"][name].get("decorators", []):
+            if decorator["type"] == "allowed":
+                return [self.eval(item, {}) for item in decorator["argument"]]
+        return None
+
+    def _check_allowed(self, name: str, value: Any) -> None:
+        allowed = self.allowed(name)
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"{self.path.name}: {name} {value!r} is not one of its allowed values")
 
     def _default(self, name: str) -> Any:
         spec = self.ast["parameters"][name]

@@ -19,9 +19,18 @@ from typing import Any
 
 import pytest
 
+from function_host.wiring import load_settings
+from operator_api.deadletters import deployment_queues
+from operator_api.handler import handle_operator_request
 from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
 from orderflow.clients import parse_clients
+from orderflow.clock import FakeClock
 from orderflow.consumer import redelivery_delay_s
+from orderflow.dependencies import Dependencies
+from orderflow.errors import PermanentError
+from orderflow.operator_auth import OPERATOR_ROLE
+from orderflow.queues.base import dead_letter_queue_name
+from orderflow.queues.memory import InMemoryQueue, InMemoryQueueFactory
 from orderflow.records import ProcessState
 from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
 from orderflow.stores.base import AlertQuery, StateQuery
@@ -33,8 +42,10 @@ from orderflow.stores.cosmos import (
     replay_query_sql,
     state_query_sql,
 )
+from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import agent_names
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
+from tests.operator_tokens import TrustedIssuer
 
 pytestmark = pytest.mark.unit
 
@@ -73,7 +84,7 @@ LEFT_AT_DEFAULT = {
     "OPERATOR_ISSUER": "defaults to the tenant's Entra issuer, the only one accepted on Azure",
     "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
     # Read only by the local host and its loops.
-    "HOST_ID": "local host only: Azure shares one response queue",
+    "AGENT_RESPONSES_PER_HOST": "the Functions host takes false whatever it says (function_host.wiring)",
     "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
     "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
     "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
@@ -285,6 +296,77 @@ def check_queues(template: Template) -> None:
 
 def test_every_queue_the_app_uses_is_declared(main: Template) -> None:
     check_queues(main)
+
+
+class TemplateQueues(InMemoryQueueFactory):
+    """In-memory queues holding exactly ``names`` (and their dead-letter queues): any other name is
+    refused as Service Bus refuses a queue the namespace does not have."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.created = names | {dead_letter_queue_name(name) for name in names}
+
+    def queue(self, name: str) -> InMemoryQueue:
+        if name not in self.created:
+            raise PermanentError("MessagingEntityNotFoundError", f"queue {name!r} does not exist")
+        return super().queue(name)
+
+
+def _deployed_settings(template: Template) -> Settings:
+    """The settings the Functions host runs with under the template's app settings, and nothing else."""
+    return load_settings({name: _concrete(value) for name, value in app_settings(template).items()})
+
+
+def check_host_id_names_the_app(template: Template) -> None:
+    settings = _deployed_settings(template)
+    assert _app(template).ref.name == settings.HOST_ID, "HOST_ID does not name the app"
+    assert settings.response_queue() == settings.AGENT_RESPONSES_QUEUE in _queues(template)
+
+
+def test_the_deployment_queues_are_the_queues_the_template_creates(main: Template) -> None:
+    check_host_id_names_the_app(main)
+    settings = _deployed_settings(main)
+    listed = [queue.name for queue in deployment_queues(settings)]
+    (demo,) = settings.clients()
+    agents = sorted(settings.agent_queue(agent) for agent in agent_names())
+    assert listed == [demo.inbound_queue, *agents, settings.AGENT_RESPONSES_QUEUE]
+    assert set(listed) <= set(_queues(main)), "a queue the operator API reads is not created"
+
+
+def test_the_operator_api_charts_and_lists_the_queues_under_the_template_settings(
+    main: Template, trusted: TrustedIssuer
+) -> None:
+    settings = _deployed_settings(main)
+    queues = TemplateQueues(set(_queues(main)))
+    clock = FakeClock(datetime.now(UTC))  # the in-memory queues stamp dead letters with the machine's time
+    deps = Dependencies(
+        states=InMemoryStateStore(),
+        orders=InMemoryOrderStore(),
+        queues=queues,
+        clock=clock,
+        settings=settings,
+        dead_letters=queues,
+        alerts=InMemoryAlertStore(clock=clock),
+    )
+    responses = queues.queue(settings.AGENT_RESPONSES_QUEUE)
+    responses.send('{"orderId": "demo:o-1"}', message_id="m-1")
+    [message] = responses.receive()
+    responses.dead_letter(message, reason="InvalidMessage", description="for the chart")
+    headers = trusted.bearer("otto", OPERATOR_ROLE)
+
+    def get(route: str) -> Any:
+        answer = handle_operator_request("GET", route, headers, b"", deps=deps, validator=trusted.validator)
+        assert answer.status == 200, (route, answer.body)
+        return answer.body
+
+    activity = get("/api/operator/activity")
+    assert [bucket["deadLetters"] for bucket in activity["buckets"]][-1] == 1
+    assert sum(bucket["deadLetters"] for bucket in activity["buckets"]) == 1
+    assert activity["complete"]["deadLetters"] is True
+    listed = [queue["name"] for queue in get("/api/operator/queues")["queues"]]
+    assert listed == [queue.name for queue in deployment_queues(settings)]
+    page = get(f"/api/operator/deadletters/{settings.AGENT_RESPONSES_QUEUE}")
+    assert [item["messageId"] for item in page["deadLetters"]] == ["m-1"]
 
 
 # What main.bicep's queue comment says of each setting the queue properties were chosen against, and
@@ -630,6 +712,7 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
         check_no_secret_in_settings,
     ),
     ("modules/functionapp.bicep", "name: 'FC1'", "name: 'Y1'", check_hosting),
+    ("modules/functionapp.bicep", "{ name: 'HOST_ID', value: appName }\n", "", check_host_id_names_the_app),
 ]
 
 

@@ -12,8 +12,10 @@ from typing import Any, cast
 import pytest
 
 from devhost.local_issuer import local_object_id
+from function_host.wiring import load_settings
 from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
+from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
 from orderflow import telemetry
 from orderflow.clock import FakeClock
@@ -23,8 +25,10 @@ from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import ProcessState
 from orderflow.replays import replay_message_id
+from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.workflows import ORDER_V1
+from supervisor.retention import dead_letter_sources
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, submit_and_claim
 
@@ -142,6 +146,19 @@ def test_the_queue_list_names_every_queue_orderflow_consumes_and_only_for_operat
     ]
     assert all(deps.settings.is_deployment_queue(q["name"]) for q in listed.body["queues"])
     assert (reviewer.status, extra.status) == (403, 400)
+
+
+def test_the_functions_host_lists_only_the_shared_response_queue_whatever_its_host_id() -> None:
+    # Its response trigger listens on AGENT_RESPONSES_QUEUE alone: no queue is named after the host id.
+    env = {"HOST_ID": "func-abc", "AGENT_RESPONSES_PER_HOST": "true", "CLIENTS": '[{"id": "a"}]'}
+    settings = load_settings(env)
+
+    assert settings.HOST_ID == "func-abc"
+    assert settings.response_queue() == "agent-responses"
+    assert [q.name for q in deployment_queues(settings) if q.kind == "responses"] == ["agent-responses"]
+    assert "agent-responses-func-abc" not in dead_letter_sources(settings)
+    # A devhost process keeps a response queue of its own.
+    assert Settings.load(env).response_queue() == "agent-responses-func-abc"
 
 
 def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(

@@ -63,8 +63,15 @@ LOCAL_ARTEFACTS = (
     "local.settings.json",
     "orderflow.egg-info/PKG-INFO",
     "build/lib/orderflow/wiring.py",
+    ".git/HEAD",
+    ".git/objects/pack/pack-0.pack",
+    ".azure/orderflow-dev/.env",
+    ".azure/config.json",
+    ".env",
+    ".idea/workspace.xml",
 )
-"""Files that exist only on a developer's machine (``.gitignore`` keeps them out of git)."""
+"""Files that exist only on a developer's machine: the repository's own database, azd's environments
+and what ``.gitignore`` keeps out of git."""
 
 
 def _tracked_files() -> list[str]:

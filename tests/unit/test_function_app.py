@@ -57,12 +57,14 @@ CHANGED_FROM_DEFAULT = frozenset(
         "COSMOS_VERIFY_TLS",
         "SERVICEBUS",
         "HOST_ID",
+        "AGENT_RESPONSES_PER_HOST",
         "MAX_SUBMISSION_BACKLOG",
         "CLIENTS",
     }
 )
 """Settings whose example value deliberately differs from the Settings default: the emulators'
-connections, the single response queue of the Functions app (no host id), no backlog ceiling,
+connections, the single response queue of the Functions app (no host id, no response queue per host),
+no backlog ceiling,
 because the Service Bus emulator's queue counts cannot be read (docs/functions.md), and one registered
 client, whose two queues the Service Bus emulator declares."""
 
@@ -489,13 +491,20 @@ def test_host_json_sdk_retries_are_few_and_exponential(host: dict[str, Any]) -> 
     assert _timespan(retry["tryTimeout"]) < timedelta(seconds=Settings().QUEUE_LOCK_S)
 
 
-def test_host_json_logging_and_sampling(host: dict[str, Any]) -> None:
+def test_host_json_logging_holds_only_what_applies_under_open_telemetry(host: dict[str, Any]) -> None:
+    assert host["telemetryMode"] == "OpenTelemetry"
+    # The host ignores logging.applicationInsights (sampling among it) in this mode: none is set.
+    assert set(host["logging"]) == {"logLevel"}
     levels = host["logging"]["logLevel"]
+    assert levels["default"] == "Warning"
     assert levels["DurableTask.Core"] == levels["DurableTask.AzureStorage"] == "Warning"
-    assert levels["Host.Results"] == levels["Function"] == "Information"
-    sampling = host["logging"]["applicationInsights"]["samplingSettings"]
-    assert sampling["isEnabled"] is True
-    assert set(sampling["excludedTypes"].split(";")) == {"Request", "Exception"}
+    assert levels["Function"] == levels["Host.Triggers.DurableTask"] == "Information"
+    # The Application Insights SDK mode's request and aggregate-metric categories: nothing reads them here.
+    assert not {"Host.Results", "Host.Aggregator"} & set(levels)
+    guide = " ".join((REPO / "docs" / "operations.md").read_text(encoding="utf-8").split())
+    assert "samplingSettings" in guide and "Sampling** on" not in guide
+    for category in levels:
+        assert f"`{category}" in guide, f"docs/operations.md does not say why {category}"
 
 
 # --- the Service Bus emulator's configuration (docker-compose.yml mounts it; no test runs it) -----------
