@@ -92,7 +92,7 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(WORKER_VENV)/.installed: requirements.txt requirements-worker.txt
+$(WORKER_VENV)/.installed: requirements.txt requirements-client.txt requirements-worker.txt
 	@test -n "$(PYTHON313)" || { echo "make worker-test needs Python 3.13: pyenv install 3.13 (or apt-get install python3.13), or PYTHON313=/path/to/python3.13" >&2; exit 1; }
 	$(PYTHON313) -m venv $(WORKER_VENV)
 	$(WORKER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
