@@ -7,6 +7,8 @@ needs no web framework (the worker-driven tests build these bindings).
 
 from __future__ import annotations
 
+import sys
+
 from orderflow.bindings import EntraAuth, OperationBinding, ServiceBinding, ServiceBindings
 
 DEMO_SERVICES_AUDIENCE = "api://orderflow-demo-services"
@@ -64,3 +66,25 @@ def demo_bindings(url: str, *, scope: str = DEMO_SERVICES_SCOPE, timeout_s: floa
 def demo_bindings_json(url: str) -> str:
     """``SERVICE_BINDINGS`` for the demo services at ``url``."""
     return demo_bindings(url).to_json()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m demo.services.bindings URL``: print ``SERVICE_BINDINGS`` for the demo services at URL.
+
+    Returns:
+        0, or 2 (after a line on stderr) without exactly one URL or with one no binding takes.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m demo.services.bindings URL", file=sys.stderr)
+        return 2
+    try:
+        print(demo_bindings_json(args[0]))
+    except ValueError as exc:  # pydantic's ValidationError is one
+        print(f"python -m demo.services.bindings: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
