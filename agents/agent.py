@@ -24,6 +24,11 @@ Rules (docs/design.md §1, §3.6):
   the order waits for the breaker with the rest of its budget (docs/operations.md, "Circuit breakers");
   every call's outcome is told to the breaker, and a half-open breaker's one probe is the call of the
   attempt holding its lease;
+- a service that refuses the agent's credential (401, 403: :class:`ServiceAuthRefused`) is a
+  configuration fault, not a business refusal: the agent raises the ``service_auth_refused`` alert,
+  makes no further call in the attempt and answers a transient failure (code ``service_auth_refused``),
+  which the supervisor retries like an outage; the refusal counts against the service's breaker, so
+  while it lasts the orders wait (up to ``BREAKER_MAX_WAIT_S``) instead of being compensated;
 - a duplicate of a request this host has already taken (the same ``requestId`` sent twice: a sender
   that re-ran, or a transport without broker duplicate detection such as Storage queues) is treated the
   same way, from a bounded in-process log of the request ids taken (:class:`TakenRequests`). Service
@@ -40,7 +45,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    wait_exponential_jitter,
+)
 
 from agents.services import RemoteService
 from orderflow import telemetry, tracing
@@ -49,12 +60,14 @@ from orderflow.clock import Clock, latest
 from orderflow.contracts import undo_step_name
 from orderflow.errors import (
     DEADLINE_EXCEEDED,
+    SERVICE_AUTH_REFUSED,
     TRANSIENT_EXHAUSTED,
     DeadlineExceeded,
     DependencyUnavailable,
     ErrorKind,
     InvalidMessage,
     PermanentError,
+    ServiceAuthRefused,
     TransientError,
 )
 from orderflow.messages import (
@@ -271,6 +284,21 @@ def _call_once(
             timeout_s=timeout_s,
             instance_id=request.instance_id,
         )
+    except ServiceAuthRefused as exc:
+        # A credential to fix, not an order to undo: tell the operator, and count it against the
+        # dependency so that, while it lasts, its breaker holds the orders instead of their budgets.
+        telemetry.alert(
+            SERVICE_AUTH_REFUSED,
+            dependency=service.name,
+            code=exc.code,
+            status=exc.status,
+            order_id=request.order_id,
+            instance_id=request.instance_id,
+            step=request.step,
+        )
+        if breakers is not None:
+            breakers.failed(service.name, holder=request.instance_id)
+        raise
     except TransientError:
         if breakers is not None:
             breakers.failed(service.name, holder=request.instance_id)
@@ -327,7 +355,8 @@ def _call_service(
         error = (ErrorKind.BUDGET, "retry_budget_exhausted", "the order's retry budget is spent")
     else:
         retrying = Retrying(
-            retry=retry_if_exception_type(TransientError),
+            # The same credential would be refused again: one call per attempt; the supervisor retries.
+            retry=retry_if_exception_type(TransientError) & retry_if_not_exception_type(ServiceAuthRefused),
             stop=stop,
             wait=wait_exponential_jitter(
                 multiplier=settings.AGENT_BACKOFF_INITIAL_S,
@@ -343,6 +372,8 @@ def _call_service(
             error = (ErrorKind.PERMANENT, exc.code, exc.detail)
         except DeadlineExceeded as exc:
             error = (ErrorKind.TIMEOUT, DEADLINE_EXCEEDED, exc.detail)
+        except ServiceAuthRefused as exc:
+            error = (ErrorKind.TRANSIENT, SERVICE_AUTH_REFUSED, exc.detail)
         except DependencyUnavailable as exc:
             # No call (or no further call) while the breaker is open: the order waits, its budget kept.
             error = (ErrorKind.UNAVAILABLE, DEPENDENCY_UNAVAILABLE, exc.detail)

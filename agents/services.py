@@ -5,6 +5,10 @@ result summary or raises :class:`TransientError` (may succeed on retry: 5xx, 408
 same key still in flight, timeouts, connection failures) or :class:`PermanentError` (a business refusal
 no retry changes: out of stock, card declined, invalid carrier). The HTTP client sends the key in the
 ``Idempotency-Key`` header, as payment APIs expect, the same on every try (docs/design.md §3.6).
+
+Where a service answers and how each operation maps onto a request is its :class:`ServiceBinding`
+(``SERVICE_BINDINGS``, :mod:`orderflow.bindings`), never this code. A service that refuses the agent's
+credential (401, 403) raises :class:`ServiceAuthRefused`: a configuration fault, not a business refusal.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 
 from orderflow import tracing
-from orderflow.errors import PermanentError, TransientError
+from orderflow.bindings import CachedTokens, EntraAuth, OperationBinding, ServiceBinding
+from orderflow.errors import PermanentError, ServiceAuthRefused, TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -63,29 +67,6 @@ class RemoteService(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Route:
-    """How an operation maps onto HTTP: method, path template, request body builder and result fields."""
-
-    path: str
-    result_fields: tuple[str, ...]
-
-
-ROUTES: Mapping[tuple[str, str], Route] = {
-    ("inventory", "reserve"): Route("/inventory/reservations", ("reservationId",)),
-    ("inventory", "release"): Route("/inventory/reservations/release", ("undone", "reason", "reservationId")),
-    ("payment", "charge"): Route("/payments/charges", ("chargeId", "amount", "currency")),
-    ("payment", "refund"): Route("/payments/refunds", ("undone", "reason", "chargeId", "refundId", "amount")),
-    ("shipping", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
-    # The second carrier: a courier posting to the same demo shipping service.
-    ("courier", "ship"): Route("/shipping/shipments", ("shipmentId", "carrier")),
-    ("courier", "cancel"): Route("/shipping/shipments/cancel", ("undone", "reason", "shipmentId")),
-    ("shipping", "cancel"): Route("/shipping/shipments/cancel", ("undone", "reason", "shipmentId")),
-}
-"""(service, operation) → HTTP route of the demo services. The undo routes address the forward call by its
-idempotency key (payload ``{"forwardKey": "{orderId}:{step}", ...}``) and answer ``undone`` true with the
-effect's ids, or false (``never_applied`` / ``refused``: the key is then unusable for forward calls)."""
-
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -96,13 +77,22 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def classify_http(status: int, body: Mapping[str, Any]) -> TransientError | PermanentError:
+_AUTH_STATUS = frozenset({401, 403})
+
+
+def classify_http(
+    status: int, body: Mapping[str, Any], *, service: str = ""
+) -> TransientError | PermanentError:
     """Turn a non-2xx answer into the error to raise.
 
-    A body that says ``"permanent": false`` is transient whatever the status (``409 request_in_progress``);
-    otherwise 408, 425, 429 and 5xx are transient and every other 4xx is permanent.
+    401 and 403 are :class:`ServiceAuthRefused` (transient: a credential to fix, not an order to undo),
+    whatever the body says. A body that says ``"permanent": false`` is transient whatever the status
+    (``409 request_in_progress``); otherwise 408, 425, 429 and 5xx are transient and every other 4xx is
+    permanent.
     """
     code = str(body.get("error") or f"http_{status}")
+    if status in _AUTH_STATUS:
+        return ServiceAuthRefused(service, status, code[:100])
     message = str(body.get("message") or body.get("detail") or code)[:300]
     permanent_flag = body.get("permanent")
     if permanent_flag is False or (permanent_flag is None and (status in _TRANSIENT_STATUS or status >= 500)):
@@ -111,17 +101,34 @@ def classify_http(status: int, body: Mapping[str, Any]) -> TransientError | Perm
 
 
 class HttpRemoteService:
-    """A :class:`RemoteService` over HTTP (httpx, one pooled client per service).
+    """A :class:`RemoteService` over HTTP (httpx, one pooled client per service), as its binding says.
 
     Args:
-        name: Service name (``inventory``, ``payment``, ``shipping``).
-        base_url: Base URL of the service.
+        name: Service name (the agent's: ``inventory``, ``payment``, ``shipping``).
+        binding: Where the service answers, how to authenticate, its timeouts and operations.
+        tokens: Bearer tokens of the host's credential; required when the binding's auth is ``entra``.
         client: Optional shared ``httpx.Client``.
+
+    Raises:
+        ValueError: the binding asks for tokens and none are given.
     """
 
-    def __init__(self, name: str, base_url: str, *, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        binding: ServiceBinding,
+        *,
+        tokens: CachedTokens | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if isinstance(binding.auth, EntraAuth) and tokens is None:
+            raise ValueError(f"{name}: the binding's auth is entra and the host gave no credential")
         self.name = name
-        self._client = client or httpx.Client(base_url=base_url, limits=httpx.Limits(max_connections=64))
+        self.binding = binding
+        self._tokens = tokens
+        self._client = client or httpx.Client(
+            base_url=binding.base_url, limits=httpx.Limits(max_connections=64)
+        )
 
     def call(
         self,
@@ -133,33 +140,42 @@ class HttpRemoteService:
         timeout_s: float,
         instance_id: str | None = None,
     ) -> dict[str, str]:
-        """POST the operation with the ``Idempotency-Key`` (and ``Orderflow-Instance-Id``) header; see
-        :meth:`RemoteService.call`.
+        """Make the operation's request (its binding's method and path, body ``{"orderId", **payload}``)
+        with the ``Idempotency-Key``, ``Authorization`` (an ``entra`` binding) and ``Orderflow-Instance-Id``
+        headers; see :meth:`RemoteService.call`. The call's timeout is ``timeout_s`` capped by the binding's.
 
-        The call is a CLIENT span ``POST <path>`` (HTTP semantic conventions, with the order's ids) whose
-        W3C ``traceparent`` goes in the request headers; the HTTP client's own instrumentation (the Azure
-        Monitor distro's) is suppressed inside it, so the call is one span, not two.
+        The call is a CLIENT span ``<METHOD> <path template>`` (HTTP semantic conventions, with the
+        order's ids) whose W3C ``traceparent`` goes in the request headers; the HTTP client's own
+        instrumentation (the Azure Monitor distro's) is suppressed inside it, so the call is one span.
         """
-        route = ROUTES.get((self.name, operation))
+        route = self.binding.operations.get(operation)
         if route is None:
             raise PermanentError("unknown_operation", f"{self.name} has no operation {operation!r}")
+        forward_key = payload.get("forwardKey")
+        path = route.path_for(
+            order_id=order_id,
+            idempotency_key=idempotency_key,
+            forward_key=forward_key if isinstance(forward_key, str) else None,
+        )
         body = {"orderId": order_id, **payload}
-        headers = {"Idempotency-Key": idempotency_key}
+        headers = {"Idempotency-Key": idempotency_key, **self._auth_headers()}
         if instance_id is not None:
             headers[INSTANCE_HEADER] = instance_id
-        with self._client_span(route, order_id, instance_id) as span:
+        timeout = min(timeout_s, self.binding.timeout_s)
+        with self._client_span(route, path, order_id, instance_id) as span:
             traceparent = tracing.current_traceparent()
             if traceparent is not None:
                 headers[tracing.TRACEPARENT_HEADER] = traceparent
             try:
-                response = self._client.post(
-                    route.path,
+                response = self._client.request(
+                    route.method,
+                    path,
                     json=body,
                     headers=headers,
-                    timeout=httpx.Timeout(timeout_s),
+                    timeout=httpx.Timeout(timeout, connect=min(timeout, self.binding.connect_timeout_s)),
                 )
             except httpx.TimeoutException as exc:
-                raise TransientError(f"{self.name} timed out after {timeout_s:.1f} s") from exc
+                raise TransientError(f"{self.name} timed out after {timeout:.1f} s") from exc
             except httpx.TransportError as exc:
                 raise TransientError(f"{self.name} unreachable: {type(exc).__name__}") from exc
             if span.is_recording():
@@ -174,21 +190,40 @@ class HttpRemoteService:
         if not isinstance(answer, dict):
             answer = {}
         if response.is_success:
-            return {key: _text(answer[key]) for key in route.result_fields if key in answer}
-        raise classify_http(response.status_code, answer)
+            return {key: _text(answer[key]) for key in route.result if key in answer}
+        error = classify_http(response.status_code, answer, service=self.name)
+        if isinstance(error, ServiceAuthRefused) and isinstance(self.binding.auth, EntraAuth):
+            assert self._tokens is not None  # checked in __init__
+            self._tokens.forget(self.binding.auth.scope)  # the next call asks for a new token
+        raise error
+
+    def _auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer <token>`` for an ``entra`` binding, nothing for ``none``.
+
+        Raises:
+            TransientError: the credential gave no token (the identity endpoint failed or refused).
+        """
+        auth = self.binding.auth
+        if not isinstance(auth, EntraAuth):
+            return {}
+        assert self._tokens is not None  # checked in __init__
+        try:
+            return {"Authorization": f"Bearer {self._tokens.token(auth.scope)}"}
+        except Exception as exc:  # azure-identity raises ClientAuthenticationError and others
+            raise TransientError(f"{self.name}: no token for {auth.scope}: {type(exc).__name__}") from exc
 
     @contextmanager
     def _client_span(
-        self, route: Route, order_id: str, instance_id: str | None
+        self, route: OperationBinding, path: str, order_id: str, instance_id: str | None
     ) -> Iterator[tracing.OpenSpan]:
         """The CLIENT span of one call to ``route`` (a non-recording one while tracing is off)."""
         if not tracing.enabled():
             yield tracing.NOT_RECORDING
             return
-        url = self._client.base_url.join(route.path)
+        url = httpx.URL(self.binding.base_url + path)
         attributes: dict[str, str | int] = {
             **tracing.order_attributes(order_id, instance_id, service=self.name),
-            "http.request.method": "POST",
+            "http.request.method": route.method,
             "url.full": str(url),
             "url.template": route.path,
             "server.address": url.host,
@@ -196,7 +231,7 @@ class HttpRemoteService:
         if url.port is not None:
             attributes["server.port"] = url.port
         with (
-            tracing.span(f"POST {route.path}", kind=tracing.CLIENT, attributes=attributes) as span,
+            tracing.span(f"{route.method} {route.path}", kind=tracing.CLIENT, attributes=attributes) as span,
             _suppressed_http_instrumentation(),
         ):
             yield span

@@ -22,6 +22,7 @@ from typing import Any
 
 from demo.config import DEMO_SETTINGS
 from demo.faults import FaultPlan
+from demo.services.bindings import demo_bindings_json
 from demo.services.payments import RefundPolicy
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 
@@ -350,7 +351,9 @@ class Killer:
 
 
 def host_env(endpoints: LocalEndpoints, services_url: str) -> dict[str, str]:
-    """Environment of a devhost process: connections plus the demo cadences."""
+    """Environment of a devhost process: connections, the demo cadences and the demo services' bindings
+    (:func:`demo.services.bindings.demo_bindings_json`: tokens from the local issuer, which the services
+    trust)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORDERFLOW_")}
     env.update(DEMO_SETTINGS)
     env.update(
@@ -359,7 +362,7 @@ def host_env(endpoints: LocalEndpoints, services_url: str) -> dict[str, str]:
             "COSMOS_ENDPOINT": endpoints.cosmos_endpoint,
             "COSMOS_KEY": endpoints.cosmos_key,
             "COSMOS_VERIFY_TLS": "false",
-            "DEMO_SERVICES_URL": services_url,
+            "SERVICE_BINDINGS": demo_bindings_json(services_url),
             "PYTHONWARNINGS": "ignore:Unverified HTTPS request",
         }
     )

@@ -40,6 +40,7 @@ from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
 from devhost.operator_http import create_operator_app
 from devhost.roles import ALL_ROLES, check_roles
+from devhost.service_credential import agent_services
 from devhost.serving import serve_in_thread, server_url
 from devhost.serving import stop as stop_server
 from devhost.wakeup_channel import WakeupChannel
@@ -49,6 +50,7 @@ from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
+from orderflow.bindings import TokenSource
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
@@ -56,7 +58,6 @@ from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.replies import resend_pending_replies
 from orderflow.stores.paging import PageLimits
-from orderflow.workflows import agent_names
 from supervisor.retention import RetentionReport, dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepCursor, run_sweep
@@ -106,6 +107,8 @@ class DevHost:
         api_port: Loopback port of the operator API (the ``api`` role); 0 picks a free one
             (:attr:`api_url` says which).
         local_issuer: The local token issuer whose JWKS the operator API also serves, or None.
+        service_credential: Where the agents' tokens for their ``entra`` service bindings come from;
+            None: the local issuer's key file (:class:`~devhost.service_credential.LocalAgentCredential`).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class DevHost:
         lease: SupervisorLease | None = None,
         api_port: int = 0,
         local_issuer: LocalIssuer | None = None,
+        service_credential: TokenSource | None = None,
     ) -> None:
         # A client's text in a log record stays one printable line, whoever built this host (python -m
         # devhost configures telemetry, which does the same; an embedding or a test may not).
@@ -123,6 +127,7 @@ class DevHost:
         self.settings = deps.settings
         self.api_port = api_port
         self.local_issuer = local_issuer
+        self.service_credential = service_credential
         self.api_url: str | None = None
         self._api: tuple[uvicorn.Server, threading.Thread] | None = None
         self.roles = check_roles(roles)
@@ -174,6 +179,8 @@ class DevHost:
 
     def _start_roles(self) -> None:
         s = self.settings
+        # Before anything starts: bindings that cannot serve the workflows refuse the start.
+        services = agent_services(s, self.service_credential) if "agents" in self.roles else []
         if self.deps.alerts is not None:
             # The process's alerts are kept from now on; stop() puts the previous sink back.
             sink = AlertSink(self.deps.alerts, self.deps.clock, s.HOST_ID, window_s=s.ALERT_WINDOW_S)
@@ -189,11 +196,10 @@ class DevHost:
         if "listener" in self.roles:
             self._consume(s.response_queue(), self._on_response, concurrency=16)
         if "agents" in self.roles:
-            for name in agent_names():
-                service = HttpRemoteService(name, s.DEMO_SERVICES_URL)
+            for service in services:
                 self._services.append(service)
                 self._consume(
-                    s.agent_queue(name), self._agent_handler(service), concurrency=s.AGENT_CONCURRENCY
+                    s.agent_queue(service.name), self._agent_handler(service), concurrency=s.AGENT_CONCURRENCY
                 )
         if "starter" in self.roles:
             self._periodic(

@@ -160,6 +160,10 @@ class LocalIssuer:
     def __repr__(self) -> str:
         return f"LocalIssuer(issuer={self.issuer!r}, key_id={self.key_id!r})"
 
+    def public_key(self) -> rsa.RSAPublicKey:
+        """The public half of the signing key: what a service checks this issuer's signatures with."""
+        return self._key.public_key()
+
     @property
     def jwks_path(self) -> str:
         """The path the JWKS is served at: Entra's, ``/<tenant>/discovery/v2.0/keys``."""

@@ -60,8 +60,8 @@ param principalId string = ''
 param grantDeployerReadAccess bool = false
 
 @minLength(8)
-@description('Base URL the agents call for inventory, payment and shipping: https, or http to a private address only.')
-param demoServicesUrl string
+@description('SERVICE_BINDINGS: JSON object, per agent its remote service (baseUrl, auth, operations); docs/extending.md.')
+param serviceBindings string
 
 @description('Client id (or api://... URI) of the operator API app registration; empty leaves the operator API unconfigured (it refuses every call).')
 param operatorApiAudience string = ''
@@ -255,7 +255,7 @@ module functionApp 'modules/functionapp.bicep' = {
     queueLockSeconds: queueLockSeconds
     maxDeliveryCount: maxDeliveryCount
     maxSubmissionBacklog: maxSubmissionBacklog
-    demoServicesUrl: demoServicesUrl
+    serviceBindings: serviceBindings
     operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
     operatorAudience: operatorApiAudience
     consoleClientId: empty(operatorApiAudience) ? '' : operatorConsoleClientId

@@ -65,6 +65,13 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
         "nothing for the order; the dependency is still down",
         counted_by="dependency",
     ),
+    "service_auth_refused": AlertKind(
+        "a remote service refused the agent's credential (HTTP 401 or 403); its steps are retried, not "
+        "compensated",
+        "check the service binding's auth scope (SERVICE_BINDINGS), the app identity's app role on the "
+        "service and the service's expected audience; orders resume once a call is accepted",
+        counted_by="dependency",
+    ),
     "order_failed": AlertKind(
         "the order is Error: a step that takes corrected input was refused by its service (lastError says "
         "which and why)",

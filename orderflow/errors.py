@@ -120,6 +120,33 @@ class DeadLettersBusy(TransientError):
         super().__init__(f"the dead-letter queue of {queue!r} is being read by another operation; try again")
 
 
+SERVICE_AUTH_REFUSED = "service_auth_refused"
+"""An agent's code: the remote service refused the agent's credential (HTTP 401 or 403)."""
+
+
+class ServiceAuthRefused(TransientError):
+    """A remote service refused the agent's credential (HTTP 401: no valid token; 403: no right).
+
+    A configuration fault (a binding's scope, the identity's app role), never a business refusal: the
+    agent raises the ``service_auth_refused`` alert and answers a transient failure, so the order is
+    retried and, while the refusal lasts, held by the service's circuit breaker instead of compensated.
+
+    Attributes:
+        service: The agent's service.
+        status: The HTTP status (401 or 403).
+        code: The service's error code, or ``http_<status>``.
+    """
+
+    def __init__(self, service: str, status: int, code: str) -> None:
+        self.service = service
+        self.status = status
+        self.code = code
+        super().__init__(
+            f"{SERVICE_AUTH_REFUSED}: {service} refused the agent's credential ({code}, HTTP {status}); "
+            "check the service binding's auth scope and the identity's app role"
+        )
+
+
 class PermanentError(OrderflowError):
     """A dependency refused in a way no retry will change (4xx business rejections).
 

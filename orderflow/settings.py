@@ -247,16 +247,6 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
-def _plain_http_to_a_public_host(url: str) -> bool:
-    parts = urlsplit(url.strip())
-    if parts.scheme.lower() != "http" or not parts.hostname:
-        return False
-    try:
-        return not ipaddress.ip_address(parts.hostname).is_private
-    except ValueError:
-        return True  # a name: nothing says it stays inside the network
-
-
 def is_host_name(host: str) -> bool:
     """Whether ``host`` is an ASCII DNS name or an IP address (an Azure endpoint's host is one)."""
     name = host.strip().strip("[]")
@@ -407,11 +397,13 @@ class Settings(BaseModel):
         description="Client id of the user-assigned managed identity DefaultAzureCredential uses (Cosmos DB "
         "and Service Bus) when SERVICEBUS__clientId is empty. Empty (default): the system-assigned identity.",
     )
-    DEMO_SERVICES_URL: str = Field(
-        "http://127.0.0.1:8082",
-        description="Base URL of the inventory, payment and shipping services the agents call. The default, "
-        "loopback, is the local demo's: on Azure it is refused and the services' own URL is required, https "
-        "unless it is a private address.",
+    SERVICE_BINDINGS: str = Field(
+        "{}",
+        description="JSON object: for each agent (inventory, payment, shipping, courier), the remote service "
+        'it calls: baseUrl, auth ({"mode": "entra", "scope": ...} or {"mode": "none", '
+        '"reason": ...}), timeoutS, connectTimeoutS, and per operation the request (method, path template, '
+        "result fields); see docs/extending.md, 'Service bindings'. Empty (default): none, and a host "
+        "running agents refuses to start until every step's operation has a mapping.",
     )
 
     # --- remote-call timeouts -----------------------------------------------------------------
@@ -933,6 +925,14 @@ class Settings(BaseModel):
 
     _clients: ClientRegistry = PrivateAttr(default_factory=lambda: ClientRegistry(()))
 
+    @field_validator("SERVICE_BINDINGS")
+    @classmethod
+    def _bindings_parse(cls, value: str) -> str:
+        from orderflow.bindings import ServiceBindings  # noqa: PLC0415 (it imports this module)
+
+        ServiceBindings.parse(value)  # ValueError, one line naming what is wrong
+        return value
+
     @field_validator("CONSOLE_AUTHORITY")
     @classmethod
     def _console_authority_is_https(cls, text: str) -> str:
@@ -1032,6 +1032,26 @@ class Settings(BaseModel):
         for setting, reason in self._unsafe_on_azure():
             raise UnsafeAzureSetting(setting, reason)
 
+    def binding_refusals(self, *, azure: bool) -> list[str]:
+        """Why ``SERVICE_BINDINGS`` cannot serve the deployed workflows, one line each, each starting with
+        the service's name (:func:`orderflow.bindings.binding_refusals`); a value that does not parse is
+        refused at load already."""
+        from orderflow.bindings import ServiceBindings, binding_refusals  # noqa: PLC0415 (it imports this module)
+        from orderflow.workflows import WORKFLOWS  # noqa: PLC0415
+
+        return list(
+            binding_refusals(ServiceBindings.parse(self.SERVICE_BINDINGS), WORKFLOWS.values(), azure=azure)
+        )
+
+    def check_bindings(self, *, azure: bool) -> None:
+        """Refuse, at the start of a host that runs agents, bindings that cannot serve the workflows.
+
+        Raises:
+            UnsafeAzureSetting: the first refusal, one line (``SERVICE_BINDINGS <service>: <why>``).
+        """
+        for refusal in self.binding_refusals(azure=azure):
+            raise UnsafeAzureSetting("SERVICE_BINDINGS", refusal)
+
     def _unsafe_on_azure(self) -> Iterator[tuple[str, str]]:
         if self.STORAGE_CONNECTION_STRING.strip():
             yield "STORAGE_CONNECTION_STRING", _NO_STORAGE_ON_AZURE
@@ -1045,12 +1065,8 @@ class Settings(BaseModel):
         if self.SERVICEBUS.strip():
             yield "SERVICEBUS", _NO_CONNECTION_STRING_ON_AZURE
         yield from self._unsafe_service_bus_identity()
-        services = "the URL the agents' remote services answer on"
-        if refusal := _url_refusal(self.DEMO_SERVICES_URL, schemes=("http", "https"), expected=services):
-            yield "DEMO_SERVICES_URL", refusal
-        elif _plain_http_to_a_public_host(self.DEMO_SERVICES_URL):
-            # Payment and customer data cross this link: without TLS only inside a private network.
-            yield "DEMO_SERVICES_URL", f"is http to a host outside a private network: set {services}, https"
+        for refusal in self.binding_refusals(azure=True):
+            yield "SERVICE_BINDINGS", refusal
         yield from self._unsafe_operator_api()
 
     def _unsafe_service_bus_identity(self) -> Iterator[tuple[str, str]]:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from azure.core.credentials import TokenCredential
 from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTransport
 
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings, on_azure
 from orderflow.stores.cosmos import CosmosStores
+
+if TYPE_CHECKING:
+    from azure.identity import DefaultAzureCredential
 
 
 class StoreTimeouts(TypedDict):
@@ -58,12 +60,13 @@ def connect_stores(
     )
 
 
-def azure_credential(settings: Settings) -> TokenCredential:
+def azure_credential(settings: Settings) -> DefaultAzureCredential:
     """The ``DefaultAzureCredential`` of orderflow's own clients, with the user-assigned identity named.
 
     ``SERVICEBUS__clientId`` first (the identity the host's SERVICEBUS connection uses), then
     ``AZURE_CLIENT_ID``. With neither, azure-identity uses the system-assigned identity on Azure and
-    the developer's sign-in locally.
+    the developer's sign-in locally. It is a ``TokenCredential`` for the Azure SDKs and, through
+    ``get_token_info``, the agents' :class:`orderflow.bindings.TokenSource`.
     """
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only identity connections need it)
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from orderflow import telemetry
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE
-from orderflow.errors import DEADLINE_EXCEEDED, TRANSIENT_EXHAUSTED
+from orderflow.errors import DEADLINE_EXCEEDED, SERVICE_AUTH_REFUSED, TRANSIENT_EXHAUSTED
 from orderflow.records import AttemptEntry, LastError
 from orderflow.settings import Settings
 
@@ -45,8 +45,10 @@ REPEATED_FAILURE = "repeated_failure"
 EXPIRED = "complete_by_expired"
 """The code of an expiry, which says nothing of how an attempt failed (never counted by the guard)."""
 
-NOT_THE_ORDERS = frozenset({EXPIRED, TRANSIENT_EXHAUSTED, DEADLINE_EXCEEDED, DEPENDENCY_UNAVAILABLE})
-"""Codes that say a dependency or a host failed, not the order: never counted by the guard. A
+NOT_THE_ORDERS = frozenset(
+    {EXPIRED, TRANSIENT_EXHAUSTED, DEADLINE_EXCEEDED, DEPENDENCY_UNAVAILABLE, SERVICE_AUTH_REFUSED}
+)
+"""Codes that say a dependency, its credential or a host failed, not the order: never counted by the guard. A
 dependency down for a while fails every order that calls it the same way, and with fewer than
 ``POISON_VERSION_ORDERS`` of them in flight the version window cannot tell; the circuit breaker, the
 retry budget and ``SUPERVISOR_MAX_FAILURES`` bound those."""

@@ -21,6 +21,8 @@ import httpx
 
 from demo.faults import FaultPlan
 from demo.services.app import create_app
+from demo.services.auth import AgentAuth
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import Catalog, load_catalog
 from devhost.emulators import LocalEndpoints
 from devhost.host import DevHost
@@ -28,6 +30,7 @@ from devhost.http_transport import transport_for
 from devhost.local_issuer import LocalIssuer
 from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
+from devhost.service_credential import LocalAgentCredential
 from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
@@ -41,6 +44,8 @@ from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow_client.client import OrderflowClient
+from tests.operator_tokens import local_issuer as tests_issuer
+from tests.operator_tokens import signing_key
 
 TPCH_FIXTURE = Path(__file__).parent / "data" / "tpch"
 
@@ -183,6 +188,12 @@ def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Call
     return local_dependencies(stores.state, stores.orders, queues, queues, stores.alerts), stores.close
 
 
+def key_file_auth() -> AgentAuth:
+    """The demo services' check trusting the local issuer's key file: the key a devhost process started
+    with ``SERVICE_BINDINGS`` from :func:`demo.services.bindings.demo_bindings_json` signs its tokens with."""
+    return AgentAuth.trusting(LocalIssuer.from_key_file())
+
+
 @contextmanager
 def running_system(
     deps: Dependencies,
@@ -202,7 +213,9 @@ def running_system(
     ``local_issuer``'s JWKS, if given. Besides the system's client, one client is registered for each
     name in ``more_clients`` (:meth:`System.other_client`)."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
-    server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan()))
+    # The services require the agents' tokens, as in the demo: signed by the session's local key.
+    auth = AgentAuth.trusting(tests_issuer())
+    server, thread = serve_in_thread(create_app(catalog, faults or FaultPlan(), auth=auth))
     url = server_url(server)
     host_id = "h" + uuid.uuid4().hex[:8]
     # Queues of its own: the emulators are shared by every test of the session.
@@ -218,14 +231,15 @@ def running_system(
         **{
             **FAST_SETTINGS,
             **isolation,
-            "DEMO_SERVICES_URL": url,
+            "SERVICE_BINDINGS": demo_bindings_json(url),
             "HOST_ID": host_id,
             **(operator_settings or {}),
             **settings,
         }
     )
     deps = replace(deps, settings=config)
-    host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer)
+    credential = LocalAgentCredential(signing_key())
+    host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer, service_credential=credential)
     host.start()
     registered = config.clients().get(host_id)
     client = OrderflowClient(

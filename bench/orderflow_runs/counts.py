@@ -24,6 +24,7 @@ from bench.orderflow_runs.throughput import (
 from bench.stats import at_most, per_order
 from bench.workload import submissions
 from demo.config import DEMO_SETTINGS
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import DemoOrder
 from devhost.emulators import LocalEndpoints
 from devhost.host import DevHost
@@ -58,7 +59,13 @@ def counted_system(
     Settings are the demo's (``DEMO_SETTINGS``) with ``overrides``, on a database and queues of the run's own.
     """
     env = {**DEMO_SETTINGS, **(overrides or {}), **isolation(tag)}
-    env.update({"DEMO_SERVICES_URL": services_url, "HOST_ID": f"h{tag}", "COSMOS_VERIFY_TLS": "false"})
+    env.update(
+        {
+            "SERVICE_BINDINGS": demo_bindings_json(services_url),
+            "HOST_ID": f"h{tag}",
+            "COSMOS_VERIFY_TLS": "false",
+        }
+    )
     settings = Settings.load(env)
     stores = connect_stores(endpoints, settings)
     state_counts, order_counts, queue_counts = OperationCounts(), OperationCounts(), OperationCounts()

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.services import HttpRemoteService
+from demo.services.bindings import demo_bindings
+from devhost.service_credential import LocalAgentCredential
+from orderflow.bindings import CachedTokens
 from orderflow.errors import PermanentError
 from orderflow.records import idempotency_key, undo_key
 from orderflow.workflows import CURRENT_WORKFLOW, StepDefinition
@@ -56,13 +59,19 @@ def step_payload(step: StepDefinition, order: Mapping[str, Any]) -> dict[str, An
 
 
 class SagaServices:
-    """One HTTP client per agent of the saga, over the demo services at ``base_url``.
+    """One HTTP client per agent of the saga, over the demo services at ``base_url``, bound and
+    authenticated as the agents are (:func:`demo.services.bindings.demo_bindings`, local issuer tokens).
 
     Thread-safe (httpx clients are); close it when done.
     """
 
     def __init__(self, base_url: str) -> None:
-        self._services = {step.agent: HttpRemoteService(step.agent, base_url) for step in SAGA_STEPS}
+        bindings = demo_bindings(base_url).services
+        tokens = CachedTokens(LocalAgentCredential.from_key_file())
+        self._services = {
+            step.agent: HttpRemoteService(step.agent, bindings[step.agent], tokens=tokens)
+            for step in SAGA_STEPS
+        }
 
     def run_step(self, step_name: str, order: Mapping[str, Any]) -> dict[str, str]:
         """Call ``step_name``'s operation once with the step's stable idempotency key.

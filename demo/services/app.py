@@ -10,12 +10,13 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from demo.faults import FaultPlan
+from demo.services.auth import AgentAuth, CallerRefused
 from demo.services.common import OrderFacts, error, jsonable_errors, money, respond
 from demo.services.idempotency import IdempotentCalls
 from demo.services.inventory import Inventory, inventory_router
@@ -107,12 +108,16 @@ def create_app(
     catalog: Catalog,
     faults: FaultPlan,
     *,
+    auth: AgentAuth | None,
     clock: Callable[[], float] = time.monotonic,
     refund_policy: RefundPolicy | None = None,
 ) -> FastAPI:
     """Build the inventory, payment and shipping services over one in-memory state.
 
     Args:
+        auth: The check every call to a service endpoint passes first (:mod:`demo.services.auth`: a
+            bearer token of orderflow's agents; 401 / 403 otherwise); None: no check, for tests of
+            the services' own behaviour only (``python -m demo.services`` always checks).
         catalog: Initial stock (copied; the catalog is not modified) and customer balances.
         faults: Initial fault plan; replaceable at runtime with ``PUT /faults``.
         clock: Monotonic clock (seconds) for audit timestamps, in-flight ages and charge ages (the
@@ -177,9 +182,14 @@ def create_app(
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return respond(422, error("invalid_request", permanent=True, detail=jsonable_errors(exc.errors())))
 
-    app.include_router(inventory_router(services.inventory, calls))
-    app.include_router(payments_router(services.payments, calls))
-    app.include_router(shipping_router(services.shipping, calls))
+    @app.exception_handler(CallerRefused)
+    async def _refused(_: Request, exc: CallerRefused) -> JSONResponse:
+        return exc.response()
+
+    checked = [Depends(auth)] if auth is not None else []
+    app.include_router(inventory_router(services.inventory, calls), dependencies=checked)
+    app.include_router(payments_router(services.payments, calls), dependencies=checked)
+    app.include_router(shipping_router(services.shipping, calls), dependencies=checked)
     app.include_router(report_router(services, calls.lock))
     return app
 

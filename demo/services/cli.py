@@ -18,9 +18,12 @@ from pydantic import ValidationError
 
 from demo.faults import FaultPlan
 from demo.services.app import create_app
+from demo.services.auth import AgentAuth
 from demo.services.payments import RefundPolicy
 from demo.tpch import DEFAULT_DEMO_ORDERS, DEFAULT_SCALE, DEFAULT_STOCK_DIVISOR, ensure_dataset, load_catalog
+from devhost.local_issuer import KEY_FILE, LocalIssuer
 from devhost.serving import server_url
+from orderflow.settings import is_loopback_host
 
 MAX_PORT = 65535
 """Highest TCP port."""
@@ -50,6 +53,8 @@ class ServiceOptions:
     faults: FaultPlan
     refund_policy: RefundPolicy
     log_level: str
+    key_file: Path
+    allow_anonymous: bool
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -65,13 +70,30 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family, backlog=2048)
 
 
+def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--key-file`` and ``--allow-anonymous``: whose tokens the services accept, if any."""
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        default=KEY_FILE,
+        help="the local issuer's signing key, whose tokens the services accept (made if missing)",
+    )
+    parser.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="check no token (a local Functions host, whose credential cannot get the demo's tokens); "
+        "loopback only",
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
     """Parse the command line of ``python -m demo.services``.
 
     Flags: ``--host``, ``--port``, ``--data-dir``, ``--scale``, ``--orders``, ``--stock-divisor``,
     ``--faults JSON`` (a FaultPlan), ``--cancellation-fee AMOUNT`` (the RefundPolicy's ``fee``, e.g.
     ``2.50``; default 0 = no fee), ``--fee-after-s SECONDS`` (its ``fee_after_s``; default 0),
-    ``--log-level``.
+    ``--log-level``, ``--key-file`` (the local issuer's key, whose tokens are the only ones accepted:
+    :mod:`demo.services.auth`), ``--allow-anonymous`` (no token checked; loopback ``--host`` only).
 
     Args:
         argv: The arguments without the program name; None reads ``sys.argv``.
@@ -104,6 +126,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
         help="free-cancellation window after a charge, in seconds (default 0)",
     )
     parser.add_argument("--log-level", default="WARNING", help="level of the demo's own loggers")
+    _add_auth_arguments(parser)
     args = parser.parse_args(argv)
 
     if not 0 <= args.port <= MAX_PORT:
@@ -112,6 +135,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
         parser.error(f"--orders must be 0 (all) or more, not {args.orders}")
     if args.stock_divisor < 1:
         parser.error(f"--stock-divisor must be at least 1, not {args.stock_divisor}")
+    if args.allow_anonymous and not is_loopback_host(args.host):
+        parser.error("--allow-anonymous serves on a loopback --host only")
     try:
         plan = FaultPlan.model_validate_json(args.faults)
     except ValidationError as exc:
@@ -130,6 +155,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
         faults=plan,
         refund_policy=policy,
         log_level=args.log_level,
+        key_file=args.key_file,
+        allow_anonymous=args.allow_anonymous,
     )
 
 
@@ -163,10 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             catalog = load_catalog(
                 data_dir, orders=options.orders or None, stock_divisor=options.stock_divisor
             )
-        except (OSError, RuntimeError) as exc:  # tpchgen-cli missing or failed, a table unreadable
+            auth = None
+            if not options.allow_anonymous:
+                auth = AgentAuth.trusting(LocalIssuer.from_key_file(options.key_file))
+        # tpchgen-cli missing or failed, a table unreadable; a signing key others may read
+        except (OSError, RuntimeError, ValueError) as exc:
             print(f"{prog}: error: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
             return 1
-        app = create_app(catalog, options.faults, refund_policy=options.refund_policy)
+        app = create_app(catalog, options.faults, auth=auth, refund_policy=options.refund_policy)
         config = uvicorn.Config(
             app, host=options.host, port=options.port, log_level="warning", workers=1, lifespan="off"
         )

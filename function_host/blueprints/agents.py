@@ -18,13 +18,25 @@ from agents.services import HttpRemoteService
 from function_host.settlement import NO_RETRY, settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies
+from orderflow.bindings import CachedTokens, EntraAuth, ServiceBindings
+from orderflow.wiring import azure_credential
 
 bp = df.Blueprint()
 
 
 @cache
+def _tokens() -> CachedTokens:
+    """The agents' bearer tokens, from the app's identity (``DefaultAzureCredential``, the user-assigned
+    identity first), cached per scope and refreshed before they expire."""
+    return CachedTokens(azure_credential(dependencies().settings))
+
+
+@cache
 def _service(name: str) -> HttpRemoteService:
-    return HttpRemoteService(name, dependencies().settings.DEMO_SERVICES_URL)
+    """``name``'s service as ``SERVICE_BINDINGS`` binds it (start-up has refused bindings missing one)."""
+    settings = dependencies().settings
+    binding = ServiceBindings.parse(settings.SERVICE_BINDINGS).services[name]
+    return HttpRemoteService(name, binding, tokens=_tokens() if isinstance(binding.auth, EntraAuth) else None)
 
 
 @cache

@@ -25,7 +25,7 @@ param agentResponsesQueue string
 param queueLockSeconds int
 param maxDeliveryCount int
 param maxSubmissionBacklog int
-param demoServicesUrl string
+param serviceBindings string
 param operatorTenantId string
 param operatorAudience string
 param consoleClientId string
@@ -117,7 +117,7 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'QUEUE_LOCK_S', value: string(queueLockSeconds) }
         { name: 'MAX_DELIVERY_COUNT', value: string(maxDeliveryCount) }
         { name: 'MAX_SUBMISSION_BACKLOG', value: string(maxSubmissionBacklog) }
-        { name: 'DEMO_SERVICES_URL', value: demoServicesUrl }
+        { name: 'SERVICE_BINDINGS', value: serviceBindings }
         // Deadlines, the retry budget and the supervisor, stated here so a deployment says what it runs
         // with (each the default of orderflow.settings; docs/configuration.md says why).
         { name: 'STEP_TIMEOUT_S', value: '8' }

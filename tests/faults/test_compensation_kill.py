@@ -29,13 +29,14 @@ import pytest
 
 from demo.faults import FaultPlan
 from demo.services.app import create_app
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
 from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus, order_key
 from orderflow.stores.cosmos import CosmosStores
-from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
+from tests.harness import FAST_SETTINGS, TPCH_FIXTURE, key_file_auth
 from tests.unit.fakes import order_body, received
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
@@ -80,7 +81,7 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
 ) -> None:
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
     plan = FaultPlan(faults_on_undo=True, hang_rate=1.0, hang_s=CALL_S, seed=11)
-    server, thread = serve_in_thread(create_app(catalog, plan))
+    server, thread = serve_in_thread(create_app(catalog, plan, auth=key_file_auth()))
     services = server_url(server)
     run = uuid.uuid4().hex[:8]
     database = f"ckill{run}"
@@ -92,7 +93,7 @@ def test_compensation_resumed_after_a_kill_undoes_every_step_once(
         "COSMOS_KEY": local_endpoints.cosmos_key,
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
-        "DEMO_SERVICES_URL": services,
+        "SERVICE_BINDINGS": demo_bindings_json(services),
         # One registered client of its own: inbound queue orders-<run>, reply queue client-<run>.
         "CLIENTS": json.dumps([{"id": run, "replyQueue": f"client-{run}"}]),
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",

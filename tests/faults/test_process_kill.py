@@ -23,6 +23,7 @@ import pytest
 
 from demo.faults import FaultPlan
 from demo.services.app import create_app
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
@@ -31,7 +32,7 @@ from orderflow.records import ProcessState, order_key
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery
 from orderflow.stores.cosmos import CosmosStores
-from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
+from tests.harness import FAST_SETTINGS, TPCH_FIXTURE, key_file_auth
 from tests.unit.fakes import order_body, received
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
@@ -57,7 +58,9 @@ def _spawn(env: dict[str, str], host_id: str) -> subprocess.Popen[str]:
 def test_orders_of_a_killed_process_settle_in_another(local_endpoints: LocalEndpoints) -> None:
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
     # Slow remote calls keep orders in flight long enough to kill the host in the middle of them.
-    server, thread = serve_in_thread(create_app(catalog, FaultPlan(latency_rate=1.0, latency_s=0.3, seed=5)))
+    server, thread = serve_in_thread(
+        create_app(catalog, FaultPlan(latency_rate=1.0, latency_s=0.3, seed=5), auth=key_file_auth())
+    )
     run = uuid.uuid4().hex[:8]
     database = f"kill{run}"
     env: dict[str, Any] = {
@@ -68,7 +71,7 @@ def test_orders_of_a_killed_process_settle_in_another(local_endpoints: LocalEndp
         "COSMOS_KEY": local_endpoints.cosmos_key,
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
-        "DEMO_SERVICES_URL": server_url(server),
+        "SERVICE_BINDINGS": demo_bindings_json(server_url(server)),
         # One registered client of its own: inbound queue orders-<run>, reply queue client-<run>.
         "CLIENTS": json.dumps([{"id": run, "replyQueue": f"client-{run}"}]),
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",

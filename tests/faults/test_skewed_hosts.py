@@ -33,6 +33,7 @@ import pytest
 from demo.faults import FaultPlan
 from demo.outcome import attempt_overlaps
 from demo.services.app import create_app
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import load_catalog
 from devhost.__main__ import CLOCK_OFFSET_ENV
 from devhost.emulators import REPO_ROOT, LocalEndpoints
@@ -42,7 +43,7 @@ from orderflow.records import ProcessState, StateRecord, order_key, parse_utc
 from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery
 from orderflow.stores.cosmos import CosmosStores
-from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
+from tests.harness import FAST_SETTINGS, TPCH_FIXTURE, key_file_auth
 from tests.unit.fakes import order_body
 
 # Runs devhost processes under a deadline: one xdist worker runs all such tests in turn (Makefile).
@@ -105,7 +106,9 @@ def _spawn(env: dict[str, str], host_id: str, offset_s: float, log: Path) -> sub
 def _run(endpoints: LocalEndpoints, tmp_path: Path, offsets: tuple[float, float]) -> Run:
     """Submit :data:`ORDERS` orders to two hosts at ``offsets`` and kill them by turns until all settle."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
-    server, thread = serve_in_thread(create_app(catalog, FaultPlan(latency_rate=1.0, latency_s=0.3, seed=5)))
+    server, thread = serve_in_thread(
+        create_app(catalog, FaultPlan(latency_rate=1.0, latency_s=0.3, seed=5), auth=key_file_auth())
+    )
     run = uuid.uuid4().hex[:8]
     env: dict[str, str] = {
         **os.environ,
@@ -115,7 +118,7 @@ def _run(endpoints: LocalEndpoints, tmp_path: Path, offsets: tuple[float, float]
         "COSMOS_KEY": endpoints.cosmos_key,
         "COSMOS_DATABASE": f"skew{run}",
         "COSMOS_VERIFY_TLS": "false",
-        "DEMO_SERVICES_URL": server_url(server),
+        "SERVICE_BINDINGS": demo_bindings_json(server_url(server)),
         "CLIENTS": json.dumps([{"id": run, "replyQueue": f"client-{run}"}]),
         "AGENT_QUEUE_PREFIX": f"agent-{run}-",
         "STEP_TIMEOUT_S": "3",

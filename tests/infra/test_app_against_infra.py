@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from demo.services.bindings import demo_bindings_json
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
@@ -54,7 +55,7 @@ DEMO_CLIENT = "11111111-2222-4333-8444-555555555555"
 PARAMS = {
     "environmentName": "dev",
     "location": "westeurope",
-    "demoServicesUrl": "https://services.example.com",
+    "serviceBindings": demo_bindings_json("https://services.example.com"),
     "operatorApiAudience": "22222222-3333-4444-8555-666666666666",
     "demoClientPrincipalId": DEMO_CLIENT,
     "principalId": "33333333-4444-4555-8666-777777777777",
@@ -636,8 +637,8 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ),
     (
         "modules/functionapp.bicep",
-        "value: demoServicesUrl }",
-        "value: 'http://127.0.0.1:8082' }",
+        "value: serviceBindings }",
+        "value: '{}' }",
         check_app_starts_with_them,
     ),
     (

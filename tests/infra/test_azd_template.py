@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from demo.services.bindings import demo_bindings_json
 from tests.infra.bicep_model import Resource, ResourceRef, Template, parse_bicep
 
 pytestmark = pytest.mark.unit
@@ -31,7 +32,7 @@ ENV = {
     "AZURE_ENV_NAME": "dev",
     "AZURE_LOCATION": "swedencentral",
     "AZURE_PRINCIPAL_ID": "33333333-4444-4555-8666-777777777777",
-    "DEMO_SERVICES_URL": "https://services.example.com",
+    "SERVICE_BINDINGS": demo_bindings_json("https://services.example.com"),
 }
 """An azd environment as `azd env new` and the deploy guide leave it (the optional values unset)."""
 

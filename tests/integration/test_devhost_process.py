@@ -19,6 +19,7 @@ import pytest
 from demo import fleet
 from demo.faults import FaultPlan
 from demo.services.app import create_app
+from demo.services.bindings import demo_bindings_json
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
@@ -26,7 +27,7 @@ from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.records import ProcessState, order_key
 from orderflow.stores.cosmos import CosmosStores
 from orderflow_client.client import OrderflowClient
-from tests.harness import FAST_SETTINGS, TPCH_FIXTURE
+from tests.harness import FAST_SETTINGS, TPCH_FIXTURE, key_file_auth
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
     local_endpoints: LocalEndpoints, stop_signal: signal.Signals
 ) -> None:
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
-    server, thread = serve_in_thread(create_app(catalog, FaultPlan()))
+    server, thread = serve_in_thread(create_app(catalog, FaultPlan(), auth=key_file_auth()))
     database = "db" + uuid.uuid4().hex[:10]
     host_id = "p" + uuid.uuid4().hex[:8]
     env = {
@@ -47,7 +48,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
         "COSMOS_KEY": local_endpoints.cosmos_key,
         "COSMOS_DATABASE": database,
         "COSMOS_VERIFY_TLS": "false",
-        "DEMO_SERVICES_URL": server_url(server),
+        "SERVICE_BINDINGS": demo_bindings_json(server_url(server)),
         "CLIENTS": json.dumps([{"id": host_id, "replyQueue": f"client-{host_id}"}]),
     }
     process = subprocess.Popen(

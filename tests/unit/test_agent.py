@@ -14,16 +14,19 @@ from typing import Any
 
 import httpx
 import pytest
+from azure.core.credentials import AccessTokenInfo
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from agents.agent import MIN_CALL_S, AgentResult, TakenRequests, handle_request
-from agents.services import INSTANCE_HEADER, ROUTES, HttpRemoteService, classify_http
+from agents.services import INSTANCE_HEADER, HttpRemoteService, classify_http
+from demo.services.bindings import DEMO_OPERATIONS, demo_bindings
 from orderflow import telemetry
+from orderflow.bindings import CachedTokens, NoAuth
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement, redelivery_delay_s, settle
-from orderflow.errors import InvalidMessage, PermanentError, TransientError
+from orderflow.errors import InvalidMessage, PermanentError, ServiceAuthRefused, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message
 from orderflow.queues.base import DeadLetter, MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueue, InMemoryQueueFactory
@@ -684,9 +687,14 @@ def test_classify_http_carries_the_remote_message() -> None:
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def http_service(name: str, handler: Handler) -> HttpRemoteService:
+def http_service(name: str, handler: Handler, *, tokens: CachedTokens | None = None) -> HttpRemoteService:
+    """``name`` bound as the demo binds it, at ``http://demo.test``: with ``tokens`` as the demo does
+    (entra), without them on a binding whose auth is none."""
     client = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://demo.test")
-    return HttpRemoteService(name, "http://demo.test", client=client)
+    binding = demo_bindings("http://demo.test").services[name]
+    if tokens is None:
+        binding = binding.model_copy(update={"auth": NoAuth(mode="none", reason="a mock transport")})
+    return HttpRemoteService(name, binding, tokens=tokens, client=client)
 
 
 def call(service: HttpRemoteService, operation: str = "reserve", timeout_s: float = 2.5) -> dict[str, str]:
@@ -716,7 +724,7 @@ def test_http_service_sends_key_and_json_body_and_extracts_result_fields() -> No
 
 def test_http_service_stringifies_result_fields_of_each_route() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == ROUTES[("payment", "charge")].path
+        assert request.url.path == DEMO_OPERATIONS["payment"]["charge"].path
         return httpx.Response(200, json={"chargeId": "ch-1", "amount": 1000.5, "currency": "USD"})
 
     result = call(http_service("payment", handler), "charge")
@@ -921,3 +929,86 @@ def test_the_shared_and_every_hosts_response_queue_are_answered(
     )
 
     assert [m.message_id for m in queues.queue(reply_to).peek_all()] == [the_response(result).event_id]
+
+
+# --- a service refusing the agent's credential ---------------------------------------------------
+
+
+class CountingCredential:
+    """Hands out ``token-1``, ``token-2`` ... valid for an hour, counting the fetches."""
+
+    def __init__(self) -> None:
+        self.fetched: list[str] = []
+
+    def get_token_info(self, *scopes: str) -> AccessTokenInfo:
+        self.fetched.extend(scopes)
+        return AccessTokenInfo(f"token-{len(self.fetched)}", 2_000_000_000)
+
+
+@pytest.mark.parametrize(("status", "code"), [(401, "invalid_token"), (403, "missing_role")])
+def test_http_service_classifies_401_and_403_as_an_auth_refusal_and_drops_the_token(
+    status: int, code: str
+) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        # An auth refusal is never a business refusal, whatever its body says.
+        return httpx.Response(status, json={"error": code, "permanent": True})
+
+    credential = CountingCredential()
+    service = http_service("payment", handler, tokens=CachedTokens(credential))
+    for _ in range(2):
+        with pytest.raises(ServiceAuthRefused) as raised:
+            call(service, "charge")
+        assert isinstance(raised.value, TransientError)
+        assert not isinstance(raised.value, PermanentError)
+        assert (raised.value.service, raised.value.status, raised.value.code) == ("payment", status, code)
+        assert "service_auth_refused" in str(raised.value)
+
+    # Each refusal drops the cached token: the next call asks the credential for a new one.
+    assert seen == ["Bearer token-1", "Bearer token-2"]
+    assert credential.fetched == ["api://orderflow-demo-services/.default"] * 2
+
+
+def test_classify_http_maps_auth_statuses_apart_from_business_refusals() -> None:
+    assert isinstance(classify_http(401, {}, service="s"), ServiceAuthRefused)
+    assert isinstance(classify_http(403, {"permanent": True}, service="s"), ServiceAuthRefused)
+    assert isinstance(classify_http(402, {"error": "card_declined"}, service="s"), PermanentError)
+    assert isinstance(classify_http(404, {}, service="s"), PermanentError)
+
+
+def test_agent_answers_an_auth_refusal_as_a_transient_failure_with_an_alert_after_one_call(
+    clock: FakeClock, queues: InMemoryQueueFactory, settings: Settings
+) -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(403, json={"error": "missing_role", "permanent": False})
+
+    alerts: list[tuple[str, Mapping[str, Any]]] = []
+    previous = telemetry.use_alert_sink(lambda name, fields: alerts.append((name, dict(fields))))
+    try:
+        result = handle_request(
+            request_body(),
+            service=http_service("inventory", handler, tokens=CachedTokens(CountingCredential())),
+            queues=queues,
+            clock=clock,
+            settings=settings,
+            sleep=FakeSleep(clock),
+        )
+    finally:
+        telemetry.use_alert_sink(previous)
+
+    response = the_response(result)
+    # Not retried within the attempt (the same credential would be refused), not a permanent refusal
+    # (which would compensate the order): a transient failure the supervisor retries.
+    assert len(calls) == 1
+    assert response.outcome is AgentOutcome.FAILED
+    assert (response.error_kind, response.error_code) == ("transient", "service_auth_refused")
+    assert response.calls == 1
+    [(name, fields)] = alerts
+    assert name == "service_auth_refused"
+    assert (fields["dependency"], fields["status"], fields["code"]) == ("inventory", 403, "missing_role")
+    assert fields["order_id"] == "o-1"

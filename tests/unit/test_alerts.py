@@ -133,6 +133,7 @@ def test_only_the_kinds_raised_over_and_over_are_counted_and_only_by_the_field_t
         "conflicting_order",
         "max_delivery_count",
         "scan_anomaly",
+        "service_auth_refused",
         "dependency_wait_exhausted",
     }
 

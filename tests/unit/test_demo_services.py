@@ -42,7 +42,7 @@ def make_catalog() -> Catalog:
 
 
 def make_client(plan: FaultPlan | None = None) -> TestClient:
-    return TestClient(create_app(make_catalog(), plan or FaultPlan()))
+    return TestClient(create_app(make_catalog(), plan or FaultPlan(), auth=None))
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def test_a_body_that_fails_validation_is_not_stored(client: TestClient) -> None:
 
 
 def test_a_second_request_while_the_first_is_in_flight_gets_409() -> None:
-    app = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3))
+    app = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3), auth=None)
     body = {"orderId": "o1", "items": [{"sku": "10", "quantity": 4}]}
     headers = {"Idempotency-Key": "o1:reserve"}
 
@@ -467,7 +467,7 @@ def test_fault_plan_can_be_read_and_replaced(client: TestClient) -> None:
 
 
 def test_a_hung_request_applies_its_effect_after_the_client_gave_up() -> None:
-    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3))
+    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=0.3), auth=None)
     server, thread = serve_in_thread(app, "127.0.0.1", 0)
     try:
         base = server_url(server)
@@ -606,7 +606,7 @@ def test_undo_before_the_forward_call_tombstones_the_key(client: TestClient) -> 
 
 def test_a_forward_call_still_before_its_stored_entry_loses_to_the_undo() -> None:
     # The latency fault delays the forward call after it arrived but before its key is looked up.
-    app = create_app(make_catalog(), FaultPlan(latency_rate=1.0, latency_s=0.3))
+    app = create_app(make_catalog(), FaultPlan(latency_rate=1.0, latency_s=0.3), auth=None)
     forward = {"orderId": "o1", "items": [{"sku": "10", "quantity": 4}]}
     undo = {"orderId": "o1", "forwardKey": "o1:reserve_inventory"}
 
@@ -636,7 +636,7 @@ def test_a_forward_call_still_before_its_stored_entry_loses_to_the_undo() -> Non
 
 
 def test_undo_while_a_hung_forward_call_is_in_flight_waits_for_it() -> None:
-    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=1.0))
+    app: FastAPI = create_app(make_catalog(), FaultPlan(hang_rate=1.0, hang_s=1.0), auth=None)
     server, thread = serve_in_thread(app, "127.0.0.1", 0)
     try:
         forward = {"orderId": "o1", "items": [{"sku": "20", "quantity": 2}]}
@@ -835,7 +835,7 @@ class FakeClock:
 
 def fee_client(clock: FakeClock, fee: str = "2.50", after_s: float = 60.0) -> TestClient:
     policy = RefundPolicy(fee=Decimal(fee), fee_after_s=after_s)
-    return TestClient(create_app(make_catalog(), FaultPlan(), clock=clock, refund_policy=policy))
+    return TestClient(create_app(make_catalog(), FaultPlan(), auth=None, clock=clock, refund_policy=policy))
 
 
 def refund_by_key(client: TestClient, order: str, key: str = "", **extra: str) -> httpx.Response:
@@ -976,7 +976,7 @@ def test_the_fee_is_kept_once_per_charge_across_refunds() -> None:
 
 def test_the_refund_policy_can_be_read_and_replaced_at_runtime() -> None:
     clock = FakeClock()
-    with TestClient(create_app(make_catalog(), FaultPlan(), clock=clock)) as client:
+    with TestClient(create_app(make_catalog(), FaultPlan(), auth=None, clock=clock)) as client:
         assert client.get("/refund-policy").json() == {"fee": "0.00", "fee_after_s": 0.0}
         assert charge(client, "o1", GOOD_CUSTOMER, "10.00").status_code == 201
         assert charge(client, "o2", GOOD_CUSTOMER, "10.00").status_code == 201
@@ -1057,7 +1057,9 @@ def test_the_command_serves_on_the_socket_it_bound(capsys: pytest.CaptureFixture
     sock = services.listen_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(create_app(make_catalog(), FaultPlan()), log_level="warning", lifespan="off")
+        uvicorn.Config(
+            create_app(make_catalog(), FaultPlan(), auth=None), log_level="warning", lifespan="off"
+        )
     )
     thread = threading.Thread(target=asyncio.run, args=(services._serve_until_stopped(server, sock),))
     thread.start()

@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 import devhost.__main__ as devhost_main
 from demo.chaos import faulty_host
 from demo.chaos.delivery import CHAOS_ENV, DeliveryFaults, FaultyQueueFactory, with_delivery_faults
+from demo.services.bindings import demo_bindings_json
 from devhost import emulators
 from devhost.cli import StopSignal, driver_signals, one_line, stop_signals_interrupt
 from devhost.host import DevHost
@@ -63,6 +64,7 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COSMOS_ENDPOINT", "https://127.0.0.1:1/")
     monkeypatch.setenv("COSMOS_KEY", "a2V5")
     monkeypatch.setenv("SUPERVISOR_LEASE_ENABLED", "false")
+    monkeypatch.setenv("SERVICE_BINDINGS", demo_bindings_json("http://127.0.0.1:1"))
     monkeypatch.setattr(devhost_main, "configure_logging", lambda level: None)
     monkeypatch.setattr(devhost_main, "configure_telemetry", lambda name: None)
 
@@ -215,6 +217,25 @@ def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(
     assert "ready" not in result.stdout
     assert stores.closed
     assert new_non_daemon_threads(before) == []
+
+
+def test_agents_without_a_binding_for_every_operation_refuse_the_start_in_one_line(
+    environment: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = FakeStores()
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: InMemoryQueueFactory())
+    monkeypatch.setenv("SERVICE_BINDINGS", demo_bindings_json("http://services.example.com"))
+
+    result = run_devhost("--host-id", "h1", "--roles", "agents")
+
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (
+        "error: devhost h1 did not start: SERVICE_BINDINGS courier: plain http to services.example.com, "
+        "a public host: use https"
+    )
+    assert "ready" not in result.stdout
+    assert stores.closed
 
 
 def test_sigterm_stops_a_running_devhost_cleanly_with_status_0(

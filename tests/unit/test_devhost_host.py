@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from demo.services.bindings import demo_bindings_json
 from devhost.durabletask_adapter import DURABLETASK_WORKER_LOGGER, quiet_local_cancel
 from devhost.host import STARTER_WAKEUP, DevHost, free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
@@ -29,7 +30,7 @@ from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import order_key
-from orderflow.settings import Settings
+from orderflow.settings import Settings, UnsafeAzureSetting
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import local_issuer
 from tests.unit.fakes import client_for, order_body
@@ -74,7 +75,12 @@ def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=queues or InMemoryQueueFactory(),
         clock=SystemClock(),
-        settings=Settings(HOST_ID="h1", SUPERVISOR_LEASE_ENABLED=False, POLL_INTERVAL_S=0.01),
+        settings=Settings(
+            HOST_ID="h1",
+            SUPERVISOR_LEASE_ENABLED=False,
+            POLL_INTERVAL_S=0.01,
+            SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1"),
+        ),
     )
 
 
@@ -207,7 +213,7 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
 
 def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
     host = DevHost(
-        replace(deps(), settings=Settings(HOST_ID="h1", OPERATOR_TENANT_ID=LOCAL_TENANT_ID)),
+        replace(deps(), settings=deps().settings.model_copy(update={"OPERATOR_TENANT_ID": LOCAL_TENANT_ID})),
         ("api", "agents"),
     )
 
@@ -215,6 +221,23 @@ def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
         host.start()
 
     assert host.stop_event.is_set() and host.api_url is None
+
+
+def test_a_host_running_agents_refuses_to_start_without_a_binding_for_every_operation() -> None:
+    raw = json.loads(demo_bindings_json("http://127.0.0.1:1"))
+    del raw["payment"]["operations"]["refund"]
+    wired = deps()
+    host = DevHost(
+        replace(wired, settings=wired.settings.model_copy(update={"SERVICE_BINDINGS": json.dumps(raw)}))
+    )
+    before = set(threading.enumerate())
+
+    with pytest.raises(UnsafeAzureSetting) as refused:
+        host.start()
+
+    assert str(refused.value) == "SERVICE_BINDINGS payment: no mapping for operation 'refund'"
+    assert host.stop_event.is_set()
+    assert new_non_daemon_threads(before) == []  # refused before anything started
 
 
 def test_a_start_while_the_queue_service_times_out_tries_again_and_runs(

@@ -27,6 +27,7 @@ from azurefunctions.extensions.bindings import servicebus
 import function_app
 from activities.table import ACTIVITIES as TABLE
 from orchestrators.workflow import ORDER_WORKFLOW
+from orderflow.bindings import ServiceBindings
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
@@ -60,13 +61,14 @@ CHANGED_FROM_DEFAULT = frozenset(
         "AGENT_RESPONSES_PER_HOST",
         "MAX_SUBMISSION_BACKLOG",
         "CLIENTS",
+        "SERVICE_BINDINGS",
     }
 )
 """Settings whose example value deliberately differs from the Settings default: the emulators'
 connections, the single response queue of the Functions app (no host id, no response queue per host),
-no backlog ceiling,
-because the Service Bus emulator's queue counts cannot be read (docs/functions.md), and one registered
-client, whose two queues the Service Bus emulator declares."""
+no backlog ceiling, because the Service Bus emulator's queue counts cannot be read (docs/functions.md),
+one registered client, whose two queues the Service Bus emulator declares, and the demo services'
+bindings (none by default)."""
 
 COSMOS_EMULATOR_KEY = (
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
@@ -420,7 +422,12 @@ def test_example_settings_are_the_emulators_and_validate_as_the_functions_app(
     # The Cosmos DB emulator of docker-compose.yml: https (the SDK insists), its self-signed certificate.
     assert example_settings.COSMOS_ENDPOINT == "https://localhost:8081/"
     assert example_settings.COSMOS_VERIFY_TLS is False
-    assert example_settings.DEMO_SERVICES_URL == "http://127.0.0.1:8082"
+    # The demo services on loopback, every step's operation bound, without tokens (a local Functions
+    # host's credential cannot get the demo's: they run with --allow-anonymous); refused on Azure.
+    assert example_settings.binding_refusals(azure=False) == []
+    bindings = ServiceBindings.parse(example_settings.SERVICE_BINDINGS).services
+    assert {binding.base_url for binding in bindings.values()} == {"http://127.0.0.1:8082"}
+    assert {binding.auth.mode for binding in bindings.values()} == {"none"}
     assert (example_settings.STEP_TIMEOUT_S, example_settings.QUEUE_LOCK_S) == (8.0, 30.0)
     assert example_settings.MAX_DELIVERY_COUNT == 10
     for schedule in (example_settings.STARTER_SCHEDULE, example_settings.SUPERVISOR_SCHEDULE):

@@ -35,6 +35,7 @@ from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings import servicebus
 
 import function_app
+from demo.services.bindings import demo_bindings_json
 from function_host import settlement, startup, wiring
 from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import agents as agents_blueprint
@@ -669,7 +670,9 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=FakeClock(START),
-        settings=Settings.load(env={}, HOST_ID=""),
+        settings=Settings.load(
+            env={}, HOST_ID="", SERVICE_BINDINGS=demo_bindings_json("https://demo.example.com")
+        ),
     )
     # Each blueprint imported the name, so the name in each blueprint is what a trigger calls.
     blueprints = (
@@ -1315,17 +1318,22 @@ def test_start_up_on_azure_refuses_a_setting_with_no_safe_value() -> None:
         "WEBSITE_SITE_NAME": "orderflow-app",
         "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
         "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
-        "DEMO_SERVICES_URL": "http://127.0.0.1:8082",
+        "SERVICE_BINDINGS": demo_bindings_json("http://127.0.0.1:8082"),
     }
 
     with pytest.raises(UnsafeAzureSetting) as refused:
         startup.check_start_up(environ)
 
-    assert refused.value.setting == "DEMO_SERVICES_URL"
+    assert refused.value.setting == "SERVICE_BINDINGS"
+    assert str(refused.value) == (
+        "SERVICE_BINDINGS courier: 127.0.0.1 is a loopback address, where nothing answers on Azure"
+    )
 
 
 def test_start_up_off_azure_checks_nothing() -> None:
-    startup.check_start_up({"DEMO_SERVICES_URL": "http://127.0.0.1:8082", "COSMOS_KEY": "a2V5"})
+    startup.check_start_up(
+        {"SERVICE_BINDINGS": demo_bindings_json("http://127.0.0.1:8082"), "COSMOS_KEY": "a2V5"}
+    )
 
 
 def test_start_up_on_azure_names_a_setting_that_does_not_parse_without_its_secret() -> None:
@@ -1348,7 +1356,7 @@ def test_start_up_on_azure_names_a_setting_that_does_not_parse_without_its_secre
         ("servicebus", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKey=c2VjcmV0"),
         ("AzureWebJobsStorage", "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0"),
         ("AzureWebJobsStorage", "UseDevelopmentStorage=true"),
-        ("DEMO_SERVICES_URL", "http://payments.example.com"),
+        ("SERVICE_BINDINGS", demo_bindings_json("http://payments.example.com")),
     ],
 )
 def test_start_up_on_azure_refuses_a_secret_wherever_the_host_would_read_it(setting: str, value: str) -> None:
@@ -1356,7 +1364,7 @@ def test_start_up_on_azure_refuses_a_secret_wherever_the_host_would_read_it(sett
         "WEBSITE_SITE_NAME": "orderflow-app",
         "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
         "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
-        "DEMO_SERVICES_URL": "https://demo.example.com",
+        "SERVICE_BINDINGS": demo_bindings_json("https://demo.example.com"),
         "AzureWebJobsStorage__accountName": "orderflowstorage",
         setting: value,
     }
@@ -1378,6 +1386,6 @@ def test_start_up_on_azure_accepts_identity_everywhere() -> None:
             "SERVICEBUS__clientId": "00000000-0000-0000-0000-000000000001",
             "AzureWebJobsStorage__accountName": "orderflowstorage",
             "AzureWebJobsStorage__credential": "managedidentity",
-            "DEMO_SERVICES_URL": "https://demo.example.com",
+            "SERVICE_BINDINGS": demo_bindings_json("https://demo.example.com"),
         }
     )

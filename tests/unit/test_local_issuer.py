@@ -14,6 +14,7 @@ import jwt
 import pytest
 from typer.testing import CliRunner, Result
 
+from demo.services.bindings import demo_bindings_json
 from devhost import local_issuer
 from devhost.local_issuer import (
     KEY_FILE,
@@ -42,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 AZURE_IDENTITY = {
     "COSMOS_ENDPOINT": "https://orderflow-cosmos.documents.azure.com:443/",
     "SERVICEBUS__fullyQualifiedNamespace": "orderflow-bus.servicebus.windows.net",
-    "DEMO_SERVICES_URL": "https://orderflow-services.azurewebsites.net",
+    "SERVICE_BINDINGS": demo_bindings_json("https://orderflow-services.azurewebsites.net"),
 }
 
 

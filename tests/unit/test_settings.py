@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from demo.services.bindings import demo_bindings_json
 from orderflow.settings import (
     MAX_DURATION_S,
     Settings,
@@ -101,7 +102,7 @@ SERVICE_BUS_EMULATOR = (
 AZURE_IDENTITY = {
     "COSMOS_ENDPOINT": "https://orderflow-cosmos.documents.azure.com:443/",
     "SERVICEBUS__fullyQualifiedNamespace": "orderflow-bus.servicebus.windows.net",
-    "DEMO_SERVICES_URL": "https://orderflow-services.azurewebsites.net",
+    "SERVICE_BINDINGS": demo_bindings_json("https://orderflow-services.azurewebsites.net"),
 }
 """Settings an Azure deployment with a system-assigned identity runs with."""
 
@@ -133,7 +134,14 @@ def test_azure_is_the_platform_setting_its_instance_or_site_variable(
             "SERVICEBUS__clientId": "6d1f0b9e-0000-4000-8000-000000000001",
         },
         {"AZURE_CLIENT_ID": "6d1f0b9e-0000-4000-8000-000000000001"},
-        {"DEMO_SERVICES_URL": "http://10.1.2.3:8082"},  # a private address is reachable from a VNet
+        # A private address is reachable from a VNet, without TLS and, with a reason, without a token.
+        {"SERVICE_BINDINGS": demo_bindings_json("http://10.1.2.3:8082")},
+        {
+            "SERVICE_BINDINGS": demo_bindings_json("http://10.1.2.3:8082").replace(
+                '{"mode":"entra","scope":"api://orderflow-demo-services/.default"}',
+                '{"mode":"none","reason":"a VNet"}',
+            )
+        },
     ],
 )
 def test_identity_settings_pass_the_azure_check(extra: dict[str, str]) -> None:
@@ -143,13 +151,37 @@ def test_identity_settings_pass_the_azure_check(extra: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("override", "setting", "says"),
     [
-        ({"DEMO_SERVICES_URL": "http://127.0.0.1:8082"}, "DEMO_SERVICES_URL", "names 127.0.0.1, a loopback"),
-        ({"DEMO_SERVICES_URL": "http://localhost:8082/"}, "DEMO_SERVICES_URL", "names localhost, a loopback"),
-        ({"DEMO_SERVICES_URL": "http://[::1]:8082"}, "DEMO_SERVICES_URL", "names ::1, a loopback"),
-        ({"DEMO_SERVICES_URL": "http://127.1:8082"}, "DEMO_SERVICES_URL", "a loopback address"),
-        ({"DEMO_SERVICES_URL": "http://0.0.0.0:8082"}, "DEMO_SERVICES_URL", "a loopback address"),
-        ({"DEMO_SERVICES_URL": ""}, "DEMO_SERVICES_URL", "is empty"),
-        ({"DEMO_SERVICES_URL": "services:8082"}, "DEMO_SERVICES_URL", "is not an http or https URL"),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://127.0.0.1:8082")},
+            "SERVICE_BINDINGS",
+            "127.0.0.1 is a loopback",
+        ),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://localhost:8082/")},
+            "SERVICE_BINDINGS",
+            "localhost is a loopback",
+        ),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://[::1]:8082")},
+            "SERVICE_BINDINGS",
+            "::1 is a loopback",
+        ),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://127.1:8082")},
+            "SERVICE_BINDINGS",
+            "a loopback address",
+        ),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://0.0.0.0:8082")},
+            "SERVICE_BINDINGS",
+            "a loopback address",
+        ),
+        ({"SERVICE_BINDINGS": "{}"}, "SERVICE_BINDINGS", "no mapping for operation"),
+        (
+            {"SERVICE_BINDINGS": demo_bindings_json("http://services.example.com")},
+            "SERVICE_BINDINGS",
+            "plain http",
+        ),
         ({"COSMOS_ENDPOINT": ""}, "COSMOS_ENDPOINT", "is empty"),
         ({"COSMOS_ENDPOINT": "https://localhost:8081/"}, "COSMOS_ENDPOINT", "names localhost, a loopback"),
         (
@@ -198,10 +230,10 @@ def test_the_defaults_are_refused_on_azure_first_setting_first() -> None:
     with pytest.raises(UnsafeAzureSetting) as refused:
         Settings().check_azure()
     assert refused.value.setting == "COSMOS_ENDPOINT"
-    # Every connection given but the demo services: their loopback default is refused.
+    # Every connection given but the service bindings: with none, no step has a mapping.
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, "DEMO_SERVICES_URL": Settings().DEMO_SERVICES_URL}).check_azure()
-    assert refused.value.setting == "DEMO_SERVICES_URL"
+        Settings.load({**AZURE_IDENTITY, "SERVICE_BINDINGS": Settings().SERVICE_BINDINGS}).check_azure()
+    assert refused.value.setting == "SERVICE_BINDINGS"
 
 
 @pytest.mark.parametrize(
@@ -252,18 +284,18 @@ def test_a_settings_error_never_shows_the_value_it_refused() -> None:
         "http://example.com:99999",
     ],
 )
-def test_azure_refuses_a_demo_services_url_that_is_loopback_in_disguise_or_not_a_host(url: str) -> None:
-    settings = Settings.load(
-        env={
-            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
-            "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
-            "DEMO_SERVICES_URL": url,
-        }
-    )
+def test_azure_refuses_a_service_binding_that_is_loopback_in_disguise_or_not_a_host(url: str) -> None:
+    env = {
+        "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+        "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+        "SERVICE_BINDINGS": demo_bindings_json("http://127.0.0.1:1").replace("http://127.0.0.1:1", url),
+    }
 
-    with pytest.raises(UnsafeAzureSetting) as refused:
-        settings.check_azure()
-    assert refused.value.setting == "DEMO_SERVICES_URL"
+    # A host that is no DNS name or address is refused wherever the settings load; a loopback in
+    # disguise, on Azure.
+    with pytest.raises((UnsafeAzureSetting, ValidationError)) as refused:
+        Settings.load(env=env).check_azure()
+    assert "SERVICE_BINDINGS" in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -280,7 +312,7 @@ def test_azure_refuses_a_namespace_that_is_not_an_ascii_host_name_or_is_loopback
         env={
             "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
             "SERVICEBUS__fullyQualifiedNamespace": namespace,
-            "DEMO_SERVICES_URL": "https://demo.example.com",
+            "SERVICE_BINDINGS": demo_bindings_json("https://demo.example.com"),
         }
     )
 
@@ -291,18 +323,18 @@ def test_azure_refuses_a_namespace_that_is_not_an_ascii_host_name_or_is_loopback
 
 def test_a_host_with_undecodable_bytes_is_no_loopback_and_no_host_name() -> None:
     # os.environ keeps bytes that are not UTF-8 as lone surrogates.
-    settings = Settings.load(
-        env={
-            "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
-            "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
-            "DEMO_SERVICES_URL": "https://pay\udcffments.example.com",
-        }
-    )
+    env = {
+        "COSMOS_ENDPOINT": "https://orderflow.documents.azure.com:443/",
+        "SERVICEBUS__fullyQualifiedNamespace": "orderflow.servicebus.windows.net",
+        "SERVICE_BINDINGS": demo_bindings_json("https://x.example.com").replace(
+            "x.example.com", "pay\udcffments.example.com"
+        ),
+    }
 
     assert is_loopback_host("pay\udcffments.example.com") is False
-    with pytest.raises(UnsafeAzureSetting) as refused:
-        settings.check_azure()
-    assert refused.value.setting == "DEMO_SERVICES_URL"
+    with pytest.raises(ValidationError) as refused:
+        Settings.load(env=env)
+    assert "SERVICE_BINDINGS" in str(refused.value)
 
 
 # --- remote-call timeouts against the roles' deadlines ---------------------------------------------------

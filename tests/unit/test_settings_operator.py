@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from demo.services.bindings import demo_bindings_json
 from orderflow.settings import (
     Settings,
     UnsafeAzureSetting,
@@ -21,7 +22,7 @@ API_CLIENT_ID = "5b7e2c1d-4a3f-4b2e-9d8c-1f0e2d3c4b5a"
 AZURE_IDENTITY = {
     "COSMOS_ENDPOINT": "https://orderflow-cosmos.documents.azure.com:443/",
     "SERVICEBUS__fullyQualifiedNamespace": "orderflow-bus.servicebus.windows.net",
-    "DEMO_SERVICES_URL": "https://orderflow-services.azurewebsites.net",
+    "SERVICE_BINDINGS": demo_bindings_json("https://orderflow-services.azurewebsites.net"),
 }
 """Settings an Azure deployment with a system-assigned identity runs with (as in test_settings)."""
 ENTRA = {"OPERATOR_TENANT_ID": TENANT, "OPERATOR_AUDIENCE": API_CLIENT_ID}

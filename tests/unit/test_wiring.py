@@ -29,6 +29,7 @@ from azure.servicebus._base_handler import ServiceBusSharedKeyCredential
 
 import orderflow.queues.servicebus.factory as servicebus_adapter
 import orderflow.stores.cosmos.connection as cosmos_adapter
+from demo.services.bindings import demo_bindings_json
 from devhost.lease.blob import LeaderLease
 from devhost.wiring import connect_queues
 from orderflow.settings import Settings, UnsafeAzureSetting
@@ -51,7 +52,7 @@ OTHER_CLIENT_ID = "6d1f0b9e-0000-4000-8000-000000000002"
 IDENTITY = {
     "COSMOS_ENDPOINT": "https://orderflow-cosmos.documents.azure.com:443/",
     "SERVICEBUS__fullyQualifiedNamespace": "orderflow-bus.servicebus.windows.net",
-    "DEMO_SERVICES_URL": "https://orderflow-services.azurewebsites.net",
+    "SERVICE_BINDINGS": demo_bindings_json("https://orderflow-services.azurewebsites.net"),
 }
 """Azure settings with a system-assigned identity."""
 
@@ -284,10 +285,13 @@ def test_on_azure_the_emulator_settings_are_refused_before_any_client_is_built(s
     assert (sdk.cosmos.seen, sdk.service_bus_clients, sdk.credentials) == ([], [], [])
 
 
-def test_on_azure_the_loopback_demo_services_default_is_refused(sdk: Sdk) -> None:
-    with pytest.raises(UnsafeAzureSetting, match=r"^DEMO_SERVICES_URL names 127\.0\.0\.1, a loopback"):
-        defaults_for_the_services = {k: v for k, v in IDENTITY.items() if k != "DEMO_SERVICES_URL"}
+def test_on_azure_missing_service_bindings_are_refused(sdk: Sdk) -> None:
+    with pytest.raises(
+        UnsafeAzureSetting, match=r"^SERVICE_BINDINGS courier: no mapping for operation 'cancel'$"
+    ):
+        defaults_for_the_services = {k: v for k, v in IDENTITY.items() if k != "SERVICE_BINDINGS"}
         connect_azure(Settings.load(defaults_for_the_services), environ=ON_AZURE)
+    assert (sdk.cosmos.seen, sdk.service_bus_clients, sdk.credentials) == ([], [], [])
 
 
 @pytest.mark.parametrize(

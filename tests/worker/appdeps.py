@@ -18,6 +18,9 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
+from agents.services import HttpRemoteService
+from demo.services.bindings import demo_bindings
+from orderflow.bindings import NoAuth
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -87,6 +90,13 @@ class ServiceScript:
     """``time.monotonic()`` of each request, seconds."""
     traceparents: list[str | None] = field(default_factory=list)
     """The ``traceparent`` header of each request (None: not sent)."""
+
+
+def remote_service(name: str, url: str) -> HttpRemoteService:
+    """``name`` bound as the demo binds it, at ``url``, without a token (these fakes check none)."""
+    binding = demo_bindings(url).services[name]
+    anonymous = binding.model_copy(update={"auth": NoAuth(mode="none", reason="a loopback fake")})
+    return HttpRemoteService(name, anonymous)
 
 
 class RemoteServices:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from demo.services.bindings import demo_bindings_json
 from orderflow.settings import AZURE_PLATFORM_VARIABLES
 from tests.worker.conftest import REPO
 from tests.worker.rpc import protos
@@ -119,7 +120,7 @@ def index_in_a_fresh_worker(**environment: str) -> dict[str, Any]:
 
 
 def test_on_azure_a_setting_with_no_safe_value_stops_the_app_at_indexing() -> None:
-    # DEMO_SERVICES_URL defaults to a loopback address: nothing on Azure answers there.
+    # SERVICE_BINDINGS defaults to none: no step's operation has a mapping.
     result = index_in_a_fresh_worker(
         WEBSITE_INSTANCE_ID="0123abcd",
         COSMOS_ENDPOINT="https://orderflow.documents.azure.com:443/",
@@ -127,7 +128,9 @@ def test_on_azure_a_setting_with_no_safe_value_stops_the_app_at_indexing() -> No
     )
 
     assert result["ok"] is False
-    assert result["error"].startswith("worker init failed: UnsafeAzureSetting: DEMO_SERVICES_URL ")
+    assert result["error"] == (
+        "worker init failed: UnsafeAzureSetting: SERVICE_BINDINGS courier: no mapping for operation 'cancel'"
+    )
     assert "\n" not in result["error"]
 
 
@@ -136,7 +139,7 @@ def test_on_azure_identity_settings_index_every_function() -> None:
         WEBSITE_INSTANCE_ID="0123abcd",
         COSMOS_ENDPOINT="https://orderflow.documents.azure.com:443/",
         SERVICEBUS__fullyQualifiedNamespace="orderflow.servicebus.windows.net",
-        DEMO_SERVICES_URL="https://demo-services.example.com",
+        SERVICE_BINDINGS=demo_bindings_json("https://demo-services.example.com"),
     )
 
     assert result == {"ok": True, "functions": 17}

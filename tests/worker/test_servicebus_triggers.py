@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from agents.services import HttpRemoteService
 from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints import orchestrators as orchestrators_blueprint
@@ -31,7 +30,14 @@ from orderflow.records import ProcessState
 from orderflow.workflows import CURRENT_WORKFLOW
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import order_body
-from tests.worker.appdeps import NOW, RecordingServiceBusClient, RemoteServices, app_dependencies, serve
+from tests.worker.appdeps import (
+    NOW,
+    RecordingServiceBusClient,
+    RemoteServices,
+    app_dependencies,
+    remote_service,
+    serve,
+)
 from tests.worker.rpc import protos
 from tests.worker.settlement import SettlementCall, SettlementServer
 from tests.worker.worker import FunctionsWorker, failure
@@ -56,7 +62,7 @@ def app(
         monkeypatch.setattr(module, "dependencies", lambda: deps)
     for module in (intake_blueprint, orchestrators_blueprint):  # agents never retry (NoRetry)
         monkeypatch.setattr(module, "redelivery", lambda: redelivery)
-    monkeypatch.setattr(agents_blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
+    monkeypatch.setattr(agents_blueprint, "_service", lambda name: remote_service(name, remote.url))
     agents_blueprint._taken.cache_clear()
     settlement.service.take()
     yield deps, client

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents.services import HttpRemoteService
 from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
 from orderflow import tracing
@@ -20,7 +19,13 @@ from orderflow.dependencies import Dependencies
 from tests.servicebus_wire import HostMessage
 from tests.spans import recorded_spans
 from tests.unit.fakes import order_body
-from tests.worker.appdeps import RecordingServiceBusClient, RemoteServices, app_dependencies, serve
+from tests.worker.appdeps import (
+    RecordingServiceBusClient,
+    RemoteServices,
+    app_dependencies,
+    remote_service,
+    serve,
+)
 from tests.worker.settlement import SettlementCall, SettlementServer
 from tests.worker.test_servicebus_triggers import FIRST_STEP, agent_request, binding, metadata
 from tests.worker.worker import FunctionsWorker, failure
@@ -47,7 +52,7 @@ def app(
     for module in (intake_blueprint, agents_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
     monkeypatch.setattr(intake_blueprint, "redelivery", lambda: redelivery)
-    monkeypatch.setattr(agents_blueprint, "_service", lambda name: HttpRemoteService(name, remote.url))
+    monkeypatch.setattr(agents_blueprint, "_service", lambda name: remote_service(name, remote.url))
     agents_blueprint._taken.cache_clear()
     settlement.service.take()
     yield deps, client
