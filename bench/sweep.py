@@ -34,6 +34,7 @@ from bench.counting.stores import CountingStateStore
 from bench.stats import below, ratio
 from devhost.emulators import LocalEndpoints
 from orderflow.clock import SystemClock
+from orderflow.protocol.keys import idempotency_key, undo_key
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     AttemptEntry,
@@ -43,9 +44,7 @@ from orderflow.records import (
     StateRecord,
     StepState,
     StepStatus,
-    idempotency_key,
     instance_id_for,
-    undo_key,
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore

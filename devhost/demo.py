@@ -81,10 +81,10 @@ from orderflow.client import FINAL_STATUSES, OrderflowClient
 from orderflow.clients import RegisteredClient
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import TransientError
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
 from orderflow.settings import Settings
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 from orderflow.stores.cosmos import CosmosStores
 

@@ -59,9 +59,9 @@ from orderflow.messages import (
     REVIEW_DECISION,
 )
 from orderflow.order_requests import UNKNOWN_ORDER
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, QueueFactory
 from orderflow.records import StateRecord, client_order_id, order_key
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)

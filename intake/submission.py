@@ -55,6 +55,7 @@ from orderflow.messages import (
     parse_message,
     reply_message_id,
 )
+from orderflow.protocol.keys import idempotency_key
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     OrderDocument,
@@ -65,7 +66,6 @@ from orderflow.records import (
     StepState,
     client_order_id,
     content_hash,
-    idempotency_key,
 )
 from orderflow.replays import note_replayed_message
 from orderflow.settings import Settings
@@ -188,9 +188,7 @@ def handle_intake_message(
 
     The order is stored under its key, ``{clientId}:{orderId}``
     (:func:`orderflow.messages.client_order_key`), so another client's order with the same id is another
-    order. While ``UNSCOPED_ORDERS_UNTIL`` lies ahead, a record of an earlier version stored under the
-    bare order id and owned by this client is found first (one point read more per order), so its
-    resubmission is still a duplicate.
+    order.
 
     A :class:`orderflow.messages.CancelOrder` body (``"type": "CancelOrder"``) is a cancel request for one
     of the client's own orders: :func:`intake.cancellation.handle_cancel` handles it (outcome ``cancel``;
@@ -333,11 +331,11 @@ def _submit(
     order_cache: OrderCache | None,
 ) -> IntakeResult:
     """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked."""
-    existing = _unscoped_order(order, client, orders, clock, settings)
-    key = existing.order_id if existing is not None else client_order_key(client.client_id, order.order_id)
+    key = client_order_key(client.client_id, order.order_id)
     document = order_document(order, clock, client, key=key)
+    existing: OrderDocument | None = None
     admitted = False
-    if admission is not None and existing is None:
+    if admission is not None:
         decision = admission.admit(key, client)
         admitted = decision.admitted
         if not decision.admitted:
@@ -381,21 +379,6 @@ def _submit(
     _send(queues, clock, order, status, reason=reason, detail=detail)
     telemetry.event("order.received", order_id=key, outcome=outcome.value)
     return IntakeResult(key, outcome)
-
-
-def _unscoped_order(
-    order: SubmitOrder, client: RegisteredClient, orders: OrderStore, clock: Clock, settings: Settings
-) -> OrderDocument | None:
-    """The client's order of an earlier version stored under the bare order id, looked up only while
-    ``UNSCOPED_ORDERS_UNTIL`` lies ahead; None when there is none (or it is another client's)."""
-    until = settings.UNSCOPED_ORDERS_UNTIL
-    if until is None or clock.now() >= until:
-        return None
-    try:
-        stored = orders.get(order.order_id)
-    except NotFound:
-        return None
-    return stored if client.owns(stored.client_id, stored.reply_to) else None
 
 
 def _check_reply_queue(

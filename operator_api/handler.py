@@ -110,7 +110,8 @@ from orderflow.operator_auth import (
     authorize,
     http_refusal,
 )
-from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
+from orderflow.order_requests import UNKNOWN_ORDER
+from orderflow.protocol.conditional import StaleVersion
 from orderflow.queues.base import DeadLetterQueues
 from orderflow.records import ReviewDecision, format_utc
 from orderflow.settings import Settings

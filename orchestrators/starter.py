@@ -25,12 +25,14 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry, tracing
-from orderflow.breaker import CircuitBreakers, hold_for_dependency
+from orderflow.breaker import CircuitBreakers
 from orderflow.clock import Clock, latest
 from orderflow.contracts import OrchestrationInput, StartedStep
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
+from orderflow.protocol.conditional import Note, update
+from orderflow.protocol.transitions import forward
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
@@ -38,7 +40,7 @@ from orderflow.step_requests import send_step_request
 from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -127,24 +129,31 @@ def claim(
         return None
     if breakers is not None and defer_for_dependency(states, found, breakers, now, settings):
         return None
-    claimed = record.copied()
-    # A Compensating record stays Compensating: the new attempt resumes the undo.
-    if record.process_state is ProcessState.PENDING:
-        claimed.process_state = ProcessState.PROCESSING
-    claimed.attempt = record.attempt + 1
-    claimed.locked_by = instance_id_for(record.order_id, claimed.attempt)
-    claimed.complete_by = now + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
-    claimed.next_attempt_at = None
-    claimed.updated_at = now
-    # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
-    claimed.begin_attempt(settings.HOST_ID, now, traceparent=tracing.current_traceparent())
-    if claimed.process_state is ProcessState.PROCESSING:
-        start_first_step(claimed, now, settings)
-    note(record, claimed, Actor("starter", claimed.locked_by), action="claim")
+    traceparent = tracing.current_traceparent()
+
+    def take(current: StateRecord) -> StateRecord:
+        claimed = forward.claim(current, now=now, claim_timeout_s=settings.CLAIM_TIMEOUT_S)
+        # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
+        claimed.begin_attempt(settings.HOST_ID, now, traceparent=traceparent)
+        if claimed.process_state is ProcessState.PROCESSING:
+            start_first_step(claimed, now, settings)
+        return claimed
+
+    actor = Actor("starter", instance_id_for(record.order_id, record.attempt + 1))
     try:
-        return states.replace(claimed, etag=found.etag)
+        done = update(
+            states,
+            record.order_id,
+            take,
+            clock=clock,
+            actor=Note(actor, action="claim"),
+            found=found,
+            attempts=1,
+            at=now,
+        )
     except ConcurrencyConflict:
         return None
+    return done.written
 
 
 def defer_for_dependency(
@@ -159,8 +168,8 @@ def defer_for_dependency(
     The attempt the claim would start asks the breaker (:meth:`CircuitBreakers.admit`, which hands a
     half-open breaker's probe to one claim only). Held: one conditional write keeps the record
     ``Pending`` with ``nextAttemptAt`` at the breaker's retry time, or gives it up past
-    ``BREAKER_MAX_WAIT_S`` (:func:`orderflow.breaker.hold_for_dependency`); nothing is claimed or
-    reserved and ``failureCount`` is unchanged.
+    ``BREAKER_MAX_WAIT_S`` (:func:`orderflow.protocol.transitions.forward.hold_for_dependency`);
+    nothing is claimed or reserved and ``failureCount`` is unchanged.
 
     Returns:
         True when the record is held (deferred, given up, or moved by another writer meanwhile): do not
@@ -174,12 +183,26 @@ def defer_for_dependency(
     retry_at = breakers.admit(dependency, holder=instance_id_for(record.order_id, record.attempt + 1))
     if retry_at is None:
         return False
-    held = record.copied()
-    gave_up = hold_for_dependency(
-        held, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
-    )
+    gave_up = False
+
+    def hold(current: StateRecord) -> StateRecord:
+        nonlocal gave_up
+        gave_up = forward.hold_for_dependency(
+            current, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+        )
+        return current
+
     try:
-        states.replace(held, etag=found.etag)
+        update(
+            states,
+            record.order_id,
+            hold,
+            clock=None,
+            actor=Actor("starter", settings.HOST_ID),
+            found=found,
+            attempts=1,
+            at=now,
+        )
     except ConcurrencyConflict:
         return True
     fields = {"order_id": record.order_id, "step": step_def.name, "dependency": dependency}
@@ -251,7 +274,8 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
     if not isinstance(decision, Start) or decision.grant is None:
         return None
     timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
-    record.run_step(
+    forward.run_step(
+        record,
         step_def.name,
         record.locked_by,
         at=now,

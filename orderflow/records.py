@@ -246,7 +246,7 @@ class StepState(Model):
         attempts: Attempts (orchestration instances) that started this step.
         idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6);
             ``...:fallback`` on the fallback provider, ``...:correction-{n}`` once an operator corrected
-            the step's input (:func:`orderflow.records.corrected_key`).
+            the step's input (:func:`orderflow.protocol.keys.corrected_key`).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         reserved_calls: Calls reserved from the retry budget for the attempt running the step; the
@@ -603,29 +603,6 @@ class StateRecord(Model):
         if step is not None:
             step.reserved_calls = 0
 
-    def run_step(
-        self, name: str, instance_id: str, *, at: datetime, complete_by: datetime, grant: int | None
-    ) -> None:
-        """Mark step ``name`` Running for attempt ``instance_id`` from ``at`` until ``complete_by`` (UTC).
-
-        Args:
-            grant: Calls this attempt of the step reserves from the retry budget (the step's attempts
-                grow by one); None when the attempt keeps the reservation it holds (a restart of the
-                same attempt, after a review say).
-
-        Raises:
-            KeyError: the record has no step ``name``.
-        """
-        step = self.steps[name]
-        if grant is not None:
-            self.retry_budget.spent += grant
-            step.reserved_calls = grant
-            step.attempts += 1
-        step.status = StepStatus.RUNNING
-        step.last_instance = instance_id
-        step.started_at = at
-        self.complete_by = complete_by
-
     def begin_attempt(self, claimed_by: str | None, at: datetime, *, traceparent: str | None = None) -> None:
         """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set),
         with its claim span's ``traceparent``, if traced.
@@ -713,20 +690,3 @@ def parse_instance_id(instance_id: str) -> tuple[str, int]:
     if not sep or not order_id or not attempt.isdigit():
         raise ValueError(f"not an orderflow instance id: {instance_id!r}")
     return order_id, int(attempt)
-
-
-def idempotency_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step, the same in every attempt (docs/design.md §3.6)."""
-    return f"{order_id}:{step}"
-
-
-def corrected_key(order_id: str, step: str, number: int) -> str:
-    """The idempotency key of a step from its input correction ``number`` on:
-    ``{orderId}:{step}:correction-{number}``. Another input is another call: under the failed call's key
-    the remote service would answer with its stored refusal (or refuse the new body as a key reused)."""
-    return f"{order_id}:{step}:correction-{number}"
-
-
-def undo_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step's compensation (docs/design.md §3.6)."""
-    return f"{order_id}:{step}:undo"

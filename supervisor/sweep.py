@@ -92,13 +92,15 @@ from orderflow.errors import (
     TransientError,
 )
 from orderflow.messages import OrderStatus
+from orderflow.protocol.conditional import Note, update
+from orderflow.protocol.transitions import supervision
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 from supervisor.poison import POISON_GUARD, Failure, VersionFailures, held_error, repeated_failure
 
 logger = logging.getLogger(__name__)
@@ -313,20 +315,31 @@ def recover(
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    recovered = _recovered(record, complete_by, now, settings, failures)
-    note(
-        record,
-        recovered.record,
-        Actor("supervisor", settings.HOST_ID),
-        action="give_up" if recovered.give_up else "recover",
-    )
+    actor = Actor("supervisor", settings.HOST_ID)
+    decided: list[_Recovered] = []
+
+    def decide(current: StateRecord) -> StateRecord:
+        decided[:] = [_recovered(current, complete_by, now, settings, failures)]
+        return decided[0].record
+
+    give_up = _recovered(record.copied(), complete_by, now, settings, None).give_up
     try:
-        written = states.replace(recovered.record, etag=found.etag)
+        written = update(
+            states,
+            record.order_id,
+            decide,
+            clock=clock,
+            actor=Note(actor, action="give_up" if give_up else "recover"),
+            found=found,
+            attempts=1,
+            at=now,
+        ).written
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
+    recovered = decided[0]
     if failures is not None and recovered.failure is not None:
         failures.note(recovered.failure, record.order_id, now)
-    return _announce_recovery(record, recovered, settings, stored_at=written.stored_at)
+    return _announce_recovery(record, recovered, settings, stored_at=written.stored_at if written else None)
 
 
 class _Recovered(NamedTuple):
@@ -376,8 +389,6 @@ def _recovered(
     )
     failure = _failure_of(record, cause)
     held = not (give_up or cancelled) and _poisoned(updated, failure, now, settings, failures)
-    updated.locked_by = None
-    updated.complete_by = None
     updated.updated_at = now
     if give_up and not cancelled:
         # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
@@ -385,16 +396,13 @@ def _recovered(
     if give_up or cancelled:
         if cancelled and record.last_error is not None:
             updated.last_error = record.last_error  # the client's cancel, not the expiry
-        updated.process_state = ProcessState.COMPENSATING
-        updated.next_attempt_at = now
+        supervision.give_up(updated, now=now)
     elif held and cause is not None and failure is not None:
-        updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = now  # runs again at once when an operator resumes it
-        updated.suspended_at, updated.suspended_by = now, POISON_GUARD  # no starter claims it meanwhile
+        supervision.hold(updated, now=now, by=POISON_GUARD)  # no starter claims it meanwhile
         updated.last_error = held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
     else:
-        updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
+        delay = requeue_delay_s(updated.failure_count, settings)
+        supervision.requeue(updated, next_attempt_at=now + timedelta(seconds=delay))
     return _Recovered(updated, give_up, cancelled, held, failure)
 
 
@@ -487,41 +495,28 @@ def _recover_compensation(
     """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
     record = found.item
     now = clock.now()
-    updated = record.copied()
-    updated.compensation_failures = record.compensation_failures + 1
-    give_up = updated.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
-    recorded = record.compensation_error is not None and record.compensation_error.at == record.complete_by
-    if not recorded:
-        updated.compensation_error = LastError(
-            kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {_iso(record.complete_by)} passed (attempt {record.attempt})",
-            step=_undoing_step(record),
-            code="complete_by_expired",
-            at=now,
-        )
-    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=record.complete_by)
-    updated.locked_by = None
-    updated.complete_by = None
-    updated.updated_at = now
-    owed: PendingReply | None = None
-    if give_up:
-        updated.process_state = ProcessState.COMPENSATION_FAILED
-        updated.next_attempt_at = None
-        error = updated.compensation_error
-        owed = PendingReply(
-            status=OrderStatus.COMPENSATION_FAILED.value,
-            reason=error.code if error else "too_many_failures",
-            detail=error.message if error else None,
-        )
-        updated.pending_reply = owed
-    else:
-        delay = requeue_delay_s(updated.compensation_failures, settings)
-        updated.next_attempt_at = now + timedelta(seconds=delay)
-    note(record, updated, Actor("supervisor", settings.HOST_ID), action="give_up" if give_up else "recover")
+    give_up = record.compensation_failures + 1 >= settings.SUPERVISOR_MAX_FAILURES
+    action = "give_up" if give_up else "recover"
+    decided: list[StateRecord] = []
+
+    def decide(current: StateRecord) -> StateRecord:
+        decided[:] = [_compensation_recovered(current, now, settings)]
+        return decided[0]
+
     try:
-        written = states.replace(updated, etag=found.etag)
+        written = update(
+            states,
+            record.order_id,
+            decide,
+            clock=clock,
+            actor=Note(Actor("supervisor", settings.HOST_ID), action=action),
+            found=found,
+            attempts=1,
+            at=now,
+        ).written
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
+    updated = decided[0]
     fields = {
         "order_id": record.order_id,
         "instance_id": record.locked_by,
@@ -539,7 +534,8 @@ def _recover_compensation(
         cause=record.last_error.code if record.last_error else None,
         **fields,
     )
-    assert owed is not None
+    owed = updated.pending_reply
+    assert owed is not None and written is not None  # every give-up writes, owing a reply
     try:
         deliver_reply(states, queues, clock, written.item, owed, etag=written.etag)
     except Exception:
@@ -848,3 +844,32 @@ def _recover_into(
         report.lost_races += 1
     else:
         report.skipped += 1
+
+
+def _compensation_recovered(record: StateRecord, now: datetime, settings: Settings) -> StateRecord:
+    """``record`` (a private copy), whose undo's ``completeBy`` passed, unlocked for another attempt to
+    resume the undo, or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` owing a reply."""
+    complete_by = record.complete_by
+    record.compensation_failures += 1
+    give_up = record.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
+    recorded = record.compensation_error is not None and record.compensation_error.at == complete_by
+    if not recorded:
+        record.compensation_error = LastError(
+            kind=ErrorKind.TIMEOUT.value,
+            message=f"completeBy {_iso(complete_by)} passed (attempt {record.attempt})",
+            step=_undoing_step(record),
+            code="complete_by_expired",
+            at=now,
+        )
+    record.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by)
+    record.updated_at = now
+    if not give_up:
+        delay = requeue_delay_s(record.compensation_failures, settings)
+        return supervision.requeue_compensation(record, next_attempt_at=now + timedelta(seconds=delay))
+    error = record.compensation_error
+    owed = PendingReply(
+        status=OrderStatus.COMPENSATION_FAILED.value,
+        reason=error.code if error else "too_many_failures",
+        detail=error.message if error else None,
+    )
+    return supervision.fail_compensation(record, owed=owed)

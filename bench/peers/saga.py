@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.services import HttpRemoteService
 from orderflow.errors import PermanentError
-from orderflow.records import idempotency_key, undo_key
+from orderflow.protocol.keys import idempotency_key, undo_key
 from orderflow.workflows import CURRENT_WORKFLOW, StepDefinition
 
 SAGA_STEPS: tuple[StepDefinition, ...] = CURRENT_WORKFLOW.steps

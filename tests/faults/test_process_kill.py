@@ -25,9 +25,9 @@ from demo.faults import FaultPlan
 from demo.services import create_app, serve_in_thread, server_url, stop
 from demo.tpch import load_catalog
 from devhost.emulators import REPO_ROOT, LocalEndpoints
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, order_key
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE

@@ -36,9 +36,9 @@ from demo.tpch import load_catalog
 from devhost.__main__ import CLOCK_OFFSET_ENV
 from devhost.demo import attempt_overlaps
 from devhost.emulators import REPO_ROOT, LocalEndpoints
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.storage import StorageQueueFactory
 from orderflow.records import ProcessState, StateRecord, order_key, parse_utc
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery
 from orderflow.stores.cosmos import CosmosStores
 from tests.harness import FAST_SETTINGS, TPCH_FIXTURE

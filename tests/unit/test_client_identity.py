@@ -134,15 +134,6 @@ def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, 
     system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 
 
-def test_a_record_written_before_client_ids_belongs_to_the_client_it_answers(system: System) -> None:
-    _store_unscoped(system, "o-1", system.acme, with_client_id=False)
-
-    with pytest.raises(InvalidMessage, match="UnknownOrder"):
-        system.cancel(system.globex, "o-1")
-    assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL
-    assert system.states.get("o-1").item.process_state is ProcessState.CANCELLED
-
-
 def test_unused_reply_queue_names_create_no_queue(system: System) -> None:
     before = system.queues.names()
 
@@ -227,24 +218,6 @@ def test_a_conflicting_resubmission_is_refused_and_the_reply_reveals_no_hash(sys
     stored_hash = system.orders.get("acme:o-1").content_hash
     assert stored_hash[:12] not in (reply.detail or "")
     assert system.orders.get("acme:o-1").amount != 1
-
-
-def test_an_unscoped_order_is_found_for_its_client_while_the_setting_lies_ahead() -> None:
-    system = System(UNSCOPED_ORDERS_UNTIL="2026-01-01T13:00:00Z")  # the clock reads 12:00
-    _store_unscoped(system, "o-1", system.acme, with_client_id=True)
-
-    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.DUPLICATE
-    with pytest.raises(NotFound):
-        system.states.get("acme:o-1")  # no second order under the new key
-    with pytest.raises(ConflictingOrder):
-        system.submit(system.acme, "o-1", amount="1.00")
-    # Another client's order o-1 is its own, even while the lookup runs.
-    assert system.submit(system.globex, "o-1").outcome is IntakeOutcome.ACCEPTED
-    assert system.states.get("globex:o-1").item.client_id == "globex"
-
-    system.clock.advance(3600)  # the setting's time has passed: the bare id is no longer looked up
-    assert system.submit(system.acme, "o-1").outcome is IntakeOutcome.ACCEPTED
-    assert system.states.get("acme:o-1").item.client_id == "acme"
 
 
 def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
