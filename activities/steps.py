@@ -27,6 +27,18 @@ from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
 from orderflow.protocol.conditional import Decide, update
 from orderflow.protocol.conditional import Outcome as WriteOutcome
+from orderflow.protocol.step_start import (
+    AwaitDependency,
+    AwaitReview,
+    NotProcessing,
+    OutOfBudget,
+    RejectedByReview,
+    ReviewNeed,
+    StepStartDecision,
+    StopRequested,
+    decide_step_start,
+    step_dependency,
+)
 from orderflow.protocol.transitions import forward
 from orderflow.records import (
     OrderDocument,
@@ -52,18 +64,6 @@ from orderflow.results import (
     Stopped,
 )
 from orderflow.step_requests import send_step_request
-from orderflow.step_start import (
-    AwaitDependency,
-    AwaitReview,
-    NotProcessing,
-    OutOfBudget,
-    RejectedByReview,
-    ReviewNeed,
-    StepStartDecision,
-    StopRequested,
-    decide_step_start,
-    step_dependency,
-)
 from orderflow.timeline import Actor
 from orderflow.workflows import StepDefinition, workflow_for
 
@@ -92,7 +92,7 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
     leaves time for the answer to travel back). An attempt's first step is usually started by its claim
     (:func:`orchestrators.starter.start_first_step`): the activity finds it so on a read and only sends
-    the request. What may start is decided by :func:`orderflow.step_start.decide_step_start`.
+    the request. What may start is decided by :func:`orderflow.protocol.step_start.decide_step_start`.
 
     Returns:
         :class:`StepStarted` with the ``complete_by`` (UTC) where the orchestration's timer must fire;

@@ -8,8 +8,8 @@ running?" would have to learn it. With the flag the state machine is untouched, 
 that could start a step check it (docs/operations.md#suspended-orders):
 
 - the starter's query and claim skip a suspended record;
-- the running attempt's next ``start_step`` decides :class:`orderflow.step_start.Suspended`: it records
-  the previous step's completion, ends its tenure and leaves the record ``Pending`` and unlocked;
+- the running attempt's next ``start_step`` decides :class:`orderflow.protocol.step_start.Suspended`: it
+  records the previous step's completion, ends its tenure and leaves the record ``Pending`` and unlocked;
 - the supervisor's sweep skips a suspended record (an attempt that died while suspended is recovered
   after the resume).
 

@@ -32,12 +32,12 @@ from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
 from orderflow.protocol.conditional import Note, update
+from orderflow.protocol.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.protocol.transitions import forward
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
 from orderflow.step_requests import send_step_request
-from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
 from orderflow.timeline import Actor
@@ -226,15 +226,18 @@ def _first_step_to_run(record: StateRecord) -> StepDefinition | None:
 
 
 def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
-    """Start the claimed attempt's first step still to run, in the claim's own write.
+    """The first-step seam: start the claimed attempt's first step still to run, in the claim's own write.
+
+    The protocol is correct without this seam: the ``start_step`` activity starts any step the claim did
+    not, with the same decision and transition (:func:`orderflow.protocol.transitions.forward.run_step`).
 
     The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
     as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
     step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. The starter then sends
     the step's request (:func:`run_starter_pass` with ``first_requests``; without, that activity finds
     the step started by its own attempt and only sends the request). The decision is the activity's own
-    (:func:`orderflow.step_start.decide_step_start`); what it does not decide to start here is left to
-    the orchestration: a step that may pause for review (the claim has not read the order), one moved
+    (:func:`orderflow.protocol.step_start.decide_step_start`); what it does not decide to start here is left
+    to the orchestration: a step that may pause for review (the claim has not read the order), one moved
     to its fallback provider or failed before, one with no calls left in the budget, and any step of an
     order whose stop was requested.
 

@@ -1,4 +1,4 @@
-"""The one step-start decision (``orderflow.step_start``), every outcome through the pure function.
+"""The one step-start decision (``orderflow.protocol.step_start``), every outcome through the pure function.
 
 The claim (``orchestrators.starter.start_first_step``) and the ``start_step`` activity both call it;
 their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``, ``test_cancellation``)
@@ -14,9 +14,7 @@ import pytest
 from orderflow.clock import FakeClock
 from orderflow.contracts import StepResult
 from orderflow.errors import IllegalTransition
-from orderflow.protocol.transitions import forward
-from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
-from orderflow.step_start import (
+from orderflow.protocol.step_start import (
     AlreadyStarted,
     AwaitReview,
     NotProcessing,
@@ -29,6 +27,8 @@ from orderflow.step_start import (
     Suspended,
     decide_step_start,
 )
+from orderflow.protocol.transitions import forward
+from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
 from orderflow.workflows import WORKFLOWS, StepDefinition, WorkflowDefinition
 from tests.unit.fakes import memory_deps, submit_and_claim
 

@@ -17,6 +17,14 @@ from orderflow.contracts import StartStepInput, StepError, StepResult
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
 from orderflow.protocol.keys import fallback_key, undo_key
+from orderflow.protocol.step_start import (
+    AwaitDependency,
+    AwaitReview,
+    OutOfBudget,
+    Start,
+    StepStartDecision,
+    Suspended,
+)
 from orderflow.records import (
     CompensationEntry,
     LastError,
@@ -30,14 +38,6 @@ from orderflow.records import (
     instance_id_for,
 )
 from orderflow.settings import Settings
-from orderflow.step_start import (
-    AwaitDependency,
-    AwaitReview,
-    OutOfBudget,
-    Start,
-    StepStartDecision,
-    Suspended,
-)
 from orderflow.workflows import WorkflowDefinition
 
 
@@ -192,8 +192,8 @@ def start_step(
     settings: Settings,
     now: datetime,
 ) -> StateRecord | None:
-    """The write the start decision (:func:`orderflow.step_start.decide_step_start`) makes to ``record``
-    (a private copy), or None when it writes nothing."""
+    """The write the start decision (:func:`orderflow.protocol.step_start.decide_step_start`) makes to
+    ``record`` (a private copy), or None when it writes nothing."""
     match decision:
         case AwaitReview(review=review):
             return await_review(record, definition, data, review, settings=settings, now=now)
