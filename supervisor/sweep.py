@@ -78,24 +78,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
-from typing import NamedTuple
 
 from orderflow import telemetry, tracing
 from orderflow.clock import Clock, earliest
 from orderflow.errors import (
     ConcurrencyConflict,
-    ErrorKind,
     InvalidContinuation,
     OrderflowError,
     TransientError,
 )
-from orderflow.messages import OrderStatus
 from orderflow.protocol.conditional import Note, update
 from orderflow.protocol.transitions import supervision
 from orderflow.queues.base import QueueFactory
-from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
+from orderflow.records import LastError, ProcessState, StateRecord
 from orderflow.replies import deliver_reply
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery, StateStore, Versioned
@@ -270,13 +267,6 @@ def requeue_delay_s(failure_count: int, settings: Settings) -> float:
     return backoff_s(failure_count, settings)
 
 
-def _running_step(record: StateRecord) -> str | None:
-    for name, step in record.steps.items():
-        if step.status in (StepStatus.RUNNING, StepStatus.FAILED):
-            return name
-    return None
-
-
 def recover(
     states: StateStore,
     found: Versioned[StateRecord],
@@ -316,13 +306,23 @@ def recover(
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
     actor = Actor("supervisor", settings.HOST_ID)
-    decided: list[_Recovered] = []
+    decided: list[supervision.Recovered] = []
 
     def decide(current: StateRecord) -> StateRecord:
-        decided[:] = [_recovered(current, complete_by, now, settings, failures)]
+        decided[:] = [
+            supervision.recover(
+                current,
+                complete_by=complete_by,
+                now=now,
+                max_failures=settings.SUPERVISOR_MAX_FAILURES,
+                requeue_delay_s=lambda failure_count: requeue_delay_s(failure_count, settings),
+                poisoned=_poison_guard(now, settings, failures),
+                hold_by=POISON_GUARD,
+            )
+        ]
         return decided[0].record
 
-    give_up = _recovered(record.copied(), complete_by, now, settings, None).give_up
+    give_up = supervision.gives_up(record, settings.SUPERVISOR_MAX_FAILURES)
     try:
         written = update(
             states,
@@ -337,73 +337,27 @@ def recover(
     except ConcurrencyConflict:
         return Recovery.LOST_RACE
     recovered = decided[0]
-    if failures is not None and recovered.failure is not None:
-        failures.note(recovered.failure, record.order_id, now)
-    return _announce_recovery(record, recovered, settings, stored_at=written.stored_at if written else None)
+    failure = _failure_of(record, recovered.cause)
+    if failures is not None and failure is not None:
+        failures.note(failure, record.order_id, now)
+    stored_at = written.stored_at if written else None
+    return _announce_recovery(record, recovered, failure, settings, stored_at=stored_at)
 
 
-class _Recovered(NamedTuple):
-    """An expired ``Processing`` record as the recovery writes it, and why."""
+def _poison_guard(
+    now: datetime, settings: Settings, failures: VersionFailures | None
+) -> supervision.Poisoned:
+    """The poison guard as the recovery asks it (:data:`orderflow.protocol.transitions.supervision.Poisoned`):
+    the held ``lastError`` when the order's last ``POISON_FAILURES`` attempts failed the same way and that
+    failure is not systemic (:mod:`supervisor.poison`)."""
 
-    record: StateRecord
-    give_up: bool
-    """Forward progress is over (too many failures, or no retry budget left)."""
-    cancelled: bool
-    """The client cancelled: no new forward attempt either way."""
-    held: bool
-    """The poison guard holds the order (``Pending`` until an operator acts)."""
-    failure: Failure | None
-    """How the attempt failed, by workflow version, step and code (None without a step)."""
+    def poisoned(updated: StateRecord, cause: LastError) -> LastError | None:
+        failure = _failure_of(updated, cause)
+        if failure is None or not _poisoned(updated, failure, now, settings, failures):
+            return None
+        return held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
 
-
-def _recovered(
-    record: StateRecord,
-    complete_by: datetime,
-    now: datetime,
-    settings: Settings,
-    failures: VersionFailures | None,
-) -> _Recovered:
-    """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff), held
-    by the poison guard, or ``Compensating`` and ready."""
-    updated = record.copied()
-    updated.failure_count = record.failure_count + 1
-    step = _running_step(record)
-    # A failure the orchestration recorded (record_step_failure sets completeBy to its time) is kept;
-    # anything else is a deadline that passed.
-    recorded_failure = record.last_error is not None and record.last_error.at == complete_by
-    if not recorded_failure:
-        updated.last_error = LastError(
-            kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {complete_by.isoformat()} passed (attempt {record.attempt})",
-            step=step,
-            code="complete_by_expired",
-            at=now,
-        )
-    out_of_budget = record.retry_budget.remaining <= 0
-    give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
-    # The client cancelled: no new forward attempt; the next one undoes what was done.
-    cancelled = record.cancel_requested_at is not None
-    cause = updated.last_error
-    updated.end_attempt(
-        now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by, error=cause
-    )
-    failure = _failure_of(record, cause)
-    held = not (give_up or cancelled) and _poisoned(updated, failure, now, settings, failures)
-    updated.updated_at = now
-    if give_up and not cancelled:
-        # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
-        updated.last_error = _given_up_error(updated.last_error, out_of_budget, step, now)
-    if give_up or cancelled:
-        if cancelled and record.last_error is not None:
-            updated.last_error = record.last_error  # the client's cancel, not the expiry
-        supervision.give_up(updated, now=now)
-    elif held and cause is not None and failure is not None:
-        supervision.hold(updated, now=now, by=POISON_GUARD)  # no starter claims it meanwhile
-        updated.last_error = held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
-    else:
-        delay = requeue_delay_s(updated.failure_count, settings)
-        supervision.requeue(updated, next_attempt_at=now + timedelta(seconds=delay))
-    return _Recovered(updated, give_up, cancelled, held, failure)
+    return poisoned
 
 
 def _failure_of(record: StateRecord, cause: LastError | None) -> Failure | None:
@@ -427,33 +381,19 @@ def _poisoned(
     return failures is None or not failures.systemic(failure, now)
 
 
-def _held_code(recovered: _Recovered) -> str | None:
-    """The error code that kept failing, for the ``poison_order`` alert."""
-    return recovered.failure.code if recovered.failure is not None else None
-
-
-def _given_up_error(
-    cause: LastError | None, out_of_budget: bool, step: str | None, now: datetime
-) -> LastError:
-    """``lastError`` of an order given up: why (``retry_budget_exhausted``, ``too_many_failures``) and
-    the failure that led there."""
-    return LastError(
-        kind=ErrorKind.BUDGET.value if out_of_budget else (cause.kind if cause else ErrorKind.TIMEOUT.value),
-        code="retry_budget_exhausted" if out_of_budget else "too_many_failures",
-        message=(cause.message if cause else "")[:500],
-        step=cause.step if cause else step,
-        at=now,
-    )
-
-
 def _announce_recovery(
-    record: StateRecord, recovered: _Recovered, settings: Settings, *, stored_at: datetime | None
+    record: StateRecord,
+    recovered: supervision.Recovered,
+    failure: Failure | None,
+    settings: Settings,
+    *,
+    stored_at: datetime | None,
 ) -> Recovery:
     """Log a recovery that was written (an alert for an order given up) and say which it was. The
     ``recovery`` event names the expired ``completeBy`` and the store's own stamp of the recovery write
     (``stored_at``, whole seconds), so that the one can be checked against the other on the store's clock."""
     updated = recovered.record
-    step = _running_step(record)
+    step = supervision.running_step(record)
     fields = {
         "order_id": record.order_id,
         "instance_id": record.locked_by,
@@ -463,7 +403,10 @@ def _announce_recovery(
     if recovered.held:
         error = updated.last_error
         telemetry.alert(
-            "poison_order", step=error.step if error else None, code=_held_code(recovered), **fields
+            "poison_order",
+            step=error.step if error else None,
+            code=failure.code if failure is not None else None,
+            **fields,
         )
         return Recovery.HELD
     if not recovered.give_up:
@@ -500,7 +443,14 @@ def _recover_compensation(
     decided: list[StateRecord] = []
 
     def decide(current: StateRecord) -> StateRecord:
-        decided[:] = [_compensation_recovered(current, now, settings)]
+        decided[:] = [
+            supervision.recover_compensation(
+                current,
+                now=now,
+                max_failures=settings.SUPERVISOR_MAX_FAILURES,
+                requeue_delay_s=lambda failures: requeue_delay_s(failures, settings),
+            )
+        ]
         return decided[0]
 
     try:
@@ -524,7 +474,7 @@ def _recover_compensation(
         "compensation_failures": updated.compensation_failures,
     }
     if not give_up:
-        telemetry.event("recovery", step=_undoing_step(record), compensating=True, **fields)
+        telemetry.event("recovery", step=supervision.undoing_step(record), compensating=True, **fields)
         return Recovery.REQUEUED
     error = updated.compensation_error
     telemetry.alert(
@@ -542,13 +492,6 @@ def _recover_compensation(
         # The write stands; the relay re-sends the owed reply after its grace period.
         logger.warning("the reply of order %s is left to the relay", record.order_id, exc_info=True)
     return Recovery.GAVE_UP
-
-
-def _undoing_step(record: StateRecord) -> str | None:
-    for name, step in record.steps.items():
-        if step.status is StepStatus.COMPENSATING:
-            return name
-    return None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -844,32 +787,3 @@ def _recover_into(
         report.lost_races += 1
     else:
         report.skipped += 1
-
-
-def _compensation_recovered(record: StateRecord, now: datetime, settings: Settings) -> StateRecord:
-    """``record`` (a private copy), whose undo's ``completeBy`` passed, unlocked for another attempt to
-    resume the undo, or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` owing a reply."""
-    complete_by = record.complete_by
-    record.compensation_failures += 1
-    give_up = record.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
-    recorded = record.compensation_error is not None and record.compensation_error.at == complete_by
-    if not recorded:
-        record.compensation_error = LastError(
-            kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {_iso(complete_by)} passed (attempt {record.attempt})",
-            step=_undoing_step(record),
-            code="complete_by_expired",
-            at=now,
-        )
-    record.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by)
-    record.updated_at = now
-    if not give_up:
-        delay = requeue_delay_s(record.compensation_failures, settings)
-        return supervision.requeue_compensation(record, next_attempt_at=now + timedelta(seconds=delay))
-    error = record.compensation_error
-    owed = PendingReply(
-        status=OrderStatus.COMPENSATION_FAILED.value,
-        reason=error.code if error else "too_many_failures",
-        detail=error.message if error else None,
-    )
-    return supervision.fail_compensation(record, owed=owed)
