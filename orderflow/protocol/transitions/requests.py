@@ -1,5 +1,6 @@
-"""Transitions asked for from outside the order's owner: a client's cancel, an operator's compensate,
-resubmit, suspend and resume, and the grace an owner paused for review gets to act on a request.
+"""Transitions asked for from outside the order's owner: a client's cancel, a reviewer's decision, an
+operator's compensate, resubmit, suspend and resume, and the grace an owner paused for review gets to
+act on a request.
 
 They apply only to a record no attempt runs (unlocked) or ask the owner to act; the request layer
 (:mod:`orderflow.order_requests`) decides which applies and writes it with
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from orderflow.records import PendingReply, ProcessState, StateRecord
+from orderflow.errors import IllegalTransition
+from orderflow.records import PendingReply, ProcessState, ReviewDecision, StateRecord
 
 
 def owner_acts_within(record: StateRecord, now: datetime, grace_s: float) -> None:
@@ -88,4 +90,23 @@ def resume(record: StateRecord, *, now: datetime) -> StateRecord:
     record.updated_at = now
     if record.process_state is ProcessState.PENDING and record.locked_by is None:
         record.next_attempt_at = now
+    return record
+
+
+def decide_review(
+    record: StateRecord, *, decision: ReviewDecision, by: str, by_name: str | None, now: datetime
+) -> StateRecord:
+    """A reviewer's ``decision`` on the review ``record`` awaits, recorded for the waiting attempt to act
+    on (its ``record_review`` moves the order back to ``Processing``).
+
+    Raises:
+        IllegalTransition: the record awaits no review.
+    """
+    review = record.review
+    if review is None:
+        raise IllegalTransition(f"order {record.order_id} awaits no review")
+    review.decision = decision
+    review.decided_by = by
+    review.decided_by_name = by_name
+    review.decided_at = record.updated_at = now
     return record
