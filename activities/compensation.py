@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from activities.fenced import fenced
 from orderflow import telemetry, tracing
 from orderflow.contracts import (
     BeginCompensationInput,
@@ -41,7 +42,6 @@ from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
-from orderflow.protocol.conditional import Decide, Outcome, update
 from orderflow.protocol.transitions import compensation
 from orderflow.records import (
     CompensationEntry,
@@ -60,24 +60,9 @@ from orderflow.results import (
     UndoStarted,
 )
 from orderflow.step_requests import agent_deadline
-from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
-
-
-def _fenced(deps: Dependencies, order_id: str, instance_id: str, decide: Decide) -> Outcome:
-    """:func:`orderflow.protocol.conditional.update` as an attempt's activity writes: fenced on
-    ``instance_id``, with this host's store, record cache and clock."""
-    return update(
-        deps.states,
-        order_id,
-        decide,
-        clock=deps.clock,
-        actor=Actor("orchestrator", instance_id),
-        owner=instance_id,
-        cache=deps.cache,
-    )
 
 
 def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> BeginCompensationResult:
@@ -101,7 +86,7 @@ def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> Begi
             record, definition, completed=data.completed, error=data.error, timeout_s=data.timeout_s, now=now
         )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     state = record.process_state
     if not outcome.applied or state not in (ProcessState.COMPENSATING, ProcessState.ERROR):
@@ -148,7 +133,7 @@ def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
             now=now,
         )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if not outcome.applied or record.process_state is not ProcessState.COMPENSATING:
         return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
@@ -218,7 +203,7 @@ def finish_compensation(data: FinishCompensationInput, deps: Dependencies) -> Fi
             record, definition, undone=data.undone, failed=data.failed, also_failed=data.also_failed, now=now
         )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     # The state written; a write not made is checked against the state the input names.
     named = ProcessState.COMPENSATION_FAILED if data.failed is not None else ProcessState.COMPENSATED

@@ -12,6 +12,7 @@ import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from activities.fenced import fenced
 from orderflow import telemetry
 from orderflow.breaker import HalfOpen, Open
 from orderflow.contracts import (
@@ -25,8 +26,6 @@ from orderflow.contracts import (
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
-from orderflow.protocol.conditional import Decide, update
-from orderflow.protocol.conditional import Outcome as WriteOutcome
 from orderflow.protocol.step_start import (
     AwaitDependency,
     AwaitReview,
@@ -64,24 +63,9 @@ from orderflow.results import (
     Stopped,
 )
 from orderflow.step_requests import send_step_request
-from orderflow.timeline import Actor
 from orderflow.workflows import StepDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
-
-
-def _fenced(deps: Dependencies, order_id: str, instance_id: str, decide: Decide) -> WriteOutcome:
-    """:func:`orderflow.protocol.conditional.update` as an attempt's activity writes: fenced on
-    ``instance_id``, with this host's store, record cache and clock."""
-    return update(
-        deps.states,
-        order_id,
-        decide,
-        clock=deps.clock,
-        actor=Actor("orchestrator", instance_id),
-        owner=instance_id,
-        cache=deps.cache,
-    )
 
 
 def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
@@ -130,7 +114,7 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
         )
         return forward.start_step(decision, record, definition, data, settings=deps.settings, now=now)
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if outcome.applied:
         refused = _refused_start(decision, record, data, deps, etag=outcome.etag)
@@ -263,7 +247,7 @@ def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewRe
             claim_timeout_s=deps.settings.CLAIM_TIMEOUT_S,
         )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     review = record.review
     if not outcome.applied or review is None or review.decision is None or review.step != data.step:
@@ -311,7 +295,7 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
             record, definition, target=target, completed=data.completed, error=data.error, owed=owed, now=now
         )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     # Asked to stop while its last step ran: nothing written, the orchestration compensates.
     cancelled = record.cancel_requested_at is not None
@@ -358,7 +342,7 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
         )
 
     held = data.error.kind == ErrorKind.UNAVAILABLE.value
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     telemetry.event(
         "step.failed",
         order_id=data.order_id,
