@@ -145,3 +145,23 @@ def test_a_resubmit_of_a_compensated_order_is_an_illegal_transition(
         )
 
     assert deps.states.get(KEY) == before
+
+
+def test_a_housekeeping_write_may_touch_a_finished_record_but_never_move_it(deps: Dependencies) -> None:
+    finished(deps, ProcessState.PROCESSED)
+
+    def clear_reply(record: StateRecord) -> StateRecord:
+        record.pending_reply = None
+        return record
+
+    done = update(deps.states, KEY, clear_reply, clock=deps.clock, actor=Actor("replies"), housekeeping=True)
+    assert done.written is not None and done.record.process_state is ProcessState.PROCESSED
+    before = deps.states.get(KEY)
+
+    def reopen(record: StateRecord) -> StateRecord:
+        record.locked_by = f"{KEY}:2"
+        return record
+
+    with pytest.raises(IllegalTransition, match="may not move the record"):
+        update(deps.states, KEY, reopen, clock=deps.clock, actor=Actor("replies"), housekeeping=True)
+    assert deps.states.get(KEY) == before
