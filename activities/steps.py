@@ -75,8 +75,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     step Running, reserve its calls from the retry budget and set the record's ``completeBy`` to now plus
     the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
     leaves time for the answer to travel back). An attempt's first step is usually started by its claim
-    (:func:`orchestrators.starter.start_first_step`): the activity finds it so on a read and only sends
-    the request. What may start is decided by :func:`orderflow.protocol.step_start.decide_step_start`.
+    (:func:`orderflow.protocol.transitions.forward.start_first_step`): the activity finds it so on a read
+    and only sends the request. What may start is decided by
+    :func:`orderflow.protocol.step_start.decide_step_start`.
 
     Returns:
         :class:`StepStarted` with the ``complete_by`` (UTC) where the orchestration's timer must fire;

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -32,7 +32,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
 from orderflow.protocol.conditional import Note, update
-from orderflow.protocol.step_start import ReviewNeed, Start, decide_step_start, step_dependency
+from orderflow.protocol.step_start import step_dependency
 from orderflow.protocol.transitions import forward
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
@@ -102,9 +102,9 @@ def claim(
     """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
 
     A ``Pending`` record's first step still to run is started in the same write
-    (:func:`start_first_step`). When that step's dependency is held by its open circuit breaker, the
-    record is not claimed: one conditional write defers it to when the breaker lets a probe through
-    (:func:`defer_for_dependency`).
+    (:func:`~orderflow.protocol.transitions.forward.start_first_step`). When that step's dependency is held
+    by its open circuit breaker, the record is not claimed: one conditional write defers it to when the
+    breaker lets a probe through (:func:`defer_for_dependency`).
 
     Args:
         states: The state store.
@@ -136,7 +136,8 @@ def claim(
         # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
         claimed.begin_attempt(settings.HOST_ID, now, traceparent=traceparent)
         if claimed.process_state is ProcessState.PROCESSING:
-            start_first_step(claimed, now, settings)
+            # The first-step seam: the protocol is correct without it (start_step starts what it did not).
+            forward.start_first_step(claimed, now, settings)
         return claimed
 
     actor = Actor("starter", instance_id_for(record.order_id, record.attempt + 1))
@@ -225,73 +226,11 @@ def _first_step_to_run(record: StateRecord) -> StepDefinition | None:
     return step_def if step_def is not None and step_def.name in record.steps else None
 
 
-def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
-    """The first-step seam: start the claimed attempt's first step still to run, in the claim's own write.
-
-    The protocol is correct without this seam: the ``start_step`` activity starts any step the claim did
-    not, with the same decision and transition (:func:`orderflow.protocol.transitions.forward.run_step`).
-
-    The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
-    as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
-    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. The starter then sends
-    the step's request (:func:`run_starter_pass` with ``first_requests``; without, that activity finds
-    the step started by its own attempt and only sends the request). The decision is the activity's own
-    (:func:`orderflow.protocol.step_start.decide_step_start`); what it does not decide to start here is left
-    to the orchestration: a step that may pause for review (the claim has not read the order), one moved
-    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
-    order whose stop was requested.
-
-    Args:
-        record: The claimed record (``lockedBy`` set), changed in place.
-        now: The claim's time (UTC).
-        settings: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
-            ``REVIEW_AMOUNT_ABOVE``.
-
-    Returns:
-        The name of the step started, or None when the claim starts none.
-    """
-    assert record.locked_by is not None
-    try:
-        definition = workflow_for(record.workflow_version)
-    except UnknownWorkflowVersion:
-        return None  # the orchestration meets it and fails; the supervisor then has the order
-    done = set(record.completed_steps())
-    step_def = next((s for s in definition.steps if s.name not in done), None)
-    step = None if step_def is None else record.steps.get(step_def.name)
-    # The claim starts only a fresh step on its primary provider; every other case is the activity's.
-    if step_def is None or step is None or step.fallback:
-        return None
-    if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
-        return None
-    # The claim has not read the order, so a step that reviews large amounts is left to the activity.
-    review = (
-        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
-    )
-    decision = decide_step_start(
-        record,
-        step_def,
-        instance_id=record.locked_by,
-        review=review,
-        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
-    )
-    if not isinstance(decision, Start) or decision.grant is None:
-        return None
-    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
-    forward.run_step(
-        record,
-        step_def.name,
-        record.locked_by,
-        at=now,
-        complete_by=now + timedelta(seconds=timeout_s),
-        grant=decision.grant,
-    )
-    return step_def.name
-
-
 def started_by_claim(record: StateRecord) -> StartedStep | None:
-    """The step the claim of ``record`` started (:func:`start_first_step`) and its ``completeBy``: the
-    first step not completed, Running for the claimed attempt on its primary provider; None when the
-    claim started none."""
+    """The step the claim of ``record`` started (the first-step seam,
+    :func:`~orderflow.protocol.transitions.forward.start_first_step`) and its ``completeBy``: the first step
+    not completed, Running for the claimed attempt on its primary provider; None when the claim started
+    none."""
     step_def = _first_step_to_run(record)
     if step_def is None or record.process_state is not ProcessState.PROCESSING or record.complete_by is None:
         return None

@@ -1,8 +1,8 @@
 """The one step-start decision (``orderflow.protocol.step_start``), every outcome through the pure function.
 
-The claim (``orchestrators.starter.start_first_step``) and the ``start_step`` activity both call it;
-their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``, ``test_cancellation``)
-show the decision applied in their writes.
+The claim (``orderflow.protocol.transitions.forward.start_first_step``) and the ``start_step`` activity
+both call it; their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``,
+``test_cancellation``) show the decision applied in their writes.
 """
 
 from __future__ import annotations

@@ -21,9 +21,11 @@ from orderflow.protocol.step_start import (
     AwaitDependency,
     AwaitReview,
     OutOfBudget,
+    ReviewNeed,
     Start,
     StepStartDecision,
     Suspended,
+    decide_step_start,
 )
 from orderflow.records import (
     CompensationEntry,
@@ -38,7 +40,7 @@ from orderflow.records import (
     instance_id_for,
 )
 from orderflow.settings import Settings
-from orderflow.workflows import WorkflowDefinition
+from orderflow.workflows import UnknownWorkflowVersion, WorkflowDefinition, workflow_for
 
 
 def claim(record: StateRecord, *, now: datetime, claim_timeout_s: float) -> StateRecord:
@@ -84,6 +86,69 @@ def run_step(
     step.last_instance = instance_id
     step.started_at = at
     record.complete_by = complete_by
+
+
+def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
+    """The first-step seam: start the claimed attempt's first step still to run, in the claim's own write.
+
+    The protocol is correct without this seam: the ``start_step`` activity starts any step the claim did
+    not, with the same decision and transition (:func:`run_step`).
+
+    The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
+    as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
+    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. The starter then sends
+    the step's request (``STARTER_SENDS_FIRST_REQUEST``; without, that activity finds the step started by
+    its own attempt and only sends the request). The decision is the activity's own
+    (:func:`orderflow.protocol.step_start.decide_step_start`); what it does not decide to start here is left
+    to the orchestration: a step that may pause for review (the claim has not read the order), one moved
+    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
+    order whose stop was requested.
+
+    Args:
+        record: The claimed record (``lockedBy`` set), changed in place.
+        now: The claim's time (UTC).
+        settings: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
+            ``REVIEW_AMOUNT_ABOVE``.
+
+    Returns:
+        The name of the step started, or None when the claim starts none.
+    """
+    assert record.locked_by is not None
+    try:
+        definition = workflow_for(record.workflow_version)
+    except UnknownWorkflowVersion:
+        return None  # the orchestration meets it and fails; the supervisor then has the order
+    done = set(record.completed_steps())
+    step_def = next((s for s in definition.steps if s.name not in done), None)
+    step = None if step_def is None else record.steps.get(step_def.name)
+    # The claim starts only a fresh step on its primary provider; every other case is the activity's.
+    if step_def is None or step is None or step.fallback:
+        return None
+    if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
+        return None
+    # The claim has not read the order, so a step that reviews large amounts is left to the activity.
+    review = (
+        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
+    )
+    decision = decide_step_start(
+        record,
+        step_def,
+        instance_id=record.locked_by,
+        review=review,
+        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
+    )
+    if not isinstance(decision, Start) or decision.grant is None:
+        return None
+    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
+    run_step(
+        record,
+        step_def.name,
+        record.locked_by,
+        at=now,
+        complete_by=now + timedelta(seconds=timeout_s),
+        grant=decision.grant,
+    )
+    return step_def.name
 
 
 def record_completion(
