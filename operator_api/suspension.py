@@ -101,6 +101,7 @@ def set_suspension(
         what=what,
         grace_s=None,  # it asks nothing of the order: an owner waiting for a review keeps waiting
         if_match=if_match,
+        housekeeping=True,  # a flag, not a state: a resume may clear it on an order that finished meanwhile
     )
     if applied.decision is not None:
         refusal, detail = applied.decision

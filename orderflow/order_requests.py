@@ -59,6 +59,7 @@ def apply_request(
     if_match: str | None = None,
     visible: Callable[[StateRecord], bool] | None = None,
     deliver_owed_reply: bool = True,
+    housekeeping: bool = False,
 ) -> Applied[_T]:
     """Let ``decide`` change a copy of the order's record, and write it with
     :func:`orderflow.protocol.conditional.update`.
@@ -84,6 +85,8 @@ def apply_request(
             whatever version is current.
         visible: Whether the requester may see the order at all (a client sees its own orders only);
             None: every order. An order it may not see is answered exactly as one that does not exist.
+        housekeeping: The request moves nothing (a suspension is a flag, not a state): it may be
+            recorded on a finished order too (:func:`orderflow.protocol.conditional.check_change`).
         deliver_owed_reply: Deliver a reply the written record owes. False leaves it to the reply relay
             (``REPLY_GRACE_S`` later): for a request that owes no reply of its own, whose caller must not
             be told it failed when the decision was recorded but an earlier reply could not be sent.
@@ -122,6 +125,7 @@ def apply_request(
             actor=Note(actor, action=what, outcome=outcome),
             if_match=if_match,
             attempts=MAX_CONFLICT_RETRIES,
+            housekeeping=housekeeping,
         )
     except NotFound:
         # The same error, word for word, whether the order is missing or someone else's.

@@ -33,7 +33,7 @@ from orderflow.messages import OrderStatus, StatusReply, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import matches
-from supervisor.sweep import expired_query
+from supervisor.recovery import expired_query
 from tests.unit.fakes import received
 
 pytestmark = pytest.mark.unit

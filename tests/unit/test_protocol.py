@@ -28,7 +28,8 @@ from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.timeline import Actor
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
-from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
+from supervisor.recovery import Recovery, backoff_s, recover
+from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received
 

@@ -28,7 +28,7 @@ from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.timeline import Actor
-from supervisor import sweep
+from supervisor import recovery
 from tests.unit.fakes import TEST_CLIENT, order_body
 
 pytestmark = pytest.mark.unit
@@ -103,10 +103,10 @@ def test_a_recovery_of_a_processed_order_is_an_illegal_transition(
     deps: Dependencies, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(deps, ProcessState.PROCESSED, locked=True)
-    monkeypatch.setattr(sweep, "SWEPT_STATES", (*sweep.SWEPT_STATES, ProcessState.PROCESSED))
+    monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Pending"):
-        sweep.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
 
     assert deps.states.get(KEY) == before
 
@@ -117,10 +117,10 @@ def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
     before = finished(
         deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.SUPERVISOR_MAX_FAILURES
     )
-    monkeypatch.setattr(sweep, "SWEPT_STATES", (*sweep.SWEPT_STATES, ProcessState.PROCESSED))
+    monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Compensating"):
-        sweep.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
 
     assert deps.states.get(KEY) == before
 

@@ -116,7 +116,8 @@ from orderflow.workflows import (
     agent_names,
     workflow_for,
 )
-from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
+from supervisor.recovery import SWEPT_STATES, expired_query, recover
+from supervisor.sweep import SweepCursor, run_sweep
 from tests.activity_json import (
     begin_compensation,
     finish_compensation,
