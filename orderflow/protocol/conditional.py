@@ -167,21 +167,23 @@ def update(
         NotFound: the record does not exist.
     """
     writer = _Writer(states, key, decide, cache, owner, housekeeping)
-    current, fresh = writer.first(found)
+    known, fresh = writer.first(found)
     for _ in range(attempts):
+        # None: read again (fresh) before deciding; a try that is never made reads nothing.
+        current = known if known is not None else writer.read()
+        fresh = fresh or known is None
         if if_match is not None and not same_etag(if_match, current.etag):
             raise StaleVersion(current.item, current.etag)
         decided = writer.decide(current, fresh)
         if decided is None:
-            current, fresh = writer.read(), True
+            known = None  # a decision a cached copy may not take: confirm it on a fresh read
             continue
         if not isinstance(decided, StateRecord):
             return decided
         try:
             written = writer.write(current, decided, clock=clock, actor=actor, at=at)
         except ConcurrencyConflict:
-            # Someone else moved the record (or the cache was stale): re-read and decide again.
-            current, fresh = writer.read(), True
+            known = None  # someone else moved the record (or the cache was stale): decide again
             continue
         return Outcome(True, False, None, written.item, written.etag, written)
     if cache is not None:
@@ -200,12 +202,12 @@ class _Writer:
     owner: str | None
     housekeeping: bool
 
-    def first(self, found: Versioned[StateRecord] | None) -> tuple[Versioned[StateRecord], bool]:
-        """The version the first try decides on, and whether it is a fresh read."""
+    def first(self, found: Versioned[StateRecord] | None) -> tuple[Versioned[StateRecord] | None, bool]:
+        """The version the first try decides on (None: read it) and whether it is a fresh read."""
         if found is not None:
             return found, True
         cached = self.cache.get(self.key) if self.cache is not None else None
-        return (cached, False) if cached is not None else (self.read(), True)
+        return cached, False
 
     def read(self) -> Versioned[StateRecord]:
         version = self.states.get(self.key)
