@@ -28,36 +28,25 @@ for a sequential workflow is the reverse order of completion.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from activities.steps import (
-    _fenced,
-    _record_completion,
-    _record_error,
-)
+from activities.fenced import fenced
 from orderflow import telemetry, tracing
 from orderflow.contracts import (
     BeginCompensationInput,
     FinishCompensationInput,
     StartUndoInput,
-    StepError,
-    UndoResult,
     undo_step_name,
 )
 from orderflow.dependencies import Dependencies
-from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
-from orderflow.effects import may_have_effect as _may_have_effect
-from orderflow.errors import ErrorKind, IllegalTransition
-from orderflow.messages import AgentRequest, OrderStatus, request_id_for
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
+from orderflow.errors import IllegalTransition
+from orderflow.messages import AgentRequest, request_id_for
+from orderflow.protocol.transitions import compensation
 from orderflow.records import (
     CompensationEntry,
-    LastError,
-    PendingReply,
     ProcessState,
     StateRecord,
-    StepStatus,
-    UndoStatus,
-    undo_key,
 )
 from orderflow.replies import deliver_reply
 from orderflow.results import (
@@ -71,59 +60,9 @@ from orderflow.results import (
     UndoStarted,
 )
 from orderflow.step_requests import agent_deadline
-from orderflow.workflows import WorkflowDefinition, workflow_for
+from orderflow.workflows import workflow_for
 
 logger = logging.getLogger(__name__)
-
-
-def _ensure_entries(record: StateRecord, definition: WorkflowDefinition, now: datetime) -> None:
-    """Append an entry for every reversible step that may have had an effect and has none yet."""
-    logged = {entry.step for entry in record.compensation_log}
-    for step in definition.steps:
-        if step.name in logged or step.undo is None or step.irreversible:
-            continue
-        if step.name in record.steps and _may_have_effect(record, step.name):
-            record.compensation_log.append(
-                CompensationEntry(
-                    step=step.name,
-                    action=step.operation,
-                    undo=step.undo,
-                    undo_key=undo_key(record.order_id, step.name),
-                    data={},
-                    recorded_at=now,
-                    outcome_known=False,
-                )
-            )
-
-
-def stages_to_undo(record: StateRecord, definition: WorkflowDefinition) -> tuple[tuple[str, ...], ...]:
-    """The definition's undo stages (:meth:`WorkflowDefinition.undo_stages`) cut down to the entries not
-    undone yet; stages left empty are dropped."""
-    pending = {
-        entry.step
-        for entry in record.compensation_log
-        if entry.undo is not None and entry.status != UndoStatus.COMPENSATED
-    }
-    stages = (tuple(step for step in stage if step in pending) for stage in definition.undo_stages())
-    return tuple(stage for stage in stages if stage)
-
-
-def _entry(record: StateRecord, step: str) -> CompensationEntry:
-    for entry in record.compensation_log:
-        if entry.step == step:
-            return entry
-    raise IllegalTransition(f"order {record.order_id} has no compensation entry for {step}")
-
-
-def _record_undone(record: StateRecord, undone: UndoResult, now: datetime) -> None:
-    """Mark ``undone.step``'s entry and step Compensated (idempotent)."""
-    entry = _entry(record, undone.step)
-    if entry.status == UndoStatus.COMPENSATED:
-        return
-    entry.status = UndoStatus.COMPENSATED
-    entry.undo_result = dict(undone.result)
-    entry.undone_at = now
-    record.steps[undone.step].status = StepStatus.COMPENSATED
 
 
 def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> BeginCompensationResult:
@@ -143,41 +82,11 @@ def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> Begi
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        if record.process_state is ProcessState.PROCESSING:
-            if data.completed is not None:
-                _record_completion(record, definition, data.completed, now)
-            if data.error is not None:
-                _record_error(record, data.error, now, fail_step=True)
-        elif record.process_state is not ProcessState.COMPENSATING:
-            return None
-        passed = irreversible_effects(record, definition)
-        if passed:
-            cause = record.last_error
-            record.last_error = LastError(
-                kind=ErrorKind.PERMANENT.value,
-                code=PAST_POINT_OF_NO_RETURN,
-                step=passed[0],
-                message=(
-                    f"{passed[0]} is irreversible and may have taken effect; "
-                    f"cause: {cause.code if cause else 'unknown'}: {cause.message if cause else ''}"
-                )[:500],
-                at=now,
-            )
-            record.process_state = ProcessState.ERROR
-            record.complete_by = None
-            record.pending_reply = PendingReply(
-                status=OrderStatus.FAILED.value,
-                reason=PAST_POINT_OF_NO_RETURN,
-                detail=record.last_error.message,
-            )
-            record.end_attempt(now, ProcessState.ERROR.value)
-            return record
-        _ensure_entries(record, definition, now)
-        record.process_state = ProcessState.COMPENSATING
-        record.complete_by = now + timedelta(seconds=data.timeout_s)
-        return record
+        return compensation.begin_compensation(
+            record, definition, completed=data.completed, error=data.error, timeout_s=data.timeout_s, now=now
+        )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     state = record.process_state
     if not outcome.applied or state not in (ProcessState.COMPENSATING, ProcessState.ERROR):
@@ -191,7 +100,7 @@ def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> Begi
         error = record.last_error
         telemetry.alert(PAST_POINT_OF_NO_RETURN, step=error.step if error else None, **fields)
         return PastPointOfNoReturn()
-    stages = stages_to_undo(record, definition)
+    stages = compensation.stages_to_undo(record, definition)
     telemetry.event("compensation.begin", stages="|".join(",".join(stage) for stage in stages), **fields)
     return CompensationBegun(undo_stages=stages)
 
@@ -215,29 +124,16 @@ def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        if record.process_state is not ProcessState.COMPENSATING:
-            return None
-        for undone in data.undone:
-            _record_undone(record, undone, now)
-        entry = _entry(record, data.step)
-        step = record.steps[data.step]
-        already = (
-            entry.status == UndoStatus.COMPENSATING
-            and step.status is StepStatus.COMPENSATING
-            and step.last_instance == data.instance_id
-            and record.complete_by is not None
-            and all(_entry(record, undone.step).status == UndoStatus.COMPENSATED for undone in data.undone)
+        return compensation.start_undo(
+            record,
+            step_name=data.step,
+            undone=data.undone,
+            instance_id=data.instance_id,
+            timeout_s=data.timeout_s,
+            now=now,
         )
-        if already:
-            return None
-        entry.status = UndoStatus.COMPENSATING
-        step.status = StepStatus.COMPENSATING
-        step.last_instance = data.instance_id
-        step.started_at = now
-        record.complete_by = now + timedelta(seconds=data.timeout_s)
-        return record
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if not outcome.applied or record.process_state is not ProcessState.COMPENSATING:
         return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
@@ -261,7 +157,7 @@ def _send_undo_request(
 ) -> CompensationEntry:
     """Send the undo request of ``data.step`` to the agent that performed the step; returns its entry."""
     step_def = workflow_for(data.workflow_version).step(data.step)
-    entry = _entry(record, data.step)
+    entry = compensation.entry_of(record, data.step)
     undo_name = undo_step_name(data.step)
     request = AgentRequest(
         request_id=request_id_for(data.instance_id, undo_name),
@@ -300,30 +196,18 @@ def finish_compensation(data: FinishCompensationInput, deps: Dependencies) -> Fi
         :class:`CompensationFinished` with the state written, or :class:`Fenced`.
     """
     definition = workflow_for(data.workflow_version)
-    target = ProcessState.COMPENSATION_FAILED if data.failed is not None else ProcessState.COMPENSATED
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        nonlocal target
-        if record.process_state is not ProcessState.COMPENSATING:
-            return None
-        by_client = (record.stop_requested_by or "client") == "client"
-        if data.failed is None and record.cancel_requested_at is not None and by_client:
-            target = ProcessState.CANCELLED  # the client asked for it: the undo is its cancellation
-        for undone in data.undone:
-            _record_undone(record, undone, now)
-        if data.failed is not None:
-            owed = _record_undo_failures(record, data.failed, data.also_failed, now)
-        else:
-            owed = _owed_after_undo(record, definition, cancelled=target is ProcessState.CANCELLED)
-        record.process_state = target
-        record.complete_by = None
-        record.pending_reply = owed
-        record.end_attempt(now, target.value)
-        return record
+        return compensation.finish_compensation(
+            record, definition, undone=data.undone, failed=data.failed, also_failed=data.also_failed, now=now
+        )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
+    # The state written; a write not made is checked against the state the input names.
+    named = ProcessState.COMPENSATION_FAILED if data.failed is not None else ProcessState.COMPENSATED
+    target = record.process_state if outcome.written else named
     if not outcome.applied or record.process_state is not target:
         return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
     if record.pending_reply is not None:
@@ -340,43 +224,3 @@ def finish_compensation(data: FinishCompensationInput, deps: Dependencies) -> Fi
             **fields,
         )
     return CompensationFinished(process_state=target.value)
-
-
-def _record_undo_failures(
-    record: StateRecord, failed: StepError, also_failed: tuple[StepError, ...], now: datetime
-) -> PendingReply:
-    """Mark every undo of the stage that failed for good (they ran in parallel, so not only the first)
-    ``CompensationFailed`` with ``compensationError`` naming them; returns the reply owed."""
-    for failure in (failed, *also_failed):
-        failed_step = failure.step.removesuffix(":undo")
-        _entry(record, failed_step).status = UndoStatus.FAILED
-        record.steps[failed_step].status = StepStatus.COMPENSATION_FAILED
-    others = ", ".join(f.step.removesuffix(":undo") for f in also_failed)
-    record.compensation_error = LastError(
-        kind=failed.kind,
-        code=failed.code,
-        message=(failed.message + (f" (also failed: {others})" if others else ""))[:500],
-        step=failed.step.removesuffix(":undo"),
-        at=now,
-    )
-    return PendingReply(
-        status=OrderStatus.COMPENSATION_FAILED.value, reason=failed.code, detail=failed.message
-    )
-
-
-def _owed_after_undo(record: StateRecord, definition: WorkflowDefinition, *, cancelled: bool) -> PendingReply:
-    """The reply owed once every entry is undone: ``Compensated`` (``Cancelled`` when the client asked)
-    with the original cause.
-
-    Raises:
-        IllegalTransition: an entry is still to undo.
-    """
-    left = stages_to_undo(record, definition)
-    if left:
-        raise IllegalTransition(f"order {record.order_id} still has {left} to undo")
-    cause = record.last_error
-    return PendingReply(
-        status=(OrderStatus.CANCELLED if cancelled else OrderStatus.COMPENSATED).value,
-        reason=cause.code if cause else None,
-        detail=cause.message if cause else None,
-    )

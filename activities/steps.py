@@ -12,9 +12,9 @@ import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from activities.fencing import Mutation, WriteOutcome, fenced_write
+from activities.fenced import fenced
 from orderflow import telemetry
-from orderflow.breaker import HalfOpen, Open, hold_for_dependency
+from orderflow.breaker import HalfOpen, Open
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,
     FinishOrderInput,
@@ -22,25 +22,28 @@ from orderflow.contracts import (
     RecordReviewInput,
     RecordStepFailureInput,
     StartStepInput,
-    StepError,
-    StepResult,
 )
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
+from orderflow.protocol.step_start import (
+    AwaitDependency,
+    AwaitReview,
+    NotProcessing,
+    OutOfBudget,
+    RejectedByReview,
+    ReviewNeed,
+    StepStartDecision,
+    StopRequested,
+    decide_step_start,
+    step_dependency,
+)
+from orderflow.protocol.transitions import forward
 from orderflow.records import (
-    CompensationEntry,
-    LastError,
     OrderDocument,
     PendingReply,
     ProcessState,
-    ReviewDecision,
-    ReviewState,
     StateRecord,
-    StepStatus,
-    corrected_key,
-    format_utc,
-    undo_key,
 )
 from orderflow.replies import deliver_reply
 from orderflow.results import (
@@ -59,66 +62,10 @@ from orderflow.results import (
     StepStarted,
     Stopped,
 )
-from orderflow.settings import Settings
 from orderflow.step_requests import send_step_request
-from orderflow.step_start import (
-    AwaitDependency,
-    AwaitReview,
-    NotProcessing,
-    OutOfBudget,
-    RejectedByReview,
-    ReviewNeed,
-    Start,
-    StepStartDecision,
-    StopRequested,
-    Suspended,
-    decide_step_start,
-    step_dependency,
-)
-from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
+from orderflow.workflows import StepDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
-
-
-def fallback_key(order_id: str, step: str, correction: int | None = None) -> str:
-    """Idempotency key of a step run on its fallback provider (another provider: another key):
-    ``{orderId}:{step}:fallback``, or ``{orderId}:{step}:correction-{n}:fallback`` once an operator
-    corrected the step's input (correction ``n``: another input, another call)."""
-    base = f"{order_id}:{step}" if correction is None else corrected_key(order_id, step, correction)
-    return f"{base}:fallback"
-
-
-def _record_completion(
-    record: StateRecord, definition: WorkflowDefinition, done: StepResult, now: datetime
-) -> None:
-    """Mark ``done.step`` Completed and append its compensation entry, once (idempotent)."""
-    step = record.steps[done.step]
-    if step.status is StepStatus.COMPLETED:
-        return
-    step.status = StepStatus.COMPLETED
-    step.result = dict(done.result)
-    step.completed_at = now
-    record.settle_reservation(done.step, done.calls)
-    record.dependency_wait_since = None  # its dependency answered: a later wait starts afresh
-    step_def = definition.step(done.step)
-    if not any(entry.step == done.step for entry in record.compensation_log):
-        record.compensation_log.append(
-            CompensationEntry(
-                step=done.step,
-                action=step_def.operation,
-                undo=None if step_def.irreversible else step_def.undo,
-                undo_key=undo_key(record.order_id, done.step),
-                data=dict(done.result),
-                recorded_at=now,
-            )
-        )
-
-
-def _fenced(deps: Dependencies, order_id: str, instance_id: str, mutate: Mutation) -> WriteOutcome:
-    """:func:`activities.fencing.fenced_write` with this host's store, record cache and clock."""
-    return fenced_write(
-        deps.states, deps.cache, deps.clock, order_id=order_id, instance_id=instance_id, mutate=mutate
-    )
 
 
 def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
@@ -128,8 +75,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     step Running, reserve its calls from the retry budget and set the record's ``completeBy`` to now plus
     the step's timeout. Then send the agent request, whose deadline is a little earlier (the margin
     leaves time for the answer to travel back). An attempt's first step is usually started by its claim
-    (:func:`orchestrators.starter.start_first_step`): the activity finds it so on a read and only sends
-    the request. What may start is decided by :func:`orderflow.step_start.decide_step_start`.
+    (:func:`orderflow.protocol.transitions.forward.start_first_step`): the activity finds it so on a read
+    and only sends the request. What may start is decided by
+    :func:`orderflow.protocol.step_start.decide_step_start`.
 
     Returns:
         :class:`StepStarted` with the ``complete_by`` (UTC) where the orchestration's timer must fire;
@@ -165,9 +113,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             completed=data.completed,
             dependency_held=held,
         )
-        return _apply_start(decision, record, definition, data, settings=deps.settings, now=now)
+        return forward.start_step(decision, record, definition, data, settings=deps.settings, now=now)
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if outcome.applied:
         refused = _refused_start(decision, record, data, deps, etag=outcome.etag)
@@ -185,54 +133,6 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
         complete_by=complete_by.isoformat(),
     )
     return StepStarted(complete_by=complete_by, remaining_calls=record.retry_budget.remaining)
-
-
-def _apply_start(
-    decision: StepStartDecision,
-    record: StateRecord,
-    definition: WorkflowDefinition,
-    data: StartStepInput,
-    *,
-    settings: Settings,
-    now: datetime,
-) -> StateRecord | None:
-    """The write ``decision`` makes to ``record`` (a private copy), or None when it writes nothing."""
-    match decision:
-        case AwaitReview(review=review):
-            return _await_review(record, definition, data, review, settings=settings, now=now)
-        case AwaitDependency(dependency=dependency, retry_at=retry_at):
-            _prepare_start(record, definition, data, to_fallback=False, now=now)
-            hold_for_dependency(
-                record, step=data.step, dependency=dependency, retry_at=retry_at, now=now, settings=settings
-            )
-            return record
-        case OutOfBudget(to_fallback=to_fallback):
-            _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
-            # An earlier attempt's reservation stays spent; nothing is left to give back later.
-            record.steps[data.step].reserved_calls = 0
-            return record
-        case Suspended():
-            _prepare_start(record, definition, data, to_fallback=False, now=now)
-            release_suspended(record, now)
-            return record
-        case Start(grant=grant, to_fallback=to_fallback):
-            _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
-            # The deadline starts now, when the step really starts, not when the orchestration asked.
-            record.run_step(
-                data.step, data.instance_id, at=now, complete_by=data.complete_by(now), grant=grant
-            )
-            return record
-    return None
-
-
-def release_suspended(record: StateRecord, now: datetime) -> None:
-    """Hand a suspended order's record back, in place: the attempt's tenure ends (``suspended``), the
-    record is ``Pending``, unlocked and without a deadline, for the starter to claim once resumed."""
-    record.end_attempt(now, "suspended")
-    record.process_state = ProcessState.PENDING
-    record.locked_by = None
-    record.complete_by = None
-    record.next_attempt_at = None
 
 
 def _send_request(
@@ -256,29 +156,6 @@ def _send_request(
         fallback=data.fallback,
         now=now,
     )
-
-
-def _prepare_start(
-    record: StateRecord,
-    definition: WorkflowDefinition,
-    data: StartStepInput,
-    *,
-    to_fallback: bool,
-    now: datetime,
-) -> None:
-    """What every write that starts (or refuses for budget) ``data.step`` does first: move the step to
-    its fallback provider if asked, and record the previous step's completion."""
-    if to_fallback:
-        step = record.steps[data.step]
-        # The primary refused: the fallback is another provider, so another key; the primary's
-        # reservation is spent (it reported no calls) and the fallback reserves its own.
-        step.fallback = True
-        corrections = [c.number for c in record.corrections if c.step == data.step]
-        step.idempotency_key = fallback_key(record.order_id, data.step, max(corrections, default=None))
-        step.reserved_calls = 0
-        step.last_instance = None
-    if data.completed is not None:
-        _record_completion(record, definition, data.completed, now)
 
 
 def _refused_start(
@@ -350,45 +227,6 @@ def _stopped(record: StateRecord) -> Stopped:
     return Stopped(cause=stop)
 
 
-def _await_review(
-    record: StateRecord,
-    definition: WorkflowDefinition,
-    data: StartStepInput,
-    review: ReviewState | None,
-    *,
-    settings: Settings,
-    now: datetime,
-) -> StateRecord | None:
-    """Pause ``record`` in ``AwaitingReview`` before ``data.step`` (or keep it there), owing the client an
-    ``AwaitingReview`` reply. Nothing to write when a re-run finds it exactly so."""
-    if data.completed is not None:
-        _record_completion(record, definition, data.completed, now)
-    if review is None:
-        review = ReviewState(
-            step=data.step,
-            requested_at=now,
-            deadline=now + timedelta(seconds=settings.REVIEW_TIMEOUT_S),
-            response_queue=data.response_queue,
-        )
-        record.review = review
-        record.pending_reply = PendingReply(
-            status=OrderStatus.AWAITING_REVIEW.value,
-            reason="amount_above_review_threshold",
-            detail=f"a person must approve {data.step} by {format_utc(review.deadline)}",
-        )
-    elif (
-        record.process_state is ProcessState.AWAITING_REVIEW
-        and review.response_queue == data.response_queue
-        and (data.completed is None or record.steps[data.completed.step].status is StepStatus.COMPLETED)
-    ):
-        return None  # a re-run: already waiting, and the decision is forwarded to this attempt's host
-    review.response_queue = data.response_queue
-    record.process_state = ProcessState.AWAITING_REVIEW
-    # The waiting attempt's timer fires at the deadline; a supervisor acts only if it died meanwhile.
-    record.complete_by = max(review.deadline, now) + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
-    return record
-
-
 def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewResult:
     """Activity :data:`orderflow.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
 
@@ -401,21 +239,16 @@ def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewRe
     now = deps.clock.now()
 
     def mutate(record: StateRecord) -> StateRecord | None:
-        review = record.review
-        if review is None or review.step != data.step:
-            return None
-        if review.decision is None:
-            review.decision = ReviewDecision(data.decision)
-            review.decided_by = data.decided_by
-            review.decided_at = now
-        elif record.process_state is not ProcessState.AWAITING_REVIEW:
-            return None
-        if record.process_state is ProcessState.AWAITING_REVIEW:
-            record.process_state = ProcessState.PROCESSING
-            record.complete_by = now + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
-        return record
+        return forward.record_review(
+            record,
+            step=data.step,
+            decision=data.decision,
+            decided_by=data.decided_by,
+            now=now,
+            claim_timeout_s=deps.settings.CLAIM_TIMEOUT_S,
+        )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     review = record.review
     if not outcome.applied or review is None or review.decision is None or review.step != data.step:
@@ -458,28 +291,15 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
             detail=error.message if error else None,
         )
 
-    cancelled = False
-
     def mutate(record: StateRecord) -> StateRecord | None:
-        nonlocal cancelled
-        cancelled = record.cancel_requested_at is not None
-        if record.process_state is target:
-            return None
-        if record.process_state is not ProcessState.PROCESSING or cancelled:
-            return None
-        if data.completed is not None:
-            _record_completion(record, definition, data.completed, now)
-        if data.error is not None:
-            _record_error(record, data.error, now, fail_step=True)
-        record.process_state = target
-        record.complete_by = None
-        record.end_attempt(now, target.value)
-        # The reply is owed in the same write as the outcome (an outbox entry): see orderflow.replies.
-        record.pending_reply = owed
-        return record
+        return forward.finish_order(
+            record, definition, target=target, completed=data.completed, error=data.error, owed=owed, now=now
+        )
 
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
+    # Asked to stop while its last step ran: nothing written, the orchestration compensates.
+    cancelled = record.cancel_requested_at is not None
     if outcome.applied and cancelled and record.process_state is ProcessState.PROCESSING:
         return _stopped(record)
     if not outcome.applied or record.process_state is not target:
@@ -513,45 +333,17 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
         :class:`FailureRecorded` (also when a re-run finds it recorded), or :class:`Fenced`.
     """
 
+    def held_by(record: StateRecord) -> tuple[str, datetime]:
+        dependency = _failed_dependency(record, data.error.step)
+        return dependency, _retry_at(deps, dependency, data.at)
+
     def mutate(record: StateRecord) -> StateRecord | None:
-        if record.process_state is ProcessState.COMPENSATING:
-            # An undo that failed for now: keep the forward cause in lastError; undos spend no budget.
-            recorded = record.compensation_error
-            if recorded is not None and recorded.at == data.at and record.complete_by == data.at:
-                return None
-            error = data.error
-            record.compensation_error = LastError(
-                kind=error.kind, message=error.message, step=error.step, code=error.code, at=data.at
-            )
-            record.complete_by = data.at
-            return record
-        if record.process_state is not ProcessState.PROCESSING:
-            return None
-        if (
-            record.last_error is not None
-            and record.last_error.at == data.at
-            and record.complete_by == data.at
-        ):
-            return None
-        _record_error(record, data.error, data.at, fail_step=False)
-        record.settle_reservation(data.error.step, data.error.calls)
-        record.complete_by = data.at
-        if held:
-            # The agent found the dependency's breaker open: wait for it, not for the supervisor.
-            dependency = _failed_dependency(record, data.error.step)
-            retry_at = _retry_at(deps, dependency, data.at)
-            hold_for_dependency(
-                record,
-                step=data.error.step,
-                dependency=dependency,
-                retry_at=retry_at,
-                now=data.at,
-                settings=deps.settings,
-            )
-        return record
+        return forward.record_step_failure(
+            record, data.error, at=data.at, held=held_by if held else None, settings=deps.settings
+        )
 
     held = data.error.kind == ErrorKind.UNAVAILABLE.value
-    outcome = _fenced(deps, data.order_id, data.instance_id, mutate)
+    outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     telemetry.event(
         "step.failed",
         order_id=data.order_id,
@@ -593,14 +385,3 @@ def _retry_at(deps: Dependencies, dependency: str, now: datetime) -> datetime:
         case HalfOpen(probe_until=probe_until) if probe_until is not None:
             return probe_until
     return now + timedelta(seconds=deps.settings.BREAKER_OPEN_S)
-
-
-def _record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:
-    record.last_error = LastError(
-        kind=error.kind, message=error.message, step=error.step, code=error.code, at=at
-    )
-    if fail_step and error.step in record.steps:
-        step = record.steps[error.step]
-        if step.status is StepStatus.RUNNING:
-            step.status = StepStatus.FAILED
-        record.settle_reservation(error.step, error.calls)

@@ -35,6 +35,7 @@ from bench.stats import below, ratio
 from devhost.emulators import LocalEndpoints
 from devhost.http_transport import transport_for
 from orderflow.clock import SystemClock
+from orderflow.protocol.keys import idempotency_key, undo_key
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
     AttemptEntry,
@@ -44,9 +45,7 @@ from orderflow.records import (
     StateRecord,
     StepState,
     StepStatus,
-    idempotency_key,
     instance_id_for,
-    undo_key,
 )
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore

@@ -24,8 +24,8 @@ from demo.tpch import (
     customer_declined,
 )
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 from orderflow_client.client import OrderflowClient
 

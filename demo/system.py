@@ -37,9 +37,9 @@ from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from devhost.queues.factory import StorageQueueFactory
 from orderflow.clients import RegisteredClient
 from orderflow.errors import TransientError
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import StateRecord
 from orderflow.settings import Settings
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow_client.client import FINAL_STATUSES, OrderflowClient

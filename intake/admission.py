@@ -10,8 +10,8 @@ the whole system (a ceiling of 0, or none, disables its check):
   more than the global ceiling (the settings refuse a registry whose do), so no client can fill the
   system for the others;
 - **in flight, global**: orders in ``Pending`` or ``Processing``
-  (:data:`~orderflow.state_machine.IN_FLIGHT_STATES`) may not exceed ``MAX_IN_FLIGHT_ORDERS``: an order is
-  admitted only while ``in_flight < ceiling``;
+  (:data:`~orderflow.protocol.state_machine.IN_FLIGHT_STATES`) may not exceed ``MAX_IN_FLIGHT_ORDERS``:
+  an order is admitted only while ``in_flight < ceiling``;
 - **backlog, per client**: while the client's inbound queue holds more than ``MAX_SUBMISSION_BACKLOG``
   messages (the one being handled included), its new orders are refused. Refusing is cheap, so an
   oversized backlog drains quickly and its client learns early instead of after a long wait.
@@ -70,9 +70,9 @@ from typing import Protocol
 from orderflow import telemetry
 from orderflow.clients import RegisteredClient
 from orderflow.errors import OrderflowError
+from orderflow.protocol.state_machine import IN_FLIGHT_STATES
 from orderflow.queues.base import QueueFactory
 from orderflow.settings import Settings
-from orderflow.state_machine import IN_FLIGHT_STATES
 from orderflow.stores.base import StateQuery, StateStore
 
 logger = logging.getLogger(__name__)

@@ -17,11 +17,10 @@ with one ETag-conditional write, and the owner acts on it:
   re-reads the record and sees the step.
 
 A client names the order by its own order id, and the cancel acts on the order stored under the client's
-key for it (``{clientId}:{orderId}``; an earlier version's record under the bare id is read next). A
-client may cancel its own orders only: a cancel that arrives on one client's inbound queue for another
-client's order is answered exactly as a cancel of an order that does not exist (``UnknownOrder``), so it
-learns nothing about it. Replies go to the reply queue the order was submitted with, never to one named
-in the cancel.
+key for it (``{clientId}:{orderId}``). A client may cancel its own orders only: a cancel that arrives on
+one client's inbound queue for another client's order is answered exactly as a cancel of an order that
+does not exist (``UnknownOrder``), so it learns nothing about it. Replies go to the reply queue the order
+was submitted with, never to one named in the cancel.
 """
 
 from __future__ import annotations
@@ -37,10 +36,11 @@ from orderflow.contracts import CANCELLED_BY_CLIENT
 from orderflow.effects import PAST_POINT_OF_NO_RETURN, irreversible_effects
 from orderflow.messages import CancelOrder, OrderStatus, client_order_key, parse_message
 from orderflow.order_requests import apply_request
+from orderflow.protocol.state_machine import SETTLED_STATES
+from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
 from orderflow.replies import send_reply
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateStore
 from orderflow.timeline import Actor
 from orderflow.workflows import workflow_for
@@ -96,15 +96,14 @@ def _decide(record: StateRecord, request: CancelOrder, clock: Clock) -> tuple[Ca
     if record.process_state is ProcessState.PENDING and record.locked_by is None:
         record.last_error = _cause(request, record, clock)
         if not any(step.attempts for step in record.steps.values()):
-            record.process_state = ProcessState.CANCELLED
-            record.pending_reply = PendingReply(
+            owed = PendingReply(
                 status=OrderStatus.CANCELLED.value,
                 reason=CANCELLED_BY_CLIENT,
                 detail=record.last_error.message,
             )
+            requests.cancel(record, owed=owed)
             return CancelOutcome.CANCELLED, None
-        record.process_state = ProcessState.COMPENSATING
-        record.next_attempt_at = now
+        requests.compensate_unclaimed(record, now=now)
         return CancelOutcome.REQUESTED, None
     if record.process_state is not ProcessState.COMPENSATING:
         # The owner records the cause when it stops; keep what a compensation already records.
@@ -157,7 +156,6 @@ def handle_cancel(
         grace_s=grace_s,
         actor=Actor("client", client.client_id),
         visible=lambda record: client.owns(record.client_id, record.reply_to),
-        unscoped_id=request.order_id,
     )
     outcome, reason = applied.decision
     if outcome is CancelOutcome.REFUSED:

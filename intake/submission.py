@@ -55,6 +55,7 @@ from orderflow.messages import (
     parse_message,
     reply_message_id,
 )
+from orderflow.protocol.keys import idempotency_key
 from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     OrderDocument,
@@ -65,7 +66,6 @@ from orderflow.records import (
     StepState,
     client_order_id,
     content_hash,
-    idempotency_key,
 )
 from orderflow.replays import note_replayed_message
 from orderflow.settings import Settings

@@ -31,6 +31,7 @@ from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.effects import irreversible_effects
 from orderflow.operator_auth import Principal
+from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore
@@ -94,12 +95,7 @@ def decide_compensation(
     resubmit of a ``CompensationFailed`` order makes the same decision: :mod:`operator_api.resubmit`)."""
     state = record.process_state
     if state is ProcessState.COMPENSATION_FAILED:
-        record.process_state = ProcessState.COMPENSATING
-        record.locked_by = None
-        record.complete_by = None
-        record.next_attempt_at = now
-        record.compensation_failures = 0
-        record.compensation_error = None
+        requests.retry_compensation(record, now=now)
         _requested_by(record, principal, now)
         return CompensateAction.RETRIED
     if state is ProcessState.ERROR:
@@ -129,8 +125,7 @@ def decide_compensation(
     )
     if state is ProcessState.PENDING and record.locked_by is None:
         # An attempt claims it and undoes what earlier ones did (nothing, if none started a step).
-        record.process_state = ProcessState.COMPENSATING
-        record.next_attempt_at = now
+        requests.compensate_unclaimed(record, now=now)
         return CompensateAction.SCHEDULED
     return CompensateAction.STOP_REQUESTED
 
@@ -144,10 +139,7 @@ def _compensate_error(
     passed = irreversible_effects(record, workflow_for(record.workflow_version))
     if passed:
         return CompensateRefusal.PAST_POINT_OF_NO_RETURN, f"past the point of no return: {', '.join(passed)}"
-    record.process_state = ProcessState.COMPENSATING
-    record.locked_by = record.complete_by = None
-    record.next_attempt_at = now
-    record.suspended_at = record.suspended_by = record.suspended_by_name = None
+    requests.compensate_error(record, now=now)
     record.stop_reason = reason[:500] if reason else None
     _requested_by(record, principal, now)
     return CompensateAction.SCHEDULED

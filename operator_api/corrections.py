@@ -18,7 +18,7 @@ A correction is accepted when all of these hold, checked in this order:
   validated whole with the correction laid over the document, so its cross-field rules hold too).
 
 The step gets the idempotency key ``{orderId}:{step}:correction-{n}``
-(:func:`orderflow.records.corrected_key`) in the same write, and goes back to its own provider (not its
+(:func:`orderflow.protocol.keys.corrected_key`) in the same write, and goes back to its own provider (not its
 fallback): under the failed call's key the remote service would answer with its stored refusal, or
 refuse the new body as a key reused; every later call of the corrected step (a retry, a redelivery, a
 recovered attempt) carries the new key, so the service still deduplicates them.
@@ -34,14 +34,8 @@ from orderflow.effects import refused
 from orderflow.errors import InvalidMessage
 from orderflow.messages import SubmitOrder, validate_message
 from orderflow.operator_auth import Principal
-from orderflow.records import (
-    InputCorrection,
-    OrderDocument,
-    ProcessState,
-    StateRecord,
-    client_order_id,
-    corrected_key,
-)
+from orderflow.protocol.keys import corrected_key
+from orderflow.records import InputCorrection, OrderDocument, ProcessState, StateRecord, client_order_id
 from orderflow.workflows import workflow_for
 
 INPUT_NOT_CORRECTABLE = "InputNotCorrectable"

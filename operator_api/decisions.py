@@ -35,10 +35,11 @@ def apply_decision(
     grace_s: float | None,
     if_match: str | None = None,
     outcome: str | None = None,
+    housekeeping: bool = False,
 ) -> Applied[_T]:
     """``principal``'s decision ``what`` on ``order_id``, written as :func:`apply_request` writes it, with
     ``Actor(role, principal.audit_id, display name)`` on the timeline (``role``: ``operator`` or
-    ``reviewer``).
+    ``reviewer``); ``housekeeping``: the decision moves nothing (a suspension).
 
     Raises:
         As :func:`orderflow.order_requests.apply_request` (``StaleVersion`` when ``if_match`` is not the
@@ -56,4 +57,5 @@ def apply_decision(
         outcome=outcome,
         if_match=if_match,
         deliver_owed_reply=False,
+        housekeeping=housekeeping,
     )

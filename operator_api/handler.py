@@ -46,7 +46,8 @@ from orderflow.operator_auth import (
     authorize,
     http_refusal,
 )
-from orderflow.order_requests import UNKNOWN_ORDER, StaleVersion
+from orderflow.order_requests import UNKNOWN_ORDER
+from orderflow.protocol.conditional import StaleVersion
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from operator_api.schemas import OrderList, OrderSummary
 from operator_api.views import entity_tag
 from orderflow.errors import InvalidMessage
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import QUERY_TIME_FORMAT, ProcessState, StateRecord, format_utc, parse_query_time
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import StateQuery, StateStore
 
 DEFAULT_LIMIT = 50

@@ -33,6 +33,7 @@ from orderflow.errors import InvalidMessage, NotFound
 from orderflow.operator_actions import NOT_RESUBMITTABLE, OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
 from orderflow.order_requests import UNKNOWN_ORDER
+from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import OrderStore, StateStore
@@ -64,18 +65,6 @@ class ResubmitOutcome:
     etag: str
     action: ResubmitAction | None
     refusal: Refused | None = None
-
-
-def new_attempt(record: StateRecord, now: datetime, retry_budget: int) -> None:
-    """Make an ``Error`` record ready for a new attempt, in place (see the module docstring)."""
-    record.process_state = ProcessState.PENDING
-    record.locked_by = None
-    record.complete_by = None
-    record.next_attempt_at = now
-    record.failure_count = 0
-    budget = record.retry_budget
-    budget.limit = max(budget.limit, budget.spent + retry_budget)
-    record.updated_at = now
 
 
 @dataclass(frozen=True)
@@ -112,7 +101,7 @@ def _decide(
         refused = correct_input(record, corrected.order, corrected.input, principal, now)
         if refused is not None:
             return refused
-    new_attempt(record, now, retry_budget)
+    requests.new_attempt(record, now, retry_budget)
     return ResubmitAction.NEW_ATTEMPT
 
 

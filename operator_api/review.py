@@ -24,6 +24,7 @@ from orderflow.clients import ClientRegistry
 from orderflow.clock import Clock
 from orderflow.messages import REVIEW_DECISION, ReviewDecisionMessage
 from orderflow.operator_auth import REVIEWER_ROLE, Principal
+from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, ReviewDecision, StateRecord
 from orderflow.stores.base import StateStore
@@ -134,10 +135,10 @@ def review_order(
         if not may_review(principal, record, decision, clients):
             return (ReviewRefusal.NOT_PERMITTED, "this reviewer may not decide this order"), False
         if review.decision is None:
-            review.decision = decision
-            review.decided_by = principal.audit_id
-            review.decided_by_name = principal.display_name or None
-            review.decided_at = record.updated_at = clock.now()
+            by_name = principal.display_name or None
+            requests.decide_review(
+                record, decision=decision, by=principal.audit_id, by_name=by_name, now=clock.now()
+            )
             return None, True
         if (review.decided_by, review.decision) != (principal.audit_id, decision):
             return (ReviewRefusal.ALREADY_DECIDED, f"already decided: {_decided(record)}"), False

@@ -8,8 +8,8 @@ running?" would have to learn it. With the flag the state machine is untouched, 
 that could start a step check it (docs/operations.md#suspended-orders):
 
 - the starter's query and claim skip a suspended record;
-- the running attempt's next ``start_step`` decides :class:`orderflow.step_start.Suspended`: it records
-  the previous step's completion, ends its tenure and leaves the record ``Pending`` and unlocked;
+- the running attempt's next ``start_step`` decides :class:`orderflow.protocol.step_start.Suspended`: it
+  records the previous step's completion, ends its tenure and leaves the record ``Pending`` and unlocked;
 - the supervisor's sweep skips a suspended record (an attempt that died while suspended is recovered
   after the resume).
 
@@ -28,8 +28,9 @@ from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.operator_actions import OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
+from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
-from orderflow.records import ProcessState, StateRecord
+from orderflow.records import StateRecord
 from orderflow.stores.base import StateStore
 
 
@@ -52,9 +53,7 @@ def _suspend(record: StateRecord, principal: Principal, now: datetime) -> tuple[
     refused = _refusal(OperatorAction.SUSPEND, record)
     if refused is not None:
         return refused
-    record.suspended_at = record.updated_at = now
-    record.suspended_by = principal.audit_id
-    record.suspended_by_name = principal.display_name or None
+    requests.suspend(record, by=principal.audit_id, by_name=principal.display_name or None, now=now)
     return None
 
 
@@ -62,10 +61,7 @@ def _resume(record: StateRecord, now: datetime) -> tuple[str, str] | None:
     refused = _refusal(OperatorAction.RESUME, record)
     if refused is not None:
         return refused
-    record.suspended_at = record.suspended_by = record.suspended_by_name = None
-    record.updated_at = now
-    if record.process_state is ProcessState.PENDING and record.locked_by is None:
-        record.next_attempt_at = now
+    requests.resume(record, now=now)
     return None
 
 
@@ -105,6 +101,7 @@ def set_suspension(
         what=what,
         grace_s=None,  # it asks nothing of the order: an owner waiting for a review keeps waiting
         if_match=if_match,
+        housekeeping=True,  # a flag, not a state: a resume may clear it on an order that finished meanwhile
     )
     if applied.decision is not None:
         refusal, detail = applied.decision

@@ -19,26 +19,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry, tracing
-from orderflow.breaker import CircuitBreakers, hold_for_dependency
+from orderflow.breaker import CircuitBreakers
 from orderflow.clock import Clock, latest
 from orderflow.contracts import OrchestrationInput, StartedStep
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, TransientError
 from orderflow.orchestration import OrchestrationClient
+from orderflow.protocol.conditional import Note, update
+from orderflow.protocol.step_start import step_dependency
+from orderflow.protocol.transitions import forward
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
 from orderflow.settings import Settings
 from orderflow.step_requests import send_step_request
-from orderflow.step_start import ReviewNeed, Start, decide_step_start, step_dependency
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, workflow_for
 
 logger = logging.getLogger(__name__)
@@ -100,9 +102,9 @@ def claim(
     """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
 
     A ``Pending`` record's first step still to run is started in the same write
-    (:func:`start_first_step`). When that step's dependency is held by its open circuit breaker, the
-    record is not claimed: one conditional write defers it to when the breaker lets a probe through
-    (:func:`defer_for_dependency`).
+    (:func:`~orderflow.protocol.transitions.forward.start_first_step`). When that step's dependency is held
+    by its open circuit breaker, the record is not claimed: one conditional write defers it to when the
+    breaker lets a probe through (:func:`defer_for_dependency`).
 
     Args:
         states: The state store.
@@ -127,24 +129,32 @@ def claim(
         return None
     if breakers is not None and defer_for_dependency(states, found, breakers, now, settings):
         return None
-    claimed = record.copied()
-    # A Compensating record stays Compensating: the new attempt resumes the undo.
-    if record.process_state is ProcessState.PENDING:
-        claimed.process_state = ProcessState.PROCESSING
-    claimed.attempt = record.attempt + 1
-    claimed.locked_by = instance_id_for(record.order_id, claimed.attempt)
-    claimed.complete_by = now + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
-    claimed.next_attempt_at = None
-    claimed.updated_at = now
-    # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
-    claimed.begin_attempt(settings.HOST_ID, now, traceparent=tracing.current_traceparent())
-    if claimed.process_state is ProcessState.PROCESSING:
-        start_first_step(claimed, now, settings)
-    note(record, claimed, Actor("starter", claimed.locked_by), action="claim")
+    traceparent = tracing.current_traceparent()
+
+    def take(current: StateRecord) -> StateRecord:
+        claimed = forward.claim(current, now=now, claim_timeout_s=settings.CLAIM_TIMEOUT_S)
+        # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
+        claimed.begin_attempt(settings.HOST_ID, now, traceparent=traceparent)
+        if claimed.process_state is ProcessState.PROCESSING:
+            # The first-step seam: the protocol is correct without it (start_step starts what it did not).
+            forward.start_first_step(claimed, now, settings)
+        return claimed
+
+    actor = Actor("starter", instance_id_for(record.order_id, record.attempt + 1))
     try:
-        return states.replace(claimed, etag=found.etag)
+        done = update(
+            states,
+            record.order_id,
+            take,
+            clock=clock,
+            actor=Note(actor, action="claim"),
+            found=found,
+            attempts=1,
+            at=now,
+        )
     except ConcurrencyConflict:
         return None
+    return done.written
 
 
 def defer_for_dependency(
@@ -159,8 +169,8 @@ def defer_for_dependency(
     The attempt the claim would start asks the breaker (:meth:`CircuitBreakers.admit`, which hands a
     half-open breaker's probe to one claim only). Held: one conditional write keeps the record
     ``Pending`` with ``nextAttemptAt`` at the breaker's retry time, or gives it up past
-    ``BREAKER_MAX_WAIT_S`` (:func:`orderflow.breaker.hold_for_dependency`); nothing is claimed or
-    reserved and ``failureCount`` is unchanged.
+    ``BREAKER_MAX_WAIT_S`` (:func:`orderflow.protocol.transitions.forward.hold_for_dependency`);
+    nothing is claimed or reserved and ``failureCount`` is unchanged.
 
     Returns:
         True when the record is held (deferred, given up, or moved by another writer meanwhile): do not
@@ -174,12 +184,26 @@ def defer_for_dependency(
     retry_at = breakers.admit(dependency, holder=instance_id_for(record.order_id, record.attempt + 1))
     if retry_at is None:
         return False
-    held = record.copied()
-    gave_up = hold_for_dependency(
-        held, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
-    )
+    gave_up = False
+
+    def hold(current: StateRecord) -> StateRecord:
+        nonlocal gave_up
+        gave_up = forward.hold_for_dependency(
+            current, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+        )
+        return current
+
     try:
-        states.replace(held, etag=found.etag)
+        update(
+            states,
+            record.order_id,
+            hold,
+            clock=None,
+            actor=Actor("starter", settings.HOST_ID),
+            found=found,
+            attempts=1,
+            at=now,
+        )
     except ConcurrencyConflict:
         return True
     fields = {"order_id": record.order_id, "step": step_def.name, "dependency": dependency}
@@ -202,69 +226,11 @@ def _first_step_to_run(record: StateRecord) -> StepDefinition | None:
     return step_def if step_def is not None and step_def.name in record.steps else None
 
 
-def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
-    """Start the claimed attempt's first step still to run, in the claim's own write.
-
-    The step becomes Running for the new instance with its calls reserved from the retry budget, exactly
-    as the orchestration's ``start_step`` activity would mark it; ``completeBy`` becomes its deadline, the
-    step's timeout plus ``START_LATENCY_S`` for the orchestration to be scheduled. The starter then sends
-    the step's request (:func:`run_starter_pass` with ``first_requests``; without, that activity finds
-    the step started by its own attempt and only sends the request). The decision is the activity's own
-    (:func:`orderflow.step_start.decide_step_start`); what it does not decide to start here is left to
-    the orchestration: a step that may pause for review (the claim has not read the order), one moved
-    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
-    order whose stop was requested.
-
-    Args:
-        record: The claimed record (``lockedBy`` set), changed in place.
-        now: The claim's time (UTC).
-        settings: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
-            ``REVIEW_AMOUNT_ABOVE``.
-
-    Returns:
-        The name of the step started, or None when the claim starts none.
-    """
-    assert record.locked_by is not None
-    try:
-        definition = workflow_for(record.workflow_version)
-    except UnknownWorkflowVersion:
-        return None  # the orchestration meets it and fails; the supervisor then has the order
-    done = set(record.completed_steps())
-    step_def = next((s for s in definition.steps if s.name not in done), None)
-    step = None if step_def is None else record.steps.get(step_def.name)
-    # The claim starts only a fresh step on its primary provider; every other case is the activity's.
-    if step_def is None or step is None or step.fallback:
-        return None
-    if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
-        return None
-    # The claim has not read the order, so a step that reviews large amounts is left to the activity.
-    review = (
-        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
-    )
-    decision = decide_step_start(
-        record,
-        step_def,
-        instance_id=record.locked_by,
-        review=review,
-        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
-    )
-    if not isinstance(decision, Start) or decision.grant is None:
-        return None
-    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
-    record.run_step(
-        step_def.name,
-        record.locked_by,
-        at=now,
-        complete_by=now + timedelta(seconds=timeout_s),
-        grant=decision.grant,
-    )
-    return step_def.name
-
-
 def started_by_claim(record: StateRecord) -> StartedStep | None:
-    """The step the claim of ``record`` started (:func:`start_first_step`) and its ``completeBy``: the
-    first step not completed, Running for the claimed attempt on its primary provider; None when the
-    claim started none."""
+    """The step the claim of ``record`` started (the first-step seam,
+    :func:`~orderflow.protocol.transitions.forward.start_first_step`) and its ``completeBy``: the first step
+    not completed, Running for the claimed attempt on its primary provider; None when the claim started
+    none."""
     step_def = _first_step_to_run(record)
     if step_def is None or record.process_state is not ProcessState.PROCESSING or record.complete_by is None:
         return None

@@ -7,7 +7,8 @@ written only with ETag-conditional writes, so hosts agree on it without talking 
 - **closed** (no ``openUntil``): calls flow. Each host counts the transient failures it sees in a row
   (a success resets the count); at ``BREAKER_FAILURES_TO_OPEN`` it opens the breaker for every host;
 - **open** (``openUntil`` in the future): no step on the dependency starts and no agent calls it; the
-  orders wait (:func:`hold_for_dependency`) with their retry budgets unspent;
+  orders wait (:func:`orderflow.protocol.transitions.forward.hold_for_dependency`) with their retry
+  budgets unspent;
 - **half-open** (``openUntil`` passed): exactly one caller, the one whose conditional write takes the
   probe lease (``probeBy`` until ``probeUntil``), may call. A success closes the breaker; a transient
   failure re-opens it for twice as long (up to ``BREAKER_OPEN_MAX_S``). A probe that dies frees the
@@ -31,8 +32,8 @@ from typing import Protocol
 
 from orderflow import telemetry
 from orderflow.clock import Clock
-from orderflow.errors import AlreadyExists, ConcurrencyConflict, ErrorKind, OrderflowError
-from orderflow.records import LastError, Model, ProcessState, StateRecord, UtcDatetime
+from orderflow.errors import AlreadyExists, ConcurrencyConflict, OrderflowError
+from orderflow.records import Model, UtcDatetime
 from orderflow.settings import Settings
 from orderflow.stores.base import Versioned
 
@@ -322,54 +323,6 @@ class CircuitBreakers:
         with self._lock:
             self._known[dependency] = _Known(written, self._monotonic())
         return written
-
-
-def hold_for_dependency(
-    record: StateRecord, *, step: str, dependency: str, retry_at: datetime, now: datetime, settings: Settings
-) -> bool:
-    """Make ``record`` wait for ``dependency``'s breaker, in place (the caller writes it conditionally).
-
-    The order is not started, not charged and not counted as a failure: it goes (or stays) ``Pending``,
-    unlocked, with ``nextAttemptAt`` = ``retry_at``, so the starter claims it again then and the
-    supervisor, which sweeps only live attempts, never sees it. ``dependencyWaitSince`` remembers the
-    first wait; once the order has waited ``BREAKER_MAX_WAIT_S`` it waits no more: it becomes
-    ``Compensating`` (unlocked, ready) with ``lastError`` ``unavailable`` / ``dependency_unavailable``,
-    exactly as the supervisor gives up an order, and the caller raises the alert.
-
-    Args:
-        record: A ``Processing`` record owned by the attempt that holds it (its tenure ends here), or an
-            unlocked ``Pending`` record being claimed.
-        step: The step that would start.
-        dependency: The dependency it needs.
-        retry_at: When the breaker next lets a probe through (UTC).
-        now: The time of the write (UTC).
-        settings: ``BREAKER_MAX_WAIT_S``.
-
-    Returns:
-        True when the order was given up (compensated), False when it waits.
-    """
-    since = record.dependency_wait_since or now
-    give_up = (now - since).total_seconds() >= settings.BREAKER_MAX_WAIT_S
-    if record.locked_by is not None:
-        record.end_attempt(now, "gave_up" if give_up else "dependency_wait")
-    record.locked_by = None
-    record.complete_by = None
-    record.updated_at = now
-    record.dependency_wait_since = since
-    if give_up:
-        record.process_state = ProcessState.COMPENSATING
-        record.next_attempt_at = now
-        record.last_error = LastError(
-            kind=ErrorKind.UNAVAILABLE.value,
-            code=DEPENDENCY_UNAVAILABLE,
-            message=f"{dependency} was unavailable (circuit open) for {settings.BREAKER_MAX_WAIT_S:g} s",
-            step=step,
-            at=now,
-        )
-    else:
-        record.process_state = ProcessState.PENDING
-        record.next_attempt_at = max(retry_at, now)
-    return give_up
 
 
 def circuit_breakers(store: BreakerStore, clock: Clock, settings: Settings) -> CircuitBreakers | None:

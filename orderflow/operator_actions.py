@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState
-from orderflow.state_machine import SETTLED_STATES
 
 NOT_RESUBMITTABLE = "NotResubmittable"
 """Refusal: the order is in no state a resubmit starts from."""

@@ -25,8 +25,10 @@ from datetime import datetime
 from orderflow.alerts import ReplayDoc, day_of, replay_doc_id
 from orderflow.errors import ConcurrencyConflict, NotFound
 from orderflow.messages import validate_order_key
+from orderflow.protocol.conditional import Note, update
+from orderflow.records import StateRecord
 from orderflow.stores.base import ReplayRecords, StateStore
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 
 REPLAY_ACTION = "deadletter.replay"
 """The ``action`` of a replay's timeline entry; its ``outcome`` is the replay message id."""
@@ -115,21 +117,29 @@ def note_replay(states: StateStore, replay: ReplayDoc) -> bool:
         return False
     key = validate_order_key(replay.order_id)  # checked before any store call
     actor = Actor("operator", replay.by, replay.by_name)
-    for _ in range(_NOTE_TRIES):
-        try:
-            found = states.get(key)
-        except NotFound:
-            return False
-        if any(_is_entry_of(entry.action, entry.outcome, entry.at, replay) for entry in found.item.timeline):
-            return True
-        after = found.item.copied()
-        note(found.item, after, actor, action=REPLAY_ACTION, outcome=replay.replay_message_id, at=replay.at)
-        try:
-            states.replace(after, etag=found.etag)
-            return True
-        except ConcurrencyConflict:
-            continue
-    raise ConcurrencyConflict(f"the timeline of {key} kept changing while a replay was noted on it")
+
+    def add(record: StateRecord) -> StateRecord | None:
+        if any(_is_entry_of(entry.action, entry.outcome, entry.at, replay) for entry in record.timeline):
+            return None
+        return record  # the write notes the entry
+
+    try:
+        update(
+            states,
+            key,
+            add,
+            clock=None,
+            actor=Note(actor, action=REPLAY_ACTION, outcome=replay.replay_message_id, at=replay.at),
+            attempts=_NOTE_TRIES,
+            housekeeping=True,
+        )
+    except NotFound:
+        return False
+    except ConcurrencyConflict:
+        raise ConcurrencyConflict(
+            f"the timeline of {key} kept changing while a replay was noted on it"
+        ) from None
+    return True
 
 
 def _is_entry_of(action: str | None, outcome: str | None, at: datetime, replay: ReplayDoc) -> bool:

@@ -18,11 +18,12 @@ from orderflow import tracing
 from orderflow.clock import Clock
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound
 from orderflow.messages import OrderStatus, StatusReply, reply_message_id
+from orderflow.protocol.conditional import Note, update
 from orderflow.queues.base import QueueFactory
 from orderflow.records import PendingReply, StateRecord, client_order_id, instance_id_for
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 
 logger = logging.getLogger(__name__)
 
@@ -84,27 +85,29 @@ def clear_pending_reply(
     Returns:
         True if the entry is gone (removed now or already), False if the write kept losing races.
     """
-    for _ in range(CLEAR_ATTEMPTS):
-        if known is not None:
-            found, known = known, None
-        else:
-            try:
-                found = states.get(order_id)
-            except NotFound:
-                return True
-        record = found.item
+
+    def clear(record: StateRecord) -> StateRecord | None:
         if record.pending_reply != reply:
-            return True
-        updated = record.copied()
-        updated.pending_reply = None
-        updated.updated_at = clock.now()
-        note(record, updated, Actor("replies"), action="reply", outcome=reply.status)
-        try:
-            states.replace(updated, etag=found.etag)
-            return True
-        except ConcurrencyConflict:
-            continue
-    return False
+            return None  # gone already, or the record moved on to owe another reply
+        record.pending_reply = None
+        return record
+
+    try:
+        update(
+            states,
+            order_id,
+            clear,
+            clock=clock,
+            actor=Note(Actor("replies"), action="reply", outcome=reply.status),
+            found=known,
+            attempts=CLEAR_ATTEMPTS,
+            housekeeping=True,
+        )
+    except NotFound:
+        return True
+    except ConcurrencyConflict:
+        return False
+    return True
 
 
 def deliver_reply(

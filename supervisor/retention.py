@@ -36,12 +36,13 @@ from orderflow.clock import Clock
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidContinuation, NotFound, TransientError
 from orderflow.orchestration import OrchestrationHistories
+from orderflow.protocol.conditional import Note, update
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
 from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
-from orderflow.timeline import Actor, note
+from orderflow.timeline import Actor
 from orderflow.workflows import agent_names
 
 logger = logging.getLogger(__name__)
@@ -121,11 +122,22 @@ def _purge(found: Versioned[StateRecord], *, states: StateStore, orders: OrderSt
         logger.warning("retention: order %s has a state record but no order document", order_id)
     except ConcurrencyConflict:
         return False  # another pass is redacting it
-    record = found.item.copied()
-    record.purge_data(now)
-    note(found.item, record, Actor("retention"), action="purge", at=now)
+
+    def purge(record: StateRecord) -> StateRecord:
+        record.purge_data(now)
+        return record
+
     try:
-        states.replace(record, etag=found.etag)
+        update(
+            states,
+            order_id,
+            purge,
+            clock=None,  # a purge keeps every time, ``updatedAt`` included
+            actor=Note(Actor("retention"), action="purge", at=now),
+            found=found,
+            attempts=1,
+            housekeeping=True,
+        )
     except ConcurrencyConflict:
         return False
     return True

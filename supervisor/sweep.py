@@ -2,7 +2,7 @@
 
 The state store deliberately does not distinguish a step that timed out from a process that crashed
 (docs/design.md §3.4): either way the record is ``Processing`` with an expired ``completeBy``. For each such
-record the supervisor makes one conditional write on the ETag it read (§3.5):
+record the supervisor makes one conditional write on the ETag it read (§3.5; :mod:`supervisor.recovery`):
 
 - ``failureCount += 1``;
 - below ``SUPERVISOR_MAX_FAILURES``, and with retry budget left: back to ``Pending``, ``lockedBy = null``,
@@ -78,28 +78,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
-from typing import NamedTuple
 
 from orderflow import telemetry, tracing
-from orderflow.clock import Clock, earliest
+from orderflow.clock import Clock
 from orderflow.errors import (
-    ConcurrencyConflict,
-    ErrorKind,
     InvalidContinuation,
     OrderflowError,
     TransientError,
 )
-from orderflow.messages import OrderStatus
 from orderflow.queues.base import QueueFactory
-from orderflow.records import LastError, PendingReply, ProcessState, StateRecord, StepStatus
-from orderflow.replies import deliver_reply
+from orderflow.records import StateRecord
 from orderflow.settings import Settings
-from orderflow.stores.base import StateQuery, StateStore, Versioned
+from orderflow.stores.base import StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
-from orderflow.timeline import Actor, note
-from supervisor.poison import POISON_GUARD, Failure, VersionFailures, held_error, repeated_failure
+from supervisor.poison import VersionFailures
+from supervisor.recovery import Recovery, expired_query, is_extended, overdue_cutoff, recover
 
 logger = logging.getLogger(__name__)
 
@@ -116,16 +111,6 @@ class ScanAnomaly(StrEnum):
     """A continuation token came back again in the scan that restarted after a repeated one."""
     TOKEN_REJECTED = "token_rejected"
     """The store rejected a token again in the scan that restarted after a rejected one."""
-
-
-class Recovery(StrEnum):
-    """What the supervisor did with one record."""
-
-    REQUEUED = "requeued"
-    HELD = "held"
-    GAVE_UP = "gave_up"
-    SKIPPED = "skipped"
-    LOST_RACE = "lost_race"
 
 
 @dataclass
@@ -219,344 +204,6 @@ class SweepCursor:
         self.cutoff = None
         self.token = None
         self.seen = set()
-
-
-SWEPT_STATES = (ProcessState.PROCESSING, ProcessState.AWAITING_REVIEW, ProcessState.COMPENSATING)
-"""States whose expired ``completeBy`` the supervisor acts on: an attempt running steps, waiting for a
-review (past the review deadline: its attempt died), or undoing them. An expired ``AwaitingReview`` is
-recovered like ``Processing``; the next attempt finds the review and its decision in the record."""
-
-
-def expired_query(cutoff: datetime) -> StateQuery:
-    """The query of a scan: ``Processing`` or ``Compensating`` records whose ``completeBy`` is before
-    ``cutoff``."""
-    return StateQuery(process_states=SWEPT_STATES, complete_by_before=cutoff, not_suspended=True)
-
-
-def overdue_cutoff(clock: Clock) -> datetime:
-    """The latest ``completeBy`` (UTC) the supervisor acts on now: the store's time at its earliest
-    (:func:`orderflow.clock.earliest`), so every deadline before it has certainly passed by the store's
-    clock, whatever this host's own clock says."""
-    return earliest(clock)
-
-
-def is_overdue(complete_by: datetime, clock: Clock) -> bool:
-    """Whether a record with this ``completeBy`` is the supervisor's to act on (:func:`overdue_cutoff`)."""
-    return complete_by < overdue_cutoff(clock)
-
-
-def backoff_s(failure_count: int, settings: Settings) -> float:
-    """Seconds before a recovered order may be claimed again: initial x 2^(n-1), capped."""
-    delay = settings.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
-    return float(min(settings.SUPERVISOR_BACKOFF_MAX_S, delay))
-
-
-def is_extended(failure_count: int, settings: Settings) -> bool:
-    """Whether a record re-queued with this ``failureCount`` waits the extended backoff."""
-    return failure_count >= settings.SUPERVISOR_EXTENDED_BACKOFF_AFTER
-
-
-def requeue_delay_s(failure_count: int, settings: Settings) -> float:
-    """Seconds from recovery to ``nextAttemptAt``: :func:`backoff_s`, or the extended backoff.
-
-    Args:
-        failure_count: The record's ``failureCount`` after this recovery (1 for the first).
-        settings: The ``SUPERVISOR_BACKOFF_*`` and ``SUPERVISOR_EXTENDED_BACKOFF_*`` settings.
-    """
-    if is_extended(failure_count, settings):
-        return float(settings.SUPERVISOR_EXTENDED_BACKOFF_S)
-    return backoff_s(failure_count, settings)
-
-
-def _running_step(record: StateRecord) -> str | None:
-    for name, step in record.steps.items():
-        if step.status in (StepStatus.RUNNING, StepStatus.FAILED):
-            return name
-    return None
-
-
-def recover(
-    states: StateStore,
-    found: Versioned[StateRecord],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    settings: Settings,
-    failures: VersionFailures | None = None,
-) -> Recovery:
-    """Recover one expired record with a conditional write on the ETag it was read with.
-
-    ``Processing``: re-queue (``Pending``, backoff), or give up forward progress: ``Compensating``,
-    unlocked and ready, so a starter claims an attempt that undoes what was done (docs/design.md §4).
-    ``Compensating``: unlock it for another attempt to resume the undo (``compensationFailures`` counts
-    these), or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` with an alert and a reply.
-    A ``Processing`` order whose last ``POISON_FAILURES`` attempts failed the same way is held instead of
-    re-queued (:mod:`supervisor.poison`); ``failures``, the supervisor's window of failures by workflow
-    version, is told of each failure written (None: no window).
-
-    Returns:
-        What was done. ``LOST_RACE`` when the record moved since it was read (someone else decided).
-
-    Raises:
-        TransientError: the store or the reply queue is unavailable.
-        NotFound: the record was deleted since it was read.
-    """
-    record = found.item
-    now = clock.now()
-    complete_by = record.complete_by
-    if (
-        record.process_state not in SWEPT_STATES
-        or complete_by is None
-        or not is_overdue(complete_by, clock)
-        or record.suspended_at is not None  # an operator holds it: recovered after the resume
-    ):
-        return Recovery.SKIPPED
-    if record.process_state is ProcessState.COMPENSATING:
-        return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    recovered = _recovered(record, complete_by, now, settings, failures)
-    note(
-        record,
-        recovered.record,
-        Actor("supervisor", settings.HOST_ID),
-        action="give_up" if recovered.give_up else "recover",
-    )
-    try:
-        written = states.replace(recovered.record, etag=found.etag)
-    except ConcurrencyConflict:
-        return Recovery.LOST_RACE
-    if failures is not None and recovered.failure is not None:
-        failures.note(recovered.failure, record.order_id, now)
-    return _announce_recovery(record, recovered, settings, stored_at=written.stored_at)
-
-
-class _Recovered(NamedTuple):
-    """An expired ``Processing`` record as the recovery writes it, and why."""
-
-    record: StateRecord
-    give_up: bool
-    """Forward progress is over (too many failures, or no retry budget left)."""
-    cancelled: bool
-    """The client cancelled: no new forward attempt either way."""
-    held: bool
-    """The poison guard holds the order (``Pending`` until an operator acts)."""
-    failure: Failure | None
-    """How the attempt failed, by workflow version, step and code (None without a step)."""
-
-
-def _recovered(
-    record: StateRecord,
-    complete_by: datetime,
-    now: datetime,
-    settings: Settings,
-    failures: VersionFailures | None,
-) -> _Recovered:
-    """``record``, whose ``completeBy`` passed, unlocked and either re-queued (``Pending``, backoff), held
-    by the poison guard, or ``Compensating`` and ready."""
-    updated = record.copied()
-    updated.failure_count = record.failure_count + 1
-    step = _running_step(record)
-    # A failure the orchestration recorded (record_step_failure sets completeBy to its time) is kept;
-    # anything else is a deadline that passed.
-    recorded_failure = record.last_error is not None and record.last_error.at == complete_by
-    if not recorded_failure:
-        updated.last_error = LastError(
-            kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {complete_by.isoformat()} passed (attempt {record.attempt})",
-            step=step,
-            code="complete_by_expired",
-            at=now,
-        )
-    out_of_budget = record.retry_budget.remaining <= 0
-    give_up = updated.failure_count >= settings.SUPERVISOR_MAX_FAILURES or out_of_budget
-    # The client cancelled: no new forward attempt; the next one undoes what was done.
-    cancelled = record.cancel_requested_at is not None
-    cause = updated.last_error
-    updated.end_attempt(
-        now, "gave_up" if give_up else "recovered", expired_complete_by=complete_by, error=cause
-    )
-    failure = _failure_of(record, cause)
-    held = not (give_up or cancelled) and _poisoned(updated, failure, now, settings, failures)
-    updated.locked_by = None
-    updated.complete_by = None
-    updated.updated_at = now
-    if give_up and not cancelled:
-        # Forward progress is over: the next attempt compensates, and its outcome is the client's reply.
-        updated.last_error = _given_up_error(updated.last_error, out_of_budget, step, now)
-    if give_up or cancelled:
-        if cancelled and record.last_error is not None:
-            updated.last_error = record.last_error  # the client's cancel, not the expiry
-        updated.process_state = ProcessState.COMPENSATING
-        updated.next_attempt_at = now
-    elif held and cause is not None and failure is not None:
-        updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = now  # runs again at once when an operator resumes it
-        updated.suspended_at, updated.suspended_by = now, POISON_GUARD  # no starter claims it meanwhile
-        updated.last_error = held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
-    else:
-        updated.process_state = ProcessState.PENDING
-        updated.next_attempt_at = now + timedelta(seconds=requeue_delay_s(updated.failure_count, settings))
-    return _Recovered(updated, give_up, cancelled, held, failure)
-
-
-def _failure_of(record: StateRecord, cause: LastError | None) -> Failure | None:
-    """The failure the supervisor acts on, by workflow version, step and code (None without both)."""
-    if cause is None or cause.step is None or cause.code is None:
-        return None
-    return Failure(record.workflow_version, cause.step, cause.code)
-
-
-def _poisoned(
-    updated: StateRecord,
-    failure: Failure | None,
-    now: datetime,
-    settings: Settings,
-    failures: VersionFailures | None,
-) -> bool:
-    """Whether the poison guard holds the order: its last ``POISON_FAILURES`` attempts (this one ended
-    in ``updated``) failed the same way, and that failure is not systemic (:mod:`supervisor.poison`)."""
-    if failure is None or repeated_failure(updated.attempt_history, settings.POISON_FAILURES) is None:
-        return False
-    return failures is None or not failures.systemic(failure, now)
-
-
-def _held_code(recovered: _Recovered) -> str | None:
-    """The error code that kept failing, for the ``poison_order`` alert."""
-    return recovered.failure.code if recovered.failure is not None else None
-
-
-def _given_up_error(
-    cause: LastError | None, out_of_budget: bool, step: str | None, now: datetime
-) -> LastError:
-    """``lastError`` of an order given up: why (``retry_budget_exhausted``, ``too_many_failures``) and
-    the failure that led there."""
-    return LastError(
-        kind=ErrorKind.BUDGET.value if out_of_budget else (cause.kind if cause else ErrorKind.TIMEOUT.value),
-        code="retry_budget_exhausted" if out_of_budget else "too_many_failures",
-        message=(cause.message if cause else "")[:500],
-        step=cause.step if cause else step,
-        at=now,
-    )
-
-
-def _announce_recovery(
-    record: StateRecord, recovered: _Recovered, settings: Settings, *, stored_at: datetime | None
-) -> Recovery:
-    """Log a recovery that was written (an alert for an order given up) and say which it was. The
-    ``recovery`` event names the expired ``completeBy`` and the store's own stamp of the recovery write
-    (``stored_at``, whole seconds), so that the one can be checked against the other on the store's clock."""
-    updated = recovered.record
-    step = _running_step(record)
-    fields = {
-        "order_id": record.order_id,
-        "instance_id": record.locked_by,
-        "attempt": record.attempt,
-        "failure_count": updated.failure_count,
-    }
-    if recovered.held:
-        error = updated.last_error
-        telemetry.alert(
-            "poison_order", step=error.step if error else None, code=_held_code(recovered), **fields
-        )
-        return Recovery.HELD
-    if not recovered.give_up:
-        telemetry.event(
-            "recovery",
-            step=step,
-            cancelled=recovered.cancelled,
-            next_attempt_at=_iso(updated.next_attempt_at),
-            extended_backoff=is_extended(updated.failure_count, settings),
-            complete_by=_iso(record.complete_by),
-            stored_at=_iso(stored_at),
-            **fields,
-        )
-        return Recovery.REQUEUED
-    telemetry.alert(
-        "order_gave_up", step=step, reason=updated.last_error.code if updated.last_error else None, **fields
-    )
-    return Recovery.GAVE_UP
-
-
-def _recover_compensation(
-    states: StateStore,
-    found: Versioned[StateRecord],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    settings: Settings,
-) -> Recovery:
-    """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
-    record = found.item
-    now = clock.now()
-    updated = record.copied()
-    updated.compensation_failures = record.compensation_failures + 1
-    give_up = updated.compensation_failures >= settings.SUPERVISOR_MAX_FAILURES
-    recorded = record.compensation_error is not None and record.compensation_error.at == record.complete_by
-    if not recorded:
-        updated.compensation_error = LastError(
-            kind=ErrorKind.TIMEOUT.value,
-            message=f"completeBy {_iso(record.complete_by)} passed (attempt {record.attempt})",
-            step=_undoing_step(record),
-            code="complete_by_expired",
-            at=now,
-        )
-    updated.end_attempt(now, "gave_up" if give_up else "recovered", expired_complete_by=record.complete_by)
-    updated.locked_by = None
-    updated.complete_by = None
-    updated.updated_at = now
-    owed: PendingReply | None = None
-    if give_up:
-        updated.process_state = ProcessState.COMPENSATION_FAILED
-        updated.next_attempt_at = None
-        error = updated.compensation_error
-        owed = PendingReply(
-            status=OrderStatus.COMPENSATION_FAILED.value,
-            reason=error.code if error else "too_many_failures",
-            detail=error.message if error else None,
-        )
-        updated.pending_reply = owed
-    else:
-        delay = requeue_delay_s(updated.compensation_failures, settings)
-        updated.next_attempt_at = now + timedelta(seconds=delay)
-    note(record, updated, Actor("supervisor", settings.HOST_ID), action="give_up" if give_up else "recover")
-    try:
-        written = states.replace(updated, etag=found.etag)
-    except ConcurrencyConflict:
-        return Recovery.LOST_RACE
-    fields = {
-        "order_id": record.order_id,
-        "instance_id": record.locked_by,
-        "attempt": record.attempt,
-        "compensation_failures": updated.compensation_failures,
-    }
-    if not give_up:
-        telemetry.event("recovery", step=_undoing_step(record), compensating=True, **fields)
-        return Recovery.REQUEUED
-    error = updated.compensation_error
-    telemetry.alert(
-        "compensation_failed",
-        step=error.step if error else None,
-        code=error.code if error else None,
-        cause=record.last_error.code if record.last_error else None,
-        **fields,
-    )
-    assert owed is not None
-    try:
-        deliver_reply(states, queues, clock, written.item, owed, etag=written.etag)
-    except Exception:
-        # The write stands; the relay re-sends the owed reply after its grace period.
-        logger.warning("the reply of order %s is left to the relay", record.order_id, exc_info=True)
-    return Recovery.GAVE_UP
-
-
-def _undoing_step(record: StateRecord) -> str | None:
-    for name, step in record.steps.items():
-        if step.status is StepStatus.COMPENSATING:
-            return name
-    return None
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def run_sweep(
@@ -848,3 +495,7 @@ def _recover_into(
         report.lost_races += 1
     else:
         report.skipped += 1
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -35,11 +35,11 @@ from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import StateRecord, order_key
 from orderflow.settings import Settings
-from orderflow.state_machine import SETTLED_STATES
 from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore

@@ -35,9 +35,9 @@ from orderflow_client.client import OrderflowClient
 REMOTE_STEPS = len(CURRENT_WORKFLOW.steps)
 """n, the remote steps of the workflow new orders run (reserve, charge, ship)."""
 
-WRITE_HELPERS = ("activities.fencing",)
+WRITE_HELPERS = ("orderflow.protocol.conditional",)
 """Shared write primitives looked through when labelling a store call, so the label names the role
-function that used them (``start_step``, not ``fenced_write``)."""
+function that used them (``start_step``, not ``update``)."""
 
 
 def isolation(tag: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ from demo.services.bindings import demo_bindings
 from devhost.service_credential import LocalAgentCredential
 from orderflow.bindings import CachedTokens
 from orderflow.errors import PermanentError
-from orderflow.records import idempotency_key, undo_key
+from orderflow.protocol.keys import idempotency_key, undo_key
 from orderflow.workflows import CURRENT_WORKFLOW, StepDefinition
 
 SAGA_STEPS: tuple[StepDefinition, ...] = CURRENT_WORKFLOW.steps

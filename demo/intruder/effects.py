@@ -13,9 +13,9 @@ from demo.intruder.attacks import CONFLICTING_ALERT, REPLAY_ACTION, Attack, Atta
 from orderflow.alerts import window_start
 from orderflow.clients import RegisteredClient
 from orderflow.errors import ConflictingOrder
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.base import DeadLetter
 from orderflow.records import StateRecord, client_order_id, order_key
-from orderflow.state_machine import SETTLED_STATES
 
 
 @dataclass(frozen=True)

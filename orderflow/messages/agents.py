@@ -34,7 +34,7 @@ class AgentRequest(Traced):
         operation: What the agent must do (``reserve``, ``charge``, ``ship`` ...).
         idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6);
             ``...:fallback`` on the fallback provider, ``...:correction-{n}`` once an operator corrected
-            the step's input (:func:`orderflow.records.corrected_key`).
+            the step's input (:func:`orderflow.protocol.keys.corrected_key`).
         deadline: The step's ``completeBy`` (UTC): no new call starts after it.
         reply_to: The response queue of the host that runs the instance.
         payload: What the remote service needs (small: ids, amounts, lines).

@@ -21,12 +21,9 @@ from orderflow.records.history import (
 )
 from orderflow.records.keys import (
     client_order_id,
-    corrected_key,
-    idempotency_key,
     instance_id_for,
     order_key,
     parse_instance_id,
-    undo_key,
 )
 from orderflow.records.model import (
     DATA_PURGE_VERSION,
@@ -89,13 +86,10 @@ __all__ = [
     "UtcDatetime",
     "client_order_id",
     "content_hash",
-    "corrected_key",
     "format_utc",
-    "idempotency_key",
     "instance_id_for",
     "order_key",
     "parse_instance_id",
     "parse_query_time",
     "parse_utc",
-    "undo_key",
 ]

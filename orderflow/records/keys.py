@@ -38,20 +38,3 @@ def parse_instance_id(instance_id: str) -> tuple[str, int]:
     if not sep or not order_id or not attempt.isdigit():
         raise ValueError(f"not an orderflow instance id: {instance_id!r}")
     return order_id, int(attempt)
-
-
-def idempotency_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step, the same in every attempt (docs/design.md §3.6)."""
-    return f"{order_id}:{step}"
-
-
-def corrected_key(order_id: str, step: str, number: int) -> str:
-    """The idempotency key of a step from its input correction ``number`` on:
-    ``{orderId}:{step}:correction-{number}``. Another input is another call: under the failed call's key
-    the remote service would answer with its stored refusal (or refuse the new body as a key reused)."""
-    return f"{order_id}:{step}:correction-{number}"
-
-
-def undo_key(order_id: str, step: str) -> str:
-    """The stable idempotency key of a step's compensation (docs/design.md §3.6)."""
-    return f"{order_id}:{step}:undo"

@@ -139,29 +139,6 @@ class StateRecord(Model):
         if step is not None:
             step.reserved_calls = 0
 
-    def run_step(
-        self, name: str, instance_id: str, *, at: datetime, complete_by: datetime, grant: int | None
-    ) -> None:
-        """Mark step ``name`` Running for attempt ``instance_id`` from ``at`` until ``complete_by`` (UTC).
-
-        Args:
-            grant: Calls this attempt of the step reserves from the retry budget (the step's attempts
-                grow by one); None when the attempt keeps the reservation it holds (a restart of the
-                same attempt, after a review say).
-
-        Raises:
-            KeyError: the record has no step ``name``.
-        """
-        step = self.steps[name]
-        if grant is not None:
-            self.retry_budget.spent += grant
-            step.reserved_calls = grant
-            step.attempts += 1
-        step.status = StepStatus.RUNNING
-        step.last_instance = instance_id
-        step.started_at = at
-        self.complete_by = complete_by
-
     def begin_attempt(self, claimed_by: str | None, at: datetime, *, traceparent: str | None = None) -> None:
         """Append the tenure of the attempt just claimed (``attempt`` and ``locked_by`` already set),
         with its claim span's ``traceparent``, if traced.

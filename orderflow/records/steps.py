@@ -35,7 +35,7 @@ class StepState(Model):
         attempts: Attempts (orchestration instances) that started this step.
         idempotency_key: ``{orderId}:{step}``, the same across attempts (docs/design.md §3.6);
             ``...:fallback`` on the fallback provider, ``...:correction-{n}`` once an operator corrected
-            the step's input (:func:`orderflow.records.corrected_key`).
+            the step's input (:func:`orderflow.protocol.keys.corrected_key`).
         last_instance: Instance id of the attempt that last started the step (makes the start idempotent).
         result: Small summary of the remote service's answer (ids, amounts), never a document.
         reserved_calls: Calls reserved from the retry budget for the attempt running the step; the
@@ -167,7 +167,8 @@ class InputCorrection(Model):
 
     Attributes:
         number: 1, 2, ... across the order's corrections; part of the corrected step's idempotency key
-            (:func:`corrected_key`), so the corrected call is a new call to the remote service.
+            (:func:`orderflow.protocol.keys.corrected_key`), so the corrected call is a new call to the
+            remote service.
         step: The step corrected (the failed one).
         input: The corrected fields by their wire names (``carrier``), with their validated values.
         idempotency_key: The step's idempotency key from this correction on.

@@ -18,8 +18,8 @@ import pytest
 
 from devhost.local_issuer import local_object_id
 from orderflow.operator_actions import NOT_SUSPENDED, RESUBMITTABLE_STATES, OperatorAction, action_refusal
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState
-from orderflow.state_machine import SETTLED_STATES
 from tests.browser.helpers import Console, confirm, open_order, running_console, shoot
 
 pytestmark = pytest.mark.browser

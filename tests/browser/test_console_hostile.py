@@ -35,9 +35,9 @@ from pydantic import ValidationError
 from operator_api.routes import openapi_document
 from orderflow.client_text import encodable, visible
 from orderflow.messages import SubmitOrder
+from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, TimelineEntry, order_key
 from orderflow.replays import replay_message_id
-from orderflow.state_machine import SETTLED_STATES
 from tests.browser.helpers import Console, confirm, running_console
 from tests.hostile_text import HOSTILE, unsafe_characters
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orderflow import telemetry
-from supervisor.sweep import _given_up_error
+from orderflow.protocol.transitions.supervision import given_up_error as _given_up_error
 from tests.infra.bicep_model import Template
 from tests.infra.test_app_against_infra import PARAMS, ROOT
 

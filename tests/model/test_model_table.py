@@ -1,5 +1,5 @@
 """The model's states and transitions are the code's: ``model/orderflow.pml`` holds exactly the Promela
-fragment ``scripts/model_table.py`` makes from ``orderflow.state_machine``'s tables."""
+fragment ``scripts/model_table.py`` makes from ``orderflow.protocol.state_machine``'s tables."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import ModuleType
 
 import pytest
 
+from orderflow.protocol.state_machine import PROCESS_TRANSITIONS, STEP_TRANSITIONS
 from orderflow.records import ProcessState, StepStatus
-from orderflow.state_machine import PROCESS_TRANSITIONS, STEP_TRANSITIONS
 from tests.model.spin_run import MODEL, REPO
 
 pytestmark = pytest.mark.unit

@@ -34,7 +34,7 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import matches
 from orderflow_client.client import OrderflowClient
-from supervisor.sweep import expired_query
+from supervisor.recovery import expired_query
 from tests.unit.fakes import received
 
 pytestmark = pytest.mark.unit

@@ -31,7 +31,7 @@ from orderflow.records import ProcessState, StateRecord
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V1
-from supervisor.sweep import Recovery, recover
+from supervisor.recovery import Recovery, recover
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received
 

@@ -134,15 +134,6 @@ def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, 
     system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 
 
-def test_a_record_written_before_client_ids_belongs_to_the_client_it_answers(system: System) -> None:
-    _store_unscoped(system, "o-1", system.acme, with_client_id=False)
-
-    with pytest.raises(InvalidMessage, match="UnknownOrder"):
-        system.cancel(system.globex, "o-1")
-    assert system.cancel(system.acme, "o-1").outcome is IntakeOutcome.CANCEL
-    assert system.states.get("o-1").item.process_state is ProcessState.CANCELLED
-
-
 def test_unused_reply_queue_names_create_no_queue(system: System) -> None:
     before = system.queues.names()
 

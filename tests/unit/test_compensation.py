@@ -29,7 +29,7 @@ from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
-from supervisor.sweep import Recovery, recover
+from supervisor.recovery import Recovery, recover
 from tests.activity_json import begin_compensation, finish_compensation, start_step, start_undo
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 

@@ -24,7 +24,7 @@ from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
-from supervisor.sweep import Recovery, recover
+from supervisor.recovery import Recovery, recover
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer, local_issuer
 from tests.unit.fakes import RecordingClient, memory_deps, submit_and_claim

@@ -11,7 +11,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
-from activities.fencing import fenced_write
 from intake.submission import handle_intake_message
 from orchestrators.starter import FirstRequests, StarterReport, claim, first_requests_for, run_starter_pass
 from orderflow import telemetry
@@ -19,6 +18,7 @@ from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import ConflictingOrder, TransientError
+from orderflow.protocol.conditional import update
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, format_utc
 from orderflow.replies import resend_pending_replies
@@ -26,8 +26,10 @@ from orderflow.settings import Settings
 from orderflow.step_requests import agent_deadline, request_payload
 from orderflow.stores.base import StateQuery, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from orderflow.timeline import Actor
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
-from supervisor.sweep import Recovery, backoff_s, recover, run_sweep
+from supervisor.recovery import Recovery, backoff_s, recover
+from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received
 
@@ -194,8 +196,14 @@ def test_fenced_write_rejects_a_non_owner_without_writing(deps: Dependencies) ->
         record.process_state = ProcessState.PROCESSED
         return record
 
-    outcome = fenced_write(
-        deps.states, RecordCache(), deps.clock, order_id="a:o-1", instance_id="a:o-1:9", mutate=mutate
+    outcome = update(
+        deps.states,
+        "a:o-1",
+        mutate,
+        clock=deps.clock,
+        actor=Actor("orchestrator", "a:o-1:9"),
+        owner="a:o-1:9",
+        cache=RecordCache(),
     )
     assert outcome.fenced and not outcome.applied
     assert deps.states.get("a:o-1").etag == before.etag
@@ -216,8 +224,14 @@ def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> N
         record.steps["reserve_inventory"].status = StepStatus.RUNNING
         return record
 
-    outcome = fenced_write(
-        deps.states, cache, deps.clock, order_id="a:o-1", instance_id="a:o-1:1", mutate=mutate
+    outcome = update(
+        deps.states,
+        "a:o-1",
+        mutate,
+        clock=deps.clock,
+        actor=Actor("orchestrator", "a:o-1:1"),
+        owner="a:o-1:1",
+        cache=cache,
     )
     assert outcome.applied
     assert deps.states.get("a:o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING

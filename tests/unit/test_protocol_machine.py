@@ -87,6 +87,8 @@ from orderflow.dependencies import Dependencies, RecordCache
 from orderflow.errors import NotFound, PermanentError, TransientError
 from orderflow.messages import AgentRequest, CancelOrder, StatusReply, parse_message
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE, Principal
+from orderflow.protocol.keys import corrected_key, undo_key
+from orderflow.protocol.state_machine import TERMINAL_STATES, can_transition
 from orderflow.queues.base import DeadLetter, MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import (
@@ -97,15 +99,12 @@ from orderflow.records import (
     StepStatus,
     UndoStatus,
     client_order_id,
-    corrected_key,
     instance_id_for,
     order_key,
     parse_instance_id,
-    undo_key,
 )
 from orderflow.replies import resend_pending_replies
 from orderflow.settings import Settings
-from orderflow.state_machine import TERMINAL_STATES, can_transition
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import (
@@ -117,7 +116,8 @@ from orderflow.workflows import (
     agent_names,
     workflow_for,
 )
-from supervisor.sweep import SWEPT_STATES, SweepCursor, expired_query, recover, run_sweep
+from supervisor.recovery import SWEPT_STATES, expired_query, recover
+from supervisor.sweep import SweepCursor, run_sweep
 from tests.activity_json import (
     begin_compensation,
     finish_compensation,

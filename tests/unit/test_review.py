@@ -26,7 +26,7 @@ from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
-from supervisor.sweep import Recovery, recover
+from supervisor.recovery import Recovery, recover
 from tests.activity_json import record_review, start_step
 from tests.operator_tokens import TrustedIssuer, signing_key
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim

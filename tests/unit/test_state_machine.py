@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orderflow.errors import IllegalTransition
-from orderflow.records import ProcessState, StepStatus
-from orderflow.state_machine import (
+from orderflow.protocol.state_machine import (
     PROCESS_TRANSITIONS,
     SETTLED_STATES,
     TERMINAL_STATES,
@@ -14,6 +13,7 @@ from orderflow.state_machine import (
     check_step_transition,
     check_transition,
 )
+from orderflow.records import ProcessState, StepStatus
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,8 @@
-"""The one step-start decision (``orderflow.step_start``), every outcome through the pure function.
+"""The one step-start decision (``orderflow.protocol.step_start``), every outcome through the pure function.
 
-The claim (``orchestrators.starter.start_first_step``) and the ``start_step`` activity both call it;
-their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``, ``test_cancellation``)
-show the decision applied in their writes.
+The claim (``orderflow.protocol.transitions.forward.start_first_step``) and the ``start_step`` activity
+both call it; their own tests (``test_protocol``, ``test_protocol_machine``, ``test_review``,
+``test_cancellation``) show the decision applied in their writes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import pytest
 from orderflow.clock import FakeClock
 from orderflow.contracts import StepResult
 from orderflow.errors import IllegalTransition
-from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
-from orderflow.step_start import (
+from orderflow.protocol.step_start import (
     AlreadyStarted,
     AwaitReview,
     NotProcessing,
@@ -28,6 +27,8 @@ from orderflow.step_start import (
     Suspended,
     decide_step_start,
 )
+from orderflow.protocol.transitions import forward
+from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
 from orderflow.workflows import WORKFLOWS, StepDefinition, WorkflowDefinition
 from tests.unit.fakes import memory_deps, submit_and_claim
 
@@ -89,8 +90,8 @@ def test_a_fresh_step_starts_with_a_reservation_from_the_budget() -> None:
 def test_a_step_this_attempt_started_is_already_started() -> None:
     definition = WORKFLOWS[max(WORKFLOWS)]
     record = claimed(definition)
-    record.run_step(
-        definition.steps[0].name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4
+    forward.run_step(
+        record, definition.steps[0].name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4
     )
 
     assert decide(record, definition.steps[0]) == AlreadyStarted()
@@ -105,7 +106,7 @@ def test_a_step_this_attempt_started_is_already_started() -> None:
 def test_a_step_another_attempt_started_starts_again_with_a_new_reservation() -> None:
     definition = WORKFLOWS[max(WORKFLOWS)]
     record = claimed(definition)
-    record.run_step(definition.steps[0].name, "a:o-1:0", at=NOW, complete_by=NOW, grant=4)
+    forward.run_step(record, definition.steps[0].name, "a:o-1:0", at=NOW, complete_by=NOW, grant=4)
 
     assert decide(record, definition.steps[0]) == Start(grant=4, to_fallback=False)
 
@@ -204,7 +205,7 @@ def test_a_fallback_asked_for_moves_the_step_and_reserves_again() -> None:
     definition = workflow_with("fallback")
     step = step_named(definition, "fallback")
     record = claimed(definition)
-    record.run_step(step.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
+    forward.run_step(record, step.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
 
     assert decide(record, step, fallback=True) == Start(grant=4, to_fallback=True)
     record.retry_budget.spent = record.retry_budget.limit
@@ -230,7 +231,7 @@ def test_the_previous_steps_unused_reservation_goes_back_before_the_next_reserve
     first, second = definition.steps[0], definition.steps[1]
     record = claimed(definition)
     record.retry_budget.limit, record.retry_budget.spent = 4, 0
-    record.run_step(first.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
+    forward.run_step(record, first.name, INSTANCE, at=NOW, complete_by=NOW + timedelta(seconds=8), grant=4)
     done = StepResult(step=first.name, result={}, calls=1)
 
     assert decide(record, second, completed=done) == Start(grant=3, to_fallback=False)

@@ -12,7 +12,7 @@ from orderflow.clock_skew import SkewBounds, skew_bounds
 from orderflow.errors import PermanentError, TransientError
 from orderflow.store_clock import PROBE_RETRY_S, UNMEASURED_SPAN_S, StoreClock, store_timed
 from orderflow.stores.memory import InMemoryStateStore
-from supervisor.sweep import is_overdue
+from supervisor.recovery import is_overdue
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,7 @@ from orderflow.errors import ConcurrencyConflict
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.timeline import TIMELINE_KEEP, TIMELINE_WINDOW, Actor, merged, note
 from orderflow.workflows import ORDER_V1
-from supervisor.sweep import Recovery, recover
+from supervisor.recovery import Recovery, recover
 from tests.activity_json import finish_order, start_step
 from tests.unit.fakes import memory_deps, submit_and_claim
 

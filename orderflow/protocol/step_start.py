@@ -91,7 +91,8 @@ class AlreadyStarted:
 @dataclass(frozen=True)
 class AwaitDependency:
     """The step's dependency is unavailable (its breaker is open) until ``retry_at`` (UTC): the step
-    does not start, nothing is reserved, and the order waits (:func:`orderflow.breaker.hold_for_dependency`).
+    does not start, nothing is reserved, and the order waits
+    (:func:`orderflow.protocol.transitions.forward.hold_for_dependency`).
 
     Attributes:
         dependency: The agent whose breaker holds the step.
