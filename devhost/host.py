@@ -43,7 +43,7 @@ from devhost.roles import ALL_ROLES, check_roles
 from devhost.serving import serve_in_thread, server_url
 from devhost.serving import stop as stop_server
 from devhost.wakeup_channel import WakeupChannel
-from intake.admission import ClientAdmission
+from intake.client_admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
