@@ -17,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import devhost.host
+import devhost.handlers
 from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
@@ -478,7 +478,7 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
             raise RuntimeError("a bug in the intake, fixed since")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(devhost.host, "handle_intake_message", buggy)
+    monkeypatch.setattr(devhost.handlers, "handle_intake_message", buggy)
     issuer = local_issuer()
     port = free_port()
     trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
