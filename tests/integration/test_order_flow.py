@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 import devhost.handlers
+import orchestrators.workflow.forward
 from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
-from orchestrators.workflow import forward
 from orderflow.dependencies import Dependencies
 from orderflow.errors import WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
@@ -572,7 +572,7 @@ def test_an_orchestration_failing_in_its_own_code_is_held_by_the_poison_guard_af
     def bug(step: str, response: AgentResponse) -> NoReturn:
         raise RuntimeError(f"poison: {step} answered {response.error_code}")
 
-    monkeypatch.setattr(forward, "step_error", bug)
+    monkeypatch.setattr(orchestrators.workflow.forward, "step_error", bug)
     with running_system(
         deps, faults=FaultPlan(transient_rate=1.0, seed=2), POISON_FAILURES=3, SUPERVISOR_MAX_FAILURES=6
     ) as system:
