@@ -12,8 +12,9 @@ from rich.console import Console
 
 from bench.baseline import BASELINE_REVISION
 from bench.config import PEERS, REPORT_PATH, BenchConfig
+from bench.parts import failures
 from bench.report import markdown_tables, print_tables
-from bench.runner import failures, run_bench
+from bench.runner import run_bench
 from devhost.cli import RUNTIME_ERRORS, driver_signals, fail, one_line
 
 console = Console()

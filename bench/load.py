@@ -176,37 +176,19 @@ def run_orderflow_load(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    pending = deque(submissions)
-    sent_at: dict[str, float] = {}
     latencies: list[float] = []
     outcomes: Counter[str] = Counter()
     first = clock()
     last = first
     deadline = first + timeout_s
-    tried_at: dict[int, float] = {}  # id(submission) -> its first send, while it is tried again
-    transient = 0
-    hold_until = first  # after a failed send, none until then (the replies are still read meanwhile)
+    sending = _Sending(deque(submissions), hold_until=first)
+    pending, sent_at = sending.pending, sending.sent_at
     while (pending or sent_at) and clock() < deadline:
-        while pending and len(sent_at) < concurrency and clock() >= hold_until:
-            submission = pending.popleft()
-            started = tried_at.pop(id(submission), clock())
-            try:
-                order_id = client.submit(submission)
-            except TransientError:
-                # The queue timed out (an emulator's slow spell): the same order again, as a client
-                # would; its MessageId and the submission's idempotency make a send that landed harmless.
-                transient += 1
-                tried_at[id(submission)] = started
-                pending.appendleft(submission)
-                hold_until = clock() + TRANSIENT_PAUSE_S
-                break
-            sent_at[order_id] = started
-            if announce is not None:
-                announce(client.orders_queue)
+        sending.send(client, concurrency=concurrency, clock=clock, announce=announce)
         try:
             replies = client.poll()
         except TransientError:  # nothing was taken (OrderflowClient.poll): read again after a pause
-            transient += 1
+            sending.transient += 1
             replies = []
             time.sleep(TRANSIENT_PAUSE_S)
         now = clock()
@@ -225,4 +207,48 @@ def run_orderflow_load(
                 wakeup.clear()
     if sent_at or pending:
         outcomes[TIMED_OUT] += len(sent_at) + len(pending)
-    return LoadResult(len(submissions) - len(pending), latencies, last - first, dict(outcomes), transient)
+    return LoadResult(
+        len(submissions) - len(pending), latencies, last - first, dict(outcomes), sending.transient
+    )
+
+
+@dataclass
+class _Sending:
+    """The submissions of :func:`run_orderflow_load` not sent yet (``pending``) and those sent without a
+    final reply yet (``sent_at``: order id -> when its first send started)."""
+
+    pending: deque[Mapping[str, Any]]
+    hold_until: float
+    """After a failed send, none until then (the replies are still read meanwhile)."""
+    sent_at: dict[str, float] = field(default_factory=dict)
+    tried_at: dict[int, float] = field(default_factory=dict)
+    """id(submission) -> its first send, while it is tried again."""
+    transient: int = 0
+    """Sends and receives that failed transiently."""
+
+    def send(
+        self,
+        client: OrderflowClient,
+        *,
+        concurrency: int,
+        clock: Callable[[], float],
+        announce: Callable[[str], object] | None,
+    ) -> None:
+        """Send pending submissions while fewer than ``concurrency`` await their final reply, until a send
+        fails transiently (then none until :data:`TRANSIENT_PAUSE_S` later)."""
+        while self.pending and len(self.sent_at) < concurrency and clock() >= self.hold_until:
+            submission = self.pending.popleft()
+            started = self.tried_at.pop(id(submission), clock())
+            try:
+                order_id = client.submit(submission)
+            except TransientError:
+                # The queue timed out (an emulator's slow spell): the same order again, as a client
+                # would; its MessageId and the submission's idempotency make a send that landed harmless.
+                self.transient += 1
+                self.tried_at[id(submission)] = started
+                self.pending.appendleft(submission)
+                self.hold_until = clock() + TRANSIENT_PAUSE_S
+                return
+            self.sent_at[order_id] = started
+            if announce is not None:
+                announce(client.orders_queue)

@@ -26,7 +26,6 @@ from durabletask import worker as dt_worker
 from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
-from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.durabletask_adapter import (
     DURABLETASK_WORKER_LOGGER,
@@ -35,6 +34,7 @@ from devhost.durabletask_adapter import (
     register_order_workflow,
 )
 from devhost.durabletask_backend import BackendProcess
+from devhost.handlers import STARTER_WAKEUP, agent_handler, submission_handler
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
@@ -44,14 +44,12 @@ from devhost.service_credential import agent_services
 from devhost.serving import serve_in_thread, server_url
 from devhost.serving import stop as stop_server
 from devhost.wakeup_channel import WakeupChannel
-from intake.admission import ClientAdmission
-from intake.submission import handle_intake_message
+from intake.client_admission import ClientAdmission
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.bindings import TokenSource
-from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.operator_auth import validator_from_settings
@@ -70,11 +68,6 @@ logger = logging.getLogger(__name__)
 RETENTION_INTERVAL_S = 60.0
 """Seconds between retention passes: the leader's over the stores and the shared queues' dead letters,
 and each orchestrating process's over its own backend's history and its own response queue."""
-
-STARTER_WAKEUP = "@starter"
-"""The :class:`Wakeups` event that runs the starter early: set once a submission has written a
-``Pending`` record, in this process and, through the wake-up channel, in the others (not a queue name:
-no queue name holds ``@``)."""
 
 START_RETRY_S = 60.0
 """Seconds a starting process keeps trying to open its queues while the queue service fails transiently
@@ -199,7 +192,9 @@ class DevHost:
             for service in services:
                 self._services.append(service)
                 self._consume(
-                    s.agent_queue(service.name), self._agent_handler(service), concurrency=s.AGENT_CONCURRENCY
+                    s.agent_queue(service.name),
+                    agent_handler(self.deps, service),
+                    concurrency=s.AGENT_CONCURRENCY,
                 )
         if "starter" in self.roles:
             self._periodic(
@@ -317,7 +312,14 @@ class DevHost:
             self._open_queue(client.reply_queue)
             self._consume(
                 client.inbound_queue,
-                self._submission_handler(client),
+                submission_handler(
+                    self.deps,
+                    client,
+                    admission=self.admission,
+                    # Only this process's own activities read the cache.
+                    order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
+                    wakeups=self.wakeups,
+                ),
                 concurrency=max(1, SUBMISSION_HANDLERS // len(clients)),
             )
 
@@ -360,53 +362,9 @@ class DevHost:
         self._loops.append(PeriodicLoop(name, task, self.stop_event, interval_s=interval_s, wakeup=wakeup))
 
     # --- role entry points (thin: parse, call the role function) -------------------------------
-    def _submission_handler(self, client: RegisteredClient) -> Any:
-        """The handler of ``client``'s inbound queue: the client is the queue's, never the body's."""
-
-        def handle(message: ReceivedMessage) -> None:
-            result = handle_intake_message(
-                message.body,
-                client=client,
-                reply_to=message.reply_to,
-                orders=self.deps.orders,
-                states=self.deps.states,
-                queues=self.deps.queues,
-                clock=self.deps.clock,
-                settings=self.settings,
-                admission=self.admission,
-                # Only this process's own activities read the cache.
-                order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
-                message_id=message.message_id,
-                replays=self.deps.alerts,
-            )
-            if result.outcome in ("accepted", "cancel"):
-                # A record may be Pending now: the starters claim it at once, not at their next tick,
-                # in this process and (through the wake-up channel) the others; the claim's ETag
-                # condition settles which one wins.
-                self.wakeups.notify(STARTER_WAKEUP)
-
-        return handle
-
     def _on_response(self, message: ReceivedMessage) -> None:
         assert self.client is not None
         handle_response(message.body, client=self.client)
-
-    def _agent_handler(self, service: HttpRemoteService) -> Any:
-        taken = TakenRequests()
-
-        def handle(message: ReceivedMessage) -> None:
-            handle_request(
-                message.body,
-                delivery_count=message.delivery_count,
-                service=service,
-                queues=self.deps.queues,
-                clock=self.deps.clock,
-                settings=self.settings,
-                taken=taken,
-                breakers=self.deps.breakers,
-            )
-
-        return handle
 
     def _starter_tick(self) -> None:
         assert self.client is not None

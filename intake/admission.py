@@ -1,7 +1,7 @@
 """Admission control: backpressure at submission, so overload is refused instead of stored.
 
-Submission asks :class:`ClientAdmission` before it writes a new order. Ceilings apply per client and for
-the whole system (a ceiling of 0, or none, disables its check):
+Submission asks :class:`~intake.client_admission.ClientAdmission` before it writes a new order. Ceilings
+apply per client and for the whole system (a ceiling of 0, or none, disables its check):
 
 - **in flight, per client**: a registered client's orders in ``Pending`` or ``Processing`` may not exceed
   its quota (:meth:`orderflow.settings.Settings.client_quota`: its own ``maxInFlight``, else an equal
@@ -16,8 +16,8 @@ the whole system (a ceiling of 0, or none, disables its check):
   messages (the one being handled included), its new orders are refused. Refusing is cheap, so an
   oversized backlog drains quickly and its client learns early instead of after a long wait.
 
-Each set of ceilings is one :class:`AdmissionControl`; :class:`ClientAdmission` asks the client's first,
-then the global one, and gives back the client's place if the global one refuses.
+Each set of ceilings is one :class:`AdmissionControl`; :class:`~intake.client_admission.ClientAdmission`
+asks the client's first, then the global one, and gives back the client's place if the global one refuses.
 
 Neither count is read per message. Each is a :class:`_CachedCount`: a server-side ``COUNT``
 (:meth:`StateStore.count`) or the queue's ``approximate_count()``, re-read at most once every
@@ -443,71 +443,3 @@ class AdmissionControl:
             detail=detail,
             retry_after_s=retry_after_s(order_id, self.refresh_s),
         )
-
-
-class ClientAdmission:
-    """Per-client quotas and the global ceiling together (the module docstring): what the hosts use.
-
-    One instance per process, shared by every submission handler thread; a client's
-    :class:`AdmissionControl` is built on its first order.
-
-    Args:
-        global_ceiling: The system-wide ceiling.
-        for_client: Builds the ceilings of one client.
-    """
-
-    def __init__(
-        self, global_ceiling: AdmissionControl, for_client: Callable[[RegisteredClient], AdmissionControl]
-    ) -> None:
-        self.global_ceiling = global_ceiling
-        self._for_client = for_client
-        self._clients: dict[str, AdmissionControl] = {}
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        states: StateStore,
-        queues: QueueFactory,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> ClientAdmission:
-        """Admission by ``MAX_IN_FLIGHT_ORDERS``, each client's ``maxInFlight`` and ``MAX_SUBMISSION_BACKLOG``
-        of its inbound queue (:meth:`AdmissionControl.from_settings`)."""
-        return cls(
-            AdmissionControl.from_settings(settings, states=states, queues=queues, monotonic=monotonic),
-            lambda client: AdmissionControl.from_settings(
-                settings, states=states, queues=queues, monotonic=monotonic, client=client
-            ),
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(global_ceiling={self.global_ceiling!r}, clients={sorted(self._clients)})"
-        )
-
-    def client_ceiling(self, client: RegisteredClient) -> AdmissionControl:
-        """The ceilings of ``client``, built on first use."""
-        with self._lock:
-            ceiling = self._clients.get(client.client_id)
-            if ceiling is None:
-                ceiling = self._clients[client.client_id] = self._for_client(client)
-            return ceiling
-
-    def admit(self, order_id: str, client: RegisteredClient) -> AdmissionDecision:
-        """Decide whether ``client``'s new order ``order_id`` may be written: its own quota first, then the
-        global ceiling; an admitted order is counted by both. Never raises for an unreadable count."""
-        own = self.client_ceiling(client)
-        decision = own.admit(order_id)
-        if not decision.admitted:
-            return decision
-        decision = self.global_ceiling.admit(order_id)
-        if not decision.admitted:
-            own.give_back()
-        return decision
-
-    def release(self, client: RegisteredClient) -> None:
-        """Give back the place ``client``'s admitted order took in both ceilings: it was not new."""
-        self.client_ceiling(client).give_back()
-        self.global_ceiling.give_back()

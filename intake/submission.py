@@ -35,18 +35,16 @@ from enum import StrEnum
 
 from intake.admission import Admission, AdmissionDecision
 from intake.cancellation import CancelResult, handle_cancel
+from intake.client_replies import check_reply_queue, final_status, send_status
 from orderflow import telemetry, tracing
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.dependencies import OrderCache
-from orderflow.errors import AlreadyExists, ConflictingOrder, InvalidMessage, NotFound
+from orderflow.errors import AlreadyExists, ConflictingOrder, NotFound
 from orderflow.messages import (
     CANCEL_ORDER,
     OPERATOR_ACTIONS,
     ORDERS_QUEUE_TYPES,
-    REPLY_TO_MISMATCH,
-    REPLY_TO_NOT_REGISTERED,
-    RESERVED_REPLY_QUEUE,
     OrderStatus,
     StatusReply,
     SubmitOrder,
@@ -60,7 +58,6 @@ from orderflow.queues.base import QueueFactory
 from orderflow.records import (
     OrderDocument,
     OrderItem,
-    ProcessState,
     RetryBudget,
     StateRecord,
     StepState,
@@ -287,7 +284,7 @@ def _take_in(
         return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
-    _check_reply_queue(order, client, settings, transport_reply_to=reply_to)
+    check_reply_queue(order, client, settings, transport_reply_to=reply_to)
     attributes = {
         **tracing.order_attributes(
             client_order_key(client.client_id, order.order_id), client=client.client_id
@@ -362,7 +359,9 @@ def _submit(
         if admission is not None and admitted:
             admission.release(client)  # nothing was written: the place it took is nobody's
         # The sender is told too; the message itself is dead-lettered by the host.
-        _send(queues, clock, order, OrderStatus.REJECTED, reason=conflict.reason, detail=conflict.detail)
+        send_status(
+            queues, clock, order, OrderStatus.REJECTED, reason=conflict.reason, detail=conflict.detail
+        )
         raise
 
     if outcome is IntakeOutcome.DUPLICATE and admission is not None and admitted:
@@ -373,75 +372,12 @@ def _submit(
     status, reason, detail = OrderStatus.RECEIVED, None, None
     if outcome is IntakeOutcome.DUPLICATE:
         # A client that resubmits a settled order (its reply was lost) gets the outcome, not "Received".
-        settled = _final_status(states.get(key).item)
+        settled = final_status(states.get(key).item)
         if settled is not None:
             status, reason, detail = settled
-    _send(queues, clock, order, status, reason=reason, detail=detail)
+    send_status(queues, clock, order, status, reason=reason, detail=detail)
     telemetry.event("order.received", order_id=key, outcome=outcome.value)
     return IntakeResult(key, outcome)
-
-
-def _check_reply_queue(
-    order: SubmitOrder, client: RegisteredClient, settings: Settings, *, transport_reply_to: str | None
-) -> None:
-    """Refuse a ``replyTo`` that is not the sending client's registered reply queue, before anything is
-    written or sent (and so before any queue is touched).
-
-    Raises:
-        InvalidMessage: ``ReservedReplyQueue``, ``ReplyToNotRegistered`` or ``ReplyToMismatch``.
-    """
-    reserved = settings.reserved_queue(order.reply_to)
-    if reserved is not None:
-        raise InvalidMessage(
-            RESERVED_REPLY_QUEUE,
-            f"replyTo {order.reply_to!r} is {reserved}, not a client's reply queue; name the client's own "
-            "private queue",
-        )
-    if order.reply_to != client.reply_queue:
-        raise InvalidMessage(
-            REPLY_TO_NOT_REGISTERED,
-            f"replyTo {order.reply_to!r} is not the reply queue registered for client {client.client_id!r}; "
-            "replies go to the client's registered reply queue only",
-        )
-    if transport_reply_to is not None and transport_reply_to != order.reply_to:
-        raise InvalidMessage(
-            REPLY_TO_MISMATCH,
-            f"replyTo {order.reply_to!r} differs from the message's ReplyTo property "
-            f"{transport_reply_to[:64]!r}; a client sends both as its own reply queue",
-        )
-
-
-_FINAL_REPLIES = {
-    ProcessState.PROCESSED: OrderStatus.PROCESSED,
-    ProcessState.ERROR: OrderStatus.FAILED,
-    ProcessState.COMPENSATED: OrderStatus.COMPENSATED,
-    ProcessState.COMPENSATION_FAILED: OrderStatus.COMPENSATION_FAILED,
-    ProcessState.CANCELLED: OrderStatus.CANCELLED,
-}
-
-
-def _final_status(record: StateRecord) -> tuple[OrderStatus, str | None, str | None] | None:
-    """The final reply a settled record stands for, or None while the order is still in flight."""
-    status = _FINAL_REPLIES.get(record.process_state)
-    if status is None:
-        return None
-    error = record.last_error if status is not OrderStatus.PROCESSED else None
-    return status, error.code if error else None, error.message if error else None
-
-
-def _send(
-    queues: QueueFactory,
-    clock: Clock,
-    order: SubmitOrder,
-    status: OrderStatus,
-    *,
-    reason: str | None = None,
-    detail: str | None = None,
-) -> None:
-    reply = StatusReply(order_id=order.order_id, status=status, reason=reason, detail=detail, at=clock.now())
-    queues.queue(order.reply_to).send(
-        reply.to_json(), message_id=reply_message_id(order.order_id, status), correlation_id=order.order_id
-    )
 
 
 def _record(

@@ -83,11 +83,7 @@ from enum import StrEnum
 
 from orderflow import telemetry, tracing
 from orderflow.clock import Clock
-from orderflow.errors import (
-    InvalidContinuation,
-    OrderflowError,
-    TransientError,
-)
+from orderflow.errors import InvalidContinuation, OrderflowError, TransientError
 from orderflow.queues.base import QueueFactory
 from orderflow.records import StateRecord
 from orderflow.settings import Settings

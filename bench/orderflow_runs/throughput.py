@@ -26,6 +26,7 @@ from devhost.client_credentials import issue_client_credentials
 from devhost.emulators import REPO_ROOT, LocalEndpoints
 from devhost.http_transport import transport_for
 from devhost.wakeup_channel import WakeupChannel
+from orderflow.clients import RegisteredClient
 from orderflow.records import StateRecord, client_order_id
 from orderflow.settings import Settings
 from orderflow.stores.cosmos import CosmosStores
@@ -295,23 +296,8 @@ def throughput_run(
     fleet = Fleet(specs, env, run_dir, start=start)
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
-        profiled = [
-            (
-                spec,
-                PySpy(
-                    fleet.children[spec.name].process.pid,
-                    run_dir / f"profile-{tag}-{spec.name}.txt",
-                    rate=measuring.profile_rate,
-                ),
-            )
-            for spec in specs
-            if measuring is not None and measuring.profile
-        ]
-        # The client holds what a registered client holds: a SAS for each of its two queues.
-        credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
-        client = OrderflowClient(
-            credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
-        )
+        profiled = _profilers(fleet, specs, run_dir, tag, measuring)
+        client = _client(endpoints, registered)
         if warmup:
             run_orderflow_load(
                 client,
@@ -346,6 +332,33 @@ def throughput_run(
         **recoveries(timed),
         **({"measured": measured} if measured else {}),
     }
+
+
+def _profilers(
+    fleet: Fleet, specs: Sequence[DevhostSpec], run_dir: Path, tag: str, measuring: Measuring | None
+) -> list[tuple[DevhostSpec, PySpy]]:
+    """A py-spy profiler of each devhost process, its profile in ``run_dir/profile-<tag>-<name>.txt``,
+    when ``measuring`` asks for a profile; else none."""
+    return [
+        (
+            spec,
+            PySpy(
+                fleet.children[spec.name].process.pid,
+                run_dir / f"profile-{tag}-{spec.name}.txt",
+                rate=measuring.profile_rate,
+            ),
+        )
+        for spec in specs
+        if measuring is not None and measuring.profile
+    ]
+
+
+def _client(endpoints: LocalEndpoints, registered: RegisteredClient) -> OrderflowClient:
+    """The load's client, holding what a registered client holds: a SAS for each of its two queues."""
+    credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
+    return OrderflowClient(
+        credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
+    )
 
 
 def recoveries(records: Sequence[StateRecord]) -> dict[str, int]:

@@ -106,76 +106,103 @@ def run_durabletask_load(
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     client = dt_client.TaskHubGrpcClient(host_address=address, logger=logging.getLogger("durabletask.client"))
-    slots = threading.Semaphore(concurrency)
-    outstanding: deque[tuple[str, float]] = deque()
-    ready = threading.Condition()
-    lock = threading.Lock()
-    latencies: list[float] = []
-    outcomes: Counter[str] = Counter()
-    bounds: list[float] = []
-    submitted = 0
-    submitting = True
-    deadline = time.monotonic() + timeout_s
-
-    def waiter() -> None:
-        while True:
-            with ready:
-                while not outstanding and submitting:
-                    ready.wait(0.1)
-                if not outstanding:
-                    return
-                instance_id, started = outstanding.popleft()
-            state = None
-            left = deadline - time.monotonic()
-            if left > 0:
-                try:
-                    state = client.wait_for_orchestration_completion(instance_id, timeout=left)
-                except TimeoutError:
-                    state = None
-            with lock:
-                if state is None:
-                    outcomes[TIMED_OUT] += 1
-                else:
-                    ended = backend_timestamp(state.last_updated_at)
-                    latencies.append(ended - started)
-                    bounds.extend((started, ended))
-                    output = state.get_output(str) if state.serialized_output else None
-                    outcomes[output or state.runtime_status.name] += 1
-            slots.release()
-
-    # Daemons: after an interruption they are not waited for (see below).
-    threads = [threading.Thread(target=waiter, name=f"dt-wait-{n}", daemon=True) for n in range(WAITERS)]
+    completions = _Completions(client, concurrency, deadline=time.monotonic() + timeout_s)
+    # Daemons: after an interruption they are not waited for (see _Completions.stop).
+    threads = [
+        threading.Thread(target=completions.wait, name=f"dt-wait-{n}", daemon=True) for n in range(WAITERS)
+    ]
     for thread in threads:
         thread.start()
     interrupted = True
     try:
+        submitted = completions.schedule(orders)
+        interrupted = False
+    finally:
+        completions.stop(threads, interrupted=interrupted)
+    bounds = completions.bounds
+    elapsed = max(bounds) - min(bounds) if bounds else 0.0
+    return LoadResult(submitted, completions.latencies, elapsed, dict(completions.outcomes))
+
+
+class _Completions:
+    """The orchestrations of one load: scheduled while a slot of ``concurrency`` is free, waited for by
+    the :data:`WAITERS` threads (oldest first) until ``deadline`` (:func:`time.monotonic` seconds), and
+    what the waiters saw of them."""
+
+    def __init__(self, client: dt_client.TaskHubGrpcClient, concurrency: int, *, deadline: float) -> None:
+        self.client = client
+        self.deadline = deadline
+        self.slots = threading.Semaphore(concurrency)
+        self.outstanding: deque[tuple[str, float]] = deque()
+        self.ready = threading.Condition()
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+        self.outcomes: Counter[str] = Counter()
+        self.bounds: list[float] = []
+        self.submitting = True
+
+    def schedule(self, orders: Sequence[Mapping[str, Any]]) -> int:
+        """Schedule one orchestration per order while a slot frees up before the deadline; how many were
+        scheduled."""
+        submitted = 0
         for order in orders:
-            if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            if not self.slots.acquire(timeout=max(0.0, self.deadline - time.monotonic())):
                 break
             started = time.time()
-            instance_id = client.schedule_new_orchestration(
+            instance_id = self.client.schedule_new_orchestration(
                 ORCHESTRATOR, input=dict(order), instance_id=str(order["orderId"])
             )
             submitted += 1
-            with ready:
-                outstanding.append((instance_id, started))
-                ready.notify()
-        interrupted = False
-    finally:
-        with ready:
-            submitting = False
+            with self.ready:
+                self.outstanding.append((instance_id, started))
+                self.ready.notify()
+        return submitted
+
+    def wait(self) -> None:
+        """A waiter thread: wait for the oldest outstanding orchestration until none is left to wait for."""
+        while True:
+            with self.ready:
+                while not self.outstanding and self.submitting:
+                    self.ready.wait(0.1)
+                if not self.outstanding:
+                    return
+                instance_id, started = self.outstanding.popleft()
+            state = None
+            left = self.deadline - time.monotonic()
+            if left > 0:
+                try:
+                    state = self.client.wait_for_orchestration_completion(instance_id, timeout=left)
+                except TimeoutError:
+                    state = None
+            self._record(started, state)
+            self.slots.release()
+
+    def _record(self, started: float, state: dt_client.OrchestrationState | None) -> None:
+        with self.lock:
+            if state is None:
+                self.outcomes[TIMED_OUT] += 1
+            else:
+                ended = backend_timestamp(state.last_updated_at)
+                self.latencies.append(ended - started)
+                self.bounds.extend((started, ended))
+                output = state.get_output(str) if state.serialized_output else None
+                self.outcomes[output or state.runtime_status.name] += 1
+
+    def stop(self, threads: Sequence[threading.Thread], *, interrupted: bool) -> None:
+        """Tell the waiters nothing more is scheduled; unless ``interrupted``, wait for them and close
+        the client."""
+        with self.ready:
+            self.submitting = False
             if interrupted:
-                outstanding.clear()  # nobody will read the results
-            ready.notify_all()
+                self.outstanding.clear()  # nobody will read the results
+            self.ready.notify_all()
         if not interrupted:
             for thread in threads:
                 thread.join()
-            client.close()
+            self.client.close()
         # Interrupted (Ctrl-C, SIGTERM) or failed: a waiter may block until the run's deadline, which
         # must not hold up the clean-up that stops the backend and worker; its channel closes with the
         # process.
-    elapsed = max(bounds) - min(bounds) if bounds else 0.0
-    return LoadResult(submitted, latencies, elapsed, dict(outcomes))
 
 
 def _wait_for_signal() -> None:

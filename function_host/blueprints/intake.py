@@ -20,7 +20,7 @@ from azurefunctions.extensions.bindings import servicebus
 from function_host.settlement import settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import dependencies, redelivery
-from intake.admission import ClientAdmission
+from intake.client_admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orderflow.clients import RegisteredClient
 

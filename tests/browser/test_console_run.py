@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import devhost.host
+import devhost.handlers
 from intake import submission
 from orderflow.errors import NotFound
 from orderflow.records import ProcessState, StateRecord, TimelineEntry
@@ -66,7 +66,7 @@ def test_dead_letters_are_found_one_purged_and_one_replayed_once_fixed_and_proce
             raise RuntimeError("a bug in the intake, fixed since")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(devhost.host, "handle_intake_message", buggy)
+    monkeypatch.setattr(devhost.handlers, "handle_intake_message", buggy)
     system = console.system
     inbound = system.client.orders_queue
     store = system.deps.dead_letters

@@ -17,12 +17,12 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import devhost.host
+import devhost.handlers
+import orchestrators.workflow.forward
 from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
-from orchestrators import workflow
 from orderflow.dependencies import Dependencies
 from orderflow.errors import WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
@@ -478,7 +478,7 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
             raise RuntimeError("a bug in the intake, fixed since")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(devhost.host, "handle_intake_message", buggy)
+    monkeypatch.setattr(devhost.handlers, "handle_intake_message", buggy)
     issuer = local_issuer()
     port = free_port()
     trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
@@ -572,7 +572,7 @@ def test_an_orchestration_failing_in_its_own_code_is_held_by_the_poison_guard_af
     def bug(step: str, response: AgentResponse) -> NoReturn:
         raise RuntimeError(f"poison: {step} answered {response.error_code}")
 
-    monkeypatch.setattr(workflow, "_step_error", bug)
+    monkeypatch.setattr(orchestrators.workflow.forward, "step_error", bug)
     with running_system(
         deps, faults=FaultPlan(transient_rate=1.0, seed=2), POISON_FAILURES=3, SUPERVISOR_MAX_FAILURES=6
     ) as system:

@@ -18,10 +18,10 @@ from bench.config import BenchConfig
 from bench.counting import OperationCounts
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
 from bench.orderflow_runs import CLIENT_WAKEUP_ID, count_breakdown, hard_down_calls, queue_role, reply_wakeups
+from bench.parts import FAILED, Parts, failures
 from bench.peers.durabletask_peer import backend_timestamp
 from bench.probe import FILE_ENV
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
-from bench.runner import FAILED, _Parts, failures
 from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
 from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
@@ -508,7 +508,7 @@ def test_config_rejects_unknown_peers_and_services() -> None:
 
 def test_a_failed_part_is_noted_and_the_others_still_run() -> None:
     said: list[str] = []
-    parts = _Parts(said.append)
+    parts = Parts(said.append)
 
     def broken() -> int:
         raise RuntimeError("emulator went away")

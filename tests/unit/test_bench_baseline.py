@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bench import runner
+from bench import cpu_pairs
 from bench.baseline import (
     BASELINE_REVISION,
     BaselineUnavailable,
@@ -28,6 +28,7 @@ from bench.baseline import (
     summarise,
 )
 from bench.config import BenchConfig
+from bench.parts import Parts, failures
 from bench.report import build_report, core_speed, machine_info, markdown_tables
 
 BASELINE_REPORT = Path(__file__).parents[1] / "data" / "bench-baseline-report.json"
@@ -298,10 +299,10 @@ def test_a_baseline_without_a_window_asked_for_fails_the_run(
     def one_window(**_: object) -> dict[str, object]:
         return {"revision": "fe3526f", "windows": {"1": {}}, "exit_code": 1, "failed": ["FAILED: 2 died"]}
 
-    monkeypatch.setattr(runner, "baseline_run", one_window)
-    parts = runner._Parts(lambda _: None)
+    monkeypatch.setattr(cpu_pairs, "baseline_run", one_window)
+    parts = Parts(lambda _: None)
     notes: list[str] = []
-    measured = runner._baseline(BenchConfig(orders=10, processes=(1, 2, 3)), tmp_path, parts, notes)
+    measured = cpu_pairs.measure_baseline(BenchConfig(orders=10, processes=(1, 2, 3)), tmp_path, parts, notes)
     assert measured is not None and measured["windows"] == {"1": {}}
     assert notes == []
     [failed] = parts.failed
@@ -314,11 +315,11 @@ def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
     def unavailable(**_: object) -> dict[str, object]:
         raise BaselineUnavailable("git rev-parse: unknown revision")
 
-    monkeypatch.setattr(runner, "baseline_run", unavailable)
+    monkeypatch.setattr(cpu_pairs, "baseline_run", unavailable)
     said: list[str] = []
-    parts = runner._Parts(said.append)
+    parts = Parts(said.append)
     notes: list[str] = []
-    assert runner._baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
+    assert cpu_pairs.measure_baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
     assert notes == ["baseline fe3526f not measured: git rev-parse: unknown revision"]
     # Said as it happens too, not only kept for the report.
     assert said[-1] == notes[0]
@@ -370,11 +371,11 @@ def test_more_pairs_alternate_which_side_runs_first_and_keep_their_logs_apart(
 ) -> None:
     calls: list[tuple[str, int, Path]] = []
     baseline_window, now_window = _pair_fakes(calls)
-    monkeypatch.setattr(runner, "baseline_run", baseline_window)
-    parts = runner._Parts(lambda _: None)
+    monkeypatch.setattr(cpu_pairs, "baseline_run", baseline_window)
+    parts = Parts(lambda _: None)
     config = BenchConfig(orders=10, processes=(1, 2, 3), cpu_pairs=3)
 
-    pairs = runner._more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
+    pairs = cpu_pairs.more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
 
     # Pair 2 runs the baseline first, pair 3 orderflow first; each count's logs in a folder of its own.
     assert [(side, count, str(logs.relative_to(tmp_path))) for side, count, logs in calls] == [
@@ -413,12 +414,12 @@ def test_more_pairs_alternate_which_side_runs_first_and_keep_their_logs_apart(
 def test_the_baseline_s_logs_of_every_pair_and_count_outlive_their_checkouts(
     monkeypatch: pytest.MonkeyPatch, repo: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(runner, "baseline_run", partial(baseline_run, repo=repo))
+    monkeypatch.setattr(cpu_pairs, "baseline_run", partial(baseline_run, repo=repo))
     _, now_window = _pair_fakes([])
-    parts = runner._Parts(lambda _: None)
+    parts = Parts(lambda _: None)
     config = BenchConfig(orders=1, warmup=0, processes=(1, 2), cpu_pairs=2, baseline="HEAD")
 
-    pairs = runner._more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
+    pairs = cpu_pairs.more_cpu_pairs(config, (1, 2), tmp_path, parts, now_window=now_window)
 
     assert [pair["baseline_ms"] for count in ("1", "2") for pair in pairs[count]] == [100.0, 200.0]
     for count in (1, 2):
@@ -439,11 +440,11 @@ def test_a_side_that_fails_keeps_the_other_s_outcomes_and_fails_the_run(
         measured = {"cpu_ms_per_order": {"orderflow": 50.0}}
         return {"measured": measured, "outcomes": {"Processed": 3, "Error": 1}, "recovered_orders": 1}
 
-    monkeypatch.setattr(runner, "baseline_run", no_window)
-    parts = runner._Parts(lambda _: None)
+    monkeypatch.setattr(cpu_pairs, "baseline_run", no_window)
+    parts = Parts(lambda _: None)
     config = BenchConfig(orders=10, processes=(2,), cpu_pairs=3)
 
-    pairs = runner._more_cpu_pairs(config, (2,), tmp_path, parts, now_window=now_window)
+    pairs = cpu_pairs.more_cpu_pairs(config, (2,), tmp_path, parts, now_window=now_window)
 
     # Pair 2 ran the baseline first and stopped there; pair 3 ran orderflow, then the baseline failed.
     assert pairs == {
@@ -465,7 +466,7 @@ def test_a_side_that_fails_keeps_the_other_s_outcomes_and_fails_the_run(
         f"no 2-process window (exit code 1; see {tmp_path}/cpu-pair-2/p2/baseline-2.log)" in parts.failed[0]
     )
     # The orders orderflow did not process still fail the run, beside the baseline's failure.
-    assert runner.failures({"notes": [], "baseline": {"more_pairs": pairs}}) == [
+    assert failures({"notes": [], "baseline": {"more_pairs": pairs}}) == [
         "FAILED: baseline.more_pairs.2.1.orderflow: orders not Processed: {'Processed': 3, 'Error': 1}"
     ]
 
@@ -473,6 +474,6 @@ def test_a_side_that_fails_keeps_the_other_s_outcomes_and_fails_the_run(
 def test_more_pairs_run_only_on_counts_whose_first_pair_has_both_windows() -> None:
     config = BenchConfig(orders=10, processes=(1, 2, 3), cpu_pairs=3)
     both: dict[str, Any] = {"windows": {"1": {}, "2": {}, "3": {}}}
-    assert runner.paired_counts(config, {"1": {}, "2": {}, "3": {}}, both) == (1, 2)
-    assert runner.paired_counts(config, {"2": {}}, both) == (2,)
-    assert runner.paired_counts(config, {"1": {}, "2": {}}, {"windows": {"1": {}}}) == (1,)
+    assert cpu_pairs.paired_counts(config, {"1": {}, "2": {}, "3": {}}, both) == (1, 2)
+    assert cpu_pairs.paired_counts(config, {"2": {}}, both) == (2,)
+    assert cpu_pairs.paired_counts(config, {"1": {}, "2": {}}, {"windows": {"1": {}}}) == (1,)

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from intake.admission import AdmissionReason, ClientAdmission
+from intake.admission import AdmissionReason
+from intake.client_admission import ClientAdmission
 from intake.submission import (
     IntakeOutcome,
     IntakeResult,

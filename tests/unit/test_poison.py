@@ -12,8 +12,8 @@ import pytest
 from activities.steps import record_step_failure
 from intake.submission import handle_intake_message
 from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
-from orchestrators import workflow
 from orchestrators.starter import claim, run_starter_pass
+from orchestrators.workflow import forward
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import RECORD_STEP_FAILURE, START_STEP, RecordStepFailureInput, StepError
@@ -261,7 +261,7 @@ def test_an_orchestration_that_fails_in_its_own_code_is_recovered_at_once_then_h
     def bug(step: str, response: AgentResponse) -> StepError:
         raise RuntimeError(f"poison: {step} answered {response.error_code}")
 
-    monkeypatch.setattr(workflow, "_step_error", bug)
+    monkeypatch.setattr(forward, "step_error", bug)
     submit(deps, "a:o-1")
     client = ScriptedClient(deps.clock)
     reports = []

@@ -1,0 +1,81 @@
+"""The host's handlers of the submission and agent queues: each message parsed and handed to its role
+function with this process's dependencies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agents.agent import TakenRequests, handle_request
+from agents.services import HttpRemoteService
+from devhost.loops import Wakeups
+from intake.client_admission import ClientAdmission
+from intake.submission import handle_intake_message
+from orderflow.clients import RegisteredClient
+from orderflow.dependencies import Dependencies, OrderCache
+from orderflow.queues.base import ReceivedMessage
+
+STARTER_WAKEUP = "@starter"
+"""The :class:`Wakeups` event that runs the starter early: set once a submission has written a
+``Pending`` record, in this process and, through the wake-up channel, in the others (not a queue name:
+no queue name holds ``@``)."""
+
+
+def submission_handler(
+    deps: Dependencies,
+    client: RegisteredClient,
+    *,
+    admission: ClientAdmission | None,
+    order_cache: OrderCache | None,
+    wakeups: Wakeups,
+) -> Callable[[ReceivedMessage], None]:
+    """The handler of ``client``'s inbound queue: the client is the queue's, never the body's.
+
+    Args:
+        deps: The process's dependencies (its queues wake its own loops).
+        client: The registered client whose inbound queue this is.
+        admission: The process's admission control, or None to admit everything.
+        order_cache: The cache an order this handler creates is put in, or None.
+        wakeups: Where an accepted order or a cancel wakes the starters (:data:`STARTER_WAKEUP`).
+    """
+
+    def handle(message: ReceivedMessage) -> None:
+        result = handle_intake_message(
+            message.body,
+            client=client,
+            reply_to=message.reply_to,
+            orders=deps.orders,
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
+            admission=admission,
+            order_cache=order_cache,
+            message_id=message.message_id,
+            replays=deps.alerts,
+        )
+        if result.outcome in ("accepted", "cancel"):
+            # A record may be Pending now: the starters claim it at once, not at their next tick,
+            # in this process and (through the wake-up channel) the others; the claim's ETag
+            # condition settles which one wins.
+            wakeups.notify(STARTER_WAKEUP)
+
+    return handle
+
+
+def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[ReceivedMessage], None]:
+    """The handler of ``service``'s agent request queue, with the log of the requests it has taken."""
+    taken = TakenRequests()
+
+    def handle(message: ReceivedMessage) -> None:
+        handle_request(
+            message.body,
+            delivery_count=message.delivery_count,
+            service=service,
+            queues=deps.queues,
+            clock=deps.clock,
+            settings=deps.settings,
+            taken=taken,
+            breakers=deps.breakers,
+        )
+
+    return handle
