@@ -7,6 +7,7 @@ needs no web framework (the worker-driven tests build these bindings).
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from orderflow.bindings import EntraAuth, OperationBinding, ServiceBinding, ServiceBindings
@@ -63,25 +64,31 @@ def demo_bindings(url: str, *, scope: str = DEMO_SERVICES_SCOPE, timeout_s: floa
     )
 
 
-def demo_bindings_json(url: str) -> str:
-    """``SERVICE_BINDINGS`` for the demo services at ``url``."""
-    return demo_bindings(url).to_json()
+def demo_bindings_json(url: str, *, scope: str = DEMO_SERVICES_SCOPE) -> str:
+    """``SERVICE_BINDINGS`` for the demo services at ``url``, with tokens for ``scope``."""
+    return demo_bindings(url, scope=scope).to_json()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m demo.services.bindings URL``: print ``SERVICE_BINDINGS`` for the demo services at URL.
+    """``python -m demo.services.bindings URL [--scope SCOPE]``: print ``SERVICE_BINDINGS`` for the demo
+    services at URL (on Azure, ``--scope`` is ``<the services' app ID URI>/.default``).
 
     Returns:
-        0, or 2 (after a line on stderr) without exactly one URL or with one no binding takes.
+        0, or 2 (after a line on stderr) with arguments argparse refuses or a URL no binding takes.
     """
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m demo.services.bindings URL", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.services.bindings", description="Print SERVICE_BINDINGS for the demo services."
+    )
+    parser.add_argument("url", help="the demo services' base URL (https, or http to a private host)")
+    parser.add_argument("--scope", default=DEMO_SERVICES_SCOPE, help="the scope of the agents' tokens")
     try:
-        print(demo_bindings_json(args[0]))
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    try:
+        print(demo_bindings_json(args.url, scope=args.scope))
     except ValueError as exc:  # pydantic's ValidationError is one
-        print(f"python -m demo.services.bindings: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        print(f"{parser.prog}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
         return 2
     return 0
 

@@ -9,9 +9,10 @@ import pytest
 from azure.core.credentials import AccessTokenInfo
 from azure.core.exceptions import ClientAuthenticationError
 
-from demo.services.bindings import demo_bindings, demo_bindings_json
+from demo.services.bindings import demo_bindings, demo_bindings_json, main
 from orderflow.bindings import (
     CachedTokens,
+    EntraAuth,
     OperationBinding,
     ServiceBindings,
     is_private_host,
@@ -242,3 +243,17 @@ def test_a_forgotten_token_is_fetched_again_at_once() -> None:
     assert tokens.token("api://svc/.default") == "t1"
     tokens.forget("api://svc/.default")
     assert tokens.token("api://svc/.default") == "t2"
+
+
+def test_the_bindings_command_prints_the_demo_bindings_for_a_scope_and_refuses_a_bad_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["https://services.example.com", "--scope", "api://demo-services/.default"]) == 0
+    printed = ServiceBindings.parse(capsys.readouterr().out)
+    assert {b.auth.scope for b in printed.services.values() if isinstance(b.auth, EntraAuth)} == {
+        "api://demo-services/.default"
+    }
+    assert main(["ftp://services.example.com"]) == 2
+    assert "python -m demo.services.bindings: " in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "--scope" in capsys.readouterr().out
