@@ -36,7 +36,7 @@ from orderflow_client.client import OrderflowClient
 REMOTE_STEPS = len(CURRENT_WORKFLOW.steps)
 """n, the remote steps of the workflow new orders run (reserve, charge, ship)."""
 
-WRITE_HELPERS = ("orderflow.protocol.conditional",)
+WRITE_HELPERS = ("orderflow.protocol.conditional", "activities.fenced")
 """Shared write primitives looked through when labelling a store call, so the label names the role
 function that used them (``start_step``, not ``update``)."""
 
