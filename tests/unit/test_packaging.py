@@ -22,6 +22,7 @@ APP_TOP_LEVEL = frozenset(
         "function_host",
         "orderflow",
         "orderflow_client",
+        "devhost",
         "intake",
         "operator_api",
         "orchestrators",
@@ -30,10 +31,11 @@ APP_TOP_LEVEL = frozenset(
         "supervisor",
     }
 )
-"""The wheel's top-level entries besides its metadata: the app's entry point and packages, and the
-``orderflow`` command's package (which the Functions deployment package leaves out: .funcignore)."""
+"""The wheel's top-level entries besides its metadata: the app's entry point and packages, the
+``orderflow`` command's package and the local host whose Storage queues its submit, watch and cancel
+use (both of which the Functions deployment package leaves out: .funcignore)."""
 
-LEFT_OUT = ("devhost", "demo", "bench", "tests")
+LEFT_OUT = ("demo", "bench", "tests")
 
 _LOADED = (
     "import importlib, json, sys\n"
@@ -102,7 +104,7 @@ def test_the_wheel_holds_every_module_the_app_and_the_command_import(
     assert [path for path in ours if path not in _packaged(wheel)] == []
 
 
-def test_the_wheel_holds_the_app_and_leaves_the_local_host_demo_benchmarks_and_tests_out(
+def test_the_wheel_holds_the_app_and_the_command_and_leaves_the_demo_benchmarks_and_tests_out(
     wheel: Path,
 ) -> None:
     top_level = {name.split("/", maxsplit=1)[0] for name in _packaged(wheel)}
@@ -132,7 +134,7 @@ def test_the_installed_wheel_runs_the_app_and_the_command_without_the_checkout(
     libraries = [path for path in sys.path if path.endswith("site-packages")]
     script = (
         f"import json, sys\nsys.path[:0] = [{str(target)!r}]\nsys.path += {libraries!r}\n"
-        "import function_app, orderflow_client.cli\n"
+        "import function_app, orderflow_client.cli, devhost.wiring\n"
         "print(type(function_app.app).__name__)\n"
         "files = [getattr(m, '__file__', None) for m in list(sys.modules.values())]\n"
         "print(json.dumps(sorted(f for f in files if f)))"
@@ -143,6 +145,7 @@ def test_the_installed_wheel_runs_the_app_and_the_command_without_the_checkout(
     assert out[-2] == "DFApp"
     assert target.resolve() / "function_app.py" in files
     assert target.resolve() / "orderflow_client" / "cli.py" in files
+    assert target.resolve() / "devhost" / "queues" / "storage.py" in files  # the command's queues
     # The environment may live inside the checkout (.venv): its libraries are not the checkout's code.
     environment = Path(sys.prefix).resolve()
     assert [
