@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import cast
 
 from orderflow.errors import OrderflowError
 
@@ -223,18 +224,17 @@ correcting: it is a choice among a few carriers that a client can get wrong, and
 step that reads it. The items are what the customer ordered (the reservation and the shipment both read
 them): changing them is a new order, so the demo's steps do not declare them."""
 
-_DEPLOYED: dict[str, WorkflowDefinition] = {
+WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V1.version: ORDER_V1,
     ORDER_V2.version: ORDER_V2,
     ORDER_V3.version: ORDER_V3,
     ORDER_V4.version: ORDER_V4,
 }
-
-WORKFLOWS: Mapping[str, WorkflowDefinition] = _DEPLOYED
 """Every deployed workflow version; old versions stay while records use them. A version defined in
 another module joins it through :func:`register_workflow`."""
 
-_BUILT_IN = frozenset(_DEPLOYED)
+_BUILT_IN = frozenset(WORKFLOWS)
+"""This module's own versions, which :func:`withdraw_workflow` leaves in place."""
 
 CURRENT_WORKFLOW = ORDER_V3
 """The version new orders start with, unless ``WORKFLOW_VERSION`` names another (``order-v4`` stops a
@@ -251,9 +251,9 @@ def register_workflow(definition: WorkflowDefinition) -> None:
         InvalidWorkflowDefinition: a version of that name is already deployed (a version is never
             replaced: records in flight keep the definition they started with).
     """
-    if definition.version in _DEPLOYED:
+    if definition.version in WORKFLOWS:
         raise InvalidWorkflowDefinition(f"{definition.version}: already deployed; a change is a new version")
-    _DEPLOYED[definition.version] = definition
+    _registry()[definition.version] = definition
 
 
 def withdraw_workflow(version: str) -> None:
@@ -266,8 +266,13 @@ def withdraw_workflow(version: str) -> None:
     """
     if version in _BUILT_IN:
         raise InvalidWorkflowDefinition(f"{version}: a version of orderflow.workflows stays deployed")
-    if _DEPLOYED.pop(version, None) is None:
+    if _registry().pop(version, None) is None:
         raise UnknownWorkflowVersion(f"workflow version {version!r} is not deployed")
+
+
+def _registry() -> dict[str, WorkflowDefinition]:
+    """:data:`WORKFLOWS` as what it is, a dict: read-only to its readers, changed only by the two above."""
+    return cast("dict[str, WorkflowDefinition]", WORKFLOWS)
 
 
 def agent_names() -> list[str]:

@@ -11,6 +11,8 @@ It implements what a service taking part in an orderflow workflow must, and noth
   by the forward call's key) -> 200 ``{"undone": true, "notificationId", "orderId"}``, or 200
   ``{"undone": false, "reason": "never_applied" | "refused", "orderId"}`` when that key made nothing, the
   key then tombstoned: a notify arriving later with it answers 409 ``cancelled`` (permanent), nothing sent;
+* ``GET /notifications``: every notification sent, for a person to look at (unchecked, as the demo
+  services' reporting endpoints are: it listens on loopback only);
 * a key seen before gets its first answer again (a retry after a lost response), the same key with
   another body 422 ``idempotency_key_reuse``, no key 400 ``idempotency_key_required``: both permanent.
 
@@ -22,6 +24,7 @@ instead answer 409 ``request_in_progress`` with ``"permanent": false`` while a k
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +33,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from demo.services.auth import AgentAuth, CallerRefused
+from devhost.local_issuer import LocalIssuer
 
 NOTIFY_AUDIENCE = "api://orderflow-notify"
 """The service's app ID URI: the ``aud`` it accepts; its binding asks for ``<this>/.default``."""
@@ -138,4 +142,19 @@ def notify_app(notifier: Notifier, auth: AgentAuth) -> FastAPI:
         return exc.response()
 
     app.include_router(notify_router(notifier), dependencies=[Depends(auth)])
+
+    @app.get("/notifications")
+    async def notifications() -> dict[str, Any]:
+        return {"notifications": notifier.notifications}
+
     return app
+
+
+def local_app() -> FastAPI:
+    """The service as a person runs it beside the local host (docs/extending.md):
+    ``uvicorn --factory tests.notify_service:local_app --port 8083``. It trusts the local issuer's key file
+    (``.data/local-issuer/``), whose tokens the devhost's agents get, and refuses the orders (their keys,
+    ``a:<orderId>``) listed, comma-separated, in ``NOTIFY_UNREACHABLE``."""
+    unreachable = {key.strip() for key in os.environ.get("NOTIFY_UNREACHABLE", "").split(",") if key.strip()}
+    auth = AgentAuth.trusting(LocalIssuer.from_key_file(), audience=NOTIFY_AUDIENCE)
+    return notify_app(Notifier(unreachable=unreachable), auth)
