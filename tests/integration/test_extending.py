@@ -73,6 +73,10 @@ def notify_binding(url: str) -> dict[str, Any]:
 
 @pytest.fixture
 def order_v5() -> Iterator[WorkflowDefinition]:
+    """``order-v5``, registered for the test; or the product's own, once it has taken the example in."""
+    if WORKFLOWS.get(ORDER_V5.version) == ORDER_V5:
+        yield ORDER_V5
+        return
     register_workflow(ORDER_V5)
     try:
         yield ORDER_V5
@@ -94,9 +98,10 @@ def notify_service() -> Iterator[tuple[Notifier, str]]:
 
 
 def test_start_up_refuses_the_new_step_until_its_service_is_bound(order_v5: WorkflowDefinition) -> None:
-    assert WORKFLOWS["order-v5"] is order_v5
+    assert WORKFLOWS["order-v5"] == order_v5
     assert "notify" in agent_names()
-    demo_only = ServiceBindings.parse(demo_bindings_json("http://127.0.0.1:8082"))
+    demo = ServiceBindings.parse(demo_bindings_json("http://127.0.0.1:8082")).services
+    demo_only = ServiceBindings(services={name: b for name, b in demo.items() if name != "notify"})
     assert list(binding_refusals(demo_only, WORKFLOWS.values(), azure=False)) == [
         "notify: no mapping for operation 'notify'",
         "notify: no mapping for operation 'retract'",

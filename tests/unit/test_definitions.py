@@ -77,12 +77,13 @@ def test_a_step_that_cannot_be_refused_may_follow_the_point_of_no_return() -> No
 
 
 def test_a_version_defined_elsewhere_is_registered_once_and_withdrawn() -> None:
+    versions, agents = sorted(WORKFLOWS), agent_names()
     mail = StepDefinition("notify", agent="mail", operation="send", undo="unsend")
     extra = WorkflowDefinition(version="order-x", steps=(RESERVE, mail, SHIP))
     register_workflow(extra)
     try:
         assert (workflow_for("order-x"), new_order_workflow("order-x")) == (extra, extra)
-        assert agent_names() == ["courier", "inventory", "mail", "payment", "shipping"]
+        assert agent_names() == sorted([*agents, "mail"])
         with pytest.raises(InvalidWorkflowDefinition, match="already deployed"):
             register_workflow(WorkflowDefinition(version="order-x", steps=(RESERVE,)))
         with pytest.raises(InvalidWorkflowDefinition, match="already deployed"):
@@ -96,4 +97,4 @@ def test_a_version_defined_elsewhere_is_registered_once_and_withdrawn() -> None:
         withdraw_workflow("order-x")
     with pytest.raises(InvalidWorkflowDefinition, match="stays deployed"):
         withdraw_workflow("order-v1")
-    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3", "order-v4"]
+    assert (sorted(WORKFLOWS), agent_names()) == (versions, agents)
