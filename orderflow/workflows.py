@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import cast
 
 from orderflow.errors import OrderflowError
 
@@ -229,11 +230,49 @@ WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V3.version: ORDER_V3,
     ORDER_V4.version: ORDER_V4,
 }
-"""Every deployed workflow version; old versions stay while records use them."""
+"""Every deployed workflow version; old versions stay while records use them. A version defined in
+another module joins it through :func:`register_workflow`."""
+
+_BUILT_IN = frozenset(WORKFLOWS)
+"""This module's own versions, which :func:`withdraw_workflow` leaves in place."""
 
 CURRENT_WORKFLOW = ORDER_V3
 """The version new orders start with, unless ``WORKFLOW_VERSION`` names another (``order-v4`` stops a
 refused shipment for an operator's correction instead of sending it by mail)."""
+
+
+def register_workflow(definition: WorkflowDefinition) -> None:
+    """Deploy ``definition`` beside the versions of this module: for a version defined elsewhere (an
+    extension package of your own, a test; docs/extending.md). Register at import, before a host
+    starts: a host reads :data:`WORKFLOWS` when it starts (its agents and their queues, the start-up
+    check of ``SERVICE_BINDINGS``) and on every record it handles.
+
+    Raises:
+        InvalidWorkflowDefinition: a version of that name is already deployed (a version is never
+            replaced: records in flight keep the definition they started with).
+    """
+    if definition.version in WORKFLOWS:
+        raise InvalidWorkflowDefinition(f"{definition.version}: already deployed; a change is a new version")
+    _registry()[definition.version] = definition
+
+
+def withdraw_workflow(version: str) -> None:
+    """Remove a version :func:`register_workflow` deployed, once no record uses it (a record naming a
+    version that is gone fails with :class:`UnknownWorkflowVersion`).
+
+    Raises:
+        InvalidWorkflowDefinition: ``version`` is one of this module's own, which stay.
+        UnknownWorkflowVersion: ``version`` is not deployed.
+    """
+    if version in _BUILT_IN:
+        raise InvalidWorkflowDefinition(f"{version}: a version of orderflow.workflows stays deployed")
+    if _registry().pop(version, None) is None:
+        raise UnknownWorkflowVersion(f"workflow version {version!r} is not deployed")
+
+
+def _registry() -> dict[str, WorkflowDefinition]:
+    """:data:`WORKFLOWS` as what it is, a dict: read-only to its readers, changed only by the two above."""
+    return cast("dict[str, WorkflowDefinition]", WORKFLOWS)
 
 
 def agent_names() -> list[str]:

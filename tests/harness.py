@@ -205,13 +205,15 @@ def running_system(
     local_issuer: LocalIssuer | None = None,
     operator_settings: Mapping[str, str] | None = None,
     more_clients: Sequence[str] = (),
+    more_bindings: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> Iterator[System]:
     """Start demo services on the fixture catalog and one devhost with ``roles`` on ``deps`` (with the
     fast settings and ``settings``); stop both after. The devhost's operator API listens on ``api_port``
     (0: a free one), trusts the tokens ``operator_settings`` (``OPERATOR_*``) name, and serves
     ``local_issuer``'s JWKS, if given. Besides the system's client, one client is registered for each
-    name in ``more_clients`` (:meth:`System.other_client`)."""
+    name in ``more_clients`` (:meth:`System.other_client`). ``SERVICE_BINDINGS`` binds every agent to the
+    demo services, and each agent of ``more_bindings`` (agent -> binding, as JSON) as it says."""
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=stock_divisor)
     # The services require the agents' tokens, as in the demo: signed by the session's local key.
     auth = AgentAuth.trusting(tests_issuer())
@@ -231,7 +233,7 @@ def running_system(
         **{
             **FAST_SETTINGS,
             **isolation,
-            "SERVICE_BINDINGS": demo_bindings_json(url),
+            "SERVICE_BINDINGS": json.dumps({**json.loads(demo_bindings_json(url)), **(more_bindings or {})}),
             "HOST_ID": host_id,
             **(operator_settings or {}),
             **settings,

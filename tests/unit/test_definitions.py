@@ -12,9 +12,13 @@ from orderflow.workflows import (
     WORKFLOWS,
     InvalidWorkflowDefinition,
     StepDefinition,
+    UnknownWorkflowVersion,
     WorkflowDefinition,
     agent_names,
     new_order_workflow,
+    register_workflow,
+    withdraw_workflow,
+    workflow_for,
 )
 
 pytestmark = pytest.mark.unit
@@ -70,3 +74,27 @@ def test_a_step_that_cannot_be_refused_may_follow_the_point_of_no_return() -> No
     notify = StepDefinition("notify", agent="mail", operation="send", may_refuse=False)
     definition = WorkflowDefinition(version="x", steps=(RESERVE, CHARGE, SHIP, notify))
     assert definition.undo_stages() == (("charge",), ("reserve",))
+
+
+def test_a_version_defined_elsewhere_is_registered_once_and_withdrawn() -> None:
+    versions, agents = sorted(WORKFLOWS), agent_names()
+    mail = StepDefinition("notify", agent="mail", operation="send", undo="unsend")
+    extra = WorkflowDefinition(version="order-x", steps=(RESERVE, mail, SHIP))
+    register_workflow(extra)
+    try:
+        assert (workflow_for("order-x"), new_order_workflow("order-x")) == (extra, extra)
+        assert agent_names() == sorted([*agents, "mail"])
+        with pytest.raises(InvalidWorkflowDefinition, match="already deployed"):
+            register_workflow(WorkflowDefinition(version="order-x", steps=(RESERVE,)))
+        with pytest.raises(InvalidWorkflowDefinition, match="already deployed"):
+            register_workflow(WorkflowDefinition(version="order-v1", steps=(RESERVE,)))
+        assert workflow_for("order-x") is extra
+    finally:
+        withdraw_workflow("order-x")
+    with pytest.raises(UnknownWorkflowVersion):
+        workflow_for("order-x")
+    with pytest.raises(UnknownWorkflowVersion):
+        withdraw_workflow("order-x")
+    with pytest.raises(InvalidWorkflowDefinition, match="stays deployed"):
+        withdraw_workflow("order-v1")
+    assert (sorted(WORKFLOWS), agent_names()) == (versions, agents)
