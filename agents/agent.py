@@ -172,7 +172,7 @@ def handle_request(
             call, and the step's timer takes over).
     """
     request = parse_message(AgentRequest, body)
-    if not settings.is_response_queue(request.reply_to):
+    if not settings.queues.is_response_queue(request.reply_to):
         # Before anything is taken or called: a request that answers elsewhere is not the app's.
         raise InvalidMessage(
             REPLY_TO_NOT_A_RESPONSE_QUEUE,
@@ -182,7 +182,7 @@ def handle_request(
         **tracing.order_attributes(request.order_id, request.instance_id, step=request.step),
         **tracing.messaging_attributes(
             tracing.messaging_system(queues),
-            settings.agent_queue(service.name),
+            settings.queues.agent_queue(service.name),
             message_id=request.request_id,
         ),
     }
@@ -340,7 +340,7 @@ def _call_service(
         if retry_at is not None:
             raise DependencyUnavailable(service.name, retry_at)
         calls += 1
-        return _call_once(request, service, min(settings.AGENT_CALL_TIMEOUT_S, left), breakers)
+        return _call_once(request, service, min(settings.agents.AGENT_CALL_TIMEOUT_S, left), breakers)
 
     def stop(state: RetryCallState) -> bool:
         # Stop when the budget is spent or the next backoff would end past the deadline.
@@ -359,9 +359,9 @@ def _call_service(
             retry=retry_if_exception_type(TransientError) & retry_if_not_exception_type(ServiceAuthRefused),
             stop=stop,
             wait=wait_exponential_jitter(
-                multiplier=settings.AGENT_BACKOFF_INITIAL_S,
-                max=settings.AGENT_BACKOFF_MAX_S,
-                jitter=settings.AGENT_BACKOFF_INITIAL_S,
+                multiplier=settings.agents.AGENT_BACKOFF_INITIAL_S,
+                max=settings.agents.AGENT_BACKOFF_MAX_S,
+                jitter=settings.agents.AGENT_BACKOFF_INITIAL_S,
             ),
             sleep=sleep,
             reraise=True,

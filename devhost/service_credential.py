@@ -20,6 +20,7 @@ from agents.services import HttpRemoteService
 from devhost.local_issuer import DEFAULT_LIFETIME_S, KEY_FILE, LocalIssuer, ensure_signing_key
 from orderflow.bindings import AGENT_ROLE, CachedTokens, EntraAuth, ServiceBindings, TokenSource
 from orderflow.settings import Settings
+from orderflow.settings.azure import check_bindings
 from orderflow.workflows import agent_names
 
 LOCAL_AGENTS_CLIENT_ID = "5b7c2f8e-3d0a-4f6e-9a51-2c8e0d4b7f13"
@@ -83,8 +84,8 @@ def agent_services(settings: Settings, credential: TokenSource | None = None) ->
     Raises:
         UnsafeAzureSetting: the bindings cannot serve the deployed workflows (first refusal, one line).
     """
-    settings.check_bindings(azure=False)
-    bindings = ServiceBindings.parse(settings.SERVICE_BINDINGS)
+    check_bindings(settings.agents, azure=False)
+    bindings = ServiceBindings.parse(settings.agents.SERVICE_BINDINGS)
     tokens: CachedTokens | None = None
     if any(isinstance(bindings.services[name].auth, EntraAuth) for name in agent_names()):
         tokens = CachedTokens(credential if credential is not None else LocalAgentCredential.from_key_file())

@@ -13,18 +13,18 @@ from orderflow.stores.cosmos import CosmosStores
 def connect_queues(settings: Settings) -> StorageQueueFactory:
     """Storage queues (Azurite locally) from ``STORAGE_CONNECTION_STRING``, with the
     ``QUEUE_CONNECTION_TIMEOUT_S`` and ``QUEUE_READ_TIMEOUT_S`` timeouts. Only the deployment's own
-    queues are created on first use (:meth:`Settings.is_deployment_queue`).
+    queues are created on first use (:meth:`orderflow.settings.Clients.is_deployment_queue`).
 
     Raises:
         ValueError: the setting is empty.
     """
-    if not settings.STORAGE_CONNECTION_STRING:
+    if not settings.connections.STORAGE_CONNECTION_STRING:
         raise ValueError("STORAGE_CONNECTION_STRING is not set")
     return StorageQueueFactory.from_connection_string(
-        settings.STORAGE_CONNECTION_STRING,
-        connection_timeout_s=settings.QUEUE_CONNECTION_TIMEOUT_S,
-        read_timeout_s=settings.QUEUE_READ_TIMEOUT_S,
-        creatable=settings.is_deployment_queue,
+        settings.connections.STORAGE_CONNECTION_STRING,
+        connection_timeout_s=settings.connections.QUEUE_CONNECTION_TIMEOUT_S,
+        read_timeout_s=settings.connections.QUEUE_READ_TIMEOUT_S,
+        creatable=settings.clients.is_deployment_queue,
     )
 
 
@@ -37,8 +37,8 @@ def connect_stores(settings: Settings) -> CosmosStores:
         ValueError: the endpoint or key is empty.
     """
     transport = transport_for(
-        settings.COSMOS_ENDPOINT,
-        connection_timeout_s=settings.STORE_CONNECTION_TIMEOUT_S,
-        read_timeout_s=settings.STORE_READ_TIMEOUT_S,
+        settings.connections.COSMOS_ENDPOINT,
+        connection_timeout_s=settings.connections.STORE_CONNECTION_TIMEOUT_S,
+        read_timeout_s=settings.connections.STORE_READ_TIMEOUT_S,
     )
     return wiring.connect_stores(settings, transport=transport)

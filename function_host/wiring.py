@@ -43,7 +43,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     stores, queues = connect_azure(settings)
     # Every role runs on the state store's time, measured through the machine's clock as it read at
     # start and has advanced since: a wall-clock step cannot shift a deadline.
-    probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
+    probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
     states, clock = store_timed(stores.state, SteadyClock(SystemClock()), settings, probe=probe)
     deps = Dependencies(
         states=states,
@@ -57,7 +57,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     )
     # Every alert the worker raises from now on is kept too, best effort (orderflow.alert_sink).
     telemetry.use_alert_sink(
-        AlertSink(stores.alerts, clock, settings.HOST_ID, window_s=settings.ALERT_WINDOW_S)
+        AlertSink(stores.alerts, clock, settings.queues.HOST_ID, window_s=settings.alerts.ALERT_WINDOW_S)
     )
     return deps, queues
 

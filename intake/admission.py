@@ -4,7 +4,7 @@ Submission asks :class:`~intake.client_admission.ClientAdmission` before it writ
 apply per client and for the whole system (a ceiling of 0, or none, disables its check):
 
 - **in flight, per client**: a registered client's orders in ``Pending`` or ``Processing`` may not exceed
-  its quota (:meth:`orderflow.settings.Settings.client_quota`: its own ``maxInFlight``, else an equal
+  its quota (:meth:`orderflow.settings.Clients.client_quota`: its own ``maxInFlight``, else an equal
   share of what the others' leave of ``MAX_IN_FLIGHT_ORDERS``), counted on its ``clientId``: one client
   at its quota is refused ``ClientInFlightCeiling`` while the others go on. The quotas never add up to
   more than the global ceiling (the settings refuse a registry whose do), so no client can fill the
@@ -345,18 +345,18 @@ class AdmissionControl:
             return cls(
                 states=states,
                 backlog=None,
-                max_in_flight=settings.MAX_IN_FLIGHT_ORDERS,
+                max_in_flight=settings.clients.MAX_IN_FLIGHT_ORDERS,
                 max_backlog=0,
-                refresh_s=settings.ADMISSION_REFRESH_S,
+                refresh_s=settings.clients.ADMISSION_REFRESH_S,
                 monotonic=monotonic,
             )
-        backlog = queues.queue(client.inbound_queue) if settings.MAX_SUBMISSION_BACKLOG > 0 else None
+        backlog = queues.queue(client.inbound_queue) if settings.clients.MAX_SUBMISSION_BACKLOG > 0 else None
         return cls(
             states=states,
             backlog=backlog,
-            max_in_flight=settings.client_quota(client),
-            max_backlog=settings.MAX_SUBMISSION_BACKLOG,
-            refresh_s=settings.ADMISSION_REFRESH_S,
+            max_in_flight=settings.clients.client_quota(client),
+            max_backlog=settings.clients.MAX_SUBMISSION_BACKLOG,
+            refresh_s=settings.clients.ADMISSION_REFRESH_S,
             monotonic=monotonic,
             client_id=client.client_id,
         )

@@ -30,7 +30,7 @@ def check_reply_queue(
     Raises:
         InvalidMessage: ``ReservedReplyQueue``, ``ReplyToNotRegistered`` or ``ReplyToMismatch``.
     """
-    reserved = settings.reserved_queue(order.reply_to)
+    reserved = settings.queues.reserved_queue(order.reply_to)
     if reserved is not None:
         raise InvalidMessage(
             RESERVED_REPLY_QUEUE,

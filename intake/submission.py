@@ -125,7 +125,7 @@ def initial_state(
         steps={
             step.name: StepState(idempotency_key=idempotency_key(key, step.name)) for step in definition.steps
         },
-        retry_budget=RetryBudget(limit=settings.RETRY_BUDGET),
+        retry_budget=RetryBudget(limit=settings.steps.RETRY_BUDGET),
         workflow_version=definition.version,
         created_at=now,
         updated_at=now,
@@ -279,7 +279,12 @@ def _take_in(
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(
-            body, client=client, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+            body,
+            client=client,
+            states=states,
+            queues=queues,
+            clock=clock,
+            grace_s=settings.starter.CLAIM_TIMEOUT_S,
         )
         return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
@@ -306,7 +311,7 @@ def _take_in(
             queues=queues,
             clock=clock,
             settings=settings,
-            definition=definition or new_order_workflow(settings.WORKFLOW_VERSION),
+            definition=definition or new_order_workflow(settings.steps.WORKFLOW_VERSION),
             admission=admission,
             order_cache=order_cache,
         )

@@ -77,12 +77,13 @@ def deployment_queues(settings: Settings) -> list[DeploymentQueue]:
     """The queues orderflow consumes, and so dead-letters on: every registered client's inbound queue (in
     ``CLIENTS`` order), every agent's request queue (sorted by agent), then the response queue and this
     host's own (``AGENT_RESPONSES_QUEUE``, ``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Each is one
-    :meth:`Settings.is_deployment_queue` accepts; other hosts' response queues are not known here."""
-    found = [DeploymentQueue(c.inbound_queue, "inbound", c.client_id) for c in settings.clients()]
-    found += [DeploymentQueue(settings.agent_queue(a), "agent", a) for a in agent_names()]
-    for name in dict.fromkeys((settings.AGENT_RESPONSES_QUEUE, settings.response_queue())):
+    :meth:`orderflow.settings.Clients.is_deployment_queue` accepts; other
+    hosts' response queues are not known here."""
+    found = [DeploymentQueue(c.inbound_queue, "inbound", c.client_id) for c in settings.clients.clients()]
+    found += [DeploymentQueue(settings.queues.agent_queue(a), "agent", a) for a in agent_names()]
+    for name in dict.fromkeys((settings.queues.AGENT_RESPONSES_QUEUE, settings.queues.response_queue())):
         found.append(DeploymentQueue(name, "responses", None))
-    return [queue for queue in found if settings.is_deployment_queue(queue.name)]
+    return [queue for queue in found if settings.clients.is_deployment_queue(queue.name)]
 
 
 def validate_dead_letter_id(text: str) -> str:
@@ -126,7 +127,7 @@ def linked_order(dead: DeadLetter, settings: Settings) -> str | None:
     Another client's key, text that is not an order id, references that disagree, or a dead letter of an
     agent's or the response queue: not linked.
     """
-    client = settings.clients().for_inbound_queue(dead.source_queue)
+    client = settings.clients.clients().for_inbound_queue(dead.source_queue)
     if client is None:
         return None
     # An empty correlation id is none at all (Service Bus and Storage envelopes carry "" or null alike).
@@ -238,7 +239,7 @@ def replay_dead_letter(
 def _record_ttl_s(settings: Settings) -> int:
     """How long a replay record is kept: as long as a dead letter (the alerts' when dead letters are kept
     for ever)."""
-    return math.ceil(settings.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
+    return math.ceil(settings.supervisor.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
 
 
 def _not_replayed(

@@ -182,7 +182,7 @@ def activity_over_time(call: Call, deps: Dependencies) -> OperatorResponse:
 
 
 def _console_config(settings: Settings) -> ConsoleConfig:
-    sign_in = settings.console_sign_in()
+    sign_in = settings.operator_api.console_sign_in()
     if sign_in is None:
         return ConsoleConfig(authority=None, client_id=None, scope=None)
     authority, client_id, scope = sign_in

@@ -72,7 +72,7 @@ class FirstRequests:
 def first_requests_for(deps: Dependencies) -> FirstRequests | None:
     """The hosts' :class:`FirstRequests`: ``deps``' queues and order cache over its order store; None when
     ``STARTER_SENDS_FIRST_REQUEST`` is off."""
-    if not deps.settings.STARTER_SENDS_FIRST_REQUEST:
+    if not deps.settings.starter.STARTER_SENDS_FIRST_REQUEST:
         return None
     return FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
 
@@ -132,9 +132,9 @@ def claim(
     traceparent = tracing.current_traceparent()
 
     def take(current: StateRecord) -> StateRecord:
-        claimed = forward.claim(current, now=now, claim_timeout_s=settings.CLAIM_TIMEOUT_S)
+        claimed = forward.claim(current, now=now, claim_timeout_s=settings.starter.CLAIM_TIMEOUT_S)
         # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
-        claimed.begin_attempt(settings.HOST_ID, now, traceparent=traceparent)
+        claimed.begin_attempt(settings.queues.HOST_ID, now, traceparent=traceparent)
         if claimed.process_state is ProcessState.PROCESSING:
             # The first-step seam: the protocol is correct without it (start_step starts what it did not).
             forward.start_first_step(claimed, now, settings)
@@ -199,7 +199,7 @@ def defer_for_dependency(
             record.order_id,
             hold,
             clock=None,
-            actor=Actor("starter", settings.HOST_ID),
+            actor=Actor("starter", settings.queues.HOST_ID),
             found=found,
             attempts=1,
             at=now,
@@ -304,7 +304,7 @@ def run_starter_pass(
         A :class:`StarterReport`.
     """
     report = StarterReport()
-    wanted = min(capacity, settings.STARTER_BATCH)
+    wanted = min(capacity, settings.starter.STARTER_BATCH)
     if wanted <= 0:
         return report
     query = StateQuery(
@@ -382,7 +382,7 @@ def _claim_and_start(
             client,
             claimed,
             response_queue=response_queue,
-            step_timeout_s=settings.STEP_TIMEOUT_S,
+            step_timeout_s=settings.steps.STEP_TIMEOUT_S,
             first_step=first,
         )
         if not started:

@@ -146,7 +146,7 @@ def opened(doc: BreakerDoc | None, dependency: str, now: datetime, settings: Set
     """The document of a breaker that opens at ``now`` (from closed), or re-opens after a failed probe
     (from half-open), for ``BREAKER_OPEN_S`` doubled per failed probe, capped at ``BREAKER_OPEN_MAX_S``."""
     reopened = 0 if doc is None or doc.open_until is None else doc.reopened + 1
-    open_s = min(settings.BREAKER_OPEN_S * 2**reopened, settings.BREAKER_OPEN_MAX_S)
+    open_s = min(settings.breakers.BREAKER_OPEN_S * 2**reopened, settings.breakers.BREAKER_OPEN_MAX_S)
     return BreakerDoc(
         id=dependency,
         open_until=now + timedelta(seconds=open_s),
@@ -236,7 +236,7 @@ class CircuitBreakers:
         view = breaker_view(None if found is None else found.item, now)
         if not isinstance(view, HalfOpen) or view.probe_by is not None or found is None:
             return wait_until(view, holder)
-        lease_s = self._settings.BREAKER_PROBE_LEASE_S
+        lease_s = self._settings.breakers.BREAKER_PROBE_LEASE_S
         taken = self._write(dependency, found, probing(found.item, holder, now, lease_s, self._host))
         if taken is None:
             # Another host wrote first: decide again on what it wrote.
@@ -269,7 +269,7 @@ class CircuitBreakers:
             now = self._clock.now()
             view = breaker_view(None if found is None else found.item, now)
             probe_failed = isinstance(view, HalfOpen) and view.probe_by == holder
-            threshold = isinstance(view, Closed) and count >= self._settings.BREAKER_FAILURES_TO_OPEN
+            threshold = isinstance(view, Closed) and count >= self._settings.breakers.BREAKER_FAILURES_TO_OPEN
             if not (probe_failed or threshold):
                 return
             doc = opened(None if found is None else found.item, dependency, now, self._settings, self._host)
@@ -287,7 +287,7 @@ class CircuitBreakers:
 
     @property
     def _host(self) -> str:
-        return self._settings.HOST_ID
+        return self._settings.queues.HOST_ID
 
     def _doc(self, dependency: str) -> BreakerDoc | None:
         try:
@@ -301,7 +301,7 @@ class CircuitBreakers:
         """The dependency's document, from the cache when younger than ``BREAKER_CACHE_S``."""
         with self._lock:
             known = self._known.get(dependency)
-        if known is not None and self._monotonic() - known.at < self._settings.BREAKER_CACHE_S:
+        if known is not None and self._monotonic() - known.at < self._settings.breakers.BREAKER_CACHE_S:
             return known.found
         return self._reread(dependency)
 
@@ -327,4 +327,4 @@ class CircuitBreakers:
 
 def circuit_breakers(store: BreakerStore, clock: Clock, settings: Settings) -> CircuitBreakers | None:
     """The host's breakers over ``store``, or None when ``BREAKER_ENABLED`` is off."""
-    return CircuitBreakers(store, clock, settings) if settings.BREAKER_ENABLED else None
+    return CircuitBreakers(store, clock, settings) if settings.breakers.BREAKER_ENABLED else None

@@ -166,5 +166,7 @@ class ClockCheckedStateStore:
 
 def clock_checked(states: StateStore, clock: Clock, settings: Settings) -> ClockCheckedStateStore:
     """``states`` measuring ``clock`` on every write against ``CLOCK_SKEW_TOLERANCE_S``: what a host wires."""
-    monitor = ClockSkewMonitor(clock, tolerance_s=settings.CLOCK_SKEW_TOLERANCE_S, host_id=settings.HOST_ID)
+    monitor = ClockSkewMonitor(
+        clock, tolerance_s=settings.alerts.CLOCK_SKEW_TOLERANCE_S, host_id=settings.queues.HOST_ID
+    )
     return ClockCheckedStateStore(states, monitor)

@@ -127,7 +127,7 @@ def send_step_request(
         traceparent=tracing.current_traceparent(),
     )
     agent = step_def.fallback_agent if fallback and step_def.fallback_agent else step_def.agent
-    queues.queue(settings.agent_queue(agent)).send(
+    queues.queue(settings.queues.agent_queue(agent)).send(
         request.to_json(), message_id=request_id, correlation_id=record.order_id
     )
     return complete_by

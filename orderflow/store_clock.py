@@ -200,8 +200,8 @@ def store_timed(
     store_clock = StoreClock(host, probe=probe)
     monitor = ClockSkewMonitor(
         host,
-        tolerance_s=settings.CLOCK_SKEW_TOLERANCE_S,
-        host_id=settings.HOST_ID,
+        tolerance_s=settings.alerts.CLOCK_SKEW_TOLERANCE_S,
+        host_id=settings.queues.HOST_ID,
         on_measured=store_clock.observe,
     )
     store_clock.measure()

@@ -10,6 +10,7 @@ from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTranspo
 
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings, on_azure
+from orderflow.settings.azure import check_azure
 from orderflow.stores.cosmos import CosmosStores
 
 if TYPE_CHECKING:
@@ -28,9 +29,9 @@ def store_timeouts(settings: Settings) -> StoreTimeouts:
     """The keyword arguments of :meth:`CosmosStores.connect` that bound every store call:
     ``STORE_CONNECTION_TIMEOUT_S``, ``STORE_READ_TIMEOUT_S`` and ``STORE_OPERATION_TIMEOUT_S``."""
     return StoreTimeouts(
-        connection_timeout=settings.STORE_CONNECTION_TIMEOUT_S,
-        read_timeout=settings.STORE_READ_TIMEOUT_S,
-        operation_timeout=settings.STORE_OPERATION_TIMEOUT_S,
+        connection_timeout=settings.connections.STORE_CONNECTION_TIMEOUT_S,
+        read_timeout=settings.connections.STORE_READ_TIMEOUT_S,
+        operation_timeout=settings.connections.STORE_OPERATION_TIMEOUT_S,
     )
 
 
@@ -44,17 +45,17 @@ def connect_stores(
     Raises:
         ValueError: the endpoint or key is empty (managed identity comes with the Azure host).
     """
-    if not settings.COSMOS_ENDPOINT or not settings.COSMOS_KEY:
+    if not settings.connections.COSMOS_ENDPOINT or not settings.connections.COSMOS_KEY:
         raise ValueError("COSMOS_ENDPOINT and COSMOS_KEY must be set")
-    if not settings.COSMOS_VERIFY_TLS:
+    if not settings.connections.COSMOS_VERIFY_TLS:
         # Verification is off by the operator's choice (the emulator's self-signed certificate):
         # urllib3 would otherwise warn on every request.
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     return CosmosStores.connect(
-        settings.COSMOS_ENDPOINT,
-        key=settings.COSMOS_KEY,
-        database=settings.COSMOS_DATABASE,
-        verify_tls=settings.COSMOS_VERIFY_TLS,
+        settings.connections.COSMOS_ENDPOINT,
+        key=settings.connections.COSMOS_KEY,
+        database=settings.connections.COSMOS_DATABASE,
+        verify_tls=settings.connections.COSMOS_VERIFY_TLS,
         transport=transport,
         **store_timeouts(settings),
     )
@@ -70,7 +71,9 @@ def azure_credential(settings: Settings) -> DefaultAzureCredential:
     """
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only identity connections need it)
 
-    client_id = settings.SERVICEBUS__clientId.strip() or settings.AZURE_CLIENT_ID.strip()
+    client_id = (
+        settings.connections.SERVICEBUS__clientId.strip() or settings.connections.AZURE_CLIENT_ID.strip()
+    )
     if client_id:
         return DefaultAzureCredential(managed_identity_client_id=client_id)
     # Passing None would hide an AZURE_CLIENT_ID that only the process environment holds.
@@ -94,37 +97,37 @@ def connect_azure(
         ValueError: ``COSMOS_ENDPOINT``, or both ``SERVICEBUS`` and its namespace, are empty.
     """
     if on_azure(environ):
-        settings.check_azure()
-    connection_string = settings.SERVICEBUS.strip()
-    namespace = settings.SERVICEBUS__fullyQualifiedNamespace.strip()
-    if not settings.COSMOS_ENDPOINT.strip():
+        check_azure(settings)
+    connection_string = settings.connections.SERVICEBUS.strip()
+    namespace = settings.connections.SERVICEBUS__fullyQualifiedNamespace.strip()
+    if not settings.connections.COSMOS_ENDPOINT.strip():
         raise ValueError("COSMOS_ENDPOINT is not set")
     if not connection_string and not namespace:
         raise ValueError("SERVICEBUS__fullyQualifiedNamespace (or SERVICEBUS, for the emulator) is not set")
-    needs_identity = not settings.COSMOS_KEY.strip() or not connection_string
+    needs_identity = not settings.connections.COSMOS_KEY.strip() or not connection_string
     credential = azure_credential(settings) if needs_identity else None
-    if settings.COSMOS_KEY.strip():
+    if settings.connections.COSMOS_KEY.strip():
         stores = connect_stores(settings)
     else:
         assert credential is not None
         # Data-plane RBAC cannot create databases or containers: infrastructure does.
         stores = CosmosStores.connect(
-            settings.COSMOS_ENDPOINT,
+            settings.connections.COSMOS_ENDPOINT,
             credential=credential,
-            database=settings.COSMOS_DATABASE,
-            verify_tls=settings.COSMOS_VERIFY_TLS,
+            database=settings.connections.COSMOS_DATABASE,
+            verify_tls=settings.connections.COSMOS_VERIFY_TLS,
             **store_timeouts(settings),
         )
     try:
         if connection_string:
             # No administration client: azure-servicebus's speaks https only, the emulator no TLS.
             queues = ServiceBusQueueFactory.from_connection_string(
-                connection_string, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
+                connection_string, send_timeout_s=settings.connections.QUEUE_READ_TIMEOUT_S
             )
         else:
             assert credential is not None
             queues = ServiceBusQueueFactory.from_namespace(
-                namespace, credential, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
+                namespace, credential, send_timeout_s=settings.connections.QUEUE_READ_TIMEOUT_S
             )
     except BaseException:
         stores.close()

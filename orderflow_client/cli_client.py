@@ -58,7 +58,7 @@ def _check_reply_to(reply_to: str, settings: Settings) -> None:
     except ValidationError as exc:
         cause = exc.errors()[0].get("ctx", {}).get("error")
         fail(f"--reply-to {cause or exc.errors()[0]['msg']}", code=2)
-    reserved = settings.reserved_queue(reply_to)
+    reserved = settings.queues.reserved_queue(reply_to)
     if reserved is not None:
         fail(f"--reply-to {reply_to!r} is {reserved}, not a client's reply queue", code=2)
 
@@ -70,7 +70,7 @@ def _registered_client(reply_to: str, settings: Settings) -> RegisteredClient:
     Raises:
         typer.Exit: 2, after a one-line error, when no registered client has that reply queue.
     """
-    for client in settings.clients():
+    for client in settings.clients.clients():
         if client.reply_queue == reply_to:
             return client
     fail(
@@ -86,7 +86,7 @@ def _client_by_id(client_id: str | None, settings: Settings) -> RegisteredClient
     Raises:
         typer.Exit: 2, after a one-line error: no such client, or ``--client`` omitted among several.
     """
-    clients = list(settings.clients())
+    clients = list(settings.clients.clients())
     if client_id is None:
         if len(clients) == 1:
             return clients[0]

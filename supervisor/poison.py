@@ -110,7 +110,10 @@ class VersionFailures:
     @classmethod
     def from_settings(cls, settings: Settings) -> VersionFailures:
         """A window of ``POISON_VERSION_WINDOW_S`` seconds and ``POISON_VERSION_ORDERS`` orders."""
-        return cls(window_s=settings.POISON_VERSION_WINDOW_S, threshold=settings.POISON_VERSION_ORDERS)
+        return cls(
+            window_s=settings.supervisor.POISON_VERSION_WINDOW_S,
+            threshold=settings.supervisor.POISON_VERSION_ORDERS,
+        )
 
     def _orders(self, failure: Failure, now: datetime) -> set[str]:
         seen = self._seen.get(failure)

@@ -66,13 +66,13 @@ def is_overdue(complete_by: datetime, clock: Clock) -> bool:
 
 def backoff_s(failure_count: int, settings: Settings) -> float:
     """Seconds before a recovered order may be claimed again: initial x 2^(n-1), capped."""
-    delay = settings.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
-    return float(min(settings.SUPERVISOR_BACKOFF_MAX_S, delay))
+    delay = settings.supervisor.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
+    return float(min(settings.supervisor.SUPERVISOR_BACKOFF_MAX_S, delay))
 
 
 def is_extended(failure_count: int, settings: Settings) -> bool:
     """Whether a record re-queued with this ``failureCount`` waits the extended backoff."""
-    return failure_count >= settings.SUPERVISOR_EXTENDED_BACKOFF_AFTER
+    return failure_count >= settings.supervisor.SUPERVISOR_EXTENDED_BACKOFF_AFTER
 
 
 def requeue_delay_s(failure_count: int, settings: Settings) -> float:
@@ -83,7 +83,7 @@ def requeue_delay_s(failure_count: int, settings: Settings) -> float:
         settings: The ``SUPERVISOR_BACKOFF_*`` and ``SUPERVISOR_EXTENDED_BACKOFF_*`` settings.
     """
     if is_extended(failure_count, settings):
-        return float(settings.SUPERVISOR_EXTENDED_BACKOFF_S)
+        return float(settings.supervisor.SUPERVISOR_EXTENDED_BACKOFF_S)
     return backoff_s(failure_count, settings)
 
 
@@ -125,7 +125,7 @@ def recover(
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
         return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    actor = Actor("supervisor", settings.HOST_ID)
+    actor = Actor("supervisor", settings.queues.HOST_ID)
     decided: list[supervision.Recovered] = []
 
     def decide(current: StateRecord) -> StateRecord:
@@ -134,7 +134,7 @@ def recover(
                 current,
                 complete_by=complete_by,
                 now=now,
-                max_failures=settings.SUPERVISOR_MAX_FAILURES,
+                max_failures=settings.supervisor.SUPERVISOR_MAX_FAILURES,
                 requeue_delay_s=lambda failure_count: requeue_delay_s(failure_count, settings),
                 poisoned=_poison_guard(now, settings, failures),
                 hold_by=POISON_GUARD,
@@ -142,7 +142,7 @@ def recover(
         ]
         return decided[0].record
 
-    give_up = supervision.gives_up(record, settings.SUPERVISOR_MAX_FAILURES)
+    give_up = supervision.gives_up(record, settings.supervisor.SUPERVISOR_MAX_FAILURES)
     try:
         written = update(
             states,
@@ -175,7 +175,7 @@ def _poison_guard(
         failure = _failure_of(updated, cause)
         if failure is None or not _poisoned(updated, failure, now, settings, failures):
             return None
-        return held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
+        return held_error(cause, failure.step, failure.code, settings.supervisor.POISON_FAILURES, now)
 
     return poisoned
 
@@ -196,7 +196,10 @@ def _poisoned(
 ) -> bool:
     """Whether the poison guard holds the order: its last ``POISON_FAILURES`` attempts (this one ended
     in ``updated``) failed the same way, and that failure is not systemic (:mod:`supervisor.poison`)."""
-    if failure is None or repeated_failure(updated.attempt_history, settings.POISON_FAILURES) is None:
+    if (
+        failure is None
+        or repeated_failure(updated.attempt_history, settings.supervisor.POISON_FAILURES) is None
+    ):
         return False
     return failures is None or not failures.systemic(failure, now)
 
@@ -258,7 +261,7 @@ def _recover_compensation(
     """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
     record = found.item
     now = clock.now()
-    give_up = record.compensation_failures + 1 >= settings.SUPERVISOR_MAX_FAILURES
+    give_up = record.compensation_failures + 1 >= settings.supervisor.SUPERVISOR_MAX_FAILURES
     action = "give_up" if give_up else "recover"
     decided: list[StateRecord] = []
 
@@ -267,7 +270,7 @@ def _recover_compensation(
             supervision.recover_compensation(
                 current,
                 now=now,
-                max_failures=settings.SUPERVISOR_MAX_FAILURES,
+                max_failures=settings.supervisor.SUPERVISOR_MAX_FAILURES,
                 requeue_delay_s=lambda failures: requeue_delay_s(failures, settings),
             )
         ]
@@ -279,7 +282,7 @@ def _recover_compensation(
             record.order_id,
             decide,
             clock=clock,
-            actor=Note(Actor("supervisor", settings.HOST_ID), action=action),
+            actor=Note(Actor("supervisor", settings.queues.HOST_ID), action=action),
             found=found,
             attempts=1,
             at=now,

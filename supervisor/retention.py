@@ -80,12 +80,12 @@ def purge_expired_logs(
         TransientError: a store is unavailable; the next pass starts over.
     """
     report = PurgeReport()
-    if settings.COMPENSATION_LOG_RETENTION_S <= 0:
+    if settings.supervisor.COMPENSATION_LOG_RETENTION_S <= 0:
         return report
     now = clock.now()
     query = StateQuery(
         process_states=PURGEABLE_STATES,
-        updated_before=now - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S),
+        updated_before=now - timedelta(seconds=settings.supervisor.COMPENSATION_LOG_RETENTION_S),
         purge_version_below=DATA_PURGE_VERSION,
     )
     # Purged records leave the result, so each pass starts again from the first page.
@@ -152,9 +152,9 @@ def dead_letter_sources(settings: Settings) -> list[str]:
     dead-letters on: every registered client's inbound queue, every agent's request queue, the response
     queue and this host's own (``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Reply queues are the
     clients' to consume (docs/data.md)."""
-    names = [client.inbound_queue for client in settings.clients()]
-    names += [settings.agent_queue(agent) for agent in agent_names()]
-    names += [settings.AGENT_RESPONSES_QUEUE, settings.response_queue()]
+    names = [client.inbound_queue for client in settings.clients.clients()]
+    names += [settings.queues.agent_queue(agent) for agent in agent_names()]
+    names += [settings.queues.AGENT_RESPONSES_QUEUE, settings.queues.response_queue()]
     return list(dict.fromkeys(names))
 
 
@@ -186,9 +186,9 @@ def purge_expired_dead_letters(
     Raises:
         TransientError, PermanentError: a queue failed (what was deleted before stays deleted).
     """
-    if settings.DEAD_LETTER_RETENTION_S <= 0:
+    if settings.supervisor.DEAD_LETTER_RETENTION_S <= 0:
         return 0
-    cutoff = clock.now() - timedelta(seconds=settings.DEAD_LETTER_RETENTION_S)
+    cutoff = clock.now() - timedelta(seconds=settings.supervisor.DEAD_LETTER_RETENTION_S)
 
     def expired(dead: DeadLetter) -> bool:
         return dead.dead_lettered_at < cutoff
@@ -231,9 +231,9 @@ def purge_finished_histories(*, histories: OrchestrationHistories, clock: Clock,
     Raises:
         TransientError: the runtime is unavailable; the next pass tries again.
     """
-    if settings.COMPENSATION_LOG_RETENTION_S <= 0:
+    if settings.supervisor.COMPENSATION_LOG_RETENTION_S <= 0:
         return 0
-    cutoff = clock.now() - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S)
+    cutoff = clock.now() - timedelta(seconds=settings.supervisor.COMPENSATION_LOG_RETENTION_S)
     deleted = histories.purge_ended_before(cutoff)
     if deleted:
         telemetry.event("retention.histories_deleted", instances=deleted)

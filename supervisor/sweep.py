@@ -273,10 +273,13 @@ def _scan(
         TransientError: the store is unavailable.
     """
     restarts = 0
-    while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
+    while report.scanned < settings.supervisor.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
         if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
-        budget = min(settings.SUPERVISOR_PAGE_SIZE, settings.SUPERVISOR_MAX_RECORDS - report.scanned)
+        budget = min(
+            settings.supervisor.SUPERVISOR_PAGE_SIZE,
+            settings.supervisor.SUPERVISOR_MAX_RECORDS - report.scanned,
+        )
         try:
             page = states.query(
                 expired_query(cursor.cutoff), max_item_count=budget, continuation=cursor.token
@@ -329,7 +332,7 @@ def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Set
     """
     if report.bounded is PageStop.EMPTY_PAGES:
         report.anomaly = ScanAnomaly.EMPTY_PAGES
-    at_record_bound = report.scanned >= settings.SUPERVISOR_MAX_RECORDS and report.bounded is None
+    at_record_bound = report.scanned >= settings.supervisor.SUPERVISOR_MAX_RECORDS and report.bounded is None
     resumable = report.stopped_early or (at_record_bound and bool(report.recovered))
     if cursor.in_progress and not resumable:
         logger.warning(

@@ -86,7 +86,7 @@ def counted_system(
     )
     host = DevHost(deps, ALL_ROLES)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
-    (registered,) = settings.clients()
+    (registered,) = settings.clients.clients()
     client = OrderflowClient(
         queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
     )

@@ -35,7 +35,7 @@ def _tokens() -> CachedTokens:
 def _service(name: str) -> HttpRemoteService:
     """``name``'s service as ``SERVICE_BINDINGS`` binds it (start-up has refused bindings missing one)."""
     settings = dependencies().settings
-    binding = ServiceBindings.parse(settings.SERVICE_BINDINGS).services[name]
+    binding = ServiceBindings.parse(settings.agents.SERVICE_BINDINGS).services[name]
     return HttpRemoteService(name, binding, tokens=_tokens() if isinstance(binding.auth, EntraAuth) else None)
 
 
@@ -55,7 +55,7 @@ def _handle(
     traceparent = trigger_traceparent(context)
     # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
     settle_trigger_delivery(
-        deps.settings.agent_queue(agent),
+        deps.settings.queues.agent_queue(agent),
         message,
         actions,
         lambda received: handle_request(
@@ -69,7 +69,7 @@ def _handle(
             breakers=deps.breakers,
             transport_traceparent=traceparent,
         ),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
         # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).
         redelivery=NO_RETRY,
     )

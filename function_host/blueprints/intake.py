@@ -59,7 +59,7 @@ def _handle(
             message_id=received.message_id,
             replays=deps.alerts,
         ),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
 

@@ -97,16 +97,16 @@ class TokenPolicy:
         Raises:
             ValueError: the operator API is not configured (no tenant or no audience).
         """
-        if not settings.OPERATOR_TENANT_ID or not settings.operator_audiences():
+        if not settings.operator_api.OPERATOR_TENANT_ID or not settings.operator_api.operator_audiences():
             raise ValueError(
                 "the operator API is not configured: set OPERATOR_TENANT_ID and OPERATOR_AUDIENCE"
             )
         return cls(
-            issuer=settings.operator_issuer(),
-            audiences=settings.operator_audiences(),
-            tenant_id=settings.OPERATOR_TENANT_ID,
-            jwks_uri=settings.operator_jwks_uri(),
-            leeway_s=settings.OPERATOR_TOKEN_LEEWAY_S,
+            issuer=settings.operator_api.operator_issuer(),
+            audiences=settings.operator_api.operator_audiences(),
+            tenant_id=settings.operator_api.OPERATOR_TENANT_ID,
+            jwks_uri=settings.operator_api.operator_jwks_uri(),
+            leeway_s=settings.operator_api.OPERATOR_TOKEN_LEEWAY_S,
         )
 
 

@@ -88,7 +88,9 @@ class TokenValidator:
         Raises:
             ValueError: the operator API is not configured, or its JWKS URI is not http(s).
         """
-        return cls(TokenPolicy.from_settings(settings), fetch_timeout_s=settings.OPERATOR_JWKS_TIMEOUT_S)
+        return cls(
+            TokenPolicy.from_settings(settings), fetch_timeout_s=settings.operator_api.OPERATOR_JWKS_TIMEOUT_S
+        )
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal an ``Authorization`` header value proves.
@@ -165,10 +167,13 @@ def validator_from_settings(settings: Settings) -> TokenValidator | None:
     Raises:
         ValueError: the settings configure the API only in part, or name a JWKS URI that is not http(s).
     """
-    if not settings.OPERATOR_TENANT_ID.strip() and not settings.operator_audiences():
+    if (
+        not settings.operator_api.OPERATOR_TENANT_ID.strip()
+        and not settings.operator_api.operator_audiences()
+    ):
         return None
     validator = TokenValidator.from_settings(settings)
-    unknown = sorted(client.client_id for client in settings.clients() if client.principal_id is None)
+    unknown = sorted(client.client_id for client in settings.clients.clients() if client.principal_id is None)
     if unknown:
         # Self-approval is refused by the submitter's principalId: without one it cannot be told.
         logger.warning(

@@ -57,7 +57,9 @@ class PageLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> PageLimits:
         """``SCAN_MAX_PAGES``, ``SCAN_MAX_EMPTY_PAGES`` and ``SCAN_MAX_S``."""
-        return cls(settings.SCAN_MAX_PAGES, settings.SCAN_MAX_EMPTY_PAGES, settings.SCAN_MAX_S)
+        return cls(
+            settings.scans.SCAN_MAX_PAGES, settings.scans.SCAN_MAX_EMPTY_PAGES, settings.scans.SCAN_MAX_S
+        )
 
 
 class PageBudget:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
-    settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
+    settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
     reply_queue = f"client-{suffix}"
     clock = FakeClock()
     admission = AdmissionControl.from_settings(
@@ -54,7 +54,7 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
     for order_id in rejected:
         reply = replies[reply_message_id(order_id, OrderStatus.REJECTED)]
         assert reply.reason == "InFlightCeiling"
-        assert reply.retry_after_s is not None and reply.retry_after_s >= settings.ADMISSION_REFRESH_S
+        assert reply.retry_after_s is not None and reply.retry_after_s >= settings.clients.ADMISSION_REFRESH_S
     assert sorted(reply.status for reply in replies.values()) == sorted(
         [OrderStatus.RECEIVED] * 3 + [OrderStatus.REJECTED] * 2
     )

@@ -32,8 +32,11 @@ def activity_deps(deps: Dependencies) -> Dependencies:
         deps,
         clock=FakeClock(),
         # Own agent queues: Azurite is shared by every test of the session.
-        settings=Settings(
-            CLAIM_TIMEOUT_S=30, SUPERVISOR_BACKOFF_INITIAL_S=5, AGENT_QUEUE_PREFIX=f"a{uuid.uuid4().hex[:8]}-"
+        settings=Settings.load(
+            {},
+            CLAIM_TIMEOUT_S=30,
+            SUPERVISOR_BACKOFF_INITIAL_S=5,
+            AGENT_QUEUE_PREFIX=f"a{uuid.uuid4().hex[:8]}-",
         ),
     )
 
@@ -133,7 +136,7 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
         None,
         1,
     )
-    assert d.queues.queue(d.settings.agent_queue("inventory")).approximate_count() == 0
+    assert d.queues.queue(d.settings.queues.agent_queue("inventory")).approximate_count() == 0
 
     # The next attempt owns the record; the stale one still cannot finish it.
     clock.advance(6)

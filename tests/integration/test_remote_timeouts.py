@@ -96,7 +96,8 @@ def test_a_hung_cosmos_store_fails_a_read_as_transient_at_the_store_timeouts(
     local_emulators: LocalEmulators, unique_name: str
 ) -> None:
     endpoints = local_emulators.endpoints
-    settings = Settings(
+    settings = Settings.load(
+        {},
         COSMOS_ENDPOINT=endpoints.cosmos_endpoint,
         COSMOS_KEY=endpoints.cosmos_key,
         COSMOS_VERIFY_TLS=False,

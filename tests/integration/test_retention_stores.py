@@ -130,7 +130,7 @@ def _system_free(doc: dict[str, Any]) -> dict[str, Any]:
 )
 def stores(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Stores]:
     clock = FakeClock()
-    settings = Settings(COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    settings = Settings.load({}, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
     if request.param == "memory":
         states, orders = InMemoryStateStore(), InMemoryOrderStore()
         containers = {"orderstate": states._container, "orders": orders._container}

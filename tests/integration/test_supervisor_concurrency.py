@@ -88,7 +88,7 @@ def world(deps: Dependencies) -> World:
 def settings_for(**overrides: object) -> Settings:
     # Lease off: these supervisors are plain functions racing each other, as when election is disabled.
     base: dict[str, object] = {"CLAIM_TIMEOUT_S": CLAIM_TIMEOUT_S, "SUPERVISOR_LEASE_ENABLED": False}
-    return Settings.model_validate({**base, **overrides})
+    return Settings.load({}, **{**base, **overrides})
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:

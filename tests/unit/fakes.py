@@ -98,7 +98,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=queues,
         clock=clock,
-        settings=Settings(**{"CLIENTS": TEST_CLIENTS, **settings}),
+        settings=Settings.load({}, **{"CLIENTS": TEST_CLIENTS, **settings}),
         dead_letters=queues,
         alerts=InMemoryAlertStore(clock=clock),
     )

@@ -116,7 +116,7 @@ def queues(clock: FakeClock) -> InMemoryQueueFactory:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+    return Settings.load({}, AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
 
 
 def request_body(*, deadline_s: float = 8.0, max_calls: int = 10) -> str:
@@ -195,8 +195,8 @@ def test_transient_twice_then_success_retries_with_the_same_key(
     # Exponential backoff from AGENT_BACKOFF_INITIAL_S, plus tenacity's jitter (at most 1 s).
     assert len(sleep.slept) == 2
     for n, slept in enumerate(sleep.slept):
-        floor = settings.AGENT_BACKOFF_INITIAL_S * 2**n
-        assert floor <= slept <= min(floor + 1.0, settings.AGENT_BACKOFF_MAX_S)
+        floor = settings.agents.AGENT_BACKOFF_INITIAL_S * 2**n
+        assert floor <= slept <= min(floor + 1.0, settings.agents.AGENT_BACKOFF_MAX_S)
     # Each retry starts after the previous call's duration plus the backoff: the sleep really waited.
     gaps = [(b.at - a.at).total_seconds() for a, b in zip(service.calls, service.calls[1:], strict=False)]
     assert gaps == pytest.approx([0.1 + s for s in sleep.slept], abs=1e-5)
@@ -262,7 +262,7 @@ def test_transient_until_the_deadline_starts_no_call_after_it(
         assert call.at < deadline
         assert left >= MIN_CALL_S
         assert call.timeout_s <= left
-        assert call.timeout_s <= settings.AGENT_CALL_TIMEOUT_S
+        assert call.timeout_s <= settings.agents.AGENT_CALL_TIMEOUT_S
     # The first call has 3 s left, less than AGENT_CALL_TIMEOUT_S: its timeout is the time left.
     assert service.calls[0].timeout_s == pytest.approx(3.0)
     # No backoff was allowed to run past the deadline either.
@@ -603,7 +603,9 @@ def test_no_sequence_of_deliveries_of_one_request_exceeds_its_max_calls(
     queues = InMemoryQueueFactory(clock=monotonic)
     service = ScriptedService(clock, [OUTCOMES[name]() for name in outcomes], duration_s=duration_s)
     replies = FlakyReplies(queues, failing_sends=1 if first_send_fails else 0)
-    settings = Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+    settings = Settings.load(
+        {}, AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0
+    )
     body = request_body(deadline_s=8.0, max_calls=max_calls)
     raised: list[int] = []
     results: dict[int, AgentResult] = {}

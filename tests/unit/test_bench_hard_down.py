@@ -43,7 +43,7 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
         ),
         deps,
     )
-    clock.advance(deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
         states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings, cursor=cursor
     )
@@ -65,10 +65,12 @@ def test_one_order_on_a_dead_service_without_breakers_is_given_up_not_held() -> 
         definition=ORDER_V1,
     )
     cursor = SweepCursor()  # one supervisor loop, as in the run's DevHost
-    reports = [fail_and_sweep(deps, clock, cursor) for _ in range(deps.settings.SUPERVISOR_MAX_FAILURES)]
+    reports = [
+        fail_and_sweep(deps, clock, cursor) for _ in range(deps.settings.supervisor.SUPERVISOR_MAX_FAILURES)
+    ]
 
     assert [r.held for r in reports] == [[]] * len(reports)
     assert reports[-1].gave_up == [ORDER]
     record = deps.states.get(ORDER).item
     assert (record.process_state, record.suspended_by) == (ProcessState.COMPENSATING, None)
-    assert record.failure_count == deps.settings.SUPERVISOR_MAX_FAILURES
+    assert record.failure_count == deps.settings.supervisor.SUPERVISOR_MAX_FAILURES

@@ -52,7 +52,7 @@ BREAKER = {
 
 
 def host(store: InMemoryBreakerStore, clock: FakeClock, host_id: str = "h1") -> CircuitBreakers:
-    return CircuitBreakers(store, clock, Settings(HOST_ID=host_id, **BREAKER))
+    return CircuitBreakers(store, clock, Settings.load({}, HOST_ID=host_id, **BREAKER))
 
 
 def fail(breakers: CircuitBreakers, times: int, holder: str = "o-1:1") -> None:
@@ -64,7 +64,7 @@ def fail(breakers: CircuitBreakers, times: int, holder: str = "o-1:1") -> None:
 
 
 def test_a_document_is_closed_open_then_half_open_with_or_without_a_live_probe() -> None:
-    settings = Settings(**BREAKER)
+    settings = Settings.load({}, **BREAKER)
     doc = opened(None, "payment", START, settings, "h1")
 
     assert breaker_view(None, START) == Closed()
@@ -80,7 +80,7 @@ def test_a_document_is_closed_open_then_half_open_with_or_without_a_live_probe()
 
 
 def test_each_failed_probe_doubles_the_open_period_up_to_its_cap() -> None:
-    settings = Settings(**BREAKER)
+    settings = Settings.load({}, **BREAKER)
     doc: BreakerDoc | None = None
     periods = []
     for _ in range(4):
@@ -184,7 +184,7 @@ def calls_to_a_dead_service(orders: int, *, with_breaker: bool) -> tuple[int, li
     store = InMemoryBreakerStore()
     hosts = [host(store, clock, "h1"), host(store, clock, "h2")] if with_breaker else [None, None]
     service, queues = DeadService(), InMemoryQueueFactory()
-    settings = Settings(AGENT_BACKOFF_INITIAL_S=0.01, AGENT_BACKOFF_MAX_S=0.01, **BREAKER)
+    settings = Settings.load({}, AGENT_BACKOFF_INITIAL_S=0.01, AGENT_BACKOFF_MAX_S=0.01, **BREAKER)
     for order in range(orders):
         handle_request(
             request(order),
@@ -272,7 +272,7 @@ def test_a_claim_defers_an_order_whose_first_step_waits_and_a_half_open_breaker_
     clock.advance(10)  # half-open: the claim of attempt 2 takes the probe and starts the charge
     won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings, breakers=deps.breakers)
     assert won is not None and won.item.steps["charge_payment"].status is StepStatus.RUNNING
-    assert won.item.retry_budget.spent == 1 + deps.settings.AGENT_MAX_CALLS_PER_STEP
+    assert won.item.retry_budget.spent == 1 + deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
 
     # Its probe fails at the agent: the attempt gives the record back and the order waits again.
     deps.breakers.failed("payment", holder="a:o-1:2")

@@ -292,7 +292,12 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     cancel(deps)
     settings = deps.settings
     # It died mid-step.
-    clock.advance(settings.STEP_TIMEOUT_S + settings.START_LATENCY_S + settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(
+        settings.steps.STEP_TIMEOUT_S
+        + settings.starter.START_LATENCY_S
+        + settings.alerts.CLOCK_SKEW_TOLERANCE_S
+        + 1
+    )
 
     outcome = recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings

@@ -199,7 +199,7 @@ def write_one(states: ClockCheckedStateStore, clock: FakeClock, order_id: str = 
         states=states,
         queues=memory_deps(clock).queues,
         clock=states.monitor.clock,
-        settings=Settings(),
+        settings=Settings.load({}),
     )
 
 

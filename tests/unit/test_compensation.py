@@ -195,7 +195,7 @@ def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependenci
     assert [m.message_id for m in requests] == ["a:o-1:1:reserve_inventory:undo"] * 2  # same id: a duplicate
     body = json.loads(requests[0].body)
     assert body["payload"] == {"forwardKey": "a:o-1:reserve_inventory", "reservationId": "r-1"}
-    assert body["maxCalls"] == deps.settings.AGENT_MAX_CALLS_PER_STEP
+    assert body["maxCalls"] == deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
 
 
 def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: Dependencies) -> None:
@@ -269,7 +269,9 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
 
 def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
-    clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)  # the compensating attempt's completeBy passes
+    clock.advance(
+        9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S
+    )  # the compensating attempt's completeBy passes
     assert recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
@@ -289,8 +291,8 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     reserved_then_declined(deps)
     replies(deps)
     outcomes = []
-    for attempt in range(2, 2 + deps.settings.SUPERVISOR_MAX_FAILURES):
-        clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)
+    for attempt in range(2, 2 + deps.settings.supervisor.SUPERVISOR_MAX_FAILURES):
+        clock.advance(9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S)
         outcomes.append(
             recover(
                 deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings

@@ -405,12 +405,13 @@ def test_the_emulators_command_reports_a_missing_emulator_in_one_line(
 
 
 def test_one_line_keeps_a_validation_errors_fields_and_problems() -> None:
+    # The errors come in the order of the sections: the consumers' before the local host's.
     with pytest.raises(ValueError) as raised:
-        Settings(SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
+        Settings.load({}, SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
 
     assert one_line(raised.value) == (
-        "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15; "
-        "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number"
+        "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number; "
+        "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15"
     )
 
 

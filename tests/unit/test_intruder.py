@@ -368,7 +368,7 @@ def test_a_message_dead_lettered_twice_with_its_reason_is_one_refused_attack() -
 def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_counted_on() -> None:
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     clock = FakeClock(T0)
-    settings = Settings(CLIENTS=json.dumps([{"id": c.client_id} for c in CLIENTS]))
+    settings = Settings.load({}, CLIENTS=json.dumps([{"id": c.client_id} for c in CLIENTS]))
 
     def intake(body: str, client: RegisteredClient) -> str | None:
         try:
@@ -522,7 +522,7 @@ def test_the_demo_counts_only_the_catalog_clients_orders() -> None:
 
 def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
     def handle(message: ReceivedMessage) -> object:
-        client = deps.settings.clients().for_inbound_queue(INTRUDER.inbound_queue)
+        client = deps.settings.clients.clients().for_inbound_queue(INTRUDER.inbound_queue)
         assert client is not None
         return take_in(deps, message, client)
 

@@ -35,7 +35,8 @@ from orderflow.operator_auth import (
     TokenValidator,
     authorize,
 )
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.azure import UnsafeAzureSetting, check_azure
 
 pytestmark = pytest.mark.unit
 
@@ -191,11 +192,11 @@ def test_the_local_issuers_settings_are_refused_on_azure(issuer: LocalIssuer) ->
     local = issuer.operator_settings(f"http://127.0.0.1:8083{issuer.jwks_path}")
 
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **local}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **local}))
 
     assert refused.value.setting == "OPERATOR_ISSUER"
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **local, "OPERATOR_ISSUER": ""}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **local, "OPERATOR_ISSUER": ""}))
     assert refused.value.setting == "OPERATOR_JWKS_URI"
 
 

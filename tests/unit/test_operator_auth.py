@@ -45,7 +45,8 @@ from orderflow.operator_auth import (
     validator_from_settings,
     www_authenticate,
 )
-from orderflow.settings import Settings, entra_issuer, entra_jwks_uri, entra_v1_issuer
+from orderflow.settings import Settings
+from orderflow.settings.operator_api import entra_issuer, entra_jwks_uri, entra_v1_issuer
 
 pytestmark = pytest.mark.unit
 

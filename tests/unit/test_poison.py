@@ -81,11 +81,11 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
             deps,
         )
     else:
-        advance(deps, deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S)
+        advance(deps, deps.settings.steps.STEP_TIMEOUT_S + deps.settings.starter.START_LATENCY_S)
 
 
 def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
-    advance(deps, deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    advance(deps, deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
         states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings, cursor=cursor
     )
@@ -113,7 +113,9 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
         POISON_GUARD,
     )
     assert record.suspended_at is not None
-    assert record.failure_count == 3 < deps.settings.SUPERVISOR_MAX_FAILURES  # not run to the threshold
+    assert (
+        record.failure_count == 3 < deps.settings.supervisor.SUPERVISOR_MAX_FAILURES
+    )  # not run to the threshold
     assert record.last_error is not None
     assert (record.last_error.code, record.last_error.step) == (REPEATED_FAILURE, STEP)
     assert "http_500" in record.last_error.message
@@ -151,7 +153,7 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
     )
 
     assert isinstance(outcome, CompensateAccepted) and outcome.action is CompensateAction.SCHEDULED

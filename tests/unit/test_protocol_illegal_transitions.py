@@ -43,7 +43,7 @@ def deps() -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=Settings(SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0),
+        settings=Settings.load({}, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0),
     )
 
 
@@ -115,7 +115,7 @@ def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
     deps: Dependencies, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(
-        deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.SUPERVISOR_MAX_FAILURES
+        deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.supervisor.SUPERVISOR_MAX_FAILURES
     )
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 

@@ -351,7 +351,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.states, self.orders, self._release = stores()
         self.queues = ReplyOutage(InMemoryQueueFactory(), REPLY_QUEUE)
-        self.settings = Settings(**SETTINGS)
+        self.settings = Settings.load({}, **SETTINGS)
         self.hosts = {name: self._host(name) for name in HOSTS}
         self.submitted: dict[str, str] = {}  # order id -> kind
         self.inbox: list[AgentRequest] = []  # requests the agents received and have not handled
@@ -375,7 +375,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             orders=self.orders,
             queues=self.queues,
             clock=self.clock,
-            settings=Settings(**SETTINGS, HOST_ID=name),
+            settings=Settings.load({}, **SETTINGS, HOST_ID=name),
         )
         return Host(name, deps)
 
@@ -431,7 +431,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            grace_s=self.settings.CLAIM_TIMEOUT_S,
+            grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
         )
 
     @precondition(lambda self: self._errors_to_resubmit())
@@ -451,8 +451,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            grace_s=self.settings.CLAIM_TIMEOUT_S,
-            retry_budget=self.settings.RETRY_BUDGET,
+            grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
+            retry_budget=self.settings.steps.RETRY_BUDGET,
             corrected=corrected,
             orders=self.orders,
         )
@@ -476,8 +476,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                 states=self.states,
                 queues=self.queues,
                 clock=self.clock,
-                grace_s=self.settings.CLAIM_TIMEOUT_S,
-                clients=self.settings.clients(),
+                grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
+                clients=self.settings.clients.clients(),
             )
         self._listen()
 
@@ -538,7 +538,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 starter.client,
                 won.item,
                 response_queue=starter.response_queue,
-                step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                step_timeout_s=self.settings.steps.STEP_TIMEOUT_S,
                 first_step=first,
             )
 
@@ -587,7 +587,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                     starter.client,
                     won.item,
                     response_queue=starter.response_queue,
-                    step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                    step_timeout_s=self.settings.steps.STEP_TIMEOUT_S,
                 )
 
     # --- Scheduler: orchestrations --------------------------------------------------------------------
@@ -651,7 +651,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             cursor=supervisor.cursor,
         )
         resend_pending_replies(
-            states=self.states, queues=self.queues, clock=self.clock, grace_s=self.settings.REPLY_GRACE_S
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            grace_s=self.settings.supervisor.REPLY_GRACE_S,
         )
 
     @precondition(lambda self: self._expired() and not self._reads("expired"))
@@ -1105,7 +1108,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         docs/configuration.md)."""
         sent = []
         for agent in agent_names():
-            for message in received(self.queues.queue(self.settings.agent_queue(agent))):
+            for message in received(self.queues.queue(self.settings.queues.agent_queue(agent))):
                 request = parse_message(AgentRequest, message.body)
                 sent.append(request)
                 # A key is never reused for another call: a remote service would answer the new call with

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_reserved_queues_are_orderflows_own(name: str, what: str | None) -> None:
-    assert Settings.load(env={}).reserved_queue(name) == what
+    assert Settings.load(env={}).queues.reserved_queue(name) == what
 
 
 def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
@@ -51,9 +51,9 @@ def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
         }
     )
 
-    assert settings.reserved_queue(settings.agent_queue("payment")) is not None
-    assert settings.reserved_queue(settings.response_queue()) is not None
-    assert settings.reserved_queue("agent-payment") is None
+    assert settings.queues.reserved_queue(settings.queues.agent_queue("payment")) is not None
+    assert settings.queues.reserved_queue(settings.queues.response_queue()) is not None
+    assert settings.queues.reserved_queue("agent-payment") is None
 
 
 def _submit(

@@ -211,9 +211,9 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     decide("approve")  # its owner died: nobody raises the event
 
     record = deps.states.get("a:o-1").item
-    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.starter.CLAIM_TIMEOUT_S)
     # Far before the 60 s review deadline + grace.
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     assert recover(
         deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
     ) is (Recovery.REQUEUED)
@@ -239,7 +239,7 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
         settings=deps.settings,
     )
 
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     recover(deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
 
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
@@ -346,7 +346,7 @@ def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
     # The registry changed: client a is gone, so nobody can say whose principal submitted the order.
-    settings = Settings(**{**deps.settings.model_dump(), "CLIENTS": '[{"id": "b"}]'})
+    settings = Settings.load({}, **{**deps.settings.values(), "CLIENTS": '[{"id": "b"}]'})
     unregistered = replace(deps, settings=settings)
     before = deps.states.get("a:o-1")
     body = json.dumps({"decision": "approve"}).encode()

@@ -36,7 +36,7 @@ from tests.unit.fakes import RecordingClient
 pytestmark = pytest.mark.unit
 
 EMPTY_PAGES = 5
-SETTINGS = Settings(SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES, SCAN_MAX_PAGES=20)
+SETTINGS = Settings.load({}, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES, SCAN_MAX_PAGES=20)
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_a_sweep_stops_at_its_page_bound_when_empty_pages_alternate_with_full_on
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=Settings(SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6),
+        settings=Settings.load({}, SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6),
     )
     assert (report.pages, report.scanned, report.skipped, report.bounded) == (6, 3, 3, PageStop.PAGES)
     assert len(transport.queries) == 6
@@ -177,7 +177,7 @@ def test_a_sweep_at_its_record_bound_with_nothing_decided_starts_a_new_scan_next
     ).to_json_dict() | {"_etag": '"1"'}
     transport.pager = lambda n, _token: ([record], f"t-{n + 1}")
     cursor = SweepCursor()
-    settings = Settings(SUPERVISOR_MAX_RECORDS=3, SUPERVISOR_PAGE_SIZE=1, SCAN_MAX_PAGES=20)
+    settings = Settings.load({}, SUPERVISOR_MAX_RECORDS=3, SUPERVISOR_PAGE_SIZE=1, SCAN_MAX_PAGES=20)
     report = run_sweep(
         states=cosmos.state,
         queues=InMemoryQueueFactory(),

@@ -192,7 +192,7 @@ def test_an_order_expiring_while_the_store_never_ends_is_recovered_within_two_pe
 def test_an_order_expiring_while_a_later_page_keeps_failing_is_recovered_within_two_periods(
     deps: Dependencies, clock: FakeClock
 ) -> None:
-    settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 1})
+    settings = deps.settings.replace(**{"SUPERVISOR_PAGE_SIZE": 1})
     failing = dataclasses.replace(deps, states=FailingAfterTheFirstPage(deps.states), settings=settings)
     cursor = SweepCursor()
     # Two orders stuck: a sweep recovers the one on the first page, then fails on the second page.

@@ -184,7 +184,7 @@ def test_a_negative_stuck_orders_count_is_refused(reader: InMemoryMetricReader) 
 
 def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReader) -> None:
     clock = FakeClock()
-    settings = Settings(CLAIM_TIMEOUT_S=30.0)
+    settings = Settings.load({}, CLAIM_TIMEOUT_S=30.0)
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     for order_id in ("a:o-1", "a:o-2", "a:o-3"):
         handle_intake_message(

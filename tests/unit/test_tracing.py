@@ -199,7 +199,7 @@ def submit(body: str, clock: FakeClock, states: StateStore) -> IntakeOutcome:
         states=states,
         queues=InMemoryQueueFactory(),
         clock=clock,
-        settings=Settings(CLIENTS=TEST_CLIENTS),
+        settings=Settings.load({}, CLIENTS=TEST_CLIENTS),
     ).outcome
 
 
@@ -433,14 +433,16 @@ def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_
             client=client,
             clock=clock,
             settings=deps.settings,
-            response_queue=deps.settings.response_queue(),
+            response_queue=deps.settings.queues.response_queue(),
             capacity=10,
         )
 
     with recorded_spans() as exporter:
         submit(order_body("a:o-1"), clock, deps.states)
         starter_pass()
-        clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.STEP_TIMEOUT_S + 600)  # attempt 1 died
+        clock.advance(
+            deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.steps.STEP_TIMEOUT_S + 600
+        )  # attempt 1 died
         run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
         clock.advance(3600)  # past the re-queue's backoff
         starter_pass()

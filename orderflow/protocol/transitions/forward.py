@@ -128,18 +128,20 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
         return None
     # The claim has not read the order, so a step that reviews large amounts is left to the activity.
     review = (
-        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
+        ReviewNeed.UNKNOWN
+        if step_def.review and settings.steps.REVIEW_AMOUNT_ABOVE > 0
+        else ReviewNeed.NOT_NEEDED
     )
     decision = decide_step_start(
         record,
         step_def,
         instance_id=record.locked_by,
         review=review,
-        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
+        max_calls_per_step=settings.steps.AGENT_MAX_CALLS_PER_STEP,
     )
     if not isinstance(decision, Start) or decision.grant is None:
         return None
-    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
+    timeout_s = (step_def.timeout_s or settings.steps.STEP_TIMEOUT_S) + settings.starter.START_LATENCY_S
     run_step(
         record,
         step_def.name,
@@ -215,7 +217,7 @@ def hold_for_dependency(
         True when the order was given up (compensated), False when it waits.
     """
     since = record.dependency_wait_since or now
-    give_up = (now - since).total_seconds() >= settings.BREAKER_MAX_WAIT_S
+    give_up = (now - since).total_seconds() >= settings.breakers.BREAKER_MAX_WAIT_S
     if record.locked_by is not None:
         record.end_attempt(now, "gave_up" if give_up else "dependency_wait")
     record.locked_by = None
@@ -228,7 +230,9 @@ def hold_for_dependency(
         record.last_error = LastError(
             kind=ErrorKind.UNAVAILABLE.value,
             code=DEPENDENCY_UNAVAILABLE,
-            message=f"{dependency} was unavailable (circuit open) for {settings.BREAKER_MAX_WAIT_S:g} s",
+            message=(
+                f"{dependency} was unavailable (circuit open) for {settings.breakers.BREAKER_MAX_WAIT_S:g} s"
+            ),
             step=step,
             at=now,
         )
@@ -327,7 +331,7 @@ def await_review(
         review = ReviewState(
             step=data.step,
             requested_at=now,
-            deadline=now + timedelta(seconds=settings.REVIEW_TIMEOUT_S),
+            deadline=now + timedelta(seconds=settings.steps.REVIEW_TIMEOUT_S),
             response_queue=data.response_queue,
         )
         record.review = review
@@ -345,7 +349,7 @@ def await_review(
     review.response_queue = data.response_queue
     record.process_state = ProcessState.AWAITING_REVIEW
     # The waiting attempt's timer fires at the deadline; a supervisor acts only if it died meanwhile.
-    record.complete_by = max(review.deadline, now) + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
+    record.complete_by = max(review.deadline, now) + timedelta(seconds=settings.starter.CLAIM_TIMEOUT_S)
     return record
 
 
