@@ -408,7 +408,9 @@ class DevHost:
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.deps.clock,
-            settings=self.settings,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            host_id=self.settings.queues.HOST_ID,
             cursor=self.sweep_cursor,
             keep_going=self._still_leader,
         )
@@ -425,7 +427,7 @@ class DevHost:
             queues=self.deps.queues,
             clock=self.deps.clock,
             grace_s=self.settings.supervisor.REPLY_GRACE_S,
-            limits=PageLimits.from_settings(self.settings),
+            limits=PageLimits.from_scans(self.settings.scans),
         )
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.
@@ -435,7 +437,9 @@ class DevHost:
     def purge_shared_data(self) -> RetentionReport:
         """The leader's retention pass: the stores, and the dead letters of the clients' inbound queues,
         the agents' request queues and the shared response queue (:func:`run_retention_pass`)."""
-        return run_retention_pass(self.deps, dead_letter_queues=dead_letter_sources(self.settings))
+        return run_retention_pass(
+            self.deps, dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues)
+        )
 
     def purge_own_history(self) -> RetentionReport:
         """This process's retention pass over what only it can reach: its durabletask backend's history

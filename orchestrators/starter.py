@@ -311,7 +311,7 @@ def run_starter_pass(
         process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now(), not_suspended=True
     )
     continuation: str | None = None
-    budget = PageBudget("starter", PageLimits.from_settings(settings))
+    budget = PageBudget("starter", PageLimits.from_scans(settings.scans))
     while len(report.claimed) < wanted and budget.allows_another():
         try:
             page = states.query(query, max_item_count=wanted, continuation=continuation)

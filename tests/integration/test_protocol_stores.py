@@ -103,7 +103,14 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     )
     assert client.started == ["a:stale-1:1"]
     clock.advance(31)  # the claim's completeBy passes; nothing ran
-    report = run_sweep(states=d.states, queues=d.queues, clock=clock, settings=d.settings)
+    report = run_sweep(
+        states=d.states,
+        queues=d.queues,
+        clock=clock,
+        supervisor=d.settings.supervisor,
+        scans=d.settings.scans,
+        host_id=d.settings.queues.HOST_ID,
+    )
     assert report.requeued == ["a:stale-1"]
     requeued = d.states.get("a:stale-1")
 

@@ -113,7 +113,11 @@ class Stores:
 
     def purge(self) -> int:
         report = purge_expired_logs(
-            states=self.states, orders=self.orders, clock=self.clock, settings=self.settings
+            states=self.states,
+            orders=self.orders,
+            clock=self.clock,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
         )
         return report.purged
 

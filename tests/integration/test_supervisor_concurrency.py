@@ -74,7 +74,9 @@ class World:
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.clock,
-            settings=settings,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
             cursor=cursor,
         )
 
@@ -177,7 +179,9 @@ def test_a_sweep_that_loses_leadership_stops_and_the_next_resumes_its_page(world
         states=world.states,
         queues=world.deps.queues,
         clock=world.clock,
-        settings=settings,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
         cursor=cursor,
         keep_going=lambda: next(answers),
     )
@@ -240,7 +244,9 @@ def test_a_repeating_token_restarts_the_scan_once_then_ends_the_sweep(world: Wor
             states=RepeatingTokens(world.states),
             queues=world.deps.queues,
             clock=world.clock,
-            settings=settings,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
             cursor=cursor,
         )
     # Pages 1-2, repeat → restart; pages 3-4, repeat → end: bounded, and the next sweep starts over.

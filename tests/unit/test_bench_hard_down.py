@@ -45,7 +45,13 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
     )
     clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
-        states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
     clock.advance(WAIT_S)
     return report

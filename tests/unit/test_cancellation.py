@@ -300,7 +300,12 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     )
 
     outcome = recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
 
     assert outcome is Recovery.REQUEUED

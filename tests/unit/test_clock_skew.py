@@ -113,7 +113,9 @@ def run_two_hosts(
             states=supervisor.states,
             queues=supervisor.queues,
             clock=supervisor.clock,
-            settings=supervisor.settings,
+            supervisor=supervisor.settings.supervisor,
+            scans=supervisor.settings.scans,
+            host_id=supervisor.settings.queues.HOST_ID,
         )
         if report.requeued and run.recovered_at is None:
             run.recovered_at = clock.now()

@@ -273,7 +273,12 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
         9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S
     )  # the compensating attempt's completeBy passes
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
     won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
@@ -295,7 +300,12 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
         clock.advance(9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states,
+                deps.states.get("a:o-1"),
+                queues=deps.queues,
+                clock=clock,
+                supervisor=deps.settings.supervisor,
+                host_id=deps.settings.queues.HOST_ID,
             )
         )
         record = deps.states.get("a:o-1").item

@@ -334,11 +334,21 @@ def test_the_supervisor_leaves_a_suspended_order_whose_attempt_died_until_it_is_
     deps.clock.advance(3600)
 
     held = recover(
-        deps.states, deps.states.get(KEY), queues=deps.queues, clock=deps.clock, settings=deps.settings
+        deps.states,
+        deps.states.get(KEY),
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
     call(deps, trusted.validator, "POST", f"{ORDER}/resume", trusted.operator())
     after = recover(
-        deps.states, deps.states.get(KEY), queues=deps.queues, clock=deps.clock, settings=deps.settings
+        deps.states,
+        deps.states.get(KEY),
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
 
     assert (held, after) == (Recovery.SKIPPED, Recovery.REQUEUED)

@@ -87,7 +87,13 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
 def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
     advance(deps, deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
-        states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
     advance(deps, WAIT_S)
     return report

@@ -137,7 +137,12 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
     record = claimed(deps)
     clock.advance(31)
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     requeued = deps.states.get("a:o-1").item
     assert requeued.next_attempt_at == clock.now() + timedelta(seconds=2)
@@ -169,7 +174,14 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     submit(deps)
     claimed(deps)
     clock.advance(31)
-    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     before = deps.states.get("a:o-1")
     result = start_step(
         StartStepInput(
@@ -701,7 +713,14 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencie
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     claimed(deps, "a:o-1")
-    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    report = run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert (report.scanned, report.requeued, report.gave_up) == (0, [], [])
     assert deps.states.get("a:o-2").item.process_state is ProcessState.PENDING
 
@@ -717,7 +736,12 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
         clock.advance(31)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states,
+                deps.states.get("a:o-1"),
+                queues=deps.queues,
+                clock=clock,
+                supervisor=deps.settings.supervisor,
+                host_id=deps.settings.queues.HOST_ID,
             )
         )
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
@@ -741,8 +765,22 @@ def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeCl
     clock.advance(31)
     seen_by_a = deps.states.get("a:o-1")
     seen_by_b = deps.states.get("a:o-1")
-    a = recover(deps.states, seen_by_a, queues=deps.queues, clock=clock, settings=deps.settings)
-    b = recover(deps.states, seen_by_b, queues=deps.queues, clock=clock, settings=deps.settings)
+    a = recover(
+        deps.states,
+        seen_by_a,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
+    b = recover(
+        deps.states,
+        seen_by_b,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert (a, b) == (Recovery.REQUEUED, Recovery.LOST_RACE)
     assert deps.states.get("a:o-1").item.failure_count == 1
 
@@ -753,7 +791,14 @@ def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: Fak
         submit(deps, f"a:o-{n}")
         claimed(deps, f"a:o-{n}")
     clock.advance(31)
-    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+    report = run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )
     assert sorted(report.requeued) == sorted(f"a:o-{n}" for n in range(10))
     assert report.pages >= 4
     left = deps.states.count(StateQuery(process_states=(ProcessState.PROCESSING,)))
@@ -762,7 +807,7 @@ def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: Fak
 
 def test_backoff_doubles_and_caps() -> None:
     s = Settings.load({}, SUPERVISOR_BACKOFF_INITIAL_S=1.0, SUPERVISOR_BACKOFF_MAX_S=5.0)
-    assert [backoff_s(n, s) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert [backoff_s(n, s.supervisor) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
 
 
 def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) -> None:
@@ -870,7 +915,14 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
         request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
         assert request["maxCalls"] == 4  # the agent may make no more than its reservation
         clock.advance(31)
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)  # the attempt died
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
+        )  # the attempt died
         clock.advance(60)
     assert deps.states.get("a:o-1").item.retry_budget.spent == 8  # nobody reported: both reservations stay
 
@@ -882,7 +934,14 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     reader = InMemoryMetricReader()
     telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
     try:
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
+        )
         gave_up = _metric_points(reader, telemetry.GAVE_UP)
     finally:
         telemetry.use_meter_provider(None)
@@ -958,7 +1017,14 @@ def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
         + settings.alerts.CLOCK_SKEW_TOLERANCE_S
         + 1
     )
-    assert run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings).recovered
+    assert run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    ).recovered
     clock.advance(60)
 
 
@@ -1051,7 +1117,14 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     first_claim = clock.now()
     claimed(deps)
     clock.advance(31)  # the claim's completeBy passes
-    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     recovered_at = clock.now()
     clock.advance(10)  # past the re-queue backoff
     second_claim = clock.now()

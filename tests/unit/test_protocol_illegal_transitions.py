@@ -106,7 +106,14 @@ def test_a_recovery_of_a_processed_order_is_an_illegal_transition(
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Pending"):
-        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(
+            deps.states,
+            before,
+            queues=deps.queues,
+            clock=deps.clock,
+            supervisor=deps.settings.supervisor,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 
@@ -120,7 +127,14 @@ def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Compensating"):
-        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(
+            deps.states,
+            before,
+            queues=deps.queues,
+            clock=deps.clock,
+            supervisor=deps.settings.supervisor,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 

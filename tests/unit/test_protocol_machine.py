@@ -647,7 +647,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            host_id=self.settings.queues.HOST_ID,
             cursor=supervisor.cursor,
         )
         resend_pending_replies(
@@ -674,7 +676,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         page, supervisor.expired = supervisor.expired, []
         self._acting_as(Actor.SUPERVISOR)
         for found in page:
-            recover(self.states, found, queues=self.queues, clock=self.clock, settings=self.settings)
+            recover(
+                self.states,
+                found,
+                queues=self.queues,
+                clock=self.clock,
+                supervisor=self.settings.supervisor,
+                host_id=self.settings.queues.HOST_ID,
+            )
 
     # --- The world ------------------------------------------------------------------------------------
 

@@ -93,7 +93,11 @@ def record(order_id: str, state: ProcessState, clock: FakeClock, **fields: Any) 
 
 def purge(deps: Dependencies) -> PurgeReport:
     return purge_expired_logs(
-        states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings
+        states=deps.states,
+        orders=deps.orders,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
     )
 
 
@@ -459,7 +463,14 @@ def test_the_supervisor_leaves_a_purged_order_alone(purged: Dependencies) -> Non
     assert isinstance(clock, FakeClock)
     clock.advance(DAY.total_seconds())
 
-    run_sweep(states=purged.states, queues=purged.queues, clock=purged.clock, settings=purged.settings)
+    run_sweep(
+        states=purged.states,
+        queues=purged.queues,
+        clock=purged.clock,
+        supervisor=purged.settings.supervisor,
+        scans=purged.settings.scans,
+        host_id=purged.settings.queues.HOST_ID,
+    )
 
     assert snapshot(purged) == before
 
@@ -517,7 +528,11 @@ class CountingDeadLetters:
 
 def purge_dead_letters(deps: Dependencies, counting: CountingDeadLetters, names: list[str]) -> int:
     return purge_expired_dead_letters(
-        queues=deps.queues, dead_letters=counting, names=names, clock=deps.clock, settings=deps.settings
+        queues=deps.queues,
+        dead_letters=counting,
+        names=names,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
     )
 
 
@@ -566,7 +581,7 @@ def test_a_zero_dead_letter_retention_never_deletes() -> None:
 
 def test_the_dead_letter_sources_are_the_queues_orderflow_consumes() -> None:
     deps = wall_clock_deps(HOST_ID="h1")
-    names = dead_letter_sources(deps.settings)
+    names = dead_letter_sources(deps.settings.clients, deps.settings.queues)
 
     assert names[0] == TEST_CLIENT.inbound_queue
     assert {deps.settings.queues.agent_queue(agent) for agent in agent_names()} <= set(names)
@@ -595,7 +610,9 @@ def test_the_history_purge_asks_for_instances_created_before_the_retention_perio
     deps = wall_clock_deps()
     histories = RecordingHistories()
 
-    deleted = purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings)
+    deleted = purge_finished_histories(
+        histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor
+    )
 
     assert deleted == 2
     assert histories.cutoffs == [
@@ -607,7 +624,10 @@ def test_a_zero_retention_purges_no_history() -> None:
     deps = wall_clock_deps(COMPENSATION_LOG_RETENTION_S=0, DEAD_LETTER_RETENTION_S=0)
     histories = RecordingHistories()
 
-    assert purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings) == 0
+    assert (
+        purge_finished_histories(histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor)
+        == 0
+    )
     assert histories.cutoffs == []
 
 
@@ -623,7 +643,9 @@ def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pyt
     histories = RecordingHistories()
 
     report = run_retention_pass(
-        deps, dead_letter_queues=dead_letter_sources(deps.settings), histories=histories
+        deps,
+        dead_letter_queues=dead_letter_sources(deps.settings.clients, deps.settings.queues),
+        histories=histories,
     )
 
     assert report.records == PurgeReport()

@@ -192,7 +192,12 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
     clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
 
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
     assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
@@ -215,7 +220,12 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     # Far before the 60 s review deadline + grace.
     clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
     assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
@@ -240,7 +250,14 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     )
 
     clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
-    recover(deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
+    recover(
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
 
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 

@@ -136,7 +136,13 @@ def sweep_after_a_period(deps: Dependencies, clock: FakeClock, cursor: SweepCurs
     """What the supervisor loop does every period: wait ``PERIOD_S``, then sweep with its cursor."""
     clock.advance(PERIOD_S)
     return run_sweep(
-        states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
 
 

@@ -199,12 +199,26 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
         assert claim(states, states.get(order_id), clock, settings) is not None
     clock.advance(31)  # every claim's completeBy passes
 
-    report = run_sweep(states=states, queues=queues, clock=clock, settings=settings)
+    report = run_sweep(
+        states=states,
+        queues=queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )
 
     assert len(report.requeued) == 3
     assert points(reader, telemetry.STUCK_ORDERS) == [({}, 3)]
     assert total(reader, telemetry.RECOVERIES) == 3
-    run_sweep(states=states, queues=queues, clock=clock, settings=settings)  # nothing expired any more
+    run_sweep(
+        states=states,
+        queues=queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )  # nothing expired any more
     assert points(reader, telemetry.STUCK_ORDERS) == [({}, 0)]
 
 

@@ -443,7 +443,14 @@ def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_
         clock.advance(
             deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.steps.STEP_TIMEOUT_S + 600
         )  # attempt 1 died
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=deps.settings.supervisor,
+            scans=deps.settings.scans,
+            host_id=deps.settings.queues.HOST_ID,
+        )
         clock.advance(3600)  # past the re-queue's backoff
         starter_pass()
 
