@@ -312,8 +312,8 @@ class DevHost:
                 self.settings.queues.HOST_ID,
             )
             return
-        self.admission = ClientAdmission.from_settings(
-            self.settings, states=self.deps.states, queues=self.deps.queues
+        self.admission = ClientAdmission.from_clients(
+            self.settings.clients, states=self.deps.states, queues=self.deps.queues
         )
         for client in clients:
             self._open_queue(client.reply_queue)

@@ -72,7 +72,7 @@ from orderflow.clients import RegisteredClient
 from orderflow.errors import OrderflowError
 from orderflow.protocol.state_machine import IN_FLIGHT_STATES
 from orderflow.queues.base import QueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Clients
 from orderflow.stores.base import StateQuery, StateStore
 
 logger = logging.getLogger(__name__)
@@ -326,9 +326,9 @@ class AdmissionControl:
         )
 
     @classmethod
-    def from_settings(
+    def from_clients(
         cls,
-        settings: Settings,
+        clients: Clients,
         *,
         states: StateStore,
         queues: QueueFactory,
@@ -345,18 +345,18 @@ class AdmissionControl:
             return cls(
                 states=states,
                 backlog=None,
-                max_in_flight=settings.clients.MAX_IN_FLIGHT_ORDERS,
+                max_in_flight=clients.MAX_IN_FLIGHT_ORDERS,
                 max_backlog=0,
-                refresh_s=settings.clients.ADMISSION_REFRESH_S,
+                refresh_s=clients.ADMISSION_REFRESH_S,
                 monotonic=monotonic,
             )
-        backlog = queues.queue(client.inbound_queue) if settings.clients.MAX_SUBMISSION_BACKLOG > 0 else None
+        backlog = queues.queue(client.inbound_queue) if clients.MAX_SUBMISSION_BACKLOG > 0 else None
         return cls(
             states=states,
             backlog=backlog,
-            max_in_flight=settings.clients.client_quota(client),
-            max_backlog=settings.clients.MAX_SUBMISSION_BACKLOG,
-            refresh_s=settings.clients.ADMISSION_REFRESH_S,
+            max_in_flight=clients.client_quota(client),
+            max_backlog=clients.MAX_SUBMISSION_BACKLOG,
+            refresh_s=clients.ADMISSION_REFRESH_S,
             monotonic=monotonic,
             client_id=client.client_id,
         )

@@ -29,7 +29,7 @@ from orderflow.clients import RegisteredClient
 def _admission() -> ClientAdmission:
     """The worker process's admission control, shared by every submission invocation."""
     deps = dependencies()
-    return ClientAdmission.from_settings(deps.settings, states=deps.states, queues=deps.queues)
+    return ClientAdmission.from_clients(deps.settings.clients, states=deps.states, queues=deps.queues)
 
 
 def _handle(
@@ -52,7 +52,9 @@ def _handle(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             admission=_admission(),
             transport_traceparent=traceparent,
             order_cache=deps.order_cache,

@@ -24,8 +24,8 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
     settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
     reply_queue = f"client-{suffix}"
     clock = FakeClock()
-    admission = AdmissionControl.from_settings(
-        settings, states=deps.states, queues=deps.queues, monotonic=lambda: clock.now().timestamp()
+    admission = AdmissionControl.from_clients(
+        settings.clients, states=deps.states, queues=deps.queues, monotonic=lambda: clock.now().timestamp()
     )
     ids = [f"adm-{suffix}-{n}" for n in range(5)]
 
@@ -37,7 +37,9 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
             states=deps.states,
             queues=deps.queues,
             clock=clock,
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=admission,
         ).outcome
         for order_id in ids

@@ -49,7 +49,9 @@ def _submit(d: Dependencies, order_id: str) -> None:
         states=d.states,
         queues=d.queues,
         clock=d.clock,
-        settings=d.settings,
+        steps=d.settings.steps,
+        starter=d.settings.starter,
+        queue_names=d.settings.queues,
     )
 
 

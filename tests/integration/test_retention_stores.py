@@ -108,7 +108,9 @@ class Stores:
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
         ).outcome
 
     def purge(self) -> int:

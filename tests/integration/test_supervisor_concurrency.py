@@ -63,7 +63,9 @@ class World:
                 states=self.deps.states,
                 queues=self.deps.queues,
                 clock=self.clock,
-                settings=settings,
+                steps=settings.steps,
+                starter=settings.starter,
+                queue_names=settings.queues,
             )
             assert claim(self.deps.states, self.deps.states.get(order_id), self.clock, settings) is not None
         self.clock.advance(CLAIM_TIMEOUT_S + 1)

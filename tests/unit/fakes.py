@@ -117,7 +117,9 @@ def take_in(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         **options,
     )
 
@@ -133,7 +135,9 @@ def submit_and_claim(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=definition,
     )
     won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)

@@ -111,7 +111,9 @@ class System:
             states=self.counted_states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
             admission=admission,
         )
 
@@ -487,7 +489,7 @@ def test_threads_wait_for_the_first_read_instead_of_all_querying(system: System)
 def test_settings_configure_admission_control() -> None:
     settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=7, MAX_SUBMISSION_BACKLOG=0, ADMISSION_REFRESH_S=2.5)
     queues = InMemoryQueueFactory()
-    admission = AdmissionControl.from_settings(settings, states=InMemoryStateStore(), queues=queues)
+    admission = AdmissionControl.from_clients(settings.clients, states=InMemoryStateStore(), queues=queues)
     assert (admission.max_in_flight, admission.max_backlog, admission.refresh_s) == (7, 0, 2.5)
     assert repr(admission) == "AdmissionControl(max_in_flight=7, max_backlog=0, refresh_s=2.5)"
     assert repr(queues) == "InMemoryQueueFactory(queues=0)"  # backlog check off: no queue client

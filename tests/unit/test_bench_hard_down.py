@@ -67,7 +67,9 @@ def test_one_order_on_a_dead_service_without_breakers_is_given_up_not_held() -> 
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
     cursor = SweepCursor()  # one supervisor loop, as in the run's DevHost

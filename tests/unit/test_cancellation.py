@@ -59,7 +59,9 @@ def submit(deps: Dependencies) -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 
@@ -94,7 +96,9 @@ def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     assert result.outcome is IntakeOutcome.CANCEL and result.cancel is not None
     return result.cancel

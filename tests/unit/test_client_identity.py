@@ -46,7 +46,9 @@ class System:
         self.states, self.orders = InMemoryStateStore(), InMemoryOrderStore()
         self.queues = InMemoryQueueFactory()
         self.clock = FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC))
-        self.admission = ClientAdmission.from_settings(self.settings, states=self.states, queues=self.queues)
+        self.admission = ClientAdmission.from_clients(
+            self.settings.clients, states=self.states, queues=self.queues
+        )
 
     def send(self, client: RegisteredClient, body: str) -> IntakeResult:
         return handle_intake_message(
@@ -56,7 +58,9 @@ class System:
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
             admission=self.admission,
         )
 
@@ -130,7 +134,7 @@ def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, 
     owner = client if with_client_id else None
     system.orders.create(order_document(order, system.clock, owner, key=order_id))
     record = initial_state(
-        order, new_order_workflow(None), system.settings, system.clock, owner, key=order_id
+        order, new_order_workflow(None), system.settings.steps, system.clock, owner, key=order_id
     )
     system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 

@@ -89,7 +89,9 @@ def run_two_hosts(
         states=writer.states,
         queues=writer.queues,
         clock=writer.clock,
-        settings=writer.settings,
+        steps=writer.settings.steps,
+        starter=writer.settings.starter,
+        queue_names=writer.settings.queues,
     )
     orchestrations = RecordingClient()
     for host in (writer, supervisor):  # the writer claims: attempt 1 runs there
@@ -201,7 +203,9 @@ def write_one(states: ClockCheckedStateStore, clock: FakeClock, order_id: str = 
         states=states,
         queues=memory_deps(clock).queues,
         clock=states.monitor.clock,
-        settings=Settings.load({}),
+        steps=Settings.load({}).steps,
+        starter=Settings.load({}).starter,
+        queue_names=Settings.load({}).queues,
     )
 
 

@@ -421,7 +421,9 @@ def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_fo
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     etag = deps.states.get(KEY).etag
     refusal = StepError(step=RESERVE, kind="permanent", code="out_of_stock", message="none", calls=1)

@@ -176,7 +176,9 @@ def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 
@@ -354,7 +356,9 @@ def two_clients() -> tuple[Dependencies, RecordingStates]:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
     states = RecordingStates(deps.states)

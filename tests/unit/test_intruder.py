@@ -379,7 +379,9 @@ def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_count
                 states=states,
                 queues=queues,
                 clock=clock,
-                settings=settings,
+                steps=settings.steps,
+                starter=settings.starter,
+                queue_names=settings.queues,
             )
         except InvalidMessage as refused:
             return refused.reason
@@ -573,7 +575,9 @@ def test_the_new_attacks_through_the_real_intake_and_operator_api_have_no_cross_
                 states=deps.states,
                 queues=deps.queues,
                 clock=deps.clock,
-                settings=deps.settings,
+                steps=deps.settings.steps,
+                starter=deps.settings.starter,
+                queue_names=deps.settings.queues,
             )
         same = Attack(AttackKind.SAME_ID, "tpch-1", VICTIM.client_id, "tpch-1:submit")
         own = SubmitOrder.model_validate({**same_id_order("tpch-1"), "replyTo": INTRUDER.reply_queue})

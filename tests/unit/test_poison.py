@@ -59,7 +59,9 @@ def submit(deps: Dependencies, order_id: str) -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 

@@ -67,7 +67,9 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         order_cache=deps.order_cache,
     )
 
@@ -839,7 +841,9 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             order_cache=deps.order_cache,
         )
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
@@ -862,7 +866,9 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencie
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
     assert statuses == ["Received", "Received"]
@@ -1070,7 +1076,9 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
             states=deps.states,
             queues=deps.queues,
             clock=clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             definition=ORDER_V2,
         )
         # An earlier attempt completed reserve_inventory: the next step may pause for review.

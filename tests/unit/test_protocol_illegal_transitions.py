@@ -59,7 +59,9 @@ def finished(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         order_cache=deps.order_cache,
     )
 

@@ -1025,7 +1025,9 @@ class ProtocolMachine(RuleBasedStateMachine):
                 states=self.states,
                 queues=self.queues,
                 clock=self.clock,
-                settings=self.settings,
+                steps=self.settings.steps,
+                starter=self.settings.starter,
+                queue_names=self.settings.queues,
                 definition=definition,
             )
 

@@ -69,7 +69,9 @@ def _submit(
             states=states,
             queues=queues,
             clock=FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC)),
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
         )
     except InvalidMessage as refused:
         with pytest.raises(NotFound):

@@ -447,7 +447,9 @@ def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_no
         states=purged.states,
         queues=purged.queues,
         clock=purged.clock,
-        settings=purged.settings,
+        steps=purged.settings.steps,
+        starter=purged.settings.starter,
+        queue_names=purged.settings.queues,
         definition=ORDER_V2,
     )
 

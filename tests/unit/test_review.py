@@ -246,7 +246,9 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
     clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)

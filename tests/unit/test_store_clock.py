@@ -165,7 +165,9 @@ def test_store_timed_measures_every_write_of_the_host_into_its_clock() -> None:
         states=states,
         queues=deps.queues,
         clock=clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
     measured = clock.offset()

@@ -155,7 +155,9 @@ def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER
         states=deps.states,
         queues=deps.queues,
         clock=clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     claimed = claim(deps.states, deps.states.get(order_id), clock, deps.settings)
     assert claimed is not None and claimed.item.complete_by is not None

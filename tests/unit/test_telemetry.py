@@ -194,7 +194,9 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
             states=states,
             queues=queues,
             clock=clock,
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
         )
         assert claim(states, states.get(order_id), clock, settings) is not None
     clock.advance(31)  # every claim's completeBy passes

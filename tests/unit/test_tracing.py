@@ -199,7 +199,9 @@ def submit(body: str, clock: FakeClock, states: StateStore) -> IntakeOutcome:
         states=states,
         queues=InMemoryQueueFactory(),
         clock=clock,
-        settings=Settings.load({}, CLIENTS=TEST_CLIENTS),
+        steps=Settings.load({}, CLIENTS=TEST_CLIENTS).steps,
+        starter=Settings.load({}, CLIENTS=TEST_CLIENTS).starter,
+        queue_names=Settings.load({}, CLIENTS=TEST_CLIENTS).queues,
     ).outcome
 
 

@@ -97,7 +97,9 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
 
