@@ -75,7 +75,8 @@ def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[R
             service=service,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            agents=deps.settings.agents,
+            queue_names=deps.settings.queues,
             taken=taken,
             breakers=deps.breakers,
         )

@@ -142,7 +142,15 @@ def run(
     settings: Settings,
     sleep: Callable[[float], None],
 ) -> AgentResult:
-    return handle_request(body, service=service, queues=queues, clock=clock, settings=settings, sleep=sleep)
+    return handle_request(
+        body,
+        service=service,
+        queues=queues,
+        clock=clock,
+        agents=settings.agents,
+        queue_names=settings.queues,
+        sleep=sleep,
+    )
 
 
 def sent_responses(queues: InMemoryQueueFactory) -> list[AgentResponse]:
@@ -432,7 +440,8 @@ def test_a_duplicate_of_a_taken_request_makes_no_call_even_as_a_first_delivery(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
             taken=taken,
         )
@@ -463,7 +472,8 @@ def test_a_redelivered_request_makes_no_call_and_sends_nothing(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -484,7 +494,8 @@ def test_a_first_delivery_given_explicitly_is_handled_as_before(
         service=service,
         queues=queues,
         clock=clock,
-        settings=settings,
+        agents=settings.agents,
+        queue_names=settings.queues,
         sleep=FakeSleep(clock),
     )
 
@@ -505,7 +516,8 @@ def test_a_malformed_redelivered_body_is_still_dead_lettered_with_its_reason(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -525,7 +537,8 @@ def test_a_failed_response_send_raises_transient_after_the_calls(
             service=service,
             queues=replies,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -555,7 +568,8 @@ def test_an_abandoned_request_is_redelivered_and_makes_no_further_call(
                 service=service,
                 queues=replies,
                 clock=clock,
-                settings=settings,
+                agents=settings.agents,
+                queue_names=settings.queues,
                 sleep=FakeSleep(clock),
             )
         )
@@ -618,7 +632,8 @@ def test_no_sequence_of_deliveries_of_one_request_exceeds_its_max_calls(
                 service=service,
                 queues=replies,
                 clock=clock,
-                settings=settings,
+                agents=settings.agents,
+                queue_names=settings.queues,
                 sleep=FakeSleep(clock),
             )
         except TransientError:
@@ -752,7 +767,8 @@ def test_http_service_same_key_on_every_try_through_the_agent(
         service=http_service("inventory", handler),
         queues=queues,
         clock=clock,
-        settings=settings,
+        agents=settings.agents,
+        queue_names=settings.queues,
         sleep=FakeSleep(clock),
     )
 
@@ -997,7 +1013,8 @@ def test_agent_answers_an_auth_refusal_as_a_transient_failure_with_an_alert_afte
             service=http_service("inventory", handler, tokens=CachedTokens(CountingCredential())),
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
     finally:

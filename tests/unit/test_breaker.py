@@ -191,7 +191,8 @@ def calls_to_a_dead_service(orders: int, *, with_breaker: bool) -> tuple[int, li
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=lambda seconds: None,
             breakers=hosts[order % 2],
         )

@@ -1141,7 +1141,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             service=ScriptedService(REMOTE_BEHAVIOURS[remote]),
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            agents=self.settings.agents,
+            queue_names=self.settings.queues,
             sleep=lambda _seconds: None,
         )
         if not request.step.endswith(":undo"):  # undos spend no budget
