@@ -113,7 +113,16 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             completed=data.completed,
             dependency_held=held,
         )
-        return forward.start_step(decision, record, definition, data, settings=deps.settings, now=now)
+        return forward.start_step(
+            decision,
+            record,
+            definition,
+            data,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            breakers=deps.settings.breakers,
+            now=now,
+        )
 
     outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
@@ -147,7 +156,7 @@ def _send_request(
     """Send the agent request of the step ``record`` runs; returns the step's completeBy (UTC)."""
     return send_step_request(
         deps.queues,
-        deps.settings,
+        deps.settings.queues,
         record=record,
         step_def=step_def,
         order=order or deps.order_cache.get(deps.orders, data.order_id),
@@ -339,7 +348,7 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
 
     def mutate(record: StateRecord) -> StateRecord | None:
         return forward.record_step_failure(
-            record, data.error, at=data.at, held=held_by if held else None, settings=deps.settings
+            record, data.error, at=data.at, held=held_by if held else None, breakers=deps.settings.breakers
         )
 
     held = data.error.kind == ErrorKind.UNAVAILABLE.value

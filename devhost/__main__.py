@@ -299,7 +299,9 @@ def serve(
                     queues=queues,
                     clock=clock,
                     settings=settings,
-                    breakers=circuit_breakers(stores.breakers, clock, settings),
+                    breakers=circuit_breakers(
+                        stores.breakers, clock, settings.breakers, settings.queues.HOST_ID
+                    ),
                     dead_letters=dead_letters,
                     alerts=stores.alerts,  # the host keeps its alerts and sweep status there
                 )

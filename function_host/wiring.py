@@ -51,7 +51,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         queues=queues,
         clock=clock,
         settings=settings,
-        breakers=circuit_breakers(stores.breakers, clock, settings),
+        breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
         dead_letters=queues,  # the operator API reads the $DeadLetterQueue sub-queues
         alerts=stores.alerts,
     )

@@ -38,7 +38,10 @@ async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClien
         states=deps.states,
         client=DurableFunctionsClient(client, asyncio.get_running_loop()),
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         # One task hub, one shared response queue on Azure.
         response_queue=deps.settings.queues.AGENT_RESPONSES_QUEUE,
         capacity=deps.settings.starter.STARTER_BATCH,

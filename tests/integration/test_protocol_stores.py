@@ -70,7 +70,10 @@ def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependenc
                 states=d.states,
                 client=client,
                 clock=d.clock,
-                settings=d.settings,
+                starter=d.settings.starter,
+                steps=d.settings.steps,
+                scans=d.settings.scans,
+                queue_names=d.settings.queues,
                 response_queue="r-q1",
                 capacity=50,
             )
@@ -101,7 +104,15 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     _submit(d, "a:stale-1")
     client = RecordingClient()
     run_starter_pass(
-        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+        states=d.states,
+        client=client,
+        clock=clock,
+        starter=d.settings.starter,
+        steps=d.settings.steps,
+        scans=d.settings.scans,
+        queue_names=d.settings.queues,
+        response_queue="r-q1",
+        capacity=5,
     )
     assert client.started == ["a:stale-1:1"]
     clock.advance(31)  # the claim's completeBy passes; nothing ran
@@ -150,7 +161,15 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     # The next attempt owns the record; the stale one still cannot finish it.
     clock.advance(6)
     run_starter_pass(
-        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+        states=d.states,
+        client=client,
+        clock=clock,
+        starter=d.settings.starter,
+        steps=d.settings.steps,
+        scans=d.settings.scans,
+        queue_names=d.settings.queues,
+        response_queue="r-q1",
+        capacity=5,
     )
     assert client.started == ["a:stale-1:1", "a:stale-1:2"]
     claimed = d.states.get("a:stale-1")

@@ -67,7 +67,17 @@ class World:
                 starter=settings.starter,
                 queue_names=settings.queues,
             )
-            assert claim(self.deps.states, self.deps.states.get(order_id), self.clock, settings) is not None
+            assert (
+                claim(
+                    self.deps.states,
+                    self.deps.states.get(order_id),
+                    self.clock,
+                    settings.starter,
+                    settings.steps,
+                    host_id=settings.queues.HOST_ID,
+                )
+                is not None
+            )
         self.clock.advance(CLAIM_TIMEOUT_S + 1)
         return order_ids
 
@@ -281,7 +291,10 @@ def test_extended_backoff_after_the_threshold_then_give_up(
             states=world.states,
             client=client,
             clock=world.clock,
-            settings=settings,
+            starter=settings.starter,
+            steps=settings.steps,
+            scans=settings.scans,
+            queue_names=settings.queues,
             response_queue="r-unused",
             capacity=5,
         )

@@ -140,6 +140,13 @@ def submit_and_claim(
         queue_names=deps.settings.queues,
         definition=definition,
     )
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item

@@ -32,7 +32,14 @@ WAIT_S = 120.0  # past every backoff of the hard-down settings and the tolerated
 
 def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """Claim the order's next attempt, fail its step as an agent does on a dead service, sweep."""
-    won = claim(deps.states, deps.states.get(ORDER), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(ORDER),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None, f"{ORDER} was not claimable: {deps.states.get(ORDER).item.last_error}"
     record_step_failure(
         RecordStepFailureInput(

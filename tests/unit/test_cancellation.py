@@ -67,7 +67,14 @@ def submit(deps: Dependencies) -> None:
 
 
 def claimed(deps: Dependencies) -> StateRecord:
-    won = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item
 
@@ -127,7 +134,17 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) 
         "changed my mind",
     )
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
-    assert claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings) is None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            deps.clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is None
+    )
 
 
 def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: Dependencies) -> None:
@@ -316,5 +333,12 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, None)
     assert record.last_error is not None and record.last_error.code == CANCELLED_BY_CLIENT
-    resumed = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+    resumed = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING

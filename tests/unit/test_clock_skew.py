@@ -99,7 +99,10 @@ def run_two_hosts(
             states=host.states,
             client=orchestrations,
             clock=host.clock,
-            settings=host.settings,
+            starter=host.settings.starter,
+            steps=host.settings.steps,
+            scans=host.settings.scans,
+            queue_names=host.settings.queues,
             response_queue=f"responses-{host is writer}",
             capacity=1,
         )
@@ -125,7 +128,10 @@ def run_two_hosts(
             states=supervisor.states,
             client=orchestrations,
             clock=supervisor.clock,
-            settings=supervisor.settings,
+            starter=supervisor.settings.starter,
+            steps=supervisor.settings.steps,
+            scans=supervisor.settings.scans,
+            queue_names=supervisor.settings.queues,
             response_queue="responses-supervisor",
             capacity=1,
         )

@@ -281,7 +281,14 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
         host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None and won.item.locked_by == "a:o-1:2"
 
     stale = undo(deps, RESERVE, instance="a:o-1:1")
@@ -313,7 +320,14 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
             break
         assert record.locked_by is None and record.next_attempt_at is not None
         clock.advance(60)
-        won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+        won = claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
         assert won is not None and won.item.process_state is ProcessState.COMPENSATING
         begin(deps, instance=f"a:o-1:{attempt}")
 

@@ -130,7 +130,10 @@ def claim_next(deps: Dependencies) -> RecordingClient:
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=5,
     )
@@ -354,7 +357,10 @@ def test_two_concurrent_corrected_resubmits_make_one_correction_and_one_new_atte
             states=states,
             client=client,
             clock=deps.clock,
-            settings=deps.settings,
+            starter=deps.settings.starter,
+            steps=deps.settings.steps,
+            scans=deps.settings.scans,
+            queue_names=deps.settings.queues,
             response_queue="r",
             capacity=5,
         )

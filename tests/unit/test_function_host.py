@@ -708,7 +708,14 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
 
 
 def claimed(deps: Dependencies, order_id: str = "a:o-1") -> Versioned[StateRecord]:
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won
 

@@ -68,7 +68,14 @@ def submit(deps: Dependencies, order_id: str) -> None:
 
 def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
     """Claim the next attempt and fail its first step with ``code`` (None: the attempt dies silently)."""
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None, f"{order_id} was claimable"
     if code is not None:
         record_step_failure(
@@ -136,7 +143,10 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=10,
     )
@@ -166,7 +176,14 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
 
     assert isinstance(outcome, CompensateAccepted) and outcome.action is CompensateAction.SCHEDULED
     assert outcome.record.suspended_at is None  # the decision to undo it lifts the guard's suspension
-    resumed = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    resumed = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING
 
 
@@ -235,7 +252,10 @@ def _poisoned_attempt(deps: Dependencies, order_id: str, client: ScriptedClient)
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="agent-responses",
         capacity=10,
     )

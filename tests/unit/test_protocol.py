@@ -76,7 +76,14 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
 
 def claimed(deps: Dependencies, order_id: str = "a:o-1") -> StateRecord:
     found = deps.states.get(order_id)
-    won = claim(deps.states, found, deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        found,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item
 
@@ -85,8 +92,22 @@ def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
     submit(deps)
     read_by_a = deps.states.get("a:o-1")
     read_by_b = deps.states.get("a:o-1")
-    first = claim(deps.states, read_by_a, deps.clock, deps.settings)
-    second = claim(deps.states, read_by_b, deps.clock, deps.settings)
+    first = claim(
+        deps.states,
+        read_by_a,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
+    second = claim(
+        deps.states,
+        read_by_b,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert first is not None and second is None
     stored = deps.states.get("a:o-1").item
     assert stored.locked_by == "a:o-1:1"
@@ -106,7 +127,10 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="agent-responses-h1",
         capacity=10,
     )
@@ -125,7 +149,10 @@ def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> N
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -153,7 +180,10 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
         states=deps.states,
         client=client,
         clock=clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -163,7 +193,10 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
         states=deps.states,
         client=client,
         clock=clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -377,7 +410,10 @@ def _claimed_here(
         states=states,
         client=RecordingClient(),
         clock=clock,
-        settings=settings,
+        starter=settings.starter,
+        steps=settings.steps,
+        scans=settings.scans,
+        queue_names=settings.queues,
         response_queue="r-q1",
         capacity=10,
         on_claimed=deps.cache.put,
@@ -451,7 +487,10 @@ def _starter_pass(
         states=deps.states,
         client=client,
         clock=clock or deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=10,
         first_requests=first,
@@ -1107,7 +1146,11 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
     # The claim's version is in this host's cache; the orchestration's first activity runs only after
     # the supervisor has re-queued the order. The stale start must not send its request.
     submit(deps)
-    deps.cache.put(claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings))  # type: ignore[arg-type]
+    settings = deps.settings
+    won = claim(
+        deps.states, deps.states.get("a:o-1"), clock, settings.starter, settings.steps, host_id="local"
+    )
+    deps.cache.put(won)  # type: ignore[arg-type]
     _expire_and_requeue(deps, clock)
 
     result = _start(deps, clock, "a:o-1:1")

@@ -96,7 +96,14 @@ def test_a_claim_of_a_processed_order_is_an_illegal_transition(
     monkeypatch.setattr(starter, "CLAIMABLE_STATES", (*starter.CLAIMABLE_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Processed"):
-        starter.claim(deps.states, before, deps.clock, deps.settings)
+        starter.claim(
+            deps.states,
+            before,
+            deps.clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 

@@ -508,7 +508,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             client=starter.client,
             clock=self.clock,
-            settings=starter.deps.settings,
+            starter=starter.deps.settings.starter,
+            steps=starter.deps.settings.steps,
+            scans=starter.deps.settings.scans,
+            queue_names=starter.deps.settings.queues,
             response_queue=starter.response_queue,
             capacity=IN_FLIGHT,
             on_claimed=starter.deps.cache.put,
@@ -527,7 +530,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             process_states=CLAIMABLE_STATES, unlocked=True, ready_at=self.clock.now(), not_suspended=True
         )
         for found in self.states.query(query, max_item_count=IN_FLIGHT).items:
-            won = claim(self.states, found, self.clock, starter.deps.settings)
+            won = claim(
+                self.states,
+                found,
+                self.clock,
+                starter.deps.settings.starter,
+                starter.deps.settings.steps,
+                host_id=starter.deps.settings.queues.HOST_ID,
+            )
             if won is None:
                 continue
             starter.deps.cache.put(won)
@@ -555,7 +565,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             record,
             started,
             clock=self.clock,
-            settings=starter.deps.settings,
+            queue_names=starter.deps.settings.queues,
             response_queue=starter.response_queue,
         )
         sent = self._collect_agent_requests()
@@ -580,7 +590,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         page, starter.claimable = starter.claimable, []
         self._acting_as(Actor.STARTER)
         for found in page:
-            won = claim(self.states, found, self.clock, starter.deps.settings)
+            won = claim(
+                self.states,
+                found,
+                self.clock,
+                starter.deps.settings.starter,
+                starter.deps.settings.steps,
+                host_id=starter.deps.settings.queues.HOST_ID,
+            )
             if won is not None and not dies_after_claim:
                 starter.deps.cache.put(won)
                 start_attempt(

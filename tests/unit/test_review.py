@@ -200,7 +200,17 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
         host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is not None
+    )
 
     result = start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")
 
@@ -228,7 +238,17 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
         host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is not None
+    )
     assert start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")["outcome"] == "started"  # approved
 
 

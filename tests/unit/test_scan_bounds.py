@@ -215,7 +215,10 @@ def test_the_starter_the_reply_relay_and_retention_end_within_their_bounds(
         states=cosmos.state,
         client=RecordingClient(),
         clock=clock,
-        settings=SETTINGS,
+        starter=SETTINGS.starter,
+        steps=SETTINGS.steps,
+        scans=SETTINGS.scans,
+        queue_names=SETTINGS.queues,
         response_queue="agent-responses",
         capacity=8,
     )

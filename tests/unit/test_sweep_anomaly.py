@@ -159,7 +159,14 @@ def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER
         starter=deps.settings.starter,
         queue_names=deps.settings.queues,
     )
-    claimed = claim(deps.states, deps.states.get(order_id), clock, deps.settings)
+    claimed = claim(
+        deps.states,
+        deps.states.get(order_id),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert claimed is not None and claimed.item.complete_by is not None
     # is_overdue: strictly past completeBy by the store's time (a fake clock's is its own).
     return claimed.item.complete_by

@@ -198,7 +198,17 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
             starter=settings.starter,
             queue_names=settings.queues,
         )
-        assert claim(states, states.get(order_id), clock, settings) is not None
+        assert (
+            claim(
+                states,
+                states.get(order_id),
+                clock,
+                settings.starter,
+                settings.steps,
+                host_id=settings.queues.HOST_ID,
+            )
+            is not None
+        )
     clock.advance(31)  # every claim's completeBy passes
 
     report = run_sweep(

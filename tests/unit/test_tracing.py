@@ -434,7 +434,10 @@ def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_
             states=deps.states,
             client=client,
             clock=clock,
-            settings=deps.settings,
+            starter=deps.settings.starter,
+            steps=deps.settings.steps,
+            scans=deps.settings.scans,
+            queue_names=deps.settings.queues,
             response_queue=deps.settings.queues.response_queue(),
             capacity=10,
         )
