@@ -292,7 +292,13 @@ def serve(
                 # Every role runs on the state store's time, measured through this host's clock as it
                 # read at start and has advanced since: a wall-clock step cannot shift a deadline.
                 probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
-                states, clock = store_timed(stores.state, SteadyClock(host_clock()), settings, probe=probe)
+                states, clock = store_timed(
+                    stores.state,
+                    SteadyClock(host_clock()),
+                    settings.alerts,
+                    settings.queues.HOST_ID,
+                    probe=probe,
+                )
                 deps = Dependencies(
                     states=states,
                     orders=stores.orders,

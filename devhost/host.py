@@ -216,7 +216,7 @@ class DevHost:
 
     def _start_api(self) -> None:
         """Serve the operator API on loopback (ValueError: its settings configure it only in part)."""
-        validator = validator_from_settings(self.settings)
+        validator = validator_from_settings(self.settings.operator_api, self.settings.clients)
         if validator is None:
             logger.warning(
                 "devhost %s operator API is not configured: it refuses every call",

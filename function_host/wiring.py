@@ -44,7 +44,9 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     # Every role runs on the state store's time, measured through the machine's clock as it read at
     # start and has advanced since: a wall-clock step cannot shift a deadline.
     probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
-    states, clock = store_timed(stores.state, SteadyClock(SystemClock()), settings, probe=probe)
+    states, clock = store_timed(
+        stores.state, SteadyClock(SystemClock()), settings.alerts, settings.queues.HOST_ID, probe=probe
+    )
     deps = Dependencies(
         states=states,
         orders=stores.orders,
@@ -77,4 +79,4 @@ def redelivery() -> Redelivery:
 def token_validator() -> TokenValidator | None:
     """The worker process's check of operator API bearer tokens, built once (it caches the tenant's signing
     keys); None when the ``OPERATOR_*`` settings do not configure the API (it then refuses every call)."""
-    return validator_from_settings(dependencies().settings)
+    return validator_from_settings(dependencies().settings.operator_api, dependencies().settings.clients)

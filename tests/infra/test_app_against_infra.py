@@ -334,7 +334,7 @@ def check_host_id_names_the_app(template: Template) -> None:
 def test_the_deployment_queues_are_the_queues_the_template_creates(main: Template) -> None:
     check_host_id_names_the_app(main)
     settings = _deployed_settings(main)
-    listed = [queue.name for queue in deployment_queues(settings)]
+    listed = [queue.name for queue in deployment_queues(settings.clients, settings.queues)]
     (demo,) = settings.clients.clients()
     agents = sorted(settings.queues.agent_queue(agent) for agent in agent_names())
     assert listed == [demo.inbound_queue, *agents, settings.queues.AGENT_RESPONSES_QUEUE]
@@ -372,7 +372,7 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     assert sum(bucket["deadLetters"] for bucket in activity["buckets"]) == 1
     assert activity["complete"]["deadLetters"] is True
     listed = [queue["name"] for queue in get("/api/operator/queues")["queues"]]
-    assert listed == [queue.name for queue in deployment_queues(settings)]
+    assert listed == [queue.name for queue in deployment_queues(settings.clients, settings.queues)]
     page = get(f"/api/operator/deadletters/{settings.queues.AGENT_RESPONSES_QUEUE}")
     assert [item["messageId"] for item in page["deadLetters"]] == ["m-1"]
 

@@ -57,7 +57,11 @@ def on_store_time(shared: Dependencies, true: FakeClock, offset_s: float) -> Dep
     probe whose stamp is the true time rounded down to the second (the store's ``_ts``)."""
     host = OffsetClock(true, offset_s)
     states, clock = store_timed(
-        shared.states, host, shared.settings, probe=lambda: true.now().replace(microsecond=0)
+        shared.states,
+        host,
+        shared.settings.alerts,
+        shared.settings.queues.HOST_ID,
+        probe=lambda: true.now().replace(microsecond=0),
     )
     return replace(shared, states=states, clock=clock)
 

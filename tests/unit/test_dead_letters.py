@@ -155,7 +155,9 @@ def test_the_functions_host_lists_only_the_shared_response_queue_whatever_its_ho
 
     assert settings.queues.HOST_ID == "func-abc"
     assert settings.queues.response_queue() == "agent-responses"
-    assert [q.name for q in deployment_queues(settings) if q.kind == "responses"] == ["agent-responses"]
+    assert [
+        q.name for q in deployment_queues(settings.clients, settings.queues) if q.kind == "responses"
+    ] == ["agent-responses"]
     assert "agent-responses-func-abc" not in dead_letter_sources(settings.clients, settings.queues)
     # A devhost process keeps a response queue of its own.
     assert Settings.load(env).queues.response_queue() == "agent-responses-func-abc"

@@ -71,7 +71,7 @@ def jwks_uri(issuer: LocalIssuer) -> Iterator[str]:
 @pytest.fixture
 def validator(issuer: LocalIssuer, jwks_uri: str) -> TokenValidator:
     """The operator API's validator under the settings the local issuer gives."""
-    return TokenValidator.from_settings(Settings.load({}, **issuer.operator_settings(jwks_uri)))
+    return TokenValidator.from_section(Settings.load({}, **issuer.operator_settings(jwks_uri)).operator_api)
 
 
 # --- the key ------------------------------------------------------------------------------------------
