@@ -174,7 +174,7 @@ def connect_transport(
         ValueError: ``STORAGE_CONNECTION_STRING`` is empty or malformed.
     """
     try:
-        storage_queues = connect_queues(settings)
+        storage_queues = connect_queues(settings.connections, settings.clients)
         # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
         lease: SupervisorLease = NoLease()
         if "supervisor" in roles and settings.local.SUPERVISOR_LEASE_ENABLED:
@@ -287,7 +287,7 @@ def serve(
             try:
                 queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues)
                 held = hold_host_id(settings)
-                stores = connect_stores(settings)
+                stores = connect_stores(settings.connections)
                 # The process's one dependency container: every role it runs is wired with it.
                 # Every role runs on the state store's time, measured through this host's clock as it
                 # read at start and has advanced since: a wall-clock step cannot shift a deadline.

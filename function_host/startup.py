@@ -7,8 +7,9 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
+from function_host.azure_policy import check_azure, host_connection_refusals
 from orderflow.settings import Settings, describe_invalid_settings, on_azure
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure, host_connection_refusals
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 
 def check_start_up(environ: Mapping[str, str] | None = None) -> None:

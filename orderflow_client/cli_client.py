@@ -41,7 +41,7 @@ def connect_queues(settings: Settings) -> QueueFactory:
     """
     from devhost.wiring import connect_queues as connect  # noqa: PLC0415 (local-only adapter)
 
-    return connect(settings)
+    return connect(settings.connections, settings.clients)
 
 
 def _check_reply_to(reply_to: str, settings: Settings) -> None:
@@ -129,7 +129,9 @@ def submit(
         else generate_orders(generate, seed=seed, reply_to=reply_to)
     )
     client = OrderflowClient(
-        connect_queues(settings), reply_queue=reply_to, orders_queue=registered.inbound_queue
+        connect_queues(settings),
+        reply_queue=reply_to,
+        orders_queue=registered.inbound_queue,
     )
     sent = 0
     with typer.progressbar(orders, label="submitting") as progress:

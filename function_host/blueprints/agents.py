@@ -28,7 +28,7 @@ bp = df.Blueprint()
 def _tokens() -> CachedTokens:
     """The agents' bearer tokens, from the app's identity (``DefaultAzureCredential``, the user-assigned
     identity first), cached per scope and refreshed before they expire."""
-    return CachedTokens(azure_credential(dependencies().settings))
+    return CachedTokens(azure_credential(dependencies().settings.connections))
 
 
 @cache

@@ -8,7 +8,7 @@ Setting names are the environment variable names, identical across Bicep app set
 Each role takes the sections it reads (``settings.steps``, ``settings.supervisor`` ...), never the whole
 composition; a host loads it once and hands each role its sections. The defaults suit a developer's
 machine; on Azure (:func:`on_azure`) some have no safe value, and
-:func:`orderflow.settings.azure.check_azure` refuses them at start-up.
+:func:`function_host.azure_policy.check_azure` refuses them at start-up.
 """
 
 from __future__ import annotations

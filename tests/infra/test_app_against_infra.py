@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from demo.services.bindings import demo_bindings_json
+from function_host.azure_policy import check_azure, host_connection_refusals
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
@@ -34,7 +35,7 @@ from orderflow.queues.base import dead_letter_queue_name
 from orderflow.queues.memory import InMemoryQueue, InMemoryQueueFactory
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure, host_connection_refusals
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.base import AlertQuery, StateQuery
 from orderflow.stores.cosmos import (
     BREAKER_PARTITION_KEY_PATH,
@@ -78,7 +79,7 @@ LEFT_AT_DEFAULT = {
     # The console's sign-in: the tenant's Entra authority and the API's .default scope (check_azure).
     "CONSOLE_AUTHORITY": "the tenant's Entra v2.0 authority by default; another is refused on Azure",
     "CONSOLE_SCOPE": "the operator API's <audience>/.default by default",
-    # Refused on Azure (orderflow.settings.azure.check_azure): identity is the only way in.
+    # Refused on Azure (function_host.azure_policy.check_azure): identity is the only way in.
     "STORAGE_CONNECTION_STRING": "refused on Azure",
     "COSMOS_KEY": "refused on Azure",
     "SERVICEBUS": "refused on Azure",

@@ -17,7 +17,7 @@ from orderflow.bindings import (
     is_private_host,
 )
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting, check_bindings
+from orderflow.settings.hosts import UnsafeAzureSetting, check_bindings
 
 pytestmark = pytest.mark.unit
 

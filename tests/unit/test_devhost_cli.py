@@ -206,8 +206,8 @@ def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(
     # The orchestrator role (durabletask backend and worker) starts before the agents' queues are refused:
     # unless they are stopped, the worker's thread alone keeps the process alive for ever.
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: RefusingQueues())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: RefusingQueues())
     before = set(threading.enumerate())
 
     result = run_devhost("--host-id", "h1", "--roles", "all")
@@ -223,8 +223,8 @@ def test_agents_without_a_binding_for_every_operation_refuse_the_start_in_one_li
     environment: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: InMemoryQueueFactory())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: InMemoryQueueFactory())
     monkeypatch.setenv("SERVICE_BINDINGS", demo_bindings_json("http://services.example.com"))
 
     result = run_devhost("--host-id", "h1", "--roles", "agents")
@@ -242,8 +242,8 @@ def test_sigterm_stops_a_running_devhost_cleanly_with_status_0(
     environment: None, monkeypatch: pytest.MonkeyPatch, signal_guard: None
 ) -> None:
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: InMemoryQueueFactory())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: InMemoryQueueFactory())
     started: list[DevHost] = []
     real_start = DevHost.start
 

@@ -32,7 +32,7 @@ from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import order_key
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import local_issuer
 from tests.unit.fakes import client_for, order_body

@@ -26,6 +26,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 import function_app
 from activities.table import ACTIVITIES as TABLE
+from function_host.azure_policy import check_azure
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.bindings import ServiceBindings
 from orderflow.contracts import (
@@ -39,7 +40,7 @@ from orderflow.contracts import (
 )
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.workflows import WORKFLOWS, agent_names
 
 pytestmark = pytest.mark.unit

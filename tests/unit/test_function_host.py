@@ -63,7 +63,7 @@ from orderflow.queues.servicebus import copy_identity
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.results import StepStarted
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.base import AlertQuery, Versioned
 from orderflow.stores.memory import (
     InMemoryAlertStore,

@@ -28,6 +28,7 @@ from devhost.local_issuer import (
     local_object_id,
 )
 from devhost.serving import serve_in_thread, server_url, stop
+from function_host.azure_policy import check_azure
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
     REVIEWER_ROLE,
@@ -36,7 +37,7 @@ from orderflow.operator_auth import (
     authorize,
 )
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 pytestmark = pytest.mark.unit
 

@@ -8,9 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from demo.services.bindings import demo_bindings_json
+from function_host.azure_policy import check_azure
 from orderflow.settings import Settings, describe_invalid_settings, on_azure
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure, is_loopback_host
 from orderflow.settings.base import MAX_DURATION_S
+from orderflow.settings.hosts import UnsafeAzureSetting, is_loopback_host
 
 pytestmark = pytest.mark.unit
 

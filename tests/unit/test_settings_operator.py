@@ -7,8 +7,9 @@ import pytest
 from pydantic import ValidationError
 
 from demo.services.bindings import demo_bindings_json
+from function_host.azure_policy import check_azure
 from orderflow.settings import Settings
-from orderflow.settings.azure import UnsafeAzureSetting, check_azure
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.settings.operator_api import entra_issuer, entra_jwks_uri, entra_v1_issuer
 
 pytestmark = pytest.mark.unit
