@@ -173,7 +173,7 @@ class DevHost:
     def _start_roles(self) -> None:
         s = self.settings
         # Before anything starts: bindings that cannot serve the workflows refuse the start.
-        services = agent_services(s, self.service_credential) if "agents" in self.roles else []
+        services = agent_services(s.agents, self.service_credential) if "agents" in self.roles else []
         if self.deps.alerts is not None:
             # The process's alerts are kept from now on; stop() puts the previous sink back.
             sink = AlertSink(
