@@ -278,41 +278,23 @@ def _scan(
         TransientError: the store is unavailable.
     """
     restarts = 0
+    recoverer = _Recoverer(states, queues, clock, supervisor, host_id, cursor.failures_for(supervisor))
     while report.scanned < supervisor.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
         if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
-        budget = min(
-            supervisor.SUPERVISOR_PAGE_SIZE,
-            supervisor.SUPERVISOR_MAX_RECORDS - report.scanned,
-        )
+        budget = min(supervisor.SUPERVISOR_PAGE_SIZE, supervisor.SUPERVISOR_MAX_RECORDS - report.scanned)
         try:
             page = states.query(
                 expired_query(cursor.cutoff), max_item_count=budget, continuation=cursor.token
             )
         except InvalidContinuation:
             restarts += 1
-            if not _restart_scan(
-                cursor,
-                report,
-                ScanAnomaly.TOKEN_REJECTED,
-                restarts,
-                clock=clock,
-            ):
+            if not _restart_scan(cursor, report, ScanAnomaly.TOKEN_REJECTED, restarts, clock=clock):
                 break
             continue
         report.pages += 1
         pages.record(page)
-        _examine_page(
-            report,
-            states,
-            page.items,
-            queues=queues,
-            clock=clock,
-            supervisor=supervisor,
-            host_id=host_id,
-            keep_going=keep_going,
-            failures=cursor.failures_for(supervisor),
-        )
+        _examine_page(report, page.items, recoverer, keep_going)
         if report.stopped_early:
             break
         token = page.continuation
@@ -322,13 +304,7 @@ def _scan(
             break
         if token in cursor.seen:
             restarts += 1
-            if not _restart_scan(
-                cursor,
-                report,
-                ScanAnomaly.TOKEN_REPEATED,
-                restarts,
-                clock=clock,
-            ):
+            if not _restart_scan(cursor, report, ScanAnomaly.TOKEN_REPEATED, restarts, clock=clock):
                 break
             continue
         cursor.seen.add(token)
@@ -387,31 +363,16 @@ def _told_to_stop(report: SweepReport, keep_going: Callable[[], bool] | None) ->
 
 def _examine_page(
     report: SweepReport,
-    states: StateStore,
     records: list[Versioned[StateRecord]],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    supervisor: Supervisor,
-    host_id: str,
+    recoverer: _Recoverer,
     keep_going: Callable[[], bool] | None,
-    failures: VersionFailures,
 ) -> None:
     """Recover each record of a page into ``report``, unless ``keep_going`` stops the sweep first."""
     for found in records:
         if _told_to_stop(report, keep_going):
             break
         report.scanned += 1
-        _recover_into(
-            report,
-            states,
-            found,
-            queues=queues,
-            clock=clock,
-            supervisor=supervisor,
-            host_id=host_id,
-            failures=failures,
-        )
+        _recover_into(report, found, recoverer)
 
 
 def _log_sweep(report: SweepReport) -> None:
@@ -470,17 +431,31 @@ def _restart_scan(
     return True
 
 
-def _recover_into(
-    report: SweepReport,
-    states: StateStore,
-    found: Versioned[StateRecord],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    supervisor: Supervisor,
-    host_id: str,
-    failures: VersionFailures,
-) -> None:
+@dataclass(frozen=True)
+class _Recoverer:
+    """What one sweep recovers records with: where it writes and replies, and what it decides by."""
+
+    states: StateStore
+    queues: QueueFactory
+    clock: Clock
+    supervisor: Supervisor
+    host_id: str
+    failures: VersionFailures
+
+    def recover(self, found: Versioned[StateRecord]) -> Recovery:
+        """:func:`supervisor.recovery.recover` of ``found``."""
+        return recover(
+            self.states,
+            found,
+            queues=self.queues,
+            clock=self.clock,
+            supervisor=self.supervisor,
+            host_id=self.host_id,
+            failures=self.failures,
+        )
+
+
+def _recover_into(report: SweepReport, found: Versioned[StateRecord], recoverer: _Recoverer) -> None:
     """Recover one record and count the outcome; a permanent failure is logged and counted, not raised.
 
     The recovery is an ``orderflow.recovery`` span in the order's trace (a child of its submission span:
@@ -496,15 +471,7 @@ def _recover_into(
         tracing.RECOVERY, parent=record.traceparent, links=(expired,), attributes=attributes
     ) as span:
         try:
-            outcome = recover(
-                states,
-                found,
-                queues=queues,
-                clock=clock,
-                supervisor=supervisor,
-                host_id=host_id,
-                failures=failures,
-            )
+            outcome = recoverer.recover(found)
         except TransientError:
             raise
         except OrderflowError as exc:
@@ -516,7 +483,7 @@ def _recover_into(
         tracing.mark_outcome(span, outcome.value)
     if outcome is Recovery.REQUEUED:
         report.requeued.append(order_id)
-        if is_extended(found.item.failure_count + 1, supervisor):
+        if is_extended(found.item.failure_count + 1, recoverer.supervisor):
             report.extended_backoff.append(order_id)
     elif outcome is Recovery.HELD:
         report.held.append(order_id)
