@@ -224,7 +224,7 @@ def run(
         fail(f"invalid settings: {one_line(exc)}", code=2)
     except ValueError as exc:
         fail(str(exc), code=2)
-    missing = [name for name in CONNECTION_SETTINGS if not settings.values()[name]]
+    missing = [name for name in CONNECTION_SETTINGS if not getattr(settings.connections, name)]
     if missing:
         fail(
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: export the settings "
