@@ -24,4 +24,4 @@ configure_telemetry("orderflow-functions")
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (operator_api, orchestrators, activities, agents, supervisor):
     app.register_functions(blueprint)
-register_client_triggers(app, Settings.load().clients())
+register_client_triggers(app, Settings.load().clients.clients())

@@ -171,13 +171,13 @@ def _send_undo_request(
         # The forward key lets the service undo an effect whose id no attempt recorded, and refuse a
         # forward call that arrives after the undo.
         payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
-        max_calls=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+        max_calls=deps.settings.steps.AGENT_MAX_CALLS_PER_STEP,
         traceparent=tracing.current_traceparent(),
     )
     # A step a fallback provider performed is undone by that provider.
     on_fallback = record.steps[data.step].fallback
     agent = step_def.fallback_agent if on_fallback and step_def.fallback_agent else step_def.agent
-    deps.queues.queue(deps.settings.agent_queue(agent)).send(
+    deps.queues.queue(deps.settings.queues.agent_queue(agent)).send(
         request.to_json(), message_id=request.request_id, correlation_id=data.order_id
     )
     return entry

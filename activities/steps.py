@@ -94,9 +94,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     now = deps.clock.now()
 
     # Only a step that asks for review reads the order here; the others read it after the write.
-    reviewable = step_def.review and deps.settings.REVIEW_AMOUNT_ABOVE > 0
+    reviewable = step_def.review and deps.settings.steps.REVIEW_AMOUNT_ABOVE > 0
     order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
-    needs_review = order is not None and order.amount > Decimal(str(deps.settings.REVIEW_AMOUNT_ABOVE))
+    needs_review = order is not None and order.amount > Decimal(str(deps.settings.steps.REVIEW_AMOUNT_ABOVE))
     held = _dependency_held(deps, step_def, data)
     # Set by each run of mutate; read only when the write applied, so mutate ran.
     decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
@@ -108,12 +108,21 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             step_def,
             instance_id=data.instance_id,
             review=ReviewNeed.NEEDED if needs_review else ReviewNeed.NOT_NEEDED,
-            max_calls_per_step=deps.settings.AGENT_MAX_CALLS_PER_STEP,
+            max_calls_per_step=deps.settings.steps.AGENT_MAX_CALLS_PER_STEP,
             fallback=data.fallback,
             completed=data.completed,
             dependency_held=held,
         )
-        return forward.start_step(decision, record, definition, data, settings=deps.settings, now=now)
+        return forward.start_step(
+            decision,
+            record,
+            definition,
+            data,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            breakers=deps.settings.breakers,
+            now=now,
+        )
 
     outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
@@ -147,7 +156,7 @@ def _send_request(
     """Send the agent request of the step ``record`` runs; returns the step's completeBy (UTC)."""
     return send_step_request(
         deps.queues,
-        deps.settings,
+        deps.settings.queues,
         record=record,
         step_def=step_def,
         order=order or deps.order_cache.get(deps.orders, data.order_id),
@@ -182,7 +191,7 @@ def _refused_start(
                 deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=etag)
             telemetry.event("review.awaiting", **fields, deadline=record.review.deadline.isoformat())
             return AwaitingReview(
-                complete_by=record.review.deadline, review_default=deps.settings.REVIEW_DEFAULT
+                complete_by=record.review.deadline, review_default=deps.settings.steps.REVIEW_DEFAULT
             )
         case RejectedByReview():
             # A decision recorded while no attempt waited (the next attempt finds it here).
@@ -245,7 +254,7 @@ def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewRe
             decision=data.decision,
             decided_by=data.decided_by,
             now=now,
-            claim_timeout_s=deps.settings.CLAIM_TIMEOUT_S,
+            claim_timeout_s=deps.settings.starter.CLAIM_TIMEOUT_S,
         )
 
     outcome = fenced(deps, data.order_id, data.instance_id, mutate)
@@ -339,7 +348,7 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
 
     def mutate(record: StateRecord) -> StateRecord | None:
         return forward.record_step_failure(
-            record, data.error, at=data.at, held=held_by if held else None, settings=deps.settings
+            record, data.error, at=data.at, held=held_by if held else None, breakers=deps.settings.breakers
         )
 
     held = data.error.kind == ErrorKind.UNAVAILABLE.value
@@ -384,4 +393,4 @@ def _retry_at(deps: Dependencies, dependency: str, now: datetime) -> datetime:
             return retry_at
         case HalfOpen(probe_until=probe_until) if probe_until is not None:
             return probe_until
-    return now + timedelta(seconds=deps.settings.BREAKER_OPEN_S)
+    return now + timedelta(seconds=deps.settings.breakers.BREAKER_OPEN_S)

@@ -80,7 +80,7 @@ from orderflow.messages import (
     step_event_name,
 )
 from orderflow.queues.base import QueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Agents, Queues
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ def handle_request(
     service: RemoteService,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    agents: Agents,
+    queue_names: Queues,
     sleep: Callable[[float], None] = time.sleep,
     taken: TakenRequests | None = None,
     breakers: CircuitBreakers | None = None,
@@ -149,7 +150,9 @@ def handle_request(
         service: The remote service this agent wraps.
         queues: Where the response is sent.
         clock: Time source (the store's time): the deadline is compared with its latest side.
-        settings: Backoff and call-timeout settings.
+        agents: Backoff and call-timeout settings (``AGENT_*``).
+        queue_names: The queue names a ``replyTo`` must be one of (the response queues) and the request
+            queue of ``service``.
         sleep: Sleeps between retries (tests pass a fake).
         taken: This host's log of the request ids it has taken; a request id already in it is a
             duplicate and handled like a redelivery. None: no such check.
@@ -172,7 +175,7 @@ def handle_request(
             call, and the step's timer takes over).
     """
     request = parse_message(AgentRequest, body)
-    if not settings.is_response_queue(request.reply_to):
+    if not queue_names.is_response_queue(request.reply_to):
         # Before anything is taken or called: a request that answers elsewhere is not the app's.
         raise InvalidMessage(
             REPLY_TO_NOT_A_RESPONSE_QUEUE,
@@ -182,7 +185,7 @@ def handle_request(
         **tracing.order_attributes(request.order_id, request.instance_id, step=request.step),
         **tracing.messaging_attributes(
             tracing.messaging_system(queues),
-            settings.agent_queue(service.name),
+            queue_names.agent_queue(service.name),
             message_id=request.request_id,
         ),
     }
@@ -199,7 +202,7 @@ def handle_request(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=agents,
             sleep=sleep,
             taken=taken,
             breakers=breakers,
@@ -215,7 +218,7 @@ def _perform(
     service: RemoteService,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    agents: Agents,
     sleep: Callable[[float], None],
     taken: TakenRequests | None,
     breakers: CircuitBreakers | None,
@@ -225,7 +228,7 @@ def _perform(
     if _skipped(request, fields, delivery_count=delivery_count, clock=clock, taken=taken):
         return AgentResult(None, 0)
     result, error, calls = _call_service(
-        request, service=service, clock=clock, settings=settings, sleep=sleep, breakers=breakers
+        request, service=service, clock=clock, agents=agents, sleep=sleep, breakers=breakers
     )
     response = _response(request, result, error, calls, completed_at=clock.now())
     queues.queue(request.reply_to).send(
@@ -317,7 +320,7 @@ def _call_service(
     *,
     service: RemoteService,
     clock: Clock,
-    settings: Settings,
+    agents: Agents,
     sleep: Callable[[float], None],
     breakers: CircuitBreakers | None = None,
 ) -> tuple[dict[str, str] | None, _Error | None, int]:
@@ -340,7 +343,7 @@ def _call_service(
         if retry_at is not None:
             raise DependencyUnavailable(service.name, retry_at)
         calls += 1
-        return _call_once(request, service, min(settings.AGENT_CALL_TIMEOUT_S, left), breakers)
+        return _call_once(request, service, min(agents.AGENT_CALL_TIMEOUT_S, left), breakers)
 
     def stop(state: RetryCallState) -> bool:
         # Stop when the budget is spent or the next backoff would end past the deadline.
@@ -359,9 +362,9 @@ def _call_service(
             retry=retry_if_exception_type(TransientError) & retry_if_not_exception_type(ServiceAuthRefused),
             stop=stop,
             wait=wait_exponential_jitter(
-                multiplier=settings.AGENT_BACKOFF_INITIAL_S,
-                max=settings.AGENT_BACKOFF_MAX_S,
-                jitter=settings.AGENT_BACKOFF_INITIAL_S,
+                multiplier=agents.AGENT_BACKOFF_INITIAL_S,
+                max=agents.AGENT_BACKOFF_MAX_S,
+                jitter=agents.AGENT_BACKOFF_INITIAL_S,
             ),
             sleep=sleep,
             reraise=True,

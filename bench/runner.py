@@ -346,7 +346,7 @@ def _peers(bench: _Bench, timed: list[Any], warmup: list[Any]) -> dict[str, dict
 def _sweeps(bench: _Bench, progress: Progress) -> tuple[list[Any] | None, list[Any] | None]:
     """The supervisor sweeps on cosmosdb-server and on the in-memory store (None for one that failed)."""
     config = bench.config
-    settings = Settings()
+    settings = Settings.load({})
     cosmos = bench.parts.run(
         "supervisor sweeps on cosmosdb-server",
         lambda: cosmos_sweeps(

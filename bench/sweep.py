@@ -164,7 +164,14 @@ def timed_sweep(store: StateStore, settings: Settings) -> dict[str, Any]:
     """One sweep pass over ``store``: seconds, records read (query items), query pages, re-queued."""
     counted = CountingStateStore(store)
     started = time.monotonic()
-    report = run_sweep(states=counted, queues=InMemoryQueueFactory(), clock=SystemClock(), settings=settings)
+    report = run_sweep(
+        states=counted,
+        queues=InMemoryQueueFactory(),
+        clock=SystemClock(),
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )
     elapsed = time.monotonic() - started
     return {
         "time_s": round(elapsed, 4),

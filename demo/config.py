@@ -21,7 +21,7 @@ from orderflow.settings import Settings
 console = Console()
 """The terminal the demo and chaos drivers print their progress and summaries to."""
 
-MAX_FAILURES = Settings().SUPERVISOR_MAX_FAILURES
+MAX_FAILURES = Settings.load({}).supervisor.SUPERVISOR_MAX_FAILURES
 
 DATA_DIR = REPO_ROOT / ".data" / "tpch"
 REPORT_PATH = REPO_ROOT / "demo-report.json"

@@ -140,7 +140,7 @@ def demo_system(
         env.update(issuer.operator_settings(f"http://127.0.0.1:{api_port}{issuer.jwks_path}"))
         env.update(extra_env or {})
         env["CLIENTS"] = json.dumps([{"id": client_id} for client_id in client_ids])
-        registered = tuple(Settings.load(env).clients())
+        registered = tuple(Settings.load(env).clients.clients())
         # Create the containers once, before several hosts race to.
         stores = CosmosStores.connect(endpoints.cosmos_endpoint, key=endpoints.cosmos_key, verify_tls=False)
         stack.callback(stores.close)

@@ -146,18 +146,18 @@ def check_host_id(settings: Settings) -> None:
     Raises:
         ValueError: with a one-line message naming ``--host-id`` / ``HOST_ID``.
     """
-    host_id = settings.HOST_ID
+    host_id = settings.queues.HOST_ID
     if not host_id:
         raise ValueError("the host id (--host-id or HOST_ID) is empty; give one such as h1")
     try:
-        validate_queue_name(settings.response_queue())
+        validate_queue_name(settings.queues.response_queue())
     except ValueError:
         # Storage queue names are at most 63 characters, the dead-letter queue's included.
-        longest = 63 - len(f"{settings.AGENT_RESPONSES_QUEUE}-{DEAD_LETTER_SUFFIX}")
+        longest = 63 - len(f"{settings.queues.AGENT_RESPONSES_QUEUE}-{DEAD_LETTER_SUFFIX}")
         raise ValueError(
             f"invalid host id {host_id!r} (--host-id or HOST_ID): use lowercase letters, digits and single "
             f"inner hyphens, at most {longest} characters (it names this process's response queue "
-            f"{settings.response_queue()!r})"
+            f"{settings.queues.response_queue()!r})"
         ) from None
 
 
@@ -174,16 +174,16 @@ def connect_transport(
         ValueError: ``STORAGE_CONNECTION_STRING`` is empty or malformed.
     """
     try:
-        storage_queues = connect_queues(settings)
+        storage_queues = connect_queues(settings.connections, settings.clients)
         # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
         lease: SupervisorLease = NoLease()
-        if "supervisor" in roles and settings.SUPERVISOR_LEASE_ENABLED:
+        if "supervisor" in roles and settings.local.SUPERVISOR_LEASE_ENABLED:
             lease = LeaderLease.from_connection_string(
-                settings.STORAGE_CONNECTION_STRING,
-                settings.SUPERVISOR_LEASE_BLOB,
-                duration_s=settings.SUPERVISOR_LEASE_S,
+                settings.connections.STORAGE_CONNECTION_STRING,
+                settings.local.SUPERVISOR_LEASE_BLOB,
+                duration_s=settings.local.SUPERVISOR_LEASE_S,
                 # Named on the lease blob while it leads, so operators and the chaos run can see who does.
-                holder={"host": settings.HOST_ID, "pid": str(os.getpid())},
+                holder={"host": settings.queues.HOST_ID, "pid": str(os.getpid())},
             )
     except ValueError as exc:  # the SDK's message does not say which setting it read
         raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
@@ -224,7 +224,7 @@ def run(
         fail(f"invalid settings: {one_line(exc)}", code=2)
     except ValueError as exc:
         fail(str(exc), code=2)
-    missing = [name for name in CONNECTION_SETTINGS if not getattr(settings, name)]
+    missing = [name for name in CONNECTION_SETTINGS if not getattr(settings.connections, name)]
     if missing:
         fail(
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: export the settings "
@@ -250,15 +250,17 @@ def hold_host_id(settings: Settings, env: Mapping[str, str] | None = None) -> Ho
     """
     directory = (os.environ if env is None else env).get(LOCK_DIR_ENV, "").strip()
     try:
-        endpoint = queue_service_url(settings.STORAGE_CONNECTION_STRING)
+        endpoint = queue_service_url(settings.connections.STORAGE_CONNECTION_STRING)
     except ValueError as exc:  # the SDK's message does not say which setting it read
         raise ValueError(f"STORAGE_CONNECTION_STRING: {exc}") from exc
-    return acquire_host_id(settings.HOST_ID, endpoint, directory=Path(directory) if directory else None)
+    return acquire_host_id(
+        settings.queues.HOST_ID, endpoint, directory=Path(directory) if directory else None
+    )
 
 
 def local_issuer_of(settings: Settings) -> LocalIssuer | None:
     """The local token issuer, when the operator API's settings trust it (``OPERATOR_ISSUER`` is its)."""
-    return LocalIssuer.from_key_file() if settings.operator_issuer() == LOCAL_ISSUER else None
+    return LocalIssuer.from_key_file() if settings.operator_api.operator_issuer() == LOCAL_ISSUER else None
 
 
 def serve(
@@ -285,19 +287,27 @@ def serve(
             try:
                 queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues)
                 held = hold_host_id(settings)
-                stores = connect_stores(settings)
+                stores = connect_stores(settings.connections)
                 # The process's one dependency container: every role it runs is wired with it.
                 # Every role runs on the state store's time, measured through this host's clock as it
                 # read at start and has advanced since: a wall-clock step cannot shift a deadline.
-                probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
-                states, clock = store_timed(stores.state, SteadyClock(host_clock()), settings, probe=probe)
+                probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
+                states, clock = store_timed(
+                    stores.state,
+                    SteadyClock(host_clock()),
+                    settings.alerts,
+                    settings.queues.HOST_ID,
+                    probe=probe,
+                )
                 deps = Dependencies(
                     states=states,
                     orders=stores.orders,
                     queues=queues,
                     clock=clock,
                     settings=settings,
-                    breakers=circuit_breakers(stores.breakers, clock, settings),
+                    breakers=circuit_breakers(
+                        stores.breakers, clock, settings.breakers, settings.queues.HOST_ID
+                    ),
                     dead_letters=dead_letters,
                     alerts=stores.alerts,  # the host keeps its alerts and sweep status there
                 )
@@ -305,9 +315,9 @@ def serve(
                 host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)
                 host.start()  # stops what it started if it fails
                 # "ready" is the first line: whoever started the process waits for it.
-                print(f"devhost {settings.HOST_ID} ready", flush=True)
+                print(f"devhost {settings.queues.HOST_ID} ready", flush=True)
                 if host.api_url is not None:
-                    print(f"devhost {settings.HOST_ID} operator API on {host.api_url}", flush=True)
+                    print(f"devhost {settings.queues.HOST_ID} operator API on {host.api_url}", flush=True)
                 host.wait()
             except KeyboardInterrupt as exc:
                 signum = exc.signum if isinstance(exc, StopSignal) else signal.SIGINT
@@ -321,14 +331,14 @@ def serve(
                 if held is not None:
                     held.release()
     except HostIdInUse as exc:
-        fail(f"devhost {settings.HOST_ID} did not start: {exc}", code=1)
+        fail(f"devhost {settings.queues.HOST_ID} did not start: {exc}", code=1)
     except ValueError as exc:
-        log.debug("devhost %s did not start", settings.HOST_ID, exc_info=True)
-        fail(f"devhost {settings.HOST_ID} did not start: {one_line(exc)}", code=2)
+        log.debug("devhost %s did not start", settings.queues.HOST_ID, exc_info=True)
+        fail(f"devhost {settings.queues.HOST_ID} did not start: {one_line(exc)}", code=2)
     except Exception as exc:
         # The traceback is in the log at DEBUG (--log-level DEBUG); the operator gets one line.
-        log.debug("devhost %s failed", settings.HOST_ID, exc_info=True)
-        fail(f"devhost {settings.HOST_ID} failed: {one_line(exc)}", code=1)
+        log.debug("devhost %s failed", settings.queues.HOST_ID, exc_info=True)
+        fail(f"devhost {settings.queues.HOST_ID} failed: {one_line(exc)}", code=1)
 
 
 if __name__ == "__main__":

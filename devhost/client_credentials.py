@@ -144,11 +144,11 @@ def main(
     read replies with the second (`orderflow watch`). Neither opens any other queue."""
     settings = Settings.load()
     try:
-        client = settings.client(client_id)
+        client = settings.clients.client(client_id)
     except KeyError:
         raise typer.BadParameter(f"no client {client_id!r} in CLIENTS") from None
     issued = issue_client_credentials(
-        settings.STORAGE_CONNECTION_STRING, client, lifetime=timedelta(hours=hours)
+        settings.connections.STORAGE_CONNECTION_STRING, client, lifetime=timedelta(hours=hours)
     )
     inbound, reply = connection_strings(issued)
     typer.echo(f"# client {client_id}, valid until {issued.expires_at.isoformat()}")

@@ -130,9 +130,9 @@ class DevHost:
         self.wakeups = Wakeups()
         # And, through the shared directory, the other devhost processes' loops (WAKEUP_DIR).
         self.channel: WakeupChannel | None = None
-        if deps.settings.WAKEUP_DIR:
+        if deps.settings.local.WAKEUP_DIR:
             self.channel = WakeupChannel(
-                Path(deps.settings.WAKEUP_DIR), deps.settings.HOST_ID, self.wakeups.wake
+                Path(deps.settings.local.WAKEUP_DIR), deps.settings.queues.HOST_ID, self.wakeups.wake
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
@@ -168,15 +168,17 @@ class DevHost:
         except BaseException:
             self.stop()
             raise
-        logger.info("devhost %s running roles %s", self.settings.HOST_ID, sorted(self.roles))
+        logger.info("devhost %s running roles %s", self.settings.queues.HOST_ID, sorted(self.roles))
 
     def _start_roles(self) -> None:
         s = self.settings
         # Before anything starts: bindings that cannot serve the workflows refuse the start.
-        services = agent_services(s, self.service_credential) if "agents" in self.roles else []
+        services = agent_services(s.agents, self.service_credential) if "agents" in self.roles else []
         if self.deps.alerts is not None:
             # The process's alerts are kept from now on; stop() puts the previous sink back.
-            sink = AlertSink(self.deps.alerts, self.deps.clock, s.HOST_ID, window_s=s.ALERT_WINDOW_S)
+            sink = AlertSink(
+                self.deps.alerts, self.deps.clock, s.queues.HOST_ID, window_s=s.alerts.ALERT_WINDOW_S
+            )
             self._previous_sink, self._sink_installed = telemetry.use_alert_sink(sink), True
         if self.channel is not None:
             self.channel.start()
@@ -187,22 +189,25 @@ class DevHost:
         if "submission" in self.roles:
             self._start_submission()
         if "listener" in self.roles:
-            self._consume(s.response_queue(), self._on_response, concurrency=16)
+            self._consume(s.queues.response_queue(), self._on_response, concurrency=16)
         if "agents" in self.roles:
             for service in services:
                 self._services.append(service)
                 self._consume(
-                    s.agent_queue(service.name),
+                    s.queues.agent_queue(service.name),
                     agent_handler(self.deps, service),
-                    concurrency=s.AGENT_CONCURRENCY,
+                    concurrency=s.agents.AGENT_CONCURRENCY,
                 )
         if "starter" in self.roles:
             self._periodic(
-                "starter", self._starter_tick, s.STARTER_INTERVAL_S, wakeup=self.wakeups.event(STARTER_WAKEUP)
+                "starter",
+                self._starter_tick,
+                s.starter.STARTER_INTERVAL_S,
+                wakeup=self.wakeups.event(STARTER_WAKEUP),
             )
         if "supervisor" in self.roles:
             # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
-            tick_s = min(s.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
+            tick_s = min(s.supervisor.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
@@ -211,16 +216,17 @@ class DevHost:
 
     def _start_api(self) -> None:
         """Serve the operator API on loopback (ValueError: its settings configure it only in part)."""
-        validator = validator_from_settings(self.settings)
+        validator = validator_from_settings(self.settings.operator_api, self.settings.clients)
         if validator is None:
             logger.warning(
-                "devhost %s operator API is not configured: it refuses every call", self.settings.HOST_ID
+                "devhost %s operator API is not configured: it refuses every call",
+                self.settings.queues.HOST_ID,
             )
         app = create_operator_app(self.deps, validator, issuer=self.local_issuer)
         server, thread = serve_in_thread(app, "127.0.0.1", self.api_port)
         self._api = (server, thread)
         self.api_url = server_url(server)
-        logger.info("devhost %s operator API on %s", self.settings.HOST_ID, self.api_url)
+        logger.info("devhost %s operator API on %s", self.settings.queues.HOST_ID, self.api_url)
 
     def stop(self) -> None:
         """Stop every loop, then the worker and backend. In-flight orchestrations are abandoned (the
@@ -260,7 +266,7 @@ class DevHost:
             telemetry.use_alert_sink(self._previous_sink)
             self._sink_installed = False
         self._stopped = True
-        logger.info("devhost %s stopped", self.settings.HOST_ID)
+        logger.info("devhost %s stopped", self.settings.queues.HOST_ID)
 
     def wait(self) -> None:
         """Block until :meth:`stop` is called (from a signal handler or another thread)."""
@@ -269,7 +275,7 @@ class DevHost:
     # --- wiring ------------------------------------------------------------------------------
     def _start_durabletask(self) -> None:
         port = free_port()
-        if self.settings.DURABLETASK_BACKEND == "process":
+        if self.settings.local.DURABLETASK_BACKEND == "process":
             backend = BackendProcess(port)
             self._backend = backend  # first: stop() must find a backend whose start was interrupted
             address = backend.start()
@@ -282,7 +288,7 @@ class DevHost:
             host_address=address,
             logger=logging.getLogger(DURABLETASK_WORKER_LOGGER),
             concurrency_options=dt_worker.ConcurrencyOptions(
-                maximum_thread_pool_workers=self.settings.WORKER_THREADS
+                maximum_thread_pool_workers=self.settings.local.WORKER_THREADS
             ),
         )
         register_order_workflow(worker, self.deps)
@@ -299,14 +305,15 @@ class DevHost:
         Both queues of every client are created here, at start-up: nothing creates a reply queue because
         a message named it (docs/clients.md).
         """
-        clients = list(self.settings.clients())
+        clients = list(self.settings.clients.clients())
         if not clients:
             logger.warning(
-                "devhost %s: no client is registered (CLIENTS): no queue to consume", self.settings.HOST_ID
+                "devhost %s: no client is registered (CLIENTS): no queue to consume",
+                self.settings.queues.HOST_ID,
             )
             return
-        self.admission = ClientAdmission.from_settings(
-            self.settings, states=self.deps.states, queues=self.deps.queues
+        self.admission = ClientAdmission.from_clients(
+            self.settings.clients, states=self.deps.states, queues=self.deps.queues
         )
         for client in clients:
             self._open_queue(client.reply_queue)
@@ -347,11 +354,11 @@ class DevHost:
                 handler,
                 self.stop_event,
                 concurrency=concurrency,
-                lock_s=s.QUEUE_LOCK_S,
-                max_lock_renewal_s=s.QUEUE_MAX_LOCK_RENEWAL_S,
-                poll_s=s.POLL_INTERVAL_S,
-                max_poll_s=s.POLL_MAX_INTERVAL_S,
-                max_delivery_count=s.MAX_DELIVERY_COUNT,
+                lock_s=s.consumers.QUEUE_LOCK_S,
+                max_lock_renewal_s=s.consumers.QUEUE_MAX_LOCK_RENEWAL_S,
+                poll_s=s.consumers.POLL_INTERVAL_S,
+                max_poll_s=s.consumers.POLL_MAX_INTERVAL_S,
+                max_delivery_count=s.consumers.MAX_DELIVERY_COUNT,
                 wakeup=self.wakeups.event(queue_name),
             )
         )
@@ -372,9 +379,12 @@ class DevHost:
             states=self.deps.states,
             client=self.client,
             clock=self.deps.clock,
-            settings=self.settings,
-            response_queue=self.settings.response_queue(),
-            capacity=self.settings.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
+            starter=self.settings.starter,
+            steps=self.settings.steps,
+            scans=self.settings.scans,
+            queue_names=self.settings.queues,
+            response_queue=self.settings.queues.response_queue(),
+            capacity=self.settings.starter.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
             first_requests=self._first_requests,
@@ -386,20 +396,24 @@ class DevHost:
         leader = lease.maintain()
         if leader != self._was_leader:
             logger.info(
-                "devhost %s supervisor is %s", self.settings.HOST_ID, "leader" if leader else "stand-by"
+                "devhost %s supervisor is %s",
+                self.settings.queues.HOST_ID,
+                "leader" if leader else "stand-by",
             )
             # A new term starts a new scan: the old cursor's cutoff may be a whole term old.
             self.sweep_cursor.reset()
             self._was_leader = leader
         if not leader or time.monotonic() < self._next_sweep_at:
             return
-        self._next_sweep_at = time.monotonic() + self.settings.SUPERVISOR_INTERVAL_S
+        self._next_sweep_at = time.monotonic() + self.settings.supervisor.SUPERVISOR_INTERVAL_S
         started = self.deps.clock.now()
         report = run_sweep(
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.deps.clock,
-            settings=self.settings,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            host_id=self.settings.queues.HOST_ID,
             cursor=self.sweep_cursor,
             keep_going=self._still_leader,
         )
@@ -407,7 +421,7 @@ class DevHost:
             report,
             started=started,
             ended=self.deps.clock.now(),
-            host_id=self.settings.HOST_ID,
+            host_id=self.settings.queues.HOST_ID,
             leadership="lease",
         )
         record_sweep(self.deps.alerts, status)
@@ -415,8 +429,8 @@ class DevHost:
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.deps.clock,
-            grace_s=self.settings.REPLY_GRACE_S,
-            limits=PageLimits.from_settings(self.settings),
+            grace_s=self.settings.supervisor.REPLY_GRACE_S,
+            limits=PageLimits.from_scans(self.settings.scans),
         )
         if time.monotonic() >= self._next_purge_at:
             # Retention is about days, not seconds: a pass a minute is plenty.
@@ -426,7 +440,9 @@ class DevHost:
     def purge_shared_data(self) -> RetentionReport:
         """The leader's retention pass: the stores, and the dead letters of the clients' inbound queues,
         the agents' request queues and the shared response queue (:func:`run_retention_pass`)."""
-        return run_retention_pass(self.deps, dead_letter_queues=dead_letter_sources(self.settings))
+        return run_retention_pass(
+            self.deps, dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues)
+        )
 
     def purge_own_history(self) -> RetentionReport:
         """This process's retention pass over what only it can reach: its durabletask backend's history
@@ -437,7 +453,7 @@ class DevHost:
         return run_retention_pass(
             self.deps,
             stores=False,
-            dead_letter_queues=[self.settings.response_queue()],
+            dead_letter_queues=[self.settings.queues.response_queue()],
             histories=self.client,
         )
 
@@ -451,7 +467,7 @@ class DevHost:
             self.lease.release()
         except TransientError:
             logger.warning(
-                "devhost %s could not release the supervisor lease; it expires", self.settings.HOST_ID
+                "devhost %s could not release the supervisor lease; it expires", self.settings.queues.HOST_ID
             )
 
     @property

@@ -9,8 +9,8 @@ claims of an Entra v2.0 access token (``iss``, ``aud``, ``tid``, ``oid``, ``sub`
 tenant, API and client id, and :data:`LOCAL_ISSUER`, an identifier in the reserved ``.localhost`` domain
 that is never fetched.
 
-Nothing minted here is accepted on Azure: ``Settings.check_azure`` allows only the tenant's Entra
-issuer and JWKS there, and the commands below refuse to run on the platform.
+Nothing minted here is accepted on Azure: ``function_host.azure_policy.check_azure`` allows only the
+tenant's Entra issuer and JWKS there, and the commands below refuse to run on the platform.
 
 ``python -m devhost.local_issuer login --role orderflow.reviewer --name alice`` prints a token (or
 writes it, mode 0600, with ``--out``); ``python -m devhost.local_issuer serve`` publishes the JWKS on

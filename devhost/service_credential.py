@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from agents.services import HttpRemoteService
 from devhost.local_issuer import DEFAULT_LIFETIME_S, KEY_FILE, LocalIssuer, ensure_signing_key
 from orderflow.bindings import AGENT_ROLE, CachedTokens, EntraAuth, ServiceBindings, TokenSource
-from orderflow.settings import Settings
+from orderflow.settings import Agents
+from orderflow.settings.hosts import check_bindings
 from orderflow.workflows import agent_names
 
 LOCAL_AGENTS_CLIENT_ID = "5b7c2f8e-3d0a-4f6e-9a51-2c8e0d4b7f13"
@@ -72,19 +73,19 @@ class LocalAgentCredential:
         return AccessTokenInfo(token, now + self._lifetime_s, refresh_on=now + self._lifetime_s // 2)
 
 
-def agent_services(settings: Settings, credential: TokenSource | None = None) -> list[HttpRemoteService]:
+def agent_services(agents: Agents, credential: TokenSource | None = None) -> list[HttpRemoteService]:
     """One :class:`HttpRemoteService` per agent, as ``SERVICE_BINDINGS`` binds it.
 
     Args:
-        settings: ``SERVICE_BINDINGS``.
+        agents: ``SERVICE_BINDINGS``.
         credential: Where the ``entra`` bindings' tokens come from; None: :class:`LocalAgentCredential`
             of the local issuer's key file, made only if some binding needs it.
 
     Raises:
         UnsafeAzureSetting: the bindings cannot serve the deployed workflows (first refusal, one line).
     """
-    settings.check_bindings(azure=False)
-    bindings = ServiceBindings.parse(settings.SERVICE_BINDINGS)
+    check_bindings(agents, azure=False)
+    bindings = ServiceBindings.parse(agents.SERVICE_BINDINGS)
     tokens: CachedTokens | None = None
     if any(isinstance(bindings.services[name].auth, EntraAuth) for name in agent_names()):
         tokens = CachedTokens(credential if credential is not None else LocalAgentCredential.from_key_file())

@@ -7,13 +7,9 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from orderflow.settings import (
-    Settings,
-    UnsafeAzureSetting,
-    describe_invalid_settings,
-    host_connection_refusals,
-    on_azure,
-)
+from function_host.azure_policy import check_azure, host_connection_refusals
+from orderflow.settings import Settings, describe_invalid_settings, on_azure
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 
 def check_start_up(environ: Mapping[str, str] | None = None) -> None:
@@ -35,4 +31,4 @@ def check_start_up(environ: Mapping[str, str] | None = None) -> None:
         settings = Settings.load(env=environ)
     except ValidationError as exc:
         raise ValueError(describe_invalid_settings(exc)) from None
-    settings.check_azure()
+    check_azure(settings)

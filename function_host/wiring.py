@@ -1,7 +1,7 @@
 """The Azure host's wiring: the one place the worker process builds its dependencies.
 
 :func:`dependencies` builds the adapters once per worker process from the app settings, with
-identity-based connections (``DefaultAzureCredential``, :func:`orderflow.wiring.connect_azure`): Cosmos
+identity-based connections (``DefaultAzureCredential``, :func:`connect_azure`): Cosmos
 DB for the stores (and the alerts the process raises, through its alert sink), Service Bus for every
 queue. No keys. The blueprints call it (and
 :func:`redelivery`, :func:`token_validator`) on each invocation; tests replace those names in a
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache, partial
 
+from function_host.azure_policy import check_azure
 from function_host.settlement import Redelivery
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
@@ -21,9 +22,10 @@ from orderflow.clock import SteadyClock, SystemClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator, validator_from_settings
 from orderflow.queues.servicebus import ServiceBusQueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Settings, on_azure
 from orderflow.store_clock import store_timed
-from orderflow.wiring import connect_azure
+from orderflow.stores.cosmos import CosmosStores
+from orderflow.wiring import azure_credential, connect_stores, store_timeouts
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -43,21 +45,23 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
     stores, queues = connect_azure(settings)
     # Every role runs on the state store's time, measured through the machine's clock as it read at
     # start and has advanced since: a wall-clock step cannot shift a deadline.
-    probe = partial(stores.breakers.clock_probe, settings.HOST_ID)
-    states, clock = store_timed(stores.state, SteadyClock(SystemClock()), settings, probe=probe)
+    probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
+    states, clock = store_timed(
+        stores.state, SteadyClock(SystemClock()), settings.alerts, settings.queues.HOST_ID, probe=probe
+    )
     deps = Dependencies(
         states=states,
         orders=stores.orders,
         queues=queues,
         clock=clock,
         settings=settings,
-        breakers=circuit_breakers(stores.breakers, clock, settings),
+        breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
         dead_letters=queues,  # the operator API reads the $DeadLetterQueue sub-queues
         alerts=stores.alerts,
     )
     # Every alert the worker raises from now on is kept too, best effort (orderflow.alert_sink).
     telemetry.use_alert_sink(
-        AlertSink(stores.alerts, clock, settings.HOST_ID, window_s=settings.ALERT_WINDOW_S)
+        AlertSink(stores.alerts, clock, settings.queues.HOST_ID, window_s=settings.alerts.ALERT_WINDOW_S)
     )
     return deps, queues
 
@@ -77,4 +81,59 @@ def redelivery() -> Redelivery:
 def token_validator() -> TokenValidator | None:
     """The worker process's check of operator API bearer tokens, built once (it caches the tenant's signing
     keys); None when the ``OPERATOR_*`` settings do not configure the API (it then refuses every call)."""
-    return validator_from_settings(dependencies().settings)
+    return validator_from_settings(dependencies().settings.operator_api, dependencies().settings.clients)
+
+
+def connect_azure(
+    settings: Settings, *, environ: Mapping[str, str] | None = None
+) -> tuple[CosmosStores, ServiceBusQueueFactory]:
+    """The Functions app's adapters: Cosmos DB for both stores, Service Bus for every queue.
+
+    Identity by default, one ``DefaultAzureCredential`` (:func:`orderflow.wiring.azure_credential`) for
+    both. An emulator's secret only where the settings name one: ``COSMOS_KEY`` for Cosmos DB (containers are
+    then created) and ``SERVICEBUS`` for Service Bus, which wins over
+    ``SERVICEBUS__fullyQualifiedNamespace`` as it does for the Functions host's triggers. On Azure
+    (:func:`~orderflow.settings.on_azure` of ``environ``, default ``os.environ``) the settings are
+    checked first (:func:`function_host.azure_policy.check_azure`), so only identity gets through.
+
+    Raises:
+        UnsafeAzureSetting: on Azure, a setting with no safe value there.
+        ValueError: ``COSMOS_ENDPOINT``, or both ``SERVICEBUS`` and its namespace, are empty.
+    """
+    if on_azure(environ):
+        check_azure(settings)
+    connection_string = settings.connections.SERVICEBUS.strip()
+    namespace = settings.connections.SERVICEBUS__fullyQualifiedNamespace.strip()
+    if not settings.connections.COSMOS_ENDPOINT.strip():
+        raise ValueError("COSMOS_ENDPOINT is not set")
+    if not connection_string and not namespace:
+        raise ValueError("SERVICEBUS__fullyQualifiedNamespace (or SERVICEBUS, for the emulator) is not set")
+    needs_identity = not settings.connections.COSMOS_KEY.strip() or not connection_string
+    credential = azure_credential(settings.connections) if needs_identity else None
+    if settings.connections.COSMOS_KEY.strip():
+        stores = connect_stores(settings.connections)
+    else:
+        assert credential is not None
+        # Data-plane RBAC cannot create databases or containers: infrastructure does.
+        stores = CosmosStores.connect(
+            settings.connections.COSMOS_ENDPOINT,
+            credential=credential,
+            database=settings.connections.COSMOS_DATABASE,
+            verify_tls=settings.connections.COSMOS_VERIFY_TLS,
+            **store_timeouts(settings.connections),
+        )
+    try:
+        if connection_string:
+            # No administration client: azure-servicebus's speaks https only, the emulator no TLS.
+            queues = ServiceBusQueueFactory.from_connection_string(
+                connection_string, send_timeout_s=settings.connections.QUEUE_READ_TIMEOUT_S
+            )
+        else:
+            assert credential is not None
+            queues = ServiceBusQueueFactory.from_namespace(
+                namespace, credential, send_timeout_s=settings.connections.QUEUE_READ_TIMEOUT_S
+            )
+    except BaseException:
+        stores.close()
+        raise
+    return stores, queues

@@ -4,7 +4,7 @@ Submission asks :class:`~intake.client_admission.ClientAdmission` before it writ
 apply per client and for the whole system (a ceiling of 0, or none, disables its check):
 
 - **in flight, per client**: a registered client's orders in ``Pending`` or ``Processing`` may not exceed
-  its quota (:meth:`orderflow.settings.Settings.client_quota`: its own ``maxInFlight``, else an equal
+  its quota (:meth:`orderflow.settings.Clients.client_quota`: its own ``maxInFlight``, else an equal
   share of what the others' leave of ``MAX_IN_FLIGHT_ORDERS``), counted on its ``clientId``: one client
   at its quota is refused ``ClientInFlightCeiling`` while the others go on. The quotas never add up to
   more than the global ceiling (the settings refuse a registry whose do), so no client can fill the
@@ -72,7 +72,7 @@ from orderflow.clients import RegisteredClient
 from orderflow.errors import OrderflowError
 from orderflow.protocol.state_machine import IN_FLIGHT_STATES
 from orderflow.queues.base import QueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Clients
 from orderflow.stores.base import StateQuery, StateStore
 
 logger = logging.getLogger(__name__)
@@ -326,9 +326,9 @@ class AdmissionControl:
         )
 
     @classmethod
-    def from_settings(
+    def from_clients(
         cls,
-        settings: Settings,
+        clients: Clients,
         *,
         states: StateStore,
         queues: QueueFactory,
@@ -345,18 +345,18 @@ class AdmissionControl:
             return cls(
                 states=states,
                 backlog=None,
-                max_in_flight=settings.MAX_IN_FLIGHT_ORDERS,
+                max_in_flight=clients.MAX_IN_FLIGHT_ORDERS,
                 max_backlog=0,
-                refresh_s=settings.ADMISSION_REFRESH_S,
+                refresh_s=clients.ADMISSION_REFRESH_S,
                 monotonic=monotonic,
             )
-        backlog = queues.queue(client.inbound_queue) if settings.MAX_SUBMISSION_BACKLOG > 0 else None
+        backlog = queues.queue(client.inbound_queue) if clients.MAX_SUBMISSION_BACKLOG > 0 else None
         return cls(
             states=states,
             backlog=backlog,
-            max_in_flight=settings.client_quota(client),
-            max_backlog=settings.MAX_SUBMISSION_BACKLOG,
-            refresh_s=settings.ADMISSION_REFRESH_S,
+            max_in_flight=clients.client_quota(client),
+            max_backlog=clients.MAX_SUBMISSION_BACKLOG,
+            refresh_s=clients.ADMISSION_REFRESH_S,
             monotonic=monotonic,
             client_id=client.client_id,
         )

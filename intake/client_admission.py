@@ -10,7 +10,7 @@ from collections.abc import Callable
 from intake.admission import AdmissionControl, AdmissionDecision
 from orderflow.clients import RegisteredClient
 from orderflow.queues.base import QueueFactory
-from orderflow.settings import Settings
+from orderflow.settings import Clients
 from orderflow.stores.base import StateStore
 
 
@@ -34,20 +34,20 @@ class ClientAdmission:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(
+    def from_clients(
         cls,
-        settings: Settings,
+        clients: Clients,
         *,
         states: StateStore,
         queues: QueueFactory,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> ClientAdmission:
         """Admission by ``MAX_IN_FLIGHT_ORDERS``, each client's ``maxInFlight`` and ``MAX_SUBMISSION_BACKLOG``
-        of its inbound queue (:meth:`AdmissionControl.from_settings`)."""
+        of its inbound queue (:meth:`AdmissionControl.from_clients`)."""
         return cls(
-            AdmissionControl.from_settings(settings, states=states, queues=queues, monotonic=monotonic),
-            lambda client: AdmissionControl.from_settings(
-                settings, states=states, queues=queues, monotonic=monotonic, client=client
+            AdmissionControl.from_clients(clients, states=states, queues=queues, monotonic=monotonic),
+            lambda client: AdmissionControl.from_clients(
+                clients, states=states, queues=queues, monotonic=monotonic, client=client
             ),
         )
 

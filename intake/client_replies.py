@@ -18,11 +18,11 @@ from orderflow.messages import (
 )
 from orderflow.queues.base import QueueFactory
 from orderflow.records import ProcessState, StateRecord
-from orderflow.settings import Settings
+from orderflow.settings import Queues
 
 
 def check_reply_queue(
-    order: SubmitOrder, client: RegisteredClient, settings: Settings, *, transport_reply_to: str | None
+    order: SubmitOrder, client: RegisteredClient, queue_names: Queues, *, transport_reply_to: str | None
 ) -> None:
     """Refuse a ``replyTo`` that is not the sending client's registered reply queue, before anything is
     written or sent (and so before any queue is touched).
@@ -30,7 +30,7 @@ def check_reply_queue(
     Raises:
         InvalidMessage: ``ReservedReplyQueue``, ``ReplyToNotRegistered`` or ``ReplyToMismatch``.
     """
-    reserved = settings.reserved_queue(order.reply_to)
+    reserved = queue_names.reserved_queue(order.reply_to)
     if reserved is not None:
         raise InvalidMessage(
             RESERVED_REPLY_QUEUE,

@@ -65,7 +65,7 @@ from orderflow.records import (
     content_hash,
 )
 from orderflow.replays import note_replayed_message
-from orderflow.settings import Settings
+from orderflow.settings import Queues, Starter, Steps
 from orderflow.stores.base import OrderStore, ReplayRecords, StateStore
 from orderflow.timeline import Actor, note
 from orderflow.workflows import WorkflowDefinition, new_order_workflow
@@ -105,7 +105,7 @@ class IntakeResult:
 def initial_state(
     order: SubmitOrder,
     definition: WorkflowDefinition,
-    settings: Settings,
+    steps: Steps,
     clock: Clock,
     client: RegisteredClient | None = None,
     *,
@@ -125,7 +125,7 @@ def initial_state(
         steps={
             step.name: StepState(idempotency_key=idempotency_key(key, step.name)) for step in definition.steps
         },
-        retry_budget=RetryBudget(limit=settings.RETRY_BUDGET),
+        retry_budget=RetryBudget(limit=steps.RETRY_BUDGET),
         workflow_version=definition.version,
         created_at=now,
         updated_at=now,
@@ -168,7 +168,9 @@ def handle_intake_message(
     states: StateStore,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    steps: Steps,
+    starter: Starter,
+    queue_names: Queues,
     definition: WorkflowDefinition | None = None,
     admission: Admission | None = None,
     transport_traceparent: str | None = None,
@@ -198,7 +200,9 @@ def handle_intake_message(
         reply_to: The message's transport reply-to property (Service Bus ``ReplyTo``), or None where the
             transport has none (Storage queues) or the sender set none. When given, it must be the
             client's reply queue too.
-        orders / states / queues / clock / settings: Dependencies.
+        orders / states / queues / clock: Dependencies.
+        steps / starter / queue_names: The settings sections read: ``RETRY_BUDGET`` and
+            ``WORKFLOW_VERSION``, a cancel's grace (``CLAIM_TIMEOUT_S``), orderflow's own queue names.
         definition: The workflow new orders start with; None for the ``WORKFLOW_VERSION`` setting's.
         admission: Admission control for new orders, or None to admit everything.
         transport_traceparent: The trace context the transport handed over with the message (an Azure
@@ -243,7 +247,9 @@ def handle_intake_message(
         states=states,
         queues=queues,
         clock=clock,
-        settings=settings,
+        steps=steps,
+        starter=starter,
+        queue_names=queue_names,
         definition=definition,
         admission=admission,
         transport_traceparent=transport_traceparent,
@@ -266,7 +272,9 @@ def _take_in(
     states: StateStore,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    steps: Steps,
+    starter: Starter,
+    queue_names: Queues,
     definition: WorkflowDefinition | None,
     admission: Admission | None,
     transport_traceparent: str | None,
@@ -279,12 +287,17 @@ def _take_in(
     if kind == CANCEL_ORDER:
         # A cancel shares the submission path (and its ordering) with the order it cancels.
         cancelled = handle_cancel(
-            body, client=client, states=states, queues=queues, clock=clock, grace_s=settings.CLAIM_TIMEOUT_S
+            body,
+            client=client,
+            states=states,
+            queues=queues,
+            clock=clock,
+            grace_s=starter.CLAIM_TIMEOUT_S,
         )
         return IntakeResult(cancelled.order_id, IntakeOutcome.CANCEL, cancelled.reason, cancelled)
     # Validation first: bad input is dead-lettered with its reason whether or not the system is full.
     order = parse_message(SubmitOrder, body)
-    check_reply_queue(order, client, settings, transport_reply_to=reply_to)
+    check_reply_queue(order, client, queue_names, transport_reply_to=reply_to)
     attributes = {
         **tracing.order_attributes(
             client_order_key(client.client_id, order.order_id), client=client.client_id
@@ -305,8 +318,8 @@ def _take_in(
             states=states,
             queues=queues,
             clock=clock,
-            settings=settings,
-            definition=definition or new_order_workflow(settings.WORKFLOW_VERSION),
+            steps=steps,
+            definition=definition or new_order_workflow(steps.WORKFLOW_VERSION),
             admission=admission,
             order_cache=order_cache,
         )
@@ -322,7 +335,7 @@ def _submit(
     states: StateStore,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    steps: Steps,
     definition: WorkflowDefinition,
     admission: Admission | None,
     order_cache: OrderCache | None,
@@ -350,7 +363,7 @@ def _submit(
             orders=orders,
             states=states,
             clock=clock,
-            settings=settings,
+            steps=steps,
             definition=definition,
             client=client,
             order_cache=order_cache,
@@ -389,7 +402,7 @@ def _record(
     orders: OrderStore,
     states: StateStore,
     clock: Clock,
-    settings: Settings,
+    steps: Steps,
     definition: WorkflowDefinition,
     client: RegisteredClient,
     order_cache: OrderCache | None = None,
@@ -419,7 +432,7 @@ def _record(
         outcome = IntakeOutcome.DUPLICATE
     try:
         # Also after a duplicate document: a crash between the two writes left the record missing.
-        record = initial_state(order, definition, settings, clock, client, key=key)
+        record = initial_state(order, definition, steps, clock, client, key=key)
         record.traceparent = tracing.current_traceparent()  # the submission span: the order's trace
         note(None, record, Actor("intake", record.client_id), action="submit")
         states.create(record)

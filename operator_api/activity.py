@@ -30,7 +30,7 @@ from orderflow.alerts import NOT_ALERTS, TALLY_KIND, TALLY_S, SweepTallyDoc
 from orderflow.errors import InvalidMessage
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetterQueues
 from orderflow.records import QUERY_TIME_FORMAT, parse_query_time, parse_utc
-from orderflow.settings import Settings
+from orderflow.settings import Clients, Queues
 from orderflow.stores.base import AlertQuery, AlertStore, Page
 from orderflow.stores.paging import PageBudget, PageLimits
 
@@ -197,12 +197,12 @@ def _sweep_series(store: AlertStore, window: Window, series: _Series) -> None:
 
 
 def _dead_letter_series(
-    dead_letters: DeadLetterQueues, settings: Settings, window: Window, series: _Series
+    dead_letters: DeadLetterQueues, clients: Clients, queue_names: Queues, window: Window, series: _Series
 ) -> None:
     budget = PageBudget("activity.dead_letters", DEAD_LETTER_LIMITS)
     counts = [0] * window.buckets
     complete = True
-    for queue in deployment_queues(settings):
+    for queue in deployment_queues(clients, queue_names):
 
         def fetch(token: str | None, name: str = queue.name) -> Page[Any]:
             found = dead_letters.dead_letter_page(name, max_messages=DEAD_LETTER_PAGE, continuation=token)
@@ -224,7 +224,8 @@ def activity(
     *,
     alerts: AlertStore,
     dead_letters: DeadLetterQueues | None,
-    settings: Settings,
+    clients: Clients,
+    queue_names: Queues,
 ) -> ActivityAnswer:
     """Every series of ``window``, bucketed.
 
@@ -232,7 +233,7 @@ def activity(
         window: From :func:`activity_window`.
         alerts: The alerts store (alerts and the sweep tallies).
         dead_letters: The dead-letter queues, or None: the dead-letter series is null.
-        settings: For the deployment's queues.
+        clients / queue_names: For the deployment's queues.
 
     Returns:
         The answer; ``complete`` says per series whether its loop read everything (False: the page or
@@ -246,7 +247,7 @@ def activity(
     _alert_series(alerts, window, series)
     _sweep_series(alerts, window, series)
     if dead_letters is not None:
-        _dead_letter_series(dead_letters, settings, window, series)
+        _dead_letter_series(dead_letters, clients, queue_names, window, series)
     buckets = [
         ActivityBucket(
             start=start,

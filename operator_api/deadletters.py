@@ -31,7 +31,7 @@ from orderflow.messages import decode_json_object, owned_order_key
 from orderflow.operator_auth import Principal
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
 from orderflow.replays import note_replay, replay_message_id, replay_record
-from orderflow.settings import Settings
+from orderflow.settings import Clients, Queues, Supervisor
 from orderflow.stores.base import ReplayRecords, StateStore
 from orderflow.workflows import agent_names
 
@@ -46,7 +46,7 @@ ALREADY_REPLAYED = "AlreadyReplayed"
 _DEAD_LETTER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
-def deployment_queue(settings: Settings, name: str) -> str:
+def deployment_queue(clients: Clients, queue_names: Queues, name: str) -> str:
     """``name``, if it is one of the queues :func:`deployment_queues` lists (what ``GET queues``
     answers): never a name that only looks like one, such as a made-up host's response queue or a
     ``-deadletter`` queue, which would be opened (and on Storage created) as given.
@@ -54,7 +54,7 @@ def deployment_queue(settings: Settings, name: str) -> str:
     Raises:
         InvalidMessage: ``UnknownQueue`` (the handler answers 404).
     """
-    if all(queue.name != name for queue in deployment_queues(settings)):
+    if all(queue.name != name for queue in deployment_queues(clients, queue_names)):
         raise InvalidMessage(UNKNOWN_QUEUE, "no such queue in this deployment (see GET queues)")
     return name
 
@@ -73,16 +73,17 @@ class DeploymentQueue:
     owner: str | None
 
 
-def deployment_queues(settings: Settings) -> list[DeploymentQueue]:
+def deployment_queues(clients: Clients, queue_names: Queues) -> list[DeploymentQueue]:
     """The queues orderflow consumes, and so dead-letters on: every registered client's inbound queue (in
     ``CLIENTS`` order), every agent's request queue (sorted by agent), then the response queue and this
     host's own (``AGENT_RESPONSES_QUEUE``, ``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Each is one
-    :meth:`Settings.is_deployment_queue` accepts; other hosts' response queues are not known here."""
-    found = [DeploymentQueue(c.inbound_queue, "inbound", c.client_id) for c in settings.clients()]
-    found += [DeploymentQueue(settings.agent_queue(a), "agent", a) for a in agent_names()]
-    for name in dict.fromkeys((settings.AGENT_RESPONSES_QUEUE, settings.response_queue())):
+    :meth:`orderflow.settings.Clients.is_deployment_queue` accepts; other
+    hosts' response queues are not known here."""
+    found = [DeploymentQueue(c.inbound_queue, "inbound", c.client_id) for c in clients.clients()]
+    found += [DeploymentQueue(queue_names.agent_queue(a), "agent", a) for a in agent_names()]
+    for name in dict.fromkeys((queue_names.AGENT_RESPONSES_QUEUE, queue_names.response_queue())):
         found.append(DeploymentQueue(name, "responses", None))
-    return [queue for queue in found if settings.is_deployment_queue(queue.name)]
+    return [queue for queue in found if clients.is_deployment_queue(queue.name)]
 
 
 def validate_dead_letter_id(text: str) -> str:
@@ -116,7 +117,7 @@ def find_dead_letter(dead_letters: DeadLetterQueues, name: str, dead_letter_id: 
     )
 
 
-def linked_order(dead: DeadLetter, settings: Settings) -> str | None:
+def linked_order(dead: DeadLetter, clients: Clients) -> str | None:
     """The key of the order a dead letter is provably about, or None: not linked.
 
     Only a message that arrived on a registered client's inbound queue is about an order, and only about
@@ -126,7 +127,7 @@ def linked_order(dead: DeadLetter, settings: Settings) -> str | None:
     Another client's key, text that is not an order id, references that disagree, or a dead letter of an
     agent's or the response queue: not linked.
     """
-    client = settings.clients().for_inbound_queue(dead.source_queue)
+    client = clients.clients().for_inbound_queue(dead.source_queue)
     if client is None:
         return None
     # An empty correlation id is none at all (Service Bus and Storage envelopes carry "" or null alike).
@@ -173,7 +174,9 @@ def replay_dead_letter(
     states: StateStore,
     replays: ReplayRecords | None,
     clock: Clock,
-    settings: Settings,
+    clients: Clients,
+    queue_names: Queues,
+    supervisor: Supervisor,
 ) -> Replayed | NotReplayed:
     """Re-send dead letter ``dead_letter_id`` of queue ``name`` to ``name`` and delete it; either way an
     event names the verified principal and what came of it.
@@ -194,7 +197,7 @@ def replay_dead_letter(
         InvalidMessage: ``UnknownQueue``.
         TransientError, PermanentError: a queue or the replay records failed; the dead letter stays.
     """
-    deployment_queue(settings, name)
+    deployment_queue(clients, queue_names, name)
     done: list[ReplayDoc] = []
 
     def resend(dead: DeadLetter) -> None:
@@ -206,11 +209,11 @@ def replay_dead_letter(
             name,
             dead.dead_letter_id,
             replay_id=message_id,
-            order_id=linked_order(dead, settings),
+            order_id=linked_order(dead, clients),
             by=principal.audit_id,
             by_name=principal.display_name,
             at=clock.now(),
-            ttl_s=_record_ttl_s(settings),
+            ttl_s=_record_ttl_s(supervisor),
         )
         if replays is not None:
             replays.put_replay(record)  # before the deletion: whoever finds the dead letter gone finds this
@@ -235,10 +238,10 @@ def replay_dead_letter(
     return Replayed(dead, record.replay_message_id, record.order_id)
 
 
-def _record_ttl_s(settings: Settings) -> int:
+def _record_ttl_s(supervisor: Supervisor) -> int:
     """How long a replay record is kept: as long as a dead letter (the alerts' when dead letters are kept
     for ever)."""
-    return math.ceil(settings.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
+    return math.ceil(supervisor.DEAD_LETTER_RETENTION_S) or ALERT_TTL_S
 
 
 def _not_replayed(
@@ -298,7 +301,8 @@ def purge_dead_letters(
     older_than: datetime | None,
     dry_run: bool,
     dead_letters: DeadLetterQueues,
-    settings: Settings,
+    clients: Clients,
+    queue_names: Queues,
 ) -> Purged:
     """Remove one dead letter of ``name`` by id, or every one dead-lettered before ``older_than``
     (exactly one of the two); with ``dry_run`` only list them.
@@ -307,7 +311,7 @@ def purge_dead_letters(
         InvalidMessage: ``UnknownQueue``; ``InvalidValue`` when not exactly one of the two is given.
         TransientError, PermanentError: the queue failed (what was removed stays removed).
     """
-    deployment_queue(settings, name)
+    deployment_queue(clients, queue_names, name)
     if (dead_letter_id is None) == (older_than is None):
         raise InvalidMessage("InvalidValue", "give one of deadLetterId and olderThan")
     select: Callable[[DeadLetter], bool] = (

@@ -64,8 +64,8 @@ def review(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.CLAIM_TIMEOUT_S,
-        clients=deps.settings.clients(),
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
+        clients=deps.settings.clients.clients(),
     )
     if isinstance(outcome, Refused):
         raise outcome
@@ -91,7 +91,7 @@ def compensate(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
         if_match=call.if_match(),
     )
     if isinstance(outcome, Refused):
@@ -113,8 +113,8 @@ def resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.CLAIM_TIMEOUT_S,
-        retry_budget=deps.settings.RETRY_BUDGET,
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
+        retry_budget=deps.settings.steps.RETRY_BUDGET,
         corrected=request.input,
         orders=deps.orders,
     )

@@ -35,7 +35,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.messages import decode_json_object, validate_message
 from orderflow.queues.base import DeadLetterQueues
 from orderflow.records import format_utc
-from orderflow.settings import Settings
+from orderflow.settings import OperatorApi
 
 
 def _dead_letter_queues(deps: Dependencies) -> DeadLetterQueues:
@@ -47,7 +47,10 @@ def _dead_letter_queues(deps: Dependencies) -> DeadLetterQueues:
 def queue_list(call: Call, deps: Dependencies) -> OperatorResponse:
     """``GET /queues``: the deployment's queues whose dead letters may be read."""
     call.only()
-    queues = [QueueAnswer(name=q.name, kind=q.kind, owner=q.owner) for q in deployment_queues(deps.settings)]
+    queues = [
+        QueueAnswer(name=q.name, kind=q.kind, owner=q.owner)
+        for q in deployment_queues(deps.settings.clients, deps.settings.queues)
+    ]
     return OperatorResponse(200, QueueList(queues=queues).to_body())
 
 
@@ -56,14 +59,14 @@ def dead_letter_list(call: Call, deps: Dependencies) -> OperatorResponse:
     call.only("limit", "continuation")
     limit = call.limit("limit", default=20, most=100)
     queues = _dead_letter_queues(deps)
-    name = deployment_queue(deps.settings, call.params["queue"])
+    name = deployment_queue(deps.settings.clients, deps.settings.queues, call.params["queue"])
     try:
         page = queues.dead_letter_page(name, max_messages=limit, continuation=call.query.get("continuation"))
     except ValueError as invalid:
         raise Refused(400, "InvalidContinuation", str(invalid)) from None
     answer = DeadLetterList(
         queue=name,
-        dead_letters=[dead_letter_answer(d, name, deps.settings) for d in page.items],
+        dead_letters=[dead_letter_answer(d, name, deps.settings.clients) for d in page.items],
         continuation=page.continuation,
     )
     return OperatorResponse(200, answer.to_body())
@@ -73,11 +76,14 @@ def dead_letter_show(call: Call, deps: Dependencies) -> OperatorResponse:
     """``GET /deadletters/{queue}/{deadLetterId}``: one dead letter."""
     call.only()
     queues = _dead_letter_queues(deps)
-    name, dead_letter_id = deployment_queue(deps.settings, call.params["queue"]), call.params["deadLetterId"]
+    name, dead_letter_id = (
+        deployment_queue(deps.settings.clients, deps.settings.queues, call.params["queue"]),
+        call.params["deadLetterId"],
+    )
     found = find_dead_letter(queues, name, validate_dead_letter_id(dead_letter_id))
     if found is None:
         raise Refused(404, NO_SUCH_DEAD_LETTER, f"no dead letter {dead_letter_id} on {name}")
-    return OperatorResponse(200, dead_letter_answer(found, name, deps.settings).to_body())
+    return OperatorResponse(200, dead_letter_answer(found, name, deps.settings.clients).to_body())
 
 
 def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
@@ -96,7 +102,9 @@ def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         replays=deps.alerts,
         clock=deps.clock,
-        settings=deps.settings,
+        clients=deps.settings.clients,
+        queue_names=deps.settings.queues,
+        supervisor=deps.settings.supervisor,
     )
     if isinstance(replayed, NotReplayed):
         raise _not_replayed(replayed, name, dead_letter_id)
@@ -105,7 +113,7 @@ def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         replay_message_id=replayed.message_id,
         order_id=replayed.order_id,
         replayed_by=call.caller.audit_id,
-        dead_letter=dead_letter_answer(replayed.dead_letter, name, deps.settings),
+        dead_letter=dead_letter_answer(replayed.dead_letter, name, deps.settings.clients),
     )
     return OperatorResponse(200, answer.to_body())
 
@@ -144,13 +152,14 @@ def dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
         older_than=request.older_than,
         dry_run=request.dry_run,
         dead_letters=queues,
-        settings=deps.settings,
+        clients=deps.settings.clients,
+        queue_names=deps.settings.queues,
     )
     answer = PurgeAnswer(
         queue=name,
         dry_run=purged.dry_run,
         count=len(purged.dead_letters),
-        dead_letters=[dead_letter_answer(d, name, deps.settings) for d in purged.dead_letters],
+        dead_letters=[dead_letter_answer(d, name, deps.settings.clients) for d in purged.dead_letters],
     )
     return OperatorResponse(200, answer.to_body())
 
@@ -177,12 +186,18 @@ def activity_over_time(call: Call, deps: Dependencies) -> OperatorResponse:
     window = activity_window(call.query, now=deps.clock.now())
     if deps.alerts is None:
         raise Refused(503, "NotConfigured", "this host keeps no alerts or sweep tallies")
-    answer = activity(window, alerts=deps.alerts, dead_letters=deps.dead_letters, settings=deps.settings)
+    answer = activity(
+        window,
+        alerts=deps.alerts,
+        dead_letters=deps.dead_letters,
+        clients=deps.settings.clients,
+        queue_names=deps.settings.queues,
+    )
     return OperatorResponse(200, answer.to_body())
 
 
-def _console_config(settings: Settings) -> ConsoleConfig:
-    sign_in = settings.console_sign_in()
+def _console_config(api: OperatorApi) -> ConsoleConfig:
+    sign_in = api.console_sign_in()
     if sign_in is None:
         return ConsoleConfig(authority=None, client_id=None, scope=None)
     authority, client_id, scope = sign_in
@@ -191,7 +206,7 @@ def _console_config(settings: Settings) -> ConsoleConfig:
 
 def console_config(call: Call, deps: Dependencies) -> OperatorResponse:
     """``GET /console-config`` (no token): how the console signs operators in."""
-    return OperatorResponse(200, _console_config(deps.settings).to_body())
+    return OperatorResponse(200, _console_config(deps.settings.operator_api).to_body())
 
 
 def console_folder(call: Call, deps: Dependencies) -> OperatorResponse:
@@ -201,7 +216,7 @@ def console_folder(call: Call, deps: Dependencies) -> OperatorResponse:
 
 def console(call: Call, deps: Dependencies) -> OperatorResponse:
     """``GET /console/{*file}`` (no token): one of the web console's files, with its headers."""
-    authority = _console_config(deps.settings).authority
+    authority = _console_config(deps.settings.operator_api).authority
     found = console_file(call.params["file"], authority=authority)
     if found is None:
         raise Refused(404, "NoSuchRoute", f"no console file {call.path[:200]!r}")

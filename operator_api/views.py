@@ -20,7 +20,7 @@ from orderflow.records import (
     TimelineChunk,
     TimelineEntry,
 )
-from orderflow.settings import Settings
+from orderflow.settings import Clients
 from orderflow.stores.base import Page
 
 PLUMBING = frozenset({"id", "reply_to", "pending_reply"})
@@ -67,7 +67,7 @@ def timeline_page(record: StateRecord, page: Page[TimelineChunk]) -> TimelinePag
     return TimelinePage(order_id=record.order_id, entries=entries, continuation=page.continuation)
 
 
-def dead_letter_answer(dead: DeadLetter, queue: str, settings: Settings) -> DeadLetterAnswer:
+def dead_letter_answer(dead: DeadLetter, queue: str, clients: Clients) -> DeadLetterAnswer:
     """What the API shows of a dead letter of ``queue`` (the queue asked for, whatever its record says),
     with the order it is linked to (:func:`operator_api.deadletters.linked_order`; null: not linked)."""
     return DeadLetterAnswer(
@@ -79,7 +79,7 @@ def dead_letter_answer(dead: DeadLetter, queue: str, settings: Settings) -> Dead
         delivery_count=dead.delivery_count,
         dead_lettered_at=dead.dead_lettered_at,
         correlation_id=dead.correlation_id,
-        order_id=linked_order(dead, settings),
+        order_id=linked_order(dead, clients),
         body=dead.body,
     )
 

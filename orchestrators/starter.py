@@ -36,7 +36,7 @@ from orderflow.protocol.step_start import step_dependency
 from orderflow.protocol.transitions import forward
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, ProcessState, StateRecord, StepStatus, instance_id_for
-from orderflow.settings import Settings
+from orderflow.settings import Queues, Scans, Starter, Steps
 from orderflow.step_requests import send_step_request
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
@@ -72,7 +72,7 @@ class FirstRequests:
 def first_requests_for(deps: Dependencies) -> FirstRequests | None:
     """The hosts' :class:`FirstRequests`: ``deps``' queues and order cache over its order store; None when
     ``STARTER_SENDS_FIRST_REQUEST`` is off."""
-    if not deps.settings.STARTER_SENDS_FIRST_REQUEST:
+    if not deps.settings.starter.STARTER_SENDS_FIRST_REQUEST:
         return None
     return FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
 
@@ -95,8 +95,10 @@ def claim(
     states: StateStore,
     found: Versioned[StateRecord],
     clock: Clock,
-    settings: Settings,
+    starter: Starter,
+    steps: Steps,
     *,
+    host_id: str,
     breakers: CircuitBreakers | None = None,
 ) -> Versioned[StateRecord] | None:
     """Claim one ``Pending`` (or unlocked ``Compensating``) record with a conditional write.
@@ -110,8 +112,10 @@ def claim(
         states: The state store.
         found: The record as read, with its ETag.
         clock: Time source.
-        settings: ``CLAIM_TIMEOUT_S``, and the first step's ``STEP_TIMEOUT_S``, ``START_LATENCY_S``,
-            ``AGENT_MAX_CALLS_PER_STEP`` and ``REVIEW_AMOUNT_ABOVE``.
+        starter: ``CLAIM_TIMEOUT_S`` and the first step's ``START_LATENCY_S``.
+        steps: The first step's ``STEP_TIMEOUT_S``, ``AGENT_MAX_CALLS_PER_STEP`` and
+            ``REVIEW_AMOUNT_ABOVE``.
+        host_id: This starter's host, the attempt's owner in the timeline.
         breakers: The dependencies' circuit breakers; None: none consulted.
 
     Returns:
@@ -127,17 +131,17 @@ def claim(
         or (record.next_attempt_at is not None and record.next_attempt_at > now)
     ):
         return None
-    if breakers is not None and defer_for_dependency(states, found, breakers, now, settings):
+    if breakers is not None and defer_for_dependency(states, found, breakers, now):
         return None
     traceparent = tracing.current_traceparent()
 
     def take(current: StateRecord) -> StateRecord:
-        claimed = forward.claim(current, now=now, claim_timeout_s=settings.CLAIM_TIMEOUT_S)
+        claimed = forward.claim(current, now=now, claim_timeout_s=starter.CLAIM_TIMEOUT_S)
         # The attempt's activities run under this (the claim's) span: see orderflow.tracing.
-        claimed.begin_attempt(settings.HOST_ID, now, traceparent=traceparent)
+        claimed.begin_attempt(host_id, now, traceparent=traceparent)
         if claimed.process_state is ProcessState.PROCESSING:
             # The first-step seam: the protocol is correct without it (start_step starts what it did not).
-            forward.start_first_step(claimed, now, settings)
+            forward.start_first_step(claimed, now, steps, starter)
         return claimed
 
     actor = Actor("starter", instance_id_for(record.order_id, record.attempt + 1))
@@ -162,7 +166,6 @@ def defer_for_dependency(
     found: Versioned[StateRecord],
     breakers: CircuitBreakers,
     now: datetime,
-    settings: Settings,
 ) -> bool:
     """Defer a ``Pending`` record whose first step to run waits for its dependency's open breaker.
 
@@ -189,7 +192,12 @@ def defer_for_dependency(
     def hold(current: StateRecord) -> StateRecord:
         nonlocal gave_up
         gave_up = forward.hold_for_dependency(
-            current, step=step_def.name, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+            current,
+            step=step_def.name,
+            dependency=dependency,
+            retry_at=retry_at,
+            now=now,
+            breakers=breakers.section,
         )
         return current
 
@@ -199,7 +207,7 @@ def defer_for_dependency(
             record.order_id,
             hold,
             clock=None,
-            actor=Actor("starter", settings.HOST_ID),
+            actor=Actor("starter", breakers.host_id),
             found=found,
             attempts=1,
             at=now,
@@ -277,7 +285,10 @@ def run_starter_pass(
     states: StateStore,
     client: OrchestrationClient,
     clock: Clock,
-    settings: Settings,
+    starter: Starter,
+    steps: Steps,
+    scans: Scans,
+    queue_names: Queues,
     response_queue: str,
     capacity: int,
     on_claimed: Callable[[Versioned[StateRecord]], None] | None = None,
@@ -290,7 +301,9 @@ def run_starter_pass(
         states: The state store.
         client: Durable client used to schedule orchestrations.
         clock: Time source.
-        settings: Starter settings.
+        starter / steps: ``STARTER_BATCH`` and what a claim reads (:func:`claim`).
+        scans: The ``SCAN_*`` page bounds.
+        queue_names: ``HOST_ID`` and the agents' request queues (the first requests).
         response_queue: Response queue agents must answer on for instances started here.
         capacity: How many more orchestrations this host may run now.
         on_claimed: Called with each claimed record and its ETag (the host's record cache), so the
@@ -304,14 +317,14 @@ def run_starter_pass(
         A :class:`StarterReport`.
     """
     report = StarterReport()
-    wanted = min(capacity, settings.STARTER_BATCH)
+    wanted = min(capacity, starter.STARTER_BATCH)
     if wanted <= 0:
         return report
     query = StateQuery(
         process_states=CLAIMABLE_STATES, unlocked=True, ready_at=clock.now(), not_suspended=True
     )
     continuation: str | None = None
-    budget = PageBudget("starter", PageLimits.from_settings(settings))
+    budget = PageBudget("starter", PageLimits.from_scans(scans))
     while len(report.claimed) < wanted and budget.allows_another():
         try:
             page = states.query(query, max_item_count=wanted, continuation=continuation)
@@ -326,7 +339,9 @@ def run_starter_pass(
                 states=states,
                 client=client,
                 clock=clock,
-                settings=settings,
+                starter=starter,
+                steps=steps,
+                queue_names=queue_names,
                 response_queue=response_queue,
                 on_claimed=on_claimed,
                 breakers=breakers,
@@ -347,7 +362,9 @@ def _claim_and_start(
     states: StateStore,
     client: OrchestrationClient,
     clock: Clock,
-    settings: Settings,
+    starter: Starter,
+    steps: Steps,
+    queue_names: Queues,
     response_queue: str,
     on_claimed: Callable[[Versioned[StateRecord]], None] | None,
     breakers: CircuitBreakers | None,
@@ -366,7 +383,7 @@ def _claim_and_start(
         links=(previous,),
         attributes=tracing.order_attributes(record.order_id, instance_id),
     ) as span:
-        won = claim(states, found, clock, settings, breakers=breakers)
+        won = claim(states, found, clock, starter, steps, host_id=queue_names.HOST_ID, breakers=breakers)
         if won is None:
             report.lost_races += 1
             tracing.mark_outcome(span, "not_claimed")
@@ -382,7 +399,7 @@ def _claim_and_start(
             client,
             claimed,
             response_queue=response_queue,
-            step_timeout_s=settings.STEP_TIMEOUT_S,
+            step_timeout_s=steps.STEP_TIMEOUT_S,
             first_step=first,
         )
         if not started:
@@ -394,7 +411,12 @@ def _claim_and_start(
             # After the start: an answer can then only find the instance scheduled. An instance that
             # already existed gets the request again, under the same message id (a duplicate).
             send_first_request(
-                first_requests, claimed, first, clock=clock, settings=settings, response_queue=response_queue
+                first_requests,
+                claimed,
+                first,
+                clock=clock,
+                queue_names=queue_names,
+                response_queue=response_queue,
             )
 
 
@@ -404,7 +426,7 @@ def send_first_request(
     started: StartedStep,
     *,
     clock: Clock,
-    settings: Settings,
+    queue_names: Queues,
     response_queue: str,
 ) -> None:
     """Send the request of ``started``, the step the claim of ``record`` started, trying a transient
@@ -426,7 +448,7 @@ def send_first_request(
             return False
         send_step_request(
             first_requests.queues,
-            settings,
+            queue_names,
             record=record,
             step_def=workflow_for(record.workflow_version).step(started.step),
             order=order,

@@ -40,7 +40,7 @@ from azure.core.credentials import AccessTokenInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from orderflow.settings import is_host_name, is_loopback_host
+from orderflow.settings.hosts import is_host_name, is_loopback_host
 from orderflow.workflows import WorkflowDefinition
 
 AGENT_ROLE = "Orderflow.Agent"
@@ -196,7 +196,7 @@ def binding_refusals(
     bindings: ServiceBindings, workflows: Iterable[WorkflowDefinition], *, azure: bool
 ) -> Iterator[str]:
     """Why these bindings cannot serve these workflows, one line each starting with the service's name
-    (none: they can); :meth:`orderflow.settings.Settings.check_bindings` raises the first.
+    (none: they can); :func:`orderflow.settings.hosts.check_bindings` raises the first.
 
     Args:
         bindings: The parsed ``SERVICE_BINDINGS``.

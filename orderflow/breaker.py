@@ -34,7 +34,7 @@ from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.errors import AlreadyExists, ConcurrencyConflict, OrderflowError
 from orderflow.records import Model, UtcDatetime
-from orderflow.settings import Settings
+from orderflow.settings import Breakers
 from orderflow.stores.base import Versioned
 
 logger = logging.getLogger(__name__)
@@ -142,11 +142,11 @@ def wait_until(view: BreakerView, holder: str) -> datetime | None:
     return None
 
 
-def opened(doc: BreakerDoc | None, dependency: str, now: datetime, settings: Settings, by: str) -> BreakerDoc:
+def opened(doc: BreakerDoc | None, dependency: str, now: datetime, breakers: Breakers, by: str) -> BreakerDoc:
     """The document of a breaker that opens at ``now`` (from closed), or re-opens after a failed probe
     (from half-open), for ``BREAKER_OPEN_S`` doubled per failed probe, capped at ``BREAKER_OPEN_MAX_S``."""
     reopened = 0 if doc is None or doc.open_until is None else doc.reopened + 1
-    open_s = min(settings.BREAKER_OPEN_S * 2**reopened, settings.BREAKER_OPEN_MAX_S)
+    open_s = min(breakers.BREAKER_OPEN_S * 2**reopened, breakers.BREAKER_OPEN_MAX_S)
     return BreakerDoc(
         id=dependency,
         open_until=now + timedelta(seconds=open_s),
@@ -188,7 +188,8 @@ class CircuitBreakers:
     Args:
         store: Where the documents are.
         clock: Time source (UTC) of the documents' times.
-        settings: The ``BREAKER_*`` settings and ``HOST_ID``.
+        section: The ``BREAKER_*`` settings.
+        host_id: This host (``HOST_ID``), named in the documents it opens.
         monotonic: Seconds for the cache's age (tests pass a fake).
     """
 
@@ -196,13 +197,15 @@ class CircuitBreakers:
         self,
         store: BreakerStore,
         clock: Clock,
-        settings: Settings,
+        section: Breakers,
+        host_id: str,
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._clock = clock
-        self._settings = settings
+        self.section = section
+        self.host_id = host_id
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._known: dict[str, _Known] = {}
@@ -236,8 +239,8 @@ class CircuitBreakers:
         view = breaker_view(None if found is None else found.item, now)
         if not isinstance(view, HalfOpen) or view.probe_by is not None or found is None:
             return wait_until(view, holder)
-        lease_s = self._settings.BREAKER_PROBE_LEASE_S
-        taken = self._write(dependency, found, probing(found.item, holder, now, lease_s, self._host))
+        lease_s = self.section.BREAKER_PROBE_LEASE_S
+        taken = self._write(dependency, found, probing(found.item, holder, now, lease_s, self.host_id))
         if taken is None:
             # Another host wrote first: decide again on what it wrote.
             return wait_until(self.view(dependency), holder)
@@ -253,7 +256,7 @@ class CircuitBreakers:
             found = self._known_version(dependency)
             if found is not None and found.item.open_until is not None:
                 now = self._clock.now()
-                if self._write(dependency, found, closed(dependency, now, self._host)) is not None:
+                if self._write(dependency, found, closed(dependency, now, self.host_id)) is not None:
                     telemetry.event("breaker.closed", dependency=dependency)
         except OrderflowError:
             logger.warning("breaker of %s not closed: its store failed", dependency, exc_info=True)
@@ -269,10 +272,10 @@ class CircuitBreakers:
             now = self._clock.now()
             view = breaker_view(None if found is None else found.item, now)
             probe_failed = isinstance(view, HalfOpen) and view.probe_by == holder
-            threshold = isinstance(view, Closed) and count >= self._settings.BREAKER_FAILURES_TO_OPEN
+            threshold = isinstance(view, Closed) and count >= self.section.BREAKER_FAILURES_TO_OPEN
             if not (probe_failed or threshold):
                 return
-            doc = opened(None if found is None else found.item, dependency, now, self._settings, self._host)
+            doc = opened(None if found is None else found.item, dependency, now, self.section, self.host_id)
             if self._write(dependency, found, doc) is not None:
                 with self._lock:
                     self._failures[dependency] = 0
@@ -284,10 +287,6 @@ class CircuitBreakers:
                 )
         except OrderflowError:
             logger.warning("breaker of %s not opened: its store failed", dependency, exc_info=True)
-
-    @property
-    def _host(self) -> str:
-        return self._settings.HOST_ID
 
     def _doc(self, dependency: str) -> BreakerDoc | None:
         try:
@@ -301,7 +300,7 @@ class CircuitBreakers:
         """The dependency's document, from the cache when younger than ``BREAKER_CACHE_S``."""
         with self._lock:
             known = self._known.get(dependency)
-        if known is not None and self._monotonic() - known.at < self._settings.BREAKER_CACHE_S:
+        if known is not None and self._monotonic() - known.at < self.section.BREAKER_CACHE_S:
             return known.found
         return self._reread(dependency)
 
@@ -325,6 +324,8 @@ class CircuitBreakers:
         return written
 
 
-def circuit_breakers(store: BreakerStore, clock: Clock, settings: Settings) -> CircuitBreakers | None:
+def circuit_breakers(
+    store: BreakerStore, clock: Clock, section: Breakers, host_id: str
+) -> CircuitBreakers | None:
     """The host's breakers over ``store``, or None when ``BREAKER_ENABLED`` is off."""
-    return CircuitBreakers(store, clock, settings) if settings.BREAKER_ENABLED else None
+    return CircuitBreakers(store, clock, section, host_id) if section.BREAKER_ENABLED else None

@@ -127,7 +127,7 @@ class ClientRegistry:
     Args:
         clients: The clients.
         reserved: What a queue name is among orderflow's own queues, or None
-            (:meth:`orderflow.settings.Settings.reserved_queue`).
+            (:meth:`orderflow.settings.Queues.reserved_queue`).
 
     Raises:
         ValueError: two clients share an id or a queue (one's reply queue is another's inbound, two

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.records import StateRecord, TimelineChunk
-from orderflow.settings import Settings
+from orderflow.settings import Alerts
 from orderflow.stores.base import Page, StateQuery, StateStore, Versioned
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class ClockCheckedStateStore:
         return self.inner.history(order_id, max_item_count=max_item_count, continuation=continuation)
 
 
-def clock_checked(states: StateStore, clock: Clock, settings: Settings) -> ClockCheckedStateStore:
+def clock_checked(states: StateStore, clock: Clock, alerts: Alerts, host_id: str) -> ClockCheckedStateStore:
     """``states`` measuring ``clock`` on every write against ``CLOCK_SKEW_TOLERANCE_S``: what a host wires."""
-    monitor = ClockSkewMonitor(clock, tolerance_s=settings.CLOCK_SKEW_TOLERANCE_S, host_id=settings.HOST_ID)
+    monitor = ClockSkewMonitor(clock, tolerance_s=alerts.CLOCK_SKEW_TOLERANCE_S, host_id=host_id)
     return ClockCheckedStateStore(states, monitor)

@@ -18,7 +18,7 @@ from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
 from orderflow.queues.base import QueueFactory
 from orderflow.records import OrderDocument, StateRecord
-from orderflow.settings import Settings
+from orderflow.settings import Queues
 from orderflow.workflows import StepDefinition
 
 AGENT_MARGIN_SHARE = 0.2
@@ -72,7 +72,7 @@ def agent_deadline(complete_by: datetime, now: datetime) -> datetime:
 
 def send_step_request(
     queues: QueueFactory,
-    settings: Settings,
+    queue_names: Queues,
     *,
     record: StateRecord,
     step_def: StepDefinition,
@@ -92,7 +92,7 @@ def send_step_request(
 
     Args:
         queues: Where the agents' request queues are.
-        settings: The agents' queue names (``agent_queue``).
+        queue_names: The agents' queue names (``agent_queue``).
         record: The record as written by the write that started the step.
         step_def: The step's definition.
         order: The order document (the payload's source).
@@ -127,7 +127,7 @@ def send_step_request(
         traceparent=tracing.current_traceparent(),
     )
     agent = step_def.fallback_agent if fallback and step_def.fallback_agent else step_def.agent
-    queues.queue(settings.agent_queue(agent)).send(
+    queues.queue(queue_names.agent_queue(agent)).send(
         request.to_json(), message_id=request_id, correlation_id=record.order_id
     )
     return complete_by

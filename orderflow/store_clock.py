@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 from orderflow.clock import Clock
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor, SkewBounds, skew_bounds
-from orderflow.settings import Settings
+from orderflow.settings import Alerts
 from orderflow.stores.base import StateStore
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class StoreClock:
 
 
 def store_timed(
-    states: StateStore, host: Clock, settings: Settings, *, probe: Probe | None = None
+    states: StateStore, host: Clock, alerts: Alerts, host_id: str, *, probe: Probe | None = None
 ) -> tuple[ClockCheckedStateStore, StoreClock]:
     """What a host wires: ``states`` measuring ``host`` on every write, and the :class:`StoreClock` those
     measurements (and ``probe``'s) feed, the clock every role of the host then runs on.
@@ -200,8 +200,8 @@ def store_timed(
     store_clock = StoreClock(host, probe=probe)
     monitor = ClockSkewMonitor(
         host,
-        tolerance_s=settings.CLOCK_SKEW_TOLERANCE_S,
-        host_id=settings.HOST_ID,
+        tolerance_s=alerts.CLOCK_SKEW_TOLERANCE_S,
+        host_id=host_id,
         on_measured=store_clock.observe,
     )
     store_clock.measure()

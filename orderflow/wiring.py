@@ -1,15 +1,14 @@
-"""Build the real adapters from :class:`Settings`: one place that turns settings into connections."""
+"""Build the real adapters from the connections section: one place that turns settings into connections
+(the Azure host adds its start-up policy: ``function_host.wiring.connect_azure``)."""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypedDict
 
 from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTransport
 
-from orderflow.queues.servicebus import ServiceBusQueueFactory
-from orderflow.settings import Settings, on_azure
+from orderflow.settings import Connections
 from orderflow.stores.cosmos import CosmosStores
 
 if TYPE_CHECKING:
@@ -24,18 +23,18 @@ class StoreTimeouts(TypedDict):
     operation_timeout: float
 
 
-def store_timeouts(settings: Settings) -> StoreTimeouts:
+def store_timeouts(connections: Connections) -> StoreTimeouts:
     """The keyword arguments of :meth:`CosmosStores.connect` that bound every store call:
     ``STORE_CONNECTION_TIMEOUT_S``, ``STORE_READ_TIMEOUT_S`` and ``STORE_OPERATION_TIMEOUT_S``."""
     return StoreTimeouts(
-        connection_timeout=settings.STORE_CONNECTION_TIMEOUT_S,
-        read_timeout=settings.STORE_READ_TIMEOUT_S,
-        operation_timeout=settings.STORE_OPERATION_TIMEOUT_S,
+        connection_timeout=connections.STORE_CONNECTION_TIMEOUT_S,
+        read_timeout=connections.STORE_READ_TIMEOUT_S,
+        operation_timeout=connections.STORE_OPERATION_TIMEOUT_S,
     )
 
 
 def connect_stores(
-    settings: Settings, *, transport: HttpTransport[HttpRequest, HttpResponse] | None = None
+    connections: Connections, *, transport: HttpTransport[HttpRequest, HttpResponse] | None = None
 ) -> CosmosStores:
     """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY`` (an emulator's key:
     the database and containers are created when missing), over ``transport`` (None: azure-core's
@@ -44,23 +43,23 @@ def connect_stores(
     Raises:
         ValueError: the endpoint or key is empty (managed identity comes with the Azure host).
     """
-    if not settings.COSMOS_ENDPOINT or not settings.COSMOS_KEY:
+    if not connections.COSMOS_ENDPOINT or not connections.COSMOS_KEY:
         raise ValueError("COSMOS_ENDPOINT and COSMOS_KEY must be set")
-    if not settings.COSMOS_VERIFY_TLS:
+    if not connections.COSMOS_VERIFY_TLS:
         # Verification is off by the operator's choice (the emulator's self-signed certificate):
         # urllib3 would otherwise warn on every request.
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     return CosmosStores.connect(
-        settings.COSMOS_ENDPOINT,
-        key=settings.COSMOS_KEY,
-        database=settings.COSMOS_DATABASE,
-        verify_tls=settings.COSMOS_VERIFY_TLS,
+        connections.COSMOS_ENDPOINT,
+        key=connections.COSMOS_KEY,
+        database=connections.COSMOS_DATABASE,
+        verify_tls=connections.COSMOS_VERIFY_TLS,
         transport=transport,
-        **store_timeouts(settings),
+        **store_timeouts(connections),
     )
 
 
-def azure_credential(settings: Settings) -> DefaultAzureCredential:
+def azure_credential(connections: Connections) -> DefaultAzureCredential:
     """The ``DefaultAzureCredential`` of orderflow's own clients, with the user-assigned identity named.
 
     ``SERVICEBUS__clientId`` first (the identity the host's SERVICEBUS connection uses), then
@@ -70,63 +69,8 @@ def azure_credential(settings: Settings) -> DefaultAzureCredential:
     """
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only identity connections need it)
 
-    client_id = settings.SERVICEBUS__clientId.strip() or settings.AZURE_CLIENT_ID.strip()
+    client_id = connections.SERVICEBUS__clientId.strip() or connections.AZURE_CLIENT_ID.strip()
     if client_id:
         return DefaultAzureCredential(managed_identity_client_id=client_id)
     # Passing None would hide an AZURE_CLIENT_ID that only the process environment holds.
     return DefaultAzureCredential()
-
-
-def connect_azure(
-    settings: Settings, *, environ: Mapping[str, str] | None = None
-) -> tuple[CosmosStores, ServiceBusQueueFactory]:
-    """The Functions app's adapters: Cosmos DB for both stores, Service Bus for every queue.
-
-    Identity by default, one ``DefaultAzureCredential`` (:func:`azure_credential`) for both. An
-    emulator's secret only where the settings name one: ``COSMOS_KEY`` for Cosmos DB (containers are
-    then created) and ``SERVICEBUS`` for Service Bus, which wins over
-    ``SERVICEBUS__fullyQualifiedNamespace`` as it does for the Functions host's triggers. On Azure
-    (:func:`~orderflow.settings.on_azure` of ``environ``, default ``os.environ``) the settings are
-    checked first, so only identity gets through.
-
-    Raises:
-        UnsafeAzureSetting: on Azure, a setting with no safe value there.
-        ValueError: ``COSMOS_ENDPOINT``, or both ``SERVICEBUS`` and its namespace, are empty.
-    """
-    if on_azure(environ):
-        settings.check_azure()
-    connection_string = settings.SERVICEBUS.strip()
-    namespace = settings.SERVICEBUS__fullyQualifiedNamespace.strip()
-    if not settings.COSMOS_ENDPOINT.strip():
-        raise ValueError("COSMOS_ENDPOINT is not set")
-    if not connection_string and not namespace:
-        raise ValueError("SERVICEBUS__fullyQualifiedNamespace (or SERVICEBUS, for the emulator) is not set")
-    needs_identity = not settings.COSMOS_KEY.strip() or not connection_string
-    credential = azure_credential(settings) if needs_identity else None
-    if settings.COSMOS_KEY.strip():
-        stores = connect_stores(settings)
-    else:
-        assert credential is not None
-        # Data-plane RBAC cannot create databases or containers: infrastructure does.
-        stores = CosmosStores.connect(
-            settings.COSMOS_ENDPOINT,
-            credential=credential,
-            database=settings.COSMOS_DATABASE,
-            verify_tls=settings.COSMOS_VERIFY_TLS,
-            **store_timeouts(settings),
-        )
-    try:
-        if connection_string:
-            # No administration client: azure-servicebus's speaks https only, the emulator no TLS.
-            queues = ServiceBusQueueFactory.from_connection_string(
-                connection_string, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
-            )
-        else:
-            assert credential is not None
-            queues = ServiceBusQueueFactory.from_namespace(
-                namespace, credential, send_timeout_s=settings.QUEUE_READ_TIMEOUT_S
-            )
-    except BaseException:
-        stores.close()
-        raise
-    return stores, queues

@@ -41,7 +41,7 @@ def connect_queues(settings: Settings) -> QueueFactory:
     """
     from devhost.wiring import connect_queues as connect  # noqa: PLC0415 (local-only adapter)
 
-    return connect(settings)
+    return connect(settings.connections, settings.clients)
 
 
 def _check_reply_to(reply_to: str, settings: Settings) -> None:
@@ -58,7 +58,7 @@ def _check_reply_to(reply_to: str, settings: Settings) -> None:
     except ValidationError as exc:
         cause = exc.errors()[0].get("ctx", {}).get("error")
         fail(f"--reply-to {cause or exc.errors()[0]['msg']}", code=2)
-    reserved = settings.reserved_queue(reply_to)
+    reserved = settings.queues.reserved_queue(reply_to)
     if reserved is not None:
         fail(f"--reply-to {reply_to!r} is {reserved}, not a client's reply queue", code=2)
 
@@ -70,7 +70,7 @@ def _registered_client(reply_to: str, settings: Settings) -> RegisteredClient:
     Raises:
         typer.Exit: 2, after a one-line error, when no registered client has that reply queue.
     """
-    for client in settings.clients():
+    for client in settings.clients.clients():
         if client.reply_queue == reply_to:
             return client
     fail(
@@ -86,7 +86,7 @@ def _client_by_id(client_id: str | None, settings: Settings) -> RegisteredClient
     Raises:
         typer.Exit: 2, after a one-line error: no such client, or ``--client`` omitted among several.
     """
-    clients = list(settings.clients())
+    clients = list(settings.clients.clients())
     if client_id is None:
         if len(clients) == 1:
             return clients[0]
@@ -129,7 +129,9 @@ def submit(
         else generate_orders(generate, seed=seed, reply_to=reply_to)
     )
     client = OrderflowClient(
-        connect_queues(settings), reply_queue=reply_to, orders_queue=registered.inbound_queue
+        connect_queues(settings),
+        reply_queue=reply_to,
+        orders_queue=registered.inbound_queue,
     )
     sent = 0
     with typer.progressbar(orders, label="submitting") as progress:

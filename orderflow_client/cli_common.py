@@ -116,7 +116,9 @@ def connect_operator_api(api_url: str | None, token_file: Path | None) -> Operat
         fail(f"give --api-url or set {API_URL_VARIABLE} (the operator API's base URL)", code=2)
     token = _token(token_file)
     try:
-        return OperatorApiClient(api_url, token=token, timeout_s=load_settings(None).OPERATOR_API_TIMEOUT_S)
+        return OperatorApiClient(
+            api_url, token=token, timeout_s=load_settings(None).operator_api.OPERATOR_API_TIMEOUT_S
+        )
     except ValueError as exc:
         fail(str(exc), code=2)
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from orderflow.errors import TransientError
-from orderflow.settings import is_loopback_host
+from orderflow.settings.hosts import is_loopback_host
 
 API_PATH = "/api/operator"
 """The API's path under the host's base URL."""

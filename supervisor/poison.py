@@ -34,7 +34,7 @@ from orderflow import telemetry
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE
 from orderflow.errors import DEADLINE_EXCEEDED, SERVICE_AUTH_REFUSED, TRANSIENT_EXHAUSTED
 from orderflow.records import AttemptEntry, LastError
-from orderflow.settings import Settings
+from orderflow.settings import Supervisor
 
 POISON_GUARD = "supervisor:poison-guard"
 """``suspendedBy`` of an order the guard holds (an operator's suspension names the verified principal)."""
@@ -108,9 +108,12 @@ class VersionFailures:
     _raised: dict[Failure, datetime] = field(default_factory=dict)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> VersionFailures:
+    def from_section(cls, supervisor: Supervisor) -> VersionFailures:
         """A window of ``POISON_VERSION_WINDOW_S`` seconds and ``POISON_VERSION_ORDERS`` orders."""
-        return cls(window_s=settings.POISON_VERSION_WINDOW_S, threshold=settings.POISON_VERSION_ORDERS)
+        return cls(
+            window_s=supervisor.POISON_VERSION_WINDOW_S,
+            threshold=supervisor.POISON_VERSION_ORDERS,
+        )
 
     def _orders(self, failure: Failure, now: datetime) -> set[str]:
         seen = self._seen.get(failure)

@@ -22,7 +22,7 @@ from orderflow.protocol.transitions import supervision
 from orderflow.queues.base import QueueFactory
 from orderflow.records import LastError, ProcessState, StateRecord
 from orderflow.replies import deliver_reply
-from orderflow.settings import Settings
+from orderflow.settings import Supervisor
 from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.timeline import Actor
 from supervisor.poison import POISON_GUARD, Failure, VersionFailures, held_error, repeated_failure
@@ -64,27 +64,27 @@ def is_overdue(complete_by: datetime, clock: Clock) -> bool:
     return complete_by < overdue_cutoff(clock)
 
 
-def backoff_s(failure_count: int, settings: Settings) -> float:
+def backoff_s(failure_count: int, supervisor: Supervisor) -> float:
     """Seconds before a recovered order may be claimed again: initial x 2^(n-1), capped."""
-    delay = settings.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
-    return float(min(settings.SUPERVISOR_BACKOFF_MAX_S, delay))
+    delay = supervisor.SUPERVISOR_BACKOFF_INITIAL_S * 2 ** max(0, failure_count - 1)
+    return float(min(supervisor.SUPERVISOR_BACKOFF_MAX_S, delay))
 
 
-def is_extended(failure_count: int, settings: Settings) -> bool:
+def is_extended(failure_count: int, supervisor: Supervisor) -> bool:
     """Whether a record re-queued with this ``failureCount`` waits the extended backoff."""
-    return failure_count >= settings.SUPERVISOR_EXTENDED_BACKOFF_AFTER
+    return failure_count >= supervisor.SUPERVISOR_EXTENDED_BACKOFF_AFTER
 
 
-def requeue_delay_s(failure_count: int, settings: Settings) -> float:
+def requeue_delay_s(failure_count: int, supervisor: Supervisor) -> float:
     """Seconds from recovery to ``nextAttemptAt``: :func:`backoff_s`, or the extended backoff.
 
     Args:
         failure_count: The record's ``failureCount`` after this recovery (1 for the first).
-        settings: The ``SUPERVISOR_BACKOFF_*`` and ``SUPERVISOR_EXTENDED_BACKOFF_*`` settings.
+        supervisor: The ``SUPERVISOR_BACKOFF_*`` and ``SUPERVISOR_EXTENDED_BACKOFF_*`` settings.
     """
-    if is_extended(failure_count, settings):
-        return float(settings.SUPERVISOR_EXTENDED_BACKOFF_S)
-    return backoff_s(failure_count, settings)
+    if is_extended(failure_count, supervisor):
+        return float(supervisor.SUPERVISOR_EXTENDED_BACKOFF_S)
+    return backoff_s(failure_count, supervisor)
 
 
 def recover(
@@ -93,7 +93,8 @@ def recover(
     *,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    supervisor: Supervisor,
+    host_id: str,
     failures: VersionFailures | None = None,
 ) -> Recovery:
     """Recover one expired record with a conditional write on the ETag it was read with.
@@ -104,7 +105,8 @@ def recover(
     these), or, past ``SUPERVISOR_MAX_FAILURES``, ``CompensationFailed`` with an alert and a reply.
     A ``Processing`` order whose last ``POISON_FAILURES`` attempts failed the same way is held instead of
     re-queued (:mod:`supervisor.poison`); ``failures``, the supervisor's window of failures by workflow
-    version, is told of each failure written (None: no window).
+    version, is told of each failure written (None: no window). ``host_id`` names this supervisor in
+    the records' timelines.
 
     Returns:
         What was done. ``LOST_RACE`` when the record moved since it was read (someone else decided).
@@ -124,8 +126,10 @@ def recover(
     ):
         return Recovery.SKIPPED
     if record.process_state is ProcessState.COMPENSATING:
-        return _recover_compensation(states, found, queues=queues, clock=clock, settings=settings)
-    actor = Actor("supervisor", settings.HOST_ID)
+        return _recover_compensation(
+            states, found, queues=queues, clock=clock, supervisor=supervisor, host_id=host_id
+        )
+    actor = Actor("supervisor", host_id)
     decided: list[supervision.Recovered] = []
 
     def decide(current: StateRecord) -> StateRecord:
@@ -134,15 +138,15 @@ def recover(
                 current,
                 complete_by=complete_by,
                 now=now,
-                max_failures=settings.SUPERVISOR_MAX_FAILURES,
-                requeue_delay_s=lambda failure_count: requeue_delay_s(failure_count, settings),
-                poisoned=_poison_guard(now, settings, failures),
+                max_failures=supervisor.SUPERVISOR_MAX_FAILURES,
+                requeue_delay_s=lambda failure_count: requeue_delay_s(failure_count, supervisor),
+                poisoned=_poison_guard(now, supervisor, failures),
                 hold_by=POISON_GUARD,
             )
         ]
         return decided[0].record
 
-    give_up = supervision.gives_up(record, settings.SUPERVISOR_MAX_FAILURES)
+    give_up = supervision.gives_up(record, supervisor.SUPERVISOR_MAX_FAILURES)
     try:
         written = update(
             states,
@@ -161,11 +165,11 @@ def recover(
     if failures is not None and failure is not None:
         failures.note(failure, record.order_id, now)
     stored_at = written.stored_at if written else None
-    return _announce_recovery(record, recovered, failure, settings, stored_at=stored_at)
+    return _announce_recovery(record, recovered, failure, supervisor, stored_at=stored_at)
 
 
 def _poison_guard(
-    now: datetime, settings: Settings, failures: VersionFailures | None
+    now: datetime, supervisor: Supervisor, failures: VersionFailures | None
 ) -> supervision.Poisoned:
     """The poison guard as the recovery asks it (:data:`orderflow.protocol.transitions.supervision.Poisoned`):
     the held ``lastError`` when the order's last ``POISON_FAILURES`` attempts failed the same way and that
@@ -173,9 +177,9 @@ def _poison_guard(
 
     def poisoned(updated: StateRecord, cause: LastError) -> LastError | None:
         failure = _failure_of(updated, cause)
-        if failure is None or not _poisoned(updated, failure, now, settings, failures):
+        if failure is None or not _poisoned(updated, failure, now, supervisor, failures):
             return None
-        return held_error(cause, failure.step, failure.code, settings.POISON_FAILURES, now)
+        return held_error(cause, failure.step, failure.code, supervisor.POISON_FAILURES, now)
 
     return poisoned
 
@@ -191,12 +195,12 @@ def _poisoned(
     updated: StateRecord,
     failure: Failure | None,
     now: datetime,
-    settings: Settings,
+    supervisor: Supervisor,
     failures: VersionFailures | None,
 ) -> bool:
     """Whether the poison guard holds the order: its last ``POISON_FAILURES`` attempts (this one ended
     in ``updated``) failed the same way, and that failure is not systemic (:mod:`supervisor.poison`)."""
-    if failure is None or repeated_failure(updated.attempt_history, settings.POISON_FAILURES) is None:
+    if failure is None or repeated_failure(updated.attempt_history, supervisor.POISON_FAILURES) is None:
         return False
     return failures is None or not failures.systemic(failure, now)
 
@@ -205,7 +209,7 @@ def _announce_recovery(
     record: StateRecord,
     recovered: supervision.Recovered,
     failure: Failure | None,
-    settings: Settings,
+    supervisor: Supervisor,
     *,
     stored_at: datetime | None,
 ) -> Recovery:
@@ -235,7 +239,7 @@ def _announce_recovery(
             step=step,
             cancelled=recovered.cancelled,
             next_attempt_at=_iso(updated.next_attempt_at),
-            extended_backoff=is_extended(updated.failure_count, settings),
+            extended_backoff=is_extended(updated.failure_count, supervisor),
             complete_by=_iso(record.complete_by),
             stored_at=_iso(stored_at),
             **fields,
@@ -253,12 +257,13 @@ def _recover_compensation(
     *,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    supervisor: Supervisor,
+    host_id: str,
 ) -> Recovery:
     """Recover an expired ``Compensating`` record: unlock it for another attempt, or fail it."""
     record = found.item
     now = clock.now()
-    give_up = record.compensation_failures + 1 >= settings.SUPERVISOR_MAX_FAILURES
+    give_up = record.compensation_failures + 1 >= supervisor.SUPERVISOR_MAX_FAILURES
     action = "give_up" if give_up else "recover"
     decided: list[StateRecord] = []
 
@@ -267,8 +272,8 @@ def _recover_compensation(
             supervision.recover_compensation(
                 current,
                 now=now,
-                max_failures=settings.SUPERVISOR_MAX_FAILURES,
-                requeue_delay_s=lambda failures: requeue_delay_s(failures, settings),
+                max_failures=supervisor.SUPERVISOR_MAX_FAILURES,
+                requeue_delay_s=lambda failures: requeue_delay_s(failures, supervisor),
             )
         ]
         return decided[0]
@@ -279,7 +284,7 @@ def _recover_compensation(
             record.order_id,
             decide,
             clock=clock,
-            actor=Note(Actor("supervisor", settings.HOST_ID), action=action),
+            actor=Note(Actor("supervisor", host_id), action=action),
             found=found,
             attempts=1,
             at=now,

@@ -39,7 +39,7 @@ from orderflow.orchestration import OrchestrationHistories
 from orderflow.protocol.conditional import Note, update
 from orderflow.queues.base import MAX_DEAD_LETTER_SCAN, DeadLetter, DeadLetterQueues, QueueFactory
 from orderflow.records import DATA_PURGE_VERSION, ProcessState, StateRecord
-from orderflow.settings import Settings
+from orderflow.settings import Clients, Queues, Scans, Supervisor
 from orderflow.stores.base import OrderStore, StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
 from orderflow.timeline import Actor
@@ -62,7 +62,13 @@ class PurgeReport:
 
 
 def purge_expired_logs(
-    *, states: StateStore, orders: OrderStore, clock: Clock, settings: Settings, max_records: int = 100
+    *,
+    states: StateStore,
+    orders: OrderStore,
+    clock: Clock,
+    supervisor: Supervisor,
+    scans: Scans,
+    max_records: int = 100,
 ) -> PurgeReport:
     """Purge the payment and customer data of orders finished more than the retention period ago.
 
@@ -70,7 +76,8 @@ def purge_expired_logs(
         states: The state store.
         orders: The order store (each purged record's document is redacted).
         clock: Time source (UTC).
-        settings: ``COMPENSATION_LOG_RETENTION_S`` (0 disables the purge) and the ``SCAN_*`` page bounds.
+        supervisor: ``COMPENSATION_LOG_RETENTION_S`` (0 disables the purge).
+        scans: The ``SCAN_*`` page bounds.
         max_records: Most records this pass looks at (each costs up to two writes).
 
     Returns:
@@ -80,16 +87,16 @@ def purge_expired_logs(
         TransientError: a store is unavailable; the next pass starts over.
     """
     report = PurgeReport()
-    if settings.COMPENSATION_LOG_RETENTION_S <= 0:
+    if supervisor.COMPENSATION_LOG_RETENTION_S <= 0:
         return report
     now = clock.now()
     query = StateQuery(
         process_states=PURGEABLE_STATES,
-        updated_before=now - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S),
+        updated_before=now - timedelta(seconds=supervisor.COMPENSATION_LOG_RETENTION_S),
         purge_version_below=DATA_PURGE_VERSION,
     )
     # Purged records leave the result, so each pass starts again from the first page.
-    budget = PageBudget("retention", PageLimits.from_settings(settings))
+    budget = PageBudget("retention", PageLimits.from_scans(scans))
     continuation: str | None = None
     examined = 0
     while examined < max_records and budget.allows_another():
@@ -147,14 +154,14 @@ DEAD_LETTER_PEEK = 32
 """Dead letters one look at a queue reads (Storage peeks at most 32), without changing any."""
 
 
-def dead_letter_sources(settings: Settings) -> list[str]:
+def dead_letter_sources(clients: Clients, queue_names: Queues) -> list[str]:
     """The queues whose dead letters the retention pass deletes: those orderflow consumes, and so
     dead-letters on: every registered client's inbound queue, every agent's request queue, the response
     queue and this host's own (``AGENT_RESPONSES_QUEUE-<HOST_ID>`` locally). Reply queues are the
     clients' to consume (docs/data.md)."""
-    names = [client.inbound_queue for client in settings.clients()]
-    names += [settings.agent_queue(agent) for agent in agent_names()]
-    names += [settings.AGENT_RESPONSES_QUEUE, settings.response_queue()]
+    names = [client.inbound_queue for client in clients.clients()]
+    names += [queue_names.agent_queue(agent) for agent in agent_names()]
+    names += [queue_names.AGENT_RESPONSES_QUEUE, queue_names.response_queue()]
     return list(dict.fromkeys(names))
 
 
@@ -164,7 +171,7 @@ def purge_expired_dead_letters(
     dead_letters: DeadLetterQueues,
     names: Iterable[str],
     clock: Clock,
-    settings: Settings,
+    supervisor: Supervisor,
 ) -> int:
     """Delete the dead letters of ``names`` dead-lettered more than ``DEAD_LETTER_RETENTION_S`` ago.
 
@@ -178,7 +185,7 @@ def purge_expired_dead_letters(
         dead_letters: Deletes them (:meth:`DeadLetterQueues.remove_dead_letters`).
         names: The queues whose dead letters to look at (:func:`dead_letter_sources`).
         clock: Time source (UTC).
-        settings: ``DEAD_LETTER_RETENTION_S`` (0 never deletes).
+        supervisor: ``DEAD_LETTER_RETENTION_S`` (0 never deletes).
 
     Returns:
         The number of dead letters deleted.
@@ -186,9 +193,9 @@ def purge_expired_dead_letters(
     Raises:
         TransientError, PermanentError: a queue failed (what was deleted before stays deleted).
     """
-    if settings.DEAD_LETTER_RETENTION_S <= 0:
+    if supervisor.DEAD_LETTER_RETENTION_S <= 0:
         return 0
-    cutoff = clock.now() - timedelta(seconds=settings.DEAD_LETTER_RETENTION_S)
+    cutoff = clock.now() - timedelta(seconds=supervisor.DEAD_LETTER_RETENTION_S)
 
     def expired(dead: DeadLetter) -> bool:
         return dead.dead_lettered_at < cutoff
@@ -211,7 +218,9 @@ def purge_expired_dead_letters(
     return deleted
 
 
-def purge_finished_histories(*, histories: OrchestrationHistories, clock: Clock, settings: Settings) -> int:
+def purge_finished_histories(
+    *, histories: OrchestrationHistories, clock: Clock, supervisor: Supervisor
+) -> int:
     """Delete the orchestration history of the instances that ended (completed, failed or terminated)
     and were created more than ``COMPENSATION_LOG_RETENTION_S`` ago.
 
@@ -223,7 +232,7 @@ def purge_finished_histories(*, histories: OrchestrationHistories, clock: Clock,
     Args:
         histories: The orchestration runtime's purge.
         clock: Time source (UTC).
-        settings: ``COMPENSATION_LOG_RETENTION_S`` (0 never deletes).
+        supervisor: ``COMPENSATION_LOG_RETENTION_S`` (0 never deletes).
 
     Returns:
         The number of instances deleted.
@@ -231,9 +240,9 @@ def purge_finished_histories(*, histories: OrchestrationHistories, clock: Clock,
     Raises:
         TransientError: the runtime is unavailable; the next pass tries again.
     """
-    if settings.COMPENSATION_LOG_RETENTION_S <= 0:
+    if supervisor.COMPENSATION_LOG_RETENTION_S <= 0:
         return 0
-    cutoff = clock.now() - timedelta(seconds=settings.COMPENSATION_LOG_RETENTION_S)
+    cutoff = clock.now() - timedelta(seconds=supervisor.COMPENSATION_LOG_RETENTION_S)
     deleted = histories.purge_ended_before(cutoff)
     if deleted:
         telemetry.event("retention.histories_deleted", instances=deleted)
@@ -274,7 +283,11 @@ def run_retention_pass(
         report.records = _unless_unavailable(
             "the stores",
             lambda: purge_expired_logs(
-                states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings
+                states=deps.states,
+                orders=deps.orders,
+                clock=deps.clock,
+                supervisor=deps.settings.supervisor,
+                scans=deps.settings.scans,
             ),
         )
     if dead_letters is not None and dead_letter_queues:
@@ -285,13 +298,15 @@ def run_retention_pass(
                 dead_letters=dead_letters,
                 names=dead_letter_queues,
                 clock=deps.clock,
-                settings=deps.settings,
+                supervisor=deps.settings.supervisor,
             ),
         )
     if histories is not None:
         report.histories = _unless_unavailable(
             "the orchestration history",
-            lambda: purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings),
+            lambda: purge_finished_histories(
+                histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor
+            ),
         )
     return report
 

@@ -86,7 +86,7 @@ from orderflow.clock import Clock
 from orderflow.errors import InvalidContinuation, OrderflowError, TransientError
 from orderflow.queues.base import QueueFactory
 from orderflow.records import StateRecord
-from orderflow.settings import Settings
+from orderflow.settings import Scans, Supervisor
 from orderflow.stores.base import StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits, PageStop
 from supervisor.poison import VersionFailures
@@ -177,10 +177,10 @@ class SweepCursor:
     scans: int = 0
     failures: VersionFailures | None = None
 
-    def failures_for(self, settings: Settings) -> VersionFailures:
-        """:attr:`failures`, made from ``settings`` on first use."""
+    def failures_for(self, supervisor: Supervisor) -> VersionFailures:
+        """:attr:`failures`, made from the ``POISON_VERSION_*`` settings on first use."""
         if self.failures is None:
-            self.failures = VersionFailures.from_settings(settings)
+            self.failures = VersionFailures.from_section(supervisor)
         return self.failures
 
     @property
@@ -207,7 +207,9 @@ def run_sweep(
     states: StateStore,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    supervisor: Supervisor,
+    scans: Scans,
+    host_id: str,
     cursor: SweepCursor | None = None,
     keep_going: Callable[[], bool] | None = None,
 ) -> SweepReport:
@@ -217,8 +219,9 @@ def run_sweep(
         states: The state store.
         queues: Queues, for the ``Failed`` reply of an order given up.
         clock: Time source.
-        settings: ``SUPERVISOR_PAGE_SIZE``, ``SUPERVISOR_MAX_RECORDS``, the ``SCAN_*`` page bounds
-            (:mod:`orderflow.stores.paging`) and the recovery thresholds.
+        supervisor: ``SUPERVISOR_PAGE_SIZE``, ``SUPERVISOR_MAX_RECORDS`` and the recovery thresholds.
+        scans: The ``SCAN_*`` page bounds (:mod:`orderflow.stores.paging`).
+        host_id: This supervisor's host, in the timelines of the records it recovers.
         cursor: The scan to continue (updated in place); None scans from the start with a fresh cursor,
             which is what a stateless host (an Azure timer) does.
         keep_going: Asked before each record; False ends the sweep where it stands (lost leadership).
@@ -231,8 +234,8 @@ def run_sweep(
     """
     cursor = cursor if cursor is not None else SweepCursor()
     report = SweepReport()
-    _start_or_resume(cursor, report, clock, settings)
-    pages = PageBudget("sweep", PageLimits.from_settings(settings))
+    _start_or_resume(cursor, report, clock)
+    pages = PageBudget("sweep", PageLimits.from_scans(scans))
     try:
         _scan(
             report,
@@ -241,7 +244,8 @@ def run_sweep(
             states,
             queues=queues,
             clock=clock,
-            settings=settings,
+            supervisor=supervisor,
+            host_id=host_id,
             keep_going=keep_going,
         )
     except TransientError:
@@ -250,7 +254,7 @@ def run_sweep(
         cursor.reset()
         raise
     report.bounded = pages.stopped
-    _end_unfinished_scan(cursor, report, settings)
+    _end_unfinished_scan(cursor, report, supervisor)
     _log_sweep(report)
     telemetry.record_stuck_orders(report.scanned - report.skipped)
     return report
@@ -264,7 +268,8 @@ def _scan(
     *,
     queues: QueueFactory,
     clock: Clock,
-    settings: Settings,
+    supervisor: Supervisor,
+    host_id: str,
     keep_going: Callable[[], bool] | None,
 ) -> None:
     """Read and examine the cursor's scan page by page into ``report``, within the sweep's bounds.
@@ -273,33 +278,23 @@ def _scan(
         TransientError: the store is unavailable.
     """
     restarts = 0
-    while report.scanned < settings.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
+    recoverer = _Recoverer(states, queues, clock, supervisor, host_id, cursor.failures_for(supervisor))
+    while report.scanned < supervisor.SUPERVISOR_MAX_RECORDS and cursor.cutoff is not None:
         if not pages.allows_another() or _told_to_stop(report, keep_going):
             break
-        budget = min(settings.SUPERVISOR_PAGE_SIZE, settings.SUPERVISOR_MAX_RECORDS - report.scanned)
+        budget = min(supervisor.SUPERVISOR_PAGE_SIZE, supervisor.SUPERVISOR_MAX_RECORDS - report.scanned)
         try:
             page = states.query(
                 expired_query(cursor.cutoff), max_item_count=budget, continuation=cursor.token
             )
         except InvalidContinuation:
             restarts += 1
-            if not _restart_scan(
-                cursor, report, ScanAnomaly.TOKEN_REJECTED, restarts, clock=clock, settings=settings
-            ):
+            if not _restart_scan(cursor, report, ScanAnomaly.TOKEN_REJECTED, restarts, clock=clock):
                 break
             continue
         report.pages += 1
         pages.record(page)
-        _examine_page(
-            report,
-            states,
-            page.items,
-            queues=queues,
-            clock=clock,
-            settings=settings,
-            keep_going=keep_going,
-            failures=cursor.failures_for(settings),
-        )
+        _examine_page(report, page.items, recoverer, keep_going)
         if report.stopped_early:
             break
         token = page.continuation
@@ -309,16 +304,14 @@ def _scan(
             break
         if token in cursor.seen:
             restarts += 1
-            if not _restart_scan(
-                cursor, report, ScanAnomaly.TOKEN_REPEATED, restarts, clock=clock, settings=settings
-            ):
+            if not _restart_scan(cursor, report, ScanAnomaly.TOKEN_REPEATED, restarts, clock=clock):
                 break
             continue
         cursor.seen.add(token)
         cursor.token = token
 
 
-def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Settings) -> None:
+def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, supervisor: Supervisor) -> None:
     """End the scan of a sweep that stopped short of its last page, unless it may resume; alert an anomaly.
 
     The scan keeps its position only after a lost leadership, or at the record bound with some record
@@ -329,7 +322,7 @@ def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Set
     """
     if report.bounded is PageStop.EMPTY_PAGES:
         report.anomaly = ScanAnomaly.EMPTY_PAGES
-    at_record_bound = report.scanned >= settings.SUPERVISOR_MAX_RECORDS and report.bounded is None
+    at_record_bound = report.scanned >= supervisor.SUPERVISOR_MAX_RECORDS and report.bounded is None
     resumable = report.stopped_early or (at_record_bound and bool(report.recovered))
     if cursor.in_progress and not resumable:
         logger.warning(
@@ -351,7 +344,7 @@ def _end_unfinished_scan(cursor: SweepCursor, report: SweepReport, settings: Set
         )
 
 
-def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock, settings: Settings) -> None:
+def _start_or_resume(cursor: SweepCursor, report: SweepReport, clock: Clock) -> None:
     """Continue the cursor's scan in progress, or start a new one with the cutoff of now."""
     if cursor.in_progress:
         report.resumed = True
@@ -370,21 +363,16 @@ def _told_to_stop(report: SweepReport, keep_going: Callable[[], bool] | None) ->
 
 def _examine_page(
     report: SweepReport,
-    states: StateStore,
     records: list[Versioned[StateRecord]],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    settings: Settings,
+    recoverer: _Recoverer,
     keep_going: Callable[[], bool] | None,
-    failures: VersionFailures,
 ) -> None:
     """Recover each record of a page into ``report``, unless ``keep_going`` stops the sweep first."""
     for found in records:
         if _told_to_stop(report, keep_going):
             break
         report.scanned += 1
-        _recover_into(report, states, found, queues=queues, clock=clock, settings=settings, failures=failures)
+        _recover_into(report, found, recoverer)
 
 
 def _log_sweep(report: SweepReport) -> None:
@@ -415,7 +403,6 @@ def _restart_scan(
     restarts: int,
     *,
     clock: Clock,
-    settings: Settings,
 ) -> bool:
     """Restart the scan from its first page, at most :data:`RESTARTS_PER_SWEEP` times per sweep.
 
@@ -444,16 +431,31 @@ def _restart_scan(
     return True
 
 
-def _recover_into(
-    report: SweepReport,
-    states: StateStore,
-    found: Versioned[StateRecord],
-    *,
-    queues: QueueFactory,
-    clock: Clock,
-    settings: Settings,
-    failures: VersionFailures,
-) -> None:
+@dataclass(frozen=True)
+class _Recoverer:
+    """What one sweep recovers records with: where it writes and replies, and what it decides by."""
+
+    states: StateStore
+    queues: QueueFactory
+    clock: Clock
+    supervisor: Supervisor
+    host_id: str
+    failures: VersionFailures
+
+    def recover(self, found: Versioned[StateRecord]) -> Recovery:
+        """:func:`supervisor.recovery.recover` of ``found``."""
+        return recover(
+            self.states,
+            found,
+            queues=self.queues,
+            clock=self.clock,
+            supervisor=self.supervisor,
+            host_id=self.host_id,
+            failures=self.failures,
+        )
+
+
+def _recover_into(report: SweepReport, found: Versioned[StateRecord], recoverer: _Recoverer) -> None:
     """Recover one record and count the outcome; a permanent failure is logged and counted, not raised.
 
     The recovery is an ``orderflow.recovery`` span in the order's trace (a child of its submission span:
@@ -469,7 +471,7 @@ def _recover_into(
         tracing.RECOVERY, parent=record.traceparent, links=(expired,), attributes=attributes
     ) as span:
         try:
-            outcome = recover(states, found, queues=queues, clock=clock, settings=settings, failures=failures)
+            outcome = recoverer.recover(found)
         except TransientError:
             raise
         except OrderflowError as exc:
@@ -481,7 +483,7 @@ def _recover_into(
         tracing.mark_outcome(span, outcome.value)
     if outcome is Recovery.REQUEUED:
         report.requeued.append(order_id)
-        if is_extended(found.item.failure_count + 1, settings):
+        if is_extended(found.item.failure_count + 1, recoverer.supervisor):
             report.extended_backoff.append(order_id)
     elif outcome is Recovery.HELD:
         report.held.append(order_id)

@@ -88,12 +88,12 @@ class System:
 
     def key(self, order_id: str) -> str:
         """The key the client's order ``order_id`` is stored under."""
-        return order_key(self.deps.settings.HOST_ID, order_id)
+        return order_key(self.deps.settings.queues.HOST_ID, order_id)
 
     def other_client(self, name: str) -> tuple[RegisteredClient, OrderflowClient]:
         """The registered client ``name`` of :func:`running_system`'s ``more_clients``, and a client on
         its own two queues."""
-        registered = self.deps.settings.clients().get(f"{name}-{self.deps.settings.HOST_ID}")
+        registered = self.deps.settings.clients.clients().get(f"{name}-{self.deps.settings.queues.HOST_ID}")
         sdk = OrderflowClient(
             self.deps.queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
         )
@@ -162,7 +162,7 @@ def local_dependencies(
         orders=orders,
         queues=queues,
         clock=SystemClock(),
-        settings=Settings(),
+        settings=Settings.load({}),
         dead_letters=dead_letters,
         alerts=alerts,
     )
@@ -229,7 +229,8 @@ def running_system(
         "CLIENTS": json.dumps(registry),
         "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
     }
-    config = Settings(
+    config = Settings.load(
+        {},
         **{
             **FAST_SETTINGS,
             **isolation,
@@ -237,13 +238,13 @@ def running_system(
             "HOST_ID": host_id,
             **(operator_settings or {}),
             **settings,
-        }
+        },
     )
     deps = replace(deps, settings=config)
     credential = LocalAgentCredential(signing_key())
     host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer, service_credential=credential)
     host.start()
-    registered = config.clients().get(host_id)
+    registered = config.clients.clients().get(host_id)
     client = OrderflowClient(
         deps.queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
     )

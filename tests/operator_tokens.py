@@ -107,7 +107,7 @@ def trusted_issuer() -> Iterator[TrustedIssuer]:
     jwks = LoopbackJwks(issuer)
     try:
         settings = issuer.operator_settings(jwks.uri)
-        validator = TokenValidator.from_settings(Settings.load(env={}, **settings))
+        validator = TokenValidator.from_section(Settings.load(env={}, **settings).operator_api)
         yield TrustedIssuer(issuer, settings, validator)
     finally:
         jwks.close()

@@ -82,11 +82,11 @@ def counted_system(
         queues=queues,
         clock=clock,
         settings=settings,
-        breakers=circuit_breakers(stores.breakers, clock, settings),
+        breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
     )
     host = DevHost(deps, ALL_ROLES)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
-    (registered,) = settings.clients()
+    (registered,) = settings.clients.clients()
     client = OrderflowClient(
         queues, reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
     )

@@ -66,11 +66,11 @@ def queue_role(settings: Settings) -> Callable[[str], str]:
     def role_of(name: str) -> str:
         if name.endswith("-deadletter"):
             return "dead_letters"
-        if settings.clients().for_inbound_queue(name) is not None:
+        if settings.clients.clients().for_inbound_queue(name) is not None:
             return "orders"
-        if name.startswith(settings.AGENT_RESPONSES_QUEUE):
+        if name.startswith(settings.queues.AGENT_RESPONSES_QUEUE):
             return "agent_responses"
-        if name.startswith(settings.AGENT_QUEUE_PREFIX):
+        if name.startswith(settings.queues.AGENT_QUEUE_PREFIX):
             return "agent_requests"
         return "replies"
 
@@ -95,7 +95,7 @@ def connect_stores(endpoints: LocalEndpoints, settings: Settings) -> CosmosStore
     return CosmosStores.connect(
         endpoints.cosmos_endpoint,
         key=endpoints.cosmos_key,
-        database=settings.COSMOS_DATABASE,
+        database=settings.connections.COSMOS_DATABASE,
         verify_tls=False,
         transport=transport_for(endpoints.cosmos_endpoint),
     )
@@ -286,7 +286,7 @@ def throughput_run(
     stores = connect_stores(endpoints, settings)
     specs = devhost_specs(processes)
     start = probed_start(env, run_dir, measuring.targets) if measuring is not None else None
-    (registered,) = settings.clients()
+    (registered,) = settings.clients.clients()
     # Bound before the fleet starts, so that every devhost finds it on its first scan.
     try:
         wakeups = reply_wakeups(Path(env["WAKEUP_DIR"]), registered.reply_queue)

@@ -167,7 +167,7 @@ def agent_responses(settings: Settings) -> LatePredicate:
     """Agent responses: sent to a response queue (``AGENT_RESPONSES_QUEUE``, or a host's own
     ``agent-responses-<hostid>``), under the response's id ``{requestId}:response``. A review decision
     forwarded to the same queue is not an agent response and is never delayed."""
-    prefix = settings.AGENT_RESPONSES_QUEUE
+    prefix = settings.queues.AGENT_RESPONSES_QUEUE
 
     def is_agent_response(queue: str, message_id: str) -> bool:
         return (queue == prefix or queue.startswith(f"{prefix}-")) and message_id.endswith(":response")
@@ -326,12 +326,12 @@ def with_delivery_faults(
     faults = DeliveryFaults.from_env(env)
     if faults is None or not faults.active:
         return queues
-    path = Path(faults.log_dir) / f"{settings.HOST_ID}-{os.getpid()}.jsonl" if faults.log_dir else None
+    path = Path(faults.log_dir) / f"{settings.queues.HOST_ID}-{os.getpid()}.jsonl" if faults.log_dir else None
     logger.warning("delivery faults injected: %s", faults.model_dump_json())
     return FaultyQueueFactory(
         queues,
         faults,
         FaultLog(path),
         late_for=agent_responses(settings),
-        late_delay_s=settings.STEP_TIMEOUT_S + LATE_MARGIN_S,
+        late_delay_s=settings.steps.STEP_TIMEOUT_S + LATE_MARGIN_S,
     )

@@ -127,6 +127,8 @@ def lease_holder_reader(settings: Settings) -> LeaseHolder:
     """Reads the holder of ``settings``' supervisor lease blob."""
 
     def read() -> Mapping[str, str] | None:
-        return current_holder(settings.STORAGE_CONNECTION_STRING, settings.SUPERVISOR_LEASE_BLOB)
+        return current_holder(
+            settings.connections.STORAGE_CONNECTION_STRING, settings.local.SUPERVISOR_LEASE_BLOB
+        )
 
     return read

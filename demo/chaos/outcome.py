@@ -181,5 +181,5 @@ def _as_operator(
         findings.victims_changed = sum(1 for key, etag in after.items() if before.get(key) != etag)
         findings.alerts = session.alerts()
     findings.alert_page = MAX_LIMIT
-    findings.alert_window_s = Settings.load(env=system.env).ALERT_WINDOW_S
+    findings.alert_window_s = Settings.load(env=system.env).alerts.ALERT_WINDOW_S
     return findings

@@ -274,7 +274,7 @@ def _chaos_outages(
         {kind: maker for kind, maker in makers.items() if kind in kinds},
         seed=seed,
         every_s=every_s,
-        step_timeout_s=Settings.load(env=system.env).STEP_TIMEOUT_S,
+        step_timeout_s=Settings.load(env=system.env).steps.STEP_TIMEOUT_S,
         services=SERVICES,
     )
     stack.callback(outages.stop)
@@ -303,7 +303,7 @@ def _chaos_makers(
             system.fleet,
             lease_holder_reader(settings),
             every_s=pause_every_s,
-            pause_s=pause_s if pause_s is not None else settings.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
+            pause_s=pause_s if pause_s is not None else settings.local.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
             first_after_s=first_pause_after_s,
         )
         stack.callback(pauser.stop)  # before the fleet stops: a stopped process ignores SIGTERM
@@ -334,7 +334,7 @@ def _chaos_intruder(system: DemoSystem, clients: int, *, seed: int) -> Intruder:
     besides the victims' inbound queues."""
     client = system.clients[clients]
     settings = Settings.load(env=system.env)
-    first_agent = new_order_workflow(settings.WORKFLOW_VERSION).steps[0].agent
+    first_agent = new_order_workflow(settings.steps.WORKFLOW_VERSION).steps[0].agent
     host_id = next(iter(system.fleet.specs.values())).host_id
     credentials = system.client_credentials(client)
     return Intruder(
@@ -345,8 +345,8 @@ def _chaos_intruder(system: DemoSystem, clients: int, *, seed: int) -> Intruder:
         order_ids=[o.order_id for o in system.catalog.orders[:INTRUDER_TARGET_POOL]],
         states=system.stores.state,
         foreign_queues=[
-            settings.agent_queue(first_agent),
-            f"{settings.AGENT_RESPONSES_QUEUE}-{host_id}",
+            settings.queues.agent_queue(first_agent),
+            f"{settings.queues.AGENT_RESPONSES_QUEUE}-{host_id}",
         ],
         plan=IntruderPlan(seed=seed),
     )

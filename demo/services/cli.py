@@ -23,7 +23,7 @@ from demo.services.payments import RefundPolicy
 from demo.tpch import DEFAULT_DEMO_ORDERS, DEFAULT_SCALE, DEFAULT_STOCK_DIVISOR, ensure_dataset, load_catalog
 from devhost.local_issuer import KEY_FILE, LocalIssuer
 from devhost.serving import server_url
-from orderflow.settings import is_loopback_host
+from orderflow.settings.hosts import is_loopback_host
 
 MAX_PORT = 65535
 """Highest TCP port."""

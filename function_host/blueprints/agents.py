@@ -28,14 +28,14 @@ bp = df.Blueprint()
 def _tokens() -> CachedTokens:
     """The agents' bearer tokens, from the app's identity (``DefaultAzureCredential``, the user-assigned
     identity first), cached per scope and refreshed before they expire."""
-    return CachedTokens(azure_credential(dependencies().settings))
+    return CachedTokens(azure_credential(dependencies().settings.connections))
 
 
 @cache
 def _service(name: str) -> HttpRemoteService:
     """``name``'s service as ``SERVICE_BINDINGS`` binds it (start-up has refused bindings missing one)."""
     settings = dependencies().settings
-    binding = ServiceBindings.parse(settings.SERVICE_BINDINGS).services[name]
+    binding = ServiceBindings.parse(settings.agents.SERVICE_BINDINGS).services[name]
     return HttpRemoteService(name, binding, tokens=_tokens() if isinstance(binding.auth, EntraAuth) else None)
 
 
@@ -55,7 +55,7 @@ def _handle(
     traceparent = trigger_traceparent(context)
     # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
     settle_trigger_delivery(
-        deps.settings.agent_queue(agent),
+        deps.settings.queues.agent_queue(agent),
         message,
         actions,
         lambda received: handle_request(
@@ -64,12 +64,13 @@ def _handle(
             service=_service(agent),
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            agents=deps.settings.agents,
+            queue_names=deps.settings.queues,
             taken=_taken(agent),
             breakers=deps.breakers,
             transport_traceparent=traceparent,
         ),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
         # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).
         redelivery=NO_RETRY,
     )

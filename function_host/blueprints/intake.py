@@ -29,7 +29,7 @@ from orderflow.clients import RegisteredClient
 def _admission() -> ClientAdmission:
     """The worker process's admission control, shared by every submission invocation."""
     deps = dependencies()
-    return ClientAdmission.from_settings(deps.settings, states=deps.states, queues=deps.queues)
+    return ClientAdmission.from_clients(deps.settings.clients, states=deps.states, queues=deps.queues)
 
 
 def _handle(
@@ -52,14 +52,16 @@ def _handle(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             admission=_admission(),
             transport_traceparent=traceparent,
             order_cache=deps.order_cache,
             message_id=received.message_id,
             replays=deps.alerts,
         ),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
 

@@ -38,10 +38,13 @@ async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClien
         states=deps.states,
         client=DurableFunctionsClient(client, asyncio.get_running_loop()),
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         # One task hub, one shared response queue on Azure.
-        response_queue=deps.settings.AGENT_RESPONSES_QUEUE,
-        capacity=deps.settings.STARTER_BATCH,
+        response_queue=deps.settings.queues.AGENT_RESPONSES_QUEUE,
+        capacity=deps.settings.starter.STARTER_BATCH,
         on_claimed=deps.cache.put,
         breakers=deps.breakers,
         first_requests=first_requests_for(deps),
@@ -68,10 +71,10 @@ async def response_listener(
     traceparent = trigger_traceparent(context)
     await asyncio.to_thread(
         settle_trigger_message,
-        deps.settings.AGENT_RESPONSES_QUEUE,
+        deps.settings.queues.AGENT_RESPONSES_QUEUE,
         message,
         message_actions,
         lambda body: handle_response(body, client=durable, transport_traceparent=traceparent),
-        max_delivery_count=deps.settings.MAX_DELIVERY_COUNT,
+        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )

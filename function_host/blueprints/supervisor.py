@@ -35,8 +35,15 @@ def supervise(deps: Dependencies, histories: OrchestrationHistories) -> None:
     """What one supervisor run does: sweep, relay owed replies, then retention (the stores, the dead
     letters of every queue orderflow consumes, and the task hub's history)."""
     started = deps.clock.now()
-    report = run_sweep(states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings)
-    ended, host = deps.clock.now(), deps.settings.HOST_ID
+    report = run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
+    ended, host = deps.clock.now(), deps.settings.queues.HOST_ID
     record_sweep(
         deps.alerts, sweep_doc(report, started=started, ended=ended, host_id=host, leadership="timer")
     )
@@ -44,7 +51,11 @@ def supervise(deps: Dependencies, histories: OrchestrationHistories) -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.REPLY_GRACE_S,
-        limits=PageLimits.from_settings(deps.settings),
+        grace_s=deps.settings.supervisor.REPLY_GRACE_S,
+        limits=PageLimits.from_scans(deps.settings.scans),
     )
-    run_retention_pass(deps, dead_letter_queues=dead_letter_sources(deps.settings), histories=histories)
+    run_retention_pass(
+        deps,
+        dead_letter_queues=dead_letter_sources(deps.settings.clients, deps.settings.queues),
+        histories=histories,
+    )

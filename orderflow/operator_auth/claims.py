@@ -15,7 +15,7 @@ from orderflow.operator_auth.principal import (
     Principal,
     Unauthenticated,
 )
-from orderflow.settings import Settings
+from orderflow.settings import OperatorApi
 
 ALLOWED_ALGORITHMS = ("RS256",)
 """The only signing algorithm accepted: what Entra ID signs access tokens with."""
@@ -90,23 +90,23 @@ class TokenPolicy:
     leeway_s: float = 60.0
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TokenPolicy:
+    def from_section(cls, api: OperatorApi) -> TokenPolicy:
         """The policy of ``OPERATOR_TENANT_ID``, ``OPERATOR_AUDIENCE``, ``OPERATOR_ISSUER``,
         ``OPERATOR_JWKS_URI`` and ``OPERATOR_TOKEN_LEEWAY_S``.
 
         Raises:
             ValueError: the operator API is not configured (no tenant or no audience).
         """
-        if not settings.OPERATOR_TENANT_ID or not settings.operator_audiences():
+        if not api.OPERATOR_TENANT_ID or not api.operator_audiences():
             raise ValueError(
                 "the operator API is not configured: set OPERATOR_TENANT_ID and OPERATOR_AUDIENCE"
             )
         return cls(
-            issuer=settings.operator_issuer(),
-            audiences=settings.operator_audiences(),
-            tenant_id=settings.OPERATOR_TENANT_ID,
-            jwks_uri=settings.operator_jwks_uri(),
-            leeway_s=settings.OPERATOR_TOKEN_LEEWAY_S,
+            issuer=api.operator_issuer(),
+            audiences=api.operator_audiences(),
+            tenant_id=api.OPERATOR_TENANT_ID,
+            jwks_uri=api.operator_jwks_uri(),
+            leeway_s=api.OPERATOR_TOKEN_LEEWAY_S,
         )
 
 

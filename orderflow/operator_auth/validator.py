@@ -33,7 +33,7 @@ from orderflow.operator_auth.principal import (
     SigningKeysUnavailable,
     Unauthenticated,
 )
-from orderflow.settings import Settings
+from orderflow.settings import Clients, OperatorApi
 from orderflow.signing_keys import KeySetUnavailable, SigningKeys, UnknownKeyId
 
 logger = logging.getLogger("orderflow.operator_auth")  # the package's one logger, as filters name it
@@ -82,13 +82,13 @@ class TokenValidator:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TokenValidator:
-        """A validator of :meth:`TokenPolicy.from_settings`.
+    def from_section(cls, api: OperatorApi) -> TokenValidator:
+        """A validator of :meth:`TokenPolicy.from_section`.
 
         Raises:
             ValueError: the operator API is not configured, or its JWKS URI is not http(s).
         """
-        return cls(TokenPolicy.from_settings(settings), fetch_timeout_s=settings.OPERATOR_JWKS_TIMEOUT_S)
+        return cls(TokenPolicy.from_section(api), fetch_timeout_s=api.OPERATOR_JWKS_TIMEOUT_S)
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal an ``Authorization`` header value proves.
@@ -158,17 +158,17 @@ class TokenValidator:
         return claims
 
 
-def validator_from_settings(settings: Settings) -> TokenValidator | None:
+def validator_from_settings(api: OperatorApi, clients: Clients) -> TokenValidator | None:
     """The token validator of the ``OPERATOR_*`` settings, or None when neither ``OPERATOR_TENANT_ID`` nor
     ``OPERATOR_AUDIENCE`` is set: the operator API is not configured, and refuses every call.
 
     Raises:
         ValueError: the settings configure the API only in part, or name a JWKS URI that is not http(s).
     """
-    if not settings.OPERATOR_TENANT_ID.strip() and not settings.operator_audiences():
+    if not api.OPERATOR_TENANT_ID.strip() and not api.operator_audiences():
         return None
-    validator = TokenValidator.from_settings(settings)
-    unknown = sorted(client.client_id for client in settings.clients() if client.principal_id is None)
+    validator = TokenValidator.from_section(api)
+    unknown = sorted(client.client_id for client in clients.clients() if client.principal_id is None)
     if unknown:
         # Self-approval is refused by the submitter's principalId: without one it cannot be told.
         logger.warning(

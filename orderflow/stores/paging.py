@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from orderflow import telemetry
-from orderflow.settings import Settings
+from orderflow.settings import Scans
 from orderflow.stores.base import Page
 
 logger = logging.getLogger(__name__)
@@ -55,9 +55,9 @@ class PageLimits:
     max_s: float = 10.0
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> PageLimits:
+    def from_scans(cls, scans: Scans) -> PageLimits:
         """``SCAN_MAX_PAGES``, ``SCAN_MAX_EMPTY_PAGES`` and ``SCAN_MAX_S``."""
-        return cls(settings.SCAN_MAX_PAGES, settings.SCAN_MAX_EMPTY_PAGES, settings.SCAN_MAX_S)
+        return cls(scans.SCAN_MAX_PAGES, scans.SCAN_MAX_EMPTY_PAGES, scans.SCAN_MAX_S)
 
 
 class PageBudget:

@@ -178,7 +178,7 @@ def test_the_alerts_page_lists_an_alert_the_system_raised_and_the_supervisor_pag
     page.wait_for_selector("[data-testid=sweeps] tbody tr")
     status = console.api("GET", "supervisor").json()
     assert page.inner_text("[data-testid=leader]") == f"{status['leader']} (lease)"
-    assert status["leader"] == system.deps.settings.HOST_ID
+    assert status["leader"] == system.deps.settings.queues.HOST_ID
     shoot(page, artifacts, "supervisor")
 
 

@@ -295,7 +295,7 @@ def test_each_dead_letters_page_shows_its_ids_and_body_as_text_and_links_no_othe
     page: Any, sent: Sent
 ) -> None:
     watched = watch(page)
-    own = f"{sent.console.system.deps.settings.HOST_ID}:"
+    own = f"{sent.console.system.deps.settings.queues.HOST_ID}:"
     for dead in dead_letters(sent):
         page.goto(f"{sent.console.url}#/deadletters/{sent.inbound}/{dead['deadLetterId']}")
         page.wait_for_selector(f"[data-testid=dead-letter-id]:text-is('{dead['deadLetterId']}')")

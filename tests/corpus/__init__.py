@@ -45,7 +45,7 @@ REPLY_QUEUE = "client-a"
 CLIENTS = json.dumps([{"id": "a", "replyQueue": REPLY_QUEUE}])
 """The ``CLIENTS`` setting the corpus runs under: one client, ``a``, whose inbound queue every case is
 sent to (the Functions app under test registers the same one, ``tests/conftest.py``)."""
-CLIENT = Settings.load(env={}, CLIENTS=CLIENTS).client("a")
+CLIENT = Settings.load(env={}, CLIENTS=CLIENTS).clients.client("a")
 """The registered client every case arrives for."""
 
 _ORDER_ID_IN_TEXT = re.compile(r'"orderId"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -374,7 +374,7 @@ def run_through_devhost(
     """
     run = CorpusRun(run_id, [case for case in cases if STORAGE in case.transports])
     states, documents = run.recording(deps.states, deps.orders)
-    settings = Settings.load(env={}, **{**deps.settings.model_dump(), "CLIENTS": CLIENTS})
+    settings = Settings.load(env={}, **{**deps.settings.values(), "CLIENTS": CLIENTS})
     inbound = CLIENT.inbound_queue
     orders = deps.queues.queue(inbound)
     host = DevHost(replace(deps, states=states, orders=documents, settings=settings), roles=("submission",))

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from demo.services.bindings import demo_bindings_json
+from function_host.azure_policy import check_azure, host_connection_refusals
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
@@ -33,7 +34,8 @@ from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import dead_letter_queue_name
 from orderflow.queues.memory import InMemoryQueue, InMemoryQueueFactory
 from orderflow.records import ProcessState
-from orderflow.settings import Settings, UnsafeAzureSetting, host_connection_refusals
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.base import AlertQuery, StateQuery
 from orderflow.stores.cosmos import (
     BREAKER_PARTITION_KEY_PATH,
@@ -77,7 +79,7 @@ LEFT_AT_DEFAULT = {
     # The console's sign-in: the tenant's Entra authority and the API's .default scope (check_azure).
     "CONSOLE_AUTHORITY": "the tenant's Entra v2.0 authority by default; another is refused on Azure",
     "CONSOLE_SCOPE": "the operator API's <audience>/.default by default",
-    # Refused on Azure (orderflow.settings.Settings.check_azure): identity is the only way in.
+    # Refused on Azure (function_host.azure_policy.check_azure): identity is the only way in.
     "STORAGE_CONNECTION_STRING": "refused on Azure",
     "COSMOS_KEY": "refused on Azure",
     "SERVICEBUS": "refused on Azure",
@@ -189,7 +191,7 @@ def _connections() -> set[str]:
 
 def check_settings_cover_the_app(template: Template) -> None:
     settings = app_settings(template)
-    fields = set(Settings.model_fields)
+    fields = set(Settings.fields())
     set_by_template = fields & set(settings)
     unexplained = sorted(fields - set_by_template - set(LEFT_AT_DEFAULT))
     assert not unexplained, f"Settings neither set nor left at default on purpose: {unexplained}"
@@ -209,10 +211,12 @@ def check_app_starts_with_them(template: Template) -> None:
     assert not list(host_connection_refusals(env))
     settings = Settings.load(env=env)
     try:
-        settings.check_azure()
+        check_azure(settings)
     except UnsafeAzureSetting as refused:
         raise AssertionError(f"the app refuses to start on Azure: {refused}") from None
-    assert settings.operator_audiences(), "the operator API is configured from the audience parameter"
+    assert settings.operator_api.operator_audiences(), (
+        "the operator API is configured from the audience parameter"
+    )
 
 
 def test_every_setting_the_app_reads_is_set(main: Template) -> None:
@@ -270,9 +274,9 @@ def _duration_s(iso: str) -> float:
 
 
 def _expected_queues(settings: Settings) -> set[str]:
-    agents = {settings.agent_queue(agent) for agent in agent_names()}
-    clients = {q for c in settings.clients() for q in (c.inbound_queue, c.reply_queue)}
-    return agents | {settings.AGENT_RESPONSES_QUEUE} | clients
+    agents = {settings.queues.agent_queue(agent) for agent in agent_names()}
+    clients = {q for c in settings.clients.clients() for q in (c.inbound_queue, c.reply_queue)}
+    return agents | {settings.queues.AGENT_RESPONSES_QUEUE} | clients
 
 
 def check_queues(template: Template) -> None:
@@ -286,8 +290,12 @@ def check_queues(template: Template) -> None:
         assert p["deadLetteringOnMessageExpiration"] is True, name
         assert _duration_s(p["defaultMessageTimeToLive"]) >= 86400, name
         lock = _duration_s(p["lockDuration"])
-        assert lock == settings.QUEUE_LOCK_S > settings.STEP_TIMEOUT_S + settings.START_LATENCY_S, name
-        assert p["maxDeliveryCount"] == settings.MAX_DELIVERY_COUNT, name
+        assert (
+            lock
+            == settings.consumers.QUEUE_LOCK_S
+            > settings.steps.STEP_TIMEOUT_S + settings.starter.START_LATENCY_S
+        ), name
+        assert p["maxDeliveryCount"] == settings.consumers.MAX_DELIVERY_COUNT, name
         assert not p.get("requiresSession"), name
     (namespace,) = _of_type(template, "Microsoft.ServiceBus/namespaces")
     assert namespace.body["sku"]["name"] in ("Standard", "Premium")  # duplicate detection
@@ -320,17 +328,17 @@ def _deployed_settings(template: Template) -> Settings:
 
 def check_host_id_names_the_app(template: Template) -> None:
     settings = _deployed_settings(template)
-    assert _app(template).ref.name == settings.HOST_ID, "HOST_ID does not name the app"
-    assert settings.response_queue() == settings.AGENT_RESPONSES_QUEUE in _queues(template)
+    assert _app(template).ref.name == settings.queues.HOST_ID, "HOST_ID does not name the app"
+    assert settings.queues.response_queue() == settings.queues.AGENT_RESPONSES_QUEUE in _queues(template)
 
 
 def test_the_deployment_queues_are_the_queues_the_template_creates(main: Template) -> None:
     check_host_id_names_the_app(main)
     settings = _deployed_settings(main)
-    listed = [queue.name for queue in deployment_queues(settings)]
-    (demo,) = settings.clients()
-    agents = sorted(settings.agent_queue(agent) for agent in agent_names())
-    assert listed == [demo.inbound_queue, *agents, settings.AGENT_RESPONSES_QUEUE]
+    listed = [queue.name for queue in deployment_queues(settings.clients, settings.queues)]
+    (demo,) = settings.clients.clients()
+    agents = sorted(settings.queues.agent_queue(agent) for agent in agent_names())
+    assert listed == [demo.inbound_queue, *agents, settings.queues.AGENT_RESPONSES_QUEUE]
     assert set(listed) <= set(_queues(main)), "a queue the operator API reads is not created"
 
 
@@ -349,7 +357,7 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
         dead_letters=queues,
         alerts=InMemoryAlertStore(clock=clock),
     )
-    responses = queues.queue(settings.AGENT_RESPONSES_QUEUE)
+    responses = queues.queue(settings.queues.AGENT_RESPONSES_QUEUE)
     responses.send('{"orderId": "demo:o-1"}', message_id="m-1")
     [message] = responses.receive()
     responses.dead_letter(message, reason="InvalidMessage", description="for the chart")
@@ -365,8 +373,8 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     assert sum(bucket["deadLetters"] for bucket in activity["buckets"]) == 1
     assert activity["complete"]["deadLetters"] is True
     listed = [queue["name"] for queue in get("/api/operator/queues")["queues"]]
-    assert listed == [queue.name for queue in deployment_queues(settings)]
-    page = get(f"/api/operator/deadletters/{settings.AGENT_RESPONSES_QUEUE}")
+    assert listed == [queue.name for queue in deployment_queues(settings.clients, settings.queues)]
+    page = get(f"/api/operator/deadletters/{settings.queues.AGENT_RESPONSES_QUEUE}")
     assert [item["messageId"] for item in page["deadLetters"]] == ["m-1"]
 
 
@@ -398,17 +406,21 @@ def check_retry_budget_numbers(template: Template) -> None:
     settings = Settings.load(env={k: _concrete(v) for k, v in deployed.items()})
     for name, (said, number) in QUEUE_COMMENT_NUMBERS.items():
         assert said in comment, f"the comment no longer says {said!r}"
-        assert Settings.model_fields[name].default == number, f"{name} defaults to other than {number}"
-        assert getattr(settings, name) == number, f"the template deploys {name} other than {number}"
-    assert _host_lock_renewal_s() == settings.QUEUE_MAX_LOCK_RENEWAL_S
+        assert Settings.fields()[name].default == number, f"{name} defaults to other than {number}"
+        assert settings.values()[name] == number, f"the template deploys {name} other than {number}"
+    assert _host_lock_renewal_s() == settings.consumers.QUEUE_MAX_LOCK_RENEWAL_S
     # The broker dead-letters only after orderflow's own consumer has (with its reason and alert).
-    redeliveries = [redelivery_delay_s(n) for n in range(1, settings.MAX_DELIVERY_COUNT)]
+    redeliveries = [redelivery_delay_s(n) for n in range(1, settings.consumers.MAX_DELIVERY_COUNT)]
     assert (len(redeliveries), max(redeliveries), sum(redeliveries)) == (9, 30.0, 151.0)  # "about 2.5 min"
     for name, queue in _queues(template).items():
         p = queue.properties
-        assert p["maxDeliveryCount"] >= settings.MAX_DELIVERY_COUNT, name
+        assert p["maxDeliveryCount"] >= settings.consumers.MAX_DELIVERY_COUNT, name
         lock = _duration_s(p["lockDuration"])
-        assert lock == settings.QUEUE_LOCK_S >= settings.STEP_TIMEOUT_S + settings.START_LATENCY_S, name
+        assert (
+            lock
+            == settings.consumers.QUEUE_LOCK_S
+            >= settings.steps.STEP_TIMEOUT_S + settings.starter.START_LATENCY_S
+        ), name
         assert sum(redeliveries) < _duration_s(p["defaultMessageTimeToLive"]) == 14 * 86400, name
 
 
@@ -445,10 +457,12 @@ def check_service_bus_roles(template: Template) -> None:
     # Data Owner on every queue the app has a trigger on: receive and send, and the Manage right the
     # scale controller reads the queue length with (target-based scaling; docs/deploy.md#roles).
     triggered = _triggered_queues(settings)
-    for queue in {settings.agent_queue(a) for a in agent_names()} | {settings.AGENT_RESPONSES_QUEUE}:
+    for queue in {settings.queues.agent_queue(a) for a in agent_names()} | {
+        settings.queues.AGENT_RESPONSES_QUEUE
+    }:
         assert queue in triggered
         assert {(r, p) for q, r, p in held if q == queue} == {(OWNER, app)}, queue
-    for client in settings.clients():
+    for client in settings.clients.clients():
         assert client.inbound_queue in triggered and client.reply_queue not in triggered
         inbound = {(r, p) for q, r, p in held if q == client.inbound_queue}
         reply = {(r, p) for q, r, p in held if q == client.reply_queue}
@@ -470,8 +484,12 @@ def _triggered_queues(settings: Settings) -> set[str]:
     # One written out per agent, the response listener's, and the per-client one of register_client_triggers.
     expected = len(agent_names()) + 2
     assert text.count("service_bus_queue_trigger(") == expected, "a trigger was added: name its queues here"
-    agents = {settings.agent_queue(a) for a in agent_names()}
-    return agents | {settings.AGENT_RESPONSES_QUEUE} | {c.inbound_queue for c in settings.clients()}
+    agents = {settings.queues.agent_queue(a) for a in agent_names()}
+    return (
+        agents
+        | {settings.queues.AGENT_RESPONSES_QUEUE}
+        | {c.inbound_queue for c in settings.clients.clients()}
+    )
 
 
 def test_role_assignments_are_scoped_to_queues(main: Template) -> None:

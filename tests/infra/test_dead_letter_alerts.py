@@ -33,9 +33,9 @@ def test_internal_queues_fire_on_any_dead_letter_and_client_queues_above_a_thres
     assert len(criteria) == 2, sorted(criteria)
     (internal,) = (c for name, c in criteria.items() if "client" not in name)
     (clients,) = (c for name, c in criteria.items() if "client" in name)
-    settings = Settings()
-    agents = {settings.agent_queue(name) for name in agent_names()}
-    own = agents | {settings.AGENT_RESPONSES_QUEUE}
+    settings = Settings.load({})
+    agents = {settings.queues.agent_queue(name) for name in agent_names()}
+    own = agents | {settings.queues.AGENT_RESPONSES_QUEUE}
 
     [internal_split] = internal["dimensions"]
     assert (internal_split["name"], internal_split["operator"], set(internal_split["values"])) == (

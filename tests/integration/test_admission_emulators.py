@@ -21,11 +21,11 @@ pytestmark = pytest.mark.integration
 def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
-    settings = Settings(MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
+    settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)
     reply_queue = f"client-{suffix}"
     clock = FakeClock()
-    admission = AdmissionControl.from_settings(
-        settings, states=deps.states, queues=deps.queues, monotonic=lambda: clock.now().timestamp()
+    admission = AdmissionControl.from_clients(
+        settings.clients, states=deps.states, queues=deps.queues, monotonic=lambda: clock.now().timestamp()
     )
     ids = [f"adm-{suffix}-{n}" for n in range(5)]
 
@@ -37,7 +37,9 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
             states=deps.states,
             queues=deps.queues,
             clock=clock,
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=admission,
         ).outcome
         for order_id in ids
@@ -54,7 +56,7 @@ def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Depe
     for order_id in rejected:
         reply = replies[reply_message_id(order_id, OrderStatus.REJECTED)]
         assert reply.reason == "InFlightCeiling"
-        assert reply.retry_after_s is not None and reply.retry_after_s >= settings.ADMISSION_REFRESH_S
+        assert reply.retry_after_s is not None and reply.retry_after_s >= settings.clients.ADMISSION_REFRESH_S
     assert sorted(reply.status for reply in replies.values()) == sorted(
         [OrderStatus.RECEIVED] * 3 + [OrderStatus.REJECTED] * 2
     )

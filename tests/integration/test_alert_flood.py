@@ -36,7 +36,9 @@ RESENDS = 200
 def intake(deps: Dependencies, clock: FakeClock, *client_ids: str) -> Iterator[Dependencies]:
     """A devhost running the submission role for ``client_ids`` (queues of their own) on ``clock``."""
     clients = [{"id": c, "replyQueue": f"replies-{c}"} for c in client_ids]
-    settings = Settings(**{**FAST_SETTINGS, "CLIENTS": json.dumps(clients), "HOST_ID": client_ids[0]})
+    settings = Settings.load(
+        {}, **{**FAST_SETTINGS, "CLIENTS": json.dumps(clients), "HOST_ID": client_ids[0]}
+    )
     running = replace(deps, settings=settings, clock=clock)
     host = DevHost(running, ("submission",))
     host.start()
@@ -116,7 +118,7 @@ def test_one_client_resending_one_order_id_makes_one_counted_alert_and_hides_no_
         assert by_client[other]["count"] == 1
 
         # The next window starts a stored alert of its own.
-        clock.advance(running.settings.ALERT_WINDOW_S)
+        clock.advance(running.settings.alerts.ALERT_WINDOW_S)
         send(running, flooder, order_body("o-1", reply_to=f"replies-{flooder}", amount="0.01"), "o-1:next")
         wait_until(lambda: dead_letters(running, f"orders-{flooder}") == RESENDS + 1)
         later = listed(running, trusted, f"kind=conflicting_order&since={clock.now():%Y-%m-%dT%H:%M:%SZ}")

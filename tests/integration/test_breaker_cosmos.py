@@ -47,8 +47,18 @@ def test_two_hosts_share_one_breaker_and_one_probe_at_a_time(
 ) -> None:
     clock = FakeClock(START)
     settings = {"BREAKER_FAILURES_TO_OPEN": 3, "BREAKER_OPEN_S": 10.0, "BREAKER_CACHE_S": 0.0}
-    a = CircuitBreakers(two_clients[0].breakers, clock, Settings(HOST_ID="h1", **settings))
-    b = CircuitBreakers(two_clients[1].breakers, clock, Settings(HOST_ID="h2", **settings))
+    a = CircuitBreakers(
+        two_clients[0].breakers,
+        clock,
+        Settings.load({}, HOST_ID="h1", **settings).breakers,
+        Settings.load({}, HOST_ID="h1", **settings).queues.HOST_ID,
+    )
+    b = CircuitBreakers(
+        two_clients[1].breakers,
+        clock,
+        Settings.load({}, HOST_ID="h2", **settings).breakers,
+        Settings.load({}, HOST_ID="h2", **settings).queues.HOST_ID,
+    )
 
     assert b.view("payment") == Closed()
     for _ in range(3):

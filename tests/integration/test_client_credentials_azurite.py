@@ -43,7 +43,7 @@ def _with_sas_of(credentials_url: str, other_queue_url: str) -> QueueClient:
 def two_clients(local_endpoints: LocalEndpoints) -> tuple[ClientCredentials, ClientCredentials]:
     run = uuid.uuid4().hex[:8]
     settings = Settings.load(env={}, CLIENTS=json.dumps([{"id": f"a{run}"}, {"id": f"b{run}"}]))
-    a, b = settings.clients()
+    a, b = settings.clients.clients()
     connection = local_endpoints.storage_connection_string
     return issue_client_credentials(connection, a), issue_client_credentials(connection, b)
 
@@ -123,7 +123,7 @@ def test_a_client_token_cannot_forge_an_agent_request_or_response(
     )
     app = StorageQueueFactory.from_connection_string(local_endpoints.storage_connection_string)
     account_url = a.inbound_url.split("?", 1)[0].rsplit("/", 1)[0]
-    for name in (settings.agent_queue("payment"), settings.AGENT_RESPONSES_QUEUE):
+    for name in (settings.queues.agent_queue("payment"), settings.queues.AGENT_RESPONSES_QUEUE):
         queue = app.queue(name)  # the app's own queue exists
         forged = _with_sas_of(a.inbound_url, f"{account_url}/{name}")
         assert _refused(lambda forged=forged: forged.send_message('{"type": "AgentResponse"}')) == 403
@@ -134,9 +134,9 @@ def test_the_app_creates_its_own_queues_only(local_endpoints: LocalEndpoints) ->
     # A reply queue an earlier record names (or any name) is not created because the app sends to it.
     run = uuid.uuid4().hex[:8]
     settings = Settings.load(env={}, CLIENTS=json.dumps([{"id": f"c{run}"}]))
-    (client,) = settings.clients()
+    (client,) = settings.clients.clients()
     app = StorageQueueFactory.from_connection_string(
-        local_endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+        local_endpoints.storage_connection_string, creatable=settings.clients.is_deployment_queue
     )
     app.queue(client.reply_queue).send("a reply", message_id="m-1")  # the registry's: created
     stray = f"old-replies-{run}"

@@ -40,7 +40,9 @@ def _write(deps: Dependencies, states: ClockCheckedStateStore) -> str:
         states=states,
         queues=deps.queues,
         clock=states.monitor.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     return order_id
 

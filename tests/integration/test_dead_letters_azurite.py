@@ -65,10 +65,10 @@ def test_no_dead_letter_route_creates_a_queue(
     }
     settings = Settings.load(env={}, **overrides)
     queues = StorageQueueFactory.from_connection_string(
-        local_endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+        local_endpoints.storage_connection_string, creatable=settings.clients.is_deployment_queue
     )
     deps = replace(memory_deps(FakeClock(), **overrides), queues=queues, dead_letters=queues)
-    (client,) = settings.clients()
+    (client,) = settings.clients.clients()
     inbound = client.inbound_queue
     queues.queue(inbound)  # the inbound queue exists, as a running host makes it; its dead-letter queue not
     account = QueueServiceClient.from_connection_string(local_endpoints.storage_connection_string)
@@ -110,10 +110,10 @@ def _azurite_deps(endpoints: LocalEndpoints, run: str) -> tuple[Dependencies, St
     overrides = {"CLIENTS": json.dumps([{"id": f"c{run}"}]), "AGENT_QUEUE_PREFIX": f"agent-{run}-"}
     settings = Settings.load(env={}, **overrides)
     queues = StorageQueueFactory.from_connection_string(
-        endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+        endpoints.storage_connection_string, creatable=settings.clients.is_deployment_queue
     )
     deps = replace(memory_deps(FakeClock(), **overrides), queues=queues, dead_letters=queues)
-    (client,) = settings.clients()
+    (client,) = settings.clients.clients()
     return deps, queues, client.inbound_queue
 
 
@@ -192,7 +192,7 @@ def test_two_operators_replaying_one_dead_letter_at_once_re_send_it_once_and_are
     local_endpoints: LocalEndpoints, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
-    (client,) = deps.settings.clients()
+    (client,) = deps.settings.clients.clients()
     account = QueueServiceClient.from_connection_string(local_endpoints.storage_connection_string)
     account.create_queue(client.reply_queue)  # a registered client's, made when it is registered
     key = f"{client.client_id}:o-7"
@@ -222,7 +222,9 @@ def test_two_operators_replaying_one_dead_letter_at_once_re_send_it_once_and_are
                 states=deps.states,
                 queues=queues,
                 clock=deps.clock,
-                settings=deps.settings,
+                steps=deps.settings.steps,
+                starter=deps.settings.starter,
+                queue_names=deps.settings.queues,
                 definition=ORDER_V1,
                 message_id=m.message_id,
                 replays=deps.alerts,
@@ -260,7 +262,7 @@ def test_two_dead_letters_of_one_order_replayed_in_a_row_go_under_two_ids_and_bo
     local_endpoints: LocalEndpoints, trusted: TrustedIssuer
 ) -> None:
     deps, queues, inbound = _azurite_deps(local_endpoints, uuid.uuid4().hex[:8])
-    (client,) = deps.settings.clients()
+    (client,) = deps.settings.clients.clients()
     key = f"{client.client_id}:o-7"
     queue = queues.queue(inbound)
     for _ in range(2):  # the SDK sends every submission of one order under one id

@@ -37,9 +37,9 @@ def on_azurite(local_endpoints: LocalEndpoints) -> Iterator[tuple[Dependencies, 
     overrides = {"CLIENTS": json.dumps([{"id": f"h{uuid.uuid4().hex[:10]}"}]), "HOST_ID": "h1"}
     settings = Settings.load(env={}, **overrides)
     queues = StorageQueueFactory.from_connection_string(
-        local_endpoints.storage_connection_string, creatable=settings.is_deployment_queue
+        local_endpoints.storage_connection_string, creatable=settings.clients.is_deployment_queue
     )
-    (client,) = settings.clients()
+    (client,) = settings.clients.clients()
     try:
         yield replace(memory_deps(FakeClock(), **overrides), queues=queues, dead_letters=queues), client
     finally:

@@ -159,10 +159,10 @@ def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencie
             calls=1,
             completed_at=record.complete_by,
         )
-        system.deps.queues.queue(system.host.settings.response_queue()).send(
+        system.deps.queues.queue(system.host.settings.queues.response_queue()).send(
             late.to_json(), message_id=late.event_id
         )
-        response_queue = system.deps.queues.queue(system.host.settings.response_queue())
+        response_queue = system.deps.queues.queue(system.host.settings.queues.response_queue())
         system.wait_until(lambda: response_queue.approximate_count() == 0)
         after = system.deps.states.get(system.key("tpch-1"))
     assert after.etag == before.etag

@@ -32,8 +32,11 @@ def activity_deps(deps: Dependencies) -> Dependencies:
         deps,
         clock=FakeClock(),
         # Own agent queues: Azurite is shared by every test of the session.
-        settings=Settings(
-            CLAIM_TIMEOUT_S=30, SUPERVISOR_BACKOFF_INITIAL_S=5, AGENT_QUEUE_PREFIX=f"a{uuid.uuid4().hex[:8]}-"
+        settings=Settings.load(
+            {},
+            CLAIM_TIMEOUT_S=30,
+            SUPERVISOR_BACKOFF_INITIAL_S=5,
+            AGENT_QUEUE_PREFIX=f"a{uuid.uuid4().hex[:8]}-",
         ),
     )
 
@@ -46,7 +49,9 @@ def _submit(d: Dependencies, order_id: str) -> None:
         states=d.states,
         queues=d.queues,
         clock=d.clock,
-        settings=d.settings,
+        steps=d.settings.steps,
+        starter=d.settings.starter,
+        queue_names=d.settings.queues,
     )
 
 
@@ -65,7 +70,10 @@ def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependenc
                 states=d.states,
                 client=client,
                 clock=d.clock,
-                settings=d.settings,
+                starter=d.settings.starter,
+                steps=d.settings.steps,
+                scans=d.settings.scans,
+                queue_names=d.settings.queues,
                 response_queue="r-q1",
                 capacity=50,
             )
@@ -96,11 +104,26 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
     _submit(d, "a:stale-1")
     client = RecordingClient()
     run_starter_pass(
-        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+        states=d.states,
+        client=client,
+        clock=clock,
+        starter=d.settings.starter,
+        steps=d.settings.steps,
+        scans=d.settings.scans,
+        queue_names=d.settings.queues,
+        response_queue="r-q1",
+        capacity=5,
     )
     assert client.started == ["a:stale-1:1"]
     clock.advance(31)  # the claim's completeBy passes; nothing ran
-    report = run_sweep(states=d.states, queues=d.queues, clock=clock, settings=d.settings)
+    report = run_sweep(
+        states=d.states,
+        queues=d.queues,
+        clock=clock,
+        supervisor=d.settings.supervisor,
+        scans=d.settings.scans,
+        host_id=d.settings.queues.HOST_ID,
+    )
     assert report.requeued == ["a:stale-1"]
     requeued = d.states.get("a:stale-1")
 
@@ -133,12 +156,20 @@ def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependenci
         None,
         1,
     )
-    assert d.queues.queue(d.settings.agent_queue("inventory")).approximate_count() == 0
+    assert d.queues.queue(d.settings.queues.agent_queue("inventory")).approximate_count() == 0
 
     # The next attempt owns the record; the stale one still cannot finish it.
     clock.advance(6)
     run_starter_pass(
-        states=d.states, client=client, clock=clock, settings=d.settings, response_queue="r-q1", capacity=5
+        states=d.states,
+        client=client,
+        clock=clock,
+        starter=d.settings.starter,
+        steps=d.settings.steps,
+        scans=d.settings.scans,
+        queue_names=d.settings.queues,
+        response_queue="r-q1",
+        capacity=5,
     )
     assert client.started == ["a:stale-1:1", "a:stale-1:2"]
     claimed = d.states.get("a:stale-1")

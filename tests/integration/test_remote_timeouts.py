@@ -96,7 +96,8 @@ def test_a_hung_cosmos_store_fails_a_read_as_transient_at_the_store_timeouts(
     local_emulators: LocalEmulators, unique_name: str
 ) -> None:
     endpoints = local_emulators.endpoints
-    settings = Settings(
+    settings = Settings.load(
+        {},
         COSMOS_ENDPOINT=endpoints.cosmos_endpoint,
         COSMOS_KEY=endpoints.cosmos_key,
         COSMOS_VERIFY_TLS=False,
@@ -105,7 +106,7 @@ def test_a_hung_cosmos_store_fails_a_read_as_transient_at_the_store_timeouts(
         STORE_READ_TIMEOUT_S=1.0,
         STORE_OPERATION_TIMEOUT_S=1.5,
     )
-    with connect_stores(settings) as stores:
+    with connect_stores(settings.connections) as stores:
         with pytest.raises(NotFound):
             stores.state.get("o-1")  # the store answers
         server = local_emulators.cosmos

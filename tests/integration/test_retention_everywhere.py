@@ -128,7 +128,7 @@ def found_in(text: str) -> set[str]:
 def scan(deployment: Deployment, system: System) -> dict[str, set[str]]:
     """Which markers each kind of store holds: ``containers``, ``queues`` (live and dead-letter),
     ``dead letters`` alone and ``orchestrations``."""
-    queues = deployment.queues(system.deps.settings.HOST_ID)
+    queues = deployment.queues(system.deps.settings.queues.HOST_ID)
     dead_letters = {name: bodies for name, bodies in queues.items() if name.endswith("-deadletter")}
     return {
         "containers": found_in(json.dumps(deployment.containers(), ensure_ascii=False, default=str)),
@@ -182,7 +182,7 @@ def run_marked_orders(system: System) -> dict[str, ProcessState]:
         "items": [{"sku": MARKERS["sku"], "quantity": 1}],
     }
     system.client.submit({**bodies["tpch-1"], **every_marker})
-    inbound = system.deps.settings.clients().get(system.deps.settings.HOST_ID).inbound_queue
+    inbound = system.deps.settings.clients.clients().get(system.deps.settings.queues.HOST_ID).inbound_queue
     invalid = {**bodies["tpch-3"], **every_marker, "orderId": "marked-invalid", "currency": "XXX"}
     system.deps.queues.queue(inbound).send(json.dumps(invalid), message_id="invalid-1")
     system.wait_until(lambda: len(system.deps.queues.dead_letters(inbound)) == 2, timeout_s=30)
@@ -204,7 +204,7 @@ def test_after_retention_no_marker_is_left_in_any_container_queue_dead_letter_or
         assert MARKERS["amount"] in json.dumps(auditor.orchestrations(system))  # the charge's result
         assert len(auditor.orchestrations(system)) >= len(finished)
 
-        clock.advance(deps.settings.COMPENSATION_LOG_RETENTION_S + DAY_S)
+        clock.advance(deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S + DAY_S)
         # What the host runs on its retention cadence (its own loops may get there first: the same end).
         system.host.purge_shared_data()
         system.host.purge_own_history()
@@ -223,11 +223,13 @@ def test_dead_letters_younger_than_their_retention_stay(
     deps, _, clock = deployment
     # No supervisor role: only the test runs the pass.
     with running_system(deps, roles=("submission",)) as system:
-        inbound = system.deps.settings.clients().get(system.deps.settings.HOST_ID).inbound_queue
+        inbound = (
+            system.deps.settings.clients.clients().get(system.deps.settings.queues.HOST_ID).inbound_queue
+        )
         system.deps.queues.queue(inbound).send("not json", message_id="garbage-1")
         system.wait_until(lambda: len(system.deps.queues.dead_letters(inbound)) == 1, timeout_s=30)
 
-        clock.advance(deps.settings.DEAD_LETTER_RETENTION_S - DAY_S)
+        clock.advance(deps.settings.supervisor.DEAD_LETTER_RETENTION_S - DAY_S)
         assert system.host.purge_shared_data().dead_letters == 0
         assert len(system.deps.queues.dead_letters(inbound)) == 1
 
@@ -248,7 +250,7 @@ def test_an_orchestration_that_ran_to_completion_is_gone_from_the_backend_after_
         backend = system.host.backend_client
         assert backend is not None
 
-        clock.advance(deps.settings.COMPENSATION_LOG_RETENTION_S - DAY_S)
+        clock.advance(deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S - DAY_S)
         assert system.host.purge_own_history().histories == 0
         assert backend.get_orchestration_state(instance_id) is not None
 

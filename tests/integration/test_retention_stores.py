@@ -108,12 +108,18 @@ class Stores:
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
         ).outcome
 
     def purge(self) -> int:
         report = purge_expired_logs(
-            states=self.states, orders=self.orders, clock=self.clock, settings=self.settings
+            states=self.states,
+            orders=self.orders,
+            clock=self.clock,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
         )
         return report.purged
 
@@ -130,7 +136,7 @@ def _system_free(doc: dict[str, Any]) -> dict[str, Any]:
 )
 def stores(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Stores]:
     clock = FakeClock()
-    settings = Settings(COMPENSATION_LOG_RETENTION_S=RETENTION_S)
+    settings = Settings.load({}, COMPENSATION_LOG_RETENTION_S=RETENTION_S)
     if request.param == "memory":
         states, orders = InMemoryStateStore(), InMemoryOrderStore()
         containers = {"orderstate": states._container, "orders": orders._container}

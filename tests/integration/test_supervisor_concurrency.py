@@ -63,9 +63,21 @@ class World:
                 states=self.deps.states,
                 queues=self.deps.queues,
                 clock=self.clock,
-                settings=settings,
+                steps=settings.steps,
+                starter=settings.starter,
+                queue_names=settings.queues,
             )
-            assert claim(self.deps.states, self.deps.states.get(order_id), self.clock, settings) is not None
+            assert (
+                claim(
+                    self.deps.states,
+                    self.deps.states.get(order_id),
+                    self.clock,
+                    settings.starter,
+                    settings.steps,
+                    host_id=settings.queues.HOST_ID,
+                )
+                is not None
+            )
         self.clock.advance(CLAIM_TIMEOUT_S + 1)
         return order_ids
 
@@ -74,7 +86,9 @@ class World:
             states=self.deps.states,
             queues=self.deps.queues,
             clock=self.clock,
-            settings=settings,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
             cursor=cursor,
         )
 
@@ -88,7 +102,7 @@ def world(deps: Dependencies) -> World:
 def settings_for(**overrides: object) -> Settings:
     # Lease off: these supervisors are plain functions racing each other, as when election is disabled.
     base: dict[str, object] = {"CLAIM_TIMEOUT_S": CLAIM_TIMEOUT_S, "SUPERVISOR_LEASE_ENABLED": False}
-    return Settings.model_validate({**base, **overrides})
+    return Settings.load({}, **{**base, **overrides})
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
@@ -177,7 +191,9 @@ def test_a_sweep_that_loses_leadership_stops_and_the_next_resumes_its_page(world
         states=world.states,
         queues=world.deps.queues,
         clock=world.clock,
-        settings=settings,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
         cursor=cursor,
         keep_going=lambda: next(answers),
     )
@@ -240,7 +256,9 @@ def test_a_repeating_token_restarts_the_scan_once_then_ends_the_sweep(world: Wor
             states=RepeatingTokens(world.states),
             queues=world.deps.queues,
             clock=world.clock,
-            settings=settings,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
             cursor=cursor,
         )
     # Pages 1-2, repeat → restart; pages 3-4, repeat → end: bounded, and the next sweep starts over.
@@ -273,7 +291,10 @@ def test_extended_backoff_after_the_threshold_then_give_up(
             states=world.states,
             client=client,
             clock=world.clock,
-            settings=settings,
+            starter=settings.starter,
+            steps=settings.steps,
+            scans=settings.scans,
+            queue_names=settings.queues,
             response_queue="r-unused",
             capacity=5,
         )

@@ -98,7 +98,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=queues,
         clock=clock,
-        settings=Settings(**{"CLIENTS": TEST_CLIENTS, **settings}),
+        settings=Settings.load({}, **{"CLIENTS": TEST_CLIENTS, **settings}),
         dead_letters=queues,
         alerts=InMemoryAlertStore(clock=clock),
     )
@@ -117,7 +117,9 @@ def take_in(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         **options,
     )
 
@@ -133,9 +135,18 @@ def submit_and_claim(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=definition,
     )
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item

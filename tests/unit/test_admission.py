@@ -70,7 +70,7 @@ class System:
     orders: InMemoryOrderStore = field(default_factory=InMemoryOrderStore)
     queues: InMemoryQueueFactory = field(default_factory=InMemoryQueueFactory)
     clock: FakeClock = field(default_factory=FakeClock)
-    settings: Settings = field(default_factory=Settings)
+    settings: Settings = field(default_factory=lambda: Settings.load({}))
     state_ops: OperationCounts = field(default_factory=OperationCounts)
     order_ops: OperationCounts = field(default_factory=OperationCounts)
     """What the roles asked of each store, counted by the benchmark's wrappers around the ports."""
@@ -111,7 +111,9 @@ class System:
             states=self.counted_states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
             admission=admission,
         )
 
@@ -485,22 +487,23 @@ def test_threads_wait_for_the_first_read_instead_of_all_querying(system: System)
 
 
 def test_settings_configure_admission_control() -> None:
-    settings = Settings(MAX_IN_FLIGHT_ORDERS=7, MAX_SUBMISSION_BACKLOG=0, ADMISSION_REFRESH_S=2.5)
+    settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=7, MAX_SUBMISSION_BACKLOG=0, ADMISSION_REFRESH_S=2.5)
     queues = InMemoryQueueFactory()
-    admission = AdmissionControl.from_settings(settings, states=InMemoryStateStore(), queues=queues)
+    admission = AdmissionControl.from_clients(settings.clients, states=InMemoryStateStore(), queues=queues)
     assert (admission.max_in_flight, admission.max_backlog, admission.refresh_s) == (7, 0, 2.5)
     assert repr(admission) == "AdmissionControl(max_in_flight=7, max_backlog=0, refresh_s=2.5)"
     assert repr(queues) == "InMemoryQueueFactory(queues=0)"  # backlog check off: no queue client
-    defaults = Settings()
-    assert (defaults.MAX_IN_FLIGHT_ORDERS, defaults.MAX_SUBMISSION_BACKLOG) == (10_000, 5_000)
-    assert defaults.ADMISSION_REFRESH_S == 5.0
+    defaults = Settings.load({})
+    assert (defaults.clients.MAX_IN_FLIGHT_ORDERS, defaults.clients.MAX_SUBMISSION_BACKLOG) == (10_000, 5_000)
+    assert defaults.clients.ADMISSION_REFRESH_S == 5.0
     with pytest.raises(ValueError):
-        Settings(MAX_IN_FLIGHT_ORDERS=-1)
+        Settings.load({}, MAX_IN_FLIGHT_ORDERS=-1)
 
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
     client = client_for(REPLY_QUEUE)
-    settings = Settings(
+    settings = Settings.load(
+        {},
         MAX_IN_FLIGHT_ORDERS=2,
         POLL_INTERVAL_S=0.01,
         HOST_ID="h1",

@@ -116,7 +116,7 @@ def queues(clock: FakeClock) -> InMemoryQueueFactory:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+    return Settings.load({}, AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
 
 
 def request_body(*, deadline_s: float = 8.0, max_calls: int = 10) -> str:
@@ -142,7 +142,15 @@ def run(
     settings: Settings,
     sleep: Callable[[float], None],
 ) -> AgentResult:
-    return handle_request(body, service=service, queues=queues, clock=clock, settings=settings, sleep=sleep)
+    return handle_request(
+        body,
+        service=service,
+        queues=queues,
+        clock=clock,
+        agents=settings.agents,
+        queue_names=settings.queues,
+        sleep=sleep,
+    )
 
 
 def sent_responses(queues: InMemoryQueueFactory) -> list[AgentResponse]:
@@ -195,8 +203,8 @@ def test_transient_twice_then_success_retries_with_the_same_key(
     # Exponential backoff from AGENT_BACKOFF_INITIAL_S, plus tenacity's jitter (at most 1 s).
     assert len(sleep.slept) == 2
     for n, slept in enumerate(sleep.slept):
-        floor = settings.AGENT_BACKOFF_INITIAL_S * 2**n
-        assert floor <= slept <= min(floor + 1.0, settings.AGENT_BACKOFF_MAX_S)
+        floor = settings.agents.AGENT_BACKOFF_INITIAL_S * 2**n
+        assert floor <= slept <= min(floor + 1.0, settings.agents.AGENT_BACKOFF_MAX_S)
     # Each retry starts after the previous call's duration plus the backoff: the sleep really waited.
     gaps = [(b.at - a.at).total_seconds() for a, b in zip(service.calls, service.calls[1:], strict=False)]
     assert gaps == pytest.approx([0.1 + s for s in sleep.slept], abs=1e-5)
@@ -262,7 +270,7 @@ def test_transient_until_the_deadline_starts_no_call_after_it(
         assert call.at < deadline
         assert left >= MIN_CALL_S
         assert call.timeout_s <= left
-        assert call.timeout_s <= settings.AGENT_CALL_TIMEOUT_S
+        assert call.timeout_s <= settings.agents.AGENT_CALL_TIMEOUT_S
     # The first call has 3 s left, less than AGENT_CALL_TIMEOUT_S: its timeout is the time left.
     assert service.calls[0].timeout_s == pytest.approx(3.0)
     # No backoff was allowed to run past the deadline either.
@@ -432,7 +440,8 @@ def test_a_duplicate_of_a_taken_request_makes_no_call_even_as_a_first_delivery(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
             taken=taken,
         )
@@ -463,7 +472,8 @@ def test_a_redelivered_request_makes_no_call_and_sends_nothing(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -484,7 +494,8 @@ def test_a_first_delivery_given_explicitly_is_handled_as_before(
         service=service,
         queues=queues,
         clock=clock,
-        settings=settings,
+        agents=settings.agents,
+        queue_names=settings.queues,
         sleep=FakeSleep(clock),
     )
 
@@ -505,7 +516,8 @@ def test_a_malformed_redelivered_body_is_still_dead_lettered_with_its_reason(
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -525,7 +537,8 @@ def test_a_failed_response_send_raises_transient_after_the_calls(
             service=service,
             queues=replies,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
 
@@ -555,7 +568,8 @@ def test_an_abandoned_request_is_redelivered_and_makes_no_further_call(
                 service=service,
                 queues=replies,
                 clock=clock,
-                settings=settings,
+                agents=settings.agents,
+                queue_names=settings.queues,
                 sleep=FakeSleep(clock),
             )
         )
@@ -603,7 +617,9 @@ def test_no_sequence_of_deliveries_of_one_request_exceeds_its_max_calls(
     queues = InMemoryQueueFactory(clock=monotonic)
     service = ScriptedService(clock, [OUTCOMES[name]() for name in outcomes], duration_s=duration_s)
     replies = FlakyReplies(queues, failing_sends=1 if first_send_fails else 0)
-    settings = Settings(AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0)
+    settings = Settings.load(
+        {}, AGENT_CALL_TIMEOUT_S=5.0, AGENT_BACKOFF_INITIAL_S=0.2, AGENT_BACKOFF_MAX_S=2.0
+    )
     body = request_body(deadline_s=8.0, max_calls=max_calls)
     raised: list[int] = []
     results: dict[int, AgentResult] = {}
@@ -616,7 +632,8 @@ def test_no_sequence_of_deliveries_of_one_request_exceeds_its_max_calls(
                 service=service,
                 queues=replies,
                 clock=clock,
-                settings=settings,
+                agents=settings.agents,
+                queue_names=settings.queues,
                 sleep=FakeSleep(clock),
             )
         except TransientError:
@@ -750,7 +767,8 @@ def test_http_service_same_key_on_every_try_through_the_agent(
         service=http_service("inventory", handler),
         queues=queues,
         clock=clock,
-        settings=settings,
+        agents=settings.agents,
+        queue_names=settings.queues,
         sleep=FakeSleep(clock),
     )
 
@@ -995,7 +1013,8 @@ def test_agent_answers_an_auth_refusal_as_a_transient_failure_with_an_alert_afte
             service=http_service("inventory", handler, tokens=CachedTokens(CountingCredential())),
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=FakeSleep(clock),
         )
     finally:

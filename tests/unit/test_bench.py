@@ -314,8 +314,8 @@ def test_submissions_give_each_run_its_own_order_ids() -> None:
 
 
 def test_queue_roles_follow_the_settings_names() -> None:
-    settings = Settings(
-        CLIENTS=json.dumps([{"id": "x"}]), AGENT_QUEUE_PREFIX="agent-x-", AGENT_RESPONSES_QUEUE="resp-x"
+    settings = Settings.load(
+        {}, CLIENTS=json.dumps([{"id": "x"}]), AGENT_QUEUE_PREFIX="agent-x-", AGENT_RESPONSES_QUEUE="resp-x"
     )
     role_of = queue_role(settings)
     assert role_of("orders-x") == "orders"
@@ -401,7 +401,7 @@ def test_only_the_expired_records_match_the_sweep_query() -> None:
 
 
 def test_memory_sweeps_read_only_the_expired_records_at_every_size() -> None:
-    results = memory_sweeps([30, 10], expired=4, settings=Settings())
+    results = memory_sweeps([30, 10], expired=4, settings=Settings.load({}))
     assert [(r["store"], r["settled"], r["expired"]) for r in results] == [
         ("memory", 10, 4),
         ("memory", 30, 4),

@@ -32,7 +32,14 @@ WAIT_S = 120.0  # past every backoff of the hard-down settings and the tolerated
 
 def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """Claim the order's next attempt, fail its step as an agent does on a dead service, sweep."""
-    won = claim(deps.states, deps.states.get(ORDER), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(ORDER),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None, f"{ORDER} was not claimable: {deps.states.get(ORDER).item.last_error}"
     record_step_failure(
         RecordStepFailureInput(
@@ -43,9 +50,15 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
         ),
         deps,
     )
-    clock.advance(deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
-        states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
     clock.advance(WAIT_S)
     return report
@@ -61,14 +74,18 @@ def test_one_order_on_a_dead_service_without_breakers_is_given_up_not_held() -> 
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
     cursor = SweepCursor()  # one supervisor loop, as in the run's DevHost
-    reports = [fail_and_sweep(deps, clock, cursor) for _ in range(deps.settings.SUPERVISOR_MAX_FAILURES)]
+    reports = [
+        fail_and_sweep(deps, clock, cursor) for _ in range(deps.settings.supervisor.SUPERVISOR_MAX_FAILURES)
+    ]
 
     assert [r.held for r in reports] == [[]] * len(reports)
     assert reports[-1].gave_up == [ORDER]
     record = deps.states.get(ORDER).item
     assert (record.process_state, record.suspended_by) == (ProcessState.COMPENSATING, None)
-    assert record.failure_count == deps.settings.SUPERVISOR_MAX_FAILURES
+    assert record.failure_count == deps.settings.supervisor.SUPERVISOR_MAX_FAILURES

@@ -17,7 +17,8 @@ from orderflow.bindings import (
     ServiceBindings,
     is_private_host,
 )
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting, check_bindings
 
 pytestmark = pytest.mark.unit
 
@@ -30,12 +31,14 @@ def bindings_with(**changes: Any) -> dict[str, Any]:
 
 
 def refusals(raw: dict[str, Any], *, azure: bool) -> list[str]:
-    return Settings(SERVICE_BINDINGS=json.dumps(raw)).binding_refusals(azure=azure)
+    return Settings.load({}, SERVICE_BINDINGS=json.dumps(raw)).agents.binding_refusals(azure=azure)
 
 
 def test_the_demo_bindings_serve_every_workflow_locally_and_at_an_https_url_on_azure() -> None:
     assert (
-        Settings(SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:8082")).binding_refusals(azure=False)
+        Settings.load(
+            {}, SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:8082")
+        ).agents.binding_refusals(azure=False)
         == []
     )
     assert refusals(bindings_with(), azure=True) == []
@@ -46,9 +49,9 @@ def test_start_up_refuses_plain_http_to_a_public_host_everywhere() -> None:
     expected = ["payment: plain http to payments.example.com, a public host: use https"]
     assert refusals(raw, azure=False) == expected
     assert refusals(raw, azure=True) == expected
-    settings = Settings(SERVICE_BINDINGS=json.dumps(raw))
+    settings = Settings.load({}, SERVICE_BINDINGS=json.dumps(raw))
     with pytest.raises(UnsafeAzureSetting) as refused:
-        settings.check_bindings(azure=False)
+        check_bindings(settings.agents, azure=False)
     assert str(refused.value) == f"SERVICE_BINDINGS {expected[0]}"
     assert "\n" not in str(refused.value)
 
@@ -66,7 +69,7 @@ def test_start_up_refuses_no_authentication_on_azure_to_a_public_host() -> None:
     with pytest.raises(
         UnsafeAzureSetting, match=r"^SERVICE_BINDINGS payment: auth none to services\.example\.com"
     ):
-        Settings(SERVICE_BINDINGS=json.dumps(raw)).check_bindings(azure=True)
+        check_bindings(Settings.load({}, SERVICE_BINDINGS=json.dumps(raw)).agents, azure=True)
 
 
 def test_no_authentication_needs_a_reason_and_auth_has_no_default() -> None:
@@ -88,7 +91,10 @@ def test_start_up_refuses_a_step_whose_operation_has_no_mapping() -> None:
         "courier: no mapping for operation 'ship'",
         "payment: no mapping for operation 'refund'",
     ]
-    assert Settings().binding_refusals(azure=False)[0] == "courier: no mapping for operation 'cancel'"
+    assert (
+        Settings.load({}).agents.binding_refusals(azure=False)[0]
+        == "courier: no mapping for operation 'cancel'"
+    )
 
 
 def test_azure_refuses_a_loopback_binding() -> None:
@@ -109,7 +115,7 @@ def test_azure_refuses_a_loopback_binding() -> None:
 )
 def test_a_setting_that_does_not_parse_is_refused_at_load(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Settings(SERVICE_BINDINGS=value)
+        Settings.load({}, SERVICE_BINDINGS=value)
 
 
 @pytest.mark.parametrize(

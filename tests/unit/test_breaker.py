@@ -52,7 +52,12 @@ BREAKER = {
 
 
 def host(store: InMemoryBreakerStore, clock: FakeClock, host_id: str = "h1") -> CircuitBreakers:
-    return CircuitBreakers(store, clock, Settings(HOST_ID=host_id, **BREAKER))
+    return CircuitBreakers(
+        store,
+        clock,
+        Settings.load({}, HOST_ID=host_id, **BREAKER).breakers,
+        Settings.load({}, HOST_ID=host_id, **BREAKER).queues.HOST_ID,
+    )
 
 
 def fail(breakers: CircuitBreakers, times: int, holder: str = "o-1:1") -> None:
@@ -64,8 +69,8 @@ def fail(breakers: CircuitBreakers, times: int, holder: str = "o-1:1") -> None:
 
 
 def test_a_document_is_closed_open_then_half_open_with_or_without_a_live_probe() -> None:
-    settings = Settings(**BREAKER)
-    doc = opened(None, "payment", START, settings, "h1")
+    settings = Settings.load({}, **BREAKER)
+    doc = opened(None, "payment", START, settings.breakers, "h1")
 
     assert breaker_view(None, START) == Closed()
     assert breaker_view(doc, START + timedelta(seconds=9)) == Open(START + timedelta(seconds=10))
@@ -80,11 +85,11 @@ def test_a_document_is_closed_open_then_half_open_with_or_without_a_live_probe()
 
 
 def test_each_failed_probe_doubles_the_open_period_up_to_its_cap() -> None:
-    settings = Settings(**BREAKER)
+    settings = Settings.load({}, **BREAKER)
     doc: BreakerDoc | None = None
     periods = []
     for _ in range(4):
-        doc = opened(doc, "payment", START, settings, "h1")
+        doc = opened(doc, "payment", START, settings.breakers, "h1")
         assert doc.open_until is not None
         periods.append((doc.open_until - START).total_seconds())
     assert periods == [10.0, 20.0, 25.0, 25.0]
@@ -184,14 +189,15 @@ def calls_to_a_dead_service(orders: int, *, with_breaker: bool) -> tuple[int, li
     store = InMemoryBreakerStore()
     hosts = [host(store, clock, "h1"), host(store, clock, "h2")] if with_breaker else [None, None]
     service, queues = DeadService(), InMemoryQueueFactory()
-    settings = Settings(AGENT_BACKOFF_INITIAL_S=0.01, AGENT_BACKOFF_MAX_S=0.01, **BREAKER)
+    settings = Settings.load({}, AGENT_BACKOFF_INITIAL_S=0.01, AGENT_BACKOFF_MAX_S=0.01, **BREAKER)
     for order in range(orders):
         handle_request(
             request(order),
             service=service,
             queues=queues,
             clock=clock,
-            settings=settings,
+            agents=settings.agents,
+            queue_names=settings.queues,
             sleep=lambda seconds: None,
             breakers=hosts[order % 2],
         )
@@ -217,7 +223,9 @@ def test_the_breaker_cuts_the_calls_to_a_dead_service_shared_by_two_hosts() -> N
 
 def breaker_deps(clock: FakeClock) -> Dependencies:
     deps = memory_deps(clock, **BREAKER)
-    deps.breakers = CircuitBreakers(InMemoryBreakerStore(), clock, deps.settings)
+    deps.breakers = CircuitBreakers(
+        InMemoryBreakerStore(), clock, deps.settings.breakers, deps.settings.queues.HOST_ID
+    )
     return deps
 
 
@@ -270,9 +278,17 @@ def test_a_claim_defers_an_order_whose_first_step_waits_and_a_half_open_breaker_
     start_charge(deps)
 
     clock.advance(10)  # half-open: the claim of attempt 2 takes the probe and starts the charge
-    won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings, breakers=deps.breakers)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+        breakers=deps.breakers,
+    )
     assert won is not None and won.item.steps["charge_payment"].status is StepStatus.RUNNING
-    assert won.item.retry_budget.spent == 1 + deps.settings.AGENT_MAX_CALLS_PER_STEP
+    assert won.item.retry_budget.spent == 1 + deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
 
     # Its probe fails at the agent: the attempt gives the record back and the order waits again.
     deps.breakers.failed("payment", holder="a:o-1:2")
@@ -296,7 +312,18 @@ def test_a_claim_defers_an_order_whose_first_step_waits_and_a_half_open_breaker_
     clock.advance(20)
     other = deps.states.get("a:o-1")
     deps.breakers.admit("payment", holder="b:o-9:1")  # another order holds the probe
-    assert claim(deps.states, other, clock, deps.settings, breakers=deps.breakers) is None
+    assert (
+        claim(
+            deps.states,
+            other,
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+            breakers=deps.breakers,
+        )
+        is None
+    )
     assert deps.states.get("a:o-1").item.next_attempt_at == clock.now() + timedelta(seconds=30)
     assert deps.states.get("a:o-1").item.attempt == 2  # deferred, not claimed
 
@@ -316,7 +343,18 @@ def test_an_order_that_waited_past_the_maximum_is_compensated_instead() -> None:
         clock.advance((view.retry_at - clock.now()).total_seconds())
         assert deps.breakers.admit("payment", holder=f"b:o-{probe}:1") is None
         found = deps.states.get("a:o-1")
-        assert claim(deps.states, found, clock, deps.settings, breakers=deps.breakers) is None
+        assert (
+            claim(
+                deps.states,
+                found,
+                clock,
+                deps.settings.starter,
+                deps.settings.steps,
+                host_id=deps.settings.queues.HOST_ID,
+                breakers=deps.breakers,
+            )
+            is None
+        )
         deps.breakers.failed("payment", holder=f"b:o-{probe}:1")
         if deps.states.get("a:o-1").item.process_state is not ProcessState.PENDING:
             break

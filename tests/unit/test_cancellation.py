@@ -59,13 +59,22 @@ def submit(deps: Dependencies) -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 
 
 def claimed(deps: Dependencies) -> StateRecord:
-    won = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item
 
@@ -94,7 +103,9 @@ def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     assert result.outcome is IntakeOutcome.CANCEL and result.cancel is not None
     return result.cancel
@@ -123,7 +134,17 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) 
         "changed my mind",
     )
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
-    assert claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings) is None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            deps.clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is None
+    )
 
 
 def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: Dependencies) -> None:
@@ -292,15 +313,32 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
     cancel(deps)
     settings = deps.settings
     # It died mid-step.
-    clock.advance(settings.STEP_TIMEOUT_S + settings.START_LATENCY_S + settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(
+        settings.steps.STEP_TIMEOUT_S
+        + settings.starter.START_LATENCY_S
+        + settings.alerts.CLOCK_SKEW_TOLERANCE_S
+        + 1
+    )
 
     outcome = recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
 
     assert outcome is Recovery.REQUEUED
     record = deps.states.get("a:o-1").item
     assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, None)
     assert record.last_error is not None and record.last_error.code == CANCELLED_BY_CLIENT
-    resumed = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+    resumed = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING

@@ -70,7 +70,7 @@ def faulty(
     inner = InMemoryQueueFactory(clock=ticks)
     plan = DeliveryFaults(duplicate_share=share, late_share=late, seed=seed)
     wrapped = FaultyQueueFactory(
-        inner, plan, log or FaultLog(), late_for=agent_responses(Settings()), late_delay_s=9.0
+        inner, plan, log or FaultLog(), late_for=agent_responses(Settings.load({})), late_delay_s=9.0
     )
     return wrapped, inner, ticks
 
@@ -153,7 +153,7 @@ def test_a_late_response_drawn_as_a_duplicate_arrives_late_twice() -> None:
 
 
 def test_agent_responses_are_those_on_a_response_queue_under_a_response_id() -> None:
-    is_response = agent_responses(Settings())
+    is_response = agent_responses(Settings.load({}))
     assert is_response("agent-responses", "o-1:2:charge_payment:response")
     assert is_response("agent-responses-demo-1", "o-1:2:charge_payment:response")
     assert not is_response("agent-responses-demo-1", "o-1:review:approve:1234")
@@ -182,7 +182,7 @@ def test_fault_logs_are_one_line_per_fault_and_read_back_across_processes(tmp_pa
 
 def test_a_devhost_wraps_its_queues_only_when_the_environment_asks(tmp_path: Path) -> None:
     inner = InMemoryQueueFactory()
-    settings = Settings(HOST_ID="h1", STEP_TIMEOUT_S=4)
+    settings = Settings.load({}, HOST_ID="h1", STEP_TIMEOUT_S=4)
     assert with_delivery_faults(inner, settings, env={}) is inner
     assert with_delivery_faults(inner, settings, env={CHAOS_ENV: DeliveryFaults().model_dump_json()}) is inner
 

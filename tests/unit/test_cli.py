@@ -280,7 +280,7 @@ def test_submit_reads_settings_from_the_env_file(
 
     assert result.exit_code == 0, result.output
     [settings] = connected
-    assert settings.STORAGE_CONNECTION_STRING == "UseDevelopmentStorage=true"
+    assert settings.connections.STORAGE_CONNECTION_STRING == "UseDevelopmentStorage=true"
 
 
 # --- generate_orders ------------------------------------------------------------------------------
@@ -1021,7 +1021,7 @@ def serve_operator_api(
         return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
 
     def client(base_url: str, *, token: str, timeout_s: float) -> OperatorApiClient:
-        assert (base_url, timeout_s) == (API_URL, Settings().OPERATOR_API_TIMEOUT_S)
+        assert (base_url, timeout_s) == (API_URL, Settings.load({}).operator_api.OPERATOR_API_TIMEOUT_S)
         return OperatorApiClient(
             base_url, token=token, timeout_s=timeout_s, transport=httpx.MockTransport(serve)
         )

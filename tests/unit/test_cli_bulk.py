@@ -210,7 +210,10 @@ def test_a_bulk_resubmit_gives_each_error_order_exactly_one_new_attempt(api: Api
             states=api.deps.states,
             client=starts,
             clock=api.deps.clock,
-            settings=api.deps.settings,
+            starter=api.deps.settings.starter,
+            steps=api.deps.settings.steps,
+            scans=api.deps.settings.scans,
+            queue_names=api.deps.settings.queues,
             response_queue="r",
             capacity=10,
         )

@@ -41,12 +41,14 @@ class System:
 
     def __init__(self, **settings: object) -> None:
         self.settings = Settings.load({}, CLIENTS=json.dumps(CLIENTS), **settings)
-        self.acme = self.settings.client("acme")
-        self.globex = self.settings.client("globex")
+        self.acme = self.settings.clients.client("acme")
+        self.globex = self.settings.clients.client("globex")
         self.states, self.orders = InMemoryStateStore(), InMemoryOrderStore()
         self.queues = InMemoryQueueFactory()
         self.clock = FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC))
-        self.admission = ClientAdmission.from_settings(self.settings, states=self.states, queues=self.queues)
+        self.admission = ClientAdmission.from_clients(
+            self.settings.clients, states=self.states, queues=self.queues
+        )
 
     def send(self, client: RegisteredClient, body: str) -> IntakeResult:
         return handle_intake_message(
@@ -56,7 +58,9 @@ class System:
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            steps=self.settings.steps,
+            starter=self.settings.starter,
+            queue_names=self.settings.queues,
             admission=self.admission,
         )
 
@@ -130,7 +134,7 @@ def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, 
     owner = client if with_client_id else None
     system.orders.create(order_document(order, system.clock, owner, key=order_id))
     record = initial_state(
-        order, new_order_workflow(None), system.settings, system.clock, owner, key=order_id
+        order, new_order_workflow(None), system.settings.steps, system.clock, owner, key=order_id
     )
     system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 
@@ -156,7 +160,7 @@ def test_one_client_at_its_quota_does_not_refuse_another(system: System) -> None
 def test_a_client_without_a_quota_of_its_own_cannot_fill_the_system_for_the_others() -> None:
     # The attack: a client registered without maxInFlight submits until the global ceiling is reached.
     system = System(MAX_IN_FLIGHT_ORDERS=10, ADMISSION_REFRESH_S=60.0)
-    assert system.settings.client_quota(system.globex) == 7  # what acme's 3 leave of the 10
+    assert system.settings.clients.client_quota(system.globex) == 7  # what acme's 3 leave of the 10
 
     outcomes = [system.submit(system.globex, f"g-{n}") for n in range(12)]
 
@@ -171,7 +175,10 @@ def test_quotas_that_could_fill_the_global_ceiling_are_refused_at_start_up() -> 
     with pytest.raises(ValueError, match="add up to 9, which under MAX_IN_FLIGHT_ORDERS \\(8\\) exceed it"):
         Settings.load({}, MAX_IN_FLIGHT_ORDERS=8, CLIENTS=json.dumps([{"id": "a", "maxInFlight": 9}]))
     unbounded = Settings.load({}, MAX_IN_FLIGHT_ORDERS=0, CLIENTS=json.dumps(CLIENTS))
-    assert [unbounded.client_quota(c) for c in unbounded.clients()] == [3, 0]  # no ceiling, no share
+    assert [unbounded.clients.client_quota(c) for c in unbounded.clients.clients()] == [
+        3,
+        0,
+    ]  # no ceiling, no share
 
 
 def test_the_global_ceiling_still_holds_and_a_refusal_gives_the_clients_place_back() -> None:
@@ -243,7 +250,7 @@ def test_resending_one_order_does_not_fill_the_ceilings_for_everyone() -> None:
 
 
 def test_only_the_deployments_own_queues_are_ever_created(system: System) -> None:
-    created = system.settings.is_deployment_queue
+    created = system.settings.clients.is_deployment_queue
     assert all(created(q) for q in ("orders-acme", "replies-acme", "replies-globex", "agent-payment"))
     assert all(created(q) for q in ("agent-responses", "agent-responses-h1", "replies-acme-deadletter"))
     assert not any(created(q) for q in ("replies-initech", "client-a", "unused-1"))

@@ -20,12 +20,12 @@ def _load(clients: list[dict[str, object]]) -> Settings:
 
 def test_only_the_id_is_required_and_the_queues_follow_from_it() -> None:
     settings = _load([{"id": "acme", "maxInFlight": 5}, {"id": "globex", "replyQueue": "globex-out"}])
-    acme = settings.client("acme")
+    acme = settings.clients.client("acme")
     assert (acme.inbound_queue, acme.reply_queue, acme.max_in_flight) == ("orders-acme", "replies-acme", 5)
-    assert settings.clients().for_inbound_queue("orders-globex") == settings.client("globex")
-    assert settings.client("globex").reply_queue == "globex-out"
-    assert settings.clients().for_inbound_queue("orders") is None
-    assert len(Settings.load({}).clients()) == 0
+    assert settings.clients.clients().for_inbound_queue("orders-globex") == settings.clients.client("globex")
+    assert settings.clients.client("globex").reply_queue == "globex-out"
+    assert settings.clients.clients().for_inbound_queue("orders") is None
+    assert len(Settings.load({}).clients.clients()) == 0
 
 
 @pytest.mark.parametrize(

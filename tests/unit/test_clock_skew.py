@@ -57,7 +57,11 @@ def on_store_time(shared: Dependencies, true: FakeClock, offset_s: float) -> Dep
     probe whose stamp is the true time rounded down to the second (the store's ``_ts``)."""
     host = OffsetClock(true, offset_s)
     states, clock = store_timed(
-        shared.states, host, shared.settings, probe=lambda: true.now().replace(microsecond=0)
+        shared.states,
+        host,
+        shared.settings.alerts,
+        shared.settings.queues.HOST_ID,
+        probe=lambda: true.now().replace(microsecond=0),
     )
     return replace(shared, states=states, clock=clock)
 
@@ -89,7 +93,9 @@ def run_two_hosts(
         states=writer.states,
         queues=writer.queues,
         clock=writer.clock,
-        settings=writer.settings,
+        steps=writer.settings.steps,
+        starter=writer.settings.starter,
+        queue_names=writer.settings.queues,
     )
     orchestrations = RecordingClient()
     for host in (writer, supervisor):  # the writer claims: attempt 1 runs there
@@ -97,7 +103,10 @@ def run_two_hosts(
             states=host.states,
             client=orchestrations,
             clock=host.clock,
-            settings=host.settings,
+            starter=host.settings.starter,
+            steps=host.settings.steps,
+            scans=host.settings.scans,
+            queue_names=host.settings.queues,
             response_queue=f"responses-{host is writer}",
             capacity=1,
         )
@@ -113,7 +122,9 @@ def run_two_hosts(
             states=supervisor.states,
             queues=supervisor.queues,
             clock=supervisor.clock,
-            settings=supervisor.settings,
+            supervisor=supervisor.settings.supervisor,
+            scans=supervisor.settings.scans,
+            host_id=supervisor.settings.queues.HOST_ID,
         )
         if report.requeued and run.recovered_at is None:
             run.recovered_at = clock.now()
@@ -121,7 +132,10 @@ def run_two_hosts(
             states=supervisor.states,
             client=orchestrations,
             clock=supervisor.clock,
-            settings=supervisor.settings,
+            starter=supervisor.settings.starter,
+            steps=supervisor.settings.steps,
+            scans=supervisor.settings.scans,
+            queue_names=supervisor.settings.queues,
             response_queue="responses-supervisor",
             capacity=1,
         )
@@ -199,7 +213,9 @@ def write_one(states: ClockCheckedStateStore, clock: FakeClock, order_id: str = 
         states=states,
         queues=memory_deps(clock).queues,
         clock=states.monitor.clock,
-        settings=Settings(),
+        steps=Settings.load({}).steps,
+        starter=Settings.load({}).starter,
+        queue_names=Settings.load({}).queues,
     )
 
 

@@ -195,7 +195,7 @@ def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependenci
     assert [m.message_id for m in requests] == ["a:o-1:1:reserve_inventory:undo"] * 2  # same id: a duplicate
     body = json.loads(requests[0].body)
     assert body["payload"] == {"forwardKey": "a:o-1:reserve_inventory", "reservationId": "r-1"}
-    assert body["maxCalls"] == deps.settings.AGENT_MAX_CALLS_PER_STEP
+    assert body["maxCalls"] == deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
 
 
 def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: Dependencies) -> None:
@@ -269,12 +269,26 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
 
 def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClock) -> None:
     reserved_then_declined(deps)
-    clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)  # the compensating attempt's completeBy passes
+    clock.advance(
+        9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S
+    )  # the compensating attempt's completeBy passes
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None and won.item.locked_by == "a:o-1:2"
 
     stale = undo(deps, RESERVE, instance="a:o-1:1")
@@ -289,11 +303,16 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     reserved_then_declined(deps)
     replies(deps)
     outcomes = []
-    for attempt in range(2, 2 + deps.settings.SUPERVISOR_MAX_FAILURES):
-        clock.advance(9 + deps.settings.CLOCK_SKEW_TOLERANCE_S)
+    for attempt in range(2, 2 + deps.settings.supervisor.SUPERVISOR_MAX_FAILURES):
+        clock.advance(9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states,
+                deps.states.get("a:o-1"),
+                queues=deps.queues,
+                clock=clock,
+                supervisor=deps.settings.supervisor,
+                host_id=deps.settings.queues.HOST_ID,
             )
         )
         record = deps.states.get("a:o-1").item
@@ -301,7 +320,14 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
             break
         assert record.locked_by is None and record.next_attempt_at is not None
         clock.advance(60)
-        won = claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings)
+        won = claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
         assert won is not None and won.item.process_state is ProcessState.COMPENSATING
         begin(deps, instance=f"a:o-1:{attempt}")
 

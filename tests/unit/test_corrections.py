@@ -130,7 +130,10 @@ def claim_next(deps: Dependencies) -> RecordingClient:
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=5,
     )
@@ -354,7 +357,10 @@ def test_two_concurrent_corrected_resubmits_make_one_correction_and_one_new_atte
             states=states,
             client=client,
             clock=deps.clock,
-            settings=deps.settings,
+            starter=deps.settings.starter,
+            steps=deps.settings.steps,
+            scans=deps.settings.scans,
+            queue_names=deps.settings.queues,
             response_queue="r",
             capacity=5,
         )
@@ -421,7 +427,9 @@ def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_fo
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     etag = deps.states.get(KEY).etag
     refusal = StepError(step=RESERVE, kind="permanent", code="out_of_stock", message="none", calls=1)

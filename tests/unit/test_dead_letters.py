@@ -144,7 +144,7 @@ def test_the_queue_list_names_every_queue_orderflow_consumes_and_only_for_operat
         ("agent-responses", "responses", None),
         ("agent-responses-h1", "responses", None),
     ]
-    assert all(deps.settings.is_deployment_queue(q["name"]) for q in listed.body["queues"])
+    assert all(deps.settings.clients.is_deployment_queue(q["name"]) for q in listed.body["queues"])
     assert (reviewer.status, extra.status) == (403, 400)
 
 
@@ -153,12 +153,14 @@ def test_the_functions_host_lists_only_the_shared_response_queue_whatever_its_ho
     env = {"HOST_ID": "func-abc", "AGENT_RESPONSES_PER_HOST": "true", "CLIENTS": '[{"id": "a"}]'}
     settings = load_settings(env)
 
-    assert settings.HOST_ID == "func-abc"
-    assert settings.response_queue() == "agent-responses"
-    assert [q.name for q in deployment_queues(settings) if q.kind == "responses"] == ["agent-responses"]
-    assert "agent-responses-func-abc" not in dead_letter_sources(settings)
+    assert settings.queues.HOST_ID == "func-abc"
+    assert settings.queues.response_queue() == "agent-responses"
+    assert [
+        q.name for q in deployment_queues(settings.clients, settings.queues) if q.kind == "responses"
+    ] == ["agent-responses"]
+    assert "agent-responses-func-abc" not in dead_letter_sources(settings.clients, settings.queues)
     # A devhost process keeps a response queue of its own.
-    assert Settings.load(env).response_queue() == "agent-responses-func-abc"
+    assert Settings.load(env).queues.response_queue() == "agent-responses-func-abc"
 
 
 def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
@@ -176,7 +178,9 @@ def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 
@@ -349,12 +353,14 @@ def two_clients() -> tuple[Dependencies, RecordingStates]:
     deps = memory_deps(FakeClock(), CLIENTS=TWO_CLIENTS)
     handle_intake_message(
         order_body("o-9", reply_to="replies-b"),
-        client=deps.settings.clients().get("b"),
+        client=deps.settings.clients.clients().get("b"),
         orders=deps.orders,
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
     states = RecordingStates(deps.states)
@@ -437,7 +443,7 @@ def test_a_dead_letter_of_an_internal_queue_is_never_linked(
 ) -> None:
     deps, states = two_clients
     before = deps.states.get(OTHERS_ORDER)
-    agent_queue = deps.settings.agent_queue("payment")
+    agent_queue = deps.settings.queues.agent_queue("payment")
     body = json.dumps({"orderId": OTHERS_ORDER, "step": "payment"})
     dead_id = dead_letter_on(deps, agent_queue, body, correlation_id=OTHERS_ORDER)
 

@@ -241,8 +241,13 @@ def test_a_devhost_clock_runs_off_by_the_offset_its_environment_gives() -> None:
 def test_the_chaos_cadences_make_a_long_call_outlast_the_lock_but_not_the_call_or_the_step() -> None:
     settings = Settings.load(env={**DEMO_SETTINGS, **CHAOS_SETTINGS})
 
-    assert settings.QUEUE_LOCK_S < LONG_CALL_S < settings.AGENT_CALL_TIMEOUT_S <= settings.STEP_TIMEOUT_S
-    assert settings.QUEUE_READ_TIMEOUT_S < settings.QUEUE_LOCK_S / 2
+    assert (
+        settings.consumers.QUEUE_LOCK_S
+        < LONG_CALL_S
+        < settings.agents.AGENT_CALL_TIMEOUT_S
+        <= settings.steps.STEP_TIMEOUT_S
+    )
+    assert settings.connections.QUEUE_READ_TIMEOUT_S < settings.consumers.QUEUE_LOCK_S / 2
     plan = long_handler_faults(FaultPlan(transient_rate=0.1, latency_rate=0.05, latency_s=0.3), 0.02)
     assert (plan.latency_rate, plan.latency_s, plan.transient_rate) == (0.02, LONG_CALL_S, 0.1)
     unchanged = FaultPlan(latency_rate=0.05)

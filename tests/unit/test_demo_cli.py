@@ -252,4 +252,4 @@ def test_a_kept_demo_writes_the_settings_its_clients_need(tmp_path: Path) -> Non
         "ORDERFLOW_API_URL": "http://127.0.0.1:8090",
     }
     settings = Settings.load(env=written)  # what the CLI's --env-file reads them into
-    assert [c.client_id for c in settings.clients()] == ["demo"]
+    assert [c.client_id for c in settings.clients.clients()] == ["demo"]

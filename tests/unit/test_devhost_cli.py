@@ -206,8 +206,8 @@ def test_a_start_up_that_fails_half_way_stops_what_it_started_and_exits_2(
     # The orchestrator role (durabletask backend and worker) starts before the agents' queues are refused:
     # unless they are stopped, the worker's thread alone keeps the process alive for ever.
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: RefusingQueues())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: RefusingQueues())
     before = set(threading.enumerate())
 
     result = run_devhost("--host-id", "h1", "--roles", "all")
@@ -223,8 +223,8 @@ def test_agents_without_a_binding_for_every_operation_refuse_the_start_in_one_li
     environment: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: InMemoryQueueFactory())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: InMemoryQueueFactory())
     monkeypatch.setenv("SERVICE_BINDINGS", demo_bindings_json("http://services.example.com"))
 
     result = run_devhost("--host-id", "h1", "--roles", "agents")
@@ -242,8 +242,8 @@ def test_sigterm_stops_a_running_devhost_cleanly_with_status_0(
     environment: None, monkeypatch: pytest.MonkeyPatch, signal_guard: None
 ) -> None:
     stores = FakeStores()
-    monkeypatch.setattr(devhost_main, "connect_stores", lambda settings: stores)
-    monkeypatch.setattr(devhost_main, "connect_queues", lambda settings: InMemoryQueueFactory())
+    monkeypatch.setattr(devhost_main, "connect_stores", lambda connections: stores)
+    monkeypatch.setattr(devhost_main, "connect_queues", lambda connections, clients: InMemoryQueueFactory())
     started: list[DevHost] = []
     real_start = DevHost.start
 
@@ -405,12 +405,13 @@ def test_the_emulators_command_reports_a_missing_emulator_in_one_line(
 
 
 def test_one_line_keeps_a_validation_errors_fields_and_problems() -> None:
+    # The errors come in the order of the sections: the consumers' before the local host's.
     with pytest.raises(ValueError) as raised:
-        Settings(SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
+        Settings.load({}, SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
 
     assert one_line(raised.value) == (
-        "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15; "
-        "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number"
+        "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number; "
+        "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15"
     )
 
 

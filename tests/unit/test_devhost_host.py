@@ -31,7 +31,8 @@ from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import order_key
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from tests.operator_tokens import local_issuer
 from tests.unit.fakes import client_for, order_body
@@ -76,7 +77,8 @@ def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=queues or InMemoryQueueFactory(),
         clock=SystemClock(),
-        settings=Settings(
+        settings=Settings.load(
+            {},
             HOST_ID="h1",
             SUPERVISOR_LEASE_ENABLED=False,
             POLL_INTERVAL_S=0.01,
@@ -150,7 +152,7 @@ def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -
 
 def test_the_submission_role_consumes_each_registered_clients_queue_as_that_client() -> None:
     clients = '[{"id": "acme"}, {"id": "globex"}]'
-    settings = Settings(HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
+    settings = Settings.load({}, HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
     queues = InMemoryQueueFactory()
     wired = Dependencies(
         states=InMemoryStateStore(),
@@ -189,7 +191,10 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
     trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
     wired = deps()
     host = DevHost(
-        replace(wired, settings=Settings(HOST_ID="h1", **trust)), ("api",), api_port=port, local_issuer=issuer
+        replace(wired, settings=Settings.load({}, HOST_ID="h1", **trust)),
+        ("api",),
+        api_port=port,
+        local_issuer=issuer,
     )
     host.start()
     try:
@@ -214,7 +219,7 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
 
 def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
     host = DevHost(
-        replace(deps(), settings=deps().settings.model_copy(update={"OPERATOR_TENANT_ID": LOCAL_TENANT_ID})),
+        replace(deps(), settings=deps().settings.replace(**{"OPERATOR_TENANT_ID": LOCAL_TENANT_ID})),
         ("api", "agents"),
     )
 
@@ -228,9 +233,7 @@ def test_a_host_running_agents_refuses_to_start_without_a_binding_for_every_oper
     raw = json.loads(demo_bindings_json("http://127.0.0.1:1"))
     del raw["payment"]["operations"]["refund"]
     wired = deps()
-    host = DevHost(
-        replace(wired, settings=wired.settings.model_copy(update={"SERVICE_BINDINGS": json.dumps(raw)}))
-    )
+    host = DevHost(replace(wired, settings=wired.settings.replace(**{"SERVICE_BINDINGS": json.dumps(raw)})))
     before = set(threading.enumerate())
 
     with pytest.raises(UnsafeAzureSetting) as refused:
@@ -271,7 +274,8 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
     """The submission may run beside the agents, away from the starter: its Pending record still gets
     claimed at once, not at the starter's next tick, because the wake-up crosses processes."""
     client = client_for("client-a")
-    settings = Settings(
+    settings = Settings.load(
+        {},
         HOST_ID="intake-1",
         SUPERVISOR_LEASE_ENABLED=False,
         POLL_INTERVAL_S=0.01,

@@ -26,6 +26,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 import function_app
 from activities.table import ACTIVITIES as TABLE
+from function_host.azure_policy import check_azure
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.bindings import ServiceBindings
 from orderflow.contracts import (
@@ -38,7 +39,8 @@ from orderflow.contracts import (
     START_UNDO,
 )
 from orderflow.queues.servicebus import DEFAULT_RETRY_TOTAL
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.workflows import WORKFLOWS, agent_names
 
 pytestmark = pytest.mark.unit
@@ -288,7 +290,7 @@ def test_every_agent_of_every_workflow_has_a_trigger_on_its_request_queue(
         _resolve(_only_binding(name, "serviceBusTrigger")["queueName"], values): name
         for name in SERVICE_BUS_QUEUES
     }
-    assert listening.get(example_settings.agent_queue(agent)) == f"agent_{agent}"
+    assert listening.get(example_settings.queues.agent_queue(agent)) == f"agent_{agent}"
 
 
 def test_no_agent_trigger_listens_for_an_agent_no_workflow_uses() -> None:
@@ -366,7 +368,7 @@ def test_every_binding_setting_is_a_documented_setting_with_an_example_value(val
         "STARTER_SCHEDULE",
         "SUPERVISOR_SCHEDULE",
     }
-    assert referenced <= set(Settings.model_fields)
+    assert referenced <= set(Settings.fields())
     assert referenced <= set(values)
 
 
@@ -386,8 +388,8 @@ def test_example_has_every_setting_and_nothing_unknown(
     example: dict[str, Any], values: dict[str, str]
 ) -> None:
     assert example["IsEncrypted"] is False
-    assert set(Settings.model_fields) <= set(values)
-    assert set(values) - set(Settings.model_fields) == HOST_ONLY_KEYS
+    assert set(Settings.fields()) <= set(values)
+    assert set(values) - set(Settings.fields()) == HOST_ONLY_KEYS
     assert all(isinstance(value, str) for value in values.values())
 
 
@@ -416,34 +418,41 @@ def test_example_holds_only_the_emulators_published_secrets(values: dict[str, st
 def test_example_settings_are_the_emulators_and_validate_as_the_functions_app(
     example_settings: Settings,
 ) -> None:
-    assert example_settings.HOST_ID == ""
+    assert example_settings.queues.HOST_ID == ""
     # One shared response queue on Azure: agents answer where response_listener listens.
-    assert example_settings.response_queue() == example_settings.AGENT_RESPONSES_QUEUE == "agent-responses"
+    assert (
+        example_settings.queues.response_queue()
+        == example_settings.queues.AGENT_RESPONSES_QUEUE
+        == "agent-responses"
+    )
     # The Cosmos DB emulator of docker-compose.yml: https (the SDK insists), its self-signed certificate.
-    assert example_settings.COSMOS_ENDPOINT == "https://localhost:8081/"
-    assert example_settings.COSMOS_VERIFY_TLS is False
+    assert example_settings.connections.COSMOS_ENDPOINT == "https://localhost:8081/"
+    assert example_settings.connections.COSMOS_VERIFY_TLS is False
     # The demo services on loopback, every step's operation bound, without tokens (a local Functions
     # host's credential cannot get the demo's: they run with --allow-anonymous); refused on Azure.
-    assert example_settings.binding_refusals(azure=False) == []
-    bindings = ServiceBindings.parse(example_settings.SERVICE_BINDINGS).services
+    assert example_settings.agents.binding_refusals(azure=False) == []
+    bindings = ServiceBindings.parse(example_settings.agents.SERVICE_BINDINGS).services
     assert {binding.base_url for binding in bindings.values()} == {"http://127.0.0.1:8082"}
     assert {binding.auth.mode for binding in bindings.values()} == {"none"}
-    assert (example_settings.STEP_TIMEOUT_S, example_settings.QUEUE_LOCK_S) == (8.0, 30.0)
-    assert example_settings.MAX_DELIVERY_COUNT == 10
-    for schedule in (example_settings.STARTER_SCHEDULE, example_settings.SUPERVISOR_SCHEDULE):
+    assert (example_settings.steps.STEP_TIMEOUT_S, example_settings.consumers.QUEUE_LOCK_S) == (8.0, 30.0)
+    assert example_settings.consumers.MAX_DELIVERY_COUNT == 10
+    for schedule in (
+        example_settings.starter.STARTER_SCHEDULE,
+        example_settings.supervisor.SUPERVISOR_SCHEDULE,
+    ):
         assert len(schedule.split()) == 6, "Functions timers take six-field NCRONTAB (with seconds)"
 
 
 def test_the_example_is_refused_on_azure(example_settings: Settings) -> None:
     with pytest.raises(UnsafeAzureSetting) as refused:
-        example_settings.check_azure()
+        check_azure(example_settings)
     assert refused.value.setting == "COSMOS_ENDPOINT"  # the emulator, on loopback
 
 
 def test_example_values_equal_the_defaults_except_where_deliberate(example_settings: Settings) -> None:
     defaults = Settings.load(env={})
     differing = {
-        name for name in Settings.model_fields if getattr(example_settings, name) != getattr(defaults, name)
+        name for name in Settings.fields() if example_settings.values()[name] != defaults.values()[name]
     }
     assert differing == CHANGED_FROM_DEFAULT
 
@@ -465,7 +474,7 @@ def test_host_json_names_the_task_hub_by_setting(host: dict[str, Any], values: d
     assert _references(host) <= set(values)
     # Durable queue polling must not back off past a step's deadline (the default backs off to 30 s).
     polling = _timespan(host["extensions"]["durableTask"]["storageProvider"]["maxQueuePollingInterval"])
-    assert polling < timedelta(seconds=Settings().STEP_TIMEOUT_S)
+    assert polling < timedelta(seconds=Settings.load({}).steps.STEP_TIMEOUT_S)
 
 
 def test_host_json_service_bus_settles_manually_without_prefetch(host: dict[str, Any]) -> None:
@@ -476,16 +485,16 @@ def test_host_json_service_bus_settles_manually_without_prefetch(host: dict[str,
 
 
 def test_host_json_lock_renewal_outlasts_a_step_and_the_lock(host: dict[str, Any]) -> None:
-    settings = Settings()
-    step_timeouts = [settings.STEP_TIMEOUT_S] + [
+    settings = Settings.load({})
+    step_timeouts = [settings.steps.STEP_TIMEOUT_S] + [
         step.timeout_s for workflow in WORKFLOWS.values() for step in workflow.steps if step.timeout_s
     ]
     renewal = _timespan(host["extensions"]["serviceBus"]["maxAutoLockRenewalDuration"])
     assert renewal == timedelta(minutes=2)
     # The local consumers renew for as long as the host does (devhost.lock_renewal).
-    assert renewal == timedelta(seconds=settings.QUEUE_MAX_LOCK_RENEWAL_S)
+    assert renewal == timedelta(seconds=settings.consumers.QUEUE_MAX_LOCK_RENEWAL_S)
     assert renewal > timedelta(seconds=max(step_timeouts))
-    assert renewal > timedelta(seconds=settings.QUEUE_LOCK_S)
+    assert renewal > timedelta(seconds=settings.consumers.QUEUE_LOCK_S)
     assert renewal <= _timespan(host["functionTimeout"]) == timedelta(minutes=5)
 
 
@@ -495,7 +504,7 @@ def test_host_json_sdk_retries_are_few_and_exponential(host: dict[str, Any]) -> 
     # The same small SDK retry count as orderflow's own Service Bus clients.
     assert retry["maxRetries"] == DEFAULT_RETRY_TOTAL == 2
     assert _timespan(retry["delay"]) < _timespan(retry["maxDelay"]) <= timedelta(seconds=5)
-    assert _timespan(retry["tryTimeout"]) < timedelta(seconds=Settings().QUEUE_LOCK_S)
+    assert _timespan(retry["tryTimeout"]) < timedelta(seconds=Settings.load({}).consumers.QUEUE_LOCK_S)
 
 
 def test_host_json_logging_holds_only_what_applies_under_open_telemetry(host: dict[str, Any]) -> None:
@@ -523,14 +532,16 @@ def test_emulator_declares_every_queue_the_app_uses(example_settings: Settings) 
     assert namespace["Name"] == "sbemulatorns"
     queues = {queue["Name"]: queue["Properties"] for queue in namespace["Queues"]}
     app_queues = {
-        *(client.inbound_queue for client in example_settings.clients()),
-        example_settings.AGENT_RESPONSES_QUEUE,
-        *(example_settings.agent_queue(agent) for agent in AGENTS),
+        *(client.inbound_queue for client in example_settings.clients.clients()),
+        example_settings.queues.AGENT_RESPONSES_QUEUE,
+        *(example_settings.queues.agent_queue(agent) for agent in AGENTS),
     }
-    assert set(queues) == app_queues | {client.reply_queue for client in example_settings.clients()}
+    assert set(queues) == app_queues | {client.reply_queue for client in example_settings.clients.clients()}
     for name, properties in queues.items():
-        assert properties["MaxDeliveryCount"] == example_settings.MAX_DELIVERY_COUNT, name
-        assert _iso_duration(properties["LockDuration"]) >= timedelta(seconds=example_settings.QUEUE_LOCK_S)
+        assert properties["MaxDeliveryCount"] == example_settings.consumers.MAX_DELIVERY_COUNT, name
+        assert _iso_duration(properties["LockDuration"]) >= timedelta(
+            seconds=example_settings.consumers.QUEUE_LOCK_S
+        )
         assert properties["RequiresDuplicateDetection"] is True, name
         assert _iso_duration(properties["DuplicateDetectionHistoryTimeWindow"]) >= timedelta(minutes=1)
         assert properties["DeadLetteringOnMessageExpiration"] is True, name

@@ -62,7 +62,8 @@ from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import copy_identity
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.results import StepStarted
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.base import AlertQuery, Versioned
 from orderflow.stores.memory import (
     InMemoryAlertStore,
@@ -80,7 +81,7 @@ from tests.worker.durable_http import SERVER_ERROR, DurableExtension, Fault, Ins
 pytestmark = pytest.mark.unit
 
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-MAX_DELIVERY_COUNT = Settings().MAX_DELIVERY_COUNT
+MAX_DELIVERY_COUNT = Settings.load({}).consumers.MAX_DELIVERY_COUNT
 AGENTS = sorted({step.agent for workflow in WORKFLOWS.values() for step in workflow.steps})
 CLIENT_BINDING = json.dumps(
     {
@@ -700,12 +701,21 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
 
 def claimed(deps: Dependencies, order_id: str = "a:o-1") -> Versioned[StateRecord]:
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won
 
@@ -737,7 +747,7 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
 
     assert first is second
     assert len(built) == 1
-    assert first.settings.response_queue() == "agent-responses"
+    assert first.settings.queues.response_queue() == "agent-responses"
     assert first.alerts is alerts
     [kept] = alerts.list_documents(AlertQuery(), max_item_count=5).items
     assert (kept["kind"], kept["details"]) == ("breaker_open", {"dependency": "payment"})
@@ -899,7 +909,7 @@ def agent_request_body(deps: Dependencies) -> str:
         operation=FIRST_STEP.operation,
         idempotency_key=f"a:o-1:{FIRST_STEP.name}",
         deadline=START + timedelta(seconds=8),
-        reply_to=deps.settings.response_queue(),
+        reply_to=deps.settings.queues.response_queue(),
         payload={"items": [{"sku": "10", "quantity": 5}]},
         max_calls=4,
     ).to_json()
@@ -928,7 +938,7 @@ def test_the_agent_trigger_calls_only_on_the_first_delivery(
 
     assert actions.calls == [("complete", sdk_message, {})]
     assert service.calls == [(FIRST_STEP.operation, f"a:o-1:{FIRST_STEP.name}")] * calls
-    replies = deps.queues.queue(deps.settings.response_queue()).receive(max_messages=32, lock_s=30)
+    replies = deps.queues.queue(deps.settings.queues.response_queue()).receive(max_messages=32, lock_s=30)
     assert len(replies) == responses
     for reply in replies:
         assert parse_message(AgentResponse, reply.body).calls == 1
@@ -1016,7 +1026,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
         step=step.name,
         timeout_s=8,
         completed=StepResult(step=first.name, result={}, calls=1),
-        response_queue=deps.settings.response_queue(),
+        response_queue=deps.settings.queues.response_queue(),
     ).to_payload()
 
     result = START_STEP_ACTIVITY.read_result(invoke(START_STEP, payload=payload))
@@ -1029,7 +1039,9 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
         StepStatus.COMPLETED,
         StepStatus.RUNNING,
     )
-    [sent] = deps.queues.queue(deps.settings.agent_queue(step.agent)).receive(max_messages=32, lock_s=30)
+    [sent] = deps.queues.queue(deps.settings.queues.agent_queue(step.agent)).receive(
+        max_messages=32, lock_s=30
+    )
     request = parse_message(AgentRequest, sent.body)
     assert (request.instance_id, request.step, request.reply_to) == ("a:o-1:1", step.name, "agent-responses")
 
@@ -1039,7 +1051,7 @@ def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies, dura
     submit(deps)
     claimed(deps)
     assert isinstance(deps.clock, FakeClock)
-    deps.clock.advance(deps.settings.CLAIM_TIMEOUT_S + 1)
+    deps.clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + 1)
 
     try:
         invoke("supervisor", timer=FakeTimer(), client=CLIENT_BINDING)
@@ -1056,7 +1068,7 @@ def test_supervisor_trigger_purges_the_task_hubs_history_and_expired_dead_letter
 ) -> None:
     assert isinstance(deps.queues, InMemoryQueueFactory)
     deps.dead_letters = deps.queues  # as function_host.wiring wires it
-    inbound = deps.settings.AGENT_RESPONSES_QUEUE
+    inbound = deps.settings.queues.AGENT_RESPONSES_QUEUE
     queue = deps.queues.queue(inbound)
     queue.send("not json", message_id="m-1")
     [garbage] = queue.receive(max_messages=1)
@@ -1064,14 +1076,14 @@ def test_supervisor_trigger_purges_the_task_hubs_history_and_expired_dead_letter
     assert isinstance(deps.clock, FakeClock)
     # The in-memory queues stamp dead letters with the wall clock; the app's clock runs past it.
     lag_s = (datetime.now(UTC) - deps.clock.now()).total_seconds()
-    deps.clock.advance(lag_s + deps.settings.DEAD_LETTER_RETENTION_S + 60)
+    deps.clock.advance(lag_s + deps.settings.supervisor.DEAD_LETTER_RETENTION_S + 60)
 
     try:
         invoke("supervisor", timer=FakeTimer(), client=CLIENT_BINDING)
     finally:
         gc.collect()
 
-    retention = timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+    retention = timedelta(seconds=deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S)
     [(since, until, statuses)] = durable.purged
     assert (until, statuses) == (deps.clock.now() - retention, ["Completed", "Failed", "Terminated"])
     assert since is not None and until is not None and since < until - retention

@@ -7,8 +7,7 @@ decorators are not part of the body; blank lines, comment-only lines and docstri
 and those of functions and classes nested in it) do not count. A nested function counts on its own and
 inside its outer function. Every ``.py`` file git tracks or would track (``git ls-files --cached
 --others --exclude-standard``: a new file counts before it is added) outside ``tests/`` is checked. A
-module's length is its number of lines, whatever they hold; the modules still being restructured are
-allowed over it by name (:data:`LONG_MODULES`).
+module's length is its number of lines, whatever they hold.
 """
 
 from __future__ import annotations
@@ -28,15 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_CODE_LINES = 60
 MAX_MODULE_LINES = 500
 EXEMPT_FOLDERS = ("tests/",)
-
-LONG_MODULES = frozenset(
-    {
-        # Being split into settings sections.
-        "orderflow/settings.py",
-    }
-)
-"""Modules allowed over :data:`MAX_MODULE_LINES` while they are restructured; each leaves the list once
-it is split, until the list is empty."""
 
 _NOT_CODE = frozenset(
     {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
@@ -127,12 +117,11 @@ def test_no_function_outside_tests_is_over_the_limit() -> None:
 
 
 def long_modules(line_counts: dict[str, int]) -> list[str]:
-    """One line per module of ``line_counts`` (path -> lines) over :data:`MAX_MODULE_LINES` and not in
-    :data:`LONG_MODULES`."""
+    """One line per module of ``line_counts`` (path -> lines) over :data:`MAX_MODULE_LINES`."""
     return sorted(
         f"{path} has {lines} lines (at most {MAX_MODULE_LINES})"
         for path, lines in line_counts.items()
-        if lines > MAX_MODULE_LINES and path not in LONG_MODULES
+        if lines > MAX_MODULE_LINES
     )
 
 
@@ -140,23 +129,16 @@ def _module_lines() -> dict[str, int]:
     return {path: len((REPO / path).read_text(encoding="utf-8").splitlines()) for path in _checked_files()}
 
 
-def test_no_module_outside_tests_is_over_the_limit_but_those_being_restructured() -> None:
+def test_no_module_outside_tests_is_over_the_limit() -> None:
     line_counts = _module_lines()
     assert "orchestrators/workflow/run.py" in line_counts and "bench/runner.py" in line_counts
     assert not any(path.startswith(EXEMPT_FOLDERS) for path in line_counts)
     assert long_modules(line_counts) == []
 
 
-def test_every_module_allowed_over_the_limit_exists_and_is_still_over_it() -> None:
-    # A module split or deleted leaves the list: it only shrinks.
-    line_counts = _module_lines()
-    assert sorted(path for path in LONG_MODULES if line_counts.get(path, 0) <= MAX_MODULE_LINES) == []
-
-
 @pytest.mark.parametrize(("lines", "caught"), [(MAX_MODULE_LINES, False), (MAX_MODULE_LINES + 1, True)])
 def test_a_module_over_the_limit_is_caught_and_one_at_it_is_not(lines: int, caught: bool) -> None:
     assert bool(long_modules({"orderflow/example.py": lines})) is caught
-    assert long_modules({"orderflow/settings.py": lines}) == []  # allowed by name
 
 
 def _function_of(code_lines: int) -> str:

@@ -107,12 +107,12 @@ def test_the_endpoint_is_the_queue_service_of_the_connection_string() -> None:
 def test_a_devhost_takes_its_host_id_against_its_storage_endpoint_in_the_lock_directory(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(HOST_ID="demo-1", STORAGE_CONNECTION_STRING=connection_string(AZURITE))
+    settings = Settings.load({}, HOST_ID="demo-1", STORAGE_CONNECTION_STRING=connection_string(AZURITE))
     held = hold_host_id(settings, {LOCK_DIR_ENV: str(tmp_path)})
     try:
         assert held.path == tmp_path / lock_name("demo-1", AZURITE)
         assert held.path.read_text() == f"{os.getpid()}\n"
-        other = settings.model_copy(update={"STORAGE_CONNECTION_STRING": connection_string(OTHER_AZURITE)})
+        other = settings.replace(**{"STORAGE_CONNECTION_STRING": connection_string(OTHER_AZURITE)})
         hold_host_id(other, {LOCK_DIR_ENV: str(tmp_path)}).release()  # another emulator: not blocked
         with pytest.raises(HostIdInUse):
             hold_host_id(settings, {LOCK_DIR_ENV: str(tmp_path)})

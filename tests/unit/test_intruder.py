@@ -368,7 +368,7 @@ def test_a_message_dead_lettered_twice_with_its_reason_is_one_refused_attack() -
 def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_counted_on() -> None:
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     clock = FakeClock(T0)
-    settings = Settings(CLIENTS=json.dumps([{"id": c.client_id} for c in CLIENTS]))
+    settings = Settings.load({}, CLIENTS=json.dumps([{"id": c.client_id} for c in CLIENTS]))
 
     def intake(body: str, client: RegisteredClient) -> str | None:
         try:
@@ -379,7 +379,9 @@ def test_the_attack_bodies_are_refused_by_the_real_intake_with_the_reasons_count
                 states=states,
                 queues=queues,
                 clock=clock,
-                settings=settings,
+                steps=settings.steps,
+                starter=settings.starter,
+                queue_names=settings.queues,
             )
         except InvalidMessage as refused:
             return refused.reason
@@ -522,7 +524,7 @@ def test_the_demo_counts_only_the_catalog_clients_orders() -> None:
 
 def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
     def handle(message: ReceivedMessage) -> object:
-        client = deps.settings.clients().for_inbound_queue(INTRUDER.inbound_queue)
+        client = deps.settings.clients.clients().for_inbound_queue(INTRUDER.inbound_queue)
         assert client is not None
         return take_in(deps, message, client)
 
@@ -573,7 +575,9 @@ def test_the_new_attacks_through_the_real_intake_and_operator_api_have_no_cross_
                 states=deps.states,
                 queues=deps.queues,
                 clock=deps.clock,
-                settings=deps.settings,
+                steps=deps.settings.steps,
+                starter=deps.settings.starter,
+                queue_names=deps.settings.queues,
             )
         same = Attack(AttackKind.SAME_ID, "tpch-1", VICTIM.client_id, "tpch-1:submit")
         own = SubmitOrder.model_validate({**same_id_order("tpch-1"), "replyTo": INTRUDER.reply_queue})

@@ -194,10 +194,10 @@ def test_blob_path_is_container_slash_blob() -> None:
 
 
 def test_lease_settings_follow_the_storage_limits() -> None:
-    settings = Settings()
-    assert settings.SUPERVISOR_LEASE_ENABLED is True
-    assert settings.SUPERVISOR_LEASE_S == 15
-    assert split_blob_path(settings.SUPERVISOR_LEASE_BLOB) == ("orderflow-leases", "supervisor")
+    settings = Settings.load({})
+    assert settings.local.SUPERVISOR_LEASE_ENABLED is True
+    assert settings.local.SUPERVISOR_LEASE_S == 15
+    assert split_blob_path(settings.local.SUPERVISOR_LEASE_BLOB) == ("orderflow-leases", "supervisor")
     for bad in ({"SUPERVISOR_LEASE_S": 14}, {"SUPERVISOR_LEASE_S": 61}, {"SUPERVISOR_LEASE_BLOB": "X/y"}):
         with pytest.raises(ValidationError):
-            Settings.model_validate(bad)
+            Settings.load({}, **bad)

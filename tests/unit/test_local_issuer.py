@@ -28,6 +28,7 @@ from devhost.local_issuer import (
     local_object_id,
 )
 from devhost.serving import serve_in_thread, server_url, stop
+from function_host.azure_policy import check_azure
 from orderflow.operator_auth import (
     OPERATOR_ROLE,
     REVIEWER_ROLE,
@@ -35,7 +36,8 @@ from orderflow.operator_auth import (
     TokenValidator,
     authorize,
 )
-from orderflow.settings import Settings, UnsafeAzureSetting
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +72,7 @@ def jwks_uri(issuer: LocalIssuer) -> Iterator[str]:
 @pytest.fixture
 def validator(issuer: LocalIssuer, jwks_uri: str) -> TokenValidator:
     """The operator API's validator under the settings the local issuer gives."""
-    return TokenValidator.from_settings(Settings.load({}, **issuer.operator_settings(jwks_uri)))
+    return TokenValidator.from_section(Settings.load({}, **issuer.operator_settings(jwks_uri)).operator_api)
 
 
 # --- the key ------------------------------------------------------------------------------------------
@@ -191,11 +193,11 @@ def test_the_local_issuers_settings_are_refused_on_azure(issuer: LocalIssuer) ->
     local = issuer.operator_settings(f"http://127.0.0.1:8083{issuer.jwks_path}")
 
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **local}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **local}))
 
     assert refused.value.setting == "OPERATOR_ISSUER"
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **local, "OPERATOR_ISSUER": ""}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **local, "OPERATOR_ISSUER": ""}))
     assert refused.value.setting == "OPERATOR_JWKS_URI"
 
 

@@ -144,7 +144,14 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
         0,
         None,
     )
-    won = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None and won.item.locked_by == "a:o-1:2"
     start_undo(undo.model_copy(update={"instance_id": "a:o-1:2"}).to_payload(), deps)
     finish_compensation(

@@ -114,7 +114,10 @@ def test_a_resubmitted_error_order_gets_one_new_attempt_from_the_failed_step(
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=5,
     )
@@ -214,7 +217,10 @@ def test_two_concurrent_resubmits_of_one_order_make_exactly_one_new_attempt(trus
             states=states,
             client=client,
             clock=deps.clock,
-            settings=deps.settings,
+            starter=deps.settings.starter,
+            steps=deps.settings.steps,
+            scans=deps.settings.scans,
+            queue_names=deps.settings.queues,
             response_queue="r",
             capacity=5,
         )
@@ -297,7 +303,10 @@ def test_a_suspended_order_starts_no_step_and_is_neither_claimed_nor_recovered(
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=5,
     )
@@ -311,7 +320,10 @@ def test_a_suspended_order_starts_no_step_and_is_neither_claimed_nor_recovered(
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=5,
     )
@@ -334,11 +346,21 @@ def test_the_supervisor_leaves_a_suspended_order_whose_attempt_died_until_it_is_
     deps.clock.advance(3600)
 
     held = recover(
-        deps.states, deps.states.get(KEY), queues=deps.queues, clock=deps.clock, settings=deps.settings
+        deps.states,
+        deps.states.get(KEY),
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
     call(deps, trusted.validator, "POST", f"{ORDER}/resume", trusted.operator())
     after = recover(
-        deps.states, deps.states.get(KEY), queues=deps.queues, clock=deps.clock, settings=deps.settings
+        deps.states,
+        deps.states.get(KEY),
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )
 
     assert (held, after) == (Recovery.SKIPPED, Recovery.REQUEUED)

@@ -201,7 +201,7 @@ def test_when_the_signing_keys_cannot_be_fetched_the_answer_is_503(
 ) -> None:
     awaiting_review(deps)
     unreachable = {**trusted.settings, "OPERATOR_JWKS_URI": "http://127.0.0.1:9/keys"}
-    validator = TokenValidator.from_settings(Settings.load(env={}, **unreachable))
+    validator = TokenValidator.from_section(Settings.load(env={}, **unreachable).operator_api)
 
     response = call(deps, validator, "POST", f"{ORDER}/review", trusted.reviewer(), {"decision": "approve"})
 

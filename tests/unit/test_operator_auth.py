@@ -45,7 +45,8 @@ from orderflow.operator_auth import (
     validator_from_settings,
     www_authenticate,
 )
-from orderflow.settings import Settings, entra_issuer, entra_jwks_uri, entra_v1_issuer
+from orderflow.settings import Settings
+from orderflow.settings.operator_api import entra_issuer, entra_jwks_uri, entra_v1_issuer
 
 pytestmark = pytest.mark.unit
 
@@ -905,7 +906,7 @@ def test_the_policy_comes_from_the_settings_with_entra_defaults() -> None:
         {}, OPERATOR_TENANT_ID=TENANT.upper(), OPERATOR_AUDIENCE=f"{API_CLIENT_ID}, api://x"
     )
 
-    policy = TokenPolicy.from_settings(settings)
+    policy = TokenPolicy.from_section(settings.operator_api)
 
     assert policy == TokenPolicy(
         issuer=entra_issuer(TENANT),
@@ -921,7 +922,7 @@ def test_the_policy_comes_from_the_settings_with_entra_defaults() -> None:
 )
 def test_an_operator_api_without_tenant_or_audience_refuses_to_start(configured: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="the operator API is not configured"):
-        TokenValidator.from_settings(Settings.load({}, **configured))
+        TokenValidator.from_section(Settings.load({}, **configured).operator_api)
 
 
 def test_a_jwks_uri_that_is_not_http_is_refused_at_start() -> None:
@@ -972,7 +973,7 @@ def test_clients_whose_principal_is_unknown_are_named_when_the_api_starts(
         CLIENTS=json.dumps([{"id": "known", "principalId": USER_OID}, {"id": "anon"}, {"id": "anon-2"}]),
     )
     with caplog.at_level(logging.WARNING, logger="orderflow.operator_auth"):
-        assert validator_from_settings(settings) is not None
+        assert validator_from_settings(settings.operator_api, settings.clients) is not None
 
     [warning] = [r.getMessage() for r in caplog.records if r.name == "orderflow.operator_auth"]
     assert warning.startswith("clients without a principalId: anon, anon-2;")

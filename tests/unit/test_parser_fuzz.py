@@ -164,7 +164,9 @@ def test_the_submission_handler_records_an_order_whole_or_not_at_all(body: str |
             states=states,
             queues=queues,
             clock=FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC)),
-            settings=Settings.load(env={}),
+            steps=Settings.load(env={}).steps,
+            starter=Settings.load(env={}).starter,
+            queue_names=Settings.load(env={}).queues,
         )
     except InvalidMessage as refused:
         # UnknownOrder: a well-formed request (a cancel ...) about an order that does not exist.

@@ -59,14 +59,23 @@ def submit(deps: Dependencies, order_id: str) -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         definition=ORDER_V1,
     )
 
 
 def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
     """Claim the next attempt and fail its first step with ``code`` (None: the attempt dies silently)."""
-    won = claim(deps.states, deps.states.get(order_id), deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        deps.states.get(order_id),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None, f"{order_id} was claimable"
     if code is not None:
         record_step_failure(
@@ -81,13 +90,19 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
             deps,
         )
     else:
-        advance(deps, deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S)
+        advance(deps, deps.settings.steps.STEP_TIMEOUT_S + deps.settings.starter.START_LATENCY_S)
 
 
 def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
-    advance(deps, deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    advance(deps, deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = run_sweep(
-        states=deps.states, queues=deps.queues, clock=deps.clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
     advance(deps, WAIT_S)
     return report
@@ -113,7 +128,9 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
         POISON_GUARD,
     )
     assert record.suspended_at is not None
-    assert record.failure_count == 3 < deps.settings.SUPERVISOR_MAX_FAILURES  # not run to the threshold
+    assert (
+        record.failure_count == 3 < deps.settings.supervisor.SUPERVISOR_MAX_FAILURES
+    )  # not run to the threshold
     assert record.last_error is not None
     assert (record.last_error.code, record.last_error.step) == (REPEATED_FAILURE, STEP)
     assert "http_500" in record.last_error.message
@@ -126,7 +143,10 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r",
         capacity=10,
     )
@@ -151,12 +171,19 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.CLAIM_TIMEOUT_S,
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
     )
 
     assert isinstance(outcome, CompensateAccepted) and outcome.action is CompensateAction.SCHEDULED
     assert outcome.record.suspended_at is None  # the decision to undo it lifts the guard's suspension
-    resumed = claim(deps.states, deps.states.get("a:o-1"), deps.clock, deps.settings)
+    resumed = claim(
+        deps.states,
+        deps.states.get("a:o-1"),
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert resumed is not None and resumed.item.process_state is ProcessState.COMPENSATING
 
 
@@ -225,7 +252,10 @@ def _poisoned_attempt(deps: Dependencies, order_id: str, client: ScriptedClient)
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="agent-responses",
         capacity=10,
     )

@@ -43,7 +43,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(SUPERVISOR_MAX_FAILURES=3, SUPERVISOR_BACKOFF_INITIAL_S=2.0, CLAIM_TIMEOUT_S=30.0)
+    return Settings.load(
+        {}, SUPERVISOR_MAX_FAILURES=3, SUPERVISOR_BACKOFF_INITIAL_S=2.0, CLAIM_TIMEOUT_S=30.0
+    )
 
 
 @pytest.fixture
@@ -65,14 +67,23 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         order_cache=deps.order_cache,
     )
 
 
 def claimed(deps: Dependencies, order_id: str = "a:o-1") -> StateRecord:
     found = deps.states.get(order_id)
-    won = claim(deps.states, found, deps.clock, deps.settings)
+    won = claim(
+        deps.states,
+        found,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert won is not None
     return won.item
 
@@ -81,8 +92,22 @@ def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
     submit(deps)
     read_by_a = deps.states.get("a:o-1")
     read_by_b = deps.states.get("a:o-1")
-    first = claim(deps.states, read_by_a, deps.clock, deps.settings)
-    second = claim(deps.states, read_by_b, deps.clock, deps.settings)
+    first = claim(
+        deps.states,
+        read_by_a,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
+    second = claim(
+        deps.states,
+        read_by_b,
+        deps.clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert first is not None and second is None
     stored = deps.states.get("a:o-1").item
     assert stored.locked_by == "a:o-1:1"
@@ -102,7 +127,10 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="agent-responses-h1",
         capacity=10,
     )
@@ -121,7 +149,10 @@ def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> N
         states=deps.states,
         client=client,
         clock=deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -135,7 +166,12 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
     record = claimed(deps)
     clock.advance(31)
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     requeued = deps.states.get("a:o-1").item
     assert requeued.next_attempt_at == clock.now() + timedelta(seconds=2)
@@ -144,7 +180,10 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
         states=deps.states,
         client=client,
         clock=clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -154,7 +193,10 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
         states=deps.states,
         client=client,
         clock=clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=5,
     )
@@ -167,7 +209,14 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     submit(deps)
     claimed(deps)
     clock.advance(31)
-    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     before = deps.states.get("a:o-1")
     result = start_step(
         StartStepInput(
@@ -260,7 +309,7 @@ def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) ->
     step = stored.item.steps["reserve_inventory"]
     assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "a:o-1:1")
     # The deadline starts when the step is started, and every run returns that one for the timer.
-    deadline = started_at + timedelta(seconds=8 + deps.settings.START_LATENCY_S)
+    deadline = started_at + timedelta(seconds=8 + deps.settings.starter.START_LATENCY_S)
     assert stored.item.complete_by == deadline
     assert first["completeBy"] == second["completeBy"] == format_utc(deadline)
     requests = [m for m in received(deps.queues.queue("agent-inventory"))]
@@ -361,7 +410,10 @@ def _claimed_here(
         states=states,
         client=RecordingClient(),
         clock=clock,
-        settings=settings,
+        starter=settings.starter,
+        steps=settings.steps,
+        scans=settings.scans,
+        queue_names=settings.queues,
         response_queue="r-q1",
         capacity=10,
         on_claimed=deps.cache.put,
@@ -435,7 +487,10 @@ def _starter_pass(
         states=deps.states,
         client=client,
         clock=clock or deps.clock,
-        settings=deps.settings,
+        starter=deps.settings.starter,
+        steps=deps.settings.steps,
+        scans=deps.settings.scans,
+        queue_names=deps.settings.queues,
         response_queue="r-q1",
         capacity=10,
         first_requests=first,
@@ -468,7 +523,7 @@ def test_the_starter_sends_the_request_of_the_step_its_claim_started_once_the_in
 ) -> None:
     submit(deps)
     first = CURRENT_WORKFLOW.steps[0]
-    agent_queue = deps.settings.agent_queue(first.agent)
+    agent_queue = deps.settings.queues.agent_queue(first.agent)
     assert isinstance(deps.queues, InMemoryQueueFactory)
     client = OrderedClient(deps.queues, agent_queue)
 
@@ -501,7 +556,9 @@ def test_without_the_means_to_send_it_the_starter_leaves_the_first_request_to_th
     client = RecordingClient()
     _starter_pass(deps, client)
     assert client.payloads["a:o-1:1"]["firstStep"] is None
-    assert received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent))) == []
+    assert (
+        received(deps.queues.queue(deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent))) == []
+    )
 
 
 def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and_the_pass_goes_on(
@@ -510,7 +567,7 @@ def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     assert isinstance(deps.queues, InMemoryQueueFactory)
-    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    agent_queue = deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
     client = RecordingClient()
 
     with telemetry.recording() as events:
@@ -562,7 +619,7 @@ def test_the_starter_tries_a_first_request_three_times(deps: Dependencies, failu
     flaky = FlakySends(deps.queues, failures)
     with telemetry.recording() as events:
         _starter_pass(deps, RecordingClient(), first=first_requests(deps, flaky))
-    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    agent_queue = deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
     assert (flaky.tries, len(received(deps.queues.queue(agent_queue)))) == (3, sent)
     assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
 
@@ -584,7 +641,7 @@ def test_a_first_request_that_cannot_even_be_built_ends_neither_the_pass_nor_the
 
     assert sorted(report.claimed) == ["a:o-1", "a:o-2"]
     assert sorted(client.started) == ["a:o-1:1", "a:o-2:1"]
-    [request] = received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
+    [request] = received(deps.queues.queue(deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
     assert json.loads(request.body)["orderId"] == "a:o-2"
     assert (events["step.start"], events["step.request_not_sent"]) == (1, 1)
 
@@ -611,7 +668,7 @@ def test_a_starter_that_stalled_until_the_claim_s_complete_by_sends_no_first_req
     submit(deps)
     with telemetry.recording() as events:
         _starter_pass(deps, SlowStart(clock, stall_s), first=first_requests(deps), clock=clock)
-    agent_queue = deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
+    agent_queue = deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
     assert len(received(deps.queues.queue(agent_queue))) == sent
     assert (events["step.start"], events["step.request_not_sent"]) == (sent, 1 - sent)
 
@@ -697,7 +754,14 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencie
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     claimed(deps, "a:o-1")
-    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    report = run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert (report.scanned, report.requeued, report.gave_up) == (0, [], [])
     assert deps.states.get("a:o-2").item.process_state is ProcessState.PENDING
 
@@ -707,13 +771,18 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
 ) -> None:
     submit(deps)
     outcomes = []
-    for _ in range(deps.settings.SUPERVISOR_MAX_FAILURES):
+    for _ in range(deps.settings.supervisor.SUPERVISOR_MAX_FAILURES):
         clock.advance(60)
         claimed(deps)
         clock.advance(31)
         outcomes.append(
             recover(
-                deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+                deps.states,
+                deps.states.get("a:o-1"),
+                queues=deps.queues,
+                clock=clock,
+                supervisor=deps.settings.supervisor,
+                host_id=deps.settings.queues.HOST_ID,
             )
         )
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
@@ -737,19 +806,40 @@ def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeCl
     clock.advance(31)
     seen_by_a = deps.states.get("a:o-1")
     seen_by_b = deps.states.get("a:o-1")
-    a = recover(deps.states, seen_by_a, queues=deps.queues, clock=clock, settings=deps.settings)
-    b = recover(deps.states, seen_by_b, queues=deps.queues, clock=clock, settings=deps.settings)
+    a = recover(
+        deps.states,
+        seen_by_a,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
+    b = recover(
+        deps.states,
+        seen_by_b,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert (a, b) == (Recovery.REQUEUED, Recovery.LOST_RACE)
     assert deps.states.get("a:o-1").item.failure_count == 1
 
 
 def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: FakeClock) -> None:
-    settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 3})
+    settings = deps.settings.replace(**{"SUPERVISOR_PAGE_SIZE": 3})
     for n in range(10):
         submit(deps, f"a:o-{n}")
         claimed(deps, f"a:o-{n}")
     clock.advance(31)
-    report = run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+    report = run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )
     assert sorted(report.requeued) == sorted(f"a:o-{n}" for n in range(10))
     assert report.pages >= 4
     left = deps.states.count(StateQuery(process_states=(ProcessState.PROCESSING,)))
@@ -757,8 +847,8 @@ def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: Fak
 
 
 def test_backoff_doubles_and_caps() -> None:
-    s = Settings(SUPERVISOR_BACKOFF_INITIAL_S=1.0, SUPERVISOR_BACKOFF_MAX_S=5.0)
-    assert [backoff_s(n, s) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    s = Settings.load({}, SUPERVISOR_BACKOFF_INITIAL_S=1.0, SUPERVISOR_BACKOFF_MAX_S=5.0)
+    assert [backoff_s(n, s.supervisor) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
 
 
 def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) -> None:
@@ -790,7 +880,9 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             order_cache=deps.order_cache,
         )
     replies = [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
@@ -813,7 +905,9 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencie
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
     statuses = [json.loads(m.body)["status"] for m in received(deps.queues.queue("client-a"))]
     assert statuses == ["Received", "Received"]
@@ -856,7 +950,7 @@ def _metric_points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[s
 
 
 def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies, clock: FakeClock) -> None:
-    settings = deps.settings.model_copy(update={"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
+    settings = deps.settings.replace(**{"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
     deps.settings = settings
     submit(deps)
     for attempt in (1, 2):
@@ -866,7 +960,14 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
         request = json.loads(received(deps.queues.queue("agent-inventory"))[-1].body)
         assert request["maxCalls"] == 4  # the agent may make no more than its reservation
         clock.advance(31)
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)  # the attempt died
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
+        )  # the attempt died
         clock.advance(60)
     assert deps.states.get("a:o-1").item.retry_budget.spent == 8  # nobody reported: both reservations stay
 
@@ -878,7 +979,14 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     reader = InMemoryMetricReader()
     telemetry.use_meter_provider(MeterProvider(metric_readers=[reader]))
     try:
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=settings)
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=settings.supervisor,
+            scans=settings.scans,
+            host_id=settings.queues.HOST_ID,
+        )
         gave_up = _metric_points(reader, telemetry.GAVE_UP)
     finally:
         telemetry.use_meter_provider(None)
@@ -892,7 +1000,7 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
 
 
 def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> None:
-    deps.settings = deps.settings.model_copy(update={"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
+    deps.settings = deps.settings.replace(**{"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
     submit(deps)
     claimed(deps)
     assert _start(deps, clock, "a:o-1:1")["outcome"] == "started"
@@ -948,8 +1056,20 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
 def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
     """The attempt in flight dies: its deadline passes, the supervisor re-queues, the backoff passes."""
     settings = deps.settings
-    clock.advance(settings.STEP_TIMEOUT_S + settings.START_LATENCY_S + settings.CLOCK_SKEW_TOLERANCE_S + 1)
-    assert run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings).recovered
+    clock.advance(
+        settings.steps.STEP_TIMEOUT_S
+        + settings.starter.START_LATENCY_S
+        + settings.alerts.CLOCK_SKEW_TOLERANCE_S
+        + 1
+    )
+    assert run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    ).recovered
     clock.advance(60)
 
 
@@ -987,7 +1107,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
     deps: Dependencies, clock: FakeClock, why: str
 ) -> None:
     if why == "may pause for review":
-        deps.settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 1.0})
+        deps.settings = deps.settings.replace(**{"REVIEW_AMOUNT_ABOVE": 1.0})
         handle_intake_message(
             order_body("a:o-1"),
             client=TEST_CLIENT,
@@ -995,7 +1115,9 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
             states=deps.states,
             queues=deps.queues,
             clock=clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
             definition=ORDER_V2,
         )
         # An earlier attempt completed reserve_inventory: the next step may pause for review.
@@ -1013,7 +1135,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
     record = claimed(deps)
 
     assert record.process_state is ProcessState.PROCESSING
-    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.starter.CLAIM_TIMEOUT_S)
     assert record.retry_budget.spent == before.retry_budget.spent
     assert all(step.last_instance != record.locked_by for step in record.steps.values())
 
@@ -1024,7 +1146,11 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
     # The claim's version is in this host's cache; the orchestration's first activity runs only after
     # the supervisor has re-queued the order. The stale start must not send its request.
     submit(deps)
-    deps.cache.put(claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings))  # type: ignore[arg-type]
+    settings = deps.settings
+    won = claim(
+        deps.states, deps.states.get("a:o-1"), clock, settings.starter, settings.steps, host_id="local"
+    )
+    deps.cache.put(won)  # type: ignore[arg-type]
     _expire_and_requeue(deps, clock)
 
     result = _start(deps, clock, "a:o-1:1")
@@ -1042,7 +1168,14 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     first_claim = clock.now()
     claimed(deps)
     clock.advance(31)  # the claim's completeBy passes
-    run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+    run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     recovered_at = clock.now()
     clock.advance(10)  # past the re-queue backoff
     second_claim = clock.now()
@@ -1060,14 +1193,14 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
 
     history = deps.states.get("a:o-1").item.attempt_history
     assert [(e.attempt, e.instance_id, e.claimed_by, e.outcome) for e in history] == [
-        (1, "a:o-1:1", deps.settings.HOST_ID, "recovered"),
-        (2, "a:o-1:2", deps.settings.HOST_ID, "Processed"),
+        (1, "a:o-1:1", deps.settings.queues.HOST_ID, "recovered"),
+        (2, "a:o-1:2", deps.settings.queues.HOST_ID, "Processed"),
     ]
     assert (history[0].claimed_at, history[0].ended_at) == (first_claim, recovered_at)
     assert (history[1].claimed_at, history[1].ended_at) == (second_claim, clock.now())
     # The supervisor keeps the deadline it acted on (the claim's completeBy: the first step's deadline);
     # a finished tenure has none.
-    first_deadline = deps.settings.STEP_TIMEOUT_S + deps.settings.START_LATENCY_S
+    first_deadline = deps.settings.steps.STEP_TIMEOUT_S + deps.settings.starter.START_LATENCY_S
     assert history[0].expired_complete_by == first_claim + timedelta(seconds=first_deadline)
     assert history[1].expired_complete_by is None
 
@@ -1111,7 +1244,7 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependenci
     record = deps.states.get("a:o-1").item
     step = record.steps["create_shipment"]
     assert (step.fallback, step.idempotency_key, step.attempts) == (True, "a:o-1:create_shipment:fallback", 2)
-    assert record.retry_budget.spent == spent_by_primary + deps.settings.AGENT_MAX_CALLS_PER_STEP
+    assert record.retry_budget.spent == spent_by_primary + deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
     [request] = received(deps.queues.queue("agent-courier"))
     body = json.loads(request.body)
     assert (request.message_id, body["step"], body["idempotencyKey"]) == (

@@ -43,7 +43,7 @@ def deps() -> Dependencies:
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=Settings(SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0),
+        settings=Settings.load({}, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0),
     )
 
 
@@ -59,7 +59,9 @@ def finished(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
         order_cache=deps.order_cache,
     )
 
@@ -94,7 +96,14 @@ def test_a_claim_of_a_processed_order_is_an_illegal_transition(
     monkeypatch.setattr(starter, "CLAIMABLE_STATES", (*starter.CLAIMABLE_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Processed"):
-        starter.claim(deps.states, before, deps.clock, deps.settings)
+        starter.claim(
+            deps.states,
+            before,
+            deps.clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 
@@ -106,7 +115,14 @@ def test_a_recovery_of_a_processed_order_is_an_illegal_transition(
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Pending"):
-        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(
+            deps.states,
+            before,
+            queues=deps.queues,
+            clock=deps.clock,
+            supervisor=deps.settings.supervisor,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 
@@ -115,12 +131,19 @@ def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
     deps: Dependencies, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(
-        deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.SUPERVISOR_MAX_FAILURES
+        deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.supervisor.SUPERVISOR_MAX_FAILURES
     )
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Compensating"):
-        recovery.recover(deps.states, before, queues=deps.queues, clock=deps.clock, settings=deps.settings)
+        recovery.recover(
+            deps.states,
+            before,
+            queues=deps.queues,
+            clock=deps.clock,
+            supervisor=deps.settings.supervisor,
+            host_id=deps.settings.queues.HOST_ID,
+        )
 
     assert deps.states.get(KEY) == before
 

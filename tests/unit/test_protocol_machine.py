@@ -351,7 +351,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.states, self.orders, self._release = stores()
         self.queues = ReplyOutage(InMemoryQueueFactory(), REPLY_QUEUE)
-        self.settings = Settings(**SETTINGS)
+        self.settings = Settings.load({}, **SETTINGS)
         self.hosts = {name: self._host(name) for name in HOSTS}
         self.submitted: dict[str, str] = {}  # order id -> kind
         self.inbox: list[AgentRequest] = []  # requests the agents received and have not handled
@@ -375,7 +375,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             orders=self.orders,
             queues=self.queues,
             clock=self.clock,
-            settings=Settings(**SETTINGS, HOST_ID=name),
+            settings=Settings.load({}, **SETTINGS, HOST_ID=name),
         )
         return Host(name, deps)
 
@@ -431,7 +431,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            grace_s=self.settings.CLAIM_TIMEOUT_S,
+            grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
         )
 
     @precondition(lambda self: self._errors_to_resubmit())
@@ -451,8 +451,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            grace_s=self.settings.CLAIM_TIMEOUT_S,
-            retry_budget=self.settings.RETRY_BUDGET,
+            grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
+            retry_budget=self.settings.steps.RETRY_BUDGET,
             corrected=corrected,
             orders=self.orders,
         )
@@ -476,8 +476,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                 states=self.states,
                 queues=self.queues,
                 clock=self.clock,
-                grace_s=self.settings.CLAIM_TIMEOUT_S,
-                clients=self.settings.clients(),
+                grace_s=self.settings.starter.CLAIM_TIMEOUT_S,
+                clients=self.settings.clients.clients(),
             )
         self._listen()
 
@@ -508,7 +508,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             client=starter.client,
             clock=self.clock,
-            settings=starter.deps.settings,
+            starter=starter.deps.settings.starter,
+            steps=starter.deps.settings.steps,
+            scans=starter.deps.settings.scans,
+            queue_names=starter.deps.settings.queues,
             response_queue=starter.response_queue,
             capacity=IN_FLIGHT,
             on_claimed=starter.deps.cache.put,
@@ -527,7 +530,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             process_states=CLAIMABLE_STATES, unlocked=True, ready_at=self.clock.now(), not_suspended=True
         )
         for found in self.states.query(query, max_item_count=IN_FLIGHT).items:
-            won = claim(self.states, found, self.clock, starter.deps.settings)
+            won = claim(
+                self.states,
+                found,
+                self.clock,
+                starter.deps.settings.starter,
+                starter.deps.settings.steps,
+                host_id=starter.deps.settings.queues.HOST_ID,
+            )
             if won is None:
                 continue
             starter.deps.cache.put(won)
@@ -538,7 +548,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 starter.client,
                 won.item,
                 response_queue=starter.response_queue,
-                step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                step_timeout_s=self.settings.steps.STEP_TIMEOUT_S,
                 first_step=first,
             )
 
@@ -555,7 +565,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             record,
             started,
             clock=self.clock,
-            settings=starter.deps.settings,
+            queue_names=starter.deps.settings.queues,
             response_queue=starter.response_queue,
         )
         sent = self._collect_agent_requests()
@@ -580,14 +590,21 @@ class ProtocolMachine(RuleBasedStateMachine):
         page, starter.claimable = starter.claimable, []
         self._acting_as(Actor.STARTER)
         for found in page:
-            won = claim(self.states, found, self.clock, starter.deps.settings)
+            won = claim(
+                self.states,
+                found,
+                self.clock,
+                starter.deps.settings.starter,
+                starter.deps.settings.steps,
+                host_id=starter.deps.settings.queues.HOST_ID,
+            )
             if won is not None and not dies_after_claim:
                 starter.deps.cache.put(won)
                 start_attempt(
                     starter.client,
                     won.item,
                     response_queue=starter.response_queue,
-                    step_timeout_s=self.settings.STEP_TIMEOUT_S,
+                    step_timeout_s=self.settings.steps.STEP_TIMEOUT_S,
                 )
 
     # --- Scheduler: orchestrations --------------------------------------------------------------------
@@ -647,11 +664,16 @@ class ProtocolMachine(RuleBasedStateMachine):
             states=self.states,
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            host_id=self.settings.queues.HOST_ID,
             cursor=supervisor.cursor,
         )
         resend_pending_replies(
-            states=self.states, queues=self.queues, clock=self.clock, grace_s=self.settings.REPLY_GRACE_S
+            states=self.states,
+            queues=self.queues,
+            clock=self.clock,
+            grace_s=self.settings.supervisor.REPLY_GRACE_S,
         )
 
     @precondition(lambda self: self._expired() and not self._reads("expired"))
@@ -671,7 +693,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         page, supervisor.expired = supervisor.expired, []
         self._acting_as(Actor.SUPERVISOR)
         for found in page:
-            recover(self.states, found, queues=self.queues, clock=self.clock, settings=self.settings)
+            recover(
+                self.states,
+                found,
+                queues=self.queues,
+                clock=self.clock,
+                supervisor=self.settings.supervisor,
+                host_id=self.settings.queues.HOST_ID,
+            )
 
     # --- The world ------------------------------------------------------------------------------------
 
@@ -1013,7 +1042,9 @@ class ProtocolMachine(RuleBasedStateMachine):
                 states=self.states,
                 queues=self.queues,
                 clock=self.clock,
-                settings=self.settings,
+                steps=self.settings.steps,
+                starter=self.settings.starter,
+                queue_names=self.settings.queues,
                 definition=definition,
             )
 
@@ -1105,7 +1136,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         docs/configuration.md)."""
         sent = []
         for agent in agent_names():
-            for message in received(self.queues.queue(self.settings.agent_queue(agent))):
+            for message in received(self.queues.queue(self.settings.queues.agent_queue(agent))):
                 request = parse_message(AgentRequest, message.body)
                 sent.append(request)
                 # A key is never reused for another call: a remote service would answer the new call with
@@ -1127,7 +1158,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             service=ScriptedService(REMOTE_BEHAVIOURS[remote]),
             queues=self.queues,
             clock=self.clock,
-            settings=self.settings,
+            agents=self.settings.agents,
+            queue_names=self.settings.queues,
             sleep=lambda _seconds: None,
         )
         if not request.step.endswith(":undo"):  # undos spend no budget

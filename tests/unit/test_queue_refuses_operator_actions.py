@@ -58,7 +58,9 @@ def on_the_orders_queue(deps: Dependencies, body: dict[str, Any]) -> InvalidMess
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            settings=deps.settings,
+            steps=deps.settings.steps,
+            starter=deps.settings.starter,
+            queue_names=deps.settings.queues,
         )
     return refused.value
 

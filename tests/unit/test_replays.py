@@ -192,7 +192,7 @@ TWO_CLIENTS = json.dumps([{"id": "a", "replyQueue": "client-a"}, {"id": "b"}])
 
 def test_the_replay_entry_never_goes_to_another_clients_order(trusted: TrustedIssuer) -> None:
     deps = memory_deps(FakeClock(), CLIENTS=TWO_CLIENTS)
-    b = deps.settings.clients().get("b")
+    b = deps.settings.clients.clients().get("b")
     assert b is not None
     submit = ReceivedMessage(
         message_id="b:o-9:submit", body=order_body("o-9", reply_to="replies-b"), delivery_count=1
@@ -274,7 +274,7 @@ def test_replay_records_are_not_alerts_and_only_replay_ids_are_looked_up(
 
     assert listed.items == []
     assert [(d["deadLetterId"], d["ttl"]) for d in stored.items] == [
-        (dead_id, int(deps.settings.DEAD_LETTER_RETENTION_S))
+        (dead_id, int(deps.settings.supervisor.DEAD_LETTER_RETENTION_S))
     ]
     assert (plain, lookups) == (0, [])
     forms = ("a:replay:0123456789abcdef", ":replay:0123456789abcdef", "a:replay:1", "a:replay:x", "a", None)

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_reserved_queues_are_orderflows_own(name: str, what: str | None) -> None:
-    assert Settings.load(env={}).reserved_queue(name) == what
+    assert Settings.load(env={}).queues.reserved_queue(name) == what
 
 
 def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
@@ -51,9 +51,9 @@ def test_reserved_queues_follow_the_settings_the_hosts_use() -> None:
         }
     )
 
-    assert settings.reserved_queue(settings.agent_queue("payment")) is not None
-    assert settings.reserved_queue(settings.response_queue()) is not None
-    assert settings.reserved_queue("agent-payment") is None
+    assert settings.queues.reserved_queue(settings.queues.agent_queue("payment")) is not None
+    assert settings.queues.reserved_queue(settings.queues.response_queue()) is not None
+    assert settings.queues.reserved_queue("agent-payment") is None
 
 
 def _submit(
@@ -69,7 +69,9 @@ def _submit(
             states=states,
             queues=queues,
             clock=FakeClock(datetime(2026, 1, 1, 12, tzinfo=UTC)),
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
         )
     except InvalidMessage as refused:
         with pytest.raises(NotFound):

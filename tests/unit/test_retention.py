@@ -93,7 +93,11 @@ def record(order_id: str, state: ProcessState, clock: FakeClock, **fields: Any) 
 
 def purge(deps: Dependencies) -> PurgeReport:
     return purge_expired_logs(
-        states=deps.states, orders=deps.orders, clock=deps.clock, settings=deps.settings
+        states=deps.states,
+        orders=deps.orders,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
     )
 
 
@@ -348,7 +352,7 @@ def processed_order(deps: Dependencies, order_id: str) -> None:
         deps,
     )
     assert finished["outcome"] == "finished"
-    for queue in ["client-a", *(deps.settings.agent_queue(step.agent) for step in ORDER_V2.steps)]:
+    for queue in ["client-a", *(deps.settings.queues.agent_queue(step.agent) for step in ORDER_V2.steps)]:
         received(deps.queues.queue(queue))
 
 
@@ -393,7 +397,7 @@ def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: D
 
     assert result["outcome"] == "fenced"
     assert snapshot(purged) == before
-    assert received(purged.queues.queue(purged.settings.agent_queue("payment"))) == []
+    assert received(purged.queues.queue(purged.settings.queues.agent_queue("payment"))) == []
 
 
 def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(purged: Dependencies) -> None:
@@ -443,7 +447,9 @@ def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_no
         states=purged.states,
         queues=purged.queues,
         clock=purged.clock,
-        settings=purged.settings,
+        steps=purged.settings.steps,
+        starter=purged.settings.starter,
+        queue_names=purged.settings.queues,
         definition=ORDER_V2,
     )
 
@@ -459,7 +465,14 @@ def test_the_supervisor_leaves_a_purged_order_alone(purged: Dependencies) -> Non
     assert isinstance(clock, FakeClock)
     clock.advance(DAY.total_seconds())
 
-    run_sweep(states=purged.states, queues=purged.queues, clock=purged.clock, settings=purged.settings)
+    run_sweep(
+        states=purged.states,
+        queues=purged.queues,
+        clock=purged.clock,
+        supervisor=purged.settings.supervisor,
+        scans=purged.settings.scans,
+        host_id=purged.settings.queues.HOST_ID,
+    )
 
     assert snapshot(purged) == before
 
@@ -517,7 +530,11 @@ class CountingDeadLetters:
 
 def purge_dead_letters(deps: Dependencies, counting: CountingDeadLetters, names: list[str]) -> int:
     return purge_expired_dead_letters(
-        queues=deps.queues, dead_letters=counting, names=names, clock=deps.clock, settings=deps.settings
+        queues=deps.queues,
+        dead_letters=counting,
+        names=names,
+        clock=deps.clock,
+        supervisor=deps.settings.supervisor,
     )
 
 
@@ -525,11 +542,11 @@ def test_dead_letters_are_deleted_once_their_retention_is_over_and_not_before() 
     deps = wall_clock_deps()
     assert deps.dead_letters is not None
     counting = CountingDeadLetters(deps.dead_letters)
-    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    queue = deps.settings.queues.AGENT_RESPONSES_QUEUE
     dead_letter(deps, queue, "m-1")
     assert isinstance(deps.clock, FakeClock)
 
-    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S - 60)
+    deps.clock.advance(deps.settings.supervisor.DEAD_LETTER_RETENTION_S - 60)
     assert purge_dead_letters(deps, counting, [queue]) == 0
     assert counting.removals == 0  # only peeked: a pass with nothing to delete disturbs no operator
     dead_letter(deps, queue, "m-2")
@@ -542,11 +559,11 @@ def test_dead_letters_are_deleted_once_their_retention_is_over_and_not_before() 
 def test_more_dead_letters_than_one_peek_shows_are_all_deleted_in_one_pass() -> None:
     deps = wall_clock_deps()
     assert deps.dead_letters is not None
-    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    queue = deps.settings.queues.AGENT_RESPONSES_QUEUE
     for n in range(DEAD_LETTER_PEEK + 8):
         dead_letter(deps, queue, f"m-{n}")
     assert isinstance(deps.clock, FakeClock)
-    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S + 60)
+    deps.clock.advance(deps.settings.supervisor.DEAD_LETTER_RETENTION_S + 60)
 
     assert purge_dead_letters(deps, CountingDeadLetters(deps.dead_letters), [queue]) == DEAD_LETTER_PEEK + 8
     assert deps.queues.dead_letters(queue) == []
@@ -555,7 +572,7 @@ def test_more_dead_letters_than_one_peek_shows_are_all_deleted_in_one_pass() -> 
 def test_a_zero_dead_letter_retention_never_deletes() -> None:
     deps = wall_clock_deps(COMPENSATION_LOG_RETENTION_S=0, DEAD_LETTER_RETENTION_S=0)
     assert deps.dead_letters is not None
-    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    queue = deps.settings.queues.AGENT_RESPONSES_QUEUE
     dead_letter(deps, queue, "m-1")
     assert isinstance(deps.clock, FakeClock)
     deps.clock.advance(10 * 365 * DAY.total_seconds())
@@ -566,11 +583,14 @@ def test_a_zero_dead_letter_retention_never_deletes() -> None:
 
 def test_the_dead_letter_sources_are_the_queues_orderflow_consumes() -> None:
     deps = wall_clock_deps(HOST_ID="h1")
-    names = dead_letter_sources(deps.settings)
+    names = dead_letter_sources(deps.settings.clients, deps.settings.queues)
 
     assert names[0] == TEST_CLIENT.inbound_queue
-    assert {deps.settings.agent_queue(agent) for agent in agent_names()} <= set(names)
-    assert names[-2:] == [deps.settings.AGENT_RESPONSES_QUEUE, f"{deps.settings.AGENT_RESPONSES_QUEUE}-h1"]
+    assert {deps.settings.queues.agent_queue(agent) for agent in agent_names()} <= set(names)
+    assert names[-2:] == [
+        deps.settings.queues.AGENT_RESPONSES_QUEUE,
+        f"{deps.settings.queues.AGENT_RESPONSES_QUEUE}-h1",
+    ]
     assert TEST_CLIENT.reply_queue not in names  # the client consumes its replies
 
 
@@ -592,11 +612,13 @@ def test_the_history_purge_asks_for_instances_created_before_the_retention_perio
     deps = wall_clock_deps()
     histories = RecordingHistories()
 
-    deleted = purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings)
+    deleted = purge_finished_histories(
+        histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor
+    )
 
     assert deleted == 2
     assert histories.cutoffs == [
-        deps.clock.now() - timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+        deps.clock.now() - timedelta(seconds=deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S)
     ]
 
 
@@ -604,7 +626,10 @@ def test_a_zero_retention_purges_no_history() -> None:
     deps = wall_clock_deps(COMPENSATION_LOG_RETENTION_S=0, DEAD_LETTER_RETENTION_S=0)
     histories = RecordingHistories()
 
-    assert purge_finished_histories(histories=histories, clock=deps.clock, settings=deps.settings) == 0
+    assert (
+        purge_finished_histories(histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor)
+        == 0
+    )
     assert histories.cutoffs == []
 
 
@@ -620,7 +645,9 @@ def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pyt
     histories = RecordingHistories()
 
     report = run_retention_pass(
-        deps, dead_letter_queues=dead_letter_sources(deps.settings), histories=histories
+        deps,
+        dead_letter_queues=dead_letter_sources(deps.settings.clients, deps.settings.queues),
+        histories=histories,
     )
 
     assert report.records == PurgeReport()
@@ -633,10 +660,10 @@ def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pyt
 
 def test_a_store_outage_does_not_keep_expired_dead_letters(monkeypatch: pytest.MonkeyPatch) -> None:
     deps = wall_clock_deps()
-    queue = deps.settings.AGENT_RESPONSES_QUEUE
+    queue = deps.settings.queues.AGENT_RESPONSES_QUEUE
     dead_letter(deps, queue, "m-1")
     assert isinstance(deps.clock, FakeClock)
-    deps.clock.advance(deps.settings.DEAD_LETTER_RETENTION_S + 60)
+    deps.clock.advance(deps.settings.supervisor.DEAD_LETTER_RETENTION_S + 60)
 
     def unavailable(*args: Any, **kwargs: Any) -> Any:
         raise TransientError("the state store is down")

@@ -192,10 +192,25 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
     clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
 
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is not None
+    )
 
     result = start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")
 
@@ -211,14 +226,29 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     decide("approve")  # its owner died: nobody raises the event
 
     record = deps.states.get("a:o-1").item
-    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S)
+    assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.starter.CLAIM_TIMEOUT_S)
     # Far before the 60 s review deadline + grace.
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
+    clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     assert recover(
-        deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     ) is (Recovery.REQUEUED)
     clock.advance(60)
-    assert claim(deps.states, deps.states.get("a:o-1"), clock, deps.settings) is not None
+    assert (
+        claim(
+            deps.states,
+            deps.states.get("a:o-1"),
+            clock,
+            deps.settings.starter,
+            deps.settings.steps,
+            host_id=deps.settings.queues.HOST_ID,
+        )
+        is not None
+    )
     assert start(deps, CHARGE, completed=RESERVED, instance_id="a:o-1:2")["outcome"] == "started"  # approved
 
 
@@ -236,11 +266,20 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
-    clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1)
-    recover(deps.states, deps.states.get("a:o-1"), queues=deps.queues, clock=clock, settings=deps.settings)
+    clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
+    recover(
+        deps.states,
+        deps.states.get("a:o-1"),
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    )
 
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 
@@ -346,7 +385,7 @@ def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "awaiting_review"
     # The registry changed: client a is gone, so nobody can say whose principal submitted the order.
-    settings = Settings(**{**deps.settings.model_dump(), "CLIENTS": '[{"id": "b"}]'})
+    settings = Settings.load({}, **{**deps.settings.values(), "CLIENTS": '[{"id": "b"}]'})
     unregistered = replace(deps, settings=settings)
     before = deps.states.get("a:o-1")
     body = json.dumps({"decision": "approve"}).encode()

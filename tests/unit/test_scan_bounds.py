@@ -36,7 +36,7 @@ from tests.unit.fakes import RecordingClient
 pytestmark = pytest.mark.unit
 
 EMPTY_PAGES = 5
-SETTINGS = Settings(SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES, SCAN_MAX_PAGES=20)
+SETTINGS = Settings.load({}, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES, SCAN_MAX_PAGES=20)
 
 
 @pytest.fixture
@@ -101,7 +101,9 @@ def test_a_sweep_over_endless_empty_pages_ends_its_scan_at_its_bound_and_alerts_
             states=cosmos.state,
             queues=InMemoryQueueFactory(),
             clock=FakeClock(),
-            settings=SETTINGS,
+            supervisor=SETTINGS.supervisor,
+            scans=SETTINGS.scans,
+            host_id=SETTINGS.queues.HOST_ID,
             cursor=cursor,
         )
     assert len(transport.queries) == EMPTY_PAGES  # today's SDK pager alone would have read STOP_AFTER
@@ -124,7 +126,9 @@ def test_a_sweep_over_endless_empty_pages_ends_its_scan_at_its_bound_and_alerts_
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=SETTINGS,
+        supervisor=SETTINGS.supervisor,
+        scans=SETTINGS.scans,
+        host_id=SETTINGS.queues.HOST_ID,
         cursor=cursor,
     )
     assert transport.queries[EMPTY_PAGES] is None
@@ -152,7 +156,9 @@ def test_a_sweep_stops_at_its_page_bound_when_empty_pages_alternate_with_full_on
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=Settings(SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6),
+        supervisor=Settings.load({}, SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6).supervisor,
+        scans=Settings.load({}, SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6).scans,
+        host_id=Settings.load({}, SCAN_MAX_EMPTY_PAGES=2, SCAN_MAX_PAGES=6).queues.HOST_ID,
     )
     assert (report.pages, report.scanned, report.skipped, report.bounded) == (6, 3, 3, PageStop.PAGES)
     assert len(transport.queries) == 6
@@ -177,12 +183,14 @@ def test_a_sweep_at_its_record_bound_with_nothing_decided_starts_a_new_scan_next
     ).to_json_dict() | {"_etag": '"1"'}
     transport.pager = lambda n, _token: ([record], f"t-{n + 1}")
     cursor = SweepCursor()
-    settings = Settings(SUPERVISOR_MAX_RECORDS=3, SUPERVISOR_PAGE_SIZE=1, SCAN_MAX_PAGES=20)
+    settings = Settings.load({}, SUPERVISOR_MAX_RECORDS=3, SUPERVISOR_PAGE_SIZE=1, SCAN_MAX_PAGES=20)
     report = run_sweep(
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=settings,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
         cursor=cursor,
     )
     assert (report.scanned, report.skipped, report.bounded, report.scan_complete) == (3, 3, None, False)
@@ -191,7 +199,9 @@ def test_a_sweep_at_its_record_bound_with_nothing_decided_starts_a_new_scan_next
         states=cosmos.state,
         queues=InMemoryQueueFactory(),
         clock=FakeClock(),
-        settings=settings,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
         cursor=cursor,
     )
     assert transport.queries[3] is None  # the second sweep began at the first page
@@ -205,7 +215,10 @@ def test_the_starter_the_reply_relay_and_retention_end_within_their_bounds(
         states=cosmos.state,
         client=RecordingClient(),
         clock=clock,
-        settings=SETTINGS,
+        starter=SETTINGS.starter,
+        steps=SETTINGS.steps,
+        scans=SETTINGS.scans,
+        queue_names=SETTINGS.queues,
         response_queue="agent-responses",
         capacity=8,
     )
@@ -215,10 +228,16 @@ def test_the_starter_the_reply_relay_and_retention_end_within_their_bounds(
         queues=InMemoryQueueFactory(),
         clock=clock,
         grace_s=30,
-        limits=PageLimits.from_settings(SETTINGS),
+        limits=PageLimits.from_scans(SETTINGS.scans),
     )
     assert (relay.resent, len(transport.queries)) == ([], 2 * EMPTY_PAGES)
-    purge = purge_expired_logs(states=cosmos.state, orders=cosmos.orders, clock=clock, settings=SETTINGS)
+    purge = purge_expired_logs(
+        states=cosmos.state,
+        orders=cosmos.orders,
+        clock=clock,
+        supervisor=SETTINGS.supervisor,
+        scans=SETTINGS.scans,
+    )
     assert (purge.purged, len(transport.queries)) == (0, 3 * EMPTY_PAGES)
 
 

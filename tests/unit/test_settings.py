@@ -8,14 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from demo.services.bindings import demo_bindings_json
-from orderflow.settings import (
-    MAX_DURATION_S,
-    Settings,
-    UnsafeAzureSetting,
-    describe_invalid_settings,
-    is_loopback_host,
-    on_azure,
-)
+from function_host.azure_policy import check_azure
+from orderflow.settings import Settings, describe_invalid_settings, on_azure
+from orderflow.settings.base import MAX_DURATION_S
+from orderflow.settings.hosts import UnsafeAzureSetting, is_loopback_host
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +61,7 @@ def test_a_value_that_would_fail_later_is_refused_naming_the_setting(
     ],
 )
 def test_edge_values_that_mean_something_are_kept(name: str, value: str, expected: object) -> None:
-    assert getattr(Settings.load({name: value}), name) == expected
+    assert Settings.load({name: value}).values()[name] == expected
 
 
 @pytest.mark.parametrize(
@@ -85,12 +81,16 @@ def test_dead_letters_may_not_outlive_the_data_retention(dead_letters: str, data
 )
 def test_dead_letters_kept_no_longer_than_the_data_are_accepted(dead_letters: str, data: str) -> None:
     loaded = Settings.load({"DEAD_LETTER_RETENTION_S": dead_letters, "COMPENSATION_LOG_RETENTION_S": data})
-    assert float(dead_letters) == loaded.DEAD_LETTER_RETENTION_S
+    assert float(dead_letters) == loaded.supervisor.DEAD_LETTER_RETENTION_S
 
 
 def test_the_default_dead_letter_retention_is_two_weeks_within_the_default_data_retention() -> None:
     defaults = Settings.load({})
-    assert defaults.DEAD_LETTER_RETENTION_S == 14 * 86_400 <= defaults.COMPENSATION_LOG_RETENTION_S
+    assert (
+        defaults.supervisor.DEAD_LETTER_RETENTION_S
+        == 14 * 86_400
+        <= defaults.supervisor.COMPENSATION_LOG_RETENTION_S
+    )
 
 
 # --- on Azure ------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_azure_is_the_platform_setting_its_instance_or_site_variable(
     ],
 )
 def test_identity_settings_pass_the_azure_check(extra: dict[str, str]) -> None:
-    Settings.load({**AZURE_IDENTITY, **extra}).check_azure()
+    check_azure(Settings.load({**AZURE_IDENTITY, **extra}))
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_a_setting_with_no_safe_value_on_azure_is_refused_in_one_line_naming_it(
     override: dict[str, str], setting: str, says: str
 ) -> None:
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **override}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **override}))
     message = str(refused.value)
     assert refused.value.setting == setting
     assert message.startswith(f"{setting} ")
@@ -228,11 +228,13 @@ def test_a_setting_with_no_safe_value_on_azure_is_refused_in_one_line_naming_it(
 def test_the_defaults_are_refused_on_azure_first_setting_first() -> None:
     # A deployment that set nothing: the first connection setting in declared order is named.
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings().check_azure()
+        check_azure(Settings.load({}))
     assert refused.value.setting == "COSMOS_ENDPOINT"
     # Every connection given but the service bindings: with none, no step has a mapping.
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, "SERVICE_BINDINGS": Settings().SERVICE_BINDINGS}).check_azure()
+        check_azure(
+            Settings.load({**AZURE_IDENTITY, "SERVICE_BINDINGS": Settings.load({}).agents.SERVICE_BINDINGS})
+        )
     assert refused.value.setting == "SERVICE_BINDINGS"
 
 
@@ -294,7 +296,7 @@ def test_azure_refuses_a_service_binding_that_is_loopback_in_disguise_or_not_a_h
     # A host that is no DNS name or address is refused wherever the settings load; a loopback in
     # disguise, on Azure.
     with pytest.raises((UnsafeAzureSetting, ValidationError)) as refused:
-        Settings.load(env=env).check_azure()
+        check_azure(Settings.load(env=env))
     assert "SERVICE_BINDINGS" in str(refused.value)
 
 
@@ -317,7 +319,7 @@ def test_azure_refuses_a_namespace_that_is_not_an_ascii_host_name_or_is_loopback
     )
 
     with pytest.raises(UnsafeAzureSetting) as refused:
-        settings.check_azure()
+        check_azure(settings)
     assert refused.value.setting == "SERVICEBUS__fullyQualifiedNamespace"
 
 
@@ -375,7 +377,7 @@ def test_a_timeout_not_shorter_than_the_deadline_of_its_role_is_refused_naming_b
 
 
 def test_the_default_timeouts_fit_the_default_deadlines_and_a_shorter_set_fits_shorter_ones() -> None:
-    assert Settings().STORE_OPERATION_TIMEOUT_S < Settings().STEP_TIMEOUT_S
+    assert Settings.load({}).connections.STORE_OPERATION_TIMEOUT_S < Settings.load({}).steps.STEP_TIMEOUT_S
     fast = Settings.load(
         {
             "STEP_TIMEOUT_S": "1.5",
@@ -385,4 +387,4 @@ def test_the_default_timeouts_fit_the_default_deadlines_and_a_shorter_set_fits_s
             "QUEUE_READ_TIMEOUT_S": "1.2",
         }
     )
-    assert (fast.STEP_TIMEOUT_S, fast.STORE_OPERATION_TIMEOUT_S) == (1.5, 1.2)
+    assert (fast.steps.STEP_TIMEOUT_S, fast.connections.STORE_OPERATION_TIMEOUT_S) == (1.5, 1.2)

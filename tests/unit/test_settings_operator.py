@@ -7,13 +7,10 @@ import pytest
 from pydantic import ValidationError
 
 from demo.services.bindings import demo_bindings_json
-from orderflow.settings import (
-    Settings,
-    UnsafeAzureSetting,
-    entra_issuer,
-    entra_jwks_uri,
-    entra_v1_issuer,
-)
+from function_host.azure_policy import check_azure
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
+from orderflow.settings.operator_api import entra_issuer, entra_jwks_uri, entra_v1_issuer
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +37,9 @@ def test_a_tenant_that_is_not_a_guid_is_refused(tenant: str) -> None:
 
 
 def test_the_tenant_is_kept_in_lowercase_as_the_tid_claim_has_it() -> None:
-    assert Settings.load({"OPERATOR_TENANT_ID": f" {TENANT.upper()} "}).OPERATOR_TENANT_ID == TENANT
+    assert (
+        Settings.load({"OPERATOR_TENANT_ID": f" {TENANT.upper()} "}).operator_api.OPERATOR_TENANT_ID == TENANT
+    )
 
 
 @pytest.mark.parametrize("leeway", ["-1", "301", "nan"])
@@ -51,22 +50,29 @@ def test_a_leeway_outside_0_to_300_seconds_is_refused(leeway: str) -> None:
 
 def test_issuer_and_keys_derive_from_the_tenant_unless_set() -> None:
     derived = Settings.load(ENTRA)
-    assert derived.operator_issuer() == f"https://login.microsoftonline.com/{TENANT}/v2.0"
-    assert derived.operator_jwks_uri() == f"https://login.microsoftonline.com/{TENANT}/discovery/v2.0/keys"
-    assert derived.operator_audiences() == (API_CLIENT_ID,)
+    assert derived.operator_api.operator_issuer() == f"https://login.microsoftonline.com/{TENANT}/v2.0"
+    assert (
+        derived.operator_api.operator_jwks_uri()
+        == f"https://login.microsoftonline.com/{TENANT}/discovery/v2.0/keys"
+    )
+    assert derived.operator_api.operator_audiences() == (API_CLIENT_ID,)
 
     explicit = Settings.load(
         {**ENTRA, "OPERATOR_ISSUER": "https://local/v2.0", "OPERATOR_JWKS_URI": "http://127.0.0.1:1/keys"}
     )
-    assert (explicit.operator_issuer(), explicit.operator_jwks_uri()) == (
+    assert (explicit.operator_api.operator_issuer(), explicit.operator_api.operator_jwks_uri()) == (
         "https://local/v2.0",
         "http://127.0.0.1:1/keys",
     )
 
 
 def test_nothing_is_derived_without_a_tenant() -> None:
-    settings = Settings()
-    assert (settings.operator_issuer(), settings.operator_jwks_uri(), settings.operator_audiences()) == (
+    settings = Settings.load({})
+    assert (
+        settings.operator_api.operator_issuer(),
+        settings.operator_api.operator_jwks_uri(),
+        settings.operator_api.operator_audiences(),
+    ) == (
         "",
         "",
         (),
@@ -75,7 +81,7 @@ def test_nothing_is_derived_without_a_tenant() -> None:
 
 def test_audiences_are_split_on_commas() -> None:
     settings = Settings.load({"OPERATOR_AUDIENCE": f" {API_CLIENT_ID} ,api://orderflow-api,, "})
-    assert settings.operator_audiences() == (API_CLIENT_ID, "api://orderflow-api")
+    assert settings.operator_api.operator_audiences() == (API_CLIENT_ID, "api://orderflow-api")
 
 
 # --- on Azure ------------------------------------------------------------------------------------------
@@ -93,7 +99,7 @@ def test_audiences_are_split_on_commas() -> None:
     ],
 )
 def test_the_tenants_entra_issuer_and_keys_pass_the_azure_check(operator: dict[str, str]) -> None:
-    Settings.load({**AZURE_IDENTITY, **operator}).check_azure()
+    check_azure(Settings.load({**AZURE_IDENTITY, **operator}))
 
 
 LOCAL_ISSUER = f"https://login.orderflow.localhost/{TENANT}/v2.0"
@@ -156,7 +162,7 @@ def test_any_other_issuer_or_key_set_is_refused_on_azure(
     operator: dict[str, str], setting: str, says: str
 ) -> None:
     with pytest.raises(UnsafeAzureSetting) as refused:
-        Settings.load({**AZURE_IDENTITY, **operator}).check_azure()
+        check_azure(Settings.load({**AZURE_IDENTITY, **operator}))
     assert refused.value.setting == setting
     assert says in str(refused.value)
     assert "\n" not in str(refused.value)
@@ -166,14 +172,18 @@ CONSOLE_CLIENT_ID = "3c1b5a7e-9d2f-4e6b-8a0c-1d2e3f4a5b6c"
 
 
 def test_the_consoles_sign_in_derives_from_the_tenant_and_audience_once_its_client_id_is_set() -> None:
-    assert Settings.load(ENTRA).console_sign_in() is None  # no CONSOLE_CLIENT_ID: paste a token only
-    assert Settings.load({"CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).console_sign_in() is None  # no tenant
-    derived = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).console_sign_in()
+    assert (
+        Settings.load(ENTRA).operator_api.console_sign_in() is None
+    )  # no CONSOLE_CLIENT_ID: paste a token only
+    assert (
+        Settings.load({"CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).operator_api.console_sign_in() is None
+    )  # no tenant
+    derived = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": CONSOLE_CLIENT_ID}).operator_api.console_sign_in()
     assert derived == (entra_issuer(TENANT), CONSOLE_CLIENT_ID, f"api://{API_CLIENT_ID}/.default")
     uri = Settings.load({**ENTRA, "OPERATOR_AUDIENCE": "api://orderflow-api", "CONSOLE_CLIENT_ID": "c"})
-    assert uri.console_sign_in() == (entra_issuer(TENANT), "c", "api://orderflow-api/.default")
+    assert uri.operator_api.console_sign_in() == (entra_issuer(TENANT), "c", "api://orderflow-api/.default")
     chosen = {"CONSOLE_AUTHORITY": "https://login.example/t/v2.0/", "CONSOLE_SCOPE": "api://x/operate"}
-    given = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": "c", **chosen}).console_sign_in()
+    given = Settings.load({**ENTRA, "CONSOLE_CLIENT_ID": "c", **chosen}).operator_api.console_sign_in()
     assert given == ("https://login.example/t/v2.0", "c", "api://x/operate")
 
 

@@ -155,7 +155,12 @@ def test_a_stepped_host_clock_is_measured_afresh_and_old_measurements_age_out() 
 def test_store_timed_measures_every_write_of_the_host_into_its_clock() -> None:
     store = FakeClock(T0 + timedelta(seconds=0.5))
     deps = memory_deps(store)
-    states, clock = store_timed(InMemoryStateStore(clock=store), OffsetClock(store, -30.0), deps.settings)
+    states, clock = store_timed(
+        InMemoryStateStore(clock=store),
+        OffsetClock(store, -30.0),
+        deps.settings.alerts,
+        deps.settings.queues.HOST_ID,
+    )
     assert clock.offset() is None  # no probe: nothing measured yet
 
     handle_intake_message(
@@ -165,7 +170,9 @@ def test_store_timed_measures_every_write_of_the_host_into_its_clock() -> None:
         states=states,
         queues=deps.queues,
         clock=clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
     measured = clock.offset()

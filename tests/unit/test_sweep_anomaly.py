@@ -136,7 +136,13 @@ def sweep_after_a_period(deps: Dependencies, clock: FakeClock, cursor: SweepCurs
     """What the supervisor loop does every period: wait ``PERIOD_S``, then sweep with its cursor."""
     clock.advance(PERIOD_S)
     return run_sweep(
-        states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings, cursor=cursor
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        cursor=cursor,
     )
 
 
@@ -149,9 +155,18 @@ def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER
         states=deps.states,
         queues=deps.queues,
         clock=clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
-    claimed = claim(deps.states, deps.states.get(order_id), clock, deps.settings)
+    claimed = claim(
+        deps.states,
+        deps.states.get(order_id),
+        clock,
+        deps.settings.starter,
+        deps.settings.steps,
+        host_id=deps.settings.queues.HOST_ID,
+    )
     assert claimed is not None and claimed.item.complete_by is not None
     # is_overdue: strictly past completeBy by the store's time (a fake clock's is its own).
     return claimed.item.complete_by
@@ -192,7 +207,7 @@ def test_an_order_expiring_while_the_store_never_ends_is_recovered_within_two_pe
 def test_an_order_expiring_while_a_later_page_keeps_failing_is_recovered_within_two_periods(
     deps: Dependencies, clock: FakeClock
 ) -> None:
-    settings = deps.settings.model_copy(update={"SUPERVISOR_PAGE_SIZE": 1})
+    settings = deps.settings.replace(**{"SUPERVISOR_PAGE_SIZE": 1})
     failing = dataclasses.replace(deps, states=FailingAfterTheFirstPage(deps.states), settings=settings)
     cursor = SweepCursor()
     # Two orders stuck: a sweep recovers the one on the first page, then fails on the second page.

@@ -184,7 +184,7 @@ def test_a_negative_stuck_orders_count_is_refused(reader: InMemoryMetricReader) 
 
 def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReader) -> None:
     clock = FakeClock()
-    settings = Settings(CLAIM_TIMEOUT_S=30.0)
+    settings = Settings.load({}, CLAIM_TIMEOUT_S=30.0)
     states, orders, queues = InMemoryStateStore(), InMemoryOrderStore(), InMemoryQueueFactory()
     for order_id in ("a:o-1", "a:o-2", "a:o-3"):
         handle_intake_message(
@@ -194,17 +194,43 @@ def test_a_sweep_reports_the_expired_orders_it_found(reader: InMemoryMetricReade
             states=states,
             queues=queues,
             clock=clock,
-            settings=settings,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
         )
-        assert claim(states, states.get(order_id), clock, settings) is not None
+        assert (
+            claim(
+                states,
+                states.get(order_id),
+                clock,
+                settings.starter,
+                settings.steps,
+                host_id=settings.queues.HOST_ID,
+            )
+            is not None
+        )
     clock.advance(31)  # every claim's completeBy passes
 
-    report = run_sweep(states=states, queues=queues, clock=clock, settings=settings)
+    report = run_sweep(
+        states=states,
+        queues=queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )
 
     assert len(report.requeued) == 3
     assert points(reader, telemetry.STUCK_ORDERS) == [({}, 3)]
     assert total(reader, telemetry.RECOVERIES) == 3
-    run_sweep(states=states, queues=queues, clock=clock, settings=settings)  # nothing expired any more
+    run_sweep(
+        states=states,
+        queues=queues,
+        clock=clock,
+        supervisor=settings.supervisor,
+        scans=settings.scans,
+        host_id=settings.queues.HOST_ID,
+    )  # nothing expired any more
     assert points(reader, telemetry.STUCK_ORDERS) == [({}, 0)]
 
 

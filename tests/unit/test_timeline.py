@@ -119,9 +119,14 @@ def test_the_supervisor_entry_names_the_host_the_expired_attempt_and_the_error_c
     clock.advance(3600)
 
     found = deps.states.get(KEY)
-    assert recover(deps.states, found, queues=deps.queues, clock=clock, settings=deps.settings) is (
-        Recovery.REQUEUED
-    )
+    assert recover(
+        deps.states,
+        found,
+        queues=deps.queues,
+        clock=clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
+    ) is (Recovery.REQUEUED)
     entry = deps.states.get(KEY).item.timeline[-1]
 
     assert (entry.role, entry.by, entry.action) == ("supervisor", "sup-1", "recover")

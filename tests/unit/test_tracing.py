@@ -199,7 +199,9 @@ def submit(body: str, clock: FakeClock, states: StateStore) -> IntakeOutcome:
         states=states,
         queues=InMemoryQueueFactory(),
         clock=clock,
-        settings=Settings(CLIENTS=TEST_CLIENTS),
+        steps=Settings.load({}, CLIENTS=TEST_CLIENTS).steps,
+        starter=Settings.load({}, CLIENTS=TEST_CLIENTS).starter,
+        queue_names=Settings.load({}, CLIENTS=TEST_CLIENTS).queues,
     ).outcome
 
 
@@ -432,16 +434,28 @@ def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_
             states=deps.states,
             client=client,
             clock=clock,
-            settings=deps.settings,
-            response_queue=deps.settings.response_queue(),
+            starter=deps.settings.starter,
+            steps=deps.settings.steps,
+            scans=deps.settings.scans,
+            queue_names=deps.settings.queues,
+            response_queue=deps.settings.queues.response_queue(),
             capacity=10,
         )
 
     with recorded_spans() as exporter:
         submit(order_body("a:o-1"), clock, deps.states)
         starter_pass()
-        clock.advance(deps.settings.CLAIM_TIMEOUT_S + deps.settings.STEP_TIMEOUT_S + 600)  # attempt 1 died
-        run_sweep(states=deps.states, queues=deps.queues, clock=clock, settings=deps.settings)
+        clock.advance(
+            deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.steps.STEP_TIMEOUT_S + 600
+        )  # attempt 1 died
+        run_sweep(
+            states=deps.states,
+            queues=deps.queues,
+            clock=clock,
+            supervisor=deps.settings.supervisor,
+            scans=deps.settings.scans,
+            host_id=deps.settings.queues.HOST_ID,
+        )
         clock.advance(3600)  # past the re-queue's backoff
         starter_pass()
 

@@ -32,8 +32,9 @@ import orderflow.stores.cosmos.connection as cosmos_adapter
 from demo.services.bindings import demo_bindings_json
 from devhost.lease.blob import LeaderLease
 from devhost.wiring import connect_queues
-from orderflow.settings import Settings, UnsafeAzureSetting
-from orderflow.wiring import connect_azure
+from function_host.wiring import connect_azure
+from orderflow.settings import Settings
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 pytestmark = pytest.mark.unit
 
@@ -204,12 +205,12 @@ def test_the_local_storage_clients_take_azurite_as_use_development_storage() -> 
     # The Functions app keeps no storage of its own (its supervisor is a singleton timer, not a lease);
     # the local host and the CLI do, and take Azurite's shorthand.
     settings = Settings.load({"STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
-    queues = connect_queues(settings)
+    queues = connect_queues(settings.connections, settings.clients)
     assert repr(queues) == "StorageQueueFactory(account='devstoreaccount1')"
     assert queues._service is not None
     assert queues._service.url == "http://127.0.0.1:10001/devstoreaccount1/"
     lease = LeaderLease.from_connection_string(
-        settings.STORAGE_CONNECTION_STRING, settings.SUPERVISOR_LEASE_BLOB
+        settings.connections.STORAGE_CONNECTION_STRING, settings.local.SUPERVISOR_LEASE_BLOB
     )
     assert lease.blob.url == "http://127.0.0.1:10000/devstoreaccount1/orderflow-leases/supervisor"
     assert lease.blob.credential.account_name == "devstoreaccount1"

@@ -97,7 +97,9 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        settings=deps.settings,
+        steps=deps.settings.steps,
+        starter=deps.settings.starter,
+        queue_names=deps.settings.queues,
     )
 
 
@@ -142,9 +144,9 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
         "attempt": 1,
         "workflowVersion": CURRENT_WORKFLOW.version,
         "completedSteps": [],
-        "responseQueue": deps.settings.AGENT_RESPONSES_QUEUE,
-        "maxCalls": deps.settings.RETRY_BUDGET - deps.settings.AGENT_MAX_CALLS_PER_STEP,
-        "stepTimeoutS": deps.settings.STEP_TIMEOUT_S,
+        "responseQueue": deps.settings.queues.AGENT_RESPONSES_QUEUE,
+        "maxCalls": deps.settings.steps.RETRY_BUDGET - deps.settings.steps.AGENT_MAX_CALLS_PER_STEP,
+        "stepTimeoutS": deps.settings.steps.STEP_TIMEOUT_S,
         "compensate": False,
         "firstStep": {"step": FIRST_STEP, "completeBy": format_utc(record.complete_by)},
     }
@@ -153,12 +155,12 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
     assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "a:o-1:1")
     assert record.steps[FIRST_STEP].status is StepStatus.RUNNING
     # Then the claim-started step's request, answered on the deployment's response queue.
-    [sent] = received(deps.queues.queue(deps.settings.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
+    [sent] = received(deps.queues.queue(deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)))
     request = json.loads(sent.body)
     assert (sent.message_id, request["instanceId"], request["replyTo"]) == (
         f"a:o-1:1:{FIRST_STEP}",
         "a:o-1:1",
-        deps.settings.AGENT_RESPONSES_QUEUE,
+        deps.settings.queues.AGENT_RESPONSES_QUEUE,
     )
 
 
@@ -291,7 +293,7 @@ def test_a_response_for_an_instance_that_has_not_run_yet_is_retried_then_raised_
     message = response_message(agent_response())
 
     first = listen(worker, extension, settlement, message)
-    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    [copy] = client.senders[deps.settings.queues.AGENT_RESPONSES_QUEUE].sent
     assert extension.take() == [status_query("a:o-1:1")]  # no raise
     assert first == [SettlementCall("complete", str(message.lock_token))]
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
@@ -352,7 +354,7 @@ def test_a_raise_refused_as_gone_is_retried_once_and_then_dropped_by_the_status_
     message = response_message(agent_response())
 
     first = listen(worker, extension, settlement, message)
-    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    [copy] = client.senders[deps.settings.queues.AGENT_RESPONSES_QUEUE].sent
     instance.runtime_status = "Completed"
     second = listen(worker, extension, settlement, as_delivered(copy, delivery_count=1))
 
@@ -363,7 +365,7 @@ def test_a_raise_refused_as_gone_is_retried_once_and_then_dropped_by_the_status_
     assert copy.application_properties is not None
     assert copy.application_properties[DELIVERY_COUNT_PROPERTY] == 2
     assert [call.verb for call in second] == ["complete"]
-    assert len(client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent) == 1
+    assert len(client.senders[deps.settings.queues.AGENT_RESPONSES_QUEUE].sent) == 1
     assert instance.events == []
 
 
@@ -386,7 +388,7 @@ def test_a_raise_that_fails_with_a_server_error_is_redelivered_after_a_backoff(
     ]
     # The copy first, then the original completed: Service Bus has no delayed abandon.
     assert calls == [SettlementCall("complete", str(message.lock_token))]
-    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    [copy] = client.senders[deps.settings.queues.AGENT_RESPONSES_QUEUE].sent
     assert re.fullmatch(
         rf"{re.escape(message.message_id)}:redelivery:2:[0-9a-f]{{16}}", copy.message_id or ""
     )
@@ -412,7 +414,7 @@ def test_a_status_query_that_fails_with_a_server_error_is_redelivered_not_droppe
 
     assert extension.take() == [status_query("a:o-1:1")]
     assert calls == [SettlementCall("complete", str(message.lock_token))]
-    [copy] = client.senders[deps.settings.AGENT_RESPONSES_QUEUE].sent
+    [copy] = client.senders[deps.settings.queues.AGENT_RESPONSES_QUEUE].sent
     assert copy.scheduled_enqueue_time_utc == NOW + timedelta(seconds=1)
     assert instance.events == []
 
@@ -452,7 +454,7 @@ def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_re
 ) -> None:
     deps, _ = app
     monkeypatch.setattr(supervisor_blueprint, "dependencies", lambda: deps)
-    retention = timedelta(seconds=deps.settings.COMPENSATION_LOG_RETENTION_S)
+    retention = timedelta(seconds=deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S)
     old = (START - retention - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     young = (START - retention + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for instance_id, runtime_status, created in [
@@ -464,7 +466,7 @@ def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_re
         extension.instances[instance_id] = Instance(
             name=ORDER_WORKFLOW, runtime_status=runtime_status, created_time=created
         )
-    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
 
     response = worker.invoke(
         "supervisor", {"timer": timer_trigger(START - every, every=every), "client": client_data(extension)}

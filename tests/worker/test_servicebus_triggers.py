@@ -188,7 +188,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
     message = HostMessage(order_body("a:o-1").encode(), message_id="a:o-1")
     sent = client.get_queue_sender("orders-a").sent
     delays: list[float] = []
-    for _ in range(deps.settings.MAX_DELIVERY_COUNT - 1):
+    for _ in range(deps.settings.consumers.MAX_DELIVERY_COUNT - 1):
         assert [call.verb for call in deliver(worker, "submission_a", message, settlement)] == ["complete"]
         scheduled = sent[-1].scheduled_enqueue_time_utc
         assert scheduled is not None
@@ -218,14 +218,14 @@ def agent_request(deps: Dependencies, *, seconds_left: float = 20.0, max_calls: 
         operation=FIRST_STEP.operation,
         idempotency_key=f"a:o-1:{FIRST_STEP.name}",
         deadline=SystemClock().now() + timedelta(seconds=seconds_left),
-        reply_to=deps.settings.response_queue(),
+        reply_to=deps.settings.queues.response_queue(),
         payload={"items": [{"sku": "10", "quantity": 5}]},
         max_calls=max_calls,
     )
 
 
 def responses(deps: Dependencies) -> list[AgentResponse]:
-    received = deps.queues.queue(deps.settings.response_queue()).receive(max_messages=32, lock_s=30)
+    received = deps.queues.queue(deps.settings.queues.response_queue()).receive(max_messages=32, lock_s=30)
     return [parse_message(AgentResponse, message.body) for message in received]
 
 
@@ -289,7 +289,7 @@ def test_an_agent_whose_response_cannot_be_sent_completes_its_request_and_leaves
     deps, client = app
     request = agent_request(deps)
     message = HostMessage(request.to_json().encode(), message_id=f"{request.request_id}:request")
-    responses_queue = deps.queues.queue(deps.settings.response_queue())
+    responses_queue = deps.queues.queue(deps.settings.queues.response_queue())
 
     def unreachable(*args: object, **kwargs: object) -> None:
         raise TransientError("agent-responses unreachable")

@@ -84,7 +84,7 @@ def extension() -> Iterator[DurableExtension]:
 
 def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies) -> Any:
     """Invoke the supervisor's timer trigger now, with its durable client binding."""
-    every = timedelta(seconds=deps.settings.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
     now = deps.clock.now()
     return worker.invoke(
         "supervisor",
@@ -147,7 +147,7 @@ def written(outcome: str, **fields: Any) -> dict[str, Any]:
 
 
 def requests(deps: Dependencies, agent: str) -> list[AgentRequest]:
-    queue = deps.queues.queue(deps.settings.agent_queue(agent))
+    queue = deps.queues.queue(deps.settings.queues.agent_queue(agent))
     return [parse_message(AgentRequest, message.body) for message in received(queue)]
 
 
@@ -175,7 +175,7 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
     )
     assert before.complete_by is not None
     # Past completeBy by more than the clock skew the supervisor allows for.
-    overdue_s = (before.complete_by - T0).total_seconds() + deps.settings.CLOCK_SKEW_TOLERANCE_S + 1
+    overdue_s = (before.complete_by - T0).total_seconds() + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1
     now = clock(deps).advance(overdue_s)
 
     response = run_supervisor(worker, extension, deps)
@@ -188,7 +188,9 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
         None,
     )
     assert (after.complete_by, after.updated_at) == (None, now)
-    assert after.next_attempt_at == now + timedelta(seconds=deps.settings.SUPERVISOR_BACKOFF_INITIAL_S)
+    assert after.next_attempt_at == now + timedelta(
+        seconds=deps.settings.supervisor.SUPERVISOR_BACKOFF_INITIAL_S
+    )
     assert after.last_error is not None
     assert (after.last_error.kind, after.last_error.code, after.last_error.step, after.last_error.at) == (
         "timeout",
@@ -353,7 +355,7 @@ def test_record_step_failure_hands_the_order_to_the_supervisor_now(
     result = run_activity(worker, name, input_text)
 
     assert name == "record_step_failure"
-    assert result == written("failure_recorded", remainingCalls=deps.settings.RETRY_BUDGET - 3)
+    assert result == written("failure_recorded", remainingCalls=deps.settings.steps.RETRY_BUDGET - 3)
     record = stored(deps)
     assert record.last_error is not None
     assert (record.last_error.kind, record.last_error.code, record.last_error.step, record.last_error.at) == (
@@ -375,7 +377,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
     worker: FunctionsWorker, deps: Dependencies, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Orders above REVIEW_AMOUNT_ABOVE (o-1 is 1000.50) await a person's decision before order-v2's charge.
-    settings = deps.settings.model_copy(update={"REVIEW_AMOUNT_ABOVE": 500.0})
+    settings = deps.settings.replace(**{"REVIEW_AMOUNT_ABOVE": 500.0})
     review_deps = wire(monkeypatch, replace(deps, settings=settings))
     claimed(review_deps, ORDER_V2)
     start = StartStepInput(
@@ -412,7 +414,7 @@ def test_record_review_records_the_decision_and_returns_the_order_to_processing(
     )
     assert (record.process_state, record.complete_by) == (
         ProcessState.PROCESSING,
-        now + timedelta(seconds=deps.settings.CLAIM_TIMEOUT_S),
+        now + timedelta(seconds=deps.settings.starter.CLAIM_TIMEOUT_S),
     )
 
 

@@ -39,7 +39,7 @@ from orderflow.records import (
     format_utc,
     instance_id_for,
 )
-from orderflow.settings import Settings
+from orderflow.settings import Breakers, Starter, Steps
 from orderflow.workflows import UnknownWorkflowVersion, WorkflowDefinition, workflow_for
 
 
@@ -88,7 +88,7 @@ def run_step(
     record.complete_by = complete_by
 
 
-def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> str | None:
+def start_first_step(record: StateRecord, now: datetime, steps: Steps, starter: Starter) -> str | None:
     """The first-step seam: start the claimed attempt's first step still to run, in the claim's own write.
 
     The protocol is correct without this seam: the ``start_step`` activity starts any step the claim did
@@ -107,7 +107,7 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
     Args:
         record: The claimed record (``lockedBy`` set), changed in place.
         now: The claim's time (UTC).
-        settings: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
+        steps / starter: ``STEP_TIMEOUT_S``, ``START_LATENCY_S``, ``AGENT_MAX_CALLS_PER_STEP``,
             ``REVIEW_AMOUNT_ABOVE``.
 
     Returns:
@@ -128,18 +128,18 @@ def start_first_step(record: StateRecord, now: datetime, settings: Settings) -> 
         return None
     # The claim has not read the order, so a step that reviews large amounts is left to the activity.
     review = (
-        ReviewNeed.UNKNOWN if step_def.review and settings.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
+        ReviewNeed.UNKNOWN if step_def.review and steps.REVIEW_AMOUNT_ABOVE > 0 else ReviewNeed.NOT_NEEDED
     )
     decision = decide_step_start(
         record,
         step_def,
         instance_id=record.locked_by,
         review=review,
-        max_calls_per_step=settings.AGENT_MAX_CALLS_PER_STEP,
+        max_calls_per_step=steps.AGENT_MAX_CALLS_PER_STEP,
     )
     if not isinstance(decision, Start) or decision.grant is None:
         return None
-    timeout_s = (step_def.timeout_s or settings.STEP_TIMEOUT_S) + settings.START_LATENCY_S
+    timeout_s = (step_def.timeout_s or steps.STEP_TIMEOUT_S) + starter.START_LATENCY_S
     run_step(
         record,
         step_def.name,
@@ -191,7 +191,7 @@ def record_error(record: StateRecord, error: StepError, at: datetime, *, fail_st
 
 
 def hold_for_dependency(
-    record: StateRecord, *, step: str, dependency: str, retry_at: datetime, now: datetime, settings: Settings
+    record: StateRecord, *, step: str, dependency: str, retry_at: datetime, now: datetime, breakers: Breakers
 ) -> bool:
     """Make ``record`` wait for ``dependency``'s breaker, in place (the breaker trips the order).
 
@@ -209,13 +209,13 @@ def hold_for_dependency(
         dependency: The dependency it needs.
         retry_at: When the breaker next lets a probe through (UTC).
         now: The time of the write (UTC).
-        settings: ``BREAKER_MAX_WAIT_S``.
+        breakers: ``BREAKER_MAX_WAIT_S``.
 
     Returns:
         True when the order was given up (compensated), False when it waits.
     """
     since = record.dependency_wait_since or now
-    give_up = (now - since).total_seconds() >= settings.BREAKER_MAX_WAIT_S
+    give_up = (now - since).total_seconds() >= breakers.BREAKER_MAX_WAIT_S
     if record.locked_by is not None:
         record.end_attempt(now, "gave_up" if give_up else "dependency_wait")
     record.locked_by = None
@@ -228,7 +228,7 @@ def hold_for_dependency(
         record.last_error = LastError(
             kind=ErrorKind.UNAVAILABLE.value,
             code=DEPENDENCY_UNAVAILABLE,
-            message=f"{dependency} was unavailable (circuit open) for {settings.BREAKER_MAX_WAIT_S:g} s",
+            message=(f"{dependency} was unavailable (circuit open) for {breakers.BREAKER_MAX_WAIT_S:g} s"),
             step=step,
             at=now,
         )
@@ -254,18 +254,20 @@ def start_step(
     definition: WorkflowDefinition,
     data: StartStepInput,
     *,
-    settings: Settings,
+    steps: Steps,
+    starter: Starter,
+    breakers: Breakers,
     now: datetime,
 ) -> StateRecord | None:
     """The write the start decision (:func:`orderflow.protocol.step_start.decide_step_start`) makes to
     ``record`` (a private copy), or None when it writes nothing."""
     match decision:
         case AwaitReview(review=review):
-            return await_review(record, definition, data, review, settings=settings, now=now)
+            return await_review(record, definition, data, review, steps=steps, starter=starter, now=now)
         case AwaitDependency(dependency=dependency, retry_at=retry_at):
             _prepare_start(record, definition, data, to_fallback=False, now=now)
             hold_for_dependency(
-                record, step=data.step, dependency=dependency, retry_at=retry_at, now=now, settings=settings
+                record, step=data.step, dependency=dependency, retry_at=retry_at, now=now, breakers=breakers
             )
             return record
         case OutOfBudget(to_fallback=to_fallback):
@@ -316,7 +318,8 @@ def await_review(
     data: StartStepInput,
     review: ReviewState | None,
     *,
-    settings: Settings,
+    steps: Steps,
+    starter: Starter,
     now: datetime,
 ) -> StateRecord | None:
     """Pause ``record`` in ``AwaitingReview`` before ``data.step`` (or keep it there), owing the client an
@@ -327,7 +330,7 @@ def await_review(
         review = ReviewState(
             step=data.step,
             requested_at=now,
-            deadline=now + timedelta(seconds=settings.REVIEW_TIMEOUT_S),
+            deadline=now + timedelta(seconds=steps.REVIEW_TIMEOUT_S),
             response_queue=data.response_queue,
         )
         record.review = review
@@ -345,7 +348,7 @@ def await_review(
     review.response_queue = data.response_queue
     record.process_state = ProcessState.AWAITING_REVIEW
     # The waiting attempt's timer fires at the deadline; a supervisor acts only if it died meanwhile.
-    record.complete_by = max(review.deadline, now) + timedelta(seconds=settings.CLAIM_TIMEOUT_S)
+    record.complete_by = max(review.deadline, now) + timedelta(seconds=starter.CLAIM_TIMEOUT_S)
     return record
 
 
@@ -410,7 +413,7 @@ def record_step_failure(
     *,
     at: datetime,
     held: Callable[[StateRecord], tuple[str, datetime]] | None,
-    settings: Settings,
+    breakers: Breakers,
 ) -> StateRecord | None:
     """A retryable failure recorded at ``at``: ``lastError`` (``compensationError`` for an undo, which
     spends no budget), the calls made spent, and ``completeBy`` = ``at`` so the supervisor's next sweep
@@ -437,6 +440,6 @@ def record_step_failure(
         # The agent found the dependency's breaker open: wait for it, not for the supervisor.
         dependency, retry_at = held(record)
         hold_for_dependency(
-            record, step=error.step, dependency=dependency, retry_at=retry_at, now=at, settings=settings
+            record, step=error.step, dependency=dependency, retry_at=retry_at, now=at, breakers=breakers
         )
     return record

@@ -1,0 +1,63 @@
+"""The local host's own section: what only a devhost process reads (its durabletask worker, its
+supervisor lease, its cross-process wake-ups). The Functions app ignores every one of them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from orderflow.settings.base import Section
+
+
+class LocalHost(Section):
+    """Local host: the devhost's worker threads and backend, its supervisor lease blob, its wake-up
+    directory. Read by devhost/ only; unused on Azure."""
+
+    WORKER_THREADS: int = Field(
+        32,
+        ge=1,
+        description="Thread pool of the local durabletask worker, shared by orchestrator episodes and "
+        "activities. Activities wait on the stores and queues, so more threads than cores pay off.",
+    )
+    DURABLETASK_BACKEND: Literal["process", "in-process"] = Field(
+        "process",
+        description="Local host only: where a devhost process runs its durabletask in-memory backend. "
+        "'process' (default): a child process of its own, which ends with the devhost (even a killed "
+        "one), so the backend's gRPC server does not share the devhost's interpreter lock; "
+        "'in-process': threads of the devhost itself. Either way each devhost process has its own "
+        "backend. Unused on Azure: the Durable Functions extension runs outside the Python worker.",
+    )
+    SUPERVISOR_LEASE_ENABLED: bool = Field(
+        True,
+        description="Local hosts elect one sweeping supervisor through a blob lease (default true). Off, "
+        "every supervisor sweeps: still correct, since each recovery is a conditional write, only more "
+        "work. Azure ignores it: the supervisor's timer trigger is already a singleton.",
+    )
+    SUPERVISOR_LEASE_S: int = Field(
+        15,
+        ge=15,
+        le=60,
+        description="Period of the supervisor lease, seconds (Storage allows 15-60; default 15, the "
+        "shortest). A stand-by takes over at most one period after a dead leader's last renewal, plus its "
+        "own SUPERVISOR_INTERVAL_S polling; the leader renews every third of a period and stops acting as "
+        "leader a fifth of a period before its lease could expire, so a shorter period is faster take-over "
+        "at no cost in safety.",
+    )
+    SUPERVISOR_LEASE_BLOB: str = Field(
+        "orderflow-leases/supervisor",
+        pattern=r"^[a-z0-9](?:-?[a-z0-9]){2,62}/.+$",
+        description="The lease blob as 'container/blob' in the STORAGE_CONNECTION_STRING account, created "
+        "on first use. Every supervisor of one deployment must name the same blob; deployments sharing a "
+        "storage account must name different ones.",
+    )
+    WAKEUP_DIR: str = Field(
+        "",
+        description="Local host only: a directory the devhost processes of one machine share, where each "
+        "binds a Unix datagram socket; a process that sends to a queue tells the others, and their idle "
+        "loop of that queue receives at once instead of at its next poll (the queue stays the source of "
+        "truth; a lost wake-up costs one poll); a submission's new record wakes the other processes' "
+        "starters the same way. Empty (default): no wake-ups across processes. The demo, "
+        "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
+        "receive each message as it arrives.",
+    )
