@@ -165,7 +165,7 @@ def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencie
         response_queue = system.deps.queues.queue(system.host.settings.queues.response_queue())
         system.wait_until(lambda: response_queue.approximate_count() == 0)
         after = system.deps.states.get(system.key("tpch-1"))
-    assert after.etag == before.etag
+    assert after.etag == before.etag, (before.item.timeline[-3:], after.item.timeline[-3:])
     assert after.item.process_state is ProcessState.PROCESSING
     assert after.item.steps["reserve_inventory"].status is StepStatus.RUNNING
     assert format_utc(after.item.complete_by) == format_utc(record.complete_by)  # type: ignore[arg-type]

@@ -254,5 +254,7 @@ def _handler_deps(deps: Dependencies) -> dict[str, Any]:
         "states": deps.states,
         "queues": deps.queues,
         "clock": deps.clock,
-        "settings": deps.settings,
+        "steps": deps.settings.steps,
+        "starter": deps.settings.starter,
+        "queue_names": deps.settings.queues,
     }
