@@ -1,7 +1,7 @@
 """durabletask's in-memory backend in a process of its own, one per devhost process.
 
 ``python -m devhost.durabletask_backend --port P`` serves ``durabletask.testing``'s backend (the real
-gRPC sidecar service, in memory) on port ``P``, prints ``durabletask backend ready on localhost:P`` and
+gRPC sidecar service, in memory) on ``127.0.0.1:P``, prints ``durabletask backend ready on 127.0.0.1:P`` and
 runs until SIGTERM or until its standard input reaches end of file. The devhost that starts it
 (:class:`BackendProcess`) holds the other end of that pipe, so the backend ends with its devhost even
 when the devhost is killed with SIGKILL: an orchestration still lives and dies with the process that
@@ -18,12 +18,15 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent import futures
 from pathlib import Path
 from types import FrameType
 from typing import IO, Annotated
 
+import durabletask.internal.orchestrator_service_pb2_grpc as stubs
+import grpc
 import typer
-from durabletask.testing import create_test_backend
+from durabletask.testing import InMemoryOrchestrationBackend
 
 READY = "durabletask backend ready on"
 """The line the backend prints once it serves; its last word is the address."""
@@ -33,9 +36,45 @@ START_TIMEOUT_S = 30.0
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+LOOPBACK = "127.0.0.1"
+"""The only interface the backend listens on."""
+
 logger = logging.getLogger(__name__)
 
 cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+class LoopbackBackend(InMemoryOrchestrationBackend):
+    """durabletask's in-memory backend, listening on :data:`LOOPBACK` only.
+
+    The SDK's own ``start`` listens on every interface (``[::]``), and its gRPC service has no
+    authentication: anyone who reaches the machine could read every orchestration and raise events into
+    them (a forged step response). This serves the same service on the loopback interface; the rest is
+    the SDK's (durabletask 1.12, pinned in requirements-dev.txt).
+    """
+
+    def start(self) -> str:
+        """Serve on ``127.0.0.1:<port>`` and return that address.
+
+        Raises:
+            RuntimeError: the port could not be bound.
+        """
+        self._shutdown_event.clear()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=10))
+        self._server = server
+        stubs.add_TaskHubSidecarServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        address = f"{LOOPBACK}:{self._port}"
+        if server.add_insecure_port(address) == 0:
+            raise RuntimeError(f"durabletask backend: cannot listen on {address}")
+        server.start()
+        return address
+
+
+def serve_backend(port: int) -> LoopbackBackend:
+    """durabletask's in-memory backend, started on ``127.0.0.1:<port>`` (:class:`LoopbackBackend`)."""
+    backend = LoopbackBackend(port=port)
+    backend.start()
+    return backend
 
 
 class BackendProcess:
@@ -57,8 +96,8 @@ class BackendProcess:
 
     @property
     def address(self) -> str:
-        """``localhost:<port>``, for the durabletask worker and client."""
-        return f"localhost:{self.port}"
+        """``127.0.0.1:<port>``, for the durabletask worker and client."""
+        return f"{LOOPBACK}:{self.port}"
 
     def start(self) -> str:
         """Start the backend and wait for its ready line.
@@ -142,8 +181,8 @@ def main(port: Annotated[int, typer.Option(help="gRPC port to listen on.")]) -> 
     # this backend, through the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_set_at_end_of_input, args=(done,), daemon=True).start()
-    backend = create_test_backend(port=port)
-    print(f"{READY} localhost:{port}", flush=True)
+    backend = serve_backend(port)
+    print(f"{READY} {LOOPBACK}:{port}", flush=True)
     done.wait()
     backend.stop(grace=1.0)
 

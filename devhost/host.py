@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from durabletask import client as dt_client
 from durabletask import worker as dt_worker
-from durabletask.testing import InMemoryOrchestrationBackend, create_test_backend
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from agents.services import HttpRemoteService
@@ -33,7 +32,7 @@ from devhost.durabletask_adapter import (
     quiet_local_cancel,
     register_order_workflow,
 )
-from devhost.durabletask_backend import BackendProcess
+from devhost.durabletask_backend import LOOPBACK, BackendProcess, LoopbackBackend, serve_backend
 from devhost.handlers import STARTER_WAKEUP, agent_handler, submission_handler
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
@@ -139,7 +138,7 @@ class DevHost:
         # The starter sends the request of the step each claim started (orchestrators.starter).
         self._first_requests = first_requests_for(self.deps)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
-        self._backend: InMemoryOrchestrationBackend | BackendProcess | None = None
+        self._backend: LoopbackBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
         self._grpc_client: dt_client.TaskHubGrpcClient | None = None
         self.client: DurableTaskClient | None = None
@@ -280,8 +279,8 @@ class DevHost:
             self._backend = backend  # first: stop() must find a backend whose start was interrupted
             address = backend.start()
         else:
-            self._backend = create_test_backend(port=port)
-            address = f"localhost:{port}"
+            self._backend = serve_backend(port)
+            address = f"{LOOPBACK}:{port}"
         # Named loggers, so the host's logging configuration applies (the SDK's default logger is a
         # private one with its own console handler).
         worker = dt_worker.TaskHubGrpcWorker(

@@ -1,16 +1,19 @@
 """The devhost's durabletask backend in a process of its own: it serves, it stops, and it ends with the
 devhost that started it, even one killed with SIGKILL; an event raised before a worker ran the instance
-waits for the instance's wait."""
+waits for the instance's wait. It listens on the loopback interface only: its gRPC service has no
+authentication, and whoever reaches it can read every orchestration and raise events into them."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,7 +22,7 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
-from devhost.durabletask_backend import BackendProcess
+from devhost.durabletask_backend import BackendProcess, serve_backend
 from devhost.emulators import REPO_ROOT
 from devhost.host import free_port
 from orchestrators.listener import event_payload
@@ -41,6 +44,47 @@ def _gone(pid: int, timeout_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+LOOPBACK = frozenset({"0100007F", "0000000000000000FFFF00000100007F"})
+"""127.0.0.1 as /proc/net/tcp writes a local address, and as tcp6 writes it (``::ffff:127.0.0.1``, where
+gRPC listens on an IPv4 address through an IPv6 socket)."""
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses of the sockets listening on TCP ``port`` (/proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+            fields = line.split()
+            address, local_port = fields[1].split(":")
+            if int(local_port, 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_the_listening_check_sees_a_socket_on_every_interface() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as everywhere:
+        everywhere.bind(("0.0.0.0", 0))
+        everywhere.listen()
+        assert _listening(everywhere.getsockname()[1]) == {"00000000"}
+
+
+@pytest.mark.parametrize("own_process", [True, False], ids=["process", "thread"])
+def test_the_backend_listens_on_the_loopback_interface_only(own_process: bool) -> None:
+    port = free_port()
+    backend = BackendProcess(port) if own_process else None
+    served = serve_backend(port) if backend is None else None
+    address = backend.start() if backend is not None else f"127.0.0.1:{port}"
+    try:
+        listening = _listening(port)
+        assert listening and listening <= LOOPBACK, listening
+        assert dt_client.TaskHubGrpcClient(host_address=address).get_orchestration_state("none") is None
+    finally:
+        if backend is not None:
+            backend.stop()
+        if served is not None:
+            served.stop(grace=0)
 
 
 def test_the_backend_serves_the_durabletask_client_and_stops_when_asked() -> None:
@@ -66,7 +110,7 @@ def test_the_backend_ends_with_a_devhost_killed_with_sigkill() -> None:
     parent_code = textwrap.dedent(
         f"""
         import time
-        from devhost.durabletask_backend import BackendProcess
+        from devhost.durabletask_backend import BackendProcess, serve_backend
         backend = BackendProcess({free_port()})
         backend.start()
         print(backend.process.pid, flush=True)
