@@ -78,12 +78,12 @@ def test_the_reserved_queues_follow_the_queue_settings() -> None:
     assert Settings.load({"CLIENTS": '[{"id": "a", "replyQueue": "agent-a"}]', "AGENT_QUEUE_PREFIX": "w-"})
 
 
-def test_a_record_without_a_client_id_belongs_to_the_client_it_answers() -> None:
-    (acme,) = parse_clients('[{"id": "acme"}]')
-    assert acme.owns("acme", "anything")
-    assert not acme.owns("globex", "replies-acme")
-    assert acme.owns(None, "replies-acme")
-    assert not acme.owns(None, "replies-globex")
+def test_a_record_without_a_client_id_is_owned_by_nobody() -> None:
+    clients = parse_clients('[{"id": "acme"}, {"id": "globex"}]')
+    acme, globex = clients
+    assert acme.owns("acme") and not acme.owns("globex") and not globex.owns("acme")
+    # Not even the client whose reply queue the record answers on: a body names that queue.
+    assert [client for client in clients if client.owns(None)] == []
 
 
 def test_the_registry_is_looked_up_by_id_and_inbound_queue() -> None:
