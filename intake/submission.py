@@ -420,7 +420,7 @@ def _record(
             if order_cache is not None:
                 order_cache.put(document)
     if existing is not None:
-        foreign = existing.client_id != client.client_id  # a document without one is nobody's
+        foreign = existing.client_id != client.client_id
         if foreign or existing.content_hash != document.content_hash:
             telemetry.alert("conflicting_order", order_id=key, client_id=client.client_id)
             raise ConflictingOrder(f"order {client_order_id(key)} exists with different content")

@@ -110,10 +110,10 @@ class RegisteredClient(BaseModel):
             f"reply_queue={self.reply_queue!r})"
         )
 
-    def owns(self, client_id: str | None) -> bool:
-        """Whether an order recorded with ``client_id`` is this client's. An order recorded without one
-        is nobody's: a reply queue is named by the order's body and proves no ownership."""
-        return client_id is not None and client_id == self.client_id
+    def owns(self, client_id: str) -> bool:
+        """Whether an order recorded with ``client_id`` is this client's: the id is the only proof of
+        ownership, never the reply queue the order answers on (its body names that queue)."""
+        return client_id == self.client_id
 
 
 class ClientRegistry:
