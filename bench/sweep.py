@@ -93,6 +93,7 @@ def settled_record(order_id: str, now: datetime) -> StateRecord:
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="bench",
         process_state=ProcessState.PROCESSED,
         locked_by=instance,
         attempt=1,
@@ -129,6 +130,7 @@ def expired_record(order_id: str, now: datetime) -> StateRecord:
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="bench",
         process_state=ProcessState.PROCESSING,
         locked_by=instance,
         complete_by=now - timedelta(seconds=EXPIRED_AGO_S),

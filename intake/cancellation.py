@@ -155,7 +155,7 @@ def handle_cancel(
         what="cancel",
         grace_s=grace_s,
         actor=Actor("client", client.client_id),
-        visible=lambda record: client.owns(record.client_id, record.reply_to),
+        visible=lambda record: client.owns(record.client_id),
     )
     outcome, reason = applied.decision
     if outcome is CancelOutcome.REFUSED:

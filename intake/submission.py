@@ -107,21 +107,20 @@ def initial_state(
     definition: WorkflowDefinition,
     steps: Steps,
     clock: Clock,
-    client: RegisteredClient | None = None,
+    client: RegisteredClient,
     *,
     key: str | None = None,
 ) -> StateRecord:
     """The state record of a new order: ``Pending``, unlocked, every step ``NotStarted``; its reply queue
-    and ``clientId`` are ``client``'s (None: the body's reply queue and no client, for tests of the
-    records alone). It is stored under ``key``: by default the client's
-    :func:`~orderflow.messages.client_order_key` (the bare order id without a client)."""
+    and ``clientId`` are ``client``'s. It is stored under ``key``: by default the client's
+    :func:`~orderflow.messages.client_order_key`."""
     now = clock.now()
-    key = key or _default_key(order, client)
+    key = key or client_order_key(client.client_id, order.order_id)
     return StateRecord(
         id=key,
         order_id=key,
-        reply_to=client.reply_queue if client is not None else order.reply_to,
-        client_id=client.client_id if client is not None else None,
+        reply_to=client.reply_queue,
+        client_id=client.client_id,
         steps={
             step.name: StepState(idempotency_key=idempotency_key(key, step.name)) for step in definition.steps
         },
@@ -133,12 +132,12 @@ def initial_state(
 
 
 def order_document(
-    order: SubmitOrder, clock: Clock, client: RegisteredClient | None = None, *, key: str | None = None
+    order: SubmitOrder, clock: Clock, client: RegisteredClient, *, key: str | None = None
 ) -> OrderDocument:
     """The immutable order document, with the content hash of everything the client sent, and the
     ``clientId`` of ``client`` (whose reply queue the body's ``replyTo`` has been checked to be); stored
     under ``key`` as :func:`initial_state` is."""
-    key = key or _default_key(order, client)
+    key = key or client_order_key(client.client_id, order.order_id)
     return OrderDocument(
         id=key,
         order_id=key,
@@ -151,12 +150,8 @@ def order_document(
         reply_to=order.reply_to,
         content_hash=content_hash(order.immutable_content()),
         received_at=clock.now(),
-        client_id=client.client_id if client is not None else None,
+        client_id=client.client_id,
     )
-
-
-def _default_key(order: SubmitOrder, client: RegisteredClient | None) -> str:
-    return client_order_key(client.client_id, order.order_id) if client is not None else order.order_id
 
 
 def handle_intake_message(
@@ -425,7 +420,7 @@ def _record(
             if order_cache is not None:
                 order_cache.put(document)
     if existing is not None:
-        foreign = existing.client_id is not None and existing.client_id != client.client_id
+        foreign = existing.client_id != client.client_id
         if foreign or existing.content_hash != document.content_hash:
             telemetry.alert("conflicting_order", order_id=key, client_id=client.client_id)
             raise ConflictingOrder(f"order {client_order_id(key)} exists with different content")

@@ -78,7 +78,7 @@ def may_review(
         return False
     if decision is not ReviewDecision.APPROVE:
         return True
-    owners = [client for client in clients if client.owns(record.client_id, record.reply_to)]
+    owners = [client for client in clients if client.owns(record.client_id)]
     if not owners:
         # Whose order it is cannot be told (its client is no longer registered): nobody approves it.
         return False

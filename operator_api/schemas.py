@@ -96,7 +96,7 @@ class OrderSummary(Answer):
     """One order in a list (``GET /orders``)."""
 
     order_id: str
-    client_id: str | None
+    client_id: str
     process_state: str
     workflow_version: str
     attempt: int

@@ -110,15 +110,10 @@ class RegisteredClient(BaseModel):
             f"reply_queue={self.reply_queue!r})"
         )
 
-    def owns(self, client_id: str | None, reply_to: str) -> bool:
-        """Whether an order recorded with ``client_id`` and ``reply_to`` is this client's.
-
-        A record written before orders carried a ``clientId`` belongs to the client whose reply queue it
-        answers on: that queue is the only proof of ownership such an order ever had.
-        """
-        if client_id is not None:
-            return client_id == self.client_id
-        return reply_to == self.reply_queue
+    def owns(self, client_id: str) -> bool:
+        """Whether an order recorded with ``client_id`` is this client's: the id is the only proof of
+        ownership, never the reply queue the order answers on (its body names that queue)."""
+        return client_id == self.client_id
 
 
 class ClientRegistry:

@@ -50,9 +50,12 @@ def request_payload(
         payload = {"items": items}
     elif step.operation == "charge":
         # Customer ids are the client's own: the service is told whose (docs/clients.md).
-        payload = {"customerId": order.customer_id, "amount": str(order.amount), "currency": order.currency}
-        if order.client_id is not None:
-            payload["clientId"] = order.client_id
+        payload = {
+            "customerId": order.customer_id,
+            "amount": str(order.amount),
+            "currency": order.currency,
+            "clientId": order.client_id,
+        }
     elif step.operation == "ship":
         payload = {"carrier": order.carrier, "items": items}
     else:

@@ -137,10 +137,7 @@ def call_operator_api(
             when the API refused (401, 403, 404, 409, 412 ...) or could not be reached.
     """
     if order_id is not None:
-        try:
-            validate_order_key(order_id)
-        except InvalidMessage as exc:
-            fail(exc.description, code=2)
+        check_order_key(order_id)
     with connect_operator_api(api_url, token_file) as client:
         try:
             answer = call(client)
@@ -148,16 +145,22 @@ def call_operator_api(
             fail(exc.detail, code=1)
     if not answer.ok:
         refused = f"refused: {answer.status} {answer.error_code}: {answer.error_message}"
-        hint = key_hint(order_id, answer) if order_id is not None else ""
-        fail(refused + hint, code=2 if answer.status == 400 else 1)
+        fail(refused, code=2 if answer.status == 400 else 1)
     return answer
 
 
-def key_hint(order_id: str | None, answer: OperatorAnswer | None = None) -> str:
-    """A hint for an order named by a client's own id, which is not its key (docs/clients.md)."""
-    if order_id is None or ":" in order_id or (answer is not None and answer.status != 404):
-        return ""
-    return f" (orders are named by key, <client id>:{order_id}: see `orderflow orders list --client ID`)"
+def check_order_key(order_id: str) -> None:
+    """Refuse text that is not an order key before anything is asked of the API.
+
+    Raises:
+        typer.Exit: 2, after a one-line error; for a client's own order id, which is not a key
+            (docs/clients.md), the error says what to name the order by.
+    """
+    try:
+        validate_order_key(order_id)
+    except InvalidMessage as exc:
+        hint = f" (orders are named by key, <client id>:{order_id}: see `orderflow orders list --client ID`)"
+        fail(exc.description + ("" if ":" in order_id else hint), code=2)
 
 
 def state_of(answer: OperatorAnswer) -> str:

@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError
 from rich.table import Table
 
 from orderflow.errors import InvalidMessage, OrderflowError
-from orderflow.messages import NOT_AN_OBJECT, decode_json_object, json_type, validate_order_key
+from orderflow.messages import NOT_AN_OBJECT, decode_json_object, json_type
 from orderflow.records import (
     CompensationEntry,
     LastError,
@@ -28,10 +28,10 @@ from orderflow.records import (
 from orderflow_client.cli_common import (
     OrderKey,
     call_operator_api,
+    check_order_key,
     connect_operator_api,
     console,
     fail,
-    key_hint,
     markup,
     row,
     state_of,
@@ -320,17 +320,14 @@ def _order_view(order_id: str, api_url: str | None, token_file: Path | None) -> 
         typer.Exit: 2, after a one-line error, on a bad order key, no URL or token, or a 400; 1 when the
             order is unknown, the API refused or failed, could not be reached, or answered no order view.
     """
-    try:
-        validate_order_key(order_id)
-    except InvalidMessage as exc:
-        fail(exc.description, code=2)
+    check_order_key(order_id)
     with connect_operator_api(api_url, token_file) as client:
         try:
             answer = client.get_order(order_id)
         except OrderflowError as exc:
             fail(f"cannot read order {order_id}: {exc.detail}", code=1)
     if answer.status == 404:
-        fail(f"no order {order_id}{key_hint(order_id)}", code=1)
+        fail(f"no order {order_id}", code=1)
     if not answer.ok:
         refused = f"{answer.status} {answer.error_code}: {answer.error_message}"
         fail(f"cannot read order {order_id}: {refused}", code=2 if answer.status == 400 else 1)

@@ -114,10 +114,16 @@ class CrossClientEffects:
         return sum(vars(self).values())
 
 
-def key_client(key: str) -> str | None:
-    """The client id of an order key ``{clientId}:{orderId}``; None for a bare key (an earlier version's)."""
-    client, sep, _ = key.partition(":")
-    return client if sep else None
+def key_client(key: str) -> str:
+    """The client id of an order key ``{clientId}:{orderId}``.
+
+    Raises:
+        ValueError: ``key`` is not an order key.
+    """
+    client, sep, order_id = key.partition(":")
+    if not sep or not client or not order_id:
+        raise ValueError(f"not an order key '<client id>:<order id>': {key[:100]!r}")
+    return client
 
 
 def count_cross_client_effects(
@@ -246,7 +252,8 @@ def _dead_lettered_as(
 
 def linked_elsewhere(linked: Iterable[str | None], intruder_id: str) -> int:
     """The ``orderId`` values shown that name an order not under the intruder's key."""
-    return sum(1 for key in linked if key is not None and key_client(key) != intruder_id)
+    # A key without a client prefix is nobody's, so never the intruder's own.
+    return sum(1 for key in linked if key is not None and not key.startswith(f"{intruder_id}:"))
 
 
 def flood_bounds(attacks: Iterable[Attack], dead_letters: Iterable[DeadLetter]) -> tuple[int, int]:

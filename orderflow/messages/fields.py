@@ -139,9 +139,9 @@ SchemaVersion = Annotated[Literal[1], BeforeValidator(_schema_version_is_an_inte
 """The contract version of every message: the JSON integer ``1``."""
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
-ORDER_KEY_PATTERN = r"^(?:[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?:)?[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-"""An order's key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), or the bare order id
-an earlier version stored an order under."""
+ORDER_KEY_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?:[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+"""An order's key, ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`). An order id without its
+client prefix is no key: two clients may use the same order id."""
 OrderKey = Annotated[str, StringConstraints(pattern=ORDER_KEY_PATTERN)]
 """Order ids: 1–64 characters of letters, digits, ``_ . -``; no ``:`` (instance ids use it as separator)
 and nothing Cosmos DB forbids in an id (``/ \\ ? #``)."""

@@ -134,8 +134,8 @@ _ORDER_KEY = re.compile(ORDER_KEY_PATTERN)
 
 def validate_order_key(key: str) -> str:
     """Check the key of a stored order given outside a message (the operator API's URLs, the CLI):
-    ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`), or the bare order id an earlier
-    version stored an order under.
+    ``{clientId}:{orderId}`` (:func:`orderflow.records.order_key`); an order id without its client
+    prefix names no order.
 
     Returns:
         ``key``.

@@ -10,17 +10,22 @@ def order_key(client_id: str, order_id: str) -> str:
 
     Order ids are the client's own, so two clients may use the same one (docs/clients.md). Client ids
     are slugs and order ids hold no ``:``, so the key splits back unambiguously
-    (:func:`client_order_id`). Records written before order ids were scoped by client are keyed by the
-    bare order id; every reader treats a key as opaque.
+    (:func:`client_order_id`).
     """
     return f"{client_id}:{order_id}"
 
 
 def client_order_id(key: str) -> str:
     """The client's own order id of the order stored under ``key``: what every reply to the client
-    names (a bare key of an earlier version's record is the order id itself)."""
-    _, sep, order_id = key.partition(":")
-    return order_id if sep else key
+    names.
+
+    Raises:
+        ValueError: ``key`` is not ``{clientId}:{orderId}``.
+    """
+    client_id, sep, order_id = key.partition(":")
+    if not sep or not client_id or not order_id:
+        raise ValueError(f"not an order key '<client id>:<order id>': {key[:100]!r}")
+    return order_id
 
 
 def instance_id_for(order_id: str, attempt: int) -> str:

@@ -49,7 +49,7 @@ class OrderDocument(Model):
     carrier: str
     reply_to: str
     content_hash: str
-    client_id: str | None = None
+    client_id: str
     received_at: UtcDatetime
     schema_version: int = SCHEMA_VERSION
     redacted_at: UtcDatetime | None = None

@@ -55,7 +55,7 @@ class StateRecord(Model):
     dependency_wait_since: UtcDatetime | None = None
     """When the order first waited for an open circuit breaker (orderflow.breaker), until a step completes."""
     reply_to: str
-    client_id: str | None = None
+    client_id: str
     steps: dict[str, StepState] = Field(default_factory=dict)
     compensation_log: list[CompensationEntry] = Field(default_factory=list)
     retry_budget: RetryBudget

@@ -68,7 +68,7 @@ def test_devhost_process_settles_orders_and_stops_cleanly(
         assert process.stdout.readline().strip() == f"devhost {host_id} ready"
         api = process.stdout.readline().strip()
         assert api.startswith(f"devhost {host_id} operator API on http://127.0.0.1:"), api
-        answered = httpx.get(api.rsplit(" ", 1)[-1] + "/api/operator/orders/tpch-1", timeout=5)
+        answered = httpx.get(api.rsplit(" ", 1)[-1] + f"/api/operator/orders/{host_id}:tpch-1", timeout=5)
         assert (answered.status_code, answered.json()["error"]["code"]) == (503, "NotConfigured")
         queues = StorageQueueFactory.from_connection_string(local_endpoints.storage_connection_string)
         client = OrderflowClient(queues, reply_queue=f"client-{host_id}", orders_queue=f"orders-{host_id}")

@@ -147,6 +147,7 @@ def make_record(
         workflow_version="order-v1",
         created_at=T0,
         updated_at=T0,
+        client_id="a",
         **extra,
     )
 
@@ -193,6 +194,7 @@ def make_order(order_id: str, *, amount: str = "1234.50") -> OrderDocument:
     return OrderDocument(
         id=order_id,
         order_id=order_id,
+        client_id="a",
         customer_id="c-7",
         customer_name="Zoë Ångström",
         currency="EUR",

@@ -14,7 +14,7 @@ from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import StateRecord, client_order_id
+from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import WorkflowDefinition
@@ -60,11 +60,11 @@ TEST_CLIENTS = json.dumps([{"id": TEST_CLIENT.client_id, "replyQueue": TEST_CLIE
 
 
 def order_body(order_id: str = "o-1", *, reply_to: str = "client-a", **changes: Any) -> str:
-    """A valid submission body (one line: sku 10 x 5); ``order_id`` may be an order key (``a:o-1``), of
-    which the body holds the client's order id."""
+    """A valid submission body (one line: sku 10 x 5); ``order_id`` is the client's order id (``o-1``) or
+    an order key (``a:o-1``), of which the body holds the client's order id."""
     body: dict[str, Any] = {
         "schemaVersion": 1,
-        "orderId": client_order_id(order_id),
+        "orderId": order_id.rpartition(":")[2],
         "customerId": "1",
         "customerName": "Customer#000000001",
         "currency": "USD",

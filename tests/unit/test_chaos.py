@@ -220,6 +220,7 @@ def record(order_id: str, *history: AttemptEntry) -> StateRecord:
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="a",
         reply_to="client-a",
         retry_budget=RetryBudget(limit=24),
         workflow_version="order-v2",

@@ -336,17 +336,18 @@ def test_watch_prints_replies_and_a_summary(
 def test_status_prints_the_state_record(order_api: OrderApi) -> None:
     order_api.deps.states.create(
         StateRecord(
-            id="o-1",
-            order_id="o-1",
+            id="x:o-1",
+            order_id="x:o-1",
             process_state=ProcessState.PROCESSING,
-            locked_by="o-1:2",
+            locked_by="x:o-1:2",
             attempt=2,
             reply_to="client-x",
+            client_id="x",
             steps={
                 "reserve": StepState(
                     status=StepStatus.COMPLETED,
                     attempts=1,
-                    idempotency_key="o-1:reserve",
+                    idempotency_key="x:o-1:reserve",
                     result={"id": "r-1"},
                 )
             },
@@ -357,24 +358,32 @@ def test_status_prints_the_state_record(order_api: OrderApi) -> None:
         )
     )
 
-    result = CliRunner().invoke(app, ["status", "o-1"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "x:o-1"], terminal_width=200)
 
     assert result.exit_code == 0, result.output
     assert "Processing" in result.output
-    assert "o-1:2" in result.output
+    assert "x:o-1:2" in result.output
     assert "3/24" in result.output
     assert "Completed (attempts 1)" in result.output
-    assert order_api.asked == ["GET /api/operator/orders/o-1"]
+    assert order_api.asked == ["GET /api/operator/orders/x:o-1"]
 
 
 def test_status_of_an_unknown_order_exits_1(order_api: OrderApi) -> None:
-    result = CliRunner().invoke(app, ["status", "nope"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "x:nope"], terminal_width=200)
 
     assert result.exit_code == 1
-    assert "no order nope" in result.output
+    assert "no order x:nope" in result.output
+    assert order_api.asked == ["GET /api/operator/orders/x:nope"]
+
+
+def test_status_of_a_client_order_id_is_refused_before_the_api_is_asked(order_api: OrderApi) -> None:
+    result = CliRunner().invoke(app, ["status", "nope"], terminal_width=200)
+
+    assert result.exit_code == 2
     # A client's own id is not a key: the error says what to name the order by.
-    assert "named by key, <client id>:nope" in " ".join(result.output.split())
-    assert order_api.asked == ["GET /api/operator/orders/nope"]
+    flat = " ".join(result.output.split())
+    assert "'nope' is not an order key" in flat and "named by key, <client id>:nope" in flat
+    assert order_api.asked == []
 
 
 # --- cancel ---------------------------------------------------------------------------------------
@@ -456,10 +465,11 @@ def test_a_reply_queue_no_client_is_registered_with_is_refused(
 
 def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> StateRecord:
     return StateRecord(
-        id="o-4",
-        order_id="o-4",
+        id="x:o-4",
+        order_id="x:o-4",
         process_state=state,
         reply_to="client-x",
+        client_id="x",
         retry_budget=RetryBudget(limit=24),
         workflow_version="order-v1",
         compensation_log=[
@@ -467,13 +477,13 @@ def _record_with_undo_log(state: ProcessState, *, status: str = "Pending") -> St
                 step="reserve_inventory",
                 action="reserve",
                 undo="release",
-                undo_key="o-4:reserve_inventory:undo",
+                undo_key="x:o-4:reserve_inventory:undo",
                 data={"reservationId": "r-1"},
                 recorded_at=AT,
                 status=status,
             ),
             CompensationEntry(
-                step="ship", action="ship", undo=None, undo_key="o-4:ship:undo", recorded_at=AT
+                step="ship", action="ship", undo=None, undo_key="x:o-4:ship:undo", recorded_at=AT
             ),
         ],
         created_at=AT,
@@ -489,7 +499,7 @@ def test_status_shows_why_a_compensation_failed(order_api: OrderApi) -> None:
     record.compensation_failures = 2
     order_api.deps.states.create(record)
 
-    result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "x:o-4"], terminal_width=200)
 
     assert result.exit_code == 0, result.output
     assert "undo reserve_inventory" in result.output
@@ -504,10 +514,11 @@ def test_status_prints_text_from_the_record_literally_never_as_markup(order_api:
     # "[bold]" would vanish.
     order_api.deps.states.create(
         StateRecord(
-            id="o-3",
-            order_id="o-3",
+            id="x:o-3",
+            order_id="x:o-3",
             process_state=ProcessState.ERROR,
             reply_to="client-x",
+            client_id="x",
             retry_budget=RetryBudget(limit=24),
             workflow_version="order-v1",
             last_error=LastError(kind="permanent", code="bad", message="[/] and [bold]x[/bold]", at=AT),
@@ -518,7 +529,7 @@ def test_status_prints_text_from_the_record_literally_never_as_markup(order_api:
         )
     )
 
-    result = CliRunner().invoke(app, ["status", "o-3"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "x:o-3"], terminal_width=200)
 
     assert result.exit_code == 0, result.output
     assert "[/] and [bold]x[/bold]" in result.output
@@ -1340,7 +1351,7 @@ def test_status_shows_whether_an_undo_is_still_to_come(
 ) -> None:
     order_api.deps.states.create(_record_with_undo_log(state, status=status))
 
-    result = CliRunner().invoke(app, ["status", "o-4"], terminal_width=200)
+    result = CliRunner().invoke(app, ["status", "x:o-4"], terminal_width=200)
 
     assert result.exit_code == 0, result.output
     rows: dict[str, str] = {}

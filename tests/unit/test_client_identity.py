@@ -127,16 +127,13 @@ def test_a_cancel_of_another_clients_order_is_answered_as_an_unknown_order(syste
     assert system.states.get("acme:o-1").item.process_state is ProcessState.CANCELLED
 
 
-def _store_unscoped(system: System, order_id: str, client: RegisteredClient, *, with_client_id: bool) -> None:
-    """An order as versions before order keys stored it: under the bare order id (and, older still,
-    without a ``clientId``)."""
+def _store_in_flight(system: System, order_id: str, client: RegisteredClient) -> None:
+    """An order of ``client`` in flight, stored as the intake stores it."""
     order = parse_message(SubmitOrder, order_body(order_id, reply_to=client.reply_queue))
-    owner = client if with_client_id else None
-    system.orders.create(order_document(order, system.clock, owner, key=order_id))
-    record = initial_state(
-        order, new_order_workflow(None), system.settings.steps, system.clock, owner, key=order_id
+    system.orders.create(order_document(order, system.clock, client))
+    system.states.create(
+        initial_state(order, new_order_workflow(None), system.settings.steps, system.clock, client)
     )
-    system.states.create(record.model_copy(update={"reply_to": client.reply_queue}))
 
 
 def test_unused_reply_queue_names_create_no_queue(system: System) -> None:
@@ -183,8 +180,9 @@ def test_quotas_that_could_fill_the_global_ceiling_are_refused_at_start_up() -> 
 
 def test_the_global_ceiling_still_holds_and_a_refusal_gives_the_clients_place_back() -> None:
     system = System(MAX_IN_FLIGHT_ORDERS=6, ADMISSION_REFRESH_S=60.0)
-    for n in range(4):  # orders of an earlier version, counted by the global ceiling only
-        _store_unscoped(system, f"old-{n}", system.globex, with_client_id=False)
+    initech = RegisteredClient.model_validate({"id": "initech"})
+    for n in range(4):  # orders of a client no longer registered, counted by the global ceiling only
+        _store_in_flight(system, f"old-{n}", initech)
     outcomes = [system.submit(system.globex, f"g-{n}").outcome for n in range(2)]
     assert outcomes == [IntakeOutcome.ACCEPTED] * 2
     refused = system.submit(system.acme, "a-1")

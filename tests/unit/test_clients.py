@@ -4,14 +4,18 @@ receive another's replies or write to orderflow's own queues refused at start-up
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
 from orderflow.clients import ClientRegistry, RegisteredClient, parse_clients
+from orderflow.records import RetryBudget, StateRecord
 from orderflow.settings import Settings, describe_invalid_settings
 
 pytestmark = pytest.mark.unit
+
+AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _load(clients: list[dict[str, object]]) -> Settings:
@@ -78,12 +82,29 @@ def test_the_reserved_queues_follow_the_queue_settings() -> None:
     assert Settings.load({"CLIENTS": '[{"id": "a", "replyQueue": "agent-a"}]', "AGENT_QUEUE_PREFIX": "w-"})
 
 
-def test_a_record_without_a_client_id_belongs_to_the_client_it_answers() -> None:
-    (acme,) = parse_clients('[{"id": "acme"}]')
-    assert acme.owns("acme", "anything")
-    assert not acme.owns("globex", "replies-acme")
-    assert acme.owns(None, "replies-acme")
-    assert not acme.owns(None, "replies-globex")
+def initial_state_json(*, reply_to: str) -> dict[str, object]:
+    """A stored state record of client ``acme``'s order ``o-1``, as JSON."""
+    return StateRecord(
+        id="acme:o-1",
+        order_id="acme:o-1",
+        client_id="acme",
+        reply_to=reply_to,
+        retry_budget=RetryBudget(limit=24),
+        workflow_version="order-v1",
+        created_at=AT,
+        updated_at=AT,
+    ).to_json_dict()
+
+
+def test_a_record_is_owned_by_the_client_it_records_and_one_without_a_client_id_by_nobody() -> None:
+    acme, globex = parse_clients('[{"id": "acme"}, {"id": "globex"}]')
+    assert acme.owns("acme") and not acme.owns("globex") and not globex.owns("acme")
+    # Not even by the client whose reply queue it answers on: the order's body names that queue.
+    stored = initial_state_json(reply_to=acme.reply_queue)
+    for without in ({k: v for k, v in stored.items() if k != "clientId"}, {**stored, "clientId": None}):
+        with pytest.raises(ValidationError, match="clientId"):
+            StateRecord.model_validate(without)
+    assert StateRecord.model_validate(stored).client_id == "acme"
 
 
 def test_the_registry_is_looked_up_by_id_and_inbound_queue() -> None:

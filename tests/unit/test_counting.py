@@ -26,6 +26,7 @@ def record(order_id: str, state: ProcessState = ProcessState.PENDING) -> StateRe
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="a",
         process_state=state,
         reply_to="client-a",
         retry_budget=RetryBudget(limit=24),
@@ -164,6 +165,7 @@ def test_order_store_counts_creates_and_reads_into_a_shared_tally() -> None:
             "items": [{"sku": "10", "quantity": 1}],
             "carrier": "TRUCK",
             "replyTo": "client-a",
+            "clientId": "a",
             "contentHash": "h",
             "receivedAt": NOW.isoformat(),
         }

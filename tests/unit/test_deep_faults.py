@@ -381,6 +381,7 @@ def record_with_history(ended_after_s: float) -> StateRecord:
     return StateRecord(
         id="chaos-1:o1",
         order_id="chaos-1:o1",
+        client_id="chaos-1",
         reply_to="replies-chaos-1",
         retry_budget=RetryBudget(limit=24),
         workflow_version="order-v2",

@@ -21,19 +21,21 @@ def at(seconds: float) -> datetime:
 
 
 def record(*tenures: tuple[float, float | None]) -> StateRecord:
-    """A record of order ``o-1`` whose attempt k (1-based) held it from ``tenures[k-1]``'s start to end."""
+    """A record of client ``demo``'s order ``o-1`` whose attempt k (1-based) held it from ``tenures[k-1]``'s
+    start to end."""
     return StateRecord(
-        id="o-1",
-        order_id="o-1",
+        id="demo:o-1",
+        order_id="demo:o-1",
+        client_id="demo",
         reply_to="replies",
         retry_budget=RetryBudget(limit=10),
         workflow_version="order-v1",
         attempt=len(tenures),
-        locked_by=f"o-1:{len(tenures)}",
+        locked_by=f"demo:o-1:{len(tenures)}",
         attempt_history=[
             AttemptEntry(
                 attempt=n,
-                instance_id=f"o-1:{n}",
+                instance_id=f"demo:o-1:{n}",
                 claimed_at=at(start),
                 ended_at=None if end is None else at(end),
                 outcome=None if end is None else "recovered",
@@ -48,12 +50,12 @@ def record(*tenures: tuple[float, float | None]) -> StateRecord:
 def audit(*calls: tuple[str | None, float]) -> dict[str, Any]:
     """The audit's ``keys`` with one key of order ``o-1`` that received ``calls`` (instance, arrival)."""
     received = [{"instance": instance, "at": format_utc(at(s))} for instance, s in calls]
-    return {"o-1:reserve_inventory": {"orderId": "o-1", "received": received}}
+    return {"demo:o-1:reserve_inventory": {"orderId": "demo:o-1", "received": received}}
 
 
 def test_tenures_that_follow_each_other_and_calls_inside_them_are_no_overlap() -> None:
     records = {"o-1": record((0, 10), (12, 20), (21, None))}
-    calls = audit(("o-1:1", 1), ("o-1:1", 9.9), ("o-1:2", 13), ("o-1:3", 30), (None, 50))
+    calls = audit(("demo:o-1:1", 1), ("demo:o-1:1", 9.9), ("demo:o-1:2", 13), ("demo:o-1:3", 30), (None, 50))
 
     assert attempt_overlaps(records, calls) == {}
 
@@ -66,10 +68,10 @@ def test_a_tenure_that_never_ended_before_the_next_claim_is_an_overlap() -> None
 
 
 def test_a_call_of_an_attempt_arriving_after_the_next_claim_is_an_overlap() -> None:
-    overlaps = attempt_overlaps({"o-1": record((0, 10), (12, None))}, audit(("o-1:1", 12.5)))
+    overlaps = attempt_overlaps({"o-1": record((0, 10), (12, None))}, audit(("demo:o-1:1", 12.5)))
 
     assert overlaps == {
-        "o-1": "a call of o-1:1 (o-1:reserve_inventory) arrived after the next attempt was claimed"
+        "o-1": "a call of demo:o-1:1 (demo:o-1:reserve_inventory) arrived after the next attempt was claimed"
     }
 
 

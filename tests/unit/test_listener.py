@@ -217,7 +217,7 @@ def test_an_inconsistent_response_is_dropped_before_any_unchecked_raise(changes:
 def test_a_review_decision_still_reads_the_status_where_raises_need_none() -> None:
     client = UncheckedClient(existing={INSTANCE})
     decision = ReviewDecisionMessage(
-        schema_version=1, type="ReviewDecision", order_id="o-1", decision="approve", instance_id=INSTANCE
+        schema_version=1, type="ReviewDecision", order_id="a:o-1", decision="approve", instance_id=INSTANCE
     ).to_json()
 
     with pytest.raises(AssertionError, match="no status is read"):

@@ -31,6 +31,7 @@ def make_record(order_id: str) -> StateRecord:
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="a",
         reply_to="replies",
         retry_budget=RetryBudget(limit=10),
         workflow_version="order-v1",

@@ -15,13 +15,16 @@ from orderflow.messages import (
     OPERATOR_ACTIONS,
     ORDERS_QUEUE_TYPES,
     AgentResponse,
+    ReviewDecisionMessage,
     SubmitOrder,
     client_order_key,
     message_type,
     owned_order_key,
     parse_message,
     validate_order_id,
+    validate_order_key,
 )
+from orderflow.records import client_order_id
 
 pytestmark = pytest.mark.unit
 
@@ -316,3 +319,20 @@ def test_a_clients_order_key_scopes_a_checked_order_id_by_the_client() -> None:
 )
 def test_an_owned_order_key_is_found_only_for_the_clients_own_orders(reference: str, key: str | None) -> None:
     assert owned_order_key("acme", reference) == key
+
+
+def test_an_order_key_without_its_client_prefix_is_refused() -> None:
+    # The attack: name another client's order by the id both clients use, without the prefix.
+    decision = {"schemaVersion": 1, "type": "ReviewDecision", "orderId": "o-1", "decision": "approve"}
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(ReviewDecisionMessage, json.dumps(decision))
+    assert caught.value.reason == "InvalidField" and "orderId" in caught.value.description
+    assert parse_message(ReviewDecisionMessage, json.dumps({**decision, "orderId": "acme:o-1"}))
+
+    with pytest.raises(InvalidMessage, match="is not an order key: '<client id>:<order id>'"):
+        validate_order_key("o-1")
+    assert validate_order_key("acme:o-1") == "acme:o-1"
+    for bare in ("o-1", ":o-1", "acme:"):
+        with pytest.raises(ValueError, match="not an order key"):
+            client_order_id(bare)
+    assert client_order_id("acme:o-1") == "o-1"

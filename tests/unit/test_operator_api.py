@@ -455,7 +455,7 @@ def test_either_role_inspects_an_order_and_sees_its_public_view(
 
 
 def test_an_unknown_order_is_404_for_every_action(deps: Dependencies, trusted: TrustedIssuer) -> None:
-    path = "/api/operator/orders/no-such-order"
+    path = "/api/operator/orders/a:no-such-order"
     answers = [
         call(deps, trusted.validator, "GET", path, trusted.operator()),
         call(deps, trusted.validator, "POST", f"{path}/review", trusted.reviewer(), {"decision": "approve"}),
@@ -509,6 +509,25 @@ def test_a_bad_body_is_400_and_writes_nothing(
     response = call(deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer(), body)
 
     assert (response.status, code(response)) == (400, reason)
+    assert_untouched(deps, etag)
+
+
+def test_an_order_id_without_its_client_prefix_is_refused_and_writes_nothing(
+    deps: Dependencies, trusted: TrustedIssuer
+) -> None:
+    # The attack: name an order by its bare id, hoping to reach whichever client's order has that id.
+    awaiting_review(deps)
+    etag = deps.states.get("a:o-1").etag
+    bare = "/api/operator/orders/o-1"
+
+    answers = [
+        call(deps, trusted.validator, "GET", bare, trusted.operator()),
+        call(deps, trusted.validator, "POST", f"{bare}/review", trusted.reviewer(), {"decision": "approve"}),
+        call(deps, trusted.validator, "POST", f"{bare}/compensate", trusted.operator(), {}),
+    ]
+
+    assert [(a.status, code(a)) for a in answers] == [(400, "InvalidField")] * 3
+    assert all("'<client id>:<order id>'" in a.body["error"]["message"] for a in answers)
     assert_untouched(deps, etag)
 
 

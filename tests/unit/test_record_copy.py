@@ -22,6 +22,7 @@ def _record() -> StateRecord:
             "lockedBy": "c1:o1:1",
             "completeBy": AT,
             "replyTo": "replies-c1",
+            "clientId": "c1",
             "steps": {
                 "payment": {
                     "status": "Running",

@@ -62,6 +62,7 @@ def record(order_id: str, state: ProcessState, clock: FakeClock, **fields: Any) 
     return StateRecord(
         id=order_id,
         order_id=order_id,
+        client_id="a",
         process_state=state,
         reply_to="replies",
         retry_budget=RetryBudget(limit=10),

@@ -144,6 +144,7 @@ def test_a_sweep_stops_at_its_page_bound_when_empty_pages_alternate_with_full_on
     record = StateRecord(
         id="o-1",
         order_id="o-1",
+        client_id="a",
         reply_to="client-a",
         process_state=ProcessState.PROCESSING,
         retry_budget=RetryBudget(limit=24),
@@ -174,6 +175,7 @@ def test_a_sweep_at_its_record_bound_with_nothing_decided_starts_a_new_scan_next
     record = StateRecord(
         id="o-1",
         order_id="o-1",
+        client_id="a",
         reply_to="client-a",
         process_state=ProcessState.PROCESSING,
         retry_budget=RetryBudget(limit=24),
