@@ -1,6 +1,7 @@
 """``python -m devhost``: run one local host process until SIGINT, SIGTERM or SIGHUP.
 
-Settings come from the environment (see :class:`orderflow.settings.Settings`); ``--roles`` picks the
+Settings come from the environment (see :class:`orderflow.settings.Settings`, and
+:class:`devhost.settings.LocalSettings` for the local host's own); ``--roles`` picks the
 roles, ``--host-id`` names the process (its response queue is ``agent-responses-<host-id>``),
 ``--api-port`` the loopback port of the operator API (the ``api`` role; with the ``OPERATOR_*`` settings
 of the local issuer it also serves that issuer's JWKS).
@@ -36,6 +37,7 @@ from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LOCAL_ISSUER, LocalIssuer
 from devhost.queues.factory import StorageQueueFactory, queue_service_url
 from devhost.roles import ALL_ROLES, parse_roles
+from devhost.settings import LocalSettings, load_settings
 from devhost.wiring import connect_queues, connect_stores
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SteadyClock, SystemClock
@@ -162,10 +164,14 @@ def check_host_id(settings: Settings) -> None:
 
 
 def connect_transport(
-    settings: Settings, roles: Sequence[str], wrap_queues: QueueWrapper | None = None
+    settings: Settings,
+    roles: Sequence[str],
+    wrap_queues: QueueWrapper | None = None,
+    *,
+    local: LocalSettings,
 ) -> tuple[QueueFactory, StorageQueueFactory, SupervisorLease]:
     """The queues (wrapped by ``wrap_queues`` when given), the same queues unwrapped (whose
-    ``<queue>-deadletter`` queues the operator API reads) and the supervisor lease ``settings`` name.
+    ``<queue>-deadletter`` queues the operator API reads) and the supervisor lease ``local`` names.
 
     Both parse ``STORAGE_CONNECTION_STRING`` locally, with no network call, so a malformed one is
     reported before anything waits on a service.
@@ -177,11 +183,11 @@ def connect_transport(
         storage_queues = connect_queues(settings.connections, settings.clients)
         # Several devhost processes may run the supervisor: one blob lease elects the one that sweeps.
         lease: SupervisorLease = NoLease()
-        if "supervisor" in roles and settings.local.SUPERVISOR_LEASE_ENABLED:
+        if "supervisor" in roles and local.SUPERVISOR_LEASE_ENABLED:
             lease = LeaderLease.from_connection_string(
                 settings.connections.STORAGE_CONNECTION_STRING,
-                settings.local.SUPERVISOR_LEASE_BLOB,
-                duration_s=settings.local.SUPERVISOR_LEASE_S,
+                local.SUPERVISOR_LEASE_BLOB,
+                duration_s=local.SUPERVISOR_LEASE_S,
                 # Named on the lease blob while it leads, so operators and the chaos run can see who does.
                 holder={"host": settings.queues.HOST_ID, "pid": str(os.getpid())},
             )
@@ -218,7 +224,7 @@ def run(
     if host_id is not None and not host_id:
         fail("--host-id is empty; give one such as h1 (or leave it out to use HOST_ID)", code=2)
     try:
-        settings = Settings.load(HOST_ID=host_id) if host_id is not None else Settings.load()
+        settings, local = load_settings(HOST_ID=host_id) if host_id is not None else load_settings()
         check_host_id(settings)
     except ValidationError as exc:
         fail(f"invalid settings: {one_line(exc)}", code=2)
@@ -233,7 +239,7 @@ def run(
         )
     configure_logging(log_level)
     configure_telemetry("orderflow-devhost")
-    serve(settings, chosen, api_port=api_port, wrap_queues=ctx.obj)
+    serve(settings, chosen, local=local, api_port=api_port, wrap_queues=ctx.obj)
 
 
 def hold_host_id(settings: Settings, env: Mapping[str, str] | None = None) -> HostIdLock:
@@ -264,7 +270,12 @@ def local_issuer_of(settings: Settings) -> LocalIssuer | None:
 
 
 def serve(
-    settings: Settings, roles: Sequence[str], *, api_port: int = 0, wrap_queues: QueueWrapper | None = None
+    settings: Settings,
+    roles: Sequence[str],
+    *,
+    local: LocalSettings,
+    api_port: int = 0,
+    wrap_queues: QueueWrapper | None = None,
 ) -> None:
     """Connect, start the roles, print ``devhost <id> ready``, and run until SIGINT, SIGTERM or SIGHUP.
 
@@ -285,7 +296,7 @@ def serve(
     try:
         with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
             try:
-                queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues)
+                queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues, local=local)
                 held = hold_host_id(settings)
                 stores = connect_stores(settings.connections)
                 # The process's one dependency container: every role it runs is wired with it.
@@ -312,7 +323,7 @@ def serve(
                     alerts=stores.alerts,  # the host keeps its alerts and sweep status there
                 )
                 issuer = local_issuer_of(settings) if "api" in roles else None
-                host = DevHost(deps, roles, lease=lease, api_port=api_port, local_issuer=issuer)
+                host = DevHost(deps, roles, local=local, lease=lease, api_port=api_port, local_issuer=issuer)
                 host.start()  # stops what it started if it fails
                 # "ready" is the first line: whoever started the process waits for it.
                 print(f"devhost {settings.queues.HOST_ID} ready", flush=True)

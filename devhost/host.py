@@ -42,6 +42,7 @@ from devhost.roles import ALL_ROLES, check_roles
 from devhost.service_credential import agent_services
 from devhost.serving import serve_in_thread, server_url
 from devhost.serving import stop as stop_server
+from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from intake.client_admission import ClientAdmission
 from orchestrators.listener import handle_response
@@ -94,6 +95,8 @@ class DevHost:
             settings and the process's caches. The host wraps its queues so that a send wakes this
             process's own consumers; :attr:`deps` is the container the roles get.
         roles: Roles to run (see :data:`ALL_ROLES`).
+        local: The local host's own settings (worker threads, durabletask backend, wake-up directory);
+            None: their defaults.
         lease: Elects the one supervisor that sweeps among several processes; None: always leader
             (:class:`~devhost.lease.election.NoLease`). Only the devhost's supervisor loop uses it.
         api_port: Loopback port of the operator API (the ``api`` role); 0 picks a free one
@@ -108,6 +111,7 @@ class DevHost:
         deps: Dependencies,
         roles: Iterable[str] = ALL_ROLES,
         *,
+        local: LocalSettings | None = None,
         lease: SupervisorLease | None = None,
         api_port: int = 0,
         local_issuer: LocalIssuer | None = None,
@@ -117,6 +121,7 @@ class DevHost:
         # devhost configures telemetry, which does the same; an embedding or a test may not).
         telemetry.guard_log_records()
         self.settings = deps.settings
+        self.local = local if local is not None else LocalSettings.load({})
         self.api_port = api_port
         self.local_issuer = local_issuer
         self.service_credential = service_credential
@@ -129,9 +134,9 @@ class DevHost:
         self.wakeups = Wakeups()
         # And, through the shared directory, the other devhost processes' loops (WAKEUP_DIR).
         self.channel: WakeupChannel | None = None
-        if deps.settings.local.WAKEUP_DIR:
+        if self.local.WAKEUP_DIR:
             self.channel = WakeupChannel(
-                Path(deps.settings.local.WAKEUP_DIR), deps.settings.queues.HOST_ID, self.wakeups.wake
+                Path(self.local.WAKEUP_DIR), deps.settings.queues.HOST_ID, self.wakeups.wake
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
@@ -274,7 +279,7 @@ class DevHost:
     # --- wiring ------------------------------------------------------------------------------
     def _start_durabletask(self) -> None:
         port = free_port()
-        if self.settings.local.DURABLETASK_BACKEND == "process":
+        if self.local.DURABLETASK_BACKEND == "process":
             backend = BackendProcess(port)
             self._backend = backend  # first: stop() must find a backend whose start was interrupted
             address = backend.start()
@@ -287,7 +292,7 @@ class DevHost:
             host_address=address,
             logger=logging.getLogger(DURABLETASK_WORKER_LOGGER),
             concurrency_options=dt_worker.ConcurrencyOptions(
-                maximum_thread_pool_workers=self.settings.local.WORKER_THREADS
+                maximum_thread_pool_workers=self.local.WORKER_THREADS
             ),
         )
         register_order_workflow(worker, self.deps)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from demo.chaos.config import HOLDER_RETRY_S
 from demo.fleet import DevhostSpec
 from devhost.lease.blob import current_holder
+from devhost.settings import LocalSettings
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -123,12 +124,10 @@ class LeaderPauser:
         self.pauses.append(entry)
 
 
-def lease_holder_reader(settings: Settings) -> LeaseHolder:
-    """Reads the holder of ``settings``' supervisor lease blob."""
+def lease_holder_reader(settings: Settings, local: LocalSettings) -> LeaseHolder:
+    """Reads the holder of the supervisor lease blob ``local`` names, in ``settings``' storage account."""
 
     def read() -> Mapping[str, str] | None:
-        return current_holder(
-            settings.connections.STORAGE_CONNECTION_STRING, settings.local.SUPERVISOR_LEASE_BLOB
-        )
+        return current_holder(settings.connections.STORAGE_CONNECTION_STRING, local.SUPERVISOR_LEASE_BLOB)
 
     return read

@@ -82,6 +82,7 @@ from demo.outcome import (
 from demo.system import DemoSystem, Settling, demo_system, submit_and_settle
 from devhost.__main__ import CLOCK_OFFSET_ENV
 from devhost.cli import run_driver
+from devhost.settings import load_settings
 from orderflow.settings import Settings
 from orderflow.workflows import new_order_workflow
 from orderflow_client.client import OrderflowClient
@@ -293,7 +294,7 @@ def _chaos_makers(
 ) -> tuple[Killer | None, LeaderPauser | None]:
     """The killer and the leader pauser the run asks for (None: not asked), not started yet; ``stack``
     stops them before it stops the fleet."""
-    settings = Settings.load(env=system.env)
+    settings, local = load_settings(system.env)
     killer = Killer(system.fleet, kill_every_s, seed=seed) if kill_every_s > 0 else None
     if killer is not None:
         stack.callback(killer.stop)
@@ -301,9 +302,9 @@ def _chaos_makers(
     if pause_every_s > 0:
         pauser = LeaderPauser(
             system.fleet,
-            lease_holder_reader(settings),
+            lease_holder_reader(settings, local),
             every_s=pause_every_s,
-            pause_s=pause_s if pause_s is not None else settings.local.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
+            pause_s=pause_s if pause_s is not None else local.SUPERVISOR_LEASE_S + PAUSE_MARGIN_S,
             first_after_s=first_pause_after_s,
         )
         stack.callback(pauser.stop)  # before the fleet stops: a stopped process ignores SIGTERM

@@ -8,7 +8,9 @@ Setting names are the environment variable names, identical across Bicep app set
 Each role takes the sections it reads (``settings.steps``, ``settings.supervisor`` ...), never the whole
 composition; a host loads it once and hands each role its sections. The defaults suit a developer's
 machine; on Azure (:func:`on_azure`) some have no safe value, and
-:func:`function_host.azure_policy.check_azure` refuses them at start-up.
+:func:`function_host.azure_policy.check_azure` refuses them at start-up. What only the local host reads
+(its worker threads, its supervisor lease, its wake-ups) is no part of this composition: the local host
+defines and loads it itself.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from orderflow.settings.base import (
     timeout_refusals,
 )
 from orderflow.settings.connections import Connections
-from orderflow.settings.local import LocalHost
 from orderflow.settings.operator_api import OperatorApi
 from orderflow.settings.queues import _QUEUE_SETTINGS, Clients, Queues
 from orderflow.settings.supervisor import Alerts, Consumers, Scans, Supervisor
@@ -44,7 +45,6 @@ __all__ = [
     "Clients",
     "Connections",
     "Consumers",
-    "LocalHost",
     "OperatorApi",
     "Queues",
     "Scans",
@@ -61,7 +61,6 @@ __all__ = [
 # Bases in reverse: pydantic collects fields from the last base first, so the queue names are
 # validated before CLIENTS, whose validator checks client queues against them.
 class _Flat(
-    LocalHost,
     OperatorApi,
     Consumers,
     Alerts,
@@ -109,7 +108,6 @@ class Settings:
     alerts: Alerts
     consumers: Consumers
     operator_api: OperatorApi
-    local: LocalHost
 
     SECTIONS: ClassVar[tuple[tuple[str, type[Section]], ...]] = (
         ("connections", Connections),
@@ -124,7 +122,6 @@ class Settings:
         ("alerts", Alerts),
         ("consumers", Consumers),
         ("operator_api", OperatorApi),
-        ("local", LocalHost),
     )
     """Every section, ``(attribute, class)``, in the order the configuration reference lists them."""
 

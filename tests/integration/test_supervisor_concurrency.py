@@ -100,8 +100,9 @@ def world(deps: Dependencies) -> World:
 
 
 def settings_for(**overrides: object) -> Settings:
-    # Lease off: these supervisors are plain functions racing each other, as when election is disabled.
-    base: dict[str, object] = {"CLAIM_TIMEOUT_S": CLAIM_TIMEOUT_S, "SUPERVISOR_LEASE_ENABLED": False}
+    # No lease (a host given none is always leader): these supervisors are plain functions racing each
+    # other, as when election is disabled.
+    base: dict[str, object] = {"CLAIM_TIMEOUT_S": CLAIM_TIMEOUT_S}
     return Settings.load({}, **{**base, **overrides})
 
 
@@ -341,7 +342,7 @@ def test_extended_backoff_after_the_threshold_then_give_up(
 @pytest.fixture
 def supervisors(world: World) -> Iterator[list[DevHost]]:
     blob = InMemoryLeaseBlob()
-    settings = settings_for(SUPERVISOR_INTERVAL_S=0.05, SUPERVISOR_LEASE_ENABLED=True)
+    settings = settings_for(SUPERVISOR_INTERVAL_S=0.05)
     hosts = [
         DevHost(replace(world.deps, settings=settings), roles=("supervisor",), lease=InMemoryLease(blob))
         for _ in range(2)

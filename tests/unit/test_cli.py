@@ -1221,9 +1221,9 @@ def test_an_unreachable_api_is_one_line_and_exits_1(tmp_path: Path, monkeypatch:
         ),
         ("STARTER_BATCH", "1.5", "error: STARTER_BATCH='1.5' is not valid: it should be a whole number"),
         (
-            "SUPERVISOR_LEASE_S",
-            "5",
-            "error: SUPERVISOR_LEASE_S='5' is not valid: it should be greater than or equal to 15",
+            "ALERT_WINDOW_S",
+            "0",
+            "error: ALERT_WINDOW_S='0' is not valid: it should be greater than or equal to 1",
         ),
         (
             "REVIEW_DEFAULT",

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from orderflow.settings import Settings
-from tests.docs_configuration import PAGE, env_names, generated_part, render
+from tests.docs_configuration import PAGE, env_names, fields, generated_part, render
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +39,7 @@ def test_settings_are_read_from_variables_named_like_their_fields() -> None:
     # What the page calls a setting's name is the variable Settings.load reads.
     name = env_names()[0]
     assert Settings.load({name: "from the environment"}).values()[name] == "from the environment"
-    assert len(env_names()) == len(set(env_names())) == len(Settings.fields())
+    assert len(env_names()) == len(set(env_names())) == len(fields())
 
 
 def test_every_setting_is_documented() -> None:
@@ -67,7 +67,5 @@ def test_the_reference_is_what_the_generator_writes() -> None:
 
 def test_every_setting_says_what_it_is_for() -> None:
     # The reference's "meaning" column is the field's description: an undescribed setting documents nothing.
-    undescribed = sorted(
-        name for name, info in Settings.fields().items() if not (info.description or "").strip()
-    )
+    undescribed = sorted(name for name, info in fields().items() if not (info.description or "").strip())
     assert undescribed == []

@@ -27,6 +27,7 @@ from demo.services.bindings import demo_bindings_json
 from devhost import emulators
 from devhost.cli import StopSignal, driver_signals, one_line, stop_signals_interrupt
 from devhost.host import DevHost
+from devhost.settings import LocalSettings, load_settings
 from orderflow.errors import TransientError
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings
@@ -405,9 +406,9 @@ def test_the_emulators_command_reports_a_missing_emulator_in_one_line(
 
 
 def test_one_line_keeps_a_validation_errors_fields_and_problems() -> None:
-    # The errors come in the order of the sections: the consumers' before the local host's.
+    # One error lists them all: orderflow's settings (the consumers') before the local host's own.
     with pytest.raises(ValueError) as raised:
-        Settings.load({}, SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
+        load_settings({}, SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
 
     assert one_line(raised.value) == (
         "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number; "
@@ -421,14 +422,19 @@ def test_the_host_wraps_its_queues_only_when_the_driver_that_runs_it_hands_it_a_
     plan = DeliveryFaults(duplicate_share=0.5, seed=1, log_dir=str(tmp_path))
     monkeypatch.setenv(CHAOS_ENV, plan.model_dump_json())
     settings = Settings.load(HOST_ID="h1")
-    queues, unwrapped, _ = devhost_main.connect_transport(settings, ["starter"])
+    local = LocalSettings.load()
+    queues, unwrapped, _ = devhost_main.connect_transport(settings, ["starter"], local=local)
     assert queues is unwrapped  # python -m devhost injects nothing, whatever the environment says
-    queues, unwrapped, _ = devhost_main.connect_transport(settings, ["starter"], with_delivery_faults)
+    queues, unwrapped, _ = devhost_main.connect_transport(
+        settings, ["starter"], with_delivery_faults, local=local
+    )
     assert isinstance(queues, FaultyQueueFactory) and queues.faults == plan
 
     served: list[object] = []
     monkeypatch.setattr(
-        devhost_main, "serve", lambda settings, roles, *, api_port, wrap_queues: served.append(wrap_queues)
+        devhost_main,
+        "serve",
+        lambda settings, roles, *, local, api_port, wrap_queues: served.append(wrap_queues),
     )
     monkeypatch.setattr(sys, "argv", ["faulty_host", "--host-id", "h1", "--roles", "all"])
     with pytest.raises(SystemExit) as exited:

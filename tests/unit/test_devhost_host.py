@@ -23,6 +23,7 @@ from devhost.handlers import STARTER_WAKEUP
 from devhost.host import DevHost, free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.roles import ALL_ROLES, check_roles, parse_roles
+from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client_text import visible
 from orderflow.clock import SystemClock
@@ -80,7 +81,6 @@ def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
         settings=Settings.load(
             {},
             HOST_ID="h1",
-            SUPERVISOR_LEASE_ENABLED=False,
             POLL_INTERVAL_S=0.01,
             SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1"),
         ),
@@ -277,9 +277,7 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
     settings = Settings.load(
         {},
         HOST_ID="intake-1",
-        SUPERVISOR_LEASE_ENABLED=False,
         POLL_INTERVAL_S=0.01,
-        WAKEUP_DIR=str(tmp_path),
         CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": client.reply_queue}]),
     )
     heard: list[str] = []
@@ -292,7 +290,8 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
 
     scheduler = WakeupChannel(tmp_path, "scheduler-1", on_name)
     scheduler.start()
-    host = DevHost(replace(deps(), settings=settings), roles=("submission",))
+    local = LocalSettings.load({}, WAKEUP_DIR=str(tmp_path))
+    host = DevHost(replace(deps(), settings=settings), roles=("submission",), local=local)
     host.start()
     try:
         queues = host.deps.queues

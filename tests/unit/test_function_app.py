@@ -26,6 +26,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 import function_app
 from activities.table import ACTIVITIES as TABLE
+from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.bindings import ServiceBindings
@@ -52,6 +53,9 @@ HOST_ONLY_KEYS = frozenset(
     {"FUNCTIONS_WORKER_RUNTIME", "AzureWebJobsStorage", "AzureWebJobsFeatureFlags", "TASK_HUB_NAME"}
 )
 """Keys of the example ``Values`` that the Functions host reads and orderflow's Settings do not."""
+
+LOCAL_HOST_KEYS = frozenset(LocalSettings.model_fields)
+"""Keys of the example ``Values`` only the local host reads (:class:`devhost.settings.LocalSettings`)."""
 
 CHANGED_FROM_DEFAULT = frozenset(
     {
@@ -388,8 +392,9 @@ def test_example_has_every_setting_and_nothing_unknown(
     example: dict[str, Any], values: dict[str, str]
 ) -> None:
     assert example["IsEncrypted"] is False
-    assert set(Settings.fields()) <= set(values)
-    assert set(values) - set(Settings.fields()) == HOST_ONLY_KEYS
+    assert set(Settings.fields()) | LOCAL_HOST_KEYS <= set(values)
+    assert set(values) - set(Settings.fields()) - LOCAL_HOST_KEYS == HOST_ONLY_KEYS
+    assert LocalSettings.load(values) == LocalSettings.load({})  # the example leaves them at their defaults
     assert all(isinstance(value, str) for value in values.values())
 
 

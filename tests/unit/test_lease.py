@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from devhost.lease.blob import split_blob_path
 from devhost.lease.election import NoLease
 from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
+from devhost.settings import LocalSettings
 from orderflow.errors import TransientError
-from orderflow.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -194,10 +194,10 @@ def test_blob_path_is_container_slash_blob() -> None:
 
 
 def test_lease_settings_follow_the_storage_limits() -> None:
-    settings = Settings.load({})
-    assert settings.local.SUPERVISOR_LEASE_ENABLED is True
-    assert settings.local.SUPERVISOR_LEASE_S == 15
-    assert split_blob_path(settings.local.SUPERVISOR_LEASE_BLOB) == ("orderflow-leases", "supervisor")
+    local = LocalSettings.load({})
+    assert local.SUPERVISOR_LEASE_ENABLED is True
+    assert local.SUPERVISOR_LEASE_S == 15
+    assert split_blob_path(local.SUPERVISOR_LEASE_BLOB) == ("orderflow-leases", "supervisor")
     for bad in ({"SUPERVISOR_LEASE_S": 14}, {"SUPERVISOR_LEASE_S": 61}, {"SUPERVISOR_LEASE_BLOB": "X/y"}):
         with pytest.raises(ValidationError):
-            Settings.load({}, **bad)
+            LocalSettings.load({}, **bad)

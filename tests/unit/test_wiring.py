@@ -31,6 +31,7 @@ import orderflow.queues.servicebus.factory as servicebus_adapter
 import orderflow.stores.cosmos.connection as cosmos_adapter
 from demo.services.bindings import demo_bindings_json
 from devhost.lease.blob import LeaderLease
+from devhost.settings import LocalSettings
 from devhost.wiring import connect_queues
 from function_host.wiring import connect_azure
 from orderflow.settings import Settings
@@ -210,7 +211,7 @@ def test_the_local_storage_clients_take_azurite_as_use_development_storage() -> 
     assert queues._service is not None
     assert queues._service.url == "http://127.0.0.1:10001/devstoreaccount1/"
     lease = LeaderLease.from_connection_string(
-        settings.connections.STORAGE_CONNECTION_STRING, settings.local.SUPERVISOR_LEASE_BLOB
+        settings.connections.STORAGE_CONNECTION_STRING, LocalSettings.load({}).SUPERVISOR_LEASE_BLOB
     )
     assert lease.blob.url == "http://127.0.0.1:10000/devstoreaccount1/orderflow-leases/supervisor"
     assert lease.blob.credential.account_name == "devstoreaccount1"

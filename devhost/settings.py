@@ -1,16 +1,21 @@
-"""The local host's own section: what only a devhost process reads (its durabletask worker, its
-supervisor lease, its cross-process wake-ups). The Functions app ignores every one of them."""
+"""The local host's own settings: what only a devhost process reads (its durabletask worker, its
+supervisor lease, its cross-process wake-ups). The Functions app never sees them: they are not part of
+:class:`orderflow.settings.Settings`, and a devhost process loads them beside it, from the same
+environment (:func:`load_settings`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from orderflow.settings import Settings
 from orderflow.settings.base import Section
 
 
-class LocalHost(Section):
+class LocalSettings(Section):
     """Local host: the devhost's worker threads and backend, its supervisor lease blob, its wake-up
     directory. Read by devhost/ only; unused on Azure."""
 
@@ -61,3 +66,55 @@ class LocalHost(Section):
         "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
         "receive each message as it arrives.",
     )
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LocalSettings:
+        """Build the local host's settings as :meth:`orderflow.settings.Settings.load` builds the others:
+        keyword overrides, then environment variables named like the fields (default: ``os.environ``),
+        then the defaults.
+
+        Raises:
+            pydantic.ValidationError: a value has the wrong type or breaks a bound, or a keyword names no
+                local setting.
+        """
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {name: source[name] for name in cls.model_fields if name in source}
+        values.update(overrides)
+        return cls.model_validate(values)
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> tuple[Settings, LocalSettings]:
+    """orderflow's settings and the local host's, from one environment (default: ``os.environ``) and
+    keyword overrides of either (a setting's name and its value).
+
+    Raises:
+        pydantic.ValidationError: as :meth:`Settings.load` and :meth:`LocalSettings.load`; when both
+            refuse, one error lists every invalid setting, orderflow's first.
+    """
+    mine = [name for name in overrides if name in LocalSettings.model_fields]
+    local_overrides = {name: overrides.pop(name) for name in mine}
+    settings: Settings | None = None
+    local: LocalSettings | None = None
+    refusals: list[ValidationError] = []
+    try:
+        settings = Settings.load(env, **overrides)
+    except ValidationError as exc:
+        refusals.append(exc)
+    try:
+        local = LocalSettings.load(env, **local_overrides)
+    except ValidationError as exc:
+        refusals.append(exc)
+    if len(refusals) == 1:
+        raise refusals[0]
+    if refusals:
+        raise ValidationError.from_exception_data(
+            "Settings",
+            [
+                {"type": e["type"], "loc": e["loc"], "input": e["input"], "ctx": e.get("ctx", {})}
+                for refusal in refusals
+                for e in refusal.errors()
+            ],
+            hide_input=True,
+        )
+    assert settings is not None and local is not None
+    return settings, local
