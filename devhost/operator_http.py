@@ -62,6 +62,10 @@ def create_operator_app(
 
     @app.exception_handler(HTTPException)
     async def refused(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 405:
+            # A method the catch-all route does not list (TRACE, a made-up one): the handler answers
+            # 404 for an unknown path and 405 with Allow for a route's, as for any other method.
+            return await operator_api(request)
         # A path the catch-all route cannot match (a newline in it, say): answered as the handler answers
         # an unknown route, never in the framework's own shape.
         refused = Refused(exc.status_code, "NoSuchRoute", "no operator API route; see docs/operator-api.md")

@@ -21,7 +21,7 @@ from demo.services.common import OrderFacts, error, jsonable_errors, money, resp
 from demo.services.idempotency import IdempotentCalls
 from demo.services.inventory import Inventory, inventory_router
 from demo.services.ledger import Ledger
-from demo.services.payments import Payments, RefundPolicy, payments_router
+from demo.services.payments import Payments, RefundPolicy, payments_router, refund_policy_router
 from demo.services.shipping import Shipping, shipping_router
 from demo.tpch import Catalog
 
@@ -191,6 +191,7 @@ def create_app(
     app.include_router(payments_router(services.payments, calls), dependencies=checked)
     app.include_router(shipping_router(services.shipping, calls), dependencies=checked)
     app.include_router(report_router(services, calls.lock))
+    app.include_router(refund_policy_router(services.payments, calls.lock))
     return app
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -57,6 +58,16 @@ class ServiceOptions:
     allow_anonymous: bool
 
 
+def _loopback_only(host: str) -> bool:
+    """Whether binding ``host`` listens on this machine's loopback interface only: a loopback name or
+    address, never an unspecified one (``0.0.0.0``, ``::``: every interface)."""
+    try:
+        unspecified = ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        unspecified = False
+    return is_loopback_host(host) and not unspecified
+
+
 def listen_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` and listening, for uvicorn to serve on.
 
@@ -106,7 +117,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
     parser = argparse.ArgumentParser(
         prog="python -m demo.services", description="Run the demo inventory, payment and shipping services."
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1; no other)"
+    )
     parser.add_argument("--port", type=int, default=8082, help="TCP port; 0 picks a free one (default 8082)")
     parser.add_argument("--data-dir", type=Path, default=Path(".data/tpch"), help="TPC-H CSV directory")
     parser.add_argument("--scale", type=float, default=DEFAULT_SCALE, help="TPC-H scale factor if generating")
@@ -135,8 +148,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ServiceOptions:
         parser.error(f"--orders must be 0 (all) or more, not {args.orders}")
     if args.stock_divisor < 1:
         parser.error(f"--stock-divisor must be at least 1, not {args.stock_divisor}")
-    if args.allow_anonymous and not is_loopback_host(args.host):
-        parser.error("--allow-anonymous serves on a loopback --host only")
+    if not _loopback_only(args.host):
+        # The steering and reporting routes (/faults, /audit, /stock, ...) check no token.
+        parser.error(
+            "the demo services serve on a loopback --host only (their steering routes check no token)"
+        )
     try:
         plan = FaultPlan.model_validate_json(args.faults)
     except ValidationError as exc:

@@ -8,6 +8,7 @@ after its charge keeps the policy's fee, at most once per charge in total.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -332,8 +333,8 @@ class Payments:
 
 
 def payments_router(payments: Payments, calls: IdempotentCalls) -> APIRouter:
-    """``POST /payments/charges``, ``.../{chargeId}/refund``, ``POST /payments/refunds`` (by key) and
-    ``GET``/``PUT /refund-policy``."""
+    """``POST /payments/charges``, ``.../{chargeId}/refund`` and ``POST /payments/refunds`` (by key): the
+    agents' calls, behind the token check."""
     router = APIRouter()
 
     @router.post("/payments/charges", status_code=201)
@@ -357,13 +358,21 @@ def payments_router(payments: Payments, calls: IdempotentCalls) -> APIRouter:
             request, "payments.refund_by_key", RefundByKeyIn, payments.do_refund_by_key, undo=True
         )
 
+    return router
+
+
+def refund_policy_router(payments: Payments, lock: asyncio.Lock) -> APIRouter:
+    """``GET``/``PUT /refund-policy``: steering, like ``/faults``, for whoever runs the demo on this
+    machine (the services listen on loopback only), not a call an agent makes."""
+    router = APIRouter()
+
     @router.get("/refund-policy")
     async def get_refund_policy() -> dict[str, Any]:
         return payments.refund_policy.model_dump(mode="json")
 
     @router.put("/refund-policy")
     async def put_refund_policy(policy: RefundPolicy) -> dict[str, Any]:
-        async with calls.lock:
+        async with lock:
             payments.refund_policy = policy
         logger.info("refund policy replaced: %s", policy.model_dump_json())
         return policy.model_dump(mode="json")

@@ -1022,6 +1022,15 @@ def test_the_command_line_sets_the_refund_policy() -> None:
         (["--port", "-1"], "--port must be 0 (a free port) to 65535, not -1"),
         (["--orders", "-5"], "--orders must be 0 (all) or more, not -5"),
         (["--stock-divisor", "0"], "--stock-divisor must be at least 1, not 0"),
+        # The steering routes check no token: the services never listen beyond this machine.
+        (
+            ["--host", "0.0.0.0"],
+            "the demo services serve on a loopback --host only (their steering routes check no token)",
+        ),
+        (
+            ["--host", "::"],
+            "the demo services serve on a loopback --host only (their steering routes check no token)",
+        ),
     ],
 )
 def test_the_command_line_refuses_numbers_out_of_range(

@@ -149,3 +149,13 @@ def test_an_agent_whose_identity_lacks_the_role_gets_an_auth_refusal_not_a_busin
 
     assert (raised.value.status, raised.value.code) == (403, "missing_role")
     assert client.get("/stock/10").json()["available"] == 10
+
+
+def test_the_steering_routes_need_no_token_and_every_agent_call_does(client: TestClient) -> None:
+    # Steering (/faults, /refund-policy) is for whoever runs the demo on this machine; the services listen
+    # on loopback only. Every call an agent makes is behind the token check.
+    assert client.get("/refund-policy").status_code == 200
+    assert client.put("/refund-policy", json={"fee": "1.00"}).json()["fee"] == "1.00"
+    assert client.get("/faults").status_code == 200
+    for path in ("/payments/charges", "/payments/refunds", "/inventory/reservations", "/shipping/shipments"):
+        assert client.post(path, json={}).status_code == 401, path

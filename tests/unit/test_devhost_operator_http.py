@@ -101,3 +101,17 @@ def test_an_unexpected_failure_is_answered_500_in_the_error_shape(
 
     assert (answer.status_code, answer.headers["content-type"]) == (500, "application/json; charset=utf-8")
     assert answer.json()["error"]["code"] == "InternalError"
+
+
+def test_a_method_no_route_lists_is_answered_as_the_handler_answers_any_other(trusted: TrustedIssuer) -> None:
+    deps = memory_deps(FakeClock())
+    submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
+    app = operator_http.create_operator_app(deps, trusted.validator)
+
+    with TestClient(app) as http:
+        unknown_path = http.request("FOO", "/api/operator/nope", headers=trusted.operator())
+        traced = http.request("TRACE", "/api/operator/orders/a:o-1", headers=trusted.operator())
+
+    assert (unknown_path.status_code, unknown_path.json()["error"]["code"]) == (404, "NoSuchRoute")
+    assert (traced.status_code, traced.json()["error"]["code"]) == (405, "MethodNotAllowed")
+    assert traced.headers["allow"] == "GET"
