@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from demo.services.bindings import DEMO_SERVICES_AUDIENCE
 from devhost.local_issuer import LocalIssuer
 from orderflow.bindings import AGENT_ROLE
+from orderflow.operator_auth import MAX_TOKEN_LIFETIME_S
 
 LEEWAY_S = 60
 """Seconds of clock difference allowed on ``exp`` and ``nbf``."""
@@ -104,6 +105,10 @@ class AgentAuth:
             raise CallerRefused(401, "invalid_token", "the token is from another issuer") from None
         except jwt.PyJWTError as exc:
             raise CallerRefused(401, "invalid_token", f"the token is invalid: {type(exc).__name__}") from None
+        lifetime = claims["exp"] - claims["iat"]
+        if not isinstance(lifetime, int | float) or lifetime > MAX_TOKEN_LIFETIME_S:
+            # Entra's access tokens live about an hour; a longer one was minted by a signing key's holder.
+            raise CallerRefused(401, "invalid_token", "the token's lifetime is too long")
         roles = claims.get("roles")
         if not isinstance(roles, list) or self.role not in roles:
             raise CallerRefused(403, "missing_role", f"the caller lacks the app role {self.role}")

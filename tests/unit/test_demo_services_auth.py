@@ -39,8 +39,9 @@ def agent_token(
     audience: str = DEMO_SERVICES_AUDIENCE,
     roles: tuple[str, ...] = (AGENT_ROLE,),
     now: float | None = None,
+    lifetime_s: int = 3600,
 ) -> str:
-    return issuer(audience).mint(name="orderflow-agents", roles=roles, now=now)
+    return issuer(audience).mint(name="orderflow-agents", roles=roles, now=now, lifetime_s=lifetime_s)
 
 
 @pytest.fixture
@@ -94,6 +95,13 @@ def test_an_expired_token_is_refused(client: TestClient) -> None:
     response = reserve(client, f"Bearer {token}")
     assert_refused(response, 401, "invalid_token", client)
     assert response.json()["detail"] == "the token has expired"
+
+
+def test_a_token_living_longer_than_a_day_is_refused(client: TestClient) -> None:
+    # Only a signing key's holder mints a token for a hundred years; Entra's live about an hour.
+    response = reserve(client, f"Bearer {agent_token(lifetime_s=100 * 365 * 24 * 3600)}")
+    assert_refused(response, 401, "invalid_token", client)
+    assert response.json()["detail"] == "the token's lifetime is too long"
 
 
 def test_a_token_without_the_agents_app_role_is_refused(client: TestClient) -> None:
