@@ -379,11 +379,16 @@ def test_count_breakdown_per_order_with_targets() -> None:
 
 def test_hard_down_calls_are_read_from_the_audit_by_key() -> None:
     audit = {
-        "h-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 23, "undo": False},
-        "h-tpch-1:charge_payment:undo": {"endpoint": "payments.refund_by_key", "calls": 24, "undo": True},
-        "h-tpch-1:reserve_inventory": {"endpoint": "inventory.reserve", "calls": 1, "undo": False},
-        "h-tpch-3:charge_payment": {"endpoint": "payments.charge", "calls": 20, "undo": False},
-        "other-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 5, "undo": False},
+        # Keyed as the agents key their calls: {clientId}:{orderId}:{step}[:undo].
+        "bench-a:h-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 23, "undo": False},
+        "bench-a:h-tpch-1:charge_payment:undo": {
+            "endpoint": "payments.refund_by_key",
+            "calls": 24,
+            "undo": True,
+        },
+        "bench-a:h-tpch-1:reserve_inventory": {"endpoint": "inventory.reserve", "calls": 1, "undo": False},
+        "bench-a:h-tpch-3:charge_payment": {"endpoint": "payments.charge", "calls": 20, "undo": False},
+        "bench-a:other-tpch-1:charge_payment": {"endpoint": "payments.charge", "calls": 5, "undo": False},
     }
     calls = hard_down_calls(audit, service="payments", order_ids=["h-tpch-1", "h-tpch-3"])
     assert calls == {"h-tpch-1": {"forward": 23, "undo": 24}, "h-tpch-3": {"forward": 20, "undo": 0}}
