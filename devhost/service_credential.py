@@ -20,7 +20,7 @@ from agents.services import HttpRemoteService
 from devhost.local_issuer import DEFAULT_LIFETIME_S, KEY_FILE, LocalIssuer, ensure_signing_key
 from orderflow.bindings import AGENT_ROLE, CachedTokens, EntraAuth, ServiceBindings, TokenSource
 from orderflow.settings import Agents
-from orderflow.settings.hosts import check_bindings
+from orderflow.settings.workflow import check_bindings
 from orderflow.workflows import agent_names
 
 LOCAL_AGENTS_CLIENT_ID = "5b7c2f8e-3d0a-4f6e-9a51-2c8e0d4b7f13"

@@ -196,7 +196,7 @@ def binding_refusals(
     bindings: ServiceBindings, workflows: Iterable[WorkflowDefinition], *, azure: bool
 ) -> Iterator[str]:
     """Why these bindings cannot serve these workflows, one line each starting with the service's name
-    (none: they can); :func:`orderflow.settings.hosts.check_bindings` raises the first.
+    (none: they can); :func:`orderflow.settings.workflow.check_bindings` raises the first.
 
     Args:
         bindings: The parsed ``SERVICE_BINDINGS``.

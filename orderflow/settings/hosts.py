@@ -1,7 +1,7 @@
 """What the start-up checks of every host share: the refusal of a setting with no safe value
-(:class:`UnsafeAzureSetting`), the host-name checks, and the refusal of service bindings that cannot serve
-the workflows (:func:`check_bindings`). The Azure start-up policy itself is the Azure host's
-(``function_host.azure_policy``)."""
+(:class:`UnsafeAzureSetting`) and the host-name checks. The refusal of service bindings that cannot serve
+the workflows is the agents section's (:func:`orderflow.settings.workflow.check_bindings`); the Azure
+start-up policy itself is the Azure host's (``function_host.azure_policy``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import ipaddress
 import re
 import socket
 import unicodedata
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from orderflow.settings.workflow import Agents
 
 
 class UnsafeAzureSetting(ValueError):
@@ -71,13 +67,3 @@ def is_host_name(host: str) -> bool:
     except ValueError:
         return _DNS_NAME.fullmatch(name.rstrip(".").lower()) is not None
     return True
-
-
-def check_bindings(agents: Agents, *, azure: bool) -> None:
-    """Refuse, at the start of a host that runs agents, bindings that cannot serve the workflows.
-
-    Raises:
-        UnsafeAzureSetting: the first refusal, one line (``SERVICE_BINDINGS <service>: <why>``).
-    """
-    for refusal in agents.binding_refusals(azure=azure):
-        raise UnsafeAzureSetting("SERVICE_BINDINGS", refusal)

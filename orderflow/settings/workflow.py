@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from orderflow.settings.base import Section
+from orderflow.settings.hosts import UnsafeAzureSetting
 
 
 class Starter(Section):
@@ -197,3 +198,13 @@ class Breakers(Section):
         "1): one read per dependency per host per period, not one per call. A breaker another host "
         "opens is seen within this time.",
     )
+
+
+def check_bindings(agents: Agents, *, azure: bool) -> None:
+    """Refuse, at the start of a host that runs agents, bindings that cannot serve the workflows.
+
+    Raises:
+        UnsafeAzureSetting: the first refusal, one line (``SERVICE_BINDINGS <service>: <why>``).
+    """
+    for refusal in agents.binding_refusals(azure=azure):
+        raise UnsafeAzureSetting("SERVICE_BINDINGS", refusal)

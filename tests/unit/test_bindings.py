@@ -18,7 +18,8 @@ from orderflow.bindings import (
     is_private_host,
 )
 from orderflow.settings import Settings
-from orderflow.settings.hosts import UnsafeAzureSetting, check_bindings
+from orderflow.settings.hosts import UnsafeAzureSetting
+from orderflow.settings.workflow import check_bindings
 
 pytestmark = pytest.mark.unit
 
