@@ -9,7 +9,7 @@ from typing import Any
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clients import RegisteredClient
-from orderflow.clock import FakeClock
+from orderflow.clock import Clock, FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
@@ -18,6 +18,7 @@ from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import WorkflowDefinition
+from supervisor.sweep import SweepReport, run_sweep
 
 
 @dataclass
@@ -150,3 +151,18 @@ def submit_and_claim(
     )
     assert won is not None
     return won.item
+
+
+def sweep_once(deps: Dependencies, clock: Clock | None = None, **options: Any) -> SweepReport:
+    """One supervisor sweep of ``deps`` with its own settings' sections, on ``clock`` (default
+    ``deps.clock``); ``options`` are :func:`supervisor.sweep.run_sweep`'s others (``cursor``,
+    ``keep_going``)."""
+    return run_sweep(
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock if clock is None else clock,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        host_id=deps.settings.queues.HOST_ID,
+        **options,
+    )

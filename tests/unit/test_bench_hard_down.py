@@ -20,8 +20,8 @@ from orderflow.contracts import RecordStepFailureInput, StepError
 from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
-from supervisor.sweep import SweepCursor, SweepReport, run_sweep
-from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body
+from supervisor.sweep import SweepCursor, SweepReport
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, sweep_once
 
 pytestmark = pytest.mark.unit
 
@@ -51,15 +51,7 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
         deps,
     )
     clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
-    report = run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-        cursor=cursor,
-    )
+    report = sweep_once(deps, clock, cursor=cursor)
     clock.advance(WAIT_S)
     return report
 

@@ -24,10 +24,10 @@ from orderflow.operator_auth import Principal
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
-from supervisor.sweep import SweepCursor, SweepReport, run_sweep
+from supervisor.sweep import SweepCursor, SweepReport
 from tests.activity_json import record_step_failure as record_step_failure_json
 from tests.activity_json import start_step
-from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body, sweep_once
 from tests.unit.scripted_runtime import ScriptedClient
 
 pytestmark = pytest.mark.unit
@@ -95,15 +95,7 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
 
 def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
     advance(deps, deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
-    report = run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=deps.clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-        cursor=cursor,
-    )
+    report = sweep_once(deps, cursor=cursor)
     advance(deps, WAIT_S)
     return report
 

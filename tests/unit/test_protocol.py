@@ -31,7 +31,7 @@ from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery, backoff_s, recover
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
-from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received, sweep_once
 
 pytestmark = pytest.mark.unit
 
@@ -209,14 +209,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     submit(deps)
     claimed(deps)
     clock.advance(31)
-    run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    sweep_once(deps, clock)
     before = deps.states.get("a:o-1")
     result = start_step(
         StartStepInput(
@@ -754,14 +747,7 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencie
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     claimed(deps, "a:o-1")
-    report = run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    report = sweep_once(deps, clock)
     assert (report.scanned, report.requeued, report.gave_up) == (0, [], [])
     assert deps.states.get("a:o-2").item.process_state is ProcessState.PENDING
 
@@ -1062,14 +1048,7 @@ def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
         + settings.alerts.CLOCK_SKEW_TOLERANCE_S
         + 1
     )
-    assert run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-    ).recovered
+    assert sweep_once(deps, clock).recovered
     clock.advance(60)
 
 
@@ -1168,14 +1147,7 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     first_claim = clock.now()
     claimed(deps)
     clock.advance(31)  # the claim's completeBy passes
-    run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    sweep_once(deps, clock)
     recovered_at = clock.now()
     clock.advance(10)  # past the re-queue backoff
     second_claim = clock.now()

@@ -26,8 +26,8 @@ from orderflow.errors import TransientError
 from orderflow.records import ProcessState, StateRecord, TimelineChunk
 from orderflow.stores.base import AlertQuery, Page, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryAlertStore
-from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
-from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body
+from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, sweep_once
 
 pytestmark = pytest.mark.unit
 
@@ -135,15 +135,7 @@ def alerts(clock: FakeClock) -> Iterator[InMemoryAlertStore]:
 def sweep_after_a_period(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """What the supervisor loop does every period: wait ``PERIOD_S``, then sweep with its cursor."""
     clock.advance(PERIOD_S)
-    return run_sweep(
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        scans=deps.settings.scans,
-        host_id=deps.settings.queues.HOST_ID,
-        cursor=cursor,
-    )
+    return sweep_once(deps, clock, cursor=cursor)
 
 
 def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER_ID) -> datetime:

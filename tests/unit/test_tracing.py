@@ -28,9 +28,8 @@ from orderflow.queues.servicebus import trace_properties
 from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
-from supervisor.sweep import run_sweep
 from tests.spans import recorded_spans
-from tests.unit.fakes import TEST_CLIENT, TEST_CLIENTS, RecordingClient, memory_deps, order_body
+from tests.unit.fakes import TEST_CLIENT, TEST_CLIENTS, RecordingClient, memory_deps, order_body, sweep_once
 from tests.unit.test_df_replay import RESERVE, at, replay, response, waiting_on_first_step
 
 pytestmark = pytest.mark.unit
@@ -448,14 +447,7 @@ def test_a_recovered_attempt_is_a_child_of_the_submission_linked_to_the_attempt_
         clock.advance(
             deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.steps.STEP_TIMEOUT_S + 600
         )  # attempt 1 died
-        run_sweep(
-            states=deps.states,
-            queues=deps.queues,
-            clock=clock,
-            supervisor=deps.settings.supervisor,
-            scans=deps.settings.scans,
-            host_id=deps.settings.queues.HOST_ID,
-        )
+        sweep_once(deps, clock)
         clock.advance(3600)  # past the re-queue's backoff
         starter_pass()
 
