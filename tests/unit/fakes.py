@@ -18,6 +18,7 @@ from orderflow.records import StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import WorkflowDefinition
+from supervisor.recovery import Recovery, recover
 from supervisor.sweep import SweepReport, run_sweep
 
 
@@ -165,4 +166,17 @@ def sweep_once(deps: Dependencies, clock: Clock | None = None, **options: Any) -
         scans=deps.settings.scans,
         host_id=deps.settings.queues.HOST_ID,
         **options,
+    )
+
+
+def recover_once(deps: Dependencies, key: str, clock: Clock | None = None) -> Recovery:
+    """The supervisor's recovery of the record stored under ``key``, as read now, with ``deps``' own
+    settings sections, on ``clock`` (default ``deps.clock``)."""
+    return recover(
+        deps.states,
+        deps.states.get(key),
+        queues=deps.queues,
+        clock=deps.clock if clock is None else clock,
+        supervisor=deps.settings.supervisor,
+        host_id=deps.settings.queues.HOST_ID,
     )

@@ -31,9 +31,9 @@ from orderflow.records import ProcessState, StateRecord
 from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V1
-from supervisor.recovery import Recovery, recover
+from supervisor.recovery import Recovery
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
-from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received
+from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, recover_once
 
 pytestmark = pytest.mark.unit
 
@@ -320,14 +320,7 @@ def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
         + 1
     )
 
-    outcome = recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    outcome = recover_once(deps, "a:o-1", clock)
 
     assert outcome is Recovery.REQUEUED
     record = deps.states.get("a:o-1").item

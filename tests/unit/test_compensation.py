@@ -29,9 +29,9 @@ from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
-from supervisor.recovery import Recovery, recover
+from supervisor.recovery import Recovery
 from tests.activity_json import begin_compensation, finish_compensation, start_step, start_undo
-from tests.unit.fakes import memory_deps, received, submit_and_claim
+from tests.unit.fakes import memory_deps, received, recover_once, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -272,14 +272,7 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
     clock.advance(
         9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S
     )  # the compensating attempt's completeBy passes
-    assert recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    ) is (Recovery.REQUEUED)
+    assert recover_once(deps, "a:o-1", clock) is (Recovery.REQUEUED)
     clock.advance(60)
     won = claim(
         deps.states,
@@ -305,16 +298,7 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     outcomes = []
     for attempt in range(2, 2 + deps.settings.supervisor.SUPERVISOR_MAX_FAILURES):
         clock.advance(9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S)
-        outcomes.append(
-            recover(
-                deps.states,
-                deps.states.get("a:o-1"),
-                queues=deps.queues,
-                clock=clock,
-                supervisor=deps.settings.supervisor,
-                host_id=deps.settings.queues.HOST_ID,
-            )
-        )
+        outcomes.append(recover_once(deps, "a:o-1", clock))
         record = deps.states.get("a:o-1").item
         if record.process_state is not ProcessState.COMPENSATING:
             break

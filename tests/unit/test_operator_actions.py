@@ -24,10 +24,10 @@ from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryStateStore
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
-from supervisor.recovery import Recovery, recover
+from supervisor.recovery import Recovery
 from tests.activity_json import start_step
 from tests.operator_tokens import TrustedIssuer, local_issuer
-from tests.unit.fakes import RecordingClient, memory_deps, submit_and_claim
+from tests.unit.fakes import RecordingClient, memory_deps, recover_once, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -345,23 +345,9 @@ def test_the_supervisor_leaves_a_suspended_order_whose_attempt_died_until_it_is_
     assert isinstance(deps.clock, FakeClock)
     deps.clock.advance(3600)
 
-    held = recover(
-        deps.states,
-        deps.states.get(KEY),
-        queues=deps.queues,
-        clock=deps.clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    held = recover_once(deps, KEY)
     call(deps, trusted.validator, "POST", f"{ORDER}/resume", trusted.operator())
-    after = recover(
-        deps.states,
-        deps.states.get(KEY),
-        queues=deps.queues,
-        clock=deps.clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    after = recover_once(deps, KEY)
 
     assert (held, after) == (Recovery.SKIPPED, Recovery.REQUEUED)
 

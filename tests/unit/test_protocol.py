@@ -31,7 +31,7 @@ from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery, backoff_s, recover
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
-from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received, sweep_once
+from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received, recover_once, sweep_once
 
 pytestmark = pytest.mark.unit
 
@@ -165,14 +165,7 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
     submit(deps)
     record = claimed(deps)
     clock.advance(31)
-    assert recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    ) is (Recovery.REQUEUED)
+    assert recover_once(deps, "a:o-1", clock) is (Recovery.REQUEUED)
     requeued = deps.states.get("a:o-1").item
     assert requeued.next_attempt_at == clock.now() + timedelta(seconds=2)
     client = RecordingClient()
@@ -761,16 +754,7 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
         clock.advance(60)
         claimed(deps)
         clock.advance(31)
-        outcomes.append(
-            recover(
-                deps.states,
-                deps.states.get("a:o-1"),
-                queues=deps.queues,
-                clock=clock,
-                supervisor=deps.settings.supervisor,
-                host_id=deps.settings.queues.HOST_ID,
-            )
-        )
+        outcomes.append(recover_once(deps, "a:o-1", clock))
     assert outcomes == [Recovery.REQUEUED, Recovery.REQUEUED, Recovery.GAVE_UP]
     record = deps.states.get("a:o-1").item
     # Compensating, unlocked and ready at once: a starter claims the attempt that undoes the steps.

@@ -26,10 +26,10 @@ from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
-from supervisor.recovery import Recovery, recover
+from supervisor.recovery import Recovery
 from tests.activity_json import record_review, start_step
 from tests.operator_tokens import TrustedIssuer, signing_key
-from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENT, memory_deps, received, recover_once, submit_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -191,14 +191,7 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
     decide("reject")
     clock.advance(60 + 31)  # the deadline and its grace pass: nobody recorded the decision
 
-    assert recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    ) is (Recovery.REQUEUED)
+    assert recover_once(deps, "a:o-1", clock) is (Recovery.REQUEUED)
     clock.advance(60)
     assert (
         claim(
@@ -229,14 +222,7 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
     assert record.complete_by == clock.now() + timedelta(seconds=deps.settings.starter.CLAIM_TIMEOUT_S)
     # Far before the 60 s review deadline + grace.
     clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
-    assert recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    ) is (Recovery.REQUEUED)
+    assert recover_once(deps, "a:o-1", clock) is (Recovery.REQUEUED)
     clock.advance(60)
     assert (
         claim(
@@ -272,14 +258,7 @@ def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
     )
 
     clock.advance(deps.settings.starter.CLAIM_TIMEOUT_S + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
-    recover(
-        deps.states,
-        deps.states.get("a:o-1"),
-        queues=deps.queues,
-        clock=clock,
-        supervisor=deps.settings.supervisor,
-        host_id=deps.settings.queues.HOST_ID,
-    )
+    recover_once(deps, "a:o-1", clock)
 
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 
