@@ -17,7 +17,7 @@ from orderflow.contracts import fallback_step_name
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
 from orderflow.queues.base import QueueFactory
-from orderflow.records import OrderDocument, StateRecord
+from orderflow.records import Hold, OrderDocument, StateRecord
 from orderflow.settings import Queues
 from orderflow.workflows import StepDefinition
 
@@ -34,6 +34,7 @@ def request_payload(
     *,
     fallback: bool = False,
     corrected: dict[str, Any] | None = None,
+    committed: Hold | None = None,
 ) -> dict[str, Any]:
     """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
     fallback provider gets the step's ``fallback_payload`` over it.
@@ -41,14 +42,17 @@ def request_payload(
     Args:
         corrected: An operator's corrections of the step's input (wire name -> value,
             :meth:`StateRecord.corrected_input`), laid over the order document's fields.
+        committed: The hold a committing step makes permanent (its ``holdId`` and key go in the body).
     """
     if corrected:
         order = OrderDocument.model_validate({**order.to_json_dict(), **corrected})
     items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
     payload: dict[str, Any]
-    if step.operation == "reserve":
+    if committed is not None:
+        payload = {"holdId": committed.hold_id, "holdKey": committed.idempotency_key}
+    elif step.operation == "reserve":
         payload = {"items": items}
-    elif step.operation == "charge":
+    elif step.operation in ("charge", "authorize"):
         # Customer ids are the client's own: the service is told whose (docs/clients.md).
         payload = {
             "customerId": order.customer_id,
@@ -62,6 +66,8 @@ def request_payload(
         payload = {"orderId": order.order_id}
     if fallback:
         payload.update(dict(step.fallback_payload))
+    if step.hold is not None:
+        payload["holdS"] = step.hold.lifetime_s
     return payload
 
 
@@ -124,7 +130,11 @@ def send_step_request(
         deadline=agent_deadline(complete_by, now),
         reply_to=response_queue,
         payload=request_payload(
-            step_def, order, fallback=fallback, corrected=record.corrected_input(step_def.name)
+            step_def,
+            order,
+            fallback=fallback,
+            corrected=record.corrected_input(step_def.name),
+            committed=record.holds.get(step_def.commits) if step_def.commits else None,
         ),
         max_calls=step.reserved_calls,
         traceparent=tracing.current_traceparent(),

@@ -29,6 +29,7 @@ from orderflow.protocol.step_start import (
 )
 from orderflow.records import (
     CompensationEntry,
+    Hold,
     LastError,
     PendingReply,
     ProcessState,
@@ -38,9 +39,10 @@ from orderflow.records import (
     StepStatus,
     format_utc,
     instance_id_for,
+    parse_utc,
 )
 from orderflow.settings import Breakers, Starter, Steps
-from orderflow.workflows import UnknownWorkflowVersion, WorkflowDefinition, workflow_for
+from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, WorkflowDefinition, workflow_for
 
 
 def claim(record: StateRecord, *, now: datetime, claim_timeout_s: float) -> StateRecord:
@@ -101,8 +103,8 @@ def start_first_step(record: StateRecord, now: datetime, steps: Steps, starter: 
     its own attempt and only sends the request). The decision is the activity's own
     (:func:`orderflow.protocol.step_start.decide_step_start`); what it does not decide to start here is left
     to the orchestration: a step that may pause for review (the claim has not read the order), one moved
-    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
-    order whose stop was requested.
+    to its fallback provider or failed before, one with no calls left in the budget, one the hold rule
+    guards (:mod:`orderflow.protocol.holds`), and any step of an order whose stop was requested.
 
     Args:
         record: The claimed record (``lockedBy`` set), changed in place.
@@ -123,6 +125,9 @@ def start_first_step(record: StateRecord, now: datetime, steps: Steps, starter: 
     step = None if step_def is None else record.steps.get(step_def.name)
     # The claim starts only a fresh step on its primary provider; every other case is the activity's.
     if step_def is None or step is None or step.fallback:
+        return None
+    # The hold rule is the activity's: it re-acquires a lapsing hold, which the claim cannot send.
+    if definition.guarded_by_holds(step_def):
         return None
     if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
         return None
@@ -164,6 +169,7 @@ def record_completion(
     record.settle_reservation(done.step, done.calls)
     record.dependency_wait_since = None  # its dependency answered: a later wait starts afresh
     step_def = definition.step(done.step)
+    record_hold(record, step_def, done, now)
     if not any(entry.step == done.step for entry in record.compensation_log):
         record.compensation_log.append(
             CompensationEntry(
@@ -175,6 +181,34 @@ def record_completion(
                 recorded_at=now,
             )
         )
+
+
+def record_hold(record: StateRecord, step_def: StepDefinition, done: StepResult, now: datetime) -> None:
+    """What a completed step did to the order's holds, in place: a step that acquires one records it
+    (``holdId``, ``expiresAt`` from its result), a step that commits one marks it committed.
+
+    A hold whose answer carries no readable ``expiresAt`` is recorded as expiring when it was acquired:
+    nothing commits against an expiry nobody knows.
+    """
+    if step_def.hold is not None:
+        record.holds[step_def.name] = Hold(
+            hold_id=done.result.get("holdId", ""),
+            expires_at=_expiry(done.result.get("expiresAt"), now),
+            commit=step_def.hold.commit,
+            idempotency_key=record.steps[step_def.name].idempotency_key,
+            acquired_at=now,
+        )
+    if step_def.commits is not None and step_def.commits in record.holds:
+        committed = record.holds[step_def.commits]
+        committed.committed_at = committed.committed_at or now
+
+
+def _expiry(text: str | None, acquired_at: datetime) -> datetime:
+    """A service's ``expiresAt``, or ``acquired_at`` when it is missing or unreadable."""
+    try:
+        return parse_utc(text) if text else acquired_at
+    except ValueError:
+        return acquired_at
 
 
 def record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:
