@@ -44,11 +44,17 @@ def all_records(states: StateStore) -> list[StateRecord]:
 
 def active_effects(facts: dict[str, Any]) -> int:
     """Effects of an order still in place at the demo services: reservations not released, shipments
-    not cancelled, and a charge not refunded (counted once). A cancellation fee the refund kept by the
-    payment service's rule is not an effect left behind."""
+    not cancelled, authorisations still held, and a charge not refunded (counted once). A cancellation
+    fee the refund kept by the payment service's rule is not an effect left behind."""
     summary = facts.get("summary", {})
     charged = Decimal(summary.get("netCharged") or "0") > Decimal(summary.get("feeKept") or "0")
-    return int(summary.get("activeReservations", 0)) + int(summary.get("activeShipments", 0)) + int(charged)
+    held = int(summary.get("activeAuthorizations", 0))
+    return (
+        int(summary.get("activeReservations", 0))
+        + int(summary.get("activeShipments", 0))
+        + int(charged)
+        + held
+    )
 
 
 def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any], max_failures: int) -> str:

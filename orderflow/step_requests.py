@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orderflow import tracing
-from orderflow.contracts import fallback_step_name
+from orderflow.contracts import fallback_step_name, reacquire_step_name
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
 from orderflow.queues.base import QueueFactory
@@ -90,6 +90,7 @@ def send_step_request(
     response_queue: str,
     fallback: bool,
     now: datetime,
+    reacquire: bool = False,
 ) -> datetime:
     """Send the agent request of ``step_def``, which ``record`` shows Running for ``instance_id``; returns
     the step's ``completeBy`` (UTC), where the orchestration's timer fires.
@@ -109,6 +110,10 @@ def send_step_request(
         response_queue: Where the agent answers.
         fallback: Whether the step runs on its fallback provider.
         now: The time the step started (UTC), for the deadline's margin.
+        reacquire: The request re-acquires the step's hold
+            (:func:`orderflow.protocol.transitions.holds.start_reacquire`): it answers as
+            ``{step}:reacquire``, under the step's new key, and names the hold it replaces
+            (``replacesKey``) for the service to release.
 
     Raises:
         IllegalTransition: the record has no ``completeBy`` (the step was not started by a write).
@@ -119,6 +124,17 @@ def send_step_request(
         raise IllegalTransition(f"order {record.order_id} is Running without a completeBy")
     step = record.steps[step_def.name]
     request_step = fallback_step_name(step_def.name) if fallback else step_def.name
+    if reacquire:
+        request_step = reacquire_step_name(step_def.name)
+    payload = request_payload(
+        step_def,
+        order,
+        fallback=fallback,
+        corrected=record.corrected_input(step_def.name),
+        committed=record.holds.get(step_def.commits) if step_def.commits else None,
+    )
+    if reacquire:
+        payload["replacesKey"] = record.holds[step_def.name].idempotency_key
     request_id = request_id_for(instance_id, request_step)
     request = AgentRequest(
         request_id=request_id,
@@ -129,13 +145,7 @@ def send_step_request(
         idempotency_key=step.idempotency_key,
         deadline=agent_deadline(complete_by, now),
         reply_to=response_queue,
-        payload=request_payload(
-            step_def,
-            order,
-            fallback=fallback,
-            corrected=record.corrected_input(step_def.name),
-            committed=record.holds.get(step_def.commits) if step_def.commits else None,
-        ),
+        payload=payload,
         max_calls=step.reserved_calls,
         traceparent=tracing.current_traceparent(),
     )

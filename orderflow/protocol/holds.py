@@ -24,10 +24,6 @@ from datetime import UTC, datetime, timedelta
 from orderflow.records import Hold, StateRecord
 from orderflow.workflows import StepDefinition, WorkflowDefinition
 
-HOLD_EXPIRED = "hold_expired"
-"""``lastError.code`` of an order compensated because a hold lapsed, and the permanent code a service
-answers a commit of an expired hold with."""
-
 REACQUIRE_LIMIT = 1
 """Times one hold may be re-acquired before a lapse compensates the order."""
 

@@ -16,6 +16,7 @@ from orderflow.breaker import DEPENDENCY_UNAVAILABLE
 from orderflow.contracts import StartStepInput, StepError, StepResult
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
+from orderflow.protocol.holds import ReacquireHold
 from orderflow.protocol.keys import fallback_key, undo_key
 from orderflow.protocol.step_start import (
     AwaitDependency,
@@ -27,9 +28,9 @@ from orderflow.protocol.step_start import (
     Suspended,
     decide_step_start,
 )
+from orderflow.protocol.transitions.holds import record_hold, start_reacquire
 from orderflow.records import (
     CompensationEntry,
-    Hold,
     LastError,
     PendingReply,
     ProcessState,
@@ -39,10 +40,9 @@ from orderflow.records import (
     StepStatus,
     format_utc,
     instance_id_for,
-    parse_utc,
 )
 from orderflow.settings import Breakers, Starter, Steps
-from orderflow.workflows import StepDefinition, UnknownWorkflowVersion, WorkflowDefinition, workflow_for
+from orderflow.workflows import UnknownWorkflowVersion, WorkflowDefinition, workflow_for
 
 
 def claim(record: StateRecord, *, now: datetime, claim_timeout_s: float) -> StateRecord:
@@ -183,34 +183,6 @@ def record_completion(
         )
 
 
-def record_hold(record: StateRecord, step_def: StepDefinition, done: StepResult, now: datetime) -> None:
-    """What a completed step did to the order's holds, in place: a step that acquires one records it
-    (``holdId``, ``expiresAt`` from its result), a step that commits one marks it committed.
-
-    A hold whose answer carries no readable ``expiresAt`` is recorded as expiring when it was acquired:
-    nothing commits against an expiry nobody knows.
-    """
-    if step_def.hold is not None:
-        record.holds[step_def.name] = Hold(
-            hold_id=done.result.get("holdId", ""),
-            expires_at=_expiry(done.result.get("expiresAt"), now),
-            commit=step_def.hold.commit,
-            idempotency_key=record.steps[step_def.name].idempotency_key,
-            acquired_at=now,
-        )
-    if step_def.commits is not None and step_def.commits in record.holds:
-        committed = record.holds[step_def.commits]
-        committed.committed_at = committed.committed_at or now
-
-
-def _expiry(text: str | None, acquired_at: datetime) -> datetime:
-    """A service's ``expiresAt``, or ``acquired_at`` when it is missing or unreadable."""
-    try:
-        return parse_utc(text) if text else acquired_at
-    except ValueError:
-        return acquired_at
-
-
 def record_error(record: StateRecord, error: StepError, at: datetime, *, fail_step: bool) -> None:
     """Record ``error`` in ``lastError``, in place; with ``fail_step``, a Running step becomes Failed and
     its reservation is settled."""
@@ -312,6 +284,10 @@ def start_step(
         case Suspended():
             _prepare_start(record, definition, data, to_fallback=False, now=now)
             release_suspended(record, now)
+            return record
+        case ReacquireHold(step=held, started=False, grant=grant):
+            _prepare_start(record, definition, data, to_fallback=False, now=now)
+            start_reacquire(record, held, data.instance_id, grant=grant, complete_by=data.complete_by(now))
             return record
         case Start(grant=grant, to_fallback=to_fallback):
             _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
