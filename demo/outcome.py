@@ -224,6 +224,7 @@ def summarise(
         "calls_per_step_max": int(audit["calls_per_key_max"]),
         "faults_injected": int(audit.get("faults_total", 0)),
         "fees_kept": audit.get("fees_kept_total", "0.00"),
+        **holds_report(records, audit.get("holds", {})),
         "elapsed_s": round(elapsed_s, 2),
         "orders_per_s": round(submitted / elapsed_s, 2) if elapsed_s > 0 else 0.0,
     }
@@ -232,11 +233,25 @@ def summarise(
     return report, mismatched
 
 
+def holds_report(records: Mapping[str, StateRecord], holds: Mapping[str, int]) -> dict[str, int]:
+    """The run's holds: acquired, expired and committed as the services count them, re-acquired as the
+    records say, and ``committed_on_expired_hold``, the commits that reached a service after their hold
+    had expired there (each refused, ``hold_expired``): the hold rule keeps it at 0."""
+    return {
+        "holds_acquired": int(holds.get("acquired", 0)),
+        "holds_expired": int(holds.get("expired", 0)),
+        "holds_reacquired": sum(h.reacquired for r in records.values() for h in r.holds.values()),
+        "holds_committed": int(holds.get("committed", 0)),
+        "committed_on_expired_hold": int(holds.get("commitsOnExpired", 0)),
+    }
+
+
 INVARIANTS = (
     "timed_out",
     "not_terminal",
     "duplicate_effects",
     "uncompensated_effects",
+    "committed_on_expired_hold",
     "mismatched",
     "overlapping_attempts",
     "missing_final_replies",

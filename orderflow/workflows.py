@@ -28,11 +28,11 @@ class HoldDefinition:
     agent makes it permanent, and starts only while every hold is live (:mod:`orderflow.protocol.holds`).
 
     Attributes:
-        lifetime_s: Seconds the service keeps the hold (sent as ``holdS``).
+        lifetime_s: Whole seconds the service keeps the hold (sent as ``holdS``, a JSON integer).
         commit: The operation that makes the hold permanent (``commit``, ``capture``).
     """
 
-    lifetime_s: float
+    lifetime_s: int
     commit: str
 
 
@@ -287,7 +287,7 @@ correcting: it is a choice among a few carriers that a client can get wrong, and
 step that reads it. The items are what the customer ordered (the reservation and the shipment both read
 them): changing them is a new order, so the demo's steps do not declare them."""
 
-HOLD_LIFETIME_S = 120.0
+HOLD_LIFETIME_S = 120
 """Seconds the demo services keep order-v6's holds: long enough for the steps between the first hold and
 the last commit (each at most ``STEP_TIMEOUT_S``), short enough that a stuck order frees its stock."""
 

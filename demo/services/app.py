@@ -68,7 +68,8 @@ class DemoServices:
         # The same effect made twice under different keys (e.g. two charges for one order) is a duplicate too.
         per_order = 0
         for facts in self.ledger.orders.values():
-            per_order += max(0, len(facts.reservations) - 1)
+            kept = [rid for rid in facts.reservations if not self.inventory.reservations[rid].replaced]
+            per_order += max(0, len(kept) - 1)
             per_order += max(0, len(facts.charges) - 1)
             per_order += max(0, len(facts.shipments) - 1)
         return {
@@ -93,14 +94,15 @@ class DemoServices:
         self.authorizations.expire_holds()
 
     def holds_json(self) -> dict[str, int]:
-        """Holds acquired, expired (by the services' clocks), committed and still live, and commits
-        refused because their hold was gone."""
+        """Holds acquired, expired (by the services' clocks), committed and still live, commits refused
+        because their hold was gone, and those of them whose hold had expired."""
         ledger = self.ledger
         return {
             "acquired": ledger.holds_acquired,
             "expired": ledger.holds_expired,
             "committed": ledger.holds_committed,
             "commitsRefused": ledger.commits_refused,
+            "commitsOnExpired": ledger.commits_on_expired,
             "live": sum(r.held() for r in self.inventory.reservations.values())
             + sum(a.held() for a in self.authorizations.held.values()),
         }

@@ -67,6 +67,7 @@ class Reservation:
     expires_after: float | None = None  # the same, on the ledger's monotonic clock
     committed: bool = False
     expired: bool = False
+    replaced: bool = False  # a re-acquisition (replacesKey) took its place
 
     def held(self) -> bool:
         """A hold still live: neither released, committed nor expired."""
@@ -100,9 +101,10 @@ class Inventory:
         """Reserve the items: 201 ``{"reservationId", "orderId", "items"}`` (and ``holdId``, ``expiresAt``
         for a hold), or 409 ``out_of_stock``."""
         self.expire_holds()
-        if body.replaces_key is not None:
-            for replaced in self.reservations.values():
-                if replaced.key == body.replaces_key and replaced.held():
+        for replaced in self.reservations.values():
+            if body.replaces_key is not None and replaced.key == body.replaces_key:
+                replaced.replaced = True  # not a second reservation of the order: its successor
+                if replaced.held():
                     self.do_release(replaced.reservation_id)
         wanted: dict[str, int] = {}
         for item in body.items:
@@ -147,6 +149,7 @@ class Inventory:
         if reservation.expired or reservation.released:
             code = "hold_expired" if reservation.expired else "hold_released"
             self.ledger.commits_refused += 1
+            self.ledger.commits_on_expired += int(reservation.expired)
             return Outcome(409, error(code, permanent=True, holdId=body.hold_id))
         reservation.committed = True
         self.ledger.holds_committed += 1

@@ -28,6 +28,7 @@ class Ledger:
     holds_expired: int = 0
     holds_committed: int = 0
     commits_refused: int = 0
+    commits_on_expired: int = 0  # commits that arrived after their hold expired (refused)
 
     def facts(self, order_id: str) -> OrderFacts:
         """The facts of ``order_id``, made empty on first use."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from orderflow.records import Hold, StateRecord
+from orderflow.contracts import StepResult
+from orderflow.records import Hold, StateRecord, parse_utc
 from orderflow.workflows import StepDefinition, WorkflowDefinition
 
 REACQUIRE_LIMIT = 1
@@ -80,10 +81,16 @@ HoldDecision = ReacquireHold | HoldLapsed | None
 
 
 def decide_holds(
-    record: StateRecord, step: StepDefinition, *, instance_id: str, rule: HoldRule
+    record: StateRecord,
+    step: StepDefinition,
+    *,
+    instance_id: str,
+    rule: HoldRule,
+    completed: StepResult | None = None,
 ) -> HoldDecision:
     """Whether the holds let ``step`` start for attempt ``instance_id`` (the rules in the module
-    docstring), checked from the earliest expiry on.
+    docstring), checked from the earliest expiry on. ``completed`` is the previous step's result, written
+    in the same write as this start: the hold it acquired, or the commit it made, counts.
 
     Returns:
         None when ``step`` is not guarded or every hold is live long enough; :class:`ReacquireHold`
@@ -96,7 +103,7 @@ def decide_holds(
     definition = rule.definition
     if not definition.guarded_by_holds(step):
         return None
-    holds = {name: record.holds.get(name) for name in definition.hold_steps}
+    holds = _holds_with(record, definition, completed, rule.now)
     for name, hold in holds.items():
         if hold is not None and hold.reacquiring_by == instance_id:
             return ReacquireHold(name, started=True)
@@ -108,6 +115,46 @@ def decide_holds(
             return HoldLapsed(name, None if hold is None else hold.expires_at)
         return ReacquireHold(name)
     return None
+
+
+def hold_acquired(step: StepDefinition, result: dict[str, str], key: str, at: datetime) -> Hold:
+    """The hold ``step`` acquired under ``key``, from its result (``holdId``, ``expiresAt``), recorded at
+    ``at`` (UTC). An answer without a readable ``expiresAt`` expires at ``at``: nothing commits against an
+    expiry nobody knows.
+
+    Raises:
+        ValueError: ``step`` acquires no hold.
+    """
+    if step.hold is None:
+        raise ValueError(f"{step.name} acquires no hold")
+    try:
+        expires_at = parse_utc(result["expiresAt"]) if result.get("expiresAt") else at
+    except ValueError:
+        expires_at = at
+    return Hold(
+        hold_id=result.get("holdId", ""),
+        expires_at=expires_at,
+        commit=step.hold.commit,
+        idempotency_key=key,
+        acquired_at=at,
+    )
+
+
+def _holds_with(
+    record: StateRecord, definition: WorkflowDefinition, completed: StepResult | None, now: datetime
+) -> dict[str, Hold | None]:
+    """The workflow's holds as the record has them, with ``completed``'s hold or commit laid over."""
+    holds = {name: record.holds.get(name) for name in definition.hold_steps}
+    if completed is None or completed.step in record.completed_steps():
+        return holds
+    done = definition.step(completed.step)
+    if done.hold is not None:
+        key = record.steps[done.name].idempotency_key
+        holds[done.name] = hold_acquired(done, completed.result, key, now)
+    committed = None if done.commits is None else holds.get(done.commits)
+    if done.commits is not None and committed is not None and committed.committed_at is None:
+        holds[done.commits] = committed.model_copy(update={"committed_at": now})
+    return holds
 
 
 def _expiry(hold: Hold | None) -> datetime:

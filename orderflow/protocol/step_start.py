@@ -256,7 +256,11 @@ def _lapsing(
 ) -> HoldLapsed | ReacquireHold | OutOfBudget | None:
     """Rule 6: what the hold rule holds the step at (a new re-acquisition reserves its calls as a start
     does), or None when it may start."""
-    lapsing = None if holds is None else decide_holds(record, step, instance_id=instance_id, rule=holds)
+    lapsing = (
+        None
+        if holds is None
+        else decide_holds(record, step, instance_id=instance_id, rule=holds, completed=completed)
+    )
     if not isinstance(lapsing, ReacquireHold) or lapsing.started:
         return lapsing
     grant = _grant(record, completed, max_calls_per_step)

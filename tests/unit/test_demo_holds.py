@@ -13,8 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from demo.faults import FaultPlan
+from demo.outcome import INVARIANTS, holds_report
 from demo.services.app import create_app
-from orderflow.records import parse_utc
+from orderflow.clock import FakeClock
+from orderflow.records import Hold, parse_utc
+from orderflow.workflows import ORDER_V6
+from tests.unit.fakes import memory_deps, submit_and_claim
 from tests.unit.test_demo_services import BROKE_CUSTOMER, GOOD_CUSTOMER, available, make_catalog, post
 
 pytestmark = pytest.mark.unit
@@ -91,7 +95,14 @@ def test_a_reservation_hold_expires_on_the_services_clock_and_its_commit_is_refu
     assert (undo.json()["undone"], undo.json()["alreadyUndone"]) == (True, True)
     assert available(client, "10") == 10
     holds = client.get("/audit").json()["holds"]
-    assert holds == {"acquired": 1, "expired": 1, "committed": 0, "commitsRefused": 1, "live": 0}
+    assert holds == {
+        "acquired": 1,
+        "expired": 1,
+        "committed": 0,
+        "commitsRefused": 1,
+        "commitsOnExpired": 1,
+        "live": 0,
+    }
 
 
 def test_a_committed_reservation_no_longer_expires_and_a_reacquisition_replaces_the_hold(
@@ -152,3 +163,27 @@ def test_the_fault_plan_refuses_marked_keys_and_delays_one_endpoint() -> None:
         started = datetime.now(UTC)
         post(client, "/inventory/reservations/commit", {"orderId": "o-1", "holdId": held["holdId"]}, "c")
         assert datetime.now(UTC) - started >= timedelta(seconds=0.3)
+
+
+def test_the_demo_report_counts_holds_and_commits_that_arrived_on_expired_ones() -> None:
+    record = submit_and_claim(memory_deps(FakeClock(datetime(2026, 1, 1, tzinfo=UTC))), definition=ORDER_V6)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    record.holds["reserve_inventory"] = Hold(
+        hold_id="r", expires_at=at, commit="commit", idempotency_key="k", acquired_at=at, reacquired=1
+    )
+    audit = {
+        "acquired": 3,
+        "expired": 1,
+        "committed": 2,
+        "commitsRefused": 1,
+        "commitsOnExpired": 1,
+        "live": 0,
+    }
+    assert holds_report({"o-1": record}, audit) == {
+        "holds_acquired": 3,
+        "holds_expired": 1,
+        "holds_reacquired": 1,
+        "holds_committed": 2,
+        "committed_on_expired_hold": 1,
+    }
+    assert "committed_on_expired_hold" in INVARIANTS

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from orderflow.clock import FakeClock
+from orderflow.contracts import StepResult
 from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold
 from orderflow.protocol.step_start import OutOfBudget, ReviewNeed, Start, StepStartDecision, decide_step_start
-from orderflow.records import Hold, StateRecord, StepStatus
+from orderflow.protocol.transitions import forward
+from orderflow.records import Hold, StateRecord, StepStatus, format_utc
 from orderflow.workflows import (
     ORDER_V1,
     ORDER_V6,
@@ -52,10 +54,22 @@ def acquired(*, inventory_in_s: float = 120.0, payment_in_s: float = 120.0) -> S
     return record
 
 
-def decide(record: StateRecord, step: StepDefinition = CAPTURE, *, now: datetime = NOW) -> StepStartDecision:
+def decide(
+    record: StateRecord,
+    step: StepDefinition = CAPTURE,
+    *,
+    now: datetime = NOW,
+    completed: StepResult | None = None,
+) -> StepStartDecision:
     rule = HoldRule(ORDER_V6, now=now, deadline_s=DEADLINE_S, margin_s=MARGIN_S)
     return decide_step_start(
-        record, step, instance_id=INSTANCE, review=ReviewNeed.NOT_NEEDED, max_calls_per_step=4, holds=rule
+        record,
+        step,
+        instance_id=INSTANCE,
+        review=ReviewNeed.NOT_NEEDED,
+        max_calls_per_step=4,
+        holds=rule,
+        completed=completed,
     )
 
 
@@ -170,3 +184,31 @@ def test_definitions_refuse_a_hold_after_a_commit_or_a_commit_of_another_operati
         "commit_inventory",
         "create_shipment",
     ]
+
+
+def test_the_previous_steps_hold_and_commit_count_in_the_write_that_records_them() -> None:
+    record = acquired()
+    del record.holds["authorize_payment"]
+    record.steps["authorize_payment"].status = StepStatus.RUNNING
+    answer = {"holdId": "auth-1", "expiresAt": format_utc(NOW + timedelta(seconds=120))}
+    done = StepResult(step="authorize_payment", result=answer, calls=1)
+    assert decide(record, completed=done) == Start(grant=4, to_fallback=False)
+    # An answer without an expiry is a hold nobody may commit against.
+    unknown = StepResult(step="authorize_payment", result={"holdId": "auth-1"}, calls=1)
+    assert decide(record, completed=unknown) == ReacquireHold("authorize_payment", grant=4)
+    # The capture completing in the same write commits the authorisation, even once expired.
+    record = acquired(payment_in_s=-1.0)
+    record.steps["capture_payment"].status = StepStatus.RUNNING
+    captured = StepResult(step="capture_payment", result={"chargeId": "ch-1"}, calls=1)
+    assert decide(record, ORDER_V6.step("commit_inventory"), completed=captured) == Start(
+        grant=4, to_fallback=False
+    )
+
+
+def test_a_recovered_or_resubmitted_order_leaves_a_guarded_step_to_the_activity() -> None:
+    # The claim (after a recovery or a resubmit) starts only the first step that is not guarded.
+    record = acquired(payment_in_s=-5.0)
+    steps, starter = memory_deps(FakeClock(NOW)).settings.steps, memory_deps(FakeClock(NOW)).settings.starter
+    assert forward.start_first_step(record, NOW, steps, starter) is None
+    assert record.steps["capture_payment"].status is StepStatus.NOT_STARTED
+    assert decide(record) == ReacquireHold("authorize_payment", grant=4)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from orderflow.contracts import StepResult
+from orderflow.protocol.holds import hold_acquired
 from orderflow.protocol.keys import reacquire_key
-from orderflow.records import Hold, StateRecord, parse_utc
+from orderflow.records import StateRecord
 from orderflow.workflows import StepDefinition, WorkflowDefinition
 
 
@@ -19,17 +20,11 @@ def record_hold(record: StateRecord, step_def: StepDefinition, done: StepResult,
     """What a completed step did to the order's holds, in place: a step that acquires one records it
     (``holdId``, ``expiresAt`` from its result), a step that commits one marks it committed.
 
-    A hold whose answer carries no readable ``expiresAt`` is recorded as expiring when it was acquired:
-    nothing commits against an expiry nobody knows.
+    (:func:`orderflow.protocol.holds.hold_acquired`).
     """
     if step_def.hold is not None:
-        record.holds[step_def.name] = Hold(
-            hold_id=done.result.get("holdId", ""),
-            expires_at=_expiry(done.result.get("expiresAt"), now),
-            commit=step_def.hold.commit,
-            idempotency_key=record.steps[step_def.name].idempotency_key,
-            acquired_at=now,
-        )
+        key = record.steps[step_def.name].idempotency_key
+        record.holds[step_def.name] = hold_acquired(step_def, done.result, key, now)
         return
     if step_def.commits is not None and step_def.commits in record.holds:
         committed = record.holds[step_def.commits]
@@ -72,11 +67,3 @@ def record_reacquired(
     for entry in record.compensation_log:
         if entry.step == done.step:
             entry.data = dict(done.result)
-
-
-def _expiry(text: str | None, acquired_at: datetime) -> datetime:
-    """A service's ``expiresAt``, or ``acquired_at`` when it is missing or unreadable."""
-    try:
-        return parse_utc(text) if text else acquired_at
-    except ValueError:
-        return acquired_at
