@@ -117,6 +117,13 @@ def decide_holds(
     return None
 
 
+def uncommitted_holds(record: StateRecord) -> list[tuple[str, Hold]]:
+    """The order's holds not yet made permanent, as (step, hold), earliest expiry first: what a service
+    will undo by itself if the order does not commit them in time (a suspended order loses them)."""
+    live = [(step, hold) for step, hold in record.holds.items() if hold.committed_at is None]
+    return sorted(live, key=lambda item: item[1].expires_at)
+
+
 def hold_acquired(step: StepDefinition, result: dict[str, str], key: str, at: datetime) -> Hold:
     """The hold ``step`` acquired under ``key``, from its result (``holdId``, ``expiresAt``), recorded at
     ``at`` (UTC). An answer without a readable ``expiresAt`` expires at ``at``: nothing commits against an

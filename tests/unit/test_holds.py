@@ -4,12 +4,16 @@ then the order is compensated."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from operator_api.suspension import set_suspension
+from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import StepResult
+from orderflow.operator_auth import Principal
 from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold
 from orderflow.protocol.step_start import OutOfBudget, ReviewNeed, Start, StepStartDecision, decide_step_start
 from orderflow.protocol.transitions import forward
@@ -212,3 +216,39 @@ def test_a_recovered_or_resubmitted_order_leaves_a_guarded_step_to_the_activity(
     assert forward.start_first_step(record, NOW, steps, starter) is None
     assert record.steps["capture_payment"].status is StepStatus.NOT_STARTED
     assert decide(record) == ReacquireHold("authorize_payment", grant=4)
+
+
+def test_suspending_an_order_with_holds_not_committed_raises_an_alert_naming_the_earliest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    deps = memory_deps(FakeClock(NOW))
+    record = submit_and_claim(deps, definition=ORDER_V6)
+    for step, expires_in in (("reserve_inventory", 60), ("authorize_payment", 30)):
+        record.holds[step] = Hold(
+            hold_id=step,
+            expires_at=NOW + timedelta(seconds=expires_in),
+            commit="commit",
+            idempotency_key=step,
+            acquired_at=NOW,
+        )
+    deps.states.replace(record, etag=deps.states.get(record.order_id).etag)
+    otto = Principal(
+        object_id="oid-otto", tenant_id="t", subject="s", roles=frozenset({"orderflow.operator"})
+    )
+
+    def suspend() -> None:
+        set_suspension(
+            record.order_id,
+            otto,
+            suspend=True,
+            if_match=None,
+            states=deps.states,
+            queues=deps.queues,
+            clock=deps.clock,
+        )
+
+    with telemetry.recording() as seen, caplog.at_level(logging.ERROR, logger="orderflow.alerts"):
+        suspend()
+    assert seen["alert.holds_expire_while_suspended"] == 1
+    expires = (NOW + timedelta(seconds=30)).isoformat()
+    assert f"step=authorize_payment expires_at={expires}" in caplog.text
