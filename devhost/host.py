@@ -25,6 +25,7 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
+from activities.sections import ActivitySections
 from agents.services import HttpRemoteService
 from devhost.durabletask_adapter import (
     DURABLETASK_WORKER_LOGGER,
@@ -295,7 +296,7 @@ class DevHost:
                 maximum_thread_pool_workers=self.local.WORKER_THREADS
             ),
         )
-        register_order_workflow(worker, self.deps)
+        register_order_workflow(worker, self.deps, ActivitySections.of(self.settings))
         self._worker = worker  # first: stop() must find a worker whose start was interrupted
         worker.start()  # type: ignore[no-untyped-call]
         self._grpc_client = dt_client.TaskHubGrpcClient(

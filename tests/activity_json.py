@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.sections import ActivitySections
 from activities.table import ACTIVITIES
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
@@ -26,7 +27,7 @@ def json_activity(name: str) -> JsonActivity:
     (activity,) = [entry for entry in ACTIVITIES if entry.name == name]
 
     def call(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
-        return activity.run(payload, deps)
+        return activity.run(payload, deps, ActivitySections.of(deps.settings))
 
     call.__name__ = name
     return call

@@ -12,6 +12,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities.sections import ActivitySections
 from activities.table import ACTIVITIES
 from function_host.wiring import dependencies
 from orderflow.contracts import (
@@ -38,8 +39,10 @@ bp = df.Blueprint()
 
 
 def _run(name: str, payload: ActivityPayload) -> ActivityPayload:
-    """Run the table's activity ``name`` on ``payload`` with the worker's dependencies."""
-    return _BY_NAME[name].run(payload, dependencies())
+    """Run the table's activity ``name`` on ``payload`` with the worker's dependencies and the
+    activities' settings sections."""
+    deps = dependencies()
+    return _BY_NAME[name].run(payload, deps, ActivitySections.of(deps.settings))
 
 
 @bp.function_name(START_STEP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
@@ -49,6 +50,7 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
             at=clock.now(),
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
     clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = sweep_once(deps, clock, cursor=cursor)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure, start_step
 from agents.agent import handle_request
 from orchestrators.starter import claim
@@ -241,6 +242,7 @@ def start_charge(deps: Dependencies, instance_id: str = "a:o-1:1") -> Any:
             response_queue="r-q1",
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
 
 
@@ -300,6 +302,7 @@ def test_a_claim_defers_an_order_whose_first_step_waits_and_a_half_open_breaker_
             at=clock.now(),
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
     record = deps.states.get("a:o-1").item
     assert isinstance(recorded, FailureRecorded)

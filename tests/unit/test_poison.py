@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from intake.submission import handle_intake_message
 from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
@@ -88,6 +89,7 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
                 at=deps.clock.now(),
             ),
             deps,
+            ActivitySections.of(deps.settings),
         )
     else:
         advance(deps, deps.settings.steps.STEP_TIMEOUT_S + deps.settings.starter.START_LATENCY_S)
