@@ -46,6 +46,7 @@ from devhost.serving import stop as stop_server
 from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from intake.client_admission import ClientAdmission
+from operator_api.routing import OperatorApiSections
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
 from orderflow import telemetry
@@ -227,7 +228,9 @@ class DevHost:
                 "devhost %s operator API is not configured: it refuses every call",
                 self.settings.queues.HOST_ID,
             )
-        app = create_operator_app(self.deps, validator, issuer=self.local_issuer)
+        app = create_operator_app(
+            self.deps, OperatorApiSections.of(self.settings), validator, issuer=self.local_issuer
+        )
         server, thread = serve_in_thread(app, "127.0.0.1", self.api_port)
         self._api = (server, thread)
         self.api_url = server_url(server)

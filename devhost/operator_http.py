@@ -21,6 +21,7 @@ from devhost.local_issuer import LocalIssuer
 from operator_api.answers import Refused
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from operator_api.routes import CONSOLE_PATH
+from operator_api.routing import OperatorApiSections
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 
@@ -36,12 +37,17 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
 
 
 def create_operator_app(
-    deps: Dependencies, validator: TokenValidator | None, *, issuer: LocalIssuer | None = None
+    deps: Dependencies,
+    sections: OperatorApiSections,
+    validator: TokenValidator | None,
+    *,
+    issuer: LocalIssuer | None = None,
 ) -> FastAPI:
     """The local host's operator API.
 
     Args:
         deps: The host process's dependencies.
+        sections: The settings sections the routes read.
         validator: Checks bearer tokens (None: the API is not configured and refuses every call).
         issuer: The local issuer whose JWKS the app also serves, or None.
     """
@@ -90,6 +96,7 @@ def create_operator_app(
             dict(request.headers),
             bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,
+            sections=sections,
             validator=validator,
             query=request.url.query,
         )

@@ -24,6 +24,7 @@ from function_host.azure_policy import check_azure, host_connection_refusals
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
 from orderflow.clients import parse_clients
 from orderflow.clock import FakeClock
@@ -358,7 +359,15 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     headers = trusted.bearer("otto", OPERATOR_ROLE)
 
     def get(route: str) -> Any:
-        answer = handle_operator_request("GET", route, headers, b"", deps=deps, validator=trusted.validator)
+        answer = handle_operator_request(
+            "GET",
+            route,
+            headers,
+            b"",
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
         assert answer.status == 200, (route, answer.body)
         return answer.body
 

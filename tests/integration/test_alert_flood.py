@@ -19,6 +19,7 @@ import pytest
 from devhost.host import DevHost
 from operator_api.alerts import DEFAULT_LIMIT
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
@@ -81,6 +82,7 @@ def listed(deps: Dependencies, trusted: TrustedIssuer, query: str = "") -> list[
         trusted.bearer("ana", OPERATOR_ROLE),
         b"",
         deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
         validator=trusted.validator,
         query=query,
     )

@@ -22,6 +22,7 @@ from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -50,7 +51,15 @@ def _call(
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
     headers = trusted.bearer(operator, OPERATOR_ROLE)
-    return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def test_no_dead_letter_route_creates_a_queue(

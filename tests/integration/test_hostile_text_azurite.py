@@ -17,6 +17,7 @@ from devhost.emulators import LocalEndpoints
 from devhost.operator_http import create_operator_app
 from devhost.queues.factory import StorageQueueFactory
 from devhost.serving import serve_in_thread, server_url, stop
+from operator_api.routing import OperatorApiSections
 from operator_api.schemas import DeadLetterAnswer, DeadLetterList, PurgeAnswer
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
@@ -54,7 +55,9 @@ def test_hostile_text_on_storage_queues_is_answered_as_json_and_shown_safely(
     inbound = client.inbound_queue
     send_hostile(deps, hostile, client=client)
     token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
-    server, thread = serve_in_thread(create_operator_app(deps, trusted.validator))
+    server, thread = serve_in_thread(
+        create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
+    )
     try:
         url = server_url(server)
         with httpx.Client(

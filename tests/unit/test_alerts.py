@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import (
@@ -275,7 +276,14 @@ def get(deps: Dependencies, trusted: TrustedIssuer, path: str, *roles: str) -> O
     bare, _, query = path.partition("?")
     headers = trusted.bearer("ana", *roles)
     return handle_operator_request(
-        "GET", bare, headers, b"", deps=deps, validator=trusted.validator, query=query
+        "GET",
+        bare,
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+        query=query,
     )
 
 
@@ -379,6 +387,7 @@ def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependen
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )

@@ -16,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
 from orderflow.dependencies import Dependencies
@@ -1027,6 +1028,7 @@ def serve_operator_api(
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
         )
         return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())

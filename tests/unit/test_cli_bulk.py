@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -103,6 +104,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Api:
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )

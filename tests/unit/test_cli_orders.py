@@ -12,6 +12,7 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -50,6 +51,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )

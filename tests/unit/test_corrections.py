@@ -17,6 +17,7 @@ from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -69,7 +70,15 @@ def call(
     body: Any = None,
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request("POST", path, headers, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        "POST",
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
 def code(response: OperatorResponse) -> str:

@@ -17,6 +17,7 @@ from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.dependencies import Dependencies
@@ -66,7 +67,15 @@ def call(
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
     headers = trusted.bearer("otto", role)
-    return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def test_a_replay_id_is_never_the_original_and_is_the_dead_letters_own() -> None:

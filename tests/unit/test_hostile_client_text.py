@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from devhost.operator_http import create_operator_app
 from devhost.serving import serve_in_thread, server_url, stop
+from operator_api.routing import OperatorApiSections
 from operator_api.schemas import (
     ActivityAnswer,
     AlertList,
@@ -54,7 +55,9 @@ class Served:
 @pytest.fixture
 def served(trusted: TrustedIssuer) -> Iterator[Served]:
     deps = memory_deps(FakeClock())
-    server, thread = serve_in_thread(create_operator_app(deps, trusted.validator))
+    server, thread = serve_in_thread(
+        create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
+    )
     try:
         yield Served(deps, server_url(server))
     finally:

@@ -44,6 +44,7 @@ from demo.system import catalog_settled
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
@@ -550,6 +551,7 @@ def _operator_api(deps: Dependencies, trusted: TrustedIssuer) -> OperatorApiClie
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=query,
         )

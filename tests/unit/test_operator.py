@@ -11,6 +11,7 @@ from devhost.local_issuer import local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -51,6 +52,7 @@ def compensate(
         trusted.operator("ops"),
         json.dumps({"reason": reason} if reason else {}).encode(),
         deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
         validator=trusted.validator,
     )
 

@@ -14,6 +14,7 @@ import pytest
 from devhost.local_issuer import local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
@@ -50,7 +51,15 @@ def call(
     body: Any = None,
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request(method, path, headers or {}, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers or {},
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
 def audit_id(name: str) -> str:

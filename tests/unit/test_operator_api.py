@@ -19,6 +19,7 @@ from devhost.local_issuer import LocalIssuer, local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
@@ -54,7 +55,15 @@ def call(
     body: Any = None,
 ) -> OperatorResponse:
     raw = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request(method, path, headers or {}, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers or {},
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
 def start(deps: Dependencies, step: str, *, version: str = ORDER_V2.version, **changes: Any) -> Any:

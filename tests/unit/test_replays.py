@@ -17,6 +17,7 @@ from devhost.local_issuer import local_object_id
 from intake.submission import IntakeResult
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alerts import NOT_ALERTS, REPLAY_KIND, ReplayDoc
 from orderflow.clients import RegisteredClient
@@ -89,7 +90,15 @@ def dead_letter(
 def replay(deps: Dependencies, trusted: TrustedIssuer, operator: str, dead_id: str) -> OperatorResponse:
     headers = trusted.bearer(operator, OPERATOR_ROLE)
     path = f"{BASE}/{INBOUND}/{dead_id}/replay"
-    return handle_operator_request("POST", path, headers, b"", deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        "POST",
+        path,
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def at_once(*calls: Callable[[], OperatorResponse]) -> list[OperatorResponse]:
@@ -290,7 +299,15 @@ def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
         headers = trusted.bearer(operator, OPERATOR_ROLE)
         body = json.dumps({"deadLetterId": dead_id}).encode()
         path = f"{BASE}/{INBOUND}/purge"
-        return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
+        return handle_operator_request(
+            "POST",
+            path,
+            headers,
+            body,
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
 
     answers = at_once(lambda: purge("otto"), lambda: purge("olga"))
 

@@ -16,6 +16,7 @@ from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
@@ -58,6 +59,7 @@ def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., Operator
             trusted.reviewer(reviewer),
             json.dumps({"decision": decision}).encode(),
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
         )
 
@@ -278,7 +280,15 @@ def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
         body = json.dumps({"decision": decision}).encode()
         path = "/api/operator/orders/a:o-1/review"
         headers = trusted.reviewer(reviewer)
-        return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
+        return handle_operator_request(
+            "POST",
+            path,
+            headers,
+            body,
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
 
     own = decide("approve", "ana")
 
@@ -329,7 +339,13 @@ def test_an_own_principal_written_in_another_form_is_still_refused_its_approval(
     headers = own_principal_token(trusted, "ana", written(ana))
 
     own = handle_operator_request(
-        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+        "POST",
+        "/api/operator/orders/a:o-1/review",
+        headers,
+        body,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
 
     assert (own.status, own.body["error"]["code"]) == (403, "ReviewNotPermitted")
@@ -348,7 +364,13 @@ def test_a_token_whose_object_id_is_no_guid_is_refused_before_any_decision(
     headers = own_principal_token(trusted, "ana", "ana")
 
     refused = handle_operator_request(
-        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+        "POST",
+        "/api/operator/orders/a:o-1/review",
+        headers,
+        body,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
 
     assert (refused.status, refused.body["error"]["code"]) == (401, "Unauthenticated")
@@ -371,7 +393,13 @@ def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
     path = "/api/operator/orders/a:o-1/review"
 
     approved = handle_operator_request(
-        "POST", path, trusted.reviewer("rita"), body, deps=unregistered, validator=trusted.validator
+        "POST",
+        path,
+        trusted.reviewer("rita"),
+        body,
+        deps=unregistered,
+        sections=OperatorApiSections.of(unregistered.settings),
+        validator=trusted.validator,
     )
 
     assert (approved.status, approved.body["error"]["code"]) == (403, "ReviewNotPermitted")
