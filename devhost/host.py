@@ -38,7 +38,7 @@ from devhost.handlers import STARTER_WAKEUP, agent_handler, submission_handler
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from devhost.operator_http import create_operator_app
+from devhost.operator_http import local_operator_app
 from devhost.roles import ALL_ROLES, check_roles
 from devhost.service_credential import agent_services
 from devhost.serving import serve_in_thread, server_url
@@ -46,7 +46,6 @@ from devhost.serving import stop as stop_server
 from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from intake.client_admission import ClientAdmission
-from operator_api.routing import OperatorApiSections
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
 from orderflow import telemetry
@@ -54,9 +53,9 @@ from orderflow.alert_sink import AlertSink
 from orderflow.bindings import TokenSource
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
-from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.replies import resend_pending_replies
+from orderflow.settings import Settings
 from orderflow.stores.paging import PageLimits
 from supervisor.retention import RetentionReport, dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
@@ -93,10 +92,11 @@ class DevHost:
     """One local host process running a subset of the roles.
 
     Args:
-        deps: The dependency container every role of this process is wired with: stores, queues, clock,
-            settings and the process's caches. The host wraps its queues so that a send wakes this
+        deps: The dependency container every role of this process is wired with: stores, queues, clock
+            and the process's caches. The host wraps its queues so that a send wakes this
             process's own consumers; :attr:`deps` is the container the roles get.
         roles: Roles to run (see :data:`ALL_ROLES`).
+        settings: orderflow's settings, whose sections the host hands each role.
         local: The local host's own settings (worker threads, durabletask backend, wake-up directory);
             None: their defaults.
         lease: Elects the one supervisor that sweeps among several processes; None: always leader
@@ -113,6 +113,7 @@ class DevHost:
         deps: Dependencies,
         roles: Iterable[str] = ALL_ROLES,
         *,
+        settings: Settings,
         local: LocalSettings | None = None,
         lease: SupervisorLease | None = None,
         api_port: int = 0,
@@ -122,7 +123,7 @@ class DevHost:
         # A client's text in a log record stays one printable line, whoever built this host (python -m
         # devhost configures telemetry, which does the same; an embedding or a test may not).
         telemetry.guard_log_records()
-        self.settings = deps.settings
+        self.settings = settings
         self.local = local if local is not None else LocalSettings.load({})
         self.api_port = api_port
         self.local_issuer = local_issuer
@@ -138,12 +139,12 @@ class DevHost:
         self.channel: WakeupChannel | None = None
         if self.local.WAKEUP_DIR:
             self.channel = WakeupChannel(
-                Path(self.local.WAKEUP_DIR), deps.settings.queues.HOST_ID, self.wakeups.wake
+                Path(self.local.WAKEUP_DIR), settings.queues.HOST_ID, self.wakeups.wake
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         # The starter sends the request of the step each claim started (orchestrators.starter).
-        self._first_requests = first_requests_for(self.deps)
+        self._first_requests = first_requests_for(self.deps, settings.starter)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: LoopbackBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
@@ -201,7 +202,7 @@ class DevHost:
                 self._services.append(service)
                 self._consume(
                     s.queues.agent_queue(service.name),
-                    agent_handler(self.deps, service),
+                    agent_handler(self.deps, s, service),
                     concurrency=s.agents.AGENT_CONCURRENCY,
                 )
         if "starter" in self.roles:
@@ -222,15 +223,7 @@ class DevHost:
 
     def _start_api(self) -> None:
         """Serve the operator API on loopback (ValueError: its settings configure it only in part)."""
-        validator = validator_from_settings(self.settings.operator_api, self.settings.clients)
-        if validator is None:
-            logger.warning(
-                "devhost %s operator API is not configured: it refuses every call",
-                self.settings.queues.HOST_ID,
-            )
-        app = create_operator_app(
-            self.deps, OperatorApiSections.of(self.settings), validator, issuer=self.local_issuer
-        )
+        app = local_operator_app(self.deps, self.settings, issuer=self.local_issuer)
         server, thread = serve_in_thread(app, "127.0.0.1", self.api_port)
         self._api = (server, thread)
         self.api_url = server_url(server)
@@ -330,6 +323,7 @@ class DevHost:
                 submission_handler(
                     self.deps,
                     client,
+                    self.settings,
                     admission=self.admission,
                     # Only this process's own activities read the cache.
                     order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
@@ -449,7 +443,10 @@ class DevHost:
         """The leader's retention pass: the stores, and the dead letters of the clients' inbound queues,
         the agents' request queues and the shared response queue (:func:`run_retention_pass`)."""
         return run_retention_pass(
-            self.deps, dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues)
+            self.deps,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues),
         )
 
     def purge_own_history(self) -> RetentionReport:
@@ -460,6 +457,8 @@ class DevHost:
             return RetentionReport()
         return run_retention_pass(
             self.deps,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
             stores=False,
             dead_letter_queues=[self.settings.queues.response_queue()],
             histories=self.client,

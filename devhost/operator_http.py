@@ -10,6 +10,7 @@ token check (``OPERATOR_JWKS_URI``) and ``python -m devhost.local_issuer login``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -23,10 +24,14 @@ from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from operator_api.routes import CONSOLE_PATH
 from operator_api.routing import OperatorApiSections
 from orderflow.dependencies import Dependencies
-from orderflow.operator_auth import TokenValidator
+from orderflow.operator_auth import TokenValidator, validator_from_settings
+from orderflow.settings import Settings
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 """Every method is handed on, so the handler answers 405 for the ones a route does not take."""
+
+
+logger = logging.getLogger(__name__)
 
 
 def _untraced(scope: MutableMapping[str, Any]) -> bool:
@@ -103,3 +108,19 @@ def create_operator_app(
         return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
 
     return app
+
+
+def local_operator_app(
+    deps: Dependencies, settings: Settings, *, issuer: LocalIssuer | None = None
+) -> FastAPI:
+    """The local host's operator API on ``settings``: its token check, and the sections its routes read.
+
+    Raises:
+        ValueError: the settings configure the API only in part.
+    """
+    validator = validator_from_settings(settings.operator_api, settings.clients)
+    if validator is None:
+        logger.warning(
+            "devhost %s operator API is not configured: it refuses every call", settings.queues.HOST_ID
+        )
+    return create_operator_app(deps, OperatorApiSections.of(settings), validator, issuer=issuer)

@@ -81,10 +81,9 @@ def counted_system(
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,
         clock=clock,
-        settings=settings,
         breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
     )
-    host = DevHost(deps, ALL_ROLES)
+    host = DevHost(deps, ALL_ROLES, settings=settings)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
     (registered,) = settings.clients.clients()
     client = OrderflowClient(

@@ -14,7 +14,7 @@ import azure.durable_functions as df
 
 from activities.sections import ActivitySections
 from activities.table import ACTIVITIES
-from function_host.wiring import dependencies
+from function_host.wiring import app_settings, dependencies
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
@@ -41,8 +41,7 @@ bp = df.Blueprint()
 def _run(name: str, payload: ActivityPayload) -> ActivityPayload:
     """Run the table's activity ``name`` on ``payload`` with the worker's dependencies and the
     activities' settings sections."""
-    deps = dependencies()
-    return _BY_NAME[name].run(payload, deps, ActivitySections.of(deps.settings))
+    return _BY_NAME[name].run(payload, dependencies(), ActivitySections.of(app_settings()))
 
 
 @bp.function_name(START_STEP)

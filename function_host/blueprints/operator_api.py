@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import azure.durable_functions as df
 import azure.functions as func
 
-from function_host.wiring import dependencies, token_validator
+from function_host.wiring import app_settings, dependencies, token_validator
 from operator_api.handler import handle_operator_request, internal_error
 from operator_api.routing import OperatorApiSections
 
@@ -34,7 +34,7 @@ def operator_api(req: func.HttpRequest) -> func.HttpResponse:
     url = urlsplit(req.url)
     try:
         deps, validator = dependencies(), token_validator()
-        sections = OperatorApiSections.of(deps.settings)
+        sections = OperatorApiSections.of(app_settings())
     except Exception:
         logger.exception("operator API %s %s: the app's dependencies failed", req.method, url.path[:200])
         response = internal_error()

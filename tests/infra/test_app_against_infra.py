@@ -29,7 +29,6 @@ from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY
 from orderflow.clients import parse_clients
 from orderflow.clock import FakeClock
 from orderflow.consumer import redelivery_delay_s
-from orderflow.dependencies import Dependencies
 from orderflow.errors import PermanentError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import dead_letter_queue_name
@@ -48,6 +47,7 @@ from orderflow.stores.cosmos import (
 )
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import agent_names
+from tests.host_deps import HostDeps
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
 from tests.operator_tokens import TrustedIssuer
 
@@ -343,7 +343,7 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     settings = _deployed_settings(main)
     queues = TemplateQueues(set(_queues(main)))
     clock = FakeClock(datetime.now(UTC))  # the in-memory queues stamp dead letters with the machine's time
-    deps = Dependencies(
+    deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues,

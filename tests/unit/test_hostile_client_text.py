@@ -32,9 +32,9 @@ from operator_api.schemas import (
 )
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow_client import cli
+from tests.host_deps import HostDeps
 from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile, unsafe_characters
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
@@ -48,7 +48,7 @@ API = "/api/operator"
 class Served:
     """The local host's operator API on loopback, over ``deps``."""
 
-    deps: Dependencies
+    deps: HostDeps
     url: str
 
 
@@ -64,7 +64,7 @@ def served(trusted: TrustedIssuer) -> Iterator[Served]:
         stop(server, thread)
 
 
-def _after_every_dead_letter(deps: Dependencies) -> str:
+def _after_every_dead_letter(deps: HostDeps) -> str:
     """A time after every dead letter of the inbound queue was dead-lettered (ISO 8601), for a purge."""
     assert deps.dead_letters is not None
     page = deps.dead_letters.dead_letter_page(INBOUND)

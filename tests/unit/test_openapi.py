@@ -29,12 +29,12 @@ from operator_api.routes import ROUTES, openapi_document
 from operator_api.routing import API_PREFIX, OperatorApiSections
 from orderflow.alerts import alert_doc
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
 from tests.unit.test_corrections import shipment_refused
@@ -50,7 +50,7 @@ CHECKS = [
 ]
 
 
-def seeded() -> Dependencies:
+def seeded() -> HostDeps:
     """Orders ``a:o-1`` (running), ``a:o-2`` (Error) and ``a:o-3`` (order-v2, Pending, unclaimed)."""
     deps = memory_deps(FakeClock())
     submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")

@@ -21,7 +21,6 @@ from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import REVIEWER_ROLE
 from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
@@ -29,6 +28,7 @@ from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery
 from tests.activity_json import record_review, start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, signing_key
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, recover_once, submit_and_claim
 
@@ -44,12 +44,12 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
 @pytest.fixture
-def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., OperatorResponse]:
+def decide(deps: HostDeps, trusted: TrustedIssuer) -> Callable[..., OperatorResponse]:
     """A reviewer's decision on o-1 through the operator API, with a reviewer's token for ``reviewer``."""
 
     def call(decision: str, reviewer: str = "ana") -> OperatorResponse:
@@ -70,14 +70,12 @@ def reviewer_id(trusted: TrustedIssuer, name: str) -> str:
     return f"{trusted.issuer.tenant_id}/{local_object_id(name)}"
 
 
-def submitted_and_claimed(deps: Dependencies, amount: str = "1000.50") -> None:
+def submitted_and_claimed(deps: HostDeps, amount: str = "1000.50") -> None:
     submit_and_claim(deps, definition=ORDER_V2, amount=amount)
     received(deps.queues.queue("client-a"))
 
 
-def start(
-    deps: Dependencies, step: str, completed: StepResult | None = None, **changes: Any
-) -> dict[str, Any]:
+def start(deps: HostDeps, step: str, completed: StepResult | None = None, **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "a:o-1",
         "instance_id": "a:o-1:1",
@@ -92,7 +90,7 @@ def start(
 
 
 def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -118,7 +116,7 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     assert deps.states.get("a:o-1").etag == etag
 
 
-def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
+def test_small_orders_and_order_v1_are_not_reviewed(deps: HostDeps) -> None:
     submitted_and_claimed(deps, amount="100.00")
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"
@@ -126,7 +124,7 @@ def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
 
 
 def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
-    deps: Dependencies, decide: Callable[..., OperatorResponse], trusted: TrustedIssuer
+    deps: HostDeps, decide: Callable[..., OperatorResponse], trusted: TrustedIssuer
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -160,7 +158,7 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
 
 
 def test_the_first_decision_wins_over_the_default_at_the_deadline(
-    deps: Dependencies, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -185,7 +183,7 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(
 
 
 def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_finds_the_decision(
-    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -213,7 +211,7 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
 
 
 def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
-    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -241,7 +239,7 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
 
 
 def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -354,7 +352,7 @@ def test_an_own_principal_written_in_another_form_is_still_refused_its_approval(
 
 
 def test_a_token_whose_object_id_is_no_guid_is_refused_before_any_decision(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
