@@ -203,18 +203,18 @@ class DevHost:
                 self._consume(
                     s.queues.agent_queue(service.name),
                     agent_handler(self.deps, s, service),
-                    concurrency=s.agents.AGENT_CONCURRENCY,
+                    concurrency=self.local.AGENT_CONCURRENCY,
                 )
         if "starter" in self.roles:
             self._periodic(
                 "starter",
                 self._starter_tick,
-                s.starter.STARTER_INTERVAL_S,
+                self.local.STARTER_INTERVAL_S,
                 wakeup=self.wakeups.event(STARTER_WAKEUP),
             )
         if "supervisor" in self.roles:
             # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
-            tick_s = min(s.supervisor.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
+            tick_s = min(self.local.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
@@ -357,9 +357,9 @@ class DevHost:
                 self.stop_event,
                 concurrency=concurrency,
                 lock_s=s.consumers.QUEUE_LOCK_S,
-                max_lock_renewal_s=s.consumers.QUEUE_MAX_LOCK_RENEWAL_S,
-                poll_s=s.consumers.POLL_INTERVAL_S,
-                max_poll_s=s.consumers.POLL_MAX_INTERVAL_S,
+                max_lock_renewal_s=self.local.QUEUE_MAX_LOCK_RENEWAL_S,
+                poll_s=self.local.POLL_INTERVAL_S,
+                max_poll_s=self.local.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.consumers.MAX_DELIVERY_COUNT,
                 wakeup=self.wakeups.event(queue_name),
             )
@@ -386,7 +386,7 @@ class DevHost:
             scans=self.settings.scans,
             queue_names=self.settings.queues,
             response_queue=self.settings.queues.response_queue(),
-            capacity=self.settings.starter.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
+            capacity=self.local.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
             first_requests=self._first_requests,
@@ -407,7 +407,7 @@ class DevHost:
             self._was_leader = leader
         if not leader or time.monotonic() < self._next_sweep_at:
             return
-        self._next_sweep_at = time.monotonic() + self.settings.supervisor.SUPERVISOR_INTERVAL_S
+        self._next_sweep_at = time.monotonic() + self.local.SUPERVISOR_INTERVAL_S
         started = self.deps.clock.now()
         report = run_sweep(
             states=self.deps.states,

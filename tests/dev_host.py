@@ -11,6 +11,8 @@ from tests.host_deps import HostDeps
 
 
 def dev_host(deps: HostDeps, roles: Iterable[str] = ALL_ROLES, **options: Any) -> DevHost:
-    """A :class:`DevHost` running ``roles`` on ``deps`` with ``deps.settings``; ``options`` are its other
-    keywords (``local``, ``lease``, ``api_port`` ...)."""
+    """A :class:`DevHost` running ``roles`` on ``deps`` with ``deps.settings`` and, unless ``options``
+    name their own, ``deps.local``; ``options`` are its other keywords (``local``, ``lease``,
+    ``api_port`` ...)."""
+    options.setdefault("local", deps.local)
     return DevHost(deps, roles, settings=deps.settings, **options)

@@ -32,6 +32,7 @@ from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
 from devhost.service_credential import LocalAgentCredential
 from devhost.serving import serve_in_thread, server_url, stop
+from devhost.settings import load_settings
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
 from orderflow.protocol.state_machine import SETTLED_STATES
@@ -230,7 +231,7 @@ def running_system(
         "CLIENTS": json.dumps(registry),
         "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
     }
-    config = Settings.load(
+    config, local = load_settings(
         {},
         **{
             **FAST_SETTINGS,
@@ -241,7 +242,7 @@ def running_system(
             **settings,
         },
     )
-    deps = replace(deps, settings=config)
+    deps = replace(deps, settings=config, local=local)
     credential = LocalAgentCredential(signing_key())
     host = dev_host(deps, roles, api_port=api_port, local_issuer=local_issuer, service_credential=credential)
     host.start()

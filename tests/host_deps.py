@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from devhost.settings import LocalSettings
 from orderflow.dependencies import Dependencies
 from orderflow.settings import Settings
 
@@ -15,6 +16,8 @@ class HostDeps(Dependencies):
 
     Attributes:
         settings: The settings the test loaded.
+        local: The local host's own settings a test's devhost runs with; None: their defaults.
     """
 
     settings: Settings = field(kw_only=True)
+    local: LocalSettings | None = field(default=None, kw_only=True)

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from devhost.settings import load_settings
 from operator_api.alerts import DEFAULT_LIMIT
 from operator_api.handler import handle_operator_request
 from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.settings import Settings
 from tests.dev_host import dev_host
 from tests.harness import FAST_SETTINGS
 from tests.host_deps import HostDeps
@@ -37,10 +37,10 @@ RESENDS = 200
 def intake(deps: HostDeps, clock: FakeClock, *client_ids: str) -> Iterator[HostDeps]:
     """A devhost running the submission role for ``client_ids`` (queues of their own) on ``clock``."""
     clients = [{"id": c, "replyQueue": f"replies-{c}"} for c in client_ids]
-    settings = Settings.load(
+    settings, local = load_settings(
         {}, **{**FAST_SETTINGS, "CLIENTS": json.dumps(clients), "HOST_ID": client_ids[0]}
     )
-    running = replace(deps, settings=settings, clock=clock)
+    running = replace(deps, settings=settings, local=local, clock=clock)
     host = dev_host(running, ("submission",))
     host.start()
     try:

@@ -20,6 +20,7 @@ import pytest
 
 from devhost.host import DevHost
 from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
+from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow import telemetry
@@ -343,9 +344,13 @@ def test_extended_backoff_after_the_threshold_then_give_up(
 @pytest.fixture
 def supervisors(world: World) -> Iterator[list[DevHost]]:
     blob = InMemoryLeaseBlob()
-    settings = settings_for(SUPERVISOR_INTERVAL_S=0.05)
+    settings, local = settings_for(), LocalSettings.load({}, SUPERVISOR_INTERVAL_S=0.05)
     hosts = [
-        dev_host(replace(world.deps, settings=settings), roles=("supervisor",), lease=InMemoryLease(blob))
+        dev_host(
+            replace(world.deps, settings=settings, local=local),
+            roles=("supervisor",),
+            lease=InMemoryLease(blob),
+        )
         for _ in range(2)
     ]
     for host in hosts:

@@ -17,6 +17,7 @@ import pytest
 
 from bench.counting import OperationCounts
 from bench.counting.stores import CountingOrderStore, CountingStateStore
+from devhost.settings import load_settings
 from intake.admission import (
     ADMITTED,
     IN_FLIGHT_QUERY,
@@ -502,7 +503,7 @@ def test_settings_configure_admission_control() -> None:
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
     client = client_for(REPLY_QUEUE)
-    settings = Settings.load(
+    settings, local = load_settings(
         {},
         MAX_IN_FLIGHT_ORDERS=2,
         POLL_INTERVAL_S=0.01,
@@ -515,6 +516,7 @@ def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
         queues=InMemoryQueueFactory(),
         clock=SystemClock(),
         settings=settings,
+        local=local,
     )
     host = dev_host(deps, roles=("submission",))
     host.start()

@@ -24,6 +24,7 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 
 import function_app
+from devhost.settings import load_settings
 from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints.intake import submission_function_name
 from intake.submission import handle_intake_message
@@ -116,8 +117,8 @@ def test_a_body_too_large_for_a_storage_queue_is_refused_at_send() -> None:
 
 
 def test_the_corpus_through_the_devhost_consumer_is_dead_lettered_and_writes_nothing() -> None:
-    settings = Settings.load(env={}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
-    deps = replace(_memory_deps(), clock=SystemClock(), settings=settings)
+    settings, local = load_settings({}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
+    deps = replace(_memory_deps(), clock=SystemClock(), settings=settings, local=local)
 
     run = run_through_devhost(deps, CASES, run_id="unit")
 

@@ -23,7 +23,7 @@ from devhost.handlers import STARTER_WAKEUP
 from devhost.host import free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.roles import ALL_ROLES, check_roles, parse_roles
-from devhost.settings import LocalSettings
+from devhost.settings import load_settings
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client_text import visible
 from orderflow.clock import SystemClock
@@ -74,17 +74,16 @@ class FlakyQueues(InMemoryQueueFactory):
 
 
 def deps(queues: InMemoryQueueFactory | None = None) -> HostDeps:
+    settings, local = load_settings(
+        {}, HOST_ID="h1", POLL_INTERVAL_S=0.01, SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1")
+    )
     return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues or InMemoryQueueFactory(),
         clock=SystemClock(),
-        settings=Settings.load(
-            {},
-            HOST_ID="h1",
-            POLL_INTERVAL_S=0.01,
-            SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1"),
-        ),
+        settings=settings,
+        local=local,
     )
 
 
@@ -153,7 +152,7 @@ def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -
 
 def test_the_submission_role_consumes_each_registered_clients_queue_as_that_client() -> None:
     clients = '[{"id": "acme"}, {"id": "globex"}]'
-    settings = Settings.load({}, HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
+    settings, local = load_settings({}, HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
     queues = InMemoryQueueFactory()
     wired = HostDeps(
         states=InMemoryStateStore(),
@@ -161,6 +160,7 @@ def test_the_submission_role_consumes_each_registered_clients_queue_as_that_clie
         queues=queues,
         clock=SystemClock(),
         settings=settings,
+        local=local,
     )
     host = dev_host(wired, roles=("submission",))
     host.start()
@@ -275,7 +275,7 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
     """The submission may run beside the agents, away from the starter: its Pending record still gets
     claimed at once, not at the starter's next tick, because the wake-up crosses processes."""
     client = client_for("client-a")
-    settings = Settings.load(
+    settings, local = load_settings(
         {},
         HOST_ID="intake-1",
         POLL_INTERVAL_S=0.01,
@@ -291,7 +291,7 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
 
     scheduler = WakeupChannel(tmp_path, "scheduler-1", on_name)
     scheduler.start()
-    local = LocalSettings.load({}, WAKEUP_DIR=str(tmp_path))
+    local = local.model_copy(update={"WAKEUP_DIR": str(tmp_path)})
     host = dev_host(replace(deps(), settings=settings), roles=("submission",), local=local)
     host.start()
     try:

@@ -110,7 +110,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def deps(clock: FakeClock) -> HostDeps:
-    made = memory_deps(clock, SUPERVISOR_INTERVAL_S=PERIOD_S, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES)
+    made = memory_deps(clock, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES)
     return HostDeps(
         states=NeverEnding(made.states),
         orders=made.orders,
@@ -227,7 +227,6 @@ def test_pages_of_stale_copies_without_end_never_pin_the_scans_cutoff(clock: Fak
     # Every stale copy loses its conditional write, which decides nothing: the scan must not resume.
     made = memory_deps(
         clock,
-        SUPERVISOR_INTERVAL_S=PERIOD_S,
         SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES,
         SUPERVISOR_PAGE_SIZE=2,
         SUPERVISOR_MAX_RECORDS=6,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from devhost.settings import LocalSettings
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from intake.submission import handle_intake_message
@@ -468,7 +469,7 @@ def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_re
         extension.instances[instance_id] = Instance(
             name=ORDER_WORKFLOW, runtime_status=runtime_status, created_time=created
         )
-    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=LocalSettings.load({}).SUPERVISOR_INTERVAL_S)
 
     response = worker.invoke(
         "supervisor", {"timer": timer_trigger(START - every, every=every), "client": client_data(extension)}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from devhost.settings import LocalSettings
 from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from orderflow.clock import FakeClock
@@ -85,7 +86,7 @@ def extension() -> Iterator[DurableExtension]:
 
 def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: HostDeps) -> Any:
     """Invoke the supervisor's timer trigger now, with its durable client binding."""
-    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=LocalSettings.load({}).SUPERVISOR_INTERVAL_S)
     now = deps.clock.now()
     return worker.invoke(
         "supervisor",
