@@ -1,6 +1,7 @@
 """The orchestration's activities: fenced step writes, agent requests and the client's status replies.
 
-Each function here is a plain function of (input, dependencies); the hosts register thin wrappers.
+Each function here is a plain function of (input, dependencies), and of the activities' settings sections
+when it reads any; the hosts register thin wrappers.
 Activities run at least once (docs/design.md §7), so each is idempotent: a re-run finds its write already
 made (same instance, same step) and writes nothing, and re-sends messages under the same stable
 message id.
