@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from demo.faults import FaultPlan
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StepStatus
 from orderflow.workflows import (
     ORDER_V6,
@@ -27,6 +26,7 @@ from orderflow.workflows import (
     withdraw_workflow,
 )
 from tests.harness import System, running_system
+from tests.host_deps import HostDeps
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ SETTINGS: dict[str, Any] = {
 
 
 def test_a_hold_that_expires_during_a_delay_is_reacquired_and_the_order_completes(
-    deps: Dependencies, short_holds: WorkflowDefinition
+    deps: HostDeps, short_holds: WorkflowDefinition
 ) -> None:
     with running_system(deps, faults=slow_authorisation(), **SETTINGS) as system:
         system.submit_all(["tpch-1"])
@@ -115,7 +115,7 @@ def test_a_hold_that_expires_during_a_delay_is_reacquired_and_the_order_complete
 
 
 def test_a_refused_reacquisition_compensates_the_order_with_nothing_left_held(
-    deps: Dependencies, short_holds: WorkflowDefinition
+    deps: HostDeps, short_holds: WorkflowDefinition
 ) -> None:
     plan = slow_authorisation(refuse=(":reacquire-",))
     with running_system(deps, faults=plan, **SETTINGS) as system:
