@@ -12,10 +12,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from agents.services import classify_http
 from demo.faults import FaultPlan
 from demo.outcome import INVARIANTS, holds_report
 from demo.services.app import create_app
 from orderflow.clock import FakeClock
+from orderflow.compensation_trigger import HOLD_EXPIRED
+from orderflow.errors import PermanentError
 from orderflow.records import Hold, parse_utc
 from orderflow.workflows import ORDER_V6
 from tests.unit.fakes import memory_deps, submit_and_claim
@@ -187,3 +190,15 @@ def test_the_demo_report_counts_holds_and_commits_that_arrived_on_expired_ones()
         "committed_on_expired_hold": 1,
     }
     assert "committed_on_expired_hold" in INVARIANTS
+
+
+def test_the_agent_classifies_a_commit_of_an_expired_hold_as_permanent(
+    client: TestClient, ticks: Ticks
+) -> None:
+    held = hold_stock(client, "o-1:reserve_inventory").json()
+    ticks.now += 31
+    refused = post(
+        client, "/inventory/reservations/commit", {"orderId": "o-1", "holdId": held["holdId"]}, "c"
+    )
+    error = classify_http(refused.status_code, refused.json(), service="inventory")
+    assert isinstance(error, PermanentError) and error.code == HOLD_EXPIRED
