@@ -23,6 +23,7 @@ from demo.tpch import (
     DemoOrder,
     customer_declined,
 )
+from orderflow.compensation_trigger import HOLD_EXPIRED
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
@@ -61,9 +62,10 @@ def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any]
     """How an order ended compared with what its data says.
 
     Returns:
-        ``ok``; ``exhausted`` (the injected faults pushed it past the supervisor's threshold or the retry
-        budget, and it was compensated); ``escalated`` (stopped past a point of no return, left for an
-        operator); ``compensation_failed``; ``not_terminal``; or ``mismatched:<why>``.
+        ``ok``; ``exhausted`` (the injected faults pushed it past the supervisor's threshold, the retry
+        budget or its holds' expiry, and it was compensated); ``escalated`` (stopped past a point of no
+        return, left for an operator); ``compensation_failed``; ``not_terminal``; or
+        ``mismatched:<why>``.
     """
     if record is None:
         return "mismatched:no state record"
@@ -109,6 +111,9 @@ def _classify_compensated(
         return "ok"  # a person (or the review's default) decided
     if code in ("too_many_failures", "retry_budget_exhausted") or record.failure_count >= max_failures:
         return "exhausted"
+    delayed = record.failure_count > 0 or any(hold.reacquired for hold in record.holds.values())
+    if code == HOLD_EXPIRED and delayed:
+        return "exhausted"  # recoveries (or a hold re-acquired already) outlasted a hold
     return f"mismatched:compensated for {code}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -14,12 +15,13 @@ from fastapi.testclient import TestClient
 
 from agents.services import classify_http
 from demo.faults import FaultPlan
-from demo.outcome import INVARIANTS, holds_report
+from demo.outcome import INVARIANTS, classify, holds_report
 from demo.services.app import create_app
+from demo.tpch import DemoOrder
 from orderflow.clock import FakeClock
 from orderflow.compensation_trigger import HOLD_EXPIRED
 from orderflow.errors import PermanentError
-from orderflow.records import Hold, parse_utc
+from orderflow.records import Hold, LastError, ProcessState, parse_utc
 from orderflow.workflows import ORDER_V6
 from tests.unit.fakes import memory_deps, submit_and_claim
 from tests.unit.test_demo_services import BROKE_CUSTOMER, GOOD_CUSTOMER, available, make_catalog, post
@@ -202,3 +204,28 @@ def test_the_agent_classifies_a_commit_of_an_expired_hold_as_permanent(
     )
     error = classify_http(refused.status_code, refused.json(), service="inventory")
     assert isinstance(error, PermanentError) and error.code == HOLD_EXPIRED
+
+
+def test_an_order_whose_recoveries_outlasted_a_hold_is_exhausted_not_mismatched() -> None:
+    deps = memory_deps(FakeClock(datetime(2026, 1, 1, tzinfo=UTC)))
+    record = submit_and_claim(deps, definition=ORDER_V6)
+    record.process_state = ProcessState.COMPENSATED
+    record.last_error = LastError(kind="permanent", code=HOLD_EXPIRED, message="lapsed", at=record.created_at)
+    order = DemoOrder(
+        order_id="o-1",
+        order_key=1,
+        customer_key=1,
+        customer_name="Customer#1",
+        customer_balance=Decimal("100.00"),
+        amount=Decimal("10.00"),
+        currency="USD",
+        items=(),
+        carrier="TRUCK",
+        order_date="1996-01-02",
+        order_priority="1-URGENT",
+    )
+    assert (
+        classify(order, record, {"summary": {}}, max_failures=3) == "mismatched:compensated for hold_expired"
+    )
+    record.failure_count = 1
+    assert classify(order, record, {"summary": {}}, max_failures=3) == "exhausted"
