@@ -75,10 +75,21 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
     ]
     meters = sorted(fig["chosen_meters_at_1m"].items(), key=lambda kv: -kv[1])[:3]
     held = ", ".join(f"{name} {_money(usd)}" for name, usd in meters)
+    flex = fig["chosen_meters_at_1m"]["Flex memory time"]
+    counts = fig["counts"]
+    writes = counts["state_creates"] + counts["state_replaces"]
     return [
         f"- **Cost at a million orders a month: {_money(at_1m)} per million**, "
         f"target {_money(TARGET_PER_MILLION)}: "
-        + ("met." if at_1m <= TARGET_PER_MILLION else f"**not met**; the terms holding it are {held}."),
+        + (
+            "met."
+            if at_1m <= TARGET_PER_MILLION
+            else f"**not met**; the terms holding it are {held}. Flex memory time is the one the "
+            f"configuration moves; every other meter together comes to {_money(at_1m - flex)}, so no "
+            "setting of the template brings the total under the target while each order sends "
+            f"{counts['messages']:g} Service Bus messages, makes {writes:g} state writes and runs its "
+            "Durable Functions history through Azure Storage."
+        ),
         f"- **Idle: {_money(chosen['idle_month'])} a month**, target {_money(TARGET_IDLE)}: "
         + ("met" if chosen["idle_month"] <= TARGET_IDLE else "**not met**")
         + " (the Service Bus Standard base charge is most of it; Standard is needed for duplicate "
@@ -125,12 +136,11 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "processes (2026-12-07, `ps` every 3 s; `make bench` does not record memory). That leaves about "
         "380 MB of a 512 MB instance to the Functions host; watch the app's memory working set and go back "
         "to 2,048 if an instance runs short.",
-        "- **Claim on submit, the starter a 60 s sweeper** (was every 5 s): the idle month is "
-        f"{_money(_delta('starter_period_s', 5, 0, counts, est))} less, and the starter's wait leaves the "
-        "order's path (the latency table's rows with the starter claiming every 5 s against the chosen "
-        "ones). "
-        "*Not yet in the template*: `STARTER_SCHEDULE` goes to `0 * * * * *` with the submission's claim; "
-        "with the starter claiming, a 60 s period would put 30 s on the p50.",
+        f"- **Claim on submit, the starter a {CHOSEN.starter_period_s:g} s sweeper** (`CLAIM_ON_SUBMIT`; "
+        f"`STARTER_SCHEDULE` was every {CURRENT.starter_period_s:g} s): the idle month is "
+        f"{_money(_delta('starter_period_s', CURRENT.starter_period_s, 0, counts, est))} less (the sweeper's "
+        "runs fit the free grant at 512 MB), and the starter's wait leaves the order's path: the latency "
+        "table's rows with the starter claiming every 5 s against the chosen ones.",
         "- **Supervisor every 30 s, kept**: every 60 s would save "
         f"{_money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle (its runs fit the free "
         "grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",

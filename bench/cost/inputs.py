@@ -181,7 +181,7 @@ CHOSEN: Final = AzureConfig(
     name="the chosen configuration",
     memory_mb=512,
     claim_on_submit=True,
-    starter_period_s=60,
+    starter_period_s=30,
     trace_sampling=0.1,
     max_queue_polling_s=1.0,
 )
