@@ -17,7 +17,7 @@ from bench.cost.inputs import (
     Estimates,
     OrderCounts,
 )
-from bench.cost.latency import LOCAL_P50_S, order_hops, percentiles
+from bench.cost.latency import order_hops, percentiles
 from bench.cost.model import orderflow_month
 from bench.cost.prices import RATES
 from bench.cost.render import (
@@ -177,7 +177,7 @@ def _inputs_tables(counts: OrderCounts, est: Estimates) -> list[str]:
         "",
     ]
     lines += _table(["estimate", "value"], [[name, f"{value:g}"] for name, value in asdict(est).items()])
-    lines += ["", f"The local time in the latency model is one order at a time's p50, {LOCAL_P50_S} s.", ""]
+    lines += [""]
     lines += ["**Rates**, each with its rule, its source and when it was read:", ""]
     rate_rows = [[r.meter, _rate(r.usd, r.unit), r.rule, r.source, r.read] for r in RATES]
     return lines + _table(["meter", "rate", "rule", "source", "read"], rate_rows)

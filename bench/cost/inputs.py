@@ -27,6 +27,8 @@ class OrderCounts:
         episodes: Orchestrator episodes (Durable Functions executions).
         activities: Activity executions.
         remote_steps: Steps calling a remote service (each one agent execution and one response).
+        local_order_s: One order at a time on 2 devhost processes, p50 seconds: every role's processing,
+            the emulators' requests and the demo services' calls.
         measured_on: The ``make bench`` run the measured counts come from.
     """
 
@@ -39,7 +41,8 @@ class OrderCounts:
     episodes: float = 7
     activities: float = 3
     remote_steps: float = 3
-    measured_on: str = "2026-12-06 (docs/benchmarks.md, operations per order)"
+    local_order_s: float = 0.069
+    measured_on: str = "2026-12-06 (docs/benchmarks.md, operations per order; one at a time 2026-12-02)"
 
 
 MEASURED: Final = OrderCounts()
@@ -56,6 +59,7 @@ MEASURED_BASIS: Final[Mapping[str, str]] = {
     "episodes": "measured: the durabletask backend's episodes in docs/benchmarks.md",
     "activities": "measured: the workflow's activities in docs/benchmarks.md",
     "remote_steps": "measured: `per_order.remote_steps`",
+    "local_order_s": 'measured: `orderflow.one_at_a_time["2"].latency.p50_s`',
 }
 
 
@@ -196,12 +200,15 @@ VOLUMES: Final = (100_000, 1_000_000, 10_000_000)
 
 
 def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) -> OrderCounts:
-    """``base`` with the counts a ``bench-report.json`` measured (``orderflow.per_order``), where the
-    report holds them for a run in which every order was processed; ``base`` itself otherwise."""
+    """``base`` with the counts a ``bench-report.json`` measured (``orderflow.per_order``, and the
+    2-process one-at-a-time p50), where the report holds them for a run in which every order was
+    processed; ``base`` itself otherwise."""
     per_order = (report.get("orderflow") or {}).get("per_order") or {}
     if not per_order.get("all_processed"):
         return base
     state = per_order.get("state_store", {})
+    one_at_a_time = (report["orderflow"].get("one_at_a_time") or {}).get("2") or {}
+    local_s = (one_at_a_time.get("latency") or {}).get("p50_s")
     return replace(
         base,
         messages=float(per_order.get("queue_sends", {}).get("total", base.messages)),
@@ -210,5 +217,6 @@ def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) 
         order_creates=float(per_order.get("order_store", {}).get("writes", base.order_creates)),
         query_pages=float(state.get("query_pages", base.query_pages)),
         remote_steps=float(per_order.get("remote_steps", base.remote_steps)),
+        local_order_s=float(local_s) if local_s else base.local_order_s,
         measured_on=str(report.get("generated_at", "a bench-report.json")),
     )

@@ -21,10 +21,6 @@ from typing import Final
 from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
 from bench.cost.prices import SECONDS_PER_MONTH
 
-LOCAL_P50_S: Final = 0.069
-"""One order at a time on 2 devhost processes, p50 (docs/benchmarks.md, the last run of 2026-12-02):
-every role's processing, the emulators' requests and the demo services' calls."""
-
 SAMPLES: Final = 20_000
 SEED: Final = 20261207
 
@@ -53,9 +49,7 @@ def idle_chance(per_second: float, scale_in_s: float) -> float:
     return math.exp(-per_second * scale_in_s)
 
 
-def order_hops(
-    counts: OrderCounts, est: Estimates, config: AzureConfig, orders: float, *, local_s: float = LOCAL_P50_S
-) -> list[Hop]:
+def order_hops(counts: OrderCounts, est: Estimates, config: AzureConfig, orders: float) -> list[Hop]:
     """The terms of an order's latency at ``orders`` a month (0: the first order after an idle spell,
     every group at zero)."""
     per_s = orders / SECONDS_PER_MONTH
@@ -70,7 +64,7 @@ def order_hops(
     queue_rate = per_s * (counts.activities + 2 * counts.remote_steps + 1) / config.control_queues
     first_gap = 1 / queue_rate if queue_rate else math.inf
     hops = [
-        Hop("the order's local processing (measured)", fixed_s=local_s),
+        Hop("the order's local processing (measured)", fixed_s=counts.local_order_s),
         Hop("Service Bus deliveries", fixed_s=(2 * steps + 2) * est.sb_hop_s),
         Hop("submission cold start", cold_chance=cold("submission"), cold_s=est.cold_start_s),
     ]

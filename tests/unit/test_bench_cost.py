@@ -105,9 +105,12 @@ def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() ->
 
 def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_was_processed() -> None:
     per_order = {"all_processed": True, "queue_sends": {"total": 10}, "state_store": {"replaces": 4}}
-    report = {"generated_at": "2027-01-01T00:00:00+00:00", "orderflow": {"per_order": per_order}}
+    single = {"2": {"latency": {"p50_s": 0.05}}}
+    orderflow = {"per_order": per_order, "one_at_a_time": single}
+    report = {"generated_at": "2027-01-01T00:00:00+00:00", "orderflow": orderflow}
     counts = counts_from_report(report)
     assert (counts.messages, counts.state_replaces, counts.episodes) == (10, 4, MEASURED.episodes)
+    assert counts.local_order_s == 0.05
     assert counts.measured_on == "2027-01-01T00:00:00+00:00"
     assert counts_from_report({"orderflow": {"per_order": {**per_order, "all_processed": False}}}) == MEASURED
     assert counts_from_report({}) == MEASURED

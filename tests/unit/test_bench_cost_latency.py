@@ -52,3 +52,13 @@ def test_durable_polls_wait_at_most_the_polling_interval() -> None:
     hops = order_hops(MEASURED, ESTIMATED, replace(CHOSEN, max_queue_polling_s=0.05), 100_000)
     polls = [h for h in hops if "Durable queue poll" in h.name]
     assert len(polls) == 6 and max(h.wait_max_s for h in polls) == 0.05
+
+
+def test_the_measured_local_time_and_the_service_bus_hops_are_fixed_terms() -> None:
+    hops = order_hops(replace(MEASURED, local_order_s=0.5), ESTIMATED, CHOSEN, 100_000)
+    fixed = {h.name: h.fixed_s for h in hops if h.fixed_s}
+    # Eight deliveries on the path: the submission, three requests, three responses, the final reply.
+    assert fixed == {
+        "the order's local processing (measured)": 0.5,
+        "Service Bus deliveries": pytest.approx(8 * ESTIMATED.sb_hop_s),
+    }
