@@ -94,11 +94,11 @@ class Estimates:
     """
 
     sb_ops_per_message: float = 3
-    ru_write: float = 10
-    ru_order_create: float = 8
-    ru_point_read: float = 1
+    ru_write: float = 6.67
+    ru_order_create: float = 6.29
+    ru_point_read: float = 1.04
     ru_query_page: float = 3
-    ru_retention: float = 10
+    ru_retention: float = 6.67
     stored_kb: float = 12
     retained_days: float = 30
     tx_per_episode: float = 3
@@ -121,11 +121,13 @@ ESTIMATED: Final = Estimates()
 
 ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "sb_ops_per_message": "each message sent, received and completed once (the happy path)",
-    "ru_write": "a 2–4 KB record replaced with `orderstate`'s narrowed index; a 1 KB write is about 5 RU",
-    "ru_order_create": "a 2–3 KB order document, only its key indexed",
-    "ru_point_read": "a point read of 1 KB is 1 RU (Microsoft's request-unit page)",
+    "ru_write": "a state record of up to 4 KB: Microsoft's RU table gives a 4 KB write 6.67 RU "
+    "(learn.microsoft.com/azure/cosmos-db/understand-request-unit-consumption, read 2026-12-07); "
+    "`orderstate`'s narrowed index makes it no dearer",
+    "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
+    "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
     "ru_query_page": "a query's minimum charge, about 3 RU",
-    "ru_retention": "one redacting replace when retention reaches the order",
+    "ru_retention": "one redacting replace of the state record when retention reaches the order",
     "stored_kb": "the order document, its state record and its timeline entries",
     "retained_days": "kept a month before retention purges them",
     "tx_per_episode": "a history-table batch, an instance-table write, the history read of the replay",

@@ -52,8 +52,8 @@ def test_service_bus_base_then_tiers() -> None:
 
 
 def test_request_units_and_storage_transactions_of_an_order() -> None:
-    # 6 writes x 10 + order create 8 + 1 read + 0.65 pages x 3 + retention 10
-    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(80.95)
+    # 6 writes x 6.67 + order create 6.29 + 1 read x 1.04 + 0.65 pages x 3 + retention 6.67
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(55.97)
     # 7 episodes x 3 + (start, 3 results, 3 events, 3 work items) x 3
     assert durable_transactions(7, 3, 3, ESTIMATED) == 51
     assert durable_transactions(4, 3, 0, ESTIMATED) == 33
