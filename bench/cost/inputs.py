@@ -90,7 +90,6 @@ class Estimates:
         agent_call_s: Seconds of an agent's execution (its remote call).
         cold_start_s: Seconds a scale group at zero takes to start its first instance.
         scale_in_s: Seconds a group stays up without executions.
-        scale_controller_tx_s: Storage transactions a second of the scale controller's queue checks.
     """
 
     sb_ops_per_message: float = 3
@@ -114,7 +113,6 @@ class Estimates:
     agent_call_s: float = 0.08
     cold_start_s: float = 3.0
     scale_in_s: float = 300.0
-    scale_controller_tx_s: float = 0.5
 
 
 ESTIMATED: Final = Estimates()
@@ -130,8 +128,9 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "ru_retention": "one redacting replace of the state record when retention reaches the order",
     "stored_kb": "the order document, its state record and its timeline entries",
     "retained_days": "kept a month before retention purges them",
-    "tx_per_episode": "a history-table batch, an instance-table write, the history read of the replay",
-    "tx_per_message": "a Durable queue message is put, got and deleted",
+    "tx_per_episode": "table transactions: a History batch, an Instances write, the History read of "
+    "the replay",
+    "tx_per_message": "queue operations: a Durable queue message is put, got and deleted",
     "trace_bytes": "a demo run's console spans (2026-12-07, 30 orders): 24 worker spans per happy-path "
     "order at 979 bytes (JSON without the resource), billed about a quarter smaller: 17.6 KB; with the "
     "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
@@ -146,7 +145,6 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "agent_call_s": "an agent's execution: its remote call to a demo service",
     "cold_start_s": "a Python Flex instance starting from zero (no published figure)",
     "scale_in_s": "how long a group stays up idle (no published figure)",
-    "scale_controller_tx_s": "the scale controller's checks of the task hub's queues",
 }
 """Why each estimate is what it is (docs/deploy.md renders these)."""
 

@@ -5,8 +5,11 @@ The waits: each Service Bus hop (push delivery to a warm trigger); the starter t
 submission does not start the orchestration itself; Durable Functions' Azure Storage queue polling,
 which backs off exponentially while a queue is empty up to ``maxQueuePollingInterval`` (durabletask's
 ``BackoffPollingHelper``: each empty poll doubles the delay, so after an idle gap ``g`` the poll in
-progress is about ``g / 2`` long, and a message waits for its end); a cold start where a scale group
-may be at zero (no execution within the scale-in time; never with an always-ready instance).
+progress is about ``g / 2`` long, and a message waits for its end). Only a message another instance
+sends waits for a poll (Microsoft's Azure Storage provider page): the orchestration's start from the
+submission and each response raised by the listener, one per step; an activity's work item and result
+stay on the Durable group's instance. A cold start adds where a scale group may be at zero (no
+execution within the scale-in time; never with an always-ready instance).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def order_hops(counts: OrderCounts, est: Estimates, config: AzureConfig, orders:
     )
     hops += [
         Hop(f"Durable queue poll {i + 2}", wait_max_s=min(config.max_queue_polling_s, gap / 2))
-        for i in range(2 * steps - 1)
+        for i in range(steps - 1)
     ]
     used = min(max(1, config.agent_triggers), steps)
     hops += [

@@ -145,20 +145,34 @@ def order_request_units(counts: OrderCounts, est: Estimates) -> float:
     )
 
 
-def durable_transactions(episodes: float, activities: float, events: float, est: Estimates) -> float:
-    """Azure Storage transactions of one orchestration: its episodes, and the control-queue messages
-    (the start, each activity's result, each raised event) and work items (one per activity)."""
-    messages = 1 + activities + events + activities
-    return episodes * est.tx_per_episode + messages * est.tx_per_message
+SCALE_CONTROLLER_POLL_S: Final = 10.0
+"""The scale controller polls each control and work-item queue this often (Microsoft's Azure Storage
+provider page: once every 10 seconds)."""
 
 
-def polling_transactions(config: AzureConfig, est: Estimates, orders: float) -> float:
-    """Empty polls of the task hub's queues in a month while the Durable group is up (it stays up
-    ``est.scale_in_s`` after an order; always when always-ready), and the scale controller's checks."""
+def durable_queue_ops(activities: float, events: float, est: Estimates) -> float:
+    """Queue operations of one orchestration: the control-queue messages (the start, each activity's
+    result, each raised event) and the work items (one per activity)."""
+    return (1 + activities + events + activities) * est.tx_per_message
+
+
+def durable_table_ops(episodes: float, est: Estimates) -> float:
+    """Table transactions of one orchestration: each episode's History and Instances writes and reads."""
+    return episodes * est.tx_per_episode
+
+
+def polling_ops(config: AzureConfig, est: Estimates, orders: float) -> float:
+    """Queue operations of empty polls in a month: the Durable group's while it is up (it stays up
+    ``est.scale_in_s`` after an order; always when always-ready), and the scale controller's."""
     per_s = orders / SECONDS_PER_MONTH
     up = 1.0 if "durable" in config.always_ready else poisson_share(per_s, est.scale_in_s)
-    polls = (config.control_queues + 1) / config.max_queue_polling_s * SECONDS_PER_MONTH * up
-    return polls + est.scale_controller_tx_s * SECONDS_PER_MONTH
+    queues = config.control_queues + 1
+    return (queues / config.max_queue_polling_s * up + queues / SCALE_CONTROLLER_POLL_S) * SECONDS_PER_MONTH
+
+
+def storage_cost(queue_ops: float, table_ops: float) -> float:
+    """Azure Storage: queue operations and table transactions (USD)."""
+    return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
 
 
 def telemetry_cost(gigabytes: float) -> float:
@@ -183,9 +197,10 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     month.lines["Cosmos DB request units"] = request_units / 1e6 * rate("cosmos_ru")
     stored_gb = orders * est.stored_kb * est.retained_days / 30 / 1e6
     month.lines["Cosmos DB storage"] = stored_gb * rate("cosmos_storage_gb_month")
-    per_order_tx = durable_transactions(counts.episodes, counts.activities, counts.remote_steps, est)
-    transactions = orders * per_order_tx + polling_transactions(config, est, orders)
-    month.lines["Storage transactions"] = transactions / 10_000 * rate("storage_transactions")
+    queue_ops = orders * durable_queue_ops(counts.activities, counts.remote_steps, est)
+    month.lines["Storage transactions"] = storage_cost(
+        queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
+    )
     telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes)
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
     return month

@@ -9,10 +9,12 @@ from bench.cost.model import (
     MIN_ACTIVE_S,
     Group,
     MonthCost,
-    durable_transactions,
+    durable_queue_ops,
+    durable_table_ops,
     flex_cost,
     poisson_share,
-    polling_transactions,
+    polling_ops,
+    storage_cost,
     telemetry_cost,
 )
 from bench.cost.prices import SECONDS_PER_MONTH, rate
@@ -34,10 +36,10 @@ def durable_saga_month(counts: OrderCounts, est: Estimates, config: AzureConfig,
     ]
     month = MonthCost(orders)
     month.lines.update(flex_cost(groups, config))
-    transactions = orders * durable_transactions(episodes, steps, 0, est) + polling_transactions(
-        config, est, orders
+    month.lines["Storage transactions"] = storage_cost(
+        orders * durable_queue_ops(steps, 0, est) + polling_ops(config, est, orders),
+        orders * durable_table_ops(episodes, est),
     )
-    month.lines["Storage transactions"] = transactions / 10_000 * rate("storage_transactions")
     share = (episodes + 2 * steps + 1) / (counts.episodes + counts.activities + 2 * steps + 1)
     month.lines["Telemetry ingestion"] = telemetry_cost(
         orders * est.trace_bytes * share * config.trace_sampling / 1e9

@@ -36,12 +36,14 @@ class Rate:
 
 FLEX = "https://learn.microsoft.com/azure/azure-functions/flex-consumption-plan#billing"
 FLEX_COSTS = "https://learn.microsoft.com/azure/azure-functions/functions-consumption-costs"
-FLEX_MIN = "https://kloudvin.com/article/azure-functions-flex-consumption-vnet-scaling-cold-start"
 FLEX_RATES = "https://modal.com/blog/azure-function-pricing-guide"
 SERVICE_BUS = "https://www.azure.cn/en-us/pricing/details/service-bus/"
 COSMOS = "https://learn.microsoft.com/azure/cosmos-db/serverless"
 MONITOR = "https://monitoringcost.com/azure-monitor-cost"
 STORAGE = "https://azure.microsoft.com/pricing/details/storage/queues/"
+DURABLE_STORAGE = (
+    "https://learn.microsoft.com/azure/azure-functions/durable/durable-functions-azure-storage-provider"
+)
 STEP_FUNCTIONS = "https://aws.amazon.com/step-functions/pricing/"
 TEMPORAL = "https://docs.temporal.io/cloud/pricing"
 
@@ -54,8 +56,9 @@ RATES: Final[tuple[Rate, ...]] = (
         "instance memory (512, 2,048 or 4,096 MB) for as long as an on-demand instance is actively "
         "executing; each active period at least 1,000 ms, then rounded up to 100 ms; each Service Bus "
         "trigger and timer scales in a group of its own, the Durable triggers share one",
-        f"{FLEX}; {FLEX_COSTS}; the 1,000 ms minimum as {FLEX_MIN} states it; the rate from {FLEX_RATES}",
-        "rule read 2026-12-07; rate read 2026-12-07 from a third-party quote of 2025-05-22 "
+        f"{FLEX}; {FLEX_COSTS}; the rate from {FLEX_RATES}",
+        "rule read 2026-12-07 (the 1,000 ms minimum and the scale groups: flex-consumption-plan.md in "
+        "MicrosoftDocs/azure-docs); rate read 2026-12-07 from a third-party quote of 2025-05-22 "
         "(Azure's pricing page renders no figures in the stored copy)",
     ),
     Rate(
@@ -160,13 +163,24 @@ RATES: Final[tuple[Rate, ...]] = (
         "list price, not re-read",
     ),
     Rate(
-        "storage_transactions",
-        "Azure Storage queue and table transactions",
+        "storage_queue_ops",
+        "Azure Storage queue operations (general-purpose v2)",
         0.004,
+        "10,000 operations",
+        "every request to a Durable Functions queue: put, get, delete, and every empty poll",
+        f"{STORAGE}; {DURABLE_STORAGE}",
+        "list price, not re-read: no Storage pricing page is in the corpus; Microsoft's Azure Storage "
+        "provider page (read 2026-12-07) warns that v2 accounts can cost Durable Functions significantly "
+        "more than v1",
+    ),
+    Rate(
+        "storage_table_transactions",
+        "Azure Table storage transactions",
+        0.00036,
         "10,000 transactions",
-        "every queue and table request of Durable Functions' Azure Storage backend, its empty polls included",
-        STORAGE,
-        "list price, not re-read: no pricing page for Storage queues or tables is in the corpus",
+        "every request to the task hub's History and Instances tables",
+        "https://azure.microsoft.com/pricing/details/storage/tables/",
+        "list price, not re-read: no Storage pricing page is in the corpus",
     ),
     Rate(
         "log_analytics_gb",

@@ -16,7 +16,8 @@ from bench.cost.docs import replace_between, section
 from bench.cost.inputs import CHOSEN, CURRENT, ESTIMATED, MEASURED, AzureConfig, counts_from_report
 from bench.cost.model import (
     Group,
-    durable_transactions,
+    durable_queue_ops,
+    durable_table_ops,
     flex_cost,
     order_request_units,
     orderflow_month,
@@ -54,9 +55,10 @@ def test_service_bus_base_then_tiers() -> None:
 def test_request_units_and_storage_transactions_of_an_order() -> None:
     # 6 writes x 6.67 + order create 6.29 + 1 read x 1.04 + 0.65 pages x 3 + retention 6.67
     assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(55.97)
-    # 7 episodes x 3 + (start, 3 results, 3 events, 3 work items) x 3
-    assert durable_transactions(7, 3, 3, ESTIMATED) == 51
-    assert durable_transactions(4, 3, 0, ESTIMATED) == 33
+    # (start, 3 results, 3 events, 3 work items) x 3 queue operations; 7 episodes x 3 table transactions
+    assert durable_queue_ops(3, 3, ESTIMATED) == 30
+    assert durable_table_ops(7, ESTIMATED) == 21
+    assert durable_queue_ops(3, 0, ESTIMATED) == 21
 
 
 def test_flex_on_demand_and_always_ready() -> None:
@@ -78,7 +80,8 @@ def test_the_idle_month_of_the_template_before_the_model() -> None:
     assert month.lines["Flex executions"] == pytest.approx((525_600 + 87_600 - 250_000) * 0.4e-6)
     assert month.lines["Service Bus"] == pytest.approx(9.855)
     assert month.lines["Cosmos DB request units"] == pytest.approx((525_600 * 3 + 87_600 * 6) * 0.25e-6)
-    assert month.lines["Storage transactions"] == pytest.approx(0.5 * 2_628_000 / 10_000 * 0.004)
+    # The scale controller's polls of 4 control queues and the work-item queue, every 10 s.
+    assert month.lines["Storage transactions"] == pytest.approx(5 / 10 * 2_628_000 / 10_000 * 0.004)
     assert month.lines["Telemetry ingestion"] == 0  # 0.92 GB, under the 5 GB free
     assert month.total == pytest.approx(40.33788)
 
