@@ -36,6 +36,7 @@ class Hop:
         name: What it is.
         fixed_s: Seconds it always takes.
         wait_max_s: A further wait uniform in ``[0, wait_max_s]``.
+        overlap_s: Seconds of that wait spent alongside other work on the path (only the rest counts).
         cold_chance: Chance a scale group is at zero when the hop reaches it.
         cold_s: Seconds a cold start adds.
     """
@@ -43,6 +44,7 @@ class Hop:
     name: str
     fixed_s: float = 0.0
     wait_max_s: float = 0.0
+    overlap_s: float = 0.0
     cold_chance: float = 0.0
     cold_s: float = 0.0
 
@@ -74,9 +76,11 @@ def order_hops(counts: OrderCounts, est: Estimates, config: AzureConfig, orders:
     if not config.claim_on_submit:
         hops.append(Hop("starter timer", wait_max_s=config.starter_period_s))
     hops.append(
+        # The start waits for a poll while the first request makes its round trip.
         Hop(
             "first Durable queue poll",
             wait_max_s=min(config.max_queue_polling_s, first_gap / 2),
+            overlap_s=gap if config.claim_on_submit else 0.0,
             cold_chance=cold("durable", counts.episodes + counts.activities),
             cold_s=est.cold_start_s,
         )
@@ -109,7 +113,7 @@ def _percentiles(hops: tuple[Hop, ...], samples: int, seed: int) -> tuple[float,
     totals = sorted(
         sum(
             h.fixed_s
-            + (rng.uniform(0, h.wait_max_s) if h.wait_max_s else 0.0)
+            + (max(0.0, rng.uniform(0, h.wait_max_s) - h.overlap_s) if h.wait_max_s else 0.0)
             + (h.cold_s if h.cold_chance and rng.random() < h.cold_chance else 0.0)
             for h in hops
         )

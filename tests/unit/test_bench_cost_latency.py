@@ -22,6 +22,13 @@ def test_a_uniform_wait_has_its_median_at_half_and_p95_near_the_top() -> None:
     assert p95 == pytest.approx(1.9, abs=0.05)
 
 
+def test_only_the_part_of_a_wait_past_its_overlap_counts() -> None:
+    # uniform(0, 2) less 1: zero half the time, so the median is 0; p95 is about 1.9 - 1.
+    p50, p95 = percentiles([Hop("wait", wait_max_s=2.0, overlap_s=1.0)])
+    assert p50 == pytest.approx(0.0, abs=0.02)
+    assert p95 == pytest.approx(0.9, abs=0.05)
+
+
 def test_a_certain_cold_start_always_counts() -> None:
     assert percentiles([Hop("cold", cold_chance=1.0, cold_s=3.0)]) == (3.0, 3.0)
 
