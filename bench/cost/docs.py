@@ -169,7 +169,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
 def _inputs_tables(counts: OrderCounts, est: Estimates) -> list[str]:
     counted = asdict(counts)
     rows = [[name, f"{counted[name]:g}", basis] for name, basis in MEASURED_BASIS.items()]
-    lines = [f"**Per-order counts** (measured {counts.measured_on}):", ""]
+    lines = [f"**Per-order counts** (from {counts.measured_on}):", ""]
     lines += _table(["count", "per order", "measured or estimated"], rows)
     lines += [
         "",
@@ -201,8 +201,10 @@ def section(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> str:
     lines += [
         "Each order's measured local time plus the waits Azure adds on its path (`bench/cost/latency.py`): "
         "Service Bus deliveries, the starter's period where the starter claims, Durable Functions' queue "
-        "polling back-off (up to `maxQueuePollingInterval`), and a cold start wherever a scale group may be "
-        "at zero (no execution within its scale-in time). p50 and p95 of 20,000 seeded draws.",
+        "polling back-off (up to `maxQueuePollingInterval`) for the messages another instance sends (the "
+        "orchestration's start and each response the listener raises), and a cold start wherever a scale "
+        "group may be at zero (no execution within its scale-in time). p50 and p95 of 20,000 seeded draws. "
+        "*Low load* is 100,000 orders a month, one every 26 s on average.",
         "",
     ]
     lines += _latency_table(fig)

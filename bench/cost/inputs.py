@@ -42,7 +42,7 @@ class OrderCounts:
     activities: float = 3
     remote_steps: float = 3
     local_order_s: float = 0.069
-    measured_on: str = "2026-12-06 (docs/benchmarks.md, operations per order; one at a time 2026-12-02)"
+    measured_on: str = "docs/benchmarks.md: operations per order of 2026-12-06, one at a time of 2026-12-02"
 
 
 MEASURED: Final = OrderCounts()
@@ -218,5 +218,5 @@ def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) 
         query_pages=float(state.get("query_pages", base.query_pages)),
         remote_steps=float(per_order.get("remote_steps", base.remote_steps)),
         local_order_s=float(local_s) if local_s else base.local_order_s,
-        measured_on=str(report.get("generated_at", "a bench-report.json")),
+        measured_on=f"bench-report.json of {report.get('generated_at', 'an unknown date')}",
     )

@@ -114,7 +114,7 @@ def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_wa
     counts = counts_from_report(report)
     assert (counts.messages, counts.state_replaces, counts.episodes) == (10, 4, MEASURED.episodes)
     assert counts.local_order_s == 0.05
-    assert counts.measured_on == "2027-01-01T00:00:00+00:00"
+    assert counts.measured_on == "bench-report.json of 2027-01-01T00:00:00+00:00"
     assert counts_from_report({"orderflow": {"per_order": {**per_order, "all_processed": False}}}) == MEASURED
     assert counts_from_report({}) == MEASURED
 
