@@ -161,6 +161,9 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "- **No always-ready instance**: one for the Durable group removes its cold start after an idle "
         f"spell but costs {_money(_delta('always_ready', frozenset({'durable'}), 0, counts, est))} a month "
         "idle, which the idle target cannot hold beside the Service Bus base charge.",
+        "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`): 5 s would save "
+        f"{_money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
+        "breaker another host opened go unseen 4 s longer.",
         "- **Service Bus settings unchanged** (`maxConcurrentCalls` 8, `tryTimeout` 10 s, no prefetch): no "
         "meter in the model depends on them at these volumes; one instance per group serves them.",
     ]

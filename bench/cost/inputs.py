@@ -84,6 +84,8 @@ class Estimates:
         timer_run_bytes: Billed telemetry bytes of one timer run.
         starter_ru: Request units of one starter (sweeper) run's query.
         supervisor_ru: Request units of one supervisor sweep (its queries and sweep document).
+        breaker_uses: Circuit-breaker consultations per order (an admission before each step, the agent's
+            result after it), each a point read unless the host read that breaker within its cache time.
         durable_span_s: Seconds between an order's first and last Durable execution on Azure.
         responses_span_s: Seconds between an order's first and last response execution.
         sb_hop_s: Seconds from a Service Bus send to the trigger's execution, warm.
@@ -107,6 +109,7 @@ class Estimates:
     timer_run_bytes: float = 1_500
     starter_ru: float = 3
     supervisor_ru: float = 6
+    breaker_uses: float = 6
     durable_span_s: float = 0.6
     responses_span_s: float = 0.4
     sb_hop_s: float = 0.02
@@ -139,6 +142,7 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "timer_run_bytes": "a host request span and a log record or two per timer run",
     "starter_ru": "one query page finding nothing",
     "supervisor_ru": "the sweep's query pages finding nothing",
+    "breaker_uses": "the starter's or a step's admission and the agent's result for each of three steps",
     "durable_span_s": "an order's Durable executions on Azure, from the latency model's waits",
     "responses_span_s": "two agents' round trips between an order's first and last response",
     "sb_hop_s": "a push delivery to a warm Service Bus trigger",
@@ -164,6 +168,7 @@ class AzureConfig:
         trace_sampling: Share of traces kept (1 keeps every span).
         max_queue_polling_s: Durable Functions' ``maxQueuePollingInterval``.
         control_queues: Durable Functions' control queues (``partitionCount``).
+        breaker_cache_s: Seconds a host reuses a breaker document it read (``BREAKER_CACHE_S``).
     """
 
     name: str
@@ -176,6 +181,7 @@ class AzureConfig:
     trace_sampling: float = 1.0
     max_queue_polling_s: float = 2.0
     control_queues: int = 4
+    breaker_cache_s: float = 1.0
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")

@@ -150,6 +150,13 @@ SCALE_CONTROLLER_POLL_S: Final = 10.0
 provider page: once every 10 seconds)."""
 
 
+def breaker_reads(orders: float, est: Estimates, config: AzureConfig) -> float:
+    """Breaker document reads in a month: each consultation reads unless the same breaker was consulted
+    within the cache time before it (Poisson consultations: the chance of none is ``exp(-rate * cache)``)."""
+    per_s = orders / SECONDS_PER_MONTH
+    return orders * est.breaker_uses * math.exp(-per_s * config.breaker_cache_s)
+
+
 def durable_queue_ops(activities: float, events: float, est: Estimates) -> float:
     """Queue operations of one orchestration: the control-queue messages (the start, each activity's
     result, each raised event) and the work items (one per activity)."""
@@ -193,6 +200,7 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
         orders * order_request_units(counts, est)
         + starter_runs * est.starter_ru
         + supervisor_runs * est.supervisor_ru
+        + breaker_reads(orders, est, config) * est.ru_point_read
     )
     month.lines["Cosmos DB request units"] = request_units / 1e6 * rate("cosmos_ru")
     stored_gb = orders * est.stored_kb * est.retained_days / 30 / 1e6

@@ -16,6 +16,7 @@ from bench.cost.docs import replace_between, section
 from bench.cost.inputs import CHOSEN, CURRENT, ESTIMATED, MEASURED, AzureConfig, counts_from_report
 from bench.cost.model import (
     Group,
+    breaker_reads,
     durable_queue_ops,
     durable_table_ops,
     flex_cost,
@@ -59,6 +60,14 @@ def test_request_units_and_storage_transactions_of_an_order() -> None:
     assert durable_queue_ops(3, 3, ESTIMATED) == 30
     assert durable_table_ops(7, ESTIMATED) == 21
     assert durable_queue_ops(3, 0, ESTIMATED) == 21
+
+
+def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
+    config = AzureConfig(name="t", breaker_cache_s=1.0)
+    assert breaker_reads(0, ESTIMATED, config) == 0
+    # 2,628,000 orders a month is one a second: each of 6 consultations reads with chance exp(-1).
+    assert breaker_reads(2_628_000, ESTIMATED, config) == pytest.approx(2_628_000 * 6 * math.exp(-1))
+    assert breaker_reads(2_628_000, ESTIMATED, replace(config, breaker_cache_s=0)) == 2_628_000 * 6
 
 
 def test_flex_on_demand_and_always_ready() -> None:
