@@ -10,6 +10,7 @@ from typing import Any
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
+    ESTIMATE_BASIS,
     ESTIMATED,
     MEASURED,
     MEASURED_BASIS,
@@ -27,8 +28,8 @@ from bench.cost.render import (
     TARGET_IDLE,
     TARGET_P50_S,
     TARGET_PER_MILLION,
-    _money,
     figures,
+    money,
 )
 
 INTRO = """\
@@ -58,7 +59,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _cost_table(fig: dict[str, Any]) -> list[str]:
     header = ["system", *(f"per million at {n:,}/month" for n in VOLUMES), "idle month"]
     rows = [
-        [name, *(_money(v) for v in figs["per_million"].values()), _money(figs["idle_month"])]
+        [name, *(money(v) for v in figs["per_million"].values()), money(figs["idle_month"])]
         for name, figs in fig["cost"].items()
     ]
     return _table(header, rows)
@@ -74,23 +75,23 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
         if fig["cost"][name]["per_million"]["1,000,000"] > at_1m
     ]
     meters = sorted(fig["chosen_meters_at_1m"].items(), key=lambda kv: -kv[1])[:3]
-    held = ", ".join(f"{name} {_money(usd)}" for name, usd in meters)
+    held = ", ".join(f"{name} {money(usd)}" for name, usd in meters)
     flex = fig["chosen_meters_at_1m"]["Flex memory time"]
     counts = fig["counts"]
     writes = counts["state_creates"] + counts["state_replaces"]
     return [
-        f"- **Cost at a million orders a month: {_money(at_1m)} per million**, "
-        f"target {_money(TARGET_PER_MILLION)}: "
+        f"- **Cost at a million orders a month: {money(at_1m)} per million**, "
+        f"target {money(TARGET_PER_MILLION)}: "
         + (
             "met."
             if at_1m <= TARGET_PER_MILLION
             else f"**not met**; the terms holding it are {held}. Flex memory time is the one the "
-            f"configuration moves; every other meter together comes to {_money(at_1m - flex)}, so no "
+            f"configuration moves; every other meter together comes to {money(at_1m - flex)}, so no "
             "setting of the template brings the total under the target while each order sends "
             f"{counts['messages']:g} Service Bus messages, makes {writes:g} state writes and runs its "
             "Durable Functions history through Azure Storage."
         ),
-        f"- **Idle: {_money(chosen['idle_month'])} a month**, target {_money(TARGET_IDLE)}: "
+        f"- **Idle: {money(chosen['idle_month'])} a month**, target {money(TARGET_IDLE)}: "
         + ("met" if chosen["idle_month"] <= TARGET_IDLE else "**not met**")
         + " (the Service Bus Standard base charge is most of it; Standard is needed for duplicate "
         "detection).",
@@ -129,7 +130,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
     m = 1_000_000
     return [
         f"- **Instance memory 512 MB** (was {CURRENT.memory_mb:,}; `infra/modules/functionapp.bicep`): "
-        f"{_money(_delta('memory_mb', 2048, m, counts, est))} "
+        f"{money(_delta('memory_mb', 2048, m, counts, est))} "
         "a month less at a million orders (memory time scales with it). The worker's import footprint is "
         "111 MB (the app imported, `ru_maxrss`), and the local processes running the same roles peaked at "
         "130 MB (the scheduler roles) and 126 MB (the submission and the agents) in a 40-order demo on 2 "
@@ -138,31 +139,31 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "to 2,048 if an instance runs short.",
         f"- **Claim on submit, the starter a {CHOSEN.starter_period_s:g} s sweeper** (`CLAIM_ON_SUBMIT`; "
         f"`STARTER_SCHEDULE` was every {CURRENT.starter_period_s:g} s): the idle month is "
-        f"{_money(_delta('starter_period_s', CURRENT.starter_period_s, 0, counts, est))} less (the sweeper's "
+        f"{money(_delta('starter_period_s', CURRENT.starter_period_s, 0, counts, est))} less (the sweeper's "
         "runs fit the free grant at 512 MB), and the starter's wait leaves the order's path: the latency "
         "table's rows with the starter claiming every 5 s against the chosen ones.",
         "- **Supervisor every 30 s, kept**: every 60 s would save "
-        f"{_money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle (its runs fit the free "
+        f"{money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle (its runs fit the free "
         "grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",
         f"- **Traces sampled at 10%** (alerts, events and metrics kept): "
-        f"{_money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. "
+        f"{money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. "
         "*Not yet in "
         "the template*: the app settings `OTEL_TRACES_SAMPLER=microsoft.fixed_percentage` and "
         "`OTEL_TRACES_SAMPLER_ARG=0.1` ([operations.md](operations.md#export)).",
         f"- **`maxQueuePollingInterval` 1 s** (was 2; `host.json`): p50 at {LOW:,} a month "
         f"{_p50('max_queue_polling_s', 2.0, counts, est):.2f} s at 2 s, "
         f"{_p50('max_queue_polling_s', 1.0, counts, est):.2f} s at 1 s, for "
-        f"{_money(-_delta('max_queue_polling_s', 2.0, m, counts, est))} a month more empty polls at a "
+        f"{money(-_delta('max_queue_polling_s', 2.0, m, counts, est))} a month more empty polls at a "
         "million.",
         "- **Four agent triggers, kept**: one trigger for every agent would be one scale group instead of "
-        f"three busy ones, {_money(-_delta('agent_triggers', 1, m, counts, est))} a month less at a million "
+        f"three busy ones, {money(-_delta('agent_triggers', 1, m, counts, est))} a month less at a million "
         "orders (the table's *one agent trigger* row); it needs one agent queue and a dispatch by message, "
         "which is not built.",
         "- **No always-ready instance**: one for the Durable group removes its cold start after an idle "
-        f"spell but costs {_money(_delta('always_ready', frozenset({'durable'}), 0, counts, est))} a month "
+        f"spell but costs {money(_delta('always_ready', frozenset({'durable'}), 0, counts, est))} a month "
         "idle, which the idle target cannot hold beside the Service Bus base charge.",
         "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`): 5 s would save "
-        f"{_money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
+        f"{money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
         "breaker another host opened go unseen 4 s longer.",
         "- **Service Bus settings unchanged** (`maxConcurrentCalls` 8, `tryTimeout` 10 s, no prefetch): no "
         "meter in the model depends on them at these volumes; one instance per group serves them.",
@@ -176,10 +177,11 @@ def _inputs_tables(counts: OrderCounts, est: Estimates) -> list[str]:
     lines += _table(["count", "per order", "measured or estimated"], rows)
     lines += [
         "",
-        "**Estimates** (nothing local measures these; `bench/cost/inputs.py` says what each is):",
+        "**Estimates** (nothing `make bench` measures these; `bench/cost/inputs.py` says what each is):",
         "",
     ]
-    lines += _table(["estimate", "value"], [[name, f"{value:g}"] for name, value in asdict(est).items()])
+    estimate_rows = [[name, f"{value:g}", ESTIMATE_BASIS[name]] for name, value in asdict(est).items()]
+    lines += _table(["estimate", "value", "why"], estimate_rows)
     lines += [""]
     lines += ["**Rates**, each with its rule, its source and when it was read:", ""]
     rate_rows = [[r.meter, _rate(r.usd, r.unit), r.rule, r.source, r.read] for r in RATES]
@@ -199,7 +201,7 @@ def section(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> str:
     lines = [BEGIN, INTRO, "", "### What it comes to", ""]
     lines += [*_cost_table(fig), "", *_verdict(fig)]
     lines += ["", "### The chosen configuration's meters at a million orders a month", ""]
-    lines += _table(["meter", "USD a month"], [[k, _money(v)] for k, v in fig["chosen_meters_at_1m"].items()])
+    lines += _table(["meter", "USD a month"], [[k, money(v)] for k, v in fig["chosen_meters_at_1m"].items()])
     lines += ["", "### Latency on Azure: a model, not a measurement", ""]
     lines += [
         "Each order's measured local time plus the waits Azure adds on its path (`bench/cost/latency.py`): "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any, Final
 
@@ -18,8 +19,9 @@ from bench.cost.inputs import (
     OrderCounts,
 )
 from bench.cost.latency import order_hops, percentiles
-from bench.cost.model import orderflow_month
+from bench.cost.model import MonthCost, orderflow_month
 from bench.cost.peers import durable_saga_month, step_functions_month, temporal_month
+from bench.cost.prices import RATES
 
 BEGIN: Final = "<!-- cost model: begin (python -m bench.cost --write-docs) -->"
 END: Final = "<!-- cost model: end -->"
@@ -32,7 +34,7 @@ LOW: Final = 100_000
 STARTER_CLAIMING: Final = "the chosen configuration, the starter claiming every 5 s"
 
 
-def _systems(counts: OrderCounts, est: Estimates) -> dict[str, Any]:
+def _systems(counts: OrderCounts, est: Estimates) -> dict[str, Callable[[float], MonthCost]]:
     """Month-cost functions by system name: orderflow's three configurations and the peers."""
     return {
         f"orderflow, {CURRENT.name}": lambda n: orderflow_month(counts, est, CURRENT, n),
@@ -70,6 +72,7 @@ def figures(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> dict[
         "configurations": {c.name: _config(c) for c in (CURRENT, CHOSEN, ONE_AGENT_TRIGGER)},
         "cost": cost,
         "chosen_meters_at_1m": {k: round(v, 2) for k, v in meters.items()},
+        "rates": [asdict(r) for r in RATES],
         "latency_s": {c.name: _latency(counts, est, c) for c in (CURRENT, claim_off, CHOSEN)},
     }
 
@@ -80,7 +83,8 @@ def _config(config: AzureConfig) -> dict[str, Any]:
     return out
 
 
-def _money(usd: float) -> str:
+def money(usd: float) -> str:
+    """USD as the docs write it: whole dollars from $10, cents below."""
     return f"${usd:,.0f}" if usd >= 10 else f"${usd:,.2f}"
 
 
@@ -91,16 +95,16 @@ def sentence(fig: dict[str, Any]) -> str:
     low = fig["latency_s"][CHOSEN.name][f"{LOW:,} a month"]
 
     def at_1m(system: str) -> str:
-        return _money(cost[system]["per_million"]["1,000,000"])
+        return money(cost[system]["per_million"]["1,000,000"])
 
     return (
         "The cost model (`python -m bench.cost`) puts it at "
-        f"{_money(chosen['per_million']['1,000,000'])} per million orders at a million a month "
+        f"{money(chosen['per_million']['1,000,000'])} per million orders at a million a month "
         f"(AWS Step Functions {at_1m('AWS Step Functions (standard)')}, Temporal Cloud "
         f"{at_1m('Temporal Cloud (Essentials)')}, a bare Durable Functions saga "
         f"{at_1m('bare Durable Functions saga')}, for the same order by the same model), "
-        f"{_money(chosen['per_million']['10,000,000'])} at ten million and "
-        f"{_money(chosen['idle_month'])} a month idle, with a modelled p50 of {low[0]:.2f} s at "
+        f"{money(chosen['per_million']['10,000,000'])} at ten million and "
+        f"{money(chosen['idle_month'])} a month idle, with a modelled p50 of {low[0]:.2f} s at "
         f"{LOW:,} orders a month: a model from the counts `make bench` measures and the meters' "
         "documented rules, not a bill."
     )

@@ -6,14 +6,23 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from bench.cost.__main__ import main
 from bench.cost.docs import replace_between, section
-from bench.cost.inputs import CHOSEN, CURRENT, ESTIMATED, MEASURED, AzureConfig, counts_from_report
+from bench.cost.inputs import (
+    CHOSEN,
+    CURRENT,
+    ESTIMATE_BASIS,
+    ESTIMATED,
+    MEASURED,
+    MEASURED_BASIS,
+    AzureConfig,
+    counts_from_report,
+)
 from bench.cost.model import (
     Group,
     breaker_reads,
@@ -126,6 +135,11 @@ def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_wa
     assert counts.measured_on == "bench-report.json of 2027-01-01T00:00:00+00:00"
     assert counts_from_report({"orderflow": {"per_order": {**per_order, "all_processed": False}}}) == MEASURED
     assert counts_from_report({}) == MEASURED
+
+
+def test_every_count_and_estimate_says_where_it_comes_from() -> None:
+    assert set(ESTIMATE_BASIS) == set(asdict(ESTIMATED))
+    assert set(MEASURED_BASIS) == set(asdict(MEASURED)) - {"measured_on"}
 
 
 def test_every_rate_has_a_source_and_a_reading() -> None:
