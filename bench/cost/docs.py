@@ -76,6 +76,8 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
     ]
     meters = sorted(fig["chosen_meters_at_1m"].items(), key=lambda kv: -kv[1])[:3]
     held = ", ".join(f"{name} {money(usd)}" for name, usd in meters)
+    idle_meters = sorted(fig["chosen_meters_idle"].items(), key=lambda kv: -kv[1])
+    idle = ", ".join(f"{name} {money(usd)}" for name, usd in idle_meters)
     flex = fig["chosen_meters_at_1m"]["Flex memory time"]
     counts = fig["counts"]
     writes = counts["state_creates"] + counts["state_replaces"]
@@ -93,8 +95,8 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
         ),
         f"- **Idle: {money(chosen['idle_month'])} a month**, target {money(TARGET_IDLE)}: "
         + ("met" if chosen["idle_month"] <= TARGET_IDLE else "**not met**")
-        + " (the Service Bus Standard base charge is most of it; Standard is needed for duplicate "
-        "detection).",
+        + f" ({idle}; Service Bus Standard is needed for duplicate detection, and the alert rules are "
+        "the lever: [below](#the-configuration-and-why)).",
         f"- **Modelled p50 at {LOW:,} orders a month: {p50:.2f} s**, target {TARGET_P50_S:.0f} s: "
         + ("met." if p50 <= TARGET_P50_S else "**not met**."),
         "- Cheaper than the peers at a million a month: "
@@ -119,6 +121,14 @@ def _delta(field: str, value: Any, orders: float, counts: OrderCounts, est: Esti
     return (
         orderflow_month(counts, est, other, orders).total - orderflow_month(counts, est, CHOSEN, orders).total
     )
+
+
+def _delta_alerts(counts: OrderCounts, est: Estimates) -> float:
+    """USD a month the chosen configuration would save with two log alerts evaluated every 15 minutes."""
+    fewer = replace(
+        CHOSEN, log_alerts_5min=CHOSEN.log_alerts_5min - 2, log_alerts_15min=CHOSEN.log_alerts_15min + 2
+    )
+    return orderflow_month(counts, est, CHOSEN, 0).total - orderflow_month(counts, est, fewer, 0).total
 
 
 def _p50(config_field: str, value: Any, counts: OrderCounts, est: Estimates) -> float:
@@ -165,6 +175,11 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`): 5 s would save "
         f"{money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
         "breaker another host opened go unseen 4 s longer.",
+        "- **Alert rules unchanged**: the three log search alerts run every 5 minutes "
+        f"({money(orderflow_month(counts, est, CHOSEN, 0).lines['Alert rules'])} a month with the metric "
+        "alerts' series). Evaluating the two whose window is 15 minutes (stuck orders, retry budget) every "
+        f"15 minutes would save {money(_delta_alerts(counts, est))} a month and tell an operator up to 10 "
+        "minutes later; no infrastructure test holds alert frequencies, so the template keeps them.",
         "- **Service Bus settings unchanged** (`maxConcurrentCalls` 8, `tryTimeout` 10 s, no prefetch): no "
         "meter in the model depends on them at these volumes; one instance per group serves them.",
     ]

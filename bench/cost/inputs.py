@@ -170,6 +170,9 @@ class AzureConfig:
         max_queue_polling_s: Durable Functions' ``maxQueuePollingInterval``.
         control_queues: Durable Functions' control queues (``partitionCount``).
         breaker_cache_s: Seconds a host reuses a breaker document it read (``BREAKER_CACHE_S``).
+        metric_alert_series: Time series the metric alerts watch (one per queue they split by).
+        log_alerts_5min: Log search alert rules evaluated every 5 minutes.
+        log_alerts_15min: Log search alert rules evaluated every 15 minutes.
     """
 
     name: str
@@ -183,6 +186,9 @@ class AzureConfig:
     max_queue_polling_s: float = 2.0
     control_queues: int = 4
     breaker_cache_s: float = 1.0
+    metric_alert_series: int = 7
+    log_alerts_5min: int = 3
+    log_alerts_15min: int = 0
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")

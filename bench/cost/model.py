@@ -182,6 +182,15 @@ def storage_cost(queue_ops: float, table_ops: float) -> float:
     return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
 
 
+def alerts_cost(config: AzureConfig) -> float:
+    """Azure Monitor alert rules, a fixed charge a month (USD)."""
+    return (
+        config.metric_alert_series * rate("metric_alert_series")
+        + config.log_alerts_5min * rate("log_alert_5min")
+        + config.log_alerts_15min * rate("log_alert_15min")
+    )
+
+
 def telemetry_cost(gigabytes: float) -> float:
     """Log Analytics ingestion past the free grant (USD)."""
     return max(0.0, gigabytes - rate("log_analytics_free_gb")) * rate("log_analytics_gb")
@@ -211,4 +220,5 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     )
     telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes)
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
+    month.lines["Alert rules"] = alerts_cost(config)
     return month

@@ -40,6 +40,7 @@ FLEX_RATES = "https://modal.com/blog/azure-function-pricing-guide"
 SERVICE_BUS = "https://www.azure.cn/en-us/pricing/details/service-bus/"
 COSMOS = "https://learn.microsoft.com/azure/cosmos-db/serverless"
 MONITOR = "https://monitoringcost.com/azure-monitor-cost"
+MONITOR_PRICING = "https://azure.microsoft.com/pricing/details/monitor/"
 STORAGE = "https://azure.microsoft.com/pricing/details/storage/queues/"
 DURABLE_STORAGE = (
     "https://learn.microsoft.com/azure/azure-functions/durable/durable-functions-azure-storage-provider"
@@ -200,6 +201,33 @@ RATES: Final[tuple[Rate, ...]] = (
         "per billing account, each month",
         MONITOR,
         "read 2026-12-07 (third-party quote)",
+    ),
+    Rate(
+        "metric_alert_series",
+        "Azure Monitor metric alert, per time series monitored",
+        0.10,
+        "time series a month",
+        "each series a metric alert rule evaluates (a rule split by queue watches one series per queue)",
+        MONITOR_PRICING,
+        "list price, not re-read: Azure Monitor's pricing page is not in the corpus",
+    ),
+    Rate(
+        "log_alert_5min",
+        "Azure Monitor log search alert evaluated every 5 minutes",
+        1.50,
+        "rule a month",
+        "each log search alert rule, by how often it runs",
+        MONITOR_PRICING,
+        "list price, not re-read",
+    ),
+    Rate(
+        "log_alert_15min",
+        "Azure Monitor log search alert evaluated every 15 minutes",
+        0.50,
+        "rule a month",
+        "each log search alert rule, by how often it runs",
+        MONITOR_PRICING,
+        "list price, not re-read",
     ),
     Rate(
         "step_functions_transition",

