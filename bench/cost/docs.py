@@ -69,11 +69,16 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
     chosen = fig["cost"][f"orderflow, {CHOSEN.name}"]
     at_1m = chosen["per_million"]["1,000,000"]
     p50 = fig["latency_s"][CHOSEN.name][f"{LOW:,} a month"][0]
-    cheaper = [
-        name
-        for name in ("AWS Step Functions (standard)", "Temporal Cloud (Essentials)")
-        if fig["cost"][name]["per_million"]["1,000,000"] > at_1m
-    ]
+    hosted = ("AWS Step Functions (standard)", "Temporal Cloud (Essentials)")
+    dearer = {
+        volume: [
+            name
+            for name in hosted
+            if fig["cost"][name]["per_million"][volume] > chosen["per_million"][volume]
+        ]
+        or ["neither"]
+        for volume in ("1,000,000", "10,000,000")
+    }
     meters = sorted(fig["chosen_meters_at_1m"].items(), key=lambda kv: -kv[1])[:3]
     held = ", ".join(f"{name} {money(usd)}" for name, usd in meters)
     idle_meters = sorted(fig["chosen_meters_idle"].items(), key=lambda kv: -kv[1])
@@ -99,10 +104,10 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
         "the lever: [below](#the-configuration-and-why)).",
         f"- **Modelled p50 at {LOW:,} orders a month: {p50:.2f} s**, target {TARGET_P50_S:.0f} s: "
         + ("met." if p50 <= TARGET_P50_S else "**not met**."),
-        "- Cheaper than the peers at a million a month: "
-        + (", ".join(cheaper) if cheaper else "neither Step Functions nor Temporal Cloud")
-        + " by this model; the bare Durable Functions saga is cheaper than orderflow at every volume (it has "
-        "no queues between roles and no state record a supervisor can recover an order from).",
+        "- Dearer than orderflow by this model, of the hosted workflow engines: at a million orders a month "
+        f"{' and '.join(dearer['1,000,000'])}; at ten million {' and '.join(dearer['10,000,000'])}. The "
+        "bare Durable Functions saga is cheaper than orderflow at every volume: it has no queues between "
+        "roles and no state record a supervisor can recover an order from.",
     ]
 
 
