@@ -55,6 +55,9 @@ def build(target: Path = PACKAGE, *, data_dir: Path = DATA_DIR) -> Path:
         FileNotFoundError, RuntimeError: the TPC-H tables cannot be generated (tpchgen-cli).
     """
     clean(target)
+    if target != PACKAGE:
+        for name in TRACKED:
+            shutil.copy2(PACKAGE / name, target / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "azure")
     shutil.copytree(REPO / "orderflow", target / "orderflow", ignore=ignore)
     (target / "demo").mkdir()
