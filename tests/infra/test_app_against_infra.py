@@ -856,6 +856,63 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
 ]
 
 
+DEMO_MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
+    (
+        "main.bicep",
+        "  courier: union(demoServiceBinding, { operations: demoOperations.courier })\n",
+        "",
+        check_service_bindings,
+    ),
+    ("main.bicep", "path: '/payments/refunds'", "path: '/payments/refund'", check_service_bindings),
+    ("main.bicep", "mode: 'entra'", "mode: 'none'", check_service_bindings),
+    (
+        "modules/demoservices.bicep",
+        "output scope string = 'api://${audienceClientId}/.default'",
+        "output scope string = 'api://orderflow-demo-services/.default'",
+        check_service_bindings,
+    ),
+    (
+        "modules/demoservices.bicep",
+        "{ name: 'DEMO_SERVICES_AUDIENCE', value: audienceClientId }",
+        "{ name: 'DEMO_SERVICES_AUDIENCE', value: 'orderflow-demo-services' }",
+        check_service_bindings,
+    ),
+    (
+        "modules/client.bicep",
+        "(reply.id, deployerPrincipalId, serviceBusDataReceiver)\n  scope: reply",
+        "(reply.id, deployerPrincipalId, serviceBusDataReceiver)\n  scope: inbound",
+        check_deployer_roles,
+    ),
+    (
+        "modules/client.bicep",
+        "roleDefinitions', serviceBusDataSender)\n    principalId: deployerPrincipalId",
+        "roleDefinitions', serviceBusDataOwner)\n    principalId: deployerPrincipalId",
+        check_deployer_roles,
+    ),
+    ("main.bicep", "grantDeployerDemoClientAccess ? principalId : ''", "''", check_deployer_roles),
+]
+"""Mutations checked in a demo environment (:data:`DEMO`)."""
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "check"),
+    DEMO_MUTATIONS,
+    ids=[f"{m[3].__name__}:{m[0]}:{i}" for i, m in enumerate(DEMO_MUTATIONS)],
+)
+def test_a_mutated_demo_template_fails_its_check(
+    tmp_path: Path, file: str, old: str, new: str, check: Callable[[Template], None]
+) -> None:
+    infra = tmp_path / "infra"
+    shutil.copytree(ROOT / "infra", infra)
+    target = infra / file
+    text = target.read_text()
+    assert text.count(old) == 1, f"the mutation's text is not in {file} exactly once"
+    target.write_text(text.replace(old, new))
+    check(_deploy(ROOT / "infra", **DEMO))  # the original passes
+    with pytest.raises((AssertionError, ValueError)):
+        check(_deploy(infra, **DEMO))
+
+
 @pytest.mark.parametrize(
     ("file", "old", "new", "check"),
     MUTATIONS,
