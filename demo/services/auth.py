@@ -41,6 +41,10 @@ LEEWAY_S = 60
 DEMO_DRIVER_ROLE = "Orderflow.DemoDriver"
 """The app role the reporting and steering routes take on Azure: the deployer running make demo-azure."""
 
+MANAGED_IDENTITY_LIFETIME_S = 25 * 3600
+"""The longest ``exp - iat`` accepted of Entra's tokens: a managed identity's live 24 hours, and Entra
+stamps ``iat`` minutes before it issues a token; an hour's margin."""
+
 ENTRA_AUTHORITY = "https://login.microsoftonline.com"
 """Where Entra ID's tenants issue tokens and publish their keys."""
 
@@ -81,6 +85,7 @@ class AgentAuth:
         issuer: The ``iss`` accepted.
         audience: The ``aud`` accepted, or several (any one of them).
         role: The app role required.
+        max_lifetime_s: The longest ``exp - iat`` accepted, seconds.
     """
 
     def __init__(
@@ -90,11 +95,13 @@ class AgentAuth:
         issuer: str,
         audience: str | Sequence[str] = DEMO_SERVICES_AUDIENCE,
         role: str = AGENT_ROLE,
+        max_lifetime_s: float = MAX_TOKEN_LIFETIME_S,
     ) -> None:
         self._key = public_key
         self.issuer = issuer
         self.audience = audience
         self.role = role
+        self.max_lifetime_s = max_lifetime_s
 
     @classmethod
     def entra(
@@ -111,7 +118,13 @@ class AgentAuth:
             raise ValueError("the demo services need a tenant id and their app registration's client id")
         jwks = keys or jwt.PyJWKClient(entra_jwks_uri(tenant_id), cache_keys=True, lifespan=3600, timeout=10)
         audiences = (client_id, f"api://{client_id}")
-        return cls(jwks, issuer=entra_issuer(tenant_id), audience=audiences, role=role)
+        return cls(
+            jwks,
+            issuer=entra_issuer(tenant_id),
+            audience=audiences,
+            role=role,
+            max_lifetime_s=MANAGED_IDENTITY_LIFETIME_S,
+        )
 
     @classmethod
     def trusting(cls, issuer: LocalIssuer, *, audience: str = DEMO_SERVICES_AUDIENCE) -> AgentAuth:
@@ -141,14 +154,16 @@ class AgentAuth:
         except jwt.ExpiredSignatureError:
             raise CallerRefused(401, "invalid_token", "the token has expired") from None
         except jwt.InvalidAudienceError:
-            raise CallerRefused(401, "invalid_token", "the token is for another audience") from None
+            wanted = self.audience if isinstance(self.audience, str) else " or ".join(self.audience)
+            raise CallerRefused(401, "invalid_token", f"the token is not for {wanted}") from None
         except jwt.InvalidIssuerError:
             raise CallerRefused(401, "invalid_token", "the token is from another issuer") from None
         except jwt.PyJWTError as exc:
             raise CallerRefused(401, "invalid_token", f"the token is invalid: {type(exc).__name__}") from None
         lifetime = claims["exp"] - claims["iat"]
-        if not isinstance(lifetime, int | float) or lifetime > MAX_TOKEN_LIFETIME_S:
-            # Entra's access tokens live about an hour; a longer one was minted by a signing key's holder.
+        if not isinstance(lifetime, int | float) or lifetime > self.max_lifetime_s:
+            # Entra's access tokens live an hour (a managed identity's a day); a longer one was minted by
+            # a signing key's holder.
             raise CallerRefused(401, "invalid_token", "the token's lifetime is too long")
         roles = claims.get("roles")
         if not isinstance(roles, list) or self.role not in roles:

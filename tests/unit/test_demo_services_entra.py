@@ -49,9 +49,18 @@ def token(
     audience: str = CLIENT,
     issuer: str = entra_issuer(TENANT),
     key: rsa.RSAPrivateKey | None = None,
+    lifetime_s: int = 3600,
 ) -> str:
+    # Entra stamps iat and nbf five minutes before it issues a token.
     now = int(time.time())
-    claims = {"iss": issuer, "aud": audience, "iat": now, "nbf": now, "exp": now + 3600, "roles": list(roles)}
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "iat": now - 300,
+        "nbf": now - 300,
+        "exp": now + lifetime_s,
+        "roles": list(roles),
+    }
     return jwt.encode(claims, key or signing_key(), algorithm="RS256", headers={"kid": KID})
 
 
@@ -90,6 +99,12 @@ def test_the_agents_call_with_a_tenant_token_for_the_registration_v2_or_v1(clien
     # A v1.0 token names the app ID URI; the reservation's key is the same call, replayed.
     replayed = reserve(client, token(audience=f"api://{CLIENT}"))
     assert (replayed.status_code, replayed.headers.get("Idempotent-Replayed")) == (201, "true")
+
+
+def test_a_managed_identitys_day_long_token_is_accepted_and_a_longer_one_refused(client: TestClient) -> None:
+    assert reserve(client, token(lifetime_s=24 * 3600)).status_code == 201
+    refused = reserve(client, token(lifetime_s=30 * 3600))
+    assert (refused.status_code, refused.json()["detail"]) == (401, "the token's lifetime is too long")
 
 
 @pytest.mark.parametrize(
