@@ -150,6 +150,23 @@ def _client(settings: Settings, client_id: str | None) -> RegisteredClient:
     return chosen[0]
 
 
+def deployment_settings(
+    env: Mapping[str, str], client_id: str | None = None
+) -> tuple[Settings, RegisteredClient, str]:
+    """The settings ``env`` holds, the registered client the run submits as, and the demo services' URL.
+
+    Raises:
+        ValueError: a setting is malformed, ``client_id`` is not registered (or is needed among several),
+            or ``DEMO_SERVICES_ENDPOINT`` is not set.
+    """
+    settings = Settings.load(dict(env))
+    client = _client(settings, client_id)
+    services_url = env.get("DEMO_SERVICES_ENDPOINT", "").strip().rstrip("/")
+    if not services_url:
+        raise ValueError("DEMO_SERVICES_ENDPOINT is not set: deploy with DEPLOY_DEMO_SERVICES=true")
+    return settings, client, services_url
+
+
 def _azure_credential() -> TokenCredential:
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415 (only a deployment needs it)
 
@@ -165,11 +182,7 @@ def connect(
     Raises:
         ValueError: a setting the run needs is missing (named), or ``client_id`` is not registered.
     """
-    settings = Settings.load(dict(env))
-    client = _client(settings, client_id)
-    services_url = env.get("DEMO_SERVICES_ENDPOINT", "").strip().rstrip("/")
-    if not services_url:
-        raise ValueError("DEMO_SERVICES_ENDPOINT is not set: deploy with DEPLOY_DEMO_SERVICES=true")
+    settings, client, services_url = deployment_settings(env, client_id)
     local = bool(settings.connections.STORAGE_CONNECTION_STRING.strip())
     credential = None if local and settings.connections.COSMOS_KEY else _azure_credential()
     with ExitStack() as stack:
@@ -229,6 +242,7 @@ def run_azure_demo(
         ValueError: a setting is missing (:func:`connect`).
         OrderflowError: a queue or store could not be reached.
     """
+    deployment_settings(env, client_id)  # refused before the data set is generated
     tag = tag or secrets.token_hex(3)
     catalog = tagged(
         load_catalog(ensure_dataset(DATA_DIR), orders=orders, stock_divisor=DEFAULT_STOCK_DIVISOR), tag
