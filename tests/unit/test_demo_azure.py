@@ -4,14 +4,19 @@ environment found as azd keeps it, and what the command refuses in one line."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from unittest.mock import MagicMock
 
+import httpx
 import pytest
+from azure.core.credentials import AccessToken
 from typer.testing import CliRunner
 
 from demo.azure import azd_env_file, connect, failed_invariants, parse_env_text, tagged
 from demo.outcome import INVARIANTS
 from demo.tpch import load_catalog
+from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow_client.cli import app
 from tests.harness import TPCH_FIXTURE
 
@@ -97,3 +102,52 @@ def test_the_command_needs_azure_and_usable_settings(tmp_path: Path) -> None:
     empty.write_text('CLIENTS="[{\\"id\\": \\"demo\\"}]"\n')
     result = runner.invoke(app, ["demo", "--azure", "--env-file", str(empty), "--orders", "1"])
     assert result.exit_code == 2 and "DEMO_SERVICES_ENDPOINT is not set" in result.output
+
+
+class FakeCredential:
+    """A TokenCredential that hands out one token per scope and records the scopes asked."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+
+    def get_token(self, *scopes: str, **kwargs: object) -> AccessToken:
+        self.scopes.extend(scopes)
+        return AccessToken(f"token-for-{scopes[0]}", int(time.time()) + 3600)
+
+
+def test_a_deployment_is_reached_with_the_deployers_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    credential = FakeCredential()
+    stores = MagicMock()
+    monkeypatch.setattr("demo.azure._azure_credential", lambda: credential)
+    monkeypatch.setattr(
+        "demo.azure._state_store", lambda settings, cred: stores if cred is credential else None
+    )
+    env = {
+        "CLIENTS": json.dumps([{"id": "demo"}]),
+        "SERVICEBUS__fullyQualifiedNamespace": "sb-x.servicebus.windows.net",
+        "COSMOS_ENDPOINT": "https://cosmos-x.documents.azure.com:443/",
+        "DEMO_SERVICES_ENDPOINT": "https://func-demo-x.azurewebsites.net/",
+        "DEMO_SERVICES_SCOPE": "api://66666666-7777-4888-8999-aaaaaaaaaaaa/.default",
+    }
+    catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
+    with connect(env, catalog) as deployment:
+        assert isinstance(deployment.client._queues, ServiceBusQueueFactory)
+        assert deployment.client._queues._admin is None  # the deployer holds data roles, not Manage
+        assert (deployment.client.orders_queue, deployment.client.reply_queue) == (
+            "orders-demo",
+            "replies-demo",
+        )
+        assert deployment.stores.state is stores.state
+        assert deployment.services_url == "https://func-demo-x.azurewebsites.net"
+        seen: list[str] = []
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            seen.append(request.headers["Authorization"])
+            return httpx.Response(200)
+
+        transport = httpx.MockTransport(answer)
+        with httpx.Client(transport=transport, auth=deployment.services_auth) as http:
+            http.get("https://func-demo-x.azurewebsites.net/audit")
+    assert seen == [f"Bearer token-for-{env['DEMO_SERVICES_SCOPE']}"]
+    assert credential.scopes == [env["DEMO_SERVICES_SCOPE"]]
+    stores.close.assert_called_once()
