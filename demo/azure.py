@@ -144,9 +144,10 @@ def tagged(catalog: Catalog, tag: str) -> Catalog:
 def _client(settings: Settings, client_id: str | None) -> RegisteredClient:
     clients = list(settings.clients.clients())
     chosen = [c for c in clients if client_id in (None, c.client_id)]
+    if client_id is not None and not chosen:
+        raise ValueError(f"--client {client_id!r} is not a registered client (CLIENTS)")
     if len(chosen) != 1:
-        named = f"client {client_id!r}" if client_id else "one client"
-        raise ValueError(f"CLIENTS registers {len(clients)} client(s); --client must name {named} of them")
+        raise ValueError(f"--client is needed: CLIENTS registers {len(clients)} clients")
     return chosen[0]
 
 

@@ -73,8 +73,13 @@ def test_a_deployment_without_demo_services_or_the_client_is_refused() -> None:
     catalog = load_catalog(TPCH_FIXTURE, orders=None, stock_divisor=1)
     clients = json.dumps([{"id": "demo"}, {"id": "acme"}])
     with (
-        pytest.raises(ValueError, match="--client must name one client"),
+        pytest.raises(ValueError, match="--client is needed: CLIENTS registers 2 clients"),
         connect({"CLIENTS": clients, "DEMO_SERVICES_ENDPOINT": "https://x"}, catalog),
+    ):
+        pass
+    with (
+        pytest.raises(ValueError, match="--client 'zeta' is not a registered client"),
+        connect({"CLIENTS": clients, "DEMO_SERVICES_ENDPOINT": "https://x"}, catalog, client_id="zeta"),
     ):
         pass
     with (
