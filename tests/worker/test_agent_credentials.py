@@ -175,13 +175,15 @@ def test_the_agent_calls_the_service_with_a_token_for_its_audience_and_role(
     stock = available(services)
 
     request, response = perform(worker, settlement, deps)
+    _, later = perform(worker, settlement, deps)
 
     assert (response.outcome, response.calls, response.error_code) == (AgentOutcome.SUCCEEDED, 1, None)
-    assert response.result["reservationId"]
+    assert response.result["reservationId"] and later.outcome is AgentOutcome.SUCCEEDED
     audit = httpx.get(f"{services}/audit/{request.idempotency_key}", timeout=10).json()
     assert (audit["calls"], audit["effects"]) == (1, 1)
-    assert available(services) == stock - QUANTITY
-    # The token the service accepted: for its audience, with the agents' role, from the app's identity.
+    assert available(services) == stock - 2 * QUANTITY
+    # One token for both invocations (the worker process caches it), accepted by the service: for its
+    # audience, with the agents' role, from the app's identity.
     [token] = tokens.issued
     claims = jwt.decode(
         token,
@@ -250,3 +252,6 @@ def test_a_refused_token_is_the_service_auth_refused_alert_not_a_business_refusa
     )
     assert alert["details"]["dependency"] == RESERVE.agent
     assert (alert["details"]["status"], alert["details"]["code"]) == (status, code)
+    # The refused token was dropped: the next invocation asks the credential for a new one.
+    perform(worker, settlement, deps)
+    assert len(tokens.issued) == 2

@@ -546,7 +546,7 @@ BODIES = {"review": {"decision": "approve"}, "deadletters.purge": {"dryRun": Tru
 def request_of(route: Route, *, order: str = KEY, dead_letter_id: str = "1") -> tuple[str, Any]:
     """The route's path, filled in, and a valid body for it."""
     path = route.path.replace("{orderId}", order).replace("{queue}", INBOUND)
-    path = path.replace("{deadLetterId}", dead_letter_id)
+    path = path.replace("{deadLetterId}", dead_letter_id).replace("{*file}", "index.html")
     return path, (BODIES.get(route.name, {}) if route.body is not None else None)
 
 
@@ -631,3 +631,25 @@ def test_an_order_named_without_its_client_or_of_another_client_is_refused(
     assert (bare.status, bare.code) == (400, "InvalidField")
     assert "'<client id>:<order id>'" in bare.body["error"]["message"]
     assert (foreign.status, foreign.code) == (404, "UnknownOrder")
+
+
+OTHER_METHOD = {"GET": "POST", "POST": "GET"}
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=route_id)
+def test_another_method_on_every_route_is_answered_as_the_handler_answers_it(
+    api: OperatorCall, populated: str, route: Route
+) -> None:
+    token = api.trusted.bearer("otto", OPERATOR_ROLE, REVIEWER_ROLE)
+    path, _ = request_of(route, dead_letter_id=populated)
+    method = OTHER_METHOD[route.method]
+    before = snapshot(api.deps)
+
+    answered = api(method, path, token)
+
+    assert snapshot(api.deps) == before
+    assert answered == api.handler(method, path, token)
+    segments = path.removeprefix("/").split("/")  # no segment here needs decoding
+    if not any(other.fit(segments, segments) for other in ROUTES if other.method == method):
+        assert (answered.status, answered.code) == (405, "MethodNotAllowed")
+        assert answered.headers["allow"] == route.method
