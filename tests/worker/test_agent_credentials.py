@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +25,12 @@ import pytest
 from azure.core.credentials import AccessTokenInfo
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from demo.services.bindings import DEMO_SERVICES_AUDIENCE, DEMO_SERVICES_SCOPE, demo_bindings_json
+from demo.services.bindings import (
+    DEMO_SERVICES_AUDIENCE,
+    DEMO_SERVICES_SCOPE,
+    demo_bindings,
+    demo_bindings_json,
+)
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from devhost.service_credential import LOCAL_AGENTS_CLIENT_ID, LocalAgentCredential
 from function_host.blueprints import agents as agents_blueprint
@@ -38,7 +43,7 @@ from orderflow.errors import SERVICE_AUTH_REFUSED
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore
-from orderflow.workflows import CURRENT_WORKFLOW
+from orderflow.workflows import WORKFLOWS, agent_names
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import HostMessage
 from tests.worker.appdeps import app_dependencies
@@ -50,7 +55,6 @@ from tests.worker.worker import FunctionsWorker
 
 pytestmark = pytest.mark.unit
 
-RESERVE = CURRENT_WORKFLOW.steps[0]
 SKU, QUANTITY = "10", 2
 """What each request reserves: SKU 10 is in the fixture's stock."""
 LINE = {"sku": SKU, "quantity": QUANTITY}
@@ -95,19 +99,23 @@ def agent_dependencies(url: str, *, scope: str) -> Dependencies:
     return replace(deps, settings=settings, alerts=InMemoryAlertStore())
 
 
+Wire = Callable[[Dependencies, IssuedTokens], None]
+"""Wires the agents' triggers on these dependencies and this credential."""
+
+
 @pytest.fixture
-def wire_agents(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -> Iterator[Any]:
+def wire_agents(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -> Iterator[Wire]:
     """Wires the agents' triggers on given dependencies and credential, at the seams ``function_host.wiring``
-    fills on Azure; the alerts the worker raises meanwhile are kept in the dependencies' store."""
+    fills on Azure; the alerts the worker raises meanwhile are kept in the dependencies' store (as its
+    alert sink keeps them). The worker process's caches of services and tokens start and end empty."""
+    sinks: list[telemetry.AlertSinkFn | None] = []
 
     def wire(deps: Dependencies, credential: IssuedTokens) -> None:
         assert deps.alerts is not None
         monkeypatch.setattr(agents_blueprint, "dependencies", lambda: deps)
         monkeypatch.setattr(agents_blueprint, "azure_credential", lambda connections: credential)
-        sink = AlertSink(deps.alerts, deps.clock, "func-1", window_s=3600)
-        previous.append(telemetry.use_alert_sink(sink))
+        sinks.append(telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "func-1", window_s=3600)))
 
-    previous: list[Any] = []
     caches = (agents_blueprint._tokens, agents_blueprint._service, agents_blueprint._taken)
     for cached in caches:
         cached.cache_clear()
@@ -115,35 +123,87 @@ def wire_agents(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -
     yield wire
     for cached in caches:
         cached.cache_clear()
-    for sink in previous:
-        telemetry.use_alert_sink(sink)
+    for previous in reversed(sinks):
+        telemetry.use_alert_sink(previous)
 
 
-def reserve_request(deps: Dependencies) -> AgentRequest:
-    """A request to reserve :data:`LINE` for a new order (keys of its own: the services outlive a test)."""
+@dataclass(frozen=True)
+class Forward:
+    """An agent's forward call: its trigger's agent, the step and operation, the payload the step sends
+    (``orderflow.step_requests.request_payload``), the field of the service's answer naming the effect, and
+    the idempotency key's suffix after ``{orderId}:{step}``."""
+
+    agent: str
+    step: str
+    operation: str
+    payload: dict[str, Any]
+    effect: str
+    key_suffix: str = ""
+
+
+CHARGE = {"customerId": "1", "amount": "10.00", "currency": "USD", "clientId": "a"}
+"""A charge customer 1 of the fixture can pay, twice in each test."""
+
+FORWARD = {
+    forward.agent: forward
+    for forward in (
+        Forward("inventory", "reserve_inventory", "reserve", {"items": [LINE]}, "reservationId"),
+        Forward("payment", "charge_payment", "charge", CHARGE, "chargeId"),
+        Forward("shipping", "create_shipment", "ship", {"carrier": "TRUCK", "items": [LINE]}, "shipmentId"),
+        # The fallback carrier: the same step, under the step's fallback key, with the carrier it posts by.
+        Forward(
+            "courier",
+            "create_shipment",
+            "ship",
+            {"carrier": "MAIL", "items": [LINE]},
+            "shipmentId",
+            ":fallback",
+        ),
+    )
+}
+"""Every agent's forward call, as its step asks it of the demo services."""
+
+
+def test_every_agent_of_the_workflows_has_a_forward_call_here() -> None:
+    assert sorted(FORWARD) == agent_names()
+    steps = {(s.agent, s.name, s.operation) for d in WORKFLOWS.values() for s in d.steps}
+    steps |= {
+        (s.fallback_agent, s.name, s.operation)
+        for d in WORKFLOWS.values()
+        for s in d.steps
+        if s.fallback_agent
+    }
+    assert {(f.agent, f.step, f.operation) for f in FORWARD.values()} <= steps
+
+
+def agent_request(deps: Dependencies, forward: Forward) -> AgentRequest:
+    """A request of ``forward`` for a new order (keys of its own: the services outlive a test)."""
     order_id = f"a:{uuid.uuid4().hex[:12]}"
     return AgentRequest(
-        request_id=f"{order_id}:1:{RESERVE.name}",
+        request_id=f"{order_id}:1:{forward.step}",
         order_id=order_id,
         instance_id=f"{order_id}:1",
-        step=RESERVE.name,
-        operation=RESERVE.operation,
-        idempotency_key=f"{order_id}:{RESERVE.name}",
+        step=forward.step,
+        operation=forward.operation,
+        idempotency_key=f"{order_id}:{forward.step}{forward.key_suffix}",
         deadline=SystemClock().now() + timedelta(seconds=20),
         reply_to=deps.settings.queues.response_queue(),
-        payload={"items": [LINE]},
+        payload=forward.payload,
         max_calls=3,
     )
 
 
 def perform(
-    worker: FunctionsWorker, settlement: SettlementServer, deps: Dependencies
+    worker: FunctionsWorker,
+    settlement: SettlementServer,
+    deps: Dependencies,
+    forward: Forward = FORWARD["inventory"],
 ) -> tuple[AgentRequest, AgentResponse]:
-    """Deliver a reservation request to the inventory agent's trigger; the request and the one response."""
-    request = reserve_request(deps)
+    """Deliver a request of ``forward`` to its agent's trigger; the request and the one response."""
+    request = agent_request(deps, forward)
     message = HostMessage(request.to_json().encode(), message_id=request.request_id)
 
-    calls = deliver(worker, f"agent_{RESERVE.agent}", message, settlement)
+    calls = deliver(worker, f"agent_{forward.agent}", message, settlement)
 
     assert calls == [SettlementCall("complete", str(message.lock_token))]
     queue = deps.queues.queue(deps.settings.queues.response_queue())
@@ -162,26 +222,27 @@ def calls_at(url: str) -> int:
     return int(httpx.get(f"{url}/audit", timeout=10).json()["calls_total"])
 
 
-def test_the_agent_calls_the_service_with_a_token_for_its_audience_and_role(
+@pytest.mark.parametrize("agent", sorted(FORWARD))
+def test_every_agent_calls_its_service_with_a_token_for_its_audience_and_role(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    wire_agents: Any,
+    wire_agents: Wire,
     services: str,
     signing_key: tuple[Path, rsa.RSAPrivateKey],
+    agent: str,
 ) -> None:
     deps = agent_dependencies(services, scope=DEMO_SERVICES_SCOPE)
     tokens = IssuedTokens(LocalAgentCredential(signing_key[1]))
     wire_agents(deps, tokens)
-    stock = available(services)
+    forward = FORWARD[agent]
 
-    request, response = perform(worker, settlement, deps)
-    _, later = perform(worker, settlement, deps)
+    request, response = perform(worker, settlement, deps, forward)
+    _, later = perform(worker, settlement, deps, forward)
 
     assert (response.outcome, response.calls, response.error_code) == (AgentOutcome.SUCCEEDED, 1, None)
-    assert response.result["reservationId"] and later.outcome is AgentOutcome.SUCCEEDED
+    assert response.result[forward.effect] and later.outcome is AgentOutcome.SUCCEEDED
     audit = httpx.get(f"{services}/audit/{request.idempotency_key}", timeout=10).json()
     assert (audit["calls"], audit["effects"]) == (1, 1)
-    assert available(services) == stock - 2 * QUANTITY
     # One token for both invocations (the worker process caches it), accepted by the service: for its
     # audience, with the agents' role, from the app's identity.
     [token] = tokens.issued
@@ -196,8 +257,8 @@ def test_the_agent_calls_the_service_with_a_token_for_its_audience_and_role(
     assert claims["exp"] > time.time()
     # The same call without a token is refused: the services checked the one they were sent.
     bare = httpx.post(
-        f"{services}/inventory/reservations",
-        json={"orderId": request.order_id, "items": [LINE]},
+        services + demo_bindings(services).services[agent].operations[forward.operation].path,
+        json={"orderId": request.order_id, **forward.payload},
         headers={"Idempotency-Key": f"{request.idempotency_key}:bare"},
         timeout=10,
     )
@@ -216,7 +277,7 @@ REFUSED_CREDENTIALS: dict[str, tuple[str, dict[str, Any], int, str]] = {
 def test_a_refused_token_is_the_service_auth_refused_alert_not_a_business_refusal(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    wire_agents: Any,
+    wire_agents: Wire,
     services: str,
     signing_key: tuple[Path, rsa.RSAPrivateKey],
     monkeypatch: pytest.MonkeyPatch,
@@ -250,7 +311,7 @@ def test_a_refused_token_is_the_service_auth_refused_alert_not_a_business_refusa
         request.order_id,
         request.instance_id,
     )
-    assert alert["details"]["dependency"] == RESERVE.agent
+    assert alert["details"]["dependency"] == "inventory"
     assert (alert["details"]["status"], alert["details"]["code"]) == (status, code)
     # The refused token was dropped: the next invocation asks the credential for a new one.
     perform(worker, settlement, deps)
