@@ -6,8 +6,8 @@ and asserts the status the route declares, the body's shape (its answer model, r
 effect on the store. A route added without a case fails
 :func:`test_every_route_has_a_case_through_the_worker`.
 The refusals are generated from the same table of routes: no token, a token without the route's role,
-an order named without its client or of another client; each leaves the store as it was and is
-answered by the worker exactly as by the handler alone.
+an order named without its client or of another client, the method the route does not take; each
+leaves the store as it was and is answered by the worker exactly as by the handler alone.
 """
 
 from __future__ import annotations
@@ -178,14 +178,18 @@ def accepted(
     return answered
 
 
-CASES: dict[tuple[str, str], Callable[[OperatorCall], None]] = {}
+Case = Callable[[OperatorCall], None]
+"""One route's case: sets the store up, calls the route through the worker, asserts what it did."""
+
+CASES: dict[tuple[str, str], Case] = {}
 """(method, path template) -> the case of that route through the worker."""
 
 
-def case(
-    method: str, template: str
-) -> Callable[[Callable[[OperatorCall], None]], Callable[[OperatorCall], None]]:
-    def register(test: Callable[[OperatorCall], None]) -> Callable[[OperatorCall], None]:
+def case(method: str, template: str) -> Callable[[Case], Case]:
+    """Register the decorated function as the case of the route ``method`` ``template``."""
+
+    def register(test: Case) -> Case:
+        assert (method, template) not in CASES, f"two cases of {method} {template}"
         CASES[(method, template)] = test
         return test
 
