@@ -75,6 +75,13 @@ def services(signing_key: tuple[Path, rsa.RSAPrivateKey]) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def reports(services: str) -> Iterator[httpx.Client]:
+    """A client of the services' own endpoints (audit, stock), which check no token."""
+    with httpx.Client(base_url=services, timeout=10) as client:
+        yield client
+
+
 @dataclass
 class IssuedTokens:
     """The agents' credential, keeping every token it hands out."""
@@ -211,15 +218,15 @@ def perform(
     return request, response
 
 
-def available(url: str) -> int:
+def available(reports: httpx.Client) -> int:
     """SKU 10's available stock at the services."""
-    answer = httpx.get(f"{url}/stock/{SKU}", timeout=10).json()
+    answer = reports.get(f"/stock/{SKU}").json()
     return int(answer["available"])
 
 
-def calls_at(url: str) -> int:
+def calls_at(reports: httpx.Client) -> int:
     """Every call the services took in (past the token check), all keys together."""
-    return int(httpx.get(f"{url}/audit", timeout=10).json()["calls_total"])
+    return int(reports.get("/audit").json()["calls_total"])
 
 
 @pytest.mark.parametrize("agent", sorted(FORWARD))
@@ -228,6 +235,7 @@ def test_every_agent_calls_its_service_with_a_token_for_its_audience_and_role(
     settlement: SettlementServer,
     wire_agents: Wire,
     services: str,
+    reports: httpx.Client,
     signing_key: tuple[Path, rsa.RSAPrivateKey],
     agent: str,
 ) -> None:
@@ -241,7 +249,7 @@ def test_every_agent_calls_its_service_with_a_token_for_its_audience_and_role(
 
     assert (response.outcome, response.calls, response.error_code) == (AgentOutcome.SUCCEEDED, 1, None)
     assert response.result[forward.effect] and later.outcome is AgentOutcome.SUCCEEDED
-    audit = httpx.get(f"{services}/audit/{request.idempotency_key}", timeout=10).json()
+    audit = reports.get(f"/audit/{request.idempotency_key}").json()
     assert (audit["calls"], audit["effects"]) == (1, 1)
     # One token for both invocations (the worker process caches it), accepted by the service: for its
     # audience, with the agents' role, from the app's identity.
@@ -256,11 +264,10 @@ def test_every_agent_calls_its_service_with_a_token_for_its_audience_and_role(
     assert (claims["roles"], claims["azp"]) == ([AGENT_ROLE], LOCAL_AGENTS_CLIENT_ID)
     assert claims["exp"] > time.time()
     # The same call without a token is refused: the services checked the one they were sent.
-    bare = httpx.post(
-        services + demo_bindings(services).services[agent].operations[forward.operation].path,
+    bare = reports.post(
+        demo_bindings(services).services[agent].operations[forward.operation].path,
         json={"orderId": request.order_id, **forward.payload},
         headers={"Idempotency-Key": f"{request.idempotency_key}:bare"},
-        timeout=10,
     )
     assert (bare.status_code, bare.json()["error"]) == (401, "invalid_token")
 
@@ -279,6 +286,7 @@ def test_a_refused_token_is_the_service_auth_refused_alert_not_a_business_refusa
     settlement: SettlementServer,
     wire_agents: Wire,
     services: str,
+    reports: httpx.Client,
     signing_key: tuple[Path, rsa.RSAPrivateKey],
     monkeypatch: pytest.MonkeyPatch,
     trusted: TrustedIssuer,
@@ -288,13 +296,13 @@ def test_a_refused_token_is_the_service_auth_refused_alert_not_a_business_refusa
     deps = agent_dependencies(services, scope=scope)
     tokens = IssuedTokens(LocalAgentCredential(signing_key[1], **minting))
     wire_agents(deps, tokens)
-    stock, taken_in = available(services), calls_at(services)
+    stock, taken_in = available(reports), calls_at(reports)
 
     request, response = perform(worker, settlement, deps)
 
     # One call, refused before the service's idempotency layer: no effect, the key still free.
     assert len(tokens.issued) == 1
-    assert (calls_at(services), available(services)) == (taken_in, stock)
+    assert (calls_at(reports), available(reports)) == (taken_in, stock)
     # Transient, so the supervisor retries it like an outage; never permanent, which would compensate.
     assert (response.outcome, response.error_kind, response.error_code) == (
         AgentOutcome.FAILED,
