@@ -22,7 +22,7 @@ import pytest
 from devhost.local_issuer import local_object_id
 from operator_api.console import console_files
 from operator_api.deadletters import deployment_queues
-from operator_api.routes import ROUTES, openapi_document
+from operator_api.routes import IF_MATCH, ROUTES, openapi_document
 from operator_api.routing import Route
 from operator_api.schemas import Answer as AnswerModel
 from operator_api.views import order_view
@@ -657,3 +657,29 @@ def test_another_method_on_every_route_is_answered_as_the_handler_answers_it(
     if not any(other.fit(segments, segments) for other in ROUTES if other.method == method):
         assert (answered.status, answered.code) == (405, "MethodNotAllowed")
         assert answered.headers["allow"] == route.method
+
+
+CONDITIONAL = [route for route in ROUTES if IF_MATCH in route.parameters]
+"""The actions taken only on the version of the order the operator saw (``If-Match``)."""
+
+ACTED_ON = {"compensate": "a:r-1", "resubmit": "a:e-1", "suspend": "a:r-1", "resume": "a:r-1"}
+"""The order of ``populated`` each conditional action is taken on: one in a state for it."""
+
+
+@pytest.mark.parametrize("route", CONDITIONAL, ids=route_id)
+def test_a_conditional_action_on_a_version_since_replaced_is_412_with_the_current_etag(
+    api: OperatorCall, populated: str, route: Route
+) -> None:
+    key = ACTED_ON[route.name]
+    otto = api.trusted.operator()
+    if route.name == "resume":
+        api("POST", f"/orders/{key}/suspend", {**otto, "If-Match": api.deps.states.get(key).etag})
+    seen = api.deps.states.get(key)
+    moved = seen.item.model_copy(deep=True)
+    moved.updated_at = moved.updated_at + timedelta(seconds=1)
+    current = api.deps.states.replace(moved, etag=seen.etag)  # someone wrote since the operator looked
+
+    answered = refused_alike(api, route, {**otto, "If-Match": seen.etag}, order=key)
+
+    assert (answered.status, answered.code) == (412, "PreconditionFailed")
+    assert answered.headers["etag"] == current.etag
