@@ -18,8 +18,9 @@ import pytest
 from function_host.blueprints import operator_api as operator_api_blueprint
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
 from tests.worker.rpc import protos
@@ -122,7 +123,7 @@ class OperatorCall:
     """
 
     worker: FunctionsWorker
-    deps: Dependencies
+    deps: HostDeps
     trusted: TrustedIssuer
 
     def __call__(
@@ -143,13 +144,14 @@ class OperatorCall:
             headers or {},
             raw_body(body),
             deps=self.deps,
+            sections=OperatorApiSections.of(self.deps.settings),
             validator=self.trusted.validator,
             query=query,
         )
         return as_handler_answers(response)
 
 
-def operator_dependencies(clock: FakeClock, **settings: Any) -> Dependencies:
+def operator_dependencies(clock: FakeClock, **settings: Any) -> HostDeps:
     """The trigger's dependencies in memory (with dead-letter queues and an alert store) on ``clock``, with
     the settings the Azure host loads (``function_host.wiring.load_settings``: one response queue) and
     ``settings`` over them; the registry holds ``tests.unit.fakes``' test client unless ``CLIENTS`` is
@@ -157,14 +159,15 @@ def operator_dependencies(clock: FakeClock, **settings: Any) -> Dependencies:
     return memory_deps(clock, HOST_ID="", AGENT_RESPONSES_PER_HOST=False, **settings)
 
 
-def wire_operator_api(monkeypatch: pytest.MonkeyPatch, deps: Dependencies, trusted: TrustedIssuer) -> None:
+def wire_operator_api(monkeypatch: pytest.MonkeyPatch, deps: HostDeps, trusted: TrustedIssuer) -> None:
     """Make the trigger run on ``deps`` and trust ``trusted``'s tokens, at the seams the Azure host wires."""
     monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: deps)
+    monkeypatch.setattr(operator_api_blueprint, "app_settings", lambda: deps.settings)
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
 
 
 def operator_call(
-    monkeypatch: pytest.MonkeyPatch, worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    monkeypatch: pytest.MonkeyPatch, worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> Iterator[OperatorCall]:
     """An :class:`OperatorCall` on ``deps`` for the length of a fixture."""
     wire_operator_api(monkeypatch, deps, trusted)

@@ -38,12 +38,12 @@ from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.bindings import AGENT_ROLE
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import SERVICE_AUTH_REFUSED
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, parse_message
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.workflows import WORKFLOWS, agent_names
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import HostMessage
 from tests.worker.appdeps import app_dependencies
@@ -95,7 +95,7 @@ class IssuedTokens:
         return info
 
 
-def agent_dependencies(url: str, *, scope: str) -> Dependencies:
+def agent_dependencies(url: str, *, scope: str) -> HostDeps:
     """The agents' dependencies in memory, with every agent bound to the demo services at ``url`` by tokens
     for ``scope`` (``SERVICE_BINDINGS`` as ``demo.services.bindings`` writes it), and an alert store."""
     deps, _, _ = app_dependencies()
@@ -106,7 +106,7 @@ def agent_dependencies(url: str, *, scope: str) -> Dependencies:
     return replace(deps, settings=settings, alerts=InMemoryAlertStore())
 
 
-Wire = Callable[[Dependencies, IssuedTokens], None]
+Wire = Callable[[HostDeps, IssuedTokens], None]
 """Wires the agents' triggers on these dependencies and this credential."""
 
 
@@ -117,9 +117,10 @@ def wire_agents(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -
     alert sink keeps them). The worker process's caches of services and tokens start and end empty."""
     sinks: list[telemetry.AlertSinkFn | None] = []
 
-    def wire(deps: Dependencies, credential: IssuedTokens) -> None:
+    def wire(deps: HostDeps, credential: IssuedTokens) -> None:
         assert deps.alerts is not None
         monkeypatch.setattr(agents_blueprint, "dependencies", lambda: deps)
+        monkeypatch.setattr(agents_blueprint, "app_settings", lambda: deps.settings)
         monkeypatch.setattr(agents_blueprint, "azure_credential", lambda connections: credential)
         sinks.append(telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "func-1", window_s=3600)))
 
@@ -183,7 +184,7 @@ def test_every_agent_of_the_workflows_has_a_forward_call_here() -> None:
     assert {(f.agent, f.step, f.operation) for f in FORWARD.values()} <= steps
 
 
-def agent_request(deps: Dependencies, forward: Forward) -> AgentRequest:
+def agent_request(deps: HostDeps, forward: Forward) -> AgentRequest:
     """A request of ``forward`` for a new order (keys of its own: the services outlive a test)."""
     order_id = f"a:{uuid.uuid4().hex[:12]}"
     return AgentRequest(
@@ -203,7 +204,7 @@ def agent_request(deps: Dependencies, forward: Forward) -> AgentRequest:
 def perform(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    deps: Dependencies,
+    deps: HostDeps,
     forward: Forward = FORWARD["inventory"],
 ) -> tuple[AgentRequest, AgentResponse]:
     """Deliver a request of ``forward`` to its agent's trigger; the request and the one response."""

@@ -31,7 +31,6 @@ from orderflow.alert_sink import AlertSink
 from orderflow.alerts import ALERT_KINDS
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.messages import ReviewDecisionMessage, parse_message
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -42,6 +41,7 @@ from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, order_body, received, submit_and_claim
 from tests.worker.operator_http import Answer, OperatorCall, operator_call, operator_dependencies
@@ -56,13 +56,13 @@ RESERVED = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return operator_dependencies(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, RETRY_BUDGET=12)
 
 
 @pytest.fixture
 def api(
-    monkeypatch: pytest.MonkeyPatch, worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    monkeypatch: pytest.MonkeyPatch, worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> Iterator[OperatorCall]:
     yield from operator_call(monkeypatch, worker, deps, trusted)
 
@@ -70,7 +70,7 @@ def api(
 # --- the store: orders in the states the routes act on, dead letters, alerts ------------------------------
 
 
-def start(deps: Dependencies, step: str, *, key: str = KEY, version: str, **changes: Any) -> Any:
+def start(deps: HostDeps, step: str, *, key: str = KEY, version: str, **changes: Any) -> Any:
     request = StartStepInput(
         order_id=key,
         instance_id=f"{key}:1",
@@ -83,7 +83,7 @@ def start(deps: Dependencies, step: str, *, key: str = KEY, version: str, **chan
     return start_step(request.to_payload(), deps)
 
 
-def awaiting_review(deps: Dependencies, key: str = KEY) -> None:
+def awaiting_review(deps: HostDeps, key: str = KEY) -> None:
     """``key`` (1000.50, order-v2) paused for review before its charge."""
     submit_and_claim(deps, definition=ORDER_V2, order_id=key, amount="1000.50")
     start(deps, RESERVE, key=key, version=ORDER_V2.version)
@@ -92,13 +92,13 @@ def awaiting_review(deps: Dependencies, key: str = KEY) -> None:
     )
 
 
-def running(deps: Dependencies, key: str = KEY) -> None:
+def running(deps: HostDeps, key: str = KEY) -> None:
     """``key`` (order-v1) with its first step running."""
     submit_and_claim(deps, definition=ORDER_V1, order_id=key, amount="100.00")
     start(deps, RESERVE, key=key, version=ORDER_V1.version)
 
 
-def failed(deps: Dependencies, key: str = KEY) -> None:
+def failed(deps: HostDeps, key: str = KEY) -> None:
     """``key`` (order-v1) as its attempt left it when the charge failed for good: ``Error``, unlocked."""
     submit_and_claim(deps, definition=ORDER_V1, order_id=key)
     found = deps.states.get(key)
@@ -115,7 +115,7 @@ def failed(deps: Dependencies, key: str = KEY) -> None:
     deps.states.replace(record, etag=found.etag)
 
 
-def dead_letter(deps: Dependencies, body: str, *, message_id: str) -> str:
+def dead_letter(deps: HostDeps, body: str, *, message_id: str) -> str:
     """Send ``body`` to the test client's inbound queue and dead-letter it; its dead letter id."""
     queue = deps.queues.queue(INBOUND)
     queue.send(body, message_id=message_id, correlation_id=None)
@@ -124,18 +124,18 @@ def dead_letter(deps: Dependencies, body: str, *, message_id: str) -> str:
     return next(d for d, m in dead_letters(deps).items() if m == message_id)
 
 
-def dead_letters(deps: Dependencies, queue: str = INBOUND) -> dict[str, str | None]:
+def dead_letters(deps: HostDeps, queue: str = INBOUND) -> dict[str, str | None]:
     """The dead letters of ``queue``: dead letter id -> message id, oldest first."""
     assert isinstance(deps.queues, InMemoryQueueFactory)
     return {d.dead_letter_id: d.message_id for d in deps.queues.dead_letters(queue)}
 
 
-def fake_clock(deps: Dependencies) -> FakeClock:
+def fake_clock(deps: HostDeps) -> FakeClock:
     assert isinstance(deps.clock, FakeClock)
     return deps.clock
 
 
-def raise_alerts(deps: Dependencies, *alerts: tuple[str, dict[str, Any]]) -> None:
+def raise_alerts(deps: HostDeps, *alerts: tuple[str, dict[str, Any]]) -> None:
     """Raise each (kind, fields) as the worker's alert sink keeps it (``function_host.wiring``)."""
     assert deps.alerts is not None
     previous = telemetry.use_alert_sink(AlertSink(deps.alerts, deps.clock, "func-1", window_s=3600))
@@ -555,7 +555,7 @@ def request_of(route: Route, *, order: str = KEY, dead_letter_id: str = "1") -> 
 
 
 @pytest.fixture
-def populated(deps: Dependencies) -> str:
+def populated(deps: HostDeps) -> str:
     """o-1 awaiting review, e-1 failed, r-1 running, a dead letter and an alert; the dead letter's id."""
     awaiting_review(deps)
     failed(deps, "a:e-1")
@@ -564,7 +564,7 @@ def populated(deps: Dependencies) -> str:
     return dead_letter(deps, order_body("o-9"), message_id="a:o-9:submit")
 
 
-def snapshot(deps: Dependencies) -> Any:
+def snapshot(deps: HostDeps) -> Any:
     """Everything a refused call could have written: the records' versions, every queue's messages and
     dead letters, the alert documents."""
     assert isinstance(deps.queues, InMemoryQueueFactory)
