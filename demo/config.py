@@ -69,11 +69,13 @@ DEMO_SETTINGS: dict[str, str] = {
     "REVIEW_AMOUNT_ABOVE": "300000",
     "REVIEW_TIMEOUT_S": "3",
     "REVIEW_DEFAULT": "approve",
+    "WORKFLOW_VERSION": "order-v6",
 }
 """Demo cadences: a 4 s step deadline so that a hang is detected and recovered within seconds (the first
 step's, started by the claim, 2 s later: an orchestration starts in the claiming process); orders
 above 300,000 (about 5% of TPC-H's) wait 3 s for a review nobody gives, then the default (approve)
-applies."""
+applies. New orders run ``order-v6``: the stock and the payment held before anything commits, the
+review, and the fallback carrier."""
 
 
 def stock_divisor_for(orders: int) -> int:

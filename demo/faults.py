@@ -103,6 +103,10 @@ class FaultPlan(BaseModel):
             before anything else (after ``unavailable_services``); undos are unaffected.
         delay_s: Endpoint (``payments.authorize``) -> seconds every call to it waits before it is
             handled, whatever the rates: a slow dependency on one operation only.
+        hold_s_max: Seconds the services keep a hold at most, whatever its ``holdS`` asks (None: as
+            asked): demo-only, a service whose holds are shorter than the workflow asks, so that holds
+            expire within a run's recoveries (:data:`demo.chaos.faults.CHAOS_HOLD_S`). The answer's
+            ``expiresAt`` says so, and the hold rule goes by it.
         unavailable_services: Services that are hard down (``inventory``, ``payments``, ``shipping``:
             the first part of an endpoint's name): every call to them, forward or undo, answers a
             transient 503 ``unavailable`` before anything else, whatever the other settings say.
@@ -123,6 +127,11 @@ class FaultPlan(BaseModel):
     unavailable_services: tuple[str, ...] = ()
     refuse_keys_containing: tuple[str, ...] = ()
     delay_s: dict[str, float] = Field(default_factory=dict)
+    hold_s_max: float | None = Field(default=None, gt=0)
+
+    def hold_lifetime_s(self, asked_s: float) -> float:
+        """Seconds a hold asked for ``asked_s`` seconds is kept: at most ``hold_s_max``."""
+        return asked_s if self.hold_s_max is None else min(asked_s, self.hold_s_max)
 
     def rate(self, kind: FaultKind) -> float:
         """The configured probability of ``kind`` (0 for ``undo_refused``, which is not drawn)."""

@@ -218,6 +218,7 @@ def summarise(
         "exhausted": sum(1 for v in verdicts.values() if v == "exhausted"),
         "escalated": sum(1 for v in verdicts.values() if v == "escalated"),
         "reviewed": sum(1 for r in records.values() if r.review is not None),
+        "fallbacks": sum(1 for r in records.values() if any(s.fallback for s in r.steps.values())),
         "declined_card": sum(
             1 for r in records.values() if r.last_error and r.last_error.code == "card_declined"
         ),

@@ -307,20 +307,30 @@ ORDER_V6 = WorkflowDefinition(
             operation="authorize",
             undo="void",
             hold=HoldDefinition(HOLD_LIFETIME_S, commit="capture"),
+            review=True,
         ),
         StepDefinition("capture_payment", agent="payment", operation="capture", commits="authorize_payment"),
         StepDefinition(
             "commit_inventory", agent="inventory", operation="commit", commits="reserve_inventory"
         ),
-        ORDER_V1.steps[2],
+        ORDER_V3.steps[2],
     ),
     undo_plan=(("authorize_payment", "reserve_inventory"),),
 )
-"""The demo order workflow, version 6: holds before irreversible work. The stock is reserved and the
-payment authorised as holds that expire; the capture and the stock's commit make them permanent, and
-start only while every hold is live (a lapsing hold is re-acquired once, or the order is compensated);
-the shipment comes last. The commits have no undo of their own: releasing the reservation and voiding the
-authorisation undo them too (a void of a captured authorisation refunds it)."""
+"""The demo order workflow, version 6: version 3 with holds before irreversible work. The stock is
+reserved and the payment authorised as holds that expire; the capture and the stock's commit make them
+permanent, and start only while every hold is live (a lapsing hold is re-acquired once, or the order is
+compensated); the shipment comes last, by a second carrier (the ``courier`` agent, by mail) when the
+order's carrier refuses it, as in version 3. The commits have no undo of their own: releasing the
+reservation and voiding the authorisation undo them too (a void of a captured authorisation refunds it).
+
+Large payments wait for a person's review before the authorisation, as version 3's do before the charge:
+no money is held while a person decides (a rejection voids nothing; only the stock is released). The
+review is not moved before the reservation, where nothing would be held at all: the claim starts an
+attempt's first step without reading the order, so a first step that may need review would leave every
+order's first step to its activity. The stock hold keeps ticking during the review instead; a review
+longer than its lifetime (``REVIEW_TIMEOUT_S`` allows a day) lets it lapse, and the hold rule re-acquires
+it once before the capture, or compensates the order, so nothing commits on a lapsed hold."""
 
 WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V1.version: ORDER_V1,

@@ -64,6 +64,20 @@ def long_handler_faults(faults: FaultPlan, long_share: float) -> FaultPlan:
     return faults.model_copy(update={"latency_rate": long_share, "latency_s": LONG_CALL_S})
 
 
+CHAOS_HOLD_S = 20.0
+"""Seconds the demo services keep a hold in a chaos run (``order-v6`` asks for 120): more than the steps
+from a reservation to its commit take when nothing goes wrong (a commit starts only while every hold
+outlives ``HOLD_SKEW_MARGIN_S`` plus a step's deadline, 7 s), less than a hung call and its recovery, a
+kill or an outage, so that holds expire during the run and are re-acquired."""
+
+
+def short_hold_faults(faults: FaultPlan) -> FaultPlan:
+    """``faults`` with holds kept at most :data:`CHAOS_HOLD_S` (unchanged when the plan caps them)."""
+    if faults.hold_s_max is not None:
+        return faults
+    return faults.model_copy(update={"hold_s_max": CHAOS_HOLD_S})
+
+
 @dataclass(frozen=True)
 class SkewedHost:
     """The devhost process whose clock is skewed, and by how much (seconds ahead; negative: behind)."""

@@ -12,7 +12,13 @@ from demo.chaos.config import INTRUDER_SETTLE_S, REPLAY_SETTLE_S
 from demo.chaos.faults import (
     count_alerts,
 )
-from demo.chaos.report import Chaos, count_misrouted_replies, max_recovery_s, unexercised
+from demo.chaos.report import (
+    WORKFLOW_BEHAVIOURS,
+    Chaos,
+    count_misrouted_replies,
+    max_recovery_s,
+    unexercised,
+)
 from demo.intruder.attacks import Attack, AttackKind, attack_counts
 from demo.intruder.effects import (
     CrossClientEffects,
@@ -86,7 +92,7 @@ def chaos_report(
         **intruder_report,
     }
     report.update({k: v for k, v in demo_report.items() if k not in report})
-    report["unexercised"] = unexercised(report, **asked)
+    report["unexercised"] = unexercised(report, **asked, behaviours=WORKFLOW_BEHAVIOURS)
     return report, mismatched
 
 

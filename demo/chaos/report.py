@@ -81,6 +81,12 @@ def failed_invariants(report: Mapping[str, Any]) -> list[str]:
     return failed + [f"no {feature}" for feature in report.get("unexercised", [])]
 
 
+WORKFLOW_BEHAVIOURS = ("reviewed", "holds_acquired", "holds_expired", "holds_reacquired", "holds_committed")
+"""Report keys of what the chaos run's workflow (``order-v6``) must show: large payments reviewed, and
+holds acquired, expired (they are kept :data:`demo.chaos.faults.CHAOS_HOLD_S`), re-acquired and
+committed."""
+
+
 def unexercised(
     counts: Mapping[str, Any],
     *,
@@ -92,9 +98,11 @@ def unexercised(
     long_share: float = 0.0,
     skew: bool = False,
     outage_kinds: Collection[str] = ALL_OUTAGES,
+    behaviours: Collection[str] = (),
 ) -> list[str]:
-    """The report keys of the chaos features a run asked for that never happened (orders included);
-    ``intruder`` when an intruder ran (``counts`` has ``intruder_attacks``) and attacked nothing.
+    """The report keys of the chaos features a run asked for that never happened (orders included), then
+    of the ``behaviours`` (:data:`WORKFLOW_BEHAVIOURS`) that are 0; ``intruder`` when an intruder ran
+    (``counts`` has ``intruder_attacks``) and attacked nothing.
 
     Args:
         counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses``,
@@ -121,6 +129,7 @@ def unexercised(
         "skewed_hosts": skew,
         "long_handlers": long_share > 0,
     }
+    asked.update(dict.fromkeys(behaviours, True))
     missing = [key for key, wanted in asked.items() if wanted and not counts.get(key)]
     attacks = counts.get("intruder_attacks")
     return [*missing, "intruder"] if attacks is not None and not sum(attacks.values()) else missing
@@ -173,6 +182,17 @@ def unexercised_hints(
             )
         },
         "skewed_hosts": "no devhost process ran with a skewed clock; pass --no-skew to run without one",
+        "reviewed": f"no order paused for a review: none was above REVIEW_AMOUNT_ABOVE; {more_orders}",
+        **{
+            key: f"no hold was {what}: pass more --orders (ORDERS), or check that WORKFLOW_VERSION is "
+            f"order-v6 and that holds are kept shorter than a recovery (demo.chaos.faults.CHAOS_HOLD_S)"
+            for key, what in (
+                ("holds_acquired", "acquired"),
+                ("holds_expired", "expired"),
+                ("holds_reacquired", "re-acquired"),
+                ("holds_committed", "committed"),
+            )
+        },
         "long_handlers": f"no handler outlasted its lock at --long-share (LONG_SHARE) {long_share:g}; "
         f"{more_orders}, a larger share, or LONG_SHARE=0 to run without long handlers",
     }

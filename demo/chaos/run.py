@@ -65,6 +65,7 @@ from demo.chaos.faults import (
     draw_skewed_host,
     emulator_outage,
     long_handler_faults,
+    short_hold_faults,
 )
 from demo.chaos.faulty_host import MODULE as FAULTY_HOST
 from demo.chaos.leader import LeaderPauser, lease_holder_reader
@@ -159,7 +160,7 @@ def run_chaos(
     log_dir = run_dir / "delivery-faults"
     plan = _delivery_faults(log_dir, asked, seed=seed)
     skewed = _skewed_host(seed, processes) if skew else None
-    faults = long_handler_faults(faults, long_share)
+    faults = short_hold_faults(long_handler_faults(faults, long_share))
     _print_plan(run_dir, orders=orders, processes=processes, clients=clients, skewed=skewed, **asked)
     with ExitStack() as stack, quiet_sdk_logs():
         system = stack.enter_context(

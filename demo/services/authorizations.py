@@ -98,6 +98,7 @@ class Authorizations:
         refused = self.payments.refusal(body, key)
         if refused is not None:
             return refused
+        hold_s = self.payments.ledger.faults.hold_lifetime_s(body.hold_s)
         held = Authorization(
             f"auth_{uuid.uuid4().hex[:16]}",
             body.order_id,
@@ -105,8 +106,8 @@ class Authorizations:
             body.amount,
             body.currency,
             key,
-            expires_at=datetime.now(UTC) + timedelta(seconds=body.hold_s),
-            expires_after=self.payments.ledger.clock() + body.hold_s,
+            expires_at=datetime.now(UTC) + timedelta(seconds=hold_s),
+            expires_after=self.payments.ledger.clock() + hold_s,
         )
         self.held[held.authorization_id] = held
         self.payments.ledger.facts(body.order_id).authorizations.append(held.authorization_id)

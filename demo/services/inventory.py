@@ -123,8 +123,9 @@ class Inventory:
         reservation = Reservation(f"res_{uuid.uuid4().hex[:16]}", body.order_id, wanted, key)
         answer: dict[str, Any] = {"reservationId": reservation.reservation_id, "orderId": body.order_id}
         if body.hold_s is not None:
-            reservation.expires_after = self.ledger.clock() + body.hold_s
-            reservation.expires_at = datetime.now(UTC) + timedelta(seconds=body.hold_s)
+            hold_s = self.ledger.faults.hold_lifetime_s(body.hold_s)
+            reservation.expires_after = self.ledger.clock() + hold_s
+            reservation.expires_at = datetime.now(UTC) + timedelta(seconds=hold_s)
             answer |= {"holdId": reservation.reservation_id, "expiresAt": _utc(reservation.expires_at)}
             self.ledger.holds_acquired += 1
         self.reservations[reservation.reservation_id] = reservation
