@@ -21,6 +21,7 @@ from demo.config import (
     DEMO_CLIENT,
     DEMO_OUTSTANDING,
     DEMO_REFUND_POLICY,
+    DEMO_WORKFLOW_SETTINGS,
     console,
     stock_divisor_for,
 )
@@ -148,7 +149,8 @@ def demo_system(
         processes: devhost processes (see :func:`demo.fleet.devhost_specs`).
         faults: Faults the demo services inject.
         run_dir: Where the children's logs go.
-        extra_env: Variables added to every devhost process's environment.
+        extra_env: Variables added to every devhost process's environment (over the demo's, and its
+            workflow, :data:`demo.config.DEMO_WORKFLOW_SETTINGS`).
         client_ids: The clients registered (``CLIENTS``), each with its default queues.
         process_env: Variables of one devhost process only, by its name (``devhost-agents``), over the
             others.
@@ -173,6 +175,7 @@ def demo_system(
         issuer = LocalIssuer(ensure_signing_key())
         api_port = free_port()
         env.update(issuer.operator_settings(f"http://127.0.0.1:{api_port}{issuer.jwks_path}"))
+        env.update(DEMO_WORKFLOW_SETTINGS)
         env.update(extra_env or {})
         env["CLIENTS"] = json.dumps([{"id": client_id} for client_id in client_ids])
         registered = tuple(Settings.load(env).clients.clients())

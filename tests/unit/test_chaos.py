@@ -33,6 +33,7 @@ from demo.chaos.delivery import (
 from demo.chaos.leader import LeaderPauser
 from demo.chaos.report import (
     CHAOS_INVARIANTS,
+    WORKFLOW_BEHAVIOURS,
     count_misrouted_replies,
     failed_invariants,
     max_recovery_s,
@@ -307,6 +308,24 @@ def test_a_run_whose_chaos_never_happened_fails() -> None:
     assert unexercised(quiet, **{**asked, "kill_every_s": 0, "pause_every_s": 0}) == []
     assert unexercised({**happened, "orders": 0}, **asked) == ["orders"]
     assert failed_invariants({**passing, "unexercised": ["kills"]}) == ["no kills"]
+
+
+def test_a_run_whose_workflow_never_expired_or_reacquired_a_hold_fails() -> None:
+    asked: dict[str, Any] = {"kill_every_s": 0, "duplicate_share": 0, "late_share": 0, "pause_every_s": 0}
+    shown = {"orders": 60, "reviewed": 3, "holds_acquired": 120, "holds_expired": 4, "holds_reacquired": 2}
+    happened = {**shown, "holds_committed": 110}
+
+    assert unexercised(happened, **asked, behaviours=WORKFLOW_BEHAVIOURS) == []
+    no_expiry = {**happened, "holds_expired": 0, "holds_reacquired": 0}
+    assert unexercised(no_expiry, **asked, behaviours=WORKFLOW_BEHAVIOURS) == [
+        "holds_expired",
+        "holds_reacquired",
+    ]
+    assert unexercised({**happened, "reviewed": 0}, **asked, behaviours=WORKFLOW_BEHAVIOURS) == ["reviewed"]
+    # Only the behaviours asked for are checked.
+    assert unexercised(no_expiry, **asked) == []
+    hints = unexercised_hints(["holds_expired"], **asked)
+    assert len(hints) == 1 and "CHAOS_HOLD_S" in hints[0]
 
 
 # --- pausing the leader ----------------------------------------------------------------------------------

@@ -170,6 +170,24 @@ def test_the_fault_plan_refuses_marked_keys_and_delays_one_endpoint() -> None:
         assert datetime.now(UTC) - started >= timedelta(seconds=0.3)
 
 
+def test_a_plan_capping_holds_keeps_both_kinds_shorter_than_asked_and_says_so_in_expires_at(
+    ticks: Ticks,
+) -> None:
+    plan = FaultPlan(hold_s_max=5.0)
+    with TestClient(create_app(make_catalog(), plan, auth=None, clock=ticks)) as capped:
+        stock = hold_stock(capped, "o-1:reserve_inventory").json()  # asks for 30 s
+        money = authorize(capped, "o-1:authorize_payment").json()
+        for answer in (stock, money):
+            left = parse_utc(answer["expiresAt"]) - datetime.now(UTC)
+            assert timedelta(seconds=4) < left <= timedelta(seconds=5)
+        ticks.now += 5.1
+        assert available(capped, "10") == 10
+        facts = capped.get("/orders/o-1/facts").json()["summary"]
+        assert facts["activeAuthorizations"] == 0
+    assert FaultPlan().hold_lifetime_s(30) == 30
+    assert plan.hold_lifetime_s(3) == 3
+
+
 def test_the_demo_report_counts_holds_and_commits_that_arrived_on_expired_ones() -> None:
     record = submit_and_claim(memory_deps(FakeClock(datetime(2026, 1, 1, tzinfo=UTC))), definition=ORDER_V6)
     at = datetime(2026, 1, 1, tzinfo=UTC)
