@@ -43,6 +43,15 @@ def test_the_deployed_versions_and_their_undo_stages() -> None:
     assert correctable == {("order-v4", "create_shipment"): ("carrier",)}
     assert ORDER_V4.step("create_shipment").fallback_agent is None
     assert agent_names() == ["courier", "inventory", "payment", "shipping"]
+
+
+def test_order_v6_keeps_what_order_v3_exercises_the_review_before_money_is_held_and_the_fallback() -> None:
+    reviewed = {d.version: [s.name for s in d.steps if s.review] for d in WORKFLOWS.values()}
+    assert reviewed["order-v3"] == ["charge_payment"]
+    assert reviewed["order-v6"] == ["authorize_payment"]
+    assert ORDER_V6.step("authorize_payment").hold is not None
+    assert ORDER_V6.step("create_shipment") == ORDER_V3.step("create_shipment")
+    assert ORDER_V6.step("create_shipment").fallback_agent == "courier"
     assert new_order_workflow("") is ORDER_V3
     assert new_order_workflow("order-v1") is ORDER_V1
 
