@@ -16,8 +16,8 @@ from orderflow.contracts import StepResult
 from orderflow.operator_auth import Principal
 from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold
 from orderflow.protocol.step_start import OutOfBudget, ReviewNeed, Start, StepStartDecision, decide_step_start
-from orderflow.protocol.transitions import forward
-from orderflow.records import Hold, StateRecord, StepStatus, format_utc
+from orderflow.protocol.transitions import forward, holds
+from orderflow.records import CompensationEntry, Hold, StateRecord, StepStatus, format_utc
 from orderflow.workflows import (
     ORDER_V1,
     ORDER_V6,
@@ -216,6 +216,27 @@ def test_a_recovered_or_resubmitted_order_leaves_a_guarded_step_to_the_activity(
     assert forward.start_first_step(record, NOW, steps, starter) is None
     assert record.steps["capture_payment"].status is StepStatus.NOT_STARTED
     assert decide(record) == ReacquireHold("authorize_payment", grant=4)
+
+
+def test_a_reacquisition_started_leaves_the_undo_only_its_key_not_the_old_holds_id() -> None:
+    # A service refuses an undo whose id is not its key's effect: the old id with the new key would
+    # leave the order's compensation failed.
+    record = acquired(inventory_in_s=1)
+    old_key = record.steps["reserve_inventory"].idempotency_key
+    entry = CompensationEntry(
+        step="reserve_inventory",
+        action="reserve",
+        undo="release",
+        undo_key=f"{record.order_id}:reserve_inventory:undo",
+        data={"reservationId": "h-reserve_inventory"},
+        recorded_at=NOW,
+    )
+    record.compensation_log.append(entry)
+    holds.start_reacquire(record, "reserve_inventory", INSTANCE, grant=2, complete_by=NOW)
+    new_key = record.steps["reserve_inventory"].idempotency_key
+    assert new_key != old_key and new_key.endswith(":reacquire-1")
+    assert record.compensation_log[-1].data == {}
+    assert record.holds["reserve_inventory"].reacquiring_by == INSTANCE
 
 
 def test_suspending_an_order_with_holds_not_committed_raises_an_alert_naming_the_earliest(

@@ -37,7 +37,10 @@ def start_reacquire(
     """Start re-acquiring ``step``'s hold for attempt ``instance_id``, in place: the hold's next key
     becomes the step's (its undo addresses the newest hold), ``grant`` calls are reserved on the step,
     and ``completeBy`` is the re-acquisition's deadline. The hold itself is replaced once the answer is
-    recorded (:func:`record_reacquired`).
+    recorded (:func:`record_reacquired`). The step's compensation entry forgets the old hold's id: its
+    undo names the new key, and a service refuses an undo whose id is another key's effect; by the key
+    alone it undoes the new hold (which released the old one), or, when the re-acquisition never arrived,
+    tombstones the key while the old hold, lapsing already, expires on its own.
 
     Raises:
         KeyError: ``step`` has no hold.
@@ -47,6 +50,9 @@ def start_reacquire(
     hold.reacquiring_by = instance_id
     state = record.steps[step]
     state.idempotency_key = reacquire_key(record.order_id, step, hold.reacquired)
+    for entry in record.compensation_log:
+        if entry.step == step:
+            entry.data = {}
     record.retry_budget.spent += grant
     state.reserved_calls = grant
     record.complete_by = complete_by
