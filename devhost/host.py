@@ -46,9 +46,10 @@ from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from intake.client_admission import ClientAdmission
 from orchestrators.listener import handle_response
-from orchestrators.starter import first_requests_for, run_starter_pass
+from orchestrators.starter import run_starter_pass
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
+from orderflow.attempts import first_requests_for
 from orderflow.bindings import TokenSource
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
@@ -140,7 +141,7 @@ class DevHost:
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
-        # The starter sends the request of the step each claim started (orchestrators.starter).
+        # The claimant sends the request of the step each claim started (orderflow.attempts).
         self._first_requests = first_requests_for(self.deps)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: LoopbackBackend | BackendProcess | None = None

@@ -98,7 +98,7 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         "activities.steps.finish_order": 1.0,
         "activities.steps.start_step": 2.0,
         "intake.submission.handle_intake_message": 1.0,
-        "orchestrators.starter.claim": 1.0,
+        "orderflow.attempts.claim": 1.0,
         "orderflow.replies.clear_pending_reply": 1.0,
     }
     state = per_order["state_store"]

@@ -14,7 +14,7 @@ from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordStepFailureInput, StepError
 from orderflow.dependencies import Dependencies

@@ -12,7 +12,7 @@ import pytest
 
 from activities.steps import record_step_failure, start_step
 from agents.agent import handle_request
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.breaker import (
     DEPENDENCY_UNAVAILABLE,
     BreakerDoc,

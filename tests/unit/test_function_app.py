@@ -28,12 +28,12 @@ import function_app
 from activities.table import ACTIVITIES as TABLE
 from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.bindings import ServiceBindings
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    ORDER_WORKFLOW,
     RECORD_REVIEW,
     RECORD_STEP_FAILURE,
     START_STEP,

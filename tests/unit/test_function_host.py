@@ -47,12 +47,11 @@ from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery, settle_trigger_message
 from intake.submission import handle_intake_message
 from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
-from orchestrators.starter import claim
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
-from orderflow.contracts import START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
+from orderflow.contracts import ORDER_WORKFLOW, START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
 from orderflow.custom_status import WAITING_PREFIX
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError

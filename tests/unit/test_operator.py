@@ -11,7 +11,7 @@ from devhost.local_issuer import local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import handle_operator_request
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
     BeginCompensationInput,

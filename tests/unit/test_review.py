@@ -17,7 +17,7 @@ from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
 from orchestrators.listener import Delivery, handle_response
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.dependencies import Dependencies

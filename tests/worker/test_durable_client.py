@@ -21,9 +21,8 @@ import pytest
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from intake.submission import handle_intake_message
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
-from orderflow.contracts import OrchestrationInput
+from orderflow.contracts import ORDER_WORKFLOW, OrchestrationInput
 from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
