@@ -113,9 +113,10 @@ ACTIVITIES = (
     FINISH_COMPENSATION,
     RECORD_REVIEW,
 )
-DURABLE_CLIENTS = frozenset({"starter", "response_listener", "supervisor"})
-"""Functions with a durable client binding: the starter starts instances, the listener raises events on
-them, the supervisor's retention pass purges the history of ended ones."""
+DURABLE_CLIENTS = frozenset({"submission_a", "starter", "response_listener", "supervisor"})
+"""Functions with a durable client binding: the submission (of the one registered client) and the starter
+start instances, the listener raises events on them, the supervisor's retention pass purges the history
+of ended ones."""
 HTTP_FUNCTIONS = {"operator_api": "operator/{*path}"}
 """HTTP triggered function -> its route (under the host's ``api`` prefix)."""
 
