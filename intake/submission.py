@@ -99,8 +99,8 @@ class IntakeResult:
         reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); for ``cancel``, why it
             was refused; otherwise None.
         cancel: For ``cancel``, what the request did.
-        started: For ``accepted``, whether this call claimed the new order and started its attempt
-            (``CLAIM_ON_SUBMIT``); False leaves it ``Pending`` for the starter's sweep.
+        started: Whether this call claimed the state record it created and started its attempt
+            (``CLAIM_ON_SUBMIT``); False leaves a new record ``Pending`` for the starter's sweep.
     """
 
     order_id: str
