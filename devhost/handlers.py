@@ -14,6 +14,7 @@ from orderflow.attempts import AttemptStarts
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies, OrderCache
 from orderflow.queues.base import ReceivedMessage
+from orderflow.settings import Settings
 
 STARTER_WAKEUP = "@starter"
 """The :class:`Wakeups` event that runs the starter early: set once a submission has written a
@@ -24,6 +25,7 @@ no queue name holds ``@``)."""
 def submission_handler(
     deps: Dependencies,
     client: RegisteredClient,
+    settings: Settings,
     *,
     admission: ClientAdmission | None,
     order_cache: OrderCache | None,
@@ -35,6 +37,7 @@ def submission_handler(
     Args:
         deps: The process's dependencies (its queues wake its own loops).
         client: The registered client whose inbound queue this is.
+        settings: The settings whose sections the intake reads.
         admission: The process's admission control, or None to admit everything.
         order_cache: The cache an order this handler creates is put in, or None.
         wakeups: Where an accepted order the submission did not start, or a cancel, wakes the starters
@@ -52,9 +55,9 @@ def submission_handler(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            steps=deps.settings.steps,
-            starter=deps.settings.starter,
-            queue_names=deps.settings.queues,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=admission,
             order_cache=order_cache,
             message_id=message.message_id,
@@ -71,8 +74,11 @@ def submission_handler(
     return handle
 
 
-def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[ReceivedMessage], None]:
-    """The handler of ``service``'s agent request queue, with the log of the requests it has taken."""
+def agent_handler(
+    deps: Dependencies, settings: Settings, service: HttpRemoteService
+) -> Callable[[ReceivedMessage], None]:
+    """The handler of ``service``'s agent request queue, with the log of the requests it has taken (and
+    the agents and queues sections of ``settings``)."""
     taken = TakenRequests()
 
     def handle(message: ReceivedMessage) -> None:
@@ -82,8 +88,8 @@ def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[R
             service=service,
             queues=deps.queues,
             clock=deps.clock,
-            agents=deps.settings.agents,
-            queue_names=deps.settings.queues,
+            agents=settings.agents,
+            queue_names=settings.queues,
             taken=taken,
             breakers=deps.breakers,
         )

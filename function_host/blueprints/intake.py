@@ -27,7 +27,7 @@ from azurefunctions.extensions.bindings import servicebus
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
-from function_host.wiring import dependencies, redelivery
+from function_host.wiring import app_settings, dependencies, redelivery
 from intake.client_admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orderflow.attempts import AttemptStarts, first_requests_for
@@ -37,8 +37,8 @@ from orderflow.clients import RegisteredClient
 @cache
 def _admission() -> ClientAdmission:
     """The worker process's admission control, shared by every submission invocation."""
-    deps = dependencies()
-    return ClientAdmission.from_clients(deps.settings.clients, states=deps.states, queues=deps.queues)
+    deps, settings = dependencies(), app_settings()
+    return ClientAdmission.from_clients(settings.clients, states=deps.states, queues=deps.queues)
 
 
 def _handle(
@@ -48,15 +48,15 @@ def _handle(
     context: func.Context | None,
     durable: DurableFunctionsClient,
 ) -> None:
-    deps = dependencies()
+    deps, settings = dependencies(), app_settings()
     traceparent = trigger_traceparent(context)
     starts = AttemptStarts(
         client=durable,
         # One task hub, one shared response queue on Azure.
-        response_queue=deps.settings.queues.AGENT_RESPONSES_QUEUE,
+        response_queue=settings.queues.AGENT_RESPONSES_QUEUE,
         on_claimed=deps.cache.put,
         breakers=deps.breakers,
-        first_requests=first_requests_for(deps),
+        first_requests=first_requests_for(deps, settings.starter),
     )
     settle_trigger_delivery(
         client.inbound_queue,
@@ -70,9 +70,9 @@ def _handle(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            steps=deps.settings.steps,
-            starter=deps.settings.starter,
-            queue_names=deps.settings.queues,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=_admission(),
             transport_traceparent=traceparent,
             order_cache=deps.order_cache,
@@ -80,7 +80,7 @@ def _handle(
             replays=deps.alerts,
             claim_on_submit=starts,
         ),
-        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
+        max_delivery_count=settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
 

@@ -20,15 +20,16 @@ from typing import Any
 import pytest
 
 from demo.services.bindings import demo_bindings_json
+from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure, host_connection_refusals
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
 from orderflow.clients import parse_clients
 from orderflow.clock import FakeClock
 from orderflow.consumer import redelivery_delay_s
-from orderflow.dependencies import Dependencies
 from orderflow.errors import PermanentError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import dead_letter_queue_name
@@ -47,6 +48,7 @@ from orderflow.stores.cosmos import (
 )
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import agent_names
+from tests.host_deps import HostDeps
 from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
 from tests.operator_tokens import TrustedIssuer
 
@@ -88,13 +90,6 @@ LEFT_AT_DEFAULT = {
     "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
     # Read only by the local host and its loops.
     "AGENT_RESPONSES_PER_HOST": "the Functions host takes false whatever it says (function_host.wiring)",
-    "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
-    "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
-    "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
-    "AGENT_CONCURRENCY": "local agent loop (Azure: host.json maxConcurrentCalls)",
-    "POLL_INTERVAL_S": "local consumer loops",
-    "POLL_MAX_INTERVAL_S": "local consumer loops",
-    "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
     "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
     # Circuit breakers: the defaults are the production values (docs/operations.md, "Circuit breakers").
     "BREAKER_ENABLED": "on by default, the production choice",
@@ -342,7 +337,7 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     settings = _deployed_settings(main)
     queues = TemplateQueues(set(_queues(main)))
     clock = FakeClock(datetime.now(UTC))  # the in-memory queues stamp dead letters with the machine's time
-    deps = Dependencies(
+    deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues,
@@ -358,7 +353,15 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     headers = trusted.bearer("otto", OPERATOR_ROLE)
 
     def get(route: str) -> Any:
-        answer = handle_operator_request("GET", route, headers, b"", deps=deps, validator=trusted.validator)
+        answer = handle_operator_request(
+            "GET",
+            route,
+            headers,
+            b"",
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
         assert answer.status == 200, (route, answer.body)
         return answer.body
 
@@ -378,7 +381,6 @@ QUEUE_COMMENT_NUMBERS = {
     "QUEUE_LOCK_S": ("lockDuration 30 s (QUEUE_LOCK_S)", 30),
     "STEP_TIMEOUT_S": ("STEP_TIMEOUT_S 8 s", 8),
     "START_LATENCY_S": ("START_LATENCY_S 5 s", 5),
-    "QUEUE_MAX_LOCK_RENEWAL_S": ("the host renews it for up to 2 min beyond", 120),
     "MAX_DELIVERY_COUNT": ("maxDeliveryCount 10 (MAX_DELIVERY_COUNT)", 10),
     "RETRY_BUDGET": ("RETRY_BUDGET (24 calls)", 24),
     "REPLY_GRACE_S": ("REPLY_GRACE_S 30 s", 30),
@@ -402,7 +404,9 @@ def check_retry_budget_numbers(template: Template) -> None:
         assert said in comment, f"the comment no longer says {said!r}"
         assert Settings.fields()[name].default == number, f"{name} defaults to other than {number}"
         assert settings.values()[name] == number, f"the template deploys {name} other than {number}"
-    assert _host_lock_renewal_s() == settings.consumers.QUEUE_MAX_LOCK_RENEWAL_S
+    # The host's lock renewal, which the local consumers match (a local host's setting, not the app's).
+    assert "the host renews it for up to 2 min beyond" in comment, "the comment no longer says 2 min"
+    assert _host_lock_renewal_s() == LocalSettings.load({}).QUEUE_MAX_LOCK_RENEWAL_S == 120
     # The broker dead-letters only after orderflow's own consumer has (with its reason and alert).
     redeliveries = [redelivery_delay_s(n) for n in range(1, settings.consumers.MAX_DELIVERY_COUNT)]
     assert (len(redeliveries), max(redeliveries), sum(redeliveries)) == (9, 30.0, 151.0)  # "about 2.5 min"

@@ -11,9 +11,9 @@ import pytest
 import devhost.host
 from intake import submission
 from orchestrators.starter import StarterReport, run_starter_pass
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from tests.harness import running_system
+from tests.host_deps import HostDeps
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ class SweepClaims:
 
 
 def test_an_order_starts_at_its_submission_with_no_starter_tick(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweeps = SweepClaims(monkeypatch)
     with running_system(deps, STARTER_INTERVAL_S=NEVER_S) as system:
@@ -57,7 +57,7 @@ class KilledBetweenCreateAndClaim(Exception):
 
 
 def test_an_order_whose_submission_died_before_its_claim_is_started_by_the_sweep(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweeps = SweepClaims(monkeypatch)
     deaths: list[str] = []

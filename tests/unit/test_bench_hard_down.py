@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
@@ -17,10 +18,10 @@ from intake.submission import handle_intake_message
 from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordStepFailureInput, StepError
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import SweepCursor, SweepReport
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, sweep_once
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,7 @@ STEP = ORDER_V1.steps[0].name
 WAIT_S = 120.0  # past every backoff of the hard-down settings and the tolerated clock skew
 
 
-def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
+def fail_and_sweep(deps: HostDeps, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """Claim the order's next attempt, fail its step as an agent does on a dead service, sweep."""
     won = claim(
         deps.states,
@@ -49,6 +50,7 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
             at=clock.now(),
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
     clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = sweep_once(deps, clock, cursor=cursor)

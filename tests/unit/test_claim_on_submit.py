@@ -14,13 +14,13 @@ from orchestrators.starter import StarterReport, run_starter_pass
 from orderflow import telemetry
 from orderflow.attempts import AttemptStarts, first_requests_for
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.queues.base import ReceivedMessage
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore, Versioned
 from orderflow.workflows import CURRENT_WORKFLOW
 from supervisor.recovery import Recovery
+from tests.host_deps import HostDeps
 from tests.unit.fakes import RecordingClient, memory_deps, order_body, received, recover_once, take_in
 
 pytestmark = pytest.mark.unit
@@ -35,24 +35,27 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, HOST_ID="h1", CLAIM_TIMEOUT_S=30, SUPERVISOR_BACKOFF_INITIAL_S=2)
 
 
-def starts(deps: Dependencies, client: Any) -> AttemptStarts:
+def starts(deps: HostDeps, client: Any) -> AttemptStarts:
     """What a host hands the submission: its client, its response queue, the first request's means."""
     return AttemptStarts(
-        client=client, response_queue=RESPONSES, on_claimed=None, first_requests=first_requests_for(deps)
+        client=client,
+        response_queue=RESPONSES,
+        on_claimed=None,
+        first_requests=first_requests_for(deps, deps.settings.starter),
     )
 
 
-def submit(deps: Dependencies, client: Any, **changes: Any) -> IntakeResult:
+def submit(deps: HostDeps, client: Any, **changes: Any) -> IntakeResult:
     message = ReceivedMessage(body=order_body(KEY, **changes), message_id="m-1", delivery_count=1)
     result: IntakeResult = take_in(deps, message, claim_on_submit=starts(deps, client))
     return result
 
 
-def sweep(deps: Dependencies, client: RecordingClient) -> StarterReport:
+def sweep(deps: HostDeps, client: RecordingClient) -> StarterReport:
     return run_starter_pass(
         states=deps.states,
         client=client,
@@ -63,15 +66,15 @@ def sweep(deps: Dependencies, client: RecordingClient) -> StarterReport:
         queue_names=deps.settings.queues,
         response_queue=RESPONSES,
         capacity=8,
-        first_requests=first_requests_for(deps),
+        first_requests=first_requests_for(deps, deps.settings.starter),
     )
 
 
-def first_agent_queue(deps: Dependencies) -> str:
+def first_agent_queue(deps: HostDeps) -> str:
     return deps.settings.queues.agent_queue(CURRENT_WORKFLOW.steps[0].agent)
 
 
-def test_a_new_order_is_claimed_and_started_by_its_submission(deps: Dependencies) -> None:
+def test_a_new_order_is_claimed_and_started_by_its_submission(deps: HostDeps) -> None:
     client = RecordingClient()
 
     result = submit(deps, client)
@@ -94,7 +97,7 @@ def test_a_new_order_is_claimed_and_started_by_its_submission(deps: Dependencies
     assert sweep(deps, client).claimed == []
 
 
-def test_a_duplicate_submission_claims_and_starts_nothing(deps: Dependencies) -> None:
+def test_a_duplicate_submission_claims_and_starts_nothing(deps: HostDeps) -> None:
     client = RecordingClient()
     submit(deps, client)
     before = deps.states.get(KEY)
@@ -107,7 +110,7 @@ def test_a_duplicate_submission_claims_and_starts_nothing(deps: Dependencies) ->
 
 
 def test_a_redelivery_after_a_death_between_create_and_claim_leaves_the_order_to_the_sweeper(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     message = ReceivedMessage(body=order_body(KEY), message_id="m-1", delivery_count=1)
     take_in(deps, message)  # recorded, never claimed: the process died before its claim
@@ -139,10 +142,10 @@ class StarterFirst:
         return getattr(self.inner, name)
 
 
-def test_when_the_starter_claims_first_the_submission_does_nothing(deps: Dependencies) -> None:
+def test_when_the_starter_claims_first_the_submission_does_nothing(deps: HostDeps) -> None:
     client = RecordingClient()
     reports: list[StarterReport] = []
-    raced = Dependencies(
+    raced = HostDeps(
         states=StarterFirst(deps.states, lambda: reports.append(sweep(deps, client))),
         orders=deps.orders,
         queues=deps.queues,
@@ -170,7 +173,7 @@ class FailingStart(RecordingClient):
 
 
 def test_a_start_that_fails_after_the_claim_is_recovered_by_the_supervisor(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     with telemetry.recording() as events:
         result = submit(deps, FailingStart())

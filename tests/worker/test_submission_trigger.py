@@ -13,9 +13,9 @@ import pytest
 
 from function_host.blueprints import intake as intake_blueprint
 from orderflow.contracts import ORDER_WORKFLOW
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StepStatus
 from orderflow.workflows import CURRENT_WORKFLOW
+from tests.host_deps import HostDeps
 from tests.servicebus_wire import HostMessage
 from tests.unit.fakes import order_body, received
 from tests.worker.appdeps import app_dependencies
@@ -52,10 +52,11 @@ def extension(extension_server: DurableExtension) -> DurableExtension:
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -> Iterator[Dependencies]:
+def deps(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -> Iterator[HostDeps]:
     """The intake trigger's dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
     wired, redelivery, _ = app_dependencies()
     monkeypatch.setattr(intake_blueprint, "dependencies", lambda: wired)
+    monkeypatch.setattr(intake_blueprint, "app_settings", lambda: wired.settings)
     monkeypatch.setattr(intake_blueprint, "redelivery", lambda: redelivery)
     intake_blueprint._admission.cache_clear()
     settlement.service.take()
@@ -86,7 +87,7 @@ def starts(requests: list[HttpRequest]) -> list[str]:
 
 
 def test_a_new_order_is_claimed_and_its_instance_started_by_its_submission(
-    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: HostDeps
 ) -> None:
     message = order_message()
 
@@ -111,7 +112,7 @@ def test_a_new_order_is_claimed_and_its_instance_started_by_its_submission(
 
 
 def test_a_duplicate_delivery_starts_nothing_more(
-    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: HostDeps
 ) -> None:
     submit(worker, extension, settlement, order_message())
     extension.take()
@@ -126,7 +127,7 @@ def test_a_duplicate_delivery_starts_nothing_more(
 
 
 def test_a_start_the_extension_refuses_completes_the_message_and_leaves_the_claim_to_the_supervisor(
-    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, settlement: SettlementServer, deps: HostDeps
 ) -> None:
     extension.fail_next("start", Fault(500, SERVER_ERROR))
     message = order_message()
