@@ -29,8 +29,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("devhost_processe
 
 TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
 
-FAST = {"STARTER_INTERVAL_S": "0.05", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
-"""Quick polling, so that three orders do not wait out idle queues' back-off."""
+FAST = {"STARTER_INTERVAL_S": "2", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
+"""Quick polling, so that three orders do not wait out idle queues' back-off. Each submission claims and
+starts its own order (CLAIM_ON_SUBMIT): the starter only sweeps, at its default interval, so no sweep
+races a submission's claim and every order is claimed once."""
 
 FAST_HARD_DOWN = {
     "SUPERVISOR_INTERVAL_S": "0.1",
