@@ -14,6 +14,7 @@ from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
+from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
 from orderflow.attempts import claim
 from orderflow.clock import FakeClock
@@ -60,7 +61,9 @@ def fail_and_sweep(deps: HostDeps, clock: FakeClock, cursor: SweepCursor) -> Swe
 
 def test_one_order_on_a_dead_service_without_breakers_is_given_up_not_held() -> None:
     clock = FakeClock()
-    deps = memory_deps(clock, **{**DEMO_SETTINGS, **HARD_DOWN_SETTINGS, "BREAKER_ENABLED": "false"})
+    given = {**DEMO_SETTINGS, **HARD_DOWN_SETTINGS, "BREAKER_ENABLED": "false"}
+    # The devhost's own cadences are not orderflow's settings: this test drives the roles by hand.
+    deps = memory_deps(clock, **{k: v for k, v in given.items() if k not in LocalSettings.model_fields})
     handle_intake_message(
         order_body(ORDER),
         client=TEST_CLIENT,
