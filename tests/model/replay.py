@@ -20,7 +20,6 @@ from intake.cancellation import CancelOutcome, handle_cancel
 from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepError, StepResult, UndoResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import IllegalTransition
 from orderflow.messages import CancelOrder
 from orderflow.operator_actions import OperatorAction, action_refusal
@@ -44,6 +43,7 @@ from orderflow.records import (
     instance_id_for,
 )
 from orderflow.workflows import ORDER_V1
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body
 
 TRACE = re.compile(r"TRACE ((?:\d+ ){5}): ((?:\d+ ?){13})")
@@ -132,7 +132,7 @@ class Replay:
         self.clock = FakeClock()
         # Without the budget in the model, the code's is too large to run out.
         budget = bounds.budget if bounds.budgeted else UNBOUNDED_BUDGET
-        self.deps: Dependencies = memory_deps(
+        self.deps: HostDeps = memory_deps(
             self.clock, RETRY_BUDGET=budget, AGENT_MAX_CALLS_PER_STEP=1, REVIEW_AMOUNT_ABOVE=1.0
         )
         handle_intake_message(
