@@ -35,5 +35,6 @@ search liveness "$LIVENESS" "" "-a -f"
 for feature in $FEATURES; do
 	search "$feature" "-D$feature -DF=1" -DNOCLAIM ""
 done
+python3 "$REPO/scripts/model_moves.py" --check || status=1
 ((status)) || rm -rf "$work"
 exit "$status"
