@@ -82,8 +82,9 @@ MUTATIONS = {
     "MUT_NO_RESUME": "assertion violated (((ps[o]==3)||(ps[o]==6))||(ps[o]==8))",
     # A cancel of an order re-queued after it ran a step cancels it outright: the step's effect stays.
     "MUT_CANCEL_DROPS_UNDO": "assertion violated (((ps[o]!=6)&&(ps[o]!=8))||(fx[((o*1)+s)]!=1))",
-    # An operator resubmits a Compensating order: the state machine forbids it.
-    "MUT_RESUBMIT_ANY": "assertion violated",
+    # An operator resubmits a live order: a new attempt restarts the step under the old one's request,
+    # whose effect then lands on a record that no longer shows the step Running.
+    "MUT_RESUBMIT_ANY": "assertion violated (st[((o*1)+s)]==1)",
     # The starter claims a suspended order.
     "MUT_SUSPEND_IGNORED": "assertion violated  !(sus[o])",
     # A reviewed step starts without its review's approval; its effect is applied.
