@@ -176,7 +176,10 @@ def create_app(
     """
     services = DemoServices(catalog, faults, clock, refund_policy or RefundPolicy())
     calls = IdempotentCalls(services.ledger, asyncio.Lock(), services.order_of)
-    app = FastAPI(title="orderflow demo services", version="1")
+    # No slash redirects (they answer before the token check) and no CDN-hosted docs pages.
+    app = FastAPI(
+        title="orderflow demo services", version="1", redirect_slashes=False, docs_url=None, redoc_url=None
+    )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

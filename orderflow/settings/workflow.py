@@ -72,7 +72,8 @@ class Steps(Section):
     WORKFLOW_VERSION: str = Field(
         "",
         description="Workflow definition new orders start with (e.g. 'order-v2'); empty (default) for "
-        "the latest deployed. Records in flight keep the version they started with.",
+        "orderflow.workflows.CURRENT_WORKFLOW (order-v3), not the newest version registered. Records in "
+        "flight keep the version they started with.",
     )
     REVIEW_AMOUNT_ABOVE: float = Field(
         0.0,

@@ -167,3 +167,17 @@ def test_the_steering_routes_need_no_token_and_every_agent_call_does(client: Tes
     assert client.get("/faults").status_code == 200
     for path in ("/payments/charges", "/payments/refunds", "/inventory/reservations", "/shipping/shipments"):
         assert client.post(path, json={}).status_code == 401, path
+
+
+def test_a_path_with_a_trailing_slash_is_refused_before_any_redirect(client: TestClient) -> None:
+    # A redirect answered before the token check tells an unauthenticated caller which routes exist.
+    response = client.post("/inventory/reservations/", json=BODY, follow_redirects=False)
+    assert response.status_code in (401, 404), response.headers
+    assert "location" not in response.headers
+
+
+def test_the_services_load_no_page_from_a_content_network(client: TestClient) -> None:
+    # FastAPI's /docs and /redoc pull scripts from a CDN; the OpenAPI document itself stays.
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
+    assert client.get("/openapi.json").json()["info"]["title"] == "orderflow demo services"
