@@ -3,6 +3,10 @@
 #                            run the local demo end to end (KILL_EVERY=S: SIGKILL a random devhost
 #                            process every S seconds and restart it) and write demo-report.json; it
 #                            prints the web console's URL; KEEP=1 keeps the system up until Ctrl-C
+#   make demo-azure [ORDERS=200] [AZD_ENV=<azd environment>]
+#                            the demo's orders against the deployment azd's environment names (azd up first;
+#                            docs/deploy.md#the-demo-on-azure), with the deployer's Entra ID sign-in; prints
+#                            make demo's summary and writes demo-azure-report.json
 #   make chaos [ORDERS=400] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
 #              [PAUSE_EVERY=30] [OUTAGE_EVERY=30] [LONG_SHARE=0.03] [SKEW=1] [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
@@ -108,6 +112,13 @@ $(INFRA_VENV)/.installed: requirements-infra.txt
 demo: demo-deps setup
 	$(PY) -m demo.run --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
 		$(if $(filter 1 yes true,$(KEEP)),--keep)
+
+# orderflow demo --azure (orderflow_client.cli_demo, demo.azure): the deployment's settings come from azd's
+# environment (.azure/<env>/.env), its identity from the deployer's sign-in (azd auth login or az login).
+.PHONY: demo-azure
+demo-azure: setup
+	$(VENV)/bin/orderflow demo --azure --orders $(ORDERS) $(if $(AZD_ENV),--environment $(AZD_ENV)) \
+		--report demo-azure-report.json
 
 .PHONY: chaos
 chaos: demo-deps setup

@@ -31,6 +31,7 @@ import logging
 from datetime import datetime
 
 from activities.fenced import fenced
+from activities.sections import ActivitySections
 from orderflow import telemetry, tracing
 from orderflow.contracts import (
     BeginCompensationInput,
@@ -105,7 +106,7 @@ def begin_compensation(data: BeginCompensationInput, deps: Dependencies) -> Begi
     return CompensationBegun(undo_stages=stages)
 
 
-def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
+def start_undo(data: StartUndoInput, deps: Dependencies, sections: ActivitySections) -> StartUndoResult:
     """Activity :data:`orderflow.contracts.START_UNDO`.
 
     In one fenced write: record the previous stage's undos (entries and steps ``Compensated``), mark
@@ -140,7 +141,7 @@ def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
     complete_by = record.complete_by
     if complete_by is None:  # pragma: no cover - every applied start writes one
         raise IllegalTransition(f"order {data.order_id} is Compensating without a completeBy")
-    entry = _send_undo_request(deps, data, record, complete_by, now=now)
+    entry = _send_undo_request(deps, sections, data, record, complete_by, now=now)
     telemetry.event(
         "undo.start",
         order_id=data.order_id,
@@ -153,7 +154,13 @@ def start_undo(data: StartUndoInput, deps: Dependencies) -> StartUndoResult:
 
 
 def _send_undo_request(
-    deps: Dependencies, data: StartUndoInput, record: StateRecord, complete_by: datetime, *, now: datetime
+    deps: Dependencies,
+    sections: ActivitySections,
+    data: StartUndoInput,
+    record: StateRecord,
+    complete_by: datetime,
+    *,
+    now: datetime,
 ) -> CompensationEntry:
     """Send the undo request of ``data.step`` to the agent that performed the step; returns its entry."""
     step_def = workflow_for(data.workflow_version).step(data.step)
@@ -171,13 +178,13 @@ def _send_undo_request(
         # The forward key lets the service undo an effect whose id no attempt recorded, and refuse a
         # forward call that arrives after the undo.
         payload={"forwardKey": record.steps[data.step].idempotency_key, **entry.data},
-        max_calls=deps.settings.steps.AGENT_MAX_CALLS_PER_STEP,
+        max_calls=sections.steps.AGENT_MAX_CALLS_PER_STEP,
         traceparent=tracing.current_traceparent(),
     )
     # A step a fallback provider performed is undone by that provider.
     on_fallback = record.steps[data.step].fallback
     agent = step_def.fallback_agent if on_fallback and step_def.fallback_agent else step_def.agent
-    deps.queues.queue(deps.settings.queues.agent_queue(agent)).send(
+    deps.queues.queue(sections.queues.agent_queue(agent)).send(
         request.to_json(), message_id=request.request_id, correlation_id=data.order_id
     )
     return entry

@@ -1,6 +1,7 @@
 """The orchestration's activities: fenced step writes, agent requests and the client's status replies.
 
-Each function here is a plain function of (input, dependencies); the hosts register thin wrappers.
+Each function here is a plain function of (input, dependencies), and of the activities' settings sections
+when it reads any; the hosts register thin wrappers.
 Activities run at least once (docs/design.md §7), so each is idempotent: a re-run finds its write already
 made (same instance, same step) and writes nothing, and re-sends messages under the same stable
 message id.
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from activities.fenced import fenced
+from activities.sections import ActivitySections
 from orderflow import telemetry
 from orderflow.breaker import HalfOpen, Open
 from orderflow.contracts import (
@@ -62,13 +64,14 @@ from orderflow.results import (
     StepStarted,
     Stopped,
 )
+from orderflow.settings import Breakers, Queues, Steps
 from orderflow.step_requests import send_step_request
 from orderflow.workflows import StepDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
 
 
-def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
+def start_step(data: StartStepInput, deps: Dependencies, sections: ActivitySections) -> StartStepResult:
     """Activity :data:`orderflow.contracts.START_STEP`.
 
     In one fenced write: record the previous step's completion (with its compensation entry), mark this
@@ -94,9 +97,9 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
     now = deps.clock.now()
 
     # Only a step that asks for review reads the order here; the others read it after the write.
-    reviewable = step_def.review and deps.settings.steps.REVIEW_AMOUNT_ABOVE > 0
+    reviewable = step_def.review and sections.steps.REVIEW_AMOUNT_ABOVE > 0
     order = deps.order_cache.get(deps.orders, data.order_id) if reviewable else None
-    needs_review = order is not None and order.amount > Decimal(str(deps.settings.steps.REVIEW_AMOUNT_ABOVE))
+    needs_review = order is not None and order.amount > Decimal(str(sections.steps.REVIEW_AMOUNT_ABOVE))
     held = _dependency_held(deps, step_def, data)
     # Set by each run of mutate; read only when the write applied, so mutate ran.
     decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
@@ -108,7 +111,7 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             step_def,
             instance_id=data.instance_id,
             review=ReviewNeed.NEEDED if needs_review else ReviewNeed.NOT_NEEDED,
-            max_calls_per_step=deps.settings.steps.AGENT_MAX_CALLS_PER_STEP,
+            max_calls_per_step=sections.steps.AGENT_MAX_CALLS_PER_STEP,
             fallback=data.fallback,
             completed=data.completed,
             dependency_held=held,
@@ -118,22 +121,22 @@ def start_step(data: StartStepInput, deps: Dependencies) -> StartStepResult:
             record,
             definition,
             data,
-            steps=deps.settings.steps,
-            starter=deps.settings.starter,
-            breakers=deps.settings.breakers,
+            steps=sections.steps,
+            starter=sections.starter,
+            breakers=sections.breakers,
             now=now,
         )
 
     outcome = fenced(deps, data.order_id, data.instance_id, mutate)
     record = outcome.record
     if outcome.applied:
-        refused = _refused_start(decision, record, data, deps, etag=outcome.etag)
+        refused = _refused_start(decision, record, data, deps, sections.steps, etag=outcome.etag)
         if refused is not None:
             return refused
     if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
         return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
-    complete_by = _send_request(deps, data, step_def, record, order, now=now)
+    complete_by = _send_request(deps, data, step_def, record, order, queue_names=sections.queues, now=now)
     telemetry.event(
         "step.start",
         order_id=data.order_id,
@@ -151,12 +154,13 @@ def _send_request(
     record: StateRecord,
     order: OrderDocument | None,
     *,
+    queue_names: Queues,
     now: datetime,
 ) -> datetime:
     """Send the agent request of the step ``record`` runs; returns the step's completeBy (UTC)."""
     return send_step_request(
         deps.queues,
-        deps.settings.queues,
+        queue_names,
         record=record,
         step_def=step_def,
         order=order or deps.order_cache.get(deps.orders, data.order_id),
@@ -172,6 +176,7 @@ def _refused_start(
     record: StateRecord,
     data: StartStepInput,
     deps: Dependencies,
+    steps: Steps,
     *,
     etag: str | None,
 ) -> StartStepResult | None:
@@ -190,9 +195,7 @@ def _refused_start(
             if record.pending_reply is not None:
                 deliver_reply(deps.states, deps.queues, deps.clock, record, record.pending_reply, etag=etag)
             telemetry.event("review.awaiting", **fields, deadline=record.review.deadline.isoformat())
-            return AwaitingReview(
-                complete_by=record.review.deadline, review_default=deps.settings.steps.REVIEW_DEFAULT
-            )
+            return AwaitingReview(complete_by=record.review.deadline, review_default=steps.REVIEW_DEFAULT)
         case RejectedByReview():
             # A decision recorded while no attempt waited (the next attempt finds it here).
             return ReviewRejected()
@@ -236,7 +239,9 @@ def _stopped(record: StateRecord) -> Stopped:
     return Stopped(cause=stop)
 
 
-def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewResult:
+def record_review(
+    data: RecordReviewInput, deps: Dependencies, sections: ActivitySections
+) -> RecordReviewResult:
     """Activity :data:`orderflow.contracts.RECORD_REVIEW`: the decision, then back to ``Processing``.
 
     The first decision recorded wins: a reviewer's decision the submission path already recorded is kept
@@ -254,7 +259,7 @@ def record_review(data: RecordReviewInput, deps: Dependencies) -> RecordReviewRe
             decision=data.decision,
             decided_by=data.decided_by,
             now=now,
-            claim_timeout_s=deps.settings.starter.CLAIM_TIMEOUT_S,
+            claim_timeout_s=sections.starter.CLAIM_TIMEOUT_S,
         )
 
     outcome = fenced(deps, data.order_id, data.instance_id, mutate)
@@ -331,7 +336,9 @@ def finish_order(data: FinishOrderInput, deps: Dependencies) -> FinishOrderResul
     return OrderFinished(remaining_calls=record.retry_budget.remaining)
 
 
-def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> RecordStepFailureResult:
+def record_step_failure(
+    data: RecordStepFailureInput, deps: Dependencies, sections: ActivitySections
+) -> RecordStepFailureResult:
     """Activity :data:`orderflow.contracts.RECORD_STEP_FAILURE`.
 
     Records a retryable failure in ``lastError`` (``compensationError`` for an undo), spends the calls
@@ -344,11 +351,11 @@ def record_step_failure(data: RecordStepFailureInput, deps: Dependencies) -> Rec
 
     def held_by(record: StateRecord) -> tuple[str, datetime]:
         dependency = _failed_dependency(record, data.error.step)
-        return dependency, _retry_at(deps, dependency, data.at)
+        return dependency, _retry_at(deps, sections.breakers, dependency, data.at)
 
     def mutate(record: StateRecord) -> StateRecord | None:
         return forward.record_step_failure(
-            record, data.error, at=data.at, held=held_by if held else None, breakers=deps.settings.breakers
+            record, data.error, at=data.at, held=held_by if held else None, breakers=sections.breakers
         )
 
     held = data.error.kind == ErrorKind.UNAVAILABLE.value
@@ -384,7 +391,7 @@ def _failed_dependency(record: StateRecord, step: str) -> str:
     return step_dependency(step_def, fallback=record.steps[step].fallback)
 
 
-def _retry_at(deps: Dependencies, dependency: str, now: datetime) -> datetime:
+def _retry_at(deps: Dependencies, breakers: Breakers, dependency: str, now: datetime) -> datetime:
     """When an order held by ``dependency``'s breaker tries again: when the breaker lets a probe
     through, as this host sees it, or ``BREAKER_OPEN_S`` from ``now``."""
     view = None if deps.breakers is None else deps.breakers.view(dependency)
@@ -393,4 +400,4 @@ def _retry_at(deps: Dependencies, dependency: str, now: datetime) -> datetime:
             return retry_at
         case HalfOpen(probe_until=probe_until) if probe_until is not None:
             return probe_until
-    return now + timedelta(seconds=deps.settings.breakers.BREAKER_OPEN_S)
+    return now + timedelta(seconds=breakers.BREAKER_OPEN_S)

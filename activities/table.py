@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from activities.compensation import begin_compensation, finish_compensation, start_undo
+from activities.sections import ActivitySections
 from activities.steps import finish_order, record_review, record_step_failure, start_step
 from orderflow import tracing
 from orderflow.contracts import (
@@ -40,12 +41,13 @@ class Activity(Generic[InputT, ResultT]):
 
     Attributes:
         contract: The name, input model and result union both sides agree on.
-        function: ``(input, dependencies) -> result``; idempotent, since activities run at least once.
+        function: ``(input, dependencies, sections) -> result``; idempotent, since activities run at least
+            once.
         summary: One line for the host's function listing.
     """
 
     contract: ActivityContract[InputT, ResultT]
-    function: Callable[[InputT, Dependencies], ResultT]
+    function: Callable[[InputT, Dependencies, ActivitySections], ResultT]
     summary: str
 
     @property
@@ -53,8 +55,9 @@ class Activity(Generic[InputT, ResultT]):
         """The registered name (the contract's)."""
         return self.contract.name
 
-    def run(self, payload: Any, deps: Dependencies) -> dict[str, Any]:
-        """Run the activity on the runtime's JSON input; returns its result as JSON.
+    def run(self, payload: Any, deps: Dependencies, sections: ActivitySections) -> dict[str, Any]:
+        """Run the activity on the runtime's JSON input, with the host's dependencies and the settings
+        sections the activities read; returns its result as JSON.
 
         The activity runs under a span ``orderflow.activity.<name>`` in its attempt's trace: a child of
         the attempt's claim span, found on the state record (:meth:`StateRecord.attempt_traceparent`),
@@ -72,7 +75,7 @@ class Activity(Generic[InputT, ResultT]):
         attributes = tracing.order_attributes(order_id, instance_id, step=getattr(data, "step", None))
         parent = _attempt_traceparent(deps, order_id, instance_id) if tracing.enabled() else None
         with tracing.span(tracing.ACTIVITY_PREFIX + self.name, parent=parent, attributes=attributes) as span:
-            result = self.function(data, deps)
+            result = self.function(data, deps, sections)
             outcome = getattr(result, "outcome", None)
             if isinstance(outcome, str):
                 tracing.mark_outcome(span, outcome)
@@ -95,15 +98,36 @@ def _attempt_traceparent(deps: Dependencies, order_id: str | None, instance_id: 
     return found.item.attempt_traceparent(instance_id)
 
 
+def _reading_no_settings(
+    function: Callable[[InputT, Dependencies], ResultT],
+) -> Callable[[InputT, Dependencies, ActivitySections], ResultT]:
+    """``function``, for the table, of an activity that reads no settings section."""
+
+    def run(data: InputT, deps: Dependencies, sections: ActivitySections) -> ResultT:
+        return function(data, deps)
+
+    return run
+
+
 ACTIVITIES: tuple[Activity[Any, Any], ...] = (
     Activity(START_STEP_ACTIVITY, start_step, "Fenced write starting a step, then the agent request."),
-    Activity(FINISH_ORDER_ACTIVITY, finish_order, "Fenced write of the order's outcome, then the reply."),
+    Activity(
+        FINISH_ORDER_ACTIVITY,
+        _reading_no_settings(finish_order),
+        "Fenced write of the order's outcome, then the reply.",
+    ),
     Activity(RECORD_STEP_FAILURE_ACTIVITY, record_step_failure, "Fenced write of a retryable failure."),
     Activity(RECORD_REVIEW_ACTIVITY, record_review, "Fenced write of a review decision (first wins)."),
     Activity(
-        BEGIN_COMPENSATION_ACTIVITY, begin_compensation, "Fenced write to Compensating; the steps to undo."
+        BEGIN_COMPENSATION_ACTIVITY,
+        _reading_no_settings(begin_compensation),
+        "Fenced write to Compensating; the steps to undo.",
     ),
     Activity(START_UNDO_ACTIVITY, start_undo, "Fenced write starting an undo, then the undo request."),
-    Activity(FINISH_COMPENSATION_ACTIVITY, finish_compensation, "Fenced write of the compensation's end."),
+    Activity(
+        FINISH_COMPENSATION_ACTIVITY,
+        _reading_no_settings(finish_compensation),
+        "Fenced write of the compensation's end.",
+    ),
 )
 """Every orchestration activity, one entry each."""

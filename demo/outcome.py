@@ -17,7 +17,7 @@ import httpx
 from rich.table import Table
 
 from demo.config import MAX_FAILURES, console
-from demo.system import DemoSystem, Settling, await_final_replies, missing_final_replies
+from demo.system import DemoTarget, Settling, await_final_replies, missing_final_replies
 from demo.tpch import (
     Catalog,
     DemoOrder,
@@ -165,10 +165,12 @@ def summarise(
     elapsed_s: float,
     *,
     clock_slack_s: float = 0.0,
+    services_auth: httpx.Auth | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Build the report and the list of mismatched orders; ``records`` by the clients' own order ids
-    (``clock_slack_s``: :func:`attempt_overlaps`)."""
-    with httpx.Client(base_url=services_url, timeout=30) as http:
+    (``clock_slack_s``: :func:`attempt_overlaps`; ``services_auth``: how the demo services' reporting
+    routes are called, None for no token)."""
+    with httpx.Client(base_url=services_url, timeout=30, auth=services_auth) as http:
         audit = http.get("/audit").json()
         # The services know an order by its key, {clientId}:{orderId}; an order never recorded has none.
         facts = {
@@ -266,7 +268,7 @@ def catalog_records(records: Iterable[StateRecord], others: Collection[str] = ()
 
 
 def build_report(
-    system: DemoSystem,
+    system: DemoTarget,
     clients: Sequence[OrderflowClient],
     settling: Settling,
     *,
@@ -283,9 +285,13 @@ def build_report(
     """
     # Every settled order owes its client a final reply; give the last ones a moment to arrive.
     await_final_replies(clients, settling.owners, timeout_s=60.0)
-    # By the clients' own order ids, as the catalog names them (each catalog order has one client).
+    # By the clients' own order ids, as the catalog names them (each catalog order has one client); a
+    # deployment's store also holds earlier runs' orders, which this report leaves out.
+    ids = {order.order_id for order in system.catalog.orders}
     records = {
-        client_order_id(r.order_id): r for r in catalog_records(all_records(system.stores.state), others)
+        client_order_id(r.order_id): r
+        for r in catalog_records(all_records(system.stores.state), others)
+        if client_order_id(r.order_id) in ids
     }
     report, mismatched = summarise(
         system.catalog,
@@ -294,6 +300,7 @@ def build_report(
         settling.submitted,
         settling.elapsed_s,
         clock_slack_s=clock_slack_s,
+        services_auth=system.services_auth,
     )
     report["final_replies"] = sum(
         client.replies.settled(oid for oid, queue in settling.owners.items() if queue == client.reply_queue)

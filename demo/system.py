@@ -10,7 +10,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
+import httpx
 from azure.core.exceptions import AzureError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -45,6 +47,37 @@ from orderflow.stores.cosmos import CosmosStores
 from orderflow_client.client import FINAL_STATUSES, OrderflowClient
 
 
+class StateReader(Protocol):
+    """What a driver reads its state records from: the stores' ``state``."""
+
+    @property
+    def state(self) -> StateStore: ...
+
+
+class DemoTarget(Protocol):
+    """What a driver submits to and reports on: the local :class:`DemoSystem`, or a deployment
+    (:class:`demo.azure.Deployment`).
+
+    Attributes:
+        catalog: The run's TPC-H orders.
+        stores: The state records.
+        services_url: The demo services' base URL.
+        services_auth: How their reporting routes are called (None: no token).
+    """
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def stores(self) -> StateReader: ...
+
+    @property
+    def services_url(self) -> str: ...
+
+    @property
+    def services_auth(self) -> httpx.Auth | None: ...
+
+
 @dataclass
 class DemoSystem:
     """What :func:`demo_system` started, for a driver to submit to and inspect.
@@ -62,6 +95,7 @@ class DemoSystem:
         api_url: Base URL of the operator API (the first devhost process serves it); tokens for it come
             from ``python -m devhost.local_issuer login``.
         emulators: Azurite's and cosmosdb-server's processes (the chaos run pauses them).
+        services_auth: None: the local demo services' reporting routes check no token (loopback only).
     """
 
     run_dir: Path
@@ -74,6 +108,7 @@ class DemoSystem:
     clients: tuple[RegisteredClient, ...]
     api_url: str
     emulators: LocalEmulators | None = None
+    services_auth: httpx.Auth | None = None
 
     def client_credentials(self, client: RegisteredClient) -> ClientCredentials:
         """What the devhost issues ``client``: a SAS for each of its two queues, nothing else."""
@@ -174,13 +209,14 @@ class Settling:
 
 
 def submit_and_settle(
-    system: DemoSystem,
+    system: DemoTarget,
     clients: Sequence[OrderflowClient],
     *,
     budget_s: float,
     outstanding: int = DEMO_OUTSTANDING,
     status: Callable[[], str] | None = None,
     others: Sequence[str] = (),
+    settled_count: Callable[[int], int] | None = None,
 ) -> Settling:
     """Submit the catalog's orders through ``clients`` (in turn) and wait, with progress bars, until they
     have all settled or ``budget_s`` seconds pass. Every client's reply queue is drained meanwhile. The
@@ -194,10 +230,13 @@ def submit_and_settle(
         status: Called every tick for a line shown under the progress bars (what the chaos is doing).
         others: Ids of registered clients whose orders are not the catalog's (the chaos intruder): their
             settled orders are not counted.
+        settled_count: How many of the catalog's orders have settled, given the last count (default:
+            the store's settled records of every client but ``others``, counted every 2 s).
     """
     if not clients:
         raise ValueError("at least one client is needed")
     stores = system.stores
+    count = settled_count or (lambda last: _count_settled(stores.state, others, last))
     started = time.monotonic()
     owners: dict[str, str] = {}
     with Progress(
@@ -221,7 +260,7 @@ def submit_and_settle(
         while time.monotonic() < deadline:
             if time.monotonic() >= next_count:
                 # A COUNT scans the store on cosmosdb-server: every 2 s is plenty for a progress bar.
-                settled = _count_settled(stores.state, others, settled)
+                settled = count(settled)
                 next_count = time.monotonic() + 2.0
             submitted += _submit_some(clients, pending, owners, room=outstanding - (submitted - settled))
             progress.update(submitting, completed=submitted)

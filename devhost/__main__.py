@@ -269,6 +269,27 @@ def local_issuer_of(settings: Settings) -> LocalIssuer | None:
     return LocalIssuer.from_key_file() if settings.operator_api.operator_issuer() == LOCAL_ISSUER else None
 
 
+def _dependencies(
+    settings: Settings, stores: CosmosStores, queues: QueueFactory, dead_letters: StorageQueueFactory
+) -> Dependencies:
+    """The process's one dependency container: every role it runs is wired with it."""
+    # Every role runs on the state store's time, measured through this host's clock as it read at start
+    # and has advanced since: a wall-clock step cannot shift a deadline.
+    probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
+    states, clock = store_timed(
+        stores.state, SteadyClock(host_clock()), settings.alerts, settings.queues.HOST_ID, probe=probe
+    )
+    return Dependencies(
+        states=states,
+        orders=stores.orders,
+        queues=queues,
+        clock=clock,
+        breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
+        dead_letters=dead_letters,
+        alerts=stores.alerts,  # the host keeps its alerts and sweep status there
+    )
+
+
 def serve(
     settings: Settings,
     roles: Sequence[str],
@@ -299,31 +320,17 @@ def serve(
                 queues, dead_letters, lease = connect_transport(settings, roles, wrap_queues, local=local)
                 held = hold_host_id(settings)
                 stores = connect_stores(settings.connections)
-                # The process's one dependency container: every role it runs is wired with it.
-                # Every role runs on the state store's time, measured through this host's clock as it
-                # read at start and has advanced since: a wall-clock step cannot shift a deadline.
-                probe = partial(stores.breakers.clock_probe, settings.queues.HOST_ID)
-                states, clock = store_timed(
-                    stores.state,
-                    SteadyClock(host_clock()),
-                    settings.alerts,
-                    settings.queues.HOST_ID,
-                    probe=probe,
-                )
-                deps = Dependencies(
-                    states=states,
-                    orders=stores.orders,
-                    queues=queues,
-                    clock=clock,
-                    settings=settings,
-                    breakers=circuit_breakers(
-                        stores.breakers, clock, settings.breakers, settings.queues.HOST_ID
-                    ),
-                    dead_letters=dead_letters,
-                    alerts=stores.alerts,  # the host keeps its alerts and sweep status there
-                )
+                deps = _dependencies(settings, stores, queues, dead_letters)
                 issuer = local_issuer_of(settings) if "api" in roles else None
-                host = DevHost(deps, roles, local=local, lease=lease, api_port=api_port, local_issuer=issuer)
+                host = DevHost(
+                    deps,
+                    roles,
+                    settings=settings,
+                    local=local,
+                    lease=lease,
+                    api_port=api_port,
+                    local_issuer=issuer,
+                )
                 host.start()  # stops what it started if it fails
                 # "ready" is the first line: whoever started the process waits for it.
                 print(f"devhost {settings.queues.HOST_ID} ready", flush=True)

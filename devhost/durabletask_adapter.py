@@ -23,6 +23,7 @@ from durabletask import client as dt_client
 from durabletask import task as dt
 from durabletask import worker as dt_worker
 
+from activities.sections import ActivitySections
 from activities.table import ACTIVITIES, Activity
 from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
@@ -239,21 +240,26 @@ def quiet_local_cancel(logger_name: str = DURABLETASK_WORKER_LOGGER) -> Iterator
         target.removeFilter(noise)
 
 
-def _durabletask_activity(activity: Activity[Any, Any], deps: Dependencies) -> Any:
-    """A durabletask activity under ``activity``'s contract name that runs it with ``deps``."""
+def _durabletask_activity(
+    activity: Activity[Any, Any], deps: Dependencies, sections: ActivitySections
+) -> Any:
+    """A durabletask activity under ``activity``'s contract name that runs it with ``deps`` and
+    ``sections``."""
 
     def run(_ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
-        return activity.run(payload, deps)
+        return activity.run(payload, deps, sections)
 
     run.__name__ = activity.name
     return run
 
 
-def register_order_workflow(worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies) -> None:
+def register_order_workflow(
+    worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies, sections: ActivitySections
+) -> None:
     """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
-    contract name) on a worker."""
+    contract name, run with ``deps`` and the activities' ``sections``) on a worker."""
     orchestrator = durabletask_orchestrator(order_workflow)
     orchestrator.__name__ = ORDER_WORKFLOW
     worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
     for activity in ACTIVITIES:
-        worker.add_activity(_durabletask_activity(activity, deps))
+        worker.add_activity(_durabletask_activity(activity, deps, sections))

@@ -13,6 +13,7 @@ from intake.submission import handle_intake_message
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies, OrderCache
 from orderflow.queues.base import ReceivedMessage
+from orderflow.settings import Settings
 
 STARTER_WAKEUP = "@starter"
 """The :class:`Wakeups` event that runs the starter early: set once a submission has written a
@@ -23,6 +24,7 @@ no queue name holds ``@``)."""
 def submission_handler(
     deps: Dependencies,
     client: RegisteredClient,
+    settings: Settings,
     *,
     admission: ClientAdmission | None,
     order_cache: OrderCache | None,
@@ -33,6 +35,7 @@ def submission_handler(
     Args:
         deps: The process's dependencies (its queues wake its own loops).
         client: The registered client whose inbound queue this is.
+        settings: The settings whose sections the intake reads.
         admission: The process's admission control, or None to admit everything.
         order_cache: The cache an order this handler creates is put in, or None.
         wakeups: Where an accepted order or a cancel wakes the starters (:data:`STARTER_WAKEUP`).
@@ -47,9 +50,9 @@ def submission_handler(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            steps=deps.settings.steps,
-            starter=deps.settings.starter,
-            queue_names=deps.settings.queues,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=admission,
             order_cache=order_cache,
             message_id=message.message_id,
@@ -64,8 +67,11 @@ def submission_handler(
     return handle
 
 
-def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[ReceivedMessage], None]:
-    """The handler of ``service``'s agent request queue, with the log of the requests it has taken."""
+def agent_handler(
+    deps: Dependencies, settings: Settings, service: HttpRemoteService
+) -> Callable[[ReceivedMessage], None]:
+    """The handler of ``service``'s agent request queue, with the log of the requests it has taken (and
+    the agents and queues sections of ``settings``)."""
     taken = TakenRequests()
 
     def handle(message: ReceivedMessage) -> None:
@@ -75,8 +81,8 @@ def agent_handler(deps: Dependencies, service: HttpRemoteService) -> Callable[[R
             service=service,
             queues=deps.queues,
             clock=deps.clock,
-            agents=deps.settings.agents,
-            queue_names=deps.settings.queues,
+            agents=settings.agents,
+            queue_names=settings.queues,
             taken=taken,
             breakers=deps.breakers,
         )

@@ -25,6 +25,7 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
+from activities.sections import ActivitySections
 from agents.services import HttpRemoteService
 from devhost.durabletask_adapter import (
     DURABLETASK_WORKER_LOGGER,
@@ -37,7 +38,7 @@ from devhost.handlers import STARTER_WAKEUP, agent_handler, submission_handler
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
 from devhost.loops import ConsumerLoop, PeriodicLoop, Wakeups, WakingQueueFactory
-from devhost.operator_http import create_operator_app
+from devhost.operator_http import local_operator_app
 from devhost.roles import ALL_ROLES, check_roles
 from devhost.service_credential import agent_services
 from devhost.serving import serve_in_thread, server_url
@@ -52,9 +53,9 @@ from orderflow.alert_sink import AlertSink
 from orderflow.bindings import TokenSource
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
-from orderflow.operator_auth import validator_from_settings
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.replies import resend_pending_replies
+from orderflow.settings import Settings
 from orderflow.stores.paging import PageLimits
 from supervisor.retention import RetentionReport, dead_letter_sources, run_retention_pass
 from supervisor.status import record_sweep, sweep_doc
@@ -91,10 +92,11 @@ class DevHost:
     """One local host process running a subset of the roles.
 
     Args:
-        deps: The dependency container every role of this process is wired with: stores, queues, clock,
-            settings and the process's caches. The host wraps its queues so that a send wakes this
+        deps: The dependency container every role of this process is wired with: stores, queues, clock
+            and the process's caches. The host wraps its queues so that a send wakes this
             process's own consumers; :attr:`deps` is the container the roles get.
         roles: Roles to run (see :data:`ALL_ROLES`).
+        settings: orderflow's settings, whose sections the host hands each role.
         local: The local host's own settings (worker threads, durabletask backend, wake-up directory);
             None: their defaults.
         lease: Elects the one supervisor that sweeps among several processes; None: always leader
@@ -111,6 +113,7 @@ class DevHost:
         deps: Dependencies,
         roles: Iterable[str] = ALL_ROLES,
         *,
+        settings: Settings,
         local: LocalSettings | None = None,
         lease: SupervisorLease | None = None,
         api_port: int = 0,
@@ -120,7 +123,7 @@ class DevHost:
         # A client's text in a log record stays one printable line, whoever built this host (python -m
         # devhost configures telemetry, which does the same; an embedding or a test may not).
         telemetry.guard_log_records()
-        self.settings = deps.settings
+        self.settings = settings
         self.local = local if local is not None else LocalSettings.load({})
         self.api_port = api_port
         self.local_issuer = local_issuer
@@ -136,12 +139,12 @@ class DevHost:
         self.channel: WakeupChannel | None = None
         if self.local.WAKEUP_DIR:
             self.channel = WakeupChannel(
-                Path(self.local.WAKEUP_DIR), deps.settings.queues.HOST_ID, self.wakeups.wake
+                Path(self.local.WAKEUP_DIR), settings.queues.HOST_ID, self.wakeups.wake
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
         # The starter sends the request of the step each claim started (orchestrators.starter).
-        self._first_requests = first_requests_for(self.deps)
+        self._first_requests = first_requests_for(self.deps, settings.starter)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: LoopbackBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
@@ -199,19 +202,19 @@ class DevHost:
                 self._services.append(service)
                 self._consume(
                     s.queues.agent_queue(service.name),
-                    agent_handler(self.deps, service),
-                    concurrency=s.agents.AGENT_CONCURRENCY,
+                    agent_handler(self.deps, s, service),
+                    concurrency=self.local.AGENT_CONCURRENCY,
                 )
         if "starter" in self.roles:
             self._periodic(
                 "starter",
                 self._starter_tick,
-                s.starter.STARTER_INTERVAL_S,
+                self.local.STARTER_INTERVAL_S,
                 wakeup=self.wakeups.event(STARTER_WAKEUP),
             )
         if "supervisor" in self.roles:
             # Tick often enough to renew the lease on time even when sweeps are rarer than renewals.
-            tick_s = min(s.supervisor.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
+            tick_s = min(self.local.SUPERVISOR_INTERVAL_S, self.lease.renew_every_s)
             self._periodic("supervisor", self._supervisor_tick, tick_s)
         for loop in self._loops:
             loop.start()
@@ -220,13 +223,7 @@ class DevHost:
 
     def _start_api(self) -> None:
         """Serve the operator API on loopback (ValueError: its settings configure it only in part)."""
-        validator = validator_from_settings(self.settings.operator_api, self.settings.clients)
-        if validator is None:
-            logger.warning(
-                "devhost %s operator API is not configured: it refuses every call",
-                self.settings.queues.HOST_ID,
-            )
-        app = create_operator_app(self.deps, validator, issuer=self.local_issuer)
+        app = local_operator_app(self.deps, self.settings, issuer=self.local_issuer)
         server, thread = serve_in_thread(app, "127.0.0.1", self.api_port)
         self._api = (server, thread)
         self.api_url = server_url(server)
@@ -295,7 +292,7 @@ class DevHost:
                 maximum_thread_pool_workers=self.local.WORKER_THREADS
             ),
         )
-        register_order_workflow(worker, self.deps)
+        register_order_workflow(worker, self.deps, ActivitySections.of(self.settings))
         self._worker = worker  # first: stop() must find a worker whose start was interrupted
         worker.start()  # type: ignore[no-untyped-call]
         self._grpc_client = dt_client.TaskHubGrpcClient(
@@ -326,6 +323,7 @@ class DevHost:
                 submission_handler(
                     self.deps,
                     client,
+                    self.settings,
                     admission=self.admission,
                     # Only this process's own activities read the cache.
                     order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
@@ -359,9 +357,9 @@ class DevHost:
                 self.stop_event,
                 concurrency=concurrency,
                 lock_s=s.consumers.QUEUE_LOCK_S,
-                max_lock_renewal_s=s.consumers.QUEUE_MAX_LOCK_RENEWAL_S,
-                poll_s=s.consumers.POLL_INTERVAL_S,
-                max_poll_s=s.consumers.POLL_MAX_INTERVAL_S,
+                max_lock_renewal_s=self.local.QUEUE_MAX_LOCK_RENEWAL_S,
+                poll_s=self.local.POLL_INTERVAL_S,
+                max_poll_s=self.local.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.consumers.MAX_DELIVERY_COUNT,
                 wakeup=self.wakeups.event(queue_name),
             )
@@ -388,7 +386,7 @@ class DevHost:
             scans=self.settings.scans,
             queue_names=self.settings.queues,
             response_queue=self.settings.queues.response_queue(),
-            capacity=self.settings.starter.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
+            capacity=self.local.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
             first_requests=self._first_requests,
@@ -409,7 +407,7 @@ class DevHost:
             self._was_leader = leader
         if not leader or time.monotonic() < self._next_sweep_at:
             return
-        self._next_sweep_at = time.monotonic() + self.settings.supervisor.SUPERVISOR_INTERVAL_S
+        self._next_sweep_at = time.monotonic() + self.local.SUPERVISOR_INTERVAL_S
         started = self.deps.clock.now()
         report = run_sweep(
             states=self.deps.states,
@@ -445,7 +443,10 @@ class DevHost:
         """The leader's retention pass: the stores, and the dead letters of the clients' inbound queues,
         the agents' request queues and the shared response queue (:func:`run_retention_pass`)."""
         return run_retention_pass(
-            self.deps, dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues)
+            self.deps,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
+            dead_letter_queues=dead_letter_sources(self.settings.clients, self.settings.queues),
         )
 
     def purge_own_history(self) -> RetentionReport:
@@ -456,6 +457,8 @@ class DevHost:
             return RetentionReport()
         return run_retention_pass(
             self.deps,
+            supervisor=self.settings.supervisor,
+            scans=self.settings.scans,
             stores=False,
             dead_letter_queues=[self.settings.queues.response_queue()],
             histories=self.client,

@@ -10,6 +10,7 @@ token check (``OPERATOR_JWKS_URI``) and ``python -m devhost.local_issuer login``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -21,11 +22,16 @@ from devhost.local_issuer import LocalIssuer
 from operator_api.answers import Refused
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
 from operator_api.routes import CONSOLE_PATH
+from operator_api.routing import OperatorApiSections
 from orderflow.dependencies import Dependencies
-from orderflow.operator_auth import TokenValidator
+from orderflow.operator_auth import TokenValidator, validator_from_settings
+from orderflow.settings import Settings
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 """Every method is handed on, so the handler answers 405 for the ones a route does not take."""
+
+
+logger = logging.getLogger(__name__)
 
 
 def _untraced(scope: MutableMapping[str, Any]) -> bool:
@@ -36,12 +42,17 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
 
 
 def create_operator_app(
-    deps: Dependencies, validator: TokenValidator | None, *, issuer: LocalIssuer | None = None
+    deps: Dependencies,
+    sections: OperatorApiSections,
+    validator: TokenValidator | None,
+    *,
+    issuer: LocalIssuer | None = None,
 ) -> FastAPI:
     """The local host's operator API.
 
     Args:
         deps: The host process's dependencies.
+        sections: The settings sections the routes read.
         validator: Checks bearer tokens (None: the API is not configured and refuses every call).
         issuer: The local issuer whose JWKS the app also serves, or None.
     """
@@ -90,9 +101,26 @@ def create_operator_app(
             dict(request.headers),
             bytes(body[: MAX_BODY_BYTES + 1]),
             deps=deps,
+            sections=sections,
             validator=validator,
             query=request.url.query,
         )
         return Response(answer.content(), status_code=answer.status, headers=answer.all_headers())
 
     return app
+
+
+def local_operator_app(
+    deps: Dependencies, settings: Settings, *, issuer: LocalIssuer | None = None
+) -> FastAPI:
+    """The local host's operator API on ``settings``: its token check, and the sections its routes read.
+
+    Raises:
+        ValueError: the settings configure the API only in part.
+    """
+    validator = validator_from_settings(settings.operator_api, settings.clients)
+    if validator is None:
+        logger.warning(
+            "devhost %s operator API is not configured: it refuses every call", settings.queues.HOST_ID
+        )
+    return create_operator_app(deps, OperatorApiSections.of(settings), validator, issuer=issuer)

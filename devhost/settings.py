@@ -1,7 +1,7 @@
 """The local host's own settings: what only a devhost process reads (its durabletask worker, its
-supervisor lease, its cross-process wake-ups). The Functions app never sees them: they are not part of
-:class:`orderflow.settings.Settings`, and a devhost process loads them beside it, from the same
-environment (:func:`load_settings`)."""
+supervisor lease, its cross-process wake-ups, its loops' cadences, concurrency and polling). The Functions
+app never sees them: they are not part of :class:`orderflow.settings.Settings`, and a devhost process loads
+them beside it, from the same environment (:func:`load_settings`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from orderflow.settings.base import Section
 
 class LocalSettings(Section):
     """Local host: the devhost's worker threads and backend, its supervisor lease blob, its wake-up
-    directory. Read by devhost/ only; unused on Azure."""
+    directory, its starter and supervisor cadences, how many orchestrations and agent requests one process
+    runs at once, and how its queue consumers poll and renew their locks. Read by devhost/ only; unused on
+    Azure."""
 
     WORKER_THREADS: int = Field(
         32,
@@ -65,6 +67,48 @@ class LocalSettings(Section):
         "starters the same way. Empty (default): no wake-ups across processes. The demo, "
         "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
         "receive each message as it arrives.",
+    )
+    STARTER_INTERVAL_S: float = Field(
+        0.5,
+        gt=0,
+        description="Seconds between a devhost's starter sweeps for Pending records (Azure: "
+        "STARTER_SCHEDULE).",
+    )
+    MAX_IN_FLIGHT_PER_HOST: int = Field(
+        64,
+        ge=1,
+        description="Most orchestrations one devhost process runs at once; the starter claims no more. "
+        "A step's deadline is a latency budget: claiming more than the host can move within it turns "
+        "load into timeouts and recoveries, so the backlog waits as Pending instead.",
+    )
+    SUPERVISOR_INTERVAL_S: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds between a devhost's supervisor sweeps (Azure: SUPERVISOR_SCHEDULE). Recovery "
+        "latency is at most this plus the step timeout.",
+    )
+    AGENT_CONCURRENCY: int = Field(
+        16,
+        ge=1,
+        description="Requests one devhost agent loop handles at once (Azure: host.json's Service Bus "
+        "maxConcurrentCalls).",
+    )
+    POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
+    POLL_MAX_INTERVAL_S: float = Field(
+        0.8,
+        gt=0,
+        description="Longest sleep of a consumer loop whose queue stays empty (the sleep doubles from "
+        "POLL_INTERVAL_S). Idle polling is most of a local emulator's load; keep it well below a step's "
+        "deadline, since an idle response queue answers its first message this late.",
+    )
+    QUEUE_MAX_LOCK_RENEWAL_S: float = Field(
+        120.0,
+        ge=0,
+        description="Longest time a local consumer keeps renewing a message's lock while its handler runs "
+        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with "
+        "which the Functions host does the same for Service Bus on Azure (2 minutes). A handler still "
+        "running then has its message abandoned for redelivery, with a warning, and what it settles later is "
+        "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
     )
 
     @classmethod

@@ -1,11 +1,12 @@
 """The Azure host's wiring: the one place the worker process builds its dependencies.
 
-:func:`dependencies` builds the adapters once per worker process from the app settings, with
+:func:`app_settings` loads the app settings once per worker process, and :func:`dependencies` builds the
+adapters from them once, with
 identity-based connections (``DefaultAzureCredential``, :func:`connect_azure`): Cosmos
 DB for the stores (and the alerts the process raises, through its alert sink), Service Bus for every
 queue. No keys. The blueprints call it (and
-:func:`redelivery`, :func:`token_validator`) on each invocation; tests replace those names in a
-blueprint to wire it in memory.
+:func:`app_settings`, :func:`redelivery`, :func:`token_validator`) on each invocation, and hand each role
+the settings sections it reads; tests replace those names in a blueprint to wire it in memory.
 """
 
 from __future__ import annotations
@@ -40,8 +41,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 
 @cache
+def app_settings() -> Settings:
+    """The worker process's settings (:func:`load_settings` of the app settings), loaded on first use.
+
+    Raises:
+        pydantic.ValidationError: a value has the wrong type.
+    """
+    return load_settings()
+
+
+@cache
 def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
-    settings = load_settings()
+    settings = app_settings()
     stores, queues = connect_azure(settings)
     # Every role runs on the state store's time, measured through the machine's clock as it read at
     # start and has advanced since: a wall-clock step cannot shift a deadline.
@@ -54,7 +65,6 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
         orders=stores.orders,
         queues=queues,
         clock=clock,
-        settings=settings,
         breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
         dead_letters=queues,  # the operator API reads the $DeadLetterQueue sub-queues
         alerts=stores.alerts,
@@ -67,7 +77,7 @@ def _connections() -> tuple[Dependencies, ServiceBusQueueFactory]:
 
 
 def dependencies() -> Dependencies:
-    """The worker process's adapters and settings, built on first use from the app settings."""
+    """The worker process's adapters, built on first use from the app settings."""
     return _connections()[0]
 
 
@@ -81,7 +91,8 @@ def redelivery() -> Redelivery:
 def token_validator() -> TokenValidator | None:
     """The worker process's check of operator API bearer tokens, built once (it caches the tenant's signing
     keys); None when the ``OPERATOR_*`` settings do not configure the API (it then refuses every call)."""
-    return validator_from_settings(dependencies().settings.operator_api, dependencies().settings.clients)
+    settings = app_settings()
+    return validator_from_settings(settings.operator_api, settings.clients)
 
 
 def connect_azure(

@@ -59,9 +59,17 @@ param principalId string = ''
 @description('Give the deployer read-only Cosmos DB data access to the database (to read orders directly; the CLI reads them through the operator API). Off by default: nobody but the app reads orders.')
 param grantDeployerReadAccess bool = false
 
-@minLength(8)
-@description('SERVICE_BINDINGS: JSON object, per agent its remote service (baseUrl, auth, operations); docs/extending.md.')
-param serviceBindings string
+@description('SERVICE_BINDINGS: JSON object, per agent its remote service (baseUrl, auth, operations); docs/extending.md. Not read when deployDemoServices: the agents are bound to the demo services.')
+param serviceBindings string = ''
+
+@description('Deploy the demo services and bind every agent to them (a demo environment); false in production, where serviceBindings names the real services.')
+param deployDemoServices bool = false
+
+@description('Client id of the demo services app registration (their token audience; app ID URI api://<client id>); docs/deploy.md.')
+param demoServicesClientId string = ''
+
+@description('Give the deployer (principalId) the demo client roles on its two queues, Data Sender on orders-demo and Data Receiver on replies-demo, for make demo-azure.')
+param grantDeployerDemoClientAccess bool = false
 
 @description('Client id (or api://... URI) of the operator API app registration; empty leaves the operator API unconfigured (it refuses every call).')
 param operatorApiAudience string = ''
@@ -130,6 +138,27 @@ var queueSettings = {
 var cosmosDatabaseName = 'orderflow'
 var taskHubName = 'orderflow'
 var serviceName = 'api'
+var demoServicesServiceName = 'demo-services'
+
+// The demo services' operations, as demo.services.bindings.DEMO_OPERATIONS maps each agent's onto them
+// (tests/infra/test_app_against_infra.py holds the two equal). The undos address the forward call by its key.
+var demoShipping = {
+  ship: { method: 'POST', path: '/shipping/shipments', result: ['shipmentId', 'carrier'] }
+  cancel: { method: 'POST', path: '/shipping/shipments/cancel', result: ['undone', 'reason', 'shipmentId'] }
+}
+var demoOperations = {
+  inventory: {
+    reserve: { method: 'POST', path: '/inventory/reservations', result: ['reservationId'] }
+    release: { method: 'POST', path: '/inventory/reservations/release', result: ['undone', 'reason', 'reservationId'] }
+  }
+  payment: {
+    charge: { method: 'POST', path: '/payments/charges', result: ['chargeId', 'amount', 'currency'] }
+    refund: { method: 'POST', path: '/payments/refunds', result: ['undone', 'reason', 'chargeId', 'refundId', 'amount'] }
+  }
+  shipping: demoShipping
+  // The second carrier: a courier posting to the same demo shipping service.
+  courier: demoShipping
+}
 
 resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: 'rg-${environmentName}'
@@ -216,6 +245,7 @@ module demoClient 'modules/client.bicep' = {
     serviceBusName: serviceBus.outputs.name
     clientId: 'demo'
     principalId: demoClientPrincipalId
+    deployerPrincipalId: grantDeployerDemoClientAccess ? principalId : ''
     maxInFlight: 500
     appPrincipalId: identity.outputs.principalId
     lockDuration: queueSettings.lockDuration
@@ -228,6 +258,43 @@ module demoClient 'modules/client.bicep' = {
 var clients = string([
   demoClient.outputs.registryEntry
 ])
+
+module demoServices 'modules/demoservices.bicep' = if (deployDemoServices) {
+  name: 'demoservices'
+  scope: rg
+  params: {
+    planName: 'plan-demo-${resourceToken}'
+    appName: 'func-demo-${resourceToken}'
+    identityName: 'id-demo-${resourceToken}'
+    storageAccountName: 'stdemo${resourceToken}'
+    location: location
+    tags: tags
+    serviceName: demoServicesServiceName
+    audienceClientId: demoServicesClientId
+    tenantId: tenantId
+    pythonVersion: pythonVersion
+    appInsightsName: monitoring.outputs.appInsightsName
+    appInsightsConnectionString: monitoring.outputs.appInsightsConnectionString
+  }
+}
+
+// Every agent bound to the demo services, with tokens of the app identity for their audience
+// (orderflow.bindings; the same bindings demo.services.bindings.demo_bindings gives a local run).
+var demoServiceBinding = {
+  baseUrl: demoServices.outputs.url
+  auth: {
+    mode: 'entra'
+    scope: demoServices.outputs.scope
+  }
+  timeoutS: 30
+  connectTimeoutS: 3
+}
+var agentBindings = deployDemoServices ? string({
+  inventory: union(demoServiceBinding, { operations: demoOperations.inventory })
+  payment: union(demoServiceBinding, { operations: demoOperations.payment })
+  shipping: union(demoServiceBinding, { operations: demoOperations.shipping })
+  courier: union(demoServiceBinding, { operations: demoOperations.courier })
+}) : serviceBindings
 
 module functionApp 'modules/functionapp.bicep' = {
   name: 'functionapp'
@@ -255,7 +322,7 @@ module functionApp 'modules/functionapp.bicep' = {
     queueLockSeconds: queueLockSeconds
     maxDeliveryCount: maxDeliveryCount
     maxSubmissionBacklog: maxSubmissionBacklog
-    serviceBindings: serviceBindings
+    serviceBindings: agentBindings
     operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
     operatorAudience: operatorApiAudience
     consoleClientId: empty(operatorApiAudience) ? '' : operatorConsoleClientId
@@ -287,3 +354,8 @@ output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
 output COSMOS_DATABASE string = cosmosDatabaseName
 output TASK_HUB_NAME string = taskHubName
 output CLIENTS string = clients
+// What make demo-azure reads (demo.azure): where the demo services answer and the scope of their tokens.
+output DEMO_SERVICES_ENDPOINT string = deployDemoServices ? demoServices.outputs.url : ''
+output DEMO_SERVICES_SCOPE string = deployDemoServices ? demoServices.outputs.scope : ''
+output DEMO_SERVICES_APP_NAME string = deployDemoServices ? demoServices.outputs.name : ''
+output AZURE_APP_IDENTITY_PRINCIPAL_ID string = identity.outputs.principalId

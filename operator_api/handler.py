@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 from operator_api import routes
 from operator_api.answers import RETRY_AFTER_S, OperatorResponse, Refused
 from operator_api.deadletters import UNKNOWN_QUEUE
-from operator_api.routing import Call, Route, header, match
+from operator_api.routing import Call, OperatorApiSections, Route, header, match
 from orderflow.dependencies import Dependencies
 from orderflow.errors import (
     ConcurrencyConflict,
@@ -62,6 +62,7 @@ def handle_operator_request(
     body: bytes,
     *,
     deps: Dependencies,
+    sections: OperatorApiSections,
     validator: TokenValidator | None,
     query: str = "",
 ) -> OperatorResponse:
@@ -75,6 +76,7 @@ def handle_operator_request(
             ``If-Match`` are read.
         body: The raw body (JSON for the POST routes; empty is ``{}``).
         deps: The host's dependencies.
+        sections: The settings sections the routes read (:class:`OperatorApiSections`).
         validator: Checks bearer tokens; None when the API is not configured
             (:func:`orderflow.operator_auth.validator_from_settings`).
         query: The URL's query string (``state=Error&limit=10``), if not in ``path``.
@@ -87,7 +89,9 @@ def handle_operator_request(
         propagated to the host.
     """
     try:
-        return _answer(method, path, headers, body, deps=deps, validator=validator, query=query).encoded()
+        return _answer(
+            method, path, headers, body, deps=deps, sections=sections, validator=validator, query=query
+        ).encoded()
     except Exception:  # a bug: the caller still gets the documented JSON shape, the log the traceback
         logger.exception("operator API %s %s failed", method, path.partition("?")[0][:200])
         return internal_error().encoded()
@@ -105,6 +109,7 @@ def _answer(
     body: bytes,
     *,
     deps: Dependencies,
+    sections: OperatorApiSections,
     validator: TokenValidator | None,
     query: str,
 ) -> OperatorResponse:
@@ -113,7 +118,7 @@ def _answer(
     try:
         route, params = match(routes.ROUTES, method, bare)
         if not route.roles:  # the document, the console's sign-in settings and files: no token, no data
-            return route.handler(Call(bare, params), deps)
+            return route.handler(Call(bare, params), deps, sections)
         principal = _authenticated(route, headers, validator)
         if len(body) > MAX_BODY_BYTES:
             raise Refused(413, TOO_LARGE, f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
@@ -123,7 +128,7 @@ def _answer(
     try:
         query_params = _query(path, query)
         key = None if order_id is None else validate_order_key(order_id)
-        return route.handler(Call(bare, params, key, body, principal, query_params, headers), deps)
+        return route.handler(Call(bare, params, key, body, principal, query_params, headers), deps, sections)
     except Refused as refused:
         return refused.response()
     except Exception as failed:

@@ -14,7 +14,7 @@ from operator_api.compensate import compensate_order
 from operator_api.listing import list_orders, list_query
 from operator_api.resubmit import resubmit_order
 from operator_api.review import review_order
-from operator_api.routing import Call, Handler
+from operator_api.routing import Call, Handler, OperatorApiSections
 from operator_api.schemas import CompensateBody, EmptyBody, ResubmitBody, ReviewBody
 from operator_api.suspension import set_suspension
 from operator_api.views import entity_tag, order_view, timeline_page
@@ -25,7 +25,7 @@ from orderflow.order_requests import UNKNOWN_ORDER
 from orderflow.records import ReviewDecision
 
 
-def inspect(call: Call, deps: Dependencies) -> OperatorResponse:
+def inspect(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /orders/{orderId}``: the order's view, with its ``ETag``."""
     try:
         found = deps.states.get(call.key)
@@ -34,7 +34,7 @@ def inspect(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, order_view(found.item), {"ETag": entity_tag(found.etag)})
 
 
-def timeline(call: Call, deps: Dependencies) -> OperatorResponse:
+def timeline(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /orders/{orderId}/timeline``: a page of the order's timeline, with its ``ETag``."""
     limit = call.limit("limit", default=10, most=100)
     call.only("limit", "continuation")
@@ -47,14 +47,14 @@ def timeline(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, answer.to_body(), {"ETag": entity_tag(found.etag)})
 
 
-def list_(call: Call, deps: Dependencies) -> OperatorResponse:
+def list_(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /orders``: a page of the orders the query selects."""
     query, limit, continuation = list_query(call.query, deps.clock.now())
     listed = list_orders(deps.states, query, limit=limit, continuation=continuation)
     return OperatorResponse(200, listed.to_body())
 
 
-def review(call: Call, deps: Dependencies) -> OperatorResponse:
+def review(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``POST /orders/{orderId}/review``: a reviewer's decision."""
     request = validate_message(ReviewBody, decode_json_object(call.body))
     outcome = review_order(
@@ -64,8 +64,8 @@ def review(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
-        clients=deps.settings.clients.clients(),
+        grace_s=sections.starter.CLAIM_TIMEOUT_S,
+        clients=sections.clients.clients(),
     )
     if isinstance(outcome, Refused):
         raise outcome
@@ -81,7 +81,7 @@ def _optional_body(call: Call) -> dict[str, Any]:
     return decode_json_object(call.body) if call.body.strip() else {}
 
 
-def compensate(call: Call, deps: Dependencies) -> OperatorResponse:
+def compensate(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``POST /orders/{orderId}/compensate``: stop and undo, or retry a failed compensation."""
     request = validate_message(CompensateBody, _optional_body(call))
     outcome = compensate_order(
@@ -91,7 +91,7 @@ def compensate(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
+        grace_s=sections.starter.CLAIM_TIMEOUT_S,
         if_match=call.if_match(),
     )
     if isinstance(outcome, Refused):
@@ -100,7 +100,7 @@ def compensate(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(202, answer, {"ETag": entity_tag(outcome.etag)})
 
 
-def resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
+def resubmit(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``POST /orders/{orderId}/resubmit``: a new attempt, or a compensation retry; ``If-Match`` required."""
     request = validate_message(ResubmitBody, _optional_body(call))
     seen = call.if_match()
@@ -113,8 +113,8 @@ def resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         queues=deps.queues,
         clock=deps.clock,
-        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
-        retry_budget=deps.settings.steps.RETRY_BUDGET,
+        grace_s=sections.starter.CLAIM_TIMEOUT_S,
+        retry_budget=sections.steps.RETRY_BUDGET,
         corrected=request.input,
         orders=deps.orders,
     )
@@ -128,7 +128,7 @@ def resubmit(call: Call, deps: Dependencies) -> OperatorResponse:
 def suspension(suspend: bool) -> Handler:
     """The handler of ``POST /orders/{orderId}/suspend`` (``suspend``) or ``.../resume``."""
 
-    def act(call: Call, deps: Dependencies) -> OperatorResponse:
+    def act(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
         if call.body.strip():
             validate_message(EmptyBody, decode_json_object(call.body))
         outcome = set_suspension(

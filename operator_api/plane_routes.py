@@ -18,7 +18,7 @@ from operator_api.deadletters import (
     replay_dead_letter,
     validate_dead_letter_id,
 )
-from operator_api.routing import Call
+from operator_api.routing import Call, OperatorApiSections
 from operator_api.schemas import (
     ConsoleConfig,
     DeadLetterList,
@@ -44,49 +44,49 @@ def _dead_letter_queues(deps: Dependencies) -> DeadLetterQueues:
     return deps.dead_letters
 
 
-def queue_list(call: Call, deps: Dependencies) -> OperatorResponse:
+def queue_list(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /queues``: the deployment's queues whose dead letters may be read."""
     call.only()
     queues = [
         QueueAnswer(name=q.name, kind=q.kind, owner=q.owner)
-        for q in deployment_queues(deps.settings.clients, deps.settings.queues)
+        for q in deployment_queues(sections.clients, sections.queues)
     ]
     return OperatorResponse(200, QueueList(queues=queues).to_body())
 
 
-def dead_letter_list(call: Call, deps: Dependencies) -> OperatorResponse:
+def dead_letter_list(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /deadletters/{queue}``: a page of the queue's dead letters."""
     call.only("limit", "continuation")
     limit = call.limit("limit", default=20, most=100)
     queues = _dead_letter_queues(deps)
-    name = deployment_queue(deps.settings.clients, deps.settings.queues, call.params["queue"])
+    name = deployment_queue(sections.clients, sections.queues, call.params["queue"])
     try:
         page = queues.dead_letter_page(name, max_messages=limit, continuation=call.query.get("continuation"))
     except ValueError as invalid:
         raise Refused(400, "InvalidContinuation", str(invalid)) from None
     answer = DeadLetterList(
         queue=name,
-        dead_letters=[dead_letter_answer(d, name, deps.settings.clients) for d in page.items],
+        dead_letters=[dead_letter_answer(d, name, sections.clients) for d in page.items],
         continuation=page.continuation,
     )
     return OperatorResponse(200, answer.to_body())
 
 
-def dead_letter_show(call: Call, deps: Dependencies) -> OperatorResponse:
+def dead_letter_show(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /deadletters/{queue}/{deadLetterId}``: one dead letter."""
     call.only()
     queues = _dead_letter_queues(deps)
     name, dead_letter_id = (
-        deployment_queue(deps.settings.clients, deps.settings.queues, call.params["queue"]),
+        deployment_queue(sections.clients, sections.queues, call.params["queue"]),
         call.params["deadLetterId"],
     )
     found = find_dead_letter(queues, name, validate_dead_letter_id(dead_letter_id))
     if found is None:
         raise Refused(404, NO_SUCH_DEAD_LETTER, f"no dead letter {dead_letter_id} on {name}")
-    return OperatorResponse(200, dead_letter_answer(found, name, deps.settings.clients).to_body())
+    return OperatorResponse(200, dead_letter_answer(found, name, sections.clients).to_body())
 
 
-def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
+def dead_letter_replay(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``POST /deadletters/{queue}/{deadLetterId}/replay``: re-send a dead letter and delete it."""
     if call.body.strip():
         validate_message(EmptyBody, decode_json_object(call.body))
@@ -102,9 +102,9 @@ def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         states=deps.states,
         replays=deps.alerts,
         clock=deps.clock,
-        clients=deps.settings.clients,
-        queue_names=deps.settings.queues,
-        supervisor=deps.settings.supervisor,
+        clients=sections.clients,
+        queue_names=sections.queues,
+        supervisor=sections.supervisor,
     )
     if isinstance(replayed, NotReplayed):
         raise _not_replayed(replayed, name, dead_letter_id)
@@ -113,7 +113,7 @@ def dead_letter_replay(call: Call, deps: Dependencies) -> OperatorResponse:
         replay_message_id=replayed.message_id,
         order_id=replayed.order_id,
         replayed_by=call.caller.audit_id,
-        dead_letter=dead_letter_answer(replayed.dead_letter, name, deps.settings.clients),
+        dead_letter=dead_letter_answer(replayed.dead_letter, name, sections.clients),
     )
     return OperatorResponse(200, answer.to_body())
 
@@ -137,7 +137,7 @@ def _not_replayed(refused: NotReplayed, name: str, dead_letter_id: str) -> Refus
     return Refused(409, refused.reason, message, details={"replayed": replayed.to_body()})
 
 
-def dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
+def dead_letter_purge(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``POST /deadletters/{queue}/purge``: remove dead letters (or, in a dry run, list them)."""
     call.only()
     request = validate_message(PurgeBody, decode_json_object(call.body) if call.body.strip() else {})
@@ -152,19 +152,19 @@ def dead_letter_purge(call: Call, deps: Dependencies) -> OperatorResponse:
         older_than=request.older_than,
         dry_run=request.dry_run,
         dead_letters=queues,
-        clients=deps.settings.clients,
-        queue_names=deps.settings.queues,
+        clients=sections.clients,
+        queue_names=sections.queues,
     )
     answer = PurgeAnswer(
         queue=name,
         dry_run=purged.dry_run,
         count=len(purged.dead_letters),
-        dead_letters=[dead_letter_answer(d, name, deps.settings.clients) for d in purged.dead_letters],
+        dead_letters=[dead_letter_answer(d, name, sections.clients) for d in purged.dead_letters],
     )
     return OperatorResponse(200, answer.to_body())
 
 
-def alerts(call: Call, deps: Dependencies) -> OperatorResponse:
+def alerts(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /alerts``: a page of stored alerts, newest first."""
     query, limit, continuation = alert_query(call.query)
     if deps.alerts is None:
@@ -173,7 +173,7 @@ def alerts(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, listed.to_body())
 
 
-def supervisor(call: Call, deps: Dependencies) -> OperatorResponse:
+def supervisor(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /supervisor``: who sweeps, the latest sweeps and the stuck-orders gauge."""
     if deps.alerts is None:
         raise Refused(503, "NotConfigured", "this host keeps no supervisor status")
@@ -181,7 +181,7 @@ def supervisor(call: Call, deps: Dependencies) -> OperatorResponse:
     return OperatorResponse(200, status.to_body())
 
 
-def activity_over_time(call: Call, deps: Dependencies) -> OperatorResponse:
+def activity_over_time(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /activity``: alerts, dead letters, recoveries and the stuck-orders gauge, bucketed."""
     window = activity_window(call.query, now=deps.clock.now())
     if deps.alerts is None:
@@ -190,8 +190,8 @@ def activity_over_time(call: Call, deps: Dependencies) -> OperatorResponse:
         window,
         alerts=deps.alerts,
         dead_letters=deps.dead_letters,
-        clients=deps.settings.clients,
-        queue_names=deps.settings.queues,
+        clients=sections.clients,
+        queue_names=sections.queues,
     )
     return OperatorResponse(200, answer.to_body())
 
@@ -204,19 +204,19 @@ def _console_config(api: OperatorApi) -> ConsoleConfig:
     return ConsoleConfig(authority=authority, client_id=client_id, scope=scope)
 
 
-def console_config(call: Call, deps: Dependencies) -> OperatorResponse:
+def console_config(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /console-config`` (no token): how the console signs operators in."""
-    return OperatorResponse(200, _console_config(deps.settings.operator_api).to_body())
+    return OperatorResponse(200, _console_config(sections.operator_api).to_body())
 
 
-def console_folder(call: Call, deps: Dependencies) -> OperatorResponse:
+def console_folder(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /console`` (no token): redirected to the folder, which the page's relative module paths need."""
     return OperatorResponse(308, {}, {"Location": call.path + "/"})
 
 
-def console(call: Call, deps: Dependencies) -> OperatorResponse:
+def console(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /console/{*file}`` (no token): one of the web console's files, with its headers."""
-    authority = _console_config(deps.settings.operator_api).authority
+    authority = _console_config(sections.operator_api).authority
     found = console_file(call.params["file"], authority=authority)
     if found is None:
         raise Refused(404, "NoSuchRoute", f"no console file {call.path[:200]!r}")

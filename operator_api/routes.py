@@ -15,7 +15,7 @@ from operator_api.activity import DEFAULT_BUCKET_S, DEFAULT_BUCKETS, MAX_BUCKET_
 from operator_api.alerts import MAX_SWEEPS, SWEEPS_SHOWN
 from operator_api.answers import OperatorResponse
 from operator_api.openapi import document_of
-from operator_api.routing import API_PREFIX, Call, Param, Route
+from operator_api.routing import API_PREFIX, Call, OperatorApiSections, Param, Route
 from operator_api.schemas import (
     ActionAnswer,
     ActivityAnswer,
@@ -107,7 +107,7 @@ ACTION_REFUSALS = ((409, NOTHING_WRITTEN), (412, NOTHING_WRITTEN))
 """An action on one order: the order is not in a state for it (409); ``If-Match`` is stale (412)."""
 
 
-def _openapi(call: Call, deps: Dependencies) -> OperatorResponse:
+def _openapi(call: Call, deps: Dependencies, sections: OperatorApiSections) -> OperatorResponse:
     """``GET /openapi.json`` (no token): the document of these routes; it says nothing about any order."""
     return OperatorResponse(200, openapi_document())
 

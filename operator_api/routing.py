@@ -19,6 +19,7 @@ from operator_api.answers import OperatorResponse, Refused
 from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage
 from orderflow.operator_auth import Principal
+from orderflow.settings import Clients, OperatorApi, Queues, Settings, Starter, Steps, Supervisor
 
 API_PREFIX = "/api/operator"
 """Where the routes are: the Functions host's ``api`` route prefix, then ``operator``."""
@@ -87,8 +88,43 @@ class Call:
         return int(text)
 
 
-Handler = Callable[[Call, Dependencies], OperatorResponse]
-"""A route's handler: (the call, dependencies) -> response; a refusal is raised as :class:`Refused`."""
+@dataclass(frozen=True, slots=True)
+class OperatorApiSections:
+    """What the operator API's routes read of the settings, one section each, handed to every handler
+    beside the dependencies.
+
+    Attributes:
+        starter: The claim's timeout, the grace an operator's action gives the next attempt.
+        steps: The retry budget a resubmission restores.
+        clients: The client registry (whose queues, whose orders).
+        queues: The deployment's own queue names.
+        supervisor: How long a replayed dead letter's order waits for its reply.
+        operator_api: The console's sign-in settings.
+    """
+
+    starter: Starter
+    steps: Steps
+    clients: Clients
+    queues: Queues
+    supervisor: Supervisor
+    operator_api: OperatorApi
+
+    @classmethod
+    def of(cls, settings: Settings) -> OperatorApiSections:
+        """The operator API's sections of ``settings``."""
+        return cls(
+            starter=settings.starter,
+            steps=settings.steps,
+            clients=settings.clients,
+            queues=settings.queues,
+            supervisor=settings.supervisor,
+            operator_api=settings.operator_api,
+        )
+
+
+Handler = Callable[[Call, Dependencies, OperatorApiSections], OperatorResponse]
+"""A route's handler: (the call, dependencies, the API's settings sections) -> response; a refusal is
+raised as :class:`Refused`."""
 
 
 @dataclass(frozen=True)

@@ -69,10 +69,10 @@ class FirstRequests:
     order: Callable[[str], OrderDocument]
 
 
-def first_requests_for(deps: Dependencies) -> FirstRequests | None:
+def first_requests_for(deps: Dependencies, starter: Starter) -> FirstRequests | None:
     """The hosts' :class:`FirstRequests`: ``deps``' queues and order cache over its order store; None when
-    ``STARTER_SENDS_FIRST_REQUEST`` is off."""
-    if not deps.settings.starter.STARTER_SENDS_FIRST_REQUEST:
+    ``starter.STARTER_SENDS_FIRST_REQUEST`` is off."""
+    if not starter.STARTER_SENDS_FIRST_REQUEST:
         return None
     return FirstRequests(deps.queues, lambda order_id: deps.order_cache.get(deps.orders, order_id))
 

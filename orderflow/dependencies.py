@@ -10,7 +10,6 @@ from orderflow.breaker import CircuitBreakers
 from orderflow.clock import Clock
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.records import OrderDocument, StateRecord
-from orderflow.settings import Settings
 from orderflow.stores.base import AlertStore, OrderStore, StateStore, Versioned
 
 
@@ -82,16 +81,16 @@ class OrderCache:
 
 @dataclass
 class Dependencies:
-    """Everything the roles touch: the one dependency container, built once by each host process
-    (:mod:`function_host.wiring` on Azure, ``python -m devhost`` locally, whose
-    :class:`devhost.host.DevHost` runs its roles on it) and passed to the role functions.
+    """Everything the roles touch but their settings: the one dependency container, built once by each
+    host process (:mod:`function_host.wiring` on Azure, ``python -m devhost`` locally, whose
+    :class:`devhost.host.DevHost` runs its roles on it) and passed to the role functions. The settings are
+    not here: a host hands each role the sections it reads.
 
     Attributes:
         states: The state store.
         orders: The order store.
         queues: Every queue, by name.
         clock: The time source (UTC).
-        settings: The configuration.
         cache: The newest state-record versions this process knows (saves point reads).
         order_cache: Order documents this process has read or created (immutable, so never stale).
         breakers: The remote dependencies' circuit breakers (shared through their store), or None:
@@ -106,7 +105,6 @@ class Dependencies:
     orders: OrderStore
     queues: QueueFactory
     clock: Clock
-    settings: Settings
     cache: RecordCache = field(default_factory=RecordCache)
     order_cache: OrderCache = field(default_factory=OrderCache)
     breakers: CircuitBreakers | None = None

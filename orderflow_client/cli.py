@@ -23,7 +23,7 @@ import typer
 
 from orderflow import telemetry
 from orderflow.errors import OrderflowError
-from orderflow_client import cli_client, cli_operations, cli_orders
+from orderflow_client import cli_client, cli_demo, cli_operations, cli_orders
 from orderflow_client.cli_bulk import bulk_commands
 from orderflow_client.cli_common import connect_operator_api, console, errors, markup
 
@@ -35,6 +35,7 @@ app.add_typer(cli_client.commands)
 app.add_typer(cli_orders.commands)
 app.add_typer(bulk_commands(connect_operator_api, console), name="bulk")
 app.add_typer(cli_operations.commands)
+app.add_typer(cli_demo.commands)
 
 
 class _StderrLog(logging.Handler):

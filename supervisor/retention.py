@@ -261,6 +261,8 @@ class RetentionReport:
 def run_retention_pass(
     deps: Dependencies,
     *,
+    supervisor: Supervisor,
+    scans: Scans,
     stores: bool = True,
     dead_letter_queues: Sequence[str] = (),
     histories: OrchestrationHistories | None = None,
@@ -271,8 +273,9 @@ def run_retention_pass(
     and left for the next pass; the other parts still run.
 
     Args:
-        deps: The stores, queues (``deps.dead_letters`` deletes dead letters; None skips them), clock and
-            settings.
+        deps: The stores, queues (``deps.dead_letters`` deletes dead letters; None skips them) and clock.
+        supervisor: The retention periods.
+        scans: The page sizes of the stores' scans.
         stores: Purge the stores (the local host's processes that are not the supervisor leader do not).
         dead_letter_queues: The queues whose dead letters to delete (:func:`dead_letter_sources`).
         histories: The orchestration runtime's purge, or None (this process runs no orchestrations).
@@ -286,8 +289,8 @@ def run_retention_pass(
                 states=deps.states,
                 orders=deps.orders,
                 clock=deps.clock,
-                supervisor=deps.settings.supervisor,
-                scans=deps.settings.scans,
+                supervisor=supervisor,
+                scans=scans,
             ),
         )
     if dead_letters is not None and dead_letter_queues:
@@ -298,15 +301,13 @@ def run_retention_pass(
                 dead_letters=dead_letters,
                 names=dead_letter_queues,
                 clock=deps.clock,
-                supervisor=deps.settings.supervisor,
+                supervisor=supervisor,
             ),
         )
     if histories is not None:
         report.histories = _unless_unavailable(
             "the orchestration history",
-            lambda: purge_finished_histories(
-                histories=histories, clock=deps.clock, supervisor=deps.settings.supervisor
-            ),
+            lambda: purge_finished_histories(histories=histories, clock=deps.clock, supervisor=supervisor),
         )
     return report
 

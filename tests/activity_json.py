@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.sections import ActivitySections
 from activities.table import ACTIVITIES
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
@@ -16,17 +17,17 @@ from orderflow.contracts import (
     START_STEP,
     START_UNDO,
 )
-from orderflow.dependencies import Dependencies
+from tests.host_deps import HostDeps
 
-JsonActivity = Callable[[dict[str, Any], Dependencies], dict[str, Any]]
+JsonActivity = Callable[[dict[str, Any], HostDeps], dict[str, Any]]
 
 
 def json_activity(name: str) -> JsonActivity:
     """The activity registered as ``name``, called with a JSON payload; returns its JSON result."""
     (activity,) = [entry for entry in ACTIVITIES if entry.name == name]
 
-    def call(payload: dict[str, Any], deps: Dependencies) -> dict[str, Any]:
-        return activity.run(payload, deps)
+    def call(payload: dict[str, Any], deps: HostDeps) -> dict[str, Any]:
+        return activity.run(payload, deps, ActivitySections.of(deps.settings))
 
     call.__name__ = name
     return call

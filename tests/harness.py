@@ -32,9 +32,9 @@ from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
 from devhost.service_credential import LocalAgentCredential
 from devhost.serving import serve_in_thread, server_url, stop
+from devhost.settings import load_settings
 from orderflow.clients import RegisteredClient
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.queues.base import DeadLetterQueues, QueueFactory
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -44,6 +44,8 @@ from orderflow.stores.base import AlertStore, OrderStore, StateStore
 from orderflow.stores.cosmos import CosmosStores
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow_client.client import OrderflowClient
+from tests.dev_host import dev_host
+from tests.host_deps import HostDeps
 from tests.operator_tokens import local_issuer as tests_issuer
 from tests.operator_tokens import signing_key
 
@@ -75,7 +77,7 @@ class System:
     """A running system and handles to inspect it."""
 
     host: DevHost
-    deps: Dependencies
+    deps: HostDeps
     client: OrderflowClient
     catalog: Catalog
     services_url: str
@@ -154,10 +156,10 @@ def local_dependencies(
     queues: QueueFactory,
     dead_letters: DeadLetterQueues | None = None,
     alerts: AlertStore | None = None,
-) -> Dependencies:
+) -> HostDeps:
     """The container of a test's adapters, on the system clock and the default settings (a running
     system, and a test that needs other settings, replace them)."""
-    return Dependencies(
+    return HostDeps(
         states=states,
         orders=orders,
         queues=queues,
@@ -168,7 +170,7 @@ def local_dependencies(
     )
 
 
-def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
+def memory_dependencies() -> tuple[HostDeps, Callable[[], None]]:
     queues = InMemoryQueueFactory()
     deps = local_dependencies(
         InMemoryStateStore(), InMemoryOrderStore(), queues, queues, InMemoryAlertStore()
@@ -176,7 +178,7 @@ def memory_dependencies() -> tuple[Dependencies, Callable[[], None]]:
     return deps, lambda: None
 
 
-def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[Dependencies, Callable[[], None]]:
+def emulator_dependencies(endpoints: LocalEndpoints) -> tuple[HostDeps, Callable[[], None]]:
     stores = CosmosStores.connect(
         endpoints.cosmos_endpoint,
         key=endpoints.cosmos_key,
@@ -196,7 +198,7 @@ def key_file_auth() -> AgentAuth:
 
 @contextmanager
 def running_system(
-    deps: Dependencies,
+    deps: HostDeps,
     *,
     faults: FaultPlan | None = None,
     roles: tuple[str, ...] = ALL_ROLES,
@@ -229,7 +231,7 @@ def running_system(
         "CLIENTS": json.dumps(registry),
         "AGENT_QUEUE_PREFIX": f"agent-{host_id}-",
     }
-    config = Settings.load(
+    config, local = load_settings(
         {},
         **{
             **FAST_SETTINGS,
@@ -240,9 +242,9 @@ def running_system(
             **settings,
         },
     )
-    deps = replace(deps, settings=config)
+    deps = replace(deps, settings=config, local=local)
     credential = LocalAgentCredential(signing_key())
-    host = DevHost(deps, roles, api_port=api_port, local_issuer=local_issuer, service_credential=credential)
+    host = dev_host(deps, roles, api_port=api_port, local_issuer=local_issuer, service_credential=credential)
     host.start()
     registered = config.clients.clients().get(host_id)
     client = OrderflowClient(

@@ -14,8 +14,8 @@ from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
 from orderflow.consumer import Settlement, settle
-from orderflow.dependencies import Dependencies
 from orderflow.queues.base import ReceivedMessage
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, order_body, take_in
 
 INBOUND = TEST_CLIENT.inbound_queue
@@ -52,13 +52,13 @@ hostile_cases = pytest.mark.parametrize("hostile", list(HOSTILE.values()), ids=l
 
 
 def _consume(
-    deps: Dependencies, queue: str, handler: Callable[[ReceivedMessage], object], *, deliveries: int
+    deps: HostDeps, queue: str, handler: Callable[[ReceivedMessage], object], *, deliveries: int
 ) -> Settlement:
     [message] = deps.queues.queue(queue).receive()
     return settle(deps.queues.queue(queue), message, handler, max_delivery_count=deliveries)
 
 
-def send_hostile(deps: Dependencies, hostile: str, *, client: RegisteredClient = TEST_CLIENT) -> None:
+def send_hostile(deps: HostDeps, hostile: str, *, client: RegisteredClient = TEST_CLIENT) -> None:
     """Three messages of ``client`` carrying ``hostile`` on its inbound queue, each dead-lettered by the
     consumer: a body that is not JSON (ids and body hostile), an order whose fields are (``orderId``
     refused, ``customerName``, ``carrier``), and one whose handling keeps failing (the

@@ -30,6 +30,7 @@ from devhost.emulators import LocalEndpoints
 from devhost.host import DevHost
 from devhost.queues.factory import StorageQueueFactory
 from devhost.roles import ALL_ROLES
+from devhost.settings import LocalSettings
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import SystemClock
 from orderflow.dependencies import Dependencies
@@ -66,7 +67,7 @@ def counted_system(
             "COSMOS_VERIFY_TLS": "false",
         }
     )
-    settings = Settings.load(env)
+    settings, local = Settings.load(env), LocalSettings.load(env)
     stores = connect_stores(endpoints, settings)
     state_counts, order_counts, queue_counts = OperationCounts(), OperationCounts(), OperationCounts()
     label = calling_function(skip_modules=WRITE_HELPERS)
@@ -81,10 +82,9 @@ def counted_system(
         orders=CountingOrderStore(stores.orders, counts=order_counts, label=label),
         queues=queues,
         clock=clock,
-        settings=settings,
         breakers=circuit_breakers(stores.breakers, clock, settings.breakers, settings.queues.HOST_ID),
     )
-    host = DevHost(deps, ALL_ROLES)
+    host = DevHost(deps, ALL_ROLES, settings=settings, local=local)
     # The client's queue operations are counted too: it shares the counting factory (the account key).
     (registered,) = settings.clients.clients()
     client = OrderflowClient(

@@ -98,7 +98,7 @@ def hard_down_run(
                     system.client, messages, concurrency=len(messages), timeout_s=timeout_s
                 )
                 order_ids = [str(m["orderId"]) for m in messages]
-                (registered,) = system.host.deps.settings.clients.clients()
+                (registered,) = system.host.settings.clients.clients()
                 keys = [order_key(registered.client_id, order_id) for order_id in order_ids]
                 records = [system.host.deps.states.get(key).item for key in keys]
         finally:

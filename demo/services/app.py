@@ -111,6 +111,7 @@ def create_app(
     auth: AgentAuth | None,
     clock: Callable[[], float] = time.monotonic,
     refund_policy: RefundPolicy | None = None,
+    report_auth: AgentAuth | None = None,
 ) -> FastAPI:
     """Build the inventory, payment and shipping services over one in-memory state.
 
@@ -124,6 +125,8 @@ def create_app(
             cancellation fee's window).
         refund_policy: Initial cancellation fee (default: none); replaceable at runtime with
             ``PUT /refund-policy``.
+        report_auth: The check the reporting and steering endpoints pass first (on Azure: a token with
+            the app role :data:`demo.services.auth.DEMO_DRIVER_ROLE`); None: none, loopback only.
 
     Returns:
         The FastAPI app. Endpoints (JSON bodies, amounts as strings with 2 dp):
@@ -193,8 +196,9 @@ def create_app(
     app.include_router(inventory_router(services.inventory, calls), dependencies=checked)
     app.include_router(payments_router(services.payments, calls), dependencies=checked)
     app.include_router(shipping_router(services.shipping, calls), dependencies=checked)
-    app.include_router(report_router(services, calls.lock))
-    app.include_router(refund_policy_router(services.payments, calls.lock))
+    reporting = [Depends(report_auth)] if report_auth is not None else []
+    app.include_router(report_router(services, calls.lock), dependencies=reporting)
+    app.include_router(refund_policy_router(services.payments, calls.lock), dependencies=reporting)
     return app
 
 

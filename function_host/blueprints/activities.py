@@ -12,8 +12,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from activities.sections import ActivitySections
 from activities.table import ACTIVITIES
-from function_host.wiring import dependencies
+from function_host.wiring import app_settings, dependencies
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
@@ -38,8 +39,9 @@ bp = df.Blueprint()
 
 
 def _run(name: str, payload: ActivityPayload) -> ActivityPayload:
-    """Run the table's activity ``name`` on ``payload`` with the worker's dependencies."""
-    return _BY_NAME[name].run(payload, dependencies())
+    """Run the table's activity ``name`` on ``payload`` with the worker's dependencies and the
+    activities' settings sections."""
+    return _BY_NAME[name].run(payload, dependencies(), ActivitySections.of(app_settings()))
 
 
 @bp.function_name(START_STEP)

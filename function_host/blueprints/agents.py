@@ -17,7 +17,7 @@ from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from function_host.settlement import NO_RETRY, settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
-from function_host.wiring import dependencies
+from function_host.wiring import app_settings, dependencies
 from orderflow.bindings import CachedTokens, EntraAuth, ServiceBindings
 from orderflow.wiring import azure_credential
 
@@ -28,13 +28,13 @@ bp = df.Blueprint()
 def _tokens() -> CachedTokens:
     """The agents' bearer tokens, from the app's identity (``DefaultAzureCredential``, the user-assigned
     identity first), cached per scope and refreshed before they expire."""
-    return CachedTokens(azure_credential(dependencies().settings.connections))
+    return CachedTokens(azure_credential(app_settings().connections))
 
 
 @cache
 def _service(name: str) -> HttpRemoteService:
     """``name``'s service as ``SERVICE_BINDINGS`` binds it (start-up has refused bindings missing one)."""
-    settings = dependencies().settings
+    settings = app_settings()
     binding = ServiceBindings.parse(settings.agents.SERVICE_BINDINGS).services[name]
     return HttpRemoteService(name, binding, tokens=_tokens() if isinstance(binding.auth, EntraAuth) else None)
 
@@ -51,11 +51,11 @@ def _handle(
     context: func.Context | None,
 ) -> None:
     """Perform ``agent``'s request in ``message`` and settle it."""
-    deps = dependencies()
+    deps, settings = dependencies(), app_settings()
     traceparent = trigger_traceparent(context)
     # The delivery count goes with the body: a redelivered request makes no call (agents.agent).
     settle_trigger_delivery(
-        deps.settings.queues.agent_queue(agent),
+        settings.queues.agent_queue(agent),
         message,
         actions,
         lambda received: handle_request(
@@ -64,13 +64,13 @@ def _handle(
             service=_service(agent),
             queues=deps.queues,
             clock=deps.clock,
-            agents=deps.settings.agents,
-            queue_names=deps.settings.queues,
+            agents=settings.agents,
+            queue_names=settings.queues,
             taken=_taken(agent),
             breakers=deps.breakers,
             transport_traceparent=traceparent,
         ),
-        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
+        max_delivery_count=settings.consumers.MAX_DELIVERY_COUNT,
         # A redelivered request makes no call: retrying one is never of use (settlement.NoRetry).
         redelivery=NO_RETRY,
     )

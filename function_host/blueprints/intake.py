@@ -19,7 +19,7 @@ from azurefunctions.extensions.bindings import servicebus
 
 from function_host.settlement import settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
-from function_host.wiring import dependencies, redelivery
+from function_host.wiring import app_settings, dependencies, redelivery
 from intake.client_admission import ClientAdmission
 from intake.submission import handle_intake_message
 from orderflow.clients import RegisteredClient
@@ -28,8 +28,8 @@ from orderflow.clients import RegisteredClient
 @cache
 def _admission() -> ClientAdmission:
     """The worker process's admission control, shared by every submission invocation."""
-    deps = dependencies()
-    return ClientAdmission.from_clients(deps.settings.clients, states=deps.states, queues=deps.queues)
+    deps, settings = dependencies(), app_settings()
+    return ClientAdmission.from_clients(settings.clients, states=deps.states, queues=deps.queues)
 
 
 def _handle(
@@ -38,7 +38,7 @@ def _handle(
     actions: servicebus.ServiceBusMessageActions,
     context: func.Context | None,
 ) -> None:
-    deps = dependencies()
+    deps, settings = dependencies(), app_settings()
     traceparent = trigger_traceparent(context)
     settle_trigger_delivery(
         client.inbound_queue,
@@ -52,16 +52,16 @@ def _handle(
             states=deps.states,
             queues=deps.queues,
             clock=deps.clock,
-            steps=deps.settings.steps,
-            starter=deps.settings.starter,
-            queue_names=deps.settings.queues,
+            steps=settings.steps,
+            starter=settings.starter,
+            queue_names=settings.queues,
             admission=_admission(),
             transport_traceparent=traceparent,
             order_cache=deps.order_cache,
             message_id=received.message_id,
             replays=deps.alerts,
         ),
-        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
+        max_delivery_count=settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )
 

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 import azure.durable_functions as df
 import azure.functions as func
 
-from function_host.wiring import dependencies, token_validator
+from function_host.wiring import app_settings, dependencies, token_validator
 from operator_api.handler import handle_operator_request, internal_error
+from operator_api.routing import OperatorApiSections
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +34,20 @@ def operator_api(req: func.HttpRequest) -> func.HttpResponse:
     url = urlsplit(req.url)
     try:
         deps, validator = dependencies(), token_validator()
+        sections = OperatorApiSections.of(app_settings())
     except Exception:
         logger.exception("operator API %s %s: the app's dependencies failed", req.method, url.path[:200])
         response = internal_error()
     else:
         response = handle_operator_request(
-            req.method, url.path, req.headers, req.get_body(), deps=deps, validator=validator, query=url.query
+            req.method,
+            url.path,
+            req.headers,
+            req.get_body(),
+            deps=deps,
+            sections=sections,
+            validator=validator,
+            query=url.query,
         )
     headers = response.all_headers()  # its Content-Type, with the charset, is the one sent
     return func.HttpResponse(

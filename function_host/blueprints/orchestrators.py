@@ -13,7 +13,7 @@ from function_host.durable import durable_functions_orchestrator
 from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_message
 from function_host.trace_context import trigger_traceparent
-from function_host.wiring import dependencies, redelivery
+from function_host.wiring import app_settings, dependencies, redelivery
 from orchestrators.listener import handle_response
 from orchestrators.starter import first_requests_for, run_starter_pass
 from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
@@ -31,23 +31,23 @@ order_orchestrator = bp.function_name(ORDER_WORKFLOW)(
 @bp.durable_client_input(client_name="client")
 async def starter(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     """Claim ready Pending records and start their attempt-specific instances."""
-    deps = dependencies()
+    deps, settings = dependencies(), app_settings()
     # The role is synchronous: run it in a thread; its durable-client calls come back to this loop.
     await asyncio.to_thread(
         run_starter_pass,
         states=deps.states,
         client=DurableFunctionsClient(client, asyncio.get_running_loop()),
         clock=deps.clock,
-        starter=deps.settings.starter,
-        steps=deps.settings.steps,
-        scans=deps.settings.scans,
-        queue_names=deps.settings.queues,
+        starter=settings.starter,
+        steps=settings.steps,
+        scans=settings.scans,
+        queue_names=settings.queues,
         # One task hub, one shared response queue on Azure.
-        response_queue=deps.settings.queues.AGENT_RESPONSES_QUEUE,
-        capacity=deps.settings.starter.STARTER_BATCH,
+        response_queue=settings.queues.AGENT_RESPONSES_QUEUE,
+        capacity=settings.starter.STARTER_BATCH,
         on_claimed=deps.cache.put,
         breakers=deps.breakers,
-        first_requests=first_requests_for(deps),
+        first_requests=first_requests_for(deps, settings.starter),
     )
 
 
@@ -66,15 +66,16 @@ async def response_listener(
     context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
 ) -> None:
     """Turn an agent response into the external event of the instance named in it."""
-    deps = dependencies()
+    dependencies()  # wires the process on first use, its alert sink included, as every trigger does
+    settings = app_settings()
     durable = DurableFunctionsClient(client, asyncio.get_running_loop())
     traceparent = trigger_traceparent(context)
     await asyncio.to_thread(
         settle_trigger_message,
-        deps.settings.queues.AGENT_RESPONSES_QUEUE,
+        settings.queues.AGENT_RESPONSES_QUEUE,
         message,
         message_actions,
         lambda body: handle_response(body, client=durable, transport_traceparent=traceparent),
-        max_delivery_count=deps.settings.consumers.MAX_DELIVERY_COUNT,
+        max_delivery_count=settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
     )

@@ -15,6 +15,9 @@ param clientId string
 @description('Object id of the client service principal (the oid of its tokens); empty: no identity yet, no roles.')
 param principalId string = ''
 
+@description('Object id of a person or pipeline given the client roles too (the deployer running make demo-azure); empty: nobody.')
+param deployerPrincipalId string = ''
+
 @description('The client own ceiling on orders in flight; 0 for none.')
 param maxInFlight int = 0
 
@@ -39,6 +42,7 @@ var serviceBusDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var serviceBusDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var serviceBusDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var hasPrincipal = !empty(principalId)
+var hasDeployer = !empty(deployerPrincipalId)
 var hasQuota = maxInFlight > 0
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
@@ -92,6 +96,26 @@ resource clientReceivesReply 'Microsoft.Authorization/roleAssignments@2022-04-01
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
     principalId: principalId
     principalType: 'ServicePrincipal'
+  }
+}
+
+// The same two roles for the deployer, when asked: its orders arrive on this client's queue and count as the
+// client's (a client is the entity its message arrived on). No principalType: a person or a pipeline.
+resource deployerSendsInbound 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasDeployer) {
+  name: guid(inbound.id, deployerPrincipalId, serviceBusDataSender)
+  scope: inbound
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataSender)
+    principalId: deployerPrincipalId
+  }
+}
+
+resource deployerReceivesReply 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasDeployer) {
+  name: guid(reply.id, deployerPrincipalId, serviceBusDataReceiver)
+  scope: reply
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+    principalId: deployerPrincipalId
   }
 }
 

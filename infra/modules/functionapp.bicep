@@ -78,7 +78,7 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
       }
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
-        instanceMemoryMB: 2048
+        instanceMemoryMB: 512
       }
       runtime: {
         name: 'python'

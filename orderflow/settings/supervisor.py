@@ -11,18 +11,13 @@ from orderflow.settings.base import Section
 
 
 class Supervisor(Section):
-    """Supervisor: the sweep's cadence and page sizes, recovery backoff and give-up, the poison guard,
+    """Supervisor: the sweep's schedule and page sizes, recovery backoff and give-up, the poison guard,
     the reply relay's grace and the retention purge. Read by the supervisor role."""
 
     SUPERVISOR_SCHEDULE: str = Field(
         "*/30 * * * * *",
         description="NCRONTAB schedule of the supervisor's timer trigger on Azure (every 30 s). Timer "
         "triggers are singletons per app, so one sweep runs at a time.",
-    )
-    SUPERVISOR_INTERVAL_S: float = Field(
-        2.0,
-        gt=0,
-        description="Seconds between sweeps. Recovery latency is at most this plus the step timeout.",
     )
     SUPERVISOR_PAGE_SIZE: int = Field(100, ge=1, description="max_item_count of each sweep query page.")
     SUPERVISOR_MAX_RECORDS: int = Field(500, ge=1, description="Most records one sweep examines.")
@@ -171,8 +166,9 @@ class Alerts(Section):
 
 
 class Consumers(Section):
-    """Consumers: how a local queue consumer locks, renews, polls and dead-letters its messages (on
-    Azure the Functions host and host.json do this). Read by the hosts' consumer loops."""
+    """Consumers: how long a local queue consumer locks its messages, and when one that keeps failing is
+    dead-lettered (on Azure the Functions host and host.json do this). Read by the hosts' consumer loops;
+    how the local loops poll and renew is the local host's (:mod:`devhost.settings`)."""
 
     QUEUE_LOCK_S: float = Field(
         30.0,
@@ -185,21 +181,4 @@ class Consumers(Section):
         ge=1,
         description="Deliveries after which a message that keeps failing is dead-lettered "
         "(Service Bus maxDeliveryCount).",
-    )
-    QUEUE_MAX_LOCK_RENEWAL_S: float = Field(
-        120.0,
-        ge=0,
-        description="Longest time a local consumer keeps renewing a message's lock while its handler runs "
-        "(renewed each time half of QUEUE_LOCK_S is left): host.json's maxAutoLockRenewalDuration, with "
-        "which the Functions host does the same for Service Bus on Azure (2 minutes). A handler still "
-        "running then has its message abandoned for redelivery, with a warning, and what it settles later is "
-        "discarded. 0 disables renewal: a message then stays locked QUEUE_LOCK_S only.",
-    )
-    POLL_INTERVAL_S: float = Field(0.2, gt=0, description="Sleep of a consumer loop after an empty receive.")
-    POLL_MAX_INTERVAL_S: float = Field(
-        0.8,
-        gt=0,
-        description="Longest sleep of a consumer loop whose queue stays empty (the sleep doubles from "
-        "POLL_INTERVAL_S). Idle polling is most of a local emulator's load; keep it well below a step's "
-        "deadline, since an idle response queue answers its first message this late.",
     )

@@ -18,9 +18,6 @@ class Starter(Section):
         description="NCRONTAB schedule of the starter's timer trigger on Azure (every 5 s). Pending orders "
         "wait at most this long to be claimed.",
     )
-    STARTER_INTERVAL_S: float = Field(
-        0.5, gt=0, description="Seconds between starter sweeps for Pending records."
-    )
     STARTER_BATCH: int = Field(
         32,
         ge=1,
@@ -48,13 +45,6 @@ class Starter(Section):
         "activity, one orchestration episode and one point read per order fewer. Set it false before "
         "rolling a deployment back to a version that predates it, whose orchestrations refuse an input "
         "naming that step (firstStep); instances then start their first step themselves.",
-    )
-    MAX_IN_FLIGHT_PER_HOST: int = Field(
-        64,
-        ge=1,
-        description="Most orchestrations one devhost process runs at once; the starter claims no more. "
-        "A step's deadline is a latency budget: claiming more than the host can move within it turns "
-        "load into timeouts and recoveries, so the backlog waits as Pending instead.",
     )
 
 
@@ -106,7 +96,7 @@ class Steps(Section):
 
 class Agents(Section):
     """Agents: the remote service each agent is bound to (``SERVICE_BINDINGS``) and how an agent calls it
-    (timeout, retries, concurrency). Read by the agents and the hosts that start them."""
+    (timeout, retries). Read by the agents and the hosts that start them."""
 
     SERVICE_BINDINGS: str = Field(
         "{}",
@@ -125,7 +115,6 @@ class Agents(Section):
         0.2, ge=0, description="First retry delay of an agent (exponential)."
     )
     AGENT_BACKOFF_MAX_S: float = Field(2.0, ge=0, description="Largest retry delay of an agent.")
-    AGENT_CONCURRENCY: int = Field(16, ge=1, description="Requests one agent process handles at once.")
 
     @field_validator("SERVICE_BINDINGS")
     @classmethod

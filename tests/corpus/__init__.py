@@ -25,14 +25,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from devhost.host import DevHost
-from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage, NotFound
 from orderflow.messages import MAX_MESSAGE_BYTES, StatusReply, parse_message, validate_order_id
 from orderflow.queues.base import DeadLetter, QueueFactory, dead_letter_queue_name
 from orderflow.records import OrderDocument, StateRecord, TimelineChunk, client_order_id, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import OrderStore, Page, Redaction, StateQuery, StateStore, Versioned
+from tests.dev_host import dev_host
+from tests.host_deps import HostDeps
 
 CORPUS_DIR = Path(__file__).parent
 MANIFEST = CORPUS_DIR / "manifest.toml"
@@ -297,7 +297,7 @@ class CorpusRun:
         self.valid_ids.append(order_id)
         return order_id, body
 
-    def keep_originals(self, deps: Dependencies) -> None:
+    def keep_originals(self, deps: HostDeps) -> None:
         """Remember the first orders of the conflicting cases as they are now (after they were accepted)."""
         for case in self.cases:
             if case.original is not None:
@@ -346,7 +346,7 @@ def take_replies(queues: QueueFactory, run: CorpusRun) -> None:
 
 
 def run_through_devhost(
-    deps: Dependencies,
+    deps: HostDeps,
     cases: list[Case],
     *,
     run_id: str,
@@ -377,7 +377,7 @@ def run_through_devhost(
     settings = Settings.load(env={}, **{**deps.settings.values(), "CLIENTS": CLIENTS})
     inbound = CLIENT.inbound_queue
     orders = deps.queues.queue(inbound)
-    host = DevHost(replace(deps, states=states, orders=documents, settings=settings), roles=("submission",))
+    host = dev_host(replace(deps, states=states, orders=documents, settings=settings), roles=("submission",))
     host.start()
     try:
         originals = [case for case in run.cases if case.original is not None]
@@ -407,7 +407,7 @@ def run_through_devhost(
     return run
 
 
-def problems(run: CorpusRun, deps: Dependencies) -> list[str]:
+def problems(run: CorpusRun, deps: HostDeps) -> list[str]:
     """Every way ``run`` falls short of what orderflow promises for bad input, one line each naming the
     case; empty when it keeps every promise.
 

@@ -187,7 +187,9 @@ class Template:
             loop = "loop_type" in ast["resources"][name]["config"]
             value = [r.ref for r in declared] if loop else (declared[0].ref if declared else None)
         elif name in ast.get("modules", {}):
-            value = _ModuleRef(self._module(name))
+            # A module whose condition is false deploys nothing; reading its outputs is an error.
+            module = self._module(name)
+            value = _ModuleRef(module) if module is not None else None
         else:
             raise UnsupportedBicep(f"{self.path.name}: unknown identifier {name!r}")
         self._values[name] = value
@@ -271,11 +273,15 @@ class Template:
             existing=bool(spec.get("existing")),
         )
 
-    def _module(self, symbol: str) -> Template:
+    def _module(self, symbol: str) -> Template | None:
         spec = self.ast["modules"][symbol]
         config = spec["config"]
-        if "loop_type" in config or set(config) == {"condition", "config"}:
-            raise UnsupportedBicep("module loops and conditions")
+        if "loop_type" in config:
+            raise UnsupportedBicep("module loops")
+        if set(config) == {"condition", "config"}:
+            if not self.eval(config["condition"], {}):
+                return None
+            config = config["config"]
         params = {name: self.eval(value, {}) for name, value in (config.get("params") or {}).items()}
         group = self.resource_group
         if "scope" in config:
@@ -284,8 +290,9 @@ class Template:
         return Template(self.path.parent / _literal(spec["detail"]["path"]), params, group)
 
     def modules(self) -> dict[str, Template]:
-        """The module calls of this template, by symbol."""
-        return {name: self.symbol(name).template for name in self.ast.get("modules", {})}
+        """The module calls of this template that deploy (their condition holds), by symbol."""
+        refs = {name: self.symbol(name) for name in self.ast.get("modules", {})}
+        return {name: ref.template for name, ref in refs.items() if ref is not None}
 
     def all_resources(self) -> list[Resource]:
         """Every resource of this template and, recursively, of its modules."""
@@ -408,6 +415,8 @@ def _access(value: Any, name: str) -> Any:
         return Runtime(value, (name,))
     if isinstance(value, Runtime):
         return Runtime(value.ref, (*value.path, name))
+    if value is None:
+        raise UnsupportedBicep(f"{name} of a module or resource its condition leaves out")
     if isinstance(value, _ModuleRef):
         if name != "outputs":
             raise UnsupportedBicep(f"module property {name}")

@@ -19,16 +19,19 @@ from typing import Any
 
 import pytest
 
-from demo.services.bindings import demo_bindings_json
+from demo.services.auth import AgentAuth
+from demo.services.bindings import demo_bindings, demo_bindings_json
+from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure, host_connection_refusals
 from function_host.wiring import load_settings
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
+from orderflow.bindings import ServiceBindings
 from orderflow.clients import parse_clients
 from orderflow.clock import FakeClock
 from orderflow.consumer import redelivery_delay_s
-from orderflow.dependencies import Dependencies
 from orderflow.errors import PermanentError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import dead_letter_queue_name
@@ -47,7 +50,8 @@ from orderflow.stores.cosmos import (
 )
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
 from orderflow.workflows import agent_names
-from tests.infra.bicep_model import Resource, ResourceRef, Runtime, Template
+from tests.host_deps import HostDeps
+from tests.infra.bicep_model import TENANT_ID, Resource, ResourceRef, Runtime, Template
 from tests.operator_tokens import TrustedIssuer
 
 pytestmark = pytest.mark.unit
@@ -88,13 +92,6 @@ LEFT_AT_DEFAULT = {
     "OPERATOR_JWKS_URI": "defaults to the tenant's Entra keys, the only ones accepted on Azure",
     # Read only by the local host and its loops.
     "AGENT_RESPONSES_PER_HOST": "the Functions host takes false whatever it says (function_host.wiring)",
-    "STARTER_INTERVAL_S": "local loop cadence (Azure: STARTER_SCHEDULE)",
-    "SUPERVISOR_INTERVAL_S": "local loop cadence (Azure: SUPERVISOR_SCHEDULE)",
-    "MAX_IN_FLIGHT_PER_HOST": "devhost process bound",
-    "AGENT_CONCURRENCY": "local agent loop (Azure: host.json maxConcurrentCalls)",
-    "POLL_INTERVAL_S": "local consumer loops",
-    "POLL_MAX_INTERVAL_S": "local consumer loops",
-    "QUEUE_MAX_LOCK_RENEWAL_S": "local consumer loops (Azure: host.json maxAutoLockRenewalDuration)",
     "QUEUE_CONNECTION_TIMEOUT_S": "local Storage queues (Azure: the Service Bus bindings)",
     # Circuit breakers: the defaults are the production values (docs/operations.md, "Circuit breakers").
     "BREAKER_ENABLED": "on by default, the production choice",
@@ -132,9 +129,15 @@ def _of_type(template: Template, type_: str, *, existing: bool = False) -> list[
     return [r for r in template.all_resources() if r.type == type_ and r.existing == existing]
 
 
-def _app(template: Template) -> Resource:
-    (site,) = _of_type(template, "Microsoft.Web/sites")
+def _site(template: Template, service: str) -> Resource:
+    """The Function App of azd service ``service`` (``api``: orderflow; ``demo-services``)."""
+    sites = _of_type(template, "Microsoft.Web/sites")
+    (site,) = [s for s in sites if s.body["tags"].get("azd-service-name") == service]
     return site
+
+
+def _app(template: Template) -> Resource:
+    return _site(template, "api")
 
 
 def app_settings(template: Template) -> dict[str, Any]:
@@ -146,7 +149,10 @@ def app_settings(template: Template) -> dict[str, Any]:
 
 
 def _identity(template: Template) -> ResourceRef:
-    (identity,) = _of_type(template, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    """orderflow's own identity: the one its Function App runs as."""
+    (identity_id,) = _app(template).body["identity"]["userAssignedIdentities"]
+    identities = _of_type(template, "Microsoft.ManagedIdentity/userAssignedIdentities")
+    (identity,) = [i for i in identities if i.ref.id == identity_id]
     return identity.ref
 
 
@@ -158,12 +164,16 @@ def _concrete(value: Any) -> str:
     """A value as Azure would fill it in at deployment, for the app's own checks."""
     if not isinstance(value, Runtime):
         text = str(value)
+        host = r"\[[^\]]*/sites/([^/\]:]+):properties\.defaultHostName\]"
+        text = re.sub(host, r"\1.azurewebsites.net", text)
         return re.sub(r"\[[^\]]*:properties\.clientId\]", "44444444-5555-4666-8777-888888888888", text)
     prop = value.path[-1]
     if prop == "documentEndpoint":
         return f"https://{value.ref.name}.documents.azure.com:443/"
     if prop == "clientId":
         return "44444444-5555-4666-8777-888888888888"
+    if prop == "defaultHostName":
+        return f"{value.ref.name}.azurewebsites.net"
     if prop == "ConnectionString":
         return "InstrumentationKey=55555555-6666-4777-8888-999999999999;IngestionEndpoint=https://x.in.applicationinsights.azure.com/"
     raise AssertionError(f"no concrete value for {value}")
@@ -342,7 +352,7 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     settings = _deployed_settings(main)
     queues = TemplateQueues(set(_queues(main)))
     clock = FakeClock(datetime.now(UTC))  # the in-memory queues stamp dead letters with the machine's time
-    deps = Dependencies(
+    deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues,
@@ -358,7 +368,15 @@ def test_the_operator_api_charts_and_lists_the_queues_under_the_template_setting
     headers = trusted.bearer("otto", OPERATOR_ROLE)
 
     def get(route: str) -> Any:
-        answer = handle_operator_request("GET", route, headers, b"", deps=deps, validator=trusted.validator)
+        answer = handle_operator_request(
+            "GET",
+            route,
+            headers,
+            b"",
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
         assert answer.status == 200, (route, answer.body)
         return answer.body
 
@@ -378,7 +396,6 @@ QUEUE_COMMENT_NUMBERS = {
     "QUEUE_LOCK_S": ("lockDuration 30 s (QUEUE_LOCK_S)", 30),
     "STEP_TIMEOUT_S": ("STEP_TIMEOUT_S 8 s", 8),
     "START_LATENCY_S": ("START_LATENCY_S 5 s", 5),
-    "QUEUE_MAX_LOCK_RENEWAL_S": ("the host renews it for up to 2 min beyond", 120),
     "MAX_DELIVERY_COUNT": ("maxDeliveryCount 10 (MAX_DELIVERY_COUNT)", 10),
     "RETRY_BUDGET": ("RETRY_BUDGET (24 calls)", 24),
     "REPLY_GRACE_S": ("REPLY_GRACE_S 30 s", 30),
@@ -402,7 +419,9 @@ def check_retry_budget_numbers(template: Template) -> None:
         assert said in comment, f"the comment no longer says {said!r}"
         assert Settings.fields()[name].default == number, f"{name} defaults to other than {number}"
         assert settings.values()[name] == number, f"the template deploys {name} other than {number}"
-    assert _host_lock_renewal_s() == settings.consumers.QUEUE_MAX_LOCK_RENEWAL_S
+    # The host's lock renewal, which the local consumers match (a local host's setting, not the app's).
+    assert "the host renews it for up to 2 min beyond" in comment, "the comment no longer says 2 min"
+    assert _host_lock_renewal_s() == LocalSettings.load({}).QUEUE_MAX_LOCK_RENEWAL_S == 120
     # The broker dead-letters only after orderflow's own consumer has (with its reason and alert).
     redeliveries = [redelivery_delay_s(n) for n in range(1, settings.consumers.MAX_DELIVERY_COUNT)]
     assert (len(redeliveries), max(redeliveries), sum(redeliveries)) == (9, 30.0, 151.0)  # "about 2.5 min"
@@ -447,7 +466,10 @@ def check_service_bus_roles(template: Template) -> None:
     assert all(scope.type == "Microsoft.ServiceBus/namespaces/queues" for scope, _, _ in on_bus), (
         "a Service Bus role above queue scope"
     )
-    held = {(scope.name, role, principal) for scope, role, principal in on_bus}
+    # The deployer's roles on the demo client's queues, when asked for: check_deployer_roles.
+    asked = template.params.get("grantDeployerDemoClientAccess")
+    deployer = template.params["principalId"] if asked else None
+    held = {(scope.name, role, principal) for scope, role, principal in on_bus if principal != deployer}
     # Data Owner on every queue the app has a trigger on: receive and send, and the Manage right the
     # scale controller reads the queue length with (target-based scaling; docs/deploy.md#roles).
     triggered = _triggered_queues(settings)
@@ -486,6 +508,23 @@ def _triggered_queues(settings: Settings) -> set[str]:
     )
 
 
+def check_deployer_roles(template: Template) -> None:
+    """The deployer holds the demo client's two queue roles when the template is asked to give them, and
+    nothing else on Service Bus; the client's own principal and the registry are unchanged by it."""
+    granted = bool(template.params.get("grantDeployerDemoClientAccess"))
+    settings = Settings.load(env={k: _concrete(v) for k, v in app_settings(template).items()})
+    (demo,) = settings.clients.clients()
+    deployer = template.params["principalId"]
+    on_bus = {
+        (scope.name, role)
+        for scope, role, principal in _role_assignments(template)
+        if principal == deployer and scope.type.startswith("Microsoft.ServiceBus/")
+    }
+    expected = {(demo.inbound_queue, SENDER), (demo.reply_queue, RECEIVER)} if granted else set()
+    assert on_bus == expected
+    assert demo.principal_id == DEMO_CLIENT != deployer
+
+
 def test_role_assignments_are_scoped_to_queues(main: Template) -> None:
     check_service_bus_roles(main)
     (demo,) = parse_clients(str(main.output("CLIENTS")))
@@ -515,6 +554,87 @@ def test_other_roles_of_the_app_identity(main: Template) -> None:
         "principalId": app,
         "scope": f"{account.ref.id}/dbs/{app_settings(main)['COSMOS_DATABASE']}",
     }
+
+
+# --- the demo services ----------------------------------------------------------------------------
+
+DEMO_SERVICES_CLIENT = "66666666-7777-4888-8999-aaaaaaaaaaaa"
+DEMO = {
+    "deployDemoServices": True,
+    "demoServicesClientId": DEMO_SERVICES_CLIENT,
+    "grantDeployerDemoClientAccess": True,
+    "serviceBindings": "",
+}
+"""A demo environment: the demo services deployed and bound, the deployer given the demo client's roles."""
+
+
+@pytest.fixture(scope="module")
+def demo() -> Template:
+    return _deploy(ROOT / "infra", **DEMO)
+
+
+def _site_settings(site: Resource) -> dict[str, str]:
+    entries = site.properties["siteConfig"]["appSettings"]
+    return {entry["name"]: _concrete(entry["value"]) for entry in entries}
+
+
+def check_service_bindings(template: Template) -> None:
+    """SERVICE_BINDINGS binds every agent to the deployed demo services, as demo.services.bindings binds a
+    local run, with tokens for the audience the services check (demo.services.hosted)."""
+    services = _site(template, "demo-services")
+    url = f"https://{services.ref.name}.azurewebsites.net"
+    deployed = ServiceBindings.parse(_concrete(app_settings(template)["SERVICE_BINDINGS"]))
+    scope = f"api://{DEMO_SERVICES_CLIENT}/.default"
+    assert deployed == demo_bindings(url, scope=scope)
+    assert set(deployed.services) == set(agent_names())
+    hosted = _site_settings(services)
+    assert hosted["DEMO_SERVICES_TENANT_ID"] == TENANT_ID
+    auth = AgentAuth.entra(hosted["DEMO_SERVICES_TENANT_ID"], hosted["DEMO_SERVICES_AUDIENCE"])
+    assert scope.removesuffix("/.default") in auth.audience
+    assert _concrete(template.output("DEMO_SERVICES_ENDPOINT")) == url
+    assert template.output("DEMO_SERVICES_SCOPE") == scope
+
+
+def test_a_demo_environment_binds_the_agents_to_the_deployed_demo_services(demo: Template) -> None:
+    check_service_bindings(demo)
+    check_app_starts_with_them(demo)
+    check_settings_cover_the_app(demo)
+    check_no_secret_in_settings(demo)
+
+
+def test_the_deployer_holds_the_demo_client_roles_only_when_asked(main: Template, demo: Template) -> None:
+    check_deployer_roles(demo)
+    check_service_bus_roles(demo)
+    check_deployer_roles(main)  # not asked: nothing
+    without = _deploy(ROOT / "infra", **{**DEMO, "grantDeployerDemoClientAccess": False})
+    check_deployer_roles(without)
+
+
+def test_the_demo_services_hold_no_role_on_orderflow_and_orderflow_none_on_them(demo: Template) -> None:
+    services = _site(demo, "demo-services")
+    (identity_id,) = services.body["identity"]["userAssignedIdentities"]
+    identities = {i.ref.id: i.ref for i in _of_type(demo, "Microsoft.ManagedIdentity/userAssignedIdentities")}
+    principal = Runtime(identities[identity_id], ("properties", "principalId"))
+    assert principal != _app_principal(demo)
+    held = {(scope.type, scope.name, role) for scope, role, p in _role_assignments(demo) if p == principal}
+    accounts = _of_type(demo, "Microsoft.Storage/storageAccounts")
+    (own_storage,) = [s for s in accounts if s.ref.name.startswith("stdemo")]
+    (insights,) = _of_type(demo, "Microsoft.Insights/components")
+    assert held == {
+        (own_storage.ref.type, own_storage.ref.name, ROLE["Storage Blob Data Owner"]),
+        (insights.ref.type, insights.ref.name, ROLE["Monitoring Metrics Publisher"]),
+    }
+    app = _app_principal(demo)
+    assert not [scope for scope, _, p in _role_assignments(demo) if p == app and scope == own_storage.ref]
+    scale = services.properties["functionAppConfig"]["scaleAndConcurrency"]
+    assert scale["maximumInstanceCount"] == 1  # one ledger in memory
+    check_hosting_of(services)
+
+
+def test_a_production_environment_deploys_no_demo_services_and_takes_its_bindings(main: Template) -> None:
+    assert [site.ref.name for site in _of_type(main, "Microsoft.Web/sites")] == [_app(main).ref.name]
+    assert app_settings(main)["SERVICE_BINDINGS"] == PARAMS["serviceBindings"]
+    assert (main.output("DEMO_SERVICES_ENDPOINT"), main.output("DEMO_SERVICES_SCOPE")) == ("", "")
 
 
 # --- stores and hosting ---------------------------------------------------------------------------
@@ -599,16 +719,35 @@ def test_the_stores_the_app_expects(main: Template) -> None:
 
 
 def check_hosting(template: Template) -> None:
-    (plan,) = _of_type(template, "Microsoft.Web/serverfarms")
-    assert plan.body["sku"] == {"name": "FC1", "tier": "FlexConsumption"}
-    site = _app(template)
+    plans = _of_type(template, "Microsoft.Web/serverfarms")
+    assert len(plans) == len(_of_type(template, "Microsoft.Web/sites"))  # Flex Consumption: one app a plan
+    assert all(plan.body["sku"] == {"name": "FC1", "tier": "FlexConsumption"} for plan in plans)
+    check_hosting_of(_app(template))
+    policies = _of_type(template, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
+    sites = len(_of_type(template, "Microsoft.Web/sites"))
+    assert (
+        sorted((p.ref.name, p.properties["allow"]) for p in policies)
+        == [("ftp", False)] * sites + [("scm", False)] * sites
+    )
+    for storage in _of_type(template, "Microsoft.Storage/storageAccounts"):
+        p = storage.properties
+        assert (p["allowSharedKeyAccess"], p["allowBlobPublicAccess"], p["minimumTlsVersion"]) == (
+            False,
+            False,
+            "TLS1_2",
+        )
+
+
+def check_hosting_of(site: Resource) -> None:
+    """One Function App: Python on the supported versions, identity-based deployment, HTTPS and TLS 1.2."""
     config = site.properties["functionAppConfig"]
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     low, high = (int(v.split(".")[1]) for v in re.findall(r"3\.\d+", requires))
     assert config["runtime"]["name"] == "python"
     assert low <= int(config["runtime"]["version"].split(".")[1]) < high
     auth = config["deployment"]["storage"]["authentication"]
-    assert auth == {"type": "UserAssignedIdentity", "userAssignedIdentityResourceId": _identity(template).id}
+    (identity,) = site.body["identity"]["userAssignedIdentities"]
+    assert auth == {"type": "UserAssignedIdentity", "userAssignedIdentityResourceId": identity}
     assert site.body["identity"]["type"] == "UserAssigned"
     assert site.properties["httpsOnly"] is True
     site_config = site.properties["siteConfig"]
@@ -617,19 +756,11 @@ def check_hosting(template: Template) -> None:
         "1.2",
         "Disabled",
     )
-    policies = _of_type(template, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
-    assert {p.ref.name: p.properties["allow"] for p in policies} == {"ftp": False, "scm": False}
-    (storage,) = _of_type(template, "Microsoft.Storage/storageAccounts")
-    p = storage.properties
-    assert (p["allowSharedKeyAccess"], p["allowBlobPublicAccess"], p["minimumTlsVersion"]) == (
-        False,
-        False,
-        "TLS1_2",
-    )
 
 
-def test_flex_consumption_app_and_its_storage(main: Template) -> None:
+def test_flex_consumption_app_and_its_storage(main: Template, demo: Template) -> None:
     check_hosting(main)
+    check_hosting(demo)
 
 
 # --- each check fails on a template that breaks it ------------------------------------------------
@@ -727,6 +858,63 @@ MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
     ("modules/functionapp.bicep", "name: 'FC1'", "name: 'Y1'", check_hosting),
     ("modules/functionapp.bicep", "{ name: 'HOST_ID', value: appName }\n", "", check_host_id_names_the_app),
 ]
+
+
+DEMO_MUTATIONS: list[tuple[str, str, str, Callable[[Template], None]]] = [
+    (
+        "main.bicep",
+        "  courier: union(demoServiceBinding, { operations: demoOperations.courier })\n",
+        "",
+        check_service_bindings,
+    ),
+    ("main.bicep", "path: '/payments/refunds'", "path: '/payments/refund'", check_service_bindings),
+    ("main.bicep", "mode: 'entra'", "mode: 'none'", check_service_bindings),
+    (
+        "modules/demoservices.bicep",
+        "output scope string = 'api://${audienceClientId}/.default'",
+        "output scope string = 'api://orderflow-demo-services/.default'",
+        check_service_bindings,
+    ),
+    (
+        "modules/demoservices.bicep",
+        "{ name: 'DEMO_SERVICES_AUDIENCE', value: audienceClientId }",
+        "{ name: 'DEMO_SERVICES_AUDIENCE', value: 'orderflow-demo-services' }",
+        check_service_bindings,
+    ),
+    (
+        "modules/client.bicep",
+        "(reply.id, deployerPrincipalId, serviceBusDataReceiver)\n  scope: reply",
+        "(reply.id, deployerPrincipalId, serviceBusDataReceiver)\n  scope: inbound",
+        check_deployer_roles,
+    ),
+    (
+        "modules/client.bicep",
+        "roleDefinitions', serviceBusDataSender)\n    principalId: deployerPrincipalId",
+        "roleDefinitions', serviceBusDataOwner)\n    principalId: deployerPrincipalId",
+        check_deployer_roles,
+    ),
+    ("main.bicep", "grantDeployerDemoClientAccess ? principalId : ''", "''", check_deployer_roles),
+]
+"""Mutations checked in a demo environment (:data:`DEMO`)."""
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "check"),
+    DEMO_MUTATIONS,
+    ids=[f"{m[3].__name__}:{m[0]}:{i}" for i, m in enumerate(DEMO_MUTATIONS)],
+)
+def test_a_mutated_demo_template_fails_its_check(
+    tmp_path: Path, file: str, old: str, new: str, check: Callable[[Template], None]
+) -> None:
+    infra = tmp_path / "infra"
+    shutil.copytree(ROOT / "infra", infra)
+    target = infra / file
+    text = target.read_text()
+    assert text.count(old) == 1, f"the mutation's text is not in {file} exactly once"
+    target.write_text(text.replace(old, new))
+    check(_deploy(ROOT / "infra", **DEMO))  # the original passes
+    with pytest.raises((AssertionError, ValueError)):
+        check(_deploy(infra, **DEMO))
 
 
 @pytest.mark.parametrize(

@@ -71,15 +71,28 @@ def _of_type(template: Template, type_: str) -> list[Resource]:
 # --- the service tag ------------------------------------------------------------------------------
 
 
-def test_only_the_site_carries_the_azd_service_tag_of_the_one_service(main: Template) -> None:
+@pytest.mark.parametrize(("demo", "sites"), [("true", ["api", "demo-services"]), ("false", ["api"])])
+def test_only_each_site_carries_the_azd_service_tag_of_its_service(demo: str, sites: list[str]) -> None:
+    template = deploy({**ENV, "DEPLOY_DEMO_SERVICES": demo})
     services = yaml.safe_load((ROOT / "azure.yaml").read_text())["services"]
-    tagged = [r for r in main.all_resources() if "azd-service-name" in (r.body.get("tags") or {})]
-    assert [(r.type, r.body["tags"]["azd-service-name"]) for r in tagged] == [
-        ("Microsoft.Web/sites", *services)
+    assert sorted(services) == ["api", "demo-services"]
+    tagged = [r for r in template.all_resources() if "azd-service-name" in (r.body.get("tags") or {})]
+    assert sorted((r.type, r.body["tags"]["azd-service-name"]) for r in tagged) == [
+        ("Microsoft.Web/sites", site) for site in sites
     ]
-    # Every resource still carries the environment's tag, the plan among them.
-    (plan,) = _of_type(main, "Microsoft.Web/serverfarms")
-    assert plan.body["tags"] == {"azd-env-name": ENV["AZURE_ENV_NAME"]}
+    # Every resource still carries the environment's tag, the plans among them.
+    plans = _of_type(template, "Microsoft.Web/serverfarms")
+    assert len(plans) == len(sites)
+    assert all(plan.body["tags"] == {"azd-env-name": ENV["AZURE_ENV_NAME"]} for plan in plans)
+
+
+def test_a_demo_environment_deploys_the_demo_services_unless_told_not_to() -> None:
+    wired = json.loads(PARAMETERS.read_text())["parameters"]
+    assert wired["deployDemoServices"] == {"value": "${DEPLOY_DEMO_SERVICES=true}"}
+    assert wired["grantDeployerDemoClientAccess"] == {"value": "${GRANT_DEPLOYER_DEMO_CLIENT_ACCESS=false}"}
+    declared = parse_bicep(INFRA / "main.bicep")["parameters"]
+    # A deployment without azd's parameters file (production pipelines) gets none.
+    assert declared["deployDemoServices"]["default"] is False
 
 
 # --- regions --------------------------------------------------------------------------------------

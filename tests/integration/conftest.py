@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from orderflow.dependencies import Dependencies
 from tests.harness import emulator_dependencies, memory_dependencies
+from tests.host_deps import HostDeps
 
 
 @pytest.fixture(params=["memory", "emulators"])
-def deps(request: pytest.FixtureRequest) -> Iterator[Dependencies]:
+def deps(request: pytest.FixtureRequest) -> Iterator[HostDeps]:
     """Stores and queues: in-memory, or Cosmos DB API on cosmosdb-server plus Azurite queues; the system
     clock and the default settings, which a test replaces as it needs."""
     if request.param == "memory":

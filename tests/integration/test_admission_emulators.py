@@ -10,15 +10,15 @@ import pytest
 from intake.admission import IN_FLIGHT_QUERY, AdmissionControl
 from intake.submission import IntakeOutcome, handle_intake_message
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.messages import OrderStatus, StatusReply, parse_message, reply_message_id
 from orderflow.settings import Settings
+from tests.host_deps import HostDeps
 from tests.unit.fakes import client_for, order_body, received
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: Dependencies) -> None:
+def test_a_ceiling_of_three_admits_three_of_five_and_rejects_the_rest(deps: HostDeps) -> None:
     # Queues of its own: Azurite is shared by every test of the session.
     suffix = uuid.uuid4().hex[:8]
     settings = Settings.load({}, MAX_IN_FLIGHT_ORDERS=3, MAX_SUBMISSION_BACKLOG=100)

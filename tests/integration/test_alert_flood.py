@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
-from devhost.host import DevHost
+from devhost.settings import load_settings
 from operator_api.alerts import DEFAULT_LIMIT
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
-from orderflow.settings import Settings
+from tests.dev_host import dev_host
 from tests.harness import FAST_SETTINGS
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import order_body
 
@@ -33,14 +34,14 @@ RESENDS = 200
 
 
 @contextmanager
-def intake(deps: Dependencies, clock: FakeClock, *client_ids: str) -> Iterator[Dependencies]:
+def intake(deps: HostDeps, clock: FakeClock, *client_ids: str) -> Iterator[HostDeps]:
     """A devhost running the submission role for ``client_ids`` (queues of their own) on ``clock``."""
     clients = [{"id": c, "replyQueue": f"replies-{c}"} for c in client_ids]
-    settings = Settings.load(
+    settings, local = load_settings(
         {}, **{**FAST_SETTINGS, "CLIENTS": json.dumps(clients), "HOST_ID": client_ids[0]}
     )
-    running = replace(deps, settings=settings, clock=clock)
-    host = DevHost(running, ("submission",))
+    running = replace(deps, settings=settings, local=local, clock=clock)
+    host = dev_host(running, ("submission",))
     host.start()
     try:
         yield running
@@ -57,7 +58,7 @@ def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 60.0) -> Non
     raise AssertionError("condition not met in time")
 
 
-def dead_letters(deps: Dependencies, queue: str) -> int:
+def dead_letters(deps: HostDeps, queue: str) -> int:
     """How many dead letters ``queue`` holds (every page)."""
     assert deps.dead_letters is not None
     count, token = 0, None
@@ -70,17 +71,18 @@ def dead_letters(deps: Dependencies, queue: str) -> int:
     return count
 
 
-def send(deps: Dependencies, client: str, body: str, message_id: str) -> None:
+def send(deps: HostDeps, client: str, body: str, message_id: str) -> None:
     deps.queues.queue(f"orders-{client}").send(body, message_id=message_id)
 
 
-def listed(deps: Dependencies, trusted: TrustedIssuer, query: str = "") -> list[dict[str, Any]]:
+def listed(deps: HostDeps, trusted: TrustedIssuer, query: str = "") -> list[dict[str, Any]]:
     answer = handle_operator_request(
         "GET",
         "/api/operator/alerts",
         trusted.bearer("ana", OPERATOR_ROLE),
         b"",
         deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
         validator=trusted.validator,
         query=query,
     )
@@ -90,7 +92,7 @@ def listed(deps: Dependencies, trusted: TrustedIssuer, query: str = "") -> list[
 
 
 def test_one_client_resending_one_order_id_makes_one_counted_alert_and_hides_no_other(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     run = uuid.uuid4().hex[:6]
     flooder, other = f"a{run}", f"b{run}"

@@ -20,16 +20,16 @@ from intake.submission import handle_intake_message
 from orderflow import telemetry
 from orderflow.clock import OffsetClock, SystemClock
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor
-from orderflow.dependencies import Dependencies
 from orderflow.records import order_key
 from orderflow.store_clock import StoreClock
 from orderflow.stores.cosmos import CosmosStores
+from tests.host_deps import HostDeps
 from tests.unit.fakes import client_for, order_body
 
 pytestmark = pytest.mark.integration
 
 
-def _write(deps: Dependencies, states: ClockCheckedStateStore) -> str:
+def _write(deps: HostDeps, states: ClockCheckedStateStore) -> str:
     reply_queue = f"client-{uuid.uuid4().hex[:8]}"
     client = client_for(reply_queue)
     order_id = order_key(client.client_id, f"skew-{uuid.uuid4().hex[:8]}")
@@ -49,7 +49,7 @@ def _write(deps: Dependencies, states: ClockCheckedStateStore) -> str:
 
 @pytest.mark.parametrize("deps", ["emulators"], indirect=True)
 def test_cosmosdb_server_stamps_writes_and_a_host_in_step_with_it_measures_no_skew(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     monitor = ClockSkewMonitor(SystemClock(), tolerance_s=2.0, host_id="h")
     states = ClockCheckedStateStore(deps.states, monitor)
@@ -67,7 +67,7 @@ def test_cosmosdb_server_stamps_writes_and_a_host_in_step_with_it_measures_no_sk
 @pytest.mark.parametrize("deps", ["emulators"], indirect=True)
 @pytest.mark.parametrize("offset_s", [10.0, -10.0])
 def test_a_host_whose_clock_is_off_from_cosmosdb_servers_raises_clock_skew(
-    deps: Dependencies, offset_s: float
+    deps: HostDeps, offset_s: float
 ) -> None:
     skewed = OffsetClock(SystemClock(), offset_s)
     states = ClockCheckedStateStore(deps.states, ClockSkewMonitor(skewed, tolerance_s=2.0, host_id="h"))

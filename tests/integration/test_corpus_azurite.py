@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from devhost.emulators import LocalEndpoints
-from orderflow.settings import Settings
+from devhost.settings import load_settings
 from tests.corpus import STORAGE, load_cases, problems, run_through_devhost
 from tests.harness import emulator_dependencies
 
@@ -24,10 +24,13 @@ pytestmark = pytest.mark.integration
 def test_the_corpus_through_azurite_and_cosmosdb_server(local_endpoints: LocalEndpoints) -> None:
     deps, close = emulator_dependencies(local_endpoints)
     cases = load_cases()
-    settings = Settings.load(env={}, POLL_INTERVAL_S=0.02, POLL_MAX_INTERVAL_S=0.1, HOST_ID="corpus")
+    settings, local = load_settings({}, POLL_INTERVAL_S=0.02, POLL_MAX_INTERVAL_S=0.1, HOST_ID="corpus")
     try:
         run = run_through_devhost(
-            replace(deps, settings=settings), cases, run_id=f"az{uuid.uuid4().hex[:8]}", timeout_s=30
+            replace(deps, settings=settings, local=local),
+            cases,
+            run_id=f"az{uuid.uuid4().hex[:8]}",
+            timeout_s=30,
         )
         found = problems(run, deps)
     finally:

@@ -22,15 +22,16 @@ from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import DeadLettersBusy
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import ReceivedMessage
 from orderflow.replays import REPLAY_ACTION, replay_message_id
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body
 
@@ -40,7 +41,7 @@ BASE = "/api/operator/deadletters"
 
 
 def _call(
-    deps: Dependencies,
+    deps: HostDeps,
     trusted: TrustedIssuer,
     method: str,
     path: str,
@@ -50,7 +51,15 @@ def _call(
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
     headers = trusted.bearer(operator, OPERATOR_ROLE)
-    return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def test_no_dead_letter_route_creates_a_queue(
@@ -105,7 +114,7 @@ def test_no_dead_letter_route_creates_a_queue(
     assert after == before
 
 
-def _azurite_deps(endpoints: LocalEndpoints, run: str) -> tuple[Dependencies, StorageQueueFactory, str]:
+def _azurite_deps(endpoints: LocalEndpoints, run: str) -> tuple[HostDeps, StorageQueueFactory, str]:
     """Dependencies whose queues are Azurite's, for one client ``c<run>``; and its inbound queue."""
     overrides = {"CLIENTS": json.dumps([{"id": f"c{run}"}]), "AGENT_QUEUE_PREFIX": f"agent-{run}-"}
     settings = Settings.load(env={}, **overrides)

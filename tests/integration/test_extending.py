@@ -22,7 +22,6 @@ from demo.services.bindings import demo_bindings_json
 from devhost.service_credential import LocalAgentCredential
 from devhost.serving import serve_in_thread, server_url, stop
 from orderflow.bindings import ServiceBinding, ServiceBindings, binding_refusals
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StepStatus
 from orderflow.workflows import (
     ORDER_V1,
@@ -34,6 +33,7 @@ from orderflow.workflows import (
     withdraw_workflow,
 )
 from tests.harness import running_system
+from tests.host_deps import HostDeps
 from tests.notify_service import NOTIFY_AUDIENCE, Notifier, notify_app
 from tests.operator_tokens import local_issuer, signing_key
 
@@ -144,7 +144,7 @@ def test_the_notify_service_takes_only_the_agents_tokens_for_its_audience(
 
 
 def test_orders_run_through_the_fourth_step_and_its_compensation(
-    deps: Dependencies, order_v5: WorkflowDefinition, notify_service: tuple[Notifier, str]
+    deps: HostDeps, order_v5: WorkflowDefinition, notify_service: tuple[Notifier, str]
 ) -> None:
     notifier, url = notify_service
     bindings = {"notify": notify_binding(url)}

@@ -17,13 +17,14 @@ from devhost.emulators import LocalEndpoints
 from devhost.operator_http import create_operator_app
 from devhost.queues.factory import StorageQueueFactory
 from devhost.serving import serve_in_thread, server_url, stop
+from operator_api.routing import OperatorApiSections
 from operator_api.schemas import DeadLetterAnswer, DeadLetterList, PurgeAnswer
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.settings import Settings
 from orderflow_client import cli
+from tests.host_deps import HostDeps
 from tests.hostile_text import hostile_cases, raw_controls, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def on_azurite(local_endpoints: LocalEndpoints) -> Iterator[tuple[Dependencies, RegisteredClient]]:
+def on_azurite(local_endpoints: LocalEndpoints) -> Iterator[tuple[HostDeps, RegisteredClient]]:
     """In-memory stores, Azurite's queues, and a client of this test's own (its queues are new)."""
     overrides = {"CLIENTS": json.dumps([{"id": f"h{uuid.uuid4().hex[:10]}"}]), "HOST_ID": "h1"}
     settings = Settings.load(env={}, **overrides)
@@ -48,13 +49,15 @@ def on_azurite(local_endpoints: LocalEndpoints) -> Iterator[tuple[Dependencies, 
 
 @hostile_cases
 def test_hostile_text_on_storage_queues_is_answered_as_json_and_shown_safely(
-    on_azurite: tuple[Dependencies, RegisteredClient], trusted: TrustedIssuer, hostile: str
+    on_azurite: tuple[HostDeps, RegisteredClient], trusted: TrustedIssuer, hostile: str
 ) -> None:
     deps, client = on_azurite
     inbound = client.inbound_queue
     send_hostile(deps, hostile, client=client)
     token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
-    server, thread = serve_in_thread(create_operator_app(deps, trusted.validator))
+    server, thread = serve_in_thread(
+        create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
+    )
     try:
         url = server_url(server)
         with httpx.Client(

@@ -23,7 +23,6 @@ from demo.faults import FaultPlan
 from devhost.host import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
-from orderflow.dependencies import Dependencies
 from orderflow.errors import WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, step_event_name
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
@@ -33,6 +32,7 @@ from orderflow_client.cli import app as cli_app
 from orderflow_client.operator_client import OperatorApiClient
 from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from tests.harness import System, running_system
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, local_issuer
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def _drain(system: System) -> list[str]:
     return bodies
 
 
-def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
+def test_orders_settle_as_the_data_says(deps: HostDeps) -> None:
     with running_system(deps) as system:
         ids = system.submit_all()
         records = system.wait_settled(ids)
@@ -102,7 +102,7 @@ def test_orders_settle_as_the_data_says(deps: Dependencies) -> None:
     assert seen["tpch-2"] == ["Received", "Compensated"]
 
 
-def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependencies) -> None:
+def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: HostDeps) -> None:
     # Every first call hangs for 3 s, past the 1.5 s step deadline; the hung call applies its effect late.
     faults = FaultPlan(hang_rate=1.0, hang_s=3.0, seed=3)
     with running_system(deps, faults=faults) as system:
@@ -121,7 +121,7 @@ def test_a_hang_past_the_deadline_is_recovered_by_the_supervisor(deps: Dependenc
     assert reserve_key["calls"] >= 2
 
 
-def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: Dependencies) -> None:
+def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: HostDeps) -> None:
     faults = FaultPlan(lost_response_rate=0.5, seed=11)
     with running_system(deps, faults=faults) as system:
         ids = system.submit_all(["tpch-1", "tpch-3", "tpch-32"])
@@ -134,7 +134,7 @@ def test_effect_applied_response_lost_is_retried_with_the_same_key(deps: Depende
     assert audit["duplicate_effects"] == 0
 
 
-def test_a_late_response_after_the_timer_fired_changes_nothing(deps: Dependencies) -> None:
+def test_a_late_response_after_the_timer_fired_changes_nothing(deps: HostDeps) -> None:
     # No agents run: the request is never answered, the timer wins, the record keeps its expired deadline.
     roles = ("submission", "starter", "orchestrator", "listener")
     with running_system(deps, roles=roles) as system:
@@ -177,7 +177,7 @@ def _running(system: System, instance_id: str) -> bool:
     return status is not None and status.running
 
 
-def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
+def test_duplicate_submission_makes_one_order(deps: HostDeps) -> None:
     with running_system(deps, roles=("submission",)) as system:
         order = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
@@ -193,7 +193,7 @@ def test_duplicate_submission_makes_one_order(deps: Dependencies) -> None:
     assert dead == []
 
 
-def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: Dependencies) -> None:
+def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: HostDeps) -> None:
     with running_system(deps, roles=("submission",)) as system:
         order: dict[str, Any] = system.catalog.order("tpch-1").to_submission(system.client.reply_queue)
         system.client.submit(order)
@@ -213,7 +213,7 @@ def test_conflicting_resubmission_is_dead_lettered_and_the_original_kept(deps: D
     assert state_after.etag == state_before.etag
 
 
-def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dependencies) -> None:
+def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: HostDeps) -> None:
     # Every call fails with a 503: attempts retry, the supervisor re-queues, the budget runs out.
     with running_system(
         deps, faults=FaultPlan(transient_rate=1.0, seed=2), RETRY_BUDGET=6, AGENT_MAX_CALLS_PER_STEP=2
@@ -242,7 +242,7 @@ def test_calls_to_a_hard_down_dependency_never_exceed_the_retry_budget(deps: Dep
     assert replies["tpch-1"][-1] == "Compensated"
 
 
-def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dependencies) -> None:
+def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: HostDeps) -> None:
     # The shipment is refused (no such carrier) after the reservation and the charge: order-v2 undoes
     # both in one stage. Every undo call takes 1 s at the service, so sequential undos would arrive at
     # least 1 s apart; in parallel they arrive together.
@@ -274,7 +274,7 @@ def test_a_parallel_undo_stage_really_overlaps_and_undoes_every_effect(deps: Dep
     )
 
 
-def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Dependencies) -> None:
+def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: HostDeps) -> None:
     # The first 5 release calls fail (503); each attempt may make 2: two attempts fail, the supervisor
     # resumes the compensation each time, and the third attempt's second call releases the stock.
     flaky = FaultPlan(undo_transient_failures=5)
@@ -291,7 +291,7 @@ def test_an_undo_that_fails_for_a_while_is_resumed_until_it_succeeds(deps: Depen
 
 
 def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
-    deps: Dependencies, caplog: pytest.LogCaptureFixture
+    deps: HostDeps, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
         caplog.at_level("ERROR", logger="orderflow.alerts"),
@@ -310,7 +310,7 @@ def test_an_undo_that_always_fails_ends_compensation_failed_with_an_alert(
     assert replies["tpch-2"][-1] == "CompensationFailed"
 
 
-def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: Dependencies) -> None:
+def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: HostDeps) -> None:
     slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)  # each call takes 0.5 s: time to cancel
     with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
         system.submit_all(["tpch-1"])
@@ -332,7 +332,7 @@ def test_a_cancel_before_the_point_of_no_return_undoes_the_order(deps: Dependenc
 
 
 def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_completes(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     slow = FaultPlan(latency_rate=1.0, latency_s=0.5, seed=4)
     with running_system(deps, faults=slow, STEP_TIMEOUT_S=4) as system:
@@ -353,7 +353,7 @@ def test_a_cancel_after_the_point_of_no_return_is_refused_and_the_order_complete
 
 
 def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
-    deps: Dependencies, tmp_path: Path
+    deps: HostDeps, tmp_path: Path
 ) -> None:
     # The devhost serves the operator API and the local issuer's JWKS on one loopback port; the CLI
     # calls it with a token from the issuer, as `python -m devhost.local_issuer login` writes one.
@@ -409,7 +409,7 @@ def test_a_reviewer_approves_over_http_through_the_cli_and_the_order_completes(
 
 
 @pytest.mark.parametrize(("default", "ends"), [("approve", "Processed"), ("reject", "Compensated")])
-def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: str, ends: str) -> None:
+def test_a_review_that_times_out_takes_the_default(deps: HostDeps, default: str, ends: str) -> None:
     with running_system(deps, REVIEW_AMOUNT_ABOVE=1.0, REVIEW_TIMEOUT_S=1, REVIEW_DEFAULT=default) as system:
         system.submit_all(["tpch-1"])
         record = system.wait_settled(["tpch-1"], timeout_s=30)["tpch-1"]
@@ -422,7 +422,7 @@ def test_a_review_that_times_out_takes_the_default(deps: Dependencies, default: 
         assert (facts["summary"]["activeReservations"], facts["summary"]["netCharged"]) == (0, "0.00")
 
 
-def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Dependencies) -> None:
+def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: HostDeps) -> None:
     with running_system(deps) as system:  # order-v3: the courier ships by mail when the carrier refuses
         order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
         system.client.submit(replace(order, carrier="CAMEL").to_submission(system.client.reply_queue))
@@ -442,7 +442,7 @@ def test_a_shipment_the_carrier_refuses_goes_by_the_fallback_carrier(deps: Depen
 
 
 def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     with running_system(
         deps, faults=FaultPlan(undo_permanent=True), operator_settings=trusted.settings
@@ -467,7 +467,7 @@ def test_an_operator_retries_a_failed_compensation_once_the_cause_is_fixed(
 
 
 def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_and_processed(
-    deps: Dependencies, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The intake has a bug (it raises) until `fixed`: the order is dead-lettered after one delivery.
     fixed = threading.Event()
@@ -509,7 +509,7 @@ def test_an_order_dead_lettered_by_a_bug_is_replayed_through_the_cli_once_fixed_
 
 
 def test_a_refused_shipment_resubmitted_with_a_corrected_carrier_ships_under_a_new_key(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     with running_system(deps, operator_settings=trusted.settings, WORKFLOW_VERSION="order-v4") as system:
         order = next(o for o in system.catalog.orders if o.order_id == "tpch-1")
@@ -565,7 +565,7 @@ def test_a_refused_shipment_resubmitted_with_a_corrected_carrier_ships_under_a_n
 
 
 def test_an_orchestration_failing_in_its_own_code_is_held_by_the_poison_guard_after_three_attempts(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A bug of this workflow version: the orchestration raises when a step's answer is a failure. On the
     # real durabletask worker (its replays included), each attempt records workflow_error and fails.

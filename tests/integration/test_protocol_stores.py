@@ -15,19 +15,19 @@ from intake.submission import handle_intake_message
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import RecordingClient, client_for, order_body
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def activity_deps(deps: Dependencies) -> Dependencies:
+def activity_deps(deps: HostDeps) -> HostDeps:
     return replace(
         deps,
         clock=FakeClock(),
@@ -41,7 +41,7 @@ def activity_deps(deps: Dependencies) -> Dependencies:
     )
 
 
-def _submit(d: Dependencies, order_id: str) -> None:
+def _submit(d: HostDeps, order_id: str) -> None:
     handle_intake_message(
         order_body(order_id, reply_to="client-p"),
         client=client_for("client-p"),
@@ -55,7 +55,7 @@ def _submit(d: Dependencies, order_id: str) -> None:
     )
 
 
-def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependencies) -> None:
+def test_racing_starters_claim_each_record_exactly_once(activity_deps: HostDeps) -> None:
     d = activity_deps
     for n in range(12):
         _submit(d, f"a:race-{n}")
@@ -97,7 +97,7 @@ def test_racing_starters_claim_each_record_exactly_once(activity_deps: Dependenc
         )
 
 
-def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: Dependencies) -> None:
+def test_a_stale_attempt_changes_nothing_after_requeue(activity_deps: HostDeps) -> None:
     d = activity_deps
     clock = d.clock
     assert isinstance(clock, FakeClock)

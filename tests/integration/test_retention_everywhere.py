@@ -27,11 +27,11 @@ from durabletask import client as dt_client
 from devhost.emulators import LocalEndpoints
 from devhost.queues.factory import StorageQueueFactory
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.stores.cosmos import CosmosStores
 from supervisor.retention import PURGEABLE_STATES
 from tests.harness import System, local_dependencies, running_system
+from tests.host_deps import HostDeps
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -104,7 +104,7 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(local_endpoints: LocalEndpoints) -> Iterator[tuple[Dependencies, Deployment, MovableClock]]:
+def deployment(local_endpoints: LocalEndpoints) -> Iterator[tuple[HostDeps, Deployment, MovableClock]]:
     database = "ret" + uuid.uuid4().hex[:10]
     stores = CosmosStores.connect(
         local_endpoints.cosmos_endpoint, key=local_endpoints.cosmos_key, database=database, verify_tls=False
@@ -190,7 +190,7 @@ def run_marked_orders(system: System) -> dict[str, ProcessState]:
 
 
 def test_after_retention_no_marker_is_left_in_any_container_queue_dead_letter_or_orchestration(
-    deployment: tuple[Dependencies, Deployment, MovableClock],
+    deployment: tuple[HostDeps, Deployment, MovableClock],
 ) -> None:
     deps, auditor, clock = deployment
     with running_system(deps) as system:
@@ -218,7 +218,7 @@ def test_after_retention_no_marker_is_left_in_any_container_queue_dead_letter_or
 
 
 def test_dead_letters_younger_than_their_retention_stay(
-    deployment: tuple[Dependencies, Deployment, MovableClock],
+    deployment: tuple[HostDeps, Deployment, MovableClock],
 ) -> None:
     deps, _, clock = deployment
     # No supervisor role: only the test runs the pass.
@@ -239,7 +239,7 @@ def test_dead_letters_younger_than_their_retention_stay(
 
 
 def test_an_orchestration_that_ran_to_completion_is_gone_from_the_backend_after_retention(
-    deployment: tuple[Dependencies, Deployment, MovableClock],
+    deployment: tuple[HostDeps, Deployment, MovableClock],
 ) -> None:
     deps, _, clock = deployment
     with running_system(deps) as system:

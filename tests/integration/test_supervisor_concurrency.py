@@ -20,15 +20,17 @@ import pytest
 
 from devhost.host import DevHost
 from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
+from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim, run_starter_pass
 from orderflow import telemetry
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings
 from orderflow.stores.base import Page, StateQuery, StateStore, Versioned
 from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport, run_sweep
+from tests.dev_host import dev_host
+from tests.host_deps import HostDeps
 from tests.unit.fakes import RecordingClient, client_for, order_body, received
 
 pytestmark = pytest.mark.integration
@@ -40,7 +42,7 @@ CLAIM_TIMEOUT_S = 30
 class World:
     """Stores and queues of the ``deps`` fixture, on a fake clock, with a reply queue of its own."""
 
-    deps: Dependencies
+    deps: HostDeps
     clock: FakeClock
     reply_queue: str
 
@@ -94,7 +96,7 @@ class World:
 
 
 @pytest.fixture
-def world(deps: Dependencies) -> World:
+def world(deps: HostDeps) -> World:
     clock = FakeClock()
     return World(replace(deps, clock=clock), clock, f"client-{uuid.uuid4().hex[:8]}")
 
@@ -342,9 +344,13 @@ def test_extended_backoff_after_the_threshold_then_give_up(
 @pytest.fixture
 def supervisors(world: World) -> Iterator[list[DevHost]]:
     blob = InMemoryLeaseBlob()
-    settings = settings_for(SUPERVISOR_INTERVAL_S=0.05)
+    settings, local = settings_for(), LocalSettings.load({}, SUPERVISOR_INTERVAL_S=0.05)
     hosts = [
-        DevHost(replace(world.deps, settings=settings), roles=("supervisor",), lease=InMemoryLease(blob))
+        dev_host(
+            replace(world.deps, settings=settings, local=local),
+            roles=("supervisor",),
+            lease=InMemoryLease(blob),
+        )
         for _ in range(2)
     ]
     for host in hosts:

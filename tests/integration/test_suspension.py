@@ -9,10 +9,10 @@ import pytest
 
 from demo.faults import FaultPlan
 from operator_api.suspension import set_suspension
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, Principal
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from tests.harness import System, running_system
+from tests.host_deps import HostDeps
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def change(system: System, key: str, *, suspend: bool) -> StateRecord:
 
 
 def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishes_after_resume(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     # Every remote call takes 0.5 s, so the first step is still running when the suspension lands.
     with running_system(deps, faults=FaultPlan(latency_rate=1.0, latency_s=0.5)) as system:
@@ -73,7 +73,7 @@ def test_a_suspended_order_takes_no_step_with_the_supervisor_running_and_finishe
 
 
 def test_suspending_and_resuming_an_order_awaiting_review_leaves_its_attempt_waiting(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     # Its owner waits for the review, healthy: a suspend or resume asks nothing of it, so its completeBy
     # stays at the review deadline and the supervisor does not recover a live attempt after the grace.

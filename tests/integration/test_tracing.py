@@ -23,11 +23,11 @@ from devhost.queues.factory import StorageQueueFactory
 from orchestrators.context import WorkflowContext
 from orchestrators.workflow import order_workflow
 from orderflow import tracing
-from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentRequest, parse_message
 from orderflow.records import ProcessState
 from orderflow.workflows import workflow_for
 from tests.harness import running_system
+from tests.host_deps import HostDeps
 from tests.spans import of_order, parent_of, recorded_spans
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def attribute(span: ReadableSpan, key: str) -> Any:
 
 
 def test_an_order_is_one_trace_from_submission_to_reply_and_orders_never_share_one(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs: Counter[str] = Counter()
 

@@ -10,7 +10,6 @@ from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock, FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -20,6 +19,7 @@ from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMe
 from orderflow.workflows import WorkflowDefinition
 from supervisor.recovery import Recovery, recover
 from supervisor.sweep import SweepReport, run_sweep
+from tests.host_deps import HostDeps
 
 
 @dataclass
@@ -91,11 +91,11 @@ def received(queue: MessageQueue) -> list[ReceivedMessage]:
         out.extend(batch)
 
 
-def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
+def memory_deps(clock: FakeClock, **settings: Any) -> HostDeps:
     """Activity dependencies over the in-memory stores and queues, with ``settings`` overridden; the
     registry holds :data:`TEST_CLIENT` unless ``CLIENTS`` is given."""
     queues = InMemoryQueueFactory()
-    return Dependencies(
+    return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues,
@@ -107,7 +107,7 @@ def memory_deps(clock: FakeClock, **settings: Any) -> Dependencies:
 
 
 def take_in(
-    deps: Dependencies, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT, **options: Any
+    deps: HostDeps, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT, **options: Any
 ) -> Any:
     """The intake of ``message`` from ``client``'s inbound queue, as a host runs it, on ``deps``; ``options``
     are :func:`~intake.submission.handle_intake_message`'s other keywords (``message_id``, ``replays``...)."""
@@ -127,7 +127,7 @@ def take_in(
 
 
 def submit_and_claim(
-    deps: Dependencies, *, definition: WorkflowDefinition, order_id: str = "a:o-1", **order: Any
+    deps: HostDeps, *, definition: WorkflowDefinition, order_id: str = "a:o-1", **order: Any
 ) -> StateRecord:
     """Submit ``order_id`` (``order_body`` with ``order`` changed) on ``definition`` and claim attempt 1."""
     handle_intake_message(
@@ -154,7 +154,7 @@ def submit_and_claim(
     return won.item
 
 
-def sweep_once(deps: Dependencies, clock: Clock | None = None, **options: Any) -> SweepReport:
+def sweep_once(deps: HostDeps, clock: Clock | None = None, **options: Any) -> SweepReport:
     """One supervisor sweep of ``deps`` with its own settings' sections, on ``clock`` (default
     ``deps.clock``); ``options`` are :func:`supervisor.sweep.run_sweep`'s others (``cursor``,
     ``keep_going``)."""
@@ -169,7 +169,7 @@ def sweep_once(deps: Dependencies, clock: Clock | None = None, **options: Any) -
     )
 
 
-def recover_once(deps: Dependencies, key: str, clock: Clock | None = None) -> Recovery:
+def recover_once(deps: HostDeps, key: str, clock: Clock | None = None) -> Recovery:
     """The supervisor's recovery of the record stored under ``key``, as read now, with ``deps``' own
     settings sections, on ``clock`` (default ``deps.clock``)."""
     return recover(

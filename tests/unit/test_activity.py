@@ -15,15 +15,16 @@ from operator_api import activity as activity_module
 from operator_api.activity import MAX_WINDOW_S, Window, activity_window, bucket_counts
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.alerts import SweepDoc, SweepTallyDoc, alert_doc, minute_of, tallied
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict, InvalidMessage
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.stores.paging import PageLimits
 from supervisor.status import record_sweep, sweep_doc, tally_sweep
 from supervisor.sweep import SweepReport
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps
 
@@ -172,14 +173,21 @@ def test_a_tally_that_keeps_changing_is_given_up_with_a_warning_and_the_sweep_do
     assert "sweep tally of h1 not written: it kept changing" in caplog.text
 
 
-def call(deps: Dependencies, trusted: TrustedIssuer, query: str, *roles: str) -> OperatorResponse:
+def call(deps: HostDeps, trusted: TrustedIssuer, query: str, *roles: str) -> OperatorResponse:
     headers = trusted.bearer("otto", *(roles or (OPERATOR_ROLE,)))
     return handle_operator_request(
-        "GET", "/api/operator/activity", headers, b"", deps=deps, validator=trusted.validator, query=query
+        "GET",
+        "/api/operator/activity",
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+        query=query,
     )
 
 
-def dead_letter(deps: Dependencies, n: int) -> None:
+def dead_letter(deps: HostDeps, n: int) -> None:
     inbound = deps.queues.queue(TEST_CLIENT.inbound_queue)
     inbound.send(json.dumps({"orderId": f"o-{n}"}), message_id=f"m-{n}")
     [message] = inbound.receive()
@@ -246,7 +254,13 @@ def test_the_route_refuses_without_a_token_and_a_bad_window_and_answers_503_with
 ) -> None:
     deps = memory_deps(FakeClock())
     unauthenticated = handle_operator_request(
-        "GET", "/api/operator/activity", {}, b"", deps=deps, validator=trusted.validator
+        "GET",
+        "/api/operator/activity",
+        {},
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
     assert unauthenticated.status == 401
     assert call(deps, trusted, "bucketS=61").body["error"]["code"] == "InvalidValue"

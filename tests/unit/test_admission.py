@@ -17,7 +17,7 @@ import pytest
 
 from bench.counting import OperationCounts
 from bench.counting.stores import CountingOrderStore, CountingStateStore
-from devhost.host import DevHost
+from devhost.settings import load_settings
 from intake.admission import (
     ADMITTED,
     IN_FLIGHT_QUERY,
@@ -28,7 +28,6 @@ from intake.admission import (
 from intake.submission import IntakeOutcome, IntakeResult, handle_intake_message, order_document
 from orderflow import telemetry
 from orderflow.clock import FakeClock, SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -36,6 +35,8 @@ from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.stores.base import StateQuery
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.dev_host import dev_host
+from tests.host_deps import HostDeps
 from tests.unit.fakes import client_for, order_body, received
 
 pytestmark = pytest.mark.unit
@@ -502,21 +503,22 @@ def test_settings_configure_admission_control() -> None:
 
 def test_the_devhost_submission_role_rejects_above_the_ceiling() -> None:
     client = client_for(REPLY_QUEUE)
-    settings = Settings.load(
+    settings, local = load_settings(
         {},
         MAX_IN_FLIGHT_ORDERS=2,
         POLL_INTERVAL_S=0.01,
         HOST_ID="h1",
         CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": REPLY_QUEUE}]),
     )
-    deps = Dependencies(
+    deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=SystemClock(),
         settings=settings,
+        local=local,
     )
-    host = DevHost(deps, roles=("submission",))
+    host = dev_host(deps, roles=("submission",))
     host.start()
     try:
         assert host.admission is not None

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import (
@@ -35,7 +36,6 @@ from orderflow.alerts import (
 )
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement, settle
-from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidContinuation, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.queues.base import ReceivedMessage
@@ -46,6 +46,7 @@ from orderflow_client import cli, cli_common
 from orderflow_client.operator_client import OperatorApiClient
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
 
@@ -271,11 +272,18 @@ def test_the_memory_store_lists_newest_first_filters_pages_and_expires() -> None
     assert store.list_documents(alerts, max_item_count=9).items == []
 
 
-def get(deps: Dependencies, trusted: TrustedIssuer, path: str, *roles: str) -> OperatorResponse:
+def get(deps: HostDeps, trusted: TrustedIssuer, path: str, *roles: str) -> OperatorResponse:
     bare, _, query = path.partition("?")
     headers = trusted.bearer("ana", *roles)
     return handle_operator_request(
-        "GET", bare, headers, b"", deps=deps, validator=trusted.validator, query=query
+        "GET",
+        bare,
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+        query=query,
     )
 
 
@@ -368,7 +376,7 @@ def test_a_sweep_status_write_that_fails_is_logged_and_not_raised(caplog: pytest
 
 
 @pytest.fixture
-def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> HostDeps:
     """The operator API behind the CLI (in process), over the in-memory stores."""
     deps = memory_deps(FakeClock())
 
@@ -379,6 +387,7 @@ def cli_api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependen
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )
@@ -399,7 +408,7 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "250"})
 
 
-def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependencies) -> None:
+def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: HostDeps) -> None:
     assert cli_api.alerts is not None
     now = cli_api.clock.now()
     cli_api.alerts.add(
@@ -429,7 +438,7 @@ def test_orderflow_alerts_prints_a_table_of_the_stored_alerts(cli_api: Dependenc
     assert refused.exit_code == 2 and "InvalidValue" in refused.output
 
 
-def test_orderflow_supervisor_status_prints_the_leader_and_the_sweeps(cli_api: Dependencies) -> None:
+def test_orderflow_supervisor_status_prints_the_leader_and_the_sweeps(cli_api: HostDeps) -> None:
     assert invoke("supervisor", "status").output.startswith("no sweep recorded")
     now = cli_api.clock.now()
     report = SweepReport(scanned=7, requeued=["a:o-1", "a:o-2"], gave_up=["a:o-3"])

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
+from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordStepFailureInput, StepError
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from supervisor.sweep import SweepCursor, SweepReport
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, sweep_once
 
 pytestmark = pytest.mark.unit
@@ -30,7 +32,7 @@ STEP = ORDER_V1.steps[0].name
 WAIT_S = 120.0  # past every backoff of the hard-down settings and the tolerated clock skew
 
 
-def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
+def fail_and_sweep(deps: HostDeps, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """Claim the order's next attempt, fail its step as an agent does on a dead service, sweep."""
     won = claim(
         deps.states,
@@ -49,6 +51,7 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
             at=clock.now(),
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
     clock.advance(deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = sweep_once(deps, clock, cursor=cursor)
@@ -58,7 +61,9 @@ def fail_and_sweep(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) ->
 
 def test_one_order_on_a_dead_service_without_breakers_is_given_up_not_held() -> None:
     clock = FakeClock()
-    deps = memory_deps(clock, **{**DEMO_SETTINGS, **HARD_DOWN_SETTINGS, "BREAKER_ENABLED": "false"})
+    given = {**DEMO_SETTINGS, **HARD_DOWN_SETTINGS, "BREAKER_ENABLED": "false"}
+    # The devhost's own cadences are not orderflow's settings: this test drives the roles by hand.
+    deps = memory_deps(clock, **{k: v for k, v in given.items() if k not in LocalSettings.model_fields})
     handle_intake_message(
         order_body(ORDER),
         client=TEST_CLIENT,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure, start_step
 from agents.agent import handle_request
 from orchestrators.starter import claim
@@ -26,7 +27,6 @@ from orderflow.breaker import (
 )
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordStepFailureInput, StartStepInput, StepError, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind, TransientError
 from orderflow.messages import AgentRequest, AgentResponse, parse_message
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -35,6 +35,7 @@ from orderflow.results import AwaitingDependency, FailureRecorded, StepStarted
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryBreakerStore
 from orderflow.workflows import CURRENT_WORKFLOW
+from tests.host_deps import HostDeps
 from tests.unit.fakes import memory_deps, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -221,7 +222,7 @@ def test_the_breaker_cuts_the_calls_to_a_dead_service_shared_by_two_hosts() -> N
 # --- step start holds the order ------------------------------------------------------------------
 
 
-def breaker_deps(clock: FakeClock) -> Dependencies:
+def breaker_deps(clock: FakeClock) -> HostDeps:
     deps = memory_deps(clock, **BREAKER)
     deps.breakers = CircuitBreakers(
         InMemoryBreakerStore(), clock, deps.settings.breakers, deps.settings.queues.HOST_ID
@@ -229,7 +230,7 @@ def breaker_deps(clock: FakeClock) -> Dependencies:
     return deps
 
 
-def start_charge(deps: Dependencies, instance_id: str = "a:o-1:1") -> Any:
+def start_charge(deps: HostDeps, instance_id: str = "a:o-1:1") -> Any:
     return start_step(
         StartStepInput(
             order_id="a:o-1",
@@ -241,6 +242,7 @@ def start_charge(deps: Dependencies, instance_id: str = "a:o-1:1") -> Any:
             response_queue="r-q1",
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
 
 
@@ -300,6 +302,7 @@ def test_a_claim_defers_an_order_whose_first_step_waits_and_a_half_open_breaker_
             at=clock.now(),
         ),
         deps,
+        ActivitySections.of(deps.settings),
     )
     record = deps.states.get("a:o-1").item
     assert isinstance(recorded, FailureRecorded)

@@ -23,7 +23,6 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
-from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import InvalidMessage
 from orderflow.messages import CancelOrder
@@ -33,6 +32,7 @@ from orderflow.stores.memory import InMemoryStateStore
 from orderflow.workflows import ORDER_V1
 from supervisor.recovery import Recovery
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, recover_once
 
 pytestmark = pytest.mark.unit
@@ -47,11 +47,11 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0)
 
 
-def submit(deps: Dependencies) -> None:
+def submit(deps: HostDeps) -> None:
     handle_intake_message(
         order_body("a:o-1"),
         client=TEST_CLIENT,
@@ -66,7 +66,7 @@ def submit(deps: Dependencies) -> None:
     )
 
 
-def claimed(deps: Dependencies) -> StateRecord:
+def claimed(deps: HostDeps) -> StateRecord:
     won = claim(
         deps.states,
         deps.states.get("a:o-1"),
@@ -79,7 +79,7 @@ def claimed(deps: Dependencies) -> StateRecord:
     return won.item
 
 
-def start(deps: Dependencies, step: str, completed: StepResult | None = None) -> dict[str, Any]:
+def start(deps: HostDeps, step: str, completed: StepResult | None = None) -> dict[str, Any]:
     return start_step(
         StartStepInput(
             order_id="a:o-1",
@@ -94,7 +94,7 @@ def start(deps: Dependencies, step: str, completed: StepResult | None = None) ->
     )
 
 
-def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
+def cancel(deps: HostDeps, body: str = CANCEL) -> CancelResult:
     """Send the cancel through the submission path, as the hosts do."""
     result = handle_intake_message(
         body,
@@ -111,14 +111,14 @@ def cancel(deps: Dependencies, body: str = CANCEL) -> CancelResult:
     return result.cancel
 
 
-def replies(deps: Dependencies) -> list[tuple[str, str | None]]:
+def replies(deps: HostDeps) -> list[tuple[str, str | None]]:
     return [
         (r["status"], r["reason"])
         for r in map(json.loads, (m.body for m in received(deps.queues.queue("client-a"))))
     ]
 
 
-def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) -> None:
+def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: HostDeps) -> None:
     submit(deps)
     replies(deps)
 
@@ -147,7 +147,7 @@ def test_an_order_nothing_was_done_for_is_cancelled_at_once(deps: Dependencies) 
     )
 
 
-def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: Dependencies) -> None:
+def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -203,7 +203,7 @@ def test_a_running_order_stops_at_its_next_step_and_is_undone_then_cancelled(dep
     assert replies(deps) == [("Cancelled", CANCELLED_BY_CLIENT)]
 
 
-def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing(deps: Dependencies) -> None:
+def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -224,7 +224,7 @@ def test_a_cancel_during_the_last_reversible_step_stops_the_order_from_finishing
     assert deps.states.get("a:o-1").item.process_state is ProcessState.PROCESSING
 
 
-def test_a_cancel_past_the_point_of_no_return_is_refused(deps: Dependencies) -> None:
+def test_a_cancel_past_the_point_of_no_return_is_refused(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     start(deps, RESERVE)
@@ -241,7 +241,7 @@ def test_a_cancel_past_the_point_of_no_return_is_refused(deps: Dependencies) -> 
 
 
 def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_refused(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit(deps)
     claimed(deps)
@@ -274,7 +274,7 @@ def test_a_cancel_that_races_the_start_of_the_irreversible_step_sees_it_and_is_r
     assert record.steps[SHIP].status.value == "Running"
 
 
-def test_a_settled_order_cannot_be_cancelled(deps: Dependencies) -> None:
+def test_a_settled_order_cannot_be_cancelled(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     finish_order(
@@ -292,20 +292,20 @@ def test_a_settled_order_cannot_be_cancelled(deps: Dependencies) -> None:
     assert replies(deps) == [("CancelRefused", "order is Processed")]
 
 
-def test_a_cancel_of_an_unknown_order_is_dead_lettered(deps: Dependencies) -> None:
+def test_a_cancel_of_an_unknown_order_is_dead_lettered(deps: HostDeps) -> None:
     with pytest.raises(InvalidMessage) as raised:
         cancel(deps)
     assert raised.value.reason == "UnknownOrder"
 
 
-def test_a_malformed_cancel_is_dead_lettered_with_its_reason(deps: Dependencies) -> None:
+def test_a_malformed_cancel_is_dead_lettered_with_its_reason(deps: HostDeps) -> None:
     with pytest.raises(InvalidMessage) as raised:
         cancel(deps, json.dumps({"schemaVersion": 1, "type": "CancelOrder", "orderId": "o-1", "extra": 1}))
     assert raised.value.reason == "UnexpectedField"
 
 
 def test_an_expired_attempt_of_a_cancelled_order_is_handed_to_compensation(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)

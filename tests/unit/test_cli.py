@@ -16,9 +16,9 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
@@ -41,6 +41,7 @@ from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
 from orderflow_client.order_files import generate_orders
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
 
@@ -1012,9 +1013,7 @@ def test_review_needs_exactly_one_of_approve_and_reject(
 API_URL = "https://operator-api.test"
 
 
-def serve_operator_api(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
+def serve_operator_api(deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Put the operator API over ``deps`` behind the CLI's client, in process: its requests go to the
     handler, checking real tokens. Returns the requests it answers, as ``METHOD path``, as they come."""
     asked: list[str] = []
@@ -1027,6 +1026,7 @@ def serve_operator_api(
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
         )
         return httpx.Response(answer.status, headers=answer.all_headers(), content=answer.content())
@@ -1042,7 +1042,7 @@ def serve_operator_api(
 
 
 @pytest.fixture
-def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> HostDeps:
     """The operator API behind the CLI's client (:func:`serve_operator_api`), over the in-memory stores.
     Holds o-1, paused for review."""
     deps = memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
@@ -1070,7 +1070,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Dependencies
 class OrderApi:
     """The operator API behind the CLI over in-memory stores a test fills, and what it was asked."""
 
-    deps: Dependencies
+    deps: HostDeps
     asked: list[str]
 
 
@@ -1094,7 +1094,7 @@ def token_file(tmp_path: Path, token: str) -> str:
 
 @pytest.mark.parametrize(("flag", "decision"), [("--approve", "approve"), ("--reject", "reject")])
 def test_review_records_the_decision_of_the_tokens_principal(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, flag: str, decision: str
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path, flag: str, decision: str
 ) -> None:
     token = trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE])
 
@@ -1114,7 +1114,7 @@ def test_review_records_the_decision_of_the_tokens_principal(
 
 
 def test_the_token_and_the_url_may_come_from_the_environment(
-    api: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    api: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ORDERFLOW_API_URL", API_URL)
     monkeypatch.setenv("ORDERFLOW_TOKEN", trusted.issuer.mint(name="ana", roles=[REVIEWER_ROLE]))
@@ -1125,7 +1125,7 @@ def test_the_token_and_the_url_may_come_from_the_environment(
 
 
 def test_a_refusal_of_the_api_is_one_line_and_exits_1(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path
 ) -> None:
     operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
     etag = api.states.get("a:o-1").etag
@@ -1141,7 +1141,7 @@ def test_a_refusal_of_the_api_is_one_line_and_exits_1(
 
 
 def test_compensate_stops_the_order_for_the_tokens_principal(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path
 ) -> None:
     token = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
 
@@ -1172,9 +1172,7 @@ def test_compensate_stops_the_order_for_the_tokens_principal(
         ([], "error: give --api-url or set ORDERFLOW_API_URL"),
     ],
 )
-def test_without_a_token_or_a_url_nothing_is_called(
-    api: Dependencies, args: list[str], expected: str
-) -> None:
+def test_without_a_token_or_a_url_nothing_is_called(api: HostDeps, args: list[str], expected: str) -> None:
     etag = api.states.get("a:o-1").etag
 
     result = invoke("compensate", "a:o-1", *args)
@@ -1386,7 +1384,7 @@ def test_a_bearer_token_is_sent_in_the_clear_only_to_a_loopback_host(url: str, a
             OperatorApiClient(url, token="t")
 
 
-def _dead_letter_on_orders_a(api: Dependencies, body: str, correlation_id: str) -> DeadLetter:
+def _dead_letter_on_orders_a(api: HostDeps, body: str, correlation_id: str) -> DeadLetter:
     """``body`` sent as ``m-1`` with ``correlation_id`` to client ``a``'s inbound queue, dead-lettered."""
     inbound = api.queues.queue("orders-a")
     inbound.send(body, message_id="m-1", correlation_id=correlation_id)
@@ -1409,7 +1407,7 @@ def _replay_id(dead: DeadLetter) -> str:
     ],
 )
 def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not_linked(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, said: str
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, said: str
 ) -> None:
     dead = _dead_letter_on_orders_a(api, body, correlation_id)
     operator = trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE])
@@ -1433,7 +1431,7 @@ def test_a_replay_names_the_order_its_dead_letter_is_linked_to_or_says_it_is_not
 
 
 def test_a_second_replay_of_a_dead_letter_says_who_replayed_it_and_when(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path
 ) -> None:
     dead = _dead_letter_on_orders_a(api, order_body("o-1"), "o-1")
     args = ["deadletters", "replay", "orders-a", dead.dead_letter_id, "--api-url", API_URL, "--token-file"]
@@ -1462,7 +1460,7 @@ def test_a_second_replay_of_a_dead_letter_says_who_replayed_it_and_when(
     ],
 )
 def test_a_dead_letter_list_and_show_name_its_linked_order_or_say_it_is_not_linked(
-    api: Dependencies, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, order: str
+    api: HostDeps, trusted: TrustedIssuer, tmp_path: Path, body: str, correlation_id: str, order: str
 ) -> None:
     dead = _dead_letter_on_orders_a(api, body, correlation_id)
     tokens = token_file(tmp_path, trusted.issuer.mint(name="otto", roles=[OPERATOR_ROLE]))

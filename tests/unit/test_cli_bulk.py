@@ -13,9 +13,9 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import LastError, ProcessState, StepStatus
 from orderflow.timeline import Actor, note
@@ -23,6 +23,7 @@ from orderflow.workflows import ORDER_V1, ORDER_V2
 from orderflow_client import cli_bulk, cli_common
 from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import RecordingClient, memory_deps, submit_and_claim
 
@@ -41,7 +42,7 @@ class Api:
     and hooks run before it handles a POST and after (by order key): to change an order between listing
     and acting, to fail the connection, or to lose the answer."""
 
-    deps: Dependencies
+    deps: HostDeps
     trusted: TrustedIssuer
     posts: list[tuple[str, str]] = field(default_factory=list)
     before_post: dict[str, Callable[[], None]] = field(default_factory=dict)
@@ -54,7 +55,7 @@ class Api:
         return f"{self.trusted.issuer.tenant_id}/{local_object_id(name)}"
 
 
-def make_failed(deps: Dependencies, key: str) -> None:
+def make_failed(deps: HostDeps, key: str) -> None:
     """``key`` (order-v1) as its attempt left it after the charge failed for good: ``Error``, unlocked."""
     submit_and_claim(deps, definition=ORDER_V1, order_id=key)
     found = deps.states.get(key)
@@ -71,7 +72,7 @@ def make_failed(deps: Dependencies, key: str) -> None:
     deps.states.replace(record, etag=found.etag)
 
 
-def touch(deps: Dependencies, key: str) -> None:
+def touch(deps: HostDeps, key: str) -> None:
     """Another writer changes ``key``: a new version, nothing else."""
     found = deps.states.get(key)
     record = found.item.model_copy(deep=True)
@@ -103,6 +104,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> Api:
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )

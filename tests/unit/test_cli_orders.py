@@ -12,9 +12,9 @@ from typer.testing import CliRunner, Result
 
 from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.records import LastError, ProcessState
 from orderflow.timeline import TIMELINE_WINDOW, Actor, note
@@ -22,6 +22,7 @@ from orderflow.workflows import ORDER_V1
 from orderflow_client import cli_common
 from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
+from tests.host_deps import HostDeps
 from tests.hostile_text import hostile_cases, raw_controls
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, submit_and_claim
@@ -33,7 +34,7 @@ API_URL = "https://operator-api.test"
 
 
 @pytest.fixture
-def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Dependencies:
+def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> HostDeps:
     """The operator API behind the CLI, holding a:o-1 (running) and a:o-2 (Error)."""
     deps = memory_deps(FakeClock())
     for key in ("a:o-1", "a:o-2"):
@@ -50,6 +51,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=request.url.query.decode(),
         )
@@ -71,7 +73,7 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
 
 
-def test_orders_show_renders_the_state_steps_log_replies_and_the_whole_timeline(api: Dependencies) -> None:
+def test_orders_show_renders_the_state_steps_log_replies_and_the_whole_timeline(api: HostDeps) -> None:
     for n in range(TIMELINE_WINDOW):  # some of it moves to history: show reads it back
         found = api.states.get("a:o-1")
         record = found.item.model_copy(deep=True)
@@ -95,7 +97,7 @@ def test_orders_show_renders_the_state_steps_log_replies_and_the_whole_timeline(
 
 @hostile_cases
 def test_orders_show_and_list_make_the_control_characters_of_stored_text_visible(
-    api: Dependencies, hostile: str
+    api: HostDeps, hostile: str
 ) -> None:
     # A service's error message and an actor's name are text others wrote, kept on the record.
     found = api.states.get("a:o-2")
@@ -112,7 +114,7 @@ def test_orders_show_and_list_make_the_control_characters_of_stored_text_visible
     assert visible(encodable(hostile)) in shown.stdout_bytes.decode()
 
 
-def test_orders_list_filters_through_the_api(api: Dependencies) -> None:
+def test_orders_list_filters_through_the_api(api: HostDeps) -> None:
     errors = invoke("orders", "list", "--state", "Error")
     everything = invoke("orders", "list", "--limit", "1")
 
@@ -122,7 +124,7 @@ def test_orders_list_filters_through_the_api(api: Dependencies) -> None:
 
 
 def test_resubmit_acts_on_the_version_read_and_refuses_a_stale_etag(
-    api: Dependencies, trusted: TrustedIssuer
+    api: HostDeps, trusted: TrustedIssuer
 ) -> None:
     stale = invoke("resubmit", "a:o-2", "--etag", '"not-the-version"')
     etag = api.states.get("a:o-2").etag
@@ -139,7 +141,7 @@ def test_resubmit_acts_on_the_version_read_and_refuses_a_stale_etag(
     assert record.timeline[-1].by == f"{trusted.issuer.tenant_id}/{local_object_id('otto')}"
 
 
-def test_suspend_and_resume(api: Dependencies) -> None:
+def test_suspend_and_resume(api: HostDeps) -> None:
     suspended = invoke("suspend", "a:o-1")
     again = invoke("suspend", "a:o-1")
     resumed = invoke("resume", "a:o-1")
@@ -150,7 +152,7 @@ def test_suspend_and_resume(api: Dependencies) -> None:
 
 
 def test_resubmit_with_input_sends_the_corrected_fields_of_a_json_object_file(
-    api: Dependencies, tmp_path: Path, trusted: TrustedIssuer
+    api: HostDeps, tmp_path: Path, trusted: TrustedIssuer
 ) -> None:
     shipment_refused(api, "a:o-3")  # order-v4: the carrier CAMEL refused
     corrected = tmp_path / "carrier.json"
@@ -182,7 +184,7 @@ def test_resubmit_with_input_sends_the_corrected_fields_of_a_json_object_file(
     ],
 )
 def test_resubmit_refuses_an_input_file_that_is_not_a_json_object_before_calling(
-    api: Dependencies, tmp_path: Path, content: str, says: str
+    api: HostDeps, tmp_path: Path, content: str, says: str
 ) -> None:
     etag = shipment_refused(api, "a:o-3").etag
     corrected = tmp_path / "input.json"
@@ -198,7 +200,7 @@ def test_resubmit_refuses_an_input_file_that_is_not_a_json_object_before_calling
 
 
 def test_resubmit_with_input_the_step_does_not_take_or_an_invalid_value_exits_1(
-    api: Dependencies, tmp_path: Path
+    api: HostDeps, tmp_path: Path
 ) -> None:
     etag = shipment_refused(api, "a:o-3").etag
     items = tmp_path / "items.json"
@@ -216,7 +218,7 @@ def test_resubmit_with_input_the_step_does_not_take_or_an_invalid_value_exits_1(
     assert api.states.get("a:o-3").etag == etag
 
 
-def test_orders_show_renders_an_input_correction_and_who_made_it(api: Dependencies, tmp_path: Path) -> None:
+def test_orders_show_renders_an_input_correction_and_who_made_it(api: HostDeps, tmp_path: Path) -> None:
     shipment_refused(api, "a:o-3")
     corrected = tmp_path / "carrier.json"
     corrected.write_text('{"carrier": "AIR"}', encoding="utf-8")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from operator_api import routes
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.client_text import MAX_LOG_VALUE_CHARS, encodable, log_value, visible
 from orderflow.clock import FakeClock
@@ -117,7 +118,13 @@ def test_an_answer_that_cannot_be_encoded_is_a_500_in_the_error_shape(
     deps = memory_deps(FakeClock())
 
     answer = handle_operator_request(
-        "GET", "/api/operator/queues", trusted.operator(), b"", deps=deps, validator=trusted.validator
+        "GET",
+        "/api/operator/queues",
+        trusted.operator(),
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
 
     assert answer.status == 500

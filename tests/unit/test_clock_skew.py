@@ -22,13 +22,13 @@ from orderflow import telemetry
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock, OffsetClock, latest
 from orderflow.clock_skew import ClockCheckedStateStore, ClockSkewMonitor, skew_bounds
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.settings import Settings
 from orderflow.step_requests import agent_deadline
 from orderflow.store_clock import store_timed
 from orderflow.stores.memory import InMemoryStateStore
 from supervisor.sweep import run_sweep
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body
 
 pytestmark = pytest.mark.unit
@@ -52,7 +52,7 @@ class SkewRun:
         return [] if claimed is None else [at for at in self.calls if at >= claimed]
 
 
-def on_store_time(shared: Dependencies, true: FakeClock, offset_s: float) -> Dependencies:
+def on_store_time(shared: HostDeps, true: FakeClock, offset_s: float) -> HostDeps:
     """A host whose clock is ``offset_s`` off the true one, wired as hosts are: on the store's time, with a
     probe whose stamp is the true time rounded down to the second (the store's ``_ts``)."""
     host = OffsetClock(true, offset_s)
@@ -66,14 +66,14 @@ def on_store_time(shared: Dependencies, true: FakeClock, offset_s: float) -> Dep
     return replace(shared, states=states, clock=clock)
 
 
-def on_own_clock(shared: Dependencies, true: FakeClock, offset_s: float) -> Dependencies:
+def on_own_clock(shared: HostDeps, true: FakeClock, offset_s: float) -> HostDeps:
     """A host that reads its skewed clock directly (no store clock): what the control runs on."""
     return replace(shared, clock=OffsetClock(true, offset_s))
 
 
 def run_two_hosts(
-    writer: Dependencies,
-    supervisor: Dependencies,
+    writer: HostDeps,
+    supervisor: HostDeps,
     clock: FakeClock,
     *,
     order_id: str = ORDER,
@@ -145,7 +145,7 @@ def run_two_hosts(
     return run
 
 
-def shared_deps(clock: FakeClock) -> Dependencies:
+def shared_deps(clock: FakeClock) -> HostDeps:
     """Stores stamped with the true time; backoff 0: a recovered order is claimable at once, so only the
     deadline stands between attempts."""
     deps = memory_deps(clock, SUPERVISOR_BACKOFF_INITIAL_S=0)

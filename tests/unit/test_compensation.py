@@ -24,13 +24,13 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
-from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery
 from tests.activity_json import begin_compensation, finish_compensation, start_step, start_undo
+from tests.host_deps import HostDeps
 from tests.unit.fakes import memory_deps, received, recover_once, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -45,17 +45,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, SUPERVISOR_MAX_FAILURES=3, CLAIM_TIMEOUT_S=30.0, AGENT_MAX_CALLS_PER_STEP=4)
 
 
-def submitted_and_claimed(deps: Dependencies) -> StateRecord:
+def submitted_and_claimed(deps: HostDeps) -> StateRecord:
     return submit_and_claim(deps, definition=ORDER_V1)
 
 
-def start(
-    deps: Dependencies, step: str, completed: StepResult | None = None, instance: str = "a:o-1:1"
-) -> None:
+def start(deps: HostDeps, step: str, completed: StepResult | None = None, instance: str = "a:o-1:1") -> None:
     result = start_step(
         StartStepInput(
             order_id="a:o-1",
@@ -71,7 +69,7 @@ def start(
     assert result["outcome"] == "started"
 
 
-def begin(deps: Dependencies, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
+def begin(deps: HostDeps, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "a:o-1",
         "instance_id": instance,
@@ -83,7 +81,7 @@ def begin(deps: Dependencies, instance: str = "a:o-1:1", **changes: Any) -> dict
 
 
 def undo(
-    deps: Dependencies, step: str, instance: str = "a:o-1:1", workflow_version: str = ORDER_V1.version
+    deps: HostDeps, step: str, instance: str = "a:o-1:1", workflow_version: str = ORDER_V1.version
 ) -> dict[str, Any]:
     return start_undo(
         StartUndoInput(
@@ -98,7 +96,7 @@ def undo(
     )
 
 
-def finish(deps: Dependencies, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
+def finish(deps: HostDeps, instance: str = "a:o-1:1", **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "a:o-1",
         "instance_id": instance,
@@ -121,7 +119,7 @@ def start_input_for(record: StateRecord) -> OrchestrationInput:
     return OrchestrationInput.model_validate(started)
 
 
-def reserved_then_declined(deps: Dependencies) -> dict[str, Any]:
+def reserved_then_declined(deps: HostDeps) -> dict[str, Any]:
     """Reserve succeeds; the charge is declined; the orchestration begins compensating."""
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -129,12 +127,12 @@ def reserved_then_declined(deps: Dependencies) -> dict[str, Any]:
     return begin(deps, error=DECLINED)
 
 
-def replies(deps: Dependencies) -> list[dict[str, Any]]:
+def replies(deps: HostDeps) -> list[dict[str, Any]]:
     return [json.loads(m.body) for m in received(deps.queues.queue("client-a"))]
 
 
 def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_effect(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     result = reserved_then_declined(deps)
 
@@ -149,9 +147,7 @@ def test_begin_records_the_cause_and_returns_only_steps_that_may_have_had_an_eff
     assert record.steps[CHARGE].status is StepStatus.FAILED
 
 
-def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
-    deps: Dependencies, clock: FakeClock
-) -> None:
+def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(deps: HostDeps, clock: FakeClock) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
@@ -176,7 +172,7 @@ def test_a_step_whose_attempt_died_mid_call_is_undone_by_its_key(
     assert body["payload"] == {"forwardKey": "a:o-1:charge_payment"}
 
 
-def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependencies, clock: FakeClock) -> None:
+def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: HostDeps, clock: FakeClock) -> None:
     reserved_then_declined(deps)
     spent = deps.states.get("a:o-1").item.retry_budget.spent
     received(deps.queues.queue("agent-inventory"))
@@ -198,7 +194,7 @@ def test_undos_spend_no_retry_budget_and_a_rerun_writes_nothing(deps: Dependenci
     assert body["maxCalls"] == deps.settings.steps.AGENT_MAX_CALLS_PER_STEP
 
 
-def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: Dependencies) -> None:
+def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(deps: HostDeps) -> None:
     reserved_then_declined(deps)
     undo(deps, RESERVE)
     replies(deps)
@@ -218,7 +214,7 @@ def test_finish_compensated_records_the_last_undo_and_replies_with_the_cause(dep
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
 
-def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: Dependencies) -> None:
+def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: HostDeps) -> None:
     reserved_then_declined(deps)
 
     with pytest.raises(IllegalTransition, match="still has"):
@@ -226,7 +222,7 @@ def test_finish_refuses_compensated_while_an_entry_is_not_undone(deps: Dependenc
     assert deps.states.get("a:o-1").item.process_state is ProcessState.COMPENSATING
 
 
-def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: Dependencies) -> None:
+def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps: HostDeps) -> None:
     reserved_then_declined(deps)
     undo(deps, RESERVE)
     replies(deps)
@@ -248,7 +244,7 @@ def test_an_undo_that_fails_for_good_ends_compensation_failed_with_an_alert(deps
     assert (reply["status"], reply["reason"]) == ("CompensationFailed", "unknown_reservation")
 
 
-def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependencies) -> None:
+def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: HostDeps) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
@@ -267,7 +263,7 @@ def test_past_a_point_of_no_return_the_order_is_not_compensated(deps: Dependenci
     assert (reply["status"], reply["reason"]) == ("Failed", PAST_POINT_OF_NO_RETURN)
 
 
-def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClock) -> None:
+def test_a_stale_attempt_cannot_start_an_undo(deps: HostDeps, clock: FakeClock) -> None:
     reserved_then_declined(deps)
     clock.advance(
         9 + deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S
@@ -291,7 +287,7 @@ def test_a_stale_attempt_cannot_start_an_undo(deps: Dependencies, clock: FakeClo
 
 
 def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_threshold(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     reserved_then_declined(deps)
     replies(deps)
@@ -327,7 +323,7 @@ def test_supervisor_unlocks_an_expired_compensation_then_fails_it_at_the_thresho
     assert clock.now() - record.updated_at < timedelta(seconds=1)
 
 
-def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: Dependencies) -> None:
+def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: HostDeps) -> None:
     # The record started on order-v1 (undo one step at a time); a later version (refund and release
     # in parallel) is the current one now. The attempt resumes with the record's version.
     submitted_and_claimed(deps)
@@ -341,7 +337,7 @@ def test_a_record_compensates_with_the_workflow_version_it_started_with(deps: De
     assert begin(deps, workflow_version=resumed.workflow_version)["undoStages"] == [[CHARGE], [RESERVE]]
 
 
-def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Dependencies) -> None:
+def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: HostDeps) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))
@@ -365,7 +361,7 @@ def test_order_v2_undoes_the_charge_and_the_reservation_in_one_stage(deps: Depen
     assert [e.status for e in deps.states.get("a:o-1").item.compensation_log] == ["Compensated"] * 2
 
 
-def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: Dependencies) -> None:
+def test_every_undo_of_a_stage_that_failed_for_good_is_reported(deps: HostDeps) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
     start(deps, CHARGE, completed=StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1))

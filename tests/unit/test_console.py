@@ -15,6 +15,7 @@ from devhost.operator_http import create_operator_app
 from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY, authority_origin, console_files
 from operator_api.handler import handle_operator_request
 from operator_api.routes import CONSOLE_CONFIG_PATH, CONSOLE_PATH
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from tests.unit.fakes import memory_deps
 
@@ -29,7 +30,10 @@ EXPECTED_TYPES = {
 
 def get(path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
     # validator=None: the API is not configured, so any route that needed a token would answer 503.
-    answer = handle_operator_request(method, path, {}, b"", deps=memory_deps(FakeClock()), validator=None)
+    deps = memory_deps(FakeClock())
+    answer = handle_operator_request(
+        method, path, {}, b"", deps=deps, sections=OperatorApiSections.of(deps.settings), validator=None
+    )
     return answer.status, answer.all_headers(), answer.content()
 
 
@@ -95,7 +99,8 @@ def test_the_files_take_get_only() -> None:
 
 
 def test_the_local_host_sends_the_files_with_their_headers() -> None:
-    app = create_operator_app(memory_deps(FakeClock()), None)
+    built = memory_deps(FakeClock())
+    app = create_operator_app(built, OperatorApiSections.of(built.settings), None)
     with TestClient(app) as http:
         page = http.get(f"{CONSOLE_PATH}/")
         script = http.get(f"{CONSOLE_PATH}/main.js")
@@ -175,13 +180,29 @@ def test_the_console_config_is_empty_until_a_client_id_is_set_and_then_widens_co
         OPERATOR_AUDIENCE="api://orderflow-api",
         CONSOLE_CLIENT_ID="c-1",
     )
-    answer = handle_operator_request("GET", CONSOLE_CONFIG_PATH, {}, b"", deps=deps, validator=None)
+    answer = handle_operator_request(
+        "GET",
+        CONSOLE_CONFIG_PATH,
+        {},
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=None,
+    )
     authority = f"https://login.microsoftonline.com/{tenant}/v2.0"
     assert (answer.status, answer.body) == (
         200,
         {"authority": authority, "clientId": "c-1", "scope": "api://orderflow-api/.default"},
     )
-    page = handle_operator_request("GET", f"{CONSOLE_PATH}/", {}, b"", deps=deps, validator=None)
+    page = handle_operator_request(
+        "GET",
+        f"{CONSOLE_PATH}/",
+        {},
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=None,
+    )
     policy = page.all_headers()["Content-Security-Policy"]
     assert policy == CONTENT_SECURITY_POLICY.replace(
         "connect-src 'self';", "connect-src 'self' https://login.microsoftonline.com;"

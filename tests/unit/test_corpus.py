@@ -24,11 +24,11 @@ from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 
 import function_app
+from devhost.settings import load_settings
 from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints.intake import submission_function_name
 from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock, SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound
 from orderflow.messages import SUBMISSION_REASONS
 from orderflow.queues.base import DeadLetter
@@ -50,6 +50,7 @@ from tests.corpus import (
     run_through_devhost,
     take_replies,
 )
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT
 
 pytestmark = pytest.mark.unit
@@ -116,8 +117,8 @@ def test_a_body_too_large_for_a_storage_queue_is_refused_at_send() -> None:
 
 
 def test_the_corpus_through_the_devhost_consumer_is_dead_lettered_and_writes_nothing() -> None:
-    settings = Settings.load(env={}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
-    deps = replace(_memory_deps(), clock=SystemClock(), settings=settings)
+    settings, local = load_settings({}, POLL_INTERVAL_S=0.01, POLL_MAX_INTERVAL_S=0.05)
+    deps = replace(_memory_deps(), clock=SystemClock(), settings=settings, local=local)
 
     run = run_through_devhost(deps, CASES, run_id="unit")
 
@@ -195,6 +196,7 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
     states, orders = run.recording(stores.states, stores.orders)
     trigger_deps = replace(stores, states=states, orders=orders)
     monkeypatch.setattr(intake_blueprint, "dependencies", lambda: trigger_deps)
+    monkeypatch.setattr(intake_blueprint, "app_settings", lambda: trigger_deps.settings)
     # Bad input is dead-lettered, never redelivered: a redelivery would fail the test.
     monkeypatch.setattr(intake_blueprint, "redelivery", lambda: None)
     actions = RecordingActions()
@@ -238,8 +240,8 @@ def test_the_corpus_through_the_functions_trigger_is_dead_lettered_and_writes_no
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _memory_deps() -> Dependencies:
-    return Dependencies(
+def _memory_deps() -> HostDeps:
+    return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -248,7 +250,7 @@ def _memory_deps() -> Dependencies:
     )
 
 
-def _handler_deps(deps: Dependencies) -> dict[str, Any]:
+def _handler_deps(deps: HostDeps) -> dict[str, Any]:
     return {
         "orders": deps.orders,
         "states": deps.states,

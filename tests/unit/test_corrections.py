@@ -17,6 +17,7 @@ from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -28,7 +29,6 @@ from orderflow.contracts import (
     StepError,
     StepResult,
 )
-from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.messages import CancelOrder
 from orderflow.operator_auth import TokenValidator
@@ -44,6 +44,7 @@ from orderflow.workflows import (
     workflow_for,
 )
 from tests.activity_json import begin_compensation, finish_order, start_step, start_undo
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, local_issuer
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, received, submit_and_claim
 from tests.unit.test_operator_actions import BothRead
@@ -57,19 +58,27 @@ SHIPPING = "agent-shipping"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0, RETRY_BUDGET=12)
 
 
 def call(
-    deps: Dependencies,
+    deps: HostDeps,
     validator: TokenValidator | None,
     path: str,
     headers: dict[str, str],
     body: Any = None,
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request("POST", path, headers, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        "POST",
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
 def code(response: OperatorResponse) -> str:
@@ -77,7 +86,7 @@ def code(response: OperatorResponse) -> str:
 
 
 def start(
-    deps: Dependencies, step: str, instance: str, completed: StepResult | None = None, *, key: str = KEY
+    deps: HostDeps, step: str, instance: str, completed: StepResult | None = None, *, key: str = KEY
 ) -> dict[str, Any]:
     data = StartStepInput(
         order_id=key,
@@ -91,7 +100,7 @@ def start(
     return start_step(data.to_payload(), deps)
 
 
-def shipment_refused(deps: Dependencies, key: str = KEY) -> Versioned[StateRecord]:
+def shipment_refused(deps: HostDeps, key: str = KEY) -> Versioned[StateRecord]:
     """``key`` on order-v4, as its attempt left it: reserved, charged, the shipment refused by the carrier
     (``unknown_carrier``): ``Error``. The agent requests sent are drained."""
     submit_and_claim(deps, definition=ORDER_V4, order_id=key, carrier="CAMEL")
@@ -118,13 +127,13 @@ def shipment_refused(deps: Dependencies, key: str = KEY) -> Versioned[StateRecor
 
 
 def resubmit(
-    deps: Dependencies, trusted: TrustedIssuer, etag: str, body: Any, name: str = "otto"
+    deps: HostDeps, trusted: TrustedIssuer, etag: str, body: Any, name: str = "otto"
 ) -> OperatorResponse:
     headers = {**trusted.operator(name), "If-Match": etag}
     return call(deps, trusted.validator, f"{ORDER}/resubmit", headers, body)
 
 
-def claim_next(deps: Dependencies) -> RecordingClient:
+def claim_next(deps: HostDeps) -> RecordingClient:
     client = RecordingClient()
     run_starter_pass(
         states=deps.states,
@@ -140,14 +149,14 @@ def claim_next(deps: Dependencies) -> RecordingClient:
     return client
 
 
-def ship_request(deps: Dependencies) -> dict[str, Any]:
+def ship_request(deps: HostDeps) -> dict[str, Any]:
     [request] = received(deps.queues.queue(SHIPPING))
     body: dict[str, Any] = json.loads(request.body)
     return body
 
 
 def test_a_corrected_resubmit_runs_the_refused_step_on_the_corrected_value_under_a_new_key(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = shipment_refused(deps)
     start(deps, SHIP, f"{KEY}:1")  # what the failed call carried, for comparison: nothing (fenced)
@@ -206,7 +215,7 @@ def test_a_corrected_resubmit_runs_the_refused_step_on_the_corrected_value_under
 
 
 def test_a_second_correction_is_laid_over_the_first_under_the_next_number(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = shipment_refused(deps)
     assert resubmit(deps, trusted, seen.etag, {"input": {"carrier": "BOAT"}}).status == 202
@@ -256,7 +265,7 @@ def test_a_second_correction_is_laid_over_the_first_under_the_next_number(
     ],
 )
 def test_a_correction_the_step_does_not_take_or_an_invalid_value_is_refused_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer, body: Any, status: int, refusal: str, says: str
+    deps: HostDeps, trusted: TrustedIssuer, body: Any, status: int, refusal: str, says: str
 ) -> None:
     seen = shipment_refused(deps)
 
@@ -269,7 +278,7 @@ def test_a_correction_the_step_does_not_take_or_an_invalid_value_is_refused_and_
 
 
 def test_a_step_that_declares_no_correctable_field_refuses_corrections(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     # order-v1, whose steps declare no correctable input, its record put in Error here by hand.
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
@@ -289,9 +298,7 @@ def test_a_step_that_declares_no_correctable_field_refuses_corrections(
     assert deps.states.get(KEY).etag == seen.etag
 
 
-def test_a_step_that_may_have_taken_effect_is_not_corrected(
-    deps: Dependencies, trusted: TrustedIssuer
-) -> None:
+def test_a_step_that_may_have_taken_effect_is_not_corrected(deps: HostDeps, trusted: TrustedIssuer) -> None:
     """Past a point of no return the shipment's outcome is unknown: a new key could ship it twice."""
     seen = shipment_refused(deps)
     record = seen.item.model_copy(deep=True)
@@ -310,9 +317,7 @@ def test_a_step_that_may_have_taken_effect_is_not_corrected(
     assert deps.states.get(KEY).item.corrections == []
 
 
-def test_a_corrected_resubmit_against_a_stale_version_is_412(
-    deps: Dependencies, trusted: TrustedIssuer
-) -> None:
+def test_a_corrected_resubmit_against_a_stale_version_is_412(deps: HostDeps, trusted: TrustedIssuer) -> None:
     seen = shipment_refused(deps)
     moved = seen.item.model_copy(deep=True)
     moved.updated_at = deps.clock.now() + timedelta(seconds=1)
@@ -331,7 +336,7 @@ def test_two_concurrent_corrected_resubmits_make_one_correction_and_one_new_atte
 ) -> None:
     states = BothRead()
     base = memory_deps(FakeClock(), RETRY_BUDGET=12)
-    deps = Dependencies(states, base.orders, base.queues, base.clock, base.settings)
+    deps = HostDeps(states, base.orders, base.queues, base.clock, settings=base.settings)
     seen = shipment_refused(deps)
     states.armed = True
     answers: list[OperatorResponse] = []
@@ -369,7 +374,7 @@ def test_two_concurrent_corrected_resubmits_make_one_correction_and_one_new_atte
 
 
 def test_an_order_stopped_for_a_correction_may_be_compensated_instead(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = shipment_refused(deps)
 
@@ -384,7 +389,7 @@ def test_an_order_stopped_for_a_correction_may_be_compensated_instead(
 
 
 def test_retention_purges_the_values_of_corrections_and_keeps_who_and_when(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = shipment_refused(deps)
     resubmit(deps, trusted, seen.etag, {"input": {"carrier": "AIR"}})
@@ -399,7 +404,7 @@ def test_retention_purges_the_values_of_corrections_and_keeps_who_and_when(
 
 
 def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_for_a_correction(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reversible step that takes corrections (none of the demo's: its shipment is irreversible, and a
     cancel while it runs is refused): the client's cancel wins over waiting for an operator."""
@@ -457,7 +462,7 @@ def test_a_cancel_while_a_correctable_step_ran_compensates_instead_of_waiting_fo
 
 
 def test_a_corrected_step_that_moves_to_its_fallback_calls_it_under_a_key_of_the_correction(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A step with a fallback provider that takes corrections (none of the demo's): the fallback already
     refused the first input, so the corrected input goes to it under a key of its own too."""
@@ -528,7 +533,7 @@ def test_a_corrected_step_that_moves_to_its_fallback_calls_it_under_a_key_of_the
 
 
 def test_the_undo_of_a_corrected_step_names_what_the_corrected_call_did(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reversible step that takes corrections (none of the demo's): its compensation entry holds the
     corrected call's answer, and its undo names the corrected call's key, so the service undoes what was
@@ -606,7 +611,7 @@ def test_the_undo_of_a_corrected_step_names_what_the_corrected_call_did(
 
 
 def test_a_reviewer_or_a_token_without_a_role_cannot_correct_an_order(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = shipment_refused(deps)
     body = {"input": {"carrier": "AIR"}}

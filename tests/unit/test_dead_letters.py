@@ -17,9 +17,9 @@ from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.deadletters import deployment_queues
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import DeadLettersBusy
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -29,6 +29,7 @@ from orderflow.settings import Settings
 from orderflow.stores.base import StateStore
 from orderflow.workflows import ORDER_V1
 from supervisor.retention import dead_letter_sources
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, submit_and_claim
 
@@ -39,11 +40,11 @@ BASE = "/api/operator/deadletters"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock())
 
 
-def dead_letter(deps: Dependencies, body: str, *, message_id: str, reason: str = "HandlerFailed") -> str:
+def dead_letter(deps: HostDeps, body: str, *, message_id: str, reason: str = "HandlerFailed") -> str:
     """Send ``body`` to the inbound queue and dead-letter it; its dead letter id."""
     queue = deps.queues.queue(INBOUND)
     queue.send(body, message_id=message_id, correlation_id=None)
@@ -56,7 +57,7 @@ def dead_letter(deps: Dependencies, body: str, *, message_id: str, reason: str =
 
 
 def call(
-    deps: Dependencies,
+    deps: HostDeps,
     trusted: TrustedIssuer,
     method: str,
     path: str,
@@ -66,7 +67,15 @@ def call(
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
     headers = trusted.bearer("otto", role)
-    return handle_operator_request(method, path, headers, raw, deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers,
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def test_a_replay_id_is_never_the_original_and_is_the_dead_letters_own() -> None:
@@ -87,7 +96,7 @@ def test_a_replay_id_is_never_the_original_and_is_the_dead_letters_own() -> None
     assert len(wide.encode("utf-16-le")) <= 2 * 128 and wide.startswith("\U0001f4e6" * 52 + ":replay:")
 
 
-def test_the_list_pages_through_dead_letters_oldest_first(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_the_list_pages_through_dead_letters_oldest_first(deps: HostDeps, trusted: TrustedIssuer) -> None:
     for n in range(5):
         dead_letter(deps, f'{{"n": {n}}}', message_id=f"m-{n}")
 
@@ -101,7 +110,7 @@ def test_the_list_pages_through_dead_letters_oldest_first(deps: Dependencies, tr
     assert first.body["deadLetters"][0]["reason"] == "HandlerFailed"
 
 
-def test_show_gives_the_body_and_an_unknown_id_is_404(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_show_gives_the_body_and_an_unknown_id_is_404(deps: HostDeps, trusted: TrustedIssuer) -> None:
     dead_id = dead_letter(deps, '{"orderId": "o-5"}', message_id="m-5")
 
     shown = call(deps, trusted, "GET", f"{BASE}/{INBOUND}/{dead_id}")
@@ -111,7 +120,7 @@ def test_show_gives_the_body_and_an_unknown_id_is_404(deps: Dependencies, truste
     assert (missing.status, missing.body["error"]["code"]) == (404, "NoSuchDeadLetter")
 
 
-def test_only_the_deployments_queues_and_only_operators(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_only_the_deployments_queues_and_only_operators(deps: HostDeps, trusted: TrustedIssuer) -> None:
     dead_id = dead_letter(deps, "{}", message_id="m-1")
     deps.queues.queue("someone-elses")  # exists, but is not the deployment's
 
@@ -164,7 +173,7 @@ def test_the_functions_host_lists_only_the_shared_response_queue_whatever_its_ho
 
 
 def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     dead_id = dead_letter(deps, order_body("o-7"), message_id="a:o-7:submit")
 
@@ -198,7 +207,7 @@ def test_a_replayed_order_is_taken_in_and_the_replay_names_the_operator(
     assert again.body["error"]["replayed"]["by"] == replayed.body["replayedBy"]
 
 
-def test_a_replay_about_a_known_order_is_on_its_timeline(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_a_replay_about_a_known_order_is_on_its_timeline(deps: HostDeps, trusted: TrustedIssuer) -> None:
     key = f"{TEST_CLIENT.client_id}:o-1"
     submit_and_claim(deps, definition=ORDER_V1, order_id=key)
     dead_id = dead_letter(deps, order_body("o-1"), message_id=f"{key}:submit")
@@ -348,7 +357,7 @@ class RecordingStates:
 
 
 @pytest.fixture
-def two_clients() -> tuple[Dependencies, RecordingStates]:
+def two_clients() -> tuple[HostDeps, RecordingStates]:
     """Clients ``a`` and ``b``, ``b`` with order ``o-9`` on record; the state store recording calls."""
     deps = memory_deps(FakeClock(), CLIENTS=TWO_CLIENTS)
     handle_intake_message(
@@ -367,7 +376,7 @@ def two_clients() -> tuple[Dependencies, RecordingStates]:
     return replace(deps, states=cast(StateStore, states)), states
 
 
-def dead_letter_on(deps: Dependencies, queue_name: str, body: str, *, correlation_id: str | None) -> str:
+def dead_letter_on(deps: HostDeps, queue_name: str, body: str, *, correlation_id: str | None) -> str:
     """Send ``body`` to ``queue_name`` with ``correlation_id`` and dead-letter it; its dead letter id."""
     queue = deps.queues.queue(queue_name)
     queue.send(body, message_id="m-hostile", correlation_id=correlation_id)
@@ -411,7 +420,7 @@ NOT_KEYS = [
     ],
 )
 def test_a_dead_letter_naming_no_order_of_the_client_it_came_from_is_not_linked_and_its_replay_writes_none(
-    two_clients: tuple[Dependencies, RecordingStates],
+    two_clients: tuple[HostDeps, RecordingStates],
     trusted: TrustedIssuer,
     monkeypatch: pytest.MonkeyPatch,
     body: str,
@@ -439,7 +448,7 @@ def test_a_dead_letter_naming_no_order_of_the_client_it_came_from_is_not_linked_
 
 
 def test_a_dead_letter_of_an_internal_queue_is_never_linked(
-    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer
+    two_clients: tuple[HostDeps, RecordingStates], trusted: TrustedIssuer
 ) -> None:
     deps, states = two_clients
     before = deps.states.get(OTHERS_ORDER)
@@ -459,7 +468,7 @@ def test_a_dead_letter_of_an_internal_queue_is_never_linked(
 
 @pytest.mark.parametrize("correlation_id", [None, "", "o-1", "a:o-1"])
 def test_a_dead_letter_of_the_clients_own_order_stays_linked_and_its_replay_is_on_the_timeline(
-    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer, correlation_id: str | None
+    two_clients: tuple[HostDeps, RecordingStates], trusted: TrustedIssuer, correlation_id: str | None
 ) -> None:
     deps, _ = two_clients
     key = f"{TEST_CLIENT.client_id}:o-1"
@@ -480,7 +489,7 @@ def test_a_dead_letter_of_the_clients_own_order_stays_linked_and_its_replay_is_o
 
 
 def test_a_dead_letter_of_the_clients_order_not_on_record_is_linked_and_its_replay_writes_nothing(
-    two_clients: tuple[Dependencies, RecordingStates], trusted: TrustedIssuer
+    two_clients: tuple[HostDeps, RecordingStates], trusted: TrustedIssuer
 ) -> None:
     deps, states = two_clients
     dead_id = dead_letter_on(deps, INBOUND, '{"orderId": "o-3"}', correlation_id="o-3")

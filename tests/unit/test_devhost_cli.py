@@ -408,10 +408,10 @@ def test_the_emulators_command_reports_a_missing_emulator_in_one_line(
 def test_one_line_keeps_a_validation_errors_fields_and_problems() -> None:
     # One error lists them all: orderflow's settings (the consumers') before the local host's own.
     with pytest.raises(ValueError) as raised:
-        load_settings({}, SUPERVISOR_LEASE_S=5, POLL_INTERVAL_S="soon")
+        load_settings({}, SUPERVISOR_LEASE_S=5, QUEUE_LOCK_S="soon")
 
     assert one_line(raised.value) == (
-        "POLL_INTERVAL_S: Input should be a valid number, unable to parse string as a number; "
+        "QUEUE_LOCK_S: Input should be a valid number, unable to parse string as a number; "
         "SUPERVISOR_LEASE_S: Input should be greater than or equal to 15"
     )
 

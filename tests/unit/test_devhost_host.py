@@ -20,14 +20,13 @@ import pytest
 from demo.services.bindings import demo_bindings_json
 from devhost.durabletask_adapter import DURABLETASK_WORKER_LOGGER, quiet_local_cancel
 from devhost.handlers import STARTER_WAKEUP
-from devhost.host import DevHost, free_port
+from devhost.host import free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.roles import ALL_ROLES, check_roles, parse_roles
-from devhost.settings import LocalSettings
+from devhost.settings import load_settings
 from devhost.wakeup_channel import WakeupChannel
 from orderflow.client_text import visible
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -35,6 +34,8 @@ from orderflow.records import order_key
 from orderflow.settings import Settings
 from orderflow.settings.hosts import UnsafeAzureSetting
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.dev_host import dev_host
+from tests.host_deps import HostDeps
 from tests.operator_tokens import local_issuer
 from tests.unit.fakes import client_for, order_body
 
@@ -72,18 +73,17 @@ class FlakyQueues(InMemoryQueueFactory):
         return super().queue(name)
 
 
-def deps(queues: InMemoryQueueFactory | None = None) -> Dependencies:
-    return Dependencies(
+def deps(queues: InMemoryQueueFactory | None = None) -> HostDeps:
+    settings, local = load_settings(
+        {}, HOST_ID="h1", POLL_INTERVAL_S=0.01, SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1")
+    )
+    return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues or InMemoryQueueFactory(),
         clock=SystemClock(),
-        settings=Settings.load(
-            {},
-            HOST_ID="h1",
-            POLL_INTERVAL_S=0.01,
-            SERVICE_BINDINGS=demo_bindings_json("http://127.0.0.1:1"),
-        ),
+        settings=settings,
+        local=local,
     )
 
 
@@ -94,7 +94,7 @@ def new_non_daemon_threads(before: set[threading.Thread]) -> list[str]:
 
 def test_a_start_that_fails_half_way_stops_the_durabletask_worker_it_had_started() -> None:
     # Without this the worker's (non-daemon) thread kept `python -m devhost` alive after the error.
-    host = DevHost(deps(RefusingQueues()), ALL_ROLES)
+    host = dev_host(deps(RefusingQueues()), ALL_ROLES)
     before = set(threading.enumerate())
 
     with pytest.raises(ValueError, match="invalid queue name 'agent-courier'"):
@@ -108,7 +108,7 @@ def test_a_start_that_fails_half_way_stops_the_durabletask_worker_it_had_started
 def test_stopping_the_worker_logs_no_warning_about_the_stream_the_stop_cancelled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    host = DevHost(deps(), ("orchestrator",))
+    host = dev_host(deps(), ("orchestrator",))
     host.start()
     time.sleep(0.5)  # the worker has opened its work-item stream
     with caplog.at_level(logging.INFO, logger=DURABLETASK_WORKER_LOGGER):
@@ -147,21 +147,22 @@ def test_roles_are_all_or_known_names_and_the_starter_needs_the_orchestrator() -
     with pytest.raises(ValueError, match="need the orchestrator role"):
         check_roles(["listener"])
     with pytest.raises(ValueError, match="unknown roles"):
-        DevHost(deps(), ("bogus",))
+        dev_host(deps(), ("bogus",))
 
 
 def test_the_submission_role_consumes_each_registered_clients_queue_as_that_client() -> None:
     clients = '[{"id": "acme"}, {"id": "globex"}]'
-    settings = Settings.load({}, HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
+    settings, local = load_settings({}, HOST_ID="h1", POLL_INTERVAL_S=0.01, CLIENTS=clients)
     queues = InMemoryQueueFactory()
-    wired = Dependencies(
+    wired = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=queues,
         clock=SystemClock(),
         settings=settings,
+        local=local,
     )
-    host = DevHost(wired, roles=("submission",))
+    host = dev_host(wired, roles=("submission",))
     host.start()
     try:
         # Both queues of every client exist from start-up: none is created because a message named it.
@@ -190,7 +191,7 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
     port = free_port()
     trust = issuer.operator_settings(f"http://127.0.0.1:{port}{issuer.jwks_path}")
     wired = deps()
-    host = DevHost(
+    host = dev_host(
         replace(wired, settings=Settings.load({}, HOST_ID="h1", **trust)),
         ("api",),
         api_port=port,
@@ -218,7 +219,7 @@ def test_the_api_role_serves_the_operator_api_and_the_local_issuers_keys_on_one_
 
 
 def test_an_api_configured_only_in_part_stops_the_start_up() -> None:
-    host = DevHost(
+    host = dev_host(
         replace(deps(), settings=deps().settings.replace(**{"OPERATOR_TENANT_ID": LOCAL_TENANT_ID})),
         ("api", "agents"),
     )
@@ -233,7 +234,7 @@ def test_a_host_running_agents_refuses_to_start_without_a_binding_for_every_oper
     raw = json.loads(demo_bindings_json("http://127.0.0.1:1"))
     del raw["payment"]["operations"]["refund"]
     wired = deps()
-    host = DevHost(replace(wired, settings=wired.settings.replace(**{"SERVICE_BINDINGS": json.dumps(raw)})))
+    host = dev_host(replace(wired, settings=wired.settings.replace(**{"SERVICE_BINDINGS": json.dumps(raw)})))
     before = set(threading.enumerate())
 
     with pytest.raises(UnsafeAzureSetting) as refused:
@@ -249,7 +250,7 @@ def test_a_start_while_the_queue_service_times_out_tries_again_and_runs(
 ) -> None:
     monkeypatch.setattr("devhost.host.wait_exponential_jitter", lambda **_: lambda _state: 0.0)
     queues = FlakyQueues(failures=3)
-    host = DevHost(deps(queues), roles=("agents",))
+    host = dev_host(deps(queues), roles=("agents",))
 
     host.start()
     host.stop()
@@ -261,7 +262,7 @@ def test_a_start_while_the_queue_service_times_out_tries_again_and_runs(
 def test_a_start_gives_up_once_the_queue_service_keeps_timing_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("devhost.host.wait_exponential_jitter", lambda **_: lambda _state: 0.0)
     monkeypatch.setattr("devhost.host.START_RETRY_S", 0.05)
-    host = DevHost(deps(FlakyQueues(failures=10**9)), roles=("agents",))
+    host = dev_host(deps(FlakyQueues(failures=10**9)), roles=("agents",))
 
     with pytest.raises(TransientError, match="timed out"):
         host.start()
@@ -274,7 +275,7 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
     """The submission may run beside the agents, away from the starter: its Pending record still gets
     claimed at once, not at the starter's next tick, because the wake-up crosses processes."""
     client = client_for("client-a")
-    settings = Settings.load(
+    settings, local = load_settings(
         {},
         HOST_ID="intake-1",
         POLL_INTERVAL_S=0.01,
@@ -290,8 +291,8 @@ def test_a_submission_wakes_the_starter_of_another_process_through_the_wakeup_ch
 
     scheduler = WakeupChannel(tmp_path, "scheduler-1", on_name)
     scheduler.start()
-    local = LocalSettings.load({}, WAKEUP_DIR=str(tmp_path))
-    host = DevHost(replace(deps(), settings=settings), roles=("submission",), local=local)
+    local = local.model_copy(update={"WAKEUP_DIR": str(tmp_path)})
+    host = dev_host(replace(deps(), settings=settings), roles=("submission",), local=local)
     host.start()
     try:
         queues = host.deps.queues
@@ -316,7 +317,8 @@ def test_a_host_built_in_a_process_of_its_own_keeps_a_clients_text_in_log_record
         "import logging, sys\n"
         "from tests.unit.test_devhost_host import deps\n"
         "from devhost.host import DevHost\n"
-        "DevHost(deps(), ('orchestrator',))\n"
+        "wired = deps()\n"
+        "DevHost(wired, ('orchestrator',), settings=wired.settings)\n"
         "hostile = ('m\\x1b[2J\\nX',)\n"
         "record = logging.getLogger('t').makeRecord('t', logging.INFO, 'f', 1, 'got %s', hostile, None)\n"
         "sys.stdout.write(record.getMessage())\n"

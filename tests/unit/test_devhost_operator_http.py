@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import devhost.operator_http as operator_http
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
 from orderflow.workflows import ORDER_V1
 from tests.operator_tokens import TrustedIssuer
@@ -31,7 +32,8 @@ def test_an_anonymous_huge_body_is_refused_without_being_read_whole(monkeypatch:
         return handle(method, path, headers, body, **deps)
 
     monkeypatch.setattr(operator_http, "handle_operator_request", recording)
-    app = operator_http.create_operator_app(memory_deps(FakeClock()), None)
+    built = memory_deps(FakeClock())
+    app = operator_http.create_operator_app(built, OperatorApiSections.of(built.settings), None)
     huge = b"{" + b" " * (8 * 1024 * 1024) + b"}"
 
     with TestClient(app) as http:
@@ -48,7 +50,7 @@ def test_an_encoded_slash_in_a_key_makes_no_route(trusted: TrustedIssuer) -> Non
     deps = memory_deps(FakeClock())
     submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
     etag = deps.states.get("a:o-1").etag
-    app = operator_http.create_operator_app(deps, trusted.validator)
+    app = operator_http.create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
 
     with TestClient(app) as http:
         smuggled = http.post(
@@ -70,7 +72,8 @@ def test_the_consoles_files_and_its_sign_in_code_make_no_span(monkeypatch: pytes
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
-    app = operator_http.create_operator_app(memory_deps(FakeClock()), None)
+    built = memory_deps(FakeClock())
+    app = operator_http.create_operator_app(built, OperatorApiSections.of(built.settings), None)
 
     with TestClient(app) as http:
         page = http.get("/api/operator/console/?code=secret-code&state=s-1")
@@ -94,7 +97,7 @@ def test_an_unexpected_failure_is_answered_500_in_the_error_shape(
         raise RuntimeError("a bug below the handler")
 
     monkeypatch.setattr(deps.states, "query", broken)
-    app = operator_http.create_operator_app(deps, trusted.validator)
+    app = operator_http.create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
 
     with TestClient(app, raise_server_exceptions=False) as http:
         answer = http.get("/api/operator/orders?state=Error", headers=trusted.reviewer())
@@ -106,7 +109,7 @@ def test_an_unexpected_failure_is_answered_500_in_the_error_shape(
 def test_a_method_no_route_lists_is_answered_as_the_handler_answers_any_other(trusted: TrustedIssuer) -> None:
     deps = memory_deps(FakeClock())
     submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
-    app = operator_http.create_operator_app(deps, trusted.validator)
+    app = operator_http.create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
 
     with TestClient(app) as http:
         unknown_path = http.request("FOO", "/api/operator/nope", headers=trusted.operator())

@@ -497,7 +497,7 @@ def test_host_json_lock_renewal_outlasts_a_step_and_the_lock(host: dict[str, Any
     renewal = _timespan(host["extensions"]["serviceBus"]["maxAutoLockRenewalDuration"])
     assert renewal == timedelta(minutes=2)
     # The local consumers renew for as long as the host does (devhost.lock_renewal).
-    assert renewal == timedelta(seconds=settings.consumers.QUEUE_MAX_LOCK_RENEWAL_S)
+    assert renewal == timedelta(seconds=LocalSettings.load({}).QUEUE_MAX_LOCK_RENEWAL_S)
     assert renewal > timedelta(seconds=max(step_timeouts))
     assert renewal > timedelta(seconds=settings.consumers.QUEUE_LOCK_S)
     assert renewal <= _timespan(host["functionTimeout"]) == timedelta(minutes=5)

@@ -54,7 +54,6 @@ from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
 from orderflow.contracts import START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
 from orderflow.custom_status import WAITING_PREFIX
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
 from orderflow.orchestration import InstanceStatus
@@ -72,6 +71,7 @@ from orderflow.stores.memory import (
     InMemoryStateStore,
 )
 from orderflow.workflows import CURRENT_WORKFLOW, WORKFLOWS
+from tests.host_deps import HostDeps
 from tests.hostile_text import INBOUND, hostile_cases, send_hostile
 from tests.operator_tokens import TrustedIssuer
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
@@ -664,9 +664,9 @@ def redeliveries() -> RecordingRedelivery:
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> Dependencies:
+def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> HostDeps:
     """In-memory adapters and the Azure app's settings, returned by every blueprint's ``dependencies``."""
-    wired = Dependencies(
+    wired = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -686,6 +686,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     )
     for module in blueprints:
         monkeypatch.setattr(module, "dependencies", lambda: wired)
+        monkeypatch.setattr(module, "app_settings", lambda: wired.settings)
     for module in (intake_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "redelivery", lambda: redeliveries)
     # Each worker process remembers the agent requests it took; every test is a fresh worker.
@@ -693,7 +694,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, redeliveries: RecordingRedelivery) -> 
     return wired
 
 
-def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
+def submit(deps: HostDeps, order_id: str = "a:o-1") -> None:
     handle_intake_message(
         order_body(order_id),
         client=TEST_CLIENT,
@@ -707,7 +708,7 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
     )
 
 
-def claimed(deps: Dependencies, order_id: str = "a:o-1") -> Versioned[StateRecord]:
+def claimed(deps: HostDeps, order_id: str = "a:o-1") -> Versioned[StateRecord]:
     won = claim(
         deps.states,
         deps.states.get(order_id),
@@ -737,23 +738,27 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(wiring, "connect_azure", connect)
     monkeypatch.setenv("HOST_ID", "")
     wiring._connections.cache_clear()
+    wiring.app_settings.cache_clear()
     previous = telemetry.use_alert_sink(None)
     try:
         first, second = wiring.dependencies(), wiring.dependencies()
+        loaded = wiring.app_settings()
         telemetry.alert("breaker_open", dependency="payment")  # kept by the sink the wiring installed
     finally:
         wiring._connections.cache_clear()
+        wiring.app_settings.cache_clear()
         telemetry.use_alert_sink(previous)
 
     assert first is second
     assert len(built) == 1
-    assert first.settings.queues.response_queue() == "agent-responses"
+    assert built == [loaded]
+    assert loaded.queues.response_queue() == "agent-responses"
     assert first.alerts is alerts
     [kept] = alerts.list_documents(AlertQuery(), max_item_count=5).items
     assert (kept["kind"], kept["details"]) == ("breaker_open", {"dependency": "payment"})
 
 
-def test_submission_records_a_valid_order_and_completes_the_message(deps: Dependencies) -> None:
+def test_submission_records_a_valid_order_and_completes_the_message(deps: HostDeps) -> None:
     actions = RecordingActions()
     sdk_message = message(order_body("a:o-1", reply_to="client-a"))
 
@@ -771,7 +776,7 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: Depend
     assert parse_message(StatusReply, reply.body).status.value == "Received"
 
 
-def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(deps: Dependencies) -> None:
+def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(deps: HostDeps) -> None:
     actions = RecordingActions()
 
     invoke("submission_a", message=message(order_body("a:o-1", reply_to="client-a")), message_actions=actions)
@@ -789,7 +794,7 @@ def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(d
 
 
 def test_register_client_triggers_names_one_trigger_per_client_on_its_inbound_queue(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     app = df.DFApp()
     eu = client_for("replies-eu", client_id="eu-west")
@@ -809,7 +814,7 @@ def test_register_client_triggers_names_one_trigger_per_client_on_its_inbound_qu
     assert deps.states.get("eu-west:o-1").item.client_id == "eu-west"  # the trigger's own client
 
 
-def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> None:
+def test_submission_dead_letters_garbage_with_its_reason(deps: HostDeps) -> None:
     actions = RecordingActions()
     sdk_message = message(b"not json at all")
 
@@ -821,7 +826,7 @@ def test_submission_dead_letters_garbage_with_its_reason(deps: Dependencies) -> 
         deps.states.get("a:o-1")
 
 
-def test_submission_dead_letters_a_conflicting_order(deps: Dependencies) -> None:
+def test_submission_dead_letters_a_conflicting_order(deps: HostDeps) -> None:
     submit(deps, "a:o-1")
     actions = RecordingActions()
 
@@ -833,7 +838,7 @@ def test_submission_dead_letters_a_conflicting_order(deps: Dependencies) -> None
 
 @pytest.mark.parametrize(("reply_to", "verb"), [("client-a", "complete"), ("client-b", "deadletter")])
 def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
-    deps: Dependencies, reply_to: str, verb: str
+    deps: HostDeps, reply_to: str, verb: str
 ) -> None:
     actions = RecordingActions()
     sdk_message = replace(message(order_body("a:o-1", reply_to="client-a")), reply_to=reply_to)
@@ -849,7 +854,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
 
 
 def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
-    deps: Dependencies, redeliveries: RecordingRedelivery, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, redeliveries: RecordingRedelivery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: object, **kwargs: object) -> None:
         raise TransientError("order store unavailable")
@@ -865,7 +870,7 @@ def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-def test_each_agent_trigger_dead_letters_garbage(deps: Dependencies, agent: str) -> None:
+def test_each_agent_trigger_dead_letters_garbage(deps: HostDeps, agent: str) -> None:
     actions = RecordingActions()
     sdk_message = message("[1, 2, 3]")
 
@@ -899,7 +904,7 @@ class RecordingService:
 FIRST_STEP = CURRENT_WORKFLOW.steps[0]
 
 
-def agent_request_body(deps: Dependencies) -> str:
+def agent_request_body(deps: HostDeps) -> str:
     """A request for the workflow's first step, with 8 s left and 4 calls reserved."""
     return AgentRequest(
         request_id=f"a:o-1:1:{FIRST_STEP.name}",
@@ -929,7 +934,7 @@ def service(monkeypatch: pytest.MonkeyPatch) -> RecordingService:
     ids=["first-delivery", "redelivery", "last-delivery"],
 )
 def test_the_agent_trigger_calls_only_on_the_first_delivery(
-    deps: Dependencies, service: RecordingService, delivery_count: int, calls: int, responses: int
+    deps: HostDeps, service: RecordingService, delivery_count: int, calls: int, responses: int
 ) -> None:
     actions = RecordingActions()
     sdk_message = message(agent_request_body(deps), delivery_count=delivery_count)
@@ -970,7 +975,7 @@ def extension_message(body: str, *, delivery_count: int, copy_of_delivery: int |
 
 
 def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
-    deps: Dependencies, service: RecordingService
+    deps: HostDeps, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(agent_request_body(deps), delivery_count=1, copy_of_delivery=2)
@@ -983,7 +988,7 @@ def test_a_redelivered_copy_decoded_by_the_extension_makes_no_call(
 
 
 def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
-    deps: Dependencies, service: RecordingService
+    deps: HostDeps, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(agent_request_body(deps), delivery_count=1)
@@ -1002,7 +1007,7 @@ def test_a_first_delivery_decoded_by_the_extension_makes_its_call(
     strict=True,
 )
 def test_a_redelivery_decoded_by_the_extension_makes_no_call(
-    deps: Dependencies, service: RecordingService
+    deps: HostDeps, service: RecordingService
 ) -> None:
     actions = RecordingActions()
     sdk_message = extension_message(agent_request_body(deps), delivery_count=2)
@@ -1014,7 +1019,7 @@ def test_a_redelivery_decoded_by_the_extension_makes_no_call(
     assert service.calls == []
 
 
-def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: Dependencies) -> None:
+def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: HostDeps) -> None:
     submit(deps)
     record = claimed(deps).item
     assert record.locked_by == "a:o-1:1"
@@ -1047,7 +1052,7 @@ def test_start_step_activity_writes_the_step_and_sends_the_agent_request(deps: D
 
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
-def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies, durable: DurableCalls) -> None:
+def test_supervisor_trigger_recovers_an_expired_attempt(deps: HostDeps, durable: DurableCalls) -> None:
     submit(deps)
     claimed(deps)
     assert isinstance(deps.clock, FakeClock)
@@ -1064,7 +1069,7 @@ def test_supervisor_trigger_recovers_an_expired_attempt(deps: Dependencies, dura
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 def test_supervisor_trigger_purges_the_task_hubs_history_and_expired_dead_letters(
-    deps: Dependencies, durable: DurableCalls
+    deps: HostDeps, durable: DurableCalls
 ) -> None:
     assert isinstance(deps.queues, InMemoryQueueFactory)
     deps.dead_letters = deps.queues  # as function_host.wiring wires it
@@ -1092,7 +1097,7 @@ def test_supervisor_trigger_purges_the_task_hubs_history_and_expired_dead_letter
 
 
 def test_the_operator_api_trigger_answers_what_the_handler_answers(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     submit(deps)
@@ -1123,6 +1128,7 @@ def test_the_operator_api_trigger_answers_valid_json_about_a_clients_hostile_tex
     held = memory_deps(FakeClock(START))
     send_hostile(held, hostile)
     monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: held)
+    monkeypatch.setattr(operator_api_blueprint, "app_settings", lambda: held.settings)
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     url = f"https://orderflow-func.azurewebsites.net/api/operator/deadletters/{INBOUND}"
 
@@ -1142,7 +1148,7 @@ def test_the_operator_api_trigger_answers_valid_json_about_a_clients_hostile_tex
 
 
 def test_the_operator_api_trigger_answers_an_unexpected_failure_in_the_error_shape(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     url = "https://orderflow-func.azurewebsites.net/api/operator/orders?state=Error"
@@ -1153,7 +1159,7 @@ def test_the_operator_api_trigger_answers_an_unexpected_failure_in_the_error_sha
     monkeypatch.setattr(deps.states, "query", broken)
     below = invoke("operator_api", req=func.HttpRequest("GET", url, headers=trusted.reviewer(), body=b""))
 
-    def no_dependencies() -> Dependencies:
+    def no_dependencies() -> HostDeps:
         raise RuntimeError("the settings are broken")
 
     monkeypatch.setattr(operator_api_blueprint, "dependencies", no_dependencies)
@@ -1165,7 +1171,7 @@ def test_the_operator_api_trigger_answers_an_unexpected_failure_in_the_error_sha
 
 
 def test_the_operator_api_trigger_serves_the_console_with_its_type_and_policy(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: None)  # files need no token
     url = "https://orderflow-func.azurewebsites.net/api/operator/console/"
@@ -1184,10 +1190,11 @@ def test_the_operator_api_trigger_serves_the_console_with_its_type_and_policy(
 
 
 def test_the_worker_builds_one_token_validator_and_none_when_the_api_is_not_configured(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wiring.token_validator.cache_clear()
     monkeypatch.setattr(wiring, "dependencies", lambda: deps)
+    monkeypatch.setattr(wiring, "app_settings", lambda: deps.settings)
     try:
         assert wiring.token_validator() is None  # the default settings: not configured
         wiring.token_validator.cache_clear()
@@ -1274,7 +1281,7 @@ def durable(monkeypatch: pytest.MonkeyPatch) -> DurableCalls:
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
-    deps: Dependencies, durable: DurableCalls
+    deps: HostDeps, durable: DurableCalls
 ) -> None:
     submit(deps)
 
@@ -1291,7 +1298,7 @@ def test_starter_as_the_worker_runs_it_starts_the_claimed_attempt(
 
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 def test_response_listener_as_the_worker_runs_it_raises_the_event_and_completes(
-    deps: Dependencies, durable: DurableCalls
+    deps: HostDeps, durable: DurableCalls
 ) -> None:
     step = CURRENT_WORKFLOW.steps[0].name
     durable.statuses["a:o-1:1"] = status("Running", f"{WAITING_PREFIX}{step}")

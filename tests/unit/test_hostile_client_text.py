@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from devhost.operator_http import create_operator_app
 from devhost.serving import serve_in_thread, server_url, stop
+from operator_api.routing import OperatorApiSections
 from operator_api.schemas import (
     ActivityAnswer,
     AlertList,
@@ -31,9 +32,9 @@ from operator_api.schemas import (
 )
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow_client import cli
+from tests.host_deps import HostDeps
 from tests.hostile_text import INBOUND, hostile_cases, raw_controls, send_hostile, unsafe_characters
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
@@ -47,21 +48,23 @@ API = "/api/operator"
 class Served:
     """The local host's operator API on loopback, over ``deps``."""
 
-    deps: Dependencies
+    deps: HostDeps
     url: str
 
 
 @pytest.fixture
 def served(trusted: TrustedIssuer) -> Iterator[Served]:
     deps = memory_deps(FakeClock())
-    server, thread = serve_in_thread(create_operator_app(deps, trusted.validator))
+    server, thread = serve_in_thread(
+        create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
+    )
     try:
         yield Served(deps, server_url(server))
     finally:
         stop(server, thread)
 
 
-def _after_every_dead_letter(deps: Dependencies) -> str:
+def _after_every_dead_letter(deps: HostDeps) -> str:
     """A time after every dead letter of the inbound queue was dead-lettered (ISO 8601), for a purge."""
     assert deps.dead_letters is not None
     page = deps.dead_letters.dead_letter_page(INBOUND)

@@ -44,12 +44,12 @@ from demo.system import catalog_settled
 from intake.submission import handle_intake_message
 from operator_api.deadletters import every_dead_letter
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
 from orderflow.consumer import settle
-from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage
 from orderflow.messages import (
     OPERATOR_ACTION_NOT_ACCEPTED,
@@ -66,6 +66,7 @@ from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow_client.operator_client import OperatorAnswer, OperatorApiClient
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, order_body, take_in
 
@@ -522,7 +523,7 @@ def test_the_demo_counts_only_the_catalog_clients_orders() -> None:
     assert settled_own_orders(all_records(states), INTRUDER.client_id) == (2, 1)
 
 
-def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
+def _intake(deps: HostDeps) -> Callable[[ReceivedMessage], object]:
     def handle(message: ReceivedMessage) -> object:
         client = deps.settings.clients.clients().for_inbound_queue(INTRUDER.inbound_queue)
         assert client is not None
@@ -531,7 +532,7 @@ def _intake(deps: Dependencies) -> Callable[[ReceivedMessage], object]:
     return handle
 
 
-def _consume(deps: Dependencies, queue: str) -> None:
+def _consume(deps: HostDeps, queue: str) -> None:
     """Settle every message on ``queue`` as the devhost's intake does."""
     handle = _intake(deps)
     while received := deps.queues.queue(queue).receive(max_messages=32):
@@ -539,7 +540,7 @@ def _consume(deps: Dependencies, queue: str) -> None:
             settle(deps.queues.queue(queue), message, handle, max_delivery_count=5)
 
 
-def _operator_api(deps: Dependencies, trusted: TrustedIssuer) -> OperatorApiClient:
+def _operator_api(deps: HostDeps, trusted: TrustedIssuer) -> OperatorApiClient:
     """An operator's client of the real handler, over ``deps`` (no network)."""
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -550,6 +551,7 @@ def _operator_api(deps: Dependencies, trusted: TrustedIssuer) -> OperatorApiClie
             dict(request.headers),
             request.content,
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
             query=query,
         )

@@ -137,6 +137,11 @@ CLIENT_ONLY_LIBRARIES = ("typer", "rich")
 """The CLI's libraries (requirements-client.txt), which the Functions package neither installs nor imports."""
 
 
+DEMO_SERVICES_PACKAGE = REPO / "demo" / "services" / "azure"
+"""The demo services' Function App package (demo.services.package): its ``function_app.py`` is the root
+module of another deployment, which builds the app from that deployment's settings when imported."""
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(REPO).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -147,7 +152,8 @@ def modules() -> dict[str, Path]:
     """Every first-party module outside ``tests/``, tracked or not: name -> file."""
     found = {FUNCTION_APP: REPO / "function_app.py"}
     for top in sorted(FIRST_PARTY - {FUNCTION_APP, "tests"}):
-        found.update({_module_name(path): path for path in sorted((REPO / top).rglob("*.py"))})
+        paths = [p for p in sorted((REPO / top).rglob("*.py")) if DEMO_SERVICES_PACKAGE not in p.parents]
+        found.update({_module_name(path): path for path in paths})
     return found
 
 
@@ -190,9 +196,14 @@ so that module may import :mod:`devhost.wiring`, inside the function that connec
 command loads nothing of the local host)."""
 
 
+DEMO_DRIVER: dict[str, frozenset[str]] = {"orderflow_client.cli_demo": frozenset({"demo.azure"})}
+"""``orderflow demo --azure`` runs the demo's driver of a deployment, imported by name when the command
+runs, from a checkout (the installed command holds no demo)."""
+
+
 def _allowed(importer: str, imported: str) -> bool:
     """Whether first-party module ``importer`` may import first-party module ``imported``."""
-    if imported in PORTS.get(importer, ()) or imported in LOCAL_QUEUES.get(importer, ()):
+    if any(imported in allowed.get(importer, ()) for allowed in (PORTS, LOCAL_QUEUES, DEMO_DRIVER)):
         return True
     source, target = layer_of(importer), layer_of(imported)
     return source is not None and target in MAY_IMPORT[source]

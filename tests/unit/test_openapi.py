@@ -26,15 +26,15 @@ from starlette.testclient import TestClient
 
 from devhost.operator_http import create_operator_app
 from operator_api.routes import ROUTES, openapi_document
-from operator_api.routing import API_PREFIX
+from operator_api.routing import API_PREFIX, OperatorApiSections
 from orderflow.alerts import alert_doc
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.status import record_sweep, sweep_doc
 from supervisor.sweep import SweepReport
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, submit_and_claim
 from tests.unit.test_corrections import shipment_refused
@@ -50,7 +50,7 @@ CHECKS = [
 ]
 
 
-def seeded() -> Dependencies:
+def seeded() -> HostDeps:
     """Orders ``a:o-1`` (running), ``a:o-2`` (Error) and ``a:o-3`` (order-v2, Pending, unclaimed)."""
     deps = memory_deps(FakeClock())
     submit_and_claim(deps, definition=ORDER_V1, order_id="a:o-1")
@@ -76,7 +76,8 @@ def seeded() -> Dependencies:
 
 @pytest.fixture
 def api(trusted: TrustedIssuer) -> Any:
-    app = create_operator_app(seeded(), trusted.validator)
+    built = seeded()
+    app = create_operator_app(built, OperatorApiSections.of(built.settings), trusted.validator)
     return schemathesis.openapi.from_asgi("/api/operator/openapi.json", app)
 
 
@@ -98,7 +99,8 @@ def test_the_api_answers_every_generated_request_as_its_document_says(
 
 
 def test_the_document_is_served_without_a_token_and_names_every_route(trusted: TrustedIssuer) -> None:
-    client = TestClient(create_operator_app(seeded(), trusted.validator))
+    built = seeded()
+    client = TestClient(create_operator_app(built, OperatorApiSections.of(built.settings), trusted.validator))
 
     served = client.get("/api/operator/openapi.json")
 
@@ -132,7 +134,9 @@ def test_a_corrected_resubmit_and_its_answer_are_as_the_document_says(trusted: T
     resubmit = document["paths"]["/api/operator/orders/{orderId}/resubmit"]["post"]
     requested = resubmit["requestBody"]["content"]["application/json"]["schema"]
 
-    answer = TestClient(create_operator_app(deps, trusted.validator)).post(
+    answer = TestClient(
+        create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator)
+    ).post(
         "/api/operator/orders/a:o-4/resubmit",
         json=body,
         headers={**trusted.bearer("otto", OPERATOR_ROLE), "If-Match": seen.etag},
@@ -154,7 +158,7 @@ def test_a_replay_that_lost_its_race_is_answered_as_the_document_says(trusted: T
     deps = seeded()
     [dead] = deps.queues.dead_letter_page(TEST_CLIENT.inbound_queue).items  # type: ignore[attr-defined]
     path = f"/api/operator/deadletters/{TEST_CLIENT.inbound_queue}/{dead.dead_letter_id}/replay"
-    client = TestClient(create_operator_app(deps, trusted.validator))
+    client = TestClient(create_operator_app(deps, OperatorApiSections.of(deps.settings), trusted.validator))
     document = openapi_document()
     replay = document["paths"]["/api/operator/deadletters/{queue}/{deadLetterId}/replay"]["post"]
 

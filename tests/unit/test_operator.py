@@ -11,6 +11,7 @@ from devhost.local_issuer import local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
@@ -24,10 +25,10 @@ from orderflow.contracts import (
     StepResult,
     UndoResult,
 )
-from orderflow.dependencies import Dependencies
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1
 from tests.activity_json import begin_compensation, finish_compensation, finish_order, start_step, start_undo
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 
@@ -37,13 +38,11 @@ RESERVE = "reserve_inventory"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0)
 
 
-def compensate(
-    deps: Dependencies, trusted: TrustedIssuer, reason: str | None = "dispute"
-) -> OperatorResponse:
+def compensate(deps: HostDeps, trusted: TrustedIssuer, reason: str | None = "dispute") -> OperatorResponse:
     """An operator's (``ops``) decision to compensate o-1, through the operator API."""
     return handle_operator_request(
         "POST",
@@ -51,11 +50,12 @@ def compensate(
         trusted.operator("ops"),
         json.dumps({"reason": reason} if reason else {}).encode(),
         deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
         validator=trusted.validator,
     )
 
 
-def running(deps: Dependencies) -> None:
+def running(deps: HostDeps) -> None:
     submit_and_claim(deps, definition=ORDER_V1)
     start_step(
         StartStepInput(
@@ -72,7 +72,7 @@ def running(deps: Dependencies) -> None:
 
 
 def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     running(deps)
 
@@ -98,7 +98,7 @@ def test_an_operator_stops_a_running_order_and_it_ends_compensated_not_cancelled
     assert stopped == {"outcome": "stopped", "cause": OPERATOR_DECISION}
 
 
-def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_a_failed_compensation_is_retried_by_an_operator(deps: HostDeps, trusted: TrustedIssuer) -> None:
     running(deps)
     begin_compensation(
         BeginCompensationInput(
@@ -168,7 +168,7 @@ def test_a_failed_compensation_is_retried_by_an_operator(deps: Dependencies, tru
     assert (reply["status"], reply["reason"]) == ("Compensated", "card_declined")
 
 
-def test_an_operator_cannot_compensate_a_finished_order(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_an_operator_cannot_compensate_a_finished_order(deps: HostDeps, trusted: TrustedIssuer) -> None:
     running(deps)
     finish_order(
         FinishOrderInput(

@@ -14,10 +14,10 @@ import pytest
 from devhost.local_issuer import local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.starter import run_starter_pass
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import TokenValidator
 from orderflow.records import LastError, ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import Versioned
@@ -26,6 +26,7 @@ from orderflow.timeline import TIMELINE_WINDOW, Actor, note
 from orderflow.workflows import ORDER_V1
 from supervisor.recovery import Recovery
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, local_issuer
 from tests.unit.fakes import RecordingClient, memory_deps, recover_once, submit_and_claim
 
@@ -37,12 +38,12 @@ RESERVE, CHARGE = "reserve_inventory", "charge_payment"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock(), CLAIM_TIMEOUT_S=30.0, RETRY_BUDGET=12)
 
 
 def call(
-    deps: Dependencies,
+    deps: HostDeps,
     validator: TokenValidator | None,
     method: str,
     path: str,
@@ -50,7 +51,15 @@ def call(
     body: Any = None,
 ) -> OperatorResponse:
     raw = b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request(method, path, headers or {}, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers or {},
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
 def audit_id(name: str) -> str:
@@ -61,7 +70,7 @@ def code(response: OperatorResponse) -> str:
     return str(response.body["error"]["code"])
 
 
-def failed(deps: Dependencies, key: str = KEY) -> Versioned[StateRecord]:
+def failed(deps: HostDeps, key: str = KEY) -> Versioned[StateRecord]:
     """``key`` (order-v1) as its attempt left it after the charge failed for good: ``Error``, unlocked,
     the reservation completed, the charge failed and the budget spent."""
     submit_and_claim(deps, definition=ORDER_V1, order_id=key)
@@ -84,7 +93,7 @@ def failed(deps: Dependencies, key: str = KEY) -> Versioned[StateRecord]:
 
 
 def test_a_resubmitted_error_order_gets_one_new_attempt_from_the_failed_step(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = failed(deps)
 
@@ -127,7 +136,7 @@ def test_a_resubmitted_error_order_gets_one_new_attempt_from_the_failed_step(
 
 
 def test_a_resubmit_without_if_match_is_428_and_against_a_stale_version_412(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = failed(deps)
     found = deps.states.get(KEY)
@@ -157,7 +166,7 @@ def test_a_resubmit_without_if_match_is_428_and_against_a_stale_version_412(
     ],
 )
 def test_an_if_match_that_is_not_the_strong_tag_of_the_version_is_412_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer, action: str, if_match: str
+    deps: HostDeps, trusted: TrustedIssuer, action: str, if_match: str
 ) -> None:
     seen = failed(deps)
     header = if_match.format(etag=seen.etag.strip('"'))
@@ -191,7 +200,7 @@ class BothRead(InMemoryStateStore):
 def test_two_concurrent_resubmits_of_one_order_make_exactly_one_new_attempt(trusted: TrustedIssuer) -> None:
     states = BothRead()
     base = memory_deps(FakeClock(), RETRY_BUDGET=12)
-    deps = Dependencies(states, base.orders, base.queues, base.clock, base.settings)
+    deps = HostDeps(states, base.orders, base.queues, base.clock, settings=base.settings)
     seen = failed(deps)
     states.armed = True
     headers = {**trusted.operator(), "If-Match": seen.etag}
@@ -229,7 +238,7 @@ def test_two_concurrent_resubmits_of_one_order_make_exactly_one_new_attempt(trus
 
 
 def test_a_resubmit_of_a_running_order_is_409_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     found = deps.states.get(KEY)
@@ -246,7 +255,7 @@ def test_a_resubmit_of_a_running_order_is_409_and_writes_nothing(
     assert deps.states.get(KEY).etag == found.etag
 
 
-def test_a_resubmit_of_a_failed_compensation_retries_it(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_a_resubmit_of_a_failed_compensation_retries_it(deps: HostDeps, trusted: TrustedIssuer) -> None:
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     found = deps.states.get(KEY)
     record = found.item.model_copy(deep=True)
@@ -268,7 +277,7 @@ def test_a_resubmit_of_a_failed_compensation_retries_it(deps: Dependencies, trus
 # --- suspend / resume -----------------------------------------------------------------------------
 
 
-def start(deps: Dependencies, step: str, **changes: Any) -> dict[str, Any]:
+def start(deps: HostDeps, step: str, **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": KEY,
         "instance_id": f"{KEY}:1",
@@ -282,7 +291,7 @@ def start(deps: Dependencies, step: str, **changes: Any) -> dict[str, Any]:
 
 
 def test_a_suspended_order_starts_no_step_and_is_neither_claimed_nor_recovered(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     suspended = call(deps, trusted.validator, "POST", f"{ORDER}/suspend", trusted.operator())
@@ -338,7 +347,7 @@ def test_a_suspended_order_starts_no_step_and_is_neither_claimed_nor_recovered(
 
 
 def test_the_supervisor_leaves_a_suspended_order_whose_attempt_died_until_it_is_resumed(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     call(deps, trusted.validator, "POST", f"{ORDER}/suspend", trusted.operator())
@@ -353,7 +362,7 @@ def test_the_supervisor_leaves_a_suspended_order_whose_attempt_died_until_it_is_
 
 
 def test_suspending_a_finished_order_and_resuming_a_running_one_are_409(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     failed(deps)
     etag = deps.states.get(KEY).etag
@@ -375,7 +384,7 @@ def test_suspending_a_finished_order_and_resuming_a_running_one_are_409(
 # --- list and timeline --------------------------------------------------------------------------
 
 
-def test_the_list_filters_and_pages(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_the_list_filters_and_pages(deps: HostDeps, trusted: TrustedIssuer) -> None:
     for n in range(3):
         failed(deps, f"a:e-{n}")
     submit_and_claim(deps, definition=ORDER_V1, order_id="a:p-1")
@@ -422,7 +431,7 @@ def test_the_list_filters_and_pages(deps: Dependencies, trusted: TrustedIssuer) 
 
 
 def test_the_view_and_the_timeline_route_show_every_entry_once(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submit_and_claim(deps, definition=ORDER_V1, order_id=KEY)
     for n in range(TIMELINE_WINDOW + 5):  # past the window: some entries move to history

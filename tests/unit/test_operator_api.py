@@ -19,16 +19,17 @@ from devhost.local_issuer import LocalIssuer, local_object_id
 from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import MAX_BODY_BYTES, handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.messages import ReviewDecisionMessage, parse_message
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE, TokenValidator
 from orderflow.records import ReviewDecision
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from tests.activity_json import finish_order, start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, local_issuer, other_key, signing_key
 from tests.unit.fakes import memory_deps, received, submit_and_claim
 
@@ -41,12 +42,12 @@ RESPONSES = "agent-responses-h1"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
 def call(
-    deps: Dependencies,
+    deps: HostDeps,
     validator: TokenValidator | None,
     method: str,
     path: str,
@@ -54,10 +55,18 @@ def call(
     body: Any = None,
 ) -> OperatorResponse:
     raw = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
-    return handle_operator_request(method, path, headers or {}, raw, deps=deps, validator=validator)
+    return handle_operator_request(
+        method,
+        path,
+        headers or {},
+        raw,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=validator,
+    )
 
 
-def start(deps: Dependencies, step: str, *, version: str = ORDER_V2.version, **changes: Any) -> Any:
+def start(deps: HostDeps, step: str, *, version: str = ORDER_V2.version, **changes: Any) -> Any:
     fields: dict[str, Any] = {
         "order_id": "a:o-1",
         "instance_id": "a:o-1:1",
@@ -70,7 +79,7 @@ def start(deps: Dependencies, step: str, *, version: str = ORDER_V2.version, **c
     return start_step(StartStepInput(**fields).to_payload(), deps)
 
 
-def awaiting_review(deps: Dependencies) -> None:
+def awaiting_review(deps: HostDeps) -> None:
     """o-1 (client-a's, 1000.50) paused for review before the charge; its replies so far taken."""
     submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
     start(deps, RESERVE)
@@ -78,7 +87,7 @@ def awaiting_review(deps: Dependencies) -> None:
     received(deps.queues.queue("client-a"))
 
 
-def running(deps: Dependencies) -> None:
+def running(deps: HostDeps) -> None:
     """o-1 (order-v1) with its first step running."""
     submit_and_claim(deps, definition=ORDER_V1, amount="100.00")
     start(deps, RESERVE, version=ORDER_V1.version)
@@ -93,7 +102,7 @@ def code(response: OperatorResponse) -> str:
     return str(response.body["error"]["code"])
 
 
-def assert_untouched(deps: Dependencies, etag: str) -> None:
+def assert_untouched(deps: HostDeps, etag: str) -> None:
     assert deps.states.get("a:o-1").etag == etag
     assert received(deps.queues.queue(RESPONSES)) == []
     assert received(deps.queues.queue("client-a")) == []
@@ -118,7 +127,7 @@ def forged_tokens(trusted: TrustedIssuer) -> dict[str, str]:
     }
 
 
-def test_a_call_without_a_token_is_401_with_a_challenge(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_a_call_without_a_token_is_401_with_a_challenge(deps: HostDeps, trusted: TrustedIssuer) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
 
@@ -133,9 +142,7 @@ def test_a_call_without_a_token_is_401_with_a_challenge(deps: Dependencies, trus
     "token",
     ["wrong audience", "expired", "edited payload", "another key under the trusted key id", "another key"],
 )
-def test_a_token_the_api_does_not_trust_is_401(
-    deps: Dependencies, trusted: TrustedIssuer, token: str
-) -> None:
+def test_a_token_the_api_does_not_trust_is_401(deps: HostDeps, trusted: TrustedIssuer, token: str) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
     other_audience = LocalIssuer(signing_key(), audience="api://someone-else")
@@ -161,7 +168,7 @@ def test_a_token_the_api_does_not_trust_is_401(
 
 
 def test_a_token_without_the_role_is_403_recorded_and_logged_by_object_id(
-    deps: Dependencies, trusted: TrustedIssuer, caplog: pytest.LogCaptureFixture
+    deps: HostDeps, trusted: TrustedIssuer, caplog: pytest.LogCaptureFixture
 ) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
@@ -180,7 +187,7 @@ def test_a_token_without_the_role_is_403_recorded_and_logged_by_object_id(
 
 
 def test_a_reviewer_cannot_compensate_and_an_operator_cannot_review(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
@@ -197,7 +204,7 @@ def test_a_reviewer_cannot_compensate_and_an_operator_cannot_review(
 
 
 def test_when_the_signing_keys_cannot_be_fetched_the_answer_is_503(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     awaiting_review(deps)
     unreachable = {**trusted.settings, "OPERATOR_JWKS_URI": "http://127.0.0.1:9/keys"}
@@ -236,7 +243,7 @@ def test_when_the_signing_keys_cannot_be_fetched_the_answer_is_503(
     ],
 )
 def test_a_time_claim_that_is_not_a_number_is_401_never_500(
-    deps: Dependencies, trusted: TrustedIssuer, claim: str, value: Any
+    deps: HostDeps, trusted: TrustedIssuer, claim: str, value: Any
 ) -> None:
     # Signed by the trusted key: only the claim's type is wrong.
     claims = jwt.decode(
@@ -254,7 +261,7 @@ def test_a_time_claim_that_is_not_a_number_is_401_never_500(
     assert response.headers["WWW-Authenticate"].startswith('Bearer realm="orderflow", error="invalid_token"')
 
 
-def test_an_api_that_is_not_configured_refuses_every_call(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_an_api_that_is_not_configured_refuses_every_call(deps: HostDeps, trusted: TrustedIssuer) -> None:
     response = call(deps, None, "GET", ORDER, trusted.operator())
 
     assert (response.status, code(response)) == (503, "NotConfigured")
@@ -264,7 +271,7 @@ def test_an_api_that_is_not_configured_refuses_every_call(deps: Dependencies, tr
 
 
 def test_a_reviewer_approves_and_the_record_holds_the_verified_principal(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     awaiting_review(deps)
 
@@ -293,7 +300,7 @@ def test_a_reviewer_approves_and_the_record_holds_the_verified_principal(
     assert forwarded.message_id == "a:o-1:charge_payment:review"
 
 
-def test_a_body_cannot_name_the_reviewer(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_a_body_cannot_name_the_reviewer(deps: HostDeps, trusted: TrustedIssuer) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
 
@@ -310,7 +317,7 @@ def test_a_body_cannot_name_the_reviewer(deps: Dependencies, trusted: TrustedIss
     assert_untouched(deps, etag)
 
 
-def test_the_first_decision_wins(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_the_first_decision_wins(deps: HostDeps, trusted: TrustedIssuer) -> None:
     awaiting_review(deps)
     first = call(
         deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "approve"}
@@ -334,7 +341,7 @@ def test_the_first_decision_wins(deps: Dependencies, trusted: TrustedIssuer) -> 
 
 
 def test_the_same_decision_again_is_forwarded_again_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     awaiting_review(deps)
     call(deps, trusted.validator, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "reject"})
@@ -350,7 +357,7 @@ def test_the_same_decision_again_is_forwarded_again_and_writes_nothing(
     assert len(received(deps.queues.queue(RESPONSES))) == 1
 
 
-def test_an_order_not_awaiting_review_is_409(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_an_order_not_awaiting_review_is_409(deps: HostDeps, trusted: TrustedIssuer) -> None:
     running(deps)
     etag = deps.states.get("a:o-1").etag
 
@@ -367,7 +374,7 @@ def test_an_order_not_awaiting_review_is_409(deps: Dependencies, trusted: Truste
 
 
 def test_an_operator_stops_a_running_order_and_the_audit_names_the_verified_principal(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     running(deps)
 
@@ -407,7 +414,7 @@ def test_an_operator_stops_a_running_order_and_the_audit_names_the_verified_prin
     assert stopped == {"outcome": "stopped", "cause": OPERATOR_DECISION}
 
 
-def test_compensating_a_finished_order_is_409(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_compensating_a_finished_order_is_409(deps: HostDeps, trusted: TrustedIssuer) -> None:
     running(deps)
     finish_order(
         FinishOrderInput(
@@ -434,7 +441,7 @@ def test_compensating_a_finished_order_is_409(deps: Dependencies, trusted: Trust
 
 @pytest.mark.parametrize("role", [OPERATOR_ROLE, REVIEWER_ROLE])
 def test_either_role_inspects_an_order_and_sees_its_public_view(
-    deps: Dependencies, trusted: TrustedIssuer, role: str
+    deps: HostDeps, trusted: TrustedIssuer, role: str
 ) -> None:
     awaiting_review(deps)
     found = deps.states.get("a:o-1")
@@ -454,7 +461,7 @@ def test_either_role_inspects_an_order_and_sees_its_public_view(
     assert view["steps"][RESERVE]["status"] == "Completed"
 
 
-def test_an_unknown_order_is_404_for_every_action(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_an_unknown_order_is_404_for_every_action(deps: HostDeps, trusted: TrustedIssuer) -> None:
     path = "/api/operator/orders/a:no-such-order"
     answers = [
         call(deps, trusted.validator, "GET", path, trusted.operator()),
@@ -481,7 +488,7 @@ def test_an_unknown_order_is_404_for_every_action(deps: Dependencies, trusted: T
     ],
 )
 def test_other_methods_and_paths(
-    deps: Dependencies, trusted: TrustedIssuer, method: str, path: str, status: int
+    deps: HostDeps, trusted: TrustedIssuer, method: str, path: str, status: int
 ) -> None:
     response = call(deps, trusted.validator, method, path, trusted.operator())
 
@@ -501,7 +508,7 @@ def test_other_methods_and_paths(
     ],
 )
 def test_a_bad_body_is_400_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer, body: Any, reason: str
+    deps: HostDeps, trusted: TrustedIssuer, body: Any, reason: str
 ) -> None:
     awaiting_review(deps)
     etag = deps.states.get("a:o-1").etag
@@ -513,7 +520,7 @@ def test_a_bad_body_is_400_and_writes_nothing(
 
 
 def test_an_order_id_without_its_client_prefix_is_refused_and_writes_nothing(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     # The attack: name an order by its bare id, hoping to reach whichever client's order has that id.
     awaiting_review(deps)
@@ -531,7 +538,7 @@ def test_an_order_id_without_its_client_prefix_is_refused_and_writes_nothing(
     assert_untouched(deps, etag)
 
 
-def test_an_invalid_order_id_and_an_oversized_body(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_an_invalid_order_id_and_an_oversized_body(deps: HostDeps, trusted: TrustedIssuer) -> None:
     bad_id = call(deps, trusted.validator, "GET", "/api/operator/orders/a:o:1", trusted.operator())
     huge = call(
         deps,
@@ -546,7 +553,7 @@ def test_an_invalid_order_id_and_an_oversized_body(deps: Dependencies, trusted: 
     assert (huge.status, code(huge)) == (413, "TooLarge")
 
 
-def test_responses_are_json_and_never_cached(deps: Dependencies, trusted: TrustedIssuer) -> None:
+def test_responses_are_json_and_never_cached(deps: HostDeps, trusted: TrustedIssuer) -> None:
     response = call(deps, trusted.validator, "GET", ORDER, {})
 
     assert response.all_headers()["Content-Type"] == "application/json; charset=utf-8"

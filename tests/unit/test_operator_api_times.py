@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
 from orderflow.records import EARLIEST_TIME, LATEST_TIME, parse_query_time, parse_utc
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import memory_deps
 
@@ -29,10 +30,18 @@ TIME_PARAMETERS = [("orders", "failedSince"), ("alerts", "since"), ("activity", 
 """Every time parameter of every GET route (docs/operator-api.md#routes)."""
 
 
-def get(deps: Dependencies, trusted: TrustedIssuer, url: str) -> OperatorResponse:
+def get(deps: HostDeps, trusted: TrustedIssuer, url: str) -> OperatorResponse:
     """``GET url`` as a reviewer (the role enough for every route with a time parameter)."""
     headers = trusted.bearer("rita", REVIEWER_ROLE)
-    return handle_operator_request("GET", url, headers, b"", deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        "GET",
+        url,
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def error_code(response: OperatorResponse) -> tuple[int, str]:
@@ -113,6 +122,7 @@ def test_a_purge_older_than_the_first_day_of_the_calendar_purges_nothing(trusted
         trusted.bearer("otto", OPERATOR_ROLE),
         body,
         deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
         validator=trusted.validator,
     )
 

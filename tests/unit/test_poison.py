@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from intake.submission import handle_intake_message
 from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
@@ -17,7 +18,6 @@ from orchestrators.workflow import forward
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import RECORD_STEP_FAILURE, START_STEP, RecordStepFailureInput, StepError
-from orderflow.dependencies import Dependencies
 from orderflow.errors import DEADLINE_EXCEEDED, TRANSIENT_EXHAUSTED, WORKFLOW_ERROR
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.operator_auth import Principal
@@ -27,6 +27,7 @@ from supervisor.poison import POISON_GUARD, REPEATED_FAILURE
 from supervisor.sweep import SweepCursor, SweepReport
 from tests.activity_json import record_step_failure as record_step_failure_json
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, memory_deps, order_body, sweep_once
 from tests.unit.scripted_runtime import ScriptedClient
 
@@ -42,16 +43,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, POISON_FAILURES=3, POISON_VERSION_ORDERS=3, SUPERVISOR_MAX_FAILURES=6)
 
 
-def advance(deps: Dependencies, seconds: float) -> None:
+def advance(deps: HostDeps, seconds: float) -> None:
     assert isinstance(deps.clock, FakeClock)
     deps.clock.advance(seconds)
 
 
-def submit(deps: Dependencies, order_id: str) -> None:
+def submit(deps: HostDeps, order_id: str) -> None:
     handle_intake_message(
         order_body(order_id),
         client=TEST_CLIENT,
@@ -66,7 +67,7 @@ def submit(deps: Dependencies, order_id: str) -> None:
     )
 
 
-def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
+def fail_attempt(deps: HostDeps, order_id: str, code: str | None) -> None:
     """Claim the next attempt and fail its first step with ``code`` (None: the attempt dies silently)."""
     won = claim(
         deps.states,
@@ -88,12 +89,13 @@ def fail_attempt(deps: Dependencies, order_id: str, code: str | None) -> None:
                 at=deps.clock.now(),
             ),
             deps,
+            ActivitySections.of(deps.settings),
         )
     else:
         advance(deps, deps.settings.steps.STEP_TIMEOUT_S + deps.settings.starter.START_LATENCY_S)
 
 
-def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
+def sweep(deps: HostDeps, cursor: SweepCursor | None = None) -> SweepReport:
     advance(deps, deps.settings.alerts.CLOCK_SKEW_TOLERANCE_S + 1)
     report = sweep_once(deps, cursor=cursor)
     advance(deps, WAIT_S)
@@ -101,7 +103,7 @@ def sweep(deps: Dependencies, cursor: SweepCursor | None = None) -> SweepReport:
 
 
 def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_retried(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit(deps, "a:o-1")
     reports = []
@@ -147,7 +149,7 @@ def test_an_order_failing_the_same_way_three_times_is_held_with_an_alert_not_ret
     assert deps.states.get("a:o-1").item.attempt == 3
 
 
-def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -> None:
+def test_an_operator_moves_a_held_order_on_with_compensate(deps: HostDeps) -> None:
     submit(deps, "a:o-1")
     for _ in range(3):
         fail_attempt(deps, "a:o-1", "http_500")
@@ -190,7 +192,7 @@ def test_an_operator_moves_a_held_order_on_with_compensate(deps: Dependencies) -
         [DEADLINE_EXCEEDED] * 5,
     ],
 )
-def test_failures_that_differ_are_retried_as_before(deps: Dependencies, codes: list[str | None]) -> None:
+def test_failures_that_differ_are_retried_as_before(deps: HostDeps, codes: list[str | None]) -> None:
     submit(deps, "a:o-1")
     with telemetry.recording() as seen:
         for code in codes:
@@ -203,7 +205,7 @@ def test_failures_that_differ_are_retried_as_before(deps: Dependencies, codes: l
 
 
 def test_a_version_failing_across_orders_is_flagged_once_and_its_orders_are_not_held(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     orders = [f"a:o-{i}" for i in range(4)]
     for order_id in orders:
@@ -237,7 +239,7 @@ def test_the_version_flag_counts_orders_within_its_window_only(
     assert seen["alert.workflow_version_failing"] == flags
 
 
-def _poisoned_attempt(deps: Dependencies, order_id: str, client: ScriptedClient) -> str:
+def _poisoned_attempt(deps: HostDeps, order_id: str, client: ScriptedClient) -> str:
     """Claim the next attempt of ``order_id`` and run its real workflow until the workflow's own code
     raises (the step's failed answer meets a bug of this version); returns the attempt's instance id."""
     run_starter_pass(
@@ -278,7 +280,7 @@ def _poisoned_attempt(deps: Dependencies, order_id: str, client: ScriptedClient)
 
 
 def test_an_orchestration_that_fails_in_its_own_code_is_recovered_at_once_then_held(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def bug(step: str, response: AgentResponse) -> StepError:
         raise RuntimeError(f"poison: {step} answered {response.error_code}")
@@ -306,7 +308,7 @@ def test_an_orchestration_that_fails_in_its_own_code_is_recovered_at_once_then_h
 
 @pytest.mark.parametrize("code", [None, TRANSIENT_EXHAUSTED, DEADLINE_EXCEEDED])
 def test_expiries_and_dependency_failures_across_orders_flag_no_version(
-    deps: Dependencies, code: str | None
+    deps: HostDeps, code: str | None
 ) -> None:
     orders = [f"a:o-{i}" for i in range(4)]
     for order_id in orders:

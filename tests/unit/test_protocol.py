@@ -16,7 +16,7 @@ from orchestrators.starter import FirstRequests, StarterReport, claim, first_req
 from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies, RecordCache
+from orderflow.dependencies import RecordCache
 from orderflow.errors import ConflictingOrder, TransientError
 from orderflow.protocol.conditional import update
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -31,6 +31,7 @@ from orderflow.workflows import CURRENT_WORKFLOW, ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery, backoff_s, recover
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, RecordingClient, order_body, received, recover_once, sweep_once
 
 pytestmark = pytest.mark.unit
@@ -49,8 +50,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def deps(clock: FakeClock, settings: Settings) -> Dependencies:
-    return Dependencies(
+def deps(clock: FakeClock, settings: Settings) -> HostDeps:
+    return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -59,7 +60,7 @@ def deps(clock: FakeClock, settings: Settings) -> Dependencies:
     )
 
 
-def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
+def submit(deps: HostDeps, order_id: str = "a:o-1") -> None:
     handle_intake_message(
         order_body(order_id),
         client=TEST_CLIENT,
@@ -74,7 +75,7 @@ def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
     )
 
 
-def claimed(deps: Dependencies, order_id: str = "a:o-1") -> StateRecord:
+def claimed(deps: HostDeps, order_id: str = "a:o-1") -> StateRecord:
     found = deps.states.get(order_id)
     won = claim(
         deps.states,
@@ -88,7 +89,7 @@ def claimed(deps: Dependencies, order_id: str = "a:o-1") -> StateRecord:
     return won.item
 
 
-def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
+def test_two_starters_with_the_same_read_claim_once(deps: HostDeps) -> None:
     submit(deps)
     read_by_a = deps.states.get("a:o-1")
     read_by_b = deps.states.get("a:o-1")
@@ -119,7 +120,7 @@ def test_two_starters_with_the_same_read_claim_once(deps: Dependencies) -> None:
     assert (step.status, step.attempts, step.last_instance) == (StepStatus.RUNNING, 1, "a:o-1:1")
 
 
-def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -> None:
+def test_starter_pass_schedules_attempt_specific_instances(deps: HostDeps) -> None:
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     client = RecordingClient()
@@ -142,7 +143,7 @@ def test_starter_pass_schedules_attempt_specific_instances(deps: Dependencies) -
     assert payload["completedSteps"] == []
 
 
-def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> None:
+def test_starter_treats_an_existing_instance_as_started(deps: HostDeps) -> None:
     submit(deps)
     client = RecordingClient(existing={"a:o-1:1"})
     report = run_starter_pass(
@@ -161,7 +162,7 @@ def test_starter_treats_an_existing_instance_as_started(deps: Dependencies) -> N
     assert deps.states.get("a:o-1").item.locked_by == "a:o-1:1"
 
 
-def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) -> None:
+def test_starter_respects_next_attempt_at(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     record = claimed(deps)
     clock.advance(31)
@@ -197,7 +198,7 @@ def test_starter_respects_next_attempt_at(deps: Dependencies, clock: FakeClock) 
 
 
 def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)
@@ -222,7 +223,7 @@ def test_a_stale_attempt_changes_nothing_after_the_supervisor_requeued(
     assert deps.queues.queue("agent-inventory").approximate_count() == 0
 
 
-def test_fenced_write_rejects_a_non_owner_without_writing(deps: Dependencies) -> None:
+def test_fenced_write_rejects_a_non_owner_without_writing(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     before = deps.states.get("a:o-1")
@@ -244,7 +245,7 @@ def test_fenced_write_rejects_a_non_owner_without_writing(deps: Dependencies) ->
     assert deps.states.get("a:o-1").etag == before.etag
 
 
-def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> None:
+def test_fenced_write_rereads_after_a_stale_cached_etag(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     cache = RecordCache()
@@ -272,7 +273,7 @@ def test_fenced_write_rereads_after_a_stale_cached_etag(deps: Dependencies) -> N
     assert deps.states.get("a:o-1").item.steps["reserve_inventory"].status is StepStatus.RUNNING
 
 
-def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) -> None:
+def test_start_step_rerun_is_idempotent(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     payload = StartStepInput(
@@ -306,7 +307,7 @@ def test_start_step_rerun_is_idempotent(deps: Dependencies, clock: FakeClock) ->
     assert body["payload"]["items"] == [{"sku": "10", "quantity": 5}]
 
 
-def test_completion_records_the_compensation_entry_once(deps: Dependencies, clock: FakeClock) -> None:
+def test_completion_records_the_compensation_entry_once(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     for step in ("reserve_inventory", "charge_payment"):
@@ -334,7 +335,7 @@ def test_completion_records_the_compensation_entry_once(deps: Dependencies, cloc
     assert record.steps["reserve_inventory"].reserved_calls == 0
 
 
-def test_finish_processed_replies_once_per_message_id(deps: Dependencies, clock: FakeClock) -> None:
+def test_finish_processed_replies_once_per_message_id(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     payload = FinishOrderInput(
@@ -383,12 +384,12 @@ class CountingGets(InMemoryStateStore):
 
 def _claimed_here(
     clock: FakeClock, settings: Settings, *, starter_sends: bool
-) -> tuple[Dependencies, CountingGets, CountingOrderGets]:
+) -> tuple[HostDeps, CountingGets, CountingOrderGets]:
     """One process submits an order and claims it (its starter sending the first request, or not); the
     state store's point reads are counted from then on."""
     states = CountingGets()
     orders = CountingOrderGets()
-    deps = Dependencies(
+    deps = HostDeps(
         states=states, orders=orders, queues=InMemoryQueueFactory(), clock=clock, settings=settings
     )
     submit(deps)
@@ -409,7 +410,7 @@ def _claimed_here(
     return deps, states, orders
 
 
-def _orchestration_runs(deps: Dependencies, *, first: int) -> None:
+def _orchestration_runs(deps: HostDeps, *, first: int) -> None:
     """The orchestration's activities of an ORDER_V1 attempt, in this process: ``start_step`` of each
     step from the ``first``-th (every earlier one answered), then ``finish_order``."""
     previous = StepResult(step=ORDER_V1.steps[first - 1].name, result={}, calls=1) if first else None
@@ -461,7 +462,7 @@ def test_a_claim_made_here_runs_to_its_reply_with_one_point_read(
 
 
 def _starter_pass(
-    deps: Dependencies,
+    deps: HostDeps,
     client: RecordingClient,
     *,
     first: FirstRequests | None = None,
@@ -483,10 +484,10 @@ def _starter_pass(
     )
 
 
-def first_requests(deps: Dependencies, queues: Any = None) -> FirstRequests:
+def first_requests(deps: HostDeps, queues: Any = None) -> FirstRequests:
     """The starter's means to send the first request as the hosts build it from ``deps``, over ``queues``
     when given."""
-    first = first_requests_for(deps)
+    first = first_requests_for(deps, deps.settings.starter)
     assert first is not None
     return first if queues is None else dataclasses.replace(first, queues=queues)
 
@@ -505,7 +506,7 @@ class OrderedClient(RecordingClient):
 
 
 def test_the_starter_sends_the_request_of_the_step_its_claim_started_once_the_instance_is_scheduled(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submit(deps)
     first = CURRENT_WORKFLOW.steps[0]
@@ -536,7 +537,7 @@ def test_the_starter_sends_the_request_of_the_step_its_claim_started_once_the_in
 
 
 def test_without_the_means_to_send_it_the_starter_leaves_the_first_request_to_the_orchestration(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit(deps)
     client = RecordingClient()
@@ -548,7 +549,7 @@ def test_without_the_means_to_send_it_the_starter_leaves_the_first_request_to_th
 
 
 def test_a_first_request_that_cannot_be_sent_leaves_the_attempt_to_its_timer_and_the_pass_goes_on(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
@@ -599,7 +600,7 @@ class FlakySends:
 
 
 @pytest.mark.parametrize(("failures", "sent"), [(2, 1), (3, 0)])
-def test_the_starter_tries_a_first_request_three_times(deps: Dependencies, failures: int, sent: int) -> None:
+def test_the_starter_tries_a_first_request_three_times(deps: HostDeps, failures: int, sent: int) -> None:
     submit(deps)
     assert isinstance(deps.queues, InMemoryQueueFactory)
     flaky = FlakySends(deps.queues, failures)
@@ -611,7 +612,7 @@ def test_the_starter_tries_a_first_request_three_times(deps: Dependencies, failu
 
 
 def test_a_first_request_that_cannot_even_be_built_ends_neither_the_pass_nor_the_others(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
@@ -647,7 +648,7 @@ class SlowStart(RecordingClient):
 
 @pytest.mark.parametrize(("stall_s", "sent"), [(12.9, 1), (13.0, 0), (60.0, 0)])
 def test_a_starter_that_stalled_until_the_claim_s_complete_by_sends_no_first_request(
-    deps: Dependencies, clock: FakeClock, stall_s: float, sent: int
+    deps: HostDeps, clock: FakeClock, stall_s: float, sent: int
 ) -> None:
     # The claim's completeBy is 13 s out (an 8 s step and the 5 s start-up allowance). From then on the
     # supervisor may recover the order, so a request sent later could be a superseded attempt's.
@@ -699,14 +700,14 @@ class _Down:
 
 
 def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submit(deps)
     claimed(deps)
     inner = deps.queues
     assert isinstance(inner, InMemoryQueueFactory)
     flaky = FailingSends(inner, "client-a")
-    failing = Dependencies(
+    failing = HostDeps(
         states=deps.states,
         orders=deps.orders,
         queues=flaky,
@@ -736,7 +737,7 @@ def test_a_reply_that_could_not_be_sent_stays_owed_until_the_relay_sends_it(
     assert again.resent == []
 
 
-def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencies, clock: FakeClock) -> None:
+def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps, "a:o-1")
     submit(deps, "a:o-2")
     claimed(deps, "a:o-1")
@@ -746,7 +747,7 @@ def test_supervisor_leaves_unexpired_and_settled_records_alone(deps: Dependencie
 
 
 def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submit(deps)
     outcomes = []
@@ -770,7 +771,7 @@ def test_supervisor_gives_up_forward_progress_at_the_threshold_for_compensation(
     assert (resumed.process_state, resumed.attempt) == (ProcessState.COMPENSATING, 4)
 
 
-def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeClock) -> None:
+def test_two_supervisors_recover_a_record_once(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     clock.advance(31)
@@ -796,7 +797,7 @@ def test_two_supervisors_recover_a_record_once(deps: Dependencies, clock: FakeCl
     assert deps.states.get("a:o-1").item.failure_count == 1
 
 
-def test_sweep_pages_through_every_expired_record(deps: Dependencies, clock: FakeClock) -> None:
+def test_sweep_pages_through_every_expired_record(deps: HostDeps, clock: FakeClock) -> None:
     settings = deps.settings.replace(**{"SUPERVISOR_PAGE_SIZE": 3})
     for n in range(10):
         submit(deps, f"a:o-{n}")
@@ -821,7 +822,7 @@ def test_backoff_doubles_and_caps() -> None:
     assert [backoff_s(n, s.supervisor) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
 
 
-def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) -> None:
+def test_resubmitting_a_settled_order_returns_its_outcome(deps: HostDeps) -> None:
     submit(deps)
     claimed(deps)
     finish_order(
@@ -839,7 +840,7 @@ def test_resubmitting_a_settled_order_returns_its_outcome(deps: Dependencies) ->
     assert (again["orderId"], again["status"]) == ("o-1", "Processed")
 
 
-def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: Dependencies) -> None:
+def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: HostDeps) -> None:
     submit(deps)
     before = deps.states.get("a:o-1")
     with pytest.raises(ConflictingOrder):
@@ -866,7 +867,7 @@ def test_a_conflicting_resubmission_tells_the_sender_and_writes_nothing(deps: De
     assert str(deps.order_cache.get(deps.orders, "a:o-1").amount) == "1000.50"
 
 
-def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencies) -> None:
+def test_the_same_amount_written_differently_is_the_same_order(deps: HostDeps) -> None:
     submit(deps)
     handle_intake_message(
         order_body("a:o-1", amount="1000.5"),
@@ -884,7 +885,7 @@ def test_the_same_amount_written_differently_is_the_same_order(deps: Dependencie
 
 
 def _start(
-    deps: Dependencies,
+    deps: HostDeps,
     clock: FakeClock,
     instance_id: str,
     step: str = "reserve_inventory",
@@ -919,7 +920,7 @@ def _metric_points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[s
     ]
 
 
-def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies, clock: FakeClock) -> None:
+def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: HostDeps, clock: FakeClock) -> None:
     settings = deps.settings.replace(**{"RETRY_BUDGET": 10, "AGENT_MAX_CALLS_PER_STEP": 4})
     deps.settings = settings
     submit(deps)
@@ -969,7 +970,7 @@ def test_an_attempt_that_dies_keeps_its_reserved_calls_spent(deps: Dependencies,
     assert record.last_error is not None and record.last_error.code == "retry_budget_exhausted"
 
 
-def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> None:
+def test_a_spent_budget_starts_no_step(deps: HostDeps, clock: FakeClock) -> None:
     deps.settings = deps.settings.replace(**{"RETRY_BUDGET": 4, "AGENT_MAX_CALLS_PER_STEP": 4})
     submit(deps)
     claimed(deps)
@@ -996,7 +997,7 @@ def test_a_spent_budget_starts_no_step(deps: Dependencies, clock: FakeClock) -> 
 
 
 def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     # The orchestration asked for the step; the activity then waited 3 s in the runtime's work queue.
     # The agent still gets the whole step timeout, and the timer fires where completeBy says.
@@ -1023,7 +1024,7 @@ def test_the_step_deadline_starts_when_start_step_runs_not_when_it_was_scheduled
     assert json.loads(request.body)["deadline"] == format_utc(complete_by - timedelta(seconds=1))
 
 
-def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
+def _expire_and_requeue(deps: HostDeps, clock: FakeClock) -> None:
     """The attempt in flight dies: its deadline passes, the supervisor re-queues, the backoff passes."""
     settings = deps.settings
     clock.advance(
@@ -1036,9 +1037,7 @@ def _expire_and_requeue(deps: Dependencies, clock: FakeClock) -> None:
     clock.advance(60)
 
 
-def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
-    deps: Dependencies, clock: FakeClock
-) -> None:
+def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     claimed(deps)
     _start(deps, clock, "a:o-1:1", "charge_payment", completed=StepResult(step="reserve_inventory", calls=1))
@@ -1055,7 +1054,7 @@ def test_a_claim_after_a_recovery_starts_the_next_step_still_to_run(
     assert record.retry_budget.spent == 9
 
 
-def _mark(deps: Dependencies, change: Any) -> None:
+def _mark(deps: HostDeps, change: Any) -> None:
     found = deps.states.get("a:o-1")
     record = found.item.model_copy(deep=True)
     change(record)
@@ -1067,7 +1066,7 @@ def _mark(deps: Dependencies, change: Any) -> None:
     ["cancel requested", "no calls left", "moved to its fallback provider", "may pause for review"],
 )
 def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
-    deps: Dependencies, clock: FakeClock, why: str
+    deps: HostDeps, clock: FakeClock, why: str
 ) -> None:
     if why == "may pause for review":
         deps.settings = deps.settings.replace(**{"REVIEW_AMOUNT_ABOVE": 1.0})
@@ -1104,7 +1103,7 @@ def test_a_claim_leaves_a_step_that_needs_a_decision_to_the_orchestration(
 
 
 def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     # The claim's version is in this host's cache; the orchestration's first activity runs only after
     # the supervisor has re-queued the order. The stale start must not send its request.
@@ -1123,9 +1122,7 @@ def test_a_start_found_already_made_on_a_cached_copy_is_confirmed_on_a_read(
     assert deps.states.get("a:o-1").item.process_state is ProcessState.PENDING
 
 
-def test_attempt_history_records_each_tenure_and_they_never_overlap(
-    deps: Dependencies, clock: FakeClock
-) -> None:
+def test_attempt_history_records_each_tenure_and_they_never_overlap(deps: HostDeps, clock: FakeClock) -> None:
     # Attempt 1 is claimed and dies; the supervisor recovers it; attempt 2 is claimed and finishes.
     submit(deps)
     first_claim = clock.now()
@@ -1161,7 +1158,7 @@ def test_attempt_history_records_each_tenure_and_they_never_overlap(
     assert history[1].expired_complete_by is None
 
 
-def test_attempt_history_is_bounded(deps: Dependencies, clock: FakeClock) -> None:
+def test_attempt_history_is_bounded(deps: HostDeps, clock: FakeClock) -> None:
     submit(deps)
     record = deps.states.get("a:o-1").item
     for attempt in range(1, 40):
@@ -1172,7 +1169,7 @@ def test_attempt_history_is_bounded(deps: Dependencies, clock: FakeClock) -> Non
     assert [e.attempt for e in record.attempt_history] == list(range(24, 40))
 
 
-def test_a_fallback_start_switches_provider_key_and_reservation(deps: Dependencies, clock: FakeClock) -> None:
+def test_a_fallback_start_switches_provider_key_and_reservation(deps: HostDeps, clock: FakeClock) -> None:
     from orderflow.workflows import ORDER_V3  # noqa: PLC0415 (only this test runs order-v3)
 
     submit(deps)

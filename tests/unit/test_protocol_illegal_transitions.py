@@ -18,7 +18,6 @@ from intake.submission import handle_intake_message
 from operator_api import resubmit
 from orchestrators import starter
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import IllegalTransition
 from orderflow.operator_auth import Principal
 from orderflow.protocol.conditional import update
@@ -29,6 +28,7 @@ from orderflow.stores.base import Versioned
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 from orderflow.timeline import Actor
 from supervisor import recovery
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, order_body
 
 pytestmark = pytest.mark.unit
@@ -37,8 +37,8 @@ KEY = "a:o-1"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
-    return Dependencies(
+def deps() -> HostDeps:
+    return HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
@@ -48,7 +48,7 @@ def deps() -> Dependencies:
 
 
 def finished(
-    deps: Dependencies, state: ProcessState, *, locked: bool = False, failures: int = 0
+    deps: HostDeps, state: ProcessState, *, locked: bool = False, failures: int = 0
 ) -> Versioned[StateRecord]:
     """The order ``KEY`` stored in ``state``; ``locked``: still naming its last attempt, with a
     ``completeBy`` that passed (what a guard that let it through would see as an expired attempt)."""
@@ -80,7 +80,7 @@ def finished(
     return deps.states.get(KEY)
 
 
-def test_update_refuses_any_write_to_a_finished_record(deps: Dependencies) -> None:
+def test_update_refuses_any_write_to_a_finished_record(deps: HostDeps) -> None:
     before = finished(deps, ProcessState.COMPENSATED)
 
     with pytest.raises(IllegalTransition, match="Compensated -> Compensated"):
@@ -90,7 +90,7 @@ def test_update_refuses_any_write_to_a_finished_record(deps: Dependencies) -> No
 
 
 def test_a_claim_of_a_processed_order_is_an_illegal_transition(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(deps, ProcessState.PROCESSED)
     monkeypatch.setattr(starter, "CLAIMABLE_STATES", (*starter.CLAIMABLE_STATES, ProcessState.PROCESSED))
@@ -109,7 +109,7 @@ def test_a_claim_of_a_processed_order_is_an_illegal_transition(
 
 
 def test_a_recovery_of_a_processed_order_is_an_illegal_transition(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(deps, ProcessState.PROCESSED, locked=True)
     monkeypatch.setattr(recovery, "SWEPT_STATES", (*recovery.SWEPT_STATES, ProcessState.PROCESSED))
@@ -128,7 +128,7 @@ def test_a_recovery_of_a_processed_order_is_an_illegal_transition(
 
 
 def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(
         deps, ProcessState.PROCESSED, locked=True, failures=deps.settings.supervisor.SUPERVISOR_MAX_FAILURES
@@ -149,7 +149,7 @@ def test_a_give_up_of_a_processed_order_is_an_illegal_transition(
 
 
 def test_a_resubmit_of_a_compensated_order_is_an_illegal_transition(
-    deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(deps, ProcessState.COMPENSATED)
     monkeypatch.setattr(resubmit, "action_refusal", lambda *args, **kwargs: None)
@@ -170,7 +170,7 @@ def test_a_resubmit_of_a_compensated_order_is_an_illegal_transition(
     assert deps.states.get(KEY) == before
 
 
-def test_a_housekeeping_write_may_touch_a_finished_record_but_never_move_it(deps: Dependencies) -> None:
+def test_a_housekeeping_write_may_touch_a_finished_record_but_never_move_it(deps: HostDeps) -> None:
     finished(deps, ProcessState.PROCESSED)
 
     def clear_reply(record: StateRecord) -> StateRecord:

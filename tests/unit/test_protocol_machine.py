@@ -83,7 +83,7 @@ from orderflow.contracts import (
     StartStepInput,
     StepResult,
 )
-from orderflow.dependencies import Dependencies, RecordCache
+from orderflow.dependencies import RecordCache
 from orderflow.errors import NotFound, PermanentError, TransientError
 from orderflow.messages import AgentRequest, CancelOrder, StatusReply, parse_message
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE, Principal
@@ -127,6 +127,7 @@ from tests.activity_json import (
     start_step,
     start_undo,
 )
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
 from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
 
@@ -272,7 +273,7 @@ FINAL_REPLY: dict[ProcessState, str] = {
 }
 """The reply a settled order owes its client (orderflow.replies)."""
 
-ACTIVITIES: dict[str, Callable[[dict[str, Any], Dependencies], dict[str, Any]]] = {
+ACTIVITIES: dict[str, Callable[[dict[str, Any], HostDeps], dict[str, Any]]] = {
     START_STEP: start_step,
     FINISH_ORDER: finish_order,
     RECORD_STEP_FAILURE: record_step_failure,
@@ -297,7 +298,7 @@ class Host:
     ``claimable`` and ``expired`` hold a page its starter or supervisor read and has not acted on yet.
     """
 
-    def __init__(self, name: str, deps: Dependencies) -> None:
+    def __init__(self, name: str, deps: HostDeps) -> None:
         self.name = name
         self.deps = deps
         self.client = ScriptedClient(deps.clock)
@@ -370,7 +371,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._stale = True
 
     def _host(self, name: str) -> Host:
-        deps = Dependencies(
+        deps = HostDeps(
             states=self.states,
             orders=self.orders,
             queues=self.queues,
@@ -1117,7 +1118,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 )
 
     def _first_requests(self, starter: Host) -> FirstRequests:
-        first = first_requests_for(starter.deps)  # as the hosts build it
+        first = first_requests_for(starter.deps, starter.deps.settings.starter)  # as the hosts build it
         assert first is not None
         return first
 
@@ -1285,7 +1286,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     # not started, so the change looked illegal. It must be decided on a fresh read instead.
     clock = FakeClock()
     worker_a = memory_deps(clock)
-    worker_b = Dependencies(
+    worker_b = HostDeps(
         states=worker_a.states,
         orders=worker_a.orders,
         queues=worker_a.queues,
@@ -1295,7 +1296,7 @@ def test_an_owner_writes_through_a_worker_whose_record_cache_lags() -> None:
     )
     submit_and_claim(worker_a, definition=ORDER_V1)
 
-    def start(worker: Dependencies, step: str, completed: str | None = None) -> dict[str, Any]:
+    def start(worker: HostDeps, step: str, completed: str | None = None) -> dict[str, Any]:
         done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
         payload = StartStepInput(
             order_id="a:o-1",

@@ -16,12 +16,12 @@ import pytest
 from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock
 from orderflow.contracts import StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import InvalidMessage
 from orderflow.messages import OPERATOR_ACTION_NOT_ACCEPTED, SUBMISSION_REASONS
 from orderflow.records import ProcessState
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -30,11 +30,11 @@ RESERVE, CHARGE = "reserve_inventory", "charge_payment"
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
-def start(deps: Dependencies, step: str, *, version: str, completed: StepResult | None = None) -> Any:
+def start(deps: HostDeps, step: str, *, version: str, completed: StepResult | None = None) -> Any:
     return start_step(
         StartStepInput(
             order_id="a:o-1",
@@ -49,7 +49,7 @@ def start(deps: Dependencies, step: str, *, version: str, completed: StepResult 
     )
 
 
-def on_the_orders_queue(deps: Dependencies, body: dict[str, Any]) -> InvalidMessage:
+def on_the_orders_queue(deps: HostDeps, body: dict[str, Any]) -> InvalidMessage:
     with pytest.raises(InvalidMessage) as refused:
         handle_intake_message(
             json.dumps(body),
@@ -65,7 +65,7 @@ def on_the_orders_queue(deps: Dependencies, body: dict[str, Any]) -> InvalidMess
     return refused.value
 
 
-def test_a_client_cannot_approve_an_order_awaiting_review_on_the_orders_queue(deps: Dependencies) -> None:
+def test_a_client_cannot_approve_an_order_awaiting_review_on_the_orders_queue(deps: HostDeps) -> None:
     submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
     start(deps, RESERVE, version=ORDER_V2.version)
     reserved = StepResult(step=RESERVE, result={"reservationId": "r-1"}, calls=1)
@@ -90,7 +90,7 @@ def test_a_client_cannot_approve_an_order_awaiting_review_on_the_orders_queue(de
 
 
 def test_a_client_cannot_compensate_another_clients_order_under_a_typed_operator_name(
-    deps: Dependencies,
+    deps: HostDeps,
 ) -> None:
     submit_and_claim(deps, definition=ORDER_V1, amount="100.00")  # client-a's order
     start(deps, RESERVE, version=ORDER_V1.version)
@@ -112,7 +112,7 @@ def test_a_client_cannot_compensate_another_clients_order_under_a_typed_operator
     assert received(deps.queues.queue("client-a")) == []
 
 
-def test_the_refusal_comes_before_the_body_is_read_as_an_action(deps: Dependencies) -> None:
+def test_the_refusal_comes_before_the_body_is_read_as_an_action(deps: HostDeps) -> None:
     # Not even a valid action: the type alone decides, and no order needs to exist.
     for kind in ("ReviewDecision", "CompensateOrder"):
         error = on_the_orders_queue(deps, {"type": kind, "orderId": "no-such-order", "extra": True})

@@ -17,11 +17,11 @@ from devhost.local_issuer import local_object_id
 from intake.submission import IntakeResult
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orderflow import telemetry
 from orderflow.alerts import NOT_ALERTS, REPLAY_KIND, ReplayDoc
 from orderflow.clients import RegisteredClient
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
 from orderflow.operator_auth import OPERATOR_ROLE
 from orderflow.queues.base import ReceivedMessage
@@ -36,6 +36,7 @@ from orderflow.replays import (
 from orderflow.stores.base import AlertQuery
 from orderflow.stores.memory import InMemoryAlertStore
 from orderflow.workflows import ORDER_V1
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
 from tests.unit.fakes import take_in as intake_of
@@ -50,7 +51,7 @@ Events = list[tuple[str, dict[str, Any]]]
 
 
 @pytest.fixture
-def deps() -> Dependencies:
+def deps() -> HostDeps:
     return memory_deps(FakeClock())
 
 
@@ -73,7 +74,7 @@ def audit_id(trusted: TrustedIssuer, name: str) -> str:
 
 
 def dead_letter(
-    deps: Dependencies, body: str, *, message_id: str, queue: str = INBOUND, correlation_id: str | None = None
+    deps: HostDeps, body: str, *, message_id: str, queue: str = INBOUND, correlation_id: str | None = None
 ) -> str:
     """Send ``body`` to ``queue`` and dead-letter it; its dead letter id."""
     assert isinstance(deps.queues, InMemoryQueueFactory)
@@ -86,10 +87,18 @@ def dead_letter(
     return dead.dead_letter_id
 
 
-def replay(deps: Dependencies, trusted: TrustedIssuer, operator: str, dead_id: str) -> OperatorResponse:
+def replay(deps: HostDeps, trusted: TrustedIssuer, operator: str, dead_id: str) -> OperatorResponse:
     headers = trusted.bearer(operator, OPERATOR_ROLE)
     path = f"{BASE}/{INBOUND}/{dead_id}/replay"
-    return handle_operator_request("POST", path, headers, b"", deps=deps, validator=trusted.validator)
+    return handle_operator_request(
+        "POST",
+        path,
+        headers,
+        b"",
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
+    )
 
 
 def at_once(*calls: Callable[[], OperatorResponse]) -> list[OperatorResponse]:
@@ -104,9 +113,7 @@ def at_once(*calls: Callable[[], OperatorResponse]) -> list[OperatorResponse]:
         return list(pool.map(run, calls))
 
 
-def take_in(
-    deps: Dependencies, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT
-) -> IntakeResult:
+def take_in(deps: HostDeps, message: ReceivedMessage, client: RegisteredClient = TEST_CLIENT) -> IntakeResult:
     """The intake of ``message`` from ``client``'s inbound queue, as a host runs it."""
     result: IntakeResult = intake_of(
         deps, message, client, definition=ORDER_V1, message_id=message.message_id, replays=deps.alerts
@@ -114,12 +121,12 @@ def take_in(
     return result
 
 
-def replay_entries(deps: Dependencies, key: str) -> list[TimelineEntry]:
+def replay_entries(deps: HostDeps, key: str) -> list[TimelineEntry]:
     return [entry for entry in deps.states.get(key).item.timeline if entry.action == REPLAY_ACTION]
 
 
 def test_two_operators_replaying_one_dead_letter_at_once_are_both_audited_and_it_is_taken_in_once(
-    deps: Dependencies, trusted: TrustedIssuer, events: Events
+    deps: HostDeps, trusted: TrustedIssuer, events: Events
 ) -> None:
     dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
 
@@ -162,7 +169,7 @@ def test_two_operators_replaying_one_dead_letter_at_once_are_both_audited_and_it
 
 
 def test_the_replay_entry_is_written_once_whichever_of_replay_and_intake_finds_the_record(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     # o-1 is on record before its replay: the replay writes the entry, the intake finds it there.
     submit_and_claim(deps, definition=ORDER_V1, order_id=f"{TEST_CLIENT.client_id}:o-1")
@@ -220,7 +227,7 @@ def test_the_replay_entry_never_goes_to_another_clients_order(trusted: TrustedIs
 
 
 def test_a_replay_of_a_dead_letter_never_replayed_is_404_and_audited(
-    deps: Dependencies, trusted: TrustedIssuer, events: Events
+    deps: HostDeps, trusted: TrustedIssuer, events: Events
 ) -> None:
     missing = replay(deps, trusted, "otto", "0000")
 
@@ -252,7 +259,7 @@ def test_a_replay_that_cannot_read_the_records_is_503_and_still_audited(
 
 
 def test_replay_records_are_not_alerts_and_only_replay_ids_are_looked_up(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
     replay(deps, trusted, "otto", dead_id)
@@ -282,7 +289,7 @@ def test_replay_records_are_not_alerts_and_only_replay_ids_are_looked_up(
 
 
 def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
-    deps: Dependencies, trusted: TrustedIssuer, events: Events
+    deps: HostDeps, trusted: TrustedIssuer, events: Events
 ) -> None:
     dead_id = dead_letter(deps, "{}", message_id="m-1")
 
@@ -290,7 +297,15 @@ def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
         headers = trusted.bearer(operator, OPERATOR_ROLE)
         body = json.dumps({"deadLetterId": dead_id}).encode()
         path = f"{BASE}/{INBOUND}/purge"
-        return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
+        return handle_operator_request(
+            "POST",
+            path,
+            headers,
+            body,
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
 
     answers = at_once(lambda: purge("otto"), lambda: purge("olga"))
 
@@ -300,7 +315,7 @@ def test_two_operators_purging_one_dead_letter_at_once_are_both_audited(
     assert sorted(count for _, count in audit) == [0, 1]
 
 
-def detect_duplicates(monkeypatch: pytest.MonkeyPatch, deps: Dependencies, queue: str = INBOUND) -> list[str]:
+def detect_duplicates(monkeypatch: pytest.MonkeyPatch, deps: HostDeps, queue: str = INBOUND) -> list[str]:
     """From now on ``queue`` drops a message sent under an id it was sent under before, as Service Bus
     duplicate detection does inside its window (here: the rest of the test); the ids it dropped."""
     target = deps.queues.queue(queue)
@@ -318,7 +333,7 @@ def detect_duplicates(monkeypatch: pytest.MonkeyPatch, deps: Dependencies, queue
 
 
 def test_two_dead_letters_of_one_order_replayed_in_a_row_go_under_two_ids_and_both_are_taken_in(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The client sent its order twice, more than a window apart: both got in, both were dead-lettered.
     first = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
@@ -338,7 +353,7 @@ def test_two_dead_letters_of_one_order_replayed_in_a_row_go_under_two_ids_and_bo
 
 
 def test_a_replay_retried_after_it_sent_but_failed_goes_under_the_same_id_and_is_taken_in_once(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
     dropped = detect_duplicates(monkeypatch, deps)
@@ -363,7 +378,7 @@ def test_a_replay_retried_after_it_sent_but_failed_goes_under_the_same_id_and_is
 
 
 def test_a_client_sending_under_a_replay_id_first_cannot_make_the_replay_vanish(
-    deps: Dependencies, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
+    deps: HostDeps, trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead_id = dead_letter(deps, order_body("o-7"), message_id=f"{KEY}:submit")
     dropped = detect_duplicates(monkeypatch, deps)

@@ -19,7 +19,6 @@ from intake.cancellation import CancelOutcome, handle_cancel
 from intake.submission import handle_intake_message
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.queues.base import DeadLetterQueues
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -50,6 +49,7 @@ from supervisor.retention import (
 )
 from supervisor.sweep import run_sweep
 from tests.activity_json import finish_order, start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -92,7 +92,7 @@ def record(order_id: str, state: ProcessState, clock: FakeClock, **fields: Any) 
     )
 
 
-def purge(deps: Dependencies) -> PurgeReport:
+def purge(deps: HostDeps) -> PurgeReport:
     return purge_expired_logs(
         states=deps.states,
         orders=deps.orders,
@@ -319,7 +319,7 @@ def test_a_record_without_its_order_document_is_still_purged(caplog: pytest.LogC
 # --- the protocol after a purge ---------------------------------------------------------------
 
 
-def processed_order(deps: Dependencies, order_id: str) -> None:
+def processed_order(deps: HostDeps, order_id: str) -> None:
     """Run ``order_id`` on ORDER_V2 (whose charge waits for review above REVIEW_AMOUNT_ABOVE) to
     ``Processed`` through the activities, each step answering a result with ids and amounts."""
     submit_and_claim(deps, definition=ORDER_V2, order_id=order_id, amount="50.00")
@@ -358,7 +358,7 @@ def processed_order(deps: Dependencies, order_id: str) -> None:
 
 
 @pytest.fixture
-def purged() -> Dependencies:
+def purged() -> HostDeps:
     """Dependencies holding order ``o-1``, Processed more than the retention period ago and purged."""
     clock = FakeClock()
     deps = memory_deps(clock, COMPENSATION_LOG_RETENTION_S=RETENTION_S, REVIEW_AMOUNT_ABOVE=100)
@@ -368,15 +368,15 @@ def purged() -> Dependencies:
     return deps
 
 
-def snapshot(deps: Dependencies) -> tuple[str, str]:
+def snapshot(deps: HostDeps) -> tuple[str, str]:
     """The state record's ETag and the order document's stored JSON."""
     return deps.states.get("a:o-1").etag, deps.orders.get("a:o-1").model_dump_json()
 
 
-def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: Dependencies) -> None:
+def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: HostDeps) -> None:
     before = snapshot(purged)
     # A fresh process: the document is read from the store, redacted (amount 0), before the fenced write.
-    late = Dependencies(
+    late = HostDeps(
         states=purged.states,
         orders=purged.orders,
         queues=purged.queues,
@@ -401,7 +401,7 @@ def test_a_late_start_of_a_reviewable_step_on_a_purged_order_is_fenced(purged: D
     assert received(purged.queues.queue(purged.settings.queues.agent_queue("payment"))) == []
 
 
-def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(purged: Dependencies) -> None:
+def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(purged: HostDeps) -> None:
     before = snapshot(purged)
 
     result = finish_order(
@@ -419,7 +419,7 @@ def test_a_late_rerun_of_the_finish_on_a_purged_order_writes_and_sends_nothing(p
     assert received(purged.queues.queue("client-a")) == []
 
 
-def test_a_cancel_of_a_purged_order_is_refused(purged: Dependencies) -> None:
+def test_a_cancel_of_a_purged_order_is_refused(purged: HostDeps) -> None:
     before = snapshot(purged)
 
     result = handle_cancel(
@@ -437,7 +437,7 @@ def test_a_cancel_of_a_purged_order_is_refused(purged: Dependencies) -> None:
 
 
 def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_nothing(
-    purged: Dependencies,
+    purged: HostDeps,
 ) -> None:
     before = snapshot(purged)
 
@@ -460,7 +460,7 @@ def test_a_duplicate_submission_of_a_purged_order_gets_its_outcome_and_writes_no
     assert reply["status"] == "Processed"
 
 
-def test_the_supervisor_leaves_a_purged_order_alone(purged: Dependencies) -> None:
+def test_the_supervisor_leaves_a_purged_order_alone(purged: HostDeps) -> None:
     before = snapshot(purged)
     clock = purged.clock
     assert isinstance(clock, FakeClock)
@@ -497,7 +497,7 @@ def test_the_relay_still_sends_a_reply_owed_by_a_purged_order() -> None:
 # --- dead letters and orchestration history -----------------------------------------------------------
 
 
-def wall_clock_deps(**settings: Any) -> Dependencies:
+def wall_clock_deps(**settings: Any) -> HostDeps:
     """In-memory dependencies whose queues stamp dead letters on the fake clock (which starts at the
     wall time, where the in-memory queues' times start)."""
     clock = FakeClock(datetime.now(UTC))
@@ -505,7 +505,7 @@ def wall_clock_deps(**settings: Any) -> Dependencies:
     return replace(memory_deps(clock, **settings), queues=queues, dead_letters=queues)
 
 
-def dead_letter(deps: Dependencies, queue_name: str, message_id: str) -> None:
+def dead_letter(deps: HostDeps, queue_name: str, message_id: str) -> None:
     queue = deps.queues.queue(queue_name)
     queue.send(f'{{"note": "{message_id}"}}', message_id=message_id)
     [message] = queue.receive(max_messages=1)
@@ -529,7 +529,7 @@ class CountingDeadLetters:
         return self.inner.remove_dead_letters(name, select, before=before, most=most)
 
 
-def purge_dead_letters(deps: Dependencies, counting: CountingDeadLetters, names: list[str]) -> int:
+def purge_dead_letters(deps: HostDeps, counting: CountingDeadLetters, names: list[str]) -> int:
     return purge_expired_dead_letters(
         queues=deps.queues,
         dead_letters=counting,
@@ -647,6 +647,8 @@ def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pyt
 
     report = run_retention_pass(
         deps,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
         dead_letter_queues=dead_letter_sources(deps.settings.clients, deps.settings.queues),
         histories=histories,
     )
@@ -655,7 +657,13 @@ def test_a_part_of_the_pass_that_fails_leaves_the_others_to_run(monkeypatch: pyt
     assert report.dead_letters is None
     assert report.histories == 2
 
-    report = run_retention_pass(deps, stores=False, histories=RecordingHistories(fail=True))
+    report = run_retention_pass(
+        deps,
+        supervisor=deps.settings.supervisor,
+        scans=deps.settings.scans,
+        stores=False,
+        histories=RecordingHistories(fail=True),
+    )
     assert (report.records, report.dead_letters, report.histories) == (None, None, None)
 
 
@@ -671,6 +679,8 @@ def test_a_store_outage_does_not_keep_expired_dead_letters(monkeypatch: pytest.M
 
     monkeypatch.setattr(deps.states, "query", unavailable)
 
-    report = run_retention_pass(deps, dead_letter_queues=[queue])
+    report = run_retention_pass(
+        deps, supervisor=deps.settings.supervisor, scans=deps.settings.scans, dead_letter_queues=[queue]
+    )
 
     assert (report.records, report.dead_letters) == (None, 1)

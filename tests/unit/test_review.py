@@ -16,11 +16,11 @@ from devhost.local_issuer import local_object_id
 from intake.submission import handle_intake_message
 from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
+from operator_api.routing import OperatorApiSections
 from orchestrators.listener import Delivery, handle_response
 from orchestrators.starter import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.operator_auth import REVIEWER_ROLE
 from orderflow.orchestration import InstanceStatus
 from orderflow.records import ProcessState, ReviewDecision
@@ -28,6 +28,7 @@ from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V1, ORDER_V2
 from supervisor.recovery import Recovery
 from tests.activity_json import record_review, start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer, signing_key
 from tests.unit.fakes import TEST_CLIENT, memory_deps, received, recover_once, submit_and_claim
 
@@ -43,12 +44,12 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
+def deps(clock: FakeClock) -> HostDeps:
     return memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0, CLAIM_TIMEOUT_S=30.0)
 
 
 @pytest.fixture
-def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., OperatorResponse]:
+def decide(deps: HostDeps, trusted: TrustedIssuer) -> Callable[..., OperatorResponse]:
     """A reviewer's decision on o-1 through the operator API, with a reviewer's token for ``reviewer``."""
 
     def call(decision: str, reviewer: str = "ana") -> OperatorResponse:
@@ -58,6 +59,7 @@ def decide(deps: Dependencies, trusted: TrustedIssuer) -> Callable[..., Operator
             trusted.reviewer(reviewer),
             json.dumps({"decision": decision}).encode(),
             deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
             validator=trusted.validator,
         )
 
@@ -68,14 +70,12 @@ def reviewer_id(trusted: TrustedIssuer, name: str) -> str:
     return f"{trusted.issuer.tenant_id}/{local_object_id(name)}"
 
 
-def submitted_and_claimed(deps: Dependencies, amount: str = "1000.50") -> None:
+def submitted_and_claimed(deps: HostDeps, amount: str = "1000.50") -> None:
     submit_and_claim(deps, definition=ORDER_V2, amount=amount)
     received(deps.queues.queue("client-a"))
 
 
-def start(
-    deps: Dependencies, step: str, completed: StepResult | None = None, **changes: Any
-) -> dict[str, Any]:
+def start(deps: HostDeps, step: str, completed: StepResult | None = None, **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": "a:o-1",
         "instance_id": "a:o-1:1",
@@ -90,7 +90,7 @@ def start(
 
 
 def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -116,7 +116,7 @@ def test_a_large_order_pauses_before_the_charge_and_tells_the_client(
     assert deps.states.get("a:o-1").etag == etag
 
 
-def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
+def test_small_orders_and_order_v1_are_not_reviewed(deps: HostDeps) -> None:
     submitted_and_claimed(deps, amount="100.00")
     start(deps, RESERVE)
     assert start(deps, CHARGE, completed=RESERVED)["outcome"] == "started"
@@ -124,7 +124,7 @@ def test_small_orders_and_order_v1_are_not_reviewed(deps: Dependencies) -> None:
 
 
 def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
-    deps: Dependencies, decide: Callable[..., OperatorResponse], trusted: TrustedIssuer
+    deps: HostDeps, decide: Callable[..., OperatorResponse], trusted: TrustedIssuer
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -158,7 +158,7 @@ def test_a_reviewers_decision_is_recorded_and_forwarded_to_the_waiting_attempt(
 
 
 def test_the_first_decision_wins_over_the_default_at_the_deadline(
-    deps: Dependencies, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -183,7 +183,7 @@ def test_the_first_decision_wins_over_the_default_at_the_deadline(
 
 
 def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_finds_the_decision(
-    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -211,7 +211,7 @@ def test_an_attempt_that_died_awaiting_review_is_recovered_and_the_next_one_find
 
 
 def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_the_deadline(
-    deps: Dependencies, clock: FakeClock, decide: Callable[..., OperatorResponse]
+    deps: HostDeps, clock: FakeClock, decide: Callable[..., OperatorResponse]
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -239,7 +239,7 @@ def test_a_decision_for_an_attempt_that_died_is_acted_on_within_the_grace_not_th
 
 
 def test_a_cancel_of_an_order_awaiting_review_does_not_wait_for_the_deadline(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -278,7 +278,15 @@ def test_a_reviewer_cannot_approve_an_order_submitted_under_their_own_principal(
         body = json.dumps({"decision": decision}).encode()
         path = "/api/operator/orders/a:o-1/review"
         headers = trusted.reviewer(reviewer)
-        return handle_operator_request("POST", path, headers, body, deps=deps, validator=trusted.validator)
+        return handle_operator_request(
+            "POST",
+            path,
+            headers,
+            body,
+            deps=deps,
+            sections=OperatorApiSections.of(deps.settings),
+            validator=trusted.validator,
+        )
 
     own = decide("approve", "ana")
 
@@ -329,7 +337,13 @@ def test_an_own_principal_written_in_another_form_is_still_refused_its_approval(
     headers = own_principal_token(trusted, "ana", written(ana))
 
     own = handle_operator_request(
-        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+        "POST",
+        "/api/operator/orders/a:o-1/review",
+        headers,
+        body,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
 
     assert (own.status, own.body["error"]["code"]) == (403, "ReviewNotPermitted")
@@ -338,7 +352,7 @@ def test_an_own_principal_written_in_another_form_is_still_refused_its_approval(
 
 
 def test_a_token_whose_object_id_is_no_guid_is_refused_before_any_decision(
-    deps: Dependencies, trusted: TrustedIssuer
+    deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     submitted_and_claimed(deps)
     start(deps, RESERVE)
@@ -348,7 +362,13 @@ def test_a_token_whose_object_id_is_no_guid_is_refused_before_any_decision(
     headers = own_principal_token(trusted, "ana", "ana")
 
     refused = handle_operator_request(
-        "POST", "/api/operator/orders/a:o-1/review", headers, body, deps=deps, validator=trusted.validator
+        "POST",
+        "/api/operator/orders/a:o-1/review",
+        headers,
+        body,
+        deps=deps,
+        sections=OperatorApiSections.of(deps.settings),
+        validator=trusted.validator,
     )
 
     assert (refused.status, refused.body["error"]["code"]) == (401, "Unauthenticated")
@@ -371,7 +391,13 @@ def test_an_order_whose_client_is_no_longer_registered_cannot_be_approved(
     path = "/api/operator/orders/a:o-1/review"
 
     approved = handle_operator_request(
-        "POST", path, trusted.reviewer("rita"), body, deps=unregistered, validator=trusted.validator
+        "POST",
+        path,
+        trusted.reviewer("rita"),
+        body,
+        deps=unregistered,
+        sections=OperatorApiSections.of(unregistered.settings),
+        validator=trusted.validator,
     )
 
     assert (approved.status, approved.body["error"]["code"]) == (403, "ReviewNotPermitted")

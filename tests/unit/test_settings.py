@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from demo.services.bindings import demo_bindings_json
+from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure
 from orderflow.settings import Settings, describe_invalid_settings, on_azure
 from orderflow.settings.base import MAX_DURATION_S
@@ -29,10 +30,8 @@ EMULATOR_KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPM
         ("CLAIM_TIMEOUT_S", "0", "greater than 0"),
         ("START_LATENCY_S", "-0.5", "greater than or equal to 0"),
         ("COMPENSATION_LOG_RETENTION_S", str(MAX_DURATION_S * 2), "at most"),
-        ("POLL_INTERVAL_S", "0", "greater than 0"),
         ("SUPERVISOR_BACKOFF_MAX_S", "-1", "greater than or equal to 0"),
         ("RETRY_BUDGET", "0", "greater than or equal to 1"),
-        ("MAX_IN_FLIGHT_PER_HOST", "0", "greater than or equal to 1"),
         ("STARTER_BATCH", "0", "greater than or equal to 1"),
         ("SUPERVISOR_MAX_FAILURES", "0", "greater than or equal to 1"),
         ("COSMOS_KEY", "garbage", "should be base64"),
@@ -48,6 +47,23 @@ def test_a_value_that_would_fail_later_is_refused_naming_the_setting(
     assert problem in error["msg"]
     if name == "COSMOS_KEY":
         assert value not in str(refused.value.errors(include_input=False))  # a secret is never echoed
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("POLL_INTERVAL_S", "0", "greater than 0"),
+        ("MAX_IN_FLIGHT_PER_HOST", "0", "greater than or equal to 1"),
+    ],
+)
+def test_a_local_hosts_value_that_would_fail_later_is_refused_naming_the_setting(
+    name: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        LocalSettings.load({name: value})
+    (error,) = refused.value.errors()
+    assert error["loc"] == (name,)
+    assert problem in error["msg"]
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,12 @@ from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import ALERT_KINDS
 from orderflow.clock import FakeClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.records import ProcessState, StateRecord, TimelineChunk
 from orderflow.stores.base import AlertQuery, Page, StateQuery, StateStore, Versioned
 from orderflow.stores.memory import InMemoryAlertStore
 from supervisor.sweep import ScanAnomaly, SweepCursor, SweepReport
+from tests.host_deps import HostDeps
 from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, sweep_once
 
 pytestmark = pytest.mark.unit
@@ -109,9 +109,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def deps(clock: FakeClock) -> Dependencies:
-    made = memory_deps(clock, SUPERVISOR_INTERVAL_S=PERIOD_S, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES)
-    return Dependencies(
+def deps(clock: FakeClock) -> HostDeps:
+    made = memory_deps(clock, SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES)
+    return HostDeps(
         states=NeverEnding(made.states),
         orders=made.orders,
         queues=made.queues,
@@ -132,13 +132,13 @@ def alerts(clock: FakeClock) -> Iterator[InMemoryAlertStore]:
         telemetry.use_alert_sink(previous)
 
 
-def sweep_after_a_period(deps: Dependencies, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
+def sweep_after_a_period(deps: HostDeps, clock: FakeClock, cursor: SweepCursor) -> SweepReport:
     """What the supervisor loop does every period: wait ``PERIOD_S``, then sweep with its cursor."""
     clock.advance(PERIOD_S)
     return sweep_once(deps, clock, cursor=cursor)
 
 
-def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER_ID) -> datetime:
+def submit_and_claim(deps: HostDeps, clock: FakeClock, order_id: str = ORDER_ID) -> datetime:
     """Submit ``order_id`` and claim its first attempt, which dies silently; when it becomes overdue."""
     handle_intake_message(
         order_body(order_id),
@@ -165,7 +165,7 @@ def submit_and_claim(deps: Dependencies, clock: FakeClock, order_id: str = ORDER
 
 
 def test_an_order_expiring_while_the_store_never_ends_is_recovered_within_two_periods_with_an_alert(
-    deps: Dependencies, clock: FakeClock, alerts: InMemoryAlertStore
+    deps: HostDeps, clock: FakeClock, alerts: InMemoryAlertStore
 ) -> None:
     assert isinstance(deps.states, NeverEnding)
     cursor = SweepCursor()
@@ -197,7 +197,7 @@ def test_an_order_expiring_while_the_store_never_ends_is_recovered_within_two_pe
 
 
 def test_an_order_expiring_while_a_later_page_keeps_failing_is_recovered_within_two_periods(
-    deps: Dependencies, clock: FakeClock
+    deps: HostDeps, clock: FakeClock
 ) -> None:
     settings = deps.settings.replace(**{"SUPERVISOR_PAGE_SIZE": 1})
     failing = dataclasses.replace(deps, states=FailingAfterTheFirstPage(deps.states), settings=settings)
@@ -227,7 +227,6 @@ def test_pages_of_stale_copies_without_end_never_pin_the_scans_cutoff(clock: Fak
     # Every stale copy loses its conditional write, which decides nothing: the scan must not resume.
     made = memory_deps(
         clock,
-        SUPERVISOR_INTERVAL_S=PERIOD_S,
         SCAN_MAX_EMPTY_PAGES=EMPTY_PAGES,
         SUPERVISOR_PAGE_SIZE=2,
         SUPERVISOR_MAX_RECORDS=6,

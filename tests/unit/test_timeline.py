@@ -12,13 +12,13 @@ import pytest
 from bench.counting.stores import CountingStateStore
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.errors import ConcurrencyConflict
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.timeline import TIMELINE_KEEP, TIMELINE_WINDOW, Actor, merged, note
 from orderflow.workflows import ORDER_V1
 from supervisor.recovery import Recovery, recover
 from tests.activity_json import finish_order, start_step
+from tests.host_deps import HostDeps
 from tests.unit.fakes import memory_deps, submit_and_claim
 
 pytestmark = pytest.mark.unit
@@ -29,7 +29,7 @@ KEY = "a:o-1"
 RESERVE, CHARGE, SHIP = "reserve_inventory", "charge_payment", "create_shipment"
 
 
-def start(deps: Dependencies, step: str, **changes: Any) -> dict[str, Any]:
+def start(deps: HostDeps, step: str, **changes: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "order_id": KEY,
         "instance_id": f"{KEY}:1",

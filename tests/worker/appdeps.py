@@ -22,11 +22,11 @@ from agents.services import HttpRemoteService
 from demo.services.bindings import demo_bindings
 from orderflow.bindings import NoAuth
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.queues.servicebus import ServiceBusQueueFactory
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
+from tests.host_deps import HostDeps
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 """The redelivery client's clock: copies are scheduled relative to it."""
@@ -67,9 +67,9 @@ class RecordingServiceBusClient:
         """Nothing to close."""
 
 
-def app_dependencies() -> tuple[Dependencies, ServiceBusQueueFactory, RecordingServiceBusClient]:
+def app_dependencies() -> tuple[HostDeps, ServiceBusQueueFactory, RecordingServiceBusClient]:
     """The triggers' dependencies, the redelivery factory, and the client behind it."""
-    deps = Dependencies(
+    deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),

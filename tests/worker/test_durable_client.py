@@ -18,17 +18,18 @@ from typing import Any
 
 import pytest
 
+from devhost.settings import LocalSettings
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from intake.submission import handle_intake_message
 from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
 from orderflow.contracts import OrchestrationInput
-from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentOutcome, AgentResponse
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StepStatus, format_utc
 from orderflow.workflows import CURRENT_WORKFLOW
+from tests.host_deps import HostDeps
 from tests.servicebus_wire import HostMessage
 from tests.unit.fakes import TEST_CLIENT, order_body, received
 from tests.unit.test_df_replay import CHARGE, DEADLINE_1, RESERVE, at, race, start_step, waiting_on_first_step
@@ -73,11 +74,12 @@ def extension(extension_server: DurableExtension) -> DurableExtension:
 @pytest.fixture
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer
-) -> tuple[Dependencies, RecordingServiceBusClient]:
+) -> tuple[HostDeps, RecordingServiceBusClient]:
     """The scheduler triggers' dependencies, in memory, on a fake clock at :data:`START`."""
     deps, redelivery, client = app_dependencies()
     deps = replace(deps, clock=FakeClock(START))
     monkeypatch.setattr(orchestrators_blueprint, "dependencies", lambda: deps)
+    monkeypatch.setattr(orchestrators_blueprint, "app_settings", lambda: deps.settings)
     monkeypatch.setattr(orchestrators_blueprint, "redelivery", lambda: redelivery)
     settlement.service.take()
     return deps, client
@@ -88,7 +90,7 @@ def client_data(extension: DurableExtension) -> Any:
     return protos.TypedData(string=extension.client_binding())
 
 
-def submit(deps: Dependencies, order_id: str = "a:o-1") -> None:
+def submit(deps: HostDeps, order_id: str = "a:o-1") -> None:
     """Record a valid order: its document and a ``Pending``, unlocked state record."""
     handle_intake_message(
         order_body(order_id),
@@ -124,7 +126,7 @@ def request_line(request: HttpRequest) -> tuple[str, str, dict[str, str]]:
 
 
 def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_id(
-    worker: FunctionsWorker, extension: DurableExtension, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, extension: DurableExtension, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     submit(deps)
@@ -165,7 +167,7 @@ def test_the_starter_checks_then_starts_the_claimed_attempt_under_its_instance_i
 
 
 def test_the_starter_starts_nothing_when_the_attempts_instance_exists(
-    worker: FunctionsWorker, extension: DurableExtension, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, extension: DurableExtension, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     submit(deps)
@@ -179,7 +181,7 @@ def test_the_starter_starts_nothing_when_the_attempts_instance_exists(
 
 
 def test_the_starter_makes_no_request_when_nothing_is_pending(
-    worker: FunctionsWorker, extension: DurableExtension, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, extension: DurableExtension, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     run_starter(worker, extension)
 
@@ -187,7 +189,7 @@ def test_the_starter_makes_no_request_when_nothing_is_pending(
 
 
 def test_a_failed_status_query_starts_nothing_and_leaves_the_claim_to_the_supervisor(
-    worker: FunctionsWorker, extension: DurableExtension, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, extension: DurableExtension, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     submit(deps)
@@ -254,7 +256,7 @@ def test_the_listener_raises_the_response_as_the_steps_event_and_completes_the_m
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     _, client = app
     instance = waiting_instance(extension)
@@ -283,7 +285,7 @@ def test_a_response_for_an_instance_that_has_not_run_yet_is_retried_then_raised_
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     # The answer to the request the starter sent can arrive while the instance is still Pending, with no
     # custom status: raised then, the Azure Storage backend can discard it (Azure/durabletask#720).
@@ -314,7 +316,7 @@ def test_a_response_for_a_finished_instance_is_completed_without_a_raise(
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     _, client = app
     waiting_instance(extension).runtime_status = "Completed"
@@ -331,7 +333,7 @@ def test_a_response_for_an_unknown_instance_is_completed_without_a_raise(
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     message = response_message(agent_response())
 
@@ -345,7 +347,7 @@ def test_a_raise_refused_as_gone_is_retried_once_and_then_dropped_by_the_status_
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     deps, client = app
     instance = waiting_instance(extension)
@@ -373,7 +375,7 @@ def test_a_raise_that_fails_with_a_server_error_is_redelivered_after_a_backoff(
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     deps, client = app
     instance = waiting_instance(extension)
@@ -401,7 +403,7 @@ def test_a_status_query_that_fails_with_a_server_error_is_redelivered_not_droppe
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     deps, client = app
     instance = waiting_instance(extension)
@@ -423,7 +425,7 @@ def test_the_raised_response_wins_the_race_in_the_form_the_extension_hands_the_o
     worker: FunctionsWorker,
     extension: DurableExtension,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
 ) -> None:
     instance = waiting_instance(extension)
     listen(worker, extension, settlement, response_message(agent_response()))
@@ -449,11 +451,12 @@ def test_the_raised_response_wins_the_race_in_the_form_the_extension_hands_the_o
 def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_retention_period(
     worker: FunctionsWorker,
     extension: DurableExtension,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, _ = app
     monkeypatch.setattr(supervisor_blueprint, "dependencies", lambda: deps)
+    monkeypatch.setattr(supervisor_blueprint, "app_settings", lambda: deps.settings)
     retention = timedelta(seconds=deps.settings.supervisor.COMPENSATION_LOG_RETENTION_S)
     old = (START - retention - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     young = (START - retention + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -466,7 +469,7 @@ def test_the_supervisor_purges_the_history_of_instances_that_ended_before_the_re
         extension.instances[instance_id] = Instance(
             name=ORDER_WORKFLOW, runtime_status=runtime_status, created_time=created
         )
-    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=LocalSettings.load({}).SUPERVISOR_INTERVAL_S)
 
     response = worker.invoke(
         "supervisor", {"timer": timer_trigger(START - every, every=every), "client": client_data(extension)}

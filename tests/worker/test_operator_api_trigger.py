@@ -8,37 +8,34 @@ the local issuer and checked against its JWKS, served on loopback; the app's sto
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from devhost.local_issuer import local_object_id
 from function_host.blueprints import operator_api as operator_api_blueprint
 from orderflow.contracts import StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.messages import ReviewDecisionMessage, parse_message
 from orderflow.records import ProcessState, ReviewDecision
 from orderflow.settings import Settings
 from orderflow.workflows import ORDER_V2
 from tests.activity_json import start_step
+from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENTS, received, submit_and_claim
 from tests.worker.appdeps import app_dependencies
-from tests.worker.rpc import protos
-from tests.worker.worker import FunctionsWorker, failure
+from tests.worker.operator_http import answer, body_of, header
+from tests.worker.worker import FunctionsWorker
 
 pytestmark = pytest.mark.unit
 
-HOST = "https://orderflow-func.azurewebsites.net"
 ORDER = "/api/operator/orders/a:o-1"
 RESPONSES = "agent-responses"
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[Dependencies]:
+def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[HostDeps]:
     """The trigger's dependencies and token check as ``function_host.wiring`` builds them, in memory and
     trusting the local issuer; o-1 is paused for review before its charge."""
     wired, _, _ = app_dependencies()
@@ -46,6 +43,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[De
         wired, settings=Settings.load(env={}, HOST_ID="", REVIEW_AMOUNT_ABOVE=500.0, CLIENTS=TEST_CLIENTS)
     )
     monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: wired)
+    monkeypatch.setattr(operator_api_blueprint, "app_settings", lambda: wired.settings)
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
     submit_and_claim(wired, definition=ORDER_V2, amount="1000.50")
     reserved = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
@@ -66,43 +64,8 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[De
     yield wired
 
 
-def http_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Any:
-    """The trigger's ``TypedData``, as the host sends an HTTP request (the route's ``{*path}`` among its
-    parameters)."""
-    return protos.TypedData(
-        http=protos.RpcHttp(
-            method=method,
-            url=f"{HOST}{path}",
-            headers={"host": HOST.removeprefix("https://"), **{k.lower(): v for k, v in headers.items()}},
-            body=protos.TypedData(bytes=body),
-            params={"path": path.removeprefix("/api/operator/")},
-        )
-    )
-
-
-def answer(worker: FunctionsWorker, method: str, path: str, headers: dict[str, str], body: Any = None) -> Any:
-    """Invoke ``operator_api`` and return the HTTP response the worker hands the host."""
-    raw = b"" if body is None else json.dumps(body).encode()
-    response = worker.invoke("operator_api", {"req": http_request(method, path, headers, raw)})
-    assert failure(response) is None
-    return response.return_value.http
-
-
-def header(http: Any, name: str) -> str:
-    """A response header, by name in any case (as HTTP reads them)."""
-    [value] = [v for k, v in http.headers.items() if k.lower() == name.lower()]
-    return str(value)
-
-
-def body_of(http: Any) -> dict[str, Any]:
-    kind = http.body.WhichOneof("data")
-    content = http.body.bytes if kind == "bytes" else http.body.string.encode()
-    data: dict[str, Any] = json.loads(content)
-    return data
-
-
 def test_without_a_token_the_trigger_answers_401_and_records_nothing(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     etag = deps.states.get("a:o-1").etag
 
@@ -117,7 +80,7 @@ def test_without_a_token_the_trigger_answers_401_and_records_nothing(
 
 
 def test_an_operator_token_cannot_review(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     etag = deps.states.get("a:o-1").etag
 
@@ -130,7 +93,7 @@ def test_an_operator_token_cannot_review(
 
 
 def test_a_reviewer_token_approves_and_the_record_names_its_principal(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     http = answer(worker, "POST", f"{ORDER}/review", trusted.reviewer("rita"), {"decision": "approve"})
 
@@ -152,7 +115,7 @@ def test_a_reviewer_token_approves_and_the_record_names_its_principal(
 
 
 def test_either_role_inspects_the_order(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     http = answer(worker, "GET", ORDER, trusted.operator("otto"))
 
@@ -163,7 +126,7 @@ def test_either_role_inspects_the_order(
 
 
 def test_a_suspend_on_the_version_seen_holds_the_order_and_a_stale_resume_is_refused(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     seen = deps.states.get("a:o-1").etag
     otto = trusted.operator("otto")
@@ -186,7 +149,7 @@ def test_a_suspend_on_the_version_seen_holds_the_order_and_a_stale_resume_is_ref
 
 
 def test_a_resubmit_without_if_match_is_428_and_writes_nothing(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     etag = deps.states.get("a:o-1").etag
 
@@ -198,7 +161,7 @@ def test_a_resubmit_without_if_match_is_428_and_writes_nothing(
 
 
 def test_the_list_reads_its_filters_from_the_query_string_the_host_passes(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     rita = trusted.reviewer("rita")
     waiting = answer(worker, "GET", "/api/operator/orders?state=AwaitingReview&client=a", rita)
@@ -213,7 +176,7 @@ def test_the_list_reads_its_filters_from_the_query_string_the_host_passes(
 
 
 def test_an_encoded_slash_in_the_url_makes_no_route(
-    worker: FunctionsWorker, deps: Dependencies, trusted: TrustedIssuer
+    worker: FunctionsWorker, deps: HostDeps, trusted: TrustedIssuer
 ) -> None:
     etag = deps.states.get("a:o-1").etag
 
@@ -229,7 +192,7 @@ def test_an_encoded_slash_in_the_url_makes_no_route(
 
 
 def test_the_console_and_the_openapi_document_are_served_without_a_token(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     page = answer(worker, "GET", "/api/operator/console/", {})
     document = answer(worker, "GET", "/api/operator/openapi.json", {})

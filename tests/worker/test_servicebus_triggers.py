@@ -22,12 +22,12 @@ from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from orderflow.clock import SystemClock
-from orderflow.dependencies import Dependencies
 from orderflow.errors import NotFound, TransientError
 from orderflow.messages import AgentRequest, AgentResponse, parse_message
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY, ORIGINAL_MESSAGE_ID_PROPERTY, copy_identity
 from orderflow.records import ProcessState
 from orderflow.workflows import CURRENT_WORKFLOW
+from tests.host_deps import HostDeps
 from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMessage
 from tests.unit.fakes import order_body
 from tests.worker.appdeps import (
@@ -55,11 +55,12 @@ def remote() -> Iterator[RemoteServices]:
 @pytest.fixture
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
-) -> Iterator[tuple[Dependencies, RecordingServiceBusClient]]:
+) -> Iterator[tuple[HostDeps, RecordingServiceBusClient]]:
     """The triggers' dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
     deps, redelivery, client = app_dependencies()
     for module in (intake_blueprint, agents_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
+        monkeypatch.setattr(module, "app_settings", lambda: deps.settings)
     for module in (intake_blueprint, orchestrators_blueprint):  # agents never retry (NoRetry)
         monkeypatch.setattr(module, "redelivery", lambda: redelivery)
     monkeypatch.setattr(agents_blueprint, "_service", lambda name: remote_service(name, remote.url))
@@ -115,7 +116,7 @@ def as_delivered(copy: Any, *, delivery_count: int = 1) -> HostMessage:
 
 
 def test_a_valid_order_is_recorded_and_completed(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     message = HostMessage(
@@ -131,7 +132,7 @@ def test_a_valid_order_is_recorded_and_completed(
 
 
 def test_invalid_json_is_dead_lettered_with_its_reason(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, client = app
     message = HostMessage(b'{"orderId": "a:o-1",', message_id="garbage")
@@ -145,7 +146,7 @@ def test_invalid_json_is_dead_lettered_with_its_reason(
         deps.states.get("a:o-1")
 
 
-def order_store_down(deps: Dependencies, monkeypatch: pytest.MonkeyPatch) -> None:
+def order_store_down(deps: HostDeps, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every order-store write fails as an unavailable Cosmos DB does."""
 
     def down(*args: object, **kwargs: object) -> None:
@@ -157,7 +158,7 @@ def order_store_down(deps: Dependencies, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
@@ -180,7 +181,7 @@ def test_a_transient_failure_is_redelivered_after_a_backoff_as_the_next_delivery
 def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     deps, client = app
@@ -209,7 +210,7 @@ def test_redeliveries_back_off_and_end_in_a_dead_letter_at_the_delivery_limit(
 # --- agents ----------------------------------------------------------------------------------------------
 
 
-def agent_request(deps: Dependencies, *, seconds_left: float = 20.0, max_calls: int = 4) -> AgentRequest:
+def agent_request(deps: HostDeps, *, seconds_left: float = 20.0, max_calls: int = 4) -> AgentRequest:
     return AgentRequest(
         request_id=f"a:o-1:1:{FIRST_STEP.name}",
         order_id="a:o-1",
@@ -224,7 +225,7 @@ def agent_request(deps: Dependencies, *, seconds_left: float = 20.0, max_calls: 
     )
 
 
-def responses(deps: Dependencies) -> list[AgentResponse]:
+def responses(deps: HostDeps) -> list[AgentResponse]:
     received = deps.queues.queue(deps.settings.queues.response_queue()).receive(max_messages=32, lock_s=30)
     return [parse_message(AgentResponse, message.body) for message in received]
 
@@ -232,7 +233,7 @@ def responses(deps: Dependencies) -> list[AgentResponse]:
 def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, client = app
@@ -263,7 +264,7 @@ def test_an_agent_retries_a_transient_fault_with_backoff_within_its_reservation(
 def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_down(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, _ = app
@@ -282,7 +283,7 @@ def test_an_agent_spends_no_more_than_its_reservation_on_a_service_that_stays_do
 def test_an_agent_whose_response_cannot_be_sent_completes_its_request_and_leaves_the_step_to_its_timer(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     remote: RemoteServices,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -308,7 +309,7 @@ def test_an_agent_whose_response_cannot_be_sent_completes_its_request_and_leaves
 def test_an_agent_request_the_broker_redelivers_makes_its_calls_within_the_reservation_once(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     # A copy made by an earlier orderflow version, or a lock lost mid-call: its count says redelivery.
@@ -329,7 +330,7 @@ def test_an_agent_request_the_broker_redelivers_makes_its_calls_within_the_reser
 def test_every_agent_trigger_dead_letters_a_body_that_is_not_a_request(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     agent: str,
 ) -> None:
     message = HostMessage(json.dumps([1, 2, 3]).encode())
@@ -340,7 +341,7 @@ def test_every_agent_trigger_dead_letters_a_body_that_is_not_a_request(
 
 
 def test_the_response_listener_dead_letters_a_body_that_is_not_a_response(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     client_binding = protos.TypedData(
         string=json.dumps(

@@ -19,16 +19,17 @@ from typing import Any
 
 import pytest
 
+from devhost.settings import LocalSettings
 from function_host.blueprints import activities as activities_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
-from orderflow.dependencies import Dependencies
 from orderflow.messages import AgentRequest, StatusReply, parse_message
 from orderflow.records import ProcessState, StateRecord, StepStatus, UndoStatus
 from orderflow.workflows import ORDER_V1, ORDER_V2, WorkflowDefinition
 from tests.activity_json import start_step
 from tests.df_history import HistoryBuilder
+from tests.host_deps import HostDeps
 from tests.unit.fakes import received, submit_and_claim
 from tests.unit.test_df_replay import (
     CHARGE,
@@ -58,15 +59,16 @@ pytestmark = pytest.mark.unit
 INSTANCE = "a:o-1:1"
 
 
-def wire(monkeypatch: pytest.MonkeyPatch, deps: Dependencies) -> Dependencies:
+def wire(monkeypatch: pytest.MonkeyPatch, deps: HostDeps) -> HostDeps:
     """Make ``deps`` what the activity and supervisor triggers use, as ``function_host.wiring`` would."""
     for module in (activities_blueprint, supervisor_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
+        monkeypatch.setattr(module, "app_settings", lambda: deps.settings)
     return deps
 
 
 @pytest.fixture
-def deps(monkeypatch: pytest.MonkeyPatch) -> Dependencies:
+def deps(monkeypatch: pytest.MonkeyPatch) -> HostDeps:
     """The activities' and the supervisor's dependencies, in memory, on a fake clock at ``T0``."""
     return wire(monkeypatch, replace(app_dependencies()[0], clock=FakeClock(T0)))
 
@@ -82,9 +84,9 @@ def extension() -> Iterator[DurableExtension]:
         server.stop()
 
 
-def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies) -> Any:
+def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: HostDeps) -> Any:
     """Invoke the supervisor's timer trigger now, with its durable client binding."""
-    every = timedelta(seconds=deps.settings.supervisor.SUPERVISOR_INTERVAL_S)
+    every = timedelta(seconds=LocalSettings.load({}).SUPERVISOR_INTERVAL_S)
     now = deps.clock.now()
     return worker.invoke(
         "supervisor",
@@ -95,17 +97,17 @@ def run_supervisor(worker: FunctionsWorker, extension: DurableExtension, deps: D
     )
 
 
-def clock(deps: Dependencies) -> FakeClock:
+def clock(deps: HostDeps) -> FakeClock:
     assert isinstance(deps.clock, FakeClock)
     return deps.clock
 
 
-def claimed(deps: Dependencies, definition: WorkflowDefinition = ORDER_V1) -> StateRecord:
+def claimed(deps: HostDeps, definition: WorkflowDefinition = ORDER_V1) -> StateRecord:
     """Order o-1 submitted on ``definition`` and claimed by attempt 1 (its first step started)."""
     return submit_and_claim(deps, definition=definition)
 
 
-def stored(deps: Dependencies) -> StateRecord:
+def stored(deps: HostDeps) -> StateRecord:
     return deps.states.get("a:o-1").item
 
 
@@ -146,16 +148,16 @@ def written(outcome: str, **fields: Any) -> dict[str, Any]:
     return {"outcome": outcome, **fields}
 
 
-def requests(deps: Dependencies, agent: str) -> list[AgentRequest]:
+def requests(deps: HostDeps, agent: str) -> list[AgentRequest]:
     queue = deps.queues.queue(deps.settings.queues.agent_queue(agent))
     return [parse_message(AgentRequest, message.body) for message in received(queue)]
 
 
-def replies(deps: Dependencies) -> list[StatusReply]:
+def replies(deps: HostDeps) -> list[StatusReply]:
     return [parse_message(StatusReply, message.body) for message in received(deps.queues.queue("client-a"))]
 
 
-def budget_left(deps: Dependencies) -> int:
+def budget_left(deps: HostDeps) -> int:
     return stored(deps).retry_budget.remaining
 
 
@@ -163,7 +165,7 @@ def budget_left(deps: Dependencies) -> int:
 
 
 def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
-    worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, deps: HostDeps
 ) -> None:
     claimed(deps)
     received(deps.queues.queue("client-a"))  # the submission's Received reply
@@ -231,7 +233,7 @@ def test_the_supervisor_trigger_requeues_an_attempt_whose_complete_by_passed(
 
 
 def test_the_supervisor_trigger_leaves_an_attempt_within_its_complete_by_alone(
-    worker: FunctionsWorker, extension: DurableExtension, deps: Dependencies
+    worker: FunctionsWorker, extension: DurableExtension, deps: HostDeps
 ) -> None:
     claimed(deps)
     before = stored(deps)
@@ -247,7 +249,7 @@ def test_the_supervisor_trigger_leaves_an_attempt_within_its_complete_by_alone(
 
 
 def test_start_step_of_the_step_the_claim_started_only_sends_its_request(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     [(name, input_text)] = orchestrator_calls(worker, waiting_on_first_step())[:1]
@@ -270,7 +272,7 @@ def test_start_step_of_the_step_the_claim_started_only_sends_its_request(
 
 
 def test_start_step_records_the_previous_step_then_starts_the_next_with_its_deadline(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     answered = waiting_on_first_step().episode(at(5)).event_raised(f"{RESERVE}:response", response(RESERVE))
@@ -310,7 +312,7 @@ def test_start_step_records_the_previous_step_then_starts_the_next_with_its_dead
 
 
 def test_finish_order_records_the_last_step_and_the_outcome_then_replies(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     received(deps.queues.queue("client-a"))
@@ -335,7 +337,7 @@ def test_finish_order_records_the_last_step_and_the_outcome_then_replies(
 
 
 def test_record_step_failure_hands_the_order_to_the_supervisor_now(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     failed = response(
@@ -374,7 +376,7 @@ def test_record_step_failure_hands_the_order_to_the_supervisor_now(
 
 
 def test_record_review_records_the_decision_and_returns_the_order_to_processing(
-    worker: FunctionsWorker, deps: Dependencies, monkeypatch: pytest.MonkeyPatch
+    worker: FunctionsWorker, deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Orders above REVIEW_AMOUNT_ABOVE (o-1 is 1000.50) await a person's decision before order-v2's charge.
     settings = deps.settings.replace(**{"REVIEW_AMOUNT_ABOVE": 500.0})
@@ -434,7 +436,7 @@ def undone_reservation() -> HistoryBuilder:
 
 
 def test_begin_compensation_records_the_cause_and_returns_the_steps_to_undo(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     calls = orchestrator_calls(worker, undone_reservation())
@@ -469,7 +471,7 @@ def test_begin_compensation_records_the_cause_and_returns_the_steps_to_undo(
 
 
 def test_start_undo_marks_the_entry_compensating_and_sends_the_undo_request(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     calls = orchestrator_calls(worker, undone_reservation())
@@ -498,7 +500,7 @@ def test_start_undo_marks_the_entry_compensating_and_sends_the_undo_request(
 
 
 def test_finish_compensation_records_the_undo_and_ends_compensated_with_the_cause(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     received(deps.queues.queue("client-a"))
@@ -527,7 +529,7 @@ def test_finish_compensation_records_the_undo_and_ends_compensated_with_the_caus
 
 
 def test_an_activity_of_an_attempt_that_no_longer_owns_the_record_changes_nothing(
-    worker: FunctionsWorker, deps: Dependencies
+    worker: FunctionsWorker, deps: HostDeps
 ) -> None:
     claimed(deps)
     received(deps.queues.queue("client-a"))

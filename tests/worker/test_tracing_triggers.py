@@ -15,7 +15,7 @@ import pytest
 from function_host.blueprints import agents as agents_blueprint
 from function_host.blueprints import intake as intake_blueprint
 from orderflow import tracing
-from orderflow.dependencies import Dependencies
+from tests.host_deps import HostDeps
 from tests.servicebus_wire import HostMessage
 from tests.spans import recorded_spans
 from tests.unit.fakes import order_body
@@ -47,10 +47,11 @@ def remote() -> Iterator[RemoteServices]:
 @pytest.fixture
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
-) -> Iterator[tuple[Dependencies, RecordingServiceBusClient]]:
+) -> Iterator[tuple[HostDeps, RecordingServiceBusClient]]:
     deps, redelivery, client = app_dependencies()
     for module in (intake_blueprint, agents_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
+        monkeypatch.setattr(module, "app_settings", lambda: deps.settings)
     monkeypatch.setattr(intake_blueprint, "redelivery", lambda: redelivery)
     monkeypatch.setattr(agents_blueprint, "_service", lambda name: remote_service(name, remote.url))
     agents_blueprint._taken.cache_clear()
@@ -60,7 +61,7 @@ def app(
 
 
 def test_a_submission_invoked_with_a_trace_context_is_its_child_and_the_record_keeps_the_trace(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
     message = HostMessage(order_body("a:o-1").encode(), message_id="a:o-1", reply_to="client-a")
@@ -83,7 +84,7 @@ def test_a_submission_invoked_with_a_trace_context_is_its_child_and_the_record_k
     assert deps.states.get("a:o-1").item.traceparent == tracing.format_traceparent(span.context)
 
 
-def invoke_agent(worker: FunctionsWorker, deps: Dependencies, *, sender: str, host: str) -> None:
+def invoke_agent(worker: FunctionsWorker, deps: HostDeps, *, sender: str, host: str) -> None:
     request = agent_request(deps).model_copy(update={"traceparent": sender})
     message = HostMessage(request.to_json().encode(), message_id=request.request_id, correlation_id="a:o-1")
     response = worker.invoke(
@@ -98,7 +99,7 @@ def invoke_agent(worker: FunctionsWorker, deps: Dependencies, *, sender: str, ho
 def test_an_agent_invoked_in_the_senders_trace_is_the_hosts_child_and_its_call_carries_its_own_span(
     worker: FunctionsWorker,
     settlement: SettlementServer,
-    app: tuple[Dependencies, RecordingServiceBusClient],
+    app: tuple[HostDeps, RecordingServiceBusClient],
     remote: RemoteServices,
 ) -> None:
     deps, _ = app
@@ -119,7 +120,7 @@ def test_an_agent_invoked_in_the_senders_trace_is_the_hosts_child_and_its_call_c
 
 
 def test_an_agent_invoked_in_another_trace_keeps_the_senders_and_links_the_hosts(
-    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[Dependencies, RecordingServiceBusClient]
+    worker: FunctionsWorker, settlement: SettlementServer, app: tuple[HostDeps, RecordingServiceBusClient]
 ) -> None:
     deps, _ = app
 

@@ -1,0 +1,235 @@
+"""What the cost and latency models take: per-order counts (measured by ``make bench``, or estimated
+and said so), the shape of an order's work on Azure, and the Azure configuration priced.
+
+The checked-in figures (:data:`MEASURED`, :data:`ESTIMATED`, :data:`CURRENT`, :data:`CHOSEN`) are what
+``docs/deploy.md`` renders; :func:`counts_from_report` takes the measured ones from a newer
+``bench-report.json`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+
+@dataclass(frozen=True)
+class OrderCounts:
+    """Per happy-path order of the 3-step workflow.
+
+    Attributes:
+        messages: Service Bus messages sent (orders, agent requests and responses, replies).
+        state_creates: State-store creates (the ``Pending`` record).
+        state_replaces: State-store conditional replaces.
+        order_creates: Order-document creates.
+        point_reads: State- and order-store point reads on Azure.
+        query_pages: Query pages of the loops, per order.
+        episodes: Orchestrator episodes (Durable Functions executions).
+        activities: Activity executions.
+        remote_steps: Steps calling a remote service (each one agent execution and one response).
+        local_order_s: One order at a time on 2 devhost processes, p50 seconds: every role's processing,
+            the emulators' requests and the demo services' calls.
+        measured_on: The ``make bench`` run the measured counts come from.
+    """
+
+    messages: float = 9
+    state_creates: float = 1
+    state_replaces: float = 5
+    order_creates: float = 1
+    point_reads: float = 1
+    query_pages: float = 0.65
+    episodes: float = 7
+    activities: float = 3
+    remote_steps: float = 3
+    local_order_s: float = 0.069
+    measured_on: str = "docs/benchmarks.md: operations per order of 2026-12-06, one at a time of 2026-12-02"
+
+
+MEASURED: Final = OrderCounts()
+"""The counts of the last ``make bench`` run written up in docs/benchmarks.md."""
+
+MEASURED_BASIS: Final[Mapping[str, str]] = {
+    "messages": "measured: `per_order.queue_sends.total`",
+    "state_creates": "measured: `per_order.state_store.creates`",
+    "state_replaces": "measured: `per_order.state_store.replaces`",
+    "order_creates": "measured: `per_order.order_store.writes`",
+    "point_reads": "estimated: 0 measured in one process (its cache); 1 where the starter runs on "
+    "another instance than the submission",
+    "query_pages": "measured: `per_order.state_store.query_pages` (grows with the run's length)",
+    "episodes": "measured: the durabletask backend's episodes in docs/benchmarks.md",
+    "activities": "measured: the workflow's activities in docs/benchmarks.md",
+    "remote_steps": "measured: `per_order.remote_steps`",
+    "local_order_s": 'measured: `orderflow.one_at_a_time["2"].latency.p50_s`',
+}
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Figures no local run measures, each an estimate the docs say is one.
+
+    Attributes:
+        sb_ops_per_message: Service Bus operations per message (send, receive, complete).
+        ru_write: Request units of one state write (a 2–4 KB record, narrowed index).
+        ru_order_create: Request units of the order document's create (only its key indexed).
+        ru_point_read: Request units of a point read.
+        ru_query_page: Request units of a query page (the minimum charge of a query).
+        ru_retention: Request units of the retention pass over an order (one redacting replace).
+        stored_kb: Kilobytes an order keeps in Cosmos DB while retained.
+        retained_days: Days an order's documents are kept.
+        tx_per_episode: Azure Storage transactions of one orchestrator episode (history and instance
+            table writes, the history read of its replay).
+        tx_per_message: Azure Storage transactions of one Durable queue message (put, get, delete).
+        trace_bytes: Billed telemetry bytes per order from spans (host requests, dependencies).
+        kept_bytes: Billed telemetry bytes per order never sampled (orderflow's events, alerts, metrics).
+        timer_run_bytes: Billed telemetry bytes of one timer run.
+        starter_ru: Request units of one starter (sweeper) run's query.
+        supervisor_ru: Request units of one supervisor sweep (its queries and sweep document).
+        breaker_uses: Circuit-breaker consultations per order (an admission before each step, the agent's
+            result after it), each a point read unless the host read that breaker within its cache time.
+        durable_span_s: Seconds between an order's first and last Durable execution on Azure.
+        responses_span_s: Seconds between an order's first and last response execution.
+        sb_hop_s: Seconds from a Service Bus send to the trigger's execution, warm.
+        agent_call_s: Seconds of an agent's execution (its remote call).
+        cold_start_s: Seconds a scale group at zero takes to start its first instance.
+        scale_in_s: Seconds a group stays up without executions.
+    """
+
+    sb_ops_per_message: float = 3
+    ru_write: float = 6.67
+    ru_order_create: float = 6.29
+    ru_point_read: float = 1.04
+    ru_query_page: float = 3
+    ru_retention: float = 6.67
+    stored_kb: float = 12
+    retained_days: float = 30
+    tx_per_episode: float = 3
+    tx_per_message: float = 3
+    trace_bytes: float = 40_000
+    kept_bytes: float = 7_000
+    timer_run_bytes: float = 1_500
+    starter_ru: float = 3
+    supervisor_ru: float = 6
+    breaker_uses: float = 6
+    durable_span_s: float = 0.6
+    responses_span_s: float = 0.4
+    sb_hop_s: float = 0.02
+    agent_call_s: float = 0.08
+    cold_start_s: float = 3.0
+    scale_in_s: float = 300.0
+
+
+ESTIMATED: Final = Estimates()
+
+ESTIMATE_BASIS: Final[Mapping[str, str]] = {
+    "sb_ops_per_message": "each message sent, received and completed once (the happy path)",
+    "ru_write": "a state record of up to 4 KB: Microsoft's RU table gives a 4 KB write 6.67 RU "
+    "(learn.microsoft.com/azure/cosmos-db/understand-request-unit-consumption, read 2026-12-07); "
+    "`orderstate`'s narrowed index makes it no dearer",
+    "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
+    "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
+    "ru_query_page": "a query's minimum charge, about 3 RU",
+    "ru_retention": "one redacting replace of the state record when retention reaches the order",
+    "stored_kb": "the order document, its state record and its timeline entries",
+    "retained_days": "kept a month before retention purges them",
+    "tx_per_episode": "table transactions: a History batch, an Instances write, the History read of "
+    "the replay",
+    "tx_per_message": "queue operations: a Durable queue message is put, got and deleted",
+    "trace_bytes": "a demo run's console spans (2026-12-07, 30 orders): 24 worker spans per happy-path "
+    "order at 979 bytes (JSON without the resource), billed about a quarter smaller: 17.6 KB; with the "
+    "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
+    "kept_bytes": "about 12 event and alert records per order (the same run: 192 bytes of text each) at "
+    "about 600 bytes billed",
+    "timer_run_bytes": "a host request span and a log record or two per timer run",
+    "starter_ru": "one query page finding nothing",
+    "supervisor_ru": "the sweep's query pages finding nothing",
+    "breaker_uses": "the starter's or a step's admission and the agent's result for each of three steps",
+    "durable_span_s": "three agent round trips of about 0.12 s (two Service Bus hops and the call) and "
+    "the polls for the three responses",
+    "responses_span_s": "two agents' round trips between an order's first and last response",
+    "sb_hop_s": "a push delivery to a warm Service Bus trigger",
+    "agent_call_s": "an agent's execution: its remote call to a demo service",
+    "cold_start_s": "a Python Flex instance starting from zero (no published figure)",
+    "scale_in_s": "how long a group stays up idle (no published figure)",
+}
+"""Why each estimate is what it is (docs/deploy.md renders these)."""
+
+
+@dataclass(frozen=True)
+class AzureConfig:
+    """The deployment priced.
+
+    Attributes:
+        name: What the docs call it.
+        memory_mb: Flex instance memory (512, 2,048 or 4,096).
+        claim_on_submit: The submission starts the orchestration; the starter only sweeps.
+        starter_period_s: The starter timer's period (``STARTER_SCHEDULE``).
+        supervisor_period_s: The supervisor timer's period (``SUPERVISOR_SCHEDULE``).
+        agent_triggers: Service Bus triggers for the agents, each a scale group.
+        always_ready: Scale groups with one always-ready instance.
+        trace_sampling: Share of traces kept (1 keeps every span).
+        max_queue_polling_s: Durable Functions' ``maxQueuePollingInterval``.
+        control_queues: Durable Functions' control queues (``partitionCount``).
+        breaker_cache_s: Seconds a host reuses a breaker document it read (``BREAKER_CACHE_S``).
+        metric_alert_series: Time series the metric alerts watch (one per queue they split by).
+        log_alerts_5min: Log search alert rules evaluated every 5 minutes.
+        log_alerts_15min: Log search alert rules evaluated every 15 minutes.
+    """
+
+    name: str
+    memory_mb: int = 2048
+    claim_on_submit: bool = False
+    starter_period_s: float = 5
+    supervisor_period_s: float = 30
+    agent_triggers: int = 4
+    always_ready: frozenset[str] = field(default_factory=frozenset)
+    trace_sampling: float = 1.0
+    max_queue_polling_s: float = 2.0
+    control_queues: int = 4
+    breaker_cache_s: float = 1.0
+    metric_alert_series: int = 7
+    log_alerts_5min: int = 3
+    log_alerts_15min: int = 0
+
+
+CURRENT: Final = AzureConfig(name="the template before this model")
+"""``infra/`` and ``host.json`` as they were: 2,048 MB, a 5 s starter, every trace kept."""
+
+CHOSEN: Final = AzureConfig(
+    name="the chosen configuration",
+    memory_mb=512,
+    claim_on_submit=True,
+    starter_period_s=30,
+    trace_sampling=0.1,
+    max_queue_polling_s=1.0,
+)
+"""What the model finds cheapest that keeps the latency target (docs/deploy.md says why each, and
+which of them ``infra/`` and ``host.json`` apply)."""
+
+ONE_AGENT_TRIGGER: Final = replace(CHOSEN, name="one agent trigger (not built)", agent_triggers=1)
+"""The chosen template with every agent behind one trigger: one scale group instead of four."""
+
+VOLUMES: Final = (100_000, 1_000_000, 10_000_000)
+"""Orders a month the cost is given at."""
+
+
+def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) -> OrderCounts:
+    """``base`` with the counts a ``bench-report.json`` measured (``orderflow.per_order``, and the
+    2-process one-at-a-time p50), where the report holds them for a run in which every order was
+    processed; ``base`` itself otherwise."""
+    per_order = (report.get("orderflow") or {}).get("per_order") or {}
+    if not per_order.get("all_processed"):
+        return base
+    state = per_order.get("state_store", {})
+    one_at_a_time = (report["orderflow"].get("one_at_a_time") or {}).get("2") or {}
+    local_s = (one_at_a_time.get("latency") or {}).get("p50_s")
+    return replace(
+        base,
+        messages=float(per_order.get("queue_sends", {}).get("total", base.messages)),
+        state_creates=float(state.get("creates", base.state_creates)),
+        state_replaces=float(state.get("replaces", base.state_replaces)),
+        order_creates=float(per_order.get("order_store", {}).get("writes", base.order_creates)),
+        query_pages=float(state.get("query_pages", base.query_pages)),
+        remote_steps=float(per_order.get("remote_steps", base.remote_steps)),
+        local_order_s=float(local_s) if local_s else base.local_order_s,
+        measured_on=f"bench-report.json of {report.get('generated_at', 'an unknown date')}",
+    )

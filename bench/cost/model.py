@@ -1,0 +1,224 @@
+"""The cost model: an order's work on Azure by scale group and meter, priced by :mod:`bench.cost.prices`.
+
+Flex Consumption bills an instance's memory while it executes, each active period for at least
+``MIN_ACTIVE_S``. Each group's executions arrive at random (Poisson, at the month's average rate), so the
+share of the month a group's one instance is billed is ``1 - exp(-rate * window)``, where ``window`` is
+how long one order keeps it billed (its executions' span plus the minimum); a timer of period ``P`` is
+billed ``MIN_ACTIVE_S / P`` of the month. One instance per group holds these rates: an execution lasts
+well under a second and each instance runs several at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final
+
+from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
+from bench.cost.prices import SECONDS_PER_MONTH, rate
+
+MIN_ACTIVE_S: Final = 1.0
+"""Flex Consumption's minimum billable active period (seconds)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One Flex scale group's load in a month.
+
+    Attributes:
+        name: The group (``durable``, ``submission``, ``agent-1`` ...).
+        busy_share: Share of the month its instance is billed as executing (0–1).
+        executions: Executions in the month.
+    """
+
+    name: str
+    busy_share: float
+    executions: float
+
+
+@dataclass
+class MonthCost:
+    """A month's bill, meter by meter (USD).
+
+    Attributes:
+        orders: Orders in the month.
+        lines: USD by meter name, in the order the docs list them.
+    """
+
+    orders: float
+    lines: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        """USD for the month, every meter."""
+        return sum(self.lines.values())
+
+    def per_million(self) -> float:
+        """USD per million orders (the month's total over its orders).
+
+        Raises:
+            ZeroDivisionError: The month has no orders.
+        """
+        return self.total / self.orders * 1_000_000
+
+
+def poisson_share(per_second: float, window_s: float) -> float:
+    """Share of time covered by windows of ``window_s`` starting at Poisson arrivals of ``per_second``."""
+    return 1.0 - math.exp(-per_second * window_s)
+
+
+def timer_share(period_s: float) -> float:
+    """Share of the month a timer of ``period_s`` keeps its group billed."""
+    return min(1.0, MIN_ACTIVE_S / period_s)
+
+
+def orderflow_groups(counts: OrderCounts, est: Estimates, config: AzureConfig, orders: float) -> list[Group]:
+    """orderflow's scale groups under ``orders`` a month: the submission, the Durable triggers, the
+    response listener, the agent triggers and the two timers."""
+    per_s = orders / SECONDS_PER_MONTH
+    steps = counts.remote_steps
+    triggers = max(1, config.agent_triggers)
+    used = min(float(triggers), steps)
+    agent_span = est.responses_span_s * (steps / used - 1) / max(steps - 1, 1)
+    groups = [
+        Group("submission", poisson_share(per_s, MIN_ACTIVE_S), orders),
+        Group(
+            "durable",
+            poisson_share(per_s, est.durable_span_s + MIN_ACTIVE_S),
+            orders * (counts.episodes + counts.activities),
+        ),
+        Group("responses", poisson_share(per_s, est.responses_span_s + MIN_ACTIVE_S), orders * steps),
+    ]
+    groups += [
+        Group(f"agent-{i + 1}", poisson_share(per_s, agent_span + MIN_ACTIVE_S), orders * steps / used)
+        for i in range(int(used))
+    ]
+    groups += [
+        Group("starter", timer_share(config.starter_period_s), SECONDS_PER_MONTH / config.starter_period_s),
+        Group(
+            "supervisor",
+            timer_share(config.supervisor_period_s),
+            SECONDS_PER_MONTH / config.supervisor_period_s,
+        ),
+    ]
+    return groups
+
+
+def flex_cost(groups: list[Group], config: AzureConfig) -> dict[str, float]:
+    """Flex Consumption: on-demand memory time past the free grant, always-ready baseline and execution
+    time for the groups in ``config.always_ready``, and executions past the free grant (USD a month)."""
+    gb = config.memory_mb / 1024
+    on_demand_gbs = sum(
+        g.busy_share * SECONDS_PER_MONTH * gb for g in groups if g.name not in config.always_ready
+    )
+    ready = [g for g in groups if g.name in config.always_ready]
+    baseline = len(ready) * SECONDS_PER_MONTH * gb * rate("flex_always_ready_baseline_gbs")
+    ready_gbs = sum(g.busy_share * SECONDS_PER_MONTH * gb for g in ready)
+    executions = sum(g.executions for g in groups)
+    return {
+        "Flex memory time": max(0.0, on_demand_gbs - rate("flex_free_gbs")) * rate("flex_on_demand_gbs")
+        + ready_gbs * rate("flex_always_ready_execution_gbs"),
+        "Flex always-ready baseline": baseline,
+        "Flex executions": max(0.0, executions - rate("flex_free_executions"))
+        * rate("flex_executions")
+        / 1_000_000,
+    }
+
+
+def service_bus_cost(operations: float) -> float:
+    """Service Bus Standard: the base charge, then operations past the included ones by tier (USD)."""
+    base = rate("service_bus_base_hour") * SECONDS_PER_MONTH / 3600
+    billable = max(0.0, operations - rate("service_bus_included_ops"))
+    first = min(billable, 87_000_000)
+    rest = billable - first
+    return base + (first * rate("service_bus_ops_13m_100m") + rest * rate("service_bus_ops_100m_2500m")) / 1e6
+
+
+def order_request_units(counts: OrderCounts, est: Estimates) -> float:
+    """Cosmos DB request units of one order: its writes, reads, loop query pages and retention pass."""
+    return (
+        (counts.state_creates + counts.state_replaces) * est.ru_write
+        + counts.order_creates * est.ru_order_create
+        + counts.point_reads * est.ru_point_read
+        + counts.query_pages * est.ru_query_page
+        + est.ru_retention
+    )
+
+
+SCALE_CONTROLLER_POLL_S: Final = 10.0
+"""The scale controller polls each control and work-item queue this often (Microsoft's Azure Storage
+provider page: once every 10 seconds)."""
+
+
+def breaker_reads(orders: float, est: Estimates, config: AzureConfig) -> float:
+    """Breaker document reads in a month: each consultation reads unless the same breaker was consulted
+    within the cache time before it (Poisson consultations: the chance of none is ``exp(-rate * cache)``)."""
+    per_s = orders / SECONDS_PER_MONTH
+    return orders * est.breaker_uses * math.exp(-per_s * config.breaker_cache_s)
+
+
+def durable_queue_ops(activities: float, events: float, est: Estimates) -> float:
+    """Queue operations of one orchestration: the control-queue messages (the start, each activity's
+    result, each raised event) and the work items (one per activity)."""
+    return (1 + activities + events + activities) * est.tx_per_message
+
+
+def durable_table_ops(episodes: float, est: Estimates) -> float:
+    """Table transactions of one orchestration: each episode's History and Instances writes and reads."""
+    return episodes * est.tx_per_episode
+
+
+def polling_ops(config: AzureConfig, est: Estimates, orders: float) -> float:
+    """Queue operations of empty polls in a month: the Durable group's while it is up (it stays up
+    ``est.scale_in_s`` after an order; always when always-ready), and the scale controller's."""
+    per_s = orders / SECONDS_PER_MONTH
+    up = 1.0 if "durable" in config.always_ready else poisson_share(per_s, est.scale_in_s)
+    queues = config.control_queues + 1
+    return (queues / config.max_queue_polling_s * up + queues / SCALE_CONTROLLER_POLL_S) * SECONDS_PER_MONTH
+
+
+def storage_cost(queue_ops: float, table_ops: float) -> float:
+    """Azure Storage: queue operations and table transactions (USD)."""
+    return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
+
+
+def alerts_cost(config: AzureConfig) -> float:
+    """Azure Monitor alert rules, a fixed charge a month (USD)."""
+    return (
+        config.metric_alert_series * rate("metric_alert_series")
+        + config.log_alerts_5min * rate("log_alert_5min")
+        + config.log_alerts_15min * rate("log_alert_15min")
+    )
+
+
+def telemetry_cost(gigabytes: float) -> float:
+    """Log Analytics ingestion past the free grant (USD)."""
+    return max(0.0, gigabytes - rate("log_analytics_free_gb")) * rate("log_analytics_gb")
+
+
+def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, orders: float) -> MonthCost:
+    """orderflow's Azure bill for a month of ``orders`` happy-path orders (0: the idle month)."""
+    groups = orderflow_groups(counts, est, config, orders)
+    timer_runs = sum(g.executions for g in groups if g.name in ("starter", "supervisor"))
+    starter_runs = SECONDS_PER_MONTH / config.starter_period_s
+    supervisor_runs = SECONDS_PER_MONTH / config.supervisor_period_s
+    month = MonthCost(orders)
+    month.lines.update(flex_cost(groups, config))
+    month.lines["Service Bus"] = service_bus_cost(orders * counts.messages * est.sb_ops_per_message)
+    request_units = (
+        orders * order_request_units(counts, est)
+        + starter_runs * est.starter_ru
+        + supervisor_runs * est.supervisor_ru
+        + breaker_reads(orders, est, config) * est.ru_point_read
+    )
+    month.lines["Cosmos DB request units"] = request_units / 1e6 * rate("cosmos_ru")
+    stored_gb = orders * est.stored_kb * est.retained_days / 30 / 1e6
+    month.lines["Cosmos DB storage"] = stored_gb * rate("cosmos_storage_gb_month")
+    queue_ops = orders * durable_queue_ops(counts.activities, counts.remote_steps, est)
+    month.lines["Storage transactions"] = storage_cost(
+        queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
+    )
+    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes)
+    month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
+    month.lines["Alert rules"] = alerts_cost(config)
+    return month

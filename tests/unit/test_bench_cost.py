@@ -1,0 +1,193 @@
+"""The cost model's arithmetic on fixed inputs, against figures worked out by hand; the docs and the
+README say what the model renders; infra/ and host.json carry the configuration the model chose."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from bench.cost.__main__ import main
+from bench.cost.docs import replace_between, section
+from bench.cost.inputs import (
+    CHOSEN,
+    CURRENT,
+    ESTIMATE_BASIS,
+    ESTIMATED,
+    MEASURED,
+    MEASURED_BASIS,
+    AzureConfig,
+    counts_from_report,
+)
+from bench.cost.model import (
+    Group,
+    breaker_reads,
+    durable_queue_ops,
+    durable_table_ops,
+    flex_cost,
+    order_request_units,
+    orderflow_month,
+    poisson_share,
+    service_bus_cost,
+    timer_share,
+)
+from bench.cost.peers import step_functions_month, temporal_month
+from bench.cost.prices import RATES, SECONDS_PER_MONTH
+from bench.cost.render import BEGIN, END, SENTENCE_BEGIN, SENTENCE_END, figures, sentence
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_month_is_730_hours() -> None:
+    assert SECONDS_PER_MONTH == 2_628_000
+
+
+def test_busy_shares() -> None:
+    assert poisson_share(0, 1) == 0
+    assert poisson_share(1, 1) == pytest.approx(1 - math.exp(-1))
+    assert timer_share(5) == pytest.approx(0.2)
+    assert timer_share(0.5) == 1.0
+
+
+def test_service_bus_base_then_tiers() -> None:
+    assert service_bus_cost(0) == pytest.approx(9.855)  # 0.0135 x 730
+    assert service_bus_cost(13_000_000) == pytest.approx(9.855)  # all included
+    assert service_bus_cost(27_000_000) == pytest.approx(9.855 + 14 * 0.80)
+    assert service_bus_cost(200_000_000) == pytest.approx(9.855 + 87 * 0.80 + 100 * 0.50)
+
+
+def test_request_units_and_storage_transactions_of_an_order() -> None:
+    # 6 writes x 6.67 + order create 6.29 + 1 read x 1.04 + 0.65 pages x 3 + retention 6.67
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(55.97)
+    # (start, 3 results, 3 events, 3 work items) x 3 queue operations; 7 episodes x 3 table transactions
+    assert durable_queue_ops(3, 3, ESTIMATED) == 30
+    assert durable_table_ops(7, ESTIMATED) == 21
+    assert durable_queue_ops(3, 0, ESTIMATED) == 21
+
+
+def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
+    config = AzureConfig(name="t", breaker_cache_s=1.0)
+    assert breaker_reads(0, ESTIMATED, config) == 0
+    # 2,628,000 orders a month is one a second: each of 6 consultations reads with chance exp(-1).
+    assert breaker_reads(2_628_000, ESTIMATED, config) == pytest.approx(2_628_000 * 6 * math.exp(-1))
+    assert breaker_reads(2_628_000, ESTIMATED, replace(config, breaker_cache_s=0)) == 2_628_000 * 6
+
+
+def test_flex_on_demand_and_always_ready() -> None:
+    config = AzureConfig(name="t", memory_mb=1024)
+    busy = Group("durable", 0.5, 1_250_000)
+    on_demand = flex_cost([busy], config)
+    assert on_demand["Flex memory time"] == pytest.approx((1_314_000 - 100_000) * 0.000026)  # 31.564
+    assert on_demand["Flex executions"] == pytest.approx(1_000_000 * 0.40 / 1e6)
+    assert on_demand["Flex always-ready baseline"] == 0
+    ready = flex_cost([busy], replace(config, always_ready=frozenset({"durable"})))
+    assert ready["Flex always-ready baseline"] == pytest.approx(2_628_000 * 0.000004)  # 10.512
+    assert ready["Flex memory time"] == pytest.approx(1_314_000 * 0.000016)  # 21.024, no free grant
+
+
+def test_the_idle_month_of_the_template_before_the_model() -> None:
+    month = orderflow_month(MEASURED, ESTIMATED, CURRENT, 0)
+    # Timers: (1/5 + 1/30) of the month at 2 GB, less 100,000 GB-s free.
+    assert month.lines["Flex memory time"] == pytest.approx((1_226_400 - 100_000) * 0.000026)
+    assert month.lines["Flex executions"] == pytest.approx((525_600 + 87_600 - 250_000) * 0.4e-6)
+    assert month.lines["Service Bus"] == pytest.approx(9.855)
+    assert month.lines["Cosmos DB request units"] == pytest.approx((525_600 * 3 + 87_600 * 6) * 0.25e-6)
+    # The scale controller's polls of 4 control queues and the work-item queue, every 10 s.
+    assert month.lines["Storage transactions"] == pytest.approx(5 / 10 * 2_628_000 / 10_000 * 0.004)
+    assert month.lines["Telemetry ingestion"] == 0  # 0.92 GB, under the 5 GB free
+    # 7 metric alert series at $0.10, 3 log alerts every 5 minutes at $1.50
+    assert month.lines["Alert rules"] == pytest.approx(0.70 + 4.50)
+    assert month.total == pytest.approx(40.33788 + 5.20)
+
+
+def test_step_functions_and_temporal() -> None:
+    assert step_functions_month(MEASURED, 1_000_000).total == pytest.approx(
+        (4_000_000 - 4_000) / 1000 * 0.025
+    )
+    assert temporal_month(MEASURED, 1_000_000).total == pytest.approx(3 * 50 + 100)
+    # 40M Actions less 1M: 5M x 50 + 5M x 45 + 10M x 40 + 19M x 35; the plan's $100 above 5% of that.
+    assert temporal_month(MEASURED, 10_000_000).total == pytest.approx(1540 + 100)
+    with pytest.raises(ValueError, match="tiers"):
+        temporal_month(MEASURED, 20_000_000)
+
+
+def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() -> None:
+    fig = figures()
+    before = fig["cost"][f"orderflow, {CURRENT.name}"]
+    chosen = fig["cost"][f"orderflow, {CHOSEN.name}"]
+    assert chosen["per_million"]["1,000,000"] < before["per_million"]["1,000,000"]
+    assert chosen["idle_month"] < before["idle_month"]
+    # Over $15 idle only by the alert rules: with two of them evaluated every 15 minutes, under.
+    fewer = replace(CHOSEN, log_alerts_5min=1, log_alerts_15min=2)
+    assert orderflow_month(MEASURED, ESTIMATED, fewer, 0).total < 15 < chosen["idle_month"]
+    assert fig["latency_s"][CHOSEN.name]["100,000 a month"][0] <= 1.0
+
+
+def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_was_processed() -> None:
+    per_order = {"all_processed": True, "queue_sends": {"total": 10}, "state_store": {"replaces": 4}}
+    single = {"2": {"latency": {"p50_s": 0.05}}}
+    orderflow = {"per_order": per_order, "one_at_a_time": single}
+    report = {"generated_at": "2027-01-01T00:00:00+00:00", "orderflow": orderflow}
+    counts = counts_from_report(report)
+    assert (counts.messages, counts.state_replaces, counts.episodes) == (10, 4, MEASURED.episodes)
+    assert counts.local_order_s == 0.05
+    assert counts.measured_on == "bench-report.json of 2027-01-01T00:00:00+00:00"
+    assert counts_from_report({"orderflow": {"per_order": {**per_order, "all_processed": False}}}) == MEASURED
+    assert counts_from_report({}) == MEASURED
+
+
+def test_every_count_and_estimate_says_where_it_comes_from() -> None:
+    assert set(ESTIMATE_BASIS) == set(asdict(ESTIMATED))
+    assert set(MEASURED_BASIS) == set(asdict(MEASURED)) - {"measured_on"}
+
+
+def test_every_rate_has_a_source_and_a_reading() -> None:
+    keys = [r.key for r in RATES]
+    assert len(keys) == len(set(keys))
+    for entry in RATES:
+        assert entry.source.startswith("http") and entry.read and entry.rule
+
+
+def test_the_deploy_doc_section_is_the_rendering_of_the_checked_in_inputs() -> None:
+    text = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    start, stop = text.index(BEGIN), text.index(END) + len(END)
+    assert text[start:stop] + "\n" == section()
+
+
+def test_the_readme_cost_sentence_is_the_models() -> None:
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    match = re.search(re.escape(SENTENCE_BEGIN) + "(.*?)" + re.escape(SENTENCE_END), text)
+    assert match is not None
+    assert match.group(1) == sentence(figures())
+    assert "less than Step Functions" not in text and "$92" not in text
+
+
+def test_replace_between_needs_both_markers() -> None:
+    assert replace_between("a[x]b", "[", "]", "[y]") == "a[y]b"
+    with pytest.raises(ValueError):
+        replace_between("a]x[b", "[", "]", "")
+
+
+def test_host_json_and_the_template_carry_the_chosen_settings() -> None:
+    host = json.loads((REPO / "host.json").read_text(encoding="utf-8"))
+    polling = host["extensions"]["durableTask"]["storageProvider"]["maxQueuePollingInterval"]
+    assert polling == f"00:00:{CHOSEN.max_queue_polling_s:02.0f}"
+    bicep = (REPO / "infra" / "modules" / "functionapp.bicep").read_text(encoding="utf-8")
+    assert re.findall(r"instanceMemoryMB: (\d+)", bicep) == [str(CHOSEN.memory_mb)]
+
+
+def test_the_command_writes_the_cost_section_into_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "bench-report.json"
+    report.write_text(json.dumps({"orderflow": {"per_order": None}}), encoding="utf-8")
+    assert main(["--report", str(report)]) == 0
+    written = json.loads(report.read_text(encoding="utf-8"))
+    assert written["cost"] == json.loads(json.dumps(figures()))
+    assert sentence(figures()) in capsys.readouterr().out
