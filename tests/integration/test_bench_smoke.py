@@ -21,6 +21,7 @@ from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
+from bench.stats import ratio
 from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
@@ -150,6 +151,13 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         assert report["peers"][peer]["outcomes"] == {"Processed": 3}
         assert report["peers"][peer]["latency"]["count"] == 3
         assert report["ratios"][peer]["1_processes"]["throughput"] > 0
+        # The peer's CPU over its timed orders, from its own processes, divides orderflow's.
+        peer_cpu = report["peers"][peer]["cpu_ms_per_order"]
+        processes = {"durabletask": {"durabletask-backend", "durabletask-worker"}, "dbos": {"dbos"}}[peer]
+        assert set(peer_cpu) == {*processes, "peer"}
+        assert peer_cpu["peer"] == pytest.approx(sum(peer_cpu[name] for name in processes), abs=0.11)
+        own_cpu = run["measured"]["cpu_ms_per_order"]["orderflow"]
+        assert report["ratios"][peer]["1_processes"]["cpu"] == ratio(own_cpu, peer_cpu["peer"])
 
     results = report["sweep"]["results"]
     assert [(r["store"], r["settled"]) for r in results] == [
