@@ -28,6 +28,10 @@ from orderflow.results import (
 InputT = TypeVar("InputT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
 
+ORDER_WORKFLOW = "order_workflow"
+"""Registered name of the order orchestrator, which a claim's start schedules with an
+:class:`OrchestrationInput`."""
+
 START_STEP = "start_step"
 """Fenced write: record the previous step's completion, mark the next step Running with its completeBy
 (now + the step's timeout), then send the agent request; returns the completeBy for the timer."""
@@ -75,6 +79,12 @@ CANCELLED_BY_CLIENT = "cancelled_by_client"
 def fallback_step_name(step: str) -> str:
     """The pseudo-step a step run on its fallback provider answers as, ``{step}:fallback``."""
     return f"{step}:fallback"
+
+
+def reacquire_step_name(step: str) -> str:
+    """The pseudo-step a hold's re-acquisition answers as, ``{step}:reacquire``: another request of the
+    same attempt, so another request id and response event than the step's own."""
+    return f"{step}:reacquire"
 
 
 def undo_step_name(step: str) -> str:
@@ -172,6 +182,8 @@ class StartStepInput(ContractModel):
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
         fallback: Run the step on its fallback provider (the primary refused it permanently).
+        reacquired: The answer of a hold's re-acquisition this attempt started (its ``step`` is the
+            hold's step), recorded in the same write before the start is decided again.
     """
 
     order_id: str
@@ -182,6 +194,7 @@ class StartStepInput(ContractModel):
     completed: StepResult | None = None
     response_queue: str
     fallback: bool = False
+    reacquired: StepResult | None = Field(default=None, exclude_if=lambda value: value is None)
 
     def complete_by(self, now: datetime) -> datetime:
         """The step's completeBy for a write made at ``now`` (UTC)."""
