@@ -28,6 +28,7 @@ from orderflow.contracts import (
 from orderflow.dependencies import Dependencies
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
+from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold
 from orderflow.protocol.step_start import (
     AwaitDependency,
     AwaitReview,
@@ -40,7 +41,7 @@ from orderflow.protocol.step_start import (
     decide_step_start,
     step_dependency,
 )
-from orderflow.protocol.transitions import forward
+from orderflow.protocol.transitions import forward, holds
 from orderflow.records import (
     OrderDocument,
     PendingReply,
@@ -55,7 +56,9 @@ from orderflow.results import (
     FailureRecorded,
     Fenced,
     FinishOrderResult,
+    HoldExpired,
     OrderFinished,
+    ReacquiringHold,
     RecordReviewResult,
     RecordStepFailureResult,
     ReviewRecorded,
@@ -66,7 +69,7 @@ from orderflow.results import (
 )
 from orderflow.settings import Breakers, Queues, Steps
 from orderflow.step_requests import send_step_request
-from orderflow.workflows import StepDefinition, workflow_for
+from orderflow.workflows import StepDefinition, WorkflowDefinition, workflow_for
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +107,12 @@ def start_step(data: StartStepInput, deps: Dependencies, sections: ActivitySecti
     # Set by each run of mutate; read only when the write applied, so mutate ran.
     decision: StepStartDecision = NotProcessing(ProcessState.PENDING)
 
+    rule = _hold_rule(definition, step_def, data, sections.steps, now)
+
     def mutate(record: StateRecord) -> StateRecord | None:
         nonlocal decision
+        if data.reacquired is not None:
+            holds.record_reacquired(record, definition, data.reacquired, data.instance_id, now)
         decision = decide_step_start(
             record,
             step_def,
@@ -115,6 +122,7 @@ def start_step(data: StartStepInput, deps: Dependencies, sections: ActivitySecti
             fallback=data.fallback,
             completed=data.completed,
             dependency_held=held,
+            holds=rule,
         )
         return forward.start_step(
             decision,
@@ -136,6 +144,9 @@ def start_step(data: StartStepInput, deps: Dependencies, sections: ActivitySecti
     if not outcome.applied or record.process_state is not ProcessState.PROCESSING:
         telemetry.event("step.fenced", order_id=data.order_id, instance_id=data.instance_id, step=data.step)
         return Fenced(reason=outcome.reason or f"processState is {record.process_state.value}")
+    if isinstance(decision, ReacquireHold):
+        held_step = definition.step(decision.step)
+        return _reacquire(deps, data, held_step, record, queue_names=sections.queues, now=now)
     complete_by = _send_request(deps, data, step_def, record, order, queue_names=sections.queues, now=now)
     telemetry.event(
         "step.start",
@@ -171,6 +182,52 @@ def _send_request(
     )
 
 
+def _hold_rule(
+    definition: WorkflowDefinition,
+    step_def: StepDefinition,
+    data: StartStepInput,
+    steps: Steps,
+    now: datetime,
+) -> HoldRule | None:
+    """The hold rule's inputs for a step it guards (None for the others)."""
+    if not definition.guarded_by_holds(step_def):
+        return None
+    return HoldRule(definition, now=now, deadline_s=data.timeout_s, margin_s=steps.HOLD_SKEW_MARGIN_S)
+
+
+def _reacquire(
+    deps: Dependencies,
+    data: StartStepInput,
+    held: StepDefinition,
+    record: StateRecord,
+    *,
+    queue_names: Queues,
+    now: datetime,
+) -> ReacquiringHold:
+    """Send the request re-acquiring ``held``'s hold, which ``record`` shows under way for this attempt."""
+    complete_by = send_step_request(
+        deps.queues,
+        queue_names,
+        record=record,
+        step_def=held,
+        order=deps.order_cache.get(deps.orders, data.order_id),
+        instance_id=data.instance_id,
+        response_queue=data.response_queue,
+        fallback=False,
+        now=now,
+        reacquire=True,
+    )
+    hold = record.holds[held.name]
+    telemetry.event(
+        "hold.reacquiring",
+        order_id=data.order_id,
+        instance_id=data.instance_id,
+        step=held.name,
+        expires_at=hold.expires_at.isoformat(),
+    )
+    return ReacquiringHold(step=held.name, complete_by=complete_by)
+
+
 def _refused_start(
     decision: StepStartDecision,
     record: StateRecord,
@@ -202,6 +259,10 @@ def _refused_start(
         case OutOfBudget():
             telemetry.event("budget.exhausted", **fields)
             return BudgetExhausted()
+        case HoldLapsed(step=held, expires_at=expires_at):
+            at = None if expires_at is None else expires_at.isoformat()
+            telemetry.event("hold.expired", **fields, hold_step=held, expires_at=at)
+            return HoldExpired(step=held)
         case AwaitDependency(dependency=dependency) if record.locked_by is None:
             return _awaiting(record, dependency, fields)
     return None

@@ -27,6 +27,9 @@ What each fault does (the services implement it):
   answer 500 ``{"error": "connection_reset", "permanent": false}``; a retry
   with the same key gets the stored response replayed.
 * ``latency``: sleep ``latency_s`` seconds, then behave normally.
+* ``refused`` (forward calls only, from ``refuse_keys_containing``): answer
+  409 ``{"error": "refused", "permanent": true}`` before anything else
+  happens; nothing is applied or stored.
 * ``undo_refused`` (undo calls only, from ``undo_permanent``): answer 422
   ``{"error": "undo_refused", "permanent": true}`` before anything else
   happens; nothing is applied, stored or tombstoned, so once the plan no longer
@@ -51,6 +54,7 @@ class FaultKind(StrEnum):
     LOST_RESPONSE = "lost_response"
     LATENCY = "latency"
     UNDO_REFUSED = "undo_refused"
+    REFUSED = "refused"
 
 
 FAULT_PRIORITY: tuple[FaultKind, ...] = (
@@ -94,6 +98,11 @@ class FaultPlan(BaseModel):
         undo_permanent: Every undo call answers a permanent 422 ``undo_refused`` before anything else
             (before ``undo_transient_failures`` and the random faults): no effect, nothing stored, no
             tombstone. Forward calls are unaffected.
+        refuse_keys_containing: Forward calls whose idempotency key contains one of these texts
+            (``:reacquire-``: every re-acquisition of a hold) are refused for good, 409 ``refused``,
+            before anything else (after ``unavailable_services``); undos are unaffected.
+        delay_s: Endpoint (``payments.authorize``) -> seconds every call to it waits before it is
+            handled, whatever the rates: a slow dependency on one operation only.
         unavailable_services: Services that are hard down (``inventory``, ``payments``, ``shipping``:
             the first part of an endpoint's name): every call to them, forward or undo, answers a
             transient 503 ``unavailable`` before anything else, whatever the other settings say.
@@ -112,6 +121,8 @@ class FaultPlan(BaseModel):
     undo_transient_failures: int = Field(default=0, ge=0)
     undo_permanent: bool = False
     unavailable_services: tuple[str, ...] = ()
+    refuse_keys_containing: tuple[str, ...] = ()
+    delay_s: dict[str, float] = Field(default_factory=dict)
 
     def rate(self, kind: FaultKind) -> float:
         """The configured probability of ``kind`` (0 for ``undo_refused``, which is not drawn)."""
@@ -121,6 +132,7 @@ class FaultPlan(BaseModel):
             FaultKind.LOST_RESPONSE: self.lost_response_rate,
             FaultKind.LATENCY: self.latency_rate,
             FaultKind.UNDO_REFUSED: 0.0,
+            FaultKind.REFUSED: 0.0,
         }
         return rates[kind]
 
@@ -143,6 +155,8 @@ class FaultPlan(BaseModel):
         """
         if service is not None and service in self.unavailable_services:
             return FaultKind.TRANSIENT
+        if not undo and any(text in key for text in self.refuse_keys_containing):
+            return FaultKind.REFUSED
         if undo:
             if self.undo_permanent:
                 return FaultKind.UNDO_REFUSED

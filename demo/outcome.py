@@ -23,6 +23,7 @@ from demo.tpch import (
     DemoOrder,
     customer_declined,
 )
+from orderflow.compensation_trigger import HOLD_EXPIRED
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, StateRecord, client_order_id, parse_utc
@@ -44,20 +45,27 @@ def all_records(states: StateStore) -> list[StateRecord]:
 
 def active_effects(facts: dict[str, Any]) -> int:
     """Effects of an order still in place at the demo services: reservations not released, shipments
-    not cancelled, and a charge not refunded (counted once). A cancellation fee the refund kept by the
-    payment service's rule is not an effect left behind."""
+    not cancelled, authorisations still held, and a charge not refunded (counted once). A cancellation
+    fee the refund kept by the payment service's rule is not an effect left behind."""
     summary = facts.get("summary", {})
     charged = Decimal(summary.get("netCharged") or "0") > Decimal(summary.get("feeKept") or "0")
-    return int(summary.get("activeReservations", 0)) + int(summary.get("activeShipments", 0)) + int(charged)
+    held = int(summary.get("activeAuthorizations", 0))
+    return (
+        int(summary.get("activeReservations", 0))
+        + int(summary.get("activeShipments", 0))
+        + int(charged)
+        + held
+    )
 
 
 def classify(order: DemoOrder, record: StateRecord | None, facts: dict[str, Any], max_failures: int) -> str:
     """How an order ended compared with what its data says.
 
     Returns:
-        ``ok``; ``exhausted`` (the injected faults pushed it past the supervisor's threshold or the retry
-        budget, and it was compensated); ``escalated`` (stopped past a point of no return, left for an
-        operator); ``compensation_failed``; ``not_terminal``; or ``mismatched:<why>``.
+        ``ok``; ``exhausted`` (the injected faults pushed it past the supervisor's threshold, the retry
+        budget or its holds' expiry, and it was compensated); ``escalated`` (stopped past a point of no
+        return, left for an operator); ``compensation_failed``; ``not_terminal``; or
+        ``mismatched:<why>``.
     """
     if record is None:
         return "mismatched:no state record"
@@ -103,6 +111,9 @@ def _classify_compensated(
         return "ok"  # a person (or the review's default) decided
     if code in ("too_many_failures", "retry_budget_exhausted") or record.failure_count >= max_failures:
         return "exhausted"
+    delayed = record.failure_count > 0 or any(hold.reacquired for hold in record.holds.values())
+    if code == HOLD_EXPIRED and delayed:
+        return "exhausted"  # recoveries (or a hold re-acquired already) outlasted a hold
     return f"mismatched:compensated for {code}"
 
 
@@ -220,6 +231,7 @@ def summarise(
         "calls_per_step_max": int(audit["calls_per_key_max"]),
         "faults_injected": int(audit.get("faults_total", 0)),
         "fees_kept": audit.get("fees_kept_total", "0.00"),
+        **holds_report(records, audit.get("holds", {})),
         "elapsed_s": round(elapsed_s, 2),
         "orders_per_s": round(submitted / elapsed_s, 2) if elapsed_s > 0 else 0.0,
     }
@@ -228,11 +240,25 @@ def summarise(
     return report, mismatched
 
 
+def holds_report(records: Mapping[str, StateRecord], holds: Mapping[str, int]) -> dict[str, int]:
+    """The run's holds: acquired, expired and committed as the services count them, re-acquired as the
+    records say, and ``committed_on_expired_hold``, the commits that reached a service after their hold
+    had expired there (each refused, ``hold_expired``): the hold rule keeps it at 0."""
+    return {
+        "holds_acquired": int(holds.get("acquired", 0)),
+        "holds_expired": int(holds.get("expired", 0)),
+        "holds_reacquired": sum(h.reacquired for r in records.values() for h in r.holds.values()),
+        "holds_committed": int(holds.get("committed", 0)),
+        "committed_on_expired_hold": int(holds.get("commitsOnExpired", 0)),
+    }
+
+
 INVARIANTS = (
     "timed_out",
     "not_terminal",
     "duplicate_effects",
     "uncompensated_effects",
+    "committed_on_expired_hold",
     "mismatched",
     "overlapping_attempts",
     "missing_final_replies",

@@ -28,6 +28,7 @@ from orderflow import telemetry
 from orderflow.clock import Clock
 from orderflow.operator_actions import OperatorAction, action_refusal
 from orderflow.operator_auth import Principal
+from orderflow.protocol.holds import uncommitted_holds
 from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
 from orderflow.records import StateRecord
@@ -109,4 +110,14 @@ def set_suspension(
         refused = Refused(409, refusal, detail, etag=applied.etag)
         return SuspensionOutcome(applied.record, applied.etag, refused)
     telemetry.event(f"operator.{what}", order_id=order_id, operator=principal.audit_id)
+    holds = uncommitted_holds(applied.record) if suspend else []
+    if holds:
+        # The services undo these at their expiry, suspended or not: the order will have to re-acquire.
+        step, hold = holds[0]
+        telemetry.alert(
+            "holds_expire_while_suspended",
+            order_id=order_id,
+            step=step,
+            expires_at=hold.expires_at.isoformat(),
+        )
     return SuspensionOutcome(applied.record, applied.etag)

@@ -104,6 +104,11 @@ ALERT_KINDS: Final[Mapping[str, AlertKind]] = {
         "the order's last attempts failed at the same step with the same code; it is suspended",
         "look at the failure; `orderflow resume` runs it again, `orderflow compensate` undoes it",
     ),
+    "holds_expire_while_suspended": AlertKind(
+        "an operator suspended an order holding resources (stock, an authorisation) that expire before "
+        "it can be resumed: the services release them at expiresAt",
+        "resume it soon (`orderflow resume`): the order re-acquires a lapsed hold once, or is compensated",
+    ),
     "scan_anomaly": AlertKind(
         "the store answered the supervisor's scan of expired orders without an end; the scan starts over",
         "check the state store (its service health, a gateway between); expired orders are still recovered "

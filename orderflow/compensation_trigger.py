@@ -7,6 +7,8 @@ reasons:
 - the review before a step was rejected (by a person, or by the default at its deadline);
 - someone asked the order to stop: the client's cancel, or an operator's decision;
 - the order's end-to-end retry budget has no calls left for the next step;
+- a hold lapses before the step that commits it could finish, and was re-acquired once already
+  (:mod:`orderflow.protocol.holds`), or its re-acquisition was refused;
 - a provider refused a step for good (a permanent error) and no fallback provider is left to try, unless
   the step declares input an operator may correct (:attr:`StepDefinition.correctable`): then the order
   stops in ``Error`` for that correction (:func:`awaits_correction`), and the operator resubmits it with
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from orderflow.contracts import CANCELLED_BY_CLIENT, REVIEW_REJECTED, StepError
 from orderflow.errors import ErrorKind
-from orderflow.results import BudgetExhausted, ReviewRecorded, ReviewRejected, Stopped
+from orderflow.results import BudgetExhausted, HoldExpired, ReviewRecorded, ReviewRejected, Stopped
 
 CANCELLED_KIND = "cancelled"
 """``lastError.kind`` of an order someone asked to stop."""
@@ -36,9 +38,13 @@ REJECTED_KIND = "rejected"
 """``lastError.kind`` of an order whose review was rejected."""
 
 RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
+
+HOLD_EXPIRED = "hold_expired"
+"""``lastError.code`` of an order compensated because a hold lapsed (:mod:`orderflow.protocol.holds`),
+and the permanent code a service answers a commit of an expired hold with."""
 """``lastError.code`` of an order whose retry budget ran out."""
 
-Seen = StepError | ReviewRejected | ReviewRecorded | Stopped | BudgetExhausted
+Seen = StepError | ReviewRejected | ReviewRecorded | Stopped | BudgetExhausted | HoldExpired
 """What the workflow may learn about a step: a step's error, or an activity's refusal to go on."""
 
 
@@ -86,6 +92,13 @@ def compensation_cause(
                 kind=ErrorKind.BUDGET.value,
                 code=RETRY_BUDGET_EXHAUSTED,
                 message="the order's end-to-end retry budget is spent",
+            )
+        case HoldExpired(step=held):
+            return StepError(
+                step=step,
+                kind=ErrorKind.PERMANENT.value,
+                code=HOLD_EXPIRED,
+                message=f"the hold of {held} lapses before {step} could finish",
             )
         case StepError(kind=ErrorKind.PERMANENT.value) if not fallback_left:
             return None if awaits_correction(seen, correctable=correctable) else seen

@@ -77,6 +77,12 @@ def fallback_step_name(step: str) -> str:
     return f"{step}:fallback"
 
 
+def reacquire_step_name(step: str) -> str:
+    """The pseudo-step a hold's re-acquisition answers as, ``{step}:reacquire``: another request of the
+    same attempt, so another request id and response event than the step's own."""
+    return f"{step}:reacquire"
+
+
 def undo_step_name(step: str) -> str:
     """The pseudo-step an undo runs as, ``{step}:undo``: it names the request (``{instanceId}:{step}:undo``),
     the response event and the custom status, so the listener's rules apply to undos unchanged."""
@@ -172,6 +178,8 @@ class StartStepInput(ContractModel):
         completed: The previous step's result, recorded in the same write, if any.
         response_queue: Where the agent must answer.
         fallback: Run the step on its fallback provider (the primary refused it permanently).
+        reacquired: The answer of a hold's re-acquisition this attempt started (its ``step`` is the
+            hold's step), recorded in the same write before the start is decided again.
     """
 
     order_id: str
@@ -182,6 +190,7 @@ class StartStepInput(ContractModel):
     completed: StepResult | None = None
     response_queue: str
     fallback: bool = False
+    reacquired: StepResult | None = Field(default=None, exclude_if=lambda value: value is None)
 
     def complete_by(self, now: datetime) -> datetime:
         """The step's completeBy for a write made at ``now`` (UTC)."""

@@ -107,6 +107,35 @@ class AwaitingDependency(ResultModel):
     gave_up: bool = False
 
 
+class ReacquiringHold(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` did not start the step: a hold would lapse before it could
+    finish, so in the same write the hold's re-acquisition started (new key, calls reserved) and its
+    request went to the hold's agent; it answers as ``{step}:reacquire``. The orchestration starts the
+    step again with the answer (``reacquired``).
+
+    Attributes:
+        step: The step whose hold is re-acquired.
+        complete_by: The re-acquisition's deadline (UTC), where the orchestration's timer fires.
+    """
+
+    outcome: Literal["reacquiring_hold"] = "reacquiring_hold"
+    step: str
+    complete_by: UtcDatetime
+
+
+class HoldExpired(ResultModel):
+    """:data:`~orderflow.contracts.START_STEP` did not start the step: a hold lapses before it could
+    finish and may not be re-acquired again (:mod:`orderflow.protocol.holds`). Nothing was written; the
+    order is compensated.
+
+    Attributes:
+        step: The step whose hold lapsed.
+    """
+
+    outcome: Literal["hold_expired"] = "hold_expired"
+    step: str
+
+
 class ReviewRecorded(ResultModel):
     """:data:`~orderflow.contracts.RECORD_REVIEW` recorded the decision, or found one recorded first.
 
@@ -197,7 +226,15 @@ class WriteFailed(ResultModel):
 
 
 StartStepResult: TypeAlias = Annotated[
-    StepStarted | AwaitingReview | AwaitingDependency | ReviewRejected | BudgetExhausted | Stopped | Fenced,
+    StepStarted
+    | AwaitingReview
+    | AwaitingDependency
+    | ReviewRejected
+    | BudgetExhausted
+    | Stopped
+    | Fenced
+    | ReacquiringHold
+    | HoldExpired,
     Field(discriminator="outcome"),
 ]
 """:data:`~orderflow.contracts.START_STEP`'s result."""

@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orderflow import tracing
-from orderflow.contracts import fallback_step_name
+from orderflow.contracts import fallback_step_name, reacquire_step_name
 from orderflow.errors import IllegalTransition
 from orderflow.messages import AgentRequest, request_id_for
 from orderflow.queues.base import QueueFactory
-from orderflow.records import OrderDocument, StateRecord
+from orderflow.records import Hold, OrderDocument, StateRecord
 from orderflow.settings import Queues
 from orderflow.workflows import StepDefinition
 
@@ -34,6 +34,7 @@ def request_payload(
     *,
     fallback: bool = False,
     corrected: dict[str, Any] | None = None,
+    committed: Hold | None = None,
 ) -> dict[str, Any]:
     """What the remote service behind ``step``'s operation needs from the order: small and explicit; the
     fallback provider gets the step's ``fallback_payload`` over it.
@@ -41,14 +42,17 @@ def request_payload(
     Args:
         corrected: An operator's corrections of the step's input (wire name -> value,
             :meth:`StateRecord.corrected_input`), laid over the order document's fields.
+        committed: The hold a committing step makes permanent (its ``holdId`` and key go in the body).
     """
     if corrected:
         order = OrderDocument.model_validate({**order.to_json_dict(), **corrected})
     items = [{"sku": item.sku, "quantity": item.quantity} for item in order.items]
     payload: dict[str, Any]
-    if step.operation == "reserve":
+    if committed is not None:
+        payload = {"holdId": committed.hold_id, "holdKey": committed.idempotency_key}
+    elif step.operation == "reserve":
         payload = {"items": items}
-    elif step.operation == "charge":
+    elif step.operation in ("charge", "authorize"):
         # Customer ids are the client's own: the service is told whose (docs/clients.md).
         payload = {
             "customerId": order.customer_id,
@@ -62,6 +66,8 @@ def request_payload(
         payload = {"orderId": order.order_id}
     if fallback:
         payload.update(dict(step.fallback_payload))
+    if step.hold is not None:
+        payload["holdS"] = step.hold.lifetime_s
     return payload
 
 
@@ -84,6 +90,7 @@ def send_step_request(
     response_queue: str,
     fallback: bool,
     now: datetime,
+    reacquire: bool = False,
 ) -> datetime:
     """Send the agent request of ``step_def``, which ``record`` shows Running for ``instance_id``; returns
     the step's ``completeBy`` (UTC), where the orchestration's timer fires.
@@ -103,6 +110,10 @@ def send_step_request(
         response_queue: Where the agent answers.
         fallback: Whether the step runs on its fallback provider.
         now: The time the step started (UTC), for the deadline's margin.
+        reacquire: The request re-acquires the step's hold
+            (:func:`orderflow.protocol.transitions.holds.start_reacquire`): it answers as
+            ``{step}:reacquire``, under the step's new key, and names the hold it replaces
+            (``replacesKey``) for the service to release.
 
     Raises:
         IllegalTransition: the record has no ``completeBy`` (the step was not started by a write).
@@ -113,6 +124,17 @@ def send_step_request(
         raise IllegalTransition(f"order {record.order_id} is Running without a completeBy")
     step = record.steps[step_def.name]
     request_step = fallback_step_name(step_def.name) if fallback else step_def.name
+    if reacquire:
+        request_step = reacquire_step_name(step_def.name)
+    payload = request_payload(
+        step_def,
+        order,
+        fallback=fallback,
+        corrected=record.corrected_input(step_def.name),
+        committed=record.holds.get(step_def.commits) if step_def.commits else None,
+    )
+    if reacquire:
+        payload["replacesKey"] = record.holds[step_def.name].idempotency_key
     request_id = request_id_for(instance_id, request_step)
     request = AgentRequest(
         request_id=request_id,
@@ -123,9 +145,7 @@ def send_step_request(
         idempotency_key=step.idempotency_key,
         deadline=agent_deadline(complete_by, now),
         reply_to=response_queue,
-        payload=request_payload(
-            step_def, order, fallback=fallback, corrected=record.corrected_input(step_def.name)
-        ),
+        payload=payload,
         max_calls=step.reserved_calls,
         traceparent=tracing.current_traceparent(),
     )

@@ -1,7 +1,9 @@
 """Workflow definitions: the order workflow as versioned data.
 
 A definition lists the steps in order; each step names the agent that performs it, the operation, the
-step's timeout (its ``completeBy`` budget), the undo operation and whether it is a point of no return.
+step's timeout (its ``completeBy`` budget), the undo operation and whether it is a point of no return. A
+step may acquire a short-term hold with an expiry (:class:`HoldDefinition`), made permanent by a later
+step that commits it (docs/design.md §10).
 One generator (:mod:`orchestrators.workflow`) runs any definition. A state record keeps the
 ``workflowVersion`` it started with, and is resumed with that version even after a newer one is
 deployed, so definitions are never edited in place: a change is a new version.
@@ -15,6 +17,23 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from orderflow.errors import OrderflowError
+
+
+@dataclass(frozen=True)
+class HoldDefinition:
+    """A short-term hold a step acquires on a resource: stock reserved, a payment authorised.
+
+    The service keeps the hold ``lifetime_s`` seconds on its own clock and answers with the hold's
+    ``expiresAt`` (UTC); at expiry it undoes the hold itself. The step named by ``commit`` on the same
+    agent makes it permanent, and starts only while every hold is live (:mod:`orderflow.protocol.holds`).
+
+    Attributes:
+        lifetime_s: Whole seconds the service keeps the hold (sent as ``holdS``, a JSON integer).
+        commit: The operation that makes the hold permanent (``commit``, ``capture``).
+    """
+
+    lifetime_s: int
+    commit: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,10 @@ class StepDefinition:
             some and is refused (with no fallback left) stops the order in ``Error``, for an operator to
             correct and resubmit or to compensate, instead of compensating at once. Empty: corrections
             are refused.
+        hold: The step acquires a short-term hold with an expiry (:class:`HoldDefinition`), or None.
+        commits: The earlier step whose hold this step makes permanent (its operation is that hold's
+            ``commit``, on the same agent), or None. Such a step, and every irreversible step of a
+            workflow with holds, starts only while every hold is live.
     """
 
     name: str
@@ -56,6 +79,8 @@ class StepDefinition:
     fallback_payload: tuple[tuple[str, str], ...] = ()
     may_refuse: bool = True
     correctable: tuple[str, ...] = ()
+    hold: HoldDefinition | None = None
+    commits: str | None = None
 
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
@@ -119,6 +144,7 @@ class WorkflowDefinition:
                     f"{self.version}: {after} may be refused after the point of no return "
                     f"{self.steps[first_irreversible].name}; refusable steps must come before it"
                 )
+        self._check_holds()
         if self.undo_plan is not None:
             planned = [name for stage in self.undo_plan for name in stage]
             reversible = {step.name for step in self.steps if step.undo is not None and not step.irreversible}
@@ -127,6 +153,43 @@ class WorkflowDefinition:
                     f"{self.version}: undo plan {self.undo_plan} must name each reversible step "
                     f"{sorted(reversible)} exactly once, in non-empty stages"
                 )
+
+    def _check_holds(self) -> None:
+        """Holds are acquired before anything commits: each hold's step comes before every step the
+        hold rule guards, and a committing step names an earlier hold of its own agent and operation.
+
+        Raises:
+            InvalidWorkflowDefinition: a hold with no lifetime, a step committing an unknown hold or
+                with another agent or operation, or a hold acquired after a guarded step.
+        """
+        holds = {step.name: step for step in self.steps if step.hold is not None}
+        guarded = [i for i, step in enumerate(self.steps) if self.guarded_by_holds(step)]
+        for index, step in enumerate(self.steps):
+            if step.hold is not None and (step.hold.lifetime_s <= 0 or (guarded and index > guarded[0])):
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: {step.name}'s hold must have a lifetime and come before every "
+                    "step that commits"
+                )
+            if step.commits is None:
+                continue
+            held = holds.get(step.commits)
+            hold = None if held is None else held.hold
+            if held is None or hold is None or (held.agent, hold.commit) != (step.agent, step.operation):
+                raise InvalidWorkflowDefinition(
+                    f"{self.version}: {step.name} commits {step.commits!r}, which is no earlier hold "
+                    f"of {step.agent} made permanent by {step.operation!r}"
+                )
+
+    def guarded_by_holds(self, step: StepDefinition) -> bool:
+        """Whether ``step`` starts only while every hold is live: it commits a hold, or it is irreversible
+        in a workflow that acquires holds."""
+        has_holds = any(s.hold is not None for s in self.steps)
+        return step.commits is not None or (step.irreversible and has_holds)
+
+    @property
+    def hold_steps(self) -> tuple[str, ...]:
+        """The steps that acquire a hold, in execution order."""
+        return tuple(step.name for step in self.steps if step.hold is not None)
 
     def undo_stages(self) -> tuple[tuple[str, ...], ...]:
         """The compensation stages: the declared plan, or each reversible step alone in reverse order."""
@@ -224,11 +287,47 @@ correcting: it is a choice among a few carriers that a client can get wrong, and
 step that reads it. The items are what the customer ordered (the reservation and the shipment both read
 them): changing them is a new order, so the demo's steps do not declare them."""
 
+HOLD_LIFETIME_S = 120
+"""Seconds the demo services keep order-v6's holds: long enough for the steps between the first hold and
+the last commit (each at most ``STEP_TIMEOUT_S``), short enough that a stuck order frees its stock."""
+
+ORDER_V6 = WorkflowDefinition(
+    version="order-v6",
+    steps=(
+        StepDefinition(
+            "reserve_inventory",
+            agent="inventory",
+            operation="reserve",
+            undo="release",
+            hold=HoldDefinition(HOLD_LIFETIME_S, commit="commit"),
+        ),
+        StepDefinition(
+            "authorize_payment",
+            agent="payment",
+            operation="authorize",
+            undo="void",
+            hold=HoldDefinition(HOLD_LIFETIME_S, commit="capture"),
+        ),
+        StepDefinition("capture_payment", agent="payment", operation="capture", commits="authorize_payment"),
+        StepDefinition(
+            "commit_inventory", agent="inventory", operation="commit", commits="reserve_inventory"
+        ),
+        ORDER_V1.steps[2],
+    ),
+    undo_plan=(("authorize_payment", "reserve_inventory"),),
+)
+"""The demo order workflow, version 6: holds before irreversible work. The stock is reserved and the
+payment authorised as holds that expire; the capture and the stock's commit make them permanent, and
+start only while every hold is live (a lapsing hold is re-acquired once, or the order is compensated);
+the shipment comes last. The commits have no undo of their own: releasing the reservation and voiding the
+authorisation undo them too (a void of a captured authorisation refunds it)."""
+
 WORKFLOWS: Mapping[str, WorkflowDefinition] = {
     ORDER_V1.version: ORDER_V1,
     ORDER_V2.version: ORDER_V2,
     ORDER_V3.version: ORDER_V3,
     ORDER_V4.version: ORDER_V4,
+    ORDER_V6.version: ORDER_V6,
 }
 """Every deployed workflow version; old versions stay while records use them. A version defined in
 another module joins it through :func:`register_workflow`."""

@@ -57,6 +57,22 @@ def _compensation(view: dict[str, Any]) -> Table:
     return table
 
 
+def _holds(view: dict[str, Any]) -> Table:
+    table = _table("holds", "step", "hold", "expires at", "commit", "key", "re-acquired", "committed at")
+    for step, hold in (view.get("holds") or {}).items():
+        _add(
+            table,
+            step,
+            hold.get("holdId"),
+            hold.get("expiresAt"),
+            hold.get("commit"),
+            hold.get("idempotencyKey"),
+            hold.get("reacquired"),
+            hold.get("committedAt") or "",
+        )
+    return table
+
+
 def _corrections(view: dict[str, Any]) -> Table:
     table = _table("input corrections", "#", "step", "input", "key", "by", "at")
     for correction in view.get("corrections") or []:
@@ -143,13 +159,15 @@ def replies_sent(entries: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def order_panel(view: dict[str, Any], *, timeline: list[dict[str, Any]], etag: str | None) -> RenderableType:
-    """Everything ``orders show`` prints: the state, steps, compensation log, retry budget, input
-    corrections (when there are any), replies sent and the whole ``timeline`` (the history's entries and
-    the record's, oldest first)."""
+    """Everything ``orders show`` prints: the state, steps, compensation log, retry budget, holds with
+    their expiry and input corrections (when there are any), replies sent and the whole ``timeline``
+    (the history's entries and the record's, oldest first)."""
     replies = _table("replies sent", "at", "status")
     for at, status in replies_sent(timeline):
         _add(replies, at, status)
     parts: list[RenderableType] = [_summary(view, etag), _steps(view), _compensation(view)]
+    if view.get("holds"):
+        parts.append(_holds(view))
     if view.get("corrections"):
         parts.append(_corrections(view))
     return Group(*parts, replies, timeline_table(timeline))

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from demo.faults import FaultPlan
 from demo.services.auth import AgentAuth, CallerRefused
+from demo.services.authorizations import Authorizations, authorizations_router
 from demo.services.common import OrderFacts, error, jsonable_errors, money, respond
 from demo.services.idempotency import IdempotentCalls
 from demo.services.inventory import Inventory, inventory_router
@@ -37,6 +38,7 @@ class DemoServices:
         self.ledger = Ledger(faults, clock)
         self.inventory = Inventory(self.ledger, catalog)
         self.payments = Payments(self.ledger, catalog, refund_policy)
+        self.authorizations = Authorizations(self.payments)
         self.shipping = Shipping(self.ledger)
 
     def order_of(self, body: BaseModel, target: str | None) -> str | None:
@@ -46,7 +48,12 @@ class DemoServices:
             return order_id
         if target is None:
             return None
-        tables = (self.inventory.reservations, self.payments.charges, self.shipping.shipments)
+        tables = (
+            self.inventory.reservations,
+            self.payments.charges,
+            self.authorizations.held,
+            self.shipping.shipments,
+        )
         for table in tables:
             found = table.get(target)
             if found is not None:
@@ -55,12 +62,14 @@ class DemoServices:
 
     def audit_json(self) -> dict[str, Any]:
         """``GET /audit``: every key's entry and the totals over them."""
+        self.expire_holds()
         audit = self.ledger.audit
         keys = {key: entry.to_json() for key, entry in audit.items()}
         # The same effect made twice under different keys (e.g. two charges for one order) is a duplicate too.
         per_order = 0
         for facts in self.ledger.orders.values():
-            per_order += max(0, len(facts.reservations) - 1)
+            kept = [rid for rid in facts.reservations if not self.inventory.reservations[rid].replaced]
+            per_order += max(0, len(kept) - 1)
             per_order += max(0, len(facts.charges) - 1)
             per_order += max(0, len(facts.shipments) - 1)
         return {
@@ -73,13 +82,34 @@ class DemoServices:
             "duplicate_order_effects": per_order,
             "undo_effects_total": sum(entry.effects for entry in audit.values() if entry.undo),
             "forward_after_undo": sum(entry.refused_after_undo for entry in audit.values()),
+            "holds": self.holds_json(),
             "fees_kept_total": money(
                 sum((charge.fee_kept for charge in self.payments.charges.values()), Decimal("0.00"))
             ),
         }
 
+    def expire_holds(self) -> None:
+        """Expire the holds whose time has passed, in every service, before a report reads them."""
+        self.inventory.expire_holds()
+        self.authorizations.expire_holds()
+
+    def holds_json(self) -> dict[str, int]:
+        """Holds acquired, expired (by the services' clocks), committed and still live, commits refused
+        because their hold was gone, and those of them whose hold had expired."""
+        ledger = self.ledger
+        return {
+            "acquired": ledger.holds_acquired,
+            "expired": ledger.holds_expired,
+            "committed": ledger.holds_committed,
+            "commitsRefused": ledger.commits_refused,
+            "commitsOnExpired": ledger.commits_on_expired,
+            "live": sum(r.held() for r in self.inventory.reservations.values())
+            + sum(a.held() for a in self.authorizations.held.values()),
+        }
+
     def facts_json(self, order_id: str) -> dict[str, Any]:
         """``GET /orders/{orderId}/facts``: the order's effects in each service and a summary."""
+        self.expire_holds()
         facts = self.ledger.orders.get(order_id, OrderFacts())
         reservations = [self.inventory.reservations[rid] for rid in facts.reservations]
         charges = [self.payments.charges[cid] for cid in facts.charges]
@@ -90,6 +120,7 @@ class DemoServices:
             "orderId": order_id,
             "reservations": self.inventory.facts_json(facts.reservations),
             **self.payments.facts_json(facts.charges, facts.refunds),
+            "authorizations": self.authorizations.authorizations_json(facts.authorizations),
             "shipments": self.shipping.facts_json(facts.shipments),
             "declines": list(facts.declines),
             "tombstones": [self.ledger.tombstones[key].to_json() for key in facts.tombstones],
@@ -98,6 +129,9 @@ class DemoServices:
                 "netCharged": money(net_charged),
                 "feeKept": money(fee_kept),
                 "activeShipments": sum(not s.cancelled for s in shipments),
+                "activeAuthorizations": sum(
+                    self.authorizations.held[aid].held() for aid in facts.authorizations
+                ),
                 "declined": facts.declines[-1]["error"] if facts.declines else None,
                 "undone": facts.undone,
             },
@@ -195,6 +229,7 @@ def create_app(
     checked = [Depends(auth)] if auth is not None else []
     app.include_router(inventory_router(services.inventory, calls), dependencies=checked)
     app.include_router(payments_router(services.payments, calls), dependencies=checked)
+    app.include_router(authorizations_router(services.authorizations, calls), dependencies=checked)
     app.include_router(shipping_router(services.shipping, calls), dependencies=checked)
     reporting = [Depends(report_auth)] if report_auth is not None else []
     app.include_router(report_router(services, calls.lock), dependencies=reporting)
@@ -229,6 +264,7 @@ def report_router(services: DemoServices, lock: asyncio.Lock) -> APIRouter:
     @router.get("/stock/{sku}")
     async def stock(sku: str) -> JSONResponse:
         async with lock:
+            services.expire_holds()
             if sku not in units:
                 return respond(404, error("not_found", permanent=True, sku=sku))
             initial = services.inventory.initial_stock[sku]

@@ -23,7 +23,12 @@ _SHIPPING = {
 }
 DEMO_OPERATIONS: dict[str, dict[str, OperationBinding]] = {
     "inventory": {
-        "reserve": OperationBinding(path="/inventory/reservations", result=("reservationId",)),
+        "reserve": OperationBinding(
+            path="/inventory/reservations", result=("reservationId", "holdId", "expiresAt")
+        ),
+        "commit": OperationBinding(
+            path="/inventory/reservations/commit", result=("reservationId", "committed")
+        ),
         "release": OperationBinding(
             path="/inventory/reservations/release", result=("undone", "reason", "reservationId")
         ),
@@ -33,6 +38,17 @@ DEMO_OPERATIONS: dict[str, dict[str, OperationBinding]] = {
         "refund": OperationBinding(
             path="/payments/refunds", result=("undone", "reason", "chargeId", "refundId", "amount")
         ),
+        "authorize": OperationBinding(
+            path="/payments/authorizations",
+            result=("authorizationId", "holdId", "expiresAt", "amount", "currency"),
+        ),
+        "capture": OperationBinding(
+            path="/payments/authorizations/capture", result=("authorizationId", "chargeId", "amount")
+        ),
+        "void": OperationBinding(
+            path="/payments/authorizations/void",
+            result=("undone", "reason", "authorizationId", "refundId", "expired"),
+        ),
     },
     "shipping": _SHIPPING,
     # The second carrier: a courier posting to the same demo shipping service.
@@ -40,7 +56,9 @@ DEMO_OPERATIONS: dict[str, dict[str, OperationBinding]] = {
 }
 """Agent -> operation -> request on the demo services. The undos address the forward call by its key
 (``forwardKey`` in the body) and answer ``undone`` true with the effect's ids, or false
-(``never_applied`` / ``refused``: the key is then unusable for forward calls)."""
+(``never_applied`` / ``refused``: the key is then unusable for forward calls). Holds (a reservation
+with ``holdS``, an authorisation) answer ``holdId`` and ``expiresAt``; their commits name the hold by
+``holdId``."""
 
 
 def demo_bindings(url: str, *, scope: str = DEMO_SERVICES_SCOPE, timeout_s: float = 30.0) -> ServiceBindings:

@@ -198,6 +198,7 @@ class OrderFacts:
     reservations: list[str] = field(default_factory=list)
     charges: list[str] = field(default_factory=list)
     refunds: list[str] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)
     shipments: list[str] = field(default_factory=list)
     declines: list[dict[str, Any]] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)  # forward keys

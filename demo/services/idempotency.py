@@ -89,8 +89,12 @@ class IdempotentCalls:
             return call.answer(422, error("undo_refused", permanent=True))
         if call.fault is FaultKind.TRANSIENT:
             return call.answer(503, error("unavailable", permanent=False))
+        if call.fault is FaultKind.REFUSED:
+            return call.answer(409, error("refused", permanent=True))
         if call.fault is FaultKind.LATENCY:
             await asyncio.sleep(call.plan.latency_s)
+        if endpoint in call.plan.delay_s:
+            await asyncio.sleep(call.plan.delay_s[endpoint])
         raw = await request.body()
         try:
             payload: Any = json.loads(raw) if raw.strip() else {}

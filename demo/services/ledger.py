@@ -24,6 +24,11 @@ class Ledger:
     stored: dict[str, Stored] = field(default_factory=dict)
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     audit: dict[str, KeyAudit] = field(default_factory=dict)
+    holds_acquired: int = 0
+    holds_expired: int = 0
+    holds_committed: int = 0
+    commits_refused: int = 0
+    commits_on_expired: int = 0  # commits that arrived after their hold expired (refused)
 
     def facts(self, order_id: str) -> OrderFacts:
         """The facts of ``order_id``, made empty on first use."""

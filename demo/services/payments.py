@@ -165,6 +165,38 @@ class Payments:
     def do_charge(self, body: ChargeIn, key: str) -> Outcome:
         """Charge the customer: 201 ``{"chargeId", "orderId", "amount", "currency"}``; 402
         ``card_declined`` for a negative balance; 422 ``unsupported_currency``."""
+        refused = self.refusal(body, key)
+        if refused is not None:
+            return refused
+        charge = self.charge(body.order_id, body.customer_id, body.amount, body.currency, key)
+        return Outcome(
+            201,
+            {
+                "chargeId": charge.charge_id,
+                "orderId": body.order_id,
+                "amount": money(charge.amount),
+                "currency": charge.currency,
+            },
+            effects=1,
+        )
+
+    def charge(self, order_id: str, customer_id: str, amount: Decimal, currency: str, key: str) -> Charge:
+        """Take ``amount`` from the customer: the charge, recorded in the order's facts."""
+        charge = Charge(
+            f"ch_{uuid.uuid4().hex[:16]}",
+            order_id,
+            customer_id,
+            amount,
+            currency,
+            key,
+            charged_at=self.ledger.clock(),
+        )
+        self.charges[charge.charge_id] = charge
+        self.ledger.facts(order_id).charges.append(charge.charge_id)
+        return charge
+
+    def refusal(self, body: ChargeIn, key: str) -> Outcome | None:
+        """Why the customer cannot be charged ``body``'s amount (402, 422), or None."""
         if body.currency not in CURRENCIES:
             return Outcome(
                 422,
@@ -184,27 +216,7 @@ class Payments:
             )
             logger.info("order %s card declined: customer %s", body.order_id, body.customer_id)
             return Outcome(402, decline)
-        charge = Charge(
-            f"ch_{uuid.uuid4().hex[:16]}",
-            body.order_id,
-            body.customer_id,
-            body.amount,
-            body.currency,
-            key,
-            charged_at=self.ledger.clock(),
-        )
-        self.charges[charge.charge_id] = charge
-        self.ledger.facts(body.order_id).charges.append(charge.charge_id)
-        return Outcome(
-            201,
-            {
-                "chargeId": charge.charge_id,
-                "orderId": body.order_id,
-                "amount": money(charge.amount),
-                "currency": charge.currency,
-            },
-            effects=1,
-        )
+        return None
 
     def do_refund(self, charge_id: str, body: RefundIn, key: str) -> Outcome:
         """Refund ``body.amount`` of the charge, less the cancellation fee still due (see RefundPolicy).
@@ -258,10 +270,10 @@ class Payments:
             key,
             forward_endpoint="payments.charge",
             id_field="chargeId",
-            undo=lambda charge_id: self._refund_all(body, key, charge_id),
+            undo=lambda charge_id: self.refund_all(body, key, charge_id),
         )
 
-    def _refund_all(self, body: RefundByKeyIn, key: str, charge_id: str) -> Outcome:
+    def refund_all(self, body: RefundByKeyIn, key: str, charge_id: str) -> Outcome:
         """The by-key refund of what is left of ``charge_id`` (nothing when it is all refunded)."""
         charge = self.charges[charge_id]
         refundable = charge.refundable()

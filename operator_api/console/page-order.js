@@ -1,4 +1,4 @@
-// One order: its state, steps, compensation log, input corrections, replies sent and timeline
+// One order: its state, steps, compensation log, holds, input corrections, replies sent and timeline
 // (GET orders/{key} and GET orders/{key}/timeline), and the actions an operator or reviewer may take, each
 // confirmed first.
 
@@ -46,6 +46,19 @@ function steps(order) {
 function compensation(order) {
   const rows = (order.compensationLog || []).map((entry) => [entry.step, entry.action, entry.undo || "", entry.status, when(entry.recordedAt), when(entry.undoneAt)]);
   return table(["step", "did", "undo", "status", "recorded", "undone"], rows, { empty: "Nothing to undo recorded.", testId: "compensation-log" });
+}
+
+function holds(order) {
+  const rows = Object.entries(order.holds || {}).map(([step, hold]) => [
+    step,
+    hold.holdId,
+    when(hold.expiresAt),
+    hold.commit,
+    hold.idempotencyKey,
+    String(hold.reacquired),
+    when(hold.committedAt),
+  ]);
+  return table(["step", "hold", "expires", "commit", "key", "re-acquired", "committed"], rows, { empty: "No hold.", testId: "holds" });
 }
 
 function corrections(order) {
@@ -156,6 +169,7 @@ export async function render(main, [key]) {
       h("p", {}, h("button", { type: "button", id: "reload", onclick: () => refresh() }, "Reload")),
       h("section", {}, h("h2", {}, "Steps"), steps(order)),
       h("section", {}, h("h2", {}, "Compensation log"), compensation(order)),
+      ...(Object.keys(order.holds || {}).length ? [h("section", {}, h("h2", {}, "Holds"), holds(order))] : []),
       ...((order.corrections || []).length ? [h("section", {}, h("h2", {}, "Input corrections"), corrections(order))] : []),
       h("section", {}, h("h2", {}, "Replies sent"), replies(entries)),
       h("section", {}, h("h2", {}, `Timeline (${entries.length} entries)`), timeline(entries)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from datetime import datetime
 from typing import Any, assert_never
 
 from orchestrators.context import WorkflowTask
@@ -11,7 +12,13 @@ from orchestrators.workflow.responses import await_response
 from orchestrators.workflow.review import await_correction, review
 from orderflow import custom_status
 from orderflow.compensation_trigger import awaits_correction
-from orderflow.contracts import START_STEP_ACTIVITY, StartStepInput, StepResult, fallback_step_name
+from orderflow.contracts import (
+    START_STEP_ACTIVITY,
+    StartStepInput,
+    StepResult,
+    fallback_step_name,
+    reacquire_step_name,
+)
 from orderflow.errors import ErrorKind, IllegalTransition
 from orderflow.messages import AgentOutcome
 from orderflow.records import ReviewDecision
@@ -20,6 +27,8 @@ from orderflow.results import (
     AwaitingReview,
     BudgetExhausted,
     Fenced,
+    HoldExpired,
+    ReacquiringHold,
     ReviewRecorded,
     ReviewRejected,
     StepStarted,
@@ -46,26 +55,12 @@ def run_step(
     while True:
         # The fallback provider answers as its own pseudo-step ``{step}:fallback``.
         request_step = fallback_step_name(step.name) if fallback else step.name
-        started = yield from _start_step(run, step.name, request_step, timeout_s, previous, fallback=fallback)
-        match started:
-            case StepStarted(complete_by=complete_by):
-                # The timer fires at the completeBy the activity wrote (its clock, when the step really
-                # started), not at the time the activity was scheduled.
-                deadline = complete_by
-            case Fenced(reason=reason) | WriteFailed(reason=reason):
-                run.log.note("step.fenced", step.name, reason)
-                return Ended("fenced", step.name)
-            case AwaitingDependency(dependency=dependency):
-                # The record went back to Pending (or on to Compensating) in the activity's own write.
-                run.log.note("step.awaiting_dependency", step.name, dependency)
-                return Ended("awaiting_dependency", step.name)
-            case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted():
-                stopped = run.compensate_for(step.name, started)
-                if stopped is None:  # a bug, not a protocol outcome: fail the orchestration loudly
-                    raise IllegalTransition(f"{type(started).__name__} at {step.name} triggers nothing")
-                return stopped
-            case _:
-                assert_never(started)
+        started = yield from _start_with_holds(
+            run, step.name, request_step, timeout_s, previous, fallback=fallback
+        )
+        deadline = started if isinstance(started, Compensate | Ended) else _deadline(run, step.name, started)
+        if not isinstance(deadline, datetime):
+            return deadline
 
         response = yield from await_response(run.ctx, request_step, run.instance_id, deadline)
         if response is None:
@@ -97,7 +92,42 @@ def run_step(
         return Ended("retryable", step.name)
 
 
-def _start_step(
+def _deadline(
+    run: Attempt,
+    step: str,
+    started: StepStarted
+    | AwaitingDependency
+    | ReviewRejected
+    | BudgetExhausted
+    | Stopped
+    | Fenced
+    | ReviewRecorded
+    | WriteFailed
+    | HoldExpired,
+) -> datetime | Compensate | Ended:
+    """Where the step's timer fires once it started, or how the attempt goes on when it did not."""
+    match started:
+        case StepStarted(complete_by=complete_by):
+            # The timer fires at the completeBy the activity wrote (its clock, when the step really
+            # started), not at the time the activity was scheduled.
+            return complete_by
+        case Fenced(reason=reason) | WriteFailed(reason=reason):
+            run.log.note("step.fenced", step, reason)
+            return Ended("fenced", step)
+        case AwaitingDependency(dependency=dependency):
+            # The record went back to Pending (or on to Compensating) in the activity's own write.
+            run.log.note("step.awaiting_dependency", step, dependency)
+            return Ended("awaiting_dependency", step)
+        case ReviewRejected() | ReviewRecorded() | Stopped() | BudgetExhausted() | HoldExpired():
+            stopped = run.compensate_for(step, started)
+            if stopped is None:  # a bug, not a protocol outcome: fail the orchestration loudly
+                raise IllegalTransition(f"{type(started).__name__} at {step} triggers nothing")
+            return stopped
+        case _:
+            assert_never(started)
+
+
+def _start_with_holds(
     run: Attempt,
     step: str,
     request_step: str,
@@ -115,7 +145,73 @@ def _start_step(
     | Stopped
     | Fenced
     | ReviewRecorded
-    | WriteFailed,
+    | WriteFailed
+    | HoldExpired
+    | Compensate
+    | Ended,
+]:
+    """Start ``step`` (:func:`_start_step`); while a hold would lapse before it could finish, wait for
+    the hold's re-acquisition the start sent, and start again with its answer."""
+    reacquired: StepResult | None = None
+    while True:
+        started = yield from _start_step(
+            run, step, request_step, timeout_s, previous, fallback=fallback, reacquired=reacquired
+        )
+        if not isinstance(started, ReacquiringHold):
+            return started
+        renewed = yield from _await_reacquired(run, started.step, started.complete_by)
+        if not isinstance(renewed, StepResult):
+            return renewed
+        reacquired = renewed
+
+
+def _await_reacquired(
+    run: Attempt, held: str, complete_by: datetime
+) -> Generator[WorkflowTask, Any, StepResult | Compensate | Ended]:
+    """Wait for the answer of ``held``'s hold re-acquisition.
+
+    Returns:
+        The new hold as ``held``'s result; :class:`Compensate` when the service refused it (the order
+        cannot keep what it holds); :class:`Ended` on a timeout or a retryable failure (the supervisor
+        recovers the order, and the next attempt finds the hold lapsed).
+    """
+    response = yield from await_response(run.ctx, reacquire_step_name(held), run.instance_id, complete_by)
+    if response is None:
+        run.log.note("hold.reacquire_timeout", held, complete_by.isoformat())
+        return Ended("timeout", held)
+    if response.outcome is AgentOutcome.SUCCEEDED:
+        run.log.note("hold.reacquired", held, None)
+        return StepResult(step=held, result=response.result, calls=response.calls)
+    error = step_error(held, response)
+    compensate = run.compensate_for(held, error)
+    if compensate is not None:
+        return compensate
+    yield from run.record_failure(error)
+    return Ended("retryable", held)
+
+
+def _start_step(
+    run: Attempt,
+    step: str,
+    request_step: str,
+    timeout_s: float,
+    previous: StepResult | None,
+    *,
+    fallback: bool,
+    reacquired: StepResult | None = None,
+) -> Generator[
+    WorkflowTask,
+    Any,
+    StepStarted
+    | AwaitingDependency
+    | ReviewRejected
+    | BudgetExhausted
+    | Stopped
+    | Fenced
+    | ReviewRecorded
+    | WriteFailed
+    | ReacquiringHold
+    | HoldExpired,
 ]:
     """Start ``step`` through :data:`START_STEP`; while the order awaits a person's review before it,
     wait for the decision and, once approved, start again. A step the claim started (and whose request
@@ -137,6 +233,7 @@ def _start_step(
         completed=previous,
         response_queue=run.start.response_queue,
         fallback=fallback,
+        reacquired=reacquired,
     )
     run.ctx.set_custom_status(custom_status.waiting(request_step))
     started = yield from run.call(START_STEP_ACTIVITY, start_input)

@@ -32,3 +32,10 @@ def fallback_key(order_id: str, step: str, correction: int | None = None) -> str
 def undo_key(order_id: str, step: str) -> str:
     """The stable idempotency key of a step's compensation: ``{orderId}:{step}:undo``."""
     return f"{order_id}:{step}:undo"
+
+
+def reacquire_key(order_id: str, step: str, number: int) -> str:
+    """The idempotency key of re-acquisition ``number`` of a step's hold:
+    ``{orderId}:{step}:reacquire-{number}``. A new hold is a new call: under the step's own key the
+    service would answer with the hold it made first, expired or about to."""
+    return f"{order_id}:{step}:reacquire-{number}"

@@ -17,9 +17,12 @@ checks ownership before it asks; docs/design.md §3.3). Then, in this order:
    started**, nothing to write;
 5. the step's dependency (its provider's agent) is held by an open circuit breaker
    (:mod:`orderflow.breaker`; the caller asks it first): **await the dependency**, nothing reserved;
-6. the attempt needs a reservation of calls from the order's end-to-end retry budget, counted after
+6. the step commits a hold, or is irreversible in a workflow with holds, and a hold would lapse before
+   it could finish (:mod:`orderflow.protocol.holds`): **re-acquire the hold** once (calls reserved as
+   for a start), else the **hold lapsed** and the order is compensated;
+7. the attempt needs a reservation of calls from the order's end-to-end retry budget, counted after
    the previous step's unused reservation has gone back: none left is **budget exhausted**;
-7. otherwise **start**.
+8. otherwise **start**.
 
 :func:`decide_step_start` is pure: it reads a record and returns what to do; the caller applies it in
 its one conditional write. Decisions are a tagged union whose class names say what to do; the
@@ -29,12 +32,13 @@ as ``BudgetExhausted``, ``StopRequested`` as ``Stopped``, ``RejectedByReview`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
 from orderflow.contracts import StepResult
 from orderflow.errors import IllegalTransition
+from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold, decide_holds
 from orderflow.records import ProcessState, ReviewDecision, ReviewState, StateRecord, StepStatus
 from orderflow.workflows import StepDefinition
 
@@ -136,6 +140,8 @@ StepStartDecision = (
     | ReviewUnknown
     | RejectedByReview
     | AlreadyStarted
+    | HoldLapsed
+    | ReacquireHold
     | AwaitDependency
     | OutOfBudget
     | Start
@@ -155,6 +161,7 @@ def decide_step_start(
     fallback: bool = False,
     completed: StepResult | None = None,
     dependency_held: AwaitDependency | None = None,
+    holds: HoldRule | None = None,
 ) -> StepStartDecision:
     """Decide whether ``step`` starts for attempt ``instance_id`` (the rules in the module docstring).
 
@@ -170,6 +177,8 @@ def decide_step_start(
             started" only once that completion is in the record too.
         dependency_held: The step's dependency (:func:`step_dependency`) is held by its breaker, as
             :meth:`orderflow.breaker.CircuitBreakers.admit` answered; None: it may be called now.
+        holds: The hold rule's inputs (:class:`HoldRule`) when the step may be guarded by holds; None
+            for a caller that starts no guarded step.
 
     Returns:
         One of the :data:`StepStartDecision` classes.
@@ -200,6 +209,11 @@ def decide_step_start(
         return AlreadyStarted()
     if dependency_held is not None:
         return dependency_held
+    lapsing = _lapsing(
+        record, step, instance_id, holds, completed=completed, max_calls_per_step=max_calls_per_step
+    )
+    if lapsing is not None:
+        return lapsing
     # A fallback is a new provider: the attempt reserves again, whatever the primary held.
     if not to_fallback and state.status is StepStatus.RUNNING and state.last_instance == instance_id:
         return Start(grant=None, to_fallback=False)
@@ -229,6 +243,28 @@ def _held_for_review(
         if pending.decision is ReviewDecision.REJECT:
             return RejectedByReview()
     return None
+
+
+def _lapsing(
+    record: StateRecord,
+    step: StepDefinition,
+    instance_id: str,
+    holds: HoldRule | None,
+    *,
+    completed: StepResult | None,
+    max_calls_per_step: int,
+) -> HoldLapsed | ReacquireHold | OutOfBudget | None:
+    """Rule 6: what the hold rule holds the step at (a new re-acquisition reserves its calls as a start
+    does), or None when it may start."""
+    lapsing = (
+        None
+        if holds is None
+        else decide_holds(record, step, instance_id=instance_id, rule=holds, completed=completed)
+    )
+    if not isinstance(lapsing, ReacquireHold) or lapsing.started:
+        return lapsing
+    grant = _grant(record, completed, max_calls_per_step)
+    return replace(lapsing, grant=grant) if grant else OutOfBudget(to_fallback=False)
 
 
 def _grant(record: StateRecord, completed: StepResult | None, max_calls_per_step: int) -> int:

@@ -37,6 +37,7 @@ from orderflow.records.orders import OrderDocument, OrderItem, content_hash
 from orderflow.records.state import StateRecord
 from orderflow.records.steps import (
     CompensationEntry,
+    Hold,
     InputCorrection,
     LastError,
     PendingReply,
@@ -66,6 +67,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AttemptEntry",
     "CompensationEntry",
+    "Hold",
     "InputCorrection",
     "LastError",
     "Model",

@@ -22,6 +22,7 @@ from orderflow.records.model import (
 )
 from orderflow.records.steps import (
     CompensationEntry,
+    Hold,
     InputCorrection,
     LastError,
     PendingReply,
@@ -82,6 +83,8 @@ class StateRecord(Model):
     """The submission span's W3C trace context (:mod:`orderflow.tracing`): every attempt's claim, and
     the supervisor's recoveries, join its trace. None when tracing was off at submission."""
     corrections: list[InputCorrection] = Field(default_factory=list)
+    holds: dict[str, Hold] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """The short-term holds the order's steps acquired, by step name (workflows with holds only)."""
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -56,6 +56,31 @@ class StepState(Model):
     completed_at: UtcDatetime | None = None
 
 
+class Hold(Model):
+    """A short-term hold a step acquired (``holds``, by step name; docs/design.md §10).
+
+    Attributes:
+        hold_id: The service's id of the hold (a reservation id, an authorisation id).
+        expires_at: When the service undoes the hold itself (UTC, the service's clock).
+        commit: The operation that makes the hold permanent (``capture``).
+        idempotency_key: The key of the call that acquired it: ``{orderId}:{step}``, or
+            ``{orderId}:{step}:reacquire-1`` once re-acquired.
+        acquired_at: When its acquisition was recorded (UTC).
+        reacquired: Times it was re-acquired (at most once).
+        reacquiring_by: The attempt that started its re-acquisition and has not recorded it yet, or None.
+        committed_at: When the step that commits it completed (UTC): a committed hold no longer expires.
+    """
+
+    hold_id: str
+    expires_at: UtcDatetime
+    commit: str
+    idempotency_key: str
+    acquired_at: UtcDatetime
+    reacquired: int = 0
+    reacquiring_by: str | None = None
+    committed_at: UtcDatetime | None = None
+
+
 class CompensationEntry(Model):
     """One entry of the compensation log: what a completed step did and how to undo it.
 

@@ -92,6 +92,14 @@ class Steps(Section):
     RETRY_BUDGET: int = Field(
         24, ge=1, description="End-to-end limit of remote calls per order across all attempts and steps."
     )
+    HOLD_SKEW_MARGIN_S: float = Field(
+        2.0,
+        ge=0,
+        description="Seconds kept in hand for clock skew between the hosts and a remote service holding a "
+        "resource (order-v6's holds): a step that commits a hold starts only while every hold's expiresAt "
+        "is more than this plus the step's deadline ahead; otherwise the hold is re-acquired once, or the "
+        "order is compensated.",
+    )
 
 
 class Agents(Section):

@@ -9,6 +9,7 @@ from orderflow.workflows import (
     ORDER_V2,
     ORDER_V3,
     ORDER_V4,
+    ORDER_V6,
     WORKFLOWS,
     InvalidWorkflowDefinition,
     StepDefinition,
@@ -29,10 +30,12 @@ SHIP = StepDefinition("ship", agent="shipping", operation="ship", irreversible=T
 
 
 def test_the_deployed_versions_and_their_undo_stages() -> None:
-    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3", "order-v4"]
+    assert sorted(WORKFLOWS) == ["order-v1", "order-v2", "order-v3", "order-v4", "order-v6"]
     assert ORDER_V1.undo_stages() == (("charge_payment",), ("reserve_inventory",))
     assert ORDER_V2.undo_stages() == ORDER_V3.undo_stages() == (("charge_payment", "reserve_inventory"),)
     assert ORDER_V4.undo_stages() == ORDER_V3.undo_stages()
+    # order-v6's commits are undone by releasing the reservation and voiding the authorisation.
+    assert ORDER_V6.undo_stages() == (("authorize_payment", "reserve_inventory"),)
     # Only order-v4's shipment takes a correction (its carrier), and it has no fallback carrier.
     correctable = {
         (d.version, s.name): s.correctable for d in WORKFLOWS.values() for s in d.steps if s.correctable

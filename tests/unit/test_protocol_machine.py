@@ -20,7 +20,9 @@ and after every step checks what the protocol promises (docs/design.md §3, §4)
   hears an outcome the order did not have;
 - a suspended order starts nothing: no claim, no recovery, no step, until it is resumed (an attempt that
   reaches its next step hands the order back, ``Pending``); a suspend or resume changes only the flag
-  (an attempt waiting for a review keeps its ``completeBy``).
+  (an attempt waiting for a review keeps its ``completeBy``);
+- no commit of a hold (order-v6's capture and stock commit) reaches its service after the hold expired
+  there (:class:`HoldsMachine`: the services grant short holds, and the clock's jumps lapse them).
 
 Each rule calls the real role function with real payloads: submission, the starters' claim, the
 orchestrations' activities (their payloads built by the real workflow body, run by
@@ -37,6 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import pairwise
 from typing import Any
@@ -99,6 +102,7 @@ from orderflow.records import (
     StepStatus,
     UndoStatus,
     client_order_id,
+    format_utc,
     instance_id_for,
     order_key,
     parse_instance_id,
@@ -112,6 +116,7 @@ from orderflow.workflows import (
     ORDER_V2,
     ORDER_V3,
     ORDER_V4,
+    ORDER_V6,
     WorkflowDefinition,
     agent_names,
     workflow_for,
@@ -188,6 +193,8 @@ ORDER_KINDS: dict[str, tuple[WorkflowDefinition, str, str]] = {
     "small": (ORDER_V1, "100.00", "TRUCK"),
     # A carrier no shipping service takes: order-v4 waits in Error for an operator's correction of it.
     "correctable": (ORDER_V4, "100.00", REFUSED_CARRIER),
+    # Stock and payment held until an expiry the clock's jumps may pass: re-acquired, or compensated.
+    "held": (ORDER_V6, "100.00", "TRUCK"),
 }
 """What an order is: its workflow, its amount and its carrier."""
 
@@ -219,6 +226,11 @@ REMOTE_BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "refuses": ("refused",),
 }
 """What the remote service behind an agent answers to each call (the last answer repeats)."""
+
+SERVICE_HOLD_S = 15
+"""Most seconds the scripted services keep a hold, whatever the workflow asks (a service may grant less;
+orderflow goes by the ``expiresAt`` it answers): a step's deadline and the skew margin (10 s) fit, but one
+jump of the clock more and the hold lapses before its commit."""
 
 ANSWERS_AT_ONCE = ("succeeds", "succeeds", "later", *REMOTE_BEHAVIOURS)
 """How an agent handles a request just sent: at once (success weighs double, so that orders get far), or
@@ -347,12 +359,17 @@ class Seen:
 class ProtocolMachine(RuleBasedStateMachine):
     """Orders, two hosts, one state store; the rules are the protocol's actors."""
 
+    KINDS: tuple[str, ...] = tuple(ORDER_KINDS)
+    """The kinds of order the machine submits."""
+    MORE_SETTINGS: dict[str, Any] = {}
+    """Settings over :data:`SETTINGS`."""
+
     def __init__(self, stores: StoreFactory = memory_stores) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.states, self.orders, self._release = stores()
         self.queues = ReplyOutage(InMemoryQueueFactory(), REPLY_QUEUE)
-        self.settings = Settings.load({}, **SETTINGS)
+        self.settings = Settings.load({}, **{**SETTINGS, **self.MORE_SETTINGS})
         self.hosts = {name: self._host(name) for name in HOSTS}
         self.submitted: dict[str, str] = {}  # order id -> kind
         self.inbox: list[AgentRequest] = []  # requests the agents received and have not handled
@@ -367,6 +384,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.seen: dict[str, list[Seen]] = {}
         self.paused_sends: list[tuple[Host, StateRecord, StartedStep]] = []  # first requests owed
         self.outages = 0
+        self.held_until: dict[str, datetime] = {}  # a hold's key -> when the remote service expires it
+        self.late_commits: list[str] = []  # commits that reached a service after their hold expired
         self.actor = Actor.WORLD
         self._stale = True
 
@@ -376,7 +395,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             orders=self.orders,
             queues=self.queues,
             clock=self.clock,
-            settings=Settings.load({}, **SETTINGS, HOST_ID=name),
+            settings=Settings.load({}, **{**SETTINGS, **self.MORE_SETTINGS}, HOST_ID=name),
         )
         return Host(name, deps)
 
@@ -388,7 +407,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     @initialize(host=st.sampled_from(HOSTS))
     def orders_arrive(self, host: str) -> None:
         """An order of each kind is submitted, and one host's starter claims both."""
-        for kind in ORDER_KINDS:
+        for kind in self.KINDS:
             self.client_submits_an_order(kind)
         self.starter_runs_a_pass(host)
 
@@ -802,6 +821,12 @@ class ProtocolMachine(RuleBasedStateMachine):
                     assert after.record.compensation_failures >= before.record.compensation_failures
 
     @invariant()
+    def no_commit_reaches_an_expired_hold(self) -> None:
+        """A capture or a stock commit is sent only while every hold is live for its deadline and the skew
+        margin: none reaches its service after the hold expired there."""
+        assert not self.late_commits, self.late_commits
+
+    @invariant()
     def every_completed_step_can_be_undone(self) -> None:
         for order_id, record in self._records():
             definition = workflow_for(record.workflow_version)
@@ -859,7 +884,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             budget = record.retry_budget
             reserved = sum(step.reserved_calls for step in record.steps.values())
             # An operator's resubmit tops the budget up: RETRY_BUDGET calls left from then on.
-            assert budget.limit == self.budget_limits.get(order_id, SETTINGS["RETRY_BUDGET"])
+            assert budget.limit == self.budget_limits.get(order_id, self.settings.steps.RETRY_BUDGET)
             assert 0 <= reserved <= budget.spent <= budget.limit, f"{order_id}: {reserved} in {budget}"
             assert self.calls_made[order_id] <= budget.limit, f"{order_id}: {self.calls_made[order_id]} calls"
 
@@ -1156,7 +1181,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self._acting_as(Actor.AGENT)
         done = handle_request(
             request.to_json(),
-            service=ScriptedService(REMOTE_BEHAVIOURS[remote]),
+            service=ScriptedService(REMOTE_BEHAVIOURS[remote], holds=self),
             queues=self.queues,
             clock=self.clock,
             agents=self.settings.agents,
@@ -1180,12 +1205,18 @@ def _stored(found: Versioned[StateRecord]) -> tuple[str, dict[str, Any]]:
 
 
 class ScriptedService:
-    """A remote service that answers each call with the next answer of a script (the last one repeats)."""
+    """A remote service that answers each call with the next answer of a script (the last one repeats).
+
+    It keeps holds as a service does, on the machine's clock: a call with ``holdS`` acquires one for that
+    long, at most :data:`SERVICE_HOLD_S` (``holdId``, ``expiresAt``); a commit (``holdKey``) that
+    arrives once its hold expired is kept in ``holds.late_commits`` and refused for good.
+    """
 
     name = "scripted"
 
-    def __init__(self, script: tuple[str, ...]) -> None:
+    def __init__(self, script: tuple[str, ...], *, holds: ProtocolMachine | None = None) -> None:
         self._answers = list(script)
+        self._holds = holds
 
     def call(
         self,
@@ -1204,6 +1235,23 @@ class ScriptedService:
             raise TransientError(f"{operation} timed out")
         if answer == "refused":
             raise PermanentError("refused", f"{operation} refused")
+        if self._holds is not None:
+            return self._held(operation, payload, idempotency_key)
+        return {"ref": idempotency_key}
+
+    def _held(self, operation: str, payload: Any, idempotency_key: str) -> dict[str, str]:
+        """The answer of a call that acquires or commits a hold (or of any other call)."""
+        assert self._holds is not None
+        now = self._holds.clock.now()
+        if "holdS" in payload:
+            until = now + timedelta(seconds=min(int(payload["holdS"]), SERVICE_HOLD_S))
+            self._holds.held_until[idempotency_key] = until
+            return {"ref": idempotency_key, "holdId": idempotency_key, "expiresAt": format_utc(until)}
+        if "holdKey" in payload:
+            held = self._holds.held_until.get(payload["holdKey"])
+            if held is None or now >= held:
+                self._holds.late_commits.append(f"{operation} {idempotency_key} at {now} (held until {held})")
+                raise PermanentError("hold_expired", f"{operation}: the hold expired")
         return {"ref": idempotency_key}
 
 
@@ -1274,6 +1322,25 @@ MACHINE_SETTINGS = settings(
 
 def test_the_protocol_holds_under_any_interleaving() -> None:
     run_state_machine_as_test(ProtocolMachine, settings=MACHINE_SETTINGS)
+
+
+class HoldsMachine(ProtocolMachine):
+    """The same machine over orders that hold stock and payment (order-v6) only, with the budget for
+    their five steps and a re-acquisition: the clock's jumps lapse holds between acquisition and commit."""
+
+    KINDS = ("held",)
+    MORE_SETTINGS = {"RETRY_BUDGET": 10}
+
+    @precondition(lambda self: len(self._in_flight()) < IN_FLIGHT)
+    @rule(kind=st.just("held"))
+    def client_submits_an_order(self, kind: str) -> None:
+        """A new order that holds resources, when fewer than :data:`IN_FLIGHT` are on their way."""
+        super().client_submits_an_order(kind)
+
+
+def test_no_commit_follows_an_expired_hold_under_any_interleaving() -> None:
+    # More runs: an order reaches its commits in a fraction of them only.
+    run_state_machine_as_test(HoldsMachine, settings=settings(MACHINE_SETTINGS, max_examples=80))
 
 
 # --- Regressions the machine found -------------------------------------------------------------------

@@ -8,10 +8,8 @@ the local issuer and checked against its JWKS, served on loopback; the app's sto
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -27,12 +25,11 @@ from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
 from tests.unit.fakes import TEST_CLIENTS, received, submit_and_claim
 from tests.worker.appdeps import app_dependencies
-from tests.worker.rpc import protos
-from tests.worker.worker import FunctionsWorker, failure
+from tests.worker.operator_http import answer, body_of, header
+from tests.worker.worker import FunctionsWorker
 
 pytestmark = pytest.mark.unit
 
-HOST = "https://orderflow-func.azurewebsites.net"
 ORDER = "/api/operator/orders/a:o-1"
 RESPONSES = "agent-responses"
 
@@ -65,41 +62,6 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[Ho
         )
     assert wired.states.get("a:o-1").item.process_state is ProcessState.AWAITING_REVIEW
     yield wired
-
-
-def http_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Any:
-    """The trigger's ``TypedData``, as the host sends an HTTP request (the route's ``{*path}`` among its
-    parameters)."""
-    return protos.TypedData(
-        http=protos.RpcHttp(
-            method=method,
-            url=f"{HOST}{path}",
-            headers={"host": HOST.removeprefix("https://"), **{k.lower(): v for k, v in headers.items()}},
-            body=protos.TypedData(bytes=body),
-            params={"path": path.removeprefix("/api/operator/")},
-        )
-    )
-
-
-def answer(worker: FunctionsWorker, method: str, path: str, headers: dict[str, str], body: Any = None) -> Any:
-    """Invoke ``operator_api`` and return the HTTP response the worker hands the host."""
-    raw = b"" if body is None else json.dumps(body).encode()
-    response = worker.invoke("operator_api", {"req": http_request(method, path, headers, raw)})
-    assert failure(response) is None
-    return response.return_value.http
-
-
-def header(http: Any, name: str) -> str:
-    """A response header, by name in any case (as HTTP reads them)."""
-    [value] = [v for k, v in http.headers.items() if k.lower() == name.lower()]
-    return str(value)
-
-
-def body_of(http: Any) -> dict[str, Any]:
-    kind = http.body.WhichOneof("data")
-    content = http.body.bytes if kind == "bytes" else http.body.string.encode()
-    data: dict[str, Any] = json.loads(content)
-    return data
 
 
 def test_without_a_token_the_trigger_answers_401_and_records_nothing(

@@ -8,12 +8,13 @@ send what the write owes, and encode the result.
 
 - :mod:`.forward`: claim, start a step, complete, fail, await and record a review, hold for a
   dependency (the breaker trips the order), hand back a suspended order, finish.
+- :mod:`.holds`: record a hold, mark it committed, start and record its re-acquisition.
 - :mod:`.compensation`: begin compensation (or stop past a point of no return), start an undo, finish.
 - :mod:`.supervision`: recover an expired attempt, give up, hold a poisoned order, recover or fail a
   compensation.
 - :mod:`.requests`: a client's cancel, an operator's compensate, resubmit, suspend and resume.
 """
 
-from orderflow.protocol.transitions import compensation, forward, requests, supervision
+from orderflow.protocol.transitions import compensation, forward, holds, requests, supervision
 
-__all__ = ["compensation", "forward", "requests", "supervision"]
+__all__ = ["compensation", "forward", "holds", "requests", "supervision"]

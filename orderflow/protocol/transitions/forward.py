@@ -16,6 +16,7 @@ from orderflow.breaker import DEPENDENCY_UNAVAILABLE
 from orderflow.contracts import StartStepInput, StepError, StepResult
 from orderflow.errors import ErrorKind
 from orderflow.messages import OrderStatus
+from orderflow.protocol.holds import ReacquireHold
 from orderflow.protocol.keys import fallback_key, undo_key
 from orderflow.protocol.step_start import (
     AwaitDependency,
@@ -27,6 +28,7 @@ from orderflow.protocol.step_start import (
     Suspended,
     decide_step_start,
 )
+from orderflow.protocol.transitions.holds import record_hold, start_reacquire
 from orderflow.records import (
     CompensationEntry,
     LastError,
@@ -101,8 +103,8 @@ def start_first_step(record: StateRecord, now: datetime, steps: Steps, starter: 
     its own attempt and only sends the request). The decision is the activity's own
     (:func:`orderflow.protocol.step_start.decide_step_start`); what it does not decide to start here is left
     to the orchestration: a step that may pause for review (the claim has not read the order), one moved
-    to its fallback provider or failed before, one with no calls left in the budget, and any step of an
-    order whose stop was requested.
+    to its fallback provider or failed before, one with no calls left in the budget, one the hold rule
+    guards (:mod:`orderflow.protocol.holds`), and any step of an order whose stop was requested.
 
     Args:
         record: The claimed record (``lockedBy`` set), changed in place.
@@ -123,6 +125,9 @@ def start_first_step(record: StateRecord, now: datetime, steps: Steps, starter: 
     step = None if step_def is None else record.steps.get(step_def.name)
     # The claim starts only a fresh step on its primary provider; every other case is the activity's.
     if step_def is None or step is None or step.fallback:
+        return None
+    # The hold rule is the activity's: it re-acquires a lapsing hold, which the claim cannot send.
+    if definition.guarded_by_holds(step_def):
         return None
     if step.status not in (StepStatus.NOT_STARTED, StepStatus.RUNNING):
         return None
@@ -164,6 +169,7 @@ def record_completion(
     record.settle_reservation(done.step, done.calls)
     record.dependency_wait_since = None  # its dependency answered: a later wait starts afresh
     step_def = definition.step(done.step)
+    record_hold(record, step_def, done, now)
     if not any(entry.step == done.step for entry in record.compensation_log):
         record.compensation_log.append(
             CompensationEntry(
@@ -278,6 +284,10 @@ def start_step(
         case Suspended():
             _prepare_start(record, definition, data, to_fallback=False, now=now)
             release_suspended(record, now)
+            return record
+        case ReacquireHold(step=held, started=False, grant=grant):
+            _prepare_start(record, definition, data, to_fallback=False, now=now)
+            start_reacquire(record, held, data.instance_id, grant=grant, complete_by=data.complete_by(now))
             return record
         case Start(grant=grant, to_fallback=to_fallback):
             _prepare_start(record, definition, data, to_fallback=to_fallback, now=now)
