@@ -14,8 +14,8 @@ from bench.load import RESULT_PREFIX, LoadResult
 from bench.orderflow_runs import summarise_load
 from bench.peers.durabletask_peer import run_durabletask_load
 from demo.fleet import start_child
+from devhost.durabletask_backend import free_port
 from devhost.emulators import REPO_ROOT
-from devhost.host import free_port
 
 
 def durabletask_run(

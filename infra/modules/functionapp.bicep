@@ -110,7 +110,9 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // Names this app in its alerts, sweeps and timeline entries. Every instance shares the response
         // queue above whatever the host id (function_host.wiring.load_settings): no queue is named after it.
         { name: 'HOST_ID', value: appName }
-        { name: 'STARTER_SCHEDULE', value: '*/5 * * * * *' }
+        // The submission claims and starts each new order (CLAIM_ON_SUBMIT); the starter only sweeps.
+        { name: 'CLAIM_ON_SUBMIT', value: 'true' }
+        { name: 'STARTER_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'SUPERVISOR_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'CLIENTS', value: clients }
         // The same values as the queues' lockDuration and maxDeliveryCount.

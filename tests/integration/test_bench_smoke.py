@@ -29,8 +29,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("devhost_processe
 
 TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
 
-FAST = {"STARTER_INTERVAL_S": "0.05", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
-"""Quick polling, so that three orders do not wait out idle queues' back-off."""
+FAST = {"STARTER_INTERVAL_S": "2", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
+"""Quick polling, so that three orders do not wait out idle queues' back-off. Each submission claims and
+starts its own order (CLAIM_ON_SUBMIT): the starter only sweeps, at its default interval, so no sweep
+races a submission's claim and every order is claimed once."""
 
 FAST_HARD_DOWN = {
     "SUPERVISOR_INTERVAL_S": "0.1",
@@ -98,7 +100,7 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         "activities.steps.finish_order": 1.0,
         "activities.steps.start_step": 2.0,
         "intake.submission.handle_intake_message": 1.0,
-        "orchestrators.starter.claim": 1.0,
+        "orderflow.attempts.claim": 1.0,
         "orderflow.replies.clear_pending_reply": 1.0,
     }
     state = per_order["state_store"]
