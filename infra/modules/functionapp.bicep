@@ -129,6 +129,7 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'CLAIM_TIMEOUT_S', value: '30' }
         { name: 'STARTER_BATCH', value: '32' }
         { name: 'RETRY_BUDGET', value: '24' }
+        { name: 'HOLD_SKEW_MARGIN_S', value: '2' }
         { name: 'AGENT_MAX_CALLS_PER_STEP', value: '4' }
         { name: 'AGENT_CALL_TIMEOUT_S', value: '5' }
         { name: 'AGENT_BACKOFF_INITIAL_S', value: '0.2' }
