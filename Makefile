@@ -8,11 +8,13 @@
 #                            docs/deploy.md#the-demo-on-azure), with the deployer's Entra ID sign-in; prints
 #                            make demo's summary and writes demo-azure-report.json
 #   make chaos [ORDERS=400] [PROCESSES=3] [KILL_EVERY=5] [DUPLICATE_SHARE=0.05] [LATE_SHARE=0.03]
-#              [PAUSE_EVERY=30] [OUTAGE_EVERY=30] [LONG_SHARE=0.03] [SKEW=1] [CLIENTS=3] [SEED=20261129]
+#              [PAUSE_EVERY=30] [OUTAGE_EVERY=30] [LONG_SHARE=0.03] [CLAIM_KILL_SHARE=0.02] [SKEW=1]
+#              [CLIENTS=3] [SEED=20261129]
 #                            the demo under every fault at once: SIGKILLs, duplicated and late deliveries,
 #                            a paused supervisor leader, outages of the state store, the queues and a
-#                            dependency, long handlers, a host with a skewed clock, several clients and an
-#                            intruder; writes chaos-report.json
+#                            dependency, long handlers, kills between an order's create and its claim, a
+#                            host with a skewed clock, several clients and an intruder; writes
+#                            chaos-report.json
 #   make soak [SOAK_ORDERS=1000] [SEED=20261129]
 #                            make chaos's faults, all at once, over at least 1,000 orders (not in make test;
 #                            about 12 minutes on 2 cores); writes soak-report.json
@@ -52,6 +54,7 @@ LATE_SHARE ?= 0.03
 PAUSE_EVERY ?= 30
 OUTAGE_EVERY ?= 30
 LONG_SHARE ?= 0.03
+CLAIM_KILL_SHARE ?= 0.02
 SKEW ?= 1
 SOAK_ORDERS ?= 1000
 CLIENTS ?= 3
@@ -124,14 +127,14 @@ demo-azure: setup
 chaos: demo-deps setup
 	$(PY) -m demo.chaos --orders $(CHAOS_ORDERS) --processes $(PROCESSES) --kill-every $(CHAOS_KILL_EVERY) \
 		--duplicate-share $(DUPLICATE_SHARE) --late-share $(LATE_SHARE) --pause-every $(PAUSE_EVERY) \
-		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) $(if $(filter 0,$(SKEW)),--no-skew,--skew) \
-		--clients $(CLIENTS) --seed $(SEED)
+		--outage-every $(OUTAGE_EVERY) --long-share $(LONG_SHARE) --claim-kill-share $(CLAIM_KILL_SHARE) \
+		$(if $(filter 0,$(SKEW)),--no-skew,--skew) --clients $(CLIENTS) --seed $(SEED)
 
 .PHONY: soak
 soak: demo-deps setup
 	$(PY) -m demo.chaos --orders $(SOAK_ORDERS) --processes 3 --kill-every 5 --duplicate-share 0.05 \
-		--late-share 0.03 --pause-every 30 --outage-every 30 --long-share 0.03 --skew --clients 3 \
-		--seed $(SEED) --report soak-report.json
+		--late-share 0.03 --pause-every 30 --outage-every 30 --long-share 0.03 --claim-kill-share 0.02 \
+		--skew --clients 3 --seed $(SEED) --report soak-report.json
 
 .PHONY: bench
 bench: demo-deps setup

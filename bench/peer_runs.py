@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.counting.cpu import CpuClock, cpu_between
 from bench.load import RESULT_PREFIX, LoadResult
 from bench.orderflow_runs import summarise_load
 from bench.peers.durabletask_peer import run_durabletask_load
 from demo.fleet import start_child
+from devhost.durabletask_backend import free_port
 from devhost.emulators import REPO_ROOT
-from devhost.host import free_port
 
 
 def durabletask_run(
@@ -30,7 +31,9 @@ def durabletask_run(
     """The saga on bare durabletask: backend and worker in processes of their own, the client here.
 
     Returns:
-        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes``.
+        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes`` and ``cpu_ms_per_order``
+        (:func:`peer_cpu_ms`: the backend's and the worker's CPU over the timed orders, not the warm-up;
+        the client is the benchmark's process, as orderflow's is).
 
     Raises:
         RuntimeError: the backend or the worker did not start.
@@ -53,12 +56,27 @@ def durabletask_run(
             address = f"localhost:{port}"
             if warmup:
                 run_durabletask_load(address, warmup, concurrency=concurrency, timeout_s=timeout_s)
+            clock = CpuClock(
+                {"durabletask-backend": backend.process.pid, "durabletask-worker": worker.process.pid}
+            )
+            before = clock.sample()
             result = run_durabletask_load(address, orders, concurrency=concurrency, timeout_s=timeout_s)
+            used = cpu_between(before, clock.sample())
         finally:
             worker.stop()
     finally:
         backend.stop()
-    return {"processes": 2, **summarise_load(result)}
+    return {"processes": 2, **summarise_load(result), "cpu_ms_per_order": peer_cpu_ms(used, result.finished)}
+
+
+def peer_cpu_ms(cpu_s: Mapping[str, float], finished: int) -> dict[str, float]:
+    """CPU ms per finished order of each of a peer's processes (``cpu_s``: CPU seconds over its timed
+    orders, by process), plus ``peer``, their sum: the figure orderflow's own processes are divided by.
+    Per order of at least one order, so a run that finished none gives its whole CPU."""
+    orders = max(finished, 1)
+    per_order = {name: round(1000 * seconds / orders, 1) for name, seconds in sorted(cpu_s.items())}
+    per_order["peer"] = round(1000 * sum(cpu_s.values()) / orders, 1)
+    return per_order
 
 
 def dbos_run(
@@ -73,7 +91,9 @@ def dbos_run(
     """The saga on DBOS with a SQLite system database, in one process of its own.
 
     Returns:
-        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes``.
+        :func:`bench.orderflow_runs.summarise_load` fields plus ``processes`` and ``cpu_ms_per_order``
+        (:func:`peer_cpu_ms` of the process's own CPU over the timed orders, its load generator included:
+        DBOS runs its client in the same process).
 
     Raises:
         RuntimeError: the process failed or printed no result (its stderr is in ``run_dir``).
@@ -111,5 +131,7 @@ def dbos_run(
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the DBOS peer exited with {done.returncode} and no result; see {log_path}")
-    result = LoadResult.from_json(json.loads(lines[-1].removeprefix(RESULT_PREFIX)))
-    return {"processes": 1, **summarise_load(result)}
+    data = json.loads(lines[-1].removeprefix(RESULT_PREFIX))
+    result = LoadResult.from_json(data)
+    cpu = peer_cpu_ms({"dbos": float(data["cpu_s"])}, result.finished) if "cpu_s" in data else None
+    return {"processes": 1, **summarise_load(result), "cpu_ms_per_order": cpu}

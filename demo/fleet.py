@@ -147,21 +147,23 @@ class DevhostSpec:
         return {**fleet_env, **dict(self.env)}
 
 
-SCHEDULER_ROLES = "starter,orchestrator,listener,supervisor"
-"""The roles of the demo's scheduler processes: each has its durabletask backend and worker."""
+SCHEDULER_ROLES = "submission,starter,orchestrator,listener,supervisor"
+"""The roles of the demo's scheduler processes: each has its durabletask backend and worker, and starts
+the orders it takes in at once (``CLAIM_ON_SUBMIT``)."""
 
-AGENT_ROLES = "submission,agents"
+AGENT_ROLES = "agents"
 """The roles of the demo's last process when there are several."""
 
 
 def devhost_specs(processes: int, *, api_port: int = 0) -> list[DevhostSpec]:
-    """The demo's devhost processes: the last runs the agents and the submission, the others the
-    scheduler roles; a single process runs every role.
+    """The demo's devhost processes: the last runs the agents, the others the scheduler roles with the
+    submission; a single process runs every role.
 
     Agents get a process of their own because they wait on remote calls and would otherwise compete
-    with the orchestrations for one interpreter. The submission runs beside them because it needs no
-    orchestration (only the stores and queues) and a scheduler process's interpreter is the busiest one
-    (docs/benchmarks.md); its ``Pending`` records wake the starters through the wake-up channel. With
+    with the orchestrations for one interpreter. The submission runs where the orchestrations do: an
+    orchestration lives in the process that claimed it, and the submission claims and starts each new
+    order in its own process at once, waiting for no starter (the schedulers share out the clients'
+    queues as competing consumers). With
     ``api_port``, the first process also serves the operator API on that loopback port (a restart keeps
     it).
     """

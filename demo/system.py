@@ -34,8 +34,8 @@ from demo.tpch import (
     load_catalog,
 )
 from devhost.client_credentials import ClientCredentials, issue_client_credentials
+from devhost.durabletask_backend import free_port
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
-from devhost.host import free_port
 from devhost.local_issuer import LocalIssuer, ensure_signing_key
 from devhost.queues.factory import StorageQueueFactory
 from orderflow.clients import RegisteredClient

@@ -26,7 +26,8 @@ from durabletask import worker as dt_worker
 from activities.sections import ActivitySections
 from activities.table import ACTIVITIES, Activity
 from orchestrators.context import ActivityRetry, WorkflowContext, WorkflowGenerator, WorkflowTask, drive
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orchestrators.workflow import order_workflow
+from orderflow.contracts import ORDER_WORKFLOW
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
 from orderflow.orchestration import InstanceStatus

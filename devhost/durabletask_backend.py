@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -68,6 +69,14 @@ class LoopbackBackend(InMemoryOrchestrationBackend):
             raise RuntimeError(f"durabletask backend: cannot listen on {address}")
         server.start()
         return address
+
+
+def free_port() -> int:
+    """A free loopback TCP port (bound and released; fine for a child we start right away)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def serve_backend(port: int) -> LoopbackBackend:

@@ -9,7 +9,8 @@ from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
 from devhost.loops import Wakeups
 from intake.client_admission import ClientAdmission
-from intake.submission import handle_intake_message
+from intake.submission import IntakeOutcome, handle_intake_message
+from orderflow.attempts import AttemptStarts
 from orderflow.clients import RegisteredClient
 from orderflow.dependencies import Dependencies, OrderCache
 from orderflow.queues.base import ReceivedMessage
@@ -29,6 +30,7 @@ def submission_handler(
     admission: ClientAdmission | None,
     order_cache: OrderCache | None,
     wakeups: Wakeups,
+    claim_on_submit: Callable[[], AttemptStarts | None] = lambda: None,
 ) -> Callable[[ReceivedMessage], None]:
     """The handler of ``client``'s inbound queue: the client is the queue's, never the body's.
 
@@ -38,7 +40,10 @@ def submission_handler(
         settings: The settings whose sections the intake reads.
         admission: The process's admission control, or None to admit everything.
         order_cache: The cache an order this handler creates is put in, or None.
-        wakeups: Where an accepted order or a cancel wakes the starters (:data:`STARTER_WAKEUP`).
+        wakeups: Where an accepted order the submission did not start, or a cancel, wakes the starters
+            (:data:`STARTER_WAKEUP`).
+        claim_on_submit: Asked once per message: where this process starts a new order's attempt at once
+            (:func:`intake.claim_on_submit.start_at_once`), or None (no orchestrator here, or no room).
     """
 
     def handle(message: ReceivedMessage) -> None:
@@ -57,8 +62,10 @@ def submission_handler(
             order_cache=order_cache,
             message_id=message.message_id,
             replays=deps.alerts,
+            claim_on_submit=claim_on_submit(),
         )
-        if result.outcome in ("accepted", "cancel"):
+        pending = result.outcome is IntakeOutcome.ACCEPTED and not result.started
+        if pending or result.outcome is IntakeOutcome.CANCEL:
             # A record may be Pending now: the starters claim it at once, not at their next tick,
             # in this process and (through the wake-up channel) the others; the claim's ETag
             # condition settles which one wins.

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -27,13 +26,14 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 
 from activities.sections import ActivitySections
 from agents.services import HttpRemoteService
+from devhost.capacity import InFlight, running_orchestrations
 from devhost.durabletask_adapter import (
     DURABLETASK_WORKER_LOGGER,
     DurableTaskClient,
     quiet_local_cancel,
     register_order_workflow,
 )
-from devhost.durabletask_backend import LOOPBACK, BackendProcess, LoopbackBackend, serve_backend
+from devhost.durabletask_backend import LOOPBACK, BackendProcess, LoopbackBackend, free_port, serve_backend
 from devhost.handlers import STARTER_WAKEUP, agent_handler, submission_handler
 from devhost.lease.election import NoLease, SupervisorLease
 from devhost.local_issuer import LocalIssuer
@@ -47,9 +47,10 @@ from devhost.settings import LocalSettings
 from devhost.wakeup_channel import WakeupChannel
 from intake.client_admission import ClientAdmission
 from orchestrators.listener import handle_response
-from orchestrators.starter import first_requests_for, run_starter_pass
+from orchestrators.starter import run_starter_pass
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
+from orderflow.attempts import AttemptStarts, first_requests_for
 from orderflow.bindings import TokenSource
 from orderflow.dependencies import Dependencies
 from orderflow.errors import TransientError
@@ -78,14 +79,6 @@ start-up fails."""
 SUBMISSION_HANDLERS = 4
 """Submission handler threads of one process, shared out among the registered clients' queues (at least
 one per client)."""
-
-
-def free_port() -> int:
-    """A free loopback TCP port (bound and released; fine for a child we start right away)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class DevHost:
@@ -143,13 +136,16 @@ class DevHost:
             )
             self.wakeups.announce = self.channel.announce
         self.deps = dataclasses.replace(deps, queues=WakingQueueFactory(deps.queues, self.wakeups))
-        # The starter sends the request of the step each claim started (orchestrators.starter).
+        # The claimant sends the request of the step each claim started (orderflow.attempts).
         self._first_requests = first_requests_for(self.deps, settings.starter)
         self._loops: list[ConsumerLoop | PeriodicLoop] = []
         self._backend: LoopbackBackend | BackendProcess | None = None
         self._worker: dt_worker.TaskHubGrpcWorker | None = None
         self._grpc_client: dt_client.TaskHubGrpcClient | None = None
         self.client: DurableTaskClient | None = None
+        # Where the submission starts a new order at once (built once the orchestrator runs here).
+        self._starts: AttemptStarts | None = None
+        self._in_flight = InFlight(self.running_instances, limit=self.local.MAX_IN_FLIGHT_PER_HOST)
         self._services: list[HttpRemoteService] = []
         self.sweep_cursor = SweepCursor()
         self._was_leader = False
@@ -299,6 +295,13 @@ class DevHost:
             host_address=address, logger=logging.getLogger("durabletask.client")
         )
         self.client = DurableTaskClient(self._grpc_client)
+        self._starts = AttemptStarts(
+            self.client,
+            self.settings.queues.response_queue(),
+            self.deps.cache.put,
+            self.deps.breakers,
+            self._first_requests,
+        )
 
     def _start_submission(self) -> None:
         """One consumer per registered client's inbound queue, each handing its messages that client.
@@ -328,6 +331,7 @@ class DevHost:
                     # Only this process's own activities read the cache.
                     order_cache=self.deps.order_cache if "orchestrator" in self.roles else None,
                     wakeups=self.wakeups,
+                    claim_on_submit=self._claim_on_submit,
                 ),
                 concurrency=max(1, SUBMISSION_HANDLERS // len(clients)),
             )
@@ -374,6 +378,10 @@ class DevHost:
     def _on_response(self, message: ReceivedMessage) -> None:
         assert self.client is not None
         handle_response(message.body, client=self.client)
+
+    def _claim_on_submit(self) -> AttemptStarts | None:
+        """Where a submission here starts its new order (None: no orchestrator here, or no room)."""
+        return self._starts if self._starts is not None and self._in_flight.take() else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None
@@ -485,15 +493,4 @@ class DevHost:
 
     def running_instances(self) -> int:
         """Orchestrations of this host not yet finished (one backend query)."""
-        if self._grpc_client is None:
-            return 0
-        running = self._grpc_client.get_all_orchestration_states(
-            dt_client.OrchestrationQuery(
-                runtime_status=[
-                    dt_client.OrchestrationStatus.RUNNING,
-                    dt_client.OrchestrationStatus.PENDING,
-                ],
-                fetch_inputs_and_outputs=False,
-            )
-        )
-        return len(running)
+        return 0 if self._grpc_client is None else running_orchestrations(self._grpc_client)

@@ -69,15 +69,16 @@ class LocalSettings(Section):
         "receive each message as it arrives.",
     )
     STARTER_INTERVAL_S: float = Field(
-        0.5,
+        2.0,
         gt=0,
-        description="Seconds between a devhost's starter sweeps for Pending records (Azure: "
-        "STARTER_SCHEDULE).",
+        description="Seconds between a devhost's starter sweeps for Pending records the submission did not "
+        "start (a submission or a cancel also wakes them at once; Azure: STARTER_SCHEDULE).",
     )
     MAX_IN_FLIGHT_PER_HOST: int = Field(
         64,
         ge=1,
-        description="Most orchestrations one devhost process runs at once; the starter claims no more. "
+        description="Most orchestrations one devhost process runs at once; neither the submission nor the "
+        "starter claims more. "
         "A step's deadline is a latency budget: claiming more than the host can move within it turns "
         "load into timeouts and recoveries, so the backlog waits as Pending instead.",
     )

@@ -148,12 +148,16 @@ var demoShipping = {
 }
 var demoOperations = {
   inventory: {
-    reserve: { method: 'POST', path: '/inventory/reservations', result: ['reservationId'] }
+    reserve: { method: 'POST', path: '/inventory/reservations', result: ['reservationId', 'holdId', 'expiresAt'] }
+    commit: { method: 'POST', path: '/inventory/reservations/commit', result: ['reservationId', 'committed'] }
     release: { method: 'POST', path: '/inventory/reservations/release', result: ['undone', 'reason', 'reservationId'] }
   }
   payment: {
     charge: { method: 'POST', path: '/payments/charges', result: ['chargeId', 'amount', 'currency'] }
     refund: { method: 'POST', path: '/payments/refunds', result: ['undone', 'reason', 'chargeId', 'refundId', 'amount'] }
+    authorize: { method: 'POST', path: '/payments/authorizations', result: ['authorizationId', 'holdId', 'expiresAt', 'amount', 'currency'] }
+    capture: { method: 'POST', path: '/payments/authorizations/capture', result: ['authorizationId', 'chargeId', 'amount'] }
+    void: { method: 'POST', path: '/payments/authorizations/void', result: ['undone', 'reason', 'authorizationId', 'refundId', 'expired'] }
   }
   shipping: demoShipping
   // The second carrier: a courier posting to the same demo shipping service.

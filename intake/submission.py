@@ -25,6 +25,9 @@ point read of the order store, to tell a new order from one already known: a red
 order is finished and acknowledged even when the system is full, and a conflicting one is still
 dead-lettered. If that read fails, the error propagates (abandon, retry): an order that may already be
 accepted is never answered ``Rejected``.
+
+A new order is then claimed and its attempt started at once (``CLAIM_ON_SUBMIT``,
+:mod:`intake.claim_on_submit`); a duplicate claims nothing.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from enum import StrEnum
 
 from intake.admission import Admission, AdmissionDecision
 from intake.cancellation import CancelResult, handle_cancel
+from intake.claim_on_submit import start_at_once
 from intake.client_replies import check_reply_queue, final_status, send_status
 from orderflow import telemetry, tracing
+from orderflow.attempts import AttemptStarts
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock
 from orderflow.dependencies import OrderCache
@@ -66,7 +71,7 @@ from orderflow.records import (
 )
 from orderflow.replays import note_replayed_message
 from orderflow.settings import Queues, Starter, Steps
-from orderflow.stores.base import OrderStore, ReplayRecords, StateStore
+from orderflow.stores.base import OrderStore, ReplayRecords, StateStore, Versioned
 from orderflow.timeline import Actor, note
 from orderflow.workflows import WorkflowDefinition, new_order_workflow
 
@@ -94,12 +99,15 @@ class IntakeResult:
         reason: For ``rejected``, the admission reason (``InFlightCeiling`` ...); for ``cancel``, why it
             was refused; otherwise None.
         cancel: For ``cancel``, what the request did.
+        started: Whether this call claimed the state record it created and started its attempt
+            (``CLAIM_ON_SUBMIT``); False leaves a new record ``Pending`` for the starter's sweep.
     """
 
     order_id: str
     outcome: IntakeOutcome
     reason: str | None = None
     cancel: CancelResult | None = None
+    started: bool = False
 
 
 def initial_state(
@@ -172,6 +180,7 @@ def handle_intake_message(
     order_cache: OrderCache | None = None,
     message_id: str | None = None,
     replays: ReplayRecords | None = None,
+    claim_on_submit: AttemptStarts | None = None,
 ) -> IntakeResult:
     """Handle one message of a client's inbound queue: validate an order and record it, idempotently on
     the client's order id, or hand a client's cancel of one of its own orders to its handler.
@@ -209,6 +218,11 @@ def handle_intake_message(
             holds a record of that replay linked to this very order
             (:func:`orderflow.replays.note_replayed_message`).
         replays: The records of dead-letter replays; None: no replay's entry is written here.
+        claim_on_submit: Where to start the attempt of a new order at once (the host's orchestration
+            client, response queue and hooks): with ``CLAIM_ON_SUBMIT`` on, a new order's record is
+            claimed and its attempt started right after the ``Received`` reply, by the starter's own
+            conditional write (:func:`orderflow.attempts.claim_and_start`). None, or the setting off:
+            the order waits ``Pending`` for the starter's sweep.
 
     Returns:
         The order's key and ``accepted`` for a new order, ``duplicate`` for an identical redelivery;
@@ -249,6 +263,7 @@ def handle_intake_message(
         admission=admission,
         transport_traceparent=transport_traceparent,
         order_cache=order_cache,
+        claim_on_submit=claim_on_submit if starter.CLAIM_ON_SUBMIT else None,
     )
     if replays is not None and result.outcome is not IntakeOutcome.REJECTED:
         # After the order is on record: a replay that found no record left its entry to be written here.
@@ -274,6 +289,7 @@ def _take_in(
     admission: Admission | None,
     transport_traceparent: str | None,
     order_cache: OrderCache | None,
+    claim_on_submit: AttemptStarts | None,
 ) -> IntakeResult:
     """:func:`handle_intake_message` but for the replay's entry."""
     kind = message_type(
@@ -306,7 +322,7 @@ def _take_in(
         transport_parent=transport_traceparent,
         attributes=attributes,
     ) as span:
-        result = _submit(
+        result, created = _submit(
             order,
             client=client,
             orders=orders,
@@ -318,6 +334,18 @@ def _take_in(
             admission=admission,
             order_cache=order_cache,
         )
+        if created is not None and claim_on_submit is not None:
+            # After the Received reply: a client hears of its order before any step's reply.
+            started = start_at_once(
+                created,
+                states=states,
+                clock=clock,
+                steps=steps,
+                starter=starter,
+                queue_names=queue_names,
+                starts=claim_on_submit,
+            )
+            result = IntakeResult(result.order_id, result.outcome, started=started)
         tracing.mark_outcome(span, result.outcome.value)
         return result
 
@@ -334,8 +362,9 @@ def _submit(
     definition: WorkflowDefinition,
     admission: Admission | None,
     order_cache: OrderCache | None,
-) -> IntakeResult:
-    """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked."""
+) -> tuple[IntakeResult, Versioned[StateRecord] | None]:
+    """:func:`handle_intake_message` for a valid order whose ``replyTo`` has been checked; with the state
+    record as this call created it (None: it created none)."""
     key = client_order_key(client.client_id, order.order_id)
     document = order_document(order, clock, client, key=key)
     existing: OrderDocument | None = None
@@ -348,9 +377,9 @@ def _submit(
             try:
                 existing = orders.get(key)
             except NotFound:
-                return _reject(order, key, decision, queues=queues, clock=clock)
+                return _reject(order, key, decision, queues=queues, clock=clock), None
     try:
-        outcome = _record(
+        outcome, created = _record(
             order,
             key,
             document,
@@ -385,7 +414,7 @@ def _submit(
             status, reason, detail = settled
     send_status(queues, clock, order, status, reason=reason, detail=detail)
     telemetry.event("order.received", order_id=key, outcome=outcome.value)
-    return IntakeResult(key, outcome)
+    return IntakeResult(key, outcome), created
 
 
 def _record(
@@ -401,9 +430,12 @@ def _record(
     definition: WorkflowDefinition,
     client: RegisteredClient,
     order_cache: OrderCache | None = None,
-) -> IntakeOutcome:
+) -> tuple[IntakeOutcome, Versioned[StateRecord] | None]:
     """Write the order document and the state record under ``key``, create-only; ``existing`` if
     already read. A document this call creates is put in ``order_cache``.
+
+    Returns:
+        The outcome, and the state record with its first ETag when this call created it (else None).
 
     Raises:
         ConflictingOrder: the stored document's content hash differs, or it is another client's order;
@@ -430,10 +462,10 @@ def _record(
         record = initial_state(order, definition, steps, clock, client, key=key)
         record.traceparent = tracing.current_traceparent()  # the submission span: the order's trace
         note(None, record, Actor("intake", record.client_id), action="submit")
-        states.create(record)
+        created = states.create(record)
     except AlreadyExists:
-        outcome = IntakeOutcome.DUPLICATE
-    return outcome
+        return IntakeOutcome.DUPLICATE, None
+    return outcome, created
 
 
 def _reject(

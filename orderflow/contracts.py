@@ -28,6 +28,10 @@ from orderflow.results import (
 InputT = TypeVar("InputT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
 
+ORDER_WORKFLOW = "order_workflow"
+"""Registered name of the order orchestrator, which a claim's start schedules with an
+:class:`OrchestrationInput`."""
+
 START_STEP = "start_step"
 """Fenced write: record the previous step's completion, mark the next step Running with its completeBy
 (now + the step's timeout), then send the agent request; returns the completeBy for the timer."""

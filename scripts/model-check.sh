@@ -4,12 +4,14 @@
 #
 #   MODEL_SAFETY    -D flags of the safety search (assertions, invalid end states)
 #   MODEL_LIVENESS  -D flags of the liveness search (every order terminates, under weak fairness)
+#   MODEL_FEATURES  the request features searched each on its own, with a failure (make test: without)
 #
 # Prints pan's figures for each search; exits 1 when either finds an error (its trail is kept).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SAFETY=${MODEL_SAFETY:--DNS=2 -DF=1}
 LIVENESS=${MODEL_LIVENESS:--DNS=2 -DF=1}
+FEATURES=${MODEL_FEATURES:-CANCEL SUSPEND RESUBMIT REVIEW BUDGET REPLIES}
 work=$(mktemp -d)
 status=0
 
@@ -17,7 +19,7 @@ search() {
 	local name=$1 defines=$2 cflags=$3 runflags=$4 dir="$work/$1" out
 	mkdir -p "$dir" && cp "$REPO/model/orderflow.pml" "$dir/"
 	# shellcheck disable=SC2086 # the flags are words
-	(cd "$dir" && spin -a $defines orderflow.pml >/dev/null && gcc -O2 -DCOLLAPSE -DNFAIR=3 $cflags -o pan pan.c)
+	(cd "$dir" && spin -a $defines orderflow.pml >/dev/null && gcc -O2 -DCOLLAPSE -DNFAIR=4 $cflags -o pan pan.c)
 	echo "model-check $name ($defines):"
 	# shellcheck disable=SC2086
 	out=$(cd "$dir" && ./pan -m1000000 $runflags 2>&1)
@@ -30,5 +32,9 @@ search() {
 
 search safety "$SAFETY" -DNOCLAIM ""
 search liveness "$LIVENESS" "" "-a -f"
+for feature in $FEATURES; do
+	search "$feature" "-D$feature -DF=1" -DNOCLAIM ""
+done
+python3 "$REPO/scripts/model_moves.py" --check || status=1
 ((status)) || rm -rf "$work"
 exit "$status"

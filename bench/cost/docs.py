@@ -156,7 +156,8 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         f"`STARTER_SCHEDULE` was every {CURRENT.starter_period_s:g} s): the idle month is "
         f"{money(_delta('starter_period_s', CURRENT.starter_period_s, 0, counts, est))} less (the sweeper's "
         "runs fit the free grant at 512 MB), and the starter's wait leaves the order's path: the latency "
-        "table's rows with the starter claiming every 5 s against the chosen ones.",
+        "table's rows with the starter claiming every 5 s against the chosen ones. The template takes both "
+        "with the submission's claim (`CLAIM_ON_SUBMIT` true, `STARTER_SCHEDULE` `*/30 * * * * *`).",
         "- **Supervisor every 30 s, kept**: every 60 s would save "
         f"{money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle (its runs fit the free "
         "grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",

@@ -116,14 +116,17 @@ def peer_ratios(
     """orderflow's figure over the peer's, for each peer and each orderflow process count.
 
     ``throughput`` above 1 means orderflow moves more orders per second; a latency ratio above 1 means
-    orderflow's orders take longer.
+    orderflow's orders take longer; ``cpu`` above 1 means orderflow's own processes spend more CPU per
+    order than the peer's processes (``cpu_ms_per_order``: ``orderflow`` of the window's measured
+    figures over the peer's ``peer``, both from the same run; None when either was not measured).
 
     Returns:
-        ``{peer: {"<n>_processes": {throughput, p50, p95, p99}}}``.
+        ``{peer: {"<n>_processes": {throughput, p50, p95, p99, cpu}}}``.
     """
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for peer, peer_run in peers.items():
         out[peer] = {}
+        peer_cpu = (peer_run.get("cpu_ms_per_order") or {}).get("peer")
         for processes, run in orderflow_runs.items():
             figures: dict[str, float | None] = {
                 "throughput": ratio(run.get("throughput_per_s"), peer_run.get("throughput_per_s"))
@@ -132,6 +135,8 @@ def peer_ratios(
                 figures[figure.removesuffix("_s")] = ratio(
                     run.get("latency", {}).get(figure), peer_run.get("latency", {}).get(figure)
                 )
+            own_cpu = ((run.get("measured") or {}).get("cpu_ms_per_order") or {}).get("orderflow")
+            figures["cpu"] = ratio(own_cpu, peer_cpu)
             out[peer][f"{processes}_processes"] = figures
     return out
 

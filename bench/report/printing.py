@@ -10,12 +10,14 @@ from rich.table import Table
 
 from bench.report.rows import (
     BASELINE_COLUMNS,
+    RATIO_COLUMNS,
     baseline_rows,
     cost_rows,
     count_rows,
     fmt,
     met_cell,
     profile_tables,
+    ratio_rows,
     sdk_call_rows,
     speed_line,
     sweep_cells,
@@ -81,16 +83,14 @@ def _print_systems(report: Mapping[str, Any], console: Console) -> None:
         systems.add_row(*row)
     console.print(systems)
 
-    ratios = Table(title="orderflow / peer (throughput > 1: orderflow faster; latency > 1: orderflow slower)")
-    for column in ("peer", "orderflow processes", "throughput", "p50", "p95", "p99"):
+    ratios = Table(
+        title="orderflow / peer (throughput > 1: orderflow faster; latency > 1: orderflow slower; "
+        "CPU per order > 1: orderflow's processes spend more)"
+    )
+    for column in RATIO_COLUMNS:
         ratios.add_column(column, justify="left" if column == "peer" else "right")
-    for peer, by_processes in report["ratios"].items():
-        for processes, figures in by_processes.items():
-            ratios.add_row(
-                peer,
-                processes.split("_")[0],
-                *(fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99")),
-            )
+    for row in ratio_rows(report):
+        ratios.add_row(*row)
     console.print(ratios)
     speed = speed_line(report)
     if speed:
@@ -150,13 +150,10 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|",
         *(f"| {' | '.join(row[:6])} |" for row in system_rows(report)),
         "",
-        "| orderflow / peer | processes | throughput | p50 | p95 | p99 |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| orderflow / {' | '.join(RATIO_COLUMNS)} |",
+        "|---|" + "---:|" * (len(RATIO_COLUMNS) - 1),
+        *(f"| {' | '.join(row)} |" for row in ratio_rows(report)),
     ]
-    for peer, by_processes in report["ratios"].items():
-        for processes, figures in by_processes.items():
-            values = " | ".join(fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99"))
-            lines.append(f"| {peer} | {processes.split('_')[0]} | {values} |")
     speed = speed_line(report)
     if speed:
         lines += ["", speed + "."]

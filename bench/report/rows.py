@@ -70,6 +70,29 @@ def system_row(name: str, run: Mapping[str, Any]) -> list[str]:
     ]
 
 
+RATIO_COLUMNS = ("peer", "processes", "throughput", "p50", "p95", "p99", "CPU per order", "peer CPU ms")
+"""Columns of :func:`ratio_rows`."""
+
+
+def ratio_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """orderflow over each peer, one row per peer and orderflow process count: throughput, latency and
+    CPU per order ratios (:func:`bench.report.build.peer_ratios`), and the peer's own CPU ms per order
+    measured in the same run."""
+    rows = []
+    for peer, by_processes in report["ratios"].items():
+        peer_cpu = (report["peers"].get(peer, {}).get("cpu_ms_per_order") or {}).get("peer")
+        for processes, figures in by_processes.items():
+            rows.append(
+                [
+                    peer,
+                    processes.split("_")[0],
+                    *(fmt(figures.get(k)) for k in ("throughput", "p50", "p95", "p99", "cpu")),
+                    fmt(peer_cpu),
+                ]
+            )
+    return rows
+
+
 def count_rows(per_order: Mapping[str, Any]) -> list[list[str]]:
     """The per-order counts worth a table row: label and value (or target verdict)."""
     state = per_order["state_store"]

@@ -34,7 +34,7 @@ HOLDER_RETRY_S = 1.0
 
 PAUSE_MIN_PROCESSES = 3
 """Processes a leader pause needs: two run the supervisor (one takes the lease from the paused one),
-one the agents and the submission (:func:`demo.fleet.devhost_specs`)."""
+one the agents (:func:`demo.fleet.devhost_specs`)."""
 
 
 def check_chaos_args(
@@ -51,6 +51,7 @@ def check_chaos_args(
     long_share: float = 0.0,
     skew: bool = False,
     outage_kinds: Collection[str] = ALL_OUTAGES,
+    claim_kill_share: float = 0.0,
 ) -> None:
     """Refuse, before anything starts, arguments a chaos run cannot honour: those of
     :func:`demo.config.check_run_args`, and chaos that cannot happen with the others.
@@ -63,6 +64,7 @@ def check_chaos_args(
         ("--duplicate-share", "DUPLICATE_SHARE", duplicate_share),
         ("--late-share", "LATE_SHARE", late_share),
         ("--long-share", "LONG_SHARE", long_share),
+        ("--claim-kill-share", "CLAIM_KILL_SHARE", claim_kill_share),
     ):
         if not 0 <= share <= 1:  # NaN fails too
             raise ValueError(f"{option} ({variable}) must be a share between 0 and 1, not {share:g}")

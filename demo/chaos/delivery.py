@@ -36,12 +36,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from demo.chaos.claim_kills import MARKERS, KillPoint
 from demo.faults import uniform
 from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory, ReceivedMessage
 from orderflow.records import format_utc
 from orderflow.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+AfterSend = Callable[[str, str], None]
+"""Called with a queue's name and a message id after the message was sent."""
 
 CHAOS_ENV = "DEVHOST_CHAOS"
 """Environment variable holding a devhost process's :class:`DeliveryFaults` plan as JSON (unset: none)."""
@@ -56,6 +60,9 @@ class DeliveryFault(StrEnum):
 
     DUPLICATE = "duplicate"
     LATE = "late"
+    KILL_BEFORE_CLAIM = "kill_before_claim"
+    """Drawn here, done by the driver: the process is killed after a new order's ``Received`` reply,
+    between the create of its record and its claim (:mod:`demo.chaos.claim_kills`)."""
     LONG_HANDLER = "long_handler"
     """Not injected but seen: a handler that outlasted half its message's lock, kept the lock by renewal
     and completed the message (the chaos run makes such handlers with slow calls to the demo services)."""
@@ -69,6 +76,8 @@ class DeliveryFaults(BaseModel):
         late_share: Share of agent responses delivered after their step's deadline.
         long_handlers: Count the handlers that completed their message after renewing its lock
             (:attr:`DeliveryFault.LONG_HANDLER`).
+        claim_kill_share: Share of new orders whose submitting process is killed between the create of
+            their record and its claim (:attr:`DeliveryFault.KILL_BEFORE_CLAIM`).
         seed: Seed of the draws.
         log_dir: Directory of the per-process fault logs (empty: counted in memory only).
     """
@@ -78,17 +87,25 @@ class DeliveryFaults(BaseModel):
     duplicate_share: float = Field(0.0, ge=0, le=1)
     late_share: float = Field(0.0, ge=0, le=1)
     long_handlers: bool = False
+    claim_kill_share: float = Field(0.0, ge=0, le=1)
     seed: int = 0
     log_dir: str = ""
 
     @property
     def active(self) -> bool:
         """Whether any fault can happen (or long handlers are counted)."""
-        return self.duplicate_share > 0 or self.late_share > 0 or self.long_handlers
+        return (
+            self.duplicate_share > 0 or self.late_share > 0 or self.long_handlers or self.claim_kill_share > 0
+        )
 
     def hits(self, fault: DeliveryFault, queue: str, message_id: str) -> bool:
         """Whether ``fault`` applies to the message ``message_id`` sent to ``queue`` (deterministic)."""
-        share = self.duplicate_share if fault is DeliveryFault.DUPLICATE else self.late_share
+        shares = {
+            DeliveryFault.DUPLICATE: self.duplicate_share,
+            DeliveryFault.LATE: self.late_share,
+            DeliveryFault.KILL_BEFORE_CLAIM: self.claim_kill_share,
+        }
+        share = shares.get(fault, 0.0)
         return share > 0 and uniform(self.seed, fault.value, f"{queue}/{message_id}", 0) < share
 
     @classmethod
@@ -191,12 +208,14 @@ class FaultyQueue(ForwardingQueue):
         *,
         late_for: LatePredicate,
         late_delay_s: float,
+        after_send: AfterSend | None = None,
     ) -> None:
         super().__init__(inner)
         self._faults = faults
         self._log = log
         self._late_for = late_for
         self._late_delay_s = late_delay_s
+        self._after_send = after_send
         self._renewed: set[str] = set()
         self._renewed_lock = threading.Lock()
 
@@ -248,8 +267,14 @@ class FaultyQueue(ForwardingQueue):
         )
         if late:
             self._log.record(DeliveryFault.LATE, self.name, message_id)
-        if not self._faults.hits(DeliveryFault.DUPLICATE, self.name, message_id):
-            return
+        if self._faults.hits(DeliveryFault.DUPLICATE, self.name, message_id):
+            self._send_duplicate(body, message_id, correlation_id, delay_s, reply_to)
+        if self._after_send is not None:
+            self._after_send(self.name, message_id)
+
+    def _send_duplicate(
+        self, body: str, message_id: str, correlation_id: str | None, delay_s: float, reply_to: str | None
+    ) -> None:
         try:
             self._inner.send(
                 body, message_id=message_id, correlation_id=correlation_id, delay_s=delay_s, reply_to=reply_to
@@ -270,6 +295,8 @@ class FaultyQueueFactory:
         late_for: Which messages may be delivered late (default: none; a devhost passes
             :func:`agent_responses`).
         late_delay_s: Visibility delay of a late message, seconds; longer than the step's deadline.
+        after_send: Called with the queue and message id after each send (a devhost's
+            :meth:`~demo.chaos.claim_kills.KillPoint.after_send`), or None.
     """
 
     def __init__(
@@ -280,12 +307,14 @@ class FaultyQueueFactory:
         *,
         late_for: LatePredicate = never_late,
         late_delay_s: float = 0.0,
+        after_send: AfterSend | None = None,
     ) -> None:
         self._inner = inner
         self.faults = faults
         self.log = log
         self._late_for = late_for
         self._late_delay_s = late_delay_s
+        self._after_send = after_send
         self._queues: dict[str, FaultyQueue] = {}
         self._lock = threading.Lock()
 
@@ -303,6 +332,7 @@ class FaultyQueueFactory:
                     self.log,
                     late_for=self._late_for,
                     late_delay_s=self._late_delay_s,
+                    after_send=self._after_send,
                 )
                 self._queues[name] = wrapped
             return wrapped
@@ -318,7 +348,9 @@ def with_delivery_faults(
     """A devhost process's queues: ``queues`` itself, or wrapped when :data:`CHAOS_ENV` holds an active plan.
 
     The process logs its faults to ``<log_dir>/<HOST_ID>-<pid>.jsonl`` (a restarted process writes a new
-    file); late agent responses are delayed ``STEP_TIMEOUT_S`` + :data:`LATE_MARGIN_S` seconds.
+    file); late agent responses are delayed ``STEP_TIMEOUT_S`` + :data:`LATE_MARGIN_S` seconds; with a
+    ``claim_kill_share``, a drawn new order's ``Received`` reply asks the driver to kill the process
+    (:class:`~demo.chaos.claim_kills.KillPoint`, requests under ``<log_dir>/claim-kills``).
 
     Raises:
         pydantic.ValidationError: the plan in the environment is not valid.
@@ -334,4 +366,17 @@ def with_delivery_faults(
         FaultLog(path),
         late_for=agent_responses(settings),
         late_delay_s=settings.steps.STEP_TIMEOUT_S + LATE_MARGIN_S,
+        after_send=_kill_point(faults, settings),
     )
+
+
+def _kill_point(faults: DeliveryFaults, settings: Settings) -> AfterSend | None:
+    """The process's kill point between the create and the claim, or None when none is drawn."""
+    if faults.claim_kill_share <= 0 or not faults.log_dir:
+        return None
+    point = KillPoint(
+        frozenset(client.reply_queue for client in settings.clients.clients()),
+        lambda queue, message_id: faults.hits(DeliveryFault.KILL_BEFORE_CLAIM, queue, message_id),
+        Path(faults.log_dir) / MARKERS,
+    )
+    return point.after_send

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from demo.chaos.claim_kills import ClaimKiller
 from demo.chaos.config import ALL_OUTAGES
 from demo.chaos.delivery import (
     DeliveryFault,
@@ -98,6 +99,7 @@ def unexercised(
     long_share: float = 0.0,
     skew: bool = False,
     outage_kinds: Collection[str] = ALL_OUTAGES,
+    claim_kill_share: float = 0.0,
     behaviours: Collection[str] = (),
 ) -> list[str]:
     """The report keys of the chaos features a run asked for that never happened (orders included), then
@@ -107,11 +109,11 @@ def unexercised(
     Args:
         counts: The run's ``orders``, ``kills``, ``duplicates_delivered``, ``late_responses``,
             ``leader_pauses``, ``store_outages``, ``queue_outages``, ``dependency_windows``,
-            ``skewed_hosts``, ``long_handlers`` and, with an intruder, ``intruder_attacks``
-            (``{kind: attempts}``).
+            ``skewed_hosts``, ``long_handlers``, ``claim_kills`` and, with an intruder,
+            ``intruder_attacks`` (``{kind: attempts}``).
         kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew,
-            outage_kinds: What the run asked for (an outage every ``outage_every_s``, of each of
-            ``outage_kinds`` in turn).
+            outage_kinds, claim_kill_share: What the run asked for (an outage every ``outage_every_s``,
+            of each of ``outage_kinds`` in turn).
     """
 
     def outages(kind: str) -> bool:
@@ -128,6 +130,7 @@ def unexercised(
         "dependency_windows": outages(OutageKind.DEPENDENCY),
         "skewed_hosts": skew,
         "long_handlers": long_share > 0,
+        "claim_kills": claim_kill_share > 0,
     }
     asked.update(dict.fromkeys(behaviours, True))
     missing = [key for key, wanted in asked.items() if wanted and not counts.get(key)]
@@ -146,14 +149,15 @@ def unexercised_hints(
     long_share: float = 0.0,
     skew: bool = False,
     outage_kinds: Collection[str] = (),
+    claim_kill_share: float = 0.0,
 ) -> list[str]:
     """For each chaos feature a run asked for and that never happened (:func:`unexercised`), one line
     saying which argument to change: the run is usually too short for it.
 
     Args:
         features: The report's ``unexercised`` keys.
-        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew: What
-            the run asked for.
+        kill_every_s, duplicate_share, late_share, pause_every_s, outage_every_s, long_share, skew,
+            claim_kill_share: What the run asked for.
     """
     del skew, outage_kinds  # a skewed host is started with the fleet: it always happens
     more_orders = "pass more --orders (ORDERS)"
@@ -195,6 +199,9 @@ def unexercised_hints(
         },
         "long_handlers": f"no handler outlasted its lock at --long-share (LONG_SHARE) {long_share:g}; "
         f"{more_orders}, a larger share, or LONG_SHARE=0 to run without long handlers",
+        "claim_kills": f"no process was killed between a create and its claim at --claim-kill-share "
+        f"(CLAIM_KILL_SHARE) {claim_kill_share:g}; {more_orders}, a larger share, or CLAIM_KILL_SHARE=0 to "
+        f"run without them",
     }
     return [hints.get(feature, f"no {feature}") for feature in features]
 
@@ -205,9 +212,12 @@ def chaos_counts(
     pauser: LeaderPauser | None,
     outages: OutageScheduler | None = None,
     skewed: SkewedHost | None = None,
+    *,
+    claim_killer: ClaimKiller | None = None,
 ) -> dict[str, int]:
     """The chaos so far: kills, duplicated and late deliveries and long handlers (from the fault logs),
-    leader pauses, the outages run to their end by kind, and the hosts with a skewed clock."""
+    leader pauses, the outages run to their end by kind, the hosts with a skewed clock, and the kills
+    between a create and its claim."""
     faults = read_fault_logs(run_dir / "delivery-faults")
     pauses = pauser.pauses if pauser is not None else []
     windows = outages.counts() if outages is not None else {kind.value: 0 for kind in OUTAGE_KINDS}
@@ -220,33 +230,39 @@ def chaos_counts(
         **windows,
         "skewed_hosts": int(skewed is not None),
         "long_handlers": faults[DeliveryFault.LONG_HANDLER.value],
+        "claim_kills": len(claim_killer.kills) if claim_killer is not None else 0,
     }
 
 
 @dataclass(frozen=True)
 class Chaos:
     """The chaos makers of a run (None: not asked for): the killer, the leader pauser, the intruder, the
-    outage scheduler, and the host with a skewed clock."""
+    outage scheduler, the host with a skewed clock, and the killer between a create and its claim."""
 
     killer: Killer | None
     pauser: LeaderPauser | None
     attacker: Intruder | None
     outages: OutageScheduler | None
     skewed: SkewedHost | None
+    claim_killer: ClaimKiller | None = None
 
     def counts(self, run_dir: Path) -> dict[str, int]:
         """:func:`chaos_counts` of these."""
-        return chaos_counts(run_dir, self.killer, self.pauser, self.outages, self.skewed)
+        return chaos_counts(
+            run_dir, self.killer, self.pauser, self.outages, self.skewed, claim_killer=self.claim_killer
+        )
 
-    def threads(self) -> list[Killer | LeaderPauser | Intruder | OutageScheduler]:
+    def threads(self) -> list[Killer | LeaderPauser | Intruder | OutageScheduler | ClaimKiller]:
         """Those that run on a thread (started and stopped with the orders' submission)."""
-        return [c for c in (self.killer, self.pauser, self.attacker, self.outages) if c is not None]
+        makers = (self.killer, self.pauser, self.attacker, self.outages, self.claim_killer)
+        return [c for c in makers if c is not None]
 
 
 def write_events(run_dir: Path, chaos: Chaos) -> None:
     """What the chaos did, when: for reading the processes' logs side by side."""
     events = {
         "kills": chaos.killer.kills if chaos.killer is not None else [],
+        "claimKills": chaos.claim_killer.kills if chaos.claim_killer is not None else [],
         "leaderPauses": chaos.pauser.pauses if chaos.pauser is not None else [],
         "outages": chaos.outages.windows if chaos.outages is not None else [],
         "skewedHost": vars(chaos.skewed) if chaos.skewed is not None else None,

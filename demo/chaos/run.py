@@ -42,6 +42,7 @@ from typing import Annotated, Any
 
 import typer
 
+from demo.chaos.claim_kills import MARKERS, ClaimKiller
 from demo.chaos.config import (
     ALL_OUTAGES,
     INTRUDER_TARGET_POOL,
@@ -105,6 +106,7 @@ def run_chaos(
     outage_kinds: Sequence[str] = ALL_OUTAGES,
     long_share: float = 0.03,
     skew: bool = True,
+    claim_kill_share: float = 0.02,
     clients: int = 3,
     intruder: bool = True,
     seed: int = 20261129,
@@ -132,6 +134,8 @@ def run_chaos(
             (:func:`demo.chaos.faults.long_handler_faults`; 0: none).
         skew: Run one scheduler process with its clock tens of seconds off
             (:func:`demo.chaos.faults.draw_skewed_host`).
+        claim_kill_share: Share of new orders whose submitting process is SIGKILLed between the create
+            of their record and its claim, and restarted (:mod:`demo.chaos.claim_kills`; 0: none).
         clients: Clients submitting the orders in turn, each with its own reply queue.
         intruder: Register one more client, :data:`demo.intruder.attacks.INTRUDER_CLIENT`, that attacks
             theirs.
@@ -154,6 +158,7 @@ def run_chaos(
         "long_share": long_share,
         "skew": skew,
         "outage_kinds": tuple(outage_kinds),
+        "claim_kill_share": claim_kill_share,
     }
     check_chaos_args(orders=orders, processes=processes, clients=clients, timeout_s=timeout_s, **asked)
     run_dir = new_run_dir()
@@ -190,7 +195,8 @@ def run_chaos(
         attacker = _chaos_intruder(system, clients, seed=seed) if intruder else None
         if attacker is not None:
             stack.callback(attacker.stop)
-        chaos = Chaos(killer, pauser, attacker, outages, skewed)
+        claim_killer = _claim_killer(stack, system, log_dir, claim_kill_share)
+        chaos = Chaos(killer, pauser, attacker, outages, skewed, claim_killer)
         budget_s = chaos_budget_s(orders, timeout_s, outages=outage_every_s > 0)
         settling = _settle_under_chaos(system, chaos_clients, chaos, budget_s=budget_s)
         report, mismatched = chaos_report(
@@ -210,6 +216,7 @@ def _delivery_faults(log_dir: Path, asked: Mapping[str, Any], *, seed: int) -> D
         duplicate_share=asked["duplicate_share"],
         late_share=asked["late_share"],
         long_handlers=asked["long_share"] > 0,
+        claim_kill_share=asked["claim_kill_share"],
         seed=seed,
         log_dir=str(log_dir),
     )
@@ -230,6 +237,7 @@ def _print_plan(
     long_share: float,
     skew: bool,
     outage_kinds: Collection[str],
+    claim_kill_share: float,
 ) -> None:
     """The run's announcement: what it submits and which faults it injects."""
     del skew  # ``skewed`` says it
@@ -242,8 +250,19 @@ def _print_plan(
     console.print(
         f"[bold]orderflow chaos[/bold]: {orders} TPC-H orders, {processes} devhost processes, {clients} "
         f"clients; {kills}, duplicate {duplicate_share:.0%}, late {late_share:.0%}, {pauses}, {outages}, "
-        f"long calls {long_share:.0%}, {clock}; logs in {run_dir}"
+        f"long calls {long_share:.0%}, kills between create and claim {claim_kill_share:.0%}, {clock}; "
+        f"logs in {run_dir}"
     )
+
+
+def _claim_killer(stack: ExitStack, system: DemoSystem, log_dir: Path, share: float) -> ClaimKiller | None:
+    """The killer between a create and its claim (None: ``share`` is 0), not started yet; ``stack`` stops
+    it before it stops the fleet."""
+    if share <= 0:
+        return None
+    claim_killer = ClaimKiller(system.fleet, log_dir / MARKERS)
+    stack.callback(claim_killer.stop)
+    return claim_killer
 
 
 def _skewed_host(seed: int, processes: int) -> SkewedHost:
@@ -394,8 +413,8 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     processes: Annotated[
         int,
         typer.Option(
-            help="devhost processes: the last runs the agents and the submission, the others the scheduler "
-            f"roles (leader pauses need {PAUSE_MIN_PROCESSES} or more)."
+            help="devhost processes: the last runs the agents, the others the scheduler roles and the "
+            f"submission (leader pauses need {PAUSE_MIN_PROCESSES} or more)."
         ),
     ] = 3,
     kill_every: Annotated[
@@ -423,6 +442,12 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
     skew: Annotated[
         bool, typer.Option(help="Run one scheduler process with its clock 20-40 s ahead or behind.")
     ] = True,
+    claim_kill_share: Annotated[
+        float,
+        typer.Option(
+            help="Share of new orders whose submitting process is SIGKILLed between the create and the claim."
+        ),
+    ] = 0.02,
     clients: Annotated[int, typer.Option(help="Clients, each with its own reply queue.")] = 3,
     intruder: Annotated[
         bool, typer.Option(help="Add a client that attacks the others' orders (demo.intruder.attacks).")
@@ -451,6 +476,7 @@ def main(  # noqa: PLR0917 (typer passes each option as a parameter)
         "outage_every_s": outage_every,
         "long_share": long_share,
         "skew": skew,
+        "claim_kill_share": claim_kill_share,
         "clients": clients,
         "timeout_s": timeout_s,
     }

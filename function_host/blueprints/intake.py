@@ -7,21 +7,30 @@ calls with the client registry (``CLIENTS``) when the app is indexed; that trigg
 Every message (an order or a client's cancel) goes there; bad input is dead-lettered with its reason, and
 so is a reviewer's or an operator's action, which only the operator API takes. A client registered later
 gets its trigger when the app restarts.
+
+Each trigger also takes a durable client binding: a new order is claimed and its orchestration started
+from the trigger itself (``CLAIM_ON_SUBMIT``, :mod:`intake.claim_on_submit`), on the app's one shared
+response queue, so it waits for no starter timer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable
 from functools import cache
+from typing import Any
 
+import azure.durable_functions as df
 import azure.functions as func
 from azurefunctions.extensions.bindings import servicebus
 
+from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import app_settings, dependencies, redelivery
 from intake.client_admission import ClientAdmission
 from intake.submission import handle_intake_message
+from orderflow.attempts import AttemptStarts, first_requests_for
 from orderflow.clients import RegisteredClient
 
 
@@ -37,9 +46,18 @@ def _handle(
     message: servicebus.ServiceBusReceivedMessage,
     actions: servicebus.ServiceBusMessageActions,
     context: func.Context | None,
+    durable: DurableFunctionsClient,
 ) -> None:
     deps, settings = dependencies(), app_settings()
     traceparent = trigger_traceparent(context)
+    starts = AttemptStarts(
+        client=durable,
+        # One task hub, one shared response queue on Azure.
+        response_queue=settings.queues.AGENT_RESPONSES_QUEUE,
+        on_claimed=deps.cache.put,
+        breakers=deps.breakers,
+        first_requests=first_requests_for(deps, settings.starter),
+    )
     settle_trigger_delivery(
         client.inbound_queue,
         message,
@@ -60,6 +78,7 @@ def _handle(
             order_cache=deps.order_cache,
             message_id=received.message_id,
             replays=deps.alerts,
+            claim_on_submit=starts,
         ),
         max_delivery_count=settings.consumers.MAX_DELIVERY_COUNT,
         redelivery=redelivery(),
@@ -71,33 +90,38 @@ def submission_function_name(client: RegisteredClient) -> str:
     return f"submission_{client.client_id.replace('-', '_')}"
 
 
-def register_client_triggers(app: func.TriggerApi, registry: Iterable[RegisteredClient]) -> None:
+def register_client_triggers(app: df.Blueprint, registry: Iterable[RegisteredClient]) -> None:
     """Register, on ``app``, one PeekLock Service Bus trigger per client of ``registry``: the function
-    :func:`submission_function_name` names, on the client's inbound queue, connection ``SERVICEBUS``.
+    :func:`submission_function_name` names, on the client's inbound queue, connection ``SERVICEBUS``, with
+    a durable client binding (``client``) that starts the new orders' orchestrations.
 
     A registry's client ids are distinct slugs, so the names are distinct too; the Functions library
     refuses a repeated name (``ValueError``) when the app is indexed, not here.
     """
     for client in registry:
+        with_client = app.durable_client_input(client_name="client")(_client_trigger(client))
         trigger = app.service_bus_queue_trigger(
             arg_name="message",
             queue_name=client.inbound_queue,
             connection="SERVICEBUS",
             auto_complete_messages=False,
-        )(_client_trigger(client))
+        )(with_client)
         app.function_name(submission_function_name(client))(trigger)
 
 
-def _client_trigger(client: RegisteredClient) -> Callable[..., None]:
-    """The trigger function of ``client``'s inbound queue, which hands every message to the intake as
-    ``client``'s."""
+def _client_trigger(registered: RegisteredClient) -> Callable[..., Coroutine[Any, Any, None]]:
+    """The trigger function of ``registered``'s inbound queue, which hands every message to the intake as
+    ``registered``'s (``client`` is the durable client binding)."""
 
-    def submission(
+    async def submission(
         message: servicebus.ServiceBusReceivedMessage,
         message_actions: servicebus.ServiceBusMessageActions,
+        client: df.DurableOrchestrationClient,
         context: func.Context = None,  # type: ignore[assignment]  # the worker wants this exact type
     ) -> None:
-        """PeekLock intake of one client: record orders, dead-letter bad input."""
-        _handle(client, message, message_actions, context)
+        """PeekLock intake of one client: record orders, start them, dead-letter bad input."""
+        durable = DurableFunctionsClient(client, asyncio.get_running_loop())
+        # The role is synchronous: run it in a thread; its durable-client calls come back to this loop.
+        await asyncio.to_thread(_handle, registered, message, message_actions, context, durable)
 
     return submission

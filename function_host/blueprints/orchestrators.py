@@ -15,8 +15,10 @@ from function_host.settlement import settle_trigger_message
 from function_host.trace_context import trigger_traceparent
 from function_host.wiring import app_settings, dependencies, redelivery
 from orchestrators.listener import handle_response
-from orchestrators.starter import first_requests_for, run_starter_pass
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orchestrators.starter import run_starter_pass
+from orchestrators.workflow import order_workflow
+from orderflow.attempts import first_requests_for
+from orderflow.contracts import ORDER_WORKFLOW
 
 bp = df.Blueprint()
 

@@ -110,7 +110,9 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         // Names this app in its alerts, sweeps and timeline entries. Every instance shares the response
         // queue above whatever the host id (function_host.wiring.load_settings): no queue is named after it.
         { name: 'HOST_ID', value: appName }
-        { name: 'STARTER_SCHEDULE', value: '*/5 * * * * *' }
+        // The submission claims and starts each new order (CLAIM_ON_SUBMIT); the starter only sweeps.
+        { name: 'CLAIM_ON_SUBMIT', value: 'true' }
+        { name: 'STARTER_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'SUPERVISOR_SCHEDULE', value: '*/30 * * * * *' }
         { name: 'CLIENTS', value: clients }
         // The same values as the queues' lockDuration and maxDeliveryCount.
@@ -127,6 +129,7 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'CLAIM_TIMEOUT_S', value: '30' }
         { name: 'STARTER_BATCH', value: '32' }
         { name: 'RETRY_BUDGET', value: '24' }
+        { name: 'HOLD_SKEW_MARGIN_S', value: '2' }
         { name: 'AGENT_MAX_CALLS_PER_STEP', value: '4' }
         { name: 'AGENT_CALL_TIMEOUT_S', value: '5' }
         { name: 'AGENT_BACKOFF_INITIAL_S', value: '0.2' }

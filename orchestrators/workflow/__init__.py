@@ -18,6 +18,6 @@ The body is split by path: :mod:`~orchestrators.workflow.run` (the entry point),
 timer's race against the answers) and :mod:`~orchestrators.workflow.attempt` (the attempt they share).
 """
 
-from orchestrators.workflow.run import ORDER_WORKFLOW, order_workflow
+from orchestrators.workflow.run import order_workflow
 
-__all__ = ["ORDER_WORKFLOW", "order_workflow"]
+__all__ = ["order_workflow"]

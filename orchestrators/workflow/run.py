@@ -14,9 +14,6 @@ from orderflow.errors import WORKFLOW_ERROR, ErrorKind
 from orderflow.results import OrderFinished, Stopped
 from orderflow.workflows import workflow_for
 
-ORDER_WORKFLOW = "order_workflow"
-"""Registered name of the order orchestrator."""
-
 
 def order_workflow(ctx: WorkflowContext, payload: dict[str, Any]) -> WorkflowGenerator:
     """Run one attempt of an order.

@@ -11,12 +11,21 @@ from orderflow.settings.hosts import UnsafeAzureSetting
 
 class Starter(Section):
     """Starter: when and how many Pending orders are claimed, and what a claim gives the new
-    orchestration. Read by the starter (orchestrators.starter) and its hosts' timers."""
+    orchestration. Read by the submission's claim (intake.submission), the starter's sweep
+    (orchestrators.starter) and its hosts' timers."""
 
+    CLAIM_ON_SUBMIT: bool = Field(
+        True,
+        description="The submission claims the order it has just recorded and starts its attempt at once, "
+        "with the starter's conditional write (default true): an order waits for no timer. The starter "
+        "stays the sweeper of what that did not start (a process that died between the create and the "
+        "claim, backoff, dependency deferrals, resubmits). Off: every order waits for the starter.",
+    )
     STARTER_SCHEDULE: str = Field(
-        "*/5 * * * * *",
-        description="NCRONTAB schedule of the starter's timer trigger on Azure (every 5 s). Pending orders "
-        "wait at most this long to be claimed.",
+        "*/30 * * * * *",
+        description="NCRONTAB schedule of the starter's timer trigger on Azure (every 30 s): the sweeper of "
+        "the Pending orders the submission did not start (with CLAIM_ON_SUBMIT off, every order waits up to "
+        "this long to be claimed).",
     )
     STARTER_BATCH: int = Field(
         32,

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from devhost.host import free_port
+from devhost.durabletask_backend import free_port
 from devhost.local_issuer import LocalIssuer
 from operator_api.routes import CONSOLE_PATH
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE

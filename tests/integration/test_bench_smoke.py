@@ -21,6 +21,7 @@ from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
+from bench.stats import ratio
 from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
 
@@ -29,8 +30,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("devhost_processe
 
 TPCH_FIXTURE = Path(__file__).parents[1] / "data" / "tpch"
 
-FAST = {"STARTER_INTERVAL_S": "0.05", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
-"""Quick polling, so that three orders do not wait out idle queues' back-off."""
+FAST = {"STARTER_INTERVAL_S": "2", "POLL_INTERVAL_S": "0.02", "POLL_MAX_INTERVAL_S": "0.1"}
+"""Quick polling, so that three orders do not wait out idle queues' back-off. Each submission claims and
+starts its own order (CLAIM_ON_SUBMIT): the starter only sweeps, at its default interval, so no sweep
+races a submission's claim and every order is claimed once."""
 
 FAST_HARD_DOWN = {
     "SUPERVISOR_INTERVAL_S": "0.1",
@@ -98,7 +101,7 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         "activities.steps.finish_order": 1.0,
         "activities.steps.start_step": 2.0,
         "intake.submission.handle_intake_message": 1.0,
-        "orchestrators.starter.claim": 1.0,
+        "orderflow.attempts.claim": 1.0,
         "orderflow.replies.clear_pending_reply": 1.0,
     }
     state = per_order["state_store"]
@@ -148,6 +151,13 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         assert report["peers"][peer]["outcomes"] == {"Processed": 3}
         assert report["peers"][peer]["latency"]["count"] == 3
         assert report["ratios"][peer]["1_processes"]["throughput"] > 0
+        # The peer's CPU over its timed orders, from its own processes, divides orderflow's.
+        peer_cpu = report["peers"][peer]["cpu_ms_per_order"]
+        processes = {"durabletask": {"durabletask-backend", "durabletask-worker"}, "dbos": {"dbos"}}[peer]
+        assert set(peer_cpu) == {*processes, "peer"}
+        assert peer_cpu["peer"] == pytest.approx(sum(peer_cpu[name] for name in processes), abs=0.11)
+        own_cpu = run["measured"]["cpu_ms_per_order"]["orderflow"]
+        assert report["ratios"][peer]["1_processes"]["cpu"] == ratio(own_cpu, peer_cpu["peer"])
 
     results = report["sweep"]["results"]
     assert [(r["store"], r["settled"]) for r in results] == [

@@ -22,12 +22,11 @@ from durabletask import client as dt_client
 from durabletask import worker as dt_worker
 
 from devhost.durabletask_adapter import DurableTaskClient, durabletask_orchestrator
-from devhost.durabletask_backend import BackendProcess, serve_backend
+from devhost.durabletask_backend import BackendProcess, free_port, serve_backend
 from devhost.emulators import REPO_ROOT
-from devhost.host import free_port
 from orchestrators.listener import event_payload
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
-from orderflow.contracts import START_STEP, OrchestrationInput, StartedStep
+from orchestrators.workflow import order_workflow
+from orderflow.contracts import ORDER_WORKFLOW, START_STEP, OrchestrationInput, StartedStep
 from orderflow.messages import AgentOutcome, AgentResponse, request_id_for, step_event_name
 from orderflow.results import Fenced
 from orderflow.workflows import ORDER_V1

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import devhost.handlers
 import orchestrators.workflow.forward
 from demo.faults import FaultPlan
-from devhost.host import free_port
+from devhost.durabletask_backend import free_port
 from devhost.local_issuer import local_object_id
 from intake import submission
 from orderflow.errors import WORKFLOW_ERROR

@@ -22,8 +22,9 @@ from devhost.host import DevHost
 from devhost.lease.memory import InMemoryLease, InMemoryLeaseBlob
 from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim, run_starter_pass
+from orchestrators.starter import run_starter_pass
 from orderflow import telemetry
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.records import ProcessState, StateRecord, TimelineChunk, order_key
 from orderflow.settings import Settings

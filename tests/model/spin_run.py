@@ -40,9 +40,16 @@ class PanResult:
 
 
 def run_pan(
-    spin: str, workdir: Path, *, defines: tuple[str, ...] = (), liveness: bool = False, timeout_s: float = 300
+    spin: str,
+    workdir: Path,
+    *,
+    defines: tuple[str, ...] = (),
+    liveness: bool = False,
+    optimize: bool | None = None,
+    timeout_s: float = 300,
 ) -> PanResult:
-    """Generate, compile and run the verifier for the model with ``defines`` (``-DNAME=VALUE``).
+    """Generate, compile and run the verifier for the model with ``defines`` (``-DNAME=VALUE``);
+    ``optimize`` compiles pan with ``-O2`` (default: for a liveness search).
 
     Raises:
         subprocess.CalledProcessError: spin or gcc refused the model.
@@ -51,11 +58,11 @@ def run_pan(
     shutil.copy(MODEL, workdir / MODEL.name)
     flags = LIVENESS if liveness else SAFETY
     # gcc -O2 takes about 5 s on pan.c and pays off only on the long liveness search.
-    optimize = "-O2" if liveness else "-O0"
+    level = "-O2" if (liveness if optimize is None else optimize) else "-O0"
     # NFAIR: weak fairness over all of the model's processes (pan's default covers fewer).
     for command in (
         [spin, "-a", *defines, MODEL.name],
-        ["gcc", optimize, "-DCOLLAPSE", "-DNFAIR=3", *flags, "-o", "pan", "pan.c"],
+        ["gcc", level, "-DCOLLAPSE", "-DNFAIR=4", *flags, "-o", "pan", "pan.c"],
     ):
         subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=True, timeout=timeout_s)
     search = ["./pan", "-m200000", *(["-a", "-f"] if liveness else [])]
@@ -71,3 +78,20 @@ def run_pan(
         trail=(workdir / f"{MODEL.name}.trail").exists(),
         output=output,
     )
+
+
+def simulate(
+    spin: str, workdir: Path, *, defines: tuple[str, ...] = (), seed: int, timeout_s: float = 60
+) -> str:
+    """A random run of the model (spin's simulation with ``seed``): its printed output."""
+    shutil.copy(MODEL, workdir / MODEL.name)
+    command = [spin, f"-n{seed}", "-u20000", *defines, MODEL.name]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=True, timeout=timeout_s)
+    return done.stdout
+
+
+def follow_trail(spin: str, workdir: Path, *, defines: tuple[str, ...] = (), timeout_s: float = 60) -> str:
+    """The printed output of the counterexample trail pan left in ``workdir`` (``spin -t``)."""
+    command = [spin, "-t", *defines, MODEL.name]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=True, timeout=timeout_s)
+    return done.stdout

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock, FakeClock
 from orderflow.orchestration import InstanceStatus

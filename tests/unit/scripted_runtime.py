@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from orchestrators.context import ActivityFailed, ActivityRetry
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orchestrators.workflow import order_workflow
 from orderflow.clock import Clock
+from orderflow.contracts import ORDER_WORKFLOW
 from orderflow.orchestration import InstanceStatus
 
 

@@ -19,6 +19,7 @@ from bench.counting import OperationCounts
 from bench.load import LoadResult, run_closed_loop, run_orderflow_load
 from bench.orderflow_runs import CLIENT_WAKEUP_ID, count_breakdown, hard_down_calls, queue_role, reply_wakeups
 from bench.parts import FAILED, Parts, failures
+from bench.peer_runs import peer_cpu_ms
 from bench.peers.durabletask_peer import backend_timestamp
 from bench.probe import FILE_ENV
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
@@ -454,7 +455,22 @@ def run_summary(throughput_per_s: float, p50: float) -> dict[str, Any]:
 
 def test_peer_ratios_divide_orderflow_by_the_peer() -> None:
     ratios = peer_ratios({"1": run_summary(10.0, 1.0)}, {"dbos": run_summary(40.0, 0.25)})
-    assert ratios == {"dbos": {"1_processes": {"throughput": 0.25, "p50": 4.0, "p95": 4.0, "p99": 4.0}}}
+    assert ratios == {
+        "dbos": {"1_processes": {"throughput": 0.25, "p50": 4.0, "p95": 4.0, "p99": 4.0, "cpu": None}}
+    }
+
+
+def test_the_cpu_ratio_divides_orderflows_own_processes_by_the_peers_in_the_same_run() -> None:
+    orderflow = {**run_summary(10.0, 1.0), "measured": {"cpu_ms_per_order": {"orderflow": 60.0, "all": 90.0}}}
+    peer = {**run_summary(40.0, 0.25), "cpu_ms_per_order": peer_cpu_ms({"worker": 0.3, "backend": 0.1}, 20)}
+    assert peer["cpu_ms_per_order"] == {"backend": 5.0, "worker": 15.0, "peer": 20.0}
+    ratios = peer_ratios({"2": orderflow}, {"durabletask": peer, "dbos": run_summary(40.0, 0.25)})
+    assert ratios["durabletask"]["2_processes"]["cpu"] == 3.0
+    assert ratios["dbos"]["2_processes"]["cpu"] is None  # the peer's CPU was not measured
+
+
+def test_a_peer_that_finished_no_order_is_charged_its_whole_cpu() -> None:
+    assert peer_cpu_ms({"dbos": 0.25}, 0) == {"dbos": 250.0, "peer": 250.0}
 
 
 def test_the_report_has_its_keys_and_its_tables_their_rows() -> None:
@@ -478,7 +494,7 @@ def test_the_report_has_its_keys_and_its_tables_their_rows() -> None:
         sweep_results=sweep,
         sweep_growth={"memory": None},
         hard_down=None,
-        peers={"durabletask": run_summary(50.0, 0.2)},
+        peers={"durabletask": {**run_summary(50.0, 0.2), "cpu_ms_per_order": {"peer": 25.0}}},
         generated_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
     )
     assert tuple(report) == REPORT_KEYS
@@ -491,7 +507,12 @@ def test_the_report_has_its_keys_and_its_tables_their_rows() -> None:
     table = markdown_tables(report)
     assert "| orderflow, 1 devhost process(es) | 10 | 1 | 2 | 3 | 2 |" in table
     assert "| durabletask | 50 | 0.2 | 0.4 | 0.6 | – |" in table
-    assert "| durabletask | 1 | 0.2 | 5 | 5 | 5 |" in table
+    # No measured window for orderflow here: its CPU ratio is "–", the peer's own figure is shown.
+    assert "| durabletask | 1 | 0.2 | 5 | 5 | 5 | – | 25 |" in table
+    assert (
+        "| orderflow / peer | processes | throughput | p50 | p95 | p99 | CPU per order | peer CPU ms |"
+        in table
+    )
     assert "| state-store writes (creates + replaces) | 7 (target 5: not met) |" in table
     assert "| memory | 10 | 2 | 0.01 | 0.005 | 2 |" in table
 

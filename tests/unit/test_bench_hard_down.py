@@ -16,7 +16,7 @@ from bench.orderflow_runs import HARD_DOWN_SETTINGS
 from demo.config import DEMO_SETTINGS
 from devhost.settings import LocalSettings
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordStepFailureInput, StepError
 from orderflow.records import ProcessState

@@ -13,7 +13,7 @@ import pytest
 from activities.sections import ActivitySections
 from activities.steps import record_step_failure, start_step
 from agents.agent import handle_request
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.breaker import (
     DEPENDENCY_UNAVAILABLE,
     BreakerDoc,

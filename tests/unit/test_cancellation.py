@@ -9,7 +9,7 @@ import pytest
 
 from intake.cancellation import CancelOutcome, CancelResult, handle_cancel
 from intake.submission import IntakeOutcome, handle_intake_message
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
     CANCELLED_BY_CLIENT,

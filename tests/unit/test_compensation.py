@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from orchestrators.starter import claim, start_attempt
 from orderflow import telemetry
+from orderflow.attempts import claim, start_attempt
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
     BeginCompensationInput,

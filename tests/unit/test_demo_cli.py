@@ -213,9 +213,9 @@ def test_the_fleet_starts_the_api_process_on_its_port_and_restarts_it_there(
     fleet = Fleet(devhost_specs(2, api_port=8090), {}, tmp_path)
     fleet.kill_and_restart("devhost-1")
 
-    roles = "starter,orchestrator,listener,supervisor,api"
+    roles = "submission,starter,orchestrator,listener,supervisor,api"
     api = ["-m", "devhost", "--host-id", "demo-1", "--roles", roles, "--api-port", "8090"]
-    agents = ["-m", "devhost", "--host-id", "demo-agents", "--roles", "submission,agents"]
+    agents = ["-m", "devhost", "--host-id", "demo-agents", "--roles", "agents"]
     assert commands == [api, agents, api]
 
 

@@ -75,13 +75,14 @@ def test_a_call_of_an_attempt_arriving_after_the_next_claim_is_an_overlap() -> N
     }
 
 
-def test_the_demo_runs_agents_and_the_submission_in_the_last_process_and_everything_in_a_single_one() -> None:
+def test_the_demo_runs_the_agents_in_the_last_process_and_everything_in_a_single_one() -> None:
     assert devhost_specs(1) == [DevhostSpec("devhost-1", "demo-1", "all")]
     specs = devhost_specs(3)
+    # The submission beside the orchestrations it starts at once.
     assert [(s.host_id, s.roles) for s in specs] == [
-        ("demo-1", "starter,orchestrator,listener,supervisor"),
-        ("demo-2", "starter,orchestrator,listener,supervisor"),
-        ("demo-agents", "submission,agents"),
+        ("demo-1", "submission,starter,orchestrator,listener,supervisor"),
+        ("demo-2", "submission,starter,orchestrator,listener,supervisor"),
+        ("demo-agents", "agents"),
     ]
     with pytest.raises(ValueError, match="at least one"):
         devhost_specs(0)
@@ -91,7 +92,7 @@ def test_with_an_api_port_the_first_process_serves_the_operator_api_there() -> N
     assert devhost_specs(1, api_port=8090) == [DevhostSpec("devhost-1", "demo-1", "all", 8090)]
     specs = devhost_specs(3, api_port=8090)
     assert [(s.roles, s.api_port) for s in specs] == [
-        ("starter,orchestrator,listener,supervisor,api", 8090),
-        ("starter,orchestrator,listener,supervisor", 0),
-        ("submission,agents", 0),
+        ("submission,starter,orchestrator,listener,supervisor,api", 8090),
+        ("submission,starter,orchestrator,listener,supervisor", 0),
+        ("agents", 0),
     ]

@@ -19,8 +19,8 @@ import pytest
 
 from demo.services.bindings import demo_bindings_json
 from devhost.durabletask_adapter import DURABLETASK_WORKER_LOGGER, quiet_local_cancel
+from devhost.durabletask_backend import free_port
 from devhost.handlers import STARTER_WAKEUP
-from devhost.host import free_port
 from devhost.local_issuer import LOCAL_TENANT_ID
 from devhost.roles import ALL_ROLES, check_roles, parse_roles
 from devhost.settings import load_settings

@@ -35,7 +35,8 @@ from function_host.durable import (
     retry_options_for,
 )
 from orchestrators.context import ActivityFailed, ActivityRetry
-from orchestrators.workflow import ORDER_WORKFLOW, order_workflow
+from orchestrators.workflow import order_workflow
+from orderflow.contracts import ORDER_WORKFLOW
 from orderflow.errors import OrderflowError
 from tests.df_history import HistoryBuilder
 

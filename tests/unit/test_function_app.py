@@ -28,12 +28,12 @@ import function_app
 from activities.table import ACTIVITIES as TABLE
 from devhost.settings import LocalSettings
 from function_host.azure_policy import check_azure
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.bindings import ServiceBindings
 from orderflow.contracts import (
     BEGIN_COMPENSATION,
     FINISH_COMPENSATION,
     FINISH_ORDER,
+    ORDER_WORKFLOW,
     RECORD_REVIEW,
     RECORD_STEP_FAILURE,
     START_STEP,
@@ -113,9 +113,10 @@ ACTIVITIES = (
     FINISH_COMPENSATION,
     RECORD_REVIEW,
 )
-DURABLE_CLIENTS = frozenset({"starter", "response_listener", "supervisor"})
-"""Functions with a durable client binding: the starter starts instances, the listener raises events on
-them, the supervisor's retention pass purges the history of ended ones."""
+DURABLE_CLIENTS = frozenset({"submission_a", "starter", "response_listener", "supervisor"})
+"""Functions with a durable client binding: the submission (of the one registered client) and the starter
+start instances, the listener raises events on them, the supervisor's retention pass purges the history
+of ended ones."""
 HTTP_FUNCTIONS = {"operator_api": "operator/{*path}"}
 """HTTP triggered function -> its route (under the host's ``api`` prefix)."""
 

@@ -47,12 +47,11 @@ from function_host.durable_client import DurableFunctionsClient
 from function_host.settlement import settle_trigger_delivery, settle_trigger_message
 from intake.submission import handle_intake_message
 from operator_api.console import CONSOLE_DIR, CONTENT_SECURITY_POLICY
-from orchestrators.starter import claim
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow import telemetry
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.consumer import Settlement
-from orderflow.contracts import START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
+from orderflow.contracts import ORDER_WORKFLOW, START_STEP, START_STEP_ACTIVITY, StartStepInput, StepResult
 from orderflow.custom_status import WAITING_PREFIX
 from orderflow.errors import ConflictingOrder, InvalidMessage, NotFound, TransientError
 from orderflow.messages import AgentOutcome, AgentRequest, AgentResponse, StatusReply, parse_message
@@ -758,19 +757,23 @@ def test_the_dependencies_of_a_worker_are_built_once(monkeypatch: pytest.MonkeyP
     assert (kept["kind"], kept["details"]) == ("breaker_open", {"dependency": "payment"})
 
 
-def test_submission_records_a_valid_order_and_completes_the_message(deps: HostDeps) -> None:
+def test_submission_records_a_valid_order_starts_it_and_completes_the_message(
+    deps: HostDeps, extension: DurableExtension
+) -> None:
     actions = RecordingActions()
     sdk_message = message(order_body("a:o-1", reply_to="client-a"))
 
-    invoke("submission_a", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions, client=extension.client_binding())
 
     assert actions.calls == [("complete", sdk_message, {})]
     record = deps.states.get("a:o-1").item
+    # Claimed by the submission itself, and its attempt's instance started through the durable client.
     assert (record.process_state, record.locked_by, record.reply_to) == (
-        ProcessState.PENDING,
-        None,
+        ProcessState.PROCESSING,
+        "a:o-1:1",
         "client-a",
     )
+    assert extension.instances["a:o-1:1"].name == ORDER_WORKFLOW
     assert deps.orders.get("a:o-1").order_id == "a:o-1"
     [reply] = deps.queues.queue("client-a").receive(max_messages=32, lock_s=30)
     assert parse_message(StatusReply, reply.body).status.value == "Received"
@@ -779,8 +782,18 @@ def test_submission_records_a_valid_order_and_completes_the_message(deps: HostDe
 def test_each_registered_client_has_its_own_trigger_which_hands_it_that_client(deps: HostDeps) -> None:
     actions = RecordingActions()
 
-    invoke("submission_a", message=message(order_body("a:o-1", reply_to="client-a")), message_actions=actions)
-    invoke("submission_a", message=message(order_body("a:o-2", reply_to="client-b")), message_actions=actions)
+    invoke(
+        "submission_a",
+        message=message(order_body("a:o-1", reply_to="client-a")),
+        message_actions=actions,
+        client=CLIENT_BINDING,
+    )
+    invoke(
+        "submission_a",
+        message=message(order_body("a:o-2", reply_to="client-b")),
+        message_actions=actions,
+        client=CLIENT_BINDING,
+    )
 
     assert deps.states.get("a:o-1").item.client_id == "a"
     [(verb, _, arguments)] = actions.calls[1:]
@@ -802,14 +815,23 @@ def test_register_client_triggers_names_one_trigger_per_client_on_its_inbound_qu
     intake_blueprint.register_client_triggers(app, [TEST_CLIENT, eu])
 
     registered = {f.get_function_name(): f for f in app.get_functions()}
-    queues = {
-        name: [b["queueName"] for b in json.loads(f.get_function_json())["bindings"]]
+    bindings = {
+        name: [(b["type"], b.get("queueName")) for b in json.loads(f.get_function_json())["bindings"]]
         for name, f in registered.items()
     }
-    assert queues == {"submission_a": ["orders-a"], "submission_eu_west": ["orders-eu-west"]}
+    assert bindings == {
+        "submission_a": [("durableClient", None), ("serviceBusTrigger", "orders-a")],
+        "submission_eu_west": [("durableClient", None), ("serviceBusTrigger", "orders-eu-west")],
+    }
     actions = RecordingActions()
     trigger = registered["submission_eu_west"].get_user_function()
-    trigger(message=message(order_body("o-1", reply_to="replies-eu")), message_actions=actions)
+    asyncio.run(
+        trigger(
+            message=message(order_body("o-1", reply_to="replies-eu")),
+            message_actions=actions,
+            client=CLIENT_BINDING,
+        )
+    )
     assert [verb for verb, _, _ in actions.calls] == ["complete"]
     assert deps.states.get("eu-west:o-1").item.client_id == "eu-west"  # the trigger's own client
 
@@ -818,7 +840,7 @@ def test_submission_dead_letters_garbage_with_its_reason(deps: HostDeps) -> None
     actions = RecordingActions()
     sdk_message = message(b"not json at all")
 
-    invoke("submission_a", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions, client=CLIENT_BINDING)
 
     [(verb, settled, arguments)] = actions.calls
     assert (verb, settled, arguments["deadletter_reason"]) == ("deadletter", sdk_message, "InvalidJson")
@@ -830,7 +852,12 @@ def test_submission_dead_letters_a_conflicting_order(deps: HostDeps) -> None:
     submit(deps, "a:o-1")
     actions = RecordingActions()
 
-    invoke("submission_a", message=message(order_body("a:o-1", amount="1.00")), message_actions=actions)
+    invoke(
+        "submission_a",
+        message=message(order_body("a:o-1", amount="1.00")),
+        message_actions=actions,
+        client=CLIENT_BINDING,
+    )
 
     [(verb, _, arguments)] = actions.calls
     assert (verb, arguments["deadletter_reason"]) == ("deadletter", "ConflictingOrder")
@@ -843,7 +870,7 @@ def test_submission_checks_the_body_reply_queue_against_the_reply_to_property(
     actions = RecordingActions()
     sdk_message = replace(message(order_body("a:o-1", reply_to="client-a")), reply_to=reply_to)
 
-    invoke("submission_a", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions, client=CLIENT_BINDING)
 
     [(settled, _, arguments)] = actions.calls
     assert settled == verb
@@ -863,7 +890,7 @@ def test_submission_redelivers_after_a_backoff_when_a_store_is_down(
     actions = RecordingActions()
     sdk_message = message(order_body("a:o-1"), delivery_count=2)
 
-    invoke("submission_a", message=sdk_message, message_actions=actions)
+    invoke("submission_a", message=sdk_message, message_actions=actions, client=CLIENT_BINDING)
 
     assert redeliveries.calls == [("orders-a", sdk_message, 3, 2.0)]
     assert actions.calls == [("complete", sdk_message, {})]

@@ -12,7 +12,7 @@ from operator_api.answers import OperatorResponse
 from operator_api.compensate import OPERATOR_DECISION
 from operator_api.handler import handle_operator_request
 from operator_api.routing import OperatorApiSections
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import (
     BeginCompensationInput,

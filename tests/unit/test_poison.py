@@ -13,9 +13,10 @@ from activities.sections import ActivitySections
 from activities.steps import record_step_failure
 from intake.submission import handle_intake_message
 from operator_api.compensate import CompensateAccepted, CompensateAction, compensate_order
-from orchestrators.starter import claim, run_starter_pass
+from orchestrators.starter import run_starter_pass
 from orchestrators.workflow import forward
 from orderflow import telemetry
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RECORD_STEP_FAILURE, START_STEP, RecordStepFailureInput, StepError
 from orderflow.errors import DEADLINE_EXCEEDED, TRANSIENT_EXHAUSTED, WORKFLOW_ERROR

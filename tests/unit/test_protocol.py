@@ -12,8 +12,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from intake.submission import handle_intake_message
-from orchestrators.starter import FirstRequests, StarterReport, claim, first_requests_for, run_starter_pass
+from orchestrators.starter import StarterReport, run_starter_pass
 from orderflow import telemetry
+from orderflow.attempts import FirstRequests, claim, first_requests_for
 from orderflow.clock import FakeClock
 from orderflow.contracts import FinishOrderInput, Outcome, StartStepInput, StepResult
 from orderflow.dependencies import RecordCache

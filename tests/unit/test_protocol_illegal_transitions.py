@@ -16,7 +16,7 @@ import pytest
 
 from intake.submission import handle_intake_message
 from operator_api import resubmit
-from orchestrators import starter
+from orderflow import attempts
 from orderflow.clock import FakeClock
 from orderflow.errors import IllegalTransition
 from orderflow.operator_auth import Principal
@@ -93,10 +93,10 @@ def test_a_claim_of_a_processed_order_is_an_illegal_transition(
     deps: HostDeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = finished(deps, ProcessState.PROCESSED)
-    monkeypatch.setattr(starter, "CLAIMABLE_STATES", (*starter.CLAIMABLE_STATES, ProcessState.PROCESSED))
+    monkeypatch.setattr(attempts, "CLAIMABLE_STATES", (*attempts.CLAIMABLE_STATES, ProcessState.PROCESSED))
 
     with pytest.raises(IllegalTransition, match="Processed -> Processed"):
-        starter.claim(
+        attempts.claim(
             deps.states,
             before,
             deps.clock,

@@ -63,12 +63,12 @@ from operator_api.resubmit import resubmit_order
 from operator_api.review import review_order
 from operator_api.suspension import set_suspension
 from orchestrators.listener import handle_response
-from orchestrators.starter import (
+from orchestrators.starter import run_starter_pass
+from orderflow.attempts import (
     CLAIMABLE_STATES,
     FirstRequests,
     claim,
     first_requests_for,
-    run_starter_pass,
     send_first_request,
     start_attempt,
     started_by_claim,

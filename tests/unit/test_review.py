@@ -18,7 +18,7 @@ from operator_api.answers import OperatorResponse
 from operator_api.handler import handle_operator_request
 from operator_api.routing import OperatorApiSections
 from orchestrators.listener import Delivery, handle_response
-from orchestrators.starter import claim
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.contracts import RecordReviewInput, StartStepInput, StepResult
 from orderflow.operator_auth import REVIEWER_ROLE

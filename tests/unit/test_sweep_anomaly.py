@@ -16,10 +16,10 @@ from datetime import datetime
 import pytest
 
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim
 from orderflow import telemetry
 from orderflow.alert_sink import AlertSink
 from orderflow.alerts import ALERT_KINDS
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.errors import TransientError
 from orderflow.records import ProcessState, StateRecord, TimelineChunk

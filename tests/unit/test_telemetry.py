@@ -22,8 +22,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from intake.submission import handle_intake_message
-from orchestrators.starter import claim
 from orderflow import telemetry
+from orderflow.attempts import claim
 from orderflow.clock import FakeClock
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.settings import Settings

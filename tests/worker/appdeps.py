@@ -67,14 +67,33 @@ class RecordingServiceBusClient:
         """Nothing to close."""
 
 
-def app_dependencies() -> tuple[HostDeps, ServiceBusQueueFactory, RecordingServiceBusClient]:
-    """The triggers' dependencies, the redelivery factory, and the client behind it."""
+UNUSED_DURABLE_CLIENT = json.dumps(
+    {
+        "taskHubName": "orderflow",
+        "creationUrls": {},
+        "managementUrls": {},
+        "baseUrl": "http://127.0.0.1:9/runtime/webhooks/durabletask",
+        "requiredQueryStringParameters": "",
+        "rpcBaseUrl": "http://127.0.0.1:9/durabletask/",
+    }
+)
+"""A ``durableClient`` binding for a trigger that makes no durable call in the test (the submission with
+``CLAIM_ON_SUBMIT`` off): nothing listens where it points."""
+
+
+def app_dependencies(
+    **settings: Any,
+) -> tuple[HostDeps, ServiceBusQueueFactory, RecordingServiceBusClient]:
+    """The triggers' dependencies (with ``settings`` over the tests' own), the redelivery factory, and the
+    client behind it."""
     deps = HostDeps(
         states=InMemoryStateStore(),
         orders=InMemoryOrderStore(),
         queues=InMemoryQueueFactory(),
         clock=SystemClock(),
-        settings=Settings.load(env={}, HOST_ID="", AGENT_BACKOFF_INITIAL_S=0.05, AGENT_BACKOFF_MAX_S=0.1),
+        settings=Settings.load(
+            env={}, HOST_ID="", AGENT_BACKOFF_INITIAL_S=0.05, AGENT_BACKOFF_MAX_S=0.1, **settings
+        ),
     )
     client = RecordingServiceBusClient()
     return deps, ServiceBusQueueFactory(client, clock=lambda: NOW), client

@@ -22,9 +22,8 @@ from devhost.settings import LocalSettings
 from function_host.blueprints import orchestrators as orchestrators_blueprint
 from function_host.blueprints import supervisor as supervisor_blueprint
 from intake.submission import handle_intake_message
-from orchestrators.workflow import ORDER_WORKFLOW
 from orderflow.clock import FakeClock
-from orderflow.contracts import OrchestrationInput
+from orderflow.contracts import ORDER_WORKFLOW, OrchestrationInput
 from orderflow.messages import AgentOutcome, AgentResponse
 from orderflow.queues.servicebus import DELIVERY_COUNT_PROPERTY
 from orderflow.records import ProcessState, StepStatus, format_utc

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from azure.durable_functions import DurableOrchestrationContext, Orchestrator
 
-from orchestrators.workflow import ORDER_WORKFLOW
+from orderflow.contracts import ORDER_WORKFLOW
 from tests.df_history import HistoryBuilder
 from tests.unit.test_df_replay import (
     CHARGE,

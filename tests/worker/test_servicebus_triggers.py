@@ -32,6 +32,7 @@ from tests.servicebus_wire import BINDING_CONTENT_TYPE, BINDING_SOURCE, HostMess
 from tests.unit.fakes import order_body
 from tests.worker.appdeps import (
     NOW,
+    UNUSED_DURABLE_CLIENT,
     RecordingServiceBusClient,
     RemoteServices,
     app_dependencies,
@@ -56,8 +57,9 @@ def remote() -> Iterator[RemoteServices]:
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
 ) -> Iterator[tuple[HostDeps, RecordingServiceBusClient]]:
-    """The triggers' dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
-    deps, redelivery, client = app_dependencies()
+    """The triggers' dependencies as ``function_host.wiring`` would wire them on Azure, in memory; the
+    submission records orders and claims none (its claim: ``test_submission_trigger``)."""
+    deps, redelivery, client = app_dependencies(CLAIM_ON_SUBMIT="false")
     for module in (intake_blueprint, agents_blueprint, orchestrators_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
         monkeypatch.setattr(module, "app_settings", lambda: deps.settings)
@@ -91,8 +93,12 @@ def metadata(message: HostMessage) -> dict[str, Any]:
 def deliver(
     worker: FunctionsWorker, function: str, message: HostMessage, settlement: SettlementServer
 ) -> list[SettlementCall]:
-    """Invoke ``function`` with ``message``; the settlements the host received."""
-    response = worker.invoke(function, {"message": binding(message)}, trigger_metadata=metadata(message))
+    """Invoke ``function`` with ``message`` (and a submission's durable client binding); the settlements
+    the host received."""
+    inputs: dict[str, Any] = {"message": binding(message)}
+    if function.startswith("submission_"):
+        inputs["client"] = protos.TypedData(string=UNUSED_DURABLE_CLIENT)
+    response = worker.invoke(function, inputs, trigger_metadata=metadata(message))
     assert failure(response) is None
     return settlement.service.take()
 

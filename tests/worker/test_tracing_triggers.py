@@ -20,12 +20,14 @@ from tests.servicebus_wire import HostMessage
 from tests.spans import recorded_spans
 from tests.unit.fakes import order_body
 from tests.worker.appdeps import (
+    UNUSED_DURABLE_CLIENT,
     RecordingServiceBusClient,
     RemoteServices,
     app_dependencies,
     remote_service,
     serve,
 )
+from tests.worker.rpc import protos
 from tests.worker.settlement import SettlementCall, SettlementServer
 from tests.worker.test_servicebus_triggers import FIRST_STEP, agent_request, binding, metadata
 from tests.worker.worker import FunctionsWorker, failure
@@ -48,7 +50,7 @@ def remote() -> Iterator[RemoteServices]:
 def app(
     monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer, remote: RemoteServices
 ) -> Iterator[tuple[HostDeps, RecordingServiceBusClient]]:
-    deps, redelivery, client = app_dependencies()
+    deps, redelivery, client = app_dependencies(CLAIM_ON_SUBMIT="false")  # the submission's span alone
     for module in (intake_blueprint, agents_blueprint):
         monkeypatch.setattr(module, "dependencies", lambda: deps)
         monkeypatch.setattr(module, "app_settings", lambda: deps.settings)
@@ -69,7 +71,7 @@ def test_a_submission_invoked_with_a_trace_context_is_its_child_and_the_record_k
     with recorded_spans() as exporter:
         response = worker.invoke(
             "submission_a",
-            {"message": binding(message)},
+            {"message": binding(message), "client": protos.TypedData(string=UNUSED_DURABLE_CLIENT)},
             trigger_metadata=metadata(message),
             trace_parent=HOST,
         )

@@ -1,0 +1,158 @@
+"""Runs of the hypothesis protocol machine (``tests/unit/test_protocol_machine.py``) checked against the
+model: every record change the machine observed, seen as the model sees a record (who made it; the
+record's processState, whether a live attempt holds it, suspended, cancel requested, before and after),
+is one the model makes in its exhaustive searches (``MOVES``), or a change of something the model
+leaves out (docs/model.md), named here by what the record says.
+
+This is a check step by step: each change is one the model makes from that abstract record, not a
+whole run the model accepts in order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from itertools import pairwise
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from orderflow.effects import PAST_POINT_OF_NO_RETURN
+from orderflow.protocol.state_machine import SETTLED_STATES
+from orderflow.records import ProcessState, StateRecord
+from tests.model.spin_run import REPO
+from tests.unit.test_protocol_machine import OPERATOR, Actor, ProtocolMachine, Seen
+
+pytestmark = pytest.mark.model
+
+CHEAP = (("-DCANCEL", "-DSUSPEND", "-DF=0"),)
+"""A search make test runs to see that ``model/moves.txt`` still holds the model's changes (make
+model-check compares the whole set)."""
+
+MODEL_ACTORS = {
+    Actor.STARTER: 0,
+    Actor.OWNER: 1,
+    Actor.SUPERVISOR: 2,
+    Actor.CLIENT: 3,
+    Actor.OPERATOR: 4,
+    Actor.REVIEWER: 5,
+}
+"""The machine's actors that write a record, as the model numbers them (``A_*``)."""
+
+RUNS: list[dict[str, list[Seen]]] = []
+
+
+MOVES_FILE = REPO / "model" / "moves.txt"
+
+
+class RecordingMachine(ProtocolMachine):
+    """The protocol machine, keeping every version of every record it observed, and who made it."""
+
+    def teardown(self) -> None:
+        RUNS.append(dict(self._observed()))
+        super().teardown()
+
+
+def model_moves() -> set[tuple[int, int, int]]:
+    """(actor, before, after) of every record change the model makes (``model/moves.txt``)."""
+    moves: set[tuple[int, int, int]] = _moves_script().read(MOVES_FILE.read_text(encoding="utf-8"))
+    return moves
+
+
+def _moves_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("model_moves", REPO / "scripts" / "model_moves.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def project(record: StateRecord) -> int:
+    """The record as the model's ``PROJ`` numbers it."""
+    state = list(ProcessState).index(record.process_state)
+    live = record.locked_by is not None and record.process_state not in SETTLED_STATES
+    # The model's cancel is the client's: an operator's stop (stopRequestedBy operator) is not modelled.
+    cancelled = record.cancel_requested_at is not None and (record.stop_requested_by or "client") == "client"
+    return state * 8 + live * 4 + (record.suspended_at is not None) * 2 + cancelled
+
+
+def beyond_the_bound(step: tuple[int, int]) -> bool:
+    """A change of a suspended and cancelled order: the model makes those only in searches with both
+    features and a failure, which ``scripts/model_moves.py`` leaves out."""
+    return any(projected & 2 for projected in step) and any(projected & 1 for projected in step)
+
+
+def describe(projected: int) -> str:
+    """A projected record for people: ``Processing locked suspended``."""
+    state, flags = divmod(projected, 8)
+    names = [name for bit, name in ((4, "locked"), (2, "suspended"), (1, "cancel-requested")) if flags & bit]
+    return " ".join([list(ProcessState)[state].value, *names])
+
+
+def outside_the_model(before: StateRecord, after: StateRecord, by: Actor) -> str | None:
+    """What the model leaves out that explains this change, or None."""
+    error = after.last_error
+    if (
+        error is not None
+        and error.code == PAST_POINT_OF_NO_RETURN
+        and after.process_state is ProcessState.ERROR
+    ):
+        return "an irreversible step passed"
+    if by is Actor.OWNER and after.process_state is ProcessState.COMPENSATION_FAILED:
+        return "an undo refused for good"
+    if after.dependency_wait_since is not None and by is Actor.OWNER:
+        return "a dependency's breaker holds the order"
+    if by is Actor.SUPERVISOR and after.suspended_at is not None and after.suspended_by != OPERATOR.audit_id:
+        return "the poison guard holds the order"
+    if (after.stop_requested_by or "client") != "client":
+        return "an operator stopped the order"
+    if by is Actor.OPERATOR and before.process_state is not after.process_state and after.corrections:
+        return "an operator resubmits corrected input"
+    return None
+
+
+MACHINE_SETTINGS = settings(
+    max_examples=30, stateful_step_count=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def test_the_model_s_changes_are_in_its_committed_set(spin: str) -> None:
+    script = _moves_script()
+    for defines in CHEAP:
+        made = script.moves_of(defines, spin=spin)
+
+        assert made, defines
+        assert made <= model_moves(), f"{sorted(made - model_moves())}: python scripts/model_moves.py --write"
+
+
+def test_the_protocol_machine_s_changes_are_the_model_s(capsys: pytest.CaptureFixture[str]) -> None:
+    moves = model_moves()
+    RUNS.clear()
+    run_state_machine_as_test(RecordingMachine, settings=MACHINE_SETTINGS)
+
+    tally: Counter[str] = Counter()
+    strangers: list[Any] = []
+    for run in RUNS:
+        for order_id, seen in run.items():
+            for before, after in pairwise(seen):
+                step = (project(before.record), project(after.record))
+                if step[0] == step[1]:
+                    tally["the same to the model"] += 1
+                    continue
+                reason = outside_the_model(before.record, after.record, after.by)
+                if reason is not None:
+                    tally[reason] += 1
+                elif (MODEL_ACTORS.get(after.by, -1), *step) in moves:
+                    tally["made by the model"] += 1
+                elif beyond_the_bound(step):
+                    tally["suspended and cancelled: beyond the searches' bound"] += 1
+                else:
+                    strangers.append(f"{order_id} by {after.by}: {describe(step[0])} -> {describe(step[1])}")
+
+    with capsys.disabled():
+        print(f"\nmachine runs: {len(RUNS)}, changes: {dict(tally)}")
+    assert not strangers, "\n".join(sorted(set(strangers)))
+    assert tally["made by the model"] >= 50
