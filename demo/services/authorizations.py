@@ -131,7 +131,8 @@ class Authorizations:
             return Outcome(404, error("not_found", permanent=True, holdId=body.hold_id))
         if held.charge_id is None and held.voided:
             self.payments.ledger.commits_refused += 1
-            self.payments.ledger.commits_on_expired += int(held.expired)
+            late = held.expired and self.payments.ledger.arrived_after(key, held.expires_after)
+            self.payments.ledger.commits_on_expired += int(late)
             code = "hold_expired" if held.expired else "hold_released"
             return Outcome(409, error(code, permanent=True, holdId=body.hold_id))
         effects = 0

@@ -133,7 +133,7 @@ class Inventory:
         items = [{"sku": item.sku, "quantity": item.quantity} for item in body.items]
         return Outcome(201, {**answer, "items": items}, effects=1)
 
-    def do_commit(self, body: CommitIn, _key: str) -> Outcome:
+    def do_commit(self, body: CommitIn, key: str) -> Outcome:
         """Make the hold ``body.hold_id`` permanent: 200 ``{"reservationId", "orderId", "committed"}``;
         404 ``not_found``; 409 ``hold_expired`` or ``hold_released`` (permanent: nothing is held)."""
         self.expire_holds()
@@ -150,7 +150,9 @@ class Inventory:
         if reservation.expired or reservation.released:
             code = "hold_expired" if reservation.expired else "hold_released"
             self.ledger.commits_refused += 1
-            self.ledger.commits_on_expired += int(reservation.expired)
+            expiry = reservation.expires_after
+            late = reservation.expired and expiry is not None and self.ledger.arrived_after(key, expiry)
+            self.ledger.commits_on_expired += int(late)
             return Outcome(409, error(code, permanent=True, holdId=body.hold_id))
         reservation.committed = True
         self.ledger.holds_committed += 1

@@ -30,6 +30,12 @@ class Ledger:
     commits_refused: int = 0
     commits_on_expired: int = 0  # commits that arrived after their hold expired (refused)
 
+    def arrived_after(self, key: str, expires_after: float) -> bool:
+        """Whether the call under ``key`` arrived (its stored start, on :attr:`clock`) at or after
+        ``expires_after``: a call that arrived in time and was slow to run (a hang) did not."""
+        stored = self.stored.get(key)
+        return stored is None or stored.started_at >= expires_after
+
     def facts(self, order_id: str) -> OrderFacts:
         """The facts of ``order_id``, made empty on first use."""
         return self.orders.setdefault(order_id, OrderFacts())

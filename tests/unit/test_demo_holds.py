@@ -17,6 +17,8 @@ from agents.services import classify_http
 from demo.faults import FaultPlan
 from demo.outcome import INVARIANTS, classify, holds_report
 from demo.services.app import create_app
+from demo.services.common import Stored
+from demo.services.ledger import Ledger
 from demo.tpch import DemoOrder
 from orderflow.clock import FakeClock
 from orderflow.compensation_trigger import HOLD_EXPIRED
@@ -186,6 +188,17 @@ def test_a_plan_capping_holds_keeps_both_kinds_shorter_than_asked_and_says_so_in
         assert facts["activeAuthorizations"] == 0
     assert FaultPlan().hold_lifetime_s(30) == 30
     assert plan.hold_lifetime_s(3) == 3
+
+
+def test_a_commit_counts_as_arriving_on_an_expired_hold_by_when_it_arrived_not_when_it_ran() -> None:
+    # A hung commit that arrived while its hold was live is refused once it runs, but the hold rule
+    # sent it in time: only an arrival at or after the expiry counts.
+    ledger = Ledger(FaultPlan(), clock=lambda: 0.0)
+    ledger.stored["in-time"] = Stored(fingerprint="f", started_at=99.0, endpoint="inventory.commit")
+    ledger.stored["late"] = Stored(fingerprint="f", started_at=100.0, endpoint="inventory.commit")
+    assert not ledger.arrived_after("in-time", 100.0)
+    assert ledger.arrived_after("late", 100.0)
+    assert ledger.arrived_after("never-stored", 100.0)
 
 
 def test_the_demo_report_counts_holds_and_commits_that_arrived_on_expired_ones() -> None:
