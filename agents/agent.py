@@ -75,6 +75,7 @@ from orderflow.messages import (
     AgentOutcome,
     AgentRequest,
     AgentResponse,
+    bounded_message_id,
     parse_message,
     printable_text,
     step_event_name,
@@ -186,7 +187,7 @@ def handle_request(
         **tracing.messaging_attributes(
             tracing.messaging_system(queues),
             queue_names.agent_queue(service.name),
-            message_id=request.request_id,
+            message_id=bounded_message_id(request.request_id),
         ),
     }
     with tracing.span(
@@ -232,7 +233,7 @@ def _perform(
     )
     response = _response(request, result, error, calls, completed_at=clock.now())
     queues.queue(request.reply_to).send(
-        response.to_json(), message_id=response.event_id, correlation_id=request.order_id
+        response.to_json(), message_id=bounded_message_id(response.event_id), correlation_id=request.order_id
     )
     telemetry.event(
         "agent.done",
