@@ -53,6 +53,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agents.results import check_result
 from agents.services import RemoteService
 from orderflow import telemetry, tracing
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
@@ -344,7 +345,10 @@ def _call_service(
         if retry_at is not None:
             raise DependencyUnavailable(service.name, retry_at)
         calls += 1
-        return _call_once(request, service, min(agents.AGENT_CALL_TIMEOUT_S, left), breakers)
+        called_at = latest(clock)
+        result = _call_once(request, service, min(agents.AGENT_CALL_TIMEOUT_S, left), breakers)
+        check_result(request.payload, result, called_at=called_at)
+        return result
 
     def stop(state: RetryCallState) -> bool:
         # Stop when the budget is spent or the next backoff would end past the deadline.
