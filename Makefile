@@ -116,11 +116,12 @@ demo: demo-deps setup
 	$(PY) -m demo.run --orders $(ORDERS) --processes $(PROCESSES) --kill-every $(KILL_EVERY) \
 		$(if $(filter 1 yes true,$(KEEP)),--keep)
 
-# orderflow demo --azure (orderflow_client.cli_demo, demo.azure): the deployment's settings come from azd's
-# environment (.azure/<env>/.env), its identity from the deployer's sign-in (azd auth login or az login).
+# orderflow demo --azure (orderflow_client.cli_demo, demo.azure), run as a module so that the checkout's
+# demo package is importable: the deployment's settings come from azd's environment (.azure/<env>/.env),
+# its identity from the deployer's sign-in (azd auth login or az login).
 .PHONY: demo-azure
 demo-azure: setup
-	$(VENV)/bin/orderflow demo --azure --orders $(ORDERS) $(if $(AZD_ENV),--environment $(AZD_ENV)) \
+	$(PY) -m orderflow_client.cli demo --azure --orders $(ORDERS) $(if $(AZD_ENV),--environment $(AZD_ENV)) \
 		--report demo-azure-report.json
 
 .PHONY: chaos

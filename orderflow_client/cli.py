@@ -93,3 +93,7 @@ def main() -> None:
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+if __name__ == "__main__":
+    main()

@@ -31,15 +31,17 @@ def _driver() -> ModuleType:
 
 def _environment(driver: ModuleType, env_file: Path | None, environment: str | None) -> dict[str, str]:
     """The deployment's settings: ``env_file``'s, else azd's environment under the working directory,
-    else (no azd environment at all) this process's environment.
+    else (no azd environment at all) this process's environment when it registers clients (``CLIENTS``:
+    the local host's settings).
 
     Raises:
-        typer.Exit: 2, after a one-line error, when a file cannot be read or parsed.
+        typer.Exit: 2, after a one-line error, when a file cannot be read or parsed, or when there is no
+            azd environment and this process's environment registers no client.
     """
     try:
         path = env_file or driver.azd_env_file(Path.cwd(), environment)
     except FileNotFoundError as exc:
-        if environment is not None:
+        if environment is not None or not os.environ.get("CLIENTS", "").strip():
             fail(str(exc), code=2)
         return dict(os.environ)
     try:

@@ -11,7 +11,8 @@ audience the services' app registration (its client id, or ``api://<client id>``
 then take a token too, with the app role :data:`DEMO_DRIVER_ROLE`. Refusals, before anything else is read:
 
 * 401 ``invalid_token`` (with ``WWW-Authenticate: Bearer``): no token, not a bearer token, a bad
-  signature, another issuer or audience, expired or not yet valid;
+  signature, another issuer, tenant (``tid``, on Azure) or audience, an audience list, times that are not
+  numbers, expired or not yet valid;
 * 403 ``missing_role``: a valid token without the agents' app role.
 
 Locally the reporting endpoints (audit, facts, stock, faults, health) are the demo drivers' instruments
@@ -86,6 +87,8 @@ class AgentAuth:
         audience: The ``aud`` accepted, or several (any one of them).
         role: The app role required.
         max_lifetime_s: The longest ``exp - iat`` accepted, seconds.
+        tenant_id: The ``tid`` required (Entra's tokens name their tenant), or None: no ``tid`` check and
+            no ``nbf`` required (the local issuer's tokens).
     """
 
     def __init__(
@@ -96,8 +99,10 @@ class AgentAuth:
         audience: str | Sequence[str] = DEMO_SERVICES_AUDIENCE,
         role: str = AGENT_ROLE,
         max_lifetime_s: float = MAX_TOKEN_LIFETIME_S,
+        tenant_id: str | None = None,
     ) -> None:
         self._key = public_key
+        self.tenant_id = tenant_id
         self.issuer = issuer
         self.audience = audience
         self.role = role
@@ -124,6 +129,7 @@ class AgentAuth:
             audience=audiences,
             role=role,
             max_lifetime_s=MANAGED_IDENTITY_LIFETIME_S,
+            tenant_id=tenant_id,
         )
 
     @classmethod
@@ -149,7 +155,7 @@ class AgentAuth:
                 audience=self.audience,
                 issuer=self.issuer,
                 leeway=LEEWAY_S,
-                options={"require": ["exp", "iat", "iss", "aud"]},
+                options={"require": self._required()},
             )
         except jwt.ExpiredSignatureError:
             raise CallerRefused(401, "invalid_token", "the token has expired") from None
@@ -160,8 +166,8 @@ class AgentAuth:
             raise CallerRefused(401, "invalid_token", "the token is from another issuer") from None
         except jwt.PyJWTError as exc:
             raise CallerRefused(401, "invalid_token", f"the token is invalid: {type(exc).__name__}") from None
-        lifetime = claims["exp"] - claims["iat"]
-        if not isinstance(lifetime, int | float) or lifetime > self.max_lifetime_s:
+        self._check_shape(claims)
+        if claims["exp"] - claims["iat"] > self.max_lifetime_s:
             # Entra's access tokens live an hour (a managed identity's a day); a longer one was minted by
             # a signing key's holder.
             raise CallerRefused(401, "invalid_token", "the token's lifetime is too long")
@@ -169,6 +175,26 @@ class AgentAuth:
         if not isinstance(roles, list) or self.role not in roles:
             raise CallerRefused(403, "missing_role", f"the caller lacks the app role {self.role}")
         return claims
+
+    def _required(self) -> list[str]:
+        """The claims a token must carry: Entra's access tokens always carry ``nbf`` and ``tid`` too."""
+        required = ["exp", "iat", "iss", "aud"]
+        return [*required, "nbf", "tid"] if self.tenant_id is not None else required
+
+    def _check_shape(self, claims: dict[str, Any]) -> None:
+        """Refuse signed claims of the wrong shape: times that are not numbers (PyJWT reads ``"123"`` as
+        one), an audience list (an access token has one audience), another tenant's ``tid``.
+
+        Raises:
+            CallerRefused: 401 ``invalid_token``.
+        """
+        times = [claims[name] for name in ("exp", "iat", "nbf") if name in claims]
+        if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in times):
+            raise CallerRefused(401, "invalid_token", "the token's times are not numbers")
+        if not isinstance(claims["aud"], str):
+            raise CallerRefused(401, "invalid_token", "the token must name one audience")
+        if self.tenant_id is not None and claims.get("tid") != self.tenant_id:
+            raise CallerRefused(401, "invalid_token", "the token is from another tenant")
 
     def _signing_key(self, token: str) -> Any:
         """The key ``token`` must be signed with: the one key, or the JWKS's key of its ``kid``.

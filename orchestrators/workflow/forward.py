@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, TypeAlias, assert_never
 
 from orchestrators.context import WorkflowTask
 from orchestrators.workflow.attempt import Attempt, Compensate, Ended, step_error
@@ -36,6 +36,19 @@ from orderflow.results import (
     WriteFailed,
 )
 from orderflow.workflows import StepDefinition
+
+StartSettled: TypeAlias = (
+    StepStarted
+    | AwaitingDependency
+    | ReviewRejected
+    | BudgetExhausted
+    | Stopped
+    | Fenced
+    | ReviewRecorded
+    | WriteFailed
+    | HoldExpired
+)
+"""How a step's start settles, once no hold is being re-acquired: what the attempt goes on from."""
 
 
 def run_step(
@@ -95,15 +108,7 @@ def run_step(
 def _deadline(
     run: Attempt,
     step: str,
-    started: StepStarted
-    | AwaitingDependency
-    | ReviewRejected
-    | BudgetExhausted
-    | Stopped
-    | Fenced
-    | ReviewRecorded
-    | WriteFailed
-    | HoldExpired,
+    started: StartSettled,
 ) -> datetime | Compensate | Ended:
     """Where the step's timer fires once it started, or how the attempt goes on when it did not."""
     match started:
@@ -135,21 +140,7 @@ def _start_with_holds(
     previous: StepResult | None,
     *,
     fallback: bool,
-) -> Generator[
-    WorkflowTask,
-    Any,
-    StepStarted
-    | AwaitingDependency
-    | ReviewRejected
-    | BudgetExhausted
-    | Stopped
-    | Fenced
-    | ReviewRecorded
-    | WriteFailed
-    | HoldExpired
-    | Compensate
-    | Ended,
-]:
+) -> Generator[WorkflowTask, Any, StartSettled | Compensate | Ended]:
     """Start ``step`` (:func:`_start_step`); while a hold would lapse before it could finish, wait for
     the hold's re-acquisition the start sent, and start again with its answer."""
     reacquired: StepResult | None = None
@@ -199,20 +190,7 @@ def _start_step(
     *,
     fallback: bool,
     reacquired: StepResult | None = None,
-) -> Generator[
-    WorkflowTask,
-    Any,
-    StepStarted
-    | AwaitingDependency
-    | ReviewRejected
-    | BudgetExhausted
-    | Stopped
-    | Fenced
-    | ReviewRecorded
-    | WriteFailed
-    | ReacquiringHold
-    | HoldExpired,
-]:
+) -> Generator[WorkflowTask, Any, StartSettled | ReacquiringHold]:
     """Start ``step`` through :data:`START_STEP`; while the order awaits a person's review before it,
     wait for the decision and, once approved, start again. A step the claim started (and whose request
     the starter sent) is not started again: :meth:`Attempt.started_by_claim`.

@@ -4,6 +4,8 @@ environment found as azd keeps it, and what the command refuses in one line."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import time
 from pathlib import Path
 from unittest.mock import MagicMock
@@ -156,3 +158,32 @@ def test_a_deployment_is_reached_with_the_deployers_identity(monkeypatch: pytest
     assert seen == [f"Bearer token-for-{env['DEMO_SERVICES_SCOPE']}"]
     assert credential.scopes == [env["DEMO_SERVICES_SCOPE"]]
     stores.close.assert_called_once()
+
+
+def test_make_demo_azure_runs_its_command_from_a_checkout() -> None:
+    # The installed console script does not see the checkout's demo package; the make target must.
+    root = Path(__file__).resolve().parents[2]
+    dry = subprocess.run(
+        ["make", "-n", "demo-azure", "ORDERS=1", "AZD_ENV=no-such-environment"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    command = dry.stdout.replace("\\\n", " ").strip().splitlines()[-1]
+    ran = subprocess.run(
+        shlex.split(command), check=False, cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "no azd environment file" in ran.stdout + ran.stderr
+    assert "No module named" not in ran.stdout + ran.stderr
+
+
+def test_without_an_azd_environment_or_local_settings_the_command_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLIENTS", raising=False)
+    result = CliRunner().invoke(app, ["demo", "--azure", "--orders", "1"])
+    assert result.exit_code == 2
+    assert "no azd environment" in result.output

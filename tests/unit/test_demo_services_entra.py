@@ -56,6 +56,7 @@ def token(
     claims = {
         "iss": issuer,
         "aud": audience,
+        "tid": TENANT,
         "iat": now - 300,
         "nbf": now - 300,
         "exp": now + lifetime_s,
@@ -148,3 +149,45 @@ def test_the_tenant_keys_are_read_once_and_cached() -> None:
     for _ in range(3):
         assert auth.claims(f"Bearer {token()}")["aud"] == CLIENT
     assert keys.fetched == 1
+
+
+def signed(claims: dict[str, Any]) -> str:
+    return jwt.encode(claims, signing_key(), algorithm="RS256", headers={"kid": KID})
+
+
+def entra_claims(**changes: Any) -> dict[str, Any]:
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "iss": entra_issuer(TENANT),
+        "aud": CLIENT,
+        "tid": TENANT,
+        "iat": now - 300,
+        "nbf": now - 300,
+        "exp": now + 3600,
+        "roles": [AGENT_ROLE],
+    }
+    claims.update(changes)
+    return {name: value for name, value in claims.items() if value is not None}
+
+
+def test_a_well_formed_entra_token_with_its_tenant_is_accepted(client: TestClient) -> None:
+    assert reserve(client, signed(entra_claims())).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"iat": "1700000000"},  # a string where Entra writes a number: refused, not a 500
+        {"exp": str(int(time.time()) + 3600)},
+        {"tid": "11111111-2222-3333-4444-555555555555"},  # another tenant's token under this issuer
+        {"aud": [CLIENT, "api://another-app"]},  # Entra's access tokens carry one audience
+        {"nbf": None},  # Entra's access tokens always carry nbf
+    ],
+    ids=["string-iat", "string-exp", "other-tid", "aud-list", "no-nbf"],
+)
+def test_a_signed_token_with_malformed_or_foreign_claims_is_refused(
+    client: TestClient, changes: dict[str, Any]
+) -> None:
+    response = reserve(client, signed(entra_claims(**changes)))
+    assert response.status_code == 401, response.text
+    assert response.json()["error"] == "invalid_token"
