@@ -42,7 +42,7 @@ from orderflow.contracts import (
 from orderflow.dependencies import Dependencies
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.errors import IllegalTransition
-from orderflow.messages import AgentRequest, request_id_for
+from orderflow.messages import AgentRequest, bounded_message_id, request_id_for
 from orderflow.protocol.transitions import compensation
 from orderflow.records import (
     CompensationEntry,
@@ -185,7 +185,7 @@ def _send_undo_request(
     on_fallback = record.steps[data.step].fallback
     agent = step_def.fallback_agent if on_fallback and step_def.fallback_agent else step_def.agent
     deps.queues.queue(sections.queues.agent_queue(agent)).send(
-        request.to_json(), message_id=request.request_id, correlation_id=data.order_id
+        request.to_json(), message_id=bounded_message_id(request.request_id), correlation_id=data.order_id
     )
     return entry
 

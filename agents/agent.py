@@ -53,6 +53,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agents.results import check_result
 from agents.services import RemoteService
 from orderflow import telemetry, tracing
 from orderflow.breaker import DEPENDENCY_UNAVAILABLE, CircuitBreakers
@@ -75,6 +76,7 @@ from orderflow.messages import (
     AgentOutcome,
     AgentRequest,
     AgentResponse,
+    bounded_message_id,
     parse_message,
     printable_text,
     step_event_name,
@@ -186,7 +188,7 @@ def handle_request(
         **tracing.messaging_attributes(
             tracing.messaging_system(queues),
             queue_names.agent_queue(service.name),
-            message_id=request.request_id,
+            message_id=bounded_message_id(request.request_id),
         ),
     }
     with tracing.span(
@@ -232,7 +234,7 @@ def _perform(
     )
     response = _response(request, result, error, calls, completed_at=clock.now())
     queues.queue(request.reply_to).send(
-        response.to_json(), message_id=response.event_id, correlation_id=request.order_id
+        response.to_json(), message_id=bounded_message_id(response.event_id), correlation_id=request.order_id
     )
     telemetry.event(
         "agent.done",
@@ -343,7 +345,10 @@ def _call_service(
         if retry_at is not None:
             raise DependencyUnavailable(service.name, retry_at)
         calls += 1
-        return _call_once(request, service, min(agents.AGENT_CALL_TIMEOUT_S, left), breakers)
+        called_at = latest(clock)
+        result = _call_once(request, service, min(agents.AGENT_CALL_TIMEOUT_S, left), breakers)
+        check_result(request.payload, result, called_at=called_at)
+        return result
 
     def stop(state: RetryCallState) -> bool:
         # Stop when the budget is spent or the next backoff would end past the deadline.

@@ -22,7 +22,7 @@ from operator_api.decisions import apply_decision
 from orderflow import telemetry
 from orderflow.clients import ClientRegistry
 from orderflow.clock import Clock
-from orderflow.messages import REVIEW_DECISION, ReviewDecisionMessage
+from orderflow.messages import REVIEW_DECISION, ReviewDecisionMessage, bounded_message_id
 from orderflow.operator_auth import REVIEWER_ROLE, Principal
 from orderflow.protocol.transitions import requests
 from orderflow.queues.base import QueueFactory
@@ -90,7 +90,7 @@ def may_review(
 
 def review_message_id(order_id: str, step: str) -> str:
     """Stable message id of a forwarded decision: one per order and reviewed step."""
-    return f"{order_id}:{step}:review"
+    return bounded_message_id(f"{order_id}:{step}:review")
 
 
 def review_order(

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from orderflow.alerts import ReplayDoc, day_of, replay_doc_id
 from orderflow.errors import ConcurrencyConflict, NotFound
-from orderflow.messages import validate_order_key
+from orderflow.messages import MAX_MESSAGE_ID_CHARS, validate_order_key
 from orderflow.protocol.conditional import Note, update
 from orderflow.records import StateRecord
 from orderflow.stores.base import ReplayRecords, StateStore
@@ -34,8 +34,6 @@ REPLAY_ACTION = "deadletter.replay"
 """The ``action`` of a replay's timeline entry; its ``outcome`` is the replay message id."""
 
 REPLAY_MARK = ":replay:"
-MAX_MESSAGE_ID_CHARS = 128
-"""Service Bus's limit on a ``MessageId`` (UTF-16 code units)."""
 REPLAY_DIGEST_CHARS = 16
 """Hex digits of the dead letter's digest that ends a replay message id (64 bits)."""
 _REPLAYED = re.compile(rf"^(?P<base>.*){REPLAY_MARK}[0-9a-f]{{{REPLAY_DIGEST_CHARS}}}$")

@@ -15,7 +15,7 @@ from typing import Any
 from orderflow import tracing
 from orderflow.contracts import fallback_step_name, reacquire_step_name
 from orderflow.errors import IllegalTransition
-from orderflow.messages import AgentRequest, request_id_for
+from orderflow.messages import AgentRequest, bounded_message_id, request_id_for
 from orderflow.queues.base import QueueFactory
 from orderflow.records import Hold, OrderDocument, StateRecord
 from orderflow.settings import Queues
@@ -151,6 +151,6 @@ def send_step_request(
     )
     agent = step_def.fallback_agent if fallback and step_def.fallback_agent else step_def.agent
     queues.queue(queue_names.agent_queue(agent)).send(
-        request.to_json(), message_id=request_id, correlation_id=record.order_id
+        request.to_json(), message_id=bounded_message_id(request_id), correlation_id=record.order_id
     )
     return complete_by

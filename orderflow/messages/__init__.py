@@ -68,6 +68,7 @@ from orderflow.messages.inbound import (
     SubmitItem,
     SubmitOrder,
 )
+from orderflow.messages.message_ids import MAX_MESSAGE_ID_CHARS, bounded_message_id
 from orderflow.messages.parsing import (
     client_order_key,
     decode_json_object,
@@ -87,6 +88,7 @@ __all__ = [
     "INVALID_JSON",
     "INVALID_VALUE",
     "MAX_MESSAGE_BYTES",
+    "MAX_MESSAGE_ID_CHARS",
     "MAX_QUANTITY_PER_SKU",
     "MISSING_FIELD",
     "NOT_AN_OBJECT",
@@ -124,6 +126,7 @@ __all__ = [
     "SubmitItem",
     "SubmitOrder",
     "Traced",
+    "bounded_message_id",
     "client_order_key",
     "decode_json_object",
     "forbidden_character",

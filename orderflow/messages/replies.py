@@ -12,6 +12,7 @@ from orderflow.messages.envelope import Envelope
 from orderflow.messages.fields import (
     SchemaVersion,
 )
+from orderflow.messages.message_ids import bounded_message_id
 from orderflow.records import UtcDatetime
 
 
@@ -43,4 +44,4 @@ class StatusReply(Envelope):
 
 def reply_message_id(order_id: str, status: OrderStatus) -> str:
     """Stable message id of a status reply, so a re-sent reply is recognisably the same."""
-    return f"{order_id}:{status.value}"
+    return bounded_message_id(f"{order_id}:{status.value}")

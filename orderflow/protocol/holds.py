@@ -27,6 +27,9 @@ from orderflow.workflows import StepDefinition, WorkflowDefinition
 
 REACQUIRE_LIMIT = 1
 """Times one hold may be re-acquired before a lapse compensates the order."""
+HOLD_EXPIRY_SKEW_S = 30.0
+"""Seconds a hold's ``expiresAt`` may lie beyond its acquisition + the hold's lifetime (the service's clock
+may be that far ahead); a later one claims more than was asked and is not believed."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,10 @@ def uncommitted_holds(record: StateRecord) -> list[tuple[str, Hold]]:
 
 def hold_acquired(step: StepDefinition, result: dict[str, str], key: str, at: datetime) -> Hold:
     """The hold ``step`` acquired under ``key``, from its result (``holdId``, ``expiresAt``), recorded at
-    ``at`` (UTC). An answer without a readable ``expiresAt`` expires at ``at``: nothing commits against an
-    expiry nobody knows.
+    ``at`` (UTC, after the call that acquired it). An answer without a readable ``expiresAt`` expires at
+    ``at``: nothing commits against an expiry nobody knows; nor against one later than ``at`` + the hold's
+    lifetime + :data:`HOLD_EXPIRY_SKEW_S`, more than the service was asked to grant (the agent refuses
+    such an answer already: ``agents.results``).
 
     Raises:
         ValueError: ``step`` acquires no hold.
@@ -137,6 +142,8 @@ def hold_acquired(step: StepDefinition, result: dict[str, str], key: str, at: da
     try:
         expires_at = parse_utc(result["expiresAt"]) if result.get("expiresAt") else at
     except ValueError:
+        expires_at = at
+    if expires_at > at + timedelta(seconds=step.hold.lifetime_s + HOLD_EXPIRY_SKEW_S):
         expires_at = at
     return Hold(
         hold_id=result.get("holdId", ""),

@@ -14,7 +14,7 @@ from orderflow import telemetry
 from orderflow.clock import FakeClock
 from orderflow.contracts import StepResult
 from orderflow.operator_auth import Principal
-from orderflow.protocol.holds import HoldLapsed, HoldRule, ReacquireHold
+from orderflow.protocol.holds import HOLD_EXPIRY_SKEW_S, HoldLapsed, HoldRule, ReacquireHold, hold_acquired
 from orderflow.protocol.step_start import OutOfBudget, ReviewNeed, Start, StepStartDecision, decide_step_start
 from orderflow.protocol.transitions import forward, holds
 from orderflow.records import CompensationEntry, Hold, StateRecord, StepStatus, format_utc
@@ -273,3 +273,14 @@ def test_suspending_an_order_with_holds_not_committed_raises_an_alert_naming_the
     assert seen["alert.holds_expire_while_suspended"] == 1
     expires = (NOW + timedelta(seconds=30)).isoformat()
     assert f"step=authorize_payment expires_at={expires}" in caplog.text
+
+
+def test_an_expiry_later_than_the_lifetime_asked_for_is_not_believed() -> None:
+    reserve = ORDER_V6.step("reserve_inventory")
+    assert reserve.hold is not None
+    within = NOW + timedelta(seconds=reserve.hold.lifetime_s + HOLD_EXPIRY_SKEW_S)
+    kept = hold_acquired(reserve, {"holdId": "h-1", "expiresAt": format_utc(within)}, "k", NOW)
+    assert kept.expires_at == within
+    a_year = NOW + timedelta(days=365)
+    refused = hold_acquired(reserve, {"holdId": "h-1", "expiresAt": format_utc(a_year)}, "k", NOW)
+    assert refused.expires_at == NOW  # expired as recorded: nothing commits against it
