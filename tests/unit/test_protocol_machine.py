@@ -264,7 +264,9 @@ ALLOWED: dict[tuple[ProcessState, ProcessState], frozenset[Actor]] = {
     (P.PROCESSING, P.COMPENSATING): frozenset({Actor.OWNER, Actor.SUPERVISOR}),  # or the supervisor gave up
     (P.PROCESSING, P.ERROR): frozenset({Actor.OWNER}),  # past a point of no return
     (P.AWAITING_REVIEW, P.PROCESSING): frozenset({Actor.OWNER}),  # the decision is recorded
-    (P.AWAITING_REVIEW, P.PENDING): frozenset({Actor.SUPERVISOR}),  # the waiting attempt died
+    # The waiting attempt died (supervisor), or its order was suspended and its owner handed it back
+    # (release_suspended; a decision already made stays on the record for the next attempt).
+    (P.AWAITING_REVIEW, P.PENDING): frozenset({Actor.SUPERVISOR, Actor.OWNER}),
     (P.AWAITING_REVIEW, P.COMPENSATING): frozenset({Actor.SUPERVISOR}),
     (P.COMPENSATING, P.COMPENSATED): frozenset({Actor.OWNER}),
     (P.COMPENSATING, P.CANCELLED): frozenset({Actor.OWNER}),  # the undo of a client's cancel
