@@ -125,6 +125,9 @@ def _run(endpoints: LocalEndpoints, tmp_path: Path, offsets: tuple[float, float]
         "SUPERVISOR_LEASE_BLOB": f"orderflow-leases/skew{run}",
         # Both supervisors sweep: each one's clock judges the other's deadlines.
         "SUPERVISOR_LEASE_ENABLED": "false",
+        # Both starters claim, so both hosts hold attempts when a kill comes (with claim on submit, the
+        # host that received the batch of submissions would start every order itself).
+        "CLAIM_ON_SUBMIT": "false",
     }
     stores = CosmosStores.connect(
         endpoints.cosmos_endpoint, key=endpoints.cosmos_key, database=f"skew{run}", verify_tls=False
