@@ -8,6 +8,7 @@ else they fail with the command that sets that environment up; they are never sk
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ if sys.version_info < (3, 13) or importlib.util.find_spec("azure_functions_runti
         returncode=2,
     )
 
+from tests.worker.durable_http import DurableExtension  # noqa: E402
 from tests.worker.settlement import SettlementServer  # noqa: E402
 from tests.worker.worker import FunctionsWorker  # noqa: E402
 
@@ -46,3 +48,24 @@ def worker(settlement: SettlementServer) -> Iterator[FunctionsWorker]:
         yield functions_worker
     finally:
         functions_worker.stop()
+
+
+@pytest.fixture(scope="module")
+def extension_server(worker: FunctionsWorker) -> Iterator[DurableExtension]:
+    """The extension's HTTP API, knowing the app's orchestrators as the worker indexed them."""
+    names = {
+        name
+        for name, function in worker.metadata.items()
+        if any(json.loads(raw)["type"] == "orchestrationTrigger" for raw in function.raw_bindings)
+    }
+    server = DurableExtension(names)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def extension(extension_server: DurableExtension) -> DurableExtension:
+    extension_server.reset()
+    return extension_server

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,27 +46,6 @@ START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 FIRST_STEP = CURRENT_WORKFLOW.steps[0].name
 STATUS_QUERY: dict[str, str] = {}
 """The status query's parameters: the client asks for no history and no input (all default False)."""
-
-
-@pytest.fixture(scope="module")
-def extension_server(worker: FunctionsWorker) -> Iterator[DurableExtension]:
-    """The extension's HTTP API, knowing the app's orchestrators as the worker indexed them."""
-    names = {
-        name
-        for name, function in worker.metadata.items()
-        if any(json.loads(raw)["type"] == "orchestrationTrigger" for raw in function.raw_bindings)
-    }
-    server = DurableExtension(names)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def extension(extension_server: DurableExtension) -> DurableExtension:
-    extension_server.reset()
-    return extension_server
 
 
 @pytest.fixture

@@ -30,27 +30,6 @@ pytestmark = pytest.mark.unit
 FIRST_STEP = CURRENT_WORKFLOW.steps[0]
 
 
-@pytest.fixture(scope="module")
-def extension_server(worker: FunctionsWorker) -> Iterator[DurableExtension]:
-    """The extension's HTTP API, knowing the app's orchestrators as the worker indexed them."""
-    names = {
-        name
-        for name, function in worker.metadata.items()
-        if any(json.loads(raw)["type"] == "orchestrationTrigger" for raw in function.raw_bindings)
-    }
-    server = DurableExtension(names)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def extension(extension_server: DurableExtension) -> DurableExtension:
-    extension_server.reset()
-    return extension_server
-
-
 @pytest.fixture
 def deps(monkeypatch: pytest.MonkeyPatch, settlement: SettlementServer) -> Iterator[HostDeps]:
     """The intake trigger's dependencies as ``function_host.wiring`` would wire them on Azure, in memory."""
