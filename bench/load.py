@@ -27,6 +27,9 @@ TIMED_OUT = "TimedOut"
 """The outcome of an order that had not finished when the run's time limit passed."""
 
 
+POLL_BATCH = 32
+"""Replies the load generator asks for in one receive (Storage queues' most)."""
+
 TRANSIENT_PAUSE_S = 0.5
 """Pause before the load generator tries a send or receive again after a transient failure, seconds."""
 
@@ -152,9 +155,12 @@ def run_orderflow_load(
 ) -> LoadResult:
     """Submit orders through the client SDK and time each until its final reply is received.
 
-    One thread submits and polls the client's reply queue; after a receive that returned nothing it
-    waits ``idle_poll_s``, which bounds how late a reply can be noticed, or, with ``wakeup``, until that
-    event is set (a send to the reply queue was announced), at most ``idle_poll_s``.
+    One thread submits and polls the client's reply queue. Without ``wakeup`` it receives after each
+    round of sends and, when that returned nothing, sleeps ``idle_poll_s``, which bounds how late a reply
+    can be noticed. With ``wakeup`` it receives only when woken (a send to the reply queue was
+    announced), after a full batch (more may be waiting), or when ``idle_poll_s`` has passed without a
+    wake-up (one that was lost): never right after a submission nor after a batch that emptied the
+    queue, whose receives would find nothing and compete with the orders' own requests at the emulator.
 
     Args:
         client: The client; its reply queue receives the replies.
@@ -183,14 +189,22 @@ def run_orderflow_load(
     deadline = first + timeout_s
     sending = _Sending(deque(submissions), hold_until=first)
     pending, sent_at = sending.pending, sending.sent_at
+    more = False  # the last receive returned a full batch: receive again at once
     while (pending or sent_at) and clock() < deadline:
         sending.send(client, concurrency=concurrency, clock=clock, announce=announce)
+        if wakeup is not None:
+            if not more:
+                wakeup.wait(max(0.0, min(idle_poll_s, deadline - clock())))
+            # Cleared before the receive, which sees every reply sent before: a set from now on is a
+            # reply this receive may have missed.
+            wakeup.clear()
         try:
-            replies = client.poll()
+            replies = client.poll(max_messages=POLL_BATCH)
         except TransientError:  # nothing was taken (OrderflowClient.poll): read again after a pause
             sending.transient += 1
-            replies = []
             time.sleep(TRANSIENT_PAUSE_S)
+            more = True  # its wake-ups were spent on the failed receive
+            continue
         now = clock()
         for reply in replies:
             started_at = sent_at.get(reply.order_id)
@@ -200,11 +214,9 @@ def run_orderflow_load(
             latencies.append(now - started_at)
             outcomes[reply.status.value] += 1
             last = now
-        if not replies:
-            if wakeup is None:
-                time.sleep(idle_poll_s)
-            elif wakeup.wait(idle_poll_s):
-                wakeup.clear()
+        more = len(replies) >= POLL_BATCH
+        if wakeup is None and not replies:
+            time.sleep(idle_poll_s)
     if sent_at or pending:
         outcomes[TIMED_OUT] += len(sent_at) + len(pending)
     return LoadResult(

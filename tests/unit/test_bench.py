@@ -200,6 +200,62 @@ def test_a_woken_load_notices_each_reply_when_it_is_announced_not_at_its_poll() 
     assert announced == ["orders-a"] * 3  # each submission wakes the submission's loop
 
 
+class _CountingPolls:
+    """A client SDK that counts its receives and what each returned."""
+
+    def __init__(self, client: OrderflowClient) -> None:
+        self.client = client
+        self.orders_queue = client.orders_queue
+        self.polled: list[int] = []
+
+    def submit(self, order: Any) -> str:
+        return self.client.submit(order)
+
+    def poll(self, *, max_messages: int = 32) -> Any:
+        replies = self.client.poll(max_messages=max_messages)
+        self.polled.append(len(replies))
+        return replies
+
+
+def test_a_woken_load_receives_only_when_woken_never_right_after_a_submission() -> None:
+    queues = InMemoryQueueFactory()
+    client = _CountingPolls(OrderflowClient(queues, reply_queue="client-a", orders_queue="orders-a"))
+    stop, wakeup = threading.Event(), threading.Event()
+
+    def system() -> None:
+        orders = queues.queue("orders-a")
+        while not stop.is_set():
+            for message in orders.receive(max_messages=8, lock_s=30):
+                order_id = message.correlation_id or ""
+                for status in (OrderStatus.RECEIVED, OrderStatus.PROCESSED):
+                    reply = StatusReply(order_id=order_id, status=status, at=datetime.now(UTC))
+                    queues.queue("client-a").send(reply.to_json(), message_id=f"{order_id}-{status.value}")
+                    wakeup.set()  # what a devhost's announcement of the send does
+                    time.sleep(0.05)  # the final reply comes later than the first
+                orders.complete(message)
+            time.sleep(0.005)
+
+    worker = threading.Thread(target=system, daemon=True)
+    worker.start()
+    catalog = load_catalog(TPCH_FIXTURE, orders=3, stock_divisor=1)
+    try:
+        result = run_orderflow_load(
+            client,  # type: ignore[arg-type]
+            submissions(catalog.orders, run="t5", reply_to="client-a"),
+            concurrency=1,
+            timeout_s=10,
+            idle_poll_s=60,  # a lost wake-up would hold the run for a minute
+            wakeup=wakeup,
+        )
+    finally:
+        stop.set()
+        worker.join()
+    assert result.outcomes == {"Processed": 3}
+    # One receive per reply, each after its wake-up: none right after a send, none after a batch that
+    # emptied the queue.
+    assert client.polled == [1] * 6
+
+
 def test_the_load_generator_is_woken_by_sends_to_its_reply_queue_only(tmp_path: Path) -> None:
     wakeups = reply_wakeups(tmp_path, "replies-a")
     devhost = WakeupChannel(tmp_path, "devhost-1", lambda name: None)
@@ -233,9 +289,9 @@ class _Flaky:
         self._fail_once("submit")
         return self.client.submit(order)
 
-    def poll(self) -> Any:
+    def poll(self, *, max_messages: int = 32) -> Any:
         self._fail_once("poll")
-        return self.client.poll()
+        return self.client.poll(max_messages=max_messages)
 
 
 def test_a_load_whose_sends_and_receives_time_out_tries_them_again_and_loses_no_order(
