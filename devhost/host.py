@@ -192,7 +192,8 @@ class DevHost:
         if "submission" in self.roles:
             self._start_submission()
         if "listener" in self.roles:
-            self._consume(s.queues.response_queue(), self._on_response, concurrency=16)
+            # Only devhost processes send to the response and agent queues: each send is announced.
+            self._consume(s.queues.response_queue(), self._on_response, concurrency=16, announced=True)
         if "agents" in self.roles:
             for service in services:
                 self._services.append(service)
@@ -200,6 +201,7 @@ class DevHost:
                     s.queues.agent_queue(service.name),
                     agent_handler(self.deps, s, service),
                     concurrency=self.local.AGENT_CONCURRENCY,
+                    announced=True,
                 )
         if "starter" in self.roles:
             self._periodic(
@@ -352,7 +354,8 @@ class DevHost:
         )
         return retrying(self.deps.queues.queue, name)
 
-    def _consume(self, queue_name: str, handler: Any, *, concurrency: int) -> None:
+    def _consume(self, queue_name: str, handler: Any, *, concurrency: int, announced: bool = False) -> None:
+        """Consume ``queue_name``; ``announced``: only devhost processes send to it (ConsumerLoop's)."""
         s = self.settings
         self._loops.append(
             ConsumerLoop(
@@ -366,6 +369,7 @@ class DevHost:
                 max_poll_s=self.local.POLL_MAX_INTERVAL_S,
                 max_delivery_count=s.consumers.MAX_DELIVERY_COUNT,
                 wakeup=self.wakeups.event(queue_name),
+                announced=announced and self.channel is not None,
             )
         )
 

@@ -134,6 +134,12 @@ class ConsumerLoop:
         max_poll_s: Longest sleep between receives of an idle queue, seconds.
         max_delivery_count: Deliveries before a failing message is dead-lettered.
         wakeup: Set when this process sends to the queue: ends an idle sleep early (:class:`Wakeups`).
+        announced: Every sender of the queue wakes ``wakeup`` (the devhost processes announce their sends
+            to each other: :mod:`devhost.wakeup_channel`). After a receive the loop then waits for the
+            next wake-up, receiving at least every ``max_poll_s`` for one that was lost or a message made
+            visible late (a delayed send, an expired lock), instead of receiving again ``poll_s`` later:
+            that receive would find nothing, since the next message is announced when it is sent. Leave it
+            off for a queue that anyone else sends to (a client's inbound queue).
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class ConsumerLoop:
         max_poll_s: float = 0.8,
         max_delivery_count: int = 10,
         wakeup: threading.Event | None = None,
+        announced: bool = False,
     ) -> None:
         self.queue = queue
         self._wakeup = wakeup
@@ -158,6 +165,8 @@ class ConsumerLoop:
         self._lock_s = lock_s
         self._poll_s = poll_s
         self._max_poll_s = max(poll_s, max_poll_s)
+        # The wait after a receive that returned messages, or after a wake-up.
+        self._rest_s = self._max_poll_s if announced and wakeup is not None else poll_s
         self._max_delivery_count = max_delivery_count
         self._running = 0  # handlers submitted and not yet finished
         self._running_lock = threading.Lock()
@@ -216,7 +225,7 @@ class ConsumerLoop:
                     self._running += 1
                 self._pool.submit(self._handle, message)
             if messages:
-                idle_s = self._poll_s
+                idle_s = self._rest_s
                 if len(messages) == asked or self._wakeup is None:
                     continue  # perhaps more: receive again at once
             # Fewer than asked: the queue held no more then. Wait for a send (or one poll interval)
@@ -225,7 +234,7 @@ class ConsumerLoop:
             if self._wakeup is None:
                 self._stop.wait(idle_s)
             elif self._wakeup.wait(idle_s):
-                idle_s = self._poll_s
+                idle_s = self._rest_s
                 continue
             if not messages:
                 idle_s = min(self._max_poll_s, idle_s * 2)

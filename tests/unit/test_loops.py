@@ -169,3 +169,57 @@ def test_a_loop_whose_handlers_are_all_busy_sleeps_until_one_finishes() -> None:
         stop.set()
         queues.wakeups.notify_all()
         loop.join()
+
+
+class RecordingWakeup(threading.Event):
+    """A wake-up that never comes: each wait returns at once as if its time ran out, and is recorded
+    (its timeout is when the loop would receive next); the ``limit``-th wait stops the loop."""
+
+    def __init__(self, stop: threading.Event, limit: int) -> None:
+        super().__init__()
+        self._stop = stop
+        self._limit = limit
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self._limit:
+            self._stop.set()
+            return True
+        return False
+
+
+def recorded_waits(*, announced: bool) -> tuple[list[float | None], list[int]]:
+    """The loop's waits and receives after one message, then nothing, with no wake-up ever coming."""
+    queues = WakingQueueFactory(InMemoryQueueFactory(), Wakeups())
+    counting = CountingQueue(queues.queue("agent-responses-h1"))
+    queues.queue("agent-responses-h1").send("{}", message_id="r-1")
+    stop = threading.Event()
+    wakeup = RecordingWakeup(stop, limit=6)
+    loop = ConsumerLoop(
+        counting,  # type: ignore[arg-type]
+        lambda message: None,
+        stop,
+        concurrency=4,
+        poll_s=0.1,
+        max_poll_s=0.8,
+        wakeup=wakeup,
+        announced=announced,
+    )
+    loop.start()
+    loop.join(timeout_s=30.0)
+    assert not loop.is_alive()
+    return wakeup.waits, counting.received
+
+
+def test_an_announced_loop_waits_the_longest_poll_after_a_message_not_the_shortest() -> None:
+    waits, received = recorded_waits(announced=True)
+    # Every send wakes it: the next receive after the message is the lost wake-up's, max_poll_s later.
+    assert waits == [0.8] * 6
+    assert received == [1, 0, 0, 0, 0, 0]
+
+
+def test_a_loop_not_announced_polls_again_soon_after_a_message_then_backs_off_to_the_longest() -> None:
+    waits, received = recorded_waits(announced=False)
+    assert waits == [0.1, 0.1, 0.2, 0.4, 0.8, 0.8]
+    assert received == [1, 0, 0, 0, 0, 0]
