@@ -192,7 +192,6 @@ class DevHost:
         if "submission" in self.roles:
             self._start_submission()
         if "listener" in self.roles:
-            # Only devhost processes send to the response and agent queues: each send is announced.
             self._consume(s.queues.response_queue(), self._on_response, concurrency=16, announced=True)
         if "agents" in self.roles:
             for service in services:
@@ -336,6 +335,7 @@ class DevHost:
                     claim_on_submit=self._claim_on_submit,
                 ),
                 concurrency=max(1, SUBMISSION_HANDLERS // len(clients)),
+                announced=self.local.WAKEUP_INBOUND,
             )
 
     def _open_queue(self, name: str) -> MessageQueue:
@@ -355,7 +355,7 @@ class DevHost:
         return retrying(self.deps.queues.queue, name)
 
     def _consume(self, queue_name: str, handler: Any, *, concurrency: int, announced: bool = False) -> None:
-        """Consume ``queue_name``; ``announced``: only devhost processes send to it (ConsumerLoop's)."""
+        """Consume ``queue_name``; ``announced``: every sender to it announces its sends (ConsumerLoop)."""
         s = self.settings
         self._loops.append(
             ConsumerLoop(

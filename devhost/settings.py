@@ -68,6 +68,15 @@ class LocalSettings(Section):
         "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
         "receive each message as it arrives.",
     )
+    WAKEUP_INBOUND: bool = Field(
+        False,
+        description="Local host only: every client announces each send to its inbound queue in WAKEUP_DIR "
+        "as the devhost processes announce theirs (the benchmark's load generator does), so the "
+        "submission's loop, after a receive, waits for the next announcement (polling every "
+        "POLL_MAX_INTERVAL_S for a lost one) instead of receiving again POLL_INTERVAL_S later. Off "
+        "(default): a client announces nothing, and the loop polls again soon after each order. Unused on "
+        "Azure.",
+    )
     STARTER_INTERVAL_S: float = Field(
         2.0,
         gt=0,

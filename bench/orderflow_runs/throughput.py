@@ -281,6 +281,7 @@ def throughput_run(
     env.update(overrides or {})
     env.update(isolation(tag))
     env.setdefault("WAKEUP_DIR", str(run_dir / f"wakeups-{tag}"))
+    env.setdefault("WAKEUP_INBOUND", "true")  # the load generator announces each submission
     settings = Settings.load(env)
     # Create the containers once, before several processes race to.
     stores = connect_stores(endpoints, settings)

@@ -333,3 +333,63 @@ def test_a_host_built_in_a_process_of_its_own_keeps_a_clients_text_in_log_record
     ).stdout
 
     assert shown == "got m\\x1b[2J\\nX"
+
+
+class CountingReceives(InMemoryQueueFactory):
+    """In-memory queues that count each queue's receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.receives: dict[str, int] = {}
+
+    def queue(self, name: str) -> Any:
+        queue = super().queue(name)
+        receive = queue.receive
+
+        def counted(**kwargs: Any) -> Any:
+            self.receives[name] = self.receives.get(name, 0) + 1
+            return receive(**kwargs)
+
+        queue.receive = counted  # type: ignore[method-assign]
+        return queue
+
+
+def inbound_receives_after_one_order(tmp_path: Path, *, announced: bool) -> int:
+    """Receives of a client's inbound queue in the 0.3 s after its one order was taken, the loop's
+    poll 10 ms and its longest an hour, in a host with a wake-up channel."""
+    client = client_for("client-a")
+    settings, local = load_settings(
+        {},
+        HOST_ID="intake-1",
+        POLL_INTERVAL_S=0.01,
+        POLL_MAX_INTERVAL_S=3600,
+        WAKEUP_DIR=str(tmp_path),
+        WAKEUP_INBOUND=announced,
+        CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": client.reply_queue}]),
+    )
+    queues = CountingReceives()
+    host = dev_host(replace(deps(queues), settings=settings), roles=("submission",), local=local)
+    host.start()
+    try:
+        host.deps.queues.queue(client.inbound_queue).send(
+            order_body("w-1", reply_to=client.reply_queue), message_id="w-1"
+        )
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not queues.queue(client.reply_queue).peek_all():
+            time.sleep(0.01)
+        taken = queues.receives[client.inbound_queue]
+        time.sleep(0.3)
+        return queues.receives[client.inbound_queue] - taken
+    finally:
+        host.stop()
+
+
+def test_with_announced_inbound_sends_the_submission_loop_waits_for_the_next_announcement(
+    tmp_path: Path,
+) -> None:
+    assert inbound_receives_after_one_order(tmp_path, announced=True) == 0
+
+
+def test_without_announced_inbound_sends_the_submission_loop_polls_again_soon(tmp_path: Path) -> None:
+    # A client that announces nothing: its next order is found by polling, 10 ms after the last.
+    assert inbound_receives_after_one_order(tmp_path, announced=False) >= 1
