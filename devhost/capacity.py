@@ -10,37 +10,65 @@ from collections.abc import Callable
 from durabletask import client as dt_client
 
 READ_EVERY_S = 0.25
-"""Seconds a count of the running orchestrations serves before it is read again from the backend (each
-claim in between counts as one more)."""
+"""Seconds between two reads of the running orchestrations while the count stands at the limit."""
 
 
 class InFlight:
-    """Counts this process's running orchestrations for the claims made between two reads. Thread-safe.
+    """Counts this process's running orchestrations from the last read plus every claim since. Thread-safe.
+
+    The count only overstates: an orchestration that finished since the last read is still in it. So
+    ``take`` asks the backend only when the count reaches the limit (at most once per ``read_every_s``),
+    or before its first claim; below the limit no claim waits for a query. The starter, which reads the
+    backend on each of its passes anyway, hands over its read (:meth:`observe`) and its claims
+    (:meth:`add`), so the orchestrations it starts count too.
 
     Args:
         running: Reads how many orchestrations run now (a backend query).
         limit: Most orchestrations the process runs at once.
-        read_every_s: Seconds between two reads of ``running``.
+        read_every_s: Seconds between two reads of ``running`` while the count stands at ``limit``.
+        clock: Monotonic clock, seconds.
     """
 
-    def __init__(self, running: Callable[[], int], *, limit: int, read_every_s: float = READ_EVERY_S) -> None:
+    def __init__(
+        self,
+        running: Callable[[], int],
+        *,
+        limit: int,
+        read_every_s: float = READ_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._running = running
         self._limit = limit
         self._read_every_s = read_every_s
+        self._clock = clock
         self._lock = threading.Lock()
-        self._read_at = -read_every_s
+        self._read_at: float | None = None
         self._count = 0
 
     def take(self) -> bool:
         """Take room for one more orchestration: False when the process runs ``limit`` already."""
         with self._lock:
-            if time.monotonic() >= self._read_at + self._read_every_s:
+            if self._read_at is None or (
+                self._count >= self._limit and self._clock() >= self._read_at + self._read_every_s
+            ):
                 self._count = self._running()
-                self._read_at = time.monotonic()
+                self._read_at = self._clock()
             if self._count >= self._limit:
                 return False
             self._count += 1
             return True
+
+    def observe(self) -> int:
+        """Read the running orchestrations now (a backend query), count from that, and return it."""
+        with self._lock:
+            self._count = self._running()
+            self._read_at = self._clock()
+            return self._count
+
+    def add(self, claimed: int) -> None:
+        """Count ``claimed`` orchestrations started without :meth:`take` (the starter's)."""
+        with self._lock:
+            self._count += claimed
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

@@ -126,9 +126,9 @@ class DevHost:
         self.roles = check_roles(roles)
         self.lease: SupervisorLease = lease if lease is not None else NoLease()
         self.stop_event = threading.Event()
-        # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups).
+        # Sends made by this process wake its own consumer loops at once (devhost.loops.Wakeups), and
+        # through the shared directory the other devhost processes' loops (WAKEUP_DIR).
         self.wakeups = Wakeups()
-        # And, through the shared directory, the other devhost processes' loops (WAKEUP_DIR).
         self.channel: WakeupChannel | None = None
         if self.local.WAKEUP_DIR:
             self.channel = WakeupChannel(
@@ -383,13 +383,12 @@ class DevHost:
         assert self.client is not None
         handle_response(message.body, client=self.client)
 
-    def _claim_on_submit(self) -> AttemptStarts | None:
-        """Where a submission here starts its new order (None: no orchestrator here, or no room)."""
+    def _claim_on_submit(self) -> AttemptStarts | None:  # None: no orchestrator here, or no room
         return self._starts if self._starts is not None and self._in_flight.take() else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None
-        run_starter_pass(
+        report = run_starter_pass(
             states=self.deps.states,
             client=self.client,
             clock=self.deps.clock,
@@ -398,11 +397,12 @@ class DevHost:
             scans=self.settings.scans,
             queue_names=self.settings.queues,
             response_queue=self.settings.queues.response_queue(),
-            capacity=self.local.MAX_IN_FLIGHT_PER_HOST - self.running_instances(),
+            capacity=self.local.MAX_IN_FLIGHT_PER_HOST - self._in_flight.observe(),
             on_claimed=self.deps.cache.put,
             breakers=self.deps.breakers,
             first_requests=self._first_requests,
         )
+        self._in_flight.add(len(report.claimed))  # the submission's room counts them from now on
 
     def _supervisor_tick(self) -> None:
         """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""

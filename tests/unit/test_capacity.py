@@ -1,0 +1,67 @@
+"""The submission's room for one more orchestration (devhost.capacity.InFlight): the backend is asked
+before the first claim and then only while the count stands at the limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from devhost.capacity import InFlight
+
+pytestmark = pytest.mark.unit
+
+
+class Backend:
+    """Running orchestrations, with the reads of them counted."""
+
+    def __init__(self, running: int) -> None:
+        self.running = running
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.running
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_below_the_limit_no_claim_asks_the_backend_after_the_first() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=4, read_every_s=0.25, clock=clock)
+    for _ in range(3):
+        assert room.take()
+        clock.now += 10.0  # however long apart
+    assert backend.reads == 1
+
+
+def test_at_the_limit_the_backend_is_read_again_at_most_once_per_read_every_s() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
+    assert room.take() and room.take()
+    backend.running = 2
+    assert not room.take()  # read at once: the last read was at the first claim, no time has passed
+    assert backend.reads == 1
+    clock.now += 0.25
+    assert not room.take()
+    assert backend.reads == 2
+    assert not room.take()  # the same instant: the count is trusted
+    assert backend.reads == 2
+    backend.running = 1  # one finished
+    clock.now += 0.25
+    assert room.take()
+    assert backend.reads == 3
+    assert not room.take()
+
+
+def test_the_starters_read_and_claims_count_too() -> None:
+    backend, clock = Backend(running=1), Clock()
+    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
+    assert room.observe() == 1
+    room.add(2)  # the starter started two more: the process is at its limit
+    assert not room.take()
+    assert backend.reads == 1  # its own read stood in for the first claim's
