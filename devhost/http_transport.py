@@ -1,5 +1,5 @@
-"""The HTTP transport of the Azure SDK clients for a loopback endpoint: ``http.client`` keep-alive
-connections, one per thread and emulator, under the SDKs' own pipelines.
+"""The HTTP transport of the Azure SDK clients for a loopback endpoint: keep-alive connections, one per
+thread and emulator, under the SDKs' own pipelines.
 
 For a loopback endpoint (the local emulators, Azurite and cosmosdb-server) :func:`transport_for` returns
 a :class:`LoopbackTransport` instead of azure-core's default ``RequestsTransport``. Every policy of the
@@ -10,7 +10,8 @@ socket, is cheaper. ``requests`` and ``urllib3`` cost about 0.4 ms of CPU per re
 an order makes about 38 requests to the emulators (docs/benchmarks.md). ``http.client`` itself is used
 only to connect: the request's bytes are written in one piece and the answer parsed here
 (:mod:`devhost.http_wire`), since ``http.client`` formats each header with a call of its own and parses the
-answer's headers with the ``email`` package's feed parser, about a tenth of a devhost's CPU.
+answer's headers with the ``email`` package's feed parser: together about a tenth of a devhost's CPU under
+the profiler (docs/benchmarks.md).
 
 What the lean transport leaves out is what a loopback endpoint never needs: proxies and the environment
 (``HTTPS_PROXY``, netrc, CA-bundle variables), cookies, response decompression (it asks for
@@ -20,8 +21,9 @@ that finds it closed just as it went out, with no answer, is sent once more on a
 the SDK's retries see a failure). It reads every response whole, which is what the queue and Cosmos
 clients do anyway.
 
-Any other endpoint (Cosmos DB, Storage on Azure) gets None: the SDK's own transport, which honours the
-environment (an ``HTTPS_PROXY`` on Azure still applies).
+Any other endpoint (Cosmos DB, Storage on Azure) gets None: the client's default, which honours the
+environment (an ``HTTPS_PROXY`` on Azure still applies; for Cosmos DB the process's shared transport,
+:mod:`orderflow.sdk_transport`).
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ class LoopbackResponse(HttpResponse):
 
 
 class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
-    """An azure-core transport over ``http.client``, for an emulator on this machine.
+    """An azure-core transport for an emulator on this machine (``http.client`` connects,
+    :mod:`devhost.http_wire` exchanges).
 
     Thread-safe: each thread holds its own keep-alive connection per ``(scheme, host, port)``. A failed
     exchange closes its connection and raises what ``RequestsTransport`` raises for the same failure

@@ -15,6 +15,8 @@ MAX_HEAD_BYTES = 65536
 """The longest status line and header block an answer may have (bytes), as ``http.client``'s limits."""
 
 BODYLESS_METHODS = frozenset({"HEAD"})
+"""Methods whose answer has no body whatever its headers say."""
+
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 """Methods whose request without a body still says ``Content-Length: 0`` (as ``http.client`` does)."""
 
