@@ -201,12 +201,58 @@ CHOSEN: Final = AzureConfig(
     starter_period_s=30,
     trace_sampling=0.1,
     max_queue_polling_s=1.0,
+    control_queues=1,
+    log_alerts_5min=1,
+    log_alerts_15min=2,
 )
-"""What the model finds cheapest that keeps the latency target (docs/deploy.md says why each, and
-which of them ``infra/`` and ``host.json`` apply)."""
+"""What the model finds cheapest that keeps the latency target: ``infra/`` and ``host.json`` apply every
+setting (docs/deploy.md says why each, and where; tests/infra holds the template to it)."""
 
 ONE_AGENT_TRIGGER: Final = replace(CHOSEN, name="one agent trigger (not built)", agent_triggers=1)
 """The chosen template with every agent behind one trigger: one scale group instead of four."""
+
+ORDER_PATH_GROUPS: Final = frozenset({"submission", "durable", "responses", "agent-1", "agent-2", "agent-3"})
+"""The scale groups an order passes through (the timers are not on its path)."""
+
+READY_DURABLE: Final = replace(
+    CHOSEN, name="the chosen configuration, always ready: durable", always_ready=frozenset({"durable"})
+)
+"""The chosen template with one always-ready instance for the Durable group (``ALWAYS_READY=durable``)."""
+
+READY_PATH: Final = replace(
+    CHOSEN,
+    name="the chosen configuration, always ready: every group on the path",
+    always_ready=ORDER_PATH_GROUPS,
+)
+"""The chosen template with one always-ready instance for each group an order passes through."""
+
+FLEX_GROUPS: Final[Mapping[str, str]] = {
+    "submission": "function:submission_demo",
+    "durable": "durable",
+    "responses": "function:response_listener",
+    "agent-1": "function:agent_inventory",
+    "agent-2": "function:agent_payment",
+    "agent-3": "function:agent_shipping",
+    "starter": "function:starter",
+    "supervisor": "function:supervisor",
+}
+"""Each scale group of the model by the name Flex Consumption's ``alwaysReady`` gives it (``durable``, or
+``function:<name>`` for a trigger scaled on its own), for the demo client and the demo workflow's three
+agents: the values the template's ``alwaysReady`` parameter takes (docs/deploy.md)."""
+
+
+def always_ready_setting(config: AzureConfig) -> str:
+    """The template's ``alwaysReady`` parameter (``ALWAYS_READY``) for ``config``: its always-ready groups'
+    Flex names, comma-separated, in :data:`FLEX_GROUPS` order; empty for none.
+
+    Raises:
+        KeyError: ``config`` names a group :data:`FLEX_GROUPS` does not.
+    """
+    unknown = set(config.always_ready) - set(FLEX_GROUPS)
+    if unknown:
+        raise KeyError(sorted(unknown))
+    return ",".join(flex for group, flex in FLEX_GROUPS.items() if group in config.always_ready)
+
 
 VOLUMES: Final = (100_000, 1_000_000, 10_000_000)
 """Orders a month the cost is given at."""
