@@ -24,7 +24,7 @@ from bench.cost.inputs import (
     always_ready_setting,
 )
 from bench.cost.latency import order_hops, percentiles
-from bench.cost.model import orderflow_groups, orderflow_month
+from bench.cost.model import SERVICE_BUS_GROUPS, orderflow_groups, orderflow_month
 from bench.cost.prices import RATES
 from bench.cost.render import (
     BEGIN,
@@ -202,6 +202,26 @@ def _one_control_queue(counts: OrderCounts, est: Estimates) -> str:
     )
 
 
+def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
+    """The Service Bus trigger settings' bullet: what their waiting receives cost and what would move it."""
+    m = 1_000_000
+    triggers = [g for g in orderflow_groups(counts, est, CHOSEN, m) if g.name in SERVICE_BUS_GROUPS]
+    triggers += [g for g in orderflow_groups(counts, est, CHOSEN, m) if g.name.startswith("agent-")]
+    waiting = -_delta("sb_concurrent_calls", 0, m, counts, est)
+    return (
+        f"- **Service Bus trigger settings kept** (`maxConcurrentCalls` {CHOSEN.sb_concurrent_calls}, "
+        f"`clientRetryOptions.tryTimeout` {CHOSEN.sb_try_timeout_s:g} s, no prefetch; `host.json`): while "
+        "a Service Bus trigger's group has an instance up, its processor keeps that many receives waiting, "
+        f"each an operation when it comes back empty. At a million orders a month the {len(triggers)} busy "
+        f"triggers' waiting receives cost {money(waiting)} a month (none idle: the groups are at zero). A "
+        f"`tryTimeout` of 20 s would save {money(-_delta('sb_try_timeout_s', 20.0, m, counts, est))}, but a "
+        "hung call would then hold a message most of its 30 s lock "
+        "([operations.md](operations.md#hostjson-and-why)); 4 concurrent calls would save "
+        f"{money(-_delta('sb_concurrent_calls', 4, m, counts, est))} and halve what one instance takes on "
+        "before Flex scales the group out, which no figure here measures."
+    )
+
+
 def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[str]:
     """Each setting of the chosen configuration with the model's figure for it, and where the template
     applies it."""
@@ -257,8 +277,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         f"({money(orderflow_month(counts, est, CHOSEN, 0).lines['Alert rules'])} a month with the metric "
         "alerts' series). `tests/infra/test_cost_configuration.py` holds each rule's frequency and the "
         "metric alerts' series to what the model prices.",
-        "- **Service Bus settings unchanged** (`maxConcurrentCalls` 8, `tryTimeout` 10 s, no prefetch): no "
-        "meter in the model depends on them at these volumes; one instance per group serves them.",
+        _service_bus_settings(counts, est),
     ]
 
 

@@ -92,6 +92,7 @@ class Estimates:
         agent_call_s: Seconds of an agent's execution (its remote call).
         cold_start_s: Seconds a scale group at zero takes to start its first instance.
         scale_in_s: Seconds a group stays up without executions.
+        empty_receive_ops: Service Bus operations billed for a receive call that returns no message.
     """
 
     sb_ops_per_message: float = 3
@@ -116,6 +117,7 @@ class Estimates:
     agent_call_s: float = 0.08
     cold_start_s: float = 3.0
     scale_in_s: float = 300.0
+    empty_receive_ops: float = 1
 
 
 ESTIMATED: Final = Estimates()
@@ -150,6 +152,10 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "agent_call_s": "an agent's execution: its remote call to a demo service",
     "cold_start_s": "a Python Flex instance starting from zero (no published figure)",
     "scale_in_s": "how long a group stays up idle (no published figure)",
+    "empty_receive_ops": "any receive call is an operation, one that finds no message too (the Service "
+    "Bus team's blog on billing, 2018-02-09: long polling makes one call per wait instead of a tight "
+    "loop); a trigger's processor keeps `maxConcurrentCalls` receives waiting, each up to `tryTimeout` "
+    "(Azure.Messaging.ServiceBus: the processor's receive wait defaults to the retry options' TryTimeout)",
 }
 """Why each estimate is what it is (docs/deploy.md renders these)."""
 
@@ -173,6 +179,8 @@ class AzureConfig:
         metric_alert_series: Time series the metric alerts watch (one per queue they split by).
         log_alerts_5min: Log search alert rules evaluated every 5 minutes.
         log_alerts_15min: Log search alert rules evaluated every 15 minutes.
+        sb_concurrent_calls: Receives a Service Bus trigger's instance keeps waiting (``maxConcurrentCalls``).
+        sb_try_timeout_s: How long each waits for a message (``clientRetryOptions.tryTimeout``).
     """
 
     name: str
@@ -189,6 +197,8 @@ class AzureConfig:
     metric_alert_series: int = 7
     log_alerts_5min: int = 3
     log_alerts_15min: int = 0
+    sb_concurrent_calls: int = 8
+    sb_try_timeout_s: float = 10.0
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")

@@ -272,16 +272,22 @@ def test_every_group_of_the_model_has_its_flex_name() -> None:
     assert {name.removeprefix("function:") for name in FLEX_GROUPS.values()} - {"durable"} <= functions
 
 
-# --- the Durable task hub -------------------------------------------------------------------------
+# --- host.json: the task hub and the Service Bus triggers -----------------------------------------
 
 
-def check_task_hub(root: Path) -> None:
-    provider = json.loads((root / "host.json").read_text())["extensions"]["durableTask"]["storageProvider"]
+def check_host_json(root: Path) -> None:
+    extensions = json.loads((root / "host.json").read_text())["extensions"]
+    provider = extensions["durableTask"]["storageProvider"]
     assert provider.get("partitionCount", 4) == CHOSEN.control_queues, provider
+    service_bus = extensions["serviceBus"]
+    assert service_bus["maxConcurrentCalls"] == CHOSEN.sb_concurrent_calls, service_bus
+    hours, minutes, seconds = service_bus["clientRetryOptions"]["tryTimeout"].split(":")
+    try_timeout = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    assert try_timeout == CHOSEN.sb_try_timeout_s, service_bus
 
 
-def test_the_task_hub_has_the_priced_control_queues() -> None:
-    check_task_hub(ROOT)
+def test_host_json_has_the_priced_control_queues_and_service_bus_receives() -> None:
+    check_host_json(ROOT)
 
 
 # --- each check fails on a template that breaks it ------------------------------------------------
@@ -339,9 +345,24 @@ def test_a_mutated_template_fails_its_check(
         check(_deploy(infra))
 
 
-def test_a_host_json_with_the_default_partitions_fails_its_check(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("durableTask", "storageProvider", "partitionCount"), None),
+        (("serviceBus", "maxConcurrentCalls"), 16),
+        (("serviceBus", "clientRetryOptions", "tryTimeout"), "00:01:00"),
+    ],
+)
+def test_a_mutated_host_json_fails_its_check(tmp_path: Path, path: tuple[str, ...], value: Any) -> None:
     host = json.loads((ROOT / "host.json").read_text())
-    del host["extensions"]["durableTask"]["storageProvider"]["partitionCount"]
+    *parents, name = path
+    section = host["extensions"]
+    for parent in parents:
+        section = section[parent]
+    if value is None:
+        del section[name]
+    else:
+        section[name] = value
     (tmp_path / "host.json").write_text(json.dumps(host))
     with pytest.raises(AssertionError):
-        check_task_hub(tmp_path)
+        check_host_json(tmp_path)

@@ -31,6 +31,7 @@ from bench.cost.model import (
     breaker_reads,
     durable_queue_ops,
     durable_table_ops,
+    empty_receives,
     flex_cost,
     order_request_units,
     orderflow_month,
@@ -80,6 +81,16 @@ def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
     # 2,628,000 orders a month is one a second: each of 6 consultations reads with chance exp(-1).
     assert breaker_reads(2_628_000, ESTIMATED, config) == pytest.approx(2_628_000 * 6 * math.exp(-1))
     assert breaker_reads(2_628_000, ESTIMATED, replace(config, breaker_cache_s=0)) == 2_628_000 * 6
+
+
+def test_empty_receives_of_the_service_bus_triggers_while_their_groups_are_up() -> None:
+    config = AzureConfig(name="t", sb_concurrent_calls=8, sb_try_timeout_s=10)
+    busy = [Group("agent-1", 0.3, 2_628_000), Group("responses", 0.4, 2_628_000), Group("durable", 0.5, 1)]
+    # One execution a second keeps each trigger's group up (1 - exp(-300)): 8 receives every 10 s each.
+    assert empty_receives(busy, ESTIMATED, config) == pytest.approx(2 * 0.8 * 2_628_000)
+    assert empty_receives([Group("submission", 0, 0)], ESTIMATED, config) == 0
+    ready = replace(config, always_ready=frozenset({"submission"}), sb_try_timeout_s=20)
+    assert empty_receives([Group("submission", 0, 0)], ESTIMATED, ready) == pytest.approx(0.4 * 2_628_000)
 
 
 def test_flex_on_demand_and_always_ready() -> None:
