@@ -45,6 +45,8 @@ from orderflow import telemetry
 from orderflow.clients import parse_clients
 from tests.infra.bicep_model import Template
 from tests.infra.test_app_against_infra import PARAMS, ROOT, _app, app_settings
+from tests.infra.test_azd_template import ENV as AZD_ENV
+from tests.infra.test_azd_template import deploy as azd_deploy
 
 pytestmark = pytest.mark.unit
 
@@ -263,6 +265,16 @@ def test_the_priced_always_ready_rows_deploy_one_instance_per_group_they_name(co
     for entry in ready:
         group = entry["name"]
         assert group == "durable" or group.removeprefix("function:") in functions, group
+
+
+@pytest.mark.parametrize(
+    ("env", "ready"),
+    [({}, []), ({"ALWAYS_READY": "durable"}, [{"name": "durable", "instanceCount": 1}])],
+)
+def test_azd_takes_the_always_ready_groups_from_the_environment(
+    env: dict[str, str], ready: list[dict[str, Any]]
+) -> None:
+    assert always_ready_of(azd_deploy({**AZD_ENV, **env})) == ready
 
 
 def test_every_group_of_the_model_has_its_flex_name() -> None:
