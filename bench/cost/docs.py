@@ -25,7 +25,7 @@ from bench.cost.inputs import (
 )
 from bench.cost.latency import order_hops, percentiles
 from bench.cost.model import SERVICE_BUS_GROUPS, orderflow_groups, orderflow_month
-from bench.cost.prices import RATES
+from bench.cost.prices import RATES, rate
 from bench.cost.render import (
     BEGIN,
     END,
@@ -202,6 +202,29 @@ def _one_control_queue(counts: OrderCounts, est: Estimates) -> str:
     )
 
 
+def _sampling(counts: OrderCounts, est: Estimates) -> str:
+    """The trace sampling bullet: what it saves, who reads the settings, and what stays unsampled."""
+    m = 1_000_000
+    host_unsampled = m * est.host_span_bytes * (1 - CHOSEN.trace_sampling) / 1e9 * rate("log_analytics_gb")
+    return (
+        f"- **Traces sampled at {CHOSEN.trace_sampling:.0%}**, applied (app settings "
+        "`OTEL_TRACES_SAMPLER=microsoft.fixed_percentage` and "
+        f"`OTEL_TRACES_SAMPLER_ARG={CHOSEN.trace_sampling:g}` in `infra/modules/functionapp.bicep`): "
+        f"{money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. The "
+        "worker's Azure Monitor distro reads them (azure-monitor-opentelemetry 1.8, whose default "
+        "otherwise keeps up to 5 traces a second), and so does the Functions host from 4.1048.100 "
+        "(Azure/azure-functions-host pull request 11568); the sampler hashes the trace id, so an order's "
+        "trace is kept or dropped whole. Metrics are never sampled, and orderflow's events and alerts are "
+        "log records, kept whatever their trace's decision (the distro's trace-based log sampling is off "
+        "unless asked for): `tests/infra/test_cost_configuration.py` holds the template to the priced share "
+        "and shows both ([operations.md](operations.md#export)). One report (Azure/azure-functions-host "
+        "issue 11745, on Container Apps) saw the host's volume unchanged by the settings: should the host "
+        f"keep its request spans ({est.host_span_bytes:,.0f} bytes an order) unsampled, that is "
+        f"{money(host_unsampled)} a month more at a million orders; the `requests` table's volume after a "
+        "deployment tells."
+    )
+
+
 def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
     """The Service Bus trigger settings' bullet: what their waiting receives cost and what would move it."""
     m = 1_000_000
@@ -245,17 +268,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "- **Supervisor every 30 s, kept** (`SUPERVISOR_SCHEDULE` in `infra/modules/functionapp.bicep`): "
         f"every 60 s would save {money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle "
         "(its runs fit the free grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",
-        f"- **Traces sampled at {CHOSEN.trace_sampling:.0%}**, applied (app settings "
-        "`OTEL_TRACES_SAMPLER=microsoft.fixed_percentage` and "
-        f"`OTEL_TRACES_SAMPLER_ARG={CHOSEN.trace_sampling:g}` in `infra/modules/functionapp.bicep`): "
-        f"{money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. The "
-        "worker's Azure Monitor distro reads them (azure-monitor-opentelemetry 1.8, whose default "
-        "otherwise keeps up to 5 traces a second), and so does the Functions host from 4.1048.100 "
-        "(Azure/azure-functions-host pull request 11568); the sampler hashes the trace id, so an order's "
-        "trace is kept or dropped whole. Metrics are never sampled, and orderflow's events and alerts are "
-        "log records, kept whatever their trace's decision (the distro's trace-based log sampling is off "
-        "unless asked for): `tests/infra/test_cost_configuration.py` holds the template to the priced share "
-        "and shows both ([operations.md](operations.md#export)).",
+        _sampling(counts, est),
         f"- **`maxQueuePollingInterval` 1 s**, applied (`host.json`; was 2): p50 at {LOW:,} a month "
         f"{_p50('max_queue_polling_s', 2.0, counts, est):.2f} s at 2 s, "
         f"{_p50('max_queue_polling_s', 1.0, counts, est):.2f} s at 1 s, for "

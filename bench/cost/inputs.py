@@ -80,6 +80,7 @@ class Estimates:
             table writes, the history read of its replay).
         tx_per_message: Azure Storage transactions of one Durable queue message (put, get, delete).
         trace_bytes: Billed telemetry bytes per order from spans (host requests, dependencies).
+        host_span_bytes: Of ``trace_bytes``, the Functions host's request spans.
         kept_bytes: Billed telemetry bytes per order never sampled (orderflow's events, alerts, metrics).
         timer_run_bytes: Billed telemetry bytes of one timer run.
         starter_ru: Request units of one starter (sweeper) run's query.
@@ -106,6 +107,7 @@ class Estimates:
     tx_per_episode: float = 3
     tx_per_message: float = 3
     trace_bytes: float = 40_000
+    host_span_bytes: float = 11_900
     kept_bytes: float = 7_000
     timer_run_bytes: float = 1_500
     starter_ru: float = 3
@@ -139,6 +141,8 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "trace_bytes": "a demo run's console spans (2026-12-07, 30 orders): 24 worker spans per happy-path "
     "order at 979 bytes (JSON without the resource), billed about a quarter smaller: 17.6 KB; with the "
     "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
+    "host_span_bytes": "the host's request span per execution (17 an order) at 700 bytes, as in "
+    "`trace_bytes`",
     "kept_bytes": "about 12 event and alert records per order (the same run: 192 bytes of text each) at "
     "about 600 bytes billed",
     "timer_run_bytes": "a host request span and a log record or two per timer run",
