@@ -225,6 +225,23 @@ def _sampling(counts: OrderCounts, est: Estimates) -> str:
     )
 
 
+def _host_logs(counts: OrderCounts, est: Estimates) -> str:
+    """The host log levels' bullet: what the host's Information records would cost, and where what they
+    said is kept."""
+    m = 1_000_000
+    return (
+        "- **The host's Information log records off**, applied (`host.json`: `Function` and "
+        "`Host.Triggers.DurableTask` at Warning, were Information): "
+        f"{money(_delta('host_info_logs', True, m, counts, est))} a month less at a million orders, by an "
+        f"estimate no run measured ({est.host_log_bytes:,.0f} bytes an order: each execution's 'Executing' "
+        "and 'Executed' records and Durable Functions' tracking events, which no sampler drops). What they "
+        "said is kept elsewhere: each invocation's start, duration and outcome in the host's request spans "
+        "(sampled with the traces), each order's steps in orderflow's events and timeline (never sampled), "
+        "each orchestration's history in the task hub's History table; failures are logged at Error and "
+        "stay ([operations.md](operations.md#hostjson-and-why))."
+    )
+
+
 def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
     """The Service Bus trigger settings' bullet: what their waiting receives cost and what would move it."""
     m = 1_000_000
@@ -290,6 +307,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         f"({money(orderflow_month(counts, est, CHOSEN, 0).lines['Alert rules'])} a month with the metric "
         "alerts' series). `tests/infra/test_cost_configuration.py` holds each rule's frequency and the "
         "metric alerts' series to what the model prices.",
+        _host_logs(counts, est),
         _service_bus_settings(counts, est),
     ]
 

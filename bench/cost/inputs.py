@@ -81,6 +81,8 @@ class Estimates:
         tx_per_message: Azure Storage transactions of one Durable queue message (put, get, delete).
         trace_bytes: Billed telemetry bytes per order from spans (host requests, dependencies).
         host_span_bytes: Of ``trace_bytes``, the Functions host's request spans.
+        host_log_bytes: Billed telemetry bytes per order of the host's Information log records (each
+            execution's start and end, Durable Functions' tracking events), never sampled.
         kept_bytes: Billed telemetry bytes per order never sampled (orderflow's events, alerts, metrics).
         timer_run_bytes: Billed telemetry bytes of one timer run.
         starter_ru: Request units of one starter (sweeper) run's query.
@@ -108,6 +110,7 @@ class Estimates:
     tx_per_message: float = 3
     trace_bytes: float = 40_000
     host_span_bytes: float = 11_900
+    host_log_bytes: float = 38_400
     kept_bytes: float = 7_000
     timer_run_bytes: float = 1_500
     starter_ru: float = 3
@@ -143,6 +146,11 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
     "host_span_bytes": "the host's request span per execution (17 an order) at 700 bytes, as in "
     "`trace_bytes`",
+    "host_log_bytes": "no run measured them: 17 executions an order, each an 'Executing' and an "
+    "'Executed' record (category `Function`), and about 30 Durable Functions tracking events (category "
+    "`Host.Triggers.DurableTask`: the orchestration's Scheduled, Started and Awaited for each of its 7 "
+    "episodes, Listening and ExternalEventRaised for each response, Completed; each activity's "
+    "Scheduled, Started and Completed), 64 records at 600 bytes billed, as orderflow's event records",
     "kept_bytes": "about 12 event and alert records per order (the same run: 192 bytes of text each) at "
     "about 600 bytes billed",
     "timer_run_bytes": "a host request span and a log record or two per timer run",
@@ -185,6 +193,8 @@ class AzureConfig:
         log_alerts_15min: Log search alert rules evaluated every 15 minutes.
         sb_concurrent_calls: Receives a Service Bus trigger's instance keeps waiting (``maxConcurrentCalls``).
         sb_try_timeout_s: How long each waits for a message (``clientRetryOptions.tryTimeout``).
+        host_info_logs: The host exports its Information log records (``host.json``'s ``Function`` and
+            ``Host.Triggers.DurableTask`` categories at Information).
     """
 
     name: str
@@ -203,6 +213,7 @@ class AzureConfig:
     log_alerts_15min: int = 0
     sb_concurrent_calls: int = 8
     sb_try_timeout_s: float = 10.0
+    host_info_logs: bool = True
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")
@@ -218,6 +229,7 @@ CHOSEN: Final = AzureConfig(
     control_queues=1,
     log_alerts_5min=1,
     log_alerts_15min=2,
+    host_info_logs=False,
 )
 """What the model finds cheapest that keeps the latency target: ``infra/`` and ``host.json`` apply every
 setting (docs/deploy.md says why each, and where; tests/infra holds the template to it)."""

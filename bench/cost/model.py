@@ -241,7 +241,8 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     month.lines["Storage transactions"] = storage_cost(
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
     )
-    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes)
+    host_logs = est.host_log_bytes if config.host_info_logs else 0.0
+    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes + host_logs)
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
     month.lines["Alert rules"] = alerts_cost(config)
     return month

@@ -288,7 +288,11 @@ def test_every_group_of_the_model_has_its_flex_name() -> None:
 
 
 def check_host_json(root: Path) -> None:
-    extensions = json.loads((root / "host.json").read_text())["extensions"]
+    host = json.loads((root / "host.json").read_text())
+    levels = host["logging"]["logLevel"]
+    expected = "Information" if CHOSEN.host_info_logs else "Warning"
+    assert levels["Function"] == levels["Host.Triggers.DurableTask"] == expected, levels
+    extensions = host["extensions"]
     provider = extensions["durableTask"]["storageProvider"]
     assert provider.get("partitionCount", 4) == CHOSEN.control_queues, provider
     service_bus = extensions["serviceBus"]
@@ -360,15 +364,16 @@ def test_a_mutated_template_fails_its_check(
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (("durableTask", "storageProvider", "partitionCount"), None),
-        (("serviceBus", "maxConcurrentCalls"), 16),
-        (("serviceBus", "clientRetryOptions", "tryTimeout"), "00:01:00"),
+        (("logging", "logLevel", "Host.Triggers.DurableTask"), "Information"),
+        (("extensions", "durableTask", "storageProvider", "partitionCount"), None),
+        (("extensions", "serviceBus", "maxConcurrentCalls"), 16),
+        (("extensions", "serviceBus", "clientRetryOptions", "tryTimeout"), "00:01:00"),
     ],
 )
 def test_a_mutated_host_json_fails_its_check(tmp_path: Path, path: tuple[str, ...], value: Any) -> None:
     host = json.loads((ROOT / "host.json").read_text())
     *parents, name = path
-    section = host["extensions"]
+    section = host
     for parent in parents:
         section = section[parent]
     if value is None:
