@@ -1,7 +1,8 @@
-"""The template is what the cost model prices (``bench/cost``, docs/deploy.md "The configuration and
-why"): trace sampling, the alert rules' evaluation frequencies and series, always-ready instances and the
-Durable task hub's partitions. Each check runs on the real templates and on a mutated copy that must fail
-it; the sampling test shows that only traces are sampled, never orderflow's events, alerts or metrics.
+"""The template and host.json are what the cost model prices (``bench/cost``, docs/deploy.md "The
+configuration and why"): trace sampling, the alert rules' evaluation frequencies and series, always-ready
+instances, the Durable task hub's partitions, the Service Bus triggers' receives and the host's log
+levels. Each check runs on the real files and on a mutated copy that must fail it; the sampling test
+shows that only traces are sampled, never orderflow's events, alerts or metrics.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def sampler_env(template: Template) -> dict[str, str]:
     """The app settings the Azure Monitor distro (and the Functions host) read their sampler from."""
     settings = app_settings(template)
     missing = [name for name in SAMPLER_SETTINGS if name not in settings]
-    assert not missing, f"the template does not set {missing}: every trace is exported"
+    assert not missing, f"the template does not set {missing}: traces are kept at the distro's default"
     return {name: str(settings[name]) for name in SAMPLER_SETTINGS}
 
 
