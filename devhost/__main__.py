@@ -42,6 +42,7 @@ from devhost.wiring import connect_queues, connect_stores
 from orderflow.breaker import circuit_breakers
 from orderflow.clock import Clock, OffsetClock, SteadyClock, SystemClock
 from orderflow.dependencies import Dependencies
+from orderflow.heap import settle_heap
 from orderflow.queues.base import DEAD_LETTER_SUFFIX, QueueFactory
 from orderflow.queues.wire import validate_queue_name
 from orderflow.settings import Settings
@@ -332,6 +333,7 @@ def serve(
                     local_issuer=issuer,
                 )
                 host.start()  # stops what it started if it fails
+                settle_heap()
                 # "ready" is the first line: whoever started the process waits for it.
                 print(f"devhost {settings.queues.HOST_ID} ready", flush=True)
                 if host.api_url is not None:

@@ -29,6 +29,8 @@ import grpc
 import typer
 from durabletask.testing import InMemoryOrchestrationBackend
 
+from orderflow.heap import settle_heap
+
 READY = "durabletask backend ready on"
 """The line the backend prints once it serves; its last word is the address."""
 
@@ -191,6 +193,7 @@ def main(port: Annotated[int, typer.Option(help="gRPC port to listen on.")]) -> 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_set_at_end_of_input, args=(done,), daemon=True).start()
     backend = serve_backend(port)
+    settle_heap()
     print(f"{READY} {LOOPBACK}:{port}", flush=True)
     done.wait()
     backend.stop(grace=1.0)

@@ -1,5 +1,5 @@
-"""The HTTP transport of the Azure SDK clients for a loopback endpoint: ``http.client`` keep-alive
-connections, one per thread and emulator, under the SDKs' own pipelines.
+"""The HTTP transport of the Azure SDK clients for a loopback endpoint: keep-alive connections, one per
+thread and emulator, under the SDKs' own pipelines.
 
 For a loopback endpoint (the local emulators, Azurite and cosmosdb-server) :func:`transport_for` returns
 a :class:`LoopbackTransport` instead of azure-core's default ``RequestsTransport``. Every policy of the
@@ -7,7 +7,11 @@ SDK's pipeline still runs above it (the shared-key signature of each Storage req
 header, the SDK's retries, redirects, response decoding): only the last hop, bytes to and from the
 socket, is cheaper. ``requests`` and ``urllib3`` cost about 0.4 ms of CPU per request on top of
 ``http.client`` (preparing and merging the request, cookie jars, hooks, the connection pool's checks);
-an order makes about 38 requests to the emulators (docs/benchmarks.md).
+an order makes about 38 requests to the emulators (docs/benchmarks.md). ``http.client`` itself is used
+only to connect: the request's bytes are written in one piece and the answer parsed here
+(:mod:`devhost.http_wire`), since ``http.client`` formats each header with a call of its own and parses the
+answer's headers with the ``email`` package's feed parser: together about a tenth of a devhost's CPU under
+the profiler (docs/benchmarks.md).
 
 What the lean transport leaves out is what a loopback endpoint never needs: proxies and the environment
 (``HTTPS_PROXY``, netrc, CA-bundle variables), cookies, response decompression (it asks for
@@ -17,8 +21,9 @@ that finds it closed just as it went out, with no answer, is sent once more on a
 the SDK's retries see a failure). It reads every response whole, which is what the queue and Cosmos
 clients do anyway.
 
-Any other endpoint (Cosmos DB, Storage on Azure) gets None: the SDK's own transport, which honours the
-environment (an ``HTTPS_PROXY`` on Azure still applies).
+Any other endpoint (Cosmos DB, Storage on Azure) gets None: the client's default, which honours the
+environment (an ``HTTPS_PROXY`` on Azure still applies; for Cosmos DB the process's shared transport,
+:mod:`orderflow.sdk_transport`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from azure.core.pipeline import Pipeline
 from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTransport
 from azure.core.utils import case_insensitive_dict
 
+from devhost.http_wire import Answer, Wire, request_bytes
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 DEFAULT_CONNECTION_TIMEOUT_S = 300.0
@@ -65,21 +72,20 @@ def is_loopback(url: str) -> bool:
 
 
 class LoopbackResponse(HttpResponse):
-    """A response read whole from an ``http.client`` connection.
+    """A response read whole from a loopback connection.
 
     Args:
         request: The request it answers.
-        response: The ``http.client`` response, its body already read.
-        body: That body.
+        answer: The parsed answer, its body read whole.
     """
 
-    def __init__(self, request: HttpRequest, response: http.client.HTTPResponse, body: bytes) -> None:
-        super().__init__(request, response)
-        self.status_code = response.status
-        self.headers = case_insensitive_dict(response.getheaders())
-        self.reason = response.reason
+    def __init__(self, request: HttpRequest, answer: Answer) -> None:
+        super().__init__(request, answer)
+        self.status_code = answer.status
+        self.headers = case_insensitive_dict(answer.headers)
+        self.reason = answer.reason
         self.content_type = self.headers.get("Content-Type")
-        self._body = body
+        self._body = answer.body
 
     def body(self) -> bytes:
         """The whole body, bytes."""
@@ -94,7 +100,8 @@ class LoopbackResponse(HttpResponse):
 
 
 class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
-    """An azure-core transport over ``http.client``, for an emulator on this machine.
+    """An azure-core transport for an emulator on this machine (``http.client`` connects,
+    :mod:`devhost.http_wire` exchanges).
 
     Thread-safe: each thread holds its own keep-alive connection per ``(scheme, host, port)``. A failed
     exchange closes its connection and raises what ``RequestsTransport`` raises for the same failure
@@ -165,53 +172,47 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         key: _Key = (scheme, url.hostname or "127.0.0.1", url.port or (443 if scheme == "https" else 80))
         read_timeout = float(kwargs.get("read_timeout") or self.read_timeout_s)
         target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        connection, reused = self._connection(key, kwargs)
+        data = request_bytes(request.method, target, key, request.headers, body)
+        kept, reused = self._connection(key, kwargs)
         try:
-            return self._exchange(key, connection, request, target=target, body=body, timeout=read_timeout)
+            return self._exchange(key, kept, request, data, timeout=read_timeout)
         except _CLOSED_BY_SERVER as exc:
             if not reused:
                 raise ServiceResponseError(exc, error=exc) from exc
         # The emulator closed the kept-alive connection as the request went out (it had not answered):
         # once more on a new connection, as a browser does. The SDK's retries come after this one.
-        connection, _ = self._connection(key, kwargs)
+        kept, _ = self._connection(key, kwargs)
         try:
-            return self._exchange(key, connection, request, target=target, body=body, timeout=read_timeout)
+            return self._exchange(key, kept, request, data, timeout=read_timeout)
         except _CLOSED_BY_SERVER as exc:
             raise ServiceResponseError(exc, error=exc) from exc
 
     def _exchange(
-        self,
-        key: _Key,
-        connection: http.client.HTTPConnection,
-        request: HttpRequest,
-        *,
-        target: str,
-        body: bytes | None,
-        timeout: float,
+        self, key: _Key, kept: _Kept, request: HttpRequest, data: bytes, *, timeout: float
     ) -> LoopbackResponse:
-        """One request and its answer on ``connection``; a failed one closes it.
+        """One request (``data``, its bytes) and its answer on ``kept``; a failed one closes it, and so
+        does an answer that ends its connection.
 
         Raises:
             ServiceResponseError / ServiceResponseTimeoutError: the exchange failed; one of
                 :data:`_CLOSED_BY_SERVER` as it is, for :meth:`send` to decide.
         """
         try:
-            assert connection.sock is not None
-            connection.sock.settimeout(timeout)
-            connection.request(request.method, target, body=body, headers=dict(request.headers))
-            answer = connection.getresponse()
-            return LoopbackResponse(request, answer, answer.read())
+            answer = kept.wire.exchange(data, request.method, timeout=timeout)
         except _CLOSED_BY_SERVER:
-            self._drop(key, connection)
+            self._drop(key, kept.connection)
             raise
         except TimeoutError as exc:
-            self._drop(key, connection)
+            self._drop(key, kept.connection)
             raise ServiceResponseTimeoutError(exc, error=exc) from exc
         except (OSError, http.client.HTTPException) as exc:
-            self._drop(key, connection)
+            self._drop(key, kept.connection)
             raise ServiceResponseError(exc, error=exc) from exc
+        if answer.closes:
+            self._drop(key, kept.connection)
+        return LoopbackResponse(request, answer)
 
-    def _connection(self, key: _Key, options: dict[str, Any]) -> tuple[http.client.HTTPConnection, bool]:
+    def _connection(self, key: _Key, options: dict[str, Any]) -> tuple[_Kept, bool]:
         """This thread's open connection to ``key`` and whether it served a request before: kept, or new
         when there was none or the server closed it while it was idle."""
         connections: dict[_Key, _Kept] | None = getattr(self._local, "connections", None)
@@ -219,14 +220,14 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
             connections = self._local.connections = {}
         kept = connections.get(key)
         if kept is not None and kept.reusable():
-            return kept.connection, True
+            return kept, True
         if kept is not None:
             self._drop(key, kept.connection)
         connection = self._connect(key, options)
-        connections[key] = _Kept(connection)
+        kept = connections[key] = _Kept(connection)
         with self._lock:
             self._open.add(connection)
-        return connection, False
+        return kept, False
 
     def _connect(self, key: _Key, options: dict[str, Any]) -> http.client.HTTPConnection:
         scheme, host, port = key
@@ -284,6 +285,9 @@ class _Kept:
         self, connection: http.client.HTTPConnection, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.connection = connection
+        if connection.sock is None:
+            raise ValueError("a kept connection must be connected")
+        self.wire = Wire(connection.sock)
         self._clock = clock
         self._handed_out_at = clock()
         self._poll = select.poll()

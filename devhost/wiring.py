@@ -31,7 +31,7 @@ def connect_queues(connections: Connections, clients: Clients) -> StorageQueueFa
 def connect_stores(connections: Connections) -> CosmosStores:
     """The Cosmos DB state and order stores as :func:`orderflow.wiring.connect_stores` connects them,
     over a :class:`~devhost.http_transport.LoopbackTransport` when ``COSMOS_ENDPOINT`` is a loopback
-    emulator (azure-core's default transport otherwise).
+    emulator (the process's shared transport otherwise, :mod:`orderflow.sdk_transport`).
 
     Raises:
         ValueError: the endpoint or key is empty.

@@ -93,6 +93,9 @@ param maxSubmissionBacklog int = 5000
 @description('E-mail address the alerts notify; empty creates the alert rules without an action group.')
 param alertEmail string = ''
 
+@description('Flex Consumption groups given one always-ready instance each, comma-separated: durable (orchestrations and activities), function:submission_<client>, function:response_listener, function:agent_<agent>, function:starter, function:supervisor. Empty (the default): every group scales from zero; each instance adds to the idle month what docs/deploy.md says.')
+param alwaysReady string = ''
+
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -330,6 +333,7 @@ module functionApp 'modules/functionapp.bicep' = {
     operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
     operatorAudience: operatorApiAudience
     consoleClientId: empty(operatorApiAudience) ? '' : operatorConsoleClientId
+    alwaysReadyGroups: empty(alwaysReady) ? [] : split(alwaysReady, ',')
   }
 }
 

@@ -37,8 +37,8 @@ def connect_stores(
     connections: Connections, *, transport: HttpTransport[HttpRequest, HttpResponse] | None = None
 ) -> CosmosStores:
     """The Cosmos DB state and order stores from ``COSMOS_ENDPOINT`` / ``COSMOS_KEY`` (an emulator's key:
-    the database and containers are created when missing), over ``transport`` (None: azure-core's
-    default; see :meth:`CosmosStores.connect`).
+    the database and containers are created when missing), over ``transport`` (None: the process's
+    shared one; see :meth:`CosmosStores.connect`).
 
     Raises:
         ValueError: the endpoint or key is empty (managed identity comes with the Azure host).

@@ -14,13 +14,18 @@ from bench.cost.inputs import (
     ESTIMATED,
     MEASURED,
     MEASURED_BASIS,
+    ONE_AGENT_TRIGGER,
+    ORDER_PATH_GROUPS,
+    READY_DURABLE,
+    READY_PATH,
     VOLUMES,
     Estimates,
     OrderCounts,
+    always_ready_setting,
 )
 from bench.cost.latency import order_hops, percentiles
-from bench.cost.model import orderflow_month
-from bench.cost.prices import RATES
+from bench.cost.model import SERVICE_BUS_GROUPS, orderflow_groups, orderflow_month
+from bench.cost.prices import RATES, rate
 from bench.cost.render import (
     BEGIN,
     END,
@@ -65,7 +70,28 @@ def _cost_table(fig: dict[str, Any]) -> list[str]:
     return _table(header, rows)
 
 
-def _verdict(fig: dict[str, Any]) -> list[str]:
+def _held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Estimates) -> str:
+    """Why the cost at a million orders a month stays above the target: the term and what moves it."""
+    flex = fig["chosen_meters_at_1m"]["Flex memory time"]
+    shares = [
+        g.busy_share for g in orderflow_groups(counts, est, CHOSEN, 1_000_000) if g.name in ORDER_PATH_GROUPS
+    ]
+    one_trigger = fig["cost"][f"orderflow, {ONE_AGENT_TRIGGER.name}"]["per_million"]["1,000,000"]
+    return (
+        f"**not met: {money(at_1m)} is the best figure of this template.** The term holding it above "
+        f"{money(TARGET_PER_MILLION)} is Flex memory time, {money(flex)}: each of the "
+        f"{len(ORDER_PATH_GROUPS)} scale groups an order passes through (the submission, the Durable group, "
+        "the response listener, one per agent) is billed at least 1,000 ms of 512 MB per active period, "
+        f"and at a million orders a month (one every 2.6 s) each group's instance is billed "
+        f"{min(shares):.0%}–{max(shares):.0%} of the month whatever its code takes. Every other meter "
+        f"together comes to {money(at_1m - flex)}. One agent trigger instead of four would take two "
+        f"groups off an order's path ({money(one_trigger)}, the table's *one agent trigger* row), still "
+        "above the target, and would give up the per-agent queues, the bulkhead that keeps one failing "
+        "service's requests from holding up the other agents'; the template keeps them."
+    )
+
+
+def _verdict(fig: dict[str, Any], counts: OrderCounts, est: Estimates) -> list[str]:
     chosen = fig["cost"][f"orderflow, {CHOSEN.name}"]
     at_1m = chosen["per_million"]["1,000,000"]
     p50 = fig["latency_s"][CHOSEN.name][f"{LOW:,} a month"][0]
@@ -79,29 +105,15 @@ def _verdict(fig: dict[str, Any]) -> list[str]:
         or ["neither"]
         for volume in ("1,000,000", "10,000,000")
     }
-    meters = sorted(fig["chosen_meters_at_1m"].items(), key=lambda kv: -kv[1])[:3]
-    held = ", ".join(f"{name} {money(usd)}" for name, usd in meters)
     idle_meters = sorted(fig["chosen_meters_idle"].items(), key=lambda kv: -kv[1])
     idle = ", ".join(f"{name} {money(usd)}" for name, usd in idle_meters)
-    flex = fig["chosen_meters_at_1m"]["Flex memory time"]
-    counts = fig["counts"]
-    writes = counts["state_creates"] + counts["state_replaces"]
     return [
         f"- **Cost at a million orders a month: {money(at_1m)} per million**, "
         f"target {money(TARGET_PER_MILLION)}: "
-        + (
-            "met."
-            if at_1m <= TARGET_PER_MILLION
-            else f"**not met**; the terms holding it are {held}. Flex memory time is the one the "
-            f"configuration moves; every other meter together comes to {money(at_1m - flex)}, so no "
-            "setting of the template brings the total under the target while each order sends "
-            f"{counts['messages']:g} Service Bus messages, makes {writes:g} state writes and runs its "
-            "Durable Functions history through Azure Storage."
-        ),
+        + ("met." if at_1m <= TARGET_PER_MILLION else _held_above(fig, at_1m, counts, est)),
         f"- **Idle: {money(chosen['idle_month'])} a month**, target {money(TARGET_IDLE)}: "
         + ("met" if chosen["idle_month"] <= TARGET_IDLE else "**not met**")
-        + f" ({idle}; Service Bus Standard is needed for duplicate detection, and the alert rules are "
-        "the lever: [below](#the-configuration-and-why)).",
+        + f" ({idle}; Service Bus Standard, needed for duplicate detection, is most of it).",
         f"- **Modelled p50 at {LOW:,} orders a month: {p50:.2f} s**, target {TARGET_P50_S:.0f} s: "
         + ("met." if p50 <= TARGET_P50_S else "**not met**."),
         "- Dearer than orderflow by this model, of the hosted workflow engines: at a million orders a month "
@@ -129,65 +141,174 @@ def _delta(field: str, value: Any, orders: float, counts: OrderCounts, est: Esti
 
 
 def _delta_alerts(counts: OrderCounts, est: Estimates) -> float:
-    """USD a month the chosen configuration would save with two log alerts evaluated every 15 minutes."""
-    fewer = replace(
-        CHOSEN, log_alerts_5min=CHOSEN.log_alerts_5min - 2, log_alerts_15min=CHOSEN.log_alerts_15min + 2
+    """USD a month the chosen configuration saves over its two 15-minute log alerts run every 5 minutes."""
+    every_5 = replace(
+        CHOSEN, log_alerts_5min=CHOSEN.log_alerts_5min + 2, log_alerts_15min=CHOSEN.log_alerts_15min - 2
     )
-    return orderflow_month(counts, est, CHOSEN, 0).total - orderflow_month(counts, est, fewer, 0).total
+    return orderflow_month(counts, est, every_5, 0).total - orderflow_month(counts, est, CHOSEN, 0).total
+
+
+def _first_after_idle(fig: dict[str, Any], name: str) -> float:
+    return float(fig["latency_s"][name]["first order after idle"][0])
+
+
+def _always_ready(fig: dict[str, Any]) -> str:
+    def idle(name: str) -> float:
+        return float(fig["cost"][f"orderflow, {name}"]["idle_month"])
+
+    def at_1m(name: str) -> float:
+        return float(fig["cost"][f"orderflow, {name}"]["per_million"]["1,000,000"])
+
+    base = idle(CHOSEN.name)
+    return (
+        "- **Always-ready instances: a parameter, off by default** (`alwaysReady` in `infra/main.bicep`, "
+        "`ALWAYS_READY` in azd's environment: Flex group names, comma-separated, one instance each in "
+        "`infra/modules/functionapp.bicep`'s `scaleAndConcurrency.alwaysReady`). An always-ready instance "
+        "bills its memory all month, busy or not, and runs its executions at a lower rate with no free "
+        "grant, so a group busy more than 40% of the month costs no more with one. The choice is latency "
+        "after an idle spell against the idle month (the tables' *always ready* rows): "
+        f"`ALWAYS_READY={always_ready_setting(READY_DURABLE)}` takes the first order after idle from "
+        f"{_first_after_idle(fig, CHOSEN.name):.1f} s to {_first_after_idle(fig, READY_DURABLE.name):.1f} s "
+        f"for {money(idle(READY_DURABLE.name) - base)} a month more idle (its baseline and the Durable "
+        "group's polls, which then never stop), and about the same at a million orders a month "
+        f"({money(at_1m(READY_DURABLE.name))} per million); every group on the path, "
+        f"`ALWAYS_READY={always_ready_setting(READY_PATH)}` (the demo client's submission and the demo "
+        f"workflow's agents), takes it to {_first_after_idle(fig, READY_PATH.name):.2f} s for "
+        f"{money(idle(READY_PATH.name) - base)} a month more idle, over the idle target. Each other client's "
+        "submission is `function:submission_<client>` and each other agent `function:agent_<agent>`."
+    )
 
 
 def _p50(config_field: str, value: Any, counts: OrderCounts, est: Estimates) -> float:
     return percentiles(order_hops(counts, est, replace(CHOSEN, **{config_field: value}), LOW))[0]
 
 
-def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[str]:
-    """Each setting of the chosen configuration with the model's figure for it."""
+def _one_control_queue(counts: OrderCounts, est: Estimates) -> str:
+    """The partition count's bullet: what one control queue saves and the throughput it leaves."""
     m = 1_000_000
+    return (
+        f"- **One control queue**, applied (`partitionCount` {CHOSEN.control_queues} in `host.json`; the "
+        f"default is {CURRENT.control_queues}): "
+        f"{money(_delta('control_queues', CURRENT.control_queues, m, counts, est))} a month less at a "
+        "million orders (the Durable group's empty polls and the scale controller's, two queues instead of "
+        "five) and "
+        f"{money(_delta('control_queues', CURRENT.control_queues, 0, counts, est))} idle. The trade-off is "
+        "throughput: one partition lets one instance at a time run orchestration episodes (activities still "
+        "scale out). orderflow's episodes took about 6.4 ms of CPU per order locally (14% of the scheduler "
+        "devhost's 45.8 ms, docs/benchmarks.md), so ten million orders a month (3.8 a second) ask about "
+        "24 ms a second of that instance; Microsoft's Azure Storage provider page says few partitions give "
+        "great orchestration throughput when the work is in activities, and has a new task hub created to "
+        "change the count: a deployment whose task hub exists takes it with a new `TASK_HUB_NAME`."
+    )
+
+
+def _sampling(counts: OrderCounts, est: Estimates) -> str:
+    """The trace sampling bullet: what it saves, who reads the settings, and what stays unsampled."""
+    m = 1_000_000
+    host_unsampled = m * est.host_span_bytes * (1 - CHOSEN.trace_sampling) / 1e9 * rate("log_analytics_gb")
+    return (
+        f"- **Traces sampled at {CHOSEN.trace_sampling:.0%}**, applied (app settings "
+        "`OTEL_TRACES_SAMPLER=microsoft.fixed_percentage` and "
+        f"`OTEL_TRACES_SAMPLER_ARG={CHOSEN.trace_sampling:g}` in `infra/modules/functionapp.bicep`): "
+        f"{money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. The "
+        "worker's Azure Monitor distro reads them (azure-monitor-opentelemetry 1.8, whose default "
+        "otherwise keeps up to 5 traces a second), and so does the Functions host from 4.1048.100 "
+        "(Azure/azure-functions-host pull request 11568); the sampler hashes the trace id, so an order's "
+        "trace is kept or dropped whole. Metrics are never sampled, and orderflow's events and alerts are "
+        "log records, kept whatever their trace's decision (the distro's trace-based log sampling is off "
+        "unless asked for): `tests/infra/test_cost_configuration.py` holds the template to the priced share "
+        "and shows both ([operations.md](operations.md#export)). One report (Azure/azure-functions-host "
+        "issue 11745, on Container Apps) saw the host's volume unchanged by the settings: should the host "
+        f"keep its request spans ({est.host_span_bytes:,.0f} bytes an order) unsampled, that is "
+        f"{money(host_unsampled)} a month more at a million orders; the `requests` table's volume after a "
+        "deployment tells."
+    )
+
+
+def _host_logs(counts: OrderCounts, est: Estimates) -> str:
+    """The host log levels' bullet: what the host's Information records would cost, and where what they
+    said is kept."""
+    m = 1_000_000
+    return (
+        "- **The host's Information log records off**, applied (`host.json`: `Function` and "
+        "`Host.Triggers.DurableTask` at Warning, were Information): "
+        f"{money(_delta('host_info_logs', True, m, counts, est))} a month less at a million orders, by an "
+        f"estimate no run measured ({est.host_log_bytes:,.0f} bytes an order: each execution's 'Executing' "
+        "and 'Executed' records and Durable Functions' tracking events, which no sampler drops). What they "
+        "said is kept elsewhere: each invocation's start, duration and outcome in the host's request spans "
+        "(sampled with the traces), each order's steps in orderflow's events and timeline (never sampled), "
+        "each orchestration's history in the task hub's History table; failures are logged at Error and "
+        "stay ([operations.md](operations.md#hostjson-and-why))."
+    )
+
+
+def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
+    """The Service Bus trigger settings' bullet: what their waiting receives cost and what would move it."""
+    m = 1_000_000
+    triggers = [g for g in orderflow_groups(counts, est, CHOSEN, m) if g.name in SERVICE_BUS_GROUPS]
+    triggers += [g for g in orderflow_groups(counts, est, CHOSEN, m) if g.name.startswith("agent-")]
+    waiting = -_delta("sb_concurrent_calls", 0, m, counts, est)
+    return (
+        f"- **Service Bus trigger settings kept** (`maxConcurrentCalls` {CHOSEN.sb_concurrent_calls}, "
+        f"`clientRetryOptions.tryTimeout` {CHOSEN.sb_try_timeout_s:g} s, no prefetch; `host.json`): while "
+        "a Service Bus trigger's group has an instance up, its processor keeps that many receives waiting, "
+        f"each an operation when it comes back empty. At a million orders a month the {len(triggers)} busy "
+        f"triggers' waiting receives cost {money(waiting)} a month (none idle: the groups are at zero). A "
+        f"`tryTimeout` of 20 s would save {money(-_delta('sb_try_timeout_s', 20.0, m, counts, est))}, but a "
+        "hung call would then hold a message most of its 30 s lock "
+        "([operations.md](operations.md#hostjson-and-why)); 4 concurrent calls would save "
+        f"{money(-_delta('sb_concurrent_calls', 4, m, counts, est))} and halve what one instance takes on "
+        "before Flex scales the group out, which no figure here measures."
+    )
+
+
+def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[str]:
+    """Each setting of the chosen configuration with the model's figure for it, and where the template
+    applies it."""
+    m = 1_000_000
+    fig = figures(counts, est)
     return [
-        f"- **Instance memory 512 MB** (was {CURRENT.memory_mb:,}; `infra/modules/functionapp.bicep`): "
-        f"{money(_delta('memory_mb', 2048, m, counts, est))} "
+        f"- **Instance memory 512 MB**, applied (`instanceMemoryMB` in `infra/modules/functionapp.bicep`; "
+        f"was {CURRENT.memory_mb:,}): {money(_delta('memory_mb', 2048, m, counts, est))} "
         "a month less at a million orders (memory time scales with it). The worker's import footprint is "
         "111 MB (the app imported, `ru_maxrss`), and the local processes running the same roles peaked at "
         "130 MB (the scheduler roles) and 126 MB (the submission and the agents) in a 40-order demo on 2 "
         "processes (2026-12-07, `ps` every 3 s; `make bench` does not record memory). That leaves about "
         "380 MB of a 512 MB instance to the Functions host; watch the app's memory working set and go back "
         "to 2,048 if an instance runs short.",
-        f"- **Claim on submit, the starter a {CHOSEN.starter_period_s:g} s sweeper** (`CLAIM_ON_SUBMIT`; "
-        f"`STARTER_SCHEDULE` was every {CURRENT.starter_period_s:g} s): the idle month is "
+        f"- **Claim on submit, the starter a {CHOSEN.starter_period_s:g} s sweeper**, applied (app settings "
+        "in `infra/modules/functionapp.bicep`: `CLAIM_ON_SUBMIT` true, `STARTER_SCHEDULE` "
+        f"`*/30 * * * * *`, was every {CURRENT.starter_period_s:g} s): the idle month is "
         f"{money(_delta('starter_period_s', CURRENT.starter_period_s, 0, counts, est))} less (the sweeper's "
         "runs fit the free grant at 512 MB), and the starter's wait leaves the order's path: the latency "
-        "table's rows with the starter claiming every 5 s against the chosen ones. The template takes both "
-        "with the submission's claim (`CLAIM_ON_SUBMIT` true, `STARTER_SCHEDULE` `*/30 * * * * *`).",
-        "- **Supervisor every 30 s, kept**: every 60 s would save "
-        f"{money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle (its runs fit the free "
-        "grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",
-        f"- **Traces sampled at 10%** (alerts, events and metrics kept): "
-        f"{money(_delta('trace_sampling', 1.0, m, counts, est))} a month less at a million orders. "
-        "*Not yet in "
-        "the template*: the app settings `OTEL_TRACES_SAMPLER=microsoft.fixed_percentage` and "
-        "`OTEL_TRACES_SAMPLER_ARG=0.1` ([operations.md](operations.md#export)).",
-        f"- **`maxQueuePollingInterval` 1 s** (was 2; `host.json`): p50 at {LOW:,} a month "
+        "table's rows with the starter claiming every 5 s against the chosen ones.",
+        "- **Supervisor every 30 s, kept** (`SUPERVISOR_SCHEDULE` in `infra/modules/functionapp.bicep`): "
+        f"every 60 s would save {money(-_delta('supervisor_period_s', 60, 0, counts, est))} a month idle "
+        "(its runs fit the free grant at 512 MB) and let a stuck order wait 30 s longer for recovery.",
+        _sampling(counts, est),
+        f"- **`maxQueuePollingInterval` 1 s**, applied (`host.json`; was 2): p50 at {LOW:,} a month "
         f"{_p50('max_queue_polling_s', 2.0, counts, est):.2f} s at 2 s, "
         f"{_p50('max_queue_polling_s', 1.0, counts, est):.2f} s at 1 s, for "
         f"{money(-_delta('max_queue_polling_s', 2.0, m, counts, est))} a month more empty polls at a "
         "million.",
+        _one_control_queue(counts, est),
         "- **Four agent triggers, kept**: one trigger for every agent would be one scale group instead of "
         f"three busy ones, {money(-_delta('agent_triggers', 1, m, counts, est))} a month less at a million "
         "orders (the table's *one agent trigger* row); it needs one agent queue and a dispatch by message, "
-        "which is not built.",
-        "- **No always-ready instance**: one for the Durable group removes its cold start after an idle "
-        f"spell but costs {money(_delta('always_ready', frozenset({'durable'}), 0, counts, est))} a month "
-        "idle, which the idle target cannot hold beside the Service Bus base charge.",
-        "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`): 5 s would save "
+        "and gives up the per-agent queues' bulkhead.",
+        _always_ready(fig),
+        "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`, its default): 5 s would save "
         f"{money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
         "breaker another host opened go unseen 4 s longer.",
-        "- **Alert rules unchanged**: the three log search alerts run every 5 minutes "
+        "- **The two log alerts whose window is 15 minutes evaluated every 15 minutes**, applied (stuck "
+        "orders and retry budget exhausted, `evaluationFrequency` in `infra/modules/alerts.bicep`): "
+        f"{money(_delta_alerts(counts, est))} a month less, idle or not, and an operator hears of either up "
+        "to 10 minutes later; compensation failed stays every 5 minutes "
         f"({money(orderflow_month(counts, est, CHOSEN, 0).lines['Alert rules'])} a month with the metric "
-        "alerts' series). Evaluating the two whose window is 15 minutes (stuck orders, retry budget) every "
-        f"15 minutes would save {money(_delta_alerts(counts, est))} a month and tell an operator up to 10 "
-        "minutes later; no infrastructure test holds alert frequencies, so the template keeps them.",
-        "- **Service Bus settings unchanged** (`maxConcurrentCalls` 8, `tryTimeout` 10 s, no prefetch): no "
-        "meter in the model depends on them at these volumes; one instance per group serves them.",
+        "alerts' series). `tests/infra/test_cost_configuration.py` holds each rule's frequency and the "
+        "metric alerts' series to what the model prices.",
+        _host_logs(counts, est),
+        _service_bus_settings(counts, est),
     ]
 
 
@@ -220,7 +341,7 @@ def section(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> str:
     """The whole cost section of docs/deploy.md, markers included."""
     fig = figures(counts, est)
     lines = [BEGIN, INTRO, "", "### What it comes to", ""]
-    lines += [*_cost_table(fig), "", *_verdict(fig)]
+    lines += [*_cost_table(fig), "", *_verdict(fig, counts, est)]
     lines += ["", "### The chosen configuration's meters at a million orders a month", ""]
     lines += _table(["meter", "USD a month"], [[k, money(v)] for k, v in fig["chosen_meters_at_1m"].items()])
     lines += ["", "### Latency on Azure: a model, not a measurement", ""]

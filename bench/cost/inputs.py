@@ -80,6 +80,9 @@ class Estimates:
             table writes, the history read of its replay).
         tx_per_message: Azure Storage transactions of one Durable queue message (put, get, delete).
         trace_bytes: Billed telemetry bytes per order from spans (host requests, dependencies).
+        host_span_bytes: Of ``trace_bytes``, the Functions host's request spans.
+        host_log_bytes: Billed telemetry bytes per order of the host's Information log records (each
+            execution's start and end, Durable Functions' tracking events), never sampled.
         kept_bytes: Billed telemetry bytes per order never sampled (orderflow's events, alerts, metrics).
         timer_run_bytes: Billed telemetry bytes of one timer run.
         starter_ru: Request units of one starter (sweeper) run's query.
@@ -92,6 +95,7 @@ class Estimates:
         agent_call_s: Seconds of an agent's execution (its remote call).
         cold_start_s: Seconds a scale group at zero takes to start its first instance.
         scale_in_s: Seconds a group stays up without executions.
+        empty_receive_ops: Service Bus operations billed for a receive call that returns no message.
     """
 
     sb_ops_per_message: float = 3
@@ -105,6 +109,8 @@ class Estimates:
     tx_per_episode: float = 3
     tx_per_message: float = 3
     trace_bytes: float = 40_000
+    host_span_bytes: float = 11_900
+    host_log_bytes: float = 38_400
     kept_bytes: float = 7_000
     timer_run_bytes: float = 1_500
     starter_ru: float = 3
@@ -116,6 +122,7 @@ class Estimates:
     agent_call_s: float = 0.08
     cold_start_s: float = 3.0
     scale_in_s: float = 300.0
+    empty_receive_ops: float = 1
 
 
 ESTIMATED: Final = Estimates()
@@ -137,6 +144,13 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "trace_bytes": "a demo run's console spans (2026-12-07, 30 orders): 24 worker spans per happy-path "
     "order at 979 bytes (JSON without the resource), billed about a quarter smaller: 17.6 KB; with the "
     "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
+    "host_span_bytes": "the host's request span per execution (17 an order) at 700 bytes, as in "
+    "`trace_bytes`",
+    "host_log_bytes": "no run measured them: 17 executions an order, each an 'Executing' and an "
+    "'Executed' record (category `Function`), and about 30 Durable Functions tracking events (category "
+    "`Host.Triggers.DurableTask`: the orchestration's Scheduled, Started and Awaited for each of its 7 "
+    "episodes, Listening and ExternalEventRaised for each response, Completed; each activity's "
+    "Scheduled, Started and Completed), 64 records at 600 bytes billed, as orderflow's event records",
     "kept_bytes": "about 12 event and alert records per order (the same run: 192 bytes of text each) at "
     "about 600 bytes billed",
     "timer_run_bytes": "a host request span and a log record or two per timer run",
@@ -150,6 +164,10 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "agent_call_s": "an agent's execution: its remote call to a demo service",
     "cold_start_s": "a Python Flex instance starting from zero (no published figure)",
     "scale_in_s": "how long a group stays up idle (no published figure)",
+    "empty_receive_ops": "any receive call is an operation, one that finds no message too (the Service "
+    "Bus team's blog on billing, 2018-02-09: long polling makes one call per wait instead of a tight "
+    "loop); a trigger's processor keeps `maxConcurrentCalls` receives waiting, each up to `tryTimeout` "
+    "(Azure.Messaging.ServiceBus: the processor's receive wait defaults to the retry options' TryTimeout)",
 }
 """Why each estimate is what it is (docs/deploy.md renders these)."""
 
@@ -173,6 +191,10 @@ class AzureConfig:
         metric_alert_series: Time series the metric alerts watch (one per queue they split by).
         log_alerts_5min: Log search alert rules evaluated every 5 minutes.
         log_alerts_15min: Log search alert rules evaluated every 15 minutes.
+        sb_concurrent_calls: Receives a Service Bus trigger's instance keeps waiting (``maxConcurrentCalls``).
+        sb_try_timeout_s: How long each waits for a message (``clientRetryOptions.tryTimeout``).
+        host_info_logs: The host exports its Information log records (``host.json``'s ``Function`` and
+            ``Host.Triggers.DurableTask`` categories at Information).
     """
 
     name: str
@@ -189,6 +211,9 @@ class AzureConfig:
     metric_alert_series: int = 7
     log_alerts_5min: int = 3
     log_alerts_15min: int = 0
+    sb_concurrent_calls: int = 8
+    sb_try_timeout_s: float = 10.0
+    host_info_logs: bool = True
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")
@@ -201,12 +226,59 @@ CHOSEN: Final = AzureConfig(
     starter_period_s=30,
     trace_sampling=0.1,
     max_queue_polling_s=1.0,
+    control_queues=1,
+    log_alerts_5min=1,
+    log_alerts_15min=2,
+    host_info_logs=False,
 )
-"""What the model finds cheapest that keeps the latency target (docs/deploy.md says why each, and
-which of them ``infra/`` and ``host.json`` apply)."""
+"""What the model finds cheapest that keeps the latency target: ``infra/`` and ``host.json`` apply every
+setting (docs/deploy.md says why each, and where; tests/infra holds the template to it)."""
 
 ONE_AGENT_TRIGGER: Final = replace(CHOSEN, name="one agent trigger (not built)", agent_triggers=1)
 """The chosen template with every agent behind one trigger: one scale group instead of four."""
+
+ORDER_PATH_GROUPS: Final = frozenset({"submission", "durable", "responses", "agent-1", "agent-2", "agent-3"})
+"""The scale groups an order passes through (the timers are not on its path)."""
+
+READY_DURABLE: Final = replace(
+    CHOSEN, name="the chosen configuration, always ready: durable", always_ready=frozenset({"durable"})
+)
+"""The chosen template with one always-ready instance for the Durable group (``ALWAYS_READY=durable``)."""
+
+READY_PATH: Final = replace(
+    CHOSEN,
+    name="the chosen configuration, always ready: every group on the path",
+    always_ready=ORDER_PATH_GROUPS,
+)
+"""The chosen template with one always-ready instance for each group an order passes through."""
+
+FLEX_GROUPS: Final[Mapping[str, str]] = {
+    "submission": "function:submission_demo",
+    "durable": "durable",
+    "responses": "function:response_listener",
+    "agent-1": "function:agent_inventory",
+    "agent-2": "function:agent_payment",
+    "agent-3": "function:agent_shipping",
+    "starter": "function:starter",
+    "supervisor": "function:supervisor",
+}
+"""Each scale group of the model by the name Flex Consumption's ``alwaysReady`` gives it (``durable``, or
+``function:<name>`` for a trigger scaled on its own), for the demo client and the demo workflow's three
+agents: the values the template's ``alwaysReady`` parameter takes (docs/deploy.md)."""
+
+
+def always_ready_setting(config: AzureConfig) -> str:
+    """The template's ``alwaysReady`` parameter (``ALWAYS_READY``) for ``config``: its always-ready groups'
+    Flex names, comma-separated, in :data:`FLEX_GROUPS` order; empty for none.
+
+    Raises:
+        KeyError: ``config`` names a group :data:`FLEX_GROUPS` does not.
+    """
+    unknown = set(config.always_ready) - set(FLEX_GROUPS)
+    if unknown:
+        raise KeyError(sorted(unknown))
+    return ",".join(flex for group, flex in FLEX_GROUPS.items() if group in config.always_ready)
+
 
 VOLUMES: Final = (100_000, 1_000_000, 10_000_000)
 """Orders a month the cost is given at."""

@@ -145,6 +145,9 @@ def order_request_units(counts: OrderCounts, est: Estimates) -> float:
     )
 
 
+SERVICE_BUS_GROUPS: Final = frozenset({"submission", "responses"})
+"""The groups of Service Bus triggers besides the agents' (``agent-<n>``)."""
+
 SCALE_CONTROLLER_POLL_S: Final = 10.0
 """The scale controller polls each control and work-item queue this often (Microsoft's Azure Storage
 provider page: once every 10 seconds)."""
@@ -177,6 +180,24 @@ def polling_ops(config: AzureConfig, est: Estimates, orders: float) -> float:
     return (queues / config.max_queue_polling_s * up + queues / SCALE_CONTROLLER_POLL_S) * SECONDS_PER_MONTH
 
 
+def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> float:
+    """Service Bus operations of receives that find no message, in a month: while a Service Bus trigger's
+    group has an instance up (within ``est.scale_in_s`` of an execution; always when always-ready), its
+    ``config.sb_concurrent_calls`` receives each return empty every ``config.sb_try_timeout_s``."""
+    per_instance_s = config.sb_concurrent_calls / config.sb_try_timeout_s * est.empty_receive_ops
+    total = 0.0
+    for g in groups:
+        if g.name not in SERVICE_BUS_GROUPS and not g.name.startswith("agent-"):
+            continue
+        up = (
+            1.0
+            if g.name in config.always_ready
+            else poisson_share(g.executions / SECONDS_PER_MONTH, est.scale_in_s)
+        )
+        total += up * per_instance_s * SECONDS_PER_MONTH
+    return total
+
+
 def storage_cost(queue_ops: float, table_ops: float) -> float:
     """Azure Storage: queue operations and table transactions (USD)."""
     return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
@@ -204,7 +225,9 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     supervisor_runs = SECONDS_PER_MONTH / config.supervisor_period_s
     month = MonthCost(orders)
     month.lines.update(flex_cost(groups, config))
-    month.lines["Service Bus"] = service_bus_cost(orders * counts.messages * est.sb_ops_per_message)
+    month.lines["Service Bus"] = service_bus_cost(
+        orders * counts.messages * est.sb_ops_per_message + empty_receives(groups, est, config)
+    )
     request_units = (
         orders * order_request_units(counts, est)
         + starter_runs * est.starter_ru
@@ -218,7 +241,8 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     month.lines["Storage transactions"] = storage_cost(
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
     )
-    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes)
+    host_logs = est.host_log_bytes if config.host_info_logs else 0.0
+    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes + host_logs)
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
     month.lines["Alert rules"] = alerts_cost(config)
     return month

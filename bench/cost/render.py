@@ -13,6 +13,8 @@ from bench.cost.inputs import (
     ESTIMATED,
     MEASURED,
     ONE_AGENT_TRIGGER,
+    READY_DURABLE,
+    READY_PATH,
     VOLUMES,
     AzureConfig,
     Estimates,
@@ -35,10 +37,12 @@ STARTER_CLAIMING: Final = "the chosen configuration, the starter claiming every 
 
 
 def _systems(counts: OrderCounts, est: Estimates) -> dict[str, Callable[[float], MonthCost]]:
-    """Month-cost functions by system name: orderflow's three configurations and the peers."""
+    """Month-cost functions by system name: orderflow's configurations and the peers."""
     return {
         f"orderflow, {CURRENT.name}": lambda n: orderflow_month(counts, est, CURRENT, n),
         f"orderflow, {CHOSEN.name}": lambda n: orderflow_month(counts, est, CHOSEN, n),
+        f"orderflow, {READY_DURABLE.name}": lambda n: orderflow_month(counts, est, READY_DURABLE, n),
+        f"orderflow, {READY_PATH.name}": lambda n: orderflow_month(counts, est, READY_PATH, n),
         f"orderflow, {ONE_AGENT_TRIGGER.name}": lambda n: orderflow_month(counts, est, ONE_AGENT_TRIGGER, n),
         "bare Durable Functions saga": lambda n: durable_saga_month(counts, est, CHOSEN, n),
         "AWS Step Functions (standard)": lambda n: step_functions_month(counts, n),
@@ -69,14 +73,18 @@ def figures(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> dict[
     return {
         "counts": asdict(counts),
         "estimates": asdict(est),
-        "configurations": {c.name: _config(c) for c in (CURRENT, CHOSEN, ONE_AGENT_TRIGGER)},
+        "configurations": {
+            c.name: _config(c) for c in (CURRENT, CHOSEN, READY_DURABLE, READY_PATH, ONE_AGENT_TRIGGER)
+        },
         "cost": cost,
         "chosen_meters_at_1m": {k: round(v, 2) for k, v in meters.items()},
         "chosen_meters_idle": {
             k: round(v, 2) for k, v in orderflow_month(counts, est, CHOSEN, 0).lines.items() if v
         },
         "rates": [asdict(r) for r in RATES],
-        "latency_s": {c.name: _latency(counts, est, c) for c in (CURRENT, claim_off, CHOSEN)},
+        "latency_s": {
+            c.name: _latency(counts, est, c) for c in (CURRENT, claim_off, CHOSEN, READY_DURABLE, READY_PATH)
+        },
     }
 
 

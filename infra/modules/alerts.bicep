@@ -132,7 +132,8 @@ resource clientDeadLetters 'Microsoft.Insights/metricAlerts@2026-01-01' = {
 }
 
 // orderflow.stuck_orders: Processing orders past completeBy at every sweep of the window (a single
-// sweep's count is normal churn; the supervisor recovers them within a sweep or two).
+// sweep's count is normal churn; the supervisor recovers them within a sweep or two). Evaluated once per
+// window, like the retry budget's rule: a third of the price of every 5 minutes (docs/deploy.md).
 resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
   name: 'alert-stuck-orders-${nameSuffix}'
   location: location
@@ -146,7 +147,7 @@ resource stuckOrders 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
     scopes: [
       appInsights.id
     ]
-    evaluationFrequency: 'PT5M'
+    evaluationFrequency: 'PT15M'
     windowSize: 'PT15M'
     criteria: {
       allOf: [
@@ -218,7 +219,7 @@ resource budgetExhausted 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = {
     scopes: [
       appInsights.id
     ]
-    evaluationFrequency: 'PT5M'
+    evaluationFrequency: 'PT15M'
     windowSize: 'PT15M'
     criteria: {
       allOf: [

@@ -30,6 +30,9 @@ param operatorTenantId string
 param operatorAudience string
 param consoleClientId string
 
+@description('Flex Consumption groups that keep one always-ready instance each: durable, or function:<name> of a trigger scaled on its own (function:agent_payment, function:response_listener, function:submission_<client>). Empty: every group scales from zero.')
+param alwaysReadyGroups array = []
+
 resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225:zone-redundant Flex Consumption bills at least two always-ready instances per function group and exists in some regions only: a per-environment choice
   name: planName
@@ -79,6 +82,11 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: 512
+        // Billed all month per instance, busy or not: docs/deploy.md prices each choice.
+        alwaysReady: [for group in alwaysReadyGroups: {
+          name: group
+          instanceCount: 1
+        }]
       }
       runtime: {
         name: 'python'
@@ -166,6 +174,11 @@ resource app 'Microsoft.Web/sites@2025-03-01' = {
         { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
         { name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY', value: 'true' }
         { name: 'PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME', value: 'orderflow' }
+        // One trace in ten kept, whole (the sampler hashes the trace id): read by the worker's distro and
+        // the host. Metrics are never sampled, and log records (orderflow's events and alerts) are kept
+        // whatever their trace's decision (the distro's trace-based log sampling is off by default).
+        { name: 'OTEL_TRACES_SAMPLER', value: 'microsoft.fixed_percentage' }
+        { name: 'OTEL_TRACES_SAMPLER_ARG', value: '0.1' }
       ]
     }
   }

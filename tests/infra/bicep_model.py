@@ -398,6 +398,8 @@ class Template:
                 return merged
             case "concat":
                 return [item for arg in args for item in arg]
+            case "split":
+                return str(args[0]).split(str(args[1]))
             case "subscription_resource_id":
                 resource_type, *names = args
                 return f"/subscriptions/{SUBSCRIPTION_ID}/providers/{resource_type}/{'/'.join(names)}"

@@ -20,7 +20,10 @@ from bench.cost.inputs import (
     ESTIMATED,
     MEASURED,
     MEASURED_BASIS,
+    READY_DURABLE,
+    READY_PATH,
     AzureConfig,
+    always_ready_setting,
     counts_from_report,
 )
 from bench.cost.model import (
@@ -28,6 +31,7 @@ from bench.cost.model import (
     breaker_reads,
     durable_queue_ops,
     durable_table_ops,
+    empty_receives,
     flex_cost,
     order_request_units,
     orderflow_month,
@@ -79,6 +83,16 @@ def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
     assert breaker_reads(2_628_000, ESTIMATED, replace(config, breaker_cache_s=0)) == 2_628_000 * 6
 
 
+def test_empty_receives_of_the_service_bus_triggers_while_their_groups_are_up() -> None:
+    config = AzureConfig(name="t", sb_concurrent_calls=8, sb_try_timeout_s=10)
+    busy = [Group("agent-1", 0.3, 2_628_000), Group("responses", 0.4, 2_628_000), Group("durable", 0.5, 1)]
+    # One execution a second keeps each trigger's group up (1 - exp(-300)): 8 receives every 10 s each.
+    assert empty_receives(busy, ESTIMATED, config) == pytest.approx(2 * 0.8 * 2_628_000)
+    assert empty_receives([Group("submission", 0, 0)], ESTIMATED, config) == 0
+    ready = replace(config, always_ready=frozenset({"submission"}), sb_try_timeout_s=20)
+    assert empty_receives([Group("submission", 0, 0)], ESTIMATED, ready) == pytest.approx(0.4 * 2_628_000)
+
+
 def test_flex_on_demand_and_always_ready() -> None:
     config = AzureConfig(name="t", memory_mb=1024)
     busy = Group("durable", 0.5, 1_250_000)
@@ -106,6 +120,43 @@ def test_the_idle_month_of_the_template_before_the_model() -> None:
     assert month.total == pytest.approx(40.33788 + 5.20)
 
 
+def test_the_idle_month_of_the_chosen_configuration() -> None:
+    month = orderflow_month(MEASURED, ESTIMATED, CHOSEN, 0)
+    # Two 30 s timers at 512 MB: 87,600 GB-s and 175,200 runs, both inside the free grants.
+    assert month.lines["Flex memory time"] == 0 and month.lines["Flex executions"] == 0
+    assert month.lines["Cosmos DB request units"] == pytest.approx((87_600 * 3 + 87_600 * 6) * 0.25e-6)
+    # The scale controller's polls of one control queue and the work-item queue, every 10 s.
+    assert month.lines["Storage transactions"] == pytest.approx(2 / 10 * 2_628_000 / 10_000 * 0.004)
+    # 7 metric alert series at $0.10, one log alert every 5 minutes at $1.50, two every 15 at $0.50.
+    assert month.lines["Alert rules"] == pytest.approx(0.70 + 1.50 + 1.00)
+    assert month.total == pytest.approx(9.855 + 0.1971 + 0.21024 + 3.20)
+
+
+def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_polling() -> None:
+    month = orderflow_month(MEASURED, ESTIMATED, READY_DURABLE, 0)
+    # One 512 MB instance all month at $0.000004 per GB-s.
+    assert month.lines["Flex always-ready baseline"] == pytest.approx(2_628_000 * 0.5 * 0.000004)  # 5.256
+    # Its own polls of two queues every second, and the scale controller's.
+    polls = (2 / 1 + 2 / 10) * 2_628_000
+    assert month.lines["Storage transactions"] == pytest.approx(polls / 10_000 * 0.004)  # 2.31264
+    assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256)
+
+
+def test_the_always_ready_setting_names_flex_groups() -> None:
+    assert always_ready_setting(CHOSEN) == ""
+    assert always_ready_setting(READY_DURABLE) == "durable"
+    assert always_ready_setting(READY_PATH).split(",") == [
+        "function:submission_demo",
+        "durable",
+        "function:response_listener",
+        "function:agent_inventory",
+        "function:agent_payment",
+        "function:agent_shipping",
+    ]
+    with pytest.raises(KeyError):
+        always_ready_setting(replace(CHOSEN, always_ready=frozenset({"nowhere"})))
+
+
 def test_step_functions_and_temporal() -> None:
     assert step_functions_month(MEASURED, 1_000_000).total == pytest.approx(
         (4_000_000 - 4_000) / 1000 * 0.025
@@ -123,9 +174,9 @@ def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() ->
     chosen = fig["cost"][f"orderflow, {CHOSEN.name}"]
     assert chosen["per_million"]["1,000,000"] < before["per_million"]["1,000,000"]
     assert chosen["idle_month"] < before["idle_month"]
-    # Over $15 idle only by the alert rules: with two of them evaluated every 15 minutes, under.
-    fewer = replace(CHOSEN, log_alerts_5min=1, log_alerts_15min=2)
-    assert orderflow_month(MEASURED, ESTIMATED, fewer, 0).total < 15 < chosen["idle_month"]
+    # Under $15 idle by the two log alerts evaluated every 15 minutes: every 5 minutes, over.
+    every_5 = replace(CHOSEN, log_alerts_5min=3, log_alerts_15min=0)
+    assert chosen["idle_month"] < 15 < orderflow_month(MEASURED, ESTIMATED, every_5, 0).total
     assert fig["latency_s"][CHOSEN.name]["100,000 a month"][0] <= 1.0
 
 
@@ -178,6 +229,7 @@ def test_host_json_and_the_template_carry_the_chosen_settings() -> None:
     host = json.loads((REPO / "host.json").read_text(encoding="utf-8"))
     polling = host["extensions"]["durableTask"]["storageProvider"]["maxQueuePollingInterval"]
     assert polling == f"00:00:{CHOSEN.max_queue_polling_s:02.0f}"
+    assert host["extensions"]["durableTask"]["storageProvider"]["partitionCount"] == CHOSEN.control_queues
     bicep = (REPO / "infra" / "modules" / "functionapp.bicep").read_text(encoding="utf-8")
     assert re.findall(r"instanceMemoryMB: (\d+)", bicep) == [str(CHOSEN.memory_mb)]
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.cost.inputs import CHOSEN, ESTIMATED, MEASURED
+from bench.cost.inputs import CHOSEN, ESTIMATED, MEASURED, READY_PATH
 from bench.cost.latency import Hop, idle_chance, order_hops, percentiles
 
 pytestmark = pytest.mark.unit
@@ -70,3 +70,7 @@ def test_the_measured_local_time_and_the_service_bus_hops_are_fixed_terms() -> N
         "the order's local processing (measured)": 0.5,
         "Service Bus deliveries": pytest.approx(8 * ESTIMATED.sb_hop_s),
     }
+
+
+def test_every_group_on_the_path_always_ready_leaves_no_cold_start_after_idle() -> None:
+    assert [h.name for h in order_hops(MEASURED, ESTIMATED, READY_PATH, 0) if h.cold_chance] == []

@@ -1,4 +1,5 @@
-"""The lean transport of loopback emulators (http.client keep-alive per thread); the SDK's own elsewhere."""
+"""The lean transport of loopback emulators (keep-alive per thread, HTTP/1.1 written and parsed
+in the transport); the SDK's own elsewhere."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import pytest
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError, ServiceResponseTimeoutError
 from azure.core.pipeline.transport import HttpRequest
 
-from devhost.http_transport import RECENTLY_USED_S, LoopbackTransport, _Kept, is_loopback, transport_for
+from devhost.http_transport import (
+    RECENTLY_USED_S,
+    LoopbackTransport,
+    _Kept,
+    is_loopback,
+    transport_for,
+)
+from devhost.http_wire import request_bytes
 from devhost.queues.factory import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
@@ -214,3 +222,96 @@ def test_a_kept_connection_is_polled_only_when_it_sat_idle_long_enough_to_be_clo
     assert not idle.reusable()  # closed by http.client itself (a "Connection: close" answer)
     open_near.close()
     open_far.close()
+
+
+class _Canned:
+    """A raw TCP server answering every request on a connection with the next of ``answers`` (bytes as
+    they are), recording each request's bytes."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while self.answers:
+            conn, _ = self._listener.accept()
+            self.connections += 1
+            with conn:
+                while self.answers:
+                    request = conn.recv(65536)
+                    if not request:
+                        break
+                    self.requests.append(request)
+                    answer = self.answers.pop(0)
+                    conn.sendall(answer)
+                    if b"Connection: close" in answer:
+                        break
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def test_answers_are_parsed_without_http_clients_header_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("http.client parsed an answer")
+
+    monkeypatch.setattr(http.client, "parse_headers", refuse)
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b'X-Folded: a\r\n b\r\n\r\n4;ext=1\r\n{"a"\r\n3\r\n:1}\r\n0\r\nTrailer: t\r\n\r\n',
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nX-Ms-Request-Id: r2\r\n\r\n",
+            b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            b"HTTP/1.0 200 OK\r\n\r\nto the end",
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    chunked = transport.send(HttpRequest("GET", canned.url("/a?x=1")))
+    assert (chunked.status_code, chunked.reason, chunked.body()) == (200, "OK", b'{"a":1}')
+    assert (chunked.headers["x-folded"], chunked.content_type) == ("a b", "application/json")
+    empty = transport.send(HttpRequest("DELETE", canned.url("/b")))
+    assert (empty.status_code, empty.body(), empty.headers["x-ms-request-id"]) == (204, b"", "r2")
+    closing = transport.send(HttpRequest("PUT", canned.url("/c"), data=b"xy"))
+    assert (closing.status_code, closing.body()) == (201, b"ok")
+    assert repr(transport) == "LoopbackTransport(connections=0)"  # closed with its answer
+    to_end = transport.send(HttpRequest("GET", canned.url("/d")))
+    assert (to_end.status_code, to_end.body()) == (200, b"to the end")
+    assert canned.connections == 2  # the first three on one kept connection, the last on a new one
+    assert canned.requests[0] == (
+        f"GET /a?x=1 HTTP/1.1\r\nHost: 127.0.0.1:{canned.port}\r\nAccept-Encoding: identity\r\n\r\n".encode()
+    )
+    assert canned.requests[2].endswith(b"Content-Length: 2\r\n\r\nxy")
+    transport.close()
+
+
+def test_request_bytes_are_what_http_client_writes() -> None:
+    key = ("https", "localhost", 443)
+    assert request_bytes("POST", "/q", key, {"x-ms-date": "d", "Content-Length": "3"}, b"abc") == (
+        b"POST /q HTTP/1.1\r\nx-ms-date: d\r\nContent-Length: 3\r\nHost: localhost\r\n"
+        b"Accept-Encoding: identity\r\n\r\nabc"
+    )
+    assert request_bytes("PUT", "/", ("http", "::1", 10001), {"Accept-Encoding": "gzip"}, None) == (
+        b"PUT / HTTP/1.1\r\nAccept-Encoding: gzip\r\nHost: [::1]:10001\r\nContent-Length: 0\r\n\r\n"
+    )
+    with pytest.raises(ValueError, match="header"):
+        request_bytes("GET", "/", key, {"x-evil": "a\r\nInjected: 1"}, None)
+    with pytest.raises(ValueError, match="header"):
+        request_bytes("GET", "/", key, {"bad name": "v"}, None)
+    with pytest.raises(ValueError, match="request line"):
+        request_bytes("GET", "/a b", key, {}, None)
+
+
+def test_a_malformed_or_cut_answer_is_a_response_error() -> None:
+    canned = _Canned([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nshort"])
+    transport = LoopbackTransport(read_timeout_s=5)
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("GET", canned.url("/")))
+    garbled = _Canned([b"NOT-HTTP\r\n\r\n"])
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("GET", garbled.url("/")))
+    assert repr(transport) == "LoopbackTransport(connections=0)"
+    transport.close()

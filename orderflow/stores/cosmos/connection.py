@@ -12,6 +12,7 @@ from azure.core.pipeline.transport import HttpRequest, HttpResponse, HttpTranspo
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
 
 from orderflow.alerts import ALERT_TTL_S, ALERTS_CONTAINER, ALERTS_PARTITION_KEY_PATH
+from orderflow.sdk_transport import shared_transport
 from orderflow.stores.cosmos.alerts import CosmosAlertStore
 from orderflow.stores.cosmos.container import translated
 from orderflow.stores.cosmos.documents import CosmosBreakerStore, CosmosOrderStore
@@ -96,7 +97,9 @@ class CosmosStores:
                 absent. Defaults to True with a key and False with a token credential, because Cosmos
                 DB's data-plane RBAC cannot create databases or containers (infrastructure does).
             transport: The HTTP transport under the SDK's pipeline (the local host passes a lean one for
-                a loopback emulator, :mod:`devhost.http_transport`); None: azure-core's default.
+                a loopback emulator, :mod:`devhost.http_transport`); None: the process's shared one
+                (:func:`orderflow.sdk_transport.shared_transport`: azure-core's ``RequestsTransport`` over
+                one session that reads the environment's proxies and CA bundle once).
 
         Returns:
             The connected stores.
@@ -115,8 +118,7 @@ class CosmosStores:
             options["connection_timeout"] = connection_timeout
         if read_timeout is not None:
             options["read_timeout"] = read_timeout
-        if transport is not None:
-            options["transport"] = transport
+        options["transport"] = transport if transport is not None else shared_transport()
         if create_if_missing is None:
             create_if_missing = key is not None
         auth: str | TokenCredential
