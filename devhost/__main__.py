@@ -338,7 +338,7 @@ def serve(
                 print(f"devhost {settings.queues.HOST_ID} ready", flush=True)
                 if host.api_url is not None:
                     print(f"devhost {settings.queues.HOST_ID} operator API on {host.api_url}", flush=True)
-                host.wait()
+                signals.wait(host.stop_event)
             except KeyboardInterrupt as exc:
                 signum = exc.signum if isinstance(exc, StopSignal) else signal.SIGINT
                 log.info("%s: stopping", signal.Signals(signum).name)

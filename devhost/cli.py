@@ -97,14 +97,36 @@ class StopRequests:
 
     Attributes:
         stopping: A stop signal was acted on (or :meth:`ignore_more` was called): later ones are ignored.
+        signum: The stop signal the handler took, if any.
     """
 
     def __init__(self) -> None:
         self.stopping = False
+        self.signum: int | None = None
 
     def ignore_more(self) -> None:
         """Ignore stop signals from now on: a clean-up has begun and must not be cut short."""
         self.stopping = True
+
+    def wait(self, done: threading.Event | None = None, *, poll_s: float = 0.5) -> None:
+        """Block until ``done`` is set (forever without one) or a stop signal is taken.
+
+        The handler's exception normally interrupts the wait itself. Python runs a handler at the next
+        bytecode of the main thread, which may belong to a garbage-collector callback: there the
+        exception is reported as unraisable and dropped. The signal is recorded as well, so the wait
+        raises it at its next check instead of blocking forever.
+
+        Args:
+            done: Set by whoever ends the wait normally (the host's stop event).
+            poll_s: Seconds between checks for a signal whose exception was dropped.
+
+        Raises:
+            StopSignal: a stop signal was taken and its exception did not arrive here.
+        """
+        done = done if done is not None else threading.Event()
+        while not done.wait(poll_s):
+            if self.signum is not None:
+                raise StopSignal(self.signum)
 
 
 @contextmanager
@@ -131,6 +153,7 @@ def stop_signals_interrupt(signals: Iterable[signal.Signals] = STOP_SIGNALS) -> 
             logger.info("signal %s: already stopping", signum)
             return
         requests.stopping = True
+        requests.signum = signum
         raise StopSignal(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in signals}

@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"export COSMOS_KEY='{endpoints.cosmos_key}'")
             print("export COSMOS_VERIFY_TLS=false")
             print("# Ctrl-C stops both emulators (their data lives in memory only).", flush=True)
-            threading.Event().wait()  # until a signal raises
+            signals.wait()  # until a signal raises
         except KeyboardInterrupt:
             pass
         finally:

@@ -266,10 +266,6 @@ class DevHost:
         self._stopped = True
         logger.info("devhost %s stopped", self.settings.queues.HOST_ID)
 
-    def wait(self) -> None:
-        """Block until :meth:`stop` is called (from a signal handler or another thread)."""
-        self.stop_event.wait()
-
     # --- wiring ------------------------------------------------------------------------------
     def _start_durabletask(self) -> None:
         port = free_port()

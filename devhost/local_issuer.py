@@ -302,11 +302,13 @@ def serve(
     except (ValueError, RuntimeError, OSError) as exc:
         fail(str(exc), code=1)
     try:
-        with stop_signals_interrupt(SERVER_STOP_SIGNALS):
+        with stop_signals_interrupt(SERVER_STOP_SIGNALS) as signals:
             for setting, value in issuer.operator_settings(server_url(server) + issuer.jwks_path).items():
                 print(f"export {setting}={value}", flush=True)
             while thread.is_alive():
                 thread.join(0.5)
+                if signals.signum is not None:  # its exception was dropped (see StopRequests.wait)
+                    break
     except KeyboardInterrupt:
         pass
     finally:

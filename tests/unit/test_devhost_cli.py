@@ -56,7 +56,7 @@ def signal_guard() -> Iterator[None]:
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Connection settings that parse, no chaos, no lease; logging and telemetry left alone; host id
+    """Connection settings that parse, no chaos, no lease; logging, telemetry and the heap left alone; host id
     locks of the test's own (tests running at once all start host h1 against the same endpoint)."""
     for name in ("HOST_ID", "DEVHOST_CHAOS", "AGENT_QUEUE_PREFIX"):
         monkeypatch.delenv(name, raising=False)
@@ -68,6 +68,8 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SERVICE_BINDINGS", demo_bindings_json("http://127.0.0.1:1"))
     monkeypatch.setattr(devhost_main, "configure_logging", lambda level: None)
     monkeypatch.setattr(devhost_main, "configure_telemetry", lambda name: None)
+    # The test process's collector is not the devhost's to freeze and retune.
+    monkeypatch.setattr(devhost_main, "settle_heap", lambda: None)
 
 
 @dataclass
@@ -288,6 +290,31 @@ def test_a_stop_signal_raises_what_ctrl_c_raises_once_and_the_handlers_are_resto
         time.sleep(0.05)
 
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_stop_signal_whose_exception_was_dropped_still_ends_the_wait(signal_guard: None) -> None:
+    # Python may run the handler inside a garbage-collector callback, which reports the exception as
+    # unraisable and drops it: the devhost must stop anyway instead of waiting forever.
+    done = threading.Event()
+    with stop_signals_interrupt() as requests:
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with pytest.raises(StopSignal):
+            handler(signal.SIGTERM, None)  # the exception a gc callback would have swallowed
+        with pytest.raises(StopSignal) as raised:
+            requests.wait(done, poll_s=0.01)
+    assert raised.value.signum == signal.SIGTERM
+    assert not done.is_set()
+
+
+def test_the_wait_returns_when_its_event_is_set_and_no_signal_came(signal_guard: None) -> None:
+    done = threading.Event()
+    threading.Timer(0.05, done.set).start()
+    with stop_signals_interrupt() as requests:
+        requests.wait(done, poll_s=0.01)
+        requests.ignore_more()  # a clean-up began for another reason: no signal to raise
+        requests.wait(done, poll_s=0.01)
+    assert requests.signum is None
 
 
 def test_sighup_raises_too_unless_a_clean_up_asked_to_ignore_more(signal_guard: None) -> None:
