@@ -1,18 +1,19 @@
-"""orderflow before any of the benchmark's cuts, measured again in this run by its own benchmark.
+"""orderflow as it was before the current CPU target's work, measured again in this run by its own benchmark.
 
 The CPU an order costs moves with the machine: on the 2-core machine of docs/benchmarks.md the same
-code measured 71 to 116 ms per order in runs within an hour. A figure taken on another day is therefore
-no yardstick for "half of what it cost", so the run measures the code of :data:`BASELINE_REVISION` (the
-commit that added these measurements, before every cut) again, with that revision's own
-``python -m bench``: its own emulators, devhost processes and probes, the same number of orders (chosen
-the same way from the same data set, for its own count of runs, so the set can differ), concurrency and
-warm-up, its throughput windows only (its other parts run at their smallest sizes). The revision is
-checked out with ``git worktree add`` under the run's directory and removed afterwards; it shares this
-checkout's ``node_modules`` and TPC-H data set (read only) and this interpreter.
+code measured 60 to 116 ms per order in runs within an hour. A figure taken on another day is therefore
+no yardstick for "three quarters of what it cost", so the run measures the code of
+:data:`BASELINE_REVISION` again, with that revision's own ``python -m bench``: its own emulators, devhost
+processes and probes, the same number of orders (chosen the same way from the same data set, for its own
+count of runs, so the set can differ), concurrency and warm-up, its throughput windows only (its other
+parts run at their smallest sizes). The revision is checked out with ``git worktree add`` under the run's
+directory and removed afterwards; it shares this checkout's ``node_modules`` and TPC-H data set (read
+only) and this interpreter. ``--baseline fe3526f`` measures against the commit that added these
+measurements, before every cut of docs/benchmarks.md.
 
 Each orderflow figure compared is ``cpu_ms_per_order["orderflow"]`` of the same process count: the
-devhost processes and, since the backend got a process of its own, their durabletask backends; at the
-baseline revision the backend ran inside the devhost, so both figures count the same work.
+devhost processes and their durabletask backends (at fe3526f the backend ran inside the devhost, so
+both figures count the same work there too).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from devhost.emulators import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 
-BASELINE_REVISION = "fe3526f"
-"""The commit that added the per-window measurements ("make bench measures each window's cost"),
-before every cut of docs/benchmarks.md."""
+BASELINE_REVISION = "74cd56a"
+"""The last commit before claim on submit, the cost model and the CPU cuts measured against it in
+docs/benchmarks.md (its "Against 74cd56a" sections)."""
 
 SHARED = ("node_modules", ".data")
 """What the baseline checkout borrows from this one (npm packages, the TPC-H data set)."""
@@ -43,8 +44,8 @@ SHARED = ("node_modules", ".data")
 STOP_GRACE_S = 60.0
 """How long an interrupted baseline benchmark may take to stop what it started, seconds."""
 
-CPU_TARGET = 0.5
-"""The issue's target: CPU per order in orderflow's processes at most half of the baseline's."""
+CPU_TARGET = 0.75
+"""The target: CPU per order in orderflow's processes at most three quarters of the baseline's."""
 
 
 class BaselineUnavailable(RuntimeError):
@@ -140,7 +141,7 @@ def cpu_ratios(
             "now_ms": statistics.median(now for now, _ in pairs.values()),
             "ratio": round(ratio, 2),
             "target": CPU_TARGET,
-            "met": ratio <= CPU_TARGET,  # unrounded: 0.504 is not half
+            "met": ratio <= CPU_TARGET,  # unrounded: 0.754 is not three quarters
             "pairs": {pair: round(now / before, 2) for pair, (now, before) in pairs.items()},
         }
     return out

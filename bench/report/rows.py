@@ -208,7 +208,7 @@ def baseline_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]]]:
             ]
         )
     title = (
-        f"CPU ms per order in orderflow's processes: {baseline['revision']} (before every cut, measured in "
+        f"CPU ms per order in orderflow's processes: {baseline['revision']} (the baseline, measured in "
         f"this run) and now, medians of the pairs of windows; target ratio <= {CPU_TARGET}"
     )
     return title, rows

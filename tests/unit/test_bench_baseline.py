@@ -21,6 +21,7 @@ import pytest
 from bench import cpu_pairs
 from bench.baseline import (
     BASELINE_REVISION,
+    CPU_TARGET,
     BaselineUnavailable,
     baseline_command,
     baseline_run,
@@ -144,9 +145,10 @@ def test_a_baseline_that_writes_no_report_is_an_error_and_leaves_no_checkout(
     assert _git(repo, "worktree", "list").count("\n") == 0
 
 
-def test_the_baseline_revision_is_the_commit_that_added_the_measurements() -> None:
+def test_the_baseline_revision_is_the_commit_before_claim_on_submit() -> None:
     message = _git(Path(__file__).parents[2], "log", "-1", "--format=%s", f"{BASELINE_REVISION}^{{commit}}")
-    assert message.startswith("make bench measures each window's cost")
+    assert message.startswith("queues: one RetryPauses gives the jittered, doubling pauses")
+    assert CPU_TARGET == 0.75
 
 
 def test_the_baseline_benchmark_runs_only_its_throughput_windows_at_their_smallest() -> None:
@@ -190,35 +192,35 @@ def _now(cpu_ms: float) -> dict[str, object]:
     return {"throughput_per_s": 16.0, "measured": measured}
 
 
-def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
+def test_the_cpu_ratio_is_now_over_baseline_and_met_at_three_quarters_or_less() -> None:
     summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
-    ratios = cpu_ratios(summary, {"1": _now(52.3), "2": _now(60.0), "3": _now(50.0)})
+    ratios = cpu_ratios(summary, {"1": _now(78.0), "2": _now(90.0), "3": _now(50.0)})
     assert ratios == {
         "1": {
             "baseline_ms": 104.6,
-            "now_ms": 52.3,
-            "ratio": 0.5,
-            "target": 0.5,
+            "now_ms": 78.0,
+            "ratio": 0.75,
+            "target": 0.75,
             "met": True,
-            "pairs": {"1": 0.5},
+            "pairs": {"1": 0.75},
         },
         "2": {
             "baseline_ms": 113.3,
-            "now_ms": 60.0,
-            "ratio": 0.53,
-            "target": 0.5,
+            "now_ms": 90.0,
+            "ratio": 0.79,
+            "target": 0.75,
             "met": False,
-            "pairs": {"1": 0.53},
+            "pairs": {"1": 0.79},
         },
     }
-    # Compared unrounded: 0.504 is shown as 0.5 and is not half.
-    assert cpu_ratios(summary, {"1": _now(52.72)})["1"] == {
+    # Compared unrounded: 0.754 is shown as 0.75 and is not three quarters.
+    assert cpu_ratios(summary, {"1": _now(78.87)})["1"] == {
         "baseline_ms": 104.6,
-        "now_ms": 52.72,
-        "ratio": 0.5,
-        "target": 0.5,
+        "now_ms": 78.87,
+        "ratio": 0.75,
+        "target": 0.75,
         "met": False,
-        "pairs": {"1": 0.5},
+        "pairs": {"1": 0.75},
     }
     # A window missing on either side is not compared.
     assert cpu_ratios(summary, {"1": {}}) == {}
@@ -226,24 +228,24 @@ def test_the_cpu_ratio_is_now_over_baseline_and_met_at_half_or_less() -> None:
 
 def test_with_more_pairs_the_verdict_is_the_median_of_their_ratios() -> None:
     summary = summarise(json.loads(BASELINE_REPORT.read_text()), "fe3526f")
-    # 2 processes, baseline 113.3: pair 1 0.53; then 0.45 and 0.49 (a slower machine on both sides).
+    # 2 processes, baseline 113.3: pair 1 0.79; then 0.65 and 0.74 (a slower machine on both sides).
     summary["more_pairs"] = {
         "2": [
-            {"pair": 2, "first": "baseline", "now_ms": 58.5, "baseline_ms": 130.0},
-            {"pair": 3, "first": "orderflow", "now_ms": 49.0, "baseline_ms": 100.0},
+            {"pair": 2, "first": "baseline", "now_ms": 84.5, "baseline_ms": 130.0},
+            {"pair": 3, "first": "orderflow", "now_ms": 74.0, "baseline_ms": 100.0},
             # A pair whose baseline side failed, and one whose baseline measured nothing: left out.
             {"pair": 4, "first": "baseline", "now_ms": 20.0},
             {"pair": 5, "first": "orderflow", "now_ms": 20.0, "baseline_ms": 0.0},
         ]
     }
-    ratios = cpu_ratios(summary, {"1": _now(60.0), "2": _now(60.0)})
+    ratios = cpu_ratios(summary, {"1": _now(60.0), "2": _now(90.0)})
     assert ratios["2"] == {
         "baseline_ms": 113.3,
-        "now_ms": 58.5,
-        "ratio": 0.49,
-        "target": 0.5,
+        "now_ms": 84.5,
+        "ratio": 0.74,
+        "target": 0.75,
         "met": True,
-        "pairs": {"1": 0.53, "2": 0.45, "3": 0.49},
+        "pairs": {"1": 0.79, "2": 0.65, "3": 0.74},
     }
     # A count without more pairs keeps its one pair.
     assert ratios["1"]["pairs"] == {"1": 0.57}
@@ -270,7 +272,7 @@ def test_the_report_prints_the_comparison_beside_the_tables() -> None:
     )
     assert report["baseline"]["cpu_ratio"]["2"]["ratio"] == 0.49
     text = markdown_tables(report)
-    assert "fe3526f (before every cut, measured in this run) and now, medians of the pairs" in text
+    assert "fe3526f (the baseline, measured in this run) and now, medians of the pairs" in text
     assert "| 2 | 113.3 | 56 | 0.49 (met) | 1: 0.49 | 4.87 | 16 |" in text
     assert "|---|---:|---:|---:|---:|---:|---:|" in text
 
@@ -306,7 +308,7 @@ def test_a_baseline_without_a_window_asked_for_fails_the_run(
     assert measured is not None and measured["windows"] == {"1": {}}
     assert notes == []
     [failed] = parts.failed
-    assert failed.startswith("FAILED: baseline fe3526f: no 2-process window (FAILED: 2 died; see ")
+    assert failed.startswith("FAILED: baseline 74cd56a: no 2-process window (FAILED: 2 died; see ")
 
 
 def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
@@ -320,7 +322,7 @@ def test_a_clone_without_the_baseline_notes_it_and_does_not_fail(
     parts = Parts(said.append)
     notes: list[str] = []
     assert cpu_pairs.measure_baseline(BenchConfig(orders=10), tmp_path, parts, notes) is None
-    assert notes == ["baseline fe3526f not measured: git rev-parse: unknown revision"]
+    assert notes == ["baseline 74cd56a not measured: git rev-parse: unknown revision"]
     # Said as it happens too, not only kept for the report.
     assert said[-1] == notes[0]
     assert parts.failed == []
