@@ -96,6 +96,8 @@ param alertEmail string = ''
 @description('Flex Consumption groups given one always-ready instance each, comma-separated: durable (orchestrations and activities), function:submission_<client>, function:response_listener, function:agent_<agent>, function:starter, function:supervisor. Empty (the default): every group scales from zero; each instance adds to the idle month what docs/deploy.md says.')
 param alwaysReady string = ''
 
+// Group names hold no spaces: 'durable, function:starter' names the same two groups as without them.
+var alwaysReadyNames = replace(alwaysReady, ' ', '')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -333,7 +335,7 @@ module functionApp 'modules/functionapp.bicep' = {
     operatorTenantId: empty(operatorApiAudience) ? '' : tenantId
     operatorAudience: operatorApiAudience
     consoleClientId: empty(operatorApiAudience) ? '' : operatorConsoleClientId
-    alwaysReadyGroups: empty(alwaysReady) ? [] : split(alwaysReady, ',')
+    alwaysReadyGroups: empty(alwaysReadyNames) ? [] : split(alwaysReadyNames, ',')
   }
 }
 

@@ -400,6 +400,8 @@ class Template:
                 return [item for arg in args for item in arg]
             case "split":
                 return str(args[0]).split(str(args[1]))
+            case "replace":
+                return str(args[0]).replace(str(args[1]), str(args[2]))
             case "subscription_resource_id":
                 resource_type, *names = args
                 return f"/subscriptions/{SUBSCRIPTION_ID}/providers/{resource_type}/{'/'.join(names)}"

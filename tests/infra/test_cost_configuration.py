@@ -270,7 +270,15 @@ def test_the_priced_always_ready_rows_deploy_one_instance_per_group_they_name(co
 
 @pytest.mark.parametrize(
     ("env", "ready"),
-    [({}, []), ({"ALWAYS_READY": "durable"}, [{"name": "durable", "instanceCount": 1}])],
+    [
+        ({}, []),
+        ({"ALWAYS_READY": "durable"}, [{"name": "durable", "instanceCount": 1}]),
+        ({"ALWAYS_READY": " "}, []),
+        (
+            {"ALWAYS_READY": "durable, function:starter"},
+            [{"name": "durable", "instanceCount": 1}, {"name": "function:starter", "instanceCount": 1}],
+        ),
+    ],
 )
 def test_azd_takes_the_always_ready_groups_from_the_environment(
     env: dict[str, str], ready: list[dict[str, Any]]
