@@ -10,6 +10,7 @@ from typing import Any
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
+    DEDICATED_B1,
     ESTIMATE_BASIS,
     ESTIMATED,
     MEASURED,
@@ -24,7 +25,13 @@ from bench.cost.inputs import (
     always_ready_setting,
 )
 from bench.cost.latency import order_hops, percentiles
-from bench.cost.model import SERVICE_BUS_GROUPS, orderflow_groups, orderflow_month
+from bench.cost.model import (
+    DEDICATED_UTILISATION,
+    SERVICE_BUS_GROUPS,
+    dedicated_instances,
+    orderflow_groups,
+    orderflow_month,
+)
 from bench.cost.prices import RATES, rate
 from bench.cost.render import (
     BEGIN,
@@ -77,6 +84,7 @@ def _held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Est
         g.busy_share for g in orderflow_groups(counts, est, CHOSEN, 1_000_000) if g.name in ORDER_PATH_GROUPS
     ]
     one_trigger = fig["cost"][f"orderflow, {ONE_AGENT_TRIGGER.name}"]["per_million"]["1,000,000"]
+    dedicated = fig["cost"][f"orderflow, {DEDICATED_B1.name}"]
     return (
         f"**not met: {money(at_1m)} is the best figure of this template.** The term holding it above "
         f"{money(TARGET_PER_MILLION)} is Flex memory time, {money(flex)}: each of the "
@@ -87,7 +95,10 @@ def _held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Est
         f"together comes to {money(at_1m - flex)}. One agent trigger instead of four would take two "
         f"groups off an order's path ({money(one_trigger)}, the table's *one agent trigger* row), still "
         "above the target, and would give up the per-agent queues, the bulkhead that keeps one failing "
-        "service's requests from holding up the other agents'; the template keeps them."
+        "service's requests from holding up the other agents'; the template keeps them. A Dedicated plan "
+        f"(the *{DEDICATED_B1.name}* row) meets it, {money(dedicated['per_million']['1,000,000'])}, and "
+        f"idles at {money(dedicated['idle_month'])}, over the idle target: the two cost targets ask for "
+        "opposite plans (the Dedicated plan's bullet below)."
     )
 
 
@@ -176,6 +187,52 @@ def _always_ready(fig: dict[str, Any]) -> str:
         f"workflow's agents), takes it to {_first_after_idle(fig, READY_PATH.name):.2f} s for "
         f"{money(idle(READY_PATH.name) - base)} a month more idle, over the idle target. Each other client's "
         "submission is `function:submission_<client>` and each other agent `function:agent_<agent>`."
+    )
+
+
+def break_even(counts: OrderCounts, est: Estimates) -> float:
+    """Orders a month above which the Dedicated plan's month costs less than the chosen Flex template's
+    (bisection between none and ten million, to the nearest thousand).
+
+    Raises:
+        ValueError: The Dedicated plan is not dearer idle and cheaper at ten million.
+    """
+
+    def dearer(orders: float) -> bool:
+        flex = orderflow_month(counts, est, CHOSEN, orders).total
+        return orderflow_month(counts, est, DEDICATED_B1, orders).total > flex
+
+    low, high = 0.0, 10_000_000.0
+    if not dearer(low) or dearer(high):
+        raise ValueError("the Dedicated plan does not cross the Flex template between 0 and 10M")
+    while high - low > 1_000:
+        middle = (low + high) / 2
+        low, high = (middle, high) if dearer(middle) else (low, middle)
+    return round(high, -3)
+
+
+def _dedicated(fig: dict[str, Any], counts: OrderCounts, est: Estimates) -> str:
+    """The Dedicated plan's bullet: what it costs, where it beats Flex, and why the template keeps Flex."""
+    row = fig["cost"][f"orderflow, {DEDICATED_B1.name}"]
+    one_instance = DEDICATED_UTILISATION / est.azure_cpu_s_per_order * 3600 * 730
+    return (
+        f"- **Flex Consumption, kept over a Dedicated plan** (the *{DEDICATED_B1.name}* rows): Basic B1 "
+        "instances (1 vCPU, 1.75 GB, Always On, which a Dedicated plan's Service Bus and Durable triggers "
+        f"need) at {money(rate('app_service_b1_hour') * 730)} a month each, busy or not, with no "
+        "execution or memory-time meter; the settings otherwise the chosen ones. At "
+        f"{est.azure_cpu_s_per_order:g} s of CPU an order on Azure (an estimate) one instance carries up to "
+        f"{one_instance / 1e6:.1f} million orders a month at {DEDICATED_UTILISATION:.0%} of its core "
+        f"({dedicated_instances(10_000_000, est)} at ten million). It is cheaper than the chosen template "
+        f"above {break_even(counts, est):,.0f} orders a month "
+        f"({money(row['per_million']['1,000,000'])} per million at a million, "
+        f"{money(row['per_million']['10,000,000'])} at ten million) and never cold "
+        f"({_first_after_idle(fig, DEDICATED_B1.name):.2f} s p50 for the first order after idle), but its "
+        f"idle month is {money(row['idle_month'])} (the instance, and the Durable group's and triggers' "
+        f"polls, which never stop), over the idle target of {money(TARGET_IDLE)}, and it scales out only "
+        "when told to. The "
+        "template keeps Flex for the idle month and for scale-out without an operator; a deployment that "
+        "runs above the break-even all month would take a `Microsoft.Web/serverfarms` plan of SKU `B1` with "
+        "`alwaysOn` in place of the Flex plan, which `infra/` does not build."
     )
 
 
@@ -297,6 +354,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "orders (the table's *one agent trigger* row); it needs one agent queue and a dispatch by message, "
         "and gives up the per-agent queues' bulkhead.",
         _always_ready(fig),
+        _dedicated(fig, counts, est),
         "- **Breaker cache 1 s, kept** (`BREAKER_CACHE_S`, its default): 5 s would save "
         f"{money(-_delta('breaker_cache_s', 5.0, m, counts, est))} a month at a million orders and let a "
         "breaker another host opened go unseen 4 s longer.",

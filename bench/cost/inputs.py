@@ -96,6 +96,7 @@ class Estimates:
         cold_start_s: Seconds a scale group at zero takes to start its first instance.
         scale_in_s: Seconds a group stays up without executions.
         empty_receive_ops: Service Bus operations billed for a receive call that returns no message.
+        azure_cpu_s_per_order: CPU seconds an order takes on Azure, the worker's and the host's.
     """
 
     sb_ops_per_message: float = 3
@@ -123,6 +124,7 @@ class Estimates:
     cold_start_s: float = 3.0
     scale_in_s: float = 300.0
     empty_receive_ops: float = 1
+    azure_cpu_s_per_order: float = 0.2
 
 
 ESTIMATED: Final = Estimates()
@@ -168,6 +170,10 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "Bus team's blog on billing, 2018-02-09: long polling makes one call per wait instead of a tight "
     "loop); a trigger's processor keeps `maxConcurrentCalls` receives waiting, each up to `tryTimeout` "
     "(Azure.Messaging.ServiceBus: the processor's receive wait defaults to the retry options' TryTimeout)",
+    "azure_cpu_s_per_order": "orderflow's local processes (devhosts and durabletask backend) took "
+    "0.07–0.11 s of CPU per order in `make bench` (docs/benchmarks.md, 2026-12-07), doubled for the "
+    "Functions host's own work (its Service Bus and Durable Functions extensions, the gRPC to the "
+    "worker), which no run here measured",
 }
 """Why each estimate is what it is (docs/deploy.md renders these)."""
 
@@ -195,6 +201,8 @@ class AzureConfig:
         sb_try_timeout_s: How long each waits for a message (``clientRetryOptions.tryTimeout``).
         host_info_logs: The host exports its Information log records (``host.json``'s ``Function`` and
             ``Host.Triggers.DurableTask`` categories at Information).
+        dedicated: A Dedicated (App Service) plan of Basic B1 instances instead of Flex Consumption:
+            every group runs on the plan's instances all month (Always On), none scales from zero.
     """
 
     name: str
@@ -214,6 +222,7 @@ class AzureConfig:
     sb_concurrent_calls: int = 8
     sb_try_timeout_s: float = 10.0
     host_info_logs: bool = True
+    dedicated: bool = False
 
 
 CURRENT: Final = AzureConfig(name="the template before this model")
@@ -239,6 +248,10 @@ ONE_AGENT_TRIGGER: Final = replace(CHOSEN, name="one agent trigger (not built)",
 
 ORDER_PATH_GROUPS: Final = frozenset({"submission", "durable", "responses", "agent-1", "agent-2", "agent-3"})
 """The scale groups an order passes through (the timers are not on its path)."""
+
+DEDICATED_B1: Final = replace(CHOSEN, name="Dedicated plan, Basic B1 (not built)", dedicated=True)
+"""The chosen settings on a Dedicated plan of Basic B1 instances: a flat price for the instances
+instead of Flex's memory time and executions, nothing ever cold."""
 
 READY_DURABLE: Final = replace(
     CHOSEN, name="the chosen configuration, always ready: durable", always_ready=frozenset({"durable"})

@@ -9,7 +9,7 @@ progress is about ``g / 2`` long, and a message waits for its end). Only a messa
 sends waits for a poll (Microsoft's Azure Storage provider page): the orchestration's start from the
 submission and each response raised by the listener, one per step; an activity's work item and result
 stay on the Durable group's instance. A cold start adds where a scale group may be at zero (no
-execution within the scale-in time; never with an always-ready instance).
+execution within the scale-in time; never with an always-ready instance, nor on a Dedicated plan).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def order_hops(counts: OrderCounts, est: Estimates, config: AzureConfig, orders:
     steps = int(counts.remote_steps)
 
     def cold(group: str, executions_per_order: float = 1.0) -> float:
-        if group in config.always_ready:
+        if config.dedicated or group in config.always_ready:
             return 0.0
         return idle_chance(per_s * executions_per_order, est.scale_in_s) if orders else 1.0
 

@@ -6,6 +6,9 @@ share of the month a group's one instance is billed is ``1 - exp(-rate * window)
 how long one order keeps it billed (its executions' span plus the minimum); a timer of period ``P`` is
 billed ``MIN_ACTIVE_S / P`` of the month. One instance per group holds these rates: an execution lasts
 well under a second and each instance runs several at once.
+
+A Dedicated (App Service) plan, priced beside it, bills its instances by the hour instead, busy or not:
+every group is up all month, never cold, and polls all month.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from bench.cost.prices import SECONDS_PER_MONTH, rate
 
 MIN_ACTIVE_S: Final = 1.0
 """Flex Consumption's minimum billable active period (seconds)."""
+
+DEDICATED_UTILISATION: Final = 0.5
+"""The share of a Dedicated instance's core the month's mean load may take: the rest is headroom for an
+hour's peak above the mean, since a Basic plan scales out only when told to."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,25 @@ def flex_cost(groups: list[Group], config: AzureConfig) -> dict[str, float]:
     }
 
 
+def dedicated_instances(orders: float, est: Estimates) -> int:
+    """Basic B1 instances (one vCPU each) a Dedicated plan needs for ``orders`` a month: the month's mean
+    CPU load over :data:`DEDICATED_UTILISATION` of a core each, and at least one."""
+    load = orders / SECONDS_PER_MONTH * est.azure_cpu_s_per_order
+    return max(1, math.ceil(load / DEDICATED_UTILISATION))
+
+
+def dedicated_cost(orders: float, est: Estimates) -> dict[str, float]:
+    """A Dedicated plan of Basic B1 instances: every hour of each instance, busy or not (USD a month)."""
+    hours = SECONDS_PER_MONTH / 3600
+    return {"App Service plan (B1)": dedicated_instances(orders, est) * hours * rate("app_service_b1_hour")}
+
+
+def always_up(config: AzureConfig, group: str) -> bool:
+    """Whether ``group`` has an instance up all month: always-ready on Flex, every group on a Dedicated
+    plan."""
+    return config.dedicated or group in config.always_ready
+
+
 def service_bus_cost(operations: float) -> float:
     """Service Bus Standard: the base charge, then operations past the included ones by tier (USD)."""
     base = rate("service_bus_base_hour") * SECONDS_PER_MONTH / 3600
@@ -173,16 +199,20 @@ def durable_table_ops(episodes: float, est: Estimates) -> float:
 
 def polling_ops(config: AzureConfig, est: Estimates, orders: float) -> float:
     """Queue operations of empty polls in a month: the Durable group's while it is up (it stays up
-    ``est.scale_in_s`` after an order; always when always-ready), and the scale controller's."""
+    ``est.scale_in_s`` after an order; always when always-ready or on a Dedicated plan), and the scale
+    controller's (Flex only)."""
     per_s = orders / SECONDS_PER_MONTH
-    up = 1.0 if "durable" in config.always_ready else poisson_share(per_s, est.scale_in_s)
+    up = 1.0 if always_up(config, "durable") else poisson_share(per_s, est.scale_in_s)
     queues = config.control_queues + 1
-    return (queues / config.max_queue_polling_s * up + queues / SCALE_CONTROLLER_POLL_S) * SECONDS_PER_MONTH
+    # A Dedicated plan scales only when told to: no scale controller polls it.
+    controller = 0.0 if config.dedicated else queues / SCALE_CONTROLLER_POLL_S
+    return (queues / config.max_queue_polling_s * up + controller) * SECONDS_PER_MONTH
 
 
 def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> float:
     """Service Bus operations of receives that find no message, in a month: while a Service Bus trigger's
-    group has an instance up (within ``est.scale_in_s`` of an execution; always when always-ready), its
+    group has an instance up (within ``est.scale_in_s`` of an execution; always when always-ready or on a
+    Dedicated plan), its
     ``config.sb_concurrent_calls`` receives each return empty every ``config.sb_try_timeout_s``."""
     per_instance_s = config.sb_concurrent_calls / config.sb_try_timeout_s * est.empty_receive_ops
     total = 0.0
@@ -191,7 +221,7 @@ def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> 
             continue
         up = (
             1.0
-            if g.name in config.always_ready
+            if always_up(config, g.name)
             else poisson_share(g.executions / SECONDS_PER_MONTH, est.scale_in_s)
         )
         total += up * per_instance_s * SECONDS_PER_MONTH
@@ -224,7 +254,7 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     starter_runs = SECONDS_PER_MONTH / config.starter_period_s
     supervisor_runs = SECONDS_PER_MONTH / config.supervisor_period_s
     month = MonthCost(orders)
-    month.lines.update(flex_cost(groups, config))
+    month.lines.update(dedicated_cost(orders, est) if config.dedicated else flex_cost(groups, config))
     month.lines["Service Bus"] = service_bus_cost(
         orders * counts.messages * est.sb_ops_per_message + empty_receives(groups, est, config)
     )

@@ -37,6 +37,11 @@ class Rate:
 FLEX = "https://learn.microsoft.com/azure/azure-functions/flex-consumption-plan#billing"
 FLEX_COSTS = "https://learn.microsoft.com/azure/azure-functions/functions-consumption-costs"
 FLEX_RATES = "https://modal.com/blog/azure-function-pricing-guide"
+DEDICATED = "https://learn.microsoft.com/azure/azure-functions/dedicated-plan"
+APP_SERVICE_RATES = (
+    "https://github.com/microsoft/azure-skills/blob/main/skills/azure-app-onboard/prepare/references/"
+    "pricing-guide.md"
+)
 SERVICE_BUS = "https://www.azure.cn/en-us/pricing/details/service-bus/"
 COSMOS = "https://learn.microsoft.com/azure/cosmos-db/serverless"
 MONITOR = "https://monitoringcost.com/azure-monitor-cost"
@@ -106,6 +111,17 @@ RATES: Final[tuple[Rate, ...]] = (
         "instance memory while an always-ready instance is executing (same 1,000 ms minimum), no free grant",
         f"{FLEX}; {FLEX_RATES}",
         "list price, not re-read: the stored copies render no figure",
+    ),
+    Rate(
+        "app_service_b1_hour",
+        "App Service plan Basic B1 (Linux), Dedicated",
+        0.018,
+        "instance-hour",
+        "each instance (1 vCPU, 1.75 GB) every hour the plan has it, busy or not; no execution or memory "
+        "time meter; Always On, which a Dedicated plan's Service Bus and Durable triggers need, included",
+        f"{DEDICATED}; figure from {APP_SERVICE_RATES}",
+        "rule read 2026-12-07; figure read 2026-12-07 (Microsoft's pricing guide for its Azure skills: "
+        "about $13.14 a month, 730 hours; it warns its reference values may be outdated)",
     ),
     Rate(
         "service_bus_base_hour",

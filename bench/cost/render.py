@@ -10,6 +10,7 @@ from typing import Any, Final
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
+    DEDICATED_B1,
     ESTIMATED,
     MEASURED,
     ONE_AGENT_TRIGGER,
@@ -44,6 +45,7 @@ def _systems(counts: OrderCounts, est: Estimates) -> dict[str, Callable[[float],
         f"orderflow, {READY_DURABLE.name}": lambda n: orderflow_month(counts, est, READY_DURABLE, n),
         f"orderflow, {READY_PATH.name}": lambda n: orderflow_month(counts, est, READY_PATH, n),
         f"orderflow, {ONE_AGENT_TRIGGER.name}": lambda n: orderflow_month(counts, est, ONE_AGENT_TRIGGER, n),
+        f"orderflow, {DEDICATED_B1.name}": lambda n: orderflow_month(counts, est, DEDICATED_B1, n),
         "bare Durable Functions saga": lambda n: durable_saga_month(counts, est, CHOSEN, n),
         "AWS Step Functions (standard)": lambda n: step_functions_month(counts, n),
         "Temporal Cloud (Essentials)": lambda n: temporal_month(counts, n),
@@ -74,7 +76,8 @@ def figures(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> dict[
         "counts": asdict(counts),
         "estimates": asdict(est),
         "configurations": {
-            c.name: _config(c) for c in (CURRENT, CHOSEN, READY_DURABLE, READY_PATH, ONE_AGENT_TRIGGER)
+            c.name: _config(c)
+            for c in (CURRENT, CHOSEN, READY_DURABLE, READY_PATH, ONE_AGENT_TRIGGER, DEDICATED_B1)
         },
         "cost": cost,
         "chosen_meters_at_1m": {k: round(v, 2) for k, v in meters.items()},
@@ -83,7 +86,8 @@ def figures(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> dict[
         },
         "rates": [asdict(r) for r in RATES],
         "latency_s": {
-            c.name: _latency(counts, est, c) for c in (CURRENT, claim_off, CHOSEN, READY_DURABLE, READY_PATH)
+            c.name: _latency(counts, est, c)
+            for c in (CURRENT, claim_off, CHOSEN, READY_DURABLE, READY_PATH, DEDICATED_B1)
         },
     }
 

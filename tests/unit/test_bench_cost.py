@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.cost.__main__ import main
-from bench.cost.docs import replace_between, section
+from bench.cost.docs import break_even, replace_between, section
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
+    DEDICATED_B1,
     ESTIMATE_BASIS,
     ESTIMATED,
     MEASURED,
@@ -29,6 +30,7 @@ from bench.cost.inputs import (
 from bench.cost.model import (
     Group,
     breaker_reads,
+    dedicated_instances,
     durable_queue_ops,
     durable_table_ops,
     empty_receives,
@@ -140,6 +142,46 @@ def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_pollin
     polls = (2 / 1 + 2 / 10) * 2_628_000
     assert month.lines["Storage transactions"] == pytest.approx(polls / 10_000 * 0.004)  # 2.31264
     assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256)
+
+
+def test_a_dedicated_plan_bills_its_instances_and_polls_all_month() -> None:
+    month = orderflow_month(MEASURED, ESTIMATED, DEDICATED_B1, 0)
+    # One B1 at $0.018 an hour, 730 hours; no Flex meter at all.
+    assert month.lines["App Service plan (B1)"] == pytest.approx(13.14)
+    assert not [line for line in month.lines if line.startswith("Flex")]
+    # Five Service Bus triggers keep 8 receives waiting 10 s each all month: 10,512,000 operations,
+    # inside the 13 million the base charge includes.
+    assert month.lines["Service Bus"] == pytest.approx(9.855)
+    # The Durable group polls two queues every second all month; no scale controller polls a Dedicated plan.
+    assert month.lines["Storage transactions"] == pytest.approx(2 * 2_628_000 / 10_000 * 0.004)  # 2.1024
+    assert month.total == pytest.approx(13.14 + 9.855 + 2.1024 + 0.1971 + 3.20)
+
+
+def test_dedicated_instances_follow_the_mean_cpu_load_at_half_a_core_each() -> None:
+    est = replace(ESTIMATED, azure_cpu_s_per_order=0.2)
+    # Half a core is 2.5 orders a second at 0.2 s: 6,570,000 orders a month.
+    assert dedicated_instances(0, est) == 1
+    assert dedicated_instances(6_570_000, est) == 1
+    assert dedicated_instances(6_571_000, est) == 2
+    assert dedicated_instances(10_000_000, est) == 2
+    assert orderflow_month(MEASURED, est, DEDICATED_B1, 10_000_000).lines[
+        "App Service plan (B1)"
+    ] == pytest.approx(2 * 13.14)
+
+
+def test_the_dedicated_plan_is_cheaper_than_flex_only_above_the_break_even() -> None:
+    orders = break_even(MEASURED, ESTIMATED)
+    assert orders % 1000 == 0
+
+    def cheaper(n: float) -> bool:
+        return (
+            orderflow_month(MEASURED, ESTIMATED, DEDICATED_B1, n).total
+            < orderflow_month(MEASURED, ESTIMATED, CHOSEN, n).total
+        )
+
+    assert not cheaper(orders - 2_000) and cheaper(orders + 1_000)
+    with pytest.raises(ValueError, match="does not cross"):
+        break_even(MEASURED, replace(ESTIMATED, azure_cpu_s_per_order=100.0))
 
 
 def test_the_always_ready_setting_names_flex_groups() -> None:

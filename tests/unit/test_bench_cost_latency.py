@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.cost.inputs import CHOSEN, ESTIMATED, MEASURED, READY_PATH
+from bench.cost.inputs import CHOSEN, DEDICATED_B1, ESTIMATED, MEASURED, READY_PATH
 from bench.cost.latency import Hop, idle_chance, order_hops, percentiles
 
 pytestmark = pytest.mark.unit
@@ -74,3 +74,12 @@ def test_the_measured_local_time_and_the_service_bus_hops_are_fixed_terms() -> N
 
 def test_every_group_on_the_path_always_ready_leaves_no_cold_start_after_idle() -> None:
     assert [h.name for h in order_hops(MEASURED, ESTIMATED, READY_PATH, 0) if h.cold_chance] == []
+
+
+def test_nothing_is_ever_cold_on_a_dedicated_plan() -> None:
+    for orders in (0, 100_000):
+        assert [h.name for h in order_hops(MEASURED, ESTIMATED, DEDICATED_B1, orders) if h.cold_chance] == []
+    # The same waits otherwise: the first order after idle as fast as one at low load.
+    assert percentiles(order_hops(MEASURED, ESTIMATED, DEDICATED_B1, 0)) == percentiles(
+        order_hops(MEASURED, ESTIMATED, READY_PATH, 0)
+    )
