@@ -26,6 +26,10 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _URL_FORBIDDEN = re.compile("[\x00-\x20\x7f]")
 """What a request target must not hold (``http.client``'s check: no control characters, no spaces)."""
 
+_DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"[0-9A-Fa-f]+")}
+"""A length as RFC 9112 writes it: ASCII digits only (``int()`` also takes ``+``, ``_``, ``0x`` and
+non-ASCII digits)."""
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -158,7 +162,7 @@ class Wire:
         status_line, *lines = head.split("\r\n")
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if not version.startswith("HTTP/1.") or _DIGITS[10].fullmatch(code) is None or len(code) != 3:
             raise http.client.BadStatusLine(status_line)
         headers: list[tuple[str, str]] = []
         for line in lines:
@@ -217,12 +221,9 @@ def _length(text: str, *, base: int = 10) -> int:
     """A body or chunk length from its header or size line.
 
     Raises:
-        http.client.HTTPException: not a non-negative integer.
+        http.client.HTTPException: not a non-negative integer in plain ASCII digits.
     """
-    try:
-        value = int(text.strip(), base)
-    except ValueError:
-        value = -1
-    if value < 0:
+    digits = text.strip()
+    if _DIGITS[base].fullmatch(digits) is None:
         raise http.client.HTTPException(f"invalid length {text!r}")
-    return value
+    return int(digits, base)

@@ -315,3 +315,27 @@ def test_a_malformed_or_cut_answer_is_a_response_error() -> None:
         transport.send(HttpRequest("GET", garbled.url("/")))
     assert repr(transport) == "LoopbackTransport(connections=0)"
     transport.close()
+
+
+def test_a_status_code_or_length_that_is_not_plain_digits_is_a_response_error_and_drops_the_connection() -> (
+    None
+):
+    fresh = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh"
+    canned = _Canned(
+        [
+            b"HTTP/1.1 2\xb20 OK\r\nContent-Length: 5\r\n\r\nstale",  # '2²0': isdigit(), yet not a number
+            fresh,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n0123456789",  # int() reads '1_0' as 10
+            fresh,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nab\r\n0\r\n\r\n",  # not hex digits
+            fresh,
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    for _ in range(3):
+        with pytest.raises(ServiceResponseError):
+            transport.send(HttpRequest("GET", canned.url("/")))
+        answer = transport.send(HttpRequest("GET", canned.url("/")))
+        assert (answer.status_code, answer.body()) == (200, b"fresh")  # not the rest of the bad one
+    assert canned.connections == 4  # each bad answer closed its connection
+    transport.close()
