@@ -208,6 +208,10 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         except (OSError, http.client.HTTPException) as exc:
             self._drop(key, kept.connection)
             raise ServiceResponseError(exc, error=exc) from exc
+        except BaseException:
+            # Cut short by anything else (a stop signal's exception): the answer is unread.
+            self._drop(key, kept.connection)
+            raise
         if answer.closes:
             self._drop(key, kept.connection)
         return LoopbackResponse(request, answer)

@@ -21,7 +21,7 @@ from devhost.http_transport import (
     is_loopback,
     transport_for,
 )
-from devhost.http_wire import request_bytes
+from devhost.http_wire import Wire, request_bytes
 from devhost.queues.factory import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
@@ -242,7 +242,10 @@ class _Canned:
             self.connections += 1
             with conn:
                 while self.answers:
-                    request = conn.recv(65536)
+                    try:
+                        request = conn.recv(65536)
+                    except ConnectionResetError:  # closed with an answer unread
+                        break
                     if not request:
                         break
                     self.requests.append(request)
@@ -338,4 +341,32 @@ def test_a_status_code_or_length_that_is_not_plain_digits_is_a_response_error_an
         answer = transport.send(HttpRequest("GET", canned.url("/")))
         assert (answer.status_code, answer.body()) == (200, b"fresh")  # not the rest of the bad one
     assert canned.connections == 4  # each bad answer closed its connection
+    transport.close()
+
+
+def test_an_exchange_cut_short_by_an_interrupt_drops_its_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh",
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", canned.url("/a")))
+    real = Wire._read_head
+    calls = [0]
+
+    def interrupted(self: Wire) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt  # a stop signal, between the request and its answer
+        return real(self)
+
+    monkeypatch.setattr(Wire, "_read_head", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        transport.send(HttpRequest("GET", canned.url("/b")))
+    answer = transport.send(HttpRequest("GET", canned.url("/c")))
+    assert answer.body() == b"fresh"  # not the answer of the interrupted request
+    assert canned.connections == 2
     transport.close()
