@@ -301,14 +301,15 @@ class _Kept:
     def reusable(self) -> bool:
         """Whether the idle connection may carry the next request (which it is then handed out for):
         not when it is readable with nothing asked, which means the server closed it (or sent what no
-        request asked for).
+        request asked for), nor when its last answer came with bytes past it (taken for the next answer,
+        they would answer the next request with what no request asked for).
 
         A connection handed out less than :data:`RECENTLY_USED_S` ago is not polled: the emulators (Node's
         HTTP server) close an idle connection after 5 s, and the poll is a system call that gives up the
         interpreter lock on every request. One closed sooner is met by :meth:`LoopbackTransport.send`'s
         resend on a new connection.
         """
-        if self.connection.sock is None:
+        if self.connection.sock is None or self.wire.pending:
             return False
         now = self._clock()
         recent, self._handed_out_at = now - self._handed_out_at < RECENTLY_USED_S, now

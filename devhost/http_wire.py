@@ -100,7 +100,8 @@ def request_bytes(
 class Wire:
     """HTTP/1.1 exchanges on one connected socket, one at a time: the request's bytes written at once,
     the answer's status line, headers and body parsed here (``Content-Length``, chunked, or up to the end
-    of the connection; none for HEAD, 1xx, 204 and 304). Bytes past an answer stay for the next one.
+    of the connection; none for HEAD, 1xx, 204 and 304). Bytes past an answer, which no request asked
+    for since requests are never pipelined, stay unread (:attr:`pending`).
 
     Args:
         sock: The connected socket (plain or TLS).
@@ -110,6 +111,11 @@ class Wire:
         self._sock = sock
         self._buffer = bytearray()
         self._timeout: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether bytes past the last answer were read: the connection is then out of step."""
+        return bool(self._buffer)
 
     def exchange(self, data: bytes, method: str, *, timeout: float) -> Answer:
         """Send ``data`` and read its answer, each socket operation waiting at most ``timeout`` seconds.

@@ -344,6 +344,21 @@ def test_a_status_code_or_length_that_is_not_plain_digits_is_a_response_error_an
     transport.close()
 
 
+def test_bytes_past_an_answer_are_never_taken_for_the_next_requests_answer() -> None:
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",  # nothing asked for this one
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh",
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    assert transport.send(HttpRequest("GET", canned.url("/a"))).body() == b"ok"
+    assert transport.send(HttpRequest("PUT", canned.url("/b"), data=b"x")).body() == b"fresh"
+    assert canned.connections == 2
+    transport.close()
+
+
 def test_an_exchange_cut_short_by_an_interrupt_drops_its_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     canned = _Canned(
         [
