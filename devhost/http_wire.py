@@ -111,6 +111,7 @@ class Wire:
         self._sock = sock
         self._buffer = bytearray()
         self._timeout: float | None = None
+        self._answering = False  # a byte of the current answer has arrived
 
     @property
     def pending(self) -> bool:
@@ -121,13 +122,16 @@ class Wire:
         """Send ``data`` and read its answer, each socket operation waiting at most ``timeout`` seconds.
 
         Raises:
-            http.client.RemoteDisconnected: the connection closed before any byte of an answer.
-            http.client.HTTPException: a malformed or incomplete answer.
+            http.client.RemoteDisconnected: the connection closed (or was reset) before any byte of an
+                answer.
+            http.client.HTTPException: a malformed or incomplete answer (one cut by a reset too: the
+                server had the request).
             TimeoutError, OSError: as the socket raises them.
         """
         if timeout != self._timeout:
             self._sock.settimeout(timeout)
             self._timeout = timeout
+        self._answering = False
         self._sock.sendall(data)
         while True:
             version, status, reason, headers = self._read_head()
@@ -147,9 +151,19 @@ class Wire:
         return Answer(status, reason, headers, body, closes)
 
     def _receive(self) -> bool:
-        """Append what the socket has to the buffer; False at the end of the connection."""
-        chunk = self._sock.recv(65536)
+        """Append what the socket has to the buffer; False at the end of the connection.
+
+        Raises:
+            http.client.IncompleteRead: the connection was reset once the answer had begun.
+        """
+        try:
+            chunk = self._sock.recv(65536)
+        except ConnectionResetError as exc:
+            if self._answering:
+                raise http.client.IncompleteRead(bytes(self._buffer)) from exc
+            raise
         self._buffer += chunk
+        self._answering = self._answering or bool(chunk)
         return bool(chunk)
 
     def _read_head(self) -> tuple[str, int, str, list[tuple[str, str]]]:
@@ -159,7 +173,7 @@ class Wire:
                 raise http.client.LineTooLong("answer's header block")
             seen = len(self._buffer)
             if not self._receive():
-                if seen:
+                if seen or self._answering:  # part of this head, or an interim answer, came
                     raise http.client.IncompleteRead(bytes(self._buffer))
                 raise http.client.RemoteDisconnected("Remote end closed connection without response")
             end = self._buffer.find(b"\r\n\r\n", max(0, seen - 3))

@@ -3,8 +3,10 @@ in the transport); the SDK's own elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -356,6 +358,52 @@ def test_bytes_past_an_answer_are_never_taken_for_the_next_requests_answer() -> 
     assert transport.send(HttpRequest("GET", canned.url("/a"))).body() == b"ok"
     assert transport.send(HttpRequest("PUT", canned.url("/b"), data=b"x")).body() == b"fresh"
     assert canned.connections == 2
+    transport.close()
+
+
+def test_a_reset_after_part_of_an_answer_is_not_taken_for_a_close_before_the_request() -> None:
+    """A connection reset once the server has begun answering means it had the request: not resent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        requests.append(conn.recv(65536))
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        requests.append(conn.recv(65536))
+        conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\npart")
+        threading.Event().wait(0.3)  # the client has read the part
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset
+        listener.settimeout(1)
+        with contextlib.suppress(TimeoutError):
+            again, _ = listener.accept()
+            requests.append(again.recv(65536))
+            again.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", f"{url}/first"))
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", f"{url}/q/messages", data=b"m"))
+    server.join(5)
+    assert [r.split(b" ", 2)[1] for r in requests] == [b"/first", b"/q/messages"]  # sent once
+    transport.close()
+    listener.close()
+
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 100 Continue\r\nConnection: close\r\n\r\n",  # then the connection closes
+            b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok",
+        ]
+    )
+    transport.send(HttpRequest("GET", canned.url("/first")))
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", canned.url("/q/messages"), data=b"m"))
+    assert len(canned.requests) == 2  # an interim answer came: the server had it, not resent
     transport.close()
 
 
