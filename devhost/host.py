@@ -380,7 +380,20 @@ class DevHost:
         handle_response(message.body, client=self.client)
 
     def _claim_on_submit(self) -> AttemptStarts | None:  # None: no orchestrator here, or no room
-        return self._starts if self._starts is not None and self._in_flight.take() else None
+        if self._starts is None:
+            return None
+        try:
+            room = self._in_flight.take()
+        except Exception:
+            # The room is unknown (the backend cannot be read): the order waits Pending for a starter
+            # rather than fail its message, which would dead-letter it in the end.
+            logger.warning(
+                "devhost %s: room check failed; the order is left to the starter",
+                self.settings.queues.HOST_ID,
+                exc_info=True,
+            )
+            return None
+        return self._starts if room else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None
