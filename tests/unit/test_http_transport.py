@@ -433,3 +433,16 @@ def test_an_exchange_cut_short_by_an_interrupt_drops_its_connection(monkeypatch:
     assert answer.body() == b"fresh"  # not the answer of the interrupted request
     assert canned.connections == 2
     transport.close()
+
+
+def test_a_thread_that_ends_leaves_no_connection_open(server: _Server) -> None:
+    """Worker threads come and go (the operator API's idle out after 10 s): each one's connections are
+    closed with it, not kept open by the transport until it is closed."""
+    transport = LoopbackTransport(read_timeout_s=5)
+    for _ in range(3):
+        worker = threading.Thread(target=lambda: transport.send(HttpRequest("GET", _url(server, "/a"))))
+        worker.start()
+        worker.join()
+    assert repr(transport) == "LoopbackTransport(connections=0)"
+    assert transport.send(HttpRequest("GET", _url(server, "/b"))).status_code == 201  # still serves
+    transport.close()
