@@ -19,8 +19,9 @@ class InFlight:
     The count only overstates: an orchestration that finished since the last read is still in it. So
     ``take`` asks the backend only when the count reaches the limit (at most once per ``read_every_s``),
     or before its first claim; below the limit no claim waits for a query. The starter, which reads the
-    backend on each of its passes anyway, hands over its read (:meth:`observe`) and its claims
-    (:meth:`add`), so the orchestrations it starts count too.
+    backend on each of its passes anyway, reads it through :meth:`reserve`, which also sets aside the
+    room its pass may claim: no ``take`` has that room meanwhile, and every read counts it until the pass
+    ends (:meth:`release`), so the two never claim the same room.
 
     Args:
         running: Reads how many orchestrations run now (a backend query).
@@ -44,6 +45,7 @@ class InFlight:
         self._lock = threading.Lock()
         self._read_at: float | None = None
         self._count = 0
+        self._reserved = 0  # room held by starter passes (reserve), counted by every read
 
     def take(self) -> bool:
         """Take room for one more orchestration: False when the process runs ``limit`` already."""
@@ -51,24 +53,30 @@ class InFlight:
             if self._read_at is None or (
                 self._count >= self._limit and self._clock() >= self._read_at + self._read_every_s
             ):
-                self._count = self._running()
+                self._count = self._running() + self._reserved
                 self._read_at = self._clock()
             if self._count >= self._limit:
                 return False
             self._count += 1
             return True
 
-    def observe(self) -> int:
-        """Read the running orchestrations now (a backend query), count from that, and return it."""
+    def reserve(self, at_most: int) -> int:
+        """Read the running orchestrations now (a backend query) and set aside up to ``at_most`` of the
+        room left, for a starter pass; end it with :meth:`release`. Returns the room set aside."""
         with self._lock:
-            self._count = self._running()
+            self._count = self._running() + self._reserved
             self._read_at = self._clock()
-            return self._count
+            room = max(0, min(at_most, self._limit - self._count))
+            self._reserved += room
+            self._count += room
+            return room
 
-    def add(self, claimed: int) -> None:
-        """Count ``claimed`` orchestrations started without :meth:`take` (the starter's)."""
+    def release(self, room: int, *, used: int) -> None:
+        """End a reservation of ``room`` in which ``used`` orchestrations were started (they count from
+        now as the submission's claims do); the rest is room again."""
         with self._lock:
-            self._count += claimed
+            self._reserved -= room
+            self._count -= room - used
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

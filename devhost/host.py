@@ -380,25 +380,43 @@ class DevHost:
         handle_response(message.body, client=self.client)
 
     def _claim_on_submit(self) -> AttemptStarts | None:  # None: no orchestrator here, or no room
-        return self._starts if self._starts is not None and self._in_flight.take() else None
+        if self._starts is None:
+            return None
+        try:
+            room = self._in_flight.take()
+        except Exception:
+            # The room is unknown (the backend cannot be read): the order waits Pending for a starter
+            # rather than fail its message, which would dead-letter it in the end.
+            logger.warning(
+                "devhost %s: room check failed; the order is left to the starter",
+                self.settings.queues.HOST_ID,
+                exc_info=True,
+            )
+            return None
+        return self._starts if room else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None
-        report = run_starter_pass(
-            states=self.deps.states,
-            client=self.client,
-            clock=self.deps.clock,
-            starter=self.settings.starter,
-            steps=self.settings.steps,
-            scans=self.settings.scans,
-            queue_names=self.settings.queues,
-            response_queue=self.settings.queues.response_queue(),
-            capacity=self.local.MAX_IN_FLIGHT_PER_HOST - self._in_flight.observe(),
-            on_claimed=self.deps.cache.put,
-            breakers=self.deps.breakers,
-            first_requests=self._first_requests,
-        )
-        self._in_flight.add(len(report.claimed))  # the submission's room counts them from now on
+        room = self._in_flight.reserve(self.settings.starter.STARTER_BATCH)
+        used = room  # a pass that fails part-way may have started any of them: counted until a read
+        try:
+            report = run_starter_pass(
+                states=self.deps.states,
+                client=self.client,
+                clock=self.deps.clock,
+                starter=self.settings.starter,
+                steps=self.settings.steps,
+                scans=self.settings.scans,
+                queue_names=self.settings.queues,
+                response_queue=self.settings.queues.response_queue(),
+                capacity=room,
+                on_claimed=self.deps.cache.put,
+                breakers=self.deps.breakers,
+                first_requests=self._first_requests,
+            )
+            used = len(report.claimed)
+        finally:
+            self._in_flight.release(room, used=used)  # the submission's room counts them from now on
 
     def _supervisor_tick(self) -> None:
         """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""

@@ -15,11 +15,11 @@ the profiler (docs/benchmarks.md).
 
 What the lean transport leaves out is what a loopback endpoint never needs: proxies and the environment
 (``HTTPS_PROXY``, netrc, CA-bundle variables), cookies, response decompression (it asks for
-``identity``) and a shared pool (each thread keeps its own connection per emulator, reopened when the
-emulator closed it while idle, which a poll of a connection idle for over a second notices; a request
-that finds it closed just as it went out, with no answer, is sent once more on a new connection before
-the SDK's retries see a failure). It reads every response whole, which is what the queue and Cosmos
-clients do anyway.
+``identity``) and a shared pool (each thread keeps its own connection per emulator, closed when the
+thread ends, and reopened when the emulator closed it while idle, which a poll of a connection idle for
+over a second notices; a request that finds it closed just as it went out, with no answer, is sent once
+more on a new connection before the SDK's retries see a failure). It reads every response whole, which
+is what the queue and Cosmos clients do anyway.
 
 Any other endpoint (Cosmos DB, Storage on Azure) gets None: the client's default, which honours the
 environment (an ``HTTPS_PROXY`` on Azure still applies; for Cosmos DB the process's shared transport,
@@ -34,6 +34,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -103,11 +104,11 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
     """An azure-core transport for an emulator on this machine (``http.client`` connects,
     :mod:`devhost.http_wire` exchanges).
 
-    Thread-safe: each thread holds its own keep-alive connection per ``(scheme, host, port)``. A failed
-    exchange closes its connection and raises what ``RequestsTransport`` raises for the same failure
-    (``ServiceRequestError`` when no connection could be made, ``ServiceResponseError`` when it broke,
-    their ``Timeout`` subclasses on a timeout), so the SDK's retry policy and orderflow's error
-    translation see no difference.
+    Thread-safe: each thread holds its own keep-alive connection per ``(scheme, host, port)``, closed
+    when the thread ends. A failed exchange closes its connection and raises what ``RequestsTransport``
+    raises for the same failure (``ServiceRequestError`` when no connection could be made,
+    ``ServiceResponseError`` when it broke, their ``Timeout`` subclasses on a timeout), so the SDK's
+    retry policy and orderflow's error translation see no difference.
 
     Args:
         connection_timeout_s: Seconds to wait for a connection.
@@ -208,6 +209,10 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         except (OSError, http.client.HTTPException) as exc:
             self._drop(key, kept.connection)
             raise ServiceResponseError(exc, error=exc) from exc
+        except BaseException:
+            # Cut short by anything else (a stop signal's exception): the answer is unread.
+            self._drop(key, kept.connection)
+            raise
         if answer.closes:
             self._drop(key, kept.connection)
         return LoopbackResponse(request, answer)
@@ -218,6 +223,9 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
         connections: dict[_Key, _Kept] | None = getattr(self._local, "connections", None)
         if connections is None:
             connections = self._local.connections = {}
+            # Threads come and go (a thread pool's idle workers end): their connections close with them.
+            self._local.ends = ends = _ThreadEnd()
+            weakref.finalize(ends, _close_thread_connections, weakref.ref(self), connections)
         kept = connections.get(key)
         if kept is not None and kept.reusable():
             return kept, True
@@ -278,6 +286,23 @@ class LoopbackTransport(HttpTransport):  # type: ignore[type-arg]
             self._open.discard(connection)
 
 
+class _ThreadEnd:
+    """Held by a thread's local data only: finalized when the thread ends."""
+
+
+def _close_thread_connections(
+    transport: weakref.ref[LoopbackTransport], connections: dict[_Key, _Kept]
+) -> None:
+    """Close the connections of a thread that ended (and forget them in ``transport``, if it is alive)."""
+    owner = transport()
+    for kept in list(connections.values()):
+        kept.connection.close()
+        if owner is not None:
+            with owner._lock:
+                owner._open.discard(kept.connection)
+    connections.clear()
+
+
 class _Kept:
     """A thread's kept-alive connection and a poll of its socket, registered once."""
 
@@ -297,14 +322,15 @@ class _Kept:
     def reusable(self) -> bool:
         """Whether the idle connection may carry the next request (which it is then handed out for):
         not when it is readable with nothing asked, which means the server closed it (or sent what no
-        request asked for).
+        request asked for), nor when its last answer came with bytes past it (taken for the next answer,
+        they would answer the next request with what no request asked for).
 
         A connection handed out less than :data:`RECENTLY_USED_S` ago is not polled: the emulators (Node's
         HTTP server) close an idle connection after 5 s, and the poll is a system call that gives up the
         interpreter lock on every request. One closed sooner is met by :meth:`LoopbackTransport.send`'s
         resend on a new connection.
         """
-        if self.connection.sock is None:
+        if self.connection.sock is None or self.wire.pending:
             return False
         now = self._clock()
         recent, self._handed_out_at = now - self._handed_out_at < RECENTLY_USED_S, now

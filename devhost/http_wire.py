@@ -26,6 +26,10 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _URL_FORBIDDEN = re.compile("[\x00-\x20\x7f]")
 """What a request target must not hold (``http.client``'s check: no control characters, no spaces)."""
 
+_DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"[0-9A-Fa-f]+")}
+"""A length as RFC 9112 writes it: ASCII digits only (``int()`` also takes ``+``, ``_``, ``0x`` and
+non-ASCII digits)."""
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -96,7 +100,8 @@ def request_bytes(
 class Wire:
     """HTTP/1.1 exchanges on one connected socket, one at a time: the request's bytes written at once,
     the answer's status line, headers and body parsed here (``Content-Length``, chunked, or up to the end
-    of the connection; none for HEAD, 1xx, 204 and 304). Bytes past an answer stay for the next one.
+    of the connection; none for HEAD, 1xx, 204 and 304). Bytes past an answer, which no request asked
+    for since requests are never pipelined, stay unread (:attr:`pending`).
 
     Args:
         sock: The connected socket (plain or TLS).
@@ -106,18 +111,27 @@ class Wire:
         self._sock = sock
         self._buffer = bytearray()
         self._timeout: float | None = None
+        self._answering = False  # a byte of the current answer has arrived
+
+    @property
+    def pending(self) -> bool:
+        """Whether bytes past the last answer were read: the connection is then out of step."""
+        return bool(self._buffer)
 
     def exchange(self, data: bytes, method: str, *, timeout: float) -> Answer:
         """Send ``data`` and read its answer, each socket operation waiting at most ``timeout`` seconds.
 
         Raises:
-            http.client.RemoteDisconnected: the connection closed before any byte of an answer.
-            http.client.HTTPException: a malformed or incomplete answer.
+            http.client.RemoteDisconnected: the connection closed (or was reset) before any byte of an
+                answer.
+            http.client.HTTPException: a malformed or incomplete answer (one cut by a reset too: the
+                server had the request).
             TimeoutError, OSError: as the socket raises them.
         """
         if timeout != self._timeout:
             self._sock.settimeout(timeout)
             self._timeout = timeout
+        self._answering = False
         self._sock.sendall(data)
         while True:
             version, status, reason, headers = self._read_head()
@@ -137,9 +151,19 @@ class Wire:
         return Answer(status, reason, headers, body, closes)
 
     def _receive(self) -> bool:
-        """Append what the socket has to the buffer; False at the end of the connection."""
-        chunk = self._sock.recv(65536)
+        """Append what the socket has to the buffer; False at the end of the connection.
+
+        Raises:
+            http.client.IncompleteRead: the connection was reset once the answer had begun.
+        """
+        try:
+            chunk = self._sock.recv(65536)
+        except ConnectionResetError as exc:
+            if self._answering:
+                raise http.client.IncompleteRead(bytes(self._buffer)) from exc
+            raise
         self._buffer += chunk
+        self._answering = self._answering or bool(chunk)
         return bool(chunk)
 
     def _read_head(self) -> tuple[str, int, str, list[tuple[str, str]]]:
@@ -149,7 +173,7 @@ class Wire:
                 raise http.client.LineTooLong("answer's header block")
             seen = len(self._buffer)
             if not self._receive():
-                if seen:
+                if seen or self._answering:  # part of this head, or an interim answer, came
                     raise http.client.IncompleteRead(bytes(self._buffer))
                 raise http.client.RemoteDisconnected("Remote end closed connection without response")
             end = self._buffer.find(b"\r\n\r\n", max(0, seen - 3))
@@ -158,7 +182,7 @@ class Wire:
         status_line, *lines = head.split("\r\n")
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if not version.startswith("HTTP/1.") or _DIGITS[10].fullmatch(code) is None or len(code) != 3:
             raise http.client.BadStatusLine(status_line)
         headers: list[tuple[str, str]] = []
         for line in lines:
@@ -217,12 +241,9 @@ def _length(text: str, *, base: int = 10) -> int:
     """A body or chunk length from its header or size line.
 
     Raises:
-        http.client.HTTPException: not a non-negative integer.
+        http.client.HTTPException: not a non-negative integer in plain ASCII digits.
     """
-    try:
-        value = int(text.strip(), base)
-    except ValueError:
-        value = -1
-    if value < 0:
+    digits = text.strip()
+    if _DIGITS[base].fullmatch(digits) is None:
         raise http.client.HTTPException(f"invalid length {text!r}")
-    return value
+    return int(digits, base)

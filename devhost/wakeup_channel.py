@@ -71,13 +71,14 @@ class WakeupChannel:
         return f"WakeupChannel({str(self.path)!r})"
 
     def start(self) -> None:
-        """Bind this process's socket, write its file (a stale one of the same host id is reused: the
+        """Bind this process's socket, write its file (a stale one of the same host id is replaced: the
         kernel freed the address of a process that died) and start listening.
 
         Raises:
             WakeupSocketInUse: a live process has bound this host id's socket in this directory (its file
                 and socket are left alone).
-            OSError: the directory cannot be made or the socket bound otherwise.
+            OSError: the directory cannot be made, the socket bound otherwise, or the file written (the
+                socket is then closed).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -90,9 +91,20 @@ class WakeupChannel:
                     f"the wake-up socket {self.path} is bound by another live process with this host id"
                 ) from None
             raise
-        self.path.touch()
+        try:
+            self._write_file()
+        except OSError:
+            listening.close()
+            raise
         self._socket = listening
         self._thread.start()
+
+    def _write_file(self) -> None:
+        """Make this process's file anew: whatever has its name goes first (the address is this
+        process's now), and the file is created only where it is, never through a link left there."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
 
     def stop(self) -> None:
         """Stop listening and remove this process's socket."""

@@ -6,7 +6,7 @@ azure-core's default ``RequestsTransport`` makes a session per client with ``tru
 ``urllib``'s parsing of them), the netrc file, ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``. Here the
 session has ``trust_env`` off and reads the same settings itself: the CA bundle when it is made, and a
 host's proxies (``HTTP(S)_PROXY`` / ``ALL_PROXY`` unless ``NO_PROXY`` exempts the host, as ``requests``
-decides it) on the first request to that host, kept for the process's life. A proxy set in the
+decides it) on the first request to that host and port, kept for the process's life. A proxy set in the
 environment before the host starts is honoured; one set later is not. A netrc file is never read: the
 SDKs sign their own requests, and a netrc entry for the account's host would only replace that
 signature.
@@ -47,7 +47,7 @@ class EnvironmentReadOnce(requests.Session):
         self.trust_env = False
         source = os.environ if environ is None else environ
         self.ca_bundle = next((source[name] for name in CA_BUNDLE_VARIABLES if source.get(name)), None)
-        self._proxies_by_host: dict[tuple[str, str], dict[str, str]] = {}
+        self._proxies_by_host: dict[tuple[str, str, int | None], dict[str, str]] = {}
         self._lock = threading.Lock()
         no_retries = Retry(total=False, redirect=False, raise_on_status=False)
         adapter = BiggerBlockSizeHTTPAdapter(max_retries=no_retries)
@@ -55,10 +55,10 @@ class EnvironmentReadOnce(requests.Session):
             self.mount(scheme, adapter)
 
     def proxies_for(self, url: str) -> dict[str, str]:
-        """The environment's proxies for ``url``'s scheme and host (empty when none applies), read on the
-        first request to that host."""
+        """The environment's proxies for ``url``'s scheme, host and port (empty when none applies), read on
+        the first request to that host and port (``NO_PROXY`` may name a host with a port)."""
         split = urlsplit(url)
-        key = (split.scheme, (split.hostname or "").lower())
+        key = (split.scheme, (split.hostname or "").lower(), split.port)
         found = self._proxies_by_host.get(key)
         if found is None:
             with self._lock:

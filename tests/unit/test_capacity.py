@@ -61,7 +61,30 @@ def test_at_the_limit_the_backend_is_read_again_at_most_once_per_read_every_s() 
 def test_the_starters_read_and_claims_count_too() -> None:
     backend, clock = Backend(running=1), Clock()
     room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
-    assert room.observe() == 1
-    room.add(2)  # the starter started two more: the process is at its limit
+    assert room.reserve(at_most=10) == 2
+    room.release(2, used=2)  # the starter started two more: the process is at its limit
     assert not room.take()
     assert backend.reads == 1  # its own read stood in for the first claim's
+
+
+def test_the_submission_and_a_starter_pass_together_never_claim_past_the_limit() -> None:
+    backend, clock = Backend(running=1), Clock()
+    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
+    capacity = room.reserve(at_most=10)  # a starter pass begins: room for two
+    taken = sum(room.take() for _ in range(5))  # submissions while it claims
+    clock.now += 1.0
+    taken += sum(room.take() for _ in range(5))  # the submission's read at the limit keeps its room
+    room.release(capacity, used=capacity)  # it claimed what it had room for
+    assert backend.running + taken + capacity <= 3
+    assert (capacity, taken) == (2, 0)
+
+
+def test_room_a_starter_pass_did_not_use_is_the_submissions_again() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=4, read_every_s=0.25, clock=clock)
+    assert room.reserve(at_most=3) == 3  # no more than a pass claims
+    assert room.take()  # the fourth
+    assert not room.take()
+    room.release(3, used=1)
+    assert room.take() and room.take()
+    assert not room.take()

@@ -4,6 +4,7 @@ repeated, and the durabletask worker's own shutdown is not logged as a warning
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from demo.services.bindings import demo_bindings_json
+from devhost import host as host_module
 from devhost.durabletask_adapter import DURABLETASK_WORKER_LOGGER, quiet_local_cancel
 from devhost.durabletask_backend import free_port
 from devhost.handlers import STARTER_WAKEUP
@@ -393,3 +395,38 @@ def test_with_announced_inbound_sends_the_submission_loop_waits_for_the_next_ann
 def test_without_announced_inbound_sends_the_submission_loop_polls_again_soon(tmp_path: Path) -> None:
     # A client that announces nothing: its next order is found by polling, 10 ms after the last.
     assert inbound_receives_after_one_order(tmp_path, announced=False) >= 1
+
+
+def test_an_order_is_taken_when_the_room_check_cannot_read_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The room check only decides whether the submission starts the order at once: a backend it cannot
+    read leaves the order Pending for a starter, it does not fail the message (and dead-letter it)."""
+
+    def unreadable(client: object) -> int:
+        raise RuntimeError("QueryInstances: failed to connect to all addresses")
+
+    monkeypatch.setattr(host_module, "running_orchestrations", unreadable)
+    client = client_for("client-a")
+    settings, _ = load_settings(
+        {},
+        HOST_ID="h1",
+        POLL_INTERVAL_S=0.01,
+        CLIENTS=json.dumps([{"id": client.client_id, "replyQueue": client.reply_queue}]),
+    )
+    host = dev_host(replace(deps(), settings=settings), roles=("orchestrator", "submission"))
+    host.start()
+    key = order_key(client.client_id, "r-1")
+    try:
+        host.deps.queues.queue(client.inbound_queue).send(
+            order_body("r-1", reply_to=client.reply_queue), message_id="r-1"
+        )
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(NotFound):
+                host.deps.states.get(key)
+                break
+            time.sleep(0.02)
+    finally:
+        host.stop()
+    assert host.deps.states.get(key).item.process_state == "Pending"

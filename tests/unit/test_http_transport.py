@@ -3,8 +3,10 @@ in the transport); the SDK's own elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +23,7 @@ from devhost.http_transport import (
     is_loopback,
     transport_for,
 )
-from devhost.http_wire import request_bytes
+from devhost.http_wire import Wire, request_bytes
 from devhost.queues.factory import StorageQueueFactory
 
 pytestmark = pytest.mark.unit
@@ -242,7 +244,10 @@ class _Canned:
             self.connections += 1
             with conn:
                 while self.answers:
-                    request = conn.recv(65536)
+                    try:
+                        request = conn.recv(65536)
+                    except ConnectionResetError:  # closed with an answer unread
+                        break
                     if not request:
                         break
                     self.requests.append(request)
@@ -314,4 +319,130 @@ def test_a_malformed_or_cut_answer_is_a_response_error() -> None:
     with pytest.raises(ServiceResponseError):
         transport.send(HttpRequest("GET", garbled.url("/")))
     assert repr(transport) == "LoopbackTransport(connections=0)"
+    transport.close()
+
+
+def test_a_status_code_or_length_that_is_not_plain_digits_is_a_response_error_and_drops_the_connection() -> (
+    None
+):
+    fresh = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh"
+    canned = _Canned(
+        [
+            b"HTTP/1.1 2\xb20 OK\r\nContent-Length: 5\r\n\r\nstale",  # '2²0': isdigit(), yet not a number
+            fresh,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n0123456789",  # int() reads '1_0' as 10
+            fresh,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nab\r\n0\r\n\r\n",  # not hex digits
+            fresh,
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    for _ in range(3):
+        with pytest.raises(ServiceResponseError):
+            transport.send(HttpRequest("GET", canned.url("/")))
+        answer = transport.send(HttpRequest("GET", canned.url("/")))
+        assert (answer.status_code, answer.body()) == (200, b"fresh")  # not the rest of the bad one
+    assert canned.connections == 4  # each bad answer closed its connection
+    transport.close()
+
+
+def test_bytes_past_an_answer_are_never_taken_for_the_next_requests_answer() -> None:
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",  # nothing asked for this one
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh",
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    assert transport.send(HttpRequest("GET", canned.url("/a"))).body() == b"ok"
+    assert transport.send(HttpRequest("PUT", canned.url("/b"), data=b"x")).body() == b"fresh"
+    assert canned.connections == 2
+    transport.close()
+
+
+def test_a_reset_after_part_of_an_answer_is_not_taken_for_a_close_before_the_request() -> None:
+    """A connection reset once the server has begun answering means it had the request: not resent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        requests.append(conn.recv(65536))
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        requests.append(conn.recv(65536))
+        conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\npart")
+        threading.Event().wait(0.3)  # the client has read the part
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset
+        listener.settimeout(1)
+        with contextlib.suppress(TimeoutError):
+            again, _ = listener.accept()
+            requests.append(again.recv(65536))
+            again.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", f"{url}/first"))
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", f"{url}/q/messages", data=b"m"))
+    server.join(5)
+    assert [r.split(b" ", 2)[1] for r in requests] == [b"/first", b"/q/messages"]  # sent once
+    transport.close()
+    listener.close()
+
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 100 Continue\r\nConnection: close\r\n\r\n",  # then the connection closes
+            b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok",
+        ]
+    )
+    transport.send(HttpRequest("GET", canned.url("/first")))
+    with pytest.raises(ServiceResponseError):
+        transport.send(HttpRequest("POST", canned.url("/q/messages"), data=b"m"))
+    assert len(canned.requests) == 2  # an interim answer came: the server had it, not resent
+    transport.close()
+
+
+def test_an_exchange_cut_short_by_an_interrupt_drops_its_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    canned = _Canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh",
+        ]
+    )
+    transport = LoopbackTransport(read_timeout_s=5)
+    transport.send(HttpRequest("GET", canned.url("/a")))
+    real = Wire._read_head
+    calls = [0]
+
+    def interrupted(self: Wire) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt  # a stop signal, between the request and its answer
+        return real(self)
+
+    monkeypatch.setattr(Wire, "_read_head", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        transport.send(HttpRequest("GET", canned.url("/b")))
+    answer = transport.send(HttpRequest("GET", canned.url("/c")))
+    assert answer.body() == b"fresh"  # not the answer of the interrupted request
+    assert canned.connections == 2
+    transport.close()
+
+
+def test_a_thread_that_ends_leaves_no_connection_open(server: _Server) -> None:
+    """Worker threads come and go (the operator API's idle out after 10 s): each one's connections are
+    closed with it, not kept open by the transport until it is closed."""
+    transport = LoopbackTransport(read_timeout_s=5)
+    for _ in range(3):
+        worker = threading.Thread(target=lambda: transport.send(HttpRequest("GET", _url(server, "/a"))))
+        worker.start()
+        worker.join()
+    assert repr(transport) == "LoopbackTransport(connections=0)"
+    assert transport.send(HttpRequest("GET", _url(server, "/b"))).status_code == 201  # still serves
     transport.close()

@@ -84,6 +84,22 @@ def test_a_proxy_set_at_start_up_is_honoured_and_no_proxy_exempts_a_host(
     assert again["proxies"]["https"] == "http://proxy.example:3128"  # read once, on the first request
 
 
+def test_no_proxy_naming_a_port_exempts_that_port_only_whichever_is_asked_first(
+    clean_environment: pytest.MonkeyPatch,
+) -> None:
+    clean_environment.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    clean_environment.setenv("NO_PROXY", "acct.example:8443")
+    for urls in (
+        ("https://acct.example/dbs", "https://acct.example:8443/dbs"),
+        ("https://acct.example:8443/dbs", "https://acct.example/dbs"),
+    ):
+        session = EnvironmentReadOnce()
+        found = {url: session.merge_environment_settings(url, {}, None, True, None) for url in urls}
+        assert found["https://acct.example/dbs"]["proxies"].get("https") == "http://proxy.example:3128"
+        assert "https" not in found["https://acct.example:8443/dbs"]["proxies"]  # as requests decides
+        assert not requests.utils.get_environ_proxies("https://acct.example:8443/dbs")
+
+
 def test_requests_go_through_the_proxy_of_the_environment(
     clean_environment: pytest.MonkeyPatch, server: _Server
 ) -> None:

@@ -153,3 +153,36 @@ def test_a_second_channel_of_a_live_host_id_is_refused_and_leaves_the_first_alon
             other.stop()
     finally:
         first.stop()
+
+
+def test_a_link_planted_at_the_socket_file_is_replaced_and_creates_nothing_where_it_points(
+    tmp_path: Path,
+) -> None:
+    shared, elsewhere = tmp_path / "wakeups", tmp_path / "elsewhere"
+    shared.mkdir()
+    elsewhere.mkdir()
+    (shared / "a.sock").symlink_to(elsewhere / "victim")  # a file the host's user may write
+    (shared / "b.sock").symlink_to(tmp_path / "missing" / "victim")  # where nothing can be made
+    a = WakeupChannel(shared, "a", lambda name: None)
+    b = WakeupChannel(shared, "b", lambda name: None)
+    for channel in (a, b):
+        channel.start()
+    try:
+        assert list(elsewhere.iterdir()) == []
+        for name in ("a.sock", "b.sock"):
+            assert (shared / name).is_file() and not (shared / name).is_symlink()
+    finally:
+        for channel in (a, b):
+            channel.stop()
+
+
+def test_a_start_that_cannot_write_its_file_leaves_its_socket_unbound(tmp_path: Path) -> None:
+    (tmp_path / "a.sock").mkdir()
+    (tmp_path / "a.sock" / "x").touch()  # not a file this process may replace
+    with pytest.raises(OSError):
+        WakeupChannel(tmp_path, "a", lambda name: None).start()
+    (tmp_path / "a.sock" / "x").unlink()
+    (tmp_path / "a.sock").rmdir()
+    again = WakeupChannel(tmp_path, "a", lambda name: None)
+    again.start()  # not WakeupSocketInUse: the failed start bound nothing that outlived it
+    again.stop()
