@@ -39,7 +39,8 @@ class EnvironmentReadOnce(requests.Session):
     Mounted as azure-core mounts its own: no ``urllib3`` retries (the SDK's retry policy decides).
 
     Args:
-        environ: The environment to read (``os.environ`` by default).
+        environ: Where the CA bundle variables are read (``os.environ`` by default); proxies always come
+            from ``os.environ``, through ``requests``' own reading of it.
     """
 
     def __init__(self, environ: os._Environ[str] | dict[str, str] | None = None) -> None:
