@@ -37,12 +37,12 @@ class OrderCounts:
     state_replaces: float = 5
     order_creates: float = 1
     point_reads: float = 1
-    query_pages: float = 0.65
+    query_pages: float = 0.4
     episodes: float = 7
     activities: float = 3
     remote_steps: float = 3
-    local_order_s: float = 0.069
-    measured_on: str = "docs/benchmarks.md: operations per order of 2026-12-06, one at a time of 2026-12-02"
+    local_order_s: float = 0.082
+    measured_on: str = "docs/benchmarks.md: the quiet run of 2026-12-07 13:09 (per order, one at a time)"
 
 
 MEASURED: Final = OrderCounts()
