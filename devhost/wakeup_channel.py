@@ -1,15 +1,18 @@
 """Wake-ups across the devhost processes of one machine: a send in one process ends an idle poll in another.
 
 Each process binds a Unix datagram socket and leaves a file ``<WAKEUP_DIR>/<host id>.sock`` naming it.
-The socket is in Linux's abstract namespace, at an address derived from that file's path, so a
-directory deep enough to break the 108-byte limit of a socket path (a test's temporary folder, a run
-folder in a deep checkout) still works. When it sends to a queue it sends the queue's name (or another
-wake-up's, such as the starter's ``@starter``, which no queue name can be), as one datagram, to the
-socket of every other file in the directory; a process receiving a name sets its
-:class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once instead of at
-its next poll. The queue stays the only source of truth: a datagram carries no message, and one that is
-lost (a process starting, a full socket buffer) only leaves that hop to the next poll. Sends never block
-(a full peer is skipped) and a socket whose process has gone is forgotten.
+The socket is in Linux's abstract namespace, so a directory deep enough to break the 108-byte limit of
+a socket path (a test's temporary folder, a run folder in a deep checkout) still works. Its address is
+random, written into the file (readable by this user only): another local user cannot bind it first to
+keep a devhost from starting, as a name derived from the path would let them. When it sends to a queue
+it sends the queue's name (or another wake-up's, such as the starter's ``@starter``, which no queue name
+can be), as one datagram, to the socket every other file in the directory names; a process receiving a
+name sets its :class:`~devhost.loops.Wakeups` event, and that queue's idle consumer loop receives at once
+instead of at its next poll. A datagram is taken only from a process of this user (the kernel's
+``SCM_CREDENTIALS``): an abstract address is listed in ``/proc/net/unix`` for anyone to send to. The
+queue stays the only source of truth: a datagram carries no message, and one that is lost (a process
+starting, a full socket buffer) only leaves that hop to the next poll. Sends never block (a full peer is
+skipped) and a socket whose process has gone is forgotten.
 
 The Azure host has no such thing: Service Bus triggers receive each message as it arrives.
 """
@@ -17,11 +20,11 @@ The Azure host has no such thing: Service Bus triggers receive each message as i
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import logging
 import os
+import secrets
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -35,11 +38,35 @@ RESCAN_S = 1.0
 """Seconds between scans of the directory for processes started since (a restarted process)."""
 
 
-def socket_address(path: Path) -> str:
-    """The abstract-namespace address of the socket that the file ``path`` names: a fixed prefix and a
-    digest of the absolute path, well under the 108-byte limit whatever the path's length."""
-    digest = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:40]
-    return f"\0orderflow-wakeup-{digest}"
+ADDRESS_PREFIX = "\0orderflow-wakeup-"
+"""Every wake-up socket's abstract address starts so; a random token follows."""
+
+_CREDENTIALS = struct.Struct("3i")
+"""``struct ucred``: the sender's pid, uid and gid, as ``SCM_CREDENTIALS`` carries them."""
+
+
+def new_address() -> str:
+    """A fresh abstract-namespace address: :data:`ADDRESS_PREFIX` and 32 random hex digits."""
+    return f"{ADDRESS_PREFIX}{secrets.token_hex(16)}"
+
+
+def read_address(path: Path) -> str | None:
+    """The address the file ``path`` names, or None when it names none (missing, unreadable, empty or
+    not a wake-up address: a file being written, or one left by something else)."""
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    address = "\0" + text.strip()
+    return address if address.startswith(ADDRESS_PREFIX) and len(address) > len(ADDRESS_PREFIX) else None
+
+
+def sender_uid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The sender's uid from a datagram's ancillary data (``SCM_CREDENTIALS``), None when it has none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
+            return int(_CREDENTIALS.unpack_from(data)[1])
+    return None
 
 
 class WakeupSocketInUse(RuntimeError):
@@ -71,40 +98,58 @@ class WakeupChannel:
         return f"WakeupChannel({str(self.path)!r})"
 
     def start(self) -> None:
-        """Bind this process's socket, write its file (a stale one of the same host id is replaced: the
-        kernel freed the address of a process that died) and start listening.
+        """Bind this process's socket at a new random address, write its file (one left by a process of
+        this host id that died is replaced) and start listening.
 
         Raises:
-            WakeupSocketInUse: a live process has bound this host id's socket in this directory (its file
+            WakeupSocketInUse: a live process listens at the address this host id's file names (its file
                 and socket are left alone).
-            OSError: the directory cannot be made, the socket bound otherwise, or the file written (the
-                socket is then closed).
+            OSError: the directory cannot be made, the socket bound, or the file written (the socket is
+                then closed).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            listening.bind(socket_address(self.path))
-        except OSError as exc:
-            listening.close()
-            if exc.errno == errno.EADDRINUSE:
+            if self._is_live(read_address(self.path)):
                 raise WakeupSocketInUse(
                     f"the wake-up socket {self.path} is bound by another live process with this host id"
-                ) from None
-            raise
-        try:
-            self._write_file()
-        except OSError:
+                )
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            address = new_address()
+            listening.bind(address)
+            self._write_file(address)
+        except BaseException:
             listening.close()
             raise
         self._socket = listening
         self._thread.start()
 
-    def _write_file(self) -> None:
-        """Make this process's file anew: whatever has its name goes first (the address is this
-        process's now), and the file is created only where it is, never through a link left there."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    def _is_live(self, address: str | None) -> bool:
+        """Whether a process listens at ``address`` (an empty datagram, which a listener ignores)."""
+        if address is None:
+            return False
+        try:
+            self._out.sendto(b"", address)
+        except BlockingIOError:
+            return True  # its buffer is full: alive and busy
+        except OSError:
+            return False  # nobody is bound there: its process has gone
+        return True
+
+    def _write_file(self, address: str) -> None:
+        """Write this process's file anew, readable by this user only: the content goes to a new file
+        beside it, renamed over whatever has the name (a rename replaces a link, never follows it), so a
+        peer reads the old address or the new one, never half of one."""
+        staging = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
+        descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(descriptor, "w", encoding="ascii") as file:
+                file.write(address.removeprefix("\0"))
+            os.replace(staging, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                staging.unlink()
+            raise
 
     def stop(self) -> None:
         """Stop listening and remove this process's socket."""
@@ -141,9 +186,12 @@ class WakeupChannel:
                 except OSError:
                     names = []
                 mine = self.path.name
-                self._peers = [
-                    socket_address(self.directory / n) for n in names if n.endswith(SUFFIX) and n != mine
-                ]
+                found = (
+                    read_address(self.directory / n)
+                    for n in names
+                    if n.endswith(SUFFIX) and not n.startswith(".") and n != mine
+                )
+                self._peers = [address for address in found if address is not None]
             return list(self._peers)
 
     def _forget(self, peer: str) -> None:
@@ -157,13 +205,17 @@ class WakeupChannel:
             if listening is None:
                 return
             try:
-                data = listening.recv(MAX_NAME_BYTES)
+                data, ancillary, _flags, _sender = listening.recvmsg(
+                    MAX_NAME_BYTES, socket.CMSG_SPACE(_CREDENTIALS.size)
+                )
             except OSError:
                 return
             if not data:
                 if self._socket is None:
                     return
                 continue
+            if sender_uid(ancillary) != os.getuid():
+                continue  # another user's process: it may not wake this one
             try:
                 self._on_name(data.decode("utf-8", "replace"))
             except Exception:

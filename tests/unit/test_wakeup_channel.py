@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 import socket
+import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from devhost.loops import PeriodicLoop, Wakeups
-from devhost.wakeup_channel import WakeupChannel, WakeupSocketInUse
+from devhost.wakeup_channel import (
+    ADDRESS_PREFIX,
+    WakeupChannel,
+    WakeupSocketInUse,
+    read_address,
+    sender_uid,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -186,3 +196,86 @@ def test_a_start_that_cannot_write_its_file_leaves_its_socket_unbound(tmp_path: 
     again = WakeupChannel(tmp_path, "a", lambda name: None)
     again.start()  # not WakeupSocketInUse: the failed start bound nothing that outlived it
     again.stop()
+
+
+def test_an_address_another_user_bound_first_cannot_keep_a_host_from_starting(tmp_path: Path) -> None:
+    # The address a name derived from the file's path would give: anyone could bind it before the host.
+    digest = hashlib.sha256(os.fsencode((tmp_path / "b.sock").absolute())).hexdigest()[:40]
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    squatter.bind(f"{ADDRESS_PREFIX}{digest}")
+    heard: list[str] = []
+    b = WakeupChannel(tmp_path, "b", heard.append)
+    a = WakeupChannel(tmp_path, "a", lambda name: None)
+    try:
+        b.start()
+        a.start()
+        assert a.announce("q1") == 1
+        assert _until(lambda: heard == ["q1"])
+        first = read_address(tmp_path / "b.sock")
+        assert first is not None and first != f"{ADDRESS_PREFIX}{digest}"
+        # Readable by this user only: the address is not handed to others.
+        assert stat.S_IMODE((tmp_path / "b.sock").stat().st_mode) == 0o600
+    finally:
+        a.stop()
+        b.stop()
+        squatter.close()
+    again = WakeupChannel(tmp_path, "b", lambda name: None)
+    again.start()
+    try:
+        assert read_address(tmp_path / "b.sock") not in (None, first)  # a new address each start
+    finally:
+        again.stop()
+
+
+def test_a_file_that_names_no_wake_up_address_is_no_peer(tmp_path: Path) -> None:
+    (tmp_path / "junk.sock").write_text("not an address")
+    (tmp_path / "empty.sock").write_text("")
+    a = WakeupChannel(tmp_path, "a", lambda name: None)
+    a.start()
+    try:
+        assert a._current_peers() == []
+        assert a.announce("q1") == 0
+    finally:
+        a.stop()
+
+
+def test_the_sender_uid_is_read_from_its_credentials() -> None:
+    credentials = (socket.SOL_SOCKET, socket.SCM_CREDENTIALS, (4242).to_bytes(4, sys.byteorder) * 3)
+    assert sender_uid([credentials]) == 4242
+    assert sender_uid([]) is None
+    assert sender_uid([(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, b"\0\0")]) is None  # cut short
+
+
+def _send_as(uid: int, address: str, data: bytes) -> None:
+    """Send ``data`` to ``address`` from a child process running as ``uid`` (the interpreter of a venv
+    under /root is not another user's to start, so the child is forked)."""
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls, then out without running any clean-up
+        code = 1
+        try:
+            if uid != os.getuid():
+                os.setgid(uid)
+                os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+                out.sendto(data, address)
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sending as another user needs root")
+def test_a_datagram_from_another_user_wakes_nothing(tmp_path: Path) -> None:
+    heard: list[str] = []
+    b = WakeupChannel(tmp_path, "b", heard.append)
+    b.start()
+    try:
+        address = read_address(tmp_path / "b.sock")
+        assert address is not None
+        _send_as(65534, address, b"from-nobody")
+        _send_as(os.getuid(), address, b"from-this-user")
+        assert _until(lambda: heard == ["from-this-user"])
+        time.sleep(0.05)
+        assert heard == ["from-this-user"]  # the other user's datagram was dropped, not late
+    finally:
+        b.stop()
