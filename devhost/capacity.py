@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from durabletask import client as dt_client
+
+logger = logging.getLogger(__name__)
 
 READ_EVERY_S = 0.25
 """Seconds between two reads of the running orchestrations while the count stands at the limit."""
@@ -60,6 +65,28 @@ class InFlight:
             self._count += 1
             return True
 
+    def take_or_leave(self) -> bool:
+        """:meth:`take`, and False when the backend cannot be read: the room is unknown, so the order
+        waits ``Pending`` for a starter rather than fail its message (which would dead-letter it in the
+        end). The failure is logged."""
+        try:
+            return self.take()
+        except Exception:
+            logger.warning("room check failed: the order is left to the starter", exc_info=True)
+            return False
+
+    @contextmanager
+    def reserving(self, at_most: int) -> Iterator[Reservation]:
+        """A starter pass's :meth:`reserve` and :meth:`release` around its block. The block sets
+        ``used`` to what it started; one that fails part-way counts all the room as used, since it may
+        have started any of it (until the next read corrects the count)."""
+        room = self.reserve(at_most)
+        held = Reservation(room=room, used=room)
+        try:
+            yield held
+        finally:
+            self.release(room, used=held.used)
+
     def reserve(self, at_most: int) -> int:
         """Read the running orchestrations now (a backend query) and set aside up to ``at_most`` of the
         room left, for a starter pass; end it with :meth:`release`. Returns the room set aside."""
@@ -77,6 +104,14 @@ class InFlight:
         with self._lock:
             self._reserved -= room
             self._count -= room - used
+
+
+@dataclass
+class Reservation:
+    """Room a starter pass set aside (:meth:`InFlight.reserving`) and how much of it the pass used."""
+
+    room: int
+    used: int
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

@@ -380,26 +380,11 @@ class DevHost:
         handle_response(message.body, client=self.client)
 
     def _claim_on_submit(self) -> AttemptStarts | None:  # None: no orchestrator here, or no room
-        if self._starts is None:
-            return None
-        try:
-            room = self._in_flight.take()
-        except Exception:
-            # The room is unknown (the backend cannot be read): the order waits Pending for a starter
-            # rather than fail its message, which would dead-letter it in the end.
-            logger.warning(
-                "devhost %s: room check failed; the order is left to the starter",
-                self.settings.queues.HOST_ID,
-                exc_info=True,
-            )
-            return None
-        return self._starts if room else None
+        return self._starts if self._starts is not None and self._in_flight.take_or_leave() else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None
-        room = self._in_flight.reserve(self.settings.starter.STARTER_BATCH)
-        used = room  # a pass that fails part-way may have started any of them: counted until a read
-        try:
+        with self._in_flight.reserving(self.settings.starter.STARTER_BATCH) as held:
             report = run_starter_pass(
                 states=self.deps.states,
                 client=self.client,
@@ -409,14 +394,12 @@ class DevHost:
                 scans=self.settings.scans,
                 queue_names=self.settings.queues,
                 response_queue=self.settings.queues.response_queue(),
-                capacity=room,
+                capacity=held.room,
                 on_claimed=self.deps.cache.put,
                 breakers=self.deps.breakers,
                 first_requests=self._first_requests,
             )
-            used = len(report.claimed)
-        finally:
-            self._in_flight.release(room, used=used)  # the submission's room counts them from now on
+            held.used = len(report.claimed)  # the submission's room counts them from now on
 
     def _supervisor_tick(self) -> None:
         """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""

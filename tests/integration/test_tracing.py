@@ -23,6 +23,7 @@ from devhost.queues.factory import StorageQueueFactory
 from orchestrators.context import WorkflowContext
 from orchestrators.workflow import order_workflow
 from orderflow import tracing
+from orderflow.attempts import ClaimOutcome
 from orderflow.messages import AgentRequest, parse_message
 from orderflow.records import ProcessState
 from orderflow.workflows import workflow_for
@@ -77,8 +78,11 @@ def test_an_order_is_one_trace_from_submission_to_reply_and_orders_never_share_o
     (submission,) = named(mine, tracing.SUBMISSION)
     assert (submission.kind, submission.parent) == (SpanKind.CONSUMER, None)
     assert record.traceparent == tracing.format_traceparent(submission.context)
-    (claim,) = named(mine, tracing.CLAIM)
-    assert parent_of(claim, mine) is submission
+    # The submission's fast path and a starter's sweep may both try the new record: its ETag decides, and
+    # the loser's span says it claimed nothing. Either way one claim won, under the submission.
+    claims = named(mine, tracing.CLAIM)
+    (claim,) = [c for c in claims if attribute(c, tracing.OUTCOME) != ClaimOutcome.NOT_CLAIMED]
+    assert all(parent_of(c, mine) is submission for c in claims) and len(claims) <= 2
     assert record.attempt_history[0].traceparent == tracing.format_traceparent(claim.context)
 
     # One span per step the orchestration started, though the orchestrator ran (and was replayed) many

@@ -88,3 +88,24 @@ def test_room_a_starter_pass_did_not_use_is_the_submissions_again() -> None:
     room.release(3, used=1)
     assert room.take() and room.take()
     assert not room.take()
+
+
+def test_a_pass_that_fails_part_way_counts_all_its_room_as_used() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
+    with pytest.raises(RuntimeError), room.reserving(at_most=2) as held:
+        assert held.room == 2
+        raise RuntimeError("the pass failed after some claims")
+    assert room.take()  # the third
+    assert not room.take()  # the two it may have started still count, until a read says otherwise
+    with room.reserving(at_most=5) as held:
+        assert held.room == 3  # the next pass reads the backend: none of them had started
+        held.used = 0
+
+
+def test_a_room_check_that_cannot_read_the_backend_leaves_the_order() -> None:
+    def unreadable() -> int:
+        raise ConnectionError("backend down")
+
+    assert not InFlight(unreadable, limit=3).take_or_leave()
+    assert InFlight(lambda: 0, limit=3).take_or_leave()
