@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from demo.chaos.claim_kills import MARKERS, KillPoint
 from demo.faults import uniform
+from orderflow.errors import InvalidMessage
+from orderflow.messages import AgentResponse, parse_message
 from orderflow.queues.base import DeadLetter, ForwardingQueue, MessageQueue, QueueFactory, ReceivedMessage
 from orderflow.records import format_utc
 from orderflow.settings import Settings
@@ -171,23 +173,31 @@ def read_fault_logs(directory: Path) -> Counter[str]:
     return counts
 
 
-LatePredicate = Callable[[str, str], bool]
-"""Whether a message (queue name, message id) is one that may be delivered late."""
+LatePredicate = Callable[[str, str, str], bool]
+"""Whether a message (queue name, message id, body) is one that may be delivered late."""
 
 
-def never_late(_queue: str, _message_id: str) -> bool:
+def never_late(_queue: str, _message_id: str, _body: str) -> bool:
     """No message is delivered late."""
     return False
 
 
 def agent_responses(settings: Settings) -> LatePredicate:
     """Agent responses: sent to a response queue (``AGENT_RESPONSES_QUEUE``, or a host's own
-    ``agent-responses-<hostid>``), under the response's id ``{requestId}:response``. A review decision
+    ``agent-responses-<hostid>``) under the response's id ``{requestId}:response``, or, where that id is
+    too long for a ``MessageId`` and was hashed, with a body that is an agent response. A review decision
     forwarded to the same queue is not an agent response and is never delayed."""
     prefix = settings.queues.AGENT_RESPONSES_QUEUE
 
-    def is_agent_response(queue: str, message_id: str) -> bool:
-        return (queue == prefix or queue.startswith(f"{prefix}-")) and message_id.endswith(":response")
+    def is_agent_response(queue: str, message_id: str, body: str) -> bool:
+        if not (queue == prefix or queue.startswith(f"{prefix}-")):
+            return False
+        if message_id.endswith(":response"):
+            return True
+        try:
+            return parse_message(AgentResponse, body).event_id.endswith(":response")
+        except InvalidMessage:
+            return False
 
     return is_agent_response
 
@@ -257,7 +267,7 @@ class FaultyQueue(ForwardingQueue):
             Whatever the inner queue raises for the first copy; a failed second copy is only logged
             (nothing was counted, and the sender's message did go out).
         """
-        late = self._late_for(self.name, message_id) and self._faults.hits(
+        late = self._late_for(self.name, message_id, body) and self._faults.hits(
             DeliveryFault.LATE, self.name, message_id
         )
         if late:

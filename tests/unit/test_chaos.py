@@ -42,6 +42,7 @@ from demo.chaos.report import (
     unexercised_hints,
 )
 from demo.fleet import Child, DevhostSpec, Fleet
+from orderflow.messages import AgentOutcome, AgentResponse, bounded_message_id
 from orderflow.queues.memory import InMemoryQueueFactory
 from orderflow.records import AttemptEntry, RetryBudget, StateRecord
 from orderflow.settings import Settings
@@ -155,11 +156,32 @@ def test_a_late_response_drawn_as_a_duplicate_arrives_late_twice() -> None:
 
 def test_agent_responses_are_those_on_a_response_queue_under_a_response_id() -> None:
     is_response = agent_responses(Settings.load({}))
-    assert is_response("agent-responses", "o-1:2:charge_payment:response")
-    assert is_response("agent-responses-demo-1", "o-1:2:charge_payment:response")
-    assert not is_response("agent-responses-demo-1", "o-1:review:approve:1234")
-    assert not is_response("agent-payment", "o-1:2:charge_payment:response")
-    assert not is_response("agent-responsesx", "o-1:2:charge_payment:response")
+    assert is_response("agent-responses", "o-1:2:charge_payment:response", "{}")
+    assert is_response("agent-responses-demo-1", "o-1:2:charge_payment:response", "{}")
+    assert not is_response("agent-responses-demo-1", "o-1:review:approve:1234", "{}")
+    assert not is_response("agent-payment", "o-1:2:charge_payment:response", "{}")
+    assert not is_response("agent-responsesx", "o-1:2:charge_payment:response", "{}")
+
+
+def test_an_agent_response_whose_id_was_hashed_is_known_by_its_body() -> None:
+    is_response = agent_responses(Settings.load({}))
+    order_id = f"a:{'o' * 120}"
+    request_id = f"{order_id}:1:charge_payment"
+    response = AgentResponse(
+        request_id=request_id,
+        event_id=f"{request_id}:response",
+        event_name="charge_payment:response",
+        order_id=order_id,
+        instance_id=f"{order_id}:1",
+        step="charge_payment",
+        outcome=AgentOutcome.SUCCEEDED,
+        completed_at=datetime(2026, 12, 7, tzinfo=UTC),
+    )
+    message_id = bounded_message_id(response.event_id)
+    assert not message_id.endswith(":response")  # hashed: the suffix is gone
+    assert is_response("agent-responses", message_id, response.to_json())
+    assert not is_response("agent-payment", message_id, response.to_json())
+    assert not is_response("agent-responses", message_id, '{"not": "a response"}')
 
 
 # --- counting that survives a SIGKILL ---------------------------------------------------------------------
