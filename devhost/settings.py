@@ -64,8 +64,9 @@ class LocalSettings(Section):
         "binds a Unix datagram socket; a process that sends to a queue tells the others, and their idle "
         "loop of that queue receives at once instead of at its next poll (the queue stays the source of "
         "truth; a lost wake-up costs one poll); a submission's new record wakes the other processes' "
-        "starters the same way. Empty (default): no wake-ups across processes. The demo, "
-        "chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
+        "starters the same way. Each socket's address is random, named in a file only its user may read, "
+        "and a datagram from another user is dropped. Empty (default): no wake-ups across processes. The "
+        "demo, chaos and bench fleets set it to their run directory. Unused on Azure: Service Bus triggers "
         "receive each message as it arrives.",
     )
     WAKEUP_INBOUND: bool = Field(
