@@ -32,7 +32,7 @@ from bench.cost.model import (
     orderflow_groups,
     orderflow_month,
 )
-from bench.cost.prices import RATES, rate
+from bench.cost.prices import HOURS_PER_MONTH, RATES, SECONDS_PER_MONTH, rate
 from bench.cost.render import (
     BEGIN,
     END,
@@ -214,11 +214,11 @@ def break_even(counts: OrderCounts, est: Estimates) -> float:
 def _dedicated(fig: dict[str, Any], counts: OrderCounts, est: Estimates) -> str:
     """The Dedicated plan's bullet: what it costs, where it beats Flex, and why the template keeps Flex."""
     row = fig["cost"][f"orderflow, {DEDICATED_B1.name}"]
-    one_instance = DEDICATED_UTILISATION / est.azure_cpu_s_per_order * 3600 * 730
+    one_instance = DEDICATED_UTILISATION / est.azure_cpu_s_per_order * SECONDS_PER_MONTH
     return (
         f"- **Flex Consumption, kept over a Dedicated plan** (the *{DEDICATED_B1.name}* rows): Basic B1 "
         "instances (1 vCPU, 1.75 GB, Always On, which a Dedicated plan's Service Bus and Durable triggers "
-        f"need) at {money(rate('app_service_b1_hour') * 730)} a month each, busy or not, with no "
+        f"need) at {money(rate('app_service_b1_hour') * HOURS_PER_MONTH)} a month each, busy or not, with no "
         "execution or memory-time meter; the settings otherwise the chosen ones. At "
         f"{est.azure_cpu_s_per_order:g} s of CPU an order on Azure (an estimate) one instance carries up to "
         f"{one_instance / 1e6:.1f} million orders a month at {DEDICATED_UTILISATION:.0%} of its core "

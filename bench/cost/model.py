@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
-from bench.cost.prices import SECONDS_PER_MONTH, rate
+from bench.cost.prices import HOURS_PER_MONTH, SECONDS_PER_MONTH, rate
 
 MIN_ACTIVE_S: Final = 1.0
 """Flex Consumption's minimum billable active period (seconds)."""
@@ -141,8 +141,8 @@ def dedicated_instances(orders: float, est: Estimates) -> int:
 
 def dedicated_cost(orders: float, est: Estimates) -> dict[str, float]:
     """A Dedicated plan of Basic B1 instances: every hour of each instance, busy or not (USD a month)."""
-    hours = SECONDS_PER_MONTH / 3600
-    return {"App Service plan (B1)": dedicated_instances(orders, est) * hours * rate("app_service_b1_hour")}
+    instance_month = HOURS_PER_MONTH * rate("app_service_b1_hour")
+    return {"App Service plan (B1)": dedicated_instances(orders, est) * instance_month}
 
 
 def always_up(config: AzureConfig, group: str) -> bool:
