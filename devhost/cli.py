@@ -125,8 +125,17 @@ class StopRequests:
         """
         done = done if done is not None else threading.Event()
         while not done.wait(poll_s):
-            if self.signum is not None:
-                raise StopSignal(self.signum)
+            self.raise_if_dropped()
+
+    def raise_if_dropped(self) -> None:
+        """Raise the stop signal the handler took, for a loop that waits on something else than
+        :meth:`wait` (see there why the handler's own exception may not have arrived).
+
+        Raises:
+            StopSignal: a stop signal was taken.
+        """
+        if self.signum is not None:
+            raise StopSignal(self.signum)
 
 
 @contextmanager

@@ -307,8 +307,7 @@ def serve(
                 print(f"export {setting}={value}", flush=True)
             while thread.is_alive():
                 thread.join(0.5)
-                if signals.signum is not None:  # its exception was dropped (see StopRequests.wait)
-                    break
+                signals.raise_if_dropped()
     except KeyboardInterrupt:
         pass
     finally:
