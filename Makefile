@@ -26,8 +26,9 @@
 #   make doctor              azure-functions-doctor on the Functions app; fails on any failed check
 #   make worker-test         the app in the real Python 3.13 language worker (azure-functions-runtime),
 #                            in .venv-worker; the app's install on 3.11, 3.12 and 3.13
-#   make test                ruff, mypy, the doctor, the whole pytest suite (starts and stops its own
-#                            emulators; checks infra/ with checkov from .venv-infra) and the worker-driven tests
+#   make test                ruff, the check that no test installs a system package, mypy, the doctor, the
+#                            whole pytest suite (starts and stops its own emulators; checks infra/ with
+#                            checkov from .venv-infra) and the worker-driven tests
 #   make system-deps         what make test needs from the machine: checked, and the Debian packages
 #                            installed (as root); make test runs it first (make demo checks its own list)
 #   make fresh-check         make test in a fresh clone of the current commit, as CI runs it
@@ -146,6 +147,7 @@ bench: demo-deps setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/system_installs.py tests
 
 typecheck: setup
 	$(VENV)/bin/mypy .

@@ -9,13 +9,14 @@ whatever this machine has installed.
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -23,139 +24,49 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "prerequisites.sh"
-PACKAGE_MANAGERS = frozenset({"apt-get", "apt", "aptitude", "dpkg"})
-"""Commands that install system packages: no file under ``tests/`` may run one."""
-RUNNERS = frozenset(
-    {
-        "run",
-        "Popen",
-        "call",
-        "check_call",
-        "check_output",
-        "getoutput",
-        "getstatusoutput",
-        "system",
-        "popen",
-        "execv",
-        "execvp",
-        "execvpe",
-        "execl",
-        "execlp",
-        "spawnv",
-        "spawnvp",
-        "create_subprocess_exec",
-        "create_subprocess_shell",
-    }
-)
-"""Names of the functions that run a command (subprocess, os, asyncio)."""
+CHECK = REPO / "scripts" / "system_installs.py"
 
 
-# --- no test installs anything ------------------------------------------------------------------
+def _check() -> ModuleType:
+    """``scripts/system_installs.py``, the check ``make lint`` runs (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("system_installs", CHECK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _program(value: object) -> str | None:
-    """The program a command names (``sudo`` skipped, path stripped), or None for a non-command."""
-    if isinstance(value, str):
-        words = value.split()
-    elif isinstance(value, list | tuple) and value and all(isinstance(word, str) for word in value):
-        words = [str(word) for word in value]
-    else:
-        return None
-    if words and Path(words[0]).name == "sudo":
-        words = words[1:]
-    return Path(words[0]).name if words else None
+SCAN = _check()
 
 
-def _literal(node: ast.AST, names: dict[str, object]) -> object:
-    """A string or list of strings written in the source (a module-level name resolved), else None."""
-    if isinstance(node, ast.Name):
-        return names.get(node.id)
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return None
-
-
-def _module_constants(tree: ast.Module) -> dict[str, object]:
-    constants: dict[str, object] = {}
-    for statement in tree.body:
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-            target = statement.targets[0]
-            if isinstance(target, ast.Name):
-                constants[target.id] = _literal(statement.value, {})
-    return constants
-
-
-def _called_name(call: ast.Call) -> str | None:
-    if isinstance(call.func, ast.Attribute):
-        return call.func.attr
-    return call.func.id if isinstance(call.func, ast.Name) else None
-
-
-def package_manager_runs(source: str) -> list[int]:
-    """Line numbers where Python source runs a system package manager: a command list or tuple whose
-    program is one (wherever it is written, since a variable may carry it to the runner), or a runner
-    (``subprocess.run``, ``os.system``, …) handed one as a string, list or module-level name."""
-    tree = ast.parse(source)
-    names = _module_constants(tree)
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.List | ast.Tuple) and _program(_literal(node, names)) in PACKAGE_MANAGERS:
-            found.add(node.lineno)
-        elif isinstance(node, ast.Call) and _called_name(node) in RUNNERS:
-            commands = [*node.args[:1], *(word.value for word in node.keywords if word.arg == "args")]
-            if any(_program(_literal(command, names)) in PACKAGE_MANAGERS for command in commands):
-                found.add(node.lineno)
-    return sorted(found)
-
-
-def _shell_runs(text: str) -> list[int]:
-    return [
-        number
-        for number, line in enumerate(text.splitlines(), 1)
-        if _program(line.strip()) in PACKAGE_MANAGERS
-    ]
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        'import subprocess\nsubprocess.run(["apt-get", "install", "-y", "chromium"])\n',
-        'import subprocess\ninstall = ["/usr/bin/apt-get", "install", "-y", "x"]\nsubprocess.run(install)\n',
-        'import os\nos.system("sudo apt install -y chromium")\n',
-        'import subprocess\nCMD = "dpkg -i x.deb"\nsubprocess.run(CMD, shell=True)\n',
-        'import subprocess\nsubprocess.check_call(args=("aptitude", "install", "x"))\n',
-        "def f(run):\n    for command in ([['apt-get', 'update']],):\n        run(command)\n",
-    ],
-)
+@pytest.mark.parametrize("source", SCAN.RUN_SAMPLES)
 def test_the_scan_finds_a_package_manager_run(source: str) -> None:
-    assert package_manager_runs(source)
+    assert SCAN.package_manager_runs(source)
 
 
-@pytest.mark.parametrize(
-    "source",
-    [
-        'INSTALL = "apt-get install -y chromium"\nmessage = f"install it: {INSTALL}"\n',
-        'import subprocess\nsubprocess.run(["git", "clone", "apt-get"])\n',
-        'import shutil\nshutil.which("chromium")\n',
-    ],
-)
+@pytest.mark.parametrize("source", SCAN.MESSAGE_SAMPLES)
 def test_the_scan_lets_a_message_naming_the_command_be(source: str) -> None:
-    assert package_manager_runs(source) == []
+    assert SCAN.package_manager_runs(source) == []
 
 
 def test_no_file_under_tests_runs_a_package_manager() -> None:
-    runs = {}
-    for path in sorted((REPO / "tests").rglob("*")):
-        if path.suffix == ".py":
-            lines = package_manager_runs(path.read_text(encoding="utf-8"))
-        elif path.suffix in {".sh", ".bash"} or path.name == "Makefile":
-            lines = _shell_runs(path.read_text(encoding="utf-8"))
-        else:
-            continue
-        if lines:
-            runs[str(path.relative_to(REPO))] = lines
+    runs = {str(path.relative_to(REPO)): lines for path, lines in SCAN.runs_in_tree(REPO / "tests").items()}
     assert runs == {}, "system packages are installed by make system-deps, never by a test"
+
+
+def test_the_check_command_names_each_run_and_fails(tmp_path: Path) -> None:
+    (tmp_path / "test_x.py").write_text(SCAN.RUN_SAMPLES[0], encoding="utf-8")
+    (tmp_path / "test_y.py").write_text(SCAN.MESSAGE_SAMPLES[0], encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(CHECK), str(tmp_path)], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{tmp_path / 'test_x.py'}:2: runs a system package manager (make system-deps installs packages)"
+    ]
+    (tmp_path / "test_x.py").unlink()
+    clean = subprocess.run([sys.executable, str(CHECK), str(tmp_path)], capture_output=True, check=False)
+    assert (clean.returncode, clean.stdout) == (0, b"")
 
 
 # --- the script ---------------------------------------------------------------------------------
