@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from azure.core import MatchConditions
@@ -73,6 +73,32 @@ Costs = dict[str, float]
 """Measured call -> CPU milliseconds per call."""
 
 
+class Timing(NamedTuple):
+    """One measured call's cost to the calling process, milliseconds per call."""
+
+    cpu_ms: float
+    """Its CPU (the process's own counter)."""
+    wall_ms: float
+    """Its wall-clock time, one call at a time: what it adds to a chain of calls made one after another."""
+
+
+Timings = dict[str, Timing]
+"""Measured call -> its :class:`Timing`."""
+
+SERIAL_PATH: dict[str, int] = {
+    "queue send": 9,
+    "queue receive": 8,
+    "cosmos create": 2,
+    "cosmos replace": 4,
+}
+"""The emulator requests one order makes one after another, from the client's send to its receive of the
+final reply (docs/design.md §3): every one of the 9 messages is sent (the order, the ``Received`` reply, 3
+agent requests, 3 responses, the final reply); 8 are received on the way (the ``Received`` reply is read
+by the client beside the order's path); the order and its state record are created; the claim, two
+``start_step`` writes and ``finish_order``'s write replace the record. A message's delete and the reply
+outbox's clear come after the next hop has begun, so they are not on the path."""
+
+
 def _message(index: int) -> str:
     return json.dumps({"index": index, "pad": "x" * MESSAGE_BYTES})
 
@@ -101,10 +127,13 @@ def _check_page(items: int, records: int) -> None:
         raise RuntimeError(f"the query's first page held {items} of {records} records")
 
 
-def _ms_per_call(run: Callable[[], int]) -> float:
-    """CPU milliseconds per call of ``run``, which makes the calls and returns how many it made."""
-    began = time.process_time()
-    return _ms_since(began, run())
+def _ms_per_call(run: Callable[[], int]) -> Timing:
+    """CPU and wall-clock milliseconds per call of ``run``, which makes the calls one at a time and
+    returns how many it made."""
+    began, began_wall = time.process_time(), time.perf_counter()
+    made = run()
+    wall_ms = (time.perf_counter() - began_wall) * 1000 / max(made, 1)
+    return Timing(_ms_since(began, made), wall_ms)
 
 
 def _ms_since(began: float, made: int) -> float:
@@ -128,8 +157,8 @@ async def _gathered(gate: asyncio.Semaphore, make: Callable[[int], Awaitable[obj
     return count
 
 
-def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
-    """Each operation's CPU per call with the synchronous clients, one call at a time.
+def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Timings:
+    """Each operation's CPU and wall time per call with the synchronous clients, one call at a time.
 
     Args:
         endpoints: The emulators (a queue and a database of their own are made, then dropped).
@@ -140,7 +169,7 @@ def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
         {"transport": transport_for(queue_endpoint(endpoints.storage_connection_string))} if lean else {}
     )
     cosmos_options: dict[str, Any] = {"transport": transport_for(endpoints.cosmos_endpoint)} if lean else {}
-    costs: Costs = {}
+    costs: Timings = {}
     queue = QueueClient.from_connection_string(
         endpoints.storage_connection_string, f"sdk-calls-{uuid.uuid4().hex[:12]}", **queue_options
     )
@@ -163,31 +192,47 @@ def measure_sync(endpoints: LocalEndpoints, *, lean: bool, calls: int) -> Costs:
     return costs
 
 
-def _sync_queue_costs(queue: QueueClient, calls: int) -> Costs:
-    received: list[Any] = []
+def _sync_queue_costs(queue: QueueClient, calls: int) -> Timings:
+    """One message at a time through an empty queue: send it, receive it, delete it, each call timed.
 
-    def send() -> int:
-        for index in range(calls):
+    An order's queues are about empty when its hops reach them; a queue holding many invisible messages
+    (all the sends first, then all the receives) makes Azurite's receive scan past them, about half a
+    millisecond more at 300.
+    """
+    spent = {call: _Spent() for call in ("queue send", "queue receive", "queue delete")}
+    for index in range(calls):
+        with spent["queue send"]:
             queue.send_message(_message(index))
-        return calls
-
-    def receive() -> int:
-        for _ in range(calls):
+        with spent["queue receive"]:
             # One page of at most one message: as a consumer asking for what it has room for.
-            received.extend(next(queue.receive_messages(max_messages=1, visibility_timeout=300).by_page()))
-        return calls
-
-    def delete() -> int:
-        for message in received:
-            queue.delete_message(message)
-        return len(received)
-
-    costs = {"queue send": _ms_per_call(send), "queue receive": _ms_per_call(receive)}
-    _check_received(len(received), calls)
-    return {**costs, "queue delete": _ms_per_call(delete)}
+            page = list(next(queue.receive_messages(max_messages=1, visibility_timeout=300).by_page()))
+        _check_received(len(page), 1)
+        with spent["queue delete"]:
+            queue.delete_message(page[0])
+    return {call: each.per_call(calls) for call, each in spent.items()}
 
 
-def _sync_cosmos_costs(container: ContainerProxy, calls: int) -> Costs:
+class _Spent:
+    """CPU and wall seconds spent inside ``with`` blocks, summed."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self._began = (0.0, 0.0)
+
+    def __enter__(self) -> None:
+        self._began = (time.process_time(), time.perf_counter())
+
+    def __exit__(self, *exc: object) -> None:
+        cpu, wall = self._began
+        self.cpu_s += time.process_time() - cpu
+        self.wall_s += time.perf_counter() - wall
+
+    def per_call(self, calls: int) -> Timing:
+        return Timing(self.cpu_s * 1000 / max(calls, 1), self.wall_s * 1000 / max(calls, 1))
+
+
+def _sync_cosmos_costs(container: ContainerProxy, calls: int) -> Timings:
     etags: dict[int, str] = {}
 
     def create() -> int:
@@ -312,27 +357,50 @@ async def _async_cosmos_costs(container: AsyncContainerProxy, calls: int, gate: 
     }
 
 
-def call_costs(endpoints: LocalEndpoints, *, calls: int, repeats: int, concurrency: int) -> dict[str, Costs]:
-    """Every kind of client's CPU per call (:data:`CLIENTS`), each operation the median of ``repeats``
-    measurements, the kinds interleaved so that a slow spell of the machine reaches all of them.
+def call_costs(
+    endpoints: LocalEndpoints, *, calls: int, repeats: int, concurrency: int
+) -> dict[str, dict[str, Costs]]:
+    """Every kind of client's CPU per call (:data:`CLIENTS`) and the orderflow client's wall time per
+    call, each operation the median of ``repeats`` measurements, the kinds interleaved so that a slow
+    spell of the machine reaches all of them.
 
     Returns:
-        ``{client: {operation: ms per call}}``, rounded to 0.01 ms.
+        ``{"cpu": {client: {operation: ms per call}}, "wall": {"orderflow": {operation: ms per call}}}``,
+        rounded to 0.01 ms. Only the synchronous orderflow client's wall time is kept: it is what the
+        devhosts make their calls with, one after another on a thread (the async clients' calls overlap,
+        so theirs is not one call's).
     """
-    samples: dict[str, dict[str, list[float]]] = {client: {} for client in CLIENTS}
+    cpu: dict[str, dict[str, list[float]]] = {client: {} for client in CLIENTS}
+    wall: dict[str, list[float]] = {}
     for _ in range(repeats):
+        lean = measure_sync(endpoints, lean=True, calls=calls)
+        default = measure_sync(endpoints, lean=False, calls=calls)
         measured = {
-            "orderflow": measure_sync(endpoints, lean=True, calls=calls),
-            "sdk default": measure_sync(endpoints, lean=False, calls=calls),
+            "orderflow": {operation: timing.cpu_ms for operation, timing in lean.items()},
+            "sdk default": {operation: timing.cpu_ms for operation, timing in default.items()},
             "async": asyncio.run(measure_async(endpoints, calls=calls, concurrency=concurrency)),
         }
         for client, costs in measured.items():
             for operation, ms in costs.items():
-                samples[client].setdefault(operation, []).append(ms)
+                cpu[client].setdefault(operation, []).append(ms)
+        for operation, timing in lean.items():
+            wall.setdefault(operation, []).append(timing.wall_ms)
     return {
-        client: {operation: round(statistics.median(values), 2) for operation, values in by_operation.items()}
-        for client, by_operation in samples.items()
+        "cpu": {client: _medians(by_operation) for client, by_operation in cpu.items()},
+        "wall": {"orderflow": _medians(wall)},
     }
+
+
+def _medians(by_operation: Mapping[str, list[float]]) -> Costs:
+    return {operation: round(statistics.median(values), 2) for operation, values in by_operation.items()}
+
+
+def serial_path_ms(walls: Mapping[str, float]) -> float:
+    """The wall time of one order's serial emulator requests (:data:`SERIAL_PATH`) at ``walls``, the
+    orderflow client's wall ms per call: what an order one at a time waits for those requests alone,
+    before its service calls, durabletask's round trips, the hand-offs between processes and any of
+    orderflow's code. Milliseconds, rounded to 0.1; an operation not in ``walls`` counts 0."""
+    return round(sum(count * walls.get(call, 0.0) for call, count in SERIAL_PATH.items()), 1)
 
 
 def floor_ms_per_order(costs: Mapping[str, float], requests: Mapping[str, Mapping[str, float]]) -> float:
@@ -438,16 +506,27 @@ def main(
     if storage and cosmos:
         key = os.environ.get("COSMOS_KEY") or COSMOS_EMULATOR_KEY
         endpoints = LocalEndpoints(storage_connection_string=storage, cosmos_endpoint=cosmos, cosmos_key=key)
-        figures = call_costs(endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
+        measured = call_costs(endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
     else:
         with start_local_emulators() as emulators:
-            figures = call_costs(emulators.endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
-    result = {"calls": calls, "repeats": repeats, "concurrency": concurrency, "ms_per_call": figures}
+            measured = call_costs(emulators.endpoints, calls=calls, repeats=repeats, concurrency=concurrency)
+    figures = measured["cpu"]
+    result = {
+        "calls": calls,
+        "repeats": repeats,
+        "concurrency": concurrency,
+        "ms_per_call": figures,
+        "wall_ms_per_call": measured["wall"],
+    }
     report.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     width = max(len(call) for call in OPERATIONS)
-    typer.echo(f"{'CPU ms per call':<{width}}  " + "  ".join(f"{client:>11}" for client in CLIENTS))
+    walls = measured["wall"]["orderflow"]
+    columns = "  ".join(f"{client:>11}" for client in CLIENTS)
+    typer.echo(f"{'CPU ms per call':<{width}}  {columns}  {'wall ms':>11}")
     for call in OPERATIONS:
-        typer.echo(f"{call:<{width}}  " + "  ".join(f"{figures[client][call]:>11.2f}" for client in CLIENTS))
+        cells = "  ".join(f"{figures[client][call]:>11.2f}" for client in CLIENTS)
+        typer.echo(f"{call:<{width}}  {cells}  {walls[call]:>11.2f}")
+    typer.echo(f"one order's serial emulator requests at these wall times: {serial_path_ms(walls)} ms")
 
 
 if __name__ == "__main__":

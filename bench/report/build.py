@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.baseline import cpu_ratios
 from bench.config import BenchConfig
-from bench.sdk_calls import sdk_floor
+from bench.sdk_calls import SERIAL_PATH, sdk_floor, serial_path_ms
 from bench.stats import ratio
 
 REPORT_KEYS = (
@@ -171,7 +171,9 @@ def build_report(
         peers: Runs by peer name.
         baseline: The baseline revision's figures (:func:`bench.baseline.summarise`), or None.
         sdk_calls: :func:`bench.sdk_calls.sdk_calls_run`'s figures, or None; each throughput window's
-            SDK floor (:func:`bench.sdk_calls.sdk_floor`) is added under ``floor_by_processes``.
+            SDK floor (:func:`bench.sdk_calls.sdk_floor`) is added under ``floor_by_processes``, and,
+            when they hold wall times, one order's serial requests at them under ``serial_path``
+            (``requests``, :data:`bench.sdk_calls.SERIAL_PATH`; ``wall_ms``).
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """
@@ -202,4 +204,8 @@ def build_report(
 def _with_floors(sdk_calls: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     costs = sdk_calls["ms_per_call"]["orderflow"]
     floors = {p: sdk_floor(run["measured"], costs) for p, run in runs.items() if run.get("measured")}
-    return {**sdk_calls, "floor_by_processes": floors}
+    figures = {**sdk_calls, "floor_by_processes": floors}
+    walls = (sdk_calls.get("wall_ms_per_call") or {}).get("orderflow")
+    if walls:
+        figures["serial_path"] = {"requests": dict(SERIAL_PATH), "wall_ms": serial_path_ms(walls)}
+    return figures

@@ -23,7 +23,6 @@ from bench.report.rows import (
     sweep_cells,
     system_rows,
 )
-from bench.sdk_calls import CLIENTS
 
 
 def print_tables(report: Mapping[str, Any], console: Console) -> None:
@@ -62,11 +61,11 @@ def _print_baseline(report: Mapping[str, Any], console: Console) -> None:
 
 
 def _print_sdk_calls(report: Mapping[str, Any], console: Console) -> None:
-    title, rows, lines = sdk_call_rows(report)
+    title, header, rows, lines = sdk_call_rows(report)
     if not rows:
         return
     table = Table(title=title)
-    for n, column in enumerate(("call", *CLIENTS)):
+    for n, column in enumerate(header):
         table.add_column(column, justify="left" if n == 0 else "right")
     for row in rows:
         table.add_row(*row)
@@ -169,9 +168,9 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
         lines += ["", f"{title}:", "", f"| {' | '.join(BASELINE_COLUMNS)} |"]
         lines += ["|---|" + "---:|" * (len(BASELINE_COLUMNS) - 1)]
         lines += [f"| {' | '.join(row)} |" for row in rows]
-    title, rows, floors = sdk_call_rows(report)
+    title, header, rows, floors = sdk_call_rows(report)
     if rows:
-        lines += ["", f"{title}:", "", f"| call | {' | '.join(CLIENTS)} |", "|---|" + "---:|" * len(CLIENTS)]
+        lines += ["", f"{title}:", "", f"| {' | '.join(header)} |", "|---|" + "---:|" * (len(header) - 1)]
         lines += [f"| {' | '.join(row)} |" for row in rows]
         lines += ["", *(f"{floor}." for floor in floors)]
     per_order = report["orderflow"].get("per_order")

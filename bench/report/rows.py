@@ -225,18 +225,25 @@ BASELINE_COLUMNS = (
 )
 
 
-def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]], list[str]]:
-    """The CPU of one SDK call by client (a title, one row per call), and a sentence per throughput
-    window saying what its devhosts' SDK calls alone cost per order beside what they cost in all."""
+def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[str], list[list[str]], list[str]]:
+    """The cost of one SDK call by client: a title, the columns (the CPU of each client, then the
+    orderflow client's wall time when measured), one row per call; then a sentence per throughput window
+    saying what its devhosts' SDK calls alone cost per order beside what they cost in all, and one saying
+    how long one order's serial requests take at one call's wall time beside the one-at-a-time p50."""
     figures = report.get("sdk_calls")
     if not figures:
-        return "", [], []
+        return "", [], [], []
     costs = figures["ms_per_call"]
+    walls = (figures.get("wall_ms_per_call") or {}).get("orderflow")
     title = (
         f"CPU ms of one SDK call (median of {figures['repeats']} x {figures['calls']} calls; async: "
         f"{figures['concurrency']} at once on one event loop)"
+        + ("; wall ms of one orderflow call, one at a time" if walls else "")
     )
+    header = ["call", *CLIENTS, *(["orderflow wall"] if walls else [])]
     rows = [[call, *(fmt(costs[client].get(call)) for client in CLIENTS)] for call in OPERATIONS]
+    if walls:
+        rows = [[*row, fmt(walls.get(call))] for row, call in zip(rows, OPERATIONS, strict=True)]
     lines = []
     for processes, floors in figures.get("floor_by_processes", {}).items():
         each = ", ".join(
@@ -249,7 +256,24 @@ def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[list[str]], list
             f"SDK floor, {processes} proc: the devhosts' SDK calls alone cost {fmt(total['sdk_calls_ms'])} "
             f"ms per order of the {fmt(total['measured_ms'])} ms they cost in all ({each})"
         )
-    return title, rows, lines
+    serial = figures.get("serial_path")
+    if serial:
+        lines.append(_serial_path_line(serial, report["orderflow"].get("one_at_a_time") or {}))
+    return title, header, rows, lines
+
+
+def _serial_path_line(serial: Mapping[str, Any], one_at_a_time: Mapping[str, Mapping[str, Any]]) -> str:
+    requests = ", ".join(f"{count} x {call}" for call, count in serial["requests"].items())
+    line = (
+        f"Serial path: one order's emulator requests made one after another ({requests}) take "
+        f"{fmt(serial['wall_ms'])} ms at one call's wall time"
+    )
+    p50s = [
+        f"{fmt(1000 * run['latency']['p50_s'])} ms on {processes} proc"
+        for processes, run in one_at_a_time.items()
+        if (run.get("latency") or {}).get("p50_s") is not None
+    ]
+    return line + (f", of the one-at-a-time p50 ({', '.join(p50s)})" if p50s else "")
 
 
 def speed_line(report: Mapping[str, Any]) -> str:

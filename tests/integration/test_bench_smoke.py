@@ -20,7 +20,7 @@ from bench.config import BenchConfig
 from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
-from bench.sdk_calls import CLIENTS, OPERATIONS, sdk_calls_run, sdk_floor
+from bench.sdk_calls import CLIENTS, OPERATIONS, SERIAL_PATH, sdk_calls_run, sdk_floor, serial_path_ms
 from bench.stats import ratio
 from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
@@ -146,6 +146,12 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     assert floors == sdk_floor(run["measured"], sdk_calls["ms_per_call"]["orderflow"])
     assert set(floors) == {"devhost-1", "devhosts"}
     assert 0 < floors["devhosts"]["sdk_calls_ms"] < floors["devhosts"]["measured_ms"]
+    # The orderflow client's wall time of every call, and one order's serial requests at it.
+    walls = sdk_calls["wall_ms_per_call"]["orderflow"]
+    assert set(walls) == set(OPERATIONS)
+    assert all(ms > 0 for ms in walls.values())
+    assert sdk_calls["serial_path"] == {"requests": SERIAL_PATH, "wall_ms": serial_path_ms(walls)}
+    assert sdk_calls["serial_path"]["wall_ms"] > 0
 
     for peer in ("durabletask", "dbos"):
         assert report["peers"][peer]["outcomes"] == {"Processed": 3}

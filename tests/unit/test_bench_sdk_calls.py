@@ -9,7 +9,7 @@ import pytest
 
 from bench.config import BenchConfig
 from bench.report import build_report, markdown_tables
-from bench.sdk_calls import CLIENTS, OPERATIONS, floor_ms_per_order, sdk_floor
+from bench.sdk_calls import CLIENTS, OPERATIONS, SERIAL_PATH, floor_ms_per_order, sdk_floor, serial_path_ms
 
 pytestmark = pytest.mark.unit
 
@@ -56,6 +56,26 @@ def test_each_devhost_gets_its_floor_beside_its_measured_cpu_and_the_load_genera
     }
 
 
+def test_the_serial_path_is_each_request_on_it_times_its_wall_time() -> None:
+    walls = {
+        "queue send": 1.5,
+        "queue receive": 2.0,
+        "queue delete": 9.0,
+        "cosmos create": 0.7,
+        "cosmos replace": 0.6,
+    }
+    # 9 sends x 1.5 + 8 receives x 2 + 2 creates x 0.7 + 4 replaces x 0.6; deletes are off the path.
+    assert serial_path_ms(walls) == 33.3
+    assert serial_path_ms({}) == 0.0
+
+
+def test_the_serial_path_holds_every_message_sent_and_each_state_write_before_the_final_reply() -> None:
+    # 9 messages sent (order, Received, 3 requests, 3 responses, final reply), all but the Received
+    # reply received on the way; the order and its record created; claim, 2 start_step, finish replace.
+    assert SERIAL_PATH == {"queue send": 9, "queue receive": 8, "cosmos create": 2, "cosmos replace": 4}
+    assert set(SERIAL_PATH) <= set(OPERATIONS)
+
+
 def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None:
     figures = {
         "calls": 300,
@@ -88,6 +108,45 @@ def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None
     assert (
         "SDK floor, 2 proc: the devhosts' SDK calls alone cost 18.6 ms per order of the 60 ms they cost "
         "in all (devhost-1 8.6 of 40, devhost-agents 10 of 20)." in table
+    )
+    # Figures without wall times (a report of before they were measured) have no wall column.
+    assert "| call | orderflow | sdk default | async |" in table
+    assert "serial_path" not in report["sdk_calls"]
+    assert "Serial path" not in table
+
+
+def test_wall_times_add_a_column_and_the_serial_path_beside_the_one_at_a_time_p50() -> None:
+    walls = {call: 1.0 for call in OPERATIONS} | {"queue receive": 2.0}
+    figures = {
+        "calls": 300,
+        "repeats": 3,
+        "concurrency": 16,
+        "ms_per_call": {client: dict(COSTS) for client in CLIENTS},
+        "wall_ms_per_call": {"orderflow": walls},
+    }
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
+        one_at_a_time={"2": {"latency": {"p50_s": 0.082}}},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+        sdk_calls=figures,
+        generated_at=datetime(2026, 12, 2, tzinfo=UTC),
+    )
+
+    # 9 sends x 1 + 8 receives x 2 + 2 creates x 1 + 4 replaces x 1.
+    assert report["sdk_calls"]["serial_path"] == {"requests": SERIAL_PATH, "wall_ms": 31.0}
+    table = markdown_tables(report)
+    assert "| call | orderflow | sdk default | async | orderflow wall |" in table
+    assert "| queue receive | 0.5 | 0.5 | 0.5 | 2 |" in table
+    assert (
+        "Serial path: one order's emulator requests made one after another (9 x queue send, "
+        "8 x queue receive, 2 x cosmos create, 4 x cosmos replace) take 31 ms at one call's wall time, "
+        "of the one-at-a-time p50 (82 ms on 2 proc)." in table
     )
 
 
