@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from durabletask import client as dt_client
 
@@ -24,9 +22,11 @@ class InFlight:
     The count only overstates: an orchestration that finished since the last read is still in it. So
     ``take`` asks the backend only when the count reaches the limit (at most once per ``read_every_s``),
     or before its first claim; below the limit no claim waits for a query. The starter, which reads the
-    backend on each of its passes anyway, reads it through :meth:`reserve`, which also sets aside the
-    room its pass may claim: no ``take`` has that room meanwhile, and every read counts it until the pass
-    ends (:meth:`release`), so the two never claim the same room.
+    backend on each of its passes anyway, reads it through :meth:`room` to size its query, then takes
+    each record's room with :meth:`take` just before claiming it and gives back the room of a claim it
+    lost (:meth:`give_back`). Every claim, the submission's and the starter's, goes through the one
+    count, so together they never claim past the limit; and a pass holds no room it has not claimed,
+    so a submission arriving while a pass runs is not turned away from room that is free.
 
     Args:
         running: Reads how many orchestrations run now (a backend query).
@@ -50,7 +50,6 @@ class InFlight:
         self._lock = threading.Lock()
         self._read_at: float | None = None
         self._count = 0
-        self._reserved = 0  # room held by starter passes (reserve), counted by every read
 
     def take(self) -> bool:
         """Take room for one more orchestration: False when the process runs ``limit`` already."""
@@ -58,7 +57,7 @@ class InFlight:
             if self._read_at is None or (
                 self._count >= self._limit and self._clock() >= self._read_at + self._read_every_s
             ):
-                self._count = self._running() + self._reserved
+                self._count = self._running()
                 self._read_at = self._clock()
             if self._count >= self._limit:
                 return False
@@ -75,43 +74,19 @@ class InFlight:
             logger.warning("room check failed: the order is left to the starter", exc_info=True)
             return False
 
-    @contextmanager
-    def reserving(self, at_most: int) -> Iterator[Reservation]:
-        """A starter pass's :meth:`reserve` and :meth:`release` around its block. The block sets
-        ``used`` to what it started; one that fails part-way counts all the room as used, since it may
-        have started any of it (until the next read corrects the count)."""
-        room = self.reserve(at_most)
-        held = Reservation(room=room, used=room)
-        try:
-            yield held
-        finally:
-            self.release(room, used=held.used)
-
-    def reserve(self, at_most: int) -> int:
-        """Read the running orchestrations now (a backend query) and set aside up to ``at_most`` of the
-        room left, for a starter pass; end it with :meth:`release`. Returns the room set aside."""
+    def room(self) -> int:
+        """Read the running orchestrations now (a backend query) and return the room left: how many
+        records a starter pass may look for. Sets nothing aside (the pass takes each one's room with
+        :meth:`take`)."""
         with self._lock:
-            self._count = self._running() + self._reserved
+            self._count = self._running()
             self._read_at = self._clock()
-            room = max(0, min(at_most, self._limit - self._count))
-            self._reserved += room
-            self._count += room
-            return room
+            return max(0, self._limit - self._count)
 
-    def release(self, room: int, *, used: int) -> None:
-        """End a reservation of ``room`` in which ``used`` orchestrations were started (they count from
-        now as the submission's claims do); the rest is room again."""
+    def give_back(self) -> None:
+        """Return the room of a :meth:`take` that started nothing: a claim lost to another claimant."""
         with self._lock:
-            self._reserved -= room
-            self._count -= room - used
-
-
-@dataclass
-class Reservation:
-    """Room a starter pass set aside (:meth:`InFlight.reserving`) and how much of it the pass used."""
-
-    room: int
-    used: int
+            self._count = max(0, self._count - 1)
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

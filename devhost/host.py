@@ -384,22 +384,21 @@ class DevHost:
 
     def _starter_tick(self) -> None:
         assert self.client is not None
-        with self._in_flight.reserving(self.settings.starter.STARTER_BATCH) as held:
-            report = run_starter_pass(
-                states=self.deps.states,
-                client=self.client,
-                clock=self.deps.clock,
-                starter=self.settings.starter,
-                steps=self.settings.steps,
-                scans=self.settings.scans,
-                queue_names=self.settings.queues,
-                response_queue=self.settings.queues.response_queue(),
-                capacity=held.room,
-                on_claimed=self.deps.cache.put,
-                breakers=self.deps.breakers,
-                first_requests=self._first_requests,
-            )
-            held.used = len(report.claimed)  # the submission's room counts them from now on
+        run_starter_pass(
+            states=self.deps.states,
+            client=self.client,
+            clock=self.deps.clock,
+            starter=self.settings.starter,
+            steps=self.settings.steps,
+            scans=self.settings.scans,
+            queue_names=self.settings.queues,
+            response_queue=self.settings.queues.response_queue(),
+            capacity=self._in_flight.room(),
+            on_claimed=self.deps.cache.put,
+            breakers=self.deps.breakers,
+            first_requests=self._first_requests,
+            room=self._in_flight,  # the submission's claims share it: each record's room taken as claimed
+        )
 
     def _supervisor_tick(self) -> None:
         """Keep the lease (renew, or try to acquire), and sweep only while leader, on the sweep cadence."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from orderflow.attempts import (
     CLAIMABLE_STATES,
@@ -32,6 +33,18 @@ from orderflow.stores.base import StateQuery, StateStore, Versioned
 from orderflow.stores.paging import PageBudget, PageLimits
 
 logger = logging.getLogger(__name__)
+
+
+class Room(Protocol):
+    """A host's room for more orchestrations, shared by every claimant in its process."""
+
+    def take(self) -> bool:
+        """Take room for one more orchestration; False when the process is full."""
+        ...
+
+    def give_back(self) -> None:
+        """Return the room of a :meth:`take` that started nothing."""
+        ...
 
 
 @dataclass
@@ -58,6 +71,7 @@ def run_starter_pass(
     on_claimed: Callable[[Versioned[StateRecord]], None] | None = None,
     breakers: CircuitBreakers | None = None,
     first_requests: FirstRequests | None = None,
+    room: Room | None = None,
 ) -> StarterReport:
     """Claim up to ``min(capacity, STARTER_BATCH)`` ready ``Pending`` records and start their attempts.
 
@@ -76,6 +90,9 @@ def run_starter_pass(
             is deferred, not claimed (:func:`orderflow.attempts.claim`).
         first_requests: Where to send the request of the step a claim started (module docstring);
             None: each orchestration sends its first request through its ``start_step`` activity.
+        room: The process's room, when other claimants share it (the submission's claims): each
+            record's room is taken just before its claim, and given back when the claim is lost; the
+            pass ends when the process is full. None: ``capacity`` alone bounds the pass.
 
     Returns:
         A :class:`StarterReport`.
@@ -103,6 +120,8 @@ def run_starter_pass(
             break
         budget.record(page)
         for found in page.items:
+            if room is not None and not room.take():
+                return report
             report.examined += 1
             outcome = claim_and_start(
                 found,
@@ -114,6 +133,8 @@ def run_starter_pass(
                 starts=starts,
             )
             if outcome is ClaimOutcome.NOT_CLAIMED:
+                if room is not None:
+                    room.give_back()
                 report.lost_races += 1
                 continue
             if outcome is ClaimOutcome.ALREADY_STARTED:

@@ -61,46 +61,51 @@ def test_at_the_limit_the_backend_is_read_again_at_most_once_per_read_every_s() 
 def test_the_starters_read_and_claims_count_too() -> None:
     backend, clock = Backend(running=1), Clock()
     room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
-    assert room.reserve(at_most=10) == 2
-    room.release(2, used=2)  # the starter started two more: the process is at its limit
+    assert room.room() == 2
+    assert room.take() and room.take()  # the starter started two more: the process is at its limit
     assert not room.take()
     assert backend.reads == 1  # its own read stood in for the first claim's
+
+
+def test_a_starter_pass_holds_no_room_it_has_not_claimed() -> None:
+    # A pass sized for all the room (STARTER_BATCH at least MAX_IN_FLIGHT_PER_HOST, as in the demo)
+    # used to set it all aside while it queried: every submission meanwhile found no room, was left
+    # Pending, and woke the starters, whose passes then raced the other submissions' own claims.
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=32, read_every_s=0.25, clock=clock)
+    assert room.room() == 32  # a pass begins and queries for up to 32 records
+    assert all(room.take() for _ in range(5))  # submissions while it queries: room is free
+    assert room.room() == 32  # none of them has started yet: the next read says so
 
 
 def test_the_submission_and_a_starter_pass_together_never_claim_past_the_limit() -> None:
     backend, clock = Backend(running=1), Clock()
     room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
-    capacity = room.reserve(at_most=10)  # a starter pass begins: room for two
-    taken = sum(room.take() for _ in range(5))  # submissions while it claims
+    capacity = room.room()  # a starter pass begins: room for two
+    claims = [room.take() for _ in range(3)]  # a submission, then the pass's records, each as claimed
+    backend.running += claims.count(True)  # what they claimed has started
     clock.now += 1.0
-    taken += sum(room.take() for _ in range(5))  # the submission's read at the limit keeps its room
-    room.release(capacity, used=capacity)  # it claimed what it had room for
-    assert backend.running + taken + capacity <= 3
-    assert (capacity, taken) == (2, 0)
+    claims += [room.take() for _ in range(3)]  # the read at the limit finds them running
+    assert (capacity, claims) == (2, [True, True, False, False, False, False])
+    assert backend.running == 3
 
 
-def test_room_a_starter_pass_did_not_use_is_the_submissions_again() -> None:
+def test_the_room_of_a_lost_claim_is_given_back() -> None:
     backend, clock = Backend(running=0), Clock()
-    room = InFlight(backend, limit=4, read_every_s=0.25, clock=clock)
-    assert room.reserve(at_most=3) == 3  # no more than a pass claims
-    assert room.take()  # the fourth
-    assert not room.take()
-    room.release(3, used=1)
+    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
     assert room.take() and room.take()
     assert not room.take()
+    room.give_back()  # the pass's claim lost to the submission's: it started nothing
+    assert room.take()
+    assert not room.take()
+    assert backend.reads == 1  # no read was needed to know
 
 
-def test_a_pass_that_fails_part_way_counts_all_its_room_as_used() -> None:
-    backend, clock = Backend(running=0), Clock()
-    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
-    with pytest.raises(RuntimeError), room.reserving(at_most=2) as held:
-        assert held.room == 2
-        raise RuntimeError("the pass failed after some claims")
-    assert room.take()  # the third
-    assert not room.take()  # the two it may have started still count, until a read says otherwise
-    with room.reserving(at_most=5) as held:
-        assert held.room == 3  # the next pass reads the backend: none of them had started
-        held.used = 0
+def test_a_count_that_only_gives_back_never_goes_below_nothing() -> None:
+    room = InFlight(Backend(running=0), limit=1, read_every_s=0.25, clock=Clock())
+    room.give_back()
+    assert room.take()
+    assert not room.take()
 
 
 def test_a_room_check_that_cannot_read_the_backend_leaves_the_order() -> None:

@@ -55,7 +55,7 @@ def submit(deps: HostDeps, client: Any, **changes: Any) -> IntakeResult:
     return result
 
 
-def sweep(deps: HostDeps, client: RecordingClient) -> StarterReport:
+def sweep(deps: HostDeps, client: RecordingClient, room: Room | None = None) -> StarterReport:
     return run_starter_pass(
         states=deps.states,
         client=client,
@@ -67,7 +67,31 @@ def sweep(deps: HostDeps, client: RecordingClient) -> StarterReport:
         response_queue=RESPONSES,
         capacity=8,
         first_requests=first_requests_for(deps, deps.settings.starter),
+        room=room,
     )
+
+
+class Room:
+    """A process's room shared with its submissions: ``free`` places, each take and give-back counted."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.given_back = 0
+
+    def take(self) -> bool:
+        if self.free == 0:
+            return False
+        self.free -= 1
+        return True
+
+    def give_back(self) -> None:
+        self.free += 1
+        self.given_back += 1
+
+
+def record_unclaimed(deps: HostDeps, key: str) -> None:
+    """``key`` recorded ``Pending`` and never claimed (its process died before its claim)."""
+    take_in(deps, ReceivedMessage(body=order_body(key), message_id=f"m-{key}", delivery_count=1))
 
 
 def first_agent_queue(deps: HostDeps) -> str:
@@ -211,3 +235,57 @@ def test_with_claim_on_submit_off_the_order_waits_for_the_starter(clock: FakeClo
     assert deps.states.get(KEY).item.process_state is ProcessState.PENDING
     assert client.started == []
     assert sweep(deps, client).claimed == [KEY]
+
+
+def test_a_sweep_takes_each_record_s_room_as_it_claims_and_stops_when_the_process_is_full(
+    deps: HostDeps,
+) -> None:
+    record_unclaimed(deps, KEY)
+    record_unclaimed(deps, "a:o-2")
+    client, room = RecordingClient(), Room(free=1)
+
+    report = sweep(deps, client, room)
+
+    assert (len(report.claimed), report.examined, room.free) == (1, 1, 0)
+    assert len(client.started) == 1
+    # The other order waits Pending for room, not claimed past the limit.
+    assert sorted(deps.states.get(key).item.process_state for key in (KEY, "a:o-2")) == sorted(
+        [ProcessState.PENDING, ProcessState.PROCESSING]
+    )
+
+
+class ClaimedAfterTheQuery:
+    """A state store whose query returns its page, then lets another claimant (``claim_now``) claim
+    the records on it before the sweep that asked gets to them."""
+
+    def __init__(self, inner: StateStore, claim_now: Any) -> None:
+        self.inner = inner
+        self.claim_now = claim_now
+
+    def query(self, *args: Any, **kwargs: Any) -> Any:
+        page = self.inner.query(*args, **kwargs)
+        self.claim_now()
+        return page
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_sweep_gives_back_the_room_of_a_claim_it_lost(deps: HostDeps) -> None:
+    record_unclaimed(deps, KEY)
+    client, room = RecordingClient(), Room(free=4)
+    other: list[StarterReport] = []
+    raced = HostDeps(
+        states=ClaimedAfterTheQuery(deps.states, lambda: other.append(sweep(deps, client))),
+        orders=deps.orders,
+        queues=deps.queues,
+        clock=deps.clock,
+        settings=deps.settings,
+    )
+
+    report = sweep(raced, client, room)
+
+    assert [r.claimed for r in other] == [[KEY]]
+    assert (report.claimed, report.lost_races) == ([], 1)
+    assert (room.free, room.given_back) == (4, 1)
+    assert client.started == ["a:o-1:1"]  # once, by the claimant that won
