@@ -76,6 +76,23 @@ def test_the_serial_path_holds_every_message_sent_and_each_state_write_before_th
     assert set(SERIAL_PATH) <= set(OPERATIONS)
 
 
+def report_of(sdk_calls: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The report of a run of :data:`WINDOW` on 2 processes with these SDK call figures."""
+    return build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+        sdk_calls=sdk_calls,
+        generated_at=datetime(2026, 12, 2, tzinfo=UTC),
+        **more,
+    )
+
+
 def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None:
     figures = {
         "calls": 300,
@@ -85,18 +102,7 @@ def test_the_report_adds_each_window_s_floor_and_prints_the_call_table() -> None
             client: {call: COSTS[call] * (n + 1) for call in OPERATIONS} for n, client in enumerate(CLIENTS)
         },
     }
-    report = build_report(
-        BenchConfig(orders=10),
-        machine={"cpu_count": 2},
-        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
-        per_order=None,
-        sweep_results=[],
-        sweep_growth={},
-        hard_down=None,
-        peers={},
-        sdk_calls=figures,
-        generated_at=datetime(2026, 12, 2, tzinfo=UTC),
-    )
+    report = report_of(figures)
 
     assert report["sdk_calls"]["floor_by_processes"]["2"]["devhosts"] == {
         "sdk_calls_ms": 18.6,
@@ -124,19 +130,7 @@ def test_wall_times_add_a_column_and_the_serial_path_beside_the_one_at_a_time_p5
         "ms_per_call": {client: dict(COSTS) for client in CLIENTS},
         "wall_ms_per_call": {"orderflow": walls},
     }
-    report = build_report(
-        BenchConfig(orders=10),
-        machine={"cpu_count": 2},
-        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
-        one_at_a_time={"2": {"latency": {"p50_s": 0.082}}},
-        per_order=None,
-        sweep_results=[],
-        sweep_growth={},
-        hard_down=None,
-        peers={},
-        sdk_calls=figures,
-        generated_at=datetime(2026, 12, 2, tzinfo=UTC),
-    )
+    report = report_of(figures, one_at_a_time={"2": {"latency": {"p50_s": 0.082}}})
 
     # 9 sends x 1 + 8 receives x 2 + 2 creates x 1 + 4 replaces x 1.
     assert report["sdk_calls"]["serial_path"] == {"requests": SERIAL_PATH, "wall_ms": 31.0}

@@ -149,6 +149,13 @@ def test_a_redelivery_after_a_death_between_create_and_claim_leaves_the_order_to
     assert client.started == ["a:o-1:1"]
 
 
+def on_states(deps: HostDeps, states: Any) -> HostDeps:
+    """``deps`` with its state store replaced by ``states`` (a wrapper that races something in)."""
+    return HostDeps(
+        states=states, orders=deps.orders, queues=deps.queues, clock=deps.clock, settings=deps.settings
+    )
+
+
 class StarterFirst:
     """A state store on which the starter's sweep runs right after each create, before the submission's
     own claim: the starter wins the race."""
@@ -169,13 +176,7 @@ class StarterFirst:
 def test_when_the_starter_claims_first_the_submission_does_nothing(deps: HostDeps) -> None:
     client = RecordingClient()
     reports: list[StarterReport] = []
-    raced = HostDeps(
-        states=StarterFirst(deps.states, lambda: reports.append(sweep(deps, client))),
-        orders=deps.orders,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-    )
+    raced = on_states(deps, StarterFirst(deps.states, lambda: reports.append(sweep(deps, client))))
 
     with telemetry.recording() as events:
         result = submit(raced, client)
@@ -275,13 +276,7 @@ def test_a_sweep_gives_back_the_room_of_a_claim_it_lost(deps: HostDeps) -> None:
     record_unclaimed(deps, KEY)
     client, room = RecordingClient(), Room(free=4)
     other: list[StarterReport] = []
-    raced = HostDeps(
-        states=ClaimedAfterTheQuery(deps.states, lambda: other.append(sweep(deps, client))),
-        orders=deps.orders,
-        queues=deps.queues,
-        clock=deps.clock,
-        settings=deps.settings,
-    )
+    raced = on_states(deps, ClaimedAfterTheQuery(deps.states, lambda: other.append(sweep(deps, client))))
 
     report = sweep(raced, client, room)
 
