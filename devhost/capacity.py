@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from durabletask import client as dt_client
 
@@ -23,10 +24,15 @@ class InFlight:
     ``take`` asks the backend only when the count reaches the limit (at most once per ``read_every_s``),
     or before its first claim; below the limit no claim waits for a query. The starter, which reads the
     backend on each of its passes anyway, reads it through :meth:`room` to size its query, then takes
-    each record's room with :meth:`take` just before claiming it and gives back the room of a claim it
-    lost (:meth:`give_back`). Every claim, the submission's and the starter's, goes through the one
-    count, so together they never claim past the limit; and a pass holds no room it has not claimed,
-    so a submission arriving while a pass runs is not turned away from room that is free.
+    each record's room with :meth:`take` just before claiming it. Every claim, the submission's and the
+    starter's, goes through the one count, so together they never claim past the limit; and a pass holds
+    no room it has not claimed, so a submission arriving while a pass runs is not turned away from room
+    that is free.
+
+    The backend lists an orchestration only once its claimant has scheduled it, so a take stays *on its
+    way* until its claimant says how the claim ended: :meth:`started` (scheduled, or perhaps: the backend
+    counts it from then on) or :meth:`give_back` (it started nothing). Every read adds the takes still on
+    their way, so no read hands their room to another claimant. A take must be ended exactly once.
 
     Args:
         running: Reads how many orchestrations run now (a backend query).
@@ -50,6 +56,7 @@ class InFlight:
         self._lock = threading.Lock()
         self._read_at: float | None = None
         self._count = 0
+        self._on_the_way = 0  # takes whose claimant has not yet said how the claim ended
 
     def take(self) -> bool:
         """Take room for one more orchestration: False when the process runs ``limit`` already."""
@@ -57,11 +64,11 @@ class InFlight:
             if self._read_at is None or (
                 self._count >= self._limit and self._clock() >= self._read_at + self._read_every_s
             ):
-                self._count = self._running()
-                self._read_at = self._clock()
+                self._read()
             if self._count >= self._limit:
                 return False
             self._count += 1
+            self._on_the_way += 1
             return True
 
     def take_or_leave(self) -> bool:
@@ -74,19 +81,43 @@ class InFlight:
             logger.warning("room check failed: the order is left to the starter", exc_info=True)
             return False
 
+    @contextmanager
+    def claiming(self) -> Iterator[bool]:
+        """:meth:`take_or_leave` for one block, the submission's: True when it took room. The take ends
+        (:meth:`started`) when the block does, however it ends: whatever its claim started counts until
+        the next read, then as the backend's."""
+        taken = self.take_or_leave()
+        try:
+            yield taken
+        finally:
+            if taken:
+                self.started()
+
     def room(self) -> int:
         """Read the running orchestrations now (a backend query) and return the room left: how many
         records a starter pass may look for. Sets nothing aside (the pass takes each one's room with
         :meth:`take`)."""
         with self._lock:
-            self._count = self._running()
-            self._read_at = self._clock()
+            self._read()
             return max(0, self._limit - self._count)
 
-    def give_back(self) -> None:
-        """Return the room of a :meth:`take` that started nothing: a claim lost to another claimant."""
+    def started(self) -> None:
+        """End a :meth:`take` whose claim scheduled its orchestration, or may have (it raised): the backend
+        counts it from now on, and until the next read the count still holds it."""
         with self._lock:
+            self._on_the_way = max(0, self._on_the_way - 1)
+
+    def give_back(self) -> None:
+        """End a :meth:`take` that started nothing (a claim lost to another claimant, or deferred): its
+        room is free again."""
+        with self._lock:
+            self._on_the_way = max(0, self._on_the_way - 1)
             self._count = max(0, self._count - 1)
+
+    def _read(self) -> None:
+        """Count the backend's running orchestrations and the takes on their way (under the lock)."""
+        self._count = self._running() + self._on_the_way
+        self._read_at = self._clock()
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

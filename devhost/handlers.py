@@ -4,6 +4,7 @@ function with this process's dependencies."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from agents.agent import TakenRequests, handle_request
 from agents.services import HttpRemoteService
@@ -30,7 +31,7 @@ def submission_handler(
     admission: ClientAdmission | None,
     order_cache: OrderCache | None,
     wakeups: Wakeups,
-    claim_on_submit: Callable[[], AttemptStarts | None] = lambda: None,
+    claim_on_submit: Callable[[], AbstractContextManager[AttemptStarts | None]] = nullcontext,
 ) -> Callable[[ReceivedMessage], None]:
     """The handler of ``client``'s inbound queue: the client is the queue's, never the body's.
 
@@ -42,28 +43,30 @@ def submission_handler(
         order_cache: The cache an order this handler creates is put in, or None.
         wakeups: Where an accepted order the submission did not start, or a cancel, wakes the starters
             (:data:`STARTER_WAKEUP`).
-        claim_on_submit: Asked once per message: where this process starts a new order's attempt at once
-            (:func:`intake.claim_on_submit.start_at_once`), or None (no orchestrator here, or no room).
+        claim_on_submit: Entered once per message, around its handling: where this process starts a new
+            order's attempt at once (:func:`intake.claim_on_submit.start_at_once`), or None (no
+            orchestrator here, or no room); the room it took ends when the message's handling does.
     """
 
     def handle(message: ReceivedMessage) -> None:
-        result = handle_intake_message(
-            message.body,
-            client=client,
-            reply_to=message.reply_to,
-            orders=deps.orders,
-            states=deps.states,
-            queues=deps.queues,
-            clock=deps.clock,
-            steps=settings.steps,
-            starter=settings.starter,
-            queue_names=settings.queues,
-            admission=admission,
-            order_cache=order_cache,
-            message_id=message.message_id,
-            replays=deps.alerts,
-            claim_on_submit=claim_on_submit(),
-        )
+        with claim_on_submit() as starts:
+            result = handle_intake_message(
+                message.body,
+                client=client,
+                reply_to=message.reply_to,
+                orders=deps.orders,
+                states=deps.states,
+                queues=deps.queues,
+                clock=deps.clock,
+                steps=settings.steps,
+                starter=settings.starter,
+                queue_names=settings.queues,
+                admission=admission,
+                order_cache=order_cache,
+                message_id=message.message_id,
+                replays=deps.alerts,
+                claim_on_submit=starts,
+            )
         pending = result.outcome is IntakeOutcome.ACCEPTED and not result.started
         if pending or result.outcome is IntakeOutcome.CANCEL:
             # A record may be Pending now: the starters claim it at once, not at their next tick,

@@ -16,7 +16,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -379,8 +380,13 @@ class DevHost:
         assert self.client is not None
         handle_response(message.body, client=self.client)
 
-    def _claim_on_submit(self) -> AttemptStarts | None:  # None: no orchestrator here, or no room
-        return self._starts if self._starts is not None and self._in_flight.take_or_leave() else None
+    @contextmanager
+    def _claim_on_submit(self) -> Iterator[AttemptStarts | None]:  # None: no orchestrator here, or no room
+        if self._starts is None:
+            yield None
+            return
+        with self._in_flight.claiming() as taken:
+            yield self._starts if taken else None
 
     def _starter_tick(self) -> None:
         assert self.client is not None

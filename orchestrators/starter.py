@@ -42,8 +42,12 @@ class Room(Protocol):
         """Take room for one more orchestration; False when the process is full."""
         ...
 
+    def started(self) -> None:
+        """End a :meth:`take` whose claim started its orchestration, or may have (it raised)."""
+        ...
+
     def give_back(self) -> None:
-        """Return the room of a :meth:`take` that started nothing."""
+        """End a :meth:`take` that started nothing: its room is free again."""
         ...
 
 
@@ -91,8 +95,9 @@ def run_starter_pass(
         first_requests: Where to send the request of the step a claim started (module docstring);
             None: each orchestration sends its first request through its ``start_step`` activity.
         room: The process's room, when other claimants share it (the submission's claims): each
-            record's room is taken just before its claim, and given back when the claim is lost; the
-            pass ends when the process is full. None: ``capacity`` alone bounds the pass.
+            record's room is taken just before its claim, and each take ended once the claim has (given
+            back when it started nothing); the pass ends when the process is full. None: ``capacity``
+            alone bounds the pass.
 
     Returns:
         A :class:`StarterReport`.
@@ -123,18 +128,21 @@ def run_starter_pass(
             if room is not None and not room.take():
                 return report
             report.examined += 1
-            outcome = claim_and_start(
-                found,
-                states=states,
-                clock=clock,
-                starter=starter,
-                steps=steps,
-                queue_names=queue_names,
-                starts=starts,
-            )
+            try:
+                outcome = claim_and_start(
+                    found,
+                    states=states,
+                    clock=clock,
+                    starter=starter,
+                    steps=steps,
+                    queue_names=queue_names,
+                    starts=starts,
+                )
+            except BaseException:
+                _end_take(room, started=True)  # it may have started: counted until the next read
+                raise
+            _end_take(room, started=outcome is not ClaimOutcome.NOT_CLAIMED)
             if outcome is ClaimOutcome.NOT_CLAIMED:
-                if room is not None:
-                    room.give_back()
                 report.lost_races += 1
                 continue
             if outcome is ClaimOutcome.ALREADY_STARTED:
@@ -146,3 +154,14 @@ def run_starter_pass(
         if continuation is None:
             break
     return report
+
+
+def _end_take(room: Room | None, *, started: bool) -> None:
+    """End the take of one claim's room: :meth:`Room.started`, or :meth:`Room.give_back` when the claim
+    started nothing."""
+    if room is None:
+        return
+    if started:
+        room.started()
+    else:
+        room.give_back()

@@ -43,7 +43,9 @@ def test_at_the_limit_the_backend_is_read_again_at_most_once_per_read_every_s() 
     backend, clock = Backend(running=0), Clock()
     room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
     assert room.take() and room.take()
-    backend.running = 2
+    backend.running = 2  # both scheduled
+    room.started()
+    room.started()
     assert not room.take()  # read at once: the last read was at the first claim, no time has passed
     assert backend.reads == 1
     clock.now += 0.25
@@ -75,7 +77,7 @@ def test_a_starter_pass_holds_no_room_it_has_not_claimed() -> None:
     room = InFlight(backend, limit=32, read_every_s=0.25, clock=clock)
     assert room.room() == 32  # a pass begins and queries for up to 32 records
     assert all(room.take() for _ in range(5))  # submissions while it queries: room is free
-    assert room.room() == 32  # none of them has started yet: the next read says so
+    assert room.room() == 27  # the next pass's read: theirs, on their way, and no more
 
 
 def test_the_submission_and_a_starter_pass_together_never_claim_past_the_limit() -> None:
@@ -114,3 +116,61 @@ def test_a_room_check_that_cannot_read_the_backend_leaves_the_order() -> None:
 
     assert not InFlight(unreadable, limit=3).take_or_leave()
     assert InFlight(lambda: 0, limit=3).take_or_leave()
+
+
+def test_a_read_at_the_limit_still_counts_a_claim_whose_orchestration_is_not_scheduled_yet() -> None:
+    # The backend lists an orchestration only once its claimant has scheduled it: a read between a take
+    # and that start must not hand the same room to another claimant.
+    backend, clock = Backend(running=2), Clock()
+    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
+    assert room.room() == 1  # a starter pass begins
+    assert room.take()  # it takes its record's room and claims it: not scheduled yet
+    clock.now += 1.0
+    assert not room.take()  # a submission at the limit reads the backend: that claim still counts
+    assert backend.reads == 2
+    assert room.room() == 0  # and so does the next pass's read
+
+
+def test_a_lost_claim_read_past_gives_back_only_its_own_room() -> None:
+    backend, clock = Backend(running=1), Clock()
+    room = InFlight(backend, limit=3, read_every_s=0.25, clock=clock)
+    assert room.room() == 2
+    assert room.take()  # the pass's claim, not scheduled yet
+    assert room.take()  # a submission's claim, not scheduled yet
+    clock.now += 1.0
+    assert not room.take()  # read at the limit: one running, two claims on their way
+    room.give_back()  # the pass's claim lost: it started nothing
+    assert room.take()
+    assert not room.take()
+
+
+def test_a_claim_once_started_is_counted_by_the_backend_alone() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
+    assert room.take() and room.take()
+    backend.running = 2  # both scheduled
+    room.started()
+    room.started()
+    assert not room.take()
+    backend.running = 1  # one finished
+    clock.now += 1.0
+    assert room.take()  # no claim is still on its way: the read alone counts
+    assert not room.take()
+
+
+def test_a_submission_s_take_ends_with_its_block_however_the_block_ends() -> None:
+    backend, clock = Backend(running=0), Clock()
+    room = InFlight(backend, limit=1, read_every_s=0.25, clock=clock)
+    with pytest.raises(RuntimeError), room.claiming() as taken:
+        assert taken
+        raise RuntimeError("the message failed after its claim")
+    assert not room.take()  # its claim may have started: counted until the next read
+    clock.now += 1.0
+    assert room.take()  # the read finds nothing running and no take still on its way
+    room.give_back()
+    with room.claiming() as taken:
+        assert taken
+        with room.claiming() as second:
+            assert not second  # full: a block without room ends no take
+    clock.now += 1.0
+    assert room.take()

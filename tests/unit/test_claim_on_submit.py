@@ -5,23 +5,35 @@ that fails after the claim each leave exactly one attempt, or one the supervisor
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from devhost.handlers import submission_handler
+from devhost.loops import Wakeups
 from intake.submission import IntakeOutcome, IntakeResult
 from orchestrators.starter import StarterReport, run_starter_pass
 from orderflow import telemetry
 from orderflow.attempts import AttemptStarts, first_requests_for
 from orderflow.clock import FakeClock
-from orderflow.errors import TransientError
+from orderflow.errors import InvalidMessage, TransientError
 from orderflow.queues.base import ReceivedMessage
 from orderflow.records import ProcessState, StateRecord, StepStatus
 from orderflow.stores.base import StateStore, Versioned
 from orderflow.workflows import CURRENT_WORKFLOW
 from supervisor.recovery import Recovery
 from tests.host_deps import HostDeps
-from tests.unit.fakes import RecordingClient, memory_deps, order_body, received, recover_once, take_in
+from tests.unit.fakes import (
+    TEST_CLIENT,
+    RecordingClient,
+    memory_deps,
+    order_body,
+    received,
+    recover_once,
+    take_in,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -72,21 +84,28 @@ def sweep(deps: HostDeps, client: RecordingClient, room: Room | None = None) -> 
 
 
 class Room:
-    """A process's room shared with its submissions: ``free`` places, each take and give-back counted."""
+    """A process's room shared with its submissions: ``free`` places, each take and give-back counted,
+    and the takes whose claim has not yet said whether it started anything (``on_the_way``)."""
 
     def __init__(self, free: int) -> None:
         self.free = free
         self.given_back = 0
+        self.on_the_way = 0
 
     def take(self) -> bool:
         if self.free == 0:
             return False
         self.free -= 1
+        self.on_the_way += 1
         return True
 
     def give_back(self) -> None:
         self.free += 1
         self.given_back += 1
+        self.on_the_way -= 1
+
+    def started(self) -> None:
+        self.on_the_way -= 1
 
 
 def record_unclaimed(deps: HostDeps, key: str) -> None:
@@ -247,7 +266,7 @@ def test_a_sweep_takes_each_record_s_room_as_it_claims_and_stops_when_the_proces
 
     report = sweep(deps, client, room)
 
-    assert (len(report.claimed), report.examined, room.free) == (1, 1, 0)
+    assert (len(report.claimed), report.examined, room.free, room.on_the_way) == (1, 1, 0, 0)
     assert len(client.started) == 1
     # The other order waits Pending for room, not claimed past the limit.
     assert sorted(deps.states.get(key).item.process_state for key in (KEY, "a:o-2")) == sorted(
@@ -282,5 +301,42 @@ def test_a_sweep_gives_back_the_room_of_a_claim_it_lost(deps: HostDeps) -> None:
 
     assert [r.claimed for r in other] == [[KEY]]
     assert (report.claimed, report.lost_races) == ([], 1)
-    assert (room.free, room.given_back) == (4, 1)
+    assert (room.free, room.given_back, room.on_the_way) == (4, 1, 0)
     assert client.started == ["a:o-1:1"]  # once, by the claimant that won
+
+
+def test_a_sweep_whose_start_fails_still_says_its_claim_may_have_started(deps: HostDeps) -> None:
+    # A take left on its way would hold its room for as long as the process runs.
+    record_unclaimed(deps, KEY)
+    room = Room(free=4)
+
+    with pytest.raises(TransientError):
+        sweep(deps, FailingStart(), room)
+
+    assert (room.free, room.given_back, room.on_the_way) == (3, 0, 0)  # counted until the next read
+
+
+def test_the_submission_handler_ends_its_room_once_its_message_is_handled(deps: HostDeps) -> None:
+    client, ended = RecordingClient(), []
+
+    @contextmanager
+    def claim_on_submit() -> Iterator[AttemptStarts | None]:
+        try:
+            yield starts(deps, client)
+        finally:
+            ended.append(True)
+
+    handle = submission_handler(
+        deps,
+        TEST_CLIENT,
+        deps.settings,
+        admission=None,
+        order_cache=None,
+        wakeups=Wakeups(),
+        claim_on_submit=claim_on_submit,
+    )
+    handle(ReceivedMessage(body=order_body(KEY), message_id="m-1", delivery_count=1))
+    assert (client.started, ended) == (["a:o-1:1"], [True])
+    with pytest.raises(InvalidMessage):
+        handle(ReceivedMessage(body="not an order", message_id="m-2", delivery_count=1))
+    assert ended == [True, True]
