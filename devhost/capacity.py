@@ -8,10 +8,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from durabletask import client as dt_client
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 READ_EVERY_S = 0.25
 """Seconds between two reads of the running orchestrations while the count stands at the limit."""
@@ -82,13 +85,14 @@ class InFlight:
             return False
 
     @contextmanager
-    def claiming(self) -> Iterator[bool]:
-        """:meth:`take_or_leave` for one block, the submission's: True when it took room. The take ends
-        (:meth:`started`) when the block does, however it ends: whatever its claim started counts until
-        the next read, then as the backend's."""
-        taken = self.take_or_leave()
+    def claiming(self, starts: T | None) -> Iterator[T | None]:
+        """Room for one block, the submission's: ``starts`` when room was taken for it; None when the
+        process is full, the backend cannot be read (:meth:`take_or_leave`), or ``starts`` is None
+        (nothing starts here, so no room is taken). The take ends (:meth:`started`) when the block does,
+        however it ends: whatever its claim started counts until the next read, then as the backend's."""
+        taken = starts is not None and self.take_or_leave()
         try:
-            yield taken
+            yield starts if taken else None
         finally:
             if taken:
                 self.started()

@@ -16,8 +16,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -380,13 +380,8 @@ class DevHost:
         assert self.client is not None
         handle_response(message.body, client=self.client)
 
-    @contextmanager
-    def _claim_on_submit(self) -> Iterator[AttemptStarts | None]:  # None: no orchestrator here, or no room
-        if self._starts is None:
-            yield None
-            return
-        with self._in_flight.claiming() as taken:
-            yield self._starts if taken else None
+    def _claim_on_submit(self) -> AbstractContextManager[AttemptStarts | None]:
+        return self._in_flight.claiming(self._starts)  # None: no orchestrator here, or no room
 
     def _starter_tick(self) -> None:
         assert self.client is not None

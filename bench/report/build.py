@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.baseline import cpu_ratios
 from bench.config import BenchConfig
-from bench.sdk_calls import SERIAL_PATH, sdk_floor, serial_path_ms
+from bench.sdk_floor import SERIAL_PATH, sdk_floor, serial_path_ms
 from bench.stats import ratio
 
 REPORT_KEYS = (
@@ -171,9 +171,9 @@ def build_report(
         peers: Runs by peer name.
         baseline: The baseline revision's figures (:func:`bench.baseline.summarise`), or None.
         sdk_calls: :func:`bench.sdk_calls.sdk_calls_run`'s figures, or None; each throughput window's
-            SDK floor (:func:`bench.sdk_calls.sdk_floor`) is added under ``floor_by_processes``, and,
+            SDK floor (:func:`bench.sdk_floor.sdk_floor`) is added under ``floor_by_processes``, and,
             when they hold wall times, one order's serial requests at them under ``serial_path``
-            (``requests``, :data:`bench.sdk_calls.SERIAL_PATH`; ``wall_ms``).
+            (``requests``, :data:`bench.sdk_floor.SERIAL_PATH`; ``wall_ms``).
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """

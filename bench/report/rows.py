@@ -11,7 +11,8 @@ from bench.measure import DEVHOSTS_ONLY
 from bench.report.build import (
     LATENCY_FIGURES,
 )
-from bench.sdk_calls import CLIENTS, OPERATIONS
+from bench.sdk_calls import CLIENTS
+from bench.sdk_floor import OPERATIONS
 
 
 def sweep_cells(result: dict[str, Any]) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from bench.config import BenchConfig
 from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
-from bench.sdk_calls import CLIENTS, OPERATIONS, SERIAL_PATH, sdk_calls_run, sdk_floor, serial_path_ms
+from bench.sdk_calls import CLIENTS, sdk_calls_run
+from bench.sdk_floor import OPERATIONS, SERIAL_PATH, sdk_floor, serial_path_ms
 from bench.stats import ratio
 from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
@@ -123,6 +124,17 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         "total": 9.0,
     }
     assert per_order["targets"]["queue_messages"] == {"value": 9.0, "target": 9, "met": True}
+    # The serial path is what the counted run did, less what comes after the next hop has begun: every
+    # message sent, each received on the way but the Received reply, the order's and its record's
+    # creates, and every state replace but the reply outbox's clear.
+    cleared = per_order["state_writes_by_function"]["orderflow.replies.clear_pending_reply"]
+    on_the_path = {
+        "queue send": per_order["queue_sends"]["total"],
+        "queue receive": per_order["queue_sends"]["total"] - 1,
+        "cosmos create": state["creates"] + per_order["order_store"]["writes"],
+        "cosmos replace": state["replaces"] - cleared,
+    }
+    assert on_the_path == SERIAL_PATH
     assert per_order["targets"]["state_writes"]["target"] == 5
 
     hard = report["hard_down"]

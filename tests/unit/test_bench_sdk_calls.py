@@ -9,7 +9,8 @@ import pytest
 
 from bench.config import BenchConfig
 from bench.report import build_report, markdown_tables
-from bench.sdk_calls import CLIENTS, OPERATIONS, SERIAL_PATH, floor_ms_per_order, sdk_floor, serial_path_ms
+from bench.sdk_calls import CLIENTS
+from bench.sdk_floor import OPERATIONS, SERIAL_PATH, floor_ms_per_order, sdk_floor, serial_path_ms
 
 pytestmark = pytest.mark.unit
 
@@ -67,13 +68,7 @@ def test_the_serial_path_is_each_request_on_it_times_its_wall_time() -> None:
     # 9 sends x 1.5 + 8 receives x 2 + 2 creates x 0.7 + 4 replaces x 0.6; deletes are off the path.
     assert serial_path_ms(walls) == 33.3
     assert serial_path_ms({}) == 0.0
-
-
-def test_the_serial_path_holds_every_message_sent_and_each_state_write_before_the_final_reply() -> None:
-    # 9 messages sent (order, Received, 3 requests, 3 responses, final reply), all but the Received
-    # reply received on the way; the order and its record created; claim, 2 start_step, finish replace.
-    assert SERIAL_PATH == {"queue send": 9, "queue receive": 8, "cosmos create": 2, "cosmos replace": 4}
-    assert set(SERIAL_PATH) <= set(OPERATIONS)
+    assert set(SERIAL_PATH) <= set(OPERATIONS)  # each call on the path is one the step measures
 
 
 def report_of(sdk_calls: dict[str, Any], **more: Any) -> dict[str, Any]:

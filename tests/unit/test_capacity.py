@@ -161,16 +161,20 @@ def test_a_claim_once_started_is_counted_by_the_backend_alone() -> None:
 def test_a_submission_s_take_ends_with_its_block_however_the_block_ends() -> None:
     backend, clock = Backend(running=0), Clock()
     room = InFlight(backend, limit=1, read_every_s=0.25, clock=clock)
-    with pytest.raises(RuntimeError), room.claiming() as taken:
-        assert taken
+    with pytest.raises(RuntimeError), room.claiming("starts") as taken:
+        assert taken == "starts"
         raise RuntimeError("the message failed after its claim")
     assert not room.take()  # its claim may have started: counted until the next read
     clock.now += 1.0
     assert room.take()  # the read finds nothing running and no take still on its way
     room.give_back()
-    with room.claiming() as taken:
-        assert taken
-        with room.claiming() as second:
-            assert not second  # full: a block without room ends no take
+    with room.claiming("starts") as taken:
+        assert taken == "starts"
+        with room.claiming("starts") as second:
+            assert second is None  # full: a block without room ends no take
     clock.now += 1.0
     assert room.take()
+    room.give_back()
+    with room.claiming(None) as nothing:  # nothing starts in this process: no room is taken
+        assert nothing is None
+        assert room.take() and not room.take()
