@@ -155,7 +155,11 @@ def start_step(data: StartStepInput, deps: Dependencies, sections: ActivitySecti
         step=data.step,
         complete_by=complete_by.isoformat(),
     )
-    return StepStarted(complete_by=complete_by, remaining_calls=record.retry_budget.remaining)
+    return StepStarted(
+        complete_by=complete_by,
+        remaining_calls=record.retry_budget.remaining,
+        fallback=record.steps[data.step].fallback,
+    )
 
 
 def _send_request(
@@ -177,7 +181,6 @@ def _send_request(
         order=order or deps.order_cache.get(deps.orders, data.order_id),
         instance_id=data.instance_id,
         response_queue=data.response_queue,
-        fallback=data.fallback,
         now=now,
     )
 
@@ -213,7 +216,6 @@ def _reacquire(
         order=deps.order_cache.get(deps.orders, data.order_id),
         instance_id=data.instance_id,
         response_queue=data.response_queue,
-        fallback=False,
         now=now,
         reacquire=True,
     )

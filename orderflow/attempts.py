@@ -412,7 +412,6 @@ def send_first_request(
             order=order,
             instance_id=instance_id,
             response_queue=response_queue,
-            fallback=False,
             now=now,
         )
         return True

@@ -55,11 +55,14 @@ class StepStarted(ResultModel):
         complete_by: The step's deadline (UTC) as written in the record; the orchestration's durable timer
             fires at it.
         remaining_calls: The order's retry budget left after the step's reservation.
+        fallback: The request went to the step's fallback provider, where the record keeps the step once
+            it moved there (in an earlier attempt too): its answer comes as ``{step}:fallback``.
     """
 
     outcome: Literal["started"] = "started"
     complete_by: UtcDatetime
     remaining_calls: int = 0
+    fallback: bool = False
 
 
 class AwaitingReview(ResultModel):

@@ -88,7 +88,6 @@ def send_step_request(
     order: OrderDocument,
     instance_id: str,
     response_queue: str,
-    fallback: bool,
     now: datetime,
     reacquire: bool = False,
 ) -> datetime:
@@ -96,9 +95,11 @@ def send_step_request(
     the step's ``completeBy`` (UTC), where the orchestration's timer fires.
 
     The request carries the step's idempotency key and reserved calls as the record holds them, and a
-    deadline a little before the record's ``completeBy`` (:func:`agent_deadline`). The fallback provider
-    answers as its own pseudo-step (``{step}:fallback``), so a late answer of the primary is never taken
-    for it.
+    deadline a little before the record's ``completeBy`` (:func:`agent_deadline`). It goes to the provider
+    the record names for the step: its fallback provider once the step moved there, in this attempt or an
+    earlier one (the key, the payload and the provider go together; an undo goes to the same provider).
+    The fallback provider answers as its own pseudo-step (``{step}:fallback``), so a late answer of the
+    primary is never taken for it.
 
     Args:
         queues: Where the agents' request queues are.
@@ -108,7 +109,6 @@ def send_step_request(
         order: The order document (the payload's source).
         instance_id: The attempt's instance id (``lockedBy``).
         response_queue: Where the agent answers.
-        fallback: Whether the step runs on its fallback provider.
         now: The time the step started (UTC), for the deadline's margin.
         reacquire: The request re-acquires the step's hold
             (:func:`orderflow.protocol.transitions.holds.start_reacquire`): it answers as
@@ -123,6 +123,7 @@ def send_step_request(
     if complete_by is None:
         raise IllegalTransition(f"order {record.order_id} is Running without a completeBy")
     step = record.steps[step_def.name]
+    fallback = step.fallback and not reacquire
     request_step = fallback_step_name(step_def.name) if fallback else step_def.name
     if reacquire:
         request_step = reacquire_step_name(step_def.name)

@@ -71,6 +71,12 @@ def run_step(
         started = yield from _start_with_holds(
             run, step.name, request_step, timeout_s, previous, fallback=fallback
         )
+        if isinstance(started, StepStarted) and started.fallback and not fallback:
+            # An earlier attempt moved the step to its fallback provider, where the record keeps it:
+            # the request went there, and the answer comes from there.
+            run.log.note("step.fallback", step.name, "kept")
+            fallback = True
+            request_step = fallback_step_name(step.name)
         deadline = started if isinstance(started, Compensate | Ended) else _deadline(run, step.name, started)
         if not isinstance(deadline, datetime):
             return deadline

@@ -1385,6 +1385,54 @@ def test_a_step_its_provider_refuses_is_tried_on_the_fallback_provider_before_co
     }
 
 
+def shipment_kept_on_its_fallback() -> HistoryBuilder:
+    """An order-v3 attempt whose ``start_step`` of the shipment says the request went to the fallback
+    provider (an earlier attempt moved the step there), at T0+16 s."""
+    v3 = HistoryBuilder(INSTANCE, T0).started(start_input(workflowVersion="order-v3"), name=ORDER_WORKFLOW)
+    builder = run_step(v3, task_id=0, scheduled_at=T0, completed_at=at(1))
+    builder = builder.episode(at(5)).event_raised("reserve_inventory:response", response(RESERVE))
+    builder = run_step(builder, task_id=2, scheduled_at=at(5), completed_at=at(6))
+    builder = builder.episode(at(15)).event_raised("charge_payment:response", response(CHARGE))
+    return (
+        builder.task_scheduled("start_step", 4)
+        .episode(at(16))
+        .task_completed(4, {**applied(at(16) + STEP_TIMEOUT), "fallback": True})
+        .timer_created(5, at(16) + STEP_TIMEOUT)
+    )
+
+
+def test_a_step_an_earlier_attempt_left_on_its_fallback_waits_for_the_fallback_provider() -> None:
+    # Every attempt starts a step on its provider; the record keeps a step an earlier attempt moved to
+    # its fallback provider there, and start_step says so: the request went to the fallback provider, so
+    # the attempt waits for its answer, and a refusal there is the last (no fallback is left).
+    shipped = response(f"{SHIP}:fallback", result={"shipmentId": "s-9", "carrier": "MAIL"})
+    done = (
+        shipment_kept_on_its_fallback()
+        .episode(at(20))
+        .event_raised("create_shipment:fallback:response", shipped)
+    )
+
+    finish = replay(done)["actions"][0][-1]["compoundActions"][0]
+    assert (finish["functionName"], finish["input"]["outcome"]) == ("finish_order", "Processed")
+    assert finish["input"]["completed"]["result"] == {"shipmentId": "s-9", "carrier": "MAIL"}
+
+    refused = response(
+        f"{SHIP}:fallback",
+        outcome="failed",
+        errorKind="permanent",
+        errorCode="no_mail",
+        errorMessage="no",
+        result={},
+    )
+    refusal = (
+        shipment_kept_on_its_fallback()
+        .episode(at(20))
+        .event_raised("create_shipment:fallback:response", refused)
+    )
+    begun = replay(refusal)["actions"][0][-1]["compoundActions"][0]
+    assert (begun["functionName"], begun["input"]["error"]["code"]) == ("begin_compensation", "no_mail")
+
+
 # ---------------------------------------------------------------------------------------------------
 # (l) the ends of a compensation
 

@@ -1210,3 +1210,57 @@ def test_a_fallback_start_switches_provider_key_and_reservation(deps: HostDeps, 
     etag = deps.states.get("a:o-1").etag
     assert start_ship(fallback=True)["outcome"] == "started"  # a re-run writes nothing
     assert deps.states.get("a:o-1").etag == etag
+
+
+def test_a_new_attempt_sends_a_step_left_on_its_fallback_to_the_fallback_provider(
+    deps: HostDeps, clock: FakeClock
+) -> None:
+    # The carrier refused the shipment and attempt 1 moved it to the courier (its key ends in
+    # ":fallback"); the attempt then timed out. Attempt 2 starts the shipment as every attempt does, on
+    # the primary, but the record keeps it on the courier's key. Its request went to the carrier under
+    # the courier's key with the carrier's payload: a new shipment the carrier never saw the key of, and
+    # one no compensation would undo (the undo goes to the provider the record names).
+    from orderflow.workflows import ORDER_V3  # noqa: PLC0415 (only these tests run order-v3)
+
+    submit(deps)
+    claimed(deps)
+
+    def start(instance: str, step: str, done: str | None = None, *, fallback: bool = False) -> dict[str, Any]:
+        completed = StepResult(step=done, result={"ref": done}, calls=1) if done else None
+        return start_step(
+            StartStepInput(
+                order_id="a:o-1",
+                instance_id=instance,
+                workflow_version=ORDER_V3.version,
+                step=step,
+                timeout_s=8,
+                completed=completed,
+                response_queue="r-q1",
+                fallback=fallback,
+            ).to_payload(),
+            deps,
+        )
+
+    start("a:o-1:1", "charge_payment", "reserve_inventory")
+    start("a:o-1:1", "create_shipment", "charge_payment")
+    assert start("a:o-1:1", "create_shipment", fallback=True)["outcome"] == "started"
+    received(deps.queues.queue("agent-shipping"))  # attempt 1's requests: the carrier's, the courier's
+    received(deps.queues.queue("agent-courier"))
+    clock.advance(60)
+    assert recover_once(deps, "a:o-1") is Recovery.REQUEUED
+    clock.advance(60)
+    second = claimed(deps)
+    assert (second.locked_by, second.steps["create_shipment"].fallback) == ("a:o-1:2", True)
+
+    started = start("a:o-1:2", "create_shipment")
+
+    assert started["outcome"] == "started"
+    assert started["fallback"] is True  # the orchestration waits for the courier's answer
+    assert received(deps.queues.queue("agent-shipping")) == []
+    [request] = received(deps.queues.queue("agent-courier"))
+    body = json.loads(request.body)
+    assert (body["step"], body["idempotencyKey"], body["payload"]["carrier"]) == (
+        "create_shipment:fallback",
+        "a:o-1:create_shipment:fallback",
+        "MAIL",
+    )
