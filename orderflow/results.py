@@ -56,13 +56,15 @@ class StepStarted(ResultModel):
             fires at it.
         remaining_calls: The order's retry budget left after the step's reservation.
         fallback: The request went to the step's fallback provider, where the record keeps the step once
-            it moved there (in an earlier attempt too): its answer comes as ``{step}:fallback``.
+            it moved there (in an earlier attempt too): its answer comes as ``{step}:fallback``. Left out
+            of the JSON form when false, so a version that predates it (a deployment rolled back) reads
+            every other start as before.
     """
 
     outcome: Literal["started"] = "started"
     complete_by: UtcDatetime
     remaining_calls: int = 0
-    fallback: bool = False
+    fallback: bool = Field(default=False, exclude_if=lambda kept: not kept)
 
 
 class AwaitingReview(ResultModel):

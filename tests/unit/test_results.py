@@ -43,6 +43,7 @@ AT = datetime(2026, 5, 1, 12, 0, 30, tzinfo=UTC)
 AT_TEXT = "2026-05-01T12:00:30.000000Z"
 RESULTS: list[tuple[ActivityContract[Any, Any], ResultModel]] = [
     (START_STEP_ACTIVITY, StepStarted(complete_by=AT, remaining_calls=9)),
+    (START_STEP_ACTIVITY, StepStarted(complete_by=AT, remaining_calls=9, fallback=True)),
     (START_STEP_ACTIVITY, Fenced(reason="lockedBy o-1:2")),
     (START_STEP_ACTIVITY, BudgetExhausted()),
     (START_STEP_ACTIVITY, Stopped(cause="cancelled_by_client")),
@@ -71,6 +72,16 @@ def test_every_case_round_trips_through_its_json_form(
 
     assert payload["outcome"] == expected.model_dump()["outcome"]
     assert contract.read_result(payload) == expected
+
+
+def test_a_start_on_the_provider_says_nothing_of_a_fallback_so_an_older_version_reads_it() -> None:
+    on_provider = START_STEP_ACTIVITY.result_payload(StepStarted(complete_by=AT, remaining_calls=9))
+    on_fallback = START_STEP_ACTIVITY.result_payload(
+        StepStarted(complete_by=AT, remaining_calls=9, fallback=True)
+    )
+
+    assert on_provider == {"outcome": "started", "completeBy": AT_TEXT, "remainingCalls": 9}
+    assert on_fallback == {**on_provider, "fallback": True}
 
 
 def test_a_result_without_its_outcome_tag_is_refused() -> None:
