@@ -107,10 +107,10 @@ def _check_page(items: int, records: int) -> None:
 def _ms_per_call(run: Callable[[], int]) -> Timing:
     """CPU and wall-clock milliseconds per call of ``run``, which makes the calls one at a time and
     returns how many it made."""
-    began, began_wall = time.process_time(), time.perf_counter()
-    made = run()
-    wall_ms = (time.perf_counter() - began_wall) * 1000 / max(made, 1)
-    return Timing(_ms_since(began, made), wall_ms)
+    spent = _Spent()
+    with spent:
+        made = run()
+    return spent.per_call(made)
 
 
 def _ms_since(began: float, made: int) -> float:
