@@ -128,6 +128,7 @@ def run_starter_pass(
             if room is not None and not room.take():
                 return report
             report.examined += 1
+            outcome = ClaimOutcome.STARTED  # a claim that raises may have started: counted until a read
             try:
                 outcome = claim_and_start(
                     found,
@@ -138,10 +139,8 @@ def run_starter_pass(
                     queue_names=queue_names,
                     starts=starts,
                 )
-            except BaseException:
-                _end_take(room, started=True)  # it may have started: counted until the next read
-                raise
-            _end_take(room, started=outcome is not ClaimOutcome.NOT_CLAIMED)
+            finally:
+                _end_take(room, started=outcome is not ClaimOutcome.NOT_CLAIMED)
             if outcome is ClaimOutcome.NOT_CLAIMED:
                 report.lost_races += 1
                 continue
