@@ -73,7 +73,8 @@ def run_step(
         )
         if isinstance(started, StepStarted) and started.fallback and not fallback:
             # An earlier attempt moved the step to its fallback provider, where the record keeps it:
-            # the request went there, and the answer comes from there.
+            # the request went there, and the answer comes from there. Only ever towards the fallback:
+            # a start recorded before the field existed reads as false, and must replay as it ran.
             run.log.note("step.fallback", step.name, "kept")
             fallback = True
             request_step = fallback_step_name(step.name)
