@@ -27,13 +27,19 @@ def durabletask_run(
     run_dir: Path,
     concurrency: int,
     timeout_s: float,
+    single: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The saga on bare durabletask: backend and worker in processes of their own, the client here.
 
+    Args:
+        single: Orders run after the timed ones, one at a time (concurrency 1), on the same processes:
+            the saga's latency with nothing else in flight, beside orderflow's one-at-a-time window.
+
     Returns:
         :func:`bench.orderflow_runs.summarise_load` fields plus ``processes`` and ``cpu_ms_per_order``
-        (:func:`peer_cpu_ms`: the backend's and the worker's CPU over the timed orders, not the warm-up;
-        the client is the benchmark's process, as orderflow's is).
+        (:func:`peer_cpu_ms`: the backend's and the worker's CPU over the timed orders, not the warm-up
+        or the single orders; the client is the benchmark's process, as orderflow's is), and with
+        ``single`` given, ``one_at_a_time``: their :func:`~bench.orderflow_runs.summarise_load` fields.
 
     Raises:
         RuntimeError: the backend or the worker did not start.
@@ -62,11 +68,17 @@ def durabletask_run(
             before = clock.sample()
             result = run_durabletask_load(address, orders, concurrency=concurrency, timeout_s=timeout_s)
             used = cpu_between(before, clock.sample())
+            one_at_a_time = (
+                summarise_load(run_durabletask_load(address, single, concurrency=1, timeout_s=timeout_s))
+                if single
+                else None
+            )
         finally:
             worker.stop()
     finally:
         backend.stop()
-    return {"processes": 2, **summarise_load(result), "cpu_ms_per_order": peer_cpu_ms(used, result.finished)}
+    run = {"processes": 2, **summarise_load(result), "cpu_ms_per_order": peer_cpu_ms(used, result.finished)}
+    return run if one_at_a_time is None else {**run, "one_at_a_time": one_at_a_time}
 
 
 def peer_cpu_ms(cpu_s: Mapping[str, float], finished: int) -> dict[str, float]:

@@ -326,6 +326,13 @@ def _peers(bench: _Bench, timed: list[Any], warmup: list[Any]) -> dict[str, dict
     peers: dict[str, dict[str, Any]] = {}
     runners = {"durabletask": durabletask_run, "dbos": dbos_run}
     for peer in config.peers:
+        # durabletask, the runtime orderflow's scheduler runs on, also one order at a time: the floor
+        # under orderflow's one-at-a-time window.
+        single = (
+            {"single": submissions(timed[: config.single_orders], run=peer[:2] + "s", reply_to="unused")}
+            if peer == "durabletask" and config.single_processes
+            else {}
+        )
         result = bench.parts.run(
             f"{peer}: {len(timed)} orders",
             partial(
@@ -336,6 +343,7 @@ def _peers(bench: _Bench, timed: list[Any], warmup: list[Any]) -> dict[str, dict
                 run_dir=bench.run_dir,
                 concurrency=config.concurrency,
                 timeout_s=config.run_timeout_s,
+                **single,
             ),
         )
         if result is not None:

@@ -16,6 +16,7 @@ from bench.report.rows import (
     count_rows,
     fmt,
     met_cell,
+    one_at_a_time_lines,
     profile_tables,
     ratio_rows,
     sdk_call_rows,
@@ -94,12 +95,8 @@ def _print_systems(report: Mapping[str, Any], console: Console) -> None:
     speed = speed_line(report)
     if speed:
         console.print(speed)
-    for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
-        latency = run.get("latency") or {}
-        console.print(
-            f"one order at a time on {processes} devhost process(es): p50 {fmt(latency.get('p50_s'))} s, "
-            f"p95 {fmt(latency.get('p95_s'))} s ({run.get('finished')} orders)"
-        )
+    for line in one_at_a_time_lines(report):
+        console.print(line)
 
 
 def _print_rest(report: Mapping[str, Any], console: Console) -> None:
@@ -156,9 +153,8 @@ def markdown_tables(report: Mapping[str, Any]) -> str:
     speed = speed_line(report)
     if speed:
         lines += ["", speed + "."]
-    for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
-        latency = run.get("latency") or {}
-        lines += ["", f"One order at a time on {processes} process(es): p50 {fmt(latency.get('p50_s'))} s."]
+    for line in one_at_a_time_lines(report):
+        lines += ["", line[0].upper() + line[1:] + "."]
     header, rows = cost_rows(report)
     if rows[:-1]:
         lines += ["", f"| {' | '.join(header)} |", "|---|" + "---:|" * (len(header) - 1)]

@@ -277,6 +277,32 @@ def _serial_path_line(serial: Mapping[str, Any], one_at_a_time: Mapping[str, Map
     return line + (f", of the one-at-a-time p50 ({', '.join(p50s)})" if p50s else "")
 
 
+def one_at_a_time_lines(report: Mapping[str, Any]) -> list[str]:
+    """One sentence per one-at-a-time run: orderflow's on each process count, then each peer's.
+
+    orderflow's latency runs from the client's send to its receive of the final reply; durabletask's
+    from the schedule to the completion its backend recorded, with no queue and no state store.
+    """
+    lines = []
+    for processes, run in (report["orderflow"].get("one_at_a_time") or {}).items():
+        latency = run.get("latency") or {}
+        lines.append(
+            f"one order at a time on {processes} devhost process(es): p50 {fmt(latency.get('p50_s'))} s, "
+            f"p95 {fmt(latency.get('p95_s'))} s ({run.get('finished')} orders)"
+        )
+    for peer, run in (report.get("peers") or {}).items():
+        single = run.get("one_at_a_time")
+        if not single:
+            continue
+        latency = single.get("latency") or {}
+        lines.append(
+            f"{peer}, the same saga one order at a time: p50 {fmt(latency.get('p50_s'))} s, "
+            f"p95 {fmt(latency.get('p95_s'))} s ({single.get('finished')} orders, to the completion its "
+            "backend recorded)"
+        )
+    return lines
+
+
 def speed_line(report: Mapping[str, Any]) -> str:
     """The machine's core speed before and after the run, as a sentence ('' when not measured)."""
     speed = (report.get("machine") or {}).get("core_speed_s") or {}

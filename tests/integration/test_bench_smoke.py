@@ -176,6 +176,11 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
         assert peer_cpu["peer"] == pytest.approx(sum(peer_cpu[name] for name in processes), abs=0.11)
         own_cpu = run["measured"]["cpu_ms_per_order"]["orderflow"]
         assert report["ratios"][peer]["1_processes"]["cpu"] == ratio(own_cpu, peer_cpu["peer"])
+    # durabletask, orderflow's runtime, also runs the one-at-a-time orders: the floor under that window.
+    single = report["peers"]["durabletask"]["one_at_a_time"]
+    assert (single["outcomes"], single["latency"]["count"]) == ({"Processed": 3}, 3)
+    assert 0 < single["latency"]["p50_s"] <= single["latency"]["max_s"]
+    assert "one_at_a_time" not in report["peers"]["dbos"]
 
     results = report["sweep"]["results"]
     assert [(r["store"], r["settled"]) for r in results] == [

@@ -23,6 +23,7 @@ from bench.peer_runs import peer_cpu_ms
 from bench.peers.durabletask_peer import backend_timestamp
 from bench.probe import FILE_ENV
 from bench.report import REPORT_KEYS, build_report, markdown_tables, peer_ratios
+from bench.report.rows import one_at_a_time_lines
 from bench.stats import at_most, below, latency_summary, per_order, percentile, ratio, throughput
 from bench.sweep import expired_record, growth, memory_sweeps, settled_record
 from bench.workload import happy_orders, submissions
@@ -571,6 +572,37 @@ def test_the_report_has_its_keys_and_its_tables_their_rows() -> None:
     )
     assert "| state-store writes (creates + replaces) | 7 (target 5: not met) |" in table
     assert "| memory | 10 | 2 | 0.01 | 0.005 | 2 |" in table
+    assert "one order at a time" not in table.lower()
+
+
+def test_the_one_at_a_time_p50s_of_orderflow_and_of_durabletask_are_printed_side_by_side() -> None:
+    single = {**run_summary(1.0, 0.079), "finished": 20}
+    report = build_report(
+        BenchConfig(orders=10),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": run_summary(10.0, 1.0)},
+        one_at_a_time={"2": single},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={
+            "durabletask": {
+                **run_summary(50.0, 0.2),
+                "one_at_a_time": {**run_summary(1.0, 0.021), "finished": 20},
+            },
+            "dbos": run_summary(60.0, 0.1),
+        },
+        generated_at=datetime(2026, 12, 7, 12, 0, tzinfo=UTC),
+    )
+    assert one_at_a_time_lines(report) == [
+        "one order at a time on 2 devhost process(es): p50 0.079 s, p95 0.158 s (20 orders)",
+        "durabletask, the same saga one order at a time: p50 0.021 s, p95 0.042 s (20 orders, to the "
+        "completion its backend recorded)",
+    ]
+    table = markdown_tables(report)
+    assert "One order at a time on 2 devhost process(es): p50 0.079 s" in table
+    assert "Durabletask, the same saga one order at a time: p50 0.021 s" in table
 
 
 def test_config_rejects_unknown_peers_and_services() -> None:

@@ -61,6 +61,50 @@ def test_durabletask_cpu_is_its_backends_and_workers_over_the_timed_orders_only(
     assert [child.stopped for child in children.values()] == [1, 1]
 
 
+def test_durabletask_runs_the_single_orders_one_at_a_time_after_the_timed_ones_outside_their_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    children = {"durabletask-backend": FakeChild(101), "durabletask-worker": FakeChild(202)}
+    cpu_s = {101: 0.0, 202: 0.0}
+    loads: list[tuple[int, int]] = []  # (orders, concurrency) of each load, in order
+
+    def load(_address: str, orders: Sequence[Mapping[str, Any]], *, concurrency: int, **_: Any) -> LoadResult:
+        loads.append((len(orders), concurrency))
+        for pid in cpu_s:
+            cpu_s[pid] += 0.1 * len(orders)  # the single orders spend CPU too: not in the figure
+        latency = 0.5 if concurrency > 1 else 0.02
+        return LoadResult(
+            submitted=len(orders),
+            latencies_s=[latency] * len(orders),
+            elapsed_s=1.0,
+            outcomes={"Processed": len(orders)},
+        )
+
+    monkeypatch.setattr(peer_runs, "start_child", lambda name, *_a, **_k: children[name])
+    monkeypatch.setattr(peer_runs, "run_durabletask_load", load)
+    monkeypatch.setattr(peer_runs, "CpuClock", lambda pids: CpuClock(pids, sample=lambda pid: cpu_s[pid]))
+    run = peer_runs.durabletask_run(
+        [{}] * 4,
+        [],
+        services_url="http://x",
+        run_dir=tmp_path,
+        concurrency=2,
+        timeout_s=5.0,
+        single=[{}] * 3,
+    )
+    assert loads == [(4, 2), (3, 1)]
+    assert run["latency"]["p50_s"] == 0.5
+    assert run["one_at_a_time"]["finished"] == 3
+    assert run["one_at_a_time"]["latency"]["p50_s"] == 0.02
+    assert run["cpu_ms_per_order"]["peer"] == 200.0  # the timed four only: 0.1 s each, two processes
+    assert [child.stopped for child in children.values()] == [1, 1]
+
+    without = peer_runs.durabletask_run(
+        [{}] * 4, [], services_url="http://x", run_dir=tmp_path, concurrency=2, timeout_s=5.0
+    )
+    assert "one_at_a_time" not in without
+
+
 def test_dbos_cpu_is_what_its_process_reports_for_the_timed_orders(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
