@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from bench.measure import LOAD_GENERATOR
 
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -38,6 +40,27 @@ agent requests, 3 responses, the final reply); 8 are received on the way (the ``
 by the client beside the order's path); the order and its state record are created; the claim, two
 ``start_step`` writes and ``finish_order``'s write replace the record. A message's delete and the reply
 outbox's clear come after the next hop has begun, so they are not on the path."""
+
+
+SERIAL_PATH_SETTINGS: dict[str, bool] = {"CLAIM_ON_SUBMIT": True, "STARTER_SENDS_FIRST_REQUEST": True}
+"""The settings :data:`SERIAL_PATH` is counted with (both orderflow's defaults): the submission claims and
+starts the order, and sends its first request. With either off an order's path also holds the starter's
+query (after its timer), or a ``start_step`` activity's write."""
+
+
+def serial_path_settings_off(settings: Mapping[str, str]) -> list[str]:
+    """The settings :data:`SERIAL_PATH` is counted with that a run's orderflow setting overrides
+    (``BenchConfig.orderflow_settings``) turn off, in :data:`SERIAL_PATH_SETTINGS`' order; a setting
+    not overridden keeps its default. Empty: the run's orders took the counted path.
+
+    Raises:
+        pydantic.ValidationError: an override is not a boolean (``true``, ``0``, ``off`` ...).
+    """
+    return [
+        name
+        for name, value in SERIAL_PATH_SETTINGS.items()
+        if TypeAdapter(bool).validate_python(settings.get(name, str(value))) is not value
+    ]
 
 
 def serial_path_ms(walls: Mapping[str, float]) -> float:

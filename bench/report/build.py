@@ -13,7 +13,13 @@ from typing import Any
 
 from bench.baseline import cpu_ratios
 from bench.config import BenchConfig
-from bench.sdk_floor import SERIAL_PATH, sdk_floor, serial_path_ms
+from bench.sdk_floor import (
+    SERIAL_PATH,
+    SERIAL_PATH_SETTINGS,
+    sdk_floor,
+    serial_path_ms,
+    serial_path_settings_off,
+)
 from bench.stats import ratio
 
 REPORT_KEYS = (
@@ -173,7 +179,9 @@ def build_report(
         sdk_calls: :func:`bench.sdk_calls.sdk_calls_run`'s figures, or None; each throughput window's
             SDK floor (:func:`bench.sdk_floor.sdk_floor`) is added under ``floor_by_processes``, and,
             when they hold wall times, one order's serial requests at them under ``serial_path``
-            (``requests``, :data:`bench.sdk_floor.SERIAL_PATH`; ``wall_ms``).
+            (``requests``, :data:`bench.sdk_floor.SERIAL_PATH`; ``wall_ms``; ``settings``, what the
+            requests are counted with, :data:`bench.sdk_floor.SERIAL_PATH_SETTINGS`; ``turned_off``, those
+            this run turned off: :func:`bench.sdk_floor.serial_path_settings_off`).
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """
@@ -196,16 +204,27 @@ def build_report(
         "baseline": (
             {**baseline, "cpu_ratio": cpu_ratios(baseline, orderflow_runs)} if baseline is not None else None
         ),
-        "sdk_calls": _with_floors(sdk_calls, orderflow_runs) if sdk_calls is not None else None,
+        "sdk_calls": (
+            _with_floors(sdk_calls, orderflow_runs, config.orderflow_settings)
+            if sdk_calls is not None
+            else None
+        ),
         "notes": list(notes),
     }
 
 
-def _with_floors(sdk_calls: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _with_floors(
+    sdk_calls: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]], settings: Mapping[str, str]
+) -> dict[str, Any]:
     costs = sdk_calls["ms_per_call"]["orderflow"]
     floors = {p: sdk_floor(run["measured"], costs) for p, run in runs.items() if run.get("measured")}
     figures = {**sdk_calls, "floor_by_processes": floors}
     walls = (sdk_calls.get("wall_ms_per_call") or {}).get("orderflow")
     if walls:
-        figures["serial_path"] = {"requests": dict(SERIAL_PATH), "wall_ms": serial_path_ms(walls)}
+        figures["serial_path"] = {
+            "requests": dict(SERIAL_PATH),
+            "wall_ms": serial_path_ms(walls),
+            "settings": dict(SERIAL_PATH_SETTINGS),
+            "turned_off": serial_path_settings_off(settings),
+        }
     return figures

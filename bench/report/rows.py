@@ -265,10 +265,17 @@ def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[str], list[list[
 
 def _serial_path_line(serial: Mapping[str, Any], one_at_a_time: Mapping[str, Mapping[str, Any]]) -> str:
     requests = ", ".join(f"{count} x {call}" for call, count in serial["requests"].items())
+    settings = serial.get("settings") or {}
+    counted = " and ".join(name for name, on in settings.items() if on) + " on" if settings else ""
     line = (
-        f"Serial path: one order's emulator requests made one after another ({requests}) take "
-        f"{fmt(serial['wall_ms'])} ms at one call's wall time"
+        f"Serial path: one order's emulator requests made one after another ({requests}"
+        f"{'; ' + counted if counted else ''}) take {fmt(serial['wall_ms'])} ms at one call's wall time"
     )
+    turned_off = serial.get("turned_off") or []
+    if turned_off:
+        # Beside this run's p50 the figure would mislead: its orders made more requests on the way.
+        changed = " and ".join(turned_off)
+        return line + f"; this run turned {changed} off, so its orders' path has more requests than these"
     p50s = [
         f"{fmt(1000 * run['latency']['p50_s'])} ms on {processes} proc"
         for processes, run in one_at_a_time.items()

@@ -21,7 +21,7 @@ from bench.orderflow_runs import throughput_run
 from bench.report import REPORT_KEYS
 from bench.runner import run_bench
 from bench.sdk_calls import CLIENTS, sdk_calls_run
-from bench.sdk_floor import OPERATIONS, SERIAL_PATH, sdk_floor, serial_path_ms
+from bench.sdk_floor import OPERATIONS, SERIAL_PATH, SERIAL_PATH_SETTINGS, sdk_floor, serial_path_ms
 from bench.stats import ratio
 from demo.fleet import devhost_specs
 from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
@@ -162,7 +162,12 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     walls = sdk_calls["wall_ms_per_call"]["orderflow"]
     assert set(walls) == set(OPERATIONS)
     assert all(ms > 0 for ms in walls.values())
-    assert sdk_calls["serial_path"] == {"requests": SERIAL_PATH, "wall_ms": serial_path_ms(walls)}
+    assert sdk_calls["serial_path"] == {
+        "requests": SERIAL_PATH,
+        "wall_ms": serial_path_ms(walls),
+        "settings": SERIAL_PATH_SETTINGS,
+        "turned_off": [],  # the counted run above took that path
+    }
     assert sdk_calls["serial_path"]["wall_ms"] > 0
 
     for peer in ("durabletask", "dbos"):

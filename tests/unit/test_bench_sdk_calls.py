@@ -128,15 +128,58 @@ def test_wall_times_add_a_column_and_the_serial_path_beside_the_one_at_a_time_p5
     report = report_of(figures, one_at_a_time={"2": {"latency": {"p50_s": 0.082}}})
 
     # 9 sends x 1 + 8 receives x 2 + 2 creates x 1 + 4 replaces x 1.
-    assert report["sdk_calls"]["serial_path"] == {"requests": SERIAL_PATH, "wall_ms": 31.0}
+    assert report["sdk_calls"]["serial_path"] == {
+        "requests": SERIAL_PATH,
+        "wall_ms": 31.0,
+        "settings": {"CLAIM_ON_SUBMIT": True, "STARTER_SENDS_FIRST_REQUEST": True},
+        "turned_off": [],
+    }
     table = markdown_tables(report)
     assert "| call | orderflow | sdk default | async | orderflow wall |" in table
     assert "| queue receive | 0.5 | 0.5 | 0.5 | 2 |" in table
     assert (
         "Serial path: one order's emulator requests made one after another (9 x queue send, "
-        "8 x queue receive, 2 x cosmos create, 4 x cosmos replace) take 31 ms at one call's wall time, "
-        "of the one-at-a-time p50 (82 ms on 2 proc)." in table
+        "8 x queue receive, 2 x cosmos create, 4 x cosmos replace; CLAIM_ON_SUBMIT and "
+        "STARTER_SENDS_FIRST_REQUEST on) take 31 ms at one call's wall time, of the one-at-a-time p50 "
+        "(82 ms on 2 proc)." in table
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "off"),
+    [
+        ({"CLAIM_ON_SUBMIT": "false"}, "CLAIM_ON_SUBMIT"),
+        ({"STARTER_SENDS_FIRST_REQUEST": "0", "CLAIM_ON_SUBMIT": "true"}, "STARTER_SENDS_FIRST_REQUEST"),
+    ],
+)
+def test_a_run_that_turns_off_a_setting_the_serial_path_counts_on_says_its_path_is_longer(
+    settings: dict[str, str], off: str
+) -> None:
+    figures = {
+        "calls": 300,
+        "repeats": 3,
+        "concurrency": 16,
+        "ms_per_call": {client: dict(COSTS) for client in CLIENTS},
+        "wall_ms_per_call": {"orderflow": {call: 1.0 for call in OPERATIONS}},
+    }
+    report = build_report(
+        BenchConfig(orders=10, orderflow_settings=settings),
+        machine={"cpu_count": 2},
+        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
+        per_order=None,
+        sweep_results=[],
+        sweep_growth={},
+        hard_down=None,
+        peers={},
+        sdk_calls=figures,
+        one_at_a_time={"2": {"latency": {"p50_s": 0.082}}},
+    )
+    serial = report["sdk_calls"]["serial_path"]
+    assert serial["turned_off"] == [off]
+    assert serial["settings"] == {"CLAIM_ON_SUBMIT": True, "STARTER_SENDS_FIRST_REQUEST": True}
+    table = markdown_tables(report)
+    assert f"this run turned {off} off, so its orders' path has more requests than these" in table
+    assert "of the one-at-a-time p50" not in table
 
 
 def test_a_report_without_the_measurement_says_nothing_of_it() -> None:
