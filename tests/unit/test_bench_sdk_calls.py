@@ -71,10 +71,11 @@ def test_the_serial_path_is_each_request_on_it_times_its_wall_time() -> None:
     assert set(SERIAL_PATH) <= set(OPERATIONS)  # each call on the path is one the step measures
 
 
-def report_of(sdk_calls: dict[str, Any], **more: Any) -> dict[str, Any]:
-    """The report of a run of :data:`WINDOW` on 2 processes with these SDK call figures."""
+def report_of(sdk_calls: dict[str, Any], config: BenchConfig | None = None, **more: Any) -> dict[str, Any]:
+    """The report of a run of :data:`WINDOW` on 2 processes with these SDK call figures (and ``config``,
+    10 orders by default)."""
     return build_report(
-        BenchConfig(orders=10),
+        config or BenchConfig(orders=10),
         machine={"cpu_count": 2},
         orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
         per_order=None,
@@ -162,16 +163,9 @@ def test_a_run_that_turns_off_a_setting_the_serial_path_counts_on_says_its_path_
         "ms_per_call": {client: dict(COSTS) for client in CLIENTS},
         "wall_ms_per_call": {"orderflow": {call: 1.0 for call in OPERATIONS}},
     }
-    report = build_report(
+    report = report_of(
+        figures,
         BenchConfig(orders=10, orderflow_settings=settings),
-        machine={"cpu_count": 2},
-        orderflow_runs={"2": {"throughput_per_s": 10.0, "measured": WINDOW}},
-        per_order=None,
-        sweep_results=[],
-        sweep_growth={},
-        hard_down=None,
-        peers={},
-        sdk_calls=figures,
         one_at_a_time={"2": {"latency": {"p50_s": 0.082}}},
     )
     serial = report["sdk_calls"]["serial_path"]
