@@ -48,6 +48,10 @@ starts the order, and sends its first request. With either off an order's path a
 query (after its timer), or a ``start_step`` activity's write."""
 
 
+_BOOLEAN = TypeAdapter(bool)
+"""Reads a setting's text as orderflow's settings do (``true``, ``0``, ``off`` ...)."""
+
+
 def serial_path_settings_off(settings: Mapping[str, str]) -> list[str]:
     """The settings :data:`SERIAL_PATH` is counted with that a run's orderflow setting overrides
     (``BenchConfig.orderflow_settings``) turn off, in :data:`SERIAL_PATH_SETTINGS`' order; a setting
@@ -59,7 +63,7 @@ def serial_path_settings_off(settings: Mapping[str, str]) -> list[str]:
     return [
         name
         for name, value in SERIAL_PATH_SETTINGS.items()
-        if TypeAdapter(bool).validate_python(settings.get(name, str(value))) is not value
+        if _BOOLEAN.validate_python(settings.get(name, str(value))) is not value
     ]
 
 

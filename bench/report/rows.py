@@ -265,11 +265,11 @@ def sdk_call_rows(report: Mapping[str, Any]) -> tuple[str, list[str], list[list[
 
 def _serial_path_line(serial: Mapping[str, Any], one_at_a_time: Mapping[str, Mapping[str, Any]]) -> str:
     requests = ", ".join(f"{count} x {call}" for call, count in serial["requests"].items())
-    settings = serial.get("settings") or {}
-    counted = " and ".join(name for name, on in settings.items() if on) + " on" if settings else ""
+    settings = serial.get("settings") or {}  # every one on: the counted path
+    counted = f"; {' and '.join(settings)} on" if settings else ""
     line = (
-        f"Serial path: one order's emulator requests made one after another ({requests}"
-        f"{'; ' + counted if counted else ''}) take {fmt(serial['wall_ms'])} ms at one call's wall time"
+        f"Serial path: one order's emulator requests made one after another ({requests}{counted}) take "
+        f"{fmt(serial['wall_ms'])} ms at one call's wall time"
     )
     turned_off = serial.get("turned_off") or []
     if turned_off:
