@@ -163,7 +163,7 @@ doctor: setup
 PYTEST_WORKERS ?= 2
 
 pytest: system-deps setup $(INFRA_VENV)/.installed
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -rs
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -rfEs
 
 $(PY312_VENV)/.installed: requirements.txt
 	@test -n "$(PYTHON312)" || { echo "make worker-test needs Python 3.12: pyenv install 3.12 (or apt-get install python3.12), or PYTHON312=/path/to/python3.12" >&2; exit 1; }
