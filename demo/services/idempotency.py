@@ -3,7 +3,8 @@
 A request is handled in this order: key check, call counted and fault decided (``undo_refused``
 answers 422 and ``transient`` 503 here, ``latency`` sleeps), body validation, tombstone check (forward
 calls only), key lookup (reuse / in progress / replay), ``hang`` sleep, effect applied and response
-stored under the lock, ``lost_response`` answers 500.
+stored under the lock, ``lost_response`` answers 500. A caller that disconnects before its body arrives
+gets nothing applied (499).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from demo.faults import FaultKind, FaultPlan
 from demo.services.common import (
@@ -95,7 +97,13 @@ class IdempotentCalls:
             await asyncio.sleep(call.plan.latency_s)
         if endpoint in call.plan.delay_s:
             await asyncio.sleep(call.plan.delay_s[endpoint])
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            # The caller went away before its body arrived (its host was killed): nothing is applied, and
+            # the answer (nginx's 499, Client Closed Request) reaches nobody but the key's audit.
+            logger.info("%s call %s of key %s: the caller disconnected", endpoint, call.number, key)
+            return call.answer(499, error("client_closed_request", permanent=False))
         try:
             payload: Any = json.loads(raw) if raw.strip() else {}
             body = model.model_validate(payload)

@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -1099,6 +1099,40 @@ def test_connections_to_the_commands_socket_send_without_waiting_for_acks(host: 
         accepted, _ = sock.accept()
         with accepted:
             assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_a_caller_that_goes_away_before_its_body_arrives_gets_no_effect_and_no_server_error() -> None:
+    # A killed host's agent disconnects in the middle of a call (during an injected latency, say): the
+    # service must drop the call quietly, not fail it as a server error with a traceback.
+    app = create_app(make_catalog(), FaultPlan(), auth=None)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/inventory/reservations",
+        "raw_path": b"/inventory/reservations",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"idempotency-key", b"o1:reserve"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8082),
+    }
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    with TestClient(app) as client:
+        assert available(client, "10") == 10
+        assert audit(client)["keys"]["o1:reserve"]["effects"] == 0
 
 
 # --- faults that hit only undos ---------------------------------------------------
