@@ -32,9 +32,12 @@ SEARCHES: tuple[tuple[str, ...], ...] = (
     *((f"-D{request}", "-DF=1", "-DPERM=0") for request in REQUESTS),
     ("-DCANCEL", "-DRESUBMIT", "-DF=1", "-DPERM=0"),
     *((f"-D{a}", f"-D{b}", "-DF=0") for i, a in enumerate(REQUESTS) for b in REQUESTS[i + 1 :]),
+    ("-DREVIEW", "-DSUP_MAX=1", "-DF=1", "-DPERM=0"),
 )
 """The base model, the budget and each request with a failure (and a cancelled compensation that fails),
-each pair of requests without."""
+each pair of requests without, and a review whose attempt the supervisor gives up at its first recovery
+(``SUPERVISOR_MAX_FAILURES`` 1: with the default ``SUP_MAX`` 2 giving up an order awaiting review takes
+``F=2``, a search of minutes)."""
 
 Move = tuple[int, int, int]
 
