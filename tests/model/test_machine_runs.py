@@ -21,15 +21,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from orderflow.clock import FakeClock
-from orderflow.contracts import StartStepInput, StepResult
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, StateRecord
-from orderflow.workflows import ORDER_V2
 from supervisor.recovery import Recovery
-from tests.activity_json import start_step
 from tests.model.spin_run import REPO
-from tests.unit.fakes import memory_deps, recover_once, submit_and_claim
+from tests.unit.fakes import memory_deps, pause_for_review, recover_once
 from tests.unit.test_protocol_machine import OPERATOR, Actor, ProtocolMachine, Seen
 
 pytestmark = pytest.mark.model
@@ -169,23 +166,7 @@ def test_the_supervisor_giving_up_an_order_awaiting_review_is_a_change_the_model
     # only with two failures, so the set holds a search with the supervisor giving up at its first.
     clock = FakeClock()
     deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0, SUPERVISOR_MAX_FAILURES=1)
-    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
-    for step, completed in (
-        ("reserve_inventory", None),
-        ("charge_payment", StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)),
-    ):
-        start = StartStepInput(
-            order_id="a:o-1",
-            instance_id="a:o-1:1",
-            workflow_version=ORDER_V2.version,
-            step=step,
-            timeout_s=8,
-            completed=completed,
-            response_queue="agent-responses-h1",
-        )
-        start_step(start.to_payload(), deps)
-    before = deps.states.get("a:o-1").item
-    assert before.process_state is ProcessState.AWAITING_REVIEW
+    before = pause_for_review(deps)
     assert before.complete_by is not None  # the review's deadline
     clock.advance((before.complete_by - clock.now()).total_seconds() + 60)
 

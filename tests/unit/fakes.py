@@ -10,15 +10,17 @@ from intake.submission import handle_intake_message
 from orderflow.attempts import claim
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock, FakeClock
+from orderflow.contracts import StartStepInput, StepResult
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
-from orderflow.records import StateRecord
+from orderflow.records import ProcessState, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryAlertStore, InMemoryOrderStore, InMemoryStateStore
-from orderflow.workflows import WorkflowDefinition
+from orderflow.workflows import ORDER_V2, WorkflowDefinition
 from supervisor.recovery import Recovery, recover
 from supervisor.sweep import SweepReport, run_sweep
+from tests.activity_json import start_step
 from tests.host_deps import HostDeps
 
 
@@ -152,6 +154,27 @@ def submit_and_claim(
     )
     assert won is not None
     return won.item
+
+
+def pause_for_review(deps: HostDeps, *, response_queue: str = "agent-responses-h1") -> StateRecord:
+    """Submit ``a:o-1`` on order-v2 for 1000.50, claim attempt 1 and run its steps up to the charge, which
+    waits for a review (``deps`` must review amounts above 500): the record, ``AwaitingReview``."""
+    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
+    reserved = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
+    for step, completed in (("reserve_inventory", None), ("charge_payment", reserved)):
+        start = StartStepInput(
+            order_id="a:o-1",
+            instance_id="a:o-1:1",
+            workflow_version=ORDER_V2.version,
+            step=step,
+            timeout_s=8,
+            completed=completed,
+            response_queue=response_queue,
+        )
+        start_step(start.to_payload(), deps)
+    record = deps.states.get("a:o-1").item
+    assert record.process_state is ProcessState.AWAITING_REVIEW
+    return record
 
 
 def sweep_once(deps: HostDeps, clock: Clock | None = None, **options: Any) -> SweepReport:

@@ -18,7 +18,6 @@ from devhost.local_issuer import local_object_id
 from operator_api.handler import handle_operator_request
 from operator_api.routing import OperatorApiSections
 from orderflow.clock import FakeClock
-from orderflow.contracts import StartStepInput, StepResult
 from orderflow.errors import TransientError
 from orderflow.messages import OrderStatus, StatusReply, SubmitOrder, parse_message, reply_message_id
 from orderflow.operator_auth import OPERATOR_ROLE, REVIEWER_ROLE
@@ -35,20 +34,17 @@ from orderflow.records import (
 )
 from orderflow.replays import replay_message_id
 from orderflow.settings import Settings
-from orderflow.workflows import ORDER_V2
 from orderflow_client import cli, cli_client, cli_common
 from orderflow_client.cli import app
 from orderflow_client.operator_client import OperatorApiClient
 from orderflow_client.order_files import generate_orders
-from tests.activity_json import start_step
 from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import memory_deps, order_body, received, submit_and_claim
+from tests.unit.fakes import memory_deps, order_body, pause_for_review, received
 
 pytestmark = pytest.mark.unit
 
 AT = datetime(2026, 1, 1, 12, tzinfo=UTC)
-RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
 
 
 @dataclass
@@ -1046,20 +1042,7 @@ def api(trusted: TrustedIssuer, monkeypatch: pytest.MonkeyPatch) -> HostDeps:
     """The operator API behind the CLI's client (:func:`serve_operator_api`), over the in-memory stores.
     Holds o-1, paused for review."""
     deps = memory_deps(FakeClock(), REVIEW_AMOUNT_ABOVE=500.0, REVIEW_TIMEOUT_S=60.0)
-    submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
-    for step, completed in (("reserve_inventory", None), ("charge_payment", RESERVED)):
-        start_step(
-            StartStepInput(
-                order_id="a:o-1",
-                instance_id="a:o-1:1",
-                workflow_version=ORDER_V2.version,
-                step=step,
-                timeout_s=8,
-                completed=completed,
-                response_queue="agent-responses-h1",
-            ).to_payload(),
-            deps,
-        )
+    pause_for_review(deps)
     serve_operator_api(deps, trusted, monkeypatch)
     monkeypatch.delenv("ORDERFLOW_TOKEN", raising=False)
     monkeypatch.delenv("ORDERFLOW_API_URL", raising=False)

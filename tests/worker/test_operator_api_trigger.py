@@ -15,15 +15,12 @@ import pytest
 
 from devhost.local_issuer import local_object_id
 from function_host.blueprints import operator_api as operator_api_blueprint
-from orderflow.contracts import StartStepInput, StepResult
 from orderflow.messages import ReviewDecisionMessage, parse_message
-from orderflow.records import ProcessState, ReviewDecision
+from orderflow.records import ReviewDecision
 from orderflow.settings import Settings
-from orderflow.workflows import ORDER_V2
-from tests.activity_json import start_step
 from tests.host_deps import HostDeps
 from tests.operator_tokens import TrustedIssuer
-from tests.unit.fakes import TEST_CLIENTS, received, submit_and_claim
+from tests.unit.fakes import TEST_CLIENTS, pause_for_review, received
 from tests.worker.appdeps import app_dependencies
 from tests.worker.operator_http import answer, body_of, header
 from tests.worker.worker import FunctionsWorker
@@ -45,22 +42,7 @@ def deps(monkeypatch: pytest.MonkeyPatch, trusted: TrustedIssuer) -> Iterator[Ho
     monkeypatch.setattr(operator_api_blueprint, "dependencies", lambda: wired)
     monkeypatch.setattr(operator_api_blueprint, "app_settings", lambda: wired.settings)
     monkeypatch.setattr(operator_api_blueprint, "token_validator", lambda: trusted.validator)
-    submit_and_claim(wired, definition=ORDER_V2, amount="1000.50")
-    reserved = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
-    for step, completed in (("reserve_inventory", None), ("charge_payment", reserved)):
-        start_step(
-            StartStepInput(
-                order_id="a:o-1",
-                instance_id="a:o-1:1",
-                workflow_version=ORDER_V2.version,
-                step=step,
-                timeout_s=8,
-                completed=completed,
-                response_queue=RESPONSES,
-            ).to_payload(),
-            wired,
-        )
-    assert wired.states.get("a:o-1").item.process_state is ProcessState.AWAITING_REVIEW
+    pause_for_review(wired, response_queue=RESPONSES)
     yield wired
 
 
