@@ -21,11 +21,13 @@ READ_EVERY_S = 0.25
 
 
 class InFlight:
-    """Counts this process's running orchestrations from the last read plus every claim since. Thread-safe.
+    """Counts this process's running orchestrations from the last read plus every claim since, less every
+    orchestration that ended since (:meth:`finished`). Thread-safe.
 
-    The count only overstates: an orchestration that finished since the last read is still in it. So
-    ``take`` asks the backend only when the count reaches the limit (at most once per ``read_every_s``),
-    or before its first claim; below the limit no claim waits for a query. The starter, which reads the
+    The count never understates, and overstates only by orchestrations that ended without telling it (a
+    termination, a failure inside the runtime) until the next read. So ``take`` asks the backend only
+    when the count reaches the limit (at most once per ``read_every_s``), or before its first claim; below
+    the limit no claim waits for a query. The starter, which reads the
     backend on each of its passes anyway, reads it through :meth:`room` to size its query, then takes
     each record's room with :meth:`take` just before claiming it. Every claim, the submission's and the
     starter's, goes through the one count, so together they never claim past the limit; and a pass holds
@@ -60,6 +62,7 @@ class InFlight:
         self._read_at: float | None = None
         self._count = 0
         self._on_the_way = 0  # takes whose claimant has not yet said how the claim ended
+        self._ended: set[str] = set()  # instances whose end was told since the last read
 
     def take(self) -> bool:
         """Take room for one more orchestration: False when the process runs ``limit`` already."""
@@ -118,10 +121,27 @@ class InFlight:
             self._on_the_way = max(0, self._on_the_way - 1)
             self._count = max(0, self._count - 1)
 
+    def finished(self, instance_id: str) -> None:
+        """Tell the count that orchestration ``instance_id`` of this process ended (its last episode
+        returned or raised): its room is free at once, without a read.
+
+        Every orchestration of this process was claimed through this count, and the worker runs its last
+        episode before the backend takes the completion, so the count holds it whenever this is told. An
+        end told again before the next read (the worker ran the last episode again) frees nothing more;
+        told again after a read, which listed it while its completion was on its way, it frees the room
+        that read gave it.
+        """
+        with self._lock:
+            if instance_id in self._ended:
+                return
+            self._ended.add(instance_id)
+            self._count = max(self._on_the_way, self._count - 1)
+
     def _read(self) -> None:
         """Count the backend's running orchestrations and the takes on their way (under the lock)."""
         self._count = self._running() + self._on_the_way
         self._read_at = self._clock()
+        self._ended.clear()
 
 
 def running_orchestrations(client: dt_client.TaskHubGrpcClient) -> int:

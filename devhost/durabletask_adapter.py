@@ -98,11 +98,15 @@ class DurableTaskWorkflowContext:
 
 def durabletask_orchestrator(
     body: Callable[[WorkflowContext, dict[str, Any]], WorkflowGenerator],
+    on_end: Callable[[str], None] | None = None,
 ) -> Callable[[dt.OrchestrationContext, Any], Generator[WorkflowTask, Any, dict[str, Any]]]:
     """Wrap a workflow body as a durabletask orchestrator function.
 
     Args:
         body: The workflow generator function, e.g. :func:`orchestrators.workflow.order_workflow`.
+        on_end: Told the instance id when the body returns or raises: in the orchestration's last
+            episode (perhaps again, when the worker runs that episode again), never in an episode that
+            ends waiting (the runtime then closes the generator).
 
     Returns:
         A function to register with ``TaskHubGrpcWorker.add_named_orchestrator``.
@@ -111,7 +115,15 @@ def durabletask_orchestrator(
     def orchestrator(
         ctx: dt.OrchestrationContext, payload: Any
     ) -> Generator[WorkflowTask, Any, dict[str, Any]]:
-        return (yield from drive(body(DurableTaskWorkflowContext(ctx), payload), _is_task_failure))
+        try:
+            result = yield from drive(body(DurableTaskWorkflowContext(ctx), payload), _is_task_failure)
+        except Exception:
+            if on_end is not None:
+                on_end(ctx.instance_id)
+            raise
+        if on_end is not None:
+            on_end(ctx.instance_id)
+        return result
 
     orchestrator.__name__ = getattr(body, "__name__", "orchestrator")
     return orchestrator
@@ -255,11 +267,15 @@ def _durabletask_activity(
 
 
 def register_order_workflow(
-    worker: dt_worker.TaskHubGrpcWorker, deps: Dependencies, sections: ActivitySections
+    worker: dt_worker.TaskHubGrpcWorker,
+    deps: Dependencies,
+    sections: ActivitySections,
+    on_end: Callable[[str], None] | None = None,
 ) -> None:
     """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
-    contract name, run with ``deps`` and the activities' ``sections``) on a worker."""
-    orchestrator = durabletask_orchestrator(order_workflow)
+    contract name, run with ``deps`` and the activities' ``sections``) on a worker; ``on_end`` is told
+    each orchestration's end (:func:`durabletask_orchestrator`)."""
+    orchestrator = durabletask_orchestrator(order_workflow, on_end)
     orchestrator.__name__ = ORDER_WORKFLOW
     worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
     for activity in ACTIVITIES:

@@ -286,7 +286,9 @@ class DevHost:
                 maximum_thread_pool_workers=self.local.WORKER_THREADS
             ),
         )
-        register_order_workflow(worker, self.deps, ActivitySections.of(self.settings))
+        register_order_workflow(
+            worker, self.deps, ActivitySections.of(self.settings), self._in_flight.finished
+        )
         self._worker = worker  # first: stop() must find a worker whose start was interrupted
         worker.start()  # type: ignore[no-untyped-call]
         self._grpc_client = dt_client.TaskHubGrpcClient(

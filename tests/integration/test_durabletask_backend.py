@@ -142,6 +142,7 @@ def test_an_answer_raised_before_any_worker_ran_the_instance_is_taken_by_its_fir
     grpc_client = dt_client.TaskHubGrpcClient(host_address=address)
     worker = dt_worker.TaskHubGrpcWorker(host_address=address)
     started: list[dict[str, Any]] = []
+    ended: list[str] = []
     try:
         client = DurableTaskClient(grpc_client)
         payload = OrchestrationInput(
@@ -173,7 +174,7 @@ def test_an_answer_raised_before_any_worker_ran_the_instance_is_taken_by_its_fir
             return Fenced(reason="the test ends the attempt here").to_payload()
 
         start_step.__name__ = START_STEP
-        orchestrator = durabletask_orchestrator(order_workflow)
+        orchestrator = durabletask_orchestrator(order_workflow, ended.append)
         orchestrator.__name__ = ORDER_WORKFLOW
         worker.add_orchestrator(orchestrator)  # type: ignore[arg-type]
         worker.add_activity(start_step)
@@ -184,6 +185,8 @@ def test_an_answer_raised_before_any_worker_ran_the_instance_is_taken_by_its_fir
         backend.stop()
     assert state is not None and state.serialized_output is not None
     assert '"fenced"' in state.serialized_output
+    # Told the end once, in the last of its episodes: not in the one that ended waiting for the activity.
+    assert ended == [instance]
     [data] = started
     assert (data["step"], data["completed"]) == (
         second,
