@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import re
 import shutil
 import signal
 import statistics
@@ -48,6 +50,13 @@ CPU_TARGET = 0.75
 """The target: CPU per order in orderflow's processes at most three quarters of the baseline's."""
 
 
+PARTS_OFF: Mapping[str, str] = {"--baseline": "", "--cpu-pairs": "1", "--sdk-calls": "0"}
+"""Options of later revisions' benchmarks whose parts no comparison reads, and the values that turn them
+off: without them a revision measured as the baseline would measure its own baseline too (and that one
+perhaps its own), every CPU pair of it, and its SDK calls. Passed only where the revision has them: an
+earlier revision's benchmark refuses an option it does not know."""
+
+
 class BaselineUnavailable(RuntimeError):
     """The baseline revision could not be checked out (no git, a shallow clone, an unknown revision)."""
 
@@ -73,11 +82,39 @@ def _git(repo: Path, *args: str, silent_failure: str | None = None) -> str:
     return done.stdout.strip()
 
 
+def revision_options(checkout: Path) -> frozenset[str]:
+    """The options the benchmark in ``checkout`` takes (``--orders``...), read from its ``--help``; none
+    when it prints no help (its options are then left as :func:`baseline_command` always passes them)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "--help"],
+            check=False,
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    if done.returncode != 0:
+        return frozenset()
+    return frozenset(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", done.stdout))
+
+
 def baseline_command(
-    *, orders: int, concurrency: int, warmup: int, processes: Sequence[int], timeout_s: float, report: Path
+    *,
+    orders: int,
+    concurrency: int,
+    warmup: int,
+    processes: Sequence[int],
+    timeout_s: float,
+    report: Path,
+    known: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """The baseline revision's benchmark: the throughput windows asked for, everything else smallest."""
-    options = {
+    """The baseline revision's benchmark: the throughput windows asked for, everything else smallest, and
+    the parts of :data:`PARTS_OFF` among its ``known`` options (:func:`revision_options`) turned off."""
+    options: dict[str, object] = {
         "--orders": orders,
         "--concurrency": concurrency,
         "--warmup": warmup,
@@ -91,6 +128,7 @@ def baseline_command(
         "--peers": "",
         "--timeout-s": timeout_s,
         "--report": report,
+        **{option: value for option, value in PARTS_OFF.items() if option in known},
     }
     return [sys.executable, "-m", "bench", *(str(part) for item in options.items() for part in item)]
 
@@ -214,6 +252,7 @@ def baseline_run(
         for shared in SHARED:
             if (repo / shared).exists():
                 (checkout / shared).symlink_to(repo / shared)
+        known = revision_options(checkout)
         windows: dict[str, Any] = {}
         codes: list[int] = []
         failed: dict[str, None] = {}
@@ -227,6 +266,7 @@ def baseline_run(
                 processes=(count,),
                 timeout_s=timeout_s,
                 report=report_path,
+                known=known,
             )
             with (run_dir / f"baseline-{count}.log").open("w", encoding="utf-8") as log:
                 codes.append(_run_to_end(command, cwd=checkout, log=log, timeout_s=timeout_s * 3 + 600))

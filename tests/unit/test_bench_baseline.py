@@ -26,6 +26,7 @@ from bench.baseline import (
     baseline_command,
     baseline_run,
     cpu_ratios,
+    revision_options,
     summarise,
 )
 from bench.config import BenchConfig
@@ -37,6 +38,9 @@ BASELINE_REPORT = Path(__file__).parents[1] / "data" / "bench-baseline-report.js
 STAND_IN = """
 import json, sys
 args = sys.argv[1:]
+if args == ["--help"]:
+    print("Options: --orders --report --processes --baseline --cpu-pairs")  # a revision without --sdk-calls
+    sys.exit(0)
 report = args[args.index("--report") + 1]
 processes = args[args.index("--processes") + 1].split(",")
 runs = {
@@ -107,6 +111,10 @@ def test_the_baseline_revision_is_checked_out_run_read_and_removed(repo: Path, t
     assert argv[argv.index("--concurrency") + 1] == "3"
     assert argv[argv.index("--warmup") + 1] == "2"
     assert argv[argv.index("--peers") + 1] == ""
+    # Its own baseline and CPU pairs are off, as far as it has them: an option it lacks is not passed.
+    assert argv[argv.index("--baseline") + 1] == ""
+    assert argv[argv.index("--cpu-pairs") + 1] == "1"
+    assert "--sdk-calls" not in argv
     # The checkout is gone, and git no longer lists it.
     assert not (run_dir / "baseline").exists()
     assert _git(repo, "worktree", "list").count("\n") == 0
@@ -172,6 +180,25 @@ def test_the_baseline_benchmark_runs_only_its_throughput_windows_at_their_smalle
         "--timeout-s": "900",
         "--report": "r.json",
     }
+
+
+def test_a_later_revision_as_the_baseline_measures_no_baseline_pairs_or_sdk_calls_of_its_own() -> None:
+    # Run with only the options above, a revision whose benchmark has them measured its own baseline (and
+    # that one's CPU pairs) inside each of this run's baseline windows: three runs deep, for nothing read.
+    known = revision_options(Path(__file__).parents[2])
+    assert {"--orders", "--baseline", "--cpu-pairs", "--sdk-calls"} <= known
+    command = baseline_command(
+        orders=3, concurrency=1, warmup=0, processes=(2,), timeout_s=60, report=Path("r.json"), known=known
+    )
+    options = dict(zip(command[3::2], command[4::2], strict=True))
+    assert (options["--baseline"], options["--cpu-pairs"], options["--sdk-calls"]) == ("", "1", "0")
+
+
+def test_the_options_of_a_benchmark_that_prints_no_help_are_none(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "__main__.py").write_text("import sys; sys.exit(2)")
+
+    assert revision_options(tmp_path) == frozenset()
 
 
 def test_the_baseline_report_is_read_as_its_revision_wrote_it() -> None:
