@@ -30,6 +30,16 @@ class Clock:
         return self.now
 
 
+def at_the_limit() -> tuple[Backend, InFlight]:
+    """A count whose limit of 2 two claims reached, both orchestrations scheduled since the one read."""
+    backend = Backend(running=0)
+    room = InFlight(backend, limit=2, read_every_s=0.25, clock=Clock())
+    assert room.take() and room.take()
+    room.started()
+    room.started()
+    return backend, room
+
+
 def test_below_the_limit_no_claim_asks_the_backend_after_the_first() -> None:
     backend, clock = Backend(running=0), Clock()
     room = InFlight(backend, limit=4, read_every_s=0.25, clock=clock)
@@ -63,11 +73,7 @@ def test_at_the_limit_the_backend_is_read_again_at_most_once_per_read_every_s() 
 def test_an_orchestration_that_ends_frees_its_room_at_once_without_a_read() -> None:
     # At the limit, a submission that came between two reads was turned away (left Pending for a starter)
     # although an orchestration had ended since: at 32 orders in flight on a limit of 32, 43% of them.
-    backend, clock = Backend(running=0), Clock()
-    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
-    assert room.take() and room.take()
-    room.started()
-    room.started()
+    backend, room = at_the_limit()
     assert not room.take()
 
     room.finished("a:o-1:1")
@@ -79,11 +85,7 @@ def test_an_orchestration_that_ends_frees_its_room_at_once_without_a_read() -> N
 
 def test_an_end_told_twice_frees_one_room() -> None:
     # A final episode the worker runs again (its completion was not taken) ends the same orchestration.
-    backend, clock = Backend(running=0), Clock()
-    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
-    assert room.take() and room.take()
-    room.started()
-    room.started()
+    _, room = at_the_limit()
 
     room.finished("a:o-1:1")
     room.finished("a:o-1:1")
@@ -95,11 +97,7 @@ def test_an_end_told_twice_frees_one_room() -> None:
 def test_an_end_told_again_after_a_read_that_still_listed_it_frees_its_room_again() -> None:
     # The backend lists an orchestration until it takes the final episode's completion: a read between
     # the two ends counted it again, so the second end frees the room that read took.
-    backend, clock = Backend(running=0), Clock()
-    room = InFlight(backend, limit=2, read_every_s=0.25, clock=clock)
-    assert room.take() and room.take()
-    room.started()
-    room.started()
+    backend, room = at_the_limit()
     room.finished("a:o-1:1")
     backend.running = 2  # o-1's completion not taken yet
     assert room.room() == 0
