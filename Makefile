@@ -177,7 +177,7 @@ worker-test: system-deps $(WORKER_VENV)/.installed $(PY312_VENV)/.installed $(VE
 test: system-deps lint typecheck doctor pytest worker-test
 
 # The protocol's model searched at a larger bound than make test's (tests/model); docs/model.md.
-model-check: system-deps
+model-check: system-deps setup
 	@bash scripts/model-check.sh
 
 # make test in a fresh clone of the current commit (committed work only), in a temporary folder, as CI

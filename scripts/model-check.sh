@@ -6,6 +6,7 @@
 #   MODEL_LIVENESS  -D flags of the liveness search (every order terminates, under weak fairness)
 #   MODEL_FEATURES  the request features searched each on its own, with a failure (make test: without)
 #
+# Then the protocol machine's runs, random and ten times make test's, against model/moves.txt.
 # Prints pan's figures for each search; exits 1 when either finds an error (its trail is kept).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,5 +37,8 @@ for feature in $FEATURES; do
 	search "$feature" "-D$feature -DF=1" -DNOCLAIM ""
 done
 python3 "$REPO/scripts/model_moves.py" --check || status=1
+echo "model-check: the protocol machine's random runs against the model's changes"
+(cd "$REPO" && MACHINE_RUNS_RANDOM=1 .venv/bin/pytest -p no:cacheprovider -q tests/model/test_machine_runs.py \
+	-k protocol_machine) || status=1
 ((status)) || rm -rf "$work"
 exit "$status"

@@ -11,6 +11,7 @@ whole run the model accepts in order.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections import Counter
 from itertools import pairwise
 from types import ModuleType
@@ -20,14 +21,19 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from operator_api.review import review_order
+from operator_api.suspension import set_suspension
 from orderflow.clock import FakeClock
+from orderflow.contracts import StartStepInput, StepResult
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.protocol.state_machine import SETTLED_STATES
-from orderflow.records import ProcessState, StateRecord
+from orderflow.records import ProcessState, ReviewDecision, StateRecord
+from orderflow.workflows import ORDER_V2
 from supervisor.recovery import Recovery
+from tests.activity_json import start_step
 from tests.model.spin_run import REPO
 from tests.unit.fakes import memory_deps, pause_for_review, recover_once
-from tests.unit.test_protocol_machine import OPERATOR, Actor, ProtocolMachine, Seen
+from tests.unit.test_protocol_machine import OPERATOR, REVIEWER, Actor, ProtocolMachine, Seen
 
 pytestmark = pytest.mark.model
 
@@ -114,11 +120,36 @@ def outside_the_model(before: StateRecord, after: StateRecord, by: Actor) -> str
         return "an operator stopped the order"
     if by is Actor.OPERATOR and before.process_state is not after.process_state and after.corrections:
         return "an operator resubmits corrected input"
+    if by is Actor.OWNER and _handed_back_decided(before, after):
+        return "a start run again hands back a suspended order whose review is decided"
     return None
 
 
+def _handed_back_decided(before: StateRecord, after: StateRecord) -> bool:
+    """The start that paused a step for review, run again once a reviewer decided and an operator
+    suspended the order, handed it back (``decide_step_start``'s rule 0): the model's attempt records the
+    decision before it starts again, and hands the order back from ``Processing``."""
+    return (
+        before.process_state is ProcessState.AWAITING_REVIEW
+        and after.process_state is ProcessState.PENDING
+        and after.suspended_at is not None
+        and before.review is not None
+        and before.review.decision is not None
+    )
+
+
+RANDOM_RUNS = os.environ.get("MACHINE_RUNS_RANDOM") == "1"
+"""make model-check's search: fresh random runs, ten times as many. make test's runs are the same on every
+run (derandomized), so that a change the model lacks fails the change that brings it, not a later run
+that happened to draw it; the random search is where such gaps are found (two were, each a change the
+model makes from another abstract record or outside it, named above)."""
+
 MACHINE_SETTINGS = settings(
-    max_examples=30, stateful_step_count=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=300 if RANDOM_RUNS else 30,
+    derandomize=not RANDOM_RUNS,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -174,3 +205,53 @@ def test_the_supervisor_giving_up_an_order_awaiting_review_is_a_change_the_model
     after = deps.states.get("a:o-1").item
     assert (after.process_state, after.locked_by) == (ProcessState.COMPENSATING, None)
     assert (MODEL_ACTORS[Actor.SUPERVISOR], project(before), project(after)) in model_moves()
+
+
+def test_a_start_run_again_after_a_decision_hands_back_a_suspended_order_outside_the_model() -> None:
+    # A machine run made this change, which no search of the model makes: the model's attempt records
+    # the decision (Processing) and is handed back at its next start. The code's re-run of the start
+    # that paused the step finds the decision and the suspend at once (tests/unit/test_step_start.py).
+    clock = FakeClock()
+    deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=500.0)
+    pause_for_review(deps)
+    outcome = review_order(
+        "a:o-1",
+        ReviewDecision.APPROVE,
+        REVIEWER,
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+        grace_s=deps.settings.starter.CLAIM_TIMEOUT_S,
+        clients=deps.settings.clients.clients(),
+    )
+    assert outcome is not None
+    waiting = deps.states.get("a:o-1")
+    suspension = set_suspension(
+        "a:o-1",
+        OPERATOR,
+        suspend=True,
+        if_match=waiting.etag,
+        states=deps.states,
+        queues=deps.queues,
+        clock=clock,
+    )
+    assert suspension.refusal is None
+    before = deps.states.get("a:o-1").item
+    again = StartStepInput(
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
+        workflow_version=ORDER_V2.version,
+        step="charge_payment",
+        timeout_s=8,
+        completed=StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1),
+        response_queue="agent-responses-h1",
+    )
+
+    start_step(again.to_payload(), deps)
+
+    after = deps.states.get("a:o-1").item
+    assert (after.process_state, after.locked_by) == (ProcessState.PENDING, None)
+    assert (MODEL_ACTORS[Actor.OWNER], project(before), project(after)) not in model_moves()
+    assert outside_the_model(before, after, Actor.OWNER) == (
+        "a start run again hands back a suspended order whose review is decided"
+    )
