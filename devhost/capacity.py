@@ -27,12 +27,11 @@ class InFlight:
     The count never understates, and overstates only by orchestrations that ended without telling it (a
     termination, a failure inside the runtime) until the next read. So ``take`` asks the backend only
     when the count reaches the limit (at most once per ``read_every_s``), or before its first claim; below
-    the limit no claim waits for a query. The starter, which reads the
-    backend on each of its passes anyway, reads it through :meth:`room` to size its query, then takes
-    each record's room with :meth:`take` just before claiming it. Every claim, the submission's and the
-    starter's, goes through the one count, so together they never claim past the limit; and a pass holds
-    no room it has not claimed, so a submission arriving while a pass runs is not turned away from room
-    that is free.
+    the limit no claim waits for a query. The starter, which reads the backend on each of its passes
+    anyway, reads it through :meth:`room` to size its query, then takes each record's room with
+    :meth:`take` just before claiming it. Every claim, the submission's and the starter's, goes through
+    the one count, so together they never claim past the limit; and a pass holds no room it has not
+    claimed, so a submission arriving while a pass runs is not turned away from room that is free.
 
     The backend lists an orchestration only once its claimant has scheduled it, so a take stays *on its
     way* until its claimant says how the claim ended: :meth:`started` (scheduled, or perhaps: the backend

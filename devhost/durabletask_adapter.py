@@ -96,9 +96,13 @@ class DurableTaskWorkflowContext:
         return task.get_result()
 
 
+def _untold(_instance_id: str) -> None:
+    """An orchestration's end, told to nobody."""
+
+
 def durabletask_orchestrator(
     body: Callable[[WorkflowContext, dict[str, Any]], WorkflowGenerator],
-    on_end: Callable[[str], None] | None = None,
+    on_end: Callable[[str], None] = _untold,
 ) -> Callable[[dt.OrchestrationContext, Any], Generator[WorkflowTask, Any, dict[str, Any]]]:
     """Wrap a workflow body as a durabletask orchestrator function.
 
@@ -118,11 +122,9 @@ def durabletask_orchestrator(
         try:
             result = yield from drive(body(DurableTaskWorkflowContext(ctx), payload), _is_task_failure)
         except Exception:
-            if on_end is not None:
-                on_end(ctx.instance_id)
-            raise
-        if on_end is not None:
             on_end(ctx.instance_id)
+            raise
+        on_end(ctx.instance_id)
         return result
 
     orchestrator.__name__ = getattr(body, "__name__", "orchestrator")
@@ -270,7 +272,7 @@ def register_order_workflow(
     worker: dt_worker.TaskHubGrpcWorker,
     deps: Dependencies,
     sections: ActivitySections,
-    on_end: Callable[[str], None] | None = None,
+    on_end: Callable[[str], None] = _untold,
 ) -> None:
     """Register the order orchestrator and every activity of :data:`activities.table.ACTIVITIES` (by its
     contract name, run with ``deps`` and the activities' ``sections``) on a worker; ``on_end`` is told
