@@ -22,17 +22,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from operator_api.review import review_order
-from operator_api.suspension import set_suspension
 from orderflow.clock import FakeClock
-from orderflow.contracts import StartStepInput, StepResult
 from orderflow.effects import PAST_POINT_OF_NO_RETURN
 from orderflow.protocol.state_machine import SETTLED_STATES
 from orderflow.records import ProcessState, ReviewDecision, StateRecord
-from orderflow.workflows import ORDER_V2
 from supervisor.recovery import Recovery
-from tests.activity_json import start_step
 from tests.model.spin_run import REPO
-from tests.unit.fakes import memory_deps, pause_for_review, recover_once
+from tests.unit.fakes import memory_deps, pause_for_review, recover_once, start_v2_step, suspend
 from tests.unit.test_protocol_machine import OPERATOR, REVIEWER, Actor, ProtocolMachine, Seen
 
 pytestmark = pytest.mark.model
@@ -225,29 +221,10 @@ def test_a_start_run_again_after_a_decision_hands_back_a_suspended_order_outside
         clients=deps.settings.clients.clients(),
     )
     assert outcome is not None
-    waiting = deps.states.get("a:o-1")
-    suspension = set_suspension(
-        "a:o-1",
-        OPERATOR,
-        suspend=True,
-        if_match=waiting.etag,
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-    )
-    assert suspension.refusal is None
+    suspend(deps, OPERATOR)
     before = deps.states.get("a:o-1").item
-    again = StartStepInput(
-        order_id="a:o-1",
-        instance_id="a:o-1:1",
-        workflow_version=ORDER_V2.version,
-        step="charge_payment",
-        timeout_s=8,
-        completed=StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1),
-        response_queue="agent-responses-h1",
-    )
 
-    start_step(again.to_payload(), deps)
+    start_v2_step(deps, "charge_payment")
 
     after = deps.states.get("a:o-1").item
     assert (after.process_state, after.locked_by) == (ProcessState.PENDING, None)

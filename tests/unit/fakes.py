@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from intake.submission import handle_intake_message
+from operator_api.suspension import set_suspension
 from orderflow.attempts import claim
 from orderflow.clients import RegisteredClient
 from orderflow.clock import Clock, FakeClock
 from orderflow.contracts import StartStepInput, StepResult
+from orderflow.operator_auth import Principal
 from orderflow.orchestration import InstanceStatus
 from orderflow.queues.base import MessageQueue, ReceivedMessage
 from orderflow.queues.memory import InMemoryQueueFactory
@@ -156,25 +158,51 @@ def submit_and_claim(
     return won.item
 
 
+RESERVED = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
+"""The first step's result in the order-v2 starts below."""
+
+
+def start_v2_step(deps: HostDeps, step: str, *, response_queue: str = "agent-responses-h1") -> dict[str, Any]:
+    """Run the ``start_step`` activity of ``a:o-1``'s attempt 1 on order-v2 for ``step``: the
+    ``reserve_inventory`` step, or a later one with :data:`RESERVED` as the completion before it. Returns
+    the activity's result (its ``outcome``...)."""
+    start = StartStepInput(
+        order_id="a:o-1",
+        instance_id="a:o-1:1",
+        workflow_version=ORDER_V2.version,
+        step=step,
+        timeout_s=8,
+        completed=None if step == RESERVED.step else RESERVED,
+        response_queue=response_queue,
+    )
+    return start_step(start.to_payload(), deps)
+
+
 def pause_for_review(deps: HostDeps, *, response_queue: str = "agent-responses-h1") -> StateRecord:
     """Submit ``a:o-1`` on order-v2 for 1000.50, claim attempt 1 and run its steps up to the charge, which
     waits for a review (``deps`` must review amounts above 500): the record, ``AwaitingReview``."""
     submit_and_claim(deps, definition=ORDER_V2, amount="1000.50")
-    reserved = StepResult(step="reserve_inventory", result={"reservationId": "r-1"}, calls=1)
-    for step, completed in (("reserve_inventory", None), ("charge_payment", reserved)):
-        start = StartStepInput(
-            order_id="a:o-1",
-            instance_id="a:o-1:1",
-            workflow_version=ORDER_V2.version,
-            step=step,
-            timeout_s=8,
-            completed=completed,
-            response_queue=response_queue,
-        )
-        start_step(start.to_payload(), deps)
+    for step in ("reserve_inventory", "charge_payment"):
+        start_v2_step(deps, step, response_queue=response_queue)
     record = deps.states.get("a:o-1").item
     assert record.process_state is ProcessState.AWAITING_REVIEW
     return record
+
+
+def suspend(deps: HostDeps, principal: Principal, order_id: str = "a:o-1") -> None:
+    """``principal``, an operator, suspends ``order_id`` with one conditional write on its record as read
+    now; the suspension must be accepted."""
+    found = deps.states.get(order_id)
+    outcome = set_suspension(
+        order_id,
+        principal,
+        suspend=True,
+        if_match=found.etag,
+        states=deps.states,
+        queues=deps.queues,
+        clock=deps.clock,
+    )
+    assert outcome.refusal is None
 
 
 def sweep_once(deps: HostDeps, clock: Clock | None = None, **options: Any) -> SweepReport:

@@ -133,7 +133,15 @@ from tests.activity_json import (
     start_undo,
 )
 from tests.host_deps import HostDeps
-from tests.unit.fakes import TEST_CLIENT, memory_deps, order_body, received, submit_and_claim
+from tests.unit.fakes import (
+    TEST_CLIENT,
+    memory_deps,
+    order_body,
+    received,
+    start_v2_step,
+    submit_and_claim,
+    suspend,
+)
 from tests.unit.scripted_runtime import ScriptedClient, ScriptedOrchestration
 
 pytestmark = pytest.mark.unit
@@ -1399,35 +1407,13 @@ def test_a_suspended_attempt_awaiting_review_waits_on_when_its_activity_runs_aga
     deps = memory_deps(clock, REVIEW_AMOUNT_ABOVE=1.0)
     submit_and_claim(deps, definition=ORDER_V2)
 
-    def start(step: str, completed: str | None = None) -> dict[str, Any]:
-        done = StepResult(step=completed, result={"ref": completed}, calls=1) if completed else None
-        payload = StartStepInput(
-            order_id="a:o-1",
-            instance_id="a:o-1:1",
-            workflow_version=ORDER_V2.version,
-            step=step,
-            timeout_s=8,
-            completed=done,
-            response_queue="agent-responses-h1",
-        ).to_payload()
-        return start_step(payload, deps)
-
-    assert start("reserve_inventory")["outcome"] == "started"
-    assert start("charge_payment", completed="reserve_inventory")["outcome"] == "awaiting_review"
+    assert start_v2_step(deps, "reserve_inventory")["outcome"] == "started"
+    assert start_v2_step(deps, "charge_payment")["outcome"] == "awaiting_review"
     waiting = deps.states.get("a:o-1")
-    suspended = set_suspension(
-        "a:o-1",
-        OPERATOR,
-        suspend=True,
-        if_match=waiting.etag,
-        states=deps.states,
-        queues=deps.queues,
-        clock=clock,
-    )
-    assert suspended.refusal is None
+    suspend(deps, OPERATOR)
     before = deps.states.get("a:o-1")
 
-    assert start("charge_payment", completed="reserve_inventory")["outcome"] == "awaiting_review"
+    assert start_v2_step(deps, "charge_payment")["outcome"] == "awaiting_review"
     after = deps.states.get("a:o-1").item
     assert (after.process_state, after.locked_by, after.complete_by, after.attempt_history) == (
         ProcessState.AWAITING_REVIEW,
