@@ -56,7 +56,9 @@ orders of the 3-step workflow spread evenly over a 730-hour month; the remote se
 and the steps' own compute elsewhere are not counted.
 
 The term that dominates is Flex Consumption's memory time: an on-demand instance is billed for its
-memory while it executes, each active period for at least 1,000 ms, and every Service Bus trigger and
+memory while it executes, each active period for at least 1,000 ms (time already billed is not billed
+again, so executions that start and end within a billed second add nothing: the model replays the
+Functions host's own metering, `FlexConsumptionMetricsPublisher`), and every Service Bus trigger and
 timer scales as a group of its own (the Durable triggers share one). An order touches six groups (the
 submission, the Durable group, the response listener and one per agent), so at low volume each order
 pays several one-second minimums whatever its code takes; at high volume a group's executions overlap
@@ -95,10 +97,23 @@ def _held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Est
         f"together comes to {money(at_1m - flex)}. One agent trigger instead of four would take two "
         f"groups off an order's path ({money(one_trigger)}, the table's *one agent trigger* row), still "
         "above the target, and would give up the per-agent queues, the bulkhead that keeps one failing "
-        "service's requests from holding up the other agents'; the template keeps them. A Dedicated plan "
-        f"(the *{DEDICATED_B1.name}* row) meets it, {money(dedicated['per_million']['1,000,000'])}, and "
-        f"idles at {money(dedicated['idle_month'])}, over the idle target: the two cost targets ask for "
-        "opposite plans (the Dedicated plan's bullet below)."
+        "service's requests from holding up the other agents'; the template keeps them. "
+        + dedicated_against_target(dedicated)
+    )
+
+
+def dedicated_against_target(dedicated: dict[str, Any]) -> str:
+    """What the Dedicated plan's row says about the cost target at a million orders a month."""
+    at_1m, idle = dedicated["per_million"]["1,000,000"], dedicated["idle_month"]
+    row = f"the *{DEDICATED_B1.name}* row"
+    if at_1m <= TARGET_PER_MILLION:
+        return (
+            f"A Dedicated plan ({row}) meets it, {money(at_1m)}, and idles at {money(idle)}, over the idle "
+            "target: the two cost targets ask for opposite plans (the Dedicated plan's bullet below)."
+        )
+    return (
+        f"Nor does a Dedicated plan ({row}), which has no memory-time meter: {money(at_1m)}, idling at "
+        f"{money(idle)} (the Dedicated plan's bullet below)."
     )
 
 

@@ -69,7 +69,8 @@ class Estimates:
 
     Attributes:
         sb_ops_per_message: Service Bus operations per message (send, receive, complete).
-        ru_write: Request units of one state write (a 2–4 KB record, narrowed index).
+        ru_write: Request units of one state record create (a 2–4 KB record, narrowed index).
+        ru_replace: Request units of one state record replace (the conditional writes).
         ru_order_create: Request units of the order document's create (only its key indexed).
         ru_point_read: Request units of a point read.
         ru_query_page: Request units of a query page (the minimum charge of a query).
@@ -93,6 +94,7 @@ class Estimates:
         responses_span_s: Seconds between an order's first and last response execution.
         sb_hop_s: Seconds from a Service Bus send to the trigger's execution, warm.
         agent_call_s: Seconds of an agent's execution (its remote call).
+        execution_s: Seconds of any other execution (a few writes and a send, warm).
         cold_start_s: Seconds a scale group at zero takes to start its first instance.
         scale_in_s: Seconds a group stays up without executions.
         empty_receive_ops: Service Bus operations billed for a receive call that returns no message.
@@ -101,10 +103,11 @@ class Estimates:
 
     sb_ops_per_message: float = 3
     ru_write: float = 6.67
+    ru_replace: float = 13.34
     ru_order_create: float = 6.29
     ru_point_read: float = 1.04
     ru_query_page: float = 3
-    ru_retention: float = 6.67
+    ru_retention: float = 13.34
     stored_kb: float = 12
     retained_days: float = 30
     tx_per_episode: float = 3
@@ -121,6 +124,7 @@ class Estimates:
     responses_span_s: float = 0.4
     sb_hop_s: float = 0.02
     agent_call_s: float = 0.08
+    execution_s: float = 0.03
     cold_start_s: float = 3.0
     scale_in_s: float = 300.0
     empty_receive_ops: float = 1
@@ -134,10 +138,13 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "ru_write": "a state record of up to 4 KB: Microsoft's RU table gives a 4 KB write 6.67 RU "
     "(learn.microsoft.com/azure/cosmos-db/understand-request-unit-consumption, read 2026-12-07); "
     "`orderstate`'s narrowed index makes it no dearer",
+    "ru_replace": "twice `ru_write`: a replace deletes the stored document and inserts the new one, and "
+    "the same page says updates consume about twice as many RUs as creates when few index terms change",
     "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
     "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
     "ru_query_page": "a query's minimum charge, about 3 RU",
-    "ru_retention": "one redacting replace of the state record when retention reaches the order",
+    "ru_retention": "one redacting replace of the state record when retention reaches the order, at "
+    "`ru_replace`",
     "stored_kb": "the order document, its state record and its timeline entries",
     "retained_days": "kept a month before retention purges them",
     "tx_per_episode": "table transactions: a History batch, an Instances write, the History read of "
@@ -164,6 +171,9 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "responses_span_s": "two agents' round trips between an order's first and last response",
     "sb_hop_s": "a push delivery to a warm Service Bus trigger",
     "agent_call_s": "an agent's execution: its remote call to a demo service",
+    "execution_s": "the submission's, an episode's, an activity's or the listener's execution on a warm "
+    "instance: a few requests of a few milliseconds each; far under the 1,000 ms minimum, so the billed "
+    "time hardly moves with it",
     "cold_start_s": "a Python Flex instance starting from zero (no published figure)",
     "scale_in_s": "how long a group stays up idle (no published figure)",
     "empty_receive_ops": "any receive call is an operation, one that finds no message too (the Service "

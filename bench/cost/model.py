@@ -1,11 +1,14 @@
 """The cost model: an order's work on Azure by scale group and meter, priced by :mod:`bench.cost.prices`.
 
-Flex Consumption bills an instance's memory while it executes, each active period for at least
-``MIN_ACTIVE_S``. Each group's executions arrive at random (Poisson, at the month's average rate), so the
-share of the month a group's one instance is billed is ``1 - exp(-rate * window)``, where ``window`` is
-how long one order keeps it billed (its executions' span plus the minimum); a timer of period ``P`` is
-billed ``MIN_ACTIVE_S / P`` of the month. One instance per group holds these rates: an execution lasts
-well under a second and each instance runs several at once.
+Flex Consumption bills an instance's memory while it executes, as the Functions host meters it
+(:func:`metered_s`, a port of ``FlexConsumptionMetricsPublisher.MeterCurrentActiveInterval`` in
+Azure/azure-functions-host): an active period (from an execution starting on an idle instance to the
+last one ending) is billed at least ``MIN_ACTIVE_S``, rounded up to ``GRANULARITY_S``, and time already
+billed is never billed again, so executions that start and end inside a billed second add nothing. Each
+group's orders arrive at random (Poisson, at the month's average rate); :func:`metered_share` replays
+the host's metering over a seeded run of them to give the share of the month a group's one instance is
+billed. A timer of period ``P`` is billed ``MIN_ACTIVE_S / P`` of the month. One instance per group holds
+these rates: an execution lasts well under a second and each instance runs several at once.
 
 A Dedicated (App Service) plan, priced beside it, bills its instances by the hour instead, busy or not:
 every group is up all month, never cold, and polls all month.
@@ -14,7 +17,10 @@ every group is up all month, never cold, and polls all month.
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final
 
 from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
@@ -22,6 +28,12 @@ from bench.cost.prices import HOURS_PER_MONTH, SECONDS_PER_MONTH, rate
 
 MIN_ACTIVE_S: Final = 1.0
 """Flex Consumption's minimum billable active period (seconds)."""
+
+GRANULARITY_S: Final = 0.1
+"""Flex Consumption bills an active period rounded up to this many seconds."""
+
+ORDERS_SIMULATED: Final = 10_000
+"""Orders :func:`metered_share` replays the host's metering over (seeded: the same figures every run)."""
 
 DEDICATED_UTILISATION: Final = 0.5
 """The share of a Dedicated instance's core the month's mean load may take: the rest is headroom for an
@@ -74,6 +86,59 @@ def poisson_share(per_second: float, window_s: float) -> float:
     return 1.0 - math.exp(-per_second * window_s)
 
 
+def metered_s(executions: Sequence[tuple[float, float]]) -> float:
+    """Seconds Flex bills one instance for ``executions`` (``(start, end)`` pairs, seconds, any order).
+
+    The Functions host's metering (``FlexConsumptionMetricsPublisher`` in Azure/azure-functions-host):
+    an active period runs from an execution starting while none runs to the last one ending. When it
+    ends it is billed from its start, or from the end of what was billed before if that is later, at
+    least ``MIN_ACTIVE_S`` and rounded up to ``GRANULARITY_S``; a period ending inside time already
+    billed adds nothing. (The host also bills a period still running at each metrics publish; the
+    executions here are far shorter than its interval.)
+    """
+    events = sorted(
+        [(s, 1) for s, _ in executions] + [(e, -1) for _, e in executions], key=lambda x: (x[0], -x[1])
+    )
+    active, start, billed_to, total = 0, 0.0, -math.inf, 0.0
+    for at, change in events:
+        if change > 0:
+            if active == 0:
+                start = at
+            active += 1
+            continue
+        active -= 1
+        if active == 0:
+            since = max(start, billed_to)
+            if at > since:
+                # Less a hair, so that float noise (1.2000000001 s) does not round up a step.
+                duration = math.ceil(max(at - since, MIN_ACTIVE_S) / GRANULARITY_S - 1e-9) * GRANULARITY_S
+                total += duration
+                billed_to = since + duration
+    return total
+
+
+@lru_cache(maxsize=256)
+def metered_share(per_second: float, offsets: tuple[float, ...], execution_s: float) -> float:
+    """Share of the time one instance is billed (:func:`metered_s`) when orders arrive at Poisson
+    ``per_second`` and each runs one execution of ``execution_s`` seconds at each of ``offsets`` seconds
+    after its arrival; a seeded run of :data:`ORDERS_SIMULATED` orders."""
+    if per_second <= 0 or not offsets:
+        return 0.0
+    draw = random.Random(20261207)
+    arrival, executions = 0.0, []
+    for _ in range(ORDERS_SIMULATED):
+        arrival += draw.expovariate(per_second)
+        executions += [(arrival + offset, arrival + offset + execution_s) for offset in offsets]
+    return min(1.0, metered_s(executions) / arrival)
+
+
+def spread(executions: float, span_s: float) -> tuple[float, ...]:
+    """Offsets (seconds after an order's first) of ``executions`` spread evenly over ``span_s``; a
+    fractional count is rounded to the nearest whole one, at least one."""
+    n = max(1, round(executions))
+    return tuple(span_s * i / (n - 1) for i in range(n)) if n > 1 else (0.0,)
+
+
 def timer_share(period_s: float) -> float:
     """Share of the month a timer of ``period_s`` keeps its group billed."""
     return min(1.0, MIN_ACTIVE_S / period_s)
@@ -87,17 +152,22 @@ def orderflow_groups(counts: OrderCounts, est: Estimates, config: AzureConfig, o
     triggers = max(1, config.agent_triggers)
     used = min(float(triggers), steps)
     agent_span = est.responses_span_s * (steps / used - 1) / max(steps - 1, 1)
+    work = est.execution_s
     groups = [
-        Group("submission", poisson_share(per_s, MIN_ACTIVE_S), orders),
+        Group("submission", metered_share(per_s, (0.0,), work), orders),
         Group(
             "durable",
-            poisson_share(per_s, est.durable_span_s + MIN_ACTIVE_S),
+            metered_share(per_s, spread(counts.episodes + counts.activities, est.durable_span_s), work),
             orders * (counts.episodes + counts.activities),
         ),
-        Group("responses", poisson_share(per_s, est.responses_span_s + MIN_ACTIVE_S), orders * steps),
+        Group("responses", metered_share(per_s, spread(steps, est.responses_span_s), work), orders * steps),
     ]
     groups += [
-        Group(f"agent-{i + 1}", poisson_share(per_s, agent_span + MIN_ACTIVE_S), orders * steps / used)
+        Group(
+            f"agent-{i + 1}",
+            metered_share(per_s, spread(steps / used, agent_span), est.agent_call_s),
+            orders * steps / used,
+        )
         for i in range(int(used))
     ]
     groups += [
@@ -113,7 +183,8 @@ def orderflow_groups(counts: OrderCounts, est: Estimates, config: AzureConfig, o
 
 def flex_cost(groups: list[Group], config: AzureConfig) -> dict[str, float]:
     """Flex Consumption: on-demand memory time past the free grant, always-ready baseline and execution
-    time for the groups in ``config.always_ready``, and executions past the free grant (USD a month)."""
+    time for the groups in ``config.always_ready``, and executions, the on-demand ones past the free
+    grant (always-ready billing has none) (USD a month)."""
     gb = config.memory_mb / 1024
     on_demand_gbs = sum(
         g.busy_share * SECONDS_PER_MONTH * gb for g in groups if g.name not in config.always_ready
@@ -121,14 +192,13 @@ def flex_cost(groups: list[Group], config: AzureConfig) -> dict[str, float]:
     ready = [g for g in groups if g.name in config.always_ready]
     baseline = len(ready) * SECONDS_PER_MONTH * gb * rate("flex_always_ready_baseline_gbs")
     ready_gbs = sum(g.busy_share * SECONDS_PER_MONTH * gb for g in ready)
-    executions = sum(g.executions for g in groups)
+    on_demand_runs = sum(g.executions for g in groups if g.name not in config.always_ready)
+    executions = max(0.0, on_demand_runs - rate("flex_free_executions")) + sum(g.executions for g in ready)
     return {
         "Flex memory time": max(0.0, on_demand_gbs - rate("flex_free_gbs")) * rate("flex_on_demand_gbs")
         + ready_gbs * rate("flex_always_ready_execution_gbs"),
         "Flex always-ready baseline": baseline,
-        "Flex executions": max(0.0, executions - rate("flex_free_executions"))
-        * rate("flex_executions")
-        / 1_000_000,
+        "Flex executions": executions * rate("flex_executions") / 1_000_000,
     }
 
 
@@ -163,7 +233,8 @@ def service_bus_cost(operations: float) -> float:
 def order_request_units(counts: OrderCounts, est: Estimates) -> float:
     """Cosmos DB request units of one order: its writes, reads, loop query pages and retention pass."""
     return (
-        (counts.state_creates + counts.state_replaces) * est.ru_write
+        counts.state_creates * est.ru_write
+        + counts.state_replaces * est.ru_replace
         + counts.order_creates * est.ru_order_create
         + counts.point_reads * est.ru_point_read
         + counts.query_pages * est.ru_query_page

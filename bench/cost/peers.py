@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
 from bench.cost.model import (
-    MIN_ACTIVE_S,
     Group,
     MonthCost,
     durable_queue_ops,
     durable_table_ops,
     flex_cost,
-    poisson_share,
+    metered_share,
     polling_ops,
+    spread,
     storage_cost,
     telemetry_cost,
 )
@@ -31,8 +31,12 @@ def durable_saga_month(counts: OrderCounts, est: Estimates, config: AzureConfig,
     episodes = 1 + SAGA_EPISODES_PER_STEP * steps
     span = steps * est.agent_call_s
     groups = [
-        Group("http", poisson_share(per_s, MIN_ACTIVE_S), orders),
-        Group("durable", poisson_share(per_s, span + MIN_ACTIVE_S), orders * (episodes + steps)),
+        Group("http", metered_share(per_s, (0.0,), est.execution_s), orders),
+        Group(
+            "durable",
+            metered_share(per_s, spread(episodes + steps, span), est.execution_s),
+            orders * (episodes + steps),
+        ),
     ]
     month = MonthCost(orders)
     month.lines.update(flex_cost(groups, config))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cost.__main__ import main
-from bench.cost.docs import break_even, replace_between, section
+from bench.cost.docs import break_even, dedicated_against_target, replace_between, section
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
@@ -35,10 +35,13 @@ from bench.cost.model import (
     durable_table_ops,
     empty_receives,
     flex_cost,
+    metered_s,
+    metered_share,
     order_request_units,
     orderflow_month,
     poisson_share,
     service_bus_cost,
+    spread,
     timer_share,
 )
 from bench.cost.peers import step_functions_month, temporal_month
@@ -61,6 +64,36 @@ def test_busy_shares() -> None:
     assert timer_share(0.5) == 1.0
 
 
+def test_flex_meters_an_active_period_as_the_functions_host_does() -> None:
+    # The host's own scenario: ten back-to-back executions of 100 ms are one period, billed 1,000 ms.
+    assert metered_s([(i * 0.1, i * 0.1 + 0.1) for i in range(10)]) == pytest.approx(1.0)
+    # A period past the minimum is billed whole, rounded up to 100 ms.
+    assert metered_s([(0.0, 1.25)]) == pytest.approx(1.3)
+    # Concurrent executions are one period, from the first start to the last end.
+    assert metered_s([(0.0, 0.5), (0.2, 1.5)]) == pytest.approx(1.5)
+    # An execution that starts and ends inside a billed second adds nothing ...
+    assert metered_s([(0.0, 0.1), (0.5, 0.6)]) == pytest.approx(1.0)
+    # ... one that ends past it starts another minimum at the end of what was billed ...
+    assert metered_s([(0.0, 0.1), (0.9, 1.1)]) == pytest.approx(2.0)
+    # ... and periods apart are billed a minimum each.
+    assert metered_s([(0.0, 0.1), (5.0, 5.1)]) == pytest.approx(2.0)
+    assert metered_s([]) == 0
+
+
+def test_a_groups_billed_share_of_the_month() -> None:
+    assert metered_share(0, (0.0,), 0.03) == 0
+    # One short execution an order: each billed second is followed by an exponential wait for the next
+    # order, so the share is the renewal's 1 / (1 + 1/rate).
+    assert metered_share(0.1, (0.0,), 0.03) == pytest.approx(0.1 / 1.1, rel=0.03)
+    assert metered_share(2.0, (0.0,), 0.03) == pytest.approx(2 / 3, rel=0.03)
+    # An order's burst within one second costs what one execution does; one over 1.5 s costs two seconds.
+    rare = 0.001
+    assert metered_share(rare, spread(10, 0.6), 0.03) == pytest.approx(rare, rel=0.05)
+    assert metered_share(rare, spread(4, 1.5), 0.03) == pytest.approx(2 * rare, rel=0.05)
+    assert spread(3, 0.4) == pytest.approx((0.0, 0.2, 0.4))
+    assert spread(0.4, 1.0) == (0.0,)
+
+
 def test_service_bus_base_then_tiers() -> None:
     assert service_bus_cost(0) == pytest.approx(9.855)  # 0.0135 x 730
     assert service_bus_cost(13_000_000) == pytest.approx(9.855)  # all included
@@ -69,8 +102,9 @@ def test_service_bus_base_then_tiers() -> None:
 
 
 def test_request_units_and_storage_transactions_of_an_order() -> None:
-    # 6 writes x 6.67 + order create 6.29 + 1 read x 1.04 + 0.4 pages x 3 + retention 6.67
-    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(55.22)
+    # create 6.67 + 5 replaces x 13.34 + order create 6.29 + 1 read x 1.04 + 0.4 pages x 3 + retention's
+    # replace 13.34
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(95.24)
     # (start, 3 results, 3 events, 3 work items) x 3 queue operations; 7 episodes x 3 table transactions
     assert durable_queue_ops(3, 3, ESTIMATED) == 30
     assert durable_table_ops(7, ESTIMATED) == 21
@@ -105,6 +139,7 @@ def test_flex_on_demand_and_always_ready() -> None:
     ready = flex_cost([busy], replace(config, always_ready=frozenset({"durable"})))
     assert ready["Flex always-ready baseline"] == pytest.approx(2_628_000 * 0.000004)  # 10.512
     assert ready["Flex memory time"] == pytest.approx(1_314_000 * 0.000016)  # 21.024, no free grant
+    assert ready["Flex executions"] == pytest.approx(1_250_000 * 0.40 / 1e6)  # nor a free execution grant
 
 
 def test_the_idle_month_of_the_template_before_the_model() -> None:
@@ -285,3 +320,11 @@ def test_the_command_writes_the_cost_section_into_the_report(
     written = json.loads(report.read_text(encoding="utf-8"))
     assert written["cost"] == json.loads(json.dumps(figures()))
     assert sentence(figures()) in capsys.readouterr().out
+
+
+def test_the_dedicated_plan_is_said_to_meet_the_cost_target_only_where_it_does() -> None:
+    under = dedicated_against_target({"per_million": {"1,000,000": 93.0}, "idle_month": 28.0})
+    over = dedicated_against_target({"per_million": {"1,000,000": 103.0}, "idle_month": 28.0})
+    assert "meets it, $93" in under
+    assert "meets" not in over
+    assert "Nor does a Dedicated plan" in over and "$103" in over
