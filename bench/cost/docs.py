@@ -410,10 +410,22 @@ def _rate(value: float, unit: str) -> str:
     return f"${format(Decimal(str(value)), 'f')} per {unit}"
 
 
+def _storage_growth(est: Estimates) -> str:
+    """Which month of a deployment the figures price, and why that matters: stored orders only grow."""
+    growth = est.purged_kb * rate("cosmos_storage_gb_month")
+    return (
+        f"Every figure prices month {est.age_months:.0f} of a deployment's life. The retention purge "
+        "redacts an order's documents and deletes none (the keys, statuses and times stay: "
+        f"[data.md](data.md)), so every earlier month's orders are still stored, about {est.purged_kb:.0f} "
+        f"KB each, and Cosmos DB storage grows by {money(growth)} a month for every million orders a month, "
+        "for as long as the deployment runs."
+    )
+
+
 def section(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> str:
     """The whole cost section of docs/deploy.md, markers included."""
     fig = figures(counts, est)
-    lines = [BEGIN, INTRO, "", "### What it comes to", ""]
+    lines = [BEGIN, INTRO, "", _storage_growth(est), "", "### What it comes to", ""]
     lines += [*_cost_table(fig), "", *_verdict(fig, counts, est)]
     lines += ["", "### The chosen configuration's meters at a million orders a month", ""]
     lines += _table(["meter", "USD a month"], [[k, money(v)] for k, v in fig["chosen_meters_at_1m"].items()])

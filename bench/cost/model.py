@@ -299,6 +299,24 @@ def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> 
     return total
 
 
+ORDER_CONTAINERS: Final = 3
+"""Cosmos DB containers an order's documents fill: ``orders``, ``orderstate`` and ``orderhistory``."""
+
+SMALL_CONTAINERS: Final = 1
+"""Containers that hold a few documents whatever the volume: ``breakers`` (``alerts`` empties itself by
+its time-to-live while nothing fires)."""
+
+
+def cosmos_storage_gb(orders: float, est: Estimates) -> float:
+    """Cosmos DB storage billed in month ``est.age_months`` of ``orders`` a month (GB): the orders of the
+    last ``est.retained_days`` at ``est.stored_kb`` and every earlier month's at ``est.purged_kb``, the
+    purge deleting nothing; each container that holds anything billed at least 1 GB (Microsoft's
+    pricing model page: "The smallest amount of data billed for any non empty container is 1 GB")."""
+    retained_months = min(est.age_months, est.retained_days / 30)
+    kb = orders * (est.stored_kb * retained_months + est.purged_kb * (est.age_months - retained_months))
+    return max(kb / 1e6, ORDER_CONTAINERS * 1.0) + SMALL_CONTAINERS * 1.0
+
+
 def storage_cost(queue_ops: float, table_ops: float) -> float:
     """Azure Storage: queue operations and table transactions (USD)."""
     return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
@@ -336,8 +354,7 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
         + breaker_reads(orders, est, config) * est.ru_point_read
     )
     month.lines["Cosmos DB request units"] = request_units / 1e6 * rate("cosmos_ru")
-    stored_gb = orders * est.stored_kb * est.retained_days / 30 / 1e6
-    month.lines["Cosmos DB storage"] = stored_gb * rate("cosmos_storage_gb_month")
+    month.lines["Cosmos DB storage"] = cosmos_storage_gb(orders, est) * rate("cosmos_storage_gb_month")
     queue_ops = orders * durable_queue_ops(counts.activities, counts.remote_steps, est)
     month.lines["Storage transactions"] = storage_cost(
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)

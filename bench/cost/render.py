@@ -114,7 +114,8 @@ def sentence(fig: dict[str, Any]) -> str:
 
     return (
         "The cost model (`python -m bench.cost`) puts it at "
-        f"{money(chosen['per_million']['1,000,000'])} per million orders at a million a month "
+        f"{money(chosen['per_million']['1,000,000'])} per million orders at a million a month, in month "
+        f"{fig['estimates']['age_months']:.0f} of a deployment "
         f"(AWS Step Functions {at_1m('AWS Step Functions (standard)')}, Temporal Cloud "
         f"{at_1m('Temporal Cloud (Essentials)')}, a bare Durable Functions saga "
         f"{at_1m('bare Durable Functions saga')}, for the same order by the same model), "

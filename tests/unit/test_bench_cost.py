@@ -30,6 +30,7 @@ from bench.cost.inputs import (
 from bench.cost.model import (
     Group,
     breaker_reads,
+    cosmos_storage_gb,
     dedicated_instances,
     durable_queue_ops,
     durable_table_ops,
@@ -111,6 +112,19 @@ def test_request_units_and_storage_transactions_of_an_order() -> None:
     assert durable_queue_ops(3, 0, ESTIMATED) == 21
 
 
+def test_cosmos_storage_keeps_every_purged_order_and_bills_each_container_a_gigabyte_at_least() -> None:
+    # Month 12 at a million orders a month: the last month's at 12 KB, the eleven before at 11 KB each,
+    # and the breakers container's gigabyte.
+    assert cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(12 + 11 * 11 + 1)
+    assert cosmos_storage_gb(1_000_000, replace(ESTIMATED, age_months=1)) == pytest.approx(12 + 1)
+    # Nothing purged is ever deleted: each further month adds the purged orders.
+    later = replace(ESTIMATED, age_months=13)
+    assert cosmos_storage_gb(1_000_000, later) - cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(11)
+    # Too little data for the three order containers' minimum gigabyte each, or none at all.
+    assert cosmos_storage_gb(10_000, replace(ESTIMATED, age_months=1)) == 4
+    assert cosmos_storage_gb(0, ESTIMATED) == 4
+
+
 def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
     config = AzureConfig(name="t", breaker_cache_s=1.0)
     assert breaker_reads(0, ESTIMATED, config) == 0
@@ -154,7 +168,8 @@ def test_the_idle_month_of_the_template_before_the_model() -> None:
     assert month.lines["Telemetry ingestion"] == 0  # 0.92 GB, under the 5 GB free
     # 7 metric alert series at $0.10, 3 log alerts every 5 minutes at $1.50
     assert month.lines["Alert rules"] == pytest.approx(0.70 + 4.50)
-    assert month.total == pytest.approx(40.33788 + 5.20)
+    assert month.lines["Cosmos DB storage"] == pytest.approx(4 * 0.25)  # each container's minimum GB
+    assert month.total == pytest.approx(40.33788 + 5.20 + 1.00)
 
 
 def test_the_idle_month_of_the_chosen_configuration() -> None:
@@ -166,7 +181,8 @@ def test_the_idle_month_of_the_chosen_configuration() -> None:
     assert month.lines["Storage transactions"] == pytest.approx(2 / 10 * 2_628_000 / 10_000 * 0.004)
     # 7 metric alert series at $0.10, one log alert every 5 minutes at $1.50, two every 15 at $0.50.
     assert month.lines["Alert rules"] == pytest.approx(0.70 + 1.50 + 1.00)
-    assert month.total == pytest.approx(9.855 + 0.1971 + 0.21024 + 3.20)
+    assert month.lines["Cosmos DB storage"] == pytest.approx(4 * 0.25)  # each container's minimum GB
+    assert month.total == pytest.approx(9.855 + 0.1971 + 0.21024 + 3.20 + 1.00)
 
 
 def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_polling() -> None:
@@ -176,7 +192,7 @@ def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_pollin
     # Its own polls of two queues every second, and the scale controller's.
     polls = (2 / 1 + 2 / 10) * 2_628_000
     assert month.lines["Storage transactions"] == pytest.approx(polls / 10_000 * 0.004)  # 2.31264
-    assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256)
+    assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256 + 1.00)
 
 
 def test_a_dedicated_plan_bills_its_instances_and_polls_all_month() -> None:
@@ -189,7 +205,7 @@ def test_a_dedicated_plan_bills_its_instances_and_polls_all_month() -> None:
     assert month.lines["Service Bus"] == pytest.approx(9.855)
     # The Durable group polls two queues every second all month; no scale controller polls a Dedicated plan.
     assert month.lines["Storage transactions"] == pytest.approx(2 * 2_628_000 / 10_000 * 0.004)  # 2.1024
-    assert month.total == pytest.approx(13.14 + 9.855 + 2.1024 + 0.1971 + 3.20)
+    assert month.total == pytest.approx(13.14 + 9.855 + 2.1024 + 0.1971 + 3.20 + 1.00)
 
 
 def test_dedicated_instances_follow_the_mean_cpu_load_at_half_a_core_each() -> None:
