@@ -69,6 +69,8 @@ TEMPORAL_TIERS = (
     (5_000_000, "temporal_action_5m_10m"),
     (10_000_000, "temporal_action_10m_20m"),
     (30_000_000, "temporal_action_20m_50m"),
+    (50_000_000, "temporal_action_50m_100m"),
+    (100_000_000, "temporal_action_100m_200m"),
 )
 """Pay-as-you-go Action tiers: (Actions in the tier, rate key)."""
 
@@ -86,7 +88,7 @@ def temporal_month(counts: OrderCounts, orders: float) -> MonthCost:
     minimum and 5% of usage).
 
     Raises:
-        ValueError: More Actions than the published tiers price (over 51 million a month).
+        ValueError: More Actions than the published tiers price (over 201 million a month).
     """
     left = max(0.0, orders * temporal_actions(counts) - TEMPORAL_INCLUDED_ACTIONS)
     usage = 0.0

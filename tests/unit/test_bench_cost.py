@@ -257,8 +257,14 @@ def test_step_functions_and_temporal() -> None:
     assert temporal_month(MEASURED, 1_000_000).total == pytest.approx(3 * 50 + 100)
     # 40M Actions less 1M: 5M x 50 + 5M x 45 + 10M x 40 + 19M x 35; the plan's $100 above 5% of that.
     assert temporal_month(MEASURED, 10_000_000).total == pytest.approx(1540 + 100)
+    # 80M Actions less 1M: the four tiers above (50M, $1,925), then 29M x 30; the plan 5% of $2,795.
+    assert temporal_month(MEASURED, 20_000_000).total == pytest.approx(2795 * 1.05)
+    # 200M Actions less 1M: every tier but the last whole, then 99M x 25.
+    assert temporal_month(MEASURED, 50_000_000).lines["Temporal Actions"] == pytest.approx(
+        1925 + 50 * 30 + 99 * 25
+    )
     with pytest.raises(ValueError, match="tiers"):
-        temporal_month(MEASURED, 20_000_000)
+        temporal_month(MEASURED, 51_000_000)
 
 
 def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() -> None:
