@@ -74,7 +74,7 @@ class Estimates:
         ru_order_create: Request units of the order document's create (only its key indexed).
         ru_point_read: Request units of a point read.
         ru_query_page: Request units of a query page (the minimum charge of a query).
-        ru_retention: Request units of the retention pass over an order (one redacting replace).
+        ru_retention: Request units of the retention pass over an order (its two documents redacted).
         stored_kb: Kilobytes an order keeps in Cosmos DB until the retention purge.
         retained_days: Days an order keeps its payment and customer data (``COMPENSATION_LOG_RETENTION_S``).
         purged_kb: Kilobytes an order keeps after the purge: its redacted documents are never deleted.
@@ -110,7 +110,7 @@ class Estimates:
     ru_order_create: float = 6.29
     ru_point_read: float = 1.04
     ru_query_page: float = 3
-    ru_retention: float = 13.34
+    ru_retention: float = 26.96
     stored_kb: float = 12
     retained_days: float = 30
     purged_kb: float = 11
@@ -148,8 +148,8 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
     "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
     "ru_query_page": "a query's minimum charge, about 3 RU",
-    "ru_retention": "one redacting replace of the state record when retention reaches the order, at "
-    "`ru_replace`",
+    "ru_retention": "the retention pass over a finished order: the order document's point read (1.04) "
+    "and redacting replace (twice its 6.29 create, 12.58), and the state record's replace (`ru_replace`)",
     "stored_kb": "the order document, its state record and its timeline entries",
     "retained_days": "the default `COMPENSATION_LOG_RETENTION_S`, 30 days",
     "purged_kb": "the purge redacts the order document and the state record, and deletes neither "

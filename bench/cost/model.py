@@ -93,12 +93,13 @@ def metered_s(executions: Sequence[tuple[float, float]]) -> float:
     an active period runs from an execution starting while none runs to the last one ending. When it
     ends it is billed from its start, or from the end of what was billed before if that is later, at
     least ``MIN_ACTIVE_S`` and rounded up to ``GRANULARITY_S``; a period ending inside time already
-    billed adds nothing. (The host also bills a period still running at each metrics publish; the
-    executions here are far shorter than its interval.)
+    billed adds nothing. An execution that ends as another starts ends its period first, as the host is
+    told of it; executions of no length are left out. (The host also bills a period still running at
+    each metrics publish; the executions here are far shorter than its interval.)
     """
-    events = sorted(
-        [(s, 1) for s, _ in executions] + [(e, -1) for _, e in executions], key=lambda x: (x[0], -x[1])
-    )
+    timed = [(s, e) for s, e in executions if e > s]
+    # An end before a start at the same instant: the host meters each completion as it is told of it.
+    events = sorted([(s, 1) for s, _ in timed] + [(e, -1) for _, e in timed])
     active, start, billed_to, total = 0, 0.0, -math.inf, 0.0
     for at, change in events:
         if change > 0:
@@ -300,22 +301,30 @@ def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> 
     return total
 
 
-ORDER_CONTAINERS: Final = 3
-"""Cosmos DB containers an order's documents fill: ``orders``, ``orderstate`` and ``orderhistory``."""
+ORDER_DOCUMENT_SHARE: Final = 0.11
+"""The order document's share of an order's stored bytes (the ``orders`` container's; the rest is the
+state record's, in ``orderstate``): 428 of 3,814 bytes of a settled order's stored JSON. A happy-path
+order writes about 7 timeline entries, under ``TIMELINE_WINDOW``, so ``orderhistory`` holds none of it."""
 
-SMALL_CONTAINERS: Final = 1
-"""Containers that hold a few documents whatever the volume: ``breakers`` (``alerts`` empties itself by
-its time-to-live while nothing fires)."""
+ALWAYS_FILLED: Final = 2
+"""Containers that hold documents whatever the volume: ``breakers`` and ``alerts`` (the supervisor's sweep
+record and its per-minute tallies, each with a time-to-live)."""
 
 
 def cosmos_storage_gb(orders: float, est: Estimates) -> float:
-    """Cosmos DB storage billed in month ``est.age_months`` of ``orders`` a month (GB): the orders of the
-    last ``est.retained_days`` at ``est.stored_kb`` and every earlier month's at ``est.purged_kb``, the
-    purge deleting nothing; each container that holds anything billed at least 1 GB (Microsoft's
-    pricing model page: "The smallest amount of data billed for any non empty container is 1 GB")."""
-    retained_months = min(est.age_months, est.retained_days / 30)
-    kb = orders * (est.stored_kb * retained_months + est.purged_kb * (est.age_months - retained_months))
-    return max(kb / 1e6, ORDER_CONTAINERS * 1.0) + SMALL_CONTAINERS * 1.0
+    """Cosmos DB storage billed in month ``est.age_months`` of ``orders`` a month (GB, the month's mean).
+
+    The stock at mid-month: the orders of the last ``est.retained_days`` at ``est.stored_kb`` and every
+    earlier one at ``est.purged_kb``, the purge deleting nothing. Each container that holds anything is
+    billed at least 1 GB (Microsoft's pricing model page: "The smallest amount of data billed for any non
+    empty container is 1 GB"): ``orders`` and ``orderstate`` once there are orders, and
+    :data:`ALWAYS_FILLED` more.
+    """
+    age = max(0.0, est.age_months - 0.5)
+    retained = min(age, est.retained_days / 30)
+    gb = orders * (est.stored_kb * retained + est.purged_kb * (age - retained)) / 1e6
+    filled = [gb * ORDER_DOCUMENT_SHARE, gb * (1 - ORDER_DOCUMENT_SHARE)] if gb > 0 else []
+    return sum(max(part, 1.0) for part in filled) + ALWAYS_FILLED * 1.0
 
 
 def storage_cost(queue_ops: float, table_ops: float) -> float:

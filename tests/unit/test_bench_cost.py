@@ -72,6 +72,9 @@ def test_flex_meters_an_active_period_as_the_functions_host_does() -> None:
     assert metered_s([(0.0, 1.25)]) == pytest.approx(1.3)
     # Concurrent executions are one period, from the first start to the last end.
     assert metered_s([(0.0, 0.5), (0.2, 1.5)]) == pytest.approx(1.5)
+    # One that ends as the next starts ends its period first, as the host is told (its Scenario 3) ...
+    assert metered_s([(0.0, 1.05), (1.05, 1.2)]) == pytest.approx(1.1 + 1.0)
+    assert metered_s([(0.5, 0.5)]) == 0
     # An execution that starts and ends inside a billed second adds nothing ...
     assert metered_s([(0.0, 0.1), (0.5, 0.6)]) == pytest.approx(1.0)
     # ... one that ends past it starts another minimum at the end of what was billed ...
@@ -103,9 +106,9 @@ def test_service_bus_base_then_tiers() -> None:
 
 
 def test_request_units_and_storage_transactions_of_an_order() -> None:
-    # create 6.67 + 5 replaces x 13.34 + order create 6.29 + 1 read x 1.04 + 0.4 pages x 3 + retention's
-    # replace 13.34
-    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(95.24)
+    # create 6.67 + 5 replaces x 13.34 + order create 6.29 + 1 read x 1.04 + 0.4 pages x 3 + retention
+    # 26.96 (the order document's read and replace, the state record's replace)
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(108.86)
     # (start, 3 results, 3 events, 3 work items) x 3 queue operations; 7 episodes x 3 table transactions
     assert durable_queue_ops(3, 3, ESTIMATED) == 30
     assert durable_table_ops(7, ESTIMATED) == 21
@@ -113,16 +116,17 @@ def test_request_units_and_storage_transactions_of_an_order() -> None:
 
 
 def test_cosmos_storage_keeps_every_purged_order_and_bills_each_container_a_gigabyte_at_least() -> None:
-    # Month 12 at a million orders a month: the last month's at 12 KB, the eleven before at 11 KB each,
-    # and the breakers container's gigabyte.
-    assert cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(12 + 11 * 11 + 1)
-    assert cosmos_storage_gb(1_000_000, replace(ESTIMATED, age_months=1)) == pytest.approx(12 + 1)
+    # Month 12 at a million orders a month, at mid-month: the last month's orders at 12 KB, the 10.5
+    # months before at 11 KB each; breakers and alerts at their minimum gigabyte each.
+    assert cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(12 + 11 * 10.5 + 2)
+    # Month 1: half a month's orders on average, 6 GB, of which the order documents' 0.66 GB is billed 1.
+    assert cosmos_storage_gb(1_000_000, replace(ESTIMATED, age_months=1)) == pytest.approx(1 + 6 * 0.89 + 2)
     # Nothing purged is ever deleted: each further month adds the purged orders.
     later = replace(ESTIMATED, age_months=13)
     assert cosmos_storage_gb(1_000_000, later) - cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(11)
-    # Too little data for the three order containers' minimum gigabyte each, or none at all.
+    # Too little data for the two order containers' minimum gigabyte each; none where nothing is stored.
     assert cosmos_storage_gb(10_000, replace(ESTIMATED, age_months=1)) == 4
-    assert cosmos_storage_gb(0, ESTIMATED) == 4
+    assert cosmos_storage_gb(0, ESTIMATED) == 2
 
 
 def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
@@ -168,8 +172,8 @@ def test_the_idle_month_of_the_template_before_the_model() -> None:
     assert month.lines["Telemetry ingestion"] == 0  # 0.92 GB, under the 5 GB free
     # 7 metric alert series at $0.10, 3 log alerts every 5 minutes at $1.50
     assert month.lines["Alert rules"] == pytest.approx(0.70 + 4.50)
-    assert month.lines["Cosmos DB storage"] == pytest.approx(4 * 0.25)  # each container's minimum GB
-    assert month.total == pytest.approx(40.33788 + 5.20 + 1.00)
+    assert month.lines["Cosmos DB storage"] == pytest.approx(2 * 0.25)  # breakers' and alerts' minimum GB
+    assert month.total == pytest.approx(40.33788 + 5.20 + 0.50)
 
 
 def test_the_idle_month_of_the_chosen_configuration() -> None:
@@ -181,8 +185,8 @@ def test_the_idle_month_of_the_chosen_configuration() -> None:
     assert month.lines["Storage transactions"] == pytest.approx(2 / 10 * 2_628_000 / 10_000 * 0.004)
     # 7 metric alert series at $0.10, one log alert every 5 minutes at $1.50, two every 15 at $0.50.
     assert month.lines["Alert rules"] == pytest.approx(0.70 + 1.50 + 1.00)
-    assert month.lines["Cosmos DB storage"] == pytest.approx(4 * 0.25)  # each container's minimum GB
-    assert month.total == pytest.approx(9.855 + 0.1971 + 0.21024 + 3.20 + 1.00)
+    assert month.lines["Cosmos DB storage"] == pytest.approx(2 * 0.25)  # breakers' and alerts' minimum GB
+    assert month.total == pytest.approx(9.855 + 0.1971 + 0.21024 + 3.20 + 0.50)
 
 
 def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_polling() -> None:
@@ -192,7 +196,7 @@ def test_an_always_ready_durable_group_bills_its_baseline_and_never_stops_pollin
     # Its own polls of two queues every second, and the scale controller's.
     polls = (2 / 1 + 2 / 10) * 2_628_000
     assert month.lines["Storage transactions"] == pytest.approx(polls / 10_000 * 0.004)  # 2.31264
-    assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256 + 1.00)
+    assert month.total == pytest.approx(9.855 + 0.1971 + 2.31264 + 3.20 + 5.256 + 0.50)
 
 
 def test_a_dedicated_plan_bills_its_instances_and_polls_all_month() -> None:
@@ -205,7 +209,7 @@ def test_a_dedicated_plan_bills_its_instances_and_polls_all_month() -> None:
     assert month.lines["Service Bus"] == pytest.approx(9.855)
     # The Durable group polls two queues every second all month; no scale controller polls a Dedicated plan.
     assert month.lines["Storage transactions"] == pytest.approx(2 * 2_628_000 / 10_000 * 0.004)  # 2.1024
-    assert month.total == pytest.approx(13.14 + 9.855 + 2.1024 + 0.1971 + 3.20 + 1.00)
+    assert month.total == pytest.approx(13.14 + 9.855 + 2.1024 + 0.1971 + 3.20 + 0.50)
 
 
 def test_dedicated_instances_follow_the_mean_cpu_load_at_half_a_core_each() -> None:
