@@ -79,7 +79,7 @@ def _cost_table(fig: dict[str, Any]) -> list[str]:
     return _table(header, rows)
 
 
-def _held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Estimates) -> str:
+def held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Estimates) -> str:
     """Why the cost at a million orders a month stays above the target: the term and what moves it."""
     flex = fig["chosen_meters_at_1m"]["Flex memory time"]
     shares = [
@@ -151,7 +151,7 @@ def _verdict(fig: dict[str, Any], counts: OrderCounts, est: Estimates) -> list[s
     return [
         f"- **Cost at a million orders a month: {money(at_1m)} per million**, "
         f"target {money(TARGET_PER_MILLION)}: "
-        + ("met." if at_1m <= TARGET_PER_MILLION else _held_above(fig, at_1m, counts, est)),
+        + ("met." if at_1m <= TARGET_PER_MILLION else held_above(fig, at_1m, counts, est)),
         f"- **Idle: {money(chosen['idle_month'])} a month**, target {money(TARGET_IDLE)}: "
         + ("met" if chosen["idle_month"] <= TARGET_IDLE else "**not met**")
         + f" ({idle}; Service Bus Standard, needed for duplicate detection, is most of it).",

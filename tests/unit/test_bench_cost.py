@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cost.__main__ import main
-from bench.cost.docs import break_even, dedicated_against_target, replace_between, section
+from bench.cost.docs import break_even, dedicated_against_target, held_above, replace_between, section
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
@@ -354,3 +354,16 @@ def test_the_dedicated_plan_is_said_to_meet_the_cost_target_only_where_it_does()
     assert "meets it, $93" in under
     assert "meets" not in over
     assert "Nor does a Dedicated plan" in over and "$103" in over
+
+
+def test_the_verdict_names_memory_time_as_the_term_above_the_target_only_when_the_rest_is_under_it() -> None:
+    fig = figures()
+    flex = fig["chosen_meters_at_1m"]["Flex memory time"]
+    # The checked-in inputs: every other meter alone is over $100.
+    at_1m = fig["cost"]["orderflow, the chosen configuration"]["per_million"]["1,000,000"]
+    assert at_1m - flex > 100
+    assert "No one meter holds it above $100" in held_above(fig, at_1m, MEASURED, ESTIMATED)
+    # Were the rest $90, memory time would be the term that holds it.
+    single = held_above(fig, flex + 90, MEASURED, ESTIMATED)
+    assert "The term holding it above $100 is Flex memory time" in single
+    assert "Every other meter together comes to $90" in single
