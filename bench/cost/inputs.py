@@ -69,12 +69,11 @@ class Estimates:
 
     Attributes:
         sb_ops_per_message: Service Bus operations per message (send, receive, complete).
-        ru_write: Request units of one state record create (a 2–4 KB record, narrowed index).
-        ru_replace: Request units of one state record replace (the conditional writes).
+        ru_write: Request units of one state record create (a 2–4 KB record, narrowed index); a
+            replace is :data:`bench.cost.model.REPLACE_FACTOR` times it.
         ru_order_create: Request units of the order document's create (only its key indexed).
         ru_point_read: Request units of a point read.
         ru_query_page: Request units of a query page (the minimum charge of a query).
-        ru_retention: Request units of the retention pass over an order (its two documents redacted).
         stored_kb: Kilobytes an order keeps in Cosmos DB until the retention purge.
         retained_days: Days an order keeps its payment and customer data (``COMPENSATION_LOG_RETENTION_S``).
         purged_kb: Kilobytes an order keeps after the purge: its redacted documents are never deleted.
@@ -106,11 +105,9 @@ class Estimates:
 
     sb_ops_per_message: float = 3
     ru_write: float = 6.67
-    ru_replace: float = 13.34
     ru_order_create: float = 6.29
     ru_point_read: float = 1.04
     ru_query_page: float = 3
-    ru_retention: float = 26.96
     stored_kb: float = 12
     retained_days: float = 30
     purged_kb: float = 11
@@ -142,14 +139,11 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "sb_ops_per_message": "each message sent, received and completed once (the happy path)",
     "ru_write": "a state record of up to 4 KB: Microsoft's RU table gives a 4 KB write 6.67 RU "
     "(learn.microsoft.com/azure/cosmos-db/understand-request-unit-consumption, read 2026-12-07); "
-    "`orderstate`'s narrowed index makes it no dearer",
-    "ru_replace": "twice `ru_write`: a replace deletes the stored document and inserts the new one, and "
-    "the same page says updates consume about twice as many RUs as creates when few index terms change",
+    "`orderstate`'s narrowed index makes it no dearer; a replace of either document is priced at twice "
+    "its create (`REPLACE_FACTOR`)",
     "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
     "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
     "ru_query_page": "a query's minimum charge, about 3 RU",
-    "ru_retention": "the retention pass over a finished order: the order document's point read (1.04) "
-    "and redacting replace (twice its 6.29 create, 12.58), and the state record's replace (`ru_replace`)",
     "stored_kb": "the order document, its state record and its timeline entries",
     "retained_days": "the default `COMPENSATION_LOG_RETENTION_S`, 30 days",
     "purged_kb": "the purge redacts the order document and the state record, and deletes neither "

@@ -231,15 +231,23 @@ def service_bus_cost(operations: float) -> float:
     return base + (first * rate("service_bus_ops_13m_100m") + rest * rate("service_bus_ops_100m_2500m")) / 1e6
 
 
+REPLACE_FACTOR: Final = 2.0
+"""A replace's request units against a create's of the same document: it deletes the stored document
+and inserts the new one (Microsoft's RU page: "Updates approximately consume twice as many RUs as
+creates when only a small number of index terms change")."""
+
+
 def order_request_units(counts: OrderCounts, est: Estimates) -> float:
-    """Cosmos DB request units of one order: its writes, reads, loop query pages and retention pass."""
+    """Cosmos DB request units of one order: its writes, reads, loop query pages and retention pass (the
+    order document's point read and redacting replace, and the state record's replace)."""
+    retention = est.ru_point_read + REPLACE_FACTOR * (est.ru_order_create + est.ru_write)
     return (
         counts.state_creates * est.ru_write
-        + counts.state_replaces * est.ru_replace
+        + counts.state_replaces * est.ru_write * REPLACE_FACTOR
         + counts.order_creates * est.ru_order_create
         + counts.point_reads * est.ru_point_read
         + counts.query_pages * est.ru_query_page
-        + est.ru_retention
+        + retention
     )
 
 
