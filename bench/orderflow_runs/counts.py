@@ -14,6 +14,7 @@ from bench.counting import OperationCounts, calling_function
 from bench.counting.queues import CountingQueueFactory
 from bench.counting.stores import CountingOrderStore, CountingStateStore
 from bench.load import run_orderflow_load
+from bench.orderflow_runs.stored import stored_bytes_report
 from bench.orderflow_runs.throughput import (
     REMOTE_STEPS,
     WRITE_HELPERS,
@@ -46,6 +47,7 @@ class CountedSystem:
     host: DevHost
     client: OrderflowClient
     stores: CosmosStores
+    settings: Settings
     state_counts: OperationCounts
     order_counts: OperationCounts
     queue_counts: OperationCounts
@@ -92,7 +94,7 @@ def counted_system(
     )
     host.start()
     try:
-        yield CountedSystem(host, client, stores, state_counts, order_counts, queue_counts)
+        yield CountedSystem(host, client, stores, settings, state_counts, order_counts, queue_counts)
     finally:
         host.stop()
         stores.close()
@@ -171,8 +173,9 @@ def counting_run(
     The roles run with the demo's settings and ``overrides``.
 
     Returns:
-        :func:`count_breakdown` fields, plus ``method``, the load's ``outcomes``, and ``all_processed``
-        (the counts are per order only when every order was processed).
+        :func:`count_breakdown` fields, plus ``method``, the load's ``outcomes``, ``all_processed``
+        (the counts are per order only when every order was processed), and the stored bytes per order
+        before and after the retention purge (:func:`bench.orderflow_runs.stored.stored_bytes_report`).
     """
     tag = f"c{uuid.uuid4().hex[:6]}"
     with counted_system(endpoints, services_url, tag=tag, overrides=overrides) as system:
@@ -182,7 +185,15 @@ def counting_run(
             concurrency=concurrency,
             timeout_s=timeout_s,
         )
-    processed = result.outcomes.get("Processed", 0)
+        processed = result.outcomes.get("Processed", 0)
+        stored = stored_bytes_report(
+            system.stores.database,
+            states=system.stores.state,
+            orders=system.stores.orders,
+            clock=SystemClock(),
+            settings=system.settings,
+            processed=max(processed, 1),
+        )
     breakdown = count_breakdown(
         system.state_counts, system.order_counts, system.queue_counts, processed=max(processed, 1)
     )
@@ -192,4 +203,5 @@ def counting_run(
         "outcomes": dict(sorted(result.outcomes.items())),
         "all_processed": processed == len(orders),
         **breakdown,
+        **stored,
     }

@@ -136,6 +136,14 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     }
     assert on_the_path == SERIAL_PATH
     assert per_order["targets"]["state_writes"]["target"] == 5
+    # What each order keeps in Cosmos DB, before and after the retention purge ran on all three: the
+    # purge redacts the customer's and payment data and deletes nothing.
+    stored, purged = per_order["stored_bytes"], per_order["purged_bytes"]
+    assert per_order["purged_orders"] == 3
+    assert stored["orderhistory"] == purged["orderhistory"] == 0  # a happy path's timeline fits its record
+    assert 0 < purged["orders"] < stored["orders"]
+    assert 0 < purged["orderstate"] < stored["orderstate"]
+    assert stored["total"] == pytest.approx(stored["orders"] + stored["orderstate"], abs=0.15)
 
     hard = report["hard_down"]
     assert hard["service"] == "payments"
