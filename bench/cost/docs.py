@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
+from bench.cost.cosmos import BREAKER_DOCUMENT_BYTES, request_units
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
@@ -412,10 +413,27 @@ def _inputs_tables(counts: OrderCounts, est: Estimates) -> list[str]:
     ]
     estimate_rows = [[name, f"{value:g}", ESTIMATE_BASIS[name]] for name, value in asdict(est).items()]
     lines += _table(["estimate", "value", "why"], estimate_rows)
-    lines += [""]
+    lines += ["", *_request_unit_table(counts), ""]
     lines += ["**Rates**, each with its rule, its source and when it was read:", ""]
     rate_rows = [[r.meter, _rate(r.usd, r.unit), r.rule, r.source, r.read] for r in RATES]
     return lines + _table(["meter", "rate", "rule", "source", "read"], rate_rows)
+
+
+def _request_unit_table(counts: OrderCounts) -> list[str]:
+    """Each priced Cosmos DB operation's request units, from Microsoft's table at the measured sizes."""
+    rows: list[tuple[str, float, Literal["read", "write"]]] = [
+        ("the state record's create (a replace: twice it)", counts.state_record_bytes, "write"),
+        ("the order document's create", counts.order_document_bytes, "write"),
+        ("a point read of the state record", counts.state_record_bytes, "read"),
+        ("a point read of a circuit breaker", BREAKER_DOCUMENT_BYTES, "read"),
+    ]
+    lines = [
+        "**Request units**, Microsoft's table by document size (`RU_TABLE` in `bench/cost/cosmos.py`) at "
+        "the measured sizes:",
+        "",
+    ]
+    body = [[what, f"{size:,.0f}", f"{request_units(size, op):.2f}"] for what, size, op in rows]
+    return lines + _table(["operation", "bytes", "RU"], body)
 
 
 def _rate(value: float, unit: str) -> str:
@@ -425,22 +443,23 @@ def _rate(value: float, unit: str) -> str:
     return f"${format(Decimal(str(value)), 'f')} per {unit}"
 
 
-def _storage_growth(est: Estimates) -> str:
+def _storage_growth(counts: OrderCounts, est: Estimates) -> str:
     """Which month of a deployment the figures price, and why that matters: stored orders only grow."""
-    growth = est.purged_kb * rate("cosmos_storage_gb_month")
+    kept_kb = counts.purged_bytes * (1 + est.index_share) / 1_000
+    growth = kept_kb * rate("cosmos_storage_gb_month")
     return (
         f"Every figure prices month {est.age_months:.0f} of a deployment's life. The retention purge "
         "redacts an order's documents and deletes none (the keys, statuses and times stay: "
-        f"[data.md](data.md)), so every earlier month's orders are still stored, about {est.purged_kb:.0f} "
-        f"KB each, and Cosmos DB storage grows by {money(growth)} a month for every million orders a month, "
-        "for as long as the deployment runs."
+        f"[data.md](data.md)), so every earlier month's orders are still stored, about {kept_kb:.1f} KB "
+        f"each with their index, and Cosmos DB storage grows by {money(growth)} a month for every million "
+        "orders a month, for as long as the deployment runs."
     )
 
 
 def section(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> str:
     """The whole cost section of docs/deploy.md, markers included."""
     fig = figures(counts, est)
-    lines = [BEGIN, INTRO, "", _storage_growth(est), "", "### What it comes to", ""]
+    lines = [BEGIN, INTRO, "", _storage_growth(counts, est), "", "### What it comes to", ""]
     lines += [*_cost_table(fig), "", *_verdict(fig, counts, est)]
     lines += ["", "### The chosen configuration's meters at a million orders a month", ""]
     lines += _table(["meter", "USD a month"], [[k, money(v)] for k, v in fig["chosen_meters_at_1m"].items()])

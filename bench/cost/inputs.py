@@ -29,6 +29,9 @@ class OrderCounts:
         remote_steps: Steps calling a remote service (each one agent execution and one response).
         local_order_s: One order at a time on 2 devhost processes, p50 seconds: every role's processing,
             the emulators' requests and the demo services' calls.
+        order_document_bytes: The order document as stored (system properties included, index aside).
+        state_record_bytes: The settled state record as stored, with any timeline entries moved out of it.
+        purged_bytes: Both after the retention purge, which redacts them and deletes neither.
         measured_on: The ``make bench`` run the measured counts come from.
     """
 
@@ -42,6 +45,9 @@ class OrderCounts:
     activities: float = 3
     remote_steps: float = 3
     local_order_s: float = 0.082
+    order_document_bytes: float = 703
+    state_record_bytes: float = 5198
+    purged_bytes: float = 5754
     measured_on: str = "docs/benchmarks.md: the quiet run of 2026-12-07 13:09 (per order, one at a time)"
 
 
@@ -60,6 +66,10 @@ MEASURED_BASIS: Final[Mapping[str, str]] = {
     "activities": "measured: the workflow's activities in docs/benchmarks.md",
     "remote_steps": "measured: `per_order.remote_steps`",
     "local_order_s": 'measured: `orderflow.one_at_a_time["2"].latency.p50_s`',
+    "order_document_bytes": "measured: `per_order.stored_bytes.orders` (2026-12-08, docs/benchmarks.md)",
+    "state_record_bytes": "measured: `per_order.stored_bytes.orderstate` and `.orderhistory` (the same run)",
+    "purged_bytes": "measured: `per_order.purged_bytes.total`, after the supervisor's retention purge ran "
+    "on the run's settled orders (the same run)",
 }
 
 
@@ -69,14 +79,9 @@ class Estimates:
 
     Attributes:
         sb_ops_per_message: Service Bus operations per message (send, receive, complete).
-        ru_write: Request units of one state record create (a 2–4 KB record, narrowed index); a
-            replace is :data:`bench.cost.model.REPLACE_FACTOR` times it.
-        ru_order_create: Request units of the order document's create (only its key indexed).
-        ru_point_read: Request units of a point read.
         ru_query_page: Request units of a query page (the minimum charge of a query).
-        stored_kb: Kilobytes an order keeps in Cosmos DB until the retention purge.
+        index_share: A document's index as a share of its bytes (Cosmos DB stores and bills both).
         retained_days: Days an order keeps its payment and customer data (``COMPENSATION_LOG_RETENTION_S``).
-        purged_kb: Kilobytes an order keeps after the purge: its redacted documents are never deleted.
         age_months: The month of a deployment's life the model prices: every earlier month's orders are
             still stored.
         tx_per_episode: Azure Storage transactions of one orchestrator episode (history and instance
@@ -104,13 +109,9 @@ class Estimates:
     """
 
     sb_ops_per_message: float = 3
-    ru_write: float = 6.67
-    ru_order_create: float = 6.29
-    ru_point_read: float = 1.04
     ru_query_page: float = 3
-    stored_kb: float = 12
+    index_share: float = 0.2
     retained_days: float = 30
-    purged_kb: float = 11
     age_months: float = 12
     tx_per_episode: float = 3
     tx_per_message: float = 3
@@ -137,18 +138,11 @@ ESTIMATED: Final = Estimates()
 
 ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "sb_ops_per_message": "each message sent, received and completed once (the happy path)",
-    "ru_write": "a state record of up to 4 KB: Microsoft's RU table gives a 4 KB write 6.67 RU "
-    "(learn.microsoft.com/azure/cosmos-db/understand-request-unit-consumption, read 2026-12-07); "
-    "`orderstate`'s narrowed index makes it no dearer; a replace of either document is priced at twice "
-    "its create (`REPLACE_FACTOR`)",
-    "ru_order_create": "a 2 KB order document: 6.29 RU by the same table",
-    "ru_point_read": "a 2 KB point read: 1.04 RU by the same table",
     "ru_query_page": "a query's minimum charge, about 3 RU",
-    "stored_kb": "the order document, its state record and its timeline entries",
+    "index_share": "Microsoft's page on optimizing storage cost: an index not tuned by its policy is "
+    "about 10–20% of the item's size; the upper figure, though `orders` and `orderstate` index only the "
+    "paths their queries use",
     "retained_days": "the default `COMPENSATION_LOG_RETENTION_S`, 30 days",
-    "purged_kb": "the purge redacts the order document and the state record, and deletes neither "
-    "(docs/data.md: the keys, statuses and times stay, for resubmissions and audits); a settled order's "
-    "stored JSON went from 3,814 to 3,551 bytes in it (7% less), so an order keeps about 11 of its 12 KB",
     "age_months": "a deployment's first year: the stored orders, and their cost, grow with its age",
     "tx_per_episode": "table transactions: a History batch, an Instances write, the History read of "
     "the replay",
@@ -329,5 +323,18 @@ def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) 
         query_pages=float(state.get("query_pages", base.query_pages)),
         remote_steps=float(per_order.get("remote_steps", base.remote_steps)),
         local_order_s=float(local_s) if local_s else base.local_order_s,
+        **_stored(per_order, base),
         measured_on=f"bench-report.json of {report.get('generated_at', 'an unknown date')}",
     )
+
+
+def _stored(per_order: Mapping[str, Any], base: OrderCounts) -> dict[str, float]:
+    """The stored bytes a report's counting run measured, ``base``'s where it has none."""
+    stored, purged = per_order.get("stored_bytes") or {}, per_order.get("purged_bytes") or {}
+    if not stored or not purged:
+        return {}
+    return {
+        "order_document_bytes": float(stored["orders"]),
+        "state_record_bytes": float(stored["orderstate"] + stored.get("orderhistory", 0.0)),
+        "purged_bytes": float(purged["total"]),
+    }

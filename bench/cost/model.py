@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
+from bench.cost.cosmos import BREAKER_DOCUMENT_BYTES, cosmos_storage_gb, order_request_units, request_units
 from bench.cost.inputs import AzureConfig, Estimates, OrderCounts
 from bench.cost.prices import HOURS_PER_MONTH, SECONDS_PER_MONTH, rate
 
@@ -231,26 +232,6 @@ def service_bus_cost(operations: float) -> float:
     return base + (first * rate("service_bus_ops_13m_100m") + rest * rate("service_bus_ops_100m_2500m")) / 1e6
 
 
-REPLACE_FACTOR: Final = 2.0
-"""A replace's request units against a create's of the same document: it deletes the stored document
-and inserts the new one (Microsoft's RU page: "Updates approximately consume twice as many RUs as
-creates when only a small number of index terms change")."""
-
-
-def order_request_units(counts: OrderCounts, est: Estimates) -> float:
-    """Cosmos DB request units of one order: its writes, reads, loop query pages and retention pass (the
-    order document's point read and redacting replace, and the state record's replace)."""
-    retention = est.ru_point_read + REPLACE_FACTOR * (est.ru_order_create + est.ru_write)
-    return (
-        counts.state_creates * est.ru_write
-        + counts.state_replaces * est.ru_write * REPLACE_FACTOR
-        + counts.order_creates * est.ru_order_create
-        + counts.point_reads * est.ru_point_read
-        + counts.query_pages * est.ru_query_page
-        + retention
-    )
-
-
 SERVICE_BUS_GROUPS: Final = frozenset({"submission", "responses"})
 """The groups of Service Bus triggers besides the agents' (``agent-<n>``)."""
 
@@ -309,32 +290,6 @@ def empty_receives(groups: list[Group], est: Estimates, config: AzureConfig) -> 
     return total
 
 
-ORDER_DOCUMENT_SHARE: Final = 0.11
-"""The order document's share of an order's stored bytes (the ``orders`` container's; the rest is the
-state record's, in ``orderstate``): 428 of 3,814 bytes of a settled order's stored JSON. A happy-path
-order writes about 7 timeline entries, under ``TIMELINE_WINDOW``, so ``orderhistory`` holds none of it."""
-
-ALWAYS_FILLED: Final = 2
-"""Containers that hold documents whatever the volume: ``breakers`` and ``alerts`` (the supervisor's sweep
-record and its per-minute tallies, each with a time-to-live)."""
-
-
-def cosmos_storage_gb(orders: float, est: Estimates) -> float:
-    """Cosmos DB storage billed in month ``est.age_months`` of ``orders`` a month (GB, the month's mean).
-
-    The stock at mid-month: the orders of the last ``est.retained_days`` at ``est.stored_kb`` and every
-    earlier one at ``est.purged_kb``, the purge deleting nothing. Each container that holds anything is
-    billed at least 1 GB (Microsoft's pricing model page: "The smallest amount of data billed for any non
-    empty container is 1 GB"): ``orders`` and ``orderstate`` once there are orders, and
-    :data:`ALWAYS_FILLED` more.
-    """
-    age = max(0.0, est.age_months - 0.5)
-    retained = min(age, est.retained_days / 30)
-    gb = orders * (est.stored_kb * retained + est.purged_kb * (age - retained)) / 1e6
-    filled = [gb * ORDER_DOCUMENT_SHARE, gb * (1 - ORDER_DOCUMENT_SHARE)] if gb > 0 else []
-    return sum(max(part, 1.0) for part in filled) + ALWAYS_FILLED * 1.0
-
-
 def storage_cost(queue_ops: float, table_ops: float) -> float:
     """Azure Storage: queue operations and table transactions (USD)."""
     return (queue_ops * rate("storage_queue_ops") + table_ops * rate("storage_table_transactions")) / 10_000
@@ -365,14 +320,16 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
     month.lines["Service Bus"] = service_bus_cost(
         orders * counts.messages * est.sb_ops_per_message + empty_receives(groups, est, config)
     )
-    request_units = (
+    units = (
         orders * order_request_units(counts, est)
         + starter_runs * est.starter_ru
         + supervisor_runs * est.supervisor_ru
-        + breaker_reads(orders, est, config) * est.ru_point_read
+        + breaker_reads(orders, est, config) * request_units(BREAKER_DOCUMENT_BYTES, "read")
     )
-    month.lines["Cosmos DB request units"] = request_units / 1e6 * rate("cosmos_ru")
-    month.lines["Cosmos DB storage"] = cosmos_storage_gb(orders, est) * rate("cosmos_storage_gb_month")
+    month.lines["Cosmos DB request units"] = units / 1e6 * rate("cosmos_ru")
+    month.lines["Cosmos DB storage"] = cosmos_storage_gb(orders, counts, est) * rate(
+        "cosmos_storage_gb_month"
+    )
     queue_ops = orders * durable_queue_ops(counts.activities, counts.remote_steps, est)
     month.lines["Storage transactions"] = storage_cost(
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)

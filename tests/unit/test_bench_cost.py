@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cost.__main__ import main
+from bench.cost.cosmos import cosmos_storage_gb, order_request_units, request_units
 from bench.cost.docs import break_even, dedicated_against_target, held_above, replace_between, section
 from bench.cost.inputs import (
     CHOSEN,
@@ -30,7 +31,6 @@ from bench.cost.inputs import (
 from bench.cost.model import (
     Group,
     breaker_reads,
-    cosmos_storage_gb,
     dedicated_instances,
     durable_queue_ops,
     durable_table_ops,
@@ -38,7 +38,6 @@ from bench.cost.model import (
     flex_cost,
     metered_s,
     metered_share,
-    order_request_units,
     orderflow_month,
     poisson_share,
     service_bus_cost,
@@ -105,10 +104,34 @@ def test_service_bus_base_then_tiers() -> None:
     assert service_bus_cost(200_000_000) == pytest.approx(9.855 + 87 * 0.80 + 100 * 0.50)
 
 
+def test_request_units_by_document_size_follow_microsofts_table_between_its_rows() -> None:
+    # The table's own rows, then halfway between two of them; under 1 KB is charged as 1 KB.
+    assert request_units(4_000, "write") == pytest.approx(6.67)
+    assert request_units(2_000, "read") == pytest.approx(1.04)
+    assert request_units(6_000, "write") == pytest.approx((6.67 + 7.04) / 2)
+    assert request_units(12_000, "read") == pytest.approx((1.33 + 1.67) / 2)
+    assert request_units(300, "write") == request_units(1_000, "write") == pytest.approx(4.95)
+    assert request_units(64_000, "write") == pytest.approx(22.67)
+    with pytest.raises(ValueError, match="beyond"):
+        request_units(64_001, "write")
+    with pytest.raises(ValueError, match="-1"):
+        request_units(-1, "read")
+
+
 def test_request_units_and_storage_transactions_of_an_order() -> None:
-    # create 6.67 + 5 replaces x 13.34 + order create 6.29 + 1 read x 1.04 + 0.4 pages x 3 + retention
-    # 26.96 (the order document's read and replace, the state record's replace)
-    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(108.86)
+    # The settled state record of 5,198 bytes: a write 6.67 + 1.198 / 4 x 0.37, a read 1.14 + 1.198 / 4
+    # x 0.19; the order document of 703 bytes: 4.95 and 1.00, the table's 1 KB row.
+    record_write, record_read = 6.67 + 1.198 / 4 * 0.37, 1.14 + 1.198 / 4 * 0.19
+    writes = record_write + 5 * 2 * record_write + 4.95  # create, 5 replaces at twice it, the document
+    reads_and_pages = 1 * record_read + 0.4 * 3
+    retention = 1.00 + 2 * (4.95 + record_write)  # the document's read and replace, the record's replace
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(writes + reads_and_pages + retention)
+    assert order_request_units(MEASURED, ESTIMATED) == pytest.approx(106.40, abs=0.01)
+    # A larger record costs more at every write: 8 KB is the table's 7.04 a write.
+    larger = replace(MEASURED, state_record_bytes=8_000)
+    assert order_request_units(larger, ESTIMATED) - order_request_units(MEASURED, ESTIMATED) == pytest.approx(
+        (7.04 - record_write) * (1 + 10 + 2) + (1.33 - record_read)
+    )
     # (start, 3 results, 3 events, 3 work items) x 3 queue operations; 7 episodes x 3 table transactions
     assert durable_queue_ops(3, 3, ESTIMATED) == 30
     assert durable_table_ops(7, ESTIMATED) == 21
@@ -116,17 +139,25 @@ def test_request_units_and_storage_transactions_of_an_order() -> None:
 
 
 def test_cosmos_storage_keeps_every_purged_order_and_bills_each_container_a_gigabyte_at_least() -> None:
-    # Month 12 at a million orders a month, at mid-month: the last month's orders at 12 KB, the 10.5
-    # months before at 11 KB each; breakers and alerts at their minimum gigabyte each.
-    assert cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(12 + 11 * 10.5 + 2)
-    # Month 1: half a month's orders on average, 6 GB, of which the order documents' 0.66 GB is billed 1.
-    assert cosmos_storage_gb(1_000_000, replace(ESTIMATED, age_months=1)) == pytest.approx(1 + 6 * 0.89 + 2)
+    # Month 12 at a million orders a month, at mid-month: the last month's orders at their 5,901 bytes,
+    # the 10.5 months before at 5,754 after the purge, each a fifth more for its index (GB); breakers
+    # and alerts at their minimum gigabyte each.
+    stored, purged = 703 + 5198, 5754
+    assert cosmos_storage_gb(1_000_000, MEASURED, ESTIMATED) == pytest.approx(
+        (stored + purged * 10.5) * 1.2 / 1_000 + 2
+    )
+    # Month 1: half a month's orders, 3.54 GB, of which the order documents' 0.42 GB is billed 1.
+    month_1 = replace(ESTIMATED, age_months=1)
+    half = stored * 0.5 * 1.2 / 1_000
+    assert cosmos_storage_gb(1_000_000, MEASURED, month_1) == pytest.approx(1 + half * 5198 / stored + 2)
     # Nothing purged is ever deleted: each further month adds the purged orders.
     later = replace(ESTIMATED, age_months=13)
-    assert cosmos_storage_gb(1_000_000, later) - cosmos_storage_gb(1_000_000, ESTIMATED) == pytest.approx(11)
+    assert cosmos_storage_gb(1_000_000, MEASURED, later) - cosmos_storage_gb(
+        1_000_000, MEASURED, ESTIMATED
+    ) == pytest.approx(purged * 1.2 / 1_000)
     # Too little data for the two order containers' minimum gigabyte each; none where nothing is stored.
-    assert cosmos_storage_gb(10_000, replace(ESTIMATED, age_months=1)) == 4
-    assert cosmos_storage_gb(0, ESTIMATED) == 2
+    assert cosmos_storage_gb(10_000, MEASURED, month_1) == 4
+    assert cosmos_storage_gb(0, MEASURED, ESTIMATED) == 2
 
 
 def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
@@ -284,13 +315,23 @@ def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() ->
 
 
 def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_was_processed() -> None:
-    per_order = {"all_processed": True, "queue_sends": {"total": 10}, "state_store": {"replaces": 4}}
+    per_order = {
+        "all_processed": True,
+        "queue_sends": {"total": 10},
+        "state_store": {"replaces": 4},
+        "stored_bytes": {"orders": 700.0, "orderstate": 5000.0, "orderhistory": 300.0, "total": 6000.0},
+        "purged_bytes": {"orders": 600.0, "orderstate": 5200.0, "orderhistory": 0.0, "total": 5800.0},
+    }
     single = {"2": {"latency": {"p50_s": 0.05}}}
     orderflow = {"per_order": per_order, "one_at_a_time": single}
     report = {"generated_at": "2027-01-01T00:00:00+00:00", "orderflow": orderflow}
     counts = counts_from_report(report)
     assert (counts.messages, counts.state_replaces, counts.episodes) == (10, 4, MEASURED.episodes)
     assert counts.local_order_s == 0.05
+    # The record's timeline entries moved out of it are the record's bytes too.
+    assert (counts.order_document_bytes, counts.state_record_bytes, counts.purged_bytes) == (700, 5300, 5800)
+    older = {**per_order, "stored_bytes": None}
+    assert counts_from_report({"orderflow": {"per_order": older}}).purged_bytes == MEASURED.purged_bytes
     assert counts.measured_on == "bench-report.json of 2027-01-01T00:00:00+00:00"
     assert counts_from_report({"orderflow": {"per_order": {**per_order, "all_processed": False}}}) == MEASURED
     assert counts_from_report({}) == MEASURED
