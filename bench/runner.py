@@ -28,6 +28,7 @@ from bench.counting.http import HttpCounter, install_http_counter
 from bench.cpu_pairs import measure_baseline, more_cpu_pairs, paired_counts
 from bench.measure import LOAD_GENERATOR, counts_between, http_targets, per_order_by_target
 from bench.orderflow_runs import Measuring, counting_run, hard_down_comparison, throughput_run
+from bench.orderflow_runs.telemetry import telemetry_run
 from bench.parts import Parts, Progress
 from bench.peer_runs import dbos_run, durabletask_run
 from bench.report import NOTES, build_report, core_speed, machine_info
@@ -80,6 +81,8 @@ def run_bench(
         one_at_a_time = _one_at_a_time(bench, timed, warmup)
         sdk_calls = _sdk_calls(bench)
         per_order = _counting(bench, orders)
+        if per_order is not None:
+            per_order["telemetry"] = _telemetry(bench, orders)
         hard_down = _hard_down(bench, orders)
         peers = _peers(bench, timed, warmup)
         cosmos, memory = _sweeps(bench, progress)
@@ -302,6 +305,24 @@ def _counting(bench: _Bench, orders: list[Any]) -> dict[str, Any] | None:
         counted = counts_between(before_counting, counter.counts.snapshot())
         per_order["http_per_order"] = per_order_by_target([counted], max(per_order["orders"], 1))
     return per_order
+
+
+def _telemetry(bench: _Bench, orders: list[Any]) -> dict[str, Any] | None:
+    """Telemetry bytes per order from the exporter (:mod:`bench.orderflow_runs.telemetry`); None when it
+    failed."""
+    config = bench.config
+    return bench.parts.run(
+        f"orderflow: telemetry exported for {config.count_orders} orders",
+        lambda: telemetry_run(
+            orders=orders[: config.count_orders],
+            warmup=orders[config.count_orders : config.count_orders + 2],
+            endpoints=bench.local,
+            services_url=bench.services_url,
+            run_dir=bench.run_dir,
+            timeout_s=config.run_timeout_s,
+            overrides=config.orderflow_settings,
+        ),
+    )
 
 
 def _hard_down(bench: _Bench, orders: list[Any]) -> dict[str, Any] | None:

@@ -144,6 +144,16 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     assert 0 < purged["orders"] < stored["orders"]
     assert 0 < purged["orderstate"] < stored["orderstate"]
     assert stored["total"] == pytest.approx(stored["orders"] + stored["orderstate"], abs=0.15)
+    # What the Azure Monitor exporter sent for each order, from a devhost exporting to a local endpoint:
+    # a request span for each message a role consumed (the order, three agent requests, three responses),
+    # the spans of the calls under them and their event records; durabletask's and the consumer loops'
+    # receives and deletes, which the Functions host does on Azure, apart.
+    telemetry = per_order["telemetry"]
+    assert telemetry["all_processed"] is True
+    assert telemetry["items"]["RequestData"] == 7.0
+    assert telemetry["items"]["RemoteDependencyData"] > 7.0 and telemetry["items"]["MessageData"] > 0
+    assert telemetry["host_side"]["items"] > 0
+    assert all(0 < telemetry["value_bytes"][kind] < telemetry["bytes"][kind] for kind in telemetry["bytes"])
 
     hard = report["hard_down"]
     assert hard["service"] == "payments"
