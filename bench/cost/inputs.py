@@ -32,6 +32,12 @@ class OrderCounts:
         order_document_bytes: The order document as stored (system properties included, index aside).
         state_record_bytes: The settled state record as stored, with any timeline entries moved out of it.
         purged_bytes: Both after the retention purge, which redacts them and deletes neither.
+        span_records: Spans the worker exports for an order (requests and dependencies: orderflow's
+            roles, the Azure SDK calls and HTTP calls they make).
+        span_value_bytes: Those spans' values as text (Log Analytics' billed size before the columns
+            ingestion adds).
+        log_records: Log records the worker exports for an order (orderflow's events).
+        log_value_bytes: Those records' values as text.
         measured_on: The ``make bench`` run the measured counts come from.
     """
 
@@ -48,6 +54,10 @@ class OrderCounts:
     order_document_bytes: float = 703
     state_record_bytes: float = 5198
     purged_bytes: float = 5754
+    span_records: float = 46.4
+    span_value_bytes: float = 24_248
+    log_records: float = 12
+    log_value_bytes: float = 7_618
     measured_on: str = "docs/benchmarks.md: the quiet run of 2026-12-07 13:09 (per order, one at a time)"
 
 
@@ -70,6 +80,12 @@ MEASURED_BASIS: Final[Mapping[str, str]] = {
     "state_record_bytes": "measured: `per_order.stored_bytes.orderstate` and `.orderhistory` (the same run)",
     "purged_bytes": "measured: `per_order.purged_bytes.total`, after the supervisor's retention purge ran "
     "on the run's settled orders (the same run)",
+    "span_records": "measured: `per_order.telemetry.items` (`RequestData` and `RemoteDependencyData`): a "
+    "devhost's Azure Monitor exporter, every trace kept, the host's work left out (2026-12-08, "
+    "docs/benchmarks.md)",
+    "span_value_bytes": "measured: `per_order.telemetry.value_bytes` of the same (the same run)",
+    "log_records": "measured: `per_order.telemetry.items.MessageData` (the same run)",
+    "log_value_bytes": "measured: `per_order.telemetry.value_bytes.MessageData` (the same run)",
 }
 
 
@@ -87,11 +103,11 @@ class Estimates:
         tx_per_episode: Azure Storage transactions of one orchestrator episode (history and instance
             table writes, the history read of its replay).
         tx_per_message: Azure Storage transactions of one Durable queue message (put, get, delete).
-        trace_bytes: Billed telemetry bytes per order from spans (host requests, dependencies).
-        host_span_bytes: Of ``trace_bytes``, the Functions host's request spans.
+        ingestion_added_bytes: Billed bytes Log Analytics adds to each record at ingestion (columns no
+            envelope carries).
+        host_span_bytes: Billed bytes per order of the Functions host's request spans.
         host_log_bytes: Billed telemetry bytes per order of the host's Information log records (each
             execution's start and end, Durable Functions' tracking events), never sampled.
-        kept_bytes: Billed telemetry bytes per order never sampled (orderflow's events, alerts, metrics).
         timer_run_bytes: Billed telemetry bytes of one timer run.
         starter_ru: Request units of one starter (sweeper) run's query.
         supervisor_ru: Request units of one supervisor sweep (its queries and sweep document).
@@ -115,10 +131,9 @@ class Estimates:
     age_months: float = 12
     tx_per_episode: float = 3
     tx_per_message: float = 3
-    trace_bytes: float = 40_000
+    ingestion_added_bytes: float = 150
     host_span_bytes: float = 11_900
     host_log_bytes: float = 38_400
-    kept_bytes: float = 7_000
     timer_run_bytes: float = 1_500
     starter_ru: float = 3
     supervisor_ru: float = 6
@@ -147,18 +162,18 @@ ESTIMATE_BASIS: Final[Mapping[str, str]] = {
     "tx_per_episode": "table transactions: a History batch, an Instances write, the History read of "
     "the replay",
     "tx_per_message": "queue operations: a Durable queue message is put, got and deleted",
-    "trace_bytes": "a demo run's console spans (2026-12-07, 30 orders): 24 worker spans per happy-path "
-    "order at 979 bytes (JSON without the resource), billed about a quarter smaller: 17.6 KB; with the "
-    "host's request span per execution (17) and the Azure SDKs' dependency spans (about 15) at 700 bytes",
-    "host_span_bytes": "the host's request span per execution (17 an order) at 700 bytes, as in "
-    "`trace_bytes`",
+    "ingestion_added_bytes": "the columns a workspace-based Application Insights record has that the "
+    "envelope does not carry: `TenantId` and `ResourceGUID` (36 each), `TimeGenerated` (28), the client's "
+    "city, state and country from its address (about 30), `ClientIP`, `ClientType`, `SourceSystem` and "
+    "`PerformanceBucket` (about 20); `Type`, `_ResourceId` and the other underscored columns are not "
+    "billed (learn.microsoft.com/azure/azure-monitor/logs/cost-logs)",
+    "host_span_bytes": "the host's request span per execution (17 an order) at 700 bytes: an orderflow "
+    "request span's values measured 506 bytes, and the columns ingestion adds",
     "host_log_bytes": "no run measured them: 17 executions an order, each an 'Executing' and an "
     "'Executed' record (category `Function`), and about 30 Durable Functions tracking events (category "
     "`Host.Triggers.DurableTask`: the orchestration's Scheduled, Started and Awaited for each of its 7 "
     "episodes, Listening and ExternalEventRaised for each response, Completed; each activity's "
     "Scheduled, Started and Completed), 64 records at 600 bytes billed, as orderflow's event records",
-    "kept_bytes": "about 12 event and alert records per order (the same run: 192 bytes of text each) at "
-    "about 600 bytes billed",
     "timer_run_bytes": "a host request span and a log record or two per timer run",
     "starter_ru": "one query page finding nothing",
     "supervisor_ru": "the sweep's query pages finding nothing",
@@ -324,6 +339,7 @@ def counts_from_report(report: Mapping[str, Any], base: OrderCounts = MEASURED) 
         remote_steps=float(per_order.get("remote_steps", base.remote_steps)),
         local_order_s=float(local_s) if local_s else base.local_order_s,
         **_stored(per_order, base),
+        **_telemetry(per_order.get("telemetry") or {}),
         measured_on=f"bench-report.json of {report.get('generated_at', 'an unknown date')}",
     )
 
@@ -337,4 +353,22 @@ def _stored(per_order: Mapping[str, Any], base: OrderCounts) -> dict[str, float]
         "order_document_bytes": float(stored["orders"]),
         "state_record_bytes": float(stored["orderstate"] + stored.get("orderhistory", 0.0)),
         "purged_bytes": float(purged["total"]),
+    }
+
+
+SPAN_TYPES: Final = ("RequestData", "RemoteDependencyData")
+"""Application Insights item types of spans; every other type but metrics is a log record."""
+
+
+def _telemetry(telemetry: Mapping[str, Any]) -> dict[str, float]:
+    """The telemetry counts a report's run measured, where every one of its orders was processed."""
+    if not telemetry.get("all_processed"):
+        return {}
+    items, values = telemetry["items"], telemetry["value_bytes"]
+    logs = [kind for kind in items if kind not in SPAN_TYPES]
+    return {
+        "span_records": float(sum(items.get(kind, 0.0) for kind in SPAN_TYPES)),
+        "span_value_bytes": float(sum(values.get(kind, 0.0) for kind in SPAN_TYPES)),
+        "log_records": float(sum(items[kind] for kind in logs)),
+        "log_value_bytes": float(sum(values.get(kind, 0.0) for kind in logs)),
     }

@@ -304,6 +304,17 @@ def alerts_cost(config: AzureConfig) -> float:
     )
 
 
+def span_bytes(counts: OrderCounts, est: Estimates) -> float:
+    """Billed bytes of an order's spans before sampling: the worker's, at their measured values and the
+    columns ingestion adds to each, and the Functions host's request spans."""
+    return counts.span_value_bytes + counts.span_records * est.ingestion_added_bytes + est.host_span_bytes
+
+
+def log_bytes(counts: OrderCounts, est: Estimates) -> float:
+    """Billed bytes of an order's log records (orderflow's events), which no sampler drops."""
+    return counts.log_value_bytes + counts.log_records * est.ingestion_added_bytes
+
+
 def telemetry_cost(gigabytes: float) -> float:
     """Log Analytics ingestion past the free grant (USD)."""
     return max(0.0, gigabytes - rate("log_analytics_free_gb")) * rate("log_analytics_gb")
@@ -335,7 +346,9 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
     )
     host_logs = est.host_log_bytes if config.host_info_logs else 0.0
-    telemetry = orders * (est.trace_bytes * config.trace_sampling + est.kept_bytes + host_logs)
+    telemetry = orders * (
+        span_bytes(counts, est) * config.trace_sampling + log_bytes(counts, est) + host_logs
+    )
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
     month.lines["Alert rules"] = alerts_cost(config)
     return month

@@ -13,6 +13,7 @@ from bench.cost.model import (
     flex_cost,
     metered_share,
     polling_ops,
+    span_bytes,
     spread,
     storage_cost,
     telemetry_cost,
@@ -46,7 +47,7 @@ def durable_saga_month(counts: OrderCounts, est: Estimates, config: AzureConfig,
     )
     share = (episodes + 2 * steps + 1) / (counts.episodes + counts.activities + 2 * steps + 1)
     month.lines["Telemetry ingestion"] = telemetry_cost(
-        orders * est.trace_bytes * share * config.trace_sampling / 1e9
+        orders * span_bytes(counts, est) * share * config.trace_sampling / 1e9
     )
     return month
 

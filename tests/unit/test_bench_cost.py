@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,11 +37,13 @@ from bench.cost.model import (
     durable_table_ops,
     empty_receives,
     flex_cost,
+    log_bytes,
     metered_s,
     metered_share,
     orderflow_month,
     poisson_share,
     service_bus_cost,
+    span_bytes,
     spread,
     timer_share,
 )
@@ -158,6 +161,23 @@ def test_cosmos_storage_keeps_every_purged_order_and_bills_each_container_a_giga
     # Too little data for the two order containers' minimum gigabyte each; none where nothing is stored.
     assert cosmos_storage_gb(10_000, MEASURED, month_1) == 4
     assert cosmos_storage_gb(0, MEASURED, ESTIMATED) == 2
+
+
+def test_an_orders_telemetry_is_its_measured_values_with_the_columns_ingestion_adds() -> None:
+    # Spans: 24,248 bytes of values in 46.4 records, 150 bytes more each, and the host's 11,900.
+    assert span_bytes(MEASURED, ESTIMATED) == pytest.approx(24_248 + 46.4 * 150 + 11_900)
+    assert log_bytes(MEASURED, ESTIMATED) == pytest.approx(7_618 + 12 * 150)
+    # A million orders a month: a tenth of the spans, every log record, and the two 30 s timers' 175,200
+    # runs at 1,500 bytes; the first 5 GB free, the rest at $2.30.
+    month = orderflow_month(MEASURED, ESTIMATED, CHOSEN, 1_000_000)
+    per_order = (24_248 + 46.4 * 150 + 11_900) * 0.1 + 7_618 + 12 * 150
+    gigabytes = (1_000_000 * per_order + 175_200 * 1_500) / 1e9
+    assert month.lines["Telemetry ingestion"] == pytest.approx((gigabytes - 5) * 2.30)
+    # The host's Information records, when exported, are never sampled either.
+    loud = orderflow_month(MEASURED, ESTIMATED, replace(CHOSEN, host_info_logs=True), 1_000_000)
+    assert loud.lines["Telemetry ingestion"] - month.lines["Telemetry ingestion"] == pytest.approx(
+        1_000_000 * 38_400 / 1e9 * 2.30
+    )
 
 
 def test_breaker_reads_fall_as_consultations_share_the_cache() -> None:
@@ -315,12 +335,18 @@ def test_the_chosen_configuration_is_cheaper_and_faster_than_the_one_before() ->
 
 
 def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_was_processed() -> None:
+    telemetry: dict[str, Any] = {
+        "all_processed": True,
+        "items": {"MessageData": 10.0, "RemoteDependencyData": 30.0, "RequestData": 7.0, "EventData": 1.0},
+        "value_bytes": {"MessageData": 6000.0, "RemoteDependencyData": 20000.0, "RequestData": 3500.0},
+    }
     per_order = {
         "all_processed": True,
         "queue_sends": {"total": 10},
         "state_store": {"replaces": 4},
         "stored_bytes": {"orders": 700.0, "orderstate": 5000.0, "orderhistory": 300.0, "total": 6000.0},
         "purged_bytes": {"orders": 600.0, "orderstate": 5200.0, "orderhistory": 0.0, "total": 5800.0},
+        "telemetry": telemetry,
     }
     single = {"2": {"latency": {"p50_s": 0.05}}}
     orderflow = {"per_order": per_order, "one_at_a_time": single}
@@ -330,6 +356,11 @@ def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_wa
     assert counts.local_order_s == 0.05
     # The record's timeline entries moved out of it are the record's bytes too.
     assert (counts.order_document_bytes, counts.state_record_bytes, counts.purged_bytes) == (700, 5300, 5800)
+    # Spans are requests and dependencies; every other item a log record.
+    assert (counts.span_records, counts.span_value_bytes) == (37, 23_500)
+    assert (counts.log_records, counts.log_value_bytes) == (11, 6_000)
+    unfinished = {**per_order, "telemetry": {**telemetry, "all_processed": False}}
+    assert counts_from_report({"orderflow": {"per_order": unfinished}}).span_records == MEASURED.span_records
     older = {**per_order, "stored_bytes": None}
     assert counts_from_report({"orderflow": {"per_order": older}}).purged_bytes == MEASURED.purged_bytes
     assert counts.measured_on == "bench-report.json of 2027-01-01T00:00:00+00:00"
