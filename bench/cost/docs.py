@@ -30,6 +30,7 @@ from bench.cost.model import (
     DEDICATED_UTILISATION,
     SERVICE_BUS_GROUPS,
     dedicated_instances,
+    log_bytes,
     orderflow_groups,
     orderflow_month,
 )
@@ -330,6 +331,24 @@ def _host_logs(counts: OrderCounts, est: Estimates) -> str:
     )
 
 
+def _events(counts: OrderCounts, est: Estimates) -> str:
+    """The events' bullet: what keeping them whole costs, and what sampling them would lose."""
+    m = 1_000_000
+    kept = log_bytes(counts, est)
+    return (
+        "- **orderflow's events kept whole, not sampled with their traces**, kept (the Azure Monitor "
+        "distro's `enable_trace_based_sampling_for_logs`, off unless asked for): "
+        f"{counts.log_records:g} records an order, {kept:,.0f} bytes billed (their values as measured, "
+        "docs/benchmarks.md, and the columns ingestion adds), "
+        "most of the telemetry meter once the free 5 GB are spent. Sampled with their traces they would "
+        f"cost {money(-_delta('events_sampled', True, m, counts, est))} a month less at a million orders, "
+        "and App Insights would show one order in ten step by step instead of every one, the same orders "
+        "whose spans it keeps; the distro's sampling would drop alert records of unsampled traces too. "
+        "Every order's timeline in its state record (`orderflow status`, the console) stays whole either "
+        "way, and the alert rules count metrics, which are never sampled."
+    )
+
+
 def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
     """The Service Bus trigger settings' bullet: what their waiting receives cost and what would move it."""
     m = 1_000_000
@@ -397,6 +416,7 @@ def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[
         "alerts' series). `tests/infra/test_cost_configuration.py` holds each rule's frequency and the "
         "metric alerts' series to what the model prices.",
         _host_logs(counts, est),
+        _events(counts, est),
         _service_bus_settings(counts, est),
     ]
 

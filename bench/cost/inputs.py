@@ -221,6 +221,8 @@ class AzureConfig:
         log_alerts_15min: Log search alert rules evaluated every 15 minutes.
         sb_concurrent_calls: Receives a Service Bus trigger's instance keeps waiting (``maxConcurrentCalls``).
         sb_try_timeout_s: How long each waits for a message (``clientRetryOptions.tryTimeout``).
+        events_sampled: orderflow's event and alert records are sampled with their traces (the Azure
+            Monitor distro's ``enable_trace_based_sampling_for_logs``) instead of kept whole.
         host_info_logs: The host exports its Information log records (``host.json``'s ``Function`` and
             ``Host.Triggers.DurableTask`` categories at Information).
         dedicated: A Dedicated (App Service) plan of Basic B1 instances instead of Flex Consumption:
@@ -244,6 +246,7 @@ class AzureConfig:
     sb_concurrent_calls: int = 8
     sb_try_timeout_s: float = 10.0
     host_info_logs: bool = True
+    events_sampled: bool = False
     dedicated: bool = False
 
 

@@ -346,9 +346,8 @@ def orderflow_month(counts: OrderCounts, est: Estimates, config: AzureConfig, or
         queue_ops + polling_ops(config, est, orders), orders * durable_table_ops(counts.episodes, est)
     )
     host_logs = est.host_log_bytes if config.host_info_logs else 0.0
-    telemetry = orders * (
-        span_bytes(counts, est) * config.trace_sampling + log_bytes(counts, est) + host_logs
-    )
+    events = log_bytes(counts, est) * (config.trace_sampling if config.events_sampled else 1.0)
+    telemetry = orders * (span_bytes(counts, est) * config.trace_sampling + events + host_logs)
     month.lines["Telemetry ingestion"] = telemetry_cost((telemetry + timer_runs * est.timer_run_bytes) / 1e9)
     month.lines["Alert rules"] = alerts_cost(config)
     return month

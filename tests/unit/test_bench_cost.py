@@ -173,6 +173,10 @@ def test_an_orders_telemetry_is_its_measured_values_with_the_columns_ingestion_a
     per_order = (24_248 + 46.4 * 150 + 11_900) * 0.1 + 7_618 + 12 * 150
     gigabytes = (1_000_000 * per_order + 175_200 * 1_500) / 1e9
     assert month.lines["Telemetry ingestion"] == pytest.approx((gigabytes - 5) * 2.30)
+    # Events sampled with their traces: a tenth of them, like the spans.
+    sampled = orderflow_month(MEASURED, ESTIMATED, replace(CHOSEN, events_sampled=True), 1_000_000)
+    fewer = (1_000_000 * (per_order - 0.9 * (7_618 + 12 * 150)) + 175_200 * 1_500) / 1e9
+    assert sampled.lines["Telemetry ingestion"] == pytest.approx(max(0.0, fewer - 5) * 2.30)
     # The host's Information records, when exported, are never sampled either.
     loud = orderflow_month(MEASURED, ESTIMATED, replace(CHOSEN, host_info_logs=True), 1_000_000)
     assert loud.lines["Telemetry ingestion"] - month.lines["Telemetry ingestion"] == pytest.approx(
