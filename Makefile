@@ -139,7 +139,7 @@ soak: demo-deps setup
 		--skew --clients 3 --seed $(SEED) --report soak-report.json
 
 .PHONY: bench
-bench: demo-deps setup
+bench: demo-deps setup $(WORKER_VENV)/.installed
 	$(PY) -m bench --orders $(ORDERS) --concurrency $(CONCURRENCY) --processes "$(BENCH_PROCESSES)" \
 		--sweep-sizes "$(SWEEP_SIZES)" --peers "$(PEERS)" --hard-down-orders $(HARD_DOWN_ORDERS) \
 		--cpu-pairs $(CPU_PAIRS) --sdk-calls $(SDK_CALLS)
@@ -162,7 +162,7 @@ doctor: setup
 # processes under a deadline share one group, so they never compete with each other for the cores.
 PYTEST_WORKERS ?= 2
 
-pytest: system-deps setup $(INFRA_VENV)/.installed
+pytest: system-deps setup $(INFRA_VENV)/.installed $(WORKER_VENV)/.installed
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup -rfEs
 
 $(PY312_VENV)/.installed: requirements.txt

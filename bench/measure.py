@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.counting.cpu import CpuClock, cpu_between, machine_busy_s
+from bench.counting.cpu import CpuClock, cpu_between, machine_busy_s, peak_rss_mb
 from bench.counting.http import HttpCounter
 from bench.probe import read_counts
 from devhost.emulators import LocalEndpoints
@@ -80,7 +80,8 @@ class Instruments:
 
 
 def snapshot(instruments: Instruments) -> dict[str, Any]:
-    """CPU seconds of every process, the machine's busy seconds, and every process's request counts.
+    """CPU seconds of every process, the machine's busy seconds, every process's request counts, and
+    orderflow's own processes' peak resident memory so far (MB).
 
     Raises:
         TimeoutError: a probe did not answer.
@@ -93,6 +94,11 @@ def snapshot(instruments: Instruments) -> dict[str, Any]:
         "cpu_s": instruments.cpu.sample(),
         "machine_busy_s": machine_busy_s(),
         "counts": counts,
+        "peak_rss_mb": {
+            name: mb
+            for name in instruments.own
+            if (pid := instruments.cpu.pids.get(name)) is not None and (mb := peak_rss_mb(pid)) is not None
+        },
     }
 
 
@@ -164,7 +170,8 @@ def window_figures(
         ``elapsed_s``; ``cpu_ms_per_order`` (per process, plus ``orderflow`` and ``all``); ``cores``
         (CPU seconds per second of each process, and ``machine``); ``http_per_order``
         (``{emulator: {operation: n, total}}`` over every process); ``http_per_order_by_process``;
-        ``grpc_per_order`` (``{method: n, total}``); ``limited_by`` (:func:`limited_by`).
+        ``grpc_per_order`` (``{method: n, total}``); ``limited_by`` (:func:`limited_by`);
+        ``peak_rss_mb``, each of orderflow's processes' peak resident memory at the window's end (MB).
 
     Raises:
         ValueError: ``orders`` is not positive.
@@ -203,4 +210,5 @@ def window_figures(
         },
         "grpc_per_order": grpc_rows,
         "limited_by": limited_by(cores, machine, cores_total),
+        "peak_rss_mb": dict(sorted(after.get("peak_rss_mb", {}).items())),
     }

@@ -34,12 +34,13 @@ from bench.peer_runs import dbos_run, durabletask_run
 from bench.report import NOTES, build_report, core_speed, machine_info
 from bench.sdk_calls import sdk_calls_run
 from bench.sweep import cosmos_sweeps, growth, memory_sweeps
+from bench.worker_memory import WORKER_VENV_PYTHON, worker_footprint
 from bench.workload import STOCK_DIVISOR, happy_orders, submissions
 from demo.config import DEMO_SETTINGS, new_run_dir
 from demo.faults import FaultPlan
 from demo.fleet import quiet_sdk_logs, start_demo_services
 from demo.tpch import ensure_dataset, load_catalog
-from devhost.emulators import LocalEmulators, LocalEndpoints, start_local_emulators
+from devhost.emulators import REPO_ROOT, LocalEmulators, LocalEndpoints, start_local_emulators
 from orderflow.settings import Settings
 
 
@@ -80,6 +81,10 @@ def run_bench(
         orderflow_runs, baseline = _throughput_and_baseline(bench, timed, warmup, notes)
         one_at_a_time = _one_at_a_time(bench, timed, warmup)
         sdk_calls = _sdk_calls(bench)
+        worker_memory = bench.parts.run(
+            "the worker's memory: the app imported by the worker venv's interpreter",
+            lambda: worker_footprint(REPO_ROOT / WORKER_VENV_PYTHON, REPO_ROOT),
+        )
         per_order = _counting(bench, orders)
         if per_order is not None:
             per_order["telemetry"] = _telemetry(bench, orders)
@@ -99,6 +104,7 @@ def run_bench(
         peers=peers,
         baseline=baseline,
         sdk_calls=sdk_calls,
+        worker_memory=worker_memory,
         notes=[*NOTES, *notes, *parts.failed],
     )
     write_report(report, config.report_path)

@@ -16,12 +16,14 @@ from bench.cost.inputs import (
     ESTIMATED,
     MEASURED,
     MEASURED_BASIS,
+    MEMORY,
     ONE_AGENT_TRIGGER,
     ORDER_PATH_GROUPS,
     READY_DURABLE,
     READY_PATH,
     VOLUMES,
     Estimates,
+    Memory,
     OrderCounts,
     always_ready_setting,
 )
@@ -369,20 +371,31 @@ def _service_bus_settings(counts: OrderCounts, est: Estimates) -> str:
     )
 
 
+def _memory(counts: OrderCounts, est: Estimates, mem: Memory = MEMORY) -> str:
+    """The instance memory's bullet: what it saves and the measured footprints it is chosen against."""
+    largest = max(mem.worker_mb, mem.scheduler_mb, mem.agents_mb)
+    saved = _delta("memory_mb", CURRENT.memory_mb, 1_000_000, counts, est)
+    return (
+        f"- **Instance memory {CHOSEN.memory_mb} MB**, applied (`instanceMemoryMB` in "
+        f"`infra/modules/functionapp.bicep`; was {CURRENT.memory_mb:,}): {money(saved)} a month less at "
+        "a million orders (memory time scales with it). `make bench` measures what the worker holds: the "
+        "app imported by the worker venv's interpreter with Application Insights configured, "
+        f"{mem.worker_mb:.0f} MB (`orderflow.worker_memory`, `VmHWM`), and the peak resident set of "
+        "the devhost processes running the same roles under load, "
+        f"{mem.scheduler_mb:.0f} MB (the scheduler roles) and {mem.agents_mb:.0f} MB (the agents) in a "
+        f"2-process window (`measured.peak_rss_mb`; {mem.measured_on}). That leaves about "
+        f"{CHOSEN.memory_mb - largest:.0f} MB of a {CHOSEN.memory_mb} MB instance to the Functions host; "
+        f"watch the app's memory working set and go back to {CURRENT.memory_mb:,} if an instance runs short."
+    )
+
+
 def choices(counts: OrderCounts = MEASURED, est: Estimates = ESTIMATED) -> list[str]:
     """Each setting of the chosen configuration with the model's figure for it, and where the template
     applies it."""
     m = 1_000_000
     fig = figures(counts, est)
     return [
-        f"- **Instance memory 512 MB**, applied (`instanceMemoryMB` in `infra/modules/functionapp.bicep`; "
-        f"was {CURRENT.memory_mb:,}): {money(_delta('memory_mb', 2048, m, counts, est))} "
-        "a month less at a million orders (memory time scales with it). The worker's import footprint is "
-        "111 MB (the app imported, `ru_maxrss`), and the local processes running the same roles peaked at "
-        "130 MB (the scheduler roles) and 126 MB (the submission and the agents) in a 40-order demo on 2 "
-        "processes (2026-12-07, `ps` every 3 s; `make bench` does not record memory). That leaves about "
-        "380 MB of a 512 MB instance to the Functions host; watch the app's memory working set and go back "
-        "to 2,048 if an instance runs short.",
+        _memory(counts, est),
         f"- **Claim on submit, the starter a {CHOSEN.starter_period_s:g} s sweeper**, applied (app settings "
         "in `infra/modules/functionapp.bicep`: `CLAIM_ON_SUBMIT` true, `STARTER_SCHEDULE` "
         f"`*/30 * * * * *`, was every {CURRENT.starter_period_s:g} s): the idle month is "

@@ -318,6 +318,31 @@ def always_ready_setting(config: AzureConfig) -> str:
     return ",".join(flex for group, flex in FLEX_GROUPS.items() if group in config.always_ready)
 
 
+@dataclass(frozen=True)
+class Memory:
+    """What the instance memory is chosen against (MB of 10^6 bytes).
+
+    Attributes:
+        worker_mb: The app imported by the worker venv's interpreter, Application Insights configured
+            (a report's ``orderflow.worker_memory.peak_rss_mb``).
+        scheduler_mb: Peak resident set of the devhost process running the scheduler roles (the
+            submission and its claim, the orchestrations and their activities, the response listener,
+            the starter and the supervisor) in a 2-process window (a report's
+            ``orderflow.runs["2"].measured.peak_rss_mb["devhost-1"]``).
+        agents_mb: The same of the process running the agents (``["devhost-agents"]``).
+        measured_on: The ``make bench`` run they come from.
+    """
+
+    worker_mb: float = 112.9
+    scheduler_mb: float = 130.5
+    agents_mb: float = 126.4
+    measured_on: str = "2026-12-08, 100 orders at 8 in flight, docs/benchmarks.md"
+
+
+MEMORY: Final = Memory()
+"""The memory figures docs/deploy.md cites, from the ``make bench`` run ``measured_on`` names."""
+
+
 VOLUMES: Final = (100_000, 1_000_000, 10_000_000)
 """Orders a month the cost is given at."""
 

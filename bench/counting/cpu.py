@@ -83,6 +83,26 @@ def child_pids(pid: int, *, proc: Path = PROC) -> list[int]:
     return sorted(found)
 
 
+def parse_peak_rss_kb(status: str) -> int | None:
+    """The ``VmHWM`` line of a ``/proc/<pid>/status`` text (kB): the process's peak resident set since
+    it started; None when absent (a kernel thread)."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None
+
+
+def peak_rss_mb(pid: int, *, proc: Path = PROC) -> float | None:
+    """Peak resident memory of process ``pid`` since it started (MB of 10^6 bytes, from its ``VmHWM``
+    in kB of 1,024 bytes); None when the process is gone or the kernel does not say."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    kb = parse_peak_rss_kb(text)
+    return None if kb is None else round(kb * 1024 / 1e6, 1)
+
+
 def machine_busy_s(*, proc: Path = PROC, ticks: int = CLOCK_TICKS) -> float:
     """Busy CPU seconds of the whole machine since boot (every core)."""
     busy, _total = parse_machine_stat((proc / "stat").read_text())

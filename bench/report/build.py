@@ -160,6 +160,7 @@ def build_report(
     peers: Mapping[str, Mapping[str, Any]],
     baseline: Mapping[str, Any] | None = None,
     sdk_calls: Mapping[str, Any] | None = None,
+    worker_memory: Mapping[str, Any] | None = None,
     generated_at: datetime | None = None,
     notes: Sequence[str] = NOTES,
 ) -> dict[str, Any]:
@@ -182,6 +183,7 @@ def build_report(
             (``requests``, :data:`bench.sdk_floor.SERIAL_PATH`; ``wall_ms``; ``settings``, what the
             requests are counted with, :data:`bench.sdk_floor.SERIAL_PATH_SETTINGS`; ``turned_off``, those
             this run turned off: :func:`bench.sdk_floor.serial_path_settings_off`).
+        worker_memory: :func:`bench.worker_memory.worker_footprint`'s figures, or None.
         generated_at: When (UTC); now by default.
         notes: What a reader must know to read the figures.
     """
@@ -196,6 +198,7 @@ def build_report(
             "runs": {p: dict(run) for p, run in orderflow_runs.items()},
             "one_at_a_time": {p: dict(run) for p, run in (one_at_a_time or {}).items()},
             "per_order": dict(per_order) if per_order is not None else None,
+            "worker_memory": dict(worker_memory) if worker_memory is not None else None,
         },
         "sweep": {"results": [dict(r) for r in sweep_results], "growth": dict(sweep_growth)},
         "hard_down": dict(hard_down) if hard_down is not None else None,

@@ -95,6 +95,12 @@ def test_a_tiny_bench_run_reports_every_part(local_endpoints: LocalEndpoints, tm
     assert run["attempts_max"] >= 1
     assert report["orderflow"]["throughput_per_s"]["1"] > 0
 
+    # The app imported by the worker venv's interpreter (the real language worker's Python), telemetry
+    # configured: its peak resident set, the figure the Flex instance memory is chosen against.
+    worker_memory = report["orderflow"]["worker_memory"]
+    assert worker_memory["python"].endswith(".venv-worker/bin/python")
+    assert 50 < worker_memory["peak_rss_mb"] < 512
+
     per_order = report["orderflow"]["per_order"]
     assert per_order["all_processed"] is True
     assert per_order["orders"] == 3

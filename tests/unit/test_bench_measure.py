@@ -19,7 +19,9 @@ from bench.counting.cpu import (
     child_pids,
     cpu_between,
     parse_machine_stat,
+    parse_peak_rss_kb,
     parse_stat,
+    peak_rss_mb,
     process_cpu_s,
 )
 from bench.counting.grpc_calls import GRPC, CountingInterceptor, method_name
@@ -176,6 +178,19 @@ def test_a_process_cpu_time_is_its_own_user_and_system_time(tmp_path: Path) -> N
     assert own is not None and own > 0
 
 
+def test_a_process_peak_memory_is_its_vmhwm_and_this_process_has_one(tmp_path: Path) -> None:
+    (tmp_path / "4242").mkdir()
+    status = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  125000 kB\nVmRSS:\t  110000 kB\n"
+    (tmp_path / "4242" / "status").write_text(status)
+    assert parse_peak_rss_kb(status) == 125_000
+    assert peak_rss_mb(4242, proc=tmp_path) == 128.0  # 125,000 KiB
+    assert peak_rss_mb(4343, proc=tmp_path) is None  # gone
+    assert parse_peak_rss_kb("Name:\tkthreadd\n") is None
+    # The real /proc: an interpreter holds more than 5 MB at its peak.
+    mine = peak_rss_mb(os.getpid())
+    assert mine is not None and mine > 5
+
+
 def test_child_pids_are_read_from_every_thread_of_the_process(tmp_path: Path) -> None:
     for tid, children in (("4242", "4300 4301 "), ("4250", "4302"), ("4251", "")):
         (tmp_path / "4242" / "task" / tid).mkdir(parents=True)
@@ -227,6 +242,7 @@ def test_the_limit_is_the_machine_then_a_saturated_process_then_waiting() -> Non
 
 def _snapshot(at: float, cpu: dict[str, float], busy: float, sends: int, grpc: int) -> dict[str, Any]:
     return {
+        "peak_rss_mb": {"devhost-1": 100.0 + at},
         "at": at,
         "cpu_s": cpu,
         "machine_busy_s": busy,
@@ -252,6 +268,7 @@ def test_window_figures_per_order() -> None:
     assert figures["http_per_order"] == {"azurite": {"receive": 4.5, "send": 9.0, "total": 13.5}}
     assert figures["grpc_per_order"] == {"RaiseEvent": 3.0, "total": 3.0}
     assert figures["limited_by"].startswith("waiting, not CPU")
+    assert figures["peak_rss_mb"] == {"devhost-1": 210.0}  # the peak at the window's end
     with pytest.raises(ValueError, match="positive"):
         window_figures(before, after, orders=0, own=[])
 
