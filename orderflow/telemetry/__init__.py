@@ -373,8 +373,11 @@ def _attribute_value(value: Any) -> AttributeValue | None:
 
 
 def _log_extra(name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``extra`` of an event's log record: ``event``, ``fields``, and each field flattened."""
-    extra: dict[str, Any] = {"event": name, "fields": fields}
+    """The ``extra`` of an event's log record: ``event`` and each field flattened
+    (``orderflow.<field>``). Never the fields as one dict: whichever way the Azure Monitor distro is
+    configured (by :func:`configure_telemetry`, or by the Functions worker itself on Azure), its
+    logging handler exports every attribute of a record, a dict as its ``str()``."""
+    extra: dict[str, Any] = {"event": name}
     for key, value in fields.items():
         flat = _attribute_value(value)
         if flat is not None:

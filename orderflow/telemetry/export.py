@@ -4,17 +4,13 @@ one line of printable text."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from orderflow import tracing
 from orderflow.client_text import visible
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk._logs import LogRecordProcessor
 
 logger = logging.getLogger("orderflow.telemetry")  # the package's one logger, as filters name it
 
@@ -66,10 +62,9 @@ def configure_telemetry(service_name: str, connection_string: str | None = None)
     first, in any case, make every log record one line (:func:`guard_log_records`).
 
     With a connection string (the argument, else ``APPLICATIONINSIGHTS_CONNECTION_STRING``) this calls
-    ``azure.monitor.opentelemetry.configure_azure_monitor`` with ``logger_name="orderflow"``, the
-    service name as the resource's ``service.name`` (Application Insights' cloud role name) and a
-    log-record processor that drops the nested ``fields`` attribute, whose entries are exported
-    flattened (``orderflow.order_id``, ...). Later calls return True without configuring again.
+    ``azure.monitor.opentelemetry.configure_azure_monitor`` with ``logger_name="orderflow"`` and the
+    service name as the resource's ``service.name`` (Application Insights' cloud role name). Later calls
+    return True without configuring again.
 
     In an Azure Functions worker started with ``PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY=true`` the
     worker has already configured the distro before importing the app (its logger is the root logger,
@@ -111,31 +106,9 @@ def configure_telemetry(service_name: str, connection_string: str | None = None)
                 connection_string=connection,
                 logger_name=LOGGER_NAME,
                 resource=Resource.create({SERVICE_NAME: service_name}),
-                log_record_processors=[_nested_fields_dropper()],
             )
         except Exception:
             logger.exception("Azure Monitor telemetry could not be configured; continuing without export")
             return False
         _configured = True
         return True
-
-
-def _nested_fields_dropper() -> LogRecordProcessor:
-    """A log-record processor that removes the ``fields`` dict, exported flattened already."""
-    from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord  # noqa: PLC0415 (SDK: lazy)
-
-    class DropNestedFields(LogRecordProcessor):
-        def on_emit(self, log_record: ReadWriteLogRecord) -> None:
-            attributes = log_record.log_record.attributes
-            if attributes is not None and "fields" in attributes and "event" in attributes:
-                # The SDK's attributes are mutable at this point; a processor must never raise.
-                with contextlib.suppress(TypeError, KeyError):
-                    del attributes["fields"]  # type: ignore[attr-defined]
-
-        def shutdown(self) -> None:
-            return None
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return True
-
-    return DropNestedFields()
