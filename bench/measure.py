@@ -81,7 +81,7 @@ class Instruments:
 
 def snapshot(instruments: Instruments) -> dict[str, Any]:
     """CPU seconds of every process, the machine's busy seconds, every process's request counts, and
-    orderflow's own processes' peak resident memory so far (MB).
+    orderflow's own processes' peak resident memory since each started (MB; start-up included).
 
     Raises:
         TimeoutError: a probe did not answer.
@@ -171,7 +171,8 @@ def window_figures(
         (CPU seconds per second of each process, and ``machine``); ``http_per_order``
         (``{emulator: {operation: n, total}}`` over every process); ``http_per_order_by_process``;
         ``grpc_per_order`` (``{method: n, total}``); ``limited_by`` (:func:`limited_by`);
-        ``peak_rss_mb``, each of orderflow's processes' peak resident memory at the window's end (MB).
+        ``peak_rss_mb``, each of orderflow's processes' peak resident memory since it started, read at
+        the window's end (MB: what an instance must hold, start-up and warm-up included).
 
     Raises:
         ValueError: ``orders`` is not positive.

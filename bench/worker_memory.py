@@ -1,7 +1,8 @@
-"""The Functions worker's memory footprint: the app imported by the real Python language worker's
-interpreter (the worker's venv, the same ``requirements-worker.txt`` as Azure's), telemetry configured as
-on Azure, its peak resident set read from the process itself. The Flex instance's memory is chosen
-against it (docs/deploy.md)."""
+"""A lower bound of the Functions worker's memory: the app imported by the worker venv's interpreter
+(Python 3.13 with the app's requirements, ``requirements-worker.txt``), Application Insights configured as
+on Azure, its peak resident set read from the process itself. The language worker's own modules, its
+gRPC channel and the invocations add to it. The Flex instance's memory is chosen against it
+(docs/deploy.md)."""
 
 from __future__ import annotations
 

@@ -84,12 +84,12 @@ def cosmos_storage_gb(orders: float, counts: OrderCounts, est: Estimates) -> flo
     earlier one at its bytes after the purge (which deletes nothing), each with ``est.index_share`` more
     for its index. Each container that holds anything is billed at least 1 GB (Microsoft's pricing model
     page: "The smallest amount of data billed for any non empty container is 1 GB"): ``orders`` and
-    ``orderstate`` once there are orders (split as the measured bytes are), and :data:`ALWAYS_FILLED`
-    more.
+    ``orderstate`` once there are orders (split as the measured bytes are; ``orderhistory``'s, when a
+    path writes any, with the state records'), and :data:`ALWAYS_FILLED` more.
     """
     age = max(0.0, est.age_months - 0.5)
     retained = min(age, est.retained_days / 30)
-    stored = counts.order_document_bytes + counts.state_record_bytes
+    stored = counts.order_document_bytes + counts.state_record_bytes + counts.history_bytes
     stock = stored * retained + counts.purged_bytes * (age - retained)
     gb = orders * stock * (1 + est.index_share) / 1e9
     document_share = counts.order_document_bytes / stored

@@ -311,7 +311,8 @@ def span_bytes(counts: OrderCounts, est: Estimates) -> float:
 
 
 def log_bytes(counts: OrderCounts, est: Estimates) -> float:
-    """Billed bytes of an order's log records (orderflow's events), which no sampler drops."""
+    """Billed bytes of an order's log records (orderflow's events) before any sampling: the distro keeps
+    them whatever their trace's decision unless told to sample them with it (``events_sampled``)."""
     return counts.log_value_bytes + counts.log_records * est.ingestion_added_bytes
 
 

@@ -164,18 +164,18 @@ def test_cosmos_storage_keeps_every_purged_order_and_bills_each_container_a_giga
 
 
 def test_an_orders_telemetry_is_its_measured_values_with_the_columns_ingestion_adds() -> None:
-    # Spans: 24,248 bytes of values in 46.4 records, 150 bytes more each, and the host's 11,900.
-    assert span_bytes(MEASURED, ESTIMATED) == pytest.approx(24_248 + 46.4 * 150 + 11_900)
-    assert log_bytes(MEASURED, ESTIMATED) == pytest.approx(7_618 + 12 * 150)
+    # Spans: 22,378 bytes of values in 46.7 records, 120 bytes more each, and the host's 11,900.
+    assert span_bytes(MEASURED, ESTIMATED) == pytest.approx(22_378 + 46.7 * 120 + 11_900)
+    assert log_bytes(MEASURED, ESTIMATED) == pytest.approx(7_102 + 12 * 120)
     # A million orders a month: a tenth of the spans, every log record, and the two 30 s timers' 175,200
     # runs at 1,500 bytes; the first 5 GB free, the rest at $2.30.
     month = orderflow_month(MEASURED, ESTIMATED, CHOSEN, 1_000_000)
-    per_order = (24_248 + 46.4 * 150 + 11_900) * 0.1 + 7_618 + 12 * 150
+    per_order = (22_378 + 46.7 * 120 + 11_900) * 0.1 + 7_102 + 12 * 120
     gigabytes = (1_000_000 * per_order + 175_200 * 1_500) / 1e9
     assert month.lines["Telemetry ingestion"] == pytest.approx((gigabytes - 5) * 2.30)
     # Events sampled with their traces: a tenth of them, like the spans.
     sampled = orderflow_month(MEASURED, ESTIMATED, replace(CHOSEN, events_sampled=True), 1_000_000)
-    fewer = (1_000_000 * (per_order - 0.9 * (7_618 + 12 * 150)) + 175_200 * 1_500) / 1e9
+    fewer = (1_000_000 * (per_order - 0.9 * (7_102 + 12 * 120)) + 175_200 * 1_500) / 1e9
     assert sampled.lines["Telemetry ingestion"] == pytest.approx(max(0.0, fewer - 5) * 2.30)
     # The host's Information records, when exported, are never sampled either.
     loud = orderflow_month(MEASURED, ESTIMATED, replace(CHOSEN, host_info_logs=True), 1_000_000)
@@ -358,8 +358,13 @@ def test_counts_from_a_report_replace_the_measured_ones_only_when_every_order_wa
     counts = counts_from_report(report)
     assert (counts.messages, counts.state_replaces, counts.episodes) == (10, 4, MEASURED.episodes)
     assert counts.local_order_s == 0.05
-    # The record's timeline entries moved out of it are the record's bytes too.
-    assert (counts.order_document_bytes, counts.state_record_bytes, counts.purged_bytes) == (700, 5300, 5800)
+    stored = (
+        counts.order_document_bytes,
+        counts.state_record_bytes,
+        counts.history_bytes,
+        counts.purged_bytes,
+    )
+    assert stored == (700.0, 5000.0, 300.0, 5800.0)
     # Spans are requests and dependencies; every other item a log record.
     assert (counts.span_records, counts.span_value_bytes) == (37, 23_500)
     assert (counts.log_records, counts.log_value_bytes) == (11, 6_000)

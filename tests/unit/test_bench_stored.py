@@ -7,6 +7,7 @@ import pytest
 
 from bench.orderflow_runs.stored import bytes_per_order, container_bytes, document_bytes, purge_all_finished
 from orderflow.clock import FakeClock
+from orderflow.records import ProcessState, RetryBudget, StateRecord
 from orderflow.settings import Settings
 from orderflow.stores.memory import InMemoryOrderStore, InMemoryStateStore
 
@@ -40,3 +41,30 @@ def test_the_purge_is_not_measured_where_retention_is_off() -> None:
             settings=settings,
             most=10,
         )
+
+
+def _settled(order_id: str, clock: FakeClock) -> StateRecord:
+    return StateRecord(
+        id=order_id,
+        order_id=order_id,
+        client_id="a",
+        process_state=ProcessState.PROCESSED,
+        reply_to="replies",
+        retry_budget=RetryBudget(limit=10),
+        workflow_version="order-v1",
+        created_at=clock.now(),
+        updated_at=clock.now(),
+    )
+
+
+def test_the_purge_runs_pass_after_pass_on_a_clock_past_the_retention_period_until_most() -> None:
+    clock, states, orders = FakeClock(), InMemoryStateStore(), InMemoryOrderStore()
+    settings = Settings.load({}, COMPENSATION_LOG_RETENTION_S=30 * 86_400)
+    for n in range(150):
+        states.create(_settled(f"a:o-{n}", clock))
+    # A pass looks at 100 records at most: one pass reaches ``most``, the next takes the rest, and a
+    # pass that finds nothing ends it. The records' clock has not moved: the purge's runs ahead of it.
+    assert purge_all_finished(states=states, orders=orders, clock=clock, settings=settings, most=100) == 100
+    assert purge_all_finished(states=states, orders=orders, clock=clock, settings=settings, most=1_000) == 50
+    assert purge_all_finished(states=states, orders=orders, clock=clock, settings=settings, most=1_000) == 0
+    assert all(states.get(f"a:o-{n}").item.data_purged_at is not None for n in range(150))

@@ -4,11 +4,13 @@ posting to the local ingestion endpoint."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from azure.monitor.opentelemetry.exporter import AzureMonitorLogExporter, AzureMonitorTraceExporter
 from opentelemetry.instrumentation.logging.handler import LoggingHandler
@@ -18,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from bench.orderflow_runs.telemetry import (
+    TRACK_PATH,
     Envelope,
     IngestionStub,
     bytes_by_kind,
@@ -78,6 +81,13 @@ def test_the_hosts_work_and_everything_under_it_is_left_out_whatever_order_it_ca
     # The receive and its HTTP call are the trigger's; durabletask's spans are the Durable extension's,
     # and so is what ran under them; the send stands for the worker's Service Bus send.
     assert worker_side(envelopes) == [False, False, True, True, True, False, False, False, True, False]
+
+
+def test_a_parent_cycle_ends_the_walk_up() -> None:
+    # Two spans each naming the other as parent (a corrupt export): neither is the host's, and the walk
+    # stops where it has been.
+    looped = [_span("orderflow.claim", "a", parent="b"), _span("ContainerProxy.read_item", "b", parent="a")]
+    assert worker_side(looped) == [True, True]
 
 
 def test_an_orders_telemetry_is_what_carries_the_trace_of_its_submission() -> None:
@@ -155,3 +165,18 @@ def test_the_real_exporter_posts_spans_and_log_records_that_the_stub_weighs(stub
     }
     assert all(0 < e.value_bytes < e.size for e in received)
     assert orders_telemetry(received) == received
+
+
+def test_the_stub_takes_gzip_and_plain_posts_to_the_track_path_and_refuses_any_other(
+    stub: IngestionStub,
+) -> None:
+    base = stub.connection_string.split("IngestionEndpoint=", 1)[1].rstrip("/")
+    body = json.dumps([DEPENDENCY]).encode()
+    with httpx.Client(base_url=base) as client:
+        plain = client.post(TRACK_PATH, content=body)
+        zipped = client.post(TRACK_PATH, content=gzip.compress(body), headers={"Content-Encoding": "gzip"})
+        other = client.post("/v2/track", content=body)
+    assert (plain.status_code, zipped.status_code, other.status_code) == (200, 200, 404)
+    assert plain.json() == {"itemsReceived": 1, "itemsAccepted": 1, "errors": []}
+    assert other.json()["itemsReceived"] == 0
+    assert stub.envelopes() == [envelope_of(DEPENDENCY), envelope_of(DEPENDENCY)]
