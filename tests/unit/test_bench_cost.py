@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from bench.cost.__main__ import main
+from bench.cost.choices import break_even
 from bench.cost.cosmos import cosmos_storage_gb, order_request_units, request_units
-from bench.cost.docs import break_even, dedicated_against_target, held_above, replace_between, section
+from bench.cost.docs import dedicated_against_target, held_above, replace_between, section
 from bench.cost.inputs import (
     CHOSEN,
     CURRENT,
