@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from operator_api.schemas import (
     PurgeAnswer,
     ReplayAnswer,
 )
+from orderflow import telemetry
 from orderflow.client_text import encodable, visible
 from orderflow.clock import FakeClock
 from orderflow.operator_auth import OPERATOR_ROLE
@@ -164,8 +165,17 @@ def _fields(rendered: str) -> list[str]:
 
 @hostile_cases
 def test_log_records_made_while_handling_client_text_are_one_line_with_no_forged_field(
-    caplog: pytest.LogCaptureFixture, hostile: str
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, hostile: str
 ) -> None:
+    # The field names each event or alert line was rendered from, in the order the lines were made.
+    rendered_from: list[list[str]] = []
+    render = telemetry._rendered
+
+    def recording(fields: Mapping[str, Any]) -> str:
+        rendered_from.append(list(fields))
+        return render(fields)
+
+    monkeypatch.setattr(telemetry, "_rendered", recording)
     deps = memory_deps(FakeClock())
     with caplog.at_level(logging.INFO):
         send_hostile(deps, hostile)
@@ -181,6 +191,7 @@ def test_log_records_made_while_handling_client_text_are_one_line_with_no_forged
             prefix = f"ALERT {name} " if record.name == "orderflow.alerts" else f"{name} "
             message = record.getMessage()
             assert message.startswith(prefix)
-            assert _fields(message.removeprefix(prefix)) == list(record.__dict__["fields"])
+            assert _fields(message.removeprefix(prefix)) == rendered_from.pop(0)
+    assert rendered_from == []  # every line rendered was a record checked
     dead_lettered = [r for r in records if r.__dict__.get("event") == "message.dead_lettered"]
     assert len(dead_lettered) == 2
