@@ -1,6 +1,7 @@
 """Telemetry bytes per order, from the exporter: a devhost process exports through the Azure Monitor
-distro (the same ``configure_telemetry`` as the Functions app) to a local ingestion endpoint, which
-weighs every envelope it is sent.
+distro to a local ingestion endpoint, which weighs every envelope it is sent. The devhost configures
+the distro with ``configure_telemetry``; on Azure the Functions worker configures it itself, for the same
+``orderflow`` logger (``PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME``), and both export the same records.
 
 An order's telemetry is what carries its trace's operation id (orderflow keeps an order's spans in one
 trace, docs/operations.md): its roles' spans, the Azure SDK and HTTP calls they make, and the log
