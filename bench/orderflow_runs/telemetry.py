@@ -251,8 +251,8 @@ class IngestionStub:
 
 def bytes_by_kind(envelopes: Sequence[Envelope], orders: int) -> dict[str, Any]:
     """Per order: the worker-side envelopes' (:func:`worker_side`) count, bytes and value bytes by base
-    type, their bytes by name, their ``total_bytes``, and what the devhost exported that the worker would not
-    (``host_side``).
+    type, their bytes by name, their ``total_bytes``, and what the devhost exported that the worker
+    would not (``host_side``; metrics, a minute's and not an order's, in neither).
 
     Raises:
         ValueError: ``orders`` is not positive.
@@ -261,7 +261,9 @@ def bytes_by_kind(envelopes: Sequence[Envelope], orders: int) -> dict[str, Any]:
         raise ValueError(f"orders must be positive, not {orders}")
     sides = worker_side(envelopes)
     kept = [e for e, worker in zip(envelopes, sides, strict=True) if worker]
-    dropped = [e for e, worker in zip(envelopes, sides, strict=True) if not worker]
+    dropped = [
+        e for e, worker in zip(envelopes, sides, strict=True) if not worker and e.base_type != "MetricData"
+    ]
     count, size, values = Counter(e.base_type for e in kept), Counter[str](), Counter[str]()
     by_name = Counter[str]()
     for e in kept:

@@ -109,6 +109,7 @@ def test_bytes_per_order_by_kind_and_name() -> None:
         Envelope("RemoteDependencyData", "PUT /dbs/x/colls/orderstate/docs/y", 1_200, 600, "t", "b", "a"),
         Envelope("MessageData", "step.start order_id=o", 900, 400, "t", "", "a"),
         Envelope("RemoteDependencyData", "QueueClient.delete_message", 800, 300, "t", "c", "a"),
+        Envelope("MetricData", "", 600, 300),
     ]
     figures = bytes_by_kind(envelopes, 2)
     assert figures["items"] == {"MessageData": 0.5, "RemoteDependencyData": 0.5, "RequestData": 0.5}
