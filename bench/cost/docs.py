@@ -82,8 +82,9 @@ def held_above(fig: dict[str, Any], at_1m: float, counts: OrderCounts, est: Esti
     dedicated = fig["cost"][f"orderflow, {DEDICATED_B1.name}"]
     groups = (
         f"each of the {len(ORDER_PATH_GROUPS)} scale groups an order passes through (the submission, the "
-        "Durable group, the response listener, one per agent) is billed at least 1,000 ms of 512 MB per "
-        "active period, and at a million orders a month (one every 2.6 s) each group's instance is billed "
+        "Durable group, the response listener, one per agent) is billed at least 1,000 ms of "
+        f"{CHOSEN.memory_mb} MB per active period, and at a million orders a month (one every 2.6 s) "
+        "each group's instance is billed "
         f"{min(shares):.0%}–{max(shares):.0%} of the month whatever its code takes"
     )
     others = at_1m - flex

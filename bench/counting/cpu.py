@@ -2,7 +2,8 @@
 
 A process's CPU time is its own user plus system time (every thread, no children). A
 :class:`CpuClock` samples named processes; two samples give each process's CPU seconds over the time
-between them (:func:`cpu_between`). The whole machine's busy time comes from ``/proc/stat``.
+between them (:func:`cpu_between`). The whole machine's busy time comes from ``/proc/stat``, and a
+process's peak resident memory from its ``/proc/<pid>/status`` (:func:`peak_rss_mb`).
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ class CountedSystem:
     host: DevHost
     client: OrderflowClient
     stores: CosmosStores
-    settings: Settings
     state_counts: OperationCounts
     order_counts: OperationCounts
     queue_counts: OperationCounts
@@ -94,7 +93,7 @@ def counted_system(
     )
     host.start()
     try:
-        yield CountedSystem(host, client, stores, settings, state_counts, order_counts, queue_counts)
+        yield CountedSystem(host, client, stores, state_counts, order_counts, queue_counts)
     finally:
         host.stop()
         stores.close()
@@ -191,7 +190,7 @@ def counting_run(
             states=system.stores.state,
             orders=system.stores.orders,
             clock=SystemClock(),
-            settings=system.settings,
+            settings=system.host.settings,
             processed=max(processed, 1),
         )
     breakdown = count_breakdown(

@@ -20,10 +20,15 @@ ORDER_CONTAINERS: Final = ("orders", "orderstate", HISTORY_CONTAINER)
 entries moved out of the record (none for a short order)."""
 
 
+def json_bytes(value: Any) -> int:
+    """The UTF-8 bytes of ``value`` as compact JSON (no spaces, characters as they are)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def document_bytes(item: Mapping[str, Any]) -> int:
-    """The UTF-8 bytes of ``item`` as compact JSON, its system properties (``_rid``, ``_etag``, ``_ts``...)
+    """The bytes of a document as compact JSON, its system properties (``_rid``, ``_etag``, ``_ts``...)
     included: what Cosmos DB stores of it as data, its index aside."""
-    return len(json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode())
+    return json_bytes(item)
 
 
 def container_bytes(items: Iterable[Mapping[str, Any]]) -> tuple[int, int]:

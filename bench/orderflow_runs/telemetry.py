@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.load import run_orderflow_load
-from bench.orderflow_runs.throughput import connect_stores, isolation
+from bench.orderflow_runs.stored import json_bytes
+from bench.orderflow_runs.throughput import connect_stores, isolation, registered_client
 from bench.workload import submissions
 from demo.fleet import Fleet, devhost_specs, host_env
 from demo.tpch import DemoOrder
-from devhost.client_credentials import issue_client_credentials
 from devhost.emulators import LocalEndpoints
 from orderflow.settings import Settings
 from orderflow.tracing import SUBMISSION
@@ -114,7 +114,7 @@ def _text(value: Any) -> int:
     if isinstance(value, str):
         return len(value.encode())
     if isinstance(value, dict | list):
-        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()) if value else 0
+        return json_bytes(value) if value else 0
     return len(str(value).encode())
 
 
@@ -147,7 +147,7 @@ def envelope_of(item: Mapping[str, Any]) -> Envelope:
     return Envelope(
         base_type=str(data["baseType"]),
         name=str(base.get("name") or base.get("message") or "")[:60],
-        size=len(json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()),
+        size=json_bytes(item),
         value_bytes=value_bytes(item),
         operation_id=str(tags.get("ai.operation.id") or ""),
         span_id=str(base.get("id") or ""),
@@ -314,10 +314,7 @@ def exporting_devhost(
     settings = Settings.load(env)
     connect_stores(endpoints, settings).close()  # creates the containers before the devhost starts
     (registered,) = settings.clients.clients()
-    credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
-    client = OrderflowClient(
-        credentials.queues(), reply_queue=registered.reply_queue, orders_queue=registered.inbound_queue
-    )
+    client = registered_client(endpoints, registered)
     fleet = Fleet(devhost_specs(1), env, run_dir)
     try:
         yield client

@@ -298,7 +298,7 @@ def throughput_run(
     try:
         instruments = _instruments(fleet, run_dir, measuring) if measuring is not None else None
         profiled = _profilers(fleet, specs, run_dir, tag, measuring)
-        client = _client(endpoints, registered)
+        client = registered_client(endpoints, registered)
         if warmup:
             run_orderflow_load(
                 client,
@@ -354,7 +354,7 @@ def _profilers(
     ]
 
 
-def _client(endpoints: LocalEndpoints, registered: RegisteredClient) -> OrderflowClient:
+def registered_client(endpoints: LocalEndpoints, registered: RegisteredClient) -> OrderflowClient:
     """The load's client, holding what a registered client holds: a SAS for each of its two queues."""
     credentials = issue_client_credentials(endpoints.storage_connection_string, registered)
     return OrderflowClient(
